@@ -1,0 +1,485 @@
+/*
+ * tensorops: quantized matmul and fused attention, with the fastest hardware
+ * path picked at run time.  The whole public API; prefix tops_.
+ *
+ * Conventions
+ *   - Every function that can fail returns tops_status.  On failure,
+ *     tops_last_error() returns a sentence (thread-local) naming the function,
+ *     the argument and the rule broken.  Output arguments are left untouched
+ *     or, where a partial write is unavoidable, the status says so.
+ *   - Extents are in numpy order (outermost first); strides count elements.
+ *   - A tensor never owns memory unless made by tops_tensor_create().
+ */
+#ifndef TENSOROPS_H
+#define TENSOROPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define TOPS_API
+#else
+#define TOPS_API __attribute__((visibility("default")))
+#endif
+
+#define TOPS_VERSION_MAJOR 0
+#define TOPS_VERSION_MINOR 1
+#define TOPS_VERSION_PATCH 0
+#define TOPS_VERSION_STRING "0.1.0"
+
+TOPS_API const char *tops_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* X(enum suffix, short name, description) */
+#define TOPS_STATUS_LIST(X)                                                    \
+    X(OK, "ok", "success")                                                     \
+    X(INVALID_ARGUMENT, "invalid_argument", "an argument breaks a rule")       \
+    X(SHAPE_MISMATCH, "shape_mismatch", "tensor extents do not agree")         \
+    X(UNSUPPORTED_FORMAT, "unsupported_format",                                \
+      "the format or combination of formats is not supported")                 \
+    X(UNSUPPORTED_ON_DEVICE, "unsupported_on_device",                          \
+      "the operation is not available on this device or ISA")                  \
+    X(OUT_OF_MEMORY, "out_of_memory", "an allocation failed")                  \
+    X(OVERFLOW, "overflow", "a size does not fit in size_t or int64")          \
+    X(IO_ERROR, "io_error", "reading or writing a file failed")                \
+    X(PARSE_ERROR, "parse_error", "a file or string is malformed")             \
+    X(NOT_FOUND, "not_found", "a named item does not exist")                   \
+    X(DEVICE_ERROR, "device_error", "the accelerator runtime reported an error") \
+    X(INTERNAL, "internal", "an internal invariant failed")
+
+typedef enum tops_status {
+#define TOPS_X_(e, s, d) TOPS_##e,
+    TOPS_STATUS_LIST(TOPS_X_)
+#undef TOPS_X_
+    TOPS_STATUS_COUNT_
+} tops_status;
+
+/* Short name of a status ("shape_mismatch"); "unknown_status" if out of range. */
+TOPS_API const char *tops_status_str(tops_status status);
+/* The sentence describing the last failure on this thread ("" if none). */
+TOPS_API const char *tops_last_error(void);
+/* Clears this thread's last error. */
+TOPS_API void tops_clear_error(void);
+
+/* ------------------------------------------------------------------------ */
+/* Element types                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* X(enum suffix, name, bits) -- see FORMATS.md section 1. */
+#define TOPS_DTYPE_LIST(X)                                                     \
+    X(F32, "f32", 32)                                                          \
+    X(F16, "f16", 16)                                                          \
+    X(BF16, "bf16", 16)                                                        \
+    X(E4M3, "e4m3", 8)                                                         \
+    X(E5M2, "e5m2", 8)                                                         \
+    X(E2M3, "e2m3", 6)                                                         \
+    X(E3M2, "e3m2", 6)                                                         \
+    X(E2M1, "e2m1", 4)                                                         \
+    X(E8M0, "e8m0", 8)                                                         \
+    X(UE4M3, "ue4m3", 8)                                                       \
+    X(MXINT8, "mxint8", 8)                                                     \
+    X(I8, "i8", 8)                                                             \
+    X(U8, "u8", 8)                                                             \
+    X(I4, "i4", 4)                                                             \
+    X(U4, "u4", 4)                                                             \
+    X(I2, "i2", 2)                                                             \
+    X(U2, "u2", 2)                                                             \
+    X(I32, "i32", 32)
+
+typedef enum tops_dtype {
+    TOPS_DT_NONE = 0, /* absent plane, or "the format's default" */
+#define TOPS_X_(e, s, b) TOPS_DT_##e,
+    TOPS_DTYPE_LIST(TOPS_X_)
+#undef TOPS_X_
+    TOPS_DT_COUNT_
+} tops_dtype;
+
+TOPS_API const char *tops_dtype_name(tops_dtype dtype);
+TOPS_API int tops_dtype_bits(tops_dtype dtype); /* 0 if out of range */
+TOPS_API tops_status tops_dtype_from_name(const char *name, tops_dtype *out);
+
+/* ------------------------------------------------------------------------ */
+/* Formats: one traits row each (FORMATS.md sections 1, 2 and 4)             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * X(enum suffix, name stem, kind)
+ *   The name of a parameterised format adds its group and an optional scale
+ *   dtype: "int4-g32", "int4-g128:bf16", "int4-g32:e8m0", "int4-g64-affine".
+ */
+#define TOPS_FORMAT_LIST(X)                                                    \
+    /* plain element formats: data plane only, optional tensor_scale */        \
+    X(F32, "f32")                                                              \
+    X(F16, "f16")                                                              \
+    X(BF16, "bf16")                                                            \
+    X(E4M3, "e4m3")                                                            \
+    X(E5M2, "e5m2")                                                            \
+    X(E2M3, "e2m3")                                                            \
+    X(E3M2, "e3m2")                                                            \
+    X(E2M1, "e2m1")                                                            \
+    X(I8, "i8")                                                                \
+    X(U8, "u8")                                                                \
+    X(I4, "i4")                                                                \
+    X(U4, "u4")                                                                \
+    X(I2, "i2")                                                                \
+    X(U2, "u2")                                                                \
+    /* OCP MX: 32-element blocks, e8m0 scales */                               \
+    X(MXFP8, "mxfp8")                                                          \
+    X(MXFP8_E5M2, "mxfp8-e5m2")                                                \
+    X(MXFP6, "mxfp6")                                                          \
+    X(MXFP6_E3M2, "mxfp6-e3m2")                                                \
+    X(MXFP4, "mxfp4")                                                          \
+    X(MXINT8, "mxint8")                                                        \
+    /* NVIDIA: 16-element blocks, ue4m3 scales, one f32 tensor scale */        \
+    X(NVFP4, "nvfp4")                                                          \
+    /* symmetric integer groups: int8-gG, int4-gG, int2-gG (scale f16 by       \
+       default; bf16, f32 or e8m0 with a ":dtype" suffix) */                   \
+    X(INT8_G, "int8-g")                                                        \
+    X(INT4_G, "int4-g")                                                        \
+    X(INT2_G, "int2-g")                                                        \
+    /* affine u4 groups, f16 scale and f16 bias per group: int4-gG-affine */   \
+    X(INT4_G_AFFINE, "int4-g*-affine")                                         \
+    /* 4-bit indices into a 16-entry f16 codebook, per tensor or per row */    \
+    X(LUT4, "lut4")                                                            \
+    X(LUT4_ROW, "lut4-row")                                                    \
+    /* fp8 with one f32 scale per output channel (row) */                      \
+    X(E4M3_CH, "e4m3-ch")                                                      \
+    X(E5M2_CH, "e5m2-ch")                                                      \
+    /* GGUF blocks, byte-exact with ggml (FORMATS.md section 4) */             \
+    X(Q4_0, "q4_0")                                                            \
+    X(Q4_1, "q4_1")                                                            \
+    X(Q8_0, "q8_0")                                                            \
+    X(GGUF_MXFP4, "gguf-mxfp4")                                                \
+    /* opaque, made by tops_pack_right() */                                    \
+    X(PACKED, "packed")
+
+typedef enum tops_format_id {
+#define TOPS_X_(e, s) TOPS_FMT_##e,
+    TOPS_FORMAT_LIST(TOPS_X_)
+#undef TOPS_X_
+    TOPS_FMT_COUNT_
+} tops_format_id;
+
+/* A format: a traits row plus its parameters. */
+typedef struct tops_format {
+    tops_format_id id;
+    int32_t group;     /* elements per block along K; 0 = the row's default */
+    tops_dtype scale;  /* dtype of the scale plane; TOPS_DT_NONE = the default */
+} tops_format;
+
+/* Constant facts about a format (one row of the traits table). */
+typedef struct tops_format_info {
+    const char *name;       /* stem, e.g. "int4-g" or "mxfp4" */
+    tops_dtype element;     /* dtype of each data-plane element (u8 for GGUF) */
+    int element_bits;       /* bits of one element code */
+    int32_t block;          /* default elements per block (1 = no blocks, -1 = whole row) */
+    int32_t block_min, block_max; /* accepted group sizes (powers of two) */
+    int32_t pack_elems;     /* elements per storage unit of the data plane */
+    int32_t pack_bytes;     /* bytes per storage unit */
+    tops_dtype scale_default; /* scale-plane dtype (TOPS_DT_NONE if none) */
+    uint32_t scale_allowed; /* bitmask of (1u << tops_dtype) accepted as scale */
+    int has_bias;           /* a bias plane (same blocks as scales) */
+    int codebook;           /* 0 none, 1 one per tensor, 2 one per row; 16 f16 entries */
+    int has_tensor_scale;   /* a meaningful per-tensor f32 scale (nvfp4) */
+    int gguf;               /* self-contained GGUF blocks in the data plane */
+} tops_format_info;
+
+/* Format name: "int4-g32", "int4-g32:e8m0", "mxfp4", "q4_0". Writes at most
+   cap bytes (NUL included) into buf and returns buf; "?" for a bad format. */
+TOPS_API const char *tops_format_name(tops_format format, char *buf, size_t cap);
+/* Parses a format name; the inverse of tops_format_name(). */
+TOPS_API tops_status tops_format_from_name(const char *name, tops_format *out);
+/* The traits row of a format id, or NULL if out of range. */
+TOPS_API const tops_format_info *tops_format_get_info(tops_format_id id);
+/* Checks a format's parameters; fills defaults (group 0, scale) in *resolved. */
+TOPS_API tops_status tops_format_resolve(tops_format format, tops_format *resolved);
+/* Plain element format of a dtype: tops_format_of(TOPS_DT_F16). */
+TOPS_API tops_format tops_format_of(tops_dtype dtype);
+/* Average storage bits per weight for rows of k elements (data + planes). */
+TOPS_API double tops_format_bits_per_weight(tops_format format, int64_t k);
+
+/* ------------------------------------------------------------------------ */
+/* Execution context and devices                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum tops_device_kind { TOPS_DEVICE_CPU = 0, TOPS_DEVICE_CUDA = 1 } tops_device_kind;
+
+typedef struct tops_device {
+    tops_device_kind kind;
+    int index; /* cuda:N; 0 for the CPU */
+} tops_device;
+
+typedef struct tops_exec {
+    int threads;        /* worker threads; default all online cores */
+    tops_device device; /* where ops run; default the CPU */
+    int deterministic;  /* same bits for any thread count */
+    void *stream;       /* cudaStream_t when device is CUDA; NULL = default */
+    void *scratch;      /* optional caller-owned scratch memory */
+    size_t scratch_bytes;
+} tops_exec;
+
+TOPS_API tops_exec tops_exec_default(void);
+TOPS_API tops_status tops_exec_validate(const tops_exec *exec);
+
+/* ------------------------------------------------------------------------ */
+/* Tensors                                                                   */
+/* ------------------------------------------------------------------------ */
+
+#define TOPS_MAX_RANK 4
+
+/* Memory space of a tensor's planes. */
+typedef tops_device tops_memory;
+
+/*
+ * An auxiliary plane.  Scale and bias planes hold one entry per block of
+ * block[d] data elements along each dimension d (for example block =
+ * {1, 32}: 32 consecutive elements of a row share an entry); their extents
+ * are ceil(extent[d] / block[d]).  A codebook plane holds 16 f16 entries per
+ * tensor or per row.
+ */
+typedef struct tops_plane {
+    void *data;                      /* NULL = the plane is absent */
+    tops_dtype dtype;                /* NONE = the format's default */
+    int64_t block[TOPS_MAX_RANK];    /* all 0 = the format's default */
+    int64_t extent[TOPS_MAX_RANK];   /* derived; filled by tops_tensor_view */
+    int64_t stride[TOPS_MAX_RANK];   /* entries; all 0 = contiguous */
+} tops_plane;
+
+/* What a caller describes to tops_tensor_view(). */
+typedef struct tops_tensor_desc {
+    tops_format format;
+    int rank;                        /* 1..4 */
+    int64_t extent[TOPS_MAX_RANK];
+    int64_t stride[TOPS_MAX_RANK];   /* elements; all 0 = contiguous */
+    void *data;
+    size_t data_bytes;               /* capacity from data on; 0 = unchecked */
+    tops_plane scales;
+    tops_plane bias;
+    tops_plane codebook;
+    float tensor_scale;              /* per-tensor scale; 0 is read as 1 */
+    tops_memory memory;              /* default host */
+} tops_tensor_desc;
+
+/*
+ * A validated tensor.  Made only by tops_tensor_view(), tops_tensor_create()
+ * or tops_tensor_slice(); read its fields freely, change them never.
+ * tensor_scale: for nvfp4 the encode scale S_enc (decoded = q * s_b /
+ * S_enc, FORMATS.md section 2); for every other format a multiplier on each
+ * decoded value.
+ */
+typedef struct tops_tensor {
+    uint32_t magic;
+    tops_format format;              /* resolved: group and scale filled */
+    int rank;
+    int64_t extent[TOPS_MAX_RANK];
+    int64_t stride[TOPS_MAX_RANK];
+    void *data;
+    tops_plane scales;
+    tops_plane bias;
+    tops_plane codebook;
+    float tensor_scale;
+    tops_memory memory;
+    void *owner_;                    /* allocation owned by create(); internal */
+    const void *packed_;             /* pack descriptor; internal */
+} tops_tensor;
+
+/* Wraps caller memory after checking every rule (extents >= 1, no size_t
+   overflow, strides that land on whole bytes, planes that match the blocks,
+   no NULL planes the format needs). */
+TOPS_API tops_status tops_tensor_view(const tops_tensor_desc *desc, tops_tensor *out);
+
+/* Allocates a contiguous tensor (and every plane its format needs), 64-byte
+   aligned and zero-filled. */
+TOPS_API tops_status tops_tensor_create(tops_format format, int rank, const int64_t *extent,
+                                        tops_memory memory, tops_tensor *out);
+/* Frees what tops_tensor_create() allocated; a view or slice is left alone. */
+TOPS_API void tops_tensor_destroy(tops_tensor *tensor);
+
+/* Slices every plane together: out covers [start[d], stop[d]) of each
+   dimension.  Along a blocked dimension start must be a block boundary and
+   stop a block boundary or the tensor's end. The slice borrows memory. */
+TOPS_API tops_status tops_tensor_slice(const tops_tensor *tensor, const int64_t *start,
+                                       const int64_t *stop, tops_tensor *out);
+
+/* Number of elements, and the bytes the data plane spans (first to last
+   byte touched, plus one). */
+TOPS_API int64_t tops_tensor_numel(const tops_tensor *tensor);
+TOPS_API tops_status tops_tensor_data_span(const tops_tensor *tensor, size_t *bytes);
+
+/* ------------------------------------------------------------------------ */
+/* CPU features and dispatch                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* X(enum suffix, name) */
+#define TOPS_CPU_FEATURE_LIST(X)                                               \
+    X(SSE42, "sse4.2")                                                         \
+    X(AVX, "avx")                                                              \
+    X(AVX2, "avx2")                                                            \
+    X(FMA, "fma")                                                              \
+    X(F16C, "f16c")                                                            \
+    X(BMI2, "bmi2")                                                            \
+    X(AVX512F, "avx512f")                                                      \
+    X(AVX512BW, "avx512bw")                                                    \
+    X(AVX512VL, "avx512vl")                                                    \
+    X(AVX512DQ, "avx512dq")                                                    \
+    X(AVX512_VNNI, "avx512_vnni")                                              \
+    X(AVX512_BF16, "avx512_bf16")                                              \
+    X(AVX512_FP16, "avx512_fp16")                                              \
+    X(AVX_VNNI, "avx_vnni")                                                    \
+    X(AMX_TILE, "amx_tile")                                                    \
+    X(AMX_INT8, "amx_int8")                                                    \
+    X(AMX_BF16, "amx_bf16")                                                    \
+    X(NEON, "neon")                                                            \
+    X(DOTPROD, "dotprod")                                                      \
+    X(I8MM, "i8mm")                                                            \
+    X(ARM_BF16, "bf16")                                                        \
+    X(SVE, "sve")                                                              \
+    X(SVE2, "sve2")
+
+typedef enum tops_cpu_feature {
+#define TOPS_X_(e, s) TOPS_CPU_##e,
+    TOPS_CPU_FEATURE_LIST(TOPS_X_)
+#undef TOPS_X_
+    TOPS_CPU_FEATURE_COUNT_
+} tops_cpu_feature;
+
+/* Kernel levels, lowest first.  X(enum suffix, name) */
+#define TOPS_ISA_LIST(X)                                                       \
+    X(REF, "ref")                                                              \
+    X(AVX2, "avx2")                                                            \
+    X(AVX512, "avx512")                                                        \
+    X(AVX512_VNNI, "avx512_vnni")                                              \
+    X(AMX, "amx")                                                              \
+    X(NEON, "neon")                                                            \
+    X(NEON_DOTPROD, "neon_dotprod")                                            \
+    X(NEON_I8MM, "neon_i8mm")
+
+typedef enum tops_isa {
+#define TOPS_X_(e, s) TOPS_ISA_##e,
+    TOPS_ISA_LIST(TOPS_X_)
+#undef TOPS_X_
+    TOPS_ISA_COUNT_
+} tops_isa;
+
+TOPS_API const char *tops_cpu_feature_name(tops_cpu_feature feature);
+TOPS_API const char *tops_isa_name(tops_isa isa);
+TOPS_API tops_status tops_isa_from_name(const char *name, tops_isa *out);
+
+typedef struct tops_cpu_info {
+    char arch[16];                 /* "x86_64", "aarch64", ... */
+    char vendor[16];
+    char model[64];
+    int cores_online;
+    int cores_configured;
+    uint8_t has[TOPS_CPU_FEATURE_COUNT_];  /* 1 = usable (CPU and OS agree) */
+    int amx_permission;            /* Linux granted the AMX tile state */
+    int64_t cache_bytes[4];        /* L1d, L2, L3 (per the OS); 0 = unknown; [3] unused */
+    tops_isa isa_best;             /* the best level this machine supports */
+    tops_isa isa;                  /* the level in use (TOPS_ISA may lower it) */
+    int isa_forced;                /* 1 if TOPS_ISA chose it */
+    char isa_reason[160];          /* why that level */
+    uint8_t isa_available[TOPS_ISA_COUNT_]; /* levels this machine can run */
+} tops_cpu_info;
+
+/* Detects once (thread-safe) and copies the result.  Returns
+   TOPS_INVALID_ARGUMENT with a sentence listing the valid levels if TOPS_ISA
+   names an unknown or unavailable level; *out is filled either way. */
+TOPS_API tops_status tops_cpu_get_info(tops_cpu_info *out);
+
+/* Build facts: OpenMP and CUDA compiled in. */
+typedef struct tops_build_info {
+    int openmp;
+    int cuda;
+    const char *compiler;
+    const char *build_type;
+} tops_build_info;
+TOPS_API tops_build_info tops_get_build_info(void);
+
+/* ======================================================================== */
+/* Element casts, quantizers and decoders (FORMATS.md; src/formats/)         */
+/* ======================================================================== */
+
+/* Row casts between f32 and any dtype except none/i32.  Sub-byte codes are
+   packed as FORMATS.md section 1 says (a row starts on a byte; n counts
+   elements).  saturate = 0 reproduces ml_dtypes' default cast bit for bit;
+   1 clamps finite overflow to +-max (NaN stays NaN where the type has one). */
+TOPS_API tops_status tops_cast_from_f32(tops_dtype dst, void *out, const float *in, int64_t n,
+                                        int saturate);
+TOPS_API tops_status tops_cast_to_f32(tops_dtype src, float *out, const void *in, int64_t n);
+
+/* Options of a quantizer; NULL means the defaults of FORMATS.md. */
+typedef struct tops_quantize_opts {
+    int lut_iterations;  /* k-means iterations for lut4 (0 = default 8) */
+} tops_quantize_opts;
+
+/* Quantizes src (f32, any rank, blocks along the dimension dst's planes
+   say) into dst, a tensor of the same extents in a quantized format (made
+   with tops_tensor_create or viewed over caller planes).  Every plane of
+   dst is written; for nvfp4 dst->tensor_scale is set (dst is non-const for
+   that reason). */
+TOPS_API tops_status tops_quantize(const tops_tensor *src, tops_tensor *dst, const tops_quantize_opts *opts);
+/* Decodes src (any format) into dst (f32, f16 or bf16, same extents). */
+TOPS_API tops_status tops_dequantize(const tops_tensor *src, tops_tensor *dst);
+
+/* Error of a decoded quantization against its f32 original. */
+typedef struct tops_quant_error_stats {
+    double rel_l2;   /* ||a - b|| / ||a|| */
+    double cos_sim;  /* <a, b> / (||a|| ||b||) */
+    double max_abs;  /* max |a - b| */
+    double snr_db;   /* 10 log10(||a||^2 / ||a - b||^2) */
+} tops_quant_error_stats;
+TOPS_API tops_status tops_quant_error(const float *original, const float *decoded, int64_t n,
+                                      tops_quant_error_stats *out);
+
+/* ======================================================================== */
+/* matmul2d (src/ops/matmul2d.c -> src/drive/ -> src/kernels/)               */
+/* ======================================================================== */
+
+typedef enum tops_matmul_mode {
+    TOPS_MULTIPLY = 0,            /* C = A * B */
+    TOPS_MULTIPLY_ACCUMULATE = 1  /* C = A * B + C */
+} tops_matmul_mode;
+
+/*
+ * C[M, N] = A[M, K] * B[K, N], numpy semantics.  transpose_left: left is
+ * stored as [K, M]; transpose_right: right is stored as [N, K] (the usual
+ * weight layout: rows are output channels, blocks run along K).
+ */
+typedef struct tops_matmul2d_desc {
+    int32_t m_tile;          /* hint; 0 = let the library choose */
+    int32_t n_tile;          /* hint; 0 = let the library choose */
+    int64_t k;               /* 0 = take K from the tensors (dynamic extent) */
+    int transpose_left;
+    int transpose_right;
+    int relaxed_precision;   /* may quantize activations on the fly */
+    tops_matmul_mode mode;
+} tops_matmul2d_desc;
+
+TOPS_API tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc,
+                                   const tops_tensor *left, const tops_tensor *right, tops_tensor *dest);
+/* Lays right out for the kernel dispatch picks (once per weight, in
+   parallel); the result is a TOPS_FMT_PACKED tensor that tops_matmul2d
+   accepts in place of right and that tops_tensor_destroy frees. */
+TOPS_API tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc,
+                                     const tops_tensor *right, tops_tensor *packed);
+
+/* ======================================================================== */
+/* Cooperative tiles and attention (src/ops/attention.c, src/ops/tile.c)     */
+/* ======================================================================== */
+
+/* ======================================================================== */
+/* CUDA (src/cuda/)                                                         */
+/* ======================================================================== */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TENSOROPS_H */

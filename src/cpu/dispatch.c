@@ -1,0 +1,162 @@
+/* Dispatch in one place: detect once, choose a level, fill one table per
+   level with the best kernel at or below it. */
+#include "cpu/dispatch.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const isa_names[TOPS_ISA_COUNT_] = {
+#define TOPS_X_(e, s) [TOPS_ISA_##e] = s,
+    TOPS_ISA_LIST(TOPS_X_)
+#undef TOPS_X_
+};
+static const char *const feature_names[TOPS_CPU_FEATURE_COUNT_] = {
+#define TOPS_X_(e, s) [TOPS_CPU_##e] = s,
+    TOPS_CPU_FEATURE_LIST(TOPS_X_)
+#undef TOPS_X_
+};
+
+const char *tops_isa_name(tops_isa isa) {
+    return (int)isa >= 0 && isa < TOPS_ISA_COUNT_ ? isa_names[isa] : "?";
+}
+
+const char *tops_cpu_feature_name(tops_cpu_feature f) {
+    return (int)f >= 0 && f < TOPS_CPU_FEATURE_COUNT_ ? feature_names[f] : "?";
+}
+
+tops_status tops_isa_from_name(const char *name, tops_isa *out) {
+    if (!name || !out) return tops__fail(TOPS_INVALID_ARGUMENT, "tops_isa_from_name", "name and out must not be NULL");
+    for (int i = 0; i < TOPS_ISA_COUNT_; i++)
+        if (strcmp(name, isa_names[i]) == 0) {
+            *out = (tops_isa)i;
+            return TOPS_OK;
+        }
+    return tops__fail(TOPS_NOT_FOUND, "tops_isa_from_name", "unknown ISA level \"%s\"", name);
+}
+
+/* Which levels the detected features can run (the kernels compiled in
+   decide what each level actually uses). */
+static void mark_available(tops_cpu_info *ci) {
+    const uint8_t *h = ci->has;
+    ci->isa_available[TOPS_ISA_REF] = 1;
+#if defined(TOPS_HAVE_X86_KERNELS)
+    int avx2 = h[TOPS_CPU_AVX2] && h[TOPS_CPU_FMA] && h[TOPS_CPU_F16C];
+    int avx512 = avx2 && h[TOPS_CPU_AVX512F] && h[TOPS_CPU_AVX512BW] && h[TOPS_CPU_AVX512VL] && h[TOPS_CPU_AVX512DQ];
+    int vnni = avx512 && h[TOPS_CPU_AVX512_VNNI];
+    int amx = vnni && h[TOPS_CPU_AMX_TILE] && h[TOPS_CPU_AMX_INT8] && h[TOPS_CPU_AMX_BF16] && ci->amx_permission;
+    ci->isa_available[TOPS_ISA_AVX2] = (uint8_t)avx2;
+    ci->isa_available[TOPS_ISA_AVX512] = (uint8_t)avx512;
+    ci->isa_available[TOPS_ISA_AVX512_VNNI] = (uint8_t)vnni;
+    ci->isa_available[TOPS_ISA_AMX] = (uint8_t)amx;
+#endif
+#if defined(TOPS_HAVE_NEON_KERNELS)
+    ci->isa_available[TOPS_ISA_NEON] = h[TOPS_CPU_NEON];
+    ci->isa_available[TOPS_ISA_NEON_DOTPROD] = h[TOPS_CPU_NEON] && h[TOPS_CPU_DOTPROD];
+    ci->isa_available[TOPS_ISA_NEON_I8MM] = h[TOPS_CPU_NEON] && h[TOPS_CPU_DOTPROD] && h[TOPS_CPU_I8MM];
+#endif
+    (void)h;
+}
+
+/* True if a kernel written for `kernel` may run at level `level`: same
+   family (x86 or arm), and not above it. */
+static int level_allows(tops_isa level, tops_isa kernel) {
+    if (kernel == TOPS_ISA_REF) return 1;
+    int x86_level = level >= TOPS_ISA_AVX2 && level <= TOPS_ISA_AMX;
+    int x86_kernel = kernel >= TOPS_ISA_AVX2 && kernel <= TOPS_ISA_AMX;
+    if (x86_level != x86_kernel) return 0;
+    return kernel <= level;
+}
+
+static void fill_table(tops__kernels *k, tops_isa level) {
+    memset(k, 0, sizeof *k);
+    k->isa = level;
+    k->f32_to_f16_row = tops__ref_f32_to_f16_row;
+    k->f16_to_f32_row = tops__ref_f16_to_f32_row;
+    k->f32_to_bf16_row = tops__ref_f32_to_bf16_row;
+    k->bf16_to_f32_row = tops__ref_bf16_to_f32_row;
+#if defined(TOPS_HAVE_X86_KERNELS)
+    if (level_allows(level, TOPS_ISA_AVX2)) {
+        k->f32_to_f16_row = tops__avx2_f32_to_f16_row;
+        k->f16_to_f32_row = tops__avx2_f16_to_f32_row;
+        k->f32_to_bf16_row = tops__avx2_f32_to_bf16_row;
+        k->bf16_to_f32_row = tops__avx2_bf16_to_f32_row;
+    }
+#endif
+}
+
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static tops_cpu_info cpu;
+static tops__kernels tables[TOPS_ISA_COUNT_];
+static tops_isa active;
+static char isa_error[384]; /* non-empty if TOPS_ISA was rejected */
+
+static void init_once(void) {
+    tops__detect_cpu(&cpu);
+    mark_available(&cpu);
+    tops_isa best = TOPS_ISA_REF;
+    for (int i = 0; i < TOPS_ISA_COUNT_; i++)
+        if (cpu.isa_available[i]) best = (tops_isa)i;
+    cpu.isa_best = best;
+    for (int i = 0; i < TOPS_ISA_COUNT_; i++)
+        if (cpu.isa_available[i]) fill_table(&tables[i], (tops_isa)i);
+    active = best;
+    snprintf(cpu.isa_reason, sizeof cpu.isa_reason, "best level this machine supports");
+
+    const char *env = getenv("TOPS_ISA");
+    if (env && *env) {
+        char valid[192] = "";
+        for (int i = 0; i < TOPS_ISA_COUNT_; i++) {
+            if (!cpu.isa_available[i]) continue;
+            size_t len = strlen(valid);
+            snprintf(valid + len, sizeof valid - len, "%s%s", len ? ", " : "", isa_names[i]);
+        }
+        tops_isa want = TOPS_ISA_REF;
+        int known = 0;
+        for (int i = 0; i < TOPS_ISA_COUNT_; i++)
+            if (strcmp(env, isa_names[i]) == 0) {
+                want = (tops_isa)i;
+                known = 1;
+            }
+        if (!known)
+            snprintf(isa_error, sizeof isa_error, "TOPS_ISA=\"%.40s\" is not a known level; valid here: %s", env, valid);
+        else if (!cpu.isa_available[want])
+            snprintf(isa_error, sizeof isa_error, "TOPS_ISA=%s is not available on this machine; valid here: %s",
+                     env, valid);
+        else {
+            active = want;
+            cpu.isa_forced = 1;
+            snprintf(cpu.isa_reason, sizeof cpu.isa_reason, "forced by TOPS_ISA=%s (best here: %s)", env,
+                     isa_names[best]);
+        }
+        if (isa_error[0])
+            snprintf(cpu.isa_reason, sizeof cpu.isa_reason, "TOPS_ISA rejected; running the best level");
+    }
+    cpu.isa = active;
+}
+
+const tops__kernels *tops__kernels_get(void) {
+    pthread_once(&once, init_once);
+    return &tables[active];
+}
+
+tops_status tops__kernels_checked(const char *fn, const tops__kernels **out) {
+    pthread_once(&once, init_once);
+    *out = &tables[active];
+    if (isa_error[0]) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s", isa_error);
+    return TOPS_OK;
+}
+
+const tops__kernels *tops__kernels_for_isa(tops_isa isa) {
+    pthread_once(&once, init_once);
+    if ((int)isa < 0 || isa >= TOPS_ISA_COUNT_ || !cpu.isa_available[isa]) return NULL;
+    return &tables[isa];
+}
+
+tops_status tops_cpu_get_info(tops_cpu_info *out) {
+    if (!out) return tops__fail(TOPS_INVALID_ARGUMENT, "tops_cpu_get_info", "out is NULL");
+    pthread_once(&once, init_once);
+    *out = cpu;
+    if (isa_error[0]) return tops__fail(TOPS_INVALID_ARGUMENT, "tops_cpu_get_info", "%s", isa_error);
+    return TOPS_OK;
+}

@@ -1,0 +1,46 @@
+/* The dispatch table: filled once with the best kernel of each slot that
+   the machine (and TOPS_ISA) allows.  Every slot always has the scalar
+   reference as a fallback, and every fast kernel gives the same bits. */
+#ifndef TOPS_CPU_DISPATCH_H
+#define TOPS_CPU_DISPATCH_H
+
+#include "internal.h"
+
+typedef struct tops__kernels {
+    tops_isa isa; /* the level in use */
+
+    /* Element rows (src/kernels/<isa>/convert_*.c): n elements, any n >= 0. */
+    void (*f32_to_f16_row)(uint16_t *dst, const float *src, int64_t n);
+    void (*f16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
+    void (*f32_to_bf16_row)(uint16_t *dst, const float *src, int64_t n);
+    void (*bf16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
+} tops__kernels;
+
+/* The table for this process (never NULL).  If TOPS_ISA was invalid, the
+   table runs the machine's best level and *status (if given) holds the
+   error with its sentence recorded via tops__fail under fn. */
+const tops__kernels *tops__kernels_get(void);
+/* As above, but fails (status + sentence naming fn) when TOPS_ISA was invalid:
+   ops call this so a bad override is never silently ignored. */
+tops_status tops__kernels_checked(const char *fn, const tops__kernels **out);
+
+/* The table of one specific level (for cross-path tests); NULL if the
+   machine cannot run it. */
+const tops__kernels *tops__kernels_for_isa(tops_isa isa);
+
+/* Detection (features.c), exposed for dispatch.c. */
+void tops__detect_cpu(tops_cpu_info *ci);
+
+/* Kernels each ISA file provides. */
+void tops__ref_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
+void tops__ref_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__ref_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
+void tops__ref_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+#if defined(TOPS_HAVE_X86_KERNELS)
+void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
+void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__avx2_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
+void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+#endif
+
+#endif

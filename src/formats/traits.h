@@ -1,0 +1,13 @@
+/* The format traits table, as seen from inside the library. */
+#ifndef TOPS_FORMATS_TRAITS_H
+#define TOPS_FORMATS_TRAITS_H
+
+#include "internal.h"
+
+/* Bytes spanned by n consecutive elements of a row that starts on a storage
+   unit (n >= 1). */
+static inline int64_t tops__row_bytes(const tops_format_info *info, int64_t n) {
+    return tops__ceil_div(n, info->pack_elems) * info->pack_bytes;
+}
+
+#endif

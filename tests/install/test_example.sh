@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Installs the library into a scratch prefix, then builds examples/ against it
+# twice: with pkg-config and with CMake's find_package(tensorops).
+set -euo pipefail
+src=$1; build=$2
+prefix=$(mktemp -d); work=$(mktemp -d)
+trap 'rm -rf "$prefix" "$work"' EXIT
+cmake --install "$build" --prefix "$prefix" >/dev/null
+export PKG_CONFIG_PATH="$prefix/lib/pkgconfig:$prefix/lib64/pkgconfig:${PKG_CONFIG_PATH:-}"
+libdir=$(pkg-config --variable=libdir tensorops)
+cc -std=c11 -Wall -Wextra -Werror "$src/examples/hello_tensorops.c" $(pkg-config --cflags --libs tensorops) \
+   -Wl,-rpath,"$libdir" -o "$work/hello_pc"
+"$work/hello_pc" > "$work/out_pc.txt"
+grep -q "tensorops" "$work/out_pc.txt"
+cmake -S "$src/examples" -B "$work/cm" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
+cmake --build "$work/cm" >/dev/null
+"$work/cm/hello_tensorops" > "$work/out_cm.txt"
+cmp "$work/out_pc.txt" "$work/out_cm.txt"
+echo "example built with pkg-config and find_package: ok"

@@ -1,0 +1,90 @@
+/* tensorops info: the machine, its features, the level chosen and why. */
+#include "cli.h"
+
+#include <string.h>
+
+void tops_cmd_info_usage(FILE *out) {
+    fprintf(out,
+            "usage: tensorops info [--json]\n\n"
+            "Prints the version, CPU model and cores, every CPU feature (yes/no), the kernel\n"
+            "level chosen (and why, if TOPS_ISA forced it), cache sizes and build options.\n\n"
+            "  --json   one JSON object instead of text\n");
+}
+
+static void print_size(char *buf, size_t cap, int64_t bytes) {
+    if (bytes <= 0) snprintf(buf, cap, "unknown");
+    else if (bytes >= (1 << 20) && bytes % (1 << 20) == 0) snprintf(buf, cap, "%lld MiB", (long long)(bytes >> 20));
+    else snprintf(buf, cap, "%lld KiB", (long long)(bytes >> 10));
+}
+
+int tops_cmd_info(int argc, char **argv) {
+    const tops_cli_command *self = tops_cli_find("info");
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) json = 1;
+        else return tops_cli_usage_error(self, "unknown option \"%s\"", argv[i]);
+    }
+    tops_cpu_info ci;
+    tops_status st = tops_cpu_get_info(&ci);
+    const char *isa_error = st == TOPS_OK ? "" : tops_last_error();
+    tops_build_info b = tops_get_build_info();
+    if (json) {
+        printf("{\"version\": ");
+        tops_cli_json_string(stdout, tops_version());
+        printf(", \"arch\": ");
+        tops_cli_json_string(stdout, ci.arch);
+        printf(", \"vendor\": ");
+        tops_cli_json_string(stdout, ci.vendor);
+        printf(", \"model\": ");
+        tops_cli_json_string(stdout, ci.model);
+        printf(", \"cores\": %d, \"features\": {", ci.cores_online);
+        for (int f = 0; f < TOPS_CPU_FEATURE_COUNT_; f++)
+            printf("%s\"%s\": %s", f ? ", " : "", tops_cpu_feature_name((tops_cpu_feature)f), ci.has[f] ? "true" : "false");
+        printf("}, \"amx_permission\": %s, \"isa_best\": \"%s\", \"isa\": \"%s\", \"isa_forced\": %s, \"isa_reason\": ",
+               ci.amx_permission ? "true" : "false", tops_isa_name(ci.isa_best), tops_isa_name(ci.isa),
+               ci.isa_forced ? "true" : "false");
+        tops_cli_json_string(stdout, ci.isa_reason);
+        printf(", \"isa_error\": ");
+        tops_cli_json_string(stdout, isa_error);
+        printf(", \"isa_available\": [");
+        int first = 1;
+        for (int i = 0; i < TOPS_ISA_COUNT_; i++)
+            if (ci.isa_available[i]) {
+                printf("%s\"%s\"", first ? "" : ", ", tops_isa_name((tops_isa)i));
+                first = 0;
+            }
+        printf("], \"cache_bytes\": {\"l1d\": %lld, \"l2\": %lld, \"l3\": %lld}", (long long)ci.cache_bytes[0],
+               (long long)ci.cache_bytes[1], (long long)ci.cache_bytes[2]);
+        printf(", \"build\": {\"openmp\": %s, \"cuda\": %s, \"compiler\": ", b.openmp ? "true" : "false",
+               b.cuda ? "true" : "false");
+        tops_cli_json_string(stdout, b.compiler);
+        printf(", \"build_type\": ");
+        tops_cli_json_string(stdout, b.build_type);
+        printf("}, \"cuda_devices\": []}\n");
+    } else {
+        char l1[32], l2[32], l3[32];
+        print_size(l1, sizeof l1, ci.cache_bytes[0]);
+        print_size(l2, sizeof l2, ci.cache_bytes[1]);
+        print_size(l3, sizeof l3, ci.cache_bytes[2]);
+        printf("tensorops %s\n", tops_version());
+        printf("cpu       %s (%s, %s), %d cores online\n", ci.model[0] ? ci.model : "unknown", ci.vendor, ci.arch,
+               ci.cores_online);
+        printf("caches    L1d %s, L2 %s, L3 %s\n", l1, l2, l3);
+        printf("features ");
+        for (int f = 0; f < TOPS_CPU_FEATURE_COUNT_; f++) {
+            if (f && f % 6 == 0) printf("\n         ");
+            printf(" %s=%s", tops_cpu_feature_name((tops_cpu_feature)f), ci.has[f] ? "yes" : "no");
+        }
+        printf("\n");
+        printf("amx       %s\n", ci.amx_permission ? "tile state granted by the OS" : "not in use");
+        printf("levels   ");
+        for (int i = 0; i < TOPS_ISA_COUNT_; i++)
+            if (ci.isa_available[i]) printf(" %s", tops_isa_name((tops_isa)i));
+        printf("\n");
+        printf("isa       %s (%s)\n", tops_isa_name(ci.isa), ci.isa_reason);
+        if (isa_error[0]) printf("error     %s\n", isa_error);
+        printf("build     %s, openmp %s, cuda %s\n", b.build_type, b.openmp ? "yes" : "no", b.cuda ? "yes" : "no");
+        printf("cuda      %s\n", b.cuda ? "no devices found" : "not compiled in");
+    }
+    return st == TOPS_OK ? TOPS_EXIT_OK : TOPS_EXIT_FAIL;
+}

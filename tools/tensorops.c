@@ -1,0 +1,83 @@
+/* tensorops: the command-line tool.  One table of {name, fn, help}. */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <string.h>
+
+static const tops_cli_command commands[] = {
+    {"info", tops_cmd_info, "print the CPU, its features, the kernel level chosen and the build", tops_cmd_info_usage},
+};
+static const size_t command_count = sizeof commands / sizeof commands[0];
+
+const tops_cli_command *tops_cli_find(const char *name) {
+    for (size_t i = 0; i < command_count; i++)
+        if (strcmp(commands[i].name, name) == 0) return &commands[i];
+    return NULL;
+}
+
+int tops_cli_is_help(const char *arg) { return strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0; }
+
+int tops_cli_usage_error(const tops_cli_command *cmd, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "tensorops %s: ", cmd ? cmd->name : "");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    if (cmd && cmd->usage) cmd->usage(stderr);
+    return TOPS_EXIT_USAGE;
+}
+
+void tops_cli_json_string(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
+        else if (c == '\n') fputs("\\n", out);
+        else if (c < 0x20) fprintf(out, "\\u%04x", c);
+        else fputc(c, out);
+    }
+    fputc('"', out);
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "tensorops %s: quantized matmul and fused attention, fastest path picked at run time\n\n"
+            "usage: tensorops <command> [options]\n"
+            "       tensorops <command> --help\n\n"
+            "commands:\n",
+            tops_version());
+    for (size_t i = 0; i < command_count; i++) fprintf(out, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out,
+            "\nenvironment:\n"
+            "  TOPS_ISA=LEVEL   force a kernel level at or below the machine's best\n"
+            "                   (ref, avx2, avx512, avx512_vnni, amx, neon, ...)\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return TOPS_EXIT_USAGE;
+    }
+    if (tops_cli_is_help(argv[1]) || strcmp(argv[1], "help") == 0) {
+        usage(stdout);
+        return TOPS_EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("tensorops %s\n", tops_version());
+        return TOPS_EXIT_OK;
+    }
+    const tops_cli_command *cmd = tops_cli_find(argv[1]);
+    if (!cmd) {
+        fprintf(stderr, "tensorops: unknown command \"%s\"\n\n", argv[1]);
+        usage(stderr);
+        return TOPS_EXIT_USAGE;
+    }
+    for (int i = 2; i < argc; i++) {
+        if (tops_cli_is_help(argv[i])) {
+            cmd->usage(stdout);
+            return TOPS_EXIT_OK;
+        }
+    }
+    return cmd->run(argc - 1, argv + 1);
+}
