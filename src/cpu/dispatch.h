@@ -23,6 +23,9 @@ typedef struct tops__kernels {
 
     /* matmul2d: the f32 microkernel every format can feed (decoded panels). */
     tops__gemm_ukernel gemm_f32;
+    /* Panel packing: dst[k * width + j] = src[j * ld + k] for j < valid,
+       0 for valid <= j < width (a transpose with zero padding). */
+    void (*pack_rows_f32)(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 
     /* Element rows (src/kernels/<isa>/convert_*.c): n elements, any n >= 0. */
     void (*f32_to_f16_row)(uint16_t *dst, const float *src, int64_t n);
@@ -51,6 +54,7 @@ void tops__ref_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__ref_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__ref_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__ref_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
 #if defined(TOPS_HAVE_X86_KERNELS)
@@ -58,6 +62,9 @@ void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__avx2_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                      int accumulate);
 #endif
 
 #endif
