@@ -82,6 +82,10 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->e2m1_to_f32_row = tops__ref_e2m1_to_f32_row;
     k->i4_to_f32_row = tops__ref_i4_to_f32_row;
     k->pack_rows_f32 = tops__ref_pack_rows_f32;
+    tops__ref_fill_unpackers(k->unpack);
+    k->dot_f32_q8 = tops__ref_dot_f32_q8;
+    k->dot_q8_q8 = tops__ref_dot_q8_q8;
+    k->quantize_q8 = tops__ref_quantize_q8;
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {

@@ -18,6 +18,25 @@ typedef struct tops__gemm_ukernel {
     const char *name;
 } tops__gemm_ukernel;
 
+/* Quantized weights as small integers (src/kernels/<isa>/unpack_*.c):
+   elements [k0, k0 + n) of row `row` of a weight stored [N, K] with blocks
+   along K become q[i] (|q| <= qmax, 0 past K) and one f32 scale per
+   sub-block of `sub` elements (tops__unpack_sub), element = q * scale.
+   k0 and n are multiples of sub. */
+typedef void (*tops__unpack_fn)(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
+typedef struct tops__unpacker {
+    tops__unpack_fn run; /* NULL: the format has no integer form */
+    int qmax;            /* largest |q| (128 where the code -128 exists) */
+} tops__unpacker;
+
+/* Sub-block of the integer form: the format's block, at most 32 (plain
+   integer formats: 32), so activations quantize per 16 or 32. */
+static inline int tops__unpack_sub(const tops_tensor *t) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    int64_t block = info->block > 1 ? t->format.group : 32;
+    return block < 32 ? (int)block : 32;
+}
+
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
 
@@ -26,6 +45,17 @@ typedef struct tops__kernels {
     /* Panel packing: dst[k * width + j] = src[j * ld + k] for j < valid,
        0 for valid <= j < width (a transpose with zero padding). */
     void (*pack_rows_f32)(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+    /* Integer forms of the quantized weight formats, by format id. */
+    tops__unpacker unpack[TOPS_FMT_COUNT_];
+    /* Dot products over n elements (a multiple of sub) of the integer form:
+       strict  sum_b scale[b] * sum_{k in b} a[k] * q[k]   (f32 activations)
+       relaxed sum_b ascale[b] * scale[b] * sum_{k in b} aq[k] * q[k]. */
+    float (*dot_f32_q8)(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+    float (*dot_q8_q8)(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                       int sub);
+    /* Relaxed activations: n values (a multiple of sub) to i8 per sub-block,
+       scale amax / 127, round to nearest even. */
+    void (*quantize_q8)(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 
     /* Element rows (src/kernels/<isa>/convert_*.c): n elements, any n >= 0. */
     void (*f32_to_f16_row)(uint16_t *dst, const float *src, int64_t n);
@@ -70,6 +100,11 @@ void tops__ref_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
+void tops__ref_fill_unpackers(tops__unpacker *table);
+float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                          int sub);
+void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 #if defined(TOPS_HAVE_X86_KERNELS)
 void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
