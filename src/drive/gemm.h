@@ -50,6 +50,10 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p);
    form (kern->unpack); any left.  Same failure rules as tops__gemm_run. */
 tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p);
 
+/* The relaxed integer driver: right stored [N, K] with an integer form of
+   qmax <= 15 (kern->unpack), M above the small-M driver's range. */
+tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p);
+
 /* Scratch for a run: the caller's exec.scratch when large enough, else the
    calling thread's cached buffer (kept between calls).  64-byte aligned;
    NULL when out of memory. */

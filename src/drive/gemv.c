@@ -12,7 +12,7 @@
 
 enum {
     K_CHUNK = 2048,   /* weight elements unpacked at once (2 KiB of i8) */
-    N_BLOCK = 32,     /* output columns per unit of thread work */
+    N_BLOCK = 64,     /* output columns per unit of thread work */
 };
 
 static int64_t round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }

@@ -224,7 +224,15 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
     p.scratch = in.exec.scratch;
     p.scratch_bytes = in.exec.scratch_bytes;
     p.relaxed = desc->relaxed_precision;
-    if (p.right.read == tops__read_rect_unpack && (p.m <= GEMV_MAX_M || p.relaxed)) return tops__gemv_run(fn, &p);
+    if (p.right.read == tops__read_rect_unpack) {
+        if (p.m <= GEMV_MAX_M) return tops__gemv_run(fn, &p);
+        if (p.relaxed) {
+            /* Narrow integers take the integer microkernel; i8 weights the
+               dot driver (their products would saturate vpmaddubsw's i16). */
+            if (kern->unpack[right->format.id].qmax <= 15) return tops__gemm_q8_run(fn, &p);
+            return tops__gemv_run(fn, &p);
+        }
+    }
     return tops__gemm_run(fn, &p);
 }
 

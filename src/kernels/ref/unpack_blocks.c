@@ -27,23 +27,53 @@ static inline uint32_t code_at(const uint8_t *row, int bits, int64_t i) {
 
 static const int8_t e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* First byte of row `row` of the data plane. */
-static const uint8_t *row_bytes(const tops_tensor *t, int64_t row) {
+/* Scales of the element-plane formats: one per sub-block.  The plane's
+   dtype is resolved once per call: this runs for every weight row. */
+void tops__ref_unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
     const tops_format_info *info = tops_format_get_info(t->format.id);
-    return (const uint8_t *)t->data + row * (t->stride[0] / info->pack_elems) * info->pack_bytes;
+    const int sub = tops__unpack_sub(t);
+    const int64_t K = t->extent[1], block = info->block > 1 ? t->format.group : 32;
+    /* The constant that makes the codes integers (doubled e2m1, mxint8's
+       2^-6), and the tensor scale: nvfp4 divides by S_enc, others multiply. */
+    float unit = info->element == TOPS_DT_E2M1 ? 0.5f : info->element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
+    float mul = unit * (info->has_tensor_scale ? 1.0f / t->tensor_scale : t->tensor_scale);
+    const int64_t nb = n / sub;
+    if (!t->scales.data) {
+        for (int64_t b = 0; b < nb; b++) scale[b] = mul;
+        return;
+    }
+    const tops_plane *p = &t->scales;
+    const tops_dtype dt = p->dtype;
+    const int esz = (tops_dtype_bits(dt) + 7) / 8;
+    const unsigned char *base = (const unsigned char *)p->data + row * p->stride[0] * esz;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t k = k0 + b * sub;
+        if (k >= K) {
+            scale[b] = mul; /* beyond K: q is 0 */
+            continue;
+        }
+        const unsigned char *e = base + (k / block) * p->stride[1] * esz;
+        float v;
+        if (dt == TOPS_DT_F16) {
+            uint16_t h;
+            memcpy(&h, e, 2);
+            v = tops__f16_to_f32(h);
+        } else if (dt == TOPS_DT_E8M0) {
+            v = tops__e8m0_to_f32(*e);
+        } else {
+            v = plane_value(p, row, k / block);
+        }
+        scale[b] = v * mul;
+    }
 }
 
 /* Formats whose data plane holds one code per element (int groups, plain
    integers, MX fp4/int8, nvfp4): traits decide everything. */
-static void unpack_elements(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+void tops__ref_unpack_codes(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q) {
     const tops_format_info *info = tops_format_get_info(t->format.id);
-    const int sub = tops__unpack_sub(t);
-    const int64_t K = t->extent[1], block = info->block > 1 ? t->format.group : 32;
-    const uint8_t *data = row_bytes(t, row);
+    const int64_t K = t->extent[1];
+    const uint8_t *data = tops__weight_row(t, row);
     const int fp4 = info->element == TOPS_DT_E2M1;
-    /* The constant that makes the codes integers, and the tensor scale. */
-    float unit = fp4 ? 0.5f : info->element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
-    float tensor = info->has_tensor_scale ? 1.0f / t->tensor_scale : t->tensor_scale;
     for (int64_t i = 0; i < n; i++) {
         int64_t k = k0 + i;
         int v = 0;
@@ -53,19 +83,18 @@ static void unpack_elements(const tops_tensor *t, int64_t row, int64_t k0, int64
         }
         q[i] = (int8_t)v;
     }
-    for (int64_t b = 0; b < n / sub; b++) {
-        int64_t k = k0 + b * sub;
-        float s = t->scales.data && k < K ? plane_value(&t->scales, row, k / block) : 1.0f;
-        /* nvfp4 divides by S_enc; others multiply by tensor_scale. */
-        scale[b] = s * unit * tensor;
-    }
+}
+
+static void unpack_elements(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    tops__ref_unpack_codes(t, row, k0, n, q);
+    tops__ref_unpack_scales(t, row, k0, n, scale);
 }
 
 /* GGUF blocks of 32: bytes per block and the offset of the quants. */
 static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int kind) {
     const tops_format_info *info = tops_format_get_info(t->format.id);
     const int64_t K = t->extent[1];
-    const uint8_t *data = row_bytes(t, row);
+    const uint8_t *data = tops__weight_row(t, row);
     for (int64_t b = 0; b < n / 32; b++) {
         int64_t kb = k0 + b * 32;
         int8_t *qb = q + b * 32;
