@@ -82,6 +82,10 @@ typedef struct tops__kernels {
        16) -> panel[(k / 4) * 32 + j * 4 + k % 4] = q + TOPS_Q8_OFFSET. */
     tops__gemm_q8_ukernel gemm_q8;
     void (*pack_q8_panel)(const int8_t *rows, int64_t kc, uint8_t *panel);
+    /* sum_k a[k] * b[k] over n f32 elements (any n). */
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    /* out[i] = q[i] * scale[i / sub] for n elements (n a multiple of sub). */
+    void (*dequant_q8)(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
     /* Relaxed activations: n values (a multiple of sub) to i8 per sub-block,
        scale amax / 127, round to nearest even. */
     void (*quantize_q8)(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
@@ -139,6 +143,8 @@ void tops__ref_unpack_codes(const tops_tensor *t, int64_t row, int64_t k0, int64
 float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
 float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                           int sub);
+float tops__ref_dot_f32(const float *a, const float *b, int64_t n);
+void tops__ref_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 #if defined(TOPS_HAVE_X86_KERNELS)
 void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
@@ -154,6 +160,8 @@ void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64
 float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
 float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                            int sub);
+float tops__avx2_dot_f32(const float *a, const float *b, int64_t n);
+void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       int accumulate);

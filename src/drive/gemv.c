@@ -1,8 +1,10 @@
-/* The small-M driver for quantized weights stored [N, K]: each weight row
-   is unpacked to its integer form one K-chunk at a time (in L1) and dotted
-   with every activation row, so the weights stream from memory once and
-   are never decoded to a matrix.  Threads split N; each output element
-   sums K in the same order for any thread count. */
+/* The small-M driver for weights stored [N, K]: each weight row is read
+   one K-chunk at a time (in L1) and dotted with every activation row, so
+   the weights stream from memory once and are never decoded to a matrix.
+   Formats with an integer form are unpacked to it (and dotted with i8
+   activations when relaxed); the others are read as f32 (f32 rows in
+   place).  Threads split N; each output element sums K in the same order
+   for any thread count. */
 #include "drive/gemm.h"
 
 #include <string.h>
@@ -29,7 +31,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const tops__unpacker up = kern->unpack[w->format.id];
-    const int sub = tops__unpack_sub(w);
+    const int integer = up.run != NULL, relaxed = integer && p->relaxed;
+    const int sub = integer ? tops__unpack_sub(w) : 32;
     const int64_t M = p->m, N = p->n, K = p->k, kp = round_up(K, 32), n_subs = kp / sub;
     const int64_t chunk = K_CHUNK < kp ? K_CHUNK : kp;
     int threads = p->threads < 1 ? 1 : p->threads;
@@ -41,9 +44,11 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 
     /* Workspace: activations (f32, and i8 + scales when relaxed), then per
        thread one unpacked chunk and an accumulator block. */
-    size_t act = (size_t)(M * kp) * sizeof(float), act_q = p->relaxed ? (size_t)(M * kp) : 0;
-    size_t act_s = p->relaxed ? (size_t)(M * n_subs) * sizeof(float) : 0;
-    size_t per_thread = (size_t)chunk + (size_t)(chunk / sub) * sizeof(float) + (size_t)(M * N_BLOCK) * sizeof(float) + 192;
+    size_t act = (size_t)(M * kp) * sizeof(float), act_q = relaxed ? (size_t)(M * kp) : 0;
+    size_t act_s = relaxed ? (size_t)(M * n_subs) * sizeof(float) : 0;
+    /* per thread: accumulators, scales, then i8 codes or an f32 row chunk */
+    size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + (size_t)(chunk / sub) * sizeof(float) +
+                        (size_t)chunk * (integer ? 1 : sizeof(float)) + 192;
     size_t bytes = act + act_q + act_s + 192, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(bytes, more, &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
@@ -57,7 +62,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 
     for (int64_t m = 0; m < M; m++) {
         load_activation_row(kern, &p->left, m, K, kp, a + m * kp);
-        if (p->relaxed) kern->quantize_q8(a + m * kp, kp, sub, aq + m * kp, as + m * n_subs);
+        if (relaxed) kern->quantize_q8(a + m * kp, kp, sub, aq + m * kp, as + m * n_subs);
     }
 
 #ifdef _OPENMP
@@ -73,17 +78,26 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
         float *acc = (float *)mine;
         float *scale = acc + M * N_BLOCK;
         int8_t *q = (int8_t *)(scale + chunk / sub);
+        float *row = (float *)q;
         const int64_t n0 = jb * N_BLOCK, nn = N - n0 < N_BLOCK ? N - n0 : N_BLOCK;
         for (int64_t j = 0; j < nn; j++) {
             for (int64_t m = 0; m < M; m++) acc[m * N_BLOCK + j] = 0.0f;
             for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
                 int64_t kc = kp - k0 < chunk ? kp - k0 : chunk;
-                up.run(w, n0 + j, k0, kc, q, scale);
-                for (int64_t m = 0; m < M; m++) {
-                    float d = p->relaxed ? kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q, scale, kc, sub)
-                                         : kern->dot_f32_q8(a + m * kp + k0, q, scale, kc, sub);
-                    acc[m * N_BLOCK + j] += d;
+                if (integer) {
+                    up.run(w, n0 + j, k0, kc, q, scale);
+                    for (int64_t m = 0; m < M; m++)
+                        acc[m * N_BLOCK + j] += relaxed ? kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q,
+                                                                          scale, kc, sub)
+                                                        : kern->dot_f32_q8(a + m * kp + k0, q, scale, kc, sub);
+                    continue;
                 }
+                /* f32 rows: the K tail beyond the tensor is not read */
+                int64_t kv = K - k0 < kc ? K - k0 : kc;
+                const float *b = row;
+                if (p->right.direct_f32) b = (const float *)w->data + (n0 + j) * w->stride[0] + k0;
+                else p->right.read(kern, w, n0 + j, 1, k0, kv, row, kv);
+                for (int64_t m = 0; m < M; m++) acc[m * N_BLOCK + j] += kern->dot_f32(a + m * kp + k0, b, kv);
             }
         }
         tops__store_rect(kern, p->dest, 0, M, n0, nn, acc, N_BLOCK, p->accumulate);

@@ -224,8 +224,9 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
     p.scratch = in.exec.scratch;
     p.scratch_bytes = in.exec.scratch_bytes;
     p.relaxed = desc->relaxed_precision;
+    /* Few rows and weights stored [N, K]: stream the weight rows once. */
+    if (p.m <= GEMV_MAX_M && !p.right.k_major && !p.right.packed) return tops__gemv_run(fn, &p);
     if (p.right.read == tops__read_rect_unpack) {
-        if (p.m <= GEMV_MAX_M) return tops__gemv_run(fn, &p);
         if (p.relaxed) {
             /* Narrow integers take the integer microkernel; i8 weights the
                dot driver (their products would saturate vpmaddubsw's i16). */

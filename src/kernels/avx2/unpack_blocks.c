@@ -231,3 +231,30 @@ void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, floa
         ascale[b] = d;
     }
 }
+
+void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out) {
+    if (sub % 8 != 0) {
+        tops__ref_dequant_q8(q, scale, n, sub, out);
+        return;
+    }
+    for (int64_t b = 0; b < n / sub; b++) {
+        __m256 s = _mm256_set1_ps(scale[b]);
+        for (int j = 0; j < sub; j += 8)
+            _mm256_storeu_ps(out + b * sub + j, _mm256_mul_ps(i8x8_to_f32(q + b * sub + j), s));
+    }
+}
+
+float tops__avx2_dot_f32(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float acc = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}

@@ -188,3 +188,14 @@ void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float
         ascale[b] = d;
     }
 }
+
+void tops__ref_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out) {
+    for (int64_t b = 0; b < n / sub; b++)
+        for (int j = 0; j < sub; j++) out[b * sub + j] = (float)q[b * sub + j] * scale[b];
+}
+
+float tops__ref_dot_f32(const float *a, const float *b, int64_t n) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
