@@ -221,6 +221,7 @@ static void test_integer_forms(void) {
             c.n = pick_dim(MM_FULL ? 80 : 40);
             c.k = q % 2 ? 1 + (int64_t)(th_next(&rng) % 300) : 32 * (1 + (int64_t)(th_next(&rng) % 8));
             if (q == 9 && MM_FULL) c.k = 4095;
+            if (q == 8) c.k = (MM_FULL ? 2049 : 65) + 32 * (int64_t)(th_next(&rng) % 4) + (int64_t)(th_next(&rng) % 32);
             c.ta = (int)(th_next(&rng) % 2);
             c.tb = 1;
             c.accumulate = (int)(th_next(&rng) % 2);
