@@ -111,6 +111,9 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
     }
+    if (level_allows(level, TOPS_ISA_AVX512))
+        k->gemm_f32 = (tops__gemm_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32__avx512,
+                                           "tops_gemm_f32_f32_f32_12x32__avx512"};
     if (level_allows(level, TOPS_ISA_AVX512_VNNI))
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};

@@ -189,6 +189,8 @@ float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout
                                 const float *as, const float *acorr, const float *ws, int64_t nb);
 void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
+void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                         int accumulate);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                             float *c, int64_t ldc, int accumulate);
