@@ -126,9 +126,10 @@ static char *build_header(const tops_tensor *t, const st_plane pl[PL_COUNT]) {
     for (int p = 0; ok && p < PL_COUNT; p++) {
         if (!pl[p].present) continue;
         cJSON *e = cJSON_AddObjectToObject(root, plane_names[p]);
-        cJSON *shape = e ? cJSON_AddArrayToObject(e, "shape") : NULL;
-        cJSON *offs = e ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
-        ok = shape && offs && cJSON_AddStringToObject(e, "dtype", pl[p].dtype);
+        ok = e && cJSON_AddStringToObject(e, "dtype", pl[p].dtype);
+        cJSON *shape = ok ? cJSON_AddArrayToObject(e, "shape") : NULL;
+        cJSON *offs = shape ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
+        ok = offs != NULL;
         for (int d = 0; ok && d < pl[p].rank; d++) ok = cJSON_AddItemToArray(shape, json_int((uint64_t)pl[p].shape[d]));
         ok = ok && cJSON_AddItemToArray(offs, json_int(pl[p].begin));
         ok = ok && cJSON_AddItemToArray(offs, json_int(pl[p].end));

@@ -142,28 +142,28 @@ tops_status tops__output_open(const char *fn, const char *path, FILE **fp) {
     return TOPS_OK;
 }
 
-/* Removes what a failed write left behind, but only a regular file: a
-   device such as /dev/full is never unlinked. */
-static void discard(const char *path, FILE *fp) {
+/* Only a regular file is removed after a failed write: a device such as
+   /dev/full is never unlinked. */
+static int is_regular(FILE *fp) {
     struct stat sb;
-    int regular = fstat(fileno(fp), &sb) == 0 && S_ISREG(sb.st_mode);
-    fclose(fp);
-    if (regular) remove(path);
+    return fstat(fileno(fp), &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
 tops_status tops__output_close(const char *fn, const char *path, FILE *fp) {
+    int regular = is_regular(fp);
     int bad = ferror(fp) || fflush(fp) != 0;
     int e = errno;
-    if (bad) {
-        discard(path, fp);
-        return tops__fail(TOPS_IO_ERROR, fn, "writing \"%s\" failed: %s", path, strerror(e));
-    }
-    if (fclose(fp) != 0) {
+    if (fclose(fp) != 0 && !bad) {
+        bad = 1;
         e = errno;
-        remove(path); /* flushed already, so this is a regular file's close failing */
-        return tops__fail(TOPS_IO_ERROR, fn, "closing \"%s\" failed: %s", path, strerror(e));
     }
-    return TOPS_OK;
+    if (!bad) return TOPS_OK;
+    if (regular) remove(path);
+    return tops__fail(TOPS_IO_ERROR, fn, "writing \"%s\" failed: %s", path, strerror(e));
 }
 
-void tops__output_abort(const char *path, FILE *fp) { discard(path, fp); }
+void tops__output_abort(const char *path, FILE *fp) {
+    int regular = is_regular(fp);
+    fclose(fp);
+    if (regular) remove(path);
+}
