@@ -54,6 +54,12 @@ void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__avx2_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__avx2_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 #endif
 
 #endif
