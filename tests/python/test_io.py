@@ -187,3 +187,27 @@ def test_numpy_rejections_are_clean(tmp_path):
     for name, needle in [("d.npy", "'<f8'"), ("f.npy", "Fortran"), ("b.npy", "'>f4'")]:
         r = subprocess.run([CLI, "quantize", str(tmp_path / name), "--format", "mxfp4"], capture_output=True, text=True)
         assert r.returncode == 1 and needle in r.stderr, r.stderr
+
+
+def test_reference_safetensors_implementation_agrees(tmp_path):
+    """Runs where the `safetensors` package is installed (it is not in
+    scripts/requirements-test.txt): its Rust reader accepts our files, and
+    our reader accepts what its writer makes."""
+    st = pytest.importorskip("safetensors")
+    from safetensors.numpy import save_file
+    w = weights((8, 96), 5)
+    np.save(tmp_path / "w.npy", w)
+    for fmt, names in [("int4-g32", {"weight": "U8", "weight.scales": "F16"}),
+                       ("nvfp4", {"weight": "U8", "weight.scales": "F8_E4M3"}),
+                       ("mxfp8", {"weight": "F8_E4M3", "weight.scales": "U8"}),
+                       ("lut4-row", {"weight": "U8", "weight.codebook": "F16"})]:
+        run("quantize", tmp_path / "w.npy", "--format", fmt, "-o", tmp_path / "q.safetensors")
+        got = {k: v["dtype"] for k, v in st.deserialize(open(tmp_path / "q.safetensors", "rb").read())}
+        assert got == names, fmt
+    rng = np.random.default_rng(6)
+    save_file({"weight": rng.integers(0, 256, (3, 20), dtype=np.uint8),
+               "weight.scales": rng.random((3, 2)).astype(np.float16),
+               "weight.biases": rng.random((3, 2)).astype(np.float16)},
+              str(tmp_path / "ext.safetensors"), metadata={"format": "int4-g32-affine", "shape": "[3, 40]"})
+    run("quantize", "--dequantize", tmp_path / "ext.safetensors", "-o", tmp_path / "ext.npy")
+    assert np.load(tmp_path / "ext.npy").shape == (3, 40)
