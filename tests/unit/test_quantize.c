@@ -353,6 +353,49 @@ static void test_nan_blocks_stay_local(void) {
     }
 }
 
+/* For every format but nvfp4, tensor_scale multiplies each decoded value
+   (and quantize divides by it first). */
+static void test_tensor_scale_multiplier(void) {
+    th_rng rng = th_seed();
+    static float x[3 * 45], x3[3 * 45], y[3 * 45], y3[3 * 45];
+    for (int i = 0; i < 3 * 45; i++) {
+        x[i] = gauss(&rng);
+        x3[i] = x[i] / 3.0f;
+    }
+    int64_t e[2] = {3, 45};
+    tops_tensor src = f32_view(x, 2, e, NULL), src3 = f32_view(x3, 2, e, NULL);
+    const char *names[] = {"int8-g32", "mxfp4", "e4m3", "q4_0", "lut4-row", "int4-g32-affine"};
+    for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+        tops_tensor owned, scaled, plain;
+        ASSERT_OK(tops_tensor_create(fmt(names[f]), 2, e, (tops_memory){0, 0}, &owned));
+        tops_tensor_desc d;
+        memset(&d, 0, sizeof d);
+        d.format = owned.format;
+        d.rank = 2;
+        d.extent[0] = 3;
+        d.extent[1] = 45;
+        d.data = owned.data;
+        d.scales = owned.scales;
+        d.bias = owned.bias;
+        d.codebook = owned.codebook;
+        d.tensor_scale = 3.0f;
+        ASSERT_OK(tops_tensor_view(&d, &scaled));
+        ASSERT_OK(tops_quantize(&src, &scaled, NULL));
+        tops_tensor out = f32_view(y, 2, e, NULL), out3 = f32_view(y3, 2, e, NULL);
+        ASSERT_OK(tops_dequantize(&scaled, &out));
+        ASSERT_OK(tops_tensor_create(fmt(names[f]), 2, e, (tops_memory){0, 0}, &plain));
+        ASSERT_OK(tops_quantize(&src3, &plain, NULL));
+        ASSERT_OK(tops_dequantize(&plain, &out3));
+        for (int i = 0; i < 3 * 45; i++)
+            if (tops__f32_bits(y[i]) != tops__f32_bits(y3[i] * 3.0f)) {
+                TH_FAIL_AT("%s tensor_scale: [%d] %g vs %g", names[f], i, (double)y[i], (double)(y3[i] * 3.0f));
+                break;
+            }
+        tops_tensor_destroy(&plain);
+        tops_tensor_destroy(&owned);
+    }
+}
+
 static void test_quant_error(void) {
     float a[2] = {1.0f, 0.0f}, b[2] = {0.5f, 0.0f}, z[2] = {0, 0};
     tops_quant_error_stats s;
@@ -430,6 +473,7 @@ int main(void) {
     RUN_TEST(test_gguf_bytes_by_hand);
     RUN_TEST(test_block_planes_by_hand);
     RUN_TEST(test_nan_blocks_stay_local);
+    RUN_TEST(test_tensor_scale_multiplier);
     RUN_TEST(test_quant_error);
     RUN_TEST(test_bad_inputs);
     TEST_MAIN_END();
