@@ -4,7 +4,8 @@
    quantile midpoints of the sorted values, and each iteration moves every
    centroid to the mean of the values nearer to it than to its neighbours
    (prefix sums over the sorted values make an iteration O(16 log n)).
-   Deterministic: no random starts.  Entries are stored as f16 and each
+   Deterministic: no random starts (a per-tensor codebook of more than 2^20
+   values is fitted on every k-th value).  Entries are stored as f16 and each
    element takes the nearest stored entry (the lowest index on ties);
    NaN takes index 0, +-Inf the largest / smallest entry. */
 #include "formats/codec_impl.h"
@@ -58,21 +59,27 @@ static void fit_codebook(float *v, int64_t n, double *prefix, int iterations, ui
     for (int j = 0; j < LUT_N; j++) out[j] = (uint16_t)tops__encode_elem(TOPS_DT_F16, (float)c[j], 1);
 }
 
+/* A per-tensor codebook is fitted on at most this many values: every
+   stride-th element in memory order (deterministic) of a larger tensor. */
+#define FIT_MAX_VALUES ((int64_t)1 << 20)
+
 typedef struct fit_walk {
     const tops__qctx *ctx;
     const tops_tensor *src;
     tops_tensor *dst;
-    float *vals;
+    float *vals, *row;
     double *prefix;
-    int64_t filled;
+    int64_t filled, seen, stride;
     int iterations;
 } fit_walk;
 
 static tops_status gather_row(void *user, const int64_t *idx) {
     fit_walk *w = user;
     int last = w->src->rank - 1;
-    tops__gather_input(w->ctx, w->src, idx, last, w->src->extent[last], w->vals + w->filled);
-    w->filled += w->src->extent[last];
+    int64_t n = w->src->extent[last];
+    tops__gather_input(w->ctx, w->src, idx, last, n, w->row);
+    for (int64_t k = 0; k < n; k++, w->seen++)
+        if (w->seen % w->stride == 0) w->vals[w->filled++] = w->row[k];
     return TOPS_OK;
 }
 
@@ -87,11 +94,14 @@ static tops_status fit_row(void *user, const int64_t *idx) {
 
 static tops_status lut_prepare(tops__qctx *ctx, const tops_tensor *src, tops_tensor *dst) {
     int per_row = ctx->info->codebook == 2, last = src->rank - 1;
-    int64_t n = per_row ? src->extent[last] : tops_tensor_numel(src);
-    fit_walk w = {ctx, src, dst, malloc((size_t)n * sizeof(float)), malloc((size_t)(n + 1) * sizeof(double)), 0,
-                  ctx->lut_iterations};
-    if (!w.vals || !w.prefix) {
+    int64_t row = src->extent[last], numel = tops_tensor_numel(src);
+    int64_t stride = per_row || numel <= FIT_MAX_VALUES ? 1 : tops__ceil_div(numel, FIT_MAX_VALUES);
+    int64_t n = per_row ? row : tops__ceil_div(numel, stride);
+    fit_walk w = {ctx, src, dst, malloc((size_t)n * sizeof(float)), malloc((size_t)row * sizeof(float)),
+                  malloc((size_t)(n + 1) * sizeof(double)), 0, 0, stride, ctx->lut_iterations};
+    if (!w.vals || !w.row || !w.prefix) {
         free(w.vals);
+        free(w.row);
         free(w.prefix);
         return tops__fail(TOPS_OUT_OF_MEMORY, "tops_quantize", "could not allocate %lld values to fit a codebook",
                           (long long)n);
@@ -101,9 +111,10 @@ static tops_status lut_prepare(tops__qctx *ctx, const tops_tensor *src, tops_ten
     } else {
         tops__for_each_index(src->extent, src->rank, last, gather_row, &w);
         int64_t zero[TOPS_MAX_RANK] = {0};
-        fit_codebook(w.vals, n, w.prefix, w.iterations, tops__codebook_at(dst, zero));
+        fit_codebook(w.vals, w.filled, w.prefix, w.iterations, tops__codebook_at(dst, zero));
     }
     free(w.vals);
+    free(w.row);
     free(w.prefix);
     return TOPS_OK;
 }
