@@ -268,7 +268,11 @@ def ggml_mxfp4(xb):
     n = xb.shape[0]
     out = np.zeros((n, 17), np.uint8)
     amax = np.abs(xb).max(axis=1)
-    e = np.where(amax > 0, np.frexp(np.where(amax > 0, amax, 1))[1] - 1 - 2 + 127, 0).astype(np.uint8)
+    # ggml takes floorf(log2f(amax)): log2 rounded to f32 (a correctly
+    # rounded log2f), so amax just below 2^k (k >= 4) counts as 2^k.
+    with np.errstate(divide="ignore"):
+        lg = np.floor(np.log2(amax.astype(np.float64)).astype(np.float32))
+    e = np.where(amax > 0, lg - 2 + 127, 0).astype(np.uint8)
     d = np.exp2(e.astype(np.float64) - 128).astype(np.float32)
     err = np.abs((KV_MXFP4[None, None, :] * d[:, None, None]).astype(np.float32) - xb[:, :, None])
     qv = np.argmin(err, axis=2).astype(np.uint8)  # first minimum, like ggml's strict <
@@ -301,6 +305,8 @@ def test_gguf_blocks_are_byte_exact_with_ggml(fmt, rng):
     x = make_data(rng, rows=64, k=256, nonfinite=False, binades=4)
     x[0, :32] = 0
     x[1, :32] = 7.0  # constant block: q4_1's d = 0
+    x[2, :32] = np.clip(x[2, :32], -15, 15)
+    x[2, 5] = np.nextafter(np.float32(16), np.float32(0))  # log2f rounds up to 4
     q = tops.quantize(x, fmt)
     want = fn(x.reshape(-1, 32))
     np.testing.assert_array_equal(q.data().reshape(-1, nbytes), want)
