@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tops
+from tops import rng  # noqa: F401  (the seeded generator fixture)
 
 # numpy warns about the NaN / Inf blocks these tests make on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
