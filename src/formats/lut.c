@@ -16,9 +16,27 @@
 
 #define LUT_N 16
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
+/* Sorts m finite floats ascending: an LSD radix sort (3 passes of 11 bits)
+   on order-preserving integer keys; scratch holds 2m keys. */
+static void sort_floats(float *v, int64_t m, uint32_t *scratch) {
+    uint32_t *a = scratch, *b = scratch + m;
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t x = tops__f32_bits(v[i]);
+        a[i] = x & 0x80000000u ? ~x : x | 0x80000000u;
+    }
+    for (int shift = 0; shift < 33; shift += 11) {
+        int64_t count[2048 + 1] = {0};
+        for (int64_t i = 0; i < m; i++) count[((a[i] >> shift) & 2047u) + 1]++;
+        for (int k = 0; k < 2048; k++) count[k + 1] += count[k];
+        for (int64_t i = 0; i < m; i++) b[count[(a[i] >> shift) & 2047u]++] = a[i];
+        uint32_t *t = a;
+        a = b;
+        b = t;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t k = a[i];
+        v[i] = tops__bits_f32(k & 0x80000000u ? k & 0x7fffffffu : ~k);
+    }
 }
 
 /* First index in v[0..n) with v[i] >= t (v sorted). */
@@ -43,7 +61,7 @@ static void fit_codebook(float *v, int64_t n, double *prefix, int iterations, ui
         for (int j = 0; j < LUT_N; j++) out[j] = 0;
         return;
     }
-    qsort(v, (size_t)m, sizeof *v, cmp_float);
+    sort_floats(v, m, (uint32_t *)prefix); /* prefix has room for 2(n + 1) keys */
     prefix[0] = 0.0;
     for (int64_t i = 0; i < m; i++) prefix[i + 1] = prefix[i] + v[i];
     for (int j = 0; j < LUT_N; j++) c[j] = v[((2 * (int64_t)j + 1) * m) / (2 * LUT_N)];
