@@ -6,6 +6,7 @@
 
 static const tops_cli_command commands[] = {
     {"info", tops_cmd_info, "print the CPU, its features, the kernel level chosen and the build", tops_cmd_info_usage},
+    {"quantize", tops_cmd_quantize, "quantize a .npy weight, report its error, write or read safetensors", tops_cmd_quantize_usage},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
 

@@ -98,6 +98,12 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->f16_to_f32_row = tops__avx2_f16_to_f32_row;
         k->f32_to_bf16_row = tops__avx2_f32_to_bf16_row;
         k->bf16_to_f32_row = tops__avx2_bf16_to_f32_row;
+        k->f32_to_e4m3_row = tops__avx2_f32_to_e4m3_row;
+        k->e4m3_to_f32_row = tops__avx2_e4m3_to_f32_row;
+        k->f32_to_e5m2_row = tops__avx2_f32_to_e5m2_row;
+        k->e5m2_to_f32_row = tops__avx2_e5m2_to_f32_row;
+        k->e2m1_to_f32_row = tops__avx2_e2m1_to_f32_row;
+        k->i4_to_f32_row = tops__avx2_i4_to_f32_row;
         k->pack_rows_f32 = tops__avx2_pack_rows_f32;
         tops__avx2_fill_unpackers(k->unpack);
         k->dot_f32_q8 = tops__avx2_dot_f32_q8;
