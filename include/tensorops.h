@@ -518,6 +518,13 @@ typedef struct tops_matmul2d_desc {
  */
 TOPS_API tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc,
                                    const tops_tensor *left, const tops_tensor *right, tops_tensor *dest);
+/* Names the path tops_matmul2d would take for these arguments (after the
+   same checks), e.g. "f32 panels (unpacked per K block):
+   tops_gemm_f32_f32_f32_6x16__avx2 (avx2)", into buf (cap bytes, NUL
+   included, truncated to fit).  dest is not written. */
+TOPS_API tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc,
+                                        const tops_tensor *left, const tops_tensor *right,
+                                        const tops_tensor *dest, char *buf, size_t cap);
 /* Lays right out for the kernel dispatch picks (once per weight, in
    parallel); the result is a TOPS_FMT_PACKED tensor that tops_matmul2d
    accepts in place of right (with the same desc.transpose_right) and that

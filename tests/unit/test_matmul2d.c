@@ -252,10 +252,48 @@ static void test_packed_matches_plain(void) {
     }
 }
 
+/* tops_matmul2d_path names the driver and kernel each plan takes. */
+static void test_path_names(void) {
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    int64_t wext[2] = {24, 64};
+    tops_format i4 = {TOPS_FMT_INT4_G, 32, TOPS_DT_NONE};
+    tops_tensor w, a1, a8, c1, c8;
+    ASSERT_OK(tops_tensor_create(i4, 2, wext, host, &w)); /* [N=24, K=64] */
+    void *p;
+    a1 = make_plain(TOPS_DT_F32, 1, 64, &p);
+    a8 = make_plain(TOPS_DT_F16, 8, 64, &p);
+    c1 = make_plain(TOPS_DT_F32, 1, 24, &p);
+    c8 = make_plain(TOPS_DT_F32, 8, 24, &p);
+    tops_matmul2d_desc d = plain_desc();
+    d.transpose_right = 1;
+    char buf[160];
+    ASSERT_OK(tops_matmul2d_path(NULL, &d, &a1, &w, &c1, buf, sizeof buf));
+    ASSERT_TRUE(strstr(buf, "rows streamed") && strstr(buf, "f32 dots"));
+    ASSERT_OK(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, buf, sizeof buf));
+    ASSERT_TRUE(strstr(buf, "f32 panels (unpacked per K block)") && strstr(buf, "tops_gemm_f32_f32_f32_"));
+    d.relaxed_precision = 1;
+    ASSERT_OK(tops_matmul2d_path(NULL, &d, &a1, &w, &c1, buf, sizeof buf));
+    ASSERT_TRUE(strstr(buf, "4-bit rows in place") != NULL);
+    ASSERT_OK(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, buf, sizeof buf));
+    ASSERT_TRUE(strstr(buf, "integer panels") && strstr(buf, "tops_gemm_f32_qi8_qu5_4x8__"));
+    printf("  %s\n", buf);
+    ASSERT_FAILS_WITH(tops_matmul2d_path(NULL, &d, &a8, &w, &c1, buf, sizeof buf), TOPS_SHAPE_MISMATCH, "dest is [1, 24]");
+    ASSERT_FAILS_WITH(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, NULL, 4), TOPS_INVALID_ARGUMENT, "buf");
+    char tiny[8];
+    ASSERT_OK(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, tiny, sizeof tiny));
+    ASSERT_EQ_INT(strlen(tiny), 7);
+    tops_tensor_destroy(&w);
+    tops_tensor_destroy(&a1);
+    tops_tensor_destroy(&a8);
+    tops_tensor_destroy(&c1);
+    tops_tensor_destroy(&c8);
+}
+
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_small_product);
     RUN_TEST(test_bad_inputs);
     RUN_TEST(test_packed_matches_plain);
+    RUN_TEST(test_path_names);
     TEST_MAIN_END();
 }
