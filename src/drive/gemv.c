@@ -58,6 +58,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 
     /* Workspace: activations (f32, and i8 + scales when relaxed), then per
        thread one unpacked chunk and an accumulator block. */
+    int64_t cells;
+    if (!tops__mul_i64(M, kp, &cells) || !tops__mul_i64(cells, 8, &cells))
+        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows int64");
     size_t act = (size_t)(M * kp) * sizeof(float), act_q = relaxed ? (size_t)(M * kp) : 0;
     size_t act_s = relaxed ? 2 * (size_t)(M * n_subs) * sizeof(float) : 0; /* scales, corrections */
     /* per thread: accumulators, scales, then i8 codes or an f32 row chunk */

@@ -234,6 +234,19 @@ static void test_integer_forms(void) {
             run_case(&c);
         }
     }
+    /* One relaxed case across the integer driver's M chunks (512 rows). */
+    mm_case big;
+    memset(&big, 0, sizeof big);
+    big.m = MM_FULL ? 530 : 13;
+    big.n = 17;
+    big.k = 96;
+    big.tb = 1;
+    big.left_dt = TOPS_DT_F32;
+    big.dest_dt = TOPS_DT_F32;
+    big.quant = 1;
+    big.rfmt = (tops_format){TOPS_FMT_Q4_0, 0, TOPS_DT_NONE};
+    big.relaxed = 1;
+    run_case(&big);
     printf("relaxed paths: worst rel-L2 vs f64 %.3g (bound %.3g)\n", relaxed_worst, RELAXED_BOUND);
 }
 
