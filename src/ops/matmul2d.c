@@ -186,6 +186,8 @@ static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_te
     /* Integer forms are unpacked straight from [N, K] rows (blocks along K). */
     if (right->format.id != TOPS_FMT_PACKED && kern->unpack[right->format.id].run && transposed)
         op.read = tops__read_rect_unpack;
+    else if (right->format.id != TOPS_FMT_PACKED && transposed && tops__has_element_reader(right))
+        op.read = tops__read_rect_elements;
     if (right->format.id == TOPS_FMT_PACKED) {
         op.k_major = 1;
         op.read = tops__read_rect_packed;
@@ -282,6 +284,7 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
     } else {
         const char *src = p.right.packed                          ? "prepacked"
                           : p.right.read == tops__read_rect_unpack ? "unpacked per K block"
+                          : p.right.read == tops__read_rect_elements ? "element rows per K block"
                           : p.right.read == tops__read_rect_decode ? "decoded per K block"
                                                                    : "packed per K block";
         snprintf(buf, cap, "f32 panels (%s): %s (%s)", src, kern->gemm_f32.name, isa);
