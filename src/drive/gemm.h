@@ -66,6 +66,10 @@ int tops__has_element_reader(const tops_tensor *t);
 void tops__read_rect_elements(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                               int64_t nc, float *out, int64_t ld);
 
+/* Reader of lut4 / lut4-row weights (codebook per tensor or per row). */
+void tops__read_rect_lut4(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                          int64_t nc, float *out, int64_t ld);
+
 /* Reader of formats with an integer form, for storage [N, K]. */
 void tops__read_rect_unpack(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                             int64_t nc, float *out, int64_t ld);

@@ -77,6 +77,30 @@ void tops__read_rect_elements(const tops__kernels *kern, const tops_tensor *t, i
     }
 }
 
+void tops__read_rect_lut4(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                          int64_t nc, float *out, int64_t ld) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    const tops_plane *cb = &t->codebook;
+    float table[16];
+    for (int64_t i = 0; i < nr; i++) {
+        const int64_t r = r0 + i;
+        if (i == 0 || info->codebook == 2) { /* per tensor: once; per row: each row */
+            const uint16_t *e = (const uint16_t *)cb->data + (info->codebook == 2 ? r * cb->stride[0] : 0);
+            for (int j = 0; j < 16; j++) table[j] = tops__f16_to_f32(e[j * cb->stride[1]]);
+        }
+        const uint8_t *codes = tops__weight_row(t, r);
+        float *o = out + i * ld;
+        int64_t k = c0;
+        if (k & 1) { /* an odd start: its high nibble first */
+            o[0] = table[codes[k >> 1] >> 4];
+            k++;
+        }
+        if (k < c0 + nc) kern->lut16_row(o + (k - c0), codes + (k >> 1), c0 + nc - k, table);
+        if (t->tensor_scale != 1.0f)
+            for (int64_t j = 0; j < nc; j++) o[j] *= t->tensor_scale;
+    }
+}
+
 void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                            int64_t nc, float *out, int64_t ld) {
     const tops_dtype dt = tops_format_get_info(t->format.id)->element;

@@ -188,6 +188,8 @@ static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_te
         op.read = tops__read_rect_unpack;
     else if (right->format.id != TOPS_FMT_PACKED && transposed && tops__has_element_reader(right))
         op.read = tops__read_rect_elements;
+    else if (right->format.id != TOPS_FMT_PACKED && right->codebook.data)
+        op.read = tops__read_rect_lut4; /* any layout: codes and codebooks follow rows */
     if (right->format.id == TOPS_FMT_PACKED) {
         op.k_major = 1;
         op.read = tops__read_rect_packed;
@@ -285,6 +287,7 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
         const char *src = p.right.packed                          ? "prepacked"
                           : p.right.read == tops__read_rect_unpack ? "unpacked per K block"
                           : p.right.read == tops__read_rect_elements ? "element rows per K block"
+                          : p.right.read == tops__read_rect_lut4     ? "codebook rows per K block"
                           : p.right.read == tops__read_rect_decode ? "decoded per K block"
                                                                    : "packed per K block";
         snprintf(buf, cap, "f32 panels (%s): %s (%s)", src, kern->gemm_f32.name, isa);
