@@ -5,6 +5,13 @@
 
 static th_rng rng;
 
+/* The huge-K test below must see a failed allocation as NULL, not as an
+   AddressSanitizer abort. */
+__attribute__((visibility("default"), used)) const char *__asan_default_options(void);
+__attribute__((visibility("default"), used)) const char *__asan_default_options(void) {
+    return "allocator_may_return_null=1";
+}
+
 static tops_matmul2d_desc plain_desc(void) {
     tops_matmul2d_desc d;
     memset(&d, 0, sizeof d);
@@ -328,6 +335,34 @@ static void test_caller_scratch(void) {
     mm_free_any(&w);
 }
 
+/* A K so large that the workspace cannot exist: a clean status, dest
+   untouched, nothing read (the views span memory that is not there). */
+static void test_huge_k_fails_cleanly(void) {
+    static float fake[16];
+    const int64_t k = (int64_t)1 << 36;
+    tops_tensor_desc d;
+    memset(&d, 0, sizeof d);
+    d.format = tops_format_of(TOPS_DT_F32);
+    d.rank = 2;
+    d.extent[0] = 1;
+    d.extent[1] = k;
+    d.data = fake;
+    tops_tensor left, right;
+    ASSERT_OK(tops_tensor_view(&d, &left));
+    ASSERT_OK(tops_tensor_view(&d, &right)); /* [N = 1, K] */
+    float out[1] = {123.0f};
+    d.extent[1] = 1;
+    d.data = out;
+    tops_tensor dest;
+    ASSERT_OK(tops_tensor_view(&d, &dest));
+    tops_matmul2d_desc md = plain_desc();
+    md.transpose_right = 1;
+    tops_status st = tops_matmul2d(NULL, &md, &left, &right, &dest);
+    ASSERT_TRUE(st == TOPS_OUT_OF_MEMORY || st == TOPS_OVERFLOW);
+    ASSERT_TRUE(strstr(tops_last_error(), "workspace") != NULL);
+    ASSERT_TRUE(out[0] == 123.0f);
+}
+
 /* tops_matmul2d_path names the driver and kernel each plan takes. */
 static void test_path_names(void) {
     tops_memory host = {TOPS_DEVICE_CPU, 0};
@@ -373,5 +408,6 @@ int main(void) {
     RUN_TEST(test_packed_in_place);
     RUN_TEST(test_path_names);
     RUN_TEST(test_caller_scratch);
+    RUN_TEST(test_huge_k_fails_cleanly);
     TEST_MAIN_END();
 }
