@@ -75,6 +75,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->f16_to_f32_row = tops__ref_f16_to_f32_row;
     k->f32_to_bf16_row = tops__ref_f32_to_bf16_row;
     k->bf16_to_f32_row = tops__ref_bf16_to_f32_row;
+    k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
         k->f32_to_f16_row = tops__avx2_f32_to_f16_row;
