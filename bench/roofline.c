@@ -184,6 +184,7 @@ tops_status tops_bench_measure_roofline(int threads, tops_bench_roofline *out) {
     peak_loop fma = tops_bench_fma_scalar, dot = tops_bench_i8dot_scalar;
     snprintf(out->fma_kernel, sizeof out->fma_kernel, "scalar");
     snprintf(out->int8_kernel, sizeof out->int8_kernel, "scalar");
+    snprintf(out->read_kernel, sizeof out->read_kernel, "scalar");
 #if defined(TOPS_BENCH_X86)
     if (ci.isa >= TOPS_ISA_AVX2 && ci.isa <= TOPS_ISA_AMX) {
         read = tops_bench_read_avx2;
@@ -191,10 +192,13 @@ tops_status tops_bench_measure_roofline(int threads, tops_bench_roofline *out) {
         dot = tops_bench_i8dot_avx2;
         snprintf(out->fma_kernel, sizeof out->fma_kernel, "avx2-fma");
         snprintf(out->int8_kernel, sizeof out->int8_kernel, "avx2-maddubs");
+        snprintf(out->read_kernel, sizeof out->read_kernel, "avx2-load");
     }
     if (ci.isa >= TOPS_ISA_AVX512 && ci.isa <= TOPS_ISA_AMX) {
         fma = tops_bench_fma_avx512;
+        read = tops_bench_read_avx512;
         snprintf(out->fma_kernel, sizeof out->fma_kernel, "avx512-fma");
+        snprintf(out->read_kernel, sizeof out->read_kernel, "avx512-load");
     }
     if (ci.isa >= TOPS_ISA_AVX512_VNNI && ci.isa <= TOPS_ISA_AMX) {
         dot = tops_bench_i8dot_avx512_vnni;
