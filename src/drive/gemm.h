@@ -18,6 +18,7 @@ typedef struct tops__gemm_operand {
     const tops_tensor *t;
     int k_major;             /* storage is [K, other] (left transposed, right plain) */
     tops__rect_reader read;
+    int direct_f32;          /* plain f32, unit column stride, tensor_scale 1: read in place */
     const struct tops__packed_right *packed; /* right only: prepacked panels, or NULL */
 } tops__gemm_operand;
 
