@@ -55,6 +55,7 @@ test-sanitize: deps
 # The readers' libFuzzer targets: every library source instrumented for
 # coverage, ASan and UBSan; TOPS_ASSERT stays on (no NDEBUG).
 fuzz: deps
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: $(FUZZ_CC) is missing (Debian: apt-get install clang)" >&2; exit 1; }
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \

@@ -34,5 +34,7 @@ int tops_cmd_bench(int argc, char **argv);
 void tops_cmd_bench_usage(FILE *out);
 int tops_cmd_validate(int argc, char **argv);
 void tops_cmd_validate_usage(FILE *out);
+int tops_cmd_quantize(int argc, char **argv);
+void tops_cmd_quantize_usage(FILE *out);
 
 #endif
