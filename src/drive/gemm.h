@@ -22,6 +22,9 @@ typedef struct tops__gemm_operand {
     const struct tops__packed_right *packed; /* right only: prepacked panels, or NULL */
 } tops__gemm_operand;
 
+/* Reader for any format through the formats layer (tops__decode_rect). */
+void tops__read_rect_decode(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                            int64_t nc, float *out, int64_t ld);
 /* Reader for plain f32, f16 and bf16 tensors (any strides). */
 void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                            int64_t nc, float *out, int64_t ld);
