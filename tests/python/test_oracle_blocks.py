@@ -2,15 +2,14 @@
 of FORMATS.md (ml_dtypes for the element casts): OCP MX, NVFP4, symmetric
 and affine int groups, fp8 channels, plain formats and ggml's reference
 quantizers.  Planes are compared byte for byte, decodes bit for bit."""
-import warnings
-
 import ml_dtypes as md
 import numpy as np
 import pytest
 
 import tops
 
-warnings.filterwarnings("ignore", category=RuntimeWarning)
+# numpy warns about the NaN / Inf blocks these tests make on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 ELEM = {"e4m3": md.float8_e4m3fn, "e5m2": md.float8_e5m2, "e2m3": md.float6_e2m3fn, "e3m2": md.float6_e3m2fn,
         "e2m1": md.float4_e2m1fn}

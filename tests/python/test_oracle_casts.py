@@ -11,6 +11,9 @@ import pytest
 
 import tops
 
+# numpy warns about the overflowing and NaN casts these tests make on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
 # Our dtype -> the oracle's numpy dtype (default casts).
 ORACLE = {
     "f16": np.float16, "bf16": md.bfloat16, "e4m3": md.float8_e4m3fn, "e5m2": md.float8_e5m2,
@@ -190,7 +193,7 @@ def test_saturating_casts(dtype, rng):
 
 
 def test_mxint8_and_ue4m3_encode(rng):
-    x = np.concatenate([random_f32(rng, 100_000), np.arange(-3, 3, 1 / 128), [np.nan, np.inf, -np.inf]])
+    x = np.concatenate([random_f32(rng, 1_000_000), np.arange(-3, 3, 1 / 128), [np.nan, np.inf, -np.inf]])
     x = x.astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         want = np.clip(np.rint(np.nan_to_num(x.astype(np.float64) * 64, nan=0.0)), -128, 127)
