@@ -256,8 +256,8 @@ static void test_svg(void) {
     ASSERT_TRUE(strncmp(buf, "<?xml", 5) == 0);
     ASSERT_TRUE(strstr(buf, "</svg>") != NULL);
     ASSERT_TRUE(strstr(buf, "log scale") != NULL);           /* labelled log axes */
-    ASSERT_TRUE(strstr(buf, "M (rows of activations)") != NULL);
-    ASSERT_TRUE(strstr(buf, "baseline (openblas-sgemm)") != NULL);
+    ASSERT_TRUE(strstr(buf, "M, rows of activations") != NULL);
+    ASSERT_TRUE(strstr(buf, ">baseline<") != NULL && strstr(buf, ">openblas-sgemm<") != NULL);
     ASSERT_TRUE(strstr(buf, ">int4-g32<") != NULL);          /* one legend entry per format */
     ASSERT_TRUE(strstr(buf, "roofline floor") != NULL);
     unlink(path);
