@@ -75,12 +75,20 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->f16_to_f32_row = tops__ref_f16_to_f32_row;
     k->f32_to_bf16_row = tops__ref_f32_to_bf16_row;
     k->bf16_to_f32_row = tops__ref_bf16_to_f32_row;
+    k->gemm_f32_6x16 = tops__gemm_f32_f32_f32_6x16__ref;
+    k->transpose_f32 = tops__transpose_f32__ref;
+    k->exp_sub_f32_row = tops__exp_sub_f32_row__ref;
+    k->reduce_f32_row = tops__reduce_f32_row__ref;
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
         k->f32_to_f16_row = tops__avx2_f32_to_f16_row;
         k->f16_to_f32_row = tops__avx2_f16_to_f32_row;
         k->f32_to_bf16_row = tops__avx2_f32_to_bf16_row;
         k->bf16_to_f32_row = tops__avx2_bf16_to_f32_row;
+        k->gemm_f32_6x16 = tops__gemm_f32_f32_f32_6x16__avx2;
+        k->transpose_f32 = tops__transpose_f32__avx2;
+        k->exp_sub_f32_row = tops__exp_sub_f32_row__avx2;
+        k->reduce_f32_row = tops__reduce_f32_row__avx2;
     }
 #endif
 }

@@ -14,6 +14,19 @@ typedef struct tops__kernels {
     void (*f16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
     void (*f32_to_bf16_row)(uint16_t *dst, const float *src, int64_t n);
     void (*bf16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
+
+    /* Tiles and attention (src/kernels/<isa>/tile_f32.c). */
+    /* c[mr x 16] = a[mr x k] * b[k x 16] (+ c if accumulate), mr 1..6, k >= 1;
+       rows of a, b and c lie lda, ldb and ldc floats apart. */
+    void (*gemm_f32_6x16)(int mr, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                          float *c, int64_t ldc, int accumulate);
+    /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols. */
+    void (*transpose_f32)(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+    /* x[j] = exp(x[j] - sub) for finite sub; exp of -inf gives 0. */
+    void (*exp_sub_f32_row)(float *x, int64_t n, float sub);
+    /* identity (op) x[0] (op) ... (op) x[n-1]; op is a tops_reduce_op; NaN
+       anywhere gives NaN. */
+    float (*reduce_f32_row)(const float *x, int64_t n, int op, float identity);
 } tops__kernels;
 
 /* The table for this process (never NULL).  If TOPS_ISA was invalid, the
@@ -36,11 +49,21 @@ void tops__ref_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__ref_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__ref_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__ref_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__gemm_f32_f32_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+                                      int64_t ldb, float *c, int64_t ldc, int accumulate);
+void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+void tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub);
+float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identity);
 #if defined(TOPS_HAVE_X86_KERNELS)
 void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__avx2_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__gemm_f32_f32_f32_6x16__avx2(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+                                       int64_t ldb, float *c, int64_t ldc, int accumulate);
+void tops__transpose_f32__avx2(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+void tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub);
+float tops__reduce_f32_row__avx2(const float *x, int64_t n, int op, float identity);
 #endif
 
 #endif
