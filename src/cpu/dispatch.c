@@ -75,6 +75,12 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->f16_to_f32_row = tops__ref_f16_to_f32_row;
     k->f32_to_bf16_row = tops__ref_f32_to_bf16_row;
     k->bf16_to_f32_row = tops__ref_bf16_to_f32_row;
+    k->f32_to_e4m3_row = tops__ref_f32_to_e4m3_row;
+    k->e4m3_to_f32_row = tops__ref_e4m3_to_f32_row;
+    k->f32_to_e5m2_row = tops__ref_f32_to_e5m2_row;
+    k->e5m2_to_f32_row = tops__ref_e5m2_to_f32_row;
+    k->e2m1_to_f32_row = tops__ref_e2m1_to_f32_row;
+    k->i4_to_f32_row = tops__ref_i4_to_f32_row;
     k->gemm_f32_6x16 = tops__gemm_f32_f32_f32_6x16__ref;
     k->transpose_f32 = tops__transpose_f32__ref;
     k->exp_sub_f32_row = tops__exp_sub_f32_row__ref;

@@ -14,6 +14,13 @@ typedef struct tops__kernels {
     void (*f16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
     void (*f32_to_bf16_row)(uint16_t *dst, const float *src, int64_t n);
     void (*bf16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
+    /* fp8 / fp4 / int4 rows (formats/elem.h semantics; sat as in tops_cast_from_f32). */
+    void (*f32_to_e4m3_row)(uint8_t *dst, const float *src, int64_t n, int sat);
+    void (*e4m3_to_f32_row)(float *dst, const uint8_t *src, int64_t n);
+    void (*f32_to_e5m2_row)(uint8_t *dst, const float *src, int64_t n, int sat);
+    void (*e5m2_to_f32_row)(float *dst, const uint8_t *src, int64_t n);
+    void (*e2m1_to_f32_row)(float *dst, const uint8_t *src, int64_t n); /* packed nibbles */
+    void (*i4_to_f32_row)(float *dst, const uint8_t *src, int64_t n);   /* packed nibbles */
 
     /* Tiles and attention (src/kernels/<isa>/tile_f32.c). */
     /* c[mr x 16] = a[mr x k] * b[k x 16] (+ c if accumulate), mr 1..6, k >= 1;
@@ -49,6 +56,12 @@ void tops__ref_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__ref_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__ref_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__ref_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__ref_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__ref_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__ref_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__ref_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__ref_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__ref_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__gemm_f32_f32_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                       int64_t ldb, float *c, int64_t ldc, int accumulate);
 void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
