@@ -85,6 +85,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->transpose_f32 = tops__transpose_f32__ref;
     k->exp_sub_f32_row = tops__exp_sub_f32_row__ref;
     k->reduce_f32_row = tops__reduce_f32_row__ref;
+    k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
         k->f32_to_f16_row = tops__avx2_f32_to_f16_row;

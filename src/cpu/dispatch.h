@@ -6,8 +6,23 @@
 
 #include "internal.h"
 
+/* matmul2d microkernel (src/kernels/<isa>/gemm_f32_*.c): C[mr x nr] (+)=
+   A-panel * B-panel over kc steps.  a[k * mr + i] and b[k * nr + j] are
+   packed, zero-padded panels; c has row stride ldc; accumulate = 0
+   overwrites c, 1 adds to it.  Full tiles only: the driver pads. */
+typedef void (*tops__gemm_f32_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                  int accumulate);
+typedef struct tops__gemm_ukernel {
+    int mr, nr;
+    tops__gemm_f32_fn run;
+    const char *name;
+} tops__gemm_ukernel;
+
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
+
+    /* matmul2d: the f32 microkernel every format can feed (decoded panels). */
+    tops__gemm_ukernel gemm_f32;
 
     /* Element rows (src/kernels/<isa>/convert_*.c): n elements, any n >= 0. */
     void (*f32_to_f16_row)(uint16_t *dst, const float *src, int64_t n);
@@ -67,6 +82,8 @@ void tops__gemm_f32_f32_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t
 void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
 void tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub);
 float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identity);
+void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                    int accumulate);
 #if defined(TOPS_HAVE_X86_KERNELS)
 void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
