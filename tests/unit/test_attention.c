@@ -246,6 +246,52 @@ static void test_fully_masked_rows(void) {
     run_free(&r);
 }
 
+/* Replaces a run's k and v (f32) by a quantized KV cache of format name;
+   the reference then reads the decoded values. */
+static void quantize_kv(tbuf *b, const char *name, tops_tensor *qt) {
+    tops_format f;
+    ASSERT_OK(tops_format_from_name(name, &f));
+    ASSERT_OK(tops_tensor_create(f, 4, b->t.extent, (tops_memory){TOPS_DEVICE_CPU, 0}, qt));
+    ASSERT_OK(tops_quantize(&b->t, qt, NULL));
+    tops_tensor dec;
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 4, b->t.extent, (tops_memory){TOPS_DEVICE_CPU, 0}, &dec));
+    ASSERT_OK(tops_dequantize(qt, &dec));
+    memcpy(b->vals, dec.data, (size_t)b->n * sizeof(float));
+    tops_tensor_destroy(&dec);
+}
+
+static void test_quantized_kv(void) {
+    static const char *const formats[] = {"int8-g32", "int8-g16:bf16", "mxfp8", "e4m3-ch", "int4-g32"};
+    for (int fi = 0; fi < 5; fi++) {
+        cfg c = {.B = 1, .H = 4, .Hkv = 2, .Sq = 37, .Sk = 90, .D = 80, .Dv = 64, .causal = fi % 2,
+                 .window = fi == 2 ? 20 : 0, .qf = fi == 1 ? TOPS_FMT_BF16 : TOPS_FMT_F32, .kf = TOPS_FMT_F32,
+                 .of = TOPS_FMT_F32};
+        run r;
+        run_make(&r, &c, -2, 2);
+        tops_tensor kq, vq;
+        quantize_kv(&r.k, formats[fi], &kq);
+        quantize_kv(&r.v, formats[fi], &vq);
+        ref_attention(&c, r.q.vals, r.k.vals, r.v.vals, r.ref, 1);
+        tops_attention_desc d = {.causal = c.causal, .window = c.window};
+        tops_exec ex = tops_exec_default();
+        ex.threads = 2;
+        tops_isa levels[2] = {TOPS_ISA_REF, TOPS_ISA_AVX2};
+        for (int li = 0; li < 2; li++) {
+            const tops__kernels *kern = tops__kernels_for_isa(levels[li]);
+            if (!kern) continue;
+            tb_poison(&r.o);
+            ASSERT_OK(tops__attention_with(kern, &ex, &d, &r.q.t, &kq, &vq, &r.o.t));
+            int bad;
+            double e = max_err(&r, &bad);
+            if (bad || !(e <= 1e-4))
+                TH_FAIL_AT("kv %s [%s]: max err %.3g, %d non-finite", formats[fi], tops_isa_name(levels[li]), e, bad);
+        }
+        tops_tensor_destroy(&kq);
+        tops_tensor_destroy(&vq);
+        run_free(&r);
+    }
+}
+
 static void test_threads_same_bits(void) {
     cfg c = {.B = 2, .H = 4, .Hkv = 2, .Sq = 300, .Sk = 300, .D = 64, .Dv = 64, .causal = 1,
              .qf = TOPS_FMT_F32, .kf = TOPS_FMT_F32, .of = TOPS_FMT_F32};
@@ -429,6 +475,7 @@ int main(void) {
     RUN_TEST(test_long_sequence_memory);
     RUN_TEST(test_shapes_against_f64);
     RUN_TEST(test_gqa_mqa_and_dv);
+    RUN_TEST(test_quantized_kv);
     RUN_TEST(test_extreme_logits);
     RUN_TEST(test_fully_masked_rows);
     RUN_TEST(test_threads_same_bits);
