@@ -494,7 +494,7 @@ TOPS_API tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_
 typedef struct tops_tile {
     uint32_t magic;   /* set by tops_tile_init */
     int32_t rows, cols;
-    int32_t ld;       /* floats from one row to the next (cols rounded up to 16) */
+    int32_t ld;       /* floats from one row to the next (cols rounded up to 32) */
     float *data;      /* rows x ld accumulators */
     float *work_;     /* matmul workspace inside the same storage; internal */
 } tops_tile;

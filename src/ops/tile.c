@@ -11,7 +11,10 @@
 #include <math.h>
 #include <string.h>
 
-static int64_t round16(int64_t v) { return (v + 15) & ~(int64_t)15; }
+/* Rows of a tile are padded to whole strips of the widest microkernel, so
+   every kernel level can write full strips. */
+static int64_t round_strip(int64_t v) { return (v + TOPS_TILE_STRIP - 1) & ~(int64_t)(TOPS_TILE_STRIP - 1); }
+static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 /* ---- matrices inside tensors --------------------------------------------- */
 
@@ -116,14 +119,15 @@ void tops__mat_read(const tops__kernels *kern, const tops__mat *m, int64_t r, in
 
 void tops__tile_matmul(const tops__kernels *kern, int transpose_left, int transpose_right, int accumulate,
                        const tops__mat *left, const tops_tile *left_tile, const tops__mat *right, tops_tile *tile) {
-    const int64_t M = tile->rows, N = tile->cols, Np = round16(N), ldc = tile->ld;
+    const int64_t MR = kern->tile_gemm.mr, NR = kern->tile_gemm.nr;
+    const int64_t M = tile->rows, N = tile->cols, Np = round_up(N, NR), ldc = tile->ld;
     const int64_t K = transpose_right ? right->cols : right->rows;
     float *bpanel = tile->work_, *apanel = tile->work_ + (int64_t)TOPS_TILE_KC * tile->ld;
     const tops_tensor *rt = right->t;
     /* A contiguous f32 [K, N] right operand is read in place when whole
-       16-column strips exist; everything else is laid out in the workspace. */
+       strips exist; everything else is laid out in the workspace. */
     int right_direct = !transpose_right && rt->format.id == TOPS_FMT_F32 && rt->tensor_scale == 1.0f &&
-                       N % 16 == 0 && rt->stride[rt->rank - 1] == 1 && rt->rank >= 2;
+                       N % NR == 0 && rt->stride[rt->rank - 1] == 1 && rt->rank >= 2;
     int left_direct = 0;
     if (left_tile)
         left_direct = !transpose_left;
@@ -169,10 +173,10 @@ void tops__tile_matmul(const tops__kernels *kern, int transpose_left, int transp
             lda = TOPS_TILE_KC;
         }
         int acc = accumulate || k0 > 0;
-        for (int64_t j = 0; j < Np; j += 16)
-            for (int64_t i = 0; i < M; i += 6) {
-                int mr = M - i < 6 ? (int)(M - i) : 6;
-                kern->gemm_f32_6x16(mr, kc, a + i * lda, lda, b + j, ldb, tile->data + i * ldc + j, ldc, acc);
+        for (int64_t j = 0; j < Np; j += NR)
+            for (int64_t i = 0; i < M; i += MR) {
+                int mr = (int)(M - i < MR ? M - i : MR);
+                kern->tile_gemm.run(mr, kc, a + i * lda, lda, b + j, ldb, tile->data + i * ldc + j, ldc, acc);
             }
     }
 }
@@ -222,7 +226,7 @@ void tops__tile_map(const tops__kernels *kern, tops_tile *tile, const tops_tile_
         float r = d->row_values ? d->row_values[i] : d->value;
         switch (d->op) {
         case TOPS_MAP_SCALE:
-            for (int64_t j = 0; j < cols; j++) x[j] *= r;
+            if (r != 1.0f) kern->scale_f32_row(x, cols, r); /* x * 1 is x: online softmax mostly keeps its max */
             break;
         case TOPS_MAP_ADD:
             for (int64_t j = 0; j < cols; j++) x[j] += r;
@@ -293,7 +297,7 @@ void tops__tile_store(const tops__kernels *kern, const tops_tile *tile, const to
 
 size_t tops_tile_storage_bytes(int32_t rows, int32_t cols) {
     if (rows < 1 || rows > TOPS_TILE_MAX_ROWS || cols < 1 || cols > TOPS_TILE_MAX_COLS) return 0;
-    size_t ld = (size_t)round16(cols);
+    size_t ld = (size_t)round_strip(cols);
     /* accumulators, a right-operand panel of KC x ld, a left panel of rows x KC */
     return ((size_t)rows * ld + (size_t)TOPS_TILE_KC * ld + (size_t)rows * TOPS_TILE_KC) * sizeof(float);
 }
@@ -317,7 +321,7 @@ tops_status tops_tile_init(tops_tile *tile, int32_t rows, int32_t cols, void *st
     t.magic = TOPS_TILE_MAGIC;
     t.rows = rows;
     t.cols = cols;
-    t.ld = (int32_t)round16(cols);
+    t.ld = (int32_t)round_strip(cols);
     t.data = storage;
     t.work_ = t.data + (size_t)rows * (size_t)t.ld;
     memset(t.data, 0, (size_t)rows * (size_t)t.ld * sizeof(float));
@@ -329,7 +333,7 @@ static tops_status check_tile(const char *fn, const char *arg, const tops_tile *
     if (!t) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s is NULL", arg);
     if (t->magic != TOPS_TILE_MAGIC) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s was not made by tops_tile_init", arg);
     if (t->rows < 1 || t->rows > TOPS_TILE_MAX_ROWS || t->cols < 1 || t->cols > TOPS_TILE_MAX_COLS ||
-        t->ld != round16(t->cols) || !t->data || t->work_ != t->data + (size_t)t->rows * (size_t)t->ld)
+        t->ld != round_strip(t->cols) || !t->data || t->work_ != t->data + (size_t)t->rows * (size_t)t->ld)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s is corrupt (%d x %d, ld %d); a tile's fields are read-only",
                           arg, t->rows, t->cols, t->ld);
     return TOPS_OK;

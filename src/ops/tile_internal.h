@@ -9,6 +9,8 @@
 #define TOPS_TILE_MAGIC 0x54494c45u /* "TILE" */
 /* K is consumed in chunks of this many: it bounds the operand workspace. */
 #define TOPS_TILE_KC 128
+/* The widest microkernel strip (floats): tile rows are padded to it. */
+#define TOPS_TILE_STRIP 32
 
 /* A rectangle of a tensor's last two dimensions, as stored: rows [r0,
    r0 + rows) and columns [c0, c0 + cols), at the outer indices outer[]

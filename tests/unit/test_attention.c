@@ -137,8 +137,8 @@ static void check_cfg(const cfg *c, float qlo, float qhi, int threads) {
     d.softcap = c->softcap;
     tops_exec ex = tops_exec_default();
     ex.threads = threads;
-    tops_isa levels[2] = {TOPS_ISA_REF, TOPS_ISA_AVX2};
-    for (int li = 0; li < 2; li++) {
+    tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
+    for (int li = 0; li < 3; li++) {
         const tops__kernels *kern = tops__kernels_for_isa(levels[li]);
         if (!kern) continue;
         tb_poison(&r.o);
@@ -275,8 +275,8 @@ static void test_quantized_kv(void) {
         tops_attention_desc d = {.causal = c.causal, .window = c.window};
         tops_exec ex = tops_exec_default();
         ex.threads = 2;
-        tops_isa levels[2] = {TOPS_ISA_REF, TOPS_ISA_AVX2};
-        for (int li = 0; li < 2; li++) {
+        tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
+        for (int li = 0; li < 3; li++) {
             const tops__kernels *kern = tops__kernels_for_isa(levels[li]);
             if (!kern) continue;
             tb_poison(&r.o);

@@ -65,15 +65,15 @@ static void matmul_case(int64_t M, int64_t N, int64_t K, int tl, int tr, int lef
     ASSERT_TRUE(tile_make(&dst, (int32_t)M, (int32_t)N));
     float *init = malloc((size_t)(M * N) * sizeof(float));
     for (int64_t i = 0; i < M * N; i++) init[i] = th_uniform(&rng, -1, 1);
-    tops_isa levels[2] = {TOPS_ISA_REF, TOPS_ISA_AVX2};
-    for (int li = 0; li < 3; li++) {
-        /* levels 0, 1 through the engine; 2 through the public call */
-        const tops__kernels *kern = li < 2 ? tops__kernels_for_isa(levels[li]) : NULL;
-        if (li < 2 && !kern) continue;
+    tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
+    for (int li = 0; li < 4; li++) {
+        /* levels 0..2 through the engine; 3 through the public call */
+        const tops__kernels *kern = li < 3 ? tops__kernels_for_isa(levels[li]) : NULL;
+        if (li < 3 && !kern) continue;
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < dst.t.ld; j++) dst.t.data[i * dst.t.ld + j] = j < N ? init[i * N + j] : NAN;
         const tops_tensor *right = quant ? &rq : &rb.t;
-        if (li == 2) {
+        if (li == 3) {
             tops_matmul2d_desc d = {.transpose_left = tl, .transpose_right = tr,
                                     .mode = accumulate ? TOPS_MULTIPLY_ACCUMULATE : TOPS_MULTIPLY};
             tops_tile_input in = left_is_tile ? tops_tile_input_tile(&lt.t) : tops_tile_input_tensor(&lb.t);
@@ -101,7 +101,7 @@ static void matmul_case(int64_t M, int64_t N, int64_t K, int tl, int tr, int lef
         if (!(worst <= 2e-6))
             TH_FAIL_AT("matmul M%lld N%lld K%lld tl%d tr%d tile%d acc%d %s [%s]: rel err %.3g", (long long)M,
                        (long long)N, (long long)K, tl, tr, left_is_tile, accumulate, quant ? quant : "plain",
-                       li == 2 ? "public" : tops_isa_name(levels[li]), worst);
+                       li == 3 ? "public" : tops_isa_name(levels[li]), worst);
     }
     free(init);
     if (left_is_tile) {
@@ -173,7 +173,7 @@ static void test_matmul_bad_inputs(void) {
     fake.magic = 0;
     ASSERT_FAILS_WITH(tops_tile_matmul(&d, in, &r.t, &fake), TOPS_INVALID_ARGUMENT, "tops_tile_init");
     fake = c.t;
-    fake.cols = 17; /* ld no longer matches */
+    fake.cols = 33; /* ld no longer matches */
     ASSERT_FAILS_WITH(tops_tile_matmul(&d, in, &r.t, &fake), TOPS_INVALID_ARGUMENT, "corrupt");
     tstore wrong;
     ASSERT_TRUE(tile_make(&wrong, 4, 6));
@@ -208,7 +208,7 @@ static void test_init_and_fill(void) {
     memset(mem, 0xff, n + 64);
     tops_tile t;
     ASSERT_OK(tops_tile_init(&t, 3, 20, mem, n));
-    ASSERT_EQ_INT(t.ld, 32);
+    ASSERT_EQ_INT(t.ld, 32); /* 20 rounded up to a 32-float strip */
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 20; j++) ASSERT_TRUE(tile_at(&t, i, j) == 0.0f);
     ASSERT_OK(tops_tile_fill(&t, 2.5f));
@@ -259,8 +259,8 @@ static void test_reductions(void) {
         ASSERT_TRUE(isnan(rows[2]) && !isnan(rows[1]));
         ASSERT_OK(tops_tile_reduce_cols(&s.t, (tops_reduce_op)op, 0.0f, cols));
         ASSERT_TRUE(isnan(cols[30]) && !isnan(cols[29]));
-        tops_isa levels[2] = {TOPS_ISA_REF, TOPS_ISA_AVX2};
-        for (int li = 0; li < 2; li++) {
+        tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
+        for (int li = 0; li < 3; li++) {
             const tops__kernels *k = tops__kernels_for_isa(levels[li]);
             if (!k) continue;
             tops__tile_reduce_rows(k, &s.t, op, 0.0f, rows);
@@ -276,8 +276,8 @@ static void test_reductions(void) {
 /* Row reductions and exp on every level agree with libm / f64. */
 static void test_row_kernels_across_levels(void) {
     float x[203], y[203], z[203];
-    tops_isa levels[2] = {TOPS_ISA_REF, TOPS_ISA_AVX2};
-    for (int li = 0; li < 2; li++) {
+    tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
+    for (int li = 0; li < 3; li++) {
         const tops__kernels *k = tops__kernels_for_isa(levels[li]);
         if (!k) continue;
         for (int n = 0; n <= 203; n += 29) {

@@ -116,6 +116,13 @@ void tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub) {
     }
 }
 
+void tops__scale_f32_row__avx2(float *x, int64_t n, float r) {
+    __m256 s = _mm256_set1_ps(r);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), s));
+    for (; j < n; j++) x[j] *= r;
+}
+
 static inline float hreduce(__m256 v, int op) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     __m128 r = op == TOPS_REDUCE_SUM ? _mm_add_ps(lo, hi) : op == TOPS_REDUCE_MAX ? _mm_max_ps(lo, hi) : _mm_min_ps(lo, hi);

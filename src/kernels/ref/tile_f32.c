@@ -28,6 +28,10 @@ void tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub) {
     for (int64_t j = 0; j < n; j++) x[j] = expf(x[j] - sub);
 }
 
+void tops__scale_f32_row__ref(float *x, int64_t n, float r) {
+    for (int64_t j = 0; j < n; j++) x[j] *= r;
+}
+
 float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identity) {
     float acc = identity;
     int nan = isnan(identity);
