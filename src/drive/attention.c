@@ -90,7 +90,10 @@ static int v_is_direct(const tops_tensor *v) {
 static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, kv_layout *L) {
     memset(L, 0, sizeof *L);
     if (tops__ceil_div(p->sq, p->q_block) < 2) return 0; /* one query block: nothing to share */
+    /* Rows of K^T an odd number of 32-float strips apart: a power-of-two
+       stride would put every k step of a strip in the same L1 set. */
     int64_t skp = (p->sk + 31) & ~(int64_t)31;
+    if ((skp / 32) % 2 == 0) skp += 32;
     size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)p->d * (size_t)skp;
     size_t vd_elems = v_is_direct(v) ? 0 : (size_t)p->batch * (size_t)p->kv_heads * (size_t)p->sk * (size_t)p->dv;
     if ((kt_elems + vd_elems) > PREPACK_MAX_BYTES / sizeof(float)) return 0;
