@@ -45,6 +45,7 @@ typedef struct tops_bench_roofline {
     int read_capped;       /* 1 if memory limits kept the buffer under 4x LLC */
     char fma_kernel[32];   /* "avx512-fma", "avx2-fma", "scalar" */
     char int8_kernel[32];  /* "avx512-vnni", "avx2-maddubs", "scalar" */
+    char read_kernel[32];  /* "avx512-load", "avx2-load", "scalar" */
 } tops_bench_roofline;
 
 /* floor_s for a case: the larger of bytes / bandwidth and flops / peak.
@@ -59,10 +60,10 @@ void tops_bench_row_derive(tops_bench_row *row, double flops, double weight_byte
 /* ---- roofline (bench/roofline.c) ---------------------------------------- */
 
 /* Measures the three ceilings with `threads` threads at the kernel level
-   the library uses (tops_cpu_get_info).  llc_bytes sizes the streamed
-   buffer (4x, at least 64 MiB); the buffer is capped at a quarter of the
-   available memory (read_capped then says so). */
-tops_status tops_bench_measure_roofline(int threads, tops_bench_roofline *out);
+   the library uses (tops_cpu_get_info).  read_bytes sizes the streamed
+   buffer; 0 = 4x the last-level cache (at least 64 MiB), capped at a
+   quarter of the available memory (read_capped then says so). */
+tops_status tops_bench_measure_roofline(int threads, size_t read_bytes, tops_bench_roofline *out);
 
 /* The pieces, exposed for tests: a streaming read of `bytes` (returns a sum
    so the reads cannot be dropped), and register-only loops returning the
@@ -74,6 +75,7 @@ double tops_bench_i8dot_scalar(int64_t iterations);
 uint64_t tops_bench_read_avx2(const void *buf, size_t bytes);
 double tops_bench_fma_avx2(int64_t iterations);
 double tops_bench_i8dot_avx2(int64_t iterations);
+uint64_t tops_bench_read_avx512(const void *buf, size_t bytes);
 double tops_bench_fma_avx512(int64_t iterations);
 double tops_bench_i8dot_avx512_vnni(int64_t iterations);
 #endif
@@ -139,6 +141,7 @@ typedef struct tops_bench_config {
     char isa[24];                /* --isa, "" = the library's choice */
     const char *json_path, *plot_path;
     int progress;                /* progress line on stderr */
+    double rotate_bytes;         /* weight bytes touched per rotation; 0 = 2x the LLC */
     void *op_options;            /* a runner's own options (parse_option fills it) */
 } tops_bench_config;
 
@@ -173,11 +176,13 @@ struct tops_bench_session {
     int case_index, case_count; /* for the progress line */
 };
 
-/* The CPU roofline, measured on the first call of a session. */
+/* The CPU roofline, measured on the first call of a session (a caller
+   may preset s->roof and s->have_roof, as the tests do). */
 tops_status tops_bench_session_roofline(tops_bench_session *s, const tops_bench_roofline **out);
 /* The progress line on stderr ("[3/21] int4-g32 M=16: timing"); a NULL
-   fmt clears it. */
+   fmt clears it.  The _detail form updates a terminal only (no log spam). */
 void tops_bench_progress(tops_bench_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tops_bench_progress_detail(tops_bench_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The last-level cache size (bytes) per tops_cpu_get_info; 32 MiB if unknown. */
 int64_t tops_bench_llc_bytes(void);
@@ -192,8 +197,15 @@ tops_status tops_bench_matmul_prepare(tops_bench_config *cfg);
    K=4096, N=12288, M = 1, 16, 128. */
 extern const char *const tops_bench_matmul_default_formats[];
 
+/* The kernel family tops_matmul2d runs for this case (the table's path). */
+void tops_bench_matmul_path(char *buf, size_t cap, const tops_matmul2d_desc *desc, tops_format right);
+
 /* Deterministic test data: n normal(0, 1) values from a seed. */
 void tops_bench_fill_normal(float *v, int64_t n, uint64_t seed);
+/* f64 reference of rows `rows` of A[., K] * W^T, W stored [N, K] (both f32,
+   contiguous): ref[r * n + j]. */
+void tops_bench_reference_rows(const float *a, const float *w, int64_t k, int64_t n, const int64_t *rows,
+                               int nrows, double *ref);
 /* Accuracy of y against a reference: rel-L2, cos-sim and max-abs (NaN if y
    holds a NaN where ref does not). */
 void tops_bench_compare(const double *ref, const float *y, int64_t n, double *rel_l2, double *cos_sim,

@@ -68,12 +68,15 @@ double tops_bench_i8dot_avx2(int64_t iterations) {
 }
 
 /* Streaming read: 32-byte loads into four independent OR chains (cheap, so
-   the loop is load-bound). */
+   the loop is load-bound), with software prefetch 1 KiB ahead: a core in a
+   VM keeps too few misses in flight without it (measured +8%). */
 uint64_t tops_bench_read_avx2(const void *buf, size_t bytes) {
     const __m256i *p = (const __m256i *)buf;
     size_t n = bytes / 128;
     __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
     for (size_t i = 0; i < n; i++, p += 4) {
+        _mm_prefetch((const char *)p + 1024, _MM_HINT_T0);
+        _mm_prefetch((const char *)p + 1088, _MM_HINT_T0);
         s0 = _mm256_or_si256(s0, _mm256_load_si256(p));
         s1 = _mm256_or_si256(s1, _mm256_load_si256(p + 1));
         s2 = _mm256_or_si256(s2, _mm256_load_si256(p + 2));

@@ -29,7 +29,7 @@ const tops_bench_runner *tops_bench_runner_at(size_t i) {
 tops_status tops_bench_session_roofline(tops_bench_session *s, const tops_bench_roofline **out) {
     if (!s->have_roof) {
         tops_bench_progress(s, "measuring the roofline (read bandwidth, FMA and i8 peaks)");
-        tops_status st = tops_bench_measure_roofline(s->cfg->threads, &s->roof);
+        tops_status st = tops_bench_measure_roofline(s->cfg->threads, 0, &s->roof);
         if (st != TOPS_OK) return st;
         s->have_roof = 1;
     }
@@ -37,23 +37,35 @@ tops_status tops_bench_session_roofline(tops_bench_session *s, const tops_bench_
     return TOPS_OK;
 }
 
-void tops_bench_progress(tops_bench_session *s, const char *fmt, ...) {
+static void progress_v(tops_bench_session *s, int detail, const char *fmt, va_list ap) {
     if (!s->cfg->progress) return;
     /* On a terminal the line rewrites itself; in a log each step is a line. */
     int tty = isatty(STDERR_FILENO);
+    if (detail && !tty) return;
     if (!fmt) {
         if (tty) fprintf(stderr, "\r\033[K");
         fflush(stderr);
         return;
     }
     char msg[256];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (s->case_count > 0)
         fprintf(stderr, "%s[%d/%d] %s%s", tty ? "\r\033[K" : "", s->case_index, s->case_count, msg, tty ? "" : "\n");
     else
         fprintf(stderr, "%s%s%s", tty ? "\r\033[K" : "", msg, tty ? "" : "\n");
     fflush(stderr);
+}
+
+void tops_bench_progress(tops_bench_session *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    progress_v(s, 0, fmt, ap);
+    va_end(ap);
+}
+
+void tops_bench_progress_detail(tops_bench_session *s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    progress_v(s, 1, fmt, ap);
+    va_end(ap);
 }

@@ -34,6 +34,9 @@ typedef struct tops__kernels {
 
     /* matmul2d: the f32 microkernel every format can feed (decoded panels). */
     tops__gemm_ukernel gemm_f32;
+    /* Panel packing: dst[k * width + j] = src[j * ld + k] for j < valid,
+       0 for valid <= j < width (a transpose with zero padding). */
+    void (*pack_rows_f32)(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 
     /* Element rows (src/kernels/<isa>/convert_*.c): n elements, any n >= 0. */
     void (*f32_to_f16_row)(uint16_t *dst, const float *src, int64_t n);
@@ -87,12 +90,13 @@ void tops__ref_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sa
 void tops__ref_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__ref_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__ref_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
-void tops__gemm_f32_f32_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+void tops__tile_gemm_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                       int64_t ldb, float *c, int64_t ldc, int accumulate);
 void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
 void tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub);
 void tops__scale_f32_row__ref(float *x, int64_t n, float r);
 float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identity);
+void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
 #if defined(TOPS_HAVE_X86_KERNELS)
@@ -100,16 +104,25 @@ void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__avx2_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
-void tops__gemm_f32_f32_f32_6x16__avx2(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+void tops__tile_gemm_f32_6x16__avx2(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                        int64_t ldb, float *c, int64_t ldc, int accumulate);
 void tops__transpose_f32__avx2(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
 void tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub);
 void tops__scale_f32_row__avx2(float *x, int64_t n, float r);
 float tops__reduce_f32_row__avx2(const float *x, int64_t n, int op, float identity);
-void tops__gemm_f32_f32_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                           int64_t ldb, float *c, int64_t ldc, int accumulate);
 void tops__exp_sub_f32_row__avx512(float *x, int64_t n, float sub);
 float tops__reduce_f32_row__avx512(const float *x, int64_t n, int op, float identity);
+void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                      int accumulate);
+void tops__avx2_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 #endif
 
 #endif

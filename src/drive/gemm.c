@@ -12,7 +12,7 @@
 #endif
 
 enum {
-    KC_DEFAULT = 256,                 /* B micro-panel kc x NR stays in L1 */
+    KC_DEFAULT = 512,                 /* B micro-panel kc x NR stays in L1 */
     NC_DEFAULT = 512,                 /* B block kc x NC stays in L2 */
     M_CHUNK_MAX = 480,                /* rows of left packed at once */
 };
@@ -33,12 +33,26 @@ static void pack_panel(const tops__kernels *kern, const tops__gemm_operand *op, 
                 for (int64_t j = valid; j < width; j++) panel[k * width + j] = 0.0f;
         return;
     }
-    op->read(kern, op->t, o0, valid, k0, kc, tmp, kc);
-    for (int64_t k = 0; k < kc; k++) {
-        float *row = panel + k * width;
-        for (int64_t j = 0; j < valid; j++) row[j] = tmp[j * kc + k];
-        for (int64_t j = valid; j < width; j++) row[j] = 0.0f;
+    if (op->direct_f32) { /* f32 rows in memory: transpose straight from the source */
+        const int64_t ld = op->t->stride[0];
+        kern->pack_rows_f32((const float *)op->t->data + o0 * ld + k0, ld, valid, kc, panel, width);
+        return;
     }
+    op->read(kern, op->t, o0, valid, k0, kc, tmp, kc);
+    kern->pack_rows_f32(tmp, kc, valid, kc, panel, width);
+}
+
+/* The calling thread keeps its workspace between calls: fresh pages for
+   every call cost more than a small matmul (page faults and zeroing). */
+static _Thread_local float *ws_cache;
+static _Thread_local size_t ws_cache_bytes;
+
+static float *workspace_get(size_t bytes) {
+    if (ws_cache && ws_cache_bytes >= bytes) return ws_cache;
+    tops__aligned_free(ws_cache);
+    ws_cache = tops__aligned_alloc(bytes);
+    ws_cache_bytes = ws_cache ? bytes : 0;
+    return ws_cache;
 }
 
 /* Balanced block size: splits n into ceil(n / target) nearly equal
@@ -85,13 +99,12 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
     if (!tops__mul_size(per_thread, (size_t)threads, &total) || !tops__add_size(total, left_floats, &total) ||
         !tops__mul_size(total, sizeof(float), &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    float *ws = NULL, *owned = NULL;
+    float *ws = NULL;
     if (p->scratch && p->scratch_bytes >= bytes + 64) {
         ws = (float *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63);
     } else {
-        owned = tops__aligned_alloc(bytes);
-        if (!owned) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
-        ws = owned;
+        ws = workspace_get(bytes);
+        if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
     }
     float *packed_left = ws;
 
@@ -154,7 +167,6 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
             }
         }
     }
-    tops__aligned_free(owned);
     return TOPS_OK;
 }
 

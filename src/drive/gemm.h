@@ -18,9 +18,13 @@ typedef struct tops__gemm_operand {
     const tops_tensor *t;
     int k_major;             /* storage is [K, other] (left transposed, right plain) */
     tops__rect_reader read;
+    int direct_f32;          /* plain f32, unit column stride, tensor_scale 1: read in place */
     const struct tops__packed_right *packed; /* right only: prepacked panels, or NULL */
 } tops__gemm_operand;
 
+/* Reader for any format through the formats layer (tops__decode_rect). */
+void tops__read_rect_decode(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                            int64_t nc, float *out, int64_t ld);
 /* Reader for plain f32, f16 and bf16 tensors (any strides). */
 void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                            int64_t nc, float *out, int64_t ld);

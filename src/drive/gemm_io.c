@@ -1,6 +1,7 @@
 /* Reading plain f32/f16/bf16 rectangles into f32 and writing results back:
    the element-level I/O of the matmul driver (any strides). */
 #include "drive/gemm.h"
+#include "formats/codec.h"
 #include "kernels/ref/scalar_casts.h"
 
 #include <string.h>
@@ -13,6 +14,12 @@ static float load_elem(tops_dtype dt, const void *base, int64_t idx) {
     case TOPS_DT_BF16: return tops__bf16_to_f32(((const uint16_t *)base)[idx]);
     default: return ((const float *)base)[idx];
     }
+}
+
+void tops__read_rect_decode(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                            int64_t nc, float *out, int64_t ld) {
+    (void)kern;
+    tops__decode_rect(t, NULL, r0, nr, c0, nc, out, ld);
 }
 
 void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,

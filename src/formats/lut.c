@@ -59,6 +59,7 @@ static void fit_codebook(float *v, int64_t n, double *prefix, int iterations, ui
 }
 
 typedef struct fit_walk {
+    const tops__qctx *ctx;
     const tops_tensor *src;
     tops_tensor *dst;
     float *vals;
@@ -70,7 +71,7 @@ typedef struct fit_walk {
 static tops_status gather_row(void *user, const int64_t *idx) {
     fit_walk *w = user;
     int last = w->src->rank - 1;
-    tops__gather_f32(w->src, idx, last, w->src->extent[last], w->vals + w->filled);
+    tops__gather_input(w->ctx, w->src, idx, last, w->src->extent[last], w->vals + w->filled);
     w->filled += w->src->extent[last];
     return TOPS_OK;
 }
@@ -79,7 +80,7 @@ static tops_status fit_row(void *user, const int64_t *idx) {
     fit_walk *w = user;
     int last = w->src->rank - 1;
     int64_t n = w->src->extent[last];
-    tops__gather_f32(w->src, idx, last, n, w->vals);
+    tops__gather_input(w->ctx, w->src, idx, last, n, w->vals);
     fit_codebook(w->vals, n, w->prefix, w->iterations, tops__codebook_at(w->dst, idx));
     return TOPS_OK;
 }
@@ -87,7 +88,7 @@ static tops_status fit_row(void *user, const int64_t *idx) {
 static tops_status lut_prepare(tops__qctx *ctx, const tops_tensor *src, tops_tensor *dst) {
     int per_row = ctx->info->codebook == 2, last = src->rank - 1;
     int64_t n = per_row ? src->extent[last] : tops_tensor_numel(src);
-    fit_walk w = {src, dst, malloc((size_t)n * sizeof(float)), malloc((size_t)(n + 1) * sizeof(double)), 0,
+    fit_walk w = {ctx, src, dst, malloc((size_t)n * sizeof(float)), malloc((size_t)(n + 1) * sizeof(double)), 0,
                   ctx->lut_iterations};
     if (!w.vals || !w.prefix) {
         free(w.vals);

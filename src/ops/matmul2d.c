@@ -91,12 +91,6 @@ static tops_status check_right_plain(const char *fn, const tops_tensor *right, i
                           "right's %s blocks run along dimension %d, which is N for transpose_right=%d; blocks must "
                           "run along K (dimension %d)",
                           info->name, 1 - kdim, transposed, kdim);
-    if (!is_activation_format(right->format.id)) {
-        char name[48];
-        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
-                          "right has format %s; this build reads f32, f16 and bf16 weights",
-                          tops_format_name(right->format, name, sizeof name));
-    }
     return TOPS_OK;
 }
 
@@ -176,11 +170,19 @@ static tops_status check_all(const char *fn, const tops_exec *exec, const tops_m
     return TOPS_OK;
 }
 
+static int is_direct_f32(const tops_tensor *t) {
+    return t->format.id == TOPS_FMT_F32 && t->stride[1] == 1 && t->tensor_scale == 1.0f;
+}
+
 static tops__gemm_operand right_operand(const tops_tensor *right, int transposed) {
-    tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, NULL};
+    tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, is_direct_f32(right), NULL};
+    /* Formats without a dedicated reader: the formats layer decodes one
+       K-panel at a time (fused: never the whole matrix). */
+    if (!is_activation_format(right->format.id)) op.read = tops__read_rect_decode;
     if (right->format.id == TOPS_FMT_PACKED) {
         op.k_major = 1;
         op.read = tops__read_rect_packed;
+        op.direct_f32 = 0;
         op.packed = right->packed_;
     }
     return op;
@@ -206,7 +208,7 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
     p.m = in.m;
     p.n = in.n;
     p.k = in.k;
-    p.left = (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, NULL};
+    p.left = (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL};
     p.right = right_operand(right, desc->transpose_right);
     p.dest = dest;
     p.accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;

@@ -6,6 +6,7 @@
 #include "harness.h"
 #include "kernels/ref/scalar_casts.h"
 #include "tensorops.h"
+#include "formats/codec.h"
 
 /* Tests scale down under the sanitizers and in debug builds. */
 #if defined(NDEBUG) && !defined(__SANITIZE_ADDRESS__)
@@ -126,6 +127,73 @@ static inline double mm_rel_l2(const tops_tensor *t, const double *want) {
             den += w * w;
         }
     return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+/* A weight operand in any format: random f32 quantized with tops_quantize;
+   exact[] holds the decoded values (the formats layer is the truth).
+   blocks_dim0: scale blocks run along dimension 0 (a [K, N] weight). */
+static inline void mm_make_quant(mm_operand *o, tops_format fmt, int64_t rows, int64_t cols, int blocks_dim0,
+                                 th_rng *r) {
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    int64_t ext[2] = {rows, cols};
+    tops_tensor src;
+    if (tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, ext, host, &src) != TOPS_OK) abort();
+    for (int64_t i = 0; i < rows * cols; i++) ((float *)src.data)[i] = th_uniform(r, -1.0f, 1.0f);
+    tops_format res;
+    if (tops_format_resolve(fmt, &res) != TOPS_OK) abort();
+    const tops_format_info *info = tops_format_get_info(res.id);
+    if (!blocks_dim0) {
+        if (tops_tensor_create(fmt, 2, ext, host, &o->t) != TOPS_OK) {
+            fprintf(stderr, "mm_make_quant: %s\n", tops_last_error());
+            abort();
+        }
+        o->buf = NULL;
+    } else {
+        /* A view over our own planes with blocks of `group` rows. */
+        tops_tensor_desc d;
+        memset(&d, 0, sizeof d);
+        d.format = res;
+        d.rank = 2;
+        d.extent[0] = rows;
+        d.extent[1] = cols;
+        size_t data_bytes = (size_t)(rows * ((cols + info->pack_elems - 1) / info->pack_elems) * info->pack_bytes);
+        int64_t srows = (rows + res.group - 1) / res.group;
+        size_t sbytes = (size_t)(srows * cols) * (size_t)((tops_dtype_bits(res.scale) + 7) / 8);
+        size_t bbytes = info->has_bias ? (size_t)(srows * cols) * 2 : 0;
+        char *mem = calloc(1, data_bytes + sbytes + bbytes + 64);
+        o->buf = mem;
+        d.data = mem;
+        d.scales.data = mem + data_bytes;
+        d.scales.block[0] = res.group;
+        d.scales.block[1] = 1;
+        if (info->has_bias) {
+            d.bias.data = mem + data_bytes + sbytes;
+            d.bias.block[0] = res.group;
+            d.bias.block[1] = 1;
+        }
+        if (tops_tensor_view(&d, &o->t) != TOPS_OK) {
+            fprintf(stderr, "mm_make_quant view: %s\n", tops_last_error());
+            abort();
+        }
+    }
+    if (tops_quantize(&src, &o->t, NULL) != TOPS_OK) {
+        fprintf(stderr, "mm_make_quant quantize: %s\n", tops_last_error());
+        abort();
+    }
+    float *dec = malloc((size_t)(rows * cols) * sizeof(float));
+    tops__decode_rect(&o->t, NULL, 0, rows, 0, cols, dec, cols);
+    o->exact = malloc((size_t)(rows * cols) * sizeof(double));
+    for (int64_t i = 0; i < rows * cols; i++) o->exact[i] = dec[i];
+    o->rows = rows;
+    o->cols = cols;
+    free(dec);
+    tops_tensor_destroy(&src);
+}
+
+/* Frees an operand from mm_make or mm_make_quant. */
+static inline void mm_free_any(mm_operand *o) {
+    if (!o->buf) tops_tensor_destroy(&o->t);
+    mm_free(o);
 }
 
 #endif

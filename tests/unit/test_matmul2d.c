@@ -143,6 +143,17 @@ static void test_bad_inputs(void) {
     scaled.tensor_scale = 2.0f;
     BAD(tops_matmul2d(&ex, &d, &a, &b, &scaled), TOPS_INVALID_ARGUMENT, "tensor_scale");
 
+    /* group blocks along N (a [K, N] int4-g32 tensor blocked along its rows) */
+    tops_tensor q;
+    int64_t qext[2] = {8, 64};
+    tops_format i4 = {TOPS_FMT_INT4_G, 32, TOPS_DT_NONE};
+    ASSERT_OK(tops_tensor_create(i4, 2, qext, host, &q));
+    void *pq;
+    tops_tensor cq = make_plain(TOPS_DT_F32, 4, 64, &pq);
+    ASSERT_FAILS_WITH(tops_matmul2d(&ex, &d, &a, &q, &cq), TOPS_INVALID_ARGUMENT, "blocks must run along K");
+    tops_tensor_destroy(&cq);
+    tops_tensor_destroy(&q);
+
     /* memory placement */
     tops_tensor dev = a;
     dev.memory.kind = TOPS_DEVICE_CUDA;

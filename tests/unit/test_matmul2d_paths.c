@@ -24,12 +24,17 @@ typedef struct mm_case {
     int ta, tb, accumulate;
     tops_dtype left_dt, right_dt, dest_dt;
     int strided;
+    int quant;           /* right is rfmt, quantized from random values */
+    tops_format rfmt;
 } mm_case;
 
 static void describe(const mm_case *c, char *buf, size_t cap) {
+    char rname[48];
+    if (c->quant) tops_format_name(c->rfmt, rname, sizeof rname);
+    else snprintf(rname, sizeof rname, "%s", tops_dtype_name(c->right_dt));
     snprintf(buf, cap, "m=%lld n=%lld k=%lld ta=%d tb=%d acc=%d left=%s right=%s dest=%s strided=%d",
              (long long)c->m, (long long)c->n, (long long)c->k, c->ta, c->tb, c->accumulate,
-             tops_dtype_name(c->left_dt), tops_dtype_name(c->right_dt), tops_dtype_name(c->dest_dt), c->strided);
+             tops_dtype_name(c->left_dt), rname, tops_dtype_name(c->dest_dt), c->strided);
 }
 
 /* Runs one case on every available level with threads 1 and 2 and checks
@@ -39,7 +44,13 @@ static void run_case(const mm_case *c) {
     describe(c, what, sizeof what);
     mm_operand a, b, d;
     mm_make(&a, c->left_dt, c->ta ? c->k : c->m, c->ta ? c->m : c->k, c->strided, &rng);
-    mm_make(&b, c->right_dt, c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->strided, &rng);
+    if (c->quant) {
+        const tops_format_info *info = tops_format_get_info(c->rfmt.id);
+        int blocks_dim0 = !c->tb && info->scale_default != TOPS_DT_NONE && info->block > 1;
+        mm_make_quant(&b, c->rfmt, c->tb ? c->n : c->k, c->tb ? c->k : c->n, blocks_dim0, &rng);
+    } else {
+        mm_make(&b, c->right_dt, c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->strided, &rng);
+    }
     mm_make(&d, c->dest_dt, c->m, c->n, c->strided, &rng); /* initial dest (for accumulate) */
     const size_t cells = (size_t)(c->m * c->n);
     double *want = malloc(cells * sizeof(double)), *ref = malloc(cells * sizeof(double));
@@ -99,7 +110,7 @@ static void run_case(const mm_case *c) {
     free(ref);
     free(first);
     mm_free(&a);
-    mm_free(&b);
+    mm_free_any(&b);
     mm_free(&d);
 }
 
@@ -130,7 +141,7 @@ static void test_random_shapes(void) {
 static void test_every_combination(void) {
     for (int q = 0; q < 3 * 3 * 3 * 4; q++) {
         mm_case c = {5, 19, 37, q & 1, (q >> 1) & 1, q % 5 == 0, act_dts[(q / 4) % 3], act_dts[(q / 12) % 3],
-                     act_dts[(q / 36) % 3], q % 3 == 0};
+                     act_dts[(q / 36) % 3], q % 3 == 0, 0, {TOPS_FMT_F32, 0, TOPS_DT_NONE}};
         run_case(&c);
     }
 }
@@ -138,12 +149,42 @@ static void test_every_combination(void) {
 /* Long K (4095: one past the blocks) and sizes that cross the N and M
    blocking of the driver. */
 static void test_large_edges(void) {
-    mm_case c1 = {3, 9, 4095, 0, 1, 0, TOPS_DT_F32, TOPS_DT_BF16, TOPS_DT_F32, 0};
+    mm_case c1 = {3, 9, 4095, 0, 1, 0, TOPS_DT_F32, TOPS_DT_BF16, TOPS_DT_F32, 0, 0, {TOPS_FMT_F32, 0, TOPS_DT_NONE}};
     run_case(&c1);
-    mm_case c2 = {MM_FULL ? 97 : 13, MM_FULL ? 1100 : 530, 33, 1, 0, 1, TOPS_DT_F16, TOPS_DT_F32, TOPS_DT_F32, 1};
+    mm_case c2 = {MM_FULL ? 97 : 13, MM_FULL ? 1100 : 530, 33, 1, 0, 1, TOPS_DT_F16, TOPS_DT_F32, TOPS_DT_F32, 1, 0, {TOPS_FMT_F32, 0, TOPS_DT_NONE}};
     run_case(&c2);
-    mm_case c3 = {MM_FULL ? 500 : 7, 17, 1, 0, 0, 0, TOPS_DT_F32, TOPS_DT_F32, TOPS_DT_F16, 0};
+    mm_case c3 = {MM_FULL ? 500 : 7, 17, 1, 0, 0, 0, TOPS_DT_F32, TOPS_DT_F32, TOPS_DT_F16, 0, 0, {TOPS_FMT_F32, 0, TOPS_DT_NONE}};
     run_case(&c3);
+}
+
+/* Every weight format (element types, block-scaled, GGUF, lut4, channel
+   fp8) through matmul2d: both transposes, ragged K, against f64 of the
+   decoded operands. */
+static void test_every_format(void) {
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+        if (id == TOPS_FMT_PACKED) continue;
+        tops_format f = {(tops_format_id)id, 0, TOPS_DT_NONE};
+        int variants = (id == TOPS_FMT_INT4_G || id == TOPS_FMT_INT8_G) ? 3 : 1;
+        for (int v = 0; v < variants; v++) {
+            if (v == 1) f.group = 128;
+            if (v == 2) f.scale = TOPS_DT_E8M0, f.group = 32;
+            for (int tb = 0; tb < 2; tb++) {
+                mm_case c;
+                memset(&c, 0, sizeof c);
+                c.m = pick_dim(MM_FULL ? 40 : 12);
+                c.n = pick_dim(MM_FULL ? 70 : 24);
+                c.k = tb ? 7 + (int64_t)(th_next(&rng) % 300) : 64 + (int64_t)(th_next(&rng) % 100);
+                c.ta = (int)(th_next(&rng) % 2);
+                c.tb = tb;
+                c.accumulate = (int)(th_next(&rng) % 2);
+                c.left_dt = act_dts[th_next(&rng) % 3];
+                c.dest_dt = TOPS_DT_F32;
+                c.quant = 1;
+                c.rfmt = f;
+                run_case(&c);
+            }
+        }
+    }
 }
 
 int main(void) {
@@ -151,5 +192,6 @@ int main(void) {
     RUN_TEST(test_every_combination);
     RUN_TEST(test_random_shapes);
     RUN_TEST(test_large_edges);
+    RUN_TEST(test_every_format);
     TEST_MAIN_END();
 }

@@ -29,7 +29,7 @@ static inline __attribute__((always_inline)) void gemm_rows(const int mr, int64_
     }
 }
 
-void tops__gemm_f32_f32_f32_6x16__avx2(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+void tops__tile_gemm_f32_6x16__avx2(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                        int64_t ldb, float *c, int64_t ldc, int accumulate) {
     switch (mr) {
     case 6: gemm_rows(6, k, a, lda, b, ldb, c, ldc, accumulate); break;

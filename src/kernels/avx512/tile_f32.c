@@ -28,7 +28,7 @@ static inline __attribute__((always_inline)) void gemm_rows(const int mr, int64_
     }
 }
 
-void tops__gemm_f32_f32_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                           int64_t ldb, float *c, int64_t ldc, int accumulate) {
     switch (mr) {
     case 12: gemm_rows(12, k, a, lda, b, ldb, c, ldc, accumulate); break;

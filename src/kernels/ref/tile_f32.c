@@ -4,7 +4,7 @@
 
 #include <math.h>
 
-void tops__gemm_f32_f32_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+void tops__tile_gemm_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                       int64_t ldb, float *c, int64_t ldc, int accumulate) {
     float acc[6][16];
     for (int i = 0; i < mr; i++)
