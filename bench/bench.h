@@ -211,4 +211,11 @@ void tops_bench_reference_rows(const float *a, const float *w, int64_t k, int64_
 void tops_bench_compare(const double *ref, const float *y, int64_t n, double *rel_l2, double *cos_sim,
                         double *max_abs);
 
+/* ---- the attention runner (bench/bench_attention.c) ----------------------- */
+
+int tops_bench_attention_parse(tops_bench_config *cfg, int argc, char **argv, int *i);
+tops_status tops_bench_attention_prepare(tops_bench_config *cfg);
+tops_status tops_bench_attention_cpu(tops_bench_session *session, tops_bench_rows *rows);
+extern const char tops_bench_attention_usage[];
+
 #endif
