@@ -218,7 +218,7 @@ static void run_row(const ladder_row *row, const ladder_shape *sh, const float *
     desc.transpose_right = 1;
     desc.relaxed_precision = row->relaxed;
     desc.mode = TOPS_MULTIPLY;
-    tops_bench_matmul_path(res->path, sizeof res->path, &desc, wq.format);
+    tops_bench_matmul_path(res->path, sizeof res->path, &desc, &wq);
     CHECK(tops_matmul2d(&exec, &desc, &left, &wq, &dest));
     CHECK(tops_cast_to_f32(row->dest, dest_f32, dest_data, m * n));
 
