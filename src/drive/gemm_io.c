@@ -28,14 +28,19 @@ void tops__read_rect_unpack(const tops__kernels *kern, const tops_tensor *t, int
     const tops__unpack_fn unpack = kern->unpack[t->format.id].run;
     const int sub = tops__unpack_sub(t);
     int8_t q[CHUNK];
-    float scale[CHUNK / 16];
+    float scale[CHUNK / 16], f[CHUNK];
     for (int64_t i = 0; i < nr; i++) {
         float *o = out + i * ld;
         for (int64_t k0 = c0 / sub * sub; k0 < c0 + nc; k0 += CHUNK) {
             int64_t n = c0 + nc - k0 < CHUNK ? tops__ceil_div(c0 + nc - k0, sub) * sub : CHUNK;
-            unpack(t, r0 + i, k0, n, q, scale);
             int64_t lo = k0 < c0 ? c0 : k0, hi = k0 + n < c0 + nc ? k0 + n : c0 + nc;
-            for (int64_t k = lo; k < hi; k++) o[k - c0] = (float)q[k - k0] * scale[(k - k0) / sub];
+            unpack(t, r0 + i, k0, n, q, scale);
+            if (lo == k0 && hi == k0 + n) { /* whole sub-blocks: straight into out */
+                kern->dequant_q8(q, scale, n, sub, o + (k0 - c0));
+            } else {
+                kern->dequant_q8(q, scale, n, sub, f);
+                memcpy(o + (lo - c0), f + (lo - k0), (size_t)(hi - lo) * sizeof(float));
+            }
         }
     }
 }

@@ -124,6 +124,24 @@ static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int
     unpack_gguf(t, row, k0, n, q, scale, 2, scalar_mxfp4);
 }
 
+/* GGUF block scales from the headers: F16C for q4_0, 2^(e-128) by bits
+   for ggml's mxfp4 (the same values as the scalar rows). */
+static void scales_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 18;
+    for (int64_t b = 0; b < n / 32; b++, blk += 18) {
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        scale[b] = _cvtsh_ss(h) * t->tensor_scale;
+    }
+}
+static void scales_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 17;
+    for (int64_t b = 0; b < n / 32; b++, blk += 17) {
+        int e = blk[0];
+        scale[b] = tops__bits_f32(e >= 2 ? (uint32_t)(e - 1) << 23 : 1u << (21 + e)) * t->tensor_scale;
+    }
+}
+
 void tops__avx2_fill_unpackers(tops__unpacker *table) {
     for (int e = 0; e < 256; e++) /* 2^(e-127); 0xFF is NaN (FORMATS.md) */
         e8m0_table[e] = e == 255 ? tops__bits_f32(0x7fc00000u)
@@ -141,6 +159,11 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     table[TOPS_FMT_Q4_0].run = unpack_q4_0;
     table[TOPS_FMT_Q8_0].run = unpack_q8_0;
     table[TOPS_FMT_GGUF_MXFP4].run = unpack_gguf_mxfp4;
+    table[TOPS_FMT_I4].nib.scales = unpack_scales;
+    table[TOPS_FMT_INT4_G].nib.scales = unpack_scales;
+    table[TOPS_FMT_MXFP4].nib.scales = unpack_scales;
+    table[TOPS_FMT_Q4_0].nib.scales = scales_q4_0;
+    table[TOPS_FMT_GGUF_MXFP4].nib.scales = scales_gguf_mxfp4;
 }
 
 static inline float hsum(__m256 v) {
@@ -230,4 +253,71 @@ void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, floa
         }
         ascale[b] = d;
     }
+}
+
+void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out) {
+    if (sub % 8 != 0) {
+        tops__ref_dequant_q8(q, scale, n, sub, out);
+        return;
+    }
+    for (int64_t b = 0; b < n / sub; b++) {
+        __m256 s = _mm256_set1_ps(scale[b]);
+        for (int j = 0; j < sub; j += 8)
+            _mm256_storeu_ps(out + b * sub + j, _mm256_mul_ps(i8x8_to_f32(q + b * sub + j), s));
+    }
+}
+
+float tops__avx2_dot_f32(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float acc = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+/* Per block: 16 nibble bytes -> [low nibbles | high nibbles] (one variable
+   shift of the upper lane), codes -> q + offset by vpshufb, then one
+   vpmaddubsw against the 32 activations.  Scale products go 8 blocks at a
+   time, with the offset correction folded in as one fma per 8 blocks. */
+float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                                const float *as, const float *acorr, const float *ws, int64_t nb) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
+    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t stride = layout->block_bytes;
+    const uint8_t *nib = blocks + layout->header;
+    __m256 acc = _mm256_setzero_ps(), corr = _mm256_setzero_ps();
+    float sc[8];
+    int64_t b = 0;
+    for (; b < nb; b += 8) {
+        const int64_t group = nb - b < 8 ? nb - b : 8;
+        if (group == 8) {
+            __m256 s8 = _mm256_mul_ps(_mm256_loadu_ps(ws + b), _mm256_loadu_ps(as + b));
+            corr = _mm256_fmadd_ps(_mm256_loadu_ps(acorr + b), s8, corr);
+            _mm256_storeu_ps(sc, s8);
+        } else {
+            float c = 0.0f;
+            for (int64_t i = 0; i < group; i++) {
+                sc[i] = ws[b + i] * as[b + i];
+                c += acorr[b + i] * sc[i];
+            }
+            corr = _mm256_add_ps(corr, _mm256_setr_ps(c, 0, 0, 0, 0, 0, 0, 0));
+        }
+        for (int64_t i = 0; i < group; i++) {
+            const uint8_t *p = nib + (b + i) * stride;
+            __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+            x = _mm256_and_si256(_mm256_srlv_epi32(x, shifts), mask);
+            __m256i w = _mm256_shuffle_epi8(lut, x);
+            __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32))), ones);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sc[i]), acc);
+        }
+    }
+    return hsum(_mm256_sub_ps(acc, corr));
 }

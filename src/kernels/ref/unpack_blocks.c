@@ -126,6 +126,28 @@ static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
     }
 }
 
+/* Scales of GGUF blocks (one per 32, from each block's header). */
+static void gguf_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale, int e8m0) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    const uint8_t *data = tops__weight_row(t, row);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *blk = data + (k0 / 32 + b) * info->pack_bytes;
+        if (e8m0) {
+            scale[b] = tops__exp2i((int)blk[0] - 128) * t->tensor_scale;
+        } else {
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            scale[b] = tops__f16_to_f32(h) * t->tensor_scale;
+        }
+    }
+}
+static void scales_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    gguf_scales(t, row, k0, n, scale, 0);
+}
+static void scales_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    gguf_scales(t, row, k0, n, scale, 1);
+}
+
 static void unpack_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
     unpack_gguf(t, row, k0, n, q, scale, 0);
 }
@@ -137,19 +159,53 @@ static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int
 }
 
 void tops__ref_fill_unpackers(tops__unpacker *table) {
-    for (int i = 0; i < TOPS_FMT_COUNT_; i++) table[i] = (tops__unpacker){NULL, 0};
-    table[TOPS_FMT_I8] = (tops__unpacker){unpack_elements, 128};
-    table[TOPS_FMT_I4] = (tops__unpacker){unpack_elements, 8};
-    table[TOPS_FMT_I2] = (tops__unpacker){unpack_elements, 2};
-    table[TOPS_FMT_INT8_G] = (tops__unpacker){unpack_elements, 128};
-    table[TOPS_FMT_INT4_G] = (tops__unpacker){unpack_elements, 8};
-    table[TOPS_FMT_INT2_G] = (tops__unpacker){unpack_elements, 2};
-    table[TOPS_FMT_MXFP4] = (tops__unpacker){unpack_elements, 12};
-    table[TOPS_FMT_MXINT8] = (tops__unpacker){unpack_elements, 128};
-    table[TOPS_FMT_NVFP4] = (tops__unpacker){unpack_elements, 12};
-    table[TOPS_FMT_Q4_0] = (tops__unpacker){unpack_q4_0, 8};
-    table[TOPS_FMT_Q8_0] = (tops__unpacker){unpack_q8_0, 128};
-    table[TOPS_FMT_GGUF_MXFP4] = (tops__unpacker){unpack_gguf_mxfp4, 12};
+    memset(table, 0, sizeof(tops__unpacker) * TOPS_FMT_COUNT_);
+    table[TOPS_FMT_I8].run = unpack_elements, table[TOPS_FMT_I8].qmax = 128;
+    table[TOPS_FMT_I4].run = unpack_elements, table[TOPS_FMT_I4].qmax = 8;
+    table[TOPS_FMT_I2].run = unpack_elements, table[TOPS_FMT_I2].qmax = 2;
+    table[TOPS_FMT_INT8_G].run = unpack_elements, table[TOPS_FMT_INT8_G].qmax = 128;
+    table[TOPS_FMT_INT4_G].run = unpack_elements, table[TOPS_FMT_INT4_G].qmax = 8;
+    table[TOPS_FMT_INT2_G].run = unpack_elements, table[TOPS_FMT_INT2_G].qmax = 2;
+    table[TOPS_FMT_MXFP4].run = unpack_elements, table[TOPS_FMT_MXFP4].qmax = 12;
+    table[TOPS_FMT_MXINT8].run = unpack_elements, table[TOPS_FMT_MXINT8].qmax = 128;
+    table[TOPS_FMT_NVFP4].run = unpack_elements, table[TOPS_FMT_NVFP4].qmax = 12;
+    table[TOPS_FMT_Q4_0].run = unpack_q4_0, table[TOPS_FMT_Q4_0].qmax = 8;
+    table[TOPS_FMT_Q8_0].run = unpack_q8_0, table[TOPS_FMT_Q8_0].qmax = 128;
+    table[TOPS_FMT_GGUF_MXFP4].run = unpack_gguf_mxfp4, table[TOPS_FMT_GGUF_MXFP4].qmax = 12;
+    /* In-place nibble layouts: the code -> q + offset tables. */
+    tops__nibble_layout i4 = {16, 0, 0, 8, {0}, tops__ref_unpack_scales};
+    tops__nibble_layout fp4 = {16, 0, 0, 12, {0}, tops__ref_unpack_scales};
+    for (int c = 0; c < 16; c++) {
+        i4.lut[c] = (uint8_t)(tops__sext((uint32_t)c, 4) + 8);
+        fp4.lut[c] = (uint8_t)(e2m1_doubled[c] + 12);
+    }
+    tops__nibble_layout q4 = i4, gfp4 = fp4;
+    q4.block_bytes = 18, q4.header = 2, q4.split = 1, q4.scales = scales_q4_0;
+    for (int c = 0; c < 16; c++) q4.lut[c] = (uint8_t)c; /* q4_0 codes are q + 8 */
+    gfp4.block_bytes = 17, gfp4.header = 1, gfp4.split = 1, gfp4.scales = scales_gguf_mxfp4;
+    table[TOPS_FMT_I4].nib = i4;
+    table[TOPS_FMT_INT4_G].nib = i4;
+    table[TOPS_FMT_MXFP4].nib = fp4;
+    table[TOPS_FMT_Q4_0].nib = q4;
+    table[TOPS_FMT_GGUF_MXFP4].nib = gfp4;
+}
+
+float tops__ref_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                               const float *as, const float *acorr, const float *ws, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *nib = blocks + b * layout->block_bytes + layout->header;
+        const int8_t *a = aq + b * 32;
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) {
+            /* split: low nibble j is element j, high is j + 16; otherwise
+               the activations come as [evens, odds], matching low, high. */
+            s += layout->lut[nib[j] & 0xF] * a[j];
+            s += layout->lut[nib[j] >> 4] * a[16 + j];
+        }
+        acc += ((float)s - acorr[b]) * (ws[b] * as[b]);
+    }
+    return acc;
 }
 
 float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub) {
@@ -187,4 +243,15 @@ void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float
         for (int j = 0; j < sub; j++) aq[b * sub + j] = (int8_t)(nan ? 0 : lrintf(x[j] * inv));
         ascale[b] = d;
     }
+}
+
+void tops__ref_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out) {
+    for (int64_t b = 0; b < n / sub; b++)
+        for (int j = 0; j < sub; j++) out[b * sub + j] = (float)q[b * sub + j] * scale[b];
+}
+
+float tops__ref_dot_f32(const float *a, const float *b, int64_t n) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
 }
