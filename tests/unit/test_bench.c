@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include "bench.h"
+#include "cpu/dispatch.h"
 
 #include <cjson/cJSON.h>
 #include <unistd.h>
@@ -321,6 +322,23 @@ static void test_tiny_matmul_case(void) {
     ASSERT_STATUS(tops_bench_matmul_prepare(&cfg), TOPS_INVALID_ARGUMENT);
 }
 
+/* The path of packed weights is the dispatch's f32 microkernel: at each
+   x86 level the table must hold that level's kernel, not a lower or
+   higher one (a merge once left the AVX2 kernels under the AVX-512 test). */
+static void test_path_names_the_level_kernel(void) {
+#if defined(TOPS_BENCH_X86)
+    tops_cpu_info ci;
+    tops_cpu_get_info(&ci);
+    const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
+    ASSERT_TRUE(ref && strstr(ref->gemm_f32.name, "__ref") != NULL);
+    if (ci.isa_available[TOPS_ISA_AVX2]) {
+        const tops__kernels *k = tops__kernels_for_isa(TOPS_ISA_AVX2);
+        ASSERT_TRUE(k && strstr(k->gemm_f32.name, "__avx2") != NULL);
+        ASSERT_TRUE(k && strstr(k->gemm_q8.name, "__avx2") != NULL);
+    }
+#endif
+}
+
 static void test_runner_table(void) {
     ASSERT_TRUE(tops_bench_find_runner("matmul", TOPS_DEVICE_CPU) != NULL);
     ASSERT_TRUE(tops_bench_find_runner("nosuch", TOPS_DEVICE_CPU) == NULL);
@@ -338,6 +356,7 @@ int main(void) {
     RUN_TEST(test_json);
     RUN_TEST(test_svg);
     RUN_TEST(test_tiny_matmul_case);
+    RUN_TEST(test_path_names_the_level_kernel);
     RUN_TEST(test_runner_table);
     TEST_MAIN_END();
 }
