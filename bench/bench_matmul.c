@@ -19,7 +19,8 @@ const char *const tops_bench_matmul_default_formats[] = {"f32", "f16", "int8-g32
                                                          "q4_0", "mxfp4", "nvfp4", NULL};
 
 /* The issue's strict bound for f32 dest; the relaxed paths quantize the
-   activations to i8 (or e4m3) per block, which costs about 1e-2. */
+   activations to i8 per block (about 6e-3 measured), held to the matmul
+   tests' 1e-2. */
 #define STRICT_REL_L2 1e-5
 #define RELAXED_REL_L2 1e-2
 /* Output rows checked against f64 per case (spread over M). */

@@ -93,7 +93,8 @@ static const ladder_shape quick_shapes[] = {
 };
 
 /* The row's rel-L2 bound: the issue's 1e-5 for f32 dest, one rounding of
-   the dest type on top for f16/bf16, and the relaxed paths' 1e-2 (they measure about 6e-3: i8 activations per block). */
+   the dest type on top for f16/bf16, and the relaxed paths' 1e-2 (they
+   measure about 6e-3: i8 activations per block). */
 static double row_bound(const ladder_row *r) {
     if (r->relaxed) return 1e-2;
     if (r->dest == TOPS_DT_F16) return STRICT_BOUND + ldexp(1.0, -11);
