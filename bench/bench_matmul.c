@@ -396,6 +396,9 @@ static tops_status time_baseline(tops_bench_session *s, const float *decoded, fl
         out->median_s[i] = t.median_s;
         snprintf(out->name[i], sizeof out->name[i], "%s", cfg->m[i] == 1 ? "openblas-sgemv" : "openblas-sgemm");
     }
+    /* OpenBLAS's threads spin a while after their last call (about 2^28
+       cycles by default): let them park before our cases take the cores. */
+    usleep(250000);
 done:
     if (w)
         for (int i = 1; i < copies; i++) tops__aligned_free(w[i]);
