@@ -528,9 +528,11 @@ TOPS_API tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul
 /* Lays right out for the kernel dispatch picks (once per weight, in
    parallel); the result is a TOPS_FMT_PACKED tensor that tops_matmul2d
    accepts in place of right (with the same desc.transpose_right) and that
-   tops_tensor_destroy frees.  The packed layout holds the decoded weights
-   as f32 panels (4 bytes per weight): worth it for f32/f16/bf16 weights;
-   quantized weights are best passed unpacked (the kernels decode them). */
+   tops_tensor_destroy frees.  Weights with an integer form stored [N, K]
+   (transpose_right; int groups, i8/i4/i2, mxfp4, mxint8, nvfp4, q4_0,
+   q8_0, gguf-mxfp4) pack to a contiguous copy in their own layout, which
+   the kernels read in place (same bytes as the source); every other format
+   packs to f32 panels for the f32 microkernel (4 bytes per weight). */
 TOPS_API tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc,
                                      const tops_tensor *right, tops_tensor *packed);
 

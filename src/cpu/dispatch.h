@@ -117,6 +117,14 @@ typedef struct tops__kernels {
                             const float *as, const float *acorr, const float *ws, int64_t nb);
     /* sum_k a[k] * b[k] over n f32 elements (any n). */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
+    /* Four rows at once (b + r * ldb, r < 4): four memory streams keep more
+       loads in flight when the weights come from DRAM.  out[r] = dot. */
+    void (*dot_f32_x4)(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+    /* dot_q8_nibbles over four rows (blocks + r * row_bytes, scales
+       ws + r * ld_ws), out[r] = dot. */
+    void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                              const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                              int64_t nb, float *out);
     /* out[i] = q[i] * scale[i / sub] for n elements (n a multiple of sub). */
     void (*dequant_q8)(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
     /* Relaxed activations: n values (a multiple of sub) to i8 per sub-block,
@@ -195,6 +203,10 @@ float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, 
 float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                           int sub);
 float tops__ref_dot_f32(const float *a, const float *b, int64_t n);
+void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                 const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                 int64_t nb, float *out);
 float tops__ref_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                                const float *as, const float *acorr, const float *ws, int64_t nb);
 void tops__ref_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
@@ -230,6 +242,10 @@ float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale,
 float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                            int sub);
 float tops__avx2_dot_f32(const float *a, const float *b, int64_t n);
+void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                  int64_t nb, float *out);
 float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                                 const float *as, const float *acorr, const float *ws, int64_t nb);
 void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);

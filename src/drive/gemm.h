@@ -81,6 +81,10 @@ typedef struct tops__packed_right {
     int nr;                  /* panel width: the microkernel's NR at pack time */
     const float *panels;     /* [ceil(n / nr)][k][nr] f32, zero-padded, planes applied */
     size_t bytes;            /* bytes of the panels */
+    /* Formats the kernels read in place (integer forms, [N, K]): instead of
+       panels, a contiguous copy in the format's own layout. */
+    int in_place;
+    tops_tensor copy;
 } tops__packed_right;
 
 /* Reader over packed panels, as if storage were [K, N] (k_major). */

@@ -64,7 +64,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     size_t act = (size_t)(M * kp) * sizeof(float), act_q = relaxed ? (size_t)(M * kp) : 0;
     size_t act_s = relaxed ? 2 * (size_t)(M * n_subs) * sizeof(float) : 0; /* scales, corrections */
     /* per thread: accumulators, scales, then i8 codes or an f32 row chunk */
-    size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + (size_t)(chunk / sub) * sizeof(float) +
+    size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + 4 * (size_t)(chunk / sub) * sizeof(float) +
                         (size_t)chunk * (integer ? 1 : sizeof(float)) + 192;
     size_t bytes = act + act_q + act_s + 192, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(bytes, more, &bytes))
@@ -103,11 +103,40 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
         unsigned char *mine = thread_base + (size_t)tid * per_thread;
         float *acc = (float *)mine;
         float *scale = acc + M * N_BLOCK;
-        int8_t *q = (int8_t *)(scale + chunk / sub);
+        int8_t *q = (int8_t *)(scale + 4 * (chunk / sub));
         float *row = (float *)q;
         const int64_t n0 = jb * N_BLOCK, nn = N - n0 < N_BLOCK ? N - n0 : N_BLOCK;
         for (int64_t j = 0; j < nn; j++) {
             for (int64_t m = 0; m < M; m++) acc[m * N_BLOCK + j] = 0.0f;
+            /* Four rows at once where the kernels read rows in place. */
+            if (j + 4 <= nn && (in_place ? K % 32 == 0 : !integer && p->right.direct_f32)) {
+                for (int64_t m = 0; m < M; m++)
+                    for (int r = 1; r < 4; r++) acc[m * N_BLOCK + j + r] = 0.0f;
+                for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
+                    int64_t kc = kp - k0 < chunk ? kp - k0 : chunk;
+                    float d[4];
+                    if (in_place) { /* K % 32 == 0: whole blocks only */
+                        const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
+                        for (int r = 0; r < 4; r++) up.nib.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
+                        const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
+                        for (int64_t m = 0; m < M; m++) {
+                            kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aq + m * kp + k0, as + m * n_subs + b0,
+                                                    acorr + m * n_subs + b0, scale, ld_ws, nb, d);
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    } else {
+                        int64_t kv = K - k0 < kc ? K - k0 : kc;
+                        const float *b = (const float *)w->data + (n0 + j) * w->stride[0] + k0;
+                        for (int64_t m = 0; m < M; m++) {
+                            kern->dot_f32_x4(a + m * kp + k0, b, w->stride[0], kv, d);
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    }
+                }
+                j += 3;
+                continue;
+            }
             for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
                 int64_t kc = kp - k0 < chunk ? kp - k0 : chunk;
                 if (in_place) {

@@ -252,6 +252,47 @@ static void test_packed_matches_plain(void) {
     }
 }
 
+/* Weights with an integer form pack to a contiguous copy the kernels read
+   in place: the same bits as the plain (here sliced, strided) weights in
+   every mode and for small and large M. */
+static void test_packed_in_place(void) {
+    const tops_format fmts[3] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
+                                 {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}};
+    for (int f = 0; f < 3; f++)
+        for (int v = 0; v < 4; v++) {
+            int64_t m = v % 2 ? 9 : 2, n = 21, k = 70 + 32 * (int64_t)(th_next(&rng) % 3);
+            mm_operand big;
+            mm_make_quant(&big, fmts[f], n + 5, k, 0, &rng);
+            tops_tensor w;
+            int64_t start[2] = {3, 0}, stop[2] = {3 + n, k};
+            ASSERT_OK(tops_tensor_slice(&big.t, start, stop, &w));
+            mm_operand a;
+            mm_make(&a, TOPS_DT_F32, m, k, 1, &rng);
+            void *p1, *p2;
+            tops_tensor c1 = make_plain(TOPS_DT_F32, m, n, &p1), c2 = make_plain(TOPS_DT_F32, m, n, &p2);
+            mm_poison(&c1);
+            mm_poison(&c2);
+            tops_matmul2d_desc d = plain_desc();
+            d.transpose_right = 1;
+            d.relaxed_precision = v >= 2;
+            tops_tensor pk;
+            ASSERT_OK(tops_pack_right(NULL, &d, &w, &pk));
+            ASSERT_OK(tops_matmul2d(NULL, &d, &a.t, &w, &c1));
+            ASSERT_OK(tops_matmul2d(NULL, &d, &a.t, &pk, &c2));
+            ASSERT_TRUE(memcmp(p1, p2, (size_t)(m * n) * sizeof(float)) == 0);
+            ASSERT_TRUE(isfinite(((float *)p2)[m * n - 1]));
+            char b1[160], b2[160];
+            ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &w, &c1, b1, sizeof b1));
+            ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &pk, &c2, b2, sizeof b2));
+            ASSERT_EQ_STR(b1, b2);
+            tops_tensor_destroy(&pk);
+            tops_tensor_destroy(&c1);
+            tops_tensor_destroy(&c2);
+            mm_free(&a);
+            mm_free_any(&big);
+        }
+}
+
 /* tops_matmul2d_path names the driver and kernel each plan takes. */
 static void test_path_names(void) {
     tops_memory host = {TOPS_DEVICE_CPU, 0};
@@ -294,6 +335,7 @@ int main(void) {
     RUN_TEST(test_small_product);
     RUN_TEST(test_bad_inputs);
     RUN_TEST(test_packed_matches_plain);
+    RUN_TEST(test_packed_in_place);
     RUN_TEST(test_path_names);
     TEST_MAIN_END();
 }

@@ -321,3 +321,44 @@ float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout
     }
     return hsum(_mm256_sub_ps(acc, corr));
 }
+
+void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out) {
+    const float *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(a + i + 8);
+        s0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b0 + i), s0);
+        s1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b1 + i), s1);
+        s2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b2 + i), s2);
+        s3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b3 + i), s3);
+        t0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b0 + i + 8), t0);
+        t1 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b1 + i + 8), t1);
+        t2 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b2 + i + 8), t2);
+        t3 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b3 + i + 8), t3);
+    }
+    out[0] = hsum(_mm256_add_ps(s0, t0));
+    out[1] = hsum(_mm256_add_ps(s1, t1));
+    out[2] = hsum(_mm256_add_ps(s2, t2));
+    out[3] = hsum(_mm256_add_ps(s3, t3));
+    for (; i < n; i++) {
+        out[0] += a[i] * b0[i];
+        out[1] += a[i] * b1[i];
+        out[2] += a[i] * b2[i];
+        out[3] += a[i] * b3[i];
+    }
+}
+
+void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                  int64_t nb, float *out) {
+    /* Interleave the four rows 8 blocks at a time: four streams in flight. */
+    float part[4] = {0, 0, 0, 0};
+    for (int64_t b = 0; b < nb; b += 8) {
+        int64_t g = nb - b < 8 ? nb - b : 8;
+        for (int r = 0; r < 4; r++)
+            part[r] += tops__avx2_dot_q8_nibbles(blocks + r * row_bytes + b * layout->block_bytes, layout, aq + b * 32,
+                                                 as + b, acorr + b, ws + r * ld_ws + b, g);
+    }
+    for (int r = 0; r < 4; r++) out[r] = part[r];
+}

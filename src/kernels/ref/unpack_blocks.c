@@ -255,3 +255,14 @@ float tops__ref_dot_f32(const float *a, const float *b, int64_t n) {
     for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
     return acc;
 }
+
+void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out) {
+    for (int r = 0; r < 4; r++) out[r] = tops__ref_dot_f32(a, b + r * ldb, n);
+}
+
+void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                 const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                 int64_t nb, float *out) {
+    for (int r = 0; r < 4; r++)
+        out[r] = tops__ref_dot_q8_nibbles(blocks + r * row_bytes, layout, aq, as, acorr, ws + r * ld_ws, nb);
+}
