@@ -163,7 +163,13 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     tops_tile_map_desc cap = {.op = TOPS_MAP_SOFTCAP, .value = p->softcap};
     tops_tile_map_desc mask = {.op = TOPS_MAP_MASK_CAUSAL, .row_offset = pos_lo, .causal = p->causal,
                                .window = p->window};
-    tops_tile_map_desc sub_exp = {.op = TOPS_MAP_SUB_EXP, .row_values = w->m};
+    /* Without soft-capping the scale rides on the exp: maxima and masks work
+       on raw dot products, and P = exp(scale * (S - m)) with its row sums
+       in one pass. */
+    int scale_in_exp = !(p->softcap > 0.0f);
+    float exp_scale = scale_in_exp ? p->scale : 1.0f;
+    tops_tile_map_desc sub_exp = {.op = TOPS_MAP_SUB_EXP, .row_values = w->m, .scale = exp_scale,
+                                  .row_sums = w->bsum};
     tops_tile_map_desc rescale = {.op = TOPS_MAP_SCALE, .row_values = w->alpha};
 
     int64_t lo, hi;
@@ -181,8 +187,10 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
         vm.r0 = j0;
         vm.rows = cols;
         tops__tile_matmul(kern, 0, !kt, 0, &qm, NULL, &km, s); /* S = Q K^T */
-        tops__tile_map(kern, s, &scale);
-        if (p->softcap > 0.0f) tops__tile_map(kern, s, &cap);
+        if (!scale_in_exp) {
+            tops__tile_map(kern, s, &scale);
+            tops__tile_map(kern, s, &cap);
+        }
         if (!block_visible(p, pos_lo, pos_hi, j0, j0 + cols)) {
             mask.col_offset = j0;
             tops__tile_map(kern, s, &mask);
@@ -193,12 +201,11 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
             float mo = w->m[i], mn = w->bmax[i] > mo ? w->bmax[i] : mo;
             if (isnan(w->bmax[i])) mn = NAN;
             /* Equal maxima (both -inf included) keep the sum as it is. */
-            w->alpha[i] = mo == mn ? 1.0f : expf(mo - mn);
+            w->alpha[i] = mo == mn ? 1.0f : expf((mo - mn) * exp_scale);
             rescale_needed |= w->alpha[i] != 1.0f;
             w->m[i] = mn;
         }
-        tops__tile_map(kern, s, &sub_exp); /* P = exp(S - m) */
-        tops__tile_reduce_rows(kern, s, TOPS_REDUCE_SUM, 0.0f, w->bsum);
+        tops__tile_map(kern, s, &sub_exp); /* P = exp(S - m), and its row sums */
         for (int64_t i = 0; i < rows; i++) w->l[i] = w->l[i] * w->alpha[i] + w->bsum[i];
         if (rescale_needed) tops__tile_map(kern, o, &rescale);
         tops__tile_matmul(kern, 0, 0, 1, NULL, s, &vm, o); /* O += P V */
