@@ -68,8 +68,9 @@ static int block_visible(const tops__attention_plan *p, int64_t pos_lo, int64_t 
 }
 
 /* Keys laid out once per run when several query blocks share them: K^T as
-   f32 [B, Hkv, D, Sk] (the tile matmul then reads 32-key strips in place
-   instead of transposing or decoding the same keys once per query block),
+   f32 blocks [B * Hkv, Sk / kv_block, D, kv_block], so that each key block
+   is one contiguous [D, kv_block] panel the tile matmul reads in place
+   (instead of transposing or decoding the same keys once per query block),
    and V as f32 [B, Hkv, Sk, Dv] when it is not f32 already.  O(Sk * D)
    memory, the size of the cache itself. */
 typedef struct kv_layout {
@@ -79,7 +80,6 @@ typedef struct kv_layout {
 } kv_layout;
 
 #define PREPACK_MAX_BYTES ((size_t)1 << 30)
-#define PREPACK_CHUNK 256
 
 static int v_is_direct(const tops_tensor *v) {
     return v->format.id == TOPS_FMT_F32 && v->tensor_scale == 1.0f && v->stride[3] == 1;
@@ -90,11 +90,8 @@ static int v_is_direct(const tops_tensor *v) {
 static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, kv_layout *L) {
     memset(L, 0, sizeof *L);
     if (tops__ceil_div(p->sq, p->q_block) < 2) return 0; /* one query block: nothing to share */
-    /* Rows of K^T an odd number of 32-float strips apart: a power-of-two
-       stride would put every k step of a strip in the same L1 set. */
-    int64_t skp = (p->sk + 31) & ~(int64_t)31;
-    if ((skp / 32) % 2 == 0) skp += 32;
-    size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)p->d * (size_t)skp;
+    int64_t nblk = tops__ceil_div(p->sk, p->kv_block);
+    size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)nblk * (size_t)p->d * (size_t)p->kv_block;
     size_t vd_elems = v_is_direct(v) ? 0 : (size_t)p->batch * (size_t)p->kv_heads * (size_t)p->sk * (size_t)p->dv;
     if ((kt_elems + vd_elems) > PREPACK_MAX_BYTES / sizeof(float)) return 0;
     L->mem = tops__aligned_alloc((kt_elems + vd_elems) * sizeof(float));
@@ -103,8 +100,7 @@ static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, k
     memset(&d, 0, sizeof d);
     d.format = tops_format_of(TOPS_DT_F32);
     d.rank = 4;
-    d.extent[0] = p->batch, d.extent[1] = p->kv_heads, d.extent[2] = p->d, d.extent[3] = p->sk;
-    d.stride[3] = 1, d.stride[2] = skp, d.stride[1] = p->d * skp, d.stride[0] = p->kv_heads * p->d * skp;
+    d.extent[0] = p->batch * p->kv_heads, d.extent[1] = nblk, d.extent[2] = p->d, d.extent[3] = p->kv_block;
     d.data = L->mem;
     L->have_kt = tops_tensor_view(&d, &L->kt) == TOPS_OK;
     if (vd_elems) {
@@ -119,14 +115,14 @@ static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, k
     return 1;
 }
 
-/* Lays out keys [j0, j0 + PREPACK_CHUNK) of kv head `item / chunks`. */
+/* Lays out key block `item % nblk` of kv head `item / nblk`. */
 static void kv_layout_fill(const tops__kernels *kern, const tops__attention_plan *p, kv_layout *L, int64_t item,
                            const tops_tensor *k, const tops_tensor *v) {
-    int64_t chunks = tops__ceil_div(p->sk, PREPACK_CHUNK);
-    int64_t g = item / chunks, j0 = item % chunks * PREPACK_CHUNK;
-    int64_t b = g / p->kv_heads, hk = g % p->kv_heads, n = p->sk - j0 < PREPACK_CHUNK ? p->sk - j0 : PREPACK_CHUNK;
+    int64_t nblk = L->kt.extent[1];
+    int64_t g = item / nblk, blk = item % nblk, j0 = blk * p->kv_block;
+    int64_t b = g / p->kv_heads, hk = g % p->kv_heads, n = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block;
     tops__mat km = {k, {b, hk}, j0, 0, n, p->d};
-    float *kt = (float *)L->kt.data + b * L->kt.stride[0] + hk * L->kt.stride[1] + j0;
+    float *kt = (float *)L->kt.data + g * L->kt.stride[0] + blk * L->kt.stride[1];
     tops__mat_read(kern, &km, 0, n, 0, p->d, kt, L->kt.stride[2], 1);
     if (L->have_vd) {
         tops__mat vm = {v, {b, hk}, j0, 0, n, p->dv};
@@ -146,9 +142,11 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     int64_t pos_lo = i0 + p->sk - p->sq, pos_hi = pos_lo + rows - 1;
 
     tops__mat qm = {q, {b, h}, i0, 0, rows, p->d};
-    /* Keys: rows j of K ([Sk, D], read transposed), or columns j of the laid-out K^T ([D, Sk]). */
+    /* Keys: rows j of K ([Sk, D], read transposed), or the laid-out K^T
+       panel of the block ([D, kv_block]). */
     int kt = L && L->have_kt;
     tops__mat km = {kt ? &L->kt : k, {b, hk}, 0, 0, kt ? p->d : 0, kt ? 0 : p->d};
+    if (kt) km.outer[0] = b * p->kv_heads + hk;
     tops__mat vm = {L && L->have_vd ? &L->vd : v, {b, hk}, 0, 0, 0, p->dv};
     tops__mat om = {out, {b, h}, i0, 0, rows, p->dv};
     tops_tile *s = &w->s, *o = &w->o;
@@ -178,7 +176,7 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
         int64_t cols = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block;
         s->cols = (int32_t)cols;
         if (kt) {
-            km.c0 = j0;
+            km.outer[1] = j0 / p->kv_block;
             km.cols = cols;
         } else {
             km.r0 = j0;
@@ -238,7 +236,7 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
     }
     kv_layout layout;
     const kv_layout *L = kv_layout_plan(p, v, &layout) ? &layout : NULL;
-    int64_t fills = L ? p->batch * p->kv_heads * tops__ceil_div(p->sk, PREPACK_CHUNK) : 0;
+    int64_t fills = L ? p->batch * p->kv_heads * tops__ceil_div(p->sk, p->kv_block) : 0;
 #ifdef TOPS_HAVE_OPENMP
 #pragma omp parallel num_threads(threads)
     {
