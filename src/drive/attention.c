@@ -1,12 +1,14 @@
 /* Flash attention on the CPU, written with the tile engine as the seed
    writes it on Metal: per (batch, head, query block) one thread owns a
    score tile S and an output tile O; for each key block S = Q K^T, then
-   scale / soft-cap / mask maps, a row max with identity -inf, exp(S - m)
-   with each row's max, a row sum, and S fed as the left input of O += S V.
+   soft-cap / mask maps, a row max with identity -inf, P = exp(scale (S - m))
+   with each row's max and its row sums in the same pass, and S fed as the
+   left input of O += P V.
    Memory per thread is O(q_block * (kv_block + D)), plus one f32 copy of
-   the keys (and values, when not f32) laid out for the kernels when
-   several query blocks share them: O(Sk * D).  Nothing grows with Sq * Sk.  Each work item is computed by one thread in a fixed order, so
-   the bits do not depend on the thread count. */
+   the keys (and values, when not f32) laid out for the kernels when several
+   query blocks share them: O(Sk * D).  Nothing grows with Sq * Sk.  Each
+   work item is computed by one thread in a fixed order, so the bits do not
+   depend on the thread count. */
 #include "drive/attention.h"
 
 #include <math.h>
