@@ -38,7 +38,7 @@ build: configure
 
 # The main job: the machine, the validation ladder, then the A/B table over
 # the default suite (f32, f16, int8-g32, int4-g32, q4_0, mxfp4, nvfp4 at
-# K=4096, N=12288, M=1,16,128).  The bench runs even if a ladder row fails
+# K=4096, N=12288, M=1,16,128, and fused attention at B=1 H=8 S=2048 D=128).  The bench runs even if a ladder row fails
 # (its figures are still worth seeing); either failing fails the target.
 run: build
 	$(BUILD)/tensorops info
@@ -46,8 +46,8 @@ run: build
 	@status=0; \
 	echo "$(BUILD)/tensorops validate --quick"; \
 	$(BUILD)/tensorops validate --quick || status=1; \
-	echo "$(BUILD)/tensorops bench --json bench/out/latest.json --plot bench/out/latest.svg"; \
-	$(BUILD)/tensorops bench --json bench/out/latest.json --plot bench/out/latest.svg || status=1; \
+	echo "$(BUILD)/tensorops bench --op matmul,attention --json bench/out/latest.json --plot bench/out/latest.svg"; \
+	$(BUILD)/tensorops bench --op matmul,attention --json bench/out/latest.json --plot bench/out/latest.svg || status=1; \
 	exit $$status
 
 test: deps-python build
@@ -67,11 +67,12 @@ test-sanitize: deps
 # The readers' libFuzzer targets: every library source instrumented for
 # coverage, ASan and UBSan; TOPS_ASSERT stays on (no NDEBUG).
 fuzz: deps
+	@scripts/deps.sh fuzz
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: $(FUZZ_CC) is missing (Debian: apt-get install clang)" >&2; exit 1; }
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-	  -DTOPS_FUZZ=ON -DTOPS_BUILD_TESTS=OFF -DTOPS_OPENMP=OFF -DTOPS_WERROR=OFF $(CMAKE_ARGS) >/dev/null
+	  -DTOPS_FUZZ=ON -DTOPS_BUILD_TESTS=OFF -DTOPS_OPENMP=OFF -DTOPS_WERROR=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_npy fuzz_safetensors fuzz_make_seeds
 
 fuzz-smoke: fuzz

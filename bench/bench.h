@@ -197,8 +197,9 @@ tops_status tops_bench_matmul_prepare(tops_bench_config *cfg);
    K=4096, N=12288, M = 1, 16, 128. */
 extern const char *const tops_bench_matmul_default_formats[];
 
-/* The kernel family tops_matmul2d runs for this case (the table's path). */
-void tops_bench_matmul_path(char *buf, size_t cap, const tops_matmul2d_desc *desc, tops_format right);
+/* What tops_matmul2d runs for these weights (the table's path): the
+   microkernel for packed weights, the layout handed over for plain ones. */
+void tops_bench_matmul_path(char *buf, size_t cap, const tops_matmul2d_desc *desc, const tops_tensor *right);
 
 /* Deterministic test data: n normal(0, 1) values from a seed. */
 void tops_bench_fill_normal(float *v, int64_t n, uint64_t seed);

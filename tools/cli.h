@@ -52,8 +52,12 @@ typedef struct tops_validate_row {
 void tops_validate_print_row(const tops_validate_row *row, int json, int *first);
 /* The rel-L2 bound of a row with that dest dtype (relaxed: the relaxed paths'). */
 double tops_validate_bound(tops_dtype dest, int relaxed);
-/* The attention rows (tools/validate_attention.c); returns the failures. */
-int tops_validate_attention(int quick, int json, int *first);
+/* True if name is in the comma-separated list. */
+int tops_validate_in_list(const char *list, const char *name);
+/* The attention rows (tools/validate_attention.c): runs those in only (NULL =
+   all) and returns the failures; knows() says whether a row name exists. */
+int tops_validate_attention(int quick, int json, const char *only, int *first);
+int tops_validate_attention_knows(const char *name, size_t len);
 int tops_cmd_quantize(int argc, char **argv);
 void tops_cmd_quantize_usage(FILE *out);
 

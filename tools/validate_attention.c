@@ -23,14 +23,14 @@ typedef struct attn_row {
 } attn_row;
 
 static const attn_row rows[] = {
-    {"A f32", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 4, 2, 77, 300, 64, 0},
-    {"A f16", "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 0, 0.0f, 1, 4, 4, 64, 64, 128, 0},
-    {"A bf16", "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 0.0f, 2, 2, 1, 33, 100, 80, 0},
-    {"A window+cap", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 48, 30.0f, 1, 4, 1, 128, 200, 64, 0},
-    {"A decode", "f16", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 8, 2, 1, 1000, 128, 0},
-    {"A kv int8-g32", "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 4, 2, 64, 256, 128, 0},
-    {"A kv mxfp8", "mxfp8", TOPS_DT_BF16, TOPS_DT_F32, 0, 0, 0.0f, 1, 4, 2, 40, 160, 64, 0},
-    {"A prefill", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 8, 8, 1024, 1024, 128, 1},
+    {"A-f32", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 4, 2, 77, 300, 64, 0},
+    {"A-f16", "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 0, 0.0f, 1, 4, 4, 64, 64, 128, 0},
+    {"A-bf16", "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 0.0f, 2, 2, 1, 33, 100, 80, 0},
+    {"A-window-cap", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 48, 30.0f, 1, 4, 1, 128, 200, 64, 0},
+    {"A-decode", "f16", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 8, 2, 1, 1000, 128, 0},
+    {"A-kv-int8-g32", "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 4, 2, 64, 256, 128, 0},
+    {"A-kv-mxfp8", "mxfp8", TOPS_DT_BF16, TOPS_DT_F32, 0, 0, 0.0f, 1, 4, 2, 40, 160, 64, 0},
+    {"A-prefill", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 8, 8, 1024, 1024, 128, 1},
 };
 
 /* f64 attention of every query row (inputs as f32 [B, H, S, D], decoded). */
@@ -151,11 +151,17 @@ done:
     free(qf), free(kf), free(vf), free(qd), free(kd), free(vd), free(got), free(ref);
 }
 
-int tops_validate_attention(int quick, int json, int *first) {
+int tops_validate_attention_knows(const char *name, size_t len) {
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        if (strlen(rows[i].name) == len && strncmp(rows[i].name, name, len) == 0) return 1;
+    return 0;
+}
+
+int tops_validate_attention(int quick, int json, const char *only, int *first) {
     int failures = 0;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         const attn_row *r = &rows[i];
-        if (quick && r->full_only) continue;
+        if (only ? !tops_validate_in_list(only, r->name) : quick && r->full_only) continue;
         char path[64], error[320];
         tops_validate_row res;
         memset(&res, 0, sizeof res);

@@ -87,6 +87,15 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->scale_f32_row = tops__scale_f32_row__ref;
     k->reduce_f32_row = tops__reduce_f32_row__ref;
     k->pack_rows_f32 = tops__ref_pack_rows_f32;
+    tops__ref_fill_unpackers(k->unpack);
+    k->dot_f32_q8 = tops__ref_dot_f32_q8;
+    k->dot_q8_q8 = tops__ref_dot_q8_q8;
+    k->quantize_q8 = tops__ref_quantize_q8;
+    k->dequant_q8 = tops__ref_dequant_q8;
+    k->dot_f32 = tops__ref_dot_f32;
+    k->dot_q8_nibbles = tops__ref_dot_q8_nibbles;
+    k->pack_q8_panel = tops__ref_pack_q8_panel;
+    k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__ref, "tops_gemm_f32_qi8_qu5_4x8__ref"};
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
@@ -94,27 +103,41 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->f16_to_f32_row = tops__avx2_f16_to_f32_row;
         k->f32_to_bf16_row = tops__avx2_f32_to_bf16_row;
         k->bf16_to_f32_row = tops__avx2_bf16_to_f32_row;
-        k->tile_gemm = (tops__tile_gemm){6, 16, tops__tile_gemm_f32_6x16__avx2, "tops__tile_gemm_f32_6x16__avx2"};
-        k->transpose_f32 = tops__transpose_f32__avx2;
-        k->exp_sub_f32_row = tops__exp_sub_f32_row__avx2;
-        k->scale_f32_row = tops__scale_f32_row__avx2;
-        k->reduce_f32_row = tops__reduce_f32_row__avx2;
-    }
-    if (level_allows(level, TOPS_ISA_AVX512)) {
-        k->tile_gemm = (tops__tile_gemm){12, 32, tops__tile_gemm_f32_12x32__avx512,
-                                         "tops__tile_gemm_f32_12x32__avx512"};
-        k->exp_sub_f32_row = tops__exp_sub_f32_row__avx512;
-        k->reduce_f32_row = tops__reduce_f32_row__avx512;
-        k->pack_rows_f32 = tops__avx2_pack_rows_f32;
-        k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
-                                           "tops_gemm_f32_f32_f32_6x16__avx2"};
         k->f32_to_e4m3_row = tops__avx2_f32_to_e4m3_row;
         k->e4m3_to_f32_row = tops__avx2_e4m3_to_f32_row;
         k->f32_to_e5m2_row = tops__avx2_f32_to_e5m2_row;
         k->e5m2_to_f32_row = tops__avx2_e5m2_to_f32_row;
         k->e2m1_to_f32_row = tops__avx2_e2m1_to_f32_row;
         k->i4_to_f32_row = tops__avx2_i4_to_f32_row;
+        k->tile_gemm = (tops__tile_gemm){6, 16, tops__tile_gemm_f32_6x16__avx2, "tops__tile_gemm_f32_6x16__avx2"};
+        k->transpose_f32 = tops__transpose_f32__avx2;
+        k->exp_sub_f32_row = tops__exp_sub_f32_row__avx2;
+        k->scale_f32_row = tops__scale_f32_row__avx2;
+        k->reduce_f32_row = tops__reduce_f32_row__avx2;
+        k->pack_rows_f32 = tops__avx2_pack_rows_f32;
+        tops__avx2_fill_unpackers(k->unpack);
+        k->dot_f32_q8 = tops__avx2_dot_f32_q8;
+        k->dot_q8_q8 = tops__avx2_dot_q8_q8;
+        k->quantize_q8 = tops__avx2_quantize_q8;
+        k->dequant_q8 = tops__avx2_dequant_q8;
+        k->dot_f32 = tops__avx2_dot_f32;
+        k->dot_q8_nibbles = tops__avx2_dot_q8_nibbles;
+        k->pack_q8_panel = tops__avx2_pack_q8_panel;
+        k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx2, "tops_gemm_f32_qi8_qu5_4x8__avx2"};
+        k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
+                                           "tops_gemm_f32_f32_f32_6x16__avx2"};
     }
+    if (level_allows(level, TOPS_ISA_AVX512)) {
+        k->tile_gemm = (tops__tile_gemm){12, 32, tops__tile_gemm_f32_12x32__avx512,
+                                         "tops__tile_gemm_f32_12x32__avx512"};
+        k->exp_sub_f32_row = tops__exp_sub_f32_row__avx512;
+        k->reduce_f32_row = tops__reduce_f32_row__avx512;
+        k->gemm_f32 = (tops__gemm_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32__avx512,
+                                           "tops_gemm_f32_f32_f32_12x32__avx512"};
+    }
+    if (level_allows(level, TOPS_ISA_AVX512_VNNI))
+        k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,
+                                             "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
 #endif
 }
 

@@ -26,10 +26,10 @@ typedef struct tops__qctx {
                                     (tensor_scale, or 1 where it means S_enc) */
 } tops__qctx;
 
+/* Element codes are element_bits wide (the traits row); a block is what
+   one scale entry covers (formats without scales: any run of a line). */
 typedef struct tops__codec {
-    /* Element codes have the traits' element_bits; blocks are the scale
-       plane's (formats without scales: any run of a line).
-       Optional: work over the whole tensor before blocks are encoded
+    /* Optional: work over the whole tensor before blocks are encoded
        (nvfp4's tensor scale, lut codebooks).  src is f32 host. */
     tops_status (*prepare)(tops__qctx *ctx, const tops_tensor *src, tops_tensor *dst);
     /* Encodes n (1..block) values sharing one scale entry. */

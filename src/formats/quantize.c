@@ -154,8 +154,6 @@ tops_status tops__for_each_index(const int64_t *extent, int rank, int skip, tops
     return TOPS_OK;
 }
 
-const tops__codec *tops__codec_get(tops_format_id id);
-
 static void init_ctx(tops__qctx *ctx, const tops_tensor *t) {
     memset(ctx, 0, sizeof *ctx);
     ctx->format = t->format;

@@ -174,11 +174,17 @@ static int is_direct_f32(const tops_tensor *t) {
     return t->format.id == TOPS_FMT_F32 && t->stride[1] == 1 && t->tensor_scale == 1.0f;
 }
 
-static tops__gemm_operand right_operand(const tops_tensor *right, int transposed) {
+/* Rows at or below which quantized weights take the unpack-and-dot driver. */
+enum { GEMV_MAX_M = 4 };
+
+static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_tensor *right, int transposed) {
     tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, is_direct_f32(right), NULL};
     /* Formats without a dedicated reader: the formats layer decodes one
        K-panel at a time (fused: never the whole matrix). */
     if (!is_activation_format(right->format.id)) op.read = tops__read_rect_decode;
+    /* Integer forms are unpacked straight from [N, K] rows (blocks along K). */
+    if (right->format.id != TOPS_FMT_PACKED && kern->unpack[right->format.id].run && transposed)
+        op.read = tops__read_rect_unpack;
     if (right->format.id == TOPS_FMT_PACKED) {
         op.k_major = 1;
         op.read = tops__read_rect_packed;
@@ -196,28 +202,82 @@ tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc,
     return tops__matmul2d_with(kern, exec, desc, left, right, dest);
 }
 
+typedef enum plan_kind {
+    PLAN_ROWS,      /* small M: weight rows streamed, dot products */
+    PLAN_INTEGER,   /* relaxed: i8 activations, integer microkernel */
+    PLAN_PANELS,    /* f32 panels (decoded per K block) into the f32 microkernel */
+} plan_kind;
+
+/* Fills the driver problem from checked arguments and picks the driver. */
+static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const tops_matmul2d_desc *desc,
+                      const tops_tensor *left, const tops_tensor *right, tops_tensor *dest, tops__gemm_problem *p) {
+    memset(p, 0, sizeof *p);
+    p->m = in->m;
+    p->n = in->n;
+    p->k = in->k;
+    p->left = (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL};
+    p->right = right_operand(kern, right, desc->transpose_right);
+    p->dest = dest;
+    p->accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
+    p->kern = kern;
+    p->threads = in->exec.threads;
+    p->n_tile_hint = desc->n_tile;
+    p->scratch = in->exec.scratch;
+    p->scratch_bytes = in->exec.scratch_bytes;
+    p->relaxed = desc->relaxed_precision;
+    /* Few rows and weights stored [N, K]: stream the weight rows once. */
+    if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed) return PLAN_ROWS;
+    if (p->right.read == tops__read_rect_unpack && p->relaxed) {
+        /* Narrow integers take the integer microkernel; i8 weights the
+           row driver (their products would saturate vpmaddubsw's i16). */
+        return kern->unpack[right->format.id].qmax <= 15 ? PLAN_INTEGER : PLAN_ROWS;
+    }
+    return PLAN_PANELS;
+}
+
 tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
                                 const tops_tensor *left, const tops_tensor *right, tops_tensor *dest) {
     static const char fn[] = "tops_matmul2d";
     plan_inputs in;
     tops_status st = check_all(fn, exec, desc, left, right, dest, &in);
     if (st != TOPS_OK) return st;
-
     tops__gemm_problem p;
-    memset(&p, 0, sizeof p);
-    p.m = in.m;
-    p.n = in.n;
-    p.k = in.k;
-    p.left = (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL};
-    p.right = right_operand(right, desc->transpose_right);
-    p.dest = dest;
-    p.accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
-    p.kern = kern;
-    p.threads = in.exec.threads;
-    p.n_tile_hint = desc->n_tile;
-    p.scratch = in.exec.scratch;
-    p.scratch_bytes = in.exec.scratch_bytes;
-    return tops__gemm_run(fn, &p);
+    switch (plan(kern, &in, desc, left, right, dest, &p)) {
+    case PLAN_ROWS: return tops__gemv_run(fn, &p);
+    case PLAN_INTEGER: return tops__gemm_q8_run(fn, &p);
+    default: return tops__gemm_run(fn, &p);
+    }
+}
+
+tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                               const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap) {
+    static const char fn[] = "tops_matmul2d_path";
+    if (!buf || cap == 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "buf is NULL or cap is 0");
+    const tops__kernels *kern;
+    tops_status st = tops__kernels_checked(fn, &kern);
+    if (st != TOPS_OK) return st;
+    plan_inputs in;
+    if ((st = check_all(fn, exec, desc, left, right, dest, &in)) != TOPS_OK) return st;
+    tops__gemm_problem p;
+    plan_kind kind = plan(kern, &in, desc, left, right, (tops_tensor *)dest, &p);
+    const tops__unpacker *up = right->format.id != TOPS_FMT_PACKED ? &kern->unpack[right->format.id] : NULL;
+    const char *isa = tops_isa_name(kern->isa);
+    if (kind == PLAN_INTEGER) {
+        snprintf(buf, cap, "integer panels, i8 activations: %s (%s)", kern->gemm_q8.name, isa);
+    } else if (kind == PLAN_ROWS) {
+        const char *how = !up || !up->run             ? "f32 rows, f32 dots"
+                          : !p.relaxed                ? "integer rows, f32 dots"
+                          : up->nib.block_bytes && tops__unpack_sub(right) == 32 ? "4-bit rows in place, i8 dots"
+                                                                                 : "integer rows, i8 dots";
+        snprintf(buf, cap, "rows streamed (M <= %d): %s (%s)", GEMV_MAX_M, how, isa);
+    } else {
+        const char *src = p.right.packed                          ? "prepacked"
+                          : p.right.read == tops__read_rect_unpack ? "unpacked per K block"
+                          : p.right.read == tops__read_rect_decode ? "decoded per K block"
+                                                                   : "packed per K block";
+        snprintf(buf, cap, "f32 panels (%s): %s (%s)", src, kern->gemm_f32.name, isa);
+    }
+    return TOPS_OK;
 }
 
 tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
@@ -255,7 +315,7 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
     tops__packed_right *pk = (tops__packed_right *)mem;
     float *data = (float *)(mem + head);
     *pk = (tops__packed_right){TOPS_PACKED_MAGIC, right->format, k, n, desc->transpose_right, nr, data, panel_bytes};
-    tops__gemm_operand op = right_operand(right, desc->transpose_right);
+    tops__gemm_operand op = right_operand(kern, right, desc->transpose_right);
     int threads = ex.threads;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static)

@@ -30,10 +30,7 @@ expect_rc "unknown device exits 2" 2 "$cli" bench --device tpu
 expect_rc "unknown isa exits 2" 2 "$cli" bench --isa avx3000
 check "a bad format is named" bash -c "'$cli' bench --format int5-g32 2>&1 | grep -q int5-g32"
 
-# Hooks the attention and CUDA engineers fill: until then a clear exit 1.
-"$cli" bench --op attention --seq 32 --heads 1 --head-dim 16 --repeat 1 >"$tmp/att.out" 2>&1; rc=$?
-if [ $rc = 1 ]; then check "--op attention says not available" grep -q "not available yet" "$tmp/att.out"
-else check "--op attention, once registered, runs" test $rc = 0; fi
+# The hook the CUDA engineer fills: until then a clear exit 1.
 if ! "$cli" info | grep -q "cuda      not compiled in"; then
   echo "skip --device cuda (this build has CUDA)"
 else
@@ -65,6 +62,19 @@ for r in rows:
 assert [r["m"] for r in rows] == [1, 3, 1, 3]
 PY
 check "SVG written" bash -c "head -c 5 '$tmp/b.svg' | grep -q '<?xml' && grep -q '</svg>' '$tmp/b.svg'"
+expect_rc "an unknown op in a list exits 2" 2 "$cli" bench --op matmul,conv
+# Both ops in one run: one table, one JSON, one SVG with a panel each.
+"$cli" bench --op matmul,attention --format f32 --m 2 --k 32 --n 24 --batch 1 --heads 2 --seq 24 --head-dim 16 \
+    --causal --repeat 1 --no-progress --json "$tmp/both.json" --plot "$tmp/both.svg" >/dev/null 2>"$tmp/both.err"; rc=$?
+[ $rc = 0 ] || cat "$tmp/both.err"
+check "matmul,attention runs both" test $rc = 0
+check "matmul,attention JSON holds both ops, attention with its 4 keys" python3 - "$tmp/both.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert [r["op"] for r in rows] == ["matmul", "attention"], rows
+assert len(rows[0]) == 20 and len(rows[1]) == 24 and rows[1]["causal"] in (True, 1)
+PY
+check "matmul,attention SVG has a panel per op" bash -c "grep -c '<g transform' '$tmp/both.svg' | grep -qx 2"
 expect_rc "unwritable --json exits 1 before running" 1 "$cli" bench --format f32 --m 1 --k 8 --n 8 --json /nonexistent-dir/x.json
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import tops
+from tops import rng  # noqa: F401  (the seeded generator fixture)
 
 # numpy warns about the overflowing and NaN casts these tests make on purpose.
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
