@@ -32,6 +32,9 @@ typedef struct tops_bench_row {
        whether it met it (the table marks a miss; the command exits 1). */
     double rel_l2_bound;
     int accuracy_ok;
+    /* Not in the JSON: what the floor was computed from, so it can be
+       recomputed with the best ceilings of the run (tops_bench_refine_floors). */
+    double floor_bytes, floor_flops, floor_peak_gflops, floor_read_gbps;
 } tops_bench_row;
 
 /* The machine's ceilings, measured in the same run with all threads. */
@@ -46,6 +49,7 @@ typedef struct tops_bench_roofline {
     char fma_kernel[32];   /* "avx512-fma", "avx2-fma", "scalar" */
     char int8_kernel[32];  /* "avx512-vnni", "avx2-maddubs", "scalar" */
     char read_kernel[32];  /* "avx512-load", "avx2-load", "scalar" */
+    int measurements;      /* 2: the best of the run's start and end */
 } tops_bench_roofline;
 
 /* floor_s for a case: the larger of bytes / bandwidth and flops / peak.
@@ -111,6 +115,13 @@ typedef struct tops_bench_rows {
 
 tops_status tops_bench_rows_push(tops_bench_rows *rows, const tops_bench_row *row);
 void tops_bench_rows_free(tops_bench_rows *rows);
+
+/* The ceilings are measured at the start of a run and again at its end; on a
+   shared machine either can catch a neighbour's burst.  This keeps the best
+   of each in *best and recomputes every row's floor with it (a row keeps the
+   kind of peak, FMA or i8, it was given). */
+void tops_bench_refine_floors(tops_bench_rows *rows, const tops_bench_roofline *first,
+                              const tops_bench_roofline *second, tops_bench_roofline *best);
 
 /* The table on stdout (or any stream), the roofline line above it. */
 void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_bench_roofline *roof);

@@ -44,9 +44,9 @@ static void fmt_ratio(char *buf, size_t cap, double r) {
 void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_bench_roofline *roof) {
     if (roof && roof->read_gbps > 0)
         fprintf(out,
-                "roofline (%d threads, same run): read %.1f GB/s (%s, streaming %.0f MiB%s), "
+                "roofline (%d threads, same run%s): read %.1f GB/s (%s, streaming %.0f MiB%s), "
                 "f32 FMA %.1f GFLOP/s (%s), i8 dot %.1f GOP/s (%s)\n",
-                roof->threads, roof->read_gbps, roof->read_kernel, roof->read_bytes / 1048576.0,
+                roof->threads, roof->measurements > 1 ? ", best of its start and end" : "", roof->read_gbps, roof->read_kernel, roof->read_bytes / 1048576.0,
                 roof->read_capped ? ", capped by free memory below 4x LLC" : "", roof->fma_gflops,
                 roof->fma_kernel, roof->int8_gops, roof->int8_kernel);
     fprintf(out, "%-9s %-14s %5s %5s %6s %3s %-30s %10s %10s %8s %7s %8s %-15s %9s %7s %9s %7s %9s %9s\n", "op",

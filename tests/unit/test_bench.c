@@ -41,6 +41,37 @@ static void test_row_derive(void) {
     ASSERT_NEAR(r.speedup, 0, 0);
 }
 
+static void test_refine_floors(void) {
+    tops_bench_roofline first = {.read_gbps = 10, .fma_gflops = 100, .int8_gops = 400, .measurements = 1};
+    tops_bench_roofline second = {.read_gbps = 20, .fma_gflops = 50, .int8_gops = 800, .measurements = 1};
+    tops_bench_rows rows = {0};
+    tops_bench_row bw, fma, i8;
+    memset(&bw, 0, sizeof bw);
+    bw.median_s = 1.0;
+    bw.baseline_median_s = 2.0;
+    tops_bench_row_derive(&bw, 1e9, 4e9, 5e9, first.fma_gflops, first.read_gbps); /* 0.5 s of bytes */
+    fma = bw;
+    tops_bench_row_derive(&fma, 1e11, 1e6, 1e6, first.fma_gflops, first.read_gbps); /* 1 s of FMAs */
+    i8 = bw;
+    tops_bench_row_derive(&i8, 1e12, 1e6, 1e6, first.int8_gops, first.read_gbps); /* 2.5 s of i8 */
+    ASSERT_OK(tops_bench_rows_push(&rows, &bw));
+    ASSERT_OK(tops_bench_rows_push(&rows, &fma));
+    ASSERT_OK(tops_bench_rows_push(&rows, &i8));
+    tops_bench_roofline best;
+    tops_bench_refine_floors(&rows, &first, &second, &best);
+    ASSERT_NEAR(best.read_gbps, 20, 0);
+    ASSERT_NEAR(best.fma_gflops, 100, 0);
+    ASSERT_NEAR(best.int8_gops, 800, 0);
+    ASSERT_EQ_INT(best.measurements, 2);
+    ASSERT_NEAR(rows.v[0].floor_s, 0.25, 1e-12);  /* 5 GB at 20 GB/s */
+    ASSERT_NEAR(rows.v[1].floor_s, 1.0, 1e-12);   /* the FMA peak did not improve */
+    ASSERT_NEAR(rows.v[2].floor_s, 1.25, 1e-12);  /* the i8 row uses the i8 peak */
+    ASSERT_NEAR(rows.v[2].floor_ratio, 0.8, 1e-12);
+    ASSERT_NEAR(rows.v[0].speedup, 2.0, 1e-12);   /* untouched */
+    ASSERT_NEAR(rows.v[0].gbps, 4.0, 1e-9);
+    tops_bench_rows_free(&rows);
+}
+
 static void test_median(void) {
     double odd[] = {5, 1, 3};
     ASSERT_NEAR(tops_bench_median(odd, 3), 3, 0);
@@ -348,6 +379,7 @@ static void test_runner_table(void) {
 int main(void) {
     RUN_TEST(test_floor_arithmetic);
     RUN_TEST(test_row_derive);
+    RUN_TEST(test_refine_floors);
     RUN_TEST(test_median);
     RUN_TEST(test_timing_rules);
     RUN_TEST(test_read_loops);
