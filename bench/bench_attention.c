@@ -5,7 +5,7 @@
    f64 on sampled query rows. */
 #include "bench.h"
 
-#include "internal.h"
+#include "cpu/dispatch.h"
 #include "kernels/ref/scalar_casts.h"
 
 #include <math.h>
@@ -353,7 +353,7 @@ static tops_status run_case(tops_bench_session *s, attn_data *d, const char *dty
     row.batch = opts.batch, row.heads = opts.heads, row.kv_heads = opts.kv_heads, row.causal = causal;
     row.threads = cfg->threads;
     snprintf(row.isa, sizeof row.isa, "%s", tops_isa_name(ci.isa));
-    snprintf(row.path, sizeof row.path, "%s/fused-tiles", tops_isa_name(ci.isa));
+    snprintf(row.path, sizeof row.path, "fused/%s", tops__kernels_get()->tile_gemm.name);
     row.median_s = t.median_s;
     row.min_s = t.min_s;
     row.rel_l2 = rel;

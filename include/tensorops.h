@@ -626,8 +626,9 @@ TOPS_API tops_status tops_tile_reduce_cols(const tops_tile *tile, tops_reduce_op
 typedef enum tops_tile_map_op {
     TOPS_MAP_SCALE = 0,    /* x * r */
     TOPS_MAP_ADD = 1,      /* x + r */
-    TOPS_MAP_SUB_EXP = 2,  /* exp(x - r); a row whose r is -INFINITY becomes 0
-                              (so a fully masked softmax row never makes NaN) */
+    TOPS_MAP_SUB_EXP = 2,  /* exp((x - r) * scale); a row whose r is -INFINITY
+                              becomes 0 (so a fully masked softmax row never
+                              makes NaN); row_sums, if given, gets each row's sum */
     TOPS_MAP_MASK_CAUSAL = 3, /* x = -INFINITY where key > query, or where
                               |key - query| >= window (window > 0); query =
                               row_offset + i, key = col_offset + j */
@@ -646,6 +647,10 @@ typedef struct tops_tile_map_desc {
     int causal;               /* TOPS_MAP_MASK_CAUSAL: 1 masks key > query */
     const uint8_t *mask;      /* TOPS_MAP_MASK: rows x cols bytes */
     int64_t mask_ld;          /* TOPS_MAP_MASK: bytes between rows (>= cols) */
+    float scale;              /* TOPS_MAP_SUB_EXP: factor on x - r (> 0); 0 = 1 */
+    float *row_sums;          /* TOPS_MAP_SUB_EXP: NULL, or rows floats that get
+                                 each row's sum of results (the softmax
+                                 denominator in the same pass) */
 } tops_tile_map_desc;
 
 TOPS_API tops_status tops_tile_map(tops_tile *tile, const tops_tile_map_desc *desc);

@@ -17,7 +17,9 @@ void tops_cmd_validate_usage(FILE *out) {
             "usage: tensorops validate [--quick] [--json] [--isa X] [--only ROW,...]\n\n"
             "Runs the validation ladder: M0 f16 x f16 -> f16; M1a f16 x i8 (per-tensor scale) -> f16;\n"
             "M1b f16 x i4 (per-tensor scale) -> f16; M2 f16 x int4-g32 (f16 scales) -> f32; one row per\n"
-            "block format (f16 activations, f32 result); the relaxed paths R-* (f32 activations).\n"
+            "block format (f16 activations, f32 result); the relaxed paths R-* (f32 activations); then\n"
+            "fused attention rows A-* (q/k/v/out dtypes, masks, GQA, quantized KV caches; shape\n"
+            "Sq x D x Sk) against f64 attention on the decoded operands.\n"
             "Each row: cos-sim, rel-L2 and max-abs against f64 on the decoded operands, the weights'\n"
             "SNR against their unquantized values, and pass/fail against the row's bound (f32 dest\n"
             "1e-5; f16 dest 1e-5 + 2^-11; bf16 dest 1e-5 + 2^-8; relaxed 1e-2).\n\n"
@@ -92,15 +94,17 @@ static const ladder_shape quick_shapes[] = {
     {"ragged", 1, 4095, 31, 0}, {"ragged", 7, 4095, 1, 0}, {"ragged", 33, 4095, 31, 0}, {"tiles", 64, 512, 257, 0},
 };
 
-/* The row's rel-L2 bound: the issue's 1e-5 for f32 dest, one rounding of
-   the dest type on top for f16/bf16, and the relaxed paths' 1e-2 (they
+/* The rel-L2 bound of a row: the issue's 1e-5 for f32 dest, one rounding
+   of the dest type on top for f16/bf16, and the relaxed paths' 1e-2 (they
    measure about 6e-3: i8 activations per block). */
-static double row_bound(const ladder_row *r) {
-    if (r->relaxed) return 1e-2;
-    if (r->dest == TOPS_DT_F16) return STRICT_BOUND + ldexp(1.0, -11);
-    if (r->dest == TOPS_DT_BF16) return STRICT_BOUND + ldexp(1.0, -8);
+double tops_validate_bound(tops_dtype dest, int relaxed) {
+    if (relaxed) return 1e-2;
+    if (dest == TOPS_DT_F16) return STRICT_BOUND + ldexp(1.0, -11);
+    if (dest == TOPS_DT_BF16) return STRICT_BOUND + ldexp(1.0, -8);
     return STRICT_BOUND;
 }
+
+static double row_bound(const ladder_row *r) { return tops_validate_bound(r->dest, r->relaxed); }
 
 typedef struct ladder_result {
     char path[64];
@@ -240,7 +244,7 @@ done:
 }
 
 /* True if name is one of the comma-separated items of list. */
-static int in_list(const char *list, const char *name) {
+int tops_validate_in_list(const char *list, const char *name) {
     size_t n = strlen(name);
     for (const char *p = list; *p;) {
         size_t len = strcspn(p, ",");
@@ -254,6 +258,38 @@ static int in_list(const char *list, const char *name) {
 static void json_number(const char *key, double v) {
     if (isfinite(v)) printf(", \"%s\": %.9g", key, v);
     else printf(", \"%s\": null", key);
+}
+
+void tops_validate_print_row(const tops_validate_row *r, int json, int *first) {
+    char shape[48], act[24];
+    snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)r->m, (long long)r->k, (long long)r->n);
+    snprintf(act, sizeof act, "%s>%s", tops_dtype_name(r->left), tops_dtype_name(r->dest));
+    if (json) {
+        printf("%s\n  {\"row\": ", *first ? "" : ",");
+        tops_cli_json_string(stdout, r->name);
+        printf(", \"format\": ");
+        tops_cli_json_string(stdout, r->format);
+        printf(", \"left\": \"%s\", \"dest\": \"%s\", \"relaxed\": %s, \"m\": %lld, \"k\": %lld, \"n\": %lld, "
+               "\"path\": ",
+               tops_dtype_name(r->left), tops_dtype_name(r->dest), r->relaxed ? "true" : "false", (long long)r->m,
+               (long long)r->k, (long long)r->n);
+        tops_cli_json_string(stdout, r->path);
+        json_number("cos_sim", r->cos_sim);
+        json_number("rel_l2", r->rel_l2);
+        json_number("max_abs", r->max_abs);
+        json_number("snr_db", r->snr_db);
+        json_number("bound", r->bound);
+        printf(", \"pass\": %s, \"error\": ", r->pass ? "true" : "false");
+        tops_cli_json_string(stdout, r->error);
+        printf("}");
+        *first = 0;
+    } else if (r->error[0]) {
+        printf("%-14s %-16s %-9s %-16s FAIL: %s\n", r->name, r->format, act, shape, r->error);
+    } else {
+        printf("%-14s %-16s %-9s %-16s %-32s %10.7f %10.3e %10.3e %8.2f %9.2e %s\n", r->name, r->format, act, shape,
+               r->path, r->cos_sim, r->rel_l2, r->max_abs, r->snr_db, r->bound, r->pass ? "pass" : "FAIL");
+    }
+    fflush(stdout);
 }
 
 int tops_cmd_validate(int argc, char **argv) {
@@ -278,6 +314,7 @@ int tops_cmd_validate(int argc, char **argv) {
                 int known = 0;
                 for (size_t r = 0; r < sizeof ladder / sizeof ladder[0]; r++)
                     if (strlen(ladder[r].name) == len && strncmp(ladder[r].name, p, len) == 0) known = 1;
+                known |= tops_validate_attention_knows(p, len);
                 if (!known) return tops_cli_usage_error(self, "--only: no row named \"%.*s\"", (int)len, p);
                 p += len;
                 if (*p == ',') p++;
@@ -321,45 +358,20 @@ int tops_cmd_validate(int argc, char **argv) {
         for (size_t ri = 0; ri < nrows; ri++) {
             const ladder_row *row = &ladder[ri];
             if (sh->ffn && !row->ffn) continue;
-            if (only && !in_list(only, row->name)) continue;
+            if (only && !tops_validate_in_list(only, row->name)) continue;
             ladder_result res;
             run_row(row, sh, w, a, decoded, &res);
             if (!res.pass) failures++;
-            char shape[48], act[24];
-            snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)sh->m, (long long)sh->k, (long long)sh->n);
-            snprintf(act, sizeof act, "%s>%s", tops_dtype_name(row->left), tops_dtype_name(row->dest));
-            if (json) {
-                printf("%s\n  {\"row\": ", first ? "" : ",");
-                tops_cli_json_string(stdout, row->name);
-                printf(", \"format\": ");
-                tops_cli_json_string(stdout, row->format);
-                printf(", \"left\": \"%s\", \"dest\": \"%s\", \"relaxed\": %s, \"m\": %lld, \"k\": %lld, \"n\": %lld, "
-                       "\"path\": ",
-                       tops_dtype_name(row->left), tops_dtype_name(row->dest), row->relaxed ? "true" : "false",
-                       (long long)sh->m, (long long)sh->k, (long long)sh->n);
-                tops_cli_json_string(stdout, res.path);
-                json_number("cos_sim", res.cos_sim);
-                json_number("rel_l2", res.rel_l2);
-                json_number("max_abs", res.max_abs);
-                json_number("snr_db", res.snr_db);
-                json_number("bound", row_bound(row));
-                printf(", \"pass\": %s, \"error\": ", res.pass ? "true" : "false");
-                tops_cli_json_string(stdout, res.error);
-                printf("}");
-                first = 0;
-            } else if (res.error[0]) {
-                printf("%-14s %-16s %-9s %-16s FAIL: %s\n", row->name, row->format, act, shape, res.error);
-            } else {
-                printf("%-14s %-16s %-9s %-16s %-32s %10.7f %10.3e %10.3e %8.2f %9.2e %s\n", row->name, row->format,
-                       act, shape, res.path, res.cos_sim, res.rel_l2, res.max_abs, res.snr_db, row_bound(row),
-                       res.pass ? "pass" : "FAIL");
-            }
-            fflush(stdout);
+            tops_validate_row out = {row->name, row->format, row->left, row->dest, row->relaxed, sh->m, sh->k, sh->n,
+                                     res.path, res.cos_sim, res.rel_l2, res.max_abs, res.snr_db, row_bound(row),
+                                     res.pass, res.error};
+            tops_validate_print_row(&out, json, &first);
         }
         free(w);
         free(decoded);
         free(a);
     }
+    failures += tops_validate_attention(quick, json, only, &first);
     if (json) printf("\n]\n");
     else printf("%s: %d row(s) failed\n", failures ? "FAILED" : "ok", failures);
     return failures ? TOPS_EXIT_FAIL : TOPS_EXIT_OK;

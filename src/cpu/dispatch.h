@@ -150,8 +150,9 @@ typedef struct tops__kernels {
     void (*transpose_f32)(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
     /* x[j] *= r. */
     void (*scale_f32_row)(float *x, int64_t n, float r);
-    /* x[j] = exp(x[j] - sub) for finite sub; exp of -inf gives 0. */
-    void (*exp_sub_f32_row)(float *x, int64_t n, float sub);
+    /* x[j] = exp((x[j] - sub) * scale) for finite sub and scale; exp of -inf
+       gives 0.  Returns the sum of the results (a fixed order per level). */
+    float (*exp_sub_f32_row)(float *x, int64_t n, float sub, float scale);
     /* identity (op) x[0] (op) ... (op) x[n-1]; op is a tops_reduce_op; NaN
        anywhere gives NaN. */
     float (*reduce_f32_row)(const float *x, int64_t n, int op, float identity);
@@ -186,7 +187,7 @@ void tops__ref_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__tile_gemm_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                       int64_t ldb, float *c, int64_t ldc, int accumulate);
 void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
-void tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub);
+float tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub, float scale);
 void tops__scale_f32_row__ref(float *x, int64_t n, float r);
 float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identity);
 void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
@@ -219,12 +220,12 @@ void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__tile_gemm_f32_6x16__avx2(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                        int64_t ldb, float *c, int64_t ldc, int accumulate);
 void tops__transpose_f32__avx2(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
-void tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub);
+float tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub, float scale);
 void tops__scale_f32_row__avx2(float *x, int64_t n, float r);
 float tops__reduce_f32_row__avx2(const float *x, int64_t n, int op, float identity);
 void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                           int64_t ldb, float *c, int64_t ldc, int accumulate);
-void tops__exp_sub_f32_row__avx512(float *x, int64_t n, float sub);
+float tops__exp_sub_f32_row__avx512(float *x, int64_t n, float sub, float scale);
 float tops__reduce_f32_row__avx512(const float *x, int64_t n, int op, float identity);
 void tops__avx2_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
 void tops__avx2_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);

@@ -1,12 +1,14 @@
 /* Flash attention on the CPU, written with the tile engine as the seed
    writes it on Metal: per (batch, head, query block) one thread owns a
    score tile S and an output tile O; for each key block S = Q K^T, then
-   scale / soft-cap / mask maps, a row max with identity -inf, exp(S - m)
-   with each row's max, a row sum, and S fed as the left input of O += S V.
+   soft-cap / mask maps, a row max with identity -inf, P = exp(scale (S - m))
+   with each row's max and its row sums in the same pass, and S fed as the
+   left input of O += P V.
    Memory per thread is O(q_block * (kv_block + D)), plus one f32 copy of
-   the keys (and values, when not f32) laid out for the kernels when
-   several query blocks share them: O(Sk * D).  Nothing grows with Sq * Sk.  Each work item is computed by one thread in a fixed order, so
-   the bits do not depend on the thread count. */
+   the keys (and values, when not f32) laid out for the kernels when several
+   query blocks share them: O(Sk * D).  Nothing grows with Sq * Sk.  Each
+   work item is computed by one thread in a fixed order, so the bits do not
+   depend on the thread count. */
 #include "drive/attention.h"
 
 #include <math.h>
@@ -68,8 +70,9 @@ static int block_visible(const tops__attention_plan *p, int64_t pos_lo, int64_t 
 }
 
 /* Keys laid out once per run when several query blocks share them: K^T as
-   f32 [B, Hkv, D, Sk] (the tile matmul then reads 32-key strips in place
-   instead of transposing or decoding the same keys once per query block),
+   f32 blocks [B * Hkv, Sk / kv_block, D, kv_block], so that each key block
+   is one contiguous [D, kv_block] panel the tile matmul reads in place
+   (instead of transposing or decoding the same keys once per query block),
    and V as f32 [B, Hkv, Sk, Dv] when it is not f32 already.  O(Sk * D)
    memory, the size of the cache itself. */
 typedef struct kv_layout {
@@ -79,7 +82,6 @@ typedef struct kv_layout {
 } kv_layout;
 
 #define PREPACK_MAX_BYTES ((size_t)1 << 30)
-#define PREPACK_CHUNK 256
 
 static int v_is_direct(const tops_tensor *v) {
     return v->format.id == TOPS_FMT_F32 && v->tensor_scale == 1.0f && v->stride[3] == 1;
@@ -90,11 +92,8 @@ static int v_is_direct(const tops_tensor *v) {
 static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, kv_layout *L) {
     memset(L, 0, sizeof *L);
     if (tops__ceil_div(p->sq, p->q_block) < 2) return 0; /* one query block: nothing to share */
-    /* Rows of K^T an odd number of 32-float strips apart: a power-of-two
-       stride would put every k step of a strip in the same L1 set. */
-    int64_t skp = (p->sk + 31) & ~(int64_t)31;
-    if ((skp / 32) % 2 == 0) skp += 32;
-    size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)p->d * (size_t)skp;
+    int64_t nblk = tops__ceil_div(p->sk, p->kv_block);
+    size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)nblk * (size_t)p->d * (size_t)p->kv_block;
     size_t vd_elems = v_is_direct(v) ? 0 : (size_t)p->batch * (size_t)p->kv_heads * (size_t)p->sk * (size_t)p->dv;
     if ((kt_elems + vd_elems) > PREPACK_MAX_BYTES / sizeof(float)) return 0;
     L->mem = tops__aligned_alloc((kt_elems + vd_elems) * sizeof(float));
@@ -103,8 +102,7 @@ static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, k
     memset(&d, 0, sizeof d);
     d.format = tops_format_of(TOPS_DT_F32);
     d.rank = 4;
-    d.extent[0] = p->batch, d.extent[1] = p->kv_heads, d.extent[2] = p->d, d.extent[3] = p->sk;
-    d.stride[3] = 1, d.stride[2] = skp, d.stride[1] = p->d * skp, d.stride[0] = p->kv_heads * p->d * skp;
+    d.extent[0] = p->batch * p->kv_heads, d.extent[1] = nblk, d.extent[2] = p->d, d.extent[3] = p->kv_block;
     d.data = L->mem;
     L->have_kt = tops_tensor_view(&d, &L->kt) == TOPS_OK;
     if (vd_elems) {
@@ -119,14 +117,14 @@ static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, k
     return 1;
 }
 
-/* Lays out keys [j0, j0 + PREPACK_CHUNK) of kv head `item / chunks`. */
+/* Lays out key block `item % nblk` of kv head `item / nblk`. */
 static void kv_layout_fill(const tops__kernels *kern, const tops__attention_plan *p, kv_layout *L, int64_t item,
                            const tops_tensor *k, const tops_tensor *v) {
-    int64_t chunks = tops__ceil_div(p->sk, PREPACK_CHUNK);
-    int64_t g = item / chunks, j0 = item % chunks * PREPACK_CHUNK;
-    int64_t b = g / p->kv_heads, hk = g % p->kv_heads, n = p->sk - j0 < PREPACK_CHUNK ? p->sk - j0 : PREPACK_CHUNK;
+    int64_t nblk = L->kt.extent[1];
+    int64_t g = item / nblk, blk = item % nblk, j0 = blk * p->kv_block;
+    int64_t b = g / p->kv_heads, hk = g % p->kv_heads, n = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block;
     tops__mat km = {k, {b, hk}, j0, 0, n, p->d};
-    float *kt = (float *)L->kt.data + b * L->kt.stride[0] + hk * L->kt.stride[1] + j0;
+    float *kt = (float *)L->kt.data + g * L->kt.stride[0] + blk * L->kt.stride[1];
     tops__mat_read(kern, &km, 0, n, 0, p->d, kt, L->kt.stride[2], 1);
     if (L->have_vd) {
         tops__mat vm = {v, {b, hk}, j0, 0, n, p->dv};
@@ -146,9 +144,11 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     int64_t pos_lo = i0 + p->sk - p->sq, pos_hi = pos_lo + rows - 1;
 
     tops__mat qm = {q, {b, h}, i0, 0, rows, p->d};
-    /* Keys: rows j of K ([Sk, D], read transposed), or columns j of the laid-out K^T ([D, Sk]). */
+    /* Keys: rows j of K ([Sk, D], read transposed), or the laid-out K^T
+       panel of the block ([D, kv_block]). */
     int kt = L && L->have_kt;
     tops__mat km = {kt ? &L->kt : k, {b, hk}, 0, 0, kt ? p->d : 0, kt ? 0 : p->d};
+    if (kt) km.outer[0] = b * p->kv_heads + hk;
     tops__mat vm = {L && L->have_vd ? &L->vd : v, {b, hk}, 0, 0, 0, p->dv};
     tops__mat om = {out, {b, h}, i0, 0, rows, p->dv};
     tops_tile *s = &w->s, *o = &w->o;
@@ -163,7 +163,13 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     tops_tile_map_desc cap = {.op = TOPS_MAP_SOFTCAP, .value = p->softcap};
     tops_tile_map_desc mask = {.op = TOPS_MAP_MASK_CAUSAL, .row_offset = pos_lo, .causal = p->causal,
                                .window = p->window};
-    tops_tile_map_desc sub_exp = {.op = TOPS_MAP_SUB_EXP, .row_values = w->m};
+    /* Without soft-capping the scale rides on the exp: maxima and masks work
+       on raw dot products, and P = exp(scale * (S - m)) with its row sums
+       in one pass. */
+    int scale_in_exp = !(p->softcap > 0.0f);
+    float exp_scale = scale_in_exp ? p->scale : 1.0f;
+    tops_tile_map_desc sub_exp = {.op = TOPS_MAP_SUB_EXP, .row_values = w->m, .scale = exp_scale,
+                                  .row_sums = w->bsum};
     tops_tile_map_desc rescale = {.op = TOPS_MAP_SCALE, .row_values = w->alpha};
 
     int64_t lo, hi;
@@ -172,7 +178,7 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
         int64_t cols = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block;
         s->cols = (int32_t)cols;
         if (kt) {
-            km.c0 = j0;
+            km.outer[1] = j0 / p->kv_block;
             km.cols = cols;
         } else {
             km.r0 = j0;
@@ -181,8 +187,10 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
         vm.r0 = j0;
         vm.rows = cols;
         tops__tile_matmul(kern, 0, !kt, 0, &qm, NULL, &km, s); /* S = Q K^T */
-        tops__tile_map(kern, s, &scale);
-        if (p->softcap > 0.0f) tops__tile_map(kern, s, &cap);
+        if (!scale_in_exp) {
+            tops__tile_map(kern, s, &scale);
+            tops__tile_map(kern, s, &cap);
+        }
         if (!block_visible(p, pos_lo, pos_hi, j0, j0 + cols)) {
             mask.col_offset = j0;
             tops__tile_map(kern, s, &mask);
@@ -193,12 +201,11 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
             float mo = w->m[i], mn = w->bmax[i] > mo ? w->bmax[i] : mo;
             if (isnan(w->bmax[i])) mn = NAN;
             /* Equal maxima (both -inf included) keep the sum as it is. */
-            w->alpha[i] = mo == mn ? 1.0f : expf(mo - mn);
+            w->alpha[i] = mo == mn ? 1.0f : expf((mo - mn) * exp_scale);
             rescale_needed |= w->alpha[i] != 1.0f;
             w->m[i] = mn;
         }
-        tops__tile_map(kern, s, &sub_exp); /* P = exp(S - m) */
-        tops__tile_reduce_rows(kern, s, TOPS_REDUCE_SUM, 0.0f, w->bsum);
+        tops__tile_map(kern, s, &sub_exp); /* P = exp(S - m), and its row sums */
         for (int64_t i = 0; i < rows; i++) w->l[i] = w->l[i] * w->alpha[i] + w->bsum[i];
         if (rescale_needed) tops__tile_map(kern, o, &rescale);
         tops__tile_matmul(kern, 0, 0, 1, NULL, s, &vm, o); /* O += P V */
@@ -231,7 +238,7 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
     }
     kv_layout layout;
     const kv_layout *L = kv_layout_plan(p, v, &layout) ? &layout : NULL;
-    int64_t fills = L ? p->batch * p->kv_heads * tops__ceil_div(p->sk, PREPACK_CHUNK) : 0;
+    int64_t fills = L ? p->batch * p->kv_heads * tops__ceil_div(p->sk, p->kv_block) : 0;
 #ifdef TOPS_HAVE_OPENMP
 #pragma omp parallel num_threads(threads)
     {

@@ -173,11 +173,11 @@ void tops__tile_matmul(const tops__kernels *kern, int transpose_left, int transp
             lda = TOPS_TILE_KC;
         }
         int acc = accumulate || k0 > 0;
-        for (int64_t j = 0; j < Np; j += NR)
-            for (int64_t i = 0; i < M; i += MR) {
-                int mr = (int)(M - i < MR ? M - i : MR);
+        for (int64_t i = 0; i < M; i += MR) {
+            int mr = (int)(M - i < MR ? M - i : MR);
+            for (int64_t j = 0; j < Np; j += NR)
                 kern->tile_gemm.run(mr, kc, a + i * lda, lda, b + j, ldb, tile->data + i * ldc + j, ldc, acc);
-            }
+        }
     }
 }
 
@@ -231,16 +231,24 @@ void tops__tile_map(const tops__kernels *kern, tops_tile *tile, const tops_tile_
         case TOPS_MAP_ADD:
             for (int64_t j = 0; j < cols; j++) x[j] += r;
             break;
-        case TOPS_MAP_SUB_EXP:
-            if (r == -INFINITY) /* the whole row is masked: zeros, not NaN */
+        case TOPS_MAP_SUB_EXP: {
+            float sum = 0.0f, f = d->scale == 0.0f ? 1.0f : d->scale;
+            if (r == -INFINITY) { /* the whole row is masked: zeros, not NaN */
                 for (int64_t j = 0; j < cols; j++) x[j] = 0.0f;
-            else if (r == INFINITY) /* overflowed logits: the +inf ones share the mass */
-                for (int64_t j = 0; j < cols; j++) x[j] = x[j] == INFINITY ? 1.0f : 0.0f;
-            else if (isnan(r))
+            } else if (r == INFINITY) { /* overflowed logits: the +inf ones share the mass */
+                for (int64_t j = 0; j < cols; j++) {
+                    x[j] = x[j] == INFINITY ? 1.0f : 0.0f;
+                    sum += x[j];
+                }
+            } else if (isnan(r)) {
                 for (int64_t j = 0; j < cols; j++) x[j] = NAN;
-            else
-                kern->exp_sub_f32_row(x, cols, r);
+                sum = NAN;
+            } else {
+                sum = kern->exp_sub_f32_row(x, cols, r, f);
+            }
+            if (d->row_sums) d->row_sums[i] = sum;
             break;
+        }
         case TOPS_MAP_MASK_CAUSAL: {
             int64_t lo, hi;
             causal_keep(d, i, cols, &lo, &hi);
@@ -452,7 +460,11 @@ tops_status tops_tile_map(tops_tile *tile, const tops_tile_map_desc *desc) {
     switch (desc->op) {
     case TOPS_MAP_SCALE:
     case TOPS_MAP_ADD:
+        break;
     case TOPS_MAP_SUB_EXP:
+        if (!isfinite(desc->scale) || desc->scale < 0.0f)
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.scale is %g; it must be finite and > 0 (0 = 1)",
+                              (double)desc->scale);
         break;
     case TOPS_MAP_SOFTCAP:
         for (int32_t i = 0; i < (desc->row_values ? tile->rows : 1); i++) {

@@ -310,6 +310,16 @@ static void test_threads_same_bits(void) {
         else
             ASSERT_TRUE(memcmp(first, r.o.mem, (size_t)r.o.n * sizeof(float)) == 0);
     }
+    /* Caller scratch (misaligned on purpose) gives the same bits too. */
+    size_t bytes = 4 << 20;
+    unsigned char *scratch = malloc(bytes + 3);
+    ex.scratch = scratch + 3;
+    ex.scratch_bytes = bytes;
+    ex.threads = 2;
+    tb_poison(&r.o);
+    ASSERT_OK(tops_attention(&ex, &d, &r.q.t, &r.k.t, &r.v.t, &r.o.t));
+    ASSERT_TRUE(memcmp(first, r.o.mem, (size_t)r.o.n * sizeof(float)) == 0);
+    free(scratch);
     free(first);
     run_free(&r);
 }

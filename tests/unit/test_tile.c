@@ -283,9 +283,12 @@ static void test_row_kernels_across_levels(void) {
         for (int n = 0; n <= 203; n += 29) {
             for (int j = 0; j < n; j++) x[j] = y[j] = z[j] = th_uniform(&rng, -120, 20);
             if (n > 3) x[1] = y[1] = -INFINITY;
-            k->exp_sub_f32_row(y, n, 3.0f);
+            float sum = k->exp_sub_f32_row(y, n, 3.0f, 0.5f);
+            double want_sum = 0;
+            for (int j = 0; j < n; j++) want_sum += y[j];
+            ASSERT_NEAR(sum, want_sum, 1e-6 * want_sum + 1e-30);
             for (int j = 0; j < n; j++) {
-                double want = exp((double)(x[j] - 3.0f)); /* the subtraction rounds in f32 */
+                double want = exp((double)((x[j] - 3.0f) * 0.5f)); /* the subtraction and product round in f32 */
                 if (!(fabs(y[j] - want) <= 3e-7 * want + 1e-37))
                     TH_FAIL_AT("[%s] exp(%g - 3) = %g, want %g", tops_isa_name(levels[li]), (double)x[j], (double)y[j],
                                want);
@@ -327,8 +330,24 @@ static void test_maps(void) {
     ASSERT_TRUE(tile_at(&s.t, 1, 7) == base[1][7] + 2);
     RESET();
     d.op = TOPS_MAP_SUB_EXP;
+    float sums[6];
+    d.row_sums = sums;
     ASSERT_OK(tops_tile_map(&s.t, &d));
     ASSERT_NEAR(tile_at(&s.t, 0, 5), exp(base[0][5] - 1.0), 1e-6);
+    for (int i = 0; i < 6; i++) {
+        double t = 0;
+        for (int j = 0; j < 21; j++) t += tile_at(&s.t, i, j);
+        ASSERT_NEAR(sums[i], t, 1e-5 * t);
+    }
+    ASSERT_TRUE(sums[2] == 0.0f && sums[5] == 1.0f);
+    RESET();
+    d.scale = 0.25f;
+    ASSERT_OK(tops_tile_map(&s.t, &d));
+    ASSERT_NEAR(tile_at(&s.t, 4, 9), exp((base[4][9] - 3.0) * 0.25), 1e-6);
+    d.scale = -1;
+    ASSERT_FAILS_WITH(tops_tile_map(&s.t, &d), TOPS_INVALID_ARGUMENT, "desc.scale");
+    d.scale = 0;
+    d.row_sums = NULL;
     for (int j = 0; j < 21; j++) ASSERT_TRUE(tile_at(&s.t, 2, j) == 0.0f);               /* -inf row: zeros */
     for (int j = 0; j < 21; j++) ASSERT_TRUE(tile_at(&s.t, 5, j) == (j == 3 ? 1.0f : 0.0f)); /* +inf row */
     RESET();

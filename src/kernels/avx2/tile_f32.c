@@ -104,16 +104,25 @@ static inline __m256 exp_ps(__m256 x) {
     return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
 }
 
-void tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub) {
-    __m256 s = _mm256_set1_ps(sub);
+float tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub, float scale) {
+    __m256 s = _mm256_set1_ps(sub), f = _mm256_set1_ps(scale), acc = _mm256_setzero_ps();
     int64_t j = 0;
-    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, exp_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), s)));
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), s), f));
+        _mm256_storeu_ps(x + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
     if (j < n) {
         __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
         __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - j)), idx);
-        __m256 v = _mm256_maskload_ps(x + j, mask);
-        _mm256_maskstore_ps(x + j, mask, exp_ps(_mm256_sub_ps(v, s)));
+        __m256 e = exp_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(x + j, mask), s), f));
+        _mm256_maskstore_ps(x + j, mask, e);
+        acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(mask)));
     }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
 }
 
 void tops__scale_f32_row__avx2(float *x, int64_t n, float r) {

@@ -68,14 +68,29 @@ static inline __m512 exp_ps(__m512 x) {
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
 }
 
-void tops__exp_sub_f32_row__avx512(float *x, int64_t n, float sub) {
-    __m512 s = _mm512_set1_ps(sub);
+static inline float hsum(__m512 v) {
+    __m256 a = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
+float tops__exp_sub_f32_row__avx512(float *x, int64_t n, float sub, float scale) {
+    __m512 s = _mm512_set1_ps(sub), f = _mm512_set1_ps(scale), acc = _mm512_setzero_ps();
     int64_t j = 0;
-    for (; j + 16 <= n; j += 16) _mm512_storeu_ps(x + j, exp_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), s)));
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), s), f));
+        _mm512_storeu_ps(x + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
     if (j < n) {
         __mmask16 m = (__mmask16)((1u << (n - j)) - 1u);
-        _mm512_mask_storeu_ps(x + j, m, exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), s)));
+        __m512 e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + j), s), f));
+        _mm512_mask_storeu_ps(x + j, m, e);
+        acc = _mm512_mask_add_ps(acc, m, acc, e);
     }
+    return hsum(acc);
 }
 
 static inline __m512 combine(__m512 a, __m512 b, int op) {

@@ -24,8 +24,13 @@ void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t
         for (int64_t j = 0; j < cols; j++) dst[j * ldd + i] = src[i * lds + j];
 }
 
-void tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub) {
-    for (int64_t j = 0; j < n; j++) x[j] = expf(x[j] - sub);
+float tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub, float scale) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; j++) {
+        x[j] = expf((x[j] - sub) * scale);
+        sum += x[j];
+    }
+    return sum;
 }
 
 void tops__scale_f32_row__ref(float *x, int64_t n, float r) {
