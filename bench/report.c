@@ -256,9 +256,16 @@ static void svg_series(svg_buf *b, const svg_axes *a, const tops_bench_rows *row
                which == 2 ? "2.5" : "1.8", dash[which]);
     for (int i = 0; i < n; i++) svg_printf(b, "%s%.1f,%.1f", i ? " " : "", sx(a, xs[i]), sy(a, ts[i]));
     svg_printf(b, "\"/>\n");
-    if (which == 0)
-        for (int i = 0; i < n; i++)
-            svg_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", sx(a, xs[i]), sy(a, ts[i]), color);
+    /* markers too, so a series of one point (one M) still shows */
+    for (int i = 0; i < n; i++) {
+        double x = sx(a, xs[i]), y = sy(a, ts[i]);
+        if (which == 0)
+            svg_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", x, y, color);
+        else if (which == 1)
+            svg_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"white\" stroke=\"%s\"/>\n", x, y, color);
+        else
+            svg_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"7\" height=\"7\" fill=\"black\"/>\n", x - 3.5, y - 3.5);
+    }
 }
 
 /* One panel: the rows of one op, time against M on log axes. */
