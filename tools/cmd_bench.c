@@ -272,7 +272,7 @@ int tops_cmd_bench(int argc, char **argv) {
         }
     }
     session.cfg = &cfg;
-    if (session.have_roof && rows.n > 0) {
+    if (session.have_roof && rows.n > 0 && cfg.device.kind == TOPS_DEVICE_CPU) {
         /* once more at the end: each ceiling is the best of the two */
         tops_bench_roofline again, best;
         session.case_index = session.case_count = 0;
