@@ -109,10 +109,11 @@ double tops_bench_i8dot_scalar(int64_t iterations) {
 typedef double (*peak_loop)(int64_t iterations);
 
 /* Runs loop on every thread at once; returns operations per second of the
-   best of three rounds (the first round also warms the clocks). */
+   best of ten short rounds: on a shared machine some round runs
+   uncontended (the first also warms the clocks). */
 static double measure_peak(peak_loop loop, int threads, int64_t iterations) {
     double best = 0;
-    for (int round = 0; round < 3; round++) {
+    for (int round = 0; round < 10; round++) {
         double ops = 0;
         double t0 = tops_bench_now();
 #ifdef _OPENMP
@@ -171,7 +172,7 @@ static tops_status measure_read(read_loop loop, int threads, size_t read_bytes, 
     }
     double best = 0;
     uint64_t sink = 0;
-    for (int round = 0; round < 3; round++) {
+    for (int round = 0; round < 5; round++) {
         double t0 = tops_bench_now();
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) reduction(| : sink)
@@ -232,8 +233,8 @@ tops_status tops_bench_measure_roofline(int threads, size_t read_bytes, tops_ben
 #endif
     tops_status st = measure_read(read, threads, read_bytes, out);
     if (st != TOPS_OK) return st;
-    out->fma_gflops = measure_peak(fma, threads, calibrate(fma, 0.05)) / 1e9;
-    out->int8_gops = measure_peak(dot, threads, calibrate(dot, 0.05)) / 1e9;
+    out->fma_gflops = measure_peak(fma, threads, calibrate(fma, 0.02)) / 1e9;
+    out->int8_gops = measure_peak(dot, threads, calibrate(dot, 0.02)) / 1e9;
     if (!(out->fma_gflops > 0) || !(out->int8_gops > 0) || !(out->read_gbps > 0))
         return tops__fail(TOPS_INTERNAL, fn, "a ceiling measured as zero (read %.3g GB/s, fma %.3g, int8 %.3g)",
                           out->read_gbps, out->fma_gflops, out->int8_gops);
