@@ -509,11 +509,12 @@ typedef struct tops_matmul2d_desc {
  *
  * Precision: strict mode accumulates in f32 over the exactly decoded
  * operands (rel-L2 <= 1e-5 against f64 on the tests' data).  Relaxed mode
- * quantizes activations to i8 per block of 32 (16 for 16-blocks) when the
- * weights have an integer form (int8/4/2 groups, i8/i4/i2, mxfp4, mxint8,
- * nvfp4, q4_0, q8_0, gguf-mxfp4) and uses integer dot products; measured
+ * quantizes activations to i8 per block of 32 (16 for 16-blocks) and uses
+ * integer dot products where the weights have an integer form: at M <= 4
+ * for int8/4/2 groups, i8/i4/i2, mxfp4, mxint8, nvfp4, q4_0, q8_0 and
+ * gguf-mxfp4 stored [N, K]; above that for the 4- and 2-bit ones.  Measured
  * rel-L2 against f64 of the decoded operands <= 5e-3 on uniform data
- * (tested bound 1e-2).  Other formats run strict.
+ * (tested bound 1e-2).  Everything else runs strict.
  * On failure nothing is written to dest.
  */
 TOPS_API tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc,

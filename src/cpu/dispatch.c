@@ -93,6 +93,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->quantize_q8 = tops__ref_quantize_q8;
     k->dequant_q8 = tops__ref_dequant_q8;
     k->dot_f32 = tops__ref_dot_f32;
+    k->lut16_row = tops__ref_lut16_row;
     k->dot_f32_x4 = tops__ref_dot_f32_x4;
     k->dot_q8_nibbles_x4 = tops__ref_dot_q8_nibbles_x4;
     k->dot_q8_nibbles = tops__ref_dot_q8_nibbles;
@@ -123,6 +124,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->quantize_q8 = tops__avx2_quantize_q8;
         k->dequant_q8 = tops__avx2_dequant_q8;
         k->dot_f32 = tops__avx2_dot_f32;
+        k->lut16_row = tops__avx2_lut16_row;
         k->dot_f32_x4 = tops__avx2_dot_f32_x4;
         k->dot_q8_nibbles_x4 = tops__avx2_dot_q8_nibbles_x4;
         k->dot_q8_nibbles = tops__avx2_dot_q8_nibbles;

@@ -125,6 +125,9 @@ typedef struct tops__kernels {
     void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                               const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                               int64_t nb, float *out);
+    /* 4-bit codes through a 16-entry table: dst[i] = table[code i], n codes
+       from src (element 0 in the low nibble of src[0]). */
+    void (*lut16_row)(float *dst, const uint8_t *src, int64_t n, const float *table);
     /* out[i] = q[i] * scale[i / sub] for n elements (n a multiple of sub). */
     void (*dequant_q8)(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
     /* Relaxed activations: n values (a multiple of sub) to i8 per sub-block,
@@ -204,6 +207,7 @@ float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, 
 float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                           int sub);
 float tops__ref_dot_f32(const float *a, const float *b, int64_t n);
+void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table);
 void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
 void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
@@ -243,6 +247,7 @@ float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale,
 float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                            int sub);
 float tops__avx2_dot_f32(const float *a, const float *b, int64_t n);
+void tops__avx2_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table);
 void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,

@@ -186,6 +186,10 @@ static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_te
     /* Integer forms are unpacked straight from [N, K] rows (blocks along K). */
     if (right->format.id != TOPS_FMT_PACKED && kern->unpack[right->format.id].run && transposed)
         op.read = tops__read_rect_unpack;
+    else if (right->format.id != TOPS_FMT_PACKED && transposed && tops__has_element_reader(right))
+        op.read = tops__read_rect_elements;
+    else if (right->format.id != TOPS_FMT_PACKED && right->codebook.data)
+        op.read = tops__read_rect_lut4; /* any layout: codes and codebooks follow rows */
     if (right->format.id == TOPS_FMT_PACKED) {
         op.k_major = 1;
         op.read = tops__read_rect_packed;
@@ -234,11 +238,12 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     p->relaxed = desc->relaxed_precision;
     /* Few rows and weights stored [N, K]: stream the weight rows once. */
     if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed) return PLAN_ROWS;
-    if (p->right.read == tops__read_rect_unpack && p->relaxed) {
-        /* Narrow integers take the integer microkernel; i8 weights the
-           row driver (their products would saturate vpmaddubsw's i16). */
-        return kern->unpack[right->format.id].qmax <= 15 ? PLAN_INTEGER : PLAN_ROWS;
-    }
+    /* Narrow integers take the integer microkernel.  8-bit weights stay on
+       f32 panels: their products would saturate vpmaddubsw's i16 sums, and
+       splitting them costs what the f32 kernel costs (measured: the i8 dot
+       driver was 1.6x slower than f32 panels at M = 128). */
+    if (p->right.read == tops__read_rect_unpack && p->relaxed && kern->unpack[right->format.id].qmax <= 15)
+        return PLAN_INTEGER;
     return PLAN_PANELS;
 }
 
@@ -282,6 +287,8 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
     } else {
         const char *src = p.right.packed                          ? "prepacked"
                           : p.right.read == tops__read_rect_unpack ? "unpacked per K block"
+                          : p.right.read == tops__read_rect_elements ? "element rows per K block"
+                          : p.right.read == tops__read_rect_lut4     ? "codebook rows per K block"
                           : p.right.read == tops__read_rect_decode ? "decoded per K block"
                                                                    : "packed per K block";
         snprintf(buf, cap, "f32 panels (%s): %s (%s)", src, kern->gemm_f32.name, isa);

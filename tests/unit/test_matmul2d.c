@@ -293,6 +293,41 @@ static void test_packed_in_place(void) {
         }
 }
 
+/* exec.scratch, when large enough, is the workspace: same bits either way
+   (and a small one is ignored rather than overrun). */
+static void test_caller_scratch(void) {
+    mm_operand a, w;
+    mm_make(&a, TOPS_DT_F32, 13, 300, 0, &rng);
+    mm_make_quant(&w, (tops_format){TOPS_FMT_Q4_0, 0, TOPS_DT_NONE}, 40, 300, 0, &rng);
+    void *p1, *p2, *p3;
+    tops_tensor c1 = make_plain(TOPS_DT_F32, 13, 40, &p1), c2 = make_plain(TOPS_DT_F32, 13, 40, &p2);
+    tops_tensor c3 = make_plain(TOPS_DT_F32, 13, 40, &p3);
+    for (int relaxed = 0; relaxed < 2; relaxed++) {
+        tops_matmul2d_desc d = plain_desc();
+        d.transpose_right = 1;
+        d.relaxed_precision = relaxed;
+        tops_exec ex = tops_exec_default();
+        ASSERT_OK(tops_matmul2d(&ex, &d, &a.t, &w.t, &c1));
+        size_t big = (size_t)8 << 20;
+        void *scratch = malloc(big);
+        ex.scratch = scratch;
+        ex.scratch_bytes = big;
+        ASSERT_OK(tops_matmul2d(&ex, &d, &a.t, &w.t, &c2));
+        char small[100];
+        ex.scratch = small;
+        ex.scratch_bytes = sizeof small;
+        ASSERT_OK(tops_matmul2d(&ex, &d, &a.t, &w.t, &c3));
+        ASSERT_TRUE(memcmp(p1, p2, 13 * 40 * sizeof(float)) == 0);
+        ASSERT_TRUE(memcmp(p1, p3, 13 * 40 * sizeof(float)) == 0);
+        free(scratch);
+    }
+    tops_tensor_destroy(&c1);
+    tops_tensor_destroy(&c2);
+    tops_tensor_destroy(&c3);
+    mm_free(&a);
+    mm_free_any(&w);
+}
+
 /* tops_matmul2d_path names the driver and kernel each plan takes. */
 static void test_path_names(void) {
     tops_memory host = {TOPS_DEVICE_CPU, 0};
@@ -337,5 +372,6 @@ int main(void) {
     RUN_TEST(test_packed_matches_plain);
     RUN_TEST(test_packed_in_place);
     RUN_TEST(test_path_names);
+    RUN_TEST(test_caller_scratch);
     TEST_MAIN_END();
 }

@@ -362,3 +362,21 @@ void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, cons
     }
     for (int r = 0; r < 4; r++) out[r] = part[r];
 }
+
+/* Eight codes per step: a variable shift spreads four bytes' nibbles over
+   eight lanes, two vpermps look both table halves up, a blend picks. */
+void tops__avx2_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table) {
+    const __m256 lo = _mm256_loadu_ps(table), hi = _mm256_loadu_ps(table + 8);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), mask = _mm256_set1_epi32(0xF);
+    const __m256i seven = _mm256_set1_epi32(7);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint32_t w;
+        memcpy(&w, src + i / 2, 4);
+        __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w), shifts), mask);
+        __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, seven));
+        _mm256_storeu_ps(dst + i, _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx),
+                                                   _mm256_permutevar8x32_ps(hi, idx), upper));
+    }
+    if (i < n) tops__ref_lut16_row(dst + i, src + i / 2, n - i, table);
+}

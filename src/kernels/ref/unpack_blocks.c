@@ -266,3 +266,7 @@ void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const
     for (int r = 0; r < 4; r++)
         out[r] = tops__ref_dot_q8_nibbles(blocks + r * row_bytes, layout, aq, as, acorr, ws + r * ld_ws, nb);
 }
+
+void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table) {
+    for (int64_t i = 0; i < n; i++) dst[i] = table[(src[i >> 1] >> ((i & 1) * 4)) & 0xF];
+}
