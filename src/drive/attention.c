@@ -69,6 +69,22 @@ static int block_visible(const tops__attention_plan *p, int64_t pos_lo, int64_t 
     return 1;
 }
 
+/* Query rows [*r_lo, *r_hi) of a block (positions pos_lo + row) that see
+   at least one key of [j0, j1).  The other rows would only get -inf scores
+   there (p = 0, alpha = 1), so leaving them out changes nothing; on the
+   causal diagonal it saves the work of the rows above it. */
+static void visible_rows(const tops__attention_plan *p, int64_t pos_lo, int64_t rows, int64_t j0, int64_t j1,
+                         int64_t *r_lo, int64_t *r_hi) {
+    int64_t first = pos_lo, last = pos_lo + rows - 1;
+    if (p->causal && j0 > first) first = j0;
+    if (p->window > 0) {
+        if (!p->causal && j0 - p->window + 1 > first) first = j0 - p->window + 1;
+        if (j1 - 2 + p->window < last) last = j1 - 2 + p->window;
+    }
+    *r_lo = first - pos_lo;
+    *r_hi = last < first ? *r_lo : last - pos_lo + 1;
+}
+
 /* Keys laid out once per run when several query blocks share them: K^T as
    f32 blocks [B * Hkv, Sk / kv_block, D, kv_block], so that each key block
    is one contiguous [D, kv_block] panel the tile matmul reads in place
@@ -153,7 +169,7 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     tops__mat om = {out, {b, h}, i0, 0, rows, p->dv};
     tops_tile *s = &w->s, *o = &w->o;
     /* Ragged blocks reuse the tiles with fewer rows / columns (same ld). */
-    s->rows = o->rows = (int32_t)rows;
+    o->rows = (int32_t)rows;
     memset(o->data, 0, (size_t)rows * (size_t)o->ld * sizeof(float));
     for (int64_t i = 0; i < rows; i++) {
         w->m[i] = -INFINITY;
@@ -161,8 +177,7 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     }
     tops_tile_map_desc scale = {.op = TOPS_MAP_SCALE, .value = p->scale};
     tops_tile_map_desc cap = {.op = TOPS_MAP_SOFTCAP, .value = p->softcap};
-    tops_tile_map_desc mask = {.op = TOPS_MAP_MASK_CAUSAL, .row_offset = pos_lo, .causal = p->causal,
-                               .window = p->window};
+    tops_tile_map_desc mask = {.op = TOPS_MAP_MASK_CAUSAL, .causal = p->causal, .window = p->window};
     /* Without soft-capping the scale rides on the exp: maxima and masks work
        on raw dot products, and P = exp(scale * (S - m)) with its row sums
        in one pass. */
@@ -175,8 +190,17 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     int64_t lo, hi;
     key_range(p, pos_lo, pos_hi, &lo, &hi);
     for (int64_t j0 = lo / p->kv_block * p->kv_block; j0 < hi; j0 += p->kv_block) {
-        int64_t cols = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block;
-        s->cols = (int32_t)cols;
+        int64_t cols = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block, r_lo, r_hi;
+        visible_rows(p, pos_lo, rows, j0, j0 + cols, &r_lo, &r_hi);
+        if (r_lo >= r_hi) continue;
+        /* Views of the rows that take part (same storage and workspace). */
+        tops_tile sv = *s, ov = *o;
+        sv.data += r_lo * s->ld;
+        ov.data += r_lo * o->ld;
+        sv.rows = ov.rows = (int32_t)(r_hi - r_lo);
+        sv.cols = (int32_t)cols;
+        qm.r0 = i0 + r_lo;
+        qm.rows = r_hi - r_lo;
         if (kt) {
             km.outer[1] = j0 / p->kv_block;
             km.cols = cols;
@@ -186,18 +210,19 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
         }
         vm.r0 = j0;
         vm.rows = cols;
-        tops__tile_matmul(kern, 0, !kt, 0, &qm, NULL, &km, s); /* S = Q K^T */
+        tops__tile_matmul(kern, 0, !kt, 0, &qm, NULL, &km, &sv); /* S = Q K^T */
         if (!scale_in_exp) {
-            tops__tile_map(kern, s, &scale);
-            tops__tile_map(kern, s, &cap);
+            tops__tile_map(kern, &sv, &scale);
+            tops__tile_map(kern, &sv, &cap);
         }
-        if (!block_visible(p, pos_lo, pos_hi, j0, j0 + cols)) {
+        if (!block_visible(p, pos_lo + r_lo, pos_lo + r_hi - 1, j0, j0 + cols)) {
+            mask.row_offset = pos_lo + r_lo;
             mask.col_offset = j0;
-            tops__tile_map(kern, s, &mask);
+            tops__tile_map(kern, &sv, &mask);
         }
-        tops__tile_reduce_rows(kern, s, TOPS_REDUCE_MAX, -INFINITY, w->bmax);
+        tops__tile_reduce_rows(kern, &sv, TOPS_REDUCE_MAX, -INFINITY, w->bmax + r_lo);
         int rescale_needed = 0;
-        for (int64_t i = 0; i < rows; i++) {
+        for (int64_t i = r_lo; i < r_hi; i++) {
             float mo = w->m[i], mn = w->bmax[i] > mo ? w->bmax[i] : mo;
             if (isnan(w->bmax[i])) mn = NAN;
             /* Equal maxima (both -inf included) keep the sum as it is. */
@@ -205,16 +230,20 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
             rescale_needed |= w->alpha[i] != 1.0f;
             w->m[i] = mn;
         }
-        tops__tile_map(kern, s, &sub_exp); /* P = exp(S - m), and its row sums */
-        for (int64_t i = 0; i < rows; i++) w->l[i] = w->l[i] * w->alpha[i] + w->bsum[i];
-        if (rescale_needed) tops__tile_map(kern, o, &rescale);
-        tops__tile_matmul(kern, 0, 0, 1, NULL, s, &vm, o); /* O += P V */
+        sub_exp.row_values = w->m + r_lo;
+        sub_exp.row_sums = w->bsum + r_lo;
+        tops__tile_map(kern, &sv, &sub_exp); /* P = exp(S - m), and its row sums */
+        for (int64_t i = r_lo; i < r_hi; i++) w->l[i] = w->l[i] * w->alpha[i] + w->bsum[i];
+        rescale.row_values = w->alpha + r_lo;
+        if (rescale_needed) tops__tile_map(kern, &ov, &rescale);
+        tops__tile_matmul(kern, 0, 0, 1, NULL, &sv, &vm, &ov); /* O += P V */
     }
     /* 1 / l, with zeros for rows that saw no key at all. */
     for (int64_t i = 0; i < rows; i++) {
         float l = w->l[i];
         w->alpha[i] = isnan(l) ? NAN : l > 0.0f ? 1.0f / l : 0.0f;
     }
+    rescale.row_values = w->alpha;
     tops__tile_map(kern, o, &rescale);
     tops__tile_store(kern, o, &om);
 }

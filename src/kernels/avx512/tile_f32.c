@@ -46,10 +46,11 @@ void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_
     }
 }
 
-/* exp as in the AVX2 file (Cody-Waite, degree-6 polynomial, about 1 ulp);
+/* exp as in the AVX2 file (Cody-Waite, degree-6 polynomial, about 1 ulp;
+   below -87 flushed to 0 so no result is subnormal);
    vscalefps applies 2^n without exponent overflow tricks. */
 static inline __m512 exp_ps(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.33654475f), hi = _mm512_set1_ps(88.72283905f);
+    const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.72283905f);
     __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
