@@ -643,7 +643,7 @@ typedef struct tops_tile_map_desc {
     const float *row_values;  /* one per tile row, or NULL */
     float value;              /* every row's value when row_values is NULL */
     float lo, hi;             /* TOPS_MAP_CLAMP: lo <= hi */
-    int64_t row_offset, col_offset; /* TOPS_MAP_MASK_CAUSAL positions (>= 0) */
+    int64_t row_offset, col_offset; /* TOPS_MAP_MASK_CAUSAL positions (may be < 0) */
     int64_t window;           /* TOPS_MAP_MASK_CAUSAL: 0 = none */
     int causal;               /* TOPS_MAP_MASK_CAUSAL: 1 masks key > query */
     const uint8_t *mask;      /* TOPS_MAP_MASK: rows x cols bytes */
