@@ -75,12 +75,23 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->f16_to_f32_row = tops__ref_f16_to_f32_row;
     k->f32_to_bf16_row = tops__ref_f32_to_bf16_row;
     k->bf16_to_f32_row = tops__ref_bf16_to_f32_row;
+    k->f32_to_e4m3_row = tops__ref_f32_to_e4m3_row;
+    k->e4m3_to_f32_row = tops__ref_e4m3_to_f32_row;
+    k->f32_to_e5m2_row = tops__ref_f32_to_e5m2_row;
+    k->e5m2_to_f32_row = tops__ref_e5m2_to_f32_row;
+    k->e2m1_to_f32_row = tops__ref_e2m1_to_f32_row;
+    k->i4_to_f32_row = tops__ref_i4_to_f32_row;
+    k->pack_rows_f32 = tops__ref_pack_rows_f32;
+    k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
         k->f32_to_f16_row = tops__avx2_f32_to_f16_row;
         k->f16_to_f32_row = tops__avx2_f16_to_f32_row;
         k->f32_to_bf16_row = tops__avx2_f32_to_bf16_row;
         k->bf16_to_f32_row = tops__avx2_bf16_to_f32_row;
+        k->pack_rows_f32 = tops__avx2_pack_rows_f32;
+        k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
+                                           "tops_gemm_f32_f32_f32_6x16__avx2"};
     }
 #endif
 }

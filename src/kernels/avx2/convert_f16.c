@@ -7,15 +7,32 @@
 
 static inline __m128i f32x8_to_f16(__m256 v) {
     __m128i h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    /* F16C keeps NaN payload bits; ml_dtypes writes sign | 0x7e00. */
+    /* F16C quietens NaN; numpy keeps the top payload bits (0 -> 1). */
     __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
     if (!_mm256_testz_ps(nan, nan)) {
+        __m256i x = _mm256_castps_si256(v);
+        __m256i payload = _mm256_srli_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffff)), 13);
+        __m256i zero = _mm256_cmpeq_epi32(payload, _mm256_setzero_si256());
+        payload = _mm256_or_si256(payload, _mm256_and_si256(zero, _mm256_set1_epi32(1)));
+        __m256i sign = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x8000));
+        __m256i want = _mm256_or_si256(_mm256_or_si256(sign, payload), _mm256_set1_epi32(0x7c00));
+        __m128i want16 = _mm_packus_epi32(_mm256_castsi256_si128(want), _mm256_extracti128_si256(want, 1));
         __m256i m32 = _mm256_castps_si256(nan);
         __m128i m16 = _mm_packs_epi32(_mm256_castsi256_si128(m32), _mm256_extracti128_si256(m32, 1));
-        __m128i sign = _mm_and_si128(h, _mm_set1_epi16((short)0x8000));
-        h = _mm_blendv_epi8(h, _mm_or_si128(sign, _mm_set1_epi16(0x7e00)), m16);
+        h = _mm_blendv_epi8(h, want16, m16);
     }
     return h;
+}
+
+/* F16C quietens signalling NaN; numpy keeps the payload as it is. */
+static inline __m256 f16x8_to_f32(__m128i h) {
+    __m256 f = _mm256_cvtph_ps(h);
+    __m256i x = _mm256_cvtepu16_epi32(h);
+    __m256i mag = _mm256_and_si256(x, _mm256_set1_epi32(0x7fff));
+    __m256i snan = _mm256_and_si256(_mm256_cmpgt_epi32(mag, _mm256_set1_epi32(0x7c00)),
+                                    _mm256_cmpgt_epi32(_mm256_set1_epi32(0x7e00), mag));
+    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_and_si256(snan, _mm256_set1_epi32(0x00400000)),
+                                                   _mm256_castps_si256(f)));
 }
 
 void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
@@ -34,12 +51,12 @@ void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+        _mm256_storeu_ps(dst + i, f16x8_to_f32(_mm_loadu_si128((const __m128i *)(src + i))));
     if (i < n) {
         uint16_t tmp[8] = {0};
         float out[8];
         for (int64_t j = i; j < n; j++) tmp[j - i] = src[j];
-        _mm256_storeu_ps(out, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tmp)));
+        _mm256_storeu_ps(out, f16x8_to_f32(_mm_loadu_si128((const __m128i *)tmp)));
         for (int64_t j = i; j < n; j++) dst[j] = out[j - i];
     }
 }

@@ -1,6 +1,7 @@
-/* Scalar f16/bf16 rows: round to nearest even, bit-exact with ml_dtypes.
-   NaN -> the canonical quiet NaN with its sign (what ml_dtypes writes);
-   f16 -> f32 keeps the payload and sets the quiet bit (what F16C does). */
+/* Scalar f16/bf16 rows: round to nearest even, bit-exact with numpy (f16)
+   and ml_dtypes (bf16).  f32 -> f16 NaN keeps the top payload bits (a zero
+   payload becomes 1), f16 -> f32 keeps the payload unquietened (numpy);
+   f32 -> bf16 NaN is sign | 0x7fc0 (ml_dtypes). */
 #include "cpu/dispatch.h"
 #include "kernels/ref/scalar_casts.h"
 

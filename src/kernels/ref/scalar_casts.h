@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
+
 static inline uint32_t tops__f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -20,7 +21,10 @@ static inline uint16_t tops__f32_to_f16(float f) {
     uint32_t x = tops__f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);      /* NaN */
+    if (ax > 0x7f800000u) {                                       /* NaN: numpy keeps the top payload bits */
+        uint16_t payload = (uint16_t)((ax & 0x7fffffu) >> 13);
+        return (uint16_t)(sign | 0x7c00u | (payload ? payload : 1u));
+    }
     if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);     /* overflow (65520 rounds up) -> Inf */
     if (ax < 0x38800000u) {                                       /* below 2^-14: subnormal or zero */
         /* Add 0.5 (as 2^-1 in f32) so the FPU rounds to a 2^-24 grid, RNE. */
@@ -37,7 +41,7 @@ static inline float tops__f16_to_f32(uint16_t h) {
     uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
     uint32_t out;
     if (exp == 0x1f) {
-        out = sign | 0x7f800000u | (mant << 13) | (mant ? 0x00400000u : 0u);
+        out = sign | 0x7f800000u | (mant << 13); /* numpy keeps the payload as is */
     } else if (exp == 0) {
         float v = (float)mant * 5.9604644775390625e-08f; /* 2^-24, exact */
         out = sign | tops__f32_bits(v);

@@ -1,0 +1,196 @@
+/* BLIS-style matmul driver.  Loop order (outer to inner): M chunks (only
+   when left is too large to pack whole), N blocks (one per thread at a
+   time), K blocks, then the jr/ir micro-loops over NR x MR tiles.  K is
+   never split across threads and the K blocking does not depend on the
+   thread count, so every element sums in the same order for any thread
+   count: results are bit-identical for 1 and N threads. */
+#include "drive/gemm.h"
+
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum {
+    KC_DEFAULT = 512,                 /* B micro-panel kc x NR stays in L1 */
+    NC_DEFAULT = 512,                 /* B block kc x NC stays in L2 */
+    M_CHUNK_MAX = 480,                /* rows of left packed at once */
+};
+#define PACKED_LEFT_BUDGET ((size_t)8 << 20) /* bytes of packed left per M chunk */
+
+static int64_t round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }
+static size_t floats_aligned(int64_t n) { return (size_t)round_up(n, 16); } /* 64-byte multiples */
+
+/* Packs `width` rows (or columns) of one operand starting at o0, of which
+   `valid` exist, over K range [k0, k0 + kc), into panel[k * width + j];
+   missing rows are zero so the microkernel always runs full tiles. */
+static void pack_panel(const tops__kernels *kern, const tops__gemm_operand *op, int64_t o0, int64_t valid,
+                       int width, int64_t k0, int64_t kc, float *panel, float *tmp) {
+    if (op->k_major) {
+        op->read(kern, op->t, k0, kc, o0, valid, panel, width);
+        if (valid < width)
+            for (int64_t k = 0; k < kc; k++)
+                for (int64_t j = valid; j < width; j++) panel[k * width + j] = 0.0f;
+        return;
+    }
+    if (op->direct_f32) { /* f32 rows in memory: transpose straight from the source */
+        const int64_t ld = op->t->stride[0];
+        kern->pack_rows_f32((const float *)op->t->data + o0 * ld + k0, ld, valid, kc, panel, width);
+        return;
+    }
+    op->read(kern, op->t, o0, valid, k0, kc, tmp, kc);
+    kern->pack_rows_f32(tmp, kc, valid, kc, panel, width);
+}
+
+/* The calling thread keeps its workspace between calls: fresh pages for
+   every call cost more than a small matmul (page faults and zeroing). */
+static _Thread_local float *ws_cache;
+static _Thread_local size_t ws_cache_bytes;
+
+static float *workspace_get(size_t bytes) {
+    if (ws_cache && ws_cache_bytes >= bytes) return ws_cache;
+    tops__aligned_free(ws_cache);
+    ws_cache = tops__aligned_alloc(bytes);
+    ws_cache_bytes = ws_cache ? bytes : 0;
+    return ws_cache;
+}
+
+/* Balanced block size: splits n into ceil(n / target) nearly equal
+   blocks, each a multiple of `unit`. */
+static int64_t balanced_block(int64_t n, int64_t target, int64_t unit) {
+    int64_t blocks = tops__ceil_div(n, target);
+    return round_up(tops__ceil_div(n, blocks), unit);
+}
+
+tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
+    const tops__gemm_ukernel *uk = &p->kern->gemm_f32;
+    const int64_t mr = uk->mr, nr = uk->nr, M = p->m, N = p->n, K = p->k;
+    /* Panels packed for another NR (another ISA) are read like any tensor. */
+    const tops__packed_right *prepacked = p->right.packed && p->right.packed->nr == nr ? p->right.packed : NULL;
+
+    const int64_t kc_max = balanced_block(K, KC_DEFAULT, 1);
+    const int64_t k_blocks = tops__ceil_div(K, kc_max);
+
+    int64_t chunk_cap = (int64_t)(PACKED_LEFT_BUDGET / sizeof(float)) / K / mr * mr;
+    if (chunk_cap < mr) chunk_cap = mr;
+    if (chunk_cap > M_CHUNK_MAX) chunk_cap = M_CHUNK_MAX / mr * mr;
+    const int64_t m_chunk = balanced_block(M, chunk_cap, mr); /* padded rows per chunk */
+
+    int threads = p->threads < 1 ? 1 : p->threads;
+#ifndef _OPENMP
+    threads = 1;
+#endif
+    int64_t nc_target = p->n_tile_hint > 0 ? p->n_tile_hint : NC_DEFAULT;
+    int64_t n_blocks = tops__ceil_div(N, nc_target);
+    if (n_blocks < threads) n_blocks = tops__ceil_div(N, nr) < threads ? tops__ceil_div(N, nr) : threads;
+    else n_blocks = round_up(n_blocks, threads); /* an even share per thread */
+    const int64_t nc = round_up(tops__ceil_div(N, n_blocks), nr);
+    n_blocks = tops__ceil_div(N, nc);
+    if (threads > n_blocks) threads = (int)n_blocks;
+
+    /* Workspace: packed left (shared), then per thread the packed right
+       block, the f32 accumulator and a transpose buffer. */
+    const int64_t w = mr > nr ? mr : nr;
+    size_t left_floats = floats_aligned(m_chunk * K);
+    size_t right_floats = floats_aligned(nc * kc_max);
+    size_t acc_floats = floats_aligned(m_chunk * nc);
+    size_t tmp_floats = floats_aligned(w * kc_max);
+    size_t per_thread = right_floats + acc_floats + tmp_floats, total, bytes;
+    if (!tops__mul_size(per_thread, (size_t)threads, &total) || !tops__add_size(total, left_floats, &total) ||
+        !tops__mul_size(total, sizeof(float), &bytes))
+        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
+    float *ws = NULL;
+    if (p->scratch && p->scratch_bytes >= bytes + 64) {
+        ws = (float *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63);
+    } else {
+        ws = workspace_get(bytes);
+        if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    }
+    float *packed_left = ws;
+
+    for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
+        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+        const int64_t m_panels = tops__ceil_div(mm, mr);
+        const int64_t m_pad = m_panels * mr;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+        {
+#ifdef _OPENMP
+            const int tid = omp_get_thread_num();
+#else
+            const int tid = 0;
+#endif
+            float *mine = ws + left_floats + (size_t)tid * per_thread;
+            float *packed_right = mine, *acc = mine + right_floats, *tmp = acc + acc_floats;
+
+            /* Left for this chunk: K block b starts at b * kc_max * m_pad. */
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t job = 0; job < k_blocks * m_panels; job++) {
+                int64_t kb = job / m_panels, ip = job % m_panels;
+                int64_t k0 = kb * kc_max, kc = K - k0 < kc_max ? K - k0 : kc_max;
+                int64_t valid = mm - ip * mr < mr ? mm - ip * mr : mr;
+                pack_panel(p->kern, &p->left, m0 + ip * mr, valid, (int)mr, k0, kc,
+                           packed_left + k0 * m_pad + ip * mr * kc, tmp);
+            }
+
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (int64_t jb = 0; jb < n_blocks; jb++) {
+                const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc;
+                const int64_t n_panels = tops__ceil_div(nn, nr);
+                for (int64_t kb = 0; kb < k_blocks; kb++) {
+                    int64_t k0 = kb * kc_max, kc = K - k0 < kc_max ? K - k0 : kc_max;
+                    /* Prepacked weights are used in place: panel g holds all of K. */
+                    const float *right_block = packed_right;
+                    int64_t panel_stride = nr * kc;
+                    if (prepacked) {
+                        right_block = prepacked->panels + (n0 / nr) * K * nr + k0 * nr;
+                        panel_stride = K * nr;
+                    } else {
+                        for (int64_t jr = 0; jr < n_panels; jr++) {
+                            int64_t valid = nn - jr * nr < nr ? nn - jr * nr : nr;
+                            pack_panel(p->kern, &p->right, n0 + jr * nr, valid, (int)nr, k0, kc,
+                                       packed_right + jr * nr * kc, tmp);
+                        }
+                    }
+                    const float *left_block = packed_left + k0 * m_pad;
+                    for (int64_t jr = 0; jr < n_panels; jr++)
+                        for (int64_t ip = 0; ip < m_panels; ip++)
+                            uk->run(kc, left_block + ip * mr * kc, right_block + jr * panel_stride,
+                                    acc + ip * mr * nc + jr * nr, nc, kb > 0);
+                }
+                tops__store_rect(p->kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
+            }
+        }
+    }
+    return TOPS_OK;
+}
+
+void tops__pack_right_panels(const tops__kernels *kern, const tops__gemm_operand *op, int64_t k, int64_t n,
+                             int nr, int64_t panel_first, int64_t panel_count, float *panels, float *tmp,
+                             int64_t kc_tmp) {
+    for (int64_t g = panel_first; g < panel_first + panel_count; g++) {
+        int64_t n0 = g * nr, valid = n - n0 < nr ? n - n0 : nr;
+        float *base = panels + g * k * nr;
+        for (int64_t k0 = 0; k0 < k; k0 += kc_tmp) {
+            int64_t kc = k - k0 < kc_tmp ? k - k0 : kc_tmp;
+            pack_panel(kern, op, n0, valid, nr, k0, kc, base + k0 * nr, tmp);
+        }
+    }
+}
+
+void tops__read_rect_packed(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                            int64_t nc, float *out, int64_t ld) {
+    (void)kern;
+    const tops__packed_right *pk = t->packed_;
+    const int64_t w = pk->nr;
+    for (int64_t i = 0; i < nr; i++)
+        for (int64_t j = 0; j < nc; j++) {
+            int64_t kk = r0 + i, nn = c0 + j;
+            out[i * ld + j] = pk->panels[(nn / w) * pk->k * w + kk * w + nn % w];
+        }
+}

@@ -1,0 +1,75 @@
+/* The matmul2d driver: BLIS-style blocking over N, K and M with packed,
+   zero-padded f32 panels fed to one microkernel, threads over N blocks.
+   The op layer (src/ops/matmul2d.c) checks every argument and fills a
+   tops__gemm_problem; nothing here reports user errors except memory. */
+#ifndef TOPS_DRIVE_GEMM_H
+#define TOPS_DRIVE_GEMM_H
+
+#include "cpu/dispatch.h"
+
+/* Reads rows [r0, r0 + nr) x columns [c0, c0 + nc) of a rank-2 tensor's
+   storage into out[i * ld + j] as f32 (every plane applied). */
+typedef void (*tops__rect_reader)(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr,
+                                  int64_t c0, int64_t nc, float *out, int64_t ld);
+
+/* One operand as the driver sees it: where the K dimension lies in its
+   storage and how to read it. */
+typedef struct tops__gemm_operand {
+    const tops_tensor *t;
+    int k_major;             /* storage is [K, other] (left transposed, right plain) */
+    tops__rect_reader read;
+    int direct_f32;          /* plain f32, unit column stride, tensor_scale 1: read in place */
+    const struct tops__packed_right *packed; /* right only: prepacked panels, or NULL */
+} tops__gemm_operand;
+
+/* Reader for any format through the formats layer (tops__decode_rect). */
+void tops__read_rect_decode(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                            int64_t nc, float *out, int64_t ld);
+/* Reader for plain f32, f16 and bf16 tensors (any strides). */
+void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                           int64_t nc, float *out, int64_t ld);
+
+typedef struct tops__gemm_problem {
+    int64_t m, n, k;
+    tops__gemm_operand left, right;
+    tops_tensor *dest;       /* f32, f16 or bf16, any non-overlapping strides */
+    int accumulate;          /* dest += left * right */
+    const tops__kernels *kern;
+    int threads;
+    int64_t n_tile_hint;     /* 0 = choose */
+    void *scratch;           /* caller scratch (may be NULL) */
+    size_t scratch_bytes;
+} tops__gemm_problem;
+
+/* Runs the problem.  Fails only with TOPS_OUT_OF_MEMORY / TOPS_OVERFLOW
+   (named under fn) before anything is written to dest. */
+tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p);
+
+/* Writes acc[i * ld + j] (rows [r0, r0 + nr), columns [c0, c0 + nc) of
+   the result) into dest, adding dest's old values when accumulate. */
+void tops__store_rect(const tops__kernels *kern, tops_tensor *dest, int64_t r0, int64_t nr, int64_t c0,
+                      int64_t nc, const float *acc, int64_t ld, int accumulate);
+
+#endif
+
+/* What tops_pack_right() builds (tops_tensor.packed_ points here; the
+   tensor's owner_ allocation holds this header and the panels). */
+#define TOPS_PACKED_MAGIC 0x50434b44u /* "PCKD" */
+typedef struct tops__packed_right {
+    uint32_t magic;
+    tops_format source;      /* the weights' format before packing */
+    int64_t k, n;            /* logical right extents [K, N] */
+    int transposed;          /* packed from [N, K] storage (transpose_right) */
+    int nr;                  /* panel width: the microkernel's NR at pack time */
+    const float *panels;     /* [ceil(n / nr)][k][nr] f32, zero-padded, planes applied */
+    size_t bytes;            /* bytes of the panels */
+} tops__packed_right;
+
+/* Reader over packed panels, as if storage were [K, N] (k_major). */
+void tops__read_rect_packed(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                            int64_t nc, float *out, int64_t ld);
+/* Packs columns [n0, n0 + nn) (whole panels) of an operand into `panels`
+   (layout of tops__packed_right) over all of K; tmp holds nr * kc_tmp floats. */
+void tops__pack_right_panels(const tops__kernels *kern, const tops__gemm_operand *op, int64_t k, int64_t n,
+                             int nr, int64_t panel_first, int64_t panel_count, float *panels, float *tmp,
+                             int64_t kc_tmp);

@@ -1,0 +1,82 @@
+/* Reading plain f32/f16/bf16 rectangles into f32 and writing results back:
+   the element-level I/O of the matmul driver (any strides). */
+#include "drive/gemm.h"
+#include "formats/codec.h"
+#include "kernels/ref/scalar_casts.h"
+
+#include <string.h>
+
+enum { ROW_CHUNK = 64 };
+
+static float load_elem(tops_dtype dt, const void *base, int64_t idx) {
+    switch (dt) {
+    case TOPS_DT_F16: return tops__f16_to_f32(((const uint16_t *)base)[idx]);
+    case TOPS_DT_BF16: return tops__bf16_to_f32(((const uint16_t *)base)[idx]);
+    default: return ((const float *)base)[idx];
+    }
+}
+
+void tops__read_rect_decode(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                            int64_t nc, float *out, int64_t ld) {
+    (void)kern;
+    tops__decode_rect(t, NULL, r0, nr, c0, nc, out, ld);
+}
+
+void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                           int64_t nc, float *out, int64_t ld) {
+    const tops_dtype dt = tops_format_get_info(t->format.id)->element;
+    const int64_t s0 = t->stride[0], s1 = t->stride[1];
+    const float scale = t->tensor_scale;
+    for (int64_t i = 0; i < nr; i++) {
+        float *o = out + i * ld;
+        int64_t base = (r0 + i) * s0 + c0 * s1;
+        if (s1 == 1 && dt == TOPS_DT_F32) {
+            memcpy(o, (const float *)t->data + base, (size_t)nc * sizeof(float));
+        } else if (s1 == 1 && dt == TOPS_DT_F16) {
+            kern->f16_to_f32_row(o, (const uint16_t *)t->data + base, nc);
+        } else if (s1 == 1 && dt == TOPS_DT_BF16) {
+            kern->bf16_to_f32_row(o, (const uint16_t *)t->data + base, nc);
+        } else {
+            for (int64_t j = 0; j < nc; j++) o[j] = load_elem(dt, t->data, base + j * s1);
+        }
+        if (scale != 1.0f)
+            for (int64_t j = 0; j < nc; j++) o[j] *= scale;
+    }
+}
+
+void tops__store_rect(const tops__kernels *kern, tops_tensor *dest, int64_t r0, int64_t nr, int64_t c0,
+                      int64_t nc, const float *acc, int64_t ld, int accumulate) {
+    const tops_dtype dt = tops_format_get_info(dest->format.id)->element;
+    const int64_t s0 = dest->stride[0], s1 = dest->stride[1];
+    for (int64_t i = 0; i < nr; i++) {
+        const float *a = acc + i * ld;
+        int64_t base = (r0 + i) * s0 + c0 * s1;
+        if (dt == TOPS_DT_F32) {
+            float *d = (float *)dest->data + base;
+            if (s1 == 1 && !accumulate) {
+                memcpy(d, a, (size_t)nc * sizeof(float));
+            } else {
+                for (int64_t j = 0; j < nc; j++) d[j * s1] = accumulate ? d[j * s1] + a[j] : a[j];
+            }
+            continue;
+        }
+        uint16_t *d = (uint16_t *)dest->data + base;
+        int is_f16 = dt == TOPS_DT_F16;
+        for (int64_t j0 = 0; j0 < nc; j0 += ROW_CHUNK) {
+            int64_t n = nc - j0 < ROW_CHUNK ? nc - j0 : ROW_CHUNK;
+            float v[ROW_CHUNK];
+            uint16_t h[ROW_CHUNK];
+            if (accumulate) {
+                for (int64_t j = 0; j < n; j++) h[j] = d[(j0 + j) * s1];
+                if (is_f16) kern->f16_to_f32_row(v, h, n);
+                else kern->bf16_to_f32_row(v, h, n);
+                for (int64_t j = 0; j < n; j++) v[j] += a[j0 + j];
+            } else {
+                memcpy(v, a + j0, (size_t)n * sizeof(float));
+            }
+            if (is_f16) kern->f32_to_f16_row(h, v, n);
+            else kern->f32_to_bf16_row(h, v, n);
+            for (int64_t j = 0; j < n; j++) d[(j0 + j) * s1] = h[j];
+        }
+    }
+}

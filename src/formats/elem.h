@@ -1,0 +1,245 @@
+/* Inline scalar element casts between f32 and every dtype of FORMATS.md
+   section 1: the scalar truth that the row kernels, the quantizers and the
+   decoders share.
+   - sat = 0 reproduces ml_dtypes' (numpy's for f16, i8, u8) default cast bit
+     for bit, quirks included: e4m3 overflows to NaN, e5m2 to Inf, the
+     finite-only fp6/fp4 saturate and map +NaN to -0 and -NaN to +0, e8m0
+     rounds ties up and maps 0 and negatives to NaN, integers truncate and
+     wrap (|x| >= 2^31 and NaN give 0, like x86's cvttss2si).
+   - sat = 1 is what quantizers use: finite overflow and +-Inf clamp to
+     +-max where the type has no Inf (e5m2, f16, bf16 keep Inf); NaN stays
+     NaN where the type has one; integers round to nearest even and clamp
+     (NaN -> 0); e8m0 clamps to [2^-127, 2^127] (0 and negatives -> 0x00). */
+#ifndef TOPS_FORMATS_ELEM_H
+#define TOPS_FORMATS_ELEM_H
+
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/ref/scalar_casts.h"
+#include "tensorops.h"
+
+/* ---- small-float layouts ---------------------------------------------------- */
+
+/* One sign-magnitude minifloat layout (e4m3, e5m2, e2m3, e3m2, e2m1). */
+typedef struct tops__minifloat {
+    int mbits, bias;
+    uint32_t max_mag;   /* magnitude code of the largest finite value */
+    uint32_t sign_bit;  /* 1 << (total bits - 1) */
+    uint32_t inf_mag;   /* magnitude code of Inf; 0 = no Inf */
+    uint32_t nan_mag;   /* magnitude code ml_dtypes writes for NaN; 0 = no NaN */
+} tops__minifloat;
+
+#define TOPS__MF_E4M3 ((tops__minifloat){3, 7, 0x7Eu, 0x80u, 0u, 0x7Fu})
+#define TOPS__MF_E5M2 ((tops__minifloat){2, 15, 0x7Bu, 0x80u, 0x7Cu, 0x7Eu})
+#define TOPS__MF_E2M3 ((tops__minifloat){3, 1, 0x1Fu, 0x20u, 0u, 0u})
+#define TOPS__MF_E3M2 ((tops__minifloat){2, 3, 0x1Fu, 0x20u, 0u, 0u})
+#define TOPS__MF_E2M1 ((tops__minifloat){1, 1, 0x7u, 0x8u, 0u, 0u})
+
+/* f32 -> minifloat code, round to nearest even (subnormals included). */
+static inline uint32_t tops__mf_encode(float f, tops__minifloat t, int sat) {
+    uint32_t x = tops__f32_bits(f);
+    uint32_t sign = (x >> 31) ? t.sign_bit : 0u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u) {
+        if (t.nan_mag) return sign | t.nan_mag;
+        return sign ^ t.sign_bit; /* ml_dtypes' quirk: +NaN -> -0, -NaN -> +0 */
+    }
+    if (ax == 0x7f800000u) {
+        if (t.inf_mag) return sign | t.inf_mag;
+        return sign | (sat || !t.nan_mag ? t.max_mag : t.nan_mag);
+    }
+    uint32_t mag;
+    /* Below the smallest normal of the target: add a power of two whose f32
+       ulp is the target's subnormal step, so the FPU rounds (RNE) for us. */
+    uint32_t min_normal_bits = (uint32_t)(127 + 1 - t.bias) << 23;
+    if (ax < min_normal_bits) {
+        uint32_t magic_bits = (uint32_t)(127 + 1 - t.bias - t.mbits + 23) << 23;
+        float r = tops__bits_f32(ax) + tops__bits_f32(magic_bits);
+        mag = tops__f32_bits(r) - magic_bits;
+    } else {
+        int shift = 23 - t.mbits;
+        uint32_t rounded = ax + ((ax >> shift) & 1u) + ((1u << (shift - 1)) - 1u);
+        mag = (rounded >> shift) - ((uint32_t)(127 - t.bias) << t.mbits);
+        /* Huge inputs would wrap the subtraction only if ax were below the
+           normal range, which the branch above excludes. */
+    }
+    if (mag > t.max_mag) {
+        if (sat) return sign | t.max_mag;
+        if (t.inf_mag) return sign | t.inf_mag;
+        return sign | (t.nan_mag ? t.nan_mag : t.max_mag);
+    }
+    return sign | mag;
+}
+
+/* minifloat code -> f32 (exact); NaN codes give sign | 0x7fc00000. */
+static inline float tops__mf_decode(uint32_t code, tops__minifloat t) {
+    uint32_t sign = (code & t.sign_bit) ? 0x80000000u : 0u;
+    uint32_t mag = code & (t.sign_bit - 1u);
+    if (t.nan_mag && mag > t.max_mag && mag != t.inf_mag) return tops__bits_f32(sign | 0x7fc00000u);
+    if (t.inf_mag && mag == t.inf_mag) return tops__bits_f32(sign | 0x7f800000u);
+    uint32_t e = mag >> t.mbits, m = mag & ((1u << t.mbits) - 1u);
+    float v;
+    if (e == 0) {
+        /* m * 2^(1 - bias - mbits): exact in f32 for every layout here. */
+        v = (float)m * tops__bits_f32((uint32_t)(127 + 1 - t.bias - t.mbits) << 23);
+    } else {
+        v = tops__bits_f32(((e + 127u - (uint32_t)t.bias) << 23) | (m << (23 - t.mbits)));
+    }
+    return tops__bits_f32(tops__f32_bits(v) | sign);
+}
+
+static inline uint8_t tops__f32_to_e4m3(float f, int sat) { return (uint8_t)tops__mf_encode(f, TOPS__MF_E4M3, sat); }
+static inline uint8_t tops__f32_to_e5m2(float f, int sat) { return (uint8_t)tops__mf_encode(f, TOPS__MF_E5M2, sat); }
+static inline uint8_t tops__f32_to_e2m3(float f, int sat) { return (uint8_t)tops__mf_encode(f, TOPS__MF_E2M3, sat); }
+static inline uint8_t tops__f32_to_e3m2(float f, int sat) { return (uint8_t)tops__mf_encode(f, TOPS__MF_E3M2, sat); }
+static inline uint8_t tops__f32_to_e2m1(float f, int sat) { return (uint8_t)tops__mf_encode(f, TOPS__MF_E2M1, sat); }
+static inline float tops__e4m3_to_f32(uint32_t c) { return tops__mf_decode(c & 0xFFu, TOPS__MF_E4M3); }
+static inline float tops__e5m2_to_f32(uint32_t c) { return tops__mf_decode(c & 0xFFu, TOPS__MF_E5M2); }
+static inline float tops__e2m3_to_f32(uint32_t c) { return tops__mf_decode(c & 0x3Fu, TOPS__MF_E2M3); }
+static inline float tops__e3m2_to_f32(uint32_t c) { return tops__mf_decode(c & 0x3Fu, TOPS__MF_E3M2); }
+static inline float tops__e2m1_to_f32(uint32_t c) { return tops__mf_decode(c & 0xFu, TOPS__MF_E2M1); }
+
+/* ue4m3 (NVFP4 block scales): e4m3 with the sign bit ignored. */
+static inline uint8_t tops__f32_to_ue4m3(float f, int sat) {
+    return (uint8_t)(tops__mf_encode(fabsf(f), TOPS__MF_E4M3, sat) & 0x7Fu);
+}
+static inline float tops__ue4m3_to_f32(uint32_t c) { return tops__mf_decode(c & 0x7Fu, TOPS__MF_E4M3); }
+
+/* ---- e8m0 ----------------------------------------------------------------------- */
+
+/* Power of two 2^e for e in [-149, 127], exact (subnormals included). */
+static inline float tops__exp2i(int e) {
+    if (e >= -126) return tops__bits_f32((uint32_t)(e + 127) << 23);
+    return tops__bits_f32(1u << (e + 149));
+}
+
+/* e8m0 follows ml_dtypes' generic converter: the value's mantissa is
+   rounded to zero bits with the implicit bit as the "even" bit, so ties
+   round up; the code 0x00 sits where that converter puts subnormals. */
+static inline uint8_t tops__f32_to_e8m0(float f, int sat) {
+    uint32_t x = tops__f32_bits(f);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return 0xFFu;
+    if (ax == 0 || (x >> 31)) return sat ? 0x00u : 0xFFu;
+    int exp;
+    uint32_t mant;
+    if (ax >> 23) {
+        exp = (int)(ax >> 23) - 127;
+        mant = (1u << 23) | (ax & 0x7fffffu);
+    } else {
+        int lz = __builtin_clz(ax) - 8; /* leading zeros within the 24-bit field */
+        mant = ax << lz;
+        exp = -126 - lz;
+    }
+    int base = exp + 127 - 1;
+    int adjust = base < 0 ? -base : 0;
+    int shift = 23 + adjust;
+    if (shift > 25) shift = 25;
+    uint32_t rounded = mant + ((mant >> shift) & 1u) + ((1u << (shift - 1)) - 1u);
+    uint32_t code = (rounded >> shift) + (uint32_t)(base > 0 ? base : 0);
+    if (base >= 255 || code > 0xFEu) return sat ? 0xFEu : 0xFFu;
+    return (uint8_t)code;
+}
+static inline float tops__e8m0_to_f32(uint32_t c) {
+    c &= 0xFFu;
+    if (c == 0xFFu) return tops__bits_f32(0x7fc00000u);
+    return tops__exp2i((int)c - 127);
+}
+
+/* ---- integers ------------------------------------------------------------------ */
+
+/* numpy / ml_dtypes: truncate toward zero through int32, then keep the low
+   bits (two's complement wrap); NaN and |x| >= 2^31 give 0. */
+static inline uint32_t tops__f32_trunc_wrap(float f) {
+    if (!(fabsf(f) < 2147483648.0f)) return 0u;
+    return (uint32_t)(int32_t)f;
+}
+/* Quantizers: round to nearest even, clamp to [lo, hi]; NaN -> 0. */
+static inline int32_t tops__f32_rne_clamp(float f, int32_t lo, int32_t hi) {
+    if (f != f) return 0;
+    if (f <= (float)lo) return lo;
+    if (f >= (float)hi) return hi;
+    return (int32_t)nearbyintf(f);
+}
+static inline uint32_t tops__f32_to_int_code(float f, int bits, int is_signed, int sat) {
+    uint32_t mask = bits >= 32 ? 0xffffffffu : ((1u << bits) - 1u);
+    if (!sat) return tops__f32_trunc_wrap(f) & mask;
+    int32_t lo = is_signed ? -(1 << (bits - 1)) : 0;
+    int32_t hi = is_signed ? (1 << (bits - 1)) - 1 : (1 << bits) - 1;
+    return (uint32_t)tops__f32_rne_clamp(f, lo, hi) & mask;
+}
+/* Sign-extends a `bits`-wide two's complement code. */
+static inline int32_t tops__sext(uint32_t code, int bits) {
+    uint32_t m = 1u << (bits - 1);
+    code &= (m << 1) - 1u;
+    return (int32_t)(code ^ m) - (int32_t)m;
+}
+
+/* mxint8: two's complement times 2^-6 (range -2 .. 127/64); not in
+   ml_dtypes, so both modes round to nearest even and clamp (NaN -> 0). */
+static inline uint8_t tops__f32_to_mxint8(float f) {
+    return (uint8_t)tops__f32_rne_clamp(f * 64.0f, -128, 127);
+}
+static inline float tops__mxint8_to_f32(uint32_t c) { return (float)tops__sext(c, 8) * 0.015625f; }
+
+/* ---- one entry point per dtype (used by the generic paths) -------------------- */
+
+/* Encodes f to the code of dtype dt (low bits); 0 for dtypes without codes. */
+static inline uint32_t tops__encode_elem(tops_dtype dt, float f, int sat) {
+    switch (dt) {
+    case TOPS_DT_F32: return tops__f32_bits(f);
+    case TOPS_DT_F16: {
+        uint16_t h = tops__f32_to_f16(f);
+        if (sat && (h & 0x7fffu) == 0x7c00u && isfinite(f)) h = (uint16_t)((h & 0x8000u) | 0x7bffu);
+        return h;
+    }
+    case TOPS_DT_BF16: {
+        uint16_t h = tops__f32_to_bf16(f);
+        if (sat && (h & 0x7fffu) == 0x7f80u && isfinite(f)) h = (uint16_t)((h & 0x8000u) | 0x7f7fu);
+        return h;
+    }
+    case TOPS_DT_E4M3: return tops__f32_to_e4m3(f, sat);
+    case TOPS_DT_E5M2: return tops__f32_to_e5m2(f, sat);
+    case TOPS_DT_E2M3: return tops__f32_to_e2m3(f, sat);
+    case TOPS_DT_E3M2: return tops__f32_to_e3m2(f, sat);
+    case TOPS_DT_E2M1: return tops__f32_to_e2m1(f, sat);
+    case TOPS_DT_E8M0: return tops__f32_to_e8m0(f, sat);
+    case TOPS_DT_UE4M3: return tops__f32_to_ue4m3(f, sat);
+    case TOPS_DT_MXINT8: return tops__f32_to_mxint8(f);
+    case TOPS_DT_I8: return tops__f32_to_int_code(f, 8, 1, sat);
+    case TOPS_DT_U8: return tops__f32_to_int_code(f, 8, 0, sat);
+    case TOPS_DT_I4: return tops__f32_to_int_code(f, 4, 1, sat);
+    case TOPS_DT_U4: return tops__f32_to_int_code(f, 4, 0, sat);
+    case TOPS_DT_I2: return tops__f32_to_int_code(f, 2, 1, sat);
+    case TOPS_DT_U2: return tops__f32_to_int_code(f, 2, 0, sat);
+    case TOPS_DT_I32: return sat ? (uint32_t)tops__f32_rne_clamp(f, INT32_MIN, INT32_MAX) : tops__f32_trunc_wrap(f);
+    default: return 0u;
+    }
+}
+
+static inline float tops__decode_elem(tops_dtype dt, uint32_t c) {
+    switch (dt) {
+    case TOPS_DT_F32: return tops__bits_f32(c);
+    case TOPS_DT_F16: return tops__f16_to_f32((uint16_t)c);
+    case TOPS_DT_BF16: return tops__bf16_to_f32((uint16_t)c);
+    case TOPS_DT_E4M3: return tops__e4m3_to_f32(c);
+    case TOPS_DT_E5M2: return tops__e5m2_to_f32(c);
+    case TOPS_DT_E2M3: return tops__e2m3_to_f32(c);
+    case TOPS_DT_E3M2: return tops__e3m2_to_f32(c);
+    case TOPS_DT_E2M1: return tops__e2m1_to_f32(c);
+    case TOPS_DT_E8M0: return tops__e8m0_to_f32(c);
+    case TOPS_DT_UE4M3: return tops__ue4m3_to_f32(c);
+    case TOPS_DT_MXINT8: return tops__mxint8_to_f32(c);
+    case TOPS_DT_I8: return (float)tops__sext(c, 8);
+    case TOPS_DT_U8: return (float)(c & 0xFFu);
+    case TOPS_DT_I4: return (float)tops__sext(c, 4);
+    case TOPS_DT_U4: return (float)(c & 0xFu);
+    case TOPS_DT_I2: return (float)tops__sext(c, 2);
+    case TOPS_DT_U2: return (float)(c & 0x3u);
+    case TOPS_DT_I32: return (float)(int32_t)c;
+    default: return 0.0f;
+    }
+}
+
+#endif

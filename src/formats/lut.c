@@ -1,0 +1,143 @@
+/* lut4 / lut4-row: 4-bit indices into a 16-entry f16 codebook, one per
+   tensor (lut4) or per row (lut4-row).  The codebook is fitted by 1-D
+   k-means (Lloyd) over the finite values: centroids start at the 16
+   quantile midpoints of the sorted values, and each iteration moves every
+   centroid to the mean of the values nearer to it than to its neighbours
+   (prefix sums over the sorted values make an iteration O(16 log n)).
+   Deterministic: no random starts.  Entries are stored as f16 and each
+   element takes the nearest stored entry (the lowest index on ties);
+   NaN takes index 0, +-Inf the largest / smallest entry. */
+#include "formats/codec_impl.h"
+#include "formats/elem.h"
+
+#include <float.h>
+#include <string.h>
+
+#define LUT_N 16
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+/* First index in v[0..n) with v[i] >= t (v sorted). */
+static int64_t lower_bound(const float *v, int64_t n, double t) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if ((double)v[mid] < t) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* Fits 16 f16 entries to the n values of v (reordered in place); prefix
+   is scratch of n + 1 doubles. */
+static void fit_codebook(float *v, int64_t n, double *prefix, int iterations, uint16_t *out) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (fabsf(v[i]) <= FLT_MAX) v[m++] = v[i];
+    double c[LUT_N];
+    if (m == 0) {
+        for (int j = 0; j < LUT_N; j++) out[j] = 0;
+        return;
+    }
+    qsort(v, (size_t)m, sizeof *v, cmp_float);
+    prefix[0] = 0.0;
+    for (int64_t i = 0; i < m; i++) prefix[i + 1] = prefix[i] + v[i];
+    for (int j = 0; j < LUT_N; j++) c[j] = v[((2 * (int64_t)j + 1) * m) / (2 * LUT_N)];
+    for (int it = 0; it < iterations; it++) {
+        int64_t lo = 0;
+        for (int j = 0; j < LUT_N; j++) {
+            int64_t hi = j == LUT_N - 1 ? m : lower_bound(v, m, 0.5 * (c[j] + c[j + 1]));
+            if (hi < lo) hi = lo;
+            if (hi > lo) c[j] = (prefix[hi] - prefix[lo]) / (double)(hi - lo);
+            lo = hi;
+        }
+    }
+    for (int j = 0; j < LUT_N; j++) out[j] = (uint16_t)tops__encode_elem(TOPS_DT_F16, (float)c[j], 1);
+}
+
+typedef struct fit_walk {
+    const tops_tensor *src;
+    tops_tensor *dst;
+    float *vals;
+    double *prefix;
+    int64_t filled;
+    int iterations;
+} fit_walk;
+
+static tops_status gather_row(void *user, const int64_t *idx) {
+    fit_walk *w = user;
+    int last = w->src->rank - 1;
+    tops__gather_f32(w->src, idx, last, w->src->extent[last], w->vals + w->filled);
+    w->filled += w->src->extent[last];
+    return TOPS_OK;
+}
+
+static tops_status fit_row(void *user, const int64_t *idx) {
+    fit_walk *w = user;
+    int last = w->src->rank - 1;
+    int64_t n = w->src->extent[last];
+    tops__gather_f32(w->src, idx, last, n, w->vals);
+    fit_codebook(w->vals, n, w->prefix, w->iterations, tops__codebook_at(w->dst, idx));
+    return TOPS_OK;
+}
+
+static tops_status lut_prepare(tops__qctx *ctx, const tops_tensor *src, tops_tensor *dst) {
+    int per_row = ctx->info->codebook == 2, last = src->rank - 1;
+    int64_t n = per_row ? src->extent[last] : tops_tensor_numel(src);
+    fit_walk w = {src, dst, malloc((size_t)n * sizeof(float)), malloc((size_t)(n + 1) * sizeof(double)), 0,
+                  ctx->lut_iterations};
+    if (!w.vals || !w.prefix) {
+        free(w.vals);
+        free(w.prefix);
+        return tops__fail(TOPS_OUT_OF_MEMORY, "tops_quantize", "could not allocate %lld values to fit a codebook",
+                          (long long)n);
+    }
+    if (per_row) {
+        tops__for_each_index(src->extent, src->rank, last, fit_row, &w);
+    } else {
+        tops__for_each_index(src->extent, src->rank, last, gather_row, &w);
+        int64_t zero[TOPS_MAX_RANK] = {0};
+        fit_codebook(w.vals, n, w.prefix, w.iterations, tops__codebook_at(dst, zero));
+    }
+    free(w.vals);
+    free(w.prefix);
+    return TOPS_OK;
+}
+
+static void lut_encode(const tops__qctx *ctx, const float *x, int64_t n, uint32_t *codes, uint32_t *scale,
+                       uint32_t *bias) {
+    float cb[LUT_N];
+    int lo = 0, hi = 0;
+    for (int j = 0; j < LUT_N; j++) {
+        cb[j] = tops__f16_to_f32(ctx->codebook[j]);
+        if (cb[j] < cb[lo]) lo = j;
+        if (cb[j] > cb[hi]) hi = j;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        uint32_t best = 0;
+        if (v != v) best = 0;
+        else if (isinf(v)) best = (uint32_t)(v > 0 ? hi : lo);
+        else {
+            float best_d = fabsf(v - cb[0]);
+            for (int j = 1; j < LUT_N; j++) {
+                float d = fabsf(v - cb[j]);
+                if (d < best_d) {
+                    best_d = d;
+                    best = (uint32_t)j;
+                }
+            }
+        }
+        codes[i] = best;
+    }
+}
+
+static void lut_decode(const tops__qctx *ctx, const uint32_t *codes, int64_t n, uint32_t scale, uint32_t bias,
+                       float *out) {
+    for (int64_t i = 0; i < n; i++) out[i] = tops__f16_to_f32(ctx->codebook[codes[i] & 0xFu]);
+}
+
+const tops__codec tops__codec_lut = {.prepare = lut_prepare, .encode = lut_encode, .decode = lut_decode};

@@ -1,0 +1,289 @@
+/* matmul2d: checks every argument, picks a plan, calls the driver.
+   Nothing is written to dest unless every check passed. */
+#include "ops/matmul2d.h"
+#include "drive/gemm.h"
+#include "formats/traits.h"
+
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+static int is_activation_format(tops_format_id id) {
+    return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
+}
+
+/* Bytes of one plane's entries, from its first entry (strides >= 0). */
+static size_t plane_span(const tops_plane *p, int rank) {
+    if (!p->data) return 0;
+    size_t esz = (size_t)((tops_dtype_bits(p->dtype) + 7) / 8), span = esz;
+    for (int d = 0; d < rank; d++) span += (size_t)(p->extent[d] - 1) * (size_t)p->stride[d] * esz;
+    return span;
+}
+
+static int ranges_overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t pa = (uintptr_t)a, pb = (uintptr_t)b;
+    return na && nb && pa < pb + nb && pb < pa + na;
+}
+
+/* Every byte range a tensor reads from: data and planes. */
+static int tensor_overlaps(const tops_tensor *t, const void *p, size_t n) {
+    size_t span;
+    if (t->packed_) {
+        const tops__packed_right *pk = t->packed_;
+        return ranges_overlap(pk->panels, pk->bytes, p, n);
+    }
+    if (tops_tensor_data_span(t, &span) != TOPS_OK) return 1;
+    return ranges_overlap(t->data, span, p, n) || ranges_overlap(t->scales.data, plane_span(&t->scales, t->rank), p, n) ||
+           ranges_overlap(t->bias.data, plane_span(&t->bias, t->rank), p, n) ||
+           ranges_overlap(t->codebook.data, plane_span(&t->codebook, t->rank), p, n);
+}
+
+static tops_status check_host(const char *fn, const char *arg, const tops_tensor *t) {
+    if (t->memory.kind != TOPS_DEVICE_CPU)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "%s lives in cuda:%d memory; the CPU path needs host memory",
+                          arg, t->memory.index);
+    return TOPS_OK;
+}
+
+static tops_status check_exec(const char *fn, const tops_exec *exec, tops_exec *out) {
+    *out = exec ? *exec : tops_exec_default();
+    if (tops_exec_validate(out) != TOPS_OK) {
+        char why[256]; /* the sentence buffer is rewritten by tops__fail */
+        snprintf(why, sizeof why, "%s", tops_last_error());
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s", why);
+    }
+    if (out->device.kind != TOPS_DEVICE_CPU)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "exec.device is cuda:%d; this build runs matmul2d on the CPU",
+                          out->device.index);
+    return TOPS_OK;
+}
+
+static tops_status check_desc(const char *fn, const tops_matmul2d_desc *d) {
+    if (!d) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc is NULL");
+    if (d->mode != TOPS_MULTIPLY && d->mode != TOPS_MULTIPLY_ACCUMULATE)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.mode is %d; it must be TOPS_MULTIPLY or TOPS_MULTIPLY_ACCUMULATE",
+                          (int)d->mode);
+    if ((d->transpose_left & ~1) || (d->transpose_right & ~1) || (d->relaxed_precision & ~1))
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                          "desc.transpose_left, transpose_right and relaxed_precision must be 0 or 1 (got %d, %d, %d)",
+                          d->transpose_left, d->transpose_right, d->relaxed_precision);
+    if (d->m_tile < 0 || d->n_tile < 0)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.m_tile and desc.n_tile are hints >= 0 (got %d, %d)",
+                          (int)d->m_tile, (int)d->n_tile);
+    if (d->k < 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.k is %lld; it must be >= 0 (0 = from the tensors)", (long long)d->k);
+    return TOPS_OK;
+}
+
+/* Checks a weight tensor (plain, never packed) and returns its K and N. */
+static tops_status check_right_plain(const char *fn, const tops_tensor *right, int transposed, int64_t *k, int64_t *n) {
+    if (right->rank != 2)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "right has rank %d; matmul2d needs rank 2", right->rank);
+    tops_status st = check_host(fn, "right", right);
+    if (st != TOPS_OK) return st;
+    const int kdim = transposed ? 1 : 0;
+    *k = right->extent[kdim];
+    *n = right->extent[1 - kdim];
+    const tops_format_info *info = tops_format_get_info(right->format.id);
+    /* Group blocks (not whole-row scales) must run along K. */
+    if (right->scales.data && info->block > 1 && right->scales.block[1 - kdim] > 1)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                          "right's %s blocks run along dimension %d, which is N for transpose_right=%d; blocks must "
+                          "run along K (dimension %d)",
+                          info->name, 1 - kdim, transposed, kdim);
+    return TOPS_OK;
+}
+
+static tops_status check_right(const char *fn, const tops_tensor *right, int transposed, int64_t *k, int64_t *n) {
+    if (right->format.id != TOPS_FMT_PACKED) return check_right_plain(fn, right, transposed, k, n);
+    const tops__packed_right *pk = right->packed_;
+    if (!pk || pk->magic != TOPS_PACKED_MAGIC)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right has format packed but was not made by tops_pack_right");
+    if (pk->transposed != transposed)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                          "right was packed with transpose_right=%d but desc.transpose_right is %d", pk->transposed,
+                          transposed);
+    *k = pk->k;
+    *n = pk->n;
+    return TOPS_OK;
+}
+
+/* dest must not write one element twice (strides that overlap). */
+static int dest_strides_overlap(const tops_tensor *t) {
+    int64_t e0 = t->extent[0], e1 = t->extent[1], s0 = t->stride[0], s1 = t->stride[1];
+    if (e0 == 1 || e1 == 1) return (e0 > 1 && s0 == 0) || (e1 > 1 && s1 == 0);
+    if (s0 >= s1) return !(s1 >= 1 && s0 >= e1 * s1);
+    return !(s0 >= 1 && s1 >= e0 * s0);
+}
+
+typedef struct plan_inputs {
+    tops_exec exec;
+    int64_t m, n, k;
+} plan_inputs;
+
+static tops_status check_all(const char *fn, const tops_exec *exec, const tops_matmul2d_desc *desc,
+                             const tops_tensor *left, const tops_tensor *right, const tops_tensor *dest,
+                             plan_inputs *out) {
+    tops_status st = check_desc(fn, desc);
+    if (st == TOPS_OK) st = tops__check_tensor(fn, "left", left);
+    if (st == TOPS_OK) st = tops__check_tensor(fn, "right", right);
+    if (st == TOPS_OK) st = tops__check_tensor(fn, "dest", dest);
+    if (st == TOPS_OK) st = check_exec(fn, exec, &out->exec);
+    if (st != TOPS_OK) return st;
+    if (left->rank != 2 || dest->rank != 2)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "left has rank %d and dest rank %d; matmul2d needs rank 2",
+                          left->rank, dest->rank);
+    if ((st = check_host(fn, "left", left)) != TOPS_OK || (st = check_host(fn, "dest", dest)) != TOPS_OK) return st;
+    char name[48];
+    if (!is_activation_format(left->format.id))
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "left has format %s; activations must be f32, f16 or bf16",
+                          tops_format_name(left->format, name, sizeof name));
+    if (!is_activation_format(dest->format.id))
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "dest has format %s; it must be f32, f16 or bf16",
+                          tops_format_name(dest->format, name, sizeof name));
+    if (dest->tensor_scale != 1.0f)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "dest has tensor_scale %g; matmul2d writes plain values, so it must be 1",
+                          (double)dest->tensor_scale);
+    int64_t kr, n;
+    if ((st = check_right(fn, right, desc->transpose_right, &kr, &n)) != TOPS_OK) return st;
+    const int64_t m = left->extent[desc->transpose_left ? 1 : 0], kl = left->extent[desc->transpose_left ? 0 : 1];
+    if (kl != kr)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "left has K=%lld but right has K=%lld (transpose_left=%d, transpose_right=%d)",
+                          (long long)kl, (long long)kr, desc->transpose_left, desc->transpose_right);
+    if (desc->k != 0 && desc->k != kl)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "desc.k is %lld but the tensors have K=%lld", (long long)desc->k, (long long)kl);
+    if (dest->extent[0] != m || dest->extent[1] != n)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "dest is [%lld, %lld] but left * right is [%lld, %lld]",
+                          (long long)dest->extent[0], (long long)dest->extent[1], (long long)m, (long long)n);
+    if (dest_strides_overlap(dest))
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "dest strides [%lld, %lld] make elements overlap",
+                          (long long)dest->stride[0], (long long)dest->stride[1]);
+    size_t dspan;
+    if ((st = tops_tensor_data_span(dest, &dspan)) != TOPS_OK) return st;
+    if (tensor_overlaps(left, dest->data, dspan))
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "dest overlaps left in memory; matmul2d does not work in place");
+    if (tensor_overlaps(right, dest->data, dspan))
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "dest overlaps right in memory; matmul2d does not work in place");
+    out->m = m;
+    out->n = n;
+    out->k = kl;
+    return TOPS_OK;
+}
+
+static int is_direct_f32(const tops_tensor *t) {
+    return t->format.id == TOPS_FMT_F32 && t->stride[1] == 1 && t->tensor_scale == 1.0f;
+}
+
+static tops__gemm_operand right_operand(const tops_tensor *right, int transposed) {
+    tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, is_direct_f32(right), NULL};
+    /* Formats without a dedicated reader: the formats layer decodes one
+       K-panel at a time (fused: never the whole matrix). */
+    if (!is_activation_format(right->format.id)) op.read = tops__read_rect_decode;
+    if (right->format.id == TOPS_FMT_PACKED) {
+        op.k_major = 1;
+        op.read = tops__read_rect_packed;
+        op.direct_f32 = 0;
+        op.packed = right->packed_;
+    }
+    return op;
+}
+
+tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                          const tops_tensor *right, tops_tensor *dest) {
+    const tops__kernels *kern;
+    tops_status st = tops__kernels_checked("tops_matmul2d", &kern);
+    if (st != TOPS_OK) return st;
+    return tops__matmul2d_with(kern, exec, desc, left, right, dest);
+}
+
+tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
+                                const tops_tensor *left, const tops_tensor *right, tops_tensor *dest) {
+    static const char fn[] = "tops_matmul2d";
+    plan_inputs in;
+    tops_status st = check_all(fn, exec, desc, left, right, dest, &in);
+    if (st != TOPS_OK) return st;
+
+    tops__gemm_problem p;
+    memset(&p, 0, sizeof p);
+    p.m = in.m;
+    p.n = in.n;
+    p.k = in.k;
+    p.left = (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL};
+    p.right = right_operand(right, desc->transpose_right);
+    p.dest = dest;
+    p.accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
+    p.kern = kern;
+    p.threads = in.exec.threads;
+    p.n_tile_hint = desc->n_tile;
+    p.scratch = in.exec.scratch;
+    p.scratch_bytes = in.exec.scratch_bytes;
+    return tops__gemm_run(fn, &p);
+}
+
+tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
+                            tops_tensor *packed) {
+    static const char fn[] = "tops_pack_right";
+    tops_exec ex;
+    tops_status st = check_desc(fn, desc);
+    if (st == TOPS_OK) st = tops__check_tensor(fn, "right", right);
+    if (st == TOPS_OK) st = check_exec(fn, exec, &ex);
+    if (st != TOPS_OK) return st;
+    if (!packed) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "packed is NULL");
+    if (right->format.id == TOPS_FMT_PACKED)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is already packed");
+    int64_t k, n;
+    if ((st = check_right_plain(fn, right, desc->transpose_right, &k, &n)) != TOPS_OK) return st;
+    const tops__kernels *kern;
+    if ((st = tops__kernels_checked(fn, &kern)) != TOPS_OK) return st;
+
+    const int nr = kern->gemm_f32.nr;
+    const int64_t panels = tops__ceil_div(n, nr);
+    enum { KC_TMP = 256 };
+    size_t head = 64, panel_bytes, tmp_bytes, total;
+    if (!tops__mul_size((size_t)panels * (size_t)nr, (size_t)k, &panel_bytes) ||
+        !tops__mul_size(panel_bytes, sizeof(float), &panel_bytes) ||
+        !tops__mul_size((size_t)ex.threads, (size_t)nr * KC_TMP * sizeof(float), &tmp_bytes) ||
+        !tops__add_size(head, panel_bytes, &total))
+        return tops__fail(TOPS_OVERFLOW, fn, "the packed size overflows size_t");
+    unsigned char *mem = tops__aligned_alloc(total);
+    float *tmp = tops__aligned_alloc(tmp_bytes);
+    if (!mem || !tmp) {
+        tops__aligned_free(mem);
+        tops__aligned_free(tmp);
+        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate %zu bytes for the packed weights", total);
+    }
+    tops__packed_right *pk = (tops__packed_right *)mem;
+    float *data = (float *)(mem + head);
+    *pk = (tops__packed_right){TOPS_PACKED_MAGIC, right->format, k, n, desc->transpose_right, nr, data, panel_bytes};
+    tops__gemm_operand op = right_operand(right, desc->transpose_right);
+    int threads = ex.threads;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static)
+#endif
+    for (int64_t g = 0; g < panels; g++) {
+#ifdef _OPENMP
+        int tid = omp_get_thread_num();
+#else
+        int tid = 0;
+#endif
+        tops__pack_right_panels(kern, &op, k, n, nr, g, 1, data, tmp + (size_t)tid * nr * KC_TMP, KC_TMP);
+    }
+    (void)threads;
+    tops__aligned_free(tmp);
+
+    tops_tensor t;
+    memset(&t, 0, sizeof t);
+    t.magic = TOPS_TENSOR_MAGIC;
+    t.format = (tops_format){TOPS_FMT_PACKED, 1, TOPS_DT_NONE};
+    t.rank = 2;
+    t.extent[0] = right->extent[0];
+    t.extent[1] = right->extent[1];
+    t.stride[0] = right->extent[1];
+    t.stride[1] = 1;
+    t.data = data;
+    t.tensor_scale = 1.0f;
+    t.owner_ = mem;
+    t.packed_ = pk;
+    *packed = t;
+    return TOPS_OK;
+}

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# tensorops info, --help, usage errors and the TOPS_ISA override.
+set -u
+cli=$1
+pass=0; fail=0
+check() { # name, then a command that must succeed
+  local name=$1; shift
+  if "$@" >/dev/null 2>&1; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name"; fi
+}
+expect_rc() { # name, rc, command...
+  local name=$1 want=$2; shift 2
+  "$@" >/dev/null 2>&1; local rc=$?
+  if [ "$rc" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name (rc $rc, want $want)"; fi
+}
+py() { command -v python3 >/dev/null && python3 "$@"; }
+
+check "info runs" "$cli" info
+check "info names the chosen level" bash -c "'$cli' info | grep -q '^isa '"
+check "info --json is valid JSON with the keys" bash -c \
+  "'$cli' info --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[\"isa\"] and \"avx2\" in d[\"features\"] and \"l3\" in d[\"cache_bytes\"] and \"openmp\" in d[\"build\"]'"
+check "--help lists commands" bash -c "'$cli' --help | grep -q 'info'"
+check "info --help" bash -c "'$cli' info --help | grep -q 'usage: tensorops info'"
+expect_rc "no command exits 2" 2 "$cli"
+expect_rc "unknown command exits 2" 2 "$cli" frobnicate
+expect_rc "unknown flag exits 2" 2 "$cli" info --frob
+check "unknown command goes to stderr" bash -c "'$cli' frobnicate 2>&1 >/dev/null | grep -q 'unknown command'"
+check "TOPS_ISA=ref is honoured" bash -c \
+  "TOPS_ISA=ref '$cli' info --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d[\"isa\"]==\"ref\" and d[\"isa_forced\"]'"
+expect_rc "TOPS_ISA unknown fails" 1 env TOPS_ISA=avx3000 "$cli" info
+check "TOPS_ISA unknown lists valid levels" bash -c "TOPS_ISA=avx3000 '$cli' info | grep -q 'valid here: ref'"
+# A level the machine lacks (neon on x86, avx2 on arm) is refused the same way.
+other=neon; [ "$(uname -m)" = aarch64 ] && other=avx2
+expect_rc "TOPS_ISA unavailable fails" 1 env TOPS_ISA=$other "$cli" info
+check "TOPS_ISA unavailable says so" bash -c "TOPS_ISA=$other '$cli' info | grep -q 'not available on this machine'"
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

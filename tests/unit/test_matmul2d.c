@@ -1,0 +1,250 @@
+/* matmul2d: the API contract.  Every bad input fails with a status and a
+   sentence and leaves dest untouched; a basic product is right; packed
+   weights give the same bits as plain ones. */
+#include "matmul_util.h"
+
+static th_rng rng;
+
+static tops_matmul2d_desc plain_desc(void) {
+    tops_matmul2d_desc d;
+    memset(&d, 0, sizeof d);
+    return d;
+}
+
+static tops_tensor make_plain(tops_dtype dt, int64_t r, int64_t c, void **buf) {
+    tops_tensor t;
+    int64_t ext[2] = {r, c};
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    if (tops_tensor_create(tops_format_of(dt), 2, ext, host, &t) != TOPS_OK) abort();
+    *buf = t.data;
+    return t;
+}
+
+/* dest holds a recognisable pattern; unchanged() checks it survived. */
+static void fill_pattern(tops_tensor *t) {
+    for (int64_t i = 0; i < t->extent[0]; i++)
+        for (int64_t j = 0; j < t->extent[1]; j++) mm_set(t, i, j, (float)(i * 100 + j));
+}
+static int unchanged(const tops_tensor *t) {
+    for (int64_t i = 0; i < t->extent[0]; i++)
+        for (int64_t j = 0; j < t->extent[1]; j++)
+            if (mm_get(t, i, j) != (double)(i * 100 + j)) return 0;
+    return 1;
+}
+
+static void test_small_product(void) {
+    /* [[1,2],[3,4]] * [[5,6],[7,8]] = [[19,22],[43,50]] */
+    float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4] = {NAN, NAN, NAN, NAN};
+    tops_tensor ta, tb, tc;
+    tops_tensor_desc d;
+    memset(&d, 0, sizeof d);
+    d.format = tops_format_of(TOPS_DT_F32);
+    d.rank = 2;
+    d.extent[0] = d.extent[1] = 2;
+    d.data = a;
+    ASSERT_OK(tops_tensor_view(&d, &ta));
+    d.data = b;
+    ASSERT_OK(tops_tensor_view(&d, &tb));
+    d.data = c;
+    ASSERT_OK(tops_tensor_view(&d, &tc));
+    tops_matmul2d_desc md = plain_desc();
+    ASSERT_OK(tops_matmul2d(NULL, &md, &ta, &tb, &tc));
+    ASSERT_EQ_INT(c[0], 19);
+    ASSERT_EQ_INT(c[1], 22);
+    ASSERT_EQ_INT(c[2], 43);
+    ASSERT_EQ_INT(c[3], 50);
+    md.mode = TOPS_MULTIPLY_ACCUMULATE;
+    md.transpose_right = 1; /* b read as [N, K]: b^T = [[5,7],[6,8]] */
+    ASSERT_OK(tops_matmul2d(NULL, &md, &ta, &tb, &tc));
+    ASSERT_EQ_INT(c[0], 19 + 17);
+    ASSERT_EQ_INT(c[1], 22 + 23);
+    ASSERT_EQ_INT(c[2], 43 + 39);
+    ASSERT_EQ_INT(c[3], 50 + 53);
+}
+
+static void test_bad_inputs(void) {
+    void *pa, *pb, *pc;
+    tops_tensor a = make_plain(TOPS_DT_F32, 4, 8, &pa);  /* M=4, K=8 */
+    tops_tensor b = make_plain(TOPS_DT_F16, 8, 5, &pb);  /* K=8, N=5 */
+    tops_tensor c = make_plain(TOPS_DT_F32, 4, 5, &pc);
+    tops_exec ex = tops_exec_default();
+    tops_matmul2d_desc d = plain_desc();
+    fill_pattern(&c);
+    ASSERT_OK(tops_matmul2d(&ex, &d, &a, &b, &c)); /* the baseline is valid */
+    fill_pattern(&c);
+
+#define BAD(call, status, needle)                  \
+    do {                                           \
+        ASSERT_FAILS_WITH(call, status, needle);   \
+        ASSERT_TRUE(unchanged(&c));                \
+    } while (0)
+
+    BAD(tops_matmul2d(&ex, NULL, &a, &b, &c), TOPS_INVALID_ARGUMENT, "desc is NULL");
+    BAD(tops_matmul2d(&ex, &d, NULL, &b, &c), TOPS_INVALID_ARGUMENT, "left is NULL");
+    BAD(tops_matmul2d(&ex, &d, &a, NULL, &c), TOPS_INVALID_ARGUMENT, "right is NULL");
+    ASSERT_FAILS_WITH(tops_matmul2d(&ex, &d, &a, &b, NULL), TOPS_INVALID_ARGUMENT, "dest is NULL");
+    tops_tensor junk;
+    memset(&junk, 0, sizeof junk);
+    BAD(tops_matmul2d(&ex, &d, &junk, &b, &c), TOPS_INVALID_ARGUMENT, "left was not made");
+
+    tops_matmul2d_desc bd = d;
+    bd.mode = (tops_matmul_mode)7;
+    BAD(tops_matmul2d(&ex, &bd, &a, &b, &c), TOPS_INVALID_ARGUMENT, "desc.mode");
+    bd = d;
+    bd.transpose_left = 2;
+    BAD(tops_matmul2d(&ex, &bd, &a, &b, &c), TOPS_INVALID_ARGUMENT, "must be 0 or 1");
+    bd = d;
+    bd.n_tile = -1;
+    BAD(tops_matmul2d(&ex, &bd, &a, &b, &c), TOPS_INVALID_ARGUMENT, "hints");
+    bd = d;
+    bd.k = -3;
+    BAD(tops_matmul2d(&ex, &bd, &a, &b, &c), TOPS_INVALID_ARGUMENT, "desc.k");
+    bd = d;
+    bd.k = 9;
+    BAD(tops_matmul2d(&ex, &bd, &a, &b, &c), TOPS_SHAPE_MISMATCH, "desc.k is 9");
+    bd.k = 8; /* the right K, stated */
+    ASSERT_OK(tops_matmul2d(&ex, &bd, &a, &b, &c));
+    fill_pattern(&c);
+
+    tops_exec bex = ex;
+    bex.threads = 0;
+    BAD(tops_matmul2d(&bex, &d, &a, &b, &c), TOPS_INVALID_ARGUMENT, "threads");
+    bex = ex;
+    bex.device.kind = TOPS_DEVICE_CUDA;
+    BAD(tops_matmul2d(&bex, &d, &a, &b, &c), TOPS_UNSUPPORTED_ON_DEVICE, "cuda");
+
+    /* shapes */
+    bd = d;
+    bd.transpose_right = 1; /* right read as [5, 8]: K=8 but N... right K becomes 5 */
+    BAD(tops_matmul2d(&ex, &bd, &a, &b, &c), TOPS_SHAPE_MISMATCH, "K=");
+    bd = d;
+    bd.transpose_left = 1; /* left read as [8, 4]: M=8, K=4 */
+    BAD(tops_matmul2d(&ex, &bd, &a, &b, &c), TOPS_SHAPE_MISMATCH, "left has K=4");
+    void *pw;
+    tops_tensor wrong_dest = make_plain(TOPS_DT_F32, 4, 6, &pw);
+    ASSERT_FAILS_WITH(tops_matmul2d(&ex, &d, &a, &b, &wrong_dest), TOPS_SHAPE_MISMATCH, "dest is [4, 6]");
+    tops_tensor_destroy(&wrong_dest);
+    tops_tensor a1;
+    int64_t e1[1] = {8};
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 1, e1, host, &a1));
+    BAD(tops_matmul2d(&ex, &d, &a1, &b, &c), TOPS_SHAPE_MISMATCH, "rank");
+    tops_tensor_destroy(&a1);
+
+    /* formats */
+    void *pi;
+    tops_tensor ai8 = make_plain(TOPS_DT_I8, 4, 8, &pi);
+    BAD(tops_matmul2d(&ex, &d, &ai8, &b, &c), TOPS_UNSUPPORTED_FORMAT, "activations");
+    tops_tensor_destroy(&ai8);
+    tops_tensor d8 = make_plain(TOPS_DT_E4M3, 4, 5, &pi);
+    ASSERT_FAILS_WITH(tops_matmul2d(&ex, &d, &a, &b, &d8), TOPS_UNSUPPORTED_FORMAT, "dest has format e4m3");
+    tops_tensor_destroy(&d8);
+    tops_tensor scaled = c;
+    scaled.tensor_scale = 2.0f;
+    BAD(tops_matmul2d(&ex, &d, &a, &b, &scaled), TOPS_INVALID_ARGUMENT, "tensor_scale");
+
+    /* group blocks along N (a [K, N] int4-g32 tensor blocked along its rows) */
+    tops_tensor q;
+    int64_t qext[2] = {8, 64};
+    tops_format i4 = {TOPS_FMT_INT4_G, 32, TOPS_DT_NONE};
+    ASSERT_OK(tops_tensor_create(i4, 2, qext, host, &q));
+    void *pq;
+    tops_tensor cq = make_plain(TOPS_DT_F32, 4, 64, &pq);
+    ASSERT_FAILS_WITH(tops_matmul2d(&ex, &d, &a, &q, &cq), TOPS_INVALID_ARGUMENT, "blocks must run along K");
+    tops_tensor_destroy(&cq);
+    tops_tensor_destroy(&q);
+
+    /* memory placement */
+    tops_tensor dev = a;
+    dev.memory.kind = TOPS_DEVICE_CUDA;
+    BAD(tops_matmul2d(&ex, &d, &dev, &b, &c), TOPS_UNSUPPORTED_ON_DEVICE, "host memory");
+
+    /* aliasing: dest over left, dest over right, dest overlapping itself */
+    tops_tensor_desc vd;
+    memset(&vd, 0, sizeof vd);
+    vd.format = tops_format_of(TOPS_DT_F32);
+    vd.rank = 2;
+    vd.extent[0] = 4;
+    vd.extent[1] = 5;
+    vd.data = (float *)pa + 3;
+    tops_tensor over_left;
+    ASSERT_OK(tops_tensor_view(&vd, &over_left));
+    ASSERT_FAILS_WITH(tops_matmul2d(&ex, &d, &a, &b, &over_left), TOPS_INVALID_ARGUMENT, "overlaps left");
+    vd.data = pb;
+    tops_tensor over_right;
+    ASSERT_OK(tops_tensor_view(&vd, &over_right));
+    ASSERT_FAILS_WITH(tops_matmul2d(&ex, &d, &a, &b, &over_right), TOPS_INVALID_ARGUMENT, "overlaps right");
+    vd.data = pc;
+    vd.stride[0] = 2;
+    vd.stride[1] = 1;
+    tops_tensor self_overlap;
+    ASSERT_OK(tops_tensor_view(&vd, &self_overlap));
+    BAD(tops_matmul2d(&ex, &d, &a, &b, &self_overlap), TOPS_INVALID_ARGUMENT, "overlap");
+
+    /* packing */
+    tops_tensor packed;
+    ASSERT_FAILS_WITH(tops_pack_right(&ex, &d, &b, NULL), TOPS_INVALID_ARGUMENT, "packed is NULL");
+    ASSERT_FAILS_WITH(tops_pack_right(&ex, NULL, &b, &packed), TOPS_INVALID_ARGUMENT, "desc is NULL");
+    ASSERT_FAILS_WITH(tops_pack_right(&ex, &d, NULL, &packed), TOPS_INVALID_ARGUMENT, "right is NULL");
+    ASSERT_OK(tops_pack_right(&ex, &d, &b, &packed));
+    tops_tensor again;
+    ASSERT_FAILS_WITH(tops_pack_right(&ex, &d, &packed, &again), TOPS_INVALID_ARGUMENT, "already packed");
+    bd = d;
+    bd.transpose_right = 1;
+    BAD(tops_matmul2d(&ex, &bd, &a, &packed, &c), TOPS_INVALID_ARGUMENT, "packed with transpose_right=0");
+    BAD(tops_matmul2d(&ex, &d, &packed, &b, &c), TOPS_UNSUPPORTED_FORMAT, "left has format packed");
+    tops_tensor forged = packed;
+    forged.packed_ = pa;
+    BAD(tops_matmul2d(&ex, &d, &a, &forged, &c), TOPS_INVALID_ARGUMENT, "not made by tops_pack_right");
+    tops_tensor_destroy(&packed);
+#undef BAD
+    tops_tensor_destroy(&a);
+    tops_tensor_destroy(&b);
+    tops_tensor_destroy(&c);
+}
+
+/* Packed weights: the same bits as the plain weights, for both transposes
+   and every weight dtype; threads 1 and 2 agree bit for bit. */
+static void test_packed_matches_plain(void) {
+    const tops_dtype dts[3] = {TOPS_DT_F32, TOPS_DT_F16, TOPS_DT_BF16};
+    for (int it = 0; it < 6; it++) {
+        int64_t m = 1 + (int64_t)(th_next(&rng) % 20), n = 1 + (int64_t)(th_next(&rng) % 70);
+        int64_t k = 1 + (int64_t)(th_next(&rng) % (MM_FULL ? 600 : 300));
+        int tr = it & 1;
+        mm_operand a, b;
+        mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
+        mm_make(&b, dts[it % 3], tr ? n : k, tr ? k : n, 1, &rng);
+        void *p1, *p2;
+        tops_tensor c1 = make_plain(TOPS_DT_F32, m, n, &p1), c2 = make_plain(TOPS_DT_F32, m, n, &p2);
+        mm_poison(&c1);
+        mm_poison(&c2);
+        tops_matmul2d_desc d = plain_desc();
+        d.transpose_right = tr;
+        tops_exec ex = tops_exec_default();
+        ex.threads = 2;
+        tops_tensor pk;
+        ASSERT_OK(tops_pack_right(&ex, &d, &b.t, &pk));
+        ASSERT_OK(tops_matmul2d(&ex, &d, &a.t, &b.t, &c1));
+        ex.threads = 1;
+        ASSERT_OK(tops_matmul2d(&ex, &d, &a.t, &pk, &c2));
+        ASSERT_TRUE(memcmp(p1, p2, (size_t)(m * n) * sizeof(float)) == 0);
+        double *want = malloc((size_t)(m * n) * sizeof(double));
+        mm_oracle(&a, 0, &b, tr, m, n, k, NULL, want);
+        double e = mm_rel_l2(&c2, want);
+        if (!(e <= 1e-5)) TH_FAIL_AT("packed m=%lld n=%lld k=%lld: rel-L2 %g", (long long)m, (long long)n, (long long)k, e);
+        free(want);
+        tops_tensor_destroy(&pk);
+        tops_tensor_destroy(&c1);
+        tops_tensor_destroy(&c2);
+        mm_free(&a);
+        mm_free(&b);
+    }
+}
+
+int main(void) {
+    rng = th_seed();
+    RUN_TEST(test_small_product);
+    RUN_TEST(test_bad_inputs);
+    RUN_TEST(test_packed_matches_plain);
+    TEST_MAIN_END();
+}

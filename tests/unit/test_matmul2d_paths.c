@@ -1,0 +1,197 @@
+/* matmul2d numerics: the scalar reference against an f64 matmul of the
+   decoded operands, and every ISA level this machine runs against the
+   reference, over random shapes (1, odd, ragged), transposes, strided
+   views, both modes, every dest dtype, threads 1 and 2. */
+#include "matmul_util.h"
+#include "ops/matmul2d.h"
+
+static th_rng rng;
+static const tops_dtype act_dts[3] = {TOPS_DT_F32, TOPS_DT_F16, TOPS_DT_BF16};
+
+/* Unit roundoff of a dest dtype: one rounding of the exact result. */
+static double dest_roundoff(tops_dtype dt) {
+    return dt == TOPS_DT_F16 ? 0x1p-11 : dt == TOPS_DT_BF16 ? 0x1p-8 : 0.0;
+}
+
+static int64_t pick_dim(int64_t cap) {
+    static const int64_t special[] = {1, 2, 7, 16, 31, 33};
+    if (th_next(&rng) % 2) return special[th_next(&rng) % 6];
+    return 1 + (int64_t)(th_next(&rng) % (uint64_t)cap);
+}
+
+typedef struct mm_case {
+    int64_t m, n, k;
+    int ta, tb, accumulate;
+    tops_dtype left_dt, right_dt, dest_dt;
+    int strided;
+    int quant;           /* right is rfmt, quantized from random values */
+    tops_format rfmt;
+} mm_case;
+
+static void describe(const mm_case *c, char *buf, size_t cap) {
+    char rname[48];
+    if (c->quant) tops_format_name(c->rfmt, rname, sizeof rname);
+    else snprintf(rname, sizeof rname, "%s", tops_dtype_name(c->right_dt));
+    snprintf(buf, cap, "m=%lld n=%lld k=%lld ta=%d tb=%d acc=%d left=%s right=%s dest=%s strided=%d",
+             (long long)c->m, (long long)c->n, (long long)c->k, c->ta, c->tb, c->accumulate,
+             tops_dtype_name(c->left_dt), rname, tops_dtype_name(c->dest_dt), c->strided);
+}
+
+/* Runs one case on every available level with threads 1 and 2 and checks
+   (a) ref vs f64, (b) each level vs ref, (c) thread counts agree bitwise. */
+static void run_case(const mm_case *c) {
+    char what[200];
+    describe(c, what, sizeof what);
+    mm_operand a, b, d;
+    mm_make(&a, c->left_dt, c->ta ? c->k : c->m, c->ta ? c->m : c->k, c->strided, &rng);
+    if (c->quant) {
+        const tops_format_info *info = tops_format_get_info(c->rfmt.id);
+        int blocks_dim0 = !c->tb && info->scale_default != TOPS_DT_NONE && info->block > 1;
+        mm_make_quant(&b, c->rfmt, c->tb ? c->n : c->k, c->tb ? c->k : c->n, blocks_dim0, &rng);
+    } else {
+        mm_make(&b, c->right_dt, c->tb ? c->n : c->k, c->tb ? c->k : c->n, c->strided, &rng);
+    }
+    mm_make(&d, c->dest_dt, c->m, c->n, c->strided, &rng); /* initial dest (for accumulate) */
+    const size_t cells = (size_t)(c->m * c->n);
+    double *want = malloc(cells * sizeof(double)), *ref = malloc(cells * sizeof(double));
+    double *first = malloc(cells * sizeof(double));
+    mm_oracle(&a, c->ta, &b, c->tb, c->m, c->n, c->k, c->accumulate ? d.exact : NULL, want);
+
+    tops_matmul2d_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.transpose_left = c->ta;
+    desc.transpose_right = c->tb;
+    desc.mode = c->accumulate ? TOPS_MULTIPLY_ACCUMULATE : TOPS_MULTIPLY;
+    const double u = dest_roundoff(c->dest_dt);
+
+    for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+        const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+        if (!kern) continue;
+        for (int threads = 1; threads <= 2; threads++) {
+            /* Reset dest: poison for multiply, the initial values for accumulate. */
+            for (int64_t i = 0; i < c->m; i++)
+                for (int64_t j = 0; j < c->n; j++)
+                    mm_set(&d.t, i, j, c->accumulate ? (float)d.exact[i * c->n + j] : NAN);
+            tops_exec ex = tops_exec_default();
+            ex.threads = threads;
+            tops_status st = tops__matmul2d_with(kern, &ex, &desc, &a.t, &b.t, &d.t);
+            if (st != TOPS_OK) {
+                TH_FAIL_AT("%s isa=%s: %s", what, tops_isa_name((tops_isa)isa), tops_last_error());
+                continue;
+            }
+            double err = mm_rel_l2(&d.t, want);
+            if (isa == TOPS_ISA_REF && !(err <= 1e-5 + u))
+                TH_FAIL_AT("%s: ref vs f64 rel-L2 %.3g > %.3g", what, err, 1e-5 + u);
+            for (size_t q = 0; q < cells; q++) {
+                double g = mm_get(&d.t, (int64_t)q / c->n, (int64_t)q % c->n);
+                if (threads == 1) first[q] = g;
+                else if (memcmp(&g, &first[q], sizeof g) != 0) {
+                    TH_FAIL_AT("%s isa=%s: threads 2 differ from 1 at %zu (%.9g vs %.9g)", what,
+                               tops_isa_name((tops_isa)isa), q, g, first[q]);
+                    break;
+                }
+                if (isa == TOPS_ISA_REF) ref[q] = g;
+            }
+            if (isa != TOPS_ISA_REF) {
+                double num = 0, den = 0;
+                for (size_t q = 0; q < cells; q++) {
+                    double g = first[q];
+                    num += (g - ref[q]) * (g - ref[q]);
+                    den += ref[q] * ref[q];
+                }
+                double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+                if (!(rel <= 1e-5 + 2 * u) || !(err <= 1e-5 + u))
+                    TH_FAIL_AT("%s isa=%s: vs ref rel-L2 %.3g, vs f64 %.3g", what, tops_isa_name((tops_isa)isa),
+                               rel, err);
+            }
+        }
+    }
+    free(want);
+    free(ref);
+    free(first);
+    mm_free(&a);
+    mm_free_any(&b);
+    mm_free(&d);
+}
+
+static mm_case random_case(int64_t cap) {
+    mm_case c;
+    c.m = pick_dim(cap);
+    c.n = pick_dim(cap);
+    c.k = pick_dim(cap * 4);
+    c.ta = (int)(th_next(&rng) % 2);
+    c.tb = (int)(th_next(&rng) % 2);
+    c.accumulate = (int)(th_next(&rng) % 2);
+    c.left_dt = act_dts[th_next(&rng) % 3];
+    c.right_dt = act_dts[th_next(&rng) % 3];
+    c.dest_dt = act_dts[th_next(&rng) % 3];
+    c.strided = (int)(th_next(&rng) % 2);
+    return c;
+}
+
+static void test_random_shapes(void) {
+    int cases = MM_FULL ? 60 : 20;
+    for (int i = 0; i < cases; i++) {
+        mm_case c = random_case(MM_FULL ? 70 : 40);
+        run_case(&c);
+    }
+}
+
+/* Every combination of dtypes and transposes once on a ragged shape. */
+static void test_every_combination(void) {
+    for (int q = 0; q < 3 * 3 * 3 * 4; q++) {
+        mm_case c = {5, 19, 37, q & 1, (q >> 1) & 1, q % 5 == 0, act_dts[(q / 4) % 3], act_dts[(q / 12) % 3],
+                     act_dts[(q / 36) % 3], q % 3 == 0, 0, {TOPS_FMT_F32, 0, TOPS_DT_NONE}};
+        run_case(&c);
+    }
+}
+
+/* Long K (4095: one past the blocks) and sizes that cross the N and M
+   blocking of the driver. */
+static void test_large_edges(void) {
+    mm_case c1 = {3, 9, 4095, 0, 1, 0, TOPS_DT_F32, TOPS_DT_BF16, TOPS_DT_F32, 0, 0, {TOPS_FMT_F32, 0, TOPS_DT_NONE}};
+    run_case(&c1);
+    mm_case c2 = {MM_FULL ? 97 : 13, MM_FULL ? 1100 : 530, 33, 1, 0, 1, TOPS_DT_F16, TOPS_DT_F32, TOPS_DT_F32, 1, 0, {TOPS_FMT_F32, 0, TOPS_DT_NONE}};
+    run_case(&c2);
+    mm_case c3 = {MM_FULL ? 500 : 7, 17, 1, 0, 0, 0, TOPS_DT_F32, TOPS_DT_F32, TOPS_DT_F16, 0, 0, {TOPS_FMT_F32, 0, TOPS_DT_NONE}};
+    run_case(&c3);
+}
+
+/* Every weight format (element types, block-scaled, GGUF, lut4, channel
+   fp8) through matmul2d: both transposes, ragged K, against f64 of the
+   decoded operands. */
+static void test_every_format(void) {
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+        if (id == TOPS_FMT_PACKED) continue;
+        tops_format f = {(tops_format_id)id, 0, TOPS_DT_NONE};
+        int variants = (id == TOPS_FMT_INT4_G || id == TOPS_FMT_INT8_G) ? 3 : 1;
+        for (int v = 0; v < variants; v++) {
+            if (v == 1) f.group = 128;
+            if (v == 2) f.scale = TOPS_DT_E8M0, f.group = 32;
+            for (int tb = 0; tb < 2; tb++) {
+                mm_case c;
+                memset(&c, 0, sizeof c);
+                c.m = pick_dim(MM_FULL ? 40 : 12);
+                c.n = pick_dim(MM_FULL ? 70 : 24);
+                c.k = tb ? 7 + (int64_t)(th_next(&rng) % 300) : 64 + (int64_t)(th_next(&rng) % 100);
+                c.ta = (int)(th_next(&rng) % 2);
+                c.tb = tb;
+                c.accumulate = (int)(th_next(&rng) % 2);
+                c.left_dt = act_dts[th_next(&rng) % 3];
+                c.dest_dt = TOPS_DT_F32;
+                c.quant = 1;
+                c.rfmt = f;
+                run_case(&c);
+            }
+        }
+    }
+}
+
+int main(void) {
+    rng = th_seed();
+    RUN_TEST(test_every_combination);
+    RUN_TEST(test_random_shapes);
+    RUN_TEST(test_large_edges);
+    RUN_TEST(test_every_format);
+    TEST_MAIN_END();
+}
