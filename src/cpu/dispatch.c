@@ -92,6 +92,12 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->pack_rows_f32 = tops__avx2_pack_rows_f32;
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
+        k->f32_to_e4m3_row = tops__avx2_f32_to_e4m3_row;
+        k->e4m3_to_f32_row = tops__avx2_e4m3_to_f32_row;
+        k->f32_to_e5m2_row = tops__avx2_f32_to_e5m2_row;
+        k->e5m2_to_f32_row = tops__avx2_e5m2_to_f32_row;
+        k->e2m1_to_f32_row = tops__avx2_e2m1_to_f32_row;
+        k->i4_to_f32_row = tops__avx2_i4_to_f32_row;
     }
 #endif
 }

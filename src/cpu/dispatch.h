@@ -78,6 +78,12 @@ void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       int accumulate);
+void tops__avx2_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 #endif
 
 #endif

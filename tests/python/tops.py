@@ -175,3 +175,8 @@ def dequantize(q):
     dst = f32_tensor(out)
     check(LIB.tops_dequantize(ctypes.byref(q.t), ctypes.byref(dst)))
     return out
+
+
+class QuantError(ctypes.Structure):
+    _fields_ = [("rel_l2", ctypes.c_double), ("cos_sim", ctypes.c_double), ("max_abs", ctypes.c_double),
+                ("snr_db", ctypes.c_double)]

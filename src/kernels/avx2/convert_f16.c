@@ -1,5 +1,5 @@
-/* AVX2 + F16C rows; the same bits as the scalar rows (NaN canonicalised the
-   same way, RNE everywhere). */
+/* AVX2 + F16C rows; the same bits as the scalar rows (RNE everywhere; NaN
+   fixed up after F16C so payloads follow numpy, like the scalar rows). */
 #include "cpu/dispatch.h"
 
 #include <immintrin.h>
