@@ -19,15 +19,19 @@ typedef struct tops_bench_row {
     double gflops;        /* from the median */
     double gbps;          /* weight (or K/V) bytes per second, from the median */
     double pack_s;        /* one-off packing time, 0 if none */
-    char baseline[32];    /* "openblas-sgemm", "openblas-sgemv", "cublas-f16", ... */
-    double baseline_median_s;
-    double speedup;       /* baseline_median_s / median_s */
+    char baseline[32];    /* "openblas-sgemm", "openblas-sgemv", "cublas-f16", ... ("none" if absent) */
+    double baseline_median_s; /* 0 when there is no baseline */
+    double speedup;       /* baseline_median_s / median_s (0 when there is no baseline) */
     double floor_s;       /* max(bytes / bandwidth, flops / peak) */
     double floor_ratio;   /* median_s / floor_s */
     double rel_l2, cos_sim; /* accuracy against f64 on sampled rows */
     /* attention only (0 otherwise) */
     int64_t batch, heads, kv_heads;
     int causal;
+    /* Not in the JSON: the accuracy bound this case was held to, and
+       whether it met it (the table marks a miss; the command exits 1). */
+    double rel_l2_bound;
+    int accuracy_ok;
 } tops_bench_row;
 
 /* The machine's ceilings, measured in the same run with all threads. */
@@ -35,9 +39,174 @@ typedef struct tops_bench_roofline {
     double read_gbps;      /* streaming read over >= 4x the last-level cache */
     double fma_gflops;     /* register-only f32 FMA loop */
     double int8_gops;      /* i8 dot-product loop (relaxed integer paths) */
+    /* how each was measured (printed above the table) */
+    int threads;
+    double read_bytes;     /* size of the streamed buffer */
+    int read_capped;       /* 1 if memory limits kept the buffer under 4x LLC */
+    char fma_kernel[32];   /* "avx512-fma", "avx2-fma", "scalar" */
+    char int8_kernel[32];  /* "avx512-vnni", "avx2-maddubs", "scalar" */
+    char read_kernel[32];  /* "avx512-load", "avx2-load", "scalar" */
 } tops_bench_roofline;
 
-/* floor_s for a case: the larger of bytes / bandwidth and flops / peak. */
+/* floor_s for a case: the larger of bytes / bandwidth and flops / peak.
+   Returns 0 if a ceiling is not positive (unknown). */
 double tops_bench_floor(double bytes, double flops, double bandwidth_gbps, double peak_gflops);
+
+/* Fills the derived fields of a row from its timings: gflops, gbps,
+   speedup (0 without a baseline), floor_s and floor_ratio. */
+void tops_bench_row_derive(tops_bench_row *row, double flops, double weight_bytes, double min_bytes,
+                           double peak_gflops, double read_gbps);
+
+/* ---- roofline (bench/roofline.c) ---------------------------------------- */
+
+/* Measures the three ceilings with `threads` threads at the kernel level
+   the library uses (tops_cpu_get_info).  llc_bytes sizes the streamed
+   buffer (4x, at least 64 MiB); the buffer is capped at a quarter of the
+   available memory (read_capped then says so). */
+tops_status tops_bench_measure_roofline(int threads, tops_bench_roofline *out);
+
+/* The pieces, exposed for tests: a streaming read of `bytes` (returns a sum
+   so the reads cannot be dropped), and register-only loops returning the
+   operations they did. */
+uint64_t tops_bench_read_scalar(const void *buf, size_t bytes);
+double tops_bench_fma_scalar(int64_t iterations);
+double tops_bench_i8dot_scalar(int64_t iterations);
+#if defined(TOPS_BENCH_X86)
+uint64_t tops_bench_read_avx2(const void *buf, size_t bytes);
+double tops_bench_fma_avx2(int64_t iterations);
+double tops_bench_i8dot_avx2(int64_t iterations);
+uint64_t tops_bench_read_avx512(const void *buf, size_t bytes);
+double tops_bench_fma_avx512(int64_t iterations);
+double tops_bench_i8dot_avx512_vnni(int64_t iterations);
+#endif
+
+/* ---- timing (bench/timing.c) --------------------------------------------- */
+
+/* One timed call; iteration counts from 0 so a case can rotate its copies.
+   A non-OK status stops the timing and is returned. */
+typedef tops_status (*tops_bench_call)(void *ctx, int iteration);
+
+typedef struct tops_bench_timing {
+    double median_s, min_s;
+    int repeats;
+    double total_s;
+} tops_bench_timing;
+
+/* Warm-up calls, then at least min_repeats timed calls and at least
+   min_seconds of them; the median and min of the timed calls. */
+tops_status tops_bench_time(tops_bench_call call, void *ctx, int warmup, int min_repeats, double min_seconds,
+                            tops_bench_timing *out);
+
+/* Median of n values (n >= 1; sorts v). */
+double tops_bench_median(double *v, int n);
+/* Seconds from a monotonic clock. */
+double tops_bench_now(void);
+
+/* ---- rows (bench/report.c) ----------------------------------------------- */
+
+typedef struct tops_bench_rows {
+    tops_bench_row *v;
+    size_t n, cap;
+} tops_bench_rows;
+
+tops_status tops_bench_rows_push(tops_bench_rows *rows, const tops_bench_row *row);
+void tops_bench_rows_free(tops_bench_rows *rows);
+
+/* The table on stdout (or any stream), the roofline line above it. */
+void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_bench_roofline *roof);
+/* The JSON array with exactly the documented keys (attention rows add
+   batch, heads, kv_heads, causal).  Numbers not measured are null. */
+tops_status tops_bench_write_json(const char *path, const tops_bench_rows *rows);
+/* The same, as a malloc'd string (the caller frees it). */
+char *tops_bench_json_string(const tops_bench_rows *rows);
+/* An SVG of time against M for each format, with the baseline and the floor. */
+tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows);
+
+/* ---- sessions and the per-op runners (bench/session.c) ------------------- */
+
+#define TOPS_BENCH_MAX_LIST 32
+
+typedef struct tops_bench_config {
+    char op[16];                 /* "matmul" (default) | "attention" */
+    tops_device device;          /* --device cpu | cuda[:N] */
+    char formats[TOPS_BENCH_MAX_LIST][32]; /* --format list (names as given) */
+    int nformats;
+    int64_t m[TOPS_BENCH_MAX_LIST];
+    int nm;
+    int64_t k, n;
+    int threads;
+    int repeat;                  /* R: at least this many timed calls */
+    double min_seconds;          /* and at least this long (0.5 s) */
+    int relaxed;
+    char isa[24];                /* --isa, "" = the library's choice */
+    const char *json_path, *plot_path;
+    int progress;                /* progress line on stderr */
+    void *op_options;            /* a runner's own options (parse_option fills it) */
+} tops_bench_config;
+
+typedef struct tops_bench_session tops_bench_session;
+
+/* A runner: one per (op, device).  The attention and CUDA engineers add
+   theirs to the table in bench/session.c. */
+typedef struct tops_bench_runner {
+    const char *op;
+    tops_device_kind device;
+    /* Optional: consumes an op-specific flag at argv[*i] (advancing *i past
+       its value); returns 1 if taken, 0 if not its flag, -1 on a bad value
+       (with a message on stderr). */
+    int (*parse_option)(tops_bench_config *cfg, int argc, char **argv, int *i);
+    /* Optional: fills the op's defaults (formats, M list) and checks cfg
+       before any work; a failure is a usage error. */
+    tops_status (*prepare)(tops_bench_config *cfg);
+    /* Runs every case of cfg, pushing one row per case. */
+    tops_status (*run)(tops_bench_session *session, tops_bench_rows *rows);
+    const char *usage; /* extra flags, printed by --help */
+} tops_bench_runner;
+
+/* The runner for (op, device), or NULL if none is registered. */
+const tops_bench_runner *tops_bench_find_runner(const char *op, tops_device_kind device);
+/* Every registered runner (for --help). */
+const tops_bench_runner *tops_bench_runner_at(size_t i);
+
+struct tops_bench_session {
+    const tops_bench_config *cfg;
+    tops_bench_roofline roof;
+    int have_roof;
+    int case_index, case_count; /* for the progress line */
+};
+
+/* The CPU roofline, measured on the first call of a session. */
+tops_status tops_bench_session_roofline(tops_bench_session *s, const tops_bench_roofline **out);
+/* The progress line on stderr ("[3/21] int4-g32 M=16: timing"); a NULL
+   fmt clears it.  The _detail form updates a terminal only (no log spam). */
+void tops_bench_progress(tops_bench_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void tops_bench_progress_detail(tops_bench_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* The last-level cache size (bytes) per tops_cpu_get_info; 32 MiB if unknown. */
+int64_t tops_bench_llc_bytes(void);
+/* Bytes of memory available now (0 if unknown). */
+uint64_t tops_bench_available_memory(void);
+
+/* ---- the matmul runner (bench/bench_matmul.c) ----------------------------- */
+
+tops_status tops_bench_matmul_cpu(tops_bench_session *session, tops_bench_rows *rows);
+tops_status tops_bench_matmul_prepare(tops_bench_config *cfg);
+/* The default suite: f32, f16, int8-g32, int4-g32, q4_0, mxfp4, nvfp4 at
+   K=4096, N=12288, M = 1, 16, 128. */
+extern const char *const tops_bench_matmul_default_formats[];
+
+/* The kernel family tops_matmul2d runs for this case (the table's path). */
+void tops_bench_matmul_path(char *buf, size_t cap, const tops_matmul2d_desc *desc, tops_format right);
+
+/* Deterministic test data: n normal(0, 1) values from a seed. */
+void tops_bench_fill_normal(float *v, int64_t n, uint64_t seed);
+/* f64 reference of rows `rows` of A[., K] * W^T, W stored [N, K] (both f32,
+   contiguous): ref[r * n + j]. */
+void tops_bench_reference_rows(const float *a, const float *w, int64_t k, int64_t n, const int64_t *rows,
+                               int nrows, double *ref);
+/* Accuracy of y against a reference: rel-L2, cos-sim and max-abs (NaN if y
+   holds a NaN where ref does not). */
+void tops_bench_compare(const double *ref, const float *y, int64_t n, double *rel_l2, double *cos_sim,
+                        double *max_abs);
 
 #endif

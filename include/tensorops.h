@@ -439,6 +439,41 @@ TOPS_API tops_status tops_quant_error(const float *original, const float *decode
                                       tops_quant_error_stats *out);
 
 /* ======================================================================== */
+/* File I/O: .npy and safetensors (src/io/; layouts in docs/formats.md)      */
+/* ======================================================================== */
+
+/*
+ * Readers treat their input as untrusted: a malformed or inconsistent file
+ * (bad magic or JSON, offsets, sizes, dtypes or shapes that disagree with
+ * each other or with the format, overlapping or out-of-file ranges, huge
+ * headers) gives TOPS_PARSE_ERROR, a valid file with content tensorops does
+ * not read TOPS_UNSUPPORTED_FORMAT, and a failing read or write
+ * TOPS_IO_ERROR, each with a sentence; nothing is read outside the input.
+ * On success *out is a new tensor (tops_tensor_create; free it with
+ * tops_tensor_destroy); on failure *out is untouched.  The _buffer variants
+ * parse size bytes at data instead of a file.  Writers take host tensors of
+ * any strides and remove the file again if writing fails.
+ */
+
+/* A little-endian, C-order .npy file (versions 1.0-3.0) of rank 1..4 holding
+   '<f4' (-> an f32 tensor) or '<f2' (-> an f16 tensor). */
+TOPS_API tops_status tops_npy_load(const char *path, tops_tensor *out);
+TOPS_API tops_status tops_npy_load_buffer(const void *data, size_t size, tops_tensor *out);
+/* Writes an f32 ('<f4'), f16 ('<f2') or bf16 tensor as .npy version 1.0;
+   numpy has no bf16, so bf16 is written as its '<u2' bit patterns. */
+TOPS_API tops_status tops_npy_save(const char *path, const tops_tensor *tensor);
+
+/* One tensor of any format but packed, as the safetensors tensors "weight"
+   (the data plane: its element dtype where safetensors has one, else the
+   packed bytes as U8), "weight.scales", "weight.biases" and
+   "weight.codebook" (where the format has them), with __metadata__
+   {"format": name, "shape": "[N, K]", "tensor_scale": "..." (nvfp4, or any
+   tensor whose scale is not 1)}. */
+TOPS_API tops_status tops_safetensors_save(const char *path, const tops_tensor *tensor);
+TOPS_API tops_status tops_safetensors_load(const char *path, tops_tensor *out);
+TOPS_API tops_status tops_safetensors_load_buffer(const void *data, size_t size, tops_tensor *out);
+
+/* ======================================================================== */
 /* matmul2d (src/ops/matmul2d.c -> src/drive/ -> src/kernels/)               */
 /* ======================================================================== */
 

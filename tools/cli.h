@@ -30,5 +30,9 @@ void tops_cli_json_string(FILE *out, const char *s);
 /* Commands (one file each: tools/cmd_<name>.c). */
 int tops_cmd_info(int argc, char **argv);
 void tops_cmd_info_usage(FILE *out);
+int tops_cmd_bench(int argc, char **argv);
+void tops_cmd_bench_usage(FILE *out);
+int tops_cmd_validate(int argc, char **argv);
+void tops_cmd_validate_usage(FILE *out);
 
 #endif

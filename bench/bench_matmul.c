@@ -1,0 +1,537 @@
+/* `tensorops bench --op matmul` on the CPU: the seed's A/B.  For each
+   format: quantize once, pack once (timed apart) into enough copies that
+   the weights touched exceed 2x the last-level cache, check the result
+   against f64, time it; the OpenBLAS baseline on the decoded f32 weights is
+   timed in the same run, and the roofline floor comes from the same run. */
+#include "bench.h"
+
+#include "cpu/dispatch.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#ifdef TOPS_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+const char *const tops_bench_matmul_default_formats[] = {"f32", "f16", "int8-g32", "int4-g32",
+                                                         "q4_0", "mxfp4", "nvfp4", NULL};
+
+/* The issue's strict bound for f32 dest; the relaxed paths quantize the
+   activations to i8 (or e4m3) per block, which costs about 1e-2. */
+#define STRICT_REL_L2 1e-5
+#define RELAXED_REL_L2 3e-2
+/* Output rows checked against f64 per case (spread over M). */
+#define CHECK_ROWS 4
+
+void tops_bench_fill_normal(float *v, int64_t n, uint64_t seed) {
+    /* splitmix64 then Box-Muller: reproducible, no libc rand state. */
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i += 2) {
+        uint64_t z[2];
+        for (int j = 0; j < 2; j++) {
+            s += 0x9E3779B97F4A7C15ull;
+            uint64_t x = s;
+            x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+            x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+            z[j] = x ^ (x >> 31);
+        }
+        double u1 = ((double)(z[0] >> 11) + 1.0) / 9007199254740993.0; /* (0, 1] */
+        double u2 = (double)(z[1] >> 11) / 9007199254740992.0;
+        double r = sqrt(-2.0 * log(u1));
+        v[i] = (float)(r * cos(6.283185307179586 * u2));
+        if (i + 1 < n) v[i + 1] = (float)(r * sin(6.283185307179586 * u2));
+    }
+}
+
+void tops_bench_compare(const double *ref, const float *y, int64_t n, double *rel_l2, double *cos_sim,
+                        double *max_abs) {
+    double ee = 0, rr = 0, yy = 0, ry = 0, mx = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)y[i] - ref[i];
+        ee += d * d;
+        rr += ref[i] * ref[i];
+        yy += (double)y[i] * y[i];
+        ry += ref[i] * y[i];
+        if (!(fabs(d) <= mx)) mx = fabs(d); /* a NaN sticks */
+    }
+    *rel_l2 = rr > 0 ? sqrt(ee / rr) : sqrt(ee);
+    *cos_sim = rr > 0 && yy > 0 ? ry / sqrt(rr * yy) : (rr == 0 && yy == 0 ? 1.0 : 0.0);
+    if (isnan(ee)) *rel_l2 = *cos_sim = NAN;
+    if (max_abs) *max_abs = mx;
+}
+
+tops_status tops_bench_matmul_prepare(tops_bench_config *cfg) {
+    static const char fn[] = "tensorops bench";
+    if (cfg->nformats == 0)
+        for (int i = 0; tops_bench_matmul_default_formats[i]; i++)
+            snprintf(cfg->formats[cfg->nformats++], sizeof cfg->formats[0], "%s", tops_bench_matmul_default_formats[i]);
+    if (cfg->nm == 0) {
+        cfg->m[0] = 1, cfg->m[1] = 16, cfg->m[2] = 128;
+        cfg->nm = 3;
+    }
+    if (cfg->k == 0) cfg->k = 4096;
+    if (cfg->n == 0) cfg->n = 12288;
+    for (int i = 0; i < cfg->nformats; i++) {
+        tops_format f;
+        if (tops_format_from_name(cfg->formats[i], &f) != TOPS_OK || tops_format_resolve(f, &f) != TOPS_OK)
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "--format: %s", tops_last_error());
+        if (f.id == TOPS_FMT_PACKED)
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "--format: \"packed\" is made by the bench, not chosen");
+    }
+    return TOPS_OK;
+}
+
+/* ---- memory for the rotated copies ------------------------------------------ */
+
+/* How many copies of `bytes` make the weights touched exceed 2x the LLC,
+   within a third of the memory available now. */
+static int rotation_copies(double bytes, int *capped) {
+    double llc2 = 2.0 * (double)tops_bench_llc_bytes();
+    int copies = (int)floor(llc2 / bytes) + 1;
+    double avail = (double)tops_bench_available_memory();
+    *capped = 0;
+    if (avail > 0 && copies * bytes > avail / 3) {
+        copies = (int)(avail / 3 / bytes);
+        *capped = 1;
+    }
+    if (copies < 1) copies = 1;
+    if (copies > 4096) copies = 4096;
+    return copies;
+}
+
+static tops_status view_f32(float *data, int64_t rows, int64_t cols, tops_tensor *out) {
+    tops_tensor_desc d;
+    memset(&d, 0, sizeof d);
+    d.format = tops_format_of(TOPS_DT_F32);
+    d.rank = 2;
+    d.extent[0] = rows;
+    d.extent[1] = cols;
+    d.data = data;
+    d.data_bytes = (size_t)rows * (size_t)cols * sizeof(float);
+    return tops_tensor_view(&d, out);
+}
+
+/* Resident bytes of this process (0 if unknown): the packed layout is
+   opaque, so its size is read as the memory its first copy added. */
+static double resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (!f) return 0;
+    unsigned long long size = 0, resident = 0;
+    int got = fscanf(f, "%llu %llu", &size, &resident);
+    fclose(f);
+    return got == 2 ? (double)resident * (double)sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* ---- one format's weights ----------------------------------------------------- */
+
+typedef struct mm_weights {
+    tops_format format;
+    char name[32];
+    tops_tensor quantized;
+    int have_quantized;
+    float *decoded;          /* [N, K] f32, for the baseline and the f64 check */
+    tops_tensor *packed;     /* the rotated copies */
+    int copies, npacked;
+    int is_packed;           /* 0: tops_pack_right declined; plain copies rotate */
+    double pack_s;
+    double weight_bytes;     /* data + planes of one copy */
+} mm_weights;
+
+static void weights_free(mm_weights *w) {
+    if (w->packed) {
+        /* plain weights: copy 0 is w->quantized itself */
+        for (int i = w->is_packed ? 0 : 1; i < w->npacked; i++) tops_tensor_destroy(&w->packed[i]);
+        free(w->packed);
+    }
+    if (w->have_quantized) tops_tensor_destroy(&w->quantized);
+    tops__aligned_free(w->decoded);
+    memset(w, 0, sizeof *w);
+}
+
+static tops_status weights_make(tops_bench_session *s, const float *original, const char *name,
+                                const tops_exec *exec, const tops_matmul2d_desc *desc, mm_weights *w) {
+    static const char fn[] = "tensorops bench";
+    const tops_bench_config *cfg = s->cfg;
+    memset(w, 0, sizeof *w);
+    snprintf(w->name, sizeof w->name, "%s", name);
+    tops_status st = tops_format_from_name(name, &w->format);
+    if (st != TOPS_OK) return st;
+    int64_t nk[2] = {cfg->n, cfg->k};
+    tops_bench_progress(s, "%s: quantizing %lld x %lld weights", name, (long long)cfg->n, (long long)cfg->k);
+    tops_tensor src;
+    st = view_f32((float *)original, cfg->n, cfg->k, &src);
+    if (st != TOPS_OK) return st;
+    st = tops_tensor_create(w->format, 2, nk, (tops_memory){TOPS_DEVICE_CPU, 0}, &w->quantized);
+    if (st != TOPS_OK) return st;
+    w->have_quantized = 1;
+    st = tops_quantize(&src, &w->quantized, NULL);
+    if (st != TOPS_OK) return st;
+    w->decoded = tops__aligned_alloc((size_t)cfg->n * (size_t)cfg->k * sizeof(float));
+    if (!w->decoded) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the decoded %s weights", name);
+    tops_tensor dec;
+    st = view_f32(w->decoded, cfg->n, cfg->k, &dec);
+    if (st == TOPS_OK) st = tops_dequantize(&w->quantized, &dec);
+    if (st != TOPS_OK) return st;
+    w->weight_bytes = tops_format_bits_per_weight(w->format, cfg->k) * (double)cfg->n * (double)cfg->k / 8.0;
+
+    /* The first packed copy is timed and sized; its size decides how many
+       copies exceed 2x the LLC. */
+    tops_tensor first;
+    double rss0 = resident_bytes(), t0 = tops_bench_now();
+    tops_bench_progress(s, "%s: packing (then the copies that rotate beyond the LLC)", name);
+    st = tops_pack_right(exec, desc, &w->quantized, &first);
+    w->pack_s = tops_bench_now() - t0;
+    double packed_bytes = resident_bytes() - rss0;
+    if (st == TOPS_UNSUPPORTED_FORMAT) {
+        /* No packed layout for this format: the plain tensor is what the
+           kernels read. */
+        w->is_packed = 0;
+        w->pack_s = 0;
+    } else if (st != TOPS_OK) {
+        return st;
+    } else {
+        w->is_packed = 1;
+    }
+    double copy_bytes = packed_bytes > w->weight_bytes ? packed_bytes : w->weight_bytes;
+    int capped;
+    w->copies = rotation_copies(copy_bytes, &capped);
+    if (capped)
+        fprintf(stderr, "tensorops bench: note: %s rotates %d weight copies (%.0f MiB), fewer than 2x LLC needs: "
+                "memory is short\n", name, w->copies, w->copies * copy_bytes / 1048576.0);
+    w->packed = calloc((size_t)w->copies, sizeof *w->packed);
+    if (!w->packed) {
+        if (w->is_packed) tops_tensor_destroy(&first);
+        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for %d copies", w->copies);
+    }
+    if (w->is_packed) {
+        w->packed[0] = first;
+        w->npacked = 1;
+    }
+    for (int i = 1; w->is_packed && i < w->copies; i++) {
+        tops_bench_progress_detail(s, "%s: packing copy %d of %d", name, i + 1, w->copies);
+        st = tops_pack_right(exec, desc, &w->quantized, &w->packed[i]);
+        if (st != TOPS_OK) return st;
+        w->npacked++;
+    }
+    if (!w->is_packed) {
+        /* Plain copies come from quantizing again: bit-identical, and every
+           plane is the quantizer's to lay out. */
+        w->packed[0] = w->quantized;
+        w->npacked = 1;
+        for (int i = 1; i < w->copies; i++) {
+            tops_bench_progress_detail(s, "%s: quantizing copy %d of %d", name, i + 1, w->copies);
+            st = tops_tensor_create(w->format, 2, nk, (tops_memory){TOPS_DEVICE_CPU, 0}, &w->packed[i]);
+            if (st != TOPS_OK) return st;
+            w->npacked++;
+            st = tops_quantize(&src, &w->packed[i], NULL);
+            if (st != TOPS_OK) return st;
+        }
+    }
+    return TOPS_OK;
+}
+
+/* ---- timed calls ---------------------------------------------------------------- */
+
+typedef struct mm_call {
+    const tops_exec *exec;
+    const tops_matmul2d_desc *desc;
+    tops_tensor *left;
+    int nleft;
+    const tops_tensor *right;
+    int nright;
+    tops_tensor *dest;
+} mm_call;
+
+static tops_status call_ours(void *ctx, int it) {
+    mm_call *c = ctx;
+    return tops_matmul2d(c->exec, c->desc, &c->left[it % c->nleft], &c->right[it % c->nright], c->dest);
+}
+
+#ifdef TOPS_HAVE_OPENBLAS
+typedef struct blas_call {
+    float **w;
+    int nw;
+    float **a;
+    int na;
+    float *c;
+    int64_t m, n, k;
+} blas_call;
+
+/* Weights stay [N, K] (rows are output channels): sgemv without transpose
+   streams each row once, and sgemm packs B either way. */
+static tops_status call_blas(void *ctx, int it) {
+    blas_call *b = ctx;
+    const float *w = b->w[it % b->nw], *a = b->a[it % b->na];
+    if (b->m == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)b->n, (int)b->k, 1.0f, w, (int)b->k, a, 1, 0.0f, b->c, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b->m, (int)b->n, (int)b->k, 1.0f, a, (int)b->k, w,
+                    (int)b->k, 0.0f, b->c, (int)b->n);
+    return TOPS_OK;
+}
+#endif
+
+/* The baseline's median for each M of the run, on the decoded weights of
+   the first format (the time of sgemm does not depend on the values). */
+typedef struct baseline_times {
+    double median_s[TOPS_BENCH_MAX_LIST];
+    char name[TOPS_BENCH_MAX_LIST][32];
+} baseline_times;
+
+static tops_status time_baseline(tops_bench_session *s, const float *decoded, float **acts, int nacts,
+                                 baseline_times *out) {
+    const tops_bench_config *cfg = s->cfg;
+    for (int i = 0; i < cfg->nm; i++) {
+        out->median_s[i] = 0;
+        snprintf(out->name[i], sizeof out->name[i], "none");
+    }
+#ifdef TOPS_HAVE_OPENBLAS
+    static const char fn[] = "tensorops bench (baseline)";
+    double bytes = (double)cfg->n * (double)cfg->k * sizeof(float);
+    int capped;
+    int copies = rotation_copies(bytes, &capped);
+    int64_t mmax = 1;
+    for (int i = 0; i < cfg->nm; i++)
+        if (cfg->m[i] > mmax) mmax = cfg->m[i];
+    float **w = calloc((size_t)copies, sizeof *w);
+    float *c = tops__aligned_alloc((size_t)mmax * (size_t)cfg->n * sizeof(float));
+    tops_status st = TOPS_OK;
+    if (!w || !c) {
+        st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the baseline's buffers");
+        goto done;
+    }
+    w[0] = (float *)decoded;
+    for (int i = 1; i < copies; i++) {
+        w[i] = tops__aligned_alloc((size_t)bytes);
+        if (!w[i]) {
+            st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for baseline weight copy %d", i);
+            goto done;
+        }
+        memcpy(w[i], decoded, (size_t)bytes);
+    }
+    openblas_set_num_threads(cfg->threads);
+    for (int i = 0; i < cfg->nm; i++) {
+        blas_call b = {w, copies, acts, nacts, c, cfg->m[i], cfg->n, cfg->k};
+        tops_bench_progress(s, "baseline M=%lld: timing OpenBLAS %s", (long long)cfg->m[i],
+                            cfg->m[i] == 1 ? "sgemv" : "sgemm");
+        tops_bench_timing t;
+        st = tops_bench_time(call_blas, &b, 2, cfg->repeat, cfg->min_seconds, &t);
+        if (st != TOPS_OK) goto done;
+        out->median_s[i] = t.median_s;
+        snprintf(out->name[i], sizeof out->name[i], "%s", cfg->m[i] == 1 ? "openblas-sgemv" : "openblas-sgemm");
+    }
+done:
+    if (w)
+        for (int i = 1; i < copies; i++) tops__aligned_free(w[i]);
+    free(w);
+    tops__aligned_free(c);
+    return st;
+#else
+    (void)s, (void)decoded, (void)acts, (void)nacts;
+    return TOPS_OK;
+#endif
+}
+
+void tops_bench_reference_rows(const float *a, const float *w, int64_t k, int64_t n, const int64_t *rows,
+                               int nrows, double *ref) {
+    for (int r = 0; r < nrows; r++) {
+        const float *ar = a + rows[r] * k;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static)
+#endif
+        for (int64_t j = 0; j < n; j++) {
+            const float *wj = w + j * k;
+            /* two chains: half the latency, same f64 accuracy */
+            double acc0 = 0, acc1 = 0;
+            int64_t i = 0;
+            for (; i + 2 <= k; i += 2) {
+                acc0 += (double)ar[i] * wj[i];
+                acc1 += (double)ar[i + 1] * wj[i + 1];
+            }
+            if (i < k) acc0 += (double)ar[i] * wj[i];
+            ref[(int64_t)r * n + j] = acc0 + acc1;
+        }
+    }
+}
+
+void tops_bench_matmul_path(char *buf, size_t cap, const tops_matmul2d_desc *desc, tops_format right) {
+    /* The driver feeds every format to the one f32 microkernel the
+       dispatch picked (decoded panels); its name is the path. */
+    (void)desc, (void)right;
+    const tops__kernels *kern = tops__kernels_get();
+    snprintf(buf, cap, "%s", kern->gemm_f32.name ? kern->gemm_f32.name : tops_isa_name(kern->isa));
+}
+
+/* Peak for the floor: relaxed quantized weights may run on i8 dot products. */
+static double case_peak(const tops_bench_roofline *roof, const tops_matmul2d_desc *desc, tops_format f) {
+    int float_weights = f.id == TOPS_FMT_F32 || f.id == TOPS_FMT_F16 || f.id == TOPS_FMT_BF16;
+    if (desc->relaxed_precision && !float_weights && roof->int8_gops > roof->fma_gflops) return roof->int8_gops;
+    return roof->fma_gflops;
+}
+
+typedef struct mm_run {
+    tops_bench_session *s;
+    tops_cpu_info ci;
+    tops_exec exec;
+    tops_matmul2d_desc desc;
+    float **acts;         /* rotated activations, each [mmax, K] */
+    int nacts;
+    float *dest;          /* [mmax, N] */
+    double *ref;          /* [CHECK_ROWS, N] */
+    float *checked;       /* the same rows of dest */
+    baseline_times base;
+    int have_base;
+    int accuracy_failures;
+} mm_run;
+
+static tops_status run_case(mm_run *r, mm_weights *w, int mi, tops_bench_rows *rows) {
+    const tops_bench_config *cfg = r->s->cfg;
+    int64_t m = cfg->m[mi], k = cfg->k, n = cfg->n;
+    tops_status st;
+    tops_tensor left[8], dest;
+    for (int i = 0; i < r->nacts; i++) {
+        st = view_f32(r->acts[i], m, k, &left[i]);
+        if (st != TOPS_OK) return st;
+    }
+    st = view_f32(r->dest, m, n, &dest);
+    if (st != TOPS_OK) return st;
+    mm_call c = {&r->exec, &r->desc, left, r->nacts, w->packed, w->npacked, &dest};
+
+    /* Accuracy first, on a NaN-poisoned dest: an unwritten element shows. */
+    tops_bench_progress(r->s, "%s M=%lld: checking against f64", w->name, (long long)m);
+    for (int64_t i = 0; i < m * n; i++) r->dest[i] = NAN;
+    st = call_ours(&c, 0);
+    if (st != TOPS_OK) return st;
+    int64_t check[CHECK_ROWS];
+    int nchk = 0;
+    for (int i = 0; i < CHECK_ROWS; i++) {
+        int64_t row = m == 1 ? 0 : (int64_t)i * (m - 1) / (CHECK_ROWS - 1);
+        if (nchk == 0 || check[nchk - 1] != row) check[nchk++] = row;
+    }
+    tops_bench_reference_rows(r->acts[0], w->decoded, k, n, check, nchk, r->ref);
+    for (int i = 0; i < nchk; i++) memcpy(r->checked + (int64_t)i * n, r->dest + check[i] * n, (size_t)n * sizeof(float));
+    double rel, cos;
+    tops_bench_compare(r->ref, r->checked, (int64_t)nchk * n, &rel, &cos, NULL);
+
+    tops_bench_progress(r->s, "%s M=%lld: timing (%d weight copies)", w->name, (long long)m,
+                        w->npacked);
+    tops_bench_timing t;
+    st = tops_bench_time(call_ours, &c, 1, cfg->repeat, cfg->min_seconds, &t);
+    if (st != TOPS_OK) return st;
+
+    const tops_bench_roofline *roof;
+    st = tops_bench_session_roofline(r->s, &roof);
+    if (st != TOPS_OK) return st;
+
+    tops_bench_row row;
+    memset(&row, 0, sizeof row);
+    snprintf(row.op, sizeof row.op, "matmul");
+    snprintf(row.format, sizeof row.format, "%s", w->name);
+    row.m = m, row.k = k, row.n = n;
+    row.threads = cfg->threads;
+    snprintf(row.isa, sizeof row.isa, "%s", tops_isa_name(r->ci.isa));
+    tops_bench_matmul_path(row.path, sizeof row.path, &r->desc, w->format);
+    if (!w->is_packed) strncat(row.path, " (unpacked)", sizeof row.path - strlen(row.path) - 1);
+    row.median_s = t.median_s;
+    row.min_s = t.min_s;
+    row.pack_s = w->pack_s;
+    snprintf(row.baseline, sizeof row.baseline, "%s", r->base.name[mi]);
+    row.baseline_median_s = r->base.median_s[mi];
+    row.rel_l2 = rel;
+    row.cos_sim = cos;
+    row.rel_l2_bound = r->desc.relaxed_precision ? RELAXED_REL_L2 : STRICT_REL_L2;
+    row.accuracy_ok = rel <= row.rel_l2_bound;
+    if (!row.accuracy_ok) r->accuracy_failures++;
+    double flops = 2.0 * (double)m * (double)n * (double)k;
+    double min_bytes = w->weight_bytes + (double)m * (double)k * 4 + (double)m * (double)n * 4;
+    tops_bench_row_derive(&row, flops, w->weight_bytes, min_bytes, case_peak(roof, &r->desc, w->format),
+                          roof->read_gbps);
+    return tops_bench_rows_push(rows, &row);
+}
+
+tops_status tops_bench_matmul_cpu(tops_bench_session *s, tops_bench_rows *rows) {
+    static const char fn[] = "tensorops bench";
+    const tops_bench_config *cfg = s->cfg;
+    mm_run r;
+    memset(&r, 0, sizeof r);
+    r.s = s;
+    tops_cpu_get_info(&r.ci);
+    r.exec = tops_exec_default();
+    r.exec.threads = cfg->threads;
+    r.desc.transpose_right = 1;
+    r.desc.relaxed_precision = cfg->relaxed;
+    r.desc.mode = TOPS_MULTIPLY;
+    s->case_count = cfg->nformats * cfg->nm;
+    s->case_index = 0;
+
+    int64_t mmax = 1;
+    for (int i = 0; i < cfg->nm; i++)
+        if (cfg->m[i] > mmax) mmax = cfg->m[i];
+    size_t wcount = (size_t)cfg->n * (size_t)cfg->k;
+    float *original = tops__aligned_alloc(wcount * sizeof(float));
+    r.nacts = 4;
+    r.acts = calloc((size_t)r.nacts, sizeof *r.acts);
+    r.dest = tops__aligned_alloc((size_t)mmax * (size_t)cfg->n * sizeof(float));
+    r.ref = malloc((size_t)CHECK_ROWS * (size_t)cfg->n * sizeof(double));
+    r.checked = malloc((size_t)CHECK_ROWS * (size_t)cfg->n * sizeof(float));
+    tops_status st = TOPS_OK;
+    if (!original || !r.acts || !r.dest || !r.ref || !r.checked) {
+        st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for a %lld x %lld case", (long long)cfg->n,
+                        (long long)cfg->k);
+        goto done;
+    }
+    tops_bench_progress(s, "generating %lld x %lld weights and activations", (long long)cfg->n, (long long)cfg->k);
+    tops_bench_fill_normal(original, (int64_t)wcount, 1);
+    for (int i = 0; i < r.nacts; i++) {
+        r.acts[i] = tops__aligned_alloc((size_t)mmax * (size_t)cfg->k * sizeof(float));
+        if (!r.acts[i]) {
+            st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for activations");
+            goto done;
+        }
+        tops_bench_fill_normal(r.acts[i], mmax * cfg->k, 100 + (uint64_t)i);
+    }
+    /* The roofline before any case, so a case's threads are not still
+       spinning while it runs. */
+    const tops_bench_roofline *roof;
+    st = tops_bench_session_roofline(s, &roof);
+    if (st != TOPS_OK) goto done;
+
+    int failed_formats = 0;
+    for (int f = 0; f < cfg->nformats; f++) {
+        mm_weights w;
+        s->case_index = f * cfg->nm + 1;
+        st = weights_make(s, original, cfg->formats[f], &r.exec, &r.desc, &w);
+        if (st == TOPS_OK && !r.have_base) {
+            st = time_baseline(s, w.decoded, r.acts, r.nacts, &r.base);
+            r.have_base = 1;
+        }
+        for (int mi = 0; st == TOPS_OK && mi < cfg->nm; mi++) {
+            s->case_index = f * cfg->nm + mi + 1;
+            st = run_case(&r, &w, mi, rows);
+        }
+        weights_free(&w);
+        if (st != TOPS_OK) {
+            /* A format that fails is reported and the run goes on: one
+               unsupported format must not hide the others' figures. */
+            tops_bench_progress(s, NULL);
+            fprintf(stderr, "tensorops bench: format %s failed: %s\n", cfg->formats[f], tops_last_error());
+            failed_formats++;
+            st = TOPS_OK;
+        }
+    }
+    tops_bench_progress(s, NULL);
+    if (failed_formats || r.accuracy_failures)
+        st = tops__fail(TOPS_INTERNAL, fn, "%d format(s) failed to run and %d case(s) missed their accuracy bound",
+                        failed_formats, r.accuracy_failures);
+done:
+    if (r.acts)
+        for (int i = 0; i < r.nacts; i++) tops__aligned_free(r.acts[i]);
+    free(r.acts);
+    tops__aligned_free(r.dest);
+    free(r.ref);
+    free(r.checked);
+    tops__aligned_free(original);
+    return st;
+}

@@ -1,0 +1,76 @@
+/* What the file readers and writers share: one way to read an untrusted
+   source (a file or a caller's buffer) at checked offsets, and one way to
+   write a strided plane of a tensor. */
+#ifndef TOPS_IO_IO_H
+#define TOPS_IO_IO_H
+
+#include "formats/traits.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Element data is copied between files and memory as is: both are little-endian. */
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "tensorops file I/O assumes a little-endian host"
+#endif
+
+/* An untrusted input: exactly one of buf and fp is set.  size is the number
+   of bytes the source holds; nothing past it is ever read. */
+typedef struct tops__source {
+    const unsigned char *buf;
+    FILE *fp;
+    uint64_t size;
+    const char *fn;   /* the public function, for error sentences */
+    const char *what; /* "file \"x.npy\"" or "buffer" */
+} tops__source;
+
+/* Opens a regular file for reading and records its size. */
+tops_status tops__source_open(tops__source *src, const char *fn, const char *path, char *what_buf,
+                              size_t what_cap);
+tops_status tops__source_buffer(tops__source *src, const char *fn, const void *data, size_t size);
+void tops__source_close(tops__source *src);
+/* Copies n bytes at offset off; TOPS_PARSE_ERROR if they lie outside the
+   source, TOPS_IO_ERROR if the file read fails. */
+tops_status tops__source_read(const tops__source *src, uint64_t off, void *dst, size_t n);
+
+/*
+ * A strided block of storage units (an element, or a packed group such as
+ * two 4-bit codes in a byte or one 18-byte GGUF block): extent and stride
+ * count units, and each unit is `unit` bytes.
+ */
+typedef struct tops__strided {
+    const unsigned char *base;
+    int rank;
+    int64_t extent[TOPS_MAX_RANK];
+    int64_t stride[TOPS_MAX_RANK];
+    size_t unit;
+} tops__strided;
+
+/* The data plane of t as storage units; the plane of a scale/bias/codebook. */
+void tops__strided_data(const tops_tensor *t, tops__strided *out);
+void tops__strided_plane(const tops_plane *p, int rank, tops__strided *out);
+/* Bytes the block holds when written densely; 0 on overflow. */
+int tops__strided_bytes(const tops__strided *s, uint64_t *bytes);
+/* Writes the block densely (C order) to fp; TOPS_IO_ERROR with a sentence. */
+tops_status tops__strided_write(const char *fn, const char *path, FILE *fp, const tops__strided *s);
+
+/* Opens path for writing; on any later failure the caller calls
+   tops__output_abort so no half-written file is left behind. */
+tops_status tops__output_open(const char *fn, const char *path, FILE **fp);
+tops_status tops__output_close(const char *fn, const char *path, FILE *fp);
+void tops__output_abort(const char *path, FILE *fp);
+
+/* Little-endian loads and stores (the file formats are little-endian). */
+static inline uint64_t tops__load_le64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static inline uint32_t tops__load_le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline void tops__store_le64(unsigned char *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+#endif

@@ -1,0 +1,529 @@
+/* safetensors files holding one quantized tensor: its planes as the tensors
+   "weight", "weight.scales", "weight.biases" and "weight.codebook", and its
+   format, shape and tensor scale in __metadata__ (docs/formats.md).
+
+   File layout: u64 little-endian N, N bytes of JSON (padded with spaces),
+   then the data section; every tensor names its [begin, end) byte range in
+   the data section.  The reader treats the file as hostile: it checks every
+   name, dtype, shape, range and size against what the format needs before
+   allocating anything, and demands that the ranges tile the data section
+   exactly, as the reference implementation does. */
+#include "io/io.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <string.h>
+
+/* The reference implementation's limit on the JSON header. */
+#define ST_MAX_HEADER 100000000u
+/* Integers in JSON are doubles here: beyond 2^53 they are not exact. */
+#define ST_MAX_INT 9007199254740992.0
+
+enum { PL_WEIGHT, PL_SCALES, PL_BIASES, PL_CODEBOOK, PL_COUNT };
+static const char *const plane_names[PL_COUNT] = {"weight", "weight.scales", "weight.biases", "weight.codebook"};
+
+/* One plane as it appears in the file. */
+typedef struct st_plane {
+    int present;
+    const char *dtype;              /* safetensors dtype name */
+    size_t elem_bytes;              /* bytes per entry of that dtype */
+    int rank;
+    int64_t shape[TOPS_MAX_RANK];
+    uint64_t bytes;
+    tops__strided mem;              /* where the plane lives in memory */
+    uint64_t begin, end;            /* offsets in the data section */
+} st_plane;
+
+/* ---- the tensor <-> planes mapping (shared by writer and reader) ------------ */
+
+/* The safetensors dtype of a dtype, with its size; NULL if it has none. */
+static const char *st_dtype(tops_dtype dt, size_t *bytes) {
+    *bytes = 1;
+    switch (dt) {
+    case TOPS_DT_F32: *bytes = 4; return "F32";
+    case TOPS_DT_F16: *bytes = 2; return "F16";
+    case TOPS_DT_BF16: *bytes = 2; return "BF16";
+    case TOPS_DT_E4M3: return "F8_E4M3";
+    case TOPS_DT_UE4M3: return "F8_E4M3"; /* sign bit unused (NVFP4 block scales) */
+    case TOPS_DT_E5M2: return "F8_E5M2";
+    case TOPS_DT_I8: return "I8";
+    case TOPS_DT_MXINT8: return "I8";     /* two's complement codes times 2^-6 */
+    case TOPS_DT_U8: return "U8";
+    case TOPS_DT_E8M0: return "U8";       /* biased exponents */
+    default: return NULL;
+    }
+}
+
+/* The planes of a validated tensor (any strides). */
+static tops_status describe_planes(const char *fn, const tops_tensor *t, st_plane pl[PL_COUNT]) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    memset(pl, 0, sizeof(st_plane) * PL_COUNT);
+    int last = t->rank - 1;
+
+    st_plane *w = &pl[PL_WEIGHT];
+    w->present = 1;
+    tops__strided_data(t, &w->mem);
+    w->rank = t->rank;
+    for (int d = 0; d < t->rank; d++) w->shape[d] = w->mem.extent[d];
+    if (info->pack_elems > 1 || info->gguf) {
+        /* Packed codes or GGUF blocks: raw bytes, one row per output row. */
+        w->dtype = "U8";
+        w->elem_bytes = 1;
+        w->shape[last] = w->mem.extent[last] * info->pack_bytes;
+    } else {
+        w->dtype = st_dtype(info->element, &w->elem_bytes);
+        if (!w->dtype || w->elem_bytes != (size_t)info->pack_bytes)
+            return tops__fail(TOPS_INTERNAL, fn, "format %s has no safetensors element dtype", info->name);
+    }
+
+    const tops_plane *src[PL_COUNT] = {NULL, &t->scales, &t->bias, &t->codebook};
+    for (int p = PL_SCALES; p < PL_COUNT; p++) {
+        if (!src[p]->data) continue;
+        st_plane *q = &pl[p];
+        q->present = 1;
+        q->dtype = st_dtype(src[p]->dtype, &q->elem_bytes);
+        if (!q->dtype)
+            return tops__fail(TOPS_INTERNAL, fn, "plane %s has dtype %s, which has no safetensors dtype",
+                              plane_names[p], tops_dtype_name(src[p]->dtype));
+        tops__strided_plane(src[p], t->rank, &q->mem);
+        q->rank = t->rank;
+        for (int d = 0; d < t->rank; d++) q->shape[d] = src[p]->extent[d];
+    }
+    for (int p = 0; p < PL_COUNT; p++)
+        if (pl[p].present && !tops__strided_bytes(&pl[p].mem, &pl[p].bytes))
+            return tops__fail(TOPS_OVERFLOW, fn, "plane %s is larger than size_t can count", plane_names[p]);
+    return TOPS_OK;
+}
+
+static void shape_text(char *buf, size_t cap, int rank, const int64_t *shape) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < rank && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* ---- writing ------------------------------------------------------------------ */
+
+static cJSON *json_int(uint64_t v) {
+    char text[32];
+    snprintf(text, sizeof text, "%llu", (unsigned long long)v);
+    return cJSON_CreateRaw(text); /* exact, where a double might not be */
+}
+
+/* The JSON header, or NULL when memory runs out. */
+static char *build_header(const tops_tensor *t, const st_plane pl[PL_COUNT]) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(root, "__metadata__");
+    char name[64], text[160];
+    int ok = meta && cJSON_AddStringToObject(meta, "format", tops_format_name(t->format, name, sizeof name));
+    shape_text(text, sizeof text, t->rank, t->extent);
+    ok = ok && cJSON_AddStringToObject(meta, "shape", text);
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    if (ok && (info->has_tensor_scale || t->tensor_scale != 1.0f)) {
+        snprintf(text, sizeof text, "%.9g", (double)t->tensor_scale); /* 9 digits round-trip an f32 */
+        ok = cJSON_AddStringToObject(meta, "tensor_scale", text) != NULL;
+    }
+    for (int p = 0; ok && p < PL_COUNT; p++) {
+        if (!pl[p].present) continue;
+        cJSON *e = cJSON_AddObjectToObject(root, plane_names[p]);
+        ok = e && cJSON_AddStringToObject(e, "dtype", pl[p].dtype);
+        cJSON *shape = ok ? cJSON_AddArrayToObject(e, "shape") : NULL;
+        cJSON *offs = shape ? cJSON_AddArrayToObject(e, "data_offsets") : NULL;
+        ok = offs != NULL;
+        for (int d = 0; ok && d < pl[p].rank; d++) ok = cJSON_AddItemToArray(shape, json_int((uint64_t)pl[p].shape[d]));
+        ok = ok && cJSON_AddItemToArray(offs, json_int(pl[p].begin));
+        ok = ok && cJSON_AddItemToArray(offs, json_int(pl[p].end));
+    }
+    char *out = ok ? cJSON_PrintUnformatted(root) : NULL;
+    cJSON_Delete(root);
+    return out;
+}
+
+tops_status tops_safetensors_save(const char *path, const tops_tensor *tensor) {
+    static const char fn[] = "tops_safetensors_save";
+    if (!path) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "path is NULL");
+    tops_status st = tops__check_tensor(fn, "tensor", tensor);
+    if (st != TOPS_OK) return st;
+    if (tensor->memory.kind != TOPS_DEVICE_CPU)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "tensor is in device memory; copy it to the host first");
+    if (tensor->format.id == TOPS_FMT_PACKED)
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "packed tensors are a kernel's private layout; save the tensor "
+                                                        "they were packed from");
+    st_plane pl[PL_COUNT];
+    st = describe_planes(fn, tensor, pl);
+    if (st != TOPS_OK) return st;
+    /* Widest dtypes first, so every tensor starts aligned to its element
+       size when the data section is 8-aligned (readers that map the file
+       like that; this reader copies and does not care). */
+    int order[PL_COUNT], n = 0;
+    for (size_t width = 8; width >= 1; width /= 2)
+        for (int p = 0; p < PL_COUNT; p++)
+            if (pl[p].present && pl[p].elem_bytes == width) order[n++] = p;
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        st_plane *q = &pl[order[i]];
+        q->begin = off;
+        if (__builtin_add_overflow(off, q->bytes, &off))
+            return tops__fail(TOPS_OVERFLOW, fn, "tensor data is larger than 2^64 bytes");
+        q->end = off;
+    }
+    char *json = build_header(tensor, pl);
+    if (!json) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "cannot build the JSON header");
+    size_t len = strlen(json), padded = (len + 7) / 8 * 8;
+    unsigned char size_le[8];
+    tops__store_le64(size_le, padded);
+
+    FILE *fp;
+    st = tops__output_open(fn, path, &fp);
+    if (st != TOPS_OK) {
+        cJSON_free(json);
+        return st;
+    }
+    int ok = fwrite(size_le, 1, 8, fp) == 8 && fwrite(json, 1, len, fp) == len;
+    for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
+    cJSON_free(json);
+    if (!ok) {
+        tops__output_abort(path, fp);
+        return tops__fail(TOPS_IO_ERROR, fn, "writing the header of \"%s\" failed", path);
+    }
+    for (int i = 0; i < n; i++) {
+        st = tops__strided_write(fn, path, fp, &pl[order[i]].mem);
+        if (st != TOPS_OK) {
+            tops__output_abort(path, fp);
+            return st;
+        }
+    }
+    return tops__output_close(fn, path, fp);
+}
+
+/* ---- reading ------------------------------------------------------------------ */
+
+#define BAD(...) tops__fail(TOPS_PARSE_ERROR, fn, __VA_ARGS__)
+
+/* A JSON number that is an exact non-negative integer below 2^53. */
+static int json_uint(const cJSON *v, uint64_t *out) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    if (!(d >= 0.0 && d < ST_MAX_INT) || d != floor(d)) return 0;
+    *out = (uint64_t)d;
+    return 1;
+}
+
+/* "[N, K]": 1..4 positive decimal integers. */
+static int parse_shape_text(const char *s, int *rank, int64_t *extent) {
+    int r = 0;
+    while (*s == ' ') s++;
+    if (*s++ != '[') return 0;
+    for (;;) {
+        while (*s == ' ') s++;
+        if (*s < '0' || *s > '9' || r == TOPS_MAX_RANK) return 0;
+        int64_t v = 0;
+        while (*s >= '0' && *s <= '9') {
+            if (v > (INT64_MAX - 9) / 10) return 0;
+            v = v * 10 + (*s++ - '0');
+        }
+        extent[r++] = v;
+        while (*s == ' ') s++;
+        if (*s == ']') break;
+        if (*s++ != ',') return 0;
+    }
+    s++;
+    while (*s == ' ') s++;
+    *rank = r;
+    return *s == '\0';
+}
+
+typedef struct st_meta {
+    tops_format format;
+    int rank;
+    int64_t extent[TOPS_MAX_RANK];
+    float tensor_scale; /* 0 = absent */
+} st_meta;
+
+static tops_status parse_metadata(const char *fn, const cJSON *meta, st_meta *m) {
+    if (!meta)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "the header has no __metadata__; a tensorops file names its format "
+                                                "and shape there");
+    if (!cJSON_IsObject(meta)) return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ is not a JSON object");
+    const cJSON *format = NULL, *shape = NULL, *scale = NULL, *v;
+    cJSON_ArrayForEach(v, meta) {
+        if (!cJSON_IsString(v) || !v->string)
+            return BAD("__metadata__ value \"%.64s\" is not a string", v->string ? v->string : "");
+        const cJSON **slot = strcmp(v->string, "format") == 0         ? &format
+                             : strcmp(v->string, "shape") == 0        ? &shape
+                             : strcmp(v->string, "tensor_scale") == 0 ? &scale
+                                                                      : NULL;
+        if (!slot) continue; /* free-form metadata of other tools */
+        if (*slot) return BAD("__metadata__ has \"%s\" twice", v->string);
+        *slot = v;
+    }
+    if (!format) return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ lacks \"format\"");
+    if (!shape) return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ lacks \"shape\"");
+    if (tops_format_from_name(format->valuestring, &m->format) != TOPS_OK) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", tops_last_error());
+        return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ format is not a format tensorops reads (%s)", why);
+    }
+    if (m->format.id == TOPS_FMT_PACKED)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ format \"packed\" is never stored");
+    if (!parse_shape_text(shape->valuestring, &m->rank, m->extent))
+        return tops__fail(TOPS_PARSE_ERROR, fn,
+                          "__metadata__ shape \"%.80s\" is not a list of 1 to %d integers such as \"[4096, 4096]\"",
+                          shape->valuestring, TOPS_MAX_RANK);
+    m->tensor_scale = 0.0f;
+    if (scale) {
+        const char *s = scale->valuestring;
+        char *end;
+        float f = strtof(s, &end);
+        if (end == s || *end != '\0' || !isfinite(f) || f <= 0.0f)
+            return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ tensor_scale \"%.80s\" is not a finite number > 0", s);
+        m->tensor_scale = f;
+    }
+    if (tops_format_get_info(m->format.id)->has_tensor_scale && !scale)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ lacks \"tensor_scale\", which format %s needs",
+                          format->valuestring);
+    return TOPS_OK;
+}
+
+/* The planes a tensor of this format and shape has, computed on a dry run
+   (dummy pointers, nothing allocated). */
+static tops_status expected_planes(const char *fn, const st_meta *m, st_plane pl[PL_COUNT]) {
+    static char dummy;
+    const tops_format_info *info = tops_format_get_info(m->format.id);
+    tops_tensor_desc d;
+    memset(&d, 0, sizeof d);
+    d.format = m->format;
+    d.rank = m->rank;
+    for (int i = 0; i < m->rank; i++) d.extent[i] = m->extent[i];
+    d.data = &dummy;
+    if (info->scale_default != TOPS_DT_NONE) d.scales.data = &dummy;
+    if (info->has_bias) d.bias.data = &dummy;
+    if (info->codebook) d.codebook.data = &dummy;
+    tops_tensor probe;
+    if (tops_tensor_view(&d, &probe) != TOPS_OK) {
+        char why[512], shape[160], name[48];
+        snprintf(why, sizeof why, "%s", tops_last_error());
+        shape_text(shape, sizeof shape, m->rank, m->extent);
+        return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ shape %s does not suit format %s (%s)", shape,
+                          tops_format_name(m->format, name, sizeof name), why);
+    }
+    tops_status st = describe_planes(fn, &probe, pl);
+    if (st == TOPS_OVERFLOW) return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ shape is too large to hold");
+    return st;
+}
+
+/* Checks one tensor entry of the header against the plane it must be. */
+static tops_status check_entry(const char *fn, const cJSON *e, st_plane *want, uint64_t data_len) {
+    const char *name = e->string;
+    if (!cJSON_IsObject(e)) return BAD("tensor \"%s\" is not a JSON object", name);
+    const cJSON *dtype = NULL, *shape = NULL, *offs = NULL, *v;
+    cJSON_ArrayForEach(v, e) {
+        const cJSON **slot = !v->string                             ? NULL
+                             : strcmp(v->string, "dtype") == 0        ? &dtype
+                             : strcmp(v->string, "shape") == 0        ? &shape
+                             : strcmp(v->string, "data_offsets") == 0 ? &offs
+                                                                      : NULL;
+        if (!slot) return BAD("tensor \"%s\" has an unknown key \"%.64s\"", name, v->string ? v->string : "");
+        if (*slot) return BAD("tensor \"%s\" has the key \"%s\" twice", name, v->string);
+        *slot = v;
+    }
+    if (!dtype || !shape || !offs)
+        return BAD("tensor \"%s\" lacks %s", name, !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
+    if (!cJSON_IsString(dtype)) return BAD("tensor \"%s\": dtype is not a string", name);
+    if (strcmp(dtype->valuestring, want->dtype) != 0)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "tensor \"%s\" has dtype %.32s but the format stores %s", name,
+                          dtype->valuestring, want->dtype);
+    char want_shape[160];
+    shape_text(want_shape, sizeof want_shape, want->rank, want->shape);
+    if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != want->rank)
+        return BAD("tensor \"%s\" must have shape %s", name, want_shape);
+    int d = 0;
+    cJSON_ArrayForEach(v, shape) {
+        uint64_t x;
+        if (!json_uint(v, &x) || x != (uint64_t)want->shape[d++])
+            return BAD("tensor \"%s\" must have shape %s", name, want_shape);
+    }
+    uint64_t range[2];
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_uint(offs->child, &range[0]) ||
+        !json_uint(offs->child->next, &range[1]))
+        return BAD("tensor \"%s\": data_offsets is not a pair of non-negative integers", name);
+    if (range[0] > range[1] || range[1] > data_len)
+        return tops__fail(TOPS_PARSE_ERROR, fn,
+                          "tensor \"%s\": data_offsets [%llu, %llu] is not a range inside the %llu-byte data section",
+                          name, (unsigned long long)range[0], (unsigned long long)range[1],
+                          (unsigned long long)data_len);
+    if (range[1] - range[0] != want->bytes)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "tensor \"%s\" spans %llu bytes but shape %s of %s needs %llu", name,
+                          (unsigned long long)(range[1] - range[0]), want_shape, want->dtype,
+                          (unsigned long long)want->bytes);
+    want->begin = range[0];
+    want->end = range[1];
+    return TOPS_OK;
+}
+
+/* The ranges must tile [0, data_len): no overlap, no hole, nothing after. */
+static tops_status check_tiling(const char *fn, const st_plane pl[PL_COUNT], uint64_t data_len) {
+    int order[PL_COUNT], n = 0;
+    for (int p = 0; p < PL_COUNT; p++) {
+        if (!pl[p].present) continue;
+        int i = n++;
+        while (i > 0 && pl[order[i - 1]].begin > pl[p].begin) {
+            order[i] = order[i - 1];
+            i--;
+        }
+        order[i] = p;
+    }
+    uint64_t at = 0;
+    for (int i = 0; i < n; i++) {
+        const st_plane *q = &pl[order[i]];
+        if (q->begin < at)
+            return tops__fail(TOPS_PARSE_ERROR, fn, "tensor \"%s\" [%llu, %llu) overlaps tensor \"%s\"",
+                              plane_names[order[i]], (unsigned long long)q->begin, (unsigned long long)q->end,
+                              plane_names[order[i - 1]]);
+        if (q->begin > at)
+            return tops__fail(TOPS_PARSE_ERROR, fn, "the data section has a hole: bytes [%llu, %llu) belong to no tensor",
+                              (unsigned long long)at, (unsigned long long)q->begin);
+        at = q->end;
+    }
+    if (at != data_len)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "the data section has %llu bytes after the last tensor",
+                          (unsigned long long)(data_len - at));
+    return TOPS_OK;
+}
+
+/* Parses and checks the header; fills the planes with their file ranges. */
+static tops_status read_layout(const tops__source *src, st_meta *m, st_plane pl[PL_COUNT], uint64_t *data_start) {
+    const char *fn = src->fn;
+    unsigned char size_le[8];
+    if (src->size < 8)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "%s holds %llu bytes; a safetensors file starts with an 8-byte size",
+                          src->what, (unsigned long long)src->size);
+    tops_status st = tops__source_read(src, 0, size_le, 8);
+    if (st != TOPS_OK) return st;
+    uint64_t n = tops__load_le64(size_le);
+    if (n > ST_MAX_HEADER)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "%s declares a %llu-byte header; the limit is %u bytes", src->what,
+                          (unsigned long long)n, ST_MAX_HEADER);
+    if (n > src->size - 8)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "%s declares a %llu-byte header but holds only %llu bytes after the size",
+                          src->what, (unsigned long long)n, (unsigned long long)(src->size - 8));
+    char *text = malloc((size_t)n + 1);
+    if (!text) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "cannot allocate %llu bytes for the header", (unsigned long long)n);
+    st = tops__source_read(src, 8, text, (size_t)n);
+    if (st != TOPS_OK) {
+        free(text);
+        return st;
+    }
+    text[n] = '\0';
+    if (n == 0 || text[0] != '{') {
+        free(text);
+        return tops__fail(TOPS_PARSE_ERROR, fn, "%s: the header does not start with '{'", src->what);
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)n, &end, 0);
+    if (!root) {
+        long at = end ? (long)(end - text) : -1;
+        free(text);
+        return tops__fail(TOPS_PARSE_ERROR, fn, "%s: the header is not valid JSON (near byte %ld)", src->what, at);
+    }
+    for (const char *p = end; p < text + n; p++) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r') {
+            long at = (long)(p - text);
+            cJSON_Delete(root);
+            free(text);
+            return tops__fail(TOPS_PARSE_ERROR, fn, "%s: the header has bytes other than spaces after its JSON (byte %ld)",
+                              src->what, at);
+        }
+    }
+    free(text);
+    uint64_t data_len = src->size - 8 - n;
+    *data_start = 8 + n;
+
+    const cJSON *meta = NULL, *entries[PL_COUNT] = {NULL, NULL, NULL, NULL}, *v;
+    st = TOPS_OK;
+    if (!cJSON_IsObject(root)) st = tops__fail(TOPS_PARSE_ERROR, fn, "the header is not a JSON object");
+    if (st == TOPS_OK) {
+        cJSON_ArrayForEach(v, root) {
+            const char *name = v->string ? v->string : "";
+            const cJSON **slot = NULL;
+            if (strcmp(name, "__metadata__") == 0) slot = &meta;
+            for (int p = 0; p < PL_COUNT; p++)
+                if (strcmp(name, plane_names[p]) == 0) slot = &entries[p];
+            if (!slot) {
+                st = tops__fail(TOPS_PARSE_ERROR, fn,
+                                "the header names tensor \"%.64s\"; a tensorops file holds only weight, weight.scales, "
+                                "weight.biases and weight.codebook",
+                                name);
+                break;
+            }
+            if (*slot) {
+                st = tops__fail(TOPS_PARSE_ERROR, fn, "the header has \"%s\" twice", name);
+                break;
+            }
+            *slot = v;
+        }
+    }
+    if (st == TOPS_OK) st = parse_metadata(fn, meta, m);
+    if (st == TOPS_OK) st = expected_planes(fn, m, pl);
+    for (int p = 0; st == TOPS_OK && p < PL_COUNT; p++) {
+        if (pl[p].present && !entries[p]) {
+            char name[48];
+            st = tops__fail(TOPS_PARSE_ERROR, fn, "the header lacks tensor \"%s\", which format %s needs", plane_names[p],
+                            tops_format_name(m->format, name, sizeof name));
+        } else if (!pl[p].present && entries[p]) {
+            char name[48];
+            st = tops__fail(TOPS_PARSE_ERROR, fn, "the header has tensor \"%s\", which format %s does not have",
+                            plane_names[p], tops_format_name(m->format, name, sizeof name));
+        } else if (pl[p].present) {
+            st = check_entry(fn, entries[p], &pl[p], data_len);
+        }
+    }
+    if (st == TOPS_OK) st = check_tiling(fn, pl, data_len);
+    cJSON_Delete(root);
+    return st;
+}
+
+static tops_status load(tops__source *src, tops_tensor *out) {
+    const char *fn = src->fn;
+    if (!out) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "out is NULL");
+    st_meta m;
+    st_plane pl[PL_COUNT];
+    uint64_t data_start = 0;
+    tops_status st = read_layout(src, &m, pl, &data_start);
+    if (st != TOPS_OK) return st;
+    /* Every size now agrees with the file, so this allocation is bounded by it. */
+    tops_tensor t;
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    st = tops_tensor_create(m.format, m.rank, m.extent, host, &t);
+    if (st != TOPS_OK) return st;
+    void *dst[PL_COUNT] = {t.data, t.scales.data, t.bias.data, t.codebook.data};
+    for (int p = 0; st == TOPS_OK && p < PL_COUNT; p++) {
+        if (!pl[p].present) continue;
+        TOPS_ASSERT(dst[p] != NULL);
+        st = tops__source_read(src, data_start + pl[p].begin, dst[p], (size_t)pl[p].bytes);
+    }
+    if (st != TOPS_OK) {
+        tops_tensor_destroy(&t);
+        return st;
+    }
+    if (m.tensor_scale != 0.0f) t.tensor_scale = m.tensor_scale;
+    *out = t;
+    return TOPS_OK;
+}
+
+tops_status tops_safetensors_load(const char *path, tops_tensor *out) {
+    tops__source src;
+    char what[300];
+    tops_status st = tops__source_open(&src, "tops_safetensors_load", path, what, sizeof what);
+    if (st != TOPS_OK) return st;
+    st = load(&src, out);
+    tops__source_close(&src);
+    return st;
+}
+
+tops_status tops_safetensors_load_buffer(const void *data, size_t size, tops_tensor *out) {
+    tops__source src;
+    tops_status st = tops__source_buffer(&src, "tops_safetensors_load_buffer", data, size);
+    if (st != TOPS_OK) return st;
+    return load(&src, out);
+}

@@ -1,0 +1,254 @@
+/* tensorops bench: the seed's A/B (ours against the platform's default
+   library) with the roofline measured in the same run.  The harness lives
+   in bench/; this file parses flags and hands the cases to a runner. */
+#include "cli.h"
+
+#include "bench.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void tops_cmd_bench_usage(FILE *out) {
+    fprintf(out,
+            "usage: tensorops bench [--op matmul|attention] [--format LIST] [--m LIST] [--k K] [--n N]\n"
+            "                       [--threads T] [--isa X] [--device cpu|cuda[:N]] [--repeat R] [--relaxed]\n"
+            "                       [--json FILE] [--plot FILE.svg] [--no-progress]\n\n"
+            "Times each case against the default library in the same run (OpenBLAS sgemm, or sgemv\n"
+            "for M=1, on the decoded f32 weights) and against the roofline floor (the read bandwidth\n"
+            "and arithmetic peaks measured in the same run), and checks each result against f64.\n\n"
+            "  --op OP        matmul (default) or attention\n"
+            "  --format LIST  comma-separated weight formats (default f32,f16,int8-g32,int4-g32,\n"
+            "                 q4_0,mxfp4,nvfp4)\n"
+            "  --m LIST       comma-separated M values (default 1,16,128)\n"
+            "  --k K, --n N   reduction and output sizes (default 4096 and 12288)\n"
+            "  --threads T    threads for ours, the baseline and the roofline (default all cores)\n"
+            "  --isa X        force a kernel level (as TOPS_ISA does)\n"
+            "  --device D     cpu (default) or cuda[:N]\n"
+            "  --repeat R     at least R timed calls per case, and at least 0.5 s (default 5)\n"
+            "  --relaxed      allow the relaxed-precision paths (activations quantized on the fly)\n"
+            "  --json FILE    write the rows as a JSON array\n"
+            "  --plot FILE    write an SVG of time against M per format, with baseline and floor\n"
+            "  --no-progress  no progress line on stderr\n\n"
+            "Each case: weights quantized and packed once (pack time apart), copies rotated so the\n"
+            "weights touched exceed 2x the last-level cache, a warm-up, then the median and min.\n"
+            "floor_s = max(minimum bytes / read bandwidth, FLOPs / peak); xfloor = median / floor_s.\n"
+            "Exit status: 0 ok, 1 a case failed or missed its accuracy bound, 2 bad usage.\n");
+    for (size_t i = 0; tops_bench_runner_at(i); i++) {
+        const tops_bench_runner *r = tops_bench_runner_at(i);
+        if (r->usage) fprintf(out, "\n--op %s%s:\n%s", r->op, r->device == TOPS_DEVICE_CUDA ? " --device cuda" : "",
+                              r->usage);
+    }
+}
+
+/* A positive integer no larger than max; 0 if malformed. */
+static int64_t parse_positive(const char *s, int64_t max) {
+    if (!s || !*s) return 0;
+    errno = 0;
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < 1 || v > max) return 0;
+    return (int64_t)v;
+}
+
+static int parse_int_list(const char *s, int64_t *out, int cap, int64_t max) {
+    int n = 0;
+    char buf[512];
+    if (!s || strlen(s) >= sizeof buf) return -1;
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == cap) return -1;
+        int64_t v = parse_positive(tok, max);
+        if (!v) return -1;
+        out[n++] = v;
+    }
+    return n > 0 ? n : -1;
+}
+
+static int parse_name_list(const char *s, char (*out)[32], int cap) {
+    int n = 0;
+    char buf[1024];
+    if (!s || strlen(s) >= sizeof buf) return -1;
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (n == cap || strlen(tok) >= 32 || !*tok) return -1;
+        snprintf(out[n++], 32, "%s", tok);
+    }
+    return n > 0 ? n : -1;
+}
+
+static int parse_device(const char *s, tops_device *out) {
+    if (strcmp(s, "cpu") == 0) {
+        *out = (tops_device){TOPS_DEVICE_CPU, 0};
+        return 1;
+    }
+    if (strcmp(s, "cuda") == 0) {
+        *out = (tops_device){TOPS_DEVICE_CUDA, 0};
+        return 1;
+    }
+    if (strncmp(s, "cuda:", 5) == 0) {
+        int64_t idx = parse_positive(s + 5, 1024);
+        if (strcmp(s + 5, "0") == 0) idx = 0;
+        else if (!idx) return 0;
+        *out = (tops_device){TOPS_DEVICE_CUDA, (int)idx};
+        return 1;
+    }
+    return 0;
+}
+
+/* Creates (truncates) an output file up front, so a bad path fails before
+   minutes of timing rather than after. */
+static int check_writable(const char *path) {
+    FILE *f = fopen(path, "w");
+    if (!f) return 0;
+    fclose(f);
+    return 1;
+}
+
+int tops_cmd_bench(int argc, char **argv) {
+    const tops_cli_command *self = tops_cli_find("bench");
+    tops_bench_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    snprintf(cfg.op, sizeof cfg.op, "matmul");
+    cfg.device = (tops_device){TOPS_DEVICE_CPU, 0};
+    cfg.repeat = 5;
+    cfg.min_seconds = 0.5;
+    cfg.progress = 1;
+
+    /* First pass: the op and device pick the runner, whose own flags the
+       second pass accepts. */
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--op") == 0 || strcmp(argv[i], "--device") == 0) {
+            if (i + 1 >= argc) return tops_cli_usage_error(self, "%s needs a value", argv[i]);
+            const char *v = argv[++i];
+            if (strcmp(argv[i - 1], "--op") == 0) {
+                if (strcmp(v, "matmul") != 0 && strcmp(v, "attention") != 0)
+                    return tops_cli_usage_error(self, "--op \"%s\": expected matmul or attention", v);
+                snprintf(cfg.op, sizeof cfg.op, "%s", v);
+            } else if (!parse_device(v, &cfg.device)) {
+                return tops_cli_usage_error(self, "--device \"%s\": expected cpu, cuda or cuda:N", v);
+            }
+        }
+    }
+    const tops_bench_runner *runner = tops_bench_find_runner(cfg.op, cfg.device.kind);
+    if (!runner) {
+        if (cfg.device.kind == TOPS_DEVICE_CUDA && !tops_get_build_info().cuda)
+            fprintf(stderr, "tensorops bench: --device cuda: this build has no CUDA support (nvcc was not found "
+                            "when it was configured)\n");
+        else
+            fprintf(stderr, "tensorops bench: --op %s on %s is not available yet in this build\n", cfg.op,
+                    cfg.device.kind == TOPS_DEVICE_CUDA ? "cuda" : "the cpu");
+        return TOPS_EXIT_FAIL;
+    }
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--op") == 0 || strcmp(a, "--device") == 0) {
+            i++;
+            continue;
+        }
+        if (strcmp(a, "--relaxed") == 0) {
+            cfg.relaxed = 1;
+            continue;
+        }
+        if (strcmp(a, "--no-progress") == 0) {
+            cfg.progress = 0;
+            continue;
+        }
+        int value_flag = strcmp(a, "--format") == 0 || strcmp(a, "--m") == 0 || strcmp(a, "--k") == 0 ||
+                         strcmp(a, "--n") == 0 || strcmp(a, "--threads") == 0 || strcmp(a, "--isa") == 0 ||
+                         strcmp(a, "--repeat") == 0 || strcmp(a, "--json") == 0 || strcmp(a, "--plot") == 0;
+        if (!value_flag) {
+            if (runner->parse_option) {
+                int took = runner->parse_option(&cfg, argc, argv, &i);
+                if (took < 0) {
+                    self->usage(stderr);
+                    return TOPS_EXIT_USAGE;
+                }
+                if (took > 0) continue;
+            }
+            return tops_cli_usage_error(self, "unknown option \"%s\"", a);
+        }
+        if (i + 1 >= argc) return tops_cli_usage_error(self, "%s needs a value", a);
+        const char *v = argv[++i];
+        if (strcmp(a, "--format") == 0) {
+            cfg.nformats = parse_name_list(v, cfg.formats, TOPS_BENCH_MAX_LIST);
+            if (cfg.nformats < 0) return tops_cli_usage_error(self, "--format \"%s\": expected a comma-separated list", v);
+        } else if (strcmp(a, "--m") == 0) {
+            cfg.nm = parse_int_list(v, cfg.m, TOPS_BENCH_MAX_LIST, (int64_t)1 << 20);
+            if (cfg.nm < 0)
+                return tops_cli_usage_error(self, "--m \"%s\": expected up to %d comma-separated integers in 1..%d", v,
+                                            TOPS_BENCH_MAX_LIST, 1 << 20);
+        } else if (strcmp(a, "--k") == 0 || strcmp(a, "--n") == 0) {
+            int64_t x = parse_positive(v, (int64_t)1 << 24);
+            if (!x) return tops_cli_usage_error(self, "%s \"%s\": expected an integer in 1..%d", a, v, 1 << 24);
+            if (a[2] == 'k') cfg.k = x;
+            else cfg.n = x;
+        } else if (strcmp(a, "--threads") == 0) {
+            cfg.threads = (int)parse_positive(v, 4096);
+            if (!cfg.threads) return tops_cli_usage_error(self, "--threads \"%s\": expected an integer in 1..4096", v);
+        } else if (strcmp(a, "--repeat") == 0) {
+            cfg.repeat = (int)parse_positive(v, 1000000);
+            if (!cfg.repeat) return tops_cli_usage_error(self, "--repeat \"%s\": expected an integer in 1..1000000", v);
+        } else if (strcmp(a, "--isa") == 0) {
+            tops_isa isa;
+            if (tops_isa_from_name(v, &isa) != TOPS_OK)
+                return tops_cli_usage_error(self, "--isa \"%s\": %s", v, tops_last_error());
+            snprintf(cfg.isa, sizeof cfg.isa, "%s", v);
+        } else if (strcmp(a, "--json") == 0) {
+            cfg.json_path = v;
+        } else {
+            cfg.plot_path = v;
+        }
+    }
+    if (runner->prepare && runner->prepare(&cfg) != TOPS_OK) {
+        fprintf(stderr, "%s\n", tops_last_error());
+        self->usage(stderr);
+        return TOPS_EXIT_USAGE;
+    }
+
+    /* --isa works through TOPS_ISA, read once at the first library call. */
+    if (cfg.isa[0]) setenv("TOPS_ISA", cfg.isa, 1);
+    tops_cpu_info ci;
+    if (tops_cpu_get_info(&ci) != TOPS_OK) {
+        fprintf(stderr, "tensorops bench: --isa: %s\n", tops_last_error());
+        return TOPS_EXIT_FAIL;
+    }
+    if (!cfg.threads) cfg.threads = tops_exec_default().threads;
+    if (cfg.json_path && !check_writable(cfg.json_path)) {
+        fprintf(stderr, "tensorops bench: --json: cannot write \"%s\"\n", cfg.json_path);
+        return TOPS_EXIT_FAIL;
+    }
+    if (cfg.plot_path && !check_writable(cfg.plot_path)) {
+        fprintf(stderr, "tensorops bench: --plot: cannot write \"%s\"\n", cfg.plot_path);
+        return TOPS_EXIT_FAIL;
+    }
+
+    tops_bench_session session;
+    memset(&session, 0, sizeof session);
+    session.cfg = &cfg;
+    tops_bench_rows rows = {0};
+    tops_status st = runner->run(&session, &rows);
+    char failure[512] = "";
+    if (st != TOPS_OK) snprintf(failure, sizeof failure, "%s", tops_last_error());
+    tops_bench_progress(&session, NULL);
+
+    printf("tensorops bench: %s on %s, isa %s, %d threads\n", cfg.op, ci.model[0] ? ci.model : "unknown cpu",
+           tops_isa_name(ci.isa), cfg.threads);
+    tops_bench_print_table(stdout, &rows, session.have_roof ? &session.roof : NULL);
+    fflush(stdout);
+    int code = st == TOPS_OK ? TOPS_EXIT_OK : TOPS_EXIT_FAIL;
+    if (cfg.json_path && tops_bench_write_json(cfg.json_path, &rows) != TOPS_OK) {
+        fprintf(stderr, "%s\n", tops_last_error());
+        code = TOPS_EXIT_FAIL;
+    }
+    if (cfg.plot_path && rows.n > 0 && tops_bench_write_svg(cfg.plot_path, &rows) != TOPS_OK) {
+        fprintf(stderr, "%s\n", tops_last_error());
+        code = TOPS_EXIT_FAIL;
+    }
+    if (failure[0]) fprintf(stderr, "%s\n", failure);
+    tops_bench_rows_free(&rows);
+    return code;
+}
