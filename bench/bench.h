@@ -195,6 +195,14 @@ tops_status tops_bench_matmul_prepare(tops_bench_config *cfg);
    K=4096, N=12288, M = 1, 16, 128. */
 extern const char *const tops_bench_matmul_default_formats[];
 
+/* ---- the GPU matmul runner (bench/bench_cuda.c; CUDA builds only) -------- */
+
+/* Default suite: int4-g128, mxfp4, int4-g32, nvfp4, q4_0, int8-g32, e4m3-ch,
+   f16 at K=4096, N=12288, M = 1, 16, 128; f16 activations and outputs;
+   cuBLAS f16 and cuBLASLt e4m3 rows in the same run. */
+tops_status tops_bench_matmul_cuda_prepare(tops_bench_config *cfg);
+tops_status tops_bench_matmul_cuda(tops_bench_session *session, tops_bench_rows *rows);
+
 /* The kernel family tops_matmul2d runs for this case (the table's path). */
 void tops_bench_matmul_path(char *buf, size_t cap, const tops_matmul2d_desc *desc, tops_format right);
 

@@ -12,6 +12,9 @@
    reported as not available. */
 static const tops_bench_runner runners[] = {
     {"matmul", TOPS_DEVICE_CPU, NULL, tops_bench_matmul_prepare, tops_bench_matmul_cpu, NULL},
+#ifdef TOPS_HAVE_CUDA
+    {"matmul", TOPS_DEVICE_CUDA, NULL, tops_bench_matmul_cuda_prepare, tops_bench_matmul_cuda, NULL},
+#endif
 };
 
 const tops_bench_runner *tops_bench_find_runner(const char *op, tops_device_kind device) {

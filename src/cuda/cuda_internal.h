@@ -23,6 +23,10 @@ tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_des
                                   tops_tensor *packed);
 /* True if t is a packed tensor made by tops__cuda_pack_right. */
 int tops__cuda_is_packed(const tops_tensor *t);
+/* A second device copy of a GPU-packed tensor (the bench rotates copies),
+   and the bytes one copy streams. */
+tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out);
+size_t tops__cuda_packed_bytes(const tops_tensor *t);
 /* Frees what a cuda:N tensor owns (tops_tensor_destroy calls this). */
 void tops__cuda_tensor_release(tops_tensor *t);
 

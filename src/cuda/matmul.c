@@ -217,3 +217,37 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
     }
     return st;
 }
+
+tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
+    static const char fn[] = "tops__cuda_packed_clone";
+    if (!tops__cuda_is_packed(src)) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "src is not a GPU-packed tensor");
+    const tops__cuda_packed *pk = (const tops__cuda_packed *)src->packed_;
+    tops__cuda_packed *copy = malloc(sizeof *copy);
+    if (!copy) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the pack descriptor");
+    *copy = *pk;
+    size_t soff = (pk->weight_bytes + 255) & ~(size_t)255;
+    void *mem = NULL;
+    tops_status st = tops_cuda_alloc(pk->device, soff + pk->scale_bytes, &mem);
+    tops_memory dev = {TOPS_DEVICE_CUDA, pk->device};
+    if (st == TOPS_OK) st = tops_cuda_copy(mem, dev, pk->weights, dev, pk->weight_bytes, NULL);
+    if (st == TOPS_OK && pk->scales) st = tops_cuda_copy((char *)mem + soff, dev, pk->scales, dev, pk->scale_bytes, NULL);
+    if (st != TOPS_OK) {
+        if (mem) (void)tops_cuda_free(pk->device, mem);
+        free(copy);
+        return st;
+    }
+    copy->weights = mem;
+    copy->scales = pk->scales ? (char *)mem + soff : NULL;
+    tops_tensor t = *src;
+    t.data = mem;
+    t.owner_ = mem;
+    t.packed_ = copy;
+    *out = t;
+    return TOPS_OK;
+}
+
+size_t tops__cuda_packed_bytes(const tops_tensor *t) {
+    if (!tops__cuda_is_packed(t)) return 0;
+    const tops__cuda_packed *pk = (const tops__cuda_packed *)t->packed_;
+    return pk->weight_bytes + pk->scale_bytes;
+}
