@@ -22,8 +22,12 @@ if(NOT TOPS_CUDA STREQUAL "OFF")
   endif()
 endif()
 
+# The packer is plain C with no CUDA dependency: built always, so its layout
+# is tested on machines without nvcc too (tests/unit/test_cuda_pack.c).
+list(APPEND TOPS_LIB_SOURCES ${CMAKE_SOURCE_DIR}/src/cuda/pack.c)
 if(TOPS_HAVE_CUDA)
   file(GLOB TOPS_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/cuda/*.c)
+  list(REMOVE_ITEM TOPS_CUDA_SOURCES ${CMAKE_SOURCE_DIR}/src/cuda/pack.c)
   list(APPEND TOPS_LIB_SOURCES ${TOPS_CUDA_SOURCES})
   set(TOPS_CUDA_FLAGS
     -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
