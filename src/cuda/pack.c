@@ -27,6 +27,10 @@ static int map_format(const tops_tensor *w, int transpose_right, source_map *m, 
     switch (id) {
     case TOPS_FMT_F16: m->code = TOPS__CU_CODE_F16; m->has_scales = 0; return 1;
     case TOPS_FMT_BF16: m->code = TOPS__CU_CODE_BF16; m->has_scales = 0; return 1;
+    /* plain codes: the tensor scale is their only scale */
+    case TOPS_FMT_I8: m->code = TOPS__CU_CODE_I8; m->has_scales = 0; return 1;
+    case TOPS_FMT_I4: m->code = TOPS__CU_CODE_U4; m->has_scales = 0; return 1;
+    case TOPS_FMT_E4M3: m->code = TOPS__CU_CODE_E4M3; m->has_scales = 0; return 1;
     case TOPS_FMT_INT4_G:
     case TOPS_FMT_INT8_G:
         m->code = id == TOPS_FMT_INT4_G ? TOPS__CU_CODE_U4 : TOPS__CU_CODE_I8;
@@ -43,8 +47,8 @@ static int map_format(const tops_tensor *w, int transpose_right, source_map *m, 
     case TOPS_FMT_NVFP4: m->code = TOPS__CU_CODE_E2M1; m->scale_kind = TOPS__CU_SCALE_UE4M3; return 1;
     case TOPS_FMT_E4M3_CH: m->code = TOPS__CU_CODE_E4M3; m->scale_kind = TOPS__CU_SCALE_F32; return 1;
     default:
-        *why = "the GPU path decodes int4-gG, int8-gG, q4_0, q8_0, mxfp4, gguf-mxfp4, mxfp8, nvfp4, e4m3-ch, f16 "
-               "and bf16 weights";
+        *why = "the GPU path decodes int4-gG, int8-gG, q4_0, q8_0, mxfp4, gguf-mxfp4, mxfp8, nvfp4, e4m3-ch, i8, i4, "
+               "e4m3, f16 and bf16 weights";
         return 0;
     }
 }

@@ -148,7 +148,7 @@ static void test_every_format_reads_back(void) {
     static const char *const names[] = {"int4-g32", "int4-g128", "int4-g64:bf16", "int4-g32:e8m0", "int4-g16:f32",
                                         "int8-g32", "int8-g128", "q4_0",          "q8_0",          "mxfp4",
                                         "gguf-mxfp4", "mxfp8",   "nvfp4",         "e4m3-ch",       "f16",
-                                        "bf16"};
+                                        "bf16",       "i8",      "i4",            "e4m3"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         check_format(names[i], 37, 200, &r);  /* ragged N and K: padding, partial groups */
         check_format(names[i], 64, 128, &r);
