@@ -82,6 +82,12 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->e2m1_to_f32_row = tops__ref_e2m1_to_f32_row;
     k->i4_to_f32_row = tops__ref_i4_to_f32_row;
     k->pack_rows_f32 = tops__ref_pack_rows_f32;
+    tops__ref_fill_unpackers(k->unpack);
+    k->dot_f32_q8 = tops__ref_dot_f32_q8;
+    k->dot_q8_q8 = tops__ref_dot_q8_q8;
+    k->quantize_q8 = tops__ref_quantize_q8;
+    k->pack_q8_panel = tops__ref_pack_q8_panel;
+    k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__ref, "tops_gemm_f32_qi8_qu5_4x8__ref"};
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
@@ -90,6 +96,12 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->f32_to_bf16_row = tops__avx2_f32_to_bf16_row;
         k->bf16_to_f32_row = tops__avx2_bf16_to_f32_row;
         k->pack_rows_f32 = tops__avx2_pack_rows_f32;
+        tops__avx2_fill_unpackers(k->unpack);
+        k->dot_f32_q8 = tops__avx2_dot_f32_q8;
+        k->dot_q8_q8 = tops__avx2_dot_q8_q8;
+        k->quantize_q8 = tops__avx2_quantize_q8;
+        k->pack_q8_panel = tops__avx2_pack_q8_panel;
+        k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx2, "tops_gemm_f32_qi8_qu5_4x8__avx2"};
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
         k->f32_to_e4m3_row = tops__avx2_f32_to_e4m3_row;

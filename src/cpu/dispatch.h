@@ -18,6 +18,49 @@ typedef struct tops__gemm_ukernel {
     const char *name;
 } tops__gemm_ukernel;
 
+/* Quantized weights as small integers (src/kernels/<isa>/unpack_*.c):
+   elements [k0, k0 + n) of row `row` of a weight stored [N, K] with blocks
+   along K become q[i] (|q| <= qmax, 0 past K) and one f32 scale per
+   sub-block of `sub` elements (tops__unpack_sub), element = q * scale.
+   k0 and n are multiples of sub. */
+typedef void (*tops__unpack_fn)(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
+typedef struct tops__unpacker {
+    tops__unpack_fn run; /* NULL: the format has no integer form */
+    int qmax;            /* largest |q| (128 where the code -128 exists) */
+} tops__unpacker;
+
+/* Sub-block of the integer form: the format's block, at most 32 (plain
+   integer formats: 32), so activations quantize per 16 or 32. */
+static inline int tops__unpack_sub(const tops_tensor *t) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    int64_t block = info->block > 1 ? t->format.group : 32;
+    return block < 32 ? (int)block : 32;
+}
+
+/* First byte of row `row` of a weight's data plane. */
+static inline const uint8_t *tops__weight_row(const tops_tensor *t, int64_t row) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    return (const uint8_t *)t->data + row * (t->stride[0] / info->pack_elems) * info->pack_bytes;
+}
+
+/* Relaxed integer microkernel (src/kernels/<isa>/gemm_q8_*.c): C[mr x 8]
+   (+)= over nb sub-blocks of `sub` (16 or 32) k.  a: mr rows of i8
+   activations (row stride lda); ascale / acorr: per row and sub-block the
+   activation scale and 16 * sum of the block's codes (row stride lds).
+   b: per sub-block, sub / 4 groups of 32 bytes, group g holding
+   k = 4g..4g+3 of columns 0..7 as (q + 16) (so |q| <= 15); bscale: per
+   sub-block 8 column scales.  The i16 sums of four vpmaddubsw steps stay
+   below 4 * 2 * 31 * 127 = 31496, so they never saturate. */
+typedef void (*tops__gemm_q8_fn)(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                 const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                 int64_t ldc, int accumulate);
+typedef struct tops__gemm_q8_ukernel {
+    int mr, nr;
+    tops__gemm_q8_fn run;
+    const char *name;
+} tops__gemm_q8_ukernel;
+#define TOPS_Q8_OFFSET 16
+
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
 
@@ -26,6 +69,22 @@ typedef struct tops__kernels {
     /* Panel packing: dst[k * width + j] = src[j * ld + k] for j < valid,
        0 for valid <= j < width (a transpose with zero padding). */
     void (*pack_rows_f32)(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+    /* Integer forms of the quantized weight formats, by format id. */
+    tops__unpacker unpack[TOPS_FMT_COUNT_];
+    /* Dot products over n elements (a multiple of sub) of the integer form:
+       strict  sum_b scale[b] * sum_{k in b} a[k] * q[k]   (f32 activations)
+       relaxed sum_b ascale[b] * scale[b] * sum_{k in b} aq[k] * q[k]. */
+    float (*dot_f32_q8)(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+    float (*dot_q8_q8)(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                       int sub);
+    /* Relaxed integer microkernel for weights with |q| <= 15, and its
+       packer: rows[j * kc + k] (8 rows of integer codes, kc a multiple of
+       16) -> panel[(k / 4) * 32 + j * 4 + k % 4] = q + TOPS_Q8_OFFSET. */
+    tops__gemm_q8_ukernel gemm_q8;
+    void (*pack_q8_panel)(const int8_t *rows, int64_t kc, uint8_t *panel);
+    /* Relaxed activations: n values (a multiple of sub) to i8 per sub-block,
+       scale amax / 127, round to nearest even. */
+    void (*quantize_q8)(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 
     /* Element rows (src/kernels/<isa>/convert_*.c): n elements, any n >= 0. */
     void (*f32_to_f16_row)(uint16_t *dst, const float *src, int64_t n);
@@ -70,12 +129,32 @@ void tops__ref_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
+void tops__ref_fill_unpackers(tops__unpacker *table);
+void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, uint8_t *panel);
+void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    int64_t ldc, int accumulate);
+void tops__ref_unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale);
+void tops__ref_unpack_codes(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q);
+float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                          int sub);
+void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 #if defined(TOPS_HAVE_X86_KERNELS)
 void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__avx2_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+void tops__avx2_fill_unpackers(tops__unpacker *table);
+void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, uint8_t *panel);
+void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     int64_t ldc, int accumulate);
+float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                           int sub);
+void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       int accumulate);
 void tops__avx2_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);

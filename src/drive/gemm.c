@@ -47,7 +47,9 @@ static void pack_panel(const tops__kernels *kern, const tops__gemm_operand *op, 
 static _Thread_local float *ws_cache;
 static _Thread_local size_t ws_cache_bytes;
 
-static float *workspace_get(size_t bytes) {
+void *tops__workspace_get(const tops__gemm_problem *p, size_t bytes) {
+    if (p->scratch && p->scratch_bytes >= bytes + 64)
+        return (void *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63);
     if (ws_cache && ws_cache_bytes >= bytes) return ws_cache;
     tops__aligned_free(ws_cache);
     ws_cache = tops__aligned_alloc(bytes);
@@ -99,13 +101,8 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
     if (!tops__mul_size(per_thread, (size_t)threads, &total) || !tops__add_size(total, left_floats, &total) ||
         !tops__mul_size(total, sizeof(float), &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    float *ws = NULL;
-    if (p->scratch && p->scratch_bytes >= bytes + 64) {
-        ws = (float *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63);
-    } else {
-        ws = workspace_get(bytes);
-        if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
-    }
+    float *ws = tops__workspace_get(p, bytes);
+    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
     float *packed_left = ws;
 
     for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {

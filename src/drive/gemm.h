@@ -34,6 +34,7 @@ typedef struct tops__gemm_problem {
     tops__gemm_operand left, right;
     tops_tensor *dest;       /* f32, f16 or bf16, any non-overlapping strides */
     int accumulate;          /* dest += left * right */
+    int relaxed;             /* may quantize activations (integer dot products) */
     const tops__kernels *kern;
     int threads;
     int64_t n_tile_hint;     /* 0 = choose */
@@ -44,6 +45,23 @@ typedef struct tops__gemm_problem {
 /* Runs the problem.  Fails only with TOPS_OUT_OF_MEMORY / TOPS_OVERFLOW
    (named under fn) before anything is written to dest. */
 tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p);
+
+/* The small-M driver: right stored [N, K] in a format with an integer
+   form (kern->unpack); any left.  Same failure rules as tops__gemm_run. */
+tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p);
+
+/* The relaxed integer driver: right stored [N, K] with an integer form of
+   qmax <= 15 (kern->unpack), M above the small-M driver's range. */
+tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p);
+
+/* Scratch for a run: the caller's exec.scratch when large enough, else the
+   calling thread's cached buffer (kept between calls).  64-byte aligned;
+   NULL when out of memory. */
+void *tops__workspace_get(const tops__gemm_problem *p, size_t bytes);
+
+/* Reader of formats with an integer form, for storage [N, K]. */
+void tops__read_rect_unpack(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                            int64_t nc, float *out, int64_t ld);
 
 /* Writes acc[i * ld + j] (rows [r0, r0 + nr), columns [c0, c0 + nc) of
    the result) into dest, adding dest's old values when accumulate. */

@@ -22,6 +22,24 @@ void tops__read_rect_decode(const tops__kernels *kern, const tops_tensor *t, int
     tops__decode_rect(t, NULL, r0, nr, c0, nc, out, ld);
 }
 
+void tops__read_rect_unpack(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                            int64_t nc, float *out, int64_t ld) {
+    enum { CHUNK = 256 };
+    const tops__unpack_fn unpack = kern->unpack[t->format.id].run;
+    const int sub = tops__unpack_sub(t);
+    int8_t q[CHUNK];
+    float scale[CHUNK / 16];
+    for (int64_t i = 0; i < nr; i++) {
+        float *o = out + i * ld;
+        for (int64_t k0 = c0 / sub * sub; k0 < c0 + nc; k0 += CHUNK) {
+            int64_t n = c0 + nc - k0 < CHUNK ? tops__ceil_div(c0 + nc - k0, sub) * sub : CHUNK;
+            unpack(t, r0 + i, k0, n, q, scale);
+            int64_t lo = k0 < c0 ? c0 : k0, hi = k0 + n < c0 + nc ? k0 + n : c0 + nc;
+            for (int64_t k = lo; k < hi; k++) o[k - c0] = (float)q[k - k0] * scale[(k - k0) / sub];
+        }
+    }
+}
+
 void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                            int64_t nc, float *out, int64_t ld) {
     const tops_dtype dt = tops_format_get_info(t->format.id)->element;

@@ -188,11 +188,17 @@ static int is_direct_f32(const tops_tensor *t) {
     return t->format.id == TOPS_FMT_F32 && t->stride[1] == 1 && t->tensor_scale == 1.0f;
 }
 
-static tops__gemm_operand right_operand(const tops_tensor *right, int transposed) {
+/* Rows at or below which quantized weights take the unpack-and-dot driver. */
+enum { GEMV_MAX_M = 4 };
+
+static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_tensor *right, int transposed) {
     tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, is_direct_f32(right), NULL};
     /* Formats without a dedicated reader: the formats layer decodes one
        K-panel at a time (fused: never the whole matrix). */
     if (!is_activation_format(right->format.id)) op.read = tops__read_rect_decode;
+    /* Integer forms are unpacked straight from [N, K] rows (blocks along K). */
+    if (right->format.id != TOPS_FMT_PACKED && kern->unpack[right->format.id].run && transposed)
+        op.read = tops__read_rect_unpack;
     if (right->format.id == TOPS_FMT_PACKED) {
         op.k_major = 1;
         op.read = tops__read_rect_packed;
@@ -227,7 +233,7 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
     p.n = in.n;
     p.k = in.k;
     p.left = (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL};
-    p.right = right_operand(right, desc->transpose_right);
+    p.right = right_operand(kern, right, desc->transpose_right);
     p.dest = dest;
     p.accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
     p.kern = kern;
@@ -235,6 +241,16 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
     p.n_tile_hint = desc->n_tile;
     p.scratch = in.exec.scratch;
     p.scratch_bytes = in.exec.scratch_bytes;
+    p.relaxed = desc->relaxed_precision;
+    if (p.right.read == tops__read_rect_unpack) {
+        if (p.m <= GEMV_MAX_M) return tops__gemv_run(fn, &p);
+        if (p.relaxed) {
+            /* Narrow integers take the integer microkernel; i8 weights the
+               dot driver (their products would saturate vpmaddubsw's i16). */
+            if (kern->unpack[right->format.id].qmax <= 15) return tops__gemm_q8_run(fn, &p);
+            return tops__gemv_run(fn, &p);
+        }
+    }
     return tops__gemm_run(fn, &p);
 }
 
@@ -277,7 +293,7 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
     tops__packed_right *pk = (tops__packed_right *)mem;
     float *data = (float *)(mem + head);
     *pk = (tops__packed_right){TOPS_PACKED_MAGIC, right->format, k, n, desc->transpose_right, nr, data, panel_bytes};
-    tops__gemm_operand op = right_operand(right, desc->transpose_right);
+    tops__gemm_operand op = right_operand(kern, right, desc->transpose_right);
     int threads = ex.threads;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static)

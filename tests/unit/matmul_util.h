@@ -102,17 +102,33 @@ static inline void mm_poison(tops_tensor *t) {
 /* out[m][n] = sum_k A[m][k] * B[k][n] in f64 over the exact operand
    values, honouring the transposes, plus base[m][n] if base. */
 static inline void mm_oracle(const mm_operand *a, int ta, const mm_operand *b, int tb, int64_t m, int64_t n,
-                             int64_t k, const double *base, double *out) {
+                             int64_t k, const double *base, double *out, double *magnitude) {
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-            double s = base ? base[i * n + j] : 0.0;
+            double s = base ? base[i * n + j] : 0.0, g = base ? fabs(base[i * n + j]) : 0.0;
             for (int64_t p = 0; p < k; p++) {
                 double av = ta ? a->exact[p * a->cols + i] : a->exact[i * a->cols + p];
                 double bv = tb ? b->exact[j * b->cols + p] : b->exact[p * b->cols + j];
                 s += av * bv;
+                g += fabs(av * bv);
             }
             out[i * n + j] = s;
+            if (magnitude) magnitude[i * n + j] = g;
         }
+}
+
+/* ||t - want|| / ||magnitude||: the error relative to the sum of |terms|,
+   which stays meaningful when the results themselves cancel to ~0. */
+static inline double mm_normwise(const tops_tensor *t, const double *want, const double *magnitude) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < t->extent[0]; i++)
+        for (int64_t j = 0; j < t->extent[1]; j++) {
+            double g = mm_get(t, i, j), w = want[i * t->extent[1] + j], mg = magnitude[i * t->extent[1] + j];
+            if (!isfinite(g)) return NAN;
+            num += (g - w) * (g - w);
+            den += mg * mg;
+        }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 /* Relative L2 error of a tensor against exact values; NaN if any element

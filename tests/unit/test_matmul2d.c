@@ -229,7 +229,7 @@ static void test_packed_matches_plain(void) {
         ASSERT_OK(tops_matmul2d(&ex, &d, &a.t, &pk, &c2));
         ASSERT_TRUE(memcmp(p1, p2, (size_t)(m * n) * sizeof(float)) == 0);
         double *want = malloc((size_t)(m * n) * sizeof(double));
-        mm_oracle(&a, 0, &b, tr, m, n, k, NULL, want);
+        mm_oracle(&a, 0, &b, tr, m, n, k, NULL, want, NULL);
         double e = mm_rel_l2(&c2, want);
         if (!(e <= 1e-5)) TH_FAIL_AT("packed m=%lld n=%lld k=%lld: rel-L2 %g", (long long)m, (long long)n, (long long)k, e);
         free(want);

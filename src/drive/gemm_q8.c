@@ -1,0 +1,142 @@
+/* Relaxed-precision driver for weights whose integer form fits |q| <= 15
+   (int4/int2 groups, q4_0, the fp4 formats): activations quantized to i8
+   per sub-block once per M chunk, weights unpacked and interleaved into
+   u8 panels one K block at a time, then the integer microkernel.  Same
+   loop order and determinism rules as the f32 driver (gemm.c). */
+#include "drive/gemm.h"
+
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+enum { KC_DEFAULT = 512, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
+
+static int64_t round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }
+
+/* Quantizes row m of the left operand over kp (padded) elements. */
+static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t kp, int sub,
+                         float *tmp, int8_t *aq, float *as, int32_t *corr) {
+    const tops__gemm_operand *left = &p->left;
+    if (left->k_major) left->read(kern, left->t, 0, p->k, m, 1, tmp, 1);
+    else left->read(kern, left->t, m, 1, 0, p->k, tmp, p->k);
+    for (int64_t i = p->k; i < kp; i++) tmp[i] = 0.0f;
+    kern->quantize_q8(tmp, kp, sub, aq, as);
+    for (int64_t b = 0; b < kp / sub; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < sub; j++) s += aq[b * sub + j];
+        corr[b] = TOPS_Q8_OFFSET * s;
+    }
+}
+
+/* Packs columns [n0, n0 + 8) (valid of them exist) over [k0, k0 + kc)
+   into the microkernel's layout; missing columns get q = 0, scale 0.
+   rows holds 8 * kc codes and qs 8 * kc / sub scales. */
+static void pack_panel_q8(const tops__kernels *kern, const tops_tensor *w, int64_t n0, int64_t valid, int64_t k0,
+                          int64_t kc, int sub, int8_t *rows, float *qs, uint8_t *panel, float *pscale) {
+    const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+    const int64_t nb = kc / sub;
+    for (int j = 0; j < 8; j++) {
+        if (j < valid) {
+            unpack(w, n0 + j, k0, kc, rows + j * kc, qs + j * nb);
+        } else {
+            memset(rows + j * kc, 0, (size_t)kc);
+            for (int64_t b = 0; b < nb; b++) qs[j * nb + b] = 0.0f;
+        }
+    }
+    kern->pack_q8_panel(rows, kc, panel);
+    for (int64_t b = 0; b < nb; b++)
+        for (int j = 0; j < 8; j++) pscale[b * 8 + j] = qs[j * nb + b];
+}
+
+tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
+    const tops__kernels *kern = p->kern;
+    const tops__gemm_q8_ukernel *uk = &kern->gemm_q8;
+    const tops_tensor *w = p->right.t;
+    const int sub = tops__unpack_sub(w);
+    const int64_t mr = uk->mr, nr = uk->nr, M = p->m, N = p->n, kp = round_up(p->k, 32);
+    const int64_t kc_max = round_up(tops__ceil_div(kp, tops__ceil_div(kp, KC_DEFAULT)), 32);
+    const int64_t k_blocks = tops__ceil_div(kp, kc_max), n_subs = kp / sub;
+    const int64_t m_chunk = round_up(tops__ceil_div(M, tops__ceil_div(M, M_CHUNK_MAX)), mr);
+
+    int threads = p->threads < 1 ? 1 : p->threads;
+#ifndef _OPENMP
+    threads = 1;
+#endif
+    int64_t n_blocks = tops__ceil_div(N, NC_DEFAULT);
+    if (n_blocks < threads) n_blocks = tops__ceil_div(N, nr) < threads ? tops__ceil_div(N, nr) : threads;
+    else n_blocks = round_up(n_blocks, threads);
+    const int64_t nc = round_up(tops__ceil_div(N, n_blocks), nr);
+    n_blocks = tops__ceil_div(N, nc);
+    if (threads > n_blocks) threads = (int)n_blocks;
+
+    /* Workspace: quantized left (codes, scales, corrections) for one chunk,
+       then per thread: the weight block, its scales, an unpack row, the
+       accumulators and a float row for quantizing. */
+    size_t left_bytes = (size_t)round_up(m_chunk * kp, 64) + 2 * (size_t)round_up(m_chunk * n_subs * 4, 64);
+    size_t panel_bytes = (size_t)(nc * kc_max), pscale_bytes = (size_t)round_up(nc * (kc_max / sub) * 4, 64);
+    size_t row_bytes = (size_t)round_up(8 * kc_max, 64) + (size_t)round_up(8 * kc_max / sub * 4, 64);
+    size_t acc_bytes = (size_t)round_up(m_chunk * nc * 4, 64), tmp_bytes = (size_t)round_up(kp * 4, 64);
+    size_t per_thread = (size_t)round_up((int64_t)panel_bytes, 64) + pscale_bytes + row_bytes + acc_bytes + tmp_bytes;
+    size_t bytes, more;
+    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
+        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
+    unsigned char *ws = tops__workspace_get(p, bytes);
+    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    int8_t *aq = (int8_t *)ws;
+    float *as = (float *)(ws + round_up(m_chunk * kp, 64));
+    int32_t *corr = (int32_t *)((unsigned char *)as + round_up(m_chunk * n_subs * 4, 64));
+
+    for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
+        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_pad = round_up(mm, mr);
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+        {
+#ifdef _OPENMP
+            const int tid = omp_get_thread_num();
+#else
+            const int tid = 0;
+#endif
+            unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
+            uint8_t *panel = mine;
+            float *pscale = (float *)(mine + round_up((int64_t)panel_bytes, 64));
+            int8_t *q = (int8_t *)((unsigned char *)pscale + pscale_bytes);
+            float *qs = (float *)((unsigned char *)q + round_up(8 * kc_max, 64));
+            float *acc = (float *)((unsigned char *)q + row_bytes);
+            float *tmp = (float *)((unsigned char *)acc + acc_bytes);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t i = 0; i < m_pad; i++) {
+                if (i < mm) {
+                    quantize_row(kern, p, m0 + i, kp, sub, tmp, aq + i * kp, as + i * n_subs, corr + i * n_subs);
+                } else { /* padding rows: zero codes, zero scale */
+                    memset(aq + i * kp, 0, (size_t)kp);
+                    for (int64_t b = 0; b < n_subs; b++) as[i * n_subs + b] = 0.0f, corr[i * n_subs + b] = 0;
+                }
+            }
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (int64_t jb = 0; jb < n_blocks; jb++) {
+                const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, n_panels = tops__ceil_div(nn, nr);
+                for (int64_t kb = 0; kb < k_blocks; kb++) {
+                    const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, nb = kc / sub;
+                    for (int64_t jr = 0; jr < n_panels; jr++) {
+                        int64_t valid = nn - jr * nr < nr ? nn - jr * nr : nr;
+                        pack_panel_q8(kern, w, n0 + jr * nr, valid, k0, kc, sub, q, qs, panel + jr * nr * kc,
+                                      pscale + jr * nr * nb);
+                    }
+                    for (int64_t jr = 0; jr < n_panels; jr++)
+                        for (int64_t ip = 0; ip < m_pad / mr; ip++)
+                            uk->run(nb, sub, aq + ip * mr * kp + k0, kp, as + ip * mr * n_subs + k0 / sub,
+                                    corr + ip * mr * n_subs + k0 / sub, n_subs, panel + jr * nr * kc,
+                                    pscale + jr * nr * nb, acc + ip * mr * nc + jr * nr, nc, kb > 0);
+                }
+                tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
+            }
+        }
+    }
+    return TOPS_OK;
+}

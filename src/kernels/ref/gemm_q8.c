@@ -1,0 +1,28 @@
+/* Scalar twin of the relaxed integer microkernel (same packed layout). */
+#include "cpu/dispatch.h"
+
+void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    int64_t ldc, int accumulate) {
+    float acc[4][8] = {{0}};
+    for (int64_t blk = 0; blk < nb; blk++) {
+        const uint8_t *bb = b + blk * sub * 8;
+        for (int i = 0; i < 4; i++) {
+            const int8_t *ai = a + i * lda + blk * sub;
+            for (int j = 0; j < 8; j++) {
+                int32_t s = 0;
+                for (int k = 0; k < sub; k++) s += (int32_t)bb[(k / 4) * 32 + j * 4 + k % 4] * ai[k];
+                s -= acorr[i * lds + blk];
+                acc[i][j] += (float)s * bscale[blk * 8 + j] * ascale[i * lds + blk];
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+}
+
+void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, uint8_t *panel) {
+    for (int j = 0; j < 8; j++)
+        for (int64_t k = 0; k < kc; k++)
+            panel[(k / 4) * 32 + j * 4 + k % 4] = (uint8_t)(rows[j * kc + k] + TOPS_Q8_OFFSET);
+}

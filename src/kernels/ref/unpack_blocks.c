@@ -1,0 +1,190 @@
+/* Scalar integer forms of the quantized weight formats (the truth for the
+   AVX2 unpackers) and the scalar dot products over them.  Values follow
+   the formats layer (src/formats/elem.h): e2m1 codes become doubled
+   integers with half the block scale, mxint8 codes integers times 2^-6. */
+#include "cpu/dispatch.h"
+#include "formats/elem.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Scale-plane entry (i0, i1) as f32 (any plane dtype). */
+static float plane_value(const tops_plane *p, int64_t i0, int64_t i1) {
+    const unsigned char *base = p->data;
+    int esz = (tops_dtype_bits(p->dtype) + 7) / 8;
+    const unsigned char *e = base + (i0 * p->stride[0] + i1 * p->stride[1]) * esz;
+    uint32_t code = 0;
+    memcpy(&code, e, (size_t)esz); /* little-endian */
+    return tops__decode_elem(p->dtype, code);
+}
+
+/* Element code i of a row of sub-byte or byte codes. */
+static inline uint32_t code_at(const uint8_t *row, int bits, int64_t i) {
+    if (bits == 8) return row[i];
+    if (bits == 4) return (row[i >> 1] >> ((i & 1) * 4)) & 0xFu;
+    return (row[i >> 2] >> ((i & 3) * 2)) & 0x3u;
+}
+
+static const int8_t e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* Scales of the element-plane formats: one per sub-block.  The plane's
+   dtype is resolved once per call: this runs for every weight row. */
+void tops__ref_unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    const int sub = tops__unpack_sub(t);
+    const int64_t K = t->extent[1], block = info->block > 1 ? t->format.group : 32;
+    /* The constant that makes the codes integers (doubled e2m1, mxint8's
+       2^-6), and the tensor scale: nvfp4 divides by S_enc, others multiply. */
+    float unit = info->element == TOPS_DT_E2M1 ? 0.5f : info->element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
+    float mul = unit * (info->has_tensor_scale ? 1.0f / t->tensor_scale : t->tensor_scale);
+    const int64_t nb = n / sub;
+    if (!t->scales.data) {
+        for (int64_t b = 0; b < nb; b++) scale[b] = mul;
+        return;
+    }
+    const tops_plane *p = &t->scales;
+    const tops_dtype dt = p->dtype;
+    const int esz = (tops_dtype_bits(dt) + 7) / 8;
+    const unsigned char *base = (const unsigned char *)p->data + row * p->stride[0] * esz;
+    for (int64_t b = 0; b < nb; b++) {
+        int64_t k = k0 + b * sub;
+        if (k >= K) {
+            scale[b] = mul; /* beyond K: q is 0 */
+            continue;
+        }
+        const unsigned char *e = base + (k / block) * p->stride[1] * esz;
+        float v;
+        if (dt == TOPS_DT_F16) {
+            uint16_t h;
+            memcpy(&h, e, 2);
+            v = tops__f16_to_f32(h);
+        } else if (dt == TOPS_DT_E8M0) {
+            v = tops__e8m0_to_f32(*e);
+        } else {
+            v = plane_value(p, row, k / block);
+        }
+        scale[b] = v * mul;
+    }
+}
+
+/* Formats whose data plane holds one code per element (int groups, plain
+   integers, MX fp4/int8, nvfp4): traits decide everything. */
+void tops__ref_unpack_codes(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    const int64_t K = t->extent[1];
+    const uint8_t *data = tops__weight_row(t, row);
+    const int fp4 = info->element == TOPS_DT_E2M1;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t k = k0 + i;
+        int v = 0;
+        if (k < K) {
+            uint32_t c = code_at(data, info->element_bits, k);
+            v = fp4 ? e2m1_doubled[c] : tops__sext(c, info->element_bits);
+        }
+        q[i] = (int8_t)v;
+    }
+}
+
+static void unpack_elements(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    tops__ref_unpack_codes(t, row, k0, n, q);
+    tops__ref_unpack_scales(t, row, k0, n, scale);
+}
+
+/* GGUF blocks of 32: bytes per block and the offset of the quants. */
+static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int kind) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    const int64_t K = t->extent[1];
+    const uint8_t *data = tops__weight_row(t, row);
+    for (int64_t b = 0; b < n / 32; b++) {
+        int64_t kb = k0 + b * 32;
+        int8_t *qb = q + b * 32;
+        if (kb >= K) {
+            memset(qb, 0, 32);
+            scale[b] = 0.0f;
+            continue;
+        }
+        const uint8_t *blk = data + (kb / 32) * info->pack_bytes;
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        if (kind == 0) { /* q4_0: f16 d, nibbles j | j+16 */
+            for (int j = 0; j < 16; j++) {
+                qb[j] = (int8_t)((blk[2 + j] & 0xF) - 8);
+                qb[j + 16] = (int8_t)((blk[2 + j] >> 4) - 8);
+            }
+            scale[b] = tops__f16_to_f32(h) * t->tensor_scale;
+        } else if (kind == 1) { /* q8_0: f16 d, i8 x 32 */
+            memcpy(qb, blk + 2, 32);
+            scale[b] = tops__f16_to_f32(h) * t->tensor_scale;
+        } else { /* ggml mxfp4: e8m0 e, doubled e2m1 nibbles j | j+16, 2^(e-128) */
+            for (int j = 0; j < 16; j++) {
+                qb[j] = e2m1_doubled[blk[1 + j] & 0xF];
+                qb[j + 16] = e2m1_doubled[blk[1 + j] >> 4];
+            }
+            scale[b] = tops__exp2i((int)blk[0] - 128) * t->tensor_scale;
+        }
+        for (int64_t j = K - kb; j < 32; j++) qb[j] = 0; /* the tail block's unused elements */
+    }
+}
+
+static void unpack_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_gguf(t, row, k0, n, q, scale, 0);
+}
+static void unpack_q8_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_gguf(t, row, k0, n, q, scale, 1);
+}
+static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_gguf(t, row, k0, n, q, scale, 2);
+}
+
+void tops__ref_fill_unpackers(tops__unpacker *table) {
+    for (int i = 0; i < TOPS_FMT_COUNT_; i++) table[i] = (tops__unpacker){NULL, 0};
+    table[TOPS_FMT_I8] = (tops__unpacker){unpack_elements, 128};
+    table[TOPS_FMT_I4] = (tops__unpacker){unpack_elements, 8};
+    table[TOPS_FMT_I2] = (tops__unpacker){unpack_elements, 2};
+    table[TOPS_FMT_INT8_G] = (tops__unpacker){unpack_elements, 128};
+    table[TOPS_FMT_INT4_G] = (tops__unpacker){unpack_elements, 8};
+    table[TOPS_FMT_INT2_G] = (tops__unpacker){unpack_elements, 2};
+    table[TOPS_FMT_MXFP4] = (tops__unpacker){unpack_elements, 12};
+    table[TOPS_FMT_MXINT8] = (tops__unpacker){unpack_elements, 128};
+    table[TOPS_FMT_NVFP4] = (tops__unpacker){unpack_elements, 12};
+    table[TOPS_FMT_Q4_0] = (tops__unpacker){unpack_q4_0, 8};
+    table[TOPS_FMT_Q8_0] = (tops__unpacker){unpack_q8_0, 128};
+    table[TOPS_FMT_GGUF_MXFP4] = (tops__unpacker){unpack_gguf_mxfp4, 12};
+}
+
+float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n / sub; b++) {
+        float s = 0.0f;
+        for (int j = 0; j < sub; j++) s += a[b * sub + j] * (float)q[b * sub + j];
+        acc += s * scale[b];
+    }
+    return acc;
+}
+
+float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                          int sub) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n / sub; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < sub; j++) s += (int32_t)aq[b * sub + j] * q[b * sub + j];
+        acc += (float)s * (ascale[b] * scale[b]);
+    }
+    return acc;
+}
+
+void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale) {
+    for (int64_t b = 0; b < n / sub; b++) {
+        const float *x = a + b * sub;
+        float amax = 0.0f;
+        int nan = 0;
+        for (int j = 0; j < sub; j++) {
+            amax = fmaxf(amax, fabsf(x[j]));
+            nan |= x[j] != x[j];
+        }
+        /* Inf gives scale Inf and codes 0, NaN scale NaN: both reach the result. */
+        float d = nan ? NAN : amax / 127.0f, inv = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < sub; j++) aq[b * sub + j] = (int8_t)(nan ? 0 : lrintf(x[j] * inv));
+        ascale[b] = d;
+    }
+}
