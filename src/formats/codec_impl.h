@@ -22,12 +22,14 @@ typedef struct tops__qctx {
     float tensor_scale;          /* nvfp4: S_enc; others: handled generically */
     const uint16_t *codebook;    /* lut: the 16 f16 entries of the current line */
     int lut_iterations;
+    float divisor;               /* quantize: the input is divided by this first
+                                    (tensor_scale, or 1 where it means S_enc) */
 } tops__qctx;
 
+/* Element codes are element_bits wide (the traits row); a block is what
+   one scale entry covers (formats without scales: any run of a line). */
 typedef struct tops__codec {
-    /* Element codes have the traits' element_bits; blocks are the scale
-       plane's (formats without scales: any run of a line).
-       Optional: work over the whole tensor before blocks are encoded
+    /* Optional: work over the whole tensor before blocks are encoded
        (nvfp4's tensor scale, lut codebooks).  src is f32 host. */
     tops_status (*prepare)(tops__qctx *ctx, const tops_tensor *src, tops_tensor *dst);
     /* Encodes n (1..block) values sharing one scale entry. */
@@ -59,10 +61,17 @@ extern const tops__codec tops__codec_q4_1;
 extern const tops__codec tops__codec_q8_0;
 extern const tops__codec tops__codec_gguf_mxfp4;
 
+/* Decoded value of every code of a dtype of 8 bits or fewer (elem.c;
+   built once, thread-safe): decoders index it instead of branching. */
+const float *tops__elem_table(tops_dtype dt);
+
 /* ---- helpers the codecs share (quantize.c) ---------------------------------- */
 
 /* Gathers n f32 elements of src starting at idx, stepping along dim. */
 void tops__gather_f32(const tops_tensor *src, const int64_t *idx, int dim, int64_t n, float *out);
+/* The same, divided by ctx->divisor: what the codec encodes. */
+void tops__gather_input(const tops__qctx *ctx, const tops_tensor *src, const int64_t *idx, int dim, int64_t n,
+                        float *out);
 
 /* Calls fn(ctx, idx) for every index of t with idx[skip] = 0 (skip = -1:
    every element index; used to walk lines and rows). */

@@ -7,7 +7,25 @@
 #include "formats/elem.h"
 
 #include <float.h>
+#include <pthread.h>
 #include <string.h>
+
+/* ---- decode tables --------------------------------------------------------------- */
+
+static float decode_tables[TOPS_DT_COUNT_][256];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void build_tables(void) {
+    for (int dt = TOPS_DT_NONE + 1; dt < TOPS_DT_COUNT_; dt++) {
+        if (tops_dtype_bits((tops_dtype)dt) > 8) continue;
+        for (uint32_t c = 0; c < 256; c++) decode_tables[dt][c] = tops__decode_elem((tops_dtype)dt, c);
+    }
+}
+
+const float *tops__elem_table(tops_dtype dt) {
+    pthread_once(&tables_once, build_tables);
+    return decode_tables[dt];
+}
 
 /* ---- packed sub-byte rows ------------------------------------------------------- */
 
@@ -132,6 +150,11 @@ static void plain_encode(const tops__qctx *ctx, const float *x, int64_t n, uint3
 static void plain_decode(const tops__qctx *ctx, const uint32_t *codes, int64_t n, uint32_t scale, uint32_t bias,
                          float *out) {
     tops_dtype dt = ctx->info->element;
+    if (ctx->info->element_bits <= 8) {
+        const float *table = tops__elem_table(dt);
+        for (int64_t i = 0; i < n; i++) out[i] = table[codes[i] & 0xFFu];
+        return;
+    }
     for (int64_t i = 0; i < n; i++) out[i] = tops__decode_elem(dt, codes[i]);
 }
 
@@ -161,8 +184,9 @@ static void channel_encode(const tops__qctx *ctx, const float *x, int64_t n, uin
 static void channel_decode(const tops__qctx *ctx, const uint32_t *codes, int64_t n, uint32_t scale, uint32_t bias,
                            float *out) {
     tops_dtype dt = ctx->info->element;
+    const float *table = tops__elem_table(dt);
     float s = tops__bits_f32(scale);
-    for (int64_t i = 0; i < n; i++) out[i] = tops__decode_elem(dt, codes[i]) * s;
+    for (int64_t i = 0; i < n; i++) out[i] = table[codes[i] & 0xFFu] * s;
 }
 
 const tops__codec tops__codec_channel = {.encode = channel_encode, .decode = channel_decode};

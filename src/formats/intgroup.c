@@ -44,9 +44,9 @@ static void sym_encode(const tops__qctx *ctx, const float *x, int64_t n, uint32_
 
 static void sym_decode(const tops__qctx *ctx, const uint32_t *codes, int64_t n, uint32_t scale, uint32_t bias,
                        float *out) {
-    int bits = ctx->info->element_bits;
+    const float *table = tops__elem_table(ctx->info->element);
     float s = tops__decode_elem(ctx->scale_dtype, scale);
-    for (int64_t i = 0; i < n; i++) out[i] = (float)tops__sext(codes[i], bits) * s;
+    for (int64_t i = 0; i < n; i++) out[i] = table[codes[i] & 0xFFu] * s;
 }
 
 const tops__codec tops__codec_intgroup = {.encode = sym_encode, .decode = sym_decode};

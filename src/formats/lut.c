@@ -4,7 +4,8 @@
    quantile midpoints of the sorted values, and each iteration moves every
    centroid to the mean of the values nearer to it than to its neighbours
    (prefix sums over the sorted values make an iteration O(16 log n)).
-   Deterministic: no random starts.  Entries are stored as f16 and each
+   Deterministic: no random starts (a per-tensor codebook of more than 2^20
+   values is fitted on every k-th value).  Entries are stored as f16 and each
    element takes the nearest stored entry (the lowest index on ties);
    NaN takes index 0, +-Inf the largest / smallest entry. */
 #include "formats/codec_impl.h"
@@ -15,9 +16,27 @@
 
 #define LUT_N 16
 
-static int cmp_float(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
+/* Sorts m finite floats ascending: an LSD radix sort (3 passes of 11 bits)
+   on order-preserving integer keys; scratch holds 2m keys. */
+static void sort_floats(float *v, int64_t m, uint32_t *scratch) {
+    uint32_t *a = scratch, *b = scratch + m;
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t x = tops__f32_bits(v[i]);
+        a[i] = x & 0x80000000u ? ~x : x | 0x80000000u;
+    }
+    for (int shift = 0; shift < 33; shift += 11) {
+        int64_t count[2048 + 1] = {0};
+        for (int64_t i = 0; i < m; i++) count[((a[i] >> shift) & 2047u) + 1]++;
+        for (int k = 0; k < 2048; k++) count[k + 1] += count[k];
+        for (int64_t i = 0; i < m; i++) b[count[(a[i] >> shift) & 2047u]++] = a[i];
+        uint32_t *t = a;
+        a = b;
+        b = t;
+    }
+    for (int64_t i = 0; i < m; i++) {
+        uint32_t k = a[i];
+        v[i] = tops__bits_f32(k & 0x80000000u ? k & 0x7fffffffu : ~k);
+    }
 }
 
 /* First index in v[0..n) with v[i] >= t (v sorted). */
@@ -42,7 +61,7 @@ static void fit_codebook(float *v, int64_t n, double *prefix, int iterations, ui
         for (int j = 0; j < LUT_N; j++) out[j] = 0;
         return;
     }
-    qsort(v, (size_t)m, sizeof *v, cmp_float);
+    sort_floats(v, m, (uint32_t *)prefix); /* prefix has room for 2(n + 1) keys */
     prefix[0] = 0.0;
     for (int64_t i = 0; i < m; i++) prefix[i + 1] = prefix[i] + v[i];
     for (int j = 0; j < LUT_N; j++) c[j] = v[((2 * (int64_t)j + 1) * m) / (2 * LUT_N)];
@@ -58,20 +77,27 @@ static void fit_codebook(float *v, int64_t n, double *prefix, int iterations, ui
     for (int j = 0; j < LUT_N; j++) out[j] = (uint16_t)tops__encode_elem(TOPS_DT_F16, (float)c[j], 1);
 }
 
+/* A per-tensor codebook is fitted on at most this many values: every
+   stride-th element in memory order (deterministic) of a larger tensor. */
+#define FIT_MAX_VALUES ((int64_t)1 << 20)
+
 typedef struct fit_walk {
+    const tops__qctx *ctx;
     const tops_tensor *src;
     tops_tensor *dst;
-    float *vals;
+    float *vals, *row;
     double *prefix;
-    int64_t filled;
+    int64_t filled, seen, stride;
     int iterations;
 } fit_walk;
 
 static tops_status gather_row(void *user, const int64_t *idx) {
     fit_walk *w = user;
     int last = w->src->rank - 1;
-    tops__gather_f32(w->src, idx, last, w->src->extent[last], w->vals + w->filled);
-    w->filled += w->src->extent[last];
+    int64_t n = w->src->extent[last];
+    tops__gather_input(w->ctx, w->src, idx, last, n, w->row);
+    for (int64_t k = 0; k < n; k++, w->seen++)
+        if (w->seen % w->stride == 0) w->vals[w->filled++] = w->row[k];
     return TOPS_OK;
 }
 
@@ -79,18 +105,21 @@ static tops_status fit_row(void *user, const int64_t *idx) {
     fit_walk *w = user;
     int last = w->src->rank - 1;
     int64_t n = w->src->extent[last];
-    tops__gather_f32(w->src, idx, last, n, w->vals);
+    tops__gather_input(w->ctx, w->src, idx, last, n, w->vals);
     fit_codebook(w->vals, n, w->prefix, w->iterations, tops__codebook_at(w->dst, idx));
     return TOPS_OK;
 }
 
 static tops_status lut_prepare(tops__qctx *ctx, const tops_tensor *src, tops_tensor *dst) {
     int per_row = ctx->info->codebook == 2, last = src->rank - 1;
-    int64_t n = per_row ? src->extent[last] : tops_tensor_numel(src);
-    fit_walk w = {src, dst, malloc((size_t)n * sizeof(float)), malloc((size_t)(n + 1) * sizeof(double)), 0,
-                  ctx->lut_iterations};
-    if (!w.vals || !w.prefix) {
+    int64_t row = src->extent[last], numel = tops_tensor_numel(src);
+    int64_t stride = per_row || numel <= FIT_MAX_VALUES ? 1 : tops__ceil_div(numel, FIT_MAX_VALUES);
+    int64_t n = per_row ? row : tops__ceil_div(numel, stride);
+    fit_walk w = {ctx, src, dst, malloc((size_t)n * sizeof(float)), malloc((size_t)row * sizeof(float)),
+                  malloc((size_t)(n + 1) * sizeof(double)), 0, 0, stride, ctx->lut_iterations};
+    if (!w.vals || !w.row || !w.prefix) {
         free(w.vals);
+        free(w.row);
         free(w.prefix);
         return tops__fail(TOPS_OUT_OF_MEMORY, "tops_quantize", "could not allocate %lld values to fit a codebook",
                           (long long)n);
@@ -100,9 +129,10 @@ static tops_status lut_prepare(tops__qctx *ctx, const tops_tensor *src, tops_ten
     } else {
         tops__for_each_index(src->extent, src->rank, last, gather_row, &w);
         int64_t zero[TOPS_MAX_RANK] = {0};
-        fit_codebook(w.vals, n, w.prefix, w.iterations, tops__codebook_at(dst, zero));
+        fit_codebook(w.vals, w.filled, w.prefix, w.iterations, tops__codebook_at(dst, zero));
     }
     free(w.vals);
+    free(w.row);
     free(w.prefix);
     return TOPS_OK;
 }

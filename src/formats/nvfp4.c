@@ -67,8 +67,9 @@ static void nvfp4_encode(const tops__qctx *ctx, const float *x, int64_t n, uint3
 
 static void nvfp4_decode(const tops__qctx *ctx, const uint32_t *codes, int64_t n, uint32_t scale, uint32_t bias,
                          float *out) {
+    const float *table = tops__elem_table(TOPS_DT_E2M1);
     float s = tops__ue4m3_to_f32(scale), s_enc = ctx->tensor_scale;
-    for (int64_t i = 0; i < n; i++) out[i] = tops__e2m1_to_f32(codes[i]) * s / s_enc;
+    for (int64_t i = 0; i < n; i++) out[i] = table[codes[i] & 0xFu] * s / s_enc;
 }
 
 const tops__codec tops__codec_nvfp4 = {.prepare = nvfp4_prepare, .encode = nvfp4_encode, .decode = nvfp4_decode};

@@ -128,6 +128,13 @@ void tops__gather_f32(const tops_tensor *src, const int64_t *idx, int dim, int64
     for (int64_t k = 0; k < n; k++) out[k] = base[off + k * step];
 }
 
+void tops__gather_input(const tops__qctx *ctx, const tops_tensor *src, const int64_t *idx, int dim, int64_t n,
+                        float *out) {
+    tops__gather_f32(src, idx, dim, n, out);
+    if (ctx->divisor != 1.0f)
+        for (int64_t k = 0; k < n; k++) out[k] /= ctx->divisor;
+}
+
 /* Odometer over every index with idx[skip] = 0; returns 0 after the last. */
 static int next_index(int64_t *idx, const int64_t *extent, int rank, int skip) {
     for (int d = rank - 1; d >= 0; d--) {
@@ -147,14 +154,13 @@ tops_status tops__for_each_index(const int64_t *extent, int rank, int skip, tops
     return TOPS_OK;
 }
 
-const tops__codec *tops__codec_get(tops_format_id id);
-
 static void init_ctx(tops__qctx *ctx, const tops_tensor *t) {
     memset(ctx, 0, sizeof *ctx);
     ctx->format = t->format;
     ctx->info = tops_format_get_info(t->format.id);
     ctx->scale_dtype = t->scales.data ? t->scales.dtype : TOPS_DT_NONE;
     ctx->tensor_scale = t->tensor_scale;
+    ctx->divisor = 1.0f;
 }
 
 /* ---- decoding ---------------------------------------------------------------------- */
@@ -171,7 +177,19 @@ static void decode_segment(const tops_tensor *t, const tops__codec *c, tops__qct
         const uint8_t *base = (const uint8_t *)t->data;
         uint64_t pos = code_bitpos(t, idx, ctx->info->element_bits);
         uint64_t step = (uint64_t)t->stride[dim] * (uint64_t)ctx->info->element_bits;
-        for (int64_t k = 0; k < n; k++) codes[k] = load_code(base, pos + (uint64_t)k * step, ctx->info->element_bits);
+        int bits = ctx->info->element_bits;
+        if (t->stride[dim] == 1 && bits == 8) {
+            const uint8_t *p = base + (pos >> 3);
+            for (int64_t k = 0; k < n; k++) codes[k] = p[k];
+        } else if (t->stride[dim] == 1 && bits == 4) {
+            uint64_t first = pos >> 2; /* nibble index */
+            for (int64_t k = 0; k < n; k++) {
+                uint64_t e = first + (uint64_t)k;
+                codes[k] = (uint32_t)(base[e >> 1] >> ((e & 1) * 4)) & 0xFu;
+            }
+        } else {
+            for (int64_t k = 0; k < n; k++) codes[k] = load_code(base, pos + (uint64_t)k * step, bits);
+        }
         uint32_t s = t->scales.data ? load_entry(&t->scales, t->rank, idx) : 0u;
         uint32_t b = t->bias.data ? load_entry(&t->bias, t->rank, idx) : 0u;
         if (t->codebook.data) ctx->codebook = tops__codebook_at(t, idx);
@@ -289,6 +307,7 @@ tops_status tops_quantize(const tops_tensor *src, tops_tensor *dst, const tops_q
     tops__qctx ctx;
     init_ctx(&ctx, dst);
     ctx.lut_iterations = opts && opts->lut_iterations > 0 ? opts->lut_iterations : 8;
+    ctx.divisor = ctx.info->has_tensor_scale ? 1.0f : dst->tensor_scale;
     int bd = block_dim(dst);
     int64_t L = dst->extent[bd], G = block_len(dst, c, bd);
     float *line = malloc((size_t)L * sizeof(float));
@@ -306,12 +325,9 @@ tops_status tops_quantize(const tops_tensor *src, tops_tensor *dst, const tops_q
             return st;
         }
     }
-    float inv_ts = ctx.info->has_tensor_scale || dst->tensor_scale == 1.0f ? 1.0f : dst->tensor_scale;
     int64_t idx[TOPS_MAX_RANK] = {0};
     do {
-        tops__gather_f32(src, idx, bd, L, line);
-        if (inv_ts != 1.0f)
-            for (int64_t k = 0; k < L; k++) line[k] /= inv_ts;
+        tops__gather_input(&ctx, src, idx, bd, L, line);
         if (dst->codebook.data) ctx.codebook = tops__codebook_at(dst, idx);
         int64_t bidx[TOPS_MAX_RANK];
         memcpy(bidx, idx, sizeof bidx);
@@ -375,6 +391,10 @@ tops_status tops_dequantize(const tops_tensor *src, tops_tensor *dst) {
             decode_run(src, c, &ctx, j, bd, n, buf, 1);
             uint64_t pos = code_bitpos(dst, j, obits);
             uint64_t step = (uint64_t)dst->stride[bd] * (uint64_t)obits;
+            if (odt == TOPS_DT_F32 && dst->stride[bd] == 1) {
+                memcpy((uint8_t *)dst->data + (pos >> 3), buf, (size_t)n * sizeof(float));
+                continue;
+            }
             for (int64_t k = 0; k < n; k++)
                 store_code((uint8_t *)dst->data, pos + (uint64_t)k * step, obits, tops__encode_elem(odt, buf[k], 0));
         }

@@ -2,15 +2,15 @@
 of FORMATS.md (ml_dtypes for the element casts): OCP MX, NVFP4, symmetric
 and affine int groups, fp8 channels, plain formats and ggml's reference
 quantizers.  Planes are compared byte for byte, decodes bit for bit."""
-import warnings
-
 import ml_dtypes as md
 import numpy as np
 import pytest
 
 import tops
+from tops import rng  # noqa: F401  (the seeded generator fixture)
 
-warnings.filterwarnings("ignore", category=RuntimeWarning)
+# numpy warns about the NaN / Inf blocks these tests make on purpose.
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 ELEM = {"e4m3": md.float8_e4m3fn, "e5m2": md.float8_e5m2, "e2m3": md.float6_e2m3fn, "e3m2": md.float6_e3m2fn,
         "e2m1": md.float4_e2m1fn}
@@ -269,7 +269,11 @@ def ggml_mxfp4(xb):
     n = xb.shape[0]
     out = np.zeros((n, 17), np.uint8)
     amax = np.abs(xb).max(axis=1)
-    e = np.where(amax > 0, np.frexp(np.where(amax > 0, amax, 1))[1] - 1 - 2 + 127, 0).astype(np.uint8)
+    # ggml takes floorf(log2f(amax)): log2 rounded to f32 (a correctly
+    # rounded log2f), so amax just below 2^k (k >= 4) counts as 2^k.
+    with np.errstate(divide="ignore"):
+        lg = np.floor(np.log2(amax.astype(np.float64)).astype(np.float32))
+    e = np.where(amax > 0, lg - 2 + 127, 0).astype(np.uint8)
     d = np.exp2(e.astype(np.float64) - 128).astype(np.float32)
     err = np.abs((KV_MXFP4[None, None, :] * d[:, None, None]).astype(np.float32) - xb[:, :, None])
     qv = np.argmin(err, axis=2).astype(np.uint8)  # first minimum, like ggml's strict <
@@ -302,6 +306,8 @@ def test_gguf_blocks_are_byte_exact_with_ggml(fmt, rng):
     x = make_data(rng, rows=64, k=256, nonfinite=False, binades=4)
     x[0, :32] = 0
     x[1, :32] = 7.0  # constant block: q4_1's d = 0
+    x[2, :32] = np.clip(x[2, :32], -15, 15)
+    x[2, 5] = np.nextafter(np.float32(16), np.float32(0))  # log2f rounds up to 4
     q = tops.quantize(x, fmt)
     want = fn(x.reshape(-1, 32))
     np.testing.assert_array_equal(q.data().reshape(-1, nbytes), want)
@@ -369,3 +375,37 @@ def test_quant_error_report(rng):
     assert st.cos_sim == pytest.approx(a64 @ b64 / np.linalg.norm(a64) / np.linalg.norm(b64), rel=1e-9)
     assert st.max_abs == pytest.approx(np.abs(e).max(), rel=1e-12)
     assert st.snr_db == pytest.approx(10 * np.log10((a64 @ a64) / (e @ e)), rel=1e-9)
+
+
+def lloyd_codebook(v, iterations):
+    """The documented fit: quantile-midpoint start, Lloyd steps on sorted values."""
+    v = np.sort(v[np.isfinite(v)]).astype(np.float64)
+    m = v.size
+    prefix = np.concatenate([[0.0], np.cumsum(v)])
+    c = v[((2 * np.arange(16) + 1) * m) // 32].copy()
+    for _ in range(iterations):
+        lo = 0
+        for j in range(16):
+            hi = m if j == 15 else int(np.searchsorted(v, 0.5 * (c[j] + c[j + 1]), "left"))
+            hi = max(hi, lo)
+            if hi > lo:
+                c[j] = (prefix[hi] - prefix[lo]) / (hi - lo)
+            lo = hi
+    return c.astype(np.float32).astype(np.float16)
+
+
+@pytest.mark.parametrize("fmt", ["lut4", "lut4-row"])
+def test_lut_codebooks_follow_the_lloyd_rule(fmt, rng):
+    x = (rng.standard_normal((4, 300)) * rng.uniform(0.1, 10, (4, 1))).astype(np.float32)
+    x[2, 7] = np.nan
+    q = tops.quantize(x, fmt, lut_iterations=5)
+    cb = q.codebook().reshape(-1, 16)
+    rows = [x.reshape(-1)] if fmt == "lut4" else list(x)
+    for r, want in enumerate(rows):
+        np.testing.assert_array_equal(cb[r].view(np.uint16), lloyd_codebook(want, 5).view(np.uint16))
+    # Each element takes the nearest stored entry (the first on ties); NaN takes 0.
+    entries = cb.astype(np.float32)
+    book = np.repeat(entries, 1 if fmt == "lut4-row" else 4, axis=0)
+    dist = np.abs(x[:, :, None] - book[:, None, :])
+    want_idx = np.where(np.isnan(x), 0, np.argmin(np.nan_to_num(dist, nan=0), axis=2))
+    np.testing.assert_array_equal(data_codes(q, 4, 300, 4), want_idx)

@@ -4,6 +4,7 @@ import ctypes
 import os
 
 import numpy as np
+import pytest
 
 LIB = ctypes.CDLL(os.environ.get("TOPS_LIB", os.path.join(os.path.dirname(__file__), "../../build/libtensorops.so")))
 LIB.tops_last_error.restype = ctypes.c_char_p
@@ -180,3 +181,12 @@ def dequantize(q):
 class QuantError(ctypes.Structure):
     _fields_ = [("rel_l2", ctypes.c_double), ("cos_sim", ctypes.c_double), ("max_abs", ctypes.c_double),
                 ("snr_db", ctypes.c_double)]
+
+
+@pytest.fixture
+def rng(request):
+    """A numpy generator with a fresh seed, printed (TOPS_TEST_SEED replays it)."""
+    env = os.environ.get("TOPS_TEST_SEED")
+    seed = int(env, 0) if env else int.from_bytes(os.urandom(4), "little")
+    print(f"{request.node.name}: seed {seed} (TOPS_TEST_SEED to replay)")
+    return np.random.default_rng(seed)

@@ -215,6 +215,67 @@ static void test_blocks_along_columns(void) {
     }
 }
 
+/* Blocks along an outer dimension of a rank-3 tensor, and slices of
+   quantized tensors, decode like the whole. */
+static void test_outer_blocks_and_slices(void) {
+    th_rng rng = th_seed();
+    enum { D0 = 40, D1 = 3, D2 = 5 };
+    static float x[D0 * D1 * D2], full[D0 * D1 * D2], rect[D1 * D2];
+    static uint8_t data[D0 * D1 * D2], scales[D0 * D1 * D2 * 2];
+    for (int i = 0; i < D0 * D1 * D2; i++) x[i] = gauss(&rng);
+    tops_tensor_desc d;
+    memset(&d, 0, sizeof d);
+    d.format = fmt("int4-g32");
+    d.rank = 3;
+    d.extent[0] = D0;
+    d.extent[1] = D1;
+    d.extent[2] = D2;
+    d.data = data;
+    d.scales.data = scales;
+    d.scales.block[0] = 32;
+    d.scales.block[1] = d.scales.block[2] = 1;
+    tops_tensor q;
+    ASSERT_OK(tops_tensor_view(&d, &q));
+    int64_t e[3] = {D0, D1, D2};
+    tops_tensor src = f32_view(x, 3, e, NULL), out = f32_view(full, 3, e, NULL);
+    ASSERT_OK(tops_quantize(&src, &q, NULL));
+    ASSERT_OK(tops_dequantize(&q, &out));
+    ASSERT_TRUE(rel_l2(x, full, D0 * D1 * D2) < 0.2);
+    for (int64_t o = 0; o < D0; o += 13) {
+        tops__decode_rect(&q, &o, 1, 2, 1, 4, rect, 4);
+        for (int i = 0; i < 2; i++)
+            for (int j = 0; j < 4; j++)
+                if (tops__f32_bits(rect[i * 4 + j]) != tops__f32_bits(full[(o * D1 + 1 + i) * D2 + 1 + j]))
+                    TH_FAIL_AT("outer blocks: o=%lld (%d, %d)", (long long)o, i, j);
+    }
+    /* Slices of row-blocked formats, then a rectangle inside the slice. */
+    const char *names[] = {"int4-g32", "q4_0", "lut4-row", "mxfp6", "int4-g32-affine", "e4m3-ch", "nvfp4"};
+    enum { R = 9, C = 100 };
+    static float a[R * C], whole[R * C], part[R * C];
+    for (int i = 0; i < R * C; i++) a[i] = gauss(&rng);
+    int64_t e2[2] = {R, C};
+    tops_tensor sa = f32_view(a, 2, e2, NULL), sw = f32_view(whole, 2, e2, NULL);
+    for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+        tops_tensor w, s;
+        ASSERT_OK(tops_tensor_create(fmt(names[f]), 2, e2, (tops_memory){0, 0}, &w));
+        ASSERT_OK(tops_quantize(&sa, &w, NULL));
+        ASSERT_OK(tops_dequantize(&w, &sw));
+        int per_row = !strcmp(names[f], "e4m3-ch");
+        int64_t start[2] = {2, per_row ? 0 : 32}, stop[2] = {7, C};
+        ASSERT_OK(tops_tensor_slice(&w, start, stop, &s));
+        int64_t nr = stop[0] - start[0], nc = stop[1] - start[1];
+        tops__decode_rect(&s, NULL, 1, nr - 1, 3, nc - 3, part, nc - 3);
+        for (int64_t i = 0; i < nr - 1; i++)
+            for (int64_t j = 0; j < nc - 3; j++)
+                if (tops__f32_bits(part[i * (nc - 3) + j]) != tops__f32_bits(whole[(start[0] + 1 + i) * C + start[1] + 3 + j])) {
+                    TH_FAIL_AT("%s slice rect (%lld, %lld)", names[f], (long long)i, (long long)j);
+                    i = nr;
+                    break;
+                }
+        tops_tensor_destroy(&w);
+    }
+}
+
 /* A strided (transposed) source quantizes like its contiguous copy. */
 static void test_strided_source(void) {
     th_rng rng = th_seed();
@@ -353,6 +414,49 @@ static void test_nan_blocks_stay_local(void) {
     }
 }
 
+/* For every format but nvfp4, tensor_scale multiplies each decoded value
+   (and quantize divides by it first). */
+static void test_tensor_scale_multiplier(void) {
+    th_rng rng = th_seed();
+    static float x[3 * 45], x3[3 * 45], y[3 * 45], y3[3 * 45];
+    for (int i = 0; i < 3 * 45; i++) {
+        x[i] = gauss(&rng);
+        x3[i] = x[i] / 3.0f;
+    }
+    int64_t e[2] = {3, 45};
+    tops_tensor src = f32_view(x, 2, e, NULL), src3 = f32_view(x3, 2, e, NULL);
+    const char *names[] = {"int8-g32", "mxfp4", "e4m3", "q4_0", "lut4-row", "int4-g32-affine"};
+    for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+        tops_tensor owned, scaled, plain;
+        ASSERT_OK(tops_tensor_create(fmt(names[f]), 2, e, (tops_memory){0, 0}, &owned));
+        tops_tensor_desc d;
+        memset(&d, 0, sizeof d);
+        d.format = owned.format;
+        d.rank = 2;
+        d.extent[0] = 3;
+        d.extent[1] = 45;
+        d.data = owned.data;
+        d.scales = owned.scales;
+        d.bias = owned.bias;
+        d.codebook = owned.codebook;
+        d.tensor_scale = 3.0f;
+        ASSERT_OK(tops_tensor_view(&d, &scaled));
+        ASSERT_OK(tops_quantize(&src, &scaled, NULL));
+        tops_tensor out = f32_view(y, 2, e, NULL), out3 = f32_view(y3, 2, e, NULL);
+        ASSERT_OK(tops_dequantize(&scaled, &out));
+        ASSERT_OK(tops_tensor_create(fmt(names[f]), 2, e, (tops_memory){0, 0}, &plain));
+        ASSERT_OK(tops_quantize(&src3, &plain, NULL));
+        ASSERT_OK(tops_dequantize(&plain, &out3));
+        for (int i = 0; i < 3 * 45; i++)
+            if (tops__f32_bits(y[i]) != tops__f32_bits(y3[i] * 3.0f)) {
+                TH_FAIL_AT("%s tensor_scale: [%d] %g vs %g", names[f], i, (double)y[i], (double)(y3[i] * 3.0f));
+                break;
+            }
+        tops_tensor_destroy(&plain);
+        tops_tensor_destroy(&owned);
+    }
+}
+
 static void test_quant_error(void) {
     float a[2] = {1.0f, 0.0f}, b[2] = {0.5f, 0.0f}, z[2] = {0, 0};
     tops_quant_error_stats s;
@@ -426,10 +530,12 @@ int main(void) {
     RUN_TEST(test_round_trips);
     RUN_TEST(test_decode_rect_matches_dequantize);
     RUN_TEST(test_blocks_along_columns);
+    RUN_TEST(test_outer_blocks_and_slices);
     RUN_TEST(test_strided_source);
     RUN_TEST(test_gguf_bytes_by_hand);
     RUN_TEST(test_block_planes_by_hand);
     RUN_TEST(test_nan_blocks_stay_local);
+    RUN_TEST(test_tensor_scale_multiplier);
     RUN_TEST(test_quant_error);
     RUN_TEST(test_bad_inputs);
     TEST_MAIN_END();
