@@ -16,7 +16,8 @@ all: build
 
 help:
 	@echo "make            build build/libtensorops.{a,so} and build/tensorops"
-	@echo "make run        build (release), then tensorops info on built-in defaults"
+	@echo "make run        build (release), then tensorops info, validate --quick and bench"
+	@echo "                (the A/B table; bench/out/latest.json and latest.svg)"
 	@echo "make test       every test: C unit, CLI, install/example and Python oracle tests"
 	@echo "make test-sanitize   the C and CLI tests under ASan + UBSan"
 	@echo "make install PREFIX=DIR"
@@ -35,8 +36,19 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# The main job: the machine, the validation ladder, then the A/B table over
+# the default suite (f32, f16, int8-g32, int4-g32, q4_0, mxfp4, nvfp4 at
+# K=4096, N=12288, M=1,16,128).  The bench runs even if a ladder row fails
+# (its figures are still worth seeing); either failing fails the target.
 run: build
 	$(BUILD)/tensorops info
+	@mkdir -p bench/out
+	@status=0; \
+	echo "$(BUILD)/tensorops validate --quick"; \
+	$(BUILD)/tensorops validate --quick || status=1; \
+	echo "$(BUILD)/tensorops bench --json bench/out/latest.json --plot bench/out/latest.svg"; \
+	$(BUILD)/tensorops bench --json bench/out/latest.json --plot bench/out/latest.svg || status=1; \
+	exit $$status
 
 test: deps-python build
 	@cmake -S . -B $(BUILD) >/dev/null   # picks up the venv for the Python tests
@@ -55,6 +67,7 @@ test-sanitize: deps
 # The readers' libFuzzer targets: every library source instrumented for
 # coverage, ASan and UBSan; TOPS_ASSERT stays on (no NDEBUG).
 fuzz: deps
+	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: $(FUZZ_CC) is missing (Debian: apt-get install clang)" >&2; exit 1; }
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \

@@ -60,10 +60,10 @@ void tops_bench_row_derive(tops_bench_row *row, double flops, double weight_byte
 /* ---- roofline (bench/roofline.c) ---------------------------------------- */
 
 /* Measures the three ceilings with `threads` threads at the kernel level
-   the library uses (tops_cpu_get_info).  llc_bytes sizes the streamed
-   buffer (4x, at least 64 MiB); the buffer is capped at a quarter of the
-   available memory (read_capped then says so). */
-tops_status tops_bench_measure_roofline(int threads, tops_bench_roofline *out);
+   the library uses (tops_cpu_get_info).  read_bytes sizes the streamed
+   buffer; 0 = 4x the last-level cache (at least 64 MiB), capped at a
+   quarter of the available memory (read_capped then says so). */
+tops_status tops_bench_measure_roofline(int threads, size_t read_bytes, tops_bench_roofline *out);
 
 /* The pieces, exposed for tests: a streaming read of `bytes` (returns a sum
    so the reads cannot be dropped), and register-only loops returning the
@@ -141,6 +141,7 @@ typedef struct tops_bench_config {
     char isa[24];                /* --isa, "" = the library's choice */
     const char *json_path, *plot_path;
     int progress;                /* progress line on stderr */
+    double rotate_bytes;         /* weight bytes touched per rotation; 0 = 2x the LLC */
     void *op_options;            /* a runner's own options (parse_option fills it) */
 } tops_bench_config;
 
@@ -175,7 +176,8 @@ struct tops_bench_session {
     int case_index, case_count; /* for the progress line */
 };
 
-/* The CPU roofline, measured on the first call of a session. */
+/* The CPU roofline, measured on the first call of a session (a caller
+   may preset s->roof and s->have_roof, as the tests do). */
 tops_status tops_bench_session_roofline(tops_bench_session *s, const tops_bench_roofline **out);
 /* The progress line on stderr ("[3/21] int4-g32 M=16: timing"); a NULL
    fmt clears it.  The _detail form updates a terminal only (no log spam). */

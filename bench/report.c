@@ -326,7 +326,7 @@ tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows) 
                    (long long)rows->v[i].m);
     }
     svg_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s (log scale)</text>\n", (PLOT_L + PLOT_R) / 2,
-               PLOT_B + 44, strcmp(r0->op, "attention") == 0 ? "query length" : "M (rows of activations)");
+               PLOT_B + 44, strcmp(r0->op, "attention") == 0 ? "query length" : "M, rows of activations");
     svg_printf(&b,
                "<text transform=\"translate(24,%d) rotate(-90)\" text-anchor=\"middle\">median time per call "
                "(seconds, log scale)</text>\n",
@@ -350,10 +350,19 @@ tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows) 
     ly += 8;
     svg_printf(&b,
                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\" stroke-width=\"2.5\" "
-               "stroke-dasharray=\"9,5\"/>\n<text x=\"%d\" y=\"%d\">baseline (",
+               "stroke-dasharray=\"9,5\"/>\n<text x=\"%d\" y=\"%d\">baseline</text>\n",
                PLOT_R + 20, ly, PLOT_R + 44, ly, PLOT_R + 50, ly + 4);
-    svg_text(&b, r0->baseline);
-    svg_printf(&b, ")</text>\n");
+    /* each distinct baseline (sgemv at M=1, sgemm above) on its own line */
+    for (size_t i = 0; i < rows->n; i++) {
+        int dup = 0;
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(rows->v[j].baseline, rows->v[i].baseline) == 0) dup = 1;
+        if (dup) continue;
+        ly += 16;
+        svg_printf(&b, "<text x=\"%d\" y=\"%d\" fill=\"#555\">", PLOT_R + 50, ly + 4);
+        svg_text(&b, rows->v[i].baseline);
+        svg_printf(&b, "</text>\n");
+    }
     ly += 18;
     svg_printf(&b,
                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"gray\" stroke-width=\"1.8\" "

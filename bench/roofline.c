@@ -117,11 +117,11 @@ static int64_t calibrate(peak_loop loop, double seconds) {
 
 typedef uint64_t (*read_loop)(const void *buf, size_t bytes);
 
-static tops_status measure_read(read_loop loop, int threads, tops_bench_roofline *out) {
+static tops_status measure_read(read_loop loop, int threads, size_t read_bytes, tops_bench_roofline *out) {
     static const char fn[] = "tensorops bench (roofline)";
-    int64_t llc = tops_bench_llc_bytes();
-    uint64_t want = (uint64_t)llc * 4;
+    uint64_t want = (uint64_t)tops_bench_llc_bytes() * 4;
     if (want < ((uint64_t)64 << 20)) want = (uint64_t)64 << 20;
+    if (read_bytes) want = read_bytes;
     uint64_t avail = tops_bench_available_memory();
     out->read_capped = 0;
     if (avail && want > avail / 4) {
@@ -130,6 +130,7 @@ static tops_status measure_read(read_loop loop, int threads, tops_bench_roofline
     }
     size_t chunk_align = 4096;
     size_t per_thread = (size_t)(want / (uint64_t)threads) / chunk_align * chunk_align;
+    if (per_thread == 0) per_thread = chunk_align;
     size_t bytes = per_thread * (size_t)threads;
     char *buf = tops__aligned_alloc(bytes);
     if (!buf) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the %zu-byte read buffer", bytes);
@@ -170,7 +171,7 @@ static tops_status measure_read(read_loop loop, int threads, tops_bench_roofline
     return TOPS_OK;
 }
 
-tops_status tops_bench_measure_roofline(int threads, tops_bench_roofline *out) {
+tops_status tops_bench_measure_roofline(int threads, size_t read_bytes, tops_bench_roofline *out) {
     static const char fn[] = "tensorops bench (roofline)";
     if (!out) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "out is NULL");
     if (threads < 1) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "threads is %d; it must be >= 1", threads);
@@ -205,7 +206,7 @@ tops_status tops_bench_measure_roofline(int threads, tops_bench_roofline *out) {
         snprintf(out->int8_kernel, sizeof out->int8_kernel, "avx512-vnni");
     }
 #endif
-    tops_status st = measure_read(read, threads, out);
+    tops_status st = measure_read(read, threads, read_bytes, out);
     if (st != TOPS_OK) return st;
     out->fma_gflops = measure_peak(fma, threads, calibrate(fma, 0.05)) / 1e9;
     out->int8_gops = measure_peak(dot, threads, calibrate(dot, 0.05)) / 1e9;

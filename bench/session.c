@@ -30,7 +30,7 @@ const tops_bench_runner *tops_bench_runner_at(size_t i) {
 tops_status tops_bench_session_roofline(tops_bench_session *s, const tops_bench_roofline **out) {
     if (!s->have_roof) {
         tops_bench_progress(s, "measuring the roofline (read bandwidth, FMA and i8 peaks)");
-        tops_status st = tops_bench_measure_roofline(s->cfg->threads, &s->roof);
+        tops_status st = tops_bench_measure_roofline(s->cfg->threads, 0, &s->roof);
         if (st != TOPS_OK) return st;
         s->have_roof = 1;
     }

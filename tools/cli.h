@@ -32,7 +32,11 @@ int tops_cmd_info(int argc, char **argv);
 void tops_cmd_info_usage(FILE *out);
 int tops_cmd_bench(int argc, char **argv);
 void tops_cmd_bench_usage(FILE *out);
+int tops_cmd_matmul(int argc, char **argv);
+void tops_cmd_matmul_usage(FILE *out);
 int tops_cmd_validate(int argc, char **argv);
 void tops_cmd_validate_usage(FILE *out);
+int tops_cmd_quantize(int argc, char **argv);
+void tops_cmd_quantize_usage(FILE *out);
 
 #endif

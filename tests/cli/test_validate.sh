@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# tensorops validate: usage errors (exit 2), and the quick ladder: JSON
+# rows with their keys, an exit status that agrees with the rows, the
+# rows every build supports passing, and --isa reaching the kernels.
+set -u
+cli=$1
+pass=0; fail=0
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+check() {
+  local name=$1; shift
+  if "$@" >/dev/null 2>&1; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name"; fi
+}
+expect_rc() {
+  local name=$1 want=$2; shift 2
+  "$@" >/dev/null 2>&1; local rc=$?
+  if [ "$rc" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name (rc $rc, want $want)"; fi
+}
+
+check "validate --help names the rows" bash -c "'$cli' validate --help | grep -q 'M1b'"
+expect_rc "unknown flag exits 2" 2 "$cli" validate --frob
+expect_rc "unknown isa exits 2" 2 "$cli" validate --isa avx3000
+expect_rc "--isa without a value exits 2" 2 "$cli" validate --isa
+other=neon; [ "$(uname -m)" = aarch64 ] && other=avx2
+expect_rc "an isa this machine lacks exits 1" 1 "$cli" validate --quick --isa $other
+
+# A subset of the quick ladder keeps this test short under the sanitizers
+# (make run runs the whole quick ladder).
+rows="M0,M1a,M1b,M2,f32,bf16-dest,mxfp4,nvfp4,q4_0,lut4,R-int4-g32"
+expect_rc "--only with an unknown row exits 2" 2 "$cli" validate --quick --only M0,M9
+"$cli" validate --quick --json --only "$rows" >"$tmp/v.json" 2>"$tmp/err.txt"; rc=$?
+check "quick --json exits 0 or 1" test $rc -le 1
+check "JSON rows agree with the exit status; M0 and f32 pass" python3 - "$tmp/v.json" $rc <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1])); rc = int(sys.argv[2])
+keys = {"row", "format", "left", "dest", "relaxed", "m", "k", "n", "path", "cos_sim", "rel_l2", "max_abs",
+        "snr_db", "bound", "pass", "error"}
+assert rows and all(set(r) == keys for r in rows)
+assert {r["row"] for r in rows} == set("M0,M1a,M1b,M2,f32,bf16-dest,mxfp4,nvfp4,q4_0,lut4,R-int4-g32".split(","))
+assert any(r["relaxed"] for r in rows)
+assert {(r["m"], r["k"], r["n"]) for r in rows} >= {(1, 4095, 31), (7, 4095, 1), (33, 4095, 31)}
+for r in rows:
+    if r["pass"]:
+        assert r["rel_l2"] <= r["bound"] and not r["error"]
+    else:
+        assert r["error"] or r["rel_l2"] is None or r["rel_l2"] > r["bound"]
+# f16 and f32 weights run on every build since the first matmul
+for r in rows:
+    if r["row"] in ("M0", "f32"):
+        assert r["pass"], r
+assert (rc == 1) == any(not r["pass"] for r in rows)
+PY
+"$cli" validate --quick --only "$rows" >"$tmp/v.txt" 2>&1; rc2=$?
+check "table and JSON give the same status" test $rc = $rc2
+check "table prints a verdict" grep -Eq "^(ok|FAILED): [0-9]+ row" "$tmp/v.txt"
+check "--isa ref runs the reference kernels" bash -c \
+  "'$cli' validate --quick --isa ref --json --only M0 | python3 -c 'import json,sys; r=[x for x in json.load(sys.stdin) if x[\"row\"]==\"M0\"]; assert r and all(\"ref\" in x[\"path\"] and x[\"pass\"] for x in r)'"
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]

@@ -1,0 +1,186 @@
+/* tensorops matmul: one tops_matmul2d from files, for trying a format on
+   one's own matrices: LEFT.npy x RIGHT (a .npy, quantized here with
+   --format, or a .safetensors written by `tensorops quantize`) -> OUT.npy. */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void tops_cmd_matmul_usage(FILE *out) {
+    fprintf(out,
+            "usage: tensorops matmul LEFT.npy RIGHT.(npy|safetensors) -o OUT.npy [--format F]\n"
+            "                        [--transpose-right] [--relaxed] [--dest f32|f16|bf16]\n\n"
+            "Computes OUT = LEFT x RIGHT with tops_matmul2d (numpy semantics).  LEFT is an f32 or\n"
+            "f16 .npy of shape [M, K] (or [K], one row).  RIGHT is [K, N], or [N, K] with\n"
+            "--transpose-right (the usual weight layout: rows are output channels).\n\n"
+            "  -o OUT.npy         where the result goes\n"
+            "  --format F         quantize a .npy RIGHT to F first (blocks run along its last\n"
+            "                     dimension, so block formats want [N, K] and --transpose-right)\n"
+            "  --transpose-right  RIGHT is stored [N, K]; a .safetensors from `tensorops quantize`\n"
+            "                     is [N, K] and needs it\n"
+            "  --relaxed          allow the relaxed-precision paths\n"
+            "  --dest T           f32 (default), f16 or bf16 (bf16 is written as u16 bit patterns)\n\n"
+            "Exit status: 0 success, 1 a file or the matmul failed, 2 bad usage.\n");
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "tensorops matmul: %s: %s\n", what, tops_last_error());
+    return TOPS_EXIT_FAIL;
+}
+
+/* A .npy RIGHT in f32 (what the quantizers read): f16 files are decoded. */
+static tops_status as_f32(const tops_tensor *in, tops_tensor *out, int *owned) {
+    *owned = 0;
+    if (in->format.id == TOPS_FMT_F32) {
+        *out = *in;
+        return TOPS_OK;
+    }
+    tops_status st = tops_tensor_create(tops_format_of(TOPS_DT_F32), in->rank, in->extent,
+                                        (tops_memory){TOPS_DEVICE_CPU, 0}, out);
+    if (st != TOPS_OK) return st;
+    *owned = 1;
+    st = tops_dequantize(in, out);
+    if (st != TOPS_OK) {
+        tops_tensor_destroy(out);
+        *owned = 0;
+    }
+    return st;
+}
+
+int tops_cmd_matmul(int argc, char **argv) {
+    const tops_cli_command *self = tops_cli_find("matmul");
+    const char *paths[2] = {NULL, NULL}, *out_path = NULL, *format_name = NULL;
+    int npaths = 0, transpose_right = 0, relaxed = 0;
+    tops_dtype dest_dt = TOPS_DT_F32;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strcmp(a, "--transpose-right") == 0) transpose_right = 1;
+        else if (strcmp(a, "--relaxed") == 0) relaxed = 1;
+        else if (strcmp(a, "-o") == 0 || strcmp(a, "--format") == 0 || strcmp(a, "--dest") == 0) {
+            if (i + 1 >= argc) return tops_cli_usage_error(self, "%s needs a value", a);
+            const char *v = argv[++i];
+            if (a[1] == 'o') out_path = v;
+            else if (strcmp(a, "--format") == 0) format_name = v;
+            else if (tops_dtype_from_name(v, &dest_dt) != TOPS_OK ||
+                     (dest_dt != TOPS_DT_F32 && dest_dt != TOPS_DT_F16 && dest_dt != TOPS_DT_BF16))
+                return tops_cli_usage_error(self, "--dest \"%s\": expected f32, f16 or bf16", v);
+        } else if (a[0] == '-' && a[1]) {
+            return tops_cli_usage_error(self, "unknown option \"%s\"", a);
+        } else if (npaths < 2) {
+            paths[npaths++] = a;
+        } else {
+            return tops_cli_usage_error(self, "too many files: \"%s\"", a);
+        }
+    }
+    if (npaths != 2) return tops_cli_usage_error(self, "needs LEFT.npy and RIGHT.npy or RIGHT.safetensors");
+    if (!out_path) return tops_cli_usage_error(self, "needs -o OUT.npy");
+    int right_is_st = ends_with(paths[1], ".safetensors");
+    if (!right_is_st && !ends_with(paths[1], ".npy"))
+        return tops_cli_usage_error(self, "RIGHT \"%s\" must end in .npy or .safetensors", paths[1]);
+    if (!ends_with(paths[0], ".npy")) return tops_cli_usage_error(self, "LEFT \"%s\" must end in .npy", paths[0]);
+    tops_format format;
+    if (format_name) {
+        if (right_is_st)
+            return tops_cli_usage_error(self, "--format quantizes a .npy RIGHT; \"%s\" is already quantized", paths[1]);
+        if (tops_format_from_name(format_name, &format) != TOPS_OK)
+            return tops_cli_usage_error(self, "--format: %s", tops_last_error());
+    }
+
+    int code = TOPS_EXIT_FAIL;
+    tops_tensor left_file, left, right_file, right_f32, right_q, dest;
+    int have_left = 0, have_right = 0, own_f32 = 0, have_q = 0, have_dest = 0;
+    if (tops_npy_load(paths[0], &left_file) != TOPS_OK) {
+        code = fail(paths[0]);
+        goto done;
+    }
+    have_left = 1;
+    left = left_file;
+    if (left_file.rank == 1) {
+        /* one row: view it as [1, K] */
+        tops_tensor_desc d;
+        memset(&d, 0, sizeof d);
+        d.format = left_file.format;
+        d.rank = 2;
+        d.extent[0] = 1;
+        d.extent[1] = left_file.extent[0];
+        d.stride[0] = left_file.extent[0];
+        d.stride[1] = left_file.stride[0];
+        d.data = left_file.data;
+        if (tops_tensor_view(&d, &left) != TOPS_OK) {
+            code = fail(paths[0]);
+            goto done;
+        }
+    } else if (left_file.rank != 2) {
+        fprintf(stderr, "tensorops matmul: %s: LEFT has rank %d; it must be 1 or 2\n", paths[0], left_file.rank);
+        goto done;
+    }
+    tops_status st = right_is_st ? tops_safetensors_load(paths[1], &right_file) : tops_npy_load(paths[1], &right_file);
+    if (st != TOPS_OK) {
+        code = fail(paths[1]);
+        goto done;
+    }
+    have_right = 1;
+    const tops_tensor *right = &right_file;
+    if (right_file.rank != 2) {
+        fprintf(stderr, "tensorops matmul: %s: RIGHT has rank %d; it must be 2\n", paths[1], right_file.rank);
+        goto done;
+    }
+    if (format_name) {
+        if (as_f32(&right_file, &right_f32, &own_f32) != TOPS_OK ||
+            tops_tensor_create(format, 2, right_file.extent, (tops_memory){TOPS_DEVICE_CPU, 0}, &right_q) != TOPS_OK) {
+            code = fail("--format");
+            goto done;
+        }
+        have_q = 1;
+        if (tops_quantize(&right_f32, &right_q, NULL) != TOPS_OK) {
+            code = fail("--format");
+            goto done;
+        }
+        right = &right_q;
+    }
+    int64_t m = left.extent[0], n = transpose_right ? right->extent[0] : right->extent[1];
+    int64_t dext[2] = {m, n};
+    if (tops_tensor_create(tops_format_of(dest_dt), 2, dext, (tops_memory){TOPS_DEVICE_CPU, 0}, &dest) != TOPS_OK) {
+        code = fail("dest");
+        goto done;
+    }
+    have_dest = 1;
+    tops_exec exec = tops_exec_default();
+    tops_matmul2d_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.transpose_right = transpose_right;
+    desc.relaxed_precision = relaxed;
+    desc.mode = TOPS_MULTIPLY;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = tops_matmul2d(&exec, &desc, &left, right, &dest);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (st != TOPS_OK) {
+        code = fail("matmul");
+        goto done;
+    }
+    if (tops_npy_save(out_path, &dest) != TOPS_OK) {
+        code = fail(out_path);
+        goto done;
+    }
+    char fname[64];
+    tops_format_name(right->format, fname, sizeof fname);
+    printf("%s [%lld, %lld] x %s %s [%lld, %lld]%s -> %s [%lld, %lld] %s in %.3f ms\n", paths[0],
+           (long long)left.extent[0], (long long)left.extent[1], paths[1], fname, (long long)right->extent[0],
+           (long long)right->extent[1], transpose_right ? " (transposed)" : "", out_path, (long long)m, (long long)n,
+           tops_dtype_name(dest_dt), ((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec)) * 1e3);
+    code = TOPS_EXIT_OK;
+done:
+    if (have_dest) tops_tensor_destroy(&dest);
+    if (have_q) tops_tensor_destroy(&right_q);
+    if (own_f32) tops_tensor_destroy(&right_f32);
+    if (have_right) tops_tensor_destroy(&right_file);
+    if (have_left) tops_tensor_destroy(&left_file);
+    return code;
+}

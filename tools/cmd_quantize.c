@@ -1,0 +1,275 @@
+/* tensorops quantize: quantize a .npy weight, report the error of its
+   decoded values, write the planes as safetensors, or decode such a file
+   back to .npy. */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* What --format all compares: every family, and the three that answer what
+   power-of-two (e8m0) block scales cost against f16 ones. */
+static const char *const all_formats[] = {
+    "f16",          "bf16",           "e4m3-ch",         "e5m2-ch",        "mxfp8",         "mxfp8-e5m2",
+    "mxint8",       "int8-g32",       "q8_0",            "mxfp6",          "mxfp6-e3m2",    "int4-g32",
+    "int4-g32:e8m0", "int4-g32:bf16", "int4-g64",        "int4-g128",      "int4-g32-affine", "int4-g128-affine",
+    "mxfp4",        "gguf-mxfp4",     "nvfp4",           "q4_0",           "q4_1",          "lut4",
+    "lut4-row",     "int2-g16",       "int2-g32",
+};
+#define ALL_COUNT (sizeof all_formats / sizeof all_formats[0])
+
+void tops_cmd_quantize_usage(FILE *out) {
+    fprintf(out,
+            "usage: tensorops quantize IN.npy --format F [-o OUT.safetensors] [--report] [--json] [--quiet]\n"
+            "       tensorops quantize IN.npy --format all [--json] [--quiet]\n"
+            "       tensorops quantize --dequantize IN.safetensors -o OUT.npy [--dtype f32|f16|bf16]\n\n"
+            "Quantizes a 1-D or 2-D f32/f16 .npy (rows are output channels; blocks run along\n"
+            "the last dimension) and reports the error of the decoded values against the input:\n"
+            "bits per weight, SNR (dB), relative L2 error, cosine similarity, max abs error.\n\n"
+            "  --format F      mxfp8, mxfp6, mxfp4, mxint8, nvfp4, int8-g32, int4-g32,\n"
+            "                  int4-g32:e8m0, int4-g128:bf16, int4-g32-affine, int2-g16, lut4,\n"
+            "                  lut4-row, e4m3-ch, q4_0, q4_1, q8_0, gguf-mxfp4, f16, bf16, ...\n"
+            "                  (docs/formats.md); \"all\" compares them, sorted by bits/weight\n"
+            "  -o PATH         write the quantized planes as safetensors (docs/formats.md)\n"
+            "  --report        print the error report even when writing -o\n"
+            "  --json          one JSON object on stdout instead of text\n"
+            "  --quiet         no progress lines on stderr\n"
+            "  --dequantize    decode a safetensors file written by -o into the .npy given by -o\n"
+            "  --dtype T       the .npy dtype with --dequantize: f32 (default), f16, or bf16\n"
+            "                  (bf16 is written as its u16 bit patterns)\n\n"
+            "Exit status: 0 success, 1 a file or format failed, 2 bad usage.\n");
+}
+
+typedef struct result {
+    const char *name;
+    size_t order; /* position in the list: ties in bits keep it */
+    double bits;
+    tops_quant_error_stats err;
+    double seconds;
+} result;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int fail(const char *what) {
+    fprintf(stderr, "tensorops quantize: %s: %s\n", what, tops_last_error());
+    return TOPS_EXIT_FAIL;
+}
+
+/* Quantizes src (f32) to format f, decodes it and measures the error.  On
+   success the quantized tensor is left in *keep when keep is given. */
+static tops_status evaluate(const tops_tensor *src, tops_format f, const char *name, result *r, tops_tensor *keep) {
+    tops_tensor q, dec;
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    tops_status st = tops_tensor_create(f, src->rank, src->extent, host, &q);
+    if (st != TOPS_OK) return st;
+    double t0 = now_seconds();
+    st = tops_quantize(src, &q, NULL);
+    r->seconds = now_seconds() - t0;
+    if (st == TOPS_OK) {
+        st = tops_tensor_create(tops_format_of(TOPS_DT_F32), src->rank, src->extent, host, &dec);
+        if (st == TOPS_OK) {
+            st = tops_dequantize(&q, &dec);
+            if (st == TOPS_OK) st = tops_quant_error(src->data, dec.data, tops_tensor_numel(src), &r->err);
+            tops_tensor_destroy(&dec);
+        }
+    }
+    r->name = name;
+    r->bits = tops_format_bits_per_weight(f, src->extent[src->rank - 1]);
+    if (st == TOPS_OK && keep) *keep = q;
+    else tops_tensor_destroy(&q);
+    return st;
+}
+
+static int by_bits(const void *a, const void *b) {
+    const result *x = a, *y = b;
+    if (x->bits != y->bits) return x->bits < y->bits ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+static void shape_text(char *buf, size_t cap, const tops_tensor *t) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < t->rank && n < cap; d++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", d ? ", " : "", (long long)t->extent[d]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static void print_text(const char *in, const tops_tensor *t, tops_dtype in_dtype, const result *rs, size_t n) {
+    char shape[64];
+    shape_text(shape, sizeof shape, t);
+    printf("input   %s: %s %s (%lld values)\n", in, tops_dtype_name(in_dtype), shape, (long long)tops_tensor_numel(t));
+    printf("%-18s %8s %9s %11s %11s %11s\n", "format", "bits/w", "SNR dB", "rel-L2", "cos-sim", "max-abs");
+    for (size_t i = 0; i < n; i++)
+        printf("%-18s %8.3f %9.2f %11.4e %11.7f %11.4e\n", rs[i].name, rs[i].bits, rs[i].err.snr_db, rs[i].err.rel_l2,
+               rs[i].err.cos_sim, rs[i].err.max_abs);
+}
+
+static void print_json(const char *in, const tops_tensor *t, tops_dtype in_dtype, const result *rs, size_t n,
+                       const char *out_path, const char *const *failed, size_t nfailed) {
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "input", in);
+    cJSON_AddStringToObject(root, "dtype", tops_dtype_name(in_dtype));
+    cJSON *shape = cJSON_AddArrayToObject(root, "shape");
+    for (int d = 0; d < t->rank; d++) cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->extent[d]));
+    cJSON *arr = cJSON_AddArrayToObject(root, "results");
+    for (size_t i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "format", rs[i].name);
+        cJSON_AddNumberToObject(o, "bits_per_weight", rs[i].bits);
+        /* An exact result has an infinite SNR: JSON has no Inf, so null. */
+        cJSON_AddNumberToObject(o, "snr_db", rs[i].err.snr_db);
+        cJSON_AddNumberToObject(o, "rel_l2", rs[i].err.rel_l2);
+        cJSON_AddNumberToObject(o, "cos_sim", rs[i].err.cos_sim);
+        cJSON_AddNumberToObject(o, "max_abs", rs[i].err.max_abs);
+        cJSON_AddNumberToObject(o, "quantize_seconds", rs[i].seconds);
+        cJSON_AddItemToArray(arr, o);
+    }
+    if (nfailed) {
+        cJSON *f = cJSON_AddArrayToObject(root, "failed");
+        for (size_t i = 0; i < nfailed; i++) cJSON_AddItemToArray(f, cJSON_CreateString(failed[i]));
+    }
+    if (out_path) cJSON_AddStringToObject(root, "output", out_path);
+    char *text = cJSON_PrintUnformatted(root);
+    if (text) printf("%s\n", text);
+    cJSON_free(text);
+    cJSON_Delete(root);
+}
+
+/* Reads the input as f32, whatever .npy dtype it had. */
+static int load_input(const char *path, tops_tensor *f32, tops_dtype *in_dtype) {
+    tops_tensor raw;
+    if (tops_npy_load(path, &raw) != TOPS_OK) return fail(path);
+    if (raw.rank > 2) {
+        fprintf(stderr, "tensorops quantize: %s is %d-D; quantize reads 1-D or 2-D arrays\n", path, raw.rank);
+        tops_tensor_destroy(&raw);
+        return TOPS_EXIT_FAIL;
+    }
+    *in_dtype = raw.format.id == TOPS_FMT_F16 ? TOPS_DT_F16 : TOPS_DT_F32;
+    if (raw.format.id == TOPS_FMT_F32) {
+        *f32 = raw;
+        return TOPS_EXIT_OK;
+    }
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    tops_status st = tops_tensor_create(tops_format_of(TOPS_DT_F32), raw.rank, raw.extent, host, f32);
+    if (st == TOPS_OK) st = tops_dequantize(&raw, f32);
+    tops_tensor_destroy(&raw);
+    if (st != TOPS_OK) {
+        tops_tensor_destroy(f32);
+        return fail(path);
+    }
+    return TOPS_EXIT_OK;
+}
+
+static int run_dequantize(const char *in, const char *out, tops_dtype dtype) {
+    tops_tensor q, dec;
+    if (tops_safetensors_load(in, &q) != TOPS_OK) return fail(in);
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    tops_status st = tops_tensor_create(tops_format_of(dtype), q.rank, q.extent, host, &dec);
+    if (st == TOPS_OK) {
+        st = tops_dequantize(&q, &dec);
+        if (st == TOPS_OK) st = tops_npy_save(out, &dec);
+        tops_tensor_destroy(&dec);
+    }
+    tops_tensor_destroy(&q);
+    return st == TOPS_OK ? TOPS_EXIT_OK : fail(out);
+}
+
+int tops_cmd_quantize(int argc, char **argv) {
+    const tops_cli_command *self = tops_cli_find("quantize");
+    const char *in = NULL, *out = NULL, *format = NULL, *dtype_name = NULL;
+    int json = 0, report = 0, quiet = 0, dequantize = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char **value = NULL;
+        if (strcmp(a, "--format") == 0 || strncmp(a, "--format=", 9) == 0) value = &format;
+        else if (strcmp(a, "-o") == 0 || strcmp(a, "--output") == 0 || strncmp(a, "--output=", 9) == 0) value = &out;
+        else if (strcmp(a, "--dtype") == 0 || strncmp(a, "--dtype=", 8) == 0) value = &dtype_name;
+        if (value) {
+            const char *eq = a[1] == '-' ? strchr(a, '=') : NULL;
+            if (*value) return tops_cli_usage_error(self, "%.*s is given twice", eq ? (int)(eq - a) : (int)strlen(a), a);
+            if (eq) *value = eq + 1;
+            else if (i + 1 < argc) *value = argv[++i];
+            else return tops_cli_usage_error(self, "%s needs a value", a);
+            if (!**value) return tops_cli_usage_error(self, "%s has an empty value", a);
+        } else if (strcmp(a, "--json") == 0) json = 1;
+        else if (strcmp(a, "--report") == 0) report = 1;
+        else if (strcmp(a, "--quiet") == 0 || strcmp(a, "-q") == 0) quiet = 1;
+        else if (strcmp(a, "--dequantize") == 0) dequantize = 1;
+        else if (a[0] == '-' && a[1] != '\0') return tops_cli_usage_error(self, "unknown option \"%s\"", a);
+        else if (in) return tops_cli_usage_error(self, "one input file, got \"%s\" and \"%s\"", in, a);
+        else in = a;
+    }
+    if (!in) return tops_cli_usage_error(self, "no input file");
+
+    if (dequantize) {
+        if (format || report || json)
+            return tops_cli_usage_error(self, "--dequantize takes only IN.safetensors, -o OUT.npy and --dtype");
+        if (!out) return tops_cli_usage_error(self, "--dequantize needs -o OUT.npy");
+        tops_dtype dt = TOPS_DT_F32;
+        if (dtype_name && (tops_dtype_from_name(dtype_name, &dt) != TOPS_OK ||
+                           (dt != TOPS_DT_F32 && dt != TOPS_DT_F16 && dt != TOPS_DT_BF16)))
+            return tops_cli_usage_error(self, "--dtype is \"%s\"; it must be f32, f16 or bf16", dtype_name);
+        return run_dequantize(in, out, dt);
+    }
+    if (dtype_name) return tops_cli_usage_error(self, "--dtype goes with --dequantize");
+    if (!format) return tops_cli_usage_error(self, "--format is required (a format name or \"all\")");
+    int all = strcmp(format, "all") == 0;
+    if (all && out) return tops_cli_usage_error(self, "-o writes one format; --format all only reports");
+    tops_format single;
+    if (!all && tops_format_from_name(format, &single) != TOPS_OK)
+        return tops_cli_usage_error(self, "%s", tops_last_error());
+
+    tops_tensor src;
+    tops_dtype in_dtype;
+    int rc = load_input(in, &src, &in_dtype);
+    if (rc != TOPS_EXIT_OK) return rc;
+    int64_t numel = tops_tensor_numel(&src);
+    int progress = !quiet && (isatty(2) || numel >= (1 << 20));
+
+    size_t count = all ? ALL_COUNT : 1, n = 0, nfailed = 0;
+    result rs[ALL_COUNT];
+    const char *failed[ALL_COUNT];
+    tops_tensor q;
+    int have_q = 0;
+    for (size_t i = 0; i < count; i++) {
+        const char *name = all ? all_formats[i] : format;
+        tops_format f = single;
+        if (all && tops_format_from_name(name, &f) != TOPS_OK) {
+            failed[nfailed++] = name;
+            fprintf(stderr, "tensorops quantize: %s: %s\n", name, tops_last_error());
+            continue;
+        }
+        if (progress) fprintf(stderr, "tensorops quantize: [%zu/%zu] %s ...\n", i + 1, count, name);
+        tops_status st = evaluate(&src, f, name, &rs[n], all ? NULL : &q);
+        if (st != TOPS_OK) {
+            failed[nfailed++] = name;
+            fprintf(stderr, "tensorops quantize: %s: %s\n", name, tops_last_error());
+            continue;
+        }
+        rs[n].order = i;
+        have_q = !all;
+        n++;
+    }
+    qsort(rs, n, sizeof rs[0], by_bits);
+
+    rc = nfailed ? TOPS_EXIT_FAIL : TOPS_EXIT_OK;
+    if (out && have_q) {
+        if (tops_safetensors_save(out, &q) != TOPS_OK) rc = fail(out);
+    }
+    if (json) {
+        print_json(in, &src, in_dtype, rs, n, out && rc == TOPS_EXIT_OK ? out : NULL, failed, nfailed);
+    } else {
+        if (!out || report) print_text(in, &src, in_dtype, rs, n);
+        if (out && rc == TOPS_EXIT_OK)
+            printf("wrote   %s: %s, %.3f bits/weight\n", out, format, n ? rs[0].bits : 0.0);
+    }
+    if (have_q) tops_tensor_destroy(&q);
+    tops_tensor_destroy(&src);
+    return rc;
+}
