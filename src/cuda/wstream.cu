@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -354,6 +355,14 @@ kernel_fn pick_code(int code, int mt) {
 
 } // namespace
 
+// Warps per SM the split-K choice aims for; TOPS_CUDA_WARPS_PER_SM (1..64)
+// overrides the default of 16 for tuning runs.
+static long long warps_per_sm() {
+    const char *e = getenv("TOPS_CUDA_WARPS_PER_SM");
+    long long v = e ? atoll(e) : 0;
+    return v >= 1 && v <= 64 ? v : 16;
+}
+
 extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what) {
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     Params p;
@@ -385,7 +394,7 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
     const long long blocks_x = (long long)((warp_tasks + kWarps - 1) / kWarps) * p.passes;
     // Split K until about 16 warps per SM stream weights (enough loads in
     // flight to cover HBM latency), keeping at least 4 chunks per split.
-    const long long want_warps = 16LL * (a->sm_count > 0 ? a->sm_count : 132);
+    const long long want_warps = warps_per_sm() * (a->sm_count > 0 ? a->sm_count : 132);
     long long splits = (want_warps + (long long)warp_tasks * p.passes - 1) / ((long long)warp_tasks * p.passes);
     long long max_splits = p.chunks / 4 > 1 ? p.chunks / 4 : 1;
     if (splits > max_splits) splits = max_splits;
