@@ -176,20 +176,23 @@ __device__ __forceinline__ float ue4m3_to_f32(uint32_t b) {
     return e ? __int_as_float((int)(((e + 120u) << 23) | (m << 20))) : (float)m * 0.001953125f; // m * 2^-9
 }
 
-// The scales of rows g and g + 8 of a tile for one group.
-__device__ __forceinline__ float2 load_scales(const Params &p, int tile, int group, int gid) {
-    size_t idx = ((size_t)tile * (size_t)p.groups + (size_t)group) * 16 + 2 * (size_t)gid;
+// The raw scale bits of rows g and g + 8 of a tile for one group (loaded
+// early, decoded when the group's partial sums are folded in).
+__device__ __forceinline__ uint2 load_scales_raw(const Params &p, int tile, int group, int gid) {
+    const size_t idx = ((size_t)tile * (size_t)p.groups + (size_t)group) * 16 + 2 * (size_t)gid;
     switch (p.scale_kind) {
-    case TOPS__CU_SCALE_F32: return __ldg(reinterpret_cast<const float2 *>(p.scales) + idx / 2);
-    case TOPS__CU_SCALE_F16: return __half22float2(__ldg(reinterpret_cast<const __half2 *>(p.scales) + idx / 2));
-    case TOPS__CU_SCALE_E8M0: {
-        uint32_t v = __ldg(reinterpret_cast<const unsigned short *>(p.scales) + idx / 2);
-        return make_float2(e8m0_to_f32(v & 0xFF), e8m0_to_f32(v >> 8));
+    case TOPS__CU_SCALE_F32: return __ldg(reinterpret_cast<const uint2 *>(p.scales) + idx / 2);
+    case TOPS__CU_SCALE_F16: return make_uint2(__ldg(reinterpret_cast<const unsigned *>(p.scales) + idx / 2), 0);
+    default: return make_uint2(__ldg(reinterpret_cast<const unsigned short *>(p.scales) + idx / 2), 0);
     }
-    default: {
-        uint32_t v = __ldg(reinterpret_cast<const unsigned short *>(p.scales) + idx / 2);
-        return make_float2(ue4m3_to_f32(v & 0xFF), ue4m3_to_f32(v >> 8));
-    }
+}
+
+__device__ __forceinline__ float2 decode_scales(int kind, uint2 r) {
+    switch (kind) {
+    case TOPS__CU_SCALE_F32: return make_float2(__uint_as_float(r.x), __uint_as_float(r.y));
+    case TOPS__CU_SCALE_F16: return __half22float2(bits_h2(r.x));
+    case TOPS__CU_SCALE_E8M0: return make_float2(e8m0_to_f32(r.x & 0xFF), e8m0_to_f32((r.x >> 8) & 0xFF));
+    default: return make_float2(ue4m3_to_f32(r.x & 0xFF), ue4m3_to_f32((r.x >> 8) & 0xFF));
     }
 }
 
@@ -289,6 +292,18 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
             cp_async_commit();
 
             const int kbase = cc * KC;
+            // Scales of the groups this chunk closes, loaded before the
+            // decoding so their latency hides behind it: group gfirst + q
+            // (q < KC / group; one group when it spans the chunk).
+            const int gfirst = kbase / p.group;
+            const int ngroups = p.group < KC ? KC / p.group : 1;
+            uint2 sraw[NT][STEPS];
+#pragma unroll
+            for (int t = 0; t < NT; t++)
+#pragma unroll
+                for (int q = 0; q < STEPS; q++)
+                    sraw[t][q] = p.has_scales && q < ngroups ? load_scales_raw(p, tile0 + t, gfirst + q, gid)
+                                                             : make_uint2(0x3F800000u, 0x3F800000u);
             uint2 xb[MT][STEPS];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -305,10 +320,14 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
                 }
                 const int kend = kbase + 16 * (j + 1);
                 if (kend % p.group == 0 || (cc == c_end - 1 && j == STEPS - 1)) {
-                    const int grp = (kend - 1) / p.group;
+                    const int q = (kend - 1) / p.group - gfirst;
 #pragma unroll
                     for (int t = 0; t < NT; t++) {
-                        float2 s2 = p.has_scales ? load_scales(p, tile0 + t, grp, gid) : make_float2(1.0f, 1.0f);
+                        uint2 r = sraw[t][0];
+#pragma unroll
+                        for (int qq = 1; qq < STEPS; qq++)
+                            if (q == qq) r = sraw[t][qq]; // constant indices: the array stays in registers
+                        const float2 s2 = p.has_scales ? decode_scales(p.scale_kind, r) : make_float2(1.0f, 1.0f);
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++) {
                             acc[t][mt][0] = fmaf(part[t][mt][0], s2.x, acc[t][mt][0]);
