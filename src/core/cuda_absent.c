@@ -14,13 +14,13 @@ tops_status tops_cuda_device_count(int *count) {
 }
 tops_status tops_cuda_get_device_info(int device, tops_cuda_device_info *out) {
     (void)device;
-    (void)out;
+    if (!out) return tops__fail(TOPS_INVALID_ARGUMENT, "tops_cuda_get_device_info", "out is NULL");
     return NO_CUDA("tops_cuda_get_device_info");
 }
 tops_status tops_cuda_alloc(int device, size_t bytes, void **out) {
     (void)device;
     (void)bytes;
-    (void)out;
+    if (!out) return tops__fail(TOPS_INVALID_ARGUMENT, "tops_cuda_alloc", "out is NULL");
     return NO_CUDA("tops_cuda_alloc");
 }
 tops_status tops_cuda_free(int device, void *ptr) {
@@ -50,20 +50,24 @@ tops_status tops_tensor_to(const tops_tensor *src, tops_memory to, tops_tensor *
 }
 tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
                                 const tops_tensor *right, tops_tensor *dest) {
-    (void)exec;
     (void)desc;
     (void)left;
     (void)right;
     (void)dest;
-    return NO_CUDA("tops_matmul2d");
+    return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, "tops_matmul2d",
+                      "exec.device is cuda:%d but this build of tensorops has no CUDA backend (nvcc was not found at "
+                      "build time)",
+                      exec->device.index);
 }
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
                                   tops_tensor *packed) {
-    (void)exec;
     (void)desc;
     (void)right;
     (void)packed;
-    return NO_CUDA("tops_pack_right");
+    return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, "tops_pack_right",
+                      "exec.device is cuda:%d but this build of tensorops has no CUDA backend (nvcc was not found at "
+                      "build time)",
+                      exec->device.index);
 }
 int tops__cuda_is_packed(const tops_tensor *t) {
     (void)t;
