@@ -224,10 +224,18 @@ __device__ __forceinline__ void store_out(const Params &p, int m, int n, float v
 // Weight tiles per warp (activation reuse against registers) and cp.async
 // stages per warp (bytes in flight against shared memory: 40 or 32 KB per
 // block, so four blocks fit on an SM).
+// (TOPS_CU_NT_SMALL / TOPS_CU_STAGES_SMALL pick the shape for M <= 16 in
+// tuning builds.)
+#ifndef TOPS_CU_NT_SMALL
+#define TOPS_CU_NT_SMALL 4
+#endif
+#ifndef TOPS_CU_STAGES_SMALL
+#define TOPS_CU_STAGES_SMALL 5
+#endif
 template <int MT>
 struct Shape {
-    static constexpr int NT = MT >= 4 ? 2 : 4;
-    static constexpr int STAGES = NT == 4 ? 5 : 8;
+    static constexpr int NT = MT >= 4 ? 2 : TOPS_CU_NT_SMALL;
+    static constexpr int STAGES = MT >= 4 ? 8 : TOPS_CU_STAGES_SMALL;
 };
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
@@ -424,6 +432,7 @@ static int blocks_per_sm(kernel_fn fn) {
 extern "C" int tops__cu_matmul_plan(const tops__cu_matmul_args *a, tops__cu_plan *plan) {
     const int mt = a->m <= 8 ? 1 : a->m <= 16 ? 2 : 4;
     const int nt = mt >= 4 ? Shape<4>::NT : Shape<1>::NT;
+    static_assert(Shape<1>::NT == Shape<2>::NT, "one shape for M <= 16");
     kernel_fn fn = a->x_bf16 ? pick_code<true>(a->code, mt) : pick_code<false>(a->code, mt);
     const long long ntiles = a->n_pad / 16, chunks = a->k_pad / tops__cu_chunk_k(a->code);
     const long long passes = (a->m + mt * 8 - 1) / (mt * 8);
