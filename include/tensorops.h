@@ -557,10 +557,6 @@ TOPS_API tops_status tops_cuda_free(int device, void *ptr);
    complete on return; otherwise it is queued on the stream (cudaStream_t). */
 TOPS_API tops_status tops_cuda_copy(void *dst, tops_memory dst_memory, const void *src, tops_memory src_memory,
                                     size_t bytes, void *stream);
-/* tops_matmul2d keeps one split-K workspace per (device, stream) it ran on;
-   this frees them (waiting for those streams first).  Call it before
-   destroying a stream tensorops used, or at the end. */
-TOPS_API tops_status tops_cuda_release_workspaces(void);
 /* Waits until exec->stream (on exec->device) has finished its work. */
 TOPS_API tops_status tops_cuda_synchronize(const tops_exec *exec);
 

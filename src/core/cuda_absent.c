@@ -37,7 +37,6 @@ tops_status tops_cuda_copy(void *dst, tops_memory dst_memory, const void *src, t
     (void)stream;
     return NO_CUDA("tops_cuda_copy");
 }
-tops_status tops_cuda_release_workspaces(void) { return TOPS_OK; }
 tops_status tops_cuda_synchronize(const tops_exec *exec) {
     (void)exec;
     return NO_CUDA("tops_cuda_synchronize");

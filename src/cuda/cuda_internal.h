@@ -107,22 +107,9 @@ typedef struct tops__cu_matmul_args {
     void *stream;
 } tops__cu_matmul_args;
 
-/* How a launch is cut: token tiles per warp, passes over M, blocks, K splits.
-   With splits > 1 the launch needs workspace_bytes of device memory whose
-   first TOPS__CU_COUNTERS_BYTES are zero (the kernel leaves them zero). */
-typedef struct tops__cu_plan {
-    int mt;
-    long long passes, blocks_x, splits, chunks_per_split;
-    size_t workspace_bytes;
-} tops__cu_plan;
-#define TOPS__CU_COUNTERS_BYTES 65536
-
-/* Fills *plan for the device's occupancy; 0 if the problem does not fit one launch. */
-int tops__cu_matmul_plan(const tops__cu_matmul_args *a, tops__cu_plan *plan);
-/* Launches the kernel (asynchronous); returns a cudaError_t value (0 = ok)
+/* Launches the kernels (asynchronous); returns a cudaError_t value (0 = ok)
    and, on failure, a short description in *what. */
-int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const tops__cu_plan *plan, void *workspace,
-                           const char **what);
+int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what);
 
 #ifdef __cplusplus
 }

@@ -4,7 +4,6 @@
 
 #include "formats/traits.h"
 
-#include <pthread.h>
 #include <string.h>
 
 static tops_status check_memory(const char *fn, const char *what, const tops_tensor *t, int device) {
@@ -100,85 +99,6 @@ tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_des
     t.packed_ = pk;
     *packed = t;
     return TOPS_OK;
-}
-
-/* ---- split-K workspaces ---------------------------------------------------
-   One per (device, stream), kept for the process: launches on one stream
-   run in order, so they never use it at the same time.  It is grown outside
-   graph capture only; during capture (or with the table full) a call gets a
-   stream-ordered allocation of its own. */
-typedef struct ws_entry {
-    int device;
-    void *stream;
-    void *ptr;
-    size_t bytes;
-} ws_entry;
-#define WS_SLOTS 32
-static ws_entry ws_cache[WS_SLOTS];
-static int ws_used;
-static pthread_mutex_t ws_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* Stream-ordered memory whose counter block is zero. */
-static tops_status ws_alloc(const char *fn, void *stream, size_t bytes, void **out) {
-    cudaStream_t s = (cudaStream_t)stream;
-    cudaError_t e = cudaMallocAsync(out, bytes, s);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return tops__cuda_error(fn, e, "cudaMallocAsync of the split-K workspace");
-    }
-    e = cudaMemsetAsync(*out, 0, TOPS__CU_COUNTERS_BYTES, s);
-    if (e != cudaSuccess) {
-        (void)cudaFreeAsync(*out, s);
-        return tops__cuda_error(fn, e, "cudaMemsetAsync of the split-K counters");
-    }
-    return TOPS_OK;
-}
-
-static tops_status get_workspace(const char *fn, int device, void *stream, size_t bytes, void **out, int *temporary) {
-    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-    if (cudaStreamIsCapturing((cudaStream_t)stream, &cap) != cudaSuccess) (void)cudaGetLastError();
-    tops_status st = TOPS_OK;
-    pthread_mutex_lock(&ws_lock);
-    ws_entry *e = NULL;
-    for (int i = 0; i < ws_used; i++)
-        if (ws_cache[i].device == device && ws_cache[i].stream == stream) e = &ws_cache[i];
-    if (e && e->bytes >= bytes) {
-        *out = e->ptr;
-        *temporary = 0;
-    } else if (cap != cudaStreamCaptureStatusNone || (!e && ws_used == WS_SLOTS)) {
-        *temporary = 1;
-        st = ws_alloc(fn, stream, bytes, out);
-    } else {
-        size_t want = bytes < ((size_t)16 << 20) ? ((size_t)16 << 20) : bytes;
-        void *p = NULL;
-        st = ws_alloc(fn, stream, want, &p);
-        if (st == TOPS_OK) {
-            if (e) (void)cudaFreeAsync(e->ptr, (cudaStream_t)stream); /* after the launches queued before */
-            else e = &ws_cache[ws_used++];
-            *e = (ws_entry){device, stream, p, want};
-            *out = p;
-            *temporary = 0;
-        }
-    }
-    pthread_mutex_unlock(&ws_lock);
-    return st;
-}
-
-tops_status tops_cuda_release_workspaces(void) {
-    tops_status st = TOPS_OK;
-    pthread_mutex_lock(&ws_lock);
-    for (int i = 0; i < ws_used; i++) {
-        int prev;
-        if (tops__cuda_enter("tops_cuda_release_workspaces", ws_cache[i].device, &prev) != TOPS_OK) continue;
-        cudaError_t e = cudaStreamSynchronize((cudaStream_t)ws_cache[i].stream);
-        if (e == cudaSuccess) e = cudaFreeAsync(ws_cache[i].ptr, (cudaStream_t)ws_cache[i].stream);
-        if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)ws_cache[i].stream);
-        if (e != cudaSuccess && st == TOPS_OK) st = tops__cuda_error("tops_cuda_release_workspaces", e, "freeing a workspace");
-        tops__cuda_leave(prev);
-    }
-    ws_used = 0;
-    pthread_mutex_unlock(&ws_lock);
-    return st;
 }
 
 static tops_status check_rows(const char *fn, const char *what, const tops_tensor *t) {
@@ -285,19 +205,8 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
         a.sm_count = tops__cuda_sm_count(device);
         a.stream = exec->stream;
         const char *what = "the matmul launch";
-        tops__cu_plan plan;
-        void *ws = NULL;
-        int temporary = 0;
-        if (!tops__cu_matmul_plan(&a, &plan))
-            st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "M=%lld, N=%lld is too large for one GPU launch", (long long)m,
-                            (long long)pk->n);
-        if (st == TOPS_OK && plan.workspace_bytes)
-            st = get_workspace(fn, device, exec->stream, plan.workspace_bytes, &ws, &temporary);
-        if (st == TOPS_OK) {
-            int err = tops__cu_matmul_launch(&a, &plan, ws, &what);
-            if (err) st = tops__cuda_error(fn, err, what);
-        }
-        if (temporary) (void)cudaFreeAsync(ws, (cudaStream_t)exec->stream);
+        int err = tops__cu_matmul_launch(&a, &what);
+        if (err) st = tops__cuda_error(fn, err, what);
         tops__cuda_leave(prev);
     }
     if (temp) {

@@ -14,6 +14,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 namespace {
 
@@ -35,14 +36,21 @@ struct Params {
     void *out;
     long long ldo;
     int out_dtype, accumulate;
-    float *ws;          // split partials [splits][m][n]
-    unsigned *counters; // per blockIdx.x: blocks of its column done (0 between launches)
+    float *ws; // split partials [splits][m][n]
 };
 
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
     uint32_t d; // (a & b) | c
     asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
     return d;
+}
+
+__device__ __forceinline__ uint4 load_stream(const uint4 *p) {
+    uint4 v; // read once: keep it out of L1, which holds the activations
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
 }
 
 template <bool BF16>
@@ -176,23 +184,20 @@ __device__ __forceinline__ float ue4m3_to_f32(uint32_t b) {
     return e ? __int_as_float((int)(((e + 120u) << 23) | (m << 20))) : (float)m * 0.001953125f; // m * 2^-9
 }
 
-// The raw scale bits of rows g and g + 8 of a tile for one group (loaded
-// early, decoded when the group's partial sums are folded in).
-__device__ __forceinline__ uint2 load_scales_raw(const Params &p, int tile, int group, int gid) {
-    const size_t idx = ((size_t)tile * (size_t)p.groups + (size_t)group) * 16 + 2 * (size_t)gid;
+// The scales of rows g and g + 8 of a tile for one group.
+__device__ __forceinline__ float2 load_scales(const Params &p, int tile, int group, int gid) {
+    size_t idx = ((size_t)tile * (size_t)p.groups + (size_t)group) * 16 + 2 * (size_t)gid;
     switch (p.scale_kind) {
-    case TOPS__CU_SCALE_F32: return __ldg(reinterpret_cast<const uint2 *>(p.scales) + idx / 2);
-    case TOPS__CU_SCALE_F16: return make_uint2(__ldg(reinterpret_cast<const unsigned *>(p.scales) + idx / 2), 0);
-    default: return make_uint2(__ldg(reinterpret_cast<const unsigned short *>(p.scales) + idx / 2), 0);
+    case TOPS__CU_SCALE_F32: return __ldg(reinterpret_cast<const float2 *>(p.scales) + idx / 2);
+    case TOPS__CU_SCALE_F16: return __half22float2(__ldg(reinterpret_cast<const __half2 *>(p.scales) + idx / 2));
+    case TOPS__CU_SCALE_E8M0: {
+        uint32_t v = __ldg(reinterpret_cast<const unsigned short *>(p.scales) + idx / 2);
+        return make_float2(e8m0_to_f32(v & 0xFF), e8m0_to_f32(v >> 8));
     }
-}
-
-__device__ __forceinline__ float2 decode_scales(int kind, uint2 r) {
-    switch (kind) {
-    case TOPS__CU_SCALE_F32: return make_float2(__uint_as_float(r.x), __uint_as_float(r.y));
-    case TOPS__CU_SCALE_F16: return __half22float2(bits_h2(r.x));
-    case TOPS__CU_SCALE_E8M0: return make_float2(e8m0_to_f32(r.x & 0xFF), e8m0_to_f32((r.x >> 8) & 0xFF));
-    default: return make_float2(ue4m3_to_f32(r.x & 0xFF), ue4m3_to_f32((r.x >> 8) & 0xFF));
+    default: {
+        uint32_t v = __ldg(reinterpret_cast<const unsigned short *>(p.scales) + idx / 2);
+        return make_float2(ue4m3_to_f32(v & 0xFF), ue4m3_to_f32(v >> 8));
+    }
     }
 }
 
@@ -221,45 +226,16 @@ __device__ __forceinline__ void store_out(const Params &p, int m, int n, float v
     }
 }
 
-// Weight tiles per warp (activation reuse against registers) and cp.async
-// stages per warp (bytes in flight against shared memory: 40 or 32 KB per
-// block, so four blocks fit on an SM).
-// (TOPS_CU_NT_SMALL / TOPS_CU_STAGES_SMALL pick the shape for M <= 16 in
-// tuning builds.)
-#ifndef TOPS_CU_NT_SMALL
-#define TOPS_CU_NT_SMALL 4
-#endif
-#ifndef TOPS_CU_STAGES_SMALL
-#define TOPS_CU_STAGES_SMALL 5
-#endif
-template <int MT>
-struct Shape {
-    static constexpr int NT = MT >= 4 ? 2 : TOPS_CU_NT_SMALL;
-    static constexpr int STAGES = MT >= 4 ? 8 : TOPS_CU_STAGES_SMALL;
-};
-
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem) {
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
-
 template <int CODE, bool BF16, int MT>
 __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
-    constexpr int NT = Shape<MT>::NT, STAGES = Shape<MT>::STAGES;
+    constexpr int NT = MT >= 4 ? 2 : 4; // weight tiles per warp: activation reuse vs registers
     constexpr int KC = CODE <= TOPS__CU_CODE_E2M1 ? 64 : CODE <= TOPS__CU_CODE_E4M3 ? 32 : 16;
     constexpr int STEPS = KC / 16;
-    // Each lane copies exactly the 16 bytes it later reads, so the ring
-    // needs no barrier: cp.async.wait_group orders a lane's own copies.
-    __shared__ uint4 ring[kWarps][STAGES][NT][32];
-    __shared__ int last_block;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gid = lane >> 2, tig = lane & 3;
     const int pass = blockIdx.x % p.passes;
     const int tile0 = ((blockIdx.x / p.passes) * kWarps + warp) * NT;
-    const bool active = tile0 < p.ntiles; // no early return: the split-K fix-up has barriers
+    if (tile0 >= p.ntiles) return; // no block-wide barriers below
     const int split = blockIdx.y;
     const int c_begin = split * p.chunks_per_split;
     const int c_end = min(c_begin + p.chunks_per_split, p.chunks);
@@ -273,45 +249,27 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = part[a][b][c] = 0.0f;
 
-    if (active) {
-        const uint4 *wt = p.w + (size_t)tile0 * p.chunks * 32 + lane;
-        const size_t tile_stride = (size_t)p.chunks * 32;
-        uint4(*my)[NT][32] = ring[warp];
-        // Prologue: STAGES - 1 chunks in flight (empty groups keep the count).
+    const uint4 *wt = p.w + (size_t)tile0 * p.chunks * 32 + lane;
+    const size_t tile_stride = (size_t)p.chunks * 32;
+    uint4 buf[2][NT];
 #pragma unroll
-        for (int s = 0; s < STAGES - 1; s++) {
-            if (c_begin + s < c_end)
+    for (int s = 0; s < 2; s++)
+        if (c_begin + s < c_end)
 #pragma unroll
-                for (int t = 0; t < NT; t++)
-                    cp_async16(&my[s][t][lane], wt + t * tile_stride + (size_t)(c_begin + s) * 32);
-            cp_async_commit();
-        }
-        for (int cc = c_begin; cc < c_end; cc++) {
-            cp_async_wait<STAGES - 2>(); // chunk cc has landed
-            const int slot = (cc - c_begin) % STAGES;
+            for (int t = 0; t < NT; t++) buf[s][t] = load_stream(wt + t * tile_stride + (size_t)(c_begin + s) * 32);
+
+    for (int c = c_begin; c < c_end; c += 2) {
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const int cc = c + s;
+            if (cc >= c_end) break;
             uint4 cur[NT];
 #pragma unroll
-            for (int t = 0; t < NT; t++) cur[t] = my[slot][t][lane];
-            // Refill the slot that was read one iteration ago.
-            const int next = cc + STAGES - 1, nslot = (slot + STAGES - 1) % STAGES;
-            if (next < c_end)
+            for (int t = 0; t < NT; t++) cur[t] = buf[s][t];
+            if (cc + 2 < c_end)
 #pragma unroll
-                for (int t = 0; t < NT; t++) cp_async16(&my[nslot][t][lane], wt + t * tile_stride + (size_t)next * 32);
-            cp_async_commit();
-
+                for (int t = 0; t < NT; t++) buf[s][t] = load_stream(wt + t * tile_stride + (size_t)(cc + 2) * 32);
             const int kbase = cc * KC;
-            // Scales of the groups this chunk closes, loaded before the
-            // decoding so their latency hides behind it: group gfirst + q
-            // (q < KC / group; one group when it spans the chunk).
-            const int gfirst = kbase / p.group;
-            const int ngroups = p.group < KC ? KC / p.group : 1;
-            uint2 sraw[NT][STEPS];
-#pragma unroll
-            for (int t = 0; t < NT; t++)
-#pragma unroll
-                for (int q = 0; q < STEPS; q++)
-                    sraw[t][q] = p.has_scales && q < ngroups ? load_scales_raw(p, tile0 + t, gfirst + q, gid)
-                                                             : make_uint2(0x3F800000u, 0x3F800000u);
             uint2 xb[MT][STEPS];
 #pragma unroll
             for (int mt = 0; mt < MT; mt++)
@@ -328,14 +286,10 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
                 }
                 const int kend = kbase + 16 * (j + 1);
                 if (kend % p.group == 0 || (cc == c_end - 1 && j == STEPS - 1)) {
-                    const int q = (kend - 1) / p.group - gfirst;
+                    const int grp = (kend - 1) / p.group;
 #pragma unroll
                     for (int t = 0; t < NT; t++) {
-                        uint2 r = sraw[t][0];
-#pragma unroll
-                        for (int qq = 1; qq < STEPS; qq++)
-                            if (q == qq) r = sraw[t][qq]; // constant indices: the array stays in registers
-                        const float2 s2 = p.has_scales ? decode_scales(p.scale_kind, r) : make_float2(1.0f, 1.0f);
+                        float2 s2 = p.has_scales ? load_scales(p, tile0 + t, grp, gid) : make_float2(1.0f, 1.0f);
 #pragma unroll
                         for (int mt = 0; mt < MT; mt++) {
                             acc[t][mt][0] = fmaf(part[t][mt][0], s2.x, acc[t][mt][0]);
@@ -349,11 +303,9 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
                 }
             }
         }
-        cp_async_wait<0>();
     }
 
     const float g = p.global * decode_factor<CODE>();
-    const size_t plane = (size_t)p.m * (size_t)p.n;
 #pragma unroll
     for (int t = 0; t < NT; t++)
 #pragma unroll
@@ -362,39 +314,23 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
             for (int i = 0; i < 4; i++) {
                 const int n = (tile0 + t) * 16 + gid + 8 * (i >> 1);
                 const int m = mbase + mt * 8 + 2 * tig + (i & 1);
-                if (!active || n >= p.n || m >= p.m) continue;
+                if (n >= p.n || m >= p.m) continue;
                 const float v = acc[t][mt][i] * g;
                 if (p.splits == 1) store_out(p, m, n, v);
-                else p.ws[(size_t)split * plane + (size_t)m * p.n + n] = v;
+                else p.ws[((size_t)split * p.m + m) * p.n + n] = v;
             }
-    if (p.splits == 1) return; // uniform across the grid
+}
 
-    // Split-K fix-up: the last block of this column of splits sums the
-    // partials in split order (the same bits on every run) and stores.
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned prev = atomicAdd(&p.counters[blockIdx.x], 1u);
-        last_block = prev == (unsigned)p.splits - 1;
+// Sums the split partials in split order (the same bits for any launch) and
+// stores with the op's mode.
+__global__ void splitk_reduce_kernel(const Params p) {
+    const long long total = (long long)p.m * p.n;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        float v = 0.0f;
+        for (int s = 0; s < p.splits; s++) v += p.ws[(size_t)s * total + i];
+        store_out(p, (int)(i / p.n), (int)(i % p.n), v);
     }
-    __syncthreads();
-    if (!last_block) return;
-    __threadfence();
-#pragma unroll
-    for (int t = 0; t < NT; t++)
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int n = (tile0 + t) * 16 + gid + 8 * (i >> 1);
-                const int m = mbase + mt * 8 + 2 * tig + (i & 1);
-                if (!active || n >= p.n || m >= p.m) continue;
-                const float *src = p.ws + (size_t)m * p.n + n;
-                float v = 0.0f;
-                for (int s2 = 0; s2 < p.splits; s2++) v += __ldcg(src + (size_t)s2 * plane);
-                store_out(p, m, n, v);
-            }
-    if (threadIdx.x == 0) p.counters[blockIdx.x] = 0; // ready for the next launch
 }
 
 typedef void (*kernel_fn)(const Params);
@@ -419,56 +355,15 @@ kernel_fn pick_code(int code, int mt) {
 
 } // namespace
 
-// Blocks of one kernel that fit on an SM at once (0 if the runtime will not say).
-static int blocks_per_sm(kernel_fn fn) {
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, kWarps * 32, 0) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return n;
+// Warps per SM the split-K choice aims for; TOPS_CUDA_WARPS_PER_SM (1..64)
+// overrides the default of 16 for tuning runs.
+static long long warps_per_sm() {
+    const char *e = getenv("TOPS_CUDA_WARPS_PER_SM");
+    long long v = e ? atoll(e) : 0;
+    return v >= 1 && v <= 64 ? v : 16;
 }
 
-extern "C" int tops__cu_matmul_plan(const tops__cu_matmul_args *a, tops__cu_plan *plan) {
-    const int mt = a->m <= 8 ? 1 : a->m <= 16 ? 2 : 4;
-    const int nt = mt >= 4 ? Shape<4>::NT : Shape<1>::NT;
-    static_assert(Shape<1>::NT == Shape<2>::NT, "one shape for M <= 16");
-    kernel_fn fn = a->x_bf16 ? pick_code<true>(a->code, mt) : pick_code<false>(a->code, mt);
-    const long long ntiles = a->n_pad / 16, chunks = a->k_pad / tops__cu_chunk_k(a->code);
-    const long long passes = (a->m + mt * 8 - 1) / (mt * 8);
-    const long long warp_tasks = (ntiles + nt - 1) / nt;
-    const long long blocks_x = (warp_tasks + kWarps - 1) / kWarps * passes;
-    // Split K so that one full wave of resident blocks streams the weights
-    // (a partial second wave would double the time), at least 2 chunks each.
-    // Occupancy per (device, type, family, width), asked once.
-    static int occupancy[16][2][TOPS__CU_CODE_COUNT][3];
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) (void)cudaGetLastError();
-    int *slot = dev >= 0 && dev < 16 ? &occupancy[dev][a->x_bf16 ? 1 : 0][a->code][mt == 1 ? 0 : mt == 2 ? 1 : 2] : nullptr;
-    int per_sm = slot ? __atomic_load_n(slot, __ATOMIC_RELAXED) : 0;
-    if (per_sm == 0) {
-        per_sm = blocks_per_sm(fn);
-        if (slot) __atomic_store_n(slot, per_sm, __ATOMIC_RELAXED);
-    }
-    const long long resident = (long long)(per_sm > 0 ? per_sm : 2) * (a->sm_count > 0 ? a->sm_count : 132);
-    long long splits = resident / blocks_x;
-    const long long max_splits = chunks / 2 > 1 ? chunks / 2 : 1;
-    if (splits > max_splits) splits = max_splits;
-    if (splits < 1) splits = 1;
-    const long long cps = (chunks + splits - 1) / splits;
-    splits = (chunks + cps - 1) / cps;
-    plan->mt = mt;
-    plan->passes = passes;
-    plan->blocks_x = blocks_x;
-    plan->splits = splits;
-    plan->chunks_per_split = cps;
-    plan->workspace_bytes =
-        splits > 1 ? (size_t)TOPS__CU_COUNTERS_BYTES + (size_t)splits * (size_t)a->m * (size_t)a->n * sizeof(float) : 0;
-    return blocks_x <= 0x7FFFFFFFLL && splits <= 65535 && (splits == 1 || blocks_x * 4 <= TOPS__CU_COUNTERS_BYTES);
-}
-
-extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const tops__cu_plan *plan, void *workspace,
-                                      const char **what) {
+extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what) {
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     Params p;
     p.w = static_cast<const uint4 *>(a->weights);
@@ -490,18 +385,54 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const tops_
     p.ldo = a->ldo;
     p.out_dtype = a->out_dtype;
     p.accumulate = a->accumulate;
-    p.passes = (int)plan->passes;
-    p.splits = (int)plan->splits;
-    p.chunks_per_split = (int)plan->chunks_per_split;
-    p.counters = static_cast<unsigned *>(workspace);
-    p.ws = workspace ? reinterpret_cast<float *>(static_cast<char *>(workspace) + TOPS__CU_COUNTERS_BYTES) : nullptr;
-    if (p.splits > 1 && !workspace) {
-        *what = "the split-K launch (no workspace)";
-        return (int)cudaErrorInvalidValue;
+    p.ws = nullptr;
+
+    const int mt = a->m <= 8 ? 1 : a->m <= 16 ? 2 : 4;
+    const int nt = mt >= 4 ? 2 : 4;
+    p.passes = (int)((a->m + mt * 8 - 1) / (mt * 8));
+    const int warp_tasks = (p.ntiles + nt - 1) / nt;
+    const long long blocks_x = (long long)((warp_tasks + kWarps - 1) / kWarps) * p.passes;
+    // Split K until about 16 warps per SM stream weights (enough loads in
+    // flight to cover HBM latency), keeping at least 4 chunks per split.
+    const long long want_warps = warps_per_sm() * (a->sm_count > 0 ? a->sm_count : 132);
+    long long splits = (want_warps + (long long)warp_tasks * p.passes - 1) / ((long long)warp_tasks * p.passes);
+    long long max_splits = p.chunks / 4 > 1 ? p.chunks / 4 : 1;
+    if (splits > max_splits) splits = max_splits;
+    if (splits < 1) splits = 1;
+    p.chunks_per_split = (int)((p.chunks + splits - 1) / splits);
+    p.splits = (p.chunks + p.chunks_per_split - 1) / p.chunks_per_split;
+    if (blocks_x > 0x7FFFFFFFLL || p.splits > 65535) {
+        *what = "the problem is too large for one launch";
+        return (int)cudaErrorInvalidConfiguration;
     }
-    kernel_fn fn = a->x_bf16 ? pick_code<true>(a->code, plan->mt) : pick_code<false>(a->code, plan->mt);
-    fn<<<dim3((unsigned)plan->blocks_x, (unsigned)plan->splits), kWarps * 32, 0, stream>>>(p);
-    cudaError_t err = cudaGetLastError();
+
+    cudaError_t err = cudaSuccess;
+    if (p.splits > 1) {
+        size_t bytes = (size_t)p.splits * (size_t)p.m * (size_t)p.n * sizeof(float);
+        err = cudaMallocAsync(reinterpret_cast<void **>(&p.ws), bytes, stream);
+        if (err != cudaSuccess) {
+            *what = "cudaMallocAsync of the split-K workspace";
+            return (int)err;
+        }
+    }
+    kernel_fn fn = a->x_bf16 ? pick_code<true>(a->code, mt) : pick_code<false>(a->code, mt);
+    fn<<<dim3((unsigned)blocks_x, (unsigned)p.splits), kWarps * 32, 0, stream>>>(p);
+    err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the weight-streaming kernel launch";
+    if (err == cudaSuccess && p.splits > 1) {
+        long long total = (long long)p.m * p.n;
+        int blocks = (int)((total + 255) / 256);
+        if (blocks > 4096) blocks = 4096;
+        splitk_reduce_kernel<<<blocks, 256, 0, stream>>>(p);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) *what = "the split-K reduction launch";
+    }
+    if (p.ws) {
+        cudaError_t e2 = cudaFreeAsync(p.ws, stream);
+        if (err == cudaSuccess && e2 != cudaSuccess) {
+            err = e2;
+            *what = "cudaFreeAsync of the split-K workspace";
+        }
+    }
     return (int)err;
 }
