@@ -410,7 +410,12 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
     if (p.splits > 1) {
         size_t bytes = (size_t)p.splits * (size_t)p.m * (size_t)p.n * sizeof(float);
         err = cudaMallocAsync(reinterpret_cast<void **>(&p.ws), bytes, stream);
-        if (err != cudaSuccess) {
+        if (err == cudaErrorNotSupported) { // no memory pools here: one split needs no workspace
+            (void)cudaGetLastError();
+            p.ws = nullptr;
+            p.splits = 1;
+            p.chunks_per_split = p.chunks;
+        } else if (err != cudaSuccess) {
             *what = "cudaMallocAsync of the split-K workspace";
             return (int)err;
         }
