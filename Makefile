@@ -67,11 +67,12 @@ test-sanitize: deps
 # The readers' libFuzzer targets: every library source instrumented for
 # coverage, ASan and UBSan; TOPS_ASSERT stays on (no NDEBUG).
 fuzz: deps
+	@scripts/deps.sh fuzz
 	@command -v $(FUZZ_CC) >/dev/null || { echo "make fuzz: $(FUZZ_CC) is missing (Debian: apt-get install clang)" >&2; exit 1; }
 	@cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=Debug \
 	  -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
-	  -DTOPS_FUZZ=ON -DTOPS_BUILD_TESTS=OFF -DTOPS_OPENMP=OFF -DTOPS_WERROR=OFF $(CMAKE_ARGS) >/dev/null
+	  -DTOPS_FUZZ=ON -DTOPS_BUILD_TESTS=OFF -DTOPS_OPENMP=OFF -DTOPS_WERROR=ON $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_npy fuzz_safetensors fuzz_make_seeds
 
 fuzz-smoke: fuzz

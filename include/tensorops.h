@@ -497,11 +497,43 @@ typedef struct tops_matmul2d_desc {
     tops_matmul_mode mode;
 } tops_matmul2d_desc;
 
+/*
+ * Runs C = A * B (or C += A * B).  left: f32, f16 or bf16, rank 2; right:
+ * any format (or a tensor from tops_pack_right), rank 2, scale blocks
+ * along K; dest: f32, f16 or bf16, rank 2, tensor_scale 1, not overlapping
+ * left or right.  Any M, N, K >= 1 and any strides.  exec may be NULL
+ * (tops_exec_default()); exec.scratch, when large enough, replaces the
+ * workspace the calling thread otherwise keeps between calls.  Results are
+ * bit-identical for any exec.threads (K is never split across threads),
+ * so exec.deterministic holds in every mode.
+ *
+ * Precision: strict mode accumulates in f32 over the exactly decoded
+ * operands (rel-L2 <= 1e-5 against f64 on the tests' data).  Relaxed mode
+ * quantizes activations to i8 per block of 32 (16 for 16-blocks) and uses
+ * integer dot products where the weights have an integer form: at M <= 4
+ * for int8/4/2 groups, i8/i4/i2, mxfp4, mxint8, nvfp4, q4_0, q8_0 and
+ * gguf-mxfp4 stored [N, K]; above that for the 4- and 2-bit ones.  Measured
+ * rel-L2 against f64 of the decoded operands <= 5e-3 on uniform data
+ * (tested bound 1e-2).  Everything else runs strict.
+ * On failure nothing is written to dest.
+ */
 TOPS_API tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc,
                                    const tops_tensor *left, const tops_tensor *right, tops_tensor *dest);
+/* Names the path tops_matmul2d would take for these arguments (after the
+   same checks), e.g. "f32 panels (unpacked per K block):
+   tops_gemm_f32_f32_f32_6x16__avx2 (avx2)", into buf (cap bytes, NUL
+   included, truncated to fit).  dest is not written. */
+TOPS_API tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc,
+                                        const tops_tensor *left, const tops_tensor *right,
+                                        const tops_tensor *dest, char *buf, size_t cap);
 /* Lays right out for the kernel dispatch picks (once per weight, in
    parallel); the result is a TOPS_FMT_PACKED tensor that tops_matmul2d
-   accepts in place of right and that tops_tensor_destroy frees. */
+   accepts in place of right (with the same desc.transpose_right) and that
+   tops_tensor_destroy frees.  Weights with an integer form stored [N, K]
+   (transpose_right; int groups, i8/i4/i2, mxfp4, mxint8, nvfp4, q4_0,
+   q8_0, gguf-mxfp4) pack to a contiguous copy in their own layout, which
+   the kernels read in place (same bytes as the source); every other format
+   packs to f32 panels for the f32 microkernel (4 bytes per weight). */
 TOPS_API tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc,
                                      const tops_tensor *right, tops_tensor *packed);
 

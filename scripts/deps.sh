@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need, or says what to install.
 #   scripts/deps.sh build   Debian packages for the C build
-#   scripts/deps.sh python  the project venv (.venv) with numpy, ml_dtypes, pytest
+#   scripts/deps.sh python  the project venv (.venv) with numpy, ml_dtypes, pytest, safetensors
+#   scripts/deps.sh fuzz    clang with libFuzzer for make fuzz
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-build}
@@ -28,8 +29,25 @@ if [ "$what" = build ]; then
       exit 1
     fi
   fi
+elif [ "$what" = fuzz ]; then
+  # clang with libFuzzer and the sanitizer runtimes: probe by linking a tiny target.
+  probe=$(mktemp -d)
+  printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n){(void)d;(void)n;return 0;}\n' > "$probe/p.c"
+  if ! clang -fsanitize=fuzzer,address,undefined "$probe/p.c" -o "$probe/p" >/dev/null 2>&1; then
+    if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
+      echo "deps: installing clang and libclang-rt-dev (libFuzzer)" >&2
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq >/dev/null
+      apt-get install -y -qq clang libclang-rt-dev >/dev/null
+    else
+      rm -rf "$probe"
+      echo "deps: clang with libFuzzer is missing; install it (Debian: apt-get install clang libclang-rt-dev)" >&2
+      exit 1
+    fi
+  fi
+  rm -rf "$probe"
 elif [ "$what" = python ]; then
-  stamp=.venv/.tops-deps-3
+  stamp=.venv/.tops-deps-$(cksum < scripts/requirements-test.txt | cut -d" " -f1)
   if [ ! -f "$stamp" ]; then
     py=$(command -v python3 || true)
     [ -n "$py" ] || { echo "deps: python3 is missing; install it (Debian: apt-get install python3 python3-venv)" >&2; exit 1; }
@@ -46,5 +64,5 @@ elif [ "$what" = python ]; then
     touch "$stamp"
   fi
 else
-  echo "usage: scripts/deps.sh build|python" >&2; exit 2
+  echo "usage: scripts/deps.sh build|python|fuzz" >&2; exit 2
 fi

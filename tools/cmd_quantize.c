@@ -110,6 +110,22 @@ static void print_text(const char *in, const tops_tensor *t, tops_dtype in_dtype
                rs[i].err.cos_sim, rs[i].err.max_abs);
 }
 
+static const result *find(const result *rs, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(rs[i].name, name) == 0) return &rs[i];
+    return NULL;
+}
+
+/* The seed's question: what do power-of-two (e8m0) block scales cost? */
+static void print_scale_cost(const result *rs, size_t n) {
+    const result *f16 = find(rs, n, "int4-g32"), *e8 = find(rs, n, "int4-g32:e8m0"), *mx = find(rs, n, "mxfp4");
+    if (!f16 || !e8 || !mx) return;
+    printf("e8m0    int4-g32:e8m0 vs int4-g32 (f16 scales): %+.2f dB SNR at %+.3f bits/weight; "
+           "mxfp4 vs int4-g32: %+.2f dB at %+.3f\n",
+           e8->err.snr_db - f16->err.snr_db, e8->bits - f16->bits, mx->err.snr_db - f16->err.snr_db,
+           mx->bits - f16->bits);
+}
+
 static void print_json(const char *in, const tops_tensor *t, tops_dtype in_dtype, const result *rs, size_t n,
                        const char *out_path, const char *const *failed, size_t nfailed) {
     cJSON *root = cJSON_CreateObject();
@@ -265,7 +281,10 @@ int tops_cmd_quantize(int argc, char **argv) {
     if (json) {
         print_json(in, &src, in_dtype, rs, n, out && rc == TOPS_EXIT_OK ? out : NULL, failed, nfailed);
     } else {
-        if (!out || report) print_text(in, &src, in_dtype, rs, n);
+        if (!out || report) {
+            print_text(in, &src, in_dtype, rs, n);
+            print_scale_cost(rs, n);
+        }
         if (out && rc == TOPS_EXIT_OK)
             printf("wrote   %s: %s, %.3f bits/weight\n", out, format, n ? rs[0].bits : 0.0);
     }

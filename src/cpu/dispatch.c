@@ -86,6 +86,12 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->dot_f32_q8 = tops__ref_dot_f32_q8;
     k->dot_q8_q8 = tops__ref_dot_q8_q8;
     k->quantize_q8 = tops__ref_quantize_q8;
+    k->dequant_q8 = tops__ref_dequant_q8;
+    k->dot_f32 = tops__ref_dot_f32;
+    k->lut16_row = tops__ref_lut16_row;
+    k->dot_f32_x4 = tops__ref_dot_f32_x4;
+    k->dot_q8_nibbles_x4 = tops__ref_dot_q8_nibbles_x4;
+    k->dot_q8_nibbles = tops__ref_dot_q8_nibbles;
     k->pack_q8_panel = tops__ref_pack_q8_panel;
     k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__ref, "tops_gemm_f32_qi8_qu5_4x8__ref"};
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
@@ -95,22 +101,34 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->f16_to_f32_row = tops__avx2_f16_to_f32_row;
         k->f32_to_bf16_row = tops__avx2_f32_to_bf16_row;
         k->bf16_to_f32_row = tops__avx2_bf16_to_f32_row;
-        k->pack_rows_f32 = tops__avx2_pack_rows_f32;
-        tops__avx2_fill_unpackers(k->unpack);
-        k->dot_f32_q8 = tops__avx2_dot_f32_q8;
-        k->dot_q8_q8 = tops__avx2_dot_q8_q8;
-        k->quantize_q8 = tops__avx2_quantize_q8;
-        k->pack_q8_panel = tops__avx2_pack_q8_panel;
-        k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx2, "tops_gemm_f32_qi8_qu5_4x8__avx2"};
-        k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
-                                           "tops_gemm_f32_f32_f32_6x16__avx2"};
         k->f32_to_e4m3_row = tops__avx2_f32_to_e4m3_row;
         k->e4m3_to_f32_row = tops__avx2_e4m3_to_f32_row;
         k->f32_to_e5m2_row = tops__avx2_f32_to_e5m2_row;
         k->e5m2_to_f32_row = tops__avx2_e5m2_to_f32_row;
         k->e2m1_to_f32_row = tops__avx2_e2m1_to_f32_row;
         k->i4_to_f32_row = tops__avx2_i4_to_f32_row;
+        k->pack_rows_f32 = tops__avx2_pack_rows_f32;
+        tops__avx2_fill_unpackers(k->unpack);
+        k->dot_f32_q8 = tops__avx2_dot_f32_q8;
+        k->dot_q8_q8 = tops__avx2_dot_q8_q8;
+        k->quantize_q8 = tops__avx2_quantize_q8;
+        k->dequant_q8 = tops__avx2_dequant_q8;
+        k->dot_f32 = tops__avx2_dot_f32;
+        k->lut16_row = tops__avx2_lut16_row;
+        k->dot_f32_x4 = tops__avx2_dot_f32_x4;
+        k->dot_q8_nibbles_x4 = tops__avx2_dot_q8_nibbles_x4;
+        k->dot_q8_nibbles = tops__avx2_dot_q8_nibbles;
+        k->pack_q8_panel = tops__avx2_pack_q8_panel;
+        k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx2, "tops_gemm_f32_qi8_qu5_4x8__avx2"};
+        k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
+                                           "tops_gemm_f32_f32_f32_6x16__avx2"};
     }
+    if (level_allows(level, TOPS_ISA_AVX512))
+        k->gemm_f32 = (tops__gemm_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32__avx512,
+                                           "tops_gemm_f32_f32_f32_12x32__avx512"};
+    if (level_allows(level, TOPS_ISA_AVX512_VNNI))
+        k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,
+                                             "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
 #endif
 }
 

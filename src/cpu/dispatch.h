@@ -24,9 +24,25 @@ typedef struct tops__gemm_ukernel {
    sub-block of `sub` elements (tops__unpack_sub), element = q * scale.
    k0 and n are multiples of sub. */
 typedef void (*tops__unpack_fn)(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
+/* 4-bit formats read in place by the fused relaxed dot product: blocks of
+   32 elements, `header` bytes then 16 bytes of nibbles, every
+   `block_bytes`.  split = 1: elements 0..15 in the low nibbles, 16..31 in
+   the high (GGUF); 0: element i in byte i / 2, low nibble first.  lut maps
+   a code to q + offset (0..255); scales gives one scale per 32. */
+typedef void (*tops__scales_fn)(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale);
+typedef struct tops__nibble_layout {
+    int block_bytes; /* 0: no in-place nibble form */
+    int header;
+    int split;
+    int offset;
+    uint8_t lut[16];
+    tops__scales_fn scales;
+} tops__nibble_layout;
+
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
+    tops__nibble_layout nib;
 } tops__unpacker;
 
 /* Sub-block of the integer form: the format's block, at most 32 (plain
@@ -82,6 +98,27 @@ typedef struct tops__kernels {
        16) -> panel[(k / 4) * 32 + j * 4 + k % 4] = q + TOPS_Q8_OFFSET. */
     tops__gemm_q8_ukernel gemm_q8;
     void (*pack_q8_panel)(const int8_t *rows, int64_t kc, uint8_t *panel);
+    /* Fused relaxed dot product over nb whole blocks of a nibble layout:
+       sum_b ws[b] * as[b] * (sum_k lut[code] * aq[k] - acorr[b]), where
+       acorr[b] = offset * sum of block b's codes.  For split = 0 layouts
+       aq holds each block as its 16 even elements, then the 16 odd ones. */
+    float (*dot_q8_nibbles)(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                            const float *as, const float *acorr, const float *ws, int64_t nb);
+    /* sum_k a[k] * b[k] over n f32 elements (any n). */
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    /* Four rows at once (b + r * ldb, r < 4): four memory streams keep more
+       loads in flight when the weights come from DRAM.  out[r] = dot. */
+    void (*dot_f32_x4)(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+    /* dot_q8_nibbles over four rows (blocks + r * row_bytes, scales
+       ws + r * ld_ws), out[r] = dot. */
+    void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                              const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                              int64_t nb, float *out);
+    /* 4-bit codes through a 16-entry table: dst[i] = table[code i], n codes
+       from src (element 0 in the low nibble of src[0]). */
+    void (*lut16_row)(float *dst, const uint8_t *src, int64_t n, const float *table);
+    /* out[i] = q[i] * scale[i / sub] for n elements (n a multiple of sub). */
+    void (*dequant_q8)(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
     /* Relaxed activations: n values (a multiple of sub) to i8 per sub-block,
        scale amax / 127, round to nearest even. */
     void (*quantize_q8)(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
@@ -139,12 +176,27 @@ void tops__ref_unpack_codes(const tops_tensor *t, int64_t row, int64_t k0, int64
 float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
 float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                           int sub);
+float tops__ref_dot_f32(const float *a, const float *b, int64_t n);
+void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table);
+void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                 const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                 int64_t nb, float *out);
+float tops__ref_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                               const float *as, const float *acorr, const float *ws, int64_t nb);
+void tops__ref_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 #if defined(TOPS_HAVE_X86_KERNELS)
 void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__avx2_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__avx2_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops__avx2_fill_unpackers(tops__unpacker *table);
 void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, uint8_t *panel);
@@ -154,15 +206,23 @@ void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64
 float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
 float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                            int sub);
+float tops__avx2_dot_f32(const float *a, const float *b, int64_t n);
+void tops__avx2_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table);
+void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                  int64_t nb, float *out);
+float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                                const float *as, const float *acorr, const float *ws, int64_t nb);
+void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
+void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                         int accumulate);
+void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                            const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                            float *c, int64_t ldc, int accumulate);
 void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       int accumulate);
-void tops__avx2_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
-void tops__avx2_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
-void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
-void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
-void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
-void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 #endif
 
 #endif

@@ -59,6 +59,17 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p);
    NULL when out of memory. */
 void *tops__workspace_get(const tops__gemm_problem *p, size_t bytes);
 
+/* Reader of 8-bit float element formats (e4m3/e5m2, mxfp8, channel fp8)
+   stored [N, K], through the dispatch's element rows; and whether a
+   tensor's format qualifies. */
+int tops__has_element_reader(const tops_tensor *t);
+void tops__read_rect_elements(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                              int64_t nc, float *out, int64_t ld);
+
+/* Reader of lut4 / lut4-row weights (codebook per tensor or per row). */
+void tops__read_rect_lut4(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                          int64_t nc, float *out, int64_t ld);
+
 /* Reader of formats with an integer form, for storage [N, K]. */
 void tops__read_rect_unpack(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                             int64_t nc, float *out, int64_t ld);
@@ -81,6 +92,10 @@ typedef struct tops__packed_right {
     int nr;                  /* panel width: the microkernel's NR at pack time */
     const float *panels;     /* [ceil(n / nr)][k][nr] f32, zero-padded, planes applied */
     size_t bytes;            /* bytes of the panels */
+    /* Formats the kernels read in place (integer forms, [N, K]): instead of
+       panels, a contiguous copy in the format's own layout. */
+    int in_place;
+    tops_tensor copy;
 } tops__packed_right;
 
 /* Reader over packed panels, as if storage were [K, N] (k_major). */

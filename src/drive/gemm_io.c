@@ -2,6 +2,7 @@
    the element-level I/O of the matmul driver (any strides). */
 #include "drive/gemm.h"
 #include "formats/codec.h"
+#include "formats/elem.h"
 #include "kernels/ref/scalar_casts.h"
 
 #include <string.h>
@@ -28,15 +29,75 @@ void tops__read_rect_unpack(const tops__kernels *kern, const tops_tensor *t, int
     const tops__unpack_fn unpack = kern->unpack[t->format.id].run;
     const int sub = tops__unpack_sub(t);
     int8_t q[CHUNK];
-    float scale[CHUNK / 16];
+    float scale[CHUNK / 16], f[CHUNK];
     for (int64_t i = 0; i < nr; i++) {
         float *o = out + i * ld;
         for (int64_t k0 = c0 / sub * sub; k0 < c0 + nc; k0 += CHUNK) {
             int64_t n = c0 + nc - k0 < CHUNK ? tops__ceil_div(c0 + nc - k0, sub) * sub : CHUNK;
-            unpack(t, r0 + i, k0, n, q, scale);
             int64_t lo = k0 < c0 ? c0 : k0, hi = k0 + n < c0 + nc ? k0 + n : c0 + nc;
-            for (int64_t k = lo; k < hi; k++) o[k - c0] = (float)q[k - k0] * scale[(k - k0) / sub];
+            unpack(t, r0 + i, k0, n, q, scale);
+            if (lo == k0 && hi == k0 + n) { /* whole sub-blocks: straight into out */
+                kern->dequant_q8(q, scale, n, sub, o + (k0 - c0));
+            } else {
+                kern->dequant_q8(q, scale, n, sub, f);
+                memcpy(o + (lo - c0), f + (lo - k0), (size_t)(hi - lo) * sizeof(float));
+            }
         }
+    }
+}
+
+int tops__has_element_reader(const tops_tensor *t) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    return (info->element == TOPS_DT_E4M3 || info->element == TOPS_DT_E5M2) && !info->codebook && !info->has_bias &&
+           !info->has_tensor_scale;
+}
+
+void tops__read_rect_elements(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                              int64_t nc, float *out, int64_t ld) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    void (*row)(float *, const uint8_t *, int64_t) =
+        info->element == TOPS_DT_E4M3 ? kern->e4m3_to_f32_row : kern->e5m2_to_f32_row;
+    const tops_plane *p = &t->scales;
+    const int64_t block = info->block < 0 ? t->extent[1] : info->block > 1 ? t->format.group : 0;
+    const int esz = p->data ? (tops_dtype_bits(p->dtype) + 7) / 8 : 0;
+    for (int64_t i = 0; i < nr; i++) {
+        float *o = out + i * ld;
+        row(o, tops__weight_row(t, r0 + i) + c0, nc);
+        if (p->data) /* one scale per block of the row, as the formats layer applies it */
+            for (int64_t k = c0; k < c0 + nc;) {
+                int64_t b = k / block, end = (b + 1) * block < c0 + nc ? (b + 1) * block : c0 + nc;
+                uint32_t code = 0;
+                memcpy(&code, (const unsigned char *)p->data + ((r0 + i) * p->stride[0] + b * p->stride[1]) * esz,
+                       (size_t)esz);
+                const float s = tops__decode_elem(p->dtype, code);
+                for (; k < end; k++) o[k - c0] *= s;
+            }
+        if (t->tensor_scale != 1.0f)
+            for (int64_t j = 0; j < nc; j++) o[j] *= t->tensor_scale;
+    }
+}
+
+void tops__read_rect_lut4(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
+                          int64_t nc, float *out, int64_t ld) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    const tops_plane *cb = &t->codebook;
+    float table[16];
+    for (int64_t i = 0; i < nr; i++) {
+        const int64_t r = r0 + i;
+        if (i == 0 || info->codebook == 2) { /* per tensor: once; per row: each row */
+            const uint16_t *e = (const uint16_t *)cb->data + (info->codebook == 2 ? r * cb->stride[0] : 0);
+            for (int j = 0; j < 16; j++) table[j] = tops__f16_to_f32(e[j * cb->stride[1]]);
+        }
+        const uint8_t *codes = tops__weight_row(t, r);
+        float *o = out + i * ld;
+        int64_t k = c0;
+        if (k & 1) { /* an odd start: its high nibble first */
+            o[0] = table[codes[k >> 1] >> 4];
+            k++;
+        }
+        if (k < c0 + nc) kern->lut16_row(o + (k - c0), codes + (k >> 1), c0 + nc - k, table);
+        if (t->tensor_scale != 1.0f)
+            for (int64_t j = 0; j < nc; j++) o[j] *= t->tensor_scale;
     }
 }
 

@@ -1,8 +1,10 @@
-/* The small-M driver for quantized weights stored [N, K]: each weight row
-   is unpacked to its integer form one K-chunk at a time (in L1) and dotted
-   with every activation row, so the weights stream from memory once and
-   are never decoded to a matrix.  Threads split N; each output element
-   sums K in the same order for any thread count. */
+/* The small-M driver for weights stored [N, K]: each weight row is read
+   one K-chunk at a time (in L1) and dotted with every activation row, so
+   the weights stream from memory once and are never decoded to a matrix.
+   Formats with an integer form are unpacked to it (and dotted with i8
+   activations when relaxed); the others are read as f32 (f32 rows in
+   place).  Threads split N; each output element sums K in the same order
+   for any thread count. */
 #include "drive/gemm.h"
 
 #include <string.h>
@@ -25,12 +27,27 @@ static void load_activation_row(const tops__kernels *kern, const tops__gemm_oper
     for (int64_t i = k; i < kp; i++) out[i] = 0.0f;
 }
 
+/* A block of 32 as its 16 even elements, then the 16 odd ones: the order
+   of the low and high nibbles of interleaved 4-bit rows. */
+static void permute_even_odd(int8_t *blk) {
+    int8_t t[32];
+    for (int j = 0; j < 16; j++) {
+        t[j] = blk[2 * j];
+        t[16 + j] = blk[2 * j + 1];
+    }
+    memcpy(blk, t, 32);
+}
+
 tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const tops__unpacker up = kern->unpack[w->format.id];
-    const int sub = tops__unpack_sub(w);
+    const int integer = up.run != NULL, relaxed = integer && p->relaxed;
+    const int sub = integer ? tops__unpack_sub(w) : 32;
+    /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
+    const int in_place = relaxed && up.nib.block_bytes && sub == 32;
     const int64_t M = p->m, N = p->n, K = p->k, kp = round_up(K, 32), n_subs = kp / sub;
+    const int64_t full_blocks = K / 32;
     const int64_t chunk = K_CHUNK < kp ? K_CHUNK : kp;
     int threads = p->threads < 1 ? 1 : p->threads;
 #ifndef _OPENMP
@@ -41,9 +58,14 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 
     /* Workspace: activations (f32, and i8 + scales when relaxed), then per
        thread one unpacked chunk and an accumulator block. */
-    size_t act = (size_t)(M * kp) * sizeof(float), act_q = p->relaxed ? (size_t)(M * kp) : 0;
-    size_t act_s = p->relaxed ? (size_t)(M * n_subs) * sizeof(float) : 0;
-    size_t per_thread = (size_t)chunk + (size_t)(chunk / sub) * sizeof(float) + (size_t)(M * N_BLOCK) * sizeof(float) + 192;
+    int64_t cells;
+    if (!tops__mul_i64(M, kp, &cells) || !tops__mul_i64(cells, 8, &cells))
+        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows int64");
+    size_t act = (size_t)(M * kp) * sizeof(float), act_q = relaxed ? (size_t)(M * kp) : 0;
+    size_t act_s = relaxed ? 2 * (size_t)(M * n_subs) * sizeof(float) : 0; /* scales, corrections */
+    /* per thread: accumulators, scales, then i8 codes or an f32 row chunk */
+    size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + 4 * (size_t)(chunk / sub) * sizeof(float) +
+                        (size_t)chunk * (integer ? 1 : sizeof(float)) + 192;
     size_t bytes = act + act_q + act_s + 192, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(bytes, more, &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
@@ -55,9 +77,18 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     unsigned char *thread_base = ws + round_up((int64_t)(act + act_q + act_s), 64) + 64;
     per_thread = (size_t)round_up((int64_t)per_thread, 64);
 
+    float *acorr = as + M * n_subs;
     for (int64_t m = 0; m < M; m++) {
         load_activation_row(kern, &p->left, m, K, kp, a + m * kp);
-        if (p->relaxed) kern->quantize_q8(a + m * kp, kp, sub, aq + m * kp, as + m * n_subs);
+        if (relaxed) kern->quantize_q8(a + m * kp, kp, sub, aq + m * kp, as + m * n_subs);
+        if (in_place)
+            for (int64_t b = 0; b < n_subs; b++) {
+                int8_t *blk = aq + m * kp + b * 32;
+                int32_t sum = 0;
+                for (int j = 0; j < 32; j++) sum += blk[j];
+                acorr[m * n_subs + b] = (float)(up.nib.offset * sum);
+                if (!up.nib.split) permute_even_odd(blk);
+            }
     }
 
 #ifdef _OPENMP
@@ -72,18 +103,76 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
         unsigned char *mine = thread_base + (size_t)tid * per_thread;
         float *acc = (float *)mine;
         float *scale = acc + M * N_BLOCK;
-        int8_t *q = (int8_t *)(scale + chunk / sub);
+        int8_t *q = (int8_t *)(scale + 4 * (chunk / sub));
+        float *row = (float *)q;
         const int64_t n0 = jb * N_BLOCK, nn = N - n0 < N_BLOCK ? N - n0 : N_BLOCK;
         for (int64_t j = 0; j < nn; j++) {
             for (int64_t m = 0; m < M; m++) acc[m * N_BLOCK + j] = 0.0f;
+            /* Four rows at once where the kernels read rows in place. */
+            if (j + 4 <= nn && (in_place ? K % 32 == 0 : !integer && p->right.direct_f32)) {
+                for (int64_t m = 0; m < M; m++)
+                    for (int r = 1; r < 4; r++) acc[m * N_BLOCK + j + r] = 0.0f;
+                for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
+                    int64_t kc = kp - k0 < chunk ? kp - k0 : chunk;
+                    float d[4];
+                    if (in_place) { /* K % 32 == 0: whole blocks only */
+                        const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
+                        for (int r = 0; r < 4; r++) up.nib.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
+                        const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
+                        for (int64_t m = 0; m < M; m++) {
+                            kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aq + m * kp + k0, as + m * n_subs + b0,
+                                                    acorr + m * n_subs + b0, scale, ld_ws, nb, d);
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    } else {
+                        int64_t kv = K - k0 < kc ? K - k0 : kc;
+                        const float *b = (const float *)w->data + (n0 + j) * w->stride[0] + k0;
+                        for (int64_t m = 0; m < M; m++) {
+                            kern->dot_f32_x4(a + m * kp + k0, b, w->stride[0], kv, d);
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    }
+                }
+                j += 3;
+                continue;
+            }
             for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
                 int64_t kc = kp - k0 < chunk ? kp - k0 : chunk;
-                up.run(w, n0 + j, k0, kc, q, scale);
-                for (int64_t m = 0; m < M; m++) {
-                    float d = p->relaxed ? kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q, scale, kc, sub)
-                                         : kern->dot_f32_q8(a + m * kp + k0, q, scale, kc, sub);
-                    acc[m * N_BLOCK + j] += d;
+                if (in_place) {
+                    /* Whole blocks in place; a partial last block unpacked. */
+                    int64_t b0 = k0 / 32, nfull = full_blocks - b0 < kc / 32 ? full_blocks - b0 : kc / 32;
+                    if (nfull < 0) nfull = 0;
+                    const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
+                    if (nfull) up.nib.scales(w, n0 + j, k0, nfull * 32, scale);
+                    for (int64_t m = 0; m < M; m++)
+                        if (nfull)
+                            acc[m * N_BLOCK + j] += kern->dot_q8_nibbles(blocks, &up.nib, aq + m * kp + k0,
+                                                                         as + m * n_subs + b0, acorr + m * n_subs + b0,
+                                                                         scale, nfull);
+                    if (b0 + nfull < b0 + kc / 32 && b0 + nfull == full_blocks && K % 32) {
+                        int64_t kt = (b0 + nfull) * 32;
+                        up.run(w, n0 + j, kt, 32, q, scale);
+                        if (!up.nib.split) permute_even_odd(q);
+                        for (int64_t m = 0; m < M; m++)
+                            acc[m * N_BLOCK + j] += kern->dot_q8_q8(aq + m * kp + kt, as + m * n_subs + kt / 32, q, scale, 32, 32);
+                    }
+                    continue;
                 }
+                if (integer) {
+                    up.run(w, n0 + j, k0, kc, q, scale);
+                    for (int64_t m = 0; m < M; m++)
+                        acc[m * N_BLOCK + j] += relaxed ? kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q,
+                                                                          scale, kc, sub)
+                                                        : kern->dot_f32_q8(a + m * kp + k0, q, scale, kc, sub);
+                    continue;
+                }
+                /* f32 rows: the K tail beyond the tensor is not read */
+                int64_t kv = K - k0 < kc ? K - k0 : kc;
+                const float *b = row;
+                if (p->right.direct_f32) b = (const float *)w->data + (n0 + j) * w->stride[0] + k0;
+                else p->right.read(kern, w, n0 + j, 1, k0, kv, row, kv);
+                for (int64_t m = 0; m < M; m++) acc[m * N_BLOCK + j] += kern->dot_f32(a + m * kp + k0, b, kv);
             }
         }
         tops__store_rect(kern, p->dest, 0, M, n0, nn, acc, N_BLOCK, p->accumulate);

@@ -391,6 +391,27 @@ static tops_status check_tiling(const char *fn, const st_plane pl[PL_COUNT], uin
     return TOPS_OK;
 }
 
+/* Offset of the first byte that breaks UTF-8 (overlong forms, surrogates and
+   code points past U+10FFFF included), or n if the text is valid: the
+   format requires a UTF-8 header and cJSON does not check. */
+static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        unsigned c = s[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        if (len == 0 || len > n - i) return i;
+        uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+        for (size_t k = 1; k < len; k++) {
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+            cp = cp << 6 | (s[i + k] & 0x3F);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += len;
+    }
+    return n;
+}
+
 /* Parses and checks the header; fills the planes with their file ranges. */
 static tops_status read_layout(const tops__source *src, st_meta *m, st_plane pl[PL_COUNT], uint64_t *data_start) {
     const char *fn = src->fn;
@@ -418,6 +439,11 @@ static tops_status read_layout(const tops__source *src, st_meta *m, st_plane pl[
     if (n == 0 || text[0] != '{') {
         free(text);
         return tops__fail(TOPS_PARSE_ERROR, fn, "%s: the header does not start with '{'", src->what);
+    }
+    size_t bad_at = utf8_invalid_at((const unsigned char *)text, (size_t)n);
+    if (bad_at != n) {
+        free(text);
+        return tops__fail(TOPS_PARSE_ERROR, fn, "%s: the header is not UTF-8 (byte %zu)", src->what, bad_at);
     }
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, (size_t)n, &end, 0);

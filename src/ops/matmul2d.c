@@ -32,6 +32,7 @@ static int tensor_overlaps(const tops_tensor *t, const void *p, size_t n) {
     size_t span;
     if (t->packed_) {
         const tops__packed_right *pk = t->packed_;
+        if (pk->in_place) return tensor_overlaps(&pk->copy, p, n);
         return ranges_overlap(pk->panels, pk->bytes, p, n);
     }
     if (tops_tensor_data_span(t, &span) != TOPS_OK) return 1;
@@ -199,6 +200,10 @@ static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_te
     /* Integer forms are unpacked straight from [N, K] rows (blocks along K). */
     if (right->format.id != TOPS_FMT_PACKED && kern->unpack[right->format.id].run && transposed)
         op.read = tops__read_rect_unpack;
+    else if (right->format.id != TOPS_FMT_PACKED && transposed && tops__has_element_reader(right))
+        op.read = tops__read_rect_elements;
+    else if (right->format.id != TOPS_FMT_PACKED && right->codebook.data)
+        op.read = tops__read_rect_lut4; /* any layout: codes and codebooks follow rows */
     if (right->format.id == TOPS_FMT_PACKED) {
         op.k_major = 1;
         op.read = tops__read_rect_packed;
@@ -220,38 +225,184 @@ tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc,
     return tops__matmul2d_with(kern, exec, desc, left, right, dest);
 }
 
+/* A packed tensor whose kernels read the format in place is its copy. */
+static const tops_tensor *unwrap_in_place(const tops_tensor *right) {
+    const tops__packed_right *pk = right->packed_;
+    return right->format.id == TOPS_FMT_PACKED && pk->in_place ? &pk->copy : right;
+}
+
+typedef enum plan_kind {
+    PLAN_ROWS,      /* small M: weight rows streamed, dot products */
+    PLAN_INTEGER,   /* relaxed: i8 activations, integer microkernel */
+    PLAN_PANELS,    /* f32 panels (decoded per K block) into the f32 microkernel */
+} plan_kind;
+
+/* Fills the driver problem from checked arguments and picks the driver. */
+static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const tops_matmul2d_desc *desc,
+                      const tops_tensor *left, const tops_tensor *right, tops_tensor *dest, tops__gemm_problem *p) {
+    memset(p, 0, sizeof *p);
+    p->m = in->m;
+    p->n = in->n;
+    p->k = in->k;
+    p->left = (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL};
+    p->right = right_operand(kern, right, desc->transpose_right);
+    p->dest = dest;
+    p->accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
+    p->kern = kern;
+    p->threads = in->exec.threads;
+    p->n_tile_hint = desc->n_tile;
+    p->scratch = in->exec.scratch;
+    p->scratch_bytes = in->exec.scratch_bytes;
+    p->relaxed = desc->relaxed_precision;
+    /* Few rows and weights stored [N, K]: stream the weight rows once. */
+    if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed) return PLAN_ROWS;
+    /* Narrow integers take the integer microkernel.  8-bit weights stay on
+       f32 panels: their products would saturate vpmaddubsw's i16 sums, and
+       splitting them costs what the f32 kernel costs (measured: the i8 dot
+       driver was 1.6x slower than f32 panels at M = 128). */
+    if (p->right.read == tops__read_rect_unpack && p->relaxed && kern->unpack[right->format.id].qmax <= 15)
+        return PLAN_INTEGER;
+    return PLAN_PANELS;
+}
+
 tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
                                 const tops_tensor *left, const tops_tensor *right, tops_tensor *dest) {
     static const char fn[] = "tops_matmul2d";
     plan_inputs in;
     tops_status st = check_all(fn, exec, desc, left, right, dest, &in);
     if (st != TOPS_OK) return st;
-
+    right = unwrap_in_place(right);
     tops__gemm_problem p;
-    memset(&p, 0, sizeof p);
-    p.m = in.m;
-    p.n = in.n;
-    p.k = in.k;
-    p.left = (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL};
-    p.right = right_operand(kern, right, desc->transpose_right);
-    p.dest = dest;
-    p.accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
-    p.kern = kern;
-    p.threads = in.exec.threads;
-    p.n_tile_hint = desc->n_tile;
-    p.scratch = in.exec.scratch;
-    p.scratch_bytes = in.exec.scratch_bytes;
-    p.relaxed = desc->relaxed_precision;
-    if (p.right.read == tops__read_rect_unpack) {
-        if (p.m <= GEMV_MAX_M) return tops__gemv_run(fn, &p);
-        if (p.relaxed) {
-            /* Narrow integers take the integer microkernel; i8 weights the
-               dot driver (their products would saturate vpmaddubsw's i16). */
-            if (kern->unpack[right->format.id].qmax <= 15) return tops__gemm_q8_run(fn, &p);
-            return tops__gemv_run(fn, &p);
-        }
+    switch (plan(kern, &in, desc, left, right, dest, &p)) {
+    case PLAN_ROWS: return tops__gemv_run(fn, &p);
+    case PLAN_INTEGER: return tops__gemm_q8_run(fn, &p);
+    default: return tops__gemm_run(fn, &p);
     }
-    return tops__gemm_run(fn, &p);
+}
+
+tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                               const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap) {
+    static const char fn[] = "tops_matmul2d_path";
+    if (!buf || cap == 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "buf is NULL or cap is 0");
+    const tops__kernels *kern;
+    tops_status st = tops__kernels_checked(fn, &kern);
+    if (st != TOPS_OK) return st;
+    plan_inputs in;
+    if ((st = check_all(fn, exec, desc, left, right, dest, &in)) != TOPS_OK) return st;
+    right = unwrap_in_place(right);
+    tops__gemm_problem p;
+    plan_kind kind = plan(kern, &in, desc, left, right, (tops_tensor *)dest, &p);
+    const tops__unpacker *up = right->format.id != TOPS_FMT_PACKED ? &kern->unpack[right->format.id] : NULL;
+    const char *isa = tops_isa_name(kern->isa);
+    if (kind == PLAN_INTEGER) {
+        snprintf(buf, cap, "integer panels, i8 activations: %s (%s)", kern->gemm_q8.name, isa);
+    } else if (kind == PLAN_ROWS) {
+        const char *how = !up || !up->run             ? "f32 rows, f32 dots"
+                          : !p.relaxed                ? "integer rows, f32 dots"
+                          : up->nib.block_bytes && tops__unpack_sub(right) == 32 ? "4-bit rows in place, i8 dots"
+                                                                                 : "integer rows, i8 dots";
+        snprintf(buf, cap, "rows streamed (M <= %d): %s (%s)", GEMV_MAX_M, how, isa);
+    } else {
+        const char *src = p.right.packed                          ? "prepacked"
+                          : p.right.read == tops__read_rect_unpack ? "unpacked per K block"
+                          : p.right.read == tops__read_rect_elements ? "element rows per K block"
+                          : p.right.read == tops__read_rect_lut4     ? "codebook rows per K block"
+                          : p.right.read == tops__read_rect_decode ? "decoded per K block"
+                                                                   : "packed per K block";
+        snprintf(buf, cap, "f32 panels (%s): %s (%s)", src, kern->gemm_f32.name, isa);
+    }
+    return TOPS_OK;
+}
+
+/* The public face of a packed weight: owner_ frees everything. */
+static tops_tensor packed_tensor(const tops_tensor *right, void *mem, const tops__packed_right *pk, void *data) {
+    tops_tensor t;
+    memset(&t, 0, sizeof t);
+    t.magic = TOPS_TENSOR_MAGIC;
+    t.format = (tops_format){TOPS_FMT_PACKED, 1, TOPS_DT_NONE};
+    t.rank = 2;
+    t.extent[0] = right->extent[0];
+    t.extent[1] = right->extent[1];
+    t.stride[0] = right->extent[1];
+    t.stride[1] = 1;
+    t.data = data;
+    t.tensor_scale = 1.0f;
+    t.owner_ = mem;
+    t.packed_ = pk;
+    return t;
+}
+
+/* Bytes of a contiguous plane (entries of its dtype). */
+static size_t plane_bytes(const tops_plane *p, int rank) {
+    size_t n = (size_t)((tops_dtype_bits(p->dtype) + 7) / 8);
+    for (int d = 0; d < rank; d++) n *= (size_t)p->extent[d];
+    return n;
+}
+
+static void copy_plane(const tops_plane *src, tops_plane *dst) {
+    if (!src->data) return;
+    const size_t esz = (size_t)((tops_dtype_bits(src->dtype) + 7) / 8);
+    for (int64_t r = 0; r < src->extent[0]; r++)
+        for (int64_t c = 0; c < src->extent[1]; c++)
+            memcpy((char *)dst->data + (r * dst->stride[0] + c * dst->stride[1]) * (int64_t)esz,
+                   (const char *)src->data + (r * src->stride[0] + c * src->stride[1]) * (int64_t)esz, esz);
+}
+
+/* The packed form of weights the kernels read in place: one allocation
+   holding the descriptor and a contiguous copy (data and planes) of right. */
+static tops_status pack_in_place(const char *fn, const tops_tensor *right, int64_t k, int64_t n, tops_tensor *packed) {
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    tops_tensor tmp;
+    tops_status st = tops_tensor_create(right->format, 2, right->extent, host, &tmp);
+    if (st != TOPS_OK) return st;
+    /* The copy's allocation spans from owner_ to the end of its last plane. */
+    const unsigned char *base = tmp.owner_;
+    size_t span = 0, end;
+    if ((st = tops_tensor_data_span(&tmp, &span)) != TOPS_OK) {
+        tops_tensor_destroy(&tmp);
+        return st;
+    }
+    end = (size_t)((const unsigned char *)tmp.data - base) + span;
+    const tops_plane *planes[3] = {&tmp.scales, &tmp.bias, &tmp.codebook};
+    for (int i = 0; i < 3; i++)
+        if (planes[i]->data) {
+            size_t e = (size_t)((const unsigned char *)planes[i]->data - base) + plane_bytes(planes[i], 2);
+            if (e > end) end = e;
+        }
+    const size_t head = (sizeof(tops__packed_right) + 63) / 64 * 64; /* descriptor, then the copy */
+    unsigned char *mem = tops__aligned_alloc(head + end);
+    if (!mem) {
+        tops_tensor_destroy(&tmp);
+        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate %zu bytes for the packed weights", head + end);
+    }
+    /* Rebase the copy into our block, then fill it from right. */
+    tops_tensor copy = tmp;
+    copy.owner_ = NULL;
+    copy.data = mem + head + ((unsigned char *)tmp.data - base);
+    tops_plane *cp[3] = {&copy.scales, &copy.bias, &copy.codebook};
+    for (int i = 0; i < 3; i++)
+        if (cp[i]->data) cp[i]->data = mem + head + ((unsigned char *)planes[i]->data - base);
+    tops_tensor_destroy(&tmp);
+    const tops_format_info *info = tops_format_get_info(right->format.id);
+    const size_t row = (size_t)tops__row_bytes(info, right->extent[1]);
+    for (int64_t r = 0; r < right->extent[0]; r++)
+        memcpy((void *)tops__weight_row(&copy, r), tops__weight_row(right, r), row);
+    copy_plane(&right->scales, &copy.scales);
+    copy_plane(&right->bias, &copy.bias);
+    copy_plane(&right->codebook, &copy.codebook);
+    copy.tensor_scale = right->tensor_scale;
+
+    tops__packed_right *pk = (tops__packed_right *)mem;
+    memset(pk, 0, sizeof *pk);
+    pk->magic = TOPS_PACKED_MAGIC;
+    pk->source = right->format;
+    pk->k = k;
+    pk->n = n;
+    pk->transposed = 1;
+    pk->in_place = 1;
+    pk->copy = copy;
+    *packed = packed_tensor(right, mem, pk, copy.data);
+    return TOPS_OK;
 }
 
 tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
@@ -274,10 +425,13 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
     const tops__kernels *kern;
     if ((st = tops__kernels_checked(fn, &kern)) != TOPS_OK) return st;
 
+    if (kern->unpack[right->format.id].run && desc->transpose_right)
+        return pack_in_place(fn, right, k, n, packed);
+
     const int nr = kern->gemm_f32.nr;
     const int64_t panels = tops__ceil_div(n, nr);
     enum { KC_TMP = 256 };
-    size_t head = 64, panel_bytes, tmp_bytes, total;
+    size_t head = (sizeof(tops__packed_right) + 63) / 64 * 64, panel_bytes, tmp_bytes, total;
     if (!tops__mul_size((size_t)panels * (size_t)nr, (size_t)k, &panel_bytes) ||
         !tops__mul_size(panel_bytes, sizeof(float), &panel_bytes) ||
         !tops__mul_size((size_t)ex.threads, (size_t)nr * KC_TMP * sizeof(float), &tmp_bytes) ||
@@ -292,7 +446,15 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
     }
     tops__packed_right *pk = (tops__packed_right *)mem;
     float *data = (float *)(mem + head);
-    *pk = (tops__packed_right){TOPS_PACKED_MAGIC, right->format, k, n, desc->transpose_right, nr, data, panel_bytes};
+    memset(pk, 0, sizeof *pk);
+    pk->magic = TOPS_PACKED_MAGIC;
+    pk->source = right->format;
+    pk->k = k;
+    pk->n = n;
+    pk->transposed = desc->transpose_right;
+    pk->nr = nr;
+    pk->panels = data;
+    pk->bytes = panel_bytes;
     tops__gemm_operand op = right_operand(kern, right, desc->transpose_right);
     int threads = ex.threads;
 #ifdef _OPENMP
@@ -308,20 +470,6 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
     }
     (void)threads;
     tops__aligned_free(tmp);
-
-    tops_tensor t;
-    memset(&t, 0, sizeof t);
-    t.magic = TOPS_TENSOR_MAGIC;
-    t.format = (tops_format){TOPS_FMT_PACKED, 1, TOPS_DT_NONE};
-    t.rank = 2;
-    t.extent[0] = right->extent[0];
-    t.extent[1] = right->extent[1];
-    t.stride[0] = right->extent[1];
-    t.stride[1] = 1;
-    t.data = data;
-    t.tensor_scale = 1.0f;
-    t.owner_ = mem;
-    t.packed_ = pk;
-    *packed = t;
+    *packed = packed_tensor(right, mem, pk, data);
     return TOPS_OK;
 }

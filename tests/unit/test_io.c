@@ -478,6 +478,10 @@ static void test_safetensors_hostile_headers(void) {
         {"{\"__metadata__\":{\"format\":\"nvfp4\",\"shape\":\"[1, 16]\",\"tensor_scale\":\"2.5\"},\"weight\":{\"dtype\":\"U8\",\"shape\":[1,8],\"data_offsets\":[0,8]},\"weight.scales\":{\"dtype\":\"F8_E4M3\",\"shape\":[1,1],\"data_offsets\":[8,9]}}", 9, TOPS_OK, ""},
         {"{\"__metadata__\":{\"format\":\"packed\",\"shape\":\"[1, 16]\"}}", 0, TOPS_PARSE_ERROR, "not a format"},
         {deep, 0, TOPS_PARSE_ERROR, "JSON"},
+        {"{" META ",\"weight\xc3\x28\":1}", 0, TOPS_PARSE_ERROR, "not UTF-8"},
+        {"{" META ",\"weight\xed\xa0\x80\":1}", 0, TOPS_PARSE_ERROR, "not UTF-8"},
+        {"{" META ",\"weight\xc0\xaf\":1}", 0, TOPS_PARSE_ERROR, "not UTF-8"},
+        {"{" META ",\"w\xc3\xa9ight\":1}", 0, TOPS_PARSE_ERROR, "holds only"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         size_t size;

@@ -221,6 +221,7 @@ static void test_integer_forms(void) {
             c.n = pick_dim(MM_FULL ? 80 : 40);
             c.k = q % 2 ? 1 + (int64_t)(th_next(&rng) % 300) : 32 * (1 + (int64_t)(th_next(&rng) % 8));
             if (q == 9 && MM_FULL) c.k = 4095;
+            if (q == 8) c.k = (MM_FULL ? 2049 : 65) + 32 * (int64_t)(th_next(&rng) % 4) + (int64_t)(th_next(&rng) % 32);
             c.ta = (int)(th_next(&rng) % 2);
             c.tb = 1;
             c.accumulate = (int)(th_next(&rng) % 2);
@@ -233,6 +234,19 @@ static void test_integer_forms(void) {
             run_case(&c);
         }
     }
+    /* One relaxed case across the integer driver's M chunks (512 rows). */
+    mm_case big;
+    memset(&big, 0, sizeof big);
+    big.m = MM_FULL ? 530 : 13;
+    big.n = 17;
+    big.k = 96;
+    big.tb = 1;
+    big.left_dt = TOPS_DT_F32;
+    big.dest_dt = TOPS_DT_F32;
+    big.quant = 1;
+    big.rfmt = (tops_format){TOPS_FMT_Q4_0, 0, TOPS_DT_NONE};
+    big.relaxed = 1;
+    run_case(&big);
     printf("relaxed paths: worst rel-L2 vs f64 %.3g (bound %.3g)\n", relaxed_worst, RELAXED_BOUND);
 }
 

@@ -1,6 +1,6 @@
-/* AVX2 integer forms of the common quantized formats and the dot products
-   over them.  Same integers and scales as the scalar unpackers (which
-   still serve partial blocks at the end of K). */
+/* AVX2 integer forms of the common quantized formats (codes and scales)
+   and the 16-entry table row (lut4).  Same integers and scales as the
+   scalar unpackers, which still serve partial blocks at the end of K. */
 #include "cpu/dispatch.h"
 #include "kernels/ref/scalar_casts.h"
 
@@ -124,6 +124,24 @@ static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int
     unpack_gguf(t, row, k0, n, q, scale, 2, scalar_mxfp4);
 }
 
+/* GGUF block scales from the headers: F16C for q4_0, 2^(e-128) by bits
+   for ggml's mxfp4 (the same values as the scalar rows). */
+static void scales_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 18;
+    for (int64_t b = 0; b < n / 32; b++, blk += 18) {
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        scale[b] = _cvtsh_ss(h) * t->tensor_scale;
+    }
+}
+static void scales_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 17;
+    for (int64_t b = 0; b < n / 32; b++, blk += 17) {
+        int e = blk[0];
+        scale[b] = tops__bits_f32(e >= 2 ? (uint32_t)(e - 1) << 23 : 1u << (21 + e)) * t->tensor_scale;
+    }
+}
+
 void tops__avx2_fill_unpackers(tops__unpacker *table) {
     for (int e = 0; e < 256; e++) /* 2^(e-127); 0xFF is NaN (FORMATS.md) */
         e8m0_table[e] = e == 255 ? tops__bits_f32(0x7fc00000u)
@@ -141,93 +159,27 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     table[TOPS_FMT_Q4_0].run = unpack_q4_0;
     table[TOPS_FMT_Q8_0].run = unpack_q8_0;
     table[TOPS_FMT_GGUF_MXFP4].run = unpack_gguf_mxfp4;
+    table[TOPS_FMT_I4].nib.scales = unpack_scales;
+    table[TOPS_FMT_INT4_G].nib.scales = unpack_scales;
+    table[TOPS_FMT_MXFP4].nib.scales = unpack_scales;
+    table[TOPS_FMT_Q4_0].nib.scales = scales_q4_0;
+    table[TOPS_FMT_GGUF_MXFP4].nib.scales = scales_gguf_mxfp4;
 }
 
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline __m256 i8x8_to_f32(const int8_t *q) {
-    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
-}
-
-float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub) {
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t b = 0; b < n / sub; b++) {
-        const float *ab = a + b * sub;
-        const int8_t *qb = q + b * sub;
-        __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(ab), i8x8_to_f32(qb));
-        __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(ab + 8), i8x8_to_f32(qb + 8));
-        for (int j = 16; j < sub; j += 16) {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(ab + j), i8x8_to_f32(qb + j), s0);
-            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(ab + j + 8), i8x8_to_f32(qb + j + 8), s1);
-        }
-        acc = _mm256_fmadd_ps(_mm256_add_ps(s0, s1), _mm256_set1_ps(scale[b]), acc);
+/* Eight codes per step: a variable shift spreads four bytes' nibbles over
+   eight lanes, two vpermps look both table halves up, a blend picks. */
+void tops__avx2_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table) {
+    const __m256 lo = _mm256_loadu_ps(table), hi = _mm256_loadu_ps(table + 8);
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), mask = _mm256_set1_epi32(0xF);
+    const __m256i seven = _mm256_set1_epi32(7);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint32_t w;
+        memcpy(&w, src + i / 2, 4);
+        __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)w), shifts), mask);
+        __m256 upper = _mm256_castsi256_ps(_mm256_cmpgt_epi32(idx, seven));
+        _mm256_storeu_ps(dst + i, _mm256_blendv_ps(_mm256_permutevar8x32_ps(lo, idx),
+                                                   _mm256_permutevar8x32_ps(hi, idx), upper));
     }
-    return hsum(acc);
-}
-
-/* Signed i8 x i8 via vpmaddubsw: |q| as the unsigned side, q's sign moved
-   onto the activations (|q| <= 128 and |aq| <= 127 cannot saturate). */
-static inline __m256i dot_i8x32(__m256i aq, __m256i q) {
-    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(aq, q));
-    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-}
-
-float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
-                           int sub) {
-    __m256 acc = _mm256_setzero_ps();
-    if (sub == 32) {
-        for (int64_t b = 0; b < n / 32; b++) {
-            __m256i d = dot_i8x32(_mm256_loadu_si256((const __m256i *)(aq + b * 32)),
-                                  _mm256_loadu_si256((const __m256i *)(q + b * 32)));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(ascale[b] * scale[b]), acc);
-        }
-    } else { /* sub 16: lanes 0-3 hold block b, lanes 4-7 block b + 1 */
-        for (int64_t b = 0; b < n / 16; b += 2) {
-            __m256i d = dot_i8x32(_mm256_loadu_si256((const __m256i *)(aq + b * 16)),
-                                  _mm256_loadu_si256((const __m256i *)(q + b * 16)));
-            __m256 s = _mm256_set_m128(_mm_set1_ps(ascale[b + 1] * scale[b + 1]), _mm_set1_ps(ascale[b] * scale[b]));
-            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc);
-        }
-    }
-    return hsum(acc);
-}
-
-void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale) {
-    if (sub % 16 != 0) {
-        tops__ref_quantize_q8(a, n, sub, aq, ascale);
-        return;
-    }
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    for (int64_t b = 0; b < n / sub; b++) {
-        const float *x = a + b * sub;
-        __m256 mx = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-        for (int j = 0; j < sub; j += 8) {
-            __m256 v = _mm256_loadu_ps(x + j);
-            mx = _mm256_max_ps(mx, _mm256_and_ps(v, abs_mask));
-            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        }
-        if (!_mm256_testz_ps(nan, nan)) { /* the scalar row owns the NaN rule */
-            tops__ref_quantize_q8(x, sub, sub, aq + b * sub, ascale + b);
-            continue;
-        }
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float amax = _mm_cvtss_f32(m4);
-        float d = amax / 127.0f, inv = amax > 0.0f && amax <= 3.4e38f ? 127.0f / amax : 0.0f;
-        __m256 vinv = _mm256_set1_ps(inv);
-        for (int j = 0; j < sub; j += 16) {
-            __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), vinv));
-            __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8), vinv));
-            __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8); /* 16 x i16 in order */
-            __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
-            _mm_storeu_si128((__m128i *)(aq + b * sub + j), bytes);
-        }
-        ascale[b] = d;
-    }
+    if (i < n) tops__ref_lut16_row(dst + i, src + i / 2, n - i, table);
 }

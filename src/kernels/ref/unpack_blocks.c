@@ -1,5 +1,6 @@
 /* Scalar integer forms of the quantized weight formats (the truth for the
-   AVX2 unpackers) and the scalar dot products over them.  Values follow
+   AVX2 unpackers), their nibble layouts, and the 16-entry table row of
+   lut4.  Values follow
    the formats layer (src/formats/elem.h): e2m1 codes become doubled
    integers with half the block scale, mxint8 codes integers times 2^-6. */
 #include "cpu/dispatch.h"
@@ -126,6 +127,28 @@ static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
     }
 }
 
+/* Scales of GGUF blocks (one per 32, from each block's header). */
+static void gguf_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale, int e8m0) {
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    const uint8_t *data = tops__weight_row(t, row);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const uint8_t *blk = data + (k0 / 32 + b) * info->pack_bytes;
+        if (e8m0) {
+            scale[b] = tops__exp2i((int)blk[0] - 128) * t->tensor_scale;
+        } else {
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            scale[b] = tops__f16_to_f32(h) * t->tensor_scale;
+        }
+    }
+}
+static void scales_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    gguf_scales(t, row, k0, n, scale, 0);
+}
+static void scales_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    gguf_scales(t, row, k0, n, scale, 1);
+}
+
 static void unpack_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
     unpack_gguf(t, row, k0, n, q, scale, 0);
 }
@@ -137,54 +160,37 @@ static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int
 }
 
 void tops__ref_fill_unpackers(tops__unpacker *table) {
-    for (int i = 0; i < TOPS_FMT_COUNT_; i++) table[i] = (tops__unpacker){NULL, 0};
-    table[TOPS_FMT_I8] = (tops__unpacker){unpack_elements, 128};
-    table[TOPS_FMT_I4] = (tops__unpacker){unpack_elements, 8};
-    table[TOPS_FMT_I2] = (tops__unpacker){unpack_elements, 2};
-    table[TOPS_FMT_INT8_G] = (tops__unpacker){unpack_elements, 128};
-    table[TOPS_FMT_INT4_G] = (tops__unpacker){unpack_elements, 8};
-    table[TOPS_FMT_INT2_G] = (tops__unpacker){unpack_elements, 2};
-    table[TOPS_FMT_MXFP4] = (tops__unpacker){unpack_elements, 12};
-    table[TOPS_FMT_MXINT8] = (tops__unpacker){unpack_elements, 128};
-    table[TOPS_FMT_NVFP4] = (tops__unpacker){unpack_elements, 12};
-    table[TOPS_FMT_Q4_0] = (tops__unpacker){unpack_q4_0, 8};
-    table[TOPS_FMT_Q8_0] = (tops__unpacker){unpack_q8_0, 128};
-    table[TOPS_FMT_GGUF_MXFP4] = (tops__unpacker){unpack_gguf_mxfp4, 12};
+    memset(table, 0, sizeof(tops__unpacker) * TOPS_FMT_COUNT_);
+    table[TOPS_FMT_I8].run = unpack_elements, table[TOPS_FMT_I8].qmax = 128;
+    table[TOPS_FMT_I4].run = unpack_elements, table[TOPS_FMT_I4].qmax = 8;
+    table[TOPS_FMT_I2].run = unpack_elements, table[TOPS_FMT_I2].qmax = 2;
+    table[TOPS_FMT_INT8_G].run = unpack_elements, table[TOPS_FMT_INT8_G].qmax = 128;
+    table[TOPS_FMT_INT4_G].run = unpack_elements, table[TOPS_FMT_INT4_G].qmax = 8;
+    table[TOPS_FMT_INT2_G].run = unpack_elements, table[TOPS_FMT_INT2_G].qmax = 2;
+    table[TOPS_FMT_MXFP4].run = unpack_elements, table[TOPS_FMT_MXFP4].qmax = 12;
+    table[TOPS_FMT_MXINT8].run = unpack_elements, table[TOPS_FMT_MXINT8].qmax = 128;
+    table[TOPS_FMT_NVFP4].run = unpack_elements, table[TOPS_FMT_NVFP4].qmax = 12;
+    table[TOPS_FMT_Q4_0].run = unpack_q4_0, table[TOPS_FMT_Q4_0].qmax = 8;
+    table[TOPS_FMT_Q8_0].run = unpack_q8_0, table[TOPS_FMT_Q8_0].qmax = 128;
+    table[TOPS_FMT_GGUF_MXFP4].run = unpack_gguf_mxfp4, table[TOPS_FMT_GGUF_MXFP4].qmax = 12;
+    /* In-place nibble layouts: the code -> q + offset tables. */
+    tops__nibble_layout i4 = {16, 0, 0, 8, {0}, tops__ref_unpack_scales};
+    tops__nibble_layout fp4 = {16, 0, 0, 12, {0}, tops__ref_unpack_scales};
+    for (int c = 0; c < 16; c++) {
+        i4.lut[c] = (uint8_t)(tops__sext((uint32_t)c, 4) + 8);
+        fp4.lut[c] = (uint8_t)(e2m1_doubled[c] + 12);
+    }
+    tops__nibble_layout q4 = i4, gfp4 = fp4;
+    q4.block_bytes = 18, q4.header = 2, q4.split = 1, q4.scales = scales_q4_0;
+    for (int c = 0; c < 16; c++) q4.lut[c] = (uint8_t)c; /* q4_0 codes are q + 8 */
+    gfp4.block_bytes = 17, gfp4.header = 1, gfp4.split = 1, gfp4.scales = scales_gguf_mxfp4;
+    table[TOPS_FMT_I4].nib = i4;
+    table[TOPS_FMT_INT4_G].nib = i4;
+    table[TOPS_FMT_MXFP4].nib = fp4;
+    table[TOPS_FMT_Q4_0].nib = q4;
+    table[TOPS_FMT_GGUF_MXFP4].nib = gfp4;
 }
 
-float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub) {
-    float acc = 0.0f;
-    for (int64_t b = 0; b < n / sub; b++) {
-        float s = 0.0f;
-        for (int j = 0; j < sub; j++) s += a[b * sub + j] * (float)q[b * sub + j];
-        acc += s * scale[b];
-    }
-    return acc;
-}
-
-float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
-                          int sub) {
-    float acc = 0.0f;
-    for (int64_t b = 0; b < n / sub; b++) {
-        int32_t s = 0;
-        for (int j = 0; j < sub; j++) s += (int32_t)aq[b * sub + j] * q[b * sub + j];
-        acc += (float)s * (ascale[b] * scale[b]);
-    }
-    return acc;
-}
-
-void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale) {
-    for (int64_t b = 0; b < n / sub; b++) {
-        const float *x = a + b * sub;
-        float amax = 0.0f;
-        int nan = 0;
-        for (int j = 0; j < sub; j++) {
-            amax = fmaxf(amax, fabsf(x[j]));
-            nan |= x[j] != x[j];
-        }
-        /* Inf gives scale Inf and codes 0, NaN scale NaN: both reach the result. */
-        float d = nan ? NAN : amax / 127.0f, inv = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
-        for (int j = 0; j < sub; j++) aq[b * sub + j] = (int8_t)(nan ? 0 : lrintf(x[j] * inv));
-        ascale[b] = d;
-    }
+void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table) {
+    for (int64_t i = 0; i < n; i++) dst[i] = table[(src[i >> 1] >> ((i & 1) * 4)) & 0xF];
 }

@@ -1,0 +1,205 @@
+/* AVX2 dot products of the matmul row driver and the relaxed activation
+   quantizer: f32 x f32, f32 x integer form, i8 x integer form, 4-bit
+   layouts read in place; and the integer form's dequantization. */
+#include "cpu/dispatch.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256 i8x8_to_f32(const int8_t *q) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
+}
+
+float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub) {
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t b = 0; b < n / sub; b++) {
+        const float *ab = a + b * sub;
+        const int8_t *qb = q + b * sub;
+        __m256 s0 = _mm256_mul_ps(_mm256_loadu_ps(ab), i8x8_to_f32(qb));
+        __m256 s1 = _mm256_mul_ps(_mm256_loadu_ps(ab + 8), i8x8_to_f32(qb + 8));
+        for (int j = 16; j < sub; j += 16) {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(ab + j), i8x8_to_f32(qb + j), s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(ab + j + 8), i8x8_to_f32(qb + j + 8), s1);
+        }
+        acc = _mm256_fmadd_ps(_mm256_add_ps(s0, s1), _mm256_set1_ps(scale[b]), acc);
+    }
+    return hsum(acc);
+}
+
+/* Signed i8 x i8 via vpmaddubsw: |q| as the unsigned side, q's sign moved
+   onto the activations (|q| <= 128 and |aq| <= 127 cannot saturate). */
+static inline __m256i dot_i8x32(__m256i aq, __m256i q) {
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(aq, q));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                           int sub) {
+    __m256 acc = _mm256_setzero_ps();
+    if (sub == 32) {
+        for (int64_t b = 0; b < n / 32; b++) {
+            __m256i d = dot_i8x32(_mm256_loadu_si256((const __m256i *)(aq + b * 32)),
+                                  _mm256_loadu_si256((const __m256i *)(q + b * 32)));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(ascale[b] * scale[b]), acc);
+        }
+    } else { /* sub 16: lanes 0-3 hold block b, lanes 4-7 block b + 1 */
+        for (int64_t b = 0; b < n / 16; b += 2) {
+            __m256i d = dot_i8x32(_mm256_loadu_si256((const __m256i *)(aq + b * 16)),
+                                  _mm256_loadu_si256((const __m256i *)(q + b * 16)));
+            __m256 s = _mm256_set_m128(_mm_set1_ps(ascale[b + 1] * scale[b + 1]), _mm_set1_ps(ascale[b] * scale[b]));
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc);
+        }
+    }
+    return hsum(acc);
+}
+
+void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale) {
+    if (sub % 16 != 0) {
+        tops__ref_quantize_q8(a, n, sub, aq, ascale);
+        return;
+    }
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int64_t b = 0; b < n / sub; b++) {
+        const float *x = a + b * sub;
+        __m256 mx = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+        for (int j = 0; j < sub; j += 8) {
+            __m256 v = _mm256_loadu_ps(x + j);
+            mx = _mm256_max_ps(mx, _mm256_and_ps(v, abs_mask));
+            nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        }
+        if (!_mm256_testz_ps(nan, nan)) { /* the scalar row owns the NaN rule */
+            tops__ref_quantize_q8(x, sub, sub, aq + b * sub, ascale + b);
+            continue;
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        float d = amax / 127.0f, inv = amax > 0.0f && amax <= 3.4e38f ? 127.0f / amax : 0.0f;
+        __m256 vinv = _mm256_set1_ps(inv);
+        for (int j = 0; j < sub; j += 16) {
+            __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j), vinv));
+            __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + j + 8), vinv));
+            __m256i w = _mm256_permute4x64_epi64(_mm256_packs_epi32(i0, i1), 0xD8); /* 16 x i16 in order */
+            __m128i bytes = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+            _mm_storeu_si128((__m128i *)(aq + b * sub + j), bytes);
+        }
+        ascale[b] = d;
+    }
+}
+
+void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out) {
+    if (sub % 8 != 0) {
+        tops__ref_dequant_q8(q, scale, n, sub, out);
+        return;
+    }
+    for (int64_t b = 0; b < n / sub; b++) {
+        __m256 s = _mm256_set1_ps(scale[b]);
+        for (int j = 0; j < sub; j += 8)
+            _mm256_storeu_ps(out + b * sub + j, _mm256_mul_ps(i8x8_to_f32(q + b * sub + j), s));
+    }
+}
+
+float tops__avx2_dot_f32(const float *a, const float *b, int64_t n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 16), _mm256_loadu_ps(b + i + 16), s2);
+        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
+    }
+    for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    float acc = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    for (; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+/* Per block: 16 nibble bytes -> [low nibbles | high nibbles] (one variable
+   shift of the upper lane), codes -> q + offset by vpshufb, then one
+   vpmaddubsw against the 32 activations.  Scale products go 8 blocks at a
+   time, with the offset correction folded in as one fma per 8 blocks. */
+float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                                const float *as, const float *acorr, const float *ws, int64_t nb) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
+    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t stride = layout->block_bytes;
+    const uint8_t *nib = blocks + layout->header;
+    __m256 acc = _mm256_setzero_ps(), corr = _mm256_setzero_ps();
+    float sc[8];
+    int64_t b = 0;
+    for (; b < nb; b += 8) {
+        const int64_t group = nb - b < 8 ? nb - b : 8;
+        if (group == 8) {
+            __m256 s8 = _mm256_mul_ps(_mm256_loadu_ps(ws + b), _mm256_loadu_ps(as + b));
+            corr = _mm256_fmadd_ps(_mm256_loadu_ps(acorr + b), s8, corr);
+            _mm256_storeu_ps(sc, s8);
+        } else {
+            float c = 0.0f;
+            for (int64_t i = 0; i < group; i++) {
+                sc[i] = ws[b + i] * as[b + i];
+                c += acorr[b + i] * sc[i];
+            }
+            corr = _mm256_add_ps(corr, _mm256_setr_ps(c, 0, 0, 0, 0, 0, 0, 0));
+        }
+        for (int64_t i = 0; i < group; i++) {
+            const uint8_t *p = nib + (b + i) * stride;
+            __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)p));
+            x = _mm256_and_si256(_mm256_srlv_epi32(x, shifts), mask);
+            __m256i w = _mm256_shuffle_epi8(lut, x);
+            __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(w, _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32))), ones);
+            acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sc[i]), acc);
+        }
+    }
+    return hsum(_mm256_sub_ps(acc, corr));
+}
+
+void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out) {
+    const float *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(a + i + 8);
+        s0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b0 + i), s0);
+        s1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b1 + i), s1);
+        s2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b2 + i), s2);
+        s3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b3 + i), s3);
+        t0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b0 + i + 8), t0);
+        t1 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b1 + i + 8), t1);
+        t2 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b2 + i + 8), t2);
+        t3 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b3 + i + 8), t3);
+    }
+    out[0] = hsum(_mm256_add_ps(s0, t0));
+    out[1] = hsum(_mm256_add_ps(s1, t1));
+    out[2] = hsum(_mm256_add_ps(s2, t2));
+    out[3] = hsum(_mm256_add_ps(s3, t3));
+    for (; i < n; i++) {
+        out[0] += a[i] * b0[i];
+        out[1] += a[i] * b1[i];
+        out[2] += a[i] * b2[i];
+        out[3] += a[i] * b3[i];
+    }
+}
+
+void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                  int64_t nb, float *out) {
+    /* Interleave the four rows 8 blocks at a time: four streams in flight. */
+    float part[4] = {0, 0, 0, 0};
+    for (int64_t b = 0; b < nb; b += 8) {
+        int64_t g = nb - b < 8 ? nb - b : 8;
+        for (int r = 0; r < 4; r++)
+            part[r] += tops__avx2_dot_q8_nibbles(blocks + r * row_bytes + b * layout->block_bytes, layout, aq + b * 32,
+                                                 as + b, acorr + b, ws + r * ld_ws + b, g);
+    }
+    for (int r = 0; r < 4; r++) out[r] = part[r];
+}
+

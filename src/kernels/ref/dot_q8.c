@@ -1,0 +1,83 @@
+/* Scalar dot products of the matmul row driver, the relaxed activation
+   quantizer and the integer form's dequantization (the truth for the AVX2
+   twins in kernels/avx2/dot_q8.c). */
+#include "cpu/dispatch.h"
+
+#include <math.h>
+
+float tops__ref_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                               const float *as, const float *acorr, const float *ws, int64_t nb) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *nib = blocks + b * layout->block_bytes + layout->header;
+        const int8_t *a = aq + b * 32;
+        int32_t s = 0;
+        for (int j = 0; j < 16; j++) {
+            /* split: low nibble j is element j, high is j + 16; otherwise
+               the activations come as [evens, odds], matching low, high. */
+            s += layout->lut[nib[j] & 0xF] * a[j];
+            s += layout->lut[nib[j] >> 4] * a[16 + j];
+        }
+        acc += ((float)s - acorr[b]) * (ws[b] * as[b]);
+    }
+    return acc;
+}
+
+float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n / sub; b++) {
+        float s = 0.0f;
+        for (int j = 0; j < sub; j++) s += a[b * sub + j] * (float)q[b * sub + j];
+        acc += s * scale[b];
+    }
+    return acc;
+}
+
+float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                          int sub) {
+    float acc = 0.0f;
+    for (int64_t b = 0; b < n / sub; b++) {
+        int32_t s = 0;
+        for (int j = 0; j < sub; j++) s += (int32_t)aq[b * sub + j] * q[b * sub + j];
+        acc += (float)s * (ascale[b] * scale[b]);
+    }
+    return acc;
+}
+
+void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale) {
+    for (int64_t b = 0; b < n / sub; b++) {
+        const float *x = a + b * sub;
+        float amax = 0.0f;
+        int nan = 0;
+        for (int j = 0; j < sub; j++) {
+            amax = fmaxf(amax, fabsf(x[j]));
+            nan |= x[j] != x[j];
+        }
+        /* Inf gives scale Inf and codes 0, NaN scale NaN: both reach the result. */
+        float d = nan ? NAN : amax / 127.0f, inv = amax > 0.0f && isfinite(amax) ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < sub; j++) aq[b * sub + j] = (int8_t)(nan ? 0 : lrintf(x[j] * inv));
+        ascale[b] = d;
+    }
+}
+
+void tops__ref_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out) {
+    for (int64_t b = 0; b < n / sub; b++)
+        for (int j = 0; j < sub; j++) out[b * sub + j] = (float)q[b * sub + j] * scale[b];
+}
+
+float tops__ref_dot_f32(const float *a, const float *b, int64_t n) {
+    float acc = 0.0f;
+    for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+
+void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out) {
+    for (int r = 0; r < 4; r++) out[r] = tops__ref_dot_f32(a, b + r * ldb, n);
+}
+
+void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                 const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                 int64_t nb, float *out) {
+    for (int r = 0; r < 4; r++)
+        out[r] = tops__ref_dot_q8_nibbles(blocks + r * row_bytes, layout, aq, as, acorr, ws + r * ld_ws, nb);
+}
