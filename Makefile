@@ -38,7 +38,7 @@ build: configure
 
 # The main job: the machine, the validation ladder, then the A/B table over
 # the default suite (f32, f16, int8-g32, int4-g32, q4_0, mxfp4, nvfp4 at
-# K=4096, N=12288, M=1,16,128).  The bench runs even if a ladder row fails
+# K=4096, N=12288, M=1,16,128, and fused attention at B=1 H=8 S=2048 D=128).  The bench runs even if a ladder row fails
 # (its figures are still worth seeing); either failing fails the target.
 run: build
 	$(BUILD)/tensorops info
@@ -46,8 +46,8 @@ run: build
 	@status=0; \
 	echo "$(BUILD)/tensorops validate --quick"; \
 	$(BUILD)/tensorops validate --quick || status=1; \
-	echo "$(BUILD)/tensorops bench --json bench/out/latest.json --plot bench/out/latest.svg"; \
-	$(BUILD)/tensorops bench --json bench/out/latest.json --plot bench/out/latest.svg || status=1; \
+	echo "$(BUILD)/tensorops bench --op matmul,attention --json bench/out/latest.json --plot bench/out/latest.svg"; \
+	$(BUILD)/tensorops bench --op matmul,attention --json bench/out/latest.json --plot bench/out/latest.svg || status=1; \
 	exit $$status
 
 test: deps-python build

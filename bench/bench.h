@@ -14,7 +14,7 @@ typedef struct tops_bench_row {
     int64_t m, k, n;      /* attention: m = query length, n = key length, k = head dim */
     int threads;
     char isa[24];         /* level in use, or "cuda:N" */
-    char path[64];        /* kernel family that ran */
+    char path[128];       /* kernel family that ran (tops_matmul2d_path for matmul) */
     double median_s, min_s;
     double gflops;        /* from the median */
     double gbps;          /* weight (or K/V) bytes per second, from the median */
@@ -32,6 +32,9 @@ typedef struct tops_bench_row {
        whether it met it (the table marks a miss; the command exits 1). */
     double rel_l2_bound;
     int accuracy_ok;
+    /* Not in the JSON: what the floor was computed from, so it can be
+       recomputed with the best ceilings of the run (tops_bench_refine_floors). */
+    double floor_bytes, floor_flops, floor_peak_gflops, floor_read_gbps;
 } tops_bench_row;
 
 /* The machine's ceilings, measured in the same run with all threads. */
@@ -46,6 +49,7 @@ typedef struct tops_bench_roofline {
     char fma_kernel[32];   /* "avx512-fma", "avx2-fma", "scalar" */
     char int8_kernel[32];  /* "avx512-vnni", "avx2-maddubs", "scalar" */
     char read_kernel[32];  /* "avx512-load", "avx2-load", "scalar" */
+    int measurements;      /* 2: the best of the run's start and end */
 } tops_bench_roofline;
 
 /* floor_s for a case: the larger of bytes / bandwidth and flops / peak.
@@ -111,6 +115,13 @@ typedef struct tops_bench_rows {
 
 tops_status tops_bench_rows_push(tops_bench_rows *rows, const tops_bench_row *row);
 void tops_bench_rows_free(tops_bench_rows *rows);
+
+/* The ceilings are measured at the start of a run and again at its end; on a
+   shared machine either can catch a neighbour's burst.  This keeps the best
+   of each in *best and recomputes every row's floor with it (a row keeps the
+   kind of peak, FMA or i8, it was given). */
+void tops_bench_refine_floors(tops_bench_rows *rows, const tops_bench_roofline *first,
+                              const tops_bench_roofline *second, tops_bench_roofline *best);
 
 /* The table on stdout (or any stream), the roofline line above it. */
 void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_bench_roofline *roof);
@@ -205,9 +216,6 @@ extern const char *const tops_bench_matmul_default_formats[];
 tops_status tops_bench_matmul_cuda_prepare(tops_bench_config *cfg);
 tops_status tops_bench_matmul_cuda(tops_bench_session *session, tops_bench_rows *rows);
 
-/* The kernel family tops_matmul2d runs for this case (the table's path). */
-void tops_bench_matmul_path(char *buf, size_t cap, const tops_matmul2d_desc *desc, tops_format right);
-
 /* Deterministic test data: n normal(0, 1) values from a seed. */
 void tops_bench_fill_normal(float *v, int64_t n, uint64_t seed);
 /* f64 reference of rows `rows` of A[., K] * W^T, W stored [N, K] (both f32,
@@ -218,5 +226,12 @@ void tops_bench_reference_rows(const float *a, const float *w, int64_t k, int64_
    holds a NaN where ref does not). */
 void tops_bench_compare(const double *ref, const float *y, int64_t n, double *rel_l2, double *cos_sim,
                         double *max_abs);
+
+/* ---- the attention runner (bench/bench_attention.c) ----------------------- */
+
+int tops_bench_attention_parse(tops_bench_config *cfg, int argc, char **argv, int *i);
+tops_status tops_bench_attention_prepare(tops_bench_config *cfg);
+tops_status tops_bench_attention_cpu(tops_bench_session *session, tops_bench_rows *rows);
+extern const char tops_bench_attention_usage[];
 
 #endif

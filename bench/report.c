@@ -44,14 +44,15 @@ static void fmt_ratio(char *buf, size_t cap, double r) {
 void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_bench_roofline *roof) {
     if (roof && roof->read_gbps > 0)
         fprintf(out,
-                "roofline (%d threads, same run): read %.1f GB/s (%s, streaming %.0f MiB%s), "
+                "roofline (%d threads, same run%s): read %.1f GB/s (%s, streaming %.0f MiB%s), "
                 "f32 FMA %.1f GFLOP/s (%s), i8 dot %.1f GOP/s (%s)\n",
-                roof->threads, roof->read_gbps, roof->read_kernel, roof->read_bytes / 1048576.0,
+                roof->threads, roof->measurements > 1 ? ", best of its start and end" : "", roof->read_gbps, roof->read_kernel, roof->read_bytes / 1048576.0,
                 roof->read_capped ? ", capped by free memory below 4x LLC" : "", roof->fma_gflops,
                 roof->fma_kernel, roof->int8_gops, roof->int8_kernel);
-    fprintf(out, "%-9s %-14s %5s %5s %6s %3s %-30s %10s %10s %8s %7s %8s %-15s %9s %7s %9s %7s %9s %9s\n", "op",
-            "format", "M", "K", "N", "thr", "path", "median ms", "min ms", "GFLOP/s", "GB/s", "pack ms",
-            "baseline", "base ms", "speedup", "floor ms", "xfloor", "rel-L2", "cos-sim");
+    /* the path last: it is long and of any length */
+    fprintf(out, "%-9s %-14s %5s %5s %6s %3s %10s %10s %8s %7s %8s %-17s %9s %7s %9s %7s %9s %9s  %s\n", "op",
+            "format", "M", "K", "N", "thr", "median ms", "min ms", "GFLOP/s", "GB/s", "pack ms", "baseline",
+            "base ms", "speedup", "floor ms", "xfloor", "rel-L2", "cos-sim", "path");
     for (size_t i = 0; i < rows->n; i++) {
         const tops_bench_row *r = &rows->v[i];
         char med[24], mn[24], pack[24], base[24], fl[24], sp[24], fr[24];
@@ -62,9 +63,9 @@ void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_b
         fmt_ms(fl, sizeof fl, r->floor_s);
         fmt_ratio(sp, sizeof sp, r->speedup);
         fmt_ratio(fr, sizeof fr, r->floor_ratio);
-        fprintf(out, "%-9s %-14s %5lld %5lld %6lld %3d %-30s %10s %10s %8.1f %7.2f %8s %-15s %9s %7s %9s %7s %9.2e %9.6f%s\n",
-                r->op, r->format, (long long)r->m, (long long)r->k, (long long)r->n, r->threads, r->path, med, mn,
-                r->gflops, r->gbps, pack, r->baseline, base, sp, fl, fr, r->rel_l2, r->cos_sim,
+        fprintf(out, "%-9s %-14s %5lld %5lld %6lld %3d %10s %10s %8.1f %7.2f %8s %-17s %9s %7s %9s %7s %9.2e %9.6f  %s%s\n",
+                r->op, r->format, (long long)r->m, (long long)r->k, (long long)r->n, r->threads, med, mn, r->gflops,
+                r->gbps, pack, r->baseline, base, sp, fl, fr, r->rel_l2, r->cos_sim, r->path,
                 r->accuracy_ok ? "" : "  <-- WRONG: rel-L2 over its bound");
     }
 }
@@ -215,28 +216,25 @@ static double sy(const svg_axes *a, double t) {
     return PLOT_B - (y - a->y0) / (a->y1 - a->y0) * (PLOT_B - PLOT_T);
 }
 
-/* The distinct values of a field, in order of first appearance. */
-static int distinct_formats(const tops_bench_rows *rows, const char **out, int cap) {
-    int n = 0;
-    for (size_t i = 0; i < rows->n; i++) {
-        int seen = 0;
-        for (int j = 0; j < n; j++)
-            if (strcmp(out[j], rows->v[i].format) == 0) seen = 1;
-        if (!seen && n < cap) out[n++] = rows->v[i].format;
-    }
-    return n;
+/* A series of the plot: the format, and for attention whether it is causal
+   (both run at the same lengths). */
+static void series_key(const tops_bench_row *r, char *buf, size_t cap) {
+    if (strcmp(r->op, "attention") == 0) snprintf(buf, cap, "%s %s", r->format, r->causal ? "causal" : "non-causal");
+    else snprintf(buf, cap, "%s", r->format);
 }
 
-/* Draws one series (rows of `format`, or every row's baseline if format is
-   NULL) as a polyline over M; which = 0 median, 1 floor, 2 baseline. */
-static void svg_series(svg_buf *b, const svg_axes *a, const tops_bench_rows *rows, const char *format, int which,
+/* Draws one series (rows whose key is `key`, or every row's baseline if key
+   is NULL) as a polyline over M; which = 0 median, 1 floor, 2 baseline. */
+static void svg_series(svg_buf *b, const svg_axes *a, const tops_bench_rows *rows, const char *key, int which,
                        const char *color) {
     static const char *const dash[] = {"", " stroke-dasharray=\"2,4\"", " stroke-dasharray=\"9,5\""};
     double xs[TOPS_BENCH_MAX_LIST * 4], ts[TOPS_BENCH_MAX_LIST * 4];
     int n = 0;
     for (size_t i = 0; i < rows->n && n < (int)(sizeof xs / sizeof xs[0]); i++) {
         const tops_bench_row *r = &rows->v[i];
-        if (format && strcmp(r->format, format) != 0) continue;
+        char k[64];
+        series_key(r, k, sizeof k);
+        if (key && strcmp(k, key) != 0) continue;
         double t = which == 0 ? r->median_s : which == 1 ? r->floor_s : r->baseline_median_s;
         if (!(t > 0) || r->m < 1) continue;
         int dup = 0;
@@ -259,16 +257,22 @@ static void svg_series(svg_buf *b, const svg_axes *a, const tops_bench_rows *row
                which == 2 ? "2.5" : "1.8", dash[which]);
     for (int i = 0; i < n; i++) svg_printf(b, "%s%.1f,%.1f", i ? " " : "", sx(a, xs[i]), sy(a, ts[i]));
     svg_printf(b, "\"/>\n");
-    if (which == 0)
-        for (int i = 0; i < n; i++)
-            svg_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", sx(a, xs[i]), sy(a, ts[i]), color);
+    /* markers too, so a series of one point (one M) still shows */
+    for (int i = 0; i < n; i++) {
+        double x = sx(a, xs[i]), y = sy(a, ts[i]);
+        if (which == 0)
+            svg_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"/>\n", x, y, color);
+        else if (which == 1)
+            svg_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"white\" stroke=\"%s\"/>\n", x, y, color);
+        else
+            svg_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"7\" height=\"7\" fill=\"black\"/>\n", x - 3.5, y - 3.5);
+    }
 }
 
-tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows) {
-    static const char fn[] = "tensorops bench --plot";
+/* One panel: the rows of one op, time against M on log axes. */
+static void svg_panel(svg_buf *b, const tops_bench_rows *rows) {
     static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
                                           "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
-    if (!rows || rows->n == 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "there are no rows to plot");
     svg_axes a;
     double mmin = INFINITY, mmax = 0, tmin = INFINITY, tmax = 0;
     for (size_t i = 0; i < rows->n; i++) {
@@ -282,36 +286,34 @@ tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows) 
                 if (ts[j] > tmax) tmax = ts[j];
             }
     }
-    if (!(tmax > 0)) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "no row has a positive time to plot");
     a.x0 = log2(mmin < 1 ? 1 : mmin) - 0.5;
     a.x1 = log2(mmax < 1 ? 1 : mmax) + 0.5;
-    a.y0 = floor(log10(tmin));
-    a.y1 = ceil(log10(tmax));
+    a.y0 = tmax > 0 ? floor(log10(tmin)) : -6;
+    a.y1 = tmax > 0 ? ceil(log10(tmax)) : 0;
     if (a.y1 <= a.y0) a.y1 = a.y0 + 1;
 
-    svg_buf b = {0};
     const tops_bench_row *r0 = &rows->v[0];
-    svg_printf(&b,
-               "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
-               "font-family=\"sans-serif\" font-size=\"12\">\n"
-               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
-               SVG_W, SVG_H, SVG_W, SVG_H);
-    svg_printf(&b, "<text x=\"%d\" y=\"28\" font-size=\"15\" font-weight=\"bold\">tensorops bench: ", PLOT_L);
-    svg_text(&b, r0->op);
-    svg_printf(&b, " K=%lld N=%lld, %d threads, isa ", (long long)r0->k, (long long)r0->n, r0->threads);
-    svg_text(&b, r0->isa);
-    svg_printf(&b, "</text>\n");
+    int attention = strcmp(r0->op, "attention") == 0;
+    svg_printf(b, "<text x=\"%d\" y=\"28\" font-size=\"15\" font-weight=\"bold\">tensorops bench: ", PLOT_L);
+    svg_text(b, r0->op);
+    if (attention)
+        svg_printf(b, " B=%lld H=%lld Hkv=%lld D=%lld", (long long)r0->batch, (long long)r0->heads,
+                   (long long)r0->kv_heads, (long long)r0->k);
+    else
+        svg_printf(b, " K=%lld N=%lld", (long long)r0->k, (long long)r0->n);
+    svg_printf(b, ", %d threads, isa ", r0->threads);
+    svg_text(b, r0->isa);
+    svg_printf(b, "</text>\n");
     /* frame, grid and ticks */
-    svg_printf(&b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"black\"/>\n", PLOT_L,
+    svg_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"black\"/>\n", PLOT_L,
                PLOT_T, PLOT_R - PLOT_L, PLOT_B - PLOT_T);
     for (int e = (int)a.y0; e <= (int)a.y1; e++) {
         double y = sy(&a, pow(10, e));
-        svg_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PLOT_L, y, PLOT_R, y);
-        svg_printf(&b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">1e%d</text>\n", PLOT_L - 6, y + 4, e);
+        svg_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", PLOT_L, y, PLOT_R, y);
+        svg_printf(b, "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">1e%d</text>\n", PLOT_L - 6, y + 4, e);
         for (int k = 2; k <= 9 && e < (int)a.y1; k++) {
             double yk = sy(&a, k * pow(10, e));
-            svg_printf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n", PLOT_L, yk,
+            svg_printf(b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%d\" y2=\"%.1f\" stroke=\"black\"/>\n", PLOT_L, yk,
                        PLOT_L + 4, yk);
         }
     }
@@ -321,34 +323,42 @@ tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows) 
             if (rows->v[j].m == rows->v[i].m) dup = 1;
         if (dup) continue;
         double x = sx(&a, (double)rows->v[i].m);
-        svg_printf(&b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, PLOT_T, x, PLOT_B);
-        svg_printf(&b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%lld</text>\n", x, PLOT_B + 18,
+        svg_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"#ddd\"/>\n", x, PLOT_T, x, PLOT_B);
+        svg_printf(b, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%lld</text>\n", x, PLOT_B + 18,
                    (long long)rows->v[i].m);
     }
-    svg_printf(&b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s (log scale)</text>\n", (PLOT_L + PLOT_R) / 2,
-               PLOT_B + 44, strcmp(r0->op, "attention") == 0 ? "query length" : "M, rows of activations");
-    svg_printf(&b,
+    svg_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">%s (log scale)</text>\n", (PLOT_L + PLOT_R) / 2,
+               PLOT_B + 44, attention ? "query length" : "M, rows of activations");
+    svg_printf(b,
                "<text transform=\"translate(24,%d) rotate(-90)\" text-anchor=\"middle\">median time per call "
                "(seconds, log scale)</text>\n",
                (PLOT_T + PLOT_B) / 2);
     /* series and legend */
-    const char *formats[64];
-    int nf = distinct_formats(rows, formats, 64);
+    char keys[64][64];
+    int nk = 0;
+    for (size_t i = 0; i < rows->n && nk < 64; i++) {
+        char k[64];
+        series_key(&rows->v[i], k, sizeof k);
+        int seen = 0;
+        for (int j = 0; j < nk; j++)
+            if (strcmp(keys[j], k) == 0) seen = 1;
+        if (!seen) snprintf(keys[nk++], sizeof keys[0], "%s", k);
+    }
     int ly = PLOT_T + 6;
-    for (int f = 0; f < nf; f++) {
+    for (int f = 0; f < nk; f++) {
         const char *color = palette[f % (int)(sizeof palette / sizeof palette[0])];
-        svg_series(&b, &a, rows, formats[f], 1, color);
-        svg_series(&b, &a, rows, formats[f], 0, color);
-        svg_printf(&b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>\n",
+        svg_series(b, &a, rows, keys[f], 1, color);
+        svg_series(b, &a, rows, keys[f], 0, color);
+        svg_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"/>\n",
                    PLOT_R + 20, ly, PLOT_R + 44, ly, color);
-        svg_printf(&b, "<text x=\"%d\" y=\"%d\">", PLOT_R + 50, ly + 4);
-        svg_text(&b, formats[f]);
-        svg_printf(&b, "</text>\n");
+        svg_printf(b, "<text x=\"%d\" y=\"%d\">", PLOT_R + 50, ly + 4);
+        svg_text(b, keys[f]);
+        svg_printf(b, "</text>\n");
         ly += 18;
     }
-    svg_series(&b, &a, rows, NULL, 2, "black");
+    svg_series(b, &a, rows, NULL, 2, "black");
     ly += 8;
-    svg_printf(&b,
+    svg_printf(b,
                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\" stroke-width=\"2.5\" "
                "stroke-dasharray=\"9,5\"/>\n<text x=\"%d\" y=\"%d\">baseline</text>\n",
                PLOT_R + 20, ly, PLOT_R + 44, ly, PLOT_R + 50, ly + 4);
@@ -359,18 +369,54 @@ tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows) 
             if (strcmp(rows->v[j].baseline, rows->v[i].baseline) == 0) dup = 1;
         if (dup) continue;
         ly += 16;
-        svg_printf(&b, "<text x=\"%d\" y=\"%d\" fill=\"#555\">", PLOT_R + 50, ly + 4);
-        svg_text(&b, rows->v[i].baseline);
-        svg_printf(&b, "</text>\n");
+        svg_printf(b, "<text x=\"%d\" y=\"%d\" fill=\"#555\">", PLOT_R + 50, ly + 4);
+        svg_text(b, rows->v[i].baseline);
+        svg_printf(b, "</text>\n");
     }
     ly += 18;
-    svg_printf(&b,
+    svg_printf(b,
                "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"gray\" stroke-width=\"1.8\" "
                "stroke-dasharray=\"2,4\"/>\n<text x=\"%d\" y=\"%d\">roofline floor</text>\n"
                "<text x=\"%d\" y=\"%d\" fill=\"#555\">(dotted, in each</text>\n"
-               "<text x=\"%d\" y=\"%d\" fill=\"#555\">format's colour)</text>\n",
+               "<text x=\"%d\" y=\"%d\" fill=\"#555\">series' colour)</text>\n",
                PLOT_R + 20, ly, PLOT_R + 44, ly, PLOT_R + 50, ly + 4, PLOT_R + 50, ly + 20, PLOT_R + 50, ly + 36);
+}
+
+tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows) {
+    static const char fn[] = "tensorops bench --plot";
+    if (!rows || rows->n == 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "there are no rows to plot");
+    int any_time = 0;
+    for (size_t i = 0; i < rows->n; i++)
+        if (rows->v[i].median_s > 0) any_time = 1;
+    if (!any_time) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "no row has a positive time to plot");
+    /* one panel per op, stacked */
+    const char *ops[8];
+    int nops = 0;
+    for (size_t i = 0; i < rows->n; i++) {
+        int seen = 0;
+        for (int j = 0; j < nops; j++)
+            if (strcmp(ops[j], rows->v[i].op) == 0) seen = 1;
+        if (!seen && nops < 8) ops[nops++] = rows->v[i].op;
+    }
+    tops_bench_rows sub = {malloc(rows->n * sizeof *rows->v), 0, rows->n};
+    if (!sub.v) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory to build the SVG");
+    svg_buf b = {0};
+    svg_printf(&b,
+               "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+               "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\" "
+               "font-family=\"sans-serif\" font-size=\"12\">\n"
+               "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+               SVG_W, SVG_H * nops, SVG_W, SVG_H * nops);
+    for (int p = 0; p < nops; p++) {
+        sub.n = 0;
+        for (size_t i = 0; i < rows->n; i++)
+            if (strcmp(rows->v[i].op, ops[p]) == 0) sub.v[sub.n++] = rows->v[i];
+        svg_printf(&b, "<g transform=\"translate(0,%d)\">\n", p * SVG_H);
+        svg_panel(&b, &sub);
+        svg_printf(&b, "</g>\n");
+    }
     svg_printf(&b, "</svg>\n");
+    free(sub.v);
     if (b.failed) {
         free(b.s);
         return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory to build the SVG");

@@ -26,6 +26,29 @@ void tops_bench_row_derive(tops_bench_row *row, double flops, double weight_byte
     row->speedup = t > 0 && row->baseline_median_s > 0 ? row->baseline_median_s / t : 0;
     row->floor_s = tops_bench_floor(min_bytes, flops, read_gbps, peak_gflops);
     row->floor_ratio = row->floor_s > 0 ? t / row->floor_s : 0;
+    row->floor_bytes = min_bytes;
+    row->floor_flops = flops;
+    row->floor_peak_gflops = peak_gflops;
+    row->floor_read_gbps = read_gbps;
+}
+
+void tops_bench_refine_floors(tops_bench_rows *rows, const tops_bench_roofline *first,
+                              const tops_bench_roofline *second, tops_bench_roofline *best) {
+    *best = *first;
+    best->measurements = first->measurements + second->measurements;
+    if (second->read_gbps > best->read_gbps) best->read_gbps = second->read_gbps;
+    if (second->fma_gflops > best->fma_gflops) best->fma_gflops = second->fma_gflops;
+    if (second->int8_gops > best->int8_gops) best->int8_gops = second->int8_gops;
+    for (size_t i = 0; i < rows->n; i++) {
+        tops_bench_row *r = &rows->v[i];
+        if (!(r->floor_s > 0)) continue;
+        /* the peak a row used tells its kind: the first measurement's value */
+        double peak = r->floor_peak_gflops == first->int8_gops ? best->int8_gops
+                      : r->floor_peak_gflops == first->fma_gflops ? best->fma_gflops
+                                                                  : r->floor_peak_gflops;
+        double bw = r->floor_read_gbps == first->read_gbps ? best->read_gbps : r->floor_read_gbps;
+        tops_bench_row_derive(r, r->floor_flops, r->gbps * r->median_s * 1e9, r->floor_bytes, peak, bw);
+    }
 }
 
 int64_t tops_bench_llc_bytes(void) {
@@ -86,10 +109,11 @@ double tops_bench_i8dot_scalar(int64_t iterations) {
 typedef double (*peak_loop)(int64_t iterations);
 
 /* Runs loop on every thread at once; returns operations per second of the
-   best of three rounds (the first round also warms the clocks). */
+   best of ten short rounds: on a shared machine some round runs
+   uncontended (the first also warms the clocks). */
 static double measure_peak(peak_loop loop, int threads, int64_t iterations) {
     double best = 0;
-    for (int round = 0; round < 3; round++) {
+    for (int round = 0; round < 10; round++) {
         double ops = 0;
         double t0 = tops_bench_now();
 #ifdef _OPENMP
@@ -148,7 +172,7 @@ static tops_status measure_read(read_loop loop, int threads, size_t read_bytes, 
     }
     double best = 0;
     uint64_t sink = 0;
-    for (int round = 0; round < 3; round++) {
+    for (int round = 0; round < 5; round++) {
         double t0 = tops_bench_now();
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) reduction(| : sink)
@@ -177,6 +201,7 @@ tops_status tops_bench_measure_roofline(int threads, size_t read_bytes, tops_ben
     if (threads < 1) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "threads is %d; it must be >= 1", threads);
     memset(out, 0, sizeof *out);
     out->threads = threads;
+    out->measurements = 1;
     tops_cpu_info ci;
     tops_cpu_get_info(&ci);
     /* The peaks of the level the library runs at: a floor from a wider unit
@@ -208,8 +233,8 @@ tops_status tops_bench_measure_roofline(int threads, size_t read_bytes, tops_ben
 #endif
     tops_status st = measure_read(read, threads, read_bytes, out);
     if (st != TOPS_OK) return st;
-    out->fma_gflops = measure_peak(fma, threads, calibrate(fma, 0.05)) / 1e9;
-    out->int8_gops = measure_peak(dot, threads, calibrate(dot, 0.05)) / 1e9;
+    out->fma_gflops = measure_peak(fma, threads, calibrate(fma, 0.02)) / 1e9;
+    out->int8_gops = measure_peak(dot, threads, calibrate(dot, 0.02)) / 1e9;
     if (!(out->fma_gflops > 0) || !(out->int8_gops > 0) || !(out->read_gbps > 0))
         return tops__fail(TOPS_INTERNAL, fn, "a ceiling measured as zero (read %.3g GB/s, fma %.3g, int8 %.3g)",
                           out->read_gbps, out->fma_gflops, out->int8_gops);

@@ -12,6 +12,8 @@
    reported as not available. */
 static const tops_bench_runner runners[] = {
     {"matmul", TOPS_DEVICE_CPU, NULL, tops_bench_matmul_prepare, tops_bench_matmul_cpu, NULL},
+    {"attention", TOPS_DEVICE_CPU, tops_bench_attention_parse, tops_bench_attention_prepare, tops_bench_attention_cpu,
+     tops_bench_attention_usage},
 #ifdef TOPS_HAVE_CUDA
     {"matmul", TOPS_DEVICE_CUDA, NULL, tops_bench_matmul_cuda_prepare, tops_bench_matmul_cuda, NULL},
 #endif

@@ -541,6 +541,162 @@ TOPS_API tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_
 /* Cooperative tiles and attention (src/ops/attention.c, src/ops/tile.c)     */
 /* ======================================================================== */
 
+/*
+ * Tiles ("cooperative tensors" in the seed): an R x C block of f32
+ * accumulators in caller-provided storage, owned by one thread, that a
+ * program composes into its own fused kernel: tile matmul (a tile can be the
+ * left input of the next matmul), row/column reductions with an explicit
+ * identity, element-wise maps that see their row's value, and a store to a
+ * tensor.  docs/tiles.md shows flash attention written with them.
+ *
+ * Element (i, j) lives at tile->data[i * tile->ld + j].  Columns cols..ld-1
+ * are padding that the tile functions may overwrite; never read them.
+ * Tile functions are not thread-safe on one tile; distinct tiles may be used
+ * by distinct threads at once.
+ */
+#define TOPS_TILE_MAX_ROWS 256
+#define TOPS_TILE_MAX_COLS 1024
+#define TOPS_TILE_ALIGN 64 /* bytes: alignment of the storage */
+
+typedef struct tops_tile {
+    uint32_t magic;   /* set by tops_tile_init */
+    int32_t rows, cols;
+    int32_t ld;       /* floats from one row to the next (cols rounded up to 32) */
+    float *data;      /* rows x ld accumulators */
+    float *work_;     /* matmul workspace inside the same storage; internal */
+} tops_tile;
+
+/* Bytes of storage a rows x cols tile needs (accumulators plus the
+   workspace tile matmul uses to lay out operands, so tile functions never
+   allocate); 0 if rows is not 1..TOPS_TILE_MAX_ROWS or cols not
+   1..TOPS_TILE_MAX_COLS. */
+TOPS_API size_t tops_tile_storage_bytes(int32_t rows, int32_t cols);
+/* Makes a zero-filled rows x cols tile over storage (TOPS_TILE_ALIGN-byte
+   aligned, at least tops_tile_storage_bytes(rows, cols) bytes).  The tile
+   borrows the storage; there is nothing to destroy. */
+TOPS_API tops_status tops_tile_init(tops_tile *tile, int32_t rows, int32_t cols, void *storage,
+                                    size_t storage_bytes);
+/* Sets every element to value. */
+TOPS_API tops_status tops_tile_fill(tops_tile *tile, float value);
+
+/* The left input of tops_tile_matmul: a tensor (slice) or a tile; exactly
+   one of the two is non-NULL.  Build it with the helpers below. */
+typedef struct tops_tile_input {
+    const tops_tensor *tensor;
+    const tops_tile *tile;
+} tops_tile_input;
+static inline tops_tile_input tops_tile_input_tensor(const tops_tensor *t) {
+    tops_tile_input in = {t, 0};
+    return in;
+}
+static inline tops_tile_input tops_tile_input_tile(const tops_tile *t) {
+    tops_tile_input in = {0, t};
+    return in;
+}
+
+/*
+ * tile[M, N] = left[M, K] * right[K, N]            (desc->mode TOPS_MULTIPLY)
+ * tile[M, N] = left[M, K] * right[K, N] + tile     (TOPS_MULTIPLY_ACCUMULATE)
+ * M = tile rows, N = tile cols.  A tensor operand is a matrix: its last two
+ * dimensions, every other extent 1 (a slice of a bigger tensor), or a rank-1
+ * tensor read as one row.  transpose_left: left is stored [K, M];
+ * transpose_right: right is stored [N, K] (keys, weights).  left: a tile
+ * (not the destination itself) or a tensor in any format; right: a tensor in
+ * any format (f32/f16/bf16 read natively, quantized formats decoded block by
+ * block, scales applied).  Accumulates in f32.  desc->k: 0 or K;
+ * m_tile/n_tile: 0 or the tile's extents; relaxed_precision is accepted and
+ * has no effect here.
+ */
+TOPS_API tops_status tops_tile_matmul(const tops_matmul2d_desc *desc, tops_tile_input left,
+                                      const tops_tensor *right, tops_tile *tile);
+
+typedef enum tops_reduce_op { TOPS_REDUCE_SUM = 0, TOPS_REDUCE_MAX = 1, TOPS_REDUCE_MIN = 2 } tops_reduce_op;
+
+/* out[i] = identity (op) tile[i, 0] (op) ... (op) tile[i, cols - 1], left to
+   right (rows entries).  The identity is explicit on purpose: max wants
+   -INFINITY, sum 0 (or a running value to fold into).  A NaN element makes
+   the result NaN for every op. */
+TOPS_API tops_status tops_tile_reduce_rows(const tops_tile *tile, tops_reduce_op op, float identity,
+                                           float *out);
+/* out[j] = identity (op) tile[0, j] (op) ... (op) tile[rows - 1, j] (cols entries). */
+TOPS_API tops_status tops_tile_reduce_cols(const tops_tile *tile, tops_reduce_op op, float identity,
+                                           float *out);
+
+/* Element-wise built-ins.  r is the element's row value: row_values[i], or
+   `value` for every row when row_values is NULL. */
+typedef enum tops_tile_map_op {
+    TOPS_MAP_SCALE = 0,    /* x * r */
+    TOPS_MAP_ADD = 1,      /* x + r */
+    TOPS_MAP_SUB_EXP = 2,  /* exp((x - r) * scale); a row whose r is -INFINITY
+                              becomes 0 (so a fully masked softmax row never
+                              makes NaN); row_sums, if given, gets each row's sum */
+    TOPS_MAP_MASK_CAUSAL = 3, /* x = -INFINITY where key > query, or where
+                              |key - query| >= window (window > 0); query =
+                              row_offset + i, key = col_offset + j */
+    TOPS_MAP_MASK = 4,     /* x = -INFINITY where mask[i * mask_ld + j] == 0 */
+    TOPS_MAP_CLAMP = 5,    /* min(max(x, lo), hi); NaN stays NaN */
+    TOPS_MAP_SOFTCAP = 6   /* r * tanh(x / r) (r > 0): logit soft-capping */
+} tops_tile_map_op;
+
+typedef struct tops_tile_map_desc {
+    tops_tile_map_op op;
+    const float *row_values;  /* one per tile row, or NULL */
+    float value;              /* every row's value when row_values is NULL */
+    float lo, hi;             /* TOPS_MAP_CLAMP: lo <= hi */
+    int64_t row_offset, col_offset; /* TOPS_MAP_MASK_CAUSAL positions (>= 0) */
+    int64_t window;           /* TOPS_MAP_MASK_CAUSAL: 0 = none */
+    int causal;               /* TOPS_MAP_MASK_CAUSAL: 1 masks key > query */
+    const uint8_t *mask;      /* TOPS_MAP_MASK: rows x cols bytes */
+    int64_t mask_ld;          /* TOPS_MAP_MASK: bytes between rows (>= cols) */
+    float scale;              /* TOPS_MAP_SUB_EXP: factor on x - r (> 0); 0 = 1 */
+    float *row_sums;          /* TOPS_MAP_SUB_EXP: NULL, or rows floats that get
+                                 each row's sum of results (the softmax
+                                 denominator in the same pass) */
+} tops_tile_map_desc;
+
+TOPS_API tops_status tops_tile_map(tops_tile *tile, const tops_tile_map_desc *desc);
+
+/* The callback form: tile[i, j] = fn(tile[i, j], r, i, j, user), with r as
+   above (row_values may be NULL: r is then 0). */
+typedef float (*tops_tile_map_fn)(float x, float row_value, int32_t i, int32_t j, void *user);
+TOPS_API tops_status tops_tile_map_fn_apply(tops_tile *tile, tops_tile_map_fn fn, const float *row_values,
+                                            void *user);
+
+/* Writes the tile to dest (a matrix as for tops_tile_matmul, extents rows x
+   cols, format f32, f16 or bf16; rounding to nearest even). */
+TOPS_API tops_status tops_tile_store(const tops_tile *tile, tops_tensor *dest);
+
+/*
+ * Fused attention: out = softmax(scale * q k^T + mask) v, one pass, online
+ * softmax, O(S * D) memory (no Sq x Sk buffer).
+ *   q   [B, Hq, Sq, D]   f32, f16 or bf16
+ *   k   [B, Hkv, Sk, D]  f32, f16, bf16, or a quantized KV cache (int8-gG,
+ *                        mxfp8, e4m3-ch, ... any format whose blocks run
+ *                        along D)
+ *   v   [B, Hkv, Sk, Dv] as k
+ *   out [B, Hq, Sq, Dv]  f32, f16 or bf16; must not overlap q, k or v
+ * Hkv divides Hq (grouped / multi-query heads: query head h reads kv head
+ * h / (Hq / Hkv)); 16 <= D, Dv <= 256; any strides.  Query i sits at
+ * position i + Sk - Sq (bottom-right aligned, as for decoding and chunked
+ * prefill).  A query whose every key is masked gets zeros.  The result does
+ * not depend on the thread count (exec->deterministic holds always).
+ */
+typedef struct tops_attention_desc {
+    int causal;       /* mask keys after the query's position */
+    int64_t window;   /* > 0: mask keys with |key - position| >= window
+                         (a sliding window; with causal, the last `window`
+                         keys up to the query's own); 0 = no window */
+    float scale;      /* logit scale; 0 = 1 / sqrt(D) */
+    float softcap;    /* > 0: logits = softcap * tanh(logits / softcap); 0 = off */
+    int32_t q_block, kv_block; /* tile hints; 0 = the library's choice */
+} tops_attention_desc;
+
+TOPS_API tops_attention_desc tops_attention_desc_default(void);
+TOPS_API tops_status tops_attention(const tops_exec *exec, const tops_attention_desc *desc,
+                                    const tops_tensor *q, const tops_tensor *k, const tops_tensor *v,
+                                    tops_tensor *out);
+
+
 /* ======================================================================== */
 /* CUDA (src/cuda/)                                                         */
 /* ======================================================================== */

@@ -36,6 +36,28 @@ int tops_cmd_matmul(int argc, char **argv);
 void tops_cmd_matmul_usage(FILE *out);
 int tops_cmd_validate(int argc, char **argv);
 void tops_cmd_validate_usage(FILE *out);
+
+/* One row of tensorops validate, for the rows other files add. */
+typedef struct tops_validate_row {
+    const char *name, *format;  /* row name; weight (or K/V) format */
+    tops_dtype left, dest;      /* activation (or q) and result dtypes */
+    int relaxed;
+    int64_t m, k, n;            /* attention: query length, head dim, key length */
+    const char *path;
+    double cos_sim, rel_l2, max_abs, snr_db, bound;
+    int pass;
+    const char *error;          /* "" if none */
+} tops_validate_row;
+/* Prints a row as a table line or (json) a JSON object; *first tracks the commas. */
+void tops_validate_print_row(const tops_validate_row *row, int json, int *first);
+/* The rel-L2 bound of a row with that dest dtype (relaxed: the relaxed paths'). */
+double tops_validate_bound(tops_dtype dest, int relaxed);
+/* True if name is in the comma-separated list. */
+int tops_validate_in_list(const char *list, const char *name);
+/* The attention rows (tools/validate_attention.c): runs those in only (NULL =
+   all) and returns the failures; knows() says whether a row name exists. */
+int tops_validate_attention(int quick, int json, const char *only, int *first);
+int tops_validate_attention_knows(const char *name, size_t len);
 int tops_cmd_quantize(int argc, char **argv);
 void tops_cmd_quantize_usage(FILE *out);
 

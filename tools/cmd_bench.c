@@ -11,13 +11,13 @@
 
 void tops_cmd_bench_usage(FILE *out) {
     fprintf(out,
-            "usage: tensorops bench [--op matmul|attention] [--format LIST] [--m LIST] [--k K] [--n N]\n"
+            "usage: tensorops bench [--op matmul|attention|matmul,attention] [--format LIST] [--m LIST] [--k K] [--n N]\n"
             "                       [--threads T] [--isa X] [--device cpu|cuda[:N]] [--repeat R] [--relaxed]\n"
             "                       [--json FILE] [--plot FILE.svg] [--no-progress]\n\n"
             "Times each case against the default library in the same run (OpenBLAS sgemm, or sgemv\n"
             "for M=1, on the decoded f32 weights) and against the roofline floor (the read bandwidth\n"
             "and arithmetic peaks measured in the same run), and checks each result against f64.\n\n"
-            "  --op OP        matmul (default) or attention\n"
+            "  --op OP        matmul (default), attention, or matmul,attention (one table, one JSON)\n"
             "  --format LIST  comma-separated weight formats (default f32,f16,int8-g32,int4-g32,\n"
             "                 q4_0,mxfp4,nvfp4)\n"
             "  --m LIST       comma-separated M values (default 1,16,128)\n"
@@ -117,28 +117,41 @@ int tops_cmd_bench(int argc, char **argv) {
     cfg.min_seconds = 0.5;
     cfg.progress = 1;
 
-    /* First pass: the op and device pick the runner, whose own flags the
-       second pass accepts. */
+    /* First pass: the ops and the device pick the runners, whose own flags
+       the second pass accepts. */
+    char ops[2][16];
+    int nops = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--op") == 0 || strcmp(argv[i], "--device") == 0) {
             if (i + 1 >= argc) return tops_cli_usage_error(self, "%s needs a value", argv[i]);
             const char *v = argv[++i];
             if (strcmp(argv[i - 1], "--op") == 0) {
-                if (strcmp(v, "matmul") != 0 && strcmp(v, "attention") != 0)
-                    return tops_cli_usage_error(self, "--op \"%s\": expected matmul or attention", v);
-                snprintf(cfg.op, sizeof cfg.op, "%s", v);
+                char list[64][32];
+                int n = parse_name_list(v, list, 64);
+                nops = 0;
+                for (int j = 0; j < n; j++) {
+                    if (strcmp(list[j], "matmul") != 0 && strcmp(list[j], "attention") != 0)
+                        return tops_cli_usage_error(self, "--op \"%s\": expected matmul, attention or both", v);
+                    int dup = 0;
+                    for (int q = 0; q < nops; q++) dup |= strcmp(ops[q], list[j]) == 0;
+                    if (!dup) snprintf(ops[nops++], sizeof ops[0], "%.15s", list[j]);
+                }
+                if (n < 1) return tops_cli_usage_error(self, "--op \"%s\": expected matmul, attention or both", v);
             } else if (!parse_device(v, &cfg.device)) {
                 return tops_cli_usage_error(self, "--device \"%s\": expected cpu, cuda or cuda:N", v);
             }
         }
     }
-    const tops_bench_runner *runner = tops_bench_find_runner(cfg.op, cfg.device.kind);
-    if (!runner) {
+    if (nops == 0) snprintf(ops[nops++], sizeof ops[0], "matmul");
+    const tops_bench_runner *runners[2];
+    for (int o = 0; o < nops; o++) {
+        runners[o] = tops_bench_find_runner(ops[o], cfg.device.kind);
+        if (runners[o]) continue;
         if (cfg.device.kind == TOPS_DEVICE_CUDA && !tops_get_build_info().cuda)
             fprintf(stderr, "tensorops bench: --device cuda: this build has no CUDA support (nvcc was not found "
                             "when it was configured)\n");
         else
-            fprintf(stderr, "tensorops bench: --op %s on %s is not available yet in this build\n", cfg.op,
+            fprintf(stderr, "tensorops bench: --op %s on %s is not available yet in this build\n", ops[o],
                     cfg.device.kind == TOPS_DEVICE_CUDA ? "cuda" : "the cpu");
         return TOPS_EXIT_FAIL;
     }
@@ -161,14 +174,16 @@ int tops_cmd_bench(int argc, char **argv) {
                          strcmp(a, "--n") == 0 || strcmp(a, "--threads") == 0 || strcmp(a, "--isa") == 0 ||
                          strcmp(a, "--repeat") == 0 || strcmp(a, "--json") == 0 || strcmp(a, "--plot") == 0;
         if (!value_flag) {
-            if (runner->parse_option) {
-                int took = runner->parse_option(&cfg, argc, argv, &i);
+            int took = 0;
+            for (int o = 0; o < nops && !took; o++) {
+                if (!runners[o]->parse_option) continue;
+                took = runners[o]->parse_option(&cfg, argc, argv, &i);
                 if (took < 0) {
                     self->usage(stderr);
                     return TOPS_EXIT_USAGE;
                 }
-                if (took > 0) continue;
             }
+            if (took > 0) continue;
             return tops_cli_usage_error(self, "unknown option \"%s\"", a);
         }
         if (i + 1 >= argc) return tops_cli_usage_error(self, "%s needs a value", a);
@@ -203,10 +218,23 @@ int tops_cmd_bench(int argc, char **argv) {
             cfg.plot_path = v;
         }
     }
-    if (runner->prepare && runner->prepare(&cfg) != TOPS_OK) {
-        fprintf(stderr, "%s\n", tops_last_error());
-        self->usage(stderr);
-        return TOPS_EXIT_USAGE;
+    /* Each op fills its own defaults into its own copy of the flags. */
+    tops_bench_config op_cfg[2];
+    for (int o = 0; o < nops; o++) {
+        op_cfg[o] = cfg;
+        snprintf(op_cfg[o].op, sizeof op_cfg[o].op, "%s", ops[o]);
+        if (nops > 1 && strcmp(ops[o], "matmul") != 0) {
+            /* --format, --m, --k, --n and --relaxed are matmul's flags: in a
+               run of several ops they are not the others' to refuse. */
+            op_cfg[o].nformats = op_cfg[o].nm = 0;
+            op_cfg[o].k = op_cfg[o].n = 0;
+            op_cfg[o].relaxed = 0;
+        }
+        if (runners[o]->prepare && runners[o]->prepare(&op_cfg[o]) != TOPS_OK) {
+            fprintf(stderr, "%s\n", tops_last_error());
+            self->usage(stderr);
+            return TOPS_EXIT_USAGE;
+        }
     }
 
     /* --isa works through TOPS_ISA, read once at the first library call. */
@@ -228,14 +256,37 @@ int tops_cmd_bench(int argc, char **argv) {
 
     tops_bench_session session;
     memset(&session, 0, sizeof session);
-    session.cfg = &cfg;
     tops_bench_rows rows = {0};
-    tops_status st = runner->run(&session, &rows);
-    char failure[512] = "";
-    if (st != TOPS_OK) snprintf(failure, sizeof failure, "%s", tops_last_error());
+    char failure[1024] = "";
+    tops_status st = TOPS_OK;
+    for (int o = 0; o < nops; o++) {
+        /* one session: the roofline is measured once for every op */
+        op_cfg[o].threads = cfg.threads;
+        session.cfg = &op_cfg[o];
+        session.case_index = session.case_count = 0;
+        tops_status op_st = runners[o]->run(&session, &rows);
+        if (op_st != TOPS_OK) {
+            st = op_st;
+            size_t len = strlen(failure);
+            snprintf(failure + len, sizeof failure - len, "%s%s", len ? "\n" : "", tops_last_error());
+        }
+    }
+    session.cfg = &cfg;
+    if (session.have_roof && rows.n > 0 && cfg.device.kind == TOPS_DEVICE_CPU) {
+        /* once more at the end: each ceiling is the best of the two */
+        tops_bench_roofline again, best;
+        session.case_index = session.case_count = 0;
+        tops_bench_progress(&session, "measuring the roofline again");
+        if (tops_bench_measure_roofline(cfg.threads, 0, &again) == TOPS_OK) {
+            tops_bench_refine_floors(&rows, &session.roof, &again, &best);
+            session.roof = best;
+        }
+    }
     tops_bench_progress(&session, NULL);
 
-    printf("tensorops bench: %s on %s, isa %s, %d threads\n", cfg.op, ci.model[0] ? ci.model : "unknown cpu",
+    char oplist[40];
+    snprintf(oplist, sizeof oplist, "%s%s%s", ops[0], nops > 1 ? " and " : "", nops > 1 ? ops[1] : "");
+    printf("tensorops bench: %s on %s, isa %s, %d threads\n", oplist, ci.model[0] ? ci.model : "unknown cpu",
            tops_isa_name(ci.isa), cfg.threads);
     tops_bench_print_table(stdout, &rows, session.have_roof ? &session.roof : NULL);
     fflush(stdout);

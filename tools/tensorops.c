@@ -6,9 +6,9 @@
 
 static const tops_cli_command commands[] = {
     {"info", tops_cmd_info, "print the CPU, its features, the kernel level chosen and the build", tops_cmd_info_usage},
-    {"validate", tops_cmd_validate, "run the validation ladder: every format against an f64 matmul", tops_cmd_validate_usage},
+    {"validate", tops_cmd_validate, "run the validation ladder: every format and attention path against f64", tops_cmd_validate_usage},
     {"matmul", tops_cmd_matmul, "one matmul from .npy/.safetensors files, written to .npy", tops_cmd_matmul_usage},
-    {"bench", tops_cmd_bench, "time matmul cases against OpenBLAS and the measured roofline", tops_cmd_bench_usage},
+    {"bench", tops_cmd_bench, "time matmul and attention against OpenBLAS and the roofline measured in the same run", tops_cmd_bench_usage},
     {"quantize", tops_cmd_quantize, "quantize a .npy weight, report its error, write or read safetensors", tops_cmd_quantize_usage},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];

@@ -81,6 +81,11 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->e5m2_to_f32_row = tops__ref_e5m2_to_f32_row;
     k->e2m1_to_f32_row = tops__ref_e2m1_to_f32_row;
     k->i4_to_f32_row = tops__ref_i4_to_f32_row;
+    k->tile_gemm = (tops__tile_gemm){6, 16, tops__tile_gemm_f32_6x16__ref, "tops__tile_gemm_f32_6x16__ref"};
+    k->transpose_f32 = tops__transpose_f32__ref;
+    k->exp_sub_f32_row = tops__exp_sub_f32_row__ref;
+    k->scale_f32_row = tops__scale_f32_row__ref;
+    k->reduce_f32_row = tops__reduce_f32_row__ref;
     k->pack_rows_f32 = tops__ref_pack_rows_f32;
     tops__ref_fill_unpackers(k->unpack);
     k->dot_f32_q8 = tops__ref_dot_f32_q8;
@@ -107,6 +112,11 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->e5m2_to_f32_row = tops__avx2_e5m2_to_f32_row;
         k->e2m1_to_f32_row = tops__avx2_e2m1_to_f32_row;
         k->i4_to_f32_row = tops__avx2_i4_to_f32_row;
+        k->tile_gemm = (tops__tile_gemm){6, 16, tops__tile_gemm_f32_6x16__avx2, "tops__tile_gemm_f32_6x16__avx2"};
+        k->transpose_f32 = tops__transpose_f32__avx2;
+        k->exp_sub_f32_row = tops__exp_sub_f32_row__avx2;
+        k->scale_f32_row = tops__scale_f32_row__avx2;
+        k->reduce_f32_row = tops__reduce_f32_row__avx2;
         k->pack_rows_f32 = tops__avx2_pack_rows_f32;
         tops__avx2_fill_unpackers(k->unpack);
         k->dot_f32_q8 = tops__avx2_dot_f32_q8;
@@ -123,9 +133,14 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
     }
-    if (level_allows(level, TOPS_ISA_AVX512))
+    if (level_allows(level, TOPS_ISA_AVX512)) {
+        k->tile_gemm = (tops__tile_gemm){12, 32, tops__tile_gemm_f32_12x32__avx512,
+                                         "tops__tile_gemm_f32_12x32__avx512"};
+        k->exp_sub_f32_row = tops__exp_sub_f32_row__avx512;
+        k->reduce_f32_row = tops__reduce_f32_row__avx512;
         k->gemm_f32 = (tops__gemm_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32__avx512,
                                            "tops_gemm_f32_f32_f32_12x32__avx512"};
+    }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI))
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};

@@ -77,6 +77,17 @@ typedef struct tops__gemm_q8_ukernel {
 } tops__gemm_q8_ukernel;
 #define TOPS_Q8_OFFSET 16
 
+/* Tile microkernel: c[mr x nr] = a[mr x k] * b[k x nr] (+ c if accumulate),
+   1 <= mr <= MR, k >= 1; rows of a, b and c lie lda, ldb and ldc floats
+   apart; b and c hold whole nr-wide strips (the tile pads them). */
+typedef void (*tops__tile_gemm_fn)(int mr, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                                   float *c, int64_t ldc, int accumulate);
+typedef struct tops__tile_gemm {
+    int mr, nr; /* MR and the strip width nr (16 or 32) */
+    tops__tile_gemm_fn run;
+    const char *name;
+} tops__tile_gemm;
+
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
 
@@ -135,6 +146,19 @@ typedef struct tops__kernels {
     void (*e5m2_to_f32_row)(float *dst, const uint8_t *src, int64_t n);
     void (*e2m1_to_f32_row)(float *dst, const uint8_t *src, int64_t n); /* packed nibbles */
     void (*i4_to_f32_row)(float *dst, const uint8_t *src, int64_t n);   /* packed nibbles */
+
+    /* Tiles and attention (src/kernels/<isa>/tile_f32.c). */
+    tops__tile_gemm tile_gemm;
+    /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols. */
+    void (*transpose_f32)(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+    /* x[j] *= r. */
+    void (*scale_f32_row)(float *x, int64_t n, float r);
+    /* x[j] = exp((x[j] - sub) * scale) for finite sub and scale; exp of -inf
+       gives 0.  Returns the sum of the results (a fixed order per level). */
+    float (*exp_sub_f32_row)(float *x, int64_t n, float sub, float scale);
+    /* identity (op) x[0] (op) ... (op) x[n-1]; op is a tops_reduce_op; NaN
+       anywhere gives NaN. */
+    float (*reduce_f32_row)(const float *x, int64_t n, int op, float identity);
 } tops__kernels;
 
 /* The table for this process (never NULL).  If TOPS_ISA was invalid, the
@@ -163,6 +187,12 @@ void tops__ref_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sa
 void tops__ref_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__ref_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__ref_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__tile_gemm_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+                                      int64_t ldb, float *c, int64_t ldc, int accumulate);
+void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+float tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub, float scale);
+void tops__scale_f32_row__ref(float *x, int64_t n, float r);
+float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identity);
 void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
@@ -191,6 +221,16 @@ void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
 void tops__avx2_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
 void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__tile_gemm_f32_6x16__avx2(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+                                       int64_t ldb, float *c, int64_t ldc, int accumulate);
+void tops__transpose_f32__avx2(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+float tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub, float scale);
+void tops__scale_f32_row__avx2(float *x, int64_t n, float r);
+float tops__reduce_f32_row__avx2(const float *x, int64_t n, int op, float identity);
+void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+                                          int64_t ldb, float *c, int64_t ldc, int accumulate);
+float tops__exp_sub_f32_row__avx512(float *x, int64_t n, float sub, float scale);
+float tops__reduce_f32_row__avx512(const float *x, int64_t n, int op, float identity);
 void tops__avx2_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
 void tops__avx2_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);

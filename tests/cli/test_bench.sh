@@ -30,10 +30,7 @@ expect_rc "unknown device exits 2" 2 "$cli" bench --device tpu
 expect_rc "unknown isa exits 2" 2 "$cli" bench --isa avx3000
 check "a bad format is named" bash -c "'$cli' bench --format int5-g32 2>&1 | grep -q int5-g32"
 
-# Hooks the attention and CUDA engineers fill: until then a clear exit 1.
-"$cli" bench --op attention >"$tmp/att.out" 2>&1; rc=$?
-if [ $rc = 1 ]; then check "--op attention says not available" grep -q "not available yet" "$tmp/att.out"
-else check "--op attention, once registered, runs" test $rc = 0; fi
+# The hook the CUDA engineer fills: until then a clear exit 1.
 if ! "$cli" info | grep -q "cuda      not compiled in"; then
   echo "skip --device cuda (this build has CUDA)"
 else
@@ -41,30 +38,35 @@ else
   check "--device cuda says why" bash -c "'$cli' bench --device cuda 2>&1 | grep -q 'no CUDA support'"
 fi
 
-# A tiny run: ragged sizes, two formats, two M.
-"$cli" bench --format f32,f16 --m 1,3 --k 67 --n 45 --repeat 1 --no-progress \
+# One tiny run of both ops: ragged matmul sizes, two formats, two M, and a
+# small causal attention case; one table, one JSON, one SVG.
+"$cli" bench --op matmul,attention --format f32,f16 --m 1,3 --k 67 --n 45 --batch 1 --heads 2 --seq 24 \
+  --head-dim 16 --causal --repeat 1 --no-progress \
   --json "$tmp/b.json" --plot "$tmp/b.svg" >"$tmp/table.txt" 2>"$tmp/err.txt"; rc=$?
 check "tiny run exits 0" test $rc = 0
 [ $rc = 0 ] || cat "$tmp/err.txt"
 check "table has the header and a row" bash -c "grep -q 'median ms' '$tmp/table.txt' && grep -q '^matmul *f16 *3 *67 *45' '$tmp/table.txt'"
 check "table prints the roofline" grep -q "^roofline" "$tmp/table.txt"
-check "JSON has 4 rows with exactly the documented keys" python3 - "$tmp/b.json" <<'PY'
+check "JSON: 4 matmul rows with exactly the documented keys, then attention with its 4 more" python3 - "$tmp/b.json" <<'PY'
 import json, sys
 rows = json.load(open(sys.argv[1]))
 keys = ["op", "format", "m", "k", "n", "threads", "isa", "path", "median_s", "min_s", "gflops", "gbps",
         "pack_s", "baseline", "baseline_median_s", "speedup", "floor_s", "floor_ratio", "rel_l2", "cos_sim"]
-assert len(rows) == 4, rows
-for r in rows:
+assert [r["op"] for r in rows] == ["matmul"] * 4 + ["attention"], rows
+for r in rows[:4]:
     assert sorted(r) == sorted(keys), sorted(r)
-    assert r["op"] == "matmul" and r["k"] == 67 and r["n"] == 45
+    assert r["k"] == 67 and r["n"] == 45
     assert r["median_s"] > 0 and r["min_s"] <= r["median_s"]
     assert r["rel_l2"] < 1e-5 and r["cos_sim"] > 0.99999
     assert abs(r["floor_ratio"] - r["median_s"] / r["floor_s"]) < 1e-9 * r["floor_ratio"]
     if r["baseline"] != "none":
         assert abs(r["speedup"] - r["baseline_median_s"] / r["median_s"]) < 1e-9 * r["speedup"]
-assert [r["m"] for r in rows] == [1, 3, 1, 3]
+assert [r["m"] for r in rows[:4]] == [1, 3, 1, 3]
+att = rows[4]
+assert sorted(att) == sorted(keys + ["batch", "heads", "kv_heads", "causal"]) and att["causal"] in (True, 1)
 PY
-check "SVG written" bash -c "head -c 5 '$tmp/b.svg' | grep -q '<?xml' && grep -q '</svg>' '$tmp/b.svg'"
+check "SVG written, one panel per op" bash -c "head -c 5 '$tmp/b.svg' | grep -q '<?xml' && grep -q '</svg>' '$tmp/b.svg' && grep -c '<g transform' '$tmp/b.svg' | grep -qx 2"
+expect_rc "an unknown op in a list exits 2" 2 "$cli" bench --op matmul,conv
 expect_rc "unwritable --json exits 1 before running" 1 "$cli" bench --format f32 --m 1 --k 8 --n 8 --json /nonexistent-dir/x.json
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]

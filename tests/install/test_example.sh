@@ -12,8 +12,14 @@ cc -std=c11 -Wall -Wextra -Werror "$src/examples/hello_tensorops.c" $(pkg-config
    -Wl,-rpath,"$libdir" -o "$work/hello_pc"
 "$work/hello_pc" > "$work/out_pc.txt"
 grep -q "tensorops" "$work/out_pc.txt"
+cc -std=c11 -Wall -Wextra -Werror "$src/examples/tile_softmax.c" $(pkg-config --cflags --libs tensorops) -lm \
+   -Wl,-rpath,"$libdir" -o "$work/tile_softmax_pc"
+"$work/tile_softmax_pc" > "$work/tiles_pc.txt"
+grep -q "tile softmax matches tops_attention" "$work/tiles_pc.txt"
 cmake -S "$src/examples" -B "$work/cm" -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/cm" >/dev/null
 "$work/cm/hello_tensorops" > "$work/out_cm.txt"
 cmp "$work/out_pc.txt" "$work/out_cm.txt"
-echo "example built with pkg-config and find_package: ok"
+"$work/cm/tile_softmax" > "$work/tiles_cm.txt"
+cmp "$work/tiles_pc.txt" "$work/tiles_cm.txt"
+echo "examples built with pkg-config and find_package: ok"

@@ -4,6 +4,7 @@
 #include "harness.h"
 
 #include "bench.h"
+#include "cpu/dispatch.h"
 
 #include <cjson/cJSON.h>
 #include <unistd.h>
@@ -38,6 +39,37 @@ static void test_row_derive(void) {
     r.baseline_median_s = 0;
     tops_bench_row_derive(&r, flops, wbytes, min_bytes, 200, 20);
     ASSERT_NEAR(r.speedup, 0, 0);
+}
+
+static void test_refine_floors(void) {
+    tops_bench_roofline first = {.read_gbps = 10, .fma_gflops = 100, .int8_gops = 400, .measurements = 1};
+    tops_bench_roofline second = {.read_gbps = 20, .fma_gflops = 50, .int8_gops = 800, .measurements = 1};
+    tops_bench_rows rows = {0};
+    tops_bench_row bw, fma, i8;
+    memset(&bw, 0, sizeof bw);
+    bw.median_s = 1.0;
+    bw.baseline_median_s = 2.0;
+    tops_bench_row_derive(&bw, 1e9, 4e9, 5e9, first.fma_gflops, first.read_gbps); /* 0.5 s of bytes */
+    fma = bw;
+    tops_bench_row_derive(&fma, 1e11, 1e6, 1e6, first.fma_gflops, first.read_gbps); /* 1 s of FMAs */
+    i8 = bw;
+    tops_bench_row_derive(&i8, 1e12, 1e6, 1e6, first.int8_gops, first.read_gbps); /* 2.5 s of i8 */
+    ASSERT_OK(tops_bench_rows_push(&rows, &bw));
+    ASSERT_OK(tops_bench_rows_push(&rows, &fma));
+    ASSERT_OK(tops_bench_rows_push(&rows, &i8));
+    tops_bench_roofline best;
+    tops_bench_refine_floors(&rows, &first, &second, &best);
+    ASSERT_NEAR(best.read_gbps, 20, 0);
+    ASSERT_NEAR(best.fma_gflops, 100, 0);
+    ASSERT_NEAR(best.int8_gops, 800, 0);
+    ASSERT_EQ_INT(best.measurements, 2);
+    ASSERT_NEAR(rows.v[0].floor_s, 0.25, 1e-12);  /* 5 GB at 20 GB/s */
+    ASSERT_NEAR(rows.v[1].floor_s, 1.0, 1e-12);   /* the FMA peak did not improve */
+    ASSERT_NEAR(rows.v[2].floor_s, 1.25, 1e-12);  /* the i8 row uses the i8 peak */
+    ASSERT_NEAR(rows.v[2].floor_ratio, 0.8, 1e-12);
+    ASSERT_NEAR(rows.v[0].speedup, 2.0, 1e-12);   /* untouched */
+    ASSERT_NEAR(rows.v[0].gbps, 4.0, 1e-9);
+    tops_bench_rows_free(&rows);
 }
 
 static void test_median(void) {
@@ -273,16 +305,18 @@ static void test_tiny_matmul_case(void) {
     tops_bench_config cfg;
     memset(&cfg, 0, sizeof cfg);
     snprintf(cfg.op, sizeof cfg.op, "matmul");
-    snprintf(cfg.formats[0], 32, "f32");
-    snprintf(cfg.formats[1], 32, "f16");
-    cfg.nformats = 2;
+    /* plain element formats, and formats with scale, bias and codebook
+       planes and a tensor scale (the rotated deep copies carry them all) */
+    const char *formats[] = {"f32", "f16", "nvfp4", "int4-g32-affine", "lut4-row"};
+    for (int i = 0; i < 5; i++) snprintf(cfg.formats[i], 32, "%s", formats[i]);
+    cfg.nformats = 5;
     cfg.m[0] = 1, cfg.m[1] = 3;
     cfg.nm = 2;
     cfg.k = 67, cfg.n = 45;
     cfg.threads = 2;
     cfg.repeat = 2;
     cfg.min_seconds = 0;
-    cfg.rotate_bytes = 1 << 16;
+    cfg.rotate_bytes = 1 << 16; /* several copies of each layout */
     ASSERT_OK(tops_bench_matmul_prepare(&cfg));
     tops_bench_session s;
     memset(&s, 0, sizeof s);
@@ -291,7 +325,7 @@ static void test_tiny_matmul_case(void) {
     s.have_roof = 1;
     tops_bench_rows rows = {0};
     ASSERT_OK(tops_bench_matmul_cpu(&s, &rows));
-    ASSERT_EQ_INT(rows.n, 4);
+    ASSERT_EQ_INT(rows.n, 10);
     for (size_t i = 0; i < rows.n; i++) {
         const tops_bench_row *r = &rows.v[i];
         ASSERT_TRUE(r->median_s > 0 && r->min_s > 0 && r->min_s <= r->median_s);
@@ -311,11 +345,29 @@ static void test_tiny_matmul_case(void) {
     ASSERT_EQ_STR(rows.v[0].format, "f32");
     ASSERT_EQ_INT(rows.v[1].m, 3);
     ASSERT_EQ_STR(rows.v[2].format, "f16");
+    ASSERT_EQ_STR(rows.v[9].format, "lut4-row");
     tops_bench_rows_free(&rows);
 
     /* a bad format is refused before any work */
     snprintf(cfg.formats[0], 32, "int5-g32");
     ASSERT_STATUS(tops_bench_matmul_prepare(&cfg), TOPS_INVALID_ARGUMENT);
+}
+
+/* The path of packed weights is the dispatch's f32 microkernel: at each
+   x86 level the table must hold that level's kernel, not a lower or
+   higher one (a merge once left the AVX2 kernels under the AVX-512 test). */
+static void test_path_names_the_level_kernel(void) {
+#if defined(TOPS_BENCH_X86)
+    tops_cpu_info ci;
+    tops_cpu_get_info(&ci);
+    const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
+    ASSERT_TRUE(ref && strstr(ref->gemm_f32.name, "__ref") != NULL);
+    if (ci.isa_available[TOPS_ISA_AVX2]) {
+        const tops__kernels *k = tops__kernels_for_isa(TOPS_ISA_AVX2);
+        ASSERT_TRUE(k && strstr(k->gemm_f32.name, "__avx2") != NULL);
+        ASSERT_TRUE(k && strstr(k->gemm_q8.name, "__avx2") != NULL);
+    }
+#endif
 }
 
 static void test_runner_table(void) {
@@ -327,6 +379,7 @@ static void test_runner_table(void) {
 int main(void) {
     RUN_TEST(test_floor_arithmetic);
     RUN_TEST(test_row_derive);
+    RUN_TEST(test_refine_floors);
     RUN_TEST(test_median);
     RUN_TEST(test_timing_rules);
     RUN_TEST(test_read_loops);
@@ -335,6 +388,7 @@ int main(void) {
     RUN_TEST(test_json);
     RUN_TEST(test_svg);
     RUN_TEST(test_tiny_matmul_case);
+    RUN_TEST(test_path_names_the_level_kernel);
     RUN_TEST(test_runner_table);
     TEST_MAIN_END();
 }

@@ -1,0 +1,291 @@
+/* Flash attention on the CPU, written with the tile engine as the seed
+   writes it on Metal: per (batch, head, query block) one thread owns a
+   score tile S and an output tile O; for each key block S = Q K^T, then
+   soft-cap / mask maps, a row max with identity -inf, P = exp(scale (S - m))
+   with each row's max and its row sums in the same pass, and S fed as the
+   left input of O += P V.
+   Memory per thread is O(q_block * (kv_block + D)), plus one f32 copy of
+   the keys (and values, when not f32) laid out for the kernels when several
+   query blocks share them: O(Sk * D).  Nothing grows with Sq * Sk.  Each
+   work item is computed by one thread in a fixed order, so the bits do not
+   depend on the thread count. */
+#include "drive/attention.h"
+
+#include <math.h>
+#include <string.h>
+
+#ifdef TOPS_HAVE_OPENMP
+#include <omp.h>
+#endif
+
+enum { ROW_ARRAYS = 5 }; /* m, l, alpha, block max, block sum */
+
+static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
+
+size_t tops__attention_thread_bytes(const tops__attention_plan *p) {
+    return align64(tops_tile_storage_bytes(p->q_block, p->kv_block)) +
+           align64(tops_tile_storage_bytes(p->q_block, (int32_t)p->dv)) +
+           align64((size_t)ROW_ARRAYS * (size_t)p->q_block * sizeof(float));
+}
+
+typedef struct worker {
+    tops_tile s, o;
+    float *m, *l, *alpha, *bmax, *bsum;
+} worker;
+
+static void worker_init(worker *w, const tops__attention_plan *p, unsigned char *mem) {
+    size_t sb = align64(tops_tile_storage_bytes(p->q_block, p->kv_block));
+    size_t ob = align64(tops_tile_storage_bytes(p->q_block, (int32_t)p->dv));
+    /* Checked by the op: these sizes are valid, so init cannot fail. */
+    tops_tile_init(&w->s, p->q_block, p->kv_block, mem, sb);
+    tops_tile_init(&w->o, p->q_block, (int32_t)p->dv, mem + sb, ob);
+    float *rows = (float *)(mem + sb + ob);
+    w->m = rows;
+    w->l = rows + p->q_block;
+    w->alpha = rows + 2 * p->q_block;
+    w->bmax = rows + 3 * p->q_block;
+    w->bsum = rows + 4 * p->q_block;
+}
+
+/* Keys [lo, hi) that some query at positions [pos_lo, pos_hi] may see. */
+static void key_range(const tops__attention_plan *p, int64_t pos_lo, int64_t pos_hi, int64_t *lo, int64_t *hi) {
+    int64_t a = 0, b = p->sk;
+    if (p->causal && pos_hi + 1 < b) b = pos_hi + 1;
+    if (p->window > 0) {
+        if (pos_lo - p->window + 1 > a) a = pos_lo - p->window + 1;
+        if (!p->causal && pos_hi + p->window < b) b = pos_hi + p->window;
+    }
+    *lo = a;
+    *hi = b;
+}
+
+/* True if no (query, key) pair of the block is masked. */
+static int block_visible(const tops__attention_plan *p, int64_t pos_lo, int64_t pos_hi, int64_t j0, int64_t j1) {
+    if (p->causal && j1 - 1 > pos_lo) return 0;
+    if (p->window > 0) {
+        int64_t far = (j1 - 1) - pos_lo > pos_hi - j0 ? (j1 - 1) - pos_lo : pos_hi - j0;
+        if (far >= p->window) return 0;
+    }
+    return 1;
+}
+
+/* Query rows [*r_lo, *r_hi) of a block (positions pos_lo + row) that see
+   at least one key of [j0, j1).  The other rows would only get -inf scores
+   there (p = 0, alpha = 1), so leaving them out changes nothing; on the
+   causal diagonal it saves the work of the rows above it. */
+static void visible_rows(const tops__attention_plan *p, int64_t pos_lo, int64_t rows, int64_t j0, int64_t j1,
+                         int64_t *r_lo, int64_t *r_hi) {
+    int64_t first = pos_lo, last = pos_lo + rows - 1;
+    if (p->causal && j0 > first) first = j0;
+    if (p->window > 0) {
+        if (!p->causal && j0 - p->window + 1 > first) first = j0 - p->window + 1;
+        if (j1 - 2 + p->window < last) last = j1 - 2 + p->window;
+    }
+    *r_lo = first - pos_lo;
+    *r_hi = last < first ? *r_lo : last - pos_lo + 1;
+}
+
+/* Keys laid out once per run when several query blocks share them: K^T as
+   f32 blocks [B * Hkv, Sk / kv_block, D, kv_block], so that each key block
+   is one contiguous [D, kv_block] panel the tile matmul reads in place
+   (instead of transposing or decoding the same keys once per query block),
+   and V as f32 [B, Hkv, Sk, Dv] when it is not f32 already.  O(Sk * D)
+   memory, the size of the cache itself. */
+typedef struct kv_layout {
+    tops_tensor kt, vd;
+    int have_kt, have_vd;
+    float *mem;
+} kv_layout;
+
+#define PREPACK_MAX_BYTES ((size_t)1 << 30)
+
+static int v_is_direct(const tops_tensor *v) {
+    return v->format.id == TOPS_FMT_F32 && v->tensor_scale == 1.0f && v->stride[3] == 1;
+}
+
+/* Plans the layout (allocates; no data yet).  Returns 0 (and nothing
+   allocated) when a per-block layout is the better or the only choice. */
+static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, kv_layout *L) {
+    memset(L, 0, sizeof *L);
+    if (tops__ceil_div(p->sq, p->q_block) < 2) return 0; /* one query block: nothing to share */
+    int64_t nblk = tops__ceil_div(p->sk, p->kv_block);
+    size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)nblk * (size_t)p->d * (size_t)p->kv_block;
+    size_t vd_elems = v_is_direct(v) ? 0 : (size_t)p->batch * (size_t)p->kv_heads * (size_t)p->sk * (size_t)p->dv;
+    if ((kt_elems + vd_elems) > PREPACK_MAX_BYTES / sizeof(float)) return 0;
+    L->mem = tops__aligned_alloc((kt_elems + vd_elems) * sizeof(float));
+    if (!L->mem) return 0; /* the per-block path needs no extra memory */
+    tops_tensor_desc d;
+    memset(&d, 0, sizeof d);
+    d.format = tops_format_of(TOPS_DT_F32);
+    d.rank = 4;
+    d.extent[0] = p->batch * p->kv_heads, d.extent[1] = nblk, d.extent[2] = p->d, d.extent[3] = p->kv_block;
+    d.data = L->mem;
+    L->have_kt = tops_tensor_view(&d, &L->kt) == TOPS_OK;
+    if (vd_elems) {
+        memset(&d, 0, sizeof d);
+        d.format = tops_format_of(TOPS_DT_F32);
+        d.rank = 4;
+        d.extent[0] = p->batch, d.extent[1] = p->kv_heads, d.extent[2] = p->sk, d.extent[3] = p->dv;
+        d.data = L->mem + kt_elems;
+        L->have_vd = tops_tensor_view(&d, &L->vd) == TOPS_OK;
+    }
+    TOPS_ASSERT(L->have_kt && (L->have_vd || !vd_elems));
+    return 1;
+}
+
+/* Lays out key block `item % nblk` of kv head `item / nblk`. */
+static void kv_layout_fill(const tops__kernels *kern, const tops__attention_plan *p, kv_layout *L, int64_t item,
+                           const tops_tensor *k, const tops_tensor *v) {
+    int64_t nblk = L->kt.extent[1];
+    int64_t g = item / nblk, blk = item % nblk, j0 = blk * p->kv_block;
+    int64_t b = g / p->kv_heads, hk = g % p->kv_heads, n = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block;
+    tops__mat km = {k, {b, hk}, j0, 0, n, p->d};
+    float *kt = (float *)L->kt.data + g * L->kt.stride[0] + blk * L->kt.stride[1];
+    tops__mat_read(kern, &km, 0, n, 0, p->d, kt, L->kt.stride[2], 1);
+    if (L->have_vd) {
+        tops__mat vm = {v, {b, hk}, j0, 0, n, p->dv};
+        float *vd = (float *)L->vd.data + b * L->vd.stride[0] + hk * L->vd.stride[1] + j0 * L->vd.stride[2];
+        tops__mat_read(kern, &vm, 0, n, 0, p->dv, vd, L->vd.stride[2], 0);
+    }
+}
+
+static void run_item(const tops__kernels *kern, const tops__attention_plan *p, worker *w, int64_t item,
+                     const tops_tensor *q, const tops_tensor *k, const tops_tensor *v, const tops_tensor *out,
+                     const kv_layout *L) {
+    int64_t nqb = tops__ceil_div(p->sq, p->q_block);
+    int64_t b = item / (p->heads * nqb), h = item / nqb % p->heads;
+    int64_t qb = nqb - 1 - item % nqb; /* later query blocks see more keys: hand them out first */
+    int64_t hk = h / (p->heads / p->kv_heads);
+    int64_t i0 = qb * p->q_block, rows = p->sq - i0 < p->q_block ? p->sq - i0 : p->q_block;
+    int64_t pos_lo = i0 + p->sk - p->sq, pos_hi = pos_lo + rows - 1;
+
+    tops__mat qm = {q, {b, h}, i0, 0, rows, p->d};
+    /* Keys: rows j of K ([Sk, D], read transposed), or the laid-out K^T
+       panel of the block ([D, kv_block]). */
+    int kt = L && L->have_kt;
+    tops__mat km = {kt ? &L->kt : k, {b, hk}, 0, 0, kt ? p->d : 0, kt ? 0 : p->d};
+    if (kt) km.outer[0] = b * p->kv_heads + hk;
+    tops__mat vm = {L && L->have_vd ? &L->vd : v, {b, hk}, 0, 0, 0, p->dv};
+    tops__mat om = {out, {b, h}, i0, 0, rows, p->dv};
+    tops_tile *s = &w->s, *o = &w->o;
+    /* Ragged blocks reuse the tiles with fewer rows / columns (same ld). */
+    o->rows = (int32_t)rows;
+    memset(o->data, 0, (size_t)rows * (size_t)o->ld * sizeof(float));
+    for (int64_t i = 0; i < rows; i++) {
+        w->m[i] = -INFINITY;
+        w->l[i] = 0.0f;
+    }
+    tops_tile_map_desc scale = {.op = TOPS_MAP_SCALE, .value = p->scale};
+    tops_tile_map_desc cap = {.op = TOPS_MAP_SOFTCAP, .value = p->softcap};
+    tops_tile_map_desc mask = {.op = TOPS_MAP_MASK_CAUSAL, .causal = p->causal, .window = p->window};
+    /* Without soft-capping the scale rides on the exp: maxima and masks work
+       on raw dot products, and P = exp(scale * (S - m)) with its row sums
+       in one pass. */
+    int scale_in_exp = !(p->softcap > 0.0f);
+    float exp_scale = scale_in_exp ? p->scale : 1.0f;
+    tops_tile_map_desc sub_exp = {.op = TOPS_MAP_SUB_EXP, .row_values = w->m, .scale = exp_scale,
+                                  .row_sums = w->bsum};
+    tops_tile_map_desc rescale = {.op = TOPS_MAP_SCALE, .row_values = w->alpha};
+
+    int64_t lo, hi;
+    key_range(p, pos_lo, pos_hi, &lo, &hi);
+    for (int64_t j0 = lo / p->kv_block * p->kv_block; j0 < hi; j0 += p->kv_block) {
+        int64_t cols = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block, r_lo, r_hi;
+        visible_rows(p, pos_lo, rows, j0, j0 + cols, &r_lo, &r_hi);
+        if (r_lo >= r_hi) continue;
+        /* Views of the rows that take part (same storage and workspace). */
+        tops_tile sv = *s, ov = *o;
+        sv.data += r_lo * s->ld;
+        ov.data += r_lo * o->ld;
+        sv.rows = ov.rows = (int32_t)(r_hi - r_lo);
+        sv.cols = (int32_t)cols;
+        qm.r0 = i0 + r_lo;
+        qm.rows = r_hi - r_lo;
+        if (kt) {
+            km.outer[1] = j0 / p->kv_block;
+            km.cols = cols;
+        } else {
+            km.r0 = j0;
+            km.rows = cols;
+        }
+        vm.r0 = j0;
+        vm.rows = cols;
+        tops__tile_matmul(kern, 0, !kt, 0, &qm, NULL, &km, &sv); /* S = Q K^T */
+        if (!scale_in_exp) {
+            tops__tile_map(kern, &sv, &scale);
+            tops__tile_map(kern, &sv, &cap);
+        }
+        if (!block_visible(p, pos_lo + r_lo, pos_lo + r_hi - 1, j0, j0 + cols)) {
+            mask.row_offset = pos_lo + r_lo;
+            mask.col_offset = j0;
+            tops__tile_map(kern, &sv, &mask);
+        }
+        tops__tile_reduce_rows(kern, &sv, TOPS_REDUCE_MAX, -INFINITY, w->bmax + r_lo);
+        int rescale_needed = 0;
+        for (int64_t i = r_lo; i < r_hi; i++) {
+            float mo = w->m[i], mn = w->bmax[i] > mo ? w->bmax[i] : mo;
+            if (isnan(w->bmax[i])) mn = NAN;
+            /* Equal maxima (both -inf included) keep the sum as it is. */
+            w->alpha[i] = mo == mn ? 1.0f : expf((mo - mn) * exp_scale);
+            rescale_needed |= w->alpha[i] != 1.0f;
+            w->m[i] = mn;
+        }
+        sub_exp.row_values = w->m + r_lo;
+        sub_exp.row_sums = w->bsum + r_lo;
+        tops__tile_map(kern, &sv, &sub_exp); /* P = exp(S - m), and its row sums */
+        for (int64_t i = r_lo; i < r_hi; i++) w->l[i] = w->l[i] * w->alpha[i] + w->bsum[i];
+        rescale.row_values = w->alpha + r_lo;
+        if (rescale_needed) tops__tile_map(kern, &ov, &rescale);
+        tops__tile_matmul(kern, 0, 0, 1, NULL, &sv, &vm, &ov); /* O += P V */
+    }
+    /* 1 / l, with zeros for rows that saw no key at all. */
+    for (int64_t i = 0; i < rows; i++) {
+        float l = w->l[i];
+        w->alpha[i] = isnan(l) ? NAN : l > 0.0f ? 1.0f / l : 0.0f;
+    }
+    rescale.row_values = w->alpha;
+    tops__tile_map(kern, o, &rescale);
+    tops__tile_store(kern, o, &om);
+}
+
+tops_status tops__attention_drive(const tops__kernels *kern, const tops__attention_plan *p, const tops_tensor *q,
+                                  const tops_tensor *k, const tops_tensor *v, const tops_tensor *out) {
+    size_t per = tops__attention_thread_bytes(p), total;
+    int threads = p->threads;
+    int64_t items = p->batch * p->heads * tops__ceil_div(p->sq, p->q_block);
+    if (threads > items) threads = (int)items;
+    if (!tops__mul_size(per, (size_t)threads, &total))
+        return tops__fail(TOPS_OVERFLOW, "tops_attention", "workspace size overflows size_t");
+    unsigned char *mem = NULL, *owned = NULL;
+    if (p->scratch && p->scratch_bytes >= total + 64) {
+        mem = (unsigned char *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63);
+    } else {
+        owned = tops__aligned_alloc(total);
+        if (!owned)
+            return tops__fail(TOPS_OUT_OF_MEMORY, "tops_attention", "could not allocate %zu bytes of workspace", total);
+        mem = owned;
+    }
+    kv_layout layout;
+    const kv_layout *L = kv_layout_plan(p, v, &layout) ? &layout : NULL;
+    int64_t fills = L ? p->batch * p->kv_heads * tops__ceil_div(p->sk, p->kv_block) : 0;
+#ifdef TOPS_HAVE_OPENMP
+#pragma omp parallel num_threads(threads)
+    {
+        worker w;
+        worker_init(&w, p, mem + per * (size_t)omp_get_thread_num());
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t f = 0; f < fills; f++) kv_layout_fill(kern, p, &layout, f, k, v);
+        /* the implicit barrier: every key is laid out before any query block runs */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t item = 0; item < items; item++) run_item(kern, p, &w, item, q, k, v, out, L);
+    }
+#else
+    worker w;
+    worker_init(&w, p, mem);
+    for (int64_t f = 0; f < fills; f++) kv_layout_fill(kern, p, &layout, f, k, v);
+    for (int64_t item = 0; item < items; item++) run_item(kern, p, &w, item, q, k, v, out, L);
+#endif
+    if (L) tops__aligned_free(layout.mem);
+    tops__aligned_free(owned);
+    return TOPS_OK;
+}

@@ -1,0 +1,33 @@
+/* The fused attention driver: blocking over queries and keys, per-thread
+   tiles, online softmax.  Arguments were checked by src/ops/attention.c. */
+#ifndef TOPS_DRIVE_ATTENTION_H
+#define TOPS_DRIVE_ATTENTION_H
+
+#include "ops/tile_internal.h"
+
+typedef struct tops__attention_plan {
+    int64_t batch, heads, kv_heads, sq, sk, d, dv;
+    int causal;
+    int64_t window;   /* 0 = none */
+    float scale;      /* resolved (never 0) */
+    float softcap;    /* 0 = off */
+    int32_t q_block, kv_block;
+    int threads;
+    void *scratch;    /* caller scratch, or NULL */
+    size_t scratch_bytes;
+} tops__attention_plan;
+
+/* Bytes of workspace one thread needs. */
+size_t tops__attention_thread_bytes(const tops__attention_plan *p);
+
+/* Runs the plan.  Fails only when the workspace cannot be allocated (then
+   out is untouched). */
+tops_status tops__attention_drive(const tops__kernels *kern, const tops__attention_plan *p, const tops_tensor *q,
+                                  const tops_tensor *k, const tops_tensor *v, const tops_tensor *out);
+
+/* tops_attention with a chosen kernel table (NULL = dispatch's): the
+   cross-path tests run every ISA through the same checks and plan. */
+tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *exec, const tops_attention_desc *desc,
+                                 const tops_tensor *q, const tops_tensor *k, const tops_tensor *v, tops_tensor *out);
+
+#endif

@@ -1,0 +1,173 @@
+/* AVX2 + FMA tile kernels: a 6 x 16 f32 GEMM microkernel (12 accumulators,
+   two B loads and six broadcasts per k step), an 8 x 8 transposer for
+   packing keys, and vector exp / row reductions for the softmax. */
+#include "cpu/dispatch.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+/* One body per row count, so every accumulator stays in a register. */
+static inline __attribute__((always_inline)) void gemm_rows(const int mr, int64_t k, const float *a, int64_t lda,
+                                                            const float *b, int64_t ldb, float *c, int64_t ldc,
+                                                            int accumulate) {
+    __m256 acc[6][2];
+    for (int i = 0; i < mr; i++) {
+        acc[i][0] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+        acc[i][1] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+    }
+    for (int64_t p = 0; p < k; p++) {
+        __m256 b0 = _mm256_loadu_ps(b + p * ldb), b1 = _mm256_loadu_ps(b + p * ldb + 8);
+        for (int i = 0; i < mr; i++) {
+            __m256 av = _mm256_broadcast_ss(a + i * lda + p);
+            acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+        }
+    }
+    for (int i = 0; i < mr; i++) {
+        _mm256_storeu_ps(c + i * ldc, acc[i][0]);
+        _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
+    }
+}
+
+void tops__tile_gemm_f32_6x16__avx2(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+                                       int64_t ldb, float *c, int64_t ldc, int accumulate) {
+    switch (mr) {
+    case 6: gemm_rows(6, k, a, lda, b, ldb, c, ldc, accumulate); break;
+    case 5: gemm_rows(5, k, a, lda, b, ldb, c, ldc, accumulate); break;
+    case 4: gemm_rows(4, k, a, lda, b, ldb, c, ldc, accumulate); break;
+    case 3: gemm_rows(3, k, a, lda, b, ldb, c, ldc, accumulate); break;
+    case 2: gemm_rows(2, k, a, lda, b, ldb, c, ldc, accumulate); break;
+    default: gemm_rows(1, k, a, lda, b, ldb, c, ldc, accumulate); break;
+    }
+}
+
+static inline void transpose8x8(float *dst, int64_t ldd, const float *src, int64_t lds) {
+    __m256 r0 = _mm256_loadu_ps(src + 0 * lds), r1 = _mm256_loadu_ps(src + 1 * lds);
+    __m256 r2 = _mm256_loadu_ps(src + 2 * lds), r3 = _mm256_loadu_ps(src + 3 * lds);
+    __m256 r4 = _mm256_loadu_ps(src + 4 * lds), r5 = _mm256_loadu_ps(src + 5 * lds);
+    __m256 r6 = _mm256_loadu_ps(src + 6 * lds), r7 = _mm256_loadu_ps(src + 7 * lds);
+    __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1);
+    __m256 t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3);
+    __m256 t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5);
+    __m256 t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(dst + 0 * ldd, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(dst + 1 * ldd, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(dst + 2 * ldd, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(dst + 3 * ldd, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(dst + 4 * ldd, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(dst + 5 * ldd, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(dst + 6 * ldd, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(dst + 7 * ldd, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+void tops__transpose_f32__avx2(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows,
+                               int64_t cols) {
+    int64_t r8 = rows & ~(int64_t)7, c8 = cols & ~(int64_t)7;
+    for (int64_t i = 0; i < r8; i += 8)
+        for (int64_t j = 0; j < c8; j += 8) transpose8x8(dst + j * ldd + i, ldd, src + i * lds + j, lds);
+    /* Ragged edges element by element. */
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = i < r8 ? c8 : 0; j < cols; j++) dst[j * ldd + i] = src[i * lds + j];
+}
+
+/* exp(x) for x <= 0 mostly (softmax); valid on the whole f32 range: inputs
+   below -87 flush to 0 (so no result is subnormal: a subnormal costs a
+   microcode assist per vector, and masked scores are -inf, so many would
+   be), above 88.7 give +inf.  Cody-Waite reduction and a
+   degree-6 polynomial: about 1 ulp. */
+static inline __m256 exp_ps(__m256 x) {
+    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f);
+    const __m256 ln2_hi = _mm256_set1_ps(0.693359375f), ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
+    __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.72283905f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(xc, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, ln2_hi, xc);
+    r = _mm256_fnmadd_ps(n, ln2_lo, r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* 2^n split in two factors so n = 128 (x near 88.7) does not overflow the exponent field. */
+    __m256i ni = _mm256_cvtps_epi32(n);
+    __m256i half = _mm256_srai_epi32(ni, 1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(half, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_sub_epi32(ni, half), _mm256_set1_epi32(127)), 23));
+    __m256 y = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    /* Exact limits outside the clamp, and NaN passes through. */
+    y = _mm256_blendv_ps(y, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.72283905f), _CMP_GT_OQ));
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
+float tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub, float scale) {
+    __m256 s = _mm256_set1_ps(sub), f = _mm256_set1_ps(scale), acc = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + j), s), f));
+        _mm256_storeu_ps(x + j, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (j < n) {
+        __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(n - j)), idx);
+        __m256 e = exp_ps(_mm256_mul_ps(_mm256_sub_ps(_mm256_maskload_ps(x + j, mask), s), f));
+        _mm256_maskstore_ps(x + j, mask, e);
+        acc = _mm256_add_ps(acc, _mm256_and_ps(e, _mm256_castsi256_ps(mask)));
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_shuffle_ps(h, h, 1));
+    return _mm_cvtss_f32(h);
+}
+
+void tops__scale_f32_row__avx2(float *x, int64_t n, float r) {
+    __m256 s = _mm256_set1_ps(r);
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), s));
+    for (; j < n; j++) x[j] *= r;
+}
+
+static inline float hreduce(__m256 v, int op) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    __m128 r = op == TOPS_REDUCE_SUM ? _mm_add_ps(lo, hi) : op == TOPS_REDUCE_MAX ? _mm_max_ps(lo, hi) : _mm_min_ps(lo, hi);
+    __m128 s = _mm_movehl_ps(r, r);
+    r = op == TOPS_REDUCE_SUM ? _mm_add_ps(r, s) : op == TOPS_REDUCE_MAX ? _mm_max_ps(r, s) : _mm_min_ps(r, s);
+    s = _mm_shuffle_ps(r, r, 1);
+    r = op == TOPS_REDUCE_SUM ? _mm_add_ss(r, s) : op == TOPS_REDUCE_MAX ? _mm_max_ss(r, s) : _mm_min_ss(r, s);
+    return _mm_cvtss_f32(r);
+}
+
+float tops__reduce_f32_row__avx2(const float *x, int64_t n, int op, float identity) {
+    /* Eight lanes folded pairwise at the end: a fixed order, so the same
+       bits on every call; the tail and identity join last. */
+    __m256 acc = op == TOPS_REDUCE_SUM ? _mm256_setzero_ps() : _mm256_set1_ps(identity);
+    __m256 unord = _mm256_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 v = _mm256_loadu_ps(x + j);
+        unord = _mm256_or_ps(unord, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        acc = op == TOPS_REDUCE_SUM ? _mm256_add_ps(acc, v)
+              : op == TOPS_REDUCE_MAX ? _mm256_max_ps(acc, v) : _mm256_min_ps(acc, v);
+    }
+    float r = j ? hreduce(acc, op) : (op == TOPS_REDUCE_SUM ? 0.0f : identity);
+    int nan = !_mm256_testz_ps(unord, unord) || isnan(identity);
+    for (; j < n; j++) {
+        float v = x[j];
+        nan |= isnan(v);
+        if (op == TOPS_REDUCE_SUM)
+            r += v;
+        else if (op == TOPS_REDUCE_MAX)
+            r = v > r ? v : r;
+        else
+            r = v < r ? v : r;
+    }
+    if (op == TOPS_REDUCE_SUM) r = identity + r;
+    return nan ? NAN : r;
+}

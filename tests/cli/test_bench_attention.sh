@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# tensorops bench --op attention: one small case end to end (JSON keys and
+# values, accuracy checked against f64 inside the bench), and usage errors.
+set -u
+cli=$1
+pass=0; fail=0
+work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+expect_rc() { # name, rc, command...
+  local name=$1 want=$2; shift 2
+  "$@" >"$work/out" 2>&1; local rc=$?
+  if [ "$rc" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name (rc $rc, want $want)"; cat "$work/out"; fi
+}
+
+expect_rc "small GQA case runs and meets its accuracy bound" 0 "$cli" bench --op attention --batch 2 --heads 4 \
+  --kv-heads 2 --seq 40 --kv-seq 70 --head-dim 48 --dtype f32 --dtype bf16 --repeat 1 --threads 2 --no-progress \
+  --json "$work/a.json"
+if command -v python3 >/dev/null; then
+  expect_rc "JSON rows carry the attention keys" 0 python3 - "$work/a.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 4, rows
+for r in rows:
+    assert r["op"] == "attention" and r["format"] in ("f32", "bf16")
+    assert (r["m"], r["n"], r["k"], r["batch"], r["heads"], r["kv_heads"]) == (40, 70, 48, 2, 4, 2)
+    assert r["median_s"] > 0 and r["gflops"] > 0 and r["cos_sim"] > 0.999
+assert sorted(bool(r["causal"]) for r in rows) == [False, False, True, True]
+PY
+fi
+expect_rc "matmul flags are refused" 2 "$cli" bench --op attention --m 4
+expect_rc "heads must be a multiple of kv heads" 2 "$cli" bench --op attention --heads 3 --kv-heads 2
+expect_rc "bad dtype" 2 "$cli" bench --op attention --dtype int8
+expect_rc "head dim out of range" 2 "$cli" bench --op attention --head-dim 300
+expect_rc "head dim below 16" 2 "$cli" bench --op attention --head-dim 8
+
+echo "$pass passed, $fail failed"
+[ "$fail" = 0 ]
