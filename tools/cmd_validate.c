@@ -390,6 +390,15 @@ int tops_cmd_validate(int argc, char **argv) {
         fprintf(stderr, "tensorops validate: --isa: %s\n", tops_last_error());
         return TOPS_EXIT_FAIL;
     }
+    if (run_device.kind == TOPS_DEVICE_CUDA) {
+        int ngpu = 0;
+        tops_cuda_device_count(&ngpu);
+        if (run_device.index >= ngpu) {
+            fprintf(stderr, "tensorops validate: --device cuda:%d: %s\n", run_device.index,
+                    tops_get_build_info().cuda ? "no such CUDA device on this machine" : "this build has no CUDA backend");
+            return TOPS_EXIT_FAIL;
+        }
+    }
     const ladder_shape *shapes = quick ? quick_shapes : full_shapes;
     size_t nshapes = quick ? sizeof quick_shapes / sizeof quick_shapes[0] : sizeof full_shapes / sizeof full_shapes[0];
     const size_t nrows = sizeof ladder / sizeof ladder[0];
