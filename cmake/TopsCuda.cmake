@@ -55,7 +55,10 @@ function(tops_cuda_link_libraries shared static)
     return()
   endif()
   target_link_libraries(${shared} PRIVATE CUDA::cudart_static)
-  target_link_libraries(${static} INTERFACE $<BUILD_INTERFACE:CUDA::cudart_static>)
+  # Installed static users get the runtime by path (no CUDAToolkit lookup needed).
+  target_link_libraries(${static} INTERFACE $<BUILD_INTERFACE:CUDA::cudart_static>
+    $<INSTALL_INTERFACE:${CUDA_cudart_static_LIBRARY};dl;rt;stdc++>)
+  set(TOPS_PC_CUDA_LIBS "${CUDA_cudart_static_LIBRARY} -ldl -lrt -lstdc++" PARENT_SCOPE)
   set_target_properties(${shared} ${static} PROPERTIES LINKER_LANGUAGE C)
 endfunction()
 
