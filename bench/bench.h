@@ -14,7 +14,7 @@ typedef struct tops_bench_row {
     int64_t m, k, n;      /* attention: m = query length, n = key length, k = head dim */
     int threads;
     char isa[24];         /* level in use, or "cuda:N" */
-    char path[64];        /* kernel family that ran */
+    char path[128];       /* kernel family that ran (tops_matmul2d_path for matmul) */
     double median_s, min_s;
     double gflops;        /* from the median */
     double gbps;          /* weight (or K/V) bytes per second, from the median */
@@ -208,9 +208,13 @@ tops_status tops_bench_matmul_prepare(tops_bench_config *cfg);
    K=4096, N=12288, M = 1, 16, 128. */
 extern const char *const tops_bench_matmul_default_formats[];
 
-/* What tops_matmul2d runs for these weights (the table's path): the
-   microkernel for packed weights, the layout handed over for plain ones. */
-void tops_bench_matmul_path(char *buf, size_t cap, const tops_matmul2d_desc *desc, const tops_tensor *right);
+/* ---- the GPU matmul runner (bench/bench_cuda.c; CUDA builds only) -------- */
+
+/* Default suite: int4-g128, mxfp4, int4-g32, nvfp4, q4_0, int8-g32, e4m3-ch,
+   f16 at K=4096, N=12288, M = 1, 16, 128; f16 activations and outputs;
+   cuBLAS f16 and cuBLASLt e4m3 rows in the same run. */
+tops_status tops_bench_matmul_cuda_prepare(tops_bench_config *cfg);
+tops_status tops_bench_matmul_cuda(tops_bench_session *session, tops_bench_rows *rows);
 
 /* Deterministic test data: n normal(0, 1) values from a seed. */
 void tops_bench_fill_normal(float *v, int64_t n, uint64_t seed);

@@ -433,22 +433,6 @@ void tops_bench_reference_rows(const float *a, const float *w, int64_t k, int64_
     }
 }
 
-void tops_bench_matmul_path(char *buf, size_t cap, const tops_matmul2d_desc *desc, const tops_tensor *right) {
-    /* Packed weights are f32 panels fed to the dispatch's f32 microkernel.
-       For plain weights the op picks among its drivers (decoded panels,
-       unpack-and-dot for small M, the relaxed integer kernel) and does not
-       say which, so the path names what was handed to it. */
-    const tops__kernels *kern = tops__kernels_get();
-    char fmt[32];
-    if (right->format.id == TOPS_FMT_PACKED) {
-        snprintf(buf, cap, "%s", kern->gemm_f32.name ? kern->gemm_f32.name : tops_isa_name(kern->isa));
-        return;
-    }
-    tops_format_name(right->format, fmt, sizeof fmt);
-    snprintf(buf, cap, "%s %s %s%s", tops_isa_name(kern->isa), right->format.id <= TOPS_FMT_BF16 ? "plain" : "fused",
-             fmt, desc->relaxed_precision ? " relaxed" : "");
-}
-
 /* Peak for the floor: relaxed quantized weights may run on i8 dot products. */
 static double case_peak(const tops_bench_roofline *roof, const tops_matmul2d_desc *desc, tops_format f) {
     int float_weights = f.id == TOPS_FMT_F32 || f.id == TOPS_FMT_F16 || f.id == TOPS_FMT_BF16;
@@ -547,7 +531,8 @@ static tops_status run_case(mm_run *r, mm_weights *w, int mi, tops_bench_rows *r
     row.m = m, row.k = k, row.n = n;
     row.threads = cfg->threads;
     snprintf(row.isa, sizeof row.isa, "%s", tops_isa_name(r->ci.isa));
-    tops_bench_matmul_path(row.path, sizeof row.path, &r->desc, &variants[best]->copies[0]);
+    st = tops_matmul2d_path(&r->exec, &r->desc, &left[0], &variants[best]->copies[0], &dest, row.path, sizeof row.path);
+    if (st != TOPS_OK) return st;
     row.median_s = t.median_s;
     row.min_s = t.min_s;
     row.pack_s = best ? w->pack_s : 0;

@@ -701,6 +701,58 @@ TOPS_API tops_status tops_attention(const tops_exec *exec, const tops_attention_
 /* CUDA (src/cuda/)                                                         */
 /* ======================================================================== */
 
+/*
+ * Device memory is memory space cuda:N ({TOPS_DEVICE_CUDA, N}).  A tensor
+ * whose planes live on a GPU is viewed with desc.memory = cuda:N, made by
+ * tops_tensor_to(), or packed by tops_pack_right() with exec.device = cuda:N.
+ * tops_matmul2d() with exec.device = cuda:N runs on that GPU, in order on
+ * exec.stream (NULL = the legacy default stream), and returns before the GPU
+ * has finished (synchronize the stream to read the result).
+ * GPU path (strict and relaxed): left f16 or bf16 [M, K], row-major;
+ * right [N, K] (transpose_right = 1) in int4-gG (G = 16..256; f16, bf16,
+ * f32 or e8m0 scales), int8-gG, q4_0, q8_0, mxfp4, gguf-mxfp4, mxfp8, nvfp4,
+ * e4m3-ch, i8, i4, e4m3 (tensor scale only), or f16/bf16 of the same type as
+ * left (also [K, N]); dest f32,
+ * f16 or bf16 [M, N].  Every operand must be in the memory of exec.device
+ * (right may also be on the host: it is then packed on each call, so pack
+ * it once with tops_pack_right for speed).
+ * Without CUDA compiled in, or without a GPU, these functions return
+ * TOPS_UNSUPPORTED_ON_DEVICE with a sentence (tops_cuda_device_count
+ * returns TOPS_OK and 0 then).
+ */
+
+/* Number of usable CUDA devices; 0 (and TOPS_OK) without CUDA or a driver. */
+TOPS_API tops_status tops_cuda_device_count(int *count);
+
+typedef struct tops_cuda_device_info {
+    char name[256];
+    int major, minor;          /* compute capability */
+    int sm_count;
+    int64_t memory_bytes;
+    int64_t l2_bytes;
+    int clock_khz;             /* SM clock; 0 if the runtime does not say */
+    int memory_clock_khz;
+    int memory_bus_bits;
+    int runtime_version;       /* e.g. 13000 */
+    int driver_version;
+} tops_cuda_device_info;
+TOPS_API tops_status tops_cuda_get_device_info(int device, tops_cuda_device_info *out);
+
+/* Device memory on cuda:device (256-byte aligned); free with tops_cuda_free. */
+TOPS_API tops_status tops_cuda_alloc(int device, size_t bytes, void **out);
+TOPS_API tops_status tops_cuda_free(int device, void *ptr);
+/* Copies bytes between any two of host and cuda:N.  stream NULL: the copy is
+   complete on return; otherwise it is queued on the stream (cudaStream_t). */
+TOPS_API tops_status tops_cuda_copy(void *dst, tops_memory dst_memory, const void *src, tops_memory src_memory,
+                                    size_t bytes, void *stream);
+/* Waits until exec->stream (on exec->device) has finished its work. */
+TOPS_API tops_status tops_cuda_synchronize(const tops_exec *exec);
+
+/* Copies a tensor, every plane included, into fresh memory in space `to`
+   (host or cuda:N); *out owns it (tops_tensor_destroy frees it).  Packed
+   tensors cannot be copied. */
+TOPS_API tops_status tops_tensor_to(const tops_tensor *src, tops_memory to, tops_tensor *out);
+
 #ifdef __cplusplus
 }
 #endif

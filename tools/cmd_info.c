@@ -60,7 +60,18 @@ int tops_cmd_info(int argc, char **argv) {
         tops_cli_json_string(stdout, b.compiler);
         printf(", \"build_type\": ");
         tops_cli_json_string(stdout, b.build_type);
-        printf("}, \"cuda_devices\": []}\n");
+        printf("}, \"cuda_devices\": [");
+        int ngpu = 0;
+        tops_cuda_device_count(&ngpu);
+        for (int i = 0; i < ngpu; i++) {
+            tops_cuda_device_info g;
+            if (tops_cuda_get_device_info(i, &g) != TOPS_OK) continue;
+            printf("%s{\"index\": %d, \"name\": ", i ? ", " : "", i);
+            tops_cli_json_string(stdout, g.name);
+            printf(", \"compute_capability\": \"%d.%d\", \"sm_count\": %d, \"memory_bytes\": %lld, \"l2_bytes\": %lld}",
+                   g.major, g.minor, g.sm_count, (long long)g.memory_bytes, (long long)g.l2_bytes);
+        }
+        printf("]}\n");
     } else {
         char l1[32], l2[32], l3[32];
         print_size(l1, sizeof l1, ci.cache_bytes[0]);
@@ -84,7 +95,15 @@ int tops_cmd_info(int argc, char **argv) {
         printf("isa       %s (%s)\n", tops_isa_name(ci.isa), ci.isa_reason);
         if (isa_error[0]) printf("error     %s\n", isa_error);
         printf("build     %s, openmp %s, cuda %s\n", b.build_type, b.openmp ? "yes" : "no", b.cuda ? "yes" : "no");
-        printf("cuda      %s\n", b.cuda ? "no devices found" : "not compiled in");
+        int ngpu = 0;
+        tops_cuda_device_count(&ngpu);
+        if (!b.cuda || ngpu == 0) printf("cuda      %s\n", b.cuda ? "no devices found" : "not compiled in");
+        for (int i = 0; i < ngpu; i++) {
+            tops_cuda_device_info g;
+            if (tops_cuda_get_device_info(i, &g) != TOPS_OK) continue;
+            printf("cuda:%-4d %s, compute %d.%d, %d SMs, %.1f GiB, L2 %.0f MiB\n", i, g.name, g.major, g.minor,
+                   g.sm_count, (double)g.memory_bytes / 1073741824.0, (double)g.l2_bytes / 1048576.0);
+        }
     }
     return st == TOPS_OK ? TOPS_EXIT_OK : TOPS_EXIT_FAIL;
 }

@@ -1,5 +1,6 @@
 /* Tensors: validated views of caller memory, owned tensors, and slices that
    move every plane together. */
+#include "cuda/cuda_internal.h"
 #include "formats/traits.h"
 
 #include <math.h>
@@ -309,6 +310,11 @@ tops_status tops_tensor_create(tops_format format, int rank, const int64_t *exte
 
 void tops_tensor_destroy(tops_tensor *tensor) {
     if (!tensor || tensor->magic != TOPS_TENSOR_MAGIC) return;
+    if (tensor->memory.kind == TOPS_DEVICE_CUDA) { /* device memory and pack descriptors: src/cuda */
+        tops__cuda_tensor_release(tensor);
+        memset(tensor, 0, sizeof *tensor);
+        return;
+    }
     if (tensor->owner_) tops__aligned_free(tensor->owner_);
     memset(tensor, 0, sizeof *tensor);
 }

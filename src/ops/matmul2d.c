@@ -1,6 +1,7 @@
 /* matmul2d: checks every argument, picks a plan, calls the driver.
    Nothing is written to dest unless every check passed. */
 #include "ops/matmul2d.h"
+#include "cuda/cuda_internal.h"
 #include "drive/gemm.h"
 #include "formats/traits.h"
 
@@ -74,6 +75,19 @@ static tops_status check_desc(const char *fn, const tops_matmul2d_desc *d) {
                           (int)d->m_tile, (int)d->n_tile);
     if (d->k < 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.k is %lld; it must be >= 0 (0 = from the tensors)", (long long)d->k);
     return TOPS_OK;
+}
+
+/* exec.device = cuda:N goes to the GPU path (src/cuda), which checks the
+   tensors itself; exec and desc are checked here for both paths. */
+static int wants_cuda(const tops_exec *exec) { return exec && exec->device.kind == TOPS_DEVICE_CUDA; }
+
+static tops_status check_cuda_route(const char *fn, const tops_exec *exec, const tops_matmul2d_desc *desc) {
+    if (tops_exec_validate(exec) != TOPS_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", tops_last_error());
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s", why);
+    }
+    return check_desc(fn, desc);
 }
 
 /* Checks a weight tensor (plain, never packed) and returns its K and N. */
@@ -201,6 +215,10 @@ static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_te
 
 tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
                           const tops_tensor *right, tops_tensor *dest) {
+    if (wants_cuda(exec)) {
+        tops_status st = check_cuda_route("tops_matmul2d", exec, desc);
+        return st != TOPS_OK ? st : tops__cuda_matmul2d(exec, desc, left, right, dest);
+    }
     const tops__kernels *kern;
     tops_status st = tops__kernels_checked("tops_matmul2d", &kern);
     if (st != TOPS_OK) return st;
@@ -390,6 +408,10 @@ static tops_status pack_in_place(const char *fn, const tops_tensor *right, int64
 tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
                             tops_tensor *packed) {
     static const char fn[] = "tops_pack_right";
+    if (wants_cuda(exec)) {
+        tops_status st = check_cuda_route(fn, exec, desc);
+        return st != TOPS_OK ? st : tops__cuda_pack_right(exec, desc, right, packed);
+    }
     tops_exec ex;
     tops_status st = check_desc(fn, desc);
     if (st == TOPS_OK) st = tops__check_tensor(fn, "right", right);

@@ -1,0 +1,253 @@
+/* tops_matmul2d and tops_pack_right on a GPU: argument checks, packing, and
+   the launch of the weight-streaming kernels (wstream.cu). */
+#include "cuda/runtime.h"
+
+#include "formats/traits.h"
+
+#include <string.h>
+
+static tops_status check_memory(const char *fn, const char *what, const tops_tensor *t, int device) {
+    if (t->memory.kind != TOPS_DEVICE_CUDA || t->memory.index != device) {
+        if (t->memory.kind == TOPS_DEVICE_CUDA)
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s is in cuda:%d memory but exec.device is cuda:%d", what,
+                              t->memory.index, device);
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                          "%s is in host memory but exec.device is cuda:%d; copy it there with tops_tensor_to", what,
+                          device);
+    }
+    return tops__cuda_check_pointer(fn, what, t->data, t->memory);
+}
+
+int tops__cuda_is_packed(const tops_tensor *t) {
+    const tops__cuda_packed *pk = (const tops__cuda_packed *)t->packed_;
+    return t->format.id == TOPS_FMT_PACKED && t->memory.kind == TOPS_DEVICE_CUDA && pk &&
+           pk->magic == TOPS__CUDA_PACKED_MAGIC;
+}
+
+/* Packs right (host or device memory) into device buffers on `device`.  On
+   success *pk holds device pointers into *base (one cudaMalloc). */
+static tops_status pack_to_device(const char *fn, const tops_tensor *right, int transpose_right, int device,
+                                  tops__cuda_packed *pk, void **base) {
+    tops_tensor host_copy;
+    const tops_tensor *src = right;
+    tops_status st;
+    memset(&host_copy, 0, sizeof host_copy);
+    if (right->memory.kind == TOPS_DEVICE_CUDA) {
+        tops_memory host = {TOPS_DEVICE_CPU, 0};
+        if ((st = tops_tensor_to(right, host, &host_copy)) != TOPS_OK) return st;
+        src = &host_copy;
+    } else if ((st = tops__cuda_check_pointer(fn, "right", right->data, right->memory)) != TOPS_OK) {
+        return st;
+    }
+    void *wb = NULL, *sb = NULL;
+    st = tops__cuda_pack_host(fn, src, transpose_right, pk, &wb, &sb);
+    tops_tensor_destroy(&host_copy);
+    if (st != TOPS_OK) return st;
+    size_t woff = 0, soff = (pk->weight_bytes + 255) & ~(size_t)255;
+    void *mem = NULL;
+    st = tops_cuda_alloc(device, soff + pk->scale_bytes, &mem);
+    if (st == TOPS_OK) {
+        tops_memory dev = {TOPS_DEVICE_CUDA, device}, host = {TOPS_DEVICE_CPU, 0};
+        st = tops_cuda_copy((char *)mem + woff, dev, wb, host, pk->weight_bytes, NULL);
+        if (st == TOPS_OK && sb) st = tops_cuda_copy((char *)mem + soff, dev, sb, host, pk->scale_bytes, NULL);
+        if (st != TOPS_OK) (void)tops_cuda_free(device, mem);
+    }
+    free(wb);
+    free(sb);
+    if (st != TOPS_OK) return st;
+    pk->device = device;
+    pk->weights = (char *)mem + woff;
+    pk->scales = sb ? (char *)mem + soff : NULL;
+    *base = mem;
+    return TOPS_OK;
+}
+
+tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
+                                  tops_tensor *packed) {
+    static const char fn[] = "tops_pack_right";
+    int device = exec->device.index;
+    tops_status st = tops__cuda_check_device(fn, "exec.device", device);
+    if (st != TOPS_OK) return st;
+    if ((st = tops__check_tensor(fn, "right", right)) != TOPS_OK) return st;
+    if (!packed) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "packed is NULL");
+    if (right->format.id == TOPS_FMT_PACKED) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is already packed");
+    if (right->memory.kind == TOPS_DEVICE_CUDA && right->memory.index != device)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is in cuda:%d memory but exec.device is cuda:%d",
+                          right->memory.index, device);
+    tops__cuda_packed *pk = malloc(sizeof *pk);
+    if (!pk) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the pack descriptor");
+    void *base = NULL;
+    st = pack_to_device(fn, right, desc->transpose_right, device, pk, &base);
+    if (st != TOPS_OK) {
+        free(pk);
+        return st;
+    }
+    tops_tensor t;
+    memset(&t, 0, sizeof t);
+    t.magic = TOPS_TENSOR_MAGIC;
+    t.format.id = TOPS_FMT_PACKED;
+    t.format.group = 1;
+    t.rank = 2;
+    t.extent[0] = pk->n; /* the weight as stored: [N, K] */
+    t.extent[1] = pk->k;
+    t.stride[0] = pk->k;
+    t.stride[1] = 1;
+    t.data = pk->weights;
+    t.tensor_scale = 1.0f;
+    t.memory = exec->device;
+    t.owner_ = base;
+    t.packed_ = pk;
+    *packed = t;
+    return TOPS_OK;
+}
+
+static tops_status check_rows(const char *fn, const char *what, const tops_tensor *t) {
+    if (t->rank != 2)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "%s has rank %d; the GPU path takes rank-2 tensors", what, t->rank);
+    if (t->stride[1] != 1 && t->extent[1] > 1)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                          "%s has stride %lld along its rows; the GPU path needs contiguous rows", what,
+                          (long long)t->stride[1]);
+    if (t->extent[0] > INT32_MAX / 2 || t->extent[1] > INT32_MAX / 2 || t->stride[0] > ((int64_t)1 << 40))
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s is %lld x %lld; the GPU path takes extents below 2^30", what,
+                          (long long)t->extent[0], (long long)t->extent[1]);
+    return TOPS_OK;
+}
+
+tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                                const tops_tensor *right, tops_tensor *dest) {
+    static const char fn[] = "tops_matmul2d";
+    int device = exec->device.index;
+    char name[48];
+    tops_status st = tops__cuda_check_device(fn, "exec.device", device);
+    if (st != TOPS_OK) return st;
+    if ((st = tops__check_tensor(fn, "left", left)) != TOPS_OK) return st;
+    if ((st = tops__check_tensor(fn, "right", right)) != TOPS_OK) return st;
+    if ((st = tops__check_tensor(fn, "dest", dest)) != TOPS_OK) return st;
+    if (desc->mode != TOPS_MULTIPLY && desc->mode != TOPS_MULTIPLY_ACCUMULATE)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.mode is %d; it must be multiply or multiply_accumulate",
+                          (int)desc->mode);
+    if (desc->transpose_left)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "transpose_left = 1: the GPU path takes left as [M, K]");
+    if ((st = check_memory(fn, "left", left, device)) != TOPS_OK) return st;
+    if ((st = check_memory(fn, "dest", dest, device)) != TOPS_OK) return st;
+    if (left->format.id != TOPS_FMT_F16 && left->format.id != TOPS_FMT_BF16)
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "left has format %s; the GPU path takes f16 or bf16 activations",
+                          tops_format_name(left->format, name, sizeof name));
+    if (dest->format.id != TOPS_FMT_F32 && dest->format.id != TOPS_FMT_F16 && dest->format.id != TOPS_FMT_BF16)
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "dest has format %s; the GPU path writes f32, f16 or bf16",
+                          tops_format_name(dest->format, name, sizeof name));
+    if ((st = check_rows(fn, "left", left)) != TOPS_OK) return st;
+    if ((st = check_rows(fn, "dest", dest)) != TOPS_OK) return st;
+
+    tops__cuda_packed local;
+    const tops__cuda_packed *pk;
+    void *temp = NULL;
+    if (tops__cuda_is_packed(right)) {
+        pk = (const tops__cuda_packed *)right->packed_;
+        if (pk->device != device)
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right was packed for cuda:%d but exec.device is cuda:%d",
+                              pk->device, device);
+    } else if (right->format.id == TOPS_FMT_PACKED) {
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right was packed for the CPU; pack it with exec.device = cuda:%d",
+                          device);
+    } else {
+        if (right->memory.kind == TOPS_DEVICE_CUDA && right->memory.index != device)
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is in cuda:%d memory but exec.device is cuda:%d",
+                              right->memory.index, device);
+        if (right->rank != 2)
+            return tops__fail(TOPS_SHAPE_MISMATCH, fn, "right has rank %d; the GPU path takes rank-2 tensors", right->rank);
+        /* Check the shapes before paying for a pack. */
+        int64_t rk = desc->transpose_right ? right->extent[1] : right->extent[0];
+        if (rk != left->extent[1])
+            return tops__fail(TOPS_SHAPE_MISMATCH, fn, "left has K=%lld but right has K=%lld",
+                              (long long)left->extent[1], (long long)rk);
+        if ((st = pack_to_device(fn, right, desc->transpose_right, device, &local, &temp)) != TOPS_OK) return st;
+        pk = &local;
+    }
+    int64_t m = left->extent[0], k = left->extent[1];
+    if (pk->k != k) st = tops__fail(TOPS_SHAPE_MISMATCH, fn, "left has K=%lld but right has K=%lld", (long long)k, (long long)pk->k);
+    else if (desc->k && desc->k != k)
+        st = tops__fail(TOPS_SHAPE_MISMATCH, fn, "desc.k is %lld but the tensors have K=%lld", (long long)desc->k, (long long)k);
+    else if (dest->extent[0] != m || dest->extent[1] != pk->n)
+        st = tops__fail(TOPS_SHAPE_MISMATCH, fn, "dest is %lld x %lld but the product is %lld x %lld",
+                        (long long)dest->extent[0], (long long)dest->extent[1], (long long)m, (long long)pk->n);
+    else if ((pk->code == TOPS__CU_CODE_F16 && left->format.id != TOPS_FMT_F16) ||
+             (pk->code == TOPS__CU_CODE_BF16 && left->format.id != TOPS_FMT_BF16))
+        st = tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
+                        "right is %s but left is %s; plain 16-bit weights must have the activations' type",
+                        pk->code == TOPS__CU_CODE_F16 ? "f16" : "bf16", tops_format_name(left->format, name, sizeof name));
+    int prev = -1;
+    if (st == TOPS_OK) st = tops__cuda_enter(fn, device, &prev);
+    if (st == TOPS_OK) {
+        tops__cu_matmul_args a;
+        memset(&a, 0, sizeof a);
+        a.weights = pk->weights;
+        a.scales = pk->scales;
+        a.code = pk->code;
+        a.scale_kind = pk->scale_kind;
+        a.has_scales = pk->has_scales;
+        a.group = pk->group;
+        a.groups = pk->groups;
+        a.n_pad = pk->n_pad;
+        a.k_pad = pk->k_pad;
+        a.global_scale = pk->global_scale;
+        a.x = left->data;
+        a.x_bf16 = left->format.id == TOPS_FMT_BF16;
+        a.ldx = left->stride[0];
+        a.out = dest->data;
+        a.out_dtype = tops_format_get_info(dest->format.id)->element;
+        a.ldo = dest->stride[0];
+        a.accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
+        a.m = m;
+        a.n = pk->n;
+        a.k = k;
+        a.sm_count = tops__cuda_sm_count(device);
+        a.stream = exec->stream;
+        const char *what = "the matmul launch";
+        int err = tops__cu_matmul_launch(&a, &what);
+        if (err) st = tops__cuda_error(fn, err, what);
+        tops__cuda_leave(prev);
+    }
+    if (temp) {
+        /* An on-the-fly pack: wait for the kernels before freeing it. */
+        if (exec->stream) (void)cudaStreamSynchronize((cudaStream_t)exec->stream);
+        else (void)cudaDeviceSynchronize();
+        (void)tops_cuda_free(device, temp);
+    }
+    return st;
+}
+
+tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
+    static const char fn[] = "tops__cuda_packed_clone";
+    if (!tops__cuda_is_packed(src)) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "src is not a GPU-packed tensor");
+    const tops__cuda_packed *pk = (const tops__cuda_packed *)src->packed_;
+    tops__cuda_packed *copy = malloc(sizeof *copy);
+    if (!copy) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the pack descriptor");
+    *copy = *pk;
+    size_t soff = (pk->weight_bytes + 255) & ~(size_t)255;
+    void *mem = NULL;
+    tops_status st = tops_cuda_alloc(pk->device, soff + pk->scale_bytes, &mem);
+    tops_memory dev = {TOPS_DEVICE_CUDA, pk->device};
+    if (st == TOPS_OK) st = tops_cuda_copy(mem, dev, pk->weights, dev, pk->weight_bytes, NULL);
+    if (st == TOPS_OK && pk->scales) st = tops_cuda_copy((char *)mem + soff, dev, pk->scales, dev, pk->scale_bytes, NULL);
+    if (st != TOPS_OK) {
+        if (mem) (void)tops_cuda_free(pk->device, mem);
+        free(copy);
+        return st;
+    }
+    copy->weights = mem;
+    copy->scales = pk->scales ? (char *)mem + soff : NULL;
+    tops_tensor t = *src;
+    t.data = mem;
+    t.owner_ = mem;
+    t.packed_ = copy;
+    *out = t;
+    return TOPS_OK;
+}
+
+size_t tops__cuda_packed_bytes(const tops_tensor *t) {
+    if (!tops__cuda_is_packed(t)) return 0;
+    const tops__cuda_packed *pk = (const tops__cuda_packed *)t->packed_;
+    return pk->weight_bytes + pk->scale_bytes;
+}

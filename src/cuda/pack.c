@@ -1,0 +1,196 @@
+/* Host-side packing of weights into the layout the CUDA kernels stream
+   (cuda_internal.h): one 16-byte load per lane feeds that lane's mma.sync
+   fragments for a whole chunk of K, codes re-biased for the decoders, scales
+   kept in their own compact encoding. */
+#include "cuda/cuda_internal.h"
+#include "formats/traits.h"
+
+#include <string.h>
+
+/* How one source format maps onto a kernel family. */
+typedef struct source_map {
+    int code;
+    int scale_kind;
+    int has_scales;
+    int gguf_bytes; /* bytes per 32-element GGUF block; 0 for plain layouts */
+} source_map;
+
+static int map_format(const tops_tensor *w, int transpose_right, source_map *m, const char **why) {
+    memset(m, 0, sizeof *m);
+    tops_format_id id = w->format.id;
+    int blocked = id != TOPS_FMT_F16 && id != TOPS_FMT_BF16;
+    if (blocked && !transpose_right) {
+        *why = "block formats need transpose_right = 1 (weights stored [N, K], blocks along K)";
+        return 0;
+    }
+    m->has_scales = 1;
+    switch (id) {
+    case TOPS_FMT_F16: m->code = TOPS__CU_CODE_F16; m->has_scales = 0; return 1;
+    case TOPS_FMT_BF16: m->code = TOPS__CU_CODE_BF16; m->has_scales = 0; return 1;
+    /* plain codes: the tensor scale is their only scale */
+    case TOPS_FMT_I8: m->code = TOPS__CU_CODE_I8; m->has_scales = 0; return 1;
+    case TOPS_FMT_I4: m->code = TOPS__CU_CODE_U4; m->has_scales = 0; return 1;
+    case TOPS_FMT_E4M3: m->code = TOPS__CU_CODE_E4M3; m->has_scales = 0; return 1;
+    case TOPS_FMT_INT4_G:
+    case TOPS_FMT_INT8_G:
+        m->code = id == TOPS_FMT_INT4_G ? TOPS__CU_CODE_U4 : TOPS__CU_CODE_I8;
+        m->scale_kind = w->scales.dtype == TOPS_DT_F16    ? TOPS__CU_SCALE_F16
+                        : w->scales.dtype == TOPS_DT_E8M0 ? TOPS__CU_SCALE_E8M0
+                                                          : TOPS__CU_SCALE_F32;
+        return 1;
+    case TOPS_FMT_Q4_0: m->code = TOPS__CU_CODE_U4; m->scale_kind = TOPS__CU_SCALE_F16; m->gguf_bytes = 18; return 1;
+    case TOPS_FMT_Q8_0: m->code = TOPS__CU_CODE_I8; m->scale_kind = TOPS__CU_SCALE_F16; m->gguf_bytes = 34; return 1;
+    case TOPS_FMT_GGUF_MXFP4:
+        m->code = TOPS__CU_CODE_E2M1; m->scale_kind = TOPS__CU_SCALE_E8M0; m->gguf_bytes = 17; return 1;
+    case TOPS_FMT_MXFP4: m->code = TOPS__CU_CODE_E2M1; m->scale_kind = TOPS__CU_SCALE_E8M0; return 1;
+    case TOPS_FMT_MXFP8: m->code = TOPS__CU_CODE_E4M3; m->scale_kind = TOPS__CU_SCALE_E8M0; return 1;
+    case TOPS_FMT_NVFP4: m->code = TOPS__CU_CODE_E2M1; m->scale_kind = TOPS__CU_SCALE_UE4M3; return 1;
+    case TOPS_FMT_E4M3_CH: m->code = TOPS__CU_CODE_E4M3; m->scale_kind = TOPS__CU_SCALE_F32; return 1;
+    default:
+        *why = "the GPU path decodes int4-gG, int8-gG, q4_0, q8_0, mxfp4, gguf-mxfp4, mxfp8, nvfp4, e4m3-ch, i8, i4, "
+               "e4m3, f16 and bf16 weights";
+        return 0;
+    }
+}
+
+/* The code of weight (n, k) as its kernel family stores it. */
+static uint32_t get_code(const tops_tensor *w, const source_map *m, int transpose_right, int64_t n, int64_t k) {
+    const unsigned char *base = (const unsigned char *)w->data;
+    if (m->code == TOPS__CU_CODE_F16 || m->code == TOPS__CU_CODE_BF16) {
+        int64_t off = transpose_right ? n * w->stride[0] + k * w->stride[1] : k * w->stride[0] + n * w->stride[1];
+        uint16_t v;
+        memcpy(&v, base + off * 2, 2);
+        return v;
+    }
+    if (m->gguf_bytes) {
+        const unsigned char *blk = base + (w->stride[0] / 32) * m->gguf_bytes * n + (k / 32) * m->gguf_bytes;
+        int j = (int)(k % 32);
+        if (m->code == TOPS__CU_CODE_I8) return (uint32_t)(blk[2 + j] ^ 0x80u);
+        const unsigned char *qs = blk + (m->gguf_bytes == 17 ? 1 : 2);
+        unsigned nib = j < 16 ? qs[j] & 0xFu : qs[j - 16] >> 4;
+        return nib; /* q4_0: value (q - 8) * d, already biased by 8; gguf-mxfp4: e2m1 bits */
+    }
+    const tops_format_info *info = tops_format_get_info(w->format.id);
+    const unsigned char *row = base + (w->stride[0] / info->pack_elems) * info->pack_bytes * n;
+    if (info->element_bits == 4) {
+        unsigned nib = (k & 1) ? row[k / 2] >> 4 : row[k / 2] & 0xFu;
+        return m->code == TOPS__CU_CODE_U4 ? (nib ^ 8u) : nib; /* two's complement -> q + 8 */
+    }
+    unsigned byte = row[k];
+    return m->code == TOPS__CU_CODE_I8 ? (byte ^ 0x80u) : byte;
+}
+
+/* Scale entry (n, g) in the packed encoding, written to dst. */
+static void get_scale(const tops_tensor *w, const source_map *m, int64_t n, int64_t g, unsigned char *dst) {
+    if (m->gguf_bytes) {
+        const unsigned char *blk = (const unsigned char *)w->data + (w->stride[0] / 32) * m->gguf_bytes * n +
+                                   g * m->gguf_bytes;
+        if (m->scale_kind == TOPS__CU_SCALE_E8M0) dst[0] = blk[0];
+        else memcpy(dst, blk, 2);
+        return;
+    }
+    const tops_plane *p = &w->scales;
+    int esz = (tops_dtype_bits(p->dtype) + 7) / 8;
+    const unsigned char *src = (const unsigned char *)p->data + (n * p->stride[0] + g * p->stride[1]) * esz;
+    if (m->scale_kind == TOPS__CU_SCALE_F32 && p->dtype == TOPS_DT_BF16) {
+        uint32_t u = (uint32_t)(src[0] | (src[1] << 8)) << 16;
+        memcpy(dst, &u, 4);
+    } else {
+        memcpy(dst, src, (size_t)esz);
+    }
+}
+
+/* Where fragment element (register r, half h) of step j of a lane sits in
+   the lane's 16 bytes, in bits; the decoders in wstream.cu read it so. */
+static int frag_bit(int code, int j, int r, int h) {
+    if (code <= TOPS__CU_CODE_E2M1) return 32 * j + 4 * (r + 4 * h);
+    if (code <= TOPS__CU_CODE_E4M3) return 8 * (8 * j + 4 * (r >> 1) + 2 * (r & 1) + h);
+    return 8 * (4 * r + 2 * h);
+}
+
+static uint32_t zero_code(int code) {
+    return code == TOPS__CU_CODE_U4 ? 8u : code == TOPS__CU_CODE_I8 ? 0x80u : 0u;
+}
+
+tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int transpose_right, tops__cuda_packed *pk,
+                                 void **weights_out, void **scales_out) {
+    source_map m;
+    const char *why = "";
+    char name[48];
+    if (w->rank != 2)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "right has rank %d; the GPU path takes a rank-2 weight", w->rank);
+    if (!map_format(w, transpose_right, &m, &why))
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "right has format %s: %s",
+                          tops_format_name(w->format, name, sizeof name), why);
+    int64_t n = transpose_right ? w->extent[0] : w->extent[1];
+    int64_t k = transpose_right ? w->extent[1] : w->extent[0];
+    if (k > ((int64_t)1 << 30) || n > ((int64_t)1 << 30))
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is %lld x %lld; the GPU path takes extents up to 2^30",
+                          (long long)n, (long long)k);
+    memset(pk, 0, sizeof *pk);
+    pk->magic = TOPS__CUDA_PACKED_MAGIC;
+    pk->code = m.code;
+    pk->scale_kind = m.scale_kind;
+    pk->has_scales = m.has_scales;
+    pk->n = n;
+    pk->k = k;
+    pk->n_pad = tops__ceil_div(n, TOPS__CU_PAD_N) * TOPS__CU_PAD_N;
+    pk->k_pad = tops__ceil_div(k, TOPS__CU_PAD_K) * TOPS__CU_PAD_K;
+    pk->source = w->format;
+    /* Row scales (e4m3-ch) and plain weights: one group over the padded row. */
+    int per_row = w->format.id == TOPS_FMT_E4M3_CH || !m.has_scales;
+    pk->group = per_row ? (int32_t)pk->k_pad : w->format.group;
+    pk->groups = tops__ceil_div(pk->k_pad, pk->group);
+    pk->global_scale = w->format.id == TOPS_FMT_NVFP4 ? 1.0f / w->tensor_scale : w->tensor_scale;
+
+    int64_t tiles = pk->n_pad / 16, kc = tops__cu_chunk_k(m.code), chunks = pk->k_pad / kc;
+    size_t wbytes = (size_t)tiles * (size_t)chunks * 512;
+    int esz = tops__cu_scale_bytes(m.scale_kind);
+    size_t sbytes = m.has_scales ? (size_t)tiles * (size_t)pk->groups * 16 * (size_t)esz : 0;
+    unsigned char *wb = malloc(wbytes), *sb = sbytes ? calloc(1, sbytes) : NULL;
+    if (!wb || (sbytes && !sb)) {
+        free(wb);
+        free(sb);
+        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate %zu bytes to pack right", wbytes + sbytes);
+    }
+    memset(wb, 0, wbytes);
+    uint32_t zero = zero_code(m.code);
+    int steps = (int)(kc / 16), bits = m.code <= TOPS__CU_CODE_E2M1 ? 4 : m.code <= TOPS__CU_CODE_E4M3 ? 8 : 16;
+    for (int64_t tile = 0; tile < tiles; tile++) {
+        for (int64_t c = 0; c < chunks; c++) {
+            unsigned char *dst = wb + ((size_t)tile * (size_t)chunks + (size_t)c) * 512;
+            for (int lane = 0; lane < 32; lane++) {
+                int g = lane >> 2, t = lane & 3;
+                unsigned char *ld = dst + lane * 16;
+                for (int j = 0; j < steps; j++)
+                    for (int r = 0; r < 4; r++)
+                        for (int h = 0; h < 2; h++) {
+                            int64_t row = tile * 16 + g + 8 * (r & 1);
+                            int64_t kk = c * kc + 16 * j + 4 * t + 2 * (r >> 1) + h;
+                            uint32_t code = row < n && kk < k ? get_code(w, &m, transpose_right, row, kk) : zero;
+                            int bit = frag_bit(m.code, j, r, h);
+                            for (int b = 0; b < bits; b += 8) {
+                                /* 4-bit codes share a byte: or them in. */
+                                int pos = bit + b;
+                                ld[pos / 8] |= (unsigned char)(((code >> b) & (bits == 4 ? 0xFu : 0xFFu)) << (pos % 8));
+                            }
+                        }
+            }
+        }
+    }
+    if (sb) {
+        int64_t src_groups = per_row ? 1 : tops__ceil_div(k, pk->group);
+        for (int64_t tile = 0; tile < tiles; tile++)
+            for (int64_t gi = 0; gi < src_groups; gi++)
+                for (int e = 0; e < 16; e++) {
+                    int64_t row = tile * 16 + (e >> 1) + 8 * (e & 1);
+                    if (row >= n) continue;
+                    get_scale(w, &m, row, gi, sb + (((size_t)tile * (size_t)pk->groups + (size_t)gi) * 16 + (size_t)e) * (size_t)esz);
+                }
+    }
+    pk->weight_bytes = wbytes;
+    pk->scale_bytes = sbytes;
+    *weights_out = wb;
+    *scales_out = sb;
+    return TOPS_OK;
+}

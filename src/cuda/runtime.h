@@ -1,0 +1,21 @@
+/* Host-side helpers shared by the CUDA backend's C files. */
+#ifndef TOPS_CUDA_RUNTIME_H
+#define TOPS_CUDA_RUNTIME_H
+
+#include "cuda/cuda_internal.h"
+#include "internal.h"
+
+#include <cuda_runtime_api.h>
+
+/* A runtime error as a status and sentence ("what failed: name (text)"). */
+tops_status tops__cuda_error(const char *fn, int err, const char *what);
+/* UNSUPPORTED_ON_DEVICE unless cuda:device exists ("what" names the argument). */
+tops_status tops__cuda_check_device(const char *fn, const char *what, int device);
+/* Checks that ptr really lives in mem (host, or cuda:N). */
+tops_status tops__cuda_check_pointer(const char *fn, const char *what, const void *ptr, tops_memory mem);
+/* Makes device current, remembering the caller's; tops__cuda_leave restores it. */
+tops_status tops__cuda_enter(const char *fn, int device, int *previous);
+void tops__cuda_leave(int previous);
+int tops__cuda_sm_count(int device);
+
+#endif

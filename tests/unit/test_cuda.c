@@ -1,0 +1,367 @@
+/* The CUDA backend: bad inputs on any machine; on a GPU, every kernel
+   family against an f64 reference (weights decoded by tops_dequantize),
+   ragged shapes, every token-tile width, split-K, accumulate mode, strided
+   activations, f32/f16/bf16 outputs poisoned with NaN before each run.
+   Without a GPU the numeric part skips with one line. */
+#include "harness.h"
+#include "tensorops.h"
+
+#include <math.h>
+#include <stdint.h>
+
+static const tops_memory host_mem = {TOPS_DEVICE_CPU, 0};
+static const tops_memory gpu0 = {TOPS_DEVICE_CUDA, 0};
+static int small_run; /* TOPS_CUDA_TEST_SMALL=1: a few cases (compute-sanitizer) */
+
+static uint16_t f32_to_16(tops_dtype dt, float v) {
+    uint16_t h;
+    tops_cast_from_f32(dt, &h, &v, 1, 0);
+    return h;
+}
+static float f16_to_32(tops_dtype dt, uint16_t h) {
+    float v;
+    tops_cast_to_f32(dt, &v, &h, 1);
+    return v;
+}
+
+static tops_exec gpu_exec(void) {
+    tops_exec e = tops_exec_default();
+    e.device = gpu0;
+    return e;
+}
+
+/* ---- any machine ------------------------------------------------------------ */
+
+static void test_bad_arguments(void) {
+    int n = -1;
+    ASSERT_OK(tops_cuda_device_count(&n));
+    ASSERT_TRUE(n >= 0);
+    ASSERT_STATUS(tops_cuda_device_count(NULL), TOPS_INVALID_ARGUMENT);
+    void *p = NULL;
+    ASSERT_STATUS(tops_cuda_alloc(0, 16, NULL), TOPS_INVALID_ARGUMENT);
+    ASSERT_STATUS(tops_cuda_alloc(n + 7, 16, &p), TOPS_UNSUPPORTED_ON_DEVICE);
+    ASSERT_TRUE(p == NULL);
+    tops_cuda_device_info info;
+    ASSERT_STATUS(tops_cuda_get_device_info(n + 7, &info), TOPS_UNSUPPORTED_ON_DEVICE);
+    float a[4] = {1, 2, 3, 4}, b[4];
+    tops_memory nowhere = {TOPS_DEVICE_CUDA, n + 7};
+    ASSERT_STATUS(tops_cuda_copy(b, host_mem, a, nowhere, sizeof a, NULL), TOPS_UNSUPPORTED_ON_DEVICE);
+
+    /* matmul2d / pack_right sent to a GPU that is not there. */
+    float w[8 * 32], x[32], y[8];
+    for (int i = 0; i < 8 * 32; i++) w[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < 32; i++) x[i] = 1.0f;
+    tops_tensor_desc d = {0};
+    tops_tensor tw, tx, ty, packed;
+    d.format = tops_format_of(TOPS_DT_F32);
+    d.rank = 2;
+    d.extent[0] = 8;
+    d.extent[1] = 32;
+    d.data = w;
+    ASSERT_OK(tops_tensor_view(&d, &tw));
+    d.extent[0] = 1;
+    d.data = x;
+    ASSERT_OK(tops_tensor_view(&d, &tx));
+    d.extent[1] = 8;
+    d.data = y;
+    ASSERT_OK(tops_tensor_view(&d, &ty));
+    tops_matmul2d_desc md = {0};
+    md.transpose_right = 1;
+    tops_exec e = tops_exec_default();
+    e.device = nowhere;
+    ASSERT_STATUS(tops_matmul2d(&e, &md, &tx, &tw, &ty), TOPS_UNSUPPORTED_ON_DEVICE);
+    ASSERT_STATUS(tops_pack_right(&e, &md, &tw, &packed), TOPS_UNSUPPORTED_ON_DEVICE);
+    e.device.index = -1;
+    ASSERT_STATUS(tops_matmul2d(&e, &md, &tx, &tw, &ty), TOPS_INVALID_ARGUMENT);
+    /* CPU exec with a tensor that claims device memory. */
+    d.memory = gpu0;
+    tops_tensor tdev;
+    ASSERT_OK(tops_tensor_view(&d, &tdev));
+    ASSERT_STATUS(tops_matmul2d(NULL, &md, &tx, &tw, &tdev), TOPS_UNSUPPORTED_ON_DEVICE);
+    if (!tops_get_build_info().cuda) {
+        ASSERT_FAILS_WITH(tops_tensor_to(&tw, gpu0, &packed), TOPS_UNSUPPORTED_ON_DEVICE, "no CUDA backend");
+    }
+}
+
+/* ---- with a GPU ------------------------------------------------------------- */
+
+typedef struct gpu_case {
+    const char *format;
+    tops_dtype act, out;
+    int64_t m, k, n;
+    int strided_left, accumulate, prepack;
+} gpu_case;
+
+/* rel-L2 bounds against f64: exact products, f32 sums, then the output's rounding. */
+static double bound_for(tops_dtype out) {
+    return out == TOPS_DT_F32 ? 1e-5 : out == TOPS_DT_F16 ? 1e-3 : 8e-3;
+}
+
+static int run_case(const gpu_case *c, th_rng *r) {
+    int failed_before = th_failed_checks;
+    tops_format fmt;
+    if (tops_format_from_name(c->format, &fmt) != TOPS_OK) {
+        TH_FAIL_AT("format %s: %s", c->format, tops_last_error());
+        return 0;
+    }
+    const int64_t m = c->m, k = c->k, n = c->n;
+    /* Weights: normal-ish values quantized on the host, then decoded for the reference. */
+    float *wf = malloc((size_t)(n * k) * sizeof(float)), *wd = malloc((size_t)(n * k) * sizeof(float));
+    for (int64_t i = 0; i < n * k; i++)
+        wf[i] = (th_uniform(r, -1, 1) + th_uniform(r, -1, 1) + th_uniform(r, -1, 1)) * (1.0f + (float)(i % 13) * 0.1f);
+    int64_t wext[2] = {n, k};
+    tops_tensor_desc d = {0};
+    d.format = tops_format_of(TOPS_DT_F32);
+    d.rank = 2;
+    d.extent[0] = n;
+    d.extent[1] = k;
+    d.data = wf;
+    tops_tensor tsrc, tq, tdq, tdev_w, packed;
+    memset(&packed, 0, sizeof packed);
+    memset(&tdev_w, 0, sizeof tdev_w);
+    ASSERT_OK(tops_tensor_view(&d, &tsrc));
+    ASSERT_OK(tops_tensor_create(fmt, 2, wext, host_mem, &tq));
+    ASSERT_OK(tops_quantize(&tsrc, &tq, NULL));
+    d.data = wd;
+    ASSERT_OK(tops_tensor_view(&d, &tdq));
+    ASSERT_OK(tops_dequantize(&tq, &tdq));
+
+    /* Activations, optionally with a padded row stride (unaligned rows). */
+    int64_t ldx = c->strided_left ? k + 3 : k;
+    uint16_t *xh = calloc((size_t)(m * ldx), 2);
+    double *xv = malloc((size_t)(m * k) * sizeof(double));
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < k; j++) {
+            uint16_t h = f32_to_16(c->act, th_uniform(r, -2, 2));
+            xh[i * ldx + j] = h;
+            xv[i * k + j] = f16_to_32(c->act, h);
+        }
+    tops_tensor_desc dx = {0};
+    dx.format = tops_format_of(c->act);
+    dx.rank = 2;
+    dx.extent[0] = m;
+    dx.extent[1] = k;
+    dx.stride[0] = ldx;
+    dx.stride[1] = 1;
+    dx.data = xh;
+    tops_tensor tx_host, tx;
+    ASSERT_OK(tops_tensor_view(&dx, &tx_host));
+    ASSERT_OK(tops_tensor_to(&tx_host, gpu0, &tx));
+
+    /* Output: poisoned, or random old values for accumulate. */
+    size_t osz = c->out == TOPS_DT_F32 ? 4 : 2;
+    unsigned char *yh = malloc((size_t)(m * n) * osz);
+    double *old = calloc((size_t)(m * n), sizeof(double));
+    for (int64_t i = 0; i < m * n; i++) {
+        if (c->accumulate) {
+            float v = th_uniform(r, -3, 3);
+            if (osz == 2) {
+                uint16_t h = f32_to_16(c->out, v);
+                memcpy(yh + i * 2, &h, 2);
+                old[i] = f16_to_32(c->out, h);
+            } else {
+                memcpy(yh + i * 4, &v, 4);
+                old[i] = v;
+            }
+        } else {
+            memset(yh + i * osz, 0xFF, osz); /* NaN in f32, f16 and bf16 */
+        }
+    }
+    void *ydev = NULL;
+    ASSERT_OK(tops_cuda_alloc(0, (size_t)(m * n) * osz, &ydev));
+    ASSERT_OK(tops_cuda_copy(ydev, gpu0, yh, host_mem, (size_t)(m * n) * osz, NULL));
+    tops_tensor_desc dy = {0};
+    dy.format = tops_format_of(c->out);
+    dy.rank = 2;
+    dy.extent[0] = m;
+    dy.extent[1] = n;
+    dy.data = ydev;
+    dy.memory = gpu0;
+    tops_tensor ty;
+    ASSERT_OK(tops_tensor_view(&dy, &ty));
+
+    tops_exec e = gpu_exec();
+    tops_matmul2d_desc md = {0};
+    md.transpose_right = 1;
+    md.mode = c->accumulate ? TOPS_MULTIPLY_ACCUMULATE : TOPS_MULTIPLY;
+    const tops_tensor *right = &tq;
+    if (c->prepack) {
+        ASSERT_OK(tops_pack_right(&e, &md, &tq, &packed));
+        right = &packed;
+    } else {
+        ASSERT_OK(tops_tensor_to(&tq, gpu0, &tdev_w)); /* packed on the fly from device memory */
+        right = &tdev_w;
+    }
+    ASSERT_OK(tops_matmul2d(&e, &md, &tx, right, &ty));
+    ASSERT_OK(tops_cuda_synchronize(&e));
+    ASSERT_OK(tops_cuda_copy(yh, host_mem, ydev, gpu0, (size_t)(m * n) * osz, NULL));
+    if (!c->accumulate) {
+        /* Again: the split-K partials are summed in split order, so the bits repeat. */
+        unsigned char *again = malloc((size_t)(m * n) * osz);
+        ASSERT_OK(tops_matmul2d(&e, &md, &tx, right, &ty));
+        ASSERT_OK(tops_cuda_synchronize(&e));
+        ASSERT_OK(tops_cuda_copy(again, host_mem, ydev, gpu0, (size_t)(m * n) * osz, NULL));
+        if (memcmp(again, yh, (size_t)(m * n) * osz) != 0)
+            TH_FAIL_AT("%s M=%lld K=%lld N=%lld: a second run gave different bits", c->format, (long long)m,
+                       (long long)k, (long long)n);
+        free(again);
+    }
+
+    double num = 0, den = 0;
+    int64_t bad = -1;
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double ref = old[i * n + j];
+            for (int64_t kk = 0; kk < k; kk++) ref += xv[i * k + kk] * (double)wd[j * k + kk];
+            double got;
+            if (osz == 2) {
+                uint16_t h;
+                memcpy(&h, yh + (i * n + j) * 2, 2);
+                got = f16_to_32(c->out, h);
+            } else {
+                float f;
+                memcpy(&f, yh + (i * n + j) * 4, 4);
+                got = f;
+            }
+            if (!isfinite(got) && bad < 0) bad = i * n + j;
+            num += (got - ref) * (got - ref);
+            den += ref * ref;
+        }
+    double rel = sqrt(num / (den > 0 ? den : 1));
+    if (bad >= 0 || !(rel <= bound_for(c->out)))
+        TH_FAIL_AT("%s act=%s out=%s M=%lld K=%lld N=%lld%s%s%s: rel-L2 %.3g (bound %.1g)%s", c->format,
+                   tops_dtype_name(c->act), tops_dtype_name(c->out), (long long)m, (long long)k, (long long)n,
+                   c->strided_left ? " strided" : "", c->accumulate ? " accumulate" : "",
+                   c->prepack ? "" : " unpacked", rel, bound_for(c->out), bad >= 0 ? " and a non-finite output" : "");
+    tops_tensor_destroy(&packed);
+    tops_tensor_destroy(&tdev_w);
+    tops_tensor_destroy(&tx);
+    ASSERT_OK(tops_cuda_free(0, ydev));
+    tops_tensor_destroy(&tq);
+    free(wf);
+    free(wd);
+    free(xh);
+    free(xv);
+    free(yh);
+    free(old);
+    return th_failed_checks == failed_before;
+}
+
+static const char *const gpu_formats[] = {"int4-g32", "int4-g128", "int4-g64:bf16", "int4-g32:e8m0", "int4-g16:f32",
+                                          "int8-g32", "int8-g128",  "q4_0",          "q8_0",          "mxfp4",
+                                          "gguf-mxfp4", "mxfp8",    "nvfp4",         "e4m3-ch",       "f16",
+                                          "bf16",       "i8",       "i4",            "e4m3"};
+
+static void test_every_format(void) {
+    th_rng r = th_seed();
+    /* Shapes: M picks the token-tile width (1, 2 or 4 tiles of 8; passes
+       beyond 32), K ragged against chunks and groups, N ragged against
+       the 64-row padding; small N forces split-K. */
+    static const int64_t shapes[][3] = {{1, 4096, 200},  {3, 1000, 77}, {8, 256, 64},  {13, 992, 130},
+                                        {16, 64, 16},    {29, 512, 96}, {64, 2048, 40}, {100, 160, 300}};
+    int nshapes = small_run ? 2 : (int)(sizeof shapes / sizeof shapes[0]);
+    int nfmt = (int)(sizeof gpu_formats / sizeof gpu_formats[0]);
+    int cases = 0, passed = 0;
+    for (int f = 0; f < nfmt; f++) {
+        for (int s = 0; s < nshapes; s++) {
+            gpu_case c = {gpu_formats[f], TOPS_DT_F16, TOPS_DT_F32, shapes[s][0], shapes[s][1], shapes[s][2], 0, 0, 1};
+            /* Both activation types, all outputs and modes, rotated by case. */
+            int v = f + s;
+            c.act = (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16;
+            if (strcmp(c.format, "f16") == 0) c.act = TOPS_DT_F16;
+            if (strcmp(c.format, "bf16") == 0) c.act = TOPS_DT_BF16;
+            c.out = v % 3 == 0 ? TOPS_DT_F32 : v % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16;
+            c.strided_left = s % 3 == 1;
+            c.accumulate = s % 4 == 2;
+            c.prepack = s != 3;
+            cases++;
+            passed += run_case(&c, &r);
+            if (!small_run && s == 0) { /* the other activation type, f32 out */
+                gpu_case c2 = c;
+                c2.act = c.act == TOPS_DT_F16 ? TOPS_DT_BF16 : TOPS_DT_F16;
+                c2.out = TOPS_DT_F32;
+                if (strcmp(c.format, "f16") != 0 && strcmp(c.format, "bf16") != 0) {
+                    cases++;
+                    passed += run_case(&c2, &r);
+                }
+            }
+        }
+    }
+    printf("     %d of %d GPU cases within their bounds\n", passed, cases);
+}
+
+static void test_gpu_bad_inputs(void) {
+    /* Wrong memory space, wrong device, unsupported formats: status + sentence. */
+    int64_t wext[2] = {32, 64}, xext[2] = {2, 64}, yext[2] = {2, 32};
+    tops_tensor w, x, y, xd, yd, wd, packed;
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 2, wext, host_mem, &w));
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 2, xext, host_mem, &x));
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, yext, host_mem, &y));
+    ASSERT_OK(tops_tensor_to(&x, gpu0, &xd));
+    ASSERT_OK(tops_tensor_to(&y, gpu0, &yd));
+    ASSERT_OK(tops_tensor_to(&w, gpu0, &wd));
+    tops_exec e = gpu_exec();
+    tops_matmul2d_desc md = {0};
+    md.transpose_right = 1;
+    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &x, &wd, &yd), TOPS_INVALID_ARGUMENT, "left is in host memory");
+    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xd, &wd, &y), TOPS_INVALID_ARGUMENT, "dest is in host memory");
+    /* A view that claims device memory over a host pointer. */
+    tops_tensor_desc dd = {0};
+    dd.format = tops_format_of(TOPS_DT_F32);
+    dd.rank = 2;
+    dd.extent[0] = 2;
+    dd.extent[1] = 32;
+    dd.data = y.data;
+    dd.memory = gpu0;
+    tops_tensor liar;
+    ASSERT_OK(tops_tensor_view(&dd, &liar));
+    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xd, &wd, &liar), TOPS_INVALID_ARGUMENT, "points to host memory");
+    /* f16 weights with bf16 activations. */
+    tops_tensor xb, xbd;
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_BF16), 2, xext, host_mem, &xb));
+    ASSERT_OK(tops_tensor_to(&xb, gpu0, &xbd));
+    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xbd, &wd, &yd), TOPS_UNSUPPORTED_FORMAT, "activations' type");
+    /* f32 activations, and a weight format the GPU does not decode. */
+    tops_tensor xf, xfd, wl;
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, xext, host_mem, &xf));
+    ASSERT_OK(tops_tensor_to(&xf, gpu0, &xfd));
+    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xfd, &wd, &yd), TOPS_UNSUPPORTED_FORMAT, "f16 or bf16 activations");
+    tops_format lut;
+    ASSERT_OK(tops_format_from_name("int4-g32-affine", &lut));
+    ASSERT_OK(tops_tensor_create(lut, 2, wext, host_mem, &wl));
+    ASSERT_FAILS_WITH(tops_pack_right(&e, &md, &wl, &packed), TOPS_UNSUPPORTED_FORMAT, "the GPU path decodes");
+    /* Shapes. */
+    int64_t badk[2] = {2, 48};
+    tops_tensor xk, xkd;
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 2, badk, host_mem, &xk));
+    ASSERT_OK(tops_tensor_to(&xk, gpu0, &xkd));
+    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xkd, &wd, &yd), TOPS_SHAPE_MISMATCH, "K=");
+    /* A GPU-packed weight on the CPU path, and a CPU tensor_to round trip. */
+    ASSERT_OK(tops_pack_right(&e, &md, &w, &packed));
+    ASSERT_STATUS(tops_matmul2d(NULL, &md, &x, &packed, &y), TOPS_INVALID_ARGUMENT);
+    ASSERT_STATUS(tops_tensor_to(&packed, host_mem, &xk), TOPS_INVALID_ARGUMENT);
+    tops_tensor_destroy(&packed);
+    tops_tensor back;
+    ASSERT_OK(tops_tensor_to(&wd, host_mem, &back));
+    ASSERT_TRUE(memcmp(back.data, w.data, 32 * 64 * 2) == 0);
+    tops_tensor_destroy(&back);
+    void *t[] = {&w, &x, &y, &xd, &yd, &wd, &xb, &xbd, &xf, &xfd, &wl, &xk, &xkd};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) tops_tensor_destroy((tops_tensor *)t[i]);
+}
+
+int main(void) {
+    small_run = getenv("TOPS_CUDA_TEST_SMALL") != NULL;
+    RUN_TEST(test_bad_arguments);
+    int n = 0;
+    tops_cuda_device_count(&n);
+    if (!tops_get_build_info().cuda || n == 0) {
+        printf("skip: GPU tests need %s\n", tops_get_build_info().cuda ? "a CUDA device (none found)" : "a CUDA build");
+        TEST_MAIN_END();
+    }
+    tops_cuda_device_info info;
+    if (tops_cuda_get_device_info(0, &info) == TOPS_OK)
+        printf("cuda:0 %s, sm_%d%d, %d SMs\n", info.name, info.major, info.minor, info.sm_count);
+    RUN_TEST(test_gpu_bad_inputs);
+    RUN_TEST(test_every_format);
+    TEST_MAIN_END();
+}
