@@ -8,6 +8,13 @@
 set(TOPS_HAVE_CUDA OFF)
 if(NOT TOPS_CUDA STREQUAL "OFF")
   include(CheckLanguage)
+  # The toolkit often lives outside PATH (CI's environment has CUDA_HOME only).
+  if(NOT DEFINED ENV{CUDACXX} AND NOT CMAKE_CUDA_COMPILER)
+    find_program(TOPS_NVCC nvcc HINTS ENV CUDA_HOME ENV CUDA_PATH /usr/local/cuda PATH_SUFFIXES bin)
+    if(TOPS_NVCC)
+      set(ENV{CUDACXX} ${TOPS_NVCC})
+    endif()
+  endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
     # The architectures are given as explicit -gencode flags below.
