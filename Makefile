@@ -10,6 +10,8 @@ PREFIX     ?= /usr/local
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 
+MAKEFLAGS += --no-print-directory
+
 .PHONY: all build deps deps-python configure run test test-c test-python test-sanitize install fuzz fuzz-smoke clean help
 
 all: build
