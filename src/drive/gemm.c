@@ -12,7 +12,7 @@
 #endif
 
 enum {
-    KC_DEFAULT = 512,                 /* B micro-panel kc x NR stays in L1 */
+    KC_DEFAULT = 256,                 /* B micro-panel kc x NR (16 KiB) plus an A micro-panel fit L1 with room */
     NC_DEFAULT = 512,                 /* B block kc x NC stays in L2 */
     M_CHUNK_MAX = 480,                /* rows of left packed at once */
 };
