@@ -155,10 +155,23 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
                         }
                     }
                     const float *left_block = packed_left + k0 * m_pad;
-                    for (int64_t jr = 0; jr < n_panels; jr++)
-                        for (int64_t ip = 0; ip < m_panels; ip++)
+                    /* Prepacked panels come from memory: while the kernel runs on
+                       panel jr, prefetch panel jr + 1 a slice per M panel so the
+                       first tile of each panel does not stall on DRAM. */
+                    const int64_t panel_lines = kc * nr * (int64_t)sizeof(float) / 64;
+                    const int64_t slice = tops__ceil_div(panel_lines, m_panels);
+                    for (int64_t jr = 0; jr < n_panels; jr++) {
+                        const char *next = jr + 1 < n_panels && prepacked
+                                               ? (const char *)(right_block + (jr + 1) * panel_stride)
+                                               : NULL;
+                        for (int64_t ip = 0; ip < m_panels; ip++) {
+                            if (next)
+                                for (int64_t l = ip * slice; l < (ip + 1) * slice && l < panel_lines; l++)
+                                    __builtin_prefetch(next + l * 64, 0, 2);
                             uk->run(kc, left_block + ip * mr * kc, right_block + jr * panel_stride,
                                     acc + ip * mr * nc + jr * nr, nc, kb > 0);
+                        }
+                    }
                 }
                 tops__store_rect(p->kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
             }
