@@ -10,7 +10,7 @@
 #include <omp.h>
 #endif
 
-enum { KC_DEFAULT = 512, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
+enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
 
 static int64_t round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }
 
