@@ -204,6 +204,9 @@ uint64_t tops_bench_available_memory(void);
 
 tops_status tops_bench_matmul_cpu(tops_bench_session *session, tops_bench_rows *rows);
 tops_status tops_bench_matmul_prepare(tops_bench_config *cfg);
+/* Fills the matmul defaults (K=4096, N=12288, M=1,16,128, the given formats)
+   and checks every --format name; shared by the CPU and CUDA runners. */
+tops_status tops_bench_matmul_prepare_defaults(tops_bench_config *cfg, const char *const *default_formats);
 /* The default suite: f32, f16, int8-g32, int4-g32, q4_0, mxfp4, nvfp4 at
    K=4096, N=12288, M = 1, 16, 128. */
 extern const char *const tops_bench_matmul_default_formats[];

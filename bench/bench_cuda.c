@@ -29,21 +29,7 @@ static const char *const cuda_default_formats[] = {"int4-g128", "mxfp4", "int4-g
 #define LT_WORKSPACE (32u << 20)
 
 tops_status tops_bench_matmul_cuda_prepare(tops_bench_config *cfg) {
-    if (cfg->nformats == 0)
-        for (int i = 0; cuda_default_formats[i]; i++)
-            snprintf(cfg->formats[cfg->nformats++], sizeof cfg->formats[0], "%s", cuda_default_formats[i]);
-    if (cfg->nm == 0) {
-        cfg->m[0] = 1, cfg->m[1] = 16, cfg->m[2] = 128;
-        cfg->nm = 3;
-    }
-    if (cfg->k == 0) cfg->k = 4096;
-    if (cfg->n == 0) cfg->n = 12288;
-    for (int i = 0; i < cfg->nformats; i++) {
-        tops_format f;
-        if (tops_format_from_name(cfg->formats[i], &f) != TOPS_OK || tops_format_resolve(f, &f) != TOPS_OK)
-            return tops__fail(TOPS_INVALID_ARGUMENT, "tensorops bench", "--format: %s", tops_last_error());
-    }
-    return TOPS_OK;
+    return tops_bench_matmul_prepare_defaults(cfg, cuda_default_formats);
 }
 
 /* ---- timing --------------------------------------------------------------- */

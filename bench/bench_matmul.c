@@ -63,11 +63,11 @@ void tops_bench_compare(const double *ref, const float *y, int64_t n, double *re
     if (max_abs) *max_abs = mx;
 }
 
-tops_status tops_bench_matmul_prepare(tops_bench_config *cfg) {
+tops_status tops_bench_matmul_prepare_defaults(tops_bench_config *cfg, const char *const *default_formats) {
     static const char fn[] = "tensorops bench";
     if (cfg->nformats == 0)
-        for (int i = 0; tops_bench_matmul_default_formats[i]; i++)
-            snprintf(cfg->formats[cfg->nformats++], sizeof cfg->formats[0], "%s", tops_bench_matmul_default_formats[i]);
+        for (int i = 0; default_formats[i]; i++)
+            snprintf(cfg->formats[cfg->nformats++], sizeof cfg->formats[0], "%s", default_formats[i]);
     if (cfg->nm == 0) {
         cfg->m[0] = 1, cfg->m[1] = 16, cfg->m[2] = 128;
         cfg->nm = 3;
@@ -82,6 +82,10 @@ tops_status tops_bench_matmul_prepare(tops_bench_config *cfg) {
             return tops__fail(TOPS_INVALID_ARGUMENT, fn, "--format: \"packed\" is made by the bench, not chosen");
     }
     return TOPS_OK;
+}
+
+tops_status tops_bench_matmul_prepare(tops_bench_config *cfg) {
+    return tops_bench_matmul_prepare_defaults(cfg, tops_bench_matmul_default_formats);
 }
 
 /* ---- memory for the rotated copies ------------------------------------------ */
