@@ -4,17 +4,8 @@
 # is written.
 set -u
 cli=$1
-pass=0; fail=0
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-check() { # name, then a command that must succeed
-  local name=$1; shift
-  if "$@" >/dev/null 2>&1; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name"; fi
-}
-expect_rc() { # name, rc, command...
-  local name=$1 want=$2; shift 2
-  "$@" >/dev/null 2>&1; local rc=$?
-  if [ "$rc" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name (rc $rc, want $want)"; fi
-}
 
 check "bench --help names the flags" bash -c "'$cli' bench --help | grep -q -- '--format LIST'"
 expect_rc "unknown flag exits 2" 2 "$cli" bench --frob
@@ -68,5 +59,4 @@ PY
 check "SVG written, one panel per op" bash -c "head -c 5 '$tmp/b.svg' | grep -q '<?xml' && grep -q '</svg>' '$tmp/b.svg' && grep -c '<g transform' '$tmp/b.svg' | grep -qx 2"
 expect_rc "an unknown op in a list exits 2" 2 "$cli" bench --op matmul,conv
 expect_rc "unwritable --json exits 1 before running" 1 "$cli" bench --format f32 --m 1 --k 8 --n 8 --json /nonexistent-dir/x.json
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -3,13 +3,8 @@
 # values, accuracy checked against f64 inside the bench), and usage errors.
 set -u
 cli=$1
-pass=0; fail=0
+. "$(dirname "$0")/lib.sh"
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
-expect_rc() { # name, rc, command...
-  local name=$1 want=$2; shift 2
-  "$@" >"$work/out" 2>&1; local rc=$?
-  if [ "$rc" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name (rc $rc, want $want)"; cat "$work/out"; fi
-}
 
 expect_rc "small GQA case runs and meets its accuracy bound" 0 "$cli" bench --op attention --batch 2 --heads 4 \
   --kv-heads 2 --seq 40 --kv-seq 70 --head-dim 48 --dtype f32 --dtype bf16 --repeat 1 --threads 2 --no-progress \
@@ -32,5 +27,4 @@ expect_rc "bad dtype" 2 "$cli" bench --op attention --dtype int8
 expect_rc "head dim out of range" 2 "$cli" bench --op attention --head-dim 300
 expect_rc "head dim below 16" 2 "$cli" bench --op attention --head-dim 8
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

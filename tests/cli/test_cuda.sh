@@ -4,16 +4,7 @@
 # with one sentence, never crash; bad --device values are usage errors.
 set -u
 cli=$1
-pass=0; fail=0
-check() { # name, then a command that must succeed
-  local name=$1; shift
-  if "$@" >/dev/null 2>&1; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name"; fi
-}
-expect_rc() { # name, rc, command...
-  local name=$1 want=$2; shift 2
-  "$@" >/dev/null 2>&1; local rc=$?
-  if [ "$rc" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name (rc $rc, want $want)"; fi
-}
+. "$(dirname "$0")/lib.sh"
 
 ngpu=$("$cli" info --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["cuda_devices"]))')
 check "info --json lists cuda_devices" test -n "$ngpu"
@@ -29,5 +20,4 @@ else
   expect_rc "validate --quick --device cuda passes" 0 "$cli" validate --quick --device cuda --only M2,mxfp4,q4_0
 fi
 expect_rc "validate --device cuda:99 exits 1" 1 "$cli" validate --quick --device cuda:99
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

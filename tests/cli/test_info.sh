@@ -2,16 +2,7 @@
 # tensorops info, --help, usage errors and the TOPS_ISA override.
 set -u
 cli=$1
-pass=0; fail=0
-check() { # name, then a command that must succeed
-  local name=$1; shift
-  if "$@" >/dev/null 2>&1; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name"; fi
-}
-expect_rc() { # name, rc, command...
-  local name=$1 want=$2; shift 2
-  "$@" >/dev/null 2>&1; local rc=$?
-  if [ "$rc" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name (rc $rc, want $want)"; fi
-}
+. "$(dirname "$0")/lib.sh"
 py() { command -v python3 >/dev/null && python3 "$@"; }
 
 check "info runs" "$cli" info
@@ -32,5 +23,4 @@ check "TOPS_ISA unknown lists valid levels" bash -c "TOPS_ISA=avx3000 '$cli' inf
 other=neon; [ "$(uname -m)" = aarch64 ] && other=avx2
 expect_rc "TOPS_ISA unavailable fails" 1 env TOPS_ISA=$other "$cli" info
 check "TOPS_ISA unavailable says so" bash -c "TOPS_ISA=$other '$cli' info | grep -q 'not available on this machine'"
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -5,17 +5,8 @@
 # right operand through --format and through a .safetensors file.
 set -u
 cli=$1
-pass=0; fail=0
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-check() {
-  local name=$1; shift
-  if "$@" >/dev/null 2>&1; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name"; fi
-}
-expect_rc() {
-  local name=$1 want=$2; shift 2
-  "$@" >/dev/null 2>&1; local rc=$?
-  if [ "$rc" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name (rc $rc, want $want)"; fi
-}
 cat >"$tmp/npy.py" <<'PY'
 import ast, random, struct, sys
 def save(path, shape, vals, descr="<f4"):
@@ -95,5 +86,4 @@ else
     expect_rc "--format with a .safetensors exits 2" 2 "$cli" matmul "$tmp/a.npy" "$tmp/bt.safetensors" --format f16 -o "$tmp/c8.npy"
   fi
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

@@ -4,20 +4,9 @@
 # written here with perl (pack "f<"), so no Python is needed.
 set -u
 cli=$1
-pass=0; fail=0
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d /tmp/tops_test_quantize.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-ok() { pass=$((pass+1)); echo "ok   $1"; }
-bad() { fail=$((fail+1)); echo "FAIL $1"; }
-check() { # name, then a command that must succeed
-  local name=$1; shift
-  if "$@" >/dev/null 2>"$tmp/err"; then ok "$name"; else bad "$name"; sed 's/^/     /' "$tmp/err" | head -5; fi
-}
-expect_rc() { # name, rc, command...
-  local name=$1 want=$2; shift 2
-  "$@" >/dev/null 2>&1; local rc=$?
-  if [ "$rc" = "$want" ]; then ok "$name"; else bad "$name (rc $rc, want $want)"; fi
-}
 
 # make_npy ROWS COLS SEED > file: f32, roughly normal weights with rare 8x outliers (ROWS 0 = 1-D).
 make_npy() {
@@ -126,5 +115,4 @@ expect_rc "--dtype i8 exits 2" 2 "$cli" quantize --dequantize "$tmp/q.safetensor
 expect_rc "--dtype without --dequantize exits 2" 2 "$cli" quantize "$tmp/w.npy" --format mxfp4 --dtype f16
 check "usage errors go to stderr with the usage" bash -c "'$cli' quantize --frob 2>&1 >/dev/null | grep -q 'unknown option'"
 
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish

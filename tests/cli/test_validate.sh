@@ -4,17 +4,8 @@
 # rows every build supports passing, and --isa reaching the kernels.
 set -u
 cli=$1
-pass=0; fail=0
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-check() {
-  local name=$1; shift
-  if "$@" >/dev/null 2>&1; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name"; fi
-}
-expect_rc() {
-  local name=$1 want=$2; shift 2
-  "$@" >/dev/null 2>&1; local rc=$?
-  if [ "$rc" = "$want" ]; then pass=$((pass+1)); echo "ok   $name"; else fail=$((fail+1)); echo "FAIL $name (rc $rc, want $want)"; fi
-}
 
 check "validate --help names the rows" bash -c "'$cli' validate --help | grep -q 'M1b'"
 expect_rc "unknown flag exits 2" 2 "$cli" validate --frob
@@ -54,5 +45,4 @@ check "table and JSON give the same status" test $rc = $rc2
 check "table prints a verdict" grep -Eq "^(ok|FAILED): [0-9]+ row" "$tmp/v.txt"
 check "--isa ref runs the reference kernels" bash -c \
   "'$cli' validate --quick --isa ref --json --only M0 | python3 -c 'import json,sys; r=[x for x in json.load(sys.stdin) if x[\"row\"]==\"M0\"]; assert r and all(\"ref\" in x[\"path\"] and x[\"pass\"] for x in r)'"
-echo "$pass passed, $fail failed"
-[ "$fail" = 0 ]
+finish
