@@ -33,6 +33,13 @@ void tops__source_close(tops__source *src);
    source, TOPS_IO_ERROR if the file read fails. */
 tops_status tops__source_read(const tops__source *src, uint64_t off, void *dst, size_t n);
 
+/* The public load functions of every reader: open the file (or wrap the
+   buffer), run the reader's parser on it, close it. */
+typedef tops_status (*tops__source_loader)(tops__source *src, tops_tensor *out);
+tops_status tops__load_path(const char *fn, const char *path, tops__source_loader load, tops_tensor *out);
+tops_status tops__load_buffer(const char *fn, const void *data, size_t size, tops__source_loader load,
+                              tops_tensor *out);
+
 /*
  * A strided block of storage units (an element, or a packed group such as
  * two 4-bit codes in a byte or one 18-byte GGUF block): extent and stride

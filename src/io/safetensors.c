@@ -538,18 +538,9 @@ static tops_status load(tops__source *src, tops_tensor *out) {
 }
 
 tops_status tops_safetensors_load(const char *path, tops_tensor *out) {
-    tops__source src;
-    char what[300];
-    tops_status st = tops__source_open(&src, "tops_safetensors_load", path, what, sizeof what);
-    if (st != TOPS_OK) return st;
-    st = load(&src, out);
-    tops__source_close(&src);
-    return st;
+    return tops__load_path("tops_safetensors_load", path, load, out);
 }
 
 tops_status tops_safetensors_load_buffer(const void *data, size_t size, tops_tensor *out) {
-    tops__source src;
-    tops_status st = tops__source_buffer(&src, "tops_safetensors_load_buffer", data, size);
-    if (st != TOPS_OK) return st;
-    return load(&src, out);
+    return tops__load_buffer("tops_safetensors_load_buffer", data, size, load, out);
 }

@@ -46,6 +46,24 @@ void tops__source_close(tops__source *src) {
     src->fp = NULL;
 }
 
+tops_status tops__load_path(const char *fn, const char *path, tops__source_loader load, tops_tensor *out) {
+    tops__source src;
+    char what[300];
+    tops_status st = tops__source_open(&src, fn, path, what, sizeof what);
+    if (st != TOPS_OK) return st;
+    st = load(&src, out);
+    tops__source_close(&src);
+    return st;
+}
+
+tops_status tops__load_buffer(const char *fn, const void *data, size_t size, tops__source_loader load,
+                              tops_tensor *out) {
+    tops__source src;
+    tops_status st = tops__source_buffer(&src, fn, data, size);
+    if (st != TOPS_OK) return st;
+    return load(&src, out);
+}
+
 tops_status tops__source_read(const tops__source *src, uint64_t off, void *dst, size_t n) {
     if (off > src->size || n > src->size - off)
         return tops__fail(TOPS_PARSE_ERROR, src->fn,
