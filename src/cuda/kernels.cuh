@@ -1,0 +1,301 @@
+// Device code shared by the CUDA matmul kernels (wstream.cu, wbulk.cu): the
+// launch parameters, the weight decoders, scale and activation loads, the
+// per-chunk decode + mma step and the output store.  Included by .cu files only.
+#ifndef TOPS_CUDA_KERNELS_CUH
+#define TOPS_CUDA_KERNELS_CUH
+
+#include "cuda/cuda_internal.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+namespace tops_cu {
+
+struct Params {
+    const uint4 *w;
+    const unsigned char *scales;
+    int scale_kind, has_scales;
+    int group;
+    int groups;
+    int chunks, chunks_per_split, splits, passes;
+    int ntiles;
+    const void *x;
+    long long ldx;
+    int x_vec; // activation rows are 8-byte aligned: vector loads allowed
+    int m, n, k;
+    float global;
+    void *out;
+    long long ldo;
+    int out_dtype, accumulate;
+    float *ws; // split partials [splits][m][n]
+    // bulk kernel (wbulk.cu) only
+    int kw, mw;            // warps along K and along tokens (kw * mw = kBulkWarps)
+    int scale_tile_bytes;  // one tile's scale entries (groups * 16 * entry bytes)
+};
+
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d; // (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ uint4 load_stream(const uint4 *p) {
+    uint4 v; // read once: keep it out of L1, which holds the activations
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    if constexpr (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
+__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
+__device__ __forceinline__ uint32_t bf2_bits(__nv_bfloat162 h) { return *reinterpret_cast<uint32_t *>(&h); }
+__device__ __forceinline__ __nv_bfloat162 bits_bf2(uint32_t u) { return *reinterpret_cast<__nv_bfloat162 *>(&u); }
+
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
+    float2 f = __half22float2(bits_h2(h)); // exact: the codes need few bits
+    return bf2_bits(__floats2bfloat162_rn(f.x, f.y));
+}
+
+// e2m1 nibbles at bits [s, s+4) and [s+16, s+20) -> f16x2 equal to the
+// value times 2^-14 (exponent and mantissa bits moved into place; the
+// epilogue multiplies 2^14 back).
+template <int S>
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t q) {
+    uint32_t mag = S <= 9 ? (q << (9 - S)) : (q >> (S - 9));
+    uint32_t sgn = S <= 12 ? (q << (12 - S)) : (q >> (S - 12));
+    return (mag & 0x0E000E00u) | (sgn & 0x80008000u);
+}
+
+// e4m3 bytes -> f16x2.  sm_89+ converts natively (exact, NaN kept); older
+// parts move the bits (value times 2^-8, restored in the epilogue).
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t w, uint32_t &lo, uint32_t &hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+#else
+    uint32_t t0 = __byte_perm(w, 0, 0x1404); // bytes 0, 1 into the high byte of each half
+    uint32_t t1 = __byte_perm(w, 0, 0x3424);
+    lo = (t0 & 0x80008000u) | ((t0 >> 1) & 0x3F803F80u);
+    hi = (t1 & 0x80008000u) | ((t1 >> 1) & 0x3F803F80u);
+#endif
+}
+
+// Product of every decoded value and 2^x, put back in the epilogue.
+template <int CODE>
+__device__ __forceinline__ float decode_factor() {
+    if constexpr (CODE == TOPS__CU_CODE_E2M1) return 16384.0f;
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890)
+    if constexpr (CODE == TOPS__CU_CODE_E4M3) return 256.0f;
+#endif
+    return 1.0f;
+}
+
+// A fragment (4 registers of 2 halves) of k16 step j from a lane's 16 bytes;
+// the bit order is pack.c's frag_bit().
+template <int CODE, bool BF16>
+__device__ __forceinline__ void decode_step(const uint4 &w, int j, uint32_t a[4]) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    if constexpr (CODE == TOPS__CU_CODE_U4) {
+        uint32_t q = words[j];
+        if constexpr (BF16) {
+            const __nv_bfloat162 bias = bits_bf2(0x43084308u); // 136 = 128 + 8
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                a[r] = bf2_bits(__hsub2(bits_bf2(lop3_and_or(q >> (4 * r), 0x000F000Fu, 0x43004300u)), bias));
+        } else {
+            const __half2 sub = bits_h2(0x64086408u), mul = bits_h2(0x2C002C00u), add = bits_h2(0xD480D480u);
+            uint32_t q2 = q >> 8;
+            a[0] = h2_bits(__hsub2(bits_h2(lop3_and_or(q, 0x000F000Fu, 0x64006400u)), sub));
+            a[1] = h2_bits(__hfma2(bits_h2(lop3_and_or(q, 0x00F000F0u, 0x64006400u)), mul, add));
+            a[2] = h2_bits(__hsub2(bits_h2(lop3_and_or(q2, 0x000F000Fu, 0x64006400u)), sub));
+            a[3] = h2_bits(__hfma2(bits_h2(lop3_and_or(q2, 0x00F000F0u, 0x64006400u)), mul, add));
+        }
+    } else if constexpr (CODE == TOPS__CU_CODE_E2M1) {
+        uint32_t q = words[j];
+        a[0] = e2m1_pair<0>(q);
+        a[1] = e2m1_pair<4>(q);
+        a[2] = e2m1_pair<8>(q);
+        a[3] = e2m1_pair<12>(q);
+        if constexpr (BF16)
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] = f16x2_to_bf16x2(a[r]);
+    } else if constexpr (CODE == TOPS__CU_CODE_I8) {
+        uint32_t w0 = words[2 * j], w1 = words[2 * j + 1];
+        if constexpr (BF16) {
+            const uint32_t ws[2] = {w0, w1};
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                uint32_t v = ws[r >> 1] >> (16 * (r & 1));
+                a[r] = bf2_bits(__floats2bfloat162_rn((float)((int)(v & 0xFF) - 128),
+                                                       (float)((int)((v >> 8) & 0xFF) - 128)));
+            }
+        } else {
+            const __half2 sub = bits_h2(0x64806480u); // 1152 = 1024 + 128
+            a[0] = h2_bits(__hsub2(bits_h2(__byte_perm(w0, 0x64646464u, 0x4140)), sub));
+            a[1] = h2_bits(__hsub2(bits_h2(__byte_perm(w0, 0x64646464u, 0x4342)), sub));
+            a[2] = h2_bits(__hsub2(bits_h2(__byte_perm(w1, 0x64646464u, 0x4140)), sub));
+            a[3] = h2_bits(__hsub2(bits_h2(__byte_perm(w1, 0x64646464u, 0x4342)), sub));
+        }
+    } else if constexpr (CODE == TOPS__CU_CODE_E4M3) {
+        e4m3x4_to_f16x2(words[2 * j], a[0], a[1]);
+        e4m3x4_to_f16x2(words[2 * j + 1], a[2], a[3]);
+        if constexpr (BF16)
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] = f16x2_to_bf16x2(a[r]);
+    } else { // plain 16-bit weights of the activations' type
+        a[0] = w.x;
+        a[1] = w.y;
+        a[2] = w.z;
+        a[3] = w.w;
+    }
+}
+
+__device__ __forceinline__ float e8m0_to_f32(uint32_t e) {
+    if (e == 0xFFu) return __int_as_float(0x7FC00000);
+    return __int_as_float(e ? (int)(e << 23) : 0x00400000); // 2^(e - 127); e = 0 is subnormal
+}
+
+__device__ __forceinline__ float ue4m3_to_f32(uint32_t b) {
+    b &= 0x7Fu; // the sign is ignored (FORMATS.md)
+    if (b == 0x7Fu) return __int_as_float(0x7FC00000);
+    uint32_t e = b >> 3, m = b & 7u;
+    return e ? __int_as_float((int)(((e + 120u) << 23) | (m << 20))) : (float)m * 0.001953125f; // m * 2^-9
+}
+
+// The scales of rows g and g + 8 of one tile for one group; `s` points at
+// that tile's entries, in global memory (read through the read-only path)
+// or in shared memory (SHARED).
+template <bool SHARED>
+__device__ __forceinline__ float2 load_scales(const unsigned char *s, int kind, int group, int gid) {
+    const size_t idx = (size_t)group * 16 + 2 * (size_t)gid;
+    switch (kind) {
+    case TOPS__CU_SCALE_F32: {
+        const float2 *q = reinterpret_cast<const float2 *>(s) + idx / 2;
+        return SHARED ? *q : __ldg(q);
+    }
+    case TOPS__CU_SCALE_F16: {
+        const __half2 *q = reinterpret_cast<const __half2 *>(s) + idx / 2;
+        return __half22float2(SHARED ? *q : __ldg(q));
+    }
+    default: {
+        const unsigned short *q = reinterpret_cast<const unsigned short *>(s) + idx / 2;
+        const uint32_t v = SHARED ? *q : __ldg(q);
+        if (kind == TOPS__CU_SCALE_E8M0) return make_float2(e8m0_to_f32(v & 0xFF), e8m0_to_f32(v >> 8));
+        return make_float2(ue4m3_to_f32(v & 0xFF), ue4m3_to_f32(v >> 8));
+    }
+    }
+}
+
+// Four activations of token m at k .. k + 3 as two 16-bit pairs (B fragment).
+__device__ __forceinline__ uint2 load_x4(const Params &p, int m, int k) {
+    if (m >= p.m) return make_uint2(0, 0);
+    const unsigned short *row = reinterpret_cast<const unsigned short *>(p.x) + (long long)m * p.ldx;
+    if (p.x_vec && k + 3 < p.k) return __ldg(reinterpret_cast<const uint2 *>(row + k));
+    unsigned short v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = k + i < p.k ? __ldg(row + k + i) : (unsigned short)0;
+    return make_uint2(v[0] | ((uint32_t)v[1] << 16), v[2] | ((uint32_t)v[3] << 16));
+}
+
+__device__ __forceinline__ void store_out(const Params &p, int m, int n, float v) {
+    long long i = (long long)m * p.ldo + n;
+    if (p.out_dtype == TOPS_DT_F32) {
+        float *o = reinterpret_cast<float *>(p.out) + i;
+        *o = p.accumulate ? *o + v : v;
+    } else if (p.out_dtype == TOPS_DT_F16) {
+        __half *o = reinterpret_cast<__half *>(p.out) + i;
+        *o = __float2half_rn(p.accumulate ? __half2float(*o) + v : v);
+    } else {
+        __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(p.out) + i;
+        *o = __float2bfloat16_rn(p.accumulate ? __bfloat162float(*o) + v : v);
+    }
+}
+
+// One chunk of K for NT weight tiles (16-byte fragments in `cur`, the first
+// `nt` valid) and MT token tiles starting at token m0: decode, mma into
+// `part`, and at each scale-group end (and at the chunk's end when
+// `flush_end`) fold part * scale into `acc`.  `sc` points at the first
+// tile's scale entries (consecutive tiles are scale_tile_bytes apart).
+template <int CODE, bool BF16, int NT, int MT, bool SHARED>
+__device__ __forceinline__ void chunk_mma(const Params &p, const uint4 (&cur)[NT], int nt, int chunk, int m0,
+                                          bool flush_end, const unsigned char *sc, float (&part)[NT][MT][4],
+                                          float (&acc)[NT][MT][4]) {
+    constexpr int KC = CODE <= TOPS__CU_CODE_E2M1 ? 64 : CODE <= TOPS__CU_CODE_E4M3 ? 32 : 16;
+    constexpr int STEPS = KC / 16;
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    const int kbase = chunk * KC;
+    uint2 xb[MT][STEPS];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) xb[mt][j] = load_x4(p, m0 + mt * 8 + gid, kbase + 16 * j + 4 * tig);
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            uint32_t a[4];
+            decode_step<CODE, BF16>(cur[t], j, a);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) mma16816<BF16>(part[t][mt], a, xb[mt][j].x, xb[mt][j].y);
+        }
+        const int kend = kbase + 16 * (j + 1);
+        if (kend % p.group == 0 || (flush_end && j == STEPS - 1)) {
+            const int grp = (kend - 1) / p.group;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt) break;
+                const float2 s2 = p.has_scales
+                                      ? load_scales<SHARED>(sc + (size_t)t * p.scale_tile_bytes, p.scale_kind, grp, gid)
+                                      : make_float2(1.0f, 1.0f);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    acc[t][mt][0] = fmaf(part[t][mt][0], s2.x, acc[t][mt][0]);
+                    acc[t][mt][1] = fmaf(part[t][mt][1], s2.x, acc[t][mt][1]);
+                    acc[t][mt][2] = fmaf(part[t][mt][2], s2.y, acc[t][mt][2]);
+                    acc[t][mt][3] = fmaf(part[t][mt][3], s2.y, acc[t][mt][3]);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) part[t][mt][i] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+typedef void (*kernel_fn)(const Params);
+
+// The bulk-copy kernel (wbulk.cu, sm_90+): a block owns kBulkTiles tiles of
+// 16 output channels over its whole K range (or one split of it).
+constexpr int kBulkWarps = 8;
+constexpr int kBulkTiles = 6;   // 96 channels: N = 12288 -> 128 blocks, one wave on 132 SMs
+constexpr int kStageChunks = 8; // chunks of K per stage (512 bytes per tile and chunk)
+constexpr int kStages = 4;      // ring depth: 4 x 24 KB in flight per block
+constexpr int kStageBytes = kBulkTiles * kStageChunks * 512;
+// Shared memory of one bulk block with `scale_bytes` of scales (0 if none).
+inline size_t bulk_smem_bytes(size_t scale_bytes) {
+    return (size_t)kStages * kStageBytes + ((scale_bytes + 15) & ~(size_t)15) + (kStages + 1) * 8;
+}
+// The bulk kernel for (code family, bf16 activations, token tiles per warp 1 or 2).
+kernel_fn bulk_kernel(int code, bool bf16, int mt);
+
+} // namespace tops_cu
+
+#endif
