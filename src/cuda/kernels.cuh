@@ -31,7 +31,7 @@ struct Params {
     int out_dtype, accumulate;
     float *ws; // split partials [splits][m][n]
     // bulk kernel (wbulk.cu) only
-    int kw, mw;            // warps along K and along tokens (kw * mw = kBulkWarps)
+    int kw, mw;            // warps along K and along tokens (kw * mw = kGroupWarps)
     int scale_tile_bytes;  // one tile's scale entries (groups * 16 * entry bytes)
 };
 
@@ -229,24 +229,36 @@ __device__ __forceinline__ void store_out(const Params &p, int m, int n, float v
     }
 }
 
+template <int CODE>
+struct chunk_dims {
+    static constexpr int KC = CODE <= TOPS__CU_CODE_E2M1 ? 64 : CODE <= TOPS__CU_CODE_E4M3 ? 32 : 16;
+    static constexpr int STEPS = KC / 16; // k16 mma steps per chunk
+};
+
+// The B fragments of MT token tiles (from token m0) for one chunk of K.
+template <int CODE, int MT>
+__device__ __forceinline__ void load_xb(const Params &p, int chunk, int m0, uint2 (&xb)[MT][chunk_dims<CODE>::STEPS]) {
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    const int kbase = chunk * chunk_dims<CODE>::KC;
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < chunk_dims<CODE>::STEPS; j++)
+            xb[mt][j] = load_x4(p, m0 + mt * 8 + gid, kbase + 16 * j + 4 * tig);
+}
+
 // One chunk of K for NT weight tiles (16-byte fragments in `cur`, the first
-// `nt` valid) and MT token tiles starting at token m0: decode, mma into
+// `nt` valid) and MT token tiles (B fragments in `xb`): decode, mma into
 // `part`, and at each scale-group end (and at the chunk's end when
 // `flush_end`) fold part * scale into `acc`.  `sc` points at the first
 // tile's scale entries (consecutive tiles are scale_tile_bytes apart).
 template <int CODE, bool BF16, int NT, int MT, bool SHARED>
-__device__ __forceinline__ void chunk_mma(const Params &p, const uint4 (&cur)[NT], int nt, int chunk, int m0,
-                                          bool flush_end, const unsigned char *sc, float (&part)[NT][MT][4],
-                                          float (&acc)[NT][MT][4]) {
-    constexpr int KC = CODE <= TOPS__CU_CODE_E2M1 ? 64 : CODE <= TOPS__CU_CODE_E4M3 ? 32 : 16;
-    constexpr int STEPS = KC / 16;
-    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-    const int kbase = chunk * KC;
-    uint2 xb[MT][STEPS];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int j = 0; j < STEPS; j++) xb[mt][j] = load_x4(p, m0 + mt * 8 + gid, kbase + 16 * j + 4 * tig);
+__device__ __forceinline__ void chunk_mma(const Params &p, const uint4 (&cur)[NT], int nt, int chunk,
+                                          const uint2 (&xb)[MT][chunk_dims<CODE>::STEPS], bool flush_end,
+                                          const unsigned char *sc, float (&part)[NT][MT][4], float (&acc)[NT][MT][4]) {
+    constexpr int STEPS = chunk_dims<CODE>::STEPS;
+    const int gid = (threadIdx.x & 31) >> 2;
+    const int kbase = chunk * chunk_dims<CODE>::KC;
 #pragma unroll
     for (int j = 0; j < STEPS; j++) {
 #pragma unroll
@@ -283,12 +295,28 @@ __device__ __forceinline__ void chunk_mma(const Params &p, const uint4 (&cur)[NT
 typedef void (*kernel_fn)(const Params);
 
 // The bulk-copy kernel (wbulk.cu, sm_90+): a block owns kBulkTiles tiles of
-// 16 output channels over its whole K range (or one split of it).
-constexpr int kBulkWarps = 8;
+// 16 output channels over its whole K range (or one split of it).  Its warps
+// form kTileGroups groups of kGroupWarps; a group takes kWarpTiles of the
+// tiles, and its warps split each stage's chunks (kw) and the tokens (mw).
+// The TOPS_CU_BULK_* macros exist for tuning builds only.
+#ifndef TOPS_CU_BULK_TILE_GROUPS
+#define TOPS_CU_BULK_TILE_GROUPS 2
+#endif
+#ifndef TOPS_CU_BULK_PREFETCH
+#define TOPS_CU_BULK_PREFETCH 1
+#endif
+#ifndef TOPS_CU_BULK_STAGES
+#define TOPS_CU_BULK_STAGES 4
+#endif
+constexpr int kGroupWarps = 8;
+constexpr int kTileGroups = TOPS_CU_BULK_TILE_GROUPS;
+constexpr int kBulkWarps = kGroupWarps * kTileGroups;
 constexpr int kBulkTiles = 6;   // 96 channels: N = 12288 -> 128 blocks, one wave on 132 SMs
+constexpr int kWarpTiles = kBulkTiles / kTileGroups;
 constexpr int kStageChunks = 8; // chunks of K per stage (512 bytes per tile and chunk)
-constexpr int kStages = 4;      // ring depth: 4 x 24 KB in flight per block
+constexpr int kStages = TOPS_CU_BULK_STAGES; // ring depth: 4 x 24 KB in flight per block
 constexpr int kStageBytes = kBulkTiles * kStageChunks * 512;
+static_assert(kWarpTiles * kTileGroups == kBulkTiles, "tile groups must split the block's tiles");
 // Shared memory of one bulk block with `scale_bytes` of scales (0 if none).
 inline size_t bulk_smem_bytes(size_t scale_bytes) {
     return (size_t)kStages * kStageBytes + ((scale_bytes + 15) & ~(size_t)15) + (kStages + 1) * 8;

@@ -5,10 +5,10 @@
 // kStages shared-memory stages with 1-D `cp.async.bulk` completing on an
 // mbarrier: about 96 KB in flight per SM instead of 32 bytes per lane, which
 // is what kept the register-streaming kernel (wstream.cu) far from HBM speed.
-// The block's scales are copied once beside the ring.  Warps split each
-// stage's chunks along K (kw) and the tokens (mw), run the shared decode +
-// mma step, and their partial sums meet in shared memory in a fixed order
-// (the same bits every run).
+// The block's scales are copied once beside the ring.  Warps split the
+// block's tiles (tile groups), each stage's chunks along K (kw) and the
+// tokens (mw), run the shared decode + mma step, and their partial sums meet
+// in shared memory in a fixed order (the same bits every run).
 #include "cuda/kernels.cuh"
 
 namespace tops_cu {
@@ -67,16 +67,19 @@ __global__ void __launch_bounds__(kBulkWarps * 32, 1) wbulk_kernel(const Params 
     uint64_t *bar = reinterpret_cast<uint64_t *>(
         ssc + ((p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0) + 15) / 16 * 16);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int kw = warp % p.kw, mw = warp / p.kw;
+    const int tg = warp / kGroupWarps, gw = warp % kGroupWarps;
+    const int kw = gw % p.kw, mw = gw / p.kw;
     const int pass = blockIdx.x % p.passes;
     const int tile0 = (blockIdx.x / p.passes) * kBulkTiles;
     const int nt = min(kBulkTiles, p.ntiles - tile0);
+    const int wt0 = tg * kWarpTiles;                    // this warp's first tile in the block
+    const int wnt = min(kWarpTiles, nt - wt0);          // and how many (<= 0: none)
     const int split = blockIdx.y;
     const int c_begin = split * p.chunks_per_split;
     const int c_end = min(c_begin + p.chunks_per_split, p.chunks);
     const int nstages = (c_end - c_begin + kStageChunks - 1) / kStageChunks;
     const int m0 = pass * p.mw * MT * 8 + mw * MT * 8; // this warp's first token
-    const bool has_tokens = m0 < p.m;
+    const bool busy = m0 < p.m && wnt > 0;
 
     if (tid == 0) {
         for (int s = 0; s <= kStages; s++) mbar_init(&bar[s], 1);
@@ -96,29 +99,48 @@ __global__ void __launch_bounds__(kBulkWarps * 32, 1) wbulk_kernel(const Params 
         }
     }
 
-    float acc[kBulkTiles][MT][4], part[kBulkTiles][MT][4];
+    float acc[kWarpTiles][MT][4], part[kWarpTiles][MT][4];
 #pragma unroll
-    for (int a = 0; a < kBulkTiles; a++)
+    for (int a = 0; a < kWarpTiles; a++)
 #pragma unroll
         for (int b = 0; b < MT; b++)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = part[a][b][c] = 0.0f;
 
+    // The activations of a warp's next chunk are loaded one chunk ahead (they
+    // come from L2; the weights are already in shared memory when needed).
+    constexpr int STEPS = chunk_dims<CODE>::STEPS;
+    uint2 xb[MT][STEPS] = {};
+    if (busy && c_begin + kw < c_end) load_xb<CODE, MT>(p, c_begin + kw, m0, xb);
     if (p.has_scales) mbar_wait(&bar[kStages], 0);
+    const unsigned char *wsc = ssc + (size_t)wt0 * p.scale_tile_bytes;
     for (int i = 0; i < nstages; i++) {
         const int s = i % kStages;
         const int c0 = c_begin + i * kStageChunks, nc = min(kStageChunks, c_end - c0);
         mbar_wait(&bar[s], (uint32_t)(i / kStages) & 1u);
-        const unsigned char *buf = ring + s * kStageBytes;
-        if (has_tokens)
+        const unsigned char *buf = ring + s * kStageBytes + wt0 * kStageChunks * 512 + lane * 16;
+        if (busy)
             for (int j = kw; j < nc; j += p.kw) {
-                uint4 cur[kBulkTiles];
+                uint4 cur[kWarpTiles];
 #pragma unroll
-                for (int t = 0; t < kBulkTiles; t++)
-                    cur[t] = t < nt ? *reinterpret_cast<const uint4 *>(buf + t * kStageChunks * 512 + j * 512 + lane * 16)
-                                    : make_uint4(0, 0, 0, 0);
+                for (int t = 0; t < kWarpTiles; t++)
+                    cur[t] = t < wnt ? *reinterpret_cast<const uint4 *>(buf + t * kStageChunks * 512 + j * 512)
+                                     : make_uint4(0, 0, 0, 0);
+#if TOPS_CU_BULK_PREFETCH
+                // next chunk of this warp: kw further on, in this stage or the next
+                const int jn = j + p.kw < nc ? c0 + j + p.kw : c0 + kStageChunks + kw;
+                uint2 xn[MT][STEPS] = {};
+                if (jn < c_end) load_xb<CODE, MT>(p, jn, m0, xn);
                 // A warp's chunks are kw apart: close the scale group at each chunk's end.
-                chunk_mma<CODE, BF16, kBulkTiles, MT, true>(p, cur, nt, c0 + j, m0, true, ssc, part, acc);
+                chunk_mma<CODE, BF16, kWarpTiles, MT, true>(p, cur, wnt, c0 + j, xb, true, wsc, part, acc);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int q = 0; q < STEPS; q++) xb[mt][q] = xn[mt][q];
+#else
+                load_xb<CODE, MT>(p, c0 + j, m0, xb);
+                chunk_mma<CODE, BF16, kWarpTiles, MT, true>(p, cur, wnt, c0 + j, xb, true, wsc, part, acc);
+#endif
             }
         __syncthreads(); // every warp is done with buffer s: refill it
         if (tid == 0 && i + kStages < nstages) {
@@ -127,17 +149,17 @@ __global__ void __launch_bounds__(kBulkWarps * 32, 1) wbulk_kernel(const Params 
         }
     }
 
-    // Partial sums of the kw warps of each token group meet in the (now idle)
-    // ring: red[kw][mw][tile][mt][i][lane], summed in kw order.
+    // Partial sums of the kw warps of each (tile, token) meet in the (now
+    // idle) ring: red[kw][mw][tile][mt][i][lane], summed in kw order.
     float *red = reinterpret_cast<float *>(ring);
     const float g = p.global * decode_factor<CODE>();
 #pragma unroll
-    for (int t = 0; t < kBulkTiles; t++)
+    for (int t = 0; t < kWarpTiles; t++)
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
 #pragma unroll
             for (int i = 0; i < 4; i++)
-                red[((((kw * p.mw + mw) * kBulkTiles + t) * MT + mt) * 4 + i) * 32 + lane] = acc[t][mt][i] * g;
+                red[((((kw * p.mw + mw) * kBulkTiles + wt0 + t) * MT + mt) * 4 + i) * 32 + lane] = acc[t][mt][i] * g;
     __syncthreads();
     const int per_kw = p.mw * kBulkTiles * MT * 4 * 32;
     for (int e = tid; e < per_kw; e += kBulkWarps * 32) {

@@ -61,7 +61,9 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
             if (cc + 2 < c_end)
 #pragma unroll
                 for (int t = 0; t < NT; t++) buf[s][t] = load_stream(wt + t * tile_stride + (size_t)(cc + 2) * 32);
-            chunk_mma<CODE, BF16, NT, MT, false>(p, cur, NT, cc, mbase, cc == c_end - 1, sc, part, acc);
+            uint2 xb[MT][chunk_dims<CODE>::STEPS];
+            load_xb<CODE, MT>(p, cc, mbase, xb);
+            chunk_mma<CODE, BF16, NT, MT, false>(p, cur, NT, cc, xb, cc == c_end - 1, sc, part, acc);
         }
     }
 
@@ -170,7 +172,7 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // warps split each stage's chunks along K (kw).
     const int mt = a->m <= 8 ? 1 : 2;
     p.mw = a->m <= 16 ? 1 : a->m <= 32 ? 2 : a->m <= 64 ? 4 : 8;
-    p.kw = kBulkWarps / p.mw;
+    p.kw = kGroupWarps / p.mw;
     p.passes = (int)((a->m + p.mw * mt * 8 - 1) / (p.mw * mt * 8));
     const long long blocks = (long long)((p.ntiles + kBulkTiles - 1) / kBulkTiles) * p.passes;
     // Split K across blocks only when the blocks cannot fill the SMs; a
