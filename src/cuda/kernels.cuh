@@ -18,6 +18,7 @@ struct Params {
     const unsigned char *scales;
     int scale_kind, has_scales;
     int group;
+    int group_shift, group_mask; // group = 1 << group_shift (30 for one group per row)
     int groups;
     int chunks, chunks_per_split, splits, passes;
     int ntiles;
@@ -33,6 +34,7 @@ struct Params {
     // bulk kernel (wbulk.cu) only
     int kw, mw;            // warps along K and along tokens (kw * mw = kGroupWarps)
     int scale_tile_bytes;  // one tile's scale entries (groups * 16 * entry bytes)
+    int ring;              // ring stages (2..kStages; fewer when the scales need the room)
 };
 
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
@@ -51,16 +53,20 @@ __device__ __forceinline__ uint4 load_stream(const uint4 *p) {
 
 template <bool BF16>
 __device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    // Separate C inputs and D outputs, not volatile: a zeroed accumulator
+    // costs no moves and the compiler may schedule the mma freely.
     if constexpr (BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%10,%11,%12,%13};"
+            : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+              "f"(c[3]));
     else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%10,%11,%12,%13};"
+            : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+              "f"(c[3]));
 }
 
 __device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
@@ -180,24 +186,28 @@ __device__ __forceinline__ float ue4m3_to_f32(uint32_t b) {
     return e ? __int_as_float((int)(((e + 120u) << 23) | (m << 20))) : (float)m * 0.001953125f; // m * 2^-9
 }
 
-// The scales of rows g and g + 8 of one tile for one group; `s` points at
-// that tile's entries, in global memory (read through the read-only path)
-// or in shared memory (SHARED).
-template <bool SHARED>
+// Scale entry e of a plane in its packed encoding, as f32.
+__device__ __forceinline__ float scale_entry(const unsigned char *s, int kind, size_t e) {
+    switch (kind) {
+    case TOPS__CU_SCALE_F32: return reinterpret_cast<const float *>(s)[e];
+    case TOPS__CU_SCALE_F16: return __half2float(reinterpret_cast<const __half *>(s)[e]);
+    case TOPS__CU_SCALE_E8M0: return e8m0_to_f32(s[e]);
+    default: return ue4m3_to_f32(s[e]);
+    }
+}
+
+// The scales of rows g and g + 8 of one tile for one group.  `s` points at
+// that tile's entries: in global memory in the packed encoding (read through
+// the read-only path), or, F32_SMEM, already decoded to f32 in shared memory.
+template <bool F32_SMEM>
 __device__ __forceinline__ float2 load_scales(const unsigned char *s, int kind, int group, int gid) {
     const size_t idx = (size_t)group * 16 + 2 * (size_t)gid;
+    if constexpr (F32_SMEM) return reinterpret_cast<const float2 *>(s)[idx / 2];
     switch (kind) {
-    case TOPS__CU_SCALE_F32: {
-        const float2 *q = reinterpret_cast<const float2 *>(s) + idx / 2;
-        return SHARED ? *q : __ldg(q);
-    }
-    case TOPS__CU_SCALE_F16: {
-        const __half2 *q = reinterpret_cast<const __half2 *>(s) + idx / 2;
-        return __half22float2(SHARED ? *q : __ldg(q));
-    }
+    case TOPS__CU_SCALE_F32: return __ldg(reinterpret_cast<const float2 *>(s) + idx / 2);
+    case TOPS__CU_SCALE_F16: return __half22float2(__ldg(reinterpret_cast<const __half2 *>(s) + idx / 2));
     default: {
-        const unsigned short *q = reinterpret_cast<const unsigned short *>(s) + idx / 2;
-        const uint32_t v = SHARED ? *q : __ldg(q);
+        const uint32_t v = __ldg(reinterpret_cast<const unsigned short *>(s) + idx / 2);
         if (kind == TOPS__CU_SCALE_E8M0) return make_float2(e8m0_to_f32(v & 0xFF), e8m0_to_f32(v >> 8));
         return make_float2(ue4m3_to_f32(v & 0xFF), ue4m3_to_f32(v >> 8));
     }
@@ -235,11 +245,28 @@ struct chunk_dims {
     static constexpr int STEPS = KC / 16; // k16 mma steps per chunk
 };
 
-// The B fragments of MT token tiles (from token m0) for one chunk of K.
+// The B fragments of MT token tiles (from token m0) for one chunk of K.  A
+// chunk inside K with 8-byte aligned rows (the usual case) takes one
+// unchecked vector load per fragment; only ragged or unaligned ones take
+// the element-wise path.
 template <int CODE, int MT>
 __device__ __forceinline__ void load_xb(const Params &p, int chunk, int m0, uint2 (&xb)[MT][chunk_dims<CODE>::STEPS]) {
     const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
     const int kbase = chunk * chunk_dims<CODE>::KC;
+    if (p.x_vec && kbase + chunk_dims<CODE>::KC <= p.k) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int m = m0 + mt * 8 + gid;
+            const uint2 *row = reinterpret_cast<const uint2 *>(reinterpret_cast<const unsigned short *>(p.x) +
+                                                               (long long)min(m, p.m - 1) * p.ldx + kbase + 4 * tig);
+#pragma unroll
+            for (int j = 0; j < chunk_dims<CODE>::STEPS; j++) {
+                const uint2 v = __ldg(row + 4 * j); // 16 elements = 4 uint2 per k16 step
+                xb[mt][j] = m < p.m ? v : make_uint2(0, 0);
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -251,11 +278,13 @@ __device__ __forceinline__ void load_xb(const Params &p, int chunk, int m0, uint
 // `nt` valid) and MT token tiles (B fragments in `xb`): decode, mma into
 // `part`, and at each scale-group end (and at the chunk's end when
 // `flush_end`) fold part * scale into `acc`.  `sc` points at the first
-// tile's scale entries (consecutive tiles are scale_tile_bytes apart).
-template <int CODE, bool BF16, int NT, int MT, bool SHARED>
+// tile's scale entries, `sc_stride` bytes from one tile's to the next;
+// F32_SMEM: see load_scales.
+template <int CODE, bool BF16, int NT, int MT, bool F32_SMEM>
 __device__ __forceinline__ void chunk_mma(const Params &p, const uint4 (&cur)[NT], int nt, int chunk,
                                           const uint2 (&xb)[MT][chunk_dims<CODE>::STEPS], bool flush_end,
-                                          const unsigned char *sc, float (&part)[NT][MT][4], float (&acc)[NT][MT][4]) {
+                                          const unsigned char *sc, int sc_stride, float (&part)[NT][MT][4],
+                                          float (&acc)[NT][MT][4]) {
     constexpr int STEPS = chunk_dims<CODE>::STEPS;
     const int gid = (threadIdx.x & 31) >> 2;
     const int kbase = chunk * chunk_dims<CODE>::KC;
@@ -270,13 +299,13 @@ __device__ __forceinline__ void chunk_mma(const Params &p, const uint4 (&cur)[NT
             for (int mt = 0; mt < MT; mt++) mma16816<BF16>(part[t][mt], a, xb[mt][j].x, xb[mt][j].y);
         }
         const int kend = kbase + 16 * (j + 1);
-        if (kend % p.group == 0 || (flush_end && j == STEPS - 1)) {
-            const int grp = (kend - 1) / p.group;
+        if ((kend & p.group_mask) == 0 || (flush_end && j == STEPS - 1)) {
+            const int grp = (kend - 1) >> p.group_shift; // shifts: a division here cost ~20 instructions a step
 #pragma unroll
             for (int t = 0; t < NT; t++) {
                 if (t >= nt) break;
                 const float2 s2 = p.has_scales
-                                      ? load_scales<SHARED>(sc + (size_t)t * p.scale_tile_bytes, p.scale_kind, grp, gid)
+                                      ? load_scales<F32_SMEM>(sc + (size_t)t * sc_stride, p.scale_kind, grp, gid)
                                       : make_float2(1.0f, 1.0f);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
@@ -296,11 +325,14 @@ typedef void (*kernel_fn)(const Params);
 
 // The bulk-copy kernel (wbulk.cu, sm_90+): a block owns kBulkTiles tiles of
 // 16 output channels over its whole K range (or one split of it).  Its warps
-// form kTileGroups groups of kGroupWarps; a group takes kWarpTiles of the
+// form tile groups of kGroupWarps; a group takes an equal share of the
 // tiles, and its warps split each stage's chunks (kw) and the tokens (mw).
 // The TOPS_CU_BULK_* macros exist for tuning builds only.
 #ifndef TOPS_CU_BULK_TILE_GROUPS
-#define TOPS_CU_BULK_TILE_GROUPS 2
+#define TOPS_CU_BULK_TILE_GROUPS 2 // 16 warps: 3 tiles x 2 token tiles fit 128 registers
+#endif
+#ifndef TOPS_CU_BULK_TILE_GROUPS_M8
+#define TOPS_CU_BULK_TILE_GROUPS_M8 2 // for M <= 8 (one token tile per warp)
 #endif
 #ifndef TOPS_CU_BULK_PREFETCH
 #define TOPS_CU_BULK_PREFETCH 1
@@ -309,17 +341,24 @@ typedef void (*kernel_fn)(const Params);
 #define TOPS_CU_BULK_STAGES 4
 #endif
 constexpr int kGroupWarps = 8;
-constexpr int kTileGroups = TOPS_CU_BULK_TILE_GROUPS;
-constexpr int kBulkWarps = kGroupWarps * kTileGroups;
 constexpr int kBulkTiles = 6;   // 96 channels: N = 12288 -> 128 blocks, one wave on 132 SMs
-constexpr int kWarpTiles = kBulkTiles / kTileGroups;
 constexpr int kStageChunks = 8; // chunks of K per stage (512 bytes per tile and chunk)
-constexpr int kStages = TOPS_CU_BULK_STAGES; // ring depth: 4 x 24 KB in flight per block
+constexpr int kStages = TOPS_CU_BULK_STAGES; // most ring stages: 4 x 24 KB in flight per block
 constexpr int kStageBytes = kBulkTiles * kStageChunks * 512;
-static_assert(kWarpTiles * kTileGroups == kBulkTiles, "tile groups must split the block's tiles");
-// Shared memory of one bulk block with `scale_bytes` of scales (0 if none).
-inline size_t bulk_smem_bytes(size_t scale_bytes) {
-    return (size_t)kStages * kStageBytes + ((scale_bytes + 15) & ~(size_t)15) + (kStages + 1) * 8;
+// Tile groups, warps and tiles per warp of the kernel with MT token tiles per warp.
+__host__ __device__ constexpr int bulk_tile_groups(int mt) {
+    return mt == 1 ? TOPS_CU_BULK_TILE_GROUPS_M8 : TOPS_CU_BULK_TILE_GROUPS;
+}
+__host__ __device__ constexpr int bulk_warps(int mt) { return kGroupWarps * bulk_tile_groups(mt); }
+__host__ __device__ constexpr int bulk_warp_tiles(int mt) { return kBulkTiles / bulk_tile_groups(mt); }
+static_assert(bulk_warp_tiles(1) * bulk_tile_groups(1) == kBulkTiles &&
+                  bulk_warp_tiles(2) * bulk_tile_groups(2) == kBulkTiles,
+              "tile groups must split the block's tiles");
+// Shared memory of one bulk block with a ring of `stages` stages: the ring,
+// the block's scales as copied (raw_bytes) and decoded to f32 (4 bytes an
+// entry), and the mbarriers.
+inline size_t bulk_smem_bytes(int stages, size_t raw_bytes, size_t f32_bytes) {
+    return (size_t)stages * kStageBytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes + (kStages + 1) * 8;
 }
 // The bulk kernel for (code family, bf16 activations, token tiles per warp 1 or 2).
 kernel_fn bulk_kernel(int code, bool bf16, int mt);

@@ -58,14 +58,29 @@ __device__ __forceinline__ void issue_stage(const Params &p, unsigned char *buf,
 }
 #endif
 
+// One chunk of a warp's tiles; a warp with all kWarpTiles tiles (every
+// block but a ragged last one) runs the copy without per-tile guards.  A
+// warp's chunks are kw apart: the scale group is closed at each chunk's end.
+template <int CODE, bool BF16, int MT, int kWarpTiles>
+__device__ __forceinline__ void chunk_step(const Params &p, const uint4 (&cur)[kWarpTiles], int wnt, int chunk,
+                                           const uint2 (&xb)[MT][chunk_dims<CODE>::STEPS], const unsigned char *sc,
+                                           float (&part)[kWarpTiles][MT][4], float (&acc)[kWarpTiles][MT][4]) {
+    const int stride = p.groups * 16 * 4; // f32 scale rows in shared memory
+    if (wnt == kWarpTiles)
+        chunk_mma<CODE, BF16, kWarpTiles, MT, true>(p, cur, kWarpTiles, chunk, xb, true, sc, stride, part, acc);
+    else chunk_mma<CODE, BF16, kWarpTiles, MT, true>(p, cur, wnt, chunk, xb, true, sc, stride, part, acc);
+}
+
 template <int CODE, bool BF16, int MT>
-__global__ void __launch_bounds__(kBulkWarps * 32, 1) wbulk_kernel(const Params p) {
+__global__ void __launch_bounds__(bulk_warps(MT) * 32, 1) wbulk_kernel(const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int kWarpTiles = bulk_warp_tiles(MT), kBulkWarps = bulk_warps(MT);
     extern __shared__ __align__(128) unsigned char smem[];
+    // ring[p.ring][kStageBytes] | scales as copied | scales as f32 | mbarriers
     unsigned char *ring = smem;
-    unsigned char *ssc = smem + kStages * kStageBytes;
-    uint64_t *bar = reinterpret_cast<uint64_t *>(
-        ssc + ((p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0) + 15) / 16 * 16);
+    unsigned char *ssc = smem + p.ring * kStageBytes;
+    float *sf = reinterpret_cast<float *>(ssc + ((p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0) + 15) / 16 * 16);
+    uint64_t *bar = reinterpret_cast<uint64_t *>(sf + (p.has_scales ? kBulkTiles * p.groups * 16 : 0));
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int tg = warp / kGroupWarps, gw = warp % kGroupWarps;
     const int kw = gw % p.kw, mw = gw / p.kw;
@@ -93,7 +108,7 @@ __global__ void __launch_bounds__(kBulkWarps * 32, 1) wbulk_kernel(const Params 
             mbar_expect_tx(&bar[kStages], sb);
             bulk_copy(ssc, p.scales + (size_t)tile0 * p.scale_tile_bytes, sb, &bar[kStages]);
         }
-        for (int i = 0; i < kStages && i < nstages; i++) {
+        for (int i = 0; i < p.ring && i < nstages; i++) {
             const int c0 = c_begin + i * kStageChunks;
             issue_stage(p, ring + i * kStageBytes, &bar[i], tile0, nt, c0, min(kStageChunks, c_end - c0));
         }
@@ -112,12 +127,20 @@ __global__ void __launch_bounds__(kBulkWarps * 32, 1) wbulk_kernel(const Params 
     constexpr int STEPS = chunk_dims<CODE>::STEPS;
     uint2 xb[MT][STEPS] = {};
     if (busy && c_begin + kw < c_end) load_xb<CODE, MT>(p, c_begin + kw, m0, xb);
-    if (p.has_scales) mbar_wait(&bar[kStages], 0);
-    const unsigned char *wsc = ssc + (size_t)wt0 * p.scale_tile_bytes;
+    if (p.has_scales) {
+        // Decode the block's scales to f32 once: a flush then reads one
+        // float2 instead of branching on the encoding (3x the mma's cost for
+        // nvfp4's groups of 16).
+        mbar_wait(&bar[kStages], 0);
+        const int entries = nt * p.groups * 16;
+        for (int e = tid; e < entries; e += kBulkWarps * 32) sf[e] = scale_entry(ssc, p.scale_kind, (size_t)e);
+        __syncthreads();
+    }
+    const unsigned char *wsc = reinterpret_cast<const unsigned char *>(sf + (size_t)wt0 * p.groups * 16);
     for (int i = 0; i < nstages; i++) {
-        const int s = i % kStages;
+        const int s = i % p.ring;
         const int c0 = c_begin + i * kStageChunks, nc = min(kStageChunks, c_end - c0);
-        mbar_wait(&bar[s], (uint32_t)(i / kStages) & 1u);
+        mbar_wait(&bar[s], (uint32_t)(i / p.ring) & 1u);
         const unsigned char *buf = ring + s * kStageBytes + wt0 * kStageChunks * 512 + lane * 16;
         if (busy)
             for (int j = kw; j < nc; j += p.kw) {
@@ -131,20 +154,19 @@ __global__ void __launch_bounds__(kBulkWarps * 32, 1) wbulk_kernel(const Params 
                 const int jn = j + p.kw < nc ? c0 + j + p.kw : c0 + kStageChunks + kw;
                 uint2 xn[MT][STEPS] = {};
                 if (jn < c_end) load_xb<CODE, MT>(p, jn, m0, xn);
-                // A warp's chunks are kw apart: close the scale group at each chunk's end.
-                chunk_mma<CODE, BF16, kWarpTiles, MT, true>(p, cur, wnt, c0 + j, xb, true, wsc, part, acc);
+                chunk_step<CODE, BF16, MT, kWarpTiles>(p, cur, wnt, c0 + j, xb, wsc, part, acc);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int q = 0; q < STEPS; q++) xb[mt][q] = xn[mt][q];
 #else
                 load_xb<CODE, MT>(p, c0 + j, m0, xb);
-                chunk_mma<CODE, BF16, kWarpTiles, MT, true>(p, cur, wnt, c0 + j, xb, true, wsc, part, acc);
+                chunk_step<CODE, BF16, MT, kWarpTiles>(p, cur, wnt, c0 + j, xb, wsc, part, acc);
 #endif
             }
         __syncthreads(); // every warp is done with buffer s: refill it
-        if (tid == 0 && i + kStages < nstages) {
-            const int c1 = c0 + kStages * kStageChunks;
+        if (tid == 0 && i + p.ring < nstages) {
+            const int c1 = c0 + p.ring * kStageChunks;
             issue_stage(p, ring + s * kStageBytes, &bar[s], tile0, nt, c1, min(kStageChunks, c_end - c1));
         }
     }

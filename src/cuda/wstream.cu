@@ -63,7 +63,8 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
                 for (int t = 0; t < NT; t++) buf[s][t] = load_stream(wt + t * tile_stride + (size_t)(cc + 2) * 32);
             uint2 xb[MT][chunk_dims<CODE>::STEPS];
             load_xb<CODE, MT>(p, cc, mbase, xb);
-            chunk_mma<CODE, BF16, NT, MT, false>(p, cur, NT, cc, xb, cc == c_end - 1, sc, part, acc);
+            chunk_mma<CODE, BF16, NT, MT, false>(p, cur, NT, cc, xb, cc == c_end - 1, sc, p.scale_tile_bytes, part,
+                                                 acc);
         }
     }
 
@@ -165,7 +166,13 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
         return false;
     }
     if (major < 9) return false;
-    const size_t smem = bulk_smem_bytes(p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0);
+    // The ring gives up stages (down to 2, still 48 KB in flight) before the
+    // block's scales stop fitting.
+    const size_t raw = p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0;
+    const size_t f32 = p.has_scales ? (size_t)kBulkTiles * p.groups * 16 * 4 : 0;
+    p.ring = kStages;
+    while (p.ring > 2 && bulk_smem_bytes(p.ring, raw, f32) > (size_t)optin) p.ring--;
+    const size_t smem = bulk_smem_bytes(p.ring, raw, f32);
     if (smem > (size_t)optin) return false;
     // Token tiles per warp (mt) and warps along tokens (mw): at most 2 x 8
     // tokens per warp keeps 6 tiles' accumulators in registers; the other
@@ -189,7 +196,7 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     p.splits = (p.chunks + p.chunks_per_split - 1) / p.chunks_per_split;
     pl.fn = bulk_kernel(a->code, a->x_bf16 != 0, mt);
     pl.blocks_x = blocks;
-    pl.threads = kBulkWarps * 32;
+    pl.threads = bulk_warps(mt) * 32;
     pl.smem = smem;
     pl.name = "wbulk cp.async.bulk + mma.sync m16n8k16";
     if (cudaFuncSetAttribute(reinterpret_cast<const void *>(pl.fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -219,6 +226,17 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
     p.has_scales = a->has_scales;
     p.group = a->group;
     p.groups = (int)a->groups;
+    // Block groups are powers of two (the format table checks); a row with
+    // one scale (or none) never crosses a group boundary inside K.
+    p.group_shift = 30;
+    if (a->groups > 1) {
+        if (a->group < 16 || (a->group & (a->group - 1)) != 0) {
+            *what = "a scale group that is not a power of two of at least 16";
+            return (int)cudaErrorInvalidValue;
+        }
+        p.group_shift = __builtin_ctz((unsigned)a->group);
+    }
+    p.group_mask = (1 << p.group_shift) - 1;
     p.scale_tile_bytes = p.has_scales ? p.groups * 16 * tops__cu_scale_bytes(a->scale_kind) : 0;
     p.ntiles = (int)(a->n_pad / 16);
     p.chunks = (int)(a->k_pad / tops__cu_chunk_k(a->code));
