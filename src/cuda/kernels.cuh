@@ -337,6 +337,9 @@ typedef void (*kernel_fn)(const Params);
 #ifndef TOPS_CU_BULK_PREFETCH
 #define TOPS_CU_BULK_PREFETCH 1
 #endif
+#ifndef TOPS_CU_BULK_ARRIVE
+#define TOPS_CU_BULK_ARRIVE 0 // 1: the last warp done with a stage refills it (no block barrier)
+#endif
 #ifndef TOPS_CU_BULK_STAGES
 #define TOPS_CU_BULK_STAGES 4
 #endif
@@ -356,9 +359,10 @@ static_assert(bulk_warp_tiles(1) * bulk_tile_groups(1) == kBulkTiles &&
               "tile groups must split the block's tiles");
 // Shared memory of one bulk block with a ring of `stages` stages: the ring,
 // the block's scales as copied (raw_bytes) and decoded to f32 (4 bytes an
-// entry), and the mbarriers.
+// entry), the mbarriers and the per-slot counters.
 inline size_t bulk_smem_bytes(int stages, size_t raw_bytes, size_t f32_bytes) {
-    return (size_t)stages * kStageBytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes + (kStages + 1) * 8;
+    return (size_t)stages * kStageBytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes + (kStages + 1) * 8 +
+           kStages * 4;
 }
 // The bulk kernel for (code family, bf16 activations, token tiles per warp 1 or 2).
 kernel_fn bulk_kernel(int code, bool bf16, int mt);

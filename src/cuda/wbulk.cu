@@ -96,8 +96,10 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, 1) wbulk_kernel(const Par
     const int m0 = pass * p.mw * MT * 8 + mw * MT * 8; // this warp's first token
     const bool busy = m0 < p.m && wnt > 0;
 
+    int *done = reinterpret_cast<int *>(bar + kStages + 1); // warps done with each ring slot
     if (tid == 0) {
         for (int s = 0; s <= kStages; s++) mbar_init(&bar[s], 1);
+        for (int s = 0; s < kStages; s++) done[s] = 0;
         // make the initialised barriers visible to the copy engine (async proxy)
         asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
     }
@@ -164,12 +166,31 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, 1) wbulk_kernel(const Par
                 chunk_step<CODE, BF16, MT, kWarpTiles>(p, cur, wnt, c0 + j, xb, wsc, part, acc);
 #endif
             }
+#if TOPS_CU_BULK_ARRIVE
+        // The last warp done with buffer s refills it: warps drift apart by
+        // up to a ring instead of meeting at a block barrier every stage.
+        __syncwarp();
+        int last = 0;
+        if (lane == 0) {
+            __threadfence_block();
+            last = atomicAdd(&done[s], 1) == kBulkWarps - 1;
+        }
+        if (__shfl_sync(0xffffffffu, last, 0) && lane == 0) {
+            done[s] = 0;
+            if (i + p.ring < nstages) {
+                const int c1 = c0 + p.ring * kStageChunks;
+                issue_stage(p, ring + s * kStageBytes, &bar[s], tile0, nt, c1, min(kStageChunks, c_end - c1));
+            }
+        }
+#else
         __syncthreads(); // every warp is done with buffer s: refill it
         if (tid == 0 && i + p.ring < nstages) {
             const int c1 = c0 + p.ring * kStageChunks;
             issue_stage(p, ring + s * kStageBytes, &bar[s], tile0, nt, c1, min(kStageChunks, c_end - c1));
         }
+#endif
     }
+    __syncthreads(); // every warp is past the last stage: the ring is free
 
     // Partial sums of the kw warps of each (tile, token) meet in the (now
     // idle) ring: red[kw][mw][tile][mt][i][lane], summed in kw order.
