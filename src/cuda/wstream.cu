@@ -9,6 +9,9 @@
 // flight.  Codes are decoded to f16/bf16 in registers and multiplied without
 // their scales; each scale group's partial sum is scaled in f32 (FORMATS.md
 // section 2: exact block products times the scale, accumulated in f32).
+//
+// This is the sm_80 path; tops__cu_matmul_launch below sends sm_90+ parts to
+// the bulk-copy kernel (wbulk.cu) whenever its shared memory fits.
 #include "cuda/kernels.cuh"
 
 #include <stdlib.h>
