@@ -3,8 +3,9 @@
 // across blocks only when N cannot fill the SMs).  The packed slice of one
 // tile is contiguous, so one elected thread streams it into a ring of
 // kStages shared-memory stages with 1-D `cp.async.bulk` completing on an
-// mbarrier: about 96 KB in flight per SM instead of 32 bytes per lane, which
-// is what kept the register-streaming kernel (wstream.cu) far from HBM speed.
+// mbarrier: up to 96 KB in flight per SM with no registers held for it, no
+// split-K pass at N = 12288, and no per-lane load instructions (the H200
+// runs showed these kernels bound by instruction issue, not by HBM).
 // The block's scales are copied once beside the ring.  Warps split the
 // block's tiles (tile groups), each stage's chunks along K (kw) and the
 // tokens (mw), run the shared decode + mma step, and their partial sums meet

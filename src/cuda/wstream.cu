@@ -178,8 +178,8 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     const size_t smem = bulk_smem_bytes(p.ring, raw, f32);
     if (smem > (size_t)optin) return false;
     // Token tiles per warp (mt) and warps along tokens (mw): at most 2 x 8
-    // tokens per warp keeps 6 tiles' accumulators in registers; the other
-    // warps split each stage's chunks along K (kw).
+    // tokens per warp keeps a warp's tiles' accumulators in registers; the
+    // other warps of its tile group split each stage's chunks along K (kw).
     const int mt = a->m <= 8 ? 1 : 2;
     p.mw = a->m <= 16 ? 1 : a->m <= 32 ? 2 : a->m <= 64 ? 4 : 8;
     p.kw = kGroupWarps / p.mw;
