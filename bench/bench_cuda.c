@@ -528,7 +528,7 @@ static tops_status run_format(cuda_run *r, const float *w_f32, const char *name)
         if (st == TOPS_OK) st = time_calls(&r->g, enqueue_ours, &c, ncopies * 4, &med, &mn, &graphed);
         if (st != TOPS_OK) break;
         char path[64];
-        snprintf(path, sizeof path, "wstream mma.sync m16n8k16%s", graphed ? " (graph)" : "");
+        snprintf(path, sizeof path, "%s%s", tops__cu_last_kernel(), graphed ? " (graph)" : "");
         tops_bench_row row;
         fill_row(r, &row, name, path, m, med, mn, pack_s, wbytes, mi);
         row.rel_l2 = rel;

@@ -110,6 +110,8 @@ typedef struct tops__cu_matmul_args {
 /* Launches the kernels (asynchronous); returns a cudaError_t value (0 = ok)
    and, on failure, a short description in *what. */
 int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what);
+/* The kernel the calling thread's last launch used (the bench labels rows with it). */
+const char *tops__cu_last_kernel(void);
 
 #ifdef __cplusplus
 }

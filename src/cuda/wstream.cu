@@ -9,228 +9,22 @@
 // flight.  Codes are decoded to f16/bf16 in registers and multiplied without
 // their scales; each scale group's partial sum is scaled in f32 (FORMATS.md
 // section 2: exact block products times the scale, accumulated in f32).
-#include "cuda/cuda_internal.h"
+//
+// This is the sm_80 path; tops__cu_matmul_launch below sends sm_90+ parts to
+// the bulk-copy kernel (wbulk.cu) whenever its shared memory fits.
+#include "cuda/kernels.cuh"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
 #include <stdlib.h>
+#include <string.h>
 
+namespace tops_cu {
 namespace {
 
 constexpr int kWarps = 4; // warps per block; they share a K range (L1 reuse of activations)
 
-struct Params {
-    const uint4 *w;
-    const unsigned char *scales;
-    int scale_kind, has_scales;
-    int group;
-    int groups;
-    int chunks, chunks_per_split, splits, passes;
-    int ntiles;
-    const void *x;
-    long long ldx;
-    int x_vec; // activation rows are 8-byte aligned: vector loads allowed
-    int m, n, k;
-    float global;
-    void *out;
-    long long ldo;
-    int out_dtype, accumulate;
-    float *ws; // split partials [splits][m][n]
-};
-
-__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t d; // (a & b) | c
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
-    return d;
-}
-
-__device__ __forceinline__ uint4 load_stream(const uint4 *p) {
-    uint4 v; // read once: keep it out of L1, which holds the activations
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-template <bool BF16>
-__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    if constexpr (BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                     "{%0,%1,%2,%3};"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
-__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
-__device__ __forceinline__ uint32_t bf2_bits(__nv_bfloat162 h) { return *reinterpret_cast<uint32_t *>(&h); }
-__device__ __forceinline__ __nv_bfloat162 bits_bf2(uint32_t u) { return *reinterpret_cast<__nv_bfloat162 *>(&u); }
-
-__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
-    float2 f = __half22float2(bits_h2(h)); // exact: the codes need few bits
-    return bf2_bits(__floats2bfloat162_rn(f.x, f.y));
-}
-
-// e2m1 nibbles at bits [s, s+4) and [s+16, s+20) -> f16x2 equal to the
-// value times 2^-14 (exponent and mantissa bits moved into place; the
-// epilogue multiplies 2^14 back).
-template <int S>
-__device__ __forceinline__ uint32_t e2m1_pair(uint32_t q) {
-    uint32_t mag = S <= 9 ? (q << (9 - S)) : (q >> (S - 9));
-    uint32_t sgn = S <= 12 ? (q << (12 - S)) : (q >> (S - 12));
-    return (mag & 0x0E000E00u) | (sgn & 0x80008000u);
-}
-
-// e4m3 bytes -> f16x2.  sm_89+ converts natively (exact, NaN kept); older
-// parts move the bits (value times 2^-8, restored in the epilogue).
-__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t w, uint32_t &lo, uint32_t &hi) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
-        : "=r"(lo), "=r"(hi)
-        : "r"(w));
-#else
-    uint32_t t0 = __byte_perm(w, 0, 0x1404); // bytes 0, 1 into the high byte of each half
-    uint32_t t1 = __byte_perm(w, 0, 0x3424);
-    lo = (t0 & 0x80008000u) | ((t0 >> 1) & 0x3F803F80u);
-    hi = (t1 & 0x80008000u) | ((t1 >> 1) & 0x3F803F80u);
-#endif
-}
-
-// Product of every decoded value and 2^x, put back in the epilogue.
-template <int CODE>
-__device__ __forceinline__ float decode_factor() {
-    if constexpr (CODE == TOPS__CU_CODE_E2M1) return 16384.0f;
-#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890)
-    if constexpr (CODE == TOPS__CU_CODE_E4M3) return 256.0f;
-#endif
-    return 1.0f;
-}
-
-// A fragment (4 registers of 2 halves) of k16 step j from a lane's 16 bytes;
-// the bit order is pack.c's frag_bit().
-template <int CODE, bool BF16>
-__device__ __forceinline__ void decode_step(const uint4 &w, int j, uint32_t a[4]) {
-    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-    if constexpr (CODE == TOPS__CU_CODE_U4) {
-        uint32_t q = words[j];
-        if constexpr (BF16) {
-            const __nv_bfloat162 bias = bits_bf2(0x43084308u); // 136 = 128 + 8
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                a[r] = bf2_bits(__hsub2(bits_bf2(lop3_and_or(q >> (4 * r), 0x000F000Fu, 0x43004300u)), bias));
-        } else {
-            const __half2 sub = bits_h2(0x64086408u), mul = bits_h2(0x2C002C00u), add = bits_h2(0xD480D480u);
-            uint32_t q2 = q >> 8;
-            a[0] = h2_bits(__hsub2(bits_h2(lop3_and_or(q, 0x000F000Fu, 0x64006400u)), sub));
-            a[1] = h2_bits(__hfma2(bits_h2(lop3_and_or(q, 0x00F000F0u, 0x64006400u)), mul, add));
-            a[2] = h2_bits(__hsub2(bits_h2(lop3_and_or(q2, 0x000F000Fu, 0x64006400u)), sub));
-            a[3] = h2_bits(__hfma2(bits_h2(lop3_and_or(q2, 0x00F000F0u, 0x64006400u)), mul, add));
-        }
-    } else if constexpr (CODE == TOPS__CU_CODE_E2M1) {
-        uint32_t q = words[j];
-        a[0] = e2m1_pair<0>(q);
-        a[1] = e2m1_pair<4>(q);
-        a[2] = e2m1_pair<8>(q);
-        a[3] = e2m1_pair<12>(q);
-        if constexpr (BF16)
-#pragma unroll
-            for (int r = 0; r < 4; r++) a[r] = f16x2_to_bf16x2(a[r]);
-    } else if constexpr (CODE == TOPS__CU_CODE_I8) {
-        uint32_t w0 = words[2 * j], w1 = words[2 * j + 1];
-        if constexpr (BF16) {
-            const uint32_t ws[2] = {w0, w1};
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                uint32_t v = ws[r >> 1] >> (16 * (r & 1));
-                a[r] = bf2_bits(__floats2bfloat162_rn((float)((int)(v & 0xFF) - 128),
-                                                       (float)((int)((v >> 8) & 0xFF) - 128)));
-            }
-        } else {
-            const __half2 sub = bits_h2(0x64806480u); // 1152 = 1024 + 128
-            a[0] = h2_bits(__hsub2(bits_h2(__byte_perm(w0, 0x64646464u, 0x4140)), sub));
-            a[1] = h2_bits(__hsub2(bits_h2(__byte_perm(w0, 0x64646464u, 0x4342)), sub));
-            a[2] = h2_bits(__hsub2(bits_h2(__byte_perm(w1, 0x64646464u, 0x4140)), sub));
-            a[3] = h2_bits(__hsub2(bits_h2(__byte_perm(w1, 0x64646464u, 0x4342)), sub));
-        }
-    } else if constexpr (CODE == TOPS__CU_CODE_E4M3) {
-        e4m3x4_to_f16x2(words[2 * j], a[0], a[1]);
-        e4m3x4_to_f16x2(words[2 * j + 1], a[2], a[3]);
-        if constexpr (BF16)
-#pragma unroll
-            for (int r = 0; r < 4; r++) a[r] = f16x2_to_bf16x2(a[r]);
-    } else { // plain 16-bit weights of the activations' type
-        a[0] = w.x;
-        a[1] = w.y;
-        a[2] = w.z;
-        a[3] = w.w;
-    }
-}
-
-__device__ __forceinline__ float e8m0_to_f32(uint32_t e) {
-    if (e == 0xFFu) return __int_as_float(0x7FC00000);
-    return __int_as_float(e ? (int)(e << 23) : 0x00400000); // 2^(e - 127); e = 0 is subnormal
-}
-
-__device__ __forceinline__ float ue4m3_to_f32(uint32_t b) {
-    b &= 0x7Fu; // the sign is ignored (FORMATS.md)
-    if (b == 0x7Fu) return __int_as_float(0x7FC00000);
-    uint32_t e = b >> 3, m = b & 7u;
-    return e ? __int_as_float((int)(((e + 120u) << 23) | (m << 20))) : (float)m * 0.001953125f; // m * 2^-9
-}
-
-// The scales of rows g and g + 8 of a tile for one group.
-__device__ __forceinline__ float2 load_scales(const Params &p, int tile, int group, int gid) {
-    size_t idx = ((size_t)tile * (size_t)p.groups + (size_t)group) * 16 + 2 * (size_t)gid;
-    switch (p.scale_kind) {
-    case TOPS__CU_SCALE_F32: return __ldg(reinterpret_cast<const float2 *>(p.scales) + idx / 2);
-    case TOPS__CU_SCALE_F16: return __half22float2(__ldg(reinterpret_cast<const __half2 *>(p.scales) + idx / 2));
-    case TOPS__CU_SCALE_E8M0: {
-        uint32_t v = __ldg(reinterpret_cast<const unsigned short *>(p.scales) + idx / 2);
-        return make_float2(e8m0_to_f32(v & 0xFF), e8m0_to_f32(v >> 8));
-    }
-    default: {
-        uint32_t v = __ldg(reinterpret_cast<const unsigned short *>(p.scales) + idx / 2);
-        return make_float2(ue4m3_to_f32(v & 0xFF), ue4m3_to_f32(v >> 8));
-    }
-    }
-}
-
-// Four activations of token m at k .. k + 3 as two 16-bit pairs (B fragment).
-__device__ __forceinline__ uint2 load_x4(const Params &p, int m, int k) {
-    if (m >= p.m) return make_uint2(0, 0);
-    const unsigned short *row = reinterpret_cast<const unsigned short *>(p.x) + (long long)m * p.ldx;
-    if (p.x_vec && k + 3 < p.k) return __ldg(reinterpret_cast<const uint2 *>(row + k));
-    unsigned short v[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) v[i] = k + i < p.k ? __ldg(row + k + i) : (unsigned short)0;
-    return make_uint2(v[0] | ((uint32_t)v[1] << 16), v[2] | ((uint32_t)v[3] << 16));
-}
-
-__device__ __forceinline__ void store_out(const Params &p, int m, int n, float v) {
-    long long i = (long long)m * p.ldo + n;
-    if (p.out_dtype == TOPS_DT_F32) {
-        float *o = reinterpret_cast<float *>(p.out) + i;
-        *o = p.accumulate ? *o + v : v;
-    } else if (p.out_dtype == TOPS_DT_F16) {
-        __half *o = reinterpret_cast<__half *>(p.out) + i;
-        *o = __float2half_rn(p.accumulate ? __half2float(*o) + v : v);
-    } else {
-        __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(p.out) + i;
-        *o = __float2bfloat16_rn(p.accumulate ? __bfloat162float(*o) + v : v);
-    }
-}
-
 template <int CODE, bool BF16, int MT>
 __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
     constexpr int NT = MT >= 4 ? 2 : 4; // weight tiles per warp: activation reuse vs registers
-    constexpr int KC = CODE <= TOPS__CU_CODE_E2M1 ? 64 : CODE <= TOPS__CU_CODE_E4M3 ? 32 : 16;
-    constexpr int STEPS = KC / 16;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gid = lane >> 2, tig = lane & 3;
     const int pass = blockIdx.x % p.passes;
@@ -251,6 +45,7 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
 
     const uint4 *wt = p.w + (size_t)tile0 * p.chunks * 32 + lane;
     const size_t tile_stride = (size_t)p.chunks * 32;
+    const unsigned char *sc = p.scales + (size_t)tile0 * p.scale_tile_bytes;
     uint4 buf[2][NT];
 #pragma unroll
     for (int s = 0; s < 2; s++)
@@ -269,39 +64,10 @@ __global__ void __launch_bounds__(kWarps * 32) wstream_kernel(const Params p) {
             if (cc + 2 < c_end)
 #pragma unroll
                 for (int t = 0; t < NT; t++) buf[s][t] = load_stream(wt + t * tile_stride + (size_t)(cc + 2) * 32);
-            const int kbase = cc * KC;
-            uint2 xb[MT][STEPS];
-#pragma unroll
-            for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-                for (int j = 0; j < STEPS; j++) xb[mt][j] = load_x4(p, mbase + mt * 8 + gid, kbase + 16 * j + 4 * tig);
-#pragma unroll
-            for (int j = 0; j < STEPS; j++) {
-#pragma unroll
-                for (int t = 0; t < NT; t++) {
-                    uint32_t a[4];
-                    decode_step<CODE, BF16>(cur[t], j, a);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) mma16816<BF16>(part[t][mt], a, xb[mt][j].x, xb[mt][j].y);
-                }
-                const int kend = kbase + 16 * (j + 1);
-                if (kend % p.group == 0 || (cc == c_end - 1 && j == STEPS - 1)) {
-                    const int grp = (kend - 1) / p.group;
-#pragma unroll
-                    for (int t = 0; t < NT; t++) {
-                        float2 s2 = p.has_scales ? load_scales(p, tile0 + t, grp, gid) : make_float2(1.0f, 1.0f);
-#pragma unroll
-                        for (int mt = 0; mt < MT; mt++) {
-                            acc[t][mt][0] = fmaf(part[t][mt][0], s2.x, acc[t][mt][0]);
-                            acc[t][mt][1] = fmaf(part[t][mt][1], s2.x, acc[t][mt][1]);
-                            acc[t][mt][2] = fmaf(part[t][mt][2], s2.y, acc[t][mt][2]);
-                            acc[t][mt][3] = fmaf(part[t][mt][3], s2.y, acc[t][mt][3]);
-#pragma unroll
-                            for (int i = 0; i < 4; i++) part[t][mt][i] = 0.0f;
-                        }
-                    }
-                }
-            }
+            uint2 xb[MT][chunk_dims<CODE>::STEPS];
+            load_xb<CODE, MT>(p, cc, mbase, xb);
+            chunk_mma<CODE, BF16, NT, MT, false>(p, cur, NT, cc, xb, cc == c_end - 1, sc, p.scale_tile_bytes, part,
+                                                 acc);
         }
     }
 
@@ -333,8 +99,6 @@ __global__ void splitk_reduce_kernel(const Params p) {
     }
 }
 
-typedef void (*kernel_fn)(const Params);
-
 // One kernel per (code family, activation type, token tiles): 5 families
 // (the plain one takes the activations' type) x 2 types x 3 widths = 30.
 template <int CODE, bool BF16>
@@ -353,25 +117,130 @@ kernel_fn pick_code(int code, int mt) {
     }
 }
 
-} // namespace
-
 // Warps per SM the split-K choice aims for; TOPS_CUDA_WARPS_PER_SM (1..64)
 // overrides the default of 16 for tuning runs.
-static long long warps_per_sm() {
+long long warps_per_sm() {
     const char *e = getenv("TOPS_CUDA_WARPS_PER_SM");
     long long v = e ? atoll(e) : 0;
     return v >= 1 && v <= 64 ? v : 16;
 }
 
+struct Plan {
+    kernel_fn fn;
+    long long blocks_x;
+    int threads;
+    size_t smem;
+    const char *name;
+};
+
+// The register-streaming kernel (any sm_80+ part): warps of NT tiles, split
+// K until about warps_per_sm() warps per SM stream weights.
+void plan_wstream(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
+    const int mt = a->m <= 8 ? 1 : a->m <= 16 ? 2 : 4;
+    const int nt = mt >= 4 ? 2 : 4;
+    p.passes = (int)((a->m + mt * 8 - 1) / (mt * 8));
+    const int warp_tasks = (p.ntiles + nt - 1) / nt;
+    pl.blocks_x = (long long)((warp_tasks + kWarps - 1) / kWarps) * p.passes;
+    // Enough loads in flight to cover HBM latency, at least 4 chunks per split.
+    const long long want_warps = warps_per_sm() * (a->sm_count > 0 ? a->sm_count : 132);
+    long long splits = (want_warps + (long long)warp_tasks * p.passes - 1) / ((long long)warp_tasks * p.passes);
+    long long max_splits = p.chunks / 4 > 1 ? p.chunks / 4 : 1;
+    if (splits > max_splits) splits = max_splits;
+    if (splits < 1) splits = 1;
+    p.chunks_per_split = (int)((p.chunks + splits - 1) / splits);
+    p.splits = (p.chunks + p.chunks_per_split - 1) / p.chunks_per_split;
+    pl.fn = a->x_bf16 ? pick_code<true>(a->code, mt) : pick_code<false>(a->code, mt);
+    pl.threads = kWarps * 32;
+    pl.smem = 0;
+    pl.name = "wstream mma.sync m16n8k16";
+}
+
+// The bulk-copy kernel (wbulk.cu) where the part has it (sm_90+) and a
+// block's scales fit in shared memory beside the ring; TOPS_CUDA_KERNEL=
+// wstream forces the other one (tests of the sm_80 path, A/B runs).
+bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
+    const char *force = getenv("TOPS_CUDA_KERNEL");
+    if (force && strcmp(force, "wstream") == 0) return false;
+    int dev = 0, major = 0, optin = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    if (major < 9) return false;
+    // The ring gives up stages (down to 2, still 48 KB in flight) before the
+    // block's scales stop fitting.
+    const size_t raw = p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0;
+    const size_t f32 = p.has_scales ? (size_t)kBulkTiles * p.groups * 16 * 4 : 0;
+    p.ring = kStages;
+    while (p.ring > 2 && bulk_smem_bytes(p.ring, raw, f32) > (size_t)optin) p.ring--;
+    const size_t smem = bulk_smem_bytes(p.ring, raw, f32);
+    if (smem > (size_t)optin) return false;
+    // Token tiles per warp (mt) and warps along tokens (mw): at most 2 x 8
+    // tokens per warp keeps a warp's tiles' accumulators in registers; the
+    // other warps of its tile group split each stage's chunks along K (kw).
+    const int mt = a->m <= 8 ? 1 : 2;
+    p.mw = a->m <= 16 ? 1 : a->m <= 32 ? 2 : a->m <= 64 ? 4 : 8;
+    p.kw = kGroupWarps / p.mw;
+    p.passes = (int)((a->m + p.mw * mt * 8 - 1) / (p.mw * mt * 8));
+    const long long blocks = (long long)((p.ntiles + kBulkTiles - 1) / kBulkTiles) * p.passes;
+    // Split K across blocks only when the blocks cannot fill the SMs; a
+    // split is whole stages.
+    const int sms = a->sm_count > 0 ? a->sm_count : 132;
+    long long splits = blocks < sms ? sms / blocks : 1;
+    const char *cap = getenv("TOPS_CUDA_BULK_SPLITS"); // at most this many (tests of the ring's wrap)
+    if (cap && atoll(cap) >= 1 && splits > atoll(cap)) splits = atoll(cap);
+    const long long max_splits = (p.chunks + kStageChunks - 1) / kStageChunks;
+    if (splits > max_splits) splits = max_splits;
+    if (splits < 1) splits = 1;
+    const int stages = (int)((max_splits + splits - 1) / splits);
+    p.chunks_per_split = stages * kStageChunks;
+    p.splits = (p.chunks + p.chunks_per_split - 1) / p.chunks_per_split;
+    pl.fn = bulk_kernel(a->code, a->x_bf16 != 0, mt);
+    pl.blocks_x = blocks;
+    pl.threads = bulk_warps(mt) * 32;
+    pl.smem = smem;
+    pl.name = "wbulk cp.async.bulk + mma.sync m16n8k16";
+    if (cudaFuncSetAttribute(reinterpret_cast<const void *>(pl.fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)smem) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return true;
+}
+
+thread_local const char *last_kernel = "none";
+
+} // namespace
+} // namespace tops_cu
+
+using namespace tops_cu;
+
+extern "C" const char *tops__cu_last_kernel(void) { return last_kernel; }
+
 extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what) {
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     Params p;
+    memset(&p, 0, sizeof p);
     p.w = static_cast<const uint4 *>(a->weights);
     p.scales = static_cast<const unsigned char *>(a->scales);
     p.scale_kind = a->scale_kind;
     p.has_scales = a->has_scales;
     p.group = a->group;
     p.groups = (int)a->groups;
+    // Block groups are powers of two (the format table checks); a row with
+    // one scale (or none) never crosses a group boundary inside K.
+    p.group_shift = 30;
+    if (a->groups > 1) {
+        if (a->group < 16 || (a->group & (a->group - 1)) != 0) {
+            *what = "a scale group that is not a power of two of at least 16";
+            return (int)cudaErrorInvalidValue;
+        }
+        p.group_shift = __builtin_ctz((unsigned)a->group);
+    }
+    p.group_mask = (1 << p.group_shift) - 1;
+    p.scale_tile_bytes = p.has_scales ? p.groups * 16 * tops__cu_scale_bytes(a->scale_kind) : 0;
     p.ntiles = (int)(a->n_pad / 16);
     p.chunks = (int)(a->k_pad / tops__cu_chunk_k(a->code));
     p.x = a->x;
@@ -387,21 +256,10 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
     p.accumulate = a->accumulate;
     p.ws = nullptr;
 
-    const int mt = a->m <= 8 ? 1 : a->m <= 16 ? 2 : 4;
-    const int nt = mt >= 4 ? 2 : 4;
-    p.passes = (int)((a->m + mt * 8 - 1) / (mt * 8));
-    const int warp_tasks = (p.ntiles + nt - 1) / nt;
-    const long long blocks_x = (long long)((warp_tasks + kWarps - 1) / kWarps) * p.passes;
-    // Split K until about 16 warps per SM stream weights (enough loads in
-    // flight to cover HBM latency), keeping at least 4 chunks per split.
-    const long long want_warps = warps_per_sm() * (a->sm_count > 0 ? a->sm_count : 132);
-    long long splits = (want_warps + (long long)warp_tasks * p.passes - 1) / ((long long)warp_tasks * p.passes);
-    long long max_splits = p.chunks / 4 > 1 ? p.chunks / 4 : 1;
-    if (splits > max_splits) splits = max_splits;
-    if (splits < 1) splits = 1;
-    p.chunks_per_split = (int)((p.chunks + splits - 1) / splits);
-    p.splits = (p.chunks + p.chunks_per_split - 1) / p.chunks_per_split;
-    if (blocks_x > 0x7FFFFFFFLL || p.splits > 65535) {
+    Plan pl;
+    if (!plan_bulk(a, p, pl)) plan_wstream(a, p, pl);
+    last_kernel = pl.name;
+    if (pl.blocks_x > 0x7FFFFFFFLL || p.splits > 65535) {
         *what = "the problem is too large for one launch";
         return (int)cudaErrorInvalidConfiguration;
     }
@@ -420,10 +278,9 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
             return (int)err;
         }
     }
-    kernel_fn fn = a->x_bf16 ? pick_code<true>(a->code, mt) : pick_code<false>(a->code, mt);
-    fn<<<dim3((unsigned)blocks_x, (unsigned)p.splits), kWarps * 32, 0, stream>>>(p);
+    pl.fn<<<dim3((unsigned)pl.blocks_x, (unsigned)p.splits), pl.threads, pl.smem, stream>>>(p);
     err = cudaGetLastError();
-    if (err != cudaSuccess) *what = "the weight-streaming kernel launch";
+    if (err != cudaSuccess) *what = "the matmul kernel launch";
     if (err == cudaSuccess && p.splits > 1) {
         long long total = (long long)p.m * p.n;
         int blocks = (int)((total + 255) / 256);

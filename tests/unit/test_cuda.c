@@ -3,6 +3,7 @@
    ragged shapes, every token-tile width, split-K, accumulate mode, strided
    activations, f32/f16/bf16 outputs poisoned with NaN before each run.
    Without a GPU the numeric part skips with one line. */
+#define _POSIX_C_SOURCE 200809L /* setenv: the kernel choice and split cap are environment knobs */
 #include "harness.h"
 #include "tensorops.h"
 
@@ -290,6 +291,47 @@ static void test_every_format(void) {
     printf("     %d of %d GPU cases within their bounds\n", passed, cases);
 }
 
+/* The kernels' edges: M across the token-tile and warp-split steps
+   (1, 16, 17, 64, 65, 128, 200 -> a second pass of 128), N not a multiple
+   of a bulk block's 96 channels (a last block of fewer tiles), K ragged
+   against stages of 8 chunks, and splits capped at 1 so that the ring of
+   4 stages wraps.  Then the same shapes through the register-streaming
+   kernel (the sm_80 path), forced with TOPS_CUDA_KERNEL=wstream. */
+static void test_kernel_edges(void) {
+    th_rng r = th_seed();
+    static const struct {
+        int64_t m, k, n;
+        const char *cap;
+    } shapes[] = {{1, 4096, 200, "1"}, {16, 520, 200, NULL},  {17, 4096, 100, "1"}, {64, 1000, 100, NULL},
+                  {65, 520, 200, NULL}, {128, 256, 100, NULL}, {200, 1040, 130, "1"}};
+    static const char *const fmts[] = {"int4-g128", "mxfp4", "nvfp4", "int8-g32", "e4m3-ch", "int4-g16:f32",
+                                       "q4_0",      "f16",   "int4-g32:e8m0", "bf16", "mxfp8"};
+    const int nshapes = small_run ? 2 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
+    int cases = 0, passed = 0;
+    for (int kernel = 0; kernel < 2; kernel++) {
+        if (kernel) setenv("TOPS_CUDA_KERNEL", "wstream", 1);
+        for (int s = 0; s < nshapes; s++) {
+            if (shapes[s].cap) setenv("TOPS_CUDA_BULK_SPLITS", shapes[s].cap, 1);
+            for (int i = 0; i < (kernel ? 1 : 3); i++) {
+                gpu_case c = {fmts[(s * 3 + i + kernel) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k,
+                              shapes[s].n, 0, 0, 1};
+                int v = s + i;
+                c.act = (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16;
+                if (strcmp(c.format, "f16") == 0) c.act = TOPS_DT_F16;
+                if (strcmp(c.format, "bf16") == 0) c.act = TOPS_DT_BF16;
+                c.out = v % 3 == 0 ? TOPS_DT_F32 : v % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16;
+                c.strided_left = i == 1;
+                c.accumulate = i == 2;
+                cases++;
+                passed += run_case(&c, &r);
+            }
+            unsetenv("TOPS_CUDA_BULK_SPLITS");
+        }
+        unsetenv("TOPS_CUDA_KERNEL");
+    }
+    printf("     %d of %d kernel-edge cases within their bounds\n", passed, cases);
+}
+
 static void test_gpu_bad_inputs(void) {
     /* Wrong memory space, wrong device, unsupported formats: status + sentence. */
     int64_t wext[2] = {32, 64}, xext[2] = {2, 64}, yext[2] = {2, 32};
@@ -363,5 +405,6 @@ int main(void) {
         printf("cuda:0 %s, sm_%d%d, %d SMs\n", info.name, info.major, info.minor, info.sm_count);
     RUN_TEST(test_gpu_bad_inputs);
     RUN_TEST(test_every_format);
+    RUN_TEST(test_kernel_edges);
     TEST_MAIN_END();
 }

@@ -1,0 +1,372 @@
+// Device code shared by the CUDA matmul kernels (wstream.cu, wbulk.cu): the
+// launch parameters, the weight decoders, scale and activation loads, the
+// per-chunk decode + mma step and the output store.  Included by .cu files only.
+#ifndef TOPS_CUDA_KERNELS_CUH
+#define TOPS_CUDA_KERNELS_CUH
+
+#include "cuda/cuda_internal.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+namespace tops_cu {
+
+struct Params {
+    const uint4 *w;
+    const unsigned char *scales;
+    int scale_kind, has_scales;
+    int group;
+    int group_shift, group_mask; // group = 1 << group_shift (30 for one group per row)
+    int groups;
+    int chunks, chunks_per_split, splits, passes;
+    int ntiles;
+    const void *x;
+    long long ldx;
+    int x_vec; // activation rows are 8-byte aligned: vector loads allowed
+    int m, n, k;
+    float global;
+    void *out;
+    long long ldo;
+    int out_dtype, accumulate;
+    float *ws; // split partials [splits][m][n]
+    // bulk kernel (wbulk.cu) only
+    int kw, mw;            // warps along K and along tokens (kw * mw = kGroupWarps)
+    int scale_tile_bytes;  // one tile's scale entries (groups * 16 * entry bytes)
+    int ring;              // ring stages (2..kStages; fewer when the scales need the room)
+};
+
+__device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d; // (a & b) | c
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+__device__ __forceinline__ uint4 load_stream(const uint4 *p) {
+    uint4 v; // read once: keep it out of L1, which holds the activations
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+template <bool BF16>
+__device__ __forceinline__ void mma16816(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    // Separate C inputs and D outputs, not volatile: a zeroed accumulator
+    // costs no moves and the compiler may schedule the mma freely.
+    if constexpr (BF16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%10,%11,%12,%13};"
+            : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+              "f"(c[3]));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%10,%11,%12,%13};"
+            : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+              "f"(c[3]));
+}
+
+__device__ __forceinline__ uint32_t h2_bits(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
+__device__ __forceinline__ __half2 bits_h2(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
+__device__ __forceinline__ uint32_t bf2_bits(__nv_bfloat162 h) { return *reinterpret_cast<uint32_t *>(&h); }
+__device__ __forceinline__ __nv_bfloat162 bits_bf2(uint32_t u) { return *reinterpret_cast<__nv_bfloat162 *>(&u); }
+
+__device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
+    float2 f = __half22float2(bits_h2(h)); // exact: the codes need few bits
+    return bf2_bits(__floats2bfloat162_rn(f.x, f.y));
+}
+
+// e2m1 nibbles at bits [s, s+4) and [s+16, s+20) -> f16x2 equal to the
+// value times 2^-14 (exponent and mantissa bits moved into place; the
+// epilogue multiplies 2^14 back).
+template <int S>
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t q) {
+    uint32_t mag = S <= 9 ? (q << (9 - S)) : (q >> (S - 9));
+    uint32_t sgn = S <= 12 ? (q << (12 - S)) : (q >> (S - 12));
+    return (mag & 0x0E000E00u) | (sgn & 0x80008000u);
+}
+
+// e4m3 bytes -> f16x2.  sm_89+ converts natively (exact, NaN kept); older
+// parts move the bits (value times 2^-8, restored in the epilogue).
+__device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t w, uint32_t &lo, uint32_t &hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    asm("{ .reg .b16 l, h; mov.b32 {l, h}, %2; cvt.rn.f16x2.e4m3x2 %0, l; cvt.rn.f16x2.e4m3x2 %1, h; }"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+#else
+    uint32_t t0 = __byte_perm(w, 0, 0x1404); // bytes 0, 1 into the high byte of each half
+    uint32_t t1 = __byte_perm(w, 0, 0x3424);
+    lo = (t0 & 0x80008000u) | ((t0 >> 1) & 0x3F803F80u);
+    hi = (t1 & 0x80008000u) | ((t1 >> 1) & 0x3F803F80u);
+#endif
+}
+
+// Product of every decoded value and 2^x, put back in the epilogue.
+template <int CODE>
+__device__ __forceinline__ float decode_factor() {
+    if constexpr (CODE == TOPS__CU_CODE_E2M1) return 16384.0f;
+#if !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890)
+    if constexpr (CODE == TOPS__CU_CODE_E4M3) return 256.0f;
+#endif
+    return 1.0f;
+}
+
+// A fragment (4 registers of 2 halves) of k16 step j from a lane's 16 bytes;
+// the bit order is pack.c's frag_bit().
+template <int CODE, bool BF16>
+__device__ __forceinline__ void decode_step(const uint4 &w, int j, uint32_t a[4]) {
+    const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    if constexpr (CODE == TOPS__CU_CODE_U4) {
+        uint32_t q = words[j];
+        if constexpr (BF16) {
+            const __nv_bfloat162 bias = bits_bf2(0x43084308u); // 136 = 128 + 8
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                a[r] = bf2_bits(__hsub2(bits_bf2(lop3_and_or(q >> (4 * r), 0x000F000Fu, 0x43004300u)), bias));
+        } else {
+            const __half2 sub = bits_h2(0x64086408u), mul = bits_h2(0x2C002C00u), add = bits_h2(0xD480D480u);
+            uint32_t q2 = q >> 8;
+            a[0] = h2_bits(__hsub2(bits_h2(lop3_and_or(q, 0x000F000Fu, 0x64006400u)), sub));
+            a[1] = h2_bits(__hfma2(bits_h2(lop3_and_or(q, 0x00F000F0u, 0x64006400u)), mul, add));
+            a[2] = h2_bits(__hsub2(bits_h2(lop3_and_or(q2, 0x000F000Fu, 0x64006400u)), sub));
+            a[3] = h2_bits(__hfma2(bits_h2(lop3_and_or(q2, 0x00F000F0u, 0x64006400u)), mul, add));
+        }
+    } else if constexpr (CODE == TOPS__CU_CODE_E2M1) {
+        uint32_t q = words[j];
+        a[0] = e2m1_pair<0>(q);
+        a[1] = e2m1_pair<4>(q);
+        a[2] = e2m1_pair<8>(q);
+        a[3] = e2m1_pair<12>(q);
+        if constexpr (BF16)
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] = f16x2_to_bf16x2(a[r]);
+    } else if constexpr (CODE == TOPS__CU_CODE_I8) {
+        uint32_t w0 = words[2 * j], w1 = words[2 * j + 1];
+        if constexpr (BF16) {
+            const uint32_t ws[2] = {w0, w1};
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                uint32_t v = ws[r >> 1] >> (16 * (r & 1));
+                a[r] = bf2_bits(__floats2bfloat162_rn((float)((int)(v & 0xFF) - 128),
+                                                       (float)((int)((v >> 8) & 0xFF) - 128)));
+            }
+        } else {
+            const __half2 sub = bits_h2(0x64806480u); // 1152 = 1024 + 128
+            a[0] = h2_bits(__hsub2(bits_h2(__byte_perm(w0, 0x64646464u, 0x4140)), sub));
+            a[1] = h2_bits(__hsub2(bits_h2(__byte_perm(w0, 0x64646464u, 0x4342)), sub));
+            a[2] = h2_bits(__hsub2(bits_h2(__byte_perm(w1, 0x64646464u, 0x4140)), sub));
+            a[3] = h2_bits(__hsub2(bits_h2(__byte_perm(w1, 0x64646464u, 0x4342)), sub));
+        }
+    } else if constexpr (CODE == TOPS__CU_CODE_E4M3) {
+        e4m3x4_to_f16x2(words[2 * j], a[0], a[1]);
+        e4m3x4_to_f16x2(words[2 * j + 1], a[2], a[3]);
+        if constexpr (BF16)
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] = f16x2_to_bf16x2(a[r]);
+    } else { // plain 16-bit weights of the activations' type
+        a[0] = w.x;
+        a[1] = w.y;
+        a[2] = w.z;
+        a[3] = w.w;
+    }
+}
+
+__device__ __forceinline__ float e8m0_to_f32(uint32_t e) {
+    if (e == 0xFFu) return __int_as_float(0x7FC00000);
+    return __int_as_float(e ? (int)(e << 23) : 0x00400000); // 2^(e - 127); e = 0 is subnormal
+}
+
+__device__ __forceinline__ float ue4m3_to_f32(uint32_t b) {
+    b &= 0x7Fu; // the sign is ignored (FORMATS.md)
+    if (b == 0x7Fu) return __int_as_float(0x7FC00000);
+    uint32_t e = b >> 3, m = b & 7u;
+    return e ? __int_as_float((int)(((e + 120u) << 23) | (m << 20))) : (float)m * 0.001953125f; // m * 2^-9
+}
+
+// Scale entry e of a plane in its packed encoding, as f32.
+__device__ __forceinline__ float scale_entry(const unsigned char *s, int kind, size_t e) {
+    switch (kind) {
+    case TOPS__CU_SCALE_F32: return reinterpret_cast<const float *>(s)[e];
+    case TOPS__CU_SCALE_F16: return __half2float(reinterpret_cast<const __half *>(s)[e]);
+    case TOPS__CU_SCALE_E8M0: return e8m0_to_f32(s[e]);
+    default: return ue4m3_to_f32(s[e]);
+    }
+}
+
+// The scales of rows g and g + 8 of one tile for one group.  `s` points at
+// that tile's entries: in global memory in the packed encoding (read through
+// the read-only path), or, F32_SMEM, already decoded to f32 in shared memory.
+template <bool F32_SMEM>
+__device__ __forceinline__ float2 load_scales(const unsigned char *s, int kind, int group, int gid) {
+    const size_t idx = (size_t)group * 16 + 2 * (size_t)gid;
+    if constexpr (F32_SMEM) return reinterpret_cast<const float2 *>(s)[idx / 2];
+    switch (kind) {
+    case TOPS__CU_SCALE_F32: return __ldg(reinterpret_cast<const float2 *>(s) + idx / 2);
+    case TOPS__CU_SCALE_F16: return __half22float2(__ldg(reinterpret_cast<const __half2 *>(s) + idx / 2));
+    default: {
+        const uint32_t v = __ldg(reinterpret_cast<const unsigned short *>(s) + idx / 2);
+        if (kind == TOPS__CU_SCALE_E8M0) return make_float2(e8m0_to_f32(v & 0xFF), e8m0_to_f32(v >> 8));
+        return make_float2(ue4m3_to_f32(v & 0xFF), ue4m3_to_f32(v >> 8));
+    }
+    }
+}
+
+// Four activations of token m at k .. k + 3 as two 16-bit pairs (B fragment).
+__device__ __forceinline__ uint2 load_x4(const Params &p, int m, int k) {
+    if (m >= p.m) return make_uint2(0, 0);
+    const unsigned short *row = reinterpret_cast<const unsigned short *>(p.x) + (long long)m * p.ldx;
+    if (p.x_vec && k + 3 < p.k) return __ldg(reinterpret_cast<const uint2 *>(row + k));
+    unsigned short v[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) v[i] = k + i < p.k ? __ldg(row + k + i) : (unsigned short)0;
+    return make_uint2(v[0] | ((uint32_t)v[1] << 16), v[2] | ((uint32_t)v[3] << 16));
+}
+
+__device__ __forceinline__ void store_out(const Params &p, int m, int n, float v) {
+    long long i = (long long)m * p.ldo + n;
+    if (p.out_dtype == TOPS_DT_F32) {
+        float *o = reinterpret_cast<float *>(p.out) + i;
+        *o = p.accumulate ? *o + v : v;
+    } else if (p.out_dtype == TOPS_DT_F16) {
+        __half *o = reinterpret_cast<__half *>(p.out) + i;
+        *o = __float2half_rn(p.accumulate ? __half2float(*o) + v : v);
+    } else {
+        __nv_bfloat16 *o = reinterpret_cast<__nv_bfloat16 *>(p.out) + i;
+        *o = __float2bfloat16_rn(p.accumulate ? __bfloat162float(*o) + v : v);
+    }
+}
+
+template <int CODE>
+struct chunk_dims {
+    static constexpr int KC = CODE <= TOPS__CU_CODE_E2M1 ? 64 : CODE <= TOPS__CU_CODE_E4M3 ? 32 : 16;
+    static constexpr int STEPS = KC / 16; // k16 mma steps per chunk
+};
+
+// The B fragments of MT token tiles (from token m0) for one chunk of K.  A
+// chunk inside K with 8-byte aligned rows (the usual case) takes one
+// unchecked vector load per fragment; only ragged or unaligned ones take
+// the element-wise path.
+template <int CODE, int MT>
+__device__ __forceinline__ void load_xb(const Params &p, int chunk, int m0, uint2 (&xb)[MT][chunk_dims<CODE>::STEPS]) {
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    const int kbase = chunk * chunk_dims<CODE>::KC;
+    if (p.x_vec && kbase + chunk_dims<CODE>::KC <= p.k) {
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            const int m = m0 + mt * 8 + gid;
+            const uint2 *row = reinterpret_cast<const uint2 *>(reinterpret_cast<const unsigned short *>(p.x) +
+                                                               (long long)min(m, p.m - 1) * p.ldx + kbase + 4 * tig);
+#pragma unroll
+            for (int j = 0; j < chunk_dims<CODE>::STEPS; j++) {
+                const uint2 v = __ldg(row + 4 * j); // 16 elements = 4 uint2 per k16 step
+                xb[mt][j] = m < p.m ? v : make_uint2(0, 0);
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int j = 0; j < chunk_dims<CODE>::STEPS; j++)
+            xb[mt][j] = load_x4(p, m0 + mt * 8 + gid, kbase + 16 * j + 4 * tig);
+}
+
+// One chunk of K for NT weight tiles (16-byte fragments in `cur`, the first
+// `nt` valid) and MT token tiles (B fragments in `xb`): decode, mma into
+// `part`, and at each scale-group end (and at the chunk's end when
+// `flush_end`) fold part * scale into `acc`.  `sc` points at the first
+// tile's scale entries, `sc_stride` bytes from one tile's to the next;
+// F32_SMEM: see load_scales.
+template <int CODE, bool BF16, int NT, int MT, bool F32_SMEM>
+__device__ __forceinline__ void chunk_mma(const Params &p, const uint4 (&cur)[NT], int nt, int chunk,
+                                          const uint2 (&xb)[MT][chunk_dims<CODE>::STEPS], bool flush_end,
+                                          const unsigned char *sc, int sc_stride, float (&part)[NT][MT][4],
+                                          float (&acc)[NT][MT][4]) {
+    constexpr int STEPS = chunk_dims<CODE>::STEPS;
+    const int gid = (threadIdx.x & 31) >> 2;
+    const int kbase = chunk * chunk_dims<CODE>::KC;
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t >= nt) break;
+            uint32_t a[4];
+            decode_step<CODE, BF16>(cur[t], j, a);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) mma16816<BF16>(part[t][mt], a, xb[mt][j].x, xb[mt][j].y);
+        }
+        const int kend = kbase + 16 * (j + 1);
+        if ((kend & p.group_mask) == 0 || (flush_end && j == STEPS - 1)) {
+            const int grp = (kend - 1) >> p.group_shift; // shifts: a division here cost ~20 instructions a step
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= nt) break;
+                const float2 s2 = p.has_scales
+                                      ? load_scales<F32_SMEM>(sc + (size_t)t * sc_stride, p.scale_kind, grp, gid)
+                                      : make_float2(1.0f, 1.0f);
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    acc[t][mt][0] = fmaf(part[t][mt][0], s2.x, acc[t][mt][0]);
+                    acc[t][mt][1] = fmaf(part[t][mt][1], s2.x, acc[t][mt][1]);
+                    acc[t][mt][2] = fmaf(part[t][mt][2], s2.y, acc[t][mt][2]);
+                    acc[t][mt][3] = fmaf(part[t][mt][3], s2.y, acc[t][mt][3]);
+#pragma unroll
+                    for (int i = 0; i < 4; i++) part[t][mt][i] = 0.0f;
+                }
+            }
+        }
+    }
+}
+
+typedef void (*kernel_fn)(const Params);
+
+// The bulk-copy kernel (wbulk.cu, sm_90+): a block owns kBulkTiles tiles of
+// 16 output channels over its whole K range (or one split of it).  Its warps
+// form tile groups of kGroupWarps; a group takes an equal share of the
+// tiles, and its warps split each stage's chunks (kw) and the tokens (mw).
+// The TOPS_CU_BULK_* macros exist for tuning builds only.
+#ifndef TOPS_CU_BULK_TILE_GROUPS
+#define TOPS_CU_BULK_TILE_GROUPS 2 // 16 warps: 3 tiles x 2 token tiles fit 128 registers
+#endif
+#ifndef TOPS_CU_BULK_TILE_GROUPS_M8
+#define TOPS_CU_BULK_TILE_GROUPS_M8 2 // for M <= 8 (one token tile per warp)
+#endif
+#ifndef TOPS_CU_BULK_PREFETCH
+#define TOPS_CU_BULK_PREFETCH 1
+#endif
+#ifndef TOPS_CU_BULK_ARRIVE
+#define TOPS_CU_BULK_ARRIVE 0 // 1: the last warp done with a stage refills it (no block barrier)
+#endif
+#ifndef TOPS_CU_BULK_STAGES
+#define TOPS_CU_BULK_STAGES 4
+#endif
+constexpr int kGroupWarps = 8;
+constexpr int kBulkTiles = 6;   // 96 channels: N = 12288 -> 128 blocks, one wave on 132 SMs
+constexpr int kStageChunks = 8; // chunks of K per stage (512 bytes per tile and chunk)
+constexpr int kStages = TOPS_CU_BULK_STAGES; // most ring stages: 4 x 24 KB in flight per block
+constexpr int kStageBytes = kBulkTiles * kStageChunks * 512;
+// Tile groups, warps and tiles per warp of the kernel with MT token tiles per warp.
+__host__ __device__ constexpr int bulk_tile_groups(int mt) {
+    return mt == 1 ? TOPS_CU_BULK_TILE_GROUPS_M8 : TOPS_CU_BULK_TILE_GROUPS;
+}
+__host__ __device__ constexpr int bulk_warps(int mt) { return kGroupWarps * bulk_tile_groups(mt); }
+__host__ __device__ constexpr int bulk_warp_tiles(int mt) { return kBulkTiles / bulk_tile_groups(mt); }
+static_assert(bulk_warp_tiles(1) * bulk_tile_groups(1) == kBulkTiles &&
+                  bulk_warp_tiles(2) * bulk_tile_groups(2) == kBulkTiles,
+              "tile groups must split the block's tiles");
+// Shared memory of one bulk block with a ring of `stages` stages: the ring,
+// the block's scales as copied (raw_bytes) and decoded to f32 (4 bytes an
+// entry), the mbarriers and the per-slot counters.
+inline size_t bulk_smem_bytes(int stages, size_t raw_bytes, size_t f32_bytes) {
+    return (size_t)stages * kStageBytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes + (kStages + 1) * 8 +
+           kStages * 4;
+}
+// The bulk kernel for (code family, bf16 activations, token tiles per warp 1 or 2).
+kernel_fn bulk_kernel(int code, bool bf16, int mt);
+
+} // namespace tops_cu
+
+#endif
