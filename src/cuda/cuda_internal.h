@@ -78,6 +78,12 @@ typedef struct tops__cuda_packed {
     void *weights;     /* device */
     void *scales;      /* device; NULL when has_scales = 0 */
     size_t weight_bytes, scale_bytes;
+    /* Relaxed FP8 layout (e4m3-ch / e4m3 packed with relaxed_precision = 1
+       for a compute capability 9.0 device), NULL otherwise: the e4m3 codes
+       row-major [n, k_pad] (what fp8_gemm.cu's tensor maps read) and the f32
+       channel scales [n] (NULL for plain e4m3), in the same allocation. */
+    void *fp8_weights, *fp8_scales;
+    size_t fp8_bytes;  /* both, as allocated */
 } tops__cuda_packed;
 #define TOPS__CUDA_PACKED_MAGIC 0x43555041u /* "CUPA" */
 
@@ -112,6 +118,25 @@ typedef struct tops__cu_matmul_args {
 int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what);
 /* The kernel the calling thread's last launch used (the bench labels rows with it). */
 const char *tops__cu_last_kernel(void);
+
+/* Host copy of the relaxed FP8 layout of e4m3-ch or e4m3 weights [n, k]
+   already packed into *pk: e4m3 codes [n, k_pad], then (e4m3-ch) f32
+   channel scales [n] at *scale_offset; a malloc'd buffer of *bytes bytes.
+   NULL when out of memory or for any other format. */
+void *tops__cuda_pack_fp8_host(const tops_tensor *right, const tops__cuda_packed *pk, size_t *bytes,
+                               size_t *scale_offset);
+
+/* One relaxed FP8 matmul on sm_90a (fp8_gemm.cu): quantizes the activations
+   to e4m3 per row, then the wgmma GEMM.  Same return convention. */
+typedef struct tops__cu_fp8_args {
+    const tops__cu_matmul_args *io; /* activations, output, shapes, mode, stream */
+    const void *weights;            /* e4m3 [n, k_pad] */
+    const void *ch_scales;          /* f32 [n] or NULL */
+} tops__cu_fp8_args;
+int tops__cu_fp8_launch(const tops__cu_fp8_args *a, const char **what);
+/* Which kernel tops_matmul2d runs for this GPU-packed right at this M and
+   precision mode (the bench prints it). */
+const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed);
 
 #ifdef __cplusplus
 }

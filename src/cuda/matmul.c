@@ -1,5 +1,6 @@
 /* tops_matmul2d and tops_pack_right on a GPU: argument checks, packing, and
-   the launch of the weight-streaming kernels (wstream.cu). */
+   the plan: the weight-streaming kernels (wstream.cu), or in relaxed mode at
+   large M on sm_90 the FP8 GEMM (fp8_gemm.cu). */
 #include "cuda/runtime.h"
 
 #include "formats/traits.h"
@@ -24,10 +25,22 @@ int tops__cuda_is_packed(const tops_tensor *t) {
            pk->magic == TOPS__CUDA_PACKED_MAGIC;
 }
 
-/* Packs right (host or device memory) into device buffers on `device`.  On
-   success *pk holds device pointers into *base (one cudaMalloc). */
-static tops_status pack_to_device(const char *fn, const tops_tensor *right, int transpose_right, int device,
-                                  tops__cuda_packed *pk, void **base) {
+/* The relaxed FP8 kernels exist for sm_90a only (compute capability 9.0). */
+static int fp8_device(int device) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return major == 9 && minor == 0;
+}
+
+/* Packs right (host or device memory) into device buffers on `device`; with
+   `relaxed` on an sm_90 device, e4m3-ch/e4m3 weights also get the FP8 GEMM's
+   layout.  On success *pk holds device pointers into *base (one cudaMalloc). */
+static tops_status pack_to_device(const char *fn, const tops_tensor *right, int transpose_right, int relaxed,
+                                  int device, tops__cuda_packed *pk, void **base) {
     tops_tensor host_copy;
     const tops_tensor *src = right;
     tops_status st;
@@ -39,27 +52,61 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     } else if ((st = tops__cuda_check_pointer(fn, "right", right->data, right->memory)) != TOPS_OK) {
         return st;
     }
-    void *wb = NULL, *sb = NULL;
+    void *wb = NULL, *sb = NULL, *fb = NULL;
+    size_t fbytes = 0, fscale = 0;
     st = tops__cuda_pack_host(fn, src, transpose_right, pk, &wb, &sb);
+    if (st == TOPS_OK && relaxed && (src->format.id == TOPS_FMT_E4M3_CH || src->format.id == TOPS_FMT_E4M3) &&
+        fp8_device(device) && !(fb = tops__cuda_pack_fp8_host(src, pk, &fbytes, &fscale)))
+        st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the FP8 layout of right");
     tops_tensor_destroy(&host_copy);
-    if (st != TOPS_OK) return st;
+    if (st != TOPS_OK) {
+        free(wb);
+        free(sb);
+        return st;
+    }
     size_t woff = 0, soff = (pk->weight_bytes + 255) & ~(size_t)255;
+    size_t foff = (soff + pk->scale_bytes + 255) & ~(size_t)255;
     void *mem = NULL;
-    st = tops_cuda_alloc(device, soff + pk->scale_bytes, &mem);
+    st = tops_cuda_alloc(device, foff + fbytes, &mem);
     if (st == TOPS_OK) {
         tops_memory dev = {TOPS_DEVICE_CUDA, device}, host = {TOPS_DEVICE_CPU, 0};
         st = tops_cuda_copy((char *)mem + woff, dev, wb, host, pk->weight_bytes, NULL);
         if (st == TOPS_OK && sb) st = tops_cuda_copy((char *)mem + soff, dev, sb, host, pk->scale_bytes, NULL);
+        if (st == TOPS_OK && fb) st = tops_cuda_copy((char *)mem + foff, dev, fb, host, fbytes, NULL);
         if (st != TOPS_OK) (void)tops_cuda_free(device, mem);
     }
     free(wb);
     free(sb);
+    free(fb);
     if (st != TOPS_OK) return st;
     pk->device = device;
     pk->weights = (char *)mem + woff;
     pk->scales = sb ? (char *)mem + soff : NULL;
+    pk->fp8_weights = fb ? (char *)mem + foff : NULL;
+    pk->fp8_scales = fb && fscale ? (char *)mem + foff + fscale : NULL;
+    pk->fp8_bytes = fbytes;
     *base = mem;
     return TOPS_OK;
+}
+
+/* Smallest M that takes the FP8 GEMM: below it the weight-streaming kernels
+   win (H200, e4m3-ch, K = 4096, N = 12288: FP8 GEMM 30.0 / 30.9 / 31.7 us at
+   M = 1 / 16 / 32, weight streaming 20.2 us at M = 1 and 33.0 us at M = 16);
+   TOPS_CUDA_FP8_MIN_M overrides it for tuning runs and tests. */
+static int64_t fp8_min_m(void) {
+    const char *e = getenv("TOPS_CUDA_FP8_MIN_M");
+    long long v = e ? atoll(e) : 0;
+    return v >= 1 ? v : 16;
+}
+
+static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
+    return relaxed && pk->fp8_weights && m >= fp8_min_m();
+}
+
+const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
+    if (!tops__cuda_is_packed(right)) return "packed on the fly";
+    return use_fp8((const tops__cuda_packed *)right->packed_, m, relaxed) ? "fp8 wgmma e4m3 + TMA"
+                                                                          : "mma.sync m16n8k16 (wbulk or wstream)";
 }
 
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
@@ -77,7 +124,7 @@ tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_des
     tops__cuda_packed *pk = malloc(sizeof *pk);
     if (!pk) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the pack descriptor");
     void *base = NULL;
-    st = pack_to_device(fn, right, desc->transpose_right, device, pk, &base);
+    st = pack_to_device(fn, right, desc->transpose_right, desc->relaxed_precision, device, pk, &base);
     if (st != TOPS_OK) {
         free(pk);
         return st;
@@ -162,7 +209,9 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
         if (rk != left->extent[1])
             return tops__fail(TOPS_SHAPE_MISMATCH, fn, "left has K=%lld but right has K=%lld",
                               (long long)left->extent[1], (long long)rk);
-        if ((st = pack_to_device(fn, right, desc->transpose_right, device, &local, &temp)) != TOPS_OK) return st;
+        if ((st = pack_to_device(fn, right, desc->transpose_right, desc->relaxed_precision, device, &local, &temp)) !=
+            TOPS_OK)
+            return st;
         pk = &local;
     }
     int64_t m = left->extent[0], k = left->extent[1];
@@ -205,7 +254,13 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
         a.sm_count = tops__cuda_sm_count(device);
         a.stream = exec->stream;
         const char *what = "the matmul launch";
-        int err = tops__cu_matmul_launch(&a, &what);
+        int err;
+        if (use_fp8(pk, m, desc->relaxed_precision)) {
+            tops__cu_fp8_args f = {&a, pk->fp8_weights, pk->fp8_scales};
+            err = tops__cu_fp8_launch(&f, &what);
+        } else {
+            err = tops__cu_matmul_launch(&a, &what);
+        }
         if (err) st = tops__cuda_error(fn, err, what);
         tops__cuda_leave(prev);
     }
@@ -225,12 +280,14 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
     tops__cuda_packed *copy = malloc(sizeof *copy);
     if (!copy) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the pack descriptor");
     *copy = *pk;
-    size_t soff = (pk->weight_bytes + 255) & ~(size_t)255;
+    size_t soff = (pk->weight_bytes + 255) & ~(size_t)255, foff = (soff + pk->scale_bytes + 255) & ~(size_t)255;
     void *mem = NULL;
-    tops_status st = tops_cuda_alloc(pk->device, soff + pk->scale_bytes, &mem);
+    tops_status st = tops_cuda_alloc(pk->device, foff + pk->fp8_bytes, &mem);
     tops_memory dev = {TOPS_DEVICE_CUDA, pk->device};
     if (st == TOPS_OK) st = tops_cuda_copy(mem, dev, pk->weights, dev, pk->weight_bytes, NULL);
     if (st == TOPS_OK && pk->scales) st = tops_cuda_copy((char *)mem + soff, dev, pk->scales, dev, pk->scale_bytes, NULL);
+    if (st == TOPS_OK && pk->fp8_weights)
+        st = tops_cuda_copy((char *)mem + foff, dev, pk->fp8_weights, dev, pk->fp8_bytes, NULL);
     if (st != TOPS_OK) {
         if (mem) (void)tops_cuda_free(pk->device, mem);
         free(copy);
@@ -238,6 +295,11 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
     }
     copy->weights = mem;
     copy->scales = pk->scales ? (char *)mem + soff : NULL;
+    if (pk->fp8_weights) {
+        copy->fp8_weights = (char *)mem + foff;
+        size_t sc = pk->fp8_scales ? (size_t)((char *)pk->fp8_scales - (char *)pk->fp8_weights) : 0;
+        copy->fp8_scales = sc ? (char *)copy->fp8_weights + sc : NULL;
+    }
     tops_tensor t = *src;
     t.data = mem;
     t.owner_ = mem;

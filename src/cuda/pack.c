@@ -194,3 +194,26 @@ tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int trans
     *scales_out = sb;
     return TOPS_OK;
 }
+
+void *tops__cuda_pack_fp8_host(const tops_tensor *w, const tops__cuda_packed *pk, size_t *bytes, size_t *scale_offset) {
+    source_map m;
+    const char *why = "";
+    *bytes = 0;
+    *scale_offset = 0;
+    int fp8 = w->format.id == TOPS_FMT_E4M3_CH || w->format.id == TOPS_FMT_E4M3;
+    if (!fp8 || w->rank != 2 || !map_format(w, 1, &m, &why)) return NULL;
+    /* Codes [n, k_pad] (TMA wants 16-byte row strides), zeros past K. */
+    size_t codes = (size_t)pk->n * (size_t)pk->k_pad, soff = (codes + 255) & ~(size_t)255;
+    size_t total = m.has_scales ? soff + (size_t)pk->n * sizeof(float) : codes;
+    unsigned char *buf = calloc(1, total);
+    if (!buf) return NULL;
+    for (int64_t r = 0; r < pk->n; r++)
+        for (int64_t k = 0; k < pk->k; k++)
+            buf[(size_t)r * (size_t)pk->k_pad + (size_t)k] = (unsigned char)get_code(w, &m, 1, r, k);
+    if (m.has_scales) {
+        for (int64_t r = 0; r < pk->n; r++) get_scale(w, &m, r, 0, buf + soff + (size_t)r * sizeof(float));
+        *scale_offset = soff;
+    }
+    *bytes = total;
+    return buf;
+}

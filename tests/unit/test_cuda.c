@@ -1,9 +1,10 @@
 /* The CUDA backend: bad inputs on any machine; on a GPU, every kernel
    family against an f64 reference (weights decoded by tops_dequantize),
    ragged shapes, every token-tile width, split-K, accumulate mode, strided
-   activations, f32/f16/bf16 outputs poisoned with NaN before each run.
-   Without a GPU the numeric part skips with one line. */
-#define _POSIX_C_SOURCE 200809L /* setenv: the kernel choice and split cap are environment knobs */
+   activations, f32/f16/bf16 outputs poisoned with NaN before each run;
+   the relaxed FP8 path (sm_90) against f64 of its own e4m3 activations and
+   of the true ones.  Without a GPU the numeric part skips with one line. */
+#define _POSIX_C_SOURCE 200809L /* setenv: the kernel choice, split cap and FP8 threshold are environment knobs */
 #include "harness.h"
 #include "tensorops.h"
 
@@ -13,6 +14,15 @@
 static const tops_memory host_mem = {TOPS_DEVICE_CPU, 0};
 static const tops_memory gpu0 = {TOPS_DEVICE_CUDA, 0};
 static int small_run; /* TOPS_CUDA_TEST_SMALL=1: a few cases (compute-sanitizer) */
+static int fp8_gpu;   /* cuda:0 is compute capability 9.0: relaxed e4m3 runs the FP8 GEMM */
+/* Relaxed FP8 against f64 of the f16/bf16 activations: e4m3 activations
+   (3 mantissa bits, one scale per row) measure about 2.5e-2 (docs/cuda.md). */
+#define FP8_REL_L2 5e-2
+/* Against its own e4m3 activations: the FP8 tensor cores' accumulation
+   (not IEEE f32: measured rel-L2 1.2e-4 at K = 130 growing to 1.2e-3 at
+   K = 4096 on the H200) on top of the output's rounding. */
+#define FP8_ACCUM_REL_L2 4e-3
+static double fp8_worst_true, fp8_worst_own[3]; /* largest rel-L2 seen, for the log */
 
 static uint16_t f32_to_16(tops_dtype dt, float v) {
     uint16_t h;
@@ -91,11 +101,29 @@ typedef struct gpu_case {
     tops_dtype act, out;
     int64_t m, k, n;
     int strided_left, accumulate, prepack;
+    int relaxed; /* e4m3-ch / e4m3 weights: expect the FP8 path where fp8_gpu */
 } gpu_case;
 
 /* rel-L2 bounds against f64: exact products, f32 sums, then the output's rounding. */
 static double bound_for(tops_dtype out) {
     return out == TOPS_DT_F32 ? 1e-5 : out == TOPS_DT_F16 ? 1e-3 : 8e-3;
+}
+
+/* The FP8 path's activations: per row s = amax / 448 (f32), codes
+   e4m3_satfinite_rne(x / s), value code * s (the kernel's own arithmetic). */
+static void fp8_activations(const double *x, int64_t m, int64_t k, double *q) {
+    for (int64_t i = 0; i < m; i++) {
+        float amax = 0.0f;
+        for (int64_t j = 0; j < k; j++) amax = fmaxf(amax, fabsf((float)x[i * k + j]));
+        float s = amax / 448.0f;
+        for (int64_t j = 0; j < k; j++) {
+            float v = s > 0.0f ? (float)x[i * k + j] / s : 0.0f, back;
+            uint8_t code;
+            tops_cast_from_f32(TOPS_DT_E4M3, &code, &v, 1, 1);
+            tops_cast_to_f32(TOPS_DT_E4M3, &back, &code, 1);
+            q[i * k + j] = (double)back * (double)s;
+        }
+    }
 }
 
 static int run_case(const gpu_case *c, th_rng *r) {
@@ -185,6 +213,13 @@ static int run_case(const gpu_case *c, th_rng *r) {
     tops_matmul2d_desc md = {0};
     md.transpose_right = 1;
     md.mode = c->accumulate ? TOPS_MULTIPLY_ACCUMULATE : TOPS_MULTIPLY;
+    md.relaxed_precision = c->relaxed;
+    const int fp8 = c->relaxed && fp8_gpu;
+    double *xq = NULL;
+    if (fp8) {
+        xq = malloc((size_t)(m * k) * sizeof(double));
+        fp8_activations(xv, m, k, xq);
+    }
     const tops_tensor *right = &tq;
     if (c->prepack) {
         ASSERT_OK(tops_pack_right(&e, &md, &tq, &packed));
@@ -208,12 +243,14 @@ static int run_case(const gpu_case *c, th_rng *r) {
         free(again);
     }
 
-    double num = 0, den = 0;
+    double num = 0, den = 0, num_q = 0, den_q = 0;
     int64_t bad = -1;
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
-            double ref = old[i * n + j];
+            double ref = old[i * n + j], ref_q = ref;
             for (int64_t kk = 0; kk < k; kk++) ref += xv[i * k + kk] * (double)wd[j * k + kk];
+            if (xq)
+                for (int64_t kk = 0; kk < k; kk++) ref_q += xq[i * k + kk] * (double)wd[j * k + kk];
             double got;
             if (osz == 2) {
                 uint16_t h;
@@ -227,13 +264,30 @@ static int run_case(const gpu_case *c, th_rng *r) {
             if (!isfinite(got) && bad < 0) bad = i * n + j;
             num += (got - ref) * (got - ref);
             den += ref * ref;
+            num_q += (got - ref_q) * (got - ref_q);
+            den_q += ref_q * ref_q;
         }
-    double rel = sqrt(num / (den > 0 ? den : 1));
-    if (bad >= 0 || !(rel <= bound_for(c->out)))
+    double rel = sqrt(num / (den > 0 ? den : 1)), bound = fp8 ? FP8_REL_L2 : bound_for(c->out);
+    if (fp8) {
+        /* Against its own e4m3 activations only the accumulation differs: a
+           layout or quantization slip shows up orders of magnitude above. */
+        double rel_q = sqrt(num_q / (den_q > 0 ? den_q : 1)), bound_q = bound_for(c->out) + FP8_ACCUM_REL_L2;
+        int oi = c->out == TOPS_DT_F32 ? 0 : c->out == TOPS_DT_F16 ? 1 : 2;
+        if (rel_q > fp8_worst_own[oi]) fp8_worst_own[oi] = rel_q;
+        if (rel > fp8_worst_true) fp8_worst_true = rel;
+        if (!(rel_q <= bound_q))
+            TH_FAIL_AT("%s act=%s out=%s M=%lld K=%lld N=%lld%s%s relaxed FP8: rel-L2 %.3g against f64 of the e4m3 "
+                       "activations (bound %.1g)",
+                       c->format, tops_dtype_name(c->act), tops_dtype_name(c->out), (long long)m, (long long)k,
+                       (long long)n, c->strided_left ? " strided" : "", c->accumulate ? " accumulate" : "", rel_q,
+                       bound_q);
+        free(xq);
+    }
+    if (bad >= 0 || !(rel <= bound))
         TH_FAIL_AT("%s act=%s out=%s M=%lld K=%lld N=%lld%s%s%s: rel-L2 %.3g (bound %.1g)%s", c->format,
                    tops_dtype_name(c->act), tops_dtype_name(c->out), (long long)m, (long long)k, (long long)n,
                    c->strided_left ? " strided" : "", c->accumulate ? " accumulate" : "",
-                   c->prepack ? "" : " unpacked", rel, bound_for(c->out), bad >= 0 ? " and a non-finite output" : "");
+                   c->prepack ? "" : " unpacked", rel, bound, bad >= 0 ? " and a non-finite output" : "");
     tops_tensor_destroy(&packed);
     tops_tensor_destroy(&tdev_w);
     tops_tensor_destroy(&tx);
@@ -265,7 +319,7 @@ static void test_every_format(void) {
     int cases = 0, passed = 0;
     for (int f = 0; f < nfmt; f++) {
         for (int s = 0; s < nshapes; s++) {
-            gpu_case c = {gpu_formats[f], TOPS_DT_F16, TOPS_DT_F32, shapes[s][0], shapes[s][1], shapes[s][2], 0, 0, 1};
+            gpu_case c = {gpu_formats[f], TOPS_DT_F16, TOPS_DT_F32, shapes[s][0], shapes[s][1], shapes[s][2], 0, 0, 1, 0};
             /* Both activation types, all outputs and modes, rotated by case. */
             int v = f + s;
             c.act = (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16;
@@ -314,7 +368,7 @@ static void test_kernel_edges(void) {
             if (shapes[s].cap) setenv("TOPS_CUDA_BULK_SPLITS", shapes[s].cap, 1);
             for (int i = 0; i < (kernel ? 1 : 3); i++) {
                 gpu_case c = {fmts[(s * 3 + i + kernel) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k,
-                              shapes[s].n, 0, 0, 1};
+                              shapes[s].n, 0, 0, 1, 0};
                 int v = s + i;
                 c.act = (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16;
                 if (strcmp(c.format, "f16") == 0) c.act = TOPS_DT_F16;
@@ -330,6 +384,41 @@ static void test_kernel_edges(void) {
         unsetenv("TOPS_CUDA_KERNEL");
     }
     printf("     %d of %d kernel-edge cases within their bounds\n", passed, cases);
+}
+
+/* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
+   (TOPS_CUDA_FP8_MIN_M=1), ragged M/K/N against its 128 x 256 tiles and
+   128-element K stages, both activation types, every output type,
+   accumulate, strided rows, packed on the fly; then the default threshold
+   (small M stays on the strict kernels).  Elsewhere relaxed runs strict. */
+static void test_relaxed_fp8(void) {
+    th_rng r = th_seed();
+    static const int64_t shapes[][3] = {{1, 4096, 200}, {7, 1000, 77},  {64, 256, 264},
+                                        {129, 992, 130}, {300, 520, 300}, {200, 130, 513}};
+    static const char *const fmts[] = {"e4m3-ch", "e4m3"};
+    int nshapes = small_run ? 2 : (int)(sizeof shapes / sizeof shapes[0]);
+    int cases = 0, passed = 0;
+    setenv("TOPS_CUDA_FP8_MIN_M", "1", 1);
+    for (int f = 0; f < 2; f++)
+        for (int s = 0; s < nshapes; s++) {
+            int v = f + s;
+            gpu_case c = {fmts[f], (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16,
+                          v % 3 == 0 ? TOPS_DT_F32 : v % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16,
+                          shapes[s][0], shapes[s][1], shapes[s][2], s % 3 == 1, s % 2 == 1, s != 2, 1};
+            cases++;
+            passed += run_case(&c, &r);
+        }
+    unsetenv("TOPS_CUDA_FP8_MIN_M");
+    gpu_case small = {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 8, 512, 96, 0, 0, 1, 1};
+    int keep = fp8_gpu;
+    fp8_gpu = 0; /* M = 8 is below the default threshold: strict kernels, strict bound */
+    cases++;
+    passed += run_case(&small, &r);
+    fp8_gpu = keep;
+    printf("     %d of %d relaxed e4m3 cases within their bounds (%s); worst rel-L2 against f64: %.3g; against the "
+           "e4m3 activations: f32 %.3g, f16 %.3g, bf16 %.3g\n",
+           passed, cases, fp8_gpu ? "FP8 GEMM" : "no sm_90: strict path", fp8_worst_true, fp8_worst_own[0],
+           fp8_worst_own[1], fp8_worst_own[2]);
 }
 
 static void test_gpu_bad_inputs(void) {
@@ -401,9 +490,12 @@ int main(void) {
         TEST_MAIN_END();
     }
     tops_cuda_device_info info;
-    if (tops_cuda_get_device_info(0, &info) == TOPS_OK)
+    if (tops_cuda_get_device_info(0, &info) == TOPS_OK) {
         printf("cuda:0 %s, sm_%d%d, %d SMs\n", info.name, info.major, info.minor, info.sm_count);
+        fp8_gpu = info.major == 9 && info.minor == 0;
+    }
     RUN_TEST(test_gpu_bad_inputs);
+    RUN_TEST(test_relaxed_fp8);
     RUN_TEST(test_every_format);
     RUN_TEST(test_kernel_edges);
     TEST_MAIN_END();

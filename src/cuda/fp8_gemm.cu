@@ -1,0 +1,475 @@
+// Relaxed FP8 matmul for large M on Hopper (sm_90a):
+//   1. quant_rows: each activation row (f16/bf16) becomes e4m3 codes with one
+//      f32 scale s = amax / 448 (codes = e4m3_satfinite_rne(x / s)), written to
+//      a stream-ordered workspace [M, k_pad];
+//   2. fp8_gemm: 128 x 256 output tiles on wgmma m64n256k32 e4m3 x e4m3 -> f32.
+//      One producer thread feeds a ring of shared-memory stages through TMA
+//      (cp.async.bulk.tensor, 128-byte swizzle, out-of-bounds rows and K read
+//      as zeros, so ragged M/N/K need no padding); two consumer warpgroups
+//      each own 64 rows of the tile.  The epilogue multiplies by the row
+//      scale, the channel scale and the tensor scale and stores with the
+//      op's mode into f32/f16/bf16.
+// The Hopper instructions exist only in the sm_90a pass; the sm_80 pass
+// builds empty kernels that the plan never launches (matmul.c asks for
+// compute capability 9.0 before it packs the FP8 layout).
+#include "cuda/cuda_internal.h"
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define TOPS_FP8_WGMMA 1
+#endif
+
+namespace {
+
+constexpr int kBM = 128;       // tile rows (tokens): two consumer warpgroups of 64
+constexpr int kBK = 128;       // K per stage: one 128-byte swizzle row of e4m3
+constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+
+struct GemmParams {
+    const float *row_scale;     // [m]
+    const float *ch_scale;      // [n] or NULL (plain e4m3: tensor scale only)
+    float global;
+    void *out;
+    long long ldo;
+    int out_dtype, accumulate;
+    int m, n, k;
+    int tiles_m;
+};
+
+// ---- activations to e4m3 ---------------------------------------------------
+
+__device__ __forceinline__ float load_act(const __half *x, long long i) { return __half2float(x[i]); }
+__device__ __forceinline__ float load_act(const __nv_bfloat16 *x, long long i) { return __bfloat162float(x[i]); }
+
+// 8 consecutive activations as f32 (16-byte load when the row allows it).
+template <typename T>
+__device__ __forceinline__ void load8(const T *row, int k0, int k, bool vec, float v[8]) {
+    if (vec && k0 + 8 <= k) {
+        uint4 u = *reinterpret_cast<const uint4 *>(row + k0);
+        const T *h = reinterpret_cast<const T *>(&u);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = load_act(h, i);
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = k0 + i < k ? load_act(row, k0 + i) : 0.0f;
+    }
+}
+
+// One block per row: amax, then codes.  Columns k..k_pad-1 get zero codes.
+template <typename T>
+__global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long ldx, int k, int k_pad, int vec,
+                                                         unsigned char *q, float *scales) {
+    const int row = blockIdx.x;
+    const T *xr = x + (long long)row * ldx;
+    float amax = 0.0f;
+    float v[8];
+    for (int k0 = threadIdx.x * 8; k0 < k; k0 += blockDim.x * 8) {
+        load8(xr, k0, k, vec != 0, v);
+#pragma unroll
+        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+    }
+    __shared__ float red[8];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    amax = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) amax = fmaxf(amax, red[w]);
+    // s = amax / 448 in f32 (correctly rounded division, as the host's reference does).
+    const float s = amax / 448.0f;
+    if (threadIdx.x == 0) scales[row] = s;
+    unsigned char *qr = q + (long long)row * k_pad;
+    for (int k0 = threadIdx.x * 8; k0 < k_pad; k0 += blockDim.x * 8) {
+        load8(xr, k0, k, vec != 0, v);
+        uint32_t w[2];
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            uint32_t b = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j += 2) {
+                float a0 = s > 0.0f ? v[4 * i + j] / s : 0.0f, a1 = s > 0.0f ? v[4 * i + j + 1] / s : 0.0f;
+                __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(make_float2(a0, a1), __NV_SATFINITE, __NV_E4M3);
+                b |= (uint32_t)p << (8 * j);
+            }
+            w[i] = b;
+        }
+        *reinterpret_cast<uint2 *>(qr + k0) = make_uint2(w[0], w[1]);
+    }
+}
+
+// ---- the GEMM -------------------------------------------------------------------
+
+#ifdef TOPS_FP8_WGMMA
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void bar_init(uint64_t *b, uint32_t count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_expect_tx(uint64_t *b, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(uint64_t *b) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
+}
+// Waits until the phase with this parity has completed.
+__device__ __forceinline__ void bar_wait(uint64_t *b, uint32_t parity) {
+    uint32_t done = 0;
+    do {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done)
+                     : "r"(smem_addr(b)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+// 2-D tile [rows][128 bytes] at (k0, row0) into shared memory, completing on bar.
+__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int k0, int row0) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+            smem_addr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(k0), "r"(row0)
+        : "memory");
+}
+
+// wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row atoms
+// 1024 bytes apart (stride byte offset), leading byte offset unused (1).
+__device__ __forceinline__ uint64_t smem_desc(const void *p) {
+    uint64_t a = smem_addr(p);
+    return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across the
+// asynchronous wgmma window.
+template <int R>
+__device__ __forceinline__ void fence_regs(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// D[64 x 256] += A[64 x 32] * B[256 x 32]^T, both e4m3 from shared memory.
+template <int SCALE_D>
+__device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t da, uint64_t db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
+        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
+        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
+        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
+        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+        "}, %128, %129, %130, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+        : "l"(da), "l"(db), "n"(SCALE_D));
+}
+
+// One 128-deep K stage: four k32 steps, 32 bytes apart inside the swizzled
+// rows.  ZERO: the first stage overwrites the accumulators (scale-d = 0).
+template <bool ZERO>
+__device__ __forceinline__ void wgmma_stage(float (&d)[128], const unsigned char *a, const unsigned char *b) {
+    wgmma_n256<ZERO ? 0 : 1>(d, smem_desc(a), smem_desc(b));
+#pragma unroll
+    for (int kk = 1; kk < kBK / 32; kk++) wgmma_n256<1>(d, smem_desc(a + 32 * kk), smem_desc(b + 32 * kk));
+}
+
+// Four neighbours of one output row (col .. col + 3 < p.n where valid).
+__device__ __forceinline__ void store4(const GemmParams &p, int row, int col, float4 v, bool vec) {
+    const long long off = (long long)row * p.ldo + col;
+    float r[4] = {v.x, v.y, v.z, v.w};
+    if (vec && col + 3 < p.n) {
+        if (p.out_dtype == TOPS_DT_F32) {
+            float4 *o = reinterpret_cast<float4 *>(static_cast<float *>(p.out) + off);
+            if (p.accumulate) {
+                float4 old = *o;
+                v.x += old.x, v.y += old.y, v.z += old.z, v.w += old.w;
+            }
+            *o = v;
+        } else if (p.out_dtype == TOPS_DT_F16) {
+            __half2 *o = reinterpret_cast<__half2 *>(static_cast<__half *>(p.out) + off);
+            uint2 u = *reinterpret_cast<uint2 *>(o), w;
+            if (p.accumulate) {
+                float2 a = __half22float2(*reinterpret_cast<__half2 *>(&u.x)), b = __half22float2(*reinterpret_cast<__half2 *>(&u.y));
+                r[0] += a.x, r[1] += a.y, r[2] += b.x, r[3] += b.y;
+            }
+            __half2 lo = __floats2half2_rn(r[0], r[1]), hi = __floats2half2_rn(r[2], r[3]);
+            w.x = *reinterpret_cast<uint32_t *>(&lo), w.y = *reinterpret_cast<uint32_t *>(&hi);
+            *reinterpret_cast<uint2 *>(o) = w;
+        } else {
+            __nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(p.out) + off);
+            uint2 u = *reinterpret_cast<uint2 *>(o), w;
+            if (p.accumulate) {
+                float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.x)),
+                       b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.y));
+                r[0] += a.x, r[1] += a.y, r[2] += b.x, r[3] += b.y;
+            }
+            __nv_bfloat162 lo = __floats2bfloat162_rn(r[0], r[1]), hi = __floats2bfloat162_rn(r[2], r[3]);
+            w.x = *reinterpret_cast<uint32_t *>(&lo), w.y = *reinterpret_cast<uint32_t *>(&hi);
+            *reinterpret_cast<uint2 *>(o) = w;
+        }
+        return;
+    }
+    for (int i = 0; i < 4 && col + i < p.n; i++) {
+        if (p.out_dtype == TOPS_DT_F32) {
+            float *o = static_cast<float *>(p.out) + off + i;
+            *o = p.accumulate ? *o + r[i] : r[i];
+        } else if (p.out_dtype == TOPS_DT_F16) {
+            __half *o = static_cast<__half *>(p.out) + off + i;
+            *o = __float2half_rn(p.accumulate ? __half2float(*o) + r[i] : r[i]);
+        } else {
+            __nv_bfloat16 *o = static_cast<__nv_bfloat16 *>(p.out) + off + i;
+            *o = __float2bfloat16_rn(p.accumulate ? __bfloat162float(*o) + r[i] : r[i]);
+        }
+    }
+}
+#endif // TOPS_FP8_WGMMA
+
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                    const GemmParams p, int vec_stores) {
+#ifdef TOPS_FP8_WGMMA
+    constexpr int kStageA = kBM * kBK, kStageB = BN * kBK;
+    extern __shared__ unsigned char smem_raw[];
+    // 128-byte swizzled tiles want 1024-byte alignment.
+    unsigned char *smem = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    unsigned char *sa = smem, *sb = smem + STAGES * kStageA;
+    uint64_t *full = reinterpret_cast<uint64_t *>(sb + STAGES * kStageB), *empty = full + STAGES;
+
+    // Tokens fastest: the CTAs in flight share a few weight column tiles
+    // and all of the (smaller) activation codes in L2.
+    const int tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
+    const int wg = threadIdx.x / 128;
+    const int ktiles = (p.k + kBK - 1) / kBK;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            bar_init(&full[s], 1);
+            bar_init(&empty[s], 8); // one arrive per consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == 0) {
+            for (int kt = 0; kt < ktiles; kt++) {
+                const int s = kt % STAGES;
+                if (kt >= STAGES) bar_wait(&empty[s], ((kt / STAGES) + 1) & 1);
+                bar_expect_tx(&full[s], kStageA + kStageB);
+                tma_load(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
+                tma_load(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
+            }
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
+        float d[BN / 2]; // written first by the scale-d = 0 stage (K >= 1)
+        for (int kt = 0; kt < ktiles; kt++) {
+            const int s = kt % STAGES;
+            bar_wait(&full[s], (kt / STAGES) & 1);
+            wgmma_fence();
+            const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
+            if (kt == 0) wgmma_stage<true>(d, a, b);
+            else wgmma_stage<false>(d, a, b);
+            wgmma_commit();
+            // The previous stage's products are done: hand its slot back.
+            wgmma_wait<1>();
+            if (kt > 0 && (threadIdx.x & 31) == 0) bar_arrive(&empty[(kt - 1) % STAGES]);
+        }
+        wgmma_wait<0>();
+        fence_regs(d);
+
+        // Epilogue through shared memory (the stage ring is idle once both
+        // consumer warpgroups are past their last wgmma), so that the global
+        // stores are whole rows.  Accumulator i of lane l in warp w is row
+        // 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2;
+        // rows padded by 8 floats keep a half-warp's float2 stores off each
+        // other's banks.
+        constexpr int ld = BN + 8;
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        float *c = reinterpret_cast<float *>(smem) + cw * 64 * ld;
+        const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *reinterpret_cast<float2 *>(c + (warp * 16 + lane / 4 + 8 * h) * ld + 8 * j + 2 * (lane & 3)) =
+                    make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+        const int t = threadIdx.x & 127;
+        const int col = 4 * (t % (BN / 4)), col_g = tn * BN + col;
+        float4 cs = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        if (p.ch_scale && col_g < p.n) {
+            cs.x = p.ch_scale[col_g];
+            cs.y = col_g + 1 < p.n ? p.ch_scale[col_g + 1] : 0.0f;
+            cs.z = col_g + 2 < p.n ? p.ch_scale[col_g + 2] : 0.0f;
+            cs.w = col_g + 3 < p.n ? p.ch_scale[col_g + 3] : 0.0f;
+        }
+        for (int r = t / (BN / 4); r < 64; r += 128 / (BN / 4)) {
+            const int row = tm * kBM + cw * 64 + r;
+            if (row >= p.m || col_g >= p.n) continue;
+            const float rs = p.row_scale[row] * p.global;
+            float4 v = *reinterpret_cast<const float4 *>(c + r * ld + col);
+            v.x *= rs * cs.x, v.y *= rs * cs.y, v.z *= rs * cs.z, v.w *= rs * cs.w;
+            store4(p, row, col_g, v, vec_stores != 0);
+        }
+    }
+#else
+    (void)map_a, (void)map_b, (void)p, (void)vec_stores;
+#endif
+}
+
+template <int BN, int STAGES>
+constexpr size_t gemm_smem() {
+    // The epilogue's staging (two warpgroups x 64 rows x (BN + 8) floats) reuses the ring.
+    static_assert(2 * 64 * (BN + 8) * 4 <= STAGES * (kBM + BN) * kBK, "epilogue staging exceeds the stage ring");
+    return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 1024;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
+    if (!fn) {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+        (void)cudaGetLastError();
+    }
+    return fn;
+}
+
+// A [rows, k] e4m3 matrix (row stride ld bytes) read as [box_rows][128] tiles.
+bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    if (!enc) return false;
+    cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
+    cuuint32_t box[2] = {(cuuint32_t)kBK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(base), dims, strides, box, estr,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int BN, int STAGES>
+cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
+                        const char **what) {
+    auto kernel = fp8_gemm_kernel<BN, STAGES>;
+    const size_t smem = gemm_smem<BN, STAGES>();
+    // Above 48 KB a kernel needs its limit raised, once per device (so that
+    // calls captured into a graph later make no such call).
+    static unsigned char raised[64];
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess && (dev < 0 || dev >= 64 || !raised[dev])) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (err == cudaSuccess && dev >= 0 && dev < 64) raised[dev] = 1;
+    }
+    if (err != cudaSuccess) {
+        *what = "raising the FP8 GEMM's shared-memory limit";
+        return err;
+    }
+    p.tiles_m = (p.m + kBM - 1) / kBM;
+    const long long tiles = (long long)p.tiles_m * ((p.n + BN - 1) / BN);
+    kernel<<<(unsigned)tiles, kThreads, smem, stream>>>(ma, mb, p, vec);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) *what = "the FP8 GEMM launch";
+    return err;
+}
+
+
+} // namespace
+
+extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what) {
+    const tops__cu_matmul_args *a = f->io;
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    if (a->m < 1 || a->m > 0x7FFFFFFF / 2) {
+        *what = "the FP8 path's M";
+        return (int)cudaErrorInvalidValue;
+    }
+    const size_t qbytes = (size_t)a->m * (size_t)a->k_pad, sbytes = (size_t)a->m * sizeof(float);
+    unsigned char *ws = nullptr;
+    // Without the driver's tensor-map encoder or stream-ordered memory the
+    // strict kernels run instead (relaxed mode allows either).
+    cudaError_t err = encode_fn() ? cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + sbytes, stream)
+                                  : cudaErrorNotSupported;
+    if (err == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        return tops__cu_matmul_launch(a, what);
+    }
+    if (err != cudaSuccess) {
+        *what = "cudaMallocAsync of the FP8 activation workspace";
+        return (int)err;
+    }
+    float *row_scale = reinterpret_cast<float *>(ws + qbytes); // k_pad is a multiple of 64: aligned
+    const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
+    if (a->x_bf16)
+        quant_rows_kernel<__nv_bfloat16><<<(unsigned)a->m, 256, 0, stream>>>(
+            static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws, row_scale);
+    else
+        quant_rows_kernel<__half><<<(unsigned)a->m, 256, 0, stream>>>(static_cast<const __half *>(a->x), a->ldx,
+                                                                      (int)a->k, (int)a->k_pad, vec, ws, row_scale);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) *what = "the activation quantization launch";
+
+    constexpr int bn = 256;
+    CUtensorMap ma, mb;
+    if (err == cudaSuccess && (!make_map(&ma, ws, (int)a->m, (int)a->k, a->k_pad, kBM) ||
+                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, bn))) {
+        err = cudaErrorInvalidValue;
+        *what = "cuTensorMapEncodeTiled for the FP8 operands";
+    }
+    if (err == cudaSuccess) {
+        GemmParams p;
+        p.row_scale = row_scale;
+        p.ch_scale = static_cast<const float *>(f->ch_scales);
+        p.global = a->global_scale;
+        p.out = a->out;
+        p.ldo = a->ldo;
+        p.out_dtype = a->out_dtype;
+        p.accumulate = a->accumulate;
+        p.m = (int)a->m;
+        p.n = (int)a->n;
+        p.k = (int)a->k;
+        p.tiles_m = 0;
+        // 4-element stores need every row start 4-element aligned.
+        const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+        const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
+        err = launch_gemm<bn, 4>(ma, mb, p, vec, stream, what);
+    }
+    cudaError_t e2 = cudaFreeAsync(ws, stream);
+    if (err == cudaSuccess && e2 != cudaSuccess) {
+        err = e2;
+        *what = "cudaFreeAsync of the FP8 activation workspace";
+    }
+    return (int)err;
+}
