@@ -29,6 +29,11 @@ __device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
                  : "memory");
 }
 
+// Release this thread's earlier accesses on `bar` (one of its expected arrivals).
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
 __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
     uint32_t done;
     do {
@@ -97,9 +102,13 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, 1) wbulk_kernel(const Par
     const int m0 = pass * p.mw * MT * 8 + mw * MT * 8; // this warp's first token
     const bool busy = m0 < p.m && wnt > 0;
 
-    int *done = reinterpret_cast<int *>(bar + kStages + 1); // warps done with each ring slot
+    // bar[0, kStages): ring slot filled; bar[kStages]: scales copied;
+    // empty[s]: every thread done reading slot s (last-warp refill only)
+    uint64_t *empty = bar + kStages + 1;
+    int *done = reinterpret_cast<int *>(empty + kStages); // warps done with each ring slot
     if (tid == 0) {
         for (int s = 0; s <= kStages; s++) mbar_init(&bar[s], 1);
+        for (int s = 0; s < kStages; s++) mbar_init(&empty[s], kBulkWarps * 32);
         for (int s = 0; s < kStages; s++) done[s] = 0;
         // make the initialised barriers visible to the copy engine (async proxy)
         asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
@@ -167,29 +176,32 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, 1) wbulk_kernel(const Par
                 chunk_step<CODE, BF16, MT, kWarpTiles>(p, cur, wnt, c0 + j, xb, wsc, part, acc);
 #endif
             }
-#if TOPS_CU_BULK_ARRIVE
-        // The last warp done with buffer s refills it: warps drift apart by
-        // up to a ring instead of meeting at a block barrier every stage.
-        __syncwarp();
-        int last = 0;
-        if (lane == 0) {
-            __threadfence_block();
-            last = atomicAdd(&done[s], 1) == kBulkWarps - 1;
-        }
-        if (__shfl_sync(0xffffffffu, last, 0) && lane == 0) {
-            done[s] = 0;
-            if (i + p.ring < nstages) {
+        if constexpr (MT >= TOPS_CU_BULK_ARRIVE) {
+            // The last warp done with buffer s refills it: warps drift apart by
+            // up to a ring instead of meeting at a block barrier every stage.
+            // Every thread releases its reads of the slot on empty[s]; the last
+            // warp (an atomic count picks it) acquires them there before the copy
+            // engine overwrites the slot (the fence alone left compute-sanitizer
+            // racecheck reporting the copy against the reads).
+            mbar_arrive(&empty[s]);
+            __syncwarp();
+            int last = 0;
+            if (lane == 0) last = atomicAdd(&done[s], 1) == kBulkWarps - 1;
+            if (__shfl_sync(0xffffffffu, last, 0) && lane == 0) {
+                mbar_wait(&empty[s], (uint32_t)(i / p.ring) & 1u);
+                atomicExch(&done[s], 0); // atomic like the other warps' adds
+                if (i + p.ring < nstages) {
+                    const int c1 = c0 + p.ring * kStageChunks;
+                    issue_stage(p, ring + s * kStageBytes, &bar[s], tile0, nt, c1, min(kStageChunks, c_end - c1));
+                }
+            }
+        } else {
+            __syncthreads(); // every warp is done with buffer s: refill it
+            if (tid == 0 && i + p.ring < nstages) {
                 const int c1 = c0 + p.ring * kStageChunks;
                 issue_stage(p, ring + s * kStageBytes, &bar[s], tile0, nt, c1, min(kStageChunks, c_end - c1));
             }
         }
-#else
-        __syncthreads(); // every warp is done with buffer s: refill it
-        if (tid == 0 && i + p.ring < nstages) {
-            const int c1 = c0 + p.ring * kStageChunks;
-            issue_stage(p, ring + s * kStageBytes, &bar[s], tile0, nt, c1, min(kStageChunks, c_end - c1));
-        }
-#endif
     }
     __syncthreads(); // every warp is past the last stage: the ring is free
 

@@ -346,21 +346,25 @@ static void test_every_format(void) {
 }
 
 /* The kernels' edges: M across the token-tile and warp-split steps
-   (1, 16, 17, 64, 65, 128, 200 -> a second pass of 128), N not a multiple
-   of a bulk block's 96 channels (a last block of fewer tiles), K ragged
-   against stages of 8 chunks, and splits capped at 1 so that the ring of
-   4 stages wraps.  Then the same shapes through the register-streaming
-   kernel (the sm_80 path), forced with TOPS_CUDA_KERNEL=wstream. */
+   (1, 16, 17, 40, 64, 65, 128, 200 -> a second pass of 128), N not a
+   multiple of a bulk block's 96 channels (a last block of fewer tiles), K
+   ragged against stages of 8 chunks (K = 1001: rows not 8-byte aligned,
+   element-wise activation loads), and splits capped at 1 so that the ring
+   of 4 stages wraps (its slots refilled by the last warp done with them).
+   The small run (compute-sanitizer) takes the first three shapes: both
+   token-tile widths with a ring that wraps, and a second pass.  Then the same
+   shapes through the register-streaming kernel (the sm_80 path), forced
+   with TOPS_CUDA_KERNEL=wstream. */
 static void test_kernel_edges(void) {
     th_rng r = th_seed();
     static const struct {
         int64_t m, k, n;
         const char *cap;
-    } shapes[] = {{1, 4096, 200, "1"}, {16, 520, 200, NULL},  {17, 4096, 100, "1"}, {64, 1000, 100, NULL},
-                  {65, 520, 200, NULL}, {128, 256, 100, NULL}, {200, 1040, 130, "1"}};
+    } shapes[] = {{1, 4096, 200, "1"},  {16, 520, 200, NULL},  {200, 2600, 130, "1"}, {17, 4096, 100, "1"},
+                  {64, 1000, 100, NULL}, {65, 520, 200, NULL}, {128, 256, 100, NULL}, {40, 1001, 100, NULL}};
     static const char *const fmts[] = {"int4-g128", "mxfp4", "nvfp4", "int8-g32", "e4m3-ch", "int4-g16:f32",
                                        "q4_0",      "f16",   "int4-g32:e8m0", "bf16", "mxfp8"};
-    const int nshapes = small_run ? 2 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
+    const int nshapes = small_run ? 3 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
     int cases = 0, passed = 0;
     for (int kernel = 0; kernel < 2; kernel++) {
         if (kernel) setenv("TOPS_CUDA_KERNEL", "wstream", 1);
