@@ -32,6 +32,7 @@ namespace {
 constexpr int kBM = 128;       // tile rows (tokens): two consumer warpgroups of 64
 constexpr int kBK = 128;       // K per stage: one 128-byte swizzle row of e4m3
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kCluster = 2;    // CTAs per cluster by default (see fp8_gemm_kernel)
 
 struct GemmParams {
     const float *row_scale;     // [m]
@@ -179,6 +180,31 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint
         : "memory");
 }
 
+// The same tile into this shared-memory offset of every CTA in ctas (a
+// cluster bit mask), completing on each one's barrier at bar's offset.
+__device__ __forceinline__ void tma_load_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int k0, int row0,
+                                                   uint16_t ctas) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(k0), "r"(row0), "h"(ctas)
+                 : "memory");
+}
+// Arrive on the barrier at b's offset in cluster CTA `rank`.
+__device__ __forceinline__ void bar_arrive_cluster(uint64_t *b, uint32_t rank) {
+    asm volatile("{\n .reg .b32 r;\n mapa.shared::cluster.u32 r, %0, %1;\n"
+                 " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}" ::"r"(smem_addr(b)),
+                 "r"(rank)
+                 : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
+}
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+
 // wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row atoms
 // 1024 bytes apart (stride byte offset), leading byte offset unused (1).
 __device__ __forceinline__ uint64_t smem_desc(const void *p) {
@@ -304,7 +330,10 @@ __device__ __forceinline__ void epilogue(const GemmParams &p, const float (&d)[B
 }
 #endif // TOPS_FP8_WGMMA
 
-template <int BN, int STAGES>
+// CL = 2: a cluster of two CTAs on vertically neighbouring tiles (same
+// weight columns); each loads half of the weight tile and multicasts it
+// into both, which halves the weight tiles' L2 reads.
+template <int BN, int STAGES, int CL>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const GemmParams p, int vec_stores) {
@@ -317,15 +346,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t *full = reinterpret_cast<uint64_t *>(sb + STAGES * kStageB), *empty = full + STAGES;
 
     const int wg = threadIdx.x / 128;
-    const int ktiles = (p.k + kBK - 1) / kBK, tiles = p.tiles_m * p.tiles_n;
+    // A cluster takes CL vertically adjacent tiles (a tile pair past the
+    // last row tile reads zeros and stores nothing).
+    const int tiles_m = (p.tiles_m + CL - 1) / CL * CL;
+    const int ktiles = (p.k + kBK - 1) / kBK, tiles = tiles_m * p.tiles_n;
+    const uint32_t rank = CL > 1 ? cluster_rank() : 0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             bar_init(&full[s], 1);
-            bar_init(&empty[s], 8); // one arrive per consumer warp
+            bar_init(&empty[s], 8 * CL); // one arrive per consumer warp of the cluster
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
+    if (CL > 1) cluster_sync(); // the peer's barriers exist before anything lands on them
+    else __syncthreads();
 
     // Persistent: CTA b takes tiles b, b + gridDim.x, ...; the ring position
     // `it` (K blocks so far) runs on across tiles, so the producer loads the
@@ -337,13 +371,18 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x == 0) {
             uint32_t it = 0;
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int tm = tile % p.tiles_m, tn = tile / p.tiles_m;
+                const int tm = tile % tiles_m, tn = tile / tiles_m;
                 for (int kt = 0; kt < ktiles; kt++, it++) {
                     const int s = it % STAGES;
+                    // With CL = 2 this waits for both CTAs' consumers: the
+                    // multicast writes the peer's slot too.
                     if (it >= STAGES) bar_wait(&empty[s], ((it / STAGES) + 1) & 1);
                     bar_expect_tx(&full[s], kStageA + kStageB);
                     tma_load(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
-                    tma_load(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
+                    if (CL > 1)
+                        tma_load_multicast(sb + s * kStageB + rank * (kStageB / CL), &map_b, &full[s], kt * kBK,
+                                           tn * BN + (int)rank * (BN / CL), (uint16_t)((1u << CL) - 1));
+                    else tma_load(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
                 }
             }
         }
@@ -351,9 +390,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
         const bool lane0 = (threadIdx.x & 31) == 0;
+        // A consumed slot goes back to every CTA that writes into it.
+        auto release = [](uint64_t *b) {
+            if (CL > 1)
+                for (uint32_t r = 0; r < CL; r++) bar_arrive_cluster(b, r);
+            else bar_arrive(b);
+        };
         uint32_t it = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int tm = tile % p.tiles_m, tn = tile / p.tiles_m;
+            const int tm = tile % tiles_m, tn = tile / tiles_m;
             float d[BN / 2]; // written first by the scale-d = 0 stage (K >= 1)
             for (int kt = 0; kt < ktiles; kt++, it++) {
                 const int s = it % STAGES;
@@ -365,17 +410,20 @@ __global__ void __launch_bounds__(kThreads, 1)
                 wgmma_commit();
                 // The previous stage's products are done: hand its slot back.
                 wgmma_wait<1>();
-                if (kt > 0 && lane0) bar_arrive(&empty[(it - 1) % STAGES]);
+                if (kt > 0 && lane0) release(&empty[(it - 1) % STAGES]);
             }
             wgmma_wait<0>();
             fence_regs(d);
-            if (lane0) bar_arrive(&empty[(it - 1) % STAGES]);
+            if (lane0) release(&empty[(it - 1) % STAGES]);
             const int row0 = tm * kBM + cw * 64, col0 = tn * BN;
             if (p.out_dtype == TOPS_DT_F32) epilogue<float, BN>(p, d, row0, col0, vec_stores != 0);
             else if (p.out_dtype == TOPS_DT_F16) epilogue<__half, BN>(p, d, row0, col0, vec_stores != 0);
             else epilogue<__nv_bfloat16, BN>(p, d, row0, col0, vec_stores != 0);
         }
     }
+    // The peer's consumers arrive on this CTA's barriers until its last
+    // stage: neither CTA leaves before both are done.
+    if (CL > 1) cluster_sync();
 #else
     (void)map_a, (void)map_b, (void)p, (void)vec_stores;
 #endif
@@ -411,10 +459,10 @@ bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN, int STAGES>
+template <int BN, int STAGES, int CL>
 cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, int sms,
                         cudaStream_t stream, const char **what) {
-    auto kernel = fp8_gemm_kernel<BN, STAGES>;
+    auto kernel = fp8_gemm_kernel<BN, STAGES, CL>;
     const size_t smem = gemm_smem<BN, STAGES>();
     // Above 48 KB a kernel needs its limit raised, once per device (so that
     // calls captured into a graph later make no such call).
@@ -431,20 +479,31 @@ cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams
     }
     p.tiles_m = (p.m + kBM - 1) / kBM;
     p.tiles_n = (p.n + BN - 1) / BN;
-    const long long tiles = (long long)p.tiles_m * p.tiles_n;
+    const long long tiles = (long long)(p.tiles_m + CL - 1) / CL * CL * p.tiles_n;
     if (tiles > 0x7FFFFFFF) {
         *what = "the FP8 GEMM's tile count";
         return cudaErrorInvalidValue;
     }
-    // One CTA per SM (the ring takes most of the shared memory);
-    // TOPS_CUDA_FP8_CTAS overrides the count for A/B runs (a count >= the
-    // tiles gives one CTA per tile).
+    // One CTA per SM (the ring takes most of the shared memory), whole
+    // clusters; TOPS_CUDA_FP8_CTAS overrides the count for A/B runs (a count
+    // >= the tiles gives one CTA per tile).
     long long ctas = sms > 0 ? sms : 132;
     const char *e = getenv("TOPS_CUDA_FP8_CTAS");
     if (e && atoll(e) > 0) ctas = atoll(e);
     if (ctas > tiles) ctas = tiles;
-    kernel<<<(unsigned)ctas, kThreads, smem, stream>>>(ma, mb, p, vec);
-    err = cudaGetLastError();
+    ctas = ctas < CL ? CL : ctas / CL * CL;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = CL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)ctas);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    err = cudaLaunchKernelEx(&cfg, kernel, ma, mb, p, vec);
+    if (err == cudaSuccess) err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the FP8 GEMM launch";
     return err;
 }
@@ -487,9 +546,13 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     if (err != cudaSuccess) *what = "the activation quantization launch";
 
     constexpr int bn = 256;
+    // Clusters of two sharing the weight tile (1 or 2: TOPS_CUDA_FP8_CLUSTER
+    // for A/B runs and tests).
+    const char *ce = getenv("TOPS_CUDA_FP8_CLUSTER");
+    const int cl = ce && atoi(ce) == 1 ? 1 : ce && atoi(ce) == 2 ? 2 : kCluster;
     CUtensorMap ma, mb;
     if (err == cudaSuccess && (!make_map(&ma, ws, (int)a->m, (int)a->k, a->k_pad, kBM) ||
-                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, bn))) {
+                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, bn / cl))) {
         err = cudaErrorInvalidValue;
         *what = "cuTensorMapEncodeTiled for the FP8 operands";
     }
@@ -509,7 +572,8 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         // Pair stores (even columns) need every row start 2-element aligned.
         const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
         const int vec = a->ldo % 2 == 0 && (uintptr_t)a->out % (2 * esz) == 0;
-        err = launch_gemm<bn, 4>(ma, mb, p, vec, a->sm_count, stream, what);
+        err = cl == 2 ? launch_gemm<bn, 4, 2>(ma, mb, p, vec, a->sm_count, stream, what)
+                      : launch_gemm<bn, 4, 1>(ma, mb, p, vec, a->sm_count, stream, what);
     }
     cudaError_t e2 = cudaFreeAsync(ws, stream);
     if (err == cudaSuccess && e2 != cudaSuccess) {
