@@ -32,7 +32,6 @@ namespace {
 constexpr int kBM = 128;       // tile rows (tokens): two consumer warpgroups of 64
 constexpr int kBK = 128;       // K per stage: one 128-byte swizzle row of e4m3
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
-constexpr int kCluster = 2;    // CTAs per cluster by default (see fp8_gemm_kernel)
 
 struct GemmParams {
     const float *row_scale;     // [m]
@@ -114,17 +113,23 @@ __global__ void __launch_bounds__(32 * kQuantRows) quant_rows_kernel(const T *x,
     if (row >= m) return;
     const T *xr = x + (long long)row * ldx;
     uint4 c[kQuantKeep][2];
+    // All of the lane's loads go out before the first use: with 16-byte
+    // rows and K a multiple of 16 they are plain predicated loads.
+    if (vec && k % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < kQuantKeep; i++) {
+            const int k0 = 16 * (32 * i + lane);
+            const uint4 *src = reinterpret_cast<const uint4 *>(xr + k0);
+            c[i][0] = k0 < k ? src[0] : make_uint4(0, 0, 0, 0);
+            c[i][1] = k0 < k ? src[1] : make_uint4(0, 0, 0, 0);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < kQuantKeep; i++) load16(xr, 16 * (32 * i + lane), k, vec != 0, c[i]);
+    }
     float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < kQuantKeep; i++) {
-        const int k0 = 16 * (32 * i + lane);
-        if (k0 < k) {
-            load16(xr, k0, k, vec != 0, c[i]);
-            amax = amax16<T>(c[i], amax);
-        } else {
-            c[i][0] = c[i][1] = make_uint4(0, 0, 0, 0);
-        }
-    }
+    for (int i = 0; i < kQuantKeep; i++) amax = amax16<T>(c[i], amax);
     uint4 t[2];
     for (int k0 = 16 * (32 * kQuantKeep + lane); k0 < k; k0 += 512) {
         load16(xr, k0, k, vec != 0, t);
@@ -178,31 +183,6 @@ __device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint
             smem_addr(dst)),
         "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(k0), "r"(row0)
         : "memory");
-}
-
-// The same tile into this shared-memory offset of every CTA in ctas (a
-// cluster bit mask), completing on each one's barrier at bar's offset.
-__device__ __forceinline__ void tma_load_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int k0, int row0,
-                                                   uint16_t ctas) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(k0), "r"(row0), "h"(ctas)
-                 : "memory");
-}
-// Arrive on the barrier at b's offset in cluster CTA `rank`.
-__device__ __forceinline__ void bar_arrive_cluster(uint64_t *b, uint32_t rank) {
-    asm volatile("{\n .reg .b32 r;\n mapa.shared::cluster.u32 r, %0, %1;\n"
-                 " mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r];\n}" ::"r"(smem_addr(b)),
-                 "r"(rank)
-                 : "memory");
-}
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;" ::: "memory");
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
 }
 
 // wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row atoms
@@ -290,10 +270,13 @@ __device__ __forceinline__ void st2(__nv_bfloat16 *o, float2 v) {
 // streams the next tile, so it cannot stage them): accumulator i of lane l
 // in warp w is row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) +
 // 2 (l % 4) + i % 2 of the warpgroup's 64 x BN block.  Each value is
-// acc x (row scale x tensor scale x channel scale), multiplied into or
+// acc x (row scale x tensor scale) x channel scale, multiplied into or
 // added onto out; a lane stores two neighbours at once where aligned.
+// sc / sr: the block's channel and row scales in shared memory (global
+// loads here, one per column step, would each wait for L2).
 template <typename T, int BN>
-__device__ __forceinline__ void epilogue(const GemmParams &p, const float (&d)[BN / 2], int row0, int col0, bool vec) {
+__device__ __forceinline__ void epilogue(const GemmParams &p, const float (&d)[BN / 2], int row0, int col0, bool vec,
+                                         const float *sc, const float *sr) {
     const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
     T *out = static_cast<T *>(p.out);
     float rs[2];
@@ -301,15 +284,14 @@ __device__ __forceinline__ void epilogue(const GemmParams &p, const float (&d)[B
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         rows[h] = row0 + 16 * warp + lane / 4 + 8 * h;
-        rs[h] = rows[h] < p.m ? p.row_scale[rows[h]] * p.global : 0.0f;
+        rs[h] = sr[16 * warp + lane / 4 + 8 * h];
     }
 #pragma unroll
     for (int j = 0; j < BN / 8; j++) {
         const int col = col0 + 8 * j + 2 * (lane & 3);
         if (col >= p.n) continue;
         const bool two = col + 1 < p.n;
-        float2 cs = make_float2(1.0f, 1.0f);
-        if (p.ch_scale) cs = two ? *reinterpret_cast<const float2 *>(p.ch_scale + col) : make_float2(p.ch_scale[col], 0.0f);
+        const float2 cs = *reinterpret_cast<const float2 *>(sc + 8 * j + 2 * (lane & 3));
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             if (rows[h] >= p.m) continue;
@@ -330,10 +312,7 @@ __device__ __forceinline__ void epilogue(const GemmParams &p, const float (&d)[B
 }
 #endif // TOPS_FP8_WGMMA
 
-// CL = 2: a cluster of two CTAs on vertically neighbouring tiles (same
-// weight columns); each loads half of the weight tile and multicasts it
-// into both, which halves the weight tiles' L2 reads.
-template <int BN, int STAGES, int CL>
+template <int BN, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const GemmParams p, int vec_stores) {
@@ -344,22 +323,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned char *smem = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     unsigned char *sa = smem, *sb = smem + STAGES * kStageA;
     uint64_t *full = reinterpret_cast<uint64_t *>(sb + STAGES * kStageB), *empty = full + STAGES;
+    // Per consumer warpgroup: BN channel scales, then 64 row scales.
+    float *scales = reinterpret_cast<float *>(empty + STAGES);
+    static_assert(BN == 256, "two channel scales per consumer thread");
 
     const int wg = threadIdx.x / 128;
-    // A cluster takes CL vertically adjacent tiles (a tile pair past the
-    // last row tile reads zeros and stores nothing).
-    const int tiles_m = (p.tiles_m + CL - 1) / CL * CL;
-    const int ktiles = (p.k + kBK - 1) / kBK, tiles = tiles_m * p.tiles_n;
-    const uint32_t rank = CL > 1 ? cluster_rank() : 0;
+    const int ktiles = (p.k + kBK - 1) / kBK, tiles = p.tiles_m * p.tiles_n;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             bar_init(&full[s], 1);
-            bar_init(&empty[s], 8 * CL); // one arrive per consumer warp of the cluster
+            bar_init(&empty[s], 8); // one arrive per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    if (CL > 1) cluster_sync(); // the peer's barriers exist before anything lands on them
-    else __syncthreads();
+    __syncthreads();
 
     // Persistent: CTA b takes tiles b, b + gridDim.x, ...; the ring position
     // `it` (K blocks so far) runs on across tiles, so the producer loads the
@@ -371,18 +348,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x == 0) {
             uint32_t it = 0;
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int tm = tile % tiles_m, tn = tile / tiles_m;
+                const int tm = tile % p.tiles_m, tn = tile / p.tiles_m;
                 for (int kt = 0; kt < ktiles; kt++, it++) {
                     const int s = it % STAGES;
-                    // With CL = 2 this waits for both CTAs' consumers: the
-                    // multicast writes the peer's slot too.
                     if (it >= STAGES) bar_wait(&empty[s], ((it / STAGES) + 1) & 1);
                     bar_expect_tx(&full[s], kStageA + kStageB);
                     tma_load(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
-                    if (CL > 1)
-                        tma_load_multicast(sb + s * kStageB + rank * (kStageB / CL), &map_b, &full[s], kt * kBK,
-                                           tn * BN + (int)rank * (BN / CL), (uint16_t)((1u << CL) - 1));
-                    else tma_load(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
+                    tma_load(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
                 }
             }
         }
@@ -390,15 +362,19 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
         const bool lane0 = (threadIdx.x & 31) == 0;
-        // A consumed slot goes back to every CTA that writes into it.
-        auto release = [](uint64_t *b) {
-            if (CL > 1)
-                for (uint32_t r = 0; r < CL; r++) bar_arrive_cluster(b, r);
-            else bar_arrive(b);
-        };
         uint32_t it = 0;
         for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int tm = tile % tiles_m, tn = tile / tiles_m;
+            const int tm = tile % p.tiles_m, tn = tile / p.tiles_m;
+            const int row0 = tm * kBM + cw * 64, col0 = tn * BN, t = threadIdx.x & 127;
+            // This tile's scales, loaded now so that their latency hides
+            // under the K loop: columns col0 + 2t, + 1; row row0 + t.
+            float2 csv = make_float2(1.0f, 1.0f);
+            if (p.ch_scale) {
+                const int c = col0 + 2 * t;
+                csv.x = c < p.n ? p.ch_scale[c] : 0.0f;
+                csv.y = c + 1 < p.n ? p.ch_scale[c + 1] : 0.0f;
+            }
+            const float rsv = t < 64 && row0 + t < p.m ? p.row_scale[row0 + t] * p.global : 0.0f;
             float d[BN / 2]; // written first by the scale-d = 0 stage (K >= 1)
             for (int kt = 0; kt < ktiles; kt++, it++) {
                 const int s = it % STAGES;
@@ -410,20 +386,22 @@ __global__ void __launch_bounds__(kThreads, 1)
                 wgmma_commit();
                 // The previous stage's products are done: hand its slot back.
                 wgmma_wait<1>();
-                if (kt > 0 && lane0) release(&empty[(it - 1) % STAGES]);
+                if (kt > 0 && lane0) bar_arrive(&empty[(it - 1) % STAGES]);
             }
             wgmma_wait<0>();
             fence_regs(d);
-            if (lane0) release(&empty[(it - 1) % STAGES]);
-            const int row0 = tm * kBM + cw * 64, col0 = tn * BN;
-            if (p.out_dtype == TOPS_DT_F32) epilogue<float, BN>(p, d, row0, col0, vec_stores != 0);
-            else if (p.out_dtype == TOPS_DT_F16) epilogue<__half, BN>(p, d, row0, col0, vec_stores != 0);
-            else epilogue<__nv_bfloat16, BN>(p, d, row0, col0, vec_stores != 0);
+            if (lane0) bar_arrive(&empty[(it - 1) % STAGES]);
+            float *sc = scales + cw * (BN + 64), *sr = sc + BN;
+            // The warpgroup's reads of the previous tile's scales are done.
+            asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+            *reinterpret_cast<float2 *>(sc + 2 * t) = csv;
+            if (t < 64) sr[t] = rsv;
+            asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+            if (p.out_dtype == TOPS_DT_F32) epilogue<float, BN>(p, d, row0, col0, vec_stores != 0, sc, sr);
+            else if (p.out_dtype == TOPS_DT_F16) epilogue<__half, BN>(p, d, row0, col0, vec_stores != 0, sc, sr);
+            else epilogue<__nv_bfloat16, BN>(p, d, row0, col0, vec_stores != 0, sc, sr);
         }
     }
-    // The peer's consumers arrive on this CTA's barriers until its last
-    // stage: neither CTA leaves before both are done.
-    if (CL > 1) cluster_sync();
 #else
     (void)map_a, (void)map_b, (void)p, (void)vec_stores;
 #endif
@@ -431,7 +409,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int BN, int STAGES>
 constexpr size_t gemm_smem() {
-    return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 1024;
+    return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 2 * (BN + 64) * sizeof(float) +
+           1024;
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
@@ -459,10 +438,10 @@ bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <int BN, int STAGES, int CL>
+template <int BN, int STAGES>
 cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, int sms,
                         cudaStream_t stream, const char **what) {
-    auto kernel = fp8_gemm_kernel<BN, STAGES, CL>;
+    auto kernel = fp8_gemm_kernel<BN, STAGES>;
     const size_t smem = gemm_smem<BN, STAGES>();
     // Above 48 KB a kernel needs its limit raised, once per device (so that
     // calls captured into a graph later make no such call).
@@ -479,31 +458,20 @@ cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams
     }
     p.tiles_m = (p.m + kBM - 1) / kBM;
     p.tiles_n = (p.n + BN - 1) / BN;
-    const long long tiles = (long long)(p.tiles_m + CL - 1) / CL * CL * p.tiles_n;
+    const long long tiles = (long long)p.tiles_m * p.tiles_n;
     if (tiles > 0x7FFFFFFF) {
         *what = "the FP8 GEMM's tile count";
         return cudaErrorInvalidValue;
     }
-    // One CTA per SM (the ring takes most of the shared memory), whole
-    // clusters; TOPS_CUDA_FP8_CTAS overrides the count for A/B runs (a count
-    // >= the tiles gives one CTA per tile).
+    // One CTA per SM (the ring takes most of the shared memory);
+    // TOPS_CUDA_FP8_CTAS overrides the count for A/B runs (a count >= the
+    // tiles gives one CTA per tile).
     long long ctas = sms > 0 ? sms : 132;
     const char *e = getenv("TOPS_CUDA_FP8_CTAS");
     if (e && atoll(e) > 0) ctas = atoll(e);
     if (ctas > tiles) ctas = tiles;
-    ctas = ctas < CL ? CL : ctas / CL * CL;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = CL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3((unsigned)ctas);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    err = cudaLaunchKernelEx(&cfg, kernel, ma, mb, p, vec);
-    if (err == cudaSuccess) err = cudaGetLastError();
+    kernel<<<(unsigned)ctas, kThreads, smem, stream>>>(ma, mb, p, vec);
+    err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the FP8 GEMM launch";
     return err;
 }
@@ -546,13 +514,9 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     if (err != cudaSuccess) *what = "the activation quantization launch";
 
     constexpr int bn = 256;
-    // Clusters of two sharing the weight tile (1 or 2: TOPS_CUDA_FP8_CLUSTER
-    // for A/B runs and tests).
-    const char *ce = getenv("TOPS_CUDA_FP8_CLUSTER");
-    const int cl = ce && atoi(ce) == 1 ? 1 : ce && atoi(ce) == 2 ? 2 : kCluster;
     CUtensorMap ma, mb;
     if (err == cudaSuccess && (!make_map(&ma, ws, (int)a->m, (int)a->k, a->k_pad, kBM) ||
-                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, bn / cl))) {
+                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, bn))) {
         err = cudaErrorInvalidValue;
         *what = "cuTensorMapEncodeTiled for the FP8 operands";
     }
@@ -572,8 +536,7 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         // Pair stores (even columns) need every row start 2-element aligned.
         const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
         const int vec = a->ldo % 2 == 0 && (uintptr_t)a->out % (2 * esz) == 0;
-        err = cl == 2 ? launch_gemm<bn, 4, 2>(ma, mb, p, vec, a->sm_count, stream, what)
-                      : launch_gemm<bn, 4, 1>(ma, mb, p, vec, a->sm_count, stream, what);
+        err = launch_gemm<bn, 4>(ma, mb, p, vec, a->sm_count, stream, what);
     }
     cudaError_t e2 = cudaFreeAsync(ws, stream);
     if (err == cudaSuccess && e2 != cudaSuccess) {
