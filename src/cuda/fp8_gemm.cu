@@ -21,8 +21,6 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
-#include <cstdlib>
-
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TOPS_FP8_WGMMA 1
 #endif
@@ -41,113 +39,67 @@ struct GemmParams {
     long long ldo;
     int out_dtype, accumulate;
     int m, n, k;
-    int tiles_m, tiles_n;
+    int tiles_m;
 };
 
 // ---- activations to e4m3 ---------------------------------------------------
 
-__device__ __forceinline__ float2 to_f2(__half2 h) { return __half22float2(h); }
-__device__ __forceinline__ float2 to_f2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
-template <typename T> struct Pair2;
-template <> struct Pair2<__half> { using type = __half2; };
-template <> struct Pair2<__nv_bfloat16> { using type = __nv_bfloat162; };
+__device__ __forceinline__ float load_act(const __half *x, long long i) { return __half2float(x[i]); }
+__device__ __forceinline__ float load_act(const __nv_bfloat16 *x, long long i) { return __bfloat162float(x[i]); }
 
-// 16 consecutive activations at k0 (zeros from k on) as raw 16-bit values:
-// two 16-byte loads when the row allows it.
+// 8 consecutive activations as f32 (16-byte load when the row allows it).
 template <typename T>
-__device__ __forceinline__ void load16(const T *row, int k0, int k, bool vec, uint4 (&c)[2]) {
-    if (vec && k0 + 16 <= k) {
-        const uint4 *src = reinterpret_cast<const uint4 *>(row + k0);
-        c[0] = src[0], c[1] = src[1];
+__device__ __forceinline__ void load8(const T *row, int k0, int k, bool vec, float v[8]) {
+    if (vec && k0 + 8 <= k) {
+        uint4 u = *reinterpret_cast<const uint4 *>(row + k0);
+        const T *h = reinterpret_cast<const T *>(&u);
+#pragma unroll
+        for (int i = 0; i < 8; i++) v[i] = load_act(h, i);
     } else {
-        T *h = reinterpret_cast<T *>(c);
 #pragma unroll
-        for (int i = 0; i < 16; i++) h[i] = k0 + i < k ? row[k0 + i] : T(0.0f);
+        for (int i = 0; i < 8; i++) v[i] = k0 + i < k ? load_act(row, k0 + i) : 0.0f;
     }
 }
 
+// One block per row: amax, then codes.  Columns k..k_pad-1 get zero codes.
 template <typename T>
-__device__ __forceinline__ float amax16(const uint4 (&c)[2], float amax) {
-    const typename Pair2<T>::type *h = reinterpret_cast<const typename Pair2<T>::type *>(c);
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        float2 f = to_f2(h[i]);
-        amax = fmaxf(amax, fmaxf(fabsf(f.x), fabsf(f.y)));
-    }
-    return amax;
-}
-
-// 16 codes e4m3_satfinite_rne(x / s) (zeros when s = 0) as one 16-byte store.
-template <typename T>
-__device__ __forceinline__ void quant16(const uint4 (&c)[2], float s, unsigned char *dst) {
-    const typename Pair2<T>::type *h = reinterpret_cast<const typename Pair2<T>::type *>(c);
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint32_t b = 0;
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            float2 f = to_f2(h[2 * i + j]);
-            // Correctly rounded division, as the host's reference does.
-            float a0 = s > 0.0f ? f.x / s : 0.0f, a1 = s > 0.0f ? f.y / s : 0.0f;
-            __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(make_float2(a0, a1), __NV_SATFINITE, __NV_E4M3);
-            b |= (uint32_t)p << (16 * j);
-        }
-        w[i] = b;
-    }
-    *reinterpret_cast<uint4 *>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-constexpr int kQuantRows = 4;  // rows (warps) per block (94 registers: 5 blocks per SM)
-constexpr int kQuantKeep = 8;  // 16-element chunks per lane kept in registers: K <= 4096 reads x once
-
-// One warp per row: amax over the row (the first kQuantKeep x 512 columns
-// stay in registers), s = amax / 448 in f32, then the codes, 16 bytes per
-// lane.  Columns k..k_pad-1 get zero codes (k_pad is a multiple of 64, so
-// a chunk that starts below k_pad ends within it).
-template <typename T>
-__global__ void __launch_bounds__(32 * kQuantRows) quant_rows_kernel(const T *x, long long ldx, int m, int k,
-                                                                     int k_pad, int vec, unsigned char *q,
-                                                                     float *scales) {
-    const int row = blockIdx.x * kQuantRows + threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (row >= m) return;
+__global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long ldx, int k, int k_pad, int vec,
+                                                         unsigned char *q, float *scales) {
+    const int row = blockIdx.x;
     const T *xr = x + (long long)row * ldx;
-    uint4 c[kQuantKeep][2];
-    // All of the lane's loads go out before the first use: with 16-byte
-    // rows and K a multiple of 16 they are plain predicated loads.
-    if (vec && k % 16 == 0) {
-#pragma unroll
-        for (int i = 0; i < kQuantKeep; i++) {
-            const int k0 = 16 * (32 * i + lane);
-            const uint4 *src = reinterpret_cast<const uint4 *>(xr + k0);
-            c[i][0] = k0 < k ? src[0] : make_uint4(0, 0, 0, 0);
-            c[i][1] = k0 < k ? src[1] : make_uint4(0, 0, 0, 0);
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < kQuantKeep; i++) load16(xr, 16 * (32 * i + lane), k, vec != 0, c[i]);
-    }
     float amax = 0.0f;
+    float v[8];
+    for (int k0 = threadIdx.x * 8; k0 < k; k0 += blockDim.x * 8) {
+        load8(xr, k0, k, vec != 0, v);
 #pragma unroll
-    for (int i = 0; i < kQuantKeep; i++) amax = amax16<T>(c[i], amax);
-    uint4 t[2];
-    for (int k0 = 16 * (32 * kQuantKeep + lane); k0 < k; k0 += 512) {
-        load16(xr, k0, k, vec != 0, t);
-        amax = amax16<T>(t, amax);
+        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
     }
+    __shared__ float red[8];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
+    __syncthreads();
+    amax = red[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) amax = fmaxf(amax, red[w]);
+    // s = amax / 448 in f32 (correctly rounded division, as the host's reference does).
     const float s = amax / 448.0f;
-    if (lane == 0) scales[row] = s;
+    if (threadIdx.x == 0) scales[row] = s;
     unsigned char *qr = q + (long long)row * k_pad;
+    for (int k0 = threadIdx.x * 8; k0 < k_pad; k0 += blockDim.x * 8) {
+        load8(xr, k0, k, vec != 0, v);
+        uint32_t w[2];
 #pragma unroll
-    for (int i = 0; i < kQuantKeep; i++) {
-        const int k0 = 16 * (32 * i + lane);
-        if (k0 < k_pad) quant16<T>(c[i], s, qr + k0);
-    }
-    for (int k0 = 16 * (32 * kQuantKeep + lane); k0 < k_pad; k0 += 512) {
-        load16(xr, k0, k, vec != 0, t);
-        quant16<T>(t, s, qr + k0);
+        for (int i = 0; i < 2; i++) {
+            uint32_t b = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j += 2) {
+                float a0 = s > 0.0f ? v[4 * i + j] / s : 0.0f, a1 = s > 0.0f ? v[4 * i + j + 1] / s : 0.0f;
+                __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(make_float2(a0, a1), __NV_SATFINITE, __NV_E4M3);
+                b |= (uint32_t)p << (8 * j);
+            }
+            w[i] = b;
+        }
+        *reinterpret_cast<uint2 *>(qr + k0) = make_uint2(w[0], w[1]);
     }
 }
 
@@ -249,64 +201,52 @@ __device__ __forceinline__ void wgmma_stage(float (&d)[128], const unsigned char
     for (int kk = 1; kk < kBK / 32; kk++) wgmma_n256<1>(d, smem_desc(a + 32 * kk), smem_desc(b + 32 * kk));
 }
 
-__device__ __forceinline__ float to_f(float v) { return v; }
-__device__ __forceinline__ float to_f(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void from_f(float *o, float v) { *o = v; }
-__device__ __forceinline__ void from_f(__half *o, float v) { *o = __float2half_rn(v); }
-__device__ __forceinline__ void from_f(__nv_bfloat16 *o, float v) { *o = __float2bfloat16_rn(v); }
-__device__ __forceinline__ float2 ld2(const float *o) { return *reinterpret_cast<const float2 *>(o); }
-__device__ __forceinline__ float2 ld2(const __half *o) { return __half22float2(*reinterpret_cast<const __half2 *>(o)); }
-__device__ __forceinline__ float2 ld2(const __nv_bfloat16 *o) {
-    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(o));
-}
-__device__ __forceinline__ void st2(float *o, float2 v) { *reinterpret_cast<float2 *>(o) = v; }
-__device__ __forceinline__ void st2(__half *o, float2 v) { *reinterpret_cast<__half2 *>(o) = __float22half2_rn(v); }
-__device__ __forceinline__ void st2(__nv_bfloat16 *o, float2 v) {
-    *reinterpret_cast<__nv_bfloat162 *>(o) = __float22bfloat162_rn(v);
-}
-
-// The epilogue straight from the accumulators (the stage ring already
-// streams the next tile, so it cannot stage them): accumulator i of lane l
-// in warp w is row 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) +
-// 2 (l % 4) + i % 2 of the warpgroup's 64 x BN block.  Each value is
-// acc x (row scale x tensor scale) x channel scale, multiplied into or
-// added onto out; a lane stores two neighbours at once where aligned.
-// sc / sr: the block's channel and row scales in shared memory (global
-// loads here, one per column step, would each wait for L2).
-template <typename T, int BN>
-__device__ __forceinline__ void epilogue(const GemmParams &p, const float (&d)[BN / 2], int row0, int col0, bool vec,
-                                         const float *sc, const float *sr) {
-    const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
-    T *out = static_cast<T *>(p.out);
-    float rs[2];
-    int rows[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        rows[h] = row0 + 16 * warp + lane / 4 + 8 * h;
-        rs[h] = sr[16 * warp + lane / 4 + 8 * h];
-    }
-#pragma unroll
-    for (int j = 0; j < BN / 8; j++) {
-        const int col = col0 + 8 * j + 2 * (lane & 3);
-        if (col >= p.n) continue;
-        const bool two = col + 1 < p.n;
-        const float2 cs = *reinterpret_cast<const float2 *>(sc + 8 * j + 2 * (lane & 3));
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (rows[h] >= p.m) continue;
-            T *o = out + (long long)rows[h] * p.ldo + col;
-            float2 v = make_float2(d[4 * j + 2 * h] * (rs[h] * cs.x), d[4 * j + 2 * h + 1] * (rs[h] * cs.y));
-            if (vec && two) {
-                if (p.accumulate) {
-                    float2 old = ld2(o);
-                    v.x += old.x, v.y += old.y;
-                }
-                st2(o, v);
-            } else {
-                from_f(o, p.accumulate ? to_f(o[0]) + v.x : v.x);
-                if (two) from_f(o + 1, p.accumulate ? to_f(o[1]) + v.y : v.y);
+// Four neighbours of one output row (col .. col + 3 < p.n where valid).
+__device__ __forceinline__ void store4(const GemmParams &p, int row, int col, float4 v, bool vec) {
+    const long long off = (long long)row * p.ldo + col;
+    float r[4] = {v.x, v.y, v.z, v.w};
+    if (vec && col + 3 < p.n) {
+        if (p.out_dtype == TOPS_DT_F32) {
+            float4 *o = reinterpret_cast<float4 *>(static_cast<float *>(p.out) + off);
+            if (p.accumulate) {
+                float4 old = *o;
+                v.x += old.x, v.y += old.y, v.z += old.z, v.w += old.w;
             }
+            *o = v;
+        } else if (p.out_dtype == TOPS_DT_F16) {
+            __half2 *o = reinterpret_cast<__half2 *>(static_cast<__half *>(p.out) + off);
+            uint2 u = *reinterpret_cast<uint2 *>(o), w;
+            if (p.accumulate) {
+                float2 a = __half22float2(*reinterpret_cast<__half2 *>(&u.x)), b = __half22float2(*reinterpret_cast<__half2 *>(&u.y));
+                r[0] += a.x, r[1] += a.y, r[2] += b.x, r[3] += b.y;
+            }
+            __half2 lo = __floats2half2_rn(r[0], r[1]), hi = __floats2half2_rn(r[2], r[3]);
+            w.x = *reinterpret_cast<uint32_t *>(&lo), w.y = *reinterpret_cast<uint32_t *>(&hi);
+            *reinterpret_cast<uint2 *>(o) = w;
+        } else {
+            __nv_bfloat162 *o = reinterpret_cast<__nv_bfloat162 *>(static_cast<__nv_bfloat16 *>(p.out) + off);
+            uint2 u = *reinterpret_cast<uint2 *>(o), w;
+            if (p.accumulate) {
+                float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.x)),
+                       b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.y));
+                r[0] += a.x, r[1] += a.y, r[2] += b.x, r[3] += b.y;
+            }
+            __nv_bfloat162 lo = __floats2bfloat162_rn(r[0], r[1]), hi = __floats2bfloat162_rn(r[2], r[3]);
+            w.x = *reinterpret_cast<uint32_t *>(&lo), w.y = *reinterpret_cast<uint32_t *>(&hi);
+            *reinterpret_cast<uint2 *>(o) = w;
+        }
+        return;
+    }
+    for (int i = 0; i < 4 && col + i < p.n; i++) {
+        if (p.out_dtype == TOPS_DT_F32) {
+            float *o = static_cast<float *>(p.out) + off + i;
+            *o = p.accumulate ? *o + r[i] : r[i];
+        } else if (p.out_dtype == TOPS_DT_F16) {
+            __half *o = static_cast<__half *>(p.out) + off + i;
+            *o = __float2half_rn(p.accumulate ? __half2float(*o) + r[i] : r[i]);
+        } else {
+            __nv_bfloat16 *o = static_cast<__nv_bfloat16 *>(p.out) + off + i;
+            *o = __float2bfloat16_rn(p.accumulate ? __bfloat162float(*o) + r[i] : r[i]);
         }
     }
 }
@@ -323,12 +263,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned char *smem = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
     unsigned char *sa = smem, *sb = smem + STAGES * kStageA;
     uint64_t *full = reinterpret_cast<uint64_t *>(sb + STAGES * kStageB), *empty = full + STAGES;
-    // Per consumer warpgroup: BN channel scales, then 64 row scales.
-    float *scales = reinterpret_cast<float *>(empty + STAGES);
-    static_assert(BN == 256, "two channel scales per consumer thread");
 
+    // Tokens fastest: the CTAs in flight share a few weight column tiles
+    // and all of the (smaller) activation codes in L2.
+    const int tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
     const int wg = threadIdx.x / 128;
-    const int ktiles = (p.k + kBK - 1) / kBK, tiles = p.tiles_m * p.tiles_n;
+    const int ktiles = (p.k + kBK - 1) / kBK;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             bar_init(&full[s], 1);
@@ -338,68 +278,69 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 
-    // Persistent: CTA b takes tiles b, b + gridDim.x, ...; the ring position
-    // `it` (K blocks so far) runs on across tiles, so the producer loads the
-    // next tile's first stages while the consumers run the epilogue.  Tokens
-    // fastest: the CTAs in flight share a few weight column tiles and all of
-    // the (smaller) activation codes in L2.
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x == 0) {
-            uint32_t it = 0;
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-                const int tm = tile % p.tiles_m, tn = tile / p.tiles_m;
-                for (int kt = 0; kt < ktiles; kt++, it++) {
-                    const int s = it % STAGES;
-                    if (it >= STAGES) bar_wait(&empty[s], ((it / STAGES) + 1) & 1);
-                    bar_expect_tx(&full[s], kStageA + kStageB);
-                    tma_load(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
-                    tma_load(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
-                }
+            for (int kt = 0; kt < ktiles; kt++) {
+                const int s = kt % STAGES;
+                if (kt >= STAGES) bar_wait(&empty[s], ((kt / STAGES) + 1) & 1);
+                bar_expect_tx(&full[s], kStageA + kStageB);
+                tma_load(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
+                tma_load(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
             }
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
-        const bool lane0 = (threadIdx.x & 31) == 0;
-        uint32_t it = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int tm = tile % p.tiles_m, tn = tile / p.tiles_m;
-            const int row0 = tm * kBM + cw * 64, col0 = tn * BN, t = threadIdx.x & 127;
-            // This tile's scales, loaded now so that their latency hides
-            // under the K loop: columns col0 + 2t, + 1; row row0 + t.
-            float2 csv = make_float2(1.0f, 1.0f);
-            if (p.ch_scale) {
-                const int c = col0 + 2 * t;
-                csv.x = c < p.n ? p.ch_scale[c] : 0.0f;
-                csv.y = c + 1 < p.n ? p.ch_scale[c + 1] : 0.0f;
-            }
-            const float rsv = t < 64 && row0 + t < p.m ? p.row_scale[row0 + t] * p.global : 0.0f;
-            float d[BN / 2]; // written first by the scale-d = 0 stage (K >= 1)
-            for (int kt = 0; kt < ktiles; kt++, it++) {
-                const int s = it % STAGES;
-                bar_wait(&full[s], (it / STAGES) & 1);
-                wgmma_fence();
-                const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
-                if (kt == 0) wgmma_stage<true>(d, a, b);
-                else wgmma_stage<false>(d, a, b);
-                wgmma_commit();
-                // The previous stage's products are done: hand its slot back.
-                wgmma_wait<1>();
-                if (kt > 0 && lane0) bar_arrive(&empty[(it - 1) % STAGES]);
-            }
-            wgmma_wait<0>();
-            fence_regs(d);
-            if (lane0) bar_arrive(&empty[(it - 1) % STAGES]);
-            float *sc = scales + cw * (BN + 64), *sr = sc + BN;
-            // The warpgroup's reads of the previous tile's scales are done.
-            asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-            *reinterpret_cast<float2 *>(sc + 2 * t) = csv;
-            if (t < 64) sr[t] = rsv;
-            asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-            if (p.out_dtype == TOPS_DT_F32) epilogue<float, BN>(p, d, row0, col0, vec_stores != 0, sc, sr);
-            else if (p.out_dtype == TOPS_DT_F16) epilogue<__half, BN>(p, d, row0, col0, vec_stores != 0, sc, sr);
-            else epilogue<__nv_bfloat16, BN>(p, d, row0, col0, vec_stores != 0, sc, sr);
+        float d[BN / 2]; // written first by the scale-d = 0 stage (K >= 1)
+        for (int kt = 0; kt < ktiles; kt++) {
+            const int s = kt % STAGES;
+            bar_wait(&full[s], (kt / STAGES) & 1);
+            wgmma_fence();
+            const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
+            if (kt == 0) wgmma_stage<true>(d, a, b);
+            else wgmma_stage<false>(d, a, b);
+            wgmma_commit();
+            // The previous stage's products are done: hand its slot back.
+            wgmma_wait<1>();
+            if (kt > 0 && (threadIdx.x & 31) == 0) bar_arrive(&empty[(kt - 1) % STAGES]);
+        }
+        wgmma_wait<0>();
+        fence_regs(d);
+
+        // Epilogue through shared memory (the stage ring is idle once both
+        // consumer warpgroups are past their last wgmma), so that the global
+        // stores are whole rows.  Accumulator i of lane l in warp w is row
+        // 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2;
+        // rows padded by 8 floats keep a half-warp's float2 stores off each
+        // other's banks.
+        constexpr int ld = BN + 8;
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        float *c = reinterpret_cast<float *>(smem) + cw * 64 * ld;
+        const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
+#pragma unroll
+        for (int j = 0; j < BN / 8; j++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                *reinterpret_cast<float2 *>(c + (warp * 16 + lane / 4 + 8 * h) * ld + 8 * j + 2 * (lane & 3)) =
+                    make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+        asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+        const int t = threadIdx.x & 127;
+        const int col = 4 * (t % (BN / 4)), col_g = tn * BN + col;
+        float4 cs = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
+        if (p.ch_scale && col_g < p.n) {
+            cs.x = p.ch_scale[col_g];
+            cs.y = col_g + 1 < p.n ? p.ch_scale[col_g + 1] : 0.0f;
+            cs.z = col_g + 2 < p.n ? p.ch_scale[col_g + 2] : 0.0f;
+            cs.w = col_g + 3 < p.n ? p.ch_scale[col_g + 3] : 0.0f;
+        }
+        for (int r = t / (BN / 4); r < 64; r += 128 / (BN / 4)) {
+            const int row = tm * kBM + cw * 64 + r;
+            if (row >= p.m || col_g >= p.n) continue;
+            const float rs = p.row_scale[row] * p.global;
+            float4 v = *reinterpret_cast<const float4 *>(c + r * ld + col);
+            v.x *= rs * cs.x, v.y *= rs * cs.y, v.z *= rs * cs.z, v.w *= rs * cs.w;
+            store4(p, row, col_g, v, vec_stores != 0);
         }
     }
 #else
@@ -409,8 +350,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 template <int BN, int STAGES>
 constexpr size_t gemm_smem() {
-    return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 2 * (BN + 64) * sizeof(float) +
-           1024;
+    // The epilogue's staging (two warpgroups x 64 rows x (BN + 8) floats) reuses the ring.
+    static_assert(2 * 64 * (BN + 8) * 4 <= STAGES * (kBM + BN) * kBK, "epilogue staging exceeds the stage ring");
+    return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 1024;
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
@@ -439,8 +381,8 @@ bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld,
 }
 
 template <int BN, int STAGES>
-cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, int sms,
-                        cudaStream_t stream, const char **what) {
+cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
+                        const char **what) {
     auto kernel = fp8_gemm_kernel<BN, STAGES>;
     const size_t smem = gemm_smem<BN, STAGES>();
     // Above 48 KB a kernel needs its limit raised, once per device (so that
@@ -457,20 +399,8 @@ cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams
         return err;
     }
     p.tiles_m = (p.m + kBM - 1) / kBM;
-    p.tiles_n = (p.n + BN - 1) / BN;
-    const long long tiles = (long long)p.tiles_m * p.tiles_n;
-    if (tiles > 0x7FFFFFFF) {
-        *what = "the FP8 GEMM's tile count";
-        return cudaErrorInvalidValue;
-    }
-    // One CTA per SM (the ring takes most of the shared memory);
-    // TOPS_CUDA_FP8_CTAS overrides the count for A/B runs (a count >= the
-    // tiles gives one CTA per tile).
-    long long ctas = sms > 0 ? sms : 132;
-    const char *e = getenv("TOPS_CUDA_FP8_CTAS");
-    if (e && atoll(e) > 0) ctas = atoll(e);
-    if (ctas > tiles) ctas = tiles;
-    kernel<<<(unsigned)ctas, kThreads, smem, stream>>>(ma, mb, p, vec);
+    const long long tiles = (long long)p.tiles_m * ((p.n + BN - 1) / BN);
+    kernel<<<(unsigned)tiles, kThreads, smem, stream>>>(ma, mb, p, vec);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the FP8 GEMM launch";
     return err;
@@ -502,14 +432,12 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     }
     float *row_scale = reinterpret_cast<float *>(ws + qbytes); // k_pad is a multiple of 64: aligned
     const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
-    const unsigned qblocks = (unsigned)((a->m + kQuantRows - 1) / kQuantRows);
     if (a->x_bf16)
-        quant_rows_kernel<__nv_bfloat16><<<qblocks, 32 * kQuantRows, 0, stream>>>(
-            static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->m, (int)a->k, (int)a->k_pad, vec, ws,
-            row_scale);
+        quant_rows_kernel<__nv_bfloat16><<<(unsigned)a->m, 256, 0, stream>>>(
+            static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws, row_scale);
     else
-        quant_rows_kernel<__half><<<qblocks, 32 * kQuantRows, 0, stream>>>(
-            static_cast<const __half *>(a->x), a->ldx, (int)a->m, (int)a->k, (int)a->k_pad, vec, ws, row_scale);
+        quant_rows_kernel<__half><<<(unsigned)a->m, 256, 0, stream>>>(static_cast<const __half *>(a->x), a->ldx,
+                                                                      (int)a->k, (int)a->k_pad, vec, ws, row_scale);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the activation quantization launch";
 
@@ -532,11 +460,11 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         p.m = (int)a->m;
         p.n = (int)a->n;
         p.k = (int)a->k;
-        p.tiles_m = p.tiles_n = 0;
-        // Pair stores (even columns) need every row start 2-element aligned.
+        p.tiles_m = 0;
+        // 4-element stores need every row start 4-element aligned.
         const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
-        const int vec = a->ldo % 2 == 0 && (uintptr_t)a->out % (2 * esz) == 0;
-        err = launch_gemm<bn, 4>(ma, mb, p, vec, a->sm_count, stream, what);
+        const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
+        err = launch_gemm<bn, 4>(ma, mb, p, vec, stream, what);
     }
     cudaError_t e2 = cudaFreeAsync(ws, stream);
     if (err == cudaSuccess && e2 != cudaSuccess) {
