@@ -89,14 +89,15 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     return TOPS_OK;
 }
 
-/* Smallest M that takes the FP8 GEMM: below it the weight-streaming kernels
-   win (H200, e4m3-ch, K = 4096, N = 12288: FP8 GEMM 30.0 / 30.9 / 31.7 us at
-   M = 1 / 16 / 32, weight streaming 20.2 us at M = 1 and 33.0 us at M = 16);
+/* Smallest M that takes the FP8 GEMM: below it the weight-streaming kernel
+   wins (H200, e4m3-ch, K = 4096, N = 12288, one run at 15:07 UTC: FP8 GEMM
+   30.4 / 30.9 / 31.5 / 33.4 us at M = 16 / 24 / 32 / 64, weight streaming
+   28.4 / 45.2 / 46.3 / 77.9 us);
    TOPS_CUDA_FP8_MIN_M overrides it for tuning runs and tests. */
 static int64_t fp8_min_m(void) {
     const char *e = getenv("TOPS_CUDA_FP8_MIN_M");
     long long v = e ? atoll(e) : 0;
-    return v >= 1 ? v : 16;
+    return v >= 1 ? v : 17;
 }
 
 static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
