@@ -6,26 +6,44 @@
 #include <immintrin.h>
 #include <math.h>
 
+/* Named accumulators and four row pointers (a, a + 3 lda, a + 6 lda,
+   a + 9 lda, each with lda and 2 lda offsets), as in the AVX2 kernel: with
+   an accumulator array GCC spilled it around the loop and reloaded a row
+   offset from the stack every k step. */
+#define ACC_INIT(i)                                                                                                  \
+    __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();                                            \
+    if (mr > i && accumulate) {                                                                                      \
+        c##i##0 = _mm512_loadu_ps(c + i * ldc);                                                                      \
+        c##i##1 = _mm512_loadu_ps(c + i * ldc + 16);                                                                 \
+    }
+#define ACC_STEP(i, row)                                                                                             \
+    if (mr > i) {                                                                                                    \
+        __m512 av = _mm512_set1_ps(*(row));                                                                          \
+        c##i##0 = _mm512_fmadd_ps(av, b0, c##i##0);                                                                  \
+        c##i##1 = _mm512_fmadd_ps(av, b1, c##i##1);                                                                  \
+    }
+#define ACC_STORE(i)                                                                                                 \
+    if (mr > i) {                                                                                                    \
+        _mm512_storeu_ps(c + i * ldc, c##i##0);                                                                      \
+        _mm512_storeu_ps(c + i * ldc + 16, c##i##1);                                                                 \
+    }
+
 static inline __attribute__((always_inline)) void gemm_rows(const int mr, int64_t k, const float *a, int64_t lda,
                                                             const float *b, int64_t ldb, float *c, int64_t ldc,
                                                             int accumulate) {
-    __m512 acc[12][2];
-    for (int i = 0; i < mr; i++) {
-        acc[i][0] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
-        acc[i][1] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+    ACC_INIT(0) ACC_INIT(1) ACC_INIT(2) ACC_INIT(3) ACC_INIT(4) ACC_INIT(5)
+    ACC_INIT(6) ACC_INIT(7) ACC_INIT(8) ACC_INIT(9) ACC_INIT(10) ACC_INIT(11)
+    /* never past the rows there are */
+    const float *a0 = a, *a3 = mr > 3 ? a + 3 * lda : a, *a6 = mr > 6 ? a + 6 * lda : a, *a9 = mr > 9 ? a + 9 * lda : a;
+    for (int64_t p = 0; p < k; p++, a0++, a3++, a6++, a9++, b += ldb) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        ACC_STEP(0, a0) ACC_STEP(1, a0 + lda) ACC_STEP(2, a0 + 2 * lda)
+        ACC_STEP(3, a3) ACC_STEP(4, a3 + lda) ACC_STEP(5, a3 + 2 * lda)
+        ACC_STEP(6, a6) ACC_STEP(7, a6 + lda) ACC_STEP(8, a6 + 2 * lda)
+        ACC_STEP(9, a9) ACC_STEP(10, a9 + lda) ACC_STEP(11, a9 + 2 * lda)
     }
-    for (int64_t p = 0; p < k; p++) {
-        __m512 b0 = _mm512_loadu_ps(b + p * ldb), b1 = _mm512_loadu_ps(b + p * ldb + 16);
-        for (int i = 0; i < mr; i++) {
-            __m512 av = _mm512_set1_ps(a[i * lda + p]);
-            acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
-        }
-    }
-    for (int i = 0; i < mr; i++) {
-        _mm512_storeu_ps(c + i * ldc, acc[i][0]);
-        _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
-    }
+    ACC_STORE(0) ACC_STORE(1) ACC_STORE(2) ACC_STORE(3) ACC_STORE(4) ACC_STORE(5)
+    ACC_STORE(6) ACC_STORE(7) ACC_STORE(8) ACC_STORE(9) ACC_STORE(10) ACC_STORE(11)
 }
 
 void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_t lda, const float *b,
