@@ -67,9 +67,11 @@ void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_
 /* exp as in the AVX2 file (Cody-Waite, degree-6 polynomial, about 1 ulp;
    below -87 flushed to 0 so no result is subnormal);
    vscalefps applies 2^n without exponent overflow tricks. */
-static inline __m512 exp_ps(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.72283905f);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+#define EXP_LO (-87.0f)
+#define EXP_HI 88.72283905f
+
+/* exp on [EXP_LO, EXP_HI] (the caller clamps or checks). */
+static inline __m512 exp_in_range(__m512 xc) {
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
@@ -81,10 +83,23 @@ static inline __m512 exp_ps(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512 y = _mm512_scalef_ps(p, n);
+    return _mm512_scalef_ps(p, n);
+}
+
+static inline __m512 exp_ps(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(EXP_LO), hi = _mm512_set1_ps(EXP_HI);
+    __m512 y = exp_in_range(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
     y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), y, _mm512_setzero_ps());
     y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), y, _mm512_set1_ps(INFINITY));
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+/* exp_ps with a fast path: all sixteen lanes inside the range (the
+   softmax's usual case) skip the clamps, compares and blends; same bits. */
+static inline __m512 exp_ps_fast(__m512 x) {
+    __mmask16 in = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_GE_OQ), x,
+                                           _mm512_set1_ps(EXP_HI), _CMP_LE_OQ);
+    return in == 0xffff ? exp_in_range(x) : exp_ps(x);
 }
 
 static inline float hsum(__m512 v) {
@@ -99,7 +114,7 @@ float tops__exp_sub_f32_row__avx512(float *x, int64_t n, float sub, float scale)
     __m512 s = _mm512_set1_ps(sub), f = _mm512_set1_ps(scale), acc = _mm512_setzero_ps();
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
-        __m512 e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), s), f));
+        __m512 e = exp_ps_fast(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), s), f));
         _mm512_storeu_ps(x + j, e);
         acc = _mm512_add_ps(acc, e);
     }
