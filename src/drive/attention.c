@@ -154,10 +154,6 @@ static void kv_layout_fill(const tops__kernels *kern, const tops__attention_plan
     }
 }
 
-#ifndef DIAG_GROUP_ROWS
-#define DIAG_GROUP_ROWS(kern) ((kern)->tile_gemm.mr)
-#endif
-
 /* One query block's state while its key blocks stream past. */
 typedef struct item_ctx {
     const tops__kernels *kern;
@@ -283,7 +279,7 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
            exponentiated, nor multiplied by V (GFLOP/s count visible pairs
            only).  Only with the K^T panels: they are read in place, so a
            narrower block costs no extra key layout. */
-        int64_t mr = DIAG_GROUP_ROWS(kern), nr = kern->tile_gemm.nr;
+        int64_t mr = kern->tile_gemm.mr, nr = kern->tile_gemm.nr;
         for (int64_t g0 = r_lo; g0 < r_hi; g0 += mr) {
             int64_t g1 = r_hi - g0 < mr ? r_hi : g0 + mr, seen = pos_lo + g1 - j0; /* keys the last row sees */
             int64_t gc = (seen + nr - 1) / nr * nr;
