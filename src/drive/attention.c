@@ -103,17 +103,23 @@ static int v_is_direct(const tops_tensor *v) {
     return v->format.id == TOPS_FMT_F32 && v->tensor_scale == 1.0f && v->stride[3] == 1;
 }
 
-/* Plans the layout (allocates; no data yet).  Returns 0 (and nothing
-   allocated) when a per-block layout is the better or the only choice. */
-static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, kv_layout *L) {
-    memset(L, 0, sizeof *L);
+/* Floats of the key layout, or 0 when a per-block layout is the better or
+   the only choice. */
+static size_t kv_layout_floats(const tops__attention_plan *p, const tops_tensor *v) {
     if (tops__ceil_div(p->sq, p->q_block) < 2) return 0; /* one query block: nothing to share */
     int64_t nblk = tops__ceil_div(p->sk, p->kv_block);
     size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)nblk * (size_t)p->d * (size_t)p->kv_block;
     size_t vd_elems = v_is_direct(v) ? 0 : (size_t)p->batch * (size_t)p->kv_heads * (size_t)p->sk * (size_t)p->dv;
     if ((kt_elems + vd_elems) > PREPACK_MAX_BYTES / sizeof(float)) return 0;
-    L->mem = tops__aligned_alloc((kt_elems + vd_elems) * sizeof(float));
-    if (!L->mem) return 0; /* the per-block path needs no extra memory */
+    return kt_elems + vd_elems;
+}
+
+/* Plans the layout in mem (kv_layout_floats of it; no data yet). */
+static void kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, float *mem, kv_layout *L) {
+    memset(L, 0, sizeof *L);
+    int64_t nblk = tops__ceil_div(p->sk, p->kv_block);
+    size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)nblk * (size_t)p->d * (size_t)p->kv_block;
+    L->mem = mem;
     tops_tensor_desc d;
     memset(&d, 0, sizeof d);
     d.format = tops_format_of(TOPS_DT_F32);
@@ -121,7 +127,7 @@ static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, k
     d.extent[0] = p->batch * p->kv_heads, d.extent[1] = nblk, d.extent[2] = p->d, d.extent[3] = p->kv_block;
     d.data = L->mem;
     L->have_kt = tops_tensor_view(&d, &L->kt) == TOPS_OK;
-    if (vd_elems) {
+    if (!v_is_direct(v)) {
         memset(&d, 0, sizeof d);
         d.format = tops_format_of(TOPS_DT_F32);
         d.rank = 4;
@@ -129,8 +135,7 @@ static int kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, k
         d.data = L->mem + kt_elems;
         L->have_vd = tops_tensor_view(&d, &L->vd) == TOPS_OK;
     }
-    TOPS_ASSERT(L->have_kt && (L->have_vd || !vd_elems));
-    return 1;
+    TOPS_ASSERT(L->have_kt && (L->have_vd || v_is_direct(v)));
 }
 
 /* Lays out key block `item % nblk` of kv head `item / nblk`. */
@@ -149,6 +154,71 @@ static void kv_layout_fill(const tops__kernels *kern, const tops__attention_plan
     }
 }
 
+/* One query block's state while its key blocks stream past. */
+typedef struct item_ctx {
+    const tops__kernels *kern;
+    const tops__attention_plan *p;
+    worker *w;
+    tops__mat qm, km, vm;
+    int kt;          /* keys come from the laid-out K^T panels */
+    int64_t i0, pos_lo;
+    int scale_in_exp;
+    float exp_scale;
+    tops_tile_map_desc scale, cap, mask, sub_exp, rescale;
+} item_ctx;
+
+/* Query rows [r_lo, r_hi) of the block against keys [j0, j0 + cols): S =
+   Q K^T, masks, the online-softmax update and O += P V, on views of the
+   tiles that cover just those rows and keys. */
+static void run_block(item_ctx *c, int64_t r_lo, int64_t r_hi, int64_t j0, int64_t cols) {
+    const tops__kernels *kern = c->kern;
+    const tops__attention_plan *p = c->p;
+    worker *w = c->w;
+    tops_tile sv = w->s, ov = w->o;
+    sv.data += r_lo * w->s.ld;
+    ov.data += r_lo * w->o.ld;
+    sv.rows = ov.rows = (int32_t)(r_hi - r_lo);
+    sv.cols = (int32_t)cols;
+    c->qm.r0 = c->i0 + r_lo;
+    c->qm.rows = r_hi - r_lo;
+    if (c->kt) {
+        c->km.outer[1] = j0 / p->kv_block;
+        c->km.cols = cols;
+    } else {
+        c->km.r0 = j0;
+        c->km.rows = cols;
+    }
+    c->vm.r0 = j0;
+    c->vm.rows = cols;
+    tops__tile_matmul(kern, 0, !c->kt, 0, &c->qm, NULL, &c->km, &sv); /* S = Q K^T */
+    if (!c->scale_in_exp) {
+        tops__tile_map(kern, &sv, &c->scale);
+        tops__tile_map(kern, &sv, &c->cap);
+    }
+    if (!block_visible(p, c->pos_lo + r_lo, c->pos_lo + r_hi - 1, j0, j0 + cols)) {
+        c->mask.row_offset = c->pos_lo + r_lo;
+        c->mask.col_offset = j0;
+        tops__tile_map(kern, &sv, &c->mask);
+    }
+    tops__tile_reduce_rows(kern, &sv, TOPS_REDUCE_MAX, -INFINITY, w->bmax + r_lo);
+    int rescale_needed = 0;
+    for (int64_t i = r_lo; i < r_hi; i++) {
+        float mo = w->m[i], mn = w->bmax[i] > mo ? w->bmax[i] : mo;
+        if (isnan(w->bmax[i])) mn = NAN;
+        /* Equal maxima (both -inf included) keep the sum as it is. */
+        w->alpha[i] = mo == mn ? 1.0f : expf((mo - mn) * c->exp_scale);
+        rescale_needed |= w->alpha[i] != 1.0f;
+        w->m[i] = mn;
+    }
+    c->sub_exp.row_values = w->m + r_lo;
+    c->sub_exp.row_sums = w->bsum + r_lo;
+    tops__tile_map(kern, &sv, &c->sub_exp); /* P = exp(S - m), and its row sums */
+    for (int64_t i = r_lo; i < r_hi; i++) w->l[i] = w->l[i] * w->alpha[i] + w->bsum[i];
+    c->rescale.row_values = w->alpha + r_lo;
+    if (rescale_needed) tops__tile_map(kern, &ov, &c->rescale);
+    tops__tile_matmul(kern, 0, 0, 1, NULL, &sv, &c->vm, &ov); /* O += P V */
+}
+
 static void run_item(const tops__kernels *kern, const tops__attention_plan *p, worker *w, int64_t item,
                      const tops_tensor *q, const tops_tensor *k, const tops_tensor *v, const tops_tensor *out,
                      const kv_layout *L) {
@@ -159,15 +229,21 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     int64_t i0 = qb * p->q_block, rows = p->sq - i0 < p->q_block ? p->sq - i0 : p->q_block;
     int64_t pos_lo = i0 + p->sk - p->sq, pos_hi = pos_lo + rows - 1;
 
-    tops__mat qm = {q, {b, h}, i0, 0, rows, p->d};
+    item_ctx c;
+    c.kern = kern;
+    c.p = p;
+    c.w = w;
+    c.i0 = i0;
+    c.pos_lo = pos_lo;
+    c.qm = (tops__mat){q, {b, h}, i0, 0, rows, p->d};
     /* Keys: rows j of K ([Sk, D], read transposed), or the laid-out K^T
        panel of the block ([D, kv_block]). */
-    int kt = L && L->have_kt;
-    tops__mat km = {kt ? &L->kt : k, {b, hk}, 0, 0, kt ? p->d : 0, kt ? 0 : p->d};
-    if (kt) km.outer[0] = b * p->kv_heads + hk;
-    tops__mat vm = {L && L->have_vd ? &L->vd : v, {b, hk}, 0, 0, 0, p->dv};
+    c.kt = L && L->have_kt;
+    c.km = (tops__mat){c.kt ? &L->kt : k, {b, hk}, 0, 0, c.kt ? p->d : 0, c.kt ? 0 : p->d};
+    if (c.kt) c.km.outer[0] = b * p->kv_heads + hk;
+    c.vm = (tops__mat){L && L->have_vd ? &L->vd : v, {b, hk}, 0, 0, 0, p->dv};
     tops__mat om = {out, {b, h}, i0, 0, rows, p->dv};
-    tops_tile *s = &w->s, *o = &w->o;
+    tops_tile *o = &w->o;
     /* Ragged blocks reuse the tiles with fewer rows / columns (same ld). */
     o->rows = (int32_t)rows;
     memset(o->data, 0, (size_t)rows * (size_t)o->ld * sizeof(float));
@@ -175,17 +251,17 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
         w->m[i] = -INFINITY;
         w->l[i] = 0.0f;
     }
-    tops_tile_map_desc scale = {.op = TOPS_MAP_SCALE, .value = p->scale};
-    tops_tile_map_desc cap = {.op = TOPS_MAP_SOFTCAP, .value = p->softcap};
-    tops_tile_map_desc mask = {.op = TOPS_MAP_MASK_CAUSAL, .causal = p->causal, .window = p->window};
+    c.scale = (tops_tile_map_desc){.op = TOPS_MAP_SCALE, .value = p->scale};
+    c.cap = (tops_tile_map_desc){.op = TOPS_MAP_SOFTCAP, .value = p->softcap};
+    c.mask = (tops_tile_map_desc){.op = TOPS_MAP_MASK_CAUSAL, .causal = p->causal, .window = p->window};
     /* Without soft-capping the scale rides on the exp: maxima and masks work
        on raw dot products, and P = exp(scale * (S - m)) with its row sums
        in one pass. */
-    int scale_in_exp = !(p->softcap > 0.0f);
-    float exp_scale = scale_in_exp ? p->scale : 1.0f;
-    tops_tile_map_desc sub_exp = {.op = TOPS_MAP_SUB_EXP, .row_values = w->m, .scale = exp_scale,
-                                  .row_sums = w->bsum};
-    tops_tile_map_desc rescale = {.op = TOPS_MAP_SCALE, .row_values = w->alpha};
+    c.scale_in_exp = !(p->softcap > 0.0f);
+    c.exp_scale = c.scale_in_exp ? p->scale : 1.0f;
+    c.sub_exp = (tops_tile_map_desc){.op = TOPS_MAP_SUB_EXP, .row_values = w->m, .scale = c.exp_scale,
+                                     .row_sums = w->bsum};
+    c.rescale = (tops_tile_map_desc){.op = TOPS_MAP_SCALE, .row_values = w->alpha};
 
     int64_t lo, hi;
     key_range(p, pos_lo, pos_hi, &lo, &hi);
@@ -193,59 +269,53 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
         int64_t cols = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block, r_lo, r_hi;
         visible_rows(p, pos_lo, rows, j0, j0 + cols, &r_lo, &r_hi);
         if (r_lo >= r_hi) continue;
-        /* Views of the rows that take part (same storage and workspace). */
-        tops_tile sv = *s, ov = *o;
-        sv.data += r_lo * s->ld;
-        ov.data += r_lo * o->ld;
-        sv.rows = ov.rows = (int32_t)(r_hi - r_lo);
-        sv.cols = (int32_t)cols;
-        qm.r0 = i0 + r_lo;
-        qm.rows = r_hi - r_lo;
-        if (kt) {
-            km.outer[1] = j0 / p->kv_block;
-            km.cols = cols;
-        } else {
-            km.r0 = j0;
-            km.rows = cols;
+        if (!(c.kt && p->causal && j0 + cols - 1 > pos_lo + r_lo)) {
+            run_block(&c, r_lo, r_hi, j0, cols);
+            continue;
         }
-        vm.r0 = j0;
-        vm.rows = cols;
-        tops__tile_matmul(kern, 0, !kt, 0, &qm, NULL, &km, &sv); /* S = Q K^T */
-        if (!scale_in_exp) {
-            tops__tile_map(kern, &sv, &scale);
-            tops__tile_map(kern, &sv, &cap);
+        /* A key block across the causal diagonal: each group of microkernel
+           rows takes only the key strips its last row can see, so the
+           micro-tiles wholly above the diagonal are neither computed, nor
+           exponentiated, nor multiplied by V (GFLOP/s count visible pairs
+           only).  Only with the K^T panels: they are read in place, so a
+           narrower block costs no extra key layout. */
+        int64_t mr = kern->tile_gemm.mr, nr = kern->tile_gemm.nr;
+        for (int64_t g0 = r_lo; g0 < r_hi; g0 += mr) {
+            int64_t g1 = r_hi - g0 < mr ? r_hi : g0 + mr, seen = pos_lo + g1 - j0; /* keys the last row sees */
+            int64_t gc = (seen + nr - 1) / nr * nr;
+            run_block(&c, g0, g1, j0, gc < cols ? gc : cols);
         }
-        if (!block_visible(p, pos_lo + r_lo, pos_lo + r_hi - 1, j0, j0 + cols)) {
-            mask.row_offset = pos_lo + r_lo;
-            mask.col_offset = j0;
-            tops__tile_map(kern, &sv, &mask);
-        }
-        tops__tile_reduce_rows(kern, &sv, TOPS_REDUCE_MAX, -INFINITY, w->bmax + r_lo);
-        int rescale_needed = 0;
-        for (int64_t i = r_lo; i < r_hi; i++) {
-            float mo = w->m[i], mn = w->bmax[i] > mo ? w->bmax[i] : mo;
-            if (isnan(w->bmax[i])) mn = NAN;
-            /* Equal maxima (both -inf included) keep the sum as it is. */
-            w->alpha[i] = mo == mn ? 1.0f : expf((mo - mn) * exp_scale);
-            rescale_needed |= w->alpha[i] != 1.0f;
-            w->m[i] = mn;
-        }
-        sub_exp.row_values = w->m + r_lo;
-        sub_exp.row_sums = w->bsum + r_lo;
-        tops__tile_map(kern, &sv, &sub_exp); /* P = exp(S - m), and its row sums */
-        for (int64_t i = r_lo; i < r_hi; i++) w->l[i] = w->l[i] * w->alpha[i] + w->bsum[i];
-        rescale.row_values = w->alpha + r_lo;
-        if (rescale_needed) tops__tile_map(kern, &ov, &rescale);
-        tops__tile_matmul(kern, 0, 0, 1, NULL, &sv, &vm, &ov); /* O += P V */
     }
     /* 1 / l, with zeros for rows that saw no key at all. */
     for (int64_t i = 0; i < rows; i++) {
         float l = w->l[i];
         w->alpha[i] = isnan(l) ? NAN : l > 0.0f ? 1.0f / l : 0.0f;
     }
-    rescale.row_values = w->alpha;
-    tops__tile_map(kern, o, &rescale);
+    c.rescale.row_values = w->alpha;
+    tops__tile_map(kern, o, &c.rescale);
     tops__tile_store(kern, o, &om);
+}
+
+/* The calling thread keeps its workspace (tiles and key layout) between
+   calls up to this size: fresh pages cost page faults and zeroing on every
+   call (about 2% of a causal S = 2048 head set); larger ones are returned. */
+#define KEEP_MAX_BYTES ((size_t)64 << 20)
+static _Thread_local unsigned char *ws_cache;
+static _Thread_local size_t ws_cache_bytes;
+
+static unsigned char *workspace_get(size_t bytes) {
+    if (ws_cache && ws_cache_bytes >= bytes) return ws_cache;
+    tops__aligned_free(ws_cache);
+    ws_cache = tops__aligned_alloc(bytes);
+    ws_cache_bytes = ws_cache ? bytes : 0;
+    return ws_cache;
+}
+
+static void workspace_done(void) {
+    if (ws_cache_bytes <= KEEP_MAX_BYTES) return;
+    tops__aligned_free(ws_cache);
+    ws_cache = NULL;
+    ws_cache_bytes = 0;
 }
 
 tops_status tops__attention_drive(const tops__kernels *kern, const tops__attention_plan *p, const tops_tensor *q,
@@ -256,17 +326,20 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
     if (threads > items) threads = (int)items;
     if (!tops__mul_size(per, (size_t)threads, &total))
         return tops__fail(TOPS_OVERFLOW, "tops_attention", "workspace size overflows size_t");
-    unsigned char *mem = NULL, *owned = NULL;
-    if (p->scratch && p->scratch_bytes >= total + 64) {
-        mem = (unsigned char *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63);
-    } else {
-        owned = tops__aligned_alloc(total);
-        if (!owned)
-            return tops__fail(TOPS_OUT_OF_MEMORY, "tops_attention", "could not allocate %zu bytes of workspace", total);
-        mem = owned;
-    }
+    int in_scratch = p->scratch && p->scratch_bytes >= total + 64;
+    size_t tiles = in_scratch ? 0 : total, kv = kv_layout_floats(p, v) * sizeof(float);
+    unsigned char *mem = NULL, *kvmem = NULL;
+    /* The key layout is optional: without memory for it, the per-block path runs. */
+    if (kv && (kvmem = workspace_get(tiles + kv)) == NULL) kv = 0;
+    if (!kvmem && tiles && (kvmem = workspace_get(tiles)) == NULL)
+        return tops__fail(TOPS_OUT_OF_MEMORY, "tops_attention", "could not allocate %zu bytes of workspace", total);
+    mem = in_scratch ? (unsigned char *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63) : kvmem;
     kv_layout layout;
-    const kv_layout *L = kv_layout_plan(p, v, &layout) ? &layout : NULL;
+    const kv_layout *L = NULL;
+    if (kv) {
+        kv_layout_plan(p, v, (float *)(kvmem + tiles), &layout);
+        L = &layout;
+    }
     int64_t fills = L ? p->batch * p->kv_heads * tops__ceil_div(p->sk, p->kv_block) : 0;
 #ifdef TOPS_HAVE_OPENMP
 #pragma omp parallel num_threads(threads)
@@ -285,7 +358,6 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
     for (int64_t f = 0; f < fills; f++) kv_layout_fill(kern, p, &layout, f, k, v);
     for (int64_t item = 0; item < items; item++) run_item(kern, p, &w, item, q, k, v, out, L);
 #endif
-    if (L) tops__aligned_free(layout.mem);
-    tops__aligned_free(owned);
+    workspace_done();
     return TOPS_OK;
 }

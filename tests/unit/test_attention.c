@@ -27,6 +27,7 @@ typedef struct cfg {
     float scale, softcap;
     tops_format_id qf, kf, of;
     int strided; /* q, k, v and out laid out [B, S, H, D] in memory */
+    int32_t q_block, kv_block; /* tile hints (0 = the library's) */
 } cfg;
 
 static float eff_scale(const cfg *c) { return c->scale > 0 ? c->scale : 1.0f / sqrtf((float)c->D); }
@@ -135,6 +136,8 @@ static void check_cfg(const cfg *c, float qlo, float qhi, int threads) {
     d.window = c->window;
     d.scale = c->scale;
     d.softcap = c->softcap;
+    d.q_block = c->q_block;
+    d.kv_block = c->kv_block;
     tops_exec ex = tops_exec_default();
     ex.threads = threads;
     tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
@@ -290,6 +293,55 @@ static void test_quantized_kv(void) {
         tops_tensor_destroy(&vq);
         run_free(&r);
     }
+}
+
+/* Key blocks across the causal diagonal are split into groups of
+   microkernel rows that each see only their visible key strips: ragged
+   sizes around the block sizes and strips, keys ahead of the queries
+   (bottom-right alignment), windows, odd head dims and block hints, on
+   every level against f64, then 1 and 2 threads with the same bits. */
+static void test_causal_diagonal_blocks(void) {
+    static const struct {
+        int64_t sq, sk, d, dv, window;
+        int32_t qb, kb;
+        int half; /* f16 keys and values: the values are laid out as f32 too */
+    } cases[] = {
+        {97, 97, 16, 16, 0, 0, 0, 0},      {193, 193, 128, 128, 0, 0, 0, 0}, {150, 300, 64, 64, 0, 0, 0, 0},
+        {200, 203, 256, 256, 0, 0, 0, 0},  {257, 257, 40, 24, 0, 0, 0, 1},   {300, 300, 32, 32, 70, 0, 0, 0},
+        {130, 130, 48, 48, 0, 48, 40, 0},  {131, 140, 16, 32, 0, 25, 16, 1}, {96, 97, 80, 80, 5, 0, 0, 0},
+        {389, 389, 64, 64, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (SANITIZED && cases[i].d > 128) continue;
+        cfg c = {.B = 1, .H = 2, .Hkv = 1, .Sq = cases[i].sq, .Sk = cases[i].sk, .D = cases[i].d, .Dv = cases[i].dv,
+                 .causal = 1, .window = cases[i].window, .q_block = cases[i].qb, .kv_block = cases[i].kb,
+                 .qf = TOPS_FMT_F32, .kf = cases[i].half ? TOPS_FMT_F16 : TOPS_FMT_F32, .of = TOPS_FMT_F32,
+                 .strided = (int)(i % 2)};
+        check_cfg(&c, -2, 2, 1 + (int)(i % 2));
+    }
+    cfg c = {.B = 1, .H = 3, .Hkv = 1, .Sq = 250, .Sk = 261, .D = 48, .Dv = 48, .causal = 1,
+             .qf = TOPS_FMT_F32, .kf = TOPS_FMT_F32, .of = TOPS_FMT_F32};
+    run r;
+    run_make(&r, &c, -2, 2);
+    tops_attention_desc d = {.causal = 1};
+    tops_exec ex = tops_exec_default();
+    float *first = malloc((size_t)r.o.n * sizeof(float));
+    tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
+    for (int li = 0; li < 3; li++) {
+        const tops__kernels *kern = tops__kernels_for_isa(levels[li]);
+        if (!kern) continue;
+        for (int threads = 1; threads <= 2; threads++) {
+            ex.threads = threads;
+            tb_poison(&r.o);
+            ASSERT_OK(tops__attention_with(kern, &ex, &d, &r.q.t, &r.k.t, &r.v.t, &r.o.t));
+            if (threads == 1)
+                memcpy(first, r.o.mem, (size_t)r.o.n * sizeof(float));
+            else
+                ASSERT_TRUE(memcmp(first, r.o.mem, (size_t)r.o.n * sizeof(float)) == 0);
+        }
+    }
+    free(first);
+    run_free(&r);
 }
 
 static void test_threads_same_bits(void) {
@@ -496,6 +548,7 @@ int main(void) {
     RUN_TEST(test_quantized_kv);
     RUN_TEST(test_extreme_logits);
     RUN_TEST(test_fully_masked_rows);
+    RUN_TEST(test_causal_diagonal_blocks);
     RUN_TEST(test_threads_same_bits);
     RUN_TEST(test_bad_inputs);
     TEST_MAIN_END();

@@ -2,6 +2,8 @@
    transposes, both modes) against f64 on every kernel level, reductions
    with explicit identities, every map, stores, and every bad input. */
 #include "attn_common.h"
+
+#include <float.h>
 #include "ops/tile_internal.h"
 
 static th_rng rng;
@@ -291,6 +293,21 @@ static void test_row_kernels_across_levels(void) {
                 double want = exp((double)((x[j] - 3.0f) * 0.5f)); /* the subtraction and product round in f32 */
                 if (!(fabs(y[j] - want) <= 3e-7 * want + 1e-37))
                     TH_FAIL_AT("[%s] exp(%g - 3) = %g, want %g", tops_isa_name(levels[li]), (double)x[j], (double)y[j],
+                               want);
+            }
+            /* Whole vectors with lanes past either limit or NaN (the SIMD levels
+               take their fast path only when every lane is in range). */
+            for (int j = 0; j < n; j++) x[j] = y[j] = th_uniform(&rng, -200, 200);
+            if (n > 40) x[37] = y[37] = NAN;
+            k->exp_sub_f32_row(y, n, 0.0f, 1.0f);
+            for (int j = 0; j < n; j++) {
+                double want = exp((double)x[j]);
+                int ok = isnan(x[j])     ? isnan(y[j])
+                         : x[j] < -87.0f ? y[j] == 0.0f || fabs(y[j] - want) <= 3e-7 * want + 1e-37
+                         : want > FLT_MAX ? y[j] == INFINITY
+                                          : fabs(y[j] - want) <= 3e-7 * want;
+                if (!ok)
+                    TH_FAIL_AT("[%s] exp(%g) = %g, want %g", tops_isa_name(levels[li]), (double)x[j], (double)y[j],
                                want);
             }
             double s = 0, mag = 1;

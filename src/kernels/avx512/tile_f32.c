@@ -6,26 +6,44 @@
 #include <immintrin.h>
 #include <math.h>
 
+/* Named accumulators and four row pointers (a, a + 3 lda, a + 6 lda,
+   a + 9 lda, each with lda and 2 lda offsets), as in the AVX2 kernel: with
+   an accumulator array GCC spilled it around the loop and reloaded a row
+   offset from the stack every k step. */
+#define ACC_INIT(i)                                                                                                  \
+    __m512 c##i##0 = _mm512_setzero_ps(), c##i##1 = _mm512_setzero_ps();                                            \
+    if (mr > i && accumulate) {                                                                                      \
+        c##i##0 = _mm512_loadu_ps(c + i * ldc);                                                                      \
+        c##i##1 = _mm512_loadu_ps(c + i * ldc + 16);                                                                 \
+    }
+#define ACC_STEP(i, row)                                                                                             \
+    if (mr > i) {                                                                                                    \
+        __m512 av = _mm512_set1_ps(*(row));                                                                          \
+        c##i##0 = _mm512_fmadd_ps(av, b0, c##i##0);                                                                  \
+        c##i##1 = _mm512_fmadd_ps(av, b1, c##i##1);                                                                  \
+    }
+#define ACC_STORE(i)                                                                                                 \
+    if (mr > i) {                                                                                                    \
+        _mm512_storeu_ps(c + i * ldc, c##i##0);                                                                      \
+        _mm512_storeu_ps(c + i * ldc + 16, c##i##1);                                                                 \
+    }
+
 static inline __attribute__((always_inline)) void gemm_rows(const int mr, int64_t k, const float *a, int64_t lda,
                                                             const float *b, int64_t ldb, float *c, int64_t ldc,
                                                             int accumulate) {
-    __m512 acc[12][2];
-    for (int i = 0; i < mr; i++) {
-        acc[i][0] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
-        acc[i][1] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+    ACC_INIT(0) ACC_INIT(1) ACC_INIT(2) ACC_INIT(3) ACC_INIT(4) ACC_INIT(5)
+    ACC_INIT(6) ACC_INIT(7) ACC_INIT(8) ACC_INIT(9) ACC_INIT(10) ACC_INIT(11)
+    /* never past the rows there are */
+    const float *a0 = a, *a3 = mr > 3 ? a + 3 * lda : a, *a6 = mr > 6 ? a + 6 * lda : a, *a9 = mr > 9 ? a + 9 * lda : a;
+    for (int64_t p = 0; p < k; p++, a0++, a3++, a6++, a9++, b += ldb) {
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        ACC_STEP(0, a0) ACC_STEP(1, a0 + lda) ACC_STEP(2, a0 + 2 * lda)
+        ACC_STEP(3, a3) ACC_STEP(4, a3 + lda) ACC_STEP(5, a3 + 2 * lda)
+        ACC_STEP(6, a6) ACC_STEP(7, a6 + lda) ACC_STEP(8, a6 + 2 * lda)
+        ACC_STEP(9, a9) ACC_STEP(10, a9 + lda) ACC_STEP(11, a9 + 2 * lda)
     }
-    for (int64_t p = 0; p < k; p++) {
-        __m512 b0 = _mm512_loadu_ps(b + p * ldb), b1 = _mm512_loadu_ps(b + p * ldb + 16);
-        for (int i = 0; i < mr; i++) {
-            __m512 av = _mm512_set1_ps(a[i * lda + p]);
-            acc[i][0] = _mm512_fmadd_ps(av, b0, acc[i][0]);
-            acc[i][1] = _mm512_fmadd_ps(av, b1, acc[i][1]);
-        }
-    }
-    for (int i = 0; i < mr; i++) {
-        _mm512_storeu_ps(c + i * ldc, acc[i][0]);
-        _mm512_storeu_ps(c + i * ldc + 16, acc[i][1]);
-    }
+    ACC_STORE(0) ACC_STORE(1) ACC_STORE(2) ACC_STORE(3) ACC_STORE(4) ACC_STORE(5)
+    ACC_STORE(6) ACC_STORE(7) ACC_STORE(8) ACC_STORE(9) ACC_STORE(10) ACC_STORE(11)
 }
 
 void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_t lda, const float *b,
@@ -49,9 +67,11 @@ void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_
 /* exp as in the AVX2 file (Cody-Waite, degree-6 polynomial, about 1 ulp;
    below -87 flushed to 0 so no result is subnormal);
    vscalefps applies 2^n without exponent overflow tricks. */
-static inline __m512 exp_ps(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.0f), hi = _mm512_set1_ps(88.72283905f);
-    __m512 xc = _mm512_min_ps(_mm512_max_ps(x, lo), hi);
+#define EXP_LO (-87.0f)
+#define EXP_HI 88.72283905f
+
+/* exp on [EXP_LO, EXP_HI] (the caller clamps or checks). */
+static inline __m512 exp_in_range(__m512 xc) {
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), xc);
@@ -63,10 +83,23 @@ static inline __m512 exp_ps(__m512 x) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
     p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-    __m512 y = _mm512_scalef_ps(p, n);
+    return _mm512_scalef_ps(p, n);
+}
+
+static inline __m512 exp_ps(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(EXP_LO), hi = _mm512_set1_ps(EXP_HI);
+    __m512 y = exp_in_range(_mm512_min_ps(_mm512_max_ps(x, lo), hi));
     y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ), y, _mm512_setzero_ps());
     y = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, hi, _CMP_GT_OQ), y, _mm512_set1_ps(INFINITY));
     return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q), y, x);
+}
+
+/* exp_ps with a fast path: all sixteen lanes inside the range (the
+   softmax's usual case) skip the clamps, compares and blends; same bits. */
+static inline __m512 exp_ps_fast(__m512 x) {
+    __mmask16 in = _mm512_mask_cmp_ps_mask(_mm512_cmp_ps_mask(x, _mm512_set1_ps(EXP_LO), _CMP_GE_OQ), x,
+                                           _mm512_set1_ps(EXP_HI), _CMP_LE_OQ);
+    return in == 0xffff ? exp_in_range(x) : exp_ps(x);
 }
 
 static inline float hsum(__m512 v) {
@@ -81,7 +114,7 @@ float tops__exp_sub_f32_row__avx512(float *x, int64_t n, float sub, float scale)
     __m512 s = _mm512_set1_ps(sub), f = _mm512_set1_ps(scale), acc = _mm512_setzero_ps();
     int64_t j = 0;
     for (; j + 16 <= n; j += 16) {
-        __m512 e = exp_ps(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), s), f));
+        __m512 e = exp_ps_fast(_mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(x + j), s), f));
         _mm512_storeu_ps(x + j, e);
         acc = _mm512_add_ps(acc, e);
     }
