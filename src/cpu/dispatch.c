@@ -99,6 +99,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->dot_q8_nibbles = tops__ref_dot_q8_nibbles;
     k->pack_q8_panel = tops__ref_pack_q8_panel;
     k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__ref, "tops_gemm_f32_qi8_qu5_4x8__ref"};
+    k->gemm_q8_narrow = k->gemm_q8; /* exact i32 sums: any offset */
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
@@ -130,6 +131,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->dot_q8_nibbles = tops__avx2_dot_q8_nibbles;
         k->pack_q8_panel = tops__avx2_pack_q8_panel;
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx2, "tops_gemm_f32_qi8_qu5_4x8__avx2"};
+        k->gemm_q8_narrow =
+            (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qs4_4x8__avx2, "tops_gemm_f32_qi8_qs4_4x8__avx2"};
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
     }
@@ -141,9 +144,11 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_f32 = (tops__gemm_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32__avx512,
                                            "tops_gemm_f32_f32_f32_12x32__avx512"};
     }
-    if (level_allows(level, TOPS_ISA_AVX512_VNNI))
+    if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
+        k->gemm_q8_narrow = k->gemm_q8;
+    }
 #endif
 }
 
