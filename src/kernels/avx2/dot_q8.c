@@ -189,17 +189,68 @@ void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t 
     }
 }
 
+/* Four rows in one pass: each block's 32 activations are loaded once for
+   the four rows, the four rows' scale products are made 8 blocks at a
+   time, and per row and block the work is the nibble split (one shift of
+   the upper lane, one and), the code table, vpmaddubsw, vpmaddwd, convert
+   and one FMA: no call, no horizontal sum per 8 blocks. */
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                   int64_t nb, float *out) {
-    /* Interleave the four rows 8 blocks at a time: four streams in flight. */
-    float part[4] = {0, 0, 0, 0};
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
+    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t stride = layout->block_bytes;
+    const uint8_t *p0 = blocks + layout->header, *p1 = p0 + row_bytes, *p2 = p1 + row_bytes, *p3 = p2 + row_bytes;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    __m256 cor0 = acc0, cor1 = acc0, cor2 = acc0, cor3 = acc0;
+    float sc[4][8];
     for (int64_t b = 0; b < nb; b += 8) {
-        int64_t g = nb - b < 8 ? nb - b : 8;
-        for (int r = 0; r < 4; r++)
-            part[r] += tops__avx2_dot_q8_nibbles(blocks + r * row_bytes + b * layout->block_bytes, layout, aq + b * 32,
-                                                 as + b, acorr + b, ws + r * ld_ws + b, g);
+        const int64_t group = nb - b < 8 ? nb - b : 8;
+        if (group == 8) {
+            const __m256 a8 = _mm256_loadu_ps(as + b), c8 = _mm256_loadu_ps(acorr + b);
+#define TOPS_SCALES(r, cor)                                                                        \
+    do {                                                                                           \
+        const __m256 s8 = _mm256_mul_ps(_mm256_loadu_ps(ws + (r) * ld_ws + b), a8);                \
+        cor = _mm256_fmadd_ps(c8, s8, cor);                                                        \
+        _mm256_storeu_ps(sc[r], s8);                                                               \
+    } while (0)
+            TOPS_SCALES(0, cor0);
+            TOPS_SCALES(1, cor1);
+            TOPS_SCALES(2, cor2);
+            TOPS_SCALES(3, cor3);
+#undef TOPS_SCALES
+        } else {
+            float c[4] = {0, 0, 0, 0};
+            for (int r = 0; r < 4; r++)
+                for (int64_t i = 0; i < group; i++) {
+                    sc[r][i] = ws[r * ld_ws + b + i] * as[b + i];
+                    c[r] += acorr[b + i] * sc[r][i];
+                }
+            cor0 = _mm256_add_ps(cor0, _mm256_setr_ps(c[0], 0, 0, 0, 0, 0, 0, 0));
+            cor1 = _mm256_add_ps(cor1, _mm256_setr_ps(c[1], 0, 0, 0, 0, 0, 0, 0));
+            cor2 = _mm256_add_ps(cor2, _mm256_setr_ps(c[2], 0, 0, 0, 0, 0, 0, 0));
+            cor3 = _mm256_add_ps(cor3, _mm256_setr_ps(c[3], 0, 0, 0, 0, 0, 0, 0));
+        }
+        for (int64_t i = 0; i < group; i++) {
+            const int64_t off = (b + i) * stride;
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32));
+#define TOPS_ROW(p, r, acc)                                                                              \
+    do {                                                                                                 \
+        __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((p) + off)));         \
+        x = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(x, shifts), mask));              \
+        const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(x, a), ones);                           \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_broadcast_ss(&sc[r][i]), acc);               \
+    } while (0)
+            TOPS_ROW(p0, 0, acc0);
+            TOPS_ROW(p1, 1, acc1);
+            TOPS_ROW(p2, 2, acc2);
+            TOPS_ROW(p3, 3, acc3);
+#undef TOPS_ROW
+        }
     }
-    for (int r = 0; r < 4; r++) out[r] = part[r];
+    out[0] = hsum(_mm256_sub_ps(acc0, cor0));
+    out[1] = hsum(_mm256_sub_ps(acc1, cor1));
+    out[2] = hsum(_mm256_sub_ps(acc2, cor2));
+    out[3] = hsum(_mm256_sub_ps(acc3, cor3));
 }
-
