@@ -120,11 +120,6 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         for (int r = 0; r < 4; r++) up.nib.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
-                        /* The next four rows' chunk streams in while these are dotted. */
-                        if (j + 8 <= nn)
-                            for (int r = 4; r < 8; r++)
-                                for (int64_t off = 0; off < nb * up.nib.block_bytes; off += 64)
-                                    __builtin_prefetch(blocks + r * row_bytes + off, 0, 1);
                         for (int64_t m = 0; m < M; m++) {
                             kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aq + m * kp + k0, as + m * n_subs + b0,
                                                     acorr + m * n_subs + b0, scale, ld_ws, nb, d);
