@@ -89,6 +89,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->pack_rows_f32 = tops__ref_pack_rows_f32;
     tops__ref_fill_unpackers(k->unpack);
     k->dot_f32_q8 = tops__ref_dot_f32_q8;
+    k->dot_f32_q8_x4 = tops__ref_dot_f32_q8_x4;
     k->dot_q8_q8 = tops__ref_dot_q8_q8;
     k->quantize_q8 = tops__ref_quantize_q8;
     k->dequant_q8 = tops__ref_dequant_q8;
@@ -121,6 +122,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->pack_rows_f32 = tops__avx2_pack_rows_f32;
         tops__avx2_fill_unpackers(k->unpack);
         k->dot_f32_q8 = tops__avx2_dot_f32_q8;
+        k->dot_f32_q8_x4 = tops__avx2_dot_f32_q8_x4;
         k->dot_q8_q8 = tops__avx2_dot_q8_q8;
         k->quantize_q8 = tops__avx2_quantize_q8;
         k->dequant_q8 = tops__avx2_dequant_q8;

@@ -119,6 +119,10 @@ typedef struct tops__kernels {
        aq holds each block as its 16 even elements, then the 16 odd ones. */
     float (*dot_q8_nibbles)(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                             const float *as, const float *acorr, const float *ws, int64_t nb);
+    /* dot_f32_q8 over four rows of the integer form (q + r * ldq, scales
+       scale + r * ld_scale), out[r] = dot: the activations load once. */
+    void (*dot_f32_q8_x4)(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                          int64_t n, int sub, float *out);
     /* sum_k a[k] * b[k] over n f32 elements (any n). */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     /* Four rows at once (b + r * ldb, r < 4): four memory streams keep more
@@ -208,6 +212,8 @@ void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_
 void tops__ref_unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale);
 void tops__ref_unpack_codes(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q);
 float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+void tops__ref_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                             int64_t n, int sub, float *out);
 float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                           int sub);
 float tops__ref_dot_f32(const float *a, const float *b, int64_t n);
@@ -263,6 +269,8 @@ float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout
                                 const float *as, const float *acorr, const float *ws, int64_t nb);
 void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
+void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                              int64_t n, int sub, float *out);
 void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                          int accumulate);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,

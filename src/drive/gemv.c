@@ -65,7 +65,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     size_t act_s = relaxed ? 2 * (size_t)(M * n_subs) * sizeof(float) : 0; /* scales, corrections */
     /* per thread: accumulators, scales, then i8 codes or an f32 row chunk */
     size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + 4 * (size_t)(chunk / sub) * sizeof(float) +
-                        (size_t)chunk * (integer ? 1 : sizeof(float)) + 192;
+                        (size_t)chunk * (integer ? 4 : sizeof(float)) + 192;
     size_t bytes = act + act_q + act_s + 192, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(bytes, more, &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
@@ -108,8 +108,10 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
         const int64_t n0 = jb * N_BLOCK, nn = N - n0 < N_BLOCK ? N - n0 : N_BLOCK;
         for (int64_t j = 0; j < nn; j++) {
             for (int64_t m = 0; m < M; m++) acc[m * N_BLOCK + j] = 0.0f;
-            /* Four rows at once where the kernels read rows in place. */
-            if (j + 4 <= nn && (in_place ? K % 32 == 0 : !integer && p->right.direct_f32)) {
+            /* Four rows at once where the kernels read rows in place, and
+               strict integer forms (four rows unpacked per chunk). */
+            const int strict_x4 = integer && !relaxed;
+            if (j + 4 <= nn && (in_place ? K % 32 == 0 : strict_x4 || (!integer && p->right.direct_f32))) {
                 for (int64_t m = 0; m < M; m++)
                     for (int r = 1; r < 4; r++) acc[m * N_BLOCK + j + r] = 0.0f;
                 for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
@@ -123,6 +125,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         for (int64_t m = 0; m < M; m++) {
                             kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aq + m * kp + k0, as + m * n_subs + b0,
                                                     acorr + m * n_subs + b0, scale, ld_ws, nb, d);
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    } else if (strict_x4) { /* kc codes per row, zero past K */
+                        const int64_t ld_s = chunk / sub;
+                        for (int r = 0; r < 4; r++) up.run(w, n0 + j + r, k0, kc, q + r * chunk, scale + r * ld_s);
+                        for (int64_t m = 0; m < M; m++) {
+                            kern->dot_f32_q8_x4(a + m * kp + k0, q, chunk, scale, ld_s, kc, sub, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
                         }
                     } else {

@@ -37,6 +37,41 @@ float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale,
     return hsum(acc);
 }
 
+/* Four rows: each 8 activations load once for the four rows; per row two
+   partial sums (even and odd 8) keep the FMA chains short, and the block
+   scale applies once per block. */
+void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                              int64_t n, int sub, float *out) {
+    if (sub % 16 != 0) {
+        for (int r = 0; r < 4; r++) out[r] = tops__avx2_dot_f32_q8(a, q + r * ldq, scale + r * ld_scale, n, sub);
+        return;
+    }
+    const int8_t *q0 = q, *q1 = q + ldq, *q2 = q + 2 * ldq, *q3 = q + 3 * ldq;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int64_t b = 0; b < n / sub; b++) {
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+        for (int64_t j = b * sub; j < (b + 1) * sub; j += 16) {
+            const __m256 x = _mm256_loadu_ps(a + j), y = _mm256_loadu_ps(a + j + 8);
+            s0 = _mm256_fmadd_ps(x, i8x8_to_f32(q0 + j), s0);
+            s1 = _mm256_fmadd_ps(x, i8x8_to_f32(q1 + j), s1);
+            s2 = _mm256_fmadd_ps(x, i8x8_to_f32(q2 + j), s2);
+            s3 = _mm256_fmadd_ps(x, i8x8_to_f32(q3 + j), s3);
+            t0 = _mm256_fmadd_ps(y, i8x8_to_f32(q0 + j + 8), t0);
+            t1 = _mm256_fmadd_ps(y, i8x8_to_f32(q1 + j + 8), t1);
+            t2 = _mm256_fmadd_ps(y, i8x8_to_f32(q2 + j + 8), t2);
+            t3 = _mm256_fmadd_ps(y, i8x8_to_f32(q3 + j + 8), t3);
+        }
+        acc0 = _mm256_fmadd_ps(_mm256_add_ps(s0, t0), _mm256_set1_ps(scale[b]), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_add_ps(s1, t1), _mm256_set1_ps(scale[ld_scale + b]), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_add_ps(s2, t2), _mm256_set1_ps(scale[2 * ld_scale + b]), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_add_ps(s3, t3), _mm256_set1_ps(scale[3 * ld_scale + b]), acc3);
+    }
+    out[0] = hsum(acc0);
+    out[1] = hsum(acc1);
+    out[2] = hsum(acc2);
+    out[3] = hsum(acc3);
+}
+
 /* Signed i8 x i8 via vpmaddubsw: |q| as the unsigned side, q's sign moved
    onto the activations (|q| <= 128 and |aq| <= 127 cannot saturate). */
 static inline __m256i dot_i8x32(__m256i aq, __m256i q) {

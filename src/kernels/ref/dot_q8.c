@@ -33,6 +33,11 @@ float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, 
     return acc;
 }
 
+void tops__ref_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                             int64_t n, int sub, float *out) {
+    for (int r = 0; r < 4; r++) out[r] = tops__ref_dot_f32_q8(a, q + r * ldq, scale + r * ld_scale, n, sub);
+}
+
 float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                           int sub) {
     float acc = 0.0f;
