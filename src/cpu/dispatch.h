@@ -133,6 +133,11 @@ typedef struct tops__kernels {
     void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                               const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                               int64_t nb, float *out);
+    /* Strict twin of dot_q8_nibbles_x4: f32 activations (each block as
+       for dot_q8_nibbles), out[r] = sum_b ws[r * ld_ws + b] *
+       sum_k a[k] * (lut[code] - offset). */
+    void (*dot_f32_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                               const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
     /* 4-bit codes through a 16-entry table: dst[i] = table[code i], n codes
        from src (element 0 in the low nibble of src[0]). */
     void (*lut16_row)(float *dst, const uint8_t *src, int64_t n, const float *table);
@@ -222,6 +227,10 @@ void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n
 void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                  int64_t nb, float *out);
+void tops__ref_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                   const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 float tops__ref_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                                const float *as, const float *acorr, const float *ws, int64_t nb);
 void tops__ref_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);

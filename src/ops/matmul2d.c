@@ -305,10 +305,11 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
         snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)", pk && pk->q8_panels ? "prepacked" : "unpacked per K block",
                  tops__gemm_q8_pick(kern, right, NULL)->name, isa);
     } else if (kind == PLAN_ROWS) {
-        const char *how = !up || !up->run             ? "f32 rows, f32 dots"
-                          : !p.relaxed                ? "integer rows, f32 dots"
-                          : up->nib.block_bytes && tops__unpack_sub(right) == 32 ? "4-bit rows in place, i8 dots"
-                                                                                 : "integer rows, i8 dots";
+        const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
+        const char *how = !up || !up->run ? "f32 rows, f32 dots"
+                          : !p.relaxed    ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
+                          : nib           ? "4-bit rows in place, i8 dots"
+                                          : "integer rows, i8 dots";
         snprintf(buf, cap, "rows streamed (M <= %d): %s (%s)", GEMV_MAX_M, how, isa);
     } else {
         const char *src = p.right.packed                          ? "prepacked"

@@ -302,3 +302,39 @@ void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, cons
     out[2] = hsum(_mm256_sub_ps(acc2, cor2));
     out[3] = hsum(_mm256_sub_ps(acc3, cor3));
 }
+
+/* Strict four-row twin: the nibble split and a signed code table give the
+   32 codes as i8, stored once to the stack so that four vpmovsxbd loads
+   widen them (fewer shuffles than extracting lanes), then convert and FMA
+   against the block's activations, shared by the four rows. */
+void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                   const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
+    int8_t qlut[16];
+    for (int c = 0; c < 16; c++) qlut[c] = (int8_t)(layout->lut[c] - layout->offset);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qlut));
+    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const int64_t stride = layout->block_bytes;
+    const uint8_t *p[4];
+    p[0] = blocks + layout->header;
+    for (int r = 1; r < 4; r++) p[r] = p[r - 1] + row_bytes;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int8_t q[4][32];
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t off = b * stride;
+        if ((off & 63) + stride > 64 || (off & 63) == 0) /* a new line: the stream 512 B ahead */
+            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p[r] + off + NIB_PREFETCH), _MM_HINT_T0);
+        const float *x = a + b * 32;
+        const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+        const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+        for (int r = 0; r < 4; r++) {
+            __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p[r] + off)));
+            _mm256_storeu_si256((__m256i *)q[r], _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask)));
+            __m256 s = _mm256_mul_ps(x0, i8x8_to_f32(q[r]));
+            __m256 t = _mm256_mul_ps(x1, i8x8_to_f32(q[r] + 8));
+            s = _mm256_fmadd_ps(x2, i8x8_to_f32(q[r] + 16), s);
+            t = _mm256_fmadd_ps(x3, i8x8_to_f32(q[r] + 24), t);
+            acc[r] = _mm256_fmadd_ps(_mm256_add_ps(s, t), _mm256_set1_ps(ws[r * ld_ws + b]), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+}
