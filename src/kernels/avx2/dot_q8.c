@@ -304,9 +304,10 @@ void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, cons
 }
 
 /* Strict four-row twin: the nibble split and a signed code table give the
-   32 codes as i8, stored once to the stack so that four vpmovsxbd loads
-   widen them (fewer shuffles than extracting lanes), then convert and FMA
-   against the block's activations, shared by the four rows. */
+   32 codes as i8, widened 8 at a time (vpmovsxbd), converted and FMAed
+   against the block's activations, which the four rows share.  (Forcing
+   the codes through memory, to spare port-5 lane extracts, measured no
+   faster.) */
 void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                    const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
     int8_t qlut[16];
