@@ -163,7 +163,8 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                         /* Prepacked: this K block of the panel lies at k0 * 8 (its scales at k0 / sub * 8). */
                         const int64_t g = (n0 + jr * nr) / 8;
                         const uint8_t *bp = prepacked ? p->q8_panels + g * 8 * kp + k0 * 8 : panel + jr * nr * kc;
-                        const float *bs = prepacked ? p->q8_scales + g * 8 * n_subs + k0 / sub * 8 : pscale + jr * nr * nb;
+                        const float *bs =
+                            prepacked ? p->q8_scales + g * 8 * n_subs + k0 / sub * 8 : pscale + jr * nr * nb;
                         for (int64_t ip = 0; ip < m_pad / mr; ip++)
                             uk->run(nb, sub, aq + ip * mr * kp + k0, kp, as + ip * mr * n_subs + k0 / sub,
                                     corr + ip * mr * n_subs + k0 / sub, n_subs, bp, bs, acc + ip * mr * nc + jr * nr,

@@ -302,8 +302,9 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
     const tops__unpacker *up = right->format.id != TOPS_FMT_PACKED ? &kern->unpack[right->format.id] : NULL;
     const char *isa = tops_isa_name(kern->isa);
     if (kind == PLAN_INTEGER) {
-        snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)", pk && pk->q8_panels ? "prepacked" : "unpacked per K block",
-                 tops__gemm_q8_pick(kern, right, NULL)->name, isa);
+        snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)",
+                 pk && pk->q8_panels ? "prepacked" : "unpacked per K block", tops__gemm_q8_pick(kern, right, NULL)->name,
+                 isa);
     } else if (kind == PLAN_ROWS) {
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
         const char *how = !up || !up->run ? "f32 rows, f32 dots"

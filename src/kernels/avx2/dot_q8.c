@@ -329,7 +329,8 @@ void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, con
         const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
         for (int r = 0; r < 4; r++) {
             __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p[r] + off)));
-            _mm256_storeu_si256((__m256i *)q[r], _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask)));
+            v = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask));
+            _mm256_storeu_si256((__m256i *)q[r], v);
             __m256 s = _mm256_mul_ps(x0, i8x8_to_f32(q[r]));
             __m256 t = _mm256_mul_ps(x1, i8x8_to_f32(q[r] + 8));
             s = _mm256_fmadd_ps(x2, i8x8_to_f32(q[r] + 16), s);
