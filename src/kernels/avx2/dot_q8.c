@@ -6,8 +6,9 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* Bytes ahead per weight row stream in the four-row nibble dot (of 0, 512,
-   1024, 2048, 4096 on the 2-core VM, 512 measured fastest at M = 1). */
+/* Bytes ahead per weight row stream in the four-row nibble dots: of 0, 512,
+   1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one thread
+   (on a loaded VM: not tuned at two threads). */
 enum { NIB_PREFETCH = 512 };
 
 static inline float hsum(__m256 v) {
