@@ -89,6 +89,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->pack_rows_f32 = tops__ref_pack_rows_f32;
     tops__ref_fill_unpackers(k->unpack);
     k->dot_f32_q8 = tops__ref_dot_f32_q8;
+    k->dot_f32_q8_x4 = tops__ref_dot_f32_q8_x4;
     k->dot_q8_q8 = tops__ref_dot_q8_q8;
     k->quantize_q8 = tops__ref_quantize_q8;
     k->dequant_q8 = tops__ref_dequant_q8;
@@ -96,9 +97,11 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->lut16_row = tops__ref_lut16_row;
     k->dot_f32_x4 = tops__ref_dot_f32_x4;
     k->dot_q8_nibbles_x4 = tops__ref_dot_q8_nibbles_x4;
+    k->dot_f32_nibbles_x4 = tops__ref_dot_f32_nibbles_x4;
     k->dot_q8_nibbles = tops__ref_dot_q8_nibbles;
     k->pack_q8_panel = tops__ref_pack_q8_panel;
     k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__ref, "tops_gemm_f32_qi8_qu5_4x8__ref"};
+    k->gemm_q8_narrow = k->gemm_q8; /* exact i32 sums: any offset */
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
@@ -120,6 +123,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->pack_rows_f32 = tops__avx2_pack_rows_f32;
         tops__avx2_fill_unpackers(k->unpack);
         k->dot_f32_q8 = tops__avx2_dot_f32_q8;
+        k->dot_f32_q8_x4 = tops__avx2_dot_f32_q8_x4;
         k->dot_q8_q8 = tops__avx2_dot_q8_q8;
         k->quantize_q8 = tops__avx2_quantize_q8;
         k->dequant_q8 = tops__avx2_dequant_q8;
@@ -127,9 +131,12 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->lut16_row = tops__avx2_lut16_row;
         k->dot_f32_x4 = tops__avx2_dot_f32_x4;
         k->dot_q8_nibbles_x4 = tops__avx2_dot_q8_nibbles_x4;
+        k->dot_f32_nibbles_x4 = tops__avx2_dot_f32_nibbles_x4;
         k->dot_q8_nibbles = tops__avx2_dot_q8_nibbles;
         k->pack_q8_panel = tops__avx2_pack_q8_panel;
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx2, "tops_gemm_f32_qi8_qu5_4x8__avx2"};
+        k->gemm_q8_narrow =
+            (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qs4_4x8__avx2, "tops_gemm_f32_qi8_qs4_4x8__avx2"};
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
     }
@@ -141,9 +148,11 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_f32 = (tops__gemm_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32__avx512,
                                            "tops_gemm_f32_f32_f32_12x32__avx512"};
     }
-    if (level_allows(level, TOPS_ISA_AVX512_VNNI))
+    if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
+        k->gemm_q8_narrow = k->gemm_q8;
+    }
 #endif
 }
 

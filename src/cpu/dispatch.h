@@ -66,7 +66,9 @@ static inline const uint8_t *tops__weight_row(const tops_tensor *t, int64_t row)
    b: per sub-block, sub / 4 groups of 32 bytes, group g holding
    k = 4g..4g+3 of columns 0..7 as (q + 16) (so |q| <= 15); bscale: per
    sub-block 8 column scales.  The i16 sums of four vpmaddubsw steps stay
-   below 4 * 2 * 31 * 127 = 31496, so they never saturate. */
+   below 4 * 2 * 31 * 127 = 31496, so they never saturate.  The narrow
+   variant takes weights with |q| <= 8 packed as q + 8 (0..16): eight steps
+   (32 k) then stay below 8 * 2 * 16 * 127 = 32512. */
 typedef void (*tops__gemm_q8_fn)(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                  const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
                                  int64_t ldc, int accumulate);
@@ -76,6 +78,7 @@ typedef struct tops__gemm_q8_ukernel {
     const char *name;
 } tops__gemm_q8_ukernel;
 #define TOPS_Q8_OFFSET 16
+#define TOPS_Q8_OFFSET_NARROW 8 /* |q| <= 8: gemm_q8_narrow */
 
 /* Tile microkernel: c[mr x nr] = a[mr x k] * b[k x nr] (+ c if accumulate),
    1 <= mr <= MR, k >= 1; rows of a, b and c lie lda, ldb and ldc floats
@@ -104,17 +107,22 @@ typedef struct tops__kernels {
     float (*dot_f32_q8)(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
     float (*dot_q8_q8)(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                        int sub);
-    /* Relaxed integer microkernel for weights with |q| <= 15, and its
-       packer: rows[j * kc + k] (8 rows of integer codes, kc a multiple of
-       16) -> panel[(k / 4) * 32 + j * 4 + k % 4] = q + TOPS_Q8_OFFSET. */
-    tops__gemm_q8_ukernel gemm_q8;
-    void (*pack_q8_panel)(const int8_t *rows, int64_t kc, uint8_t *panel);
+    /* Relaxed integer microkernels for weights with |q| <= 15 (panels of
+       q + TOPS_Q8_OFFSET) and |q| <= 8 (q + TOPS_Q8_OFFSET_NARROW), and
+       their packer: rows[j * kc + k] (8 rows of integer codes, kc a
+       multiple of 16) -> panel[(k / 4) * 32 + j * 4 + k % 4] = q + offset. */
+    tops__gemm_q8_ukernel gemm_q8, gemm_q8_narrow;
+    void (*pack_q8_panel)(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
     /* Fused relaxed dot product over nb whole blocks of a nibble layout:
        sum_b ws[b] * as[b] * (sum_k lut[code] * aq[k] - acorr[b]), where
        acorr[b] = offset * sum of block b's codes.  For split = 0 layouts
        aq holds each block as its 16 even elements, then the 16 odd ones. */
     float (*dot_q8_nibbles)(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                             const float *as, const float *acorr, const float *ws, int64_t nb);
+    /* dot_f32_q8 over four rows of the integer form (q + r * ldq, scales
+       scale + r * ld_scale), out[r] = dot: the activations load once. */
+    void (*dot_f32_q8_x4)(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                          int64_t n, int sub, float *out);
     /* sum_k a[k] * b[k] over n f32 elements (any n). */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     /* Four rows at once (b + r * ldb, r < 4): four memory streams keep more
@@ -125,6 +133,11 @@ typedef struct tops__kernels {
     void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                               const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                               int64_t nb, float *out);
+    /* Strict twin of dot_q8_nibbles_x4: f32 activations (each block as
+       for dot_q8_nibbles), out[r] = sum_b ws[r * ld_ws + b] *
+       sum_k a[k] * (lut[code] - offset). */
+    void (*dot_f32_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                               const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
     /* 4-bit codes through a 16-entry table: dst[i] = table[code i], n codes
        from src (element 0 in the low nibble of src[0]). */
     void (*lut16_row)(float *dst, const uint8_t *src, int64_t n, const float *table);
@@ -197,13 +210,15 @@ void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
 void tops__ref_fill_unpackers(tops__unpacker *table);
-void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, uint8_t *panel);
+void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
 void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
                                     int64_t ldc, int accumulate);
 void tops__ref_unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale);
 void tops__ref_unpack_codes(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q);
 float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+void tops__ref_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                             int64_t n, int sub, float *out);
 float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
                           int sub);
 float tops__ref_dot_f32(const float *a, const float *b, int64_t n);
@@ -212,6 +227,10 @@ void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n
 void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                  int64_t nb, float *out);
+void tops__ref_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                   const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 float tops__ref_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                                const float *as, const float *acorr, const float *ws, int64_t nb);
 void tops__ref_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
@@ -239,7 +258,10 @@ void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops__avx2_fill_unpackers(tops__unpacker *table);
-void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, uint8_t *panel);
+void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
+void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     int64_t ldc, int accumulate);
 void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                      const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
                                      int64_t ldc, int accumulate);
@@ -256,6 +278,8 @@ float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout
                                 const float *as, const float *acorr, const float *ws, int64_t nb);
 void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
+void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                              int64_t n, int sub, float *out);
 void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                          int accumulate);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,

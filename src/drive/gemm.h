@@ -40,6 +40,10 @@ typedef struct tops__gemm_problem {
     int64_t n_tile_hint;     /* 0 = choose */
     void *scratch;           /* caller scratch (may be NULL) */
     size_t scratch_bytes;
+    /* Relaxed integer driver: the weights' u8 panels and scales prepacked
+       by tops_pack_right (layout of tops__pack_q8_panels), or NULL. */
+    const uint8_t *q8_panels;
+    const float *q8_scales;
 } tops__gemm_problem;
 
 /* Runs the problem.  Fails only with TOPS_OUT_OF_MEMORY / TOPS_OVERFLOW
@@ -53,6 +57,20 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p);
 /* The relaxed integer driver: right stored [N, K] with an integer form of
    qmax <= 15 (kern->unpack), M above the small-M driver's range. */
 tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p);
+
+/* The integer microkernel for a weight and the offset its panels carry. */
+const tops__gemm_q8_ukernel *tops__gemm_q8_pick(const tops__kernels *kern, const tops_tensor *w, int *offset);
+
+/* Prepacked integer panels of a weight stored [N, K] with an integer form
+   of qmax <= 15: for each group g of 8 columns, kp / 4 steps of 32 bytes
+   (the microkernel's panel over all of kp = K rounded up to 32) at
+   panels + g * 8 * kp, and per sub-block 8 column scales at
+   scales + g * 8 * (kp / sub).  Fills groups [g0, g0 + count); scratch
+   holds 8 * kp bytes + 8 * (kp / sub) floats.  Missing columns: q = 0,
+   scale 0.  Same bytes (offset of tops__gemm_q8_pick) as the driver's
+   per-call packing. */
+void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64_t kp, int64_t g0, int64_t count,
+                          uint8_t *panels, float *scales, void *scratch);
 
 /* Scratch for a run: the caller's exec.scratch when large enough, else the
    calling thread's cached buffer (kept between calls).  64-byte aligned;
@@ -96,6 +114,12 @@ typedef struct tops__packed_right {
        panels, a contiguous copy in the format's own layout. */
     int in_place;
     tops_tensor copy;
+    /* In place and packed for relaxed use with an integer form of qmax <= 15:
+       also the integer driver's panels (tops__pack_q8_panels), so no call
+       unpacks; NULL otherwise.  q8_bytes spans panels and scales. */
+    const uint8_t *q8_panels;
+    const float *q8_scales;
+    size_t q8_bytes;
 } tops__packed_right;
 
 /* Reader over packed panels, as if storage were [K, N] (k_major). */

@@ -14,9 +14,23 @@ enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
 
 static int64_t round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }
 
+/* Narrow integers (|q| <= 8) take the kernel that sums a whole sub-block
+   in i16, with panels of q + 8. */
+const tops__gemm_q8_ukernel *tops__gemm_q8_pick(const tops__kernels *kern, const tops_tensor *w, int *offset) {
+    const int narrow = kern->unpack[w->format.id].qmax <= 8;
+    if (offset) *offset = narrow ? TOPS_Q8_OFFSET_NARROW : TOPS_Q8_OFFSET;
+    return narrow ? &kern->gemm_q8_narrow : &kern->gemm_q8;
+}
+
+static int q8_offset(const tops__kernels *kern, const tops_tensor *w) {
+    int offset;
+    tops__gemm_q8_pick(kern, w, &offset);
+    return offset;
+}
+
 /* Quantizes row m of the left operand over kp (padded) elements. */
 static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t kp, int sub,
-                         float *tmp, int8_t *aq, float *as, int32_t *corr) {
+                         int offset, float *tmp, int8_t *aq, float *as, int32_t *corr) {
     const tops__gemm_operand *left = &p->left;
     if (left->k_major) left->read(kern, left->t, 0, p->k, m, 1, tmp, 1);
     else left->read(kern, left->t, m, 1, 0, p->k, tmp, p->k);
@@ -25,7 +39,7 @@ static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p,
     for (int64_t b = 0; b < kp / sub; b++) {
         int32_t s = 0;
         for (int j = 0; j < sub; j++) s += aq[b * sub + j];
-        corr[b] = TOPS_Q8_OFFSET * s;
+        corr[b] = offset * s;
     }
 }
 
@@ -33,7 +47,7 @@ static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p,
    into the microkernel's layout; missing columns get q = 0, scale 0.
    rows holds 8 * kc codes and qs 8 * kc / sub scales. */
 static void pack_panel_q8(const tops__kernels *kern, const tops_tensor *w, int64_t n0, int64_t valid, int64_t k0,
-                          int64_t kc, int sub, int8_t *rows, float *qs, uint8_t *panel, float *pscale) {
+                          int64_t kc, int sub, int offset, int8_t *rows, float *qs, uint8_t *panel, float *pscale) {
     const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
     const int64_t nb = kc / sub;
     for (int j = 0; j < 8; j++) {
@@ -44,20 +58,35 @@ static void pack_panel_q8(const tops__kernels *kern, const tops_tensor *w, int64
             for (int64_t b = 0; b < nb; b++) qs[j * nb + b] = 0.0f;
         }
     }
-    kern->pack_q8_panel(rows, kc, panel);
+    kern->pack_q8_panel(rows, kc, offset, panel);
     for (int64_t b = 0; b < nb; b++)
         for (int j = 0; j < 8; j++) pscale[b * 8 + j] = qs[j * nb + b];
 }
 
+void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64_t kp, int64_t g0, int64_t count,
+                          uint8_t *panels, float *scales, void *scratch) {
+    const int sub = tops__unpack_sub(w), offset = q8_offset(kern, w);
+    const int64_t n = w->extent[0], nb = kp / sub;
+    int8_t *rows = scratch;
+    float *qs = (float *)(rows + 8 * kp);
+    for (int64_t g = g0; g < g0 + count; g++) {
+        const int64_t valid = n - g * 8 < 8 ? n - g * 8 : 8;
+        pack_panel_q8(kern, w, g * 8, valid, 0, kp, sub, offset, rows, qs, panels + g * 8 * kp, scales + g * 8 * nb);
+    }
+}
+
 tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
-    const tops__gemm_q8_ukernel *uk = &kern->gemm_q8;
     const tops_tensor *w = p->right.t;
     const int sub = tops__unpack_sub(w);
+    int offset;
+    const tops__gemm_q8_ukernel *uk = tops__gemm_q8_pick(kern, w, &offset);
     const int64_t mr = uk->mr, nr = uk->nr, M = p->m, N = p->n, kp = round_up(p->k, 32);
     const int64_t kc_max = round_up(tops__ceil_div(kp, tops__ceil_div(kp, KC_DEFAULT)), 32);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max), n_subs = kp / sub;
     const int64_t m_chunk = round_up(tops__ceil_div(M, tops__ceil_div(M, M_CHUNK_MAX)), mr);
+    /* Prepacked panels are laid out for 8-column kernels. */
+    const int prepacked = p->q8_panels && nr == 8;
 
     int threads = p->threads < 1 ? 1 : p->threads;
 #ifndef _OPENMP
@@ -74,8 +103,9 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
        then per thread: the weight block, its scales, an unpack row, the
        accumulators and a float row for quantizing. */
     size_t left_bytes = (size_t)round_up(m_chunk * kp, 64) + 2 * (size_t)round_up(m_chunk * n_subs * 4, 64);
-    size_t panel_bytes = (size_t)(nc * kc_max), pscale_bytes = (size_t)round_up(nc * (kc_max / sub) * 4, 64);
-    size_t row_bytes = (size_t)round_up(8 * kc_max, 64) + (size_t)round_up(8 * kc_max / sub * 4, 64);
+    size_t panel_bytes = prepacked ? 0 : (size_t)(nc * kc_max);
+    size_t pscale_bytes = prepacked ? 0 : (size_t)round_up(nc * (kc_max / sub) * 4, 64);
+    size_t row_bytes = prepacked ? 0 : (size_t)round_up(8 * kc_max, 64) + (size_t)round_up(8 * kc_max / sub * 4, 64);
     size_t acc_bytes = (size_t)round_up(m_chunk * nc * 4, 64), tmp_bytes = (size_t)round_up(kp * 4, 64);
     size_t per_thread = (size_t)round_up((int64_t)panel_bytes, 64) + pscale_bytes + row_bytes + acc_bytes + tmp_bytes;
     size_t bytes, more;
@@ -110,7 +140,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             for (int64_t i = 0; i < m_pad; i++) {
                 if (i < mm) {
-                    quantize_row(kern, p, m0 + i, kp, sub, tmp, aq + i * kp, as + i * n_subs, corr + i * n_subs);
+                    quantize_row(kern, p, m0 + i, kp, sub, offset, tmp, aq + i * kp, as + i * n_subs, corr + i * n_subs);
                 } else { /* padding rows: zero codes, zero scale */
                     memset(aq + i * kp, 0, (size_t)kp);
                     for (int64_t b = 0; b < n_subs; b++) as[i * n_subs + b] = 0.0f, corr[i * n_subs + b] = 0;
@@ -123,16 +153,23 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, n_panels = tops__ceil_div(nn, nr);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, nb = kc / sub;
+                    if (!prepacked)
+                        for (int64_t jr = 0; jr < n_panels; jr++) {
+                            int64_t valid = nn - jr * nr < nr ? nn - jr * nr : nr;
+                            pack_panel_q8(kern, w, n0 + jr * nr, valid, k0, kc, sub, offset, q, qs, panel + jr * nr * kc,
+                                          pscale + jr * nr * nb);
+                        }
                     for (int64_t jr = 0; jr < n_panels; jr++) {
-                        int64_t valid = nn - jr * nr < nr ? nn - jr * nr : nr;
-                        pack_panel_q8(kern, w, n0 + jr * nr, valid, k0, kc, sub, q, qs, panel + jr * nr * kc,
-                                      pscale + jr * nr * nb);
-                    }
-                    for (int64_t jr = 0; jr < n_panels; jr++)
+                        /* Prepacked: this K block of the panel lies at k0 * 8 (its scales at k0 / sub * 8). */
+                        const int64_t g = (n0 + jr * nr) / 8;
+                        const uint8_t *bp = prepacked ? p->q8_panels + g * 8 * kp + k0 * 8 : panel + jr * nr * kc;
+                        const float *bs =
+                            prepacked ? p->q8_scales + g * 8 * n_subs + k0 / sub * 8 : pscale + jr * nr * nb;
                         for (int64_t ip = 0; ip < m_pad / mr; ip++)
                             uk->run(nb, sub, aq + ip * mr * kp + k0, kp, as + ip * mr * n_subs + k0 / sub,
-                                    corr + ip * mr * n_subs + k0 / sub, n_subs, panel + jr * nr * kc,
-                                    pscale + jr * nr * nb, acc + ip * mr * nc + jr * nr, nc, kb > 0);
+                                    corr + ip * mr * n_subs + k0 / sub, n_subs, bp, bs, acc + ip * mr * nc + jr * nr,
+                                    nc, kb > 0);
+                    }
                 }
                 tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
             }

@@ -46,6 +46,11 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int sub = integer ? tops__unpack_sub(w) : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
     const int in_place = relaxed && up.nib.block_bytes && sub == 32;
+    /* Strict: the same layouts decoded in place to f32, four rows at a time. */
+    const int nib_strict = integer && !relaxed && up.nib.block_bytes && sub == 32;
+    const int nib_x4 = (in_place || nib_strict) && p->k % 32 == 0;
+    /* Activations in the nibbles' order ([evens, odds] per block) for the strict in-place dot. */
+    const int permuted = nib_x4 && nib_strict && !up.nib.split;
     const int64_t M = p->m, N = p->n, K = p->k, kp = round_up(K, 32), n_subs = kp / sub;
     const int64_t full_blocks = K / 32;
     const int64_t chunk = K_CHUNK < kp ? K_CHUNK : kp;
@@ -61,11 +66,11 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     int64_t cells;
     if (!tops__mul_i64(M, kp, &cells) || !tops__mul_i64(cells, 8, &cells))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows int64");
-    size_t act = (size_t)(M * kp) * sizeof(float), act_q = relaxed ? (size_t)(M * kp) : 0;
+    size_t act = (size_t)(M * kp) * sizeof(float) * (permuted ? 2 : 1), act_q = relaxed ? (size_t)(M * kp) : 0;
     size_t act_s = relaxed ? 2 * (size_t)(M * n_subs) * sizeof(float) : 0; /* scales, corrections */
     /* per thread: accumulators, scales, then i8 codes or an f32 row chunk */
     size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + 4 * (size_t)(chunk / sub) * sizeof(float) +
-                        (size_t)chunk * (integer ? 1 : sizeof(float)) + 192;
+                        (size_t)chunk * (integer ? 4 : sizeof(float)) + 192;
     size_t bytes = act + act_q + act_s + 192, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(bytes, more, &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
@@ -78,8 +83,15 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     per_thread = (size_t)round_up((int64_t)per_thread, 64);
 
     float *acorr = as + M * n_subs;
+    float *ap = permuted ? a + M * kp : a; /* activations for dot_f32_nibbles_x4 */
     for (int64_t m = 0; m < M; m++) {
         load_activation_row(kern, &p->left, m, K, kp, a + m * kp);
+        if (permuted)
+            for (int64_t b = 0; b < kp / 32; b++)
+                for (int j = 0; j < 16; j++) {
+                    ap[m * kp + b * 32 + j] = a[m * kp + b * 32 + 2 * j];
+                    ap[m * kp + b * 32 + 16 + j] = a[m * kp + b * 32 + 2 * j + 1];
+                }
         if (relaxed) kern->quantize_q8(a + m * kp, kp, sub, aq + m * kp, as + m * n_subs);
         if (in_place)
             for (int64_t b = 0; b < n_subs; b++) {
@@ -108,26 +120,33 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
         const int64_t n0 = jb * N_BLOCK, nn = N - n0 < N_BLOCK ? N - n0 : N_BLOCK;
         for (int64_t j = 0; j < nn; j++) {
             for (int64_t m = 0; m < M; m++) acc[m * N_BLOCK + j] = 0.0f;
-            /* Four rows at once where the kernels read rows in place. */
-            if (j + 4 <= nn && (in_place ? K % 32 == 0 : !integer && p->right.direct_f32)) {
+            /* Four rows at once where the kernels read rows in place, and
+               strict integer forms (four rows unpacked per chunk). */
+            const int strict_x4 = integer && !relaxed;
+            if (j + 4 <= nn && (nib_x4 || (!in_place && (strict_x4 || (!integer && p->right.direct_f32))))) {
                 for (int64_t m = 0; m < M; m++)
                     for (int r = 1; r < 4; r++) acc[m * N_BLOCK + j + r] = 0.0f;
                 for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
                     int64_t kc = kp - k0 < chunk ? kp - k0 : chunk;
                     float d[4];
-                    if (in_place) { /* K % 32 == 0: whole blocks only */
+                    if (nib_x4) { /* K % 32 == 0: whole blocks only */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
                         for (int r = 0; r < 4; r++) up.nib.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
-                        /* The next four rows' chunk streams in while these are dotted. */
-                        if (j + 8 <= nn)
-                            for (int r = 4; r < 8; r++)
-                                for (int64_t off = 0; off < nb * up.nib.block_bytes; off += 64)
-                                    __builtin_prefetch(blocks + r * row_bytes + off, 0, 1);
                         for (int64_t m = 0; m < M; m++) {
-                            kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aq + m * kp + k0, as + m * n_subs + b0,
-                                                    acorr + m * n_subs + b0, scale, ld_ws, nb, d);
+                            if (in_place)
+                                kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aq + m * kp + k0, as + m * n_subs + b0,
+                                                        acorr + m * n_subs + b0, scale, ld_ws, nb, d);
+                            else
+                                kern->dot_f32_nibbles_x4(blocks, row_bytes, &up.nib, ap + m * kp + k0, scale, ld_ws, nb, d);
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    } else if (strict_x4) { /* kc codes per row, zero past K */
+                        const int64_t ld_s = chunk / sub;
+                        for (int r = 0; r < 4; r++) up.run(w, n0 + j + r, k0, kc, q + r * chunk, scale + r * ld_s);
+                        for (int64_t m = 0; m < M; m++) {
+                            kern->dot_f32_q8_x4(a + m * kp + k0, q, chunk, scale, ld_s, kc, sub, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
                         }
                     } else {

@@ -32,7 +32,7 @@ static int tensor_overlaps(const tops_tensor *t, const void *p, size_t n) {
     size_t span;
     if (t->packed_) {
         const tops__packed_right *pk = t->packed_;
-        if (pk->in_place) return tensor_overlaps(&pk->copy, p, n);
+        if (pk->in_place) return tensor_overlaps(&pk->copy, p, n) || ranges_overlap(pk->q8_panels, pk->q8_bytes, p, n);
         return ranges_overlap(pk->panels, pk->bytes, p, n);
     }
     if (tops_tensor_data_span(t, &span) != TOPS_OK) return 1;
@@ -271,9 +271,15 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
     plan_inputs in;
     tops_status st = check_all(fn, exec, desc, left, right, dest, &in);
     if (st != TOPS_OK) return st;
+    const tops__packed_right *pk = right->format.id == TOPS_FMT_PACKED ? right->packed_ : NULL;
     right = unwrap_in_place(right);
     tops__gemm_problem p;
-    switch (plan(kern, &in, desc, left, right, dest, &p)) {
+    plan_kind kind = plan(kern, &in, desc, left, right, dest, &p);
+    if (pk && pk->q8_panels) {
+        p.q8_panels = pk->q8_panels;
+        p.q8_scales = pk->q8_scales;
+    }
+    switch (kind) {
     case PLAN_ROWS: return tops__gemv_run(fn, &p);
     case PLAN_INTEGER: return tops__gemm_q8_run(fn, &p);
     default: return tops__gemm_run(fn, &p);
@@ -289,18 +295,22 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
     if (st != TOPS_OK) return st;
     plan_inputs in;
     if ((st = check_all(fn, exec, desc, left, right, dest, &in)) != TOPS_OK) return st;
+    const tops__packed_right *pk = right->format.id == TOPS_FMT_PACKED ? right->packed_ : NULL;
     right = unwrap_in_place(right);
     tops__gemm_problem p;
     plan_kind kind = plan(kern, &in, desc, left, right, (tops_tensor *)dest, &p);
     const tops__unpacker *up = right->format.id != TOPS_FMT_PACKED ? &kern->unpack[right->format.id] : NULL;
     const char *isa = tops_isa_name(kern->isa);
     if (kind == PLAN_INTEGER) {
-        snprintf(buf, cap, "integer panels, i8 activations: %s (%s)", kern->gemm_q8.name, isa);
+        snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)",
+                 pk && pk->q8_panels ? "prepacked" : "unpacked per K block", tops__gemm_q8_pick(kern, right, NULL)->name,
+                 isa);
     } else if (kind == PLAN_ROWS) {
-        const char *how = !up || !up->run             ? "f32 rows, f32 dots"
-                          : !p.relaxed                ? "integer rows, f32 dots"
-                          : up->nib.block_bytes && tops__unpack_sub(right) == 32 ? "4-bit rows in place, i8 dots"
-                                                                                 : "integer rows, i8 dots";
+        const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
+        const char *how = !up || !up->run ? "f32 rows, f32 dots"
+                          : !p.relaxed    ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
+                          : nib           ? "4-bit rows in place, i8 dots"
+                                          : "integer rows, i8 dots";
         snprintf(buf, cap, "rows streamed (M <= %d): %s (%s)", GEMV_MAX_M, how, isa);
     } else {
         const char *src = p.right.packed                          ? "prepacked"
@@ -350,7 +360,8 @@ static void copy_plane(const tops_plane *src, tops_plane *dst) {
 
 /* The packed form of weights the kernels read in place: one allocation
    holding the descriptor and a contiguous copy (data and planes) of right. */
-static tops_status pack_in_place(const char *fn, const tops_tensor *right, int64_t k, int64_t n, tops_tensor *packed) {
+static tops_status pack_in_place(const char *fn, const tops__kernels *kern, const tops_exec *ex, int relaxed,
+                                 const tops_tensor *right, int64_t k, int64_t n, tops_tensor *packed) {
     tops_memory host = {TOPS_DEVICE_CPU, 0};
     tops_tensor tmp;
     tops_status st = tops_tensor_create(right->format, 2, right->extent, host, &tmp);
@@ -370,10 +381,28 @@ static tops_status pack_in_place(const char *fn, const tops_tensor *right, int64
             if (e > end) end = e;
         }
     const size_t head = (sizeof(tops__packed_right) + 63) / 64 * 64; /* descriptor, then the copy */
-    unsigned char *mem = tops__aligned_alloc(head + end);
-    if (!mem) {
+    /* Relaxed narrow integers: the integer driver's panels and scales after the copy. */
+    const int q8 = relaxed && kern->unpack[right->format.id].qmax <= 15;
+    const int64_t kp = tops__ceil_div(k, 32) * 32, groups = tops__ceil_div(n, 8);
+    const int64_t n_subs = kp / tops__unpack_sub(right);
+    size_t copy_end = (end + 63) / 64 * 64, q8_panel_bytes = 0, q8_bytes = 0, total = head + end, scratch_bytes = 0;
+    if (q8) {
+        size_t scale_bytes;
+        if (!tops__mul_size((size_t)groups * 8, (size_t)kp, &q8_panel_bytes) ||
+            !tops__mul_size((size_t)groups * 8 * sizeof(float), (size_t)n_subs, &scale_bytes) ||
+            !tops__add_size(q8_panel_bytes, scale_bytes, &q8_bytes) || !tops__add_size(head + copy_end, q8_bytes, &total) ||
+            !tops__mul_size((size_t)ex->threads, (size_t)kp * 8 + (size_t)n_subs * 8 * sizeof(float), &scratch_bytes)) {
+            tops_tensor_destroy(&tmp);
+            return tops__fail(TOPS_OVERFLOW, fn, "the packed size overflows size_t");
+        }
+    }
+    unsigned char *mem = tops__aligned_alloc(total);
+    unsigned char *scratch = q8 ? tops__aligned_alloc(scratch_bytes) : NULL;
+    if (!mem || (q8 && !scratch)) {
+        tops__aligned_free(mem);
+        tops__aligned_free(scratch);
         tops_tensor_destroy(&tmp);
-        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate %zu bytes for the packed weights", head + end);
+        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate %zu bytes for the packed weights", total);
     }
     /* Rebase the copy into our block, then fill it from right. */
     tops_tensor copy = tmp;
@@ -401,6 +430,26 @@ static tops_status pack_in_place(const char *fn, const tops_tensor *right, int64
     pk->transposed = 1;
     pk->in_place = 1;
     pk->copy = copy;
+    if (q8) {
+        uint8_t *panels = mem + head + copy_end;
+        float *scales = (float *)(panels + q8_panel_bytes);
+        const size_t per_thread = (size_t)kp * 8 + (size_t)n_subs * 8 * sizeof(float);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(ex->threads) schedule(static)
+#endif
+        for (int64_t g = 0; g < groups; g++) {
+#ifdef _OPENMP
+            const int tid = omp_get_thread_num();
+#else
+            const int tid = 0;
+#endif
+            tops__pack_q8_panels(kern, &pk->copy, kp, g, 1, panels, scales, scratch + (size_t)tid * per_thread);
+        }
+        tops__aligned_free(scratch);
+        pk->q8_panels = panels;
+        pk->q8_scales = scales;
+        pk->q8_bytes = q8_bytes;
+    }
     *packed = packed_tensor(right, mem, pk, copy.data);
     return TOPS_OK;
 }
@@ -426,7 +475,7 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
     if ((st = tops__kernels_checked(fn, &kern)) != TOPS_OK) return st;
 
     if (kern->unpack[right->format.id].run && desc->transpose_right)
-        return pack_in_place(fn, right, k, n, packed);
+        return pack_in_place(fn, kern, &ex, desc->relaxed_precision, right, k, n, packed);
 
     const int nr = kern->gemm_f32.nr;
     const int64_t panels = tops__ceil_div(n, nr);

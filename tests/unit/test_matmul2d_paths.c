@@ -250,6 +250,61 @@ static void test_integer_forms(void) {
     printf("relaxed paths: worst rel-L2 vs f64 %.3g (bound %.3g)\n", relaxed_worst, RELAXED_BOUND);
 }
 
+/* The relaxed integer microkernels of every level against the scalar one,
+   bit for bit: power-of-two scales and integer sums below 2^24 make every
+   f32 step exact, so any saturated i16 sum or lost block shows.  Weights
+   at the extremes of each panel offset (u = 0 and 2 * offset, activations
+   +-127) are the worst case for the i16 stage; random ones cover the rest. */
+static void test_q8_kernels_exact(void) {
+    const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
+    enum { NB = 9, MAXK = NB * 32 };
+    static int8_t rows[8 * MAXK], a[4 * MAXK];
+    static uint8_t panel[8 * MAXK], panel_ref[8 * MAXK];
+    float as[4 * NB], bs[8 * NB], want[4 * 8], got[4 * 8];
+    int32_t corr[4 * NB];
+    for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+        const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+        if (!kern) continue;
+        for (int it = 0; it < 24; it++) {
+            const int narrow = it % 2, sub = it % 4 < 2 ? 32 : 16, offset = narrow ? TOPS_Q8_OFFSET_NARROW : TOPS_Q8_OFFSET;
+            const int qmax = narrow ? 8 : 15, extreme = it % 3 == 0;
+            const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), kc = nb * sub;
+            for (int64_t i = 0; i < 8 * kc; i++) {
+                int q = (int)(th_next(&rng) % (uint64_t)(2 * qmax + 1)) - qmax;
+                if (extreme) q = th_next(&rng) % 8 ? qmax : -qmax;
+                rows[i] = (int8_t)q;
+            }
+            for (int r = 0; r < 4; r++)
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t sum = 0;
+                    for (int j = 0; j < sub; j++) {
+                        int v = (int)(th_next(&rng) % 255) - 127;
+                        if (extreme) v = th_next(&rng) % 8 ? 127 : -127;
+                        a[r * MAXK + b * sub + j] = (int8_t)v;
+                        sum += v;
+                    }
+                    corr[r * NB + b] = offset * sum;
+                    as[r * NB + b] = ldexpf(1.0f, -(int)(th_next(&rng) % 4));
+                }
+            for (int64_t i = 0; i < 8 * nb; i++) bs[i] = ldexpf(1.0f, -(int)(th_next(&rng) % 4));
+            kern->pack_q8_panel(rows, kc, offset, panel);
+            ref->pack_q8_panel(rows, kc, offset, panel_ref);
+            if (memcmp(panel, panel_ref, (size_t)(8 * kc)) != 0)
+                TH_FAIL_AT("isa=%s offset=%d kc=%lld: packed panel differs from the reference", tops_isa_name((tops_isa)isa),
+                           offset, (long long)kc);
+            const int accumulate = (int)(th_next(&rng) % 2);
+            for (int i = 0; i < 32; i++) want[i] = got[i] = (float)(i % 7) - 3.0f;
+            const tops__gemm_q8_ukernel *uk = narrow ? &kern->gemm_q8_narrow : &kern->gemm_q8;
+            ref->gemm_q8.run(nb, sub, a, MAXK, as, corr, NB, panel_ref, bs, want, 8, accumulate);
+            uk->run(nb, sub, a, MAXK, as, corr, NB, panel, bs, got, 8, accumulate);
+            if (memcmp(want, got, sizeof want) != 0)
+                TH_FAIL_AT("isa=%s %s sub=%d nb=%lld extreme=%d: %s differs from the reference (%.9g vs %.9g)",
+                           tops_isa_name((tops_isa)isa), narrow ? "narrow" : "wide", sub, (long long)nb, extreme,
+                           uk->name, got[0], want[0]);
+        }
+    }
+}
+
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_every_combination);
@@ -257,5 +312,6 @@ int main(void) {
     RUN_TEST(test_large_edges);
     RUN_TEST(test_every_format);
     RUN_TEST(test_integer_forms);
+    RUN_TEST(test_q8_kernels_exact);
     TEST_MAIN_END();
 }

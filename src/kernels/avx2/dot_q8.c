@@ -6,6 +6,11 @@
 #include <immintrin.h>
 #include <string.h>
 
+/* Bytes ahead per weight row stream in the four-row nibble dots: of 0, 512,
+   1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one thread
+   (on a loaded VM: not tuned at two threads). */
+enum { NIB_PREFETCH = 512 };
+
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -31,6 +36,41 @@ float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale,
         acc = _mm256_fmadd_ps(_mm256_add_ps(s0, s1), _mm256_set1_ps(scale[b]), acc);
     }
     return hsum(acc);
+}
+
+/* Four rows: each 8 activations load once for the four rows; per row two
+   partial sums (even and odd 8) keep the FMA chains short, and the block
+   scale applies once per block. */
+void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                              int64_t n, int sub, float *out) {
+    if (sub % 16 != 0) {
+        for (int r = 0; r < 4; r++) out[r] = tops__avx2_dot_f32_q8(a, q + r * ldq, scale + r * ld_scale, n, sub);
+        return;
+    }
+    const int8_t *q0 = q, *q1 = q + ldq, *q2 = q + 2 * ldq, *q3 = q + 3 * ldq;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    for (int64_t b = 0; b < n / sub; b++) {
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+        for (int64_t j = b * sub; j < (b + 1) * sub; j += 16) {
+            const __m256 x = _mm256_loadu_ps(a + j), y = _mm256_loadu_ps(a + j + 8);
+            s0 = _mm256_fmadd_ps(x, i8x8_to_f32(q0 + j), s0);
+            s1 = _mm256_fmadd_ps(x, i8x8_to_f32(q1 + j), s1);
+            s2 = _mm256_fmadd_ps(x, i8x8_to_f32(q2 + j), s2);
+            s3 = _mm256_fmadd_ps(x, i8x8_to_f32(q3 + j), s3);
+            t0 = _mm256_fmadd_ps(y, i8x8_to_f32(q0 + j + 8), t0);
+            t1 = _mm256_fmadd_ps(y, i8x8_to_f32(q1 + j + 8), t1);
+            t2 = _mm256_fmadd_ps(y, i8x8_to_f32(q2 + j + 8), t2);
+            t3 = _mm256_fmadd_ps(y, i8x8_to_f32(q3 + j + 8), t3);
+        }
+        acc0 = _mm256_fmadd_ps(_mm256_add_ps(s0, t0), _mm256_set1_ps(scale[b]), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_add_ps(s1, t1), _mm256_set1_ps(scale[ld_scale + b]), acc1);
+        acc2 = _mm256_fmadd_ps(_mm256_add_ps(s2, t2), _mm256_set1_ps(scale[2 * ld_scale + b]), acc2);
+        acc3 = _mm256_fmadd_ps(_mm256_add_ps(s3, t3), _mm256_set1_ps(scale[3 * ld_scale + b]), acc3);
+    }
+    out[0] = hsum(acc0);
+    out[1] = hsum(acc1);
+    out[2] = hsum(acc2);
+    out[3] = hsum(acc3);
 }
 
 /* Signed i8 x i8 via vpmaddubsw: |q| as the unsigned side, q's sign moved
@@ -189,17 +229,115 @@ void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t 
     }
 }
 
+/* Four rows in one pass: each block's 32 activations are loaded once for
+   the four rows, the four rows' scale products are made 8 blocks at a
+   time, and per row and block the work is the nibble split (one shift of
+   the upper lane, one and), the code table, vpmaddubsw, vpmaddwd, convert
+   and one FMA: no call, no horizontal sum per 8 blocks. */
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                   int64_t nb, float *out) {
-    /* Interleave the four rows 8 blocks at a time: four streams in flight. */
-    float part[4] = {0, 0, 0, 0};
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
+    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t stride = layout->block_bytes;
+    const uint8_t *p0 = blocks + layout->header, *p1 = p0 + row_bytes, *p2 = p1 + row_bytes, *p3 = p2 + row_bytes;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    __m256 cor0 = acc0, cor1 = acc0, cor2 = acc0, cor3 = acc0;
+    float sc[4][8];
     for (int64_t b = 0; b < nb; b += 8) {
-        int64_t g = nb - b < 8 ? nb - b : 8;
-        for (int r = 0; r < 4; r++)
-            part[r] += tops__avx2_dot_q8_nibbles(blocks + r * row_bytes + b * layout->block_bytes, layout, aq + b * 32,
-                                                 as + b, acorr + b, ws + r * ld_ws + b, g);
+        const int64_t group = nb - b < 8 ? nb - b : 8;
+        if (group == 8) {
+            const __m256 a8 = _mm256_loadu_ps(as + b), c8 = _mm256_loadu_ps(acorr + b);
+#define TOPS_SCALES(r, cor)                                                                        \
+    do {                                                                                           \
+        const __m256 s8 = _mm256_mul_ps(_mm256_loadu_ps(ws + (r) * ld_ws + b), a8);                \
+        cor = _mm256_fmadd_ps(c8, s8, cor);                                                        \
+        _mm256_storeu_ps(sc[r], s8);                                                               \
+    } while (0)
+            TOPS_SCALES(0, cor0);
+            TOPS_SCALES(1, cor1);
+            TOPS_SCALES(2, cor2);
+            TOPS_SCALES(3, cor3);
+#undef TOPS_SCALES
+        } else {
+            float c[4] = {0, 0, 0, 0};
+            for (int r = 0; r < 4; r++)
+                for (int64_t i = 0; i < group; i++) {
+                    sc[r][i] = ws[r * ld_ws + b + i] * as[b + i];
+                    c[r] += acorr[b + i] * sc[r][i];
+                }
+            cor0 = _mm256_add_ps(cor0, _mm256_setr_ps(c[0], 0, 0, 0, 0, 0, 0, 0));
+            cor1 = _mm256_add_ps(cor1, _mm256_setr_ps(c[1], 0, 0, 0, 0, 0, 0, 0));
+            cor2 = _mm256_add_ps(cor2, _mm256_setr_ps(c[2], 0, 0, 0, 0, 0, 0, 0));
+            cor3 = _mm256_add_ps(cor3, _mm256_setr_ps(c[3], 0, 0, 0, 0, 0, 0, 0));
+        }
+        /* Each row's stream a fixed distance ahead, spread over the blocks
+           (past a chunk this is the row's next chunk, past the row the
+           next rows: the weights are read once, in order). */
+        for (int64_t o = b * stride; o < (b + group) * stride; o += 64) {
+            _mm_prefetch((const char *)(p0 + o + NIB_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p1 + o + NIB_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p2 + o + NIB_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p3 + o + NIB_PREFETCH), _MM_HINT_T0);
+        }
+        for (int64_t i = 0; i < group; i++) {
+            const int64_t off = (b + i) * stride;
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32));
+#define TOPS_ROW(p, r, acc)                                                                              \
+    do {                                                                                                 \
+        __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((p) + off)));         \
+        x = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(x, shifts), mask));              \
+        const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(x, a), ones);                           \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_broadcast_ss(&sc[r][i]), acc);               \
+    } while (0)
+            TOPS_ROW(p0, 0, acc0);
+            TOPS_ROW(p1, 1, acc1);
+            TOPS_ROW(p2, 2, acc2);
+            TOPS_ROW(p3, 3, acc3);
+#undef TOPS_ROW
+        }
     }
-    for (int r = 0; r < 4; r++) out[r] = part[r];
+    out[0] = hsum(_mm256_sub_ps(acc0, cor0));
+    out[1] = hsum(_mm256_sub_ps(acc1, cor1));
+    out[2] = hsum(_mm256_sub_ps(acc2, cor2));
+    out[3] = hsum(_mm256_sub_ps(acc3, cor3));
 }
 
+/* Strict four-row twin: the nibble split and a signed code table give the
+   32 codes as i8, widened 8 at a time (vpmovsxbd), converted and FMAed
+   against the block's activations, which the four rows share.  (Forcing
+   the codes through memory, to spare port-5 lane extracts, measured no
+   faster.) */
+void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                   const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
+    int8_t qlut[16];
+    for (int c = 0; c < 16; c++) qlut[c] = (int8_t)(layout->lut[c] - layout->offset);
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qlut));
+    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const int64_t stride = layout->block_bytes;
+    const uint8_t *p[4];
+    p[0] = blocks + layout->header;
+    for (int r = 1; r < 4; r++) p[r] = p[r - 1] + row_bytes;
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+    int8_t q[4][32];
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t off = b * stride;
+        if ((off & 63) + stride > 64 || (off & 63) == 0) /* a new line: the stream 512 B ahead */
+            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p[r] + off + NIB_PREFETCH), _MM_HINT_T0);
+        const float *x = a + b * 32;
+        const __m256 x0 = _mm256_loadu_ps(x), x1 = _mm256_loadu_ps(x + 8);
+        const __m256 x2 = _mm256_loadu_ps(x + 16), x3 = _mm256_loadu_ps(x + 24);
+        for (int r = 0; r < 4; r++) {
+            __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(p[r] + off)));
+            v = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(v, shifts), mask));
+            _mm256_storeu_si256((__m256i *)q[r], v);
+            __m256 s = _mm256_mul_ps(x0, i8x8_to_f32(q[r]));
+            __m256 t = _mm256_mul_ps(x1, i8x8_to_f32(q[r] + 8));
+            s = _mm256_fmadd_ps(x2, i8x8_to_f32(q[r] + 16), s);
+            t = _mm256_fmadd_ps(x3, i8x8_to_f32(q[r] + 24), t);
+            acc[r] = _mm256_fmadd_ps(_mm256_add_ps(s, t), _mm256_set1_ps(ws[r * ld_ws + b]), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+}

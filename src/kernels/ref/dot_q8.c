@@ -23,6 +23,24 @@ float tops__ref_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout 
     return acc;
 }
 
+void tops__ref_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
+    for (int r = 0; r < 4; r++) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *nib = blocks + r * row_bytes + b * layout->block_bytes + layout->header;
+            const float *x = a + b * 32;
+            float s = 0.0f;
+            for (int j = 0; j < 16; j++) {
+                s += x[j] * (float)(layout->lut[nib[j] & 0xF] - layout->offset);
+                s += x[16 + j] * (float)(layout->lut[nib[j] >> 4] - layout->offset);
+            }
+            acc += s * ws[r * ld_ws + b];
+        }
+        out[r] = acc;
+    }
+}
+
 float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub) {
     float acc = 0.0f;
     for (int64_t b = 0; b < n / sub; b++) {
@@ -31,6 +49,11 @@ float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, 
         acc += s * scale[b];
     }
     return acc;
+}
+
+void tops__ref_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                             int64_t n, int sub, float *out) {
+    for (int r = 0; r < 4; r++) out[r] = tops__ref_dot_f32_q8(a, q + r * ldq, scale + r * ld_scale, n, sub);
 }
 
 float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,

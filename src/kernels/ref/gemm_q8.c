@@ -21,8 +21,8 @@ void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_
         for (int j = 0; j < 8; j++) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
 }
 
-void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, uint8_t *panel) {
+void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel) {
     for (int j = 0; j < 8; j++)
         for (int64_t k = 0; k < kc; k++)
-            panel[(k / 4) * 32 + j * 4 + k % 4] = (uint8_t)(rows[j * kc + k] + TOPS_Q8_OFFSET);
+            panel[(k / 4) * 32 + j * 4 + k % 4] = (uint8_t)(rows[j * kc + k] + offset);
 }
