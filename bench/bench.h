@@ -203,6 +203,9 @@ uint64_t tops_bench_available_memory(void);
 /* ---- the matmul runner (bench/bench_matmul.c) ----------------------------- */
 
 tops_status tops_bench_matmul_cpu(tops_bench_session *session, tops_bench_rows *rows);
+/* The kernels the CPU baseline (OpenBLAS) runs, as OpenBLAS names its core
+   ("Haswell", "SkylakeX", ...). */
+const char *tops_bench_baseline_kernels(void);
 tops_status tops_bench_matmul_prepare(tops_bench_config *cfg);
 /* Fills the matmul defaults (K=4096, N=12288, M=1,16,128, the given formats)
    and checks every --format name; shared by the CPU and CUDA runners. */

@@ -339,6 +339,11 @@ typedef struct blas_call {
 
 /* Weights stay [N, K] (rows are output channels): sgemv without transpose
    streams each row once, and sgemm packs B either way. */
+const char *tops_bench_baseline_kernels(void) {
+    const char *core = openblas_get_corename();
+    return core && core[0] ? core : "unknown";
+}
+
 static tops_status call_blas(void *ctx, int it) {
     blas_call *b = ctx;
     const float *w = b->w[it % b->nw], *a = b->a[it % b->na];

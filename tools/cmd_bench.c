@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void tops_cmd_bench_usage(FILE *out) {
     fprintf(out,
@@ -23,7 +24,8 @@ void tops_cmd_bench_usage(FILE *out) {
             "  --m LIST       comma-separated M values (default 1,16,128)\n"
             "  --k K, --n N   reduction and output sizes (default 4096 and 12288)\n"
             "  --threads T    threads for ours, the baseline and the roofline (default all cores)\n"
-            "  --isa X        force a kernel level (as TOPS_ISA does)\n"
+            "  --isa X        force a kernel level (as TOPS_ISA does); at avx2 on an AVX-512\n"
+            "                 machine the OpenBLAS baseline runs its AVX2 (Haswell) kernels too\n"
             "  --device D     cpu (default) or cuda[:N]\n"
             "  --repeat R     at least R timed calls per case, and at least 0.5 s (default 5)\n"
             "  --relaxed      allow the relaxed-precision paths (activations quantized on the fly)\n"
@@ -105,6 +107,31 @@ static int check_writable(const char *path) {
     if (!f) return 0;
     fclose(f);
     return 1;
+}
+
+/* `--isa avx2` stands in for an AVX2 machine, where OpenBLAS would run its
+   Haswell kernels; left alone it picks its kernels for this CPU (AVX-512 on
+   the development VM), racing our AVX2 kernels with wider vectors. OpenBLAS
+   chooses once, when it is loaded, from OPENBLAS_CORETYPE: so the bench
+   sets it and starts itself again, once. A user's own setting is kept. */
+static void pin_baseline_to_avx2(int argc, char **argv) {
+#ifdef __linux__
+    if (getenv("OPENBLAS_CORETYPE")) return;
+    char **again = calloc((size_t)argc + 2, sizeof *again);
+    if (!again) return;
+    again[0] = "tensorops";
+    for (int i = 0; i < argc; i++) again[i + 1] = argv[i];
+    setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+    fflush(NULL);
+    execv("/proc/self/exe", again);
+    fprintf(stderr, "tensorops bench: could not restart with OPENBLAS_CORETYPE=Haswell (%s): the baseline runs "
+                    "OpenBLAS's own kernels\n", strerror(errno));
+    unsetenv("OPENBLAS_CORETYPE");
+    free(again);
+#else
+    (void)argc;
+    (void)argv;
+#endif
 }
 
 int tops_cmd_bench(int argc, char **argv) {
@@ -244,6 +271,9 @@ int tops_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "tensorops bench: --isa: %s\n", tops_last_error());
         return TOPS_EXIT_FAIL;
     }
+    /* only where OpenBLAS would otherwise pick wider kernels than ours */
+    if (cfg.device.kind == TOPS_DEVICE_CPU && ci.isa == TOPS_ISA_AVX2 && ci.isa_available[TOPS_ISA_AVX512])
+        pin_baseline_to_avx2(argc, argv);
     if (!cfg.threads) cfg.threads = tops_exec_default().threads;
     if (cfg.json_path && !check_writable(cfg.json_path)) {
         fprintf(stderr, "tensorops bench: --json: cannot write \"%s\"\n", cfg.json_path);
@@ -288,6 +318,11 @@ int tops_cmd_bench(int argc, char **argv) {
     snprintf(oplist, sizeof oplist, "%s%s%s", ops[0], nops > 1 ? " and " : "", nops > 1 ? ops[1] : "");
     printf("tensorops bench: %s on %s, isa %s, %d threads\n", oplist, ci.model[0] ? ci.model : "unknown cpu",
            tops_isa_name(ci.isa), cfg.threads);
+    if (cfg.device.kind == TOPS_DEVICE_CPU) {
+        const char *pinned = getenv("OPENBLAS_CORETYPE");
+        printf("baseline: OpenBLAS, %s kernels%s%s%s\n", tops_bench_baseline_kernels(),
+               pinned ? " (OPENBLAS_CORETYPE=" : "", pinned ? pinned : "", pinned ? ")" : "");
+    }
     tops_bench_print_table(stdout, &rows, session.have_roof ? &session.roof : NULL);
     fflush(stdout);
     int code = st == TOPS_OK ? TOPS_EXIT_OK : TOPS_EXIT_FAIL;

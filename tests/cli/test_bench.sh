@@ -57,6 +57,15 @@ att = rows[4]
 assert sorted(att) == sorted(keys + ["batch", "heads", "kv_heads", "causal"]) and att["causal"] in (True, 1)
 PY
 check "SVG written, one panel per op" bash -c "head -c 5 '$tmp/b.svg' | grep -q '<?xml' && grep -q '</svg>' '$tmp/b.svg' && grep -c '<g transform' '$tmp/b.svg' | grep -qx 2"
+check "the table names the baseline's kernels" grep -q "^baseline: OpenBLAS, .* kernels" "$tmp/table.txt"
+# --isa avx2 on a machine with AVX-512: the baseline is pinned to OpenBLAS's
+# AVX2 (Haswell) kernels too; a user's OPENBLAS_CORETYPE is kept.
+if "$cli" info | grep -q "avx512f=yes"; then
+  check "--isa avx2 pins the baseline to Haswell" bash -c "env -u OPENBLAS_CORETYPE '$cli' bench --isa avx2 --format f32 --m 1 --k 8 --n 8 --repeat 1 --no-progress | grep -q '^baseline: OpenBLAS, Haswell kernels (OPENBLAS_CORETYPE=Haswell)'"
+  check "a user's OPENBLAS_CORETYPE is kept" bash -c "OPENBLAS_CORETYPE=SkylakeX '$cli' bench --isa avx2 --format f32 --m 1 --k 8 --n 8 --repeat 1 --no-progress | grep -q 'OPENBLAS_CORETYPE=SkylakeX'"
+else
+  echo "skip --isa avx2 baseline pinning (no AVX-512 here: OpenBLAS already runs AVX2 kernels)"
+fi
 expect_rc "an unknown op in a list exits 2" 2 "$cli" bench --op matmul,conv
 expect_rc "unwritable --json exits 1 before running" 1 "$cli" bench --format f32 --m 1 --k 8 --n 8 --json /nonexistent-dir/x.json
 finish
