@@ -2,6 +2,7 @@
    and the 16-entry table row (lut4).  Same integers and scales as the
    scalar unpackers, which still serve partial blocks at the end of K. */
 #include "cpu/dispatch.h"
+#include "formats/elem.h"
 #include "kernels/ref/scalar_casts.h"
 
 #include <immintrin.h>
@@ -29,15 +30,16 @@ static inline __m256i e2m1_doubled(__m256i v) {
 }
 
 /* Scales of the element-plane formats.  Fast cases: f16 planes read
-   8 at a time with F16C, e8m0 through a 256-entry table; the rest (and
-   any tail beyond K) by the scalar row. */
-static float e8m0_table[256];
+   8 at a time with F16C, e8m0 and ue4m3 (nvfp4) through 256-entry tables
+   of the scalar decoder's values; the rest (and any tail beyond K) by the
+   scalar row. */
+static float e8m0_table[256], ue4m3_table[256];
 static void unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
     const tops_format_info *info = tops_format_get_info(t->format.id);
     const tops_plane *p = &t->scales;
     const int sub = tops__unpack_sub(t);
     const int64_t block = info->block > 1 ? t->format.group : 32, K = t->extent[1];
-    if (!p->data || block != sub || k0 + n > K || (p->dtype != TOPS_DT_F16 && p->dtype != TOPS_DT_E8M0)) {
+    if (!p->data || block != sub || k0 + n > K || (p->dtype != TOPS_DT_F16 && p->dtype != TOPS_DT_E8M0 && p->dtype != TOPS_DT_UE4M3)) {
         tops__ref_unpack_scales(t, row, k0, n, scale);
         return;
     }
@@ -54,7 +56,8 @@ static void unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t
         for (; b < nb; b++) scale[b] = _cvtsh_ss(h[b * s1]) * mul;
     } else {
         const uint8_t *e = (const uint8_t *)p->data + row * p->stride[0] + (k0 / sub) * s1;
-        for (int64_t b = 0; b < nb; b++) scale[b] = e8m0_table[e[b * s1]] * mul;
+        const float *table = p->dtype == TOPS_DT_E8M0 ? e8m0_table : ue4m3_table;
+        for (int64_t b = 0; b < nb; b++) scale[b] = table[e[b * s1]] * mul;
     }
 }
 
@@ -146,6 +149,7 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     for (int e = 0; e < 256; e++) /* 2^(e-127); 0xFF is NaN (FORMATS.md) */
         e8m0_table[e] = e == 255 ? tops__bits_f32(0x7fc00000u)
                                  : tops__bits_f32(e ? (uint32_t)e << 23 : 0x00400000u);
+    for (int c = 0; c < 256; c++) ue4m3_table[c] = tops__decode_elem(TOPS_DT_UE4M3, (uint32_t)c);
     scalar_q4_0 = table[TOPS_FMT_Q4_0].run; /* table holds the scalar row on entry */
     scalar_q8_0 = table[TOPS_FMT_Q8_0].run;
     scalar_mxfp4 = table[TOPS_FMT_GGUF_MXFP4].run;
