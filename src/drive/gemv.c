@@ -19,6 +19,24 @@ enum {
 
 static int64_t round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }
 
+/* The first bytes of rows [row, row + 4) and of their scale rows into L1.
+   The four-row kernels prefetch each row's stream ahead; at a row's last
+   chunk that runs into the next row of the same group (already being read),
+   so the next group's rows would start cold: the driver starts them. */
+static void prefetch_next_rows(const tops_tensor *w, int64_t row) {
+    enum { DATA_BYTES = 512, SCALE_BYTES = 256 };
+    const tops_plane *sp = &w->scales;
+    const int esz = sp->data ? (tops_dtype_bits(sp->dtype) + 7) / 8 : 0;
+    for (int r = 0; r < 4; r++) {
+        const char *d = (const char *)tops__weight_row(w, row + r);
+        for (int o = 0; o < DATA_BYTES; o += 64) __builtin_prefetch(d + o, 0, 3);
+        if (esz) {
+            const char *s = (const char *)sp->data + (row + r) * sp->stride[0] * esz;
+            for (int o = 0; o < SCALE_BYTES; o += 64) __builtin_prefetch(s + o, 0, 3);
+        }
+    }
+}
+
 /* Row m of the left operand as f32 over all of K, zero-padded to kp. */
 static void load_activation_row(const tops__kernels *kern, const tops__gemm_operand *left, int64_t m, int64_t k,
                                 int64_t kp, float *out) {
@@ -131,6 +149,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     float d[4];
                     if (nib_x4) { /* K % 32 == 0: whole blocks only */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
+                        if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
                         for (int r = 0; r < 4; r++) up.nib.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
