@@ -47,6 +47,7 @@ static inline int tops__mul_i64(int64_t a, int64_t b, int64_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
 static inline int64_t tops__ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t tops__round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }
 
 /* 64-byte aligned allocation; NULL on failure or overflow. */
 void *tops__aligned_alloc(size_t bytes);

@@ -18,8 +18,7 @@ enum {
 };
 #define PACKED_LEFT_BUDGET ((size_t)8 << 20) /* bytes of packed left per M chunk */
 
-static int64_t round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }
-static size_t floats_aligned(int64_t n) { return (size_t)round_up(n, 16); } /* 64-byte multiples */
+static size_t floats_aligned(int64_t n) { return (size_t)tops__round_up(n, 16); } /* 64-byte multiples */
 
 /* Packs `width` rows (or columns) of one operand starting at o0, of which
    `valid` exist, over K range [k0, k0 + kc), into panel[k * width + j];
@@ -57,11 +56,24 @@ void *tops__workspace_get(const tops__gemm_problem *p, size_t bytes) {
     return ws_cache;
 }
 
-/* Balanced block size: splits n into ceil(n / target) nearly equal
-   blocks, each a multiple of `unit`. */
-static int64_t balanced_block(int64_t n, int64_t target, int64_t unit) {
+int64_t tops__balanced_block(int64_t n, int64_t target, int64_t unit) {
     int64_t blocks = tops__ceil_div(n, target);
-    return round_up(tops__ceil_div(n, blocks), unit);
+    return tops__round_up(tops__ceil_div(n, blocks), unit);
+}
+
+void tops__split_n(const tops__gemm_problem *p, int64_t nc_target, int64_t nr, int *threads, int64_t *nc,
+                   int64_t *n_blocks) {
+    const int64_t N = p->n;
+    int t = p->threads < 1 ? 1 : p->threads;
+#ifndef _OPENMP
+    t = 1;
+#endif
+    int64_t blocks = tops__ceil_div(N, nc_target);
+    if (blocks < t) blocks = tops__ceil_div(N, nr) < t ? tops__ceil_div(N, nr) : t;
+    else blocks = tops__round_up(blocks, t); /* an even share per thread */
+    *nc = tops__round_up(tops__ceil_div(N, blocks), nr);
+    *n_blocks = tops__ceil_div(N, *nc);
+    *threads = t > *n_blocks ? (int)*n_blocks : t;
 }
 
 tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
@@ -70,25 +82,17 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
     /* Panels packed for another NR (another ISA) are read like any tensor. */
     const tops__packed_right *prepacked = p->right.packed && p->right.packed->nr == nr ? p->right.packed : NULL;
 
-    const int64_t kc_max = balanced_block(K, KC_DEFAULT, 1);
+    const int64_t kc_max = tops__balanced_block(K, KC_DEFAULT, 1);
     const int64_t k_blocks = tops__ceil_div(K, kc_max);
 
     int64_t chunk_cap = (int64_t)(PACKED_LEFT_BUDGET / sizeof(float)) / K / mr * mr;
     if (chunk_cap < mr) chunk_cap = mr;
     if (chunk_cap > M_CHUNK_MAX) chunk_cap = M_CHUNK_MAX / mr * mr;
-    const int64_t m_chunk = balanced_block(M, chunk_cap, mr); /* padded rows per chunk */
+    const int64_t m_chunk = tops__balanced_block(M, chunk_cap, mr); /* padded rows per chunk */
 
-    int threads = p->threads < 1 ? 1 : p->threads;
-#ifndef _OPENMP
-    threads = 1;
-#endif
-    int64_t nc_target = p->n_tile_hint > 0 ? p->n_tile_hint : NC_DEFAULT;
-    int64_t n_blocks = tops__ceil_div(N, nc_target);
-    if (n_blocks < threads) n_blocks = tops__ceil_div(N, nr) < threads ? tops__ceil_div(N, nr) : threads;
-    else n_blocks = round_up(n_blocks, threads); /* an even share per thread */
-    const int64_t nc = round_up(tops__ceil_div(N, n_blocks), nr);
-    n_blocks = tops__ceil_div(N, nc);
-    if (threads > n_blocks) threads = (int)n_blocks;
+    int threads;
+    int64_t nc, n_blocks;
+    tops__split_n(p, p->n_tile_hint > 0 ? p->n_tile_hint : NC_DEFAULT, nr, &threads, &nc, &n_blocks);
 
     /* Workspace: packed left (shared), then per thread the packed right
        block, the f32 accumulator and a transpose buffer. */

@@ -77,6 +77,16 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
    NULL when out of memory. */
 void *tops__workspace_get(const tops__gemm_problem *p, size_t bytes);
 
+/* Balanced block size: splits n into ceil(n / target) nearly equal
+   blocks, each a multiple of `unit`. */
+int64_t tops__balanced_block(int64_t n, int64_t target, int64_t unit);
+
+/* The N split of the blocked drivers: blocks of about nc_target columns
+   (a multiple of nr), an even share per thread, at least one block per
+   thread where N allows; *threads drops to the number of blocks. */
+void tops__split_n(const tops__gemm_problem *p, int64_t nc_target, int64_t nr, int *threads, int64_t *nc,
+                   int64_t *n_blocks);
+
 /* Reader of 8-bit float element formats (e4m3/e5m2, mxfp8, channel fp8)
    stored [N, K], through the dispatch's element rows; and whether a
    tensor's format qualifies. */

@@ -12,7 +12,6 @@
 
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
 
-static int64_t round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }
 
 /* Narrow integers (|q| <= 8) take the kernel that sums a whole sub-block
    in i16, with panels of q + 8. */
@@ -81,44 +80,37 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     const int sub = tops__unpack_sub(w);
     int offset;
     const tops__gemm_q8_ukernel *uk = tops__gemm_q8_pick(kern, w, &offset);
-    const int64_t mr = uk->mr, nr = uk->nr, M = p->m, N = p->n, kp = round_up(p->k, 32);
-    const int64_t kc_max = round_up(tops__ceil_div(kp, tops__ceil_div(kp, KC_DEFAULT)), 32);
+    const int64_t mr = uk->mr, nr = uk->nr, M = p->m, N = p->n, kp = tops__round_up(p->k, 32);
+    const int64_t kc_max = tops__balanced_block(kp, KC_DEFAULT, 32);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max), n_subs = kp / sub;
-    const int64_t m_chunk = round_up(tops__ceil_div(M, tops__ceil_div(M, M_CHUNK_MAX)), mr);
+    const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, mr);
     /* Prepacked panels are laid out for 8-column kernels. */
     const int prepacked = p->q8_panels && nr == 8;
 
-    int threads = p->threads < 1 ? 1 : p->threads;
-#ifndef _OPENMP
-    threads = 1;
-#endif
-    int64_t n_blocks = tops__ceil_div(N, NC_DEFAULT);
-    if (n_blocks < threads) n_blocks = tops__ceil_div(N, nr) < threads ? tops__ceil_div(N, nr) : threads;
-    else n_blocks = round_up(n_blocks, threads);
-    const int64_t nc = round_up(tops__ceil_div(N, n_blocks), nr);
-    n_blocks = tops__ceil_div(N, nc);
-    if (threads > n_blocks) threads = (int)n_blocks;
+    int threads;
+    int64_t nc, n_blocks;
+    tops__split_n(p, NC_DEFAULT, nr, &threads, &nc, &n_blocks);
 
     /* Workspace: quantized left (codes, scales, corrections) for one chunk,
        then per thread: the weight block, its scales, an unpack row, the
        accumulators and a float row for quantizing. */
-    size_t left_bytes = (size_t)round_up(m_chunk * kp, 64) + 2 * (size_t)round_up(m_chunk * n_subs * 4, 64);
+    size_t left_bytes = (size_t)tops__round_up(m_chunk * kp, 64) + 2 * (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
     size_t panel_bytes = prepacked ? 0 : (size_t)(nc * kc_max);
-    size_t pscale_bytes = prepacked ? 0 : (size_t)round_up(nc * (kc_max / sub) * 4, 64);
-    size_t row_bytes = prepacked ? 0 : (size_t)round_up(8 * kc_max, 64) + (size_t)round_up(8 * kc_max / sub * 4, 64);
-    size_t acc_bytes = (size_t)round_up(m_chunk * nc * 4, 64), tmp_bytes = (size_t)round_up(kp * 4, 64);
-    size_t per_thread = (size_t)round_up((int64_t)panel_bytes, 64) + pscale_bytes + row_bytes + acc_bytes + tmp_bytes;
+    size_t pscale_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
+    size_t row_bytes = prepacked ? 0 : (size_t)tops__round_up(8 * kc_max, 64) + (size_t)tops__round_up(8 * kc_max / sub * 4, 64);
+    size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64), tmp_bytes = (size_t)tops__round_up(kp * 4, 64);
+    size_t per_thread = (size_t)tops__round_up((int64_t)panel_bytes, 64) + pscale_bytes + row_bytes + acc_bytes + tmp_bytes;
     size_t bytes, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
     unsigned char *ws = tops__workspace_get(p, bytes);
     if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
     int8_t *aq = (int8_t *)ws;
-    float *as = (float *)(ws + round_up(m_chunk * kp, 64));
-    int32_t *corr = (int32_t *)((unsigned char *)as + round_up(m_chunk * n_subs * 4, 64));
+    float *as = (float *)(ws + tops__round_up(m_chunk * kp, 64));
+    int32_t *corr = (int32_t *)((unsigned char *)as + tops__round_up(m_chunk * n_subs * 4, 64));
 
     for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
-        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_pad = round_up(mm, mr);
+        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_pad = tops__round_up(mm, mr);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads)
 #endif
@@ -130,9 +122,9 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
             uint8_t *panel = mine;
-            float *pscale = (float *)(mine + round_up((int64_t)panel_bytes, 64));
+            float *pscale = (float *)(mine + tops__round_up((int64_t)panel_bytes, 64));
             int8_t *q = (int8_t *)((unsigned char *)pscale + pscale_bytes);
-            float *qs = (float *)((unsigned char *)q + round_up(8 * kc_max, 64));
+            float *qs = (float *)((unsigned char *)q + tops__round_up(8 * kc_max, 64));
             float *acc = (float *)((unsigned char *)q + row_bytes);
             float *tmp = (float *)((unsigned char *)acc + acc_bytes);
 #ifdef _OPENMP

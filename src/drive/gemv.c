@@ -17,7 +17,6 @@ enum {
     N_BLOCK = 64,     /* output columns per unit of thread work */
 };
 
-static int64_t round_up(int64_t v, int64_t to) { return tops__ceil_div(v, to) * to; }
 
 /* The first bytes of rows [row, row + 4) and of their scale rows into L1.
    The four-row kernels prefetch each row's stream ahead; at a row's last
@@ -69,7 +68,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int nib_x4 = (in_place || nib_strict) && p->k % 32 == 0;
     /* Activations in the nibbles' order ([evens, odds] per block) for the strict in-place dot. */
     const int permuted = nib_x4 && nib_strict && !up.nib.split;
-    const int64_t M = p->m, N = p->n, K = p->k, kp = round_up(K, 32), n_subs = kp / sub;
+    const int64_t M = p->m, N = p->n, K = p->k, kp = tops__round_up(K, 32), n_subs = kp / sub;
     const int64_t full_blocks = K / 32;
     const int64_t chunk = K_CHUNK < kp ? K_CHUNK : kp;
     int threads = p->threads < 1 ? 1 : p->threads;
@@ -96,9 +95,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
     float *a = (float *)ws;
     int8_t *aq = (int8_t *)(ws + act);
-    float *as = (float *)(ws + round_up((int64_t)(act + act_q), 64));
-    unsigned char *thread_base = ws + round_up((int64_t)(act + act_q + act_s), 64) + 64;
-    per_thread = (size_t)round_up((int64_t)per_thread, 64);
+    float *as = (float *)(ws + tops__round_up((int64_t)(act + act_q), 64));
+    unsigned char *thread_base = ws + tops__round_up((int64_t)(act + act_q + act_s), 64) + 64;
+    per_thread = (size_t)tops__round_up((int64_t)per_thread, 64);
 
     float *acorr = as + M * n_subs;
     float *ap = permuted ? a + M * kp : a; /* activations for dot_f32_nibbles_x4 */

@@ -14,7 +14,6 @@
 /* Rows of a tile are padded to whole strips of the widest microkernel, so
    every kernel level can write full strips. */
 static int64_t round_strip(int64_t v) { return (v + TOPS_TILE_STRIP - 1) & ~(int64_t)(TOPS_TILE_STRIP - 1); }
-static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 /* ---- matrices inside tensors --------------------------------------------- */
 
@@ -120,7 +119,7 @@ void tops__mat_read(const tops__kernels *kern, const tops__mat *m, int64_t r, in
 void tops__tile_matmul(const tops__kernels *kern, int transpose_left, int transpose_right, int accumulate,
                        const tops__mat *left, const tops_tile *left_tile, const tops__mat *right, tops_tile *tile) {
     const int64_t MR = kern->tile_gemm.mr, NR = kern->tile_gemm.nr;
-    const int64_t M = tile->rows, N = tile->cols, Np = round_up(N, NR), ldc = tile->ld;
+    const int64_t M = tile->rows, N = tile->cols, Np = tops__round_up(N, NR), ldc = tile->ld;
     const int64_t K = transpose_right ? right->cols : right->rows;
     float *bpanel = tile->work_, *apanel = tile->work_ + (int64_t)TOPS_TILE_KC * tile->ld;
     const tops_tensor *rt = right->t;
