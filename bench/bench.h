@@ -223,6 +223,10 @@ tops_status tops_bench_matmul_cuda_prepare(tops_bench_config *cfg);
 tops_status tops_bench_matmul_cuda(tops_bench_session *session, tops_bench_rows *rows);
 
 /* Deterministic test data: n normal(0, 1) values from a seed. */
+/* A dense row-major [rows, cols] view of a plain element buffer in host or
+   device memory (the bench's and validate's operands). */
+tops_status tops_bench_view2d(tops_dtype dt, void *data, int64_t rows, int64_t cols, tops_memory memory,
+                              tops_tensor *out);
 void tops_bench_fill_normal(float *v, int64_t n, uint64_t seed);
 /* f64 reference of rows `rows` of A[., K] * W^T, W stored [N, K] (both f32,
    contiguous): ref[r * n + j]. */

@@ -171,18 +171,6 @@ static tops_status enqueue_ours(void *ctx, int i) {
     return tops_matmul2d(&c->g->exec, &c->desc, &c->x, &c->w[i % c->nw], &c->y);
 }
 
-static tops_status device_view(void *data, tops_dtype dt, int64_t rows, int64_t cols, int device, tops_tensor *out) {
-    tops_tensor_desc d;
-    memset(&d, 0, sizeof d);
-    d.format = tops_format_of(dt);
-    d.rank = 2;
-    d.extent[0] = rows;
-    d.extent[1] = cols;
-    d.data = data;
-    d.memory = (tops_memory){TOPS_DEVICE_CUDA, device};
-    return tops_tensor_view(&d, out);
-}
-
 /* f16 rows of the device output, as f32. */
 static tops_status fetch_rows(const void *y, int64_t n, const int64_t *rows, int nrows, float *out) {
     uint16_t *h = malloc((size_t)n * 2);
@@ -582,8 +570,9 @@ static tops_status run_format(cuda_run *r, const float *w_f32, const char *name)
         c.desc = desc;
         c.w = copies;
         c.nw = ncopies;
-        st = device_view(r->x_dev, TOPS_DT_F16, m, cfg->k, r->g.device, &c.x);
-        if (st == TOPS_OK) st = device_view(r->y_dev, TOPS_DT_F16, m, cfg->n, r->g.device, &c.y);
+        const tops_memory dev_mem = {TOPS_DEVICE_CUDA, r->g.device};
+        st = tops_bench_view2d(TOPS_DT_F16, r->x_dev, m, cfg->k, dev_mem, &c.x);
+        if (st == TOPS_OK) st = tops_bench_view2d(TOPS_DT_F16, r->y_dev, m, cfg->n, dev_mem, &c.y);
         if (st != TOPS_OK) break;
         /* Accuracy first, on a NaN-poisoned output. */
         tops_bench_progress(r->s, "%s M=%lld: checking against f64", name, (long long)m);

@@ -111,18 +111,6 @@ static int rotation_copies(const tops_bench_config *cfg, double bytes, int *capp
     return copies;
 }
 
-static tops_status view_f32(float *data, int64_t rows, int64_t cols, tops_tensor *out) {
-    tops_tensor_desc d;
-    memset(&d, 0, sizeof d);
-    d.format = tops_format_of(TOPS_DT_F32);
-    d.rank = 2;
-    d.extent[0] = rows;
-    d.extent[1] = cols;
-    d.data = data;
-    d.data_bytes = (size_t)rows * (size_t)cols * sizeof(float);
-    return tops_tensor_view(&d, out);
-}
-
 /* Resident bytes of this process (0 if unknown): the packed layout is
    opaque, so its size is read as the memory its first copy added. */
 static double resident_bytes(void) {
@@ -252,7 +240,7 @@ static tops_status weights_make(tops_bench_session *s, const float *original, co
     int64_t nk[2] = {cfg->n, cfg->k};
     tops_bench_progress(s, "%s: quantizing %lld x %lld weights", name, (long long)cfg->n, (long long)cfg->k);
     tops_tensor src;
-    st = view_f32((float *)original, cfg->n, cfg->k, &src);
+    st = tops_bench_view2d(TOPS_DT_F32, (float *)original, cfg->n, cfg->k, (tops_memory){TOPS_DEVICE_CPU, 0}, &src);
     if (st != TOPS_OK) return st;
     st = tops_tensor_create(w->format, 2, nk, (tops_memory){TOPS_DEVICE_CPU, 0}, &w->quantized);
     if (st != TOPS_OK) return st;
@@ -262,7 +250,7 @@ static tops_status weights_make(tops_bench_session *s, const float *original, co
     w->decoded = tops__aligned_alloc((size_t)cfg->n * (size_t)cfg->k * sizeof(float));
     if (!w->decoded) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the decoded %s weights", name);
     tops_tensor dec;
-    st = view_f32(w->decoded, cfg->n, cfg->k, &dec);
+    st = tops_bench_view2d(TOPS_DT_F32, w->decoded, cfg->n, cfg->k, (tops_memory){TOPS_DEVICE_CPU, 0}, &dec);
     if (st == TOPS_OK) st = tops_dequantize(&w->quantized, &dec);
     if (st != TOPS_OK) return st;
     w->weight_bytes = tops_format_bits_per_weight(w->format, cfg->k) * (double)cfg->n * (double)cfg->k / 8.0;
@@ -483,10 +471,10 @@ static tops_status run_case(mm_run *r, mm_weights *w, int mi, tops_bench_rows *r
     tops_status st;
     tops_tensor left[8], dest;
     for (int i = 0; i < r->nacts; i++) {
-        st = view_f32(r->acts[i], m, k, &left[i]);
+        st = tops_bench_view2d(TOPS_DT_F32, r->acts[i], m, k, (tops_memory){TOPS_DEVICE_CPU, 0}, &left[i]);
         if (st != TOPS_OK) return st;
     }
-    st = view_f32(r->dest, m, n, &dest);
+    st = tops_bench_view2d(TOPS_DT_F32, r->dest, m, n, (tops_memory){TOPS_DEVICE_CPU, 0}, &dest);
     if (st != TOPS_OK) return st;
     double bound = r->desc.relaxed_precision ? RELAXED_REL_L2 : STRICT_REL_L2;
 

@@ -72,3 +72,17 @@ void tops_bench_progress_detail(tops_bench_session *s, const char *fmt, ...) {
     progress_v(s, 1, fmt, ap);
     va_end(ap);
 }
+
+tops_status tops_bench_view2d(tops_dtype dt, void *data, int64_t rows, int64_t cols, tops_memory memory,
+                              tops_tensor *out) {
+    tops_tensor_desc d;
+    memset(&d, 0, sizeof d);
+    d.format = tops_format_of(dt);
+    d.rank = 2;
+    d.extent[0] = rows;
+    d.extent[1] = cols;
+    d.data = data;
+    d.data_bytes = (size_t)rows * (size_t)cols * (size_t)(tops_dtype_bits(dt) / 8);
+    d.memory = memory;
+    return tops_tensor_view(&d, out);
+}

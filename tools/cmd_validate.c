@@ -138,17 +138,6 @@ static float per_tensor_codes(const float *w, int64_t count, int64_t rows, int64
     return s;
 }
 
-static tops_status view_plain(tops_dtype dt, void *data, int64_t rows, int64_t cols, tops_tensor *out) {
-    tops_tensor_desc d;
-    memset(&d, 0, sizeof d);
-    d.format = tops_format_of(dt);
-    d.rank = 2;
-    d.extent[0] = rows;
-    d.extent[1] = cols;
-    d.data = data;
-    return tops_tensor_view(&d, out);
-}
-
 static tops_device run_device; /* --device */
 
 /* tops_matmul2d on run_device (a GPU): left and dest go to its memory and
@@ -218,7 +207,7 @@ static void run_row(const ladder_row *row, const ladder_shape *sh, const float *
     } while (0)
 
     CHECK(tops_format_from_name(row->format, &fmt));
-    CHECK(view_plain(TOPS_DT_F32, (void *)w, n, k, &wf));
+    CHECK(tops_bench_view2d(TOPS_DT_F32, (void *)w, n, k, (tops_memory){TOPS_DEVICE_CPU, 0}, &wf));
     if (row->tensor_scale) {
         int bits = fmt.id == TOPS_FMT_I8 ? 8 : 4;
         codes = malloc(wcount);
@@ -239,7 +228,7 @@ static void run_row(const ladder_row *row, const ladder_shape *sh, const float *
         have_wq = 1;
         CHECK(tops_quantize(&wf, &wq, NULL));
     }
-    CHECK(view_plain(TOPS_DT_F32, decoded, n, k, &dview));
+    CHECK(tops_bench_view2d(TOPS_DT_F32, decoded, n, k, (tops_memory){TOPS_DEVICE_CPU, 0}, &dview));
     CHECK(tops_dequantize(&wq, &dview));
     tops_quant_error_stats qe;
     CHECK(tops_quant_error(w, decoded, (int64_t)wcount, &qe));
@@ -257,11 +246,11 @@ static void run_row(const ladder_row *row, const ladder_shape *sh, const float *
                          (long long)m, (long long)k, (long long)n));
     CHECK(tops_cast_from_f32(row->left, left_data, a, m * k, 1));
     CHECK(tops_cast_to_f32(row->left, left_f32, left_data, m * k));
-    CHECK(view_plain(row->left, left_data, m, k, &left));
+    CHECK(tops_bench_view2d(row->left, left_data, m, k, (tops_memory){TOPS_DEVICE_CPU, 0}, &left));
     /* NaN-poisoned dest: an element the kernel never writes shows. */
     for (int64_t i = 0; i < m * n; i++) dest_f32[i] = NAN;
     CHECK(tops_cast_from_f32(row->dest, dest_data, dest_f32, m * n, 0));
-    CHECK(view_plain(row->dest, dest_data, m, n, &dest));
+    CHECK(tops_bench_view2d(row->dest, dest_data, m, n, (tops_memory){TOPS_DEVICE_CPU, 0}, &dest));
 
     tops_exec exec = tops_exec_default();
     tops_matmul2d_desc desc;
