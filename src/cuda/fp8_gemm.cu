@@ -13,6 +13,7 @@
 // builds empty kernels that the plan never launches (matmul.c asks for
 // compute capability 9.0 before it packs the FP8 layout).
 #include "cuda/cuda_internal.h"
+#include "cuda/sm90.cuh"
 
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -21,7 +22,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
-#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#ifdef TOPS_CU_WGMMA
 #define TOPS_FP8_WGMMA 1
 #endif
 
@@ -106,57 +107,7 @@ __global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long l
 // ---- the GEMM -------------------------------------------------------------------
 
 #ifdef TOPS_FP8_WGMMA
-__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void bar_init(uint64_t *b, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void bar_expect_tx(uint64_t *b, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void bar_arrive(uint64_t *b) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
-}
-// Waits until the phase with this parity has completed.
-__device__ __forceinline__ void bar_wait(uint64_t *b, uint32_t parity) {
-    uint32_t done = 0;
-    do {
-        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     " selp.u32 %0, 1, 0, p;\n}"
-                     : "=r"(done)
-                     : "r"(smem_addr(b)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-// 2-D tile [rows][128 bytes] at (k0, row0) into shared memory, completing on bar.
-__device__ __forceinline__ void tma_load(void *dst, const CUtensorMap *map, uint64_t *bar, int k0, int row0) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
-            smem_addr(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(k0), "r"(row0)
-        : "memory");
-}
-
-// wgmma shared-memory descriptor: K-major, 128-byte swizzle, 8-row atoms
-// 1024 bytes apart (stride byte offset), leading byte offset unused (1).
-__device__ __forceinline__ uint64_t smem_desc(const void *p) {
-    uint64_t a = smem_addr(p);
-    return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
-__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
-}
-// Keeps the compiler from moving accumulator reads or writes across the
-// asynchronous wgmma window.
-template <int R>
-__device__ __forceinline__ void fence_regs(float (&d)[R]) {
-#pragma unroll
-    for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
+using namespace tops_cu::sm90;
 
 // D[64 x 256] += A[64 x 32] * B[256 x 32]^T, both e4m3 from shared memory.
 template <int SCALE_D>
@@ -196,9 +147,9 @@ __device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t da, uint64_
 // rows.  ZERO: the first stage overwrites the accumulators (scale-d = 0).
 template <bool ZERO>
 __device__ __forceinline__ void wgmma_stage(float (&d)[128], const unsigned char *a, const unsigned char *b) {
-    wgmma_n256<ZERO ? 0 : 1>(d, smem_desc(a), smem_desc(b));
+    wgmma_n256<ZERO ? 0 : 1>(d, desc_sw128(a), desc_sw128(b));
 #pragma unroll
-    for (int kk = 1; kk < kBK / 32; kk++) wgmma_n256<1>(d, smem_desc(a + 32 * kk), smem_desc(b + 32 * kk));
+    for (int kk = 1; kk < kBK / 32; kk++) wgmma_n256<1>(d, desc_sw128(a + 32 * kk), desc_sw128(b + 32 * kk));
 }
 
 // Four neighbours of one output row (col .. col + 3 < p.n where valid).
@@ -271,8 +222,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int ktiles = (p.k + kBK - 1) / kBK;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            bar_init(&full[s], 1);
-            bar_init(&empty[s], 8); // one arrive per consumer warp
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], 8); // one arrive per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
@@ -283,10 +234,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (threadIdx.x == 0) {
             for (int kt = 0; kt < ktiles; kt++) {
                 const int s = kt % STAGES;
-                if (kt >= STAGES) bar_wait(&empty[s], ((kt / STAGES) + 1) & 1);
-                bar_expect_tx(&full[s], kStageA + kStageB);
-                tma_load(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
-                tma_load(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
+                if (kt >= STAGES) mbar_wait(&empty[s], ((kt / STAGES) + 1) & 1);
+                mbar_expect_tx(&full[s], kStageA + kStageB);
+                tma_load_2d(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
+                tma_load_2d(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
             }
         }
     } else {
@@ -295,7 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         float d[BN / 2]; // written first by the scale-d = 0 stage (K >= 1)
         for (int kt = 0; kt < ktiles; kt++) {
             const int s = kt % STAGES;
-            bar_wait(&full[s], (kt / STAGES) & 1);
+            mbar_wait(&full[s], (kt / STAGES) & 1);
             wgmma_fence();
             const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
             if (kt == 0) wgmma_stage<true>(d, a, b);
@@ -303,7 +254,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_commit();
             // The previous stage's products are done: hand its slot back.
             wgmma_wait<1>();
-            if (kt > 0 && (threadIdx.x & 31) == 0) bar_arrive(&empty[(kt - 1) % STAGES]);
+            if (kt > 0 && (threadIdx.x & 31) == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
         }
         wgmma_wait<0>();
         fence_regs(d);

@@ -11,47 +11,13 @@
 // tokens (mw), run the shared decode + mma step, and their partial sums meet
 // in shared memory in a fixed order (the same bits every run).
 #include "cuda/kernels.cuh"
+#include "cuda/sm90.cuh"
 
 namespace tops_cu {
 namespace {
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-                 : "memory");
-}
-
-// Release this thread's earlier accesses on `bar` (one of its expected arrivals).
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
-    uint32_t done;
-    do {
-        asm volatile("{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
-                     : "=r"(done)
-                     : "r"(smem_addr(bar)), "r"(parity)
-                     : "memory");
-    } while (!done);
-}
-
-// global -> shared, `bytes` (a multiple of 16, both ends 16-byte aligned),
-// completing as transaction bytes on `bar`.
-__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
+using namespace sm90;
 
 // Stage i of this block's K range: chunks c0 .. c0 + nc of tiles 0 .. nt,
 // tile t at t * kStageChunks * 512 bytes of the stage buffer.
@@ -110,8 +76,7 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, 1) wbulk_kernel(const Par
         for (int s = 0; s <= kStages; s++) mbar_init(&bar[s], 1);
         for (int s = 0; s < kStages; s++) mbar_init(&empty[s], kBulkWarps * 32);
         for (int s = 0; s < kStages; s++) done[s] = 0;
-        // make the initialised barriers visible to the copy engine (async proxy)
-        asm volatile("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
     if (tid == 0) {
