@@ -21,8 +21,6 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
-#include <stdlib.h>
-#include <string.h>
 
 #ifdef TOPS_CU_WGMMA
 #define TOPS_FP8_WGMMA 1
@@ -31,6 +29,7 @@
 namespace {
 
 constexpr int kBM = 128;       // tile rows (tokens): two consumer warpgroups of 64
+constexpr int kBK = 128;       // K per stage: one 128-byte swizzle row of e4m3
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 
 struct GemmParams {
@@ -46,107 +45,66 @@ struct GemmParams {
 
 // ---- activations to e4m3 ---------------------------------------------------
 
-__device__ __forceinline__ float load_act(const __half *x, int i) { return __half2float(x[i]); }
-__device__ __forceinline__ float load_act(const __nv_bfloat16 *x, int i) { return __bfloat162float(x[i]); }
+__device__ __forceinline__ float load_act(const __half *x, long long i) { return __half2float(x[i]); }
+__device__ __forceinline__ float load_act(const __nv_bfloat16 *x, long long i) { return __bfloat162float(x[i]); }
 
-// 8 consecutive activations as raw 16-bit values (one 16-byte load when the
-// row allows it); zeros (+0 in f16 and bf16) past column k.
+// 8 consecutive activations as f32 (16-byte load when the row allows it).
 template <typename T>
-__device__ __forceinline__ uint4 load_raw8(const T *row, int k0, int k, bool vec) {
-    if (vec && k0 + 8 <= k) return *reinterpret_cast<const uint4 *>(row + k0);
-    uint4 u = make_uint4(0, 0, 0, 0);
-    T *h = reinterpret_cast<T *>(&u);
+__device__ __forceinline__ void load8(const T *row, int k0, int k, bool vec, float v[8]) {
+    if (vec && k0 + 8 <= k) {
+        uint4 u = *reinterpret_cast<const uint4 *>(row + k0);
+        const T *h = reinterpret_cast<const T *>(&u);
 #pragma unroll
-    for (int i = 0; i < 8; i++)
-        if (k0 + i < k) h[i] = row[k0 + i];
-    return u;
-}
-
-template <typename T>
-__device__ __forceinline__ float amax8(const uint4 &u, float amax) {
-    const T *h = reinterpret_cast<const T *>(&u);
+        for (int i = 0; i < 8; i++) v[i] = load_act(h, i);
+    } else {
 #pragma unroll
-    for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(load_act(h, i)));
-    return amax;
-}
-
-// 8 codes e4m3_satfinite_rne(x / s) (x / s correctly rounded, as the host's reference does).
-template <typename T>
-__device__ __forceinline__ uint2 codes8(const uint4 &u, float s) {
-    const T *h = reinterpret_cast<const T *>(&u);
-    uint32_t w[2];
-#pragma unroll
-    for (int i = 0; i < 2; i++) {
-        uint32_t b = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j += 2) {
-            float a0 = s > 0.0f ? load_act(h, 4 * i + j) / s : 0.0f, a1 = s > 0.0f ? load_act(h, 4 * i + j + 1) / s : 0.0f;
-            __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(make_float2(a0, a1), __NV_SATFINITE, __NV_E4M3);
-            b |= (uint32_t)p << (8 * j);
-        }
-        w[i] = b;
+        for (int i = 0; i < 8; i++) v[i] = k0 + i < k ? load_act(row, k0 + i) : 0.0f;
     }
-    return make_uint2(w[0], w[1]);
 }
-
-constexpr int kQuantThreads = 256;
-constexpr int kQuantRegs = 4; // 16-byte chunks a thread keeps in registers: rows up to K = 8192 read once
 
 // One block per row: amax, then codes.  Columns k..k_pad-1 get zero codes.
-// Rows that fit are read once, with every thread's loads in flight before
-// the first use; longer rows are read again for the codes.
 template <typename T>
-__global__ void __launch_bounds__(kQuantThreads) quant_rows_kernel(const T *x, long long ldx, int k, int k_pad,
-                                                                   int vec, unsigned char *q, float *scales) {
-    const int row = blockIdx.x, t = threadIdx.x, chunks = k_pad / 8;
+__global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long ldx, int k, int k_pad, int vec,
+                                                         unsigned char *q, float *scales) {
+    const int row = blockIdx.x;
     const T *xr = x + (long long)row * ldx;
-    const bool cached = chunks <= kQuantThreads * kQuantRegs;
     float amax = 0.0f;
-    uint4 raw[kQuantRegs];
-    if (cached) {
+    float v[8];
+    for (int k0 = threadIdx.x * 8; k0 < k; k0 += blockDim.x * 8) {
+        load8(xr, k0, k, vec != 0, v);
 #pragma unroll
-        for (int i = 0; i < kQuantRegs; i++) {
-            const int c = t + i * kQuantThreads;
-            raw[i] = c < chunks ? load_raw8(xr, 8 * c, k, vec != 0) : make_uint4(0, 0, 0, 0);
-        }
-#pragma unroll
-        for (int i = 0; i < kQuantRegs; i++) amax = amax8<T>(raw[i], amax);
-    } else {
-        for (int c = t; c < chunks; c += kQuantThreads) amax = amax8<T>(load_raw8(xr, 8 * c, k, vec != 0), amax);
+        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
     }
-    __shared__ float red[kQuantThreads / 32];
+    __shared__ float red[8];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    if ((t & 31) == 0) red[t >> 5] = amax;
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
     __syncthreads();
     amax = red[0];
-#pragma unroll
-    for (int w = 1; w < kQuantThreads / 32; w++) amax = fmaxf(amax, red[w]);
+    for (int w = 1; w < (int)(blockDim.x >> 5); w++) amax = fmaxf(amax, red[w]);
     // s = amax / 448 in f32 (correctly rounded division, as the host's reference does).
     const float s = amax / 448.0f;
-    if (t == 0) scales[row] = s;
-    uint2 *qr = reinterpret_cast<uint2 *>(q + (long long)row * k_pad);
-    if (cached) {
+    if (threadIdx.x == 0) scales[row] = s;
+    unsigned char *qr = q + (long long)row * k_pad;
+    for (int k0 = threadIdx.x * 8; k0 < k_pad; k0 += blockDim.x * 8) {
+        load8(xr, k0, k, vec != 0, v);
+        uint32_t w[2];
 #pragma unroll
-        for (int i = 0; i < kQuantRegs; i++) {
-            const int c = t + i * kQuantThreads;
-            if (c < chunks) qr[c] = codes8<T>(raw[i], s);
+        for (int i = 0; i < 2; i++) {
+            uint32_t b = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j += 2) {
+                float a0 = s > 0.0f ? v[4 * i + j] / s : 0.0f, a1 = s > 0.0f ? v[4 * i + j + 1] / s : 0.0f;
+                __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(make_float2(a0, a1), __NV_SATFINITE, __NV_E4M3);
+                b |= (uint32_t)p << (8 * j);
+            }
+            w[i] = b;
         }
-    } else {
-        for (int c = t; c < chunks; c += kQuantThreads) qr[c] = codes8<T>(load_raw8(xr, 8 * c, k, vec != 0), s);
+        *reinterpret_cast<uint2 *>(qr + k0) = make_uint2(w[0], w[1]);
     }
 }
 
 // ---- the GEMM -------------------------------------------------------------------
-
-// KB = K per stage: one swizzle row of e4m3 (128 bytes: 128-byte swizzle;
-// 64: 64-byte swizzle, half the bytes per stage, so twice the stages).
-template <int BN, int STAGES, int KB>
-struct RingSize {
-    static_assert(KB == 64 || KB == 128, "a stage is one 64- or 128-byte swizzle row deep");
-    static constexpr int kStageA = kBM * KB, kStageB = BN * KB;
-    static constexpr size_t kBytes = (size_t)STAGES * (kStageA + kStageB) + 2 * STAGES * sizeof(uint64_t);
-};
 
 #ifdef TOPS_FP8_WGMMA
 using namespace tops_cu::sm90;
@@ -185,18 +143,13 @@ __device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t da, uint64_
         : "l"(da), "l"(db), "n"(SCALE_D));
 }
 
-template <int KB>
-__device__ __forceinline__ uint64_t desc_k(const void *p) {
-    return KB == 128 ? desc_sw128(p) : desc_sw64(p);
-}
-
-// One KB-deep K stage: KB / 32 k32 steps, 32 bytes apart inside the swizzled
+// One 128-deep K stage: four k32 steps, 32 bytes apart inside the swizzled
 // rows.  ZERO: the first stage overwrites the accumulators (scale-d = 0).
-template <bool ZERO, int KB>
+template <bool ZERO>
 __device__ __forceinline__ void wgmma_stage(float (&d)[128], const unsigned char *a, const unsigned char *b) {
-    wgmma_n256<ZERO ? 0 : 1>(d, desc_k<KB>(a), desc_k<KB>(b));
+    wgmma_n256<ZERO ? 0 : 1>(d, desc_sw128(a), desc_sw128(b));
 #pragma unroll
-    for (int kk = 1; kk < KB / 32; kk++) wgmma_n256<1>(d, desc_k<KB>(a + 32 * kk), desc_k<KB>(b + 32 * kk));
+    for (int kk = 1; kk < kBK / 32; kk++) wgmma_n256<1>(d, desc_sw128(a + 32 * kk), desc_sw128(b + 32 * kk));
 }
 
 // Four neighbours of one output row (col .. col + 3 < p.n where valid).
@@ -248,152 +201,69 @@ __device__ __forceinline__ void store4(const GemmParams &p, int row, int col, fl
         }
     }
 }
+#endif // TOPS_FP8_WGMMA
 
-// The stage ring: STAGES x (A [kBM][KB] + B [BN][KB]) e4m3, then the full
-// (TMA landed) and empty (all 8 consumer warps done) barriers.  Stage
-// counters run over the CTA's whole life, so that a persistent CTA carries
-// the ring position from one tile to the next.
-template <int BN, int STAGES, int KB>
-struct Ring : RingSize<BN, STAGES, KB> {
-    using RingSize<BN, STAGES, KB>::kStageA;
-    using RingSize<BN, STAGES, KB>::kStageB;
-    unsigned char *a, *b;
-    uint64_t *full, *empty;
-    __device__ explicit Ring(unsigned char *base)
-        : a(base), b(base + STAGES * kStageA),
-          full(reinterpret_cast<uint64_t *>(base + STAGES * (kStageA + kStageB))), empty(full + STAGES) {}
-    __device__ void init() const {
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                    const GemmParams p, int vec_stores) {
+#ifdef TOPS_FP8_WGMMA
+    constexpr int kStageA = kBM * kBK, kStageB = BN * kBK;
+    extern __shared__ unsigned char smem_raw[];
+    // 128-byte swizzled tiles want 1024-byte alignment.
+    unsigned char *smem = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    unsigned char *sa = smem, *sb = smem + STAGES * kStageA;
+    uint64_t *full = reinterpret_cast<uint64_t *>(sb + STAGES * kStageB), *empty = full + STAGES;
+
+    // Tokens fastest: the CTAs in flight share a few weight column tiles
+    // and all of the (smaller) activation codes in L2.
+    const int tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
+    const int wg = threadIdx.x / 128;
+    const int ktiles = (p.k + kBK - 1) / kBK;
+    if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 8); // one arrive per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-};
-
-// Producer thread: the K stages of tile (tm, tn) into ring stages it, it + 1, ...
-template <int BN, int STAGES, int KB>
-__device__ __forceinline__ void produce_tile(const Ring<BN, STAGES, KB> &r, const CUtensorMap *ma, const CUtensorMap *mb,
-                                             int tm, int tn, int ktiles, uint32_t &it) {
-    using R = Ring<BN, STAGES, KB>;
-    for (int kt = 0; kt < ktiles; kt++, it++) {
-        const uint32_t s = it % STAGES;
-        if (it >= (uint32_t)STAGES) mbar_wait(&r.empty[s], ((it / STAGES) + 1) & 1);
-        mbar_expect_tx(&r.full[s], R::kStageA + R::kStageB);
-        tma_load_2d(r.a + s * R::kStageA, ma, &r.full[s], kt * KB, tm * kBM);
-        tma_load_2d(r.b + s * R::kStageB, mb, &r.full[s], kt * KB, tn * BN);
-    }
-}
-
-// Consumer warpgroup cw: its 64 rows of one tile, one wgmma group kept in
-// flight; every stage is handed back once its products are done.
-template <int BN, int STAGES, int KB>
-__device__ __forceinline__ void mma_tile(float (&d)[BN / 2], const Ring<BN, STAGES, KB> &r, int cw, int ktiles,
-                                         uint32_t &it) {
-    using R = Ring<BN, STAGES, KB>;
-    const bool arrive = (threadIdx.x & 31) == 0;
-    for (int kt = 0; kt < ktiles; kt++, it++) {
-        const uint32_t s = it % STAGES;
-        mbar_wait(&r.full[s], (it / STAGES) & 1);
-        wgmma_fence();
-        const unsigned char *a = r.a + s * R::kStageA + cw * 64 * KB, *b = r.b + s * R::kStageB;
-        if (kt == 0) wgmma_stage<true, KB>(d, a, b);
-        else wgmma_stage<false, KB>(d, a, b);
-        wgmma_commit();
-        wgmma_wait<1>();
-        if (kt > 0 && arrive) mbar_arrive(&r.empty[(it - 1) % STAGES]);
-    }
-    wgmma_wait<0>();
-    fence_regs(d);
-    if (arrive) mbar_arrive(&r.empty[(it - 1) % STAGES]);
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack2(float a, float b);
-template <>
-__device__ __forceinline__ uint32_t pack2<__half>(float a, float b) {
-    __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float a, float b) {
-    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-
-// Scaled accumulators of consumer warpgroup cw (tile rows 64 cw .. + 63),
-// columns 8 j0 .. 8 (j0 + NJ) - 1 of the tile, as OutT into its staging
-// rows: NJ / 8 boxes of [64 rows][128 bytes] in the output map's 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)),
-// which also puts a warp's 32 4-byte stores on 32 different banks.
-// Accumulator i of lane l in warp w is row 16 w + l / 4 + 8 ((i / 2) % 2),
-// column 8 (i / 4) + 2 (l % 4) + i % 2.
-template <int BN, int NJ, typename OutT>
-__device__ __forceinline__ void stage_tile(const float (&d)[BN / 2], const GemmParams &p, unsigned char *stage,
-                                           int tm, int tn, int cw, int j0) {
-    const int lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
-    int rl[2];
-    float rs[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        rl[h] = warp * 16 + lane / 4 + 8 * h;
-        const int row = tm * kBM + cw * 64 + rl[h];
-        rs[h] = row < p.m ? p.row_scale[row] * p.global : 0.0f; // rows past M are clipped by the store
-    }
-#pragma unroll
-    for (int j = j0; j < j0 + NJ; j++) {
-        const int col = tn * BN + 8 * j + 2 * (lane & 3);
-        float c0 = 1.0f, c1 = 1.0f;
-        if (p.ch_scale) {
-            c0 = col < p.n ? p.ch_scale[col] : 0.0f;
-            c1 = col + 1 < p.n ? p.ch_scale[col + 1] : 0.0f;
-        }
-        unsigned char *box = stage + ((j - j0) / 8) * (64 * 128);
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            *reinterpret_cast<uint32_t *>(box + rl[h] * 128 + (((j & 7) ^ (rl[h] & 7)) << 4) + 4 * (lane & 3)) =
-                pack2<OutT>(d[4 * j + 2 * h] * (rs[h] * c0), d[4 * j + 2 * h + 1] * (rs[h] * c1));
-    }
-}
-
-__device__ __forceinline__ unsigned char *align1024(unsigned char *p) {
-    // 128-byte swizzled tiles want 1024-byte alignment.
-    return reinterpret_cast<unsigned char *>(((uintptr_t)p + 1023) & ~(uintptr_t)1023);
-}
-#endif // TOPS_FP8_WGMMA
-
-// One CTA per tile; any output type, multiply or accumulate, any output stride.
-template <int BN, int STAGES, int KB>
-__global__ void __launch_bounds__(kThreads, 1)
-    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    const GemmParams p, int vec_stores) {
-#ifdef TOPS_FP8_WGMMA
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char *smem = align1024(smem_raw);
-    const Ring<BN, STAGES, KB> ring(smem);
-
-    // Tokens fastest: the CTAs in flight share a few weight column tiles
-    // and all of the (smaller) activation codes in L2.
-    const int tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
-    const int wg = threadIdx.x / 128;
-    const int ktiles = (p.k + KB - 1) / KB;
-    if (threadIdx.x == 0) ring.init();
     __syncthreads();
 
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        uint32_t it = 0;
-        if (threadIdx.x == 0) produce_tile(ring, &map_a, &map_b, tm, tn, ktiles, it);
+        if (threadIdx.x == 0) {
+            for (int kt = 0; kt < ktiles; kt++) {
+                const int s = kt % STAGES;
+                if (kt >= STAGES) mbar_wait(&empty[s], ((kt / STAGES) + 1) & 1);
+                mbar_expect_tx(&full[s], kStageA + kStageB);
+                tma_load_2d(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
+                tma_load_2d(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
+            }
+        }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
         float d[BN / 2]; // written first by the scale-d = 0 stage (K >= 1)
-        uint32_t it = 0;
-        mma_tile(d, ring, cw, ktiles, it);
+        for (int kt = 0; kt < ktiles; kt++) {
+            const int s = kt % STAGES;
+            mbar_wait(&full[s], (kt / STAGES) & 1);
+            wgmma_fence();
+            const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
+            if (kt == 0) wgmma_stage<true>(d, a, b);
+            else wgmma_stage<false>(d, a, b);
+            wgmma_commit();
+            // The previous stage's products are done: hand its slot back.
+            wgmma_wait<1>();
+            if (kt > 0 && (threadIdx.x & 31) == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+        }
+        wgmma_wait<0>();
+        fence_regs(d);
 
         // Epilogue through shared memory (the stage ring is idle once both
         // consumer warpgroups are past their last wgmma), so that the global
-        // stores are whole rows.  Accumulator layout as in stage_tile; rows
-        // padded by 8 floats keep a half-warp's float2 stores off each
+        // stores are whole rows.  Accumulator i of lane l in warp w is row
+        // 16 w + l / 4 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (l % 4) + i % 2;
+        // rows padded by 8 floats keep a half-warp's float2 stores off each
         // other's banks.
         constexpr int ld = BN + 8;
         asm volatile("bar.sync 1, 256;" ::: "memory");
@@ -429,80 +299,11 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Persistent CTAs (one per SM) for f16/bf16 output written (not accumulated)
-// through a tensor map.  The producer streams the next tile's stages while
-// the consumers finish the last one; each consumer warpgroup stages its 64
-// rows in shared memory of its own and one of its threads hands them to the
-// copy engine (TMA store), so the warpgroup goes straight on to the next
-// tile's wgmma instead of waiting for its global stores.  ROUNDS = 2 stages
-// half the columns at a time (half the shared memory, two more stages).
-template <int BN, int STAGES, int KB, int ROUNDS, typename OutT>
-__global__ void __launch_bounds__(kThreads, 1)
-    fp8_gemm_persistent_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                               const __grid_constant__ CUtensorMap map_c, const GemmParams p, int tiles) {
-#ifdef TOPS_FP8_WGMMA
-    extern __shared__ unsigned char smem_raw[];
-    unsigned char *smem = align1024(smem_raw);
-    constexpr int kStageOut = 64 * (BN / ROUNDS) * (int)sizeof(OutT); // one consumer warpgroup's rows
-    const Ring<BN, STAGES, KB> ring(smem + 2 * kStageOut);
-    const int wg = threadIdx.x / 128;
-    const int ktiles = (p.k + KB - 1) / KB;
-    if (threadIdx.x == 0) ring.init();
-    __syncthreads();
-
-    if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        uint32_t it = 0;
-        if (threadIdx.x == 0)
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x)
-                produce_tile(ring, &map_a, &map_b, tile % p.tiles_m, tile / p.tiles_m, ktiles, it);
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int cw = wg - 1;
-        const bool issuer = (threadIdx.x & 127) == 0;
-        unsigned char *stage = smem + cw * kStageOut;
-        float d[BN / 2];
-        uint32_t it = 0;
-        for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-            const int tm = tile % p.tiles_m, tn = tile / p.tiles_m;
-            mma_tile(d, ring, cw, ktiles, it);
-#pragma unroll
-            for (int h = 0; h < ROUNDS; h++) {
-                constexpr int nj = BN / 8 / ROUNDS; // 8-column groups per round
-                // The previous store must be done reading the staging rows.
-                if (issuer) bulk_wait_read<0>();
-                asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-                stage_tile<BN, nj, OutT>(d, p, stage, tm, tn, cw, h * nj);
-                fence_proxy_async();
-                asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-                if (issuer) {
-                    const int row0 = tm * kBM + cw * 64;
-#pragma unroll
-                    for (int q = 0; q < nj / 8; q++) { // boxes wholly past N or M store nothing
-                        const int col0 = tn * BN + 8 * h * nj + 64 * q;
-                        if (row0 < p.m && col0 < p.n) tma_store_2d(&map_c, stage + q * 64 * 128, col0, row0);
-                    }
-                    bulk_commit();
-                }
-            }
-        }
-        if (issuer) bulk_wait<0>();
-    }
-#else
-    (void)map_a, (void)map_b, (void)map_c, (void)p, (void)tiles;
-#endif
-}
-
-template <int BN, int STAGES, int KB>
+template <int BN, int STAGES>
 constexpr size_t gemm_smem() {
     // The epilogue's staging (two warpgroups x 64 rows x (BN + 8) floats) reuses the ring.
-    static_assert(2 * 64 * (BN + 8) * 4 <= STAGES * (kBM + BN) * KB, "epilogue staging exceeds the stage ring");
-    return RingSize<BN, STAGES, KB>::kBytes + 1024;
-}
-
-template <int BN, int STAGES, int KB, int ROUNDS, typename OutT>
-constexpr size_t persistent_smem() {
-    return (size_t)kBM * (BN / ROUNDS) * sizeof(OutT) + RingSize<BN, STAGES, KB>::kBytes + 1024;
+    static_assert(2 * 64 * (BN + 8) * 4 <= STAGES * (kBM + BN) * kBK, "epilogue staging exceeds the stage ring");
+    return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 1024;
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
@@ -519,47 +320,35 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
     return fn;
 }
 
-// A 2-D tensor map over [rows, cols] elements of `type` (row stride ld
-// bytes), boxes of [box_rows][box_cols].
-bool encode_2d(CUtensorMap *map, CUtensorMapDataType type, const void *base, int rows, int cols, long long ld,
-               int box_rows, int box_cols, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2) {
+// A [rows, k] e4m3 matrix (row stride ld bytes) read as [box_rows][128] tiles.
+bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows) {
     PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
     if (!enc) return false;
-    cuuint64_t dims[2] = {(cuuint64_t)cols, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
-    cuuint32_t box[2] = {(cuuint32_t)box_cols, (cuuint32_t)box_rows}, estr[2] = {1, 1};
-    return enc(map, type, 2, const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-               swizzle, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
+    cuuint32_t box[2] = {(cuuint32_t)kBK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(base), dims, strides, box, estr,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-// A [rows, k] e4m3 matrix (row stride ld bytes) read as [box_rows][kb] tiles.
-bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows, int kb) {
-    return encode_2d(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, base, rows, k, ld, box_rows, kb,
-                     kb == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                     CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
-}
-
-// Above 48 KB a kernel needs its limit raised, once per device (so that
-// calls captured into a graph later make no such call).
-cudaError_t raise_smem_once(const void *kernel, size_t smem, unsigned char (&raised)[64], const char **what) {
+template <int BN, int STAGES>
+cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
+                        const char **what) {
+    auto kernel = fp8_gemm_kernel<BN, STAGES>;
+    const size_t smem = gemm_smem<BN, STAGES>();
+    // Above 48 KB a kernel needs its limit raised, once per device (so that
+    // calls captured into a graph later make no such call).
+    static unsigned char raised[64];
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err == cudaSuccess && (dev < 0 || dev >= 64 || !raised[dev])) {
         err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err == cudaSuccess && dev >= 0 && dev < 64) raised[dev] = 1;
     }
-    if (err != cudaSuccess) *what = "raising the FP8 GEMM's shared-memory limit";
-    return err;
-}
-
-template <int BN, int STAGES, int KB>
-cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
-                        const char **what) {
-    auto kernel = fp8_gemm_kernel<BN, STAGES, KB>;
-    constexpr size_t smem = gemm_smem<BN, STAGES, KB>();
-    static_assert(smem <= 227 * 1024, "the FP8 GEMM exceeds Hopper's shared memory per block");
-    static unsigned char raised[64];
-    cudaError_t err = raise_smem_once(reinterpret_cast<const void *>(kernel), smem, raised, what);
-    if (err != cudaSuccess) return err;
+    if (err != cudaSuccess) {
+        *what = "raising the FP8 GEMM's shared-memory limit";
+        return err;
+    }
     p.tiles_m = (p.m + kBM - 1) / kBM;
     const long long tiles = (long long)p.tiles_m * ((p.n + BN - 1) / BN);
     kernel<<<(unsigned)tiles, kThreads, smem, stream>>>(ma, mb, p, vec);
@@ -568,53 +357,6 @@ cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams
     return err;
 }
 
-// At most one CTA per SM, fewer with TOPS_CUDA_FP8_CTAS (tests use it to give
-// each CTA many tiles).
-int persistent_ctas(long long tiles) {
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) !=
-                                                  cudaSuccess || sms < 1)
-        sms = 1;
-    const char *e = getenv("TOPS_CUDA_FP8_CTAS");
-    if (e && atoi(e) > 0 && atoi(e) < sms) sms = atoi(e);
-    return tiles < sms ? (int)tiles : sms;
-}
-
-template <int BN, int STAGES, int KB, int ROUNDS, typename OutT>
-cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, GemmParams p,
-                              cudaStream_t stream, const char **what) {
-    auto kernel = fp8_gemm_persistent_kernel<BN, STAGES, KB, ROUNDS, OutT>;
-    constexpr size_t smem = persistent_smem<BN, STAGES, KB, ROUNDS, OutT>();
-    static_assert(smem <= 227 * 1024, "the persistent FP8 GEMM exceeds Hopper's shared memory per block");
-    static unsigned char raised[64];
-    cudaError_t err = raise_smem_once(reinterpret_cast<const void *>(kernel), smem, raised, what);
-    if (err != cudaSuccess) return err;
-    p.tiles_m = (p.m + kBM - 1) / kBM;
-    const long long tiles = (long long)p.tiles_m * ((p.n + BN - 1) / BN);
-    kernel<<<(unsigned)persistent_ctas(tiles), kThreads, smem, stream>>>(ma, mb, mc, p, (int)tiles);
-    err = cudaGetLastError();
-    if (err != cudaSuccess) *what = "the FP8 GEMM launch";
-    return err;
-}
-
-// The GEMM kernels (TOPS_CUDA_FP8_KERNEL picks one for A/B runs and tests):
-//   tile128: one CTA per tile, 4 stages of K = 128;
-//   tile64: one CTA per tile, 9 stages of K = 64 (the same 216 KB, but a
-//     stage held by the wgmma in flight ties up half the bytes, so more of
-//     the ring is loads in flight);
-//   persist64: one CTA per SM, 6 stages of K = 64, output staged for TMA
-//     stores (f16/bf16 written with 16-byte aligned rows; else tile64);
-//   persist64h: the same with 8 stages, staging half the columns at a time.
-enum class Fp8Kernel { tile128, tile64, persist64, persist64h };
-
-Fp8Kernel fp8_kernel() {
-    const char *e = getenv("TOPS_CUDA_FP8_KERNEL");
-    if (e && !strcmp(e, "tile128")) return Fp8Kernel::tile128;
-    if (e && !strcmp(e, "tile64")) return Fp8Kernel::tile64;
-    if (e && !strcmp(e, "persist64")) return Fp8Kernel::persist64;
-    if (e && !strcmp(e, "persist64h")) return Fp8Kernel::persist64h;
-    return Fp8Kernel::tile128;
-}
 
 } // namespace
 
@@ -642,20 +384,18 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     float *row_scale = reinterpret_cast<float *>(ws + qbytes); // k_pad is a multiple of 64: aligned
     const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
     if (a->x_bf16)
-        quant_rows_kernel<__nv_bfloat16><<<(unsigned)a->m, kQuantThreads, 0, stream>>>(
+        quant_rows_kernel<__nv_bfloat16><<<(unsigned)a->m, 256, 0, stream>>>(
             static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws, row_scale);
     else
-        quant_rows_kernel<__half><<<(unsigned)a->m, kQuantThreads, 0, stream>>>(static_cast<const __half *>(a->x), a->ldx,
+        quant_rows_kernel<__half><<<(unsigned)a->m, 256, 0, stream>>>(static_cast<const __half *>(a->x), a->ldx,
                                                                       (int)a->k, (int)a->k_pad, vec, ws, row_scale);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the activation quantization launch";
 
     constexpr int bn = 256;
     CUtensorMap ma, mb;
-    const Fp8Kernel kern = fp8_kernel();
-    const int kb = kern == Fp8Kernel::tile128 ? 128 : 64;
-    if (err == cudaSuccess && (!make_map(&ma, ws, (int)a->m, (int)a->k, a->k_pad, kBM, kb) ||
-                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, bn, kb))) {
+    if (err == cudaSuccess && (!make_map(&ma, ws, (int)a->m, (int)a->k, a->k_pad, kBM) ||
+                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, bn))) {
         err = cudaErrorInvalidValue;
         *what = "cuTensorMapEncodeTiled for the FP8 operands";
     }
@@ -675,23 +415,7 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         // 4-element stores need every row start 4-element aligned.
         const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
         const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
-        CUtensorMap mc;
-        const bool persist = (kern == Fp8Kernel::persist64 || kern == Fp8Kernel::persist64h) && a->out_dtype != TOPS_DT_F32 && !a->accumulate &&
-                             (a->ldo * 2) % 16 == 0 && (uintptr_t)a->out % 16 == 0 &&
-                             (long long)((a->m + kBM - 1) / kBM) * ((a->n + bn - 1) / bn) < (1LL << 30) &&
-                             encode_2d(&mc, CU_TENSOR_MAP_DATA_TYPE_UINT16, a->out, (int)a->m, (int)a->n, a->ldo * 2, 64,
-                                       64, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE);
-        const bool f16 = a->out_dtype == TOPS_DT_F16, halves = kern == Fp8Kernel::persist64h;
-        if (persist && halves)
-            err = f16 ? launch_persistent<bn, 8, 64, 2, __half>(ma, mb, mc, p, stream, what)
-                      : launch_persistent<bn, 8, 64, 2, __nv_bfloat16>(ma, mb, mc, p, stream, what);
-        else if (persist)
-            err = f16 ? launch_persistent<bn, 6, 64, 1, __half>(ma, mb, mc, p, stream, what)
-                      : launch_persistent<bn, 6, 64, 1, __nv_bfloat16>(ma, mb, mc, p, stream, what);
-        else if (kb == 128)
-            err = launch_gemm<bn, 4, 128>(ma, mb, p, vec, stream, what);
-        else
-            err = launch_gemm<bn, 9, 64>(ma, mb, p, vec, stream, what);
+        err = launch_gemm<bn, 4>(ma, mb, p, vec, stream, what);
     }
     cudaError_t e2 = cudaFreeAsync(ws, stream);
     if (err == cudaSuccess && e2 != cudaSuccess) {

@@ -68,34 +68,6 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
         "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x0), "r"(y0)
         : "memory");
 }
-
-// Shared -> global 2-D tensor tile at (x0, y0) as one bulk async-group
-// element; the map clips what lies outside the tensor.  The writing threads
-// must have run fence_proxy_async() and met the issuing thread at a barrier.
-__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int x0, int y0) {
-    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                     reinterpret_cast<uint64_t>(map)),
-                 "r"(smem_addr(src)), "r"(x0), "r"(y0)
-                 : "memory");
-}
-
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-
-// This thread's bulk groups beyond the newest N have finished reading shared memory.
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
-}
-
-// ... and have completed their writes.
-template <int N>
-__device__ __forceinline__ void bulk_wait() {
-    asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory");
-}
-
-// Orders this thread's ordinary shared-memory stores before later reads by
-// the copy engine or the tensor cores (async proxy).
-__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 #endif
 
 #ifdef TOPS_CU_WGMMA
@@ -104,12 +76,6 @@ __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.
 __device__ __forceinline__ uint64_t desc_sw128(const void *p) {
     uint64_t a = smem_addr(p);
     return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
-}
-
-// The same with 64-byte swizzle (64-byte rows): 8-row atoms 512 bytes apart.
-__device__ __forceinline__ uint64_t desc_sw64(const void *p) {
-    uint64_t a = smem_addr(p);
-    return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((512ull >> 4) << 32) | (2ull << 62);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
