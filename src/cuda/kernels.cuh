@@ -35,6 +35,9 @@ struct Params {
     int kw, mw;            // warps along K and along tokens (kw * mw = kGroupWarps)
     int scale_tile_bytes;  // one tile's scale entries (groups * 16 * entry bytes)
     int ring;              // ring stages (2..kStages; fewer when the scales need the room)
+    int slot_bytes;        // one ring slot: kStageBytes of weights, then xrows activation rows (xs)
+    int xs, xrows;         // xs: each slot also holds the stage's activations, rows 0 .. xrows
+    int xrow_bytes;        // one such row in the slot (the stage's K as 16-bit values, padded)
 };
 
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
@@ -347,8 +350,20 @@ typedef void (*kernel_fn)(const Params);
 #ifndef TOPS_CU_BULK_STAGES
 #define TOPS_CU_BULK_STAGES 4
 #endif
+// Diagnosis builds only (wrong results): 1: warps wait on the ring and
+// release it without loading, decoding or multiplying; 2: constant
+// activations (no activation loads); 3: no stages (prologue and epilogue).
+#ifndef TOPS_CU_BULK_DIAG
+#define TOPS_CU_BULK_DIAG 0
+#endif
 constexpr int kGroupWarps = 8;
-constexpr int kBulkTiles = 6;   // 96 channels: N = 12288 -> 128 blocks, one wave on 132 SMs
+#ifndef TOPS_CU_BULK_TILES
+#define TOPS_CU_BULK_TILES 6
+#endif
+#ifndef TOPS_CU_BULK_MINB
+#define TOPS_CU_BULK_MINB 1 // blocks per SM the register budget is set for
+#endif
+constexpr int kBulkTiles = TOPS_CU_BULK_TILES; // 6 = 96 channels: N = 12288 -> 128 blocks, one wave on 132 SMs
 constexpr int kStageChunks = 8; // chunks of K per stage (512 bytes per tile and chunk)
 constexpr int kStages = TOPS_CU_BULK_STAGES; // most ring stages: 4 x 24 KB in flight per block
 constexpr int kStageBytes = kBulkTiles * kStageChunks * 512;
@@ -365,12 +380,17 @@ static_assert(bulk_warp_tiles(1) * bulk_tile_groups(1) == kBulkTiles &&
 // the block's scales as copied (raw_bytes) and decoded to f32 (4 bytes an
 // entry), the mbarriers (filled and emptied per slot, scales) and the
 // per-slot counters.
-inline size_t bulk_smem_bytes(int stages, size_t raw_bytes, size_t f32_bytes) {
-    return (size_t)stages * kStageBytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes + (2 * kStages + 1) * 8 +
+inline size_t bulk_smem_bytes(int stages, size_t raw_bytes, size_t f32_bytes, size_t slot_bytes = kStageBytes) {
+    return (size_t)stages * slot_bytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes + (2 * kStages + 1) * 8 +
            kStages * 4;
 }
-// The bulk kernel for (code family, bf16 activations, token tiles per warp 1 or 2).
-kernel_fn bulk_kernel(int code, bool bf16, int mt);
+// Bytes of one activation row in a ring slot: the stage's K (kStageChunks
+// chunks of KC 16-bit values) and 32 bytes of padding, so that the 8 rows a
+// warp's lanes read (1 KB apart otherwise) fall in different banks.
+__host__ __device__ constexpr int bulk_xrow_bytes(int kc) { return kStageChunks * kc * 2 + 32; }
+// The bulk kernel for (code family, bf16 activations, token tiles per warp 1
+// or 2, activations in the ring slots).
+kernel_fn bulk_kernel(int code, bool bf16, int mt, bool xs);
 
 } // namespace tops_cu
 

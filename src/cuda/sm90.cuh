@@ -60,6 +60,13 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
                  : "memory");
 }
 
+// Programmatic dependent launch (a kernel launched with the programmatic
+// stream serialization attribute): wait until the grids this one depends on
+// have completed and their writes are visible (a no-op without the
+// attribute), and let the next such kernel in the stream start its blocks.
+__device__ __forceinline__ void grid_dep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void grid_dep_launch() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
 // 2-D tensor tile at (x0 innermost, y0) into shared memory, completing on bar.
 __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar, int x0, int y0) {
     asm volatile(

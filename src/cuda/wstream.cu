@@ -131,7 +131,17 @@ struct Plan {
     int threads;
     size_t smem;
     const char *name;
+    bool pdl; // launch as a programmatic dependent of the previous kernel
 };
+
+// Programmatic dependent launch of the bulk kernel (sm_90): its blocks start
+// fetching weights while the previous kernel in the stream finishes, and
+// wait for it before touching activations or outputs.  TOPS_CUDA_PDL=0
+// turns it off (A/B runs).
+bool pdl_on() {
+    const char *e = getenv("TOPS_CUDA_PDL");
+    return !(e && strcmp(e, "0") == 0);
+}
 
 // The register-streaming kernel (any sm_80+ part): warps of NT tiles, split
 // K until about warps_per_sm() warps per SM stream weights.
@@ -153,7 +163,15 @@ void plan_wstream(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     pl.threads = kWarps * 32;
     pl.smem = 0;
     pl.name = "wstream mma.sync m16n8k16";
+    pl.pdl = false;
 }
+
+// Most tokens whose activations ride in the bulk kernel's ring (one bulk
+// copy per row and stage).  H200, int4-g128 / mxfp4 against the loads from
+// L2 in the same run (bench/results/h200.md, 2026-11-29 16:31 UTC): faster
+// at M = 1 (14.7 vs 15.3 us, 17.2 vs 18.0) and M = 2 (15.4 vs 15.6, 17.8 vs
+// 18.4), even at M = 4, slower at M = 8 (18.3 vs 16.9) and M = 16.
+constexpr long long kBulkXsRows = 2;
 
 // The bulk-copy kernel (wbulk.cu) where the part has it (sm_90+) and a
 // block's scales fit in shared memory beside the ring; TOPS_CUDA_KERNEL=
@@ -173,14 +191,32 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // block's scales stop fitting.
     const size_t raw = p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0;
     const size_t f32 = p.has_scales ? (size_t)kBulkTiles * p.groups * 16 * 4 : 0;
-    p.ring = kStages;
-    while (p.ring > 2 && bulk_smem_bytes(p.ring, raw, f32) > (size_t)optin) p.ring--;
-    const size_t smem = bulk_smem_bytes(p.ring, raw, f32);
-    if (smem > (size_t)optin) return false;
+    const auto ring_for = [&](size_t slot) {
+        int r = kStages;
+        while (r > 2 && bulk_smem_bytes(r, raw, f32, slot) > (size_t)optin) r--;
+        return r;
+    };
     // Token tiles per warp (mt) and warps along tokens (mw): at most 2 x 8
     // tokens per warp keeps a warp's tiles' accumulators in registers; the
     // other warps of its tile group split each stage's chunks along K (kw).
     const int mt = a->m <= 8 ? 1 : 2;
+    // Up to kBulkXsRows tokens (one pass) with 16-byte aligned rows take
+    // their activations through the ring with the weights (shared-memory B
+    // fragments instead of L2 loads), unless that costs ring stages;
+    // TOPS_CUDA_BULK_XS=r sets the most tokens (0: never, at most 16; A/B
+    // runs and tests of both paths).
+    const char *xs_env = getenv("TOPS_CUDA_BULK_XS");
+    const long long xs_max = xs_env ? atoll(xs_env) : kBulkXsRows;
+    p.xrows = (int)(a->m < mt * 8 ? a->m : mt * 8);
+    p.xrow_bytes = bulk_xrow_bytes(tops__cu_chunk_k(a->code));
+    const size_t xslot = (size_t)kStageBytes + (size_t)p.xrows * p.xrow_bytes;
+    p.xs = a->m <= xs_max && a->m <= 16 && (uintptr_t)a->x % 16 == 0 && a->ldx % 8 == 0 &&
+           a->k % 8 == 0 && ring_for(xslot) == ring_for(kStageBytes) &&
+           bulk_smem_bytes(ring_for(xslot), raw, f32, xslot) <= (size_t)optin;
+    p.slot_bytes = p.xs ? (int)xslot : kStageBytes;
+    p.ring = ring_for((size_t)p.slot_bytes);
+    const size_t smem = bulk_smem_bytes(p.ring, raw, f32, (size_t)p.slot_bytes);
+    if (smem > (size_t)optin) return false;
     p.mw = a->m <= 16 ? 1 : a->m <= 32 ? 2 : a->m <= 64 ? 4 : 8;
     p.kw = kGroupWarps / p.mw;
     p.passes = (int)((a->m + p.mw * mt * 8 - 1) / (p.mw * mt * 8));
@@ -197,11 +233,12 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     const int stages = (int)((max_splits + splits - 1) / splits);
     p.chunks_per_split = stages * kStageChunks;
     p.splits = (p.chunks + p.chunks_per_split - 1) / p.chunks_per_split;
-    pl.fn = bulk_kernel(a->code, a->x_bf16 != 0, mt);
+    pl.fn = bulk_kernel(a->code, a->x_bf16 != 0, mt, p.xs != 0);
     pl.blocks_x = blocks;
     pl.threads = bulk_warps(mt) * 32;
     pl.smem = smem;
-    pl.name = "wbulk cp.async.bulk + mma.sync m16n8k16";
+    pl.name = p.xs ? "wbulk cp.async.bulk (w+x) + mma.sync m16n8k16" : "wbulk cp.async.bulk + mma.sync m16n8k16";
+    pl.pdl = p.splits == 1 && pdl_on();
     if (cudaFuncSetAttribute(reinterpret_cast<const void *>(pl.fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -278,7 +315,24 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
             return (int)err;
         }
     }
-    pl.fn<<<dim3((unsigned)pl.blocks_x, (unsigned)p.splits), pl.threads, pl.smem, stream>>>(p);
+    if (pl.pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3((unsigned)pl.blocks_x, (unsigned)p.splits);
+        cfg.blockDim = dim3((unsigned)pl.threads);
+        cfg.dynamicSmemBytes = pl.smem;
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        err = cudaLaunchKernelEx(&cfg, pl.fn, p);
+        if (err != cudaSuccess) { // a driver without it: the plain launch below
+            (void)cudaGetLastError();
+            pl.pdl = false;
+        }
+    }
+    if (!pl.pdl) pl.fn<<<dim3((unsigned)pl.blocks_x, (unsigned)p.splits), pl.threads, pl.smem, stream>>>(p);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the matmul kernel launch";
     if (err == cudaSuccess && p.splits > 1) {

@@ -100,7 +100,7 @@ typedef struct gpu_case {
     const char *format;
     tops_dtype act, out;
     int64_t m, k, n;
-    int strided_left, accumulate, prepack;
+    int strided_left, accumulate, prepack; /* strided_left 1: rows k + 3 apart (unaligned); 2: k + 8 */
     int relaxed; /* e4m3-ch / e4m3 weights: expect the FP8 path where fp8_gpu */
 } gpu_case;
 
@@ -155,8 +155,9 @@ static int run_case(const gpu_case *c, th_rng *r) {
     ASSERT_OK(tops_tensor_view(&d, &tdq));
     ASSERT_OK(tops_dequantize(&tq, &tdq));
 
-    /* Activations, optionally with a padded row stride (unaligned rows). */
-    int64_t ldx = c->strided_left ? k + 3 : k;
+    /* Activations, optionally with a padded row stride (unaligned rows, or
+       16-byte aligned ones with a gap: the bulk kernel copies those). */
+    int64_t ldx = c->strided_left == 1 ? k + 3 : c->strided_left == 2 ? k + 8 : k;
     uint16_t *xh = calloc((size_t)(m * ldx), 2);
     double *xv = malloc((size_t)(m * k) * sizeof(double));
     for (int64_t i = 0; i < m; i++)
@@ -326,7 +327,7 @@ static void test_every_format(void) {
             if (strcmp(c.format, "f16") == 0) c.act = TOPS_DT_F16;
             if (strcmp(c.format, "bf16") == 0) c.act = TOPS_DT_BF16;
             c.out = v % 3 == 0 ? TOPS_DT_F32 : v % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16;
-            c.strided_left = s % 3 == 1;
+            c.strided_left = s % 3;
             c.accumulate = s % 4 == 2;
             c.prepack = s != 3;
             cases++;
@@ -349,26 +350,37 @@ static void test_every_format(void) {
    (1, 16, 17, 40, 64, 65, 128, 200 -> a second pass of 128), N not a
    multiple of a bulk block's 96 channels (a last block of fewer tiles), K
    ragged against stages of 8 chunks (K = 1001: rows not 8-byte aligned,
-   element-wise activation loads), and splits capped at 1 so that the ring
+   element-wise activation loads; K = 520, 1000, 4104: activations copied
+   into the ring with a zeroed tail), and splits capped at 1 so that the ring
    of 4 stages wraps (its slots refilled by the last warp done with them).
    The small run (compute-sanitizer) takes the first three shapes: both
    token-tile widths with a ring that wraps, and a second pass.  Then the same
    shapes through the register-streaming kernel (the sm_80 path), forced
-   with TOPS_CUDA_KERNEL=wstream. */
+   with TOPS_CUDA_KERNEL=wstream, and those of M <= 16 through the bulk
+   kernel with activations from L2 and a plain launch (TOPS_CUDA_BULK_XS=0,
+   TOPS_CUDA_PDL=0).  The first pass lets every M <= 16 with aligned rows
+   take its activations through the ring (TOPS_CUDA_BULK_XS=16). */
 static void test_kernel_edges(void) {
     th_rng r = th_seed();
     static const struct {
         int64_t m, k, n;
         const char *cap;
     } shapes[] = {{1, 4096, 200, "1"},  {16, 520, 200, NULL},  {200, 2600, 130, "1"}, {17, 4096, 100, "1"},
-                  {64, 1000, 100, NULL}, {65, 520, 200, NULL}, {128, 256, 100, NULL}, {40, 1001, 100, NULL}};
+                  {64, 1000, 100, NULL}, {65, 520, 200, NULL}, {128, 256, 100, NULL}, {40, 1001, 100, NULL},
+                  {5, 1000, 200, NULL},  {12, 4104, 100, "1"}};
     static const char *const fmts[] = {"int4-g128", "mxfp4", "nvfp4", "int8-g32", "e4m3-ch", "int4-g16:f32",
                                        "q4_0",      "f16",   "int4-g32:e8m0", "bf16", "mxfp8"};
     const int nshapes = small_run ? 3 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
     int cases = 0, passed = 0;
-    for (int kernel = 0; kernel < 2; kernel++) {
-        if (kernel) setenv("TOPS_CUDA_KERNEL", "wstream", 1);
+    for (int kernel = 0; kernel < 3; kernel++) {
+        if (kernel == 0) setenv("TOPS_CUDA_BULK_XS", "16", 1); /* activations in the ring whenever they can be */
+        if (kernel == 1) setenv("TOPS_CUDA_KERNEL", "wstream", 1);
+        if (kernel == 2) {
+            setenv("TOPS_CUDA_BULK_XS", "0", 1);
+            setenv("TOPS_CUDA_PDL", "0", 1);
+        }
         for (int s = 0; s < nshapes; s++) {
+            if (kernel == 2 && shapes[s].m > 16) continue;
             if (shapes[s].cap) setenv("TOPS_CUDA_BULK_SPLITS", shapes[s].cap, 1);
             for (int i = 0; i < (kernel ? 1 : 3); i++) {
                 gpu_case c = {fmts[(s * 3 + i + kernel) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k,
@@ -378,7 +390,7 @@ static void test_kernel_edges(void) {
                 if (strcmp(c.format, "f16") == 0) c.act = TOPS_DT_F16;
                 if (strcmp(c.format, "bf16") == 0) c.act = TOPS_DT_BF16;
                 c.out = v % 3 == 0 ? TOPS_DT_F32 : v % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16;
-                c.strided_left = i == 1;
+                c.strided_left = i == 1 ? 1 : s % 2 ? 2 : 0;
                 c.accumulate = i == 2;
                 cases++;
                 passed += run_case(&c, &r);
@@ -386,6 +398,8 @@ static void test_kernel_edges(void) {
             unsetenv("TOPS_CUDA_BULK_SPLITS");
         }
         unsetenv("TOPS_CUDA_KERNEL");
+        unsetenv("TOPS_CUDA_BULK_XS");
+        unsetenv("TOPS_CUDA_PDL");
     }
     printf("     %d of %d kernel-edge cases within their bounds\n", passed, cases);
 }
