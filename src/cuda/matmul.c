@@ -73,6 +73,8 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
         st = tops_cuda_copy((char *)mem + woff, dev, wb, host, pk->weight_bytes, NULL);
         if (st == TOPS_OK && sb) st = tops_cuda_copy((char *)mem + soff, dev, sb, host, pk->scale_bytes, NULL);
         if (st == TOPS_OK && fb) st = tops_cuda_copy((char *)mem + foff, dev, fb, host, fbytes, NULL);
+        /* pageable copies may return before their DMA ends; no stream may see a half-written pack */
+        if (st == TOPS_OK) st = tops__cuda_device_sync(fn, device);
         if (st != TOPS_OK) (void)tops_cuda_free(device, mem);
     }
     free(wb);
@@ -289,6 +291,7 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
     if (st == TOPS_OK && pk->scales) st = tops_cuda_copy((char *)mem + soff, dev, pk->scales, dev, pk->scale_bytes, NULL);
     if (st == TOPS_OK && pk->fp8_weights)
         st = tops_cuda_copy((char *)mem + foff, dev, pk->fp8_weights, dev, pk->fp8_bytes, NULL);
+    if (st == TOPS_OK) st = tops__cuda_device_sync(fn, pk->device); /* device-to-device copies return early */
     if (st != TOPS_OK) {
         if (mem) (void)tops_cuda_free(pk->device, mem);
         free(copy);

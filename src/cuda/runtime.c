@@ -196,6 +196,15 @@ tops_status tops_cuda_synchronize(const tops_exec *exec) {
     return e == cudaSuccess ? TOPS_OK : tops__cuda_error(fn, e, "cudaStreamSynchronize");
 }
 
+tops_status tops__cuda_device_sync(const char *fn, int device) {
+    int prev;
+    tops_status st = tops__cuda_enter(fn, device, &prev);
+    if (st != TOPS_OK) return st;
+    cudaError_t e = cudaDeviceSynchronize();
+    tops__cuda_leave(prev);
+    return e == cudaSuccess ? TOPS_OK : tops__cuda_error(fn, e, "cudaDeviceSynchronize");
+}
+
 /* ---- tensors in device memory ------------------------------------------------- */
 
 /* Bytes a plane spans (first entry to last, plus one). */

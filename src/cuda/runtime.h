@@ -17,5 +17,9 @@ tops_status tops__cuda_check_pointer(const char *fn, const char *what, const voi
 tops_status tops__cuda_enter(const char *fn, int device, int *previous);
 void tops__cuda_leave(int previous);
 int tops__cuda_sm_count(int device);
+/* Waits for all work on cuda:device: packed weights must be complete before
+   any stream runs a kernel on them (the weight kernels launch as
+   programmatic dependents and read weights before their grid-dependency wait). */
+tops_status tops__cuda_device_sync(const char *fn, int device);
 
 #endif
