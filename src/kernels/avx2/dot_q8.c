@@ -10,8 +10,10 @@
    1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one thread
    (on a loaded VM: not tuned at two threads). */
 enum { NIB_PREFETCH = 512 };
-/* Bytes ahead in the row stream (one stream per four rows). */
-enum { NIBSTREAM_PREFETCH = 1024 };
+/* Bytes ahead in the row stream (one stream per four rows): of none, 512,
+   1024, 2048 and 4096, 2048 gave the lowest medians at M = 1, 2 threads
+   (noisy shared VM: none and 4096 within 10%). */
+enum { NIBSTREAM_PREFETCH = 2048 };
 
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
