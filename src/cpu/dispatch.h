@@ -43,8 +43,7 @@ typedef struct tops__nibble_layout {
    value (the e2m1 / mxint8 unit, the tensor scale): element = q * stored
    scale * mul.  One place, so the row stream's in-kernel scales equal the
    unpackers' (same bits for packed and plain weights). */
-static inline float tops__nib_scale_mul(const tops_tensor *t) {
-    const tops_format_info *info = tops_format_get_info(t->format.id);
+static inline float tops__nib_scale_mul(const tops_format_info *info, const tops_tensor *t) {
     const float unit = info->element == TOPS_DT_E2M1 ? 0.5f : info->element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
     return unit * (info->has_tensor_scale ? 1.0f / t->tensor_scale : t->tensor_scale);
 }

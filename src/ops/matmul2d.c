@@ -475,7 +475,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
             tops__pack_nibstream(kern, &pk->copy, stream_scale, g, 1, data + g * group_bytes);
         pk->nib_stream = (tops__nibstream){data, group_bytes, stream_scale,
                                            tops__nibstream_coded(&kern->unpack[right->format.id].nib),
-                                           tops__nib_scale_mul(right)};
+                                           tops__nib_scale_mul(tops_format_get_info(right->format.id), right)};
     }
     *packed = packed_tensor(right, mem, pk, copy.data);
     return TOPS_OK;

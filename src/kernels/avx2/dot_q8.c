@@ -242,18 +242,115 @@ void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t 
    one and, one shift, two table lookups, two vpmaddubsw, one add, one
    vpmaddwd, one convert and one FMA (the single-block step cost about 1.6x
    that per block).  The four rows share the activation loads; the scale
-   products are made 8 blocks at a time.  One step of up to 8 blocks from
-   b: w[r] holds row r's 8 f32 weight scales, q[r] its first block pair;
-   pair i / 2 lies at q[r] + (i / 2) * pair_step, its second block `second`
-   bytes after the first (one 32-byte load when 16: the row stream); with
-   `coded` the nibbles already hold q + offset (the row stream of formats
-   whose table stays within 4 bits), so no table lookup.  Plain rows and
-   the row stream differ only there and give the same bits. */
-static inline __attribute__((always_inline)) void nib_x4_step(const float *const w[4], const uint8_t *const q[4],
-                                                              int64_t pair_step, int64_t second, int coded,
-                                                              const int8_t *aq,
-                                                              const float *as, const float *acorr, int64_t group,
-                                                              __m256i lut, __m256 acc[4], __m256 cor[4]) {
+   products are made 8 blocks at a time. */
+void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                  int64_t nb, float *out) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
+    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i ones = _mm256_set1_epi16(1);
+    const int64_t stride = layout->block_bytes;
+    const uint8_t *p0 = blocks + layout->header, *p1 = p0 + row_bytes, *p2 = p1 + row_bytes, *p3 = p2 + row_bytes;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+    __m256 cor0 = acc0, cor1 = acc0, cor2 = acc0, cor3 = acc0;
+    float sc[4][8];
+    float sp[4][4][8]; /* per row, per block pair: [s_b x 4 | s_b+1 x 4] */
+    for (int64_t b = 0; b < nb; b += 8) {
+        const int64_t group = nb - b < 8 ? nb - b : 8;
+        if (group == 8) {
+            const __m256 a8 = _mm256_loadu_ps(as + b), c8 = _mm256_loadu_ps(acorr + b);
+            const __m256i pair0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), two = _mm256_set1_epi32(2);
+#define TOPS_SCALES(r, cor)                                                                        \
+    do {                                                                                           \
+        const __m256 s8 = _mm256_mul_ps(_mm256_loadu_ps(ws + (r) * ld_ws + b), a8);                \
+        cor = _mm256_fmadd_ps(c8, s8, cor);                                                        \
+        __m256i idx = pair0;                                                                       \
+        for (int k = 0; k < 4; k++, idx = _mm256_add_epi32(idx, two))                              \
+            _mm256_storeu_ps(sp[r][k], _mm256_permutevar8x32_ps(s8, idx));                         \
+    } while (0)
+            TOPS_SCALES(0, cor0);
+            TOPS_SCALES(1, cor1);
+            TOPS_SCALES(2, cor2);
+            TOPS_SCALES(3, cor3);
+#undef TOPS_SCALES
+        } else {
+            float c[4] = {0, 0, 0, 0};
+            for (int r = 0; r < 4; r++)
+                for (int64_t i = 0; i < group; i++) {
+                    sc[r][i] = ws[r * ld_ws + b + i] * as[b + i];
+                    c[r] += acorr[b + i] * sc[r][i];
+                    for (int l = 0; l < 4; l++) sp[r][i / 2][(i % 2) * 4 + l] = sc[r][i];
+                }
+            cor0 = _mm256_add_ps(cor0, _mm256_setr_ps(c[0], 0, 0, 0, 0, 0, 0, 0));
+            cor1 = _mm256_add_ps(cor1, _mm256_setr_ps(c[1], 0, 0, 0, 0, 0, 0, 0));
+            cor2 = _mm256_add_ps(cor2, _mm256_setr_ps(c[2], 0, 0, 0, 0, 0, 0, 0));
+            cor3 = _mm256_add_ps(cor3, _mm256_setr_ps(c[3], 0, 0, 0, 0, 0, 0, 0));
+        }
+        /* Each row's stream a fixed distance ahead, spread over the blocks
+           (past a chunk this is the row's next chunk, past the row the
+           next rows: the weights are read once, in order). */
+        for (int64_t o = b * stride; o < (b + group) * stride; o += 64) {
+            _mm_prefetch((const char *)(p0 + o + NIB_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p1 + o + NIB_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p2 + o + NIB_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(p3 + o + NIB_PREFETCH), _MM_HINT_T0);
+        }
+        int64_t i = 0;
+        for (; i + 2 <= group; i += 2) {
+            const int64_t off = (b + i) * stride;
+            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32));
+            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32 + 32));
+            const __m256i alo = _mm256_permute2x128_si256(a0, a1, 0x20), ahi = _mm256_permute2x128_si256(a0, a1, 0x31);
+#define TOPS_PAIR(p, r, acc)                                                                             \
+    do {                                                                                                 \
+        const __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)((p) + off))), \
+                                                  _mm_loadu_si128((const __m128i *)((p) + off + stride)), 1); \
+        const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(x, mask));                         \
+        const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(x, 4), mask));    \
+        const __m256i d = _mm256_madd_epi16(                                                             \
+            _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi)), ones);       \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(sp[r][i / 2]), acc);               \
+    } while (0)
+            TOPS_PAIR(p0, 0, acc0);
+            TOPS_PAIR(p1, 1, acc1);
+            TOPS_PAIR(p2, 2, acc2);
+            TOPS_PAIR(p3, 3, acc3);
+#undef TOPS_PAIR
+        }
+        if (i < group) { /* an odd last block: one block per step, its scale in every lane */
+            const int64_t off = (b + i) * stride;
+            const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32));
+#define TOPS_ROW(p, r, acc)                                                                              \
+    do {                                                                                                 \
+        __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((p) + off)));         \
+        x = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(x, shifts), mask));              \
+        const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(x, a), ones);                           \
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sp[r][i / 2][0]), acc);              \
+    } while (0)
+            TOPS_ROW(p0, 0, acc0);
+            TOPS_ROW(p1, 1, acc1);
+            TOPS_ROW(p2, 2, acc2);
+            TOPS_ROW(p3, 3, acc3);
+#undef TOPS_ROW
+        }
+    }
+    out[0] = hsum(_mm256_sub_ps(acc0, cor0));
+    out[1] = hsum(_mm256_sub_ps(acc1, cor1));
+    out[2] = hsum(_mm256_sub_ps(acc2, cor2));
+    out[3] = hsum(_mm256_sub_ps(acc3, cor3));
+}
+
+/* The row stream's step, up to 8 blocks from b: the arithmetic of
+   tops__avx2_dot_q8_nibbles_x4, in its order (the same bits, tested),
+   over the stream's addresses: w[r] holds row r's 8 f32 weight scales, q[r]
+   its first block pair, pair i / 2 one 32-byte load at q[r] + 128 * (i / 2).
+   With `coded` the nibbles hold q + offset already, so no table lookup.
+   (One inlined step shared with the plain kernel cost the plain rows 7%,
+   0.99 -> 1.07 ns per block-row cache-resident, so that one keeps its own.) */
+static inline __attribute__((always_inline)) void nibstream_step(const float *const w[4], const uint8_t *const q[4],
+                                                                 int coded, const int8_t *aq, const float *as,
+                                                                 const float *acorr, int64_t group, __m256i lut,
+                                                                 __m256 acc[4], __m256 cor[4]) {
     const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
     const __m256i ones = _mm256_set1_epi16(1);
     float sp[4][4][8]; /* per row, per block pair: [s_b x 4 | s_b+1 x 4] */
@@ -280,15 +377,12 @@ static inline __attribute__((always_inline)) void nib_x4_step(const float *const
     }
     int64_t i = 0;
     for (; i + 2 <= group; i += 2) {
-        const int64_t off = (i / 2) * pair_step;
+        const int64_t off = (i / 2) * 128;
         const __m256i a0 = _mm256_loadu_si256((const __m256i *)(aq + i * 32));
         const __m256i a1 = _mm256_loadu_si256((const __m256i *)(aq + i * 32 + 32));
         const __m256i alo = _mm256_permute2x128_si256(a0, a1, 0x20), ahi = _mm256_permute2x128_si256(a0, a1, 0x31);
         for (int r = 0; r < 4; r++) {
-            const __m256i x =
-                second == 16 ? _mm256_loadu_si256((const __m256i *)(q[r] + off))
-                             : _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(q[r] + off))),
-                                                       _mm_loadu_si128((const __m128i *)(q[r] + off + second)), 1);
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(q[r] + off));
             __m256i lo = _mm256_and_si256(x, mask), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
             if (!coded) {
                 lo = _mm256_shuffle_epi8(lut, lo);
@@ -300,7 +394,7 @@ static inline __attribute__((always_inline)) void nib_x4_step(const float *const
         }
     }
     if (i < group) { /* an odd last block: one block per step, its scale in every lane */
-        const int64_t off = (i / 2) * pair_step;
+        const int64_t off = (i / 2) * 128;
         const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + i * 32));
         for (int r = 0; r < 4; r++) {
             __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(q[r] + off)));
@@ -310,34 +404,6 @@ static inline __attribute__((always_inline)) void nib_x4_step(const float *const
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sp[r][i / 2][0]), acc[r]);
         }
     }
-}
-
-void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
-                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
-                                  int64_t nb, float *out) {
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
-    const int64_t stride = layout->block_bytes;
-    const uint8_t *p[4];
-    p[0] = blocks + layout->header;
-    for (int r = 1; r < 4; r++) p[r] = p[r - 1] + row_bytes;
-    __m256 acc[4], cor[4];
-    for (int r = 0; r < 4; r++) acc[r] = cor[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 8) {
-        const int64_t group = nb - b < 8 ? nb - b : 8;
-        /* Each row's stream a fixed distance ahead, spread over the blocks
-           (past a chunk this is the row's next chunk, past the row the
-           next rows: the weights are read once, in order). */
-        for (int64_t o = b * stride; o < (b + group) * stride; o += 64)
-            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p[r] + o + NIB_PREFETCH), _MM_HINT_T0);
-        const float *w[4];
-        const uint8_t *q[4];
-        for (int r = 0; r < 4; r++) {
-            w[r] = ws + r * ld_ws + b;
-            q[r] = p[r] + b * stride;
-        }
-        nib_x4_step(w, q, 2 * stride, stride, 0, aq + b * 32, as + b, acorr + b, group, lut, acc, cor);
-    }
-    for (int r = 0; r < 4; r++) out[r] = hsum(_mm256_sub_ps(acc[r], cor[r]));
 }
 
 /* The row stream's twin: one linear stream per four rows (the hardware
@@ -373,8 +439,8 @@ void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_la
         const float *w[4] = {ws[0], ws[1], ws[2], ws[3]};
         const uint8_t *nib = sb + scale_span;
         const uint8_t *q[4] = {nib, nib + 32, nib + 64, nib + 96};
-        if (coded) nib_x4_step(w, q, 128, 16, 1, aq + b * 32, as + b, acorr + b, group, lut, acc, cor);
-        else nib_x4_step(w, q, 128, 16, 0, aq + b * 32, as + b, acorr + b, group, lut, acc, cor);
+        if (coded) nibstream_step(w, q, 1, aq + b * 32, as + b, acorr + b, group, lut, acc, cor);
+        else nibstream_step(w, q, 0, aq + b * 32, as + b, acorr + b, group, lut, acc, cor);
     }
     for (int r = 0; r < 4; r++) out[r] = hsum(_mm256_sub_ps(acc[r], cor[r]));
 }

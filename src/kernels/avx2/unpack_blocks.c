@@ -43,7 +43,7 @@ static void unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t
         tops__ref_unpack_scales(t, row, k0, n, scale);
         return;
     }
-    const float mul = tops__nib_scale_mul(t);
+    const float mul = tops__nib_scale_mul(info, t);
     const int64_t nb = n / sub, s1 = p->stride[1];
     if (p->dtype == TOPS_DT_F16) {
         const uint16_t *h = (const uint16_t *)p->data + row * p->stride[0] + (k0 / sub) * s1;
