@@ -292,6 +292,10 @@ static void test_packed_in_place(void) {
             d.relaxed_precision = v >= 5;
             tops_tensor pk;
             ASSERT_OK(tops_pack_right(NULL, &d, &w, &pk));
+            /* the scalar level's plain result: every level's packed result
+               (the row stream where built) stays within f32 summation order of it */
+            double *ref = malloc((size_t)(m * n) * sizeof(double));
+            ASSERT_TRUE(ref != NULL);
             for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
                 const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
                 if (!kern) continue;
@@ -302,6 +306,13 @@ static void test_packed_in_place(void) {
                     mm_poison(&c2);
                     ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &w, &c1));
                     ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &pk, &c2));
+                    if (isa == TOPS_ISA_REF && threads == 1)
+                        for (int64_t i = 0; i < m * n; i++) ref[i] = ((float *)p1)[i];
+                    const double e = mm_rel_l2(&c2, ref);
+                    if (!(e <= 1e-5))
+                        TH_FAIL_AT("format %d m=%lld n=%lld k=%lld relaxed=%d isa=%s: packed vs scalar plain rel-L2 %g", f,
+                                   (long long)m, (long long)n, (long long)k, d.relaxed_precision,
+                                   tops_isa_name((tops_isa)isa), e);
                     if (memcmp(p1, p2, (size_t)(m * n) * sizeof(float)) != 0)
                         TH_FAIL_AT("format %d m=%lld n=%lld k=%lld relaxed=%d isa=%s threads=%d: packed != plain", f,
                                    (long long)m, (long long)n, (long long)k, d.relaxed_precision,
@@ -328,6 +339,7 @@ static void test_packed_in_place(void) {
             } else {
                 ASSERT_EQ_STR(b1, b2);
             }
+            free(ref);
             tops_tensor_destroy(&pk);
             tops_tensor_destroy(&c1);
             tops_tensor_destroy(&c2);
