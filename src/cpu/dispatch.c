@@ -133,6 +133,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->dot_q8_nibbles_x4 = tops__avx2_dot_q8_nibbles_x4;
         k->dot_f32_nibbles_x4 = tops__avx2_dot_f32_nibbles_x4;
         k->dot_q8_nibbles = tops__avx2_dot_q8_nibbles;
+        k->dot_q8_nibstream_x4 = tops__avx2_dot_q8_nibstream_x4;
         k->pack_q8_panel = tops__avx2_pack_q8_panel;
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx2, "tops_gemm_f32_qi8_qu5_4x8__avx2"};
         k->gemm_q8_narrow =

@@ -39,6 +39,29 @@ typedef struct tops__nibble_layout {
     tops__scales_fn scales;
 } tops__nibble_layout;
 
+/* The multiplier the nibble layouts' scales carry besides their stored
+   value (the e2m1 / mxint8 unit, the tensor scale): element = q * stored
+   scale * mul.  One place, so the row stream's in-kernel scales equal the
+   unpackers' (same bits for packed and plain weights). */
+static inline float tops__nib_scale_mul(const tops_format_info *info, const tops_tensor *t) {
+    const float unit = info->element == TOPS_DT_E2M1 ? 0.5f : info->element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
+    return unit * (info->has_tensor_scale ? 1.0f / t->tensor_scale : t->tensor_scale);
+}
+
+/* The relaxed M <= 4 row stream (tops_pack_right, src/drive/gemv.c):
+   rows in groups of TOPS__NIBSTREAM_ROWS, each group one linear stream of
+   super-blocks of TOPS__NIBSTREAM_SB blocks of 32 along K.  A super-block
+   holds the four rows' stored scales (row-major, 8 per row, 2-byte f16 or
+   1-byte e8m0: the format's own bytes), then per block pair p (blocks 2p,
+   2p + 1) per row 32 bytes: the two blocks' 16 nibble bytes in the
+   format's order, each nibble through the format's table where its
+   entries fit in 4 bits ("coded": int4, q4_0), else as stored.  Past K
+   the stream is zero. */
+enum { TOPS__NIBSTREAM_ROWS = 4, TOPS__NIBSTREAM_SB = 8 };
+static inline int64_t tops__nibstream_sb_bytes(int scale_bytes) {
+    return (int64_t)TOPS__NIBSTREAM_ROWS * TOPS__NIBSTREAM_SB * (scale_bytes + 16);
+}
+
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
@@ -138,6 +161,14 @@ typedef struct tops__kernels {
        sum_k a[k] * (lut[code] - offset). */
     void (*dot_f32_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+    /* dot_q8_nibbles_x4 over one group of the row stream: `stream` at the
+       super-block of the first block, scale_bytes 2 (f16) or 1 (e8m0),
+       scales = stored value * mul; coded: the nibbles hold lut[code]
+       (q + offset) already.  Same bits as dot_q8_nibbles_x4 on the plain
+       rows.  NULL at levels without one (the plain rows are read). */
+    void (*dot_q8_nibstream_x4)(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes, int coded,
+                                float mul,
+                                const int8_t *aq, const float *as, const float *acorr, int64_t nb, float *out);
     /* 4-bit codes through a 16-entry table: dst[i] = table[code i], n codes
        from src (element 0 in the low nibble of src[0]). */
     void (*lut16_row)(float *dst, const uint8_t *src, int64_t n, const float *table);
@@ -276,6 +307,9 @@ void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, cons
                                   int64_t nb, float *out);
 float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                                 const float *as, const float *acorr, const float *ws, int64_t nb);
+void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes,
+                                    int coded, float mul, const int8_t *aq, const float *as, const float *acorr, int64_t nb,
+                                    float *out);
 void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,

@@ -29,6 +29,17 @@ void tops__read_rect_decode(const tops__kernels *kern, const tops_tensor *t, int
 void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                            int64_t nc, float *out, int64_t ld);
 
+/* The relaxed M <= 4 row stream of packed 4-bit weights (layout in
+   cpu/dispatch.h, tops__nibstream_sb_bytes): group g of four rows starts
+   at data + g * group_bytes.  data NULL: none. */
+typedef struct tops__nibstream {
+    const uint8_t *data;
+    int64_t group_bytes;
+    int scale_bytes; /* 2: f16, 1: e8m0 */
+    int coded;       /* nibbles hold the table's q + offset (tops__nibstream_coded) */
+    float mul;       /* tops__nib_scale_mul of the weights */
+} tops__nibstream;
+
 typedef struct tops__gemm_problem {
     int64_t m, n, k;
     tops__gemm_operand left, right;
@@ -44,6 +55,7 @@ typedef struct tops__gemm_problem {
        by tops_pack_right (layout of tops__pack_q8_panels), or NULL. */
     const uint8_t *q8_panels;
     const float *q8_scales;
+    tops__nibstream nib_stream; /* prepacked row stream for M <= 4, or data NULL */
 } tops__gemm_problem;
 
 /* Runs the problem.  Fails only with TOPS_OUT_OF_MEMORY / TOPS_OVERFLOW
@@ -53,6 +65,20 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p);
 /* The small-M driver: right stored [N, K] in a format with an integer
    form (kern->unpack); any left.  Same failure rules as tops__gemm_run. */
 tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p);
+
+/* Stored scale bytes of a weight's row stream (2 or 1), or 0 where the
+   weights (or the level's kernels) have none: relaxed 4-bit layouts with
+   blocks of 32, K % 32 == 0, N >= 4, f16 or e8m0 scales. */
+int tops__nibstream_scale_bytes(const tops__kernels *kern, const tops_tensor *w);
+/* Whether the stream stores each nibble as its table entry (all < 16). */
+int tops__nibstream_coded(const tops__nibble_layout *nib);
+/* Bytes of one four-row group's stream. */
+int64_t tops__nibstream_group_bytes(const tops_tensor *w, int scale_bytes);
+/* Writes groups [g0, g0 + count) of w's row stream (zeroed first) to out. */
+void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int scale_bytes, int64_t g0, int64_t count,
+                          uint8_t *out);
+/* Whether the row driver reads p's weights from the row stream. */
+int tops__gemv_streams(const tops__gemm_problem *p);
 
 /* The relaxed integer driver: right stored [N, K] with an integer form of
    qmax <= 15 (kern->unpack), M above the small-M driver's range. */
@@ -130,6 +156,9 @@ typedef struct tops__packed_right {
     const uint8_t *q8_panels;
     const float *q8_scales;
     size_t q8_bytes;
+    /* Also packed relaxed, where tops__nibstream_scale_bytes allows: the
+       row driver's four-row stream (M <= 4), data NULL otherwise. */
+    tops__nibstream nib_stream;
 } tops__packed_right;
 
 /* Reader over packed panels, as if storage were [K, N] (k_major). */

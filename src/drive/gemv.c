@@ -13,7 +13,7 @@
 #endif
 
 enum {
-    K_CHUNK = 2048,   /* weight elements unpacked at once (2 KiB of i8) */
+    K_CHUNK = 2048,   /* weight elements unpacked at once (2 KiB of i8); a multiple of the stream's super-block */
     N_BLOCK = 64,     /* output columns per unit of thread work */
 };
 
@@ -34,6 +34,58 @@ static void prefetch_next_rows(const tops_tensor *w, int64_t row) {
             for (int o = 0; o < SCALE_BYTES; o += 64) __builtin_prefetch(s + o, 0, 3);
         }
     }
+}
+
+int tops__nibstream_scale_bytes(const tops__kernels *kern, const tops_tensor *w) {
+    const tops__unpacker *up = &kern->unpack[w->format.id];
+    const tops_format_info *info = tops_format_get_info(w->format.id);
+    if (!kern->dot_q8_nibstream_x4 || !up->run || !up->nib.block_bytes || tops__unpack_sub(w) != 32 ||
+        w->extent[1] % 32 != 0 || w->extent[0] < TOPS__NIBSTREAM_ROWS || w->bias.data)
+        return 0;
+    /* GGUF blocks whose 2-byte header is the f16 scale (q4_0) */
+    if (info->gguf) return !w->scales.data && up->nib.header == 2 ? 2 : 0;
+    if (!w->scales.data || (info->block > 1 ? w->format.group : 32) != 32) return 0;
+    return w->scales.dtype == TOPS_DT_F16 ? 2 : w->scales.dtype == TOPS_DT_E8M0 ? 1 : 0;
+}
+
+int tops__nibstream_coded(const tops__nibble_layout *nib) {
+    for (int c = 0; c < 16; c++)
+        if (nib->lut[c] > 15) return 0;
+    return 1;
+}
+
+int64_t tops__nibstream_group_bytes(const tops_tensor *w, int scale_bytes) {
+    return tops__ceil_div(w->extent[1] / 32, TOPS__NIBSTREAM_SB) * tops__nibstream_sb_bytes(scale_bytes);
+}
+
+void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int scale_bytes, int64_t g0, int64_t count,
+                          uint8_t *out) {
+    const tops__nibble_layout *nib = &kern->unpack[w->format.id].nib;
+    const int64_t nb = w->extent[1] / 32, group_bytes = tops__nibstream_group_bytes(w, scale_bytes);
+    const int64_t sb_bytes = tops__nibstream_sb_bytes(scale_bytes), scale_span = 4 * 8 * (int64_t)scale_bytes;
+    const tops_plane *sp = &w->scales;
+    const int coded = tops__nibstream_coded(nib);
+    memset(out, 0, (size_t)(count * group_bytes));
+    for (int64_t g = 0; g < count; g++)
+        for (int r = 0; r < TOPS__NIBSTREAM_ROWS; r++) {
+            const int64_t row = (g0 + g) * TOPS__NIBSTREAM_ROWS + r;
+            const uint8_t *src = tops__weight_row(w, row);
+            for (int64_t b = 0; b < nb; b++) {
+                uint8_t *sb = out + g * group_bytes + (b / 8) * sb_bytes;
+                const int i = (int)(b % 8);
+                const uint8_t *scale = sp->data ? (const uint8_t *)sp->data + (row * sp->stride[0] + b * sp->stride[1]) * scale_bytes
+                                                : src + b * nib->block_bytes; /* the block's f16 header */
+                memcpy(sb + (r * 8 + i) * scale_bytes, scale, (size_t)scale_bytes);
+                uint8_t *dst = sb + scale_span + (i / 2) * 128 + r * 32 + (i % 2) * 16;
+                const uint8_t *codes = src + b * nib->block_bytes + nib->header;
+                for (int x = 0; x < 16; x++)
+                    dst[x] = coded ? (uint8_t)(nib->lut[codes[x] & 15] | nib->lut[codes[x] >> 4] << 4) : codes[x];
+            }
+        }
+}
+
+int tops__gemv_streams(const tops__gemm_problem *p) {
+    return p->relaxed && p->nib_stream.data && p->kern->dot_q8_nibstream_x4 && p->k % 32 == 0;
 }
 
 /* Row m of the left operand as f32 over all of K, zero-padded to kp. */
@@ -66,6 +118,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     /* Strict: the same layouts decoded in place to f32, four rows at a time. */
     const int nib_strict = integer && !relaxed && up.nib.block_bytes && sub == 32;
     const int nib_x4 = (in_place || nib_strict) && p->k % 32 == 0;
+    /* Relaxed and prepacked: groups of four rows from the row stream. */
+    const int stream = in_place && nib_x4 && tops__gemv_streams(p);
     /* Activations in the nibbles' order ([evens, odds] per block) for the strict in-place dot. */
     const int permuted = nib_x4 && nib_strict && !up.nib.split;
     const int64_t M = p->m, N = p->n, K = p->k, kp = tops__round_up(K, 32), n_subs = kp / sub;
@@ -146,7 +200,17 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                 for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
                     int64_t kc = kp - k0 < chunk ? kp - k0 : chunk;
                     float d[4];
-                    if (nib_x4) { /* K % 32 == 0: whole blocks only */
+                    if (stream) { /* one linear stream per four rows, scales inside */
+                        const tops__nibstream *ns = &p->nib_stream;
+                        const int64_t b0 = k0 / 32;
+                        const uint8_t *s = ns->data + (n0 + j) / TOPS__NIBSTREAM_ROWS * ns->group_bytes +
+                                           b0 / TOPS__NIBSTREAM_SB * tops__nibstream_sb_bytes(ns->scale_bytes);
+                        for (int64_t m = 0; m < M; m++) {
+                            kern->dot_q8_nibstream_x4(s, &up.nib, ns->scale_bytes, ns->coded, ns->mul, aq + m * kp + k0,
+                                                      as + m * n_subs + b0, acorr + m * n_subs + b0, kc / 32, d);
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    } else if (nib_x4) { /* K % 32 == 0: whole blocks only */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
                         for (int r = 0; r < 4; r++) up.nib.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);

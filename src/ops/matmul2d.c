@@ -279,6 +279,7 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
         p.q8_panels = pk->q8_panels;
         p.q8_scales = pk->q8_scales;
     }
+    if (pk) p.nib_stream = pk->nib_stream;
     switch (kind) {
     case PLAN_ROWS: return tops__gemv_run(fn, &p);
     case PLAN_INTEGER: return tops__gemm_q8_run(fn, &p);
@@ -307,10 +308,12 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
                  isa);
     } else if (kind == PLAN_ROWS) {
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
-        const char *how = !up || !up->run ? "f32 rows, f32 dots"
-                          : !p.relaxed    ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
-                          : nib           ? "4-bit rows in place, i8 dots"
-                                          : "integer rows, i8 dots";
+        if (pk) p.nib_stream = pk->nib_stream;
+        const char *how = !up || !up->run      ? "f32 rows, f32 dots"
+                          : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
+                          : !nib               ? "integer rows, i8 dots"
+                          : tops__gemv_streams(&p) ? "4-bit row stream (prepacked), i8 dots"
+                                                   : "4-bit rows in place, i8 dots";
         snprintf(buf, cap, "rows streamed (M <= %d): %s (%s)", GEMV_MAX_M, how, isa);
     } else {
         const char *src = p.right.packed                          ? "prepacked"
@@ -386,12 +389,25 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     const int64_t kp = tops__ceil_div(k, 32) * 32, groups = tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);
     size_t copy_end = (end + 63) / 64 * 64, q8_panel_bytes = 0, q8_bytes = 0, total = head + end, scratch_bytes = 0;
+    /* Relaxed 4-bit rows: also the M <= 4 row stream, after the panels. */
+    const int stream_scale = relaxed ? tops__nibstream_scale_bytes(kern, right) : 0;
+    const int64_t stream_groups = n / TOPS__NIBSTREAM_ROWS;
+    const int64_t group_bytes = stream_scale ? tops__nibstream_group_bytes(right, stream_scale) : 0;
+    size_t stream_at = 0, stream_bytes = 0;
     if (q8) {
         size_t scale_bytes;
         if (!tops__mul_size((size_t)groups * 8, (size_t)kp, &q8_panel_bytes) ||
             !tops__mul_size((size_t)groups * 8 * sizeof(float), (size_t)n_subs, &scale_bytes) ||
             !tops__add_size(q8_panel_bytes, scale_bytes, &q8_bytes) || !tops__add_size(head + copy_end, q8_bytes, &total) ||
             !tops__mul_size((size_t)ex->threads, (size_t)kp * 8 + (size_t)n_subs * 8 * sizeof(float), &scratch_bytes)) {
+            tops_tensor_destroy(&tmp);
+            return tops__fail(TOPS_OVERFLOW, fn, "the packed size overflows size_t");
+        }
+    }
+    if (stream_scale) {
+        stream_at = (total + 63) / 64 * 64;
+        if (!tops__mul_size((size_t)stream_groups, (size_t)group_bytes, &stream_bytes) ||
+            !tops__add_size(stream_at, stream_bytes, &total)) {
             tops_tensor_destroy(&tmp);
             return tops__fail(TOPS_OVERFLOW, fn, "the packed size overflows size_t");
         }
@@ -449,6 +465,17 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
         pk->q8_panels = panels;
         pk->q8_scales = scales;
         pk->q8_bytes = q8_bytes;
+    }
+    if (stream_scale) {
+        uint8_t *data = mem + stream_at;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(ex->threads) schedule(static)
+#endif
+        for (int64_t g = 0; g < stream_groups; g++)
+            tops__pack_nibstream(kern, &pk->copy, stream_scale, g, 1, data + g * group_bytes);
+        pk->nib_stream = (tops__nibstream){data, group_bytes, stream_scale,
+                                           tops__nibstream_coded(&kern->unpack[right->format.id].nib),
+                                           tops__nib_scale_mul(tops_format_get_info(right->format.id), right)};
     }
     *packed = packed_tensor(right, mem, pk, copy.data);
     return TOPS_OK;

@@ -265,15 +265,17 @@ static void test_packed_matches_plain(void) {
    bits as the plain (here sliced, strided) weights in every mode, for
    small and large M, on every level and for threads 1 and 2. */
 static void test_packed_in_place(void) {
-    const tops_format fmts[5] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
+    const tops_format fmts[6] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
                                  {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_MXFP4, 0, TOPS_DT_NONE},
-                                 {TOPS_FMT_INT4_G, 16, TOPS_DT_NONE}};
-    const int64_t ms[3] = {2, 9, 33}, ns[3] = {1, 21, 31};
-    for (int f = 0; f < 5; f++)
-        for (int v = 0; v < 6; v++) {
-            /* K % 32 == 0 at M = 2: the four-row in-place dots (strict and relaxed) */
-            int64_t m = ms[v % 3], n = ns[th_next(&rng) % 3], k = (v % 3 ? 70 : 64) + 32 * (int64_t)(th_next(&rng) % 3);
-            if (v == 5) k = 4095;
+                                 {TOPS_FMT_INT4_G, 16, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0}};
+    /* M <= 4 with K % 32 == 0: the four-row in-place dots (strict and
+       relaxed) and, packed relaxed, the row stream: K of 2, 3, 13 (a part
+       super-block) and 75 blocks (two chunks), N with and without a part
+       group of four. */
+    const int64_t ms[5] = {1, 2, 3, 4, 33}, ns[4] = {1, 8, 21, 31}, ks[6] = {64, 96, 416, 2400, 70, 4095};
+    for (int f = 0; f < 6; f++)
+        for (int v = 0; v < 10; v++) {
+            int64_t m = ms[v % 5], n = ns[th_next(&rng) % 4], k = ks[th_next(&rng) % 6];
             mm_operand big;
             mm_make_quant(&big, fmts[f], n + 5, k, 0, &rng);
             tops_tensor w;
@@ -287,9 +289,13 @@ static void test_packed_in_place(void) {
             mm_poison(&c2);
             tops_matmul2d_desc d = plain_desc();
             d.transpose_right = 1;
-            d.relaxed_precision = v >= 3;
+            d.relaxed_precision = v >= 5;
             tops_tensor pk;
             ASSERT_OK(tops_pack_right(NULL, &d, &w, &pk));
+            /* the scalar level's plain result: every level's packed result
+               (the row stream where built) stays within f32 summation order of it */
+            double *ref = malloc((size_t)(m * n) * sizeof(double));
+            ASSERT_TRUE(ref != NULL);
             for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
                 const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
                 if (!kern) continue;
@@ -300,6 +306,13 @@ static void test_packed_in_place(void) {
                     mm_poison(&c2);
                     ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &w, &c1));
                     ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &pk, &c2));
+                    if (isa == TOPS_ISA_REF && threads == 1)
+                        for (int64_t i = 0; i < m * n; i++) ref[i] = ((float *)p1)[i];
+                    const double e = mm_rel_l2(&c2, ref);
+                    if (!(e <= 1e-5))
+                        TH_FAIL_AT("format %d m=%lld n=%lld k=%lld relaxed=%d isa=%s: packed vs scalar plain rel-L2 %g", f,
+                                   (long long)m, (long long)n, (long long)k, d.relaxed_precision,
+                                   tops_isa_name((tops_isa)isa), e);
                     if (memcmp(p1, p2, (size_t)(m * n) * sizeof(float)) != 0)
                         TH_FAIL_AT("format %d m=%lld n=%lld k=%lld relaxed=%d isa=%s threads=%d: packed != plain", f,
                                    (long long)m, (long long)n, (long long)k, d.relaxed_precision,
@@ -314,12 +327,19 @@ static void test_packed_in_place(void) {
             char b1[160], b2[160];
             ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &w, &c1, b1, sizeof b1));
             ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &pk, &c2, b2, sizeof b2));
+            /* the row stream: relaxed 4-bit blocks of 32 with f16 / e8m0 scales, packed where the level has its kernel */
+            const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 && f != 2 && f != 4 &&
+                                tops__kernels_get()->dot_q8_nibstream_x4 != NULL;
             if (d.relaxed_precision && m > 4) {
                 ASSERT_TRUE(strstr(b1, "integer panels (unpacked per K block)") != NULL);
                 ASSERT_TRUE(strstr(b2, "integer panels (prepacked)") != NULL);
+            } else if (streams) {
+                ASSERT_TRUE(strstr(b1, "4-bit rows in place, i8 dots") != NULL);
+                ASSERT_TRUE(strstr(b2, "4-bit row stream (prepacked), i8 dots") != NULL);
             } else {
                 ASSERT_EQ_STR(b1, b2);
             }
+            free(ref);
             tops_tensor_destroy(&pk);
             tops_tensor_destroy(&c1);
             tops_tensor_destroy(&c2);

@@ -10,6 +10,10 @@
    1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one thread
    (on a loaded VM: not tuned at two threads). */
 enum { NIB_PREFETCH = 512 };
+/* Bytes ahead in the row stream (one stream per four rows): of none, 512,
+   1024, 2048 and 4096, 2048 gave the lowest medians at M = 1, 2 threads
+   (noisy shared VM: none and 4096 within 10%). */
+enum { NIBSTREAM_PREFETCH = 2048 };
 
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -334,6 +338,111 @@ void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, cons
     out[1] = hsum(_mm256_sub_ps(acc1, cor1));
     out[2] = hsum(_mm256_sub_ps(acc2, cor2));
     out[3] = hsum(_mm256_sub_ps(acc3, cor3));
+}
+
+/* The row stream's step, up to 8 blocks from b: the arithmetic of
+   tops__avx2_dot_q8_nibbles_x4, in its order (the same bits, tested),
+   over the stream's addresses: w[r] holds row r's 8 f32 weight scales, q[r]
+   its first block pair, pair i / 2 one 32-byte load at q[r] + 128 * (i / 2).
+   With `coded` the nibbles hold q + offset already, so no table lookup.
+   (One inlined step shared with the plain kernel cost the plain rows 7%,
+   0.99 -> 1.07 ns per block-row cache-resident, so that one keeps its own.) */
+static inline __attribute__((always_inline)) void nibstream_step(const float *const w[4], const uint8_t *const q[4],
+                                                                 int coded, const int8_t *aq, const float *as,
+                                                                 const float *acorr, int64_t group, __m256i lut,
+                                                                 __m256 acc[4], __m256 cor[4]) {
+    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
+    const __m256i ones = _mm256_set1_epi16(1);
+    float sp[4][4][8]; /* per row, per block pair: [s_b x 4 | s_b+1 x 4] */
+    if (group == 8) {
+        const __m256 a8 = _mm256_loadu_ps(as), c8 = _mm256_loadu_ps(acorr);
+        const __m256i pair0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), two = _mm256_set1_epi32(2);
+        for (int r = 0; r < 4; r++) {
+            const __m256 s8 = _mm256_mul_ps(_mm256_loadu_ps(w[r]), a8);
+            cor[r] = _mm256_fmadd_ps(c8, s8, cor[r]);
+            __m256i idx = pair0;
+            for (int k = 0; k < 4; k++, idx = _mm256_add_epi32(idx, two))
+                _mm256_storeu_ps(sp[r][k], _mm256_permutevar8x32_ps(s8, idx));
+        }
+    } else {
+        for (int r = 0; r < 4; r++) {
+            float c = 0.0f;
+            for (int64_t i = 0; i < group; i++) {
+                const float sc = w[r][i] * as[i];
+                c += acorr[i] * sc;
+                for (int l = 0; l < 4; l++) sp[r][i / 2][(i % 2) * 4 + l] = sc;
+            }
+            cor[r] = _mm256_add_ps(cor[r], _mm256_setr_ps(c, 0, 0, 0, 0, 0, 0, 0));
+        }
+    }
+    int64_t i = 0;
+    for (; i + 2 <= group; i += 2) {
+        const int64_t off = (i / 2) * 128;
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)(aq + i * 32));
+        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(aq + i * 32 + 32));
+        const __m256i alo = _mm256_permute2x128_si256(a0, a1, 0x20), ahi = _mm256_permute2x128_si256(a0, a1, 0x31);
+        for (int r = 0; r < 4; r++) {
+            const __m256i x = _mm256_loadu_si256((const __m256i *)(q[r] + off));
+            __m256i lo = _mm256_and_si256(x, mask), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
+            if (!coded) {
+                lo = _mm256_shuffle_epi8(lut, lo);
+                hi = _mm256_shuffle_epi8(lut, hi);
+            }
+            const __m256i d =
+                _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi)), ones);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(sp[r][i / 2]), acc[r]);
+        }
+    }
+    if (i < group) { /* an odd last block: one block per step, its scale in every lane */
+        const int64_t off = (i / 2) * 128;
+        const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + i * 32));
+        for (int r = 0; r < 4; r++) {
+            __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(q[r] + off)));
+            x = _mm256_and_si256(_mm256_srlv_epi32(x, shifts), mask);
+            if (!coded) x = _mm256_shuffle_epi8(lut, x);
+            const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(x, a), ones);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sp[r][i / 2][0]), acc[r]);
+        }
+    }
+}
+
+/* The row stream's twin: one linear stream per four rows (the hardware
+   prefetcher follows one stream, not four), the stored scales of each
+   super-block decoded 8 at a time (F16C, or e8m0 bits: 2^(e - 127), e = 0
+   the subnormal 2^-127, 255 NaN, as the unpackers' table). */
+void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes,
+                                    int coded, float mul, const int8_t *aq, const float *as, const float *acorr, int64_t nb,
+                                    float *out) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
+    const int64_t sb_bytes = tops__nibstream_sb_bytes(scale_bytes), scale_span = 4 * 8 * (int64_t)scale_bytes;
+    const __m256 vmul = _mm256_set1_ps(mul);
+    __m256 acc[4], cor[4];
+    for (int r = 0; r < 4; r++) acc[r] = cor[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b += 8) {
+        const uint8_t *sb = stream + (b / 8) * sb_bytes;
+        const int64_t group = nb - b < 8 ? nb - b : 8;
+        for (int64_t o = 0; o < sb_bytes; o += 64) _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH), _MM_HINT_T0);
+        float ws[4][8];
+        for (int r = 0; r < 4; r++) {
+            __m256 s;
+            if (scale_bytes == 2) {
+                s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + r * 16)));
+            } else {
+                const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + r * 8)));
+                __m256i bits = _mm256_slli_epi32(e, 23);
+                bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+                bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+                s = _mm256_castsi256_ps(bits);
+            }
+            _mm256_storeu_ps(ws[r], _mm256_mul_ps(s, vmul));
+        }
+        const float *w[4] = {ws[0], ws[1], ws[2], ws[3]};
+        const uint8_t *nib = sb + scale_span;
+        const uint8_t *q[4] = {nib, nib + 32, nib + 64, nib + 96};
+        if (coded) nibstream_step(w, q, 1, aq + b * 32, as + b, acorr + b, group, lut, acc, cor);
+        else nibstream_step(w, q, 0, aq + b * 32, as + b, acorr + b, group, lut, acc, cor);
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum(_mm256_sub_ps(acc[r], cor[r]));
 }
 
 /* Strict four-row twin: the nibble split and a signed code table give the

@@ -43,8 +43,7 @@ static void unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t
         tops__ref_unpack_scales(t, row, k0, n, scale);
         return;
     }
-    float unit = info->element == TOPS_DT_E2M1 ? 0.5f : info->element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
-    float mul = unit * (info->has_tensor_scale ? 1.0f / t->tensor_scale : t->tensor_scale);
+    const float mul = tops__nib_scale_mul(info, t);
     const int64_t nb = n / sub, s1 = p->stride[1];
     if (p->dtype == TOPS_DT_F16) {
         const uint16_t *h = (const uint16_t *)p->data + row * p->stride[0] + (k0 / sub) * s1;
