@@ -35,6 +35,8 @@ struct Params {
     int kw, mw;            // warps along K and along tokens (kw * mw = kGroupWarps)
     int scale_tile_bytes;  // one tile's scale entries (groups * 16 * entry bytes)
     int ring;              // ring stages (2..kStages; fewer when the scales need the room)
+    // wgmma kernel (wgmma_w.cu) only
+    unsigned int *arrivals; // per output tile: K splits done (the last one reduces)
 };
 
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
@@ -371,6 +373,12 @@ inline size_t bulk_smem_bytes(int stages, size_t raw_bytes, size_t f32_bytes) {
 }
 // The bulk kernel for (code family, bf16 activations, token tiles per warp 1 or 2).
 kernel_fn bulk_kernel(int code, bool bf16, int mt);
+
+// Host side of wstream.cu shared with the other launchers: the kernels'
+// parameters from the launch arguments (false, *what set, for an unusable
+// scale group), and the name tops__cu_last_kernel reports.
+bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what);
+void set_last_kernel(const char *name);
 
 } // namespace tops_cu
 

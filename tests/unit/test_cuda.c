@@ -155,8 +155,9 @@ static int run_case(const gpu_case *c, th_rng *r) {
     ASSERT_OK(tops_tensor_view(&d, &tdq));
     ASSERT_OK(tops_dequantize(&tq, &tdq));
 
-    /* Activations, optionally with a padded row stride (unaligned rows). */
-    int64_t ldx = c->strided_left ? k + 3 : k;
+    /* Activations, optionally with a padded row stride: 1 unaligned rows,
+       2 rows 16-byte aligned (what TMA reads). */
+    int64_t ldx = c->strided_left == 1 ? k + 3 : c->strided_left == 2 ? k + 8 : k;
     uint16_t *xh = calloc((size_t)(m * ldx), 2);
     double *xv = malloc((size_t)(m * k) * sizeof(double));
     for (int64_t i = 0; i < m; i++)
@@ -354,7 +355,7 @@ static void test_every_format(void) {
    The small run (compute-sanitizer) takes the first three shapes: both
    token-tile widths with a ring that wraps, and a second pass.  Then the same
    shapes through the register-streaming kernel (the sm_80 path), forced
-   with TOPS_CUDA_KERNEL=wstream. */
+   with TOPS_CUDA_KERNEL=wstream (the first round forces wbulk). */
 static void test_kernel_edges(void) {
     th_rng r = th_seed();
     static const struct {
@@ -367,7 +368,7 @@ static void test_kernel_edges(void) {
     const int nshapes = small_run ? 3 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
     int cases = 0, passed = 0;
     for (int kernel = 0; kernel < 2; kernel++) {
-        if (kernel) setenv("TOPS_CUDA_KERNEL", "wstream", 1);
+        setenv("TOPS_CUDA_KERNEL", kernel ? "wstream" : "wbulk", 1); /* M >= 64 would take wgmma */
         for (int s = 0; s < nshapes; s++) {
             if (shapes[s].cap) setenv("TOPS_CUDA_BULK_SPLITS", shapes[s].cap, 1);
             for (int i = 0; i < (kernel ? 1 : 3); i++) {
@@ -388,6 +389,79 @@ static void test_kernel_edges(void) {
         unsetenv("TOPS_CUDA_KERNEL");
     }
     printf("     %d of %d kernel-edge cases within their bounds\n", passed, cases);
+}
+
+/* The kernel the last strict launch used (a weak reference: builds
+   without CUDA have none, and skip before asking). */
+extern const char *tops__cu_last_kernel(void) __attribute__((weak));
+
+/* The wgmma kernel (sm_90a), forced with TOPS_CUDA_KERNEL=wgmma: every code
+   family and scale encoding, both activation types, every output type and
+   mode, ragged M (17, 33, 100, 257: partial and several token tiles), N
+   (a last CTA with fewer m64 tiles) and K (not a multiple of 64), rows with
+   a 16-byte aligned stride, K splits chosen by the plan (up to 8 at these
+   N) and forced to 1, and both token tiles (64, 128).  Rows TMA cannot read
+   (stride k + 3) must fall back to the streaming kernels; M = 100 takes
+   wgmma by plan with TOPS_CUDA_WGMMA_MIN_M=64. */
+static void test_wgmma(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the wgmma kernel needs compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    static const struct {
+        int64_t m, k, n;
+        const char *splits, *tn;
+    } shapes[] = {{33, 520, 130, NULL, NULL},   {17, 1000, 200, "1", "128"}, {100, 4096, 77, NULL, "128"},
+                  {257, 1000, 300, NULL, NULL}, {64, 2048, 96, "3", NULL},   {128, 256, 513, NULL, "128"},
+                  {200, 1024, 264, "1", NULL}};
+    static const char *const fmts[] = {"int4-g128", "mxfp4", "nvfp4", "int8-g32", "e4m3-ch", "int4-g16:f32", "q4_0",
+                                       "f16", "int4-g32:e8m0", "bf16", "mxfp8", "i4", "int8-g128", "e4m3"};
+    const int nshapes = small_run ? 2 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
+    int cases = 0, passed = 0;
+    setenv("TOPS_CUDA_KERNEL", "wgmma", 1);
+    for (int s = 0; s < nshapes; s++) {
+        if (shapes[s].splits) setenv("TOPS_CUDA_WGMMA_SPLITS", shapes[s].splits, 1);
+        if (shapes[s].tn) setenv("TOPS_CUDA_WGMMA_TN", shapes[s].tn, 1);
+        for (int i = 0; i < (small_run ? 3 : 5); i++) {
+            gpu_case c = {fmts[(s * 5 + i) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k, shapes[s].n,
+                          0, 0, 1, 0};
+            int v = s + i;
+            c.act = (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16;
+            if (strcmp(c.format, "f16") == 0) c.act = TOPS_DT_F16;
+            if (strcmp(c.format, "bf16") == 0) c.act = TOPS_DT_BF16;
+            c.out = v % 3 == 0 ? TOPS_DT_F32 : v % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16;
+            c.strided_left = i == 1 ? 2 : i == 4 ? 1 : 0;
+            c.accumulate = i == 2;
+            c.prepack = i != 3;
+            cases++;
+            int ok = run_case(&c, &r);
+            const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+            const int want = c.strided_left != 1; /* every K here is a multiple of 8 */
+            if ((strncmp(kn, "wgmma", 5) == 0) != want) {
+                TH_FAIL_AT("%s M=%lld K=%lld N=%lld strided=%d ran %s", c.format, (long long)c.m, (long long)c.k,
+                           (long long)c.n, c.strided_left, kn);
+                ok = 0;
+            }
+            passed += ok;
+        }
+        unsetenv("TOPS_CUDA_WGMMA_SPLITS");
+        unsetenv("TOPS_CUDA_WGMMA_TN");
+    }
+    unsetenv("TOPS_CUDA_KERNEL");
+    /* By plan: M = 100 is above a threshold of 64. */
+    setenv("TOPS_CUDA_WGMMA_MIN_M", "64", 1);
+    gpu_case c = {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 100, 512, 192, 0, 0, 1, 0};
+    cases++;
+    int ok = run_case(&c, &r);
+    unsetenv("TOPS_CUDA_WGMMA_MIN_M");
+    const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+    if (strncmp(kn, "wgmma", 5) != 0) {
+        TH_FAIL_AT("M=100 by plan ran %s, not the wgmma kernel", kn);
+        ok = 0;
+    }
+    passed += ok;
+    printf("     %d of %d wgmma cases within their bounds\n", passed, cases);
 }
 
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
@@ -502,5 +576,6 @@ int main(void) {
     RUN_TEST(test_relaxed_fp8);
     RUN_TEST(test_every_format);
     RUN_TEST(test_kernel_edges);
+    RUN_TEST(test_wgmma);
     TEST_MAIN_END();
 }
