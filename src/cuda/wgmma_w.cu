@@ -8,9 +8,10 @@
 // m16 slice of wgmma's register A.  So each weight is decoded once per CTA
 // and serves all TN tokens of the tile (mma.sync decoded it once per 8..16
 // tokens).  The activations are the B operand (n = TN tokens), K-major in
-// shared memory with the 128-byte swizzle.  A producer warp feeds a ring of
-// kRing stages: the activations through TMA (rows past M and columns past K
-// arrive as zeros), the packed weights through 1-D bulk copies.
+// shared memory with the 128-byte swizzle.  One producer thread (in its own
+// warpgroup) feeds a ring of kRing stages: the activations through TMA (rows
+// past M and columns past K arrive as zeros), the packed weights and their
+// scale entries through 1-D bulk copies.
 //
 // Strict semantics as wbulk: products exact in f32 accumulation, each scale
 // group summed into a part accumulator (scale-d = 0 on its first step), then
@@ -31,11 +32,13 @@ constexpr int kThreads = kConsumerWarps * 32 + 128; // and a producer warpgroup 
 constexpr int kRing = 4;                            // stages
 
 // A stage: sb k64 blocks of K; the activations (tn rows of 128 bytes per
-// block, TMA-swizzled) then the CTA's 8 * wt packed tiles (cpb chunks of
-// 512 bytes per block each): 24-40 KB.
+// block, TMA-swizzled), the CTA's 8 * wt packed tiles (cpb chunks of 512
+// bytes per block each), then each tile's scale entries for the stage's
+// groups (at most 4 groups of 16 entries of 4 bytes per block): 26-44 KB.
+constexpr int kScaleBlockBytes = 4 * 16 * 4;
 __host__ __device__ constexpr int stage_blocks(int code) { return code <= TOPS__CU_CODE_E2M1 ? 2 : 1; }
 __host__ __device__ constexpr int stage_bytes(int sb, int cpb, int tn) {
-    return sb * (tn * 128 + 8 * (tn == 128 ? 1 : 2) * cpb * 512);
+    return sb * (tn * 128 + 8 * (tn == 128 ? 1 : 2) * (cpb * 512 + kScaleBlockBytes));
 }
 
 // The packed fragments order each k16 step's K as mma.sync's B loads want
@@ -72,6 +75,8 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
     constexpr int KC = chunk_dims<CODE>::KC, STEPS = chunk_dims<CODE>::STEPS, CPB = 64 / KC;
     constexpr int SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN);
     constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512, TILES = 8 * WT;
+    constexpr int SCALE_BYTES = SB * kScaleBlockBytes; // per tile and stage
+    const int esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
     constexpr int ND = TN / 2; // accumulators per m64 tile and thread
     extern __shared__ unsigned char smem_raw[];
     // 128-byte swizzled tiles want 1024-byte alignment.
@@ -102,7 +107,11 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
                 if (i >= kRing) mbar_wait(&empty[s], ((i / kRing) + 1) & 1);
                 const int nbs = min(SB, nb - i * SB);
                 unsigned char *stg = ring + s * SBYTES;
-                mbar_expect_tx(&full[s], (uint32_t)(nbs * (TN * 128 + TILES * CPB * 512)));
+                // the groups this stage's K touches (clamped: K is padded past the last group)
+                const int k0 = (b_begin + i * SB) * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
+                const int ng = min((k0 + nbs * 64 - 1) >> p.group_shift, p.groups - 1) - g0 + 1;
+                const uint32_t sbytes = p.has_scales ? (uint32_t)(ng * 16 * esz) : 0u;
+                mbar_expect_tx(&full[s], (uint32_t)(nbs * (TN * 128 + TILES * CPB * 512)) + TILES * sbytes);
                 for (int q = 0; q < nbs; q++)
                     tma_load_2d(stg + q * TN * 128, &xmap, &full[s], (b_begin + i * SB + q) * 64, tt * TN);
                 // Tiles past N (a ragged last CTA) copy the last one again:
@@ -112,6 +121,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
                     bulk_copy(stg + XBYTES + tl * TILE_BYTES,
                               p.w + ((size_t)tile * p.chunks + (size_t)(b_begin + i * SB) * CPB) * 32,
                               (uint32_t)(nbs * CPB * 512), &full[s]);
+                    if (sbytes)
+                        bulk_copy(stg + XBYTES + TILES * TILE_BYTES + tl * SCALE_BYTES,
+                                  p.scales + (size_t)tile * p.scale_tile_bytes + (size_t)g0 * 16 * esz, sbytes,
+                                  &full[s]);
                 }
             }
         return;
@@ -121,10 +134,6 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
     const int wg = warp >> 2, w = warp & 3, gid = lane >> 2, tig = lane & 3;
     const int mt0 = (cb * 2 + wg) * WT; // this warpgroup's first m64 tile
     const int nc = nb * CPB;
-    const unsigned char *sc[WT];
-#pragma unroll
-    for (int t = 0; t < WT; t++)
-        sc[t] = p.scales + (size_t)(min(mt0 + t, mtiles - 1) * 4 + w) * p.scale_tile_bytes;
 
     float acc[WT][ND], part[WT][ND];
 #pragma unroll
@@ -132,17 +141,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
 #pragma unroll
         for (int i = 0; i < ND; i++) acc[t][i] = part[t][i] = 0.0f;
 
-    // The scales of the group in progress, loaded when it starts (their
-    // latency hides behind its wgmmas).
-    float2 s2[WT];
-    auto load_group_scales = [&](int grp) {
-#pragma unroll
-        for (int t = 0; t < WT; t++)
-            s2[t] = p.has_scales ? load_scales<false>(sc[t], p.scale_kind, min(grp, p.groups - 1), gid)
-                                 : make_float2(1.0f, 1.0f);
-    };
     const int k_begin = b_begin * 64;
-    load_group_scales(k_begin >> p.group_shift);
     int fresh = 1; // the next wgmma starts a group: scale-d = 0
     for (int c = 0; c < nc; c++) {
         const int st = c / (SB * CPB), c_in = c % (SB * CPB), slot = st % kRing;
@@ -151,44 +150,54 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
             mbar_wait(&full[slot], (uint32_t)(st / kRing) & 1u);
             permute_stage<TN, SB>(stg, min(SB, nb - st * SB));
         }
-        // Weights from shared memory: a register load in flight across
-        // wgmma.fence would stall it for the whole global latency.
-        uint4 cur[WT];
+        // The whole chunk is decoded first, so that its wgmmas issue back to
+        // back and the warpgroup waits for them once (or at group ends).
+        uint32_t a[STEPS][WT][4];
 #pragma unroll
-        for (int t = 0; t < WT; t++)
-            cur[t] = *reinterpret_cast<const uint4 *>(stg + XBYTES + ((wg * WT + t) * 4 + w) * TILE_BYTES + c_in * 512 +
-                                                      lane * 16);
+        for (int t = 0; t < WT; t++) {
+            const uint4 cur = *reinterpret_cast<const uint4 *>(stg + XBYTES + ((wg * WT + t) * 4 + w) * TILE_BYTES +
+                                                               c_in * 512 + lane * 16);
+#pragma unroll
+            for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, a[j][t]);
+        }
         const unsigned char *bb = stg + (c_in / CPB) * TN * 128 + (c_in % CPB) * KC * 2;
-        const bool stage_end = c_in == SB * CPB - 1 || c == nc - 1;
+        const int g0 = min((k_begin + st * SB * 64) >> p.group_shift, p.groups - 1); // the stage's first group
+        bool open = false; // wgmmas issued since the last wait
 #pragma unroll
         for (int j = 0; j < STEPS; j++) {
-            uint32_t a[WT][4];
-#pragma unroll
-            for (int t = 0; t < WT; t++) decode_step<CODE, BF16>(cur[t], j, a[t]);
             wgmma_fence();
             const uint64_t db = desc_sw128(bb + 32 * j); // k16 step: 32 bytes along the swizzled row
 #pragma unroll
-            for (int t = 0; t < WT; t++) wgmma_rs<BF16>(part[t], a[t], db, !fresh);
-            wgmma_commit();
+            for (int t = 0; t < WT; t++) wgmma_rs<BF16>(part[t], a[j][t], db, !fresh);
             fresh = 0;
+            open = true;
             const int kend = k_begin + c * KC + 16 * (j + 1);
             if ((kend & p.group_mask) == 0 || (c == nc - 1 && j == STEPS - 1)) {
+                wgmma_commit();
                 wgmma_wait<0>();
+                open = false;
+                // this group's scales, from the stage's copy
+                const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
 #pragma unroll
                 for (int t = 0; t < WT; t++) {
                     fence_regs(part[t]);
+                    float2 s2 = make_float2(1.0f, 1.0f);
+                    if (p.has_scales) {
+                        const unsigned char *sp = stg + XBYTES + TILES * TILE_BYTES + ((wg * WT + t) * 4 + w) * SCALE_BYTES;
+                        s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
+                        s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
+                    }
 #pragma unroll
-                    for (int i = 0; i < ND; i++) acc[t][i] = fmaf(part[t][i], (i & 2) ? s2[t].y : s2[t].x, acc[t][i]);
+                    for (int i = 0; i < ND; i++) acc[t][i] = fmaf(part[t][i], (i & 2) ? s2.y : s2.x, acc[t][i]);
                 }
                 fresh = 1;
-                load_group_scales(kend >> p.group_shift);
-            } else if (stage_end && j == STEPS - 1) {
-                wgmma_wait<0>(); // the stage's last reads are done before it is handed back
-            } else {
-                wgmma_wait<1>(); // the previous step's A registers are free
             }
         }
-        if (stage_end) mbar_arrive(&empty[slot]);
+        if (open) { // the chunk's A registers are rewritten next
+            wgmma_commit();
+            wgmma_wait<0>();
+        }
+        if (c_in == SB * CPB - 1 || c == nc - 1) mbar_arrive(&empty[slot]);
     }
 
     // Accumulator i of lane l in warp w of an m64 tile: channel 16 w + l / 4
@@ -213,16 +222,32 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
         asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
         if (is_last) {
             __threadfence();
+            // Sums in acc, split by split with all of a split's loads in
+            // flight; the stores last (the compiler cannot move a load past
+            // a store that may alias it: one element at a time was a chain
+            // of L2 round trips per thread).
+#pragma unroll
+            for (int t = 0; t < WT; t++)
+#pragma unroll
+                for (int i = 0; i < ND; i++) acc[t][i] = 0.0f;
+            for (int s = 0; s < p.splits; s++) {
+                const float *wsp = p.ws + (size_t)s * p.m * p.n;
+#pragma unroll
+                for (int t = 0; t < WT; t++)
+#pragma unroll
+                    for (int i = 0; i < ND; i++) {
+                        const int n = (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1),
+                                  m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+                        if (n < p.n && m < p.m) acc[t][i] += __ldcg(wsp + (size_t)m * p.n + n);
+                    }
+            }
 #pragma unroll
             for (int t = 0; t < WT; t++)
 #pragma unroll
                 for (int i = 0; i < ND; i++) {
                     const int n = (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1),
                               m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
-                    if (n >= p.n || m >= p.m) continue;
-                    float v = 0.0f;
-                    for (int s = 0; s < p.splits; s++) v += __ldcg(&p.ws[((size_t)s * p.m + m) * p.n + n]);
-                    store_out(p, m, n, v);
+                    if (n < p.n && m < p.m) store_out(p, m, n, acc[t][i]);
                 }
         }
     }
@@ -254,20 +279,15 @@ long long env_ll(const char *name) {
     return e ? atoll(e) : 0;
 }
 
-// K splits for `units` CTAs (one per SM) on `sms` SMs: the fewest with the
-// least time in waves of 1/s of the work; TOPS_CUDA_WGMMA_SPLITS overrides.
-int pick_splits(long long units, int sms, int kblocks) {
-    long long forced = env_ll("TOPS_CUDA_WGMMA_SPLITS");
-    int best = 1;
-    if (forced >= 1) best = (int)forced;
-    else {
-        double best_cost = 1e30;
-        for (int s = 1; s <= 8; s++) {
-            const double cost = (double)((units * s + sms - 1) / sms) / s;
-            if (cost < best_cost * 0.999) best_cost = cost, best = s;
-        }
-    }
-    return best < kblocks ? best : kblocks;
+// K splits: 1 unless TOPS_CUDA_WGMMA_SPLITS asks for more.  On the H200
+// (2026-11-29 16:51 UTC, int4-g128, TN = 64) every split count above 1 ran
+// slower although it fills the SMs: at M = 128, 79.8 / 120.2 / 128.2 us for
+// 1 / 2 / 4 splits (96, 192, 384 CTAs); a CTA's time barely depends on its K
+// (docs/cuda.md).
+int pick_splits(int kblocks) {
+    const long long forced = env_ll("TOPS_CUDA_WGMMA_SPLITS");
+    const int s = forced >= 1 && forced <= 64 ? (int)forced : 1;
+    return s < kblocks ? s : kblocks;
 }
 
 } // namespace
@@ -301,7 +321,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     p.passes = (int)((a->m + tn - 1) / tn);
     const long long units = cblocks * p.passes;
     const int cpb = 64 / tops__cu_chunk_k(a->code), kblocks = p.chunks / cpb;
-    int splits = pick_splits(units, a->sm_count > 0 ? a->sm_count : 132, kblocks);
+    const int splits = pick_splits(kblocks);
     const int bps = (kblocks + splits - 1) / splits;
     p.splits = (kblocks + bps - 1) / bps;
     p.chunks_per_split = bps * cpb;

@@ -399,10 +399,12 @@ extern const char *tops__cu_last_kernel(void) __attribute__((weak));
    family and scale encoding, both activation types, every output type and
    mode, ragged M (17, 33, 100, 257: partial and several token tiles), N
    (a last CTA with fewer m64 tiles) and K (not a multiple of 64), rows with
-   a 16-byte aligned stride, K splits chosen by the plan (up to 8 at these
-   N) and forced to 1, and both token tiles (64, 128).  Rows TMA cannot read
-   (stride k + 3) must fall back to the streaming kernels; M = 100 takes
-   wgmma by plan with TOPS_CUDA_WGMMA_MIN_M=64. */
+   a 16-byte aligned stride, one K split (the default) and 2, 3, 4 or 8
+   (TOPS_CUDA_WGMMA_SPLITS: the last CTA of a tile sums them in split
+   order), and both token tiles (64, 128).  Rows TMA cannot read (stride
+   k + 3) must fall back to the streaming kernels.  By plan: int4-g128 at
+   M = 128 takes wgmma, mxfp4 there keeps wbulk, and M = 100 takes it with
+   TOPS_CUDA_WGMMA_MIN_M=64. */
 static void test_wgmma(void) {
     if (!fp8_gpu) {
         printf("     skip: the wgmma kernel needs compute capability 9.0\n");
@@ -412,9 +414,9 @@ static void test_wgmma(void) {
     static const struct {
         int64_t m, k, n;
         const char *splits, *tn;
-    } shapes[] = {{33, 520, 130, NULL, NULL},   {17, 1000, 200, "1", "128"}, {100, 4096, 77, NULL, "128"},
-                  {257, 1000, 300, NULL, NULL}, {64, 2048, 96, "3", NULL},   {128, 256, 513, NULL, "128"},
-                  {200, 1024, 264, "1", NULL}};
+    } shapes[] = {{33, 520, 130, "8", NULL},   {17, 1000, 200, NULL, "128"}, {100, 4096, 77, "4", "128"},
+                  {257, 1000, 300, "2", NULL}, {64, 2048, 96, "3", NULL},    {128, 256, 513, NULL, "128"},
+                  {200, 1024, 264, NULL, NULL}};
     static const char *const fmts[] = {"int4-g128", "mxfp4", "nvfp4", "int8-g32", "e4m3-ch", "int4-g16:f32", "q4_0",
                                        "f16", "int4-g32:e8m0", "bf16", "mxfp8", "i4", "int8-g128", "e4m3"};
     const int nshapes = small_run ? 2 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
@@ -449,18 +451,24 @@ static void test_wgmma(void) {
         unsetenv("TOPS_CUDA_WGMMA_TN");
     }
     unsetenv("TOPS_CUDA_KERNEL");
-    /* By plan: M = 100 is above a threshold of 64. */
-    setenv("TOPS_CUDA_WGMMA_MIN_M", "64", 1);
-    gpu_case c = {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 100, 512, 192, 0, 0, 1, 0};
-    cases++;
-    int ok = run_case(&c, &r);
-    unsetenv("TOPS_CUDA_WGMMA_MIN_M");
-    const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-    if (strncmp(kn, "wgmma", 5) != 0) {
-        TH_FAIL_AT("M=100 by plan ran %s, not the wgmma kernel", kn);
-        ok = 0;
+    static const struct {
+        const char *format, *min_m;
+        int64_t m;
+        int want;
+    } plan[] = {{"int4-g128", NULL, 128, 1}, {"mxfp4", NULL, 128, 0}, {"int4-g128", "64", 100, 1}};
+    for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
+        if (plan[i].min_m) setenv("TOPS_CUDA_WGMMA_MIN_M", plan[i].min_m, 1);
+        gpu_case c = {plan[i].format, TOPS_DT_BF16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0};
+        cases++;
+        int ok = run_case(&c, &r);
+        unsetenv("TOPS_CUDA_WGMMA_MIN_M");
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strncmp(kn, "wgmma", 5) == 0) != plan[i].want) {
+            TH_FAIL_AT("%s M=%lld by plan ran %s", plan[i].format, (long long)plan[i].m, kn);
+            ok = 0;
+        }
+        passed += ok;
     }
-    passed += ok;
     printf("     %d of %d wgmma cases within their bounds\n", passed, cases);
 }
 
