@@ -27,11 +27,8 @@
 namespace tops_cu {
 namespace {
 
-constexpr int kConsumerWarps = 8; // two warpgroups
-// The producer: a whole warpgroup (PW = false: setmaxnreg needs whole ones)
-// or one warp (PW = true: no setmaxnreg; 288 threads cap ptxas at 224
-// registers instead of 168, where the consumers spilled).
-__host__ __device__ constexpr int threads_for(bool pw) { return kConsumerWarps * 32 + (pw ? 32 : 128); }
+constexpr int kConsumerWarps = 8;                   // two warpgroups
+constexpr int kThreads = kConsumerWarps * 32 + 128; // and a producer warpgroup (setmaxnreg needs whole ones)
 constexpr int kRing = 4;                            // stages
 
 // A stage: sb k64 blocks of K; the activations (tn rows of 128 bytes per
@@ -71,18 +68,9 @@ __device__ __forceinline__ void permute_stage(unsigned char *x, int nbs) {
 
 // WT m64 weight tiles per warpgroup, TN tokens per CTA (WT * TN / 2 floats
 // of part and of acc per thread: 128 registers for both).
-template <int CODE, bool BF16, int WT, int TN, bool PW>
-__global__ void __launch_bounds__(threads_for(PW), 1)
-    wgmma_w_kernel(const __grid_constant__ CUtensorMap xmap, const Params p, const int diag_arg) {
+template <int CODE, bool BF16, int WT, int TN>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
 #ifdef TOPS_CU_WGMMA
-#ifdef TOPS_CUDA_WGMMA_DIAG
-    // Timing aid only (wrong results): 1 skips the permute, 2 the decode and
-    // wgmmas, 4 the weight and scale copies, 8 the activation copies.
-    const int diag = diag_arg;
-#else
-    constexpr int diag = 0;
-    (void)diag_arg;
-#endif
     using namespace sm90;
     constexpr int KC = chunk_dims<CODE>::KC, STEPS = chunk_dims<CODE>::STEPS, CPB = 64 / KC;
     constexpr int SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN);
@@ -112,7 +100,7 @@ __global__ void __launch_bounds__(threads_for(PW), 1)
     __syncthreads();
 
     if (warp >= kConsumerWarps) { // producer: one thread, few registers
-        if (!PW) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x == kConsumerWarps * 32)
             for (int i = 0; i < nstages; i++) {
                 const int s = i % kRing;
@@ -123,13 +111,12 @@ __global__ void __launch_bounds__(threads_for(PW), 1)
                 const int k0 = (b_begin + i * SB) * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
                 const int ng = min((k0 + nbs * 64 - 1) >> p.group_shift, p.groups - 1) - g0 + 1;
                 const uint32_t sbytes = p.has_scales ? (uint32_t)(ng * 16 * esz) : 0u;
-                mbar_expect_tx(&full[s], (diag & 8 ? 0u : (uint32_t)(nbs * TN * 128)) +
-                                             (diag & 4 ? 0u : (uint32_t)(nbs * TILES * CPB * 512) + TILES * sbytes));
-                for (int q = 0; q < (diag & 8 ? 0 : nbs); q++)
+                mbar_expect_tx(&full[s], (uint32_t)(nbs * (TN * 128 + TILES * CPB * 512)) + TILES * sbytes);
+                for (int q = 0; q < nbs; q++)
                     tma_load_2d(stg + q * TN * 128, &xmap, &full[s], (b_begin + i * SB + q) * 64, tt * TN);
                 // Tiles past N (a ragged last CTA) copy the last one again:
                 // their channels are >= n_pad and never stored.
-                for (int tl = 0; tl < (diag & 4 ? 0 : TILES); tl++) {
+                for (int tl = 0; tl < TILES; tl++) {
                     const int tile = min(cb * 2 * WT + tl / 4, mtiles - 1) * 4 + tl % 4;
                     bulk_copy(stg + XBYTES + tl * TILE_BYTES,
                               p.w + ((size_t)tile * p.chunks + (size_t)(b_begin + i * SB) * CPB) * 32,
@@ -143,7 +130,7 @@ __global__ void __launch_bounds__(threads_for(PW), 1)
         return;
     }
 
-    if (!PW) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     const int wg = warp >> 2, w = warp & 3, gid = lane >> 2, tig = lane & 3;
     const int mt0 = (cb * 2 + wg) * WT; // this warpgroup's first m64 tile
     const int nc = nb * CPB;
@@ -161,11 +148,7 @@ __global__ void __launch_bounds__(threads_for(PW), 1)
         unsigned char *stg = ring + slot * SBYTES;
         if (c_in == 0) {
             mbar_wait(&full[slot], (uint32_t)(st / kRing) & 1u);
-            if (!(diag & 1)) permute_stage<TN, SB>(stg, min(SB, nb - st * SB));
-        }
-        if (diag & 2) {
-            if (c_in == SB * CPB - 1 || c == nc - 1) mbar_arrive(&empty[slot]);
-            continue;
+            permute_stage<TN, SB>(stg, min(SB, nb - st * SB));
         }
         // The whole chunk is decoded first, so that its wgmmas issue back to
         // back and the warpgroup waits for them once (or at group ends).
@@ -273,21 +256,21 @@ __global__ void __launch_bounds__(threads_for(PW), 1)
 #endif
 }
 
-typedef void (*wg_fn)(const CUtensorMap, const Params, int);
+typedef void (*wg_fn)(const CUtensorMap, const Params);
 
-template <int CODE, bool BF16, bool PW>
+template <int CODE, bool BF16>
 wg_fn pick_tn(int tn) {
-    return tn == 128 ? wgmma_w_kernel<CODE, BF16, 1, 128, PW> : wgmma_w_kernel<CODE, BF16, 2, 64, PW>;
+    return tn == 128 ? wgmma_w_kernel<CODE, BF16, 1, 128> : wgmma_w_kernel<CODE, BF16, 2, 64>;
 }
 
-template <bool BF16, bool PW>
+template <bool BF16>
 wg_fn pick_code(int code, int tn) {
     switch (code) {
-    case TOPS__CU_CODE_U4: return pick_tn<TOPS__CU_CODE_U4, BF16, PW>(tn);
-    case TOPS__CU_CODE_E2M1: return pick_tn<TOPS__CU_CODE_E2M1, BF16, PW>(tn);
-    case TOPS__CU_CODE_I8: return pick_tn<TOPS__CU_CODE_I8, BF16, PW>(tn);
-    case TOPS__CU_CODE_E4M3: return pick_tn<TOPS__CU_CODE_E4M3, BF16, PW>(tn);
-    default: return pick_tn<BF16 ? TOPS__CU_CODE_BF16 : TOPS__CU_CODE_F16, BF16, PW>(tn);
+    case TOPS__CU_CODE_U4: return pick_tn<TOPS__CU_CODE_U4, BF16>(tn);
+    case TOPS__CU_CODE_E2M1: return pick_tn<TOPS__CU_CODE_E2M1, BF16>(tn);
+    case TOPS__CU_CODE_I8: return pick_tn<TOPS__CU_CODE_I8, BF16>(tn);
+    case TOPS__CU_CODE_E4M3: return pick_tn<TOPS__CU_CODE_E4M3, BF16>(tn);
+    default: return pick_tn<BF16 ? TOPS__CU_CODE_BF16 : TOPS__CU_CODE_F16, BF16>(tn);
     }
 }
 
@@ -354,11 +337,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return (int)cudaErrorNotSupported;
-    // Producer warp (PW) or warpgroup: TOPS_CUDA_WGMMA_PW=0/1 for tuning runs.
-    const char *pw_env = getenv("TOPS_CUDA_WGMMA_PW");
-    const bool pw = pw_env ? atoi(pw_env) != 0 : false;
-    const wg_fn fn = pw ? (a->x_bf16 ? pick_code<true, true>(a->code, tn) : pick_code<false, true>(a->code, tn))
-                        : (a->x_bf16 ? pick_code<true, false>(a->code, tn) : pick_code<false, false>(a->code, tn));
+    const wg_fn fn = a->x_bf16 ? pick_code<true>(a->code, tn) : pick_code<false>(a->code, tn);
     const size_t smem = (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn) + 2 * kRing * 8 + 1024;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -388,8 +367,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     set_last_kernel(tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
                               : "wgmma_w m64n64k16 (A from registers) + TMA");
     if (err == cudaSuccess) {
-        fn<<<dim3((unsigned)units, (unsigned)p.splits), threads_for(pw), smem, stream>>>(map, p,
-                                                                                    (int)env_ll("TOPS_CUDA_WGMMA_DIAG"));
+        fn<<<dim3((unsigned)units, (unsigned)p.splits), kThreads, smem, stream>>>(map, p);
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the wgmma kernel launch";
     }
