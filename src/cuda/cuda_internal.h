@@ -116,6 +116,10 @@ typedef struct tops__cu_matmul_args {
 /* Launches the kernels (asynchronous); returns a cudaError_t value (0 = ok)
    and, on failure, a short description in *what. */
 int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what);
+/* The strict wgmma kernel (wgmma_w.cu) for medium and large M on compute
+   capability 9.0; returns cudaErrorNotSupported, launching nothing, where
+   it does not apply (other parts, activation rows TMA cannot read). */
+int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char **what);
 /* The kernel the calling thread's last launch used (the bench labels rows with it). */
 const char *tops__cu_last_kernel(void);
 

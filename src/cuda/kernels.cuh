@@ -38,6 +38,8 @@ struct Params {
     int slot_bytes;        // one ring slot: kStageBytes of weights, then xrows activation rows (xs)
     int xs, xrows;         // xs: each slot also holds the stage's activations, rows 0 .. xrows
     int xrow_bytes;        // one such row in the slot (the stage's K as 16-bit values, padded)
+    // wgmma kernel (wgmma_w.cu) only
+    unsigned int *arrivals; // per output tile: K splits done (the last one reduces)
 };
 
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {
@@ -391,6 +393,12 @@ __host__ __device__ constexpr int bulk_xrow_bytes(int kc) { return kStageChunks 
 // The bulk kernel for (code family, bf16 activations, token tiles per warp 1
 // or 2, activations in the ring slots).
 kernel_fn bulk_kernel(int code, bool bf16, int mt, bool xs);
+
+// Host side of wstream.cu shared with the other launchers: the kernels'
+// parameters from the launch arguments (false, *what set, for an unusable
+// scale group), and the name tops__cu_last_kernel reports.
+bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what);
+void set_last_kernel(const char *name);
 
 } // namespace tops_cu
 

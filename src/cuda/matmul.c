@@ -106,10 +106,28 @@ static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
     return relaxed && pk->fp8_weights && m >= fp8_min_m();
 }
 
+/* Strict mode: the wgmma kernel (wgmma_w.cu) where it measured faster than
+   wbulk on the H200 (2026-11-29 16:51 UTC, one split, same run): 4-bit
+   integer codes with groups of 128 or more at M >= 128 (int4-g128: 79.8 /
+   157.8 us against 94.5 / 184.3 us at M = 128 / 256; at M = 64 79.8 against
+   52.2 us).  TOPS_CUDA_WGMMA_MIN_M sets the M threshold for every format,
+   TOPS_CUDA_KERNEL=wgmma forces it at every M, =wbulk or =wstream keeps it
+   off (A/B runs, tests). */
+static int use_wgmma(const tops__cuda_packed *pk, int64_t m) {
+    const char *force = getenv("TOPS_CUDA_KERNEL");
+    if (force && strcmp(force, "wgmma") == 0) return 1;
+    if (force && (strcmp(force, "wbulk") == 0 || strcmp(force, "wstream") == 0)) return 0;
+    const char *e = getenv("TOPS_CUDA_WGMMA_MIN_M");
+    long long v = e ? atoll(e) : 0;
+    if (v >= 1) return m >= v;
+    return pk->code == TOPS__CU_CODE_U4 && (pk->group >= 128 || pk->groups <= 1) && m >= 128;
+}
+
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
     if (!tops__cuda_is_packed(right)) return "packed on the fly";
-    return use_fp8((const tops__cuda_packed *)right->packed_, m, relaxed) ? "fp8 wgmma e4m3 + TMA"
-                                                                          : "mma.sync m16n8k16 (wbulk or wstream)";
+    if (use_fp8((const tops__cuda_packed *)right->packed_, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
+    return use_wgmma((const tops__cuda_packed *)right->packed_, m) ? "wgmma m64nNk16, weights from registers + TMA"
+                                                                   : "mma.sync m16n8k16 (wbulk or wstream)";
 }
 
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
@@ -262,7 +280,8 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
             tops__cu_fp8_args f = {&a, pk->fp8_weights, pk->fp8_scales};
             err = tops__cu_fp8_launch(&f, &what);
         } else {
-            err = tops__cu_matmul_launch(&a, &what);
+            err = use_wgmma(pk, m) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
+            if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(&a, &what);
         }
         if (err) st = tops__cuda_error(fn, err, what);
         tops__cuda_leave(prev);

@@ -256,9 +256,11 @@ using namespace tops_cu;
 
 extern "C" const char *tops__cu_last_kernel(void) { return last_kernel; }
 
-extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what) {
-    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
-    Params p;
+namespace tops_cu {
+
+// The kernels' parameters from the launch arguments (shared by every strict
+// kernel); false with *what set when the scale group is unusable.
+bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what) {
     memset(&p, 0, sizeof p);
     p.w = static_cast<const uint4 *>(a->weights);
     p.scales = static_cast<const unsigned char *>(a->scales);
@@ -272,7 +274,7 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
     if (a->groups > 1) {
         if (a->group < 16 || (a->group & (a->group - 1)) != 0) {
             *what = "a scale group that is not a power of two of at least 16";
-            return (int)cudaErrorInvalidValue;
+            return false;
         }
         p.group_shift = __builtin_ctz((unsigned)a->group);
     }
@@ -292,7 +294,17 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
     p.out_dtype = a->out_dtype;
     p.accumulate = a->accumulate;
     p.ws = nullptr;
+    return true;
+}
 
+void set_last_kernel(const char *name) { last_kernel = name; }
+
+} // namespace tops_cu
+
+extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what) {
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    Params p;
+    if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
     Plan pl;
     if (!plan_bulk(a, p, pl)) plan_wstream(a, p, pl);
     last_kernel = pl.name;

@@ -155,8 +155,8 @@ static int run_case(const gpu_case *c, th_rng *r) {
     ASSERT_OK(tops_tensor_view(&d, &tdq));
     ASSERT_OK(tops_dequantize(&tq, &tdq));
 
-    /* Activations, optionally with a padded row stride (unaligned rows, or
-       16-byte aligned ones with a gap: the bulk kernel copies those). */
+    /* Activations, optionally with a padded row stride: 1 unaligned rows,
+       2 rows 16-byte aligned with a gap (what TMA and the bulk copies read). */
     int64_t ldx = c->strided_left == 1 ? k + 3 : c->strided_left == 2 ? k + 8 : k;
     uint16_t *xh = calloc((size_t)(m * ldx), 2);
     double *xv = malloc((size_t)(m * k) * sizeof(double));
@@ -358,8 +358,9 @@ static void test_every_format(void) {
    shapes through the register-streaming kernel (the sm_80 path), forced
    with TOPS_CUDA_KERNEL=wstream, and those of M <= 16 through the bulk
    kernel with activations from L2 and a plain launch (TOPS_CUDA_BULK_XS=0,
-   TOPS_CUDA_PDL=0).  The first pass lets every M <= 16 with aligned rows
-   take its activations through the ring (TOPS_CUDA_BULK_XS=16). */
+   TOPS_CUDA_PDL=0).  The first pass forces wbulk (M >= 128 would take
+   wgmma) and lets every M <= 16 with aligned rows take its activations
+   through the ring (TOPS_CUDA_BULK_XS=16). */
 static void test_kernel_edges(void) {
     th_rng r = th_seed();
     static const struct {
@@ -373,8 +374,8 @@ static void test_kernel_edges(void) {
     const int nshapes = small_run ? 3 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
     int cases = 0, passed = 0;
     for (int kernel = 0; kernel < 3; kernel++) {
+        setenv("TOPS_CUDA_KERNEL", kernel == 1 ? "wstream" : "wbulk", 1);
         if (kernel == 0) setenv("TOPS_CUDA_BULK_XS", "16", 1); /* activations in the ring whenever they can be */
-        if (kernel == 1) setenv("TOPS_CUDA_KERNEL", "wstream", 1);
         if (kernel == 2) {
             setenv("TOPS_CUDA_BULK_XS", "0", 1);
             setenv("TOPS_CUDA_PDL", "0", 1);
@@ -402,6 +403,87 @@ static void test_kernel_edges(void) {
         unsetenv("TOPS_CUDA_PDL");
     }
     printf("     %d of %d kernel-edge cases within their bounds\n", passed, cases);
+}
+
+/* The kernel the last strict launch used (a weak reference: builds
+   without CUDA have none, and skip before asking). */
+extern const char *tops__cu_last_kernel(void) __attribute__((weak));
+
+/* The wgmma kernel (sm_90a), forced with TOPS_CUDA_KERNEL=wgmma: every code
+   family and scale encoding, both activation types, every output type and
+   mode, ragged M (17, 33, 100, 257: partial and several token tiles), N
+   (a last CTA with fewer m64 tiles) and K (not a multiple of 64), rows with
+   a 16-byte aligned stride, one K split (the default) and 2, 3, 4 or 8
+   (TOPS_CUDA_WGMMA_SPLITS: the last CTA of a tile sums them in split
+   order), and both token tiles (64, 128).  Rows TMA cannot read (stride
+   k + 3) must fall back to the streaming kernels.  By plan: int4-g128 at
+   M = 128 takes wgmma, mxfp4 there keeps wbulk, and M = 100 takes it with
+   TOPS_CUDA_WGMMA_MIN_M=64. */
+static void test_wgmma(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the wgmma kernel needs compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    static const struct {
+        int64_t m, k, n;
+        const char *splits, *tn;
+    } shapes[] = {{33, 520, 130, "8", NULL},   {17, 1000, 200, NULL, "128"}, {100, 4096, 77, "4", "128"},
+                  {257, 1000, 300, "2", NULL}, {64, 2048, 96, "3", NULL},    {128, 256, 513, NULL, "128"},
+                  {200, 1024, 264, NULL, NULL}};
+    static const char *const fmts[] = {"int4-g128", "mxfp4", "nvfp4", "int8-g32", "e4m3-ch", "int4-g16:f32", "q4_0",
+                                       "f16", "int4-g32:e8m0", "bf16", "mxfp8", "i4", "int8-g128", "e4m3"};
+    const int nshapes = small_run ? 2 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
+    int cases = 0, passed = 0;
+    setenv("TOPS_CUDA_KERNEL", "wgmma", 1);
+    for (int s = 0; s < nshapes; s++) {
+        if (shapes[s].splits) setenv("TOPS_CUDA_WGMMA_SPLITS", shapes[s].splits, 1);
+        if (shapes[s].tn) setenv("TOPS_CUDA_WGMMA_TN", shapes[s].tn, 1);
+        for (int i = 0; i < (small_run ? 3 : 5); i++) {
+            gpu_case c = {fmts[(s * 5 + i) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k, shapes[s].n,
+                          0, 0, 1, 0};
+            int v = s + i;
+            c.act = (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16;
+            if (strcmp(c.format, "f16") == 0) c.act = TOPS_DT_F16;
+            if (strcmp(c.format, "bf16") == 0) c.act = TOPS_DT_BF16;
+            c.out = v % 3 == 0 ? TOPS_DT_F32 : v % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16;
+            c.strided_left = i == 1 ? 2 : i == 4 ? 1 : 0;
+            c.accumulate = i == 2;
+            c.prepack = i != 3;
+            cases++;
+            int ok = run_case(&c, &r);
+            const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+            const int want = c.strided_left != 1; /* every K here is a multiple of 8 */
+            if ((strncmp(kn, "wgmma", 5) == 0) != want) {
+                TH_FAIL_AT("%s M=%lld K=%lld N=%lld strided=%d ran %s", c.format, (long long)c.m, (long long)c.k,
+                           (long long)c.n, c.strided_left, kn);
+                ok = 0;
+            }
+            passed += ok;
+        }
+        unsetenv("TOPS_CUDA_WGMMA_SPLITS");
+        unsetenv("TOPS_CUDA_WGMMA_TN");
+    }
+    unsetenv("TOPS_CUDA_KERNEL");
+    static const struct {
+        const char *format, *min_m;
+        int64_t m;
+        int want;
+    } plan[] = {{"int4-g128", NULL, 128, 1}, {"mxfp4", NULL, 128, 0}, {"int4-g128", "64", 100, 1}};
+    for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
+        if (plan[i].min_m) setenv("TOPS_CUDA_WGMMA_MIN_M", plan[i].min_m, 1);
+        gpu_case c = {plan[i].format, TOPS_DT_BF16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0};
+        cases++;
+        int ok = run_case(&c, &r);
+        unsetenv("TOPS_CUDA_WGMMA_MIN_M");
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strncmp(kn, "wgmma", 5) == 0) != plan[i].want) {
+            TH_FAIL_AT("%s M=%lld by plan ran %s", plan[i].format, (long long)plan[i].m, kn);
+            ok = 0;
+        }
+        passed += ok;
+    }
+    printf("     %d of %d wgmma cases within their bounds\n", passed, cases);
 }
 
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
@@ -523,5 +605,6 @@ int main(void) {
     RUN_TEST(test_relaxed_fp8);
     RUN_TEST(test_every_format);
     RUN_TEST(test_kernel_edges);
+    RUN_TEST(test_wgmma);
     TEST_MAIN_END();
 }

@@ -1,0 +1,382 @@
+// Strict matmul for medium and large M on Hopper's warpgroup MMA (sm_90a).
+//
+// Swap AB, as in the streaming kernels: the weights are wgmma's A operand
+// (m64 = 64 output channels, four packed 16-channel tiles, one per warp of
+// the warpgroup) and come FROM REGISTERS: each lane reads its tile's 16
+// packed bytes per chunk from shared memory and decode_step() turns them
+// into the mma.m16n8k16 A fragment, which is also the layout of a warp's
+// m16 slice of wgmma's register A.  So each weight is decoded once per CTA
+// and serves all TN tokens of the tile (mma.sync decoded it once per 8..16
+// tokens).  The activations are the B operand (n = TN tokens), K-major in
+// shared memory with the 128-byte swizzle.  One producer thread (in its own
+// warpgroup) feeds a ring of kRing stages: the activations through TMA (rows
+// past M and columns past K arrive as zeros), the packed weights and their
+// scale entries through 1-D bulk copies.
+//
+// Strict semantics as wbulk: products exact in f32 accumulation, each scale
+// group summed into a part accumulator (scale-d = 0 on its first step), then
+// acc += part * scale in f32.  A CTA is two warpgroups (2 * WT m64 tiles) x
+// TN tokens x one K split; split partials meet in a workspace and the last
+// CTA of a tile to finish sums them in split order (the same bits every run).
+#include "cuda/kernels.cuh"
+#include "cuda/sm90.cuh"
+
+#include <stdlib.h>
+#include <string.h>
+
+namespace tops_cu {
+namespace {
+
+constexpr int kConsumerWarps = 8;                   // two warpgroups
+constexpr int kThreads = kConsumerWarps * 32 + 128; // and a producer warpgroup (setmaxnreg needs whole ones)
+constexpr int kRing = 4;                            // stages
+
+// A stage: sb k64 blocks of K; the activations (tn rows of 128 bytes per
+// block, TMA-swizzled), the CTA's 8 * wt packed tiles (cpb chunks of 512
+// bytes per block each), then each tile's scale entries for the stage's
+// groups (at most 4 groups of 16 entries of 4 bytes per block): 26-44 KB.
+constexpr int kScaleBlockBytes = 4 * 16 * 4;
+__host__ __device__ constexpr int stage_blocks(int code) { return code <= TOPS__CU_CODE_E2M1 ? 2 : 1; }
+__host__ __device__ constexpr int stage_bytes(int sb, int cpb, int tn) {
+    return sb * (tn * 128 + 8 * (tn == 128 ? 1 : 2) * (cpb * 512 + kScaleBlockBytes));
+}
+
+// The packed fragments order each k16 step's K as mma.sync's B loads want
+// it (lane t holds K 4t .. 4t + 3 in the slots of K 2t, 2t + 1, 2t + 8,
+// 2t + 9); wgmma reads B from shared memory in K order, so each 32-byte
+// k16 group of every row gets the same order: 4-byte pairs 0 2 4 6 1 3 5 7.
+// Rows are TMA's 128-byte swizzle: 16-byte piece c of row r sits at c ^ (r % 8).
+template <int TN, int SB>
+__device__ __forceinline__ void permute_stage(unsigned char *x, int nbs) {
+#pragma unroll
+    for (int it = 0; it < SB * TN * 4 / (kConsumerWarps * 32); it++) {
+        const int e = it * kConsumerWarps * 32 + threadIdx.x;
+        const int g4 = e & 3, row = (e >> 2) % TN, b = (e >> 2) / TN;
+        if (b < nbs) {
+            unsigned char *rp = x + b * TN * 128 + row * 128;
+            uint4 *p0 = reinterpret_cast<uint4 *>(rp + (((2 * g4) ^ (row & 7)) * 16));
+            uint4 *p1 = reinterpret_cast<uint4 *>(rp + (((2 * g4 + 1) ^ (row & 7)) * 16));
+            const uint4 u = *p0, v = *p1;
+            *p0 = make_uint4(u.x, u.z, v.x, v.z);
+            *p1 = make_uint4(u.y, u.w, v.y, v.w);
+        }
+    }
+    // generic writes, then the tensor cores (async proxy) read them
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+}
+
+// WT m64 weight tiles per warpgroup, TN tokens per CTA (WT * TN / 2 floats
+// of part and of acc per thread: 128 registers for both).
+template <int CODE, bool BF16, int WT, int TN>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
+#ifdef TOPS_CU_WGMMA
+    using namespace sm90;
+    constexpr int KC = chunk_dims<CODE>::KC, STEPS = chunk_dims<CODE>::STEPS, CPB = 64 / KC;
+    constexpr int SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN);
+    constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512, TILES = 8 * WT;
+    constexpr int SCALE_BYTES = SB * kScaleBlockBytes; // per tile and stage
+    const int esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
+    constexpr int ND = TN / 2; // accumulators per m64 tile and thread
+    extern __shared__ unsigned char smem_raw[];
+    // 128-byte swizzled tiles want 1024-byte alignment.
+    unsigned char *ring = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    uint64_t *full = reinterpret_cast<uint64_t *>(ring + kRing * SBYTES), *empty = full + kRing;
+    __shared__ int is_last;
+
+    const int tt = blockIdx.x % p.passes, cb = blockIdx.x / p.passes, split = blockIdx.y;
+    const int kblocks = p.chunks / CPB, bps = p.chunks_per_split / CPB;
+    const int b_begin = split * bps, nb = min(bps, kblocks - b_begin);
+    const int nstages = (nb + SB - 1) / SB;
+    const int mtiles = p.ntiles >> 2;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kRing; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], kConsumerWarps * 32);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    if (warp >= kConsumerWarps) { // producer: one thread, few registers
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == kConsumerWarps * 32)
+            for (int i = 0; i < nstages; i++) {
+                const int s = i % kRing;
+                if (i >= kRing) mbar_wait(&empty[s], ((i / kRing) + 1) & 1);
+                const int nbs = min(SB, nb - i * SB);
+                unsigned char *stg = ring + s * SBYTES;
+                // the groups this stage's K touches (clamped: K is padded past the last group)
+                const int k0 = (b_begin + i * SB) * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
+                const int ng = min((k0 + nbs * 64 - 1) >> p.group_shift, p.groups - 1) - g0 + 1;
+                const uint32_t sbytes = p.has_scales ? (uint32_t)(ng * 16 * esz) : 0u;
+                mbar_expect_tx(&full[s], (uint32_t)(nbs * (TN * 128 + TILES * CPB * 512)) + TILES * sbytes);
+                for (int q = 0; q < nbs; q++)
+                    tma_load_2d(stg + q * TN * 128, &xmap, &full[s], (b_begin + i * SB + q) * 64, tt * TN);
+                // Tiles past N (a ragged last CTA) copy the last one again:
+                // their channels are >= n_pad and never stored.
+                for (int tl = 0; tl < TILES; tl++) {
+                    const int tile = min(cb * 2 * WT + tl / 4, mtiles - 1) * 4 + tl % 4;
+                    bulk_copy(stg + XBYTES + tl * TILE_BYTES,
+                              p.w + ((size_t)tile * p.chunks + (size_t)(b_begin + i * SB) * CPB) * 32,
+                              (uint32_t)(nbs * CPB * 512), &full[s]);
+                    if (sbytes)
+                        bulk_copy(stg + XBYTES + TILES * TILE_BYTES + tl * SCALE_BYTES,
+                                  p.scales + (size_t)tile * p.scale_tile_bytes + (size_t)g0 * 16 * esz, sbytes,
+                                  &full[s]);
+                }
+            }
+        return;
+    }
+
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    const int wg = warp >> 2, w = warp & 3, gid = lane >> 2, tig = lane & 3;
+    const int mt0 = (cb * 2 + wg) * WT; // this warpgroup's first m64 tile
+    const int nc = nb * CPB;
+
+    float acc[WT][ND], part[WT][ND];
+#pragma unroll
+    for (int t = 0; t < WT; t++)
+#pragma unroll
+        for (int i = 0; i < ND; i++) acc[t][i] = part[t][i] = 0.0f;
+
+    const int k_begin = b_begin * 64;
+    int fresh = 1; // the next wgmma starts a group: scale-d = 0
+    for (int c = 0; c < nc; c++) {
+        const int st = c / (SB * CPB), c_in = c % (SB * CPB), slot = st % kRing;
+        unsigned char *stg = ring + slot * SBYTES;
+        if (c_in == 0) {
+            mbar_wait(&full[slot], (uint32_t)(st / kRing) & 1u);
+            permute_stage<TN, SB>(stg, min(SB, nb - st * SB));
+        }
+        // The whole chunk is decoded first, so that its wgmmas issue back to
+        // back and the warpgroup waits for them once (or at group ends).
+        uint32_t a[STEPS][WT][4];
+#pragma unroll
+        for (int t = 0; t < WT; t++) {
+            const uint4 cur = *reinterpret_cast<const uint4 *>(stg + XBYTES + ((wg * WT + t) * 4 + w) * TILE_BYTES +
+                                                               c_in * 512 + lane * 16);
+#pragma unroll
+            for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, a[j][t]);
+        }
+        const unsigned char *bb = stg + (c_in / CPB) * TN * 128 + (c_in % CPB) * KC * 2;
+        const int g0 = min((k_begin + st * SB * 64) >> p.group_shift, p.groups - 1); // the stage's first group
+        bool open = false; // wgmmas issued since the last wait
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) {
+            wgmma_fence();
+            const uint64_t db = desc_sw128(bb + 32 * j); // k16 step: 32 bytes along the swizzled row
+#pragma unroll
+            for (int t = 0; t < WT; t++) wgmma_rs<BF16>(part[t], a[j][t], db, !fresh);
+            fresh = 0;
+            open = true;
+            const int kend = k_begin + c * KC + 16 * (j + 1);
+            if ((kend & p.group_mask) == 0 || (c == nc - 1 && j == STEPS - 1)) {
+                wgmma_commit();
+                wgmma_wait<0>();
+                open = false;
+                // this group's scales, from the stage's copy
+                const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
+#pragma unroll
+                for (int t = 0; t < WT; t++) {
+                    fence_regs(part[t]);
+                    float2 s2 = make_float2(1.0f, 1.0f);
+                    if (p.has_scales) {
+                        const unsigned char *sp = stg + XBYTES + TILES * TILE_BYTES + ((wg * WT + t) * 4 + w) * SCALE_BYTES;
+                        s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
+                        s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
+                    }
+#pragma unroll
+                    for (int i = 0; i < ND; i++) acc[t][i] = fmaf(part[t][i], (i & 2) ? s2.y : s2.x, acc[t][i]);
+                }
+                fresh = 1;
+            }
+        }
+        if (open) { // the chunk's A registers are rewritten next
+            wgmma_commit();
+            wgmma_wait<0>();
+        }
+        if (c_in == SB * CPB - 1 || c == nc - 1) mbar_arrive(&empty[slot]);
+    }
+
+    // Accumulator i of lane l in warp w of an m64 tile: channel 16 w + l / 4
+    // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.
+    const float g = p.global * decode_factor<CODE>();
+    const int m0 = tt * TN;
+#pragma unroll
+    for (int t = 0; t < WT; t++)
+#pragma unroll
+        for (int i = 0; i < ND; i++) {
+            const int n = (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1), m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+            if (n >= p.n || m >= p.m) continue;
+            const float v = acc[t][i] * g;
+            if (p.splits == 1) store_out(p, m, n, v);
+            else p.ws[((size_t)split * p.m + m) * p.n + n] = v;
+        }
+    if (p.splits > 1) {
+        // The last split of this tile to arrive sums all of them in split order.
+        __threadfence();
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+        if (threadIdx.x == 0) is_last = atomicAdd(&p.arrivals[blockIdx.x], 1u) == (unsigned)(p.splits - 1);
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+        if (is_last) {
+            __threadfence();
+            // Sums in acc, split by split with all of a split's loads in
+            // flight; the stores last (the compiler cannot move a load past
+            // a store that may alias it: one element at a time was a chain
+            // of L2 round trips per thread).
+#pragma unroll
+            for (int t = 0; t < WT; t++)
+#pragma unroll
+                for (int i = 0; i < ND; i++) acc[t][i] = 0.0f;
+            for (int s = 0; s < p.splits; s++) {
+                const float *wsp = p.ws + (size_t)s * p.m * p.n;
+#pragma unroll
+                for (int t = 0; t < WT; t++)
+#pragma unroll
+                    for (int i = 0; i < ND; i++) {
+                        const int n = (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1),
+                                  m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+                        if (n < p.n && m < p.m) acc[t][i] += __ldcg(wsp + (size_t)m * p.n + n);
+                    }
+            }
+#pragma unroll
+            for (int t = 0; t < WT; t++)
+#pragma unroll
+                for (int i = 0; i < ND; i++) {
+                    const int n = (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1),
+                              m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+                    if (n < p.n && m < p.m) store_out(p, m, n, acc[t][i]);
+                }
+        }
+    }
+#else
+    (void)xmap, (void)p;
+#endif
+}
+
+typedef void (*wg_fn)(const CUtensorMap, const Params);
+
+template <int CODE, bool BF16>
+wg_fn pick_tn(int tn) {
+    return tn == 128 ? wgmma_w_kernel<CODE, BF16, 1, 128> : wgmma_w_kernel<CODE, BF16, 2, 64>;
+}
+
+template <bool BF16>
+wg_fn pick_code(int code, int tn) {
+    switch (code) {
+    case TOPS__CU_CODE_U4: return pick_tn<TOPS__CU_CODE_U4, BF16>(tn);
+    case TOPS__CU_CODE_E2M1: return pick_tn<TOPS__CU_CODE_E2M1, BF16>(tn);
+    case TOPS__CU_CODE_I8: return pick_tn<TOPS__CU_CODE_I8, BF16>(tn);
+    case TOPS__CU_CODE_E4M3: return pick_tn<TOPS__CU_CODE_E4M3, BF16>(tn);
+    default: return pick_tn<BF16 ? TOPS__CU_CODE_BF16 : TOPS__CU_CODE_F16, BF16>(tn);
+    }
+}
+
+long long env_ll(const char *name) {
+    const char *e = getenv(name);
+    return e ? atoll(e) : 0;
+}
+
+// K splits: 1 unless TOPS_CUDA_WGMMA_SPLITS asks for more.  On the H200
+// (2026-11-29 16:51 UTC, int4-g128, TN = 64) every split count above 1 ran
+// slower although it fills the SMs: at M = 128, 79.8 / 120.2 / 128.2 us for
+// 1 / 2 / 4 splits (96, 192, 384 CTAs); a CTA's time barely depends on its K
+// (docs/cuda.md).
+int pick_splits(int kblocks) {
+    const long long forced = env_ll("TOPS_CUDA_WGMMA_SPLITS");
+    const int s = forced >= 1 && forced <= 64 ? (int)forced : 1;
+    return s < kblocks ? s : kblocks;
+}
+
+} // namespace
+} // namespace tops_cu
+
+using namespace tops_cu;
+
+extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char **what) {
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    // Compute capability 9.0 only (the sm_90a pass); TMA wants 16-byte
+    // aligned rows: anything else takes the other kernels.
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)cudaErrorNotSupported;
+    }
+    PFN_cuTensorMapEncodeTiled_v12000 enc = sm90::tensor_map_encoder();
+    const unsigned long long row_bytes = (unsigned long long)a->ldx * 2;
+    if (major != 9 || minor != 0 || !enc || (uintptr_t)a->x % 16 != 0 || row_bytes % 16 != 0 ||
+        row_bytes >= (1ull << 40) || a->m < 1 || a->k < 1)
+        return (int)cudaErrorNotSupported;
+    Params p;
+    if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
+    // Tokens per CTA: TOPS_CUDA_WGMMA_TN (64 or 128) for tuning runs.
+    const long long tn_env = env_ll("TOPS_CUDA_WGMMA_TN");
+    const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : 64;
+    const int wt = tn == 128 ? 1 : 2;
+    const long long cblocks = (p.ntiles / 4 + 2 * wt - 1) / (2 * wt);
+    p.passes = (int)((a->m + tn - 1) / tn);
+    const long long units = cblocks * p.passes;
+    const int cpb = 64 / tops__cu_chunk_k(a->code), kblocks = p.chunks / cpb;
+    const int splits = pick_splits(kblocks);
+    const int bps = (kblocks + splits - 1) / splits;
+    p.splits = (kblocks + bps - 1) / bps;
+    p.chunks_per_split = bps * cpb;
+    if (units > 0x7FFFFFFFLL) {
+        *what = "the problem is too large for one launch";
+        return (int)cudaErrorInvalidConfiguration;
+    }
+    CUtensorMap map;
+    cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)row_bytes};
+    cuuint32_t box[2] = {64, (cuuint32_t)tn}, estr[2] = {1, 1};
+    if (enc(&map, a->x_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+            const_cast<void *>(a->x), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return (int)cudaErrorNotSupported;
+    const wg_fn fn = a->x_bf16 ? pick_code<true>(a->code, tn) : pick_code<false>(a->code, tn);
+    const size_t smem = (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn) + 2 * kRing * 8 + 1024;
+    cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) {
+        *what = "raising the wgmma kernel's shared-memory limit";
+        return (int)err;
+    }
+    unsigned char *ws = nullptr;
+    if (p.splits > 1) {
+        const size_t wbytes = (size_t)p.splits * (size_t)p.m * (size_t)p.n * sizeof(float);
+        err = cudaMallocAsync(reinterpret_cast<void **>(&ws), wbytes + (size_t)units * sizeof(unsigned), stream);
+        if (err == cudaErrorNotSupported) { // no memory pools: one split needs no workspace
+            (void)cudaGetLastError();
+            ws = nullptr;
+            p.splits = 1;
+            p.chunks_per_split = p.chunks;
+        } else if (err != cudaSuccess) {
+            *what = "cudaMallocAsync of the wgmma split workspace";
+            return (int)err;
+        } else {
+            p.ws = reinterpret_cast<float *>(ws);
+            p.arrivals = reinterpret_cast<unsigned *>(ws + wbytes); // wbytes is a multiple of 4
+            err = cudaMemsetAsync(p.arrivals, 0, (size_t)units * sizeof(unsigned), stream);
+            if (err != cudaSuccess) *what = "clearing the wgmma split counters";
+        }
+    }
+    set_last_kernel(tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
+                              : "wgmma_w m64n64k16 (A from registers) + TMA");
+    if (err == cudaSuccess) {
+        fn<<<dim3((unsigned)units, (unsigned)p.splits), kThreads, smem, stream>>>(map, p);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) *what = "the wgmma kernel launch";
+    }
+    if (ws) {
+        cudaError_t e2 = cudaFreeAsync(ws, stream);
+        if (err == cudaSuccess && e2 != cudaSuccess) {
+            err = e2;
+            *what = "cudaFreeAsync of the wgmma split workspace";
+        }
+    }
+    return (int)err;
+}
