@@ -306,23 +306,9 @@ constexpr size_t gemm_smem() {
     return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 1024;
 }
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_fn() {
-    static PFN_cuTensorMapEncodeTiled_v12000 fn = nullptr;
-    if (!fn) {
-        void *f = nullptr;
-        cudaDriverEntryPointQueryResult q;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
-            q == cudaDriverEntryPointSuccess)
-            fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
-        (void)cudaGetLastError();
-    }
-    return fn;
-}
-
 // A [rows, k] e4m3 matrix (row stride ld bytes) read as [box_rows][128] tiles.
 bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 enc = encode_fn();
+    PFN_cuTensorMapEncodeTiled_v12000 enc = tops_cu::sm90::tensor_map_encoder();
     if (!enc) return false;
     cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
     cuuint32_t box[2] = {(cuuint32_t)kBK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
@@ -371,8 +357,9 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     unsigned char *ws = nullptr;
     // Without the driver's tensor-map encoder or stream-ordered memory the
     // strict kernels run instead (relaxed mode allows either).
-    cudaError_t err = encode_fn() ? cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + sbytes, stream)
-                                  : cudaErrorNotSupported;
+    cudaError_t err = tops_cu::sm90::tensor_map_encoder()
+                          ? cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + sbytes, stream)
+                          : cudaErrorNotSupported;
     if (err == cudaErrorNotSupported) {
         (void)cudaGetLastError();
         return tops__cu_matmul_launch(a, what);
