@@ -204,11 +204,13 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
     // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.
     const float g = p.global * decode_factor<CODE>();
     const int m0 = tt * TN;
+    const auto chan = [&](int t, int i) { return (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1); };
+    const auto token = [&](int i) { return m0 + 8 * (i >> 2) + 2 * tig + (i & 1); };
 #pragma unroll
     for (int t = 0; t < WT; t++)
 #pragma unroll
         for (int i = 0; i < ND; i++) {
-            const int n = (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1), m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+            const int n = chan(t, i), m = token(i);
             if (n >= p.n || m >= p.m) continue;
             const float v = acc[t][i] * g;
             if (p.splits == 1) store_out(p, m, n, v);
@@ -236,8 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
                 for (int t = 0; t < WT; t++)
 #pragma unroll
                     for (int i = 0; i < ND; i++) {
-                        const int n = (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1),
-                                  m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+                        const int n = chan(t, i), m = token(i);
                         if (n < p.n && m < p.m) acc[t][i] += __ldcg(wsp + (size_t)m * p.n + n);
                     }
             }
@@ -245,8 +246,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
             for (int t = 0; t < WT; t++)
 #pragma unroll
                 for (int i = 0; i < ND; i++) {
-                    const int n = (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1),
-                              m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+                    const int n = chan(t, i), m = token(i);
                     if (n < p.n && m < p.m) store_out(p, m, n, acc[t][i]);
                 }
         }
