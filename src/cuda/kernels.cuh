@@ -6,6 +6,7 @@
 
 #include "cuda/cuda_internal.h"
 
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -35,9 +36,14 @@ struct Params {
     int kw, mw;            // warps along K and along tokens (kw * mw = kGroupWarps)
     int scale_tile_bytes;  // one tile's scale entries (groups * 16 * entry bytes)
     int ring;              // ring stages (2..kStages; fewer when the scales need the room)
-    int slot_bytes;        // one ring slot: kStageBytes of weights, then xrows activation rows (xs)
-    int xs, xrows;         // xs: each slot also holds the stage's activations, rows 0 .. xrows
-    int xrow_bytes;        // one such row in the slot (the stage's K as 16-bit values, padded)
+    int slot_bytes;        // one ring slot: kStageBytes of weights, then the stage's activations (xm > 0)
+    int xm;                // activations: 0 from L2, 1 rows in the ring slots (xs), 2 TMA tiles in them (xt)
+    int xrows;             // xm > 0: activation rows in a slot (xs: tokens 0 .. xrows, the rest read as zeros;
+                           // xt: 8 per token tile, zeros past M)
+    int xrow_bytes;        // xs: one row in the slot (the stage's K as 16-bit values, padded)
+    int xt3;               // xt: one 3-D tensor copy per stage (else one 2-D copy per 64 columns)
+    int last_warp;         // the last warp done with a ring slot refills it (else a barrier per stage)
+    int sc_direct;         // scales decoded straight from global memory (else bulk-copied to shared first)
     // wgmma kernel (wgmma_w.cu) only
     unsigned int *arrivals; // per output tile: K splits done (the last one reduces)
 };
@@ -367,7 +373,8 @@ constexpr int kGroupWarps = 8;
 #endif
 constexpr int kBulkTiles = TOPS_CU_BULK_TILES; // 6 = 96 channels: N = 12288 -> 128 blocks, one wave on 132 SMs
 constexpr int kStageChunks = 8; // chunks of K per stage (512 bytes per tile and chunk)
-constexpr int kStages = TOPS_CU_BULK_STAGES; // most ring stages: 4 x 24 KB in flight per block
+constexpr int kStages = TOPS_CU_BULK_STAGES; // ring stages by default: 4 x 24 KB in flight per block
+constexpr int kMaxStages = kStages > 6 ? kStages : 6; // most (TOPS_CUDA_BULK_RING, tuning runs)
 constexpr int kStageBytes = kBulkTiles * kStageChunks * 512;
 // Tile groups, warps and tiles per warp of the kernel with MT token tiles per warp.
 __host__ __device__ constexpr int bulk_tile_groups(int mt) {
@@ -378,21 +385,24 @@ __host__ __device__ constexpr int bulk_warp_tiles(int mt) { return kBulkTiles / 
 static_assert(bulk_warp_tiles(1) * bulk_tile_groups(1) == kBulkTiles &&
                   bulk_warp_tiles(2) * bulk_tile_groups(2) == kBulkTiles,
               "tile groups must split the block's tiles");
-// Shared memory of one bulk block with a ring of `stages` stages: the ring,
-// the block's scales as copied (raw_bytes) and decoded to f32 (4 bytes an
-// entry), the mbarriers (filled and emptied per slot, scales) and the
-// per-slot counters.
+// Shared memory of one bulk block with a ring of `stages` stages: the ring
+// (1024-byte aligned in the kernel: swizzled TMA tiles), the block's scales
+// as copied (raw_bytes) and decoded to f32 (4 bytes an entry), the mbarriers
+// (filled and emptied per slot, scales) and the per-slot counters.
 inline size_t bulk_smem_bytes(int stages, size_t raw_bytes, size_t f32_bytes, size_t slot_bytes = kStageBytes) {
-    return (size_t)stages * slot_bytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes + (2 * kStages + 1) * 8 +
-           kStages * 4;
+    return 1024 + (size_t)stages * slot_bytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes +
+           (2 * kMaxStages + 1) * 8 + kMaxStages * 4;
 }
 // Bytes of one activation row in a ring slot: the stage's K (kStageChunks
 // chunks of KC 16-bit values) and 32 bytes of padding, so that the 8 rows a
 // warp's lanes read (1 KB apart otherwise) fall in different banks.
 __host__ __device__ constexpr int bulk_xrow_bytes(int kc) { return kStageChunks * kc * 2 + 32; }
 // The bulk kernel for (code family, bf16 activations, token tiles per warp 1
-// or 2, activations in the ring slots).
-kernel_fn bulk_kernel(int code, bool bf16, int mt, bool xs);
+// or 2, activation mode xm, steps per scale group flush fp: 0 = one group
+// per row or no scales, else min(group / 16, k16 steps per chunk)); its
+// first parameter is the activations' tensor map (used with xm = 2 only).
+typedef void (*bulk_fn)(const CUtensorMap, const Params);
+bulk_fn bulk_kernel(int code, bool bf16, int mt, int xm, int fp);
 
 // Host side of wstream.cu shared with the other launchers: the kernels'
 // parameters from the launch arguments (false, *what set, for an unusable

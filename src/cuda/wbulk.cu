@@ -2,20 +2,24 @@
 // kBulkTiles tiles of 16 output channels over its whole K range (split K
 // across blocks only when N cannot fill the SMs).  The packed slice of one
 // tile is contiguous, so one elected thread streams it into a ring of
-// kStages shared-memory stages with 1-D `cp.async.bulk` completing on an
-// mbarrier: up to 96 KB in flight per SM with no registers held for it, no
-// split-K pass at N = 12288, and no per-lane load instructions (the H200
-// runs showed these kernels bound by instruction issue, not by HBM).
+// shared-memory stages with 1-D `cp.async.bulk` completing on an mbarrier:
+// up to 96 KB in flight per SM with no registers held for it, no split-K
+// pass at N = 12288, and no per-lane load instructions (the H200 runs showed
+// these kernels bound by instruction issue, not by HBM).
 // The block's scales are copied once beside the ring.  Warps split the
 // block's tiles (tile groups), each stage's chunks along K (kw) and the
-// tokens (mw), run the shared decode + mma step, and their partial sums meet
-// in shared memory in a fixed order (the same bits every run).
-// For 1-2 tokens with 16-byte aligned rows (XS) each stage's activation rows
-// ride in the ring slot with its weights: B fragments from shared memory
-// instead of L2 loads.  Launched as a programmatic dependent (PDL), a block
-// fetches its scales and first stages of weights before waiting for the
-// previous kernel in the stream, and touches activations and outputs only
-// after that wait.
+// tokens (mw), run the decode + mma step, and their partial sums meet in
+// shared memory in a fixed order (the same bits every run).
+// Activations (xm): from L2 into registers a chunk ahead (0); or riding in
+// the ring slot with the stage's weights: one bulk copy per row (1, xs), or
+// TMA tiles of 64 columns with 128-byte swizzled rows (2, xt: one 3-D
+// tensor copy per stage, or one 2-D copy per 64 columns when K is not a
+// multiple of 64; 8 or 16 rows, those past M and columns past K arriving
+// as zeros), so B
+// fragments come from shared memory without bank conflicts.  Launched as a
+// programmatic dependent (PDL), a block fetches its scales and first stages
+// of weights before waiting for the previous kernel in the stream, and
+// touches activations and outputs only after that wait.
 #include "cuda/kernels.cuh"
 #include "cuda/sm90.cuh"
 
@@ -25,37 +29,56 @@ namespace {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 using namespace sm90;
 
-// Stage i of this block's K range into one ring slot: chunks c0 .. c0 + nc
-// of tiles 0 .. nt (tile t at t * kStageChunks * 512 bytes of the slot) and,
-// with xs, the stage's activations (issue_acts, possibly later: they may
-// wait for the previous kernel; the barrier expects their bytes from here).
-// Activations past K (only the last stage, K % 8 == 0 under xs) are zeroed
-// with plain stores before the arrive that releases them.
-template <int KC, bool XS>
+// Bytes of a stage's activations in its slot, as the copies deliver them.
+template <int KC, int XM>
+__device__ __forceinline__ uint32_t act_bytes(const Params &p, int c0, int nc) {
+    if constexpr (XM == 1) return (uint32_t)(p.xrows * (min((c0 + nc) * KC, p.k) - c0 * KC) * 2);
+    if constexpr (XM == 2) {
+        const int nb = p.xt3 ? kStageChunks * KC / 64 : (nc * KC + 63) / 64; // whole boxes, zero-filled past K
+        return (uint32_t)(nb * p.xrows * 128);
+    }
+    return 0;
+}
+
+// The activation copies of stage (c0, nc): xs one bulk copy per row (rows
+// 16-byte aligned), xt the TMA tiles (see the top of the file).
+template <int KC, int XM>
+__device__ __forceinline__ void issue_acts(const CUtensorMap *xmap, const Params &p, unsigned char *slot,
+                                          uint64_t *bar, int c0, int nc) {
+    unsigned char *xs = slot + kStageBytes;
+    if constexpr (XM == 1) {
+        const int k0 = c0 * KC, kx = min((c0 + nc) * KC, p.k) - k0;
+        const unsigned short *x = reinterpret_cast<const unsigned short *>(p.x) + k0;
+        for (int r = 0; r < p.xrows; r++)
+            bulk_copy(xs + r * p.xrow_bytes, x + (long long)r * p.ldx, (uint32_t)kx * 2, bar);
+    } else if constexpr (XM == 2) {
+        if (p.xt3) {
+            tma_load_3d(xs, xmap, bar, 0, 0, c0 * KC / 64);
+        } else {
+            for (int b = 0; b < (nc * KC + 63) / 64; b++)
+                tma_load_2d(xs + b * 128 * p.xrows, xmap, bar, c0 * KC + 64 * b, 0);
+        }
+    }
+}
+
+// Stage (c0, nc) into one ring slot: chunks c0 .. c0 + nc of tiles 0 .. nt
+// (tile t at t * kStageChunks * 512 bytes of the slot); the barrier expects
+// the activations' bytes too, whose copies may come later (they wait for the
+// previous kernel).  xs: activations past K (only the last stage, K % 8 ==
+// 0) are zeroed with plain stores before the arrive that releases them.
+template <int KC, int XM>
 __device__ __forceinline__ void issue_stage(const Params &p, unsigned char *slot, uint64_t *bar, int tile0, int nt,
                                             int c0, int nc) {
-    uint32_t xbytes = 0;
-    if constexpr (XS) {
+    if constexpr (XM == 1) {
         const int kx = min((c0 + nc) * KC, p.k) - c0 * KC;
-        xbytes = (uint32_t)(p.xrows * kx * 2);
         for (int r = 0; r < p.xrows; r++)
             for (int e = kx; e < nc * KC; e += 8)
                 *reinterpret_cast<uint4 *>(slot + kStageBytes + r * p.xrow_bytes + e * 2) = make_uint4(0, 0, 0, 0);
     }
-    mbar_expect_tx(bar, (uint32_t)(nt * nc * 512) + xbytes);
+    mbar_expect_tx(bar, (uint32_t)(nt * nc * 512) + act_bytes<KC, XM>(p, c0, nc));
     for (int t = 0; t < nt; t++)
         bulk_copy(slot + t * kStageChunks * 512, p.w + ((size_t)(tile0 + t) * p.chunks + c0) * 32, (uint32_t)nc * 512,
                   bar);
-}
-
-// The activation rows of a stage (xs: one pass of at most 16 tokens, rows
-// 16-byte aligned), one bulk copy per row.
-template <int KC>
-__device__ __forceinline__ void issue_acts(const Params &p, unsigned char *slot, uint64_t *bar, int c0, int nc) {
-    const int k0 = c0 * KC, kx = min((c0 + nc) * KC, p.k) - k0;
-    const unsigned short *x = reinterpret_cast<const unsigned short *>(p.x) + k0;
-    for (int r = 0; r < p.xrows; r++)
-        bulk_copy(slot + kStageBytes + r * p.xrow_bytes, x + (long long)r * p.ldx, (uint32_t)kx * 2, bar);
 }
 
 // B fragments of chunk j of a stage from the slot's activation rows (xs);
@@ -77,20 +100,91 @@ __device__ __forceinline__ void load_xs(const Params &p, const unsigned char *xs
     }
 }
 
-// Entries tid, tid + step, ... of a block's scales to f32, with the encoding
-// resolved once outside the loop (mxfp4's 12288 entries a block made the
-// per-entry switch of scale_entry a visible part of the prologue).
-template <int KIND>
-__device__ __forceinline__ void decode_scales_as(const unsigned char *s, int entries, float *out, int tid, int step) {
-    for (int e = tid; e < entries; e += step) out[e] = scale_entry(s, KIND, (size_t)e);
+// The same from the swizzled TMA tiles (xt): block b (64 columns) of the
+// stage holds rows 0 .. 8 * MT (zeros past M) at b * 1024 * MT + r * 128
+// bytes, its 16-byte unit u at u ^ (r & 7) (128-byte swizzle over the
+// 1024-byte aligned slot), so the 8 rows a warp's lanes read at one column
+// fall in different banks.  `xo` (xt_offsets): this lane's offsets for
+// 4-bit codes, where a chunk is one whole block.
+template <int CODE, int MT>
+__device__ __forceinline__ void load_xt(const unsigned char *xs, int j, const int (&xo)[chunk_dims<CODE>::STEPS],
+                                        uint2 (&xb)[MT][chunk_dims<CODE>::STEPS]) {
+    constexpr int KC = chunk_dims<CODE>::KC;
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int q = 0; q < chunk_dims<CODE>::STEPS; q++) {
+        const int c = j * KC + 16 * q; // the step's first column in the stage
+        int off = xo[q];
+        if constexpr (KC < 64) {
+            const int u = ((c & 63) >> 3) + (tig >> 1);
+            off = gid * 128 + ((u ^ gid) << 4) + ((tig & 1) << 3);
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+            xb[mt][q] = *reinterpret_cast<const uint2 *>(xs + (c >> 6) * 1024 * MT + mt * 1024 + off);
+    }
 }
-__device__ __forceinline__ void decode_scales(const unsigned char *s, int kind, int entries, float *out, int tid,
+template <int CODE>
+__device__ __forceinline__ void xt_offsets(int (&xo)[chunk_dims<CODE>::STEPS]) {
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int q = 0; q < chunk_dims<CODE>::STEPS; q++) {
+        const int u = 2 * q + (tig >> 1); // 16-byte unit of step q's 8 bytes in a 64-column block
+        xo[q] = gid * 128 + ((u ^ gid) << 4) + ((tig & 1) << 3);
+    }
+}
+
+// A block's scales (`bytes` in their packed encoding at `src`, global or
+// shared memory, 16-byte aligned) to f32 in shared memory: 16 bytes a
+// thread at a time, up to 4 loads in flight, the encoding resolved once
+// outside the loop (a per-entry switch made mxfp4's 12288 entries a block a
+// visible part of the prologue).
+template <int KIND>
+__device__ __forceinline__ void decode_scales_as(const unsigned char *src, int bytes, float *out, int tid, int step) {
+    constexpr int kB = 4;
+    const int nv = bytes / 16;
+    for (int v0 = tid; v0 < nv; v0 += kB * step) {
+        uint4 raw[kB];
+#pragma unroll
+        for (int b = 0; b < kB; b++)
+            raw[b] = v0 + b * step < nv ? reinterpret_cast<const uint4 *>(src)[v0 + b * step] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int b = 0; b < kB; b++) {
+            const int v = v0 + b * step;
+            if (v >= nv) break;
+            const uint32_t w[4] = {raw[b].x, raw[b].y, raw[b].z, raw[b].w};
+            if constexpr (KIND == TOPS__CU_SCALE_F32) {
+                reinterpret_cast<uint4 *>(out)[v] = raw[b];
+            } else if constexpr (KIND == TOPS__CU_SCALE_F16) {
+                float4 *o = reinterpret_cast<float4 *>(out) + 2 * v;
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float2 a = __half22float2(bits_h2(w[2 * h])), c = __half22float2(bits_h2(w[2 * h + 1]));
+                    o[h] = make_float4(a.x, a.y, c.x, c.y);
+                }
+            } else {
+                float4 *o = reinterpret_cast<float4 *>(out) + 4 * v;
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float f[4];
+#pragma unroll
+                    for (int i = 0; i < 4; i++) {
+                        const uint32_t e = (w[q] >> (8 * i)) & 0xFFu;
+                        f[i] = KIND == TOPS__CU_SCALE_E8M0 ? e8m0_to_f32(e) : ue4m3_to_f32(e);
+                    }
+                    o[q] = make_float4(f[0], f[1], f[2], f[3]);
+                }
+            }
+        }
+    }
+}
+__device__ __forceinline__ void decode_scales(const unsigned char *src, int kind, int bytes, float *out, int tid,
                                               int step) {
     switch (kind) {
-    case TOPS__CU_SCALE_F32: decode_scales_as<TOPS__CU_SCALE_F32>(s, entries, out, tid, step); break;
-    case TOPS__CU_SCALE_F16: decode_scales_as<TOPS__CU_SCALE_F16>(s, entries, out, tid, step); break;
-    case TOPS__CU_SCALE_E8M0: decode_scales_as<TOPS__CU_SCALE_E8M0>(s, entries, out, tid, step); break;
-    default: decode_scales_as<TOPS__CU_SCALE_UE4M3>(s, entries, out, tid, step); break;
+    case TOPS__CU_SCALE_F32: decode_scales_as<TOPS__CU_SCALE_F32>(src, bytes, out, tid, step); break;
+    case TOPS__CU_SCALE_F16: decode_scales_as<TOPS__CU_SCALE_F16>(src, bytes, out, tid, step); break;
+    case TOPS__CU_SCALE_E8M0: decode_scales_as<TOPS__CU_SCALE_E8M0>(src, bytes, out, tid, step); break;
+    default: decode_scales_as<TOPS__CU_SCALE_UE4M3>(src, bytes, out, tid, step); break;
     }
 }
 
@@ -107,34 +201,72 @@ __device__ __forceinline__ void act_frags(const Params &p, int chunk, int m0, ui
     load_xb<CODE, MT>(p, chunk, m0, xb);
 #endif
 }
+
+// One chunk of K for a warp's NT tiles and MT token tiles: decode, mma into
+// `part`, and every FP k16 steps (a scale group's end: FP = min(group / 16,
+// steps per chunk), known at compile time, so no per-step group test) fold
+// part * scale into `acc`.  A warp's chunks are kw apart, so a group longer
+// than a chunk is still closed at each chunk's end.  The first mma of a
+// group takes zero as its C (no zeroing moves).  FP = 0 (one scale per row,
+// or none): `part` runs over the whole K and is scaled once at the end.
+// `sc`: this lane's f32 scales of the first tile (rows gid and gid + 8 of
+// each group), `sc_stride` floats from one tile's to the next.
+template <int CODE, bool BF16, int NT, int MT, int FP>
+__device__ __forceinline__ void chunk_step(const Params &p, const uint4 (&cur)[NT], int chunk,
+                                           const uint2 (&xb)[MT][chunk_dims<CODE>::STEPS], const float *sc,
+                                           int sc_stride, float (&part)[NT][MT][4], float (&acc)[NT][MT][4]) {
+    constexpr int STEPS = chunk_dims<CODE>::STEPS, KC = chunk_dims<CODE>::KC;
+    constexpr int GS = FP > 0 ? FP : STEPS + 1; // steps per group (FP = 0: no group starts or ends here)
+    static_assert(STEPS % GS == 0 || FP == 0, "scale groups split a chunk evenly");
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) {
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            uint32_t a[4];
+            decode_step<CODE, BF16>(cur[t], j, a);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                if (FP > 0 && j % GS == 0)
+#pragma unroll
+                    for (int i = 0; i < 4; i++) part[t][mt][i] = 0.0f;
+                mma16816<BF16>(part[t][mt], a, xb[mt][j].x, xb[mt][j].y);
+            }
+        }
+        if constexpr (FP > 0) {
+            if ((j + 1) % GS == 0) {
+                const int g = (chunk * KC + 16 * j) >> p.group_shift;
+#pragma unroll
+                for (int t = 0; t < NT; t++) {
+                    const float2 s2 = *reinterpret_cast<const float2 *>(sc + t * sc_stride + g * 16);
+#pragma unroll
+                    for (int mt = 0; mt < MT; mt++) {
+                        acc[t][mt][0] = fmaf(part[t][mt][0], s2.x, acc[t][mt][0]);
+                        acc[t][mt][1] = fmaf(part[t][mt][1], s2.x, acc[t][mt][1]);
+                        acc[t][mt][2] = fmaf(part[t][mt][2], s2.y, acc[t][mt][2]);
+                        acc[t][mt][3] = fmaf(part[t][mt][3], s2.y, acc[t][mt][3]);
+                    }
+                }
+            }
+        }
+    }
+}
 #endif
 
-// One chunk of a warp's tiles; a warp with all kWarpTiles tiles (every
-// block but a ragged last one) runs the copy without per-tile guards.  A
-// warp's chunks are kw apart: the scale group is closed at each chunk's end.
-template <int CODE, bool BF16, int MT, int kWarpTiles>
-__device__ __forceinline__ void chunk_step(const Params &p, const uint4 (&cur)[kWarpTiles], int wnt, int chunk,
-                                           const uint2 (&xb)[MT][chunk_dims<CODE>::STEPS], const unsigned char *sc,
-                                           float (&part)[kWarpTiles][MT][4], float (&acc)[kWarpTiles][MT][4]) {
-    const int stride = p.groups * 16 * 4; // f32 scale rows in shared memory
-    if (wnt == kWarpTiles)
-        chunk_mma<CODE, BF16, kWarpTiles, MT, true>(p, cur, kWarpTiles, chunk, xb, true, sc, stride, part, acc);
-    else chunk_mma<CODE, BF16, kWarpTiles, MT, true>(p, cur, wnt, chunk, xb, true, sc, stride, part, acc);
-}
-
-// XS: the activations travel in the ring slots with the weights (one pass of
-// at most 16 tokens, 16-byte aligned rows); otherwise they come from L2, a
-// chunk ahead, into registers.
-template <int CODE, bool BF16, int MT, bool XS>
-__global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB) wbulk_kernel(const Params p) {
+// XM: where the activations come from (0 L2, 1 xs rows, 2 xt tiles; see the
+// top of the file); FP: see chunk_step.
+template <int CODE, bool BF16, int MT, int XM, int FP>
+__global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
+    wbulk_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int kWarpTiles = bulk_warp_tiles(MT), kBulkWarps = bulk_warps(MT);
     constexpr int KC = chunk_dims<CODE>::KC;
-    extern __shared__ __align__(128) unsigned char smem[];
-    // ring[p.ring][p.slot_bytes] | scales as copied | scales as f32 | mbarriers
-    unsigned char *ring = smem;
-    unsigned char *ssc = smem + (size_t)p.ring * p.slot_bytes;
-    float *sf = reinterpret_cast<float *>(ssc + ((p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0) + 15) / 16 * 16);
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    // ring[p.ring][p.slot_bytes] (1024-byte aligned) | scales as copied | scales as f32 | mbarriers
+    unsigned char *ring =
+        smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); // bulk_smem_bytes() counts the 1 KB
+    unsigned char *ssc = ring + (size_t)p.ring * p.slot_bytes; // raw scales (unless sc_direct)
+    float *sf = reinterpret_cast<float *>(
+        ssc + ((p.has_scales && !p.sc_direct ? (size_t)kBulkTiles * p.scale_tile_bytes : 0) + 15) / 16 * 16);
     uint64_t *bar = reinterpret_cast<uint64_t *>(sf + (p.has_scales ? kBulkTiles * p.groups * 16 : 0));
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int tg = warp / kGroupWarps, gw = warp % kGroupWarps;
@@ -142,8 +274,8 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB) wbulk_
     const int pass = blockIdx.x % p.passes;
     const int tile0 = (blockIdx.x / p.passes) * kBulkTiles;
     const int nt = min(kBulkTiles, p.ntiles - tile0);
-    const int wt0 = tg * kWarpTiles;                    // this warp's first tile in the block
-    const int wnt = min(kWarpTiles, nt - wt0);          // and how many (<= 0: none)
+    const int wt0 = tg * kWarpTiles;           // this warp's first tile in the block
+    const int wnt = min(kWarpTiles, nt - wt0); // and how many (<= 0: none)
     const int split = blockIdx.y;
     const int c_begin = split * p.chunks_per_split;
     const int c_end = min(c_begin + p.chunks_per_split, p.chunks);
@@ -155,14 +287,14 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB) wbulk_
     const int m0 = pass * p.mw * MT * 8 + mw * MT * 8; // this warp's first token
     const bool busy = m0 < p.m && wnt > 0;
 
-    // bar[0, kStages): ring slot filled; bar[kStages]: scales copied;
+    // bar[0, kMaxStages): ring slot filled; bar[kMaxStages]: scales copied;
     // empty[s]: every thread done reading slot s (last-warp refill only)
-    uint64_t *empty = bar + kStages + 1;
-    int *done = reinterpret_cast<int *>(empty + kStages); // warps done with each ring slot
+    uint64_t *empty = bar + kMaxStages + 1;
+    int *done = reinterpret_cast<int *>(empty + kMaxStages); // warps done with each ring slot
     if (tid == 0) {
-        for (int s = 0; s <= kStages; s++) mbar_init(&bar[s], 1);
-        for (int s = 0; s < kStages; s++) mbar_init(&empty[s], kBulkWarps * 32);
-        for (int s = 0; s < kStages; s++) done[s] = 0;
+        for (int s = 0; s <= kMaxStages; s++) mbar_init(&bar[s], 1);
+        for (int s = 0; s < kMaxStages; s++) mbar_init(&empty[s], kBulkWarps * 32);
+        for (int s = 0; s < kMaxStages; s++) done[s] = 0;
         mbar_init_fence();
     }
     __syncthreads();
@@ -170,20 +302,20 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB) wbulk_
     // stream (packed weights are written only by copies): they are fetched
     // before waiting for it; activations and outputs after.
     if (tid == 0) {
-        if (p.has_scales) {
+        if (p.has_scales && !p.sc_direct) {
             const uint32_t sb = (uint32_t)(nt * p.scale_tile_bytes);
-            mbar_expect_tx(&bar[kStages], sb);
-            bulk_copy(ssc, p.scales + (size_t)tile0 * p.scale_tile_bytes, sb, &bar[kStages]);
+            mbar_expect_tx(&bar[kMaxStages], sb);
+            bulk_copy(ssc, p.scales + (size_t)tile0 * p.scale_tile_bytes, sb, &bar[kMaxStages]);
         }
         for (int i = 0; i < p.ring && i < nstages; i++) {
             const int c0 = c_begin + i * kStageChunks;
-            issue_stage<KC, XS>(p, ring + (size_t)i * p.slot_bytes, &bar[i], tile0, nt, c0, min(kStageChunks, c_end - c0));
+            issue_stage<KC, XM>(p, ring + (size_t)i * p.slot_bytes, &bar[i], tile0, nt, c0, min(kStageChunks, c_end - c0));
         }
-        if constexpr (XS) {
+        if constexpr (XM != 0) {
             grid_dep_wait();
             for (int i = 0; i < p.ring && i < nstages; i++) {
                 const int c0 = c_begin + i * kStageChunks;
-                issue_acts<KC>(p, ring + (size_t)i * p.slot_bytes, &bar[i], c0, min(kStageChunks, c_end - c0));
+                issue_acts<KC, XM>(&xmap, p, ring + (size_t)i * p.slot_bytes, &bar[i], c0, min(kStageChunks, c_end - c0));
             }
         }
     }
@@ -197,11 +329,11 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB) wbulk_
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = part[a][b][c] = 0.0f;
 
-    // Without xs the activations of a warp's next chunk are loaded one chunk
-    // ahead (they come from L2; the weights are already in shared memory).
+    // Without xs/xt the activations of a warp's next chunk are loaded one
+    // chunk ahead (they come from L2; the weights are already in shared memory).
     constexpr int STEPS = chunk_dims<CODE>::STEPS;
     uint2 xb[MT][STEPS] = {};
-    if constexpr (!XS) {
+    if constexpr (XM == 0) {
         grid_dep_wait();
         if (busy && c_begin + kw < c_end) act_frags<CODE, MT>(p, c_begin + kw, m0, xb);
     }
@@ -209,15 +341,28 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB) wbulk_
         // Decode the block's scales to f32 once: a flush then reads one
         // float2 instead of branching on the encoding (3x the mma's cost for
         // nvfp4's groups of 16).
-        mbar_wait(&bar[kStages], 0);
-        decode_scales(ssc, p.scale_kind, nt * p.groups * 16, sf, tid, kBulkWarps * 32);
+        // sc_direct: straight from global memory (no raw copy in shared
+        // memory, which leaves room for ring stages).
+        const unsigned char *src = p.scales + (size_t)tile0 * p.scale_tile_bytes;
+        if (!p.sc_direct) {
+            mbar_wait(&bar[kMaxStages], 0);
+            src = ssc;
+        }
+        decode_scales(src, p.scale_kind, nt * p.scale_tile_bytes, sf, tid, kBulkWarps * 32);
         __syncthreads();
     }
-    const unsigned char *wsc = reinterpret_cast<const unsigned char *>(sf + (size_t)wt0 * p.groups * 16);
+    // This lane's scales (rows gid and gid + 8 of each group) of the warp's
+    // first tile.  A ragged last block's warps run their missing tiles on
+    // whatever the ring and scale areas hold; the epilogue drops them.
+    const int sc_stride = p.groups * 16;
+    const float *wsc = sf + (size_t)wt0 * sc_stride + 2 * (lane >> 2);
+    int xo[STEPS];
+    xt_offsets<CODE>(xo);
+    int s = 0;        // ring slot of stage i
+    uint32_t ph = 0;  // and the parity of its current use
     for (int i = 0; i < nstages; i++) {
-        const int s = i % p.ring;
         const int c0 = c_begin + i * kStageChunks, nc = min(kStageChunks, c_end - c0);
-        mbar_wait(&bar[s], (uint32_t)(i / p.ring) & 1u);
+        mbar_wait(&bar[s], ph);
         const unsigned char *slot = ring + (size_t)s * p.slot_bytes;
         const unsigned char *buf = slot + wt0 * kStageChunks * 512 + lane * 16;
 #if TOPS_CU_BULK_DIAG == 1
@@ -229,35 +374,38 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB) wbulk_
                 uint4 cur[kWarpTiles];
 #pragma unroll
                 for (int t = 0; t < kWarpTiles; t++)
-                    cur[t] = t < wnt ? *reinterpret_cast<const uint4 *>(buf + t * kStageChunks * 512 + j * 512)
-                                     : make_uint4(0, 0, 0, 0);
-                if constexpr (XS) {
+                    cur[t] = *reinterpret_cast<const uint4 *>(buf + t * kStageChunks * 512 + j * 512);
+                if constexpr (XM != 0) {
 #if TOPS_CU_BULK_DIAG == 2
                     act_frags<CODE, MT>(p, c0 + j, m0, xb);
 #else
-                    load_xs<CODE, MT>(p, slot + kStageBytes, j, xb);
+                    if constexpr (XM == 1) load_xs<CODE, MT>(p, slot + kStageBytes, j, xb);
+                    else load_xt<CODE, MT>(slot + kStageBytes, j, xo, xb);
 #endif
-                    chunk_step<CODE, BF16, MT, kWarpTiles>(p, cur, wnt, c0 + j, xb, wsc, part, acc);
+                    chunk_step<CODE, BF16, kWarpTiles, MT, FP>(p, cur, c0 + j, xb, wsc, sc_stride, part, acc);
                 } else {
 #if TOPS_CU_BULK_PREFETCH
                     // next chunk of this warp: kw further on, in this stage or the next
                     const int jn = j + p.kw < nc ? c0 + j + p.kw : c0 + kStageChunks + kw;
                     uint2 xn[MT][STEPS] = {};
                     if (jn < c_end) act_frags<CODE, MT>(p, jn, m0, xn);
-                    chunk_step<CODE, BF16, MT, kWarpTiles>(p, cur, wnt, c0 + j, xb, wsc, part, acc);
+                    chunk_step<CODE, BF16, kWarpTiles, MT, FP>(p, cur, c0 + j, xb, wsc, sc_stride, part, acc);
 #pragma unroll
                     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                         for (int q = 0; q < STEPS; q++) xb[mt][q] = xn[mt][q];
 #else
                     act_frags<CODE, MT>(p, c0 + j, m0, xb);
-                    chunk_step<CODE, BF16, MT, kWarpTiles>(p, cur, wnt, c0 + j, xb, wsc, part, acc);
+                    chunk_step<CODE, BF16, kWarpTiles, MT, FP>(p, cur, c0 + j, xb, wsc, sc_stride, part, acc);
 #endif
                 }
             }
 #endif
-        if constexpr (MT >= TOPS_CU_BULK_ARRIVE) {
-            // The last warp done with buffer s refills it: warps drift apart by
+        const bool refill = i + p.ring < nstages;
+        const int c1 = c0 + p.ring * kStageChunks, nc1 = min(kStageChunks, c_end - c1);
+        unsigned char *slot1 = ring + (size_t)s * p.slot_bytes;
+        if (p.last_warp) {
+            // The last warp done with slot s refills it: warps drift apart by
             // up to a ring instead of meeting at a block barrier every stage.
             // Every thread releases its reads of the slot on empty[s]; the last
             // warp (an atomic count picks it) acquires them there before the copy
@@ -268,26 +416,40 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB) wbulk_
             int last = 0;
             if (lane == 0) last = atomicAdd(&done[s], 1) == kBulkWarps - 1;
             if (__shfl_sync(0xffffffffu, last, 0) && lane == 0) {
-                mbar_wait(&empty[s], (uint32_t)(i / p.ring) & 1u);
+                mbar_wait(&empty[s], ph);
                 atomicExch(&done[s], 0); // atomic like the other warps' adds
-                if (i + p.ring < nstages) {
-                    const int c1 = c0 + p.ring * kStageChunks, nc1 = min(kStageChunks, c_end - c1);
-                    unsigned char *slot1 = ring + (size_t)s * p.slot_bytes;
-                    issue_stage<KC, XS>(p, slot1, &bar[s], tile0, nt, c1, nc1);
-                    if constexpr (XS) issue_acts<KC>(p, slot1, &bar[s], c1, nc1);
+                if (refill) {
+                    issue_stage<KC, XM>(p, slot1, &bar[s], tile0, nt, c1, nc1);
+                    issue_acts<KC, XM>(&xmap, p, slot1, &bar[s], c1, nc1);
                 }
             }
         } else {
-            __syncthreads(); // every warp is done with buffer s: refill it
-            if (tid == 0 && i + p.ring < nstages) {
-                const int c1 = c0 + p.ring * kStageChunks, nc1 = min(kStageChunks, c_end - c1);
-                unsigned char *slot1 = ring + (size_t)s * p.slot_bytes;
-                issue_stage<KC, XS>(p, slot1, &bar[s], tile0, nt, c1, nc1);
-                if constexpr (XS) issue_acts<KC>(p, slot1, &bar[s], c1, nc1);
+            __syncthreads(); // every warp is done with slot s: refill it
+            if (tid == 0 && refill) {
+                issue_stage<KC, XM>(p, slot1, &bar[s], tile0, nt, c1, nc1);
+                issue_acts<KC, XM>(&xmap, p, slot1, &bar[s], c1, nc1);
+            }
+        }
+        if (++s == p.ring) {
+            s = 0;
+            ph ^= 1u;
+        }
+    }
+    if constexpr (FP == 0) {
+        // one scale per row (or none) for the whole K
+#pragma unroll
+        for (int t = 0; t < kWarpTiles; t++) {
+            const float2 s2 = p.has_scales ? *reinterpret_cast<const float2 *>(wsc + t * sc_stride) : make_float2(1.0f, 1.0f);
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                acc[t][mt][0] = part[t][mt][0] * s2.x;
+                acc[t][mt][1] = part[t][mt][1] * s2.x;
+                acc[t][mt][2] = part[t][mt][2] * s2.y;
+                acc[t][mt][3] = part[t][mt][3] * s2.y;
             }
         }
     }
-    if constexpr (XS) grid_dep_wait(); // before the stores (thread 0 waited already)
+    if constexpr (XM != 0) grid_dep_wait(); // before the stores (thread 0 waited already)
     __syncthreads(); // every warp is past the last stage: the ring is free
 
     // Partial sums of the kw warps of each (tile, token) meet in the (now
@@ -317,29 +479,45 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB) wbulk_
 #endif
 }
 
+// Kernels per code family: FP = 0 and every divisor of the chunk's k16
+// steps (scale groups of 16 .. KC and longer).
+template <int CODE, bool BF16, int MT, int XM>
+bulk_fn bulk_fp(int fp) {
+    constexpr int STEPS = chunk_dims<CODE>::STEPS;
+    switch (fp) {
+    case 0: return wbulk_kernel<CODE, BF16, MT, XM, 0>;
+    case 1: return wbulk_kernel<CODE, BF16, MT, XM, 1>;
+    case 2: return STEPS >= 2 ? wbulk_kernel<CODE, BF16, MT, XM, (STEPS >= 2 ? 2 : 1)> : nullptr;
+    case 4: return STEPS >= 4 ? wbulk_kernel<CODE, BF16, MT, XM, (STEPS >= 4 ? 4 : 1)> : nullptr;
+    default: return nullptr;
+    }
+}
+
 template <int CODE, bool BF16>
-kernel_fn bulk_width(int mt, bool xs) {
-    if (mt == 1) return xs ? wbulk_kernel<CODE, BF16, 1, true> : wbulk_kernel<CODE, BF16, 1, false>;
-    return xs ? wbulk_kernel<CODE, BF16, 2, true> : wbulk_kernel<CODE, BF16, 2, false>;
+bulk_fn bulk_width(int mt, int xm, int fp) {
+    if (mt == 1)
+        return xm == 2 ? bulk_fp<CODE, BF16, 1, 2>(fp) : xm == 1 ? bulk_fp<CODE, BF16, 1, 1>(fp) : bulk_fp<CODE, BF16, 1, 0>(fp);
+    return xm == 2 ? bulk_fp<CODE, BF16, 2, 2>(fp) : xm == 1 ? bulk_fp<CODE, BF16, 2, 1>(fp) : bulk_fp<CODE, BF16, 2, 0>(fp);
 }
 
 template <bool BF16>
-kernel_fn bulk_code(int code, int mt, bool xs) {
+bulk_fn bulk_code(int code, int mt, int xm, int fp) {
     switch (code) {
-    case TOPS__CU_CODE_U4: return bulk_width<TOPS__CU_CODE_U4, BF16>(mt, xs);
-    case TOPS__CU_CODE_E2M1: return bulk_width<TOPS__CU_CODE_E2M1, BF16>(mt, xs);
-    case TOPS__CU_CODE_I8: return bulk_width<TOPS__CU_CODE_I8, BF16>(mt, xs);
-    case TOPS__CU_CODE_E4M3: return bulk_width<TOPS__CU_CODE_E4M3, BF16>(mt, xs);
-    default: return bulk_width<BF16 ? TOPS__CU_CODE_BF16 : TOPS__CU_CODE_F16, BF16>(mt, xs);
+    case TOPS__CU_CODE_U4: return bulk_width<TOPS__CU_CODE_U4, BF16>(mt, xm, fp);
+    case TOPS__CU_CODE_E2M1: return bulk_width<TOPS__CU_CODE_E2M1, BF16>(mt, xm, fp);
+    case TOPS__CU_CODE_I8: return bulk_width<TOPS__CU_CODE_I8, BF16>(mt, xm, fp);
+    case TOPS__CU_CODE_E4M3: return bulk_width<TOPS__CU_CODE_E4M3, BF16>(mt, xm, fp);
+    default: return bulk_width<BF16 ? TOPS__CU_CODE_BF16 : TOPS__CU_CODE_F16, BF16>(mt, xm, fp);
     }
 }
 
 } // namespace
 
 // One kernel per (code family, activation type, 1 or 2 token tiles per warp,
-// activations in the ring or from L2).
-kernel_fn bulk_kernel(int code, bool bf16, int mt, bool xs) {
-    return bf16 ? bulk_code<true>(code, mt, xs) : bulk_code<false>(code, mt, xs);
+// activation mode, scale flush period); nullptr for a period the family
+// cannot have.
+bulk_fn bulk_kernel(int code, bool bf16, int mt, int xm, int fp) {
+    return bf16 ? bulk_code<true>(code, mt, xm, fp) : bulk_code<false>(code, mt, xm, fp);
 }
 
 } // namespace tops_cu

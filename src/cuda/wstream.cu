@@ -13,6 +13,7 @@
 // This is the sm_80 path; tops__cu_matmul_launch below sends sm_90+ parts to
 // the bulk-copy kernel (wbulk.cu) whenever its shared memory fits.
 #include "cuda/kernels.cuh"
+#include "cuda/sm90.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +128,8 @@ long long warps_per_sm() {
 
 struct Plan {
     kernel_fn fn;
+    bulk_fn bfn;     // the bulk kernel (then fn is unused)
+    CUtensorMap xmap; // its activations' tensor map (xm = 2)
     long long blocks_x;
     int threads;
     size_t smem;
@@ -160,18 +163,58 @@ void plan_wstream(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     p.chunks_per_split = (int)((p.chunks + splits - 1) / splits);
     p.splits = (p.chunks + p.chunks_per_split - 1) / p.chunks_per_split;
     pl.fn = a->x_bf16 ? pick_code<true>(a->code, mt) : pick_code<false>(a->code, mt);
+    pl.bfn = nullptr;
     pl.threads = kWarps * 32;
     pl.smem = 0;
     pl.name = "wstream mma.sync m16n8k16";
     pl.pdl = false;
 }
 
-// Most tokens whose activations ride in the bulk kernel's ring (one bulk
-// copy per row and stage).  H200, int4-g128 / mxfp4 against the loads from
-// L2 in the same run (bench/results/h200.md, 2026-11-29 16:31 UTC): faster
-// at M = 1 (14.7 vs 15.3 us, 17.2 vs 18.0) and M = 2 (15.4 vs 15.6, 17.8 vs
-// 18.4), even at M = 4, slower at M = 8 (18.3 vs 16.9) and M = 16.
+// Most tokens whose activations ride in the bulk kernel's ring as one bulk
+// copy per row and stage (xs).  H200, int4-g128 / mxfp4 against the loads
+// from L2 in the same run (bench/results/h200.md, 2026-11-29 16:31 UTC):
+// faster at M = 1 (14.7 vs 15.3 us, 17.2 vs 18.0) and M = 2 (15.4 vs 15.6,
+// 17.8 vs 18.4), even at M = 4, slower at M = 8 (18.3 vs 16.9) and M = 16.
 constexpr long long kBulkXsRows = 2;
+// Most tokens whose activations ride in the ring as swizzled TMA tiles (xt).
+constexpr long long kBulkXtRows = 16;
+
+long long env_or(const char *name, long long dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoll(e) : dflt;
+}
+
+// The tensor map of the activations for xt: 64 columns x xrows (8 per token
+// tile, so blocks stay 1024-byte aligned and the swizzle depends on the row
+// alone) per box, 128-byte swizzle, zeros past M and K.  With K % 64 == 0 one 3-D box
+// (64 columns, rows, the stage's blocks of 64 columns) takes a whole stage
+// (xt3); otherwise, or when the driver refuses it, one 2-D box per 64
+// columns.  False when neither encodes.
+bool xt_map(const tops__cu_matmul_args *a, Params &p, CUtensorMap *map) {
+    PFN_cuTensorMapEncodeTiled_v12000 enc = sm90::tensor_map_encoder();
+    if (!enc) return false;
+    const cuuint64_t row_bytes = (cuuint64_t)a->ldx * 2;
+    const cuuint32_t nb = (cuuint32_t)(kStageChunks * tops__cu_chunk_k(a->code) / 64);
+    const cuuint32_t estr[3] = {1, 1, 1};
+    if (a->k % 64 == 0 && env_or("TOPS_CUDA_BULK_XT3", 1) != 0) {
+        const cuuint64_t dims[3] = {64, (cuuint64_t)a->m, (cuuint64_t)(a->k / 64)}, strides[2] = {row_bytes, 128};
+        const cuuint32_t box[3] = {64, (cuuint32_t)p.xrows, nb};
+        if (enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(a->x), dims, strides, box, estr,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS) {
+            p.xt3 = 1;
+            return true;
+        }
+    }
+    const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m}, strides[1] = {row_bytes};
+    const cuuint32_t box[2] = {64, (cuuint32_t)p.xrows};
+    if (enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void *>(a->x), dims, strides, box, estr,
+            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+        return false;
+    p.xt3 = 0;
+    return true;
+}
 
 // The bulk-copy kernel (wbulk.cu) where the part has it (sm_90+) and a
 // block's scales fit in shared memory beside the ring; TOPS_CUDA_KERNEL=
@@ -188,11 +231,17 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     }
     if (major < 9) return false;
     // The ring gives up stages (down to 2, still 48 KB in flight) before the
-    // block's scales stop fitting.
-    const size_t raw = p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0;
+    // block's scales stop fitting.  TOPS_CUDA_BULK_RING=n asks for n stages
+    // (2..kMaxStages; tuning runs).
+    // Scales are decoded to f32 straight from global memory unless
+    // TOPS_CUDA_BULK_SCD=0 (copied to shared memory first: A/B runs).
+    p.sc_direct = env_or("TOPS_CUDA_BULK_SCD", 1) != 0;
+    const size_t raw = p.has_scales && !p.sc_direct ? (size_t)kBulkTiles * p.scale_tile_bytes : 0;
     const size_t f32 = p.has_scales ? (size_t)kBulkTiles * p.groups * 16 * 4 : 0;
+    const long long ring_env = env_or("TOPS_CUDA_BULK_RING", kStages);
+    const int ring_want = ring_env >= 2 && ring_env <= kMaxStages ? (int)ring_env : kStages;
     const auto ring_for = [&](size_t slot) {
-        int r = kStages;
+        int r = ring_want;
         while (r > 2 && bulk_smem_bytes(r, raw, f32, slot) > (size_t)optin) r--;
         return r;
     };
@@ -200,26 +249,47 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // tokens per warp keeps a warp's tiles' accumulators in registers; the
     // other warps of its tile group split each stage's chunks along K (kw).
     const int mt = a->m <= 8 ? 1 : 2;
-    // Up to kBulkXsRows tokens (one pass) with 16-byte aligned rows take
-    // their activations through the ring with the weights (shared-memory B
-    // fragments instead of L2 loads), unless that costs ring stages;
-    // TOPS_CUDA_BULK_XS=r sets the most tokens (0: never, at most 16; A/B
-    // runs and tests of both paths).
-    const char *xs_env = getenv("TOPS_CUDA_BULK_XS");
-    const long long xs_max = xs_env ? atoll(xs_env) : kBulkXsRows;
+    // Activations in the ring slots for one pass (M <= 16) of 16-byte
+    // aligned rows, unless that costs ring stages: up to kBulkXsRows tokens
+    // as one bulk copy per row (xs), then up to kBulkXtRows as TMA tiles
+    // (xt).  TOPS_CUDA_BULK_XS=r / TOPS_CUDA_BULK_XT=r set the most tokens
+    // (0: never; A/B runs and tests of every path).
+    const long long xs_max = env_or("TOPS_CUDA_BULK_XS", kBulkXsRows), xt_max = env_or("TOPS_CUDA_BULK_XT", kBulkXtRows);
+    const bool aligned = a->m <= 16 && (uintptr_t)a->x % 16 == 0 && a->ldx % 8 == 0;
     p.xrows = (int)(a->m < mt * 8 ? a->m : mt * 8);
-    p.xrow_bytes = bulk_xrow_bytes(tops__cu_chunk_k(a->code));
-    const size_t xslot = (size_t)kStageBytes + (size_t)p.xrows * p.xrow_bytes;
-    p.xs = a->m <= xs_max && a->m <= 16 && (uintptr_t)a->x % 16 == 0 && a->ldx % 8 == 0 &&
-           a->k % 8 == 0 && ring_for(xslot) == ring_for(kStageBytes) &&
-           bulk_smem_bytes(ring_for(xslot), raw, f32, xslot) <= (size_t)optin;
-    p.slot_bytes = p.xs ? (int)xslot : kStageBytes;
+    p.xm = 0;
+    p.slot_bytes = kStageBytes;
+    const auto fits = [&](size_t slot) {
+        return ring_for(slot) == ring_for(kStageBytes) && bulk_smem_bytes(ring_for(slot), raw, f32, slot) <= (size_t)optin;
+    };
+    if (aligned && a->m <= xs_max && a->k % 8 == 0) {
+        p.xrow_bytes = bulk_xrow_bytes(tops__cu_chunk_k(a->code));
+        const size_t slot = ((size_t)kStageBytes + (size_t)p.xrows * p.xrow_bytes + 1023) & ~(size_t)1023;
+        if (fits(slot)) {
+            p.xm = 1;
+            p.slot_bytes = (int)slot;
+        }
+    }
+    if (p.xm == 0 && aligned && a->m <= xt_max) {
+        const int xrows = p.xrows;
+        p.xrows = mt * 8;
+        const size_t slot = (size_t)kStageBytes + (size_t)kStageChunks * tops__cu_chunk_k(a->code) / 64 * 1024 * mt;
+        if (fits(slot) && xt_map(a, p, &pl.xmap)) {
+            p.xm = 2;
+            p.slot_bytes = (int)slot;
+        } else {
+            p.xrows = xrows;
+        }
+    }
     p.ring = ring_for((size_t)p.slot_bytes);
     const size_t smem = bulk_smem_bytes(p.ring, raw, f32, (size_t)p.slot_bytes);
     if (smem > (size_t)optin) return false;
     p.mw = a->m <= 16 ? 1 : a->m <= 32 ? 2 : a->m <= 64 ? 4 : 8;
     p.kw = kGroupWarps / p.mw;
     p.passes = (int)((a->m + p.mw * mt * 8 - 1) / (p.mw * mt * 8));
+    // The last warp done with a slot refills it for kernels of at least
+    // TOPS_CUDA_BULK_ARRIVE (default TOPS_CU_BULK_ARRIVE) token tiles per warp.
+    p.last_warp = mt >= env_or("TOPS_CUDA_BULK_ARRIVE", TOPS_CU_BULK_ARRIVE);
     const long long blocks = (long long)((p.ntiles + kBulkTiles - 1) / kBulkTiles) * p.passes;
     // Split K across blocks only when the blocks cannot fill the SMs; a
     // split is whole stages.
@@ -233,13 +303,21 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     const int stages = (int)((max_splits + splits - 1) / splits);
     p.chunks_per_split = stages * kStageChunks;
     p.splits = (p.chunks + p.chunks_per_split - 1) / p.chunks_per_split;
-    pl.fn = bulk_kernel(a->code, a->x_bf16 != 0, mt, p.xs != 0);
+    // Scale flush period in k16 steps (see wbulk.cu's chunk_step): none for
+    // one scale per row or none, else the group's steps within a chunk.
+    const int steps = tops__cu_chunk_k(a->code) / 16;
+    const int fp = !p.has_scales || p.groups <= 1 ? 0 : p.group / 16 < steps ? p.group / 16 : steps;
+    pl.bfn = bulk_kernel(a->code, a->x_bf16 != 0, mt, p.xm, fp);
+    if (!pl.bfn) return false;
+    pl.fn = nullptr;
     pl.blocks_x = blocks;
     pl.threads = bulk_warps(mt) * 32;
     pl.smem = smem;
-    pl.name = p.xs ? "wbulk cp.async.bulk (w+x) + mma.sync m16n8k16" : "wbulk cp.async.bulk + mma.sync m16n8k16";
+    pl.name = p.xm == 2   ? "wbulk cp.async.bulk + TMA x + mma.sync m16n8k16"
+              : p.xm == 1 ? "wbulk cp.async.bulk (w+x) + mma.sync m16n8k16"
+                          : "wbulk cp.async.bulk + mma.sync m16n8k16";
     pl.pdl = p.splits == 1 && pdl_on();
-    if (cudaFuncSetAttribute(reinterpret_cast<const void *>(pl.fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
+    if (cudaFuncSetAttribute(reinterpret_cast<const void *>(pl.bfn), cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem) != cudaSuccess) {
         (void)cudaGetLastError();
         return false;
@@ -306,6 +384,7 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
     Params p;
     if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
     Plan pl;
+    memset(&pl.xmap, 0, sizeof pl.xmap);
     if (!plan_bulk(a, p, pl)) plan_wstream(a, p, pl);
     last_kernel = pl.name;
     if (pl.blocks_x > 0x7FFFFFFFLL || p.splits > 65535) {
@@ -338,13 +417,14 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
         cfg.stream = stream;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        err = cudaLaunchKernelEx(&cfg, pl.fn, p);
+        err = pl.bfn ? cudaLaunchKernelEx(&cfg, pl.bfn, pl.xmap, p) : cudaLaunchKernelEx(&cfg, pl.fn, p);
         if (err != cudaSuccess) { // a driver without it: the plain launch below
             (void)cudaGetLastError();
             pl.pdl = false;
         }
     }
-    if (!pl.pdl) pl.fn<<<dim3((unsigned)pl.blocks_x, (unsigned)p.splits), pl.threads, pl.smem, stream>>>(p);
+    if (!pl.pdl && pl.bfn) pl.bfn<<<dim3((unsigned)pl.blocks_x, (unsigned)p.splits), pl.threads, pl.smem, stream>>>(pl.xmap, p);
+    else if (!pl.pdl) pl.fn<<<dim3((unsigned)pl.blocks_x, (unsigned)p.splits), pl.threads, pl.smem, stream>>>(p);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the matmul kernel launch";
     if (err == cudaSuccess && p.splits > 1) {

@@ -351,16 +351,22 @@ static void test_every_format(void) {
    multiple of a bulk block's 96 channels (a last block of fewer tiles), K
    ragged against stages of 8 chunks (K = 1001: rows not 8-byte aligned,
    element-wise activation loads; K = 520, 1000, 4104: activations copied
-   into the ring with a zeroed tail), and splits capped at 1 so that the ring
+   into the ring with a zeroed tail; K = 640: a last stage of 2 chunks),
+   M = 3, 8, 9 against the token tiles, and splits capped at 1 so that the ring
    of 4 stages wraps (its slots refilled by the last warp done with them).
    The small run (compute-sanitizer) takes the first three shapes: both
    token-tile widths with a ring that wraps, and a second pass.  Then the same
    shapes through the register-streaming kernel (the sm_80 path), forced
    with TOPS_CUDA_KERNEL=wstream, and those of M <= 16 through the bulk
    kernel with activations from L2 and a plain launch (TOPS_CUDA_BULK_XS=0,
-   TOPS_CUDA_PDL=0).  The first pass forces wbulk (M >= 128 would take
-   wgmma) and lets every M <= 16 with aligned rows take its activations
-   through the ring (TOPS_CUDA_BULK_XS=16). */
+   TOPS_CUDA_BULK_XT=0, TOPS_CUDA_PDL=0).  The first pass forces wbulk
+   (M >= 128 would take wgmma) and lets every M <= 16 with aligned rows take
+   its activations through the ring as one copy per row
+   (TOPS_CUDA_BULK_XS=16).  The last two take them as TMA tiles
+   (TOPS_CUDA_BULK_XT=16): one 3-D copy per stage where K % 64 == 0, with
+   the last-warp refill at every width (TOPS_CUDA_BULK_ARRIVE=1); then one
+   2-D copy per 64 columns everywhere (TOPS_CUDA_BULK_XT3=0) and a plain
+   launch; three formats a shape, like the first. */
 static void test_kernel_edges(void) {
     th_rng r = th_seed();
     static const struct {
@@ -368,22 +374,28 @@ static void test_kernel_edges(void) {
         const char *cap;
     } shapes[] = {{1, 4096, 200, "1"},  {16, 520, 200, NULL},  {200, 2600, 130, "1"}, {17, 4096, 100, "1"},
                   {64, 1000, 100, NULL}, {65, 520, 200, NULL}, {128, 256, 100, NULL}, {40, 1001, 100, NULL},
-                  {5, 1000, 200, NULL},  {12, 4104, 100, "1"}};
+                  {5, 1000, 200, NULL},  {12, 4104, 100, "1"}, {3, 1024, 100, "1"},    {9, 2048, 200, "1"},
+                  {8, 640, 130, NULL}};
     static const char *const fmts[] = {"int4-g128", "mxfp4", "nvfp4", "int8-g32", "e4m3-ch", "int4-g16:f32",
                                        "q4_0",      "f16",   "int4-g32:e8m0", "bf16", "mxfp8"};
     const int nshapes = small_run ? 3 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
     int cases = 0, passed = 0;
-    for (int kernel = 0; kernel < 3; kernel++) {
+    for (int kernel = 0; kernel < 5; kernel++) {
         setenv("TOPS_CUDA_KERNEL", kernel == 1 ? "wstream" : "wbulk", 1);
-        if (kernel == 0) setenv("TOPS_CUDA_BULK_XS", "16", 1); /* activations in the ring whenever they can be */
-        if (kernel == 2) {
-            setenv("TOPS_CUDA_BULK_XS", "0", 1);
-            setenv("TOPS_CUDA_PDL", "0", 1);
+        if (kernel == 0) { /* activations in the ring, a copy per row, whenever they can be */
+            setenv("TOPS_CUDA_BULK_XS", "16", 1);
+            setenv("TOPS_CUDA_BULK_XT", "0", 1);
         }
+        if (kernel >= 2) setenv("TOPS_CUDA_BULK_XS", "0", 1);
+        if (kernel == 2) setenv("TOPS_CUDA_BULK_XT", "0", 1);
+        if (kernel >= 3) setenv("TOPS_CUDA_BULK_XT", "16", 1);
+        if (kernel == 3) setenv("TOPS_CUDA_BULK_ARRIVE", "1", 1);
+        if (kernel == 4) setenv("TOPS_CUDA_BULK_XT3", "0", 1);
+        if (kernel == 2 || kernel == 4) setenv("TOPS_CUDA_PDL", "0", 1);
         for (int s = 0; s < nshapes; s++) {
-            if (kernel == 2 && shapes[s].m > 16) continue;
+            if (kernel >= 2 && shapes[s].m > 16) continue;
             if (shapes[s].cap) setenv("TOPS_CUDA_BULK_SPLITS", shapes[s].cap, 1);
-            for (int i = 0; i < (kernel ? 1 : 3); i++) {
+            for (int i = 0; i < (kernel == 1 || kernel == 2 ? 1 : 3); i++) {
                 gpu_case c = {fmts[(s * 3 + i + kernel) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k,
                               shapes[s].n, 0, 0, 1, 0};
                 int v = s + i;
@@ -400,6 +412,9 @@ static void test_kernel_edges(void) {
         }
         unsetenv("TOPS_CUDA_KERNEL");
         unsetenv("TOPS_CUDA_BULK_XS");
+        unsetenv("TOPS_CUDA_BULK_XT");
+        unsetenv("TOPS_CUDA_BULK_XT3");
+        unsetenv("TOPS_CUDA_BULK_ARRIVE");
         unsetenv("TOPS_CUDA_PDL");
     }
     printf("     %d of %d kernel-edge cases within their bounds\n", passed, cases);
