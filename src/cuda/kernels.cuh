@@ -36,11 +36,9 @@ struct Params {
     int kw, mw;            // warps along K and along tokens (kw * mw = kGroupWarps)
     int scale_tile_bytes;  // one tile's scale entries (groups * 16 * entry bytes)
     int ring;              // ring stages (2..kStages; fewer when the scales need the room)
-    int slot_bytes;        // one ring slot: kStageBytes of weights, then the stage's activations (xm > 0)
-    int xm;                // activations: 0 from L2, 1 rows in the ring slots (xs), 2 TMA tiles in them (xt)
-    int xrows;             // xm > 0: activation rows in a slot (xs: tokens 0 .. xrows, the rest read as zeros;
-                           // xt: 8 per token tile, zeros past M)
-    int xrow_bytes;        // xs: one row in the slot (the stage's K as 16-bit values, padded)
+    int slot_bytes;        // one ring slot: kStageBytes of weights, then the stage's activations (xt)
+    int xt;                // activations as TMA tiles in the ring slots (else from L2)
+    int xrows;             // xt: activation rows in a slot, 8 per token tile (zeros past M)
     int xt3;               // xt: one 3-D tensor copy per stage (else one 2-D copy per 64 columns)
     int last_warp;         // the last warp done with a ring slot refills it (else a barrier per stage)
     int sc_direct;         // scales decoded straight from global memory (else bulk-copied to shared first)
@@ -339,19 +337,16 @@ typedef void (*kernel_fn)(const Params);
 // form tile groups of kGroupWarps; a group takes an equal share of the
 // tiles, and its warps split each stage's chunks (kw) and the tokens (mw).
 // The TOPS_CU_BULK_* macros exist for tuning builds only.
-#ifndef TOPS_CU_BULK_TILE_GROUPS
-#define TOPS_CU_BULK_TILE_GROUPS 2 // 16 warps: 3 tiles x 2 token tiles fit 128 registers
-#endif
-#ifndef TOPS_CU_BULK_TILE_GROUPS_M8
-#define TOPS_CU_BULK_TILE_GROUPS_M8 2 // for M <= 8 (one token tile per warp)
-#endif
 #ifndef TOPS_CU_BULK_PREFETCH
 #define TOPS_CU_BULK_PREFETCH 1
 #endif
-// Kernels with at least this many token tiles per warp let the last warp
-// done with a ring stage refill it instead of a block barrier per stage
-// (1: all, 3: none).  Measured on the H200 (same run): 4-8 % faster at
-// M = 16..128, 2-5 % slower at M = 1, hence 2.
+// Kernels with at least this many token tiles per warp that load their
+// activations from L2 let the last warp done with a ring stage refill it
+// instead of a block barrier per stage: measured 4-8 % faster at M =
+// 16..128, 2-5 % slower at M = 1, hence 2.  The kernels with activation
+// tiles keep the barrier: it measured faster at every M <= 16 (H200,
+// 2026-11-29 18:21 UTC, int4-g128: 14.2 vs 14.7 us at M = 16, 12.2 vs
+// 12.7 at M = 4 and 8).  TOPS_CUDA_BULK_ARRIVE overrides both.
 #ifndef TOPS_CU_BULK_ARRIVE
 #define TOPS_CU_BULK_ARRIVE 2
 #endif
@@ -376,33 +371,26 @@ constexpr int kStageChunks = 8; // chunks of K per stage (512 bytes per tile and
 constexpr int kStages = TOPS_CU_BULK_STAGES; // ring stages by default: 4 x 24 KB in flight per block
 constexpr int kMaxStages = kStages > 6 ? kStages : 6; // most (TOPS_CUDA_BULK_RING, tuning runs)
 constexpr int kStageBytes = kBulkTiles * kStageChunks * 512;
-// Tile groups, warps and tiles per warp of the kernel with MT token tiles per warp.
-__host__ __device__ constexpr int bulk_tile_groups(int mt) {
-    return mt == 1 ? TOPS_CU_BULK_TILE_GROUPS_M8 : TOPS_CU_BULK_TILE_GROUPS;
-}
-__host__ __device__ constexpr int bulk_warps(int mt) { return kGroupWarps * bulk_tile_groups(mt); }
-__host__ __device__ constexpr int bulk_warp_tiles(int mt) { return kBulkTiles / bulk_tile_groups(mt); }
-static_assert(bulk_warp_tiles(1) * bulk_tile_groups(1) == kBulkTiles &&
-                  bulk_warp_tiles(2) * bulk_tile_groups(2) == kBulkTiles,
-              "tile groups must split the block's tiles");
+// Tile groups (TG) split the block's tiles: 2 (16 warps: 3 tiles x 2 token
+// tiles of accumulators fit 128 registers) or, with one token tile per warp,
+// 3 (24 warps of 2 tiles, at most 85 registers).
+static_assert(kBulkTiles % 2 == 0 && kBulkTiles % 3 == 0, "tile groups must split the block's tiles");
 // Shared memory of one bulk block with a ring of `stages` stages: the ring
 // (1024-byte aligned in the kernel: swizzled TMA tiles), the block's scales
-// as copied (raw_bytes) and decoded to f32 (4 bytes an entry), the mbarriers
-// (filled and emptied per slot, scales) and the per-slot counters.
+// as copied (raw_bytes; none when decoded straight from global memory) and
+// decoded to f32 (4 bytes an entry), the mbarriers (filled and emptied per
+// slot, scales) and the per-slot counters.
 inline size_t bulk_smem_bytes(int stages, size_t raw_bytes, size_t f32_bytes, size_t slot_bytes = kStageBytes) {
     return 1024 + (size_t)stages * slot_bytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes +
            (2 * kMaxStages + 1) * 8 + kMaxStages * 4;
 }
-// Bytes of one activation row in a ring slot: the stage's K (kStageChunks
-// chunks of KC 16-bit values) and 32 bytes of padding, so that the 8 rows a
-// warp's lanes read (1 KB apart otherwise) fall in different banks.
-__host__ __device__ constexpr int bulk_xrow_bytes(int kc) { return kStageChunks * kc * 2 + 32; }
 // The bulk kernel for (code family, bf16 activations, token tiles per warp 1
-// or 2, activation mode xm, steps per scale group flush fp: 0 = one group
-// per row or no scales, else min(group / 16, k16 steps per chunk)); its
-// first parameter is the activations' tensor map (used with xm = 2 only).
+// or 2, tile groups 2 or 3 (3 with one token tile only), activations as TMA
+// tiles in the ring (xt) or from L2, steps per scale group flush fp: 0 = one
+// group per row or no scales, else min(group / 16, k16 steps per chunk));
+// its first parameter is the activations' tensor map (used with xt only).
 typedef void (*bulk_fn)(const CUtensorMap, const Params);
-bulk_fn bulk_kernel(int code, bool bf16, int mt, int xm, int fp);
+bulk_fn bulk_kernel(int code, bool bf16, int mt, int tg, bool xt, int fp);
 
 // Host side of wstream.cu shared with the other launchers: the kernels'
 // parameters from the launch arguments (false, *what set, for an unusable

@@ -6,20 +6,20 @@
 // up to 96 KB in flight per SM with no registers held for it, no split-K
 // pass at N = 12288, and no per-lane load instructions (the H200 runs showed
 // these kernels bound by instruction issue, not by HBM).
-// The block's scales are copied once beside the ring.  Warps split the
-// block's tiles (tile groups), each stage's chunks along K (kw) and the
+// The block's scales are decoded to f32 in shared memory once.  Warps split
+// the block's tiles (tile groups), each stage's chunks along K (kw) and the
 // tokens (mw), run the decode + mma step, and their partial sums meet in
 // shared memory in a fixed order (the same bits every run).
-// Activations (xm): from L2 into registers a chunk ahead (0); or riding in
-// the ring slot with the stage's weights: one bulk copy per row (1, xs), or
-// TMA tiles of 64 columns with 128-byte swizzled rows (2, xt: one 3-D
-// tensor copy per stage, or one 2-D copy per 64 columns when K is not a
-// multiple of 64; 8 or 16 rows, those past M and columns past K arriving
-// as zeros), so B
-// fragments come from shared memory without bank conflicts.  Launched as a
-// programmatic dependent (PDL), a block fetches its scales and first stages
-// of weights before waiting for the previous kernel in the stream, and
-// touches activations and outputs only after that wait.
+// Activations: for one pass of at most 16 tokens with 16-byte aligned rows
+// (xt) they ride in the ring slot with the stage's weights as TMA tiles of
+// 64 columns x 8 or 16 rows with 128-byte swizzled rows (one 3-D tensor copy
+// per stage, or one 2-D copy per 64 columns when K is not a multiple of 64;
+// rows past M and columns past K arrive as zeros), so B fragments come from
+// shared memory without bank conflicts; otherwise from L2 into registers a
+// chunk ahead.  Launched as a programmatic dependent (PDL), a block fetches
+// its scales and first stages of weights before waiting for the previous
+// kernel in the stream, and touches activations and outputs only after that
+// wait.
 #include "cuda/kernels.cuh"
 #include "cuda/sm90.cuh"
 
@@ -29,75 +29,37 @@ namespace {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 using namespace sm90;
 
-// Bytes of a stage's activations in its slot, as the copies deliver them.
-template <int KC, int XM>
-__device__ __forceinline__ uint32_t act_bytes(const Params &p, int c0, int nc) {
-    if constexpr (XM == 1) return (uint32_t)(p.xrows * (min((c0 + nc) * KC, p.k) - c0 * KC) * 2);
-    if constexpr (XM == 2) {
-        const int nb = p.xt3 ? kStageChunks * KC / 64 : (nc * KC + 63) / 64; // whole boxes, zero-filled past K
-        return (uint32_t)(nb * p.xrows * 128);
-    }
-    return 0;
+// Bytes of a stage's activation tiles (xt), whole boxes (zero-filled past K).
+template <int KC>
+__device__ __forceinline__ uint32_t act_bytes(const Params &p, int nc) {
+    const int nb = p.xt3 ? kStageChunks * KC / 64 : (nc * KC + 63) / 64;
+    return (uint32_t)(nb * p.xrows * 128);
 }
 
-// The activation copies of stage (c0, nc): xs one bulk copy per row (rows
-// 16-byte aligned), xt the TMA tiles (see the top of the file).
-template <int KC, int XM>
+// The activation tiles of stage (c0, nc): one 3-D box, or a 2-D box per 64
+// columns, block b at b * 128 * xrows bytes of the slot's activation part.
+template <int KC>
 __device__ __forceinline__ void issue_acts(const CUtensorMap *xmap, const Params &p, unsigned char *slot,
                                           uint64_t *bar, int c0, int nc) {
     unsigned char *xs = slot + kStageBytes;
-    if constexpr (XM == 1) {
-        const int k0 = c0 * KC, kx = min((c0 + nc) * KC, p.k) - k0;
-        const unsigned short *x = reinterpret_cast<const unsigned short *>(p.x) + k0;
-        for (int r = 0; r < p.xrows; r++)
-            bulk_copy(xs + r * p.xrow_bytes, x + (long long)r * p.ldx, (uint32_t)kx * 2, bar);
-    } else if constexpr (XM == 2) {
-        if (p.xt3) {
-            tma_load_3d(xs, xmap, bar, 0, 0, c0 * KC / 64);
-        } else {
-            for (int b = 0; b < (nc * KC + 63) / 64; b++)
-                tma_load_2d(xs + b * 128 * p.xrows, xmap, bar, c0 * KC + 64 * b, 0);
-        }
+    if (p.xt3) {
+        tma_load_3d(xs, xmap, bar, 0, 0, c0 * KC / 64);
+    } else {
+        for (int b = 0; b < (nc * KC + 63) / 64; b++) tma_load_2d(xs + b * 128 * p.xrows, xmap, bar, c0 * KC + 64 * b, 0);
     }
 }
 
 // Stage (c0, nc) into one ring slot: chunks c0 .. c0 + nc of tiles 0 .. nt
-// (tile t at t * kStageChunks * 512 bytes of the slot); the barrier expects
-// the activations' bytes too, whose copies may come later (they wait for the
-// previous kernel).  xs: activations past K (only the last stage, K % 8 ==
-// 0) are zeroed with plain stores before the arrive that releases them.
-template <int KC, int XM>
+// (tile t at t * kStageChunks * 512 bytes of the slot); with xt the barrier
+// expects the activation tiles' bytes too, whose copies may come later
+// (they wait for the previous kernel).
+template <int KC, bool XT>
 __device__ __forceinline__ void issue_stage(const Params &p, unsigned char *slot, uint64_t *bar, int tile0, int nt,
                                             int c0, int nc) {
-    if constexpr (XM == 1) {
-        const int kx = min((c0 + nc) * KC, p.k) - c0 * KC;
-        for (int r = 0; r < p.xrows; r++)
-            for (int e = kx; e < nc * KC; e += 8)
-                *reinterpret_cast<uint4 *>(slot + kStageBytes + r * p.xrow_bytes + e * 2) = make_uint4(0, 0, 0, 0);
-    }
-    mbar_expect_tx(bar, (uint32_t)(nt * nc * 512) + act_bytes<KC, XM>(p, c0, nc));
+    mbar_expect_tx(bar, (uint32_t)(nt * nc * 512) + (XT ? act_bytes<KC>(p, nc) : 0u));
     for (int t = 0; t < nt; t++)
         bulk_copy(slot + t * kStageChunks * 512, p.w + ((size_t)(tile0 + t) * p.chunks + c0) * 32, (uint32_t)nc * 512,
                   bar);
-}
-
-// B fragments of chunk j of a stage from the slot's activation rows (xs);
-// rows past M read as zeros.
-template <int CODE, int MT>
-__device__ __forceinline__ void load_xs(const Params &p, const unsigned char *xs, int j,
-                                        uint2 (&xb)[MT][chunk_dims<CODE>::STEPS]) {
-    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++) {
-        const int r = mt * 8 + gid;
-        const uint2 *row = reinterpret_cast<const uint2 *>(xs + min(r, p.xrows - 1) * p.xrow_bytes +
-                                                           (j * chunk_dims<CODE>::KC + 4 * tig) * 2);
-#pragma unroll
-        for (int q = 0; q < chunk_dims<CODE>::STEPS; q++) {
-            const uint2 v = row[4 * q];
-            xb[mt][q] = r < p.xrows ? v : make_uint2(0, 0);
-        }
-    }
 }
 
 // The same from the swizzled TMA tiles (xt): block b (64 columns) of the
@@ -135,21 +97,30 @@ __device__ __forceinline__ void xt_offsets(int (&xo)[chunk_dims<CODE>::STEPS]) {
 }
 
 // A block's scales (`bytes` in their packed encoding at `src`, global or
-// shared memory, 16-byte aligned) to f32 in shared memory: 16 bytes a
-// thread at a time, up to 4 loads in flight, the encoding resolved once
-// outside the loop (a per-entry switch made mxfp4's 12288 entries a block a
-// visible part of the prologue).
+// shared memory, 16-byte aligned) to f32 in shared memory, 16 bytes a
+// thread at a time with the encoding resolved once outside the loop (a
+// per-entry switch made mxfp4's 12288 entries a block a visible part of the
+// prologue).  The first kScaleBatch vectors of each thread are loaded by
+// scale_batch() (at kernel entry, ahead of the ring's copies, when they come
+// from global memory) and passed in `pre`; the rest in batches like it.
+constexpr int kScaleBatch = 4;
+__device__ __forceinline__ void scale_batch(const unsigned char *src, int nv, int v0, int step,
+                                            uint4 (&raw)[kScaleBatch]) {
+#pragma unroll
+    for (int b = 0; b < kScaleBatch; b++)
+        raw[b] = v0 + b * step < nv ? reinterpret_cast<const uint4 *>(src)[v0 + b * step] : make_uint4(0, 0, 0, 0);
+}
 template <int KIND>
-__device__ __forceinline__ void decode_scales_as(const unsigned char *src, int bytes, float *out, int tid, int step) {
-    constexpr int kB = 4;
+__device__ __forceinline__ void decode_scales_as(const unsigned char *src, int bytes, float *out, int tid, int step,
+                                                 const uint4 (&pre)[kScaleBatch]) {
     const int nv = bytes / 16;
-    for (int v0 = tid; v0 < nv; v0 += kB * step) {
-        uint4 raw[kB];
+    uint4 raw[kScaleBatch];
 #pragma unroll
-        for (int b = 0; b < kB; b++)
-            raw[b] = v0 + b * step < nv ? reinterpret_cast<const uint4 *>(src)[v0 + b * step] : make_uint4(0, 0, 0, 0);
+    for (int b = 0; b < kScaleBatch; b++) raw[b] = pre[b];
+    for (int v0 = tid; v0 < nv; v0 += kScaleBatch * step) {
+        if (v0 != tid) scale_batch(src, nv, v0, step, raw);
 #pragma unroll
-        for (int b = 0; b < kB; b++) {
+        for (int b = 0; b < kScaleBatch; b++) {
             const int v = v0 + b * step;
             if (v >= nv) break;
             const uint32_t w[4] = {raw[b].x, raw[b].y, raw[b].z, raw[b].w};
@@ -179,12 +150,12 @@ __device__ __forceinline__ void decode_scales_as(const unsigned char *src, int b
     }
 }
 __device__ __forceinline__ void decode_scales(const unsigned char *src, int kind, int bytes, float *out, int tid,
-                                              int step) {
+                                              int step, const uint4 (&pre)[kScaleBatch]) {
     switch (kind) {
-    case TOPS__CU_SCALE_F32: decode_scales_as<TOPS__CU_SCALE_F32>(src, bytes, out, tid, step); break;
-    case TOPS__CU_SCALE_F16: decode_scales_as<TOPS__CU_SCALE_F16>(src, bytes, out, tid, step); break;
-    case TOPS__CU_SCALE_E8M0: decode_scales_as<TOPS__CU_SCALE_E8M0>(src, bytes, out, tid, step); break;
-    default: decode_scales_as<TOPS__CU_SCALE_UE4M3>(src, bytes, out, tid, step); break;
+    case TOPS__CU_SCALE_F32: decode_scales_as<TOPS__CU_SCALE_F32>(src, bytes, out, tid, step, pre); break;
+    case TOPS__CU_SCALE_F16: decode_scales_as<TOPS__CU_SCALE_F16>(src, bytes, out, tid, step, pre); break;
+    case TOPS__CU_SCALE_E8M0: decode_scales_as<TOPS__CU_SCALE_E8M0>(src, bytes, out, tid, step, pre); break;
+    default: decode_scales_as<TOPS__CU_SCALE_UE4M3>(src, bytes, out, tid, step, pre); break;
     }
 }
 
@@ -252,19 +223,20 @@ __device__ __forceinline__ void chunk_step(const Params &p, const uint4 (&cur)[N
 }
 #endif
 
-// XM: where the activations come from (0 L2, 1 xs rows, 2 xt tiles; see the
-// top of the file); FP: see chunk_step.
-template <int CODE, bool BF16, int MT, int XM, int FP>
-__global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
+// TG: tile groups; XT: activations as TMA tiles in the ring slots (else
+// from L2); FP: see chunk_step.
+template <int CODE, bool BF16, int MT, int TG, bool XT, int FP>
+__global__ void __launch_bounds__(kGroupWarps * TG * 32, TOPS_CU_BULK_MINB)
     wbulk_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    constexpr int kWarpTiles = bulk_warp_tiles(MT), kBulkWarps = bulk_warps(MT);
+    constexpr int kWarpTiles = kBulkTiles / TG, kBulkWarps = kGroupWarps * TG;
     constexpr int KC = chunk_dims<CODE>::KC;
     extern __shared__ __align__(128) unsigned char smem_raw[];
-    // ring[p.ring][p.slot_bytes] (1024-byte aligned) | scales as copied | scales as f32 | mbarriers
+    // ring[p.ring][p.slot_bytes] (1024-byte aligned) | scales as copied (unless
+    // sc_direct) | scales as f32 | mbarriers
     unsigned char *ring =
         smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023); // bulk_smem_bytes() counts the 1 KB
-    unsigned char *ssc = ring + (size_t)p.ring * p.slot_bytes; // raw scales (unless sc_direct)
+    unsigned char *ssc = ring + (size_t)p.ring * p.slot_bytes;
     float *sf = reinterpret_cast<float *>(
         ssc + ((p.has_scales && !p.sc_direct ? (size_t)kBulkTiles * p.scale_tile_bytes : 0) + 15) / 16 * 16);
     uint64_t *bar = reinterpret_cast<uint64_t *>(sf + (p.has_scales ? kBulkTiles * p.groups * 16 : 0));
@@ -287,6 +259,13 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
     const int m0 = pass * p.mw * MT * 8 + mw * MT * 8; // this warp's first token
     const bool busy = m0 < p.m && wnt > 0;
 
+    // Scales straight from global memory: each thread's first loads go out
+    // before the ring's copies queue up behind them.
+    const unsigned char *gsc = p.scales + (size_t)tile0 * p.scale_tile_bytes;
+    const int sc_bytes = p.has_scales ? nt * p.scale_tile_bytes : 0;
+    uint4 pre[kScaleBatch];
+    scale_batch(gsc, p.sc_direct ? sc_bytes / 16 : 0, tid, kBulkWarps * 32, pre);
+
     // bar[0, kMaxStages): ring slot filled; bar[kMaxStages]: scales copied;
     // empty[s]: every thread done reading slot s (last-warp refill only)
     uint64_t *empty = bar + kMaxStages + 1;
@@ -303,19 +282,18 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
     // before waiting for it; activations and outputs after.
     if (tid == 0) {
         if (p.has_scales && !p.sc_direct) {
-            const uint32_t sb = (uint32_t)(nt * p.scale_tile_bytes);
-            mbar_expect_tx(&bar[kMaxStages], sb);
-            bulk_copy(ssc, p.scales + (size_t)tile0 * p.scale_tile_bytes, sb, &bar[kMaxStages]);
+            mbar_expect_tx(&bar[kMaxStages], (uint32_t)sc_bytes);
+            bulk_copy(ssc, gsc, (uint32_t)sc_bytes, &bar[kMaxStages]);
         }
         for (int i = 0; i < p.ring && i < nstages; i++) {
             const int c0 = c_begin + i * kStageChunks;
-            issue_stage<KC, XM>(p, ring + (size_t)i * p.slot_bytes, &bar[i], tile0, nt, c0, min(kStageChunks, c_end - c0));
+            issue_stage<KC, XT>(p, ring + (size_t)i * p.slot_bytes, &bar[i], tile0, nt, c0, min(kStageChunks, c_end - c0));
         }
-        if constexpr (XM != 0) {
+        if constexpr (XT) {
             grid_dep_wait();
             for (int i = 0; i < p.ring && i < nstages; i++) {
                 const int c0 = c_begin + i * kStageChunks;
-                issue_acts<KC, XM>(&xmap, p, ring + (size_t)i * p.slot_bytes, &bar[i], c0, min(kStageChunks, c_end - c0));
+                issue_acts<KC>(&xmap, p, ring + (size_t)i * p.slot_bytes, &bar[i], c0, min(kStageChunks, c_end - c0));
             }
         }
     }
@@ -329,11 +307,11 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = part[a][b][c] = 0.0f;
 
-    // Without xs/xt the activations of a warp's next chunk are loaded one
-    // chunk ahead (they come from L2; the weights are already in shared memory).
+    // Without xt the activations of a warp's next chunk are loaded one chunk
+    // ahead (they come from L2; the weights are already in shared memory).
     constexpr int STEPS = chunk_dims<CODE>::STEPS;
     uint2 xb[MT][STEPS] = {};
-    if constexpr (XM == 0) {
+    if constexpr (!XT) {
         grid_dep_wait();
         if (busy && c_begin + kw < c_end) act_frags<CODE, MT>(p, c_begin + kw, m0, xb);
     }
@@ -341,14 +319,13 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
         // Decode the block's scales to f32 once: a flush then reads one
         // float2 instead of branching on the encoding (3x the mma's cost for
         // nvfp4's groups of 16).
-        // sc_direct: straight from global memory (no raw copy in shared
-        // memory, which leaves room for ring stages).
-        const unsigned char *src = p.scales + (size_t)tile0 * p.scale_tile_bytes;
+        const unsigned char *src = gsc;
         if (!p.sc_direct) {
             mbar_wait(&bar[kMaxStages], 0);
             src = ssc;
+            scale_batch(src, sc_bytes / 16, tid, kBulkWarps * 32, pre);
         }
-        decode_scales(src, p.scale_kind, nt * p.scale_tile_bytes, sf, tid, kBulkWarps * 32);
+        decode_scales(src, p.scale_kind, sc_bytes, sf, tid, kBulkWarps * 32, pre);
         __syncthreads();
     }
     // This lane's scales (rows gid and gid + 8 of each group) of the warp's
@@ -358,8 +335,8 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
     const float *wsc = sf + (size_t)wt0 * sc_stride + 2 * (lane >> 2);
     int xo[STEPS];
     xt_offsets<CODE>(xo);
-    int s = 0;        // ring slot of stage i
-    uint32_t ph = 0;  // and the parity of its current use
+    int s = 0;       // ring slot of stage i
+    uint32_t ph = 0; // and the parity of its current use
     for (int i = 0; i < nstages; i++) {
         const int c0 = c_begin + i * kStageChunks, nc = min(kStageChunks, c_end - c0);
         mbar_wait(&bar[s], ph);
@@ -375,12 +352,11 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
 #pragma unroll
                 for (int t = 0; t < kWarpTiles; t++)
                     cur[t] = *reinterpret_cast<const uint4 *>(buf + t * kStageChunks * 512 + j * 512);
-                if constexpr (XM != 0) {
+                if constexpr (XT) {
 #if TOPS_CU_BULK_DIAG == 2
                     act_frags<CODE, MT>(p, c0 + j, m0, xb);
 #else
-                    if constexpr (XM == 1) load_xs<CODE, MT>(p, slot + kStageBytes, j, xb);
-                    else load_xt<CODE, MT>(slot + kStageBytes, j, xo, xb);
+                    load_xt<CODE, MT>(slot + kStageBytes, j, xo, xb);
 #endif
                     chunk_step<CODE, BF16, kWarpTiles, MT, FP>(p, cur, c0 + j, xb, wsc, sc_stride, part, acc);
                 } else {
@@ -419,15 +395,15 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
                 mbar_wait(&empty[s], ph);
                 atomicExch(&done[s], 0); // atomic like the other warps' adds
                 if (refill) {
-                    issue_stage<KC, XM>(p, slot1, &bar[s], tile0, nt, c1, nc1);
-                    issue_acts<KC, XM>(&xmap, p, slot1, &bar[s], c1, nc1);
+                    issue_stage<KC, XT>(p, slot1, &bar[s], tile0, nt, c1, nc1);
+                    if constexpr (XT) issue_acts<KC>(&xmap, p, slot1, &bar[s], c1, nc1);
                 }
             }
         } else {
             __syncthreads(); // every warp is done with slot s: refill it
             if (tid == 0 && refill) {
-                issue_stage<KC, XM>(p, slot1, &bar[s], tile0, nt, c1, nc1);
-                issue_acts<KC, XM>(&xmap, p, slot1, &bar[s], c1, nc1);
+                issue_stage<KC, XT>(p, slot1, &bar[s], tile0, nt, c1, nc1);
+                if constexpr (XT) issue_acts<KC>(&xmap, p, slot1, &bar[s], c1, nc1);
             }
         }
         if (++s == p.ring) {
@@ -449,7 +425,7 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
             }
         }
     }
-    if constexpr (XM != 0) grid_dep_wait(); // before the stores (thread 0 waited already)
+    if constexpr (XT) grid_dep_wait(); // before the stores (thread 0 waited already)
     __syncthreads(); // every warp is past the last stage: the ring is free
 
     // Partial sums of the kw warps of each (tile, token) meet in the (now
@@ -481,43 +457,44 @@ __global__ void __launch_bounds__(bulk_warps(MT) * 32, TOPS_CU_BULK_MINB)
 
 // Kernels per code family: FP = 0 and every divisor of the chunk's k16
 // steps (scale groups of 16 .. KC and longer).
-template <int CODE, bool BF16, int MT, int XM>
+template <int CODE, bool BF16, int MT, int TG, bool XT>
 bulk_fn bulk_fp(int fp) {
     constexpr int STEPS = chunk_dims<CODE>::STEPS;
     switch (fp) {
-    case 0: return wbulk_kernel<CODE, BF16, MT, XM, 0>;
-    case 1: return wbulk_kernel<CODE, BF16, MT, XM, 1>;
-    case 2: return STEPS >= 2 ? wbulk_kernel<CODE, BF16, MT, XM, (STEPS >= 2 ? 2 : 1)> : nullptr;
-    case 4: return STEPS >= 4 ? wbulk_kernel<CODE, BF16, MT, XM, (STEPS >= 4 ? 4 : 1)> : nullptr;
+    case 0: return wbulk_kernel<CODE, BF16, MT, TG, XT, 0>;
+    case 1: return wbulk_kernel<CODE, BF16, MT, TG, XT, 1>;
+    case 2: return STEPS >= 2 ? wbulk_kernel<CODE, BF16, MT, TG, XT, (STEPS >= 2 ? 2 : 1)> : nullptr;
+    case 4: return STEPS >= 4 ? wbulk_kernel<CODE, BF16, MT, TG, XT, (STEPS >= 4 ? 4 : 1)> : nullptr;
     default: return nullptr;
     }
 }
 
 template <int CODE, bool BF16>
-bulk_fn bulk_width(int mt, int xm, int fp) {
-    if (mt == 1)
-        return xm == 2 ? bulk_fp<CODE, BF16, 1, 2>(fp) : xm == 1 ? bulk_fp<CODE, BF16, 1, 1>(fp) : bulk_fp<CODE, BF16, 1, 0>(fp);
-    return xm == 2 ? bulk_fp<CODE, BF16, 2, 2>(fp) : xm == 1 ? bulk_fp<CODE, BF16, 2, 1>(fp) : bulk_fp<CODE, BF16, 2, 0>(fp);
+bulk_fn bulk_width(int mt, int tg, bool xt, int fp) {
+    if (mt == 1 && tg == 3) return xt ? bulk_fp<CODE, BF16, 1, 3, true>(fp) : nullptr; // spills from L2 loads
+    if (tg != 2) return nullptr;
+    if (mt == 1) return xt ? bulk_fp<CODE, BF16, 1, 2, true>(fp) : bulk_fp<CODE, BF16, 1, 2, false>(fp);
+    return xt ? bulk_fp<CODE, BF16, 2, 2, true>(fp) : bulk_fp<CODE, BF16, 2, 2, false>(fp);
 }
 
 template <bool BF16>
-bulk_fn bulk_code(int code, int mt, int xm, int fp) {
+bulk_fn bulk_code(int code, int mt, int tg, bool xt, int fp) {
     switch (code) {
-    case TOPS__CU_CODE_U4: return bulk_width<TOPS__CU_CODE_U4, BF16>(mt, xm, fp);
-    case TOPS__CU_CODE_E2M1: return bulk_width<TOPS__CU_CODE_E2M1, BF16>(mt, xm, fp);
-    case TOPS__CU_CODE_I8: return bulk_width<TOPS__CU_CODE_I8, BF16>(mt, xm, fp);
-    case TOPS__CU_CODE_E4M3: return bulk_width<TOPS__CU_CODE_E4M3, BF16>(mt, xm, fp);
-    default: return bulk_width<BF16 ? TOPS__CU_CODE_BF16 : TOPS__CU_CODE_F16, BF16>(mt, xm, fp);
+    case TOPS__CU_CODE_U4: return bulk_width<TOPS__CU_CODE_U4, BF16>(mt, tg, xt, fp);
+    case TOPS__CU_CODE_E2M1: return bulk_width<TOPS__CU_CODE_E2M1, BF16>(mt, tg, xt, fp);
+    case TOPS__CU_CODE_I8: return bulk_width<TOPS__CU_CODE_I8, BF16>(mt, tg, xt, fp);
+    case TOPS__CU_CODE_E4M3: return bulk_width<TOPS__CU_CODE_E4M3, BF16>(mt, tg, xt, fp);
+    default: return bulk_width<BF16 ? TOPS__CU_CODE_BF16 : TOPS__CU_CODE_F16, BF16>(mt, tg, xt, fp);
     }
 }
 
 } // namespace
 
-// One kernel per (code family, activation type, 1 or 2 token tiles per warp,
-// activation mode, scale flush period); nullptr for a period the family
-// cannot have.
-bulk_fn bulk_kernel(int code, bool bf16, int mt, int xm, int fp) {
-    return bf16 ? bulk_code<true>(code, mt, xm, fp) : bulk_code<false>(code, mt, xm, fp);
+// One kernel per (code family, activation type, token tiles per warp, tile
+// groups, activations as TMA tiles or from L2, scale flush period); nullptr
+// for a combination that does not exist.
+bulk_fn bulk_kernel(int code, bool bf16, int mt, int tg, bool xt, int fp) {
+    return bf16 ? bulk_code<true>(code, mt, tg, xt, fp) : bulk_code<false>(code, mt, tg, xt, fp);
 }
 
 } // namespace tops_cu

@@ -129,7 +129,7 @@ long long warps_per_sm() {
 struct Plan {
     kernel_fn fn;
     bulk_fn bfn;     // the bulk kernel (then fn is unused)
-    CUtensorMap xmap; // its activations' tensor map (xm = 2)
+    CUtensorMap xmap; // its activation tiles' tensor map (xt)
     long long blocks_x;
     int threads;
     size_t smem;
@@ -170,13 +170,13 @@ void plan_wstream(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     pl.pdl = false;
 }
 
-// Most tokens whose activations ride in the bulk kernel's ring as one bulk
-// copy per row and stage (xs).  H200, int4-g128 / mxfp4 against the loads
-// from L2 in the same run (bench/results/h200.md, 2026-11-29 16:31 UTC):
-// faster at M = 1 (14.7 vs 15.3 us, 17.2 vs 18.0) and M = 2 (15.4 vs 15.6,
-// 17.8 vs 18.4), even at M = 4, slower at M = 8 (18.3 vs 16.9) and M = 16.
-constexpr long long kBulkXsRows = 2;
-// Most tokens whose activations ride in the ring as swizzled TMA tiles (xt).
+// Tile groups for one token tile per warp (2 or 3; see plan_bulk).
+constexpr long long kBulkTgM8 = 2;
+// Most tokens whose activations ride in the bulk kernel's ring as swizzled
+// TMA tiles (xt): one pass.  H200, 2026-11-29 18:21 UTC, same call,
+// int4-g128: 12.3 / 12.2 / 12.1 / 14.7 us at M = 1 / 2 (or 4) / 8 / 16
+// against 13.3 / - / 14.3 / 17.2 with loads from L2 and 13.1 at M = 1 with
+// one bulk copy per row (the earlier xs path, removed).
 constexpr long long kBulkXtRows = 16;
 
 long long env_or(const char *name, long long dflt) {
@@ -230,66 +230,67 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
         return false;
     }
     if (major < 9) return false;
-    // The ring gives up stages (down to 2, still 48 KB in flight) before the
-    // block's scales stop fitting.  TOPS_CUDA_BULK_RING=n asks for n stages
-    // (2..kMaxStages; tuning runs).
-    // Scales are decoded to f32 straight from global memory unless
-    // TOPS_CUDA_BULK_SCD=0 (copied to shared memory first: A/B runs).
-    p.sc_direct = env_or("TOPS_CUDA_BULK_SCD", 1) != 0;
-    const size_t raw = p.has_scales && !p.sc_direct ? (size_t)kBulkTiles * p.scale_tile_bytes : 0;
-    const size_t f32 = p.has_scales ? (size_t)kBulkTiles * p.groups * 16 * 4 : 0;
-    const long long ring_env = env_or("TOPS_CUDA_BULK_RING", kStages);
-    const int ring_want = ring_env >= 2 && ring_env <= kMaxStages ? (int)ring_env : kStages;
-    const auto ring_for = [&](size_t slot) {
-        int r = ring_want;
-        while (r > 2 && bulk_smem_bytes(r, raw, f32, slot) > (size_t)optin) r--;
-        return r;
-    };
     // Token tiles per warp (mt) and warps along tokens (mw): at most 2 x 8
     // tokens per warp keeps a warp's tiles' accumulators in registers; the
     // other warps of its tile group split each stage's chunks along K (kw).
     const int mt = a->m <= 8 ? 1 : 2;
-    // Activations in the ring slots for one pass (M <= 16) of 16-byte
-    // aligned rows, unless that costs ring stages: up to kBulkXsRows tokens
-    // as one bulk copy per row (xs), then up to kBulkXtRows as TMA tiles
-    // (xt).  TOPS_CUDA_BULK_XS=r / TOPS_CUDA_BULK_XT=r set the most tokens
-    // (0: never; A/B runs and tests of every path).
-    const long long xs_max = env_or("TOPS_CUDA_BULK_XS", kBulkXsRows), xt_max = env_or("TOPS_CUDA_BULK_XT", kBulkXtRows);
-    const bool aligned = a->m <= 16 && (uintptr_t)a->x % 16 == 0 && a->ldx % 8 == 0;
-    p.xrows = (int)(a->m < mt * 8 ? a->m : mt * 8);
-    p.xm = 0;
-    p.slot_bytes = kStageBytes;
-    const auto fits = [&](size_t slot) {
-        return ring_for(slot) == ring_for(kStageBytes) && bulk_smem_bytes(ring_for(slot), raw, f32, slot) <= (size_t)optin;
+    // The ring gives up stages (down to 2, still 48 KB in flight) before the
+    // block's scales stop fitting.  TOPS_CUDA_BULK_RING=n asks for n stages
+    // (2..kMaxStages; tuning runs).  The scales are bulk-copied to shared
+    // memory before their decode to f32 (measured faster than loading them
+    // straight from global memory: int4-g128 12.2 vs 13.1 us at M = 1, same
+    // call) unless the copy's room would cost the activation tiles or ring
+    // stages; TOPS_CUDA_BULK_SCD=0/1 forces either (A/B runs, tests).
+    const size_t f32 = p.has_scales ? (size_t)kBulkTiles * p.groups * 16 * 4 : 0;
+    const long long ring_env = env_or("TOPS_CUDA_BULK_RING", kStages);
+    const int ring_want = ring_env >= 2 && ring_env <= kMaxStages ? (int)ring_env : kStages;
+    const auto ring_for = [&](size_t slot, size_t raw) {
+        int r = ring_want;
+        while (r > 2 && bulk_smem_bytes(r, raw, f32, slot) > (size_t)optin) r--;
+        return bulk_smem_bytes(r, raw, f32, slot) <= (size_t)optin ? r : 0;
     };
-    if (aligned && a->m <= xs_max && a->k % 8 == 0) {
-        p.xrow_bytes = bulk_xrow_bytes(tops__cu_chunk_k(a->code));
-        const size_t slot = ((size_t)kStageBytes + (size_t)p.xrows * p.xrow_bytes + 1023) & ~(size_t)1023;
-        if (fits(slot)) {
-            p.xm = 1;
-            p.slot_bytes = (int)slot;
-        }
-    }
-    if (p.xm == 0 && aligned && a->m <= xt_max) {
-        const int xrows = p.xrows;
+    // Activations as TMA tiles for one pass (M <= 16) of 16-byte aligned rows
+    // while the ring keeps at least 3 stages (3 measured as fast as 4:
+    // int4-g128 13.0 / 14.5 us at M = 1 / 16 against 13.1 / 14.7);
+    // TOPS_CUDA_BULK_XT=r sets the most tokens (0: never; A/B runs, tests).
+    const long long scd = env_or("TOPS_CUDA_BULK_SCD", -1);
+    const size_t raw_copy = p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0;
+    const size_t xslot = (size_t)kStageBytes + (size_t)kStageChunks * tops__cu_chunk_k(a->code) / 64 * 1024 * mt;
+    const bool xt_ok = a->m <= 16 && a->m <= env_or("TOPS_CUDA_BULK_XT", kBulkXtRows) && (uintptr_t)a->x % 16 == 0 &&
+                       a->ldx % 8 == 0;
+    const auto xt_fits = [&](size_t raw) {
+        const int r = ring_for(xslot, raw);
+        return r >= 3 || (r >= 2 && r == ring_for(kStageBytes, raw));
+    };
+    p.sc_direct = scd >= 0 ? scd != 0
+                           : (xt_ok && !xt_fits(raw_copy) && xt_fits(0)) ||
+                                 (ring_for(kStageBytes, raw_copy) == 0 && ring_for(kStageBytes, 0) > 0);
+    const size_t raw = p.sc_direct ? 0 : raw_copy;
+    p.xt = 0;
+    p.slot_bytes = kStageBytes;
+    if (xt_ok && xt_fits(raw)) {
         p.xrows = mt * 8;
-        const size_t slot = (size_t)kStageBytes + (size_t)kStageChunks * tops__cu_chunk_k(a->code) / 64 * 1024 * mt;
-        if (fits(slot) && xt_map(a, p, &pl.xmap)) {
-            p.xm = 2;
-            p.slot_bytes = (int)slot;
-        } else {
-            p.xrows = xrows;
+        if (xt_map(a, p, &pl.xmap)) {
+            p.xt = 1;
+            p.slot_bytes = (int)xslot;
         }
     }
-    p.ring = ring_for((size_t)p.slot_bytes);
+    // Tile groups: 3 (24 warps of 2 tiles) for one token tile per warp and
+    // activation tiles when TOPS_CUDA_BULK_TG (default kBulkTgM8) is 3, else 2.
+    const int tg = mt == 1 && p.xt && env_or("TOPS_CUDA_BULK_TG", kBulkTgM8) == 3 ? 3 : 2;
+    p.ring = ring_for((size_t)p.slot_bytes, raw);
+    if (p.ring == 0) return false;
     const size_t smem = bulk_smem_bytes(p.ring, raw, f32, (size_t)p.slot_bytes);
-    if (smem > (size_t)optin) return false;
     p.mw = a->m <= 16 ? 1 : a->m <= 32 ? 2 : a->m <= 64 ? 4 : 8;
     p.kw = kGroupWarps / p.mw;
     p.passes = (int)((a->m + p.mw * mt * 8 - 1) / (p.mw * mt * 8));
-    // The last warp done with a slot refills it for kernels of at least
-    // TOPS_CUDA_BULK_ARRIVE (default TOPS_CU_BULK_ARRIVE) token tiles per warp.
-    p.last_warp = mt >= env_or("TOPS_CUDA_BULK_ARRIVE", TOPS_CU_BULK_ARRIVE);
+    // The last warp done with a slot refills it (instead of a block barrier
+    // per stage) for kernels of at least TOPS_CU_BULK_ARRIVE token tiles per
+    // warp that load activations from L2; the tile kernels measured faster
+    // with the barrier.  TOPS_CUDA_BULK_ARRIVE=w: the refill from w token
+    // tiles on, whatever the activations (1: all, 3: none; A/B runs, tests).
+    const long long arrive = env_or("TOPS_CUDA_BULK_ARRIVE", 0);
+    p.last_warp = arrive > 0 ? mt >= arrive : !p.xt && mt >= TOPS_CU_BULK_ARRIVE;
     const long long blocks = (long long)((p.ntiles + kBulkTiles - 1) / kBulkTiles) * p.passes;
     // Split K across blocks only when the blocks cannot fill the SMs; a
     // split is whole stages.
@@ -307,15 +308,13 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // one scale per row or none, else the group's steps within a chunk.
     const int steps = tops__cu_chunk_k(a->code) / 16;
     const int fp = !p.has_scales || p.groups <= 1 ? 0 : p.group / 16 < steps ? p.group / 16 : steps;
-    pl.bfn = bulk_kernel(a->code, a->x_bf16 != 0, mt, p.xm, fp);
+    pl.bfn = bulk_kernel(a->code, a->x_bf16 != 0, mt, tg, p.xt != 0, fp);
     if (!pl.bfn) return false;
     pl.fn = nullptr;
     pl.blocks_x = blocks;
-    pl.threads = bulk_warps(mt) * 32;
+    pl.threads = kGroupWarps * tg * 32;
     pl.smem = smem;
-    pl.name = p.xm == 2   ? "wbulk cp.async.bulk + TMA x + mma.sync m16n8k16"
-              : p.xm == 1 ? "wbulk cp.async.bulk (w+x) + mma.sync m16n8k16"
-                          : "wbulk cp.async.bulk + mma.sync m16n8k16";
+    pl.name = p.xt ? "wbulk cp.async.bulk + TMA x + mma.sync m16n8k16" : "wbulk cp.async.bulk + mma.sync m16n8k16";
     pl.pdl = p.splits == 1 && pdl_on();
     if (cudaFuncSetAttribute(reinterpret_cast<const void *>(pl.bfn), cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)smem) != cudaSuccess) {
