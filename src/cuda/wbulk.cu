@@ -62,12 +62,22 @@ __device__ __forceinline__ void issue_stage(const Params &p, unsigned char *slot
                   bar);
 }
 
-// The same from the swizzled TMA tiles (xt): block b (64 columns) of the
-// stage holds rows 0 .. 8 * MT (zeros past M) at b * 1024 * MT + r * 128
+// B fragments of chunk j of a stage from its activation tiles: block b (64
+// columns) holds rows 0 .. 8 * MT (zeros past M) at b * 1024 * MT + r * 128
 // bytes, its 16-byte unit u at u ^ (r & 7) (128-byte swizzle over the
 // 1024-byte aligned slot), so the 8 rows a warp's lanes read at one column
-// fall in different banks.  `xo` (xt_offsets): this lane's offsets for
-// 4-bit codes, where a chunk is one whole block.
+// fall in different banks.  xt_offset(): lane (gid, tig)'s bytes of its 8
+// in unit u of a block; `xo` (xt_offsets) holds them for 4-bit codes, where
+// a chunk is one whole block and step q's unit is 2 q + tig / 2.
+__device__ __forceinline__ int xt_offset(int gid, int tig, int u) {
+    return gid * 128 + ((u ^ gid) << 4) + ((tig & 1) << 3);
+}
+template <int CODE>
+__device__ __forceinline__ void xt_offsets(int (&xo)[chunk_dims<CODE>::STEPS]) {
+    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int q = 0; q < chunk_dims<CODE>::STEPS; q++) xo[q] = xt_offset(gid, tig, 2 * q + (tig >> 1));
+}
 template <int CODE, int MT>
 __device__ __forceinline__ void load_xt(const unsigned char *xs, int j, const int (&xo)[chunk_dims<CODE>::STEPS],
                                         uint2 (&xb)[MT][chunk_dims<CODE>::STEPS]) {
@@ -76,23 +86,10 @@ __device__ __forceinline__ void load_xt(const unsigned char *xs, int j, const in
 #pragma unroll
     for (int q = 0; q < chunk_dims<CODE>::STEPS; q++) {
         const int c = j * KC + 16 * q; // the step's first column in the stage
-        int off = xo[q];
-        if constexpr (KC < 64) {
-            const int u = ((c & 63) >> 3) + (tig >> 1);
-            off = gid * 128 + ((u ^ gid) << 4) + ((tig & 1) << 3);
-        }
+        const int off = KC < 64 ? xt_offset(gid, tig, ((c & 63) >> 3) + (tig >> 1)) : xo[q];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
             xb[mt][q] = *reinterpret_cast<const uint2 *>(xs + (c >> 6) * 1024 * MT + mt * 1024 + off);
-    }
-}
-template <int CODE>
-__device__ __forceinline__ void xt_offsets(int (&xo)[chunk_dims<CODE>::STEPS]) {
-    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int q = 0; q < chunk_dims<CODE>::STEPS; q++) {
-        const int u = 2 * q + (tig >> 1); // 16-byte unit of step q's 8 bytes in a 64-column block
-        xo[q] = gid * 128 + ((u ^ gid) << 4) + ((tig & 1) << 3);
     }
 }
 
