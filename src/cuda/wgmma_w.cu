@@ -472,9 +472,11 @@ __device__ __forceinline__ void consume_folded(const Params &p, const Cta &cta, 
 // Folded-scale kernel (SK: the scale encoding).  One f32 accumulator per
 // output over the whole K, chunk c + 1 decoded (and folded) while chunk c's
 // wgmmas run: two register sets of A fragments, at most two chunks of
-// wgmmas in flight, `wgmma.wait_group 1` before a set is rewritten.  The
-// stage permute moves to three producer warps (a `ready` barrier per slot),
-// so the consumer warpgroups no longer meet at a `bar.sync` per stage.
+// wgmmas in flight, `wgmma.wait_group 1` before a set is rewritten.  The K
+// order is fixed in registers (natural_k_order), so the consumer warpgroups
+// no longer permute the stage nor meet at a `bar.sync` per stage; with
+// fold_shfl = 0 (A/B runs) three producer warps permute it instead and
+// release it through the slot's `ready` barrier.
 template <int CODE, int SK, bool BF16, int WT, int TN>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_f_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
 #ifdef TOPS_CU_WGMMA
