@@ -84,6 +84,11 @@ typedef struct tops__cuda_packed {
        channel scales [n] (NULL for plain e4m3), in the same allocation. */
     void *fp8_weights, *fp8_scales;
     size_t fp8_bytes;  /* both, as allocated */
+    /* The scale entries' range, scanned at pack time (tops__cu_fold_shift
+       decides from it whether code x scale fits the activations' type):
+       largest and smallest nonzero magnitude, and whether any is NaN / inf. */
+    double scale_absmax, scale_absmin;
+    int scale_nonfinite;
 } tops__cuda_packed;
 #define TOPS__CUDA_PACKED_MAGIC 0x43555041u /* "CUPA" */
 
@@ -93,6 +98,11 @@ typedef struct tops__cuda_packed {
    TOPS_UNSUPPORTED_FORMAT for formats the GPU path does not decode. */
 tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *right, int transpose_right,
                                  tops__cuda_packed *pk, void **weights, void **scales);
+
+/* Whether the wgmma kernel can fold the scales of *pk into its weights for
+   bf16 (1) or f16 (0) activations in this precision mode; *shift is the
+   power of two the epilogue multiplies back (pack.c says when it holds). */
+int tops__cu_fold_shift(const tops__cuda_packed *pk, int bf16, int relaxed, int *shift);
 
 /* One launch of the weight-streaming matmul. */
 typedef struct tops__cu_matmul_args {
@@ -111,6 +121,9 @@ typedef struct tops__cu_matmul_args {
     int64_t m, n, k;
     int sm_count;
     void *stream;
+    /* wgmma_w.cu only: fold = 1 forms w = code x scale in the activations'
+       type (tops__cu_fold_shift), 2^fold_shift moved to the epilogue. */
+    int fold, fold_shift;
 } tops__cu_matmul_args;
 
 /* Launches the kernels (asynchronous); returns a cudaError_t value (0 = ok)

@@ -106,28 +106,50 @@ static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
     return relaxed && pk->fp8_weights && m >= fp8_min_m();
 }
 
-/* Strict mode: the wgmma kernel (wgmma_w.cu) where it measured faster than
-   wbulk on the H200 (2026-11-29 16:51 UTC, one split, same run): 4-bit
+/* Folded scales (wgmma_w.cu, pack.c's tops__cu_fold_shift): e2m1 weights
+   in either mode when code x scale is exact in the activations' type,
+   4-bit integers with f16 scales in relaxed mode with f16 activations.
+   TOPS_CUDA_WGMMA_FOLD=0 turns it off (A/B runs, tests). */
+static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shift) {
+    const char *e = getenv("TOPS_CUDA_WGMMA_FOLD");
+    *shift = 0;
+    if (e && strcmp(e, "0") == 0) return 0;
+    return fp8_device(pk->device) && tops__cu_fold_shift(pk, bf16, relaxed, shift);
+}
+
+/* The wgmma kernel (wgmma_w.cu) where it measured faster than wbulk on the
+   H200.  Unfolded (2026-11-29 16:51 UTC, one split, same run): 4-bit
    integer codes with groups of 128 or more at M >= 128 (int4-g128: 79.8 /
    157.8 us against 94.5 / 184.3 us at M = 128 / 256; at M = 64 79.8 against
-   52.2 us).  TOPS_CUDA_WGMMA_MIN_M sets the M threshold for every format,
+   52.2 us).  Folded: M >= 64 (2026-11-29 18:24 UTC, same call, us at M =
+   64: folded 42.0 / 43.1 / 43.2 against wbulk 50.9 / 60.9 / 73.3 for
+   relaxed int4-g128 / mxfp4 / nvfp4; below, the folded kernel's time does
+   not shrink with M (41.0-43.1 at M = 16, 32, 48) while wbulk's does
+   (19.9-28.3 at M = 16, 31-45 at M = 32 in earlier calls)).
+   TOPS_CUDA_WGMMA_MIN_M sets the M threshold for every format,
    TOPS_CUDA_KERNEL=wgmma forces it at every M, =wbulk or =wstream keeps it
    off (A/B runs, tests). */
-static int use_wgmma(const tops__cuda_packed *pk, int64_t m) {
+#define TOPS__CU_FOLD_MIN_M 64
+static int use_wgmma(const tops__cuda_packed *pk, int64_t m, int fold) {
     const char *force = getenv("TOPS_CUDA_KERNEL");
     if (force && strcmp(force, "wgmma") == 0) return 1;
     if (force && (strcmp(force, "wbulk") == 0 || strcmp(force, "wstream") == 0)) return 0;
     const char *e = getenv("TOPS_CUDA_WGMMA_MIN_M");
     long long v = e ? atoll(e) : 0;
     if (v >= 1) return m >= v;
+    if (fold) return m >= TOPS__CU_FOLD_MIN_M;
     return pk->code == TOPS__CU_CODE_U4 && (pk->group >= 128 || pk->groups <= 1) && m >= 128;
 }
 
+/* (f16 activations assumed: the bench's.) */
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
     if (!tops__cuda_is_packed(right)) return "packed on the fly";
-    if (use_fp8((const tops__cuda_packed *)right->packed_, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
-    return use_wgmma((const tops__cuda_packed *)right->packed_, m) ? "wgmma m64nNk16, weights from registers + TMA"
-                                                                   : "mma.sync m16n8k16 (wbulk or wstream)";
+    const tops__cuda_packed *pk = (const tops__cuda_packed *)right->packed_;
+    if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
+    int shift, fold = use_fold(pk, 0, relaxed, &shift);
+    if (!use_wgmma(pk, m, fold)) return "mma.sync m16n8k16 (wbulk or wstream)";
+    return fold ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
+                : "wgmma m64nNk16, weights from registers + TMA";
 }
 
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
@@ -280,7 +302,8 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
             tops__cu_fp8_args f = {&a, pk->fp8_weights, pk->fp8_scales};
             err = tops__cu_fp8_launch(&f, &what);
         } else {
-            err = use_wgmma(pk, m) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
+            a.fold = use_fold(pk, a.x_bf16, desc->relaxed_precision, &a.fold_shift);
+            err = use_wgmma(pk, m, a.fold) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
             if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(&a, &what);
         }
         if (err) st = tops__cuda_error(fn, err, what);

@@ -5,6 +5,7 @@
 #include "cuda/cuda_internal.h"
 #include "formats/traits.h"
 
+#include <math.h>
 #include <string.h>
 
 /* How one source format maps onto a kernel family. */
@@ -112,6 +113,87 @@ static uint32_t zero_code(int code) {
     return code == TOPS__CU_CODE_U4 ? 8u : code == TOPS__CU_CODE_I8 ? 0x80u : 0u;
 }
 
+/* Scale entry e of a packed plane as a double (the kernels' scale_entry()). */
+static double scale_value(int kind, const unsigned char *s, size_t e) {
+    switch (kind) {
+    case TOPS__CU_SCALE_F32: {
+        float f;
+        memcpy(&f, s + e * 4, 4);
+        return f;
+    }
+    case TOPS__CU_SCALE_F16: {
+        unsigned h = (unsigned)(s[e * 2] | (s[e * 2 + 1] << 8)), ex = (h >> 10) & 31u, mant = h & 1023u;
+        double v = ex == 31 ? (mant ? NAN : INFINITY) : ex ? ldexp(1024 + mant, (int)ex - 25) : ldexp(mant, -24);
+        return (h & 0x8000u) ? -v : v;
+    }
+    case TOPS__CU_SCALE_E8M0: return s[e] == 0xFF ? NAN : ldexp(1.0, (int)s[e] - 127);
+    default: {
+        unsigned b = s[e] & 0x7Fu, ex = b >> 3, mant = b & 7u; /* the sign is ignored (FORMATS.md) */
+        return b == 0x7F ? NAN : ex ? ldexp(8 + mant, (int)ex - 10) : ldexp(mant, -9);
+    }
+    }
+}
+
+/* The range of the scale entries of rows < n and groups < src_groups (the
+   padding's zero bytes are 2^-127 in e8m0). */
+static void scan_scales(tops__cuda_packed *pk, const unsigned char *sb, int64_t src_groups) {
+    pk->scale_absmax = 0;
+    pk->scale_absmin = 0;
+    pk->scale_nonfinite = 0;
+    for (int64_t row = 0; sb && row < pk->n; row++)
+        for (int64_t g = 0; g < src_groups; g++) {
+            size_t e = ((size_t)(row / 16) * (size_t)pk->groups + (size_t)g) * 16 + (size_t)(2 * (row % 8) + (row % 16) / 8);
+            double v = fabs(scale_value(pk->scale_kind, sb, e));
+            if (!isfinite(v)) pk->scale_nonfinite = 1;
+            else if (v > 0) {
+                if (v > pk->scale_absmax) pk->scale_absmax = v;
+                if (pk->scale_absmin == 0 || v < pk->scale_absmin) pk->scale_absmin = v;
+            }
+        }
+}
+
+/* Folded scales (wgmma_w.cu): the kernel forms w = c x (s x 2^(D - B)) in
+   the activations' 16-bit type W, from the decoded code c x 2^-D (D = 14 for
+   e2m1, 0 for 4-bit integers) and the scale s, and multiplies the f32 sums by
+   2^B.  Exact (strict mode) when the scale multiplier and every product are
+   representable in W: e2m1 (2 significant bits) times e8m0 (1) or ue4m3 (4)
+   needs at most 6 of f16's 11 and bf16's 8 bits, so only the range can fail.
+   4-bit integers (up to 3 bits) times f16 scales (11) need up to 14: one
+   rounding per weight, relaxed mode and f16 only, with every product kept
+   normal (relative error <= 2^-11).  B is the smallest power of two that
+   keeps the largest multiplier and product <= 2^15 (f16) / 2^127 (bf16);
+   the smallest then must stay exact (or normal). */
+int tops__cu_fold_shift(const tops__cuda_packed *pk, int bf16, int relaxed, int *shift) {
+    int d, sbits;
+    double vmax, vlsb;
+    if (!pk->has_scales || pk->scale_nonfinite) return 0;
+    if (pk->code == TOPS__CU_CODE_E2M1 && (pk->scale_kind == TOPS__CU_SCALE_E8M0 || pk->scale_kind == TOPS__CU_SCALE_UE4M3)) {
+        d = 14, vmax = 6, vlsb = 0.5, sbits = pk->scale_kind == TOPS__CU_SCALE_E8M0 ? 1 : 4;
+    } else if (pk->code == TOPS__CU_CODE_U4 && pk->scale_kind == TOPS__CU_SCALE_F16 && relaxed && !bf16) {
+        d = 0, vmax = 8, vlsb = 1, sbits = 11;
+    } else {
+        return 0;
+    }
+    *shift = 0;
+    if (pk->scale_absmax == 0) return 1; /* every weight is zero */
+    const double top = bf16 ? 0x1p127 : 0x1p15, sub = bf16 ? 0x1p-133 : 0x1p-24, normal = bf16 ? 0x1p-126 : 0x1p-14;
+    /* B >= lo keeps the largest multiplier and product <= top; B <= hi keeps
+       the smallest exact (their last bit >= W's smallest subnormal) and,
+       for the rounded integer products, normal. */
+    const double big = pk->scale_absmax * fmax(ldexp(1, d), vmax), s_lsb = ldexp(pk->scale_absmin, -sbits);
+    int lo = (int)ceil(log2(big / top)), hi = (int)floor(fmin(d + log2(s_lsb / sub), log2(s_lsb * vlsb / sub)));
+    if (pk->code == TOPS__CU_CODE_U4) hi = (int)fmin(hi, floor(log2(pk->scale_absmin / normal)));
+    while (ldexp(big, -lo) > top) lo++; /* log2 of a non-power of two may round */
+    while (hi >= lo && (ldexp(s_lsb, d - hi) < sub || ldexp(s_lsb * vlsb, -hi) < sub ||
+                        (pk->code == TOPS__CU_CODE_U4 && ldexp(pk->scale_absmin, -hi) < normal)))
+        hi--;
+    if (lo > hi) return 0;
+    const int b = lo > 0 ? lo : hi < 0 ? hi : 0; /* the one nearest 0 */
+    if (b < -100 || b > 100 || d - b < -100 || d - b > 100) return 0; /* 2^B, 2^(D - B): normal f32 */
+    *shift = b;
+    return 1;
+}
+
 tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int transpose_right, tops__cuda_packed *pk,
                                  void **weights_out, void **scales_out) {
     source_map m;
@@ -188,6 +270,7 @@ tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int trans
                     get_scale(w, &m, row, gi, sb + (((size_t)tile * (size_t)pk->groups + (size_t)gi) * 16 + (size_t)e) * (size_t)esz);
                 }
     }
+    scan_scales(pk, sb, per_row ? 1 : tops__ceil_div(k, pk->group));
     pk->weight_bytes = wbytes;
     pk->scale_bytes = sbytes;
     *weights_out = wb;

@@ -111,6 +111,15 @@ __device__ __forceinline__ void fence_regs(float (&d)[R]) {
     for (int i = 0; i < R; i++) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for wgmma's register A operands: keeps them live (their registers
+// not reused for anything else) up to this point, e.g. past the
+// wgmma.wait_group that retires the wgmmas reading them.
+template <int R>
+__device__ __forceinline__ void fence_regs(uint32_t (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; i++) asm volatile("" : "+r"(d[i])::"memory");
+}
+
 // D[64 x N] (+)= A[64 x 16] * B[16 x N]: A from registers (each warp's
 // m16 slice in the mma.m16n8k16 A layout), B a K-major shared-memory
 // descriptor; scale_d = 0 overwrites D (a fresh accumulator).

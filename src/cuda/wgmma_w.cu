@@ -15,12 +15,18 @@
 //
 // Strict semantics as wbulk: products exact in f32 accumulation, each scale
 // group summed into a part accumulator (scale-d = 0 on its first step), then
-// acc += part * scale in f32.  A CTA is two warpgroups (2 * WT m64 tiles) x
+// acc += part * scale in f32.  Or, where pack.c's tops__cu_fold_shift allows
+// it, FOLDED scales (wgmma_f_kernel): each decoded code is multiplied by its
+// scale in the activations' 16-bit type (exact for e2m1 in range; one
+// rounding for 4-bit integers, relaxed mode), so one f32 accumulator runs
+// over the whole K: no group-end drain, and the next chunk is decoded while
+// the current chunk's wgmmas run.  A CTA is two warpgroups (2 * WT m64 tiles) x
 // TN tokens x one K split; split partials meet in a workspace and the last
 // CTA of a tile to finish sums them in split order (the same bits every run).
 #include "cuda/kernels.cuh"
 #include "cuda/sm90.cuh"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,20 +43,25 @@ constexpr int kRing = 4;                            // stages
 // groups (at most 4 groups of 16 entries of 4 bytes per block): 26-44 KB.
 constexpr int kScaleBlockBytes = 4 * 16 * 4;
 __host__ __device__ constexpr int stage_blocks(int code) { return code <= TOPS__CU_CODE_E2M1 ? 2 : 1; }
-__host__ __device__ constexpr int stage_bytes(int sb, int cpb, int tn) {
-    return sb * (tn * 128 + 8 * (tn == 128 ? 1 : 2) * (cpb * 512 + kScaleBlockBytes));
+__host__ __device__ constexpr int stage_bytes(int sb, int cpb, int tn, int wt) {
+    return sb * (tn * 128 + 8 * wt * (cpb * 512 + kScaleBlockBytes));
 }
+
+#ifdef TOPS_CU_WGMMA // device helpers: the sm_90a pass only
+constexpr int kPermuters = 96; // folded kernel: producer warps 1-3 permute the stages
 
 // The packed fragments order each k16 step's K as mma.sync's B loads want
 // it (lane t holds K 4t .. 4t + 3 in the slots of K 2t, 2t + 1, 2t + 8,
 // 2t + 9); wgmma reads B from shared memory in K order, so each 32-byte
 // k16 group of every row gets the same order: 4-byte pairs 0 2 4 6 1 3 5 7.
 // Rows are TMA's 128-byte swizzle: 16-byte piece c of row r sits at c ^ (r % 8).
-template <int TN, int SB>
-__device__ __forceinline__ void permute_stage(unsigned char *x, int nbs) {
+// NT threads (tid 0 .. NT - 1) permute the stage's nbs blocks, then fence:
+// the tensor cores (async proxy) read these generic writes.
+template <int TN, int SB, int NT>
+__device__ __forceinline__ void permute_rows(unsigned char *x, int nbs, int tid) {
 #pragma unroll
-    for (int it = 0; it < SB * TN * 4 / (kConsumerWarps * 32); it++) {
-        const int e = it * kConsumerWarps * 32 + threadIdx.x;
+    for (int it = 0; it < (SB * TN * 4 + NT - 1) / NT; it++) {
+        const int e = it * NT + tid;
         const int g4 = e & 3, row = (e >> 2) % TN, b = (e >> 2) / TN;
         if (b < nbs) {
             unsigned char *rp = x + b * TN * 128 + row * 128;
@@ -61,10 +72,142 @@ __device__ __forceinline__ void permute_stage(unsigned char *x, int nbs) {
             *p1 = make_uint4(u.y, u.w, v.y, v.w);
         }
     }
-    // generic writes, then the tensor cores (async proxy) read them
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
 }
+
+// Where a CTA works: its ring and barriers (full: copies landed; empty: the
+// consumers are done with a slot; ready: permuted, folded kernel only), its
+// token tile, block of m64 tiles, K split and that split's K blocks.
+struct Cta {
+    unsigned char *ring;
+    uint64_t *full, *empty, *ready;
+    int tt, cb, split, b_begin, nb, nstages;
+};
+
+template <int CODE, int WT, int TN>
+__device__ __forceinline__ Cta cta_begin(const Params &p, unsigned char *smem_raw) {
+    using namespace sm90;
+    constexpr int CPB = 64 / chunk_dims<CODE>::KC, SB = stage_blocks(CODE);
+    Cta c;
+    // 128-byte swizzled tiles want 1024-byte alignment.
+    c.ring = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
+    c.full = reinterpret_cast<uint64_t *>(c.ring + kRing * stage_bytes(SB, CPB, TN, WT));
+    c.empty = c.full + kRing;
+    c.ready = c.empty + kRing;
+    c.tt = blockIdx.x % p.passes;
+    c.cb = blockIdx.x / p.passes;
+    c.split = blockIdx.y;
+    const int kblocks = p.chunks / CPB, bps = p.chunks_per_split / CPB;
+    c.b_begin = c.split * bps;
+    c.nb = min(bps, kblocks - c.b_begin);
+    c.nstages = (c.nb + SB - 1) / SB;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kRing; s++) {
+            mbar_init(&c.full[s], 1);
+            mbar_init(&c.empty[s], kConsumerWarps * 32);
+            mbar_init(&c.ready[s], kPermuters);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    return c;
+}
+
+// The producer thread: fills the ring, stage by stage.
+template <int CODE, int WT, int TN>
+__device__ __forceinline__ void produce(const Params &p, const CUtensorMap &xmap, const Cta &c) {
+    using namespace sm90;
+    constexpr int CPB = 64 / chunk_dims<CODE>::KC, SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT);
+    constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512, TILES = 8 * WT;
+    constexpr int SCALE_BYTES = SB * kScaleBlockBytes; // per tile and stage
+    const int esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
+    const int mtiles = p.ntiles >> 2;
+    for (int i = 0; i < c.nstages; i++) {
+        const int s = i % kRing;
+        if (i >= kRing) mbar_wait(&c.empty[s], ((i / kRing) + 1) & 1);
+        const int nbs = min(SB, c.nb - i * SB);
+        unsigned char *stg = c.ring + s * SBYTES;
+        // the groups this stage's K touches (clamped: K is padded past the last group)
+        const int k0 = (c.b_begin + i * SB) * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
+        const int ng = min((k0 + nbs * 64 - 1) >> p.group_shift, p.groups - 1) - g0 + 1;
+        const uint32_t sbytes = p.has_scales ? (uint32_t)(ng * 16 * esz) : 0u;
+        mbar_expect_tx(&c.full[s], (uint32_t)(nbs * (TN * 128 + TILES * CPB * 512)) + TILES * sbytes);
+        for (int q = 0; q < nbs; q++)
+            tma_load_2d(stg + q * TN * 128, &xmap, &c.full[s], (c.b_begin + i * SB + q) * 64, c.tt * TN);
+        // Tiles past N (a ragged last CTA) copy the last one again:
+        // their channels are >= n_pad and never stored.
+        for (int tl = 0; tl < TILES; tl++) {
+            const int tile = min(c.cb * 2 * WT + tl / 4, mtiles - 1) * 4 + tl % 4;
+            bulk_copy(stg + XBYTES + tl * TILE_BYTES,
+                      p.w + ((size_t)tile * p.chunks + (size_t)(c.b_begin + i * SB) * CPB) * 32,
+                      (uint32_t)(nbs * CPB * 512), &c.full[s]);
+            if (sbytes)
+                bulk_copy(stg + XBYTES + TILES * TILE_BYTES + tl * SCALE_BYTES,
+                          p.scales + (size_t)tile * p.scale_tile_bytes + (size_t)g0 * 16 * esz, sbytes, &c.full[s]);
+        }
+    }
+}
+
+// Accumulator i of lane l in warp w of an m64 tile: channel 16 w + l / 4
+// + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.  Stores acc * g,
+// or with K splits the partials, and the last split of a tile to arrive
+// sums all of them in split order (the same bits every run).
+template <int WT, int ND>
+__device__ __forceinline__ void finish(const Params &p, const Cta &c, float (&acc)[WT][ND], float g, int mt0) {
+    __shared__ int is_last;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, w = warp & 3, gid = lane >> 2, tig = lane & 3;
+    const int m0 = c.tt * 2 * ND;
+    const auto chan = [&](int t, int i) { return (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1); };
+    const auto token = [&](int i) { return m0 + 8 * (i >> 2) + 2 * tig + (i & 1); };
+#pragma unroll
+    for (int t = 0; t < WT; t++)
+#pragma unroll
+        for (int i = 0; i < ND; i++) {
+            const int n = chan(t, i), m = token(i);
+            if (n >= p.n || m >= p.m) continue;
+            const float v = acc[t][i] * g;
+            if (p.splits == 1) store_out(p, m, n, v);
+            else p.ws[((size_t)c.split * p.m + m) * p.n + n] = v;
+        }
+    if (p.splits > 1) {
+        __threadfence();
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+        if (threadIdx.x == 0) is_last = atomicAdd(&p.arrivals[blockIdx.x], 1u) == (unsigned)(p.splits - 1);
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+        if (is_last) {
+            __threadfence();
+            // Sums in acc, split by split with 16 loads in flight (all of a
+            // split's at once kept 64 loads and addresses live: spills); the
+            // stores last (the compiler cannot move a load past a store that
+            // may alias it: one element at a time was a chain of L2 round
+            // trips per thread).
+#pragma unroll
+            for (int t = 0; t < WT; t++)
+#pragma unroll
+                for (int i0 = 0; i0 < ND; i0 += 16) {
+#pragma unroll
+                    for (int i = i0; i < i0 + 16; i++) acc[t][i] = 0.0f;
+                    for (int s = 0; s < p.splits; s++) {
+                        const float *wsp = p.ws + (size_t)s * p.m * p.n;
+#pragma unroll
+                        for (int i = i0; i < i0 + 16; i++) {
+                            const int n = chan(t, i), m = token(i);
+                            if (n < p.n && m < p.m) acc[t][i] += __ldcg(wsp + (size_t)m * p.n + n);
+                        }
+                    }
+                }
+#pragma unroll
+            for (int t = 0; t < WT; t++)
+#pragma unroll
+                for (int i = 0; i < ND; i++) {
+                    const int n = chan(t, i), m = token(i);
+                    if (n < p.n && m < p.m) store_out(p, m, n, acc[t][i]);
+                }
+        }
+    }
+}
+
+#endif
 
 // WT m64 weight tiles per warpgroup, TN tokens per CTA (WT * TN / 2 floats
 // of part and of acc per thread: 128 registers for both).
@@ -73,67 +216,24 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
 #ifdef TOPS_CU_WGMMA
     using namespace sm90;
     constexpr int KC = chunk_dims<CODE>::KC, STEPS = chunk_dims<CODE>::STEPS, CPB = 64 / KC;
-    constexpr int SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN);
+    constexpr int SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT);
     constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512, TILES = 8 * WT;
     constexpr int SCALE_BYTES = SB * kScaleBlockBytes; // per tile and stage
-    const int esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
     constexpr int ND = TN / 2; // accumulators per m64 tile and thread
     extern __shared__ unsigned char smem_raw[];
-    // 128-byte swizzled tiles want 1024-byte alignment.
-    unsigned char *ring = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    uint64_t *full = reinterpret_cast<uint64_t *>(ring + kRing * SBYTES), *empty = full + kRing;
-    __shared__ int is_last;
-
-    const int tt = blockIdx.x % p.passes, cb = blockIdx.x / p.passes, split = blockIdx.y;
-    const int kblocks = p.chunks / CPB, bps = p.chunks_per_split / CPB;
-    const int b_begin = split * bps, nb = min(bps, kblocks - b_begin);
-    const int nstages = (nb + SB - 1) / SB;
-    const int mtiles = p.ntiles >> 2;
+    const Cta cta = cta_begin<CODE, WT, TN>(p, smem_raw);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < kRing; s++) {
-            mbar_init(&full[s], 1);
-            mbar_init(&empty[s], kConsumerWarps * 32);
-        }
-        mbar_init_fence();
-    }
-    __syncthreads();
 
     if (warp >= kConsumerWarps) { // producer: one thread, few registers
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x == kConsumerWarps * 32)
-            for (int i = 0; i < nstages; i++) {
-                const int s = i % kRing;
-                if (i >= kRing) mbar_wait(&empty[s], ((i / kRing) + 1) & 1);
-                const int nbs = min(SB, nb - i * SB);
-                unsigned char *stg = ring + s * SBYTES;
-                // the groups this stage's K touches (clamped: K is padded past the last group)
-                const int k0 = (b_begin + i * SB) * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
-                const int ng = min((k0 + nbs * 64 - 1) >> p.group_shift, p.groups - 1) - g0 + 1;
-                const uint32_t sbytes = p.has_scales ? (uint32_t)(ng * 16 * esz) : 0u;
-                mbar_expect_tx(&full[s], (uint32_t)(nbs * (TN * 128 + TILES * CPB * 512)) + TILES * sbytes);
-                for (int q = 0; q < nbs; q++)
-                    tma_load_2d(stg + q * TN * 128, &xmap, &full[s], (b_begin + i * SB + q) * 64, tt * TN);
-                // Tiles past N (a ragged last CTA) copy the last one again:
-                // their channels are >= n_pad and never stored.
-                for (int tl = 0; tl < TILES; tl++) {
-                    const int tile = min(cb * 2 * WT + tl / 4, mtiles - 1) * 4 + tl % 4;
-                    bulk_copy(stg + XBYTES + tl * TILE_BYTES,
-                              p.w + ((size_t)tile * p.chunks + (size_t)(b_begin + i * SB) * CPB) * 32,
-                              (uint32_t)(nbs * CPB * 512), &full[s]);
-                    if (sbytes)
-                        bulk_copy(stg + XBYTES + TILES * TILE_BYTES + tl * SCALE_BYTES,
-                                  p.scales + (size_t)tile * p.scale_tile_bytes + (size_t)g0 * 16 * esz, sbytes,
-                                  &full[s]);
-                }
-            }
+        if (threadIdx.x == kConsumerWarps * 32) produce<CODE, WT, TN>(p, xmap, cta);
         return;
     }
 
     asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-    const int wg = warp >> 2, w = warp & 3, gid = lane >> 2, tig = lane & 3;
-    const int mt0 = (cb * 2 + wg) * WT; // this warpgroup's first m64 tile
-    const int nc = nb * CPB;
+    const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
+    const int mt0 = (cta.cb * 2 + wg) * WT; // this warpgroup's first m64 tile
+    const int nc = cta.nb * CPB;
 
     float acc[WT][ND], part[WT][ND];
 #pragma unroll
@@ -141,14 +241,15 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
 #pragma unroll
         for (int i = 0; i < ND; i++) acc[t][i] = part[t][i] = 0.0f;
 
-    const int k_begin = b_begin * 64;
+    const int k_begin = cta.b_begin * 64;
     int fresh = 1; // the next wgmma starts a group: scale-d = 0
     for (int c = 0; c < nc; c++) {
         const int st = c / (SB * CPB), c_in = c % (SB * CPB), slot = st % kRing;
-        unsigned char *stg = ring + slot * SBYTES;
+        unsigned char *stg = cta.ring + slot * SBYTES;
         if (c_in == 0) {
-            mbar_wait(&full[slot], (uint32_t)(st / kRing) & 1u);
-            permute_stage<TN, SB>(stg, min(SB, nb - st * SB));
+            mbar_wait(&cta.full[slot], (uint32_t)(st / kRing) & 1u);
+            permute_rows<TN, SB, kConsumerWarps * 32>(stg, min(SB, cta.nb - st * SB), threadIdx.x);
+            asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
         }
         // The whole chunk is decoded first, so that its wgmmas issue back to
         // back and the warpgroup waits for them once (or at group ends).
@@ -197,59 +298,211 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
             wgmma_commit();
             wgmma_wait<0>();
         }
-        if (c_in == SB * CPB - 1 || c == nc - 1) mbar_arrive(&empty[slot]);
+        if (c_in == SB * CPB - 1 || c == nc - 1) mbar_arrive(&cta.empty[slot]);
+    }
+    finish<WT, ND>(p, cta, acc, p.global * decode_factor<CODE>(), mt0);
+#else
+    (void)xmap, (void)p;
+#endif
+}
+
+// ---- folded scales ----------------------------------------------------------
+
+#ifdef TOPS_CU_WGMMA
+template <bool BF16>
+__device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {
+    if constexpr (BF16) return bf2_bits(__hmul2(bits_bf2(a), bits_bf2(b)));
+    else return h2_bits(__hmul2(bits_h2(a), bits_h2(b)));
+}
+
+// The multipliers of rows gid and gid + 8 (scale entries e and e + 1 of a
+// stage's copy), each as a pair of the activations' type: f16 scales times
+// pre converted in registers (exact: tops__cu_fold_shift), 8-bit scales
+// through the CTA's table of code -> code's value * pre.
+template <int SK, bool BF16>
+__device__ __forceinline__ void fold_pair(const unsigned char *sp, int e, const uint32_t *lut, float pre,
+                                          uint32_t &lo, uint32_t &hi) {
+    if constexpr (SK == TOPS__CU_SCALE_F16) {
+        static_assert(!BF16, "f16 scales fold for f16 activations only");
+        uint32_t h = *reinterpret_cast<const uint32_t *>(sp + 2 * e);
+        if (pre != 1.0f) {
+            const float2 f = __half22float2(bits_h2(h));
+            h = h2_bits(__floats2half2_rn(f.x * pre, f.y * pre));
+        }
+        lo = __byte_perm(h, 0, 0x1010);
+        hi = __byte_perm(h, 0, 0x3232);
+    } else {
+        const uint32_t v = *reinterpret_cast<const unsigned short *>(sp + e);
+        lo = lut[v & 0xFFu];
+        hi = lut[v >> 8];
+    }
+}
+
+template <int SK, bool BF16>
+__device__ __forceinline__ uint32_t fold_lut_entry(uint32_t code, float pre) {
+    const float v = (SK == TOPS__CU_SCALE_E8M0 ? e8m0_to_f32(code) : ue4m3_to_f32(code)) * pre;
+    if constexpr (BF16) return bf2_bits(__float2bfloat162_rn(v));
+    else return h2_bits(__float2half2_rn(v));
+}
+
+// 4-bit codes: the packed fragments hold K in mma.sync's B order (lane t of
+// a quad: K 4t .. 4t + 3 of each k16 step).  Rearranged across the quad
+// into the plain A layout (lane t: K 2t, 2t + 1, 2t + 8, 2t + 9), wgmma can
+// read the activations as TMA stored them, with no stage permute: wanted
+// register r comes from lane t / 2 + 2 (r / 2), its register (r % 2) +
+// 2 (t % 2), both halves; per word, one byte permute of two shuffles.
+__device__ __forceinline__ uint4 natural_k_order(const uint4 &w, int lane) {
+    const int tig = lane & 3, src0 = (lane & ~3) | (tig >> 1);
+    const uint32_t sel = (tig & 1) ? 0x7351u : 0x6240u;
+    const auto word = [&](uint32_t v) {
+        return __byte_perm(__shfl_sync(0xFFFFFFFFu, v, src0), __shfl_sync(0xFFFFFFFFu, v, src0 + 2), sel);
+    };
+    return make_uint4(word(w.x), word(w.y), word(w.z), word(w.w));
+}
+
+// The consumer warpgroups of wgmma_f_kernel.
+template <int CODE, int SK, bool BF16, int WT, int TN>
+__device__ __forceinline__ void consume_folded(const Params &p, const Cta &cta, uint32_t *lut) {
+    using namespace sm90;
+    constexpr int KC = chunk_dims<CODE>::KC, STEPS = chunk_dims<CODE>::STEPS, CPB = 64 / KC;
+    constexpr int SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT);
+    constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512, TILES = 8 * WT;
+    constexpr int SCALE_BYTES = SB * kScaleBlockBytes;
+    constexpr int ND = TN / 2;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
+    const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
+    const int mt0 = (cta.cb * 2 + wg) * WT;
+    const int nc = cta.nb * CPB;
+    if constexpr (SK != TOPS__CU_SCALE_F16) {
+        lut[threadIdx.x] = fold_lut_entry<SK, BF16>(threadIdx.x, p.fold_pre);
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
     }
 
-    // Accumulator i of lane l in warp w of an m64 tile: channel 16 w + l / 4
-    // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.
-    const float g = p.global * decode_factor<CODE>();
-    const int m0 = tt * TN;
-    const auto chan = [&](int t, int i) { return (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1); };
-    const auto token = [&](int i) { return m0 + 8 * (i >> 2) + 2 * tig + (i & 1); };
+    float acc[WT][ND];
 #pragma unroll
     for (int t = 0; t < WT; t++)
 #pragma unroll
-        for (int i = 0; i < ND; i++) {
-            const int n = chan(t, i), m = token(i);
-            if (n >= p.n || m >= p.m) continue;
-            const float v = acc[t][i] * g;
-            if (p.splits == 1) store_out(p, m, n, v);
-            else p.ws[((size_t)split * p.m + m) * p.n + n] = v;
-        }
-    if (p.splits > 1) {
-        // The last split of this tile to arrive sums all of them in split order.
-        __threadfence();
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
-        if (threadIdx.x == 0) is_last = atomicAdd(&p.arrivals[blockIdx.x], 1u) == (unsigned)(p.splits - 1);
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
-        if (is_last) {
-            __threadfence();
-            // Sums in acc, split by split with all of a split's loads in
-            // flight; the stores last (the compiler cannot move a load past
-            // a store that may alias it: one element at a time was a chain
-            // of L2 round trips per thread).
+        for (int i = 0; i < ND; i++) acc[t][i] = 0.0f;
+
+    const int k_begin = cta.b_begin * 64;
+    // Chunk c's A fragments: decoded codes times their scales.
+    const auto fetch = [&](int c, uint32_t (&A)[STEPS][WT][4]) {
+        const int st = c / (SB * CPB), c_in = c % (SB * CPB);
+        const unsigned char *stg = cta.ring + (st % kRing) * SBYTES;
+        if (c_in == 0) mbar_wait(p.fold_shfl ? &cta.full[st % kRing] : &cta.ready[st % kRing], (uint32_t)(st / kRing) & 1u);
+        const int kc = k_begin + c * KC, g0 = min((k_begin + st * SB * 64) >> p.group_shift, p.groups - 1);
 #pragma unroll
-            for (int t = 0; t < WT; t++)
+        for (int t = 0; t < WT; t++) {
+            const int tile = (wg * WT + t) * 4 + w;
+            uint4 cur = *reinterpret_cast<const uint4 *>(stg + XBYTES + tile * TILE_BYTES + c_in * 512 + lane * 16);
+            if (p.fold_shfl) cur = natural_k_order(cur, lane);
+            const unsigned char *sp = stg + XBYTES + TILES * TILE_BYTES + tile * SCALE_BYTES;
+            uint32_t lo = 0, hi = 0;
 #pragma unroll
-                for (int i = 0; i < ND; i++) acc[t][i] = 0.0f;
-            for (int s = 0; s < p.splits; s++) {
-                const float *wsp = p.ws + (size_t)s * p.m * p.n;
-#pragma unroll
-                for (int t = 0; t < WT; t++)
-#pragma unroll
-                    for (int i = 0; i < ND; i++) {
-                        const int n = chan(t, i), m = token(i);
-                        if (n < p.n && m < p.m) acc[t][i] += __ldcg(wsp + (size_t)m * p.n + n);
-                    }
+            for (int j = 0; j < STEPS; j++) {
+                const int k = kc + 16 * j;
+                if (j == 0 || (k & p.group_mask) == 0) // a new group (groups are >= 16 and aligned)
+                    fold_pair<SK, BF16>(sp, (min(k >> p.group_shift, p.groups - 1) - g0) * 16 + 2 * gid, lut,
+                                        p.fold_pre, lo, hi);
+                decode_step<CODE, BF16>(cur, j, A[j][t]);
+                A[j][t][0] = mul2<BF16>(A[j][t][0], lo); // rows gid
+                A[j][t][1] = mul2<BF16>(A[j][t][1], hi); // rows gid + 8
+                A[j][t][2] = mul2<BF16>(A[j][t][2], lo);
+                A[j][t][3] = mul2<BF16>(A[j][t][3], hi);
             }
-#pragma unroll
-            for (int t = 0; t < WT; t++)
-#pragma unroll
-                for (int i = 0; i < ND; i++) {
-                    const int n = chan(t, i), m = token(i);
-                    if (n < p.n && m < p.m) store_out(p, m, n, acc[t][i]);
-                }
         }
+    };
+    const auto issue = [&](int c, uint32_t (&A)[STEPS][WT][4]) {
+        const int st = c / (SB * CPB), c_in = c % (SB * CPB);
+        const unsigned char *bb = cta.ring + (st % kRing) * SBYTES + (c_in / CPB) * TN * 128 + (c_in % CPB) * KC * 2;
+        wgmma_fence(); // A was written since the last wgmmas
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) {
+            const uint64_t db = desc_sw128(bb + 32 * j);
+#pragma unroll
+            for (int t = 0; t < WT; t++) wgmma_rs<BF16>(acc[t], A[j][t], db, 1);
+        }
+        wgmma_commit();
+    };
+    // After the wgmmas of chunk c (and of every chunk before) completed: A
+    // stays live to here (else the compiler reuses its registers for the
+    // next decode while the tensor cores still read them), and the last
+    // chunk of a stage releases its slot.
+    const auto retire = [&](int c, uint32_t (&A)[STEPS][WT][4]) {
+#pragma unroll
+        for (int j = 0; j < STEPS; j++)
+#pragma unroll
+            for (int t = 0; t < WT; t++) fence_regs(A[j][t]);
+        if (c % (SB * CPB) == SB * CPB - 1 || c == nc - 1) mbar_arrive(&cta.empty[(c / (SB * CPB)) % kRing]);
+    };
+
+    // nc >= 1.  No path may reach the final wait without a wgmma in flight
+    // (a zero-trip loop would: ptxas then serializes every wgmma, C7515).
+    uint32_t a0[STEPS][WT][4], a1[STEPS][WT][4];
+    fetch(0, a0);
+    for (int c = 0;; c += 2) {
+        issue(c, a0);
+        wgmma_wait<1>(); // chunk c - 1 done
+        if (c > 0) retire(c - 1, a1);
+        if (c + 1 >= nc) break;
+        fetch(c + 1, a1);
+        issue(c + 1, a1);
+        wgmma_wait<1>(); // chunk c done
+        retire(c, a0);
+        if (c + 2 >= nc) break;
+        fetch(c + 2, a0);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int t = 0; t < WT; t++) fence_regs(acc[t]);
+#pragma unroll
+    for (int j = 0; j < STEPS; j++)
+#pragma unroll
+        for (int t = 0; t < WT; t++) {
+            fence_regs(a0[j][t]);
+            fence_regs(a1[j][t]);
+        }
+    mbar_arrive(&cta.empty[((nc - 1) / (SB * CPB)) % kRing]); // the last chunk's stage
+    finish<WT, ND>(p, cta, acc, p.global * p.fold_post, mt0);
+}
+
+#endif
+
+// Folded-scale kernel (SK: the scale encoding).  One f32 accumulator per
+// output over the whole K, chunk c + 1 decoded (and folded) while chunk c's
+// wgmmas run: two register sets of A fragments, at most two chunks of
+// wgmmas in flight, `wgmma.wait_group 1` before a set is rewritten.  The K
+// order is fixed in registers (natural_k_order), so the consumer warpgroups
+// no longer permute the stage nor meet at a `bar.sync` per stage; with
+// fold_shfl = 0 (A/B runs) three producer warps permute it instead and
+// release it through the slot's `ready` barrier.
+template <int CODE, int SK, bool BF16, int WT, int TN>
+__global__ void __launch_bounds__(kThreads, 1) wgmma_f_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
+#ifdef TOPS_CU_WGMMA
+    using namespace sm90;
+    constexpr int CPB = 64 / chunk_dims<CODE>::KC, SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT);
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ uint32_t lut[256];
+    const Cta cta = cta_begin<CODE, WT, TN>(p, smem_raw);
+
+    if (threadIdx.x >= kConsumerWarps * 32) {
+        const int warp = threadIdx.x >> 5;
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == kConsumerWarps * 32) {
+            produce<CODE, WT, TN>(p, xmap, cta);
+        } else if (warp > kConsumerWarps && !p.fold_shfl) {
+            const int tid = threadIdx.x - (kConsumerWarps + 1) * 32;
+            for (int i = 0; i < cta.nstages; i++) {
+                const int s = i % kRing;
+                mbar_wait(&cta.full[s], (uint32_t)(i / kRing) & 1u);
+                permute_rows<TN, SB, kPermuters>(cta.ring + s * SBYTES, min(SB, cta.nb - i * SB), tid);
+                mbar_arrive(&cta.ready[s]);
+            }
+        }
+    } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        consume_folded<CODE, SK, BF16, WT, TN>(p, cta, lut);
     }
 #else
     (void)xmap, (void)p;
@@ -272,6 +525,26 @@ wg_fn pick_code(int code, int tn) {
     case TOPS__CU_CODE_E4M3: return pick_tn<TOPS__CU_CODE_E4M3, BF16>(tn);
     default: return pick_tn<BF16 ? TOPS__CU_CODE_BF16 : TOPS__CU_CODE_F16, BF16>(tn);
     }
+}
+
+// Folded kernels: (tokens, m64 tiles per warpgroup) 64 x 2, 64 x 1 or 128 x 1.
+template <int CODE, int SK, bool BF16>
+wg_fn pick_fold_tile(int tn, int wt) {
+    if (tn == 128) return wgmma_f_kernel<CODE, SK, BF16, 1, 128>;
+    return wt == 1 ? wgmma_f_kernel<CODE, SK, BF16, 1, 64> : wgmma_f_kernel<CODE, SK, BF16, 2, 64>;
+}
+
+// NULL where tops__cu_fold_shift never folds.
+template <bool BF16>
+wg_fn pick_fold(int code, int sk, int tn, int wt) {
+    if (code == TOPS__CU_CODE_E2M1 && sk == TOPS__CU_SCALE_E8M0)
+        return pick_fold_tile<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_E8M0, BF16>(tn, wt);
+    if (code == TOPS__CU_CODE_E2M1 && sk == TOPS__CU_SCALE_UE4M3)
+        return pick_fold_tile<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_UE4M3, BF16>(tn, wt);
+    if constexpr (!BF16)
+        if (code == TOPS__CU_CODE_U4 && sk == TOPS__CU_SCALE_F16)
+            return pick_fold_tile<TOPS__CU_CODE_U4, TOPS__CU_SCALE_F16, false>(tn, wt);
+    return nullptr;
 }
 
 long long env_ll(const char *name) {
@@ -313,10 +586,20 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         return (int)cudaErrorNotSupported;
     Params p;
     if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
-    // Tokens per CTA: TOPS_CUDA_WGMMA_TN (64 or 128) for tuning runs.
-    const long long tn_env = env_ll("TOPS_CUDA_WGMMA_TN");
-    const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : 64;
-    const int wt = tn == 128 ? 1 : 2;
+    // Tokens per CTA: TOPS_CUDA_WGMMA_TN (64 or 128) for tuning runs; m64
+    // tiles per warpgroup at 64 tokens, folded kernel: TOPS_CUDA_WGMMA_WT (1 or 2).
+    // Folded default: one m64 tile per warpgroup, 128 tokens above M = 64
+    // (H200, 2026-11-29 18:19 UTC, int4-g128 relaxed / mxfp4 / nvfp4, us at
+    // M = 64 / 128 / 256: n64 x2 74.4 / 73.1 / 145.5, n64 x1 41.9 / 82.3 /
+    // 122.1, n128 x1 48.0 / 50.1 / 99.6).
+    const long long tn_env = env_ll("TOPS_CUDA_WGMMA_TN"), wt_env = env_ll("TOPS_CUDA_WGMMA_WT");
+    const bool bf16 = a->x_bf16 != 0;
+    const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : a->fold && a->m > 64 ? 128 : 64;
+    const int fwt = wt_env == 2 ? 2 : 1;
+    const wg_fn ffn = a->fold ? (bf16 ? pick_fold<true>(a->code, a->scale_kind, tn, fwt)
+                                      : pick_fold<false>(a->code, a->scale_kind, tn, fwt))
+                              : nullptr;
+    const int wt = tn == 128 ? 1 : ffn ? fwt : 2;
     const long long cblocks = (p.ntiles / 4 + 2 * wt - 1) / (2 * wt);
     p.passes = (int)((a->m + tn - 1) / tn);
     const long long units = cblocks * p.passes;
@@ -337,8 +620,17 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
         return (int)cudaErrorNotSupported;
-    const wg_fn fn = a->x_bf16 ? pick_code<true>(a->code, tn) : pick_code<false>(a->code, tn);
-    const size_t smem = (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn) + 2 * kRing * 8 + 1024;
+    const wg_fn fn = ffn ? ffn : bf16 ? pick_code<true>(a->code, tn) : pick_code<false>(a->code, tn);
+    if (ffn) { // w = code x (scale x 2^(D - B)); the sums x 2^B (D: decode_factor's exponent)
+        const int d = a->code == TOPS__CU_CODE_E2M1 ? 14 : 0;
+        p.fold_pre = ldexpf(1.0f, d - a->fold_shift);
+        p.fold_post = ldexpf(1.0f, a->fold_shift);
+        // 1: the stage permute instead of lane shuffles (A/B runs; 2-4 % slower
+        // on the H200, 2026-11-29 18:24 UTC: 50.0 against 48.2 us, int4-g128
+        // relaxed, M = 128)
+        p.fold_shfl = env_ll("TOPS_CUDA_WGMMA_PERMUTE") != 1;
+    }
+    const size_t smem = (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn, wt) + 3 * kRing * 8 + 1024;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) {
@@ -364,8 +656,11 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
             if (err != cudaSuccess) *what = "clearing the wgmma split counters";
         }
     }
-    set_last_kernel(tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
-                              : "wgmma_w m64n64k16 (A from registers) + TMA");
+    set_last_kernel(ffn ? (tn == 128 ? "wgmma_w folded m64n128k16 x1 (A from registers) + TMA"
+                                     : wt == 1 ? "wgmma_w folded m64n64k16 x1 (A from registers) + TMA"
+                                               : "wgmma_w folded m64n64k16 x2 (A from registers) + TMA")
+                    : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
+                                : "wgmma_w m64n64k16 (A from registers) + TMA");
     if (err == cudaSuccess) {
         fn<<<dim3((unsigned)units, (unsigned)p.splits), kThreads, smem, stream>>>(map, p);
         err = cudaGetLastError();

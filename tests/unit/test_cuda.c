@@ -102,7 +102,13 @@ typedef struct gpu_case {
     int64_t m, k, n;
     int strided_left, accumulate, prepack; /* strided_left 1: rows k + 3 apart (unaligned); 2: k + 8 */
     int relaxed; /* e4m3-ch / e4m3 weights: expect the FP8 path where fp8_gpu */
+    int spread;  /* weight rows alternately x 2^20 and x 2^-20 (scales beyond f16's range) */
 } gpu_case;
+
+/* Relaxed 4-bit integers on the folded wgmma kernel: w = q x s rounded once
+   to f16 (relative error <= 2^-11 per weight), on top of the strict bound. */
+#define FOLD_REL_L2 1e-3
+static double fold_worst; /* largest rel-L2 of a relaxed f32-output case, for the log */
 
 /* rel-L2 bounds against f64: exact products, f32 sums, then the output's rounding. */
 static double bound_for(tops_dtype out) {
@@ -137,7 +143,8 @@ static int run_case(const gpu_case *c, th_rng *r) {
     /* Weights: normal-ish values quantized on the host, then decoded for the reference. */
     float *wf = malloc((size_t)(n * k) * sizeof(float)), *wd = malloc((size_t)(n * k) * sizeof(float));
     for (int64_t i = 0; i < n * k; i++)
-        wf[i] = (th_uniform(r, -1, 1) + th_uniform(r, -1, 1) + th_uniform(r, -1, 1)) * (1.0f + (float)(i % 13) * 0.1f);
+        wf[i] = (th_uniform(r, -1, 1) + th_uniform(r, -1, 1) + th_uniform(r, -1, 1)) * (1.0f + (float)(i % 13) * 0.1f) *
+                (c->spread ? ldexpf(1.0f, (i / k) % 2 ? 20 : -20) : 1.0f);
     int64_t wext[2] = {n, k};
     tops_tensor_desc d = {0};
     d.format = tops_format_of(TOPS_DT_F32);
@@ -215,7 +222,7 @@ static int run_case(const gpu_case *c, th_rng *r) {
     md.transpose_right = 1;
     md.mode = c->accumulate ? TOPS_MULTIPLY_ACCUMULATE : TOPS_MULTIPLY;
     md.relaxed_precision = c->relaxed;
-    const int fp8 = c->relaxed && fp8_gpu;
+    const int fp8 = c->relaxed && fp8_gpu && strncmp(c->format, "e4m3", 4) == 0;
     double *xq = NULL;
     if (fp8) {
         xq = malloc((size_t)(m * k) * sizeof(double));
@@ -268,7 +275,9 @@ static int run_case(const gpu_case *c, th_rng *r) {
             num_q += (got - ref_q) * (got - ref_q);
             den_q += ref_q * ref_q;
         }
-    double rel = sqrt(num / (den > 0 ? den : 1)), bound = fp8 ? FP8_REL_L2 : bound_for(c->out);
+    double rel = sqrt(num / (den > 0 ? den : 1)),
+           bound = fp8 ? FP8_REL_L2 : bound_for(c->out) + (c->relaxed ? FOLD_REL_L2 : 0);
+    if (c->relaxed && !fp8 && c->out == TOPS_DT_F32 && rel > fold_worst) fold_worst = rel;
     if (fp8) {
         /* Against its own e4m3 activations only the accumulation differs: a
            layout or quantization slip shows up orders of magnitude above. */
@@ -320,7 +329,7 @@ static void test_every_format(void) {
     int cases = 0, passed = 0;
     for (int f = 0; f < nfmt; f++) {
         for (int s = 0; s < nshapes; s++) {
-            gpu_case c = {gpu_formats[f], TOPS_DT_F16, TOPS_DT_F32, shapes[s][0], shapes[s][1], shapes[s][2], 0, 0, 1, 0};
+            gpu_case c = {gpu_formats[f], TOPS_DT_F16, TOPS_DT_F32, shapes[s][0], shapes[s][1], shapes[s][2], 0, 0, 1, 0, 0};
             /* Both activation types, all outputs and modes, rotated by case. */
             int v = f + s;
             c.act = (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16;
@@ -397,7 +406,7 @@ static void test_kernel_edges(void) {
             if (shapes[s].cap) setenv("TOPS_CUDA_BULK_SPLITS", shapes[s].cap, 1);
             for (int i = 0; i < (kernel == 1 || kernel == 2 ? 1 : 3); i++) {
                 gpu_case c = {fmts[(s * 3 + i + kernel) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k,
-                              shapes[s].n, 0, 0, 1, 0};
+                              shapes[s].n, 0, 0, 1, 0, 0};
                 int v = s + i;
                 c.act = (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16;
                 if (strcmp(c.format, "f16") == 0) c.act = TOPS_DT_F16;
@@ -436,7 +445,7 @@ static void test_kernel_edges(void) {
    (TOPS_CUDA_WGMMA_SPLITS: the last CTA of a tile sums them in split
    order), and both token tiles (64, 128).  Rows TMA cannot read (stride
    k + 3) must fall back to the streaming kernels.  By plan: int4-g128 at
-   M = 128 takes wgmma, mxfp4 there keeps wbulk, and M = 100 takes it with
+   M = 128 takes wgmma, int8-g32 there keeps wbulk, and M = 100 takes it with
    TOPS_CUDA_WGMMA_MIN_M=64. */
 static void test_wgmma(void) {
     if (!fp8_gpu) {
@@ -460,7 +469,7 @@ static void test_wgmma(void) {
         if (shapes[s].tn) setenv("TOPS_CUDA_WGMMA_TN", shapes[s].tn, 1);
         for (int i = 0; i < (small_run ? 3 : 5); i++) {
             gpu_case c = {fmts[(s * 5 + i) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k, shapes[s].n,
-                          0, 0, 1, 0};
+                          0, 0, 1, 0, 0};
             int v = s + i;
             c.act = (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16;
             if (strcmp(c.format, "f16") == 0) c.act = TOPS_DT_F16;
@@ -488,10 +497,10 @@ static void test_wgmma(void) {
         const char *format, *min_m;
         int64_t m;
         int want;
-    } plan[] = {{"int4-g128", NULL, 128, 1}, {"mxfp4", NULL, 128, 0}, {"int4-g128", "64", 100, 1}};
+    } plan[] = {{"int4-g128", NULL, 128, 1}, {"int8-g32", NULL, 128, 0}, {"int4-g128", "64", 100, 1}};
     for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
         if (plan[i].min_m) setenv("TOPS_CUDA_WGMMA_MIN_M", plan[i].min_m, 1);
-        gpu_case c = {plan[i].format, TOPS_DT_BF16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0};
+        gpu_case c = {plan[i].format, TOPS_DT_BF16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0, 0};
         cases++;
         int ok = run_case(&c, &r);
         unsetenv("TOPS_CUDA_WGMMA_MIN_M");
@@ -503,6 +512,90 @@ static void test_wgmma(void) {
         passed += ok;
     }
     printf("     %d of %d wgmma cases within their bounds\n", passed, cases);
+}
+
+/* The folded-scale wgmma kernel (w = code x scale in the activations'
+   type, one f32 sum over K): strict e2m1 (mxfp4, gguf-mxfp4, nvfp4: exact,
+   so within the strict bounds), relaxed 4-bit integers with f16 scales and
+   f16 activations (within the strict bound + FOLD_REL_L2); ragged M, N and
+   K, both activation types, every output type, accumulate, K splits, every
+   tile shape (TOPS_CUDA_WGMMA_TN / _WT), the K order by lane shuffles
+   (default) or by a stage permute (TOPS_CUDA_WGMMA_PERMUTE=1).  Then the cases that must NOT
+   fold and still be right: relaxed int4 with bf16 activations, strict int4,
+   TOPS_CUDA_WGMMA_FOLD=0, and mxfp4 whose block scales span 2^40 (beyond
+   f16's range: f16 activations fall back, bf16 ones fold); and the plan. */
+static void test_wgmma_folded(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the wgmma kernel needs compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    static const struct {
+        const char *format;
+        tops_dtype act, out;
+        int64_t m, k, n;
+        int accumulate, prepack, relaxed, spread;
+        const char *splits, *tn, *wt, *fold_env;
+        int want_fold;
+    } cases[] = {
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 33, 520, 130, 0, 1, 0, 0, NULL, NULL, NULL, NULL, 1},
+        {"nvfp4", TOPS_DT_BF16, TOPS_DT_F16, 100, 1000, 200, 1, 1, 0, 0, "3", NULL, NULL, NULL, 1},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 128, 4096, 77, 0, 1, 1, 0, NULL, NULL, NULL, NULL, 1},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 257, 1000, 300, 0, 0, 0, 0, "2", NULL, "1", NULL, 1},
+        {"nvfp4", TOPS_DT_F16, TOPS_DT_F32, 17, 2048, 96, 0, 1, 1, 0, NULL, "128", NULL, NULL, 1},
+        {"q4_0", TOPS_DT_F16, TOPS_DT_F16, 200, 1024, 264, 1, 1, 1, 0, NULL, NULL, "1", NULL, 1},
+        {"int4-g32", TOPS_DT_F16, TOPS_DT_BF16, 64, 256, 513, 0, 1, 1, 0, "4", "128", NULL, NULL, 1},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 1, 0, 0, NULL, NULL, NULL, NULL, 1},
+        {"nvfp4", TOPS_DT_BF16, TOPS_DT_F32, 300, 136, 776, 0, 1, 0, 0, NULL, NULL, "1", NULL, 1},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 1000, 300, 0, 1, 0, 0, "2", "128", NULL, NULL, 1},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 100, 2048, 200, 1, 1, 1, 0, NULL, NULL, NULL, NULL, 1},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 1, 0, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 100, 1000, 200, 1, 1, 0, 0, "2", NULL, NULL, "0", 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 64, 512, 192, 0, 1, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 64, 512, 192, 0, 1, 0, 1, NULL, NULL, NULL, NULL, 1},
+    };
+    const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0;
+    setenv("TOPS_CUDA_KERNEL", "wgmma", 1);
+    for (int i = 0; i < n; i++) {
+        if (cases[i].splits) setenv("TOPS_CUDA_WGMMA_SPLITS", cases[i].splits, 1);
+        if (cases[i].tn) setenv("TOPS_CUDA_WGMMA_TN", cases[i].tn, 1);
+        if (cases[i].wt) setenv("TOPS_CUDA_WGMMA_WT", cases[i].wt, 1);
+        if (cases[i].fold_env) setenv("TOPS_CUDA_WGMMA_FOLD", cases[i].fold_env, 1);
+        if (i % 4 == 3) setenv("TOPS_CUDA_WGMMA_PERMUTE", "1", 1); /* the stage-permute variant */
+        gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
+                      cases[i].accumulate, cases[i].prepack, cases[i].relaxed, cases[i].spread};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strstr(kn, "folded") != NULL) != cases[i].want_fold) {
+            TH_FAIL_AT("%s act=%s M=%lld relaxed=%d spread=%d ran %s (want %sfolded)", c.format,
+                       tops_dtype_name(c.act), (long long)c.m, c.relaxed, c.spread, kn, cases[i].want_fold ? "" : "not ");
+            ok = 0;
+        }
+        passed += ok;
+        unsetenv("TOPS_CUDA_WGMMA_SPLITS");
+        unsetenv("TOPS_CUDA_WGMMA_TN");
+        unsetenv("TOPS_CUDA_WGMMA_WT");
+        unsetenv("TOPS_CUDA_WGMMA_FOLD");
+        unsetenv("TOPS_CUDA_WGMMA_PERMUTE");
+    }
+    unsetenv("TOPS_CUDA_KERNEL");
+    /* By plan (no forcing): relaxed int4-g128 and strict mxfp4 at M = 128 fold. */
+    static const char *const plan[] = {"int4-g128", "mxfp4"};
+    for (int i = 0; i < 2; i++) {
+        gpu_case c = {plan[i], TOPS_DT_F16, TOPS_DT_F16, 128, 512, 192, 0, 0, 1, i == 0, 0};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if (!strstr(kn, "folded")) {
+            TH_FAIL_AT("%s M=128 by plan ran %s", plan[i], kn);
+            ok = 0;
+        }
+        passed += ok;
+    }
+    printf("     %d of %d folded-scale wgmma cases within their bounds; worst relaxed f32-output rel-L2 %.3g (bound %.0e "
+           "+ %.0e)\n",
+           passed, n + 2, fold_worst, bound_for(TOPS_DT_F32), FOLD_REL_L2);
 }
 
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
@@ -523,19 +616,19 @@ static void test_relaxed_fp8(void) {
             int v = f + s;
             gpu_case c = {fmts[f], (v & 1) ? TOPS_DT_BF16 : TOPS_DT_F16,
                           v % 3 == 0 ? TOPS_DT_F32 : v % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16,
-                          shapes[s][0], shapes[s][1], shapes[s][2], s % 3 == 1, s % 2 == 1, s != 2, 1};
+                          shapes[s][0], shapes[s][1], shapes[s][2], s % 3 == 1, s % 2 == 1, s != 2, 1, 0};
             cases++;
             passed += run_case(&c, &r);
         }
     /* f16/bf16 output over 3 x 4 tiles (ragged M, N and K). */
     for (int o = 0; o < 2; o++) {
         gpu_case c = {"e4m3-ch", o ? TOPS_DT_F16 : TOPS_DT_BF16, o ? TOPS_DT_BF16 : TOPS_DT_F16,
-                      300, 520, 776, 0, 0, 1, 1};
+                      300, 520, 776, 0, 0, 1, 1, 0};
         cases++;
         passed += run_case(&c, &r);
     }
     unsetenv("TOPS_CUDA_FP8_MIN_M");
-    gpu_case small = {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 8, 512, 96, 0, 0, 1, 1};
+    gpu_case small = {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 8, 512, 96, 0, 0, 1, 1, 0};
     int keep = fp8_gpu;
     fp8_gpu = 0; /* M = 8 is below the default threshold: strict kernels, strict bound */
     cases++;
@@ -625,5 +718,6 @@ int main(void) {
     RUN_TEST(test_every_format);
     RUN_TEST(test_kernel_edges);
     RUN_TEST(test_wgmma);
+    RUN_TEST(test_wgmma_folded);
     TEST_MAIN_END();
 }

@@ -155,6 +155,104 @@ static void test_every_format_reads_back(void) {
     }
 }
 
+static double round16(double v, int bf16) {
+    float f = (float)v, back; /* the products below are exact in f32 */
+    uint16_t h;
+    tops_cast_from_f32(bf16 ? TOPS_DT_BF16 : TOPS_DT_F16, &h, &f, 1, 0);
+    tops_cast_to_f32(bf16 ? TOPS_DT_BF16 : TOPS_DT_F16, &back, &h, 1);
+    return back;
+}
+
+/* Folded scales (tops__cu_fold_shift, wgmma_w.cu): whether a packed tensor
+   folds for f16 / bf16 activations, and, where it does, the kernel's
+   arithmetic replayed for every weight: the multiplier s x 2^(D - B) is
+   exact in the 16-bit type, and the code (x 2^-D, as decoded) times it is
+   exactly code x s x 2^-B for e2m1, within 2^-11 relative (and normal) for
+   relaxed 4-bit integers.  spread: rows alternately x 2^20 and x 2^-20. */
+static void check_fold(const char *name, int spread, int relaxed, int want_f16, int want_bf16, th_rng *r) {
+    const int64_t n = 48, k = 256;
+    tops_format fmt;
+    ASSERT_OK(tops_format_from_name(name, &fmt));
+    float *src = malloc((size_t)(n * k) * sizeof(float));
+    for (int64_t i = 0; i < n * k; i++)
+        src[i] = th_uniform(r, -2, 2) * (float)(1 + i % 5) * (spread ? ldexpf(1.0f, (i / k) % 2 ? 20 : -20) : 1.0f);
+    int64_t ext[2] = {n, k};
+    tops_tensor_desc d = {0};
+    d.format = tops_format_of(TOPS_DT_F32);
+    d.rank = 2;
+    d.extent[0] = n;
+    d.extent[1] = k;
+    d.data = src;
+    tops_tensor ts, tq;
+    ASSERT_OK(tops_tensor_view(&d, &ts));
+    ASSERT_OK(tops_tensor_create(fmt, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &tq));
+    ASSERT_OK(tops_quantize(&ts, &tq, NULL));
+    tops__cuda_packed pk;
+    void *wb = NULL, *sb = NULL;
+    ASSERT_OK(tops__cuda_pack_host("test", &tq, 1, &pk, &wb, &sb));
+    const int kc = tops__cu_chunk_k(pk.code), dexp = pk.code == TOPS__CU_CODE_E2M1 ? 14 : 0;
+    const int64_t chunks = pk.k_pad / kc;
+    int64_t bad = 0;
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        int b = 0, got = tops__cu_fold_shift(&pk, bf16, relaxed, &b);
+        if (got != (bf16 ? want_bf16 : want_f16)) {
+            TH_FAIL_AT("%s spread=%d relaxed=%d %s: fold %d, want %d (scales %g .. %g)", name, spread, relaxed,
+                       bf16 ? "bf16" : "f16", got, !got, pk.scale_absmin, pk.scale_absmax);
+            continue;
+        }
+        for (int64_t row = 0; got && row < n; row++)
+            for (int64_t kk = 0; kk < k; kk++) {
+                int64_t tile = row / 16, c = kk / kc;
+                int rr = (int)(row % 16), gid = rr % 8, rhalf = rr / 8;
+                int kl = (int)(kk % kc), j = kl / 16, tig = (kl % 16) / 4, q = kl % 4;
+                uint32_t w[4];
+                memcpy(w, (unsigned char *)wb + (((size_t)tile * (size_t)chunks + (size_t)c) * 32 + (size_t)(4 * gid + tig)) * 16, 16);
+                double code = decode(pk.code, 0, w, j, rhalf + 2 * (q / 2), q % 2);
+                /* The same element through the folded kernel's quad shuffle
+                   (natural_k_order): lane t of the plain A layout holds K 2t,
+                   2t + 1, 2t + 8, 2t + 9 of the step. */
+                int kl16 = kl % 16, nt = (kl16 % 8) / 2, nr = rhalf + 2 * (kl16 / 8);
+                uint32_t wl[4], wh[4], nw[4] = {0, 0, 0, 0};
+                size_t at = ((size_t)tile * (size_t)chunks + (size_t)c) * 32 + (size_t)(4 * gid);
+                memcpy(wl, (unsigned char *)wb + (at + (size_t)(nt >> 1)) * 16, 16);
+                memcpy(wh, (unsigned char *)wb + (at + (size_t)(2 + (nt >> 1))) * 16, 16);
+                nw[j] = byte_perm(wl[j], wh[j], (nt & 1) ? 0x7351u : 0x6240u);
+                if (decode(pk.code, 0, nw, j, nr, kl16 % 2) != code && bad++ < 3)
+                    TH_FAIL_AT("%s: row %lld k %lld: the quad shuffle reads %g, the packed fragment %g", name,
+                               (long long)row, (long long)kk, (double)decode(pk.code, 0, nw, j, nr, kl16 % 2), code);
+                double s = scale_of(&pk, sb, tile, kk / pk.group, 2 * gid + rhalf);
+                double mult = ldexp(s, dexp - b), exact = ldexp(code * s, -b);
+                double prod = round16(ldexp(code, -dexp) * round16(mult, bf16), bf16);
+                int ok = round16(mult, bf16) == mult &&
+                         (pk.code == TOPS__CU_CODE_E2M1 ? prod == exact
+                                                         : fabs(prod - exact) <= ldexp(fabs(exact), -11) &&
+                                                               (exact == 0 || fabs(prod) >= 0x1p-14));
+                if (!ok && bad++ < 3)
+                    TH_FAIL_AT("%s %s B=%d: row %lld k %lld: code %g x scale %g folds to %.9g, want %.9g", name,
+                               bf16 ? "bf16" : "f16", b, (long long)row, (long long)kk, code, s, prod, exact);
+            }
+    }
+    free(wb);
+    free(sb);
+    tops_tensor_destroy(&tq);
+    free(src);
+}
+
+static void test_fold_shift(void) {
+    th_rng r = th_seed();
+    check_fold("mxfp4", 0, 0, 1, 1, &r);
+    check_fold("gguf-mxfp4", 0, 0, 1, 1, &r);
+    check_fold("mxfp4", 1, 0, 0, 1, &r); /* block scales 2^40 apart: beyond f16 */
+    check_fold("nvfp4", 0, 0, 1, 1, &r);
+    check_fold("nvfp4", 1, 1, 1, 1, &r); /* ue4m3 x the tensor scale: always in range */
+    check_fold("int4-g128", 0, 0, 0, 0, &r); /* 14-bit products: strict never folds */
+    check_fold("int4-g128", 0, 1, 1, 0, &r); /* relaxed: f16 only */
+    check_fold("q4_0", 0, 1, 1, 0, &r);
+    check_fold("int4-g32", 1, 1, 0, 0, &r); /* products past f16's range */
+    check_fold("int8-g32", 0, 1, 0, 0, &r);
+    check_fold("int4-g32:e8m0", 0, 1, 0, 0, &r);
+}
+
 static void test_rejects(void) {
     tops_format f;
     int64_t ext[2] = {16, 64};
@@ -175,5 +273,6 @@ static void test_rejects(void) {
 int main(void) {
     RUN_TEST(test_every_format_reads_back);
     RUN_TEST(test_rejects);
+    RUN_TEST(test_fold_shift);
     TEST_MAIN_END();
 }
