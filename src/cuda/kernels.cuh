@@ -90,14 +90,22 @@ __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
     return bf2_bits(__floats2bfloat162_rn(f.x, f.y));
 }
 
-// e2m1 nibbles at bits [s, s+4) and [s+16, s+20) -> f16x2 equal to the
-// value times 2^-14 (exponent and mantissa bits moved into place; the
-// epilogue multiplies 2^14 back).
-template <int S>
-__device__ __forceinline__ uint32_t e2m1_pair(uint32_t q) {
-    uint32_t mag = S <= 9 ? (q << (9 - S)) : (q >> (S - 9));
-    uint32_t sgn = S <= 12 ? (q << (12 - S)) : (q >> (S - 12));
-    return (mag & 0x0E000E00u) | (sgn & 0x80008000u);
+// e2m1 codes of one k16 step (one 32-bit word q) -> the 4 f16x2 A registers,
+// each value times 2^-14 (exponent and mantissa bits moved into place, the
+// epilogue multiplies 2^14 back).  pack.c (e2m1_bit) splits each code into
+// its 3 magnitude bits and its sign so that one shift of q puts register r's
+// magnitudes at bits 9-11 / 25-27, and registers 0 and 2 find their signs
+// at 15 / 31 of the same copy (one AND); 1 and 3 take theirs from another
+// shift.  11 SASS instructions a step instead of 15 for plain nibbles; one
+// copy for every register cannot exist (translates of the bit pattern
+// {0, 1, 2, 6} never tile 16 bits).  Byte b + 1 of each half holds
+// registers 2, 3 as byte b holds 0, 1 (bits + 8), as for int4: the folded
+// wgmma kernel's quad shuffle moves whole bytes (wgmma_w.cu).
+__device__ __forceinline__ void e2m1_step(uint32_t q, uint32_t a[4]) {
+    a[0] = (q << 8) & 0x8E008E00u;
+    a[1] = ((q << 5) & 0x0E000E00u) | ((q << 15) & 0x80008000u);
+    a[2] = q & 0x8E008E00u;
+    a[3] = ((q >> 3) & 0x0E000E00u) | ((q << 7) & 0x80008000u);
 }
 
 // e4m3 bytes -> f16x2.  sm_89+ converts natively (exact, NaN kept); older
@@ -126,7 +134,7 @@ __device__ __forceinline__ float decode_factor() {
 }
 
 // A fragment (4 registers of 2 halves) of k16 step j from a lane's 16 bytes;
-// the bit order is pack.c's frag_bit().
+// the bit order is pack.c's frag_bit() (e2m1: e2m1_bit()).
 template <int CODE, bool BF16>
 __device__ __forceinline__ void decode_step(const uint4 &w, int j, uint32_t a[4]) {
     const uint32_t words[4] = {w.x, w.y, w.z, w.w};
@@ -146,11 +154,7 @@ __device__ __forceinline__ void decode_step(const uint4 &w, int j, uint32_t a[4]
             a[3] = h2_bits(__hfma2(bits_h2(lop3_and_or(q2, 0x00F000F0u, 0x64006400u)), mul, add));
         }
     } else if constexpr (CODE == TOPS__CU_CODE_E2M1) {
-        uint32_t q = words[j];
-        a[0] = e2m1_pair<0>(q);
-        a[1] = e2m1_pair<4>(q);
-        a[2] = e2m1_pair<8>(q);
-        a[3] = e2m1_pair<12>(q);
+        e2m1_step(words[j], a);
         if constexpr (BF16)
 #pragma unroll
             for (int r = 0; r < 4; r++) a[r] = f16x2_to_bf16x2(a[r]);

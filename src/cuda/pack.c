@@ -102,11 +102,23 @@ static void get_scale(const tops_tensor *w, const source_map *m, int64_t n, int6
 }
 
 /* Where fragment element (register r, half h) of step j of a lane sits in
-   the lane's 16 bytes, in bits; the decoders in wstream.cu read it so. */
+   the lane's 16 bytes, in bits; the decoders in kernels.cuh read it so
+   (e2m1: e2m1_bit below). */
 static int frag_bit(int code, int j, int r, int h) {
     if (code <= TOPS__CU_CODE_E2M1) return 32 * j + 4 * (r + 4 * h);
     if (code <= TOPS__CU_CODE_E4M3) return 8 * (8 * j + 4 * (r >> 1) + 2 * (r & 1) + h);
     return 8 * (4 * r + 2 * h);
+}
+
+/* e2m1 codes are not stored as nibbles: bit b of the code (0..2 magnitude,
+   3 sign) of element (j, r, h) sits where kernels.cuh's e2m1_step() shifts
+   it into f16 bits 9 + b (sign 15) of half h of register r: magnitudes of
+   registers 0 / 1 / 2 / 3 at 1 / 4 / 9 / 12 of the half, signs at 7 / 0 /
+   15 / 8 (every bit used once; registers 2, 3 sit 8 bits above 0, 1, whole
+   bytes for the folded kernel's byte shuffle). */
+static int e2m1_bit(int j, int r, int h, int b) {
+    static const int mag[4] = {1, 4, 9, 12}, sgn[4] = {7, 0, 15, 8};
+    return 32 * j + 16 * h + (b < 3 ? mag[r] + b : sgn[r]);
 }
 
 static uint32_t zero_code(int code) {
@@ -250,6 +262,13 @@ tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int trans
                             int64_t row = tile * 16 + g + 8 * (r & 1);
                             int64_t kk = c * kc + 16 * j + 4 * t + 2 * (r >> 1) + h;
                             uint32_t code = row < n && kk < k ? get_code(w, &m, transpose_right, row, kk) : zero;
+                            if (m.code == TOPS__CU_CODE_E2M1) {
+                                for (int b = 0; b < 4; b++) {
+                                    int pos = e2m1_bit(j, r, h, b);
+                                    ld[pos / 8] |= (unsigned char)(((code >> b) & 1u) << (pos % 8));
+                                }
+                                continue;
+                            }
                             int bit = frag_bit(m.code, j, r, h);
                             for (int b = 0; b < bits; b += 8) {
                                 /* 4-bit codes share a byte: or them in. */

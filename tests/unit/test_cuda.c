@@ -102,7 +102,8 @@ typedef struct gpu_case {
     int64_t m, k, n;
     int strided_left, accumulate, prepack; /* strided_left 1: rows k + 3 apart (unaligned); 2: k + 8 */
     int relaxed; /* e4m3-ch / e4m3 weights: expect the FP8 path where fp8_gpu */
-    int spread;  /* weight rows alternately x 2^20 and x 2^-20 (scales beyond f16's range) */
+    int spread;  /* 1: weight rows alternately x 2^20 and x 2^-20 (scales beyond f16's range);
+                    2: the first 16 weights of each row x 2^16 (nvfp4: the other blocks' scales subnormal) */
 } gpu_case;
 
 /* Relaxed 4-bit integers on the folded wgmma kernel: w = q x s rounded once
@@ -144,7 +145,9 @@ static int run_case(const gpu_case *c, th_rng *r) {
     float *wf = malloc((size_t)(n * k) * sizeof(float)), *wd = malloc((size_t)(n * k) * sizeof(float));
     for (int64_t i = 0; i < n * k; i++)
         wf[i] = (th_uniform(r, -1, 1) + th_uniform(r, -1, 1) + th_uniform(r, -1, 1)) * (1.0f + (float)(i % 13) * 0.1f) *
-                (c->spread ? ldexpf(1.0f, (i / k) % 2 ? 20 : -20) : 1.0f);
+                (c->spread == 1 ? ldexpf(1.0f, (i / k) % 2 ? 20 : -20)
+                 : c->spread == 2 && i % k < 16 ? 0x1p16f
+                                                  : 1.0f);
     int64_t wext[2] = {n, k};
     tops_tensor_desc d = {0};
     d.format = tops_format_of(TOPS_DT_F32);
@@ -437,6 +440,47 @@ static void test_kernel_edges(void) {
 }
 
 
+/* The bulk kernel's 8-bit scale decoder (bit moves per word, the per-entry
+   path for the rare special bytes): nvfp4 with one large block per row, so
+   the global scale leaves every other block a subnormal ue4m3 scale (their
+   sum still weighs 1e-4 of each output, 10x the f32 bound), and mxfp4 rows
+   2^40 apart; the scales both bulk-copied and read from global memory. */
+static void test_scale_decode(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the bulk kernel needs compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    static const struct {
+        const char *format;
+        tops_dtype act;
+        int64_t m, k, n;
+        int spread;
+    } cases[] = {{"nvfp4", TOPS_DT_F16, 1, 1024, 200, 2},  {"nvfp4", TOPS_DT_BF16, 16, 2048, 130, 2},
+                 {"nvfp4", TOPS_DT_F16, 5, 4096, 100, 1},  {"mxfp4", TOPS_DT_F16, 4, 1024, 200, 1},
+                 {"gguf-mxfp4", TOPS_DT_BF16, 1, 1024, 130, 2}};
+    int cases_run = 0, passed = 0;
+    setenv("TOPS_CUDA_KERNEL", "wbulk", 1);
+    for (int scd = 0; scd < 2; scd++) {
+        setenv("TOPS_CUDA_BULK_SCD", scd ? "1" : "0", 1);
+        for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+            gpu_case c = {cases[i].format, cases[i].act, TOPS_DT_F32, cases[i].m, cases[i].k, cases[i].n,
+                          0, 0, 1, 0, cases[i].spread};
+            cases_run++;
+            int ok = run_case(&c, &r);
+            const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "wbulk";
+            if (strncmp(kn, "wbulk", 5) != 0) {
+                TH_FAIL_AT("%s M=%lld ran %s, not wbulk", c.format, (long long)c.m, kn);
+                ok = 0;
+            }
+            passed += ok;
+        }
+    }
+    unsetenv("TOPS_CUDA_BULK_SCD");
+    unsetenv("TOPS_CUDA_KERNEL");
+    printf("     %d of %d scale-decode cases within their bounds\n", passed, cases_run);
+}
+
 /* The wgmma kernel (sm_90a), forced with TOPS_CUDA_KERNEL=wgmma: every code
    family and scale encoding, both activation types, every output type and
    mode, ragged M (17, 33, 100, 257: partial and several token tiles), N
@@ -717,6 +761,7 @@ int main(void) {
     RUN_TEST(test_relaxed_fp8);
     RUN_TEST(test_every_format);
     RUN_TEST(test_kernel_edges);
+    RUN_TEST(test_scale_decode);
     RUN_TEST(test_wgmma);
     RUN_TEST(test_wgmma_folded);
     TEST_MAIN_END();

@@ -46,11 +46,10 @@ static float decode(int code, int bf16, const uint32_t w[4], int j, int r, int h
         return half_of((qq & 0x00F000F0u) | 0x64006400u, h, 0) * 0.0625f - 72.0f;
     }
     case TOPS__CU_CODE_E2M1: {
-        uint32_t q = w[j];
-        int s = 4 * r;
-        uint32_t mag = s <= 9 ? q << (9 - s) : q >> (s - 9);
-        uint32_t sgn = s <= 12 ? q << (12 - s) : q >> (s - 12);
-        return half_of((mag & 0x0E000E00u) | (sgn & 0x80008000u), h, 0) * 16384.0f;
+        /* e2m1_step(): magnitudes shifted left by 8 / 5 / 0 / -3, signs by 8 / 15 / 0 / 7 */
+        static const int ms[4] = {8, 5, 0, -3}, ss[4] = {8, 15, 0, 7};
+        uint32_t q = w[j], mag = ms[r] >= 0 ? q << ms[r] : q >> -ms[r];
+        return half_of((mag & 0x0E000E00u) | ((q << ss[r]) & 0x80008000u), h, 0) * 16384.0f;
     }
     case TOPS__CU_CODE_I8: {
         uint32_t wd = w[2 * j + (r >> 1)];
