@@ -97,8 +97,8 @@ __device__ __forceinline__ uint32_t f16x2_to_bf16x2(uint32_t h) {
 // magnitudes at bits 9-11 / 25-27, and registers 0 and 2 find their signs
 // at 15 / 31 of the same copy (one AND); 1 and 3 take theirs from another
 // shift.  11 SASS instructions a step instead of 15 for plain nibbles; one
-// copy for every register cannot exist (translates of the bit pattern
-// {0, 1, 2, 6} never tile 16 bits).  Byte b + 1 of each half holds
+// copy for more registers cannot exist (no 3 disjoint translates of the bit
+// pattern {0, 1, 2, 6} fit in 16 bits).  Byte b + 1 of each half holds
 // registers 2, 3 as byte b holds 0, 1 (bits + 8), as for int4: the folded
 // wgmma kernel's quad shuffle moves whole bytes (wgmma_w.cu).
 __device__ __forceinline__ void e2m1_step(uint32_t q, uint32_t a[4]) {

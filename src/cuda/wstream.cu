@@ -236,11 +236,14 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     const int mt = a->m <= 8 ? 1 : 2;
     // The ring gives up stages (down to 2, still 48 KB in flight) before the
     // block's scales stop fitting.  TOPS_CUDA_BULK_RING=n asks for n stages
-    // (2..kMaxStages; tuning runs).  The scales are bulk-copied to shared
-    // memory before their decode to f32 (measured faster than loading them
-    // straight from global memory: int4-g128 12.2 vs 13.1 us at M = 1, same
-    // call) unless the copy's room would cost the activation tiles or ring
-    // stages; TOPS_CUDA_BULK_SCD=0/1 forces either (A/B runs, tests).
+    // (2..kMaxStages; tuning runs).  The scales are decoded to f32 straight
+    // from global memory, each thread's first loads issued at kernel entry
+    // (H200 2026-11-29 19:16 UTC, same call, int4-g128 / mxfp4 / int4-g32 /
+    // nvfp4 at M = 1 / 4 / 16 / 32: as fast or faster on 15 of 16 rows than
+    // the bulk copy to shared memory first, by up to 0.7 us at M = 1 (nvfp4)
+    // and 2.2 us at M = 32; int4-g128 at M = 4 0.1 us slower).  The copy,
+    // which also leaves less room for the ring, stays for A/B runs and tests:
+    // TOPS_CUDA_BULK_SCD=0/1 forces either.
     const size_t f32 = p.has_scales ? (size_t)kBulkTiles * p.groups * 16 * 4 : 0;
     const long long ring_env = env_or("TOPS_CUDA_BULK_RING", kStages);
     const int ring_want = ring_env >= 2 && ring_env <= kMaxStages ? (int)ring_env : kStages;
@@ -262,9 +265,7 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
         const int r = ring_for(xslot, raw);
         return r >= 3 || (r >= 2 && r == ring_for(kStageBytes, raw));
     };
-    p.sc_direct = scd >= 0 ? scd != 0
-                           : (xt_ok && !xt_fits(raw_copy) && xt_fits(0)) ||
-                                 (ring_for(kStageBytes, raw_copy) == 0 && ring_for(kStageBytes, 0) > 0);
+    p.sc_direct = scd != 0;
     const size_t raw = p.sc_direct ? 0 : raw_copy;
     p.xt = 0;
     p.slot_bytes = kStageBytes;
