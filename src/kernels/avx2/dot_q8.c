@@ -10,10 +10,14 @@
    1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one thread
    (on a loaded VM: not tuned at two threads). */
 enum { NIB_PREFETCH = 512 };
-/* Bytes ahead in the row stream (one stream per four rows): of none, 512,
-   1024, 2048 and 4096, 2048 gave the lowest medians at M = 1, 2 threads
-   (noisy shared VM: none and 4096 within 10%). */
-enum { NIBSTREAM_PREFETCH = 2048 };
+/* Bytes ahead in the row stream (one stream per four rows), two levels:
+   far into L2 (prefetcht1: the L2 queue keeps more lines in flight than
+   the L1 fill buffers), near into L1.  At M = 1, 2 threads, mxfp4 (p50 of
+   300 streamed calls, three sweeps): L1 only at 2048 B 1.36-1.40 ms (the
+   best of none, 1024, 2048, 4096, 8192 B; none 1.77-1.86, NTA 2.15-2.24);
+   L2 4096-32768 B with L1 512-2048 B 1.21-1.40 ms, no distance clearly
+   ahead on the noisy host. */
+enum { NIBSTREAM_PREFETCH_L2 = 8192, NIBSTREAM_PREFETCH = 1024 };
 
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -357,7 +361,10 @@ void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_la
     for (int64_t b = 0, sbi = 0; b < nb; b += 8, sbi++) {
         const uint8_t *sb = stream + sbi * sb_bytes;
         const int64_t group = nb - b < 8 ? nb - b : 8;
-        for (int64_t o = 0; o < sb_bytes; o += 64) _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH), _MM_HINT_T0);
+        for (int64_t o = 0; o < sb_bytes; o += 64) {
+            _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH_L2), _MM_HINT_T1);
+            _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH), _MM_HINT_T0);
+        }
         const __m256 a8 = _mm256_loadu_ps(act->scale + 8 * sbi);
         __m256 s[4];
         int fast = 0;
