@@ -42,6 +42,8 @@ int tops__nibstream_scale_bytes(const tops__kernels *kern, const tops_tensor *w)
     if (!kern->dot_q8_nibstream_x4 || !up->run || !up->nib.block_bytes || tops__unpack_sub(w) != 32 ||
         w->extent[1] % 32 != 0 || w->extent[0] < TOPS__NIBSTREAM_ROWS || w->bias.data)
         return 0;
+    for (int c = 0; c < 16; c++) /* the kernel adds four vpmaddubsw in i16: [-8 * 32 * 128, 8 * 32 * 127] fits */
+        if (up->nib.lut[c] > 32) return 0;
     /* GGUF blocks whose 2-byte header is the f16 scale (q4_0) */
     if (info->gguf) return !w->scales.data && up->nib.header == 2 ? 2 : 0;
     if (!w->scales.data || (info->block > 1 ? w->format.group : 32) != 32) return 0;
@@ -64,7 +66,8 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int s
     const int64_t nb = w->extent[1] / 32, group_bytes = tops__nibstream_group_bytes(w, scale_bytes);
     const int64_t sb_bytes = tops__nibstream_sb_bytes(scale_bytes), scale_span = 4 * 8 * (int64_t)scale_bytes;
     const tops_plane *sp = &w->scales;
-    const int coded = tops__nibstream_coded(nib);
+    uint8_t map[16]; /* the stored value of each code: through the table when coded */
+    for (int c = 0; c < 16; c++) map[c] = tops__nibstream_coded(nib) ? nib->lut[c] : (uint8_t)c;
     memset(out, 0, (size_t)(count * group_bytes));
     for (int64_t g = 0; g < count; g++)
         for (int r = 0; r < TOPS__NIBSTREAM_ROWS; r++) {
@@ -77,12 +80,11 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int s
                                                 : src + b * nib->block_bytes; /* the block's f16 header */
                 memcpy(sb + (r * 8 + lane) * scale_bytes, scale, (size_t)scale_bytes);
                 const uint8_t *codes = src + b * nib->block_bytes + nib->header;
-                uint8_t v[32]; /* the block's codes in element order (through the table when coded) */
-                for (int x = 0; x < 16; x++) {
-                    const int lo = codes[x] & 15, hi = codes[x] >> 4;
-                    v[nib->split ? x : 2 * x] = (uint8_t)(coded ? nib->lut[lo] : lo);
-                    v[nib->split ? x + 16 : 2 * x + 1] = (uint8_t)(coded ? nib->lut[hi] : hi);
-                }
+                uint8_t v[32]; /* the block's stored values in element order */
+                if (nib->split)
+                    for (int x = 0; x < 16; x++) v[x] = map[codes[x] & 15], v[x + 16] = map[codes[x] >> 4];
+                else
+                    for (int x = 0; x < 16; x++) v[2 * x] = map[codes[x] & 15], v[2 * x + 1] = map[codes[x] >> 4];
                 for (int j = 0; j < 4; j++)
                     for (int t = 0; t < 4; t++)
                         sb[scale_span + j * 128 + r * 32 + 4 * lane + t] = (uint8_t)(v[8 * j + t] | v[8 * j + 4 + t] << 4);

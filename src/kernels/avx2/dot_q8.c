@@ -342,8 +342,9 @@ static inline __m256 e8m0_to_f32x8(const uint8_t *q) {
    prefetcher follows one stream, not four), laid out (dispatch.h) so that
    each row's four 32-byte vectors of a super-block meet the activations
    without a shuffle and their vpmaddubsw sums, added four at a time in i16
-   (at most 4 * 2 * 24 * 127 = 24384 for tables up to 24: mxfp4 q + 12)
-   and once in i32, are the exact block sums in lane order.  Per row and
+   (within [-8 * 32 * 128, 8 * 32 * 127] for table values up to 32, which
+   the stream requires; mxfp4's q + 12 is at most 24) and once in i32, are
+   the exact block sums in lane order.  Per row and
    super-block: 4 loads, 8 and/shift, 8 table lookups (none when coded), 8
    vpmaddubsw, 6 + 1 adds, 2 vpmaddwd, a subtract, a convert and one FMA;
    scales: F16C and two multiplies, or for e8m0 a shift and an add of the
