@@ -15,7 +15,7 @@ enum { NIB_PREFETCH = 512 };
    the L1 fill buffers), near into L1.  At M = 1, 2 threads, mxfp4 (p50 of
    300 streamed calls, three sweeps): L1 only at 2048 B 1.36-1.40 ms (the
    best of none, 1024, 2048, 4096, 8192 B; none 1.77-1.86, NTA 2.15-2.24);
-   L2 4096-32768 B with L1 512-2048 B 1.21-1.40 ms, no distance clearly
+   L2 4096-32768 B with L1 512-2048 B 1.21-1.47 ms, no distance clearly
    ahead on the noisy host. */
 enum { NIBSTREAM_PREFETCH_L2 = 8192, NIBSTREAM_PREFETCH = 1024 };
 
