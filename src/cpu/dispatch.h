@@ -50,17 +50,37 @@ static inline float tops__nib_scale_mul(const tops_format_info *info, const tops
 
 /* The relaxed M <= 4 row stream (tops_pack_right, src/drive/gemv.c):
    rows in groups of TOPS__NIBSTREAM_ROWS, each group one linear stream of
-   super-blocks of TOPS__NIBSTREAM_SB blocks of 32 along K.  A super-block
-   holds the four rows' stored scales (row-major, 8 per row, 2-byte f16 or
-   1-byte e8m0: the format's own bytes), then per block pair p (blocks 2p,
-   2p + 1) per row 32 bytes: the two blocks' 16 nibble bytes in the
-   format's order, each nibble through the format's table where its
-   entries fit in 4 bits ("coded": int4, q4_0), else as stored.  Past K
-   the stream is zero. */
+   super-blocks of TOPS__NIBSTREAM_SB blocks of 32 along K.  Lane l of a
+   super-block holds its block tops__nibstream_lane(l) (the order in which
+   the plain four-row dot's vphaddd tree leaves the blocks, so both sum the
+   same way).  A super-block holds the four rows' stored scales ([row][lane],
+   2-byte f16 or 1-byte e8m0: the format's own bytes), then for j = 0..3 per
+   row 32 bytes: byte 4 l + t holds, of lane l's block, element 8 j + t in
+   its low nibble and 8 j + 4 + t in its high nibble, each through the
+   format's table where its entries fit in 4 bits ("coded": int4, q4_0),
+   else as stored.  One vpmaddubsw pair then gives each lane 8 products of
+   one block, so a super-block's block sums need no shuffle.  Past K the
+   stream is zero. */
 enum { TOPS__NIBSTREAM_ROWS = 4, TOPS__NIBSTREAM_SB = 8 };
+static inline int tops__nibstream_lane(int l) { return l < 4 ? 2 * l : 2 * (l - 4) + 1; }
 static inline int64_t tops__nibstream_sb_bytes(int scale_bytes) {
     return (int64_t)TOPS__NIBSTREAM_ROWS * TOPS__NIBSTREAM_SB * (scale_bytes + 16);
 }
+/* One activation row as the row stream's kernel reads it, per super-block
+   (lanes as above; zero past K): q 256 bytes, for j = 0..3 the 32 codes
+   meeting the low nibbles of vector j, then the 32 meeting its high ones;
+   scale[8] the block scales, corr[8] offset * the block's code sum; for
+   e8m0 weights also bias[8] = bits(scale * mul) - (127 << 23) and range[16]
+   (lo[8], hi[8]): where every stored exponent e of the super-block has
+   lo <= e <= hi, bits(ws * as) = bias + (e << 23) exactly (no rounding,
+   no subnormal), so the kernel skips the float decode and product. */
+typedef struct tops__nibstream_act {
+    const int8_t *q;
+    const float *scale;
+    const int32_t *corr;
+    const int32_t *bias;
+    const uint8_t *range;
+} tops__nibstream_act;
 
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
@@ -152,7 +172,10 @@ typedef struct tops__kernels {
        loads in flight when the weights come from DRAM.  out[r] = dot. */
     void (*dot_f32_x4)(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
     /* dot_q8_nibbles over four rows (blocks + r * row_bytes, scales
-       ws + r * ld_ws), out[r] = dot. */
+       ws + r * ld_ws), out[r] = dot.  Summation order (the row stream's
+       too): per super-block of 8 blocks, lane l of an f32 vector takes
+       block tops__nibstream_lane(l)'s exact integer sum minus acorr, times
+       ws * as (0 past nb), one FMA; the eight lanes are added at the end. */
     void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                               const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                               int64_t nb, float *out);
@@ -161,14 +184,13 @@ typedef struct tops__kernels {
        sum_k a[k] * (lut[code] - offset). */
     void (*dot_f32_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
-    /* dot_q8_nibbles_x4 over one group of the row stream: `stream` at the
-       super-block of the first block, scale_bytes 2 (f16) or 1 (e8m0),
-       scales = stored value * mul; coded: the nibbles hold lut[code]
-       (q + offset) already.  Same bits as dot_q8_nibbles_x4 on the plain
-       rows.  NULL at levels without one (the plain rows are read). */
+    /* dot_q8_nibbles_x4 over one group of the row stream: `stream` and act
+       at the super-block of the first block, scale_bytes 2 (f16) or 1
+       (e8m0), weight scales = stored value * mul; coded: the nibbles hold
+       lut[code] (q + offset) already.  Same bits as dot_q8_nibbles_x4 on
+       the plain rows.  NULL at levels without one (the plain rows are read). */
     void (*dot_q8_nibstream_x4)(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes, int coded,
-                                float mul,
-                                const int8_t *aq, const float *as, const float *acorr, int64_t nb, float *out);
+                                float mul, const tops__nibstream_act *act, int64_t nb, float *out);
     /* 4-bit codes through a 16-entry table: dst[i] = table[code i], n codes
        from src (element 0 in the low nibble of src[0]). */
     void (*lut16_row)(float *dst, const uint8_t *src, int64_t n, const float *table);
@@ -308,8 +330,7 @@ void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, cons
 float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                                 const float *as, const float *acorr, const float *ws, int64_t nb);
 void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes,
-                                    int coded, float mul, const int8_t *aq, const float *as, const float *acorr, int64_t nb,
-                                    float *out);
+                                    int coded, float mul, const tops__nibstream_act *act, int64_t nb, float *out);
 void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,

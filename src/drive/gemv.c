@@ -42,6 +42,8 @@ int tops__nibstream_scale_bytes(const tops__kernels *kern, const tops_tensor *w)
     if (!kern->dot_q8_nibstream_x4 || !up->run || !up->nib.block_bytes || tops__unpack_sub(w) != 32 ||
         w->extent[1] % 32 != 0 || w->extent[0] < TOPS__NIBSTREAM_ROWS || w->bias.data)
         return 0;
+    for (int c = 0; c < 16; c++) /* the kernel adds four vpmaddubsw in i16: [-8 * 32 * 128, 8 * 32 * 127] fits */
+        if (up->nib.lut[c] > 32) return 0;
     /* GGUF blocks whose 2-byte header is the f16 scale (q4_0) */
     if (info->gguf) return !w->scales.data && up->nib.header == 2 ? 2 : 0;
     if (!w->scales.data || (info->block > 1 ? w->format.group : 32) != 32) return 0;
@@ -64,7 +66,8 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int s
     const int64_t nb = w->extent[1] / 32, group_bytes = tops__nibstream_group_bytes(w, scale_bytes);
     const int64_t sb_bytes = tops__nibstream_sb_bytes(scale_bytes), scale_span = 4 * 8 * (int64_t)scale_bytes;
     const tops_plane *sp = &w->scales;
-    const int coded = tops__nibstream_coded(nib);
+    uint8_t map[16]; /* the stored value of each code: through the table when coded */
+    for (int c = 0; c < 16; c++) map[c] = tops__nibstream_coded(nib) ? nib->lut[c] : (uint8_t)c;
     memset(out, 0, (size_t)(count * group_bytes));
     for (int64_t g = 0; g < count; g++)
         for (int r = 0; r < TOPS__NIBSTREAM_ROWS; r++) {
@@ -72,15 +75,81 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int s
             const uint8_t *src = tops__weight_row(w, row);
             for (int64_t b = 0; b < nb; b++) {
                 uint8_t *sb = out + g * group_bytes + (b / 8) * sb_bytes;
-                const int i = (int)(b % 8);
+                const int i = (int)(b % 8), lane = i % 2 ? 4 + i / 2 : i / 2; /* tops__nibstream_lane(lane) == i */
                 const uint8_t *scale = sp->data ? (const uint8_t *)sp->data + (row * sp->stride[0] + b * sp->stride[1]) * scale_bytes
                                                 : src + b * nib->block_bytes; /* the block's f16 header */
-                memcpy(sb + (r * 8 + i) * scale_bytes, scale, (size_t)scale_bytes);
-                uint8_t *dst = sb + scale_span + (i / 2) * 128 + r * 32 + (i % 2) * 16;
+                memcpy(sb + (r * 8 + lane) * scale_bytes, scale, (size_t)scale_bytes);
                 const uint8_t *codes = src + b * nib->block_bytes + nib->header;
-                for (int x = 0; x < 16; x++)
-                    dst[x] = coded ? (uint8_t)(nib->lut[codes[x] & 15] | nib->lut[codes[x] >> 4] << 4) : codes[x];
+                uint8_t v[32]; /* the block's stored values in element order */
+                if (nib->split)
+                    for (int x = 0; x < 16; x++) v[x] = map[codes[x] & 15], v[x + 16] = map[codes[x] >> 4];
+                else
+                    for (int x = 0; x < 16; x++) v[2 * x] = map[codes[x] & 15], v[2 * x + 1] = map[codes[x] >> 4];
+                for (int j = 0; j < 4; j++)
+                    for (int t = 0; t < 4; t++)
+                        sb[scale_span + j * 128 + r * 32 + 4 * lane + t] = (uint8_t)(v[8 * j + t] | v[8 * j + 4 + t] << 4);
             }
+        }
+}
+
+/* Bytes per super-block of one activation row for the row stream: 256
+   codes, 8 each of scale, corr and bias, 16 range bytes. */
+enum { STREAM_ACT_BYTES = 256 + 3 * 8 * 4 + 16 };
+
+/* The parts of one row's stream activations (n_sb super-blocks at base),
+   from super-block s0 on. */
+static tops__nibstream_act stream_act_at(unsigned char *base, int64_t n_sb, int64_t s0) {
+    return (tops__nibstream_act){(const int8_t *)base + s0 * 256, (const float *)(base + n_sb * 256) + s0 * 8,
+                                 (const int32_t *)(base + n_sb * 288) + s0 * 8,
+                                 (const int32_t *)(base + n_sb * 320) + s0 * 8, base + n_sb * 352 + s0 * 16};
+}
+
+/* One activation row (codes aq in element order, scales as, nb blocks) as
+   the row stream's kernel reads it (tops__nibstream_act, dispatch.h), at base. */
+static void stream_activations(const int8_t *aq, const float *as, int64_t nb, int offset, int e8m0, float mul,
+                               unsigned char *base) {
+    const int64_t nsb = tops__ceil_div(nb, TOPS__NIBSTREAM_SB);
+    const tops__nibstream_act at = stream_act_at(base, nsb, 0);
+    int8_t *q = (int8_t *)at.q;
+    float *scale = (float *)at.scale;
+    int32_t *corr = (int32_t *)at.corr, *bias = (int32_t *)at.bias;
+    uint8_t *range = (uint8_t *)at.range;
+    uint32_t mbits;
+    memcpy(&mbits, &mul, 4);
+    const int em = (int)(mbits >> 23 & 255);
+    memset(q, 0, (size_t)(nsb * 256));
+    for (int64_t s = 0; s < nsb; s++)
+        for (int l = 0; l < 8; l++) {
+            const int64_t blk = s * 8 + tops__nibstream_lane(l), i = s * 8 + l;
+            int lo = 255, hi = 0; /* an empty range: the kernel's float decode */
+            scale[i] = 0.0f, corr[i] = 0, bias[i] = 0;
+            if (blk < nb) {
+                int32_t sum = 0;
+                for (int e = 0; e < 32; e++) sum += aq[blk * 32 + e];
+                for (int g = 0; g < 8; g++) /* 4 codes: elements 4g..4g+3, meeting vector g / 2 */
+                    memcpy(q + s * 256 + g * 32 + 4 * l, aq + blk * 32 + 4 * g, 4);
+                scale[i] = as[blk];
+                corr[i] = offset * sum;
+                if (e8m0) {
+                    /* ws * as = fl(2^(e - 127) * mul) * as is 2^(e - 127) * fl(mul * as), exactly, while
+                       2^(e - 127) * mul and both products stay normal (exponents kept one off the ends) */
+                    const float p = mul * as[blk];
+                    uint32_t pbits;
+                    memcpy(&pbits, &p, 4);
+                    const int ep = (int)(pbits >> 23 & 255);
+                    if (em >= 1 && em <= 254 && ep >= 2 && ep <= 253) {
+                        lo = 1, hi = 254;
+                        if (128 - em > lo) lo = 128 - em;
+                        if (129 - ep > lo) lo = 129 - ep;
+                        if (381 - em < hi) hi = 381 - em;
+                        if (380 - ep < hi) hi = 380 - ep;
+                        if (lo > hi) lo = 255, hi = 0;
+                    }
+                    bias[i] = (int32_t)(pbits - (127u << 23));
+                }
+            }
+            range[s * 16 + l] = (uint8_t)lo;
+            range[s * 16 + 8 + l] = (uint8_t)hi;
         }
 }
 
@@ -139,10 +208,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows int64");
     size_t act = (size_t)(M * kp) * sizeof(float) * (permuted ? 2 : 1), act_q = relaxed ? (size_t)(M * kp) : 0;
     size_t act_s = relaxed ? 2 * (size_t)(M * n_subs) * sizeof(float) : 0; /* scales, corrections */
+    /* the row stream's activations: per row and super-block 256 codes, 8 each of scale, corr, bias, 16 range bytes */
+    const int64_t n_sb = tops__ceil_div(kp / 32, TOPS__NIBSTREAM_SB);
+    size_t act_st = stream ? (size_t)(M * n_sb * STREAM_ACT_BYTES) : 0;
     /* per thread: accumulators, scales, then i8 codes or an f32 row chunk */
     size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + 4 * (size_t)(chunk / sub) * sizeof(float) +
                         (size_t)chunk * (integer ? 4 : sizeof(float)) + 192;
-    size_t bytes = act + act_q + act_s + 192, more;
+    size_t bytes = act + act_q + act_s + act_st + 192, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(bytes, more, &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
     unsigned char *ws = tops__workspace_get(p, bytes);
@@ -150,7 +222,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     float *a = (float *)ws;
     int8_t *aq = (int8_t *)(ws + act);
     float *as = (float *)(ws + tops__round_up((int64_t)(act + act_q), 64));
-    unsigned char *thread_base = ws + tops__round_up((int64_t)(act + act_q + act_s), 64) + 64;
+    unsigned char *st_base = ws + tops__round_up((int64_t)(act + act_q + act_s), 64) + 64;
+    unsigned char *thread_base = st_base + tops__round_up((int64_t)act_st, 64);
     per_thread = (size_t)tops__round_up((int64_t)per_thread, 64);
 
     float *acorr = as + M * n_subs;
@@ -164,6 +237,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     ap[m * kp + b * 32 + 16 + j] = a[m * kp + b * 32 + 2 * j + 1];
                 }
         if (relaxed) kern->quantize_q8(a + m * kp, kp, sub, aq + m * kp, as + m * n_subs);
+        if (stream) /* before the plain rows' even / odd order below */
+            stream_activations(aq + m * kp, as + m * n_subs, kp / 32, up.nib.offset, p->nib_stream.scale_bytes == 1,
+                               p->nib_stream.mul, st_base + m * n_sb * STREAM_ACT_BYTES);
         if (in_place)
             for (int64_t b = 0; b < n_subs; b++) {
                 int8_t *blk = aq + m * kp + b * 32;
@@ -206,8 +282,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         const uint8_t *s = ns->data + (n0 + j) / TOPS__NIBSTREAM_ROWS * ns->group_bytes +
                                            b0 / TOPS__NIBSTREAM_SB * tops__nibstream_sb_bytes(ns->scale_bytes);
                         for (int64_t m = 0; m < M; m++) {
-                            kern->dot_q8_nibstream_x4(s, &up.nib, ns->scale_bytes, ns->coded, ns->mul, aq + m * kp + k0,
-                                                      as + m * n_subs + b0, acorr + m * n_subs + b0, kc / 32, d);
+                            const tops__nibstream_act sact =
+                                stream_act_at(st_base + m * n_sb * STREAM_ACT_BYTES, n_sb, b0 / TOPS__NIBSTREAM_SB);
+                            kern->dot_q8_nibstream_x4(s, &up.nib, ns->scale_bytes, ns->coded, ns->mul, &sact, kc / 32, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
                         }
                     } else if (nib_x4) { /* K % 32 == 0: whole blocks only */

@@ -294,8 +294,14 @@ static void test_packed_in_place(void) {
             ASSERT_OK(tops_pack_right(NULL, &d, &w, &pk));
             /* the scalar level's plain result: every level's packed result
                (the row stream where built) stays within f32 summation order of it */
-            double *ref = malloc((size_t)(m * n) * sizeof(double));
-            ASSERT_TRUE(ref != NULL);
+            double *ref = malloc((size_t)(m * n) * sizeof(double)), *want = malloc((size_t)(m * n) * sizeof(double));
+            double *mag = malloc((size_t)(m * n) * sizeof(double));
+            ASSERT_TRUE(ref != NULL && want != NULL && mag != NULL);
+            /* sum |terms| per output: a few outputs (n = 1) may cancel to ~0, judged normwise then */
+            mm_operand rows = big;
+            rows.exact = big.exact + 3 * k;
+            rows.rows = n;
+            mm_oracle(&a, 0, &rows, 1, m, n, k, NULL, want, mag);
             for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
                 const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
                 if (!kern) continue;
@@ -308,7 +314,7 @@ static void test_packed_in_place(void) {
                     ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &pk, &c2));
                     if (isa == TOPS_ISA_REF && threads == 1)
                         for (int64_t i = 0; i < m * n; i++) ref[i] = ((float *)p1)[i];
-                    const double e = mm_rel_l2(&c2, ref);
+                    const double e = m * n < 32 ? mm_normwise(&c2, ref, mag) : mm_rel_l2(&c2, ref);
                     if (!(e <= 1e-5))
                         TH_FAIL_AT("format %d m=%lld n=%lld k=%lld relaxed=%d isa=%s: packed vs scalar plain rel-L2 %g", f,
                                    (long long)m, (long long)n, (long long)k, d.relaxed_precision,
@@ -340,12 +346,88 @@ static void test_packed_in_place(void) {
                 ASSERT_EQ_STR(b1, b2);
             }
             free(ref);
+            free(want);
+            free(mag);
             tops_tensor_destroy(&pk);
             tops_tensor_destroy(&c1);
             tops_tensor_destroy(&c2);
             mm_free(&a);
             mm_free_any(&big);
         }
+}
+
+/* The row stream applies e8m0 scales by adding the exponent to the
+   activation side's bits where that equals the plain rows' float decode
+   and products (tops__nibstream_act): stored exponents over the whole byte
+   range (0 the subnormal 2^-127, 255 NaN), activation blocks from 2^-130
+   (subnormal) to 2^125 and all-zero blocks, multipliers from 1e-30 to
+   3e30 (tensor_scale), mixed inside one super-block.  Packed (stream) and
+   plain rows give the same bits (NaN: both NaN) on every level, for
+   threads 1 and 2, at M = 1..4 and K with a part super-block and two
+   chunks. */
+static int same_or_both_nan(const float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (memcmp(&x[i], &y[i], sizeof(float)) != 0 && !(isnan(x[i]) && isnan(y[i]))) return 0;
+    return 1;
+}
+
+static void test_stream_e8m0_extremes(void) {
+    const tops_format fmts[2] = {{TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0}};
+    const float muls[4] = {1.0f, 0.3f, 3e30f, 1e-30f};
+    const int64_t ks[3] = {256, 608, 2304};
+    for (int it = 0; it < 12; it++) {
+        const int64_t m = 1 + it % 4, n = 12, k = ks[it % 3];
+        mm_operand w;
+        mm_make_quant(&w, fmts[it % 2], n, k, 0, &rng);
+        w.t.tensor_scale = muls[(it / 2) % 4];
+        uint8_t *e = (uint8_t *)w.t.scales.data;
+        for (int64_t i = 0; i < n * (k / 32); i++) {
+            const uint64_t u = th_next(&rng) % 100;
+            e[i] = (uint8_t)(u < 60   ? 118 + th_next(&rng) % 20                     /* typical */
+                             : u < 80 ? (th_next(&rng) % 2 ? 1 + th_next(&rng) % 12 : 243 + th_next(&rng) % 12)
+                             : u < 97 ? th_next(&rng) % 256
+                                      : (it % 3 ? 0 : 255));
+        }
+        mm_operand a;
+        mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t b = 0; b < k / 32; b++) {
+                const int zero = th_next(&rng) % 10 == 0;
+                const float mag = ldexpf(1.0f, (int)(th_next(&rng) % 256) - 130);
+                for (int64_t j = b * 32; j < b * 32 + 32; j++)
+                    mm_set(&a.t, i, j, zero ? 0.0f : mag * th_uniform(&rng, -1.0f, 1.0f));
+            }
+        tops_matmul2d_desc d = plain_desc();
+        d.transpose_right = 1;
+        d.relaxed_precision = 1;
+        tops_tensor pk;
+        ASSERT_OK(tops_pack_right(NULL, &d, &w.t, &pk));
+        void *p1, *p2;
+        tops_tensor c1 = make_plain(TOPS_DT_F32, m, n, &p1), c2 = make_plain(TOPS_DT_F32, m, n, &p2);
+        for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+            const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+            if (!kern) continue;
+            for (int threads = 1; threads <= 2; threads++) {
+                tops_exec ex = tops_exec_default();
+                ex.threads = threads;
+                mm_poison(&c1);
+                mm_poison(&c2);
+                ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &w.t, &c1));
+                ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &pk, &c2));
+                if (!same_or_both_nan(p1, p2, m * n))
+                    TH_FAIL_AT("format %d m=%lld k=%lld mul %g isa=%s threads=%d: packed != plain", it % 2, (long long)m,
+                               (long long)k, (double)w.t.tensor_scale, tops_isa_name((tops_isa)isa), threads);
+            }
+        }
+        char path[160];
+        ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &pk, &c2, path, sizeof path));
+        if (tops__kernels_get()->dot_q8_nibstream_x4) ASSERT_TRUE(strstr(path, "4-bit row stream (prepacked)") != NULL);
+        tops_tensor_destroy(&pk);
+        tops_tensor_destroy(&c1);
+        tops_tensor_destroy(&c2);
+        mm_free(&a);
+        mm_free_any(&w);
+    }
 }
 
 /* exec.scratch, when large enough, is the workspace: same bits either way
@@ -454,6 +536,7 @@ int main(void) {
     RUN_TEST(test_bad_inputs);
     RUN_TEST(test_packed_matches_plain);
     RUN_TEST(test_packed_in_place);
+    RUN_TEST(test_stream_e8m0_extremes);
     RUN_TEST(test_path_names);
     RUN_TEST(test_caller_scratch);
     RUN_TEST(test_huge_k_fails_cleanly);

@@ -10,10 +10,14 @@
    1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one thread
    (on a loaded VM: not tuned at two threads). */
 enum { NIB_PREFETCH = 512 };
-/* Bytes ahead in the row stream (one stream per four rows): of none, 512,
-   1024, 2048 and 4096, 2048 gave the lowest medians at M = 1, 2 threads
-   (noisy shared VM: none and 4096 within 10%). */
-enum { NIBSTREAM_PREFETCH = 2048 };
+/* Bytes ahead in the row stream (one stream per four rows), two levels:
+   far into L2 (prefetcht1: the L2 queue keeps more lines in flight than
+   the L1 fill buffers), near into L1.  At M = 1, 2 threads, mxfp4 (p50 of
+   300 streamed calls, three sweeps): L1 only at 2048 B 1.36-1.40 ms (the
+   best of none, 1024, 2048, 4096, 8192 B; none 1.77-1.86, NTA 2.15-2.24);
+   L2 4096-32768 B with L1 512-2048 B 1.21-1.47 ms, no distance clearly
+   ahead on the noisy host. */
+enum { NIBSTREAM_PREFETCH_L2 = 8192, NIBSTREAM_PREFETCH = 1024 };
 
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -233,216 +237,192 @@ void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t 
     }
 }
 
-/* Four rows in one pass, two blocks per step: the 32 code bytes of blocks
-   b and b + 1 form one vector, whose low nibbles meet [b's first 16
-   activations | b + 1's] and whose high nibbles meet [b's last 16 | b + 1's]
-   (two vpmaddubsw added in i16: at most 2 * 2 * 24 * 127 = 12192, no
-   saturation); lanes 0-3 of the vpmaddwd sums then belong to block b and
-   4-7 to b + 1, scaled by [s_b x 4 | s_b+1 x 4].  Per row and block pair:
-   one and, one shift, two table lookups, two vpmaddubsw, one add, one
-   vpmaddwd, one convert and one FMA (the single-block step cost about 1.6x
-   that per block).  The four rows share the activation loads; the scale
-   products are made 8 blocks at a time. */
+/* Four rows in one pass, a super-block of 8 blocks per step: the 32 code
+   bytes of blocks b and b + 1 form one vector, whose low nibbles meet [b's
+   first 16 activations | b + 1's] and whose high nibbles meet [b's last 16
+   | b + 1's] (two vpmaddubsw added in i16: at most 2 * 2 * 24 * 127 =
+   12192, no saturation); lanes 0-3 of the vpmaddwd sums then belong to
+   block b and 4-7 to b + 1.  Three vphaddd fold the four pairs' sums to one
+   exact i32 sum per block (lane l: block tops__nibstream_lane(l)), minus
+   the offset correction, then one convert and one FMA per row and
+   super-block against ws * as in the same lane order: the row stream's
+   arithmetic (dispatch.h), so both give the same bits.  The four rows
+   share the activations, split once per super-block. */
+static inline __attribute__((always_inline)) void nibbles_x4_sb(const uint8_t *const p[4], int64_t stride,
+                                                                const int8_t *aq, const __m256 s[4], __m256i corr,
+                                                                __m256i lut, __m256 acc[4]) {
+    const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
+    __m256i av[8]; /* per pair: [b's first 16 | b + 1's], [b's last 16 | b + 1's] */
+    for (int k = 0; k < 4; k++) {
+        const __m256i a0 = _mm256_loadu_si256((const __m256i *)(aq + 64 * k));
+        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(aq + 64 * k + 32));
+        av[2 * k] = _mm256_permute2x128_si256(a0, a1, 0x20);
+        av[2 * k + 1] = _mm256_permute2x128_si256(a0, a1, 0x31);
+    }
+    for (int r = 0; r < 4; r++) {
+        __m256i d[4];
+        for (int k = 0; k < 4; k++) {
+            const __m256i x = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(p[r] + 2 * k * stride))),
+                _mm_loadu_si128((const __m128i *)(p[r] + (2 * k + 1) * stride)), 1);
+            const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(x, mask));
+            const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(x, 4), mask));
+            d[k] = _mm256_madd_epi16(
+                _mm256_add_epi16(_mm256_maddubs_epi16(lo, av[2 * k]), _mm256_maddubs_epi16(hi, av[2 * k + 1])), ones);
+        }
+        const __m256i sum = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sum, corr)), s[r], acc[r]);
+    }
+}
+
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                   int64_t nb, float *out) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
-    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-    const __m256i ones = _mm256_set1_epi16(1);
+    const __m256i lanes = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* tops__nibstream_lane */
     const int64_t stride = layout->block_bytes;
-    const uint8_t *p0 = blocks + layout->header, *p1 = p0 + row_bytes, *p2 = p1 + row_bytes, *p3 = p2 + row_bytes;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-    __m256 cor0 = acc0, cor1 = acc0, cor2 = acc0, cor3 = acc0;
-    float sc[4][8];
-    float sp[4][4][8]; /* per row, per block pair: [s_b x 4 | s_b+1 x 4] */
+    const uint8_t *p0 = blocks + layout->header;
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b += 8) {
         const int64_t group = nb - b < 8 ? nb - b : 8;
-        if (group == 8) {
-            const __m256 a8 = _mm256_loadu_ps(as + b), c8 = _mm256_loadu_ps(acorr + b);
-            const __m256i pair0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), two = _mm256_set1_epi32(2);
-#define TOPS_SCALES(r, cor)                                                                        \
-    do {                                                                                           \
-        const __m256 s8 = _mm256_mul_ps(_mm256_loadu_ps(ws + (r) * ld_ws + b), a8);                \
-        cor = _mm256_fmadd_ps(c8, s8, cor);                                                        \
-        __m256i idx = pair0;                                                                       \
-        for (int k = 0; k < 4; k++, idx = _mm256_add_epi32(idx, two))                              \
-            _mm256_storeu_ps(sp[r][k], _mm256_permutevar8x32_ps(s8, idx));                         \
-    } while (0)
-            TOPS_SCALES(0, cor0);
-            TOPS_SCALES(1, cor1);
-            TOPS_SCALES(2, cor2);
-            TOPS_SCALES(3, cor3);
-#undef TOPS_SCALES
-        } else {
-            float c[4] = {0, 0, 0, 0};
-            for (int r = 0; r < 4; r++)
-                for (int64_t i = 0; i < group; i++) {
-                    sc[r][i] = ws[r * ld_ws + b + i] * as[b + i];
-                    c[r] += acorr[b + i] * sc[r][i];
-                    for (int l = 0; l < 4; l++) sp[r][i / 2][(i % 2) * 4 + l] = sc[r][i];
-                }
-            cor0 = _mm256_add_ps(cor0, _mm256_setr_ps(c[0], 0, 0, 0, 0, 0, 0, 0));
-            cor1 = _mm256_add_ps(cor1, _mm256_setr_ps(c[1], 0, 0, 0, 0, 0, 0, 0));
-            cor2 = _mm256_add_ps(cor2, _mm256_setr_ps(c[2], 0, 0, 0, 0, 0, 0, 0));
-            cor3 = _mm256_add_ps(cor3, _mm256_setr_ps(c[3], 0, 0, 0, 0, 0, 0, 0));
-        }
         /* Each row's stream a fixed distance ahead, spread over the blocks
            (past a chunk this is the row's next chunk, past the row the
            next rows: the weights are read once, in order). */
-        for (int64_t o = b * stride; o < (b + group) * stride; o += 64) {
-            _mm_prefetch((const char *)(p0 + o + NIB_PREFETCH), _MM_HINT_T0);
-            _mm_prefetch((const char *)(p1 + o + NIB_PREFETCH), _MM_HINT_T0);
-            _mm_prefetch((const char *)(p2 + o + NIB_PREFETCH), _MM_HINT_T0);
-            _mm_prefetch((const char *)(p3 + o + NIB_PREFETCH), _MM_HINT_T0);
-        }
-        int64_t i = 0;
-        for (; i + 2 <= group; i += 2) {
-            const int64_t off = (b + i) * stride;
-            const __m256i a0 = _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32));
-            const __m256i a1 = _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32 + 32));
-            const __m256i alo = _mm256_permute2x128_si256(a0, a1, 0x20), ahi = _mm256_permute2x128_si256(a0, a1, 0x31);
-#define TOPS_PAIR(p, r, acc)                                                                             \
-    do {                                                                                                 \
-        const __m256i x = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)((p) + off))), \
-                                                  _mm_loadu_si128((const __m128i *)((p) + off + stride)), 1); \
-        const __m256i lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(x, mask));                         \
-        const __m256i hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(x, 4), mask));    \
-        const __m256i d = _mm256_madd_epi16(                                                             \
-            _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi)), ones);       \
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(sp[r][i / 2]), acc);               \
-    } while (0)
-            TOPS_PAIR(p0, 0, acc0);
-            TOPS_PAIR(p1, 1, acc1);
-            TOPS_PAIR(p2, 2, acc2);
-            TOPS_PAIR(p3, 3, acc3);
-#undef TOPS_PAIR
-        }
-        if (i < group) { /* an odd last block: one block per step, its scale in every lane */
-            const int64_t off = (b + i) * stride;
-            const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + (b + i) * 32));
-#define TOPS_ROW(p, r, acc)                                                                              \
-    do {                                                                                                 \
-        __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)((p) + off)));         \
-        x = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srlv_epi32(x, shifts), mask));              \
-        const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(x, a), ones);                           \
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sp[r][i / 2][0]), acc);              \
-    } while (0)
-            TOPS_ROW(p0, 0, acc0);
-            TOPS_ROW(p1, 1, acc1);
-            TOPS_ROW(p2, 2, acc2);
-            TOPS_ROW(p3, 3, acc3);
-#undef TOPS_ROW
+        for (int64_t o = b * stride; o < (b + group) * stride; o += 64)
+            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p0 + r * row_bytes + o + NIB_PREFETCH), _MM_HINT_T0);
+        __m256 s[4];
+        if (group == 8) {
+            const __m256 a8 = _mm256_loadu_ps(as + b);
+            const __m256i corr = _mm256_permutevar8x32_epi32(_mm256_cvtps_epi32(_mm256_loadu_ps(acorr + b)), lanes);
+            const uint8_t *p[4];
+            for (int r = 0; r < 4; r++) {
+                p[r] = p0 + r * row_bytes + b * stride;
+                s[r] = _mm256_permutevar8x32_ps(_mm256_mul_ps(_mm256_loadu_ps(ws + r * ld_ws + b), a8), lanes);
+            }
+            nibbles_x4_sb(p, stride, aq + b * 32, s, corr, lut, acc);
+        } else { /* a part super-block at the end of K: zero blocks after it */
+            _Alignas(32) uint8_t nib[4][8][16];
+            _Alignas(32) int8_t a[8 * 32];
+            _Alignas(32) float a8[8], c8[8], w8[8];
+            memset(nib, 0, sizeof nib);
+            memset(a, 0, sizeof a);
+            memset(a8, 0, sizeof a8);
+            memset(c8, 0, sizeof c8);
+            memcpy(a, aq + b * 32, (size_t)group * 32);
+            memcpy(a8, as + b, (size_t)group * sizeof(float));
+            memcpy(c8, acorr + b, (size_t)group * sizeof(float));
+            const uint8_t *p[4];
+            for (int r = 0; r < 4; r++) {
+                memset(w8, 0, sizeof w8);
+                memcpy(w8, ws + r * ld_ws + b, (size_t)group * sizeof(float));
+                for (int64_t i = 0; i < group; i++) memcpy(nib[r][i], p0 + r * row_bytes + (b + i) * stride, 16);
+                p[r] = nib[r][0];
+                s[r] = _mm256_permutevar8x32_ps(_mm256_mul_ps(_mm256_load_ps(w8), _mm256_load_ps(a8)), lanes);
+            }
+            const __m256i corr = _mm256_permutevar8x32_epi32(_mm256_cvtps_epi32(_mm256_load_ps(c8)), lanes);
+            nibbles_x4_sb(p, 16, a, s, corr, lut, acc);
         }
     }
-    out[0] = hsum(_mm256_sub_ps(acc0, cor0));
-    out[1] = hsum(_mm256_sub_ps(acc1, cor1));
-    out[2] = hsum(_mm256_sub_ps(acc2, cor2));
-    out[3] = hsum(_mm256_sub_ps(acc3, cor3));
+    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
 }
 
-/* The row stream's step, up to 8 blocks from b: the arithmetic of
-   tops__avx2_dot_q8_nibbles_x4, in its order (the same bits, tested),
-   over the stream's addresses: w[r] holds row r's 8 f32 weight scales, q[r]
-   its first block pair, pair i / 2 one 32-byte load at q[r] + 128 * (i / 2).
-   With `coded` the nibbles hold q + offset already, so no table lookup.
-   (One inlined step shared with the plain kernel cost the plain rows 7%,
-   0.99 -> 1.07 ns per block-row cache-resident, so that one keeps its own.) */
-static inline __attribute__((always_inline)) void nibstream_step(const float *const w[4], const uint8_t *const q[4],
-                                                                 int coded, const int8_t *aq, const float *as,
-                                                                 const float *acorr, int64_t group, __m256i lut,
-                                                                 __m256 acc[4], __m256 cor[4]) {
-    const __m256i mask = _mm256_set1_epi8(0x0F), shifts = _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4);
-    const __m256i ones = _mm256_set1_epi16(1);
-    float sp[4][4][8]; /* per row, per block pair: [s_b x 4 | s_b+1 x 4] */
-    if (group == 8) {
-        const __m256 a8 = _mm256_loadu_ps(as), c8 = _mm256_loadu_ps(acorr);
-        const __m256i pair0 = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1), two = _mm256_set1_epi32(2);
-        for (int r = 0; r < 4; r++) {
-            const __m256 s8 = _mm256_mul_ps(_mm256_loadu_ps(w[r]), a8);
-            cor[r] = _mm256_fmadd_ps(c8, s8, cor[r]);
-            __m256i idx = pair0;
-            for (int k = 0; k < 4; k++, idx = _mm256_add_epi32(idx, two))
-                _mm256_storeu_ps(sp[r][k], _mm256_permutevar8x32_ps(s8, idx));
-        }
-    } else {
-        for (int r = 0; r < 4; r++) {
-            float c = 0.0f;
-            for (int64_t i = 0; i < group; i++) {
-                const float sc = w[r][i] * as[i];
-                c += acorr[i] * sc;
-                for (int l = 0; l < 4; l++) sp[r][i / 2][(i % 2) * 4 + l] = sc;
-            }
-            cor[r] = _mm256_add_ps(cor[r], _mm256_setr_ps(c, 0, 0, 0, 0, 0, 0, 0));
-        }
-    }
-    int64_t i = 0;
-    for (; i + 2 <= group; i += 2) {
-        const int64_t off = (i / 2) * 128;
-        const __m256i a0 = _mm256_loadu_si256((const __m256i *)(aq + i * 32));
-        const __m256i a1 = _mm256_loadu_si256((const __m256i *)(aq + i * 32 + 32));
-        const __m256i alo = _mm256_permute2x128_si256(a0, a1, 0x20), ahi = _mm256_permute2x128_si256(a0, a1, 0x31);
-        for (int r = 0; r < 4; r++) {
-            const __m256i x = _mm256_loadu_si256((const __m256i *)(q[r] + off));
-            __m256i lo = _mm256_and_si256(x, mask), hi = _mm256_and_si256(_mm256_srli_epi16(x, 4), mask);
-            if (!coded) {
-                lo = _mm256_shuffle_epi8(lut, lo);
-                hi = _mm256_shuffle_epi8(lut, hi);
-            }
-            const __m256i d =
-                _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo, alo), _mm256_maddubs_epi16(hi, ahi)), ones);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_loadu_ps(sp[r][i / 2]), acc[r]);
-        }
-    }
-    if (i < group) { /* an odd last block: one block per step, its scale in every lane */
-        const int64_t off = (i / 2) * 128;
-        const __m256i a = _mm256_loadu_si256((const __m256i *)(aq + i * 32));
-        for (int r = 0; r < 4; r++) {
-            __m256i x = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(q[r] + off)));
-            x = _mm256_and_si256(_mm256_srlv_epi32(x, shifts), mask);
-            if (!coded) x = _mm256_shuffle_epi8(lut, x);
-            const __m256i d = _mm256_madd_epi16(_mm256_maddubs_epi16(x, a), ones);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sp[r][i / 2][0]), acc[r]);
-        }
-    }
+/* e8m0 bytes (8 at q) to f32 2^(e - 127): e = 0 the subnormal 2^-127, 255
+   NaN, as the unpackers' table. */
+static inline __m256 e8m0_to_f32x8(const uint8_t *q) {
+    const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)q));
+    __m256i bits = _mm256_slli_epi32(e, 23);
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
+    bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
+    return _mm256_castsi256_ps(bits);
 }
 
-/* The row stream's twin: one linear stream per four rows (the hardware
-   prefetcher follows one stream, not four), the stored scales of each
-   super-block decoded 8 at a time (F16C, or e8m0 bits: 2^(e - 127), e = 0
-   the subnormal 2^-127, 255 NaN, as the unpackers' table). */
+/* The row stream's twin of tops__avx2_dot_q8_nibbles_x4 (its order, the
+   same bits: tested): one linear stream per four rows (the hardware
+   prefetcher follows one stream, not four), laid out (dispatch.h) so that
+   each row's four 32-byte vectors of a super-block meet the activations
+   without a shuffle and their vpmaddubsw sums, added four at a time in i16
+   (within [-8 * 32 * 128, 8 * 32 * 127] for table values up to 32, which
+   the stream requires; mxfp4's q + 12 is at most 24) and once in i32, are
+   the exact block sums in lane order.  Per row and
+   super-block: 4 loads, 8 and/shift, 8 table lookups (none when coded), 8
+   vpmaddubsw, 6 + 1 adds, 2 vpmaddwd, a subtract, a convert and one FMA;
+   scales: F16C and two multiplies, or for e8m0 a shift and an add of the
+   exponent to the activation side's prepared bits (act->bias) when every
+   exponent of the super-block is in act->range (one check for all four
+   rows), else the float decode. */
 void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes,
-                                    int coded, float mul, const int8_t *aq, const float *as, const float *acorr, int64_t nb,
-                                    float *out) {
+                                    int coded, float mul, const tops__nibstream_act *act, int64_t nb, float *out) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
+    const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const int64_t sb_bytes = tops__nibstream_sb_bytes(scale_bytes), scale_span = 4 * 8 * (int64_t)scale_bytes;
     const __m256 vmul = _mm256_set1_ps(mul);
-    __m256 acc[4], cor[4];
-    for (int r = 0; r < 4; r++) acc[r] = cor[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b += 8) {
-        const uint8_t *sb = stream + (b / 8) * sb_bytes;
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0, sbi = 0; b < nb; b += 8, sbi++) {
+        const uint8_t *sb = stream + sbi * sb_bytes;
         const int64_t group = nb - b < 8 ? nb - b : 8;
-        for (int64_t o = 0; o < sb_bytes; o += 64) _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH), _MM_HINT_T0);
-        float ws[4][8];
-        for (int r = 0; r < 4; r++) {
-            __m256 s;
-            if (scale_bytes == 2) {
-                s = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + r * 16)));
-            } else {
-                const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + r * 8)));
-                __m256i bits = _mm256_slli_epi32(e, 23);
-                bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), _mm256_cmpeq_epi32(e, _mm256_setzero_si256()));
-                bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000), _mm256_cmpeq_epi32(e, _mm256_set1_epi32(255)));
-                s = _mm256_castsi256_ps(bits);
-            }
-            _mm256_storeu_ps(ws[r], _mm256_mul_ps(s, vmul));
+        for (int64_t o = 0; o < sb_bytes; o += 64) {
+            _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH_L2), _MM_HINT_T1);
+            _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH), _MM_HINT_T0);
         }
-        const float *w[4] = {ws[0], ws[1], ws[2], ws[3]};
+        const __m256 a8 = _mm256_loadu_ps(act->scale + 8 * sbi);
+        __m256 s[4];
+        int fast = 0;
+        if (scale_bytes == 1) {
+            const uint8_t *range = act->range + 16 * sbi;
+            int64_t lo, hi;
+            memcpy(&lo, range, 8);
+            memcpy(&hi, range + 8, 8);
+            const __m256i e = _mm256_loadu_si256((const __m256i *)sb);
+            const __m256i bad = _mm256_or_si256(_mm256_subs_epu8(_mm256_set1_epi64x(lo), e),
+                                                _mm256_subs_epu8(e, _mm256_set1_epi64x(hi)));
+            fast = _mm256_testz_si256(bad, bad);
+        }
+        if (fast) {
+            const __m256i bias = _mm256_loadu_si256((const __m256i *)(act->bias + 8 * sbi));
+            for (int r = 0; r < 4; r++)
+                s[r] = _mm256_castsi256_ps(_mm256_add_epi32(
+                    _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 8 * r))), 23), bias));
+        } else { /* fl(fl(stored * mul) * as) as the plain rows; 0 past nb */
+            const __m256 keep = _mm256_castsi256_ps(
+                _mm256_cmpgt_epi32(_mm256_set1_epi32((int)group), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)));
+            for (int r = 0; r < 4; r++) {
+                const __m256 w = scale_bytes == 2 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16 * r)))
+                                                  : e8m0_to_f32x8(sb + 8 * r);
+                s[r] = _mm256_mul_ps(_mm256_mul_ps(w, vmul), a8);
+                if (group < 8) s[r] = _mm256_and_ps(s[r], keep);
+            }
+        }
+        const __m256i corr = _mm256_loadu_si256((const __m256i *)(act->corr + 8 * sbi));
+        const int8_t *aq = act->q + 256 * sbi;
         const uint8_t *nib = sb + scale_span;
-        const uint8_t *q[4] = {nib, nib + 32, nib + 64, nib + 96};
-        if (coded) nibstream_step(w, q, 1, aq + b * 32, as + b, acorr + b, group, lut, acc, cor);
-        else nibstream_step(w, q, 0, aq + b * 32, as + b, acorr + b, group, lut, acc, cor);
+        for (int r = 0; r < 4; r++) {
+            __m256i m[2];
+            for (int h = 0; h < 2; h++) {
+                const __m256i x0 = _mm256_loadu_si256((const __m256i *)(nib + 256 * h + 32 * r));
+                const __m256i x1 = _mm256_loadu_si256((const __m256i *)(nib + 256 * h + 128 + 32 * r));
+                __m256i lo0 = _mm256_and_si256(x0, mask), hi0 = _mm256_and_si256(_mm256_srli_epi16(x0, 4), mask);
+                __m256i lo1 = _mm256_and_si256(x1, mask), hi1 = _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask);
+                if (!coded) {
+                    lo0 = _mm256_shuffle_epi8(lut, lo0);
+                    hi0 = _mm256_shuffle_epi8(lut, hi0);
+                    lo1 = _mm256_shuffle_epi8(lut, lo1);
+                    hi1 = _mm256_shuffle_epi8(lut, hi1);
+                }
+                const int8_t *a = aq + 128 * h;
+                const __m256i t = _mm256_add_epi16(
+                    _mm256_add_epi16(_mm256_maddubs_epi16(lo0, _mm256_loadu_si256((const __m256i *)a)),
+                                     _mm256_maddubs_epi16(hi0, _mm256_loadu_si256((const __m256i *)(a + 32)))),
+                    _mm256_add_epi16(_mm256_maddubs_epi16(lo1, _mm256_loadu_si256((const __m256i *)(a + 64))),
+                                     _mm256_maddubs_epi16(hi1, _mm256_loadu_si256((const __m256i *)(a + 96)))));
+                m[h] = _mm256_madd_epi16(t, ones);
+            }
+            const __m256i sum = _mm256_sub_epi32(_mm256_add_epi32(m[0], m[1]), corr);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), s[r], acc[r]);
+        }
     }
-    for (int r = 0; r < 4; r++) out[r] = hsum(_mm256_sub_ps(acc[r], cor[r]));
+    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
 }
 
 /* Strict four-row twin: the nibble split and a signed code table give the
