@@ -41,9 +41,7 @@ struct Params {
     // wgmma kernel (wgmma_w.cu) only
     unsigned int *arrivals; // per output tile: K splits done (the last one reduces)
     float fold_pre, fold_post; // folded scales: w = decoded code x (scale x fold_pre); output x fold_post
-    int diag;                  // wgmma_w.cu timing variants (builds with -DTOPS_CUDA_WGMMA_DIAG only; else 0)
-    int pf;                    // folded kernel: weights prefetched into L2 this many stages ahead
-    int mc;                    // folded kernel: clusters of 2 channel blocks share the activation loads
+    int fold_shfl;             // folded kernel: K order fixed by lane shuffles (1) or a stage permute (0)
 };
 
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {

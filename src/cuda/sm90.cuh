@@ -62,44 +62,6 @@ __device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t b
                  : "memory");
 }
 
-// The same tile into shared memory at the same offset in every CTA of the
-// cluster named by cta_mask, completing on each one's barrier at bar's offset.
-__device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int x0,
-                                                      int y0, uint16_t cta_mask) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
-                 " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x0), "r"(y0), "h"(cta_mask)
-                 : "memory");
-}
-
-// This CTA's rank in its cluster.
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-
-// Every thread of every CTA of the cluster (barrier and shared memory
-// initialisation visible cluster-wide).
-__device__ __forceinline__ void cluster_sync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-// Arrives on the barrier at bar's offset in cluster CTA `rank` (releasing
-// this thread's earlier accesses at cluster scope).
-__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank) {
-    asm volatile("{ .reg .b32 ra; mapa.shared::cluster.u32 ra, %0, %1;\n\t"
-                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }" ::"r"(smem_addr(bar)),
-                 "r"(rank)
-                 : "memory");
-}
-
-// global -> L2 only (no shared memory, no barrier): warms the cache for a
-// later copy.  `bytes` a multiple of 16, src 16-byte aligned.
-__device__ __forceinline__ void bulk_prefetch_l2(const void *src, uint32_t bytes) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-
 // Programmatic dependent launch (a kernel launched with the programmatic
 // stream serialization attribute): wait until the grids this one depends on
 // have completed and their writes are visible (a no-op without the

@@ -36,8 +36,6 @@ namespace {
 constexpr int kConsumerWarps = 8;                   // two warpgroups
 constexpr int kThreads = kConsumerWarps * 32 + 128; // and a producer warpgroup (setmaxnreg needs whole ones)
 constexpr int kRing = 4;                            // stages
-constexpr int kPrefetchStages = 8;                  // folded kernel: L2 prefetch distance (TOPS_CUDA_WGMMA_PF)
-constexpr bool kMulticast = false;                  // folded kernel: activation multicast in clusters of 2 (TOPS_CUDA_WGMMA_MC)
 
 // A stage: sb k64 blocks of K; the activations (tn rows of 128 bytes per
 // block, TMA-swizzled), the CTA's 8 * wt packed tiles (cpb chunks of 512
@@ -48,34 +46,9 @@ __host__ __device__ constexpr int stage_blocks(int code) { return code <= TOPS__
 __host__ __device__ constexpr int stage_bytes(int sb, int cpb, int tn, int wt) {
     return sb * (tn * 128 + 8 * wt * (cpb * 512 + kScaleBlockBytes));
 }
-// Folded kernel: after each stage, its multiplier table (expand()): per
-// tile and chunk (two per stage), 4 k16 steps x 8 row pairs x 8 bytes.
-constexpr int kFoldChunkBytes = 256;
-__host__ __device__ constexpr int fold_table_bytes(int wt) { return 8 * wt * 2 * kFoldChunkBytes; }
 
 #ifdef TOPS_CU_WGMMA // device helpers: the sm_90a pass only
-constexpr int kExpanders = 96; // folded kernel: producer warps 1-3 prepare each stage for the consumers
-
-// Timing variants that leave one stage out (wrong results by design): only
-// in builds with -DTOPS_CUDA_WGMMA_DIAG, bits of TOPS_CUDA_WGMMA_DIAG.
-enum {
-    kDiagNoWait = 1,   // consumers alone: no copies, no ring waits (decode stale shared memory)
-    kDiagNoCopy = 2,   // the producer copies nothing (arrives on the slot's barrier)
-    kDiagNoMath = 4,   // consumers neither decode nor issue wgmmas: the copy pipeline alone
-    kDiagNoW = 8,      // no weight or scale copies
-    kDiagNoX = 16,     // no activation copies
-    kDiagNoMma = 32,   // consumers decode but issue no wgmma
-    kDiagNoDecode = 64, // wgmmas on the raw packed words (no decode, no scales)
-    kDiagNoExpand = 128 // the expander warps only pass each stage on
-};
-__device__ __forceinline__ bool diag(const Params &p, int bit) {
-#ifdef TOPS_CUDA_WGMMA_DIAG
-    return (p.diag & bit) != 0;
-#else
-    (void)p, (void)bit;
-    return false;
-#endif
-}
+constexpr int kPermuters = 96; // folded kernel: producer warps 1-3 permute the stages
 
 // The packed fragments order each k16 step's K as mma.sync's B loads want
 // it (lane t holds K 4t .. 4t + 3 in the slots of K 2t, 2t + 1, 2t + 8,
@@ -109,29 +82,26 @@ struct Cta {
     unsigned char *ring;
     uint64_t *full, *empty, *ready;
     int tt, cb, split, b_begin, nb, nstages;
-    uint32_t rank; // in the cluster (p.mc): which half of the activation rows this CTA loads
 };
 
-template <int CODE, int WT, int TN, int XB = 0>
+template <int CODE, int WT, int TN>
 __device__ __forceinline__ Cta cta_begin(const Params &p, unsigned char *smem_raw) {
     using namespace sm90;
     constexpr int CPB = 64 / chunk_dims<CODE>::KC, SB = stage_blocks(CODE);
     Cta c;
-    // 128-byte swizzled tiles want 1024-byte alignment.  An offset from
-    // smem_raw (not an integer cast) keeps the ring a shared-memory pointer
-    // for the compiler: ld.shared, not generic loads.
-    c.ring = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
-    c.full = reinterpret_cast<uint64_t *>(c.ring + kRing * (stage_bytes(SB, CPB, TN, WT) + XB));
+    // 128-byte swizzled tiles want 1024-byte alignment.  Made from a shared
+    // address (not an integer cast of a generic one, which hid the address
+    // space), the ring stays a shared-memory pointer for the compiler:
+    // ld.shared instead of generic loads for the weights, scales and the
+    // permute (H200, 2026-11-29 19:18 UTC, a build with these loads: the
+    // strict kernel 1.25x faster, 79.9 -> 64.1 us, int4-g128 at M = 128).
+    const uint32_t base = smem_addr(smem_raw);
+    c.ring = static_cast<unsigned char *>(__cvta_shared_to_generic(base + ((1024u - (base & 1023u)) & 1023u)));
+    c.full = reinterpret_cast<uint64_t *>(c.ring + kRing * stage_bytes(SB, CPB, TN, WT));
     c.empty = c.full + kRing;
     c.ready = c.empty + kRing;
-    c.rank = p.mc ? cluster_rank() : 0u;
-    if (p.mc) { // a cluster: two neighbouring channel blocks, one token tile
-        c.tt = (blockIdx.x >> 1) % p.passes;
-        c.cb = (blockIdx.x >> 1) / p.passes * 2 + (int)c.rank;
-    } else {
-        c.tt = blockIdx.x % p.passes;
-        c.cb = blockIdx.x / p.passes;
-    }
+    c.tt = blockIdx.x % p.passes;
+    c.cb = blockIdx.x / p.passes;
     c.split = blockIdx.y;
     const int kblocks = p.chunks / CPB, bps = p.chunks_per_split / CPB;
     c.b_begin = c.split * bps;
@@ -140,84 +110,48 @@ __device__ __forceinline__ Cta cta_begin(const Params &p, unsigned char *smem_ra
     if (threadIdx.x == 0) {
         for (int s = 0; s < kRing; s++) {
             mbar_init(&c.full[s], 1);
-            mbar_init(&c.empty[s], (p.mc ? 2 : 1) * kConsumerWarps * 32); // with p.mc, both CTAs' consumers
-            mbar_init(&c.ready[s], kExpanders);
+            mbar_init(&c.empty[s], kConsumerWarps * 32);
+            mbar_init(&c.ready[s], kPermuters);
         }
         mbar_init_fence();
     }
-    if (p.mc) cluster_sync();
-    else __syncthreads();
+    __syncthreads();
     return c;
 }
 
 // The producer thread: fills the ring, stage by stage.
-template <int CODE, int WT, int TN, int XB = 0>
+template <int CODE, int WT, int TN>
 __device__ __forceinline__ void produce(const Params &p, const CUtensorMap &xmap, const Cta &c) {
     using namespace sm90;
-    constexpr int CPB = 64 / chunk_dims<CODE>::KC, SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT) + XB;
+    constexpr int CPB = 64 / chunk_dims<CODE>::KC, SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT);
     constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512, TILES = 8 * WT;
     constexpr int SCALE_BYTES = SB * kScaleBlockBytes; // per tile and stage
     const int esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
     const int mtiles = p.ntiles >> 2;
-    if (diag(p, kDiagNoWait)) return;
-    // Tiles past N (a ragged last CTA) copy the last one again:
-    // their channels are >= n_pad and never stored.
-    const auto tile_of = [&](int tl) { return min(c.cb * 2 * WT + tl / 4, mtiles - 1) * 4 + tl % 4; };
-    // Each stage's copies wait for DRAM: 1 KB per tile and stage is too
-    // little in flight per SM to hide its latency (H200: the copy pipeline
-    // alone ran at 0.75 TB/s), so the weights of stages i0 .. i0 + ns - 1
-    // are fetched into L2 pf stages ahead, the scales once.
-    const auto prefetch = [&](int i0, int ns) {
-        if (i0 >= c.nstages) return;
-        const int nbp = min(ns * SB, c.nb - i0 * SB);
-        for (int tl = 0; tl < TILES; tl++)
-            bulk_prefetch_l2(p.w + ((size_t)tile_of(tl) * p.chunks + (size_t)(c.b_begin + i0 * SB) * CPB) * 32,
-                             (uint32_t)(nbp * CPB * 512));
-    };
-    if (p.pf) {
-        for (int tl = 0; p.has_scales && tl < TILES; tl++)
-            bulk_prefetch_l2(p.scales + (size_t)tile_of(tl) * p.scale_tile_bytes, (uint32_t)p.scale_tile_bytes);
-        prefetch(0, p.pf);
-    }
     for (int i = 0; i < c.nstages; i++) {
         const int s = i % kRing;
-        if (p.pf) prefetch(i + p.pf, 1);
         if (i >= kRing) mbar_wait(&c.empty[s], ((i / kRing) + 1) & 1);
         const int nbs = min(SB, c.nb - i * SB);
         unsigned char *stg = c.ring + s * SBYTES;
         // the groups this stage's K touches (clamped: K is padded past the last group)
-        const int b0 = c.b_begin + i * SB, k0 = b0 * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
+        const int k0 = (c.b_begin + i * SB) * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
         const int ng = min((k0 + nbs * 64 - 1) >> p.group_shift, p.groups - 1) - g0 + 1;
         const uint32_t sbytes = p.has_scales ? (uint32_t)(ng * 16 * esz) : 0u;
-        if (diag(p, kDiagNoCopy)) {
-            mbar_arrive(&c.full[s]);
-            continue;
-        }
-        const bool xs = !diag(p, kDiagNoX), ws = !diag(p, kDiagNoW);
-        mbar_expect_tx(&c.full[s], (xs ? (uint32_t)(nbs * TN * 128) : 0u) +
-                                       (ws ? (uint32_t)(nbs * TILES * CPB * 512) + TILES * sbytes : 0u));
-        for (int q = 0; xs && q < nbs; q++) {
-            if (p.mc) // this CTA's half of the rows, into both CTAs (the map's box is TN / 2 rows)
-                tma_load_2d_multicast(stg + q * TN * 128 + c.rank * (TN / 2) * 128, &xmap, &c.full[s], (b0 + q) * 64,
-                                      c.tt * TN + (int)c.rank * (TN / 2), 0x3);
-            else
-                tma_load_2d(stg + q * TN * 128, &xmap, &c.full[s], (b0 + q) * 64, c.tt * TN);
-        }
-        for (int tl = 0; ws && tl < TILES; tl++) {
-            const int tile = tile_of(tl);
+        mbar_expect_tx(&c.full[s], (uint32_t)(nbs * (TN * 128 + TILES * CPB * 512)) + TILES * sbytes);
+        for (int q = 0; q < nbs; q++)
+            tma_load_2d(stg + q * TN * 128, &xmap, &c.full[s], (c.b_begin + i * SB + q) * 64, c.tt * TN);
+        // Tiles past N (a ragged last CTA) copy the last one again:
+        // their channels are >= n_pad and never stored.
+        for (int tl = 0; tl < TILES; tl++) {
+            const int tile = min(c.cb * 2 * WT + tl / 4, mtiles - 1) * 4 + tl % 4;
             bulk_copy(stg + XBYTES + tl * TILE_BYTES,
-                      p.w + ((size_t)tile * p.chunks + (size_t)b0 * CPB) * 32,
+                      p.w + ((size_t)tile * p.chunks + (size_t)(c.b_begin + i * SB) * CPB) * 32,
                       (uint32_t)(nbs * CPB * 512), &c.full[s]);
             if (sbytes)
                 bulk_copy(stg + XBYTES + TILES * TILE_BYTES + tl * SCALE_BYTES,
                           p.scales + (size_t)tile * p.scale_tile_bytes + (size_t)g0 * 16 * esz, sbytes, &c.full[s]);
         }
     }
-    // With p.mc the other CTA's consumers arrive on this CTA's barriers and
-    // its multicasts land here: this CTA stays until every slot's last use
-    // was released by both.
-    for (int s = 0; p.mc && s < kRing && s < c.nstages; s++)
-        mbar_wait(&c.empty[s], (uint32_t)((c.nstages - 1 - s) / kRing) & 1u);
 }
 
 // Accumulator i of lane l in warp w of an m64 tile: channel 16 w + l / 4
@@ -432,75 +366,24 @@ __device__ __forceinline__ uint4 natural_k_order(const uint4 &w, int lane) {
     return make_uint4(word(w.x), word(w.y), word(w.z), word(w.w));
 }
 
-// The expander warps (producer warps 1-3): per stage, once its copies
-// landed, every lane's multipliers (fold_pair of its rows' scales, for each
-// chunk and k16 step) go into the stage's table, laid out so that a
-// consumer lane reads its chunk's eight words in two conflict-free 16-byte
-// loads; then the slot is released to the consumers (`ready`).  This takes
-// the group arithmetic, scale loads and conversions off the consumers'
-// per-chunk chain (H200, 2026-11-29: the consumer loop issued ~233
-// instructions per chunk and warp, about half of them that bookkeeping).
+// The consumer warpgroups of wgmma_f_kernel.
 template <int CODE, int SK, bool BF16, int WT, int TN>
-__device__ __forceinline__ void expand(const Params &p, const Cta &cta, uint32_t *lut, int tid) {
-    using namespace sm90;
-    constexpr int CPB = 64 / chunk_dims<CODE>::KC, SB = stage_blocks(CODE), CPS = SB * CPB;
-    constexpr int SBASE = stage_bytes(SB, CPB, TN, WT), SBYTES = SBASE + fold_table_bytes(WT);
-    constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512, TILES = 8 * WT;
-    constexpr int SCALE_BYTES = SB * kScaleBlockBytes;
-    if constexpr (SK != TOPS__CU_SCALE_F16) {
-        for (int i = tid; i < 256; i += kExpanders) lut[i] = fold_lut_entry<SK, BF16>(i, p.fold_pre);
-        asm volatile("bar.sync 2, %0;" ::"n"(kExpanders) : "memory");
-    }
-    if (diag(p, kDiagNoWait)) return;
-    for (int i = 0; i < cta.nstages; i++) {
-        const int s = i % kRing;
-        mbar_wait(&cta.full[s], (uint32_t)(i / kRing) & 1u);
-        unsigned char *stg = cta.ring + s * SBYTES;
-        const int k0 = (cta.b_begin + i * SB) * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
-        // A fixed trip count, four entries' loads before their stores (the
-        // compiler cannot move a load past a store into the same buffer):
-        // their latencies overlap instead of adding up.
-        constexpr int ENTRIES = TILES * CPS * 32, IT = (ENTRIES + kExpanders - 1) / kExpanders;
-#pragma unroll
-        for (int i0 = 0; i0 < IT; i0 += 4) {
-            uint32_t lo[4] = {}, hi[4] = {};
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int e = tid + (i0 + u) * kExpanders;
-                if (i0 + u >= IT || e >= ENTRIES || diag(p, kDiagNoExpand)) continue;
-                const int gid = e & 7, j = (e >> 3) & 3, c_in = (e >> 5) % CPS, tl = (e >> 5) / CPS;
-                const int g = min((k0 + c_in * 64 + 16 * j) >> p.group_shift, p.groups - 1) - g0;
-                fold_pair<SK, BF16>(stg + XBYTES + TILES * TILE_BYTES + tl * SCALE_BYTES, g * 16 + 2 * gid, lut,
-                                    p.fold_pre, lo[u], hi[u]);
-            }
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int e = tid + (i0 + u) * kExpanders;
-                if (i0 + u >= IT || e >= ENTRIES || diag(p, kDiagNoExpand)) continue;
-                const int gid = e & 7, j = (e >> 3) & 3, c_in = (e >> 5) % CPS, tl = (e >> 5) / CPS;
-                *reinterpret_cast<uint2 *>(stg + SBASE + (tl * CPS + c_in) * kFoldChunkBytes + (j >> 1) * 128 +
-                                           gid * 16 + (j & 1) * 8) = make_uint2(lo[u], hi[u]);
-            }
-        }
-        mbar_arrive(&cta.ready[s]);
-    }
-}
-
-// The consumer warpgroups of wgmma_f_kernel: per chunk, a lane loads its
-// 16 packed bytes and 8 multipliers, decodes, multiplies, issues.
-template <int CODE, int SK, bool BF16, int WT, int TN>
-__device__ __forceinline__ void consume_folded(const Params &p, const Cta &cta) {
+__device__ __forceinline__ void consume_folded(const Params &p, const Cta &cta, uint32_t *lut) {
     using namespace sm90;
     constexpr int KC = chunk_dims<CODE>::KC, STEPS = chunk_dims<CODE>::STEPS, CPB = 64 / KC;
-    constexpr int SB = stage_blocks(CODE), CPS = SB * CPB;
-    constexpr int SBASE = stage_bytes(SB, CPB, TN, WT), SBYTES = SBASE + fold_table_bytes(WT);
-    constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512;
+    constexpr int SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT);
+    constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512, TILES = 8 * WT;
+    constexpr int SCALE_BYTES = SB * kScaleBlockBytes;
     constexpr int ND = TN / 2;
-    static_assert(STEPS == 4 && CPS == 2, "folded scales: 4-bit codes, two chunks per stage");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+
     const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
     const int mt0 = (cta.cb * 2 + wg) * WT;
     const int nc = cta.nb * CPB;
+    if constexpr (SK != TOPS__CU_SCALE_F16) {
+        lut[threadIdx.x] = fold_lut_entry<SK, BF16>(threadIdx.x, p.fold_pre);
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+    }
 
     float acc[WT][ND];
 #pragma unroll
@@ -508,61 +391,41 @@ __device__ __forceinline__ void consume_folded(const Params &p, const Cta &cta) 
 #pragma unroll
         for (int i = 0; i < ND; i++) acc[t][i] = 0.0f;
 
-    // Stage st's slot is free again: for this CTA's producer and, with p.mc,
-    // for the other CTA's (its multicasts write this slot too).
-    const auto release = [&](int st) {
-        mbar_arrive(&cta.empty[st % kRing]);
-        if (p.mc) mbar_arrive_cluster(&cta.empty[st % kRing], cta.rank ^ 1u);
-    };
-    if (diag(p, kDiagNoMath)) { // the copy pipeline alone
-        for (int st = 0; st < cta.nstages; st++) {
-            mbar_wait(&cta.ready[st % kRing], (uint32_t)(st / kRing) & 1u);
-            release(st);
-        }
-        finish<WT, ND>(p, cta, acc, 0.0f, mt0);
-        return;
-    }
-
-    // Chunk c's A fragments: decoded codes times their multipliers.
+    const int k_begin = cta.b_begin * 64;
+    // Chunk c's A fragments: decoded codes times their scales.
     const auto fetch = [&](int c, uint32_t (&A)[STEPS][WT][4]) {
-        const int st = c / CPS, c_in = c % CPS;
+        const int st = c / (SB * CPB), c_in = c % (SB * CPB);
         const unsigned char *stg = cta.ring + (st % kRing) * SBYTES;
-        if (c_in == 0 && !diag(p, kDiagNoWait)) mbar_wait(&cta.ready[st % kRing], (uint32_t)(st / kRing) & 1u);
+        if (c_in == 0) mbar_wait(p.fold_shfl ? &cta.full[st % kRing] : &cta.ready[st % kRing], (uint32_t)(st / kRing) & 1u);
+        const int kc = k_begin + c * KC, g0 = min((k_begin + st * SB * 64) >> p.group_shift, p.groups - 1);
 #pragma unroll
         for (int t = 0; t < WT; t++) {
             const int tile = (wg * WT + t) * 4 + w;
-            const uint4 raw = *reinterpret_cast<const uint4 *>(stg + XBYTES + tile * TILE_BYTES + c_in * 512 + lane * 16);
-            const unsigned char *mt = stg + SBASE + (tile * CPS + c_in) * kFoldChunkBytes + gid * 16;
-            const uint4 m01 = *reinterpret_cast<const uint4 *>(mt), m23 = *reinterpret_cast<const uint4 *>(mt + 128);
-            const uint32_t m[8] = {m01.x, m01.y, m01.z, m01.w, m23.x, m23.y, m23.z, m23.w};
-            if (diag(p, kDiagNoDecode)) {
-#pragma unroll
-                for (int j = 0; j < STEPS; j++) {
-                    A[j][t][0] = raw.x, A[j][t][1] = raw.y, A[j][t][2] = raw.z, A[j][t][3] = raw.w ^ m[j];
-                }
-                continue;
-            }
-            const uint4 cur = natural_k_order(raw, lane);
+            uint4 cur = *reinterpret_cast<const uint4 *>(stg + XBYTES + tile * TILE_BYTES + c_in * 512 + lane * 16);
+            if (p.fold_shfl) cur = natural_k_order(cur, lane);
+            const unsigned char *sp = stg + XBYTES + TILES * TILE_BYTES + tile * SCALE_BYTES;
+            uint32_t lo = 0, hi = 0;
 #pragma unroll
             for (int j = 0; j < STEPS; j++) {
+                const int k = kc + 16 * j;
+                if (j == 0 || (k & p.group_mask) == 0) // a new group (groups are >= 16 and aligned)
+                    fold_pair<SK, BF16>(sp, (min(k >> p.group_shift, p.groups - 1) - g0) * 16 + 2 * gid, lut,
+                                        p.fold_pre, lo, hi);
                 decode_step<CODE, BF16>(cur, j, A[j][t]);
-                A[j][t][0] = mul2<BF16>(A[j][t][0], m[2 * j]); // rows gid
-                A[j][t][1] = mul2<BF16>(A[j][t][1], m[2 * j + 1]); // rows gid + 8
-                A[j][t][2] = mul2<BF16>(A[j][t][2], m[2 * j]);
-                A[j][t][3] = mul2<BF16>(A[j][t][3], m[2 * j + 1]);
+                A[j][t][0] = mul2<BF16>(A[j][t][0], lo); // rows gid
+                A[j][t][1] = mul2<BF16>(A[j][t][1], hi); // rows gid + 8
+                A[j][t][2] = mul2<BF16>(A[j][t][2], lo);
+                A[j][t][3] = mul2<BF16>(A[j][t][3], hi);
             }
         }
     };
-    // B descriptors: the ring's plus the offset in 16-byte units (the
-    // address field holds any shared address, so the sum cannot carry out).
-    const uint64_t desc0 = desc_sw128(cta.ring);
     const auto issue = [&](int c, uint32_t (&A)[STEPS][WT][4]) {
-        const int st = c / CPS, c_in = c % CPS;
-        const uint32_t off = (uint32_t)((st % kRing) * SBYTES + (c_in / CPB) * TN * 128 + (c_in % CPB) * KC * 2);
+        const int st = c / (SB * CPB), c_in = c % (SB * CPB);
+        const unsigned char *bb = cta.ring + (st % kRing) * SBYTES + (c_in / CPB) * TN * 128 + (c_in % CPB) * KC * 2;
         wgmma_fence(); // A was written since the last wgmmas
 #pragma unroll
         for (int j = 0; j < STEPS; j++) {
-            const uint64_t db = desc0 + ((off + 32 * j) >> 4); // k16 step: 32 bytes along the swizzled row
+            const uint64_t db = desc_sw128(bb + 32 * j);
 #pragma unroll
             for (int t = 0; t < WT; t++) wgmma_rs<BF16>(acc[t], A[j][t], db, 1);
         }
@@ -577,7 +440,7 @@ __device__ __forceinline__ void consume_folded(const Params &p, const Cta &cta) 
         for (int j = 0; j < STEPS; j++)
 #pragma unroll
             for (int t = 0; t < WT; t++) fence_regs(A[j][t]);
-        if ((c % CPS == CPS - 1 || c == nc - 1) && !diag(p, kDiagNoWait)) release(c / CPS);
+        if (c % (SB * CPB) == SB * CPB - 1 || c == nc - 1) mbar_arrive(&cta.empty[(c / (SB * CPB)) % kRing]);
     };
 
     // nc >= 1.  No path may reach the final wait without a wgmma in flight
@@ -606,34 +469,46 @@ __device__ __forceinline__ void consume_folded(const Params &p, const Cta &cta) 
             fence_regs(a0[j][t]);
             fence_regs(a1[j][t]);
         }
-    if (!diag(p, kDiagNoWait)) release((nc - 1) / CPS); // the last chunk's stage
+    mbar_arrive(&cta.empty[((nc - 1) / (SB * CPB)) % kRing]); // the last chunk's stage
     finish<WT, ND>(p, cta, acc, p.global * p.fold_post, mt0);
 }
 
 #endif
 
 // Folded-scale kernel (SK: the scale encoding).  One f32 accumulator per
-// output over the whole K, chunk c + 1 decoded (and multiplied) while chunk
-// c's wgmmas run: two register sets of A fragments, at most two chunks of
+// output over the whole K, chunk c + 1 decoded (and folded) while chunk c's
+// wgmmas run: two register sets of A fragments, at most two chunks of
 // wgmmas in flight, `wgmma.wait_group 1` before a set is rewritten.  The K
-// order is fixed in registers (natural_k_order).  Warp 0 of the producer
-// warpgroup copies, warps 1-3 fill each stage's multiplier table (expand).
+// order is fixed in registers (natural_k_order), so the consumer warpgroups
+// no longer permute the stage nor meet at a `bar.sync` per stage; with
+// fold_shfl = 0 (A/B runs) three producer warps permute it instead and
+// release it through the slot's `ready` barrier.
 template <int CODE, int SK, bool BF16, int WT, int TN>
 __global__ void __launch_bounds__(kThreads, 1) wgmma_f_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
 #ifdef TOPS_CU_WGMMA
+    using namespace sm90;
+    constexpr int CPB = 64 / chunk_dims<CODE>::KC, SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT);
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint32_t lut[256];
-    const Cta cta = cta_begin<CODE, WT, TN, fold_table_bytes(WT)>(p, smem_raw);
+    const Cta cta = cta_begin<CODE, WT, TN>(p, smem_raw);
 
     if (threadIdx.x >= kConsumerWarps * 32) {
+        const int warp = threadIdx.x >> 5;
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x == kConsumerWarps * 32)
-            produce<CODE, WT, TN, fold_table_bytes(WT)>(p, xmap, cta);
-        else if (threadIdx.x >= (kConsumerWarps + 1) * 32)
-            expand<CODE, SK, BF16, WT, TN>(p, cta, lut, threadIdx.x - (kConsumerWarps + 1) * 32);
+        if (threadIdx.x == kConsumerWarps * 32) {
+            produce<CODE, WT, TN>(p, xmap, cta);
+        } else if (warp > kConsumerWarps && !p.fold_shfl) {
+            const int tid = threadIdx.x - (kConsumerWarps + 1) * 32;
+            for (int i = 0; i < cta.nstages; i++) {
+                const int s = i % kRing;
+                mbar_wait(&cta.full[s], (uint32_t)(i / kRing) & 1u);
+                permute_rows<TN, SB, kPermuters>(cta.ring + s * SBYTES, min(SB, cta.nb - i * SB), tid);
+                mbar_arrive(&cta.ready[s]);
+            }
+        }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        consume_folded<CODE, SK, BF16, WT, TN>(p, cta);
+        consume_folded<CODE, SK, BF16, WT, TN>(p, cta, lut);
     }
 #else
     (void)xmap, (void)p;
@@ -743,17 +618,9 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         *what = "the problem is too large for one launch";
         return (int)cudaErrorInvalidConfiguration;
     }
-    // Clusters of two channel blocks of one token tile, each CTA loading half
-    // of the activation rows into both (folded kernel, an even number of
-    // channel blocks; TOPS_CUDA_WGMMA_MC for A/B runs): every CTA reads all
-    // of its token tile's activations, 96 MB from L2 at M = 128.
-    {
-        const char *e = getenv("TOPS_CUDA_WGMMA_MC");
-        p.mc = ffn && cblocks % 2 == 0 && (e ? atoll(e) == 1 : kMulticast);
-    }
     CUtensorMap map;
     cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)row_bytes};
-    cuuint32_t box[2] = {64, (cuuint32_t)(p.mc ? tn / 2 : tn)}, estr[2] = {1, 1};
+    cuuint32_t box[2] = {64, (cuuint32_t)tn}, estr[2] = {1, 1};
     if (enc(&map, a->x_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
             const_cast<void *>(a->x), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
             CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -764,20 +631,12 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         const int d = a->code == TOPS__CU_CODE_E2M1 ? 14 : 0;
         p.fold_pre = ldexpf(1.0f, d - a->fold_shift);
         p.fold_post = ldexpf(1.0f, a->fold_shift);
+        // 1: the stage permute instead of lane shuffles (A/B runs; 2-4 % slower
+        // on the H200, 2026-11-29 18:24 UTC: 50.0 against 48.2 us, int4-g128
+        // relaxed, M = 128)
+        p.fold_shfl = env_ll("TOPS_CUDA_WGMMA_PERMUTE") != 1;
     }
-    // Weights prefetched into L2 this many stages ahead of their copies
-    // (folded kernel; TOPS_CUDA_WGMMA_PF for A/B runs, 0 = none).
-    {
-        const char *e = getenv("TOPS_CUDA_WGMMA_PF");
-        const long long pf = e ? atoll(e) : kPrefetchStages;
-        p.pf = ffn && pf > 0 ? (int)(pf < 64 ? pf : 64) : 0;
-    }
-#ifdef TOPS_CUDA_WGMMA_DIAG
-    p.diag = (int)env_ll("TOPS_CUDA_WGMMA_DIAG");
-#endif
-    const size_t smem =
-        (size_t)kRing * (stage_bytes(stage_blocks(a->code), cpb, tn, wt) + (ffn ? fold_table_bytes(wt) : 0)) +
-        3 * kRing * 8 + 1024;
+    const size_t smem = (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn, wt) + 3 * kRing * 8 + 1024;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) {
@@ -808,22 +667,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
                                                : "wgmma_w folded m64n64k16 x2 (A from registers) + TMA")
                     : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
                                 : "wgmma_w m64n64k16 (A from registers) + TMA");
-    if (err == cudaSuccess && p.mc) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr = {};
-        attr.id = cudaLaunchAttributeClusterDimension;
-        attr.val.clusterDim.x = 2;
-        attr.val.clusterDim.y = 1;
-        attr.val.clusterDim.z = 1;
-        cfg.gridDim = dim3((unsigned)units, (unsigned)p.splits);
-        cfg.blockDim = dim3(kThreads);
-        cfg.dynamicSmemBytes = smem;
-        cfg.stream = stream;
-        cfg.attrs = &attr;
-        cfg.numAttrs = 1;
-        err = cudaLaunchKernelEx(&cfg, fn, map, p);
-        if (err != cudaSuccess) *what = "the wgmma kernel launch (clusters of 2)";
-    } else if (err == cudaSuccess) {
+    if (err == cudaSuccess) {
         fn<<<dim3((unsigned)units, (unsigned)p.splits), kThreads, smem, stream>>>(map, p);
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the wgmma kernel launch";

@@ -500,8 +500,8 @@ static void test_wgmma(void) {
    so within the strict bounds), relaxed 4-bit integers with f16 scales and
    f16 activations (within the strict bound + FOLD_REL_L2); ragged M, N and
    K, both activation types, every output type, accumulate, K splits, every
-   tile shape (TOPS_CUDA_WGMMA_TN / _WT), groups of 16, 32 and 128 (the
-   expander warps' multiplier tables), ragged last stages.  Then the cases that must NOT
+   tile shape (TOPS_CUDA_WGMMA_TN / _WT), the K order by lane shuffles
+   (default) or by a stage permute (TOPS_CUDA_WGMMA_PERMUTE=1).  Then the cases that must NOT
    fold and still be right: relaxed int4 with bf16 activations, strict int4,
    TOPS_CUDA_WGMMA_FOLD=0, and mxfp4 whose block scales span 2^40 (beyond
    f16's range: f16 activations fall back, bf16 ones fold); and the plan. */
@@ -544,6 +544,7 @@ static void test_wgmma_folded(void) {
         if (cases[i].tn) setenv("TOPS_CUDA_WGMMA_TN", cases[i].tn, 1);
         if (cases[i].wt) setenv("TOPS_CUDA_WGMMA_WT", cases[i].wt, 1);
         if (cases[i].fold_env) setenv("TOPS_CUDA_WGMMA_FOLD", cases[i].fold_env, 1);
+        if (i % 4 == 3) setenv("TOPS_CUDA_WGMMA_PERMUTE", "1", 1); /* the stage-permute variant */
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
                       cases[i].accumulate, cases[i].prepack, cases[i].relaxed, cases[i].spread};
         int ok = run_case(&c, &r);
@@ -558,6 +559,7 @@ static void test_wgmma_folded(void) {
         unsetenv("TOPS_CUDA_WGMMA_TN");
         unsetenv("TOPS_CUDA_WGMMA_WT");
         unsetenv("TOPS_CUDA_WGMMA_FOLD");
+        unsetenv("TOPS_CUDA_WGMMA_PERMUTE");
     }
     unsetenv("TOPS_CUDA_KERNEL");
     /* By plan (no forcing): relaxed int4-g128 and strict mxfp4 at M = 128 fold. */
