@@ -118,27 +118,25 @@ static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shi
 }
 
 /* The wgmma kernel (wgmma_w.cu) where it measured faster than wbulk on the
-   H200.  Unfolded (2026-11-29 16:51 UTC, one split, same run): 4-bit
-   integer codes with groups of 128 or more at M >= 128 (int4-g128: 79.8 /
-   157.8 us against 94.5 / 184.3 us at M = 128 / 256; at M = 64 79.8 against
-   52.2 us).  Folded: M >= 64 (2026-11-29 18:24 UTC, same call, us at M =
-   64: folded 42.0 / 43.1 / 43.2 against wbulk 50.9 / 60.9 / 73.3 for
-   relaxed int4-g128 / mxfp4 / nvfp4; below, the folded kernel's time does
-   not shrink with M (41.0-43.1 at M = 16, 32, 48) while wbulk's does
-   (19.9-28.3 at M = 16, 31-45 at M = 32 in earlier calls)).
-   TOPS_CUDA_WGMMA_MIN_M sets the M threshold for every format,
-   TOPS_CUDA_KERNEL=wgmma forces it at every M, =wbulk or =wstream keeps it
-   off (A/B runs, tests). */
+   H200.  Folded: M >= 64 (2026-11-29 18:24 UTC, same call, us at M = 64:
+   folded 42.0 / 43.1 / 43.2 against wbulk 50.9 / 60.9 / 73.3 for relaxed
+   int4-g128 / mxfp4 / nvfp4; below, the folded kernel's time does not
+   shrink with M (41.0-43.1 at M = 16, 32, 48) while wbulk's does).
+   Unfolded: nowhere by default since wbulk gained activation tiles and
+   direct scale loads (2026-11-29 19:38 UTC, same call, strict int4-g128:
+   wgmma 79.5 / 156.2 us against wbulk 77.2 / 151.9 at M = 128 / 256; it
+   had been 79.8 against 94.5 at M = 128).  TOPS_CUDA_WGMMA_MIN_M sets the
+   M threshold for every format, folded or not; TOPS_CUDA_KERNEL=wgmma
+   forces it at every M, =wbulk or =wstream keeps it off (A/B runs, tests). */
 #define TOPS__CU_FOLD_MIN_M 64
-static int use_wgmma(const tops__cuda_packed *pk, int64_t m, int fold) {
+static int use_wgmma(int64_t m, int fold) {
     const char *force = getenv("TOPS_CUDA_KERNEL");
     if (force && strcmp(force, "wgmma") == 0) return 1;
     if (force && (strcmp(force, "wbulk") == 0 || strcmp(force, "wstream") == 0)) return 0;
     const char *e = getenv("TOPS_CUDA_WGMMA_MIN_M");
     long long v = e ? atoll(e) : 0;
     if (v >= 1) return m >= v;
-    if (fold) return m >= TOPS__CU_FOLD_MIN_M;
-    return pk->code == TOPS__CU_CODE_U4 && (pk->group >= 128 || pk->groups <= 1) && m >= 128;
+    return fold && m >= TOPS__CU_FOLD_MIN_M;
 }
 
 /* (f16 activations assumed: the bench's.) */
@@ -147,7 +145,7 @@ const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int rela
     const tops__cuda_packed *pk = (const tops__cuda_packed *)right->packed_;
     if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
     int shift, fold = use_fold(pk, 0, relaxed, &shift);
-    if (!use_wgmma(pk, m, fold)) return "mma.sync m16n8k16 (wbulk or wstream)";
+    if (!use_wgmma(m, fold)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
                 : "wgmma m64nNk16, weights from registers + TMA";
 }
@@ -303,7 +301,7 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
             err = tops__cu_fp8_launch(&f, &what);
         } else {
             a.fold = use_fold(pk, a.x_bf16, desc->relaxed_precision, &a.fold_shift);
-            err = use_wgmma(pk, m, a.fold) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
+            err = use_wgmma(m, a.fold) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
             if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(&a, &what);
         }
         if (err) st = tops__cuda_error(fn, err, what);
