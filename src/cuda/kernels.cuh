@@ -289,6 +289,19 @@ __device__ __forceinline__ void load_xb(const Params &p, int chunk, int m0, uint
             xb[mt][j] = load_x4(p, m0 + mt * 8 + gid, kbase + 16 * j + 4 * tig);
 }
 
+// acc += part * scale for MT m16n8 accumulator fragments: s2.x scales the
+// lane's row gid (registers 0, 1), s2.y row gid + 8 (registers 2, 3).
+template <int MT>
+__device__ __forceinline__ void add_scaled_part(float (&acc)[MT][4], const float (&part)[MT][4], float2 s2) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        acc[mt][0] = fmaf(part[mt][0], s2.x, acc[mt][0]);
+        acc[mt][1] = fmaf(part[mt][1], s2.x, acc[mt][1]);
+        acc[mt][2] = fmaf(part[mt][2], s2.y, acc[mt][2]);
+        acc[mt][3] = fmaf(part[mt][3], s2.y, acc[mt][3]);
+    }
+}
+
 // One chunk of K for NT weight tiles (16-byte fragments in `cur`, the first
 // `nt` valid) and MT token tiles (B fragments in `xb`): decode, mma into
 // `part`, and at each scale-group end (and at the chunk's end when
@@ -322,15 +335,11 @@ __device__ __forceinline__ void chunk_mma(const Params &p, const uint4 (&cur)[NT
                 const float2 s2 = p.has_scales
                                       ? load_scales<F32_SMEM>(sc + (size_t)t * sc_stride, p.scale_kind, grp, gid)
                                       : make_float2(1.0f, 1.0f);
+                add_scaled_part<MT>(acc[t], part[t], s2);
 #pragma unroll
-                for (int mt = 0; mt < MT; mt++) {
-                    acc[t][mt][0] = fmaf(part[t][mt][0], s2.x, acc[t][mt][0]);
-                    acc[t][mt][1] = fmaf(part[t][mt][1], s2.x, acc[t][mt][1]);
-                    acc[t][mt][2] = fmaf(part[t][mt][2], s2.y, acc[t][mt][2]);
-                    acc[t][mt][3] = fmaf(part[t][mt][3], s2.y, acc[t][mt][3]);
+                for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) part[t][mt][i] = 0.0f;
-                }
             }
         }
     }

@@ -237,13 +237,7 @@ __device__ __forceinline__ void chunk_step(const Params &p, const uint4 (&cur)[N
 #pragma unroll
                 for (int t = 0; t < NT; t++) {
                     const float2 s2 = *reinterpret_cast<const float2 *>(sc + t * sc_stride + g * 16);
-#pragma unroll
-                    for (int mt = 0; mt < MT; mt++) {
-                        acc[t][mt][0] = fmaf(part[t][mt][0], s2.x, acc[t][mt][0]);
-                        acc[t][mt][1] = fmaf(part[t][mt][1], s2.x, acc[t][mt][1]);
-                        acc[t][mt][2] = fmaf(part[t][mt][2], s2.y, acc[t][mt][2]);
-                        acc[t][mt][3] = fmaf(part[t][mt][3], s2.y, acc[t][mt][3]);
-                    }
+                    add_scaled_part<MT>(acc[t], part[t], s2);
                 }
             }
         }

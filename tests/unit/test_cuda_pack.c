@@ -89,25 +89,37 @@ static float scale_of(const tops__cuda_packed *pk, const unsigned char *sb, int6
     }
 }
 
+/* A view of n x k row-major f32 values. */
+static tops_tensor_desc f32_rows(float *data, int64_t n, int64_t k) {
+    tops_tensor_desc d = {0};
+    d.format = tops_format_of(TOPS_DT_F32);
+    d.rank = 2;
+    d.extent[0] = n;
+    d.extent[1] = k;
+    d.data = data;
+    return d;
+}
+
+/* src (n x k f32) quantized into a new host tensor of format fmt. */
+static void quantize_rows(tops_format fmt, float *src, int64_t n, int64_t k, tops_tensor *tq) {
+    int64_t ext[2] = {n, k};
+    tops_tensor_desc d = f32_rows(src, n, k);
+    tops_tensor ts;
+    ASSERT_OK(tops_tensor_view(&d, &ts));
+    ASSERT_OK(tops_tensor_create(fmt, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, tq));
+    ASSERT_OK(tops_quantize(&ts, tq, NULL));
+}
+
 /* Every weight of one format, read through the packed layout. */
 static void check_format(const char *name, int64_t n, int64_t k, th_rng *r) {
     tops_format fmt;
     ASSERT_OK(tops_format_from_name(name, &fmt));
     float *src = malloc((size_t)(n * k) * sizeof(float)), *dec = malloc((size_t)(n * k) * sizeof(float));
     for (int64_t i = 0; i < n * k; i++) src[i] = th_uniform(r, -2, 2) * (float)(1 + i % 5);
-    int64_t ext[2] = {n, k};
-    tops_tensor_desc d = {0};
-    d.format = tops_format_of(TOPS_DT_F32);
-    d.rank = 2;
-    d.extent[0] = n;
-    d.extent[1] = k;
-    d.data = src;
-    tops_tensor ts, tq, td;
-    ASSERT_OK(tops_tensor_view(&d, &ts));
-    ASSERT_OK(tops_tensor_create(fmt, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &tq));
-    ASSERT_OK(tops_quantize(&ts, &tq, NULL));
-    d.data = dec;
-    ASSERT_OK(tops_tensor_view(&d, &td));
+    tops_tensor tq, td;
+    quantize_rows(fmt, src, n, k, &tq);
+    tops_tensor_desc dd = f32_rows(dec, n, k);
+    ASSERT_OK(tops_tensor_view(&dd, &td));
     ASSERT_OK(tops_dequantize(&tq, &td));
     tops__cuda_packed pk;
     void *wb = NULL, *sb = NULL;
@@ -175,17 +187,8 @@ static void check_fold(const char *name, int spread, int relaxed, int want_f16, 
     float *src = malloc((size_t)(n * k) * sizeof(float));
     for (int64_t i = 0; i < n * k; i++)
         src[i] = th_uniform(r, -2, 2) * (float)(1 + i % 5) * (spread ? ldexpf(1.0f, (i / k) % 2 ? 20 : -20) : 1.0f);
-    int64_t ext[2] = {n, k};
-    tops_tensor_desc d = {0};
-    d.format = tops_format_of(TOPS_DT_F32);
-    d.rank = 2;
-    d.extent[0] = n;
-    d.extent[1] = k;
-    d.data = src;
-    tops_tensor ts, tq;
-    ASSERT_OK(tops_tensor_view(&d, &ts));
-    ASSERT_OK(tops_tensor_create(fmt, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &tq));
-    ASSERT_OK(tops_quantize(&ts, &tq, NULL));
+    tops_tensor tq;
+    quantize_rows(fmt, src, n, k, &tq);
     tops__cuda_packed pk;
     void *wb = NULL, *sb = NULL;
     ASSERT_OK(tops__cuda_pack_host("test", &tq, 1, &pk, &wb, &sb));
