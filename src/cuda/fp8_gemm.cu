@@ -308,13 +308,10 @@ constexpr size_t gemm_smem() {
 
 // A [rows, k] e4m3 matrix (row stride ld bytes) read as [box_rows][128] tiles.
 bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows) {
-    PFN_cuTensorMapEncodeTiled_v12000 enc = tops_cu::sm90::tensor_map_encoder();
-    if (!enc) return false;
-    cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
-    cuuint32_t box[2] = {(cuuint32_t)kBK, (cuuint32_t)box_rows}, estr[2] = {1, 1};
-    return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(base), dims, strides, box, estr,
-               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
+    const cuuint32_t box[2] = {(cuuint32_t)kBK, (cuuint32_t)box_rows};
+    return tops_cu::sm90::encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
 template <int BN, int STAGES>

@@ -409,9 +409,11 @@ bulk_fn bulk_kernel(int code, bool bf16, int mt, int tg, bool xt, int fp);
 
 // Host side of wstream.cu shared with the other launchers: the kernels'
 // parameters from the launch arguments (false, *what set, for an unusable
-// scale group), and the name tops__cu_last_kernel reports.
+// scale group), the name tops__cu_last_kernel reports, and the integer value
+// of a tuning variable (dflt when unset or empty).
 bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what);
 void set_last_kernel(const char *name);
+long long env_or(const char *name, long long dflt);
 
 } // namespace tops_cu
 

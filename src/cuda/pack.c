@@ -3,6 +3,7 @@
    fragments for a whole chunk of K, codes re-biased for the decoders, scales
    kept in their own compact encoding. */
 #include "cuda/cuda_internal.h"
+#include "formats/elem.h"
 #include "formats/traits.h"
 
 #include <math.h>
@@ -125,25 +126,15 @@ static uint32_t zero_code(int code) {
     return code == TOPS__CU_CODE_U4 ? 8u : code == TOPS__CU_CODE_I8 ? 0x80u : 0u;
 }
 
-/* Scale entry e of a packed plane as a double (the kernels' scale_entry()). */
+/* Scale entry e of a packed plane (the kernels' scale_entry(); stored
+   little-endian, as the host's element decoders read them). */
 static double scale_value(int kind, const unsigned char *s, size_t e) {
-    switch (kind) {
-    case TOPS__CU_SCALE_F32: {
-        float f;
-        memcpy(&f, s + e * 4, 4);
-        return f;
-    }
-    case TOPS__CU_SCALE_F16: {
-        unsigned h = (unsigned)(s[e * 2] | (s[e * 2 + 1] << 8)), ex = (h >> 10) & 31u, mant = h & 1023u;
-        double v = ex == 31 ? (mant ? NAN : INFINITY) : ex ? ldexp(1024 + mant, (int)ex - 25) : ldexp(mant, -24);
-        return (h & 0x8000u) ? -v : v;
-    }
-    case TOPS__CU_SCALE_E8M0: return s[e] == 0xFF ? NAN : ldexp(1.0, (int)s[e] - 127);
-    default: {
-        unsigned b = s[e] & 0x7Fu, ex = b >> 3, mant = b & 7u; /* the sign is ignored (FORMATS.md) */
-        return b == 0x7F ? NAN : ex ? ldexp(8 + mant, (int)ex - 10) : ldexp(mant, -9);
-    }
-    }
+    static const tops_dtype dtype[] = {[TOPS__CU_SCALE_F32] = TOPS_DT_F32, [TOPS__CU_SCALE_F16] = TOPS_DT_F16,
+                                       [TOPS__CU_SCALE_E8M0] = TOPS_DT_E8M0, [TOPS__CU_SCALE_UE4M3] = TOPS_DT_UE4M3};
+    const int bytes = tops__cu_scale_bytes(kind);
+    uint32_t code = 0;
+    for (int i = 0; i < bytes; i++) code |= (uint32_t)s[e * (size_t)bytes + (size_t)i] << (8 * i);
+    return tops__decode_elem(dtype[kind], code);
 }
 
 /* The range of the scale entries of rows < n and groups < src_groups (the

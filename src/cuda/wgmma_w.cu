@@ -553,18 +553,13 @@ wg_fn pick_fold(int code, int sk, int tn, int wt) {
     return nullptr;
 }
 
-long long env_ll(const char *name) {
-    const char *e = getenv(name);
-    return e ? atoll(e) : 0;
-}
-
 // K splits: 1 unless TOPS_CUDA_WGMMA_SPLITS asks for more.  On the H200
 // (2026-11-29 16:51 UTC, int4-g128, TN = 64) every split count above 1 ran
 // slower although it fills the SMs: at M = 128, 79.8 / 120.2 / 128.2 us for
 // 1 / 2 / 4 splits (96, 192, 384 CTAs); a CTA's time barely depends on its K
 // (docs/cuda.md).
 int pick_splits(int kblocks) {
-    const long long forced = env_ll("TOPS_CUDA_WGMMA_SPLITS");
+    const long long forced = env_or("TOPS_CUDA_WGMMA_SPLITS", 0);
     const int s = forced >= 1 && forced <= 64 ? (int)forced : 1;
     return s < kblocks ? s : kblocks;
 }
@@ -585,9 +580,8 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         (void)cudaGetLastError();
         return (int)cudaErrorNotSupported;
     }
-    PFN_cuTensorMapEncodeTiled_v12000 enc = sm90::tensor_map_encoder();
     const unsigned long long row_bytes = (unsigned long long)a->ldx * 2;
-    if (major != 9 || minor != 0 || !enc || (uintptr_t)a->x % 16 != 0 || row_bytes % 16 != 0 ||
+    if (major != 9 || minor != 0 || !sm90::tensor_map_encoder() || (uintptr_t)a->x % 16 != 0 || row_bytes % 16 != 0 ||
         row_bytes >= (1ull << 40) || a->m < 1 || a->k < 1)
         return (int)cudaErrorNotSupported;
     Params p;
@@ -598,7 +592,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     // (H200, 2026-11-29 18:19 UTC, int4-g128 relaxed / mxfp4 / nvfp4, us at
     // M = 64 / 128 / 256: n64 x2 74.4 / 73.1 / 145.5, n64 x1 41.9 / 82.3 /
     // 122.1, n128 x1 48.0 / 50.1 / 99.6).
-    const long long tn_env = env_ll("TOPS_CUDA_WGMMA_TN"), wt_env = env_ll("TOPS_CUDA_WGMMA_WT");
+    const long long tn_env = env_or("TOPS_CUDA_WGMMA_TN", 0), wt_env = env_or("TOPS_CUDA_WGMMA_WT", 0);
     const bool bf16 = a->x_bf16 != 0;
     const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : a->fold && a->m > 64 ? 128 : 64;
     const int fwt = wt_env == 2 ? 2 : 1;
@@ -619,12 +613,10 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         return (int)cudaErrorInvalidConfiguration;
     }
     CUtensorMap map;
-    cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)row_bytes};
-    cuuint32_t box[2] = {64, (cuuint32_t)tn}, estr[2] = {1, 1};
-    if (enc(&map, a->x_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
-            const_cast<void *>(a->x), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-            CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)row_bytes};
+    const cuuint32_t box[2] = {64, (cuuint32_t)tn};
+    if (!sm90::encode_sw128(&map, a->x_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+                            a->x, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B))
         return (int)cudaErrorNotSupported;
     const wg_fn fn = ffn ? ffn : bf16 ? pick_code<true>(a->code, tn) : pick_code<false>(a->code, tn);
     if (ffn) { // w = code x (scale x 2^(D - B)); the sums x 2^B (D: decode_factor's exponent)
@@ -634,7 +626,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         // 1: the stage permute instead of lane shuffles (A/B runs; 2-4 % slower
         // on the H200, 2026-11-29 18:24 UTC: 50.0 against 48.2 us, int4-g128
         // relaxed, M = 128)
-        p.fold_shfl = env_ll("TOPS_CUDA_WGMMA_PERMUTE") != 1;
+        p.fold_shfl = env_or("TOPS_CUDA_WGMMA_PERMUTE", 0) != 1;
     }
     const size_t smem = (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn, wt) + 3 * kRing * 8 + 1024;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),

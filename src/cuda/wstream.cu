@@ -121,8 +121,7 @@ kernel_fn pick_code(int code, int mt) {
 // Warps per SM the split-K choice aims for; TOPS_CUDA_WARPS_PER_SM (1..64)
 // overrides the default of 16 for tuning runs.
 long long warps_per_sm() {
-    const char *e = getenv("TOPS_CUDA_WARPS_PER_SM");
-    long long v = e ? atoll(e) : 0;
+    const long long v = env_or("TOPS_CUDA_WARPS_PER_SM", 0);
     return v >= 1 && v <= 64 ? v : 16;
 }
 
@@ -179,11 +178,6 @@ constexpr long long kBulkTgM8 = 2;
 // one bulk copy per row (the earlier xs path, removed).
 constexpr long long kBulkXtRows = 16;
 
-long long env_or(const char *name, long long dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoll(e) : dflt;
-}
-
 // The tensor map of the activations for xt: 64 columns x xrows (8 per token
 // tile, so blocks stay 1024-byte aligned and the swizzle depends on the row
 // alone) per box, 128-byte swizzle, zeros past M and K.  With K % 64 == 0 one 3-D box
@@ -191,26 +185,21 @@ long long env_or(const char *name, long long dflt) {
 // (xt3); otherwise, or when the driver refuses it, one 2-D box per 64
 // columns.  False when neither encodes.
 bool xt_map(const tops__cu_matmul_args *a, Params &p, CUtensorMap *map) {
-    PFN_cuTensorMapEncodeTiled_v12000 enc = sm90::tensor_map_encoder();
-    if (!enc) return false;
     const cuuint64_t row_bytes = (cuuint64_t)a->ldx * 2;
     const cuuint32_t nb = (cuuint32_t)(kStageChunks * tops__cu_chunk_k(a->code) / 64);
-    const cuuint32_t estr[3] = {1, 1, 1};
     if (a->k % 64 == 0 && env_or("TOPS_CUDA_BULK_XT3", 1) != 0) {
         const cuuint64_t dims[3] = {64, (cuuint64_t)a->m, (cuuint64_t)(a->k / 64)}, strides[2] = {row_bytes, 128};
         const cuuint32_t box[3] = {64, (cuuint32_t)p.xrows, nb};
-        if (enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<void *>(a->x), dims, strides, box, estr,
-                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS) {
+        if (sm90::encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, a->x, dims, strides, box,
+                               CU_TENSOR_MAP_L2_PROMOTION_L2_128B)) {
             p.xt3 = 1;
             return true;
         }
     }
     const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m}, strides[1] = {row_bytes};
     const cuuint32_t box[2] = {64, (cuuint32_t)p.xrows};
-    if (enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, const_cast<void *>(a->x), dims, strides, box, estr,
-            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS)
+    if (!sm90::encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 2, a->x, dims, strides, box,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
         return false;
     p.xt3 = 0;
     return true;
@@ -297,8 +286,8 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // split is whole stages.
     const int sms = a->sm_count > 0 ? a->sm_count : 132;
     long long splits = blocks < sms ? sms / blocks : 1;
-    const char *cap = getenv("TOPS_CUDA_BULK_SPLITS"); // at most this many (tests of the ring's wrap)
-    if (cap && atoll(cap) >= 1 && splits > atoll(cap)) splits = atoll(cap);
+    const long long cap = env_or("TOPS_CUDA_BULK_SPLITS", 0); // at most this many (tests of the ring's wrap)
+    if (cap >= 1 && splits > cap) splits = cap;
     const long long max_splits = (p.chunks + kStageChunks - 1) / kStageChunks;
     if (splits > max_splits) splits = max_splits;
     if (splits < 1) splits = 1;
@@ -376,6 +365,11 @@ bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what) {
 }
 
 void set_last_kernel(const char *name) { last_kernel = name; }
+
+long long env_or(const char *name, long long dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoll(e) : dflt;
+}
 
 } // namespace tops_cu
 

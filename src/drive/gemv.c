@@ -66,8 +66,9 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int s
     const int64_t nb = w->extent[1] / 32, group_bytes = tops__nibstream_group_bytes(w, scale_bytes);
     const int64_t sb_bytes = tops__nibstream_sb_bytes(scale_bytes), scale_span = 4 * 8 * (int64_t)scale_bytes;
     const tops_plane *sp = &w->scales;
+    const int coded = tops__nibstream_coded(nib);
     uint8_t map[16]; /* the stored value of each code: through the table when coded */
-    for (int c = 0; c < 16; c++) map[c] = tops__nibstream_coded(nib) ? nib->lut[c] : (uint8_t)c;
+    for (int c = 0; c < 16; c++) map[c] = coded ? nib->lut[c] : (uint8_t)c;
     memset(out, 0, (size_t)(count * group_bytes));
     for (int64_t g = 0; g < count; g++)
         for (int r = 0; r < TOPS__NIBSTREAM_ROWS; r++) {

@@ -265,21 +265,31 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     return PLAN_PANELS;
 }
 
+/* plan() for a call whose right operand may be packed: *right becomes the
+   weights the drivers read, and the packed tensor's prepacked forms (integer
+   panels, the row stream) go with the problem. */
+static plan_kind plan_call(const tops__kernels *kern, const plan_inputs *in, const tops_matmul2d_desc *desc,
+                           const tops_tensor *left, const tops_tensor **right, tops_tensor *dest,
+                           tops__gemm_problem *p) {
+    const tops__packed_right *pk = (*right)->format.id == TOPS_FMT_PACKED ? (*right)->packed_ : NULL;
+    *right = unwrap_in_place(*right);
+    plan_kind kind = plan(kern, in, desc, left, *right, dest, p);
+    if (pk) {
+        p->q8_panels = pk->q8_panels;
+        p->q8_scales = pk->q8_panels ? pk->q8_scales : NULL;
+        p->nib_stream = pk->nib_stream;
+    }
+    return kind;
+}
+
 tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
                                 const tops_tensor *left, const tops_tensor *right, tops_tensor *dest) {
     static const char fn[] = "tops_matmul2d";
     plan_inputs in;
     tops_status st = check_all(fn, exec, desc, left, right, dest, &in);
     if (st != TOPS_OK) return st;
-    const tops__packed_right *pk = right->format.id == TOPS_FMT_PACKED ? right->packed_ : NULL;
-    right = unwrap_in_place(right);
     tops__gemm_problem p;
-    plan_kind kind = plan(kern, &in, desc, left, right, dest, &p);
-    if (pk && pk->q8_panels) {
-        p.q8_panels = pk->q8_panels;
-        p.q8_scales = pk->q8_scales;
-    }
-    if (pk) p.nib_stream = pk->nib_stream;
+    plan_kind kind = plan_call(kern, &in, desc, left, &right, dest, &p);
     switch (kind) {
     case PLAN_ROWS: return tops__gemv_run(fn, &p);
     case PLAN_INTEGER: return tops__gemm_q8_run(fn, &p);
@@ -296,19 +306,16 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
     if (st != TOPS_OK) return st;
     plan_inputs in;
     if ((st = check_all(fn, exec, desc, left, right, dest, &in)) != TOPS_OK) return st;
-    const tops__packed_right *pk = right->format.id == TOPS_FMT_PACKED ? right->packed_ : NULL;
-    right = unwrap_in_place(right);
     tops__gemm_problem p;
-    plan_kind kind = plan(kern, &in, desc, left, right, (tops_tensor *)dest, &p);
+    plan_kind kind = plan_call(kern, &in, desc, left, &right, (tops_tensor *)dest, &p);
     const tops__unpacker *up = right->format.id != TOPS_FMT_PACKED ? &kern->unpack[right->format.id] : NULL;
     const char *isa = tops_isa_name(kern->isa);
     if (kind == PLAN_INTEGER) {
         snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)",
-                 pk && pk->q8_panels ? "prepacked" : "unpacked per K block", tops__gemm_q8_pick(kern, right, NULL)->name,
+                 p.q8_panels ? "prepacked" : "unpacked per K block", tops__gemm_q8_pick(kern, right, NULL)->name,
                  isa);
     } else if (kind == PLAN_ROWS) {
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
-        if (pk) p.nib_stream = pk->nib_stream;
         const char *how = !up || !up->run      ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
                           : !nib               ? "integer rows, i8 dots"

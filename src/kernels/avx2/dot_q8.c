@@ -237,6 +237,9 @@ void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t 
     }
 }
 
+/* Lane l's block in a super-block: tops__nibstream_lane(l) for l = 0..7. */
+static inline __m256i stream_lanes(void) { return _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); }
+
 /* Four rows in one pass, a super-block of 8 blocks per step: the 32 code
    bytes of blocks b and b + 1 form one vector, whose low nibbles meet [b's
    first 16 activations | b + 1's] and whose high nibbles meet [b's last 16
@@ -279,7 +282,7 @@ void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, cons
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                   int64_t nb, float *out) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
-    const __m256i lanes = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); /* tops__nibstream_lane */
+    const __m256i lanes = stream_lanes();
     const int64_t stride = layout->block_bytes;
     const uint8_t *p0 = blocks + layout->header;
     __m256 acc[4];
@@ -386,7 +389,7 @@ void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_la
                     _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 8 * r))), 23), bias));
         } else { /* fl(fl(stored * mul) * as) as the plain rows; 0 past nb */
             const __m256 keep = _mm256_castsi256_ps(
-                _mm256_cmpgt_epi32(_mm256_set1_epi32((int)group), _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7)));
+                _mm256_cmpgt_epi32(_mm256_set1_epi32((int)group), stream_lanes()));
             for (int r = 0; r < 4; r++) {
                 const __m256 w = scale_bytes == 2 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16 * r)))
                                                   : e8m0_to_f32x8(sb + 8 * r);
