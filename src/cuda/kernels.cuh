@@ -42,6 +42,7 @@ struct Params {
     int xt3;               // xt: one 3-D tensor copy per stage (else one 2-D copy per 64 columns)
     int last_warp;         // the last warp done with a ring slot refills it (else a barrier per stage)
     int sc_direct;         // scales decoded straight from global memory (else bulk-copied to shared first)
+    int look;              // stages in flight ahead of the first one not yet landed (while ring slots are fresh)
     // wgmma kernel (wgmma_w.cu) only
     unsigned int *arrivals; // per output tile: K splits done (the last one reduces)
     float fold_pre, fold_post; // folded scales: w = decoded code x (scale x fold_pre); output x fold_post
@@ -384,7 +385,9 @@ constexpr int kGroupWarps = 8;
 constexpr int kBulkTiles = TOPS_CU_BULK_TILES; // 6 = 96 channels: N = 12288 -> 128 blocks, one wave on 132 SMs
 constexpr int kStageChunks = 8; // chunks of K per stage (512 bytes per tile and chunk)
 constexpr int kStages = TOPS_CU_BULK_STAGES; // ring stages by default: 4 x 24 KB in flight per block
-constexpr int kMaxStages = kStages > 6 ? kStages : 6; // most (TOPS_CUDA_BULK_RING, tuning runs)
+// Most ring stages: a block's whole K = 4096 of 4-bit codes (8 stages) when
+// its activation tiles are small (M <= 2) and its scales fit beside them.
+constexpr int kMaxStages = kStages > 8 ? kStages : 8;
 constexpr int kStageBytes = kBulkTiles * kStageChunks * 512;
 // Tile groups (TG) split the block's tiles: 2 (16 warps: 3 tiles x 2 token
 // tiles of accumulators fit 128 registers) or, with one token tile per warp,

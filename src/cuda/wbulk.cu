@@ -3,9 +3,11 @@
 // across blocks only when N cannot fill the SMs).  The packed slice of one
 // tile is contiguous, so one elected thread streams it into a ring of
 // shared-memory stages with 1-D `cp.async.bulk` completing on an mbarrier:
-// up to 96 KB in flight per SM with no registers held for it, no split-K
-// pass at N = 12288, and no per-lane load instructions (the H200 runs showed
-// these kernels bound by instruction issue, not by HBM).
+// no registers held for the bytes in flight, no split-K pass at N = 12288,
+// and no per-lane load instructions (the H200 runs showed these kernels
+// bound by instruction issue, not by HBM).  With activation tiles the ring
+// holds as much of the block's K as fits (all 8 stages at M <= 2 for
+// int4-g128), `look` stages in flight ahead of the first not yet landed.
 // The block's scales are decoded to f32 in shared memory once.  Warps split
 // the block's tiles (tile groups), each stage's chunks along K (kw) and the
 // tokens (mw), run the decode + mma step, and their partial sums meet in
@@ -62,35 +64,36 @@ __device__ __forceinline__ void issue_stage(const Params &p, unsigned char *slot
                   bar);
 }
 
-// B fragments of chunk j of a stage from its activation tiles: block b (64
-// columns) holds rows 0 .. 8 * MT (zeros past M) at b * 1024 * MT + r * 128
-// bytes, its 16-byte unit u at u ^ (r & 7) (128-byte swizzle over the
-// 1024-byte aligned slot), so the 8 rows a warp's lanes read at one column
-// fall in different banks.  xt_offset(): lane (gid, tig)'s bytes of its 8
-// in unit u of a block; `xo` (xt_offsets) holds them for 4-bit codes, where
-// a chunk is one whole block and step q's unit is 2 q + tig / 2.
-__device__ __forceinline__ int xt_offset(int gid, int tig, int u) {
-    return gid * 128 + ((u ^ gid) << 4) + ((tig & 1) << 3);
-}
+// B fragments of a warp's chunk j of a stage from its activation tiles.
+// Block b (64 columns) holds `xrows` rows (zeros past M) as 128-byte lines
+// L = b * xrows + row, its 16-byte unit u at u ^ (L & 7) (the 128-byte
+// swizzle over the 1024-byte aligned activation part), so the 8 rows a
+// warp's lanes read at one column fall in different banks.  xrows is 8 per
+// token tile, or for M < 8 the next power of two of M (a stage then carries
+// 1 KB of activations at M = 1 instead of 8, which leaves room for a deeper
+// ring); lanes past the rows read row gid mod xrows: B's columns are
+// independent, and the epilogue drops those tokens.  A warp's chunk is the
+// same in every stage (kw = kStageChunks), so xt_offsets() computes its
+// lane's offsets of token tile 0 once (tile mt is mt * 1024 bytes on).
 template <int CODE>
-__device__ __forceinline__ void xt_offsets(int (&xo)[chunk_dims<CODE>::STEPS]) {
-    const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
-#pragma unroll
-    for (int q = 0; q < chunk_dims<CODE>::STEPS; q++) xo[q] = xt_offset(gid, tig, 2 * q + (tig >> 1));
-}
-template <int CODE, int MT>
-__device__ __forceinline__ void load_xt(const unsigned char *xs, int j, const int (&xo)[chunk_dims<CODE>::STEPS],
-                                        uint2 (&xb)[MT][chunk_dims<CODE>::STEPS]) {
+__device__ __forceinline__ void xt_offsets(int j, int xrows, int (&xo)[chunk_dims<CODE>::STEPS]) {
     constexpr int KC = chunk_dims<CODE>::KC;
     const int lane = threadIdx.x & 31, gid = lane >> 2, tig = lane & 3;
+    const int row = gid & ((xrows < 8 ? xrows : 8) - 1);
 #pragma unroll
     for (int q = 0; q < chunk_dims<CODE>::STEPS; q++) {
         const int c = j * KC + 16 * q; // the step's first column in the stage
-        const int off = KC < 64 ? xt_offset(gid, tig, ((c & 63) >> 3) + (tig >> 1)) : xo[q];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++)
-            xb[mt][q] = *reinterpret_cast<const uint2 *>(xs + (c >> 6) * 1024 * MT + mt * 1024 + off);
+        const int line = (c >> 6) * xrows + row, u = ((c & 63) >> 3) + (tig >> 1);
+        xo[q] = line * 128 + ((u ^ (line & 7)) << 4) + ((tig & 1) << 3);
     }
+}
+template <int CODE, int MT>
+__device__ __forceinline__ void load_xt(const unsigned char *xs, const int (&xo)[chunk_dims<CODE>::STEPS],
+                                        uint2 (&xb)[MT][chunk_dims<CODE>::STEPS]) {
+#pragma unroll
+    for (int q = 0; q < chunk_dims<CODE>::STEPS; q++)
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) xb[mt][q] = *reinterpret_cast<const uint2 *>(xs + mt * 1024 + xo[q]);
 }
 
 // A block's scales (`bytes` in their packed encoding at `src`, global or
@@ -253,6 +256,7 @@ __global__ void __launch_bounds__(kGroupWarps * TG * 32, TOPS_CU_BULK_MINB)
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int kWarpTiles = kBulkTiles / TG, kBulkWarps = kGroupWarps * TG;
     constexpr int KC = chunk_dims<CODE>::KC;
+    static_assert(kGroupWarps == kStageChunks, "with xt a warp takes one chunk of each stage (kw = kStageChunks)");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     // ring[p.ring][p.slot_bytes] (1024-byte aligned) | scales as copied (unless
     // sc_direct) | scales as f32 | mbarriers
@@ -307,13 +311,15 @@ __global__ void __launch_bounds__(kGroupWarps * TG * 32, TOPS_CU_BULK_MINB)
             mbar_expect_tx(&bar[kMaxStages], (uint32_t)sc_bytes);
             bulk_copy(ssc, gsc, (uint32_t)sc_bytes, &bar[kMaxStages]);
         }
-        for (int i = 0; i < p.ring && i < nstages; i++) {
+        // The first `look` stages; the others of the ring's first round as
+        // stages land (below), the rest as slots are freed.
+        for (int i = 0; i < p.look && i < nstages; i++) {
             const int c0 = c_begin + i * kStageChunks;
             issue_stage<KC, XT>(p, ring + (size_t)i * p.slot_bytes, &bar[i], tile0, nt, c0, min(kStageChunks, c_end - c0));
         }
         if constexpr (XT) {
             grid_dep_wait();
-            for (int i = 0; i < p.ring && i < nstages; i++) {
+            for (int i = 0; i < p.look && i < nstages; i++) {
                 const int c0 = c_begin + i * kStageChunks;
                 issue_acts<KC>(&xmap, p, ring + (size_t)i * p.slot_bytes, &bar[i], c0, min(kStageChunks, c_end - c0));
             }
@@ -356,20 +362,32 @@ __global__ void __launch_bounds__(kGroupWarps * TG * 32, TOPS_CU_BULK_MINB)
     const int sc_stride = p.groups * 16;
     const float *wsc = sf + (size_t)wt0 * sc_stride + 2 * (lane >> 2);
     int xo[STEPS];
-    xt_offsets<CODE>(xo);
+    if constexpr (XT) xt_offsets<CODE>(kw, p.xrows, xo);
     int s = 0;       // ring slot of stage i
     uint32_t ph = 0; // and the parity of its current use
     for (int i = 0; i < nstages; i++) {
         const int c0 = c_begin + i * kStageChunks, nc = min(kStageChunks, c_end - c0);
         mbar_wait(&bar[s], ph);
+        // Stage i has landed: thread 0 issues stage i + look into its fresh
+        // slot.  Issuing the whole ring at once measured slower (kBulkLook in
+        // wstream.cu): the copies of all SMs share HBM, so the more bytes are
+        // in flight, the later the first stage completes, with the warps
+        // idle until it does; 2 stages in flight still keep HBM busy.
+        if (tid == 0 && i + p.look < nstages && i + p.look < p.ring) {
+            const int i1 = i + p.look, c1 = c_begin + i1 * kStageChunks, nc1 = min(kStageChunks, c_end - c1);
+            unsigned char *slot1 = ring + (size_t)i1 * p.slot_bytes;
+            issue_stage<KC, XT>(p, slot1, &bar[i1], tile0, nt, c1, nc1);
+            if constexpr (XT) issue_acts<KC>(&xmap, p, slot1, &bar[i1], c1, nc1);
+        }
         const unsigned char *slot = ring + (size_t)s * p.slot_bytes;
         const unsigned char *buf = slot + wt0 * kStageChunks * 512 + lane * 16;
 #if TOPS_CU_BULK_DIAG == 1
         (void)buf;
         (void)wsc;
 #else
+        // (with xt, kw = kStageChunks: one chunk a stage, the same j each time)
         if (busy)
-            for (int j = kw; j < nc; j += p.kw) {
+            for (int j = kw; j < nc; j += XT ? kStageChunks : p.kw) {
                 uint4 cur[kWarpTiles];
 #pragma unroll
                 for (int t = 0; t < kWarpTiles; t++)
@@ -378,7 +396,7 @@ __global__ void __launch_bounds__(kGroupWarps * TG * 32, TOPS_CU_BULK_MINB)
 #if TOPS_CU_BULK_DIAG == 2
                     act_frags<CODE, MT>(p, c0 + j, m0, xb);
 #else
-                    load_xt<CODE, MT>(slot + kStageBytes, j, xo, xb);
+                    load_xt<CODE, MT>(slot + kStageBytes, xo, xb);
 #endif
                     chunk_step<CODE, BF16, kWarpTiles, MT, FP>(p, cur, c0 + j, xb, wsc, sc_stride, part, acc);
                 } else {
@@ -421,9 +439,13 @@ __global__ void __launch_bounds__(kGroupWarps * TG * 32, TOPS_CU_BULK_MINB)
                     if constexpr (XT) issue_acts<KC>(&xmap, p, slot1, &bar[s], c1, nc1);
                 }
             }
-        } else {
-            __syncthreads(); // every warp is done with slot s: refill it
-            if (tid == 0 && refill) {
+        } else if (refill) {
+            // Every warp is done with slot s: refill it.  Slots that are not
+            // refilled (the last ring's worth of stages, all of them when the
+            // ring holds the block's whole K) need no barrier, so the warps
+            // drift apart instead of meeting at each stage.
+            __syncthreads();
+            if (tid == 0) {
                 issue_stage<KC, XT>(p, slot1, &bar[s], tile0, nt, c1, nc1);
                 if constexpr (XT) issue_acts<KC>(&xmap, p, slot1, &bar[s], c1, nc1);
             }

@@ -177,6 +177,19 @@ constexpr long long kBulkTgM8 = 2;
 // against 13.3 / - / 14.3 / 17.2 with loads from L2 and 13.1 at M = 1 with
 // one bulk copy per row (the earlier xs path, removed).
 constexpr long long kBulkXtRows = 16;
+// Stages the activation-tile kernels keep in flight ahead of the first not
+// yet landed (see wbulk.cu).  H200, 2026-11-29 20:44 UTC, same call, us at
+// M = 1 / 16: int4-g128 11.0 / 13.3 with 2, 11.0 / 13.5 with 3, 12.7 / 13.9
+// with 1, 11.4 / 14.2 with the whole ring issued at once; mxfp4 12.3 / 14.3,
+// 12.3 / 14.5, 13.4 / 14.5, 12.3 / 14.8.  The stages after the first `look`
+// are issued from the stage loop, which a block enters only after decoding
+// its scales: with groups of 16 (nvfp4, 96 KB of f32 scales a block at
+// K = 4096) that takes long enough for 2 stages in flight to leave HBM idle
+// (nvfp4 13.3 / 13.5 / 15.7 us at M = 1 / 4 / 16 against main's 13.3 / 13.3 /
+// 15.4 in that call; with the whole ring up front 12.8 / 12.9 / 15.6 against
+// 13.3 / 13.3 / 15.5 at 20:33 UTC), so those keep the whole ring up front.
+constexpr long long kBulkLook = 2;
+constexpr size_t kBulkLookScales = 64 * 1024;
 
 // The tensor map of the activations for xt: 64 columns x xrows (8 per token
 // tile, so blocks stay 1024-byte aligned and the swizzle depends on the row
@@ -234,32 +247,50 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // which also leaves less room for the ring, stays for A/B runs and tests:
     // TOPS_CUDA_BULK_SCD=0/1 forces either.
     const size_t f32 = p.has_scales ? (size_t)kBulkTiles * p.groups * 16 * 4 : 0;
-    const long long ring_env = env_or("TOPS_CUDA_BULK_RING", kStages);
-    const int ring_want = ring_env >= 2 && ring_env <= kMaxStages ? (int)ring_env : kStages;
-    const auto ring_for = [&](size_t slot, size_t raw) {
-        int r = ring_want;
+    const long long ring_env = env_or("TOPS_CUDA_BULK_RING", 0);
+    const bool ring_set = ring_env >= 2 && ring_env <= kMaxStages;
+    // With activation tiles the ring holds as much of the block's K as fits
+    // (all of it: no refill, no block barrier), else kStages.  With the
+    // lookahead below it measured as fast as a ring of 4 (H200 20:44 UTC,
+    // int4-g128 11.0 / 13.3 against 11.1 / 13.2 us at M = 1 / 16, mxfp4
+    // 12.3 / 14.3 both), and it takes no refill barrier.
+    const int block_stages = (p.chunks + kStageChunks - 1) / kStageChunks;
+    const int deep_ring = block_stages < 2 ? 2 : block_stages < kMaxStages ? block_stages : kMaxStages;
+    const auto ring_for = [&](size_t slot, size_t raw, bool deep) {
+        int r = ring_set ? (int)ring_env : deep ? deep_ring : kStages;
         while (r > 2 && bulk_smem_bytes(r, raw, f32, slot) > (size_t)optin) r--;
         return bulk_smem_bytes(r, raw, f32, slot) <= (size_t)optin ? r : 0;
     };
     // Activations as TMA tiles for one pass (M <= 16) of 16-byte aligned rows
-    // while the ring keeps at least 3 stages (3 measured as fast as 4:
-    // int4-g128 13.0 / 14.5 us at M = 1 / 16 against 13.1 / 14.7);
+    // while the ring keeps at least 3 stages or the block's whole K (3
+    // measured as fast as 4: int4-g128 13.0 / 14.5 us at M = 1 / 16 against
+    // 13.1 / 14.7);
     // TOPS_CUDA_BULK_XT=r sets the most tokens (0: never; A/B runs, tests).
     const long long scd = env_or("TOPS_CUDA_BULK_SCD", -1);
     const size_t raw_copy = p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0;
-    const size_t xslot = (size_t)kStageBytes + (size_t)kStageChunks * tops__cu_chunk_k(a->code) / 64 * 1024 * mt;
+    // Activation rows a slot holds: 8 per token tile, or below M = 8 the
+    // next power of two of M (TOPS_CUDA_BULK_XR=0: always 8; H200 20:33 UTC,
+    // same call, int4-g128 at M = 1: 11.0 against 11.4 us with a deep ring,
+    // 10.8 against 11.1 with a ring of 4, before the lookahead).
+    int xrows = mt * 8;
+    if (mt == 1 && env_or("TOPS_CUDA_BULK_XR", 1) != 0) {
+        xrows = 1;
+        while (xrows < a->m) xrows *= 2;
+    }
+    const size_t xslot =
+        ((size_t)kStageBytes + (size_t)kStageChunks * tops__cu_chunk_k(a->code) / 64 * 128 * xrows + 1023) / 1024 * 1024;
     const bool xt_ok = a->m <= 16 && a->m <= env_or("TOPS_CUDA_BULK_XT", kBulkXtRows) && (uintptr_t)a->x % 16 == 0 &&
                        a->ldx % 8 == 0;
     const auto xt_fits = [&](size_t raw) {
-        const int r = ring_for(xslot, raw);
-        return r >= 3 || (r >= 2 && r == ring_for(kStageBytes, raw));
+        const int r = ring_for(xslot, raw, true);
+        return r >= 3 || (r >= 2 && (r >= block_stages || r == ring_for(kStageBytes, raw, false)));
     };
     p.sc_direct = scd != 0;
     const size_t raw = p.sc_direct ? 0 : raw_copy;
     p.xt = 0;
     p.slot_bytes = kStageBytes;
     if (xt_ok && xt_fits(raw)) {
-        p.xrows = mt * 8;
+        p.xrows = xrows;
         if (xt_map(a, p, &pl.xmap)) {
             p.xt = 1;
             p.slot_bytes = (int)xslot;
@@ -268,8 +299,14 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // Tile groups: 3 (24 warps of 2 tiles) for one token tile per warp and
     // activation tiles when TOPS_CUDA_BULK_TG (default kBulkTgM8) is 3, else 2.
     const int tg = mt == 1 && p.xt && env_or("TOPS_CUDA_BULK_TG", kBulkTgM8) == 3 ? 3 : 2;
-    p.ring = ring_for((size_t)p.slot_bytes, raw);
+    p.ring = ring_for((size_t)p.slot_bytes, raw, p.xt != 0);
     if (p.ring == 0) return false;
+    // Stages in flight before the first lands (then one more as each lands,
+    // while the ring has fresh slots): kBulkLook with activation tiles and
+    // at most kBulkLookScales of f32 scales, the whole ring otherwise (see
+    // kBulkLook); TOPS_CUDA_BULK_LOOK=n sets n (A/B runs, tests).
+    const long long look = env_or("TOPS_CUDA_BULK_LOOK", p.xt && f32 <= kBulkLookScales ? kBulkLook : kMaxStages);
+    p.look = look < 1 ? 1 : look > p.ring ? p.ring : (int)look;
     const size_t smem = bulk_smem_bytes(p.ring, raw, f32, (size_t)p.slot_bytes);
     p.mw = a->m <= 16 ? 1 : a->m <= 32 ? 2 : a->m <= 64 ? 4 : 8;
     p.kw = kGroupWarps / p.mw;

@@ -368,20 +368,26 @@ extern const char *tops__cu_last_kernel(void) __attribute__((weak));
    ragged against stages of 8 chunks (K = 1001: rows not 8-byte aligned,
    element-wise activation loads; K = 520, 1000, 4104: activations copied
    into the ring with a zeroed tail; K = 640: a last stage of 2 chunks),
-   M = 3, 8, 9 against the token tiles, and splits capped at 1 so that the ring
-   of 4 stages wraps.  The small run (compute-sanitizer) takes the first
-   three shapes: both token-tile widths with a ring that wraps, and a second
-   pass.  Passes (environment knobs of the plan): 0 forces wbulk (M >= 128
-   would take wgmma) with 24 warps for M <= 8 (TOPS_CUDA_BULK_TG=3); every
-   M <= 16 with 16-byte aligned rows takes its activations as TMA tiles in
-   the ring (one 3-D copy per stage where K % 64 == 0); 1 the register
-   kernel (the sm_80 path, TOPS_CUDA_KERNEL=wstream); then M <= 16 only:
-   2 activations from L2 (TOPS_CUDA_BULK_XT=0), scales decoded straight from
-   global memory (TOPS_CUDA_BULK_SCD=1), a plain launch (TOPS_CUDA_PDL=0);
-   3 the tiles with the last-warp refill (TOPS_CUDA_BULK_ARRIVE=1) and the
-   scales from global memory; 4 one 2-D copy per 64 columns
-   (TOPS_CUDA_BULK_XT3=0), the scales copied first (TOPS_CUDA_BULK_SCD=0),
-   16 warps, a plain launch.  Passes 0, 3 and 4 take three formats a shape. */
+   M = 2, 3, 8, 9 against the token tiles (activation tiles of 1, 2, 4, 8
+   or 16 rows), and splits capped at 1 so that the ring wraps where it is
+   shallower than the block's stages.  The small run (compute-sanitizer)
+   takes the first three shapes: both token-tile widths with rings that
+   wrap or hold the whole K, and a second pass.  Passes (environment knobs
+   of the plan): 0 forces wbulk (M >= 128 would take wgmma) with 24 warps
+   for M <= 8 (TOPS_CUDA_BULK_TG=3) and 3 stages in flight ahead
+   (TOPS_CUDA_BULK_LOOK=3); every M <= 16 with 16-byte aligned rows takes
+   its activations as TMA tiles in the ring (one 3-D copy per stage where
+   K % 64 == 0); 1 the register kernel (the sm_80 path,
+   TOPS_CUDA_KERNEL=wstream); then M <= 16 only: 2 activations from L2
+   (TOPS_CUDA_BULK_XT=0), scales decoded straight from global memory
+   (TOPS_CUDA_BULK_SCD=1), a plain launch (TOPS_CUDA_PDL=0), one stage
+   ahead (TOPS_CUDA_BULK_LOOK=1); 3 the tiles with the last-warp refill
+   (TOPS_CUDA_BULK_ARRIVE=1), the scales from global memory, a ring of 3
+   (TOPS_CUDA_BULK_RING=3: every K here wraps it) and one stage ahead; 4 one
+   2-D copy per 64 columns (TOPS_CUDA_BULK_XT3=0), the scales copied first
+   (TOPS_CUDA_BULK_SCD=0), 16 warps, a plain launch, 8 activation rows per
+   tile at every M (TOPS_CUDA_BULK_XR=0).  Passes 0, 3 and 4 take three
+   formats a shape. */
 static void test_kernel_edges(void) {
     th_rng r = th_seed();
     static const struct {
@@ -390,7 +396,7 @@ static void test_kernel_edges(void) {
     } shapes[] = {{1, 4096, 200, "1"},  {16, 520, 200, NULL},  {200, 2600, 130, "1"}, {17, 4096, 100, "1"},
                   {64, 1000, 100, NULL}, {65, 520, 200, NULL}, {128, 256, 100, NULL}, {40, 1001, 100, NULL},
                   {5, 1000, 200, NULL},  {12, 4104, 100, "1"}, {3, 1024, 100, "1"},    {9, 2048, 200, "1"},
-                  {8, 640, 130, NULL}};
+                  {8, 640, 130, NULL},   {2, 2048, 200, "1"}};
     static const char *const fmts[] = {"int4-g128", "mxfp4", "nvfp4", "int8-g32", "e4m3-ch", "int4-g16:f32",
                                        "q4_0",      "f16",   "int4-g32:e8m0", "bf16", "mxfp8"};
     const int nshapes = small_run ? 3 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
@@ -398,8 +404,9 @@ static void test_kernel_edges(void) {
     static const char *const knobs[][2] = {
         {"TOPS_CUDA_BULK_TG", "3"},     {"TOPS_CUDA_BULK_XT", "0"},     {"TOPS_CUDA_BULK_SCD", "1"},
         {"TOPS_CUDA_PDL", "0"},         {"TOPS_CUDA_BULK_ARRIVE", "1"}, {"TOPS_CUDA_BULK_XT3", "0"},
-        {"TOPS_CUDA_BULK_SCD", "0"}};
-    static const int pass_knobs[5][4] = {{0, -1, -1, -1}, {-1, -1, -1, -1}, {1, 2, 3, -1}, {4, 2, -1, -1}, {5, 6, 3, -1}};
+        {"TOPS_CUDA_BULK_SCD", "0"},    {"TOPS_CUDA_BULK_RING", "3"},   {"TOPS_CUDA_BULK_XR", "0"},
+        {"TOPS_CUDA_BULK_LOOK", "3"},   {"TOPS_CUDA_BULK_LOOK", "1"}};
+    static const int pass_knobs[5][4] = {{0, 9, -1, -1}, {-1, -1, -1, -1}, {1, 2, 3, 10}, {4, 2, 7, 10}, {5, 6, 3, 8}};
     for (int kernel = 0; kernel < 5; kernel++) {
         setenv("TOPS_CUDA_KERNEL", kernel == 1 ? "wstream" : "wbulk", 1);
         for (int i = 0; i < 4; i++)
