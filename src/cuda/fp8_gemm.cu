@@ -13,6 +13,7 @@
 // builds empty kernels that the plan never launches (matmul.c asks for
 // compute capability 9.0 before it packs the FP8 layout).
 #include "cuda/cuda_internal.h"
+#include "cuda/kernels.cuh"
 #include "cuda/sm90.cuh"
 
 #include <cuda.h>
@@ -40,7 +41,7 @@ struct GemmParams {
     long long ldo;
     int out_dtype, accumulate;
     int m, n, k;
-    int tiles_m;
+    int tiles_m, tiles_n;
 };
 
 // ---- activations to e4m3 ---------------------------------------------------
@@ -66,6 +67,11 @@ __device__ __forceinline__ void load8(const T *row, int k0, int k, bool vec, flo
 template <typename T>
 __global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long ldx, int k, int k_pad, int vec,
                                                          unsigned char *q, float *scales) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The GEMM (a programmatic dependent) may start its blocks on the SMs
+    // this grid leaves; it waits for our writes before reading them.
+    tops_cu::sm90::grid_dep_launch();
+#endif
     const int row = blockIdx.x;
     const T *xr = x + (long long)row * ldx;
     float amax = 0.0f;
@@ -201,52 +207,44 @@ __device__ __forceinline__ void store4(const GemmParams &p, int row, int col, fl
         }
     }
 }
-#endif // TOPS_FP8_WGMMA
 
+// The shared-memory ring: STAGES x (A tile [kBM][kBK], B tile [BN][kBK]),
+// 128-byte swizzled, with full (TMA bytes landed) and empty (all 8 consumer
+// warps done reading) barriers per slot.  `it` counts stages across tiles,
+// so a persistent CTA keeps the ring's position from one tile to the next.
 template <int BN, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1)
-    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    const GemmParams p, int vec_stores) {
-#ifdef TOPS_FP8_WGMMA
-    constexpr int kStageA = kBM * kBK, kStageB = BN * kBK;
-    extern __shared__ unsigned char smem_raw[];
-    // 128-byte swizzled tiles want 1024-byte alignment.
-    unsigned char *smem = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    unsigned char *sa = smem, *sb = smem + STAGES * kStageA;
-    uint64_t *full = reinterpret_cast<uint64_t *>(sb + STAGES * kStageB), *empty = full + STAGES;
-
-    // Tokens fastest: the CTAs in flight share a few weight column tiles
-    // and all of the (smaller) activation codes in L2.
-    const int tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
-    const int wg = threadIdx.x / 128;
-    const int ktiles = (p.k + kBK - 1) / kBK;
-    if (threadIdx.x == 0) {
+struct Ring {
+    static constexpr int kStageA = kBM * kBK, kStageB = BN * kBK;
+    static constexpr int kBytes = STAGES * (kStageA + kStageB);
+    unsigned char *sa, *sb;
+    uint64_t *full, *empty;
+    __device__ Ring(unsigned char *base, uint64_t *bars)
+        : sa(base), sb(base + STAGES * kStageA), full(bars), empty(bars + STAGES) {}
+    __device__ void init() const {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 8); // one arrive per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
-
-    if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x == 0) {
-            for (int kt = 0; kt < ktiles; kt++) {
-                const int s = kt % STAGES;
-                if (kt >= STAGES) mbar_wait(&empty[s], ((kt / STAGES) + 1) & 1);
-                mbar_expect_tx(&full[s], kStageA + kStageB);
-                tma_load_2d(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
-                tma_load_2d(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
-            }
+    // Producer thread: the K stages of tile (tm, tn).
+    __device__ __forceinline__ void produce(const CUtensorMap *ma, const CUtensorMap *mb, int tm, int tn, int ktiles,
+                                            unsigned &it) const {
+        for (int kt = 0; kt < ktiles; kt++, it++) {
+            const unsigned s = it % STAGES;
+            if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
+            mbar_expect_tx(&full[s], kStageA + kStageB);
+            tma_load_2d(sa + s * kStageA, ma, &full[s], kt * kBK, tm * kBM);
+            tma_load_2d(sb + s * kStageB, mb, &full[s], kt * kBK, tn * BN);
         }
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
-        float d[BN / 2]; // written first by the scale-d = 0 stage (K >= 1)
-        for (int kt = 0; kt < ktiles; kt++) {
-            const int s = kt % STAGES;
-            mbar_wait(&full[s], (kt / STAGES) & 1);
+    }
+    // Consumer warpgroup cw: rows 64 cw .. + 63 of one tile into d (written
+    // first by the scale-d = 0 stage, K >= 1); every slot read is handed back.
+    __device__ __forceinline__ void consume(float (&d)[BN / 2], int cw, int ktiles, unsigned &it) const {
+        const bool lane0 = (threadIdx.x & 31) == 0;
+        for (int kt = 0; kt < ktiles; kt++, it++) {
+            const unsigned s = it % STAGES;
+            mbar_wait(&full[s], (it / STAGES) & 1);
             wgmma_fence();
             const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
             if (kt == 0) wgmma_stage<true>(d, a, b);
@@ -254,10 +252,62 @@ __global__ void __launch_bounds__(kThreads, 1)
             wgmma_commit();
             // The previous stage's products are done: hand its slot back.
             wgmma_wait<1>();
-            if (kt > 0 && (threadIdx.x & 31) == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+            if (kt > 0 && lane0) mbar_arrive(&empty[(it - 1) % STAGES]);
         }
         wgmma_wait<0>();
         fence_regs(d);
+        if (lane0) mbar_arrive(&empty[(it - 1) % STAGES]);
+    }
+};
+
+__device__ __forceinline__ unsigned char *align1024(unsigned char *p) {
+    // 128-byte swizzled tiles want 1024-byte alignment.
+    return reinterpret_cast<unsigned char *>(((uintptr_t)p + 1023) & ~(uintptr_t)1023);
+}
+
+// Two outputs, converted, into shared memory.
+__device__ __forceinline__ void put2(float *o, float a, float b) { *reinterpret_cast<float2 *>(o) = make_float2(a, b); }
+__device__ __forceinline__ void put2(__half *o, float a, float b) {
+    *reinterpret_cast<__half2 *>(o) = __floats2half2_rn(a, b);
+}
+__device__ __forceinline__ void put2(__nv_bfloat16 *o, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162 *>(o) = __floats2bfloat162_rn(a, b);
+}
+#endif // TOPS_FP8_WGMMA
+
+// Output staging of the persistent kernel: per consumer warpgroup two boxes
+// of 64 rows x 128 bytes (128-byte swizzle), alternately filled and stored.
+constexpr int kBoxBytes = 64 * 128;
+constexpr int kStagingBytes = 2 * 2 * kBoxBytes;
+
+// One CTA per tile; the epilogue stages f32 through the idle ring and writes
+// whole rows with the op's mode (accumulate, any alignment).
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                    const GemmParams p, int vec_stores) {
+#ifdef TOPS_FP8_WGMMA
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = align1024(smem_raw);
+    const Ring<BN, STAGES> ring(smem, reinterpret_cast<uint64_t *>(smem + Ring<BN, STAGES>::kBytes));
+
+    // Tokens fastest: the CTAs in flight share a few weight column tiles
+    // and all of the (smaller) activation codes in L2.
+    const int tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
+    const int wg = threadIdx.x / 128;
+    const int ktiles = (p.k + kBK - 1) / kBK;
+    if (threadIdx.x == 0) ring.init();
+    __syncthreads();
+
+    unsigned it = 0;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == 0) ring.produce(&map_a, &map_b, tm, tn, ktiles, it);
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
+        float d[BN / 2];
+        ring.consume(d, cw, ktiles, it);
 
         // Epilogue through shared memory (the stage ring is idle once both
         // consumer warpgroups are past their last wgmma), so that the global
@@ -299,12 +349,114 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// Persistent: one CTA per SM walks tiles blockIdx.x, + gridDim.x, ...; the
+// producer streams the next tile's stages into the 4 x 48 KB ring while the
+// consumers run the epilogue, which converts to OutT into the 32 KB staging
+// (outside the ring) and writes it by TMA stores, one 64 x 128-byte box at a
+// time, each store overlapping the filling of the next box.  Overwrites the
+// output (no accumulate); the output map clips ragged M and N.
+template <typename OutT>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_gemm_persistent(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                        const __grid_constant__ CUtensorMap map_c, const GemmParams p) {
+#ifdef TOPS_FP8_WGMMA
+    constexpr int BN = 256;
+    using R = Ring<BN, 4>;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = align1024(smem_raw), *staging = smem + R::kBytes;
+    const R ring(smem, reinterpret_cast<uint64_t *>(staging + kStagingBytes));
+    const int wg = threadIdx.x / 128;
+    const int ktiles = (p.k + kBK - 1) / kBK, tiles = p.tiles_m * p.tiles_n;
+    if (threadIdx.x == 0) ring.init();
+    __syncthreads();
+
+    unsigned it = 0;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        // Launched as a programmatic dependent of the quantizer: everything
+        // above ran while it finished; its codes and row scales are read below.
+        if (threadIdx.x == 0) grid_dep_wait();
+        if (threadIdx.x == 0)
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+                ring.produce(&map_a, &map_b, t % p.tiles_m, t / p.tiles_m, ktiles, it);
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        constexpr int kBoxCols = 128 / (int)sizeof(OutT), kBoxes = BN / kBoxCols, kJ = kBoxCols / 8;
+        static_assert(kBoxes % 2 == 0, "box b fills buffer b % 2 in every tile");
+        const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
+        const bool leader = (threadIdx.x & 127) == 0;
+        unsigned char *bufs = staging + cw * 2 * kBoxBytes;
+        const int r0 = warp * 16 + lane / 4; // this thread's rows r0 and r0 + 8 (see below)
+        float d[BN / 2];
+        grid_dep_wait();
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const int tm = t % p.tiles_m, tn = t / p.tiles_m;
+            // Scales before the K loop, which hides their latency.  Lane l
+            // keeps the channel scales of columns 8 j + 2 (l % 4) + {0, 1} for
+            // j = l / 4 + 8 q; the epilogue shuffles them to the lanes that
+            // hold those columns.
+            float rs[2];
+            float2 cs[4];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = tm * kBM + cw * 64 + r0 + 8 * h;
+                rs[h] = row < p.m ? p.row_scale[row] * p.global : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int col = tn * BN + 8 * (lane / 4 + 8 * q) + 2 * (lane & 3);
+                cs[q].x = !p.ch_scale ? 1.0f : col < p.n ? p.ch_scale[col] : 0.0f;
+                cs[q].y = !p.ch_scale ? 1.0f : col + 1 < p.n ? p.ch_scale[col + 1] : 0.0f;
+            }
+            ring.consume(d, cw, ktiles, it);
+
+            // Accumulator i of lane l in warp w is row 16 w + l / 4 + 8 ((i / 2) % 2),
+            // column 8 (i / 4) + 2 (l % 4) + i % 2.  In the swizzled box, row r's
+            // 16-byte chunk c sits at chunk c ^ (r % 8): a warp's 8 rows land on
+            // different banks.
+#pragma unroll
+            for (int b = 0; b < kBoxes; b++) {
+                unsigned char *buf = bufs + (b & 1) * kBoxBytes;
+#pragma unroll
+                for (int jj = 0; jj < kJ; jj++) {
+                    const int j = b * kJ + jj;
+                    const int src = (j % 8) * 4 + (lane & 3);
+                    const float cx = __shfl_sync(0xffffffffu, cs[j / 8].x, src);
+                    const float cy = __shfl_sync(0xffffffffu, cs[j / 8].y, src);
+                    const int byte = (8 * jj + 2 * (lane & 3)) * (int)sizeof(OutT);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = r0 + 8 * h;
+                        OutT *o = reinterpret_cast<OutT *>(buf + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15));
+                        put2(o, d[4 * j + 2 * h] * (rs[h] * cx), d[4 * j + 2 * h + 1] * (rs[h] * cy));
+                    }
+                }
+                fence_proxy_async();
+                // The store of the previous box (the other buffer) has read
+                // its source before anyone passes this barrier to refill it.
+                if (leader) bulk_wait_read<0>();
+                asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+                const int x = tn * BN + b * kBoxCols, y = tm * kBM + cw * 64;
+                if (leader && x < p.n && y < p.m) tma_store_2d(&map_c, buf, x, y);
+                if (leader) bulk_commit();
+            }
+        }
+        if (leader) bulk_wait<0>();
+    }
+#else
+    (void)map_a, (void)map_b, (void)map_c, (void)p;
+#endif
+}
+
 template <int BN, int STAGES>
 constexpr size_t gemm_smem() {
     // The epilogue's staging (two warpgroups x 64 rows x (BN + 8) floats) reuses the ring.
     static_assert(2 * 64 * (BN + 8) * 4 <= STAGES * (kBM + BN) * kBK, "epilogue staging exceeds the stage ring");
     return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 1024;
 }
+// The persistent kernel: ring, output staging, barriers, alignment slack
+// (230,464 bytes of the 232,448 a block may have).
+constexpr size_t kPersistSmem = gemm_smem<256, 4>() + kStagingBytes;
 
 // A [rows, k] e4m3 matrix (row stride ld bytes) read as [box_rows][128] tiles.
 bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows) {
@@ -314,32 +466,97 @@ bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld,
                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
-template <int BN, int STAGES>
-cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
-                        const char **what) {
-    auto kernel = fp8_gemm_kernel<BN, STAGES>;
-    const size_t smem = gemm_smem<BN, STAGES>();
-    // Above 48 KB a kernel needs its limit raised, once per device (so that
-    // calls captured into a graph later make no such call).
-    static unsigned char raised[64];
+// The output [m, n] (row stride ldo elements) written as 64-row x 128-byte boxes.
+bool make_out_map(CUtensorMap *map, const tops__cu_matmul_args *a) {
+    const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    const CUtensorMapDataType type = a->out_dtype == TOPS_DT_F32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                     : a->out_dtype == TOPS_DT_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                   : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const cuuint64_t dims[2] = {(cuuint64_t)a->n, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)(a->ldo * esz)};
+    const cuuint32_t box[2] = {(cuuint32_t)(128 / esz), 64};
+    return tops_cu::sm90::encode_sw128(map, type, 2, a->out, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+}
+
+// Above 48 KB a kernel needs its limit raised, once per device and kernel
+// (so that calls captured into a graph later make no such call).
+template <typename Kernel>
+cudaError_t raise_smem(Kernel kernel, size_t smem, unsigned char (&raised)[64], const char **what) {
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err == cudaSuccess && (dev < 0 || dev >= 64 || !raised[dev])) {
         err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err == cudaSuccess && dev >= 0 && dev < 64) raised[dev] = 1;
     }
-    if (err != cudaSuccess) {
-        *what = "raising the FP8 GEMM's shared-memory limit";
-        return err;
-    }
+    if (err != cudaSuccess) *what = "raising the FP8 GEMM's shared-memory limit";
+    return err;
+}
+
+template <int BN, int STAGES>
+cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
+                        const char **what) {
+    auto kernel = fp8_gemm_kernel<BN, STAGES>;
+    const size_t smem = gemm_smem<BN, STAGES>();
+    static unsigned char raised[64];
+    cudaError_t err = raise_smem(kernel, smem, raised, what);
+    if (err != cudaSuccess) return err;
     p.tiles_m = (p.m + kBM - 1) / kBM;
-    const long long tiles = (long long)p.tiles_m * ((p.n + BN - 1) / BN);
-    kernel<<<(unsigned)tiles, kThreads, smem, stream>>>(ma, mb, p, vec);
+    p.tiles_n = (p.n + BN - 1) / BN;
+    kernel<<<(unsigned)((long long)p.tiles_m * p.tiles_n), kThreads, smem, stream>>>(ma, mb, p, vec);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the FP8 GEMM launch";
     return err;
 }
 
+// Multiprocessors of the current device (cached per device).
+int sm_count() {
+    static int count[64];
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return (void)cudaGetLastError(), 1;
+    if (dev < 64 && count[dev]) return count[dev];
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
+        return (void)cudaGetLastError(), 1;
+    if (dev < 64) count[dev] = n;
+    return n;
+}
+
+template <typename OutT>
+cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, GemmParams p,
+                              cudaStream_t stream, const char **what) {
+    auto kernel = fp8_gemm_persistent<OutT>;
+    static unsigned char raised[64];
+    cudaError_t err = raise_smem(kernel, kPersistSmem, raised, what);
+    if (err != cudaSuccess) return err;
+    p.tiles_m = (p.m + kBM - 1) / kBM;
+    p.tiles_n = (p.n + 255) / 256;
+    long long grid = (long long)p.tiles_m * p.tiles_n;
+    // TOPS_CUDA_FP8_CTAS caps the grid (tests: several tiles per CTA).
+    const long long cap = tops_cu::env_or("TOPS_CUDA_FP8_CTAS", 0);
+    if (grid > sm_count()) grid = sm_count();
+    if (cap > 0 && grid > cap) grid = cap;
+    // Programmatic dependent launch (TOPS_CUDA_PDL=0: plain), so that the
+    // prologue overlaps the quantizer's last blocks.
+    bool pdl = tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0;
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3((unsigned)grid);
+        cfg.blockDim = dim3(kThreads);
+        cfg.dynamicSmemBytes = kPersistSmem;
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, kernel, ma, mb, mc, p) != cudaSuccess) { // a driver without it
+            (void)cudaGetLastError();
+            pdl = false;
+        }
+    }
+    if (!pdl) kernel<<<(unsigned)grid, kThreads, kPersistSmem, stream>>>(ma, mb, mc, p);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) *what = "the FP8 GEMM launch";
+    return err;
+}
 
 } // namespace
 
@@ -396,10 +613,22 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         p.n = (int)a->n;
         p.k = (int)a->k;
         p.tiles_m = 0;
-        // 4-element stores need every row start 4-element aligned.
+        p.tiles_n = 0;
         const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
-        const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
-        err = launch_gemm<bn, 4>(ma, mb, p, vec, stream, what);
+        // TMA stores need 16-byte aligned rows; accumulate reads the output,
+        // which the one-CTA-per-tile kernel does.  TOPS_CUDA_FP8_PERSIST=0
+        // forces that kernel (A/B runs).
+        CUtensorMap mc;
+        if (!a->accumulate && (uintptr_t)a->out % 16 == 0 && (a->ldo * esz) % 16 == 0 &&
+            tops_cu::env_or("TOPS_CUDA_FP8_PERSIST", 1) != 0 && make_out_map(&mc, a))
+            err = a->out_dtype == TOPS_DT_F32   ? launch_persistent<float>(ma, mb, mc, p, stream, what)
+                  : a->out_dtype == TOPS_DT_F16 ? launch_persistent<__half>(ma, mb, mc, p, stream, what)
+                                                : launch_persistent<__nv_bfloat16>(ma, mb, mc, p, stream, what);
+        else {
+            // 4-element stores need every row start 4-element aligned.
+            const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
+            err = launch_gemm<bn, 4>(ma, mb, p, vec, stream, what);
+        }
     }
     cudaError_t e2 = cudaFreeAsync(ws, stream);
     if (err == cudaSuccess && e2 != cudaSuccess) {

@@ -671,6 +671,22 @@ static void test_relaxed_fp8(void) {
         cases++;
         passed += run_case(&c, &r);
     }
+    /* The same 12 tiles on a persistent grid capped at 5 and 2 CTAs: each
+       walks several tiles with the ring position (5 K stages per tile on a
+       ring of 4) and the output staging carried across them; the last one
+       plain-launched (no PDL); then the one-CTA-per-tile kernel forced. */
+    for (int o = 0; o < 4; o++) {
+        setenv("TOPS_CUDA_FP8_CTAS", o == 1 ? "2" : "5", 1);
+        if (o == 2) setenv("TOPS_CUDA_PDL", "0", 1);
+        if (o == 3) setenv("TOPS_CUDA_FP8_PERSIST", "0", 1);
+        gpu_case c = {"e4m3-ch", o == 1 ? TOPS_DT_BF16 : TOPS_DT_F16,
+                      o == 0 ? TOPS_DT_F32 : o == 1 ? TOPS_DT_F16 : TOPS_DT_BF16, 300, 520, 776, 0, 0, 1, 1, 0};
+        cases++;
+        passed += run_case(&c, &r);
+    }
+    unsetenv("TOPS_CUDA_FP8_CTAS");
+    unsetenv("TOPS_CUDA_PDL");
+    unsetenv("TOPS_CUDA_FP8_PERSIST");
     unsetenv("TOPS_CUDA_FP8_MIN_M");
     gpu_case small = {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 8, 512, 96, 0, 0, 1, 1, 0};
     int keep = fp8_gpu;
