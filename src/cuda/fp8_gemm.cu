@@ -8,9 +8,7 @@
 //      as zeros, so ragged M/N/K need no padding); two consumer warpgroups
 //      each own 64 rows of the tile.  The epilogue multiplies by the row
 //      scale, the channel scale and the tensor scale and stores with the
-//      op's mode into f32/f16/bf16.  Overwriting aligned outputs, the
-//      persistent kernel runs (one CTA per SM, TMA stores, stream-K for a
-//      last partial wave); accumulate or unaligned rows, one CTA per tile.
+//      op's mode into f32/f16/bf16.
 // The Hopper instructions exist only in the sm_90a pass; the sm_80 pass
 // builds empty kernels that the plan never launches (matmul.c asks for
 // compute capability 9.0 before it packs the FP8 layout).
@@ -44,10 +42,6 @@ struct GemmParams {
     int out_dtype, accumulate;
     int m, n, k;
     int tiles_m, tiles_n;
-    int lag;      // persistent kernel: the second consumer warpgroup starts one K stage late
-    int dp_tiles; // persistent kernel: tiles done whole; stream-K splits the K stages of the rest
-    unsigned *flags;  // stream-K: per CTA, 1 once its partial tile is in partials (zeroed by quant_rows)
-    float *partials;  // stream-K: per CTA one 128 x 256 f32 partial tile, in accumulator order
 };
 
 // ---- activations to e4m3 ---------------------------------------------------
@@ -72,17 +66,13 @@ __device__ __forceinline__ void load8(const T *row, int k0, int k, bool vec, flo
 // One block per row: amax, then codes.  Columns k..k_pad-1 get zero codes.
 template <typename T>
 __global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long ldx, int k, int k_pad, int vec,
-                                                         unsigned char *q, float *scales, unsigned *flags,
-                                                         int nflags) {
+                                                         unsigned char *q, float *scales) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The GEMM (a programmatic dependent) may start its blocks on the SMs
     // this grid leaves; it waits for our writes before reading them.
     tops_cu::sm90::grid_dep_launch();
 #endif
     const int row = blockIdx.x;
-    // The GEMM's stream-K flags start at 0 in every call.
-    if (row == 0)
-        for (int i = threadIdx.x; i < nflags; i += blockDim.x) flags[i] = 0;
     const T *xr = x + (long long)row * ldx;
     float amax = 0.0f;
     float v[8];
@@ -225,7 +215,7 @@ __device__ __forceinline__ void store4(const GemmParams &p, int row, int col, fl
 template <int BN, int STAGES>
 struct Ring {
     static constexpr int kStageA = kBM * kBK, kStageB = BN * kBK;
-    static constexpr int kBytes = STAGES * (kStageA + kStageB), kBars = 2 * STAGES;
+    static constexpr int kBytes = STAGES * (kStageA + kStageB);
     unsigned char *sa, *sb;
     uint64_t *full, *empty;
     __device__ Ring(unsigned char *base, uint64_t *bars)
@@ -237,10 +227,10 @@ struct Ring {
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    // Producer thread: K stages k0 .. k1 - 1 of tile (tm, tn).
-    __device__ __forceinline__ void produce(const CUtensorMap *ma, const CUtensorMap *mb, int tm, int tn, int k0,
-                                            int k1, unsigned &it) const {
-        for (int kt = k0; kt < k1; kt++, it++) {
+    // Producer thread: the K stages of tile (tm, tn).
+    __device__ __forceinline__ void produce(const CUtensorMap *ma, const CUtensorMap *mb, int tm, int tn, int ktiles,
+                                            unsigned &it) const {
+        for (int kt = 0; kt < ktiles; kt++, it++) {
             const unsigned s = it % STAGES;
             if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
             mbar_expect_tx(&full[s], kStageA + kStageB);
@@ -248,30 +238,25 @@ struct Ring {
             tma_load_2d(sb + s * kStageB, mb, &full[s], kt * kBK, tn * BN);
         }
     }
-    // Consumer warpgroup cw: rows 64 cw .. + 63 of one tile, K stages k0 ..
-    // k1 - 1 (k1 > k0), into d (written first by the scale-d = 0 stage);
-    // every slot read is handed back.  first_done (or NULL) gets one arrive
-    // per warp once the first stage's products are done.
-    __device__ __forceinline__ void consume(float (&d)[BN / 2], int cw, int k0, int k1, unsigned &it,
-                                            uint64_t *first_done = nullptr) const {
+    // Consumer warpgroup cw: rows 64 cw .. + 63 of one tile into d (written
+    // first by the scale-d = 0 stage, K >= 1); every slot read is handed back.
+    __device__ __forceinline__ void consume(float (&d)[BN / 2], int cw, int ktiles, unsigned &it) const {
         const bool lane0 = (threadIdx.x & 31) == 0;
-        for (int kt = k0; kt < k1; kt++, it++) {
+        for (int kt = 0; kt < ktiles; kt++, it++) {
             const unsigned s = it % STAGES;
             mbar_wait(&full[s], (it / STAGES) & 1);
             wgmma_fence();
             const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
-            if (kt == k0) wgmma_stage<true>(d, a, b);
+            if (kt == 0) wgmma_stage<true>(d, a, b);
             else wgmma_stage<false>(d, a, b);
             wgmma_commit();
             // The previous stage's products are done: hand its slot back.
             wgmma_wait<1>();
-            if (kt > k0 && lane0) mbar_arrive(&empty[(it - 1) % STAGES]);
-            if (kt == k0 + 1 && first_done && lane0) mbar_arrive(first_done);
+            if (kt > 0 && lane0) mbar_arrive(&empty[(it - 1) % STAGES]);
         }
         wgmma_wait<0>();
         fence_regs(d);
         if (lane0) mbar_arrive(&empty[(it - 1) % STAGES]);
-        if (k1 - k0 == 1 && first_done && lane0) mbar_arrive(first_done);
     }
 };
 
@@ -317,12 +302,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned it = 0;
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x == 0) ring.produce(&map_a, &map_b, tm, tn, 0, ktiles, it);
+        if (threadIdx.x == 0) ring.produce(&map_a, &map_b, tm, tn, ktiles, it);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
         float d[BN / 2];
-        ring.consume(d, cw, 0, ktiles, it);
+        ring.consume(d, cw, ktiles, it);
 
         // Epilogue through shared memory (the stage ring is idle once both
         // consumer warpgroups are past their last wgmma), so that the global
@@ -364,51 +349,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-#ifdef TOPS_FP8_WGMMA
-// The work of one persistent CTA: tiles blockIdx.x, + gridDim.x, ... below
-// dp_tiles whole, then (stream-K) its share of the remaining tiles' K stages:
-// those tiles' stages in a row, cut into gridDim.x contiguous ranges, each
-// range cut again at tile boundaries into pieces (t, k0, k1).  A piece that
-// ends a tile but does not start it adds the partial sums of the CTAs below,
-// whose ranges end in that tile.
-struct Work {
-    int t, k0, k1;
-    int next_dp, dp, ktiles;
-    long long i, e; // this CTA's stream-K stages still to do: [i, e)
-    __device__ Work(const GemmParams &p, int ktiles_, int tiles)
-        : next_dp(blockIdx.x), dp(p.dp_tiles), ktiles(ktiles_), i(sk_begin(p, ktiles_, tiles, blockIdx.x)),
-          e(sk_begin(p, ktiles_, tiles, blockIdx.x + 1)) {}
-    static __device__ long long sk_begin(const GemmParams &p, int ktiles, int tiles, int c) {
-        return (long long)(tiles - p.dp_tiles) * ktiles * c / gridDim.x;
-    }
-    __device__ bool next() {
-        if (next_dp < dp) {
-            t = next_dp, k0 = 0, k1 = ktiles;
-            next_dp += gridDim.x;
-            return true;
-        }
-        // Stream-K pieces last to first: the first one a CTA does is the
-        // head of a tile that a later CTA finishes, so a CTA that waits for
-        // such heads finds them done or under way (and never waits for a
-        // CTA that waits).
-        if (e <= i) return false;
-        const long long tile_start = (e - 1) / ktiles * ktiles, b = i > tile_start ? i : tile_start;
-        t = dp + (int)(tile_start / ktiles), k0 = (int)(b - tile_start), k1 = (int)(e - tile_start);
-        e = b;
-        return true;
-    }
-};
-
-__device__ __forceinline__ void flag_release(unsigned *f) {
-    asm volatile("st.release.gpu.global.u32 [%0], 1;" ::"l"(f) : "memory");
-}
-__device__ __forceinline__ unsigned flag_acquire(const unsigned *f) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
-    return v;
-}
-#endif
-
 // Persistent: one CTA per SM walks tiles blockIdx.x, + gridDim.x, ...; the
 // producer streams the next tile's stages into the 4 x 48 KB ring while the
 // consumers run the epilogue, which converts to OutT into the 32 KB staging
@@ -424,20 +364,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     using R = Ring<BN, 4>;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw), *staging = smem + R::kBytes;
-    uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStagingBytes), *lag_bar = bars + R::kBars;
-    const R ring(smem, bars);
+    const R ring(smem, reinterpret_cast<uint64_t *>(staging + kStagingBytes));
     const int wg = threadIdx.x / 128;
     const int ktiles = (p.k + kBK - 1) / kBK, tiles = p.tiles_m * p.tiles_n;
-    // With several tiles per CTA the second consumer warpgroup may start one
-    // K stage late (TOPS_CUDA_FP8_LAG=1): the warpgroups then reach their
-    // epilogues one after the other, and the one still in its K loop keeps
-    // the tensor cores busy during the other's epilogue (the lag persists from
-    // tile to tile).
-    const bool lag = p.lag && tiles > (int)gridDim.x;
-    if (threadIdx.x == 0) {
-        mbar_init(lag_bar, 4); // one arrive per warp of the first consumer warpgroup
-        ring.init();
-    }
+    if (threadIdx.x == 0) ring.init();
     __syncthreads();
 
     unsigned it = 0;
@@ -447,8 +377,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         // above ran while it finished; its codes and row scales are read below.
         if (threadIdx.x == 0) grid_dep_wait();
         if (threadIdx.x == 0)
-            for (Work w(p, ktiles, tiles); w.next();)
-                ring.produce(&map_a, &map_b, w.t % p.tiles_m, w.t / p.tiles_m, w.k0, w.k1, it);
+            for (int t = blockIdx.x; t < tiles; t += gridDim.x)
+                ring.produce(&map_a, &map_b, t % p.tiles_m, t / p.tiles_m, ktiles, it);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         constexpr int kBoxCols = 128 / (int)sizeof(OutT), kBoxes = BN / kBoxCols, kJ = kBoxCols / 8;
@@ -459,10 +389,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int r0 = warp * 16 + lane / 4; // this thread's rows r0 and r0 + 8 (see below)
         float d[BN / 2];
         grid_dep_wait();
-        if (lag && cw == 1) mbar_wait(lag_bar, 0);
-        bool first = true;
-        for (Work w(p, ktiles, tiles); w.next(); first = false) {
-            const int tm = w.t % p.tiles_m, tn = w.t / p.tiles_m;
+        for (int t = blockIdx.x; t < tiles; t += gridDim.x) {
+            const int tm = t % p.tiles_m, tn = t / p.tiles_m;
             // Scales before the K loop, which hides their latency.  Lane l
             // keeps the channel scales of columns 8 j + 2 (l % 4) + {0, 1} for
             // j = l / 4 + 8 q; the epilogue shuffles them to the lanes that
@@ -480,41 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 cs[q].x = !p.ch_scale ? 1.0f : col < p.n ? p.ch_scale[col] : 0.0f;
                 cs[q].y = !p.ch_scale ? 1.0f : col + 1 < p.n ? p.ch_scale[col + 1] : 0.0f;
             }
-            ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first ? lag_bar : nullptr);
-
-            // Stream-K: a piece that does not end the tile leaves its sums
-            // to the CTA whose piece does (a later CTA, which waits for the
-            // flag: all CTAs are resident, and no CTA waits before writing
-            // its one such piece, the last of its range).
-            const int ct = threadIdx.x - 128; // 0 .. 255: both consumer warpgroups
-            if (w.k1 < ktiles) {
-                float4 *slot = reinterpret_cast<float4 *>(p.partials) + (size_t)blockIdx.x * (kBM * BN / 4);
-#pragma unroll
-                for (int i = 0; i < BN / 8; i++)
-                    __stcg(slot + i * 256 + ct, make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
-                __threadfence();
-                asm volatile("bar.sync 1, 256;" ::: "memory");
-                if (ct == 0) flag_release(&p.flags[blockIdx.x]);
-                continue;
-            }
-            if (w.k0 > 0) { // the tile's last piece: add the earlier ones (CTAs below this one)
-                const long long tile_begin = (long long)(w.t - p.dp_tiles) * ktiles;
-                if (ct == 0)
-                    for (int c = (int)blockIdx.x - 1; c >= 0 && Work::sk_begin(p, ktiles, tiles, c + 1) > tile_begin; c--)
-                        if (Work::sk_begin(p, ktiles, tiles, c) < Work::sk_begin(p, ktiles, tiles, c + 1))
-                            while (flag_acquire(&p.flags[c]) == 0) {
-                            }
-                asm volatile("bar.sync 1, 256;" ::: "memory");
-                for (int c = (int)blockIdx.x - 1; c >= 0 && Work::sk_begin(p, ktiles, tiles, c + 1) > tile_begin; c--) {
-                    if (Work::sk_begin(p, ktiles, tiles, c) == Work::sk_begin(p, ktiles, tiles, c + 1)) continue;
-                    const float4 *slot = reinterpret_cast<const float4 *>(p.partials) + (size_t)c * (kBM * BN / 4);
-#pragma unroll
-                    for (int i = 0; i < BN / 8; i++) {
-                        const float4 v = __ldcg(slot + i * 256 + ct);
-                        d[4 * i] += v.x, d[4 * i + 1] += v.y, d[4 * i + 2] += v.z, d[4 * i + 3] += v.w;
-                    }
-                }
-            }
+            ring.consume(d, cw, ktiles, it);
 
             // Accumulator i of lane l in warp w is row 16 w + l / 4 + 8 ((i / 2) % 2),
             // column 8 (i / 4) + 2 (l % 4) + i % 2.  In the swizzled box, row r's
@@ -560,9 +454,9 @@ constexpr size_t gemm_smem() {
     static_assert(2 * 64 * (BN + 8) * 4 <= STAGES * (kBM + BN) * kBK, "epilogue staging exceeds the stage ring");
     return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 1024;
 }
-// The persistent kernel: ring, output staging, barriers (+ the lag barrier),
-// alignment slack (230,480 bytes of the 232,448 a block may have).
-constexpr size_t kPersistSmem = gemm_smem<256, 4>() + kStagingBytes + 16;
+// The persistent kernel: ring, output staging, barriers, alignment slack
+// (230,464 bytes of the 232,448 a block may have).
+constexpr size_t kPersistSmem = gemm_smem<256, 4>() + kStagingBytes;
 
 // A [rows, k] e4m3 matrix (row stride ld bytes) read as [box_rows][128] tiles.
 bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows) {
@@ -625,40 +519,20 @@ int sm_count() {
     return n;
 }
 
-// The persistent kernel's grid and split: one CTA per SM (TOPS_CUDA_FP8_CTAS
-// caps it, for tests: several tiles per CTA), and stream-K for the last
-// partial wave where it is at most 4/5 of a wave (TOPS_CUDA_FP8_SK=0 / 1:
-// never / always); without stream-K at most one CTA per tile.
-struct PersistPlan {
-    int grid, tiles_m, tiles_n, dp_tiles;
-    bool sk;
-};
-PersistPlan plan_persistent(int m, int n) {
-    PersistPlan pl;
-    pl.tiles_m = (m + kBM - 1) / kBM;
-    pl.tiles_n = (n + 255) / 256;
-    const long long tiles = (long long)pl.tiles_m * pl.tiles_n, cap = tops_cu::env_or("TOPS_CUDA_FP8_CTAS", 0);
-    long long grid = sm_count();
-    if (cap > 0 && grid > cap) grid = cap;
-    const long long rem = tiles % grid, sk = tops_cu::env_or("TOPS_CUDA_FP8_SK", -1);
-    pl.sk = sk == 1 || (sk != 0 && rem > 0 && 5 * rem <= 4 * grid);
-    if (!pl.sk && grid > tiles) grid = tiles;
-    pl.grid = (int)grid;
-    pl.dp_tiles = (int)(pl.sk ? tiles - rem : tiles);
-    return pl;
-}
-
 template <typename OutT>
 cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, GemmParams p,
-                              const PersistPlan &pl, cudaStream_t stream, const char **what) {
+                              cudaStream_t stream, const char **what) {
     auto kernel = fp8_gemm_persistent<OutT>;
     static unsigned char raised[64];
     cudaError_t err = raise_smem(kernel, kPersistSmem, raised, what);
     if (err != cudaSuccess) return err;
-    p.tiles_m = pl.tiles_m;
-    p.tiles_n = pl.tiles_n;
-    p.dp_tiles = pl.dp_tiles;
-    const unsigned grid = (unsigned)pl.grid;
+    p.tiles_m = (p.m + kBM - 1) / kBM;
+    p.tiles_n = (p.n + 255) / 256;
+    long long grid = (long long)p.tiles_m * p.tiles_n;
+    // TOPS_CUDA_FP8_CTAS caps the grid (tests: several tiles per CTA).
+    const long long cap = tops_cu::env_or("TOPS_CUDA_FP8_CTAS", 0);
+    if (grid > sm_count()) grid = sm_count();
+    if (cap > 0 && grid > cap) grid = cap;
     // Programmatic dependent launch (TOPS_CUDA_PDL=0: plain), so that the
     // prologue overlaps the quantizer's last blocks.
     bool pdl = tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0;
@@ -667,7 +541,7 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3(grid);
+        cfg.gridDim = dim3((unsigned)grid);
         cfg.blockDim = dim3(kThreads);
         cfg.dynamicSmemBytes = kPersistSmem;
         cfg.stream = stream;
@@ -678,7 +552,7 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
             pdl = false;
         }
     }
-    if (!pdl) kernel<<<grid, kThreads, kPersistSmem, stream>>>(ma, mb, mc, p);
+    if (!pdl) kernel<<<(unsigned)grid, kThreads, kPersistSmem, stream>>>(ma, mb, mc, p);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the FP8 GEMM launch";
     return err;
@@ -693,23 +567,12 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         *what = "the FP8 path's M";
         return (int)cudaErrorInvalidValue;
     }
-    // The persistent kernel (TMA stores: 16-byte aligned rows; accumulate
-    // reads the output, which the one-CTA-per-tile kernel does;
-    // TOPS_CUDA_FP8_PERSIST=0 forces that one, for A/B runs) and its
-    // stream-K flags and partial tiles, placed after the activations.
-    const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
-    const bool persist = !a->accumulate && (uintptr_t)a->out % 16 == 0 && (a->ldo * esz) % 16 == 0 &&
-                         tops_cu::env_or("TOPS_CUDA_FP8_PERSIST", 1) != 0;
-    const PersistPlan pl = plan_persistent((int)a->m, (int)a->n);
-    const bool sk = persist && pl.sk;
-    const size_t qbytes = (size_t)a->m * (size_t)a->k_pad, sbytes = ((size_t)a->m * sizeof(float) + 255) & ~(size_t)255,
-                 fbytes = sk ? ((size_t)pl.grid * sizeof(unsigned) + 255) & ~(size_t)255 : 0,
-                 pbytes = sk ? (size_t)pl.grid * kBM * 256 * sizeof(float) : 0;
+    const size_t qbytes = (size_t)a->m * (size_t)a->k_pad, sbytes = (size_t)a->m * sizeof(float);
     unsigned char *ws = nullptr;
     // Without the driver's tensor-map encoder or stream-ordered memory the
     // strict kernels run instead (relaxed mode allows either).
     cudaError_t err = tops_cu::sm90::tensor_map_encoder()
-                          ? cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + sbytes + fbytes + pbytes, stream)
+                          ? cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + sbytes, stream)
                           : cudaErrorNotSupported;
     if (err == cudaErrorNotSupported) {
         (void)cudaGetLastError();
@@ -720,17 +583,13 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         return (int)err;
     }
     float *row_scale = reinterpret_cast<float *>(ws + qbytes); // k_pad is a multiple of 64: aligned
-    unsigned *flags = sk ? reinterpret_cast<unsigned *>(ws + qbytes + sbytes) : nullptr;
-    const int nflags = sk ? pl.grid : 0;
     const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
     if (a->x_bf16)
         quant_rows_kernel<__nv_bfloat16><<<(unsigned)a->m, 256, 0, stream>>>(
-            static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws, row_scale, flags,
-            nflags);
+            static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws, row_scale);
     else
         quant_rows_kernel<__half><<<(unsigned)a->m, 256, 0, stream>>>(static_cast<const __half *>(a->x), a->ldx,
-                                                                      (int)a->k, (int)a->k_pad, vec, ws, row_scale,
-                                                                      flags, nflags);
+                                                                      (int)a->k, (int)a->k_pad, vec, ws, row_scale);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the activation quantization launch";
 
@@ -755,15 +614,16 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         p.k = (int)a->k;
         p.tiles_m = 0;
         p.tiles_n = 0;
-        p.lag = tops_cu::env_or("TOPS_CUDA_FP8_LAG", 0) != 0;
-        p.dp_tiles = 0;
-        p.flags = flags;
-        p.partials = sk ? reinterpret_cast<float *>(ws + qbytes + sbytes + fbytes) : nullptr;
+        const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+        // TMA stores need 16-byte aligned rows; accumulate reads the output,
+        // which the one-CTA-per-tile kernel does.  TOPS_CUDA_FP8_PERSIST=0
+        // forces that kernel (A/B runs).
         CUtensorMap mc;
-        if (persist && make_out_map(&mc, a))
-            err = a->out_dtype == TOPS_DT_F32   ? launch_persistent<float>(ma, mb, mc, p, pl, stream, what)
-                  : a->out_dtype == TOPS_DT_F16 ? launch_persistent<__half>(ma, mb, mc, p, pl, stream, what)
-                                                : launch_persistent<__nv_bfloat16>(ma, mb, mc, p, pl, stream, what);
+        if (!a->accumulate && (uintptr_t)a->out % 16 == 0 && (a->ldo * esz) % 16 == 0 &&
+            tops_cu::env_or("TOPS_CUDA_FP8_PERSIST", 1) != 0 && make_out_map(&mc, a))
+            err = a->out_dtype == TOPS_DT_F32   ? launch_persistent<float>(ma, mb, mc, p, stream, what)
+                  : a->out_dtype == TOPS_DT_F16 ? launch_persistent<__half>(ma, mb, mc, p, stream, what)
+                                                : launch_persistent<__nv_bfloat16>(ma, mb, mc, p, stream, what);
         else {
             // 4-element stores need every row start 4-element aligned.
             const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
