@@ -8,11 +8,15 @@
 //      as zeros, so ragged M/N/K need no padding); two consumer warpgroups
 //      each own 64 rows of the tile.  The epilogue multiplies by the row
 //      scale, the channel scale and the tensor scale and stores with the
-//      op's mode into f32/f16/bf16.
+//      op's mode into f32/f16/bf16.  Overwriting aligned outputs, the
+//      persistent kernel runs (one CTA per SM, TMA stores; stream-K for a
+//      last partial wave on request); accumulate or unaligned rows, one CTA
+//      per tile.
 // The Hopper instructions exist only in the sm_90a pass; the sm_80 pass
 // builds empty kernels that the plan never launches (matmul.c asks for
 // compute capability 9.0 before it packs the FP8 layout).
 #include "cuda/cuda_internal.h"
+#include "cuda/kernels.cuh"
 #include "cuda/sm90.cuh"
 
 #include <cuda.h>
@@ -40,7 +44,11 @@ struct GemmParams {
     long long ldo;
     int out_dtype, accumulate;
     int m, n, k;
-    int tiles_m;
+    int tiles_m, tiles_n;
+    int lag;      // persistent kernel: the second consumer warpgroup starts one K stage late
+    int dp_tiles; // persistent kernel: tiles done whole; stream-K splits the K stages of the rest
+    unsigned *flags;  // stream-K: per CTA, 1 once its partial tile is in partials (zeroed by quant_rows)
+    float *partials;  // stream-K: per CTA one 128 x 256 f32 partial tile, in accumulator order
 };
 
 // ---- activations to e4m3 ---------------------------------------------------
@@ -62,18 +70,78 @@ __device__ __forceinline__ void load8(const T *row, int k0, int k, bool vec, flo
     }
 }
 
-// One block per row: amax, then codes.  Columns k..k_pad-1 get zero codes.
-template <typename T>
-__global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long ldx, int k, int k_pad, int vec,
-                                                         unsigned char *q, float *scales) {
-    const int row = blockIdx.x;
-    const T *xr = x + (long long)row * ldx;
-    float amax = 0.0f;
-    float v[8];
-    for (int k0 = threadIdx.x * 8; k0 < k; k0 += blockDim.x * 8) {
-        load8(xr, k0, k, vec != 0, v);
+// Eight activations as e4m3 codes of v / s (FORMATS.md: x / s rounded to
+// f32, then e4m3 satfinite RNE).  fast: v * r with one FMA correction step
+// (r = 1 / s rounded), which equals the correctly rounded v / s for every
+// f16 and bf16 input once 2^-60 <= amax < inf (checked exhaustively on the
+// host; below, only quotients under 2^-12 differ, whose code is 0 either
+// way): it saves the division's ~8 instructions per element.
+__device__ __forceinline__ uint2 codes8(const float v[8], float s, float r, bool fast) {
+    uint32_t w[2];
 #pragma unroll
-        for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+    for (int i = 0; i < 2; i++) {
+        uint32_t b = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j += 2) {
+            float a[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float x = v[4 * i + j + h];
+                if (fast) {
+                    const float q0 = x * r;
+                    a[h] = __fmaf_rn(__fmaf_rn(-q0, s, x), r, q0);
+                } else {
+                    a[h] = s > 0.0f ? x / s : 0.0f;
+                }
+            }
+            __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(make_float2(a[0], a[1]), __NV_SATFINITE, __NV_E4M3);
+            b |= (uint32_t)p << (8 * j);
+        }
+        w[i] = b;
+    }
+    return make_uint2(w[0], w[1]);
+}
+
+// One block per row: amax, then codes.  Columns k..k_pad-1 get zero codes.
+// NV > 0: the row (k_pad <= 8 NV blockDim.x) is read once, all NV 16-byte
+// loads of a thread in flight together, and kept in registers; NV = 0: any
+// K, read twice (the second time mostly from L1/L2).
+template <typename T, int NV>
+__global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long ldx, int k, int k_pad, int vec,
+                                                         unsigned char *q, float *scales, unsigned *flags,
+                                                         int nflags, int fast_ok) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The GEMM (a programmatic dependent) may start its blocks on the SMs
+    // this grid leaves; it waits for our writes before reading them.
+    tops_cu::sm90::grid_dep_launch();
+#endif
+    const int row = blockIdx.x;
+    // The GEMM's stream-K flags start at 0 in every call.
+    if (row == 0)
+        for (int i = threadIdx.x; i < nflags; i += blockDim.x) flags[i] = 0;
+    const T *xr = x + (long long)row * ldx;
+    constexpr int kR = NV > 0 ? NV : 1;
+    float amax = 0.0f;
+    float v[kR][8];
+    if (NV > 0) {
+#pragma unroll
+        for (int c = 0; c < kR; c++) {
+            const int k0 = (threadIdx.x + c * blockDim.x) * 8;
+            if (k0 < k) load8(xr, k0, k, vec != 0, v[c]);
+            else
+#pragma unroll
+                for (int i = 0; i < 8; i++) v[c][i] = 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < kR; c++)
+#pragma unroll
+            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[c][i]));
+    } else {
+        for (int k0 = threadIdx.x * 8; k0 < k; k0 += blockDim.x * 8) {
+            load8(xr, k0, k, vec != 0, v[0]);
+#pragma unroll
+            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[0][i]));
+        }
     }
     __shared__ float red[8];
 #pragma unroll
@@ -83,25 +151,42 @@ __global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long l
     amax = red[0];
     for (int w = 1; w < (int)(blockDim.x >> 5); w++) amax = fmaxf(amax, red[w]);
     // s = amax / 448 in f32 (correctly rounded division, as the host's reference does).
-    const float s = amax / 448.0f;
+    const float s = amax / 448.0f, r = 1.0f / s;
+    const bool fast = fast_ok && amax >= 0x1p-60f && amax <= 3.4028234664e38f;
     if (threadIdx.x == 0) scales[row] = s;
     unsigned char *qr = q + (long long)row * k_pad;
-    for (int k0 = threadIdx.x * 8; k0 < k_pad; k0 += blockDim.x * 8) {
-        load8(xr, k0, k, vec != 0, v);
-        uint32_t w[2];
+    if (NV > 0) {
 #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            uint32_t b = 0;
-#pragma unroll
-            for (int j = 0; j < 4; j += 2) {
-                float a0 = s > 0.0f ? v[4 * i + j] / s : 0.0f, a1 = s > 0.0f ? v[4 * i + j + 1] / s : 0.0f;
-                __nv_fp8x2_storage_t p = __nv_cvt_float2_to_fp8x2(make_float2(a0, a1), __NV_SATFINITE, __NV_E4M3);
-                b |= (uint32_t)p << (8 * j);
-            }
-            w[i] = b;
+        for (int c = 0; c < kR; c++) {
+            const int k0 = (threadIdx.x + c * blockDim.x) * 8;
+            if (k0 < k_pad) *reinterpret_cast<uint2 *>(qr + k0) = codes8(v[c], s, r, fast);
         }
-        *reinterpret_cast<uint2 *>(qr + k0) = make_uint2(w[0], w[1]);
+    } else {
+        for (int k0 = threadIdx.x * 8; k0 < k_pad; k0 += blockDim.x * 8) {
+            load8(xr, k0, k, vec != 0, v[0]);
+            *reinterpret_cast<uint2 *>(qr + k0) = codes8(v[0], s, r, fast);
+        }
     }
+}
+
+// The quantizer: register-resident rows up to K = 8192.  TOPS_CUDA_FP8_QUANT=0
+// runs the previous one (any K read twice, a division per element) for A/B
+// runs and tests.
+template <typename T>
+cudaError_t launch_quant(const T *x, long long ldx, int k, int k_pad, int vec, unsigned char *q, float *scales,
+                         unsigned *flags, int nflags, int m, cudaStream_t stream) {
+    const int fast = tops_cu::env_or("TOPS_CUDA_FP8_QUANT", 1) != 0;
+    const int nv = fast ? (k_pad + 8 * 256 - 1) / (8 * 256) : 0;
+    if (nv == 1)
+        quant_rows_kernel<T, 1><<<(unsigned)m, 256, 0, stream>>>(x, ldx, k, k_pad, vec, q, scales, flags, nflags, 1);
+    else if (nv == 2)
+        quant_rows_kernel<T, 2><<<(unsigned)m, 256, 0, stream>>>(x, ldx, k, k_pad, vec, q, scales, flags, nflags, 1);
+    else if (nv <= 4 && nv > 0)
+        quant_rows_kernel<T, 4><<<(unsigned)m, 256, 0, stream>>>(x, ldx, k, k_pad, vec, q, scales, flags, nflags, 1);
+    else
+        quant_rows_kernel<T, 0><<<(unsigned)m, 256, 0, stream>>>(x, ldx, k, k_pad, vec, q, scales, flags, nflags,
+                                                                 fast);
+    return cudaGetLastError();
 }
 
 // ---- the GEMM -------------------------------------------------------------------
@@ -144,12 +229,11 @@ __device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t da, uint64_
 }
 
 // One 128-deep K stage: four k32 steps, 32 bytes apart inside the swizzled
-// rows.  ZERO: the first stage overwrites the accumulators (scale-d = 0).
-template <bool ZERO>
+// rows, accumulating into d (zeroed before the K loop: a scale-d = 0 first
+// stage chosen at run time makes ptxas serialize the wgmmas, C7520).
 __device__ __forceinline__ void wgmma_stage(float (&d)[128], const unsigned char *a, const unsigned char *b) {
-    wgmma_n256<ZERO ? 0 : 1>(d, desc_sw128(a), desc_sw128(b));
 #pragma unroll
-    for (int kk = 1; kk < kBK / 32; kk++) wgmma_n256<1>(d, desc_sw128(a + 32 * kk), desc_sw128(b + 32 * kk));
+    for (int kk = 0; kk < kBK / 32; kk++) wgmma_n256<1>(d, desc_sw128(a + 32 * kk), desc_sw128(b + 32 * kk));
 }
 
 // Four neighbours of one output row (col .. col + 3 < p.n where valid).
@@ -201,63 +285,113 @@ __device__ __forceinline__ void store4(const GemmParams &p, int row, int col, fl
         }
     }
 }
-#endif // TOPS_FP8_WGMMA
 
+// The shared-memory ring: STAGES x (A tile [kBM][kBK], B tile [BN][kBK]),
+// 128-byte swizzled, with full (TMA bytes landed) and empty (all 8 consumer
+// warps done reading) barriers per slot.  `it` counts stages across tiles,
+// so a persistent CTA keeps the ring's position from one tile to the next.
 template <int BN, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1)
-    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    const GemmParams p, int vec_stores) {
-#ifdef TOPS_FP8_WGMMA
-    constexpr int kStageA = kBM * kBK, kStageB = BN * kBK;
-    extern __shared__ unsigned char smem_raw[];
-    // 128-byte swizzled tiles want 1024-byte alignment.
-    unsigned char *smem = reinterpret_cast<unsigned char *>(((uintptr_t)smem_raw + 1023) & ~(uintptr_t)1023);
-    unsigned char *sa = smem, *sb = smem + STAGES * kStageA;
-    uint64_t *full = reinterpret_cast<uint64_t *>(sb + STAGES * kStageB), *empty = full + STAGES;
-
-    // Tokens fastest: the CTAs in flight share a few weight column tiles
-    // and all of the (smaller) activation codes in L2.
-    const int tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
-    const int wg = threadIdx.x / 128;
-    const int ktiles = (p.k + kBK - 1) / kBK;
-    if (threadIdx.x == 0) {
+struct Ring {
+    static constexpr int kStageA = kBM * kBK, kStageB = BN * kBK;
+    static constexpr int kBytes = STAGES * (kStageA + kStageB), kBars = 2 * STAGES;
+    unsigned char *sa, *sb;
+    uint64_t *full, *empty;
+    __device__ Ring(unsigned char *base, uint64_t *bars)
+        : sa(base), sb(base + STAGES * kStageA), full(bars), empty(bars + STAGES) {}
+    __device__ void init() const {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 8); // one arrive per consumer warp
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    __syncthreads();
-
-    if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x == 0) {
-            for (int kt = 0; kt < ktiles; kt++) {
-                const int s = kt % STAGES;
-                if (kt >= STAGES) mbar_wait(&empty[s], ((kt / STAGES) + 1) & 1);
-                mbar_expect_tx(&full[s], kStageA + kStageB);
-                tma_load_2d(sa + s * kStageA, &map_a, &full[s], kt * kBK, tm * kBM);
-                tma_load_2d(sb + s * kStageB, &map_b, &full[s], kt * kBK, tn * BN);
-            }
+    // Producer thread: K stages k0 .. k1 - 1 of tile (tm, tn).
+    __device__ __forceinline__ void produce(const CUtensorMap *ma, const CUtensorMap *mb, int tm, int tn, int k0,
+                                            int k1, unsigned &it) const {
+        for (int kt = k0; kt < k1; kt++, it++) {
+            const unsigned s = it % STAGES;
+            if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
+            mbar_expect_tx(&full[s], kStageA + kStageB);
+            tma_load_2d(sa + s * kStageA, ma, &full[s], kt * kBK, tm * kBM);
+            tma_load_2d(sb + s * kStageB, mb, &full[s], kt * kBK, tn * BN);
         }
-    } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
-        float d[BN / 2]; // written first by the scale-d = 0 stage (K >= 1)
-        for (int kt = 0; kt < ktiles; kt++) {
-            const int s = kt % STAGES;
-            mbar_wait(&full[s], (kt / STAGES) & 1);
+    }
+    // Consumer warpgroup cw: rows 64 cw .. + 63 of one tile, K stages k0 ..
+    // k1 - 1 (k1 > k0), into d (zeroed here); every slot read is handed
+    // back.  first_done (or NULL) gets one arrive per warp once the first
+    // stage's products are done.
+    __device__ __forceinline__ void consume(float (&d)[BN / 2], int cw, int k0, int k1, unsigned &it,
+                                            uint64_t *first_done = nullptr) const {
+        const bool lane0 = (threadIdx.x & 31) == 0;
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+        for (int kt = k0; kt < k1; kt++, it++) {
+            const unsigned s = it % STAGES;
+            mbar_wait(&full[s], (it / STAGES) & 1);
             wgmma_fence();
             const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
-            if (kt == 0) wgmma_stage<true>(d, a, b);
-            else wgmma_stage<false>(d, a, b);
+            wgmma_stage(d, a, b);
             wgmma_commit();
             // The previous stage's products are done: hand its slot back.
             wgmma_wait<1>();
-            if (kt > 0 && (threadIdx.x & 31) == 0) mbar_arrive(&empty[(kt - 1) % STAGES]);
+            if (kt > k0 && lane0) mbar_arrive(&empty[(it - 1) % STAGES]);
+            if (kt == k0 + 1 && first_done && lane0) mbar_arrive(first_done);
         }
         wgmma_wait<0>();
         fence_regs(d);
+        if (lane0) mbar_arrive(&empty[(it - 1) % STAGES]);
+        if (k1 - k0 == 1 && first_done && lane0) mbar_arrive(first_done);
+    }
+};
+
+__device__ __forceinline__ unsigned char *align1024(unsigned char *p) {
+    // 128-byte swizzled tiles want 1024-byte alignment.
+    return reinterpret_cast<unsigned char *>(((uintptr_t)p + 1023) & ~(uintptr_t)1023);
+}
+
+// Two outputs, converted, into shared memory.
+__device__ __forceinline__ void put2(float *o, float a, float b) { *reinterpret_cast<float2 *>(o) = make_float2(a, b); }
+__device__ __forceinline__ void put2(__half *o, float a, float b) {
+    *reinterpret_cast<__half2 *>(o) = __floats2half2_rn(a, b);
+}
+__device__ __forceinline__ void put2(__nv_bfloat16 *o, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162 *>(o) = __floats2bfloat162_rn(a, b);
+}
+#endif // TOPS_FP8_WGMMA
+
+// Output staging of the persistent kernel: per consumer warpgroup two boxes
+// of 64 rows x 128 bytes (128-byte swizzle), alternately filled and stored.
+constexpr int kBoxBytes = 64 * 128;
+constexpr int kStagingBytes = 2 * 2 * kBoxBytes;
+
+// One CTA per tile; the epilogue stages f32 through the idle ring and writes
+// whole rows with the op's mode (accumulate, any alignment).
+template <int BN, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                    const GemmParams p, int vec_stores) {
+#ifdef TOPS_FP8_WGMMA
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = align1024(smem_raw);
+    const Ring<BN, STAGES> ring(smem, reinterpret_cast<uint64_t *>(smem + Ring<BN, STAGES>::kBytes));
+
+    // Tokens fastest: the CTAs in flight share a few weight column tiles
+    // and all of the (smaller) activation codes in L2.
+    const int tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
+    const int wg = threadIdx.x / 128;
+    const int ktiles = (p.k + kBK - 1) / kBK;
+    if (threadIdx.x == 0) ring.init();
+    __syncthreads();
+
+    unsigned it = 0;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == 0) ring.produce(&map_a, &map_b, tm, tn, 0, ktiles, it);
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
+        float d[BN / 2];
+        ring.consume(d, cw, 0, ktiles, it);
 
         // Epilogue through shared memory (the stage ring is idle once both
         // consumer warpgroups are past their last wgmma), so that the global
@@ -299,12 +433,205 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+#ifdef TOPS_FP8_WGMMA
+// The work of one persistent CTA: tiles blockIdx.x, + gridDim.x, ... below
+// dp_tiles whole, then (stream-K) its share of the remaining tiles' K stages:
+// those tiles' stages in a row, cut into gridDim.x contiguous ranges, each
+// range cut again at tile boundaries into pieces (t, k0, k1).  A piece that
+// ends a tile but does not start it adds the partial sums of the CTAs below,
+// whose ranges end in that tile.
+struct Work {
+    int t, k0, k1;
+    int next_dp, dp, ktiles;
+    long long i, e; // this CTA's stream-K stages still to do: [i, e)
+    __device__ Work(const GemmParams &p, int ktiles_, int tiles)
+        : next_dp(blockIdx.x), dp(p.dp_tiles), ktiles(ktiles_), i(sk_begin(p, ktiles_, tiles, blockIdx.x)),
+          e(sk_begin(p, ktiles_, tiles, blockIdx.x + 1)) {}
+    static __device__ long long sk_begin(const GemmParams &p, int ktiles, int tiles, int c) {
+        return (long long)(tiles - p.dp_tiles) * ktiles * c / gridDim.x;
+    }
+    __device__ bool next() {
+        if (next_dp < dp) {
+            t = next_dp, k0 = 0, k1 = ktiles;
+            next_dp += gridDim.x;
+            return true;
+        }
+        // Stream-K pieces last to first: the first one a CTA does is the
+        // head of a tile that a later CTA finishes, so a CTA that waits for
+        // such heads finds them done or under way (and never waits for a
+        // CTA that waits).
+        if (e <= i) return false;
+        const long long tile_start = (e - 1) / ktiles * ktiles, b = i > tile_start ? i : tile_start;
+        t = dp + (int)(tile_start / ktiles), k0 = (int)(b - tile_start), k1 = (int)(e - tile_start);
+        e = b;
+        return true;
+    }
+};
+
+__device__ __forceinline__ void flag_release(unsigned *f) {
+    asm volatile("st.release.gpu.global.u32 [%0], 1;" ::"l"(f) : "memory");
+}
+__device__ __forceinline__ unsigned flag_acquire(const unsigned *f) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+    return v;
+}
+#endif
+
+// Persistent: one CTA per SM walks tiles blockIdx.x, + gridDim.x, ...; the
+// producer streams the next tile's stages into the 4 x 48 KB ring while the
+// consumers run the epilogue, which converts to OutT into the 32 KB staging
+// (outside the ring) and writes it by TMA stores, one 64 x 128-byte box at a
+// time, each store overlapping the filling of the next box.  Overwrites the
+// output (no accumulate); the output map clips ragged M and N.
+template <typename OutT>
+__global__ void __launch_bounds__(kThreads, 1)
+    fp8_gemm_persistent(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
+                        const __grid_constant__ CUtensorMap map_c, const GemmParams p) {
+#ifdef TOPS_FP8_WGMMA
+    constexpr int BN = 256;
+    using R = Ring<BN, 4>;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char *smem = align1024(smem_raw), *staging = smem + R::kBytes;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStagingBytes), *lag_bar = bars + R::kBars;
+    const R ring(smem, bars);
+    const int wg = threadIdx.x / 128;
+    const int ktiles = (p.k + kBK - 1) / kBK, tiles = p.tiles_m * p.tiles_n;
+    // With several tiles per CTA the second consumer warpgroup may start one
+    // K stage late (TOPS_CUDA_FP8_LAG=1): the warpgroups then reach their
+    // epilogues one after the other, and the one still in its K loop keeps
+    // the tensor cores busy during the other's epilogue (the lag persists from
+    // tile to tile).
+    const bool lag = p.lag && tiles > (int)gridDim.x;
+    if (threadIdx.x == 0) {
+        mbar_init(lag_bar, 4); // one arrive per warp of the first consumer warpgroup
+        ring.init();
+    }
+    __syncthreads();
+
+    unsigned it = 0;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        // Launched as a programmatic dependent of the quantizer: everything
+        // above ran while it finished; its codes and row scales are read below.
+        if (threadIdx.x == 0) grid_dep_wait();
+        if (threadIdx.x == 0)
+            for (Work w(p, ktiles, tiles); w.next();)
+                ring.produce(&map_a, &map_b, w.t % p.tiles_m, w.t / p.tiles_m, w.k0, w.k1, it);
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        constexpr int kBoxCols = 128 / (int)sizeof(OutT), kBoxes = BN / kBoxCols, kJ = kBoxCols / 8;
+        static_assert(kBoxes % 2 == 0, "box b fills buffer b % 2 in every tile");
+        const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
+        const bool leader = (threadIdx.x & 127) == 0;
+        unsigned char *bufs = staging + cw * 2 * kBoxBytes;
+        const int r0 = warp * 16 + lane / 4; // this thread's rows r0 and r0 + 8 (see below)
+        float d[BN / 2];
+        grid_dep_wait();
+        if (lag && cw == 1) mbar_wait(lag_bar, 0);
+        bool first = true;
+        for (Work w(p, ktiles, tiles); w.next(); first = false) {
+            const int tm = w.t % p.tiles_m, tn = w.t / p.tiles_m;
+            // Scales before the K loop, which hides their latency.  Lane l
+            // keeps the channel scales of columns 8 j + 2 (l % 4) + {0, 1} for
+            // j = l / 4 + 8 q; the epilogue shuffles them to the lanes that
+            // hold those columns.
+            float rs[2];
+            float2 cs[4];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = tm * kBM + cw * 64 + r0 + 8 * h;
+                rs[h] = row < p.m ? p.row_scale[row] * p.global : 0.0f;
+            }
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int col = tn * BN + 8 * (lane / 4 + 8 * q) + 2 * (lane & 3);
+                cs[q].x = !p.ch_scale ? 1.0f : col < p.n ? p.ch_scale[col] : 0.0f;
+                cs[q].y = !p.ch_scale ? 1.0f : col + 1 < p.n ? p.ch_scale[col + 1] : 0.0f;
+            }
+            ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first ? lag_bar : nullptr);
+
+            // Stream-K: a piece that does not end the tile leaves its sums
+            // to the CTA whose piece does (a later CTA, which waits for the
+            // flag: all CTAs are resident, and no CTA waits before writing
+            // its one such piece, the last of its range).
+            const int ct = threadIdx.x - 128; // 0 .. 255: both consumer warpgroups
+            if (w.k1 < ktiles) {
+                float4 *slot = reinterpret_cast<float4 *>(p.partials) + (size_t)blockIdx.x * (kBM * BN / 4);
+#pragma unroll
+                for (int i = 0; i < BN / 8; i++)
+                    __stcg(slot + i * 256 + ct, make_float4(d[4 * i], d[4 * i + 1], d[4 * i + 2], d[4 * i + 3]));
+                __threadfence();
+                asm volatile("bar.sync 1, 256;" ::: "memory");
+                if (ct == 0) flag_release(&p.flags[blockIdx.x]);
+                continue;
+            }
+            if (w.k0 > 0) { // the tile's last piece: add the earlier ones (CTAs below this one)
+                const long long tile_begin = (long long)(w.t - p.dp_tiles) * ktiles;
+                if (ct == 0)
+                    for (int c = (int)blockIdx.x - 1; c >= 0 && Work::sk_begin(p, ktiles, tiles, c + 1) > tile_begin; c--)
+                        if (Work::sk_begin(p, ktiles, tiles, c) < Work::sk_begin(p, ktiles, tiles, c + 1))
+                            while (flag_acquire(&p.flags[c]) == 0) {
+                            }
+                asm volatile("bar.sync 1, 256;" ::: "memory");
+                for (int c = (int)blockIdx.x - 1; c >= 0 && Work::sk_begin(p, ktiles, tiles, c + 1) > tile_begin; c--) {
+                    if (Work::sk_begin(p, ktiles, tiles, c) == Work::sk_begin(p, ktiles, tiles, c + 1)) continue;
+                    const float4 *slot = reinterpret_cast<const float4 *>(p.partials) + (size_t)c * (kBM * BN / 4);
+#pragma unroll
+                    for (int i = 0; i < BN / 8; i++) {
+                        const float4 v = __ldcg(slot + i * 256 + ct);
+                        d[4 * i] += v.x, d[4 * i + 1] += v.y, d[4 * i + 2] += v.z, d[4 * i + 3] += v.w;
+                    }
+                }
+            }
+
+            // Accumulator i of lane l in warp w is row 16 w + l / 4 + 8 ((i / 2) % 2),
+            // column 8 (i / 4) + 2 (l % 4) + i % 2.  In the swizzled box, row r's
+            // 16-byte chunk c sits at chunk c ^ (r % 8): a warp's 8 rows land on
+            // different banks.
+#pragma unroll
+            for (int b = 0; b < kBoxes; b++) {
+                unsigned char *buf = bufs + (b & 1) * kBoxBytes;
+#pragma unroll
+                for (int jj = 0; jj < kJ; jj++) {
+                    const int j = b * kJ + jj;
+                    const int src = (j % 8) * 4 + (lane & 3);
+                    const float cx = __shfl_sync(0xffffffffu, cs[j / 8].x, src);
+                    const float cy = __shfl_sync(0xffffffffu, cs[j / 8].y, src);
+                    const int byte = (8 * jj + 2 * (lane & 3)) * (int)sizeof(OutT);
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const int r = r0 + 8 * h;
+                        OutT *o = reinterpret_cast<OutT *>(buf + r * 128 + (((byte >> 4) ^ (r & 7)) << 4) + (byte & 15));
+                        put2(o, d[4 * j + 2 * h] * (rs[h] * cx), d[4 * j + 2 * h + 1] * (rs[h] * cy));
+                    }
+                }
+                fence_proxy_async();
+                // The store of the previous box (the other buffer) has read
+                // its source before anyone passes this barrier to refill it.
+                if (leader) bulk_wait_read<0>();
+                asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+                const int x = tn * BN + b * kBoxCols, y = tm * kBM + cw * 64;
+                if (leader && x < p.n && y < p.m) tma_store_2d(&map_c, buf, x, y);
+                if (leader) bulk_commit();
+            }
+        }
+        if (leader) bulk_wait<0>();
+    }
+#else
+    (void)map_a, (void)map_b, (void)map_c, (void)p;
+#endif
+}
+
 template <int BN, int STAGES>
 constexpr size_t gemm_smem() {
     // The epilogue's staging (two warpgroups x 64 rows x (BN + 8) floats) reuses the ring.
     static_assert(2 * 64 * (BN + 8) * 4 <= STAGES * (kBM + BN) * kBK, "epilogue staging exceeds the stage ring");
     return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 1024;
 }
+// The persistent kernel: ring, output staging, barriers (+ the lag barrier),
+// alignment slack (230,480 bytes of the 232,448 a block may have).
+constexpr size_t kPersistSmem = gemm_smem<256, 4>() + kStagingBytes + 16;
 
 // A [rows, k] e4m3 matrix (row stride ld bytes) read as [box_rows][128] tiles.
 bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows) {
@@ -314,32 +641,119 @@ bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld,
                                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
-template <int BN, int STAGES>
-cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
-                        const char **what) {
-    auto kernel = fp8_gemm_kernel<BN, STAGES>;
-    const size_t smem = gemm_smem<BN, STAGES>();
-    // Above 48 KB a kernel needs its limit raised, once per device (so that
-    // calls captured into a graph later make no such call).
-    static unsigned char raised[64];
+// The output [m, n] (row stride ldo elements) written as 64-row x 128-byte boxes.
+bool make_out_map(CUtensorMap *map, const tops__cu_matmul_args *a) {
+    const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    const CUtensorMapDataType type = a->out_dtype == TOPS_DT_F32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                     : a->out_dtype == TOPS_DT_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                   : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+    const cuuint64_t dims[2] = {(cuuint64_t)a->n, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)(a->ldo * esz)};
+    const cuuint32_t box[2] = {(cuuint32_t)(128 / esz), 64};
+    return tops_cu::sm90::encode_sw128(map, type, 2, a->out, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+}
+
+// Above 48 KB a kernel needs its limit raised, once per device and kernel
+// (so that calls captured into a graph later make no such call).
+template <typename Kernel>
+cudaError_t raise_smem(Kernel kernel, size_t smem, unsigned char (&raised)[64], const char **what) {
     int dev = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err == cudaSuccess && (dev < 0 || dev >= 64 || !raised[dev])) {
         err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err == cudaSuccess && dev >= 0 && dev < 64) raised[dev] = 1;
     }
-    if (err != cudaSuccess) {
-        *what = "raising the FP8 GEMM's shared-memory limit";
-        return err;
-    }
+    if (err != cudaSuccess) *what = "raising the FP8 GEMM's shared-memory limit";
+    return err;
+}
+
+template <int BN, int STAGES>
+cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
+                        const char **what) {
+    auto kernel = fp8_gemm_kernel<BN, STAGES>;
+    const size_t smem = gemm_smem<BN, STAGES>();
+    static unsigned char raised[64];
+    cudaError_t err = raise_smem(kernel, smem, raised, what);
+    if (err != cudaSuccess) return err;
     p.tiles_m = (p.m + kBM - 1) / kBM;
-    const long long tiles = (long long)p.tiles_m * ((p.n + BN - 1) / BN);
-    kernel<<<(unsigned)tiles, kThreads, smem, stream>>>(ma, mb, p, vec);
+    p.tiles_n = (p.n + BN - 1) / BN;
+    kernel<<<(unsigned)((long long)p.tiles_m * p.tiles_n), kThreads, smem, stream>>>(ma, mb, p, vec);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the FP8 GEMM launch";
     return err;
 }
 
+// Multiprocessors of the current device (cached per device).
+int sm_count() {
+    static int count[64];
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return (void)cudaGetLastError(), 1;
+    if (dev < 64 && count[dev]) return count[dev];
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
+        return (void)cudaGetLastError(), 1;
+    if (dev < 64) count[dev] = n;
+    return n;
+}
+
+// The persistent kernel's grid and split: one CTA per SM (TOPS_CUDA_FP8_CTAS
+// caps it, for tests: several tiles per CTA), at most one CTA per tile, and
+// with TOPS_CUDA_FP8_SK=1 stream-K for the last partial wave.  Off by default:
+// on the H200 it measured no faster at M = 4096 (the GEMM runs power-capped
+// at ~1.57 GHz, so SMs idle in the last wave let the others clock up) and
+// 28 % slower at M = 256 (docs/cuda.md).
+struct PersistPlan {
+    int grid, tiles_m, tiles_n, dp_tiles;
+    bool sk;
+};
+PersistPlan plan_persistent(int m, int n) {
+    PersistPlan pl;
+    pl.tiles_m = (m + kBM - 1) / kBM;
+    pl.tiles_n = (n + 255) / 256;
+    const long long tiles = (long long)pl.tiles_m * pl.tiles_n, cap = tops_cu::env_or("TOPS_CUDA_FP8_CTAS", 0);
+    long long grid = sm_count();
+    if (cap > 0 && grid > cap) grid = cap;
+    const long long rem = tiles % grid;
+    pl.sk = tops_cu::env_or("TOPS_CUDA_FP8_SK", 0) == 1;
+    if (!pl.sk && grid > tiles) grid = tiles;
+    pl.grid = (int)grid;
+    pl.dp_tiles = (int)(pl.sk ? tiles - rem : tiles);
+    return pl;
+}
+
+template <typename OutT>
+cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, GemmParams p,
+                              const PersistPlan &pl, cudaStream_t stream, const char **what) {
+    auto kernel = fp8_gemm_persistent<OutT>;
+    static unsigned char raised[64];
+    cudaError_t err = raise_smem(kernel, kPersistSmem, raised, what);
+    if (err != cudaSuccess) return err;
+    p.tiles_m = pl.tiles_m;
+    p.tiles_n = pl.tiles_n;
+    p.dp_tiles = pl.dp_tiles;
+    const unsigned grid = (unsigned)pl.grid;
+    // Programmatic dependent launch (TOPS_CUDA_PDL=0: plain), so that the
+    // prologue overlaps the quantizer's last blocks.
+    bool pdl = tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0;
+    if (pdl) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(kThreads);
+        cfg.dynamicSmemBytes = kPersistSmem;
+        cfg.stream = stream;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (cudaLaunchKernelEx(&cfg, kernel, ma, mb, mc, p) != cudaSuccess) { // a driver without it
+            (void)cudaGetLastError();
+            pdl = false;
+        }
+    }
+    if (!pdl) kernel<<<grid, kThreads, kPersistSmem, stream>>>(ma, mb, mc, p);
+    err = cudaGetLastError();
+    if (err != cudaSuccess) *what = "the FP8 GEMM launch";
+    return err;
+}
 
 } // namespace
 
@@ -350,12 +764,23 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         *what = "the FP8 path's M";
         return (int)cudaErrorInvalidValue;
     }
-    const size_t qbytes = (size_t)a->m * (size_t)a->k_pad, sbytes = (size_t)a->m * sizeof(float);
+    // The persistent kernel (TMA stores: 16-byte aligned rows; accumulate
+    // reads the output, which the one-CTA-per-tile kernel does;
+    // TOPS_CUDA_FP8_PERSIST=0 forces that one, for A/B runs) and its
+    // stream-K flags and partial tiles, placed after the activations.
+    const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    const bool persist = !a->accumulate && (uintptr_t)a->out % 16 == 0 && (a->ldo * esz) % 16 == 0 &&
+                         tops_cu::env_or("TOPS_CUDA_FP8_PERSIST", 1) != 0;
+    const PersistPlan pl = plan_persistent((int)a->m, (int)a->n);
+    const bool sk = persist && pl.sk;
+    const size_t qbytes = (size_t)a->m * (size_t)a->k_pad, sbytes = ((size_t)a->m * sizeof(float) + 255) & ~(size_t)255,
+                 fbytes = sk ? ((size_t)pl.grid * sizeof(unsigned) + 255) & ~(size_t)255 : 0,
+                 pbytes = sk ? (size_t)pl.grid * kBM * 256 * sizeof(float) : 0;
     unsigned char *ws = nullptr;
     // Without the driver's tensor-map encoder or stream-ordered memory the
     // strict kernels run instead (relaxed mode allows either).
     cudaError_t err = tops_cu::sm90::tensor_map_encoder()
-                          ? cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + sbytes, stream)
+                          ? cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + sbytes + fbytes + pbytes, stream)
                           : cudaErrorNotSupported;
     if (err == cudaErrorNotSupported) {
         (void)cudaGetLastError();
@@ -366,14 +791,13 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         return (int)err;
     }
     float *row_scale = reinterpret_cast<float *>(ws + qbytes); // k_pad is a multiple of 64: aligned
+    unsigned *flags = sk ? reinterpret_cast<unsigned *>(ws + qbytes + sbytes) : nullptr;
+    const int nflags = sk ? pl.grid : 0;
     const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
-    if (a->x_bf16)
-        quant_rows_kernel<__nv_bfloat16><<<(unsigned)a->m, 256, 0, stream>>>(
-            static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws, row_scale);
-    else
-        quant_rows_kernel<__half><<<(unsigned)a->m, 256, 0, stream>>>(static_cast<const __half *>(a->x), a->ldx,
-                                                                      (int)a->k, (int)a->k_pad, vec, ws, row_scale);
-    err = cudaGetLastError();
+    err = a->x_bf16 ? launch_quant(static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws,
+                                   row_scale, flags, nflags, (int)a->m, stream)
+                    : launch_quant(static_cast<const __half *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws,
+                                   row_scale, flags, nflags, (int)a->m, stream);
     if (err != cudaSuccess) *what = "the activation quantization launch";
 
     constexpr int bn = 256;
@@ -396,10 +820,21 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         p.n = (int)a->n;
         p.k = (int)a->k;
         p.tiles_m = 0;
-        // 4-element stores need every row start 4-element aligned.
-        const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
-        const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
-        err = launch_gemm<bn, 4>(ma, mb, p, vec, stream, what);
+        p.tiles_n = 0;
+        p.lag = tops_cu::env_or("TOPS_CUDA_FP8_LAG", 0) != 0;
+        p.dp_tiles = 0;
+        p.flags = flags;
+        p.partials = sk ? reinterpret_cast<float *>(ws + qbytes + sbytes + fbytes) : nullptr;
+        CUtensorMap mc;
+        if (persist && make_out_map(&mc, a))
+            err = a->out_dtype == TOPS_DT_F32   ? launch_persistent<float>(ma, mb, mc, p, pl, stream, what)
+                  : a->out_dtype == TOPS_DT_F16 ? launch_persistent<__half>(ma, mb, mc, p, pl, stream, what)
+                                                : launch_persistent<__nv_bfloat16>(ma, mb, mc, p, pl, stream, what);
+        else {
+            // 4-element stores need every row start 4-element aligned.
+            const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
+            err = launch_gemm<bn, 4>(ma, mb, p, vec, stream, what);
+        }
     }
     cudaError_t e2 = cudaFreeAsync(ws, stream);
     if (err == cudaSuccess && e2 != cudaSuccess) {

@@ -678,6 +678,43 @@ static void test_relaxed_fp8(void) {
         cases++;
         passed += run_case(&c, &r);
     }
+    /* The persistent kernel's schedules, on the same 12 tiles unless said
+       (K = 520: 5 K stages per tile on a ring of 4, carried from tile to
+       tile with the output staging): grid capped at 5 CTAs with stream-K
+       for the last 2 tiles, at 2 (no tail); plain launch (no PDL); the
+       second consumer warpgroup one K stage late, also with K = 100 (one
+       stage); 7 CTAs with stream-K (pieces of 3-4 stages, a tile over 3
+       CTAs); 5 CTAs by default (no stream-K); M = 64 on every SM with
+       stream-K (4 tiles in pieces of one stage, most CTAs idle, the last
+       piece adds 4 others); then the one-CTA-per-tile kernel forced.  Empty
+       values: the default. */
+    static const char *const sched[][5] = {
+        /* TOPS_CUDA_FP8_CTAS, _PDL, _FP8_LAG, _FP8_SK, _FP8_PERSIST */
+        {"5", "", "", "1", ""}, {"2", "", "", "", ""}, {"5", "0", "", "", ""}, {"5", "", "1", "", ""},
+        {"5", "", "1", "", ""}, {"7", "", "", "1", ""}, {"5", "", "", "", ""}, {"", "", "", "1", ""},
+        {"", "", "", "", "0"}};
+    static const char *const sched_env[5] = {"TOPS_CUDA_FP8_CTAS", "TOPS_CUDA_PDL", "TOPS_CUDA_FP8_LAG",
+                                             "TOPS_CUDA_FP8_SK", "TOPS_CUDA_FP8_PERSIST"};
+    for (int o = 0; o < (int)(sizeof sched / sizeof sched[0]); o++) {
+        for (int e = 0; e < 5; e++) setenv(sched_env[e], sched[o][e], 1);
+        gpu_case c = {"e4m3-ch", o % 2 ? TOPS_DT_BF16 : TOPS_DT_F16,
+                      o % 3 == 0 ? TOPS_DT_F32 : o % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16, o == 7 ? 64 : 300,
+                      o == 4 ? 100 : 520, 776, 0, 0, 1, 1, 0};
+        cases++;
+        passed += run_case(&c, &r);
+    }
+    for (int e = 0; e < 5; e++) unsetenv(sched_env[e]);
+    /* The quantizer's register-resident rows at K = 6000 (4 loads a thread,
+       the last partly past K), then the loop kernel with a division per
+       element (TOPS_CUDA_FP8_QUANT=0) at K = 4104. */
+    for (int o = 0; o < 2; o++) {
+        if (o) setenv("TOPS_CUDA_FP8_QUANT", "0", 1);
+        gpu_case c = {"e4m3-ch", o ? TOPS_DT_F16 : TOPS_DT_BF16, o ? TOPS_DT_F16 : TOPS_DT_F32, 40,
+                      o ? 4104 : 6000, 300, 0, 0, 1, 1, 0};
+        cases++;
+        passed += run_case(&c, &r);
+    }
+    unsetenv("TOPS_CUDA_FP8_QUANT");
     unsetenv("TOPS_CUDA_FP8_MIN_M");
     gpu_case small = {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 8, 512, 96, 0, 0, 1, 1, 0};
     int keep = fp8_gpu;
