@@ -318,40 +318,32 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
 //
 // The folded kernel keeps two rings, each filled by its own producer thread:
 // activations (X: TMA tiles of SB = 2 k64 blocks, as the strict kernel's
-// stages) and weights with their scales (W: WSB k64 blocks per stage, so each
-// tile's weights arrive as one contiguous copy of WSB x 512 bytes, several
-// stages ahead of the activations).  Round 2 measured the one-ring form's copy
-// pipeline alone at 37-40 us of its ~50 (weights alone 34.5 us: 8 KB per stage
-// in 1 KB copies, 32 KB in flight per SM).  CW consumer warpgroups: 2 (one m64
-// channel tile each) or 4 (two per tile, splitting its chunks: even ones to
-// the first, odd ones to the second, the partial sums added at the end), so
-// that each scheduler holds 4 consumer warps instead of 2 (round 2: the
-// consumers alone took 41.8 us, latency-bound at 2 warps per scheduler) with
-// no decode duplicated.  NA register sets of A fragments: 2 pipelines the
-// decode of the next chunk under the current chunk's wgmmas (CW = 2), 1 fits
-// CW = 4's 112 registers and leaves the overlap to the other warpgroups.
+// stages) and weights with their scales (W: WSB = 8 k64 blocks per stage, so
+// each tile's weights arrive as one contiguous 4 KB copy, 64 KB in flight per
+// SM, up to 16 chunks ahead of the consumers).  Round 2 measured the one-ring
+// form's copy pipeline alone at 37-40 us of its ~50 (weights alone 34.5 us:
+// 8 KB per stage in 1 KB copies, 32 KB in flight); on the H200 (2026-11-29
+// 20:37 UTC, same call) the two rings with W stages of 2 blocks ran 45.7 us
+// and with 8 blocks 40.6 (int4-g128 relaxed, M = 128; the one-ring form 48.3).
+// CW consumer warpgroups: 2 (one m64 channel tile each) or 4
+// (TOPS_CUDA_WGMMA_CW=4: two per tile, splitting its chunks, even ones to the
+// first and odd ones to the second, the partial sums added at the end: 4
+// consumer warps per scheduler instead of 2 with no decode duplicated; 0-4 %
+// faster at M = 64, 2-5 % slower at M = 128, so not the default).  With CW = 2
+// the decode of the next chunk runs under the current chunk's wgmmas (two
+// register sets of A fragments); CW = 4's 112 registers hold one set and
+// leave the overlap to the other warpgroups.
 
 // Folded formats are 4-bit codes (one chunk = one k64 block) with f16 scales
 // in groups >= 16 or 8-bit scales: at most 4 groups x 16 entries x 2 bytes
 // per tile and block.
 constexpr int kFoldScaleBlockBytes = 128;
 
-// Ring shapes: X stages in the ring, k64 blocks per W stage, W stages
-// (powers of two: the consumers divide chunk numbers by them).
-template <int RC>
-struct fold_rings;
-template <>
-struct fold_rings<0> { // as the one-ring form: 1 KB weight copies, 32 KB of weights in flight
-    static constexpr int XR = 4, WSB = 2, WR = 4;
-};
-template <>
-struct fold_rings<1> { // 4 KB copies, 64 KB of weights in flight
-    static constexpr int XR = 4, WSB = 8, WR = 2;
-};
-
-template <int TN, int RC>
+// X stages in the ring, k64 blocks per W stage, W stages (powers of two:
+// the consumers divide chunk numbers by them).
+template <int TN>
 struct fold_layout {
-    static constexpr int XR = fold_rings<RC>::XR, WSB = fold_rings<RC>::WSB, WR = fold_rings<RC>::WR;
+    static constexpr int XR = 4, WSB = 8, WR = 2;
     static constexpr int SB = 2;                                 // k64 blocks per X stage
     static constexpr int XBYTES = SB * TN * 128;                 // one X stage (1024-byte multiple)
     static constexpr int WTILE = WSB * 512;                      // one tile's weights in a W stage
@@ -427,10 +419,10 @@ struct FoldCta {
     int tt, cb, split, b_begin, nb;
 };
 
-template <int TN, int CW, int RC>
+template <int TN, int CW>
 __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char *smem_raw) {
     using namespace sm90;
-    using L = fold_layout<TN, RC>;
+    using L = fold_layout<TN>;
     FoldCta c;
     const uint32_t base = smem_addr(smem_raw); // a shared address: see cta_begin
     c.x = static_cast<unsigned char *>(__cvta_shared_to_generic(base + ((1024u - (base & 1023u)) & 1023u)));
@@ -458,10 +450,10 @@ __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char
 }
 
 // Producer thread of the X ring.
-template <int TN, int RC>
+template <int TN>
 __device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta &c) {
     using namespace sm90;
-    using L = fold_layout<TN, RC>;
+    using L = fold_layout<TN>;
     for (int i = 0; i * L::SB < c.nb; i++) {
         const int s = i % L::XR, nbs = min(L::SB, c.nb - i * L::SB);
         if (i >= L::XR) mbar_wait(&c.xempty[s], ((i / L::XR) + 1) & 1);
@@ -475,10 +467,10 @@ __device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta
 // Producer thread of the W ring: per stage and tile, the weights of WSB
 // blocks (contiguous in the packed layout) and the scale entries of the
 // groups they touch (contiguous too; clamped: K is padded past the last group).
-template <int TN, int RC>
+template <int TN>
 __device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c) {
     using namespace sm90;
-    using L = fold_layout<TN, RC>;
+    using L = fold_layout<TN>;
     const int esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
     const int mtiles = p.ntiles >> 2;
     for (int i = 0; i * L::WSB < c.nb; i++) {
@@ -506,13 +498,14 @@ __device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c) {
 // tile wg % 2 of the CTA and, with CW = 4, on the chunks of parity wg / 2.
 // GSL: log2 of the k16 steps per scale group within a chunk (groups of 16,
 // 32, >= 64), so that the group starts are known at compile time.
-template <int CODE, int SK, bool BF16, int TN, int CW, int RC, int NA, int GSL>
+template <int CODE, int SK, bool BF16, int TN, int CW, int GSL>
 __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &cta, uint32_t *lut) {
     using namespace sm90;
-    using L = fold_layout<TN, RC>;
+    using L = fold_layout<TN>;
     static_assert(chunk_dims<CODE>::KC == 64, "folded codes are 4-bit: one chunk per k64 block");
     constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2;
-    constexpr int STEP = CW / 2; // a warpgroup's chunks are STEP apart
+    constexpr int STEP = CW / 2;        // a warpgroup's chunks are STEP apart
+    constexpr int NA = CW == 4 ? 1 : 2; // register sets of A fragments
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
     const int tw = wg & 1, h = wg >> 1;
@@ -676,23 +669,23 @@ static_assert(fold_consumer_regs(2) == 232 && fold_consumer_regs(4) == 112, "reg
 // in registers (natural_k_order), so the consumer warpgroups do not permute
 // the stage; with fold_shfl = 0 (A/B runs) producer warps 2-3 permute it
 // instead and release it through the slot's `ready` barrier.
-template <int CODE, int SK, bool BF16, int TN, int CW, int RC, int NA, int GSL>
+template <int CODE, int SK, bool BF16, int TN, int CW, int GSL>
 __global__ void __launch_bounds__((CW + 1) * 128, 1)
     wgmma_f_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
 #ifdef TOPS_CU_WGMMA
     using namespace sm90;
-    using L = fold_layout<TN, RC>;
+    using L = fold_layout<TN>;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint32_t lut[256];
-    const FoldCta cta = fold_cta_begin<TN, CW, RC>(p, smem_raw);
+    const FoldCta cta = fold_cta_begin<TN, CW>(p, smem_raw);
 
     if (threadIdx.x >= CW * 128) {
         const int pw = (threadIdx.x >> 5) - CW * 4, lane = threadIdx.x & 31;
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(fold_producer_regs(CW)));
         if (pw == 0) {
-            if (lane == 0) produce_x<TN, RC>(xmap, cta);
+            if (lane == 0) produce_x<TN>(xmap, cta);
         } else if (pw == 1) {
-            if (lane == 0) produce_w<TN, RC>(p, cta);
+            if (lane == 0) produce_w<TN>(p, cta);
         } else if (!p.fold_shfl) {
             const int tid = threadIdx.x - (CW * 4 + 2) * 32;
             for (int i = 0; i * L::SB < cta.nb; i++) {
@@ -704,7 +697,7 @@ __global__ void __launch_bounds__((CW + 1) * 128, 1)
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(fold_consumer_regs(CW)));
-        consume_folded<CODE, SK, BF16, TN, CW, RC, NA, GSL>(p, cta, lut);
+        consume_folded<CODE, SK, BF16, TN, CW, GSL>(p, cta, lut);
     }
 #else
     (void)xmap, (void)p;
@@ -729,37 +722,12 @@ wg_fn pick_code(int code, int tn) {
     }
 }
 
-// Folded kernel variants (TOPS_CUDA_WGMMA_FV): consumer warpgroups, ring
-// shape (fold_rings), register sets of A; kFoldDefault unless asked.
-template <int V>
-struct fold_variant;
-template <>
-struct fold_variant<0> {
-    static constexpr int CW = 2, RC = 0, NA = 2;
-};
-template <>
-struct fold_variant<1> {
-    static constexpr int CW = 2, RC = 1, NA = 2;
-};
-template <>
-struct fold_variant<2> {
-    static constexpr int CW = 4, RC = 0, NA = 1;
-};
-template <>
-struct fold_variant<3> {
-    static constexpr int CW = 4, RC = 1, NA = 1;
-};
-constexpr int kFoldVariants = 4, kFoldDefault = 1;
-// [variant][tn == 128]
-const char *const kFoldNames[kFoldVariants][2] = {
-    {"wgmma_w folded m64n64k16, 2 consumer warpgroups, W ring 2 x 4 (A from registers) + TMA",
-     "wgmma_w folded m64n128k16, 2 consumer warpgroups, W ring 2 x 4 (A from registers) + TMA"},
-    {"wgmma_w folded m64n64k16, 2 consumer warpgroups, W ring 8 x 2 (A from registers) + TMA",
-     "wgmma_w folded m64n128k16, 2 consumer warpgroups, W ring 8 x 2 (A from registers) + TMA"},
-    {"wgmma_w folded m64n64k16, 4 consumer warpgroups, W ring 2 x 4 (A from registers) + TMA",
-     "wgmma_w folded m64n128k16, 4 consumer warpgroups, W ring 2 x 4 (A from registers) + TMA"},
-    {"wgmma_w folded m64n64k16, 4 consumer warpgroups, W ring 8 x 2 (A from registers) + TMA",
-     "wgmma_w folded m64n128k16, 4 consumer warpgroups, W ring 8 x 2 (A from registers) + TMA"},
+// [CW == 4][tn == 128]
+const char *const kFoldNames[2][2] = {
+    {"wgmma_w folded m64n64k16, 2 consumer warpgroups (A from registers) + TMA",
+     "wgmma_w folded m64n128k16, 2 consumer warpgroups (A from registers) + TMA"},
+    {"wgmma_w folded m64n64k16, 4 consumer warpgroups (A from registers) + TMA",
+     "wgmma_w folded m64n128k16, 4 consumer warpgroups (A from registers) + TMA"},
 };
 
 struct fold_pick {
@@ -767,45 +735,38 @@ struct fold_pick {
     int threads, smem;
 };
 
-template <int CODE, int SK, bool BF16, int TN, int V, int GSL>
+template <int CODE, int SK, bool BF16, int TN, int CW, int GSL>
 fold_pick fold_one() {
-    using F = fold_variant<V>;
-    return {wgmma_f_kernel<CODE, SK, BF16, TN, F::CW, F::RC, F::NA, GSL>, (F::CW + 1) * 128,
-            fold_layout<TN, F::RC>::SMEM};
+    return {wgmma_f_kernel<CODE, SK, BF16, TN, CW, GSL>, (CW + 1) * 128, fold_layout<TN>::SMEM};
 }
 
-template <int CODE, int SK, bool BF16, int TN, int V>
+template <int CODE, int SK, bool BF16, int TN, int CW>
 fold_pick fold_g(int gsl) {
-    return gsl == 0 ? fold_one<CODE, SK, BF16, TN, V, 0>()
-           : gsl == 1 ? fold_one<CODE, SK, BF16, TN, V, 1>()
-                      : fold_one<CODE, SK, BF16, TN, V, 2>();
+    return gsl == 0 ? fold_one<CODE, SK, BF16, TN, CW, 0>()
+           : gsl == 1 ? fold_one<CODE, SK, BF16, TN, CW, 1>()
+                      : fold_one<CODE, SK, BF16, TN, CW, 2>();
 }
 
 template <int CODE, int SK, bool BF16, int TN>
-fold_pick fold_v(int v, int gsl) {
-    switch (v) {
-    case 0: return fold_g<CODE, SK, BF16, TN, 0>(gsl);
-    case 1: return fold_g<CODE, SK, BF16, TN, 1>(gsl);
-    case 2: return fold_g<CODE, SK, BF16, TN, 2>(gsl);
-    default: return fold_g<CODE, SK, BF16, TN, 3>(gsl);
-    }
+fold_pick fold_cw(int cw, int gsl) {
+    return cw == 4 ? fold_g<CODE, SK, BF16, TN, 4>(gsl) : fold_g<CODE, SK, BF16, TN, 2>(gsl);
 }
 
 template <int CODE, int SK, bool BF16>
-fold_pick fold_tn(int tn, int v, int gsl) {
-    return tn == 128 ? fold_v<CODE, SK, BF16, 128>(v, gsl) : fold_v<CODE, SK, BF16, 64>(v, gsl);
+fold_pick fold_tn(int tn, int cw, int gsl) {
+    return tn == 128 ? fold_cw<CODE, SK, BF16, 128>(cw, gsl) : fold_cw<CODE, SK, BF16, 64>(cw, gsl);
 }
 
 // fn NULL where tops__cu_fold_shift never folds.
 template <bool BF16>
-fold_pick pick_fold(int code, int sk, int tn, int v, int gsl) {
+fold_pick pick_fold(int code, int sk, int tn, int cw, int gsl) {
     if (code == TOPS__CU_CODE_E2M1 && sk == TOPS__CU_SCALE_E8M0)
-        return fold_tn<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_E8M0, BF16>(tn, v, gsl);
+        return fold_tn<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_E8M0, BF16>(tn, cw, gsl);
     if (code == TOPS__CU_CODE_E2M1 && sk == TOPS__CU_SCALE_UE4M3)
-        return fold_tn<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_UE4M3, BF16>(tn, v, gsl);
+        return fold_tn<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_UE4M3, BF16>(tn, cw, gsl);
     if constexpr (!BF16)
         if (code == TOPS__CU_CODE_U4 && sk == TOPS__CU_SCALE_F16)
-            return fold_tn<TOPS__CU_CODE_U4, TOPS__CU_SCALE_F16, false>(tn, v, gsl);
+            return fold_tn<TOPS__CU_CODE_U4, TOPS__CU_SCALE_F16, false>(tn, cw, gsl);
     return {nullptr, 0, 0};
 }
 
@@ -847,16 +808,15 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     // warpgroup ran 1.8x slower), 128 tokens above M = 64 (H200, 2026-11-29
     // 18:19 UTC, int4-g128 relaxed / mxfp4 / nvfp4, us at M = 64 / 128 / 256:
     // n64 x2 74.4 / 73.1 / 145.5, n64 x1 41.9 / 82.3 / 122.1, n128 x1 48.0 /
-    // 50.1 / 99.6); TOPS_CUDA_WGMMA_FV picks a variant (fold_variant).
+    // 50.1 / 99.6); TOPS_CUDA_WGMMA_CW=4: four consumer warpgroups.
     const long long tn_env = env_or("TOPS_CUDA_WGMMA_TN", 0);
     const bool bf16 = a->x_bf16 != 0;
     const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : a->fold && a->m > 64 ? 128 : 64;
-    const long long fv_env = env_or("TOPS_CUDA_WGMMA_FV", kFoldDefault);
-    const int fv = fv_env >= 0 && fv_env < kFoldVariants ? (int)fv_env : kFoldDefault;
+    const int cw = env_or("TOPS_CUDA_WGMMA_CW", 2) == 4 ? 4 : 2;
     const int gsl = p.group_shift >= 6 ? 2 : p.group_shift - 4; // k16 steps per group: 1, 2, 4 (and more)
     const fold_pick fp = !a->fold ? fold_pick{nullptr, 0, 0}
-                         : bf16   ? pick_fold<true>(a->code, a->scale_kind, tn, fv, gsl)
-                                  : pick_fold<false>(a->code, a->scale_kind, tn, fv, gsl);
+                         : bf16   ? pick_fold<true>(a->code, a->scale_kind, tn, cw, gsl)
+                                  : pick_fold<false>(a->code, a->scale_kind, tn, cw, gsl);
     const wg_fn ffn = fp.fn;
     const int wt = tn == 128 || ffn ? 1 : 2;
     const long long cblocks = (p.ntiles / 4 + 2 * wt - 1) / (2 * wt);
@@ -914,7 +874,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
             if (err != cudaSuccess) *what = "clearing the wgmma split counters";
         }
     }
-    set_last_kernel(ffn         ? kFoldNames[fv][tn == 128]
+    set_last_kernel(ffn         ? kFoldNames[cw == 4][tn == 128]
                     : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
                                 : "wgmma_w m64n64k16 (A from registers) + TMA");
     if (err == cudaSuccess) {
