@@ -118,17 +118,18 @@ static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shi
 }
 
 /* The wgmma kernel (wgmma_w.cu) where it measured faster than wbulk on the
-   H200.  Folded: M >= 64 (2026-11-29 18:24 UTC, same call, us at M = 64:
-   folded 42.0 / 43.1 / 43.2 against wbulk 50.9 / 60.9 / 73.3 for relaxed
-   int4-g128 / mxfp4 / nvfp4; below, the folded kernel's time does not
-   shrink with M (41.0-43.1 at M = 16, 32, 48) while wbulk's does).
+   H200.  Folded: M >= 48 (2026-11-29 20:51 UTC, same call, relaxed, us at
+   M = 48: folded 32.6 / 33.1 / 34.9 against wbulk 42.0 / 46.9 / 53.9 for
+   int4-g128 / mxfp4 / nvfp4; at M = 32 wbulk is faster: 25.0 / 28.0 / 33.7
+   against 32.4 / 33.0 / 34.7; the folded kernel's time barely moves with M
+   below its 64-token tile while wbulk's grows).
    Unfolded: nowhere by default since wbulk gained activation tiles and
    direct scale loads (2026-11-29 19:38 UTC, same call, strict int4-g128:
    wgmma 79.5 / 156.2 us against wbulk 77.2 / 151.9 at M = 128 / 256; it
    had been 79.8 against 94.5 at M = 128).  TOPS_CUDA_WGMMA_MIN_M sets the
    M threshold for every format, folded or not; TOPS_CUDA_KERNEL=wgmma
    forces it at every M, =wbulk or =wstream keeps it off (A/B runs, tests). */
-#define TOPS__CU_FOLD_MIN_M 64
+#define TOPS__CU_FOLD_MIN_M 48
 static int use_wgmma(int64_t m, int fold) {
     const char *force = getenv("TOPS_CUDA_KERNEL");
     if (force && strcmp(force, "wgmma") == 0) return 1;

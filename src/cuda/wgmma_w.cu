@@ -48,8 +48,6 @@ __host__ __device__ constexpr int stage_bytes(int sb, int cpb, int tn, int wt) {
 }
 
 #ifdef TOPS_CU_WGMMA // device helpers: the sm_90a pass only
-constexpr int kPermuters = 96; // folded kernel: producer warps 1-3 permute the stages
-
 // The packed fragments order each k16 step's K as mma.sync's B loads want
 // it (lane t holds K 4t .. 4t + 3 in the slots of K 2t, 2t + 1, 2t + 8,
 // 2t + 9); wgmma reads B from shared memory in K order, so each 32-byte
@@ -76,13 +74,24 @@ __device__ __forceinline__ void permute_rows(unsigned char *x, int nbs, int tid)
 }
 
 // Where a CTA works: its ring and barriers (full: copies landed; empty: the
-// consumers are done with a slot; ready: permuted, folded kernel only), its
+// consumers are done with a slot), its
 // token tile, block of m64 tiles, K split and that split's K blocks.
 struct Cta {
     unsigned char *ring;
-    uint64_t *full, *empty, *ready;
+    uint64_t *full, *empty;
     int tt, cb, split, b_begin, nb, nstages;
 };
+
+// Where a CTA works: token tile tt, block cb of channel tiles, K split and
+// that split's k64 blocks [b_begin, b_begin + nb) (cpb chunks per block).
+__device__ __forceinline__ void place(const Params &p, int cpb, int &tt, int &cb, int &split, int &b_begin, int &nb) {
+    tt = blockIdx.x % p.passes;
+    cb = blockIdx.x / p.passes;
+    split = blockIdx.y;
+    const int kblocks = p.chunks / cpb, bps = p.chunks_per_split / cpb;
+    b_begin = split * bps;
+    nb = min(bps, kblocks - b_begin);
+}
 
 template <int CODE, int WT, int TN>
 __device__ __forceinline__ Cta cta_begin(const Params &p, unsigned char *smem_raw) {
@@ -99,19 +108,12 @@ __device__ __forceinline__ Cta cta_begin(const Params &p, unsigned char *smem_ra
     c.ring = static_cast<unsigned char *>(__cvta_shared_to_generic(base + ((1024u - (base & 1023u)) & 1023u)));
     c.full = reinterpret_cast<uint64_t *>(c.ring + kRing * stage_bytes(SB, CPB, TN, WT));
     c.empty = c.full + kRing;
-    c.ready = c.empty + kRing;
-    c.tt = blockIdx.x % p.passes;
-    c.cb = blockIdx.x / p.passes;
-    c.split = blockIdx.y;
-    const int kblocks = p.chunks / CPB, bps = p.chunks_per_split / CPB;
-    c.b_begin = c.split * bps;
-    c.nb = min(bps, kblocks - c.b_begin);
+    place(p, CPB, c.tt, c.cb, c.split, c.b_begin, c.nb);
     c.nstages = (c.nb + SB - 1) / SB;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kRing; s++) {
             mbar_init(&c.full[s], 1);
             mbar_init(&c.empty[s], kConsumerWarps * 32);
-            mbar_init(&c.ready[s], kPermuters);
         }
         mbar_init_fence();
     }
@@ -159,10 +161,10 @@ __device__ __forceinline__ void produce(const Params &p, const CUtensorMap &xmap
 // or with K splits the partials, and the last split of a tile to arrive
 // sums all of them in split order (the same bits every run).
 template <int WT, int ND>
-__device__ __forceinline__ void finish(const Params &p, const Cta &c, float (&acc)[WT][ND], float g, int mt0) {
+__device__ __forceinline__ void finish(const Params &p, int tt, int split, float (&acc)[WT][ND], float g, int mt0) {
     __shared__ int is_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, w = warp & 3, gid = lane >> 2, tig = lane & 3;
-    const int m0 = c.tt * 2 * ND;
+    const int m0 = tt * 2 * ND;
     const auto chan = [&](int t, int i) { return (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1); };
     const auto token = [&](int i) { return m0 + 8 * (i >> 2) + 2 * tig + (i & 1); };
 #pragma unroll
@@ -173,7 +175,7 @@ __device__ __forceinline__ void finish(const Params &p, const Cta &c, float (&ac
             if (n >= p.n || m >= p.m) continue;
             const float v = acc[t][i] * g;
             if (p.splits == 1) store_out(p, m, n, v);
-            else p.ws[((size_t)c.split * p.m + m) * p.n + n] = v;
+            else p.ws[((size_t)split * p.m + m) * p.n + n] = v;
         }
     if (p.splits > 1) {
         __threadfence();
@@ -306,15 +308,54 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
         }
         if (c_in == SB * CPB - 1 || c == nc - 1) mbar_arrive(&cta.empty[slot]);
     }
-    finish<WT, ND>(p, cta, acc, p.global * decode_factor<CODE>(), mt0);
+    finish<WT, ND>(p, cta.tt, cta.split, acc, p.global * decode_factor<CODE>(), mt0);
 #else
     (void)xmap, (void)p;
 #endif
 }
 
 // ---- folded scales ----------------------------------------------------------
+//
+// The folded kernel keeps two rings, each filled by its own producer thread:
+// activations (X: TMA tiles of SB = 2 k64 blocks, as the strict kernel's
+// stages) and weights with their scales (W: WSB = 8 k64 blocks per stage, so
+// each tile's weights arrive as one contiguous 4 KB copy, 64 KB in flight per
+// SM, up to 16 chunks ahead of the consumers).  Round 2 measured the one-ring
+// form's copy pipeline alone at 37-40 us of its ~50 (weights alone 34.5 us:
+// 8 KB per stage in 1 KB copies, 32 KB in flight); on the H200 (2026-11-29
+// 20:37 UTC, same call) the two rings with W stages of 2 blocks ran 45.7 us
+// and with 8 blocks 40.6 (int4-g128 relaxed, M = 128; the one-ring form 48.3).
+// CW consumer warpgroups: 2 (one m64 channel tile each) or 4
+// (TOPS_CUDA_WGMMA_CW=4: two per tile, splitting its chunks, even ones to the
+// first and odd ones to the second, the partial sums added at the end: 4
+// consumer warps per scheduler instead of 2 with no decode duplicated; 0-4 %
+// faster at M = 64, 2-5 % slower at M = 128, so not the default).  With CW = 2
+// the decode of the next chunk runs under the current chunk's wgmmas (two
+// register sets of A fragments); CW = 4's 112 registers hold one set and
+// leave the overlap to the other warpgroups.
+
+// Folded formats are 4-bit codes (one chunk = one k64 block) with f16 scales
+// in groups >= 16 or 8-bit scales: at most 4 groups x 16 entries x 2 bytes
+// per tile and block.
+constexpr int kFoldScaleBlockBytes = 128;
+
+// X stages in the ring, k64 blocks per W stage, W stages (powers of two:
+// the consumers divide chunk numbers by them).
+template <int TN>
+struct fold_layout {
+    static constexpr int XR = 4, WSB = 8, WR = 2;
+    static constexpr int SB = 2;                                 // k64 blocks per X stage
+    static constexpr int XBYTES = SB * TN * 128;                 // one X stage (1024-byte multiple)
+    static constexpr int WTILE = WSB * 512;                      // one tile's weights in a W stage
+    static constexpr int WSCALE = WSB * kFoldScaleBlockBytes;    // one tile's scale entries in a W stage
+    static constexpr int WBYTES = 8 * (WTILE + WSCALE);          // the CTA's 8 tiles
+    static constexpr int BARS = 3 * XR + 2 * WR;                 // X full, empty, ready; W full, empty
+    static constexpr int SMEM = XR * XBYTES + WR * WBYTES + BARS * 8 + 1024;
+};
 
 #ifdef TOPS_CU_WGMMA
+constexpr int kFoldPermuters = 64; // TOPS_CUDA_WGMMA_PERMUTE=1: producer warps 2-3 permute the X stages
+
 template <bool BF16>
 __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {
     if constexpr (BF16) return bf2_bits(__hmul2(bits_bf2(a), bits_bf2(b)));
@@ -366,149 +407,297 @@ __device__ __forceinline__ uint4 natural_k_order(const uint4 &w, int lane) {
     return make_uint4(word(w.x), word(w.y), word(w.z), word(w.w));
 }
 
-// The consumer warpgroups of wgmma_f_kernel.
-template <int CODE, int SK, bool BF16, int WT, int TN>
-__device__ __forceinline__ void consume_folded(const Params &p, const Cta &cta, uint32_t *lut) {
-    using namespace sm90;
-    constexpr int KC = chunk_dims<CODE>::KC, STEPS = chunk_dims<CODE>::STEPS, CPB = 64 / KC;
-    constexpr int SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT);
-    constexpr int XBYTES = SB * TN * 128, TILE_BYTES = SB * CPB * 512, TILES = 8 * WT;
-    constexpr int SCALE_BYTES = SB * kScaleBlockBytes;
-    constexpr int ND = TN / 2;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+// Named barrier `id` over the first n threads.
+template <int ID, int N>
+__device__ __forceinline__ void bar_sync() {
+    asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory");
+}
 
+struct FoldCta {
+    unsigned char *x, *w; // the rings
+    uint64_t *xfull, *xempty, *xready, *wfull, *wempty;
+    int tt, cb, split, b_begin, nb;
+};
+
+template <int TN, int CW>
+__device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char *smem_raw) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    FoldCta c;
+    const uint32_t base = smem_addr(smem_raw); // a shared address: see cta_begin
+    c.x = static_cast<unsigned char *>(__cvta_shared_to_generic(base + ((1024u - (base & 1023u)) & 1023u)));
+    c.w = c.x + L::XR * L::XBYTES;
+    c.xfull = reinterpret_cast<uint64_t *>(c.w + L::WR * L::WBYTES);
+    c.xempty = c.xfull + L::XR;
+    c.xready = c.xempty + L::XR;
+    c.wfull = c.xready + L::XR;
+    c.wempty = c.wfull + L::WR;
+    place(p, 1, c.tt, c.cb, c.split, c.b_begin, c.nb);
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < L::XR; s++) {
+            mbar_init(&c.xfull[s], 1);
+            mbar_init(&c.xempty[s], CW * 128);
+            mbar_init(&c.xready[s], kFoldPermuters);
+        }
+        for (int s = 0; s < L::WR; s++) {
+            mbar_init(&c.wfull[s], 1);
+            mbar_init(&c.wempty[s], CW * 128);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+    return c;
+}
+
+// Producer thread of the X ring.
+template <int TN>
+__device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta &c) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    for (int i = 0; i * L::SB < c.nb; i++) {
+        const int s = i % L::XR, nbs = min(L::SB, c.nb - i * L::SB);
+        if (i >= L::XR) mbar_wait(&c.xempty[s], ((i / L::XR) + 1) & 1);
+        unsigned char *stg = c.x + s * L::XBYTES;
+        mbar_expect_tx(&c.xfull[s], (uint32_t)(nbs * TN * 128));
+        for (int q = 0; q < nbs; q++)
+            tma_load_2d(stg + q * TN * 128, &xmap, &c.xfull[s], (c.b_begin + i * L::SB + q) * 64, c.tt * TN);
+    }
+}
+
+// Producer thread of the W ring: per stage and tile, the weights of WSB
+// blocks (contiguous in the packed layout) and the scale entries of the
+// groups they touch (contiguous too; clamped: K is padded past the last group).
+template <int TN>
+__device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    const int esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
+    const int mtiles = p.ntiles >> 2;
+    for (int i = 0; i * L::WSB < c.nb; i++) {
+        const int s = i % L::WR, nbs = min(L::WSB, c.nb - i * L::WSB), b0 = c.b_begin + i * L::WSB;
+        if (i >= L::WR) mbar_wait(&c.wempty[s], ((i / L::WR) + 1) & 1);
+        unsigned char *stg = c.w + s * L::WBYTES;
+        const int k0 = b0 * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
+        const int ng = min((k0 + nbs * 64 - 1) >> p.group_shift, p.groups - 1) - g0 + 1;
+        const uint32_t sbytes = p.has_scales ? (uint32_t)(ng * 16 * esz) : 0u;
+        mbar_expect_tx(&c.wfull[s], 8u * ((uint32_t)nbs * 512u + sbytes));
+        // Tiles past N (a ragged last CTA) copy the last one again:
+        // their channels are >= n_pad and never stored.
+        for (int tl = 0; tl < 8; tl++) {
+            const int tile = min(c.cb * 2 + tl / 4, mtiles - 1) * 4 + tl % 4;
+            bulk_copy(stg + tl * L::WTILE, p.w + ((size_t)tile * p.chunks + (size_t)b0) * 32, (uint32_t)nbs * 512u,
+                      &c.wfull[s]);
+            if (sbytes)
+                bulk_copy(stg + 8 * L::WTILE + tl * L::WSCALE,
+                          p.scales + (size_t)tile * p.scale_tile_bytes + (size_t)g0 * 16 * esz, sbytes, &c.wfull[s]);
+        }
+    }
+}
+
+// The consumer warpgroups of wgmma_f_kernel.  Warpgroup wg works on channel
+// tile wg % 2 of the CTA and, with CW = 4, on the chunks of parity wg / 2.
+// GSL: log2 of the k16 steps per scale group within a chunk (groups of 16,
+// 32, >= 64), so that the group starts are known at compile time.
+template <int CODE, int SK, bool BF16, int TN, int CW, int GSL>
+__device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &cta, uint32_t *lut) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    static_assert(chunk_dims<CODE>::KC == 64, "folded codes are 4-bit: one chunk per k64 block");
+    constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2;
+    constexpr int STEP = CW / 2;        // a warpgroup's chunks are STEP apart
+    constexpr int NA = CW == 4 ? 1 : 2; // register sets of A fragments
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
-    const int mt0 = (cta.cb * 2 + wg) * WT;
-    const int nc = cta.nb * CPB;
+    const int tw = wg & 1, h = wg >> 1;
+    const int tile = tw * 4 + w; // this warp's 16-channel tile among the CTA's 8
+    const int nc = cta.nb;
     if constexpr (SK != TOPS__CU_SCALE_F16) {
-        lut[threadIdx.x] = fold_lut_entry<SK, BF16>(threadIdx.x, p.fold_pre);
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+        if (threadIdx.x < 256) lut[threadIdx.x] = fold_lut_entry<SK, BF16>(threadIdx.x, p.fold_pre);
+        bar_sync<2, CW * 128>();
     }
 
-    float acc[WT][ND];
+    float acc[1][ND];
 #pragma unroll
-    for (int t = 0; t < WT; t++)
-#pragma unroll
-        for (int i = 0; i < ND; i++) acc[t][i] = 0.0f;
+    for (int i = 0; i < ND; i++) acc[0][i] = 0.0f;
 
     const int k_begin = cta.b_begin * 64;
     // Chunk c's A fragments: decoded codes times their scales.
-    const auto fetch = [&](int c, uint32_t (&A)[STEPS][WT][4]) {
-        const int st = c / (SB * CPB), c_in = c % (SB * CPB);
-        const unsigned char *stg = cta.ring + (st % kRing) * SBYTES;
-        if (c_in == 0) mbar_wait(p.fold_shfl ? &cta.full[st % kRing] : &cta.ready[st % kRing], (uint32_t)(st / kRing) & 1u);
-        const int kc = k_begin + c * KC, g0 = min((k_begin + st * SB * 64) >> p.group_shift, p.groups - 1);
-#pragma unroll
-        for (int t = 0; t < WT; t++) {
-            const int tile = (wg * WT + t) * 4 + w;
-            uint4 cur = *reinterpret_cast<const uint4 *>(stg + XBYTES + tile * TILE_BYTES + c_in * 512 + lane * 16);
-            if (p.fold_shfl) cur = natural_k_order(cur, lane);
-            const unsigned char *sp = stg + XBYTES + TILES * TILE_BYTES + tile * SCALE_BYTES;
-            uint32_t lo = 0, hi = 0;
-#pragma unroll
-            for (int j = 0; j < STEPS; j++) {
-                const int k = kc + 16 * j;
-                if (j == 0 || (k & p.group_mask) == 0) // a new group (groups are >= 16 and aligned)
-                    fold_pair<SK, BF16>(sp, (min(k >> p.group_shift, p.groups - 1) - g0) * 16 + 2 * gid, lut,
-                                        p.fold_pre, lo, hi);
-                decode_step<CODE, BF16>(cur, j, A[j][t]);
-                A[j][t][0] = mul2<BF16>(A[j][t][0], lo); // rows gid
-                A[j][t][1] = mul2<BF16>(A[j][t][1], hi); // rows gid + 8
-                A[j][t][2] = mul2<BF16>(A[j][t][2], lo);
-                A[j][t][3] = mul2<BF16>(A[j][t][3], hi);
-            }
-        }
-    };
-    const auto issue = [&](int c, uint32_t (&A)[STEPS][WT][4]) {
-        const int st = c / (SB * CPB), c_in = c % (SB * CPB);
-        const unsigned char *bb = cta.ring + (st % kRing) * SBYTES + (c_in / CPB) * TN * 128 + (c_in % CPB) * KC * 2;
-        wgmma_fence(); // A was written since the last wgmmas
+    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) {
+        const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
+        if (cw < STEP) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
+        const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
+        const int kc = k_begin + c * 64, g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
+        uint4 cur = *reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16);
+        if (p.fold_shfl) cur = natural_k_order(cur, lane);
+        const unsigned char *sp = stg + 8 * L::WTILE + tile * L::WSCALE;
+        // The chunk's first group and the row's last one, relative to the
+        // stage's first (K is padded past the last group: clamped).
+        const int gi = min(kc >> p.group_shift, p.groups - 1) - g0, gl = p.groups - 1 - g0;
+        uint32_t lo = 0, hi = 0;
 #pragma unroll
         for (int j = 0; j < STEPS; j++) {
-            const uint64_t db = desc_sw128(bb + 32 * j);
-#pragma unroll
-            for (int t = 0; t < WT; t++) wgmma_rs<BF16>(acc[t], A[j][t], db, 1);
+            if (j % (1 << GSL) == 0) // a new group (groups are powers of two >= 16)
+                fold_pair<SK, BF16>(sp, min(gi + (j >> GSL), gl) * 16 + 2 * gid, lut, p.fold_pre, lo, hi);
+            decode_step<CODE, BF16>(cur, j, A[j]);
+            A[j][0] = mul2<BF16>(A[j][0], lo); // rows gid
+            A[j][1] = mul2<BF16>(A[j][1], hi); // rows gid + 8
+            A[j][2] = mul2<BF16>(A[j][2], lo);
+            A[j][3] = mul2<BF16>(A[j][3], hi);
         }
+    };
+    // The activations are waited for here, after the decode.
+    const auto issue = [&](int c, uint32_t (&A)[STEPS][4]) {
+        const int xs = (unsigned)c / L::SB;
+        if ((unsigned)c % L::SB < STEP)
+            mbar_wait(p.fold_shfl ? &cta.xfull[xs % L::XR] : &cta.xready[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
+        const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
+        wgmma_fence(); // A was written since the last wgmmas
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) wgmma_rs<BF16>(acc[0], A[j], desc_sw128(bb + 32 * j), 1);
         wgmma_commit();
     };
-    // After the wgmmas of chunk c (and of every chunk before) completed: A
-    // stays live to here (else the compiler reuses its registers for the
-    // next decode while the tensor cores still read them), and the last
-    // chunk of a stage releases its slot.
-    const auto retire = [&](int c, uint32_t (&A)[STEPS][WT][4]) {
+    // After the wgmmas of chunk c (and of every chunk before) completed:
+    // this warpgroup's last chunk of a stage releases the stage.
+    const auto release = [&](int c) {
+        const unsigned u = c, v = c + STEP;
+        if (v / L::SB != u / L::SB || c + STEP >= nc) mbar_arrive(&cta.xempty[(u / L::SB) % L::XR]);
+        if (v / L::WSB != u / L::WSB || c + STEP >= nc) mbar_arrive(&cta.wempty[(u / L::WSB) % L::WR]);
+    };
+    // A stays live to its release (else the compiler reuses its registers
+    // for the next decode while the tensor cores still read them).
+    const auto retire = [&](int c, uint32_t (&A)[STEPS][4]) {
 #pragma unroll
-        for (int j = 0; j < STEPS; j++)
-#pragma unroll
-            for (int t = 0; t < WT; t++) fence_regs(A[j][t]);
-        if (c % (SB * CPB) == SB * CPB - 1 || c == nc - 1) mbar_arrive(&cta.empty[(c / (SB * CPB)) % kRing]);
+        for (int j = 0; j < STEPS; j++) fence_regs(A[j]);
+        release(c);
     };
 
-    // nc >= 1.  No path may reach the final wait without a wgmma in flight
-    // (a zero-trip loop would: ptxas then serializes every wgmma, C7515).
-    uint32_t a0[STEPS][WT][4], a1[STEPS][WT][4];
-    fetch(0, a0);
-    for (int c = 0;; c += 2) {
-        issue(c, a0);
-        wgmma_wait<1>(); // chunk c - 1 done
-        if (c > 0) retire(c - 1, a1);
-        if (c + 1 >= nc) break;
-        fetch(c + 1, a1);
-        issue(c + 1, a1);
-        wgmma_wait<1>(); // chunk c done
-        retire(c, a0);
-        if (c + 2 >= nc) break;
-        fetch(c + 2, a0);
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int t = 0; t < WT; t++) fence_regs(acc[t]);
-#pragma unroll
-    for (int j = 0; j < STEPS; j++)
-#pragma unroll
-        for (int t = 0; t < WT; t++) {
-            fence_regs(a0[j][t]);
-            fence_regs(a1[j][t]);
+    // A warpgroup with no chunk of its own (CW = 4, nc = 1) repeats chunk 0
+    // and drops its sums.  No path may reach the final wait without a wgmma
+    // in flight (a zero-trip loop would: ptxas then serializes every wgmma, C7515).
+    const int c0 = h < nc ? h : 0;
+    int last;
+    if constexpr (NA == 2) {
+        uint32_t a0[STEPS][4], a1[STEPS][4];
+        fetch(c0, a0);
+        for (int c = c0;; c += 2 * STEP) {
+            issue(c, a0);
+            wgmma_wait<1>(); // the chunk before done
+            if (c > c0) retire(c - STEP, a1);
+            if (c + STEP >= nc) {
+                last = c;
+                break;
+            }
+            fetch(c + STEP, a1);
+            issue(c + STEP, a1);
+            wgmma_wait<1>(); // chunk c done
+            retire(c, a0);
+            if (c + 2 * STEP >= nc) {
+                last = c + STEP;
+                break;
+            }
+            fetch(c + 2 * STEP, a0);
         }
-    mbar_arrive(&cta.empty[((nc - 1) / (SB * CPB)) % kRing]); // the last chunk's stage
-    finish<WT, ND>(p, cta, acc, p.global * p.fold_post, mt0);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) {
+            fence_regs(a0[j]);
+            fence_regs(a1[j]);
+        }
+    } else {
+        uint32_t a0[STEPS][4];
+        for (int c = c0;; c += STEP) {
+            fetch(c, a0);
+            issue(c, a0);
+            wgmma_wait<0>();
+            if (c + STEP >= nc) {
+                last = c;
+                break;
+            }
+            retire(c, a0);
+        }
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) fence_regs(a0[j]);
+    }
+    fence_regs(acc[0]);
+    release(last);
+    // A warpgroup with no chunk in the last stages releases them too.
+    const unsigned ul = last, un = nc - 1;
+    if (ul / L::SB != un / L::SB) mbar_arrive(&cta.xempty[(un / L::SB) % L::XR]);
+    if (ul / L::WSB != un / L::WSB) mbar_arrive(&cta.wempty[(un / L::WSB) % L::WR]);
+
+    if constexpr (CW == 4) { // the second warpgroup of each tile hands its sums over through the X ring
+        bar_sync<2, CW * 128>(); // every consumer is past its last wgmma: the rings are free
+        float4 *xb = reinterpret_cast<float4 *>(cta.x) + tw * (ND / 4) * 128 + (threadIdx.x & 127);
+        if (h == 1) {
+            const bool dup = h >= nc;
+#pragma unroll
+            for (int i = 0; i < ND / 4; i++)
+                xb[i * 128] = dup ? make_float4(0.0f, 0.0f, 0.0f, 0.0f)
+                                  : make_float4(acc[0][4 * i], acc[0][4 * i + 1], acc[0][4 * i + 2], acc[0][4 * i + 3]);
+        }
+        bar_sync<2, CW * 128>();
+        if (h == 1) return;
+#pragma unroll
+        for (int i = 0; i < ND / 4; i++) {
+            const float4 v = xb[i * 128];
+            acc[0][4 * i] += v.x;
+            acc[0][4 * i + 1] += v.y;
+            acc[0][4 * i + 2] += v.z;
+            acc[0][4 * i + 3] += v.w;
+        }
+    }
+    finish<1, ND>(p, cta.tt, cta.split, acc, p.global * p.fold_post, cta.cb * 2 + tw);
 }
 
 #endif
 
+// Registers per thread with setmaxnreg: the CTA keeps the pool it was
+// launched with (the cap of __launch_bounds__(threads, 1): 168 at 384
+// threads, 96 at 640), the producer warpgroup gives part of its share to the
+// consumers (an increase beyond the pool waits forever: the first cut asked
+// for 120 at CW = 4 and hung).
+constexpr int fold_producer_regs(int cw) { return cw == 4 ? 32 : 40; }
+constexpr int fold_consumer_regs(int cw) {
+    const int threads = (cw + 1) * 128, pool = threads * (65536 / threads / 8 * 8);
+    const int r = (pool - 128 * fold_producer_regs(cw)) / (cw * 128) / 8 * 8;
+    return r > 232 ? 232 : r;
+}
+static_assert(fold_consumer_regs(2) == 232 && fold_consumer_regs(4) == 112, "register split");
+
 // Folded-scale kernel (SK: the scale encoding).  One f32 accumulator per
-// output over the whole K, chunk c + 1 decoded (and folded) while chunk c's
-// wgmmas run: two register sets of A fragments, at most two chunks of
-// wgmmas in flight, `wgmma.wait_group 1` before a set is rewritten.  The K
-// order is fixed in registers (natural_k_order), so the consumer warpgroups
-// no longer permute the stage nor meet at a `bar.sync` per stage; with
-// fold_shfl = 0 (A/B runs) three producer warps permute it instead and
-// release it through the slot's `ready` barrier.
-template <int CODE, int SK, bool BF16, int WT, int TN>
-__global__ void __launch_bounds__(kThreads, 1) wgmma_f_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
+// output over the whole K (per K half with CW = 4).  The K order is fixed
+// in registers (natural_k_order), so the consumer warpgroups do not permute
+// the stage; with fold_shfl = 0 (A/B runs) producer warps 2-3 permute it
+// instead and release it through the slot's `ready` barrier.
+template <int CODE, int SK, bool BF16, int TN, int CW, int GSL>
+__global__ void __launch_bounds__((CW + 1) * 128, 1)
+    wgmma_f_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
 #ifdef TOPS_CU_WGMMA
     using namespace sm90;
-    constexpr int CPB = 64 / chunk_dims<CODE>::KC, SB = stage_blocks(CODE), SBYTES = stage_bytes(SB, CPB, TN, WT);
+    using L = fold_layout<TN>;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint32_t lut[256];
-    const Cta cta = cta_begin<CODE, WT, TN>(p, smem_raw);
+    const FoldCta cta = fold_cta_begin<TN, CW>(p, smem_raw);
 
-    if (threadIdx.x >= kConsumerWarps * 32) {
-        const int warp = threadIdx.x >> 5;
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x == kConsumerWarps * 32) {
-            produce<CODE, WT, TN>(p, xmap, cta);
-        } else if (warp > kConsumerWarps && !p.fold_shfl) {
-            const int tid = threadIdx.x - (kConsumerWarps + 1) * 32;
-            for (int i = 0; i < cta.nstages; i++) {
-                const int s = i % kRing;
-                mbar_wait(&cta.full[s], (uint32_t)(i / kRing) & 1u);
-                permute_rows<TN, SB, kPermuters>(cta.ring + s * SBYTES, min(SB, cta.nb - i * SB), tid);
-                mbar_arrive(&cta.ready[s]);
+    if (threadIdx.x >= CW * 128) {
+        const int pw = (threadIdx.x >> 5) - CW * 4, lane = threadIdx.x & 31;
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(fold_producer_regs(CW)));
+        if (pw == 0) {
+            if (lane == 0) produce_x<TN>(xmap, cta);
+        } else if (pw == 1) {
+            if (lane == 0) produce_w<TN>(p, cta);
+        } else if (!p.fold_shfl) {
+            const int tid = threadIdx.x - (CW * 4 + 2) * 32;
+            for (int i = 0; i * L::SB < cta.nb; i++) {
+                const int s = i % L::XR;
+                mbar_wait(&cta.xfull[s], (uint32_t)(i / L::XR) & 1u);
+                permute_rows<TN, L::SB, kFoldPermuters>(cta.x + s * L::XBYTES, min(L::SB, cta.nb - i * L::SB), tid);
+                mbar_arrive(&cta.xready[s]);
             }
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        consume_folded<CODE, SK, BF16, WT, TN>(p, cta, lut);
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(fold_consumer_regs(CW)));
+        consume_folded<CODE, SK, BF16, TN, CW, GSL>(p, cta, lut);
     }
 #else
     (void)xmap, (void)p;
@@ -533,24 +722,52 @@ wg_fn pick_code(int code, int tn) {
     }
 }
 
-// Folded kernels: (tokens, m64 tiles per warpgroup) 64 x 2, 64 x 1 or 128 x 1.
-template <int CODE, int SK, bool BF16>
-wg_fn pick_fold_tile(int tn, int wt) {
-    if (tn == 128) return wgmma_f_kernel<CODE, SK, BF16, 1, 128>;
-    return wt == 1 ? wgmma_f_kernel<CODE, SK, BF16, 1, 64> : wgmma_f_kernel<CODE, SK, BF16, 2, 64>;
+// [CW == 4][tn == 128]
+const char *const kFoldNames[2][2] = {
+    {"wgmma_w folded m64n64k16, 2 consumer warpgroups (A from registers) + TMA",
+     "wgmma_w folded m64n128k16, 2 consumer warpgroups (A from registers) + TMA"},
+    {"wgmma_w folded m64n64k16, 4 consumer warpgroups (A from registers) + TMA",
+     "wgmma_w folded m64n128k16, 4 consumer warpgroups (A from registers) + TMA"},
+};
+
+struct fold_pick {
+    wg_fn fn;
+    int threads, smem;
+};
+
+template <int CODE, int SK, bool BF16, int TN, int CW, int GSL>
+fold_pick fold_one() {
+    return {wgmma_f_kernel<CODE, SK, BF16, TN, CW, GSL>, (CW + 1) * 128, fold_layout<TN>::SMEM};
 }
 
-// NULL where tops__cu_fold_shift never folds.
+template <int CODE, int SK, bool BF16, int TN, int CW>
+fold_pick fold_g(int gsl) {
+    return gsl == 0 ? fold_one<CODE, SK, BF16, TN, CW, 0>()
+           : gsl == 1 ? fold_one<CODE, SK, BF16, TN, CW, 1>()
+                      : fold_one<CODE, SK, BF16, TN, CW, 2>();
+}
+
+template <int CODE, int SK, bool BF16, int TN>
+fold_pick fold_cw(int cw, int gsl) {
+    return cw == 4 ? fold_g<CODE, SK, BF16, TN, 4>(gsl) : fold_g<CODE, SK, BF16, TN, 2>(gsl);
+}
+
+template <int CODE, int SK, bool BF16>
+fold_pick fold_tn(int tn, int cw, int gsl) {
+    return tn == 128 ? fold_cw<CODE, SK, BF16, 128>(cw, gsl) : fold_cw<CODE, SK, BF16, 64>(cw, gsl);
+}
+
+// fn NULL where tops__cu_fold_shift never folds.
 template <bool BF16>
-wg_fn pick_fold(int code, int sk, int tn, int wt) {
+fold_pick pick_fold(int code, int sk, int tn, int cw, int gsl) {
     if (code == TOPS__CU_CODE_E2M1 && sk == TOPS__CU_SCALE_E8M0)
-        return pick_fold_tile<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_E8M0, BF16>(tn, wt);
+        return fold_tn<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_E8M0, BF16>(tn, cw, gsl);
     if (code == TOPS__CU_CODE_E2M1 && sk == TOPS__CU_SCALE_UE4M3)
-        return pick_fold_tile<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_UE4M3, BF16>(tn, wt);
+        return fold_tn<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_UE4M3, BF16>(tn, cw, gsl);
     if constexpr (!BF16)
         if (code == TOPS__CU_CODE_U4 && sk == TOPS__CU_SCALE_F16)
-            return pick_fold_tile<TOPS__CU_CODE_U4, TOPS__CU_SCALE_F16, false>(tn, wt);
-    return nullptr;
+            return fold_tn<TOPS__CU_CODE_U4, TOPS__CU_SCALE_F16, false>(tn, cw, gsl);
+    return {nullptr, 0, 0};
 }
 
 // K splits: 1 unless TOPS_CUDA_WGMMA_SPLITS asks for more.  On the H200
@@ -586,20 +803,22 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         return (int)cudaErrorNotSupported;
     Params p;
     if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
-    // Tokens per CTA: TOPS_CUDA_WGMMA_TN (64 or 128) for tuning runs; m64
-    // tiles per warpgroup at 64 tokens, folded kernel: TOPS_CUDA_WGMMA_WT (1 or 2).
-    // Folded default: one m64 tile per warpgroup, 128 tokens above M = 64
-    // (H200, 2026-11-29 18:19 UTC, int4-g128 relaxed / mxfp4 / nvfp4, us at
-    // M = 64 / 128 / 256: n64 x2 74.4 / 73.1 / 145.5, n64 x1 41.9 / 82.3 /
-    // 122.1, n128 x1 48.0 / 50.1 / 99.6).
-    const long long tn_env = env_or("TOPS_CUDA_WGMMA_TN", 0), wt_env = env_or("TOPS_CUDA_WGMMA_WT", 0);
+    // Tokens per CTA: TOPS_CUDA_WGMMA_TN (64 or 128) for tuning runs.  The
+    // folded kernel: one m64 tile per channel tile of the CTA (two per
+    // warpgroup ran 1.8x slower), 128 tokens above M = 64 (H200, 2026-11-29
+    // 18:19 UTC, int4-g128 relaxed / mxfp4 / nvfp4, us at M = 64 / 128 / 256:
+    // n64 x2 74.4 / 73.1 / 145.5, n64 x1 41.9 / 82.3 / 122.1, n128 x1 48.0 /
+    // 50.1 / 99.6); TOPS_CUDA_WGMMA_CW=4: four consumer warpgroups.
+    const long long tn_env = env_or("TOPS_CUDA_WGMMA_TN", 0);
     const bool bf16 = a->x_bf16 != 0;
     const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : a->fold && a->m > 64 ? 128 : 64;
-    const int fwt = wt_env == 2 ? 2 : 1;
-    const wg_fn ffn = a->fold ? (bf16 ? pick_fold<true>(a->code, a->scale_kind, tn, fwt)
-                                      : pick_fold<false>(a->code, a->scale_kind, tn, fwt))
-                              : nullptr;
-    const int wt = tn == 128 ? 1 : ffn ? fwt : 2;
+    const int cw = env_or("TOPS_CUDA_WGMMA_CW", 2) == 4 ? 4 : 2;
+    const int gsl = p.group_shift >= 6 ? 2 : p.group_shift - 4; // k16 steps per group: 1, 2, 4 (and more)
+    const fold_pick fp = !a->fold ? fold_pick{nullptr, 0, 0}
+                         : bf16   ? pick_fold<true>(a->code, a->scale_kind, tn, cw, gsl)
+                                  : pick_fold<false>(a->code, a->scale_kind, tn, cw, gsl);
+    const wg_fn ffn = fp.fn;
+    const int wt = tn == 128 || ffn ? 1 : 2;
     const long long cblocks = (p.ntiles / 4 + 2 * wt - 1) / (2 * wt);
     p.passes = (int)((a->m + tn - 1) / tn);
     const long long units = cblocks * p.passes;
@@ -628,7 +847,8 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         // relaxed, M = 128)
         p.fold_shfl = env_or("TOPS_CUDA_WGMMA_PERMUTE", 0) != 1;
     }
-    const size_t smem = (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn, wt) + 3 * kRing * 8 + 1024;
+    const size_t smem =
+        ffn ? (size_t)fp.smem : (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn, wt) + 2 * kRing * 8 + 1024;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) {
@@ -654,13 +874,11 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
             if (err != cudaSuccess) *what = "clearing the wgmma split counters";
         }
     }
-    set_last_kernel(ffn ? (tn == 128 ? "wgmma_w folded m64n128k16 x1 (A from registers) + TMA"
-                                     : wt == 1 ? "wgmma_w folded m64n64k16 x1 (A from registers) + TMA"
-                                               : "wgmma_w folded m64n64k16 x2 (A from registers) + TMA")
+    set_last_kernel(ffn         ? kFoldNames[cw == 4][tn == 128]
                     : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
                                 : "wgmma_w m64n64k16 (A from registers) + TMA");
     if (err == cudaSuccess) {
-        fn<<<dim3((unsigned)units, (unsigned)p.splits), kThreads, smem, stream>>>(map, p);
+        fn<<<dim3((unsigned)units, (unsigned)p.splits), ffn ? fp.threads : kThreads, smem, stream>>>(map, p);
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the wgmma kernel launch";
     }

@@ -569,8 +569,11 @@ static void test_wgmma(void) {
    type, one f32 sum over K): strict e2m1 (mxfp4, gguf-mxfp4, nvfp4: exact,
    so within the strict bounds), relaxed 4-bit integers with f16 scales and
    f16 activations (within the strict bound + FOLD_REL_L2); ragged M, N and
-   K, both activation types, every output type, accumulate, K splits, every
-   tile shape (TOPS_CUDA_WGMMA_TN / _WT), the K order by lane shuffles
+   K, both activation types, every output type, accumulate, K splits, both
+   token tiles (TOPS_CUDA_WGMMA_TN), 2 or 4 consumer warpgroups
+   (TOPS_CUDA_WGMMA_CW; with 4, a K split of one chunk leaves a warpgroup with
+   no chunk of its own, and an odd chunk count one with none in the last
+   stage), the K order by lane shuffles
    (default) or by a stage permute (TOPS_CUDA_WGMMA_PERMUTE=1).  Then the cases that must NOT
    fold and still be right: relaxed int4 with bf16 activations, strict int4,
    TOPS_CUDA_WGMMA_FOLD=0, and mxfp4 whose block scales span 2^40 (beyond
@@ -586,25 +589,25 @@ static void test_wgmma_folded(void) {
         tops_dtype act, out;
         int64_t m, k, n;
         int accumulate, prepack, relaxed, spread;
-        const char *splits, *tn, *wt, *fold_env;
+        const char *splits, *tn, *fold_env;
         int want_fold;
     } cases[] = {
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 33, 520, 130, 0, 1, 0, 0, NULL, NULL, NULL, NULL, 1},
-        {"nvfp4", TOPS_DT_BF16, TOPS_DT_F16, 100, 1000, 200, 1, 1, 0, 0, "3", NULL, NULL, NULL, 1},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 128, 4096, 77, 0, 1, 1, 0, NULL, NULL, NULL, NULL, 1},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 257, 1000, 300, 0, 0, 0, 0, "2", NULL, "1", NULL, 1},
-        {"nvfp4", TOPS_DT_F16, TOPS_DT_F32, 17, 2048, 96, 0, 1, 1, 0, NULL, "128", NULL, NULL, 1},
-        {"q4_0", TOPS_DT_F16, TOPS_DT_F16, 200, 1024, 264, 1, 1, 1, 0, NULL, NULL, "1", NULL, 1},
-        {"int4-g32", TOPS_DT_F16, TOPS_DT_BF16, 64, 256, 513, 0, 1, 1, 0, "4", "128", NULL, NULL, 1},
-        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 1, 0, 0, NULL, NULL, NULL, NULL, 1},
-        {"nvfp4", TOPS_DT_BF16, TOPS_DT_F32, 300, 136, 776, 0, 1, 0, 0, NULL, NULL, "1", NULL, 1},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 1000, 300, 0, 1, 0, 0, "2", "128", NULL, NULL, 1},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 100, 2048, 200, 1, 1, 1, 0, NULL, NULL, NULL, NULL, 1},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 1, 0, NULL, NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 0, 0, NULL, NULL, NULL, NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 100, 1000, 200, 1, 1, 0, 0, "2", NULL, NULL, "0", 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 64, 512, 192, 0, 1, 0, 1, NULL, NULL, NULL, NULL, 0},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 64, 512, 192, 0, 1, 0, 1, NULL, NULL, NULL, NULL, 1},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 33, 520, 130, 0, 1, 0, 0, NULL, NULL, NULL, 1},
+        {"nvfp4", TOPS_DT_BF16, TOPS_DT_F16, 100, 1000, 200, 1, 1, 0, 0, "3", NULL, NULL, 1},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 128, 4096, 77, 0, 1, 1, 0, NULL, NULL, NULL, 1},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 257, 1000, 300, 0, 0, 0, 0, "2", NULL, NULL, 1},
+        {"nvfp4", TOPS_DT_F16, TOPS_DT_F32, 17, 2048, 96, 0, 1, 1, 0, NULL, "128", NULL, 1},
+        {"q4_0", TOPS_DT_F16, TOPS_DT_F16, 200, 1024, 264, 1, 1, 1, 0, NULL, NULL, NULL, 1},
+        {"int4-g32", TOPS_DT_F16, TOPS_DT_BF16, 64, 256, 513, 0, 1, 1, 0, "4", "128", NULL, 1},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 1, 0, 0, NULL, NULL, NULL, 1},
+        {"nvfp4", TOPS_DT_BF16, TOPS_DT_F32, 300, 136, 776, 0, 1, 0, 0, NULL, NULL, NULL, 1},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 1000, 300, 0, 1, 0, 0, "2", "128", NULL, 1},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 100, 2048, 200, 1, 1, 1, 0, NULL, NULL, NULL, 1},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 1, 0, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 0, 0, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 100, 1000, 200, 1, 1, 0, 0, "2", NULL, "0", 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 64, 512, 192, 0, 1, 0, 1, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 64, 512, 192, 0, 1, 0, 1, NULL, NULL, NULL, 1},
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0;
@@ -612,9 +615,10 @@ static void test_wgmma_folded(void) {
     for (int i = 0; i < n; i++) {
         if (cases[i].splits) setenv("TOPS_CUDA_WGMMA_SPLITS", cases[i].splits, 1);
         if (cases[i].tn) setenv("TOPS_CUDA_WGMMA_TN", cases[i].tn, 1);
-        if (cases[i].wt) setenv("TOPS_CUDA_WGMMA_WT", cases[i].wt, 1);
         if (cases[i].fold_env) setenv("TOPS_CUDA_WGMMA_FOLD", cases[i].fold_env, 1);
         if (i % 4 == 3) setenv("TOPS_CUDA_WGMMA_PERMUTE", "1", 1); /* the stage-permute variant */
+        /* 2 and 4 consumer warpgroups, each also with the permute */
+        setenv("TOPS_CUDA_WGMMA_CW", (i + i / 4) % 4 >= 2 ? "4" : "2", 1);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
                       cases[i].accumulate, cases[i].prepack, cases[i].relaxed, cases[i].spread};
         int ok = run_case(&c, &r);
@@ -627,9 +631,9 @@ static void test_wgmma_folded(void) {
         passed += ok;
         unsetenv("TOPS_CUDA_WGMMA_SPLITS");
         unsetenv("TOPS_CUDA_WGMMA_TN");
-        unsetenv("TOPS_CUDA_WGMMA_WT");
         unsetenv("TOPS_CUDA_WGMMA_FOLD");
         unsetenv("TOPS_CUDA_WGMMA_PERMUTE");
+        unsetenv("TOPS_CUDA_WGMMA_CW");
     }
     unsetenv("TOPS_CUDA_KERNEL");
     /* By plan (no forcing): relaxed int4-g128 and strict mxfp4 at M = 128 fold. */
