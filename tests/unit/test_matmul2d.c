@@ -264,6 +264,19 @@ static void test_packed_matches_plain(void) {
    in place (and, packed relaxed, to the integer driver's panels): the same
    bits as the plain (here sliced, strided) weights in every mode, for
    small and large M, on every level and for threads 1 and 2. */
+/* One kernel level and thread count: the plain weights into c1 and their
+   packed form into c2, both outputs poisoned first. */
+static void run_plain_and_packed(const tops__kernels *kern, int threads, const tops_matmul2d_desc *d,
+                                 const tops_tensor *a, const tops_tensor *w, const tops_tensor *pk, tops_tensor *c1,
+                                 tops_tensor *c2) {
+    tops_exec ex = tops_exec_default();
+    ex.threads = threads;
+    mm_poison(c1);
+    mm_poison(c2);
+    ASSERT_OK(tops__matmul2d_with(kern, &ex, d, a, w, c1));
+    ASSERT_OK(tops__matmul2d_with(kern, &ex, d, a, pk, c2));
+}
+
 static void test_packed_in_place(void) {
     const tops_format fmts[6] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
                                  {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_MXFP4, 0, TOPS_DT_NONE},
@@ -306,12 +319,7 @@ static void test_packed_in_place(void) {
                 const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
                 if (!kern) continue;
                 for (int threads = 1; threads <= 2; threads++) {
-                    tops_exec ex = tops_exec_default();
-                    ex.threads = threads;
-                    mm_poison(&c1);
-                    mm_poison(&c2);
-                    ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &w, &c1));
-                    ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &pk, &c2));
+                    run_plain_and_packed(kern, threads, &d, &a.t, &w, &pk, &c1, &c2);
                     if (isa == TOPS_ISA_REF && threads == 1)
                         for (int64_t i = 0; i < m * n; i++) ref[i] = ((float *)p1)[i];
                     const double e = m * n < 32 ? mm_normwise(&c2, ref, mag) : mm_rel_l2(&c2, ref);
@@ -408,12 +416,7 @@ static void test_stream_e8m0_extremes(void) {
             const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
             if (!kern) continue;
             for (int threads = 1; threads <= 2; threads++) {
-                tops_exec ex = tops_exec_default();
-                ex.threads = threads;
-                mm_poison(&c1);
-                mm_poison(&c2);
-                ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &w.t, &c1));
-                ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &pk, &c2));
+                run_plain_and_packed(kern, threads, &d, &a.t, &w.t, &pk, &c1, &c2);
                 if (!same_or_both_nan(p1, p2, m * n))
                     TH_FAIL_AT("format %d m=%lld k=%lld mul %g isa=%s threads=%d: packed != plain", it % 2, (long long)m,
                                (long long)k, (double)w.t.tensor_scale, tops_isa_name((tops_isa)isa), threads);
