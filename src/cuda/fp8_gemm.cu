@@ -9,9 +9,10 @@
 //      each own 64 rows of the tile.  The epilogue multiplies by the row
 //      scale, the channel scale and the tensor scale and stores with the
 //      op's mode into f32/f16/bf16.  Overwriting aligned outputs, the
-//      persistent kernel runs (one CTA per SM, TMA stores; stream-K for a
-//      last partial wave on request); accumulate or unaligned rows, one CTA
-//      per tile.
+//      persistent kernel runs (one CTA per SM, TMA stores; by default in
+//      clusters of two that share the weight tile by TMA multicast; stream-K
+//      for a last partial wave on request, without clusters); accumulate or
+//      unaligned rows, one CTA per tile.
 // The Hopper instructions exist only in the sm_90a pass; the sm_80 pass
 // builds empty kernels that the plan never launches (matmul.c asks for
 // compute capability 9.0 before it packs the FP8 layout).
@@ -47,6 +48,8 @@ struct GemmParams {
     int tiles_m, tiles_n;
     int lag;      // persistent kernel: the second consumer warpgroup starts one K stage late
     int dp_tiles; // persistent kernel: tiles done whole; stream-K splits the K stages of the rest
+                  // (clusters: the tile pairs)
+    int share_b;  // clusters: the two CTAs share the weight tile (row-tile pairs), else the activation tile
     unsigned *flags;  // stream-K: per CTA, 1 once its partial tile is in partials (zeroed by quant_rows)
     float *partials;  // stream-K: per CTA one 128 x 256 f32 partial tile, in accumulator order
 };
@@ -290,7 +293,11 @@ __device__ __forceinline__ void store4(const GemmParams &p, int row, int col, fl
 // 128-byte swizzled, with full (TMA bytes landed) and empty (all 8 consumer
 // warps done reading) barriers per slot.  `it` counts stages across tiles,
 // so a persistent CTA keeps the ring's position from one tile to the next.
-template <int BN, int STAGES>
+// CL = 2: a cluster of two CTAs whose tiles share one operand (Share below);
+// each CTA loads half of it into both CTAs' slots (TMA multicast), so a slot
+// is free again only once the consumers of both CTAs are done with it: the
+// empty barriers count both CTAs' consumer warps.
+template <int BN, int STAGES, int CL = 1>
 struct Ring {
     static constexpr int kStageA = kBM * kBK, kStageB = BN * kBK;
     static constexpr int kBytes = STAGES * (kStageA + kStageB), kBars = 2 * STAGES;
@@ -301,28 +308,71 @@ struct Ring {
     __device__ void init() const {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 8); // one arrive per consumer warp
+            mbar_init(&empty[s], 8 * CL); // one arrive per consumer warp of the cluster
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
+    // What a CTA of a cluster loads: the shared operand's half `rank` into
+    // every CTA (share_b: the weight tile, the CTAs on row tiles tm of one
+    // column tile; else the activation tile, on column tiles of one row
+    // tile), and its own operand unless it has no tile this step (ghost: the
+    // partner's tile is the last of an odd count; it still loads its half).
+    struct Share {
+        bool share_b, ghost;
+        uint32_t rank;
+    };
     // Producer thread: K stages k0 .. k1 - 1 of tile (tm, tn).
     __device__ __forceinline__ void produce(const CUtensorMap *ma, const CUtensorMap *mb, int tm, int tn, int k0,
-                                            int k1, unsigned &it) const {
+                                            int k1, unsigned &it, Share sh = Share{true, false, 0}) const {
         for (int kt = k0; kt < k1; kt++, it++) {
             const unsigned s = it % STAGES;
             if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
-            mbar_expect_tx(&full[s], kStageA + kStageB);
-            tma_load_2d(sa + s * kStageA, ma, &full[s], kt * kBK, tm * kBM);
-            tma_load_2d(sb + s * kStageB, mb, &full[s], kt * kBK, tn * BN);
+            unsigned char *a = sa + s * kStageA, *b = sb + s * kStageB;
+            if constexpr (CL == 1) {
+                mbar_expect_tx(&full[s], kStageA + kStageB);
+                tma_load_2d(a, ma, &full[s], kt * kBK, tm * kBM);
+                tma_load_2d(b, mb, &full[s], kt * kBK, tn * BN);
+            } else {
+                constexpr uint16_t all = (1u << CL) - 1;
+                // Every CTA's full barrier expects the whole shared operand
+                // (its halves land from both CTAs) and its own one.
+                if (sh.share_b) {
+                    mbar_expect_tx(&full[s], (sh.ghost ? 0 : kStageA) + kStageB);
+                    if (!sh.ghost) tma_load_2d(a, ma, &full[s], kt * kBK, tm * kBM);
+                    tma_load_2d_multicast(b + sh.rank * (kStageB / CL), mb, &full[s], kt * kBK,
+                                          tn * BN + (int)sh.rank * (BN / CL), all);
+                } else {
+                    mbar_expect_tx(&full[s], kStageA + (sh.ghost ? 0 : kStageB));
+                    tma_load_2d_multicast(a + sh.rank * (kStageA / CL), ma, &full[s], kt * kBK,
+                                          tm * kBM + (int)sh.rank * (kBM / CL), all);
+                    if (!sh.ghost) tma_load_2d(b, mb, &full[s], kt * kBK, tn * BN);
+                }
+            }
         }
+    }
+    // A slot's release: an arrive on its empty barrier in every CTA that writes into it.
+    __device__ __forceinline__ void release(unsigned s, uint32_t rank) const {
+        mbar_arrive(&empty[s]);
+        if constexpr (CL > 1)
+            for (uint32_t r = 0; r < CL; r++)
+                if (r != rank) mbar_arrive_cluster(&empty[s], r);
     }
     // Consumer warpgroup cw: rows 64 cw .. + 63 of one tile, K stages k0 ..
     // k1 - 1 (k1 > k0), into d (zeroed here); every slot read is handed
     // back.  first_done (or NULL) gets one arrive per warp once the first
-    // stage's products are done.
+    // stage's products are done.  ghost (clusters): no tile, the stages are
+    // only waited for and handed back.
     __device__ __forceinline__ void consume(float (&d)[BN / 2], int cw, int k0, int k1, unsigned &it,
-                                            uint64_t *first_done = nullptr) const {
+                                            uint64_t *first_done = nullptr, bool ghost = false,
+                                            uint32_t rank = 0) const {
         const bool lane0 = (threadIdx.x & 31) == 0;
+        if (ghost) {
+            for (int kt = k0; kt < k1; kt++, it++) {
+                mbar_wait(&full[it % STAGES], (it / STAGES) & 1);
+                if (lane0) release(it % STAGES, rank);
+            }
+            return;
+        }
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
         for (int kt = k0; kt < k1; kt++, it++) {
@@ -334,12 +384,12 @@ struct Ring {
             wgmma_commit();
             // The previous stage's products are done: hand its slot back.
             wgmma_wait<1>();
-            if (kt > k0 && lane0) mbar_arrive(&empty[(it - 1) % STAGES]);
+            if (kt > k0 && lane0) release((it - 1) % STAGES, rank);
             if (kt == k0 + 1 && first_done && lane0) mbar_arrive(first_done);
         }
         wgmma_wait<0>();
         fence_regs(d);
-        if (lane0) mbar_arrive(&empty[(it - 1) % STAGES]);
+        if (lane0) release((it - 1) % STAGES, rank);
         if (k1 - k0 == 1 && first_done && lane0) mbar_arrive(first_done);
     }
 };
@@ -440,12 +490,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 // range cut again at tile boundaries into pieces (t, k0, k1).  A piece that
 // ends a tile but does not start it adds the partial sums of the CTAs below,
 // whose ranges end in that tile.
+// Clusters walk tile pairs instead (first = the cluster's index, step = the
+// cluster count, tiles = dp_tiles = the pair count: no stream-K), both CTAs
+// of a cluster the same pairs.
 struct Work {
     int t, k0, k1;
-    int next_dp, dp, ktiles;
+    int next_dp, dp, step, ktiles;
     long long i, e; // this CTA's stream-K stages still to do: [i, e)
-    __device__ Work(const GemmParams &p, int ktiles_, int tiles)
-        : next_dp(blockIdx.x), dp(p.dp_tiles), ktiles(ktiles_), i(sk_begin(p, ktiles_, tiles, blockIdx.x)),
+    __device__ Work(const GemmParams &p, int ktiles_, int tiles, int first, int step_)
+        : next_dp(first), dp(p.dp_tiles), step(step_), ktiles(ktiles_), i(sk_begin(p, ktiles_, tiles, blockIdx.x)),
           e(sk_begin(p, ktiles_, tiles, blockIdx.x + 1)) {}
     static __device__ long long sk_begin(const GemmParams &p, int ktiles, int tiles, int c) {
         return (long long)(tiles - p.dp_tiles) * ktiles * c / gridDim.x;
@@ -453,7 +506,7 @@ struct Work {
     __device__ bool next() {
         if (next_dp < dp) {
             t = next_dp, k0 = 0, k1 = ktiles;
-            next_dp += gridDim.x;
+            next_dp += step;
             return true;
         }
         // Stream-K pieces last to first: the first one a CTA does is the
@@ -467,6 +520,25 @@ struct Work {
         return true;
     }
 };
+
+// Unit t of the walk as tile (tm, tn): with clusters (CL = 2) unit t is a
+// pair of row tiles of one column tile (share_b) or of column tiles of one
+// row tile, rank r taking the pair's tile r; false (ghost) where that tile
+// lies past the last one (an odd tile count).
+template <int CL>
+__device__ __forceinline__ bool place(const GemmParams &p, int t, uint32_t rank, int &tm, int &tn) {
+    if (CL == 1) {
+        tm = t % p.tiles_m, tn = t / p.tiles_m;
+        return true;
+    }
+    if (p.share_b) {
+        const int pairs_m = (p.tiles_m + 1) / 2;
+        tm = t % pairs_m * 2 + (int)rank, tn = t / pairs_m;
+        return tm < p.tiles_m;
+    }
+    tm = t % p.tiles_m, tn = t / p.tiles_m * 2 + (int)rank;
+    return tn < p.tiles_n;
+}
 
 __device__ __forceinline__ void flag_release(unsigned *f) {
     asm volatile("st.release.gpu.global.u32 [%0], 1;" ::"l"(f) : "memory");
@@ -484,30 +556,38 @@ __device__ __forceinline__ unsigned flag_acquire(const unsigned *f) {
 // (outside the ring) and writes it by TMA stores, one 64 x 128-byte box at a
 // time, each store overlapping the filling of the next box.  Overwrites the
 // output (no accumulate); the output map clips ragged M and N.
-template <typename OutT>
+// CL = 2: launched in clusters of two that share one operand tile per stage
+// (Ring, place): half the L2 reads of that operand.
+template <typename OutT, int CL>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_persistent(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                         const __grid_constant__ CUtensorMap map_c, const GemmParams p) {
 #ifdef TOPS_FP8_WGMMA
     constexpr int BN = 256;
-    using R = Ring<BN, 4>;
+    using R = Ring<BN, 4, CL>;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw), *staging = smem + R::kBytes;
     uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStagingBytes), *lag_bar = bars + R::kBars;
     const R ring(smem, bars);
     const int wg = threadIdx.x / 128;
     const int ktiles = (p.k + kBK - 1) / kBK, tiles = p.tiles_m * p.tiles_n;
+    const uint32_t rank = CL > 1 ? cluster_rank() : 0;
+    // Work units: tiles, or with clusters tile pairs (dp_tiles of them).
+    const int units = CL > 1 ? p.dp_tiles : tiles, first = (int)blockIdx.x / CL, step = (int)gridDim.x / CL;
     // With several tiles per CTA the second consumer warpgroup may start one
     // K stage late (TOPS_CUDA_FP8_LAG=1): the warpgroups then reach their
     // epilogues one after the other, and the one still in its K loop keeps
     // the tensor cores busy during the other's epilogue (the lag persists from
     // tile to tile).
-    const bool lag = p.lag && tiles > (int)gridDim.x;
+    const bool lag = CL == 1 && p.lag && tiles > (int)gridDim.x;
     if (threadIdx.x == 0) {
         mbar_init(lag_bar, 4); // one arrive per warp of the first consumer warpgroup
         ring.init();
     }
-    __syncthreads();
+    // With clusters the partner's barriers must exist before its first
+    // multicast or remote arrive reaches them.
+    if (CL > 1) cluster_sync();
+    else __syncthreads();
 
     unsigned it = 0;
     if (wg == 0) {
@@ -516,8 +596,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         // above ran while it finished; its codes and row scales are read below.
         if (threadIdx.x == 0) grid_dep_wait();
         if (threadIdx.x == 0)
-            for (Work w(p, ktiles, tiles); w.next();)
-                ring.produce(&map_a, &map_b, w.t % p.tiles_m, w.t / p.tiles_m, w.k0, w.k1, it);
+            for (Work w(p, ktiles, units, first, step); w.next();) {
+                int tm, tn;
+                const bool own = place<CL>(p, w.t, rank, tm, tn);
+                ring.produce(&map_a, &map_b, tm, tn, w.k0, w.k1, it, typename R::Share{p.share_b != 0, !own, rank});
+            }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         constexpr int kBoxCols = 128 / (int)sizeof(OutT), kBoxes = BN / kBoxCols, kJ = kBoxCols / 8;
@@ -529,9 +612,13 @@ __global__ void __launch_bounds__(kThreads, 1)
         float d[BN / 2];
         grid_dep_wait();
         if (lag && cw == 1) mbar_wait(lag_bar, 0);
-        bool first = true;
-        for (Work w(p, ktiles, tiles); w.next(); first = false) {
-            const int tm = w.t % p.tiles_m, tn = w.t / p.tiles_m;
+        bool first_tile = true;
+        for (Work w(p, ktiles, units, first, step); w.next(); first_tile = false) {
+            int tm, tn;
+            if (!place<CL>(p, w.t, rank, tm, tn)) { // no tile for this CTA: the partner's stages pass through
+                ring.consume(d, cw, w.k0, w.k1, it, nullptr, true, rank);
+                continue;
+            }
             // Scales before the K loop, which hides their latency.  Lane l
             // keeps the channel scales of columns 8 j + 2 (l % 4) + {0, 1} for
             // j = l / 4 + 8 q; the epilogue shuffles them to the lanes that
@@ -549,7 +636,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 cs[q].x = !p.ch_scale ? 1.0f : col < p.n ? p.ch_scale[col] : 0.0f;
                 cs[q].y = !p.ch_scale ? 1.0f : col + 1 < p.n ? p.ch_scale[col + 1] : 0.0f;
             }
-            ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first ? lag_bar : nullptr);
+            ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first_tile ? lag_bar : nullptr, false, rank);
 
             // Stream-K: a piece that does not end the tile leaves its sums
             // to the CTA whose piece does (a later CTA, which waits for the
@@ -618,6 +705,10 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         if (leader) bulk_wait<0>();
     }
+    // The partner's consumers arrive on this CTA's empty barriers, and its
+    // producer multicasts into this CTA's ring, up to its last stage: no CTA
+    // of a cluster exits before both are done.
+    if (CL > 1) cluster_sync();
 #else
     (void)map_a, (void)map_b, (void)map_c, (void)p;
 #endif
@@ -679,6 +770,7 @@ cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams
     kernel<<<(unsigned)((long long)p.tiles_m * p.tiles_n), kThreads, smem, stream>>>(ma, mb, p, vec);
     err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the FP8 GEMM launch";
+    else tops_cu::set_last_kernel("fp8 one CTA per tile");
     return err;
 }
 
@@ -694,21 +786,47 @@ int sm_count() {
     return n;
 }
 
+// Clusters of two sharing an operand tile by TMA multicast
+// (TOPS_CUDA_FP8_CLUSTER: 1 the weight tile, CTAs on row-tile pairs; 2 the
+// activation tile, CTAs on column-tile pairs; 0 none, for A/B runs).  1 by
+// default: on the H200 (docs/cuda.md, round 7) at M = 4096 its minimum was
+// 1.2 % below no clusters' in every process (0.3036-0.3060 against
+// 0.3074-0.3114 ms), its median equal within the noise, M = 1024 0.7 %
+// faster, M = 256 the same; 2 measured slower than 1.
+int cluster_mode() {
+    const int c = tops_cu::env_or("TOPS_CUDA_FP8_CLUSTER", 1);
+    return c == 1 || c == 2 ? c : 0;
+}
+
 // The persistent kernel's grid and split: one CTA per SM (TOPS_CUDA_FP8_CTAS
 // caps it, for tests: several tiles per CTA), at most one CTA per tile, and
 // with TOPS_CUDA_FP8_SK=1 stream-K for the last partial wave.  Off by default:
 // on the H200 it measured no faster at M = 4096 (the GEMM runs power-capped
 // at ~1.57 GHz, so SMs idle in the last wave let the others clock up) and
-// 28 % slower at M = 256 (docs/cuda.md).
+// 28 % slower at M = 256 (docs/cuda.md).  With clusters (cl > 0): as many
+// clusters as can be resident together (max_clusters; a cluster needs two
+// free SMs of one GPC), at most one per tile pair, no stream-K.
 struct PersistPlan {
-    int grid, tiles_m, tiles_n, dp_tiles;
+    int grid, tiles_m, tiles_n, dp_tiles, cl;
     bool sk;
 };
-PersistPlan plan_persistent(int m, int n) {
+PersistPlan plan_persistent(int m, int n, int cl, int max_clusters) {
     PersistPlan pl;
     pl.tiles_m = (m + kBM - 1) / kBM;
     pl.tiles_n = (n + 255) / 256;
+    pl.cl = cl;
     const long long tiles = (long long)pl.tiles_m * pl.tiles_n, cap = tops_cu::env_or("TOPS_CUDA_FP8_CTAS", 0);
+    if (cl) {
+        const long long pairs = cl == 1 ? (long long)(pl.tiles_m + 1) / 2 * pl.tiles_n
+                                        : (long long)pl.tiles_m * ((pl.tiles_n + 1) / 2);
+        long long clusters = max_clusters;
+        if (cap > 0 && clusters > (cap > 1 ? cap / 2 : 1)) clusters = cap > 1 ? cap / 2 : 1;
+        if (clusters > pairs) clusters = pairs;
+        pl.grid = (int)(2 * clusters);
+        pl.dp_tiles = (int)pairs;
+        pl.sk = false;
+        return pl;
+    }
     long long grid = sm_count();
     if (cap > 0 && grid > cap) grid = cap;
     const long long rem = tiles % grid;
@@ -719,39 +837,84 @@ PersistPlan plan_persistent(int m, int n) {
     return pl;
 }
 
+// The persistent kernel for OutT and CL, its shared-memory limit raised.
+template <typename OutT, int CL>
+cudaError_t persistent_kernel(void (**kernel)(CUtensorMap, CUtensorMap, CUtensorMap, GemmParams), const char **what) {
+    static unsigned char raised[64];
+    *kernel = fp8_gemm_persistent<OutT, CL>;
+    return raise_smem(fp8_gemm_persistent<OutT, CL>, kPersistSmem, raised, what);
+}
+
+// Clusters of two of the persistent kernel that fit on the device at once
+// (cached per device); 0 where clusters cannot run.
+template <typename OutT>
+int max_clusters() {
+    static int cached[64];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return (void)cudaGetLastError(), 0;
+    if (dev < 64 && cached[dev]) return cached[dev] > 0 ? cached[dev] : 0;
+    void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, GemmParams);
+    const char *what = nullptr;
+    int n = 0;
+    if (persistent_kernel<OutT, 2>(&kernel, &what) == cudaSuccess) {
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(2 * (unsigned)sm_count());
+        cfg.blockDim = dim3(kThreads);
+        cfg.dynamicSmemBytes = kPersistSmem;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) n = 0;
+    }
+    (void)cudaGetLastError();
+    if (dev < 64) cached[dev] = n > 0 ? n : -1;
+    return n > 0 ? n : 0;
+}
+
 template <typename OutT>
 cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, GemmParams p,
                               const PersistPlan &pl, cudaStream_t stream, const char **what) {
-    auto kernel = fp8_gemm_persistent<OutT>;
-    static unsigned char raised[64];
-    cudaError_t err = raise_smem(kernel, kPersistSmem, raised, what);
+    void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, GemmParams);
+    cudaError_t err = pl.cl ? persistent_kernel<OutT, 2>(&kernel, what) : persistent_kernel<OutT, 1>(&kernel, what);
     if (err != cudaSuccess) return err;
     p.tiles_m = pl.tiles_m;
     p.tiles_n = pl.tiles_n;
     p.dp_tiles = pl.dp_tiles;
-    const unsigned grid = (unsigned)pl.grid;
+    p.share_b = pl.cl == 1;
+    if (pl.cl) p.lag = 0; // the lag is a one-CTA schedule
     // Programmatic dependent launch (TOPS_CUDA_PDL=0: plain), so that the
-    // prologue overlaps the quantizer's last blocks.
-    bool pdl = tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0;
-    if (pdl) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3(grid);
-        cfg.blockDim = dim3(kThreads);
-        cfg.dynamicSmemBytes = kPersistSmem;
-        cfg.stream = stream;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        if (cudaLaunchKernelEx(&cfg, kernel, ma, mb, mc, p) != cudaSuccess) { // a driver without it
-            (void)cudaGetLastError();
-            pdl = false;
+    // prologue overlaps the quantizer's last blocks; clusters by attribute.
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[2];
+    cfg.gridDim = dim3((unsigned)pl.grid);
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = kPersistSmem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    if (pl.cl) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attr[cfg.numAttrs].val.clusterDim.x = 2, attr[cfg.numAttrs].val.clusterDim.y = 1;
+        attr[cfg.numAttrs++].val.clusterDim.z = 1;
+    }
+    err = cudaErrorNotSupported;
+    if (tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+        err = cudaLaunchKernelEx(&cfg, kernel, ma, mb, mc, p);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError(); // a driver without PDL: launch without it
+            cfg.numAttrs--;
         }
     }
-    if (!pdl) kernel<<<grid, kThreads, kPersistSmem, stream>>>(ma, mb, mc, p);
-    err = cudaGetLastError();
+    if (err != cudaSuccess) err = cudaLaunchKernelEx(&cfg, kernel, ma, mb, mc, p);
+    if (err == cudaSuccess) err = cudaGetLastError();
     if (err != cudaSuccess) *what = "the FP8 GEMM launch";
+    else
+        tops_cu::set_last_kernel(pl.cl == 1   ? "fp8 persistent, clusters of 2 sharing the weight tile"
+                                 : pl.cl == 2 ? "fp8 persistent, clusters of 2 sharing the activation tile"
+                                              : "fp8 persistent");
     return err;
 }
 
@@ -769,9 +932,18 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     // TOPS_CUDA_FP8_PERSIST=0 forces that one, for A/B runs) and its
     // stream-K flags and partial tiles, placed after the activations.
     const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    CUtensorMap mc;
     const bool persist = !a->accumulate && (uintptr_t)a->out % 16 == 0 && (a->ldo * esz) % 16 == 0 &&
-                         tops_cu::env_or("TOPS_CUDA_FP8_PERSIST", 1) != 0;
-    const PersistPlan pl = plan_persistent((int)a->m, (int)a->n);
+                         tops_cu::env_or("TOPS_CUDA_FP8_PERSIST", 1) != 0 && make_out_map(&mc, a);
+    // Clusters where the device can run them (the tensor maps' boxes follow:
+    // a shared operand is loaded in halves).
+    int cl = persist ? cluster_mode() : 0;
+    const int max_cl = !cl                            ? 0
+                       : a->out_dtype == TOPS_DT_F32 ? max_clusters<float>()
+                       : a->out_dtype == TOPS_DT_F16 ? max_clusters<__half>()
+                                                     : max_clusters<__nv_bfloat16>();
+    if (max_cl < 1) cl = 0;
+    const PersistPlan pl = plan_persistent((int)a->m, (int)a->n, cl, max_cl);
     const bool sk = persist && pl.sk;
     const size_t qbytes = (size_t)a->m * (size_t)a->k_pad, sbytes = ((size_t)a->m * sizeof(float) + 255) & ~(size_t)255,
                  fbytes = sk ? ((size_t)pl.grid * sizeof(unsigned) + 255) & ~(size_t)255 : 0,
@@ -802,8 +974,8 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
 
     constexpr int bn = 256;
     CUtensorMap ma, mb;
-    if (err == cudaSuccess && (!make_map(&ma, ws, (int)a->m, (int)a->k, a->k_pad, kBM) ||
-                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, bn))) {
+    if (err == cudaSuccess && (!make_map(&ma, ws, (int)a->m, (int)a->k, a->k_pad, cl == 2 ? kBM / 2 : kBM) ||
+                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, cl == 1 ? bn / 2 : bn))) {
         err = cudaErrorInvalidValue;
         *what = "cuTensorMapEncodeTiled for the FP8 operands";
     }
@@ -823,10 +995,10 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         p.tiles_n = 0;
         p.lag = tops_cu::env_or("TOPS_CUDA_FP8_LAG", 0) != 0;
         p.dp_tiles = 0;
+        p.share_b = 0;
         p.flags = flags;
         p.partials = sk ? reinterpret_cast<float *>(ws + qbytes + sbytes + fbytes) : nullptr;
-        CUtensorMap mc;
-        if (persist && make_out_map(&mc, a))
+        if (persist)
             err = a->out_dtype == TOPS_DT_F32   ? launch_persistent<float>(ma, mb, mc, p, pl, stream, what)
                   : a->out_dtype == TOPS_DT_F16 ? launch_persistent<__half>(ma, mb, mc, p, pl, stream, what)
                                                 : launch_persistent<__nv_bfloat16>(ma, mb, mc, p, pl, stream, what);

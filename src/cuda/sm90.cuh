@@ -87,6 +87,36 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, u
         : "memory");
 }
 
+// The same 2-D tile into this shared-memory offset of every CTA of the
+// cluster in cta_mask, completing on each one's barrier at bar's offset.
+__device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int x0, int y0,
+                                                      uint16_t cta_mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+                 " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x0), "r"(y0), "h"(cta_mask)
+                 : "memory");
+}
+
+// Clusters: this CTA's rank; one arrive on the barrier at bar's offset in
+// CTA `rank` (the default .release.cta semantics, as CUTLASS's
+// ClusterBarrier::arrive: .release.cluster compiles to MEMBAR.ALL.GPU +
+// ERRBAR before each arrive, which made an FP8 GEMM's K loop 1.5x slower);
+// a barrier over every thread of the cluster (release / acquire).
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t *bar, uint32_t rank) {
+    asm volatile("{\n\t.reg .b32 ra;\n\tmapa.shared::cluster.u32 ra, %0, %1;\n\t"
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n\t}" ::"r"(smem_addr(bar)),
+                 "r"(rank)
+                 : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
 // Orders this thread's ordinary shared-memory writes before later reads by
 // the async proxy (a TMA store of that buffer).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }

@@ -690,24 +690,69 @@ static void test_relaxed_fp8(void) {
        stage); 7 CTAs with stream-K (pieces of 3-4 stages, a tile over 3
        CTAs); 5 CTAs by default (no stream-K); M = 64 on every SM with
        stream-K (4 tiles in pieces of one stage, most CTAs idle, the last
-       piece adds 4 others); then the one-CTA-per-tile kernel forced.  Empty
-       values: the default. */
-    static const char *const sched[][5] = {
-        /* TOPS_CUDA_FP8_CTAS, _PDL, _FP8_LAG, _FP8_SK, _FP8_PERSIST */
-        {"5", "", "", "1", ""}, {"2", "", "", "", ""}, {"5", "0", "", "", ""}, {"5", "", "1", "", ""},
-        {"5", "", "1", "", ""}, {"7", "", "", "1", ""}, {"5", "", "", "", ""}, {"", "", "", "1", ""},
-        {"", "", "", "", "0"}};
-    static const char *const sched_env[5] = {"TOPS_CUDA_FP8_CTAS", "TOPS_CUDA_PDL", "TOPS_CUDA_FP8_LAG",
-                                             "TOPS_CUDA_FP8_SK", "TOPS_CUDA_FP8_PERSIST"};
+       piece adds 4 others); then the one-CTA-per-tile kernel forced.  All
+       without clusters (TOPS_CUDA_FP8_CLUSTER=0: the schedules of one CTA);
+       empty values: the default. */
+    static const char *const sched[][6] = {
+        /* TOPS_CUDA_FP8_CTAS, _PDL, _FP8_LAG, _FP8_SK, _FP8_PERSIST, _FP8_CLUSTER */
+        {"5", "", "", "1", "", "0"}, {"2", "", "", "", "", "0"}, {"5", "0", "", "", "", "0"},
+        {"5", "", "1", "", "", "0"}, {"5", "", "1", "", "", "0"}, {"7", "", "", "1", "", "0"},
+        {"5", "", "", "", "", "0"},  {"", "", "", "1", "", "0"},  {"", "", "", "", "0", "0"}};
+    static const char *const sched_env[6] = {"TOPS_CUDA_FP8_CTAS", "TOPS_CUDA_PDL",         "TOPS_CUDA_FP8_LAG",
+                                             "TOPS_CUDA_FP8_SK",   "TOPS_CUDA_FP8_PERSIST", "TOPS_CUDA_FP8_CLUSTER"};
     for (int o = 0; o < (int)(sizeof sched / sizeof sched[0]); o++) {
-        for (int e = 0; e < 5; e++) setenv(sched_env[e], sched[o][e], 1);
+        for (int e = 0; e < 6; e++) setenv(sched_env[e], sched[o][e], 1);
         gpu_case c = {"e4m3-ch", o % 2 ? TOPS_DT_BF16 : TOPS_DT_F16,
                       o % 3 == 0 ? TOPS_DT_F32 : o % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16, o == 7 ? 64 : 300,
                       o == 4 ? 100 : 520, 776, 0, 0, 1, 1, 0};
         cases++;
-        passed += run_case(&c, &r);
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        const char *want = sched[o][4][0] == '0' ? "fp8 one CTA per tile" : "fp8 persistent";
+        if (fp8_gpu && strcmp(kn, want) != 0) {
+            TH_FAIL_AT("relaxed e4m3-ch schedule %d ran %s, not %s", o, kn, want);
+            ok = 0;
+        }
+        passed += ok;
     }
-    for (int e = 0; e < 5; e++) unsetenv(sched_env[e]);
+    /* Clusters of two sharing an operand tile by multicast
+       (TOPS_CUDA_FP8_CLUSTER=1: the weight tile, CTAs on row-tile pairs; 2:
+       the activation tile, on column-tile pairs): odd tile counts along the
+       pairs (the last pair's second CTA has no tile and only passes its
+       partner's stages), one tile, M not a multiple of 128, N not of 256
+       (but rows 16-byte aligned, as the persistent kernel's TMA stores need),
+       K of 1, 2, 5 and 8 stages, the grid capped at 1, 2 or 3 clusters (a
+       cluster walks several pairs, the ring and the staging carried over)
+       and whole, a plain launch (no PDL); both activation types, every
+       output type.  Stream-K and the lag requested too: clusters ignore them. */
+    static const struct {
+        const char *mode, *ctas, *pdl;
+        tops_dtype act, out;
+        int64_t m, k, n;
+    } clus[] = {
+        {"1", "2", "", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 776},    {"1", "6", "", TOPS_DT_BF16, TOPS_DT_F16, 300, 520, 600},
+        {"1", "", "", TOPS_DT_F16, TOPS_DT_BF16, 129, 1000, 520},   {"1", "", "", TOPS_DT_BF16, TOPS_DT_F32, 100, 300, 200},
+        {"1", "3", "", TOPS_DT_F16, TOPS_DT_F16, 64, 100, 264},     {"1", "4", "0", TOPS_DT_BF16, TOPS_DT_BF16, 300, 520, 776},
+        {"2", "2", "", TOPS_DT_BF16, TOPS_DT_BF16, 300, 520, 600},  {"2", "4", "", TOPS_DT_F16, TOPS_DT_F16, 300, 520, 776},
+        {"2", "", "", TOPS_DT_F16, TOPS_DT_F32, 100, 300, 200},     {"2", "", "", TOPS_DT_BF16, TOPS_DT_F16, 200, 130, 520},
+        {"2", "3", "0", TOPS_DT_F16, TOPS_DT_BF16, 257, 1000, 264}, {"2", "2", "", TOPS_DT_BF16, TOPS_DT_F32, 64, 100, 776}};
+    for (int o = 0; o < (int)(sizeof clus / sizeof clus[0]); o++) {
+        const char *v[6] = {clus[o].ctas, clus[o].pdl, o % 4 == 1 ? "1" : "", o % 4 == 3 ? "1" : "", "", clus[o].mode};
+        for (int e = 0; e < 6; e++) setenv(sched_env[e], v[e], 1);
+        gpu_case c = {"e4m3-ch", clus[o].act, clus[o].out, clus[o].m, clus[o].k, clus[o].n, 0, 0, o % 3 != 2, 1, 0};
+        cases++;
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        const char *want = clus[o].mode[0] == '1' ? "clusters of 2 sharing the weight tile"
+                                                  : "clusters of 2 sharing the activation tile";
+        if (fp8_gpu && !strstr(kn, want)) {
+            TH_FAIL_AT("relaxed e4m3-ch M=%lld N=%lld TOPS_CUDA_FP8_CLUSTER=%s ran %s", (long long)c.m,
+                       (long long)c.n, clus[o].mode, kn);
+            ok = 0;
+        }
+        passed += ok;
+    }
+    for (int e = 0; e < 6; e++) unsetenv(sched_env[e]);
     /* The quantizer's register-resident rows at K = 6000 (4 loads a thread,
        the last partly past K), then the loop kernel with a division per
        element (TOPS_CUDA_FP8_QUANT=0) at K = 4104. */
@@ -807,6 +852,9 @@ int main(void) {
     }
     RUN_TEST(test_gpu_bad_inputs);
     RUN_TEST(test_relaxed_fp8);
+    /* TOPS_CUDA_TEST_ONLY=fp8: the FP8 group alone (device runs of that kernel). */
+    const char *only = getenv("TOPS_CUDA_TEST_ONLY");
+    if (only && strcmp(only, "fp8") == 0) TEST_MAIN_END();
     RUN_TEST(test_every_format);
     RUN_TEST(test_kernel_edges);
     RUN_TEST(test_scale_decode);
