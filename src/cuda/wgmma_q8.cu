@@ -26,16 +26,27 @@
 namespace tops_cu {
 namespace {
 
-constexpr int kQ8Consumers = 2; // warpgroups, one m64 channel tile each
-constexpr int kQ8Threads = (kQ8Consumers + 1) * 128;
 constexpr int kQ8Ring = 8; // chunk stages
+
+// Consumer loops (q8_consume): 0 and 1 with 2 consumer warpgroups (one m64
+// channel tile each, all TN tokens), 2 with 4 (two per channel tile, one
+// token half each: twice the warps to hide latencies, each tile decoded twice).
+constexpr int q8_cw(int mode) { return mode == 2 ? 4 : 2; }
+// Registers with setmaxnreg (see wgmma_w.cu's fold_consumer_regs): the
+// producer warpgroup gives most of its share to the consumers.
+constexpr int q8_producer_regs(int cw) { return cw == 4 ? 32 : 40; }
+constexpr int q8_consumer_regs(int cw) {
+    const int threads = (cw + 1) * 128, pool = threads * (65536 / threads / 8 * 8);
+    const int r = (pool - 128 * q8_producer_regs(cw)) / (cw * 128) / 8 * 8;
+    return r > 232 ? 232 : r;
+}
+static_assert(q8_consumer_regs(2) == 232 && q8_consumer_regs(4) == 112, "register split");
 
 struct Q8Params {
     Params io;              // out, ldo, out_dtype, accumulate, m, n, global (store_out)
     const unsigned char *w; // the q8 layout
     const float *row_scale; // the quantizer's [m]
     int chunks, rec, passes;
-    int warp_arrive; // a slot's release: one arrive per consumer warp (else per thread)
 };
 
 // A stage: the chunk's activation tile (TN rows of 128 bytes, 1024-byte
@@ -105,79 +116,149 @@ __device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lan
     }
 }
 
-template <int TN, bool MX>
+// One chunk's 4 k32 steps into the part accumulator d (fresh: the first
+// step's scale-d is 0) for the token rows of the tile at xb; one group.
+template <int NP>
+__device__ __forceinline__ void q8_mma(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xb) {
+    using namespace sm90;
+    wgmma_fence(); // A and d were written since the last wgmmas
+    wgmma_rs_e4m3<0>(d, A[0], desc_sw128(xb));
+    wgmma_rs_e4m3<1>(d, A[1], desc_sw128(xb + 32));
+    wgmma_rs_e4m3<1>(d, A[2], desc_sw128(xb + 64));
+    wgmma_rs_e4m3<1>(d, A[3], desc_sw128(xb + 96));
+    wgmma_commit();
+}
+
+// acc += part x the factor of its row (accumulator i: row g + 8 ((i / 2) % 2)).
+template <int NP>
+__device__ __forceinline__ void q8_drain(float (&acc)[NP], float (&part)[NP], float fg, float fh) {
+    sm90::fence_regs(part);
+#pragma unroll
+    for (int i = 0; i < NP; i++) acc[i] = fmaf(part[i], (i & 2) ? fh : fg, acc[i]);
+}
+
+// The consumer warpgroups.  MODE 1 (SPLIT): the tokens as two halves with
+// their own part accumulators and wgmma groups, so that one half drains
+// (FFMAs) while the other's wgmmas run; MODE 0: one group per chunk, drained
+// after it completes; both decode a lane's A fragments one chunk ahead (two
+// register sets).  MODE 2 (4 warpgroups, 112 registers): one group per
+// chunk, decoded just before (one set).
+template <int TN, bool MX, int MODE>
 __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *ring, uint64_t *full, uint64_t *empty,
                                            const uint2 *tabs, int tt, int cb) {
     using namespace sm90;
     using L = q8_layout<TN>;
-    constexpr int ND = TN / 2;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tl = warp; // warpgroup wg: tiles 4 wg .. 4 wg + 3
-    const int nc = p.chunks;
-    float acc[ND], part[ND];
+    constexpr bool SPLIT = MODE == 1;
+    constexpr int NT = MODE == 2 ? TN / 2 : TN;  // this warpgroup's tokens
+    constexpr int ND = NT / 2, NH = SPLIT ? ND / 2 : ND, XH = NT / 2 * 128; // XH: the second half's rows
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
+    const int tw = wg & 1, th = MODE == 2 ? wg >> 1 : 0; // channel tile, token half
+    const int tl = tw * 4 + (warp & 3);                  // the warp's 16-channel tile of the CTA's 8
+    const int xoff = th * NT * 128, nc = p.chunks;
+    float acc0[NH], acc1[NH], part0[NH], part1[NH]; // acc1, part1: the second half (SPLIT)
 #pragma unroll
-    for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
+    for (int i = 0; i < NH; i++) acc0[i] = acc1[i] = part0[i] = part1[i] = 0.0f;
     uint32_t A0[4][4], A1[4][4];
     float f0g, f0h, f1g, f1h;
-    const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE; };
+    const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE + xoff; };
     const auto fetch = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh) {
         mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
-        q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, A, fg, fh);
+        q8_fetch<MX>(ring + (c % kQ8Ring) * L::STAGE + L::XBYTES, tl, lane, tabs, A, fg, fh);
     };
-    // The first k32 step overwrites part (a compile-time scale-d).
-    const auto issue = [&](int c, uint32_t (&A)[4][4]) {
-        const unsigned char *xb = stage(c);
-        wgmma_fence();
-        wgmma_rs_e4m3<0>(part, A[0], desc_sw128(xb));
-        wgmma_rs_e4m3<1>(part, A[1], desc_sw128(xb + 32));
-        wgmma_rs_e4m3<1>(part, A[2], desc_sw128(xb + 64));
-        wgmma_rs_e4m3<1>(part, A[3], desc_sw128(xb + 96));
-        wgmma_commit();
-    };
-    // A stays live until its wgmmas are done; then the slot goes back.
-    const auto retire = [&](int c, uint32_t (&A)[4][4], float fg, float fh) {
-        wgmma_wait<0>();
-        fence_regs(part);
+    const auto release = [&](int c, uint32_t (&A)[4][4]) {
 #pragma unroll
-        for (int s = 0; s < 4; s++) fence_regs(A[s]);
-        if (p.warp_arrive) {
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[c % kQ8Ring]);
-        } else {
-            mbar_arrive(&empty[c % kQ8Ring]);
+        for (int s = 0; s < 4; s++) fence_regs(A[s]); // A stays live until its wgmmas are done
+        mbar_arrive(&empty[c % kQ8Ring]);
+    };
+    if constexpr (SPLIT) {
+        // Chunk c (fragments A): its first half was issued before; issue
+        // the second, decode chunk c + 1 into An, drain the first half, issue
+        // chunk c + 1's first half, drain the second half, release c.  The
+        // last chunk is peeled, so that every wait retires a known group
+        // (else ptxas serializes the wgmmas: C7514).
+        const auto step = [&](int c, uint32_t (&A)[4][4], float fg, float fh, uint32_t (&An)[4][4], float &fng,
+                              float &fnh) {
+            q8_mma(part1, A, stage(c) + XH);
+            fetch(c + 1, An, fng, fnh);
+            wgmma_wait<1>(); // the first half of c
+            q8_drain(acc0, part0, fg, fh);
+            q8_mma(part0, An, stage(c + 1));
+            wgmma_wait<1>(); // the second half of c
+            q8_drain(acc1, part1, fg, fh);
+            release(c, A);
+        };
+        const auto last = [&](int c, uint32_t (&A)[4][4], float fg, float fh) {
+            q8_mma(part1, A, stage(c) + XH);
+            wgmma_wait<1>();
+            q8_drain(acc0, part0, fg, fh);
+            wgmma_wait<0>();
+            q8_drain(acc1, part1, fg, fh);
+            release(c, A);
+        };
+        fetch(0, A0, f0g, f0h);
+        q8_mma(part0, A0, stage(0));
+        int c = 0;
+        for (; c + 2 < nc; c += 2) {
+            step(c, A0, f0g, f0h, A1, f1g, f1h);
+            step(c + 1, A1, f1g, f1h, A0, f0g, f0h);
         }
-#pragma unroll
-        for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? fh : fg, acc[i]);
-    };
-    fetch(0, A0, f0g, f0h);
-    for (int c = 0;; c += 2) {
-        issue(c, A0);
-        if (c + 1 < nc) fetch(c + 1, A1, f1g, f1h);
-        retire(c, A0, f0g, f0h);
-        if (c + 1 >= nc) break;
-        issue(c + 1, A1);
-        if (c + 2 < nc) fetch(c + 2, A0, f0g, f0h);
-        retire(c + 1, A1, f1g, f1h);
-        if (c + 2 >= nc) break;
+        if (c + 1 < nc) {
+            step(c, A0, f0g, f0h, A1, f1g, f1h);
+            last(c + 1, A1, f1g, f1h);
+        } else {
+            last(c, A0, f0g, f0h);
+        }
+    } else if constexpr (MODE == 2) {
+        for (int c = 0; c < nc; c++) {
+            fetch(c, A0, f0g, f0h);
+            q8_mma(part0, A0, stage(c));
+            wgmma_wait<0>();
+            q8_drain(acc0, part0, f0g, f0h);
+            release(c, A0);
+        }
+    } else {
+        const auto retire = [&](int c, uint32_t (&A)[4][4], float fg, float fh) {
+            wgmma_wait<0>();
+            q8_drain(acc0, part0, fg, fh);
+            release(c, A);
+        };
+        fetch(0, A0, f0g, f0h);
+        for (int c = 0;; c += 2) {
+            q8_mma(part0, A0, stage(c));
+            if (c + 1 < nc) fetch(c + 1, A1, f1g, f1h);
+            retire(c, A0, f0g, f0h);
+            if (c + 1 >= nc) break;
+            q8_mma(part0, A1, stage(c + 1));
+            if (c + 2 < nc) fetch(c + 2, A0, f0g, f0h);
+            retire(c + 1, A1, f1g, f1h);
+            if (c + 2 >= nc) break;
+        }
     }
 
     // Accumulator i of lane l in warp w of the m64 tile: channel 16 w + l / 4
-    // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.
+    // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2 (of its half).
+    grid_dep_wait(); // the row scales (the quantizer's)
     const int gid = lane >> 2, tig = lane & 3;
+    const auto store = [&](const float (&acc)[NH], int m0) {
 #pragma unroll
-    for (int i = 0; i < ND; i++) {
-        const int n = cb * TOPS__CU_Q8_CH + tl * 16 + gid + 8 * ((i >> 1) & 1);
-        const int m = tt * TN + 8 * (i >> 2) + 2 * tig + (i & 1);
-        if (n < p.io.n && m < p.io.m) store_out(p.io, m, n, acc[i] * (p.row_scale[m] * p.io.global));
-    }
+        for (int i = 0; i < NH; i++) {
+            const int n = cb * TOPS__CU_Q8_CH + tl * 16 + gid + 8 * ((i >> 1) & 1);
+            const int m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+            if (n < p.io.n && m < p.io.m) store_out(p.io, m, n, acc[i] * (p.row_scale[m] * p.io.global));
+        }
+    };
+    store(acc0, tt * TN + th * NT);
+    if constexpr (SPLIT) store(acc1, tt * TN + NT / 2);
 }
 #endif
 
-template <int TN, bool MX>
-__global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_constant__ CUtensorMap xmap,
-                                                                 const Q8Params p) {
+template <int TN, bool MX, int MODE>
+__global__ void __launch_bounds__((q8_cw(MODE) + 1) * 128, 1)
+    wgmma_q8_kernel(const __grid_constant__ CUtensorMap xmap, const Q8Params p) {
 #ifdef TOPS_CU_WGMMA
     using namespace sm90;
     using L = q8_layout<TN>;
+    constexpr int CW = q8_cw(MODE);
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint2 tabs[15];
     const uint32_t base = smem_addr(smem_raw); // a shared address: see wgmma_w.cu's cta_begin
@@ -188,7 +269,7 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
     if (threadIdx.x == 0) {
         for (int s = 0; s < kQ8Ring; s++) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], p.warp_arrive ? kQ8Consumers * 4 : kQ8Consumers * 128);
+            mbar_init(&empty[s], CW * 128);
         }
         mbar_init_fence();
     }
@@ -202,15 +283,24 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
         }
     }
     __syncthreads();
-    // Launched as a programmatic dependent of the quantizer: its codes and
-    // row scales are complete and visible past this point.
-    grid_dep_wait();
-    if (threadIdx.x >= kQ8Consumers * 128) { // producer: one thread, few registers
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x == kQ8Consumers * 128) {
-            for (int i = 0; i < p.chunks; i++) {
+    if (threadIdx.x >= CW * 128) { // producer: one thread, few registers
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(q8_producer_regs(CW)));
+        if (threadIdx.x == CW * 128) {
+            // The first stages' weights do not depend on the quantizer: they
+            // stream in while it runs (launched as its programmatic
+            // dependent); its codes only past grid_dep_wait.
+            const int first = min(p.chunks, kQ8Ring);
+            for (int i = 0; i < first; i++) {
+                mbar_expect_tx(&full[i], (uint32_t)(L::XBYTES + p.rec));
+                bulk_copy(ring + i * L::STAGE + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec,
+                          (uint32_t)p.rec, &full[i]);
+            }
+            grid_dep_wait();
+            for (int i = 0; i < first; i++)
+                tma_load_2d(ring + i * L::STAGE, &xmap, &full[i], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
+            for (int i = first; i < p.chunks; i++) {
                 const int s = i % kQ8Ring;
-                if (i >= kQ8Ring) mbar_wait(&empty[s], ((i / kQ8Ring) + 1) & 1);
+                mbar_wait(&empty[s], ((i / kQ8Ring) + 1) & 1);
                 unsigned char *stg = ring + s * L::STAGE;
                 mbar_expect_tx(&full[s], (uint32_t)(L::XBYTES + p.rec));
                 tma_load_2d(stg, &xmap, &full[s], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
@@ -218,8 +308,8 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
             }
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        q8_consume<TN, MX>(p, ring, full, empty, tabs, tt, cb);
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(q8_consumer_regs(CW)));
+        q8_consume<TN, MX, MODE>(p, ring, full, empty, tabs, tt, cb);
     }
 #else
     (void)xmap, (void)p;
@@ -228,9 +318,13 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
 
 typedef void (*q8_fn)(const CUtensorMap, const Q8Params);
 
-q8_fn pick_q8(int tn, bool mx) {
-    if (tn == 128) return mx ? wgmma_q8_kernel<128, true> : wgmma_q8_kernel<128, false>;
-    return mx ? wgmma_q8_kernel<64, true> : wgmma_q8_kernel<64, false>;
+template <int MODE>
+q8_fn pick_q8_tn(int tn, bool mx) {
+    if (tn == 128) return mx ? wgmma_q8_kernel<128, true, MODE> : wgmma_q8_kernel<128, false, MODE>;
+    return mx ? wgmma_q8_kernel<64, true, MODE> : wgmma_q8_kernel<64, false, MODE>;
+}
+q8_fn pick_q8(int tn, bool mx, int mode) {
+    return mode == 2 ? pick_q8_tn<2>(tn, mx) : mode == 1 ? pick_q8_tn<1>(tn, mx) : pick_q8_tn<0>(tn, mx);
 }
 
 } // namespace
@@ -268,13 +362,17 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     p.chunks = (int)((a->k + TOPS__CU_Q8_CHUNK_K - 1) / TOPS__CU_Q8_CHUNK_K);
     p.rec = tops__cu_q8_rec_bytes(a->code);
     p.passes = (int)((a->m + tn - 1) / tn);
-    p.warp_arrive = env_or("TOPS_CUDA_Q8_WARP_ARRIVE", 0) != 0;
     const long long ctas = (a->n + TOPS__CU_Q8_CH - 1) / TOPS__CU_Q8_CH * (long long)p.passes;
     if (ctas > 0x7FFFFFFFLL) {
         *what = "the problem is too large for one launch";
         return (int)cudaErrorInvalidConfiguration;
     }
-    const q8_fn fn = pick_q8(tn, mx);
+    // The consumer loop: token halves drained while the other half's
+    // wgmmas run at TN = 128, one group per chunk at 64 (TOPS_CUDA_Q8_SPLIT
+    // = 0 / 1 forces either); TOPS_CUDA_Q8_CW=4: four consumer warpgroups.
+    const long long split = env_or("TOPS_CUDA_Q8_SPLIT", tn == 128);
+    const int mode = env_or("TOPS_CUDA_Q8_CW", 2) == 4 ? 2 : split ? 1 : 0, threads = (q8_cw(mode) + 1) * 128;
+    const q8_fn fn = pick_q8(tn, mx, mode);
     const size_t smem = tn == 128 ? q8_layout<128>::SMEM : q8_layout<64>::SMEM;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -317,7 +415,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
             attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
             attr[0].val.programmaticStreamSerializationAllowed = 1;
             cfg.gridDim = dim3((unsigned)ctas);
-            cfg.blockDim = dim3(kQ8Threads);
+            cfg.blockDim = dim3((unsigned)threads);
             cfg.dynamicSmemBytes = smem;
             cfg.stream = stream;
             cfg.attrs = attr;
@@ -327,7 +425,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
                 pdl = false;
             }
         }
-        if (!pdl) fn<<<(unsigned)ctas, kQ8Threads, smem, stream>>>(map, p);
+        if (!pdl) fn<<<(unsigned)ctas, (unsigned)threads, smem, stream>>>(map, p);
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the q8 kernel launch";
     }
