@@ -26,21 +26,9 @@
 namespace tops_cu {
 namespace {
 
+constexpr int kQ8Consumers = 2; // warpgroups, one m64 channel tile each
+constexpr int kQ8Threads = (kQ8Consumers + 1) * 128;
 constexpr int kQ8Ring = 8; // chunk stages
-
-// Consumer loops (q8_consume): 0 and 1 with 2 consumer warpgroups (one m64
-// channel tile each, all TN tokens), 2 with 4 (two per channel tile, one
-// token half each: twice the warps to hide latencies, each tile decoded twice).
-constexpr int q8_cw(int mode) { return mode == 2 ? 4 : 2; }
-// Registers with setmaxnreg (see wgmma_w.cu's fold_consumer_regs): the
-// producer warpgroup gives most of its share to the consumers.
-constexpr int q8_producer_regs(int cw) { return cw == 4 ? 32 : 40; }
-constexpr int q8_consumer_regs(int cw) {
-    const int threads = (cw + 1) * 128, pool = threads * (65536 / threads / 8 * 8);
-    const int r = (pool - 128 * q8_producer_regs(cw)) / (cw * 128) / 8 * 8;
-    return r > 232 ? 232 : r;
-}
-static_assert(q8_consumer_regs(2) == 232 && q8_consumer_regs(4) == 112, "register split");
 
 struct Q8Params {
     Params io;              // out, ldo, out_dtype, accumulate, m, n, global (store_out)
@@ -137,33 +125,28 @@ __device__ __forceinline__ void q8_drain(float (&acc)[NP], float (&part)[NP], fl
     for (int i = 0; i < NP; i++) acc[i] = fmaf(part[i], (i & 2) ? fh : fg, acc[i]);
 }
 
-// The consumer warpgroups.  MODE 1 (SPLIT): the tokens as two halves with
-// their own part accumulators and wgmma groups, so that one half drains
-// (FFMAs) while the other's wgmmas run; MODE 0: one group per chunk, drained
-// after it completes; both decode a lane's A fragments one chunk ahead (two
-// register sets).  MODE 2 (4 warpgroups, 112 registers): one group per
-// chunk, decoded just before (one set).
-template <int TN, bool MX, int MODE>
+// The consumer warpgroups.  SPLIT: the TN tokens as two halves with their
+// own part accumulators and wgmma groups, so that one half drains (FFMAs)
+// while the other's wgmmas run; else one group per chunk, drained after it
+// completes.  A lane's A fragments are decoded one chunk ahead either way
+// (two register sets).
+template <int TN, bool MX, bool SPLIT>
 __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *ring, uint64_t *full, uint64_t *empty,
                                            const uint2 *tabs, int tt, int cb) {
     using namespace sm90;
     using L = q8_layout<TN>;
-    constexpr bool SPLIT = MODE == 1;
-    constexpr int NT = MODE == 2 ? TN / 2 : TN;  // this warpgroup's tokens
-    constexpr int ND = NT / 2, NH = SPLIT ? ND / 2 : ND, XH = NT / 2 * 128; // XH: the second half's rows
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = warp >> 2;
-    const int tw = wg & 1, th = MODE == 2 ? wg >> 1 : 0; // channel tile, token half
-    const int tl = tw * 4 + (warp & 3);                  // the warp's 16-channel tile of the CTA's 8
-    const int xoff = th * NT * 128, nc = p.chunks;
+    constexpr int ND = TN / 2, NH = SPLIT ? ND / 2 : ND, XH = TN / 2 * 128; // XH: the second half's rows
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tl = warp; // warpgroup wg: tiles 4 wg .. 4 wg + 3
+    const int nc = p.chunks;
     float acc0[NH], acc1[NH], part0[NH], part1[NH]; // acc1, part1: the second half (SPLIT)
 #pragma unroll
     for (int i = 0; i < NH; i++) acc0[i] = acc1[i] = part0[i] = part1[i] = 0.0f;
     uint32_t A0[4][4], A1[4][4];
     float f0g, f0h, f1g, f1h;
-    const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE + xoff; };
+    const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE; };
     const auto fetch = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh) {
         mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
-        q8_fetch<MX>(ring + (c % kQ8Ring) * L::STAGE + L::XBYTES, tl, lane, tabs, A, fg, fh);
+        q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, A, fg, fh);
     };
     const auto release = [&](int c, uint32_t (&A)[4][4]) {
 #pragma unroll
@@ -208,14 +191,6 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         } else {
             last(c, A0, f0g, f0h);
         }
-    } else if constexpr (MODE == 2) {
-        for (int c = 0; c < nc; c++) {
-            fetch(c, A0, f0g, f0h);
-            q8_mma(part0, A0, stage(c));
-            wgmma_wait<0>();
-            q8_drain(acc0, part0, f0g, f0h);
-            release(c, A0);
-        }
     } else {
         const auto retire = [&](int c, uint32_t (&A)[4][4], float fg, float fh) {
             wgmma_wait<0>();
@@ -247,18 +222,17 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
             if (n < p.io.n && m < p.io.m) store_out(p.io, m, n, acc[i] * (p.row_scale[m] * p.io.global));
         }
     };
-    store(acc0, tt * TN + th * NT);
-    if constexpr (SPLIT) store(acc1, tt * TN + NT / 2);
+    store(acc0, tt * TN);
+    if constexpr (SPLIT) store(acc1, tt * TN + TN / 2);
 }
 #endif
 
-template <int TN, bool MX, int MODE>
-__global__ void __launch_bounds__((q8_cw(MODE) + 1) * 128, 1)
-    wgmma_q8_kernel(const __grid_constant__ CUtensorMap xmap, const Q8Params p) {
+template <int TN, bool MX, bool SPLIT>
+__global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_constant__ CUtensorMap xmap,
+                                                                 const Q8Params p) {
 #ifdef TOPS_CU_WGMMA
     using namespace sm90;
     using L = q8_layout<TN>;
-    constexpr int CW = q8_cw(MODE);
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint2 tabs[15];
     const uint32_t base = smem_addr(smem_raw); // a shared address: see wgmma_w.cu's cta_begin
@@ -269,7 +243,7 @@ __global__ void __launch_bounds__((q8_cw(MODE) + 1) * 128, 1)
     if (threadIdx.x == 0) {
         for (int s = 0; s < kQ8Ring; s++) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], CW * 128);
+            mbar_init(&empty[s], kQ8Consumers * 128);
         }
         mbar_init_fence();
     }
@@ -283,9 +257,9 @@ __global__ void __launch_bounds__((q8_cw(MODE) + 1) * 128, 1)
         }
     }
     __syncthreads();
-    if (threadIdx.x >= CW * 128) { // producer: one thread, few registers
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(q8_producer_regs(CW)));
-        if (threadIdx.x == CW * 128) {
+    if (threadIdx.x >= kQ8Consumers * 128) { // producer: one thread, few registers
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == kQ8Consumers * 128) {
             // The first stages' weights do not depend on the quantizer: they
             // stream in while it runs (launched as its programmatic
             // dependent); its codes only past grid_dep_wait.
@@ -308,8 +282,8 @@ __global__ void __launch_bounds__((q8_cw(MODE) + 1) * 128, 1)
             }
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(q8_consumer_regs(CW)));
-        q8_consume<TN, MX, MODE>(p, ring, full, empty, tabs, tt, cb);
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        q8_consume<TN, MX, SPLIT>(p, ring, full, empty, tabs, tt, cb);
     }
 #else
     (void)xmap, (void)p;
@@ -318,14 +292,12 @@ __global__ void __launch_bounds__((q8_cw(MODE) + 1) * 128, 1)
 
 typedef void (*q8_fn)(const CUtensorMap, const Q8Params);
 
-template <int MODE>
+template <bool SPLIT>
 q8_fn pick_q8_tn(int tn, bool mx) {
-    if (tn == 128) return mx ? wgmma_q8_kernel<128, true, MODE> : wgmma_q8_kernel<128, false, MODE>;
-    return mx ? wgmma_q8_kernel<64, true, MODE> : wgmma_q8_kernel<64, false, MODE>;
+    if (tn == 128) return mx ? wgmma_q8_kernel<128, true, SPLIT> : wgmma_q8_kernel<128, false, SPLIT>;
+    return mx ? wgmma_q8_kernel<64, true, SPLIT> : wgmma_q8_kernel<64, false, SPLIT>;
 }
-q8_fn pick_q8(int tn, bool mx, int mode) {
-    return mode == 2 ? pick_q8_tn<2>(tn, mx) : mode == 1 ? pick_q8_tn<1>(tn, mx) : pick_q8_tn<0>(tn, mx);
-}
+q8_fn pick_q8(int tn, bool mx, bool split) { return split ? pick_q8_tn<true>(tn, mx) : pick_q8_tn<false>(tn, mx); }
 
 } // namespace
 } // namespace tops_cu
@@ -368,11 +340,11 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         return (int)cudaErrorInvalidConfiguration;
     }
     // The consumer loop: token halves drained while the other half's
-    // wgmmas run at TN = 128, one group per chunk at 64 (TOPS_CUDA_Q8_SPLIT
-    // = 0 / 1 forces either); TOPS_CUDA_Q8_CW=4: four consumer warpgroups.
-    const long long split = env_or("TOPS_CUDA_Q8_SPLIT", tn == 128);
-    const int mode = env_or("TOPS_CUDA_Q8_CW", 2) == 4 ? 2 : split ? 1 : 0, threads = (q8_cw(mode) + 1) * 128;
-    const q8_fn fn = pick_q8(tn, mx, mode);
+    // wgmmas run at TN = 128, one group per chunk at 64 (H200, 2026-11-29
+    // 22:13-22:17 UTC, same calls, us at M = 128 / 48: int4-g128 34.7 / 25.9
+    // split, 35.5 / 24.2 not; mxfp4 30.9 / 21.4 against 33.4 / 22.2);
+    // TOPS_CUDA_Q8_SPLIT = 0 / 1 forces either.
+    const q8_fn fn = pick_q8(tn, mx, env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0);
     const size_t smem = tn == 128 ? q8_layout<128>::SMEM : q8_layout<64>::SMEM;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -415,7 +387,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
             attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
             attr[0].val.programmaticStreamSerializationAllowed = 1;
             cfg.gridDim = dim3((unsigned)ctas);
-            cfg.blockDim = dim3((unsigned)threads);
+            cfg.blockDim = dim3(kQ8Threads);
             cfg.dynamicSmemBytes = smem;
             cfg.stream = stream;
             cfg.attrs = attr;
@@ -425,7 +397,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
                 pdl = false;
             }
         }
-        if (!pdl) fn<<<(unsigned)ctas, (unsigned)threads, smem, stream>>>(map, p);
+        if (!pdl) fn<<<(unsigned)ctas, kQ8Threads, smem, stream>>>(map, p);
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the q8 kernel launch";
     }

@@ -742,7 +742,7 @@ static void test_relaxed_fp8(void) {
    against both token tiles (1, 47, 48, 129, 255), N not a multiple of 128,
    K = 128, 4096 and ragged (K % 128 != 0), both activation types, every
    output type, accumulate, strided rows, packed on the fly, both token tiles,
-   every consumer loop (TOPS_CUDA_Q8_SPLIT=0/1, TOPS_CUDA_Q8_CW=4) and no PDL; then the plan (M = 48 takes it, M = 47 does not) and mxfp4
+   both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL; then the plan (M = 48 takes it, M = 47 does not) and mxfp4
    rows whose chunk spans more than 15 binades (no q8 layout: the folded or
    strict kernels, still within their bounds). */
 static void test_q8(void) {
@@ -757,18 +757,18 @@ static void test_q8(void) {
         tops_dtype act, out;
         int64_t m, k, n;
         int strided, accumulate, prepack;
-        const char *tn, *pdl, *split, *cw;
+        const char *tn, *pdl, *split;
     } cases[] = {
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL, NULL},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL, "4"},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1", NULL},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL, NULL},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL, NULL},
-        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL, "4"},
-        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0", NULL},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0", NULL},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL, "4"},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1", "4"},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1"},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL},
+        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0"},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0"},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1"},
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0, total = 0;
@@ -777,7 +777,6 @@ static void test_q8(void) {
         if (cases[i].tn) setenv("TOPS_CUDA_Q8_TN", cases[i].tn, 1);
         if (cases[i].pdl) setenv("TOPS_CUDA_PDL", cases[i].pdl, 1);
         if (cases[i].split) setenv("TOPS_CUDA_Q8_SPLIT", cases[i].split, 1);
-        if (cases[i].cw) setenv("TOPS_CUDA_Q8_CW", cases[i].cw, 1);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
                       cases[i].strided, cases[i].accumulate, cases[i].prepack, 1, 0};
         int ok = run_case(&c, &r);
@@ -791,7 +790,6 @@ static void test_q8(void) {
         unsetenv("TOPS_CUDA_Q8_TN");
         unsetenv("TOPS_CUDA_PDL");
         unsetenv("TOPS_CUDA_Q8_SPLIT");
-        unsetenv("TOPS_CUDA_Q8_CW");
     }
     unsetenv("TOPS_CUDA_KERNEL");
     /* The plan: q8 from M = 48, relaxed only, and never for a chunk range > 14
