@@ -89,6 +89,12 @@ typedef struct tops__cuda_packed {
        largest and smallest nonzero magnitude, and whether any is NaN / inf. */
     double scale_absmax, scale_absmin;
     int scale_nonfinite;
+    /* Relaxed 4-bit layout for FP8 tensor cores (wgmma_q8.cu; int4-gG with
+       G a multiple of 128, or mxfp4 where every 128-K chunk is exact in e4m3,
+       packed with relaxed_precision = 1 for a compute capability 9.0
+       device): NULL otherwise.  See tops__cuda_pack_q8_host. */
+    void *q8_weights;
+    size_t q8_bytes;
 } tops__cuda_packed;
 #define TOPS__CUDA_PACKED_MAGIC 0x43555041u /* "CUPA" */
 
@@ -142,6 +148,49 @@ const char *tops__cu_last_kernel(void);
    NULL when out of memory or for any other format. */
 void *tops__cuda_pack_fp8_host(const tops_tensor *right, const tops__cuda_packed *pk, size_t *bytes,
                                size_t *scale_offset);
+
+/*
+ * Relaxed 4-bit layout for the FP8 tensor cores (wgmma_q8.cu): the weights
+ * decode EXACTLY to e4m3 in registers, in wgmma's 8-bit register A layout.
+ * N is padded to 128 channels (a CTA's block cb), K to 128 (a chunk c: one
+ * scale factor per channel).  Record (cb, c) at ((cb * chunks + c) * rec):
+ *   bytes 0..8191: tile tl (0..7, 16 channels), k64 half h, lane (g = lane / 4,
+ *     t = lane % 4), 16 bytes at tl * 1024 + h * 512 + lane * 16: word j
+ *     (0..3) holds 8 weights of k32 step s = 2 h + j / 2, p = j % 2: weight q
+ *     (0..7) is channel 16 tl + g + 8 (q / 4) at K 32 s + 16 p + 4 t + q % 4
+ *     (registers 2 p and 2 p + 1 of the step's A fragment).
+ *     int4: nibble q = the code + 8 (TOPS__CU_Q8_I4_T* map it to e4m3).
+ *     e2m1: bits 4q..4q+2 = the magnitude index, the sign of weight q < 4 at
+ *     bit 8q + 7, of weight q >= 4 at bit 8(q - 4) + 3 (decode: one byte
+ *     permute of a table per 4 weights, the signs ORed in).
+ *   8192 + 4 ch: f32 factor of channel ch (0..127) for the chunk: the int4
+ *     group scale, or 2^(cmax - 133) for e2m1 (cmax: the chunk's largest
+ *     block exponent among blocks with nonzero codes).
+ *   e2m1 only, 8704 + 4 ch: byte b = table index d of k32 block b: the block's
+ *     codes read as e4m3(e2m1 x 2^(d - 8)), d = e - cmax + 14 in 0..14.
+ */
+#define TOPS__CU_Q8_CHUNK_K 128
+#define TOPS__CU_Q8_CH 128
+#define TOPS__CU_Q8_WBYTES 8192
+/* e4m3 of the int4 values -8..7 (code + 8 = 0..15), 4 per word */
+#define TOPS__CU_Q8_I4_T0 0xCACCCED0u
+#define TOPS__CU_Q8_I4_T1 0xB8C0C4C8u
+#define TOPS__CU_Q8_I4_T2 0x44403800u
+#define TOPS__CU_Q8_I4_T3 0x4E4C4A48u
+static inline int tops__cu_q8_rec_bytes(int code) {
+    return TOPS__CU_Q8_WBYTES + 4 * TOPS__CU_Q8_CH * (code == TOPS__CU_CODE_E2M1 ? 2 : 1);
+}
+
+/* Host copy of the relaxed 4-bit FP8 layout of right (already packed into
+   *pk): a malloc'd buffer of *bytes bytes, or NULL (*oom = 1 when out of
+   memory; 0 when the format or a chunk's exponent range does not allow it). */
+void *tops__cuda_pack_q8_host(const tops_tensor *right, const tops__cuda_packed *pk, size_t *bytes, int *oom);
+
+/* The relaxed 4-bit FP8 kernel (wgmma_q8.cu): quantizes the activations
+   to e4m3 per row (fp8_gemm.cu's quantizer), then the wgmma kernel on the
+   q8 layout.  cudaErrorNotSupported, launching nothing, where it does not
+   apply (other parts, no tensor-map encoder or memory pools). */
+int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8, const char **what);
 
 /* One relaxed FP8 matmul on sm_90a (fp8_gemm.cu): quantizes the activations
    to e4m3 per row, then the wgmma GEMM.  Same return convention. */

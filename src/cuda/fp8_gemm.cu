@@ -1015,3 +1015,14 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     }
     return (int)err;
 }
+
+// The activation quantizer for the other relaxed FP8 kernel (wgmma_q8.cu):
+// codes [m, k_pad] into q, row scales [m] into scales, on a's stream.
+cudaError_t tops_cu::quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales) {
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
+    return a->x_bf16 ? launch_quant(static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec,
+                                    q, scales, nullptr, 0, (int)a->m, stream)
+                     : launch_quant(static_cast<const __half *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, q,
+                                    scales, nullptr, 0, (int)a->m, stream);
+}

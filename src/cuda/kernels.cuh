@@ -415,6 +415,9 @@ bulk_fn bulk_kernel(int code, bool bf16, int mt, int tg, bool xt, int fp);
 // scale group), the name tops__cu_last_kernel reports, and the integer value
 // of a tuning variable (dflt when unset or empty).
 bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what);
+// fp8_gemm.cu's per-row e4m3 activation quantizer (codes [m, k_pad] and f32
+// row scales [m]), for wgmma_q8.cu.
+cudaError_t quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales);
 void set_last_kernel(const char *name);
 long long env_or(const char *name, long long dflt);
 

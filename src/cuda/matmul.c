@@ -52,27 +52,34 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     } else if ((st = tops__cuda_check_pointer(fn, "right", right->data, right->memory)) != TOPS_OK) {
         return st;
     }
-    void *wb = NULL, *sb = NULL, *fb = NULL;
-    size_t fbytes = 0, fscale = 0;
+    void *wb = NULL, *sb = NULL, *fb = NULL, *qb = NULL;
+    size_t fbytes = 0, fscale = 0, qbytes = 0;
+    int oom = 0;
     st = tops__cuda_pack_host(fn, src, transpose_right, pk, &wb, &sb);
     if (st == TOPS_OK && relaxed && (src->format.id == TOPS_FMT_E4M3_CH || src->format.id == TOPS_FMT_E4M3) &&
         fp8_device(device) && !(fb = tops__cuda_pack_fp8_host(src, pk, &fbytes, &fscale)))
         st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the FP8 layout of right");
+    /* 4-bit weights for the FP8 tensor cores, where the format allows it */
+    if (st == TOPS_OK && relaxed && transpose_right && fp8_device(device) &&
+        !(qb = tops__cuda_pack_q8_host(src, pk, &qbytes, &oom)) && oom)
+        st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the FP8 4-bit layout of right");
     tops_tensor_destroy(&host_copy);
     if (st != TOPS_OK) {
         free(wb);
         free(sb);
+        free(fb);
         return st;
     }
     size_t woff = 0, soff = (pk->weight_bytes + 255) & ~(size_t)255;
-    size_t foff = (soff + pk->scale_bytes + 255) & ~(size_t)255;
+    size_t foff = (soff + pk->scale_bytes + 255) & ~(size_t)255, qoff = (foff + fbytes + 255) & ~(size_t)255;
     void *mem = NULL;
-    st = tops_cuda_alloc(device, foff + fbytes, &mem);
+    st = tops_cuda_alloc(device, qoff + qbytes, &mem);
     if (st == TOPS_OK) {
         tops_memory dev = {TOPS_DEVICE_CUDA, device}, host = {TOPS_DEVICE_CPU, 0};
         st = tops_cuda_copy((char *)mem + woff, dev, wb, host, pk->weight_bytes, NULL);
         if (st == TOPS_OK && sb) st = tops_cuda_copy((char *)mem + soff, dev, sb, host, pk->scale_bytes, NULL);
         if (st == TOPS_OK && fb) st = tops_cuda_copy((char *)mem + foff, dev, fb, host, fbytes, NULL);
+        if (st == TOPS_OK && qb) st = tops_cuda_copy((char *)mem + qoff, dev, qb, host, qbytes, NULL);
         /* pageable copies may return before their DMA ends; no stream may see a half-written pack */
         if (st == TOPS_OK) st = tops__cuda_device_sync(fn, device);
         if (st != TOPS_OK) (void)tops_cuda_free(device, mem);
@@ -80,6 +87,7 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     free(wb);
     free(sb);
     free(fb);
+    free(qb);
     if (st != TOPS_OK) return st;
     pk->device = device;
     pk->weights = (char *)mem + woff;
@@ -87,6 +95,8 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     pk->fp8_weights = fb ? (char *)mem + foff : NULL;
     pk->fp8_scales = fb && fscale ? (char *)mem + foff + fscale : NULL;
     pk->fp8_bytes = fbytes;
+    pk->q8_weights = qb ? (char *)mem + qoff : NULL;
+    pk->q8_bytes = qbytes;
     *base = mem;
     return TOPS_OK;
 }
@@ -140,11 +150,28 @@ static int use_wgmma(int64_t m, int fold) {
     return fold && m >= TOPS__CU_FOLD_MIN_M;
 }
 
+/* The 4-bit FP8 kernel (wgmma_q8.cu): relaxed, weights with the q8 layout,
+   M >= 32 (H200, 2026-11-29 22:07 UTC, same call, us at M = 16 / 32: q8
+   forced 22.1 / 22.9 int4-g128, 20.3 / 21.1 mxfp4; the weight-streaming
+   plan 13.4 / 25.5 and 14.4 / 29.3).  TOPS_CUDA_KERNEL=q8 forces it at
+   every M, any other kernel name keeps it off (A/B runs, tests);
+   TOPS_CUDA_Q8_MIN_M sets the threshold. */
+#define TOPS__CU_Q8_MIN_M 32
+static int use_q8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
+    if (!relaxed || !pk->q8_weights) return 0;
+    const char *force = getenv("TOPS_CUDA_KERNEL");
+    if (force && *force) return strcmp(force, "q8") == 0;
+    const char *e = getenv("TOPS_CUDA_Q8_MIN_M");
+    long long v = e ? atoll(e) : 0;
+    return m >= (v >= 1 ? v : TOPS__CU_Q8_MIN_M);
+}
+
 /* (f16 activations assumed: the bench's.) */
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
     if (!tops__cuda_is_packed(right)) return "packed on the fly";
     const tops__cuda_packed *pk = (const tops__cuda_packed *)right->packed_;
     if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
+    if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, 0, relaxed, &shift);
     if (!use_wgmma(m, fold)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
@@ -301,8 +328,13 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
             tops__cu_fp8_args f = {&a, pk->fp8_weights, pk->fp8_scales};
             err = tops__cu_fp8_launch(&f, &what);
         } else {
-            a.fold = use_fold(pk, a.x_bf16, desc->relaxed_precision, &a.fold_shift);
-            err = use_wgmma(m, a.fold) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
+            /* each kernel that does not apply launches nothing and passes on */
+            err = use_q8(pk, m, desc->relaxed_precision) ? tops__cu_q8_launch(&a, pk->q8_weights, &what)
+                                                         : (int)cudaErrorNotSupported;
+            if (err == (int)cudaErrorNotSupported) {
+                a.fold = use_fold(pk, a.x_bf16, desc->relaxed_precision, &a.fold_shift);
+                err = use_wgmma(m, a.fold) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
+            }
             if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(&a, &what);
         }
         if (err) st = tops__cuda_error(fn, err, what);
@@ -325,13 +357,16 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
     if (!copy) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the pack descriptor");
     *copy = *pk;
     size_t soff = (pk->weight_bytes + 255) & ~(size_t)255, foff = (soff + pk->scale_bytes + 255) & ~(size_t)255;
+    size_t qoff = (foff + pk->fp8_bytes + 255) & ~(size_t)255;
     void *mem = NULL;
-    tops_status st = tops_cuda_alloc(pk->device, foff + pk->fp8_bytes, &mem);
+    tops_status st = tops_cuda_alloc(pk->device, qoff + pk->q8_bytes, &mem);
     tops_memory dev = {TOPS_DEVICE_CUDA, pk->device};
     if (st == TOPS_OK) st = tops_cuda_copy(mem, dev, pk->weights, dev, pk->weight_bytes, NULL);
     if (st == TOPS_OK && pk->scales) st = tops_cuda_copy((char *)mem + soff, dev, pk->scales, dev, pk->scale_bytes, NULL);
     if (st == TOPS_OK && pk->fp8_weights)
         st = tops_cuda_copy((char *)mem + foff, dev, pk->fp8_weights, dev, pk->fp8_bytes, NULL);
+    if (st == TOPS_OK && pk->q8_weights)
+        st = tops_cuda_copy((char *)mem + qoff, dev, pk->q8_weights, dev, pk->q8_bytes, NULL);
     if (st == TOPS_OK) st = tops__cuda_device_sync(fn, pk->device); /* device-to-device copies return early */
     if (st != TOPS_OK) {
         if (mem) (void)tops_cuda_free(pk->device, mem);
@@ -345,6 +380,7 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
         size_t sc = pk->fp8_scales ? (size_t)((char *)pk->fp8_scales - (char *)pk->fp8_weights) : 0;
         copy->fp8_scales = sc ? (char *)copy->fp8_weights + sc : NULL;
     }
+    copy->q8_weights = pk->q8_weights ? (char *)mem + qoff : NULL;
     tops_tensor t = *src;
     t.data = mem;
     t.owner_ = mem;

@@ -310,3 +310,91 @@ void *tops__cuda_pack_fp8_host(const tops_tensor *w, const tops__cuda_packed *pk
     *bytes = total;
     return buf;
 }
+
+/* The e2m1 magnitude index and sign of a code as the q8 layout stores
+   weight q (0..7) of a word (cuda_internal.h). */
+static uint32_t q8_e2m1_bits(uint32_t code, int q) {
+    uint32_t w = (code & 7u) << (4 * q);
+    if (code & 8u) w |= 1u << (q < 4 ? 8 * q + 7 : 8 * (q - 4) + 3);
+    return w;
+}
+
+void *tops__cuda_pack_q8_host(const tops_tensor *w, const tops__cuda_packed *pk, size_t *bytes, int *oom) {
+    source_map m;
+    const char *why = "";
+    *bytes = 0;
+    *oom = 0;
+    if (w->rank != 2 || !map_format(w, 1, &m, &why) || pk->scale_nonfinite || !pk->has_scales) return NULL;
+    const int int4 = w->format.id == TOPS_FMT_INT4_G && m.code == TOPS__CU_CODE_U4 && pk->group % 128 == 0;
+    const int mx = (w->format.id == TOPS_FMT_MXFP4 || w->format.id == TOPS_FMT_GGUF_MXFP4) && pk->group == 32;
+    if (!int4 && !mx) return NULL;
+    const int64_t n = pk->n, k = pk->k, cbs = tops__ceil_div(n, TOPS__CU_Q8_CH),
+                  chunks = tops__ceil_div(k, TOPS__CU_Q8_CHUNK_K), src_groups = tops__ceil_div(k, pk->group);
+    const size_t rec = (size_t)tops__cu_q8_rec_bytes(m.code), total = (size_t)(cbs * chunks) * rec;
+    unsigned char *buf = calloc(1, total);
+    if (!buf) {
+        *oom = 1;
+        return NULL;
+    }
+    for (int64_t cb = 0; cb < cbs; cb++)
+        for (int64_t c = 0; c < chunks; c++) {
+            unsigned char *r = buf + (size_t)(cb * chunks + c) * rec;
+            /* Per channel: the chunk's factor and (e2m1) its blocks' table indices. */
+            for (int ch = 0; ch < TOPS__CU_Q8_CH; ch++) {
+                const int64_t row = cb * TOPS__CU_Q8_CH + ch;
+                float factor = 0.0f;
+                uint32_t dd = 0;
+                if (row < n && int4) {
+                    unsigned char s[4];
+                    get_scale(w, &m, row, c * TOPS__CU_Q8_CHUNK_K / pk->group, s);
+                    factor = (float)scale_value(m.scale_kind, s, 0);
+                } else if (row < n) {
+                    int e[4], nz[4], cmax = -1;
+                    for (int b = 0; b < 4; b++) {
+                        const int64_t g = c * 4 + b;
+                        unsigned char s = 0;
+                        nz[b] = 0;
+                        if (g < src_groups) {
+                            get_scale(w, &m, row, g, &s);
+                            for (int64_t kk = g * 32; kk < g * 32 + 32 && kk < k; kk++)
+                                nz[b] |= (get_code(w, &m, 1, row, kk) & 7u) != 0;
+                        }
+                        e[b] = s;
+                        if (nz[b] && e[b] > cmax) cmax = e[b];
+                    }
+                    if (cmax >= 0) {
+                        /* exact only within 15 binades, with a normal f32 factor */
+                        if (cmax < 7) goto reject;
+                        for (int b = 0; b < 4; b++) {
+                            if (!nz[b]) continue;
+                            if (cmax - e[b] > 14) goto reject;
+                            dd |= (uint32_t)(e[b] - cmax + 14) << (8 * b);
+                        }
+                        factor = ldexpf(1.0f, cmax - 133);
+                    }
+                }
+                memcpy(r + TOPS__CU_Q8_WBYTES + 4 * ch, &factor, 4);
+                if (mx) memcpy(r + TOPS__CU_Q8_WBYTES + 4 * TOPS__CU_Q8_CH + 4 * ch, &dd, 4);
+            }
+            for (int tl = 0; tl < 8; tl++)
+                for (int h = 0; h < 2; h++)
+                    for (int lane = 0; lane < 32; lane++)
+                        for (int j = 0; j < 4; j++) {
+                            const int g = lane >> 2, t = lane & 3, s = 2 * h + j / 2, p = j % 2;
+                            uint32_t word = 0;
+                            for (int q = 0; q < 8; q++) {
+                                const int64_t row = cb * TOPS__CU_Q8_CH + tl * 16 + g + 8 * (q / 4);
+                                const int64_t kk = c * TOPS__CU_Q8_CHUNK_K + 32 * s + 16 * p + 4 * t + q % 4;
+                                const int in = row < n && kk < k;
+                                if (int4) word |= (in ? get_code(w, &m, 1, row, kk) : 8u) << (4 * q);
+                                else if (in) word |= q8_e2m1_bits(get_code(w, &m, 1, row, kk), q);
+                            }
+                            memcpy(r + tl * 1024 + h * 512 + lane * 16 + j * 4, &word, 4);
+                        }
+        }
+    *bytes = total;
+    return buf;
+reject:
+    free(buf);
+    return NULL;
+}

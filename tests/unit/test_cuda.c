@@ -133,6 +133,10 @@ static void fp8_activations(const double *x, int64_t m, int64_t k, double *q) {
     }
 }
 
+/* The kernel the last strict launch used (a weak reference: builds
+   without CUDA have none, and skip before asking). */
+extern const char *tops__cu_last_kernel(void) __attribute__((weak));
+
 static int run_case(const gpu_case *c, th_rng *r) {
     int failed_before = th_failed_checks;
     tops_format fmt;
@@ -225,12 +229,8 @@ static int run_case(const gpu_case *c, th_rng *r) {
     md.transpose_right = 1;
     md.mode = c->accumulate ? TOPS_MULTIPLY_ACCUMULATE : TOPS_MULTIPLY;
     md.relaxed_precision = c->relaxed;
-    const int fp8 = c->relaxed && fp8_gpu && strncmp(c->format, "e4m3", 4) == 0;
+    int fp8 = c->relaxed && fp8_gpu && strncmp(c->format, "e4m3", 4) == 0;
     double *xq = NULL;
-    if (fp8) {
-        xq = malloc((size_t)(m * k) * sizeof(double));
-        fp8_activations(xv, m, k, xq);
-    }
     const tops_tensor *right = &tq;
     if (c->prepack) {
         ASSERT_OK(tops_pack_right(&e, &md, &tq, &packed));
@@ -242,6 +242,12 @@ static int run_case(const gpu_case *c, th_rng *r) {
     ASSERT_OK(tops_matmul2d(&e, &md, &tx, right, &ty));
     ASSERT_OK(tops_cuda_synchronize(&e));
     ASSERT_OK(tops_cuda_copy(yh, host_mem, ydev, gpu0, (size_t)(m * n) * osz, NULL));
+    /* 4-bit weights on the FP8 tensor cores: e4m3 activations too */
+    if (c->relaxed && tops__cu_last_kernel && strstr(tops__cu_last_kernel(), "wgmma_q8")) fp8 = 1;
+    if (fp8) {
+        xq = malloc((size_t)(m * k) * sizeof(double));
+        fp8_activations(xv, m, k, xq);
+    }
     if (!c->accumulate) {
         /* Again: the split-K partials are summed in split order, so the bits repeat. */
         unsigned char *again = malloc((size_t)(m * n) * osz);
@@ -358,9 +364,6 @@ static void test_every_format(void) {
     printf("     %d of %d GPU cases within their bounds\n", passed, cases);
 }
 
-/* The kernel the last strict launch used (a weak reference: builds
-   without CUDA have none, and skip before asking). */
-extern const char *tops__cu_last_kernel(void) __attribute__((weak));
 
 /* The kernels' edges: M across the token-tile and warp-split steps
    (1, 16, 17, 40, 64, 65, 128, 200 -> a second pass of 128), N not a
@@ -636,10 +639,11 @@ static void test_wgmma_folded(void) {
         unsetenv("TOPS_CUDA_WGMMA_CW");
     }
     unsetenv("TOPS_CUDA_KERNEL");
-    /* By plan (no forcing): relaxed int4-g128 and strict mxfp4 at M = 128 fold. */
-    static const char *const plan[] = {"int4-g128", "mxfp4"};
-    for (int i = 0; i < 2; i++) {
-        gpu_case c = {plan[i], TOPS_DT_F16, TOPS_DT_F16, 128, 512, 192, 0, 0, 1, i == 0, 0};
+    /* By plan (no forcing): strict mxfp4 at M = 128 folds (relaxed int4-g128
+       runs wgmma_q8 now: test_q8). */
+    static const char *const plan[] = {"mxfp4"};
+    for (int i = 0; i < 1; i++) {
+        gpu_case c = {plan[i], TOPS_DT_F16, TOPS_DT_F16, 128, 512, 192, 0, 0, 1, 0, 0};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
         if (!strstr(kn, "folded")) {
@@ -650,7 +654,7 @@ static void test_wgmma_folded(void) {
     }
     printf("     %d of %d folded-scale wgmma cases within their bounds; worst relaxed f32-output rel-L2 %.3g (bound %.0e "
            "+ %.0e)\n",
-           passed, n + 2, fold_worst, bound_for(TOPS_DT_F32), FOLD_REL_L2);
+           passed, n + 1, fold_worst, bound_for(TOPS_DT_F32), FOLD_REL_L2);
 }
 
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
@@ -777,6 +781,89 @@ static void test_relaxed_fp8(void) {
            fp8_worst_own[1], fp8_worst_own[2]);
 }
 
+/* Relaxed 4-bit weights on the FP8 tensor cores (wgmma_q8.cu): int4-g128
+   and mxfp4 (gguf-mxfp4, int4-g256 too) against f64 of the e4m3 activations
+   like the FP8 GEMM, forced at every M (TOPS_CUDA_KERNEL=q8): ragged M
+   against both token tiles (1, 47, 48, 129, 255), N not a multiple of 128,
+   K = 128, 4096 and ragged (K % 128 != 0), both activation types, every
+   output type, accumulate, strided rows, packed on the fly, both token tiles,
+   both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL; then the plan
+   (M = 32 takes it, M = 31 does not, nor strict mode or int4-g32) and mxfp4
+   rows whose chunk spans more than 15 binades (no q8 layout: the folded or
+   strict kernels, still within their bounds). */
+static void test_q8(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the q8 kernel needs compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    fp8_worst_true = fp8_worst_own[0] = fp8_worst_own[1] = fp8_worst_own[2] = 0;
+    static const struct {
+        const char *format;
+        tops_dtype act, out;
+        int64_t m, k, n;
+        int strided, accumulate, prepack;
+        const char *tn, *pdl, *split;
+    } cases[] = {
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1"},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL},
+        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0"},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0"},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1"},
+    };
+    const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0, total = 0;
+    setenv("TOPS_CUDA_KERNEL", "q8", 1);
+    for (int i = 0; i < n; i++) {
+        if (cases[i].tn) setenv("TOPS_CUDA_Q8_TN", cases[i].tn, 1);
+        if (cases[i].pdl) setenv("TOPS_CUDA_PDL", cases[i].pdl, 1);
+        if (cases[i].split) setenv("TOPS_CUDA_Q8_SPLIT", cases[i].split, 1);
+        gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
+                      cases[i].strided, cases[i].accumulate, cases[i].prepack, 1, 0};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if (!strstr(kn, "wgmma_q8")) {
+            TH_FAIL_AT("%s M=%lld K=%lld forced q8 ran %s", c.format, (long long)c.m, (long long)c.k, kn);
+            ok = 0;
+        }
+        passed += ok;
+        total++;
+        unsetenv("TOPS_CUDA_Q8_TN");
+        unsetenv("TOPS_CUDA_PDL");
+        unsetenv("TOPS_CUDA_Q8_SPLIT");
+    }
+    unsetenv("TOPS_CUDA_KERNEL");
+    /* The plan: q8 from M = 32, relaxed only, and never for a chunk range > 14
+       binades (spread 2: the first 16 weights of each row x 2^16). */
+    static const struct {
+        const char *format;
+        int64_t m;
+        int relaxed, spread, want;
+    } plan[] = {{"int4-g128", 32, 1, 0, 1}, {"mxfp4", 128, 1, 0, 1}, {"int4-g128", 31, 1, 0, 0},
+                {"mxfp4", 128, 0, 0, 0},    {"mxfp4", 64, 1, 2, 0},  {"int4-g32", 128, 1, 0, 0}};
+    for (int i = 0; i < (small_run ? 0 : (int)(sizeof plan / sizeof plan[0])); i++) {
+        gpu_case c = {plan[i].format, TOPS_DT_F16, TOPS_DT_F32, plan[i].m, 512, 192, 0, 0, 1, plan[i].relaxed,
+                      plan[i].spread};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strstr(kn, "wgmma_q8") != NULL) != plan[i].want) {
+            TH_FAIL_AT("%s M=%lld relaxed=%d spread=%d by plan ran %s (want %sq8)", c.format, (long long)c.m,
+                       c.relaxed, c.spread, kn, plan[i].want ? "" : "not ");
+            ok = 0;
+        }
+        passed += ok;
+        total++;
+    }
+    printf("     %d of %d q8 cases within their bounds; worst rel-L2 against f64: %.3g; against the e4m3 "
+           "activations: f32 %.3g, f16 %.3g, bf16 %.3g\n",
+           passed, total, fp8_worst_true, fp8_worst_own[0], fp8_worst_own[1], fp8_worst_own[2]);
+}
+
 static void test_gpu_bad_inputs(void) {
     /* Wrong memory space, wrong device, unsupported formats: status + sentence. */
     int64_t wext[2] = {32, 64}, xext[2] = {2, 64}, yext[2] = {2, 32};
@@ -860,5 +947,6 @@ int main(void) {
     RUN_TEST(test_scale_decode);
     RUN_TEST(test_wgmma);
     RUN_TEST(test_wgmma_folded);
+    RUN_TEST(test_q8);
     TEST_MAIN_END();
 }

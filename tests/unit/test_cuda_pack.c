@@ -272,9 +272,112 @@ static void test_rejects(void) {
     ASSERT_TRUE(wb == NULL && sb == NULL);
 }
 
+
+/* ---- the q8 layout (wgmma_q8.cu): 4-bit weights decoded to e4m3 ---------- */
+
+static float e4m3_value(uint32_t byte) {
+    uint8_t b = (uint8_t)byte;
+    float v;
+    tops_cast_to_f32(TOPS_DT_E4M3, &v, &b, 1);
+    return v;
+}
+
+/* The kernel's decode of word w's weights 0..3 (hi = 0) or 4..7 (hi = 1):
+   int4 through the fixed 16-entry table, e2m1 through table d, its sign
+   bits ORed in. */
+static uint32_t q8_decode(int mx, uint32_t w, int hi, int d) {
+    if (!mx) {
+        uint32_t x = hi ? w >> 16 : w, sel = x & 0x7777u;
+        uint32_t lo = byte_perm(TOPS__CU_Q8_I4_T0, TOPS__CU_Q8_I4_T1, sel);
+        uint32_t up = byte_perm(TOPS__CU_Q8_I4_T2, TOPS__CU_Q8_I4_T3, sel);
+        return byte_perm(lo, up, ((x >> 1) & 0x4444u) | 0x3210u);
+    }
+    static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+    uint32_t t[2] = {0, 0};
+    for (int i = 0; i < 8; i++) {
+        float v = ldexpf(mag[i], d - 8);
+        uint8_t b;
+        tops_cast_from_f32(TOPS_DT_E4M3, &b, &v, 1, 1);
+        ASSERT_TRUE(e4m3_value(b) == v); /* every table entry exact */
+        t[i / 4] |= (uint32_t)b << (8 * (i % 4));
+    }
+    if (hi) return byte_perm(t[0], t[1], (w >> 16) & 0x7777u) | ((w << 4) & 0x80808080u);
+    return byte_perm(t[0], t[1], w & 0x7777u) | (w & 0x80808080u);
+}
+
+/* Every weight of a format read back through the q8 layout, or (want = 0)
+   no layout.  spread: the first 16 weights of each row x 2^16 (mxfp4: a
+   chunk over more than 15 binades). */
+static void check_q8(const char *name, int64_t n, int64_t k, int spread, int want, th_rng *r) {
+    tops_format fmt;
+    ASSERT_OK(tops_format_from_name(name, &fmt));
+    float *src = malloc((size_t)(n * k) * sizeof(float)), *dec = malloc((size_t)(n * k) * sizeof(float));
+    for (int64_t i = 0; i < n * k; i++)
+        src[i] = th_uniform(r, -2, 2) * (float)(1 + i % 5) * (spread && i % k < 16 ? 0x1p16f : 1.0f);
+    tops_tensor tq, td;
+    quantize_rows(fmt, src, n, k, &tq);
+    tops_tensor_desc dd = f32_rows(dec, n, k);
+    ASSERT_OK(tops_tensor_view(&dd, &td));
+    ASSERT_OK(tops_dequantize(&tq, &td));
+    tops__cuda_packed pk;
+    void *wb = NULL, *sb = NULL;
+    ASSERT_OK(tops__cuda_pack_host("test", &tq, 1, &pk, &wb, &sb));
+    size_t bytes = 0;
+    int oom = -1;
+    unsigned char *q = tops__cuda_pack_q8_host(&tq, &pk, &bytes, &oom);
+    ASSERT_TRUE(oom == 0);
+    if (!want || !q) {
+        if ((q != NULL) != want) TH_FAIL_AT("%s spread=%d: q8 layout %s", name, spread, q ? "built" : "missing");
+        goto out;
+    }
+    const int mx = pk.code == TOPS__CU_CODE_E2M1, rec = tops__cu_q8_rec_bytes(pk.code);
+    const int64_t chunks = (k + 127) / 128, cbs = (n + 127) / 128, npad = cbs * 128, kpad = chunks * 128;
+    ASSERT_TRUE(bytes == (size_t)(cbs * chunks * rec));
+    int64_t mismatches = 0;
+    for (int64_t row = 0; row < npad; row++)
+        for (int64_t kk = 0; kk < kpad; kk++) {
+            const unsigned char *rc = q + (size_t)((row / 128) * chunks + kk / 128) * (size_t)rec;
+            const int ch = (int)(row % 128), tl = ch / 16, g = ch % 8, hi = (ch % 16) / 8;
+            const int kl = (int)(kk % 128), st = kl / 32, p = (kl % 32) / 16, t = (kl % 16) / 4, i = kl % 4;
+            uint32_t w, ddw = 0;
+            float factor;
+            memcpy(&w, rc + tl * 1024 + (st / 2) * 512 + (4 * g + t) * 16 + ((st % 2) * 2 + p) * 4, 4);
+            memcpy(&factor, rc + TOPS__CU_Q8_WBYTES + 4 * ch, 4);
+            if (mx) memcpy(&ddw, rc + TOPS__CU_Q8_WBYTES + 4 * TOPS__CU_Q8_CH + 4 * ch, 4);
+            const int d = (int)((ddw >> (8 * st)) & 0xFFu);
+            if (d > 14) TH_FAIL_AT("%s row %lld k %lld: table %d", name, (long long)row, (long long)kk, d);
+            const double v = (double)e4m3_value(q8_decode(mx, w, hi, d) >> (8 * i)) * factor * pk.global_scale;
+            const double want_v = row < n && kk < k ? dec[row * k + kk] : 0.0;
+            if (!(fabs(v - want_v) <= 1e-6 * fabs(want_v)) && mismatches++ < 3)
+                TH_FAIL_AT("%s row %lld k %lld: q8 reads %.9g, dequantize gives %.9g", name, (long long)row,
+                           (long long)kk, v, want_v);
+        }
+out:
+    free(q);
+    free(wb);
+    free(sb);
+    tops_tensor_destroy(&tq);
+    free(src);
+    free(dec);
+}
+
+static void test_q8_layout(void) {
+    th_rng r = th_seed();
+    check_q8("int4-g128", 200, 1000, 0, 1, &r);
+    check_q8("int4-g256", 130, 512, 0, 1, &r);
+    check_q8("int4-g128:bf16", 64, 256, 0, 1, &r);
+    check_q8("mxfp4", 200, 1000, 0, 1, &r);
+    check_q8("gguf-mxfp4", 130, 512, 0, 1, &r);
+    check_q8("mxfp4", 64, 256, 1, 0, &r);    /* a chunk over 17 binades: no layout */
+    check_q8("int4-g128", 64, 256, 1, 1, &r); /* int4 does not care */
+    check_q8("int4-g32", 64, 256, 0, 0, &r);  /* groups below 128 */
+    check_q8("nvfp4", 64, 256, 0, 0, &r);
+}
+
 int main(void) {
     RUN_TEST(test_every_format_reads_back);
     RUN_TEST(test_rejects);
     RUN_TEST(test_fold_shift);
+    RUN_TEST(test_q8_layout);
     TEST_MAIN_END();
 }

@@ -1,0 +1,410 @@
+// Relaxed 4-bit weights on Hopper's FP8 tensor cores (sm_90a): int4 with
+// groups of 128 (or multiples) and mxfp4 whose 128-K chunks fit 15 binades.
+//
+// The activations are quantized to e4m3 per row (fp8_gemm.cu's quantizer,
+// FORMATS.md section 3: relaxed mode).  The weights decode EXACTLY to e4m3
+// in registers (pack.c's q8 layout, cuda_internal.h): int4 values -8..7 are
+// e4m3 integers (a 16-entry table: two byte permutes and a third that picks
+// per byte); e2m1 codes times 2^(d - 8) are exact for d in 0..14 (one
+// 8-entry table per block, the sign ORed in), the chunk's power of two left
+// to its factor.  So each 128-K chunk is 4 wgmma m64nNk32 e4m3 (A from
+// registers, swap AB: 64 channels per consumer warpgroup; B = TN tokens of
+// e4m3 activations through TMA, 128-byte swizzle: one row of the tile = the
+// chunk) into a fresh part accumulator, then acc += part x factor (the int4
+// group scale, or e2m1's power of two) in f32, and at the end x the row
+// scale x the tensor scale.  Twice the MACs per clock of the f16 tensor
+// cores, half the activation bytes.  The next chunk is decoded while the
+// current chunk's wgmmas run; the two consumer warpgroups overlap each
+// other's FFMAs.  One producer thread feeds a ring of chunk stages (one TMA
+// tile + one bulk copy of the CTA's 128 channels' record).
+#include "cuda/kernels.cuh"
+#include "cuda/sm90.cuh"
+
+#include <cuda_fp8.h>
+#include <string.h>
+
+namespace tops_cu {
+namespace {
+
+constexpr int kQ8Consumers = 2; // warpgroups, one m64 channel tile each
+constexpr int kQ8Threads = (kQ8Consumers + 1) * 128;
+constexpr int kQ8Ring = 8; // chunk stages
+
+struct Q8Params {
+    Params io;              // out, ldo, out_dtype, accumulate, m, n, global (store_out)
+    const unsigned char *w; // the q8 layout
+    const float *row_scale; // the quantizer's [m]
+    int chunks, rec, passes;
+};
+
+// A stage: the chunk's activation tile (TN rows of 128 bytes, 1024-byte
+// aligned for the swizzle), then the weight record (the largest one
+// rounded up to 1024 bytes, so the next tile stays aligned).
+template <int TN>
+struct q8_layout {
+    static constexpr int XBYTES = TN * 128;
+    static constexpr int WBYTES = 9216;
+    static constexpr int STAGE = XBYTES + WBYTES;
+    static constexpr int SMEM = kQ8Ring * STAGE + 2 * kQ8Ring * 8 + 1024;
+};
+static_assert(TOPS__CU_Q8_WBYTES + 8 * TOPS__CU_Q8_CH <= 9216, "a record fits its stage");
+
+#ifdef TOPS_CU_WGMMA
+// Four int4 weights (the low 4 nibbles of w: code + 8) as e4m3 bytes:
+// codes 0..7 and 8..15 from two 8-entry tables, then per byte the one its
+// nibble's bit 3 picks.  Bit 3 of a byte-permute selector nibble asks for
+// sign replication: always masked off.
+__device__ __forceinline__ uint32_t q8_int4(uint32_t w) {
+    const uint32_t sel = w & 0x7777u;
+    const uint32_t lo = __byte_perm(TOPS__CU_Q8_I4_T0, TOPS__CU_Q8_I4_T1, sel);
+    const uint32_t hi = __byte_perm(TOPS__CU_Q8_I4_T2, TOPS__CU_Q8_I4_T3, sel);
+    return __byte_perm(lo, hi, ((w >> 1) & 0x4444u) | 0x3210u);
+}
+
+// e2m1 weights 0..3 / 4..7 of a word through the magnitude table t, signs ORed in.
+__device__ __forceinline__ uint32_t q8_e2m1_lo(uint32_t w, uint2 t) {
+    return __byte_perm(t.x, t.y, w & 0x7777u) | (w & 0x80808080u);
+}
+__device__ __forceinline__ uint32_t q8_e2m1_hi(uint32_t w, uint2 t) {
+    return __byte_perm(t.x, t.y, (w >> 16) & 0x7777u) | ((w << 4) & 0x80808080u);
+}
+
+// A lane's A fragments of the 4 k32 steps of a chunk from the stage's
+// record `r` (tile tl of the CTA), and the factors of its rows g, g + 8.
+template <bool MX>
+__device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lane, const uint2 *tabs,
+                                         uint32_t (&A)[4][4], float &fg, float &fh) {
+    const int g = lane >> 2;
+    const uint4 h0 = *reinterpret_cast<const uint4 *>(r + tl * 1024 + lane * 16);
+    const uint4 h1 = *reinterpret_cast<const uint4 *>(r + tl * 1024 + 512 + lane * 16);
+    const float *fac = reinterpret_cast<const float *>(r + TOPS__CU_Q8_WBYTES);
+    fg = fac[tl * 16 + g];
+    fh = fac[tl * 16 + g + 8];
+    const uint32_t wd[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    if constexpr (MX) {
+        const uint32_t *dd = reinterpret_cast<const uint32_t *>(r + TOPS__CU_Q8_WBYTES + 4 * TOPS__CU_Q8_CH);
+        const uint32_t dg = dd[tl * 16 + g], dh = dd[tl * 16 + g + 8];
+#pragma unroll
+        for (int s = 0; s < 4; s++) {
+            const uint2 tg = tabs[(dg >> (8 * s)) & 0xFFu], th = tabs[(dh >> (8 * s)) & 0xFFu];
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+                A[s][2 * p] = q8_e2m1_lo(wd[2 * s + p], tg);
+                A[s][2 * p + 1] = q8_e2m1_hi(wd[2 * s + p], th);
+            }
+        }
+    } else {
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+#pragma unroll
+            for (int p = 0; p < 2; p++) {
+                A[s][2 * p] = q8_int4(wd[2 * s + p]);
+                A[s][2 * p + 1] = q8_int4(wd[2 * s + p] >> 16);
+            }
+    }
+}
+
+// One chunk's 4 k32 steps into the part accumulator d (fresh: the first
+// step's scale-d is 0) for the token rows of the tile at xb; one group.
+template <int NP>
+__device__ __forceinline__ void q8_mma(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xb) {
+    using namespace sm90;
+    wgmma_fence(); // A and d were written since the last wgmmas
+    wgmma_rs_e4m3<0>(d, A[0], desc_sw128(xb));
+    wgmma_rs_e4m3<1>(d, A[1], desc_sw128(xb + 32));
+    wgmma_rs_e4m3<1>(d, A[2], desc_sw128(xb + 64));
+    wgmma_rs_e4m3<1>(d, A[3], desc_sw128(xb + 96));
+    wgmma_commit();
+}
+
+// acc += part x the factor of its row (accumulator i: row g + 8 ((i / 2) % 2)).
+template <int NP>
+__device__ __forceinline__ void q8_drain(float (&acc)[NP], float (&part)[NP], float fg, float fh) {
+    sm90::fence_regs(part);
+#pragma unroll
+    for (int i = 0; i < NP; i++) acc[i] = fmaf(part[i], (i & 2) ? fh : fg, acc[i]);
+}
+
+// The consumer warpgroups.  SPLIT: the TN tokens as two halves with their
+// own part accumulators and wgmma groups, so that one half drains (FFMAs)
+// while the other's wgmmas run; else one group per chunk, drained after it
+// completes.  A lane's A fragments are decoded one chunk ahead either way
+// (two register sets).
+template <int TN, bool MX, bool SPLIT>
+__device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *ring, uint64_t *full, uint64_t *empty,
+                                           const uint2 *tabs, int tt, int cb) {
+    using namespace sm90;
+    using L = q8_layout<TN>;
+    constexpr int ND = TN / 2, NH = SPLIT ? ND / 2 : ND, XH = TN / 2 * 128; // XH: the second half's rows
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tl = warp; // warpgroup wg: tiles 4 wg .. 4 wg + 3
+    const int nc = p.chunks;
+    float acc0[NH], acc1[NH], part0[NH], part1[NH]; // acc1, part1: the second half (SPLIT)
+#pragma unroll
+    for (int i = 0; i < NH; i++) acc0[i] = acc1[i] = part0[i] = part1[i] = 0.0f;
+    uint32_t A0[4][4], A1[4][4];
+    float f0g, f0h, f1g, f1h;
+    const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE; };
+    const auto fetch = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh) {
+        mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+        q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, A, fg, fh);
+    };
+    const auto release = [&](int c, uint32_t (&A)[4][4]) {
+#pragma unroll
+        for (int s = 0; s < 4; s++) fence_regs(A[s]); // A stays live until its wgmmas are done
+        mbar_arrive(&empty[c % kQ8Ring]);
+    };
+    if constexpr (SPLIT) {
+        // Chunk c (fragments A): its first half was issued before; issue
+        // the second, decode chunk c + 1 into An, drain the first half, issue
+        // chunk c + 1's first half, drain the second half, release c.  The
+        // last chunk is peeled, so that every wait retires a known group
+        // (else ptxas serializes the wgmmas: C7514).
+        const auto step = [&](int c, uint32_t (&A)[4][4], float fg, float fh, uint32_t (&An)[4][4], float &fng,
+                              float &fnh) {
+            q8_mma(part1, A, stage(c) + XH);
+            fetch(c + 1, An, fng, fnh);
+            wgmma_wait<1>(); // the first half of c
+            q8_drain(acc0, part0, fg, fh);
+            q8_mma(part0, An, stage(c + 1));
+            wgmma_wait<1>(); // the second half of c
+            q8_drain(acc1, part1, fg, fh);
+            release(c, A);
+        };
+        const auto last = [&](int c, uint32_t (&A)[4][4], float fg, float fh) {
+            q8_mma(part1, A, stage(c) + XH);
+            wgmma_wait<1>();
+            q8_drain(acc0, part0, fg, fh);
+            wgmma_wait<0>();
+            q8_drain(acc1, part1, fg, fh);
+            release(c, A);
+        };
+        fetch(0, A0, f0g, f0h);
+        q8_mma(part0, A0, stage(0));
+        int c = 0;
+        for (; c + 2 < nc; c += 2) {
+            step(c, A0, f0g, f0h, A1, f1g, f1h);
+            step(c + 1, A1, f1g, f1h, A0, f0g, f0h);
+        }
+        if (c + 1 < nc) {
+            step(c, A0, f0g, f0h, A1, f1g, f1h);
+            last(c + 1, A1, f1g, f1h);
+        } else {
+            last(c, A0, f0g, f0h);
+        }
+    } else {
+        const auto retire = [&](int c, uint32_t (&A)[4][4], float fg, float fh) {
+            wgmma_wait<0>();
+            q8_drain(acc0, part0, fg, fh);
+            release(c, A);
+        };
+        fetch(0, A0, f0g, f0h);
+        for (int c = 0;; c += 2) {
+            q8_mma(part0, A0, stage(c));
+            if (c + 1 < nc) fetch(c + 1, A1, f1g, f1h);
+            retire(c, A0, f0g, f0h);
+            if (c + 1 >= nc) break;
+            q8_mma(part0, A1, stage(c + 1));
+            if (c + 2 < nc) fetch(c + 2, A0, f0g, f0h);
+            retire(c + 1, A1, f1g, f1h);
+            if (c + 2 >= nc) break;
+        }
+    }
+
+    // Accumulator i of lane l in warp w of the m64 tile: channel 16 w + l / 4
+    // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2 (of its half).
+    grid_dep_wait(); // the row scales (the quantizer's)
+    const int gid = lane >> 2, tig = lane & 3;
+    const auto store = [&](const float (&acc)[NH], int m0) {
+#pragma unroll
+        for (int i = 0; i < NH; i++) {
+            const int n = cb * TOPS__CU_Q8_CH + tl * 16 + gid + 8 * ((i >> 1) & 1);
+            const int m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+            if (n < p.io.n && m < p.io.m) store_out(p.io, m, n, acc[i] * (p.row_scale[m] * p.io.global));
+        }
+    };
+    store(acc0, tt * TN);
+    if constexpr (SPLIT) store(acc1, tt * TN + TN / 2);
+}
+#endif
+
+template <int TN, bool MX, bool SPLIT>
+__global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_constant__ CUtensorMap xmap,
+                                                                 const Q8Params p) {
+#ifdef TOPS_CU_WGMMA
+    using namespace sm90;
+    using L = q8_layout<TN>;
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ uint2 tabs[15];
+    const uint32_t base = smem_addr(smem_raw); // a shared address: see wgmma_w.cu's cta_begin
+    unsigned char *ring =
+        static_cast<unsigned char *>(__cvta_shared_to_generic(base + ((1024u - (base & 1023u)) & 1023u)));
+    uint64_t *full = reinterpret_cast<uint64_t *>(ring + kQ8Ring * L::STAGE), *empty = full + kQ8Ring;
+    const int tt = blockIdx.x % p.passes, cb = blockIdx.x / p.passes;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kQ8Ring; s++) {
+            mbar_init(&full[s], 1);
+            mbar_init(&empty[s], kQ8Consumers * 128);
+        }
+        mbar_init_fence();
+    }
+    if constexpr (MX) { // table d, entry i: e4m3(e2m1 magnitude i x 2^(d - 8)), exact
+        if (threadIdx.x < 120) {
+            const int i = threadIdx.x & 7, e = i >> 1; // e2m1 (e, m): m / 2, or (1 + m / 2) 2^(e - 1)
+            const float mag = e ? (1.0f + 0.5f * (float)(i & 1)) * (float)(1 << (e - 1)) : 0.5f * (float)(i & 1);
+            const float v = ldexpf(mag, (int)(threadIdx.x >> 3) - 8);
+            reinterpret_cast<unsigned char *>(tabs)[threadIdx.x] =
+                (unsigned char)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x >= kQ8Consumers * 128) { // producer: one thread, few registers
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (threadIdx.x == kQ8Consumers * 128) {
+            // The first stages' weights do not depend on the quantizer: they
+            // stream in while it runs (launched as its programmatic
+            // dependent); its codes only past grid_dep_wait.
+            const int first = min(p.chunks, kQ8Ring);
+            for (int i = 0; i < first; i++) {
+                mbar_expect_tx(&full[i], (uint32_t)(L::XBYTES + p.rec));
+                bulk_copy(ring + i * L::STAGE + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec,
+                          (uint32_t)p.rec, &full[i]);
+            }
+            grid_dep_wait();
+            for (int i = 0; i < first; i++)
+                tma_load_2d(ring + i * L::STAGE, &xmap, &full[i], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
+            for (int i = first; i < p.chunks; i++) {
+                const int s = i % kQ8Ring;
+                mbar_wait(&empty[s], ((i / kQ8Ring) + 1) & 1);
+                unsigned char *stg = ring + s * L::STAGE;
+                mbar_expect_tx(&full[s], (uint32_t)(L::XBYTES + p.rec));
+                tma_load_2d(stg, &xmap, &full[s], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
+                bulk_copy(stg + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec, (uint32_t)p.rec, &full[s]);
+            }
+        }
+    } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        q8_consume<TN, MX, SPLIT>(p, ring, full, empty, tabs, tt, cb);
+    }
+#else
+    (void)xmap, (void)p;
+#endif
+}
+
+typedef void (*q8_fn)(const CUtensorMap, const Q8Params);
+
+template <bool SPLIT>
+q8_fn pick_q8_tn(int tn, bool mx) {
+    if (tn == 128) return mx ? wgmma_q8_kernel<128, true, SPLIT> : wgmma_q8_kernel<128, false, SPLIT>;
+    return mx ? wgmma_q8_kernel<64, true, SPLIT> : wgmma_q8_kernel<64, false, SPLIT>;
+}
+q8_fn pick_q8(int tn, bool mx, bool split) { return split ? pick_q8_tn<true>(tn, mx) : pick_q8_tn<false>(tn, mx); }
+
+} // namespace
+} // namespace tops_cu
+
+using namespace tops_cu;
+
+extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8, const char **what) {
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return (int)cudaErrorNotSupported;
+    }
+    if (major != 9 || minor != 0 || !q8 || !sm90::tensor_map_encoder() || a->m < 1 || a->k < 1 ||
+        (a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_E2M1))
+        return (int)cudaErrorNotSupported;
+    // Tokens per CTA: 64 up to M = 64 (no idle half tile), else 128;
+    // TOPS_CUDA_Q8_TN (64 or 128) for tuning runs.
+    const long long tn_env = env_or("TOPS_CUDA_Q8_TN", 0);
+    const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : a->m > 64 ? 128 : 64;
+    const bool mx = a->code == TOPS__CU_CODE_E2M1;
+    Q8Params p;
+    memset(&p, 0, sizeof p);
+    p.io.out = a->out;
+    p.io.ldo = a->ldo;
+    p.io.out_dtype = (int)a->out_dtype;
+    p.io.accumulate = a->accumulate;
+    p.io.m = (int)a->m;
+    p.io.n = (int)a->n;
+    p.io.global = a->global_scale;
+    p.w = static_cast<const unsigned char *>(q8);
+    p.chunks = (int)((a->k + TOPS__CU_Q8_CHUNK_K - 1) / TOPS__CU_Q8_CHUNK_K);
+    p.rec = tops__cu_q8_rec_bytes(a->code);
+    p.passes = (int)((a->m + tn - 1) / tn);
+    const long long ctas = (a->n + TOPS__CU_Q8_CH - 1) / TOPS__CU_Q8_CH * (long long)p.passes;
+    if (ctas > 0x7FFFFFFFLL) {
+        *what = "the problem is too large for one launch";
+        return (int)cudaErrorInvalidConfiguration;
+    }
+    // The consumer loop: token halves drained while the other half's
+    // wgmmas run at TN = 128, one group per chunk at 64 (H200, 2026-11-29
+    // 22:13-22:17 UTC, same calls, us at M = 128 / 48: int4-g128 34.7 / 25.9
+    // split, 35.5 / 24.2 not; mxfp4 30.9 / 21.4 against 33.4 / 22.2);
+    // TOPS_CUDA_Q8_SPLIT = 0 / 1 forces either.
+    const q8_fn fn = pick_q8(tn, mx, env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0);
+    const size_t smem = tn == 128 ? q8_layout<128>::SMEM : q8_layout<64>::SMEM;
+    cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (err != cudaSuccess) {
+        *what = "raising the q8 kernel's shared-memory limit";
+        return (int)err;
+    }
+    // The e4m3 activations [m, k_pad] and row scales, stream-ordered.
+    const size_t qbytes = ((size_t)a->m * (size_t)a->k_pad + 255) & ~(size_t)255;
+    unsigned char *ws = nullptr;
+    err = cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + (size_t)a->m * sizeof(float), stream);
+    if (err == cudaErrorNotSupported) { // no memory pools: the other kernels run
+        (void)cudaGetLastError();
+        return (int)err;
+    }
+    if (err != cudaSuccess) {
+        *what = "cudaMallocAsync of the q8 activation workspace";
+        return (int)err;
+    }
+    p.row_scale = reinterpret_cast<const float *>(ws + qbytes);
+    err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes));
+    if (err != cudaSuccess) *what = "the activation quantization launch";
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)a->k_pad, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)a->k_pad};
+    const cuuint32_t box[2] = {(cuuint32_t)TOPS__CU_Q8_CHUNK_K, (cuuint32_t)tn};
+    if (err == cudaSuccess && !sm90::encode_sw128(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, ws, dims, strides, box,
+                                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B)) {
+        err = cudaErrorInvalidValue;
+        *what = "cuTensorMapEncodeTiled for the q8 activations";
+    }
+    if (err == cudaSuccess) {
+        set_last_kernel(tn == 128 ? "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA"
+                                  : "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA");
+        // A programmatic dependent of the quantizer (TOPS_CUDA_PDL=0: plain):
+        // its prologue overlaps the quantizer's blocks.
+        bool pdl = env_or("TOPS_CUDA_PDL", 1) != 0;
+        if (pdl) {
+            cudaLaunchConfig_t cfg = {};
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.gridDim = dim3((unsigned)ctas);
+            cfg.blockDim = dim3(kQ8Threads);
+            cfg.dynamicSmemBytes = smem;
+            cfg.stream = stream;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+            if (cudaLaunchKernelEx(&cfg, fn, map, p) != cudaSuccess) { // a driver without it
+                (void)cudaGetLastError();
+                pdl = false;
+            }
+        }
+        if (!pdl) fn<<<(unsigned)ctas, kQ8Threads, smem, stream>>>(map, p);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) *what = "the q8 kernel launch";
+    }
+    cudaError_t e2 = cudaFreeAsync(ws, stream);
+    if (err == cudaSuccess && e2 != cudaSuccess) {
+        err = e2;
+        *what = "cudaFreeAsync of the q8 activation workspace";
+    }
+    return (int)err;
+}
