@@ -23,6 +23,8 @@
 #include <cuda_fp8.h>
 #include <string.h>
 
+#include <algorithm>
+
 namespace tops_cu {
 namespace {
 
@@ -35,6 +37,18 @@ struct Q8Params {
     const unsigned char *w; // the q8 layout
     const float *row_scale; // the quantizer's [m]
     int chunks, rec, passes;
+    // Stream-K: tile t = (channel block t / passes, token tile t % passes);
+    // CTA b takes units [b U / ctas, (b + 1) U / ctas) of the U = tiles x
+    // chunks (tile-major), so all SMs work whatever the tile count.  A tile
+    // split over CTAs i0..i1 meets in the workspace: 128 x TN f32 partials
+    // in slot 2 i, or 2 i + 1 for i0 when the tile is not its first
+    // segment (only a CTA's first and last segments can be partial), and
+    // the last of them to arrive sums the slots in CTA order (the same bits
+    // every run).
+    int tiles, ctas;
+    double rctas, runits;   // 1 / ctas, 1 / units (q8_fdiv's estimates)
+    float *ws;              // partial slots; NULL when ctas == tiles
+    unsigned int *arrivals; // per tile: its CTAs done (zeroed per launch)
 };
 
 // A stage: the chunk's activation tile (TN rows of 128 bytes, 1024-byte
@@ -104,13 +118,14 @@ __device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lan
     }
 }
 
-// One chunk's 4 k32 steps into the part accumulator d (fresh: the first
-// step's scale-d is 0) for the token rows of the tile at xb; one group.
-template <int NP>
+// One chunk's 4 k32 steps into the accumulator d (FRESH: a part
+// accumulator, the first step's scale-d is 0) for the token rows of the
+// tile at xb; one group.
+template <bool FRESH = true, int NP>
 __device__ __forceinline__ void q8_mma(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xb) {
     using namespace sm90;
     wgmma_fence(); // A and d were written since the last wgmmas
-    wgmma_rs_e4m3<0>(d, A[0], desc_sw128(xb));
+    wgmma_rs_e4m3<FRESH ? 0 : 1>(d, A[0], desc_sw128(xb));
     wgmma_rs_e4m3<1>(d, A[1], desc_sw128(xb + 32));
     wgmma_rs_e4m3<1>(d, A[2], desc_sw128(xb + 64));
     wgmma_rs_e4m3<1>(d, A[3], desc_sw128(xb + 96));
@@ -125,35 +140,66 @@ __device__ __forceinline__ void q8_drain(float (&acc)[NP], float (&part)[NP], fl
     for (int i = 0; i < NP; i++) acc[i] = fmaf(part[i], (i & 2) ? fh : fg, acc[i]);
 }
 
-// The consumer warpgroups.  SPLIT: the TN tokens as two halves with their
+// The consumer warpgroups on one segment: chunks c0 .. c0 + nc - 1 of a
+// tile, the first of them at ring position q0; v gets the segment's sums
+// (already x the factors).  SPLIT: the TN tokens as two halves with their
 // own part accumulators and wgmma groups, so that one half drains (FFMAs)
 // while the other's wgmmas run; else one group per chunk, drained after it
-// completes.  A lane's A fragments are decoded one chunk ahead either way
-// (two register sets).
-template <int TN, bool MX, bool SPLIT>
-__device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *ring, uint64_t *full, uint64_t *empty,
-                                           const uint2 *tabs, int tt, int cb) {
+// completes.  ROW (mxfp4 with one factor per row, pack.c): no part
+// accumulator and no drain: the wgmmas accumulate over the whole segment
+// like fp8_gemm.cu, two groups in flight, the factor applied once.  A
+// lane's A fragments are decoded one chunk ahead either way (two register
+// sets).  The halves' accumulators concatenated have the one-group layout.
+template <int TN, bool MX, bool SPLIT, bool ROW>
+__device__ __forceinline__ void q8_consume(unsigned char *ring, uint64_t *full, uint64_t *empty, const uint2 *tabs,
+                                           int q0, int nc, float (&v)[TN / 2]) {
     using namespace sm90;
     using L = q8_layout<TN>;
     constexpr int ND = TN / 2, NH = SPLIT ? ND / 2 : ND, XH = TN / 2 * 128; // XH: the second half's rows
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tl = warp; // warpgroup wg: tiles 4 wg .. 4 wg + 3
-    const int nc = p.chunks;
     float acc0[NH], acc1[NH], part0[NH], part1[NH]; // acc1, part1: the second half (SPLIT)
 #pragma unroll
     for (int i = 0; i < NH; i++) acc0[i] = acc1[i] = part0[i] = part1[i] = 0.0f;
     uint32_t A0[4][4], A1[4][4];
     float f0g, f0h, f1g, f1h;
-    const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE; };
+    const auto stage = [&](int c) { return ring + ((q0 + c) % kQ8Ring) * L::STAGE; };
     const auto fetch = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh) {
-        mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+        mbar_wait(&full[(q0 + c) % kQ8Ring], (uint32_t)((q0 + c) / kQ8Ring) & 1u);
         q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, A, fg, fh);
     };
     const auto release = [&](int c, uint32_t (&A)[4][4]) {
 #pragma unroll
         for (int s = 0; s < 4; s++) fence_regs(A[s]); // A stays live until its wgmmas are done
-        mbar_arrive(&empty[c % kQ8Ring]);
+        mbar_arrive(&empty[(q0 + c) % kQ8Ring]);
     };
-    if constexpr (SPLIT) {
+    if constexpr (ROW) {
+        // Chunk c's group is issued, then c + 1 decoded and issued, then c
+        // retired: two groups on the tensor cores while a chunk decodes.
+        const auto next = [&](int c, uint32_t (&A)[4][4], uint32_t (&Ap)[4][4]) {
+            fetch(c, A, f0g, f0h);
+            q8_mma<false>(acc0, A, stage(c));
+            wgmma_wait<1>();
+            release(c - 1, Ap);
+        };
+        fetch(0, A0, f0g, f0h);
+        q8_mma<true>(acc0, A0, stage(0));
+        int c = 1;
+        for (; c + 1 < nc; c += 2) {
+            next(c, A1, A0);
+            next(c + 1, A0, A1);
+        }
+        if (c < nc) {
+            next(c, A1, A0);
+            wgmma_wait<0>();
+            release(c, A1);
+        } else {
+            wgmma_wait<0>();
+            release(c - 1, A0);
+        }
+        fence_regs(acc0);
+#pragma unroll
+        for (int i = 0; i < ND; i++) v[i] = acc0[i] * ((i & 2) ? f0h : f0g);
+    } else if constexpr (SPLIT) {
         // Chunk c (fragments A): its first half was issued before; issue
         // the second, decode chunk c + 1 into An, drain the first half, issue
         // chunk c + 1's first half, drain the second half, release c.  The
@@ -209,25 +255,80 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
             if (c + 2 >= nc) break;
         }
     }
-
-    // Accumulator i of lane l in warp w of the m64 tile: channel 16 w + l / 4
-    // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2 (of its half).
-    grid_dep_wait(); // the row scales (the quantizer's)
-    const int gid = lane >> 2, tig = lane & 3;
-    const auto store = [&](const float (&acc)[NH], int m0) {
+    if constexpr (!ROW) {
 #pragma unroll
         for (int i = 0; i < NH; i++) {
-            const int n = cb * TOPS__CU_Q8_CH + tl * 16 + gid + 8 * ((i >> 1) & 1);
-            const int m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+            v[i] = acc0[i];
+            if constexpr (SPLIT) v[NH + i] = acc1[i];
+        }
+    }
+}
+
+// A segment's sums v: stored (x row scale x tensor scale) where the
+// segment is the whole tile t, else written to its slot; the last of the
+// tile's CTAs i0..i1 to arrive sums the slots in CTA order and stores.
+// Accumulator i of lane l in warp w of the m64 tile: channel 16 w + l / 4
+// + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.  A slot holds
+// consumer thread ct's accumulator i at i x 256 + ct.
+template <int TN>
+__device__ __forceinline__ void q8_finish(const Q8Params &p, float (&v)[TN / 2], int t, int b, int i0, int i1,
+                                          int lag0) {
+    constexpr int ND = TN / 2, SLOT = TOPS__CU_Q8_CH * TN;
+    __shared__ int is_last;
+    const int ct = threadIdx.x, warp = ct >> 5, gid = (ct & 31) >> 2, tig = ct & 3;
+    const int m0 = (t % p.passes) * TN, n0 = (t / p.passes) * TOPS__CU_Q8_CH + warp * 16 + gid;
+    sm90::grid_dep_wait(); // the row scales (the quantizer's)
+    const auto store = [&](const float (&acc)[ND]) {
+#pragma unroll
+        for (int i = 0; i < ND; i++) {
+            const int n = n0 + 8 * ((i >> 1) & 1), m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
             if (n < p.io.n && m < p.io.m) store_out(p.io, m, n, acc[i] * (p.row_scale[m] * p.io.global));
         }
     };
-    store(acc0, tt * TN);
-    if constexpr (SPLIT) store(acc1, tt * TN + TN / 2);
+    if (i0 == i1) {
+        store(v);
+        return;
+    }
+    // Scalar stores and loads: float4 ones pin the accumulators to aligned
+    // register quads, which spilled the split loop's registers.
+    float *mine = p.ws + (size_t)(2 * b + (b == i0 ? lag0 : 0)) * SLOT;
+#pragma unroll
+    for (int i = 0; i < ND; i++) __stcg(mine + i * 256 + ct, v[i]);
+    __threadfence();
+    asm volatile("bar.sync 1, %0;" ::"n"(kQ8Consumers * 128) : "memory");
+    if (ct == 0) is_last = atomicAdd(&p.arrivals[t], 1u) == (unsigned)(i1 - i0);
+    asm volatile("bar.sync 1, %0;" ::"n"(kQ8Consumers * 128) : "memory");
+    if (!is_last) return;
+    __threadfence();
+    // Every slot from the workspace, this CTA's too (v dead: no spills).
+    float tot[ND];
+    for (int i = i0; i <= i1; i++) {
+        const float *s = p.ws + (size_t)(2 * i + (i == i0 ? lag0 : 0)) * SLOT;
+#pragma unroll
+        for (int k = 0; k < ND; k++) {
+            const float x = __ldcg(s + k * 256 + ct);
+            tot[k] = i == i0 ? x : tot[k] + x;
+        }
+    }
+    store(tot);
+}
+
+// floor(num / den) for 0 <= num < 2^62 without a 64-bit division (a call,
+// which cost the consumers' main loop spills): a double estimate, corrected.
+__device__ __forceinline__ long long q8_fdiv(long long num, long long den, double rden) {
+    long long q = (long long)((double)num * rden);
+    while (q > 0 && q * den > num) q--;
+    while ((q + 1) * den <= num) q++;
+    return q;
+}
+
+// The CTA that owns unit x (the largest b with b U / ctas <= x).
+__device__ __forceinline__ int q8_owner(const Q8Params &p, int x, long long units) {
+    return (int)q8_fdiv(((long long)x + 1) * p.ctas - 1, units, p.runits);
 }
 #endif
 
-template <int TN, bool MX, bool SPLIT>
+template <int TN, bool MX, bool SPLIT, bool ROW>
 __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_constant__ CUtensorMap xmap,
                                                                  const Q8Params p) {
 #ifdef TOPS_CU_WGMMA
@@ -239,7 +340,10 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
     unsigned char *ring =
         static_cast<unsigned char *>(__cvta_shared_to_generic(base + ((1024u - (base & 1023u)) & 1023u)));
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + kQ8Ring * L::STAGE), *empty = full + kQ8Ring;
-    const int tt = blockIdx.x % p.passes, cb = blockIdx.x / p.passes;
+    // This CTA's units [u0, u1) (see Q8Params); ctas == tiles: one whole tile.
+    const int b = blockIdx.x;
+    const long long units = (long long)p.tiles * p.chunks;
+    const int u0 = (int)q8_fdiv(b * units, p.ctas, p.rctas), nu = (int)q8_fdiv((b + 1) * units, p.ctas, p.rctas) - u0;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kQ8Ring; s++) {
             mbar_init(&full[s], 1);
@@ -260,30 +364,45 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
     if (threadIdx.x >= kQ8Consumers * 128) { // producer: one thread, few registers
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x == kQ8Consumers * 128) {
+            const auto wsrc = [&](int q) {
+                const int u = u0 + q, t = u / p.chunks;
+                return p.w + ((size_t)(t / p.passes) * p.chunks + (size_t)(u - t * p.chunks)) * p.rec;
+            };
+            const auto xload = [&](int q, unsigned char *stg, uint64_t *bar) {
+                const int u = u0 + q, t = u / p.chunks;
+                tma_load_2d(stg, &xmap, bar, (u - t * p.chunks) * TOPS__CU_Q8_CHUNK_K, (t % p.passes) * TN);
+            };
             // The first stages' weights do not depend on the quantizer: they
             // stream in while it runs (launched as its programmatic
             // dependent); its codes only past grid_dep_wait.
-            const int first = min(p.chunks, kQ8Ring);
+            const int first = min(nu, kQ8Ring);
             for (int i = 0; i < first; i++) {
                 mbar_expect_tx(&full[i], (uint32_t)(L::XBYTES + p.rec));
-                bulk_copy(ring + i * L::STAGE + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec,
-                          (uint32_t)p.rec, &full[i]);
+                bulk_copy(ring + i * L::STAGE + L::XBYTES, wsrc(i), (uint32_t)p.rec, &full[i]);
             }
             grid_dep_wait();
-            for (int i = 0; i < first; i++)
-                tma_load_2d(ring + i * L::STAGE, &xmap, &full[i], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
-            for (int i = first; i < p.chunks; i++) {
+            for (int i = 0; i < first; i++) xload(i, ring + i * L::STAGE, &full[i]);
+            for (int i = first; i < nu; i++) {
                 const int s = i % kQ8Ring;
                 mbar_wait(&empty[s], ((i / kQ8Ring) + 1) & 1);
                 unsigned char *stg = ring + s * L::STAGE;
                 mbar_expect_tx(&full[s], (uint32_t)(L::XBYTES + p.rec));
-                tma_load_2d(stg, &xmap, &full[s], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
-                bulk_copy(stg + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec, (uint32_t)p.rec, &full[s]);
+                xload(i, stg, &full[s]);
+                bulk_copy(stg + L::XBYTES, wsrc(i), (uint32_t)p.rec, &full[s]);
             }
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        q8_consume<TN, MX, SPLIT>(p, ring, full, empty, tabs, tt, cb);
+        // ints past here (the host checks units < 2^31): fewer registers
+        for (int q = 0; q < nu;) { // one segment per tile touched
+            const int u = u0 + q, t = u / p.chunks, c0 = u - t * p.chunks, nc = min(p.chunks - c0, nu - q);
+            float v[TN / 2];
+            q8_consume<TN, MX, SPLIT, ROW>(ring, full, empty, tabs, q, nc, v);
+            const int i0 = q8_owner(p, t * p.chunks, units); // the last argument: i0 started in an earlier tile
+            q8_finish<TN>(p, v, t, b, i0, q8_owner(p, (t + 1) * p.chunks - 1, units),
+                          q8_fdiv((long long)i0 * units, p.ctas, p.rctas) < (long long)t * p.chunks);
+            q += nc;
+        }
     }
 #else
     (void)xmap, (void)p;
@@ -292,12 +411,15 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
 
 typedef void (*q8_fn)(const CUtensorMap, const Q8Params);
 
-template <bool SPLIT>
-q8_fn pick_q8_tn(int tn, bool mx) {
-    if (tn == 128) return mx ? wgmma_q8_kernel<128, true, SPLIT> : wgmma_q8_kernel<128, false, SPLIT>;
-    return mx ? wgmma_q8_kernel<64, true, SPLIT> : wgmma_q8_kernel<64, false, SPLIT>;
+// The consumer loop: 0 one group per chunk, 1 token halves (SPLIT), 2 one
+// factor per row (mxfp4 only).
+template <int TN>
+q8_fn pick_q8_tn(bool mx, int loop) {
+    if (!mx) return loop == 1 ? wgmma_q8_kernel<TN, false, true, false> : wgmma_q8_kernel<TN, false, false, false>;
+    return loop == 2 ? wgmma_q8_kernel<TN, true, false, true>
+                     : loop == 1 ? wgmma_q8_kernel<TN, true, true, false> : wgmma_q8_kernel<TN, true, false, false>;
 }
-q8_fn pick_q8(int tn, bool mx, bool split) { return split ? pick_q8_tn<true>(tn, mx) : pick_q8_tn<false>(tn, mx); }
+q8_fn pick_q8(int tn, bool mx, int loop) { return tn == 128 ? pick_q8_tn<128>(mx, loop) : pick_q8_tn<64>(mx, loop); }
 
 } // namespace
 } // namespace tops_cu
@@ -334,17 +456,28 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     p.chunks = (int)((a->k + TOPS__CU_Q8_CHUNK_K - 1) / TOPS__CU_Q8_CHUNK_K);
     p.rec = tops__cu_q8_rec_bytes(a->code);
     p.passes = (int)((a->m + tn - 1) / tn);
-    const long long ctas = (a->n + TOPS__CU_Q8_CH - 1) / TOPS__CU_Q8_CH * (long long)p.passes;
-    if (ctas > 0x7FFFFFFFLL) {
+    const long long tiles = (a->n + TOPS__CU_Q8_CH - 1) / TOPS__CU_Q8_CH * (long long)p.passes;
+    if (tiles * p.chunks > 0x7FFFFFFFLL) {
         *what = "the problem is too large for one launch";
         return (int)cudaErrorInvalidConfiguration;
     }
+    p.tiles = (int)tiles;
+    // Stream-K over every SM (TOPS_CUDA_Q8_SK: 0 one CTA per tile, N > 1
+    // exactly N CTAs, for tests): at N = 12288 the 96 channel blocks x 32
+    // chunks of M <= 128 fill 96 of 132 SMs with whole tiles.
+    const long long sk = env_or("TOPS_CUDA_Q8_SK", 1), units = tiles * p.chunks;
+    p.ctas = (int)(sk == 0 ? tiles : std::min(units, sk > 1 ? sk : (long long)std::max(a->sm_count, 1)));
+    p.rctas = 1.0 / p.ctas;
+    p.runits = 1.0 / (double)units;
     // The consumer loop: token halves drained while the other half's
     // wgmmas run at TN = 128, one group per chunk at 64 (H200, 2026-11-29
     // 22:13-22:17 UTC, same calls, us at M = 128 / 48: int4-g128 34.7 / 25.9
     // split, 35.5 / 24.2 not; mxfp4 30.9 / 21.4 against 33.4 / 22.2);
-    // TOPS_CUDA_Q8_SPLIT = 0 / 1 forces either.
-    const q8_fn fn = pick_q8(tn, mx, env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0);
+    // TOPS_CUDA_Q8_SPLIT = 0 / 1 forces either.  mxfp4 whose rows each fit
+    // 15 binades (pack.c: one factor per row) accumulates without drains
+    // (TOPS_CUDA_Q8_ROW=0: the per-chunk loops).
+    const bool row = mx && a->q8_row_factor && env_or("TOPS_CUDA_Q8_ROW", 1) != 0;
+    const q8_fn fn = pick_q8(tn, mx, row ? 2 : env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0 ? 1 : 0);
     const size_t smem = tn == 128 ? q8_layout<128>::SMEM : q8_layout<64>::SMEM;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -352,10 +485,14 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         *what = "raising the q8 kernel's shared-memory limit";
         return (int)err;
     }
-    // The e4m3 activations [m, k_pad] and row scales, stream-ordered.
+    // The e4m3 activations [m, k_pad] and row scales, stream-ordered; with
+    // stream-K the partial slots and the tiles' arrival counts.
     const size_t qbytes = ((size_t)a->m * (size_t)a->k_pad + 255) & ~(size_t)255;
+    const size_t rbytes = ((size_t)a->m * sizeof(float) + 255) & ~(size_t)255;
+    const size_t wbytes = p.ctas == p.tiles ? 0 : (size_t)(2 * p.ctas) * TOPS__CU_Q8_CH * tn * sizeof(float);
+    const size_t abytes = p.ctas == p.tiles ? 0 : (size_t)p.tiles * sizeof(unsigned);
     unsigned char *ws = nullptr;
-    err = cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + (size_t)a->m * sizeof(float), stream);
+    err = cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + rbytes + wbytes + abytes, stream);
     if (err == cudaErrorNotSupported) { // no memory pools: the other kernels run
         (void)cudaGetLastError();
         return (int)err;
@@ -365,8 +502,16 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         return (int)err;
     }
     p.row_scale = reinterpret_cast<const float *>(ws + qbytes);
-    err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes));
-    if (err != cudaSuccess) *what = "the activation quantization launch";
+    if (wbytes) {
+        p.ws = reinterpret_cast<float *>(ws + qbytes + rbytes);
+        p.arrivals = reinterpret_cast<unsigned *>(ws + qbytes + rbytes + wbytes);
+        err = cudaMemsetAsync(p.arrivals, 0, abytes, stream);
+        if (err != cudaSuccess) *what = "clearing the q8 arrival counts";
+    }
+    if (err == cudaSuccess) {
+        err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes));
+        if (err != cudaSuccess) *what = "the activation quantization launch";
+    }
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)a->k_pad, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)a->k_pad};
     const cuuint32_t box[2] = {(cuuint32_t)TOPS__CU_Q8_CHUNK_K, (cuuint32_t)tn};
@@ -376,8 +521,10 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         *what = "cuTensorMapEncodeTiled for the q8 activations";
     }
     if (err == cudaSuccess) {
-        set_last_kernel(tn == 128 ? "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA"
-                                  : "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA");
+        set_last_kernel(tn == 128 ? row ? "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, one factor per row"
+                                        : "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA"
+                        : row ? "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA, one factor per row"
+                              : "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA");
         // A programmatic dependent of the quantizer (TOPS_CUDA_PDL=0: plain):
         // its prologue overlaps the quantizer's blocks.
         bool pdl = env_or("TOPS_CUDA_PDL", 1) != 0;
@@ -386,7 +533,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
             cudaLaunchAttribute attr[1];
             attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
             attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.gridDim = dim3((unsigned)ctas);
+            cfg.gridDim = dim3((unsigned)p.ctas);
             cfg.blockDim = dim3(kQ8Threads);
             cfg.dynamicSmemBytes = smem;
             cfg.stream = stream;
@@ -397,7 +544,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
                 pdl = false;
             }
         }
-        if (!pdl) fn<<<(unsigned)ctas, kQ8Threads, smem, stream>>>(map, p);
+        if (!pdl) fn<<<(unsigned)p.ctas, kQ8Threads, smem, stream>>>(map, p);
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the q8 kernel launch";
     }
