@@ -23,8 +23,6 @@
 #include <cuda_fp8.h>
 #include <string.h>
 
-#include <algorithm>
-
 namespace tops_cu {
 namespace {
 
@@ -37,18 +35,6 @@ struct Q8Params {
     const unsigned char *w; // the q8 layout
     const float *row_scale; // the quantizer's [m]
     int chunks, rec, passes;
-    // Stream-K: tile t = (channel block t / passes, token tile t % passes);
-    // CTA b takes units [b U / ctas, (b + 1) U / ctas) of the U = tiles x
-    // chunks (tile-major), so all SMs work whatever the tile count.  A tile
-    // split over CTAs i0..i1 meets in the workspace: 128 x TN f32 partials
-    // in slot 2 i, or 2 i + 1 for i0 when the tile is not its first
-    // segment (only a CTA's first and last segments can be partial), and
-    // the last of them to arrive sums the slots in CTA order (the same bits
-    // every run).
-    int tiles, ctas;
-    double rctas, runits;   // 1 / ctas, 1 / units (q8_fdiv's estimates)
-    float *ws;              // partial slots; NULL when ctas == tiles
-    unsigned int *arrivals; // per tile: its CTAs done (zeroed per launch)
 };
 
 // A stage: the chunk's activation tile (TN rows of 128 bytes, 1024-byte
@@ -140,37 +126,36 @@ __device__ __forceinline__ void q8_drain(float (&acc)[NP], float (&part)[NP], fl
     for (int i = 0; i < NP; i++) acc[i] = fmaf(part[i], (i & 2) ? fh : fg, acc[i]);
 }
 
-// The consumer warpgroups on one segment: chunks c0 .. c0 + nc - 1 of a
-// tile, the first of them at ring position q0; v gets the segment's sums
-// (already x the factors).  SPLIT: the TN tokens as two halves with their
+// The consumer warpgroups.  SPLIT: the TN tokens as two halves with their
 // own part accumulators and wgmma groups, so that one half drains (FFMAs)
 // while the other's wgmmas run; else one group per chunk, drained after it
 // completes.  ROW (mxfp4 with one factor per row, pack.c): no part
-// accumulator and no drain: the wgmmas accumulate over the whole segment
-// like fp8_gemm.cu, two groups in flight, the factor applied once.  A
-// lane's A fragments are decoded one chunk ahead either way (two register
-// sets).  The halves' accumulators concatenated have the one-group layout.
+// accumulator and no drain: the wgmmas accumulate over all K like
+// fp8_gemm.cu, two groups in flight, the factor applied once at the end.
+// A lane's A fragments are decoded one chunk ahead either way (two
+// register sets).
 template <int TN, bool MX, bool SPLIT, bool ROW>
-__device__ __forceinline__ void q8_consume(unsigned char *ring, uint64_t *full, uint64_t *empty, const uint2 *tabs,
-                                           int q0, int nc, float (&v)[TN / 2]) {
+__device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *ring, uint64_t *full, uint64_t *empty,
+                                           const uint2 *tabs, int tt, int cb) {
     using namespace sm90;
     using L = q8_layout<TN>;
     constexpr int ND = TN / 2, NH = SPLIT ? ND / 2 : ND, XH = TN / 2 * 128; // XH: the second half's rows
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tl = warp; // warpgroup wg: tiles 4 wg .. 4 wg + 3
+    const int nc = p.chunks;
     float acc0[NH], acc1[NH], part0[NH], part1[NH]; // acc1, part1: the second half (SPLIT)
 #pragma unroll
     for (int i = 0; i < NH; i++) acc0[i] = acc1[i] = part0[i] = part1[i] = 0.0f;
     uint32_t A0[4][4], A1[4][4];
     float f0g, f0h, f1g, f1h;
-    const auto stage = [&](int c) { return ring + ((q0 + c) % kQ8Ring) * L::STAGE; };
+    const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE; };
     const auto fetch = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh) {
-        mbar_wait(&full[(q0 + c) % kQ8Ring], (uint32_t)((q0 + c) / kQ8Ring) & 1u);
+        mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
         q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, A, fg, fh);
     };
     const auto release = [&](int c, uint32_t (&A)[4][4]) {
 #pragma unroll
         for (int s = 0; s < 4; s++) fence_regs(A[s]); // A stays live until its wgmmas are done
-        mbar_arrive(&empty[(q0 + c) % kQ8Ring]);
+        mbar_arrive(&empty[c % kQ8Ring]);
     };
     if constexpr (ROW) {
         // Chunk c's group is issued, then c + 1 decoded and issued, then c
@@ -198,7 +183,7 @@ __device__ __forceinline__ void q8_consume(unsigned char *ring, uint64_t *full, 
         }
         fence_regs(acc0);
 #pragma unroll
-        for (int i = 0; i < ND; i++) v[i] = acc0[i] * ((i & 2) ? f0h : f0g);
+        for (int i = 0; i < NH; i++) acc0[i] *= (i & 2) ? f0h : f0g; // every chunk's factor
     } else if constexpr (SPLIT) {
         // Chunk c (fragments A): its first half was issued before; issue
         // the second, decode chunk c + 1 into An, drain the first half, issue
@@ -255,76 +240,21 @@ __device__ __forceinline__ void q8_consume(unsigned char *ring, uint64_t *full, 
             if (c + 2 >= nc) break;
         }
     }
-    if constexpr (!ROW) {
+
+    // Accumulator i of lane l in warp w of the m64 tile: channel 16 w + l / 4
+    // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2 (of its half).
+    grid_dep_wait(); // the row scales (the quantizer's)
+    const int gid = lane >> 2, tig = lane & 3;
+    const auto store = [&](const float (&acc)[NH], int m0) {
 #pragma unroll
         for (int i = 0; i < NH; i++) {
-            v[i] = acc0[i];
-            if constexpr (SPLIT) v[NH + i] = acc1[i];
-        }
-    }
-}
-
-// A segment's sums v: stored (x row scale x tensor scale) where the
-// segment is the whole tile t, else written to its slot; the last of the
-// tile's CTAs i0..i1 to arrive sums the slots in CTA order and stores.
-// Accumulator i of lane l in warp w of the m64 tile: channel 16 w + l / 4
-// + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.  A slot holds
-// consumer thread ct's accumulator i at i x 256 + ct.
-template <int TN>
-__device__ __forceinline__ void q8_finish(const Q8Params &p, float (&v)[TN / 2], int t, int b, int i0, int i1,
-                                          int lag0) {
-    constexpr int ND = TN / 2, SLOT = TOPS__CU_Q8_CH * TN;
-    __shared__ int is_last;
-    const int ct = threadIdx.x, warp = ct >> 5, gid = (ct & 31) >> 2, tig = ct & 3;
-    const int m0 = (t % p.passes) * TN, n0 = (t / p.passes) * TOPS__CU_Q8_CH + warp * 16 + gid;
-    sm90::grid_dep_wait(); // the row scales (the quantizer's)
-    const auto store = [&](const float (&acc)[ND]) {
-#pragma unroll
-        for (int i = 0; i < ND; i++) {
-            const int n = n0 + 8 * ((i >> 1) & 1), m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
+            const int n = cb * TOPS__CU_Q8_CH + tl * 16 + gid + 8 * ((i >> 1) & 1);
+            const int m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
             if (n < p.io.n && m < p.io.m) store_out(p.io, m, n, acc[i] * (p.row_scale[m] * p.io.global));
         }
     };
-    if (i0 == i1) {
-        store(v);
-        return;
-    }
-    // Scalar stores and loads: float4 ones pin the accumulators to aligned
-    // register quads, which spilled the split loop's registers.
-    float *mine = p.ws + (size_t)(2 * b + (b == i0 ? lag0 : 0)) * SLOT;
-#pragma unroll
-    for (int i = 0; i < ND; i++) __stcg(mine + i * 256 + ct, v[i]);
-    __threadfence();
-    asm volatile("bar.sync 1, %0;" ::"n"(kQ8Consumers * 128) : "memory");
-    if (ct == 0) is_last = atomicAdd(&p.arrivals[t], 1u) == (unsigned)(i1 - i0);
-    asm volatile("bar.sync 1, %0;" ::"n"(kQ8Consumers * 128) : "memory");
-    if (!is_last) return;
-    __threadfence();
-    // Every slot from the workspace, this CTA's too (v dead: no spills).
-    float tot[ND];
-    for (int i = i0; i <= i1; i++) {
-        const float *s = p.ws + (size_t)(2 * i + (i == i0 ? lag0 : 0)) * SLOT;
-#pragma unroll
-        for (int k = 0; k < ND; k++) {
-            const float x = __ldcg(s + k * 256 + ct);
-            tot[k] = i == i0 ? x : tot[k] + x;
-        }
-    }
-    store(tot);
-}
-
-// floor(num / den) for 0 <= num < 2^62 without a 64-bit division (a call,
-// which cost the consumers' main loop spills): a double estimate, corrected.
-__device__ __forceinline__ long long q8_fdiv(long long num, long long den, double rden) {
-    long long q = (long long)((double)num * rden);
-    while (q > 0 && q * den > num) q--;
-    while ((q + 1) * den <= num) q++;
-    return q;
-}
-
-// The CTA that owns unit x (the largest b with b U / ctas <= x).
-__device__ __forceinline__ int q8_owner(const Q8Params &p, int x, long long units) {
-    return (int)q8_fdiv(((long long)x + 1) * p.ctas - 1, units, p.runits);
+    store(acc0, tt * TN);
+    if constexpr (SPLIT) store(acc1, tt * TN + TN / 2);
 }
 #endif
 
@@ -340,10 +270,7 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
     unsigned char *ring =
         static_cast<unsigned char *>(__cvta_shared_to_generic(base + ((1024u - (base & 1023u)) & 1023u)));
     uint64_t *full = reinterpret_cast<uint64_t *>(ring + kQ8Ring * L::STAGE), *empty = full + kQ8Ring;
-    // This CTA's units [u0, u1) (see Q8Params); ctas == tiles: one whole tile.
-    const int b = blockIdx.x;
-    const long long units = (long long)p.tiles * p.chunks;
-    const int u0 = (int)q8_fdiv(b * units, p.ctas, p.rctas), nu = (int)q8_fdiv((b + 1) * units, p.ctas, p.rctas) - u0;
+    const int tt = blockIdx.x % p.passes, cb = blockIdx.x / p.passes;
     if (threadIdx.x == 0) {
         for (int s = 0; s < kQ8Ring; s++) {
             mbar_init(&full[s], 1);
@@ -364,45 +291,30 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
     if (threadIdx.x >= kQ8Consumers * 128) { // producer: one thread, few registers
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x == kQ8Consumers * 128) {
-            const auto wsrc = [&](int q) {
-                const int u = u0 + q, t = u / p.chunks;
-                return p.w + ((size_t)(t / p.passes) * p.chunks + (size_t)(u - t * p.chunks)) * p.rec;
-            };
-            const auto xload = [&](int q, unsigned char *stg, uint64_t *bar) {
-                const int u = u0 + q, t = u / p.chunks;
-                tma_load_2d(stg, &xmap, bar, (u - t * p.chunks) * TOPS__CU_Q8_CHUNK_K, (t % p.passes) * TN);
-            };
             // The first stages' weights do not depend on the quantizer: they
             // stream in while it runs (launched as its programmatic
             // dependent); its codes only past grid_dep_wait.
-            const int first = min(nu, kQ8Ring);
+            const int first = min(p.chunks, kQ8Ring);
             for (int i = 0; i < first; i++) {
                 mbar_expect_tx(&full[i], (uint32_t)(L::XBYTES + p.rec));
-                bulk_copy(ring + i * L::STAGE + L::XBYTES, wsrc(i), (uint32_t)p.rec, &full[i]);
+                bulk_copy(ring + i * L::STAGE + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec,
+                          (uint32_t)p.rec, &full[i]);
             }
             grid_dep_wait();
-            for (int i = 0; i < first; i++) xload(i, ring + i * L::STAGE, &full[i]);
-            for (int i = first; i < nu; i++) {
+            for (int i = 0; i < first; i++)
+                tma_load_2d(ring + i * L::STAGE, &xmap, &full[i], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
+            for (int i = first; i < p.chunks; i++) {
                 const int s = i % kQ8Ring;
                 mbar_wait(&empty[s], ((i / kQ8Ring) + 1) & 1);
                 unsigned char *stg = ring + s * L::STAGE;
                 mbar_expect_tx(&full[s], (uint32_t)(L::XBYTES + p.rec));
-                xload(i, stg, &full[s]);
-                bulk_copy(stg + L::XBYTES, wsrc(i), (uint32_t)p.rec, &full[s]);
+                tma_load_2d(stg, &xmap, &full[s], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
+                bulk_copy(stg + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec, (uint32_t)p.rec, &full[s]);
             }
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        // ints past here (the host checks units < 2^31): fewer registers
-        for (int q = 0; q < nu;) { // one segment per tile touched
-            const int u = u0 + q, t = u / p.chunks, c0 = u - t * p.chunks, nc = min(p.chunks - c0, nu - q);
-            float v[TN / 2];
-            q8_consume<TN, MX, SPLIT, ROW>(ring, full, empty, tabs, q, nc, v);
-            const int i0 = q8_owner(p, t * p.chunks, units); // the last argument: i0 started in an earlier tile
-            q8_finish<TN>(p, v, t, b, i0, q8_owner(p, (t + 1) * p.chunks - 1, units),
-                          q8_fdiv((long long)i0 * units, p.ctas, p.rctas) < (long long)t * p.chunks);
-            q += nc;
-        }
+        q8_consume<TN, MX, SPLIT, ROW>(p, ring, full, empty, tabs, tt, cb);
     }
 #else
     (void)xmap, (void)p;
@@ -456,19 +368,11 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     p.chunks = (int)((a->k + TOPS__CU_Q8_CHUNK_K - 1) / TOPS__CU_Q8_CHUNK_K);
     p.rec = tops__cu_q8_rec_bytes(a->code);
     p.passes = (int)((a->m + tn - 1) / tn);
-    const long long tiles = (a->n + TOPS__CU_Q8_CH - 1) / TOPS__CU_Q8_CH * (long long)p.passes;
-    if (tiles * p.chunks > 0x7FFFFFFFLL) {
+    const long long ctas = (a->n + TOPS__CU_Q8_CH - 1) / TOPS__CU_Q8_CH * (long long)p.passes;
+    if (ctas > 0x7FFFFFFFLL) {
         *what = "the problem is too large for one launch";
         return (int)cudaErrorInvalidConfiguration;
     }
-    p.tiles = (int)tiles;
-    // Stream-K over every SM (TOPS_CUDA_Q8_SK: 0 one CTA per tile, N > 1
-    // exactly N CTAs, for tests): at N = 12288 the 96 channel blocks x 32
-    // chunks of M <= 128 fill 96 of 132 SMs with whole tiles.
-    const long long sk = env_or("TOPS_CUDA_Q8_SK", 1), units = tiles * p.chunks;
-    p.ctas = (int)(sk == 0 ? tiles : std::min(units, sk > 1 ? sk : (long long)std::max(a->sm_count, 1)));
-    p.rctas = 1.0 / p.ctas;
-    p.runits = 1.0 / (double)units;
     // The consumer loop: token halves drained while the other half's
     // wgmmas run at TN = 128, one group per chunk at 64 (H200, 2026-11-29
     // 22:13-22:17 UTC, same calls, us at M = 128 / 48: int4-g128 34.7 / 25.9
@@ -485,14 +389,10 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         *what = "raising the q8 kernel's shared-memory limit";
         return (int)err;
     }
-    // The e4m3 activations [m, k_pad] and row scales, stream-ordered; with
-    // stream-K the partial slots and the tiles' arrival counts.
+    // The e4m3 activations [m, k_pad] and row scales, stream-ordered.
     const size_t qbytes = ((size_t)a->m * (size_t)a->k_pad + 255) & ~(size_t)255;
-    const size_t rbytes = ((size_t)a->m * sizeof(float) + 255) & ~(size_t)255;
-    const size_t wbytes = p.ctas == p.tiles ? 0 : (size_t)(2 * p.ctas) * TOPS__CU_Q8_CH * tn * sizeof(float);
-    const size_t abytes = p.ctas == p.tiles ? 0 : (size_t)p.tiles * sizeof(unsigned);
     unsigned char *ws = nullptr;
-    err = cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + rbytes + wbytes + abytes, stream);
+    err = cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + (size_t)a->m * sizeof(float), stream);
     if (err == cudaErrorNotSupported) { // no memory pools: the other kernels run
         (void)cudaGetLastError();
         return (int)err;
@@ -502,16 +402,8 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         return (int)err;
     }
     p.row_scale = reinterpret_cast<const float *>(ws + qbytes);
-    if (wbytes) {
-        p.ws = reinterpret_cast<float *>(ws + qbytes + rbytes);
-        p.arrivals = reinterpret_cast<unsigned *>(ws + qbytes + rbytes + wbytes);
-        err = cudaMemsetAsync(p.arrivals, 0, abytes, stream);
-        if (err != cudaSuccess) *what = "clearing the q8 arrival counts";
-    }
-    if (err == cudaSuccess) {
-        err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes));
-        if (err != cudaSuccess) *what = "the activation quantization launch";
-    }
+    err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes));
+    if (err != cudaSuccess) *what = "the activation quantization launch";
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)a->k_pad, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)a->k_pad};
     const cuuint32_t box[2] = {(cuuint32_t)TOPS__CU_Q8_CHUNK_K, (cuuint32_t)tn};
@@ -533,7 +425,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
             cudaLaunchAttribute attr[1];
             attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
             attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.gridDim = dim3((unsigned)p.ctas);
+            cfg.gridDim = dim3((unsigned)ctas);
             cfg.blockDim = dim3(kQ8Threads);
             cfg.dynamicSmemBytes = smem;
             cfg.stream = stream;
@@ -544,7 +436,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
                 pdl = false;
             }
         }
-        if (!pdl) fn<<<(unsigned)p.ctas, kQ8Threads, smem, stream>>>(map, p);
+        if (!pdl) fn<<<(unsigned)ctas, kQ8Threads, smem, stream>>>(map, p);
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the q8 kernel launch";
     }

@@ -788,10 +788,8 @@ static void test_relaxed_fp8(void) {
    against both token tiles (1, 47, 48, 129, 255), N not a multiple of 128,
    K = 128, 4096 and ragged (K % 128 != 0), both activation types, every
    output type, accumulate, strided rows, packed on the fly, both token tiles,
-   both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL; stream-K over
-   every SM (the default: up to 32 CTAs per tile here) and over 2, 3, 4, 5, 7
-   CTAs (tiles split unevenly, CTAs spanning tiles) or one CTA per tile
-   (TOPS_CUDA_Q8_SK=0); mxfp4 with one factor per row (asserted by name),
+   both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL; mxfp4 with one
+   factor per row (asserted by name; K of 1, 3, 8 and 32 chunks),
    its per-chunk loops forced (TOPS_CUDA_Q8_ROW=0) and taken by rows over
    15 binades (spread 3); then the plan
    (M = 32 takes it, M = 31 does not, nor strict mode or int4-g32) and mxfp4
@@ -809,24 +807,26 @@ static void test_q8(void) {
         tops_dtype act, out;
         int64_t m, k, n;
         int strided, accumulate, prepack;
-        const char *tn, *pdl, *split, *sk, *row;
+        const char *tn, *pdl, *split, *row;
         int spread;
     } cases[] = {
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL, NULL, NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL, "7", NULL, 0},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1", NULL, NULL, 0},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL, "0", NULL, 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL, "3", NULL, 0},
-        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL, "5", NULL, 0},
-        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0", "7", NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0", NULL, "0", 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL, "5", NULL, 0},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1", "0", NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 4096, 300, 0, 1, 1, NULL, NULL, NULL, "0", "0", 0},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 64, 1000, 200, 0, 0, 1, NULL, NULL, "1", "3", "0", 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 2048, 260, 0, 1, 1, NULL, NULL, NULL, "5", NULL, 3},
-        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F16, 33, 4096, 129, 0, 0, 1, NULL, "0", NULL, "2", NULL, 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 256, 640, 384, 0, 0, 1, NULL, NULL, NULL, "4", NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL, NULL, 0},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL, NULL, 0},
+        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0", NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0", "0", 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 4096, 300, 0, 1, 1, NULL, NULL, NULL, "0", 0},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 64, 1000, 200, 0, 0, 1, NULL, NULL, "1", "0", 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 2048, 260, 0, 1, 1, NULL, NULL, NULL, NULL, 3},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F16, 33, 4096, 129, 0, 0, 1, NULL, "0", NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 256, 640, 384, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 100, 384, 200, 0, 1, 1, NULL, NULL, NULL, NULL, 0},
+        {"gguf-mxfp4", TOPS_DT_BF16, TOPS_DT_F16, 17, 128, 140, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0, total = 0;
@@ -835,7 +835,6 @@ static void test_q8(void) {
         if (cases[i].tn) setenv("TOPS_CUDA_Q8_TN", cases[i].tn, 1);
         if (cases[i].pdl) setenv("TOPS_CUDA_PDL", cases[i].pdl, 1);
         if (cases[i].split) setenv("TOPS_CUDA_Q8_SPLIT", cases[i].split, 1);
-        if (cases[i].sk) setenv("TOPS_CUDA_Q8_SK", cases[i].sk, 1);
         if (cases[i].row) setenv("TOPS_CUDA_Q8_ROW", cases[i].row, 1);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
                       cases[i].strided, cases[i].accumulate, cases[i].prepack, 1, cases[i].spread};
@@ -853,7 +852,6 @@ static void test_q8(void) {
         unsetenv("TOPS_CUDA_Q8_TN");
         unsetenv("TOPS_CUDA_PDL");
         unsetenv("TOPS_CUDA_Q8_SPLIT");
-        unsetenv("TOPS_CUDA_Q8_SK");
         unsetenv("TOPS_CUDA_Q8_ROW");
     }
     unsetenv("TOPS_CUDA_KERNEL");
