@@ -28,8 +28,7 @@ namespace {
 
 constexpr int kQ8Consumers = 2; // warpgroups, one m64 channel tile each
 constexpr int kQ8Threads = (kQ8Consumers + 1) * 128;
-constexpr int kQ8Decoders = 96; // DEC: warps 9..11 decode int4 for the consumers
-static_assert(kQ8Decoders == 128 - 32, "the producer warpgroup but for the producer's warp");
+constexpr int kQ8Ring = 8; // chunk stages
 
 struct Q8Params {
     Params io;              // out, ldo, out_dtype, accumulate, m, n, global (store_out)
@@ -40,18 +39,13 @@ struct Q8Params {
 
 // A stage: the chunk's activation tile (TN rows of 128 bytes, 1024-byte
 // aligned for the swizzle), then the weight record (the largest one
-// rounded up to 1024 bytes, so the next tile stays aligned).  A ring of
-// RING chunk stages; DEC: then ND slots of one chunk's decoded A fragments
-// (16 KB: tile tl, k64 half h, q, lane: 16 bytes at tl 2048 + h 1024 +
-// q 512 + lane 16 = A[2 h + q] of that lane), then the barriers.
-template <int TN, bool DEC = false>
+// rounded up to 1024 bytes, so the next tile stays aligned).
+template <int TN>
 struct q8_layout {
     static constexpr int XBYTES = TN * 128;
     static constexpr int WBYTES = 9216;
     static constexpr int STAGE = XBYTES + WBYTES;
-    static constexpr int RING = DEC && TN == 128 ? 6 : 8; // the decoded slots take two stages' room
-    static constexpr int ND = DEC ? 4 : 0, DBYTES = 16384;
-    static constexpr int SMEM = RING * STAGE + ND * DBYTES + (2 * RING + 2 * ND) * 8 + 1024;
+    static constexpr int SMEM = kQ8Ring * STAGE + 2 * kQ8Ring * 8 + 1024;
 };
 static_assert(TOPS__CU_Q8_WBYTES + 8 * TOPS__CU_Q8_CH <= 9216, "a record fits its stage");
 
@@ -139,15 +133,12 @@ __device__ __forceinline__ void q8_drain(float (&acc)[NP], float (&part)[NP], fl
 // accumulator and no drain: the wgmmas accumulate over all K like
 // fp8_gemm.cu, two groups in flight, the factor applied once at the end.
 // A lane's A fragments are decoded one chunk ahead either way (two
-// register sets); DEC: the decoder warps decoded them (int4), the lane
-// loads them.
-template <int TN, bool MX, bool SPLIT, bool ROW, bool DEC>
-__device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *ring, const uint2 *tabs, int tt, int cb) {
+// register sets).
+template <int TN, bool MX, bool SPLIT, bool ROW>
+__device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *ring, uint64_t *full, uint64_t *empty,
+                                           const uint2 *tabs, int tt, int cb) {
     using namespace sm90;
-    using L = q8_layout<TN, DEC>;
-    const unsigned char *dec = ring + L::RING * L::STAGE;
-    uint64_t *full = reinterpret_cast<uint64_t *>(ring + L::RING * L::STAGE + L::ND * L::DBYTES),
-             *empty = full + L::RING, *dfull = empty + L::RING, *dempty = dfull + L::ND;
+    using L = q8_layout<TN>;
     constexpr int ND = TN / 2, NH = SPLIT ? ND / 2 : ND, XH = TN / 2 * 128; // XH: the second half's rows
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tl = warp; // warpgroup wg: tiles 4 wg .. 4 wg + 3
     const int nc = p.chunks;
@@ -156,29 +147,15 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
     for (int i = 0; i < NH; i++) acc0[i] = acc1[i] = part0[i] = part1[i] = 0.0f;
     uint32_t A0[4][4], A1[4][4];
     float f0g, f0h, f1g, f1h;
-    const auto stage = [&](int c) { return ring + (c % L::RING) * L::STAGE; };
+    const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE; };
     const auto fetch = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh) {
-        mbar_wait(&full[c % L::RING], (uint32_t)(c / L::RING) & 1u);
-        if constexpr (DEC) {
-            mbar_wait(&dfull[c % L::ND], (uint32_t)(c / L::ND) & 1u);
-            const unsigned char *o = dec + (c % L::ND) * L::DBYTES + tl * 2048 + lane * 16;
-#pragma unroll
-            for (int s = 0; s < 4; s++) {
-                const uint4 v = *reinterpret_cast<const uint4 *>(o + s * 512);
-                A[s][0] = v.x, A[s][1] = v.y, A[s][2] = v.z, A[s][3] = v.w;
-            }
-            const float *fac = reinterpret_cast<const float *>(stage(c) + L::XBYTES + TOPS__CU_Q8_WBYTES);
-            fg = fac[tl * 16 + (lane >> 2)];
-            fh = fac[tl * 16 + (lane >> 2) + 8];
-        } else {
-            q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, A, fg, fh);
-        }
+        mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+        q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, A, fg, fh);
     };
     const auto release = [&](int c, uint32_t (&A)[4][4]) {
 #pragma unroll
         for (int s = 0; s < 4; s++) fence_regs(A[s]); // A stays live until its wgmmas are done
-        mbar_arrive(&empty[c % L::RING]);
-        if constexpr (DEC) mbar_arrive(&dempty[c % L::ND]);
+        mbar_arrive(&empty[c % kQ8Ring]);
     };
     if constexpr (ROW) {
         // Chunk c's group is issued, then c + 1 decoded and issued, then c
@@ -281,29 +258,23 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
 }
 #endif
 
-template <int TN, bool MX, bool SPLIT, bool ROW, bool DEC>
+template <int TN, bool MX, bool SPLIT, bool ROW>
 __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_constant__ CUtensorMap xmap,
                                                                  const Q8Params p) {
 #ifdef TOPS_CU_WGMMA
     using namespace sm90;
-    using L = q8_layout<TN, DEC>;
+    using L = q8_layout<TN>;
     extern __shared__ unsigned char smem_raw[];
     __shared__ uint2 tabs[15];
     const uint32_t base = smem_addr(smem_raw); // a shared address: see wgmma_w.cu's cta_begin
     unsigned char *ring =
         static_cast<unsigned char *>(__cvta_shared_to_generic(base + ((1024u - (base & 1023u)) & 1023u)));
-    unsigned char *dec = ring + L::RING * L::STAGE;
-    uint64_t *full = reinterpret_cast<uint64_t *>(dec + L::ND * L::DBYTES), *empty = full + L::RING,
-             *dfull = empty + L::RING, *dempty = dfull + L::ND;
+    uint64_t *full = reinterpret_cast<uint64_t *>(ring + kQ8Ring * L::STAGE), *empty = full + kQ8Ring;
     const int tt = blockIdx.x % p.passes, cb = blockIdx.x / p.passes;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < L::RING; s++) {
+        for (int s = 0; s < kQ8Ring; s++) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], kQ8Consumers * 128);
-        }
-        for (int d = 0; d < L::ND; d++) {
-            mbar_init(&dfull[d], kQ8Decoders);
-            mbar_init(&dempty[d], kQ8Consumers * 128);
         }
         mbar_init_fence();
     }
@@ -323,7 +294,7 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
             // The first stages' weights do not depend on the quantizer: they
             // stream in while it runs (launched as its programmatic
             // dependent); its codes only past grid_dep_wait.
-            const int first = min(p.chunks, L::RING);
+            const int first = min(p.chunks, kQ8Ring);
             for (int i = 0; i < first; i++) {
                 mbar_expect_tx(&full[i], (uint32_t)(L::XBYTES + p.rec));
                 bulk_copy(ring + i * L::STAGE + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec,
@@ -333,38 +304,17 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
             for (int i = 0; i < first; i++)
                 tma_load_2d(ring + i * L::STAGE, &xmap, &full[i], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
             for (int i = first; i < p.chunks; i++) {
-                const int s = i % L::RING;
-                mbar_wait(&empty[s], ((i / L::RING) + 1) & 1);
+                const int s = i % kQ8Ring;
+                mbar_wait(&empty[s], ((i / kQ8Ring) + 1) & 1);
                 unsigned char *stg = ring + s * L::STAGE;
                 mbar_expect_tx(&full[s], (uint32_t)(L::XBYTES + p.rec));
                 tma_load_2d(stg, &xmap, &full[s], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
                 bulk_copy(stg + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec, (uint32_t)p.rec, &full[s]);
             }
-        } else if constexpr (DEC) {
-            if (threadIdx.x < kQ8Consumers * 128 + 32) return; // the producer's warp
-            // Decoders (int4): each chunk's 512 16-byte units of codes (unit
-            // u = tile tl, k64 half h, lane: u = 64 tl + 32 h + lane) to e4m3
-            // A fragments in a decoded slot, off the consumers' critical path
-            // (H200 diagnostic, M = 128: no decode at all took 18 % off).
-            const int dt = threadIdx.x - (kQ8Consumers * 128 + 32);
-            for (int c = 0; c < p.chunks; c++) {
-                const int d = c % L::ND;
-                mbar_wait(&full[c % L::RING], (uint32_t)(c / L::RING) & 1u);
-                if (c >= L::ND) mbar_wait(&dempty[d], ((c / L::ND) + 1) & 1);
-                const unsigned char *w = ring + (c % L::RING) * L::STAGE + L::XBYTES;
-                unsigned char *o = dec + d * L::DBYTES;
-                for (int u = dt; u < 512; u += kQ8Decoders) {
-                    const uint4 h = *reinterpret_cast<const uint4 *>(w + u * 16);
-                    unsigned char *ou = o + (u >> 5) * 1024 + (u & 31) * 16;
-                    *reinterpret_cast<uint4 *>(ou) = make_uint4(q8_int4(h.x), q8_int4(h.x >> 16), q8_int4(h.y), q8_int4(h.y >> 16));
-                    *reinterpret_cast<uint4 *>(ou + 512) = make_uint4(q8_int4(h.z), q8_int4(h.z >> 16), q8_int4(h.w), q8_int4(h.w >> 16));
-                }
-                mbar_arrive(&dfull[d]);
-            }
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        q8_consume<TN, MX, SPLIT, ROW, DEC>(p, ring, tabs, tt, cb);
+        q8_consume<TN, MX, SPLIT, ROW>(p, ring, full, empty, tabs, tt, cb);
     }
 #else
     (void)xmap, (void)p;
@@ -374,21 +324,14 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
 typedef void (*q8_fn)(const CUtensorMap, const Q8Params);
 
 // The consumer loop: 0 one group per chunk, 1 token halves (SPLIT), 2 one
-// factor per row (mxfp4 only); dec: int4 decoded by the decoder warps.
-template <int TN, bool DEC>
-q8_fn pick_q8_int4(int loop) {
-    return loop == 1 ? wgmma_q8_kernel<TN, false, true, false, DEC> : wgmma_q8_kernel<TN, false, false, false, DEC>;
-}
+// factor per row (mxfp4 only).
 template <int TN>
-q8_fn pick_q8_tn(bool mx, int loop, bool dec) {
-    if (!mx) return dec ? pick_q8_int4<TN, true>(loop) : pick_q8_int4<TN, false>(loop);
-    return loop == 2   ? wgmma_q8_kernel<TN, true, false, true, false>
-           : loop == 1 ? wgmma_q8_kernel<TN, true, true, false, false>
-                       : wgmma_q8_kernel<TN, true, false, false, false>;
+q8_fn pick_q8_tn(bool mx, int loop) {
+    if (!mx) return loop == 1 ? wgmma_q8_kernel<TN, false, true, false> : wgmma_q8_kernel<TN, false, false, false>;
+    return loop == 2 ? wgmma_q8_kernel<TN, true, false, true>
+                     : loop == 1 ? wgmma_q8_kernel<TN, true, true, false> : wgmma_q8_kernel<TN, true, false, false>;
 }
-q8_fn pick_q8(int tn, bool mx, int loop, bool dec) {
-    return tn == 128 ? pick_q8_tn<128>(mx, loop, dec) : pick_q8_tn<64>(mx, loop, dec);
-}
+q8_fn pick_q8(int tn, bool mx, int loop) { return tn == 128 ? pick_q8_tn<128>(mx, loop) : pick_q8_tn<64>(mx, loop); }
 
 } // namespace
 } // namespace tops_cu
@@ -438,12 +381,8 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     // 15 binades (pack.c: one factor per row) accumulates without drains
     // (TOPS_CUDA_Q8_ROW=0: the per-chunk loops).
     const bool row = mx && a->q8_row_factor && env_or("TOPS_CUDA_Q8_ROW", 1) != 0;
-    // int4: decoded by three decoder warps into shared memory, not by the
-    // consumers (TOPS_CUDA_Q8_DEC=0: by the consumers).
-    const bool dec = !mx && env_or("TOPS_CUDA_Q8_DEC", 1) != 0;
-    const q8_fn fn = pick_q8(tn, mx, row ? 2 : env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0 ? 1 : 0, dec);
-    const size_t smem = tn == 128 ? dec ? q8_layout<128, true>::SMEM : q8_layout<128>::SMEM
-                                  : dec ? q8_layout<64, true>::SMEM : q8_layout<64>::SMEM;
+    const q8_fn fn = pick_q8(tn, mx, row ? 2 : env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0 ? 1 : 0);
+    const size_t smem = tn == 128 ? q8_layout<128>::SMEM : q8_layout<64>::SMEM;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) {
@@ -475,10 +414,8 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     }
     if (err == cudaSuccess) {
         set_last_kernel(tn == 128 ? row ? "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, one factor per row"
-                                    : dec ? "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 by decoder warps + TMA"
-                                          : "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA"
+                                        : "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA"
                         : row ? "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA, one factor per row"
-                        : dec ? "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 by decoder warps + TMA"
                               : "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA");
         // A programmatic dependent of the quantizer (TOPS_CUDA_PDL=0: plain):
         // its prologue overlaps the quantizer's blocks.

@@ -791,9 +791,7 @@ static void test_relaxed_fp8(void) {
    both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL; mxfp4 with one
    factor per row (asserted by name; K of 1, 3, 8 and 32 chunks),
    its per-chunk loops forced (TOPS_CUDA_Q8_ROW=0) and taken by rows over
-   15 binades (spread 3); int4 decoded by the decoder warps (asserted by
-   name) and by the consumers (TOPS_CUDA_Q8_DEC=0, both token tiles, both
-   loops); then the plan
+   15 binades (spread 3); then the plan
    (M = 32 takes it, M = 31 does not, nor strict mode or int4-g32) and mxfp4
    rows whose chunk spans more than 15 binades (no q8 layout: the folded or
    strict kernels, still within their bounds). */
@@ -809,28 +807,26 @@ static void test_q8(void) {
         tops_dtype act, out;
         int64_t m, k, n;
         int strided, accumulate, prepack;
-        const char *tn, *pdl, *split, *row, *dec;
+        const char *tn, *pdl, *split, *row;
         int spread;
     } cases[] = {
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL, NULL, NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1", NULL, NULL, 0},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL, NULL, "0", 0},
-        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL, NULL, NULL, 0},
-        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0", NULL, NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0", "0", NULL, 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1", NULL, "0", 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 4096, 300, 0, 1, 1, NULL, NULL, NULL, "0", NULL, 0},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 64, 1000, 200, 0, 0, 1, NULL, NULL, "1", "0", NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 2048, 260, 0, 1, 1, NULL, NULL, NULL, NULL, NULL, 3},
-        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F16, 33, 4096, 129, 0, 0, 1, NULL, "0", NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 256, 640, 384, 0, 0, 1, NULL, NULL, NULL, NULL, "0", 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 100, 384, 200, 0, 1, 1, NULL, NULL, NULL, NULL, NULL, 0},
-        {"gguf-mxfp4", TOPS_DT_BF16, TOPS_DT_F16, 17, 128, 140, 0, 0, 1, NULL, NULL, NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_BF16, 64, 4096, 260, 0, 1, 1, NULL, NULL, NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 40, 1000, 130, 2, 0, 1, NULL, "0", "1", NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL, NULL, 0},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL, NULL, 0},
+        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0", NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0", "0", 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 4096, 300, 0, 1, 1, NULL, NULL, NULL, "0", 0},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 64, 1000, 200, 0, 0, 1, NULL, NULL, "1", "0", 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 2048, 260, 0, 1, 1, NULL, NULL, NULL, NULL, 3},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F16, 33, 4096, 129, 0, 0, 1, NULL, "0", NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 256, 640, 384, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 100, 384, 200, 0, 1, 1, NULL, NULL, NULL, NULL, 0},
+        {"gguf-mxfp4", TOPS_DT_BF16, TOPS_DT_F16, 17, 128, 140, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0, total = 0;
@@ -840,19 +836,15 @@ static void test_q8(void) {
         if (cases[i].pdl) setenv("TOPS_CUDA_PDL", cases[i].pdl, 1);
         if (cases[i].split) setenv("TOPS_CUDA_Q8_SPLIT", cases[i].split, 1);
         if (cases[i].row) setenv("TOPS_CUDA_Q8_ROW", cases[i].row, 1);
-        if (cases[i].dec) setenv("TOPS_CUDA_Q8_DEC", cases[i].dec, 1);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
                       cases[i].strided, cases[i].accumulate, cases[i].prepack, 1, cases[i].spread};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        /* mxfp4 rows within 15 binades: one factor per row, unless TOPS_CUDA_Q8_ROW=0;
-           int4: the decoder warps, unless TOPS_CUDA_Q8_DEC=0 */
-        const int mx = strstr(c.format, "mxfp4") != NULL;
-        const int want_row = mx && !cases[i].row && cases[i].spread != 3, want_dec = !mx && !cases[i].dec;
-        if (!strstr(kn, "wgmma_q8") || (strstr(kn, "per row") != NULL) != want_row ||
-            (strstr(kn, "decoder warps") != NULL) != want_dec) {
-            TH_FAIL_AT("%s M=%lld K=%lld forced q8 ran %s (want %sone factor per row, %sdecoder warps)", c.format,
-                       (long long)c.m, (long long)c.k, kn, want_row ? "" : "not ", want_dec ? "" : "not ");
+        /* mxfp4 rows within 15 binades: one factor per row, unless TOPS_CUDA_Q8_ROW=0 */
+        const int want_row = strstr(c.format, "mxfp4") && !cases[i].row && cases[i].spread != 3;
+        if (!strstr(kn, "wgmma_q8") || (strstr(kn, "per row") != NULL) != want_row) {
+            TH_FAIL_AT("%s M=%lld K=%lld forced q8 ran %s (want %sone factor per row)", c.format, (long long)c.m,
+                       (long long)c.k, kn, want_row ? "" : "not ");
             ok = 0;
         }
         passed += ok;
@@ -861,7 +853,6 @@ static void test_q8(void) {
         unsetenv("TOPS_CUDA_PDL");
         unsetenv("TOPS_CUDA_Q8_SPLIT");
         unsetenv("TOPS_CUDA_Q8_ROW");
-        unsetenv("TOPS_CUDA_Q8_DEC");
     }
     unsetenv("TOPS_CUDA_KERNEL");
     /* The plan: q8 from M = 32, relaxed only, and never for a chunk range > 14
