@@ -95,6 +95,7 @@ typedef struct tops__cuda_packed {
        device): NULL otherwise.  See tops__cuda_pack_q8_host. */
     void *q8_weights;
     size_t q8_bytes;
+    int q8_row_factor; /* mxfp4: every chunk of a row has the row's factor (each row fits 15 binades) */
 } tops__cuda_packed;
 #define TOPS__CUDA_PACKED_MAGIC 0x43555041u /* "CUPA" */
 
@@ -130,6 +131,8 @@ typedef struct tops__cu_matmul_args {
     /* wgmma_w.cu only: fold = 1 forms w = code x scale in the activations'
        type (tops__cu_fold_shift), 2^fold_shift moved to the epilogue. */
     int fold, fold_shift;
+    /* wgmma_q8.cu only: the q8 layout has one factor per row (mxfp4). */
+    int q8_row_factor;
 } tops__cu_matmul_args;
 
 /* Launches the kernels (asynchronous); returns a cudaError_t value (0 = ok)
@@ -165,7 +168,9 @@ void *tops__cuda_pack_fp8_host(const tops_tensor *right, const tops__cuda_packed
  *     permute of a table per 4 weights, the signs ORed in).
  *   8192 + 4 ch: f32 factor of channel ch (0..127) for the chunk: the int4
  *     group scale, or 2^(cmax - 133) for e2m1 (cmax: the chunk's largest
- *     block exponent among blocks with nonzero codes).
+ *     block exponent among blocks with nonzero codes; where every row's
+ *     blocks with nonzero codes fit 15 binades, the row's largest, the same
+ *     in every chunk: pk->q8_row_factor = 1, the kernel applies it once).
  *   e2m1 only, 8704 + 4 ch: byte b = table index d of k32 block b: the block's
  *     codes read as e4m3(e2m1 x 2^(d - 8)), d = e - cmax + 14 in 0..14.
  */
@@ -183,8 +188,9 @@ static inline int tops__cu_q8_rec_bytes(int code) {
 
 /* Host copy of the relaxed 4-bit FP8 layout of right (already packed into
    *pk): a malloc'd buffer of *bytes bytes, or NULL (*oom = 1 when out of
-   memory; 0 when the format or a chunk's exponent range does not allow it). */
-void *tops__cuda_pack_q8_host(const tops_tensor *right, const tops__cuda_packed *pk, size_t *bytes, int *oom);
+   memory; 0 when the format or a chunk's exponent range does not allow it).
+   Sets pk->q8_row_factor. */
+void *tops__cuda_pack_q8_host(const tops_tensor *right, tops__cuda_packed *pk, size_t *bytes, int *oom);
 
 /* The relaxed 4-bit FP8 kernel (wgmma_q8.cu): quantizes the activations
    to e4m3 per row (fp8_gemm.cu's quantizer), then the wgmma kernel on the

@@ -322,6 +322,7 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
         a.k = k;
         a.sm_count = tops__cuda_sm_count(device);
         a.stream = exec->stream;
+        a.q8_row_factor = pk->q8_row_factor;
         const char *what = "the matmul launch";
         int err;
         if (use_fp8(pk, m, desc->relaxed_precision)) {

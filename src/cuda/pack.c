@@ -319,11 +319,33 @@ static uint32_t q8_e2m1_bits(uint32_t code, int q) {
     return w;
 }
 
-void *tops__cuda_pack_q8_host(const tops_tensor *w, const tops__cuda_packed *pk, size_t *bytes, int *oom) {
+/* mxfp4: the largest block exponent among row's blocks with nonzero codes
+   in K blocks [b0, b1) (-1: none), and whether all of them lie within 15
+   binades of it (exact in e4m3 against one factor) with a normal f32 factor. */
+static int q8_block_range(const tops_tensor *w, const source_map *m, int64_t row, int64_t b0, int64_t b1, int64_t k,
+                          int *cmax, int *e, int *nz) {
+    int emin = 256;
+    *cmax = -1;
+    for (int64_t g = b0; g < b1; g++) {
+        unsigned char sb[4] = {0, 0, 0, 0}; /* e8m0: one byte */
+        int any = 0;
+        get_scale(w, m, row, g, sb);
+        const int s = sb[0];
+        for (int64_t kk = g * 32; kk < g * 32 + 32 && kk < k; kk++) any |= (get_code(w, m, 1, row, kk) & 7u) != 0;
+        if (e) e[g - b0] = s, nz[g - b0] = any;
+        if (!any) continue;
+        if (s > *cmax) *cmax = s;
+        if (s < emin) emin = s;
+    }
+    return *cmax < 0 || (*cmax >= 7 && *cmax - emin <= 14);
+}
+
+void *tops__cuda_pack_q8_host(const tops_tensor *w, tops__cuda_packed *pk, size_t *bytes, int *oom) {
     source_map m;
     const char *why = "";
     *bytes = 0;
     *oom = 0;
+    pk->q8_row_factor = 0;
     if (w->rank != 2 || !map_format(w, 1, &m, &why) || pk->scale_nonfinite || !pk->has_scales) return NULL;
     const int int4 = w->format.id == TOPS_FMT_INT4_G && m.code == TOPS__CU_CODE_U4 && pk->group % 128 == 0;
     const int mx = (w->format.id == TOPS_FMT_MXFP4 || w->format.id == TOPS_FMT_GGUF_MXFP4) && pk->group == 32;
@@ -332,10 +354,16 @@ void *tops__cuda_pack_q8_host(const tops_tensor *w, const tops__cuda_packed *pk,
                   chunks = tops__ceil_div(k, TOPS__CU_Q8_CHUNK_K), src_groups = tops__ceil_div(k, pk->group);
     const size_t rec = (size_t)tops__cu_q8_rec_bytes(m.code), total = (size_t)(cbs * chunks) * rec;
     unsigned char *buf = calloc(1, total);
-    if (!buf) {
+    int *rmax = mx ? malloc((size_t)n * sizeof *rmax) : NULL;
+    if (!buf || (mx && !rmax)) {
+        free(buf);
         *oom = 1;
         return NULL;
     }
+    /* One factor per row where every row fits: no per-chunk drain in the kernel. */
+    int row_factor = mx;
+    for (int64_t row = 0; row < n && row_factor; row++)
+        row_factor = q8_block_range(w, &m, row, 0, src_groups, k, &rmax[row], NULL, NULL);
     for (int64_t cb = 0; cb < cbs; cb++)
         for (int64_t c = 0; c < chunks; c++) {
             unsigned char *r = buf + (size_t)(cb * chunks + c) * rec;
@@ -349,27 +377,13 @@ void *tops__cuda_pack_q8_host(const tops_tensor *w, const tops__cuda_packed *pk,
                     get_scale(w, &m, row, c * TOPS__CU_Q8_CHUNK_K / pk->group, s);
                     factor = (float)scale_value(m.scale_kind, s, 0);
                 } else if (row < n) {
-                    int e[4], nz[4], cmax = -1;
-                    for (int b = 0; b < 4; b++) {
-                        const int64_t g = c * 4 + b;
-                        unsigned char s = 0;
-                        nz[b] = 0;
-                        if (g < src_groups) {
-                            get_scale(w, &m, row, g, &s);
-                            for (int64_t kk = g * 32; kk < g * 32 + 32 && kk < k; kk++)
-                                nz[b] |= (get_code(w, &m, 1, row, kk) & 7u) != 0;
-                        }
-                        e[b] = s;
-                        if (nz[b] && e[b] > cmax) cmax = e[b];
-                    }
+                    int e[4], nz[4] = {0, 0, 0, 0}, cmax;
+                    const int64_t b1 = c * 4 + 4 < src_groups ? c * 4 + 4 : src_groups;
+                    if (!q8_block_range(w, &m, row, c * 4, b1, k, &cmax, e, nz)) goto reject;
+                    if (row_factor) cmax = rmax[row];
                     if (cmax >= 0) {
-                        /* exact only within 15 binades, with a normal f32 factor */
-                        if (cmax < 7) goto reject;
-                        for (int b = 0; b < 4; b++) {
-                            if (!nz[b]) continue;
-                            if (cmax - e[b] > 14) goto reject;
-                            dd |= (uint32_t)(e[b] - cmax + 14) << (8 * b);
-                        }
+                        for (int b = 0; b < b1 - c * 4; b++)
+                            if (nz[b]) dd |= (uint32_t)(e[b] - cmax + 14) << (8 * b);
                         factor = ldexpf(1.0f, cmax - 133);
                     }
                 }
@@ -392,9 +406,12 @@ void *tops__cuda_pack_q8_host(const tops_tensor *w, const tops__cuda_packed *pk,
                             memcpy(r + tl * 1024 + h * 512 + lane * 16 + j * 4, &word, 4);
                         }
         }
+    free(rmax);
+    pk->q8_row_factor = row_factor;
     *bytes = total;
     return buf;
 reject:
+    free(rmax);
     free(buf);
     return NULL;
 }

@@ -104,13 +104,14 @@ __device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lan
     }
 }
 
-// One chunk's 4 k32 steps into the part accumulator d (fresh: the first
-// step's scale-d is 0) for the token rows of the tile at xb; one group.
-template <int NP>
+// One chunk's 4 k32 steps into the accumulator d (FRESH: a part
+// accumulator, the first step's scale-d is 0) for the token rows of the
+// tile at xb; one group.
+template <bool FRESH = true, int NP>
 __device__ __forceinline__ void q8_mma(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xb) {
     using namespace sm90;
     wgmma_fence(); // A and d were written since the last wgmmas
-    wgmma_rs_e4m3<0>(d, A[0], desc_sw128(xb));
+    wgmma_rs_e4m3<FRESH ? 0 : 1>(d, A[0], desc_sw128(xb));
     wgmma_rs_e4m3<1>(d, A[1], desc_sw128(xb + 32));
     wgmma_rs_e4m3<1>(d, A[2], desc_sw128(xb + 64));
     wgmma_rs_e4m3<1>(d, A[3], desc_sw128(xb + 96));
@@ -128,9 +129,12 @@ __device__ __forceinline__ void q8_drain(float (&acc)[NP], float (&part)[NP], fl
 // The consumer warpgroups.  SPLIT: the TN tokens as two halves with their
 // own part accumulators and wgmma groups, so that one half drains (FFMAs)
 // while the other's wgmmas run; else one group per chunk, drained after it
-// completes.  A lane's A fragments are decoded one chunk ahead either way
-// (two register sets).
-template <int TN, bool MX, bool SPLIT>
+// completes.  ROW (mxfp4 with one factor per row, pack.c): no part
+// accumulator and no drain: the wgmmas accumulate over all K like
+// fp8_gemm.cu, two groups in flight, the factor applied once at the end.
+// A lane's A fragments are decoded one chunk ahead either way (two
+// register sets).
+template <int TN, bool MX, bool SPLIT, bool ROW>
 __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *ring, uint64_t *full, uint64_t *empty,
                                            const uint2 *tabs, int tt, int cb) {
     using namespace sm90;
@@ -153,7 +157,34 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         for (int s = 0; s < 4; s++) fence_regs(A[s]); // A stays live until its wgmmas are done
         mbar_arrive(&empty[c % kQ8Ring]);
     };
-    if constexpr (SPLIT) {
+    if constexpr (ROW) {
+        // Chunk c's group is issued, then c + 1 decoded and issued, then c
+        // retired: two groups on the tensor cores while a chunk decodes.
+        const auto next = [&](int c, uint32_t (&A)[4][4], uint32_t (&Ap)[4][4]) {
+            fetch(c, A, f0g, f0h);
+            q8_mma<false>(acc0, A, stage(c));
+            wgmma_wait<1>();
+            release(c - 1, Ap);
+        };
+        fetch(0, A0, f0g, f0h);
+        q8_mma<true>(acc0, A0, stage(0));
+        int c = 1;
+        for (; c + 1 < nc; c += 2) {
+            next(c, A1, A0);
+            next(c + 1, A0, A1);
+        }
+        if (c < nc) {
+            next(c, A1, A0);
+            wgmma_wait<0>();
+            release(c, A1);
+        } else {
+            wgmma_wait<0>();
+            release(c - 1, A0);
+        }
+        fence_regs(acc0);
+#pragma unroll
+        for (int i = 0; i < NH; i++) acc0[i] *= (i & 2) ? f0h : f0g; // every chunk's factor
+    } else if constexpr (SPLIT) {
         // Chunk c (fragments A): its first half was issued before; issue
         // the second, decode chunk c + 1 into An, drain the first half, issue
         // chunk c + 1's first half, drain the second half, release c.  The
@@ -227,7 +258,7 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
 }
 #endif
 
-template <int TN, bool MX, bool SPLIT>
+template <int TN, bool MX, bool SPLIT, bool ROW>
 __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_constant__ CUtensorMap xmap,
                                                                  const Q8Params p) {
 #ifdef TOPS_CU_WGMMA
@@ -283,7 +314,7 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        q8_consume<TN, MX, SPLIT>(p, ring, full, empty, tabs, tt, cb);
+        q8_consume<TN, MX, SPLIT, ROW>(p, ring, full, empty, tabs, tt, cb);
     }
 #else
     (void)xmap, (void)p;
@@ -292,12 +323,15 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
 
 typedef void (*q8_fn)(const CUtensorMap, const Q8Params);
 
-template <bool SPLIT>
-q8_fn pick_q8_tn(int tn, bool mx) {
-    if (tn == 128) return mx ? wgmma_q8_kernel<128, true, SPLIT> : wgmma_q8_kernel<128, false, SPLIT>;
-    return mx ? wgmma_q8_kernel<64, true, SPLIT> : wgmma_q8_kernel<64, false, SPLIT>;
+// The consumer loop: 0 one group per chunk, 1 token halves (SPLIT), 2 one
+// factor per row (mxfp4 only).
+template <int TN>
+q8_fn pick_q8_tn(bool mx, int loop) {
+    if (!mx) return loop == 1 ? wgmma_q8_kernel<TN, false, true, false> : wgmma_q8_kernel<TN, false, false, false>;
+    return loop == 2 ? wgmma_q8_kernel<TN, true, false, true>
+                     : loop == 1 ? wgmma_q8_kernel<TN, true, true, false> : wgmma_q8_kernel<TN, true, false, false>;
 }
-q8_fn pick_q8(int tn, bool mx, bool split) { return split ? pick_q8_tn<true>(tn, mx) : pick_q8_tn<false>(tn, mx); }
+q8_fn pick_q8(int tn, bool mx, int loop) { return tn == 128 ? pick_q8_tn<128>(mx, loop) : pick_q8_tn<64>(mx, loop); }
 
 } // namespace
 } // namespace tops_cu
@@ -343,8 +377,11 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     // wgmmas run at TN = 128, one group per chunk at 64 (H200, 2026-11-29
     // 22:13-22:17 UTC, same calls, us at M = 128 / 48: int4-g128 34.7 / 25.9
     // split, 35.5 / 24.2 not; mxfp4 30.9 / 21.4 against 33.4 / 22.2);
-    // TOPS_CUDA_Q8_SPLIT = 0 / 1 forces either.
-    const q8_fn fn = pick_q8(tn, mx, env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0);
+    // TOPS_CUDA_Q8_SPLIT = 0 / 1 forces either.  mxfp4 whose rows each fit
+    // 15 binades (pack.c: one factor per row) accumulates without drains
+    // (TOPS_CUDA_Q8_ROW=0: the per-chunk loops).
+    const bool row = mx && a->q8_row_factor && env_or("TOPS_CUDA_Q8_ROW", 1) != 0;
+    const q8_fn fn = pick_q8(tn, mx, row ? 2 : env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0 ? 1 : 0);
     const size_t smem = tn == 128 ? q8_layout<128>::SMEM : q8_layout<64>::SMEM;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -376,8 +413,10 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         *what = "cuTensorMapEncodeTiled for the q8 activations";
     }
     if (err == cudaSuccess) {
-        set_last_kernel(tn == 128 ? "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA"
-                                  : "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA");
+        set_last_kernel(tn == 128 ? row ? "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, one factor per row"
+                                        : "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA"
+                        : row ? "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA, one factor per row"
+                              : "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA");
         // A programmatic dependent of the quantizer (TOPS_CUDA_PDL=0: plain):
         // its prologue overlaps the quantizer's blocks.
         bool pdl = env_or("TOPS_CUDA_PDL", 1) != 0;

@@ -103,7 +103,8 @@ typedef struct gpu_case {
     int strided_left, accumulate, prepack; /* strided_left 1: rows k + 3 apart (unaligned); 2: k + 8 */
     int relaxed; /* e4m3-ch / e4m3 weights: expect the FP8 path where fp8_gpu */
     int spread;  /* 1: weight rows alternately x 2^20 and x 2^-20 (scales beyond f16's range);
-                    2: the first 16 weights of each row x 2^16 (nvfp4: the other blocks' scales subnormal) */
+                    2: the first 16 weights of each row x 2^16 (nvfp4: the other blocks' scales subnormal);
+                    3: the first 128 x 2^16 (mxfp4: rows over 15 binades, chunks within) */
 } gpu_case;
 
 /* Relaxed 4-bit integers on the folded wgmma kernel: w = q x s rounded once
@@ -150,8 +151,8 @@ static int run_case(const gpu_case *c, th_rng *r) {
     for (int64_t i = 0; i < n * k; i++)
         wf[i] = (th_uniform(r, -1, 1) + th_uniform(r, -1, 1) + th_uniform(r, -1, 1)) * (1.0f + (float)(i % 13) * 0.1f) *
                 (c->spread == 1 ? ldexpf(1.0f, (i / k) % 2 ? 20 : -20)
-                 : c->spread == 2 && i % k < 16 ? 0x1p16f
-                                                  : 1.0f);
+                 : (c->spread == 2 && i % k < 16) || (c->spread == 3 && i % k < 128) ? 0x1p16f
+                                                                                         : 1.0f);
     int64_t wext[2] = {n, k};
     tops_tensor_desc d = {0};
     d.format = tops_format_of(TOPS_DT_F32);
@@ -787,7 +788,10 @@ static void test_relaxed_fp8(void) {
    against both token tiles (1, 47, 48, 129, 255), N not a multiple of 128,
    K = 128, 4096 and ragged (K % 128 != 0), both activation types, every
    output type, accumulate, strided rows, packed on the fly, both token tiles,
-   both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL; then the plan
+   both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL; mxfp4 with one
+   factor per row (asserted by name; K of 1, 3, 8 and 32 chunks),
+   its per-chunk loops forced (TOPS_CUDA_Q8_ROW=0) and taken by rows over
+   15 binades (spread 3); then the plan
    (M = 32 takes it, M = 31 does not, nor strict mode or int4-g32) and mxfp4
    rows whose chunk spans more than 15 binades (no q8 layout: the folded or
    strict kernels, still within their bounds). */
@@ -803,18 +807,26 @@ static void test_q8(void) {
         tops_dtype act, out;
         int64_t m, k, n;
         int strided, accumulate, prepack;
-        const char *tn, *pdl, *split;
+        const char *tn, *pdl, *split, *row;
+        int spread;
     } cases[] = {
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1"},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL},
-        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL},
-        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0"},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0"},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1"},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL, NULL, 0},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL, NULL, 0},
+        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0", NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0", "0", 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 4096, 300, 0, 1, 1, NULL, NULL, NULL, "0", 0},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 64, 1000, 200, 0, 0, 1, NULL, NULL, "1", "0", 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 2048, 260, 0, 1, 1, NULL, NULL, NULL, NULL, 3},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F16, 33, 4096, 129, 0, 0, 1, NULL, "0", NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 256, 640, 384, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 100, 384, 200, 0, 1, 1, NULL, NULL, NULL, NULL, 0},
+        {"gguf-mxfp4", TOPS_DT_BF16, TOPS_DT_F16, 17, 128, 140, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0, total = 0;
@@ -823,12 +835,16 @@ static void test_q8(void) {
         if (cases[i].tn) setenv("TOPS_CUDA_Q8_TN", cases[i].tn, 1);
         if (cases[i].pdl) setenv("TOPS_CUDA_PDL", cases[i].pdl, 1);
         if (cases[i].split) setenv("TOPS_CUDA_Q8_SPLIT", cases[i].split, 1);
+        if (cases[i].row) setenv("TOPS_CUDA_Q8_ROW", cases[i].row, 1);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
-                      cases[i].strided, cases[i].accumulate, cases[i].prepack, 1, 0};
+                      cases[i].strided, cases[i].accumulate, cases[i].prepack, 1, cases[i].spread};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        if (!strstr(kn, "wgmma_q8")) {
-            TH_FAIL_AT("%s M=%lld K=%lld forced q8 ran %s", c.format, (long long)c.m, (long long)c.k, kn);
+        /* mxfp4 rows within 15 binades: one factor per row, unless TOPS_CUDA_Q8_ROW=0 */
+        const int want_row = strstr(c.format, "mxfp4") && !cases[i].row && cases[i].spread != 3;
+        if (!strstr(kn, "wgmma_q8") || (strstr(kn, "per row") != NULL) != want_row) {
+            TH_FAIL_AT("%s M=%lld K=%lld forced q8 ran %s (want %sone factor per row)", c.format, (long long)c.m,
+                       (long long)c.k, kn, want_row ? "" : "not ");
             ok = 0;
         }
         passed += ok;
@@ -836,6 +852,7 @@ static void test_q8(void) {
         unsetenv("TOPS_CUDA_Q8_TN");
         unsetenv("TOPS_CUDA_PDL");
         unsetenv("TOPS_CUDA_Q8_SPLIT");
+        unsetenv("TOPS_CUDA_Q8_ROW");
     }
     unsetenv("TOPS_CUDA_KERNEL");
     /* The plan: q8 from M = 32, relaxed only, and never for a chunk range > 14
@@ -938,9 +955,13 @@ int main(void) {
         fp8_gpu = info.major == 9 && info.minor == 0;
     }
     RUN_TEST(test_gpu_bad_inputs);
-    RUN_TEST(test_relaxed_fp8);
-    /* TOPS_CUDA_TEST_ONLY=fp8: the FP8 group alone (device runs of that kernel). */
+    /* TOPS_CUDA_TEST_ONLY=fp8 / q8: that group alone (device runs of one kernel). */
     const char *only = getenv("TOPS_CUDA_TEST_ONLY");
+    if (only && strcmp(only, "q8") == 0) {
+        RUN_TEST(test_q8);
+        TEST_MAIN_END();
+    }
+    RUN_TEST(test_relaxed_fp8);
     if (only && strcmp(only, "fp8") == 0) TEST_MAIN_END();
     RUN_TEST(test_every_format);
     RUN_TEST(test_kernel_edges);

@@ -306,14 +306,16 @@ static uint32_t q8_decode(int mx, uint32_t w, int hi, int d) {
 }
 
 /* Every weight of a format read back through the q8 layout, or (want = 0)
-   no layout.  spread: the first 16 weights of each row x 2^16 (mxfp4: a
-   chunk over more than 15 binades). */
-static void check_q8(const char *name, int64_t n, int64_t k, int spread, int want, th_rng *r) {
+   no layout.  spread 1: the first 16 weights of each row x 2^16 (mxfp4: a
+   chunk over more than 15 binades); 2: the first 128 (each chunk fits, the
+   rows do not).  row: pk.q8_row_factor expected (then every chunk of a row
+   carries the same factor). */
+static void check_q8(const char *name, int64_t n, int64_t k, int spread, int want, int row_factor, th_rng *r) {
     tops_format fmt;
     ASSERT_OK(tops_format_from_name(name, &fmt));
     float *src = malloc((size_t)(n * k) * sizeof(float)), *dec = malloc((size_t)(n * k) * sizeof(float));
     for (int64_t i = 0; i < n * k; i++)
-        src[i] = th_uniform(r, -2, 2) * (float)(1 + i % 5) * (spread && i % k < 16 ? 0x1p16f : 1.0f);
+        src[i] = th_uniform(r, -2, 2) * (float)(1 + i % 5) * (spread && i % k < (spread == 2 ? 128 : 16) ? 0x1p16f : 1.0f);
     tops_tensor tq, td;
     quantize_rows(fmt, src, n, k, &tq);
     tops_tensor_desc dd = f32_rows(dec, n, k);
@@ -333,6 +335,8 @@ static void check_q8(const char *name, int64_t n, int64_t k, int spread, int wan
     const int mx = pk.code == TOPS__CU_CODE_E2M1, rec = tops__cu_q8_rec_bytes(pk.code);
     const int64_t chunks = (k + 127) / 128, cbs = (n + 127) / 128, npad = cbs * 128, kpad = chunks * 128;
     ASSERT_TRUE(bytes == (size_t)(cbs * chunks * rec));
+    if (pk.q8_row_factor != row_factor)
+        TH_FAIL_AT("%s spread=%d: one factor per row %d, want %d", name, spread, pk.q8_row_factor, row_factor);
     int64_t mismatches = 0;
     for (int64_t row = 0; row < npad; row++)
         for (int64_t kk = 0; kk < kpad; kk++) {
@@ -346,6 +350,10 @@ static void check_q8(const char *name, int64_t n, int64_t k, int spread, int wan
             if (mx) memcpy(&ddw, rc + TOPS__CU_Q8_WBYTES + 4 * TOPS__CU_Q8_CH + 4 * ch, 4);
             const int d = (int)((ddw >> (8 * st)) & 0xFFu);
             if (d > 14) TH_FAIL_AT("%s row %lld k %lld: table %d", name, (long long)row, (long long)kk, d);
+            float f0;
+            memcpy(&f0, q + (size_t)((row / 128) * chunks) * (size_t)rec + TOPS__CU_Q8_WBYTES + 4 * ch, 4);
+            if (row_factor && f0 != factor && mismatches++ < 3)
+                TH_FAIL_AT("%s row %lld k %lld: factor %g, chunk 0's %g", name, (long long)row, (long long)kk, factor, f0);
             const double v = (double)e4m3_value(q8_decode(mx, w, hi, d) >> (8 * i)) * factor * pk.global_scale;
             const double want_v = row < n && kk < k ? dec[row * k + kk] : 0.0;
             if (!(fabs(v - want_v) <= 1e-6 * fabs(want_v)) && mismatches++ < 3)
@@ -363,15 +371,16 @@ out:
 
 static void test_q8_layout(void) {
     th_rng r = th_seed();
-    check_q8("int4-g128", 200, 1000, 0, 1, &r);
-    check_q8("int4-g256", 130, 512, 0, 1, &r);
-    check_q8("int4-g128:bf16", 64, 256, 0, 1, &r);
-    check_q8("mxfp4", 200, 1000, 0, 1, &r);
-    check_q8("gguf-mxfp4", 130, 512, 0, 1, &r);
-    check_q8("mxfp4", 64, 256, 1, 0, &r);    /* a chunk over 17 binades: no layout */
-    check_q8("int4-g128", 64, 256, 1, 1, &r); /* int4 does not care */
-    check_q8("int4-g32", 64, 256, 0, 0, &r);  /* groups below 128 */
-    check_q8("nvfp4", 64, 256, 0, 0, &r);
+    check_q8("int4-g128", 200, 1000, 0, 1, 0, &r);
+    check_q8("int4-g256", 130, 512, 0, 1, 0, &r);
+    check_q8("int4-g128:bf16", 64, 256, 0, 1, 0, &r);
+    check_q8("mxfp4", 200, 1000, 0, 1, 1, &r);
+    check_q8("gguf-mxfp4", 130, 512, 0, 1, 1, &r);
+    check_q8("mxfp4", 130, 1000, 2, 1, 0, &r); /* rows over 17 binades, chunks within 3: per chunk */
+    check_q8("mxfp4", 64, 256, 1, 0, 0, &r);    /* a chunk over 17 binades: no layout */
+    check_q8("int4-g128", 64, 256, 1, 1, 0, &r); /* int4 does not care */
+    check_q8("int4-g32", 64, 256, 0, 0, 0, &r);  /* groups below 128 */
+    check_q8("nvfp4", 64, 256, 0, 0, 0, &r);
 }
 
 int main(void) {
