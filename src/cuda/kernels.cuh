@@ -420,6 +420,9 @@ bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what);
 cudaError_t quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales);
 void set_last_kernel(const char *name);
 long long env_or(const char *name, long long dflt);
+// Whether the current device is compute capability 9.0, the only part the
+// sm_90a pass (wgmma, TMA) runs on; false (error cleared) when it cannot tell.
+bool device_is_sm90a();
 
 } // namespace tops_cu
 

@@ -340,14 +340,7 @@ using namespace tops_cu;
 
 extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8, const char **what) {
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return (int)cudaErrorNotSupported;
-    }
-    if (major != 9 || minor != 0 || !q8 || !sm90::tensor_map_encoder() || a->m < 1 || a->k < 1 ||
+    if (!device_is_sm90a() || !q8 || !sm90::tensor_map_encoder() || a->m < 1 || a->k < 1 ||
         (a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_E2M1))
         return (int)cudaErrorNotSupported;
     // Tokens per CTA: 64 up to M = 64 (no idle half tile), else 128;

@@ -790,15 +790,8 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     // Compute capability 9.0 only (the sm_90a pass); TMA wants 16-byte
     // aligned rows: anything else takes the other kernels.
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return (int)cudaErrorNotSupported;
-    }
     const unsigned long long row_bytes = (unsigned long long)a->ldx * 2;
-    if (major != 9 || minor != 0 || !sm90::tensor_map_encoder() || (uintptr_t)a->x % 16 != 0 || row_bytes % 16 != 0 ||
+    if (!device_is_sm90a() || !sm90::tensor_map_encoder() || (uintptr_t)a->x % 16 != 0 || row_bytes % 16 != 0 ||
         row_bytes >= (1ull << 40) || a->m < 1 || a->k < 1)
         return (int)cudaErrorNotSupported;
     Params p;

@@ -408,6 +408,17 @@ long long env_or(const char *name, long long dflt) {
     return e && *e ? atoll(e) : dflt;
 }
 
+bool device_is_sm90a() {
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return major == 9 && minor == 0;
+}
+
 } // namespace tops_cu
 
 extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char **what) {

@@ -110,20 +110,47 @@ static void quantize_rows(tops_format fmt, float *src, int64_t n, int64_t k, top
     ASSERT_OK(tops_quantize(&ts, tq, NULL));
 }
 
+/* One format's weights on the host: random source values (the first `big`
+   of each row times 2^16), quantized, dequantized with the library's
+   reference, and packed for the GPU. */
+typedef struct {
+    float *src, *dec;
+    tops_tensor tq;
+    tops__cuda_packed pk;
+    void *wb, *sb;
+} packed_case;
+
+static void packed_case_begin(packed_case *c, const char *name, int64_t n, int64_t k, int64_t big, th_rng *r) {
+    tops_format fmt;
+    tops_tensor td;
+    ASSERT_OK(tops_format_from_name(name, &fmt));
+    c->src = malloc((size_t)(n * k) * sizeof(float));
+    c->dec = malloc((size_t)(n * k) * sizeof(float));
+    for (int64_t i = 0; i < n * k; i++)
+        c->src[i] = th_uniform(r, -2, 2) * (float)(1 + i % 5) * (i % k < big ? 0x1p16f : 1.0f);
+    quantize_rows(fmt, c->src, n, k, &c->tq);
+    tops_tensor_desc dd = f32_rows(c->dec, n, k);
+    ASSERT_OK(tops_tensor_view(&dd, &td));
+    ASSERT_OK(tops_dequantize(&c->tq, &td));
+    c->wb = c->sb = NULL;
+    ASSERT_OK(tops__cuda_pack_host("test", &c->tq, 1, &c->pk, &c->wb, &c->sb));
+}
+
+static void packed_case_end(packed_case *c) {
+    free(c->wb);
+    free(c->sb);
+    tops_tensor_destroy(&c->tq);
+    free(c->src);
+    free(c->dec);
+}
+
 /* Every weight of one format, read through the packed layout. */
 static void check_format(const char *name, int64_t n, int64_t k, th_rng *r) {
-    tops_format fmt;
-    ASSERT_OK(tops_format_from_name(name, &fmt));
-    float *src = malloc((size_t)(n * k) * sizeof(float)), *dec = malloc((size_t)(n * k) * sizeof(float));
-    for (int64_t i = 0; i < n * k; i++) src[i] = th_uniform(r, -2, 2) * (float)(1 + i % 5);
-    tops_tensor tq, td;
-    quantize_rows(fmt, src, n, k, &tq);
-    tops_tensor_desc dd = f32_rows(dec, n, k);
-    ASSERT_OK(tops_tensor_view(&dd, &td));
-    ASSERT_OK(tops_dequantize(&tq, &td));
-    tops__cuda_packed pk;
-    void *wb = NULL, *sb = NULL;
-    ASSERT_OK(tops__cuda_pack_host("test", &tq, 1, &pk, &wb, &sb));
+    packed_case pc;
+    packed_case_begin(&pc, name, n, k, 0, r);
+    const tops__cuda_packed pk = pc.pk;
+    void *wb = pc.wb, *sb = pc.sb;
+    const float *dec = pc.dec;
     if (!wb) goto out;
     int kc = tops__cu_chunk_k(pk.code);
     int64_t chunks = pk.k_pad / kc, mismatches = 0;
@@ -147,11 +174,7 @@ static void check_format(const char *name, int64_t n, int64_t k, th_rng *r) {
             }
     }
 out:
-    free(wb);
-    free(sb);
-    tops_tensor_destroy(&tq);
-    free(src);
-    free(dec);
+    packed_case_end(&pc);
 }
 
 static void test_every_format_reads_back(void) {
@@ -311,22 +334,13 @@ static uint32_t q8_decode(int mx, uint32_t w, int hi, int d) {
    rows do not).  row: pk.q8_row_factor expected (then every chunk of a row
    carries the same factor). */
 static void check_q8(const char *name, int64_t n, int64_t k, int spread, int want, int row_factor, th_rng *r) {
-    tops_format fmt;
-    ASSERT_OK(tops_format_from_name(name, &fmt));
-    float *src = malloc((size_t)(n * k) * sizeof(float)), *dec = malloc((size_t)(n * k) * sizeof(float));
-    for (int64_t i = 0; i < n * k; i++)
-        src[i] = th_uniform(r, -2, 2) * (float)(1 + i % 5) * (spread && i % k < (spread == 2 ? 128 : 16) ? 0x1p16f : 1.0f);
-    tops_tensor tq, td;
-    quantize_rows(fmt, src, n, k, &tq);
-    tops_tensor_desc dd = f32_rows(dec, n, k);
-    ASSERT_OK(tops_tensor_view(&dd, &td));
-    ASSERT_OK(tops_dequantize(&tq, &td));
-    tops__cuda_packed pk;
-    void *wb = NULL, *sb = NULL;
-    ASSERT_OK(tops__cuda_pack_host("test", &tq, 1, &pk, &wb, &sb));
+    packed_case pc;
+    packed_case_begin(&pc, name, n, k, spread == 2 ? 128 : spread ? 16 : 0, r);
     size_t bytes = 0;
     int oom = -1;
-    unsigned char *q = tops__cuda_pack_q8_host(&tq, &pk, &bytes, &oom);
+    unsigned char *q = tops__cuda_pack_q8_host(&pc.tq, &pc.pk, &bytes, &oom);
+    const tops__cuda_packed pk = pc.pk; /* with the q8 fields set */
+    const float *dec = pc.dec;
     ASSERT_TRUE(oom == 0);
     if (!want || !q) {
         if ((q != NULL) != want) TH_FAIL_AT("%s spread=%d: q8 layout %s", name, spread, q ? "built" : "missing");
@@ -362,11 +376,7 @@ static void check_q8(const char *name, int64_t n, int64_t k, int spread, int wan
         }
 out:
     free(q);
-    free(wb);
-    free(sb);
-    tops_tensor_destroy(&tq);
-    free(src);
-    free(dec);
+    packed_case_end(&pc);
 }
 
 static void test_q8_layout(void) {
