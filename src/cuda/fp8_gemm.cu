@@ -886,30 +886,8 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
     if (pl.cl) p.lag = 0; // the lag is a one-CTA schedule
     // Programmatic dependent launch (TOPS_CUDA_PDL=0: plain), so that the
     // prologue overlaps the quantizer's last blocks; clusters by attribute.
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[2];
-    cfg.gridDim = dim3((unsigned)pl.grid);
-    cfg.blockDim = dim3(kThreads);
-    cfg.dynamicSmemBytes = kPersistSmem;
-    cfg.stream = stream;
-    cfg.attrs = attr;
-    if (pl.cl) {
-        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
-        attr[cfg.numAttrs].val.clusterDim.x = 2, attr[cfg.numAttrs].val.clusterDim.y = 1;
-        attr[cfg.numAttrs++].val.clusterDim.z = 1;
-    }
-    err = cudaErrorNotSupported;
-    if (tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0) {
-        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
-        err = cudaLaunchKernelEx(&cfg, kernel, ma, mb, mc, p);
-        if (err != cudaSuccess) {
-            (void)cudaGetLastError(); // a driver without PDL: launch without it
-            cfg.numAttrs--;
-        }
-    }
-    if (err != cudaSuccess) err = cudaLaunchKernelEx(&cfg, kernel, ma, mb, mc, p);
-    if (err == cudaSuccess) err = cudaGetLastError();
+    err = tops_cu::launch_kernel(kernel, dim3((unsigned)pl.grid), dim3(kThreads), kPersistSmem, stream,
+                                 tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0, pl.cl ? 2 : 1, ma, mb, mc, p);
     if (err != cudaSuccess) *what = "the FP8 GEMM launch";
     else
         tops_cu::set_last_kernel(pl.cl == 1   ? "fp8 persistent, clusters of 2 sharing the weight tile"
@@ -965,11 +943,7 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     float *row_scale = reinterpret_cast<float *>(ws + qbytes); // k_pad is a multiple of 64: aligned
     unsigned *flags = sk ? reinterpret_cast<unsigned *>(ws + qbytes + sbytes) : nullptr;
     const int nflags = sk ? pl.grid : 0;
-    const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
-    err = a->x_bf16 ? launch_quant(static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws,
-                                   row_scale, flags, nflags, (int)a->m, stream)
-                    : launch_quant(static_cast<const __half *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, ws,
-                                   row_scale, flags, nflags, (int)a->m, stream);
+    err = tops_cu::quant_act_e4m3(a, ws, row_scale, flags, nflags);
     if (err != cudaSuccess) *what = "the activation quantization launch";
 
     constexpr int bn = 256;
@@ -1016,13 +990,15 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     return (int)err;
 }
 
-// The activation quantizer for the other relaxed FP8 kernel (wgmma_q8.cu):
-// codes [m, k_pad] into q, row scales [m] into scales, on a's stream.
-cudaError_t tops_cu::quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales) {
+// The activation quantizer of both relaxed FP8 kernels (this GEMM and
+// wgmma_q8.cu): codes [m, k_pad] into q, row scales [m] into scales, and
+// nflags stream-K flags zeroed, on a's stream.
+cudaError_t tops_cu::quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales, unsigned *flags,
+                                    int nflags) {
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
     return a->x_bf16 ? launch_quant(static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec,
-                                    q, scales, nullptr, 0, (int)a->m, stream)
+                                    q, scales, flags, nflags, (int)a->m, stream)
                      : launch_quant(static_cast<const __half *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, q,
-                                    scales, nullptr, 0, (int)a->m, stream);
+                                    scales, flags, nflags, (int)a->m, stream);
 }

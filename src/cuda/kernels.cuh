@@ -416,13 +416,50 @@ bulk_fn bulk_kernel(int code, bool bf16, int mt, int tg, bool xt, int fp);
 // of a tuning variable (dflt when unset or empty).
 bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what);
 // fp8_gemm.cu's per-row e4m3 activation quantizer (codes [m, k_pad] and f32
-// row scales [m]), for wgmma_q8.cu.
-cudaError_t quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales);
+// row scales [m]; the FP8 GEMM's nflags stream-K flags zeroed), for both
+// relaxed FP8 kernels.
+cudaError_t quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales, unsigned *flags = nullptr,
+                           int nflags = 0);
 void set_last_kernel(const char *name);
 long long env_or(const char *name, long long dflt);
 // Whether the current device is compute capability 9.0, the only part the
 // sm_90a pass (wgmma, TMA) runs on; false (error cleared) when it cannot tell.
 bool device_is_sm90a();
+
+// Launches kernel(args...) on stream, in clusters of cluster_x CTAs when
+// cluster_x > 1, and with pdl as a programmatic dependent of the stream's
+// previous kernel (its prologue overlaps that kernel's tail); a driver that
+// refuses the dependency gets the launch without it.  Returns the launch's
+// error (cudaGetLastError cleared of a refused attempt).
+template <typename... Params_, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params_...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          bool pdl, int cluster_x, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[2];
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    if (cluster_x > 1) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
+        attr[cfg.numAttrs].val.clusterDim.x = (unsigned)cluster_x;
+        attr[cfg.numAttrs].val.clusterDim.y = 1;
+        attr[cfg.numAttrs++].val.clusterDim.z = 1;
+    }
+    cudaError_t err = cudaErrorNotSupported;
+    if (pdl) {
+        attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+        err = cudaLaunchKernelEx(&cfg, kernel, args...);
+        if (err != cudaSuccess) {
+            (void)cudaGetLastError();
+            cfg.numAttrs--;
+        }
+    }
+    if (err != cudaSuccess) err = cudaLaunchKernelEx(&cfg, kernel, args...);
+    return err == cudaSuccess ? cudaGetLastError() : err;
+}
 
 } // namespace tops_cu
 

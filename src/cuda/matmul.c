@@ -36,6 +36,15 @@ static int fp8_device(int device) {
     return major == 9 && minor == 0;
 }
 
+/* Where a pack's parts sit in its one allocation: the weights at 0, then
+   the scales, the FP8 layout and the q8 layout, each 256-byte aligned. */
+static void pack_offsets(size_t weight_bytes, size_t scale_bytes, size_t fp8_bytes, size_t *soff, size_t *foff,
+                         size_t *qoff) {
+    *soff = (weight_bytes + 255) & ~(size_t)255;
+    *foff = (*soff + scale_bytes + 255) & ~(size_t)255;
+    *qoff = (*foff + fp8_bytes + 255) & ~(size_t)255;
+}
+
 /* Packs right (host or device memory) into device buffers on `device`; with
    `relaxed` on an sm_90 device, e4m3-ch/e4m3 weights also get the FP8 GEMM's
    layout.  On success *pk holds device pointers into *base (one cudaMalloc). */
@@ -70,8 +79,8 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
         free(fb);
         return st;
     }
-    size_t woff = 0, soff = (pk->weight_bytes + 255) & ~(size_t)255;
-    size_t foff = (soff + pk->scale_bytes + 255) & ~(size_t)255, qoff = (foff + fbytes + 255) & ~(size_t)255;
+    size_t woff = 0, soff, foff, qoff;
+    pack_offsets(pk->weight_bytes, pk->scale_bytes, fbytes, &soff, &foff, &qoff);
     void *mem = NULL;
     st = tops_cuda_alloc(device, qoff + qbytes, &mem);
     if (st == TOPS_OK) {
@@ -101,16 +110,19 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     return TOPS_OK;
 }
 
+/* The M threshold a tuning variable sets (a positive integer), else dflt. */
+static int64_t min_m_from_env(const char *name, int64_t dflt) {
+    const char *e = getenv(name);
+    long long v = e ? atoll(e) : 0;
+    return v >= 1 ? v : dflt;
+}
+
 /* Smallest M that takes the FP8 GEMM: below it the weight-streaming kernel
    wins (H200, e4m3-ch, K = 4096, N = 12288, one run at 15:07 UTC: FP8 GEMM
    30.4 / 30.9 / 31.5 / 33.4 us at M = 16 / 24 / 32 / 64, weight streaming
    28.4 / 45.2 / 46.3 / 77.9 us);
    TOPS_CUDA_FP8_MIN_M overrides it for tuning runs and tests. */
-static int64_t fp8_min_m(void) {
-    const char *e = getenv("TOPS_CUDA_FP8_MIN_M");
-    long long v = e ? atoll(e) : 0;
-    return v >= 1 ? v : 17;
-}
+static int64_t fp8_min_m(void) { return min_m_from_env("TOPS_CUDA_FP8_MIN_M", 17); }
 
 static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
     return relaxed && pk->fp8_weights && m >= fp8_min_m();
@@ -144,8 +156,7 @@ static int use_wgmma(int64_t m, int fold) {
     const char *force = getenv("TOPS_CUDA_KERNEL");
     if (force && strcmp(force, "wgmma") == 0) return 1;
     if (force && (strcmp(force, "wbulk") == 0 || strcmp(force, "wstream") == 0)) return 0;
-    const char *e = getenv("TOPS_CUDA_WGMMA_MIN_M");
-    long long v = e ? atoll(e) : 0;
+    const int64_t v = min_m_from_env("TOPS_CUDA_WGMMA_MIN_M", 0);
     if (v >= 1) return m >= v;
     return fold && m >= TOPS__CU_FOLD_MIN_M;
 }
@@ -161,9 +172,7 @@ static int use_q8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
     if (!relaxed || !pk->q8_weights) return 0;
     const char *force = getenv("TOPS_CUDA_KERNEL");
     if (force && *force) return strcmp(force, "q8") == 0;
-    const char *e = getenv("TOPS_CUDA_Q8_MIN_M");
-    long long v = e ? atoll(e) : 0;
-    return m >= (v >= 1 ? v : TOPS__CU_Q8_MIN_M);
+    return m >= min_m_from_env("TOPS_CUDA_Q8_MIN_M", TOPS__CU_Q8_MIN_M);
 }
 
 /* (f16 activations assumed: the bench's.) */
@@ -357,8 +366,8 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
     tops__cuda_packed *copy = malloc(sizeof *copy);
     if (!copy) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the pack descriptor");
     *copy = *pk;
-    size_t soff = (pk->weight_bytes + 255) & ~(size_t)255, foff = (soff + pk->scale_bytes + 255) & ~(size_t)255;
-    size_t qoff = (foff + pk->fp8_bytes + 255) & ~(size_t)255;
+    size_t soff, foff, qoff;
+    pack_offsets(pk->weight_bytes, pk->scale_bytes, pk->fp8_bytes, &soff, &foff, &qoff);
     void *mem = NULL;
     tops_status st = tops_cuda_alloc(pk->device, qoff + pk->q8_bytes, &mem);
     tops_memory dev = {TOPS_DEVICE_CUDA, pk->device};

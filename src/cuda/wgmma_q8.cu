@@ -412,25 +412,8 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
                               : "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA");
         // A programmatic dependent of the quantizer (TOPS_CUDA_PDL=0: plain):
         // its prologue overlaps the quantizer's blocks.
-        bool pdl = env_or("TOPS_CUDA_PDL", 1) != 0;
-        if (pdl) {
-            cudaLaunchConfig_t cfg = {};
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.gridDim = dim3((unsigned)ctas);
-            cfg.blockDim = dim3(kQ8Threads);
-            cfg.dynamicSmemBytes = smem;
-            cfg.stream = stream;
-            cfg.attrs = attr;
-            cfg.numAttrs = 1;
-            if (cudaLaunchKernelEx(&cfg, fn, map, p) != cudaSuccess) { // a driver without it
-                (void)cudaGetLastError();
-                pdl = false;
-            }
-        }
-        if (!pdl) fn<<<(unsigned)ctas, kQ8Threads, smem, stream>>>(map, p);
-        err = cudaGetLastError();
+        err = launch_kernel(fn, dim3((unsigned)ctas), dim3(kQ8Threads), smem, stream,
+                            env_or("TOPS_CUDA_PDL", 1) != 0, 1, map, p);
         if (err != cudaSuccess) *what = "the q8 kernel launch";
     }
     cudaError_t e2 = cudaFreeAsync(ws, stream);

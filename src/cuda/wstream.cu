@@ -448,26 +448,9 @@ extern "C" int tops__cu_matmul_launch(const tops__cu_matmul_args *a, const char 
             return (int)err;
         }
     }
-    if (pl.pdl) {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.gridDim = dim3((unsigned)pl.blocks_x, (unsigned)p.splits);
-        cfg.blockDim = dim3((unsigned)pl.threads);
-        cfg.dynamicSmemBytes = pl.smem;
-        cfg.stream = stream;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
-        err = pl.bfn ? cudaLaunchKernelEx(&cfg, pl.bfn, pl.xmap, p) : cudaLaunchKernelEx(&cfg, pl.fn, p);
-        if (err != cudaSuccess) { // a driver without it: the plain launch below
-            (void)cudaGetLastError();
-            pl.pdl = false;
-        }
-    }
-    if (!pl.pdl && pl.bfn) pl.bfn<<<dim3((unsigned)pl.blocks_x, (unsigned)p.splits), pl.threads, pl.smem, stream>>>(pl.xmap, p);
-    else if (!pl.pdl) pl.fn<<<dim3((unsigned)pl.blocks_x, (unsigned)p.splits), pl.threads, pl.smem, stream>>>(p);
-    err = cudaGetLastError();
+    const dim3 grid((unsigned)pl.blocks_x, (unsigned)p.splits), block((unsigned)pl.threads);
+    err = pl.bfn ? launch_kernel(pl.bfn, grid, block, pl.smem, stream, pl.pdl, 1, pl.xmap, p)
+                 : launch_kernel(pl.fn, grid, block, pl.smem, stream, pl.pdl, 1, p);
     if (err != cudaSuccess) *what = "the matmul kernel launch";
     if (err == cudaSuccess && p.splits > 1) {
         long long total = (long long)p.m * p.n;
