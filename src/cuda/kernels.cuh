@@ -255,6 +255,56 @@ __device__ __forceinline__ void store_out(const Params &p, int m, int n, float v
     }
 }
 
+// Four consecutive outputs of row m from column n with the op's mode: one
+// 16-byte (f32) or 8-byte (f16, bf16) access when vec (the caller checked
+// that out, ldo and n align for it) and all four are inside the row; else
+// element by element, columns from p.n on skipped.
+__device__ __forceinline__ void store_out4(const Params &p, int m, int n, float4 v, bool vec) {
+    if (!vec || n + 4 > p.n) {
+        const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            if (n + j < p.n) store_out(p, m, n + j, e[j]);
+        return;
+    }
+    const long long i = (long long)m * p.ldo + n;
+    if (p.out_dtype == TOPS_DT_F32) {
+        float4 *o = reinterpret_cast<float4 *>(reinterpret_cast<float *>(p.out) + i);
+        if (p.accumulate) {
+            const float4 a = *o;
+            v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
+        }
+        *o = v;
+    } else if (p.out_dtype == TOPS_DT_F16) {
+        uint2 *o = reinterpret_cast<uint2 *>(reinterpret_cast<__half *>(p.out) + i);
+        if (p.accumulate) {
+            const uint2 a = *o;
+            const float2 lo = __half22float2(*reinterpret_cast<const __half2 *>(&a.x));
+            const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&a.y));
+            v.x += lo.x, v.y += lo.y, v.z += hi.x, v.w += hi.y;
+        }
+        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        *o = make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
+    } else {
+        uint2 *o = reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(p.out) + i);
+        if (p.accumulate) {
+            const uint2 a = *o;
+            const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&a.x));
+            const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&a.y));
+            v.x += lo.x, v.y += lo.y, v.z += hi.x, v.w += hi.y;
+        }
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        *o = make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
+    }
+}
+
+// Whether store_out4 may use vector accesses: out and ldo keep every row's
+// 4-column groups aligned to 4 elements.
+inline bool out_vec4(const void *out, long long ldo, int out_dtype) {
+    const unsigned esz = out_dtype == TOPS_DT_F32 ? 4u : 2u;
+    return ldo % 4 == 0 && (uintptr_t)out % (4u * esz) == 0;
+}
+
 template <int CODE>
 struct chunk_dims {
     static constexpr int KC = CODE <= TOPS__CU_CODE_E2M1 ? 64 : CODE <= TOPS__CU_CODE_E4M3 ? 32 : 16;

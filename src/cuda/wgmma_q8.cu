@@ -30,11 +30,20 @@ constexpr int kQ8Consumers = 2; // warpgroups, one m64 channel tile each
 constexpr int kQ8Threads = (kQ8Consumers + 1) * 128;
 constexpr int kQ8Ring = 8; // chunk stages
 
+// Tuning builds only (bench/results/h200.md): 1 the consumers only wait on
+// and release the ring (no decode, no wgmma, no stores); after the first
+// ring pass the producer reloads 2 the weights only, 3 the activations
+// only, 4 nothing.
+#ifndef TOPS_CU_Q8_DIAG
+#define TOPS_CU_Q8_DIAG 0
+#endif
+
 struct Q8Params {
     Params io;              // out, ldo, out_dtype, accumulate, m, n, global (store_out)
     const unsigned char *w; // the q8 layout
     const float *row_scale; // the quantizer's [m]
     int chunks, rec, passes;
+    int out_vec;            // out_vec4: rows written 4 channels per access
 };
 
 // A stage: the chunk's activation tile (TN rows of 128 bytes, 1024-byte
@@ -67,6 +76,11 @@ __device__ __forceinline__ uint32_t q8_e2m1_lo(uint32_t w, uint2 t) {
 }
 __device__ __forceinline__ uint32_t q8_e2m1_hi(uint32_t w, uint2 t) {
     return __byte_perm(t.x, t.y, (w >> 16) & 0x7777u) | ((w << 4) & 0x80808080u);
+}
+
+// The two consumer warpgroups (named barrier 1; the producer never joins).
+__device__ __forceinline__ void consumers_sync() {
+    asm volatile("bar.sync 1, %0;" ::"n"(kQ8Consumers * 128) : "memory");
 }
 
 // A lane's A fragments of the 4 k32 steps of a chunk from the stage's
@@ -142,6 +156,13 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
     constexpr int ND = TN / 2, NH = SPLIT ? ND / 2 : ND, XH = TN / 2 * 128; // XH: the second half's rows
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tl = warp; // warpgroup wg: tiles 4 wg .. 4 wg + 3
     const int nc = p.chunks;
+    if (TOPS_CU_Q8_DIAG == 1) { // the feed alone
+        for (int c = 0; c < nc; c++) {
+            mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+            mbar_arrive(&empty[c % kQ8Ring]);
+        }
+        return;
+    }
     float acc0[NH], acc1[NH], part0[NH], part1[NH]; // acc1, part1: the second half (SPLIT)
 #pragma unroll
     for (int i = 0; i < NH; i++) acc0[i] = acc1[i] = part0[i] = part1[i] = 0.0f;
@@ -241,20 +262,42 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         }
     }
 
-    // Accumulator i of lane l in warp w of the m64 tile: channel 16 w + l / 4
-    // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2 (of its half).
-    grid_dep_wait(); // the row scales (the quantizer's)
+    // The tile leaves through shared memory (H200, ncu at M = 128: stored
+    // element by element from the accumulators, each row scale loaded after
+    // the previous store, the epilogue took ~45 % of the consumer warps'
+    // samples).  Both consumer warpgroups meet (the ring is idle once both
+    // are done), stage the tile as f32 [TN tokens][128 channels] and meet
+    // again; then each warp writes whole token rows, 4 channels per lane
+    // (one vector access), times the token's row scale.  Accumulator i of
+    // lane l in warp w: channel 16 w + l / 4 + 8 ((i / 2) % 2), token
+    // 8 (i / 4) + 2 (l % 4) + i % 2 of its half.
+    constexpr int P = TOPS__CU_Q8_CH + 4; // pitch in floats: a staging store's 32 lanes hit 32 banks
+    static_assert(TN * P * 4 <= kQ8Ring * L::STAGE, "the staged tile fits the ring");
+    float *tile = reinterpret_cast<float *>(ring);
     const int gid = lane >> 2, tig = lane & 3;
-    const auto store = [&](const float (&acc)[NH], int m0) {
+    consumers_sync();
+    const auto stage_acc = [&](const float (&acc)[NH], int t0) {
 #pragma unroll
-        for (int i = 0; i < NH; i++) {
-            const int n = cb * TOPS__CU_Q8_CH + tl * 16 + gid + 8 * ((i >> 1) & 1);
-            const int m = m0 + 8 * (i >> 2) + 2 * tig + (i & 1);
-            if (n < p.io.n && m < p.io.m) store_out(p.io, m, n, acc[i] * (p.row_scale[m] * p.io.global));
-        }
+        for (int i = 0; i < NH; i++)
+            tile[(t0 + 8 * (i >> 2) + 2 * tig + (i & 1)) * P + tl * 16 + gid + 8 * ((i >> 1) & 1)] = acc[i];
     };
-    store(acc0, tt * TN);
-    if constexpr (SPLIT) store(acc1, tt * TN + TN / 2);
+    stage_acc(acc0, 0);
+    if constexpr (SPLIT) stage_acc(acc1, TN / 2);
+    consumers_sync();
+    grid_dep_wait(); // the row scales (the quantizer's)
+    // Warp w writes tokens w, w + 8, ...; lane r < TN / 8 holds row r's scale.
+    constexpr int R = TN / (kQ8Consumers * 4);
+    const int m0 = tt * TN, n0 = cb * TOPS__CU_Q8_CH + 4 * lane;
+    const float rs = lane < R && m0 + tl + 8 * lane < p.io.m ? p.row_scale[m0 + tl + 8 * lane] * p.io.global : 0.0f;
+#pragma unroll 4
+    for (int r = 0; r < R; r++) {
+        const int t = tl + 8 * r;
+        const float s = __shfl_sync(0xFFFFFFFFu, rs, r);
+        if (m0 + t >= p.io.m) break; // rows grow with r
+        float4 v = *reinterpret_cast<const float4 *>(tile + t * P + 4 * lane);
+        v.x *= s, v.y *= s, v.z *= s, v.w *= s;
+        store_out4(p.io, m0 + t, n0, v, p.out_vec);
+    }
 }
 #endif
 
@@ -303,13 +346,16 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
             grid_dep_wait();
             for (int i = 0; i < first; i++)
                 tma_load_2d(ring + i * L::STAGE, &xmap, &full[i], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
+            constexpr bool kX = TOPS_CU_Q8_DIAG != 2 && TOPS_CU_Q8_DIAG != 4;
+            constexpr bool kW = TOPS_CU_Q8_DIAG != 3 && TOPS_CU_Q8_DIAG != 4;
             for (int i = first; i < p.chunks; i++) {
                 const int s = i % kQ8Ring;
                 mbar_wait(&empty[s], ((i / kQ8Ring) + 1) & 1);
                 unsigned char *stg = ring + s * L::STAGE;
-                mbar_expect_tx(&full[s], (uint32_t)(L::XBYTES + p.rec));
-                tma_load_2d(stg, &xmap, &full[s], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
-                bulk_copy(stg + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec, (uint32_t)p.rec, &full[s]);
+                mbar_expect_tx(&full[s], (kX ? (uint32_t)L::XBYTES : 0u) + (kW ? (uint32_t)p.rec : 0u));
+                if (kX) tma_load_2d(stg, &xmap, &full[s], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
+                if (kW)
+                    bulk_copy(stg + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec, (uint32_t)p.rec, &full[s]);
             }
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
@@ -357,6 +403,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     p.io.m = (int)a->m;
     p.io.n = (int)a->n;
     p.io.global = a->global_scale;
+    p.out_vec = out_vec4(a->out, a->ldo, (int)a->out_dtype);
     p.w = static_cast<const unsigned char *>(q8);
     p.chunks = (int)((a->k + TOPS__CU_Q8_CHUNK_K - 1) / TOPS__CU_Q8_CHUNK_K);
     p.rec = tops__cu_q8_rec_bytes(a->code);
