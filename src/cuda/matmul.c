@@ -162,12 +162,13 @@ static int use_wgmma(int64_t m, int fold) {
 }
 
 /* The 4-bit FP8 kernel (wgmma_q8.cu): relaxed, weights with the q8 layout,
-   M >= 32 (H200, 2026-11-29 22:07 UTC, same call, us at M = 16 / 32: q8
-   forced 22.1 / 22.9 int4-g128, 20.3 / 21.1 mxfp4; the weight-streaming
-   plan 13.4 / 25.5 and 14.4 / 29.3).  TOPS_CUDA_KERNEL=q8 forces it at
-   every M, any other kernel name keeps it off (A/B runs, tests);
-   TOPS_CUDA_Q8_MIN_M sets the threshold. */
-#define TOPS__CU_Q8_MIN_M 32
+   M >= 17 (H200, 2026-11-30 00:21 UTC, same call, us at M = 16 / 17 / 31:
+   q8 forced 19.9 / 20.0 / 20.1 int4-g128, 15.6 / 15.6 / 15.9 mxfp4; the
+   weight-streaming plan 13.4 / 24.5 / 25.7 and 14.3 / 27.5 / 29.3: its
+   second 16-token tile costs more than the whole q8 kernel).
+   TOPS_CUDA_KERNEL=q8 forces it at every M, any other kernel name keeps it
+   off (A/B runs, tests); TOPS_CUDA_Q8_MIN_M sets the threshold. */
+#define TOPS__CU_Q8_MIN_M 17
 static int use_q8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
     if (!relaxed || !pk->q8_weights) return 0;
     const char *force = getenv("TOPS_CUDA_KERNEL");

@@ -792,7 +792,7 @@ static void test_relaxed_fp8(void) {
    factor per row (asserted by name; K of 1, 3, 8 and 32 chunks),
    its per-chunk loops forced (TOPS_CUDA_Q8_ROW=0) and taken by rows over
    15 binades (spread 3); then the plan
-   (M = 32 takes it, M = 31 does not, nor strict mode or int4-g32) and mxfp4
+   (M = 17 takes it, M = 16 does not, nor strict mode or int4-g32) and mxfp4
    rows whose chunk spans more than 15 binades (no q8 layout: the folded or
    strict kernels, still within their bounds). */
 static void test_q8(void) {
@@ -855,13 +855,13 @@ static void test_q8(void) {
         unsetenv("TOPS_CUDA_Q8_ROW");
     }
     unsetenv("TOPS_CUDA_KERNEL");
-    /* The plan: q8 from M = 32, relaxed only, and never for a chunk range > 14
+    /* The plan: q8 from M = 17, relaxed only, and never for a chunk range > 14
        binades (spread 2: the first 16 weights of each row x 2^16). */
     static const struct {
         const char *format;
         int64_t m;
         int relaxed, spread, want;
-    } plan[] = {{"int4-g128", 32, 1, 0, 1}, {"mxfp4", 128, 1, 0, 1}, {"int4-g128", 31, 1, 0, 0},
+    } plan[] = {{"int4-g128", 17, 1, 0, 1}, {"mxfp4", 128, 1, 0, 1}, {"int4-g128", 16, 1, 0, 0},
                 {"mxfp4", 128, 0, 0, 0},    {"mxfp4", 64, 1, 2, 0},  {"int4-g32", 128, 1, 0, 0}};
     for (int i = 0; i < (small_run ? 0 : (int)(sizeof plan / sizeof plan[0])); i++) {
         gpu_case c = {plan[i].format, TOPS_DT_F16, TOPS_DT_F32, plan[i].m, 512, 192, 0, 0, 1, plan[i].relaxed,
