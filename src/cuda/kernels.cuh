@@ -300,7 +300,7 @@ __device__ __forceinline__ void store_out4(const Params &p, int m, int n, float4
 
 // Whether store_out4 may use vector accesses: out and ldo keep every row's
 // 4-column groups aligned to 4 elements.
-inline bool out_vec4(const void *out, long long ldo, int out_dtype) {
+__host__ __device__ inline bool out_vec4(const void *out, long long ldo, int out_dtype) {
     const unsigned esz = out_dtype == TOPS_DT_F32 ? 4u : 2u;
     return ldo % 4 == 0 && (uintptr_t)out % (4u * esz) == 0;
 }

@@ -156,12 +156,62 @@ __device__ __forceinline__ void produce(const Params &p, const CUtensorMap &xmap
     }
 }
 
-// Accumulator i of lane l in warp w of an m64 tile: channel 16 w + l / 4
-// + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.  Stores acc * g,
-// or with K splits the partials, and the last split of a tile to arrive
-// sums all of them in split order (the same bits every run).
+// The CTA's tile (2 WT m64 channel tiles x 2 ND tokens) through idle shared
+// memory `stage` (32 x (128 WT + 4) floats), 32 tokens a round: the 8
+// consumer warps that hold it stage their accumulators as f32 [tokens]
+// [channels] (the pitch puts a staging store's 32 lanes on 32 banks), meet,
+// and write whole token rows, 4 channels per lane and access (store_out4),
+// times g; they meet again before the next round.  H200 (ncu, M = 128):
+// stored element by element, the unrolled epilogue (a dtype branch per
+// element) took 18-22 % of the warps' samples, most waiting on instruction
+// fetch.  Warp w of the warpgroup on m64 tile mt0 (tiles of a CTA: 2 WT
+// consecutive, each warpgroup WT of them).
 template <int WT, int ND>
-__device__ __forceinline__ void finish(const Params &p, int tt, int split, float (&acc)[WT][ND], float g, int mt0) {
+__device__ __forceinline__ void store_tile_staged(const Params &p, float *stage, int tt, int mt0,
+                                                  const float (&acc)[WT][ND], float g) {
+    constexpr int C = 2 * WT * 64, P = C + 4, TN = 2 * ND;
+    static_assert(ND % 16 == 0, "rounds of 32 tokens hold whole accumulator groups");
+    const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, gid = lane >> 2, tig = lane & 3;
+    const int slot = (mt0 / WT) & 1, pw = slot * 4 + w; // this warp among the tile's 8
+    const int m0 = tt * TN, n0 = (mt0 - slot * WT) * 64;
+    const bool vec = out_vec4(p.out, p.ldo, p.out_dtype);
+#pragma unroll
+    for (int r = 0; r < TN / 32; r++) {
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory"); // the previous readers are done
+#pragma unroll
+        for (int t = 0; t < WT; t++)
+#pragma unroll
+            for (int i = 16 * r; i < 16 * r + 16; i++)
+                stage[(8 * ((i >> 2) - 4 * r) + 2 * tig + (i & 1)) * P + (slot * WT + t) * 64 + 16 * w + gid +
+                      8 * ((i >> 1) & 1)] = acc[t][i];
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int row = pw + 8 * j, m = m0 + 32 * r + row;
+            if (m >= p.m) break; // rows grow with j
+#pragma unroll
+            for (int q = lane; q < C / 4; q += 32) {
+                float4 v = *reinterpret_cast<const float4 *>(stage + row * P + 4 * q);
+                v.x *= g, v.y *= g, v.z *= g, v.w *= g;
+                store_out4(p, m, n0 + 4 * q, v, vec);
+            }
+        }
+    }
+}
+
+// Accumulator i of lane l in warp w of an m64 tile: channel 16 w + l / 4
+// + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.  Stores acc * g
+// (through `stage`: store_tile_staged), or with K splits the partials, and
+// the last split of a tile to arrive sums all of them in split order (the
+// same bits every run).  Every consumer warp holding the tile calls it
+// (named barrier 1 counts kConsumerWarps).
+template <int WT, int ND>
+__device__ __forceinline__ void finish(const Params &p, int tt, int split, float (&acc)[WT][ND], float g, int mt0,
+                                       float *stage) {
+    if (p.splits == 1) {
+        store_tile_staged<WT, ND>(p, stage, tt, mt0, acc, g);
+        return;
+    }
     __shared__ int is_last;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, w = warp & 3, gid = lane >> 2, tig = lane & 3;
     const int m0 = tt * 2 * ND;
@@ -173,9 +223,7 @@ __device__ __forceinline__ void finish(const Params &p, int tt, int split, float
         for (int i = 0; i < ND; i++) {
             const int n = chan(t, i), m = token(i);
             if (n >= p.n || m >= p.m) continue;
-            const float v = acc[t][i] * g;
-            if (p.splits == 1) store_out(p, m, n, v);
-            else p.ws[((size_t)split * p.m + m) * p.n + n] = v;
+            p.ws[((size_t)split * p.m + m) * p.n + n] = acc[t][i] * g;
         }
     if (p.splits > 1) {
         __threadfence();
@@ -308,7 +356,9 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
         }
         if (c_in == SB * CPB - 1 || c == nc - 1) mbar_arrive(&cta.empty[slot]);
     }
-    finish<WT, ND>(p, cta.tt, cta.split, acc, p.global * decode_factor<CODE>(), mt0);
+    static_assert(kRing * SBYTES >= 32 * (128 * WT + 4) * 4, "the output staging fits the idle ring");
+    finish<WT, ND>(p, cta.tt, cta.split, acc, p.global * decode_factor<CODE>(), mt0,
+                   reinterpret_cast<float *>(cta.ring));
 #else
     (void)xmap, (void)p;
 #endif
@@ -646,7 +696,8 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
             acc[0][4 * i + 3] += v.w;
         }
     }
-    finish<1, ND>(p, cta.tt, cta.split, acc, p.global * p.fold_post, cta.cb * 2 + tw);
+    static_assert(L::XR * L::XBYTES >= 32 * (128 + 4) * 4, "the output staging fits the idle X ring");
+    finish<1, ND>(p, cta.tt, cta.split, acc, p.global * p.fold_post, cta.cb * 2 + tw, reinterpret_cast<float *>(cta.x));
 }
 
 #endif
