@@ -105,32 +105,36 @@ __device__ __forceinline__ uint2 codes8(const float v[8], float s, float r, bool
     return make_uint2(w[0], w[1]);
 }
 
-// One block per row: amax, then codes.  Columns k..k_pad-1 get zero codes.
-// NV > 0: the row (k_pad <= 8 NV blockDim.x) is read once, all NV 16-byte
-// loads of a thread in flight together, and kept in registers; NV = 0: any
-// K, read twice (the second time mostly from L1/L2).
+// R rows per block of 256 R threads (256 a row): amax, then codes.
+// Columns k..k_pad-1 get zero codes.  NV > 0: the row (k_pad <= 8 NV 256)
+// is read once, all NV 16-byte loads of a thread in flight together, and
+// kept in registers; NV = 0: any K, read twice (the second time mostly from
+// L1/L2).
+constexpr int kQuantRowThreads = 256;
 template <typename T, int NV>
-__global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long ldx, int k, int k_pad, int vec,
-                                                         unsigned char *q, float *scales, unsigned *flags,
-                                                         int nflags, int fast_ok) {
+__global__ void __launch_bounds__(1024) quant_rows_kernel(const T *x, long long ldx, int m, int k, int k_pad, int vec,
+                                                          unsigned char *q, float *scales, unsigned *flags,
+                                                          int nflags, int fast_ok) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The GEMM (a programmatic dependent) may start its blocks on the SMs
     // this grid leaves; it waits for our writes before reading them.
     tops_cu::sm90::grid_dep_launch();
 #endif
-    const int row = blockIdx.x;
+    const int rows_here = blockDim.x / kQuantRowThreads, slot = threadIdx.x / kQuantRowThreads;
+    const int tid = threadIdx.x % kQuantRowThreads, row = blockIdx.x * rows_here + slot;
+    const bool live = row < m; // a last block's spare rows still meet at the barrier
     // The GEMM's stream-K flags start at 0 in every call.
-    if (row == 0)
+    if (blockIdx.x == 0)
         for (int i = threadIdx.x; i < nflags; i += blockDim.x) flags[i] = 0;
-    const T *xr = x + (long long)row * ldx;
+    const T *xr = x + (long long)(live ? row : 0) * ldx;
     constexpr int kR = NV > 0 ? NV : 1;
     float amax = 0.0f;
     float v[kR][8];
     if (NV > 0) {
 #pragma unroll
         for (int c = 0; c < kR; c++) {
-            const int k0 = (threadIdx.x + c * blockDim.x) * 8;
-            if (k0 < k) load8(xr, k0, k, vec != 0, v[c]);
+            const int k0 = (tid + c * kQuantRowThreads) * 8;
+            if (live && k0 < k) load8(xr, k0, k, vec != 0, v[c]);
             else
 #pragma unroll
                 for (int i = 0; i < 8; i++) v[c][i] = 0.0f;
@@ -139,33 +143,35 @@ __global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long l
         for (int c = 0; c < kR; c++)
 #pragma unroll
             for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[c][i]));
-    } else {
-        for (int k0 = threadIdx.x * 8; k0 < k; k0 += blockDim.x * 8) {
+    } else if (live) {
+        for (int k0 = tid * 8; k0 < k; k0 += kQuantRowThreads * 8) {
             load8(xr, k0, k, vec != 0, v[0]);
 #pragma unroll
             for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[0][i]));
         }
     }
-    __shared__ float red[8];
+    constexpr int kRowWarps = kQuantRowThreads / 32;
+    __shared__ float red[1024 / 32];
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
     __syncthreads();
-    amax = red[0];
-    for (int w = 1; w < (int)(blockDim.x >> 5); w++) amax = fmaxf(amax, red[w]);
+    if (!live) return;
+    amax = red[slot * kRowWarps];
+    for (int w = 1; w < kRowWarps; w++) amax = fmaxf(amax, red[slot * kRowWarps + w]);
     // s = amax / 448 in f32 (correctly rounded division, as the host's reference does).
     const float s = amax / 448.0f, r = 1.0f / s;
     const bool fast = fast_ok && amax >= 0x1p-60f && amax <= 3.4028234664e38f;
-    if (threadIdx.x == 0) scales[row] = s;
+    if (tid == 0) scales[row] = s;
     unsigned char *qr = q + (long long)row * k_pad;
     if (NV > 0) {
 #pragma unroll
         for (int c = 0; c < kR; c++) {
-            const int k0 = (threadIdx.x + c * blockDim.x) * 8;
+            const int k0 = (tid + c * kQuantRowThreads) * 8;
             if (k0 < k_pad) *reinterpret_cast<uint2 *>(qr + k0) = codes8(v[c], s, r, fast);
         }
     } else {
-        for (int k0 = threadIdx.x * 8; k0 < k_pad; k0 += blockDim.x * 8) {
+        for (int k0 = tid * 8; k0 < k_pad; k0 += kQuantRowThreads * 8) {
             load8(xr, k0, k, vec != 0, v[0]);
             *reinterpret_cast<uint2 *>(qr + k0) = codes8(v[0], s, r, fast);
         }
@@ -174,21 +180,29 @@ __global__ void __launch_bounds__(256) quant_rows_kernel(const T *x, long long l
 
 // The quantizer: register-resident rows up to K = 8192.  TOPS_CUDA_FP8_QUANT=0
 // runs the previous one (any K read twice, a division per element) for A/B
-// runs and tests.
+// runs and tests.  Rows per block: 4 from M = 65, so that the grid leaves
+// most SMs to the GEMM's CTAs, which start there and stream their first
+// weights while it runs (H200, 2026-11-30 01:15 UTC, same call: q8 mxfp4
+// 20.75 -> 20.2 us at M = 128, 38.2 -> 37.3 at 256; int4-g128 27.0 -> 26.6;
+// at M = 32 / 64 within +-0.15 us either way, one row per block kept).
+// TOPS_CUDA_QUANT_ROWS (1, 2 or 4) overrides.
 template <typename T>
 cudaError_t launch_quant(const T *x, long long ldx, int k, int k_pad, int vec, unsigned char *q, float *scales,
                          unsigned *flags, int nflags, int m, cudaStream_t stream) {
     const int fast = tops_cu::env_or("TOPS_CUDA_FP8_QUANT", 1) != 0;
-    const int nv = fast ? (k_pad + 8 * 256 - 1) / (8 * 256) : 0;
+    const long long rows_env = tops_cu::env_or("TOPS_CUDA_QUANT_ROWS", 0);
+    const int rows = rows_env == 1 || rows_env == 2 || rows_env == 4 ? (int)rows_env : m > 64 ? 4 : 1;
+    const int nv = fast ? (k_pad + 8 * kQuantRowThreads - 1) / (8 * kQuantRowThreads) : 0;
+    const dim3 grid((unsigned)((m + rows - 1) / rows)), block((unsigned)(rows * kQuantRowThreads));
     if (nv == 1)
-        quant_rows_kernel<T, 1><<<(unsigned)m, 256, 0, stream>>>(x, ldx, k, k_pad, vec, q, scales, flags, nflags, 1);
+        quant_rows_kernel<T, 1><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, 1);
     else if (nv == 2)
-        quant_rows_kernel<T, 2><<<(unsigned)m, 256, 0, stream>>>(x, ldx, k, k_pad, vec, q, scales, flags, nflags, 1);
+        quant_rows_kernel<T, 2><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, 1);
     else if (nv <= 4 && nv > 0)
-        quant_rows_kernel<T, 4><<<(unsigned)m, 256, 0, stream>>>(x, ldx, k, k_pad, vec, q, scales, flags, nflags, 1);
+        quant_rows_kernel<T, 4><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, 1);
     else
-        quant_rows_kernel<T, 0><<<(unsigned)m, 256, 0, stream>>>(x, ldx, k, k_pad, vec, q, scales, flags, nflags,
-                                                                 fast);
+        quant_rows_kernel<T, 0><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
+                                                             fast);
     return cudaGetLastError();
 }
 

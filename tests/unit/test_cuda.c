@@ -760,15 +760,24 @@ static void test_relaxed_fp8(void) {
     for (int e = 0; e < 6; e++) unsetenv(sched_env[e]);
     /* The quantizer's register-resident rows at K = 6000 (4 loads a thread,
        the last partly past K), then the loop kernel with a division per
-       element (TOPS_CUDA_FP8_QUANT=0) at K = 4104. */
-    for (int o = 0; o < 2; o++) {
-        if (o) setenv("TOPS_CUDA_FP8_QUANT", "0", 1);
-        gpu_case c = {"e4m3-ch", o ? TOPS_DT_F16 : TOPS_DT_BF16, o ? TOPS_DT_F16 : TOPS_DT_F32, 40,
-                      o ? 4104 : 6000, 300, 0, 0, 1, 1, 0};
+       element (TOPS_CUDA_FP8_QUANT=0) at K = 4104; then 2 and 4 rows a
+       block (TOPS_CUDA_QUANT_ROWS) with the last block's rows partly past M,
+       both kernels. */
+    static const struct {
+        const char *quant, *rows;
+        int64_t m, k;
+    } quant[] = {{"", "", 40, 6000}, {"0", "", 40, 4104}, {"", "2", 7, 6000},
+                 {"", "4", 5, 2000}, {"0", "4", 6, 4104}, {"", "4", 129, 1000}};
+    for (int o = 0; o < (int)(sizeof quant / sizeof quant[0]); o++) {
+        setenv("TOPS_CUDA_FP8_QUANT", quant[o].quant, 1);
+        setenv("TOPS_CUDA_QUANT_ROWS", quant[o].rows, 1);
+        gpu_case c = {"e4m3-ch", o % 2 ? TOPS_DT_F16 : TOPS_DT_BF16, o % 2 ? TOPS_DT_F16 : TOPS_DT_F32, quant[o].m,
+                      quant[o].k, 300, 0, 0, 1, 1, 0};
         cases++;
         passed += run_case(&c, &r);
     }
     unsetenv("TOPS_CUDA_FP8_QUANT");
+    unsetenv("TOPS_CUDA_QUANT_ROWS");
     unsetenv("TOPS_CUDA_FP8_MIN_M");
     gpu_case small = {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 8, 512, 96, 0, 0, 1, 1, 0};
     int keep = fp8_gpu;
