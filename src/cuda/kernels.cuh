@@ -11,6 +11,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stddef.h>
+#include <type_traits>
 
 namespace tops_cu {
 
@@ -255,6 +256,39 @@ __device__ __forceinline__ void store_out(const Params &p, int m, int n, float v
     }
 }
 
+// Four f32 values to / from 4 consecutive 16-bit outputs (f16 or bf16).
+template <typename T>
+__device__ __forceinline__ float4 unpack4(uint2 a) {
+    if constexpr (std::is_same<T, __half>::value) {
+        const float2 lo = __half22float2(*reinterpret_cast<const __half2 *>(&a.x));
+        const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&a.y));
+        return make_float4(lo.x, lo.y, hi.x, hi.y);
+    } else {
+        const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&a.x));
+        const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&a.y));
+        return make_float4(lo.x, lo.y, hi.x, hi.y);
+    }
+}
+template <typename T>
+__device__ __forceinline__ uint2 pack4(float4 v) {
+    if constexpr (std::is_same<T, __half>::value) {
+        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
+        return make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
+    } else {
+        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+        return make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
+    }
+}
+template <typename T>
+__device__ __forceinline__ void store4_16(const Params &p, long long i, float4 v) {
+    uint2 *o = reinterpret_cast<uint2 *>(reinterpret_cast<T *>(p.out) + i);
+    if (p.accumulate) {
+        const float4 a = unpack4<T>(*o);
+        v.x += a.x, v.y += a.y, v.z += a.z, v.w += a.w;
+    }
+    *o = pack4<T>(v);
+}
+
 // Four consecutive outputs of row m from column n with the op's mode: one
 // 16-byte (f32) or 8-byte (f16, bf16) access when vec (the caller checked
 // that out, ldo and n align for it) and all four are inside the row; else
@@ -276,25 +310,9 @@ __device__ __forceinline__ void store_out4(const Params &p, int m, int n, float4
         }
         *o = v;
     } else if (p.out_dtype == TOPS_DT_F16) {
-        uint2 *o = reinterpret_cast<uint2 *>(reinterpret_cast<__half *>(p.out) + i);
-        if (p.accumulate) {
-            const uint2 a = *o;
-            const float2 lo = __half22float2(*reinterpret_cast<const __half2 *>(&a.x));
-            const float2 hi = __half22float2(*reinterpret_cast<const __half2 *>(&a.y));
-            v.x += lo.x, v.y += lo.y, v.z += hi.x, v.w += hi.y;
-        }
-        const __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-        *o = make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
+        store4_16<__half>(p, i, v);
     } else {
-        uint2 *o = reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(p.out) + i);
-        if (p.accumulate) {
-            const uint2 a = *o;
-            const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&a.x));
-            const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&a.y));
-            v.x += lo.x, v.y += lo.y, v.z += hi.x, v.w += hi.y;
-        }
-        const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-        *o = make_uint2(*reinterpret_cast<const uint32_t *>(&lo), *reinterpret_cast<const uint32_t *>(&hi));
+        store4_16<__nv_bfloat16>(p, i, v);
     }
 }
 
