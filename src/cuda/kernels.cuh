@@ -316,6 +316,34 @@ __device__ __forceinline__ void store_out4(const Params &p, int m, int n, float4
     }
 }
 
+// R rows of 4 outputs each (row m0 + m_step r, columns n .. n + 3), the
+// values already in registers: plain stores (the caller checked: no
+// accumulate, vector-aligned, inside N), rows from p.m on skipped.  The
+// dtype is resolved once for all rows, so the stores issue back to back
+// in a few instructions each (store_out4 per row left one shared-memory
+// load, a branch tree and a store in a chain per row, and unrolled over
+// many rows its code no longer fit the instruction cache).
+template <int R>
+__device__ __forceinline__ void store_rows4_plain(const Params &p, int m0, int m_step, int n, const float4 (&v)[R]) {
+    const auto at = [&](int r) { return (long long)(m0 + m_step * r) * p.ldo + n; };
+    if (p.out_dtype == TOPS_DT_F32) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (m0 + m_step * r < p.m) *reinterpret_cast<float4 *>(reinterpret_cast<float *>(p.out) + at(r)) = v[r];
+    } else if (p.out_dtype == TOPS_DT_F16) {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (m0 + m_step * r < p.m)
+                *reinterpret_cast<uint2 *>(reinterpret_cast<__half *>(p.out) + at(r)) = pack4<__half>(v[r]);
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            if (m0 + m_step * r < p.m)
+                *reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(p.out) + at(r)) =
+                    pack4<__nv_bfloat16>(v[r]);
+    }
+}
+
 // Whether store_out4 may use vector accesses: out and ldo keep every row's
 // 4-column groups aligned to 4 elements.
 __host__ __device__ inline bool out_vec4(const void *out, long long ldo, int out_dtype) {

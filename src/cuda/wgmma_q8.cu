@@ -289,6 +289,18 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
     constexpr int R = TN / (kQ8Consumers * 4);
     const int m0 = tt * TN, n0 = cb * TOPS__CU_Q8_CH + 4 * lane;
     const float rs = lane < R && m0 + tl + 8 * lane < p.io.m ? p.row_scale[m0 + tl + 8 * lane] * p.io.global : 0.0f;
+    if (p.out_vec && !p.io.accumulate && (cb + 1) * TOPS__CU_Q8_CH <= p.io.n) {
+        // Whole rows, plain stores (the common case): every row read first.
+        float4 v[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const float s = __shfl_sync(0xFFFFFFFFu, rs, r);
+            v[r] = *reinterpret_cast<const float4 *>(tile + (tl + 8 * r) * P + 4 * lane);
+            v[r].x *= s, v[r].y *= s, v[r].z *= s, v[r].w *= s;
+        }
+        store_rows4_plain<R>(p.io, m0 + tl, 8, n0, v);
+        return;
+    }
 #pragma unroll 4
     for (int r = 0; r < R; r++) {
         const int t = tl + 8 * r;

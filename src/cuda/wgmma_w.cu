@@ -174,7 +174,7 @@ __device__ __forceinline__ void store_tile_staged(const Params &p, float *stage,
     const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, gid = lane >> 2, tig = lane & 3;
     const int slot = (mt0 / WT) & 1, pw = slot * 4 + w; // this warp among the tile's 8
     const int m0 = tt * TN, n0 = (mt0 - slot * WT) * 64;
-    const bool vec = out_vec4(p.out, p.ldo, p.out_dtype);
+    const bool vec = out_vec4(p.out, p.ldo, p.out_dtype), plain = vec && !p.accumulate && n0 + C <= p.n;
 #pragma unroll
     for (int r = 0; r < TN / 32; r++) {
         asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory"); // the previous readers are done
@@ -185,6 +185,19 @@ __device__ __forceinline__ void store_tile_staged(const Params &p, float *stage,
                 stage[(8 * ((i >> 2) - 4 * r) + 2 * tig + (i & 1)) * P + (slot * WT + t) * 64 + 16 * w + gid +
                       8 * ((i >> 1) & 1)] = acc[t][i];
         asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+        if (plain) { // whole rows, plain stores: every row read first (store_rows4_plain)
+#pragma unroll
+            for (int q = 0; q < WT; q++) {
+                float4 v[4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    v[j] = *reinterpret_cast<const float4 *>(stage + (pw + 8 * j) * P + 4 * (lane + 32 * q));
+                    v[j].x *= g, v[j].y *= g, v[j].z *= g, v[j].w *= g;
+                }
+                store_rows4_plain<4>(p, m0 + 32 * r + pw, 8, n0 + 4 * (lane + 32 * q), v);
+            }
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int row = pw + 8 * j, m = m0 + 32 * r + row;
