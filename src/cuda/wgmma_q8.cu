@@ -44,6 +44,7 @@ struct Q8Params {
     const float *row_scale; // the quantizer's [m]
     int chunks, rec, passes;
     int out_vec;            // out_vec4: rows written 4 channels per access
+    int look;               // first ring pass: activation tiles ahead of the first stage not landed (0: all at once)
 };
 
 // A stage: the chunk's activation tile (TN rows of 128 bytes, 1024-byte
@@ -356,8 +357,12 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
                           (uint32_t)p.rec, &full[i]);
             }
             grid_dep_wait();
-            for (int i = 0; i < first; i++)
+            // The first ring pass's activation tiles: all at once, or `look`
+            // ahead of the first stage not landed (below).
+            for (int i = 0; i < first; i++) {
+                if (p.look > 0 && i >= p.look) mbar_wait(&full[i - p.look], 0);
                 tma_load_2d(ring + i * L::STAGE, &xmap, &full[i], i * TOPS__CU_Q8_CHUNK_K, tt * TN);
+            }
             constexpr bool kX = TOPS_CU_Q8_DIAG != 2 && TOPS_CU_Q8_DIAG != 4;
             constexpr bool kW = TOPS_CU_Q8_DIAG != 3 && TOPS_CU_Q8_DIAG != 4;
             for (int i = first; i < p.chunks; i++) {
@@ -425,6 +430,15 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         *what = "the problem is too large for one launch";
         return (int)cudaErrorInvalidConfiguration;
     }
+    // The first ring pass's activation tiles: 2 ahead of the first stage not
+    // landed when the grid takes more than one wave (its later CTAs start
+    // while the others stream, and ask for a whole ring at once otherwise),
+    // else all at once (H200, 2026-11-30 02:18 UTC, same call, 3 processes
+    // each: mxfp4 / int4-g128 at M = 256 36.1 -> 35.55 / 48.25 -> 47.73 us;
+    // at M = 128, one wave, 19.63 -> 19.69 / 25.70 -> 25.75).
+    // TOPS_CUDA_Q8_LOOK (0: all at once) overrides.
+    const int sms = a->sm_count > 0 ? a->sm_count : 132;
+    p.look = (int)env_or("TOPS_CUDA_Q8_LOOK", ctas > sms ? 2 : 0);
     // The consumer loop: token halves drained while the other half's
     // wgmmas run at TN = 128, one group per chunk at 64 (H200, 2026-11-29
     // 22:13-22:17 UTC, same calls, us at M = 128 / 48: int4-g128 34.7 / 25.9

@@ -797,7 +797,8 @@ static void test_relaxed_fp8(void) {
    against both token tiles (1, 47, 48, 129, 255), N not a multiple of 128,
    K = 128, 4096 and ragged (K % 128 != 0), both activation types, every
    output type, accumulate, strided rows, packed on the fly, both token tiles,
-   both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL; mxfp4 with one
+   both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL, the first ring
+   pass's activation tiles all at once or 1 / 3 ahead (TOPS_CUDA_Q8_LOOK); mxfp4 with one
    factor per row (asserted by name; K of 1, 3, 8 and 32 chunks),
    its per-chunk loops forced (TOPS_CUDA_Q8_ROW=0) and taken by rows over
    15 binades (spread 3); then the plan
@@ -845,6 +846,8 @@ static void test_q8(void) {
         if (cases[i].pdl) setenv("TOPS_CUDA_PDL", cases[i].pdl, 1);
         if (cases[i].split) setenv("TOPS_CUDA_Q8_SPLIT", cases[i].split, 1);
         if (cases[i].row) setenv("TOPS_CUDA_Q8_ROW", cases[i].row, 1);
+        /* the first ring pass's activation tiles: the default, 1 or 3 ahead */
+        setenv("TOPS_CUDA_Q8_LOOK", i % 3 == 0 ? "" : i % 3 == 1 ? "1" : "3", 1);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
                       cases[i].strided, cases[i].accumulate, cases[i].prepack, 1, cases[i].spread};
         int ok = run_case(&c, &r);
@@ -862,6 +865,7 @@ static void test_q8(void) {
         unsetenv("TOPS_CUDA_PDL");
         unsetenv("TOPS_CUDA_Q8_SPLIT");
         unsetenv("TOPS_CUDA_Q8_ROW");
+        unsetenv("TOPS_CUDA_Q8_LOOK");
     }
     unsetenv("TOPS_CUDA_KERNEL");
     /* The plan: q8 from M = 17, relaxed only, and never for a chunk range > 14
