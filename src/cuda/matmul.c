@@ -145,20 +145,24 @@ static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shi
    int4-g128 / mxfp4 / nvfp4; at M = 32 wbulk is faster: 25.0 / 28.0 / 33.7
    against 32.4 / 33.0 / 34.7; the folded kernel's time barely moves with M
    below its 64-token tile while wbulk's grows).
-   Unfolded: nowhere by default since wbulk gained activation tiles and
-   direct scale loads (2026-11-29 19:38 UTC, same call, strict int4-g128:
-   wgmma 79.5 / 156.2 us against wbulk 77.2 / 151.9 at M = 128 / 256; it
-   had been 79.8 against 94.5 at M = 128).  TOPS_CUDA_WGMMA_MIN_M sets the
+   Unfolded: 8- and 16-bit weights (int8, e4m3, f16, bf16) from M = 128
+   (2026-11-30 02:30 UTC, same call, strict, us at M = 128 / 256: f16 72.0 /
+   142.3 against wbulk 149.5 / 274.5, e4m3-ch 80.0 / 161.1 against 109.1 /
+   166.1, int8-g32 101.6 / 205.1 against 127.6 / 212.1); not 4-bit
+   integers (int4-g128 75.2 / 148.6 against 76.6 / 150.7, int4-g32 and
+   q4_0 93.4 / 187.9 against 83.5 / 159.8).  TOPS_CUDA_WGMMA_MIN_M sets the
    M threshold for every format, folded or not; TOPS_CUDA_KERNEL=wgmma
    forces it at every M, =wbulk or =wstream keeps it off (A/B runs, tests). */
 #define TOPS__CU_FOLD_MIN_M 48
-static int use_wgmma(int64_t m, int fold) {
+#define TOPS__CU_WIDE_MIN_M 128
+static int use_wgmma(int64_t m, int fold, int code) {
     const char *force = getenv("TOPS_CUDA_KERNEL");
     if (force && strcmp(force, "wgmma") == 0) return 1;
     if (force && (strcmp(force, "wbulk") == 0 || strcmp(force, "wstream") == 0)) return 0;
     const int64_t v = min_m_from_env("TOPS_CUDA_WGMMA_MIN_M", 0);
     if (v >= 1) return m >= v;
-    return fold && m >= TOPS__CU_FOLD_MIN_M;
+    if (fold) return m >= TOPS__CU_FOLD_MIN_M;
+    return code >= TOPS__CU_CODE_I8 && m >= TOPS__CU_WIDE_MIN_M;
 }
 
 /* The 4-bit FP8 kernel (wgmma_q8.cu): relaxed, weights with the q8 layout,
@@ -183,7 +187,7 @@ const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int rela
     if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, 0, relaxed, &shift);
-    if (!use_wgmma(m, fold)) return "mma.sync m16n8k16 (wbulk or wstream)";
+    if (!use_wgmma(m, fold, pk->code)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
                 : "wgmma m64nNk16, weights from registers + TMA";
 }
@@ -344,7 +348,7 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
                                                          : (int)cudaErrorNotSupported;
             if (err == (int)cudaErrorNotSupported) {
                 a.fold = use_fold(pk, a.x_bf16, desc->relaxed_precision, &a.fold_shift);
-                err = use_wgmma(m, a.fold) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
+                err = use_wgmma(m, a.fold, a.code) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
             }
             if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(&a, &what);
         }

@@ -500,8 +500,10 @@ static void test_scale_decode(void) {
    (TOPS_CUDA_WGMMA_SPLITS: the last CTA of a tile sums them in split
    order), and both token tiles (64, 128).  Rows TMA cannot read (stride
    k + 3) must fall back to the streaming kernels.  By plan (unfolded, as
-   these strict bf16 cases are): int4-g128 and int8-g32 at M = 128 keep
-   wbulk, and int4-g128 at M = 100 takes wgmma with TOPS_CUDA_WGMMA_MIN_M=64. */
+   these strict bf16 cases are): int4-g128 at M = 128 keeps wbulk, 8- and
+   16-bit weights take wgmma from M = 128 (int8-g32 at 127 does not, at 128
+   does; bf16 at 130; e4m3-ch at 64 does not), and int4-g128 at M = 100
+   takes wgmma with TOPS_CUDA_WGMMA_MIN_M=64. */
 static void test_wgmma(void) {
     if (!fp8_gpu) {
         printf("     skip: the wgmma kernel needs compute capability 9.0\n");
@@ -552,7 +554,8 @@ static void test_wgmma(void) {
         const char *format, *min_m;
         int64_t m;
         int want;
-    } plan[] = {{"int4-g128", NULL, 128, 0}, {"int8-g32", NULL, 128, 0}, {"int4-g128", "64", 100, 1}};
+    } plan[] = {{"int4-g128", NULL, 128, 0}, {"int8-g32", NULL, 127, 0}, {"int8-g32", NULL, 128, 1},
+                {"bf16", NULL, 130, 1},       {"e4m3-ch", NULL, 64, 0},  {"int4-g128", "64", 100, 1}};
     for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
         if (plan[i].min_m) setenv("TOPS_CUDA_WGMMA_MIN_M", plan[i].min_m, 1);
         gpu_case c = {plan[i].format, TOPS_DT_BF16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0, 0};
