@@ -323,24 +323,26 @@ __device__ __forceinline__ void store_out4(const Params &p, int m, int n, float4
 // in a few instructions each (store_out4 per row left one shared-memory
 // load, a branch tree and a store in a chain per row, and unrolled over
 // many rows its code no longer fit the instruction cache).
+template <typename T, int R>
+__device__ __forceinline__ void store_rows4_16(const Params &p, int m0, int m_step, int n, const float4 (&v)[R]) {
+#pragma unroll
+    for (int r = 0; r < R; r++)
+        if (m0 + m_step * r < p.m)
+            *reinterpret_cast<uint2 *>(reinterpret_cast<T *>(p.out) + (long long)(m0 + m_step * r) * p.ldo + n) =
+                pack4<T>(v[r]);
+}
 template <int R>
 __device__ __forceinline__ void store_rows4_plain(const Params &p, int m0, int m_step, int n, const float4 (&v)[R]) {
-    const auto at = [&](int r) { return (long long)(m0 + m_step * r) * p.ldo + n; };
     if (p.out_dtype == TOPS_DT_F32) {
 #pragma unroll
         for (int r = 0; r < R; r++)
-            if (m0 + m_step * r < p.m) *reinterpret_cast<float4 *>(reinterpret_cast<float *>(p.out) + at(r)) = v[r];
+            if (m0 + m_step * r < p.m)
+                *reinterpret_cast<float4 *>(reinterpret_cast<float *>(p.out) + (long long)(m0 + m_step * r) * p.ldo +
+                                            n) = v[r];
     } else if (p.out_dtype == TOPS_DT_F16) {
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (m0 + m_step * r < p.m)
-                *reinterpret_cast<uint2 *>(reinterpret_cast<__half *>(p.out) + at(r)) = pack4<__half>(v[r]);
+        store_rows4_16<__half>(p, m0, m_step, n, v);
     } else {
-#pragma unroll
-        for (int r = 0; r < R; r++)
-            if (m0 + m_step * r < p.m)
-                *reinterpret_cast<uint2 *>(reinterpret_cast<__nv_bfloat16 *>(p.out) + at(r)) =
-                    pack4<__nv_bfloat16>(v[r]);
+        store_rows4_16<__nv_bfloat16>(p, m0, m_step, n, v);
     }
 }
 
