@@ -35,6 +35,8 @@ void tops_cmd_bench_usage(FILE *out) {
             "Each case: weights quantized and packed once (pack time apart), copies rotated so the\n"
             "weights touched exceed 2x the last-level cache, a warm-up, then the median and min.\n"
             "floor_s = max(minimum bytes / read bandwidth, FLOPs / peak); xfloor = median / floor_s.\n"
+            "With --device cuda each case is timed in alternation with its baseline (cuBLAS f16, or\n"
+            "cuBLASLt e4m3 for FP8 rows), so the speedup compares the same window.\n"
             "Exit status: 0 ok, 1 a case failed or missed its accuracy bound, 2 bad usage.\n");
     for (size_t i = 0; tops_bench_runner_at(i); i++) {
         const tops_bench_runner *r = tops_bench_runner_at(i);
