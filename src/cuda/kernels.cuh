@@ -42,6 +42,7 @@ struct Params {
     int xrows;             // xt: activation rows in a slot, 8 per token tile (zeros past M)
     int xt3;               // xt: one 3-D tensor copy per stage (else one 2-D copy per 64 columns)
     int last_warp;         // the last warp done with a ring slot refills it (else a barrier per stage)
+    int issue_any;         // the ring's first round: the first warp past stage i issues stage i + look (else thread 0)
     int sc_direct;         // scales decoded straight from global memory (else bulk-copied to shared first)
     int look;              // stages in flight ahead of the first one not yet landed (while ring slots are fresh)
     // wgmma kernel (wgmma_w.cu) only
@@ -498,7 +499,7 @@ static_assert(kBulkTiles % 2 == 0 && kBulkTiles % 3 == 0, "tile groups must spli
 // slot, scales) and the per-slot counters.
 inline size_t bulk_smem_bytes(int stages, size_t raw_bytes, size_t f32_bytes, size_t slot_bytes = kStageBytes) {
     return 1024 + (size_t)stages * slot_bytes + ((raw_bytes + 15) & ~(size_t)15) + f32_bytes +
-           (2 * kMaxStages + 1) * 8 + kMaxStages * 4;
+           (2 * kMaxStages + 1) * 8 + 2 * kMaxStages * 4;
 }
 // The bulk kernel for (code family, bf16 activations, token tiles per warp 1
 // or 2, tile groups 2 or 3 (3 with one token tile only), activations as TMA

@@ -296,10 +296,11 @@ __global__ void __launch_bounds__(kGroupWarps * TG * 32, TOPS_CU_BULK_MINB)
     // empty[s]: every thread done reading slot s (last-warp refill only)
     uint64_t *empty = bar + kMaxStages + 1;
     int *done = reinterpret_cast<int *>(empty + kMaxStages); // warps done with each ring slot
+    int *issued = done + kMaxStages;                          // stage i of the first round issued (issue_any)
     if (tid == 0) {
         for (int s = 0; s <= kMaxStages; s++) mbar_init(&bar[s], 1);
         for (int s = 0; s < kMaxStages; s++) mbar_init(&empty[s], kBulkWarps * 32);
-        for (int s = 0; s < kMaxStages; s++) done[s] = 0;
+        for (int s = 0; s < kMaxStages; s++) done[s] = issued[s] = 0;
         mbar_init_fence();
     }
     __syncthreads();
@@ -373,11 +374,15 @@ __global__ void __launch_bounds__(kGroupWarps * TG * 32, TOPS_CU_BULK_MINB)
         // wstream.cu): the copies of all SMs share HBM, so the more bytes are
         // in flight, the later the first stage completes, with the warps
         // idle until it does; 2 stages in flight still keep HBM busy.
-        if (tid == 0 && i + p.look < nstages && i + p.look < p.ring) {
+        if (i + p.look < nstages && i + p.look < p.ring &&
+            (p.issue_any ? lane == 0 && atomicExch(&issued[i + p.look], 1) == 0 : tid == 0)) {
             const int i1 = i + p.look, c1 = c_begin + i1 * kStageChunks, nc1 = min(kStageChunks, c_end - c1);
             unsigned char *slot1 = ring + (size_t)i1 * p.slot_bytes;
             issue_stage<KC, XT>(p, slot1, &bar[i1], tile0, nt, c1, nc1);
-            if constexpr (XT) issue_acts<KC>(&xmap, p, slot1, &bar[i1], c1, nc1);
+            if constexpr (XT) {
+                grid_dep_wait(); // (satisfied: thread 0 waited before the first activation tiles)
+                issue_acts<KC>(&xmap, p, slot1, &bar[i1], c1, nc1);
+            }
         }
         const unsigned char *slot = ring + (size_t)s * p.slot_bytes;
         const unsigned char *buf = slot + wt0 * kStageChunks * 512 + lane * 16;

@@ -307,6 +307,14 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // kBulkLook); TOPS_CUDA_BULK_LOOK=n sets n (A/B runs, tests).
     const long long look = env_or("TOPS_CUDA_BULK_LOOK", p.xt && f32 <= kBulkLookScales ? kBulkLook : kMaxStages);
     p.look = look < 1 ? 1 : look > p.ring ? p.ring : (int)look;
+    // Who issues the ring's first round beyond `look`: the first warp past
+    // each stage, not thread 0, whose own chunk work held the next copies
+    // back (H200, 2026-11-30 04:13 UTC, same call, two processes each, us at
+    // M = 1 / 4 / 16: int4-g128 10.94 / 11.17 / 13.35 -> 9.53 / 10.24 /
+    // 12.52, mxfp4 12.19 / 12.31 / 14.15 -> 11.04 / 11.25 / 13.73, int4-g32
+    // 11.57 / 11.78 / 13.96 -> 10.55 / 10.90 / 13.60, int8-g32 0.1-0.25
+    // faster).  TOPS_CUDA_BULK_ISSUE=0: thread 0 (A/B runs, tests).
+    p.issue_any = env_or("TOPS_CUDA_BULK_ISSUE", 1) != 0;
     const size_t smem = bulk_smem_bytes(p.ring, raw, f32, (size_t)p.slot_bytes);
     p.mw = a->m <= 16 ? 1 : a->m <= 32 ? 2 : a->m <= 64 ? 4 : 8;
     p.kw = kGroupWarps / p.mw;

@@ -409,8 +409,8 @@ static void test_kernel_edges(void) {
         {"TOPS_CUDA_BULK_TG", "3"},     {"TOPS_CUDA_BULK_XT", "0"},     {"TOPS_CUDA_BULK_SCD", "1"},
         {"TOPS_CUDA_PDL", "0"},         {"TOPS_CUDA_BULK_ARRIVE", "1"}, {"TOPS_CUDA_BULK_XT3", "0"},
         {"TOPS_CUDA_BULK_SCD", "0"},    {"TOPS_CUDA_BULK_RING", "3"},   {"TOPS_CUDA_BULK_XR", "0"},
-        {"TOPS_CUDA_BULK_LOOK", "3"},   {"TOPS_CUDA_BULK_LOOK", "1"}};
-    static const int pass_knobs[5][4] = {{0, 9, -1, -1}, {-1, -1, -1, -1}, {1, 2, 3, 10}, {4, 2, 7, 10}, {5, 6, 3, 8}};
+        {"TOPS_CUDA_BULK_LOOK", "3"},   {"TOPS_CUDA_BULK_LOOK", "1"},   {"TOPS_CUDA_BULK_ISSUE", "0"}};
+    static const int pass_knobs[5][4] = {{0, 9, 11, -1}, {-1, -1, -1, -1}, {1, 2, 3, 10}, {4, 2, 7, 10}, {5, 6, 3, 8}};
     for (int kernel = 0; kernel < 5; kernel++) {
         setenv("TOPS_CUDA_KERNEL", kernel == 1 ? "wstream" : "wbulk", 1);
         for (int i = 0; i < 4; i++)
