@@ -409,11 +409,13 @@ static void test_kernel_edges(void) {
         {"TOPS_CUDA_BULK_TG", "3"},     {"TOPS_CUDA_BULK_XT", "0"},     {"TOPS_CUDA_BULK_SCD", "1"},
         {"TOPS_CUDA_PDL", "0"},         {"TOPS_CUDA_BULK_ARRIVE", "1"}, {"TOPS_CUDA_BULK_XT3", "0"},
         {"TOPS_CUDA_BULK_SCD", "0"},    {"TOPS_CUDA_BULK_RING", "3"},   {"TOPS_CUDA_BULK_XR", "0"},
-        {"TOPS_CUDA_BULK_LOOK", "3"},   {"TOPS_CUDA_BULK_LOOK", "1"},   {"TOPS_CUDA_BULK_ISSUE", "0"}};
-    static const int pass_knobs[5][4] = {{0, 9, 11, -1}, {-1, -1, -1, -1}, {1, 2, 3, 10}, {4, 2, 7, 10}, {5, 6, 3, 8}};
+        {"TOPS_CUDA_BULK_LOOK", "3"},   {"TOPS_CUDA_BULK_LOOK", "1"},   {"TOPS_CUDA_BULK_ISSUE", "0"},
+        {"TOPS_CUDA_BULK_ISSUE", "1"}};
+    static const int pass_knobs[5][5] = {
+        {0, 9, 11, -1, -1}, {-1, -1, -1, -1, -1}, {1, 2, 3, 10, 12}, {4, 2, 7, 10, -1}, {5, 6, 3, 8, -1}};
     for (int kernel = 0; kernel < 5; kernel++) {
         setenv("TOPS_CUDA_KERNEL", kernel == 1 ? "wstream" : "wbulk", 1);
-        for (int i = 0; i < 4; i++)
+        for (int i = 0; i < 5; i++)
             if (pass_knobs[kernel][i] >= 0) setenv(knobs[pass_knobs[kernel][i]][0], knobs[pass_knobs[kernel][i]][1], 1);
         for (int s = 0; s < nshapes; s++) {
             if (kernel >= 2 && shapes[s].m > 16) continue;
