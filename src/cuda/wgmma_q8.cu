@@ -437,7 +437,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     // each: mxfp4 / int4-g128 at M = 256 36.1 -> 35.55 / 48.25 -> 47.73 us;
     // at M = 128, one wave, 19.63 -> 19.69 / 25.70 -> 25.75).
     // TOPS_CUDA_Q8_LOOK (0: all at once) overrides.
-    const int sms = a->sm_count > 0 ? a->sm_count : 132;
+    const int sms = sms_of(a);
     p.look = (int)env_or("TOPS_CUDA_Q8_LOOK", ctas > sms ? 2 : 0);
     // The consumer loop: token halves drained while the other half's
     // wgmmas run at TN = 128, one group per chunk at 64 (H200, 2026-11-29

@@ -238,41 +238,39 @@ __device__ __forceinline__ void finish(const Params &p, int tt, int split, float
             if (n >= p.n || m >= p.m) continue;
             p.ws[((size_t)split * p.m + m) * p.n + n] = acc[t][i] * g;
         }
-    if (p.splits > 1) {
+    __threadfence();
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+    if (threadIdx.x == 0) is_last = atomicAdd(&p.arrivals[blockIdx.x], 1u) == (unsigned)(p.splits - 1);
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+    if (is_last) {
         __threadfence();
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
-        if (threadIdx.x == 0) is_last = atomicAdd(&p.arrivals[blockIdx.x], 1u) == (unsigned)(p.splits - 1);
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
-        if (is_last) {
-            __threadfence();
-            // Sums in acc, split by split with 16 loads in flight (all of a
-            // split's at once kept 64 loads and addresses live: spills); the
-            // stores last (the compiler cannot move a load past a store that
-            // may alias it: one element at a time was a chain of L2 round
-            // trips per thread).
+        // Sums in acc, split by split with 16 loads in flight (all of a
+        // split's at once kept 64 loads and addresses live: spills); the
+        // stores last (the compiler cannot move a load past a store that
+        // may alias it: one element at a time was a chain of L2 round
+        // trips per thread).
 #pragma unroll
-            for (int t = 0; t < WT; t++)
+        for (int t = 0; t < WT; t++)
 #pragma unroll
-                for (int i0 = 0; i0 < ND; i0 += 16) {
+            for (int i0 = 0; i0 < ND; i0 += 16) {
 #pragma unroll
-                    for (int i = i0; i < i0 + 16; i++) acc[t][i] = 0.0f;
-                    for (int s = 0; s < p.splits; s++) {
-                        const float *wsp = p.ws + (size_t)s * p.m * p.n;
+                for (int i = i0; i < i0 + 16; i++) acc[t][i] = 0.0f;
+                for (int s = 0; s < p.splits; s++) {
+                    const float *wsp = p.ws + (size_t)s * p.m * p.n;
 #pragma unroll
-                        for (int i = i0; i < i0 + 16; i++) {
-                            const int n = chan(t, i), m = token(i);
-                            if (n < p.n && m < p.m) acc[t][i] += __ldcg(wsp + (size_t)m * p.n + n);
-                        }
+                    for (int i = i0; i < i0 + 16; i++) {
+                        const int n = chan(t, i), m = token(i);
+                        if (n < p.n && m < p.m) acc[t][i] += __ldcg(wsp + (size_t)m * p.n + n);
                     }
                 }
+            }
 #pragma unroll
-            for (int t = 0; t < WT; t++)
+        for (int t = 0; t < WT; t++)
 #pragma unroll
-                for (int i = 0; i < ND; i++) {
-                    const int n = chan(t, i), m = token(i);
-                    if (n < p.n && m < p.m) store_out(p, m, n, acc[t][i]);
-                }
-        }
+            for (int i = 0; i < ND; i++) {
+                const int n = chan(t, i), m = token(i);
+                if (n < p.n && m < p.m) store_out(p, m, n, acc[t][i]);
+            }
     }
 }
 
