@@ -73,6 +73,26 @@ __device__ __forceinline__ void load8(const T *row, int k0, int k, bool vec, flo
     }
 }
 
+// 8 consecutive activations as they are stored (zeros past k): the
+// register-resident rows keep 16 bytes per 8 values, not 32 as f32.
+template <typename T>
+__device__ __forceinline__ uint4 load8_raw(const T *row, int k0, int k, bool vec) {
+    if (vec && k0 + 8 <= k) return *reinterpret_cast<const uint4 *>(row + k0);
+    const unsigned short *h = reinterpret_cast<const unsigned short *>(row);
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+        w[i] = (k0 + 2 * i < k ? (uint32_t)h[k0 + 2 * i] : 0u) |
+               (k0 + 2 * i + 1 < k ? (uint32_t)h[k0 + 2 * i + 1] << 16 : 0u);
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+template <typename T>
+__device__ __forceinline__ void unpack8(const uint4 &u, float v[8]) {
+    const T *h = reinterpret_cast<const T *>(&u);
+#pragma unroll
+    for (int i = 0; i < 8; i++) v[i] = load_act(h, i);
+}
+
 // Eight activations as e4m3 codes of v / s (FORMATS.md: x / s rounded to
 // f32, then e4m3 satfinite RNE).  fast: v * r with one FMA correction step
 // (r = 1 / s rounded), which equals the correctly rounded v / s for every
@@ -112,7 +132,7 @@ __device__ __forceinline__ uint2 codes8(const float v[8], float s, float r, bool
 // L1/L2).
 constexpr int kQuantRowThreads = 256;
 template <typename T, int NV>
-__global__ void __launch_bounds__(1024) quant_rows_kernel(const T *x, long long ldx, int m, int k, int k_pad, int vec,
+__global__ void __launch_bounds__(1024, NV == 1 || NV == 2 ? 2 : 1) quant_rows_kernel(const T *x, long long ldx, int m, int k, int k_pad, int vec,
                                                           unsigned char *q, float *scales, unsigned *flags,
                                                           int nflags, int fast_ok) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -129,25 +149,26 @@ __global__ void __launch_bounds__(1024) quant_rows_kernel(const T *x, long long 
     const T *xr = x + (long long)(live ? row : 0) * ldx;
     constexpr int kR = NV > 0 ? NV : 1;
     float amax = 0.0f;
-    float v[kR][8];
+    uint4 raw[kR];
     if (NV > 0) {
 #pragma unroll
         for (int c = 0; c < kR; c++) {
             const int k0 = (tid + c * kQuantRowThreads) * 8;
-            if (live && k0 < k) load8(xr, k0, k, vec != 0, v[c]);
-            else
-#pragma unroll
-                for (int i = 0; i < 8; i++) v[c][i] = 0.0f;
+            raw[c] = live && k0 < k ? load8_raw(xr, k0, k, vec != 0) : make_uint4(0u, 0u, 0u, 0u);
         }
 #pragma unroll
-        for (int c = 0; c < kR; c++)
+        for (int c = 0; c < kR; c++) {
+            float v[8];
+            unpack8<T>(raw[c], v);
 #pragma unroll
-            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[c][i]));
+            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
+        }
     } else if (live) {
         for (int k0 = tid * 8; k0 < k; k0 += kQuantRowThreads * 8) {
-            load8(xr, k0, k, vec != 0, v[0]);
+            float v[8];
+            load8(xr, k0, k, vec != 0, v);
 #pragma unroll
-            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[0][i]));
+            for (int i = 0; i < 8; i++) amax = fmaxf(amax, fabsf(v[i]));
         }
     }
     constexpr int kRowWarps = kQuantRowThreads / 32;
@@ -168,30 +189,33 @@ __global__ void __launch_bounds__(1024) quant_rows_kernel(const T *x, long long 
 #pragma unroll
         for (int c = 0; c < kR; c++) {
             const int k0 = (tid + c * kQuantRowThreads) * 8;
-            if (k0 < k_pad) *reinterpret_cast<uint2 *>(qr + k0) = codes8(v[c], s, r, fast);
+            float v[8];
+            unpack8<T>(raw[c], v);
+            if (k0 < k_pad) *reinterpret_cast<uint2 *>(qr + k0) = codes8(v, s, r, fast);
         }
     } else {
         for (int k0 = tid * 8; k0 < k_pad; k0 += kQuantRowThreads * 8) {
-            load8(xr, k0, k, vec != 0, v[0]);
-            *reinterpret_cast<uint2 *>(qr + k0) = codes8(v[0], s, r, fast);
+            float v[8];
+            load8(xr, k0, k, vec != 0, v);
+            *reinterpret_cast<uint2 *>(qr + k0) = codes8(v, s, r, fast);
         }
     }
 }
 
-// The quantizer: register-resident rows up to K = 8192.  TOPS_CUDA_FP8_QUANT=0
-// runs the previous one (any K read twice, a division per element) for A/B
-// runs and tests.  Rows per block: 4 from M = 65, so that the grid leaves
-// most SMs to the GEMM's CTAs, which start there and stream their first
-// weights while it runs (H200, 2026-11-30 01:15 UTC, same call: q8 mxfp4
-// 20.75 -> 20.2 us at M = 128, 38.2 -> 37.3 at 256; int4-g128 27.0 -> 26.6;
-// at M = 32 / 64 within +-0.15 us either way, one row per block kept).
-// TOPS_CUDA_QUANT_ROWS (1, 2 or 4) overrides.
+// The quantizer: register-resident rows up to K = 8192, 16 bytes per 8
+// values (f32 copies made twice from them: 32 registers, full occupancy;
+// H200 ncu, M = 4096, K = 4096, 1 row a block: 21.8 us with the rows held
+// as f32 at 52 registers, 14.9 us so).  TOPS_CUDA_FP8_QUANT=0 runs the
+// previous one (any K read twice, a division per element) for A/B runs and
+// tests.  `rows` a block (TOPS_CUDA_QUANT_ROWS: 1, 2 or 4 overrides).
 template <typename T>
 cudaError_t launch_quant(const T *x, long long ldx, int k, int k_pad, int vec, unsigned char *q, float *scales,
-                         unsigned *flags, int nflags, int m, cudaStream_t stream) {
+                         unsigned *flags, int nflags, int m, int rows_dflt, cudaStream_t stream) {
     const int fast = tops_cu::env_or("TOPS_CUDA_FP8_QUANT", 1) != 0;
     const long long rows_env = tops_cu::env_or("TOPS_CUDA_QUANT_ROWS", 0);
-    const int rows = rows_env == 1 || rows_env == 2 || rows_env == 4 ? (int)rows_env : m > 64 ? 4 : 1;
+    const int rows = rows_env == 1 || rows_env == 2 || rows_env == 4 ? (int)rows_env
+                     : rows_dflt == 2 || rows_dflt == 4                ? rows_dflt
+                                                                      : 1;
     const int nv = fast ? (k_pad + 8 * kQuantRowThreads - 1) / (8 * kQuantRowThreads) : 0;
     const dim3 grid((unsigned)((m + rows - 1) / rows)), block((unsigned)(rows * kQuantRowThreads));
     if (nv == 1)
@@ -957,7 +981,10 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     float *row_scale = reinterpret_cast<float *>(ws + qbytes); // k_pad is a multiple of 64: aligned
     unsigned *flags = sk ? reinterpret_cast<unsigned *>(ws + qbytes + sbytes) : nullptr;
     const int nflags = sk ? pl.grid : 0;
-    err = tops_cu::quant_act_e4m3(a, ws, row_scale, flags, nflags);
+    // One row a block (H200 ncu, M = 4096: 14.9 us against 17.7 with 4, the
+    // GEMM's CTAs cannot start beside it anyway; bench at M = 256 / 4096,
+    // two processes each: 27.4-27.6 / 345-346 us against 28.0 / 348-349).
+    err = tops_cu::quant_act_e4m3(a, ws, row_scale, 1, flags, nflags);
     if (err != cudaSuccess) *what = "the activation quantization launch";
 
     constexpr int bn = 256;
@@ -1007,12 +1034,12 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
 // The activation quantizer of both relaxed FP8 kernels (this GEMM and
 // wgmma_q8.cu): codes [m, k_pad] into q, row scales [m] into scales, and
 // nflags stream-K flags zeroed, on a's stream.
-cudaError_t tops_cu::quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales, unsigned *flags,
-                                    int nflags) {
+cudaError_t tops_cu::quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales, int rows,
+                                    unsigned *flags, int nflags) {
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
     return a->x_bf16 ? launch_quant(static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec,
-                                    q, scales, flags, nflags, (int)a->m, stream)
+                                    q, scales, flags, nflags, (int)a->m, rows, stream)
                      : launch_quant(static_cast<const __half *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, q,
-                                    scales, flags, nflags, (int)a->m, stream);
+                                    scales, flags, nflags, (int)a->m, rows, stream);
 }

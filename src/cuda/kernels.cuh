@@ -519,9 +519,10 @@ bulk_fn bulk_kernel(int code, bool bf16, int mt, int tg, bool xt, int fp);
 bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what);
 // fp8_gemm.cu's per-row e4m3 activation quantizer (codes [m, k_pad] and f32
 // row scales [m]; the FP8 GEMM's nflags stream-K flags zeroed), for both
-// relaxed FP8 kernels.
-cudaError_t quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales, unsigned *flags = nullptr,
-                           int nflags = 0);
+// relaxed FP8 kernels, `rows` rows a block (1, 2 or 4; TOPS_CUDA_QUANT_ROWS
+// overrides).
+cudaError_t quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales, int rows,
+                           unsigned *flags = nullptr, int nflags = 0);
 void set_last_kernel(const char *name);
 long long env_or(const char *name, long long dflt);
 // Whether the current device is compute capability 9.0, the only part the

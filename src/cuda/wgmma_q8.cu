@@ -468,7 +468,12 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         return (int)err;
     }
     p.row_scale = reinterpret_cast<const float *>(ws + qbytes);
-    err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes));
+    // 4 rows a block from M = 65, so that the grid leaves most SMs to this
+    // kernel's CTAs, which start there and stream their first weights while
+    // it runs (H200, 2026-11-30 01:15 UTC, same call: mxfp4 20.75 -> 20.2 us
+    // at M = 128, 38.2 -> 37.3 at 256; int4-g128 27.0 -> 26.6; at M = 32 / 64
+    // within +-0.15 us either way, one row a block kept).
+    err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes), a->m > 64 ? 4 : 1);
     if (err != cudaSuccess) *what = "the activation quantization launch";
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)a->k_pad, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)a->k_pad};
