@@ -171,8 +171,9 @@ void *tops__cuda_pack_fp8_host(const tops_tensor *right, const tops__cuda_packed
  *     block exponent among blocks with nonzero codes; where every row's
  *     blocks with nonzero codes fit 15 binades, the row's largest, the same
  *     in every chunk: pk->q8_row_factor = 1, the kernel applies it once).
- *   e2m1 only, 8704 + 4 ch: byte b = table index d of k32 block b: the block's
- *     codes read as e4m3(e2m1 x 2^(d - 8)), d = e - cmax + 14 in 0..14.
+ *   e2m1 only, 8704 + 4 ch: byte b = 8 d, the byte offset of table d (8
+ *     bytes each) for k32 block b: the block's codes read as
+ *     e4m3(e2m1 x 2^(d - 8)), d = e - cmax + 14 in 0..14.
  */
 #define TOPS__CU_Q8_CHUNK_K 128
 #define TOPS__CU_Q8_CH 128

@@ -383,7 +383,7 @@ void *tops__cuda_pack_q8_host(const tops_tensor *w, tops__cuda_packed *pk, size_
                     if (row_factor) cmax = rmax[row];
                     if (cmax >= 0) {
                         for (int b = 0; b < b1 - c * 4; b++)
-                            if (nz[b]) dd |= (uint32_t)(e[b] - cmax + 14) << (8 * b);
+                            if (nz[b]) dd |= (uint32_t)(8 * (e[b] - cmax + 14)) << (8 * b);
                         factor = ldexpf(1.0f, cmax - 133);
                     }
                 }

@@ -59,6 +59,15 @@ struct q8_layout {
 };
 static_assert(TOPS__CU_Q8_WBYTES + 8 * TOPS__CU_Q8_CH <= 9216, "a record fits its stage");
 
+// The consumer loops.
+enum Q8Loop : int {
+    kChunk = 0,    // one group a chunk, drained after it completes
+    kHalves = 1,   // token halves (TN = 128)
+    kRow = 2,      // one factor per row, one chunk a group
+    kRowPairs = 3, // one factor per row, chunk pairs
+    kPairs = 4,    // chunk pairs, a part accumulator each (TN = 64)
+};
+
 #ifdef TOPS_CU_WGMMA
 // Four int4 weights (the low 4 nibbles of w: code + 8) as e4m3 bytes:
 // codes 0..7 and 8..15 from two 8-entry tables, then per byte the one its
@@ -99,9 +108,12 @@ __device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lan
     if constexpr (MX) {
         const uint32_t *dd = reinterpret_cast<const uint32_t *>(r + TOPS__CU_Q8_WBYTES + 4 * TOPS__CU_Q8_CH);
         const uint32_t dg = dd[tl * 16 + g], dh = dd[tl * 16 + g + 8];
+        const unsigned char *tb = reinterpret_cast<const unsigned char *>(tabs);
 #pragma unroll
         for (int s = 0; s < 4; s++) {
-            const uint2 tg = tabs[(dg >> (8 * s)) & 0xFFu], th = tabs[(dh >> (8 * s)) & 0xFFu];
+            // Byte s of dd is table d's byte offset 8 d: one byte permute a lookup.
+            const uint2 tg = *reinterpret_cast<const uint2 *>(tb + __byte_perm(dg, 0u, 0x4440u | s)),
+                        th = *reinterpret_cast<const uint2 *>(tb + __byte_perm(dh, 0u, 0x4440u | s));
 #pragma unroll
             for (int p = 0; p < 2; p++) {
                 A[s][2 * p] = q8_e2m1_lo(wd[2 * s + p], tg);
@@ -119,18 +131,47 @@ __device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lan
     }
 }
 
-// One chunk's 4 k32 steps into the accumulator d (FRESH: a part
-// accumulator, the first step's scale-d is 0) for the token rows of the
-// tile at xb; one group.
-template <bool FRESH = true, int NP>
-__device__ __forceinline__ void q8_mma(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xb) {
+// One chunk's 4 k32 steps into the accumulator d (FRESH: the first step's
+// scale-d is 0) for the token rows of the tile at xb.
+// ONE: the steps' descriptors from one encoding, 32 bytes = 2 apart in its
+// address field (which holds the whole shared window: no carry out of it):
+// 4 uniform instructions a step fewer (H200, same call: mxfp4 M = 128 / 256
+// 19.5 / 35.2 -> 18.9 / 33.6 us with chunk pairs, int4-g128 M = 128 (token
+// halves) 25.7 -> 24.6); else one encoding a step, which the loop of one
+// group a chunk keeps (int4-g128 M = 64: 20.1 with it, 20.7 without).
+template <bool FRESH, bool ONE, int NP>
+__device__ __forceinline__ void q8_steps(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xb) {
     using namespace sm90;
-    wgmma_fence(); // A and d were written since the last wgmmas
-    wgmma_rs_e4m3<FRESH ? 0 : 1>(d, A[0], desc_sw128(xb));
-    wgmma_rs_e4m3<1>(d, A[1], desc_sw128(xb + 32));
-    wgmma_rs_e4m3<1>(d, A[2], desc_sw128(xb + 64));
-    wgmma_rs_e4m3<1>(d, A[3], desc_sw128(xb + 96));
-    wgmma_commit();
+    if constexpr (ONE) {
+        const uint64_t b = desc_sw128(xb);
+        wgmma_rs_e4m3<FRESH ? 0 : 1>(d, A[0], b);
+        wgmma_rs_e4m3<1>(d, A[1], b + 2);
+        wgmma_rs_e4m3<1>(d, A[2], b + 4);
+        wgmma_rs_e4m3<1>(d, A[3], b + 6);
+    } else {
+        wgmma_rs_e4m3<FRESH ? 0 : 1>(d, A[0], desc_sw128(xb));
+        wgmma_rs_e4m3<1>(d, A[1], desc_sw128(xb + 32));
+        wgmma_rs_e4m3<1>(d, A[2], desc_sw128(xb + 64));
+        wgmma_rs_e4m3<1>(d, A[3], desc_sw128(xb + 96));
+    }
+}
+
+// One chunk as one group (FRESH: into a part accumulator).
+template <bool FRESH = true, bool ONE = true, int NP>
+__device__ __forceinline__ void q8_mma(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xb) {
+    sm90::wgmma_fence(); // A and d were written since the last wgmmas
+    q8_steps<FRESH, ONE>(d, A, xb);
+    sm90::wgmma_commit();
+}
+
+// Two chunks as one group of 8 wgmmas, accumulating into d.
+template <bool FRESH, int NP>
+__device__ __forceinline__ void q8_mma2(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xa,
+                                        const uint32_t (&B)[4][4], const unsigned char *xb) {
+    sm90::wgmma_fence();
+    q8_steps<FRESH, true>(d, A, xa);
+    q8_steps<false, true>(d, B, xb);
+    sm90::wgmma_commit();
 }
 
 // acc += part x the factor of its row (accumulator i: row g + 8 ((i / 2) % 2)).
@@ -141,22 +182,33 @@ __device__ __forceinline__ void q8_drain(float (&acc)[NP], float (&part)[NP], fl
     for (int i = 0; i < NP; i++) acc[i] = fmaf(part[i], (i & 2) ? fh : fg, acc[i]);
 }
 
+
 // The consumer warpgroups.  SPLIT: the TN tokens as two halves with their
 // own part accumulators and wgmma groups, so that one half drains (FFMAs)
 // while the other's wgmmas run; else one group per chunk, drained after it
 // completes.  ROW (mxfp4 with one factor per row, pack.c): no part
 // accumulator and no drain: the wgmmas accumulate over all K like
-// fp8_gemm.cu, two groups in flight, the factor applied once at the end.
-// A lane's A fragments are decoded one chunk ahead either way (two
-// register sets).
-template <int TN, bool MX, bool SPLIT, bool ROW>
+// fp8_gemm.cu, the factor applied once at the end; ROW = 1 one chunk a
+// group, two groups in flight, ROW = 2 chunk pairs (below).  A lane's A
+// fragments are decoded one group ahead either way (two register sets a
+// group).
+template <int TN, bool MX, int LOOP>
 __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *ring, uint64_t *full, uint64_t *empty,
                                            const uint2 *tabs, int tt, int cb) {
     using namespace sm90;
     using L = q8_layout<TN>;
+    constexpr bool SPLIT = LOOP == kHalves;
     constexpr int ND = TN / 2, NH = SPLIT ? ND / 2 : ND, XH = TN / 2 * 128; // XH: the second half's rows
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tl = warp; // warpgroup wg: tiles 4 wg .. 4 wg + 3
     const int nc = p.chunks;
+    // The epilogue's row scales (the quantizer's), loaded while the first
+    // stage lands (which waits for the quantizer anyway), not after the
+    // last chunk.  Warp w writes tokens w, w + 8, ...; lane r < R holds the
+    // scale of token w + 8 r.
+    constexpr int R = TN / (kQ8Consumers * 4);
+    grid_dep_wait();
+    const int m0 = tt * TN;
+    const float rs = lane < R && m0 + tl + 8 * lane < p.io.m ? p.row_scale[m0 + tl + 8 * lane] * p.io.global : 0.0f;
     if (TOPS_CU_Q8_DIAG == 1) { // the feed alone
         for (int c = 0; c < nc; c++) {
             mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
@@ -179,7 +231,74 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         for (int s = 0; s < 4; s++) fence_regs(A[s]); // A stays live until its wgmmas are done
         mbar_arrive(&empty[c % kQ8Ring]);
     };
-    if constexpr (ROW) {
+    if constexpr (LOOP == kRowPairs) {
+        // Chunk pairs: a pair's two decodes side by side, then one group of
+        // 8 wgmmas; the next pair decodes while it runs.  One chunk's decode
+        // is a chain of dependent shared loads and byte permutes that the
+        // warp alone cannot hide (H200 ncu, mxfp4 M = 128 one chunk a group:
+        // the consumer warps never waited on the tensor cores, 23 % of their
+        // loop samples on shared-load results, tensor pipe 49 % of active
+        // cycles); two independent chains give the scheduler twice the work.
+        uint32_t A2[4][4], A3[4][4];
+        const auto fetch2 = [&](int c, uint32_t (&Aa)[4][4], uint32_t (&Ab)[4][4]) {
+            mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+            mbar_wait(&full[(c + 1) % kQ8Ring], (uint32_t)((c + 1) / kQ8Ring) & 1u);
+            q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, Aa, f0g, f0h);
+            q8_fetch<MX>(stage(c + 1) + L::XBYTES, tl, lane, tabs, Ab, f0g, f0h);
+        };
+        // Pair (c, c + 1) into (Aa, Ab) and issued; then the pair before it
+        // (in Pa, Pb) retired.
+        const auto pair = [&](int c, uint32_t (&Aa)[4][4], uint32_t (&Ab)[4][4], uint32_t (&Pa)[4][4],
+                              uint32_t (&Pb)[4][4]) {
+            fetch2(c, Aa, Ab);
+            q8_mma2<false>(acc0, Aa, stage(c), Ab, stage(c + 1));
+            wgmma_wait<1>();
+            release(c - 2, Pa);
+            release(c - 1, Pb);
+        };
+        // A last odd chunk c into A after the pair in (Pa, Pb).
+        const auto last = [&](int c, uint32_t (&A)[4][4], uint32_t (&Pa)[4][4], uint32_t (&Pb)[4][4]) {
+            fetch(c, A, f0g, f0h);
+            q8_mma<false>(acc0, A, stage(c));
+            wgmma_wait<1>();
+            release(c - 2, Pa);
+            release(c - 1, Pb);
+            wgmma_wait<0>();
+            release(c, A);
+        };
+        const auto finish = [&](int c, uint32_t (&Pa)[4][4], uint32_t (&Pb)[4][4]) {
+            wgmma_wait<0>();
+            release(c - 2, Pa);
+            release(c - 1, Pb);
+        };
+        if (nc == 1) {
+            fetch(0, A0, f0g, f0h);
+            q8_mma<true>(acc0, A0, stage(0));
+            wgmma_wait<0>();
+            release(0, A0);
+        } else {
+            fetch2(0, A0, A1);
+            q8_mma2<true>(acc0, A0, stage(0), A1, stage(1));
+            int c = 2;
+            for (; c + 3 < nc; c += 4) {
+                pair(c, A2, A3, A0, A1);
+                pair(c + 2, A0, A1, A2, A3);
+            }
+            // In flight: chunks c - 2, c - 1 in (A0, A1); nc - c in 0..3 left.
+            if (c + 1 < nc) {
+                pair(c, A2, A3, A0, A1);
+                if (c + 2 < nc) last(c + 2, A0, A2, A3);
+                else finish(c + 2, A2, A3);
+            } else if (c < nc) {
+                last(c, A2, A0, A1);
+            } else {
+                finish(c, A0, A1);
+            }
+        }
+        fence_regs(acc0);
+#pragma unroll
+        for (int i = 0; i < NH; i++) acc0[i] *= (i & 2) ? f0h : f0g; // every chunk's factor
+    } else if constexpr (LOOP == kRow) {
         // Chunk c's group is issued, then c + 1 decoded and issued, then c
         // retired: two groups on the tensor cores while a chunk decodes.
         const auto next = [&](int c, uint32_t (&A)[4][4], uint32_t (&Ap)[4][4]) {
@@ -206,6 +325,87 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         fence_regs(acc0);
 #pragma unroll
         for (int i = 0; i < NH; i++) acc0[i] *= (i & 2) ? f0h : f0g; // every chunk's factor
+    } else if constexpr (LOOP == kPairs) {
+        // Chunk pairs, each chunk its own group into its own part accumulator
+        // (c into part0, c + 1 into part1): the next pair decodes while both
+        // run, then each part drains as its group retires and takes the next
+        // chunk (a pair's decodes side by side: see kRowPairs).  TN = 64 only
+        // (three accumulators of TN / 2 registers).
+        static_assert(TN == 64, "three accumulator sets fit at TN = 64");
+        uint32_t A2[4][4], A3[4][4];
+        float f2g, f2h, f3g, f3h;
+        const auto fetch2 = [&](int c, uint32_t (&Aa)[4][4], float &fag, float &fah, uint32_t (&Ab)[4][4],
+                                float &fbg, float &fbh) {
+            mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+            mbar_wait(&full[(c + 1) % kQ8Ring], (uint32_t)((c + 1) / kQ8Ring) & 1u);
+            q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, Aa, fag, fah);
+            q8_fetch<MX>(stage(c + 1) + L::XBYTES, tl, lane, tabs, Ab, fbg, fbh);
+        };
+        // In flight: c - 2 (part0, Pa), c - 1 (part1, Pb).  Pair (c, c + 1)
+        // decoded into (Na, Nb) and issued as each part frees up.
+        const auto step = [&](int c, uint32_t (&Na)[4][4], float &nag, float &nah, uint32_t (&Nb)[4][4], float &nbg,
+                              float &nbh, uint32_t (&Pa)[4][4], float pag, float pah, uint32_t (&Pb)[4][4], float pbg,
+                              float pbh) {
+            fetch2(c, Na, nag, nah, Nb, nbg, nbh);
+            wgmma_wait<1>();
+            q8_drain(acc0, part0, pag, pah);
+            release(c - 2, Pa);
+            q8_mma(part0, Na, stage(c));
+            wgmma_wait<1>();
+            q8_drain(acc0, part1, pbg, pbh);
+            release(c - 1, Pb);
+            q8_mma(part1, Nb, stage(c + 1));
+        };
+        // A last odd chunk c after the pair c - 2, c - 1.
+        const auto tail = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh, uint32_t (&Pa)[4][4], float pag,
+                              float pah, uint32_t (&Pb)[4][4], float pbg, float pbh) {
+            fetch(c, A, fg, fh);
+            wgmma_wait<1>();
+            q8_drain(acc0, part0, pag, pah);
+            release(c - 2, Pa);
+            q8_mma(part0, A, stage(c));
+            wgmma_wait<1>();
+            q8_drain(acc0, part1, pbg, pbh);
+            release(c - 1, Pb);
+            wgmma_wait<0>();
+            q8_drain(acc0, part0, fg, fh);
+            release(c, A);
+        };
+        const auto finish = [&](int c, uint32_t (&Pa)[4][4], float pag, float pah, uint32_t (&Pb)[4][4], float pbg,
+                                float pbh) {
+            wgmma_wait<1>();
+            q8_drain(acc0, part0, pag, pah);
+            release(c - 2, Pa);
+            wgmma_wait<0>();
+            q8_drain(acc0, part1, pbg, pbh);
+            release(c - 1, Pb);
+        };
+        if (nc == 1) {
+            fetch(0, A0, f0g, f0h);
+            q8_mma(part0, A0, stage(0));
+            wgmma_wait<0>();
+            q8_drain(acc0, part0, f0g, f0h);
+            release(0, A0);
+        } else {
+            fetch2(0, A0, f0g, f0h, A1, f1g, f1h);
+            q8_mma(part0, A0, stage(0));
+            q8_mma(part1, A1, stage(1));
+            int c = 2;
+            for (; c + 3 < nc; c += 4) {
+                step(c, A2, f2g, f2h, A3, f3g, f3h, A0, f0g, f0h, A1, f1g, f1h);
+                step(c + 2, A0, f0g, f0h, A1, f1g, f1h, A2, f2g, f2h, A3, f3g, f3h);
+            }
+            // In flight: c - 2, c - 1 in (A0, A1); nc - c in 0..3 left.
+            if (c + 1 < nc) {
+                step(c, A2, f2g, f2h, A3, f3g, f3h, A0, f0g, f0h, A1, f1g, f1h);
+                if (c + 2 < nc) tail(c + 2, A0, f0g, f0h, A2, f2g, f2h, A3, f3g, f3h);
+                else finish(c + 2, A2, f2g, f2h, A3, f3g, f3h);
+            } else if (c < nc) {
+                tail(c, A2, f2g, f2h, A0, f0g, f0h, A1, f1g, f1h);
+            } else {
+                finish(c, A0, f0g, f0h, A1, f1g, f1h);
+            }
+        }
     } else if constexpr (SPLIT) {
         // Chunk c (fragments A): its first half was issued before; issue
         // the second, decode chunk c + 1 into An, drain the first half, issue
@@ -252,11 +452,11 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         };
         fetch(0, A0, f0g, f0h);
         for (int c = 0;; c += 2) {
-            q8_mma(part0, A0, stage(c));
+            q8_mma<true, false>(part0, A0, stage(c));
             if (c + 1 < nc) fetch(c + 1, A1, f1g, f1h);
             retire(c, A0, f0g, f0h);
             if (c + 1 >= nc) break;
-            q8_mma(part0, A1, stage(c + 1));
+            q8_mma<true, false>(part0, A1, stage(c + 1));
             if (c + 2 < nc) fetch(c + 2, A0, f0g, f0h);
             retire(c + 1, A1, f1g, f1h);
             if (c + 2 >= nc) break;
@@ -285,11 +485,7 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
     stage_acc(acc0, 0);
     if constexpr (SPLIT) stage_acc(acc1, TN / 2);
     consumers_sync();
-    grid_dep_wait(); // the row scales (the quantizer's)
-    // Warp w writes tokens w, w + 8, ...; lane r < TN / 8 holds row r's scale.
-    constexpr int R = TN / (kQ8Consumers * 4);
-    const int m0 = tt * TN, n0 = cb * TOPS__CU_Q8_CH + 4 * lane;
-    const float rs = lane < R && m0 + tl + 8 * lane < p.io.m ? p.row_scale[m0 + tl + 8 * lane] * p.io.global : 0.0f;
+    const int n0 = cb * TOPS__CU_Q8_CH + 4 * lane;
     if (p.out_vec && !p.io.accumulate && (cb + 1) * TOPS__CU_Q8_CH <= p.io.n) {
         // Whole rows, plain stores (the common case): every row read first.
         float4 v[R];
@@ -314,7 +510,7 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
 }
 #endif
 
-template <int TN, bool MX, bool SPLIT, bool ROW>
+template <int TN, bool MX, int LOOP>
 __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_constant__ CUtensorMap xmap,
                                                                  const Q8Params p) {
 #ifdef TOPS_CU_WGMMA
@@ -377,7 +573,7 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        q8_consume<TN, MX, SPLIT, ROW>(p, ring, full, empty, tabs, tt, cb);
+        q8_consume<TN, MX, LOOP>(p, ring, full, empty, tabs, tt, cb);
     }
 #else
     (void)xmap, (void)p;
@@ -386,13 +582,18 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
 
 typedef void (*q8_fn)(const CUtensorMap, const Q8Params);
 
-// The consumer loop: 0 one group per chunk, 1 token halves (SPLIT), 2 one
-// factor per row (mxfp4 only).
+// The kernel for a Q8Loop (kPairs only at TN = 64; kRow, kRowPairs mxfp4 only).
 template <int TN>
 q8_fn pick_q8_tn(bool mx, int loop) {
-    if (!mx) return loop == 1 ? wgmma_q8_kernel<TN, false, true, false> : wgmma_q8_kernel<TN, false, false, false>;
-    return loop == 2 ? wgmma_q8_kernel<TN, true, false, true>
-                     : loop == 1 ? wgmma_q8_kernel<TN, true, true, false> : wgmma_q8_kernel<TN, true, false, false>;
+    if (loop == kPairs) {
+        if constexpr (TN == 64) return mx ? wgmma_q8_kernel<TN, true, kPairs> : wgmma_q8_kernel<TN, false, kPairs>;
+        loop = kHalves;
+    }
+    if (!mx) return loop == kHalves ? wgmma_q8_kernel<TN, false, kHalves> : wgmma_q8_kernel<TN, false, kChunk>;
+    return loop == kRowPairs ? wgmma_q8_kernel<TN, true, kRowPairs>
+           : loop == kRow    ? wgmma_q8_kernel<TN, true, kRow>
+           : loop == kHalves ? wgmma_q8_kernel<TN, true, kHalves>
+                             : wgmma_q8_kernel<TN, true, kChunk>;
 }
 q8_fn pick_q8(int tn, bool mx, int loop) { return tn == 128 ? pick_q8_tn<128>(mx, loop) : pick_q8_tn<64>(mx, loop); }
 
@@ -446,8 +647,20 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     // TOPS_CUDA_Q8_SPLIT = 0 / 1 forces either.  mxfp4 whose rows each fit
     // 15 binades (pack.c: one factor per row) accumulates without drains
     // (TOPS_CUDA_Q8_ROW=0: the per-chunk loops).
-    const bool row = mx && a->q8_row_factor && env_or("TOPS_CUDA_Q8_ROW", 1) != 0;
-    const q8_fn fn = pick_q8(tn, mx, row ? 2 : env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0 ? 1 : 0);
+    // The chunk pairs from M = 32 (H200, 2026-11-30 05:03 UTC, same call,
+    // three processes each, mxfp4 us at M = 17 / 32 / 64 / 128 / 256: one
+    // chunk a group 15.65 / 16.0 / 15.9 / 19.55 / 35.2, pairs 16.03 / 15.77 /
+    // 15.46 / 18.92 / 33.6); TOPS_CUDA_Q8_ROW = 1 / 2 forces either.
+    // Per-chunk factors at TN = 64: chunk pairs with a part accumulator each
+    // (TOPS_CUDA_Q8_PAIRS=0: one group a chunk; TOPS_CUDA_Q8_SPLIT=1: token
+    // halves).
+    const long long row_env = env_or("TOPS_CUDA_Q8_ROW", -1);
+    const bool row = mx && a->q8_row_factor && row_env != 0,
+               row_pairs = row && (row_env == 2 || (row_env != 1 && a->m >= 32));
+    const bool split = !row && env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0,
+               pairs = !row && !split && tn == 64 && env_or("TOPS_CUDA_Q8_PAIRS", 1) != 0;
+    const int loop = row_pairs ? kRowPairs : row ? kRow : split ? kHalves : pairs ? kPairs : kChunk;
+    const q8_fn fn = pick_q8(tn, mx, loop);
     const size_t smem = tn == 128 ? q8_layout<128>::SMEM : q8_layout<64>::SMEM;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -484,10 +697,18 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         *what = "cuTensorMapEncodeTiled for the q8 activations";
     }
     if (err == cudaSuccess) {
-        set_last_kernel(tn == 128 ? row ? "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, one factor per row"
-                                        : "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA"
-                        : row ? "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA, one factor per row"
-                              : "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA");
+        static const char *const names[2][5] = {
+            {"wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA",
+             "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA, token halves",
+             "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA, one factor per row",
+             "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA, one factor per row, chunk pairs",
+             "wgmma_q8 e4m3 m64n64k32, 4-bit weights to e4m3 + TMA, chunk pairs"},
+            {"wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA",
+             "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, token halves",
+             "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, one factor per row",
+             "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, one factor per row, chunk pairs",
+             "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, chunk pairs"}};
+        set_last_kernel(names[tn == 128][loop]);
         // A programmatic dependent of the quantizer (TOPS_CUDA_PDL=0: plain):
         // its prologue overlaps the quantizer's blocks.
         err = launch_kernel(fn, dim3((unsigned)ctas), dim3(kQ8Threads), smem, stream,

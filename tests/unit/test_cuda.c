@@ -804,7 +804,11 @@ static void test_relaxed_fp8(void) {
    output type, accumulate, strided rows, packed on the fly, both token tiles,
    both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL, the first ring
    pass's activation tiles all at once or 1 / 3 ahead (TOPS_CUDA_Q8_LOOK); mxfp4 with one
-   factor per row (asserted by name; K of 1, 3, 8 and 32 chunks),
+   factor per row (asserted by name) in chunk pairs from M = 32 or forced
+   (TOPS_CUDA_Q8_ROW=2; K of 1, 2, 3, 5, 6, 8 and 32 chunks: every way the pair
+   loop ends) and one chunk a group below or forced (TOPS_CUDA_Q8_ROW=1); per-chunk
+   factors at 64 tokens in chunk pairs with a part accumulator each (K of 1, 2, 3, 5,
+   6, 8 chunks) or one group a chunk (TOPS_CUDA_Q8_PAIRS=0),
    its per-chunk loops forced (TOPS_CUDA_Q8_ROW=0) and taken by rows over
    15 binades (spread 3); then the plan
    (M = 17 takes it, M = 16 does not, nor strict mode or int4-g32) and mxfp4
@@ -824,24 +828,37 @@ static void test_q8(void) {
         int strided, accumulate, prepack;
         const char *tn, *pdl, *split, *row;
         int spread;
+        const char *pairs; /* TOPS_CUDA_Q8_PAIRS */
     } cases[] = {
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL, NULL, 0},
-        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL, NULL, 0},
-        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0", NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0", "0", 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 4096, 300, 0, 1, 1, NULL, NULL, NULL, "0", 0},
-        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 64, 1000, 200, 0, 0, 1, NULL, NULL, "1", "0", 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 2048, 260, 0, 1, 1, NULL, NULL, NULL, NULL, 3},
-        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F16, 33, 4096, 129, 0, 0, 1, NULL, "0", NULL, NULL, 0},
-        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 256, 640, 384, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
-        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 100, 384, 200, 0, 1, 1, NULL, NULL, NULL, NULL, 0},
-        {"gguf-mxfp4", TOPS_DT_BF16, TOPS_DT_F16, 17, 128, 140, 0, 0, 1, NULL, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 17, 640, 300, 0, 1, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 255, 1000, 264, 1, 0, 0, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 47, 1000, 77, 0, 1, 1, NULL, "0", NULL, NULL, 0, NULL},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 130, 0, 0, 1, "64", NULL, NULL, NULL, 0, NULL},
+        {"int4-g256", TOPS_DT_BF16, TOPS_DT_F32, 64, 2048, 513, 0, 0, 1, "128", NULL, "0", NULL, 0, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 200, 128, 776, 0, 1, 1, NULL, NULL, "0", "0", 0, NULL},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 520, 1000, 2, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 130, 4104, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 4096, 300, 0, 1, 1, NULL, NULL, NULL, "0", 0, NULL},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 64, 1000, 200, 0, 0, 1, NULL, NULL, "1", "0", 0, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 2048, 260, 0, 1, 1, NULL, NULL, NULL, NULL, 3, NULL},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F16, 33, 4096, 129, 0, 0, 1, NULL, "0", NULL, NULL, 0, NULL},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 256, 640, 384, 0, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 100, 384, 200, 0, 1, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"gguf-mxfp4", TOPS_DT_BF16, TOPS_DT_F16, 17, 128, 140, 0, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F16, 65, 640, 136, 0, 1, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 40, 768, 200, 1, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 129, 1000, 140, 0, 0, 1, NULL, NULL, NULL, "1", 0, NULL},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_BF16, 33, 384, 72, 0, 0, 1, NULL, NULL, NULL, "1", 0, NULL},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F16, 20, 640, 96, 0, 1, 1, NULL, NULL, NULL, "2", 0, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 31, 256, 130, 0, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 20, 128, 136, 0, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 33, 256, 200, 1, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g256", TOPS_DT_F16, TOPS_DT_BF16, 64, 384, 130, 0, 1, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0, NULL},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 50, 768, 130, 0, 1, 1, NULL, NULL, NULL, "0", 0, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 40, 520, 200, 0, 0, 1, NULL, NULL, NULL, NULL, 0, "0"},
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0, total = 0;
@@ -851,17 +868,27 @@ static void test_q8(void) {
         if (cases[i].pdl) setenv("TOPS_CUDA_PDL", cases[i].pdl, 1);
         if (cases[i].split) setenv("TOPS_CUDA_Q8_SPLIT", cases[i].split, 1);
         if (cases[i].row) setenv("TOPS_CUDA_Q8_ROW", cases[i].row, 1);
+        if (cases[i].pairs) setenv("TOPS_CUDA_Q8_PAIRS", cases[i].pairs, 1);
         /* the first ring pass's activation tiles: the default, 1 or 3 ahead */
         setenv("TOPS_CUDA_Q8_LOOK", i % 3 == 0 ? "" : i % 3 == 1 ? "1" : "3", 1);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
                       cases[i].strided, cases[i].accumulate, cases[i].prepack, 1, cases[i].spread};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        /* mxfp4 rows within 15 binades: one factor per row, unless TOPS_CUDA_Q8_ROW=0 */
-        const int want_row = strstr(c.format, "mxfp4") && !cases[i].row && cases[i].spread != 3;
-        if (!strstr(kn, "wgmma_q8") || (strstr(kn, "per row") != NULL) != want_row) {
-            TH_FAIL_AT("%s M=%lld K=%lld forced q8 ran %s (want %sone factor per row)", c.format, (long long)c.m,
-                       (long long)c.k, kn, want_row ? "" : "not ");
+        /* mxfp4 rows within 15 binades: one factor per row, unless TOPS_CUDA_Q8_ROW=0,
+           in chunk pairs from M = 32 (TOPS_CUDA_Q8_ROW=1 / 2: never / always); per-chunk
+           factors in chunk pairs at 64 tokens, unless TOPS_CUDA_Q8_SPLIT=1 or
+           TOPS_CUDA_Q8_PAIRS=0 */
+        const int tn = cases[i].tn ? atoi(cases[i].tn) : c.m > 64 ? 128 : 64;
+        const int want_row = strstr(c.format, "mxfp4") && (!cases[i].row || strcmp(cases[i].row, "0") != 0) &&
+                             cases[i].spread != 3,
+                  want_pairs = want_row ? (cases[i].row ? strcmp(cases[i].row, "2") == 0 : c.m >= 32)
+                                        : tn == 64 && !(cases[i].split && strcmp(cases[i].split, "1") == 0) &&
+                                              !(cases[i].pairs && strcmp(cases[i].pairs, "0") == 0);
+        if (!strstr(kn, "wgmma_q8") || (strstr(kn, "per row") != NULL) != want_row ||
+            (strstr(kn, "chunk pairs") != NULL) != want_pairs) {
+            TH_FAIL_AT("%s M=%lld K=%lld forced q8 ran %s (want %sone factor per row%s)", c.format, (long long)c.m,
+                       (long long)c.k, kn, want_row ? "" : "not ", want_pairs ? ", chunk pairs" : "");
             ok = 0;
         }
         passed += ok;
@@ -870,6 +897,7 @@ static void test_q8(void) {
         unsetenv("TOPS_CUDA_PDL");
         unsetenv("TOPS_CUDA_Q8_SPLIT");
         unsetenv("TOPS_CUDA_Q8_ROW");
+        unsetenv("TOPS_CUDA_Q8_PAIRS");
         unsetenv("TOPS_CUDA_Q8_LOOK");
     }
     unsetenv("TOPS_CUDA_KERNEL");

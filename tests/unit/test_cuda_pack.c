@@ -362,8 +362,8 @@ static void check_q8(const char *name, int64_t n, int64_t k, int spread, int wan
             memcpy(&w, rc + tl * 1024 + (st / 2) * 512 + (4 * g + t) * 16 + ((st % 2) * 2 + p) * 4, 4);
             memcpy(&factor, rc + TOPS__CU_Q8_WBYTES + 4 * ch, 4);
             if (mx) memcpy(&ddw, rc + TOPS__CU_Q8_WBYTES + 4 * TOPS__CU_Q8_CH + 4 * ch, 4);
-            const int d = (int)((ddw >> (8 * st)) & 0xFFu);
-            if (d > 14) TH_FAIL_AT("%s row %lld k %lld: table %d", name, (long long)row, (long long)kk, d);
+            const int d8 = (int)((ddw >> (8 * st)) & 0xFFu), d = d8 / 8; /* table d's byte offset */
+            if (d8 % 8 || d > 14) TH_FAIL_AT("%s row %lld k %lld: table offset %d", name, (long long)row, (long long)kk, d8);
             float f0;
             memcpy(&f0, q + (size_t)((row / 128) * chunks) * (size_t)rec + TOPS__CU_Q8_WBYTES + 4 * ch, 4);
             if (row_factor && f0 != factor && mismatches++ < 3)
