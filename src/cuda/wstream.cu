@@ -313,10 +313,10 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // M = 1 / 4 / 16: int4-g128 10.94 / 11.17 / 13.35 -> 9.53 / 10.24 /
     // 12.52, mxfp4 12.19 / 12.31 / 14.15 -> 11.04 / 11.25 / 13.73, int4-g32
     // 11.57 / 11.78 / 13.96 -> 10.55 / 10.90 / 13.60, int8-g32 0.1-0.25
-    // faster).  Only with activation tiles (M <= 16), where it was measured:
-    // the kernels that read activations from L2 keep thread 0 (the main
-    // bench at 04:19 UTC, with it on for every kernel, had strict int4-g128
-    // / int4-g32 at M = 128 at 79.6 / 88.2 us against 76.5 / 83.1 before).
+    // faster).  Only with activation tiles (M <= 16), where it gains: the
+    // kernels that read activations from L2 keep thread 0, which measured
+    // the same (04:47 UTC, same call: strict int4-g128 / int4-g32 / q4_0 at
+    // M = 17 to 128 within 0.2 us either way, 79.4 / 87.9 / 87.9 at 128).
     // TOPS_CUDA_BULK_ISSUE=0 / 1: thread 0 / the first warp (A/B runs, tests).
     p.issue_any = env_or("TOPS_CUDA_BULK_ISSUE", p.xt ? 1 : 0) != 0;
     const size_t smem = bulk_smem_bytes(p.ring, raw, f32, (size_t)p.slot_bytes);
