@@ -341,25 +341,10 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
             q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, Aa, fag, fah);
             q8_fetch<MX>(stage(c + 1) + L::XBYTES, tl, lane, tabs, Ab, fbg, fbh);
         };
-        // In flight: c - 2 (part0, Pa), c - 1 (part1, Pb).  Pair (c, c + 1)
-        // decoded into (Na, Nb) and issued as each part frees up.
-        const auto step = [&](int c, uint32_t (&Na)[4][4], float &nag, float &nah, uint32_t (&Nb)[4][4], float &nbg,
-                              float &nbh, uint32_t (&Pa)[4][4], float pag, float pah, uint32_t (&Pb)[4][4], float pbg,
-                              float pbh) {
-            fetch2(c, Na, nag, nah, Nb, nbg, nbh);
-            wgmma_wait<1>();
-            q8_drain(acc0, part0, pag, pah);
-            release(c - 2, Pa);
-            q8_mma(part0, Na, stage(c));
-            wgmma_wait<1>();
-            q8_drain(acc0, part1, pbg, pbh);
-            release(c - 1, Pb);
-            q8_mma(part1, Nb, stage(c + 1));
-        };
-        // A last odd chunk c after the pair c - 2, c - 1.
-        const auto tail = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh, uint32_t (&Pa)[4][4], float pag,
-                              float pah, uint32_t (&Pb)[4][4], float pbg, float pbh) {
-            fetch(c, A, fg, fh);
+        // In flight: c - 2 (part0, Pa), c - 1 (part1, Pb).  Retires c - 2
+        // and issues chunk c (decoded into A) into part0, then retires c - 1.
+        const auto retire = [&](int c, uint32_t (&A)[4][4], uint32_t (&Pa)[4][4], float pag, float pah,
+                                uint32_t (&Pb)[4][4], float pbg, float pbh) {
             wgmma_wait<1>();
             q8_drain(acc0, part0, pag, pah);
             release(c - 2, Pa);
@@ -367,6 +352,20 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
             wgmma_wait<1>();
             q8_drain(acc0, part1, pbg, pbh);
             release(c - 1, Pb);
+        };
+        // Pair (c, c + 1) decoded into (Na, Nb) and issued as each part frees up.
+        const auto step = [&](int c, uint32_t (&Na)[4][4], float &nag, float &nah, uint32_t (&Nb)[4][4], float &nbg,
+                              float &nbh, uint32_t (&Pa)[4][4], float pag, float pah, uint32_t (&Pb)[4][4], float pbg,
+                              float pbh) {
+            fetch2(c, Na, nag, nah, Nb, nbg, nbh);
+            retire(c, Na, Pa, pag, pah, Pb, pbg, pbh);
+            q8_mma(part1, Nb, stage(c + 1));
+        };
+        // A last odd chunk c after the pair c - 2, c - 1.
+        const auto tail = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh, uint32_t (&Pa)[4][4], float pag,
+                              float pah, uint32_t (&Pb)[4][4], float pbg, float pbh) {
+            fetch(c, A, fg, fh);
+            retire(c, A, Pa, pag, pah, Pb, pbg, pbh);
             wgmma_wait<0>();
             q8_drain(acc0, part0, fg, fh);
             release(c, A);
