@@ -128,13 +128,14 @@ __device__ __forceinline__ uint2 codes8(const float v[8], float s, float r, bool
 // R rows per block of 256 R threads (256 a row): amax, then codes.
 // Columns k..k_pad-1 get zero codes.  NV > 0: the row (k_pad <= 8 NV 256)
 // is read once, all NV 16-byte loads of a thread in flight together, and
-// kept in registers; NV = 0: any K, read twice (the second time mostly from
-// L1/L2).
+// kept in registers as loaded (up to K = 4096 within 32 registers: every
+// warp slot of an SM filled); NV = 0: any K, read twice (the second time
+// mostly from L1/L2).
 constexpr int kQuantRowThreads = 256;
 template <typename T, int NV>
-__global__ void __launch_bounds__(1024, NV == 1 || NV == 2 ? 2 : 1) quant_rows_kernel(const T *x, long long ldx, int m, int k, int k_pad, int vec,
-                                                          unsigned char *q, float *scales, unsigned *flags,
-                                                          int nflags, int fast_ok) {
+__global__ void __launch_bounds__(1024, NV == 1 || NV == 2 ? 2 : 1)
+    quant_rows_kernel(const T *x, long long ldx, int m, int k, int k_pad, int vec, unsigned char *q, float *scales,
+                      unsigned *flags, int nflags, int fast_ok) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The GEMM (a programmatic dependent) may start its blocks on the SMs
     // this grid leaves; it waits for our writes before reading them.
@@ -981,9 +982,10 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     float *row_scale = reinterpret_cast<float *>(ws + qbytes); // k_pad is a multiple of 64: aligned
     unsigned *flags = sk ? reinterpret_cast<unsigned *>(ws + qbytes + sbytes) : nullptr;
     const int nflags = sk ? pl.grid : 0;
-    // One row a block (H200 ncu, M = 4096: 14.9 us against 17.7 with 4, the
+    // One row a block (H200 ncu, M = 4096: 14.9 us against 17.7 with 4; the
     // GEMM's CTAs cannot start beside it anyway; bench at M = 256 / 4096,
-    // two processes each: 27.4-27.6 / 345-346 us against 28.0 / 348-349).
+    // two processes each: 27.4-27.6 / 345-346 us against 28.0 / 348-349
+    // with 4).
     err = tops_cu::quant_act_e4m3(a, ws, row_scale, 1, flags, nflags);
     if (err != cudaSuccess) *what = "the activation quantization launch";
 
