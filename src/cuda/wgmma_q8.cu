@@ -639,20 +639,20 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     // TOPS_CUDA_Q8_LOOK (0: all at once) overrides.
     const int sms = sms_of(a);
     p.look = (int)env_or("TOPS_CUDA_Q8_LOOK", ctas > sms ? 2 : 0);
-    // The consumer loop: token halves drained while the other half's
-    // wgmmas run at TN = 128, one group per chunk at 64 (H200, 2026-11-29
-    // 22:13-22:17 UTC, same calls, us at M = 128 / 48: int4-g128 34.7 / 25.9
-    // split, 35.5 / 24.2 not; mxfp4 30.9 / 21.4 against 33.4 / 22.2);
-    // TOPS_CUDA_Q8_SPLIT = 0 / 1 forces either.  mxfp4 whose rows each fit
-    // 15 binades (pack.c: one factor per row) accumulates without drains
-    // (TOPS_CUDA_Q8_ROW=0: the per-chunk loops).
-    // The chunk pairs from M = 32 (H200, 2026-11-30 05:03 UTC, same call,
-    // three processes each, mxfp4 us at M = 17 / 32 / 64 / 128 / 256: one
-    // chunk a group 15.65 / 16.0 / 15.9 / 19.55 / 35.2, pairs 16.03 / 15.77 /
-    // 15.46 / 18.92 / 33.6); TOPS_CUDA_Q8_ROW = 1 / 2 forces either.
-    // Per-chunk factors at TN = 64: chunk pairs with a part accumulator each
-    // (TOPS_CUDA_Q8_PAIRS=0: one group a chunk; TOPS_CUDA_Q8_SPLIT=1: token
-    // halves).
+    // The consumer loop for per-chunk factors: token halves drained while
+    // the other half's wgmmas run at TN = 128 (H200, 2026-11-29 22:13-22:17
+    // UTC, same calls, us at M = 128 / 48: int4-g128 34.7 / 25.9 split, 35.5
+    // / 24.2 not; mxfp4 30.9 / 21.4 against 33.4 / 22.2), chunk pairs with a
+    // part accumulator each at 64, whose third accumulator set does not fit
+    // at 128 (2026-11-30 05:21 UTC, same call, int4-g128 at M = 17 / 32 / 64:
+    // 18.7 / 18.8 / 18.8 us against 20.5 / 20.8 / 20.7 one group a chunk).
+    // TOPS_CUDA_Q8_SPLIT = 0 / 1 and TOPS_CUDA_Q8_PAIRS = 0 force the others.
+    // mxfp4 whose rows each fit 15 binades (pack.c: one factor per row)
+    // accumulates without drains (TOPS_CUDA_Q8_ROW=0: the per-chunk loops),
+    // in chunk pairs from M = 32 (05:03 UTC, same call, three processes each,
+    // mxfp4 us at M = 17 / 32 / 64 / 128 / 256: one chunk a group 15.65 /
+    // 16.0 / 15.9 / 19.55 / 35.2, pairs 16.03 / 15.77 / 15.46 / 18.92 / 33.6);
+    // TOPS_CUDA_Q8_ROW = 1 / 2 forces either.
     const long long row_env = env_or("TOPS_CUDA_Q8_ROW", -1);
     const bool row = mx && a->q8_row_factor && row_env != 0,
                row_pairs = row && (row_env == 2 || (row_env != 1 && a->m >= 32));
