@@ -59,20 +59,6 @@ struct GemmParams {
 __device__ __forceinline__ float load_act(const __half *x, long long i) { return __half2float(x[i]); }
 __device__ __forceinline__ float load_act(const __nv_bfloat16 *x, long long i) { return __bfloat162float(x[i]); }
 
-// 8 consecutive activations as f32 (16-byte load when the row allows it).
-template <typename T>
-__device__ __forceinline__ void load8(const T *row, int k0, int k, bool vec, float v[8]) {
-    if (vec && k0 + 8 <= k) {
-        uint4 u = *reinterpret_cast<const uint4 *>(row + k0);
-        const T *h = reinterpret_cast<const T *>(&u);
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = load_act(h, i);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++) v[i] = k0 + i < k ? load_act(row, k0 + i) : 0.0f;
-    }
-}
-
 // 8 consecutive activations as they are stored (zeros past k): the
 // register-resident rows keep 16 bytes per 8 values, not 32 as f32.
 template <typename T>
@@ -91,6 +77,12 @@ __device__ __forceinline__ void unpack8(const uint4 &u, float v[8]) {
     const T *h = reinterpret_cast<const T *>(&u);
 #pragma unroll
     for (int i = 0; i < 8; i++) v[i] = load_act(h, i);
+}
+
+// 8 consecutive activations as f32 (zeros past k).
+template <typename T>
+__device__ __forceinline__ void load8(const T *row, int k0, int k, bool vec, float v[8]) {
+    unpack8<T>(load8_raw(row, k0, k, vec), v);
 }
 
 // Eight activations as e4m3 codes of v / s (FORMATS.md: x / s rounded to

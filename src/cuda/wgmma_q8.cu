@@ -132,35 +132,27 @@ __device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lan
 }
 
 // One chunk's 4 k32 steps into the accumulator d (FRESH: the first step's
-// scale-d is 0) for the token rows of the tile at xb.
-// ONE: the steps' descriptors from one encoding, 32 bytes = 2 apart in its
-// address field (which holds the whole shared window: no carry out of it):
-// 4 uniform instructions a step fewer (H200, same call: mxfp4 M = 128 / 256
-// 19.5 / 35.2 -> 18.9 / 33.6 us with chunk pairs, int4-g128 M = 128 (token
-// halves) 25.7 -> 24.6); else one encoding a step, which the loop of one
-// group a chunk keeps (int4-g128 M = 64: 20.1 with it, 20.7 without).
-template <bool FRESH, bool ONE, int NP>
+// scale-d is 0) for the token rows of the tile at xb.  The steps'
+// descriptors come from one encoding, 32 bytes = 2 apart in its address
+// field (which holds the whole shared window: no carry out of it): 4 uniform
+// instructions a step fewer (H200, same call: mxfp4 M = 128 / 256 19.5 /
+// 35.2 -> 18.9 / 33.6 us with chunk pairs, int4-g128 M = 128 (token halves)
+// 25.7 -> 24.6).
+template <bool FRESH, int NP>
 __device__ __forceinline__ void q8_steps(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xb) {
     using namespace sm90;
-    if constexpr (ONE) {
-        const uint64_t b = desc_sw128(xb);
-        wgmma_rs_e4m3<FRESH ? 0 : 1>(d, A[0], b);
-        wgmma_rs_e4m3<1>(d, A[1], b + 2);
-        wgmma_rs_e4m3<1>(d, A[2], b + 4);
-        wgmma_rs_e4m3<1>(d, A[3], b + 6);
-    } else {
-        wgmma_rs_e4m3<FRESH ? 0 : 1>(d, A[0], desc_sw128(xb));
-        wgmma_rs_e4m3<1>(d, A[1], desc_sw128(xb + 32));
-        wgmma_rs_e4m3<1>(d, A[2], desc_sw128(xb + 64));
-        wgmma_rs_e4m3<1>(d, A[3], desc_sw128(xb + 96));
-    }
+    const uint64_t b = desc_sw128(xb);
+    wgmma_rs_e4m3<FRESH ? 0 : 1>(d, A[0], b);
+    wgmma_rs_e4m3<1>(d, A[1], b + 2);
+    wgmma_rs_e4m3<1>(d, A[2], b + 4);
+    wgmma_rs_e4m3<1>(d, A[3], b + 6);
 }
 
 // One chunk as one group (FRESH: into a part accumulator).
-template <bool FRESH = true, bool ONE = true, int NP>
+template <bool FRESH = true, int NP>
 __device__ __forceinline__ void q8_mma(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xb) {
     sm90::wgmma_fence(); // A and d were written since the last wgmmas
-    q8_steps<FRESH, ONE>(d, A, xb);
+    q8_steps<FRESH>(d, A, xb);
     sm90::wgmma_commit();
 }
 
@@ -169,8 +161,8 @@ template <bool FRESH, int NP>
 __device__ __forceinline__ void q8_mma2(float (&d)[NP], const uint32_t (&A)[4][4], const unsigned char *xa,
                                         const uint32_t (&B)[4][4], const unsigned char *xb) {
     sm90::wgmma_fence();
-    q8_steps<FRESH, true>(d, A, xa);
-    q8_steps<false, true>(d, B, xb);
+    q8_steps<FRESH>(d, A, xa);
+    q8_steps<false>(d, B, xb);
     sm90::wgmma_commit();
 }
 
@@ -226,6 +218,15 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
         q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, A, fg, fh);
     };
+    // Chunks c and c + 1 landed, then both decoded side by side (the chunk
+    // pairs below).
+    const auto fetch2 = [&](int c, uint32_t (&Aa)[4][4], float &fag, float &fah, uint32_t (&Ab)[4][4], float &fbg,
+                            float &fbh) {
+        mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+        mbar_wait(&full[(c + 1) % kQ8Ring], (uint32_t)((c + 1) / kQ8Ring) & 1u);
+        q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, Aa, fag, fah);
+        q8_fetch<MX>(stage(c + 1) + L::XBYTES, tl, lane, tabs, Ab, fbg, fbh);
+    };
     const auto release = [&](int c, uint32_t (&A)[4][4]) {
 #pragma unroll
         for (int s = 0; s < 4; s++) fence_regs(A[s]); // A stays live until its wgmmas are done
@@ -240,17 +241,11 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         // loop samples on shared-load results, tensor pipe 49 % of active
         // cycles); two independent chains give the scheduler twice the work.
         uint32_t A2[4][4], A3[4][4];
-        const auto fetch2 = [&](int c, uint32_t (&Aa)[4][4], uint32_t (&Ab)[4][4]) {
-            mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
-            mbar_wait(&full[(c + 1) % kQ8Ring], (uint32_t)((c + 1) / kQ8Ring) & 1u);
-            q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, Aa, f0g, f0h);
-            q8_fetch<MX>(stage(c + 1) + L::XBYTES, tl, lane, tabs, Ab, f0g, f0h);
-        };
         // Pair (c, c + 1) into (Aa, Ab) and issued; then the pair before it
         // (in Pa, Pb) retired.
         const auto pair = [&](int c, uint32_t (&Aa)[4][4], uint32_t (&Ab)[4][4], uint32_t (&Pa)[4][4],
                               uint32_t (&Pb)[4][4]) {
-            fetch2(c, Aa, Ab);
+            fetch2(c, Aa, f0g, f0h, Ab, f0g, f0h); // one factor per row: every chunk's the same
             q8_mma2<false>(acc0, Aa, stage(c), Ab, stage(c + 1));
             wgmma_wait<1>();
             release(c - 2, Pa);
@@ -277,7 +272,7 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
             wgmma_wait<0>();
             release(0, A0);
         } else {
-            fetch2(0, A0, A1);
+            fetch2(0, A0, f0g, f0h, A1, f0g, f0h);
             q8_mma2<true>(acc0, A0, stage(0), A1, stage(1));
             int c = 2;
             for (; c + 3 < nc; c += 4) {
@@ -334,13 +329,6 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         static_assert(TN == 64, "three accumulator sets fit at TN = 64");
         uint32_t A2[4][4], A3[4][4];
         float f2g, f2h, f3g, f3h;
-        const auto fetch2 = [&](int c, uint32_t (&Aa)[4][4], float &fag, float &fah, uint32_t (&Ab)[4][4],
-                                float &fbg, float &fbh) {
-            mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
-            mbar_wait(&full[(c + 1) % kQ8Ring], (uint32_t)((c + 1) / kQ8Ring) & 1u);
-            q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, Aa, fag, fah);
-            q8_fetch<MX>(stage(c + 1) + L::XBYTES, tl, lane, tabs, Ab, fbg, fbh);
-        };
         // In flight: c - 2 (part0, Pa), c - 1 (part1, Pb).  Retires c - 2
         // and issues chunk c (decoded into A) into part0, then retires c - 1.
         const auto retire = [&](int c, uint32_t (&A)[4][4], uint32_t (&Pa)[4][4], float pag, float pah,
@@ -451,11 +439,11 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         };
         fetch(0, A0, f0g, f0h);
         for (int c = 0;; c += 2) {
-            q8_mma<true, false>(part0, A0, stage(c));
+            q8_mma(part0, A0, stage(c));
             if (c + 1 < nc) fetch(c + 1, A1, f1g, f1h);
             retire(c, A0, f0g, f0h);
             if (c + 1 >= nc) break;
-            q8_mma<true, false>(part0, A1, stage(c + 1));
+            q8_mma(part0, A1, stage(c + 1));
             if (c + 2 < nc) fetch(c + 2, A0, f0g, f0h);
             retire(c + 1, A1, f1g, f1h);
             if (c + 2 >= nc) break;
