@@ -162,7 +162,11 @@ void *tops__cuda_pack_fp8_host(const tops_tensor *right, const tops__cuda_packed
  *     (0..3) holds 8 weights of k32 step s = 2 h + j / 2, p = j % 2: weight q
  *     (0..7) is channel 16 tl + g + 8 (q / 4) at K 32 s + 16 p + 4 t + q % 4
  *     (registers 2 p and 2 p + 1 of the step's A fragment).
- *     int4: nibble q = the code + 8 (TOPS__CU_Q8_I4_T* map it to e4m3).
+ *     int4: weight q's value v + 1/2 in the e2m1 bit positions below: its
+ *     sign, and its magnitude index i (|v + 1/2| = i + 1/2, i in 0..7) read
+ *     through the fixed table TOPS__CU_Q8_HALF_T* (e4m3 of 0.5 .. 7.5, exact;
+ *     -8..7 has 9 magnitudes, v + 1/2 eight).  The half is taken back at the
+ *     end: see the factor plane below.
  *     e2m1: bits 4q..4q+2 = the magnitude index, the sign of weight q < 4 at
  *     bit 8q + 7, of weight q >= 4 at bit 8(q - 4) + 3 (decode: one byte
  *     permute of a table per 4 weights, the signs ORed in).
@@ -174,17 +178,35 @@ void *tops__cuda_pack_fp8_host(const tops_tensor *right, const tops__cuda_packed
  *   e2m1 only, 8704 + 4 ch: byte b = 8 d, the byte offset of table d (8
  *     bytes each) for k32 block b: the block's codes read as
  *     e4m3(e2m1 x 2^(d - 8)), d = e - cmax + 14 in 0..14.
+ * int4 only, after the records: the factor plane, the chunk factors as f16
+ * (the layout exists only where every one is exactly an f16) in the A
+ * fragments of wgmma m64nNk16 f16, for the end's correction
+ * sum_c factor_c x (-S_c / 2) (S_c: a token's e4m3 activations summed over
+ * chunk c, from the quantizer).  Per block cb and 32-chunk block b, 8192
+ * bytes at (cb x sblocks + b) x 8192 (sblocks = ceil(chunks / 32)): tile tl,
+ * k16 half kb (chunks 32 b + 16 kb ..), lane (g, t) 16 bytes at
+ * ((tl x 2 + kb) x 32 + lane) x 16: registers {rows g, g + 8} x {chunks 2t,
+ * 2t + 1} then the same at chunks + 8 (f16 pairs, the lower chunk low;
+ * zero past the last chunk).
  */
 #define TOPS__CU_Q8_CHUNK_K 128
 #define TOPS__CU_Q8_CH 128
 #define TOPS__CU_Q8_WBYTES 8192
-/* e4m3 of the int4 values -8..7 (code + 8 = 0..15), 4 per word */
-#define TOPS__CU_Q8_I4_T0 0xCACCCED0u
-#define TOPS__CU_Q8_I4_T1 0xB8C0C4C8u
-#define TOPS__CU_Q8_I4_T2 0x44403800u
-#define TOPS__CU_Q8_I4_T3 0x4E4C4A48u
+#define TOPS__CU_Q8_SBLOCK 32    /* chunks per block of the int4 correction */
+#define TOPS__CU_Q8_FBYTES 8192  /* factor-plane bytes per (cb, block) */
+/* e4m3 of 0.5, 1.5, .., 7.5: the int4 magnitudes |v + 1/2|, 4 per word */
+#define TOPS__CU_Q8_HALF_T0 0x46423C30u
+#define TOPS__CU_Q8_HALF_T1 0x4F4D4B49u
 static inline int tops__cu_q8_rec_bytes(int code) {
     return TOPS__CU_Q8_WBYTES + 4 * TOPS__CU_Q8_CH * (code == TOPS__CU_CODE_E2M1 ? 2 : 1);
+}
+/* int4: 32-chunk blocks of the correction, and where the factor plane starts. */
+static inline int64_t tops__cu_q8_sblocks(int64_t k) {
+    return (k + TOPS__CU_Q8_CHUNK_K * TOPS__CU_Q8_SBLOCK - 1) / (TOPS__CU_Q8_CHUNK_K * TOPS__CU_Q8_SBLOCK);
+}
+static inline size_t tops__cu_q8_fplane_offset(int code, int64_t n, int64_t k) {
+    return (size_t)((n + TOPS__CU_Q8_CH - 1) / TOPS__CU_Q8_CH) *
+           (size_t)((k + TOPS__CU_Q8_CHUNK_K - 1) / TOPS__CU_Q8_CHUNK_K) * (size_t)tops__cu_q8_rec_bytes(code);
 }
 
 /* Host copy of the relaxed 4-bit FP8 layout of right (already packed into

@@ -117,17 +117,63 @@ __device__ __forceinline__ uint2 codes8(const float v[8], float s, float r, bool
     return make_uint2(w[0], w[1]);
 }
 
+constexpr int kQuantRowThreads = 256;
+
+// The values of 8 e4m3 codes summed in f32 (exact: multiples of 2^-9 below
+// 2^12), in a fixed order.
+__device__ __forceinline__ float sum_codes8(uint2 c) {
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const uint32_t w = i < 2 ? c.x : c.y;
+        const __half2_raw h =
+            __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)((w >> (16 * (i & 1))) & 0xFFFFu), __NV_E4M3);
+        const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+        s += f.x + f.y;
+    }
+    return s;
+}
+
+// Chunk ch's sum of a row (kernels.cuh: ActSums) as -S/2 in f16 hi + lo.
+__device__ __forceinline__ void put_chunk_sum(const tops_cu::ActSums &a, int row, int ch, float sum) {
+    const int r = row % a.tn, j = ch % TOPS__CU_Q8_SBLOCK;
+    unsigned char *line =
+        a.out + (((size_t)(row / a.tn) * a.blocks + ch / TOPS__CU_Q8_SBLOCK) * a.tn + r) * 128 + (j % 8) * 2;
+    const float v = -0.5f * sum;
+    const __half hi = __float2half_rn(v), lo = __float2half_rn(v - __half2float(hi));
+    *reinterpret_cast<__half *>(line + ((j / 8) ^ (r & 7)) * 16) = hi;
+    *reinterpret_cast<__half *>(line + ((4 + j / 8) ^ (r & 7)) * 16) = lo;
+}
+
+// A 16-thread group's chunk sum (every lane of the warp calls it), stored
+// by its first lane for chunks below nch.
+__device__ __forceinline__ void chunk_sum(const tops_cu::ActSums &a, int row, int tid, int k0, int nch, uint2 codes) {
+    float s = sum_codes8(codes);
+#pragma unroll
+    for (int o = 8; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    const int ch = k0 / TOPS__CU_Q8_CHUNK_K;
+    if ((tid & 15) == 0 && ch < nch) put_chunk_sum(a, row, ch, s);
+}
+
+// Zeros for a row's chunks [c0, blocks x 32) (a padding row: c0 = 0).
+__device__ __forceinline__ void zero_chunk_sums(const tops_cu::ActSums &a, int row, int tid, int c0) {
+    for (int ch = c0 + tid; ch < a.blocks * TOPS__CU_Q8_SBLOCK; ch += kQuantRowThreads)
+        put_chunk_sum(a, row, ch, 0.0f);
+}
+
 // R rows per block of 256 R threads (256 a row): amax, then codes.
 // Columns k..k_pad-1 get zero codes.  NV > 0: the row (k_pad <= 8 NV 256)
 // is read once, all NV 16-byte loads of a thread in flight together, and
 // kept in registers as loaded (up to K = 4096 within 32 registers: every
 // warp slot of an SM filled); NV = 0: any K, read twice (the second time
-// mostly from L1/L2).
-constexpr int kQuantRowThreads = 256;
-template <typename T, int NV>
-__global__ void __launch_bounds__(1024, NV == 1 || NV == 2 ? 2 : 1)
+// mostly from L1/L2).  SUMS (wgmma_q8.cu's int4 chunk sums, kernels.cuh
+// ActSums) needs more than 32 registers (ptxas spilled at NV = 1, 2): one
+// block of 1024 a SM, which the q8 kernel's M (a block a row, or 4 rows a
+// block from M = 65) fills only past M = 528.
+template <typename T, int NV, bool SUMS>
+__global__ void __launch_bounds__(1024, (NV == 1 || NV == 2) && !SUMS ? 2 : 1)
     quant_rows_kernel(const T *x, long long ldx, int m, int k, int k_pad, int vec, unsigned char *q, float *scales,
-                      unsigned *flags, int nflags, int fast_ok) {
+                      unsigned *flags, int nflags, int fast_ok, tops_cu::ActSums sums) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The GEMM (a programmatic dependent) may start its blocks on the SMs
     // this grid leaves; it waits for our writes before reading them.
@@ -170,7 +216,12 @@ __global__ void __launch_bounds__(1024, NV == 1 || NV == 2 ? 2 : 1)
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = amax;
     __syncthreads();
-    if (!live) return;
+    if (!live) {
+        if (SUMS && row < sums.rows) zero_chunk_sums(sums, row, tid, 0); // a padding row of the last tile
+        return;
+    }
+    const int nch = (k + TOPS__CU_Q8_CHUNK_K - 1) / TOPS__CU_Q8_CHUNK_K;
+    if (SUMS) zero_chunk_sums(sums, row, tid, nch);
     amax = red[slot * kRowWarps];
     for (int w = 1; w < kRowWarps; w++) amax = fmaxf(amax, red[slot * kRowWarps + w]);
     // s = amax / 448 in f32 (correctly rounded division, as the host's reference does).
@@ -184,15 +235,40 @@ __global__ void __launch_bounds__(1024, NV == 1 || NV == 2 ? 2 : 1)
             const int k0 = (tid + c * kQuantRowThreads) * 8;
             float v[8];
             unpack8<T>(raw[c], v);
-            if (k0 < k_pad) *reinterpret_cast<uint2 *>(qr + k0) = codes8(v, s, r, fast);
+            const uint2 cw = codes8(v, s, r, fast);
+            if (k0 < k_pad) *reinterpret_cast<uint2 *>(qr + k0) = cw;
+            if (SUMS) chunk_sum(sums, row, tid, k0, nch, cw);
         }
     } else {
-        for (int k0 = tid * 8; k0 < k_pad; k0 += kQuantRowThreads * 8) {
+        // Whole-row trips, so that a warp's lanes meet at the sums' shuffles.
+        for (int b0 = 0; b0 < k_pad; b0 += kQuantRowThreads * 8) {
+            const int k0 = b0 + tid * 8;
             float v[8];
             load8(xr, k0, k, vec != 0, v);
-            *reinterpret_cast<uint2 *>(qr + k0) = codes8(v, s, r, fast);
+            const uint2 cw = codes8(v, s, r, fast);
+            if (k0 < k_pad) *reinterpret_cast<uint2 *>(qr + k0) = cw;
+            if (SUMS) chunk_sum(sums, row, tid, k0, nch, cw);
         }
     }
+}
+
+// The kernel for nv 16-byte loads a thread (0: the loop kernel).
+template <typename T, bool SUMS>
+void launch_quant_nv(int nv, dim3 grid, dim3 block, cudaStream_t stream, const T *x, long long ldx, int m, int k,
+                     int k_pad, int vec, unsigned char *q, float *scales, unsigned *flags, int nflags, int fast,
+                     tops_cu::ActSums sums) {
+    if (nv == 1)
+        quant_rows_kernel<T, 1, SUMS><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
+                                                                  1, sums);
+    else if (nv == 2)
+        quant_rows_kernel<T, 2, SUMS><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
+                                                                  1, sums);
+    else if (nv <= 4 && nv > 0)
+        quant_rows_kernel<T, 4, SUMS><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
+                                                                  1, sums);
+    else
+        quant_rows_kernel<T, 0, SUMS><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
+                                                                  fast, sums);
 }
 
 // The quantizer: register-resident rows up to K = 8192, 16 bytes per 8
@@ -203,23 +279,21 @@ __global__ void __launch_bounds__(1024, NV == 1 || NV == 2 ? 2 : 1)
 // tests.  `rows` a block (TOPS_CUDA_QUANT_ROWS: 1, 2 or 4 overrides).
 template <typename T>
 cudaError_t launch_quant(const T *x, long long ldx, int k, int k_pad, int vec, unsigned char *q, float *scales,
-                         unsigned *flags, int nflags, int m, int rows_dflt, cudaStream_t stream) {
+                         unsigned *flags, int nflags, int m, int rows_dflt, tops_cu::ActSums sums,
+                         cudaStream_t stream) {
     const int fast = tops_cu::env_or("TOPS_CUDA_FP8_QUANT", 1) != 0;
     const long long rows_env = tops_cu::env_or("TOPS_CUDA_QUANT_ROWS", 0);
     const int rows = rows_env == 1 || rows_env == 2 || rows_env == 4 ? (int)rows_env
                      : rows_dflt == 2 || rows_dflt == 4                ? rows_dflt
                                                                       : 1;
     const int nv = fast ? (k_pad + 8 * kQuantRowThreads - 1) / (8 * kQuantRowThreads) : 0;
-    const dim3 grid((unsigned)((m + rows - 1) / rows)), block((unsigned)(rows * kQuantRowThreads));
-    if (nv == 1)
-        quant_rows_kernel<T, 1><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, 1);
-    else if (nv == 2)
-        quant_rows_kernel<T, 2><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, 1);
-    else if (nv <= 4 && nv > 0)
-        quant_rows_kernel<T, 4><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, 1);
+    const int covered = sums.out && sums.rows > m ? sums.rows : m; // the sums' padding rows too
+    const dim3 grid((unsigned)((covered + rows - 1) / rows)), block((unsigned)(rows * kQuantRowThreads));
+    if (sums.out)
+        launch_quant_nv<T, true>(nv, grid, block, stream, x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, fast, sums);
     else
-        quant_rows_kernel<T, 0><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
-                                                             fast);
+        launch_quant_nv<T, false>(nv, grid, block, stream, x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, fast,
+                                  sums);
     return cudaGetLastError();
 }
 
@@ -1029,11 +1103,11 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
 // wgmma_q8.cu): codes [m, k_pad] into q, row scales [m] into scales, and
 // nflags stream-K flags zeroed, on a's stream.
 cudaError_t tops_cu::quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales, int rows,
-                                    unsigned *flags, int nflags) {
+                                    unsigned *flags, int nflags, ActSums sums) {
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     const int vec = a->ldx % 8 == 0 && (uintptr_t)a->x % 16 == 0;
     return a->x_bf16 ? launch_quant(static_cast<const __nv_bfloat16 *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec,
-                                    q, scales, flags, nflags, (int)a->m, rows, stream)
+                                    q, scales, flags, nflags, (int)a->m, rows, sums, stream)
                      : launch_quant(static_cast<const __half *>(a->x), a->ldx, (int)a->k, (int)a->k_pad, vec, q,
-                                    scales, flags, nflags, (int)a->m, rows, stream);
+                                    scales, flags, nflags, (int)a->m, rows, sums, stream);
 }

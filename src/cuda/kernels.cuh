@@ -517,12 +517,23 @@ bulk_fn bulk_kernel(int code, bool bf16, int mt, int tg, bool xt, int fp);
 // scale group), the name tops__cu_last_kernel reports, and the integer value
 // of a tuning variable (dflt when unset or empty).
 bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what);
+// The quantizer's optional output for wgmma_q8.cu's int4 correction: per
+// token row and 128-K chunk c, -S/2 (S: the row's e4m3 codes' values summed
+// over the chunk) as f16 hi + lo, in the B tiles of a wgmma m64nNk16 f16:
+// per token tile (tn rows) and block of 32 chunks, tn rows of 128 bytes
+// (hi of the block's 32 chunks, then lo), 128-byte swizzle (16-byte unit u
+// of row r at u ^ (r % 8)), at ((tile x blocks + b) x tn + r) x 128.  Rows
+// m .. rows - 1 and chunks past K are zeros.
+struct ActSums {
+    unsigned char *out; // nullptr: none
+    int tn, blocks, rows;
+};
 // fp8_gemm.cu's per-row e4m3 activation quantizer (codes [m, k_pad] and f32
-// row scales [m]; the FP8 GEMM's nflags stream-K flags zeroed), for both
-// relaxed FP8 kernels, `rows` rows a block (1, 2 or 4; TOPS_CUDA_QUANT_ROWS
-// overrides).
+// row scales [m]; the FP8 GEMM's nflags stream-K flags zeroed; the sums
+// above where asked), for both relaxed FP8 kernels, `rows` rows a block (1,
+// 2 or 4; TOPS_CUDA_QUANT_ROWS overrides).
 cudaError_t quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales, int rows,
-                           unsigned *flags = nullptr, int nflags = 0);
+                           unsigned *flags = nullptr, int nflags = 0, ActSums sums = ActSums{nullptr, 0, 0, 0});
 void set_last_kernel(const char *name);
 long long env_or(const char *name, long long dflt);
 // Whether the current device is compute capability 9.0, the only part the

@@ -319,6 +319,12 @@ static uint32_t q8_e2m1_bits(uint32_t code, int q) {
     return w;
 }
 
+/* An int4 code (v + 8) as the sign (bit 3) and magnitude index i of
+   v + 1/2 (|v + 1/2| = i + 1/2), in e2m1's bit positions (q8_e2m1_bits). */
+static uint32_t q8_int4_half(uint32_t code) {
+    return code & 8u ? code & 7u : 8u | (7u - code);
+}
+
 /* mxfp4: the largest block exponent among row's blocks with nonzero codes
    in K blocks [b0, b1) (-1: none), and whether all of them lie within 15
    binades of it (exact in e4m3 against one factor) with a normal f32 factor. */
@@ -352,7 +358,9 @@ void *tops__cuda_pack_q8_host(const tops_tensor *w, tops__cuda_packed *pk, size_
     if (!int4 && !mx) return NULL;
     const int64_t n = pk->n, k = pk->k, cbs = tops__ceil_div(n, TOPS__CU_Q8_CH),
                   chunks = tops__ceil_div(k, TOPS__CU_Q8_CHUNK_K), src_groups = tops__ceil_div(k, pk->group);
-    const size_t rec = (size_t)tops__cu_q8_rec_bytes(m.code), total = (size_t)(cbs * chunks) * rec;
+    const int64_t sblocks = tops__cu_q8_sblocks(k);
+    const size_t rec = (size_t)tops__cu_q8_rec_bytes(m.code), fplane = tops__cu_q8_fplane_offset(m.code, n, k),
+                 total = fplane + (int4 ? (size_t)(cbs * sblocks) * TOPS__CU_Q8_FBYTES : 0);
     unsigned char *buf = calloc(1, total);
     int *rmax = mx ? malloc((size_t)n * sizeof *rmax) : NULL;
     if (!buf || (mx && !rmax)) {
@@ -376,6 +384,14 @@ void *tops__cuda_pack_q8_host(const tops_tensor *w, tops__cuda_packed *pk, size_
                     unsigned char s[4];
                     get_scale(w, &m, row, c * TOPS__CU_Q8_CHUNK_K / pk->group, s);
                     factor = (float)scale_value(m.scale_kind, s, 0);
+                    /* The factor plane holds it as an f16 (the correction's wgmma). */
+                    const uint16_t h = tops__f32_to_f16(factor);
+                    if (tops__f16_to_f32(h) != factor) goto reject;
+                    const int tl = ch / 16, g = ch % 8, half = (ch % 16) / 8, cc = (int)(c % TOPS__CU_Q8_SBLOCK);
+                    const int kb = cc / 16, t = (cc % 8) / 2, reg = half + 2 * ((cc % 16) / 8);
+                    memcpy(buf + fplane + (size_t)((cb * sblocks + c / TOPS__CU_Q8_SBLOCK) * TOPS__CU_Q8_FBYTES) +
+                               (size_t)(((tl * 2 + kb) * 32 + 4 * g + t) * 16 + reg * 4 + (cc % 2) * 2),
+                           &h, 2);
                 } else if (row < n) {
                     int e[4], nz[4] = {0, 0, 0, 0}, cmax;
                     const int64_t b1 = c * 4 + 4 < src_groups ? c * 4 + 4 : src_groups;
@@ -400,8 +416,9 @@ void *tops__cuda_pack_q8_host(const tops_tensor *w, tops__cuda_packed *pk, size_
                                 const int64_t row = cb * TOPS__CU_Q8_CH + tl * 16 + g + 8 * (q / 4);
                                 const int64_t kk = c * TOPS__CU_Q8_CHUNK_K + 32 * s + 16 * p + 4 * t + q % 4;
                                 const int in = row < n && kk < k;
-                                if (int4) word |= (in ? get_code(w, &m, 1, row, kk) : 8u) << (4 * q);
-                                else if (in) word |= q8_e2m1_bits(get_code(w, &m, 1, row, kk), q);
+                                if (in) word |= q8_e2m1_bits(int4 ? q8_int4_half(get_code(w, &m, 1, row, kk))
+                                                                  : get_code(w, &m, 1, row, kk),
+                                                             q);
                             }
                             memcpy(r + tl * 1024 + h * 512 + lane * 16 + j * 4, &word, 4);
                         }

@@ -3,11 +3,13 @@
 //
 // The activations are quantized to e4m3 per row (fp8_gemm.cu's quantizer,
 // FORMATS.md section 3: relaxed mode).  The weights decode EXACTLY to e4m3
-// in registers (pack.c's q8 layout, cuda_internal.h): int4 values -8..7 are
-// e4m3 integers (a 16-entry table: two byte permutes and a third that picks
-// per byte); e2m1 codes times 2^(d - 8) are exact for d in 0..14 (one
-// 8-entry table per block, the sign ORed in), the chunk's power of two left
-// to its factor.  So each 128-K chunk is 4 wgmma m64nNk32 e4m3 (A from
+// in registers (pack.c's q8 layout, cuda_internal.h): int4 values v as
+// v + 1/2, whose eight magnitudes 0.5 .. 7.5 are one 8-entry table (one byte
+// permute per 4 weights, the sign ORed in: 8 instructions per 8 weights
+// against 13 for v's 16-entry table), the half taken back at the end with a
+// few f16 wgmmas over the chunk sums of the activations; e2m1 codes times
+// 2^(d - 8) are exact for d in 0..14 (one 8-entry table per block, the sign
+// ORed in), the chunk's power of two left to its factor.  So each 128-K chunk is 4 wgmma m64nNk32 e4m3 (A from
 // registers, swap AB: 64 channels per consumer warpgroup; B = TN tokens of
 // e4m3 activations through TMA, 128-byte swizzle: one row of the tile = the
 // chunk) into a fresh part accumulator, then acc += part x factor (the int4
@@ -45,6 +47,9 @@ struct Q8Params {
     int chunks, rec, passes;
     int out_vec;            // out_vec4: rows written 4 channels per access
     int look;               // first ring pass: activation tiles ahead of the first stage not landed (0: all at once)
+    // int4: the correction's blocks (kernels.cuh ActSums; cuda_internal.h's factor plane)
+    const unsigned char *sums, *fplane;
+    int sblocks;
 };
 
 // A stage: the chunk's activation tile (TN rows of 128 bytes, 1024-byte
@@ -58,6 +63,7 @@ struct q8_layout {
     static constexpr int SMEM = kQ8Ring * STAGE + 2 * kQ8Ring * 8 + 1024;
 };
 static_assert(TOPS__CU_Q8_WBYTES + 8 * TOPS__CU_Q8_CH <= 9216, "a record fits its stage");
+static_assert(TOPS__CU_Q8_FBYTES <= 9216, "an int4 correction block fits a stage");
 
 // The consumer loops.
 enum Q8Loop : int {
@@ -69,18 +75,8 @@ enum Q8Loop : int {
 };
 
 #ifdef TOPS_CU_WGMMA
-// Four int4 weights (the low 4 nibbles of w: code + 8) as e4m3 bytes:
-// codes 0..7 and 8..15 from two 8-entry tables, then per byte the one its
-// nibble's bit 3 picks.  Bit 3 of a byte-permute selector nibble asks for
-// sign replication: always masked off.
-__device__ __forceinline__ uint32_t q8_int4(uint32_t w) {
-    const uint32_t sel = w & 0x7777u;
-    const uint32_t lo = __byte_perm(TOPS__CU_Q8_I4_T0, TOPS__CU_Q8_I4_T1, sel);
-    const uint32_t hi = __byte_perm(TOPS__CU_Q8_I4_T2, TOPS__CU_Q8_I4_T3, sel);
-    return __byte_perm(lo, hi, ((w >> 1) & 0x4444u) | 0x3210u);
-}
-
-// e2m1 weights 0..3 / 4..7 of a word through the magnitude table t, signs ORed in.
+// e2m1 weights 0..3 / 4..7 of a word through the magnitude table t, signs
+// ORed in; int4 the same way (its v + 1/2 through the fixed table).
 __device__ __forceinline__ uint32_t q8_e2m1_lo(uint32_t w, uint2 t) {
     return __byte_perm(t.x, t.y, w & 0x7777u) | (w & 0x80808080u);
 }
@@ -121,12 +117,13 @@ __device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lan
             }
         }
     } else {
+        const uint2 half = make_uint2(TOPS__CU_Q8_HALF_T0, TOPS__CU_Q8_HALF_T1);
 #pragma unroll
         for (int s = 0; s < 4; s++)
 #pragma unroll
             for (int p = 0; p < 2; p++) {
-                A[s][2 * p] = q8_int4(wd[2 * s + p]);
-                A[s][2 * p + 1] = q8_int4(wd[2 * s + p] >> 16);
+                A[s][2 * p] = q8_e2m1_lo(wd[2 * s + p], half);
+                A[s][2 * p + 1] = q8_e2m1_hi(wd[2 * s + p], half);
             }
     }
 }
@@ -164,6 +161,19 @@ __device__ __forceinline__ void q8_mma2(float (&d)[NP], const uint32_t (&A)[4][4
     q8_steps<FRESH>(d, A, xa);
     q8_steps<false>(d, B, xb);
     sm90::wgmma_commit();
+}
+
+// d += F x B over the 64 K of an int4 correction block at sb (B: -S / 2 hi
+// at K 0..31, lo at 32..63; the factors F0, F1 for chunks 0..15, 16..31
+// serve both).
+template <int NP>
+__device__ __forceinline__ void q8_correct(float (&d)[NP], const uint32_t (&F0)[4], const uint32_t (&F1)[4],
+                                           const unsigned char *sb) {
+    const uint64_t b = sm90::desc_sw128(sb);
+    sm90::wgmma_rs<false>(d, F0, b, 1);
+    sm90::wgmma_rs<false>(d, F1, b + 2, 1);
+    sm90::wgmma_rs<false>(d, F0, b + 4, 1);
+    sm90::wgmma_rs<false>(d, F1, b + 6, 1);
 }
 
 // acc += part x the factor of its row (accumulator i: row g + 8 ((i / 2) % 2)).
@@ -450,6 +460,32 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         }
     }
 
+    if constexpr (!MX) {
+        // int4 was read as v + 1/2: acc += sum over chunks c of factor_c x
+        // (-S_c / 2) for every token (S_c: its e4m3 activations summed over
+        // chunk c), on the tensor cores: per block of 32 chunks one wgmma
+        // f16 of K = 64, A = the factors (f16, exact) from the factor plane,
+        // B = -S / 2 as f16 hi (K 0..31) + lo (32..63) from the quantizer,
+        // both in the ring's slots after the last chunk.  Its error is about
+        // 2^-22 of the correction, which is itself about the size of acc.
+        for (int b = 0; b < p.sblocks; b++) {
+            const int c = nc + b;
+            mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+            const unsigned char *sb = stage(c);
+            const uint4 u0 = *reinterpret_cast<const uint4 *>(sb + L::XBYTES + (tl * 64 + lane) * 16),
+                        u1 = *reinterpret_cast<const uint4 *>(sb + L::XBYTES + (tl * 64 + 32 + lane) * 16);
+            const uint32_t F0[4] = {u0.x, u0.y, u0.z, u0.w}, F1[4] = {u1.x, u1.y, u1.z, u1.w};
+            wgmma_fence();
+            q8_correct(acc0, F0, F1, sb);
+            if constexpr (SPLIT) q8_correct(acc1, F0, F1, sb + XH);
+            wgmma_commit();
+            wgmma_wait<0>();
+            fence_regs(acc0);
+            if constexpr (SPLIT) fence_regs(acc1);
+            mbar_arrive(&empty[c % kQ8Ring]);
+        }
+    }
+
     // The tile leaves through shared memory (H200, ncu at M = 128: stored
     // element by element from the accumulators, each row scale loaded after
     // the previous store, the epilogue took ~45 % of the consumer warps'
@@ -557,6 +593,17 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
                 if (kW)
                     bulk_copy(stg + L::XBYTES, p.w + ((size_t)cb * p.chunks + i) * p.rec, (uint32_t)p.rec, &full[s]);
             }
+            // int4: the correction's blocks, ring items after the last chunk.
+            if constexpr (!MX && TOPS_CU_Q8_DIAG != 1)
+                for (int b = 0; b < p.sblocks; b++) {
+                    const int i = p.chunks + b, s = i % kQ8Ring;
+                    mbar_wait(&empty[s], ((i / kQ8Ring) + 1) & 1);
+                    unsigned char *stg = ring + s * L::STAGE;
+                    mbar_expect_tx(&full[s], (uint32_t)(L::XBYTES + TOPS__CU_Q8_FBYTES));
+                    bulk_copy(stg, p.sums + ((size_t)tt * p.sblocks + b) * L::XBYTES, (uint32_t)L::XBYTES, &full[s]);
+                    bulk_copy(stg + L::XBYTES, p.fplane + ((size_t)cb * p.sblocks + b) * TOPS__CU_Q8_FBYTES,
+                              (uint32_t)TOPS__CU_Q8_FBYTES, &full[s]);
+                }
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -613,6 +660,8 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     p.chunks = (int)((a->k + TOPS__CU_Q8_CHUNK_K - 1) / TOPS__CU_Q8_CHUNK_K);
     p.rec = tops__cu_q8_rec_bytes(a->code);
     p.passes = (int)((a->m + tn - 1) / tn);
+    p.sblocks = mx ? 0 : (int)tops__cu_q8_sblocks(a->k);
+    p.fplane = p.w + tops__cu_q8_fplane_offset(a->code, a->n, a->k);
     const long long ctas = (a->n + TOPS__CU_Q8_CH - 1) / TOPS__CU_Q8_CH * (long long)p.passes;
     if (ctas > 0x7FFFFFFFLL) {
         *what = "the problem is too large for one launch";
@@ -655,10 +704,12 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         *what = "raising the q8 kernel's shared-memory limit";
         return (int)err;
     }
-    // The e4m3 activations [m, k_pad] and row scales, stream-ordered.
-    const size_t qbytes = ((size_t)a->m * (size_t)a->k_pad + 255) & ~(size_t)255;
+    // The e4m3 activations [m, k_pad], row scales and (int4) chunk sums, stream-ordered.
+    const size_t qbytes = ((size_t)a->m * (size_t)a->k_pad + 255) & ~(size_t)255,
+                 sumoff = (qbytes + (size_t)a->m * sizeof(float) + 255) & ~(size_t)255,
+                 sumbytes = (size_t)p.passes * (size_t)p.sblocks * (size_t)tn * 128;
     unsigned char *ws = nullptr;
-    err = cudaMallocAsync(reinterpret_cast<void **>(&ws), qbytes + (size_t)a->m * sizeof(float), stream);
+    err = cudaMallocAsync(reinterpret_cast<void **>(&ws), sumoff + sumbytes, stream);
     if (err == cudaErrorNotSupported) { // no memory pools: the other kernels run
         (void)cudaGetLastError();
         return (int)err;
@@ -668,12 +719,14 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         return (int)err;
     }
     p.row_scale = reinterpret_cast<const float *>(ws + qbytes);
+    p.sums = ws + sumoff;
     // 4 rows a block from M = 65, so that the grid leaves most SMs to this
     // kernel's CTAs, which start there and stream their first weights while
     // it runs (H200, 2026-11-30 01:15 UTC, same call: mxfp4 20.75 -> 20.2 us
     // at M = 128, 38.2 -> 37.3 at 256; int4-g128 27.0 -> 26.6; at M = 32 / 64
     // within +-0.15 us either way, one row a block kept).
-    err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes), a->m > 64 ? 4 : 1);
+    err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes), a->m > 64 ? 4 : 1, nullptr, 0,
+                         ActSums{mx ? nullptr : ws + sumoff, tn, p.sblocks, p.passes * tn});
     if (err != cudaSuccess) *what = "the activation quantization launch";
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)a->k_pad, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)a->k_pad};

@@ -859,6 +859,12 @@ static void test_q8(void) {
         {"int4-g128", TOPS_DT_BF16, TOPS_DT_BF16, 1, 128, 300, 0, 1, 1, NULL, NULL, "1", NULL, 0, NULL},
         {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 50, 768, 130, 0, 1, 1, NULL, NULL, NULL, "0", 0, NULL},
         {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 40, 520, 200, 0, 0, 1, NULL, NULL, NULL, NULL, 0, "0"},
+        /* int4's correction over 9 blocks of 32 chunks (more than the ring: its slots wrap), at 64 and
+           128 tokens; e8m0 and bf16 scales (exact in f16: the factor plane holds them) */
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 20, 33000, 136, 0, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 70, 33000, 130, 0, 1, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g128:e8m0", TOPS_DT_BF16, TOPS_DT_F16, 70, 1000, 200, 0, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
+        {"int4-g256:bf16", TOPS_DT_F16, TOPS_DT_F32, 33, 640, 130, 0, 1, 1, NULL, NULL, NULL, NULL, 0, NULL},
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0, total = 0;

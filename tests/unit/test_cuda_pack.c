@@ -306,26 +306,41 @@ static float e4m3_value(uint32_t byte) {
 }
 
 /* The kernel's decode of word w's weights 0..3 (hi = 0) or 4..7 (hi = 1):
-   int4 through the fixed 16-entry table, e2m1 through table d, its sign
-   bits ORed in. */
+   through the magnitude table (int4: e4m3 of 0.5 .. 7.5, v + 1/2; e2m1:
+   table d), its sign bits ORed in. */
 static uint32_t q8_decode(int mx, uint32_t w, int hi, int d) {
-    if (!mx) {
-        uint32_t x = hi ? w >> 16 : w, sel = x & 0x7777u;
-        uint32_t lo = byte_perm(TOPS__CU_Q8_I4_T0, TOPS__CU_Q8_I4_T1, sel);
-        uint32_t up = byte_perm(TOPS__CU_Q8_I4_T2, TOPS__CU_Q8_I4_T3, sel);
-        return byte_perm(lo, up, ((x >> 1) & 0x4444u) | 0x3210u);
-    }
     static const float mag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
     uint32_t t[2] = {0, 0};
-    for (int i = 0; i < 8; i++) {
-        float v = ldexpf(mag[i], d - 8);
-        uint8_t b;
-        tops_cast_from_f32(TOPS_DT_E4M3, &b, &v, 1, 1);
-        ASSERT_TRUE(e4m3_value(b) == v); /* every table entry exact */
-        t[i / 4] |= (uint32_t)b << (8 * (i % 4));
+    if (mx) {
+        for (int i = 0; i < 8; i++) {
+            float v = ldexpf(mag[i], d - 8);
+            uint8_t b;
+            tops_cast_from_f32(TOPS_DT_E4M3, &b, &v, 1, 1);
+            ASSERT_TRUE(e4m3_value(b) == v); /* every table entry exact */
+            t[i / 4] |= (uint32_t)b << (8 * (i % 4));
+        }
+    } else {
+        t[0] = TOPS__CU_Q8_HALF_T0, t[1] = TOPS__CU_Q8_HALF_T1;
+        for (int i = 0; i < 8; i++) ASSERT_TRUE(e4m3_value(t[i / 4] >> (8 * (i % 4))) == (float)i + 0.5f);
     }
     if (hi) return byte_perm(t[0], t[1], (w >> 16) & 0x7777u) | ((w << 4) & 0x80808080u);
     return byte_perm(t[0], t[1], w & 0x7777u) | (w & 0x80808080u);
+}
+
+/* The factor plane (int4): the f16 factor of channel ch of block cb for
+   chunk c, where the correction's wgmma A fragments hold it. */
+static float q8_plane_factor(const unsigned char *q, const tops__cuda_packed *pk, int64_t cb, int ch, int64_t c) {
+    const int64_t sblocks = tops__cu_q8_sblocks(pk->k);
+    const int tl = ch / 16, g = ch % 8, half = (ch % 16) / 8, cc = (int)(c % TOPS__CU_Q8_SBLOCK);
+    const int kb = cc / 16, t = (cc % 8) / 2, reg = half + 2 * ((cc % 16) / 8);
+    uint16_t h;
+    memcpy(&h, q + tops__cu_q8_fplane_offset(pk->code, pk->n, pk->k) +
+                   (size_t)((cb * sblocks + c / TOPS__CU_Q8_SBLOCK) * TOPS__CU_Q8_FBYTES) +
+                   (size_t)(((tl * 2 + kb) * 32 + 4 * g + t) * 16 + reg * 4 + (cc % 2) * 2),
+           2);
+    float f;
+    tops_cast_to_f32(TOPS_DT_F16, &f, &h, 1);
+    return f;
 }
 
 /* Every weight of a format read back through the q8 layout, or (want = 0)
@@ -348,7 +363,9 @@ static void check_q8(const char *name, int64_t n, int64_t k, int spread, int wan
     }
     const int mx = pk.code == TOPS__CU_CODE_E2M1, rec = tops__cu_q8_rec_bytes(pk.code);
     const int64_t chunks = (k + 127) / 128, cbs = (n + 127) / 128, npad = cbs * 128, kpad = chunks * 128;
-    ASSERT_TRUE(bytes == (size_t)(cbs * chunks * rec));
+    const int64_t sblocks = tops__cu_q8_sblocks(k);
+    ASSERT_TRUE(bytes == (size_t)(cbs * chunks * rec) + (mx ? 0 : (size_t)(cbs * sblocks) * TOPS__CU_Q8_FBYTES));
+    ASSERT_TRUE(tops__cu_q8_fplane_offset(pk.code, n, k) == (size_t)(cbs * chunks * rec));
     if (pk.q8_row_factor != row_factor)
         TH_FAIL_AT("%s spread=%d: one factor per row %d, want %d", name, spread, pk.q8_row_factor, row_factor);
     int64_t mismatches = 0;
@@ -368,8 +385,15 @@ static void check_q8(const char *name, int64_t n, int64_t k, int spread, int wan
             memcpy(&f0, q + (size_t)((row / 128) * chunks) * (size_t)rec + TOPS__CU_Q8_WBYTES + 4 * ch, 4);
             if (row_factor && f0 != factor && mismatches++ < 3)
                 TH_FAIL_AT("%s row %lld k %lld: factor %g, chunk 0's %g", name, (long long)row, (long long)kk, factor, f0);
-            const double v = (double)e4m3_value(q8_decode(mx, w, hi, d) >> (8 * i)) * factor * pk.global_scale;
+            /* int4 reads v + 1/2: the kernel's correction takes the half back */
+            const double v = ((double)e4m3_value(q8_decode(mx, w, hi, d) >> (8 * i)) - (mx ? 0.0 : 0.5)) *
+                             factor * pk.global_scale;
             const double want_v = row < n && kk < k ? dec[row * k + kk] : 0.0;
+            if (!mx && kk % 128 == 0 && q8_plane_factor(q, &pk, row / 128, ch, kk / 128) != factor &&
+                mismatches++ < 3)
+                TH_FAIL_AT("%s row %lld chunk %lld: factor plane %g, record %g", name, (long long)row,
+                           (long long)(kk / 128), q8_plane_factor(q, &pk, row / 128, ch, kk / 128), factor);
+            if (!mx && !(row < n && kk < k)) continue; /* padding reads +-1/2 x 0: its activations are 0 */
             if (!(fabs(v - want_v) <= 1e-6 * fabs(want_v)) && mismatches++ < 3)
                 TH_FAIL_AT("%s row %lld k %lld: q8 reads %.9g, dequantize gives %.9g", name, (long long)row,
                            (long long)kk, v, want_v);
@@ -384,11 +408,13 @@ static void test_q8_layout(void) {
     check_q8("int4-g128", 200, 1000, 0, 1, 0, &r);
     check_q8("int4-g256", 130, 512, 0, 1, 0, &r);
     check_q8("int4-g128:bf16", 64, 256, 0, 1, 0, &r);
+    check_q8("int4-g128:e8m0", 64, 4200, 0, 1, 0, &r); /* 33 chunks: two correction blocks */
+    check_q8("int4-g128:f32", 64, 256, 0, 0, 0, &r);   /* factors that are not f16: no layout */
     check_q8("mxfp4", 200, 1000, 0, 1, 1, &r);
     check_q8("gguf-mxfp4", 130, 512, 0, 1, 1, &r);
     check_q8("mxfp4", 130, 1000, 2, 1, 0, &r); /* rows over 17 binades, chunks within 3: per chunk */
     check_q8("mxfp4", 64, 256, 1, 0, 0, &r);    /* a chunk over 17 binades: no layout */
-    check_q8("int4-g128", 64, 256, 1, 1, 0, &r); /* int4 does not care */
+    check_q8("int4-g128", 64, 256, 1, 1, 0, &r); /* int4 does not care (f16 scales) */
     check_q8("int4-g32", 64, 256, 0, 0, 0, &r);  /* groups below 128 */
     check_q8("nvfp4", 64, 256, 0, 0, 0, &r);
 }
