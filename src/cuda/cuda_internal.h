@@ -211,7 +211,8 @@ static inline size_t tops__cu_q8_fplane_offset(int code, int64_t n, int64_t k) {
 
 /* Host copy of the relaxed 4-bit FP8 layout of right (already packed into
    *pk): a malloc'd buffer of *bytes bytes, or NULL (*oom = 1 when out of
-   memory; 0 when the format or a chunk's exponent range does not allow it).
+   memory; 0 when the format, a chunk's exponent range (mxfp4) or a factor
+   that is not exactly an f16 (int4) does not allow it).
    Sets pk->q8_row_factor. */
 void *tops__cuda_pack_q8_host(const tops_tensor *right, tops__cuda_packed *pk, size_t *bytes, int *oom);
 
