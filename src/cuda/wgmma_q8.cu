@@ -724,8 +724,12 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     // kernel's CTAs, which start there and stream their first weights while
     // it runs (H200, 2026-11-30 01:15 UTC, same call: mxfp4 20.75 -> 20.2 us
     // at M = 128, 38.2 -> 37.3 at 256; int4-g128 27.0 -> 26.6; at M = 32 / 64
-    // within +-0.15 us either way, one row a block kept).
-    err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes), a->m > 64 ? 4 : 1, nullptr, 0,
+    // within +-0.15 us either way, one row a block kept).  int4's quantizer,
+    // which also sums the chunks (up to 64 registers), 2 rows a block (06:13
+    // UTC, same call, two processes each, int4-g128 us at M = 96 / 128 / 192
+    // / 256: 4 rows 22.33-22.35 / 22.54-22.59 / 41.59-41.75 / 41.72-41.90,
+    // 2 rows 22.00-22.07 / 22.40-22.45 / 41.42-41.50 / 41.82-41.89).
+    err = quant_act_e4m3(a, ws, reinterpret_cast<float *>(ws + qbytes), a->m > 64 ? (mx ? 4 : 2) : 1, nullptr, 0,
                          ActSums{mx ? nullptr : ws + sumoff, tn, p.sblocks, p.passes * tn});
     if (err != cudaSuccess) *what = "the activation quantization launch";
     CUtensorMap map;
