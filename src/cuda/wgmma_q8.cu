@@ -92,7 +92,7 @@ __device__ __forceinline__ void consumers_sync() {
 // A lane's A fragments of the 4 k32 steps of a chunk from the stage's
 // record `r` (tile tl of the CTA), and the factors of its rows g, g + 8.
 template <bool MX>
-__device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lane, const uint2 *tabs,
+__device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lane, const uint2 *tabs, uint2 half,
                                          uint32_t (&A)[4][4], float &fg, float &fh) {
     const int g = lane >> 2;
     const uint4 h0 = *reinterpret_cast<const uint4 *>(r + tl * 1024 + lane * 16);
@@ -117,7 +117,6 @@ __device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lan
             }
         }
     } else {
-        const uint2 half = make_uint2(TOPS__CU_Q8_HALF_T0, TOPS__CU_Q8_HALF_T1);
 #pragma unroll
         for (int s = 0; s < 4; s++)
 #pragma unroll
@@ -208,6 +207,11 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
     // last chunk.  Warp w writes tokens w, w + 8, ...; lane r < R holds the
     // scale of token w + 8 r.
     constexpr int R = TN / (kQ8Consumers * 4);
+    // int4's magnitude table, read from shared memory once: as a constant,
+    // ptxas re-made its first word in a register before every byte permute
+    // (16 instructions a chunk a warp; H200 ncu, 06:25 UTC).
+    uint2 half = make_uint2(0u, 0u);
+    if constexpr (!MX) half = tabs[0];
     grid_dep_wait();
     const int m0 = tt * TN;
     const float rs = lane < R && m0 + tl + 8 * lane < p.io.m ? p.row_scale[m0 + tl + 8 * lane] * p.io.global : 0.0f;
@@ -226,7 +230,7 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
     const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE; };
     const auto fetch = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh) {
         mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
-        q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, A, fg, fh);
+        q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, half, A, fg, fh);
     };
     // Chunks c and c + 1 landed, then both decoded side by side (the chunk
     // pairs below).
@@ -234,8 +238,8 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
                             float &fbh) {
         mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
         mbar_wait(&full[(c + 1) % kQ8Ring], (uint32_t)((c + 1) / kQ8Ring) & 1u);
-        q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, Aa, fag, fah);
-        q8_fetch<MX>(stage(c + 1) + L::XBYTES, tl, lane, tabs, Ab, fbg, fbh);
+        q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, half, Aa, fag, fah);
+        q8_fetch<MX>(stage(c + 1) + L::XBYTES, tl, lane, tabs, half, Ab, fbg, fbh);
     };
     const auto release = [&](int c, uint32_t (&A)[4][4]) {
 #pragma unroll
@@ -553,7 +557,9 @@ __global__ void __launch_bounds__(kQ8Threads, 1) wgmma_q8_kernel(const __grid_co
         }
         mbar_init_fence();
     }
-    if constexpr (MX) { // table d, entry i: e4m3(e2m1 magnitude i x 2^(d - 8)), exact
+    if constexpr (!MX) {
+        if (threadIdx.x == 0) tabs[0] = make_uint2(TOPS__CU_Q8_HALF_T0, TOPS__CU_Q8_HALF_T1);
+    } else { // table d, entry i: e4m3(e2m1 magnitude i x 2^(d - 8)), exact
         if (threadIdx.x < 120) {
             const int i = threadIdx.x & 7, e = i >> 1; // e2m1 (e, m): m / 2, or (1 + m / 2) 2^(e - 1)
             const float mag = e ? (1.0f + 0.5f * (float)(i & 1)) * (float)(1 << (e - 1)) : 0.5f * (float)(i & 1);
