@@ -210,8 +210,7 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
     // int4's magnitude table, read from shared memory once: as a constant,
     // ptxas re-made its first word in a register before every byte permute
     // (16 instructions a chunk a warp; H200 ncu, 06:25 UTC).
-    uint2 half = make_uint2(0u, 0u);
-    if constexpr (!MX) half = tabs[0];
+    const uint2 half = tabs[0]; // (mxfp4: unused)
     grid_dep_wait();
     const int m0 = tt * TN;
     const float rs = lane < R && m0 + tl + 8 * lane < p.io.m ? p.row_scale[m0 + tl + 8 * lane] * p.io.global : 0.0f;
