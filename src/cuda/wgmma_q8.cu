@@ -2,23 +2,23 @@
 // groups of 128 (or multiples) and mxfp4 whose 128-K chunks fit 15 binades.
 //
 // The activations are quantized to e4m3 per row (fp8_gemm.cu's quantizer,
-// FORMATS.md section 3: relaxed mode).  The weights decode EXACTLY to e4m3
-// in registers (pack.c's q8 layout, cuda_internal.h): int4 values v as
-// v + 1/2, whose eight magnitudes 0.5 .. 7.5 are one 8-entry table (one byte
-// permute per 4 weights, the sign ORed in: 8 instructions per 8 weights
-// against 13 for v's 16-entry table), the half taken back at the end with a
-// few f16 wgmmas over the chunk sums of the activations; e2m1 codes times
-// 2^(d - 8) are exact for d in 0..14 (one 8-entry table per block, the sign
-// ORed in), the chunk's power of two left to its factor.  So each 128-K chunk is 4 wgmma m64nNk32 e4m3 (A from
-// registers, swap AB: 64 channels per consumer warpgroup; B = TN tokens of
-// e4m3 activations through TMA, 128-byte swizzle: one row of the tile = the
-// chunk) into a fresh part accumulator, then acc += part x factor (the int4
-// group scale, or e2m1's power of two) in f32, and at the end x the row
-// scale x the tensor scale.  Twice the MACs per clock of the f16 tensor
-// cores, half the activation bytes.  The next chunk is decoded while the
-// current chunk's wgmmas run; the two consumer warpgroups overlap each
-// other's FFMAs.  One producer thread feeds a ring of chunk stages (one TMA
-// tile + one bulk copy of the CTA's 128 channels' record).
+// FORMATS.md section 3: relaxed mode).  The weights decode EXACTLY to e4m3 in
+// registers (pack.c's q8 layout, cuda_internal.h): int4 values v as v + 1/2,
+// whose eight magnitudes 0.5 .. 7.5 are one 8-entry table (one byte permute
+// per 4 weights, the sign ORed in: 8 instructions per 8 weights against 13
+// for v's 16-entry table), the half taken back at the end with a few f16
+// wgmmas over the chunk sums of the activations; e2m1 codes times 2^(d - 8)
+// are exact for d in 0..14 (one 8-entry table per block, the sign ORed in),
+// the chunk's power of two left to its factor.  So each 128-K chunk is 4
+// wgmma m64nNk32 e4m3 (A from registers, swap AB: 64 channels per consumer
+// warpgroup; B = TN tokens of e4m3 activations through TMA, 128-byte swizzle:
+// one row of the tile = the chunk) into a fresh part accumulator, then acc +=
+// part x factor (the int4 group scale, or e2m1's power of two) in f32, and at
+// the end x the row scale x the tensor scale.  Twice the MACs per clock of
+// the f16 tensor cores, half the activation bytes.  The next chunk is decoded
+// while the current chunk's wgmmas run; the two consumer warpgroups overlap
+// each other's FFMAs.  One producer thread feeds a ring of chunk stages (one
+// TMA tile + one bulk copy of the CTA's 128 channels' record).
 #include "cuda/kernels.cuh"
 #include "cuda/sm90.cuh"
 
