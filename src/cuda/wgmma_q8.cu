@@ -89,31 +89,41 @@ __device__ __forceinline__ void consumers_sync() {
     asm volatile("bar.sync 1, %0;" ::"n"(kQ8Consumers * 128) : "memory");
 }
 
-// A lane's A fragments of the 4 k32 steps of a chunk from the stage's
-// record `r` (tile tl of the CTA), and the factors of its rows g, g + 8.
+// A lane's words of a chunk (tile tl of the CTA) from the stage's record
+// `r`, the factors of its rows g, g + 8 and (e2m1) their table offsets.
+struct Q8Raw {
+    uint32_t wd[8], dg, dh;
+    float fg, fh;
+};
 template <bool MX>
-__device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lane, const uint2 *tabs, uint2 half,
-                                         uint32_t (&A)[4][4], float &fg, float &fh) {
+__device__ __forceinline__ Q8Raw q8_load(const unsigned char *r, int tl, int lane) {
     const int g = lane >> 2;
     const uint4 h0 = *reinterpret_cast<const uint4 *>(r + tl * 1024 + lane * 16);
     const uint4 h1 = *reinterpret_cast<const uint4 *>(r + tl * 1024 + 512 + lane * 16);
     const float *fac = reinterpret_cast<const float *>(r + TOPS__CU_Q8_WBYTES);
-    fg = fac[tl * 16 + g];
-    fh = fac[tl * 16 + g + 8];
-    const uint32_t wd[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+    Q8Raw w = {{h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w}, 0u, 0u, fac[tl * 16 + g], fac[tl * 16 + g + 8]};
     if constexpr (MX) {
         const uint32_t *dd = reinterpret_cast<const uint32_t *>(r + TOPS__CU_Q8_WBYTES + 4 * TOPS__CU_Q8_CH);
-        const uint32_t dg = dd[tl * 16 + g], dh = dd[tl * 16 + g + 8];
+        w.dg = dd[tl * 16 + g];
+        w.dh = dd[tl * 16 + g + 8];
+    }
+    return w;
+}
+
+// The A fragments of the 4 k32 steps from a lane's words.
+template <bool MX>
+__device__ __forceinline__ void q8_decode(const Q8Raw &w, const uint2 *tabs, uint2 half, uint32_t (&A)[4][4]) {
+    if constexpr (MX) {
         const unsigned char *tb = reinterpret_cast<const unsigned char *>(tabs);
 #pragma unroll
         for (int s = 0; s < 4; s++) {
             // Byte s of dd is table d's byte offset 8 d: one byte permute a lookup.
-            const uint2 tg = *reinterpret_cast<const uint2 *>(tb + __byte_perm(dg, 0u, 0x4440u | s)),
-                        th = *reinterpret_cast<const uint2 *>(tb + __byte_perm(dh, 0u, 0x4440u | s));
+            const uint2 tg = *reinterpret_cast<const uint2 *>(tb + __byte_perm(w.dg, 0u, 0x4440u | s)),
+                        th = *reinterpret_cast<const uint2 *>(tb + __byte_perm(w.dh, 0u, 0x4440u | s));
 #pragma unroll
             for (int p = 0; p < 2; p++) {
-                A[s][2 * p] = q8_e2m1_lo(wd[2 * s + p], tg);
-                A[s][2 * p + 1] = q8_e2m1_hi(wd[2 * s + p], th);
+                A[s][2 * p] = q8_e2m1_lo(w.wd[2 * s + p], tg);
+                A[s][2 * p + 1] = q8_e2m1_hi(w.wd[2 * s + p], th);
             }
         }
     } else {
@@ -121,10 +131,20 @@ __device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lan
         for (int s = 0; s < 4; s++)
 #pragma unroll
             for (int p = 0; p < 2; p++) {
-                A[s][2 * p] = q8_e2m1_lo(wd[2 * s + p], half);
-                A[s][2 * p + 1] = q8_e2m1_hi(wd[2 * s + p], half);
+                A[s][2 * p] = q8_e2m1_lo(w.wd[2 * s + p], half);
+                A[s][2 * p + 1] = q8_e2m1_hi(w.wd[2 * s + p], half);
             }
     }
+}
+
+// Both: a chunk's A fragments and its rows' factors.
+template <bool MX>
+__device__ __forceinline__ void q8_fetch(const unsigned char *r, int tl, int lane, const uint2 *tabs, uint2 half,
+                                         uint32_t (&A)[4][4], float &fg, float &fh) {
+    const Q8Raw w = q8_load<MX>(r, tl, lane);
+    fg = w.fg;
+    fh = w.fh;
+    q8_decode<MX>(w, tabs, half, A);
 }
 
 // One chunk's 4 k32 steps into the accumulator d (FRESH: the first step's
@@ -415,9 +435,18 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         const auto step = [&](int c, uint32_t (&A)[4][4], float fg, float fh, uint32_t (&An)[4][4], float &fng,
                               float &fnh) {
             q8_mma(part1, A, stage(c) + XH);
-            fetch(c + 1, An, fng, fnh);
+            // Chunk c + 1's words loaded, then the first half of c drained
+            // while those loads land, then decoded (H200, 06:49 UTC, same
+            // call, two processes each: mxfp4 with per-chunk factors at M =
+            // 128 22.72 -> 21.17 us, its decode a chain of dependent shared
+            // loads; int4-g128 at M = 96 / 128 / 256 within 0.1 us).
+            mbar_wait(&full[(c + 1) % kQ8Ring], (uint32_t)((c + 1) / kQ8Ring) & 1u);
+            const Q8Raw w = q8_load<MX>(stage(c + 1) + L::XBYTES, tl, lane);
+            fng = w.fg;
+            fnh = w.fh;
             wgmma_wait<1>(); // the first half of c
             q8_drain(acc0, part0, fg, fh);
+            q8_decode<MX>(w, tabs, half, An);
             q8_mma(part0, An, stage(c + 1));
             wgmma_wait<1>(); // the second half of c
             q8_drain(acc1, part1, fg, fh);
