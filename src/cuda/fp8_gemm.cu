@@ -167,9 +167,9 @@ __device__ __forceinline__ void zero_chunk_sums(const tops_cu::ActSums &a, int r
 // kept in registers as loaded (up to K = 4096 within 32 registers: every
 // warp slot of an SM filled); NV = 0: any K, read twice (the second time
 // mostly from L1/L2).  SUMS (wgmma_q8.cu's int4 chunk sums, kernels.cuh
-// ActSums) needs more than 32 registers (ptxas spilled at NV = 1, 2): one
-// block of 1024 a SM, which the q8 kernel's M (a block a row, or 4 rows a
-// block from M = 65) fills only past M = 528.
+// ActSums) needs more than 32 registers (ptxas spilled at NV = 1, 2): at
+// most 64, half an SM's warp slots, which the q8 kernel's int4 grids (a row
+// a block, or 2 rows a block from M = 65) fill only past M = 528.
 template <typename T, int NV, bool SUMS>
 __global__ void __launch_bounds__(1024, (NV == 1 || NV == 2) && !SUMS ? 2 : 1)
     quant_rows_kernel(const T *x, long long ldx, int m, int k, int k_pad, int vec, unsigned char *q, float *scales,
@@ -290,7 +290,8 @@ cudaError_t launch_quant(const T *x, long long ldx, int k, int k_pad, int vec, u
     const int covered = sums.out && sums.rows > m ? sums.rows : m; // the sums' padding rows too
     const dim3 grid((unsigned)((covered + rows - 1) / rows)), block((unsigned)(rows * kQuantRowThreads));
     if (sums.out)
-        launch_quant_nv<T, true>(nv, grid, block, stream, x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, fast, sums);
+        launch_quant_nv<T, true>(nv, grid, block, stream, x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, fast,
+                                 sums);
     else
         launch_quant_nv<T, false>(nv, grid, block, stream, x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, fast,
                                   sums);

@@ -234,9 +234,11 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
     grid_dep_wait();
     const int m0 = tt * TN;
     const float rs = lane < R && m0 + tl + 8 * lane < p.io.m ? p.row_scale[m0 + tl + 8 * lane] * p.io.global : 0.0f;
+    // Chunk (or correction block) c's stage landed.
+    const auto wait_full = [&](int c) { mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u); };
     if (TOPS_CU_Q8_DIAG == 1) { // the feed alone
         for (int c = 0; c < nc; c++) {
-            mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+            wait_full(c);
             mbar_arrive(&empty[c % kQ8Ring]);
         }
         return;
@@ -248,15 +250,15 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
     float f0g, f0h, f1g, f1h;
     const auto stage = [&](int c) { return ring + (c % kQ8Ring) * L::STAGE; };
     const auto fetch = [&](int c, uint32_t (&A)[4][4], float &fg, float &fh) {
-        mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+        wait_full(c);
         q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, half, A, fg, fh);
     };
     // Chunks c and c + 1 landed, then both decoded side by side (the chunk
     // pairs below).
     const auto fetch2 = [&](int c, uint32_t (&Aa)[4][4], float &fag, float &fah, uint32_t (&Ab)[4][4], float &fbg,
                             float &fbh) {
-        mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
-        mbar_wait(&full[(c + 1) % kQ8Ring], (uint32_t)((c + 1) / kQ8Ring) & 1u);
+        wait_full(c);
+        wait_full(c + 1);
         q8_fetch<MX>(stage(c) + L::XBYTES, tl, lane, tabs, half, Aa, fag, fah);
         q8_fetch<MX>(stage(c + 1) + L::XBYTES, tl, lane, tabs, half, Ab, fbg, fbh);
     };
@@ -440,7 +442,7 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
             // call, two processes each: mxfp4 with per-chunk factors at M =
             // 128 22.72 -> 21.17 us, its decode a chain of dependent shared
             // loads; int4-g128 at M = 96 / 128 / 256 within 0.1 us).
-            mbar_wait(&full[(c + 1) % kQ8Ring], (uint32_t)((c + 1) / kQ8Ring) & 1u);
+            wait_full(c + 1);
             const Q8Raw w = q8_load<MX>(stage(c + 1) + L::XBYTES, tl, lane);
             fng = w.fg;
             fnh = w.fh;
@@ -502,7 +504,7 @@ __device__ __forceinline__ void q8_consume(const Q8Params &p, unsigned char *rin
         // 2^-22 of the correction, which is itself about the size of acc.
         for (int b = 0; b < p.sblocks; b++) {
             const int c = nc + b;
-            mbar_wait(&full[c % kQ8Ring], (uint32_t)(c / kQ8Ring) & 1u);
+            wait_full(c);
             const unsigned char *sb = stage(c);
             const uint4 u0 = *reinterpret_cast<const uint4 *>(sb + L::XBYTES + (tl * 64 + lane) * 16),
                         u1 = *reinterpret_cast<const uint4 *>(sb + L::XBYTES + (tl * 64 + 32 + lane) * 16);
