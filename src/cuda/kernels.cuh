@@ -141,6 +141,12 @@ __device__ __forceinline__ float decode_factor() {
 template <int CODE, bool BF16>
 __device__ __forceinline__ void decode_step(const uint4 &w, int j, uint32_t a[4]) {
     const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#if defined(TOPS_CU_BULK_DIAG) && TOPS_CU_BULK_DIAG == 4
+    if constexpr (CODE == TOPS__CU_CODE_U4 || CODE == TOPS__CU_CODE_E2M1) { // diagnosis: no decode (wrong results)
+        a[0] = a[1] = a[2] = a[3] = words[j];
+        return;
+    }
+#endif
     if constexpr (CODE == TOPS__CU_CODE_U4) {
         uint32_t q = words[j];
         if constexpr (BF16) {
@@ -473,7 +479,8 @@ typedef void (*kernel_fn)(const Params);
 #endif
 // Diagnosis builds only (wrong results): 1: warps wait on the ring and
 // release it without loading, decoding or multiplying; 2: constant
-// activations (no activation loads); 3: no stages (prologue and epilogue).
+// activations (no activation loads); 3: no stages (prologue and epilogue);
+// 4: 4-bit weights not decoded (the raw word in every A register).
 #ifndef TOPS_CU_BULK_DIAG
 #define TOPS_CU_BULK_DIAG 0
 #endif
