@@ -188,7 +188,23 @@ constexpr long long kBulkXtRows = 16;
 // (nvfp4 13.3 / 13.5 / 15.7 us at M = 1 / 4 / 16 against main's 13.3 / 13.3 /
 // 15.4 in that call; with the whole ring up front 12.8 / 12.9 / 15.6 against
 // 13.3 / 13.3 / 15.5 at 20:33 UTC), so those keep the whole ring up front.
+// That count is for 4-bit codes: a stage of 8- or 16-bit codes carries half or a
+// quarter of the K (and of the mma work) for the same bytes, so the warps reach
+// the next stage sooner and more stages in flight keep HBM busy.  H200,
+// 2026-11-30 07:46 UTC, same call, two processes each, us at M = 1 / 8 / 16 with
+// 2 / 3 / 4 / 5 / 6 / 8 stages: e4m3-ch 15.9 / 15.1 / 14.4 / 14.7 / 15.0 / 15.4 at
+// M = 1 (16.2 / 15.5 / 14.8 / 15.1 at 8, 17.3 / 16.4 / 16.2 / 16.8 at 16); int8-g32
+// and q8_0 17.0 / 16.2 / 16.4 / 16.7 at M = 1, 17.4 / 16.7 / 17.1 at 8, 18.7 /
+// 18.4 / 19.0 at 16; mxfp8 16.1 / 15.2 / 15.0 / 15.4, 16.3 / 15.5 / 15.6, 17.9 /
+// 17.6 / 18.0; f16 27.4 / 26.5 / 25.7 / 25.6 / 25.9 / 26.4, 27.8 / 26.9 / 26.1 /
+// 26.0, 29.1 / 28.1 / 27.3 / 27.2.  4-bit codes stay at 2 (int4-g128 07:44 UTC:
+// 9.5 / 10.2 / 12.5 with 2, 9.5 / 10.1 / 13.1 with 3, 9.9 / 10.6 / 13.6 with 4 at
+// M = 1 / 4 / 16).  So: 8-bit codes 3 with group scales (a flush each chunk), 4
+// with one scale per row or none; 16-bit codes 5.
 constexpr long long kBulkLook = 2;
+inline long long bulk_look(int chunk_k, int fp) { // chunk_k: 64 / 32 / 16 for 4- / 8- / 16-bit codes
+    return chunk_k >= 64 ? kBulkLook : chunk_k == 32 ? (fp > 0 ? 3 : 4) : 5;
+}
 constexpr size_t kBulkLookScales = 64 * 1024;
 
 // The tensor map of the activations for xt: 64 columns x xrows (8 per token
@@ -301,12 +317,6 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     const int tg = mt == 1 && p.xt && env_or("TOPS_CUDA_BULK_TG", kBulkTgM8) == 3 ? 3 : 2;
     p.ring = ring_for((size_t)p.slot_bytes, raw, p.xt != 0);
     if (p.ring == 0) return false;
-    // Stages in flight before the first lands (then one more as each lands,
-    // while the ring has fresh slots): kBulkLook with activation tiles and
-    // at most kBulkLookScales of f32 scales, the whole ring otherwise (see
-    // kBulkLook); TOPS_CUDA_BULK_LOOK=n sets n (A/B runs, tests).
-    const long long look = env_or("TOPS_CUDA_BULK_LOOK", p.xt && f32 <= kBulkLookScales ? kBulkLook : kMaxStages);
-    p.look = look < 1 ? 1 : look > p.ring ? p.ring : (int)look;
     // Who issues the ring's first round beyond `look`: the first warp past
     // each stage, not thread 0, whose own chunk work held the next copies
     // back (H200, 2026-11-30 04:13 UTC, same call, two processes each, us at
@@ -347,6 +357,14 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // one scale per row or none, else the group's steps within a chunk.
     const int steps = tops__cu_chunk_k(a->code) / 16;
     const int fp = !p.has_scales || p.groups <= 1 ? 0 : p.group / 16 < steps ? p.group / 16 : steps;
+    // Stages in flight before the first lands (then one more as each lands,
+    // while the ring has fresh slots): bulk_look() with activation tiles and
+    // at most kBulkLookScales of f32 scales, the whole ring otherwise (see
+    // kBulkLook); TOPS_CUDA_BULK_LOOK=n sets n (A/B runs, tests).
+    const long long look = env_or("TOPS_CUDA_BULK_LOOK", p.xt && f32 <= kBulkLookScales
+                                                             ? bulk_look(tops__cu_chunk_k(a->code), fp)
+                                                             : kMaxStages);
+    p.look = look < 1 ? 1 : look > p.ring ? p.ring : (int)look;
     pl.bfn = bulk_kernel(a->code, a->x_bf16 != 0, mt, tg, p.xt != 0, fp);
     if (!pl.bfn) return false;
     pl.fn = nullptr;
