@@ -252,23 +252,17 @@ __global__ void __launch_bounds__(1024, (NV == 1 || NV == 2) && !SUMS ? 2 : 1)
     }
 }
 
-// The kernel for nv 16-byte loads a thread (0: the loop kernel).
+// The kernel for nv 16-byte loads a thread (0: the loop kernel; nv > 0 only
+// with fast set, so the register kernels get fast = 1 as before).
 template <typename T, bool SUMS>
 void launch_quant_nv(int nv, dim3 grid, dim3 block, cudaStream_t stream, const T *x, long long ldx, int m, int k,
                      int k_pad, int vec, unsigned char *q, float *scales, unsigned *flags, int nflags, int fast,
                      tops_cu::ActSums sums) {
-    if (nv == 1)
-        quant_rows_kernel<T, 1, SUMS><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
-                                                                  1, sums);
-    else if (nv == 2)
-        quant_rows_kernel<T, 2, SUMS><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
-                                                                  1, sums);
-    else if (nv <= 4 && nv > 0)
-        quant_rows_kernel<T, 4, SUMS><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
-                                                                  1, sums);
-    else
-        quant_rows_kernel<T, 0, SUMS><<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags,
-                                                                  fast, sums);
+    const auto kernel = nv == 1             ? quant_rows_kernel<T, 1, SUMS>
+                        : nv == 2           ? quant_rows_kernel<T, 2, SUMS>
+                        : nv > 0 && nv <= 4 ? quant_rows_kernel<T, 4, SUMS>
+                                            : quant_rows_kernel<T, 0, SUMS>;
+    kernel<<<grid, block, 0, stream>>>(x, ldx, m, k, k_pad, vec, q, scales, flags, nflags, fast, sums);
 }
 
 // The quantizer: register-resident rows up to K = 8192, 16 bytes per 8

@@ -416,9 +416,10 @@ void *tops__cuda_pack_q8_host(const tops_tensor *w, tops__cuda_packed *pk, size_
                                 const int64_t row = cb * TOPS__CU_Q8_CH + tl * 16 + g + 8 * (q / 4);
                                 const int64_t kk = c * TOPS__CU_Q8_CHUNK_K + 32 * s + 16 * p + 4 * t + q % 4;
                                 const int in = row < n && kk < k;
-                                if (in) word |= q8_e2m1_bits(int4 ? q8_int4_half(get_code(w, &m, 1, row, kk))
-                                                                  : get_code(w, &m, 1, row, kk),
-                                                             q);
+                                if (in) {
+                                    const uint32_t code = get_code(w, &m, 1, row, kk);
+                                    word |= q8_e2m1_bits(int4 ? q8_int4_half(code) : code, q);
+                                }
                             }
                             memcpy(r + tl * 1024 + h * 512 + lane * 16 + j * 4, &word, 4);
                         }
