@@ -102,6 +102,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->pack_q8_panel = tops__ref_pack_q8_panel;
     k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__ref, "tops_gemm_f32_qi8_qu5_4x8__ref"};
     k->gemm_q8_narrow = k->gemm_q8; /* exact i32 sums: any offset */
+    k->gemm_q8_wide = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu8_4x8__ref, "tops_gemm_f32_qi8_qu8_4x8__ref"};
+    k->dot_q8_bytes_x4 = tops__ref_dot_q8_bytes_x4;
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
@@ -138,6 +140,9 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx2, "tops_gemm_f32_qi8_qu5_4x8__avx2"};
         k->gemm_q8_narrow =
             (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qs4_4x8__avx2, "tops_gemm_f32_qi8_qs4_4x8__avx2"};
+        k->gemm_q8_wide =
+            (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu8_4x8__avx2, "tops_gemm_f32_qi8_qu8_4x8__avx2"};
+        k->dot_q8_bytes_x4 = tops__avx2_dot_q8_bytes_x4;
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
     }
@@ -153,6 +158,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
         k->gemm_q8_narrow = k->gemm_q8;
+        k->gemm_q8_wide = k->gemm_q8; /* q + 128 as u8: no i16 stage to saturate */
     }
 #endif
 }

@@ -82,10 +82,21 @@ typedef struct tops__nibstream_act {
     const uint8_t *range;
 } tops__nibstream_act;
 
+/* 8-bit formats read in place by the relaxed four-row dot
+   (dot_q8_bytes_x4): blocks of 32 int8 codes, `header` bytes into each
+   block, one block every `block_bytes` (q8_0: 34 and 2; int8 element
+   planes: 32 and 0); scales gives one f32 per 32.  block_bytes 0: none. */
+typedef struct tops__byte_layout {
+    int block_bytes;
+    int header;
+    tops__scales_fn scales;
+} tops__byte_layout;
+
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
     tops__nibble_layout nib;
+    tops__byte_layout byte;
 } tops__unpacker;
 
 /* Sub-block of the integer form: the format's block, at most 32 (plain
@@ -122,6 +133,10 @@ typedef struct tops__gemm_q8_ukernel {
 } tops__gemm_q8_ukernel;
 #define TOPS_Q8_OFFSET 16
 #define TOPS_Q8_OFFSET_NARROW 8 /* |q| <= 8: gemm_q8_narrow */
+/* |q| <= 128 (8-bit weights): gemm_q8_wide takes panels of q + 128 (u8
+   0..255) and acorr = 128 * the block's code sum.  The offset is the same
+   at every level, so panels packed by one level's table feed any other. */
+#define TOPS_Q8_OFFSET_WIDE 128
 
 /* Tile microkernel: c[mr x nr] = a[mr x k] * b[k x nr] (+ c if accumulate),
    1 <= mr <= MR, k >= 1; rows of a, b and c lie lda, ldb and ldc floats
@@ -155,6 +170,12 @@ typedef struct tops__kernels {
        their packer: rows[j * kc + k] (8 rows of integer codes, kc a
        multiple of 16) -> panel[(k / 4) * 32 + j * 4 + k % 4] = q + offset. */
     tops__gemm_q8_ukernel gemm_q8, gemm_q8_narrow;
+    /* The same for 8-bit weights (|q| <= 128, panels of q +
+       TOPS_Q8_OFFSET_WIDE): i32 sums with no saturating stage at any level
+       (AVX2: |q| as u8 against the activations carrying q's sign, i16
+       pairs <= 2 * 128 * 127 = 32512, then vpmaddwd; VNNI: vpdpbusd on
+       q + 128). */
+    tops__gemm_q8_ukernel gemm_q8_wide;
     void (*pack_q8_panel)(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
     /* Fused relaxed dot product over nb whole blocks of a nibble layout:
        sum_b ws[b] * as[b] * (sum_k lut[code] * aq[k] - acorr[b]), where
@@ -179,6 +200,14 @@ typedef struct tops__kernels {
     void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                               const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                               int64_t nb, float *out);
+    /* Relaxed dot over four rows of 8-bit blocks read in place (layout:
+       tops__byte_layout; codes at the first block's codes, rows row_bytes
+       apart): out[r] = sum over lanes of acc[r], where lane j of acc[r]
+       takes, for each block b in order, fmaf(the exact i32 sum of elements
+       4j..4j+3 of aq[b] * q[b], ws[r * ld_ws + b] * as[b], lane j), and
+       the lanes are added as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). */
+    void (*dot_q8_bytes_x4)(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
+                            const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
     /* Strict twin of dot_q8_nibbles_x4: f32 activations (each block as
        for dot_q8_nibbles), out[r] = sum_b ws[r * ld_ws + b] *
        sum_k a[k] * (lut[code] - offset). */
@@ -264,6 +293,11 @@ void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, 
                                     int accumulate);
 void tops__ref_fill_unpackers(tops__unpacker *table);
 void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
+void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    int64_t ldc, int accumulate);
+void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
+                               const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
                                     int64_t ldc, int accumulate);
@@ -315,6 +349,11 @@ void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_
 void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                      const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
                                      int64_t ldc, int accumulate);
+void tops_gemm_f32_qi8_qu8_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     int64_t ldc, int accumulate);
+void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
+                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                      const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
                                      int64_t ldc, int accumulate);

@@ -77,18 +77,23 @@ int64_t tops__nibstream_group_bytes(const tops_tensor *w, int scale_bytes);
 /* Writes groups [g0, g0 + count) of w's row stream (zeroed first) to out. */
 void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int scale_bytes, int64_t g0, int64_t count,
                           uint8_t *out);
+/* Whether the row driver reads p's 8-bit weight rows in place (relaxed). */
+int tops__gemv_bytes_in_place(const tops__gemm_problem *p);
 /* Whether the row driver reads p's weights from the row stream. */
 int tops__gemv_streams(const tops__gemm_problem *p);
 
-/* The relaxed integer driver: right stored [N, K] with an integer form of
-   qmax <= 15 (kern->unpack), M above the small-M driver's range. */
+/* The relaxed integer driver: right stored [N, K] with an integer form
+   that tops__gemm_q8_takes, M above the small-M driver's range. */
 tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p);
 
+/* Whether tops__gemm_q8_run takes right (qmax <= 15, or 8-bit with the
+   level's wide kernel). */
+int tops__gemm_q8_takes(const tops__kernels *kern, const tops_tensor *w);
 /* The integer microkernel for a weight and the offset its panels carry. */
 const tops__gemm_q8_ukernel *tops__gemm_q8_pick(const tops__kernels *kern, const tops_tensor *w, int *offset);
 
-/* Prepacked integer panels of a weight stored [N, K] with an integer form
-   of qmax <= 15: for each group g of 8 columns, kp / 4 steps of 32 bytes
+/* Prepacked integer panels of a weight stored [N, K] that
+   tops__gemm_q8_takes: for each group g of 8 columns, kp / 4 steps of 32 bytes
    (the microkernel's panel over all of kp = K rounded up to 32) at
    panels + g * 8 * kp, and per sub-block 8 column scales at
    scales + g * 8 * (kp / sub).  Fills groups [g0, g0 + count); scratch
@@ -150,7 +155,8 @@ typedef struct tops__packed_right {
        panels, a contiguous copy in the format's own layout. */
     int in_place;
     tops_tensor copy;
-    /* In place and packed for relaxed use with an integer form of qmax <= 15:
+    /* In place and packed for relaxed use with an integer form the integer
+       driver takes (tops__gemm_q8_takes):
        also the integer driver's panels (tops__pack_q8_panels), so no call
        unpacks; NULL otherwise.  q8_bytes spans panels and scales. */
     const uint8_t *q8_panels;

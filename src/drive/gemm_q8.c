@@ -1,5 +1,5 @@
-/* Relaxed-precision driver for weights whose integer form fits |q| <= 15
-   (int4/int2 groups, q4_0, the fp4 formats): activations quantized to i8
+/* Relaxed-precision driver for weights with an integer form (int4/int2
+   groups, q4_0, the fp4 formats; the 8-bit ones on the wide kernel): activations quantized to i8
    per sub-block once per M chunk, weights unpacked and interleaved into
    u8 panels one K block at a time, then the integer microkernel.  Same
    loop order and determinism rules as the f32 driver (gemm.c). */
@@ -16,9 +16,21 @@ enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
 /* Narrow integers (|q| <= 8) take the kernel that sums a whole sub-block
    in i16, with panels of q + 8. */
 const tops__gemm_q8_ukernel *tops__gemm_q8_pick(const tops__kernels *kern, const tops_tensor *w, int *offset) {
+    /* q8 wide: 8-bit weights (|q| <= 128) take panels of q + 128 */
+    if (kern->unpack[w->format.id].qmax > 15) {
+        if (offset) *offset = TOPS_Q8_OFFSET_WIDE;
+        return &kern->gemm_q8_wide;
+    }
     const int narrow = kern->unpack[w->format.id].qmax <= 8;
     if (offset) *offset = narrow ? TOPS_Q8_OFFSET_NARROW : TOPS_Q8_OFFSET;
     return narrow ? &kern->gemm_q8_narrow : &kern->gemm_q8;
+}
+
+/* q8 wide: whether this driver takes the weights (an integer form, and a
+   kernel for its width). */
+int tops__gemm_q8_takes(const tops__kernels *kern, const tops_tensor *w) {
+    const tops__unpacker *up = &kern->unpack[w->format.id];
+    return up->run && (up->qmax <= 15 || (up->qmax <= 128 && kern->gemm_q8_wide.run));
 }
 
 static int q8_offset(const tops__kernels *kern, const tops_tensor *w) {

@@ -154,6 +154,14 @@ static void stream_activations(const int8_t *aq, const float *as, int64_t nb, in
         }
 }
 
+/* q8 bytes: relaxed 8-bit rows (q8_0, int8 element planes) read in place
+   four at a time, whole blocks of 32. */
+int tops__gemv_bytes_in_place(const tops__gemm_problem *p) {
+    const tops__unpacker *up = &p->kern->unpack[p->right.t->format.id];
+    return p->relaxed && up->run && up->byte.block_bytes && p->kern->dot_q8_bytes_x4 &&
+           tops__unpack_sub(p->right.t) == 32 && p->k % 32 == 0;
+}
+
 int tops__gemv_streams(const tops__gemm_problem *p) {
     return p->relaxed && p->nib_stream.data && p->kern->dot_q8_nibstream_x4 && p->k % 32 == 0;
 }
@@ -190,6 +198,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int nib_x4 = (in_place || nib_strict) && p->k % 32 == 0;
     /* Relaxed and prepacked: groups of four rows from the row stream. */
     const int stream = in_place && nib_x4 && tops__gemv_streams(p);
+    /* q8 bytes: 8-bit rows in place, four at a time (tops__gemv_bytes_in_place). */
+    const int bytes_x4 = !in_place && tops__gemv_bytes_in_place(p);
     /* Activations in the nibbles' order ([evens, odds] per block) for the strict in-place dot. */
     const int permuted = nib_x4 && nib_strict && !up.nib.split;
     const int64_t M = p->m, N = p->n, K = p->k, kp = tops__round_up(K, 32), n_subs = kp / sub;
@@ -271,7 +281,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
             /* Four rows at once where the kernels read rows in place, and
                strict integer forms (four rows unpacked per chunk). */
             const int strict_x4 = integer && !relaxed;
-            if (j + 4 <= nn && (nib_x4 || (!in_place && (strict_x4 || (!integer && p->right.direct_f32))))) {
+            if (j + 4 <= nn && (nib_x4 || bytes_x4 || (!in_place && (strict_x4 || (!integer && p->right.direct_f32))))) {
                 for (int64_t m = 0; m < M; m++)
                     for (int r = 1; r < 4; r++) acc[m * N_BLOCK + j + r] = 0.0f;
                 for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
@@ -300,6 +310,18 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                                                         acorr + m * n_subs + b0, scale, ld_ws, nb, d);
                             else
                                 kern->dot_f32_nibbles_x4(blocks, row_bytes, &up.nib, ap + m * kp + k0, scale, ld_ws, nb, d);
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    } else if (bytes_x4) { /* q8 bytes: K % 32 == 0, whole blocks in place */
+                        const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
+                        if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
+                        for (int r = 0; r < 4; r++) up.byte.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        const int8_t *codes =
+                            (const int8_t *)(tops__weight_row(w, n0 + j) + b0 * up.byte.block_bytes + up.byte.header);
+                        const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
+                        for (int64_t m = 0; m < M; m++) {
+                            kern->dot_q8_bytes_x4(codes, up.byte.block_bytes, row_bytes, aq + m * kp + k0,
+                                                  as + m * n_subs + b0, scale, ld_ws, nb, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
                         }
                     } else if (strict_x4) { /* kc codes per row, zero past K */

@@ -256,11 +256,9 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     p->relaxed = desc->relaxed_precision;
     /* Few rows and weights stored [N, K]: stream the weight rows once. */
     if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed) return PLAN_ROWS;
-    /* Narrow integers take the integer microkernel.  8-bit weights stay on
-       f32 panels: their products would saturate vpmaddubsw's i16 sums, and
-       splitting them costs what the f32 kernel costs (measured: the i8 dot
-       driver was 1.6x slower than f32 panels at M = 128). */
-    if (p->right.read == tops__read_rect_unpack && p->relaxed && kern->unpack[right->format.id].qmax <= 15)
+    /* Integer forms take the integer microkernel (8-bit ones its wide
+       variant: i32 sums with no saturating i16 stage). */
+    if (p->right.read == tops__read_rect_unpack && p->relaxed && tops__gemm_q8_takes(kern, right))
         return PLAN_INTEGER;
     return PLAN_PANELS;
 }
@@ -318,6 +316,7 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
         const char *how = !up || !up->run      ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
+                          : tops__gemv_bytes_in_place(&p) ? "8-bit rows in place, i8 dots"
                           : !nib               ? "integer rows, i8 dots"
                           : tops__gemv_streams(&p) ? "4-bit row stream (prepacked), i8 dots"
                                                    : "4-bit rows in place, i8 dots";
@@ -392,7 +391,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
         }
     const size_t head = (sizeof(tops__packed_right) + 63) / 64 * 64; /* descriptor, then the copy */
     /* Relaxed narrow integers: the integer driver's panels and scales after the copy. */
-    const int q8 = relaxed && kern->unpack[right->format.id].qmax <= 15;
+    const int q8 = relaxed && tops__gemm_q8_takes(kern, right);
     const int64_t kp = tops__ceil_div(k, 32) * 32, groups = tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);
     size_t copy_end = (end + 63) / 64 * 64, q8_panel_bytes = 0, q8_bytes = 0, total = head + end, scratch_bytes = 0;

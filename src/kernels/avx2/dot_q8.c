@@ -10,6 +10,7 @@
    1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one thread
    (on a loaded VM: not tuned at two threads). */
 enum { NIB_PREFETCH = 512 };
+
 /* Bytes ahead in the row stream (one stream per four rows), two levels:
    far into L2 (prefetcht1: the L2 queue keeps more lines in flight than
    the L1 fill buffers), near into L1.  At M = 1, 2 threads, mxfp4 (p50 of
@@ -461,6 +462,28 @@ void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, con
             s = _mm256_fmadd_ps(x2, i8x8_to_f32(q[r] + 16), s);
             t = _mm256_fmadd_ps(x3, i8x8_to_f32(q[r] + 24), t);
             acc[r] = _mm256_fmadd_ps(_mm256_add_ps(s, t), _mm256_set1_ps(ws[r * ld_ws + b]), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+}
+
+/* Four rows of 8-bit blocks in place (q8_0, int8 element planes): per
+   block and row one signed 32-byte dot (dot_i8x32: eight exact i32 sums
+   of four products), converted and multiplied into eight f32 lanes by
+   ws * as, the lanes added once at the end (hsum): the order dispatch.h
+   gives and tops__ref_dot_q8_bytes_x4 follows.  Each row's stream is
+   prefetched a fixed distance ahead, as the nibble dots do. */
+void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
+                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + b * 32));
+        const int8_t *p = codes + b * block_bytes;
+        for (int r = 0; r < 4; r++) {
+            _mm_prefetch((const char *)(p + r * row_bytes + NIB_PREFETCH), _MM_HINT_T0);
+            const __m256i d = dot_i8x32(x, _mm256_loadu_si256((const __m256i *)(p + r * row_bytes)));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(ws[r * ld_ws + b] * as[b]), acc[r]);
         }
     }
     for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);

@@ -114,6 +114,54 @@ void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64
 #undef TOPS_Q8_STEP
 #undef TOPS_Q8_FIRST
 
+/* Weights q + 128 (|q| <= 128, 8-bit formats): vpmaddubsw cannot take
+   u8 codes up to 255 against s8 activations (pairs reach 64770), so each
+   step turns the panel back to q (xor 0x80, shared by the four rows),
+   multiplies |q| (u8, <= 128) by the activations carrying q's sign
+   (vpsignb; |aq| <= 127), pairs <= 32512 in i16, and widens at once with
+   vpmaddwd.  The sums are the signed dot itself: acorr (128 * the code
+   sum) is what the offset panel would need, so it is not read.  Rounding
+   as the other AVX2 kernels: convert, one FMA by bscale * ascale. */
+void tops_gemm_f32_qi8_qu8_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     int64_t ldc, int accumulate) {
+    (void)acorr;
+    const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
+    __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
+    const int8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
+    for (int64_t blk = 0; blk < nb; blk++) {
+        __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+        for (int k = 0; k < sub; k += 4) {
+            const __m256i q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b), flip);
+            const __m256i u = _mm256_abs_epi8(q);
+#define TOPS_Q8_WIDE(s, ar) \
+    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(bcast4((ar) + k), q)), ones))
+            TOPS_Q8_WIDE(s0, a0);
+            TOPS_Q8_WIDE(s1, a1);
+            TOPS_Q8_WIDE(s2, a2);
+            TOPS_Q8_WIDE(s3, a3);
+#undef TOPS_Q8_WIDE
+            b += 32;
+        }
+        a0 += sub, a1 += sub, a2 += sub, a3 += sub;
+        const __m256 bs = _mm256_loadu_ps(bscale + blk * 8);
+        f0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_mul_ps(bs, _mm256_set1_ps(ascale[blk])), f0);
+        f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(bs, _mm256_set1_ps(ascale[lds + blk])), f1);
+        f2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), _mm256_mul_ps(bs, _mm256_set1_ps(ascale[2 * lds + blk])), f2);
+        f3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s3), _mm256_mul_ps(bs, _mm256_set1_ps(ascale[3 * lds + blk])), f3);
+    }
+    if (accumulate) {
+        f0 = _mm256_add_ps(f0, _mm256_loadu_ps(c));
+        f1 = _mm256_add_ps(f1, _mm256_loadu_ps(c + ldc));
+        f2 = _mm256_add_ps(f2, _mm256_loadu_ps(c + 2 * ldc));
+        f3 = _mm256_add_ps(f3, _mm256_loadu_ps(c + 3 * ldc));
+    }
+    _mm256_storeu_ps(c, f0);
+    _mm256_storeu_ps(c + ldc, f1);
+    _mm256_storeu_ps(c + 2 * ldc, f2);
+    _mm256_storeu_ps(c + 3 * ldc, f3);
+}
+
 /* 8 rows x 32 k per round: an 8 x 8 transpose of 4-byte groups. */
 void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel) {
     const __m256i off = _mm256_set1_epi8((char)offset);

@@ -136,6 +136,14 @@ static void scales_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
         scale[b] = _cvtsh_ss(h) * t->tensor_scale;
     }
 }
+static void scales_q8_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 34;
+    for (int64_t b = 0; b < n / 32; b++, blk += 34) {
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        scale[b] = _cvtsh_ss(h) * t->tensor_scale;
+    }
+}
 static void scales_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
     const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 17;
     for (int64_t b = 0; b < n / 32; b++, blk += 17) {
@@ -167,6 +175,10 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     table[TOPS_FMT_MXFP4].nib.scales = unpack_scales;
     table[TOPS_FMT_Q4_0].nib.scales = scales_q4_0;
     table[TOPS_FMT_GGUF_MXFP4].nib.scales = scales_gguf_mxfp4;
+    table[TOPS_FMT_I8].byte.scales = unpack_scales;
+    table[TOPS_FMT_INT8_G].byte.scales = unpack_scales;
+    table[TOPS_FMT_MXINT8].byte.scales = unpack_scales;
+    table[TOPS_FMT_Q8_0].byte.scales = scales_q8_0;
 }
 
 /* Eight codes per step: a variable shift spreads four bytes' nibbles over

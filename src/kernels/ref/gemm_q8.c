@@ -1,6 +1,8 @@
 /* Scalar twin of the relaxed integer microkernel (same packed layout). */
 #include "cpu/dispatch.h"
 
+#include <math.h>
+
 void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
                                     int64_t ldc, int accumulate) {
@@ -25,4 +27,28 @@ void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t
     for (int j = 0; j < 8; j++)
         for (int64_t k = 0; k < kc; k++)
             panel[(k / 4) * 32 + j * 4 + k % 4] = (uint8_t)(rows[j * kc + k] + offset);
+}
+
+/* Scalar twin of the 8-bit weight microkernels (panels of q + 128, acorr
+   128 * the block's code sum): the exact i32 sum minus acorr, then per
+   sub-block one fused multiply-add against bscale * ascale, the rounding
+   of the AVX2 kernels (tops_gemm_f32_qi8_qu8_4x8__avx2 gives these bits). */
+void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    int64_t ldc, int accumulate) {
+    float acc[4][8] = {{0}};
+    for (int64_t blk = 0; blk < nb; blk++) {
+        const uint8_t *bb = b + blk * sub * 8;
+        for (int i = 0; i < 4; i++) {
+            const int8_t *ai = a + i * lda + blk * sub;
+            for (int j = 0; j < 8; j++) {
+                int32_t s = 0;
+                for (int k = 0; k < sub; k++) s += (int32_t)bb[(k / 4) * 32 + j * 4 + k % 4] * ai[k];
+                s -= acorr[i * lds + blk];
+                acc[i][j] = fmaf((float)s, bscale[blk * 8 + j] * ascale[i * lds + blk], acc[i][j]);
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 8; j++) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
 }

@@ -189,6 +189,12 @@ void tops__ref_fill_unpackers(tops__unpacker *table) {
     table[TOPS_FMT_MXFP4].nib = fp4;
     table[TOPS_FMT_Q4_0].nib = q4;
     table[TOPS_FMT_GGUF_MXFP4].nib = gfp4;
+    /* In-place 8-bit layouts: element planes of int8 codes, q8_0 blocks. */
+    const tops__byte_layout i8 = {32, 0, tops__ref_unpack_scales}, q8 = {34, 2, scales_q4_0};
+    table[TOPS_FMT_I8].byte = i8;
+    table[TOPS_FMT_INT8_G].byte = i8;
+    table[TOPS_FMT_MXINT8].byte = i8;
+    table[TOPS_FMT_Q8_0].byte = q8; /* gguf_scales: f16 headers of either block size */
 }
 
 void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table) {
