@@ -429,7 +429,9 @@ typedef struct tops_quantize_opts {
    say) into dst, a tensor of the same extents in a quantized format (made
    with tops_tensor_create or viewed over caller planes).  Every plane of
    dst is written; for nvfp4 dst->tensor_scale is set (dst is non-const for
-   that reason). */
+   that reason).  A block (lut4: the codebook's row or tensor) holding NaN
+   or +-Inf decodes to NaN in every element, through a NaN scale, bias or
+   codebook (docs/formats.md, "NaN and Inf"); other blocks are unaffected. */
 TOPS_API tops_status tops_quantize(const tops_tensor *src, tops_tensor *dst, const tops_quantize_opts *opts);
 /* Decodes src (any format) into dst (f32, f16 or bf16, same extents). */
 TOPS_API tops_status tops_dequantize(const tops_tensor *src, tops_tensor *dst);
