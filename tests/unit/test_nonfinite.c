@@ -247,6 +247,28 @@ static void check_outputs(const char *what, const float *out, int64_t m, int64_t
         TH_FAIL_AT("%s: finite outputs off f64 by %.3g normwise (bound %.3g)", what, sqrt(num / den), bound);
 }
 
+/* The drivers' paths the runs took (tops_matmul2d_path at the default level, "(isa)" cut). */
+enum { MAX_PATHS = 48 };
+static char paths[MAX_PATHS][120];
+static int path_runs[MAX_PATHS], npaths;
+static void note_path(const char *path) {
+    char p[120];
+    snprintf(p, sizeof p, "%s", path);
+    char *cut = strrchr(p, '(');
+    if (cut && cut > p) cut[-1] = 0;
+    for (int i = 0; i < npaths; i++)
+        if (!strcmp(paths[i], p)) {
+            path_runs[i]++;
+            return;
+        }
+    if (npaths < MAX_PATHS) snprintf(paths[npaths], sizeof paths[0], "%s", p), path_runs[npaths++] = 1;
+}
+static int path_seen(const char *needle) {
+    for (int i = 0; i < npaths; i++)
+        if (strstr(paths[i], needle)) return 1;
+    return 0;
+}
+
 static void test_matmul_gives_nan_for_the_affected_outputs(void) {
     const int64_t ms[4] = {1, 4, 5, MM_FULL ? 33 : 9};
     int runs = 0;
@@ -306,7 +328,8 @@ static void test_matmul_gives_nan_for_the_affected_outputs(void) {
                                     ex.threads = threads;
                                     for (int64_t i = 0; i < m * n; i++) out[i] = -7.0f;
                                     ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &at, packed ? &pk : &w, &ot));
-                                    (void)tops_matmul2d_path(&ex, &md, &at, packed ? &pk : &w, &ot, path, sizeof path);
+                                    ASSERT_OK(tops_matmul2d_path(&ex, &md, &at, packed ? &pk : &w, &ot, path, sizeof path));
+                                    if (isa == 0 && threads == 1) note_path(path);
                                     snprintf(what, sizeof what, "%s tb=%d m=%lld k=%lld relaxed=%d %s isa=%s threads=%d (%s)",
                                              block_formats[f], tb, (long long)m, (long long)k, relaxed,
                                              packed ? "packed" : "plain", tops_isa_name((tops_isa)isa), threads, path);
@@ -323,7 +346,16 @@ static void test_matmul_gives_nan_for_the_affected_outputs(void) {
                 free(wsrc), free(clean), free(rows), free(wdec);
             }
     }
-    printf("  %d matmul runs over %d formats\n", runs, NFMT);
+    printf("  %d matmul runs over %d formats; paths at the default level:\n", runs, NFMT);
+    for (int i = 0; i < npaths; i++) printf("    %4d  %s\n", path_runs[i], paths[i]);
+    /* the paths that prepare scales specially are among them */
+    if (tops__kernels_get()->dot_q8_nibstream_x4) ASSERT_TRUE(path_seen("4-bit row stream (prepacked)"));
+    ASSERT_TRUE(path_seen("4-bit rows in place, i8 dots"));
+    ASSERT_TRUE(path_seen("4-bit rows in place, f32 dots"));
+    ASSERT_TRUE(path_seen("integer panels (prepacked)"));
+    ASSERT_TRUE(path_seen("integer panels (unpacked"));
+    ASSERT_TRUE(path_seen("f32 panels (prepacked)"));
+    ASSERT_TRUE(path_seen("codebook rows"));
 }
 
 int main(void) {
