@@ -12,7 +12,7 @@ CMAKE_ARGS ?=
 
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build deps deps-python configure run test test-c test-python test-sanitize install fuzz fuzz-smoke clean help
+.PHONY: all build deps deps-python bump-test-deps configure run test test-c test-python test-sanitize install fuzz fuzz-smoke clean help
 
 all: build
 
@@ -21,6 +21,7 @@ help:
 	@echo "make run        build (release), then tensorops info, validate --quick and bench"
 	@echo "                (the A/B table; bench/out/latest.json and latest.svg)"
 	@echo "make test       every test: C unit, CLI, install/example and Python oracle tests"
+	@echo "make bump-test-deps  re-pin scripts/requirements-test.txt to the newest releases (review it)"
 	@echo "make test-sanitize   the C and CLI tests under ASan + UBSan"
 	@echo "make install PREFIX=DIR"
 	@echo "make fuzz       build the libFuzzer targets with clang into $(FUZZ_BUILD)/"
@@ -31,6 +32,9 @@ deps:
 
 deps-python:
 	@scripts/deps.sh python
+
+bump-test-deps:
+	@scripts/deps.sh bump
 
 configure: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTOPS_WERROR=ON $(CMAKE_ARGS) >/dev/null

@@ -408,8 +408,14 @@ TOPS_API tops_build_info tops_get_build_info(void);
 
 /* Row casts between f32 and any dtype except none/i32.  Sub-byte codes are
    packed as FORMATS.md section 1 says (a row starts on a byte; n counts
-   elements).  saturate = 0 reproduces ml_dtypes' default cast bit for bit;
-   1 clamps finite overflow to +-max (NaN stays NaN where the type has one). */
+   elements).  Floats round to nearest, ties to even, f32 subnormals
+   included (ml_dtypes' default cast where it follows that rule); e8m0 is
+   the nearest power of two 2^e (-127 <= e <= 127), ties 1.5 * 2^e to the
+   even code, 0 / negatives / NaN / Inf -> 0xFF.  Integers (i8, u8, i4, u4,
+   i2, u2) truncate toward zero and wrap modulo 2^bits (i4(9.7) = -7), NaN
+   and +-Inf -> 0.  saturate = 1 clamps finite overflow to +-max (NaN stays
+   NaN where the type has one; e8m0: 0 and negatives -> 0x00); integers
+   then round to nearest even and clamp, NaN -> 0. */
 TOPS_API tops_status tops_cast_from_f32(tops_dtype dst, void *out, const float *in, int64_t n,
                                         int saturate);
 TOPS_API tops_status tops_cast_to_f32(tops_dtype src, float *out, const void *in, int64_t n);
@@ -423,7 +429,9 @@ typedef struct tops_quantize_opts {
    say) into dst, a tensor of the same extents in a quantized format (made
    with tops_tensor_create or viewed over caller planes).  Every plane of
    dst is written; for nvfp4 dst->tensor_scale is set (dst is non-const for
-   that reason). */
+   that reason).  A block (lut4: the codebook's row or tensor) holding NaN
+   or +-Inf decodes to NaN in every element, through a NaN scale, bias or
+   codebook (docs/formats.md, "NaN and Inf"); other blocks are unaffected. */
 TOPS_API tops_status tops_quantize(const tops_tensor *src, tops_tensor *dst, const tops_quantize_opts *opts);
 /* Decodes src (any format) into dst (f32, f16 or bf16, same extents). */
 TOPS_API tops_status tops_dequantize(const tops_tensor *src, tops_tensor *dst);

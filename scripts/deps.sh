@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need, or says what to install.
 #   scripts/deps.sh build   Debian packages for the C build
-#   scripts/deps.sh python  the project venv (.venv) with numpy, ml_dtypes, pytest, safetensors
+#   scripts/deps.sh python  the project venv (.venv) with the exact versions of
+#                           scripts/requirements-test.txt (remade when that file changes)
+#   scripts/deps.sh bump    rewrites those pins with the newest releases (a scratch venv
+#                           and pip freeze); review the diff and run make test
 #   scripts/deps.sh fuzz    clang with libFuzzer for make fuzz
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,23 +49,57 @@ elif [ "$what" = fuzz ]; then
     fi
   fi
   rm -rf "$probe"
-elif [ "$what" = python ]; then
-  stamp=.venv/.tops-deps-$(cksum < scripts/requirements-test.txt | cut -d" " -f1)
-  if [ ! -f "$stamp" ]; then
-    py=$(command -v python3 || true)
-    [ -n "$py" ] || { echo "deps: python3 is missing; install it (Debian: apt-get install python3 python3-venv)" >&2; exit 1; }
-    if ! "$py" -m venv .venv 2>/dev/null; then
+elif [ "$what" = python ] || [ "$what" = bump ]; then
+  req=scripts/requirements-test.txt
+  py=$(command -v python3 || true)
+  [ -n "$py" ] || { echo "deps: python3 is missing; install it (Debian: apt-get install python3 python3-venv)" >&2; exit 1; }
+  make_venv() { # make_venv DIR
+    if ! "$py" -m venv "$1" 2>/dev/null; then
       if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
-        "$py" -m venv .venv
+        rm -rf "$1"
+        "$py" -m venv "$1"
       else
         echo "deps: python3 cannot make a venv; install python3-venv" >&2; exit 1
       fi
     fi
-    echo "deps: installing numpy, ml_dtypes, pytest into .venv" >&2
-    .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
+  }
+  pins() { grep -v '^[[:space:]]*\(#\|$\)' "$req" | tr -d ' \r'; }
+  lower() { tr '[:upper:]_' '[:lower:]-'; }
+  if [ "$what" = bump ]; then
+    direct=$(sed -n 's/^# direct: *//p' "$req")
+    [ -n "$direct" ] || { echo "deps: $req has no '# direct:' line naming the packages the tests import" >&2; exit 1; }
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    make_venv "$scratch/venv"
+    # shellcheck disable=SC2086
+    "$scratch/venv/bin/python" -m pip install -q --disable-pip-version-check $direct
+    { grep '^#' "$req"; "$scratch/venv/bin/python" -m pip freeze --all --exclude pip --exclude setuptools --exclude wheel |
+        LC_ALL=C sort -f; } > "$scratch/req"
+    if cmp -s "$scratch/req" "$req"; then echo "deps: $req is already the newest"; exit 0; fi
+    diff -u "$req" "$scratch/req" || true
+    cp "$scratch/req" "$req"
+    echo "deps: $req rewritten; run make test (the venv is remade) and review the diff: an oracle may have changed" >&2
+    exit 0
+  fi
+  stamp=.venv/.tops-deps-$(cksum < "$req" | cut -d" " -f1)
+  if [ ! -f "$stamp" ]; then
+    bad=$(pins | grep -v '^[A-Za-z0-9._-]*==[A-Za-z0-9.+!-]*$' || true)
+    [ -z "$bad" ] || { echo "deps: $req: every line must be NAME==VERSION; not: $bad" >&2; exit 1; }
+    rm -rf .venv # remade from nothing, so that nothing unpinned stays behind
+    make_venv .venv
+    echo "deps: installing the pinned test packages into .venv" >&2
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
+    # Every installed package must be pinned: a new transitive dependency is named here.
+    extra=$(comm -13 <(pins | lower | LC_ALL=C sort) \
+      <(.venv/bin/python -m pip freeze --all --exclude pip --exclude setuptools --exclude wheel | lower | LC_ALL=C sort))
+    if [ -n "$extra" ]; then
+      echo "deps: .venv holds packages $req does not pin: $(echo $extra); add them (or make bump-test-deps)" >&2
+      exit 1
+    fi
     touch "$stamp"
   fi
+  echo "python tests: $(pins | tr '\n' ' ')(scripts/requirements-test.txt)"
 else
-  echo "usage: scripts/deps.sh build|python|fuzz" >&2; exit 2
+  echo "usage: scripts/deps.sh build|python|bump|fuzz" >&2; exit 2
 fi
