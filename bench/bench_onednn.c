@@ -113,7 +113,7 @@ static int load_api(void) {
     const char *env = getenv("TOPS_ONEDNN_LIB");
     const char *candidates[3] = {env, env ? NULL : TOPS_ONEDNN_LIB, env ? NULL : "libdnnl.so.3"};
     void *h = NULL;
-    char errors[512] = "";
+    char errors[400] = "";
     for (int i = 0; i < 3 && !h; i++) {
         if (!candidates[i] || !candidates[i][0]) continue;
         h = dlopen(candidates[i], RTLD_NOW | RTLD_LOCAL);
