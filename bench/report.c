@@ -50,7 +50,7 @@ void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_b
                 roof->read_capped ? ", capped by free memory below 4x LLC" : "", roof->fma_gflops,
                 roof->fma_kernel, roof->int8_gops, roof->int8_kernel);
     /* the path last: it is long and of any length */
-    fprintf(out, "%-9s %-14s %5s %5s %6s %3s %10s %10s %8s %7s %8s %-17s %9s %7s %9s %7s %9s %9s  %s\n", "op",
+    fprintf(out, "%-9s %-15s %5s %5s %6s %3s %10s %10s %8s %7s %8s %-24s %9s %7s %9s %7s %9s %9s  %s\n", "op",
             "format", "M", "K", "N", "thr", "median ms", "min ms", "GFLOP/s", "GB/s", "pack ms", "baseline",
             "base ms", "speedup", "floor ms", "xfloor", "rel-L2", "cos-sim", "path");
     for (size_t i = 0; i < rows->n; i++) {
@@ -63,7 +63,7 @@ void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_b
         fmt_ms(fl, sizeof fl, r->floor_s);
         fmt_ratio(sp, sizeof sp, r->speedup);
         fmt_ratio(fr, sizeof fr, r->floor_ratio);
-        fprintf(out, "%-9s %-14s %5lld %5lld %6lld %3d %10s %10s %8.1f %7.2f %8s %-17s %9s %7s %9s %7s %9.2e %9.6f  %s%s\n",
+        fprintf(out, "%-9s %-15s %5lld %5lld %6lld %3d %10s %10s %8.1f %7.2f %8s %-24s %9s %7s %9s %7s %9.2e %9.6f  %s%s\n",
                 r->op, r->format, (long long)r->m, (long long)r->k, (long long)r->n, r->threads, med, mn, r->gflops,
                 r->gbps, pack, r->baseline, base, sp, fl, fr, r->rel_l2, r->cos_sim, r->path,
                 r->accuracy_ok ? "" : "  <-- WRONG: rel-L2 over its bound");

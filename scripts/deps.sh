@@ -6,6 +6,8 @@
 #   scripts/deps.sh bump    rewrites those pins with the newest releases (a scratch venv
 #                           and pip freeze); review the diff and run make test
 #   scripts/deps.sh fuzz    clang with libFuzzer for make fuzz
+#   scripts/deps.sh onednn  oneDNN for the bench's baseline rows (x86-64): the pinned PyPI
+#                           wheels' headers and libdnnl.so.3 in .deps/onednn/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-build}
@@ -100,6 +102,60 @@ elif [ "$what" = python ] || [ "$what" = bump ]; then
     touch "$stamp"
   fi
   echo "python tests: $(pins | tr '\n' ' ')(scripts/requirements-test.txt)"
+elif [ "$what" = onednn ]; then
+  # oneDNN 3.2.0, the newest CPU-only OpenMP (GOMP) build on PyPI.  The `onednn` wheels
+  # of 2024-2026 are DPC++ builds: their CPU engine runs on SYCL and TBB and needs the
+  # oneAPI compiler and OpenCL runtimes (hundreds of MB); docs/bench.md says more.
+  # A new pin changes the version, both hashes and so the stamp.
+  ver=2023.2.0
+  sha_lib=2f22a54d6a890ed14bfa185d42a4be65d8b5b1df85dc1f0f3a9abe31620416fb
+  sha_dev=9763c69e8c907e119056bd52ad918ca84ac9ba939d130a99dfa95ccca3e5e284
+  dest=.deps/onednn
+  stamp=$dest/.stamp-cpu-gomp-$ver
+  case "$(uname -m)" in
+    x86_64|amd64) ;;
+    *) echo "deps: oneDNN skipped: its PyPI wheels are for x86-64 only" >&2; exit 0 ;;
+  esac
+  if [ ! -f "$stamp" ]; then
+    if python3 -m pip --version >/dev/null 2>&1; then py=python3
+    else "$0" python; py=.venv/bin/python; fi
+    tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+    printf 'onednn-cpu-gomp==%s --hash=sha256:%s\nonednn-devel-cpu-gomp==%s --hash=sha256:%s\n' \
+      "$ver" "$sha_lib" "$ver" "$sha_dev" > "$tmp/req.txt"
+    echo "deps: downloading oneDNN (onednn-cpu-gomp $ver, 39 MB) into $dest" >&2
+    "$py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      --require-hashes -r "$tmp/req.txt" -d "$tmp/whl"
+    rm -rf "$dest"
+    # the headers, and one copy of the library (the wheel holds three)
+    "$py" - "$tmp/whl" "$dest" <<'EOF'
+import glob, os, sys, zipfile
+whl, dest = sys.argv[1], sys.argv[2]
+for w in glob.glob(os.path.join(whl, "*.whl")):
+    with zipfile.ZipFile(w) as z:
+        for name in z.namelist():
+            parts = name.split("/")
+            if len(parts) < 4 or not parts[0].endswith(".data") or parts[1] != "data":
+                continue
+            rel = parts[2:]
+            if rel[0] == "include" and name.endswith((".h", ".hpp")):
+                out = os.path.join(dest, *rel)
+            elif rel[0] == "lib" and rel[-1].startswith("libdnnl.so.3."):
+                out = os.path.join(dest, "lib", "libdnnl.so.3")
+            elif rel[0] == "share" and rel[-1] in ("LICENSE", "THIRD-PARTY-PROGRAMS"):
+                out = os.path.join(dest, "share", rel[-1])
+            else:
+                continue
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(name) as src, open(out, "wb") as dst:
+                dst.write(src.read())
+lib = os.path.join(dest, "lib", "libdnnl.so.3")
+if not os.path.exists(lib) or not os.path.exists(os.path.join(dest, "include", "oneapi", "dnnl", "dnnl.h")):
+    sys.exit("deps: the oneDNN wheels lack lib/libdnnl.so.3 or include/oneapi/dnnl/dnnl.h")
+os.chmod(lib, 0o755)
+os.symlink("libdnnl.so.3", os.path.join(dest, "lib", "libdnnl.so"))
+EOF
+    touch "$stamp"
+  fi
 else
-  echo "usage: scripts/deps.sh build|python|bump|fuzz" >&2; exit 2
+  echo "usage: scripts/deps.sh build|python|bump|fuzz|onednn" >&2; exit 2
 fi

@@ -17,7 +17,11 @@ void tops_cmd_bench_usage(FILE *out) {
             "                       [--json FILE] [--plot FILE.svg] [--no-progress]\n\n"
             "Times each case against the default library in the same run (OpenBLAS sgemm, or sgemv\n"
             "for M=1, on the decoded f32 weights) and against the roofline floor (the read bandwidth\n"
-            "and arithmetic peaks measured in the same run), and checks each result against f64.\n\n"
+            "and arithmetic peaks measured in the same run), and checks each result against f64.\n"
+            "On x86 with oneDNN (scripts/deps.sh onednn; TOPS_ONEDNN_LIB=FILE picks a libdnnl.so.3)\n"
+            "the matmul table adds onednn-bf16 and onednn-int8-dyn rows (activations quantized per\n"
+            "call) on the same weights; OpenBLAS runs the core of our level (OPENBLAS_CORETYPE, set\n"
+            "by a restart unless given).\n\n"
             "  --op OP        matmul (default), attention, or matmul,attention (one table, one JSON)\n"
             "  --format LIST  comma-separated weight formats (default f32,f16,int8-g32,int4-g32,\n"
             "                 q4_0,mxfp4,nvfp4)\n"
@@ -111,28 +115,56 @@ static int check_writable(const char *path) {
     return 1;
 }
 
-/* `--isa avx2` stands in for an AVX2 machine, where OpenBLAS would run its
-   Haswell kernels; left alone it picks its kernels for this CPU (AVX-512 on
-   the development VM), racing our AVX2 kernels with wider vectors. OpenBLAS
-   chooses once, when it is loaded, from OPENBLAS_CORETYPE: so the bench
-   sets it and starts itself again, once. A user's own setting is kept. */
-static void pin_baseline_to_avx2(int argc, char **argv) {
-#ifdef __linux__
+/* OpenBLAS picks its kernels once, when it is loaded, from
+   OPENBLAS_CORETYPE or its own CPU detection, which in Debian's 0.3.21 falls
+   back to Prescott (SSE3) on CPUs newer than it knows (the AVX-512 Xeons of
+   2023 on).  The bench asks for the core that matches the level ours runs:
+   Cooperlake/SkylakeX at AVX-512, and Haswell at avx2 (`--isa avx2` stands
+   in for an AVX2 machine, where OpenBLAS would run those), by setting the
+   variable and starting itself again, once.  A value the user set is kept
+   (the header then says whether it is below this CPU's best). */
+static void pin_baseline(int argc, char **argv, const tops_cpu_info *ci) {
+#if defined(__linux__) && defined(TOPS_HAVE_OPENBLAS)
     if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *want = tops_bench_openblas_core_for(ci), *have = tops_bench_baseline_kernels();
+    if (!want || tops_bench_openblas_core_level(have) == tops_bench_openblas_core_level(want)) return;
     char **again = calloc((size_t)argc + 2, sizeof *again);
     if (!again) return;
     again[0] = "tensorops";
     for (int i = 0; i < argc; i++) again[i + 1] = argv[i];
-    setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    setenv("TOPS_BENCH_OPENBLAS_CHOSE", have, 1); /* for the header */
     fflush(NULL);
     execv("/proc/self/exe", again);
-    fprintf(stderr, "tensorops bench: could not restart with OPENBLAS_CORETYPE=Haswell (%s): the baseline runs "
-                    "OpenBLAS's own kernels\n", strerror(errno));
+    fprintf(stderr, "tensorops bench: could not restart with OPENBLAS_CORETYPE=%s (%s): the baseline runs "
+                    "OpenBLAS's %s kernels\n", want, strerror(errno), have);
     unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("TOPS_BENCH_OPENBLAS_CHOSE");
     free(again);
 #else
-    (void)argc;
-    (void)argv;
+    (void)argc, (void)argv, (void)ci;
+#endif
+}
+
+/* The header's line on OpenBLAS: its core, who chose it, and a warning when
+   it is narrower than the level ours runs (its speedups are then over a
+   fallback kernel, not over what OpenBLAS can do on this CPU). */
+static void print_openblas_line(const tops_cpu_info *ci) {
+#ifdef TOPS_HAVE_OPENBLAS
+    const char *core = tops_bench_baseline_kernels(), *pinned = getenv("OPENBLAS_CORETYPE");
+    const char *chose = getenv("TOPS_BENCH_OPENBLAS_CHOSE"), *want = tops_bench_openblas_core_for(ci);
+    printf("baseline: OpenBLAS, %s kernels", core);
+    if (pinned && chose)
+        printf(" (OPENBLAS_CORETYPE=%s, set by the bench: OpenBLAS alone chose %s)", pinned, chose);
+    else if (pinned)
+        printf(" (OPENBLAS_CORETYPE=%s)", pinned);
+    if (want && tops_bench_openblas_core_level(core) < tops_bench_openblas_core_level(want))
+        printf("; WARNING: a fallback below this CPU's %s kernels: the speedups over OpenBLAS are not meaningful",
+               want);
+    printf("\n");
+#else
+    (void)ci;
+    printf("baseline: none (this build has no OpenBLAS)\n");
 #endif
 }
 
@@ -273,9 +305,7 @@ int tops_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "tensorops bench: --isa: %s\n", tops_last_error());
         return TOPS_EXIT_FAIL;
     }
-    /* only where OpenBLAS would otherwise pick wider kernels than ours */
-    if (cfg.device.kind == TOPS_DEVICE_CPU && ci.isa == TOPS_ISA_AVX2 && ci.isa_available[TOPS_ISA_AVX512])
-        pin_baseline_to_avx2(argc, argv);
+    if (cfg.device.kind == TOPS_DEVICE_CPU) pin_baseline(argc, argv, &ci);
     if (!cfg.threads) cfg.threads = tops_exec_default().threads;
     if (cfg.json_path && !check_writable(cfg.json_path)) {
         fprintf(stderr, "tensorops bench: --json: cannot write \"%s\"\n", cfg.json_path);
@@ -321,9 +351,8 @@ int tops_cmd_bench(int argc, char **argv) {
     printf("tensorops bench: %s on %s, isa %s, %d threads\n", oplist, ci.model[0] ? ci.model : "unknown cpu",
            tops_isa_name(ci.isa), cfg.threads);
     if (cfg.device.kind == TOPS_DEVICE_CPU) {
-        const char *pinned = getenv("OPENBLAS_CORETYPE");
-        printf("baseline: OpenBLAS, %s kernels%s%s%s\n", tops_bench_baseline_kernels(),
-               pinned ? " (OPENBLAS_CORETYPE=" : "", pinned ? pinned : "", pinned ? ")" : "");
+        print_openblas_line(&ci);
+        if (tops_bench_onednn_note()[0]) printf("baseline: %s\n", tops_bench_onednn_note());
     }
     tops_bench_print_table(stdout, &rows, session.have_roof ? &session.roof : NULL);
     fflush(stdout);
