@@ -41,7 +41,7 @@ int tops_cli_ends_with(const char *s, const char *suffix) {
 
 int tops_cli_check_output(const tops_cli_command *cmd, const char *flag, const char *out, const char *ext,
                           const char *const *inputs, int ninputs) {
-    if (!tops_cli_ends_with(out, ext) || strlen(out) == strlen(ext))
+    if (!tops_cli_ends_with(out, ext))
         return tops_cli_usage_error(cmd, "%s \"%s\": this writes a %s file, so the name must end in %s", flag, out,
                                     ext, ext);
     struct stat so, si;

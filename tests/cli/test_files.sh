@@ -118,7 +118,6 @@ said "... says the name must end in .npy" "must end in .npy"
 expect_rc "quantize -o x.npy exits 2" 2 "$cli" quantize "$tmp/w.npy" --format q4_0 -o "$tmp/x.npy"
 said "... says the name must end in .safetensors" "must end in .safetensors"
 expect_rc "--dequantize -o x.safetensors exits 2" 2 "$cli" quantize --dequantize "$tmp/q.safetensors" -o "$tmp/x.safetensors"
-expect_rc "matmul -o .npy (no name) exits 2" 2 "$cli" matmul "$tmp/a.npy" "$tmp/b.npy" -o .npy
 expect_rc "bench --json x.txt exits 2" 2 "$cli" bench --json "$tmp/x.txt"
 expect_rc "bench --plot x.png exits 2" 2 "$cli" bench --plot "$tmp/x.png"
 check "nothing was written" bash -c "[ ! -e '$tmp/x.safetensors' ] && [ ! -e '$tmp/x.npy' ] && [ ! -e '$tmp/x.txt' ] && [ ! -e '$tmp/x.png' ]"
