@@ -2,6 +2,7 @@
 #include "bench.h"
 
 #include "internal.h"
+#include "io/io.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -126,16 +127,6 @@ char *tops_bench_json_string(const tops_bench_rows *rows) {
     return s;
 }
 
-static tops_status write_text(const char *fn, const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return tops__fail(TOPS_IO_ERROR, fn, "cannot open \"%s\" for writing", path);
-    size_t len = strlen(text);
-    int bad = fwrite(text, 1, len, f) != len;
-    bad |= fclose(f) != 0;
-    if (bad) return tops__fail(TOPS_IO_ERROR, fn, "writing \"%s\" failed", path);
-    return TOPS_OK;
-}
-
 tops_status tops_bench_write_json(const char *path, const tops_bench_rows *rows) {
     static const char fn[] = "tensorops bench --json";
     char *s = tops_bench_json_string(rows);
@@ -150,7 +141,7 @@ tops_status tops_bench_write_json(const char *path, const tops_bench_rows *rows)
     withnl[len] = '\n';
     withnl[len + 1] = 0;
     cJSON_free(s);
-    tops_status st = write_text(fn, path, withnl);
+    tops_status st = tops__output_write_all(fn, path, withnl, len + 1);
     free(withnl);
     return st;
 }
@@ -421,7 +412,7 @@ tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows) 
         free(b.s);
         return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory to build the SVG");
     }
-    tops_status st = write_text(fn, path, b.s);
+    tops_status st = tops__output_write_all(fn, path, b.s, b.n);
     free(b.s);
     return st;
 }

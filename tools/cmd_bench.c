@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "bench.h"
+#include "io/io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -33,8 +34,9 @@ void tops_cmd_bench_usage(FILE *out) {
             "  --device D     cpu (default) or cuda[:N]\n"
             "  --repeat R     at least R timed calls per case, and at least 0.5 s (default 5)\n"
             "  --relaxed      allow the relaxed-precision paths (activations quantized on the fly)\n"
-            "  --json FILE    write the rows as a JSON array\n"
+            "  --json FILE    write the rows as a JSON array (FILE ends in .json)\n"
             "  --plot FILE    write an SVG of time against M per format, with baseline and floor\n"
+            "                 (FILE ends in .svg); each is replaced only once written whole\n"
             "  --no-progress  no progress line on stderr\n\n"
             "Each case: weights quantized and packed once (pack time apart), copies rotated so the\n"
             "weights touched exceed 2x the last-level cache, a warm-up, then the median and min.\n"
@@ -106,13 +108,12 @@ static int parse_device(const char *s, tops_device *out) {
     return 0;
 }
 
-/* Creates (truncates) an output file up front, so a bad path fails before
-   minutes of timing rather than after. */
-static int check_writable(const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) return 0;
-    fclose(f);
-    return 1;
+/* Checks an output up front, so a bad path fails before minutes of timing
+   rather than after; a file already there is not touched. */
+static int check_writable(const char *flag, const char *path) {
+    if (tops__output_probe("tensorops bench", path) == TOPS_OK) return 1;
+    fprintf(stderr, "tensorops bench: %s: %s\n", flag, tops_last_error());
+    return 0;
 }
 
 /* OpenBLAS picks its kernels once, when it is loaded, from
@@ -279,6 +280,14 @@ int tops_cmd_bench(int argc, char **argv) {
             cfg.plot_path = v;
         }
     }
+    if (cfg.json_path) {
+        int bad = tops_cli_check_output(self, "--json", cfg.json_path, ".json", &cfg.plot_path, 1);
+        if (bad) return bad;
+    }
+    if (cfg.plot_path) {
+        int bad = tops_cli_check_output(self, "--plot", cfg.plot_path, ".svg", &cfg.json_path, 1);
+        if (bad) return bad;
+    }
     /* Each op fills its own defaults into its own copy of the flags. */
     tops_bench_config op_cfg[2];
     for (int o = 0; o < nops; o++) {
@@ -307,14 +316,9 @@ int tops_cmd_bench(int argc, char **argv) {
     }
     if (cfg.device.kind == TOPS_DEVICE_CPU) pin_baseline(argc, argv, &ci);
     if (!cfg.threads) cfg.threads = tops_exec_default().threads;
-    if (cfg.json_path && !check_writable(cfg.json_path)) {
-        fprintf(stderr, "tensorops bench: --json: cannot write \"%s\"\n", cfg.json_path);
+    if ((cfg.json_path && !check_writable("--json", cfg.json_path)) ||
+        (cfg.plot_path && !check_writable("--plot", cfg.plot_path)))
         return TOPS_EXIT_FAIL;
-    }
-    if (cfg.plot_path && !check_writable(cfg.plot_path)) {
-        fprintf(stderr, "tensorops bench: --plot: cannot write \"%s\"\n", cfg.plot_path);
-        return TOPS_EXIT_FAIL;
-    }
 
     tops_bench_session session;
     memset(&session, 0, sizeof session);
