@@ -350,16 +350,16 @@ typedef enum tops_cpu_feature {
     TOPS_CPU_FEATURE_COUNT_
 } tops_cpu_feature;
 
-/* Kernel levels, lowest first.  X(enum suffix, name) */
+/* Kernel levels, lowest first.  X(enum suffix, name).  A level is listed
+   only where kernels for it exist; amx is available only in builds with the
+   AMX tile kernels (TOPS_HAVE_AMX_KERNELS).  NEON levels come back with NEON
+   kernels (the aarch64 features are detected already). */
 #define TOPS_ISA_LIST(X)                                                       \
     X(REF, "ref")                                                              \
     X(AVX2, "avx2")                                                            \
     X(AVX512, "avx512")                                                        \
     X(AVX512_VNNI, "avx512_vnni")                                              \
-    X(AMX, "amx")                                                              \
-    X(NEON, "neon")                                                            \
-    X(NEON_DOTPROD, "neon_dotprod")                                            \
-    X(NEON_I8MM, "neon_i8mm")
+    X(AMX, "amx")
 
 typedef enum tops_isa {
 #define TOPS_X_(e, s) TOPS_ISA_##e,
