@@ -259,3 +259,55 @@ int tops__threads_for(tops__work_kind kind, double work, int threads) {
 static atomic_long regions;
 void tops__note_region(void) { atomic_fetch_add_explicit(&regions, 1, memory_order_relaxed); }
 long tops__regions_entered(void) { return atomic_load_explicit(&regions, memory_order_relaxed); }
+
+/* ---- per-thread workspaces ---------------------------------------------- */
+
+typedef struct thread_buffers {
+    struct {
+        void *p;
+        size_t bytes;
+    } slot[TOPS__SLOT_COUNT_];
+    int registered;
+} thread_buffers;
+
+static _Thread_local thread_buffers buffers;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t key;
+static int key_ok;
+
+/* Runs at thread exit (before the thread's TLS goes away) with &buffers. */
+static void free_buffers(void *arg) {
+    thread_buffers *b = arg;
+    for (int i = 0; i < TOPS__SLOT_COUNT_; i++) {
+        tops__aligned_free(b->slot[i].p);
+        b->slot[i].p = NULL;
+        b->slot[i].bytes = 0;
+    }
+    b->registered = 0;
+}
+
+static void make_key(void) { key_ok = pthread_key_create(&key, free_buffers) == 0; }
+
+void *tops__thread_buffer(tops__thread_slot slot, size_t bytes) {
+    if ((int)slot < 0 || slot >= TOPS__SLOT_COUNT_) return NULL;
+    thread_buffers *b = &buffers;
+    if (b->slot[slot].p && b->slot[slot].bytes >= bytes) return b->slot[slot].p;
+    if (!b->registered) { /* without the key nothing would free it: allocate nothing */
+        pthread_once(&key_once, make_key);
+        if (!key_ok || pthread_setspecific(key, b) != 0) return NULL;
+        b->registered = 1;
+    }
+    tops__aligned_free(b->slot[slot].p);
+    b->slot[slot].p = tops__aligned_alloc(bytes);
+    b->slot[slot].bytes = b->slot[slot].p ? bytes : 0;
+    return b->slot[slot].p;
+}
+
+void tops__thread_buffer_trim(tops__thread_slot slot, size_t keep_max) {
+    if ((int)slot < 0 || slot >= TOPS__SLOT_COUNT_) return;
+    thread_buffers *b = &buffers;
+    if (b->slot[slot].bytes <= keep_max) return;
+    tops__aligned_free(b->slot[slot].p);
+    b->slot[slot].p = NULL;
+    b->slot[slot].bytes = 0;
+}

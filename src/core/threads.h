@@ -35,4 +35,16 @@ int tops__threads_for(tops__work_kind kind, double work, int threads);
 void tops__note_region(void);
 long tops__regions_entered(void);
 
+
+
+/* Per-thread workspaces kept between calls (fresh pages for every call
+   cost more than a small matmul) and freed when the thread exits (a
+   pthread key's destructor).  tops__thread_buffer returns this thread's
+   buffer of the slot, grown to at least `bytes` (64-byte aligned; its
+   contents are not kept when it grows), or NULL if allocation fails;
+   tops__thread_buffer_trim frees it if it is larger than keep_max. */
+typedef enum tops__thread_slot { TOPS__SLOT_GEMM, TOPS__SLOT_ATTENTION, TOPS__SLOT_COUNT_ } tops__thread_slot;
+void *tops__thread_buffer(tops__thread_slot slot, size_t bytes);
+void tops__thread_buffer_trim(tops__thread_slot slot, size_t keep_max);
+
 #endif

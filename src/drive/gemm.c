@@ -5,6 +5,7 @@
    thread count, so every element sums in the same order for any thread
    count: results are bit-identical for 1 and N threads. */
 #include "drive/gemm.h"
+#include "core/threads.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -41,19 +42,13 @@ static void pack_panel(const tops__kernels *kern, const tops__gemm_operand *op, 
     kern->pack_rows_f32(tmp, kc, valid, kc, panel, width);
 }
 
-/* The calling thread keeps its workspace between calls: fresh pages for
-   every call cost more than a small matmul (page faults and zeroing). */
-static _Thread_local float *ws_cache;
-static _Thread_local size_t ws_cache_bytes;
-
+/* The calling thread keeps its workspace between calls (fresh pages for
+   every call cost more than a small matmul); it is freed when the thread
+   exits (src/core/threads.c). */
 void *tops__workspace_get(const tops__gemm_problem *p, size_t bytes) {
     if (p->scratch && p->scratch_bytes >= bytes + 64)
         return (void *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63);
-    if (ws_cache && ws_cache_bytes >= bytes) return ws_cache;
-    tops__aligned_free(ws_cache);
-    ws_cache = tops__aligned_alloc(bytes);
-    ws_cache_bytes = ws_cache ? bytes : 0;
-    return ws_cache;
+    return tops__thread_buffer(TOPS__SLOT_GEMM, bytes);
 }
 
 int64_t tops__balanced_block(int64_t n, int64_t target, int64_t unit) {
