@@ -245,11 +245,11 @@ int tops__threads_for(tops__work_kind kind, double work, int threads) {
     /* Work below which one thread is faster than two: docs/architecture.md
        "Threads" says how these were measured. */
     static const double one_thread_below[] = {
-        [TOPS__WORK_GEMM_F32] = 4.0e6,
-        [TOPS__WORK_GEMM_Q8] = 4.0e6,
-        [TOPS__WORK_GEMV] = 4.0e6,
-        [TOPS__WORK_ATTENTION] = 4.0e6,
-        [TOPS__WORK_PACK] = 1.0e6,
+        [TOPS__WORK_GEMM_F32] = 8.0e6,  /* flops */
+        [TOPS__WORK_GEMM_Q8] = 8.0e6,
+        [TOPS__WORK_GEMV] = 8.0e6,
+        [TOPS__WORK_ATTENTION] = 8.0e6,
+        [TOPS__WORK_PACK] = 262144,     /* weight elements */
     };
     if (threads <= 1) return 1;
     if ((int)kind < 0 || (size_t)kind >= sizeof one_thread_below / sizeof one_thread_below[0]) return threads;

@@ -22,7 +22,7 @@ typedef enum tops__work_kind {
     TOPS__WORK_GEMM_F32,   /* f32 panels (tops__gemm_run): flops 2 M N K */
     TOPS__WORK_GEMM_Q8,    /* relaxed integer panels (tops__gemm_q8_run): flops */
     TOPS__WORK_GEMV,       /* the M <= 4 rows path (tops__gemv_run): flops */
-    TOPS__WORK_ATTENTION,  /* fused attention: flops 4 B H Sq Sk D (causal: halved) */
+    TOPS__WORK_ATTENTION,  /* fused attention: flops 2 B H Sq Sk (D + Dv), causal halved */
     TOPS__WORK_PACK,       /* packing weights (tops_pack_right): elements */
 } tops__work_kind;
 
@@ -34,6 +34,18 @@ int tops__threads_for(tops__work_kind kind, double work, int threads);
    it): tests check that small calls enter none. */
 void tops__note_region(void);
 long tops__regions_entered(void);
+/* In a region's body: counts it once per thread-0 pass if the region is
+   active (more than one thread).  Regions carry if(threads > 1), so a call
+   given one thread runs on the caller with no team started. */
+#ifdef _OPENMP
+#include <omp.h>
+#define TOPS__NOTE_REGION()                                                   \
+    do {                                                                      \
+        if (omp_in_parallel() && omp_get_thread_num() == 0) tops__note_region(); \
+    } while (0)
+#else
+#define TOPS__NOTE_REGION() ((void)0)
+#endif
 
 
 

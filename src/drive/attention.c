@@ -313,6 +313,8 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
     int threads = p->threads;
     int64_t items = p->batch * p->heads * tops__ceil_div(p->sq, p->q_block);
     if (threads > items) threads = (int)items;
+    double flops = 2.0 * (double)p->batch * (double)p->heads * (double)p->sq * (double)p->sk * (double)(p->d + p->dv);
+    threads = tops__threads_for(TOPS__WORK_ATTENTION, p->causal ? flops / 2 : flops, threads);
     if (!tops__mul_size(per, (size_t)threads, &total))
         return tops__fail(TOPS_OVERFLOW, "tops_attention", "workspace size overflows size_t");
     int in_scratch = p->scratch && p->scratch_bytes >= total + 64;
@@ -331,8 +333,9 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
     }
     int64_t fills = L ? p->batch * p->kv_heads * tops__ceil_div(p->sk, p->kv_block) : 0;
 #ifdef TOPS_HAVE_OPENMP
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
     {
+        TOPS__NOTE_REGION();
         worker w;
         worker_init(&w, p, mem + per * (size_t)omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)

@@ -88,6 +88,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, p->n_tile_hint > 0 ? p->n_tile_hint : NC_DEFAULT, nr, &threads, &nc, &n_blocks);
+    threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)M * (double)N * (double)K, threads);
 
     /* Workspace: packed left (shared), then per thread the packed right
        block, the f32 accumulator and a transpose buffer. */
@@ -109,7 +110,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
         const int64_t m_panels = tops__ceil_div(mm, mr);
         const int64_t m_pad = m_panels * mr;
 #ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
         {
 #ifdef _OPENMP
@@ -117,6 +118,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
 #else
             const int tid = 0;
 #endif
+            TOPS__NOTE_REGION();
             float *mine = ws + left_floats + (size_t)tid * per_thread;
             float *packed_right = mine, *acc = mine + right_floats, *tmp = acc + acc_floats;
 
