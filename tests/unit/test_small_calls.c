@@ -1,7 +1,7 @@
 /* Calls too small to gain from threads run on the calling thread: with
    exec.threads = 2 they enter no active OpenMP region (the library counts
    the regions it enters: tops__regions_entered), while large calls of the
-   same paths do.  No timing here: the crossover comes from tensorops bench
+   same paths do, with the bits of a one-thread run.  No timing here: the crossover comes from tensorops bench
    (docs/architecture.md, "Threads"). */
 #include "harness.h"
 #include "tensorops.h"
@@ -31,6 +31,22 @@ static tops_exec two_threads(void) {
     return ex;
 }
 
+/* Reruns the call on one thread: the same bits (threaded or not). */
+static void same_bits_on_one_thread(tops_tensor *o, const tops_exec *ex, const tops_matmul2d_desc *md,
+                                    const tops_tensor *a, const tops_tensor *b, const tops_attention_desc *ad,
+                                    const tops_tensor *v) {
+    size_t bytes = (size_t)tops_tensor_numel(o) * sizeof(float);
+    float *first = malloc(bytes);
+    memcpy(first, o->data, bytes);
+    memset(o->data, 0xff, bytes); /* NaN */
+    tops_exec one = *ex;
+    one.threads = 1;
+    if (md) ASSERT_OK(tops_matmul2d(&one, md, a, b, o));
+    else ASSERT_OK(tops_attention(&one, ad, a, b, v, o));
+    ASSERT_TRUE(memcmp(first, o->data, bytes) == 0);
+    free(first);
+}
+
 /* Regions one matmul enters; want names the path it must take. */
 static long matmul_regions(int64_t m, int64_t k, int64_t n, int int4, int relaxed, int packed, const char *want) {
     tops_format f32 = tops_format_of(TOPS_DT_F32), i4 = {TOPS_FMT_INT4_G, 32, TOPS_DT_NONE};
@@ -56,6 +72,7 @@ static long matmul_regions(int64_t m, int64_t k, int64_t n, int int4, int relaxe
                                         (long long)n, path, want);
     ASSERT_OK(tops_matmul2d(&ex, &d, &a, right, &o));
     long got = tops__regions_entered() - before;
+    same_bits_on_one_thread(&o, &ex, &d, &a, right, NULL, NULL);
     if (packed) tops_tensor_destroy(&pk);
     if (int4) tops_tensor_destroy(&w);
     tops_tensor_destroy(&a), tops_tensor_destroy(&w32), tops_tensor_destroy(&o);
@@ -72,6 +89,7 @@ static long attention_regions(int64_t heads, int64_t s, int64_t dim) {
     long before = tops__regions_entered();
     ASSERT_OK(tops_attention(&ex, &d, &q, &k, &v, &o));
     long got = tops__regions_entered() - before;
+    same_bits_on_one_thread(&o, &ex, NULL, &q, &k, &d, &v);
     tops_tensor_destroy(&q), tops_tensor_destroy(&k), tops_tensor_destroy(&v), tops_tensor_destroy(&o);
     return got;
 }
