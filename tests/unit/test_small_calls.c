@@ -1,8 +1,8 @@
 /* Calls too small to gain from threads run on the calling thread: with
    exec.threads = 2 they enter no active OpenMP region (the library counts
    the regions it enters: tops__regions_entered), while large calls of the
-   same paths do, with the bits of a one-thread run.  No timing here: the crossover comes from tensorops bench
-   (docs/architecture.md, "Threads"). */
+   same paths do, with the bits of a one-thread run.  No timing here: the
+   crossover comes from tensorops bench (docs/architecture.md, "Threads"). */
 #include "harness.h"
 #include "tensorops.h"
 #include "core/threads.h"
