@@ -217,7 +217,7 @@ typedef struct tops_device {
 } tops_device;
 
 typedef struct tops_exec {
-    int threads;        /* worker threads; default all online cores */
+    int threads;        /* worker threads; default tops_exec_default_threads() */
     tops_device device; /* where ops run; default the CPU */
     int deterministic;  /* same bits for any thread count */
     void *stream;       /* cudaStream_t when device is CUDA; NULL = default */
@@ -226,6 +226,13 @@ typedef struct tops_exec {
 } tops_exec;
 
 TOPS_API tops_exec tops_exec_default(void);
+/* The default exec.threads, decided once per process: OMP_NUM_THREADS (a
+   positive integer, the first element of a list) if set, else the smaller
+   of the CPUs in the affinity mask and the cgroup CPU quota (rounded up).
+   A caller's exec.threads overrides both.  `why` (if not NULL) gets a
+   sentence naming what decided it.  Calls too small to gain from threads
+   run on the calling thread whatever the count. */
+TOPS_API int tops_exec_default_threads(char *why, size_t cap);
 TOPS_API tops_status tops_exec_validate(const tops_exec *exec);
 
 /* ------------------------------------------------------------------------ */
@@ -350,16 +357,16 @@ typedef enum tops_cpu_feature {
     TOPS_CPU_FEATURE_COUNT_
 } tops_cpu_feature;
 
-/* Kernel levels, lowest first.  X(enum suffix, name) */
+/* Kernel levels, lowest first.  X(enum suffix, name).  A level is listed
+   only where kernels for it exist; amx is available only in builds with the
+   AMX tile kernels (TOPS_HAVE_AMX_KERNELS).  NEON levels come back with NEON
+   kernels (the aarch64 features are detected already). */
 #define TOPS_ISA_LIST(X)                                                       \
     X(REF, "ref")                                                              \
     X(AVX2, "avx2")                                                            \
     X(AVX512, "avx512")                                                        \
     X(AVX512_VNNI, "avx512_vnni")                                              \
-    X(AMX, "amx")                                                              \
-    X(NEON, "neon")                                                            \
-    X(NEON_DOTPROD, "neon_dotprod")                                            \
-    X(NEON_I8MM, "neon_i8mm")
+    X(AMX, "amx")
 
 typedef enum tops_isa {
 #define TOPS_X_(e, s) TOPS_ISA_##e,

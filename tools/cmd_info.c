@@ -7,7 +7,9 @@ void tops_cmd_info_usage(FILE *out) {
     fprintf(out,
             "usage: tensorops info [--json]\n\n"
             "Prints the version, CPU model and cores, every CPU feature (yes/no), the kernel\n"
-            "level chosen (and why, if TOPS_ISA forced it), cache sizes and build options.\n\n"
+            "level chosen (and why, if TOPS_ISA forced it), cache sizes, build options, and the\n"
+            "default thread count and what decided it (OMP_NUM_THREADS, else the smaller of\n"
+            "the affinity mask and the cgroup CPU quota).\n\n"
             "  --json   one JSON object instead of text\n");
 }
 
@@ -28,6 +30,8 @@ int tops_cmd_info(int argc, char **argv) {
     tops_status st = tops_cpu_get_info(&ci);
     const char *isa_error = st == TOPS_OK ? "" : tops_last_error();
     tops_build_info b = tops_get_build_info();
+    char threads_why[512];
+    const int threads = tops_exec_default_threads(threads_why, sizeof threads_why);
     if (json) {
         printf("{\"version\": ");
         tops_cli_json_string(stdout, tops_version());
@@ -46,6 +50,8 @@ int tops_cmd_info(int argc, char **argv) {
         tops_cli_json_string(stdout, ci.isa_reason);
         printf(", \"isa_error\": ");
         tops_cli_json_string(stdout, isa_error);
+        printf(", \"threads\": %d, \"threads_reason\": ", threads);
+        tops_cli_json_string(stdout, threads_why);
         printf(", \"isa_available\": [");
         int first = 1;
         for (int i = 0; i < TOPS_ISA_COUNT_; i++)
@@ -94,6 +100,7 @@ int tops_cmd_info(int argc, char **argv) {
         printf("\n");
         printf("isa       %s (%s)\n", tops_isa_name(ci.isa), ci.isa_reason);
         if (isa_error[0]) printf("error     %s\n", isa_error);
+        printf("threads   %d (%s)\n", threads, threads_why);
         printf("build     %s, openmp %s, cuda %s\n", b.build_type, b.openmp ? "yes" : "no", b.cuda ? "yes" : "no");
         int ngpu = 0;
         tops_cuda_device_count(&ngpu);

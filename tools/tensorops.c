@@ -76,7 +76,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "\nenvironment:\n"
             "  TOPS_ISA=LEVEL   force a kernel level at or below the machine's best\n"
-            "                   (ref, avx2, avx512, avx512_vnni, amx, neon, ...)\n");
+            "                   (tensorops info lists the levels this build and machine offer)\n");
 }
 
 int main(int argc, char **argv) {

@@ -4,6 +4,7 @@
 #include "cuda/cuda_internal.h"
 #include "drive/gemm.h"
 #include "formats/traits.h"
+#include "core/threads.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -373,6 +374,8 @@ static void copy_plane(const tops_plane *src, tops_plane *dst) {
 static tops_status pack_in_place(const char *fn, const tops__kernels *kern, const tops_exec *ex, int relaxed,
                                  const tops_tensor *right, int64_t k, int64_t n, tops_tensor *packed) {
     tops_memory host = {TOPS_DEVICE_CPU, 0};
+    const int pthreads = tops__threads_for(TOPS__WORK_PACK, (double)k * (double)n, ex->threads);
+    (void)pthreads; /* without OpenMP */
     tops_tensor tmp;
     tops_status st = tops_tensor_create(right->format, 2, right->extent, host, &tmp);
     if (st != TOPS_OK) return st;
@@ -458,7 +461,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
         float *scales = (float *)(panels + q8_panel_bytes);
         const size_t per_thread = (size_t)kp * 8 + (size_t)n_subs * 8 * sizeof(float);
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(ex->threads) schedule(static)
+#pragma omp parallel for num_threads(pthreads) schedule(static) if (pthreads > 1)
 #endif
         for (int64_t g = 0; g < groups; g++) {
 #ifdef _OPENMP
@@ -466,6 +469,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
 #else
             const int tid = 0;
 #endif
+            TOPS__NOTE_REGION();
             tops__pack_q8_panels(kern, &pk->copy, kp, g, 1, panels, scales, scratch + (size_t)tid * per_thread);
         }
         tops__aligned_free(scratch);
@@ -476,10 +480,12 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     if (stream_scale) {
         uint8_t *data = mem + stream_at;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(ex->threads) schedule(static)
+#pragma omp parallel for num_threads(pthreads) schedule(static) if (pthreads > 1)
 #endif
-        for (int64_t g = 0; g < stream_groups; g++)
+        for (int64_t g = 0; g < stream_groups; g++) {
+            TOPS__NOTE_REGION();
             tops__pack_nibstream(kern, &pk->copy, stream_scale, g, 1, data + g * group_bytes);
+        }
         pk->nib_stream = (tops__nibstream){data, group_bytes, stream_scale,
                                            tops__nibstream_coded(&kern->unpack[right->format.id].nib),
                                            tops__nib_scale_mul(tops_format_get_info(right->format.id), right)};
@@ -539,9 +545,9 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
     pk->panels = data;
     pk->bytes = panel_bytes;
     tops__gemm_operand op = right_operand(kern, right, desc->transpose_right);
-    int threads = ex.threads;
+    int threads = tops__threads_for(TOPS__WORK_PACK, (double)k * (double)n, ex.threads);
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
     for (int64_t g = 0; g < panels; g++) {
 #ifdef _OPENMP
@@ -549,6 +555,7 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
 #else
         int tid = 0;
 #endif
+        TOPS__NOTE_REGION();
         tops__pack_right_panels(kern, &op, k, n, nr, g, 1, data, tmp + (size_t)tid * nr * KC_TMP, KC_TMP);
     }
     (void)threads;
