@@ -30,18 +30,21 @@ typedef enum tops__work_kind {
    1 below the kind's threshold, else `threads`. */
 int tops__threads_for(tops__work_kind kind, double work, int threads);
 
-/* Counts parallel regions actually entered (thread 0 of each region bumps
-   it): tests check that small calls enter none. */
+/* Counts work done inside active parallel regions (any thread bumps it,
+   once per pass through a region's body): tests check that small calls
+   enter none. */
 void tops__note_region(void);
 long tops__regions_entered(void);
-/* In a region's body: counts it once per thread-0 pass if the region is
-   active (more than one thread).  Regions carry if(threads > 1), so a call
+/* In a region's body: counts one pass if the region is active (more than
+   one thread).  Any thread counts: with a dynamic schedule thread 0 may run
+   no iteration at all when the other threads take them first (seen under
+   load).  Regions carry if(threads > 1), so a call
    given one thread runs on the caller with no team started. */
 #ifdef _OPENMP
 #include <omp.h>
 #define TOPS__NOTE_REGION()                                                   \
     do {                                                                      \
-        if (omp_in_parallel() && omp_get_thread_num() == 0) tops__note_region(); \
+        if (omp_in_parallel()) tops__note_region();                            \
     } while (0)
 #else
 #define TOPS__NOTE_REGION() ((void)0)
