@@ -123,6 +123,33 @@ typedef struct tops__gemm_q8_ukernel {
 #define TOPS_Q8_OFFSET 16
 #define TOPS_Q8_OFFSET_NARROW 8 /* |q| <= 8: gemm_q8_narrow */
 
+/* AMX relaxed integer microkernel (src/kernels/amx/gemm_q8_amx.c):
+   c[16 mt x 32] (+)= sum over nb sub-blocks b of `sub` k (a multiple of 4,
+   at most 64) of as[i * lds + b] * bsX[b * 16 + j] * S_b[i][j], where S_b
+   is the exact int32 sum of block b's i8 x i8 products (tdpbssd), mt 1 or
+   2.  a: 16 mt rows of i8 activations (row stride lda bytes, block b at
+   a + b * sub); b0 and b1: the panels of columns 0..15 and 16..31 in the
+   tile layout of tops__amx_pack_panel; bs0 / bs1: per sub-block 16 column
+   scales; c: f32, row stride ldc.  Each f32 step is one FMA:
+   c = fma((float)S, as * bs, c), blocks in order.  release ends the
+   thread's tile use (tilerelease).  run NULL: no AMX at this level. */
+typedef void (*tops__amx_q8_fn)(int mt, int64_t nb, int sub, const int8_t *a, int64_t lda, const float *as,
+                                int64_t lds, const int8_t *b0, const int8_t *b1, const float *bs0, const float *bs1,
+                                float *c, int64_t ldc, int accumulate);
+typedef struct tops__amx_q8_ukernel {
+    tops__amx_q8_fn run;
+    void (*release)(void);
+    const char *name;
+} tops__amx_q8_ukernel;
+/* The AMX weight tile layout: 16 columns over kc (a multiple of 4) k,
+   panel[(k / 4) * 64 + j * 4 + k % 4] = rows[j * kc + k] (rows: 16 rows
+   of codes).  Sub-block b of `sub` k starts at panel + b * sub * 16. */
+static inline void tops__amx_pack_panel(const int8_t *rows, int64_t kc, int8_t *panel) {
+    for (int64_t k4 = 0; k4 < kc / 4; k4++)
+        for (int j = 0; j < 16; j++)
+            for (int t = 0; t < 4; t++) panel[k4 * 64 + j * 4 + t] = rows[j * kc + k4 * 4 + t];
+}
+
 /* Tile microkernel: c[mr x nr] = a[mr x k] * b[k x nr] (+ c if accumulate),
    1 <= mr <= MR, k >= 1; rows of a, b and c lie lda, ldb and ldc floats
    apart; b and c hold whole nr-wide strips (the tile pads them). */
@@ -155,6 +182,8 @@ typedef struct tops__kernels {
        their packer: rows[j * kc + k] (8 rows of integer codes, kc a
        multiple of 16) -> panel[(k / 4) * 32 + j * 4 + k % 4] = q + offset. */
     tops__gemm_q8_ukernel gemm_q8, gemm_q8_narrow;
+    /* AMX relaxed integer kernel for every integer form (|q| <= 128). */
+    tops__amx_q8_ukernel amx_q8;
     void (*pack_q8_panel)(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
     /* Fused relaxed dot product over nb whole blocks of a nibble layout:
        sum_b ws[b] * as[b] * (sum_k lut[code] * aq[k] - acorr[b]), where
@@ -337,6 +366,12 @@ void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, cons
                               int64_t n, int sub, float *out);
 void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                          int accumulate);
+#if defined(TOPS_HAVE_AMX_KERNELS)
+void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t lda, const float *as,
+                                      int64_t lds, const int8_t *b0, const int8_t *b1, const float *bs0,
+                                      const float *bs1, float *c, int64_t ldc, int accumulate);
+void tops__amx_release(void);
+#endif
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                             float *c, int64_t ldc, int accumulate);
