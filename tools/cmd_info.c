@@ -1,13 +1,21 @@
 /* tensorops info: the machine, its features, the level chosen and why. */
 #include "cli.h"
+#include "cpu/dispatch.h"
 
 #include <string.h>
+
+/* The AMX kernels the amx level runs (NULL: none at this build or machine). */
+static const char *amx_kernels(void) {
+    const tops__kernels *k = tops__kernels_for_isa(TOPS_ISA_AMX);
+    return k && k->amx_q8.run ? k->amx_q8.name : NULL;
+}
 
 void tops_cmd_info_usage(FILE *out) {
     fprintf(out,
             "usage: tensorops info [--json]\n\n"
             "Prints the version, CPU model and cores, every CPU feature (yes/no), the kernel\n"
-            "level chosen (and why, if TOPS_ISA forced it), cache sizes and build options.\n\n"
+            "level chosen (and why, if TOPS_ISA forced it), the AMX kernels where the amx level\n"
+            "runs, cache sizes and build options.\n\n"
             "  --json   one JSON object instead of text\n");
 }
 
@@ -53,6 +61,8 @@ int tops_cmd_info(int argc, char **argv) {
                 printf("%s\"%s\"", first ? "" : ", ", tops_isa_name((tops_isa)i));
                 first = 0;
             }
+        printf("], \"amx_kernels\": [");
+        if (amx_kernels()) tops_cli_json_string(stdout, amx_kernels());
         printf("], \"cache_bytes\": {\"l1d\": %lld, \"l2\": %lld, \"l3\": %lld}", (long long)ci.cache_bytes[0],
                (long long)ci.cache_bytes[1], (long long)ci.cache_bytes[2]);
         printf(", \"build\": {\"openmp\": %s, \"cuda\": %s, \"compiler\": ", b.openmp ? "true" : "false",
@@ -88,6 +98,7 @@ int tops_cmd_info(int argc, char **argv) {
         }
         printf("\n");
         printf("amx       %s\n", ci.amx_permission ? "tile state granted by the OS" : "not in use");
+        if (amx_kernels()) printf("amx kern  %s (relaxed, integer weight forms, M >= 5)\n", amx_kernels());
         printf("levels   ");
         for (int i = 0; i < TOPS_ISA_COUNT_; i++)
             if (ci.isa_available[i]) printf(" %s", tops_isa_name((tops_isa)i));

@@ -125,17 +125,20 @@ typedef struct tops__gemm_q8_ukernel {
 
 /* AMX relaxed integer microkernel (src/kernels/amx/gemm_q8_amx.c):
    c[16 mt x 32] (+)= sum over nb sub-blocks b of `sub` k (a multiple of 4,
-   at most 64) of as[i * lds + b] * bsX[b * 16 + j] * S_b[i][j], where S_b
-   is the exact int32 sum of block b's i8 x i8 products (tdpbssd), mt 1 or
-   2.  a: 16 mt rows of i8 activations (row stride lda bytes, block b at
-   a + b * sub); b0 and b1: the panels of columns 0..15 and 16..31 in the
-   tile layout of tops__amx_pack_panel; bs0 / bs1: per sub-block 16 column
-   scales; c: f32, row stride ldc.  Each f32 step is one FMA:
-   c = fma((float)S, as * bs, c), blocks in order.  release ends the
-   thread's tile use (tilerelease).  run NULL: no AMX at this level. */
-typedef void (*tops__amx_q8_fn)(int mt, int64_t nb, int sub, const int8_t *a, int64_t lda, const float *as,
-                                int64_t lds, const int8_t *b0, const int8_t *b1, const float *bs0, const float *bs1,
-                                float *c, int64_t ldc, int accumulate);
+   at most 32) of as_b[i] * bsX[b * 16 + j] * S_b[i][j], where S_b is the
+   exact int32 sum of block b's i8 x i8 products (tdpbssd), mt 1 or 2.
+   Activations in tile order: row tile t's block b is 16 rows of sub bytes
+   (row stride sub) at a + t * a_next + b * 16 * sub, its 16 row scales at
+   as + t * as_next + b * 16 (tile loads then read 16 * sub contiguous
+   bytes: rows K bytes apart would share one L1 set and one page each).
+   b0 and b1: the panels of columns 0..15 and 16..31 in the tile layout of
+   tops__amx_pack_panel; bs0 / bs1: per sub-block 16 column scales; c: f32,
+   row stride ldc.  Each f32 step is one FMA: c = fma((float)S, as * bs, c),
+   blocks in order.  release ends the thread's tile use (tilerelease).
+   run NULL: no AMX at this level. */
+typedef void (*tops__amx_q8_fn)(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+                                int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
+                                const float *bs1, float *c, int64_t ldc, int accumulate);
 typedef struct tops__amx_q8_ukernel {
     tops__amx_q8_fn run;
     void (*release)(void);
@@ -367,8 +370,8 @@ void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, cons
 void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                          int accumulate);
 #if defined(TOPS_HAVE_AMX_KERNELS)
-void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t lda, const float *as,
-                                      int64_t lds, const int8_t *b0, const int8_t *b1, const float *bs0,
+void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+                                      int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
                                       const float *bs1, float *c, int64_t ldc, int accumulate);
 void tops__amx_release(void);
 #endif

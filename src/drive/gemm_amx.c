@@ -56,14 +56,28 @@ void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int6
     }
 }
 
-/* Row m of the left operand over kp (padded) elements to i8 codes. */
-static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t kp, int sub,
-                         float *tmp, int8_t *aq, float *as) {
+/* Row m of the left operand over kp (padded) elements to i8 codes and
+   scales (rq, rs), then into the kernel's tile order at row i of the
+   chunk: row tile t = i / 16, block b at aq + (t * n_subs + b) * 16 * sub,
+   row i % 16 of it; its scale at as[(t * n_subs + b) * 16 + i % 16].
+   m < 0: a padding row (zero codes, zero scales). */
+static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t i, int64_t kp,
+                         int sub, float *tmp, int8_t *rq, float *rs, int8_t *aq, float *as) {
     const tops__gemm_operand *left = &p->left;
-    if (left->k_major) left->read(kern, left->t, 0, p->k, m, 1, tmp, 1);
-    else left->read(kern, left->t, m, 1, 0, p->k, tmp, p->k);
-    for (int64_t i = p->k; i < kp; i++) tmp[i] = 0.0f;
-    kern->quantize_q8(tmp, kp, sub, aq, as);
+    const int64_t n_subs = kp / sub, t = i / 16, r = i % 16;
+    if (m >= 0) {
+        if (left->k_major) left->read(kern, left->t, 0, p->k, m, 1, tmp, 1);
+        else left->read(kern, left->t, m, 1, 0, p->k, tmp, p->k);
+        for (int64_t x = p->k; x < kp; x++) tmp[x] = 0.0f;
+        kern->quantize_q8(tmp, kp, sub, rq, rs);
+    } else {
+        memset(rq, 0, (size_t)kp);
+        for (int64_t b = 0; b < n_subs; b++) rs[b] = 0.0f;
+    }
+    for (int64_t b = 0; b < n_subs; b++) {
+        memcpy(aq + ((t * n_subs + b) * 16 + r) * sub, rq + b * sub, (size_t)sub);
+        as[(t * n_subs + b) * 16 + r] = rs[b];
+    }
 }
 
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
@@ -89,7 +103,9 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const size_t pscale_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
     const size_t rows_bytes = prepacked ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
     const size_t qs_bytes = prepacked ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
-    const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64), tmp_bytes = (size_t)tops__round_up(kp * 4, 64);
+    const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);
+    const size_t tmp_bytes = (size_t)tops__round_up(kp * 4, 64) + (size_t)tops__round_up(kp, 64) +
+                             (size_t)tops__round_up(n_subs * 4, 64);
     const size_t per_thread = panel_bytes + pscale_bytes + rows_bytes + qs_bytes + acc_bytes + tmp_bytes;
     size_t bytes, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
@@ -118,17 +134,12 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
             float *qs = (float *)((unsigned char *)rows + rows_bytes);
             float *acc = (float *)((unsigned char *)qs + qs_bytes);
             float *tmp = (float *)((unsigned char *)acc + acc_bytes);
+            int8_t *rq = (int8_t *)tmp + tops__round_up(kp * 4, 64);
+            float *rs = (float *)(rq + tops__round_up(kp, 64));
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t i = 0; i < m_pad; i++) {
-                if (i < mm) {
-                    quantize_row(kern, p, m0 + i, kp, sub, tmp, aq + i * kp, as + i * n_subs);
-                } else { /* padding rows: zero codes, zero scales */
-                    memset(aq + i * kp, 0, (size_t)kp);
-                    for (int64_t b = 0; b < n_subs; b++) as[i * n_subs + b] = 0.0f;
-                }
-            }
+            for (int64_t i = 0; i < m_pad; i++) quantize_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, tmp, rq, rs, aq, as);
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
@@ -160,8 +171,9 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                         }
                         for (int64_t it = 0; it < m_tiles; it += 2) {
                             const int mt = m_tiles - it >= 2 ? 2 : 1;
-                            uk->run(mt, nb, sub, aq + it * 16 * kp + k0, kp, as + it * 16 * n_subs + k0 / sub, n_subs,
-                                    b0, b1, s0, s1, acc + it * 16 * nc + jp * 32, nc, kb > 0);
+                            const int64_t at = it * n_subs + k0 / sub; /* row tile it, first block of this K block */
+                            uk->run(mt, nb, sub, aq + at * 16 * sub, n_subs * 16 * sub, as + at * 16, n_subs * 16, b0,
+                                    b1, s0, s1, acc + it * 16 * nc + jp * 32, nc, kb > 0);
                         }
                     }
                 }

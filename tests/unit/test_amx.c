@@ -17,7 +17,8 @@ static const tops__kernels *amx, *ref;
 static void test_kernel_exact(void) {
     enum { NB = 9, MAXK = NB * 32, LDA = MAXK + 20, LDC = 40 };
     static int8_t a[32 * LDA], rows[2][16 * MAXK], panel[2][16 * MAXK];
-    static float as[32 * NB], bs[2][NB * 16], got[32 * LDC], want[32 * LDC];
+    static int8_t at[32 * MAXK];
+    static float as[32 * NB], ast[32 * NB], bs[2][NB * 16], got[32 * LDC], want[32 * LDC];
     static const int subs[4] = {4, 8, 16, 32};
     for (int it = 0; it < 64; it++) {
         const int sub = subs[it % 4], mt = 1 + (it / 4) % 2, accumulate = (it / 8) % 2, extreme = it % 3 == 0;
@@ -49,14 +50,21 @@ static void test_kernel_exact(void) {
                 }
                 want[i * LDC + j] = c;
             }
-        amx->amx_q8.run(mt, nb, sub, a, LDA, as, NB, panel[0], panel[1], bs[0], bs[1], got, LDC, accumulate);
+        /* The kernel's tile order: row tile t, block b, 16 rows of sub codes; scales likewise. */
+        for (int i = 0; i < 32; i++)
+            for (int64_t b = 0; b < nb; b++) {
+                memcpy(at + (((i / 16) * nb + b) * 16 + i % 16) * sub, a + i * LDA + b * sub, (size_t)sub);
+                ast[((i / 16) * nb + b) * 16 + i % 16] = as[i * NB + b];
+            }
+        amx->amx_q8.run(mt, nb, sub, at, nb * 16 * sub, ast, nb * 16, panel[0], panel[1], bs[0], bs[1], got, LDC,
+                        accumulate);
         amx->amx_q8.release();
         if (memcmp(got, want, sizeof got) != 0) {
-            int at = 0;
-            while (at < 32 * LDC && memcmp(&got[at], &want[at], sizeof(float)) == 0) at++;
+            int first_bad = 0;
+            while (first_bad < 32 * LDC && memcmp(&got[first_bad], &want[first_bad], sizeof(float)) == 0) first_bad++;
             TH_FAIL_AT("%s sub=%d mt=%d nb=%lld acc=%d extreme=%d: differs at row %d col %d (%.9g vs %.9g)",
-                       amx->amx_q8.name, sub, mt, (long long)nb, accumulate, extreme, at / LDC, at % LDC, got[at],
-                       want[at]);
+                       amx->amx_q8.name, sub, mt, (long long)nb, accumulate, extreme, first_bad / LDC,
+                       first_bad % LDC, got[first_bad], want[first_bad]);
         }
     }
 }
