@@ -18,7 +18,8 @@
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
 
 int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed) {
-    if (!(relaxed ? kern->amx_q8.run != NULL : kern->amx_bf16 != NULL) || w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
+    const int have = relaxed ? kern->amx_q8.run != NULL : kern->amx_bf16 != NULL;
+    if (!have || w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
     const int sub = tops__unpack_sub(w);
     return sub >= 4 && sub % 4 == 0 && 32 % sub == 0;
 }
@@ -122,7 +123,8 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
        scales; strict: hi and lo terms), then per thread the weight block
        and its scales, an unpack buffer, the accumulators and row buffers. */
     const size_t left_terms = (size_t)tops__round_up(m_chunk * kp * esize, 64);
-    const size_t left_bytes = left_terms * (strict ? 2 : 1) + (strict ? 0 : (size_t)tops__round_up(m_chunk * n_subs * 4, 64));
+    const size_t left_scales = strict ? 0 : (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
+    const size_t left_bytes = left_terms * (strict ? 2 : 1) + left_scales;
     const size_t panel_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * kc_max * esize, 64);
     const size_t pscale_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
     const size_t rows_bytes = prepacked ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
@@ -165,7 +167,8 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t i = 0; i < m_pad; i++) left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, aq, as, ah, al);
+            for (int64_t i = 0; i < m_pad; i++)
+                left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, aq, as, ah, al);
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif

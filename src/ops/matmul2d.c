@@ -263,7 +263,8 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     /* AMX: every integer form, from AMX_MIN_M rows.  Relaxed: 8-bit weights
        too (tdpbssd sums i8 x i8 in i32 exactly).  Strict: bf16 tiles, the
        activations as two bf16 terms. */
-    if (p->right.read == tops__read_rect_unpack && p->m >= AMX_MIN_M && tops__gemm_amx_supports(kern, right, p->relaxed))
+    if (p->right.read == tops__read_rect_unpack && p->m >= AMX_MIN_M &&
+        tops__gemm_amx_supports(kern, right, p->relaxed))
         return PLAN_AMX;
     /* Narrow integers take the integer microkernel.  8-bit weights stay on
        f32 panels: their products would saturate vpmaddubsw's i16 sums, and

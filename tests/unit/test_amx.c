@@ -38,10 +38,12 @@ static void test_kernel_exact(void) {
                 rows[g][i] = (int8_t)q;
             }
             tops__amx_pack_panel(rows[g], kc, panel[g]);
-            for (int64_t i = 0; i < nb * 16; i++) bs[g][i] = ldexpf(th_next(&rng) % 2 ? 1.0f : -1.0f, -(int)(th_next(&rng) % 6));
+            for (int64_t i = 0; i < nb * 16; i++)
+                bs[g][i] = ldexpf(th_next(&rng) % 2 ? 1.0f : -1.0f, -(int)(th_next(&rng) % 6));
         }
         for (int i = 0; i < 32 * NB; i++) as[i] = ldexpf(1.0f, -(int)(th_next(&rng) % 6));
-        for (int i = 0; i < 32 * LDC; i++) got[i] = want[i] = accumulate || i % LDC >= 32 ? (float)(i % 11) - 5.0f : NAN;
+        for (int i = 0; i < 32 * LDC; i++) /* NaN where the kernel must write, sentinels past column 32 */
+            got[i] = want[i] = accumulate || i % LDC >= 32 ? (float)(i % 11) - 5.0f : NAN;
         for (int i = 0; i < 16 * mt; i++)
             for (int j = 0; j < 32; j++) {
                 float c = accumulate ? want[i * LDC + j] : 0.0f;
@@ -106,9 +108,11 @@ static void test_bf16_kernel_exact(void) {
         for (int g = 0; g < 2; g++) {
             for (int64_t i = 0; i < 16 * kc; i++) rows[g][i] = (int8_t)((int)(th_next(&rng) % 256) - 128);
             tops__amx_pack_panel_bf16(rows[g], kc, panel[g]);
-            for (int64_t i = 0; i < nb * 16; i++) bs[g][i] = ldexpf(th_next(&rng) % 2 ? 1.0f : -1.0f, -(int)(th_next(&rng) % 6));
+            for (int64_t i = 0; i < nb * 16; i++)
+                bs[g][i] = ldexpf(th_next(&rng) % 2 ? 1.0f : -1.0f, -(int)(th_next(&rng) % 6));
         }
-        for (int i = 0; i < 32 * LDC; i++) got[i] = want[i] = accumulate || i % LDC >= 32 ? (float)(i % 11) - 5.0f : NAN;
+        for (int i = 0; i < 32 * LDC; i++) /* NaN where the kernel must write, sentinels past column 32 */
+            got[i] = want[i] = accumulate || i % LDC >= 32 ? (float)(i % 11) - 5.0f : NAN;
         for (int i = 0; i < 16 * mt; i++)
             for (int j = 0; j < 32; j++) {
                 float c = accumulate ? want[i * LDC + j] : 0.0f;
