@@ -4,10 +4,12 @@
 
 #include <string.h>
 
-/* The AMX kernels the amx level runs (NULL: none at this build or machine). */
-static const char *amx_kernels(void) {
+/* The AMX kernels the amx level runs: [0] relaxed, [1] strict (NULL: none
+   at this build or machine). */
+static const char *amx_kernel(int strict) {
     const tops__kernels *k = tops__kernels_for_isa(TOPS_ISA_AMX);
-    return k && k->amx_q8.run ? k->amx_q8.name : NULL;
+    if (!k) return NULL;
+    return strict ? (k->amx_bf16 ? k->amx_bf16_name : NULL) : (k->amx_q8.run ? k->amx_q8.name : NULL);
 }
 
 void tops_cmd_info_usage(FILE *out) {
@@ -62,7 +64,11 @@ int tops_cmd_info(int argc, char **argv) {
                 first = 0;
             }
         printf("], \"amx_kernels\": [");
-        if (amx_kernels()) tops_cli_json_string(stdout, amx_kernels());
+        for (int i = 0, n = 0; i < 2; i++)
+            if (amx_kernel(i)) {
+                printf("%s", n++ ? ", " : "");
+                tops_cli_json_string(stdout, amx_kernel(i));
+            }
         printf("], \"cache_bytes\": {\"l1d\": %lld, \"l2\": %lld, \"l3\": %lld}", (long long)ci.cache_bytes[0],
                (long long)ci.cache_bytes[1], (long long)ci.cache_bytes[2]);
         printf(", \"build\": {\"openmp\": %s, \"cuda\": %s, \"compiler\": ", b.openmp ? "true" : "false",
@@ -98,7 +104,8 @@ int tops_cmd_info(int argc, char **argv) {
         }
         printf("\n");
         printf("amx       %s\n", ci.amx_permission ? "tile state granted by the OS" : "not in use");
-        if (amx_kernels()) printf("amx kern  %s (relaxed, integer weight forms, M >= 5)\n", amx_kernels());
+        if (amx_kernel(0)) printf("amx kern  %s (relaxed, integer weight forms, M >= 5)\n", amx_kernel(0));
+        if (amx_kernel(1)) printf("amx kern  %s (strict, integer weight forms, M >= 5)\n", amx_kernel(1));
         printf("levels   ");
         for (int i = 0; i < TOPS_ISA_COUNT_; i++)
             if (ci.isa_available[i]) printf(" %s", tops_isa_name((tops_isa)i));
