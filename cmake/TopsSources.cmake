@@ -12,10 +12,18 @@ function(tops_collect_sources out)
     file(GLOB avx512 CONFIGURE_DEPENDS ${root}/kernels/avx512/*.c)
     set_source_files_properties(${avx512} PROPERTIES COMPILE_OPTIONS
       "-mavx2;-mfma;-mf16c;-mbmi2;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16")
-    file(GLOB amx CONFIGURE_DEPENDS ${root}/kernels/amx/*.c)
-    set_source_files_properties(${amx} PROPERTIES COMPILE_OPTIONS
-      "-mavx2;-mfma;-mf16c;-mbmi2;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mamx-tile;-mamx-int8;-mamx-bf16")
-    list(APPEND all ${avx2} ${avx512} ${amx})
+    list(APPEND all ${avx2} ${avx512})
+    # AMX tile kernels where the compiler has the intrinsics (gcc >= 11,
+    # clang >= 12); the amx level then uses them (TOPS_HAVE_AMX_KERNELS).
+    include(CheckCCompilerFlag)
+    check_c_compiler_flag("-mamx-tile -mamx-int8 -mamx-bf16" TOPS_CC_HAS_AMX)
+    if(TOPS_CC_HAS_AMX)
+      file(GLOB amx CONFIGURE_DEPENDS ${root}/kernels/amx/*.c)
+      set_source_files_properties(${amx} PROPERTIES COMPILE_OPTIONS
+        "-mavx2;-mfma;-mf16c;-mbmi2;-mavx512f;-mavx512bw;-mavx512vl;-mavx512dq;-mavx512vnni;-mavx512bf16;-mamx-tile;-mamx-int8;-mamx-bf16")
+      list(APPEND all ${amx})
+      add_compile_definitions(TOPS_HAVE_AMX_KERNELS=1)
+    endif()
     add_compile_definitions(TOPS_HAVE_X86_KERNELS=1)
   elseif(CMAKE_SYSTEM_PROCESSOR MATCHES "aarch64|arm64")
     file(GLOB neon CONFIGURE_DEPENDS ${root}/kernels/neon/*.c)

@@ -163,6 +163,15 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
         k->gemm_q8_narrow = k->gemm_q8;
     }
+#if defined(TOPS_HAVE_AMX_KERNELS)
+    if (level_allows(level, TOPS_ISA_AMX))
+        k->amx_q8 = (tops__amx_q8_ukernel){tops_gemm_f32_qi8_qi8_32x32__amx, tops__amx_release,
+                                           "tops_gemm_f32_qi8_qi8_32x32__amx"};
+    if (level_allows(level, TOPS_ISA_AMX)) {
+        k->amx_bf16 = tops_gemm_f32_bf16x2_bf16_32x32__amx;
+        k->amx_bf16_name = "tops_gemm_f32_bf16x2_bf16_32x32__amx";
+    }
+#endif
 #endif
 }
 

@@ -86,7 +86,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     const int64_t k_blocks = tops__ceil_div(kp, kc_max), n_subs = kp / sub;
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, mr);
     /* Prepacked panels are laid out for 8-column kernels. */
-    const int prepacked = p->q8_panels && nr == 8;
+    const int prepacked = p->q8_panels && !p->q8_amx && nr == 8;
 
     int threads;
     int64_t nc, n_blocks;
