@@ -9,6 +9,7 @@
    column's sums do not depend on the N blocking: the same bits for any
    thread count, packed or plain. */
 #include "drive/gemm.h"
+#include "core/threads.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -118,6 +119,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, NC_DEFAULT, 32, &threads, &nc, &n_blocks);
+    threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
     /* Workspace: the left of one chunk in tile order (relaxed: codes and
        scales; strict: hi and lo terms), then per thread the weight block
@@ -147,7 +149,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
         const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
         const int64_t m_pad = m_tiles * 16;
 #ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
         {
 #ifdef _OPENMP
@@ -155,6 +157,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 #else
             const int tid = 0;
 #endif
+            TOPS__NOTE_REGION();
             unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
             unsigned char *panel = mine;
             float *pscale = (float *)(mine + panel_bytes);
