@@ -12,7 +12,7 @@ CMAKE_ARGS ?=
 
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build deps deps-python configure run test test-c test-python test-sanitize install fuzz fuzz-smoke clean help
+.PHONY: all build deps deps-python deps-onednn bump-test-deps configure run test test-c test-python test-sanitize install fuzz fuzz-smoke clean help
 
 all: build
 
@@ -21,6 +21,7 @@ help:
 	@echo "make run        build (release), then tensorops info, validate --quick and bench"
 	@echo "                (the A/B table; bench/out/latest.json and latest.svg)"
 	@echo "make test       every test: C unit, CLI, install/example and Python oracle tests"
+	@echo "make bump-test-deps  re-pin scripts/requirements-test.txt to the newest releases (review it)"
 	@echo "make test-sanitize   the C and CLI tests under ASan + UBSan"
 	@echo "make install PREFIX=DIR"
 	@echo "make fuzz       build the libFuzzer targets with clang into $(FUZZ_BUILD)/"
@@ -32,7 +33,15 @@ deps:
 deps-python:
 	@scripts/deps.sh python
 
-configure: deps
+bump-test-deps:
+	@scripts/deps.sh bump
+
+# oneDNN for the bench's baseline rows (x86-64, pinned PyPI wheels into
+# .deps/onednn); without it the bench runs and says why the rows are absent.
+deps-onednn:
+	@scripts/deps.sh onednn || echo "deps: oneDNN not installed: the bench runs without its oneDNN rows" >&2
+
+configure: deps deps-onednn
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTOPS_WERROR=ON $(CMAKE_ARGS) >/dev/null
 
 build: configure
@@ -60,7 +69,7 @@ test: deps-python build
 test-c: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L "unit|cli"
 
-test-sanitize: deps  # CUDA off: no GPU to run it under the sanitizers, and it halves the build
+test-sanitize: deps deps-onednn  # CUDA off: no GPU to run it under the sanitizers, and it halves the build
 	@cmake -S . -B $(SAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DTOPS_SANITIZE=ON -DTOPS_WERROR=ON -DTOPS_CUDA=OFF $(CMAKE_ARGS) >/dev/null
 	@cmake --build $(SAN_BUILD) -j $(JOBS)
 	cd $(SAN_BUILD) && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

@@ -204,8 +204,45 @@ uint64_t tops_bench_available_memory(void);
 
 tops_status tops_bench_matmul_cpu(tops_bench_session *session, tops_bench_rows *rows);
 /* The kernels the CPU baseline (OpenBLAS) runs, as OpenBLAS names its core
-   ("Haswell", "SkylakeX", ...). */
+   ("Haswell", "SkylakeX", ...); "none" in a build without OpenBLAS. */
 const char *tops_bench_baseline_kernels(void);
+/* The SIMD width of an OpenBLAS core name: 0 SSE (Prescott, Core2, ...),
+   1 AVX, 2 AVX2, 3 AVX-512; -1 for a name it does not know. */
+int tops_bench_openblas_core_level(const char *core);
+/* The OpenBLAS core that matches the level the library runs (ci->isa):
+   Cooperlake or SkylakeX at the AVX-512 levels, Haswell at avx2; NULL
+   where there is none to ask for (ref, not x86). */
+const char *tops_bench_openblas_core_for(const tops_cpu_info *ci);
+
+/* Output rows checked against f64 per case, spread over M: fills rows[]
+   (at most TOPS_BENCH_CHECK_ROWS) and returns how many. */
+#define TOPS_BENCH_CHECK_ROWS 4
+int tops_bench_check_rows(int64_t m, int64_t *rows);
+/* How many copies of `bytes` make the weights touched exceed 2x the LLC
+   (cfg->rotate_bytes if set), within a third of the free memory and at most
+   256; *capped = 1 if memory was short, 2 if the weights are small. */
+int tops_bench_rotation_copies(const tops_bench_config *cfg, double bytes, int *capped);
+
+/* ---- the oneDNN baseline rows (bench/bench_onednn.c; x86) ----------------- */
+
+/* oneDNN's matmul at every M of the session: "onednn-bf16" (bf16
+   activations, weights and result) and "onednn-int8-dyn" (f32 activations
+   quantized to s8 on each call with a per-tensor scale, s8 weights with
+   per-channel scales, f32 result), on `weights` [N, K] and the rotated
+   activations, each [max M, K]; pushes one row per (case, M), whose
+   baseline is base_name[i] / base_median_s[i] (OpenBLAS at cfg->m[i]).
+   oneDNN is loaded at run time: when it is absent, or a case has no
+   implementation on this CPU, the rows are left out, OK is returned and
+   tops_bench_onednn_note says why.  A row over its sanity bound counts in
+   *accuracy_failures. */
+tops_status tops_bench_onednn_matmul(tops_bench_session *session, const float *weights, float *const *acts,
+                                     int nacts, const char (*base_name)[32], const double *base_median_s,
+                                     tops_bench_rows *out, int *accuracy_failures);
+/* One line on the last run's oneDNN: version, library, ISA, threads; or
+   why there are no rows.  "" before any run. */
+const char *tops_bench_onednn_note(void);
+/* The name of a dnnl_cpu_isa_t value ("avx512_core_amx"), NULL if unknown. */
+const char *tops_bench_onednn_isa_name(unsigned isa);
 tops_status tops_bench_matmul_prepare(tops_bench_config *cfg);
 /* Fills the matmul defaults (K=4096, N=12288, M=1,16,128, the given formats)
    and checks every --format name; shared by the CPU and CUDA runners. */

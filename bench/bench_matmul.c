@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 #ifdef TOPS_HAVE_OPENBLAS
 #include <cblas.h>
@@ -23,8 +24,7 @@ const char *const tops_bench_matmul_default_formats[] = {"f32", "f16", "int8-g32
    tests' 1e-2. */
 #define STRICT_REL_L2 1e-5
 #define RELAXED_REL_L2 1e-2
-/* Output rows checked against f64 per case (spread over M). */
-#define CHECK_ROWS 4
+#define CHECK_ROWS TOPS_BENCH_CHECK_ROWS
 
 void tops_bench_fill_normal(float *v, int64_t n, uint64_t seed) {
     /* splitmix64 then Box-Muller: reproducible, no libc rand state. */
@@ -90,9 +90,7 @@ tops_status tops_bench_matmul_prepare(tops_bench_config *cfg) {
 
 /* ---- memory for the rotated copies ------------------------------------------ */
 
-/* How many copies of `bytes` make the weights touched exceed 2x the LLC,
-   within a third of the memory available now. */
-static int rotation_copies(const tops_bench_config *cfg, double bytes, int *capped) {
+int tops_bench_rotation_copies(const tops_bench_config *cfg, double bytes, int *capped) {
     double llc2 = cfg->rotate_bytes > 0 ? cfg->rotate_bytes : 2.0 * (double)tops_bench_llc_bytes();
     int copies = (int)floor(llc2 / bytes) + 1;
     double avail = (double)tops_bench_available_memory();
@@ -109,6 +107,15 @@ static int rotation_copies(const tops_bench_config *cfg, double bytes, int *capp
         *capped = 2;
     }
     return copies;
+}
+
+int tops_bench_check_rows(int64_t m, int64_t *rows) {
+    int n = 0;
+    for (int i = 0; i < CHECK_ROWS; i++) {
+        int64_t row = m <= 1 ? 0 : (int64_t)i * (m - 1) / (CHECK_ROWS - 1);
+        if (n == 0 || rows[n - 1] != row) rows[n++] = row;
+    }
+    return n;
 }
 
 /* Resident bytes of this process (0 if unknown): the packed layout is
@@ -257,7 +264,7 @@ static tops_status weights_make(tops_bench_session *s, const float *original, co
     int capped;
 
     /* Plain copies: the quantized tensor and deep copies of it. */
-    int copies = rotation_copies(cfg, w->weight_bytes, &capped);
+    int copies = tops_bench_rotation_copies(cfg, w->weight_bytes, &capped);
     note_capped(cfg, name, "plain", copies, w->weight_bytes, capped);
     if ((st = variant_alloc(&w->plain, copies, 0)) != TOPS_OK) return st;
     w->plain.copies[w->plain.n++] = w->quantized;
@@ -282,7 +289,7 @@ static tops_status weights_make(tops_bench_session *s, const float *original, co
     }
     if (st != TOPS_OK) return st;
     double copy_bytes = packed_bytes > w->weight_bytes ? packed_bytes : w->weight_bytes;
-    copies = rotation_copies(cfg, copy_bytes, &capped);
+    copies = tops_bench_rotation_copies(cfg, copy_bytes, &capped);
     note_capped(cfg, name, "packed", copies, copy_bytes, capped);
     if ((st = variant_alloc(&w->packed, copies, 1)) != TOPS_OK) {
         tops_tensor_destroy(&first);
@@ -315,6 +322,37 @@ static tops_status call_ours(void *ctx, int it) {
     return tops_matmul2d(c->exec, c->desc, &c->left[it % c->nleft], &c->right[it % c->nright], c->dest);
 }
 
+/* OpenBLAS 0.3.21's x86 cores (DYNAMIC_ARCH), by the widest vectors their
+   sgemm kernels use. */
+int tops_bench_openblas_core_level(const char *core) {
+    static const char *const by_level[4][16] = {
+        {"Katmai", "Coppermine", "Northwood", "Prescott", "Banias", "Atom", "Core2", "Penryn", "Dunnington",
+         "Nehalem", "Athlon", "Opteron", "Opteron_SSE3", "Barcelona", "Nano", "Bobcat"},
+        {"Sandybridge", "Bulldozer", "Piledriver", "Steamroller", "Excavator"},
+        {"Haswell", "Zen"},
+        {"SkylakeX", "Cooperlake", "SapphireRapids"},
+    };
+    if (!core) return -1;
+    for (int level = 0; level < 4; level++)
+        for (int i = 0; i < 16 && by_level[level][i]; i++)
+            if (strcasecmp(core, by_level[level][i]) == 0) return level;
+    return -1;
+}
+
+const char *tops_bench_openblas_core_for(const tops_cpu_info *ci) {
+    switch (ci->isa) {
+    case TOPS_ISA_AVX2: return "Haswell";
+    case TOPS_ISA_AVX512:
+    case TOPS_ISA_AVX512_VNNI:
+    case TOPS_ISA_AMX: return ci->has[TOPS_CPU_AVX512_BF16] ? "Cooperlake" : "SkylakeX";
+    default: return NULL;
+    }
+}
+
+#ifndef TOPS_HAVE_OPENBLAS
+const char *tops_bench_baseline_kernels(void) { return "none"; }
+#endif
+
 #ifdef TOPS_HAVE_OPENBLAS
 typedef struct blas_call {
     float **w;
@@ -325,12 +363,13 @@ typedef struct blas_call {
     int64_t m, n, k;
 } blas_call;
 
-/* Weights stay [N, K] (rows are output channels): sgemv without transpose
-   streams each row once, and sgemm packs B either way. */
 const char *tops_bench_baseline_kernels(void) {
     const char *core = openblas_get_corename();
     return core && core[0] ? core : "unknown";
 }
+
+/* Weights stay [N, K] (rows are output channels): sgemv without transpose
+   streams each row once, and sgemm packs B either way. */
 
 static tops_status call_blas(void *ctx, int it) {
     blas_call *b = ctx;
@@ -362,7 +401,7 @@ static tops_status time_baseline(tops_bench_session *s, const float *decoded, fl
     static const char fn[] = "tensorops bench (baseline)";
     double bytes = (double)cfg->n * (double)cfg->k * sizeof(float);
     int capped;
-    int copies = rotation_copies(cfg, bytes, &capped);
+    int copies = tops_bench_rotation_copies(cfg, bytes, &capped);
     int64_t mmax = 1;
     for (int i = 0; i < cfg->nm; i++)
         if (cfg->m[i] > mmax) mmax = cfg->m[i];
@@ -391,7 +430,9 @@ static tops_status time_baseline(tops_bench_session *s, const float *decoded, fl
         st = tops_bench_time(call_blas, &b, 2, cfg->repeat, cfg->min_seconds, &t);
         if (st != TOPS_OK) goto done;
         out->median_s[i] = t.median_s;
-        snprintf(out->name[i], sizeof out->name[i], "%s", cfg->m[i] == 1 ? "openblas-sgemv" : "openblas-sgemm");
+        /* the core in the name: a result says which kernels it raced */
+        snprintf(out->name[i], sizeof out->name[i], "%s:%.16s", cfg->m[i] == 1 ? "openblas-sgemv" : "openblas-sgemm",
+                 tops_bench_baseline_kernels());
     }
     /* OpenBLAS's threads spin a while after their last call (about 2^28
        cycles by default): let them park before our cases take the cores. */
@@ -480,11 +521,7 @@ static tops_status run_case(mm_run *r, mm_weights *w, int mi, tops_bench_rows *r
 
     /* The f64 reference of a few rows spread over M. */
     int64_t check[CHECK_ROWS];
-    int nchk = 0;
-    for (int i = 0; i < CHECK_ROWS; i++) {
-        int64_t row = m == 1 ? 0 : (int64_t)i * (m - 1) / (CHECK_ROWS - 1);
-        if (nchk == 0 || check[nchk - 1] != row) check[nchk++] = row;
-    }
+    int nchk = tops_bench_check_rows(m, check);
     tops_bench_progress(r->s, "%s M=%lld: checking against f64", w->name, (long long)m);
     tops_bench_reference_rows(r->acts[0], w->decoded, k, n, check, nchk, r->ref);
 
@@ -555,6 +592,7 @@ tops_status tops_bench_matmul_cpu(tops_bench_session *s, tops_bench_rows *rows) 
     mm_run r;
     memset(&r, 0, sizeof r);
     r.s = s;
+    tops_bench_rows dnn_rows = {0};
     tops_cpu_get_info(&r.ci);
     r.exec = tops_exec_default();
     r.exec.threads = cfg->threads;
@@ -604,6 +642,12 @@ tops_status tops_bench_matmul_cpu(tops_bench_session *s, tops_bench_rows *rows) 
         if (st == TOPS_OK && !r.have_base) {
             st = time_baseline(s, w.decoded, r.acts, r.nacts, &r.base);
             r.have_base = 1;
+#if defined(TOPS_BENCH_X86)
+            /* oneDNN on the same weights, its rows after ours */
+            if (st == TOPS_OK)
+                st = tops_bench_onednn_matmul(s, w.decoded, r.acts, r.nacts, r.base.name, r.base.median_s, &dnn_rows,
+                                              &r.accuracy_failures);
+#endif
         }
         for (int mi = 0; st == TOPS_OK && mi < cfg->nm; mi++) {
             s->case_index = f * cfg->nm + mi + 1;
@@ -619,11 +663,13 @@ tops_status tops_bench_matmul_cpu(tops_bench_session *s, tops_bench_rows *rows) 
             st = TOPS_OK;
         }
     }
+    for (size_t i = 0; i < dnn_rows.n && st == TOPS_OK; i++) st = tops_bench_rows_push(rows, &dnn_rows.v[i]);
     tops_bench_progress(s, NULL);
-    if (failed_formats || r.accuracy_failures)
+    if (st == TOPS_OK && (failed_formats || r.accuracy_failures))
         st = tops__fail(TOPS_INTERNAL, fn, "%d format(s) failed to run and %d case(s) missed their accuracy bound",
                         failed_formats, r.accuracy_failures);
 done:
+    tops_bench_rows_free(&dnn_rows);
     if (r.acts)
         for (int i = 0; i < r.nacts; i++) tops__aligned_free(r.acts[i]);
     free(r.acts);

@@ -2,6 +2,7 @@
 #include "bench.h"
 
 #include "internal.h"
+#include "io/io.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -50,7 +51,7 @@ void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_b
                 roof->read_capped ? ", capped by free memory below 4x LLC" : "", roof->fma_gflops,
                 roof->fma_kernel, roof->int8_gops, roof->int8_kernel);
     /* the path last: it is long and of any length */
-    fprintf(out, "%-9s %-14s %5s %5s %6s %3s %10s %10s %8s %7s %8s %-17s %9s %7s %9s %7s %9s %9s  %s\n", "op",
+    fprintf(out, "%-9s %-15s %5s %5s %6s %3s %10s %10s %8s %7s %8s %-24s %9s %7s %9s %7s %9s %9s  %s\n", "op",
             "format", "M", "K", "N", "thr", "median ms", "min ms", "GFLOP/s", "GB/s", "pack ms", "baseline",
             "base ms", "speedup", "floor ms", "xfloor", "rel-L2", "cos-sim", "path");
     for (size_t i = 0; i < rows->n; i++) {
@@ -63,7 +64,7 @@ void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_b
         fmt_ms(fl, sizeof fl, r->floor_s);
         fmt_ratio(sp, sizeof sp, r->speedup);
         fmt_ratio(fr, sizeof fr, r->floor_ratio);
-        fprintf(out, "%-9s %-14s %5lld %5lld %6lld %3d %10s %10s %8.1f %7.2f %8s %-17s %9s %7s %9s %7s %9.2e %9.6f  %s%s\n",
+        fprintf(out, "%-9s %-15s %5lld %5lld %6lld %3d %10s %10s %8.1f %7.2f %8s %-24s %9s %7s %9s %7s %9.2e %9.6f  %s%s\n",
                 r->op, r->format, (long long)r->m, (long long)r->k, (long long)r->n, r->threads, med, mn, r->gflops,
                 r->gbps, pack, r->baseline, base, sp, fl, fr, r->rel_l2, r->cos_sim, r->path,
                 r->accuracy_ok ? "" : "  <-- WRONG: rel-L2 over its bound");
@@ -126,16 +127,6 @@ char *tops_bench_json_string(const tops_bench_rows *rows) {
     return s;
 }
 
-static tops_status write_text(const char *fn, const char *path, const char *text) {
-    FILE *f = fopen(path, "w");
-    if (!f) return tops__fail(TOPS_IO_ERROR, fn, "cannot open \"%s\" for writing", path);
-    size_t len = strlen(text);
-    int bad = fwrite(text, 1, len, f) != len;
-    bad |= fclose(f) != 0;
-    if (bad) return tops__fail(TOPS_IO_ERROR, fn, "writing \"%s\" failed", path);
-    return TOPS_OK;
-}
-
 tops_status tops_bench_write_json(const char *path, const tops_bench_rows *rows) {
     static const char fn[] = "tensorops bench --json";
     char *s = tops_bench_json_string(rows);
@@ -150,7 +141,7 @@ tops_status tops_bench_write_json(const char *path, const tops_bench_rows *rows)
     withnl[len] = '\n';
     withnl[len + 1] = 0;
     cJSON_free(s);
-    tops_status st = write_text(fn, path, withnl);
+    tops_status st = tops__output_write_all(fn, path, withnl, len + 1);
     free(withnl);
     return st;
 }
@@ -421,7 +412,7 @@ tops_status tops_bench_write_svg(const char *path, const tops_bench_rows *rows) 
         free(b.s);
         return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory to build the SVG");
     }
-    tops_status st = write_text(fn, path, b.s);
+    tops_status st = tops__output_write_all(fn, path, b.s, b.n);
     free(b.s);
     return st;
 }

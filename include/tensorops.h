@@ -217,7 +217,7 @@ typedef struct tops_device {
 } tops_device;
 
 typedef struct tops_exec {
-    int threads;        /* worker threads; default all online cores */
+    int threads;        /* worker threads; default tops_exec_default_threads() */
     tops_device device; /* where ops run; default the CPU */
     int deterministic;  /* same bits for any thread count */
     void *stream;       /* cudaStream_t when device is CUDA; NULL = default */
@@ -226,6 +226,13 @@ typedef struct tops_exec {
 } tops_exec;
 
 TOPS_API tops_exec tops_exec_default(void);
+/* The default exec.threads, decided once per process: OMP_NUM_THREADS (a
+   positive integer, the first element of a list) if set, else the smaller
+   of the CPUs in the affinity mask and the cgroup CPU quota (rounded up).
+   A caller's exec.threads overrides both.  `why` (if not NULL) gets a
+   sentence naming what decided it.  Calls too small to gain from threads
+   run on the calling thread whatever the count. */
+TOPS_API int tops_exec_default_threads(char *why, size_t cap);
 TOPS_API tops_status tops_exec_validate(const tops_exec *exec);
 
 /* ------------------------------------------------------------------------ */
@@ -350,16 +357,16 @@ typedef enum tops_cpu_feature {
     TOPS_CPU_FEATURE_COUNT_
 } tops_cpu_feature;
 
-/* Kernel levels, lowest first.  X(enum suffix, name) */
+/* Kernel levels, lowest first.  X(enum suffix, name).  A level is listed
+   only where kernels for it exist; amx is available only in builds with the
+   AMX tile kernels (TOPS_HAVE_AMX_KERNELS).  NEON levels come back with NEON
+   kernels (the aarch64 features are detected already). */
 #define TOPS_ISA_LIST(X)                                                       \
     X(REF, "ref")                                                              \
     X(AVX2, "avx2")                                                            \
     X(AVX512, "avx512")                                                        \
     X(AVX512_VNNI, "avx512_vnni")                                              \
-    X(AMX, "amx")                                                              \
-    X(NEON, "neon")                                                            \
-    X(NEON_DOTPROD, "neon_dotprod")                                            \
-    X(NEON_I8MM, "neon_i8mm")
+    X(AMX, "amx")
 
 typedef enum tops_isa {
 #define TOPS_X_(e, s) TOPS_ISA_##e,
@@ -408,8 +415,14 @@ TOPS_API tops_build_info tops_get_build_info(void);
 
 /* Row casts between f32 and any dtype except none/i32.  Sub-byte codes are
    packed as FORMATS.md section 1 says (a row starts on a byte; n counts
-   elements).  saturate = 0 reproduces ml_dtypes' default cast bit for bit;
-   1 clamps finite overflow to +-max (NaN stays NaN where the type has one). */
+   elements).  Floats round to nearest, ties to even, f32 subnormals
+   included (ml_dtypes' default cast where it follows that rule); e8m0 is
+   the nearest power of two 2^e (-127 <= e <= 127), ties 1.5 * 2^e to the
+   even code, 0 / negatives / NaN / Inf -> 0xFF.  Integers (i8, u8, i4, u4,
+   i2, u2) truncate toward zero and wrap modulo 2^bits (i4(9.7) = -7), NaN
+   and +-Inf -> 0.  saturate = 1 clamps finite overflow to +-max (NaN stays
+   NaN where the type has one; e8m0: 0 and negatives -> 0x00); integers
+   then round to nearest even and clamp, NaN -> 0. */
 TOPS_API tops_status tops_cast_from_f32(tops_dtype dst, void *out, const float *in, int64_t n,
                                         int saturate);
 TOPS_API tops_status tops_cast_to_f32(tops_dtype src, float *out, const void *in, int64_t n);
@@ -423,7 +436,9 @@ typedef struct tops_quantize_opts {
    say) into dst, a tensor of the same extents in a quantized format (made
    with tops_tensor_create or viewed over caller planes).  Every plane of
    dst is written; for nvfp4 dst->tensor_scale is set (dst is non-const for
-   that reason). */
+   that reason).  A block (lut4: the codebook's row or tensor) holding NaN
+   or +-Inf decodes to NaN in every element, through a NaN scale, bias or
+   codebook (docs/formats.md, "NaN and Inf"); other blocks are unaffected. */
 TOPS_API tops_status tops_quantize(const tops_tensor *src, tops_tensor *dst, const tops_quantize_opts *opts);
 /* Decodes src (any format) into dst (f32, f16 or bf16, same extents). */
 TOPS_API tops_status tops_dequantize(const tops_tensor *src, tops_tensor *dst);

@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Installs what the build and the tests need, or says what to install.
 #   scripts/deps.sh build   Debian packages for the C build
-#   scripts/deps.sh python  the project venv (.venv) with numpy, ml_dtypes, pytest, safetensors
+#   scripts/deps.sh python  the project venv (.venv) with the exact versions of
+#                           scripts/requirements-test.txt (remade when that file changes)
+#   scripts/deps.sh bump    rewrites those pins with the newest releases (a scratch venv
+#                           and pip freeze); review the diff and run make test
 #   scripts/deps.sh fuzz    clang with libFuzzer for make fuzz
+#   scripts/deps.sh onednn  oneDNN for the bench's baseline rows (x86-64): the pinned PyPI
+#                           wheels' headers and libdnnl.so.3 in .deps/onednn/
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-build}
@@ -46,23 +51,111 @@ elif [ "$what" = fuzz ]; then
     fi
   fi
   rm -rf "$probe"
-elif [ "$what" = python ]; then
-  stamp=.venv/.tops-deps-$(cksum < scripts/requirements-test.txt | cut -d" " -f1)
-  if [ ! -f "$stamp" ]; then
-    py=$(command -v python3 || true)
-    [ -n "$py" ] || { echo "deps: python3 is missing; install it (Debian: apt-get install python3 python3-venv)" >&2; exit 1; }
-    if ! "$py" -m venv .venv 2>/dev/null; then
+elif [ "$what" = python ] || [ "$what" = bump ]; then
+  req=scripts/requirements-test.txt
+  py=$(command -v python3 || true)
+  [ -n "$py" ] || { echo "deps: python3 is missing; install it (Debian: apt-get install python3 python3-venv)" >&2; exit 1; }
+  make_venv() { # make_venv DIR
+    if ! "$py" -m venv "$1" 2>/dev/null; then
       if [ "$(id -u)" = 0 ] && have_cmd apt-get; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
-        "$py" -m venv .venv
+        rm -rf "$1"
+        "$py" -m venv "$1"
       else
         echo "deps: python3 cannot make a venv; install python3-venv" >&2; exit 1
       fi
     fi
-    echo "deps: installing numpy, ml_dtypes, pytest into .venv" >&2
-    .venv/bin/python -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
+  }
+  pins() { grep -v '^[[:space:]]*\(#\|$\)' "$req" | tr -d ' \r'; }
+  lower() { tr '[:upper:]_' '[:lower:]-'; }
+  if [ "$what" = bump ]; then
+    direct=$(sed -n 's/^# direct: *//p' "$req")
+    [ -n "$direct" ] || { echo "deps: $req has no '# direct:' line naming the packages the tests import" >&2; exit 1; }
+    scratch=$(mktemp -d)
+    trap 'rm -rf "$scratch"' EXIT
+    make_venv "$scratch/venv"
+    # shellcheck disable=SC2086
+    "$scratch/venv/bin/python" -m pip install -q --disable-pip-version-check $direct
+    { grep '^#' "$req"; "$scratch/venv/bin/python" -m pip freeze --all --exclude pip --exclude setuptools --exclude wheel |
+        LC_ALL=C sort -f; } > "$scratch/req"
+    if cmp -s "$scratch/req" "$req"; then echo "deps: $req is already the newest"; exit 0; fi
+    diff -u "$req" "$scratch/req" || true
+    cp "$scratch/req" "$req"
+    echo "deps: $req rewritten; run make test (the venv is remade) and review the diff: an oracle may have changed" >&2
+    exit 0
+  fi
+  stamp=.venv/.tops-deps-$(cksum < "$req" | cut -d" " -f1)
+  if [ ! -f "$stamp" ]; then
+    bad=$(pins | grep -v '^[A-Za-z0-9._-]*==[A-Za-z0-9.+!-]*$' || true)
+    [ -z "$bad" ] || { echo "deps: $req: every line must be NAME==VERSION; not: $bad" >&2; exit 1; }
+    rm -rf .venv # remade from nothing, so that nothing unpinned stays behind
+    make_venv .venv
+    echo "deps: installing the pinned test packages into .venv" >&2
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r "$req"
+    # Every installed package must be pinned: a new transitive dependency is named here.
+    extra=$(comm -13 <(pins | lower | LC_ALL=C sort) \
+      <(.venv/bin/python -m pip freeze --all --exclude pip --exclude setuptools --exclude wheel | lower | LC_ALL=C sort))
+    if [ -n "$extra" ]; then
+      echo "deps: .venv holds packages $req does not pin: $(echo $extra); add them (or make bump-test-deps)" >&2
+      exit 1
+    fi
+    touch "$stamp"
+  fi
+  echo "python tests: $(pins | tr '\n' ' ')(scripts/requirements-test.txt)"
+elif [ "$what" = onednn ]; then
+  # oneDNN 3.2.0, the newest CPU-only OpenMP (GOMP) build on PyPI.  The `onednn` wheels
+  # of 2024-2026 are DPC++ builds: their CPU engine runs on SYCL and TBB and needs the
+  # oneAPI compiler and OpenCL runtimes (hundreds of MB); docs/bench.md says more.
+  # A new pin changes the version, both hashes and so the stamp.
+  ver=2023.2.0
+  sha_lib=2f22a54d6a890ed14bfa185d42a4be65d8b5b1df85dc1f0f3a9abe31620416fb
+  sha_dev=9763c69e8c907e119056bd52ad918ca84ac9ba939d130a99dfa95ccca3e5e284
+  dest=.deps/onednn
+  stamp=$dest/.stamp-cpu-gomp-$ver
+  case "$(uname -m)" in
+    x86_64|amd64) ;;
+    *) echo "deps: oneDNN skipped: its PyPI wheels are for x86-64 only" >&2; exit 0 ;;
+  esac
+  if [ ! -f "$stamp" ]; then
+    if python3 -m pip --version >/dev/null 2>&1; then py=python3
+    else "$0" python; py=.venv/bin/python; fi
+    tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+    printf 'onednn-cpu-gomp==%s --hash=sha256:%s\nonednn-devel-cpu-gomp==%s --hash=sha256:%s\n' \
+      "$ver" "$sha_lib" "$ver" "$sha_dev" > "$tmp/req.txt"
+    echo "deps: downloading oneDNN (onednn-cpu-gomp $ver, 39 MB) into $dest" >&2
+    "$py" -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+      --require-hashes -r "$tmp/req.txt" -d "$tmp/whl"
+    rm -rf "$dest"
+    # the headers, and one copy of the library (the wheel holds three)
+    "$py" - "$tmp/whl" "$dest" <<'EOF'
+import glob, os, sys, zipfile
+whl, dest = sys.argv[1], sys.argv[2]
+for w in glob.glob(os.path.join(whl, "*.whl")):
+    with zipfile.ZipFile(w) as z:
+        for name in z.namelist():
+            parts = name.split("/")
+            if len(parts) < 4 or not parts[0].endswith(".data") or parts[1] != "data":
+                continue
+            rel = parts[2:]
+            if rel[0] == "include" and name.endswith((".h", ".hpp")):
+                out = os.path.join(dest, *rel)
+            elif rel[0] == "lib" and rel[-1].startswith("libdnnl.so.3."):
+                out = os.path.join(dest, "lib", "libdnnl.so.3")
+            elif rel[0] == "share" and rel[-1] in ("LICENSE", "THIRD-PARTY-PROGRAMS"):
+                out = os.path.join(dest, "share", rel[-1])
+            else:
+                continue
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with z.open(name) as src, open(out, "wb") as dst:
+                dst.write(src.read())
+lib = os.path.join(dest, "lib", "libdnnl.so.3")
+if not os.path.exists(lib) or not os.path.exists(os.path.join(dest, "include", "oneapi", "dnnl", "dnnl.h")):
+    sys.exit("deps: the oneDNN wheels lack lib/libdnnl.so.3 or include/oneapi/dnnl/dnnl.h")
+os.chmod(lib, 0o755)
+os.symlink("libdnnl.so.3", os.path.join(dest, "lib", "libdnnl.so"))
+EOF
     touch "$stamp"
   fi
 else
-  echo "usage: scripts/deps.sh build|python|fuzz" >&2; exit 2
+  echo "usage: scripts/deps.sh build|python|bump|fuzz|onednn" >&2; exit 2
 fi

@@ -24,6 +24,16 @@ const tops_cli_command *tops_cli_find(const char *name);
 /* True if argv[i] is --help or -h. */
 int tops_cli_is_help(const char *arg);
 
+/* True if s ends in suffix. */
+int tops_cli_ends_with(const char *s, const char *suffix);
+/* The checks on an output named by flag before anything is read or written:
+   its name ends in ext (the file type written: an output name's extension
+   never picks the format), and it is none of the inputs (same device and
+   inode: also through a link or another path).  0 if fine; otherwise prints
+   the usage error and returns TOPS_EXIT_USAGE. */
+int tops_cli_check_output(const tops_cli_command *cmd, const char *flag, const char *out, const char *ext,
+                          const char *const *inputs, int ninputs);
+
 /* A JSON string literal of s, escaped, into out. */
 void tops_cli_json_string(FILE *out, const char *s);
 

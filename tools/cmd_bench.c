@@ -4,6 +4,7 @@
 #include "cli.h"
 
 #include "bench.h"
+#include "io/io.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -17,20 +18,26 @@ void tops_cmd_bench_usage(FILE *out) {
             "                       [--json FILE] [--plot FILE.svg] [--no-progress]\n\n"
             "Times each case against the default library in the same run (OpenBLAS sgemm, or sgemv\n"
             "for M=1, on the decoded f32 weights) and against the roofline floor (the read bandwidth\n"
-            "and arithmetic peaks measured in the same run), and checks each result against f64.\n\n"
+            "and arithmetic peaks measured in the same run), and checks each result against f64.\n"
+            "On x86 with oneDNN (scripts/deps.sh onednn; TOPS_ONEDNN_LIB=FILE picks a libdnnl.so.3)\n"
+            "the matmul table adds onednn-bf16 and onednn-int8-dyn rows (activations quantized per\n"
+            "call) on the same weights; OpenBLAS runs the core of our level (OPENBLAS_CORETYPE, set\n"
+            "by a restart unless given).\n\n"
             "  --op OP        matmul (default), attention, or matmul,attention (one table, one JSON)\n"
             "  --format LIST  comma-separated weight formats (default f32,f16,int8-g32,int4-g32,\n"
             "                 q4_0,mxfp4,nvfp4)\n"
             "  --m LIST       comma-separated M values (default 1,16,128)\n"
             "  --k K, --n N   reduction and output sizes (default 4096 and 12288)\n"
-            "  --threads T    threads for ours, the baseline and the roofline (default all cores)\n"
+            "  --threads T    threads for ours, the baseline and the roofline (default as tensorops info;\n"
+            "                 calls too small to gain stay on one thread)\n"
             "  --isa X        force a kernel level (as TOPS_ISA does); at avx2 on an AVX-512\n"
             "                 machine the OpenBLAS baseline runs its AVX2 (Haswell) kernels too\n"
             "  --device D     cpu (default) or cuda[:N]\n"
             "  --repeat R     at least R timed calls per case, and at least 0.5 s (default 5)\n"
             "  --relaxed      allow the relaxed-precision paths (activations quantized on the fly)\n"
-            "  --json FILE    write the rows as a JSON array\n"
+            "  --json FILE    write the rows as a JSON array (FILE ends in .json)\n"
             "  --plot FILE    write an SVG of time against M per format, with baseline and floor\n"
+            "                 (FILE ends in .svg); each is replaced only once written whole\n"
             "  --no-progress  no progress line on stderr\n\n"
             "Each case: weights quantized and packed once (pack time apart), copies rotated so the\n"
             "weights touched exceed 2x the last-level cache, a warm-up, then the median and min.\n"
@@ -102,37 +109,64 @@ static int parse_device(const char *s, tops_device *out) {
     return 0;
 }
 
-/* Creates (truncates) an output file up front, so a bad path fails before
-   minutes of timing rather than after. */
-static int check_writable(const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) return 0;
-    fclose(f);
-    return 1;
+/* Checks an output up front, so a bad path fails before minutes of timing
+   rather than after; a file already there is not touched. */
+static int check_writable(const char *flag, const char *path) {
+    if (tops__output_probe("tensorops bench", path) == TOPS_OK) return 1;
+    fprintf(stderr, "tensorops bench: %s: %s\n", flag, tops_last_error());
+    return 0;
 }
 
-/* `--isa avx2` stands in for an AVX2 machine, where OpenBLAS would run its
-   Haswell kernels; left alone it picks its kernels for this CPU (AVX-512 on
-   the development VM), racing our AVX2 kernels with wider vectors. OpenBLAS
-   chooses once, when it is loaded, from OPENBLAS_CORETYPE: so the bench
-   sets it and starts itself again, once. A user's own setting is kept. */
-static void pin_baseline_to_avx2(int argc, char **argv) {
-#ifdef __linux__
+/* OpenBLAS picks its kernels once, when it is loaded, from
+   OPENBLAS_CORETYPE or its own CPU detection, which in Debian's 0.3.21 falls
+   back to Prescott (SSE3) on CPUs newer than it knows (the AVX-512 Xeons of
+   2023 on).  The bench asks for the core that matches the level ours runs:
+   Cooperlake/SkylakeX at AVX-512, and Haswell at avx2 (`--isa avx2` stands
+   in for an AVX2 machine, where OpenBLAS would run those), by setting the
+   variable and starting itself again, once.  A value the user set is kept
+   (the header then says whether it is below this CPU's best). */
+static void pin_baseline(int argc, char **argv, const tops_cpu_info *ci) {
+#if defined(__linux__) && defined(TOPS_HAVE_OPENBLAS)
     if (getenv("OPENBLAS_CORETYPE")) return;
+    const char *want = tops_bench_openblas_core_for(ci), *have = tops_bench_baseline_kernels();
+    if (!want || tops_bench_openblas_core_level(have) == tops_bench_openblas_core_level(want)) return;
     char **again = calloc((size_t)argc + 2, sizeof *again);
     if (!again) return;
     again[0] = "tensorops";
     for (int i = 0; i < argc; i++) again[i + 1] = argv[i];
-    setenv("OPENBLAS_CORETYPE", "Haswell", 1);
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    setenv("TOPS_BENCH_OPENBLAS_CHOSE", have, 1); /* for the header */
     fflush(NULL);
     execv("/proc/self/exe", again);
-    fprintf(stderr, "tensorops bench: could not restart with OPENBLAS_CORETYPE=Haswell (%s): the baseline runs "
-                    "OpenBLAS's own kernels\n", strerror(errno));
+    fprintf(stderr, "tensorops bench: could not restart with OPENBLAS_CORETYPE=%s (%s): the baseline runs "
+                    "OpenBLAS's %s kernels\n", want, strerror(errno), have);
     unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("TOPS_BENCH_OPENBLAS_CHOSE");
     free(again);
 #else
-    (void)argc;
-    (void)argv;
+    (void)argc, (void)argv, (void)ci;
+#endif
+}
+
+/* The header's line on OpenBLAS: its core, who chose it, and a warning when
+   it is narrower than the level ours runs (its speedups are then over a
+   fallback kernel, not over what OpenBLAS can do on this CPU). */
+static void print_openblas_line(const tops_cpu_info *ci) {
+#ifdef TOPS_HAVE_OPENBLAS
+    const char *core = tops_bench_baseline_kernels(), *pinned = getenv("OPENBLAS_CORETYPE");
+    const char *chose = getenv("TOPS_BENCH_OPENBLAS_CHOSE"), *want = tops_bench_openblas_core_for(ci);
+    printf("baseline: OpenBLAS, %s kernels", core);
+    if (pinned && chose)
+        printf(" (OPENBLAS_CORETYPE=%s, set by the bench: OpenBLAS alone chose %s)", pinned, chose);
+    else if (pinned)
+        printf(" (OPENBLAS_CORETYPE=%s)", pinned);
+    if (want && tops_bench_openblas_core_level(core) < tops_bench_openblas_core_level(want))
+        printf("; WARNING: a fallback below this CPU's %s kernels: the speedups over OpenBLAS are not meaningful",
+               want);
+    printf("\n");
+#else
+    (void)ci;
+    printf("baseline: none (this build has no OpenBLAS)\n");
 #endif
 }
 
@@ -247,6 +281,14 @@ int tops_cmd_bench(int argc, char **argv) {
             cfg.plot_path = v;
         }
     }
+    if (cfg.json_path) {
+        int bad = tops_cli_check_output(self, "--json", cfg.json_path, ".json", &cfg.plot_path, 1);
+        if (bad) return bad;
+    }
+    if (cfg.plot_path) {
+        int bad = tops_cli_check_output(self, "--plot", cfg.plot_path, ".svg", &cfg.json_path, 1);
+        if (bad) return bad;
+    }
     /* Each op fills its own defaults into its own copy of the flags. */
     tops_bench_config op_cfg[2];
     for (int o = 0; o < nops; o++) {
@@ -273,18 +315,11 @@ int tops_cmd_bench(int argc, char **argv) {
         fprintf(stderr, "tensorops bench: --isa: %s\n", tops_last_error());
         return TOPS_EXIT_FAIL;
     }
-    /* only where OpenBLAS would otherwise pick wider kernels than ours */
-    if (cfg.device.kind == TOPS_DEVICE_CPU && ci.isa == TOPS_ISA_AVX2 && ci.isa_available[TOPS_ISA_AVX512])
-        pin_baseline_to_avx2(argc, argv);
+    if (cfg.device.kind == TOPS_DEVICE_CPU) pin_baseline(argc, argv, &ci);
     if (!cfg.threads) cfg.threads = tops_exec_default().threads;
-    if (cfg.json_path && !check_writable(cfg.json_path)) {
-        fprintf(stderr, "tensorops bench: --json: cannot write \"%s\"\n", cfg.json_path);
+    if ((cfg.json_path && !check_writable("--json", cfg.json_path)) ||
+        (cfg.plot_path && !check_writable("--plot", cfg.plot_path)))
         return TOPS_EXIT_FAIL;
-    }
-    if (cfg.plot_path && !check_writable(cfg.plot_path)) {
-        fprintf(stderr, "tensorops bench: --plot: cannot write \"%s\"\n", cfg.plot_path);
-        return TOPS_EXIT_FAIL;
-    }
 
     tops_bench_session session;
     memset(&session, 0, sizeof session);
@@ -321,9 +356,8 @@ int tops_cmd_bench(int argc, char **argv) {
     printf("tensorops bench: %s on %s, isa %s, %d threads\n", oplist, ci.model[0] ? ci.model : "unknown cpu",
            tops_isa_name(ci.isa), cfg.threads);
     if (cfg.device.kind == TOPS_DEVICE_CPU) {
-        const char *pinned = getenv("OPENBLAS_CORETYPE");
-        printf("baseline: OpenBLAS, %s kernels%s%s%s\n", tops_bench_baseline_kernels(),
-               pinned ? " (OPENBLAS_CORETYPE=" : "", pinned ? pinned : "", pinned ? ")" : "");
+        print_openblas_line(&ci);
+        if (tops_bench_onednn_note()[0]) printf("baseline: %s\n", tops_bench_onednn_note());
     }
     tops_bench_print_table(stdout, &rows, session.have_roof ? &session.roof : NULL);
     fflush(stdout);

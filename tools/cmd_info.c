@@ -1,13 +1,24 @@
 /* tensorops info: the machine, its features, the level chosen and why. */
 #include "cli.h"
+#include "cpu/dispatch.h"
 
 #include <string.h>
+
+/* The AMX kernels the amx level runs: [0] relaxed, [1] strict (NULL: none
+   at this build or machine). */
+static const char *amx_kernel(int strict) {
+    const tops__kernels *k = tops__kernels_for_isa(TOPS_ISA_AMX);
+    if (!k) return NULL;
+    return strict ? (k->amx_bf16 ? k->amx_bf16_name : NULL) : (k->amx_q8.run ? k->amx_q8.name : NULL);
+}
 
 void tops_cmd_info_usage(FILE *out) {
     fprintf(out,
             "usage: tensorops info [--json]\n\n"
             "Prints the version, CPU model and cores, every CPU feature (yes/no), the kernel\n"
-            "level chosen (and why, if TOPS_ISA forced it), cache sizes and build options.\n\n"
+            "level chosen (and why, if TOPS_ISA forced it), the AMX kernels where the amx level\n"
+            "runs, cache sizes, build options, and the default thread count and what decided it\n"
+            "(OMP_NUM_THREADS, else the smaller of the affinity mask and the cgroup CPU quota).\n\n"
             "  --json   one JSON object instead of text\n");
 }
 
@@ -28,6 +39,8 @@ int tops_cmd_info(int argc, char **argv) {
     tops_status st = tops_cpu_get_info(&ci);
     const char *isa_error = st == TOPS_OK ? "" : tops_last_error();
     tops_build_info b = tops_get_build_info();
+    char threads_why[512];
+    const int threads = tops_exec_default_threads(threads_why, sizeof threads_why);
     if (json) {
         printf("{\"version\": ");
         tops_cli_json_string(stdout, tops_version());
@@ -46,12 +59,20 @@ int tops_cmd_info(int argc, char **argv) {
         tops_cli_json_string(stdout, ci.isa_reason);
         printf(", \"isa_error\": ");
         tops_cli_json_string(stdout, isa_error);
+        printf(", \"threads\": %d, \"threads_reason\": ", threads);
+        tops_cli_json_string(stdout, threads_why);
         printf(", \"isa_available\": [");
         int first = 1;
         for (int i = 0; i < TOPS_ISA_COUNT_; i++)
             if (ci.isa_available[i]) {
                 printf("%s\"%s\"", first ? "" : ", ", tops_isa_name((tops_isa)i));
                 first = 0;
+            }
+        printf("], \"amx_kernels\": [");
+        for (int i = 0, n = 0; i < 2; i++)
+            if (amx_kernel(i)) {
+                printf("%s", n++ ? ", " : "");
+                tops_cli_json_string(stdout, amx_kernel(i));
             }
         printf("], \"cache_bytes\": {\"l1d\": %lld, \"l2\": %lld, \"l3\": %lld}", (long long)ci.cache_bytes[0],
                (long long)ci.cache_bytes[1], (long long)ci.cache_bytes[2]);
@@ -88,12 +109,15 @@ int tops_cmd_info(int argc, char **argv) {
         }
         printf("\n");
         printf("amx       %s\n", ci.amx_permission ? "tile state granted by the OS" : "not in use");
+        if (amx_kernel(0)) printf("amx kern  %s (relaxed, integer weight forms, M >= 5)\n", amx_kernel(0));
+        if (amx_kernel(1)) printf("amx kern  %s (strict, integer weight forms, M >= 5)\n", amx_kernel(1));
         printf("levels   ");
         for (int i = 0; i < TOPS_ISA_COUNT_; i++)
             if (ci.isa_available[i]) printf(" %s", tops_isa_name((tops_isa)i));
         printf("\n");
         printf("isa       %s (%s)\n", tops_isa_name(ci.isa), ci.isa_reason);
         if (isa_error[0]) printf("error     %s\n", isa_error);
+        printf("threads   %d (%s)\n", threads, threads_why);
         printf("build     %s, openmp %s, cuda %s\n", b.build_type, b.openmp ? "yes" : "no", b.cuda ? "yes" : "no");
         int ngpu = 0;
         tops_cuda_device_count(&ngpu);

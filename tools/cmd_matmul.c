@@ -14,19 +14,17 @@ void tops_cmd_matmul_usage(FILE *out) {
             "Computes OUT = LEFT x RIGHT with tops_matmul2d (numpy semantics).  LEFT is an f32 or\n"
             "f16 .npy of shape [M, K] (or [K], one row).  RIGHT is [K, N], or [N, K] with\n"
             "--transpose-right (the usual weight layout: rows are output channels).\n\n"
-            "  -o OUT.npy         where the result goes\n"
+            "  -o OUT.npy         where the result goes: a name ending in .npy (any other is\n"
+            "                     refused), not one of the inputs; replaced only once written\n"
             "  --format F         quantize a .npy RIGHT to F first (blocks run along its last\n"
             "                     dimension, so block formats want [N, K] and --transpose-right)\n"
             "  --transpose-right  RIGHT is stored [N, K]; a .safetensors from `tensorops quantize`\n"
             "                     is [N, K] and needs it\n"
             "  --relaxed          allow the relaxed-precision paths\n"
             "  --dest T           f32 (default), f16 or bf16 (bf16 is written as u16 bit patterns)\n\n"
-            "Exit status: 0 success, 1 a file or the matmul failed, 2 bad usage.\n");
-}
-
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix);
-    return n >= m && strcmp(s + n - m, suffix) == 0;
+            "Inputs must be regular files (a FIFO, device or directory is refused).\n"
+            "Exit status: 0 success, 1 a file or the matmul failed, 2 bad usage (-o naming an input\n"
+            "or not ending in .npy included).\n");
 }
 
 static int fail(const char *what) {
@@ -80,10 +78,12 @@ int tops_cmd_matmul(int argc, char **argv) {
     }
     if (npaths != 2) return tops_cli_usage_error(self, "needs LEFT.npy and RIGHT.npy or RIGHT.safetensors");
     if (!out_path) return tops_cli_usage_error(self, "needs -o OUT.npy");
-    int right_is_st = ends_with(paths[1], ".safetensors");
-    if (!right_is_st && !ends_with(paths[1], ".npy"))
+    int right_is_st = tops_cli_ends_with(paths[1], ".safetensors");
+    if (!right_is_st && !tops_cli_ends_with(paths[1], ".npy"))
         return tops_cli_usage_error(self, "RIGHT \"%s\" must end in .npy or .safetensors", paths[1]);
-    if (!ends_with(paths[0], ".npy")) return tops_cli_usage_error(self, "LEFT \"%s\" must end in .npy", paths[0]);
+    if (!tops_cli_ends_with(paths[0], ".npy")) return tops_cli_usage_error(self, "LEFT \"%s\" must end in .npy", paths[0]);
+    int bad = tops_cli_check_output(self, "-o", out_path, ".npy", paths, 2);
+    if (bad) return bad;
     tops_format format;
     if (format_name) {
         if (right_is_st)

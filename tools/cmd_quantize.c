@@ -33,14 +33,17 @@ void tops_cmd_quantize_usage(FILE *out) {
             "                  int4-g32:e8m0, int4-g128:bf16, int4-g32-affine, int2-g16, lut4,\n"
             "                  lut4-row, e4m3-ch, q4_0, q4_1, q8_0, gguf-mxfp4, f16, bf16, ...\n"
             "                  (docs/formats.md); \"all\" compares them, sorted by bits/weight\n"
-            "  -o PATH         write the quantized planes as safetensors (docs/formats.md)\n"
+            "  -o PATH         write the quantized planes as safetensors (docs/formats.md); PATH\n"
+            "                  must end in .safetensors (.npy with --dequantize) and not be the input\n"
             "  --report        print the error report even when writing -o\n"
             "  --json          one JSON object on stdout instead of text\n"
             "  --quiet         no progress lines on stderr\n"
             "  --dequantize    decode a safetensors file written by -o into the .npy given by -o\n"
             "  --dtype T       the .npy dtype with --dequantize: f32 (default), f16, or bf16\n"
             "                  (bf16 is written as its u16 bit patterns)\n\n"
-            "Exit status: 0 success, 1 a file or format failed, 2 bad usage.\n");
+            "An output is written to a temporary file beside it and renamed over it when complete:\n"
+            "a failed write leaves a file already there unchanged. Inputs must be regular files.\n"
+            "Exit status: 0 success, 1 a file or format failed, 2 bad usage (a wrong -o included).\n");
 }
 
 typedef struct result {
@@ -227,6 +230,8 @@ int tops_cmd_quantize(int argc, char **argv) {
         if (format || report || json)
             return tops_cli_usage_error(self, "--dequantize takes only IN.safetensors, -o OUT.npy and --dtype");
         if (!out) return tops_cli_usage_error(self, "--dequantize needs -o OUT.npy");
+        int bad = tops_cli_check_output(self, "-o", out, ".npy", &in, 1);
+        if (bad) return bad;
         tops_dtype dt = TOPS_DT_F32;
         if (dtype_name && (tops_dtype_from_name(dtype_name, &dt) != TOPS_OK ||
                            (dt != TOPS_DT_F32 && dt != TOPS_DT_F16 && dt != TOPS_DT_BF16)))
@@ -240,6 +245,10 @@ int tops_cmd_quantize(int argc, char **argv) {
     tops_format single;
     if (!all && tops_format_from_name(format, &single) != TOPS_OK)
         return tops_cli_usage_error(self, "%s", tops_last_error());
+    if (out) {
+        int bad = tops_cli_check_output(self, "-o", out, ".safetensors", &in, 1);
+        if (bad) return bad;
+    }
 
     tops_tensor src;
     tops_dtype in_dtype;

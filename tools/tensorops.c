@@ -1,8 +1,10 @@
 /* tensorops: the command-line tool.  One table of {name, fn, help}. */
 #include "cli.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const tops_cli_command commands[] = {
     {"info", tops_cmd_info, "print the CPU, its features, the kernel level chosen and the build", tops_cmd_info_usage},
@@ -32,6 +34,25 @@ int tops_cli_usage_error(const tops_cli_command *cmd, const char *fmt, ...) {
     return TOPS_EXIT_USAGE;
 }
 
+int tops_cli_ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+int tops_cli_check_output(const tops_cli_command *cmd, const char *flag, const char *out, const char *ext,
+                          const char *const *inputs, int ninputs) {
+    if (!tops_cli_ends_with(out, ext))
+        return tops_cli_usage_error(cmd, "%s \"%s\": this writes a %s file, so the name must end in %s", flag, out,
+                                    ext, ext);
+    struct stat so, si;
+    if (stat(out, &so) != 0) return 0; /* a new file is no input */
+    for (int i = 0; i < ninputs; i++)
+        if (inputs[i] && stat(inputs[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino)
+            return tops_cli_usage_error(cmd, "%s \"%s\" is the same file as the input \"%s\"; write elsewhere", flag,
+                                        out, inputs[i]);
+    return 0;
+}
+
 void tops_cli_json_string(FILE *out, const char *s) {
     fputc('"', out);
     for (; s && *s; s++) {
@@ -55,10 +76,13 @@ static void usage(FILE *out) {
     fprintf(out,
             "\nenvironment:\n"
             "  TOPS_ISA=LEVEL   force a kernel level at or below the machine's best\n"
-            "                   (ref, avx2, avx512, avx512_vnni, amx, neon, ...)\n");
+            "                   (tensorops info lists the levels this build and machine offer)\n");
 }
 
 int main(int argc, char **argv) {
+    /* Past a file-size limit (ulimit -f) a write then fails with EFBIG and a
+       sentence, and the temporary file is removed, instead of a kill. */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         usage(stderr);
         return TOPS_EXIT_USAGE;

@@ -1,12 +1,9 @@
 /* The execution context: threads, device, determinism. */
 #include "internal.h"
 
-#include <unistd.h>
-
 tops_exec tops_exec_default(void) {
     tops_exec e = {0};
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    e.threads = n > 0 ? (int)n : 1;
+    e.threads = tops_exec_default_threads(NULL, 0); /* src/core/threads.c */
     e.device.kind = TOPS_DEVICE_CPU;
     e.device.index = 0;
     return e;

@@ -35,8 +35,8 @@ tops_status tops_isa_from_name(const char *name, tops_isa *out) {
     return tops__fail(TOPS_NOT_FOUND, "tops_isa_from_name", "unknown ISA level \"%s\"", name);
 }
 
-/* Which levels the detected features can run (the kernels compiled in
-   decide what each level actually uses). */
+/* Which levels the detected features can run, among those whose kernels
+   are compiled in: a level without kernels of its own is never offered. */
 static void mark_available(tops_cpu_info *ci) {
     const uint8_t *h = ci->has;
     ci->isa_available[TOPS_ISA_REF] = 1;
@@ -48,25 +48,34 @@ static void mark_available(tops_cpu_info *ci) {
     ci->isa_available[TOPS_ISA_AVX2] = (uint8_t)avx2;
     ci->isa_available[TOPS_ISA_AVX512] = (uint8_t)avx512;
     ci->isa_available[TOPS_ISA_AVX512_VNNI] = (uint8_t)vnni;
+#if defined(TOPS_HAVE_AMX_KERNELS)
     ci->isa_available[TOPS_ISA_AMX] = (uint8_t)amx;
+#else
+    (void)amx;
 #endif
-#if defined(TOPS_HAVE_NEON_KERNELS)
-    ci->isa_available[TOPS_ISA_NEON] = h[TOPS_CPU_NEON];
-    ci->isa_available[TOPS_ISA_NEON_DOTPROD] = h[TOPS_CPU_NEON] && h[TOPS_CPU_DOTPROD];
-    ci->isa_available[TOPS_ISA_NEON_I8MM] = h[TOPS_CPU_NEON] && h[TOPS_CPU_DOTPROD] && h[TOPS_CPU_I8MM];
 #endif
     (void)h;
 }
 
-/* True if a kernel written for `kernel` may run at level `level`: same
-   family (x86 or arm), and not above it. */
-static int level_allows(tops_isa level, tops_isa kernel) {
-    if (kernel == TOPS_ISA_REF) return 1;
-    int x86_level = level >= TOPS_ISA_AVX2 && level <= TOPS_ISA_AMX;
-    int x86_kernel = kernel >= TOPS_ISA_AVX2 && kernel <= TOPS_ISA_AMX;
-    if (x86_level != x86_kernel) return 0;
-    return kernel <= level;
+/* True if this build has kernels for the level (whatever the machine). */
+static int level_built(tops_isa level) {
+    switch (level) {
+    case TOPS_ISA_REF: return 1;
+#if defined(TOPS_HAVE_X86_KERNELS)
+    case TOPS_ISA_AVX2:
+    case TOPS_ISA_AVX512:
+    case TOPS_ISA_AVX512_VNNI: return 1;
+#if defined(TOPS_HAVE_AMX_KERNELS)
+    case TOPS_ISA_AMX: return 1;
+#endif
+#endif
+    default: return 0;
+    }
 }
+
+/* True if a kernel written for `kernel` may run at level `level` (all
+   levels are one x86 family today: not above it). */
+static int level_allows(tops_isa level, tops_isa kernel) { return kernel <= level; }
 
 static void fill_table(tops__kernels *k, tops_isa level) {
     memset(k, 0, sizeof *k);
@@ -160,6 +169,15 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_q8_narrow = k->gemm_q8;
         k->gemm_q8_wide = k->gemm_q8; /* q + 128 as u8: no i16 stage to saturate */
     }
+#if defined(TOPS_HAVE_AMX_KERNELS)
+    if (level_allows(level, TOPS_ISA_AMX))
+        k->amx_q8 = (tops__amx_q8_ukernel){tops_gemm_f32_qi8_qi8_32x32__amx, tops__amx_release,
+                                           "tops_gemm_f32_qi8_qi8_32x32__amx"};
+    if (level_allows(level, TOPS_ISA_AMX)) {
+        k->amx_bf16 = tops_gemm_f32_bf16x2_bf16_32x32__amx;
+        k->amx_bf16_name = "tops_gemm_f32_bf16x2_bf16_32x32__amx";
+    }
+#endif
 #endif
 }
 
@@ -198,6 +216,9 @@ static void init_once(void) {
             }
         if (!known)
             snprintf(isa_error, sizeof isa_error, "TOPS_ISA=\"%.40s\" is not a known level; valid here: %s", env, valid);
+        else if (!level_built(want))
+            snprintf(isa_error, sizeof isa_error, "TOPS_ISA=%s: this build has no %s kernels; valid here: %s", env,
+                     env, valid);
         else if (!cpu.isa_available[want])
             snprintf(isa_error, sizeof isa_error, "TOPS_ISA=%s is not available on this machine; valid here: %s",
                      env, valid);

@@ -6,6 +6,8 @@
 
 #include "internal.h"
 
+#include <string.h>
+
 /* matmul2d microkernel (src/kernels/<isa>/gemm_f32_*.c): C[mr x nr] (+)=
    A-panel * B-panel over kc steps.  a[k * mr + i] and b[k * nr + j] are
    packed, zero-padded panels; c has row stride ldc; accumulate = 0
@@ -138,6 +140,61 @@ typedef struct tops__gemm_q8_ukernel {
    at every level, so panels packed by one level's table feed any other. */
 #define TOPS_Q8_OFFSET_WIDE 128
 
+/* AMX relaxed integer microkernel (src/kernels/amx/gemm_q8_amx.c):
+   c[16 mt x 32] (+)= sum over nb sub-blocks b of `sub` k (a multiple of 4,
+   at most 32) of as_b[i] * bsX[b * 16 + j] * S_b[i][j], where S_b is the
+   exact int32 sum of block b's i8 x i8 products (tdpbssd), mt 1 or 2.
+   Activations in tile order: row tile t's block b is 16 rows of sub bytes
+   (row stride sub) at a + t * a_next + b * 16 * sub, its 16 row scales at
+   as + t * as_next + b * 16 (tile loads then read 16 * sub contiguous
+   bytes: rows K bytes apart would share one L1 set and one page each).
+   b0 and b1: the panels of columns 0..15 and 16..31 in the tile layout of
+   tops__amx_pack_panel; bs0 / bs1: per sub-block 16 column scales; c: f32,
+   row stride ldc.  Each f32 step is one FMA: c = fma((float)S, as * bs, c),
+   blocks in order.  release ends the thread's tile use (tilerelease).
+   run NULL: no AMX at this level. */
+typedef void (*tops__amx_q8_fn)(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+                                int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
+                                const float *bs1, float *c, int64_t ldc, int accumulate);
+typedef struct tops__amx_q8_ukernel {
+    tops__amx_q8_fn run;
+    void (*release)(void);
+    const char *name;
+} tops__amx_q8_ukernel;
+/* AMX strict kernel (src/kernels/amx/gemm_bf16_amx.c): c[16 mt x 32] (+)=
+   sum over nb sub-blocks b of `sub` k (a multiple of 4, at most 32) of
+   bsX[b * 16 + j] * T_b[i][j], T_b = the f32 tile sum (tdpbf16ps) of
+   block b's hi * w + lo * w products, each product exact: hi and lo the
+   two bf16 terms of an f32 activation (hi = bf16(a), lo = bf16(a - hi)),
+   w a weight code as bf16.  Activations in tile order as for amx_q8 (bf16
+   elements: row tile t's block b at hi + t * a_next + b * 16 * sub, row
+   stride sub elements; lo likewise); b0 / b1 in the layout of
+   tops__amx_pack_panel_bf16; c = fma(T, bs, c), blocks in order. */
+typedef void (*tops__amx_bf16_fn)(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+                                  int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
+                                  const float *bs1, float *c, int64_t ldc, int accumulate);
+/* The bf16 weight tile layout: 16 columns over kc (even) k,
+   panel[(k / 2) * 32 + j * 2 + k % 2] = bf16(rows[j * kc + k]) (exact:
+   |q| <= 128).  Sub-block b of `sub` k starts at panel + b * sub * 16. */
+static inline void tops__amx_pack_panel_bf16(const int8_t *rows, int64_t kc, uint16_t *panel) {
+    for (int64_t k2 = 0; k2 < kc / 2; k2++)
+        for (int j = 0; j < 16; j++)
+            for (int t = 0; t < 2; t++) {
+                const float v = (float)rows[j * kc + k2 * 2 + t];
+                uint32_t bits;
+                memcpy(&bits, &v, 4);
+                panel[k2 * 32 + j * 2 + t] = (uint16_t)(bits >> 16);
+            }
+}
+/* The AMX weight tile layout: 16 columns over kc (a multiple of 4) k,
+   panel[(k / 4) * 64 + j * 4 + k % 4] = rows[j * kc + k] (rows: 16 rows
+   of codes).  Sub-block b of `sub` k starts at panel + b * sub * 16. */
+static inline void tops__amx_pack_panel(const int8_t *rows, int64_t kc, int8_t *panel) {
+    for (int64_t k4 = 0; k4 < kc / 4; k4++)
+        for (int j = 0; j < 16; j++)
+            for (int t = 0; t < 4; t++) panel[k4 * 64 + j * 4 + t] = rows[j * kc + k4 * 4 + t];
+}
+
 /* Tile microkernel: c[mr x nr] = a[mr x k] * b[k x nr] (+ c if accumulate),
    1 <= mr <= MR, k >= 1; rows of a, b and c lie lda, ldb and ldc floats
    apart; b and c hold whole nr-wide strips (the tile pads them). */
@@ -176,6 +233,11 @@ typedef struct tops__kernels {
        pairs <= 2 * 128 * 127 = 32512, then vpmaddwd; VNNI: vpdpbusd on
        q + 128). */
     tops__gemm_q8_ukernel gemm_q8_wide;
+    /* AMX relaxed integer kernel for every integer form (|q| <= 128). */
+    tops__amx_q8_ukernel amx_q8;
+    /* AMX strict kernel for every integer form (NULL at levels without). */
+    tops__amx_bf16_fn amx_bf16;
+    const char *amx_bf16_name;
     void (*pack_q8_panel)(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
     /* Fused relaxed dot product over nb whole blocks of a nibble layout:
        sum_b ws[b] * as[b] * (sum_k lut[code] * aq[k] - acorr[b]), where
@@ -376,6 +438,15 @@ void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, cons
                               int64_t n, int sub, float *out);
 void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                          int accumulate);
+#if defined(TOPS_HAVE_AMX_KERNELS)
+void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+                                      int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
+                                      const float *bs1, float *c, int64_t ldc, int accumulate);
+void tops__amx_release(void);
+void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+                                          int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
+                                          const float *bs1, float *c, int64_t ldc, int accumulate);
+#endif
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                             float *c, int64_t ldc, int accumulate);

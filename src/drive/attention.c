@@ -10,6 +10,7 @@
    work item is computed by one thread in a fixed order, so the bits do not
    depend on the thread count. */
 #include "drive/attention.h"
+#include "core/threads.h"
 
 #include <math.h>
 #include <string.h>
@@ -298,25 +299,13 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
 
 /* The calling thread keeps its workspace (tiles and key layout) between
    calls up to this size: fresh pages cost page faults and zeroing on every
-   call (about 2% of a causal S = 2048 head set); larger ones are returned. */
+   call (about 2% of a causal S = 2048 head set); larger ones are returned.
+   The kept one is freed when the thread exits (src/core/threads.c). */
 #define KEEP_MAX_BYTES ((size_t)64 << 20)
-static _Thread_local unsigned char *ws_cache;
-static _Thread_local size_t ws_cache_bytes;
 
-static unsigned char *workspace_get(size_t bytes) {
-    if (ws_cache && ws_cache_bytes >= bytes) return ws_cache;
-    tops__aligned_free(ws_cache);
-    ws_cache = tops__aligned_alloc(bytes);
-    ws_cache_bytes = ws_cache ? bytes : 0;
-    return ws_cache;
-}
+static unsigned char *workspace_get(size_t bytes) { return tops__thread_buffer(TOPS__SLOT_ATTENTION, bytes); }
 
-static void workspace_done(void) {
-    if (ws_cache_bytes <= KEEP_MAX_BYTES) return;
-    tops__aligned_free(ws_cache);
-    ws_cache = NULL;
-    ws_cache_bytes = 0;
-}
+static void workspace_done(void) { tops__thread_buffer_trim(TOPS__SLOT_ATTENTION, KEEP_MAX_BYTES); }
 
 tops_status tops__attention_drive(const tops__kernels *kern, const tops__attention_plan *p, const tops_tensor *q,
                                   const tops_tensor *k, const tops_tensor *v, const tops_tensor *out) {
@@ -324,6 +313,8 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
     int threads = p->threads;
     int64_t items = p->batch * p->heads * tops__ceil_div(p->sq, p->q_block);
     if (threads > items) threads = (int)items;
+    double flops = 2.0 * (double)p->batch * (double)p->heads * (double)p->sq * (double)p->sk * (double)(p->d + p->dv);
+    threads = tops__threads_for(TOPS__WORK_ATTENTION, p->causal ? flops / 2 : flops, threads);
     if (!tops__mul_size(per, (size_t)threads, &total))
         return tops__fail(TOPS_OVERFLOW, "tops_attention", "workspace size overflows size_t");
     int in_scratch = p->scratch && p->scratch_bytes >= total + 64;
@@ -342,8 +333,9 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
     }
     int64_t fills = L ? p->batch * p->kv_heads * tops__ceil_div(p->sk, p->kv_block) : 0;
 #ifdef TOPS_HAVE_OPENMP
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
     {
+        TOPS__NOTE_REGION();
         worker w;
         worker_init(&w, p, mem + per * (size_t)omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)

@@ -5,6 +5,7 @@
    thread count, so every element sums in the same order for any thread
    count: results are bit-identical for 1 and N threads. */
 #include "drive/gemm.h"
+#include "core/threads.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -41,19 +42,13 @@ static void pack_panel(const tops__kernels *kern, const tops__gemm_operand *op, 
     kern->pack_rows_f32(tmp, kc, valid, kc, panel, width);
 }
 
-/* The calling thread keeps its workspace between calls: fresh pages for
-   every call cost more than a small matmul (page faults and zeroing). */
-static _Thread_local float *ws_cache;
-static _Thread_local size_t ws_cache_bytes;
-
+/* The calling thread keeps its workspace between calls (fresh pages for
+   every call cost more than a small matmul); it is freed when the thread
+   exits (src/core/threads.c). */
 void *tops__workspace_get(const tops__gemm_problem *p, size_t bytes) {
     if (p->scratch && p->scratch_bytes >= bytes + 64)
         return (void *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63);
-    if (ws_cache && ws_cache_bytes >= bytes) return ws_cache;
-    tops__aligned_free(ws_cache);
-    ws_cache = tops__aligned_alloc(bytes);
-    ws_cache_bytes = ws_cache ? bytes : 0;
-    return ws_cache;
+    return tops__thread_buffer(TOPS__SLOT_GEMM, bytes);
 }
 
 int64_t tops__balanced_block(int64_t n, int64_t target, int64_t unit) {
@@ -93,6 +88,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, p->n_tile_hint > 0 ? p->n_tile_hint : NC_DEFAULT, nr, &threads, &nc, &n_blocks);
+    threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)M * (double)N * (double)K, threads);
 
     /* Workspace: packed left (shared), then per thread the packed right
        block, the f32 accumulator and a transpose buffer. */
@@ -114,7 +110,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
         const int64_t m_panels = tops__ceil_div(mm, mr);
         const int64_t m_pad = m_panels * mr;
 #ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
         {
 #ifdef _OPENMP
@@ -122,6 +118,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
 #else
             const int tid = 0;
 #endif
+            TOPS__NOTE_REGION();
             float *mine = ws + left_floats + (size_t)tid * per_thread;
             float *packed_right = mine, *acc = mine + right_floats, *tmp = acc + acc_floats;
 

@@ -4,6 +4,7 @@
    u8 panels one K block at a time, then the integer microkernel.  Same
    loop order and determinism rules as the f32 driver (gemm.c). */
 #include "drive/gemm.h"
+#include "core/threads.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -97,11 +98,12 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     const int64_t k_blocks = tops__ceil_div(kp, kc_max), n_subs = kp / sub;
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, mr);
     /* Prepacked panels are laid out for 8-column kernels. */
-    const int prepacked = p->q8_panels && nr == 8;
+    const int prepacked = p->q8_panels && !p->q8_amx && nr == 8;
 
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, NC_DEFAULT, nr, &threads, &nc, &n_blocks);
+    threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
     /* Workspace: quantized left (codes, scales, corrections) for one chunk,
        then per thread: the weight block, its scales, an unpack row, the
@@ -124,7 +126,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
         const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_pad = tops__round_up(mm, mr);
 #ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
         {
 #ifdef _OPENMP
@@ -132,6 +134,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
 #else
             const int tid = 0;
 #endif
+            TOPS__NOTE_REGION();
             unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
             uint8_t *panel = mine;
             float *pscale = (float *)(mine + tops__round_up((int64_t)panel_bytes, 64));

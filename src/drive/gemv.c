@@ -6,6 +6,7 @@
    place).  Threads split N; each output element sums K in the same order
    for any thread count. */
 #include "drive/gemm.h"
+#include "core/threads.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -211,6 +212,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 #endif
     const int64_t n_blocks = tops__ceil_div(N, N_BLOCK);
     if (threads > n_blocks) threads = (int)n_blocks;
+    threads = tops__threads_for(TOPS__WORK_GEMV, 2.0 * (double)M * (double)N * (double)K, threads);
 
     /* Workspace: activations (f32, and i8 + scales when relaxed), then per
        thread one unpacked chunk and an accumulator block. */
@@ -262,7 +264,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     }
 
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
 #endif
     for (int64_t jb = 0; jb < n_blocks; jb++) {
 #ifdef _OPENMP
@@ -270,6 +272,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 #else
         const int tid = 0;
 #endif
+        TOPS__NOTE_REGION();
         unsigned char *mine = thread_base + (size_t)tid * per_thread;
         float *acc = (float *)mine;
         float *scale = acc + M * N_BLOCK;

@@ -1,15 +1,18 @@
 /* Inline scalar element casts between f32 and every dtype of FORMATS.md
    section 1: the scalar truth that the row kernels, the quantizers and the
    decoders share.
-   - sat = 0 reproduces ml_dtypes' (numpy's for f16, i8, u8) default cast bit
-     for bit, quirks included: e4m3 overflows to NaN, e5m2 to Inf, the
-     finite-only fp6/fp4 saturate and map +NaN to -0 and -NaN to +0, e8m0
-     rounds ties up and maps 0 and negatives to NaN, integers truncate and
-     wrap (|x| >= 2^31 and NaN give 0, like x86's cvttss2si).
+   - sat = 0 is the default cast: round to nearest, ties to even, f32
+     subnormals included (ml_dtypes' default cast, and numpy's for f16, i8,
+     u8, wherever they implement that rule).  e4m3 overflows to NaN, e5m2
+     to Inf, the finite-only fp6/fp4 saturate and map +NaN to -0 and -NaN
+     to +0 (ml_dtypes' quirk), e8m0 is the nearest power of two (below)
+     and maps 0 and negatives to NaN; integers truncate toward zero and
+     wrap modulo 2^bits (tops__f32_trunc_wrap).
    - sat = 1 is what quantizers use: finite overflow and +-Inf clamp to
      +-max where the type has no Inf (e5m2, f16, bf16 keep Inf); NaN stays
      NaN where the type has one; integers round to nearest even and clamp
-     (NaN -> 0); e8m0 clamps to [2^-127, 2^127] (0 and negatives -> 0x00). */
+     (NaN -> 0, +-Inf -> the bound); e8m0 clamps to [2^-127, 2^127] (0 and
+     negatives -> 0x00; NaN and Inf -> 0xFF). */
 #ifndef TOPS_FORMATS_ELEM_H
 #define TOPS_FORMATS_ELEM_H
 
@@ -114,31 +117,24 @@ static inline float tops__exp2i(int e) {
     return tops__bits_f32(1u << (e + 149));
 }
 
-/* e8m0 follows ml_dtypes' generic converter: the value's mantissa is
-   rounded to zero bits with the implicit bit as the "even" bit, so ties
-   round up; the code 0x00 sits where that converter puts subnormals. */
+/* e8m0 of a finite positive x is the nearest power of two 2^e, -127 <= e
+   <= 127 (FORMATS.md section 1), f32 subnormals included: below 2^-126 the
+   candidates are 2^-127 (code 0x00) and 2^-126 (0x01), so 2^-127 * (1 +
+   2^-22) is 0x00.  A tie (x = 1.5 * 2^e, halfway between 2^e and 2^(e+1))
+   goes to the even code; 1.5 * 2^127 is such a tie and gives 0xFE.  Above
+   it the value overflows: 0xFF (NaN) by default, 0xFE saturating.  NaN and
+   +-Inf give 0xFF in both modes (e8m0 has no Inf); 0 and negatives 0xFF by
+   default, 0x00 saturating.  (ml_dtypes 0.7 rounds every tie up and
+   overflows 1.5 * 2^127: the tests mark those cases.) */
 static inline uint8_t tops__f32_to_e8m0(float f, int sat) {
     uint32_t x = tops__f32_bits(f);
     uint32_t ax = x & 0x7fffffffu;
     if (ax >= 0x7f800000u) return 0xFFu;
     if (ax == 0 || (x >> 31)) return sat ? 0x00u : 0xFFu;
-    int exp;
-    uint32_t mant;
-    if (ax >> 23) {
-        exp = (int)(ax >> 23) - 127;
-        mant = (1u << 23) | (ax & 0x7fffffu);
-    } else {
-        int lz = __builtin_clz(ax) - 8; /* leading zeros within the 24-bit field */
-        mant = ax << lz;
-        exp = -126 - lz;
-    }
-    int base = exp + 127 - 1;
-    int adjust = base < 0 ? -base : 0;
-    int shift = 23 + adjust;
-    if (shift > 25) shift = 25;
-    uint32_t rounded = mant + ((mant >> shift) & 1u) + ((1u << (shift - 1)) - 1u);
-    uint32_t code = (rounded >> shift) + (uint32_t)(base > 0 ? base : 0);
-    if (base >= 255 || code > 0xFEu) return sat ? 0xFEu : 0xFFu;
+    if (ax < 0x00800000u) return ax > 0x00600000u ? 0x01u : 0x00u; /* f32 subnormal: 1.5 * 2^-127 ties to 0x00 */
+    uint32_t code = ax >> 23, mant = ax & 0x7fffffu; /* the biased exponents coincide: 2^floor(log2 x) */
+    if (mant > 0x400000u || (mant == 0x400000u && (code & 1u))) code++;
+    if (code > 0xFEu) return sat ? 0xFEu : 0xFFu;
     return (uint8_t)code;
 }
 static inline float tops__e8m0_to_f32(uint32_t c) {
@@ -149,8 +145,11 @@ static inline float tops__e8m0_to_f32(uint32_t c) {
 
 /* ---- integers ------------------------------------------------------------------ */
 
-/* numpy / ml_dtypes: truncate toward zero through int32, then keep the low
-   bits (two's complement wrap); NaN and |x| >= 2^31 give 0. */
+/* Truncates toward zero and keeps the low bits (two's complement wrap),
+   as a C conversion through int64 does for the casts here (8 bits or
+   fewer): an f32 of magnitude >= 2^31 is a multiple of 2^8, so its low
+   bits are 0, which is what this returns for it, and for +-Inf and NaN
+   (where C is undefined).  i4(9.7) = 9 - 16 = -7, u4(-1) = 15. */
 static inline uint32_t tops__f32_trunc_wrap(float f) {
     if (!(fabsf(f) < 2147483648.0f)) return 0u;
     return (uint32_t)(int32_t)f;

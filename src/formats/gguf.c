@@ -12,8 +12,11 @@
    short: its missing elements are taken as 0 for the block statistics of
    q4_0, q8_0 and mxfp4 (0 never changes amax) and left out of q4_1's
    min/max; their codes are written as if they were 0.
-   Where ggml's C is undefined (NaN reaching a float -> int cast) these
-   codecs write the code of 0. */
+   A block holding NaN or +-Inf (among its n real elements) decodes to NaN
+   in every element (FORMATS.md's one NaN/Inf rule): its f16 d (and q4_1's
+   m) is NaN, or gguf-mxfp4's e is 0xFF, the e8m0 NaN, and its codes are
+   those of 0.  ggml's quantizers never write e = 0xFF (finite blocks give
+   at most 252), so ggml's blocks decode as ggml decodes them. */
 #include "formats/codec_impl.h"
 #include "formats/elem.h"
 
@@ -43,8 +46,27 @@ static void load_block(const float *x, int64_t n, float *b) {
     for (int64_t j = 0; j < QK; j++) b[j] = j < n ? x[j] : 0.0f;
 }
 
+/* Whether the n real elements hold NaN or +-Inf. */
+static int nonfinite(const float *x, int64_t n) {
+    for (int64_t j = 0; j < n; j++)
+        if (!(fabsf(x[j]) <= FLT_MAX)) return 1;
+    return 0;
+}
+
+#define F16_NAN 0x7E00u
+/* The poisoned block: NaN f16 headers (d at 0, m at 2 for q4_1), zero codes. */
+static void nan_block(uint8_t *blk, int headers, int bytes, uint8_t zero_codes) {
+    const uint16_t h = F16_NAN;
+    for (int i = 0; i < headers; i++) memcpy(blk + 2 * i, &h, 2);
+    memset(blk + 2 * headers, zero_codes, (size_t)(bytes - 2 * headers));
+}
+
 /* ---- q4_0 ---- */
 static void q4_0_encode(const float *x, int64_t n, uint8_t *blk) {
+    if (nonfinite(x, n)) { /* codes 8: the value 0 */
+        nan_block(blk, 1, 18, 0x88);
+        return;
+    }
     float b[QK];
     load_block(x, n, b);
     float amax = 0.0f, max = 0.0f;
@@ -71,6 +93,10 @@ static void q4_0_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
 
 /* ---- q4_1 ---- */
 static void q4_1_encode(const float *x, int64_t n, uint8_t *blk) {
+    if (nonfinite(x, n)) {
+        nan_block(blk, 2, 20, 0);
+        return;
+    }
     float b[QK];
     load_block(x, n, b);
     float min = FLT_MAX, max = -FLT_MAX;
@@ -98,6 +124,10 @@ static void q4_1_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
 
 /* ---- q8_0 ---- */
 static void q8_0_encode(const float *x, int64_t n, uint8_t *blk) {
+    if (nonfinite(x, n)) {
+        nan_block(blk, 1, 34, 0);
+        return;
+    }
     float b[QK];
     load_block(x, n, b);
     float amax = 0.0f;
@@ -120,10 +150,16 @@ static void q8_0_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
 /* ---- ggml mxfp4 ---- */
 static const int8_t mxfp4_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* 2^(e - 128): ggml's E8M0 "half" scale, which absorbs the doubled table. */
-static float e8m0_half(uint8_t e) { return tops__exp2i((int)e - 128); }
+/* 2^(e - 128): ggml's E8M0 "half" scale, which absorbs the doubled table;
+   0xFF is NaN (ggml's quantizer never writes it). */
+static float e8m0_half(uint8_t e) { return e == 0xFF ? NAN : tops__exp2i((int)e - 128); }
 
 static void gguf_mxfp4_encode(const float *x, int64_t n, uint8_t *blk) {
+    if (nonfinite(x, n)) {
+        blk[0] = 0xFF;
+        memset(blk + 1, 0, 16);
+        return;
+    }
     float b[QK];
     load_block(x, n, b);
     float amax = 0.0f;

@@ -6,8 +6,10 @@
    (prefix sums over the sorted values make an iteration O(16 log n)).
    Deterministic: no random starts (a per-tensor codebook of more than 2^20
    values is fitted on every k-th value).  Entries are stored as f16 and each
-   element takes the nearest stored entry (the lowest index on ties);
-   NaN takes index 0, +-Inf the largest / smallest entry. */
+   element takes the nearest stored entry (the lowest index on ties).
+   NaN or +-Inf anywhere in a codebook's extent (the tensor for lut4, the
+   row for lut4-row) makes all 16 entries f16 NaN and every index 0: the
+   extent decodes to NaN (FORMATS.md's one NaN/Inf rule). */
 #include "formats/codec_impl.h"
 #include "formats/elem.h"
 
@@ -50,12 +52,19 @@ static int64_t lower_bound(const float *v, int64_t n, double t) {
     return lo;
 }
 
-/* Fits 16 f16 entries to the n values of v (reordered in place); prefix
-   is scratch of n + 1 doubles. */
-static void fit_codebook(float *v, int64_t n, double *prefix, int iterations, uint16_t *out) {
-    int64_t m = 0;
+#define F16_NAN 0x7E00u
+
+/* Whether the n values hold NaN or +-Inf. */
+static int any_nonfinite(const float *v, int64_t n) {
     for (int64_t i = 0; i < n; i++)
-        if (fabsf(v[i]) <= FLT_MAX) v[m++] = v[i];
+        if (!(fabsf(v[i]) <= FLT_MAX)) return 1;
+    return 0;
+}
+
+/* Fits 16 f16 entries to the n finite values of v (reordered in place);
+   prefix is scratch of n + 1 doubles. */
+static void fit_codebook(float *v, int64_t n, double *prefix, int iterations, uint16_t *out) {
+    int64_t m = n;
     double c[LUT_N];
     if (m == 0) {
         for (int j = 0; j < LUT_N; j++) out[j] = 0;
@@ -88,7 +97,7 @@ typedef struct fit_walk {
     float *vals, *row;
     double *prefix;
     int64_t filled, seen, stride;
-    int iterations;
+    int iterations, nonfinite; /* lut4: a NaN or Inf anywhere in the tensor */
 } fit_walk;
 
 static tops_status gather_row(void *user, const int64_t *idx) {
@@ -96,6 +105,7 @@ static tops_status gather_row(void *user, const int64_t *idx) {
     int last = w->src->rank - 1;
     int64_t n = w->src->extent[last];
     tops__gather_input(w->ctx, w->src, idx, last, n, w->row);
+    if (any_nonfinite(w->row, n)) w->nonfinite = 1;
     for (int64_t k = 0; k < n; k++, w->seen++)
         if (w->seen % w->stride == 0) w->vals[w->filled++] = w->row[k];
     return TOPS_OK;
@@ -106,7 +116,10 @@ static tops_status fit_row(void *user, const int64_t *idx) {
     int last = w->src->rank - 1;
     int64_t n = w->src->extent[last];
     tops__gather_input(w->ctx, w->src, idx, last, n, w->vals);
-    fit_codebook(w->vals, n, w->prefix, w->iterations, tops__codebook_at(w->dst, idx));
+    uint16_t *cb = tops__codebook_at(w->dst, idx);
+    if (any_nonfinite(w->vals, n))
+        for (int j = 0; j < LUT_N; j++) cb[j] = F16_NAN;
+    else fit_codebook(w->vals, n, w->prefix, w->iterations, cb);
     return TOPS_OK;
 }
 
@@ -116,7 +129,7 @@ static tops_status lut_prepare(tops__qctx *ctx, const tops_tensor *src, tops_ten
     int64_t stride = per_row || numel <= FIT_MAX_VALUES ? 1 : tops__ceil_div(numel, FIT_MAX_VALUES);
     int64_t n = per_row ? row : tops__ceil_div(numel, stride);
     fit_walk w = {ctx, src, dst, malloc((size_t)n * sizeof(float)), malloc((size_t)row * sizeof(float)),
-                  malloc((size_t)(n + 1) * sizeof(double)), 0, 0, stride, ctx->lut_iterations};
+                  malloc((size_t)(n + 1) * sizeof(double)), 0, 0, stride, ctx->lut_iterations, 0};
     if (!w.vals || !w.row || !w.prefix) {
         free(w.vals);
         free(w.row);
@@ -129,7 +142,10 @@ static tops_status lut_prepare(tops__qctx *ctx, const tops_tensor *src, tops_ten
     } else {
         tops__for_each_index(src->extent, src->rank, last, gather_row, &w);
         int64_t zero[TOPS_MAX_RANK] = {0};
-        fit_codebook(w.vals, w.filled, w.prefix, w.iterations, tops__codebook_at(dst, zero));
+        uint16_t *cb = tops__codebook_at(dst, zero);
+        if (w.nonfinite)
+            for (int j = 0; j < LUT_N; j++) cb[j] = F16_NAN;
+        else fit_codebook(w.vals, w.filled, w.prefix, w.iterations, cb);
     }
     free(w.vals);
     free(w.row);
@@ -149,7 +165,8 @@ static void lut_encode(const tops__qctx *ctx, const float *x, int64_t n, uint32_
     for (int64_t i = 0; i < n; i++) {
         float v = x[i];
         uint32_t best = 0;
-        if (v != v) best = 0;
+        if (cb[0] != cb[0]) best = 0; /* a NaN codebook (its extent held NaN or Inf) */
+        else if (v != v) best = 0;    /* unreachable: such a value makes the codebook NaN */
         else if (isinf(v)) best = (uint32_t)(v > 0 ? hi : lo);
         else {
             float best_d = fabsf(v - cb[0]);

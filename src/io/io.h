@@ -61,11 +61,29 @@ int tops__strided_bytes(const tops__strided *s, uint64_t *bytes);
 /* Writes the block densely (C order) to fp; TOPS_IO_ERROR with a sentence. */
 tops_status tops__strided_write(const char *fn, const char *path, FILE *fp, const tops__strided *s);
 
-/* Opens path for writing; on any later failure the caller calls
-   tops__output_abort so no half-written file is left behind. */
-tops_status tops__output_open(const char *fn, const char *path, FILE **fp);
-tops_status tops__output_close(const char *fn, const char *path, FILE *fp);
-void tops__output_abort(const char *path, FILE *fp);
+/*
+ * An output file, written whole or not at all (src/io/output.c): open makes
+ * a temporary file beside the target (path, or the file a symbolic link at
+ * path names); the caller writes to fp; commit flushes, fsyncs, closes and
+ * renames it over the target; abort (or a failed commit) removes it, so a
+ * file already at path is never changed by a failed write.  Open refuses a
+ * path that names a directory, a device, a FIFO or a socket.
+ */
+typedef struct tops__output {
+    FILE *fp;
+    const char *fn, *path; /* for the error sentences */
+    char *target, *tmp;
+} tops__output;
+tops_status tops__output_open(tops__output *out, const char *fn, const char *path);
+tops_status tops__output_commit(tops__output *out);
+void tops__output_abort(tops__output *out);
+/* Checks that path could be written (a temporary is made and removed); the
+   target is not touched. */
+tops_status tops__output_probe(const char *fn, const char *path);
+/* open, one write of n bytes, commit. */
+tops_status tops__output_write_all(const char *fn, const char *path, const void *data, size_t n);
+/* "a directory", "a FIFO", "a socket", "a character device", ... of a st_mode. */
+const char *tops__file_kind(unsigned mode);
 
 /* Little-endian loads and stores (the file formats are little-endian). */
 static inline uint64_t tops__load_le64(const unsigned char *p) {

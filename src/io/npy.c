@@ -4,6 +4,7 @@
    evaluated: exactly the keys descr, fortran_order and shape. */
 #include "io/io.h"
 
+#include <errno.h>
 #include <string.h>
 
 #define NPY_MAGIC "\x93NUMPY"
@@ -192,6 +193,9 @@ static tops_status read_header(const tops__source *src, npy_header *h, uint64_t 
     if (len > NPY_MAX_HEADER)
         return tops__fail(TOPS_PARSE_ERROR, fn, "%s has a %llu-byte .npy header; the limit is %u", src->what,
                           (unsigned long long)len, NPY_MAX_HEADER);
+    if (len > src->size - prefix)
+        return tops__fail(TOPS_PARSE_ERROR, fn, "%s is truncated: it declares a %llu-byte .npy header but holds only "
+                          "%llu bytes after its prefix", src->what, (unsigned long long)len, (unsigned long long)(src->size - prefix));
     char *text = malloc(len ? (size_t)len : 1);
     if (!text) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "cannot allocate %llu bytes for the header", (unsigned long long)len);
     st = tops__source_read(src, prefix, text, (size_t)len);
@@ -278,20 +282,23 @@ tops_status tops_npy_save(const char *path, const tops_tensor *tensor) {
     memset(pad, ' ', sizeof pad);
     size_t npad = len - (size_t)n - 1;
 
-    FILE *fp;
-    st = tops__output_open(fn, path, &fp);
+    tops__output out;
+    st = tops__output_open(&out, fn, path);
     if (st != TOPS_OK) return st;
+    FILE *fp = out.fp;
     if (fwrite(prefix, 1, 10, fp) != 10 || fwrite(header, 1, (size_t)n, fp) != (size_t)n ||
         fwrite(pad, 1, npad, fp) != npad || fputc('\n', fp) == EOF) {
-        tops__output_abort(path, fp);
-        return tops__fail(TOPS_IO_ERROR, fn, "writing the header of \"%s\" failed", path);
+        int e = errno;
+        tops__output_abort(&out);
+        return tops__fail(TOPS_IO_ERROR, fn, "writing the header of \"%s\" failed: %s; a file already there is unchanged",
+                          path, strerror(e));
     }
     tops__strided s;
     tops__strided_data(tensor, &s);
     st = tops__strided_write(fn, path, fp, &s);
     if (st != TOPS_OK) {
-        tops__output_abort(path, fp);
+        tops__output_abort(&out);
         return st;
     }
-    return tops__output_close(fn, path, fp);
+    return tops__output_commit(&out);
 }

@@ -11,6 +11,7 @@
 #include "io/io.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <math.h>
 #include <string.h>
 
@@ -173,27 +174,30 @@ tops_status tops_safetensors_save(const char *path, const tops_tensor *tensor) {
     unsigned char size_le[8];
     tops__store_le64(size_le, padded);
 
-    FILE *fp;
-    st = tops__output_open(fn, path, &fp);
+    tops__output out;
+    st = tops__output_open(&out, fn, path);
     if (st != TOPS_OK) {
         cJSON_free(json);
         return st;
     }
+    FILE *fp = out.fp;
     int ok = fwrite(size_le, 1, 8, fp) == 8 && fwrite(json, 1, len, fp) == len;
     for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
+    int e = errno;
     cJSON_free(json);
     if (!ok) {
-        tops__output_abort(path, fp);
-        return tops__fail(TOPS_IO_ERROR, fn, "writing the header of \"%s\" failed", path);
+        tops__output_abort(&out);
+        return tops__fail(TOPS_IO_ERROR, fn, "writing the header of \"%s\" failed: %s; a file already there is unchanged",
+                          path, strerror(e));
     }
     for (int i = 0; i < n; i++) {
         st = tops__strided_write(fn, path, fp, &pl[order[i]].mem);
         if (st != TOPS_OK) {
-            tops__output_abort(path, fp);
+            tops__output_abort(&out);
             return st;
         }
     }
-    return tops__output_close(fn, path, fp);
+    return tops__output_commit(&out);
 }
 
 /* ---- reading ------------------------------------------------------------------ */

@@ -2,11 +2,16 @@
 #include "io/io.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- sources -------------------------------------------------------------- */
 
+/* Opens without blocking (a FIFO with no writer would wait forever), looks
+   at what the descriptor is, and refuses anything but a regular file before
+   a byte is read; then clears O_NONBLOCK for ordinary reads. */
 tops_status tops__source_open(tops__source *src, const char *fn, const char *path, char *what_buf,
                               size_t what_cap) {
     memset(src, 0, sizeof *src);
@@ -14,17 +19,40 @@ tops_status tops__source_open(tops__source *src, const char *fn, const char *pat
     if (!path) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "path is NULL");
     snprintf(what_buf, what_cap, "file \"%s\"", path);
     src->what = what_buf;
-    FILE *fp = fopen(path, "rb");
-    if (!fp) return tops__fail(TOPS_IO_ERROR, fn, "cannot open \"%s\": %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(fileno(fp), &sb) != 0) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (fd < 0) {
         int e = errno;
-        fclose(fp);
-        return tops__fail(TOPS_IO_ERROR, fn, "cannot stat \"%s\": %s", path, strerror(e));
+        /* a socket cannot be opened (ENXIO): say what it is */
+        if (e == ENXIO && stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+            return tops__fail(TOPS_IO_ERROR, fn, "\"%s\" is %s, not a regular file; inputs are read only from regular "
+                              "files", path, tops__file_kind((unsigned)sb.st_mode));
+        return tops__fail(TOPS_IO_ERROR, fn, "cannot open \"%s\": %s", path, strerror(e));
     }
-    if (!S_ISREG(sb.st_mode)) {
-        fclose(fp);
-        return tops__fail(TOPS_IO_ERROR, fn, "\"%s\" is not a regular file", path);
+    const char *why = NULL;
+    int e = 0;
+    if (fstat(fd, &sb) != 0) {
+        e = errno;
+        why = "cannot stat";
+    } else if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return tops__fail(TOPS_IO_ERROR, fn, "\"%s\" is %s, not a regular file; inputs are read only from regular "
+                          "files", path, tops__file_kind((unsigned)sb.st_mode));
+    } else {
+        int flags = fcntl(fd, F_GETFL);
+        if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+            e = errno;
+            why = "cannot set blocking reads on";
+        }
+    }
+    FILE *fp = why ? NULL : fdopen(fd, "rb");
+    if (!fp) {
+        if (!why) {
+            e = errno;
+            why = "cannot open";
+        }
+        close(fd);
+        return tops__fail(TOPS_IO_ERROR, fn, "%s \"%s\": %s", why, path, strerror(e));
     }
     src->fp = fp;
     src->size = (uint64_t)sb.st_size;
@@ -142,7 +170,8 @@ tops_status tops__strided_write(const char *fn, const char *path, FILE *fp, cons
         }
         if (fwrite(row, 1, row_bytes, fp) != row_bytes) {
             free(gather);
-            return tops__fail(TOPS_IO_ERROR, fn, "writing \"%s\" failed: %s", path, strerror(errno));
+            return tops__fail(TOPS_IO_ERROR, fn, "writing \"%s\" failed: %s; a file already there is unchanged", path,
+                              strerror(errno));
         }
         int d = last - 1;
         while (d >= 0 && ++idx[d] == s->extent[d]) idx[d--] = 0;
@@ -150,38 +179,4 @@ tops_status tops__strided_write(const char *fn, const char *path, FILE *fp, cons
     }
     free(gather);
     return TOPS_OK;
-}
-
-/* ---- outputs -------------------------------------------------------------- */
-
-tops_status tops__output_open(const char *fn, const char *path, FILE **fp) {
-    *fp = fopen(path, "wb");
-    if (!*fp) return tops__fail(TOPS_IO_ERROR, fn, "cannot create \"%s\": %s", path, strerror(errno));
-    return TOPS_OK;
-}
-
-/* Only a regular file is removed after a failed write: a device such as
-   /dev/full is never unlinked. */
-static int is_regular(FILE *fp) {
-    struct stat sb;
-    return fstat(fileno(fp), &sb) == 0 && S_ISREG(sb.st_mode);
-}
-
-tops_status tops__output_close(const char *fn, const char *path, FILE *fp) {
-    int regular = is_regular(fp);
-    int bad = ferror(fp) || fflush(fp) != 0;
-    int e = errno;
-    if (fclose(fp) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (!bad) return TOPS_OK;
-    if (regular) remove(path);
-    return tops__fail(TOPS_IO_ERROR, fn, "writing \"%s\" failed: %s", path, strerror(e));
-}
-
-void tops__output_abort(const char *path, FILE *fp) {
-    int regular = is_regular(fp);
-    fclose(fp);
-    if (regular) remove(path);
 }

@@ -4,6 +4,7 @@
 #include "cuda/cuda_internal.h"
 #include "drive/gemm.h"
 #include "formats/traits.h"
+#include "core/threads.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -191,6 +192,9 @@ static int is_direct_f32(const tops_tensor *t) {
 
 /* Rows at or below which quantized weights take the unpack-and-dot driver. */
 enum { GEMV_MAX_M = 4 };
+/* Rows from which the relaxed integer forms take the AMX tiles (below:
+   the rows driver). */
+enum { AMX_MIN_M = GEMV_MAX_M + 1 };
 
 static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_tensor *right, int transposed) {
     tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, is_direct_f32(right), NULL};
@@ -234,6 +238,7 @@ static const tops_tensor *unwrap_in_place(const tops_tensor *right) {
 typedef enum plan_kind {
     PLAN_ROWS,      /* small M: weight rows streamed, dot products */
     PLAN_INTEGER,   /* relaxed: i8 activations, integer microkernel */
+    PLAN_AMX,       /* AMX tiles, every integer form: i8 (relaxed) or bf16 (strict) */
     PLAN_PANELS,    /* f32 panels (decoded per K block) into the f32 microkernel */
 } plan_kind;
 
@@ -256,6 +261,12 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     p->relaxed = desc->relaxed_precision;
     /* Few rows and weights stored [N, K]: stream the weight rows once. */
     if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed) return PLAN_ROWS;
+    /* AMX: every integer form, from AMX_MIN_M rows.  Relaxed: 8-bit weights
+       too (tdpbssd sums i8 x i8 in i32 exactly).  Strict: bf16 tiles, the
+       activations as two bf16 terms. */
+    if (p->right.read == tops__read_rect_unpack && p->m >= AMX_MIN_M &&
+        tops__gemm_amx_supports(kern, right, p->relaxed))
+        return PLAN_AMX;
     /* Integer forms take the integer microkernel (8-bit ones its wide
        variant: i32 sums with no saturating i16 stage). */
     if (p->right.read == tops__read_rect_unpack && p->relaxed && tops__gemm_q8_takes(kern, right))
@@ -275,6 +286,7 @@ static plan_kind plan_call(const tops__kernels *kern, const plan_inputs *in, con
     if (pk) {
         p->q8_panels = pk->q8_panels;
         p->q8_scales = pk->q8_panels ? pk->q8_scales : NULL;
+        p->q8_amx = pk->q8_amx;
         p->nib_stream = pk->nib_stream;
     }
     return kind;
@@ -291,6 +303,7 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
     switch (kind) {
     case PLAN_ROWS: return tops__gemv_run(fn, &p);
     case PLAN_INTEGER: return tops__gemm_q8_run(fn, &p);
+    case PLAN_AMX: return tops__gemm_amx_run(fn, &p);
     default: return tops__gemm_run(fn, &p);
     }
 }
@@ -308,10 +321,16 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
     plan_kind kind = plan_call(kern, &in, desc, left, &right, (tops_tensor *)dest, &p);
     const tops__unpacker *up = right->format.id != TOPS_FMT_PACKED ? &kern->unpack[right->format.id] : NULL;
     const char *isa = tops_isa_name(kern->isa);
-    if (kind == PLAN_INTEGER) {
+    if (kind == PLAN_AMX && p.relaxed) {
+        snprintf(buf, cap, "AMX integer tiles (%s), i8 activations: %s (%s)",
+                 p.q8_panels && p.q8_amx == 1 ? "prepacked" : "unpacked per K block", kern->amx_q8.name, isa);
+    } else if (kind == PLAN_AMX) {
+        snprintf(buf, cap, "AMX bf16 tiles (%s), f32 activations as bf16 hi + lo: %s (%s)",
+                 p.q8_panels && p.q8_amx == 2 ? "prepacked" : "unpacked per K block", kern->amx_bf16_name, isa);
+    } else if (kind == PLAN_INTEGER) {
         snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)",
-                 p.q8_panels ? "prepacked" : "unpacked per K block", tops__gemm_q8_pick(kern, right, NULL)->name,
-                 isa);
+                 p.q8_panels && !p.q8_amx ? "prepacked" : "unpacked per K block",
+                 tops__gemm_q8_pick(kern, right, NULL)->name, isa);
     } else if (kind == PLAN_ROWS) {
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
         const char *how = !up || !up->run      ? "f32 rows, f32 dots"
@@ -372,6 +391,8 @@ static void copy_plane(const tops_plane *src, tops_plane *dst) {
 static tops_status pack_in_place(const char *fn, const tops__kernels *kern, const tops_exec *ex, int relaxed,
                                  const tops_tensor *right, int64_t k, int64_t n, tops_tensor *packed) {
     tops_memory host = {TOPS_DEVICE_CPU, 0};
+    const int pthreads = tops__threads_for(TOPS__WORK_PACK, (double)k * (double)n, ex->threads);
+    (void)pthreads; /* without OpenMP */
     tops_tensor tmp;
     tops_status st = tops_tensor_create(right->format, 2, right->extent, host, &tmp);
     if (st != TOPS_OK) return st;
@@ -391,8 +412,12 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
         }
     const size_t head = (sizeof(tops__packed_right) + 63) / 64 * 64; /* descriptor, then the copy */
     /* Relaxed narrow integers: the integer driver's panels and scales after the copy. */
-    const int q8 = relaxed && tops__gemm_q8_takes(kern, right);
-    const int64_t kp = tops__ceil_div(k, 32) * 32, groups = tops__ceil_div(n, 8);
+    /* At a level with AMX kernels every integer form gets the AMX panels
+       (16-column groups) instead of the 8-column ones. */
+    const int amx = tops__gemm_amx_supports(kern, right, relaxed);
+    const int q8 = amx || (relaxed && tops__gemm_q8_takes(kern, right));
+    const int width = amx ? 16 : 8, esize = amx && !relaxed ? 2 : 1; /* strict AMX panels hold bf16 codes */
+    const int64_t kp = tops__ceil_div(k, 32) * 32, groups = amx ? tops__amx_groups(n) : tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);
     size_t copy_end = (end + 63) / 64 * 64, q8_panel_bytes = 0, q8_bytes = 0, total = head + end, scratch_bytes = 0;
     /* Relaxed 4-bit rows: also the M <= 4 row stream, after the panels. */
@@ -402,10 +427,11 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     size_t stream_at = 0, stream_bytes = 0;
     if (q8) {
         size_t scale_bytes;
-        if (!tops__mul_size((size_t)groups * 8, (size_t)kp, &q8_panel_bytes) ||
-            !tops__mul_size((size_t)groups * 8 * sizeof(float), (size_t)n_subs, &scale_bytes) ||
+        if (!tops__mul_size((size_t)groups * width * esize, (size_t)kp, &q8_panel_bytes) ||
+            !tops__mul_size((size_t)groups * width * sizeof(float), (size_t)n_subs, &scale_bytes) ||
             !tops__add_size(q8_panel_bytes, scale_bytes, &q8_bytes) || !tops__add_size(head + copy_end, q8_bytes, &total) ||
-            !tops__mul_size((size_t)ex->threads, (size_t)kp * 8 + (size_t)n_subs * 8 * sizeof(float), &scratch_bytes)) {
+            !tops__mul_size((size_t)ex->threads, (size_t)kp * width + (size_t)n_subs * width * sizeof(float),
+                            &scratch_bytes)) {
             tops_tensor_destroy(&tmp);
             return tops__fail(TOPS_OVERFLOW, fn, "the packed size overflows size_t");
         }
@@ -455,9 +481,9 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     if (q8) {
         uint8_t *panels = mem + head + copy_end;
         float *scales = (float *)(panels + q8_panel_bytes);
-        const size_t per_thread = (size_t)kp * 8 + (size_t)n_subs * 8 * sizeof(float);
+        const size_t per_thread = (size_t)kp * width + (size_t)n_subs * width * sizeof(float);
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(ex->threads) schedule(static)
+#pragma omp parallel for num_threads(pthreads) schedule(static) if (pthreads > 1)
 #endif
         for (int64_t g = 0; g < groups; g++) {
 #ifdef _OPENMP
@@ -465,20 +491,28 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
 #else
             const int tid = 0;
 #endif
-            tops__pack_q8_panels(kern, &pk->copy, kp, g, 1, panels, scales, scratch + (size_t)tid * per_thread);
+            TOPS__NOTE_REGION();
+            if (amx)
+                tops__pack_amx_panels(kern, &pk->copy, !relaxed, kp, g, 1, panels, scales,
+                                      scratch + (size_t)tid * per_thread);
+            else
+                tops__pack_q8_panels(kern, &pk->copy, kp, g, 1, panels, scales, scratch + (size_t)tid * per_thread);
         }
         tops__aligned_free(scratch);
         pk->q8_panels = panels;
         pk->q8_scales = scales;
         pk->q8_bytes = q8_bytes;
+        pk->q8_amx = amx ? (relaxed ? 1 : 2) : 0;
     }
     if (stream_scale) {
         uint8_t *data = mem + stream_at;
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(ex->threads) schedule(static)
+#pragma omp parallel for num_threads(pthreads) schedule(static) if (pthreads > 1)
 #endif
-        for (int64_t g = 0; g < stream_groups; g++)
+        for (int64_t g = 0; g < stream_groups; g++) {
+            TOPS__NOTE_REGION();
             tops__pack_nibstream(kern, &pk->copy, stream_scale, g, 1, data + g * group_bytes);
+        }
         pk->nib_stream = (tops__nibstream){data, group_bytes, stream_scale,
                                            tops__nibstream_coded(&kern->unpack[right->format.id].nib),
                                            tops__nib_scale_mul(tops_format_get_info(right->format.id), right)};
@@ -538,9 +572,9 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
     pk->panels = data;
     pk->bytes = panel_bytes;
     tops__gemm_operand op = right_operand(kern, right, desc->transpose_right);
-    int threads = ex.threads;
+    int threads = tops__threads_for(TOPS__WORK_PACK, (double)k * (double)n, ex.threads);
 #ifdef _OPENMP
-#pragma omp parallel for num_threads(threads) schedule(static)
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
     for (int64_t g = 0; g < panels; g++) {
 #ifdef _OPENMP
@@ -548,6 +582,7 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
 #else
         int tid = 0;
 #endif
+        TOPS__NOTE_REGION();
         tops__pack_right_panels(kern, &op, k, n, nr, g, 1, data, tmp + (size_t)tid * nr * KC_TMP, KC_TMP);
     }
     (void)threads;

@@ -13,4 +13,5 @@ expect_rc() { # name, wanted exit status, then the command
   "$@" >"$_tops_cli_log" 2>&1; local rc=$?
   if [ "$rc" = "$want" ]; then ok "$name"; else bad "$name (rc $rc, want $want)"; sed 's/^/     /' "$_tops_cli_log" | head -5; fi
 }
+skip() { echo "skip $1 ($2)"; } # name, reason
 finish() { rm -f "$_tops_cli_log"; echo "$pass passed, $fail failed"; [ "$fail" = 0 ]; }

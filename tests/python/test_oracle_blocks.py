@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tops
+from rules import e8m0_rule
 from tops import rng  # noqa: F401  (the seeded generator fixture)
 
 # numpy warns about the NaN / Inf blocks these tests make on purpose.
@@ -134,8 +135,7 @@ SCALE_DT = {"f16": np.float16, "bf16": md.bfloat16, "f32": np.float32, "e8m0": m
 def store_scale(s, dt):
     """The stored scale: the saturating cast of FORMATS.md (NaN stays NaN)."""
     if dt == "e8m0":
-        c = np.minimum(s, np.float32(2.0**127)).astype(md.float8_e8m0fnu)
-        return np.where(s <= 0, np.uint8(0).view(md.float8_e8m0fnu), c)
+        return e8m0_rule(s, saturate=1).view(md.float8_e8m0fnu)
     fmax = np.float32(md.finfo(SCALE_DT[dt]).max) if dt != "f32" else np.float32(np.finfo(np.float32).max)
     return np.where(np.isnan(s), s, np.clip(s, 0, fmax)).astype(SCALE_DT[dt])
 
@@ -397,15 +397,77 @@ def lloyd_codebook(v, iterations):
 @pytest.mark.parametrize("fmt", ["lut4", "lut4-row"])
 def test_lut_codebooks_follow_the_lloyd_rule(fmt, rng):
     x = (rng.standard_normal((4, 300)) * rng.uniform(0.1, 10, (4, 1))).astype(np.float32)
-    x[2, 7] = np.nan
     q = tops.quantize(x, fmt, lut_iterations=5)
     cb = q.codebook().reshape(-1, 16)
     rows = [x.reshape(-1)] if fmt == "lut4" else list(x)
     for r, want in enumerate(rows):
         np.testing.assert_array_equal(cb[r].view(np.uint16), lloyd_codebook(want, 5).view(np.uint16))
-    # Each element takes the nearest stored entry (the first on ties); NaN takes 0.
+    # Each element takes the nearest stored entry (the first on ties).
     entries = cb.astype(np.float32)
     book = np.repeat(entries, 1 if fmt == "lut4-row" else 4, axis=0)
     dist = np.abs(x[:, :, None] - book[:, None, :])
-    want_idx = np.where(np.isnan(x), 0, np.argmin(np.nan_to_num(dist, nan=0), axis=2))
-    np.testing.assert_array_equal(data_codes(q, 4, 300, 4), want_idx)
+    np.testing.assert_array_equal(data_codes(q, 4, 300, 4), np.argmin(dist, axis=2))
+
+
+# ---- one NaN/Inf rule for every block format ------------------------------------------
+
+BLOCKED = [f for f in ALL if f not in ("f32", "f16", "bf16", "e4m3", "e5m2", "e2m3", "e3m2", "e2m1",
+                                       "i8", "u8", "i4", "u4", "i2", "u2")]
+
+
+def extent(fmt, k):
+    """Elements a NaN spreads over along a row: its block; k for a row
+    (channel scales, lut4-row); 0 for the whole tensor (lut4)."""
+    if fmt == "lut4":
+        return 0
+    if fmt in ("lut4-row", "e4m3-ch", "e5m2-ch"):
+        return k
+    if fmt == "nvfp4":
+        return 16
+    if "-g" in fmt:
+        return int(fmt.split("-g")[1].split(":")[0].split("-")[0])
+    return 32  # MX and GGUF blocks
+
+
+@pytest.mark.parametrize("fmt", BLOCKED)
+def test_nan_and_inf_poison_exactly_their_block(fmt, rng):
+    """docs/formats.md: a block (the codebook's extent for lut4) holding NaN
+    or +-Inf decodes to NaN in every element; every other block decodes as
+    it does without them (the poisoned elements set to 0.5 there)."""
+    k = 2 * max(extent(fmt, 1000) % 1000, 32) + 7  # whole blocks and a partial last one
+    n = extent(fmt, k)
+    clean = rng.standard_normal((6, k)).astype(np.float32)
+    bad = clean.copy()
+    b = n if 0 < n < k else 32
+    spots = [(1, b + 2, np.nan), (2, k - 1, np.inf), (3, 0, -np.inf), (4, k - 3, -np.nan), (4, 1, np.inf)]
+    for r, c, v in spots:
+        bad[r, c], clean[r, c] = v, 0.5
+    got, want = tops.dequantize(tops.quantize(bad, fmt)), tops.dequantize(tops.quantize(clean, fmt))
+    mask = np.zeros(bad.shape, bool)
+    for r, c, _ in spots:
+        if n == 0:
+            mask[:] = True
+        else:
+            mask[r, (c // n) * n:(c // n + 1) * n] = True
+    assert np.isnan(got[mask]).all(), f"{fmt}: {np.count_nonzero(~np.isnan(got[mask]))} finite in poisoned blocks"
+    np.testing.assert_array_equal(got[~mask].view(np.uint32), want[~mask].view(np.uint32))
+
+
+GGUF_NAN_BLOCK = {"q4_0": "007e" + "88" * 16, "q4_1": "007e007e" + "00" * 16, "q8_0": "007e" + "00" * 32,
+                  "gguf-mxfp4": "ff" + "00" * 16}
+
+
+@pytest.mark.parametrize("fmt", list(GGML))
+def test_gguf_nan_blocks(fmt, rng):
+    """A GGUF block holding NaN or Inf: NaN f16 d (and m), or e = 0xFF (the
+    e8m0 NaN, never written by ggml: its finite blocks give e <= 252), and
+    the codes of 0; finite blocks stay byte-identical with ggml."""
+    x = make_data(rng, rows=4, k=100, nonfinite=False, binades=4)
+    x[1, 40], x[2, 99], x[3, 0] = np.nan, np.inf, -np.inf  # a middle, the partial last, a first block
+    q = tops.quantize(x, fmt)
+    fn, nbytes = GGML[fmt]
+    raw = q.data().reshape(4, 4, nbytes)
+    for r, blk in ((1, 1), (2, 3), (3, 0)):
+        assert raw[r, blk].tobytes().hex() == GGUF_NAN_BLOCK[fmt], (r, blk)
+    np.testing.assert_array_equal(raw[0, :3], fn(x[0, :96].reshape(-1, 32)))
+    np.testing.assert_array_equal(raw[1, 0], fn(x[1, :32].reshape(-1, 32))[0])

@@ -325,7 +325,27 @@ static void test_tiny_matmul_case(void) {
     s.have_roof = 1;
     tops_bench_rows rows = {0};
     ASSERT_OK(tops_bench_matmul_cpu(&s, &rows));
-    ASSERT_EQ_INT(rows.n, 10);
+    /* ours first, then oneDNN's where it loaded (bf16 and int8, per M) */
+    const char *note = tops_bench_onednn_note();
+    size_t ours = 10, dnn = strncmp(note, "oneDNN 3.", 9) == 0 ? 4 : 0;
+#if defined(TOPS_HAVE_ONEDNN)
+    if (!dnn) fprintf(stderr, "note: built with oneDNN, yet no oneDNN rows: %s\n", note);
+#else
+    ASSERT_TRUE(strncmp(note, "oneDNN: no rows: ", 17) == 0);
+#endif
+    ASSERT_EQ_INT(rows.n, ours + dnn);
+    for (size_t i = ours; i < rows.n; i++) {
+        const tops_bench_row *r = &rows.v[i];
+        int int8 = i >= ours + 2;
+        ASSERT_EQ_STR(r->format, int8 ? "onednn-int8-dyn" : "onednn-bf16");
+        ASSERT_EQ_INT(r->m, (i - ours) % 2 ? 3 : 1);
+        ASSERT_TRUE(r->median_s > 0 && r->min_s <= r->median_s);
+        ASSERT_TRUE(r->rel_l2 < (int8 ? 5e-2 : 2e-2) && r->rel_l2 > 1e-5); /* it did round */
+        ASSERT_TRUE(r->accuracy_ok);
+        ASSERT_TRUE(strncmp(r->path, "oneDNN 3.", 9) == 0);
+        ASSERT_TRUE(r->floor_s > 0);
+    }
+    rows.n = ours;
     for (size_t i = 0; i < rows.n; i++) {
         const tops_bench_row *r = &rows.v[i];
         ASSERT_TRUE(r->median_s > 0 && r->min_s > 0 && r->min_s <= r->median_s);
@@ -339,7 +359,11 @@ static void test_tiny_matmul_case(void) {
 #ifdef TOPS_HAVE_OPENBLAS
         ASSERT_TRUE(r->baseline_median_s > 0);
         ASSERT_NEAR(r->speedup, r->baseline_median_s / r->median_s, 1e-9);
-        ASSERT_EQ_STR(r->baseline, r->m == 1 ? "openblas-sgemv" : "openblas-sgemm");
+        /* the name carries OpenBLAS's core */
+        char want[32];
+        snprintf(want, sizeof want, "%s:%.16s", r->m == 1 ? "openblas-sgemv" : "openblas-sgemm",
+                 tops_bench_baseline_kernels());
+        ASSERT_EQ_STR(r->baseline, want);
 #endif
     }
     ASSERT_EQ_STR(rows.v[0].format, "f32");
@@ -370,6 +394,62 @@ static void test_path_names_the_level_kernel(void) {
 #endif
 }
 
+/* The OpenBLAS core names: their SIMD width, and the core the bench asks
+   for at each level ours runs. */
+static void test_openblas_cores(void) {
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("Prescott"), 0);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("Core2"), 0);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("Nehalem"), 0);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("Sandybridge"), 1);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("Haswell"), 2);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("Zen"), 2);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("SkylakeX"), 3);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("cooperlake"), 3); /* as OPENBLAS_CORETYPE takes it */
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("SapphireRapids"), 3);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level("Skylake"), -1);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level(""), -1);
+    ASSERT_EQ_INT(tops_bench_openblas_core_level(NULL), -1);
+    tops_cpu_info ci;
+    memset(&ci, 0, sizeof ci);
+    ci.isa = TOPS_ISA_AVX2;
+    ASSERT_EQ_STR(tops_bench_openblas_core_for(&ci), "Haswell");
+    ci.isa = TOPS_ISA_AVX512_VNNI;
+    ASSERT_EQ_STR(tops_bench_openblas_core_for(&ci), "SkylakeX");
+    ci.has[TOPS_CPU_AVX512_BF16] = 1;
+    ASSERT_EQ_STR(tops_bench_openblas_core_for(&ci), "Cooperlake");
+    ci.isa = TOPS_ISA_AMX;
+    ASSERT_EQ_STR(tops_bench_openblas_core_for(&ci), "Cooperlake");
+    ci.isa = TOPS_ISA_REF;
+    ASSERT_TRUE(tops_bench_openblas_core_for(&ci) == NULL);
+    /* the running OpenBLAS names a core (or "none" without it) */
+    ASSERT_TRUE(tops_bench_baseline_kernels()[0] != 0);
+}
+
+static void test_onednn_isa_names(void) {
+    ASSERT_EQ_STR(tops_bench_onednn_isa_name(0xfef), "avx512_core_amx");
+    ASSERT_EQ_STR(tops_bench_onednn_isa_name(0x1fef), "avx512_core_amx_fp16");
+    ASSERT_EQ_STR(tops_bench_onednn_isa_name(0xe7), "avx512_core_bf16");
+    ASSERT_EQ_STR(tops_bench_onednn_isa_name(0x67), "avx512_core_vnni");
+    ASSERT_EQ_STR(tops_bench_onednn_isa_name(0x7), "avx2");
+    ASSERT_TRUE(tops_bench_onednn_isa_name(0) == NULL);
+    ASSERT_TRUE(tops_bench_onednn_isa_name(0x12345) == NULL);
+}
+
+/* The rows checked against f64: spread over M, first and last included. */
+static void test_check_rows(void) {
+    int64_t r[TOPS_BENCH_CHECK_ROWS];
+    ASSERT_EQ_INT(tops_bench_check_rows(1, r), 1);
+    ASSERT_EQ_INT(r[0], 0);
+    ASSERT_EQ_INT(tops_bench_check_rows(2, r), 2);
+    ASSERT_EQ_INT(r[0], 0);
+    ASSERT_EQ_INT(r[1], 1);
+    ASSERT_EQ_INT(tops_bench_check_rows(128, r), 4);
+    ASSERT_EQ_INT(r[0], 0);
+    ASSERT_EQ_INT(r[1], 42);
+    ASSERT_EQ_INT(r[2], 84);
+    ASSERT_EQ_INT(r[3], 127);
+}
+
 static void test_runner_table(void) {
     ASSERT_TRUE(tops_bench_find_runner("matmul", TOPS_DEVICE_CPU) != NULL);
     ASSERT_TRUE(tops_bench_find_runner("nosuch", TOPS_DEVICE_CPU) == NULL);
@@ -390,5 +470,8 @@ int main(void) {
     RUN_TEST(test_tiny_matmul_case);
     RUN_TEST(test_path_names_the_level_kernel);
     RUN_TEST(test_runner_table);
+    RUN_TEST(test_openblas_cores);
+    RUN_TEST(test_onednn_isa_names);
+    RUN_TEST(test_check_rows);
     TEST_MAIN_END();
 }

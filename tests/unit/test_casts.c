@@ -7,6 +7,8 @@
 #include "formats/elem.h"
 #include "harness.h"
 
+#include <float.h>
+
 enum { N = 4099, GUARD = 16 };
 
 /* Random f32 bits biased toward the interesting places of small formats. */
@@ -116,12 +118,15 @@ static void test_known_values(void) {
     ASSERT_EQ_U64(tops__f32_to_e3m2(28.0f, 0), 0x1F);
     ASSERT_EQ_U64(tops__f32_to_e2m3(7.5f, 0), 0x1F);
     ASSERT_EQ_U64(tops__f32_to_e8m0(1.0f, 0), 127);
-    ASSERT_EQ_U64(tops__f32_to_e8m0(1.5f, 0), 128); /* ties round up */
+    ASSERT_EQ_U64(tops__f32_to_e8m0(1.5f, 0), 128); /* tie 1|2 -> 2 (code 128, even) */
+    ASSERT_EQ_U64(tops__f32_to_e8m0(3.0f, 0), 128); /* tie 2|4 -> 2 (code 128, even) */
     ASSERT_EQ_U64(tops__f32_to_e8m0(0.0f, 0), 0xFF);
     ASSERT_EQ_U64(tops__f32_to_e8m0(0.0f, 1), 0x00);
     ASSERT_EQ_U64(tops__f32_to_e8m0(0x1p127f, 0), 0xFE);
-    ASSERT_EQ_U64(tops__f32_to_e8m0(0x1.8p127f, 0), 0xFF);
-    ASSERT_EQ_U64(tops__f32_to_e8m0(0x1.8p127f, 1), 0xFE);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(0x1.8p127f, 0), 0xFE); /* tie 2^127 | 2^128 -> the even 0xFE */
+    ASSERT_EQ_U64(tops__f32_to_e8m0(0x1.800002p127f, 0), 0xFF); /* past it: overflow */
+    ASSERT_EQ_U64(tops__f32_to_e8m0(0x1.800002p127f, 1), 0xFE);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(tops__bits_f32(0x00400001u), 0), 0x00); /* 2^-127 (1 + 2^-22) */
     ASSERT_EQ_U64(tops__f32_bits(tops__e8m0_to_f32(0)), 0x00400000u); /* 2^-127 */
     ASSERT_EQ_U64(tops__f32_to_mxint8(1.0f), 64);
     ASSERT_EQ_U64(tops__f32_to_mxint8(-3.0f), 0x80);
@@ -139,6 +144,144 @@ static void test_known_values(void) {
     ASSERT_NEAR(tops__e2m1_to_f32(0xD), -3.0, 0);
     ASSERT_NEAR(tops__e4m3_to_f32(0x01), 0x1p-9, 0);
     ASSERT_TRUE(isinf(tops__e5m2_to_f32(0xFC)) && tops__e5m2_to_f32(0xFC) < 0);
+}
+
+/* e8m0 against an independent reference (frexp and exact f64 distances):
+   the nearest 2^e, -127 <= e <= 127, ties (x = 1.5 * 2^e) to the even
+   code; above the tie at 1.5 * 2^127 the value overflows (0xFF, or 0xFE
+   saturating); NaN and +-Inf 0xFF; 0 and negatives 0xFF, saturating 0x00. */
+static uint8_t e8m0_reference(float f, int sat) {
+    if (isnan(f) || isinf(f)) return 0xFF;
+    if (f <= 0.0f) return sat ? 0x00 : 0xFF;
+    int E;
+    (void)frexp((double)f, &E); /* f = m * 2^E, m in [0.5, 1): floor(log2 f) = E - 1 */
+    int lo = E - 1 < -127 ? -127 : E - 1;
+    double x = f, below = ldexp(1.0, lo), above = ldexp(1.0, lo + 1);
+    if (x <= below) return (uint8_t)(lo + 127); /* only below 2^-127 */
+    double dlo = x - below, dhi = above - x;     /* exact: x and the powers share a binade */
+    int code = dlo < dhi ? lo + 127 : dhi < dlo ? lo + 128 : ((lo + 127) % 2 == 0 ? lo + 127 : lo + 128);
+    if (code > 0xFE) return sat ? 0xFE : 0xFF;
+    return (uint8_t)code;
+}
+
+static void check_e8m0(float f, const char *what) {
+    for (int sat = 0; sat < 2; sat++) {
+        uint8_t got = tops__f32_to_e8m0(f, sat), want = e8m0_reference(f, sat);
+        if (got != want) {
+            TH_FAIL_AT("e8m0(%a = 0x%08x, sat %d) %s: got 0x%02x want 0x%02x", (double)f, tops__f32_bits(f), sat, what,
+                       got, want);
+            return;
+        }
+    }
+    uint8_t row;
+    if (tops_cast_from_f32(TOPS_DT_E8M0, &row, &f, 1, 0) != TOPS_OK || row != e8m0_reference(f, 0))
+        TH_FAIL_AT("tops_cast_from_f32(e8m0, %a) %s: 0x%02x", (double)f, what, row);
+}
+
+static void test_e8m0_nearest_power_of_two(void) {
+    /* The cases the rule names, spelled out. */
+    ASSERT_EQ_U64(tops__f32_to_e8m0(tops__bits_f32(0x00400001u), 0), 0x00); /* 2^-127 (1 + 2^-22) */
+    ASSERT_EQ_U64(tops__f32_to_e8m0(tops__bits_f32(0x00513b11u), 0), 0x00);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(tops__bits_f32(0x00600000u), 0), 0x00); /* 1.5 * 2^-127: tie, even 0x00 */
+    ASSERT_EQ_U64(tops__f32_to_e8m0(tops__bits_f32(0x00600001u), 0), 0x01);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(tops__bits_f32(0x005fffffu), 0), 0x00);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(tops__bits_f32(0x00000001u), 0), 0x00); /* 2^-149 */
+    ASSERT_EQ_U64(tops__f32_to_e8m0(0x1.8p-126f, 0), 0x02);                 /* tie 2^-126 | 2^-125: even 0x02 */
+    ASSERT_EQ_U64(tops__f32_to_e8m0(0x1.7ffffep-126f, 0), 0x01);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(0x1p-126f, 0), 0x01);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(NAN, 1), 0xFF);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(INFINITY, 0), 0xFF);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(INFINITY, 1), 0xFF);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(-INFINITY, 1), 0xFF);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(-0.0f, 1), 0x00);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(-2.0f, 0), 0xFF);
+    ASSERT_EQ_U64(tops__f32_to_e8m0(-2.0f, 1), 0x00);
+    /* Every f32 subnormal exponent: 2^p ulps, its neighbours, its binade's top. */
+    for (int p = 0; p < 23; p++) {
+        uint32_t b = 1u << p;
+        const uint32_t pts[5] = {b, b + 1, b - 1, (b << 1) - 1, b | (b >> 1)};
+        for (int i = 0; i < 5; i++)
+            if (pts[i]) check_e8m0(tops__bits_f32(pts[i]), "subnormal");
+    }
+    /* Every power of two 2^e and tie 1.5 * 2^e of f32, with both f32 neighbours. */
+    for (int e = -149; e <= 127; e++) {
+        float v[2] = {ldexpf(1.0f, e), e >= -148 ? ldexpf(1.5f, e) : 0.0f};
+        for (int i = 0; i < 2; i++) {
+            if (v[i] == 0.0f) continue;
+            check_e8m0(v[i], i ? "tie" : "power");
+            check_e8m0(nextafterf(v[i], INFINITY), i ? "above a tie" : "above a power");
+            check_e8m0(nextafterf(v[i], 0.0f), i ? "below a tie" : "below a power");
+        }
+    }
+    check_e8m0(FLT_MAX, "max");
+    /* Random bits over the whole range. */
+    th_rng rng = th_seed();
+    for (int i = 0; i < 200000; i++) check_e8m0(tops__bits_f32((uint32_t)th_next(&rng)), "random");
+}
+
+/* float -> i8/u8/i4/u4/i2/u2 against integer arithmetic: truncate toward
+   zero and wrap modulo 2^bits (an f32 of magnitude >= 2^31 has zero low
+   bits; +-Inf and NaN give 0); saturating: round to nearest even and clamp,
+   NaN -> 0.  The reference works on the f32's sign, exponent and mantissa. */
+static uint32_t int_reference(uint32_t x, int bits, int is_signed, int sat) {
+    const uint32_t mask = (1u << bits) - 1u, ax = x & 0x7fffffffu;
+    const int neg = (int)(x >> 31);
+    const int64_t lo = is_signed ? -((int64_t)1 << (bits - 1)) : 0, hi = is_signed ? ((int64_t)1 << (bits - 1)) - 1 : mask;
+    if (ax > 0x7f800000u) return 0; /* NaN */
+    if (ax == 0x7f800000u) return sat ? (uint32_t)(neg ? lo : hi) & mask : 0u;
+    const int e = (int)(ax >> 23);
+    const uint64_t m = e ? (ax & 0x7fffffu) | 0x800000u : ax & 0x7fffffu; /* value m * 2^(e' - 150) */
+    const int sh = (e ? e : 1) - 150;
+    if (!sat) {
+        uint64_t mag = sh >= 0 ? (sh >= 40 ? 0 : (m << sh)) : (-sh >= 64 ? 0 : m >> -sh);
+        uint64_t v = neg ? (uint64_t)0 - mag : mag;
+        return (uint32_t)(v & mask);
+    }
+    uint64_t mag;
+    if (sh >= 0) mag = sh >= 40 ? UINT64_C(1) << 40 : m << sh;
+    else if (-sh >= 64) mag = 0;
+    else { /* round half to even on the dropped bits */
+        uint64_t q = m >> -sh, rem = m & ((UINT64_C(1) << -sh) - 1), half = UINT64_C(1) << (-sh - 1);
+        mag = q + (rem > half || (rem == half && (q & 1)));
+    }
+    int64_t v = neg ? -(int64_t)mag : (int64_t)mag;
+    if (v < lo) v = lo;
+    if (v > hi) v = hi;
+    return (uint32_t)v & mask;
+}
+
+static void test_integer_casts_wrap_and_saturate(void) {
+    static const tops_dtype dts[6] = {TOPS_DT_I8, TOPS_DT_U8, TOPS_DT_I4, TOPS_DT_U4, TOPS_DT_I2, TOPS_DT_U2};
+    ASSERT_EQ_U64(tops__f32_to_int_code(9.7f, 4, 1, 0), 0x9);  /* 9 - 16 = -7 */
+    ASSERT_EQ_U64(tops__f32_to_int_code(-1.0f, 4, 0, 0), 0xF); /* u4(-1) = 15 */
+    ASSERT_EQ_U64(tops__f32_to_int_code(-9.5f, 4, 1, 1), 0x8); /* clamps to -8 */
+    ASSERT_EQ_U64(tops__f32_to_int_code(NAN, 8, 1, 0), 0);
+    ASSERT_EQ_U64(tops__f32_to_int_code(INFINITY, 8, 1, 0), 0);
+    ASSERT_EQ_U64(tops__f32_to_int_code(-INFINITY, 4, 1, 1), 0x8);
+    ASSERT_EQ_U64(tops__f32_to_int_code(3e38f, 2, 0, 0), 0);
+    ASSERT_EQ_U64(tops__f32_to_int_code(65539.0f, 8, 0, 0), 3);
+    th_rng rng = th_seed();
+    for (int d = 0; d < 6; d++) {
+        const int bits = tops_dtype_bits(dts[d]), is_signed = d % 2 == 0;
+        for (int i = 0; i < 100000; i++) {
+            uint32_t x = (uint32_t)th_next(&rng);
+            if (i % 2) x = (x & 0x807fffffu) | (uint32_t)(120 + th_next(&rng) % 40) << 23; /* |x| in [2^-7, 2^32) */
+            if (i % 7 == 0) x = tops__f32_bits((float)((int)(th_next(&rng) % 1024) - 512) * 0.25f); /* ties */
+            const float f = tops__bits_f32(x);
+            for (int sat = 0; sat < 2; sat++) {
+                uint32_t got = 0, want = int_reference(x, bits, is_signed, sat);
+                uint8_t raw = 0;
+                ASSERT_OK(tops_cast_from_f32(dts[d], &raw, &f, 1, sat));
+                got = raw & ((1u << bits) - 1u);
+                if (got != want) {
+                    TH_FAIL_AT("%s(%a = 0x%08x, sat %d): got 0x%x want 0x%x", tops_dtype_name(dts[d]), (double)f, x, sat,
+                               got, want);
+                    i = 100000;
+                    break;
+                }
+            }
+        }
+    }
 }
 
 static void test_packing_and_public_rows(void) {
@@ -203,6 +346,8 @@ static void test_bad_arguments(void) {
 int main(void) {
     RUN_TEST(test_fast_rows_equal_scalar_rows);
     RUN_TEST(test_known_values);
+    RUN_TEST(test_e8m0_nearest_power_of_two);
+    RUN_TEST(test_integer_casts_wrap_and_saturate);
     RUN_TEST(test_packing_and_public_rows);
     RUN_TEST(test_bad_arguments);
     TEST_MAIN_END();

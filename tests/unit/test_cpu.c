@@ -74,6 +74,15 @@ static void test_features_match_the_kernel(void) {
     if (ci.isa_available[TOPS_ISA_AMX]) ASSERT_TRUE(ci.isa_available[TOPS_ISA_AVX512_VNNI]);
     if (ci.isa_available[TOPS_ISA_AVX2])
         ASSERT_TRUE(ci.has[TOPS_CPU_AVX2] && ci.has[TOPS_CPU_FMA] && ci.has[TOPS_CPU_F16C]);
+    /* A level is offered only with kernels of its own behind it. */
+#ifndef TOPS_HAVE_AMX_KERNELS
+    ASSERT_TRUE(!ci.isa_available[TOPS_ISA_AMX]);
+    if (ci.has[TOPS_CPU_AMX_TILE] && ci.isa_available[TOPS_ISA_AVX512_VNNI])
+        ASSERT_EQ_INT(ci.isa_best, TOPS_ISA_AVX512_VNNI);
+#endif
+#if !defined(TOPS_HAVE_X86_KERNELS)
+    for (int i = 1; i < TOPS_ISA_COUNT_; i++) ASSERT_TRUE(!ci.isa_available[i]);
+#endif
     ASSERT_TRUE(ci.isa_available[ci.isa_best]);
     ASSERT_TRUE(ci.isa_available[ci.isa]);
     for (int i = ci.isa_best + 1; i < TOPS_ISA_COUNT_; i++) ASSERT_TRUE(!ci.isa_available[i]);
@@ -88,6 +97,10 @@ static void test_isa_names(void) {
     }
     tops_isa x;
     ASSERT_STATUS(tops_isa_from_name("avx3", &x), TOPS_NOT_FOUND);
+    /* No NEON kernels, so no NEON levels. */
+    ASSERT_STATUS(tops_isa_from_name("neon", &x), TOPS_NOT_FOUND);
+    ASSERT_STATUS(tops_isa_from_name("neon_dotprod", &x), TOPS_NOT_FOUND);
+    ASSERT_STATUS(tops_isa_from_name("neon_i8mm", &x), TOPS_NOT_FOUND);
     ASSERT_EQ_STR(tops_isa_name((tops_isa)99), "?");
     for (int f = 0; f < TOPS_CPU_FEATURE_COUNT_; f++)
         ASSERT_TRUE(strcmp(tops_cpu_feature_name((tops_cpu_feature)f), "?") != 0);

@@ -3,8 +3,15 @@
 #include "harness.h"
 #include "tensorops.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static th_rng rng;
@@ -586,7 +593,7 @@ static void test_errors(void) {
     ASSERT_FAILS_WITH(tops_safetensors_save(dir, &t), TOPS_IO_ERROR, "cannot create");
     ASSERT_FAILS_WITH(tops_npy_load(tmpdir, &u), TOPS_IO_ERROR, "not a regular file");
     ASSERT_FAILS_WITH(tops_safetensors_load(tmpdir, &u), TOPS_IO_ERROR, "not a regular file");
-    ASSERT_FAILS_WITH(tops_safetensors_save(tmpdir, &t), TOPS_IO_ERROR, "cannot create");
+    ASSERT_FAILS_WITH(tops_safetensors_save(tmpdir, &t), TOPS_IO_ERROR, "is a directory");
     /* A full device: the write fails, is reported, and the device stays. */
     if (file_exists("/dev/full")) {
         ASSERT_FAILS_WITH(tops_safetensors_save("/dev/full", &t), TOPS_IO_ERROR, "/dev/full");
@@ -601,6 +608,204 @@ static void test_errors(void) {
     ASSERT_FAILS_WITH(tops_safetensors_load(path, &u), TOPS_PARSE_ERROR, "inside the");
     free(file);
     tops_tensor_destroy(&t);
+}
+
+/* ---- outputs: whole or not at all -------------------------------------------- */
+
+/* Files in tmpdir whose name has ".tmp-" in it: a temporary left behind. */
+static int temporaries_left(void) {
+    DIR *d = opendir(tmpdir);
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strstr(e->d_name, ".tmp-")) n++;
+    closedir(d);
+    return n;
+}
+
+static int same_file_bytes(const char *path, const unsigned char *want, size_t want_size) {
+    size_t size;
+    unsigned char *got = read_all(path, &size);
+    int same = got && size == want_size && same_bytes(got, want, size);
+    free(got);
+    return same;
+}
+
+/* Saves t to path in a child process whose file-size limit is `limit` bytes
+   (SIGXFSZ ignored, so write() fails with EFBIG); the child exits 0 if the
+   save failed with TOPS_IO_ERROR and a sentence naming the path and the
+   error, 2 if it succeeded, 1 otherwise. */
+static int save_under_limit(int safetensors, const char *path, const tops_tensor *t, rlim_t limit) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {limit, limit};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(3);
+        tops_status st = safetensors ? tops_safetensors_save(path, t) : tops_npy_save(path, t);
+        if (st == TOPS_OK) _exit(2);
+        const char *e = tops_last_error();
+        _exit(st == TOPS_IO_ERROR && strstr(e, path) && strstr(e, strerror(EFBIG)) && strstr(e, "unchanged") ? 0 : 1);
+    }
+    int status;
+    if (waitpid(pid, &status, 0) != pid) return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void test_save_fails_whole(void) {
+    int64_t ext[2] = {64, 96}; /* 24 KiB of f32 */
+    for (int safetensors = 0; safetensors < 2; safetensors++) {
+        tops_tensor big, small;
+        ASSERT_OK(tops_tensor_create(fmt("f32"), 2, ext, host, &big));
+        fill_tensor(&big);
+        int64_t small_ext[1] = {10};
+        ASSERT_OK(tops_tensor_create(fmt("f32"), 1, small_ext, host, &small));
+        fill_tensor(&small);
+        char path[128];
+        tmp_path(path, sizeof path, safetensors ? "old.safetensors" : "old.npy");
+        tops_status (*save)(const char *, const tops_tensor *) = safetensors ? tops_safetensors_save : tops_npy_save;
+        ASSERT_OK(save(path, &small));
+        size_t old_size;
+        unsigned char *old = read_all(path, &old_size);
+        ASSERT_TRUE(old != NULL);
+        /* A limit past the header: the write fails half-way through the data. */
+        ASSERT_EQ_INT(save_under_limit(safetensors, path, &big, 8192), 0);
+        ASSERT_TRUE(same_file_bytes(path, old, old_size));
+        ASSERT_EQ_INT(temporaries_left(), 0);
+        /* A limit below the header: it fails at the first flush. */
+        ASSERT_EQ_INT(save_under_limit(safetensors, path, &big, 16), 0);
+        ASSERT_TRUE(same_file_bytes(path, old, old_size));
+        ASSERT_EQ_INT(temporaries_left(), 0);
+        /* A new name: nothing is left at all. */
+        char fresh[128];
+        tmp_path(fresh, sizeof fresh, "fresh.bin");
+        ASSERT_EQ_INT(save_under_limit(safetensors, fresh, &big, 8192), 0);
+        ASSERT_TRUE(!file_exists(fresh));
+        ASSERT_EQ_INT(temporaries_left(), 0);
+        /* Without a limit the same call replaces the file. */
+        ASSERT_OK(save(path, &big));
+        ASSERT_TRUE(!same_file_bytes(path, old, old_size));
+        tops_tensor back;
+        ASSERT_OK(safetensors ? tops_safetensors_load(path, &back) : tops_npy_load(path, &back));
+        assert_same_tensor(&big, &back, "replaced");
+        tops_tensor_destroy(&back);
+        ASSERT_EQ_INT(temporaries_left(), 0);
+        remove(path);
+        free(old);
+        tops_tensor_destroy(&big);
+        tops_tensor_destroy(&small);
+    }
+}
+
+static unsigned file_mode(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (unsigned)(sb.st_mode & 07777) : 0xffffu;
+}
+
+static void test_save_targets(void) {
+    tops_tensor t;
+    int64_t ext[1] = {5};
+    ASSERT_OK(tops_tensor_create(fmt("f32"), 1, ext, host, &t));
+    fill_tensor(&t);
+    char path[128], link[128], dangling[128], fifo[128], dir[128];
+    tmp_path(path, sizeof path, "target.npy");
+    tmp_path(link, sizeof link, "link.npy");
+    tmp_path(dangling, sizeof dangling, "dangling.npy");
+    tmp_path(fifo, sizeof fifo, "fifo.npy");
+    tmp_path(dir, sizeof dir, "sub.npy");
+
+    /* A new file gets 0666 less the umask, as fopen gives. */
+    mode_t mask = umask(022);
+    ASSERT_OK(tops_npy_save(path, &t));
+    ASSERT_EQ_INT(file_mode(path), 0644);
+    /* A replaced file keeps its mode. */
+    ASSERT_EQ_INT(chmod(path, 0640), 0);
+    ASSERT_OK(tops_npy_save(path, &t));
+    ASSERT_EQ_INT(file_mode(path), 0640);
+    umask(mask);
+
+    /* A symbolic link: the file it names is replaced, the link stays. */
+    ASSERT_EQ_INT(symlink("target.npy", link), 0);
+    ASSERT_OK(tops_safetensors_save(link, &t));
+    struct stat sb;
+    ASSERT_TRUE(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    tops_tensor back;
+    ASSERT_OK(tops_safetensors_load(path, &back));
+    tops_tensor_destroy(&back);
+    ASSERT_EQ_INT(file_mode(path), 0640);
+    /* A link to nothing is refused (and not replaced by a file). */
+    ASSERT_EQ_INT(symlink("nowhere/x.npy", dangling), 0);
+    ASSERT_FAILS_WITH(tops_npy_save(dangling, &t), TOPS_IO_ERROR, "symbolic link");
+    ASSERT_TRUE(lstat(dangling, &sb) == 0 && S_ISLNK(sb.st_mode));
+
+    /* Not regular files: refused at once, never opened. */
+    ASSERT_EQ_INT(mkfifo(fifo, 0600), 0);
+    alarm(10); /* a regression that blocks on the FIFO fails instead of hanging */
+    ASSERT_FAILS_WITH(tops_npy_save(fifo, &t), TOPS_IO_ERROR, "is a FIFO");
+    alarm(0);
+    ASSERT_EQ_INT(mkdir(dir, 0700), 0);
+    ASSERT_FAILS_WITH(tops_npy_save(dir, &t), TOPS_IO_ERROR, "is a directory");
+    if (file_exists("/dev/null")) {
+        ASSERT_FAILS_WITH(tops_npy_save("/dev/null", &t), TOPS_IO_ERROR, "is a character device");
+        ASSERT_TRUE(stat("/dev/null", &sb) == 0 && S_ISCHR(sb.st_mode));
+    }
+    /* A file this process may not write stays as it is (root may write anything). */
+    if (geteuid() != 0) {
+        size_t size;
+        unsigned char *before = read_all(path, &size);
+        ASSERT_EQ_INT(chmod(path, 0444), 0);
+        ASSERT_FAILS_WITH(tops_npy_save(path, &t), TOPS_IO_ERROR, "cannot write");
+        ASSERT_TRUE(same_file_bytes(path, before, size));
+        free(before);
+    }
+    ASSERT_FAILS_WITH(tops_npy_save("", &t), TOPS_INVALID_ARGUMENT, "empty");
+    ASSERT_EQ_INT(temporaries_left(), 0);
+    remove(path);
+    remove(link);
+    remove(dangling);
+    remove(fifo);
+    rmdir(dir);
+    tops_tensor_destroy(&t);
+}
+
+/* ---- inputs: regular files only ------------------------------------------------ */
+
+static void test_load_non_regular(void) {
+    char fifo[128], dir[128], sock_path[100];
+    tmp_path(fifo, sizeof fifo, "in.fifo");
+    tmp_path(dir, sizeof dir, "in.dir");
+    tmp_path(sock_path, sizeof sock_path, "in.sock");
+    tops_tensor t;
+    ASSERT_EQ_INT(mkfifo(fifo, 0600), 0);
+    ASSERT_EQ_INT(mkdir(dir, 0700), 0);
+    alarm(10); /* a FIFO with no writer: a blocking open would wait forever */
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    ASSERT_FAILS_WITH(tops_npy_load(fifo, &t), TOPS_IO_ERROR, "is a FIFO, not a regular file");
+    ASSERT_FAILS_WITH(tops_safetensors_load(fifo, &t), TOPS_IO_ERROR, "is a FIFO, not a regular file");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    alarm(0);
+    ASSERT_TRUE((double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec) < 1.0);
+    ASSERT_FAILS_WITH(tops_npy_load(dir, &t), TOPS_IO_ERROR, "is a directory, not a regular file");
+    if (file_exists("/dev/null"))
+        ASSERT_FAILS_WITH(tops_npy_load("/dev/null", &t), TOPS_IO_ERROR, "is a character device");
+    if (file_exists("/dev/zero")) /* endless: a reader that trusted it would never stop */
+        ASSERT_FAILS_WITH(tops_safetensors_load("/dev/zero", &t), TOPS_IO_ERROR, "is a character device");
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    if (fd >= 0) {
+        struct sockaddr_un addr;
+        memset(&addr, 0, sizeof addr);
+        addr.sun_family = AF_UNIX;
+        snprintf(addr.sun_path, sizeof addr.sun_path, "%s", sock_path);
+        if (bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
+            ASSERT_FAILS_WITH(tops_npy_load(sock_path, &t), TOPS_IO_ERROR, "is a socket, not a regular file");
+            remove(sock_path);
+        }
+        close(fd);
+    }
+    remove(fifo);
+    rmdir(dir);
 }
 
 int main(void) {
@@ -620,6 +825,9 @@ int main(void) {
     RUN_TEST(test_safetensors_hostile_headers);
     RUN_TEST(test_safetensors_fuzz_loop);
     RUN_TEST(test_errors);
+    RUN_TEST(test_save_fails_whole);
+    RUN_TEST(test_save_targets);
+    RUN_TEST(test_load_non_regular);
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);

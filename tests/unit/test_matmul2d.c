@@ -2,6 +2,7 @@
    sentence and leaves dest untouched; a basic product is right; packed
    weights give the same bits as plain ones. */
 #include "matmul_util.h"
+#include "drive/gemm.h"
 #include "ops/matmul2d.h"
 
 static th_rng rng;
@@ -344,7 +345,13 @@ static void test_packed_in_place(void) {
             /* the row stream: relaxed 4-bit blocks of 32 with f16 / e8m0 scales, packed where the level has its kernel */
             const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 && f != 2 && f != 4 &&
                                 tops__kernels_get()->dot_q8_nibstream_x4 != NULL;
-            if (d.relaxed_precision && m > 4) {
+            /* m > 4 at a level with AMX kernels: the AMX tiles, i8 (relaxed) or bf16 (strict) */
+            const int on_amx = m > 4 && tops__gemm_amx_supports(tops__kernels_get(), &w, d.relaxed_precision);
+            const char *tiles = d.relaxed_precision ? "AMX integer tiles" : "AMX bf16 tiles";
+            if (on_amx) {
+                ASSERT_TRUE(strstr(b1, tiles) != NULL && strstr(b1, "(unpacked per K block)") != NULL);
+                ASSERT_TRUE(strstr(b2, tiles) != NULL && strstr(b2, "(prepacked)") != NULL);
+            } else if (d.relaxed_precision && m > 4) {
                 ASSERT_TRUE(strstr(b1, "integer panels (unpacked per K block)") != NULL);
                 ASSERT_TRUE(strstr(b2, "integer panels (prepacked)") != NULL);
             } else if (streams) {
@@ -513,13 +520,17 @@ static void test_path_names(void) {
     char buf[160];
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a1, &w, &c1, buf, sizeof buf));
     ASSERT_TRUE(strstr(buf, "rows streamed") && strstr(buf, "f32 dots"));
+    /* M = 8 takes the AMX tiles where the active level has them */
+    const int amx = tops__gemm_amx_supports(tops__kernels_get(), &w, 0);
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, buf, sizeof buf));
-    ASSERT_TRUE(strstr(buf, "f32 panels (unpacked per K block)") && strstr(buf, "tops_gemm_f32_f32_f32_"));
+    if (amx) ASSERT_TRUE(strstr(buf, "AMX bf16 tiles (unpacked per K block)") && strstr(buf, "__amx"));
+    else ASSERT_TRUE(strstr(buf, "f32 panels (unpacked per K block)") && strstr(buf, "tops_gemm_f32_f32_f32_"));
     d.relaxed_precision = 1;
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a1, &w, &c1, buf, sizeof buf));
     ASSERT_TRUE(strstr(buf, "4-bit rows in place") != NULL);
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, buf, sizeof buf));
-    ASSERT_TRUE(strstr(buf, "integer panels") && strstr(buf, "tops_gemm_f32_qi8_"));
+    if (amx) ASSERT_TRUE(strstr(buf, "AMX integer tiles") && strstr(buf, "tops_gemm_f32_qi8_qi8_32x32__amx"));
+    else ASSERT_TRUE(strstr(buf, "integer panels") && strstr(buf, "tops_gemm_f32_qi8_"));
     printf("  %s\n", buf);
     ASSERT_FAILS_WITH(tops_matmul2d_path(NULL, &d, &a8, &w, &c1, buf, sizeof buf), TOPS_SHAPE_MISMATCH, "dest is [1, 24]");
     ASSERT_FAILS_WITH(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, NULL, 4), TOPS_INVALID_ARGUMENT, "buf");

@@ -78,7 +78,13 @@ static void run_case(const mm_case *c) {
     const double u = dest_roundoff(c->dest_dt);
     /* Bounds: vs f64 for the reference, and between levels. */
     const double bound = (c->relaxed ? RELAXED_BOUND : 1e-5) + u;
-    const double cross = (c->relaxed ? 1e-3 : 1e-5) + 2 * u;
+    /* Relaxed 8-bit weights quantize the activations on AMX only (the other
+       levels run them strict): those levels then agree within the relaxed
+       bound, each checked against f64 too. */
+    const tops__unpacker *up = c->quant ? &tops__kernels_for_isa(TOPS_ISA_REF)->unpack[c->rfmt.id] : NULL;
+    const int amx_only_relaxed = c->relaxed && up && up->run && up->qmax > 15;
+    const double cross_amx = (amx_only_relaxed ? RELAXED_BOUND : c->relaxed ? 1e-3 : 1e-5) + 2 * u;
+    const double cross_other = (c->relaxed ? 1e-3 : 1e-5) + 2 * u;
 
     for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
         const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
@@ -119,6 +125,7 @@ static void run_case(const mm_case *c) {
                     den += normwise ? magnitude[q] * magnitude[q] : ref[q] * ref[q];
                 }
                 double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+                const double cross = isa == TOPS_ISA_AMX ? cross_amx : cross_other;
                 if (!(rel <= cross) || !(err <= bound))
                     TH_FAIL_AT("%s isa=%s: vs ref rel-L2 %.3g, vs f64 %.3g", what, tops_isa_name((tops_isa)isa),
                                rel, err);

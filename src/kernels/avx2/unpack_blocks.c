@@ -87,6 +87,12 @@ static void unpack_i8(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, 
     unpack_scales(t, row, k0, n, scale);
 }
 
+/* ggml mxfp4's scale 2^(e - 128) by bits, exact for every e (e = 0 and 1
+   are subnormal); 0xFF is the e8m0 NaN (a block holding NaN or Inf). */
+static inline float gguf_e8m0_half(uint8_t e) {
+    return tops__bits_f32(e == 0xFF ? 0x7fc00000u : e >= 2 ? (uint32_t)(e - 1) << 23 : 1u << (21 + e));
+}
+
 /* GGUF blocks: kind 0 q4_0, 1 q8_0, 2 ggml mxfp4. */
 static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int kind,
                         tops__unpack_fn scalar) {
@@ -102,10 +108,7 @@ static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
         else v = e2m1_doubled(nibbles_split(blk + 1));
         _mm256_storeu_si256((__m256i *)(q + i), v);
         if (kind == 2) {
-            /* 2^(e - 128), exact for every e (e = 0 is subnormal). */
-            int e = blk[0];
-            uint32_t bits = e >= 2 ? (uint32_t)(e - 1) << 23 : 1u << (21 + e);
-            scale[i / 32] = tops__bits_f32(bits) * t->tensor_scale;
+            scale[i / 32] = gguf_e8m0_half(blk[0]) * t->tensor_scale;
         } else {
             uint16_t h;
             memcpy(&h, blk, 2);
@@ -147,8 +150,7 @@ static void scales_q8_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
 static void scales_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
     const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 17;
     for (int64_t b = 0; b < n / 32; b++, blk += 17) {
-        int e = blk[0];
-        scale[b] = tops__bits_f32(e >= 2 ? (uint32_t)(e - 1) << 23 : 1u << (21 + e)) * t->tensor_scale;
+        scale[b] = gguf_e8m0_half(blk[0]) * t->tensor_scale;
     }
 }
 

@@ -26,6 +26,10 @@ static inline uint32_t code_at(const uint8_t *row, int bits, int64_t i) {
     return (row[i >> 2] >> ((i & 3) * 2)) & 0x3u;
 }
 
+/* ggml mxfp4's scale 2^(e - 128) (the doubled table's half); 0xFF is the
+   e8m0 NaN, which a block holding NaN or Inf stores (src/formats/gguf.c). */
+static inline float gguf_e8m0_half(uint8_t e) { return e == 0xFF ? NAN : tops__exp2i((int)e - 128); }
+
 static const int8_t e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 /* Scales of the element-plane formats: one per sub-block.  The plane's
@@ -121,7 +125,7 @@ static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
                 qb[j] = e2m1_doubled[blk[1 + j] & 0xF];
                 qb[j + 16] = e2m1_doubled[blk[1 + j] >> 4];
             }
-            scale[b] = tops__exp2i((int)blk[0] - 128) * t->tensor_scale;
+            scale[b] = gguf_e8m0_half(blk[0]) * t->tensor_scale;
         }
         for (int64_t j = K - kb; j < 32; j++) qb[j] = 0; /* the tail block's unused elements */
     }
@@ -134,7 +138,7 @@ static void gguf_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
     for (int64_t b = 0; b < n / 32; b++) {
         const uint8_t *blk = data + (k0 / 32 + b) * info->pack_bytes;
         if (e8m0) {
-            scale[b] = tops__exp2i((int)blk[0] - 128) * t->tensor_scale;
+            scale[b] = gguf_e8m0_half(blk[0]) * t->tensor_scale;
         } else {
             uint16_t h;
             memcpy(&h, blk, 2);

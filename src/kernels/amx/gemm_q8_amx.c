@@ -1,0 +1,109 @@
+/* AMX relaxed integer microkernel: i8 activations x i8 weight codes on the
+   tile unit (tdpbssd), one tile op per scale sub-block, the int32 block sums
+   scaled into f32 accumulators with AVX-512 between blocks.  Tiles: 0..3
+   the int32 block sums of a 2 x 2 grid of 16 x 16 outputs, 4 and 5 the two
+   16-row activation tiles (sub bytes wide), 6 and 7 the two 16-column
+   weight tiles (sub / 4 rows of 16 columns x 4 consecutive k).  Block b+1's
+   tile ops are issued before block b's scaling, so the tile unit and the
+   vector units overlap. */
+#include "cpu/dispatch.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+typedef struct amx_tilecfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+
+static void configure(int sub) {
+    _Alignas(64) amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 4; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    for (int t = 4; t < 6; t++) cfg.colsb[t] = (uint16_t)sub, cfg.rows[t] = 16;
+    for (int t = 6; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)(sub / 4);
+    _tile_loadconfig(&cfg);
+}
+
+/* Block sums of sub-block b into buf[0..3] (16 x 16 int32 each; 2 and 3
+   only for two row tiles). */
+static inline void block_sums(int mt, int64_t b, int sub, const int8_t *a, int64_t a_next, const int8_t *b0,
+                              const int8_t *b1, int32_t *buf) {
+    const int8_t *ab = a + b * 16 * sub;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_loadd(4, ab, sub);
+    _tile_loadd(6, b0 + b * sub * 16, 64);
+    _tile_loadd(7, b1 + b * sub * 16, 64);
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    if (mt == 2) {
+        _tile_zero(2);
+        _tile_zero(3);
+        _tile_loadd(5, ab + a_next, sub);
+        _tile_dpbssd(2, 5, 6);
+        _tile_dpbssd(3, 5, 7);
+    }
+    _tile_stored(0, buf, 64);
+    _tile_stored(1, buf + 256, 64);
+    if (mt == 2) {
+        _tile_stored(2, buf + 512, 64);
+        _tile_stored(3, buf + 768, 64);
+    }
+}
+
+/* acc[i][j] += s[i][j] * (as[i] * bs[j]) for 16 * mt rows and 32 columns
+   (acc rows 32 floats apart). */
+static inline void scale_block(int mt, const int32_t *buf, const float *as, int64_t as_next, const float *bs0,
+                               const float *bs1, float *acc) {
+    const __m512 s0 = _mm512_loadu_ps(bs0), s1 = _mm512_loadu_ps(bs1);
+    for (int t = 0; t < mt; t++) {
+        const int32_t *p0 = buf + t * 512, *p1 = p0 + 256;
+        const float *at = as + t * as_next;
+        for (int r = 0; r < 16; r++) {
+            const __m512 x = _mm512_set1_ps(at[r]);
+            float *ci = acc + (t * 16 + r) * 32;
+            const __m512 v0 = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(p0 + r * 16)));
+            const __m512 v1 = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(p1 + r * 16)));
+            _mm512_store_ps(ci, _mm512_fmadd_ps(v0, _mm512_mul_ps(s0, x), _mm512_load_ps(ci)));
+            _mm512_store_ps(ci + 16, _mm512_fmadd_ps(v1, _mm512_mul_ps(s1, x), _mm512_load_ps(ci + 16)));
+        }
+    }
+}
+
+/* The accumulators live in a contiguous 4 KiB block while the blocks run
+   (c's row stride could alias them onto few cache sets). */
+static inline void run_mt(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+                          int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0, const float *bs1,
+                          float *c, int64_t ldc, int accumulate) {
+    _Alignas(64) int32_t buf[2][4 * 256];
+    _Alignas(64) float acc[32 * 32];
+    for (int i = 0; i < 16 * mt; i++) {
+        _mm512_store_ps(acc + i * 32, accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps());
+        _mm512_store_ps(acc + i * 32 + 16, accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps());
+    }
+    if (nb > 0) {
+        configure(sub);
+        block_sums(mt, 0, sub, a, a_next, b0, b1, buf[0]);
+        for (int64_t b = 0; b < nb; b++) {
+            if (b + 1 < nb) block_sums(mt, b + 1, sub, a, a_next, b0, b1, buf[(b + 1) & 1]);
+            scale_block(mt, buf[b & 1], as + b * 16, as_next, bs0 + b * 16, bs1 + b * 16, acc);
+        }
+    }
+    for (int i = 0; i < 16 * mt; i++) {
+        _mm512_storeu_ps(c + i * ldc, _mm512_load_ps(acc + i * 32));
+        _mm512_storeu_ps(c + i * ldc + 16, _mm512_load_ps(acc + i * 32 + 16));
+    }
+}
+
+void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+                                      int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
+                                      const float *bs1, float *c, int64_t ldc, int accumulate) {
+    if (mt == 2) run_mt(2, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, c, ldc, accumulate);
+    else run_mt(1, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, c, ldc, accumulate);
+}
+
+void tops__amx_release(void) { _tile_release(); }
