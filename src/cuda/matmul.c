@@ -160,10 +160,10 @@ static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shi
    2026-12-01 22:47 UTC, one call, strict, us at M = 48 / 64 / 128: int4-g128
    31.6 / 31.6 / 39.1 against wbulk 43.2 / 44.1 (old wgmma 80.1 at 128);
    q4_0 and int4-g32 (a drain every 2 k16 steps) 49.3 / 49.4 / 62.8 against
-   wbulk 47.2 / 48.4 / ~84 at 128: there the crossover lies between 64 and
-   128 (wbulk grows ~9 us per 16 tokens; not measured in between). */
+   wbulk 47.2 / 48.4; next call (22:58 UTC) q4_0 wbulk 85.4 / 86.5 at
+   M = 80 / 96 against 63.2 on the pipeline at 96. */
 #define TOPS__CU_S4_MIN_M 48
-#define TOPS__CU_S4_SMALL_GROUP_MIN_M 96
+#define TOPS__CU_S4_SMALL_GROUP_MIN_M 65
 static int use_wgmma(int64_t m, int fold, int code, int64_t group) {
     const char *force = getenv("TOPS_CUDA_KERNEL");
     if (force && strcmp(force, "wgmma") == 0) return 1;
