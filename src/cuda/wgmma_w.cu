@@ -713,6 +713,161 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
 
 #endif
 
+// ---- strict 4-bit codes on the two-ring pipeline ----------------------------
+//
+// wgmma_s_kernel: the folded kernel's rings, producers and register-A double
+// buffer (chunk c + 1 decoded while chunk c's wgmmas run, K order by the quad
+// shuffle), with strict scales: each scale group is summed into `part`
+// (scale-d = 0 on its first step), then acc += part * scale in f32, the scale
+// read from the W stage's copy of the group's entries.  A group end waits for
+// the warpgroup's wgmmas (wait 0); the other consumer warpgroup, which no
+// barrier ties to this one, keeps the tensor cores busy meanwhile.  4-bit
+// codes only (one chunk = one k64 block, as fold_layout has it); the launch
+// checks that a W stage's scale entries fit its WSCALE bytes.
+#ifdef TOPS_CU_WGMMA
+template <int CODE, bool BF16, int TN, int GSL>
+__device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &cta) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    static_assert(chunk_dims<CODE>::KC == 64, "4-bit codes: one chunk per k64 block");
+    constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2, GS = 1 << GSL; // k16 steps per group (GSL < 2)
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
+    const int tile = wg * 4 + w; // this warp's 16-channel tile among the CTA's 8
+    const int nc = cta.nb, k_begin = cta.b_begin * 64;
+
+    float acc[ND], part[ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
+
+    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) {
+        const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
+        if (cw == 0) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
+        const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
+        const uint4 cur = natural_k_order(*reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16), lane);
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, A[j]);
+    };
+    // acc += part * scale for the group that ends at K kend (exclusive),
+    // whose entries are in the W stage of chunk c; the wgmmas writing part
+    // have completed.
+    const auto drain = [&](int c, int kend) {
+        fence_regs(part);
+        const int ws = (unsigned)c / L::WSB;
+        const int g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
+        const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
+        float2 s2 = make_float2(1.0f, 1.0f);
+        if (p.has_scales) {
+            const unsigned char *sp = cta.w + (ws % L::WR) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE;
+            s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
+            s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
+        }
+#pragma unroll
+        for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? s2.y : s2.x, acc[i]);
+    };
+    // Chunk c's wgmmas; a group that starts at the chunk's first step was
+    // drained before (pre).  Groups smaller than a chunk end inside it.
+    const auto issue = [&](int c, uint32_t (&A)[STEPS][4]) {
+        const int xs = (unsigned)c / L::SB, kc = k_begin + c * 64;
+        if ((unsigned)c % L::SB == 0) mbar_wait(&cta.xfull[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
+        const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
+        const int first = c == 0 || (kc & p.group_mask) == 0;
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) {
+            if (GSL < 2 && j > 0 && j % GS == 0) {
+                wgmma_commit();
+                wgmma_wait<0>();
+                drain(c, kc + 16 * j);
+                wgmma_fence();
+            }
+            const int fresh = j == 0 ? first : j % GS == 0;
+            wgmma_rs<BF16>(part, A[j], desc_sw128(bb + 32 * j), !fresh);
+        }
+        wgmma_commit();
+    };
+    // Before chunk c: the group ending at its start is drained.
+    const auto pre = [&](int c) {
+        const int kc = k_begin + c * 64;
+        if (c > 0 && (kc & p.group_mask) == 0) {
+            wgmma_wait<0>();
+            drain(c - 1, kc);
+        }
+    };
+    const auto release = [&](int c) {
+        const unsigned u = c, v = c + 1;
+        if (v / L::SB != u / L::SB || c + 1 >= nc) mbar_arrive(&cta.xempty[(u / L::SB) % L::XR]);
+        if (v / L::WSB != u / L::WSB || c + 1 >= nc) mbar_arrive(&cta.wempty[(u / L::WSB) % L::WR]);
+    };
+    const auto retire = [&](int c, uint32_t (&A)[STEPS][4]) {
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) fence_regs(A[j]);
+        release(c);
+    };
+
+    uint32_t a0[STEPS][4], a1[STEPS][4];
+    int last;
+    fetch(0, a0);
+    for (int c = 0;; c += 2) {
+        pre(c);
+        issue(c, a0);
+        wgmma_wait<1>(); // the chunk before done
+        if (c > 0) retire(c - 1, a1);
+        if (c + 1 >= nc) {
+            last = c;
+            break;
+        }
+        fetch(c + 1, a1);
+        pre(c + 1);
+        issue(c + 1, a1);
+        wgmma_wait<1>(); // chunk c done
+        retire(c, a0);
+        if (c + 2 >= nc) {
+            last = c + 1;
+            break;
+        }
+        fetch(c + 2, a0);
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) {
+        fence_regs(a0[j]);
+        fence_regs(a1[j]);
+    }
+    drain(last, k_begin + nc * 64);
+    release(last);
+    static_assert(L::XR * L::XBYTES >= 32 * (128 + 4) * 4, "the output staging fits the idle X ring");
+    float out[1][ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) out[0][i] = acc[i];
+    finish<1, ND>(p, cta.tt, cta.split, out, p.global * decode_factor<CODE>(), cta.cb * 2 + wg,
+                  reinterpret_cast<float *>(cta.x));
+}
+#endif
+
+template <int CODE, bool BF16, int TN, int GSL>
+__global__ void __launch_bounds__(3 * 128, 1) wgmma_s_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
+#ifdef TOPS_CU_WGMMA
+    using namespace sm90;
+    extern __shared__ unsigned char smem_raw[];
+    const FoldCta cta = fold_cta_begin<TN, 2>(p, smem_raw);
+    if (threadIdx.x >= 2 * 128) {
+        const int pw = (threadIdx.x >> 5) - 8, lane = threadIdx.x & 31;
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+        if (pw == 0) {
+            if (lane == 0) produce_x<TN>(xmap, cta);
+        } else if (pw == 1) {
+            if (lane == 0) produce_w<TN>(p, cta);
+        }
+    } else {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+        consume_strict<CODE, BF16, TN, GSL>(p, cta);
+    }
+#else
+    (void)xmap, (void)p;
+#endif
+}
+
 // Registers per thread with setmaxnreg: the CTA keeps the pool it was
 // launched with (the cap of __launch_bounds__(threads, 1): 168 at 384
 // threads, 96 at 640), the producer warpgroup gives part of its share to the
@@ -832,6 +987,25 @@ fold_pick pick_fold(int code, int sk, int tn, int cw, int gsl) {
     return {nullptr, 0, 0};
 }
 
+// The strict 4-bit pipeline (wgmma_s_kernel): fn NULL for other codes.
+template <int CODE, bool BF16, int TN>
+wg_fn strict_g(int gsl) {
+    return gsl == 0 ? wgmma_s_kernel<CODE, BF16, TN, 0> : gsl == 1 ? wgmma_s_kernel<CODE, BF16, TN, 1>
+                                                                   : wgmma_s_kernel<CODE, BF16, TN, 2>;
+}
+template <int CODE, bool BF16>
+wg_fn strict_tn(int tn, int gsl) {
+    return tn == 128 ? strict_g<CODE, BF16, 128>(gsl) : strict_g<CODE, BF16, 64>(gsl);
+}
+template <bool BF16>
+wg_fn pick_strict(int code, int tn, int gsl) {
+    if (code == TOPS__CU_CODE_U4) return strict_tn<TOPS__CU_CODE_U4, BF16>(tn, gsl);
+    if (code == TOPS__CU_CODE_E2M1) return strict_tn<TOPS__CU_CODE_E2M1, BF16>(tn, gsl);
+    return nullptr;
+}
+const char *const kStrictNames[2] = {"wgmma_w strict pipelined m64n64k16, 2 consumer warpgroups + TMA",
+                                     "wgmma_w strict pipelined m64n128k16, 2 consumer warpgroups + TMA"};
+
 // K splits: 1 unless TOPS_CUDA_WGMMA_SPLITS asks for more.  On the H200
 // (2026-11-29 16:51 UTC, int4-g128, TN = 64) every split count above 1 ran
 // slower although it fills the SMs: at M = 128, 79.8 / 120.2 / 128.2 us for
@@ -866,13 +1040,25 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     // 50.1 / 99.6); TOPS_CUDA_WGMMA_CW=4: four consumer warpgroups.
     const long long tn_env = env_or("TOPS_CUDA_WGMMA_TN", 0);
     const bool bf16 = a->x_bf16 != 0;
-    const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : a->fold && a->m > 64 ? 128 : 64;
+    const bool s4 = !a->fold && (a->code == TOPS__CU_CODE_U4 || a->code == TOPS__CU_CODE_E2M1);
+    const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : (a->fold || s4) && a->m > 64 ? 128 : 64;
     const int cw = env_or("TOPS_CUDA_WGMMA_CW", 2) == 4 ? 4 : 2;
     const int gsl = p.group_shift >= 6 ? 2 : p.group_shift - 4; // k16 steps per group: 1, 2, 4 (and more)
     const fold_pick fp = !a->fold ? fold_pick{nullptr, 0, 0}
                          : bf16   ? pick_fold<true>(a->code, a->scale_kind, tn, cw, gsl)
                                   : pick_fold<false>(a->code, a->scale_kind, tn, cw, gsl);
-    const wg_fn ffn = fp.fn;
+    // Unfolded 4-bit codes: the strict pipeline (TOPS_CUDA_WGMMA_STRICT=0
+    // keeps the one-ring kernel), where a W stage's scale entries fit its
+    // copy (K = 512: 512 / G groups, one more when G > 64 starts mid-stage).
+    wg_fn sfn = nullptr;
+    if (!a->fold && env_or("TOPS_CUDA_WGMMA_STRICT", 1) != 0) {
+        const int g = p.group_shift >= 30 ? 1 << 30 : 1 << p.group_shift;
+        const long long esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
+        const long long ng = g >= 512 ? 2 : g > 64 ? 512 / g + 1 : 512 / g;
+        if (ng * 16 * esz <= fold_layout<64>::WSCALE)
+            sfn = bf16 ? pick_strict<true>(a->code, tn, gsl) : pick_strict<false>(a->code, tn, gsl);
+    }
+    const wg_fn ffn = fp.fn ? fp.fn : sfn;
     const int wt = tn == 128 || ffn ? 1 : 2;
     const long long cblocks = (p.ntiles / 4 + 2 * wt - 1) / (2 * wt);
     p.passes = (int)((a->m + tn - 1) / tn);
@@ -893,7 +1079,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
                             a->x, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B))
         return (int)cudaErrorNotSupported;
     const wg_fn fn = ffn ? ffn : bf16 ? pick_code<true>(a->code, tn) : pick_code<false>(a->code, tn);
-    if (ffn) { // w = code x (scale x 2^(D - B)); the sums x 2^B (D: decode_factor's exponent)
+    if (fp.fn) { // w = code x (scale x 2^(D - B)); the sums x 2^B (D: decode_factor's exponent)
         const int d = a->code == TOPS__CU_CODE_E2M1 ? 14 : 0;
         p.fold_pre = ldexpf(1.0f, d - a->fold_shift);
         p.fold_post = ldexpf(1.0f, a->fold_shift);
@@ -903,7 +1089,8 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         p.fold_shfl = env_or("TOPS_CUDA_WGMMA_PERMUTE", 0) != 1;
     }
     const size_t smem =
-        ffn ? (size_t)fp.smem : (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn, wt) + 2 * kRing * 8 + 1024;
+        sfn && !fp.fn ? (size_t)(tn == 128 ? fold_layout<128>::SMEM : fold_layout<64>::SMEM)
+        : ffn         ? (size_t)fp.smem : (size_t)kRing * stage_bytes(stage_blocks(a->code), cpb, tn, wt) + 2 * kRing * 8 + 1024;
     cudaError_t err = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (err != cudaSuccess) {
@@ -929,11 +1116,13 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
             if (err != cudaSuccess) *what = "clearing the wgmma split counters";
         }
     }
-    set_last_kernel(ffn         ? kFoldNames[cw == 4][tn == 128]
+    const bool strict_pipe = ffn && !fp.fn;
+    set_last_kernel(strict_pipe ? kStrictNames[tn == 128]
+                    : ffn       ? kFoldNames[cw == 4][tn == 128]
                     : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
                                 : "wgmma_w m64n64k16 (A from registers) + TMA");
     if (err == cudaSuccess) {
-        fn<<<dim3((unsigned)units, (unsigned)p.splits), ffn ? fp.threads : kThreads, smem, stream>>>(map, p);
+        fn<<<dim3((unsigned)units, (unsigned)p.splits), strict_pipe ? 384 : ffn ? fp.threads : kThreads, smem, stream>>>(map, p);
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the wgmma kernel launch";
     }

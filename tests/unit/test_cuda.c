@@ -502,7 +502,7 @@ static void test_scale_decode(void) {
    (TOPS_CUDA_WGMMA_SPLITS: the last CTA of a tile sums them in split
    order), and both token tiles (64, 128).  Rows TMA cannot read (stride
    k + 3) must fall back to the streaming kernels.  By plan (unfolded, as
-   these strict bf16 cases are): int4-g128 at M = 128 keeps wbulk, 8- and
+   these strict bf16 cases are): int4-g128 at M = 47 keeps wbulk, 8- and
    16-bit weights take wgmma from M = 128 (int8-g32 at 127 does not, at 128
    does; bf16 at 130; e4m3-ch at 64 does not), and int4-g128 at M = 100
    takes wgmma with TOPS_CUDA_WGMMA_MIN_M=64. */
@@ -556,7 +556,7 @@ static void test_wgmma(void) {
         const char *format, *min_m;
         int64_t m;
         int want;
-    } plan[] = {{"int4-g128", NULL, 128, 0}, {"int8-g32", NULL, 127, 0}, {"int8-g32", NULL, 128, 1},
+    } plan[] = {{"int4-g128", NULL, 47, 0}, {"int8-g32", NULL, 127, 0}, {"int8-g32", NULL, 128, 1},
                 {"bf16", NULL, 130, 1},       {"e4m3-ch", NULL, 64, 0},  {"int4-g128", "64", 100, 1}};
     for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
         if (plan[i].min_m) setenv("TOPS_CUDA_WGMMA_MIN_M", plan[i].min_m, 1);
@@ -572,6 +572,89 @@ static void test_wgmma(void) {
         passed += ok;
     }
     printf("     %d of %d wgmma cases within their bounds\n", passed, cases);
+}
+
+/* The strict 4-bit pipeline (wgmma_s_kernel: unfolded 4-bit codes, each
+   scale group summed apart and scaled in f32): int4-gG (G = 32, 64, 128,
+   bf16 / e8m0 / f32 scales), q4_0, i4 (no scales), mxfp4 and nvfp4 kept
+   unfolded (TOPS_CUDA_WGMMA_FOLD=0), within the strict bounds; ragged M
+   (1, 7, 33, 100, 129, 257), N (1, 7, 33, 130, 513) and K (8, 40, 104,
+   520, 1000, 4088: zero-filled activation tiles, a last W stage of few
+   chunks, one group or a partial last one; K = 1 and 4095, whose rows TMA
+   cannot read, must fall back and be right), both activation types, every
+   output type, accumulate, K splits (a split starting inside a group), both
+   token tiles; the kernel asserted by name.  int4-g16:f32 (its scale entries
+   do not fit a W stage) must take the one-ring kernel; and the plan: strict
+   int4-g128 at M = 48 and q4_0 / int4-g32 at M = 65 take the pipeline,
+   int4-g128 at 47 and q4_0 at 64 do not. */
+static void test_wgmma_strict(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the wgmma kernel needs compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    static const struct {
+        const char *format;
+        tops_dtype act, out;
+        int64_t m, k, n;
+        int accumulate, prepack;
+        const char *splits, *tn;
+        int want;
+    } cases[] = {
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 128, 4096, 130, 0, 1, NULL, NULL, 1},
+        {"q4_0", TOPS_DT_F16, TOPS_DT_F16, 100, 1000, 513, 1, 1, NULL, NULL, 1},
+        {"int4-g32", TOPS_DT_BF16, TOPS_DT_F32, 33, 4088, 77, 0, 1, NULL, NULL, 1},
+        {"int4-g32", TOPS_DT_BF16, TOPS_DT_F32, 33, 4095, 77, 0, 1, NULL, NULL, 0},
+        {"int4-g64", TOPS_DT_F16, TOPS_DT_BF16, 257, 520, 200, 0, 0, NULL, NULL, 1},
+        {"int4-g128:bf16", TOPS_DT_BF16, TOPS_DT_F32, 129, 1000, 33, 1, 1, "3", NULL, 1},
+        {"int4-g32:e8m0", TOPS_DT_F16, TOPS_DT_F32, 7, 104, 7, 0, 1, NULL, "128", 1},
+        {"i4", TOPS_DT_F16, TOPS_DT_F32, 64, 2048, 96, 0, 1, "2", NULL, 1},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 1, 40, 1, 0, 1, NULL, NULL, 1},
+        {"q4_0", TOPS_DT_BF16, TOPS_DT_BF16, 200, 8, 264, 1, 1, NULL, NULL, 1},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 64, 1, 130, 0, 1, NULL, "128", 0},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 300, 1000, 300, 0, 1, "4", "64", 1},
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 100, 1000, 200, 1, 1, NULL, NULL, 1},
+        {"nvfp4", TOPS_DT_BF16, TOPS_DT_F32, 128, 520, 130, 0, 1, NULL, NULL, 1},
+        {"int4-g16:f32", TOPS_DT_F16, TOPS_DT_F32, 100, 1000, 200, 0, 1, NULL, NULL, 0},
+    };
+    const int n = small_run ? 4 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0;
+    setenv("TOPS_CUDA_KERNEL", "wgmma", 1);
+    setenv("TOPS_CUDA_WGMMA_FOLD", "0", 1);
+    for (int i = 0; i < n; i++) {
+        if (cases[i].splits) setenv("TOPS_CUDA_WGMMA_SPLITS", cases[i].splits, 1);
+        if (cases[i].tn) setenv("TOPS_CUDA_WGMMA_TN", cases[i].tn, 1);
+        gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
+                      cases[i].accumulate, cases[i].prepack, 0, 0};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strstr(kn, "strict pipelined") != NULL) != cases[i].want) {
+            TH_FAIL_AT("%s act=%s M=%lld K=%lld ran %s (want %sthe strict pipeline)", c.format, tops_dtype_name(c.act),
+                       (long long)c.m, (long long)c.k, kn, cases[i].want ? "" : "not ");
+            ok = 0;
+        }
+        passed += ok;
+        unsetenv("TOPS_CUDA_WGMMA_SPLITS");
+        unsetenv("TOPS_CUDA_WGMMA_TN");
+    }
+    unsetenv("TOPS_CUDA_KERNEL");
+    unsetenv("TOPS_CUDA_WGMMA_FOLD");
+    static const struct {
+        const char *format;
+        int64_t m;
+        int want;
+    } plan[] = {{"int4-g128", 48, 1}, {"q4_0", 65, 1}, {"int4-g32", 256, 1}, {"q4_0", 64, 0}, {"int4-g128", 47, 0}};
+    for (int i = 0; i < 5; i++) {
+        gpu_case c = {plan[i].format, TOPS_DT_F16, TOPS_DT_F16, plan[i].m, 1024, 192, 0, 0, 1, 0, 0};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strstr(kn, "strict pipelined") != NULL) != plan[i].want) {
+            TH_FAIL_AT("%s M=%lld by plan ran %s", plan[i].format, (long long)plan[i].m, kn);
+            ok = 0;
+        }
+        passed += ok;
+    }
+    printf("     %d of %d strict-pipeline wgmma cases within their bounds\n", passed, n + 5);
 }
 
 /* The folded-scale wgmma kernel (w = code x scale in the activations'
@@ -1013,6 +1096,10 @@ int main(void) {
         RUN_TEST(test_q8);
         TEST_MAIN_END();
     }
+    if (only && strcmp(only, "strict") == 0) {
+        RUN_TEST(test_wgmma_strict);
+        TEST_MAIN_END();
+    }
     RUN_TEST(test_relaxed_fp8);
     if (only && strcmp(only, "fp8") == 0) TEST_MAIN_END();
     RUN_TEST(test_every_format);
@@ -1020,6 +1107,7 @@ int main(void) {
     RUN_TEST(test_scale_decode);
     RUN_TEST(test_wgmma);
     RUN_TEST(test_wgmma_folded);
+    RUN_TEST(test_wgmma_strict);
     RUN_TEST(test_q8);
     TEST_MAIN_END();
 }
