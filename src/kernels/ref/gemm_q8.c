@@ -3,9 +3,12 @@
 
 #include <math.h>
 
-void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
-                                    int64_t ldc, int accumulate) {
+/* The exact i32 sum of each sub-block minus acorr, times bscale * ascale,
+   added into f32 accumulators: rounded twice (the 4-bit kernels) or fused
+   (fma: the 8-bit kernels' rounding). */
+static void gemm_q8_4x8(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale, const int32_t *acorr,
+                        int64_t lds, const uint8_t *b, const float *bscale, float *c, int64_t ldc, int accumulate,
+                        int fused) {
     float acc[4][8] = {{0}};
     for (int64_t blk = 0; blk < nb; blk++) {
         const uint8_t *bb = b + blk * sub * 8;
@@ -15,12 +18,19 @@ void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_
                 int32_t s = 0;
                 for (int k = 0; k < sub; k++) s += (int32_t)bb[(k / 4) * 32 + j * 4 + k % 4] * ai[k];
                 s -= acorr[i * lds + blk];
-                acc[i][j] += (float)s * bscale[blk * 8 + j] * ascale[i * lds + blk];
+                if (fused) acc[i][j] = fmaf((float)s, bscale[blk * 8 + j] * ascale[i * lds + blk], acc[i][j]);
+                else acc[i][j] += (float)s * bscale[blk * 8 + j] * ascale[i * lds + blk];
             }
         }
     }
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 8; j++) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+}
+
+void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    int64_t ldc, int accumulate) {
+    gemm_q8_4x8(nb, sub, a, lda, ascale, acorr, lds, b, bscale, c, ldc, accumulate, 0);
 }
 
 void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel) {
@@ -36,19 +46,5 @@ void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t
 void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
                                     int64_t ldc, int accumulate) {
-    float acc[4][8] = {{0}};
-    for (int64_t blk = 0; blk < nb; blk++) {
-        const uint8_t *bb = b + blk * sub * 8;
-        for (int i = 0; i < 4; i++) {
-            const int8_t *ai = a + i * lda + blk * sub;
-            for (int j = 0; j < 8; j++) {
-                int32_t s = 0;
-                for (int k = 0; k < sub; k++) s += (int32_t)bb[(k / 4) * 32 + j * 4 + k % 4] * ai[k];
-                s -= acorr[i * lds + blk];
-                acc[i][j] = fmaf((float)s, bscale[blk * 8 + j] * ascale[i * lds + blk], acc[i][j]);
-            }
-        }
-    }
-    for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 8; j++) c[i * ldc + j] = accumulate ? c[i * ldc + j] + acc[i][j] : acc[i][j];
+    gemm_q8_4x8(nb, sub, a, lda, ascale, acorr, lds, b, bscale, c, ldc, accumulate, 1);
 }
