@@ -430,6 +430,13 @@ TOPS_API tops_status tops_cast_to_f32(tops_dtype src, float *out, const void *in
 /* Options of a quantizer; NULL means the defaults of FORMATS.md. */
 typedef struct tops_quantize_opts {
     int lut_iterations;  /* k-means iterations for lut4 (0 = default 8) */
+    /* 1: a plain element format without scales (e4m3, e5m2, e2m3, e3m2,
+       e2m1, i8, u8, i4, u4, i2, u2) gets dst->tensor_scale = amax / (the
+       format's largest finite value), amax over the finite inputs (1 when
+       that is 0), so the largest weight lands on the largest code instead
+       of saturating; the codes are then cast_saturating(x / scale).  0:
+       dst->tensor_scale is used as it is.  Other formats ignore it. */
+    int scale_from_data;
 } tops_quantize_opts;
 
 /* Quantizes src (f32, any rank, blocks along the dimension dst's planes
@@ -516,9 +523,11 @@ typedef struct tops_model_tensor_info {
     int64_t shape[TOPS_MODEL_MAX_RANK]; /* elements, numpy order (outermost first; GGUF's ne reversed) */
     uint64_t offset;          /* first byte, from the start of the file */
     uint64_t bytes;           /* bytes it spans (all planes for a tensorops tensor) */
+    const void *data;         /* its first byte in the mapping (read-only; valid until close) */
     int loadable;             /* 1: tops_model_tensor gives a view; 0: it says why not */
     tops_format format;       /* the view's format (when loadable) */
     const char *plane_of;     /* a scale/bias/codebook plane of this tensorops tensor, or NULL */
+    int tensorops;            /* 1: stored by tensorops, its format and shape in safetensors metadata */
 } tops_model_tensor_info;
 
 /* One metadata entry: a GGUF key/value or a safetensors __metadata__ string.

@@ -197,8 +197,10 @@ tops_status tops_model_info(const tops_model *model, int64_t index, tops_model_t
     memcpy(out->shape, e->shape, sizeof out->shape);
     out->offset = e->offset;
     out->bytes = e->bytes;
+    out->data = model->base + e->offset;
     out->loadable = e->loadable;
     out->format = e->format;
+    out->tensorops = e->quantized;
     out->plane_of = e->plane_of >= 0 ? model->t[e->plane_of].name : NULL;
     return TOPS_OK;
 }
