@@ -226,7 +226,12 @@ tops_status tops_model_tensor(const tops_model *model, const char *name, tops_te
     if (!out) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "out is NULL");
     int64_t i;
     tops_status st = tops_model_find(model, name, &i);
-    if (st != TOPS_OK) return tops__fail(st, fn, "%s", tops_last_error() + strlen("tops_model_find: "));
+    if (st != TOPS_OK) {
+        char why[400];
+        const char *e = tops_last_error(), *colon = strstr(e, ": ");
+        snprintf(why, sizeof why, "%s", colon ? colon + 2 : e);
+        return tops__fail(st, fn, "%s", why);
+    }
     const tops__mentry *e = &model->t[i];
     if (!e->loadable)
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "tensor \"%.200s\" is %s %s, %s", e->name, kind_name(model),
