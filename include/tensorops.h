@@ -522,7 +522,8 @@ typedef struct tops_model_tensor_info {
     int rank;                 /* 0..TOPS_MODEL_MAX_RANK */
     int64_t shape[TOPS_MODEL_MAX_RANK]; /* elements, numpy order (outermost first; GGUF's ne reversed) */
     uint64_t offset;          /* first byte, from the start of the file */
-    uint64_t bytes;           /* bytes it spans (all planes for a tensorops tensor) */
+    uint64_t bytes;           /* bytes it spans from offset (a tensorops tensor's other planes
+                                 are entries of their own, with plane_of set) */
     const void *data;         /* its first byte in the mapping (read-only; valid until close) */
     int loadable;             /* 1: tops_model_tensor gives a view; 0: it says why not */
     tops_format format;       /* the view's format (when loadable) */

@@ -195,11 +195,9 @@ static int run_text(const char *path, const tops_model *m) {
         printf("  %-*s %-8s %-20s %-16s %12" PRIu64 " %12" PRIu64, wname, in.name, in.dtype, shape, f, in.bytes,
                in.offset);
         const char *why = why_not(m, in.name);
+        total += in.bytes;
         if (in.plane_of) printf("  (a plane of %s)", in.plane_of);
-        else {
-            total += in.bytes;
-            if (*why) printf("  (%s)", why);
-        }
+        else if (*why) printf("  (%s)", why);
         putchar('\n');
     }
     printf("total    %" PRIu64 " bytes of tensor data\n", total);

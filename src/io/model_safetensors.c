@@ -187,7 +187,6 @@ static tops_status bind_quantized(const char *fn, tops_model *m, int64_t base, c
     size_t blen = strlen(e->name);
     char *pname = malloc(blen + 16);
     if (!pname) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for a name");
-    uint64_t total = 0;
     for (int p = 0; p < 4 && st == TOPS_OK; p++) {
         snprintf(pname, blen + 16, "%s%s", e->name, suffix[p]);
         int64_t at = entry_named(m, pname);
@@ -211,7 +210,6 @@ static tops_status bind_quantized(const char *fn, tops_model *m, int64_t base, c
             st = BAD("tensor \"%.200s\" is a plane of two tensors", pname);
             break;
         }
-        total += q->bytes;
         if (p > 0) {
             q->plane_of = base;
             e->plane_present[p - 1] = 1;
@@ -227,7 +225,6 @@ static tops_status bind_quantized(const char *fn, tops_model *m, int64_t base, c
     e->rank = rank;
     memset(e->shape, 0, sizeof e->shape);
     for (int d = 0; d < rank; d++) e->shape[d] = extent[d];
-    e->bytes = total;
     e->tensor_scale = scale;
     return TOPS_OK;
 }
