@@ -50,7 +50,11 @@ int tops_cli_input_open(const char *cmd, const char *arg, tops_cli_input *in) {
     tops_status st = tops_cli_ends_with(arg, ".safetensors") ? tops_safetensors_load(arg, &in->tensor)
                                                                : tops_npy_load(arg, &in->tensor);
     if (st != TOPS_OK) {
+        int other = st == TOPS_PARSE_ERROR && tops_cli_ends_with(arg, ".safetensors");
         fprintf(stderr, "tensorops %s: %s: %s\n", cmd, arg, tops_last_error());
+        if (other) /* a checkpoint of many tensors, not one tensorops file */
+            fprintf(stderr, "tensorops %s: to use one tensor of a checkpoint, name it as %s:tensor.name "
+                            "(`tensorops inspect %s` lists them)\n", cmd, arg, arg);
         return TOPS_EXIT_FAIL;
     }
     in->loaded = 1;
