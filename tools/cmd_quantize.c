@@ -328,6 +328,9 @@ static int run_checkpoint(const char *in_path, const char *out, tops_format f, c
         pairs[2 * npairs + 1] = v.string;
         npairs++;
     }
+    if (rc == TOPS_EXIT_OK && gguf && nm > 0 && !quiet)
+        fprintf(stderr, "tensorops quantize: the %lld GGUF key/values are not carried into safetensors (its metadata "
+                        "holds strings only)\n", (long long)nm);
     if (rc == TOPS_EXIT_OK && tops_model_save(out, nt, (size_t)nn, pairs, (size_t)npairs) != TOPS_OK) rc = fail(out);
     if (rc == TOPS_EXIT_OK) {
         if (root) {
