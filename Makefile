@@ -84,7 +84,7 @@ fuzz: deps
 	  -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
 	  -DTOPS_FUZZ=ON -DTOPS_CUDA=OFF -DTOPS_BUILD_TESTS=OFF -DTOPS_OPENMP=OFF -DTOPS_WERROR=ON $(CMAKE_ARGS) >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_npy fuzz_safetensors fuzz_model fuzz_make_seeds
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_npy fuzz_safetensors fuzz_gguf fuzz_model_safetensors fuzz_make_seeds
 
 fuzz-smoke: fuzz
 	tests/fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)

@@ -1,8 +1,15 @@
-/* libFuzzer target: tops_model_open_buffer (safetensors and GGUF) on
-   arbitrary bytes (make fuzz).  Every tensor and metadata entry of a file
-   that opens is listed and viewed; every view that succeeds is decoded, so
-   the decoders meet arbitrary block contents in place too. */
+/* libFuzzer targets: tops_model_open_buffer on arbitrary bytes (make fuzz),
+   built twice: fuzz_gguf (FUZZ_GGUF=1: the first 4 bytes are made "GGUF", so
+   every input reaches the GGUF reader) and fuzz_model_safetensors
+   (FUZZ_GGUF=0: an input that starts "GGUF" gets its first byte changed).
+   Every tensor and metadata entry of a file that opens is listed, found by
+   name and viewed; every view that succeeds is decoded, so the decoders
+   meet arbitrary block contents in place too. */
 #include "fuzz_common.h"
+
+#ifndef FUZZ_GGUF
+#error "build with -DFUZZ_GGUF=0 or 1"
+#endif
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tops_model *m = NULL;
@@ -11,6 +18,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     uint8_t *copy = malloc(size ? size : 1);
     if (!copy) return 0;
     if (size) memcpy(copy, data, size);
+#if FUZZ_GGUF
+    memcpy(copy, "GGUF", size < 4 ? size : 4);
+#else
+    if (size >= 4 && memcmp(copy, "GGUF", 4) == 0) copy[0] = 'g';
+#endif
     tops_status st = tops_model_open_buffer(copy, size, &m);
     if (st != TOPS_OK) {
         fuzz_check(st, NULL, "tops_model_open_buffer");

@@ -4,7 +4,8 @@
    model reader, multi-tensor safetensors files from tops_model_save and
    small GGUF files (v2 and v3: every value type, an array of strings, each
    tensor type tensorops views and one it does not).
-   usage: fuzz_make_seeds DIR   (writes DIR/npy/, DIR/safetensors/, DIR/model/) */
+   usage: fuzz_make_seeds DIR   (writes DIR/npy/, DIR/safetensors/, DIR/gguf/,
+                                 DIR/model_safetensors/) */
 #include "tensorops.h"
 
 #include <stdint.h>
@@ -114,7 +115,7 @@ static int make_gguf(const char *dir, const char *name, uint32_t version, const 
         g.n += n;
     }
     char path[512];
-    snprintf(path, sizeof path, "%s/model/%s.gguf", dir, name);
+    snprintf(path, sizeof path, "%s/gguf/%s.gguf", dir, name);
     FILE *fp = fopen(path, "wb");
     if (!fp || fwrite(g.b, 1, g.n, fp) != g.n || fclose(fp) != 0) {
         fprintf(stderr, "fuzz_make_seeds: cannot write %s\n", path);
@@ -152,11 +153,11 @@ static int make_model_seeds(const char *dir) {
                                {"ids", NULL, "I64", 1, shape, ids}};
     const char *meta[2] = {"format", "pt"};
     char path[512];
-    snprintf(path, sizeof path, "%s/model/multi.safetensors", dir);
+    snprintf(path, sizeof path, "%s/model_safetensors/multi.safetensors", dir);
     if (tops_model_save(path, nt, 4, meta, 1) != TOPS_OK) bad = 1;
-    snprintf(path, sizeof path, "%s/model/plain.safetensors", dir);
+    snprintf(path, sizeof path, "%s/model_safetensors/plain.safetensors", dir);
     if (tops_model_save(path, nt, 1, NULL, 0) != TOPS_OK) bad = 1;
-    snprintf(path, sizeof path, "%s/model/weight.safetensors", dir);
+    snprintf(path, sizeof path, "%s/model_safetensors/weight.safetensors", dir);
     if (tops_safetensors_save(path, &q) != TOPS_OK) bad = 1;
     if (bad) fprintf(stderr, "fuzz_make_seeds: %s\n", tops_last_error());
     tops_tensor_destroy(&w);
@@ -176,7 +177,9 @@ int main(int argc, char **argv) {
     mkdir(sub, 0755);
     snprintf(sub, sizeof sub, "%s/safetensors", argv[1]);
     mkdir(sub, 0755);
-    snprintf(sub, sizeof sub, "%s/model", argv[1]);
+    snprintf(sub, sizeof sub, "%s/gguf", argv[1]);
+    mkdir(sub, 0755);
+    snprintf(sub, sizeof sub, "%s/model_safetensors", argv[1]);
     mkdir(sub, 0755);
     int bad = 0;
     bad |= make(argv[1], "npy", "f32", 2, 2, 3);

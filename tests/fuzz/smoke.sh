@@ -10,7 +10,7 @@ rm -rf "$seeds"
 "$build/fuzz_make_seeds" "$seeds"
 mkdir -p "$build/fuzz-artifacts"
 status=0
-for target in npy safetensors model; do
+for target in npy safetensors gguf model_safetensors; do
   corpus=$build/fuzz-corpus/$target
   mkdir -p "$corpus"
   echo "== fuzz_$target for ${seconds}s ($(ls "$seeds/$target" | wc -l) seeds)"
