@@ -497,7 +497,7 @@ TOPS_API tops_status tops_safetensors_load_buffer(const void *data, size_t size,
 
 /* ======================================================================== */
 /* Model files: safetensors and GGUF checkpoints (src/io/model*.c;           */
-/* docs/formats.md, section 6)                                               */
+/* docs/formats.md, section 7)                                               */
 /* ======================================================================== */
 
 /*
@@ -520,7 +520,8 @@ typedef struct tops_model_tensor_info {
     const char *name;
     const char *dtype;        /* the file's name of its type: "BF16", "F8_E4M3", "Q4_0", "Q4_K" */
     int rank;                 /* 0..TOPS_MODEL_MAX_RANK */
-    int64_t shape[TOPS_MODEL_MAX_RANK]; /* elements, numpy order (outermost first; GGUF's ne reversed) */
+    int64_t shape[TOPS_MODEL_MAX_RANK]; /* elements, numpy order (outermost first; GGUF's ne
+                                           reversed); a tensorops tensor's logical shape */
     uint64_t offset;          /* first byte, from the start of the file */
     uint64_t bytes;           /* bytes it spans from offset (a tensorops tensor's other planes
                                  are entries of their own, with plane_of set) */
