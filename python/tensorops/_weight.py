@@ -85,8 +85,6 @@ class Weight:
         shape = tuple(int(e) for e in shape)
         if not 1 <= len(shape) <= MAX_RANK:
             fail(ShapeMismatch, fn, f"shape {list(shape)} has rank {len(shape)}; tensors have rank 1..{MAX_RANK}")
-        if _stem(f.id) == "packed":
-            fail(InvalidArgument, fn, "packed weights are made by tensorops.pack, not from planes")
         self._f = f
         self.format = format_name(f)
         self.shape = shape
@@ -262,8 +260,6 @@ def quantize(array: ArrayLike, format: str, *, lut_iterations: int = 0) -> Weigh
     steps for lut4 (0 = the default, 8)."""
     fn = "tensorops.quantize"
     f = parse_format(format, fn)
-    if f.id == FMT_PACKED:
-        fail(InvalidArgument, fn, "format packed is made by tensorops.pack, not by quantize")
     if isinstance(lut_iterations, bool) or not isinstance(lut_iterations, (int, np.integer)) or lut_iterations < 0:
         fail(InvalidArgument, fn, f"lut_iterations is {lut_iterations!r}; it must be an integer >= 0")
     src = _f32_host(array, fn)
