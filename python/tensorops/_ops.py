@@ -55,6 +55,8 @@ def _prepare(a, b, relaxed, transpose_left, transpose_right, out, accumulate, de
                                 "transpose_right)")
     m = A2.shape[1] if transpose_left else A2.shape[0]
     n = R.shape[0] if transpose_right else R.shape[1]
+    if len(A.shape) == 2:
+        lead = (m,)
     device = common_device([A2, R], fn, allow_host=[False, True])
     if out is None:
         if accumulate:

@@ -306,9 +306,9 @@ def pack(weight: Union[Weight, ArrayLike], *, transpose_right: bool = True, rela
     fn = "tensorops.pack"
     dev = parse_device(device, fn) or HOST
     stream = check_stream(stream, fn)
-    src = weight._operand() if isinstance(weight, Weight) else operand(weight, fn, "weight", stream=stream)
     if isinstance(weight, PackedWeight):
         fail(InvalidArgument, fn, "weight is already packed")
+    src = weight._operand() if isinstance(weight, Weight) else operand(weight, fn, "weight", stream=stream)
     exec_ = default_exec(check_threads(threads, fn), dev, stream)
     desc = MatmulDesc()
     desc.transpose_right = int(bool(transpose_right))
