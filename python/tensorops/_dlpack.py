@@ -108,7 +108,8 @@ def _call_dlpack(obj: Any, stream: Optional[int]):
     """obj.__dlpack__(), asking for a versioned capsule first; an older
     producer that lacks a keyword raises TypeError and is asked again.  Host
     memory takes no stream; device memory always gets ours."""
-    versioned = {"max_version": (DLPACK_MAJOR, DLPACK_MINOR)}
+    versioned: Dict[str, Any] = {"max_version": (DLPACK_MAJOR, DLPACK_MINOR)}
+    attempts: Tuple[Dict[str, Any], ...]
     if stream is None:
         attempts = (versioned, {})
     else:
@@ -119,6 +120,8 @@ def _call_dlpack(obj: Any, stream: Optional[int]):
             return obj.__dlpack__(**kw)
         except TypeError as e:
             last = e
+        except BufferError as e:  # the producer cannot export it (read-only, odd dtype, ...)
+            raise InvalidArgument(f"{type(obj).__name__}.__dlpack__() refused: {e}") from e
     raise InvalidArgument(f"__dlpack__ of {type(obj).__name__} failed: {last}")
 
 
@@ -161,12 +164,12 @@ def consume(obj: Any, fn: str, what: str, stream: Optional[int] = None) -> Borro
     shape = tuple(int(dl.shape[i]) for i in range(ndim))
     if dl.strides:
         strides = tuple(int(dl.strides[i]) for i in range(ndim))
-    else:
-        strides, s = [0] * ndim, 1
+    else:  # NULL: C order
+        c_order, step = [0] * ndim, 1
         for i in reversed(range(ndim)):
-            strides[i] = s
-            s *= shape[i]
-        strides = tuple(strides)
+            c_order[i] = step
+            step *= shape[i]
+        strides = tuple(c_order)
     data = (dl.data or 0) + int(dl.byte_offset)
     return Borrowed(data, kind, dtype, shape, strides, readonly, (capsule, obj))
 

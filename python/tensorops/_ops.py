@@ -10,7 +10,7 @@ import numpy as np
 
 from ._arrays import (DeviceArray, Operand, check_stream, check_threads, common_device, dtype_name,
                       new_output, operand, reshaped)
-from ._errors import InvalidArgument, ShapeMismatch, check, fail
+from ._errors import InternalError, InvalidArgument, ShapeMismatch, check, fail
 from ._lib import (LIB, MULTIPLY, MULTIPLY_ACCUMULATE, AttentionDesc, MatmulDesc, default_exec)
 from ._weight import PackedWeight, Weight
 
@@ -138,6 +138,16 @@ def _int_arg(v: Any, fn: str, what: str, lo: int = 0) -> int:
     return int(v)
 
 
+def _batch_of_one(op: Operand, fn: str) -> Operand:
+    """[H, S, D] -> [1, H, S, D] (the same memory); rank 4 as it is."""
+    if len(op.shape) == 4:
+        return op
+    r = reshaped(op, (1,) + op.shape, fn)
+    if r is None:  # pragma: no cover - a leading 1 always fits
+        raise InternalError(f"{fn}: could not add a batch dimension to {list(op.shape)}")
+    return r
+
+
 def attention(q: ArrayLike, k: Any, v: Any, *, causal: bool = False, window: int = 0,
               scale: Optional[float] = None, softcap: float = 0.0, q_block: int = 0, kv_block: int = 0,
               out: Optional[ArrayLike] = None, dest_dtype: Any = None, threads: Optional[int] = None,
@@ -183,9 +193,7 @@ def attention(q: ArrayLike, k: Any, v: Any, *, causal: bool = False, window: int
     K, V = kv(k, "k"), kv(v, "v")
     out_shape = Q.shape[:-1] + (V.shape[-1],)
     if rank == 3:
-        Q = reshaped(Q, (1,) + Q.shape, fn)
-        K = K if len(K.shape) == 4 else reshaped(K, (1,) + K.shape, fn)
-        V = V if len(V.shape) == 4 else reshaped(V, (1,) + V.shape, fn)
+        Q, K, V = (_batch_of_one(t, fn) for t in (Q, K, V))
     device = common_device([Q, K, V], fn)
     if out is None:
         out = new_output(out_shape, dtype_name("f32" if dest_dtype is None else dest_dtype, fn), device, fn)
@@ -194,8 +202,7 @@ def attention(q: ArrayLike, k: Any, v: Any, *, causal: bool = False, window: int
         O = operand(out, fn, "out", writable=True, stream=stream)
         if dest_dtype is not None and dtype_name(dest_dtype, fn) != O.dtype:
             fail(InvalidArgument, fn, f"dest_dtype is {dest_dtype!r} but out holds {O.dtype}; give one of them")
-    if len(O.shape) == 3:
-        O = reshaped(O, (1,) + O.shape, fn)
+    O = _batch_of_one(O, fn)
     desc = AttentionDesc()
     desc.causal = int(bool(causal))
     desc.window = _int_arg(window, fn, "window")

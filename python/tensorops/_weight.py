@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import ctypes
 import os
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ._arrays import (HOST, Operand, check_stream, check_threads, format_name, new_output, numpy_dtype,
                       operand, parse_device, parse_format, dtype_name)
-from ._errors import InvalidArgument, ShapeMismatch, UnsupportedFormat, UnsupportedOnDevice, check, fail
-from ._lib import (DEVICE_CPU, DEVICE_CUDA, DT, DTYPES, FMT_PACKED, LIB, MAX_RANK, Device, Format, MatmulDesc,
+from ._errors import InvalidArgument, ShapeMismatch, UnsupportedOnDevice, check, fail
+from ._lib import (DEVICE_CPU, DT, DTYPES, LIB, MAX_RANK, Device, Format, MatmulDesc,
                    QuantizeOpts, Tensor, TensorDesc, default_exec, dtype_bytes, format_info_row)
 
 ArrayLike = Any
@@ -37,7 +37,7 @@ def _plane_dtype(dt: int) -> np.dtype:
 def _copy_out(ptr: int, nbytes: int) -> np.ndarray:
     if nbytes == 0:
         return np.zeros(0, np.uint8)
-    return np.frombuffer((ctypes.c_uint8 * nbytes).from_address(ptr), np.uint8).copy()
+    return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr)).copy()
 
 
 def _plane_count(t: Tensor, plane) -> int:
@@ -69,14 +69,6 @@ class Weight:
     planes are checked against the format (sizes, dtypes) and never read
     out of bounds."""
 
-    format: str
-    shape: Tuple[int, ...]
-    data: np.ndarray
-    scales: Optional[np.ndarray]
-    bias: Optional[np.ndarray]
-    codebook: Optional[np.ndarray]
-    tensor_scale: float
-
     def __init__(self, format: str, shape: Sequence[int], data: ArrayLike, scales: Optional[ArrayLike] = None,
                  bias: Optional[ArrayLike] = None, codebook: Optional[ArrayLike] = None,
                  tensor_scale: float = 1.0):
@@ -86,13 +78,13 @@ class Weight:
         if not 1 <= len(shape) <= MAX_RANK:
             fail(ShapeMismatch, fn, f"shape {list(shape)} has rank {len(shape)}; tensors have rank 1..{MAX_RANK}")
         self._f = f
-        self.format = format_name(f)
-        self.shape = shape
-        self.data = _as_bytes(data, fn, "data")
-        self.scales = None if scales is None else _as_bytes(scales, fn, "scales")
-        self.bias = None if bias is None else _as_bytes(bias, fn, "bias")
-        self.codebook = None if codebook is None else _as_bytes(codebook, fn, "codebook")
-        self.tensor_scale = float(tensor_scale)
+        self._format = format_name(f)
+        self._shape = shape
+        self._data = _as_bytes(data, fn, "data")
+        self._scales = None if scales is None else _as_bytes(scales, fn, "scales")
+        self._bias = None if bias is None else _as_bytes(bias, fn, "bias")
+        self._codebook = None if codebook is None else _as_bytes(codebook, fn, "codebook")
+        self._tensor_scale = float(tensor_scale)
         t = self._view(len(shape), fn)  # checks the data plane's size and the planes' presence
         for what, plane, arr in (("scales", t.scales, self.scales), ("bias", t.bias, self.bias),
                                  ("codebook", t.codebook, self.codebook)):
@@ -115,20 +107,20 @@ class Weight:
         d.rank = rank
         for i, e in enumerate((1,) * lead + self.shape):
             d.extent[i] = e
-        d.data = self.data.ctypes.data
-        d.data_bytes = self.data.nbytes
-        for plane, arr in ((d.scales, self.scales), (d.bias, self.bias), (d.codebook, self.codebook)):
+        d.data = self._data.ctypes.data
+        d.data_bytes = self._data.nbytes
+        for plane, arr in ((d.scales, self._scales), (d.bias, self._bias), (d.codebook, self._codebook)):
             if arr is not None:
                 plane.data = arr.ctypes.data
-        d.tensor_scale = self.tensor_scale
+        d.tensor_scale = self._tensor_scale
         d.memory = Device(DEVICE_CPU, 0)
         t = Tensor()
         check(LIB.tops_tensor_view(ctypes.byref(d), ctypes.byref(t)))
         return t
 
     def _operand(self, rank: Optional[int] = None, fn: str = "") -> Operand:
-        t = self._t if rank is None or rank == len(self.shape) else self._view(rank, fn)
-        return Operand(t, self, HOST, self.format, tuple(t.extent[d] for d in range(t.rank)), ())
+        t = self._t if rank is None or rank == len(self._shape) else self._view(rank, fn)
+        return Operand(t, self, HOST, self._format, tuple(t.extent[d] for d in range(t.rank)), ())
 
     @classmethod
     def _from_tensor(cls, t: Tensor) -> "Weight":
@@ -138,15 +130,15 @@ class Weight:
         check(LIB.tops_tensor_data_span(ctypes.byref(t), ctypes.byref(span)))
         w = cls.__new__(cls)
         w._f = Format(t.format.id, t.format.group, t.format.scale)
-        w.format = format_name(w._f)
-        w.shape = shape
+        w._format = format_name(w._f)
+        w._shape = shape
         data = _copy_out(t.data, span.value)
         elem = _stem(t.format.id)
         if elem in ("f32", "f16", "bf16"):
-            w.data = data.view(numpy_dtype_or_bits(elem)).reshape(shape)
+            w._data = data.view(numpy_dtype_or_bits(elem)).reshape(shape)
         else:
-            w.data = data.reshape(shape[:-1] + (-1,))
-        planes = []
+            w._data = data.reshape(shape[:-1] + (-1,))
+        planes: List[Optional[np.ndarray]] = []
         for plane in (t.scales, t.bias, t.codebook):
             if not plane.data:
                 planes.append(None)
@@ -155,12 +147,47 @@ class Weight:
             n = _plane_count(t, plane)
             planes.append(_copy_out(plane.data, n * dtype_bytes(plane.dtype)).view(_plane_dtype(plane.dtype))
                           .reshape(ext))
-        w.scales, w.bias, w.codebook = planes
-        w.tensor_scale = float(t.tensor_scale)
+        w._scales, w._bias, w._codebook = planes
+        w._tensor_scale = float(t.tensor_scale)
         w._t = w._view(len(shape), "tensorops.Weight")
         return w
 
-    # -- facts -------------------------------------------------------------------------------
+    # -- planes and facts (read-only attributes: the tensor view points into the planes) -------
+
+    @property
+    def format(self) -> str:
+        """The format's name ("int4-g32", "nvfp4", ...)."""
+        return self._format
+
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        return self._shape
+
+    @property
+    def data(self) -> np.ndarray:
+        """The data plane (float elements for f32/f16/bf16; else bytes, [..., row bytes])."""
+        return self._data
+
+    @property
+    def scales(self) -> Optional[np.ndarray]:
+        """Scale plane, one entry per block ([..., ceil(K / group)]), or None."""
+        return self._scales
+
+    @property
+    def bias(self) -> Optional[np.ndarray]:
+        """Bias plane (int4-gG-affine), same blocks as the scales, or None."""
+        return self._bias
+
+    @property
+    def codebook(self) -> Optional[np.ndarray]:
+        """16 float16 entries per tensor (lut4) or per row (lut4-row), or None."""
+        return self._codebook
+
+    @property
+    def tensor_scale(self) -> float:
+        """nvfp4's encode scale S_enc (value = q * s_b / S_enc); a multiplier otherwise."""
+        return self._tensor_scale
+
 
     @property
     def ndim(self) -> int:
@@ -227,8 +254,11 @@ class PackedWeight:
     def __del__(self):
         t = getattr(self, "_t", None)
         if t is not None:
-            LIB.tops_tensor_destroy(ctypes.byref(t))
             self._t = None
+            try:
+                LIB.tops_tensor_destroy(ctypes.byref(t))
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
 
 
 # ---- quantize / dequantize / pack --------------------------------------------------------------

@@ -107,6 +107,8 @@ def test_weight_plane_dtypes(rng):
     w = tops.quantize(x, "nvfp4")
     assert w.tensor_scale == np.float32(448 * 6 / np.abs(x).max())
     assert "nvfp4" in repr(w) and "tensor_scale" in repr(w)
+    with pytest.raises(AttributeError):  # the tensor view points into the planes: they stay
+        w.scales = np.zeros_like(w.scales)
 
 
 def test_weight_from_planes_is_checked(rng):
