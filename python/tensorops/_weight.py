@@ -11,7 +11,7 @@ import numpy as np
 
 from ._arrays import (HOST, Operand, check_stream, check_threads, format_name, new_output, numpy_dtype,
                       operand, parse_device, parse_format, dtype_name)
-from ._errors import InvalidArgument, ShapeMismatch, UnsupportedOnDevice, check, fail
+from ._errors import InvalidArgument, ShapeMismatch, UnsupportedFormat, UnsupportedOnDevice, check, fail
 from ._lib import (DEVICE_CPU, DT, DTYPES, LIB, MAX_RANK, Device, Format, MatmulDesc,
                    QuantizeOpts, Tensor, TensorDesc, default_exec, dtype_bytes, format_info_row)
 
@@ -54,6 +54,14 @@ def _as_bytes(a: Any, fn: str, what: str) -> np.ndarray:
     return arr
 
 
+def _check_items(arr: np.ndarray, size: int, entries: str, fn: str, what: str) -> None:
+    """A plane is raw bytes (1-byte items) or items of its entries' size: a
+    float32 array where f16 scales belong would be read as pairs of halves."""
+    if arr.itemsize not in (1, size):
+        fail(UnsupportedFormat, fn, f"{what} has dtype {arr.dtype} ({arr.itemsize}-byte items) but holds {entries} "
+                                    f"entries of {size} bytes; pass them as such, or as raw bytes (uint8)")
+
+
 class Weight:
     """A tensor in one of the library's formats, with its planes kept as numpy
     arrays: ``data`` (the data plane: the float elements for f32/f16/bf16,
@@ -85,11 +93,15 @@ class Weight:
         self._bias = None if bias is None else _as_bytes(bias, fn, "bias")
         self._codebook = None if codebook is None else _as_bytes(codebook, fn, "codebook")
         self._tensor_scale = float(tensor_scale)
+        elem = _stem(f.id)
+        _check_items(self._data, {"f32": 4, "f16": 2, "bf16": 2}.get(elem, 1), elem if elem in ("f32", "f16", "bf16")
+                     else "code bytes", fn, "data")
         t = self._view(len(shape), fn)  # checks the data plane's size and the planes' presence
         for what, plane, arr in (("scales", t.scales, self.scales), ("bias", t.bias, self.bias),
                                  ("codebook", t.codebook, self.codebook)):
             if arr is None:
                 continue
+            _check_items(arr, dtype_bytes(plane.dtype), DTYPES[plane.dtype], fn, what)
             need = _plane_count(t, plane) * dtype_bytes(plane.dtype)
             if arr.nbytes < need:
                 fail(ShapeMismatch, fn, f"{what} holds {arr.nbytes} bytes; format {self.format} of shape "

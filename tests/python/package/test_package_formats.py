@@ -123,6 +123,12 @@ def test_weight_from_planes_is_checked(rng):
         tops.Weight("int4-g32", (4, 64), w.data, scales=w.scales, codebook=np.zeros(16, np.float16))
     with pytest.raises(tops.ShapeMismatch, match="rank 5"):
         tops.Weight("f32", (1, 1, 1, 1, 2), np.zeros(2, np.float32))
+    with pytest.raises(tops.UnsupportedFormat, match=r"scales has dtype float32 \(4-byte items\) but holds f16"):
+        tops.Weight("int4-g32", (4, 64), w.data, scales=w.scales.astype(np.float32))
+    with pytest.raises(tops.UnsupportedFormat, match="data has dtype float64"):
+        tops.Weight("f32", (2, 3), np.zeros((2, 3)))
+    raw = tops.Weight("int4-g32", (4, 64), w.data, scales=w.scales.view(np.uint8))  # raw bytes are fine
+    np.testing.assert_array_equal(tops.dequantize(raw), tops.dequantize(w))
     with pytest.raises(tops.NotFound, match='unknown format "packed"'):  # made by tensorops.pack only
         tops.Weight("packed", (4, 64), w.data)
 
