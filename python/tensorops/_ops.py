@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 import numpy as np
 
@@ -17,16 +17,16 @@ from ._weight import PackedWeight, Weight
 ArrayLike = Any
 
 
-def _right(b: Any, fn: str, stream: Optional[int], rank: Optional[int] = None) -> Operand:
+def _right(b: Any, fn: str, stream: Optional[int]) -> Operand:
     if isinstance(b, (Weight, PackedWeight)):
-        return b._operand(rank, fn)
+        return b._operand(None, fn)
     return operand(b, fn, "b", stream=stream)
 
 
-def _matrix(x: Any, op: Operand, fn: str, what: str) -> Tuple[Operand, Tuple[int, ...]]:
-    """[..., M, K] -> [M', K] (leading dimensions merged) and the leading extents."""
+def _matrix(x: Any, op: Operand, fn: str, what: str) -> Operand:
+    """[..., M, K] -> [M', K] (leading dimensions merged)."""
     if len(op.shape) == 2:
-        return op, op.shape[:1]
+        return op
     if len(op.shape) < 2:
         fail(ShapeMismatch, fn, f"{what} has shape {list(op.shape)}; matmul needs [M, K] (a row: x[None, :])")
     m = int(np.prod(op.shape[:-1]))
@@ -37,7 +37,7 @@ def _matrix(x: Any, op: Operand, fn: str, what: str) -> Tuple[Operand, Tuple[int
         else:
             fail(InvalidArgument, fn, f"{what} has shape {list(op.shape)} and strides {list(op.strides)}, whose "
                                       "leading dimensions do not merge into one; make it contiguous first")
-    return flat, op.shape[:-1]
+    return flat
 
 
 def _prepare(a, b, relaxed, transpose_left, transpose_right, out, accumulate, dest_dtype, threads, stream, fn):
@@ -49,14 +49,13 @@ def _prepare(a, b, relaxed, transpose_left, transpose_right, out, accumulate, de
         transpose_right = b.transpose_right if isinstance(b, PackedWeight) else isinstance(b, Weight)
     if len(A.shape) > 2 and transpose_left:
         fail(ShapeMismatch, fn, f"a has shape {list(A.shape)}; with transpose_left it must be [K, M]")
-    A2, lead = _matrix(a, A, fn, "a")
+    A2 = _matrix(a, A, fn, "a")
     if len(R.shape) != 2:
         fail(ShapeMismatch, fn, f"b has shape {list(R.shape)}; matmul needs a matrix ([K, N], or [N, K] with "
                                 "transpose_right)")
     m = A2.shape[1] if transpose_left else A2.shape[0]
     n = R.shape[0] if transpose_right else R.shape[1]
-    if len(A.shape) == 2:
-        lead = (m,)
+    lead = A.shape[:-1] if len(A.shape) > 2 else (m,)  # the result's leading extents
     device = common_device([A2, R], fn, allow_host=[False, True])
     if out is None:
         if accumulate:

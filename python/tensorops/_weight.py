@@ -47,7 +47,8 @@ def _plane_count(t: Tensor, plane) -> int:
     return n
 
 
-def _as_bytes(a: Any, fn: str, what: str) -> np.ndarray:
+def _plane_array(a: Any, fn: str, what: str) -> np.ndarray:
+    """A plane as a C-contiguous numpy array (no copy when it is one already)."""
     arr = np.ascontiguousarray(a)
     if arr.dtype.hasobject:
         fail(InvalidArgument, fn, f"{what} holds Python objects; planes are numeric arrays")
@@ -88,10 +89,10 @@ class Weight:
         self._f = f
         self._format = format_name(f)
         self._shape = shape
-        self._data = _as_bytes(data, fn, "data")
-        self._scales = None if scales is None else _as_bytes(scales, fn, "scales")
-        self._bias = None if bias is None else _as_bytes(bias, fn, "bias")
-        self._codebook = None if codebook is None else _as_bytes(codebook, fn, "codebook")
+        self._data = _plane_array(data, fn, "data")
+        self._scales = None if scales is None else _plane_array(scales, fn, "scales")
+        self._bias = None if bias is None else _plane_array(bias, fn, "bias")
+        self._codebook = None if codebook is None else _plane_array(codebook, fn, "codebook")
         self._tensor_scale = float(tensor_scale)
         elem = _stem(f.id)
         _check_items(self._data, {"f32": 4, "f16": 2, "bf16": 2}.get(elem, 1), elem if elem in ("f32", "f16", "bf16")
