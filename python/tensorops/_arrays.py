@@ -55,6 +55,10 @@ def numpy_dtype(name: str, fn: str) -> np.dtype:
     return np.dtype({"f32": np.float32, "f16": np.float16}[name])
 
 
+_DTYPE_NAMES = {"f32": "f32", "float32": "f32", "float": "f32", "f16": "f16", "float16": "f16", "half": "f16",
+                "bf16": "bf16", "bfloat16": "bf16"}
+
+
 def dtype_name(dtype: Any, fn: str, what: str = "dest_dtype") -> str:
     """"f32" | "f16" | "bf16" of a dtype given as a name, a numpy dtype or type, or a torch dtype."""
     if isinstance(dtype, str):
@@ -64,11 +68,10 @@ def dtype_name(dtype: Any, fn: str, what: str = "dest_dtype") -> str:
             key = np.dtype(dtype).name
         except TypeError:
             key = str(dtype).rsplit(".", 1)[-1]  # torch.float16 -> "float16"
-    names = {"f32": "f32", "float32": "f32", "float": "f32", "f16": "f16", "float16": "f16", "half": "f16",
-             "bf16": "bf16", "bfloat16": "bf16"}
-    if key not in names:
+    name = _DTYPE_NAMES.get(key)
+    if name is None:
         fail(UnsupportedFormat, fn, f"{what} is {dtype!r}; it must be float32, float16 or bfloat16")
-    return names[key]
+    return name
 
 
 def _np_name(dtype: np.dtype) -> Optional[str]:
@@ -99,20 +102,32 @@ class Operand:
         return ctypes.byref(self.t)
 
 
+_PLAIN: Dict[str, Format] = {}
+_DEVICE_STRUCTS: Dict[Dev, Device] = {}
+
+
 def view_plain(dtype: str, shape: Sequence[int], strides: Sequence[int], data: int, device: Dev, keep: Any,
                fn: str) -> Operand:
     """tops_tensor_view of an f32/f16/bf16 tensor (strides in elements)."""
     d = TensorDesc()
-    d.format = parse_format(dtype, fn)
-    d.rank = len(shape)
+    f = _PLAIN.get(dtype)
+    if f is None:
+        f = _PLAIN[dtype] = parse_format(dtype, fn)
+    d.format = f  # (a struct assignment copies)
+    n = len(shape)
+    d.rank = n
+    d.extent[:n] = shape
+    d.stride[:n] = strides
     span = 1
-    for i, (e, s) in enumerate(zip(shape, strides)):
-        d.extent[i], d.stride[i] = e, s
-        if e > 0:
+    for e, s in zip(shape, strides):
+        if e > 1:
             span += (e - 1) * s
     d.data = data
-    d.data_bytes = span * _ITEMSIZE[dtype] if all(e > 0 for e in shape) else 0
-    d.memory = Device(*device)
+    d.data_bytes = span * _ITEMSIZE[dtype] if min(shape, default=0) > 0 else 0
+    dev = _DEVICE_STRUCTS.get(device)
+    if dev is None:
+        dev = _DEVICE_STRUCTS[device] = Device(*device)
+    d.memory = dev
     t = Tensor()
     check(LIB.tops_tensor_view(ctypes.byref(d), ctypes.byref(t)))
     return Operand(t, keep, device, dtype, tuple(shape), tuple(strides))
@@ -121,8 +136,11 @@ def view_plain(dtype: str, shape: Sequence[int], strides: Sequence[int], data: i
 def _layout_ok(arr: np.ndarray) -> bool:
     """Strides the library can take without a copy: native byte order, aligned,
     positive multiples of the item size (anything where the extent is 1)."""
-    if not arr.dtype.isnative or not arr.flags.aligned:
+    flags = arr.flags
+    if not arr.dtype.isnative or not flags.aligned:
         return False
+    if flags.c_contiguous:
+        return True
     for e, s in zip(arr.shape, arr.strides):
         if e > 1 and (s <= 0 or s % arr.itemsize):
             return False
@@ -136,8 +154,11 @@ def _check_rank_and_size(shape: Tuple[int, ...], fn: str, what: str) -> None:
         fail(ShapeMismatch, fn, f"{what} has shape {list(shape)}; every extent must be >= 1")
 
 
+_NP_NAMES: Dict[np.dtype, str] = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}
+
+
 def numpy_operand(arr: np.ndarray, fn: str, what: str, writable: bool = False) -> Operand:
-    name = _np_name(arr.dtype)
+    name = _NP_NAMES.get(arr.dtype) or _np_name(arr.dtype)
     if name is None:
         fail(UnsupportedFormat, fn, f"{what} has dtype {arr.dtype}; it must be float32, float16 or bfloat16 "
                                     "(convert it first, e.g. with .astype(np.float32))")
@@ -150,7 +171,8 @@ def numpy_operand(arr: np.ndarray, fn: str, what: str, writable: bool = False) -
                                       "result is written in place, so it must be native-endian, aligned, with "
                                       "positive strides")
         arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
-    strides = tuple(s // arr.itemsize if e > 1 else 0 for e, s in zip(arr.shape, arr.strides))
+    size = arr.itemsize
+    strides = tuple(s // size if e > 1 else 0 for e, s in zip(arr.shape, arr.strides))
     return view_plain(name, arr.shape, strides, arr.ctypes.data, HOST, arr, fn)
 
 
