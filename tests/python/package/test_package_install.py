@@ -85,3 +85,18 @@ def test_threads_share_the_library(rng):
         t.join()
     for g in got:
         np.testing.assert_array_equal(g, alone)
+
+
+def test_every_status_has_its_exception_class():
+    from tensorops import _errors, _lib
+    assert _lib.STATUSES[0] == "ok"
+    for code, name in enumerate(_lib.STATUSES[1:], start=1):
+        cls = _errors.error_class(name)
+        assert cls is not tops.Error and issubclass(cls, tops.Error), name
+        assert cls.status == name
+        with pytest.raises(cls) as e:
+            _lib.LIB.tops_clear_error()
+            _errors.check(code)
+        assert e.value.status == name and e.value.sentence == name  # no sentence recorded: the status name
+    assert issubclass(tops.InvalidArgument, ValueError) and issubclass(tops.OutOfMemory, MemoryError)
+    assert issubclass(tops.IoError, OSError) and issubclass(tops.NotFound, LookupError)
