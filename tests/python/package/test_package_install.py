@@ -100,3 +100,21 @@ def test_every_status_has_its_exception_class():
         assert e.value.status == name and e.value.sentence == name  # no sentence recorded: the status name
     assert issubclass(tops.InvalidArgument, ValueError) and issubclass(tops.OutOfMemory, MemoryError)
     assert issubclass(tops.IoError, OSError) and issubclass(tops.NotFound, LookupError)
+
+
+def test_a_bad_tops_isa_is_reported_not_fatal():
+    """TOPS_ISA naming no level: info() carries the sentence, ops raise it."""
+    import subprocess
+    import sys
+    code = ("import numpy as np, tensorops as t\n"
+            "print(t.info().isa_error)\n"
+            "try:\n"
+            "    t.matmul(np.ones((2, 32), np.float32), np.ones((32, 4), np.float32))\n"
+            "except t.InvalidArgument as e:\n"
+            "    print('raised', e)\n")
+    env = dict(os.environ, TOPS_ISA="bogus")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    first, second = out.stdout.splitlines()[:2]
+    assert "bogus" in first and "ref" in first, out.stdout
+    assert second.startswith("raised ") and "bogus" in second, out.stdout
