@@ -104,7 +104,7 @@ def device_of(obj: Any) -> Tuple[int, int]:
     return int(dev[0]), int(dev[1])
 
 
-def _call_dlpack(obj: Any, stream: Optional[int]):
+def _call_dlpack(obj: Any, stream: Optional[int], fn: str, what: str):
     """obj.__dlpack__(), asking for a versioned capsule first; an older
     producer that lacks a keyword raises TypeError and is asked again.  Host
     memory takes no stream; device memory always gets ours."""
@@ -121,8 +121,8 @@ def _call_dlpack(obj: Any, stream: Optional[int]):
         except TypeError as e:
             last = e
         except BufferError as e:  # the producer cannot export it (read-only, odd dtype, ...)
-            raise InvalidArgument(f"{type(obj).__name__}.__dlpack__() refused: {e}") from e
-    raise InvalidArgument(f"__dlpack__ of {type(obj).__name__} failed: {last}")
+            raise InvalidArgument(f"{fn}: {what} ({type(obj).__name__}): __dlpack__() refused: {e}") from e
+    raise InvalidArgument(f"{fn}: {what} ({type(obj).__name__}): __dlpack__() failed: {last}")
 
 
 def consume(obj: Any, fn: str, what: str, stream: Optional[int] = None) -> Borrowed:
@@ -138,7 +138,7 @@ def consume(obj: Any, fn: str, what: str, stream: Optional[int] = None) -> Borro
     else:
         fail(UnsupportedOnDevice, fn, f"{what} lives on DLPack device type {dev_type}; tensorops reads host "
                                       "and CUDA memory")
-    capsule = _call_dlpack(obj, stream_arg)
+    capsule = _call_dlpack(obj, stream_arg, fn, what)
     name_ptr = _GetName(capsule)
     name = ctypes.string_at(name_ptr) if name_ptr else b""
     readonly = False
