@@ -26,6 +26,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cstdio>
 
 #ifdef TOPS_CU_WGMMA
 #define TOPS_FP8_WGMMA 1
@@ -50,8 +51,8 @@ struct RingDims {
     static_assert(!CV || (CL == 1 && ET != kE4M3), "converted weights: 16-bit operands, no clusters");
     static constexpr int kKS = stage_k<ET>(), kBN = BN; // K elements a stage, channels a tile
     static constexpr int kStageA = kBM * kBK, kStageB = BN * (CV ? kKS : kBK), kSlot = BN * kBK;
-    static constexpr int kSlots = CV ? NC : 0;
-    static constexpr int kBytes = STAGES * (kStageA + kStageB) + kSlots * kSlot, kBars = 2 * STAGES + 2 * kSlots;
+    static constexpr int kSlots = CV ? NC : 1; // converted slots (CV; 1: none, a modulus that is never used)
+    static constexpr int kBytes = STAGES * (kStageA + kStageB) + (CV ? kSlots * kSlot : 0), kBars = 2 * STAGES;
 };
 
 struct GemmParams {
@@ -67,6 +68,7 @@ struct GemmParams {
     int dp_tiles; // persistent kernel: tiles done whole; stream-K splits the K stages of the rest
                   // (clusters: the tile pairs)
     int share_b;  // clusters: the two CTAs share the weight tile (row-tile pairs), else the activation tile
+    int a_rows;   // rows of the activation box (CL = 1): kBM, or M rounded up to 8 below kBM (no zero-fill)
     unsigned *flags;  // stream-K: per CTA, 1 once its partial tile is in partials (zeroed by quant_rows)
     float *partials;  // stream-K: per CTA one 128 x 256 f32 partial tile, in accumulator order
 };
@@ -381,6 +383,26 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t d
                      : "l"(da), "l"(db));
 }
 
+#define TOPS_D96_OUT "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define TOPS_D96_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}"
+template <int ET>
+__device__ __forceinline__ void wgmma_ss(float (&d)[96], uint64_t da, uint64_t db) {
+    if constexpr (ET == kE4M3)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " TOPS_D96_REGS ", %96, %97, 1, 1, 1;\n"
+                     : TOPS_D96_OUT
+                     : "l"(da), "l"(db));
+    else if constexpr (ET == kF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " TOPS_D96_REGS
+                     ", %96, %97, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D96_OUT
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " TOPS_D96_REGS
+                     ", %96, %97, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D96_OUT
+                     : "l"(da), "l"(db));
+}
+
 // One K stage (128 bytes of each row): four k32 (e4m3) or k16 (16-bit)
 // steps, 32 bytes apart inside the swizzled rows, accumulating into d
 // (zeroed before the K loop: a scale-d = 0 first stage chosen at run time
@@ -470,58 +492,46 @@ __device__ __forceinline__ uint4 cvt8_e4m3(uint2 v) {
 // is free again only once the consumers of both CTAs are done with it: the
 // empty barriers count both CTAs' consumer warps.
 // CV = 1 (16-bit ET, CL = 1): the weights arrive as e4m3 codes [BN][64]
-// (64 bytes of K a row, unswizzled) and warps 1..3 of the producer
-// warpgroup convert each stage into one of NC slots of ET [BN][64]
-// (128-byte swizzled, what wgmma reads), with their own full (3 converter
-// warps) and empty (8 consumer warps) barriers; a code stage is free again
-// once the consumers (its activations) and the converters (its codes) are
-// done with it.
+// (64 bytes of K a row, unswizzled); the consumers convert each stage into
+// one of NC = 3 slots of ET [BN][64] (128-byte swizzled, what wgmma reads):
+// stage it + 1 while the wgmmas of stage it run (consume_cv).
 template <int BN, int STAGES, int CL = 1, int ET = kE4M3, int CV = 0, int NC = 3>
 struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
     using D = RingDims<BN, STAGES, CL, ET, CV, NC>;
     using D::kKS, D::kStageA, D::kStageB, D::kSlot, D::kSlots, D::kBytes, D::kBars;
-    static constexpr int kConverters = CV ? 3 : 0; // warps
-    static constexpr int kNS = kSlots > 0 ? kSlots : 1; // (no slots without CV)
     unsigned char *sa, *sb, *sc;
-    uint64_t *full, *empty, *cfull, *cempty;
-    __device__ Ring(unsigned char *base, uint64_t *bars)
+    uint64_t *full, *empty;
+    uint32_t a_tx; // activation bytes a stage (one CTA): rows of the A box x 128
+    __device__ Ring(unsigned char *base, uint64_t *bars, int a_rows = kBM)
         : sa(base), sb(base + STAGES * kStageA), sc(base + STAGES * (kStageA + kStageB)), full(bars),
-          empty(bars + STAGES), cfull(bars + 2 * STAGES), cempty(bars + 2 * STAGES + kSlots) {}
+          empty(bars + STAGES), a_tx((uint32_t)a_rows * kBK) {}
     __device__ void init() const {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
-            mbar_init(&empty[s], 8 * CL + kConverters); // one arrive per consumer warp of the cluster
-        }
-        for (int c = 0; c < kSlots; c++) {
-            mbar_init(&cfull[c], kConverters);
-            mbar_init(&cempty[c], 8);
+            mbar_init(&empty[s], 8 * CL); // one arrive per consumer warp of the cluster
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    // Converter warps (threadIdx.x 32 .. 127): K stages k0 .. k1 - 1, each
-    // stage's codes into its slot (8 codes -> one 16-byte swizzled chunk a
-    // step: a warp's lanes read 256 contiguous bytes and write 4 whole rows).
-    __device__ __forceinline__ void convert(int k0, int k1, unsigned &it) const {
-        const int t = (int)threadIdx.x - 32;
-        for (int kt = k0; kt < k1; kt++, it++) {
-            const unsigned s = it % STAGES, c = it % kNS;
-            mbar_wait(&full[s], (it / STAGES) & 1);
-            if (it >= (unsigned)kNS) mbar_wait(&cempty[c], ((it / kNS) + 1) & 1);
-            const unsigned char *src = sb + s * kStageB;
-            unsigned char *dst = sc + c * kSlot;
-#pragma unroll 2
-            for (int q = t; q < BN * 8; q += 32 * kConverters) {
-                const int r = q >> 3, ch = q & 7;
-                const uint2 v = *reinterpret_cast<const uint2 *>(src + r * 64 + ch * 8);
-                *reinterpret_cast<uint4 *>(dst + r * 128 + ((ch ^ (r & 7)) << 4)) = cvt8_e4m3<ET>(v);
-            }
-            fence_proxy_async(); // the generic-proxy writes, before wgmma (async proxy) reads them
-            __syncwarp();
-            if ((threadIdx.x & 31) == 0) {
-                mbar_arrive(&cfull[c]);
-                mbar_arrive(&empty[s]);
-            }
+    // The 256 consumer threads' share of stage it's codes into slot it % NS
+    // (8 codes -> one 16-byte swizzled chunk: a warp's lanes read 256
+    // contiguous bytes and write 4 whole rows); all loads first.
+    __device__ __forceinline__ void convert(unsigned it) const {
+        constexpr int kPer = BN * 8 / 256;
+        const int t = (int)threadIdx.x - 128;
+        const unsigned char *src = sb + (it % STAGES) * kStageB;
+        unsigned char *dst = sc + (it % kSlots) * kSlot;
+        uint2 v[kPer];
+#pragma unroll
+        for (int i = 0; i < kPer; i++) {
+            const int q = t + 256 * i;
+            v[i] = *reinterpret_cast<const uint2 *>(src + (q >> 3) * 64 + (q & 7) * 8);
         }
+#pragma unroll
+        for (int i = 0; i < kPer; i++) {
+            const int q = t + 256 * i, r = q >> 3;
+            *reinterpret_cast<uint4 *>(dst + r * 128 + (((q & 7) ^ (r & 7)) << 4)) = cvt8_e4m3<ET>(v[i]);
+        }
+        fence_proxy_async(); // these generic-proxy writes, before wgmma (async proxy) reads them
     }
     // What a CTA of a cluster loads: the shared operand's half `rank` into
     // every CTA (share_b: the weight tile, the CTAs on row tiles tm of one
@@ -540,7 +550,7 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
             if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
             unsigned char *a = sa + s * kStageA, *b = sb + s * kStageB;
             if constexpr (CL == 1) {
-                mbar_expect_tx(&full[s], kStageA + kStageB);
+                mbar_expect_tx(&full[s], a_tx + kStageB);
                 tma_load_2d(a, ma, &full[s], kt * kKS, tm * kBM);
                 tma_load_2d(b, mb, &full[s], kt * kKS, tn * BN);
             } else {
@@ -580,9 +590,7 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
         if (ghost) {
             for (int kt = k0; kt < k1; kt++, it++) {
                 mbar_wait(&full[it % STAGES], (it / STAGES) & 1);
-                if constexpr (CV > 0) mbar_wait(&cfull[it % kNS], (it / kNS) & 1);
                 if (lane0) release(it % STAGES, rank);
-                if (CV > 0 && lane0) mbar_arrive(&cempty[it % kNS]);
             }
             return;
         }
@@ -591,23 +599,56 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
         for (int kt = k0; kt < k1; kt++, it++) {
             const unsigned s = it % STAGES;
             mbar_wait(&full[s], (it / STAGES) & 1);
-            if constexpr (CV > 0) mbar_wait(&cfull[it % kNS], (it / kNS) & 1);
             wgmma_fence();
-            const unsigned char *a = sa + s * kStageA + cw * 64 * kBK,
-                                *b = CV > 0 ? sc + (it % kNS) * kSlot : sb + s * kStageB;
+            const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
             wgmma_stage<ET>(d, a, b);
             wgmma_commit();
             // The previous stage's products are done: hand its slot back.
             wgmma_wait<1>();
             if (kt > k0 && lane0) release((it - 1) % STAGES, rank);
-            if (CV > 0 && kt > k0 && lane0) mbar_arrive(&cempty[(it - 1) % kNS]);
             if (kt == k0 + 1 && first_done && lane0) mbar_arrive(first_done);
         }
         wgmma_wait<0>();
         fence_regs(d);
         if (lane0) release((it - 1) % STAGES, rank);
-        if (CV > 0 && lane0) mbar_arrive(&cempty[(it - 1) % kNS]);
         if (k1 - k0 == 1 && first_done && lane0) mbar_arrive(first_done);
+    }
+    // consume() for converted weights (CV): both consumer warpgroups convert
+    // stage it + 1 while the wgmmas of stage it run, then meet at a barrier
+    // (named barrier 1, 256 threads) before those of it + 1 are issued.  The
+    // slot converted into was last read by the wgmmas of stage it - 2, which
+    // every consumer waited for before the previous barrier.  idle: this
+    // warpgroup's rows all lie past M; it converts and meets, issuing no
+    // wgmma (d stays 0).
+    __device__ __forceinline__ void consume_cv(float (&d)[BN / 2], int cw, int k0, int k1, unsigned &it,
+                                               bool idle) const {
+        const bool lane0 = (threadIdx.x & 31) == 0;
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+        mbar_wait(&full[it % STAGES], (it / STAGES) & 1);
+        convert(it);
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        for (int kt = k0; kt < k1; kt++, it++) {
+            const unsigned s = it % STAGES;
+            if (!idle) {
+                wgmma_fence();
+                wgmma_stage<ET>(d, sa + s * kStageA + cw * 64 * kBK, sc + (it % kSlots) * kSlot);
+                wgmma_commit();
+            }
+            if (kt + 1 < k1) {
+                mbar_wait(&full[(it + 1) % STAGES], ((it + 1) / STAGES) & 1);
+                convert(it + 1);
+            }
+            if (!idle) wgmma_wait<1>();
+            // Stage it - 1: its activations read (its codes long since converted).
+            if (kt > k0 && lane0) release((it - 1) % STAGES, 0);
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+        }
+        if (!idle) {
+            wgmma_wait<0>();
+            fence_regs(d);
+        }
+        if (lane0) release((it - 1) % STAGES, 0);
     }
 };
 
@@ -641,7 +682,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     using R = Ring<BN, STAGES, 1, ET, CV>;
-    const R ring(smem, reinterpret_cast<uint64_t *>(smem + R::kBytes));
+    const R ring(smem, reinterpret_cast<uint64_t *>(smem + R::kBytes), p.a_rows);
 
     // Tokens fastest: the CTAs in flight share a few weight column tiles
     // and all of the (smaller) activation codes in L2.
@@ -653,11 +694,10 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     unsigned it = 0;
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(CV && BN == 128 ? 56 : 40));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (threadIdx.x == 0) ring.produce(&map_a, &map_b, tm, tn, 0, ktiles, it);
-        else if (CV > 0 && threadIdx.x >= 32) ring.convert(0, ktiles, it);
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CV && BN == 128 ? 224 : 232));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
         float d[BN / 2];
         // A warpgroup whose rows all lie past M only passes the stages on.
@@ -665,7 +705,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (idle)
 #pragma unroll
             for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
-        ring.consume(d, cw, 0, ktiles, it, nullptr, idle);
+        if constexpr (CV > 0) {
+            if (idle) ring.consume_cv(d, cw, 0, ktiles, it, true); // (two inlined copies: no run-time
+            else ring.consume_cv(d, cw, 0, ktiles, it, false);     //  branch among the wgmmas, C7518)
+        }
+        else ring.consume(d, cw, 0, ktiles, it, nullptr, idle);
 
         // Epilogue through shared memory (the stage ring is idle once both
         // consumer warpgroups are past their last wgmma), so that the global
@@ -684,6 +728,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 *reinterpret_cast<float2 *>(c + (warp * 16 + lane / 4 + 8 * h) * ld + 8 * j + 2 * (lane & 3)) =
                     make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
         asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+        // Threads t < kRows x BN / 4: columns 4 (t % (BN / 4)), every kRows-th row.
+        constexpr int kRows = 128 / (BN / 4);
         const int t = threadIdx.x & 127;
         const int col = 4 * (t % (BN / 4)), col_g = tn * BN + col;
         float4 cs = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
@@ -693,7 +739,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             cs.z = col_g + 2 < p.n ? p.ch_scale[col_g + 2] : 0.0f;
             cs.w = col_g + 3 < p.n ? p.ch_scale[col_g + 3] : 0.0f;
         }
-        for (int r = t / (BN / 4); r < 64; r += 128 / (BN / 4)) {
+        for (int r = t / (BN / 4); r < 64 && t < kRows * (BN / 4); r += kRows) {
             const int row = tm * kBM + cw * 64 + r;
             if (row >= p.m || col_g >= p.n) continue;
             const float rs = (p.row_scale ? p.row_scale[row] : 1.0f) * p.global;
@@ -791,7 +837,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw), *staging = smem + R::kBytes;
     uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStagingBytes), *lag_bar = bars + R::kBars;
-    const R ring(smem, bars);
+    const R ring(smem, bars, p.a_rows);
     const int wg = threadIdx.x / 128;
     const int ktiles = (p.k + R::kKS - 1) / R::kKS, tiles = p.tiles_m * p.tiles_n;
     const uint32_t rank = CL > 1 ? cluster_rank() : 0;
@@ -802,7 +848,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // epilogues one after the other, and the one still in its K loop keeps
     // the tensor cores busy during the other's epilogue (the lag persists from
     // tile to tile).
-    const bool lag = CL == 1 && p.lag && tiles > (int)gridDim.x;
+    const bool lag = CL == 1 && CV == 0 && p.lag && tiles > (int)gridDim.x;
     if (threadIdx.x == 0) {
         mbar_init(lag_bar, 4); // one arrive per warp of the first consumer warpgroup
         ring.init();
@@ -814,7 +860,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     unsigned it = 0;
     if (wg == 0) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(CV && BN == 128 ? 56 : 40));
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         // Launched as a programmatic dependent of the quantizer: everything
         // above ran while it finished; its codes and row scales are read below.
         if (threadIdx.x == 0) grid_dep_wait();
@@ -824,12 +870,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 const bool own = place<CL>(p, w.t, rank, tm, tn);
                 ring.produce(&map_a, &map_b, tm, tn, w.k0, w.k1, it, typename R::Share{p.share_b != 0, !own, rank});
             }
-        else if (CV > 0 && threadIdx.x >= 32) // converter warps: the same walk
-            for (Work w(p, ktiles, units, first, step); w.next();) ring.convert(w.k0, w.k1, it);
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CV && BN == 128 ? 224 : 232));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         constexpr int kBoxCols = 128 / (int)sizeof(OutT), kBoxes = BN / kBoxCols, kJ = kBoxCols / 8;
-        static_assert(kBoxes % 2 == 0, "box b fills buffer b % 2 in every tile");
+        unsigned nbox = 0; // boxes filled so far (all tiles): box i fills buffer i % 2
         const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
         const bool leader = (threadIdx.x & 127) == 0;
         unsigned char *bufs = staging + cw * 2 * kBoxBytes;
@@ -844,7 +888,8 @@ __global__ void __launch_bounds__(kThreads, 1)
             // (not stream-K) none of this warpgroup's rows below M: their
             // stores would all be clipped.
             if (!place<CL>(p, w.t, rank, tm, tn) || (!p.partials && tm * kBM + cw * 64 >= p.m)) {
-                ring.consume(d, cw, w.k0, w.k1, it, nullptr, true, rank);
+                if constexpr (CV > 0) ring.consume_cv(d, cw, w.k0, w.k1, it, true);
+                else ring.consume(d, cw, w.k0, w.k1, it, nullptr, true, rank);
                 continue;
             }
             // Scales before the K loop, which hides their latency.  Lane l
@@ -864,7 +909,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 cs[q].x = !p.ch_scale ? 1.0f : col < p.n ? p.ch_scale[col] : 0.0f;
                 cs[q].y = !p.ch_scale ? 1.0f : col + 1 < p.n ? p.ch_scale[col + 1] : 0.0f;
             }
-            ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first_tile ? lag_bar : nullptr, false, rank);
+            if constexpr (CV > 0) ring.consume_cv(d, cw, w.k0, w.k1, it, false);
+            else ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first_tile ? lag_bar : nullptr, false, rank);
 
             // Stream-K: a piece that does not end the tile leaves its sums
             // to the CTA whose piece does (a later CTA, which waits for the
@@ -906,7 +952,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             // different banks.
 #pragma unroll
             for (int b = 0; b < kBoxes; b++) {
-                unsigned char *buf = bufs + (b & 1) * kBoxBytes;
+                unsigned char *buf = bufs + (nbox++ & 1) * kBoxBytes;
 #pragma unroll
                 for (int jj = 0; jj < kJ; jj++) {
                     const int j = b * kJ + jj;
@@ -942,14 +988,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Tile shapes: 128 x 256 (wide), or 128 x 128 (narrow: twice the CTAs
-// where the wide tiles leave SMs idle, e.g. N = 12288 at M <= 256: 96 wide
-// tiles on 132 SMs); rings of 4 / 6 stages, with converted weights (CV) 3
-// code stages and 3 converted slots / 6 and 3.
-enum { kWide = 0, kNarrow = 1 };
+// Tile shapes, 128 tokens x 256 (wide), 192 (mid) or 128 (narrow)
+// channels, on rings of 4, 4 and 6 stages (converted weights, CV: 3, 4 and
+// 6 code stages and 3 converted slots): pick_shape below.
+enum { kWide = 0, kNarrow = 1, kMid = 2 };
 template <int SHAPE, int CV>
 struct Shape {
-    static constexpr int BN = SHAPE == kWide ? 256 : 128, STAGES = SHAPE == kNarrow ? 6 : CV ? 3 : 4;
+    static constexpr int BN = SHAPE == kWide ? 256 : SHAPE == kMid ? 192 : 128;
+    static constexpr int STAGES = SHAPE == kNarrow ? 6 : SHAPE == kMid ? 4 : CV ? 3 : 4;
 };
 template <int SHAPE, int ET, int CV, int CL = 1>
 using RingOf = RingDims<Shape<SHAPE, CV>::BN, Shape<SHAPE, CV>::STAGES, CL, ET, CV, 3>;
@@ -1145,11 +1191,12 @@ int max_clusters_for(int out_dtype) {
 
 template <typename OutT, int ET, int CV>
 cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, GemmParams p,
-                              const PersistPlan &pl, bool narrow, cudaStream_t stream, const char **what) {
+                              const PersistPlan &pl, int shape, cudaStream_t stream, const char **what) {
     PersistKernel kernel;
-    cudaError_t err = narrow         ? persistent_kernel<OutT, 1, kNarrow, ET, CV>(&kernel, what)
-                      : CV || !pl.cl ? persistent_kernel<OutT, 1, kWide, ET, CV>(&kernel, what)
-                                     : persistent_kernel<OutT, 2, kWide, ET, 0>(&kernel, what);
+    cudaError_t err = shape == kNarrow ? persistent_kernel<OutT, 1, kNarrow, ET, CV>(&kernel, what)
+                      : shape == kMid  ? persistent_kernel<OutT, 1, kMid, ET, CV>(&kernel, what)
+                      : CV || !pl.cl   ? persistent_kernel<OutT, 1, kWide, ET, CV>(&kernel, what)
+                                       : persistent_kernel<OutT, 2, kWide, ET, 0>(&kernel, what);
     if (err != cudaSuccess) return err;
     p.tiles_m = pl.tiles_m;
     p.tiles_n = pl.tiles_n;
@@ -1158,37 +1205,50 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
     if (pl.cl) p.lag = 0; // the lag is a one-CTA schedule
     // Programmatic dependent launch (TOPS_CUDA_PDL=0: plain), so that the
     // prologue overlaps the quantizer's last blocks; clusters by attribute.
-    const size_t smem = narrow           ? persist_smem<RingOf<kNarrow, ET, CV>>()
-                        : CV || !pl.cl ? persist_smem<RingOf<kWide, ET, CV>>()
-                                       : persist_smem<RingOf<kWide, ET, 0, 2>>();
+    const size_t smem = shape == kNarrow ? persist_smem<RingOf<kNarrow, ET, CV>>()
+                        : shape == kMid  ? persist_smem<RingOf<kMid, ET, CV>>()
+                        : CV || !pl.cl   ? persist_smem<RingOf<kWide, ET, CV>>()
+                                         : persist_smem<RingOf<kWide, ET, 0, 2>>();
     err = tops_cu::launch_kernel(kernel, dim3((unsigned)pl.grid), dim3(kThreads), smem, stream,
                                  tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0, pl.cl ? 2 : 1, ma, mb, mc, p);
     if (err != cudaSuccess) *what = "the TMA GEMM launch";
     else {
-        static const char *const names[3][4] = {
-            {"fp8 persistent", "fp8 persistent, clusters of 2 sharing the weight tile",
-             "fp8 persistent, clusters of 2 sharing the activation tile", "fp8 persistent, 128-channel tiles"},
-            {"f16 persistent", "f16 persistent, clusters of 2 sharing the weight tile",
-             "f16 persistent, clusters of 2 sharing the activation tile", "f16 persistent, 128-channel tiles"},
-            {"bf16 persistent", "bf16 persistent, clusters of 2 sharing the weight tile",
-             "bf16 persistent, clusters of 2 sharing the activation tile", "bf16 persistent, 128-channel tiles"}};
-        static const char *const cv_names[3][2] = {
-            {"", ""},
-            {"f16 persistent, e4m3 weights converted", "f16 persistent, e4m3 weights converted, 128-channel tiles"},
-            {"bf16 persistent, e4m3 weights converted", "bf16 persistent, e4m3 weights converted, 128-channel tiles"}};
-        tops_cu::set_last_kernel(CV ? cv_names[ET][narrow] : names[ET][narrow ? 3 : pl.cl]);
+        // "<type> persistent[, e4m3 weights converted][, clusters ...][, 128- / 192-channel tiles]"
+        static const char *const base[3][2] = {{"fp8 persistent", "fp8 persistent"},
+                                               {"f16 persistent", "f16 persistent, e4m3 weights converted"},
+                                               {"bf16 persistent", "bf16 persistent, e4m3 weights converted"}};
+        static const char *const tail[5] = {"", ", clusters of 2 sharing the weight tile",
+                                            ", clusters of 2 sharing the activation tile", ", 128-channel tiles",
+                                            ", 192-channel tiles"};
+        static thread_local char name[96];
+        snprintf(name, sizeof name, "%s%s", base[ET][CV],
+                 tail[shape == kNarrow ? 3 : shape == kMid ? 4 : pl.cl]);
+        tops_cu::set_last_kernel(name);
     }
     return err;
 }
 
-// Whether the narrow tiles run: where the wide ones leave SMs idle (fewer
-// tiles than SMs).  TOPS_CUDA_GEMM_BN (128 / 256) forces one (experiment).
-bool use_narrow(int m, int n, int et) {
+// The 16-bit GEMM's tile width: the fewest waves of tiles over the SMs
+// times the channels a tile (a tile's time grows with its width), ties to
+// the wider tile (fewer activation reads).  N = 12288 on 132 SMs: 128 up
+// to M = 128 (96 tiles against 48 wide ones), 192 at M = 256 (128 tiles in
+// one wave, against 96 wide ones or 192 narrow ones in two), 256 at large
+// M.  The FP8 GEMM keeps 256 (its cluster and stream-K schedules).
+// TOPS_CUDA_GEMM_BN (128 / 192 / 256) forces one (experiment).
+int pick_shape(int m, int n, int et) {
     const long long f = tops_cu::env_or("TOPS_CUDA_GEMM_BN", 0);
-    if (f == 128) return true;
-    if (f == 256) return false;
-    if (et == kE4M3) return false;
-    return (long long)((m + kBM - 1) / kBM) * ((n + 255) / 256) < sm_count();
+    if (f == 128) return kNarrow;
+    if (f == 192) return kMid;
+    if (f == 256 || et == kE4M3) return kWide;
+    const long long tm = (m + kBM - 1) / kBM, sms = sm_count();
+    static const int bns[3] = {256, 192, 128}, shapes[3] = {kWide, kMid, kNarrow};
+    int best = kWide;
+    long long best_cost = -1;
+    for (int i = 0; i < 3; i++) {
+        const long long tiles = tm * ((n + bns[i] - 1) / bns[i]), cost = (tiles + sms - 1) / sms * bns[i];
+        if (best_cost < 0 || cost < best_cost) best = shapes[i], best_cost = cost;
+    }
+    return best;
 }
 
 // The GEMM on A [m, k] (row stride lda bytes) and B [n, k] (ldb bytes), both
@@ -1198,11 +1258,16 @@ bool use_narrow(int m, int n, int et) {
 template <int ET, int CV = 0>
 cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda, const void *B, long long ldb,
                      const float *row_scale, const float *ch_scale, bool persist, const CUtensorMap &mc,
-                     const PersistPlan &pl, bool narrow, unsigned *flags, float *partials, cudaStream_t stream,
+                     const PersistPlan &pl, int shape, unsigned *flags, float *partials, cudaStream_t stream,
                      const char **what) {
-    const int cl = persist && !narrow ? pl.cl : 0, bn = narrow ? 128 : 256;
+    const int cl = persist && shape == kWide ? pl.cl : 0, bn = shape == kNarrow ? 128 : shape == kMid ? 192 : 256;
+    // Below kBM rows, an activation box of M rounded up to 8 rows: TMA's
+    // zero fill of the rows past M measured slow (H200, f16 weights, narrow
+    // tiles, K = 4096, N = 12288: 45.3 / 45.1 / 37.8 / 31.4 us at M = 1 / 32
+    // / 64 / 128); the rows past the box are stale and never stored.
+    const int a_rows = cl != 2 && a->m < kBM ? (int)((a->m + 7) / 8 * 8) : kBM;
     CUtensorMap ma, mb;
-    if (!make_map<ET>(&ma, A, (int)a->m, (int)a->k, lda, cl == 2 ? kBM / 2 : kBM) ||
+    if (!make_map<ET>(&ma, A, (int)a->m, (int)a->k, lda, cl == 2 ? kBM / 2 : a_rows) ||
         !make_map<ET, CV>(&mb, B, (int)a->n, (int)a->k, ldb, cl == 1 ? bn / 2 : bn)) {
         *what = "cuTensorMapEncodeTiled for the TMA GEMM's operands";
         return cudaErrorInvalidValue;
@@ -1225,16 +1290,19 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
     p.share_b = 0;
     p.flags = flags;
     p.partials = partials;
+    p.a_rows = a_rows;
+    if (ET != kE4M3) p.lag = 0;
     if (persist)
-        return a->out_dtype == TOPS_DT_F32 ? launch_persistent<float, ET, CV>(ma, mb, mc, p, pl, narrow, stream, what)
+        return a->out_dtype == TOPS_DT_F32 ? launch_persistent<float, ET, CV>(ma, mb, mc, p, pl, shape, stream, what)
                : a->out_dtype == TOPS_DT_F16
-                   ? launch_persistent<__half, ET, CV>(ma, mb, mc, p, pl, narrow, stream, what)
-                   : launch_persistent<__nv_bfloat16, ET, CV>(ma, mb, mc, p, pl, narrow, stream, what);
+                   ? launch_persistent<__half, ET, CV>(ma, mb, mc, p, pl, shape, stream, what)
+                   : launch_persistent<__nv_bfloat16, ET, CV>(ma, mb, mc, p, pl, shape, stream, what);
     // 4-element stores need every row start 4-element aligned.
     const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
     const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
-    return narrow ? launch_gemm<kNarrow, ET, CV>(ma, mb, p, vec, stream, what)
-                  : launch_gemm<kWide, ET, CV>(ma, mb, p, vec, stream, what);
+    return shape == kNarrow ? launch_gemm<kNarrow, ET, CV>(ma, mb, p, vec, stream, what)
+           : shape == kMid  ? launch_gemm<kMid, ET, CV>(ma, mb, p, vec, stream, what)
+                            : launch_gemm<kWide, ET, CV>(ma, mb, p, vec, stream, what);
 }
 
 // The persistent kernel applies (TMA stores: 16-byte aligned rows;
@@ -1259,13 +1327,14 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     // after the activations.
     CUtensorMap mc;
     const bool persist = persistent_ok(a, &mc);
-    const bool narrow = use_narrow((int)a->m, (int)a->n, kE4M3);
+    const int shape = pick_shape((int)a->m, (int)a->n, kE4M3), narrow = shape != kWide;
     // Clusters where the device can run them (the tensor maps' boxes follow:
     // a shared operand is loaded in halves).
     int cl = persist && !narrow ? cluster_mode() : 0;
     const int max_cl = cl ? max_clusters_for<kE4M3>(a->out_dtype) : 0;
     if (max_cl < 1) cl = 0;
-    const PersistPlan pl = plan_persistent((int)a->m, (int)a->n, narrow ? 128 : 256, cl, max_cl, !narrow);
+    const PersistPlan pl =
+        plan_persistent((int)a->m, (int)a->n, shape == kNarrow ? 128 : shape == kMid ? 192 : 256, cl, max_cl, !narrow);
     const bool sk = persist && pl.sk;
     const size_t qbytes = (size_t)a->m * (size_t)a->k_pad, sbytes = ((size_t)a->m * sizeof(float) + 255) & ~(size_t)255,
                  fbytes = sk ? ((size_t)pl.grid * sizeof(unsigned) + 255) & ~(size_t)255 : 0,
@@ -1295,7 +1364,7 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     if (err != cudaSuccess) *what = "the activation quantization launch";
     if (err == cudaSuccess)
         err = run_gemm<kE4M3>(a, ws, a->k_pad, f->weights, a->k_pad, row_scale, static_cast<const float *>(f->ch_scales),
-                              persist, mc, pl, narrow, flags,
+                              persist, mc, pl, shape, flags,
                               sk ? reinterpret_cast<float *>(ws + qbytes + sbytes + fbytes) : nullptr, stream, what);
     cudaError_t e2 = cudaFreeAsync(ws, stream);
     if (err == cudaSuccess && e2 != cudaSuccess) {
@@ -1320,25 +1389,26 @@ extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what
     const int et = a->x_bf16 ? kBF16 : kF16;
     CUtensorMap mc;
     const bool persist = persistent_ok(a, &mc);
-    const bool narrow = use_narrow((int)a->m, (int)a->n, et);
+    const int shape = pick_shape((int)a->m, (int)a->n, et);
     // Clusters share the weight tile as it lands (not with converted codes).
-    int cl = persist && !narrow && !f->codes ? cluster_mode() : 0;
+    int cl = persist && shape == kWide && !f->codes ? cluster_mode() : 0;
     const int max_cl = !cl ? 0 : et == kF16 ? max_clusters_for<kF16>(a->out_dtype) : max_clusters_for<kBF16>(a->out_dtype);
     if (max_cl < 1) cl = 0;
-    const PersistPlan pl = plan_persistent((int)a->m, (int)a->n, narrow ? 128 : 256, cl, max_cl, false);
+    const PersistPlan pl =
+        plan_persistent((int)a->m, (int)a->n, shape == kNarrow ? 128 : shape == kMid ? 192 : 256, cl, max_cl, false);
     const long long lda = a->ldx * 2, ldb = a->k_pad * (f->codes ? 1 : 2);
     const float *cs = static_cast<const float *>(f->ch_scales);
     const void *x = a->x, *w = f->weights;
     cudaError_t err;
     if (f->codes)
-        err = et == kF16 ? run_gemm<kF16, 1>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, narrow, nullptr, nullptr,
+        err = et == kF16 ? run_gemm<kF16, 1>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
                                              stream, what)
-                         : run_gemm<kBF16, 1>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, narrow, nullptr, nullptr,
+                         : run_gemm<kBF16, 1>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
                                               stream, what);
     else
-        err = et == kF16 ? run_gemm<kF16>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, narrow, nullptr, nullptr,
+        err = et == kF16 ? run_gemm<kF16>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
                                           stream, what)
-                         : run_gemm<kBF16>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, narrow, nullptr, nullptr,
+                         : run_gemm<kBF16>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
                                            stream, what);
     return (int)err;
 }

@@ -597,11 +597,22 @@ static void test_wgmma(void) {
    types, every output, rows 16-byte aligned with a gap, packed on the fly;
    accumulate and output rows TMA cannot store (N = 130 in f16) on the
    one-CTA-per-tile kernel; several tiles a CTA (TOPS_CUDA_FP8_CTAS caps
-   the grid: the rings and the staging carried from tile to tile); the
-   256-channel tiles (f16: in clusters of two) where the 128-channel ones
-   would not leave SMs idle (M = 4200, N = 1032: 165 wide tiles); and the
-   cases that must stay off it (M = 16, unaligned rows).  The kernel each
-   ran is asserted by name. */
+   the grid: the rings, the converted slots and the staging carried from
+   tile to tile); each tile width where the wave rule picks it (expect_bn:
+   128 at small M, 192 at M = 4200 and N = 1032 or 1030, 256, f16 in
+   clusters of two, at M = 4200 and N = 1024); and the cases that must stay
+   off it (M = 16, unaligned rows).  The kernel each ran is asserted by
+   name. */
+static int expect_bn(int64_t m, int64_t n) {
+    static const int bns[3] = {256, 192, 128};
+    int best = 256;
+    int64_t best_cost = -1;
+    for (int i = 0; i < 3; i++) {
+        const int64_t tiles = (m + 127) / 128 * ((n + bns[i] - 1) / bns[i]), cost = (tiles + gpu_sms - 1) / gpu_sms * bns[i];
+        if (best_cost < 0 || cost < best_cost) best = bns[i], best_cost = cost;
+    }
+    return best;
+}
 static void test_h16_gemm(void) {
     th_rng r = th_seed();
     enum { ONE, PERSIST };
@@ -626,10 +637,12 @@ static void test_h16_gemm(void) {
         {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 16, 1000, 776, 0, 0, 1, NULL, -1},
         {"bf16", TOPS_DT_BF16, TOPS_DT_F16, 64, 1000, 776, 1, 0, 1, NULL, -1},
         {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 64, 1000, 776, 1, 0, 1, NULL, -1},
-        {"f16", TOPS_DT_F16, TOPS_DT_F32, 4200, 200, 1032, 0, 0, 1, NULL, PERSIST},
-        {"bf16", TOPS_DT_BF16, TOPS_DT_BF16, 4200, 200, 1032, 0, 0, 1, "6", PERSIST},
-        {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F16, 4200, 200, 1032, 0, 0, 1, NULL, PERSIST},
-        {"e4m3-ch", TOPS_DT_BF16, TOPS_DT_F32, 4200, 136, 1032, 0, 0, 1, "4", PERSIST},
+        {"f16", TOPS_DT_F16, TOPS_DT_F32, 4200, 200, 1024, 0, 0, 1, NULL, PERSIST},
+        {"bf16", TOPS_DT_BF16, TOPS_DT_BF16, 4200, 200, 1024, 0, 0, 1, "6", PERSIST},
+        {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F16, 4200, 200, 1024, 0, 0, 1, NULL, PERSIST},
+        {"e4m3-ch", TOPS_DT_BF16, TOPS_DT_F32, 4200, 136, 1024, 0, 0, 1, "4", PERSIST},
+        {"f16", TOPS_DT_F16, TOPS_DT_BF16, 4200, 200, 1032, 0, 0, 1, "7", PERSIST},
+        {"e4m3", TOPS_DT_BF16, TOPS_DT_F16, 4200, 520, 1032, 0, 0, 1, NULL, PERSIST},
         {"f16", TOPS_DT_F16, TOPS_DT_F16, 4200, 136, 1030, 0, 1, 1, NULL, ONE},
         {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 4200, 72, 1030, 0, 0, 1, NULL, ONE},
     };
@@ -644,14 +657,14 @@ static void test_h16_gemm(void) {
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
         const int codes = strncmp(c.format, "e4m3", 4) == 0, bf = c.act == TOPS_DT_BF16;
-        /* The 256-channel tiles only where the 128-channel ones would fill the SMs */
-        const int wide = (c.m + 127) / 128 * ((c.n + 255) / 256) >= gpu_sms;
+        const int bn = expect_bn(c.m, c.n);
         const int ran = strncmp(kn, bf ? "bf16 " : "f16 ", bf ? 5 : 4) == 0;
         int right = cases[i].want < 0 ? !ran : ran && (strstr(kn, "e4m3 weights converted") != NULL) == codes;
         if (cases[i].want == ONE) right = right && strstr(kn, "one CTA per tile");
         if (cases[i].want == PERSIST)
-            right = right && strstr(kn, "persistent") && (strstr(kn, "128-channel") != NULL) == !wide &&
-                    (strstr(kn, "clusters of 2 sharing the weight tile") != NULL) == (wide && !codes);
+            right = right && strstr(kn, "persistent") && (strstr(kn, "128-channel") != NULL) == (bn == 128) &&
+                    (strstr(kn, "192-channel") != NULL) == (bn == 192) &&
+                    (strstr(kn, "clusters of 2 sharing the weight tile") != NULL) == (bn == 256 && !codes);
         if (fp8_gpu && !right) {
             TH_FAIL_AT("%s act=%s M=%lld K=%lld N=%lld ran %s", c.format, tops_dtype_name(c.act), (long long)c.m,
                        (long long)c.k, (long long)c.n, kn);
