@@ -558,7 +558,7 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
                 // Every CTA's full barrier expects the whole shared operand
                 // (its halves land from both CTAs) and its own one.
                 if (sh.share_b) {
-                    mbar_expect_tx(&full[s], (sh.ghost ? 0 : kStageA) + kStageB);
+                    mbar_expect_tx(&full[s], (sh.ghost ? 0 : a_tx) + kStageB);
                     if (!sh.ghost) tma_load_2d(a, ma, &full[s], kt * kKS, tm * kBM);
                     tma_load_2d_multicast(b + sh.rank * (kStageB / CL), mb, &full[s], kt * kKS,
                                           tn * BN + (int)sh.rank * (BN / CL), all);
@@ -1234,12 +1234,8 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
 // to M = 128 (96 tiles against 48 wide ones), 192 at M = 256 (128 tiles in
 // one wave, against 96 wide ones or 192 narrow ones in two), 256 at large
 // M.  The FP8 GEMM keeps 256 (its cluster and stream-K schedules).
-// TOPS_CUDA_GEMM_BN (128 / 192 / 256) forces one (experiment).
 int pick_shape(int m, int n, int et) {
-    const long long f = tops_cu::env_or("TOPS_CUDA_GEMM_BN", 0);
-    if (f == 128) return kNarrow;
-    if (f == 192) return kMid;
-    if (f == 256 || et == kE4M3) return kWide;
+    if (et == kE4M3) return kWide;
     const long long tm = (m + kBM - 1) / kBM, sms = sm_count();
     static const int bns[3] = {256, 192, 128}, shapes[3] = {kWide, kMid, kNarrow};
     int best = kWide;

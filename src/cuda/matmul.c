@@ -142,7 +142,7 @@ static int use_h16(const tops__cuda_packed *pk, int64_t m) {
     if (force && *force) return 0;
     return pk->fp8_weights &&
            (pk->code == TOPS__CU_CODE_F16 || pk->code == TOPS__CU_CODE_BF16 || pk->code == TOPS__CU_CODE_E4M3) &&
-           m >= min_m_from_env("TOPS_CUDA_H16_MIN_M", TOPS__CU_H16_MIN_M); /* TEMP knob: measurement only */
+           m >= TOPS__CU_H16_MIN_M;
 }
 
 /* Folded scales (wgmma_w.cu, pack.c's tops__cu_fold_shift): e2m1 weights
