@@ -1,6 +1,8 @@
 /* tops_matmul2d and tops_pack_right on a GPU: argument checks, packing, and
-   the plan: the weight-streaming kernels (wstream.cu), or in relaxed mode at
-   large M on sm_90 the FP8 GEMM (fp8_gemm.cu). */
+   the plan: the weight-streaming kernels (wbulk.cu, wstream.cu) at small M;
+   on sm_90 the TMA GEMM (fp8_gemm.cu: relaxed FP8, strict 16-bit and
+   converted e4m3 weights), the q8 kernel (wgmma_q8.cu) and the wgmma
+   kernels (wgmma_w.cu) above their thresholds below. */
 #include "cuda/runtime.h"
 
 #include "formats/traits.h"
@@ -133,9 +135,14 @@ static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
 
 /* The strict 16-bit TMA GEMM (fp8_gemm.cu; f16 / bf16 products, f32
    sums): f16 / bf16 weights as they are, e4m3-ch / e4m3 codes converted to
-   the activations' type in shared memory, from M = TOPS__CU_H16_MIN_M;
-   below, wbulk streams the weights (M = 1 / 16: f16 25.5 / 27.2 us,
-   e4m3-ch 14.4 / 16.3, against cuBLAS f16 27.5 / 27.5, H200, 2026-12-01). */
+   the activations' type in shared memory, from M = TOPS__CU_H16_MIN_M.
+   H200, 2026-12-02, same-window ratios against cuBLAS f16: f16 28.3 / 30.3 /
+   39.4 / 639.3 us at M = 64 / 128 / 256 / 4096 (1.00x / 0.92x / 0.96x /
+   0.98x; wbulk / the one-ring wgmma kernel took 115.4 / 71.6 / 141.9 /
+   1794), e4m3-ch 34.1 / 46.6 / 57.1 / 1001.7 (before 64.5 / 80.2 / 162 /
+   1942).  M = 16 keeps wbulk: f16 27.3, e4m3-ch 16.4 us (1.01x / 1.68x);
+   this GEMM took 43.8 / 54.4 there before its activation box was cut to M
+   (not measured since; its 128-token tiles are 8x oversized at M = 16). */
 #define TOPS__CU_H16_MIN_M 17
 static int use_h16(const tops__cuda_packed *pk, int64_t m) {
     const char *force = getenv("TOPS_CUDA_KERNEL");
