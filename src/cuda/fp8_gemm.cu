@@ -13,6 +13,10 @@
 //      clusters of two that share the weight tile by TMA multicast; stream-K
 //      for a last partial wave on request, without clusters); accumulate or
 //      unaligned rows, one CTA per tile.
+// The same GEMM runs strict 16-bit matmuls (tops__cu_h16_launch): f16 /
+// bf16 activations read by TMA as they are, against f16 / bf16 weights or
+// e4m3-ch / e4m3 codes that the consumers convert in shared memory (wgmma
+// m64nNk16, N = 128, 192 or 256 by the waves over the SMs: pick_shape).
 // The Hopper instructions exist only in the sm_90a pass; the sm_80 pass
 // builds empty kernels that the plan never launches (matmul.c asks for
 // compute capability 9.0 before it packs the FP8 layout).
