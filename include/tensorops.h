@@ -665,7 +665,9 @@ TOPS_API tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_de
 /* Names the path tops_matmul2d would take for these arguments (after the
    same checks), e.g. "f32 panels (unpacked per K block):
    tops_gemm_f32_f32_f32_6x16__avx2 (avx2)", into buf (cap bytes, NUL
-   included, truncated to fit).  dest is not written. */
+   included, truncated to fit).  dest is not written.  With exec.device =
+   cuda:N it names the GPU kernel, e.g. "cuda:0 wgmma f16/bf16, both
+   operands by TMA" (a plain right is packed on the device to decide). */
 TOPS_API tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc,
                                         const tops_tensor *left, const tops_tensor *right,
                                         const tops_tensor *dest, char *buf, size_t cap);

@@ -19,6 +19,10 @@ extern "C" {
    has validated exec and the descriptor pointer. */
 tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
                                 const tops_tensor *right, tops_tensor *dest);
+/* tops_matmul2d_path with exec->device = cuda:N: the same checks as the
+   call (a plain right is packed to name its kernel, then freed). */
+tops_status tops__cuda_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                                     const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap);
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
                                   tops_tensor *packed);
 /* True if t is a packed tensor made by tops__cuda_pack_right. */

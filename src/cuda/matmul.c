@@ -216,9 +216,7 @@ static int use_q8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
 }
 
 /* (f16 activations assumed: the bench's.) */
-const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
-    if (!tops__cuda_is_packed(right)) return "packed on the fly";
-    const tops__cuda_packed *pk = (const tops__cuda_packed *)right->packed_;
+static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed) {
     if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
     if (use_h16(pk, m))
         return pk->code == TOPS__CU_CODE_E4M3 ? "wgmma f16/bf16, e4m3 weights converted in shared memory + TMA"
@@ -228,6 +226,11 @@ const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int rela
     if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
                 : "wgmma m64nNk16, weights from registers + TMA";
+}
+
+const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
+    if (!tops__cuda_is_packed(right)) return "packed on the fly";
+    return path_for((const tops__cuda_packed *)right->packed_, m, relaxed);
 }
 
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
@@ -282,9 +285,11 @@ static tops_status check_rows(const char *fn, const char *what, const tops_tenso
     return TOPS_OK;
 }
 
-tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
-                                const tops_tensor *right, tops_tensor *dest) {
-    static const char fn[] = "tops_matmul2d";
+/* tops_matmul2d on the GPU, or (path != NULL) the same checks and the name
+   of the kernel the call would launch, written into path. */
+static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops_matmul2d_desc *desc,
+                               const tops_tensor *left, const tops_tensor *right, const tops_tensor *dest, char *path,
+                               size_t cap) {
     int device = exec->device.index;
     char name[48];
     tops_status st = tops__cuda_check_device(fn, "exec.device", device);
@@ -347,9 +352,12 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
         st = tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
                         "right is %s but left is %s; plain 16-bit weights must have the activations' type",
                         pk->code == TOPS__CU_CODE_F16 ? "f16" : "bf16", tops_format_name(left->format, name, sizeof name));
+    if (st == TOPS_OK && path)
+        snprintf(path, cap, "cuda:%d %s%s", device, path_for(pk, m, desc->relaxed_precision),
+                 temp ? " (right packed on the call)" : "");
     int prev = -1;
-    if (st == TOPS_OK) st = tops__cuda_enter(fn, device, &prev);
-    if (st == TOPS_OK) {
+    if (st == TOPS_OK && !path) st = tops__cuda_enter(fn, device, &prev);
+    if (st == TOPS_OK && !path) {
         tops__cu_matmul_args a;
         memset(&a, 0, sizeof a);
         a.weights = pk->weights;
@@ -403,6 +411,16 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
         (void)tops_cuda_free(device, temp);
     }
     return st;
+}
+
+tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                                const tops_tensor *right, tops_tensor *dest) {
+    return matmul_call("tops_matmul2d", exec, desc, left, right, dest, NULL, 0);
+}
+
+tops_status tops__cuda_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                                     const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap) {
+    return matmul_call("tops_matmul2d_path", exec, desc, left, right, dest, buf, cap);
 }
 
 tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {

@@ -312,6 +312,10 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
                                const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap) {
     static const char fn[] = "tops_matmul2d_path";
     if (!buf || cap == 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "buf is NULL or cap is 0");
+    if (wants_cuda(exec)) {
+        tops_status cst = check_cuda_route(fn, exec, desc);
+        return cst != TOPS_OK ? cst : tops__cuda_matmul2d_path(exec, desc, left, right, dest, buf, cap);
+    }
     const tops__kernels *kern;
     tops_status st = tops__kernels_checked(fn, &kern);
     if (st != TOPS_OK) return st;
