@@ -4,12 +4,12 @@
 
 #include <string.h>
 
-/* The AMX kernels the amx level runs: [0] relaxed, [1] strict (NULL: none
-   at this build or machine). */
+/* The AMX kernels the amx level runs: [0] i8 tiles, [1] bf16 terms (NULL:
+   none at this build or machine). */
 static const char *amx_kernel(int strict) {
     const tops__kernels *k = tops__kernels_for_isa(TOPS_ISA_AMX);
     if (!k) return NULL;
-    return strict ? (k->amx_bf16 ? k->amx_bf16_name : NULL) : (k->amx_q8.run ? k->amx_q8.name : NULL);
+    return strict ? (k->amx_bf16t.run ? k->amx_bf16t.name : NULL) : (k->amx_q8.run ? k->amx_q8.name : NULL);
 }
 
 void tops_cmd_info_usage(FILE *out) {
@@ -109,8 +109,14 @@ int tops_cmd_info(int argc, char **argv) {
         }
         printf("\n");
         printf("amx       %s\n", ci.amx_permission ? "tile state granted by the OS" : "not in use");
-        if (amx_kernel(0)) printf("amx kern  %s (relaxed, integer weight forms, M >= 5)\n", amx_kernel(0));
-        if (amx_kernel(1)) printf("amx kern  %s (strict, integer weight forms, M >= 5)\n", amx_kernel(1));
+        const tops__kernels *ak = tops__kernels_for_isa(TOPS_ISA_AMX);
+        if (amx_kernel(0))
+            printf("amx kern  %s (relaxed, integer weight forms, 5 <= M < %d)\n", amx_kernel(0),
+                   ak->amx_bf16t.relaxed_min_m);
+        if (amx_kernel(1))
+            printf("amx kern  %s (strict: every weight format, M >= 5; relaxed: from M = %d, or weights\n"
+                   "          without an integer form)\n",
+                   amx_kernel(1), ak->amx_bf16t.relaxed_min_m);
         printf("levels   ");
         for (int i = 0; i < TOPS_ISA_COUNT_; i++)
             if (ci.isa_available[i]) printf(" %s", tops_isa_name((tops_isa)i));

@@ -238,7 +238,8 @@ static const tops_tensor *unwrap_in_place(const tops_tensor *right) {
 typedef enum plan_kind {
     PLAN_ROWS,      /* small M: weight rows streamed, dot products */
     PLAN_INTEGER,   /* relaxed: i8 activations, integer microkernel */
-    PLAN_AMX,       /* AMX tiles, every integer form: i8 (relaxed) or bf16 (strict) */
+    PLAN_AMX,       /* AMX i8 tiles, relaxed integer forms, small M */
+    PLAN_AMX_BF16,  /* AMX bf16 terms, any weights */
     PLAN_PANELS,    /* f32 panels (decoded per K block) into the f32 microkernel */
 } plan_kind;
 
@@ -261,12 +262,17 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     p->relaxed = desc->relaxed_precision;
     /* Few rows and weights stored [N, K]: stream the weight rows once. */
     if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed) return PLAN_ROWS;
-    /* AMX: every integer form, from AMX_MIN_M rows.  Relaxed: 8-bit weights
-       too (tdpbssd sums i8 x i8 in i32 exactly).  Strict: bf16 tiles, the
-       activations as two bf16 terms. */
-    if (p->right.read == tops__read_rect_unpack && p->m >= AMX_MIN_M &&
-        tops__gemm_amx_supports(kern, right, p->relaxed))
-        return PLAN_AMX;
+    /* AMX from AMX_MIN_M rows.  Relaxed integer forms below the level's
+       amx_bf16t.relaxed_min_m: i8 tiles (no weight decode; 8-bit weights
+       too: tdpbssd sums i8 x i8 in i32 exactly).  Everything else: bf16
+       terms (strict: activations hi + lo, weights in as many terms as
+       their values need; relaxed: one term each), any weight format. */
+    if (p->m >= AMX_MIN_M && kern->amx_bf16t.run) {
+        if (p->relaxed && p->m < kern->amx_bf16t.relaxed_min_m && p->right.read == tops__read_rect_unpack &&
+            tops__gemm_amx_supports(kern, right))
+            return PLAN_AMX;
+        return PLAN_AMX_BF16;
+    }
     /* Integer forms take the integer microkernel (8-bit ones its wide
        variant: i32 sums with no saturating i16 stage). */
     if (p->right.read == tops__read_rect_unpack && p->relaxed && tops__gemm_q8_takes(kern, right))
@@ -304,6 +310,7 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
     case PLAN_ROWS: return tops__gemv_run(fn, &p);
     case PLAN_INTEGER: return tops__gemm_q8_run(fn, &p);
     case PLAN_AMX: return tops__gemm_amx_run(fn, &p);
+    case PLAN_AMX_BF16: return tops__gemm_amx_bf16t_run(fn, &p);
     default: return tops__gemm_run(fn, &p);
     }
 }
@@ -321,13 +328,16 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
     plan_kind kind = plan_call(kern, &in, desc, left, &right, (tops_tensor *)dest, &p);
     const tops__unpacker *up = right->format.id != TOPS_FMT_PACKED ? &kern->unpack[right->format.id] : NULL;
     const char *isa = tops_isa_name(kern->isa);
-    if (kind == PLAN_AMX && p.relaxed) {
+    if (kind == PLAN_AMX) {
         snprintf(buf, cap, "AMX integer tiles (%s), i8 activations: %s (%s)",
-                 p.q8_panels && p.q8_amx == 1 ? "prepacked" : "unpacked per K block", kern->amx_q8.name, isa);
-    } else if (kind == PLAN_AMX) {
-        snprintf(buf, cap, "AMX bf16 tiles (%s), f32 activations as bf16 hi + lo: %s (%s)",
-                 p.q8_panels && p.q8_amx == 2 ? "prepacked" : "unpacked per K block", kern->amx_bf16_name, isa);
-    } else if (kind == PLAN_INTEGER) {
+                 p.q8_panels && p.q8_amx ? "prepacked" : "unpacked per K block", kern->amx_q8.name, isa);
+    } else if (kind == PLAN_AMX_BF16) {
+        const char *src = p.q8_panels && p.q8_amx                  ? "prepacked i8 panels"
+                          : p.right.read == tops__read_rect_unpack ? "integer form unpacked"
+                          : p.right.packed                         ? "prepacked f32 panels"
+                                                                   : "f32 reader";
+        snprintf(buf, cap, "AMX bf16 tiles, weights as bf16 terms per K block (%s), activations as %s: %s (%s)",
+                 src, p.relaxed ? "bf16" : "bf16 hi + lo", kern->amx_bf16t.name, isa);    } else if (kind == PLAN_INTEGER) {
         snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)",
                  p.q8_panels && !p.q8_amx ? "prepacked" : "unpacked per K block",
                  tops__gemm_q8_pick(kern, right, NULL)->name, isa);
@@ -414,9 +424,9 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     /* Relaxed narrow integers: the integer driver's panels and scales after the copy. */
     /* At a level with AMX kernels every integer form gets the AMX panels
        (16-column groups) instead of the 8-column ones. */
-    const int amx = tops__gemm_amx_supports(kern, right, relaxed);
+    const int amx = tops__gemm_amx_supports(kern, right);
     const int q8 = amx || (relaxed && tops__gemm_q8_takes(kern, right));
-    const int width = amx ? 16 : 8, esize = amx && !relaxed ? 2 : 1; /* strict AMX panels hold bf16 codes */
+    const int width = amx ? 16 : 8, esize = 1;
     const int64_t kp = tops__ceil_div(k, 32) * 32, groups = amx ? tops__amx_groups(n) : tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);
     size_t copy_end = (end + 63) / 64 * 64, q8_panel_bytes = 0, q8_bytes = 0, total = head + end, scratch_bytes = 0;
@@ -493,7 +503,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
 #endif
             TOPS__NOTE_REGION();
             if (amx)
-                tops__pack_amx_panels(kern, &pk->copy, !relaxed, kp, g, 1, panels, scales,
+                tops__pack_amx_panels(kern, &pk->copy, kp, g, 1, (int8_t *)panels, scales,
                                       scratch + (size_t)tid * per_thread);
             else
                 tops__pack_q8_panels(kern, &pk->copy, kp, g, 1, panels, scales, scratch + (size_t)tid * per_thread);
@@ -502,7 +512,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
         pk->q8_panels = panels;
         pk->q8_scales = scales;
         pk->q8_bytes = q8_bytes;
-        pk->q8_amx = amx ? (relaxed ? 1 : 2) : 0;
+        pk->q8_amx = amx;
     }
     if (stream_scale) {
         uint8_t *data = mem + stream_at;
