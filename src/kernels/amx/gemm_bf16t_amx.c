@@ -28,6 +28,19 @@ static void configure(void) {
     _tile_loadconfig(&cfg);
 }
 
+/* Software prefetch into L1, PREFETCH_STEPS steps ahead: the tile unit
+   waits on tile loads that miss L1 (tiles are not renamed, so a load
+   cannot run ahead of the products reading the tile it replaces).  The
+   activations always (they stream from L2, used once per call); the
+   weights when the pair list has several products per step (strict:
+   their terms exceed L1 over a K block), and not for one product (the
+   driver's K block keeps a pair's one term in L1 across row tiles). */
+enum { PREFETCH_STEPS = 2, PREFETCH_B_ALWAYS = 0 };
+
+static inline void prefetch_tiles(const uint16_t *p, int tiles) {
+    for (int i = 0; i < tiles * 16; i++) _mm_prefetch((const char *)(p + i * 32), _MM_HINT_T0);
+}
+
 static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
                           const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np, const uint8_t *pa,
                           const uint8_t *pb, float *c, int64_t ldc, int accumulate) {
@@ -48,8 +61,23 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
             _tile_zero(3);
         }
     }
+    int na = 1, nw = 1; /* terms per step: one past the largest index in the pair lists */
+    for (int p = 0; p < np; p++) {
+        na = pa[p] + 1 > na ? pa[p] + 1 : na;
+        nw = pb[p] + 1 > nw ? pb[p] + 1 : nw;
+    }
+    const int pf_b = PREFETCH_B_ALWAYS || np > 1;
     for (int64_t s = 0; s < steps; s++) {
         const uint16_t *as = a + s * a_step, *bs0 = b0 + s * b_step, *bs1 = b1 + s * b_step;
+        if (PREFETCH_STEPS > 0 && s + PREFETCH_STEPS < steps) {
+            const int64_t ahead = PREFETCH_STEPS;
+            prefetch_tiles(as + ahead * a_step, na);
+            if (mt == 2) prefetch_tiles(as + a_next + ahead * a_step, na);
+            if (pf_b) {
+                prefetch_tiles(bs0 + ahead * b_step, nw);
+                prefetch_tiles(bs1 + ahead * b_step, nw);
+            }
+        }
         int la = -1, lb = -1;
         for (int p = 0; p < np; p++) {
             if (pa[p] != la) {
