@@ -111,12 +111,10 @@ int tops_cmd_info(int argc, char **argv) {
         printf("amx       %s\n", ci.amx_permission ? "tile state granted by the OS" : "not in use");
         const tops__kernels *ak = tops__kernels_for_isa(TOPS_ISA_AMX);
         if (amx_kernel(0))
-            printf("amx kern  %s (relaxed, integer weight forms, 5 <= M < %d)\n", amx_kernel(0),
-                   ak->amx_bf16t.relaxed_min_m);
+            printf("amx kern  %s (relaxed, integer weight forms, 5 <= M < %d; blocks under 32: M < %d)\n",
+                   amx_kernel(0), ak->amx_bf16t.relaxed_min_m[0], ak->amx_bf16t.relaxed_min_m[1]);
         if (amx_kernel(1))
-            printf("amx kern  %s (strict: every weight format, M >= 5; relaxed: from M = %d, or weights\n"
-                   "          without an integer form)\n",
-                   amx_kernel(1), ak->amx_bf16t.relaxed_min_m);
+            printf("amx kern  %s (strict: every weight format, M >= 5; relaxed: the rest)\n", amx_kernel(1));
         printf("levels   ");
         for (int i = 0; i < TOPS_ISA_COUNT_; i++)
             if (ci.isa_available[i]) printf(" %s", tops_isa_name((tops_isa)i));

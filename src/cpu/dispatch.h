@@ -194,8 +194,10 @@ typedef struct tops__amx_bf16t_ukernel {
     tops__amx_terms_q8_fn terms_q8;
     tops__amx_terms_f32_fn terms_f32;
     /* Relaxed calls on weights with an integer form take amx_q8 (i8
-       tiles, no weight decode) below this M, the bf16 terms from it. */
-    int relaxed_min_m;
+       tiles, no weight decode) below this M, the bf16 terms from it:
+       [0] for sub-blocks of 32, [1] for smaller ones (more scaling steps
+       per K for the i8 tiles). */
+    int relaxed_min_m[2];
     const char *name;
 } tops__amx_bf16t_ukernel;
 /* Scalar twins of the term decoders (every level; the tests' reference). */

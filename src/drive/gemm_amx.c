@@ -209,7 +209,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 
 /* ---- bf16 terms ---- */
 
-enum { KC_BF16T = 256, MAX_WTERMS = 3 };
+enum { KC_BF16T = 512, MAX_WTERMS = 3 };
 
 /* The term pairs of the kernel for na activation terms and nw weight
    terms, in an order that reuses each loaded tile.  Strict: every product

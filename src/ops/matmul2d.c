@@ -268,8 +268,8 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
        terms (strict: activations hi + lo, weights in as many terms as
        their values need; relaxed: one term each), any weight format. */
     if (p->m >= AMX_MIN_M && kern->amx_bf16t.run) {
-        if (p->relaxed && p->m < kern->amx_bf16t.relaxed_min_m && p->right.read == tops__read_rect_unpack &&
-            tops__gemm_amx_supports(kern, right))
+        if (p->relaxed && p->right.read == tops__read_rect_unpack && tops__gemm_amx_supports(kern, right) &&
+            p->m < kern->amx_bf16t.relaxed_min_m[tops__unpack_sub(right) < 32])
             return PLAN_AMX;
         return PLAN_AMX_BF16;
     }

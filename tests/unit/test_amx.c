@@ -299,8 +299,8 @@ static void exact_oracle(const mm_operand *w, const float *left, int64_t m, int6
 
 /* Whether a call takes the i8 tiles (else the bf16 terms). */
 static int takes_i8(const tops_tensor *w, int relaxed, int64_t m) {
-    return relaxed && use->amx_q8.run && m < use->amx_bf16t.relaxed_min_m && use->unpack[w->format.id].run &&
-           tops__gemm_amx_supports(use, w);
+    return relaxed && use->amx_q8.run && use->unpack[w->format.id].run && tops__gemm_amx_supports(use, w) &&
+           m < use->amx_bf16t.relaxed_min_m[tops__unpack_sub(w) < 32];
 }
 
 static void check_case(tops_format f, int relaxed, int64_t m, int64_t n, int64_t k, int accumulate) {
@@ -395,7 +395,7 @@ static const tops_format_id float_formats[] = {TOPS_FMT_F32, TOPS_FMT_F16, TOPS_
    path's first row count, N and K ragged around the tiles and blocks;
    relaxed M on both sides of the i8 / bf16-term crossover. */
 static void run_every_format(int quick) {
-    static const int64_t ms[6] = {5, 16, 17, 33, 100, 64}, ns[5] = {1, 7, 31, 33, 100};
+    static const int64_t ms[6] = {5, 16, 17, 33, 130, 64}, ns[5] = {1, 7, 31, 33, 100};
     static const int64_t ks[6] = {1, 7, 31, 33, 100, 4095};
     const int nf = (int)(sizeof float_formats / sizeof float_formats[0]);
     int cases = 0;
@@ -441,7 +441,7 @@ static void test_driver_emulated(void) {
     static tops__kernels emu;
     emu = *tops__kernels_get();
     emu.amx_q8 = (tops__amx_q8_ukernel){NULL, NULL, NULL};
-    emu.amx_bf16t = (tops__amx_bf16t_ukernel){bf16t_scalar, tops__ref_amx_terms_q8, tops__ref_amx_terms_f32, 48,
+    emu.amx_bf16t = (tops__amx_bf16t_ukernel){bf16t_scalar, tops__ref_amx_terms_q8, tops__ref_amx_terms_f32, {48, 48},
                                               "bf16t_scalar (emulated tiles)"};
     use = &emu;
     strict_worst = relaxed_worst = 0;

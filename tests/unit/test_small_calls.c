@@ -53,7 +53,7 @@ static void same_bits_on_one_thread(tops_tensor *o, const tops_exec *ex, const t
 static const char *level_path(int64_t m, int relaxed, const char *want) {
     const tops__kernels *k = tops__kernels_get();
     if (!k->amx_bf16t.run || m <= 4) return want;
-    if (strstr(want, "integer panels") && relaxed && m < k->amx_bf16t.relaxed_min_m) return "AMX integer tiles";
+    if (strstr(want, "integer panels") && relaxed && m < k->amx_bf16t.relaxed_min_m[0]) return "AMX integer tiles";
     return "AMX bf16 tiles";
 }
 
