@@ -34,7 +34,8 @@ static void configure(void) {
    activations always (they stream from L2, used once per call); the
    weights when the pair list has several products per step (strict:
    their terms exceed L1 over a K block), and not for one product (the
-   driver's K block keeps a pair's one term in L1 across row tiles). */
+   driver's K block keeps a pair's one term near L1 across row tiles).
+   That it pays is not settled: no same-run comparison without it yet. */
 enum { PREFETCH_STEPS = 2, PREFETCH_B_ALWAYS = 0 };
 
 static inline void prefetch_tiles(const uint16_t *p, int tiles) {
