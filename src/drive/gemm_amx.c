@@ -24,10 +24,16 @@
 
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
 
-int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w) {
-    if (!kern->amx_q8.run || w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
+/* Whether w's integer form fits the i8 tile panels (sub-blocks of 4..32
+   dividing 32). */
+static int panels_fit(const tops__kernels *kern, const tops_tensor *w) {
+    if (w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
     const int sub = tops__unpack_sub(w);
     return sub >= 4 && sub % 4 == 0 && 32 % sub == 0;
+}
+
+int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w) {
+    return kern->amx_q8.run != NULL && panels_fit(kern, w);
 }
 
 /* One 16-column group over [k0, k0 + kc): valid columns exist, the rest
@@ -275,7 +281,7 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
         }
         return need;
     }
-    if (p->right.read == tops__read_rect_unpack && tops__gemm_amx_supports(kern, w)) {
+    if (p->right.read == tops__read_rect_unpack && panels_fit(kern, w)) {
         const int sub = tops__unpack_sub(w);
         for (int g = 0; g < 2; g++) {
             int64_t valid = p->n - (n0 + g * 16);
@@ -318,7 +324,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int na = p->relaxed ? 1 : 2, nslots = p->relaxed ? 1 : MAX_WTERMS;
-    const int sub = p->right.read == tops__read_rect_unpack ? tops__unpack_sub(w) : 32; /* >= 1 */
+    const int sub = p->right.read == tops__read_rect_unpack ? tops__unpack_sub(w) : 32; /* for the unpack buffers */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;
     const int64_t kc_max = tops__balanced_block(kp, KC_BF16T, 32), k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);

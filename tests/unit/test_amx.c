@@ -10,8 +10,9 @@
    operands (rel-L2 <= 1e-5), on ragged shapes, plain and packed weights
    (same bits), 1 and 3 threads (same bits), NaN-poisoned outputs.  The
    bf16-term driver also runs everywhere over emulated tiles (a scalar
-   kernel with the tile kernel's contract, the scalar decoders); the rest
-   skips with the reason where the machine (or the build) has no AMX. */
+   kernel with the tile kernel's contract, the scalar decoders), the
+   decoders wherever the CPU has AVX-512 BF16; the rest skips with the
+   reason where the machine (or the build) has no AMX. */
 #include "matmul_util.h"
 #include "drive/gemm.h"
 #include "ops/matmul2d.h"
@@ -174,6 +175,9 @@ static float odd_value(void) {
    the count of terms needed), and the scalar twins against their contract:
    the terms of a finite w sum to w within 2^-24 |w| (3 terms), 2^-16 |w|
    (2), 2^-8 |w| (1). */
+static tops__amx_terms_q8_fn terms_q8;
+static tops__amx_terms_f32_fn terms_f32;
+
 static void test_terms_decoders(void) {
     enum { KC = 256 };
     static int8_t rows[16 * KC], panel[16 * KC];
@@ -195,8 +199,7 @@ static void test_terms_decoders(void) {
         for (int64_t i = 0; i < kc * 20; i++) src[i] = odd ? odd_value() : th_uniform(&rng, -3.0f, 3.0f);
         memset(got, 0xAB, sizeof got);
         memset(want, 0xCD, sizeof want);
-        const int ug = plain ? amx->amx_bf16t.terms_f32(src + 3, 20, kc, nslots, got)
-                             : amx->amx_bf16t.terms_q8(panel, scales, sub, kc, nslots, got);
+        const int ug = plain ? terms_f32(src + 3, 20, kc, nslots, got) : terms_q8(panel, scales, sub, kc, nslots, got);
         const int uw = plain ? tops__ref_amx_terms_f32(src + 3, 20, kc, nslots, want)
                              : tops__ref_amx_terms_q8(panel, scales, sub, kc, nslots, want);
         const size_t words = (size_t)(kc / 32) * (size_t)nslots * 512;
@@ -453,6 +456,21 @@ int main(void) {
     ref = tops__kernels_for_isa(TOPS_ISA_REF);
     amx = tops__kernels_for_isa(TOPS_ISA_AMX);
     RUN_TEST(test_driver_emulated);
+    /* The AVX-512 decoders need no tiles: they run wherever the CPU has
+       the kernel file's extensions (AVX-512 F/BW/VL/DQ/VNNI/BF16). */
+#if defined(TOPS_HAVE_AMX_KERNELS)
+    tops_cpu_info ci0;
+    tops_cpu_get_info(&ci0);
+    if (ci0.isa_available[TOPS_ISA_AVX512_VNNI] && ci0.has[TOPS_CPU_AVX512_BF16]) {
+        terms_q8 = tops__amx_terms_q8__avx512;
+        terms_f32 = tops__amx_terms_f32__avx512;
+        RUN_TEST(test_terms_decoders);
+    } else {
+        printf("skip (AVX-512 term decoders): this CPU lacks avx512_vnni or avx512_bf16\n");
+    }
+#else
+    printf("skip (AVX-512 term decoders): this build has no AMX kernel files\n");
+#endif
     if (!amx || !amx->amx_q8.run) {
         tops_cpu_info ci;
         tops_cpu_get_info(&ci);
@@ -465,7 +483,6 @@ int main(void) {
     }
     RUN_TEST(test_kernel_exact);
     RUN_TEST(test_bf16t_kernel_exact);
-    RUN_TEST(test_terms_decoders);
     strict_worst = relaxed_worst = 0;
     RUN_TEST(test_matmul_every_format);
     TEST_MAIN_END();
