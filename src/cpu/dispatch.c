@@ -183,6 +183,10 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     if (level_allows(level, TOPS_ISA_AMX))
         k->amx_q8 = (tops__amx_q8_ukernel){tops_gemm_f32_qi8_qi8_32x32__amx, tops__amx_release,
                                            "tops_gemm_f32_qi8_qi8_32x32__amx"};
+    if (level_allows(level, TOPS_ISA_AMX)) {
+        k->amx_bf16 = tops_gemm_f32_bf16x2_bf16_32x32__amx;
+        k->amx_bf16_name = "tops_gemm_f32_bf16x2_bf16_32x32__amx";
+    }
     if (level_allows(level, TOPS_ISA_AMX))
         k->amx_bf16t = (tops__amx_bf16t_ukernel){tops_gemm_f32_bf16t_bf16t_32x32__amx, tops__amx_terms_q8__avx512,
                                                  tops__amx_terms_f32__avx512,

@@ -161,6 +161,31 @@ typedef struct tops__amx_q8_ukernel {
     void (*release)(void);
     const char *name;
 } tops__amx_q8_ukernel;
+/* AMX strict kernel for integer forms (src/kernels/amx/gemm_bf16_amx.c):
+   c[16 mt x 32] (+)= sum over nb sub-blocks b of `sub` k (a multiple of 4,
+   at most 32) of bsX[b * 16 + j] * T_b[i][j], T_b = the f32 tile sum
+   (tdpbf16ps) of block b's hi * w + lo * w products, each product exact:
+   hi and lo the two bf16 terms of an f32 activation (hi = bf16(a), lo =
+   bf16(a - hi)), w a weight code as bf16.  Activations in tile order as
+   for amx_q8 (bf16 elements: row tile t's block b at hi + t * a_next +
+   b * 16 * sub, row stride sub elements; lo likewise); b0 / b1 in the
+   layout of tops__amx_pack_panel_bf16; c = fma(T, bs, c), blocks in order. */
+typedef void (*tops__amx_bf16_fn)(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+                                  int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
+                                  const float *bs1, float *c, int64_t ldc, int accumulate);
+/* The bf16 weight tile layout: 16 columns over kc (even) k,
+   panel[(k / 2) * 32 + j * 2 + k % 2] = bf16(rows[j * kc + k]) (exact:
+   |q| <= 128).  Sub-block b of `sub` k starts at panel + b * sub * 16. */
+static inline void tops__amx_pack_panel_bf16(const int8_t *rows, int64_t kc, uint16_t *panel) {
+    for (int64_t k2 = 0; k2 < kc / 2; k2++)
+        for (int j = 0; j < 16; j++)
+            for (int t = 0; t < 2; t++) {
+                const float v = (float)rows[j * kc + k2 * 2 + t];
+                uint32_t bits;
+                memcpy(&bits, &v, 4);
+                panel[k2 * 32 + j * 2 + t] = (uint16_t)(bits >> 16);
+            }
+}
 /* AMX bf16-term kernel (src/kernels/amx/gemm_bf16t_amx.c): c[16 mt x 32]
    (+)= sum over `steps` steps of 32 k and, within a step, over the np term
    pairs p of A_pa[p] . B_pb[p], one tdpbf16ps each (bf16 products exact in
@@ -252,8 +277,13 @@ typedef struct tops__kernels {
     tops__gemm_q8_ukernel gemm_q8_wide;
     /* AMX relaxed integer kernel for every integer form (|q| <= 128). */
     tops__amx_q8_ukernel amx_q8;
-    /* AMX bf16-term kernel and its weight decoders: strict calls on every
-       weight format, relaxed ones from amx_bf16t.relaxed_min_m rows. */
+    /* AMX strict kernel for every integer form: codes as bf16, activations
+       hi + lo, f32 scaling per sub-block (NULL at levels without). */
+    tops__amx_bf16_fn amx_bf16;
+    const char *amx_bf16_name;
+    /* AMX bf16-term kernel and its weight decoders: strict calls on
+       weights without an integer form (f32, f16, bf16, fp8...), relaxed
+       ones from amx_bf16t.relaxed_min_m rows. */
     tops__amx_bf16t_ukernel amx_bf16t;
     void (*pack_q8_panel)(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
     /* Fused relaxed dot product over nb whole blocks of a nibble layout:
@@ -460,6 +490,9 @@ void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t 
                                       int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
                                       const float *bs1, float *c, int64_t ldc, int accumulate);
 void tops__amx_release(void);
+void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+                                          int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
+                                          const float *bs1, float *c, int64_t ldc, int accumulate);
 void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
                                           const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
                                           const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc,

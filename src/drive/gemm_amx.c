@@ -1,15 +1,17 @@
 /* The AMX drivers.
-   i8 tiles (amx_q8, relaxed, weights with an integer form |q| <= 128:
-   int8/int4/int2 groups, q4_0, q8_0, the fp4 formats...): activations
-   quantized to i8 per sub-block once per M chunk, as the other relaxed
-   drivers do, weights as i8 codes in the tile layout (prepacked by
-   tops_pack_right, or unpacked per K block), scaled per block.
-   bf16 terms (amx_bf16t, strict calls on any weight format, relaxed ones
-   from amx_bf16t.relaxed_min_m rows): activations split once per M chunk
-   into bf16 terms (strict: hi + lo, relaxed: hi), each 32-column pair of
-   the weights decoded per K block into bf16 terms of code x scale (one to
-   three, as many as the block's values need), then one kernel call per
-   32 x 32 outputs and K block, tdpbf16ps only.
+   Integer-form driver (weights with an integer form |q| <= 128: int8/
+   int4/int2 groups, q4_0, q8_0, the fp4 formats...; weights as codes in
+   the tile layout, prepacked by tops_pack_right or unpacked per K block,
+   f32 scaling per sub-block).  Relaxed (amx_q8): activations quantized to
+   i8 per sub-block once per M chunk, as the other relaxed drivers do, i8
+   codes.  Strict (amx_bf16): activations split into two bf16 terms once
+   per M chunk, codes as bf16 (exact).
+   bf16 terms (amx_bf16t: strict calls on weights without an integer form,
+   relaxed ones from amx_bf16t.relaxed_min_m rows): activations split
+   once per M chunk into bf16 terms (strict: hi + lo, relaxed: hi), each
+   32-column pair of the weights decoded per K block into bf16 terms of
+   code x scale (one to three, as many as the block's values need), then
+   one kernel call per 32 x 32 outputs and K block, tdpbf16ps only.
    K is never split across threads and its blocking does not depend on the
    thread count, and a column's sums do not depend on the N blocking (the
    number of weight terms is decided per 32-column pair and K block): the
@@ -24,7 +26,7 @@
 
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
 
-/* Whether w's integer form fits the i8 tile panels (sub-blocks of 4..32
+/* Whether w's integer form fits the tile panels (sub-blocks of 4..32
    dividing 32). */
 static int panels_fit(const tops__kernels *kern, const tops_tensor *w) {
     if (w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
@@ -32,15 +34,17 @@ static int panels_fit(const tops__kernels *kern, const tops_tensor *w) {
     return sub >= 4 && sub % 4 == 0 && 32 % sub == 0;
 }
 
-int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w) {
-    return kern->amx_q8.run != NULL && panels_fit(kern, w);
+int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed) {
+    const int have = relaxed ? kern->amx_q8.run != NULL : kern->amx_bf16 != NULL;
+    return have && panels_fit(kern, w);
 }
 
 /* One 16-column group over [k0, k0 + kc): valid columns exist, the rest
    get q = 0, scale 0.  rows: 16 * kc codes, qs: 16 * kc / sub scales;
-   panel: i8 codes (tops__amx_pack_panel). */
-static void pack_group(const tops__kernels *kern, const tops_tensor *w, int64_t n0, int64_t valid, int64_t k0,
-                       int64_t kc, int sub, int8_t *rows, float *qs, int8_t *panel, float *pscale) {
+   panel: i8 codes (tops__amx_pack_panel) or, strict, bf16 ones
+   (tops__amx_pack_panel_bf16). */
+static void pack_group(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t n0, int64_t valid,
+                       int64_t k0, int64_t kc, int sub, int8_t *rows, float *qs, void *panel, float *pscale) {
     const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
     const int64_t nb = kc / sub;
     for (int j = 0; j < 16; j++) {
@@ -51,23 +55,25 @@ static void pack_group(const tops__kernels *kern, const tops_tensor *w, int64_t 
             for (int64_t b = 0; b < nb; b++) qs[j * nb + b] = 0.0f;
         }
     }
-    tops__amx_pack_panel(rows, kc, panel);
+    if (strict) tops__amx_pack_panel_bf16(rows, kc, panel);
+    else tops__amx_pack_panel(rows, kc, panel);
     for (int64_t b = 0; b < nb; b++)
         for (int j = 0; j < 16; j++) pscale[b * 16 + j] = qs[j * nb + b];
 }
 
 int64_t tops__amx_groups(int64_t n) { return tops__round_up(n, 32) / 16; }
 
-void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int64_t kp, int64_t g0, int64_t count,
-                           int8_t *panels, float *scales, void *scratch) {
+void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t kp, int64_t g0,
+                           int64_t count, void *panels, float *scales, void *scratch) {
     const int sub = tops__unpack_sub(w);
-    const int64_t n = w->extent[0], nb = kp / sub;
+    const int64_t n = w->extent[0], nb = kp / sub, esize = strict ? 2 : 1;
     int8_t *rows = scratch;
     float *qs = (float *)(rows + 16 * kp);
     for (int64_t g = g0; g < g0 + count; g++) {
         int64_t valid = n - g * 16;
         valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
-        pack_group(kern, w, g * 16, valid, 0, kp, sub, rows, qs, panels + g * 16 * kp, scales + g * 16 * nb);
+        pack_group(kern, w, strict, g * 16, valid, 0, kp, sub, rows, qs, (char *)panels + g * 16 * kp * esize,
+                   scales + g * 16 * nb);
     }
 }
 
@@ -93,47 +99,68 @@ static void read_left_row(const tops__kernels *kern, const tops__gemm_problem *p
     }
 }
 
-/* The i8 tiles' row i of the chunk (row m of the left): i8 codes per
-   sub-block in tile order, row tile t = i / 16, block b at
-   (t * n_subs + b) * 16 * sub codes, row i % 16 of it, the block scale at
-   as[(t * n_subs + b) * 16 + i % 16]. */
-static void left_row_q8(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t i, int64_t kp,
-                        int sub, const row_bufs *r, int8_t *aq, float *as) {
+/* hi = bf16(a) into r->h and lo = bf16(a - hi) into r->l over kp
+   elements of r->f (round to nearest even: a = hi + lo to 2^-16 |a|). */
+static void split_hi_lo(const tops__kernels *kern, int64_t kp, const row_bufs *r) {
+    kern->f32_to_bf16_row(r->h, r->f, kp);
+    kern->bf16_to_f32_row(r->g, r->h, kp);
+    for (int64_t x = 0; x < kp; x++) r->g[x] = r->f[x] - r->g[x];
+    kern->f32_to_bf16_row(r->l, r->g, kp);
+}
+
+/* The integer-form driver's row i of the chunk (row m of the left) in
+   tile order: row tile t = i / 16, block b at (t * n_subs + b) * 16 * sub
+   elements, row i % 16 of it.  Relaxed: i8 codes per sub-block into aq
+   and the block scale at as[(t * n_subs + b) * 16 + i % 16].  Strict: hi
+   into ah and lo into al (bf16). */
+static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t i, int64_t kp,
+                     int sub, const row_bufs *r, int8_t *aq, float *as, uint16_t *ah, uint16_t *al) {
     const int64_t n_subs = kp / sub, t = i / 16, row = i % 16;
     read_left_row(kern, p, m, kp, r->f);
-    kern->quantize_q8(r->f, kp, sub, r->q, r->s);
+    if (p->relaxed) {
+        kern->quantize_q8(r->f, kp, sub, r->q, r->s);
+        for (int64_t b = 0; b < n_subs; b++) {
+            memcpy(aq + ((t * n_subs + b) * 16 + row) * sub, r->q + b * sub, (size_t)sub);
+            as[(t * n_subs + b) * 16 + row] = r->s[b];
+        }
+        return;
+    }
+    split_hi_lo(kern, kp, r);
     for (int64_t b = 0; b < n_subs; b++) {
-        memcpy(aq + ((t * n_subs + b) * 16 + row) * sub, r->q + b * sub, (size_t)sub);
-        as[(t * n_subs + b) * 16 + row] = r->s[b];
+        memcpy(ah + ((t * n_subs + b) * 16 + row) * sub, r->h + b * sub, (size_t)sub * 2);
+        memcpy(al + ((t * n_subs + b) * 16 + row) * sub, r->l + b * sub, (size_t)sub * 2);
     }
 }
 
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
-    const int sub = tops__unpack_sub(w);
+    const int sub = tops__unpack_sub(w), strict = !p->relaxed;
+    const int64_t esize = strict ? 2 : 1; /* bytes of a weight code and of an activation term */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), n_subs = kp / sub;
     const int64_t kc_max = tops__balanced_block(kp, KC_DEFAULT, 32), k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
-    const int prepacked = p->q8_panels && p->q8_amx;
+    const int prepacked = p->q8_panels && p->q8_amx == (strict ? 2 : 1);
 
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, NC_DEFAULT, 32, &threads, &nc, &n_blocks);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
-    /* Workspace: the left of one chunk in tile order (codes and scales),
-       then per thread the weight block and its scales, an unpack buffer,
-       the accumulators and row buffers. */
-    const size_t left_terms = (size_t)tops__round_up(m_chunk * kp, 64);
-    const size_t left_bytes = left_terms + (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
-    const size_t panel_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * kc_max, 64);
+    /* Workspace: the left of one chunk in tile order (relaxed: codes and
+       scales; strict: hi and lo terms), then per thread the weight block
+       and its scales, an unpack buffer, the accumulators and row buffers. */
+    const size_t left_terms = (size_t)tops__round_up(m_chunk * kp * esize, 64);
+    const size_t left_scales = strict ? 0 : (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
+    const size_t left_bytes = left_terms * (strict ? 2 : 1) + left_scales;
+    const size_t panel_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * kc_max * esize, 64);
     const size_t pscale_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
     const size_t rows_bytes = prepacked ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
     const size_t qs_bytes = prepacked ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
     const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);
     const size_t rf = (size_t)tops__round_up(kp * 4, 64), rq = (size_t)tops__round_up(kp, 64);
-    const size_t tmp_bytes = rf + rq + (size_t)tops__round_up(n_subs * 4, 64);
+    const size_t rs = (size_t)tops__round_up(n_subs * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
+    const size_t tmp_bytes = 2 * rf + rq + rs + 2 * rh;
     const size_t per_thread = panel_bytes + pscale_bytes + rows_bytes + qs_bytes + acc_bytes + tmp_bytes;
     size_t bytes, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
@@ -142,6 +169,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
     int8_t *aq = (int8_t *)ws;
     float *as = (float *)(ws + left_terms);
+    uint16_t *ah = (uint16_t *)ws, *al = (uint16_t *)(ws + left_terms);
 
     for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
         const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
@@ -157,17 +185,19 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             TOPS__NOTE_REGION();
             unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
-            int8_t *panel = (int8_t *)mine;
+            unsigned char *panel = mine;
             float *pscale = (float *)(mine + panel_bytes);
             int8_t *rows = (int8_t *)((unsigned char *)pscale + pscale_bytes);
             float *qs = (float *)((unsigned char *)rows + rows_bytes);
             float *acc = (float *)((unsigned char *)qs + qs_bytes);
             unsigned char *t = (unsigned char *)acc + acc_bytes;
-            const row_bufs rb = {(float *)t, NULL, (int8_t *)(t + rf), (float *)(t + rf + rq), NULL, NULL};
+            const row_bufs rb = {(float *)t, (float *)(t + rf), (int8_t *)(t + 2 * rf), (float *)(t + 2 * rf + rq),
+                                 (uint16_t *)(t + 2 * rf + rq + rs), (uint16_t *)(t + 2 * rf + rq + rs + rh)};
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t i = 0; i < m_pad; i++) left_row_q8(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, aq, as);
+            for (int64_t i = 0; i < m_pad; i++)
+                left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, aq, as, ah, al);
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
@@ -179,35 +209,41 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                         for (int64_t gi = 0; gi < 2 * pairs; gi++) {
                             int64_t valid = nn - gi * 16;
                             valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
-                            pack_group(kern, w, n0 + gi * 16, valid, k0, kc, sub, rows, qs, panel + gi * 16 * kc,
-                                       pscale + gi * 16 * nb);
+                            pack_group(kern, w, strict, n0 + gi * 16, valid, k0, kc, sub, rows, qs,
+                                       panel + gi * 16 * kc * esize, pscale + gi * 16 * nb);
                         }
                     for (int64_t jp = 0; jp < pairs; jp++) {
-                        const int8_t *b0, *b1;
+                        const unsigned char *b0, *b1;
                         const float *s0, *s1;
                         if (prepacked) { /* group g over all of kp; this K block at k0 * 16 codes */
                             const int64_t g = (n0 + jp * 32) / 16;
-                            b0 = (const int8_t *)p->q8_panels + g * 16 * kp + k0 * 16;
-                            b1 = b0 + 16 * kp;
+                            b0 = p->q8_panels + (g * 16 * kp + k0 * 16) * esize;
+                            b1 = b0 + 16 * kp * esize;
                             s0 = p->q8_scales + g * 16 * n_subs + k0 / sub * 16;
                             s1 = s0 + 16 * n_subs;
                         } else {
-                            b0 = panel + 2 * jp * 16 * kc;
-                            b1 = b0 + 16 * kc;
+                            b0 = panel + 2 * jp * 16 * kc * esize;
+                            b1 = b0 + 16 * kc * esize;
                             s0 = pscale + 2 * jp * 16 * nb;
                             s1 = s0 + 16 * nb;
                         }
                         for (int64_t it = 0; it < m_tiles; it += 2) {
                             const int mt = m_tiles - it >= 2 ? 2 : 1;
                             const int64_t at = (it * n_subs + k0 / sub) * 16 * sub; /* row tile it, this K block */
-                            kern->amx_q8.run(mt, nb, sub, aq + at, n_subs * 16 * sub, as + at / sub, n_subs * 16,
-                                             b0, b1, s0, s1, acc + it * 16 * nc + jp * 32, nc, kb > 0);
+                            float *c = acc + it * 16 * nc + jp * 32;
+                            if (strict)
+                                kern->amx_bf16(mt, nb, sub, ah + at, al + at, n_subs * 16 * sub, (const uint16_t *)b0,
+                                               (const uint16_t *)b1, s0, s1, c, nc, kb > 0);
+                            else
+                                kern->amx_q8.run(mt, nb, sub, aq + at, n_subs * 16 * sub, as + at / sub,
+                                                 n_subs * 16, (const int8_t *)b0, (const int8_t *)b1, s0, s1, c, nc,
+                                                 kb > 0);
                         }
                     }
                 }
                 tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
             }
-            kern->amx_q8.release();
+            if (kern->amx_q8.release) kern->amx_q8.release();
         }
     }
     return TOPS_OK;
@@ -238,12 +274,8 @@ static void left_row_terms(const tops__kernels *kern, const tops__gemm_problem *
                            int na, const row_bufs *r, uint16_t *a) {
     const int64_t steps = kp / 32, t = i / 16, row = i % 16;
     read_left_row(kern, p, m, kp, r->f);
-    kern->f32_to_bf16_row(r->h, r->f, kp);
-    if (na > 1) {
-        kern->bf16_to_f32_row(r->g, r->h, kp);
-        for (int64_t x = 0; x < kp; x++) r->g[x] = r->f[x] - r->g[x];
-        kern->f32_to_bf16_row(r->l, r->g, kp);
-    }
+    if (na > 1) split_hi_lo(kern, kp, r);
+    else kern->f32_to_bf16_row(r->h, r->f, kp);
     for (int64_t s = 0; s < steps; s++) {
         uint16_t *dst = a + ((t * steps + s) * na) * 512 + row * 32;
         memcpy(dst, r->h + s * 32, 64);
@@ -269,7 +301,7 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
     const tops_tensor *w = p->right.t;
     const int64_t group_terms = (kc / 32) * nslots * 512;
     int need = 1;
-    if (p->q8_panels && p->q8_amx) { /* prepacked: group g over all of kp, this K block at k0 * 16 codes */
+    if (p->q8_panels && p->q8_amx == 1) { /* prepacked i8 panels: group g over all of kp, this K block at k0 * 16 codes */
         const int sub = tops__unpack_sub(w);
         const int64_t n_subs = kp / sub;
         for (int g = 0; g < 2; g++) {
@@ -286,7 +318,7 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
         for (int g = 0; g < 2; g++) {
             int64_t valid = p->n - (n0 + g * 16);
             valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
-            pack_group(kern, w, n0 + g * 16, valid, k0, kc, sub, tb->rows, tb->qs, tb->panel, tb->pscale);
+            pack_group(kern, w, 0, n0 + g * 16, valid, k0, kc, sub, tb->rows, tb->qs, tb->panel, tb->pscale);
             const int u = kern->amx_bf16t.terms_q8(tb->panel, tb->pscale, sub, kc, nslots, out + g * group_terms);
             need = u > need ? u : need;
         }

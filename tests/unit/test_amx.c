@@ -1,24 +1,27 @@
 /* The AMX kernels and the AMX matmul paths against scalar references:
-   the integer tile kernel bit for bit (power-of-two scales keep every f32
-   step exact), the bf16-term kernel bit for bit (small integer terms: every
-   product and sum exact), its AVX-512 weight decoders against their scalar
-   twins bit for bit, and matmul2d on AMX for every weight format: relaxed
-   i8 tiles against an oracle of the same quantized problem (codes,
-   scales, exact integer block sums, f64 sums), relaxed bf16 terms against
-   f64 of the decoded operands (each output within 1e-2 of its terms'
-   magnitude: two bf16 roundings), strict against f64 of the decoded
-   operands (rel-L2 <= 1e-5), on ragged shapes, plain and packed weights
-   (same bits), 1 and 3 threads (same bits), NaN-poisoned outputs.  The
-   bf16-term driver also runs everywhere over emulated tiles (a scalar
-   kernel with the tile kernel's contract, the scalar decoders), the
-   decoders wherever the CPU has AVX-512 BF16; the rest skips with the
-   reason where the machine (or the build) has no AMX. */
+   the i8 tile kernel bit for bit (power-of-two scales keep every f32 step
+   exact), the strict bf16 code-tile kernel bit for bit (small integer
+   terms and codes, power-of-two scales), the bf16-term kernel bit for bit
+   (small integer terms: every product and sum exact), its AVX-512 weight
+   decoders against their scalar twins bit for bit, and matmul2d on AMX
+   for every weight format on the kernel the plan picks: relaxed i8 tiles
+   against an oracle of the same quantized problem (codes, scales, exact
+   integer block sums, f64 sums), relaxed bf16 terms against f64 of the
+   decoded operands (each output within 1e-2 of its terms' magnitude: two
+   bf16 roundings), strict (bf16 code tiles for integer forms, bf16 terms
+   for the rest) against f64 of the decoded operands (rel-L2 <= 1e-5), on
+   ragged shapes, plain and packed weights (same bits), 1 and 3 threads
+   (same bits), NaN-poisoned outputs.  The drivers also run everywhere
+   over emulated tiles (scalar kernels with the tile kernels' contracts,
+   the scalar decoders), the decoders wherever the CPU has AVX-512 BF16;
+   the rest skips with the reason where the machine (or the build) has no
+   AMX. */
 #include "matmul_util.h"
 #include "drive/gemm.h"
 #include "ops/matmul2d.h"
 
 static th_rng rng;
-static double strict_worst;
+static double strict_worst[2]; /* [0] bf16 terms, [1] bf16 code tiles */
 static const tops__kernels *amx, *ref;
 static double relaxed_worst;
 
@@ -94,11 +97,123 @@ static float bf16_value(uint16_t h) {
     return v;
 }
 
+/* The strict code-tile kernel: hi and lo terms and codes small integers
+   (every product and partial sum exact in f32, in any order), power-of-two
+   scales, against a scalar loop bit for bit. */
+static void test_bf16_kernel_exact(void) {
+    enum { NB = 9, MAXK = NB * 32, LDC = 40 };
+    static int8_t rows[2][16 * MAXK];
+    static uint16_t hi[32 * MAXK], lo[32 * MAXK], panel[2][16 * MAXK];
+    static float ah[32 * MAXK], al[32 * MAXK], bs[2][NB * 16], got[32 * LDC], want[32 * LDC];
+    static const int subs[4] = {4, 8, 16, 32};
+    for (int it = 0; it < 64; it++) {
+        const int sub = subs[it % 4], mt = 1 + (it / 4) % 2, accumulate = (it / 8) % 2;
+        const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), kc = nb * sub;
+        for (int i = 0; i < 32; i++)
+            for (int64_t x = 0; x < kc; x++) {
+                /* hi: integers |h| <= 31, lo: multiples of 1/16 below 1 (block sums < 2^18, exact) */
+                ah[i * MAXK + x] = (float)((int)(th_next(&rng) % 63) - 31);
+                al[i * MAXK + x] = (float)((int)(th_next(&rng) % 31) - 15) / 16.0f;
+            }
+        for (int i = 0; i < 32; i++) /* tile order */
+            for (int64_t b = 0; b < nb; b++)
+                for (int x = 0; x < sub; x++) {
+                    const int64_t at = (((i / 16) * nb + b) * 16 + i % 16) * sub + x;
+                    hi[at] = bf16_bits(ah[i * MAXK + b * sub + x]);
+                    lo[at] = bf16_bits(al[i * MAXK + b * sub + x]);
+                }
+        for (int g = 0; g < 2; g++) {
+            for (int64_t i = 0; i < 16 * kc; i++) rows[g][i] = (int8_t)((int)(th_next(&rng) % 256) - 128);
+            tops__amx_pack_panel_bf16(rows[g], kc, panel[g]);
+            for (int64_t i = 0; i < nb * 16; i++)
+                bs[g][i] = ldexpf(th_next(&rng) % 2 ? 1.0f : -1.0f, -(int)(th_next(&rng) % 6));
+        }
+        for (int i = 0; i < 32 * LDC; i++) /* NaN where the kernel must write, sentinels past column 32 */
+            got[i] = want[i] = accumulate || i % LDC >= 32 ? (float)(i % 11) - 5.0f : NAN;
+        for (int i = 0; i < 16 * mt; i++)
+            for (int j = 0; j < 32; j++) {
+                float c = accumulate ? want[i * LDC + j] : 0.0f;
+                const int g = j / 16, jj = j % 16;
+                for (int64_t b = 0; b < nb; b++) {
+                    float t = 0.0f; /* exact, so the tile's order of summation does not matter */
+                    for (int x = 0; x < sub; x++) {
+                        const float q = (float)rows[g][jj * kc + b * sub + x];
+                        t += ah[i * MAXK + b * sub + x] * q + al[i * MAXK + b * sub + x] * q;
+                    }
+                    c = fmaf(t, bs[g][b * 16 + jj], c);
+                }
+                want[i * LDC + j] = c;
+            }
+        amx->amx_bf16(mt, nb, sub, hi, lo, nb * 16 * sub, panel[0], panel[1], bs[0], bs[1], got, LDC, accumulate);
+        amx->amx_q8.release();
+        if (memcmp(got, want, sizeof got) != 0) {
+            int first_bad = 0;
+            while (first_bad < 32 * LDC && memcmp(&got[first_bad], &want[first_bad], sizeof(float)) == 0) first_bad++;
+            TH_FAIL_AT("%s sub=%d mt=%d nb=%lld acc=%d: differs at row %d col %d (%.9g vs %.9g)", amx->amx_bf16_name,
+                       sub, mt, (long long)nb, accumulate, first_bad / LDC, first_bad % LDC, got[first_bad],
+                       want[first_bad]);
+        }
+    }
+}
+
+/* The two code-tile kernels' contracts in scalar code (cpu/dispatch.h),
+   for the emulated tiles: the i8 tiles (exact i32 block sums, one FMA per
+   block) and the bf16 code tiles (f32 block sums of hi * w + lo * w, one
+   FMA per block). */
+static long emu_calls[3]; /* calls of the emulated i8, bf16 code and bf16-term kernels */
+
+static void q8_scalar(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+                      int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0, const float *bs1,
+                      float *c, int64_t ldc, int accumulate) {
+    emu_calls[0]++;
+    for (int i = 0; i < 16 * mt; i++)
+        for (int j = 0; j < 32; j++) {
+            const int8_t *bg = j < 16 ? b0 : b1;
+            const float *bs = j < 16 ? bs0 : bs1;
+            float acc = accumulate ? c[i * ldc + j] : 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                int32_t t = 0;
+                for (int x = 0; x < sub; x++) {
+                    const int64_t k = b * sub + x;
+                    t += a[(i / 16) * a_next + b * 16 * sub + (i % 16) * sub + x] *
+                         bg[(k / 4) * 64 + (j % 16) * 4 + k % 4];
+                }
+                acc = fmaf((float)t, as[(i / 16) * as_next + b * 16 + i % 16] * bs[b * 16 + j % 16], acc);
+            }
+            c[i * ldc + j] = acc;
+        }
+}
+
+static void q8_release_none(void) {}
+
+static void bf16x2_scalar(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo, int64_t a_next,
+                          const uint16_t *b0, const uint16_t *b1, const float *bs0, const float *bs1, float *c,
+                          int64_t ldc, int accumulate) {
+    emu_calls[1]++;
+    for (int i = 0; i < 16 * mt; i++)
+        for (int j = 0; j < 32; j++) {
+            const uint16_t *bg = j < 16 ? b0 : b1;
+            const float *bs = j < 16 ? bs0 : bs1;
+            float acc = accumulate ? c[i * ldc + j] : 0.0f;
+            for (int64_t b = 0; b < nb; b++) {
+                float t = 0.0f;
+                for (int x = 0; x < sub; x++) {
+                    const int64_t k = b * sub + x, at = (i / 16) * a_next + b * 16 * sub + (i % 16) * sub + x;
+                    const float w = bf16_value(bg[(k / 2) * 32 + (j % 16) * 2 + k % 2]);
+                    t += bf16_value(hi[at]) * w + bf16_value(lo[at]) * w;
+                }
+                acc = fmaf(t, bs[b * 16 + j % 16], acc);
+            }
+            c[i * ldc + j] = acc;
+        }
+}
+
 /* The bf16-term kernel's contract in scalar code: for each step and pair,
    c += sum over the 32 k of a * b (f32; exact on the tests' data). */
 static void bf16t_scalar(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
                          const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np, const uint8_t *pa,
                          const uint8_t *pb, float *c, int64_t ldc, int accumulate) {
+    emu_calls[2]++;
     for (int i = 0; i < 16 * mt; i++)
         for (int j = 0; j < 32; j++) {
             float acc = accumulate ? c[i * ldc + j] : 0.0f;
@@ -278,7 +393,7 @@ static int run_amx(const tops_tensor *left, const tops_tensor *w, tops_tensor *d
     float *out = dest->data;
     for (int64_t i = 0; i < dest->extent[0] * dest->extent[1]; i++) out[i] = accumulate ? d0[i] : NAN;
     if (tops__matmul2d_with(use, &ex, &desc, left, w, dest) != TOPS_OK) {
-        TH_FAIL_AT("matmul2d on %s: %s", use->amx_bf16t.name, tops_last_error());
+        TH_FAIL_AT("matmul2d on the %s table: %s", tops_isa_name(use->isa), tops_last_error());
         return 0;
     }
     return 1;
@@ -300,10 +415,18 @@ static void exact_oracle(const mm_operand *w, const float *left, int64_t m, int6
         }
 }
 
-/* Whether a call takes the i8 tiles (else the bf16 terms). */
-static int takes_i8(const tops_tensor *w, int relaxed, int64_t m) {
-    return relaxed && use->amx_q8.run && use->unpack[w->format.id].run && tops__gemm_amx_supports(use, w) &&
-           m < use->amx_bf16t.relaxed_min_m[tops__unpack_sub(w) < 32];
+/* The kernel a call takes at M >= 5 (the plan's rule): the code tiles
+   for integer forms (i8: relaxed below the crossover; bf16: strict), the
+   bf16 terms for the rest. */
+enum { I8_TILES, CODE_TILES, BF16_TERMS };
+static int path_of(const tops_tensor *w, int relaxed, int64_t m) {
+    if (!tops__gemm_amx_supports(use, w, relaxed)) return BF16_TERMS;
+    if (!relaxed) return CODE_TILES;
+    return m < use->amx_bf16t.relaxed_min_m[tops__unpack_sub(w) < 32] ? I8_TILES : BF16_TERMS;
+}
+
+static const char *kernel_name(int path) {
+    return path == I8_TILES ? use->amx_q8.name : path == CODE_TILES ? use->amx_bf16_name : use->amx_bf16t.name;
 }
 
 static void check_case(tops_format f, int relaxed, int64_t m, int64_t n, int64_t k, int accumulate) {
@@ -323,7 +446,7 @@ static void check_case(tops_format f, int relaxed, int64_t m, int64_t n, int64_t
     float *d0 = malloc(cells * sizeof(float)), *first = malloc(cells * sizeof(float));
     double *want = malloc(cells * sizeof(double)), *mag = malloc(cells * sizeof(double));
     for (size_t i = 0; i < cells; i++) d0[i] = th_uniform(&rng, -4.0f, 4.0f);
-    const int i8 = takes_i8(&w.t, relaxed, m);
+    const int route = path_of(&w.t, relaxed, m), i8 = route == I8_TILES;
     if (i8) relaxed_oracle(&w.t, l, m, n, k, accumulate ? d0 : NULL, want, mag);
     else exact_oracle(&w, l, m, n, k, accumulate ? d0 : NULL, want, mag);
 
@@ -332,7 +455,7 @@ static void check_case(tops_format f, int relaxed, int64_t m, int64_t n, int64_t
     memset(&desc, 0, sizeof desc);
     desc.transpose_right = 1;
     desc.relaxed_precision = relaxed;
-    const char *kname = i8 ? use->amx_q8.name : use->amx_bf16t.name;
+    const char *kname = kernel_name(route);
     char path[256];
     tops_exec ex = tops_exec_default();
     if (use == amx && tops__kernels_get() == amx &&
@@ -341,9 +464,15 @@ static void check_case(tops_format f, int relaxed, int64_t m, int64_t n, int64_t
 
     tops_tensor packed;
     ex.threads = 2;
-    if (tops_pack_right(&ex, &desc, &w.t, &packed) != TOPS_OK) {
+    if (tops__pack_right_with(use, &ex, &desc, &w.t, &packed) != TOPS_OK) {
         TH_FAIL_AT("%s: tops_pack_right: %s", fname, tops_last_error());
         goto done;
+    }
+    { /* integer forms get the code tiles' panels: i8 relaxed, bf16 strict */
+        const tops__packed_right *pk = packed.packed_;
+        const int kind = tops__gemm_amx_supports(use, &w.t, relaxed) ? (relaxed ? 1 : 2) : 0;
+        if (pk->q8_amx != kind || (kind && !pk->q8_panels))
+            TH_FAIL_AT("%s %s: packed AMX panels %d, want %d", fname, relaxed ? "relaxed" : "strict", pk->q8_amx, kind);
     }
     for (int v = 0; v < 3; v++) { /* plain 1 thread, plain 3 threads, packed 3 threads */
         if (!run_amx(&left, v < 2 ? &w.t : &packed, &dest, v == 0 ? 1 : 3, relaxed, accumulate, d0)) break;
@@ -368,14 +497,14 @@ static void check_case(tops_format f, int relaxed, int64_t m, int64_t n, int64_t
             if (bad)
                 TH_FAIL_AT("%s %s %s m=%lld n=%lld k=%lld acc=%d: rel-L2 %.3g, worst %.3g of the magnitude at "
                            "(%lld, %lld): %.9g vs %.9g",
-                           use->amx_bf16t.name, relaxed ? "relaxed" : "strict", fname, (long long)m, (long long)n,
+                           kname, relaxed ? "relaxed" : "strict", fname, (long long)m, (long long)n,
                            (long long)k, accumulate, rel, worst, (long long)(at / n), (long long)(at % n), out[at],
                            want[at]);
-            if (!relaxed && rel > strict_worst) strict_worst = rel;
+            if (!relaxed && rel > strict_worst[route == CODE_TILES]) strict_worst[route == CODE_TILES] = rel;
             if (relaxed && !i8 && worst > relaxed_worst) relaxed_worst = worst;
             memcpy(first, out, cells * sizeof(float));
         } else if (memcmp(first, out, cells * sizeof(float)) != 0) {
-            TH_FAIL_AT("%s %s m=%lld n=%lld k=%lld: %s differs from plain 1 thread", use->amx_bf16t.name, fname,
+            TH_FAIL_AT("%s %s m=%lld n=%lld k=%lld: %s differs from plain 1 thread", kname, fname,
                        (long long)m, (long long)n, (long long)k, v == 1 ? "plain 3 threads" : "packed 3 threads");
         }
     }
@@ -426,9 +555,10 @@ static void run_every_format(int quick) {
     check_case((tops_format){TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, 0, 64, 300, 2200, 0);
     check_case((tops_format){TOPS_FMT_F32, 0, TOPS_DT_NONE}, 0, 64, 70, 2200, 1);
     check_case((tops_format){TOPS_FMT_F16, 0, TOPS_DT_NONE}, 1, 70, 64, 2200, 0);
-    printf("%s matmul: %d cases; strict worst rel-L2 vs f64 %.3g (bound 1e-5); relaxed bf16 terms worst %.3g of "
-           "the magnitude (bound 1e-2)\n",
-           use->amx_bf16t.name, cases + 6, strict_worst, relaxed_worst);
+    printf("%s matmul: %d cases; strict worst rel-L2 vs f64 %.3g (%s), %.3g (%s) (bound 1e-5); relaxed bf16 "
+           "terms worst %.3g of the magnitude (bound 1e-2)\n",
+           use == amx ? "AMX" : "emulated-tile", cases + 6, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
+           kernel_name(BF16_TERMS), relaxed_worst);
 }
 
 static void test_matmul_every_format(void) {
@@ -436,19 +566,23 @@ static void test_matmul_every_format(void) {
     run_every_format(0);
 }
 
-/* The bf16-term driver over emulated tiles: the active level's table with
-   the scalar kernel of the tile kernel's contract and the scalar decoders,
-   no i8 tiles (so relaxed calls take the bf16 terms at every M).  Runs on
-   any machine: the driver's layouts, blocking, term counts and packing. */
+/* The AMX drivers over emulated tiles: the active level's table with
+   scalar kernels of the three tile kernels' contracts and the scalar term
+   decoders (crossover at M = 48).  Runs on any machine: the drivers'
+   layouts, blocking, term counts, packing and routing. */
 static void test_driver_emulated(void) {
     static tops__kernels emu;
     emu = *tops__kernels_get();
-    emu.amx_q8 = (tops__amx_q8_ukernel){NULL, NULL, NULL};
+    emu.amx_q8 = (tops__amx_q8_ukernel){q8_scalar, q8_release_none, "q8_scalar (emulated tiles)"};
+    emu.amx_bf16 = bf16x2_scalar;
+    emu.amx_bf16_name = "bf16x2_scalar (emulated tiles)";
     emu.amx_bf16t = (tops__amx_bf16t_ukernel){bf16t_scalar, tops__ref_amx_terms_q8, tops__ref_amx_terms_f32, {48, 48},
                                               "bf16t_scalar (emulated tiles)"};
     use = &emu;
-    strict_worst = relaxed_worst = 0;
+    strict_worst[0] = strict_worst[1] = relaxed_worst = 0;
     run_every_format(1);
+    for (int i = 0; i < 3; i++)
+        if (emu_calls[i] == 0) TH_FAIL_AT("the emulated %s kernel never ran", i == 0 ? "i8" : i == 1 ? "bf16 code" : "bf16-term");
 }
 
 int main(void) {
@@ -482,8 +616,9 @@ int main(void) {
         TEST_MAIN_END();
     }
     RUN_TEST(test_kernel_exact);
+    RUN_TEST(test_bf16_kernel_exact);
     RUN_TEST(test_bf16t_kernel_exact);
-    strict_worst = relaxed_worst = 0;
+    strict_worst[0] = strict_worst[1] = relaxed_worst = 0;
     RUN_TEST(test_matmul_every_format);
     TEST_MAIN_END();
 }

@@ -345,13 +345,15 @@ static void test_packed_in_place(void) {
             /* the row stream: relaxed 4-bit blocks of 32 with f16 / e8m0 scales, packed where the level has its kernel */
             const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 && f != 2 && f != 4 &&
                                 tops__kernels_get()->dot_q8_nibstream_x4 != NULL;
-            /* m > 4 at a level with AMX kernels: the AMX tiles, i8 (relaxed, small m) or bf16 terms */
+            /* m > 4 at a level with AMX kernels: integer forms on the code tiles (i8: relaxed below the
+               crossover; bf16: strict), the rest on the bf16 terms */
             const tops__kernels *kt = tops__kernels_get();
-            const int on_amx = m > 4 && tops__gemm_amx_supports(kt, &w);
-            const int i8 = d.relaxed_precision && m < kt->amx_bf16t.relaxed_min_m[tops__unpack_sub(&w) < 32];
-            if (on_amx && i8) {
-                ASSERT_TRUE(strstr(b1, "AMX integer tiles (unpacked per K block)") != NULL);
-                ASSERT_TRUE(strstr(b2, "AMX integer tiles (prepacked)") != NULL);
+            const int on_amx = m > 4 && tops__gemm_amx_supports(kt, &w, d.relaxed_precision);
+            const int codes = !d.relaxed_precision || m < kt->amx_bf16t.relaxed_min_m[tops__unpack_sub(&w) < 32];
+            const char *tiles = d.relaxed_precision ? "AMX integer tiles" : "AMX bf16 code tiles";
+            if (on_amx && codes) {
+                ASSERT_TRUE(strstr(b1, tiles) != NULL && strstr(b1, "(unpacked per K block)") != NULL);
+                ASSERT_TRUE(strstr(b2, tiles) != NULL && strstr(b2, "(prepacked)") != NULL);
             } else if (on_amx) {
                 ASSERT_TRUE(strstr(b1, "AMX bf16 tiles") != NULL && strstr(b1, "(integer form unpacked)") != NULL);
                 ASSERT_TRUE(strstr(b2, "AMX bf16 tiles") != NULL && strstr(b2, "(prepacked i8 panels)") != NULL);
@@ -527,10 +529,11 @@ static void test_path_names(void) {
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a1, &w, &c1, buf, sizeof buf));
     ASSERT_TRUE(strstr(buf, "rows streamed") && strstr(buf, "f32 dots"));
     /* M = 8 takes the AMX tiles where the active level has them */
-    const int amx = tops__gemm_amx_supports(tops__kernels_get(), &w);
+    const int amx = tops__gemm_amx_supports(tops__kernels_get(), &w, 0);
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, buf, sizeof buf));
     if (amx)
-        ASSERT_TRUE(strstr(buf, "AMX bf16 tiles") && strstr(buf, "tops_gemm_f32_bf16t_bf16t_32x32__amx"));
+        ASSERT_TRUE(strstr(buf, "AMX bf16 code tiles (unpacked per K block)") &&
+                    strstr(buf, "tops_gemm_f32_bf16x2_bf16_32x32__amx"));
     else ASSERT_TRUE(strstr(buf, "f32 panels (unpacked per K block)") && strstr(buf, "tops_gemm_f32_f32_f32_"));
     d.relaxed_precision = 1;
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a1, &w, &c1, buf, sizeof buf));

@@ -355,6 +355,7 @@ static void test_matmul_gives_nan_for_the_affected_outputs(void) {
     if (tops__kernels_get()->amx_bf16t.run) { /* the AMX tiles instead of the panels */
         ASSERT_TRUE(path_seen("AMX integer tiles (prepacked)"));
         ASSERT_TRUE(path_seen("AMX integer tiles (unpacked"));
+        ASSERT_TRUE(path_seen("AMX bf16 code tiles"));
         ASSERT_TRUE(path_seen("AMX bf16 tiles"));
     } else {
         ASSERT_TRUE(path_seen("integer panels (prepacked)"));

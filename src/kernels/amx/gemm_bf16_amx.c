@@ -1,0 +1,106 @@
+/* AMX strict kernel: f32 activations as two bf16 terms (hi + lo) times the
+   weights' integer codes as bf16 (exact: |q| <= 128), on the tile unit
+   (tdpbf16ps: bf16 products exact in f32, summed in f32), one pass of
+   eight tile ops per scale sub-block, the f32 block sums scaled into f32
+   accumulators with AVX-512 between blocks.  Tiles as in gemm_q8_amx.c:
+   0..3 the 2 x 2 grid of 16 x 16 sums, 4 and 5 the two row tiles (hi,
+   then lo), 6 and 7 the two 16-column weight tiles. */
+#include "cpu/dispatch.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+typedef struct amx_tilecfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+
+static void configure(int sub) {
+    _Alignas(64) amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 4; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    for (int t = 4; t < 6; t++) cfg.colsb[t] = (uint16_t)(2 * sub), cfg.rows[t] = 16;
+    for (int t = 6; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)(sub / 2);
+    _tile_loadconfig(&cfg);
+}
+
+static inline void block_sums(int mt, int64_t b, int sub, const uint16_t *hi, const uint16_t *lo, int64_t a_next,
+                              const uint16_t *b0, const uint16_t *b1, float *buf) {
+    const int64_t at = b * 16 * sub, stride = 2 * sub;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_loadd(6, b0 + b * sub * 16, 64);
+    _tile_loadd(7, b1 + b * sub * 16, 64);
+    _tile_loadd(4, hi + at, stride);
+    if (mt == 2) {
+        _tile_zero(2);
+        _tile_zero(3);
+        _tile_loadd(5, hi + at + a_next, stride);
+    }
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if (mt == 2) {
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_loadd(4, lo + at, stride);
+    if (mt == 2) _tile_loadd(5, lo + at + a_next, stride);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    if (mt == 2) {
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, buf, 64);
+    _tile_stored(1, buf + 256, 64);
+    if (mt == 2) {
+        _tile_stored(2, buf + 512, 64);
+        _tile_stored(3, buf + 768, 64);
+    }
+}
+
+/* acc[i][j] = fma(s[i][j], bs[j], acc[i][j]) for 16 * mt rows, 32 columns. */
+static inline void scale_block(int mt, const float *buf, const float *bs0, const float *bs1, float *acc) {
+    const __m512 s0 = _mm512_loadu_ps(bs0), s1 = _mm512_loadu_ps(bs1);
+    for (int t = 0; t < mt; t++) {
+        const float *p0 = buf + t * 512, *p1 = p0 + 256;
+        for (int r = 0; r < 16; r++) {
+            float *ci = acc + (t * 16 + r) * 32;
+            _mm512_store_ps(ci, _mm512_fmadd_ps(_mm512_load_ps(p0 + r * 16), s0, _mm512_load_ps(ci)));
+            _mm512_store_ps(ci + 16, _mm512_fmadd_ps(_mm512_load_ps(p1 + r * 16), s1, _mm512_load_ps(ci + 16)));
+        }
+    }
+}
+
+static inline void run_mt(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo, int64_t a_next,
+                          const uint16_t *b0, const uint16_t *b1, const float *bs0, const float *bs1, float *c,
+                          int64_t ldc, int accumulate) {
+    _Alignas(64) float buf[2][4 * 256];
+    _Alignas(64) float acc[32 * 32];
+    for (int i = 0; i < 16 * mt; i++) {
+        _mm512_store_ps(acc + i * 32, accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps());
+        _mm512_store_ps(acc + i * 32 + 16, accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps());
+    }
+    if (nb > 0) {
+        configure(sub);
+        block_sums(mt, 0, sub, hi, lo, a_next, b0, b1, buf[0]);
+        for (int64_t b = 0; b < nb; b++) {
+            if (b + 1 < nb) block_sums(mt, b + 1, sub, hi, lo, a_next, b0, b1, buf[(b + 1) & 1]);
+            scale_block(mt, buf[b & 1], bs0 + b * 16, bs1 + b * 16, acc);
+        }
+    }
+    for (int i = 0; i < 16 * mt; i++) {
+        _mm512_storeu_ps(c + i * ldc, _mm512_load_ps(acc + i * 32));
+        _mm512_storeu_ps(c + i * ldc + 16, _mm512_load_ps(acc + i * 32 + 16));
+    }
+}
+
+void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+                                          int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
+                                          const float *bs1, float *c, int64_t ldc, int accumulate) {
+    if (mt == 2) run_mt(2, nb, sub, hi, lo, a_next, b0, b1, bs0, bs1, c, ldc, accumulate);
+    else run_mt(1, nb, sub, hi, lo, a_next, b0, b1, bs0, bs1, c, ldc, accumulate);
+}
