@@ -133,6 +133,8 @@ static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int
 }
 
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
+    const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
+    if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int sub = tops__unpack_sub(w), strict = !p->relaxed;
@@ -353,6 +355,8 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
 }
 
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p) {
+    const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
+    if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int na = p->relaxed ? 1 : 2, nslots = p->relaxed ? 1 : MAX_WTERMS;
