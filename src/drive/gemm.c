@@ -44,7 +44,8 @@ static void pack_panel(const tops__kernels *kern, const tops__gemm_operand *op, 
 
 tops_status tops__gemm_check_size(const char *fn, int64_t m, int64_t k) {
     int64_t cells;
-    if (m < 0 || k < 0 || !tops__mul_i64(m + 32, k + 32, &cells) || !tops__mul_i64(cells, 16, &cells))
+    if (m < 0 || k < 0 || m > INT64_MAX - 32 || k > INT64_MAX - 32 || !tops__mul_i64(m + 32, k + 32, &cells) ||
+        !tops__mul_i64(cells, 16, &cells))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows int64 (M = %lld, K = %lld)",
                           (long long)m, (long long)k);
     return TOPS_OK;
