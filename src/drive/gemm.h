@@ -59,13 +59,14 @@ typedef struct tops__gemm_problem {
     tops__nibstream nib_stream; /* prepacked row stream for M <= 4, or data NULL */
 } tops__gemm_problem;
 
-/* Runs the problem.  Fails only with TOPS_OUT_OF_MEMORY / TOPS_OVERFLOW
-   (named under fn) before anything is written to dest. */
 /* Every driver's first check, before any size arithmetic: the unblocked
    workspace terms (up to M + 32 rows of K elements of up to 16 bytes) fit
    int64, else TOPS_OVERFLOW under fn (the sizes after it are computed in
    int64 and checked again in size_t).  Never depends on memory. */
 tops_status tops__gemm_check_size(const char *fn, int64_t m, int64_t k);
+
+/* Runs the problem.  Fails only with TOPS_OUT_OF_MEMORY / TOPS_OVERFLOW
+   (named under fn) before anything is written to dest. */
 tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p);
 
 /* The small-M driver: right stored [N, K] in a format with an integer
