@@ -11,6 +11,7 @@ static const tops_cli_command commands[] = {
     {"validate", tops_cmd_validate, "run the validation ladder: every format and attention path against f64", tops_cmd_validate_usage},
     {"matmul", tops_cmd_matmul, "one matmul from .npy/.safetensors files, written to .npy", tops_cmd_matmul_usage},
     {"bench", tops_cmd_bench, "time matmul and attention against OpenBLAS and the roofline measured in the same run", tops_cmd_bench_usage},
+    {"inspect", tops_cmd_inspect, "list the tensors of a safetensors or GGUF file: dtypes, shapes, formats, bytes", tops_cmd_inspect_usage},
     {"quantize", tops_cmd_quantize, "quantize a .npy weight, report its error, write or read safetensors", tops_cmd_quantize_usage},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];
