@@ -109,9 +109,9 @@ class Model:
             check(LIB.tops_model_info(handle.ptr, i, ctypes.byref(info)))
             self._infos.append(info)
             if info.plane_of:
-                self._planes.setdefault(info.plane_of.decode("utf-8", "replace"), []).append(i)
-            else:
-                self._index[info.name.decode("utf-8", "replace")] = i
+                self._planes.setdefault(info.plane_of.decode("utf-8", "surrogateescape"), []).append(i)
+            else:  # (a GGUF name need not be UTF-8: surrogateescape keeps its bytes for the lookup)
+                self._index[info.name.decode("utf-8", "surrogateescape")] = i
         self._metadata: Optional[Dict[str, Any]] = None
 
     # -- lifetime ------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ class Model:
             if npd is not None:
                 return mapped_bytes(e.data or 0, int(e.bytes), h).view(npd).reshape(shape)
         t = Tensor()
-        check(LIB.tops_model_tensor(h.ptr, name.encode(), ctypes.byref(t)))
+        check(LIB.tops_model_tensor(h.ptr, name.encode("utf-8", "surrogateescape"), ctypes.byref(t)))
         return Weight._from_tensor(t, keep=h)
 
     def raw(self, name: str) -> np.ndarray:
@@ -312,10 +312,13 @@ def save(path: PathLike, tensors: Any, metadata: Optional[Mapping[str, str]] = N
     keep: List[Any] = []
     entries = (NamedTensor * max(len(tensors), 1))()
     for i, (name, x) in enumerate(tensors.items()):
-        if not isinstance(name, str):
-            fail(InvalidArgument, fn, f"tensor names are strings; got {name!r}")
+        if not isinstance(name, str) or "\0" in name:
+            fail(InvalidArgument, fn, f"tensor names are strings without NUL characters; got {name!r}")
         e = entries[i]
-        bname = name.encode()
+        try:
+            bname = name.encode()
+        except UnicodeEncodeError as err:
+            fail(InvalidArgument, fn, f"tensor name {name!r} is not valid UTF-8 text ({err.reason})")
         keep.append(bname)
         e.name = bname
         what = f"tensors[{name!r}]"
@@ -361,14 +364,17 @@ def save(path: PathLike, tensors: Any, metadata: Optional[Mapping[str, str]] = N
             fail(InvalidArgument, fn, f"metadata is a {type(metadata).__name__}; it must be a dict of str to str")
         flat: List[bytes] = []
         for k, v in metadata.items():
-            if not isinstance(k, str) or not isinstance(v, str):
+            if not isinstance(k, str) or not isinstance(v, str) or "\0" in k or "\0" in v:
                 fail(InvalidArgument, fn, f"metadata holds {k!r}: {v!r}; safetensors metadata maps strings to "
-                                          "strings")
+                                          "strings (without NUL characters)")
             owner = k.rsplit(".", 1)
             if len(owner) == 2 and owner[1] in ("format", "shape", "tensor_scale") and owner[0] in tensors:
                 fail(InvalidArgument, fn, f"metadata key {k!r} is one the reader takes as tensor {owner[0]!r}'s "
                                           "own (its tensorops format); choose another key")
-            flat += [k.encode(), v.encode()]
+            try:
+                flat += [k.encode(), v.encode()]
+            except UnicodeEncodeError as err:
+                fail(InvalidArgument, fn, f"metadata {k!r}: {v!r} is not valid UTF-8 text ({err.reason})")
         meta = (ctypes.c_char_p * max(len(flat), 1))(*flat)
         keep.append(flat)
         n_meta = len(metadata)

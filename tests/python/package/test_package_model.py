@@ -340,6 +340,9 @@ def test_save_never_destroys_a_file(tmp_path):
         ({"w": np.ones(2, np.float32)}, {"w.format": "int4-g32"}, tops.InvalidArgument, "tensor 'w'"),
         ({"w": np.ones(2, np.float32)}, {"k": 1}, tops.InvalidArgument, "strings to strings"),
         ({1: np.ones(2, np.float32)}, None, tops.InvalidArgument, "names are strings"),
+        ({"a\0b": np.ones(2, np.float32)}, None, tops.InvalidArgument, "without NUL"),
+        ({"a\udc80": np.ones(2, np.float32)}, None, tops.InvalidArgument, "not valid UTF-8"),
+        ({"w": np.ones(2, np.float32)}, {"k\0": "v"}, tops.InvalidArgument, "without NUL"),
         ({"w": tops.quantize(np.ones((2, 32), np.float32), "int4-g32"), "w.scales": np.ones(1, np.float32)}, None,
          tops.InvalidArgument, "w.scales"),
     ]
