@@ -36,7 +36,7 @@ __version__ = version()
 __all__ = [
     "__version__", "version", "info", "Info", "CudaDevice", "formats", "format_info", "FormatInfo",
     "Weight", "PackedWeight", "DeviceArray", "quantize", "dequantize", "pack", "save", "load",
-    "matmul", "matmul_path", "attention", "open", "Model", "TensorInfo",
+    "matmul", "matmul_path", "attention", "Model", "TensorInfo",  # (not open: `import *` would hide the builtin)
     "Error", "InvalidArgument", "ShapeMismatch", "UnsupportedFormat", "UnsupportedOnDevice", "OutOfMemory",
     "Overflow", "IoError", "ParseError", "NotFound", "DeviceError", "InternalError",
 ]

@@ -224,6 +224,17 @@ def test_open_from_bytes_and_buffers(gguf_file, st_file):
                 a, b = m[name], byname[name]
                 pa, pb = (a.data, b.data) if isinstance(a, tops.Weight) else (a, b)
                 assert pa.tobytes() == pb.tobytes(), name
+    # a buffer at an odd address: plain tensors are unaligned numpy views, which matmul copies
+    data = st_file[0].read_bytes()
+    odd = bytearray(len(data) + 1)
+    odd[1:] = data
+    m = tops.open(memoryview(odd)[1:])
+    a = m["model.layers.0.mlp.down_proj.weight"]
+    assert a.tobytes() == st_file[1]["model.layers.0.mlp.down_proj.weight"].tobytes()
+    x = np.ones((2, 64), np.float32)
+    ref = x.astype(np.float64) @ a.astype(np.float64).T
+    np.testing.assert_allclose(tops.matmul(x, a, transpose_right=True), ref, rtol=1e-5, atol=1e-5)
+    del m, a
     # the views keep the caller's bytes alive
     data = bytearray(st_file[0].read_bytes())
     a = tops.open(data)["model.norm.weight"]
