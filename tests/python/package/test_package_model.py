@@ -397,3 +397,14 @@ def test_bad_files_raise_with_a_sentence(gguf_file, st_file, tmp_path):
     with pytest.raises(tops.IoError, match="cannot open"):
         tops.open(tmp_path / "missing.gguf")
     assert issubclass(tops.ParseError, ValueError) and issubclass(tops.IoError, OSError)
+
+
+def test_bf16_without_ml_dtypes_says_what_to_install(st_file, monkeypatch):
+    import sys
+    path, arrays = st_file
+    m = tops.open(path)
+    monkeypatch.setitem(sys.modules, "ml_dtypes", None)   # import ml_dtypes now raises ImportError
+    with pytest.raises(tops.UnsupportedFormat, match=r"install ml_dtypes.*Model.raw\(\)"):
+        m["model.embed_tokens.weight"]
+    assert m.raw("model.embed_tokens.weight").tobytes() == arrays["model.embed_tokens.weight"].tobytes()
+    assert m["model.norm.weight"].dtype == np.float32     # plain dtypes need nothing more
