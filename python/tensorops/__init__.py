@@ -18,21 +18,25 @@ CPU tensors; any DLPack tensor (``__dlpack__``: torch CPU and CUDA) is read
 in place, and results on a GPU come back as :class:`DeviceArray`
 (``torch.from_dlpack`` takes them without a copy).  Errors raise
 :class:`Error` subclasses named after the library's status, carrying its
-sentence.  docs/python.md has the whole picture.
+sentence.  Checkpoints: ``tensorops.open(path)`` reads safetensors and GGUF
+files by tensor name, in place (views of the mapping, no copies), and
+``tensorops.save(path, {name: tensor})`` writes safetensors.  docs/python.md
+has the whole picture.
 """
 from ._errors import (DeviceError, Error, InternalError, InvalidArgument, IoError, NotFound, OutOfMemory, Overflow,
                       ParseError, ShapeMismatch, UnsupportedFormat, UnsupportedOnDevice)
 from ._arrays import DeviceArray
 from ._info import CudaDevice, FormatInfo, Info, format_info, formats, info, version
 from ._ops import attention, matmul, matmul_path
-from ._weight import PackedWeight, Weight, dequantize, load, pack, quantize, save
+from ._weight import PackedWeight, Weight, dequantize, load, pack, quantize
+from ._model import Model, TensorInfo, open, save
 
 __version__ = version()
 
 __all__ = [
     "__version__", "version", "info", "Info", "CudaDevice", "formats", "format_info", "FormatInfo",
     "Weight", "PackedWeight", "DeviceArray", "quantize", "dequantize", "pack", "save", "load",
-    "matmul", "matmul_path", "attention",
+    "matmul", "matmul_path", "attention", "Model", "TensorInfo",  # (not open: `import *` would hide the builtin)
     "Error", "InvalidArgument", "ShapeMismatch", "UnsupportedFormat", "UnsupportedOnDevice", "OutOfMemory",
     "Overflow", "IoError", "ParseError", "NotFound", "DeviceError", "InternalError",
 ]

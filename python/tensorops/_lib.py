@@ -156,6 +156,27 @@ class CudaDeviceInfo(ctypes.Structure):
                 ("driver_version", c_int), ("_pad", c_uint8 * 256)]
 
 
+MODEL_MAX_RANK = 8
+c_uint64 = ctypes.c_uint64
+
+
+class ModelTensorInfo(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_char_p), ("rank", c_int), ("shape", c_int64 * MODEL_MAX_RANK),
+                ("offset", c_uint64), ("bytes", c_uint64), ("data", c_void_p), ("loadable", c_int),
+                ("format", Format), ("plane_of", c_char_p), ("tensorops", c_int), ("_pad", c_uint8 * 128)]
+
+
+class MetaValue(ctypes.Structure):
+    # string is read with string_len (GGUF strings may hold NUL bytes), so it is a void pointer here.
+    _fields_ = [("type", c_int), ("u", c_uint64), ("i", c_int64), ("f", c_double), ("string", c_void_p),
+                ("string_len", c_uint64), ("array_type", c_int), ("array_count", c_uint64), ("_pad", c_uint8 * 128)]
+
+
+class NamedTensor(ctypes.Structure):
+    _fields_ = [("name", c_char_p), ("tensor", ctypes.c_void_p), ("dtype", c_char_p), ("rank", c_int),
+                ("shape", P(c_int64)), ("data", c_void_p)]
+
+
 # ---- prototypes ------------------------------------------------------------------------------
 
 def _proto(name, restype, *argtypes):
@@ -187,6 +208,18 @@ _proto("tops_pack_right", c_int, P(Exec), P(MatmulDesc), P(Tensor), P(Tensor))
 _proto("tops_attention", c_int, P(Exec), P(AttentionDesc), P(Tensor), P(Tensor), P(Tensor), P(Tensor))
 _proto("tops_safetensors_save", c_int, c_char_p, P(Tensor))
 _proto("tops_safetensors_load", c_int, c_char_p, P(Tensor))
+_proto("tops_model_open", c_int, c_char_p, P(c_void_p))
+_proto("tops_model_open_buffer", c_int, c_void_p, c_size_t, P(c_void_p))
+_proto("tops_model_close", None, c_void_p)
+_proto("tops_model_get_kind", c_int, c_void_p)
+_proto("tops_model_count", c_int64, c_void_p)
+_proto("tops_model_info", c_int, c_void_p, c_int64, P(ModelTensorInfo))
+_proto("tops_model_find", c_int, c_void_p, c_char_p, P(c_int64))
+_proto("tops_model_tensor", c_int, c_void_p, c_char_p, P(Tensor))
+_proto("tops_model_meta_count", c_int64, c_void_p)
+_proto("tops_model_meta", c_int, c_void_p, c_int64, P(c_char_p), P(MetaValue))
+_proto("tops_model_meta_item", c_int, c_void_p, c_int64, c_uint64, P(MetaValue))
+_proto("tops_model_save", c_int, c_char_p, P(NamedTensor), c_size_t, P(c_char_p), c_size_t)
 _proto("tops_cuda_device_count", c_int, P(c_int))
 _proto("tops_cuda_get_device_info", c_int, c_int, P(CudaDeviceInfo))
 _proto("tops_cuda_alloc", c_int, c_int, c_size_t, P(c_void_p))

@@ -40,6 +40,27 @@ def _copy_out(ptr: int, nbytes: int) -> np.ndarray:
     return np.ctypeslib.as_array((ctypes.c_uint8 * nbytes).from_address(ptr)).copy()
 
 
+class _Mapped:
+    """Read-only bytes someone else owns (a checkpoint's mapping), exposed to
+    numpy through the array interface.  Every array made from it has it as
+    its base, and it holds ``keep``, so the memory lives as long as any view."""
+
+    __slots__ = ("__array_interface__", "keep")
+
+    def __init__(self, ptr: int, nbytes: int, keep: Any):
+        self.__array_interface__ = {"data": (ptr, True), "shape": (nbytes,), "typestr": "|u1", "version": 3}
+        self.keep = keep
+
+
+def mapped_bytes(ptr: int, nbytes: int, keep: Any) -> np.ndarray:
+    """A read-only uint8 array over nbytes at ptr that keeps ``keep`` alive (no copy)."""
+    if nbytes == 0 or not ptr:
+        a = np.zeros(0, np.uint8)
+        a.flags.writeable = False
+        return a
+    return np.asarray(_Mapped(ptr, nbytes, keep))
+
+
 def _plane_count(t: Tensor, plane) -> int:
     n = 1
     for d in range(t.rank):
@@ -136,8 +157,14 @@ class Weight:
         return Operand(t, self, HOST, self._format, tuple(t.extent[d] for d in range(t.rank)), ())
 
     @classmethod
-    def _from_tensor(cls, t: Tensor) -> "Weight":
-        """Copies the planes of a contiguous host tensor (tops_tensor_create, a loader)."""
+    def _from_tensor(cls, t: Tensor, keep: Any = None) -> "Weight":
+        """The planes of a contiguous host tensor: copied (tops_tensor_create, a
+        loader), or, with ``keep``, read-only views of its memory that hold
+        ``keep`` alive (a checkpoint's mapping)."""
+
+        def take(ptr: int, nbytes: int) -> np.ndarray:
+            return _copy_out(ptr, nbytes) if keep is None else mapped_bytes(ptr, nbytes, keep)
+
         shape = tuple(t.extent[d] for d in range(t.rank))
         span = ctypes.c_size_t()
         check(LIB.tops_tensor_data_span(ctypes.byref(t), ctypes.byref(span)))
@@ -145,7 +172,7 @@ class Weight:
         w._f = Format(t.format.id, t.format.group, t.format.scale)
         w._format = format_name(w._f)
         w._shape = shape
-        data = _copy_out(t.data, span.value)
+        data = take(t.data, span.value)
         elem = _stem(t.format.id)
         if elem in ("f32", "f16", "bf16"):
             w._data = data.view(numpy_dtype_or_bits(elem)).reshape(shape)
@@ -158,7 +185,7 @@ class Weight:
                 continue
             ext = tuple(plane.extent[d] for d in range(t.rank))
             n = _plane_count(t, plane)
-            planes.append(_copy_out(plane.data, n * dtype_bytes(plane.dtype)).view(_plane_dtype(plane.dtype))
+            planes.append(take(plane.data, n * dtype_bytes(plane.dtype)).view(_plane_dtype(plane.dtype))
                           .reshape(ext))
         w._scales, w._bias, w._codebook = planes
         w._tensor_scale = float(t.tensor_scale)
@@ -365,8 +392,8 @@ def pack(weight: Union[Weight, ArrayLike], *, transpose_right: bool = True, rela
 # ---- files ------------------------------------------------------------------------------------
 
 
-def save(path: Union[str, "os.PathLike[str]"], weight: Union[Weight, ArrayLike]) -> None:
-    """Writes one tensor (a Weight, or a float32/float16/bfloat16 array) as the
+def _save_single(path: Union[str, "os.PathLike[str]"], weight: Union[Weight, ArrayLike]) -> None:
+    """tensorops.save(path, weight): writes one tensor (a Weight, or a float32/float16/bfloat16 array) as the
     library's safetensors file: "weight" and its planes, with __metadata__
     naming the format (docs/formats.md).  The file appears only when complete."""
     fn = "tensorops.save"
