@@ -698,6 +698,22 @@ static tops_status w_raw(const char *fn, w_state *w, size_t i, const tops_named_
 
 static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* A user key NAME.format / NAME.shape / NAME.tensor_scale describes tensor
+   NAME to the reader; for a tensor being saved it is the writer's to set. */
+static const char *reserved_key_owner(const char *key, const tops_named_tensor *tensors, size_t count) {
+    static const char *const suffix[] = {".format", ".shape", ".tensor_scale"};
+    const size_t klen = strlen(key);
+    for (size_t s = 0; s < sizeof suffix / sizeof suffix[0]; s++) {
+        const size_t slen = strlen(suffix[s]);
+        if (klen <= slen || strcmp(key + klen - slen, suffix[s]) != 0) continue;
+        for (size_t i = 0; i < count; i++) {
+            const char *name = tensors[i].name;
+            if (name && strlen(name) == klen - slen && strncmp(name, key, klen - slen) == 0) return name;
+        }
+    }
+    return NULL;
+}
+
 tops_status tops_model_save(const char *path, const tops_named_tensor *tensors, size_t count,
                             const char *const *metadata, size_t meta_count) {
     static const char fn[] = "tops_model_save";
@@ -714,6 +730,9 @@ tops_status tops_model_save(const char *path, const tops_named_tensor *tensors, 
             st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "metadata pair %zu is not UTF-8", i);
         else if (cJSON_GetObjectItemCaseSensitive(w.meta, k))
             st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "metadata key \"%.200s\" is given twice", k);
+        else if (count && tensors && reserved_key_owner(k, tensors, count))
+            st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "metadata key \"%.200s\" is reserved: it would describe tensor "
+                            "\"%.200s\" to the reader", k, reserved_key_owner(k, tensors, count));
         else if (!cJSON_AddStringToObject(w.meta, k, v)) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for metadata");
     }
     for (size_t i = 0; st == TOPS_OK && i < count; i++) {

@@ -553,12 +553,18 @@ static void test_wgmma(void) {
         unsetenv("TOPS_CUDA_WGMMA_TN");
     }
     unsetenv("TOPS_CUDA_KERNEL");
+    /* want: 1 the register-weight wgmma kernels, 0 anything else; where
+       named, the kernel's name starts with that (the 16-bit TMA GEMM for
+       16-bit and strict e4m3 weights from M = 17) */
     static const struct {
         const char *format, *min_m;
         int64_t m;
         int want;
-    } plan[] = {{"int4-g128", NULL, 47, 0}, {"int8-g32", NULL, 127, 0}, {"int8-g32", NULL, 128, 1},
-                {"bf16", NULL, 130, 1},       {"e4m3-ch", NULL, 64, 0},  {"int4-g128", "64", 100, 1}};
+        const char *name;
+    } plan[] = {{"int4-g128", NULL, 47, 0, NULL},         {"int8-g32", NULL, 127, 0, NULL},
+                {"int8-g32", NULL, 128, 1, NULL},         {"bf16", NULL, 130, 0, "bf16 persistent"},
+                {"e4m3-ch", NULL, 64, 0, "bf16 persistent, e4m3 weights converted"},
+                {"int4-g128", "64", 100, 1, NULL}};
     for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
         if (plan[i].min_m) setenv("TOPS_CUDA_WGMMA_MIN_M", plan[i].min_m, 1);
         gpu_case c = {plan[i].format, TOPS_DT_BF16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0, 0};
@@ -566,7 +572,8 @@ static void test_wgmma(void) {
         int ok = run_case(&c, &r);
         unsetenv("TOPS_CUDA_WGMMA_MIN_M");
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        if ((strncmp(kn, "wgmma", 5) == 0) != plan[i].want) {
+        if ((strncmp(kn, "wgmma", 5) == 0) != plan[i].want ||
+            (plan[i].name && strncmp(kn, plan[i].name, strlen(plan[i].name)) != 0)) {
             TH_FAIL_AT("%s M=%lld by plan ran %s", plan[i].format, (long long)plan[i].m, kn);
             ok = 0;
         }

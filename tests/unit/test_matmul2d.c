@@ -120,7 +120,14 @@ static void test_bad_inputs(void) {
     BAD(tops_matmul2d(&bex, &d, &a, &b, &c), TOPS_INVALID_ARGUMENT, "threads");
     bex = ex;
     bex.device.kind = TOPS_DEVICE_CUDA;
-    BAD(tops_matmul2d(&bex, &d, &a, &b, &c), TOPS_UNSUPPORTED_ON_DEVICE, "cuda");
+    {
+        /* no CUDA backend or no such device: unsupported on device; with a GPU
+           there: host operands are the caller's mistake */
+        tops_status cst = tops_matmul2d(&bex, &d, &a, &b, &c);
+        ASSERT_TRUE(cst == TOPS_UNSUPPORTED_ON_DEVICE || cst == TOPS_INVALID_ARGUMENT);
+        ASSERT_TRUE(strstr(tops_last_error(), "cuda") != NULL);
+        ASSERT_TRUE(unchanged(&c));
+    }
 
     /* shapes */
     bd = d;
@@ -323,8 +330,13 @@ static void test_packed_in_place(void) {
                     run_plain_and_packed(kern, threads, &d, &a.t, &w, &pk, &c1, &c2);
                     if (isa == TOPS_ISA_REF && threads == 1)
                         for (int64_t i = 0; i < m * n; i++) ref[i] = ((float *)p1)[i];
-                    const double e = m * n < 32 ? mm_normwise(&c2, ref, mag) : mm_rel_l2(&c2, ref);
-                    if (!(e <= 1e-5))
+                    /* relaxed AMX from M = 32 on blocks under 32 runs the bf16-term tiles
+                       (bf16 activations, not the i8 ones of the other levels): judged
+                       against f64 with the relaxed bound instead */
+                    const int own = isa == TOPS_ISA_AMX && d.relaxed_precision && m >= 32;
+                    const double e = own ? mm_rel_l2(&c2, want)
+                                         : m * n < 32 ? mm_normwise(&c2, ref, mag) : mm_rel_l2(&c2, ref);
+                    if (!(e <= (own ? 1e-2 : 1e-5)))
                         TH_FAIL_AT("format %d m=%lld n=%lld k=%lld relaxed=%d isa=%s: packed vs scalar plain rel-L2 %g", f,
                                    (long long)m, (long long)n, (long long)k, d.relaxed_precision,
                                    tops_isa_name((tops_isa)isa), e);

@@ -506,6 +506,15 @@ static void test_save_and_reopen(void) {
     ASSERT_STATUS(tops_model_save(path, dup, 2, NULL, 0), TOPS_INVALID_ARGUMENT);
     tops_named_tensor reserved[1] = {{"__metadata__", &w, NULL, 0, NULL, NULL}};
     ASSERT_STATUS(tops_model_save(path, reserved, 1, NULL, 0), TOPS_INVALID_ARGUMENT);
+    /* a user key that would describe a saved tensor (plain or quantized) to the reader */
+    const char *own_plain[2] = {"plain.format", "x"}, *own_q[2] = {"model.q.tensor_scale", "2"};
+    ASSERT_FAILS_WITH(tops_model_save(path, nt, 4, own_plain, 1), TOPS_INVALID_ARGUMENT, "reserved");
+    ASSERT_FAILS_WITH(tops_model_save(path, nt, 4, own_q, 1), TOPS_INVALID_ARGUMENT, "\"model.q\"");
+    const char *other[2] = {"plainer.format", "x"}; /* no tensor of that name: an ordinary key */
+    tops_named_tensor one[1] = {{"plain", &w, NULL, 0, NULL, NULL}};
+    ASSERT_OK(tops_model_save(path, one, 1, other, 1));
+    stat(path, &after);
+    ASSERT_TRUE(before.st_ino != after.st_ino);
     /* the single-tensor files of tops_safetensors_save: "weight" whole */
     tmp_path(path, sizeof path, "one.safetensors");
     ASSERT_OK(tops_safetensors_save(path, &q));
