@@ -143,15 +143,20 @@ static void affine_k_encode(const float *x, int64_t n, uint8_t *blk, int five) {
 static void affine_k_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out, int five) {
     const float d = get_f16(blk), dmin = get_f16(blk + 2);
     const uint8_t *sm = blk + 4, *qh = blk + 16, *qs = blk + (five ? 48 : 16);
-    for (int64_t k = 0; k < n; k++) {
-        const int e = (int)(lo + k), j = e / 32, l = e % 32;
+    int64_t k = 0;
+    while (k < n) { /* one sub-block at a time: its scale and min once */
+        const int e0 = (int)(lo + k), j = e0 / 32;
         int sc, m;
         get_scale_min(j, sm, &sc, &m);
         const float d1 = d * (float)sc, m1 = dmin * (float)m;
-        int q = (qs[32 * (j / 2) + l] >> (4 * (j % 2))) & 0xF;
-        if (five) q |= ((qh[l] >> j) & 1) << 4;
-        const float p = d1 * (float)q; /* ggml: d1 * q - m1, two roundings */
-        out[k] = p - m1;
+        const uint8_t *q4 = qs + 32 * (j / 2);
+        const int shift = 4 * (j % 2);
+        for (int l = e0 % 32; l < 32 && k < n; l++, k++) {
+            int q = (q4[l] >> shift) & 0xF;
+            if (five) q |= ((qh[l] >> j) & 1) << 4;
+            const float p = d1 * (float)q; /* ggml: d1 * q - m1, two roundings */
+            out[k] = p - m1;
+        }
     }
 }
 
@@ -213,10 +218,11 @@ static void q6_k_encode(const float *x, int64_t n, uint8_t *blk) {
 
 static void q6_k_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
     const float d = get_f16(blk + 208);
-    for (int64_t k = 0; k < n; k++) {
-        const int e = (int)(lo + k);
-        const float dl = d * (float)(int8_t)blk[192 + e / 16];
-        out[k] = dl * (float)(q6_code(blk, e) - 32);
+    int64_t k = 0;
+    while (k < n) {
+        const int e0 = (int)(lo + k);
+        const float dl = d * (float)(int8_t)blk[192 + e0 / 16];
+        for (int e = e0; e < (e0 / 16 + 1) * 16 && k < n; e++, k++) out[k] = dl * (float)(q6_code(blk, e) - 32);
     }
 }
 
@@ -300,10 +306,12 @@ static void iq4_xs_encode(const float *x, int64_t n, uint8_t *blk) {
 
 static void iq4_xs_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
     const float d = get_f16(blk);
-    for (int64_t k = 0; k < n; k++) {
-        const int e = (int)(lo + k), j = e / 32, l = e % 32;
+    int64_t k = 0;
+    while (k < n) {
+        const int e0 = (int)(lo + k), j = e0 / 32;
         const float dl = d * (float)iq4_xs_ls(blk, j);
-        out[k] = dl * (float)kvalues[(blk[8 + 16 * j + l % 16] >> (4 * (l / 16))) & 0xF];
+        const uint8_t *qs = blk + 8 + 16 * j;
+        for (int l = e0 % 32; l < 32 && k < n; l++, k++) out[k] = dl * (float)kvalues[(qs[l % 16] >> (4 * (l / 16))) & 0xF];
     }
 }
 
