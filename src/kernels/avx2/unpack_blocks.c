@@ -129,6 +129,41 @@ static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int
     unpack_gguf(t, row, k0, n, q, scale, 2, scalar_mxfp4);
 }
 
+/* iq4_nl (blocks of 32 in 18 bytes) and iq4_xs (256 in 136, a 6-bit
+   sub-scale per 32): one vpshufb through the non-linear table; the scales
+   as the scalar rows compute them (d, or d * (ls - 32)). */
+static tops__unpack_fn scalar_iq4_nl, scalar_iq4_xs;
+static void unpack_iq4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int xs) {
+    const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                         -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const uint8_t *data = tops__weight_row(t, row);
+    const int64_t K = t->extent[1];
+    int64_t i = 0;
+    for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
+        const int64_t kb = k0 + i;
+        const uint8_t *blk = data + (xs ? (kb / 256) * 136 : (kb / 32) * 18), *qs = blk + 2;
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        float d = _cvtsh_ss(h);
+        if (xs) {
+            const int j = (int)(kb % 256) / 32;
+            uint16_t hi;
+            memcpy(&hi, blk + 2, 2);
+            d = d * (float)((((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((hi >> (2 * j)) & 3) << 4)) - 32);
+            qs = blk + 8 + 16 * j;
+        }
+        _mm256_storeu_si256((__m256i *)(q + i), _mm256_shuffle_epi8(lut, nibbles_split(qs)));
+        scale[i / 32] = d * t->tensor_scale;
+    }
+    if (i < n) (xs ? scalar_iq4_xs : scalar_iq4_nl)(t, row, k0 + i, n - i, q + i, scale + i / 32);
+}
+static void unpack_iq4_nl(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(t, row, k0, n, q, scale, 0);
+}
+static void unpack_iq4_xs(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(t, row, k0, n, q, scale, 1);
+}
+
 /* GGUF block scales from the headers: F16C for q4_0, 2^(e-128) by bits
    for ggml's mxfp4 (the same values as the scalar rows). */
 static void scales_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
@@ -162,6 +197,10 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     scalar_q4_0 = table[TOPS_FMT_Q4_0].run; /* table holds the scalar row on entry */
     scalar_q8_0 = table[TOPS_FMT_Q8_0].run;
     scalar_mxfp4 = table[TOPS_FMT_GGUF_MXFP4].run;
+    scalar_iq4_nl = table[TOPS_FMT_IQ4_NL].run;
+    scalar_iq4_xs = table[TOPS_FMT_IQ4_XS].run;
+    table[TOPS_FMT_IQ4_NL].run = unpack_iq4_nl;
+    table[TOPS_FMT_IQ4_XS].run = unpack_iq4_xs;
     table[TOPS_FMT_I4].run = unpack_i4;
     table[TOPS_FMT_INT4_G].run = unpack_i4;
     table[TOPS_FMT_MXFP4].run = unpack_e2m1;
