@@ -196,6 +196,8 @@ typedef struct tops_format_info {
     int has_tensor_scale;   /* a meaningful per-tensor f32 scale (nvfp4) */
     int gguf;               /* self-contained GGUF blocks in the data plane */
     int gguf_type;          /* ggml's type id of the blocks (GGUF files), -1 if none */
+    int32_t sub_block;      /* elements per scale inside a GGUF block (q6_K 16, q4_K 32);
+                               0: one scale per block */
 } tops_format_info;
 
 /* Format name: "int4-g32", "int4-g32:e8m0", "mxfp4", "q4_0". Writes at most

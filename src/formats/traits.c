@@ -60,8 +60,10 @@ tops_status tops_dtype_from_name(const char *name, tops_dtype *out) {
     [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 32, 16, 256, pe, 1, TOPS_DT_F16, INT_GROUP_SCALES, 0, 0, 0, 0, -1}
 /* GGUF: self-contained blocks of `elems` (32, or 256 for the super-blocks)
    in `bytes`, ggml's type id gt.  The codec (codecs.c) reads them. */
-#define GGUF(id, nm, elems, bytes, gt) \
-    [TOPS_FMT_##id] = {nm, TOPS_DT_U8, 8, elems, elems, elems, elems, bytes, TOPS_DT_NONE, 0, 0, 0, 0, 1, gt}
+#define GGUF(id, nm, elems, bytes, gt) GGUF_SUB(id, nm, elems, bytes, gt, 0)
+/* ... super-blocks whose sub-blocks of `sub` elements carry their own scales. */
+#define GGUF_SUB(id, nm, elems, bytes, gt, sub) \
+    [TOPS_FMT_##id] = {nm, TOPS_DT_U8, 8, elems, elems, elems, elems, bytes, TOPS_DT_NONE, 0, 0, 0, 0, 1, gt, sub}
 
 static const tops_format_info format_table[TOPS_FMT_COUNT_] = {
     PLAIN_GG(F32, "f32", F32, 32, 1, 4, 0),
@@ -97,11 +99,11 @@ static const tops_format_info format_table[TOPS_FMT_COUNT_] = {
     GGUF(Q4_1, "q4_1", 32, 20, 3),
     GGUF(Q8_0, "q8_0", 32, 34, 8),
     GGUF(GGUF_MXFP4, "gguf-mxfp4", 32, 17, 39),
-    GGUF(Q4_K, "q4_K", 256, 144, 12),
-    GGUF(Q5_K, "q5_K", 256, 176, 13),
-    GGUF(Q6_K, "q6_K", 256, 210, 14),
+    GGUF_SUB(Q4_K, "q4_K", 256, 144, 12, 32),
+    GGUF_SUB(Q5_K, "q5_K", 256, 176, 13, 32),
+    GGUF_SUB(Q6_K, "q6_K", 256, 210, 14, 16),
     GGUF(IQ4_NL, "iq4_nl", 32, 18, 20),
-    GGUF(IQ4_XS, "iq4_xs", 256, 136, 23),
+    GGUF_SUB(IQ4_XS, "iq4_xs", 256, 136, 23, 32),
     [TOPS_FMT_PACKED] = {"packed", TOPS_DT_U8, 8, 1, 1, 1, 1, 1, TOPS_DT_NONE, 0, 0, 0, 0, 0, -1},
 };
 
