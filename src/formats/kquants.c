@@ -13,12 +13,13 @@
    the f32 products and differences that ggml's (and the gguf package's)
    dequantizers do, in the same order, so the bits match.
 
-   The quantizers are tensorops' own, simpler than ggml's search-based
-   reference quantizers (make_qkx2_quants, make_qx_quants and the iq4
-   scale search are not reproduced): per sub-block min/max (or the value
-   of largest magnitude), scales rounded to the 6/8-bit grid against the
-   stored f16 super-scale, codes rounded to nearest (ties to even) with the
-   stored scales, so that decode is consistent.  Their blocks are valid
+   The quantizers are tensorops' own, simpler than ggml's reference
+   quantizers (whose weighted searches are not reproduced): q4_K / q5_K
+   fit each sub-block's scale and min by a small least-squares search
+   (refine_affine), q6_K and iq4 take the value of largest magnitude; the
+   sub-scales are rounded to their grid against the stored f16
+   super-scale, and codes to nearest (ties to even) with the stored
+   scales, so that decode is consistent.  Their blocks are valid
    ggml blocks; they are not byte-identical with llama.cpp's output.
    A short last super-block is encoded as if its missing elements were 0.
    A (super-)block holding NaN or +-Inf decodes to NaN in every element:
@@ -97,6 +98,46 @@ static void put_scale_min(int j, uint8_t *q, int sc, int m) {
     }
 }
 
+/* A sub-block's scale and min by a small search (the idea of ggml's
+   make_qkx2_quants, not its code or its weights): for inverse scales
+   around nmax / (hi - lo), round the codes, fit scale and min by least
+   squares (min kept at or below 0 as a value, i.e. mins >= 0), and keep
+   the pair with the smallest squared error. */
+static void refine_affine(const float *x, int nmax, float lo, float hi, float *scale, float *mins) {
+    float best = 0.0f;
+    for (int l = 0; l < 32; l++) {
+        const float q = (float)rne((x[l] - lo) / *scale, 0, nmax), e = *scale * q + lo - x[l];
+        best += e * e;
+    }
+    for (int step = -4; step <= 12; step++) {
+        const float is = ((float)nmax + 0.1f * (float)step) / (hi - lo);
+        float sq = 0, sx = 0, sqq = 0, sqx = 0;
+        int qs[32];
+        for (int l = 0; l < 32; l++) {
+            qs[l] = rne((x[l] - lo) * is, 0, nmax);
+            sq += (float)qs[l], sx += x[l], sqq += (float)(qs[l] * qs[l]), sqx += (float)qs[l] * x[l];
+        }
+        const float det = 32.0f * sqq - sq * sq;
+        if (!(det > 0.0f)) continue;
+        float s = (32.0f * sqx - sq * sx) / det, m = (sqq * sx - sq * sqx) / det; /* x ~ s * q + m */
+        if (m > 0.0f) { /* keep the offset at or below 0: refit the scale alone */
+            m = 0.0f;
+            s = sqq > 0.0f ? sqx / sqq : 0.0f;
+        }
+        if (!(s > 0.0f)) continue;
+        float err = 0.0f;
+        for (int l = 0; l < 32; l++) {
+            const float e = s * (float)qs[l] + m - x[l];
+            err += e * e;
+        }
+        if (err < best) {
+            best = err;
+            *scale = s;
+            *mins = -m;
+        }
+    }
+}
+
 /* q4_K (five = 0, codes 0..15) and q5_K (five = 1, codes 0..31). */
 static void affine_k_encode(const float *x, int64_t n, uint8_t *blk, int five) {
     const int bytes = five ? 176 : 144, nmax = five ? 31 : 15;
@@ -116,6 +157,7 @@ static void affine_k_encode(const float *x, int64_t n, uint8_t *blk, int five) {
         }
         scale[j] = hi > lo ? (hi - lo) / (float)nmax : 0.0f;
         mins[j] = -lo;
+        if (hi > lo) refine_affine(b + 32 * j, nmax, lo, hi, &scale[j], &mins[j]);
         if (scale[j] > max_scale) max_scale = scale[j];
         if (mins[j] > max_min) max_min = mins[j];
     }
