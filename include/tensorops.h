@@ -157,6 +157,12 @@ TOPS_API tops_status tops_dtype_from_name(const char *name, tops_dtype *out);
     X(Q4_1, "q4_1")                                                            \
     X(Q8_0, "q8_0")                                                            \
     X(GGUF_MXFP4, "gguf-mxfp4")                                                \
+    /* GGUF super-blocks of 256 (k-quants, iq4_xs) and iq4_nl's blocks of 32 */ \
+    X(Q4_K, "q4_K")                                                            \
+    X(Q5_K, "q5_K")                                                            \
+    X(Q6_K, "q6_K")                                                            \
+    X(IQ4_NL, "iq4_nl")                                                        \
+    X(IQ4_XS, "iq4_xs")                                                        \
     /* opaque, made by tops_pack_right() */                                    \
     X(PACKED, "packed")
 
@@ -189,6 +195,9 @@ typedef struct tops_format_info {
     int codebook;           /* 0 none, 1 one per tensor, 2 one per row; 16 f16 entries */
     int has_tensor_scale;   /* a meaningful per-tensor f32 scale (nvfp4) */
     int gguf;               /* self-contained GGUF blocks in the data plane */
+    int gguf_type;          /* ggml's type id of the blocks (GGUF files), -1 if none */
+    int32_t sub_block;      /* elements per scale inside a GGUF block (q6_K 16, q4_K 32);
+                               0: one scale per block */
 } tops_format_info;
 
 /* Format name: "int4-g32", "int4-g32:e8m0", "mxfp4", "q4_0". Writes at most

@@ -11,15 +11,28 @@
 #include <unistd.h>
 
 /* What --format all compares: every family, and the three that answer what
-   power-of-two (e8m0) block scales cost against f16 ones. */
+   power-of-two (e8m0) block scales cost against f16 ones; then every GGUF
+   block format of the traits table (gguf rows take no parameters), so a
+   new one is compared without an entry here. */
 static const char *const all_formats[] = {
     "f16",          "bf16",           "e4m3-ch",         "e5m2-ch",        "mxfp8",         "mxfp8-e5m2",
-    "mxint8",       "int8-g32",       "q8_0",            "mxfp6",          "mxfp6-e3m2",    "int4-g32",
-    "int4-g32:e8m0", "int4-g32:bf16", "int4-g64",        "int4-g128",      "int4-g32-affine", "int4-g128-affine",
-    "mxfp4",        "gguf-mxfp4",     "nvfp4",           "q4_0",           "q4_1",          "lut4",
-    "lut4-row",     "int2-g16",       "int2-g32",
+    "mxint8",       "int8-g32",       "mxfp6",           "mxfp6-e3m2",     "int4-g32",      "int4-g32:e8m0",
+    "int4-g32:bf16", "int4-g64",      "int4-g128",       "int4-g32-affine", "int4-g128-affine", "mxfp4",
+    "nvfp4",        "lut4",           "lut4-row",        "int2-g16",       "int2-g32",
 };
-#define ALL_COUNT (sizeof all_formats / sizeof all_formats[0])
+#define FIXED_COUNT (sizeof all_formats / sizeof all_formats[0])
+#define ALL_COUNT (FIXED_COUNT + TOPS_FMT_COUNT_)
+
+/* Fills names with what --format all compares; returns the count. */
+static size_t all_format_names(const char **names) {
+    size_t n = 0;
+    for (size_t i = 0; i < FIXED_COUNT; i++) names[n++] = all_formats[i];
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+        const tops_format_info *info = tops_format_get_info((tops_format_id)id);
+        if (info && info->gguf) names[n++] = info->name;
+    }
+    return n;
+}
 
 void tops_cmd_quantize_usage(FILE *out) {
     fprintf(out,
@@ -37,7 +50,8 @@ void tops_cmd_quantize_usage(FILE *out) {
             "is (safetensors metadata too); one line per quantized tensor with its SNR.\n\n"
             "  --format F      mxfp8, mxfp6, mxfp4, mxint8, nvfp4, int8-g32, int4-g32,\n"
             "                  int4-g32:e8m0, int4-g128:bf16, int4-g32-affine, int2-g16, lut4,\n"
-            "                  lut4-row, e4m3-ch, q4_0, q4_1, q8_0, gguf-mxfp4, e4m3, f16, bf16, ...\n"
+            "                  lut4-row, e4m3-ch, q4_0, q4_1, q8_0, gguf-mxfp4, q4_K, q5_K, q6_K,\n"
+            "                  iq4_nl, iq4_xs, e4m3, f16, bf16, ...\n"
             "                  (docs/formats.md); \"all\" compares them, sorted by bits/weight.\n"
             "                  Plain e4m3, e5m2, fp6, fp4 and integer formats get a tensor scale\n"
             "                  amax / (largest finite value), so large weights do not saturate\n"
@@ -443,13 +457,14 @@ int tops_cmd_quantize(int argc, char **argv) {
     int64_t numel = tops_tensor_numel(&src);
     int progress = !quiet && (isatty(2) || numel >= (1 << 20));
 
-    size_t count = all ? ALL_COUNT : 1, n = 0, nfailed = 0;
+    const char *names[ALL_COUNT];
+    size_t count = all ? all_format_names(names) : 1, n = 0, nfailed = 0;
     result rs[ALL_COUNT];
     const char *failed[ALL_COUNT];
     tops_tensor q;
     int have_q = 0;
     for (size_t i = 0; i < count; i++) {
-        const char *name = all ? all_formats[i] : format;
+        const char *name = all ? names[i] : format;
         tops_format f = single;
         if (all && tops_format_from_name(name, &f) != TOPS_OK) {
             failed[nfailed++] = name;

@@ -43,7 +43,7 @@ typedef struct ladder_row {
     int ffn;              /* also at the FFN up-proj shape (full run) */
 } ladder_row;
 
-static const ladder_row ladder[] = {
+static const ladder_row ladder_plain[] = {
     {"M0", "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 0, 1},
     {"M1a", "i8", TOPS_DT_F16, TOPS_DT_F16, 1, 0, 1},
     {"M1b", "i4", TOPS_DT_F16, TOPS_DT_F16, 1, 0, 1},
@@ -68,10 +68,9 @@ static const ladder_row ladder[] = {
     {"lut4-row", "lut4-row", TOPS_DT_F16, TOPS_DT_F32, 0, 0, 0},
     {"e4m3-ch", "e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 0, 0, 0},
     {"e5m2-ch", "e5m2-ch", TOPS_DT_F16, TOPS_DT_F32, 0, 0, 0},
-    {"q4_0", "q4_0", TOPS_DT_F16, TOPS_DT_F32, 0, 0, 0},
-    {"q4_1", "q4_1", TOPS_DT_F16, TOPS_DT_F32, 0, 0, 0},
-    {"q8_0", "q8_0", TOPS_DT_F16, TOPS_DT_F32, 0, 0, 0},
-    {"gguf-mxfp4", "gguf-mxfp4", TOPS_DT_F16, TOPS_DT_F32, 0, 0, 0},
+    /* then one strict row per GGUF block format of the traits table (build_ladder) */
+};
+static const ladder_row ladder_relaxed[] = {
     {"R-int8-g32", "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 0, 1, 0},
     {"R-int4-g32", "int4-g32", TOPS_DT_F32, TOPS_DT_F32, 0, 1, 0},
     {"R-q4_0", "q4_0", TOPS_DT_F32, TOPS_DT_F32, 0, 1, 0},
@@ -79,6 +78,25 @@ static const ladder_row ladder[] = {
     {"R-mxfp4", "mxfp4", TOPS_DT_F32, TOPS_DT_F32, 0, 1, 0},
     {"R-nvfp4", "nvfp4", TOPS_DT_F32, TOPS_DT_F32, 0, 1, 0},
 };
+
+/* The ladder: the rows above, with a strict row (f16 activations, f32 out)
+   for every GGUF block format of the traits table between them, so a new
+   format gets its row without an entry here. */
+#define LADDER_CAP (sizeof ladder_plain / sizeof ladder_plain[0] + TOPS_FMT_COUNT_ + \
+                    sizeof ladder_relaxed / sizeof ladder_relaxed[0])
+static ladder_row ladder[LADDER_CAP];
+static size_t ladder_count;
+
+static void build_ladder(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof ladder_plain / sizeof ladder_plain[0]; i++) ladder[n++] = ladder_plain[i];
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+        const tops_format_info *info = tops_format_get_info((tops_format_id)id);
+        if (info && info->gguf) ladder[n++] = (ladder_row){info->name, info->name, TOPS_DT_F16, TOPS_DT_F32, 0, 0, 0};
+    }
+    for (size_t i = 0; i < sizeof ladder_relaxed / sizeof ladder_relaxed[0]; i++) ladder[n++] = ladder_relaxed[i];
+    ladder_count = n;
+}
 
 typedef struct ladder_shape {
     const char *name;
@@ -271,6 +289,7 @@ done:
 }
 
 int tops_cmd_validate(int argc, char **argv) {
+    build_ladder();
     const tops_cli_command *self = tops_cli_find("validate");
     int quick = 0, json = 0;
     const char *isa = NULL, *only = NULL;
@@ -300,7 +319,7 @@ int tops_cmd_validate(int argc, char **argv) {
             while (*p) {
                 size_t len = strcspn(p, ",");
                 int known = 0;
-                for (size_t r = 0; r < sizeof ladder / sizeof ladder[0]; r++)
+                for (size_t r = 0; r < ladder_count; r++)
                     if (strlen(ladder[r].name) == len && strncmp(ladder[r].name, p, len) == 0) known = 1;
                 known |= tops_validate_attention_knows(p, len);
                 if (!known) return tops_cli_usage_error(self, "--only: no row named \"%.*s\"", (int)len, p);
@@ -328,7 +347,7 @@ int tops_cmd_validate(int argc, char **argv) {
     }
     const ladder_shape *shapes = quick ? quick_shapes : full_shapes;
     size_t nshapes = quick ? sizeof quick_shapes / sizeof quick_shapes[0] : sizeof full_shapes / sizeof full_shapes[0];
-    const size_t nrows = sizeof ladder / sizeof ladder[0];
+    const size_t nrows = ladder_count;
     const uint64_t seed = 20261129;
 
     if (json) printf("[");

@@ -105,7 +105,7 @@ typedef struct tops__unpacker {
    integer formats: 32), so activations quantize per 16 or 32. */
 static inline int tops__unpack_sub(const tops_tensor *t) {
     const tops_format_info *info = tops_format_get_info(t->format.id);
-    int64_t block = info->block > 1 ? t->format.group : 32;
+    int64_t block = info->sub_block ? info->sub_block : info->block > 1 ? t->format.group : 32;
     return block < 32 ? (int)block : 32;
 }
 

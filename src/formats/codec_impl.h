@@ -12,8 +12,10 @@
 
 #include "formats/codec.h"
 
-/* Largest block the generic layer hands a codec in one call. */
+/* Largest block the generic layer hands a codec in one call, and the
+   largest raw (GGUF) block in bytes. */
 #define TOPS__MAX_BLOCK 256
+#define TOPS__MAX_RAW_BYTES 256
 
 typedef struct tops__qctx {
     tops_format format;          /* resolved */
@@ -60,6 +62,11 @@ extern const tops__codec tops__codec_q4_0;
 extern const tops__codec tops__codec_q4_1;
 extern const tops__codec tops__codec_q8_0;
 extern const tops__codec tops__codec_gguf_mxfp4;
+extern const tops__codec tops__codec_q4_k;
+extern const tops__codec tops__codec_q5_k;
+extern const tops__codec tops__codec_q6_k;
+extern const tops__codec tops__codec_iq4_nl;
+extern const tops__codec tops__codec_iq4_xs;
 
 /* Decoded value of every code of a dtype of 8 bits or fewer (elem.c;
    built once, thread-safe): decoders index it instead of branching. */

@@ -20,6 +20,9 @@ static const tops__codec *const codec_table[TOPS_FMT_COUNT_] = {
     [TOPS_FMT_E4M3_CH] = &tops__codec_channel,  [TOPS_FMT_E5M2_CH] = &tops__codec_channel,
     [TOPS_FMT_Q4_0] = &tops__codec_q4_0,        [TOPS_FMT_Q4_1] = &tops__codec_q4_1,
     [TOPS_FMT_Q8_0] = &tops__codec_q8_0,        [TOPS_FMT_GGUF_MXFP4] = &tops__codec_gguf_mxfp4,
+    [TOPS_FMT_Q4_K] = &tops__codec_q4_k,        [TOPS_FMT_Q5_K] = &tops__codec_q5_k,
+    [TOPS_FMT_Q6_K] = &tops__codec_q6_k,        [TOPS_FMT_IQ4_NL] = &tops__codec_iq4_nl,
+    [TOPS_FMT_IQ4_XS] = &tops__codec_iq4_xs,
     [TOPS_FMT_PACKED] = NULL,
 };
 

@@ -384,7 +384,7 @@ tops_status tops_quantize(const tops_tensor *src, tops_tensor *dst, const tops_q
             int64_t n = L - b0 < G ? L - b0 : G;
             bidx[bd] = b0;
             if (c->raw_elems) {
-                uint8_t blk[64];
+                uint8_t blk[TOPS__MAX_RAW_BYTES];
                 memset(blk, 0, sizeof blk);
                 c->encode_raw(line + b0, n, blk);
                 memcpy(raw_block_at(dst, c, bidx), blk, (size_t)c->raw_bytes);

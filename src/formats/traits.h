@@ -10,4 +10,8 @@ static inline int64_t tops__row_bytes(const tops_format_info *info, int64_t n) {
     return tops__ceil_div(n, info->pack_elems) * info->pack_bytes;
 }
 
+/* The format whose traits row reads ggml tensor type `type` in place
+   (its gguf_type), or -1. */
+int tops__format_of_gguf_type(uint32_t type);
+
 #endif

@@ -15,6 +15,7 @@
    faults (CVE classes: size and count overflows, huge allocations from a
    tiny file, type confusion, offsets out of bounds, unterminated strings)
    each have a test in tests/unit/test_model_files.c. */
+#include "formats/traits.h"
 #include "io/model.h"
 
 #include <stdlib.h>
@@ -24,44 +25,44 @@ void tops__meta_scalar(tops_meta_type t, const unsigned char *p, tops_meta_value
 
 #define BAD(...) tops__fail(TOPS_PARSE_ERROR, fn, __VA_ARGS__)
 
-/* ggml's types: name, elements per block, bytes per block, the tensorops
-   format that reads the blocks in place (-1 none), removed (blck 0). */
+/* ggml's types: name, elements per block, bytes per block; removed ones
+   have blck 0.  Which tensorops format reads a type's blocks in place is
+   the formats' fact (the traits rows' gguf_type), not this table's. */
 typedef struct gg_type {
     const char *name;
     int blck, size;
-    int format;
 } gg_type;
 
-#define NOF (-1)
 static const gg_type gg_types[] = {
-    [0] = {"F32", 1, 4, TOPS_FMT_F32},         [1] = {"F16", 1, 2, TOPS_FMT_F16},
-    [2] = {"Q4_0", 32, 18, TOPS_FMT_Q4_0},     [3] = {"Q4_1", 32, 20, TOPS_FMT_Q4_1},
-    [4] = {"Q4_2", 0, 0, NOF},                 [5] = {"Q4_3", 0, 0, NOF},
-    [6] = {"Q5_0", 32, 22, NOF},               [7] = {"Q5_1", 32, 24, NOF},
-    [8] = {"Q8_0", 32, 34, TOPS_FMT_Q8_0},     [9] = {"Q8_1", 32, 36, NOF},
-    [10] = {"Q2_K", 256, 84, NOF},             [11] = {"Q3_K", 256, 110, NOF},
-    [12] = {"Q4_K", 256, 144, NOF},            [13] = {"Q5_K", 256, 176, NOF},
-    [14] = {"Q6_K", 256, 210, NOF},            [15] = {"Q8_K", 256, 292, NOF},
-    [16] = {"IQ2_XXS", 256, 66, NOF},          [17] = {"IQ2_XS", 256, 74, NOF},
-    [18] = {"IQ3_XXS", 256, 98, NOF},          [19] = {"IQ1_S", 256, 50, NOF},
-    [20] = {"IQ4_NL", 32, 18, NOF},            [21] = {"IQ3_S", 256, 110, NOF},
-    [22] = {"IQ2_S", 256, 82, NOF},            [23] = {"IQ4_XS", 256, 136, NOF},
-    [24] = {"I8", 1, 1, TOPS_FMT_I8},          [25] = {"I16", 1, 2, NOF},
-    [26] = {"I32", 1, 4, NOF},                 [27] = {"I64", 1, 8, NOF},
-    [28] = {"F64", 1, 8, NOF},                 [29] = {"IQ1_M", 256, 56, NOF},
-    [30] = {"BF16", 1, 2, TOPS_FMT_BF16},      [31] = {"Q4_0_4_4", 0, 0, NOF},
-    [32] = {"Q4_0_4_8", 0, 0, NOF},            [33] = {"Q4_0_8_8", 0, 0, NOF},
-    [34] = {"TQ1_0", 256, 54, NOF},            [35] = {"TQ2_0", 256, 66, NOF},
-    [36] = {"IQ4_NL_4_4", 0, 0, NOF},          [37] = {"IQ4_NL_4_8", 0, 0, NOF},
-    [38] = {"IQ4_NL_8_8", 0, 0, NOF},          [39] = {"MXFP4", 32, 17, TOPS_FMT_GGUF_MXFP4},
-    [40] = {"NVFP4", 64, 36, NOF},             [41] = {"Q1_0", 128, 18, NOF},
+    [0] = {"F32", 1, 4},          [1] = {"F16", 1, 2},
+    [2] = {"Q4_0", 32, 18},       [3] = {"Q4_1", 32, 20},
+    [4] = {"Q4_2", 0, 0},         [5] = {"Q4_3", 0, 0},
+    [6] = {"Q5_0", 32, 22},       [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},       [9] = {"Q8_1", 32, 36},
+    [10] = {"Q2_K", 256, 84},     [11] = {"Q3_K", 256, 110},
+    [12] = {"Q4_K", 256, 144},    [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},    [15] = {"Q8_K", 256, 292},
+    [16] = {"IQ2_XXS", 256, 66},  [17] = {"IQ2_XS", 256, 74},
+    [18] = {"IQ3_XXS", 256, 98},  [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},    [21] = {"IQ3_S", 256, 110},
+    [22] = {"IQ2_S", 256, 82},    [23] = {"IQ4_XS", 256, 136},
+    [24] = {"I8", 1, 1},          [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},         [27] = {"I64", 1, 8},
+    [28] = {"F64", 1, 8},         [29] = {"IQ1_M", 256, 56},
+    [30] = {"BF16", 1, 2},        [31] = {"Q4_0_4_4", 0, 0},
+    [32] = {"Q4_0_4_8", 0, 0},    [33] = {"Q4_0_8_8", 0, 0},
+    [34] = {"TQ1_0", 256, 54},    [35] = {"TQ2_0", 256, 66},
+    [36] = {"IQ4_NL_4_4", 0, 0},  [37] = {"IQ4_NL_4_8", 0, 0},
+    [38] = {"IQ4_NL_8_8", 0, 0},  [39] = {"MXFP4", 32, 17},
+    [40] = {"NVFP4", 64, 36},     [41] = {"Q1_0", 128, 18},
 };
 #define GG_TYPE_COUNT (sizeof gg_types / sizeof gg_types[0])
 
 static const char *why_not(uint32_t type) {
     const char *n = gg_types[type].name;
     if (strchr(n, 'K') || (n[0] == 'I' && n[1] == 'Q') || n[0] == 'T')
-        return "which tensorops does not decode yet (the k-quant, iq and ternary types come with another issue)";
+        return "which tensorops does not decode yet (of the k-quant and iq types it reads Q4_K, Q5_K, Q6_K, IQ4_NL "
+               "and IQ4_XS)";
     if (type == 40) return "whose blocks of 64 carry their scales inside, unlike tensorops' nvfp4 (16-element blocks, "
                            "separate ue4m3 scales and a tensor scale)";
     if (n[0] == 'Q') return "which tensorops does not decode";
@@ -249,9 +250,10 @@ static tops_status rd_tensor(cur *c, tops__mentry *e, uint32_t *type_out, uint64
     for (uint32_t d = 0; d < n_dims; d++) e->shape[d] = (int64_t)ne[n_dims - 1 - d];
     e->bytes = bytes;
     e->plane_of = -1;
-    if (t->format != NOF) {
+    const int fmt = tops__format_of_gguf_type(type);
+    if (fmt >= 0) {
         e->loadable = 1;
-        tops_format f = {(tops_format_id)t->format, 0, TOPS_DT_NONE};
+        tops_format f = {(tops_format_id)fmt, 0, TOPS_DT_NONE};
         tops_format_resolve(f, &e->format);
     } else {
         e->why = why_not(type);

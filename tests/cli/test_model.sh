@@ -17,14 +17,14 @@ perl -e '
   binmode STDOUT; print pack("Q<", length($j)) . $j;
   srand(3); print pack("f<", rand() - 0.5) for 1..320; print pack("q<", 7) . pack("q<", 9);
 ' > "$tmp/m.safetensors"
-# A GGUF v3 file: a string key, "w" F32 ne=[64, 4] (numpy [4, 64]) and "k" Q4_K ne=[256, 1].
+# A GGUF v3 file: a string key, "w" F32 ne=[64, 4] (numpy [4, 64]) and "k" Q2_K ne=[256, 1].
 perl -e '
   sub gs { pack("Q<", length($_[0])) . $_[0] }
   my $h = "GGUF" . pack("V Q< Q<", 3, 2, 1) . gs("general.name") . pack("V", 8) . gs("tiny");
   $h .= gs("w") . pack("V Q< Q< V Q<", 2, 64, 4, 0, 0);
-  $h .= gs("k") . pack("V Q< Q< V Q<", 2, 256, 1, 12, 1024);
+  $h .= gs("k") . pack("V Q< Q< V Q<", 2, 256, 1, 10, 1024);
   $h .= "\0" x ((32 - length($h) % 32) % 32);
-  binmode STDOUT; print $h; srand(4); print pack("f<", rand() - 0.5) for 1..256; print "\0" x 144;
+  binmode STDOUT; print $h; srand(4); print pack("f<", rand() - 0.5) for 1..256; print "\0" x 84;
 ' > "$tmp/m.gguf"
 # x.npy: f32 [3, 64]
 perl -e '
@@ -36,7 +36,7 @@ perl -e '
 check "inspect lists a safetensors file" bash -c "'$cli' inspect '$tmp/m.safetensors' | grep -q 'model.w *F32 *\[4, 64\] *f32'"
 check "inspect names the dtype it cannot view" bash -c "'$cli' inspect '$tmp/m.safetensors' | grep -q 'ids.*I64.*which tensorops has no format'"
 check "inspect lists a GGUF file in numpy order" bash -c "'$cli' inspect '$tmp/m.gguf' | grep -q 'w *F32 *\[4, 64\]'"
-check "inspect names Q4_K" bash -c "'$cli' inspect '$tmp/m.gguf' | grep -q 'k *Q4_K.*another issue'"
+check "inspect names Q2_K" bash -c "'$cli' inspect '$tmp/m.gguf' | grep -q 'k *Q2_K.*does not decode yet'"
 check "inspect --json" bash -c "'$cli' inspect --json '$tmp/m.gguf' | grep -q '\"general.name\":{\"type\":\"STRING\",\"value\":\"tiny\"}'"
 expect_rc "inspect a .npy is a clean failure" 1 "$cli" inspect "$tmp/x.npy"
 expect_rc "inspect a directory" 1 "$cli" inspect "$tmp"
@@ -48,7 +48,7 @@ check "matmul RIGHT from GGUF by name" "$cli" matmul "$tmp/x.npy" "$tmp/m.gguf:w
 check "matmul RIGHT by name, quantized first" "$cli" matmul "$tmp/x.npy" "$tmp/m.gguf:w" -o "$tmp/y3.npy" --transpose-right --format q8_0
 check "matmul LEFT by name" "$cli" matmul "$tmp/m.safetensors:model.w" "$tmp/m.safetensors:model.w" -o "$tmp/y4.npy" --transpose-right
 expect_rc "matmul: a missing tensor" 1 "$cli" matmul "$tmp/x.npy" "$tmp/m.gguf:nope" -o "$tmp/y5.npy"
-check "matmul: Q4_K is named" bash -c "'$cli' matmul '$tmp/x.npy' '$tmp/m.gguf:k' -o '$tmp/y5.npy' --transpose-right 2>&1 | grep -q 'GGUF type Q4_K'"
+check "matmul: Q2_K is named" bash -c "'$cli' matmul '$tmp/x.npy' '$tmp/m.gguf:k' -o '$tmp/y5.npy' --transpose-right 2>&1 | grep -q 'GGUF type Q2_K'"
 expect_rc "matmul: -o over an input file" 2 "$cli" matmul "$tmp/x.npy" "$tmp/m.gguf:w" -o "$tmp/m.gguf"
 expect_rc "matmul: an empty tensor name" 2 "$cli" matmul "$tmp/x.npy" "$tmp/m.gguf:" -o "$tmp/y5.npy"
 
@@ -57,7 +57,7 @@ check "quantize a checkpoint" "$cli" quantize "$tmp/m.safetensors" --format int4
 check "the checkpoint holds the quantized weight" bash -c "'$cli' inspect '$tmp/q.safetensors' | grep -q 'model.w *U8 *\[4, 64\] *int4-g32'"
 check "and the copies" bash -c "'$cli' inspect '$tmp/q.safetensors' | grep -q 'model.b *F32 *\[64\]' && '$cli' inspect '$tmp/q.safetensors' | grep -q 'ids *I64'"
 check "matmul on the rewritten checkpoint" "$cli" matmul "$tmp/x.npy" "$tmp/q.safetensors:model.w" -o "$tmp/y6.npy" --transpose-right
-check "quantize a GGUF checkpoint holding a Q4_K fails, naming it" bash -c "'$cli' quantize '$tmp/m.gguf' --format q8_0 -o '$tmp/g.safetensors' --quiet 2>&1 | grep -q 'GGUF type Q4_K'"
+check "quantize a GGUF checkpoint holding a Q2_K fails, naming it" bash -c "'$cli' quantize '$tmp/m.gguf' --format q8_0 -o '$tmp/g.safetensors' --quiet 2>&1 | grep -q 'GGUF type Q2_K'"
 expect_rc "quantize a checkpoint over itself" 2 "$cli" quantize "$tmp/m.safetensors" --format q8_0 -o "$tmp/m.safetensors"
 ln -s "$tmp/m.safetensors" "$tmp/link.safetensors"
 expect_rc "quantize a checkpoint over itself through a link" 2 "$cli" quantize "$tmp/m.safetensors" --format q8_0 -o "$tmp/link.safetensors"

@@ -72,7 +72,7 @@ def gguf_file(tmp_path_factory):
     # a 3-D f32 tensor (ne reversed: numpy [2, 3, 32]) and a k-quant tensorops does not decode
     w.add_tensor("cube", weights((2, 3, 32), 30))
     rng = np.random.default_rng(31)
-    w.add_tensor("k4", rng.integers(0, 256, (2, 144), dtype=np.uint8), raw_dtype=T.Q4_K)
+    w.add_tensor("k2", rng.integers(0, 256, (2, 84), dtype=np.uint8), raw_dtype=T.Q2_K)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -102,7 +102,7 @@ def test_gguf_inspect_lists_everything(gguf_file):
         assert ours["offset"] == t.data_offset  # gguf's reader gives it from the file's start
     assert tensors["blk.0.q4_0.weight"]["format"] == "q4_0"
     assert tensors["blk.0.mxfp4.weight"]["format"] == "gguf-mxfp4"
-    assert tensors["k4"]["format"] is None and "Q4_K" in tensors["k4"]["note"]
+    assert tensors["k2"]["format"] is None and "Q2_K" in tensors["k2"]["note"]
 
 
 @pytest.mark.parametrize("t", GGUF_TYPES, ids=lambda t: t.name)
@@ -138,8 +138,8 @@ def test_gguf_dimension_order(gguf_file, tmp_path):
 def test_gguf_unsupported_type_is_named(gguf_file, tmp_path):
     path, _ = gguf_file
     np.save(tmp_path / "x.npy", weights((1, 256), 1))
-    r = run("matmul", tmp_path / "x.npy", f"{path}:k4", "-o", tmp_path / "y.npy", "--transpose-right", ok=False)
-    assert r.returncode == 1 and "GGUF type Q4_K" in r.stderr, r.stderr
+    r = run("matmul", tmp_path / "x.npy", f"{path}:k2", "-o", tmp_path / "y.npy", "--transpose-right", ok=False)
+    assert r.returncode == 1 and "GGUF type Q2_K" in r.stderr, r.stderr
     r = run("matmul", tmp_path / "x.npy", f"{path}:nope", "-o", tmp_path / "y.npy", ok=False)
     assert r.returncode == 1 and 'no tensor "nope"' in r.stderr
 

@@ -292,6 +292,15 @@ static void test_rejects(void) {
     ASSERT_OK(tops_tensor_create(f, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &t));
     ASSERT_FAILS_WITH(tops__cuda_pack_host("test", &t, 0, &pk, &wb, &sb), TOPS_UNSUPPORTED_FORMAT, "transpose_right");
     tops_tensor_destroy(&t);
+    /* the GGUF super-block formats and iq4_nl have no GPU decoder yet: refused by name */
+    static const char *const kq[] = {"q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
+    int64_t ext_k[2] = {16, 512};
+    for (size_t i = 0; i < sizeof kq / sizeof kq[0]; i++) {
+        ASSERT_OK(tops_format_from_name(kq[i], &f));
+        ASSERT_OK(tops_tensor_create(f, 2, ext_k, (tops_memory){TOPS_DEVICE_CPU, 0}, &t));
+        ASSERT_FAILS_WITH(tops__cuda_pack_host("test", &t, 1, &pk, &wb, &sb), TOPS_UNSUPPORTED_FORMAT, kq[i]);
+        tops_tensor_destroy(&t);
+    }
     ASSERT_TRUE(wb == NULL && sb == NULL);
 }
 

@@ -3,6 +3,7 @@
    reference, over random shapes (1, odd, ragged), transposes, strided
    views, both modes, every dest dtype, threads 1 and 2. */
 #include "matmul_util.h"
+#include "formats/elem.h"
 #include "ops/matmul2d.h"
 
 static th_rng rng;
@@ -314,8 +315,63 @@ static void test_q8_kernels_exact(void) {
     }
 }
 
+/* Every level's unpacker of every integer form gives the reference's
+   codes and scales bit for bit, on random bytes (the f16 headers of GGUF
+   blocks kept finite), any k0, and a K that ends inside a block. */
+static void test_unpackers_match_reference(void) {
+    const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
+    enum { N = 3, K = 800, NMAX = 832 };
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+        if (!ref->unpack[id].run) continue;
+        const tops_format_info *info = tops_format_get_info((tops_format_id)id);
+        tops_format f = {(tops_format_id)id, 0, TOPS_DT_NONE};
+        int64_t ext[2] = {N, K};
+        tops_tensor t;
+        if (tops_tensor_create(f, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &t) != TOPS_OK) {
+            TH_FAIL_AT("format %d: %s", id, tops_last_error());
+            continue;
+        }
+        size_t span;
+        ASSERT_OK(tops_tensor_data_span(&t, &span));
+        uint8_t *bytes = t.data;
+        for (size_t i = 0; i < span; i++) bytes[i] = (uint8_t)th_next(&rng);
+        if (info->gguf) /* GGUF blocks starting with an f16 d: keep it finite */
+            for (size_t b = 0; b + (size_t)info->pack_bytes <= span; b += (size_t)info->pack_bytes)
+                if (info->name[0] != 'g') bytes[b + 1] &= 0x7B;
+        if (t.scales.data) {
+            size_t ns = (size_t)(t.scales.extent[0] * t.scales.extent[1]), esz = (size_t)(tops_dtype_bits(t.scales.dtype) + 7) / 8;
+            for (size_t i = 0; i < ns; i++) {
+                float v = th_uniform(&rng, 0.01f, 2.0f);
+                uint32_t code = tops__encode_elem(t.scales.dtype, v, 1);
+                memcpy((uint8_t *)t.scales.data + i * esz, &code, esz);
+            }
+        }
+        const int sub = tops__unpack_sub(&t);
+        static int8_t q0[NMAX], q1[NMAX];
+        static float s0[NMAX], s1[NMAX];
+        for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+            const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+            if (!kern || !kern->unpack[id].run) continue;
+            for (int64_t row = 0; row < N; row++)
+                for (int64_t k0 = 0; k0 < K; k0 += 7 * sub) {
+                    const int64_t n = (NMAX - k0) / sub * sub;
+                    ref->unpack[id].run(&t, row, k0, n, q0, s0);
+                    kern->unpack[id].run(&t, row, k0, n, q1, s1);
+                    if (memcmp(q0, q1, (size_t)n) || memcmp(s0, s1, (size_t)(n / sub) * sizeof(float))) {
+                        TH_FAIL_AT("%s isa=%s row %lld k0 %lld: the unpacker differs from the reference", info->name,
+                                   tops_isa_name((tops_isa)isa), (long long)row, (long long)k0);
+                        row = N;
+                        break;
+                    }
+                }
+        }
+        tops_tensor_destroy(&t);
+    }
+}
+
 int main(void) {
     rng = th_seed();
+    RUN_TEST(test_unpackers_match_reference);
     RUN_TEST(test_every_combination);
     RUN_TEST(test_random_shapes);
     RUN_TEST(test_large_edges);

@@ -280,18 +280,35 @@ static void test_gguf_types(void) {
     expect_bad(&g, "metadata key \"k\" twice", TOPS_PARSE_ERROR);
     /* a type tensorops does not decode is listed, and named when asked for */
     header(&g, 3, 1, 0);
-    str(&g, "k4"), u32(&g, 2), u64(&g, 256), u64(&g, 1), u32(&g, 12), u64(&g, 0);
+    str(&g, "k2"), u32(&g, 2), u64(&g, 256), u64(&g, 1), u32(&g, 10), u64(&g, 0);
     pad(&g, 32);
-    memset(g.b + g.n, 0, 144);
-    g.n += 144;
+    memset(g.b + g.n, 0, 84);
+    g.n += 84;
     tops_model *m;
     ASSERT_OK(tops_model_open_buffer(g.b, g.n, &m));
     tops_model_tensor_info in;
     ASSERT_OK(tops_model_info(m, 0, &in));
-    ASSERT_EQ_STR(in.dtype, "Q4_K");
+    ASSERT_EQ_STR(in.dtype, "Q2_K");
     ASSERT_EQ_INT(in.loadable, 0);
     tops_tensor t;
-    ASSERT_FAILS_WITH(tops_model_tensor(m, "k4", &t), TOPS_UNSUPPORTED_FORMAT, "GGUF type Q4_K");
+    ASSERT_FAILS_WITH(tops_model_tensor(m, "k2", &t), TOPS_UNSUPPORTED_FORMAT, "GGUF type Q2_K");
+    tops_model_close(m);
+    /* a Q4_K tensor is viewed in place: format q4_K, the file's bytes */
+    header(&g, 3, 1, 0);
+    str(&g, "k4"), u32(&g, 2), u64(&g, 512), u64(&g, 2), u32(&g, 12), u64(&g, 0);
+    pad(&g, 32);
+    const size_t at = g.n;
+    for (int i = 0; i < 4 * 144; i++) g.b[g.n + i] = (uint8_t)(i * 7);
+    g.n += 4 * 144;
+    ASSERT_OK(tops_model_open_buffer(g.b, g.n, &m));
+    ASSERT_OK(tops_model_info(m, 0, &in));
+    ASSERT_EQ_STR(in.dtype, "Q4_K");
+    ASSERT_EQ_INT(in.loadable, 1);
+    ASSERT_OK(tops_model_tensor(m, "k4", &t));
+    ASSERT_EQ_INT(t.format.id, TOPS_FMT_Q4_K);
+    ASSERT_EQ_INT(t.extent[0], 2);
+    ASSERT_EQ_INT(t.extent[1], 512);
+    ASSERT_TRUE((const uint8_t *)t.data == g.b + at);
     tops_model_close(m);
 }
 

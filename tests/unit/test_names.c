@@ -50,6 +50,7 @@ static void test_format_round_trips(void) {
         "int8-g32", "int8-g16", "int4-g32", "int4-g64", "int4-g128", "int4-g256", "int2-g16",
         "int4-g32:e8m0", "int4-g128:bf16", "int8-g32:f32", "int4-g32-affine", "int4-g128-affine",
         "lut4", "lut4-row", "e4m3-ch", "e5m2-ch", "q4_0", "q4_1", "q8_0", "gguf-mxfp4",
+        "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs",
     };
     char buf[64];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {

@@ -17,7 +17,8 @@ static th_rng rng;
 static const char *const block_formats[] = {
     "int8-g32",  "int4-g32",   "int2-g16",   "int4-g128", "int4-g32:e8m0", "int8-g64:bf16", "int4-g32:f32",
     "int4-g32-affine", "mxfp8", "mxfp8-e5m2", "mxfp6", "mxfp6-e3m2", "mxfp4", "mxint8", "nvfp4",
-    "q4_0", "q4_1", "q8_0", "gguf-mxfp4", "lut4", "lut4-row", "e4m3-ch", "e5m2-ch"};
+    "q4_0", "q4_1", "q8_0", "gguf-mxfp4", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs", "lut4", "lut4-row",
+    "e4m3-ch", "e5m2-ch"};
 enum { NFMT = sizeof block_formats / sizeof block_formats[0] };
 
 /* Where a NaN spreads: a block of `len` elements along the row, the row
@@ -25,7 +26,7 @@ enum { NFMT = sizeof block_formats / sizeof block_formats[0] };
 static int64_t poison_extent(tops_format f, int64_t k) {
     const tops_format_info *info = tops_format_get_info(f.id);
     if (info->codebook == 1) return 0;
-    if (info->gguf) return 32;
+    if (info->gguf) return info->block; /* its raw block: 32, or a super-block of 256 */
     if (info->block > 1) return f.group;
     return k; /* channel rows, lut4-row */
 }

@@ -13,7 +13,8 @@ static const char *const all_formats[] = {
     "i8",       "u8",         "i4",       "u4",      "i2",            "u2",            "mxfp8",    "mxfp8-e5m2",
     "mxfp6",    "mxfp6-e3m2", "mxfp4",    "mxint8",  "nvfp4",         "int8-g32",      "int4-g32", "int4-g128:bf16",
     "int4-g32:e8m0", "int4-g64:f32", "int2-g16", "int8-g256", "int4-g32-affine", "lut4", "lut4-row", "e4m3-ch",
-    "e5m2-ch",  "q4_0",       "q4_1",     "q8_0",    "gguf-mxfp4",
+    "e5m2-ch",  "q4_0",       "q4_1",     "q8_0",    "gguf-mxfp4",    "q4_K",          "q5_K",     "q6_K",
+    "iq4_nl",   "iq4_xs",
 };
 enum { NFMT = sizeof all_formats / sizeof all_formats[0] };
 

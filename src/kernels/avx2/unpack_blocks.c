@@ -129,6 +129,70 @@ static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int
     unpack_gguf(t, row, k0, n, q, scale, 2, scalar_mxfp4);
 }
 
+/* iq4_nl (blocks of 32 in 18 bytes) and iq4_xs (256 in 136, a 6-bit
+   sub-scale per 32): one vpshufb through the non-linear table; the scales
+   as the scalar rows compute them (d, or d * (ls - 32)). */
+static tops__unpack_fn scalar_iq4_nl, scalar_iq4_xs;
+static void unpack_iq4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int xs) {
+    const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                         -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+    const uint8_t *data = tops__weight_row(t, row);
+    const int64_t K = t->extent[1];
+    int64_t i = 0;
+    for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
+        const int64_t kb = k0 + i;
+        const uint8_t *blk = data + (xs ? (kb / 256) * 136 : (kb / 32) * 18), *qs = blk + 2;
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        float d = _cvtsh_ss(h);
+        if (xs) {
+            const int j = (int)(kb % 256) / 32;
+            uint16_t hi;
+            memcpy(&hi, blk + 2, 2);
+            d = d * (float)((((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((hi >> (2 * j)) & 3) << 4)) - 32);
+            qs = blk + 8 + 16 * j;
+        }
+        _mm256_storeu_si256((__m256i *)(q + i), _mm256_shuffle_epi8(lut, nibbles_split(qs)));
+        scale[i / 32] = d * t->tensor_scale;
+    }
+    if (i < n) (xs ? scalar_iq4_xs : scalar_iq4_nl)(t, row, k0 + i, n - i, q + i, scale + i / 32);
+}
+static void unpack_iq4_nl(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(t, row, k0, n, q, scale, 0);
+}
+static void unpack_iq4_xs(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(t, row, k0, n, q, scale, 1);
+}
+
+/* q6_K: 32 codes per step (two sub-blocks of 16): 32 consecutive elements
+   of a super-block share one ql row (low nibbles or high) and one qh row
+   (a 2-bit field), so two loads, shifts and masks give them; the scales
+   d * sc as the scalar row computes them. */
+static tops__unpack_fn scalar_q6_k;
+static void unpack_q6_k(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    const uint8_t *data = tops__weight_row(t, row);
+    const int64_t K = t->extent[1];
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
+    int64_t i = 0;
+    for (; i + 32 <= n && k0 + i + 32 <= K && (k0 + i) % 32 == 0; i += 32) {
+        const int64_t kb = k0 + i;
+        const uint8_t *blk = data + (kb / 256) * 210;
+        const int e = (int)(kb % 256), h = e / 128, s = (e % 128) / 32;
+        __m256i lo = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (s & 1)));
+        lo = _mm256_and_si256(_mm256_srli_epi16(lo, 4 * (s >> 1)), m4);
+        __m256i hi = _mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * h));
+        hi = _mm256_and_si256(_mm256_srli_epi16(hi, 2 * s), m2);
+        const __m256i v = _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), k32);
+        _mm256_storeu_si256((__m256i *)(q + i), v);
+        uint16_t hd;
+        memcpy(&hd, blk + 208, 2);
+        const float d = _cvtsh_ss(hd);
+        scale[i / 16] = d * (float)(int8_t)blk[192 + e / 16] * t->tensor_scale;
+        scale[i / 16 + 1] = d * (float)(int8_t)blk[192 + e / 16 + 1] * t->tensor_scale;
+    }
+    if (i < n) scalar_q6_k(t, row, k0 + i, n - i, q + i, scale + i / 16);
+}
+
 /* GGUF block scales from the headers: F16C for q4_0, 2^(e-128) by bits
    for ggml's mxfp4 (the same values as the scalar rows). */
 static void scales_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
@@ -162,6 +226,12 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     scalar_q4_0 = table[TOPS_FMT_Q4_0].run; /* table holds the scalar row on entry */
     scalar_q8_0 = table[TOPS_FMT_Q8_0].run;
     scalar_mxfp4 = table[TOPS_FMT_GGUF_MXFP4].run;
+    scalar_q6_k = table[TOPS_FMT_Q6_K].run;
+    table[TOPS_FMT_Q6_K].run = unpack_q6_k;
+    scalar_iq4_nl = table[TOPS_FMT_IQ4_NL].run;
+    scalar_iq4_xs = table[TOPS_FMT_IQ4_XS].run;
+    table[TOPS_FMT_IQ4_NL].run = unpack_iq4_nl;
+    table[TOPS_FMT_IQ4_XS].run = unpack_iq4_xs;
     table[TOPS_FMT_I4].run = unpack_i4;
     table[TOPS_FMT_INT4_G].run = unpack_i4;
     table[TOPS_FMT_MXFP4].run = unpack_e2m1;

@@ -163,6 +163,82 @@ static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int
     unpack_gguf(t, row, k0, n, q, scale, 2);
 }
 
+/* iq4_nl (18-byte blocks of 32: f16 d, q4_0's nibble order) and iq4_xs
+   (136-byte super-blocks of 256: f16 d, 6-bit sub-scales ls - 32 split into
+   low and high bits, then 8 x 16 bytes of nibbles): q is the non-linear
+   table entry (|q| <= 127), the scale d or d * (ls - 32), the same f32
+   products as their decoders (src/formats/kquants.c), so the strict paths
+   give the decoded values' bits. */
+static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+static void unpack_iq4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int xs) {
+    const int64_t K = t->extent[1];
+    const uint8_t *data = tops__weight_row(t, row);
+    for (int64_t b = 0; b < n / 32; b++) {
+        const int64_t kb = k0 + b * 32;
+        int8_t *qb = q + b * 32;
+        if (kb >= K) {
+            memset(qb, 0, 32);
+            scale[b] = 0.0f;
+            continue;
+        }
+        const uint8_t *blk = data + (xs ? (kb / 256) * 136 : (kb / 32) * 18), *qs;
+        uint16_t h;
+        memcpy(&h, blk, 2);
+        float d = tops__f16_to_f32(h);
+        if (xs) {
+            const int j = (int)(kb % 256) / 32;
+            uint16_t hi;
+            memcpy(&hi, blk + 2, 2);
+            const int ls = (((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((hi >> (2 * j)) & 3) << 4)) - 32;
+            d = d * (float)ls;
+            qs = blk + 8 + 16 * j;
+        } else {
+            qs = blk + 2;
+        }
+        for (int j = 0; j < 16; j++) {
+            qb[j] = iq4_values[qs[j] & 0xF];
+            qb[j + 16] = iq4_values[qs[j] >> 4];
+        }
+        scale[b] = d * t->tensor_scale;
+        for (int64_t j = K - kb; j < 32; j++) qb[j] = 0; /* the tail block's unused elements */
+    }
+}
+static void unpack_iq4_nl(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(t, row, k0, n, q, scale, 0);
+}
+static void unpack_iq4_xs(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(t, row, k0, n, q, scale, 1);
+}
+
+/* q6_K (210-byte super-blocks of 256: ql[128], qh[64], i8 scales[16],
+   f16 d): q = code - 32 in [-32, 31], one scale d * sc per 16 (the traits
+   row's sub_block), the decoder's f32 product. */
+static void unpack_q6_k(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    const int64_t K = t->extent[1];
+    const uint8_t *data = tops__weight_row(t, row);
+    for (int64_t b = 0; b < n / 16; b++) {
+        const int64_t kb = k0 + b * 16;
+        int8_t *qb = q + b * 16;
+        if (kb >= K) {
+            memset(qb, 0, 16);
+            scale[b] = 0.0f;
+            continue;
+        }
+        const uint8_t *blk = data + (kb / 256) * 210;
+        uint16_t h;
+        memcpy(&h, blk + 208, 2);
+        for (int j = 0; j < 16; j++) {
+            const int e = (int)(kb % 256) + j, hh = e / 128, r = e % 128;
+            const int lo = (blk[64 * hh + r % 64] >> (4 * (r / 64))) & 0xF;
+            const int hi = (blk[128 + 32 * hh + r % 32] >> (2 * (r / 32))) & 3;
+            qb[j] = (int8_t)((lo | (hi << 4)) - 32);
+        }
+        scale[b] = tops__f16_to_f32(h) * (float)(int8_t)blk[192 + (kb % 256) / 16] * t->tensor_scale;
+        for (int64_t j = K - kb; j < 16; j++) qb[j] = 0; /* the tail block's unused elements */
+    }
+}
+
 void tops__ref_fill_unpackers(tops__unpacker *table) {
     memset(table, 0, sizeof(tops__unpacker) * TOPS_FMT_COUNT_);
     table[TOPS_FMT_I8].run = unpack_elements, table[TOPS_FMT_I8].qmax = 128;
@@ -177,6 +253,9 @@ void tops__ref_fill_unpackers(tops__unpacker *table) {
     table[TOPS_FMT_Q4_0].run = unpack_q4_0, table[TOPS_FMT_Q4_0].qmax = 8;
     table[TOPS_FMT_Q8_0].run = unpack_q8_0, table[TOPS_FMT_Q8_0].qmax = 128;
     table[TOPS_FMT_GGUF_MXFP4].run = unpack_gguf_mxfp4, table[TOPS_FMT_GGUF_MXFP4].qmax = 12;
+    table[TOPS_FMT_Q6_K].run = unpack_q6_k, table[TOPS_FMT_Q6_K].qmax = 32;
+    table[TOPS_FMT_IQ4_NL].run = unpack_iq4_nl, table[TOPS_FMT_IQ4_NL].qmax = 127;
+    table[TOPS_FMT_IQ4_XS].run = unpack_iq4_xs, table[TOPS_FMT_IQ4_XS].qmax = 127;
     /* In-place nibble layouts: the code -> q + offset tables. */
     tops__nibble_layout i4 = {16, 0, 0, 8, {0}, tops__ref_unpack_scales};
     tops__nibble_layout fp4 = {16, 0, 0, 12, {0}, tops__ref_unpack_scales};
