@@ -206,6 +206,16 @@ typedef struct tops__tile_gemm {
     const char *name;
 } tops__tile_gemm;
 
+/* Depthwise conv2d over one output row (src/kernels/<isa>/conv_dw_f32.c):
+   out[x * ldo + ch] = bias[ch] (0 if bias is NULL) + the taps (i, j) in
+   order, each one FMA, of rows[i][col * ldx + ch] * w[(i * kw + j) * c + ch]
+   with col = x * sw + j * dw - pl, for x < ow and ch < c; rows[i] NULL (a
+   padding row) or col outside [0, win) adds nothing.  One FMA per tap at
+   every level: every level gives the same bits. */
+typedef void (*tops__conv_dw_fn)(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw,
+                                 int sw, int dw, int pl, const float *w, const float *bias, int64_t ow, float *out,
+                                 int64_t ldo);
+
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
 
@@ -316,6 +326,10 @@ typedef struct tops__kernels {
     /* identity (op) x[0] (op) ... (op) x[n-1]; op is a tops_reduce_op; NaN
        anywhere gives NaN. */
     float (*reduce_f32_row)(const float *x, int64_t n, int op, float identity);
+
+    /* conv2d's depthwise direct kernel (groups = channels). */
+    tops__conv_dw_fn conv_dw_f32;
+    const char *conv_dw_name;
 } tops__kernels;
 
 /* The table for this process (never NULL).  If TOPS_ISA was invalid, the
@@ -350,6 +364,8 @@ void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t
 float tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub, float scale);
 void tops__scale_f32_row__ref(float *x, int64_t n, float r);
 float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identity);
+void tops_conv_dw_f32__ref(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
+                           int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
@@ -405,6 +421,10 @@ void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int s
 void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
+                            int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
+void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
+                              int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops__avx2_fill_unpackers(tops__unpacker *table);
 void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);

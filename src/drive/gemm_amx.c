@@ -82,8 +82,7 @@ static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int
     const tops__gemm_operand *left = &p->left;
     const int64_t n_subs = kp / sub, t = i / 16, row = i % 16;
     if (m >= 0) {
-        if (left->k_major) left->read(kern, left->t, 0, p->k, m, 1, r->f, 1);
-        else left->read(kern, left->t, m, 1, 0, p->k, r->f, p->k);
+        tops__left_row(kern, left, m, p->k, r->f);
         for (int64_t x = p->k; x < kp; x++) r->f[x] = 0.0f;
     } else {
         for (int64_t x = 0; x < kp; x++) r->f[x] = 0.0f;
