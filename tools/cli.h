@@ -44,6 +44,8 @@ int tops_cmd_bench(int argc, char **argv);
 void tops_cmd_bench_usage(FILE *out);
 int tops_cmd_matmul(int argc, char **argv);
 void tops_cmd_matmul_usage(FILE *out);
+int tops_cmd_conv2d(int argc, char **argv);
+void tops_cmd_conv2d_usage(FILE *out);
 int tops_cmd_validate(int argc, char **argv);
 void tops_cmd_validate_usage(FILE *out);
 
