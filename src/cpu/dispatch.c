@@ -158,6 +158,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
         k->conv_dw_f32 = tops_conv_dw_f32__avx2;
         k->conv_dw_name = "tops_conv_dw_f32__avx2";
+        k->gemm_f32_rows = (tops__gemm_rows_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16_rows__avx2,
+                                                     "tops_gemm_f32_f32_f32_6x16_rows__avx2"};
     }
     if (level_allows(level, TOPS_ISA_AVX512)) {
         k->tile_gemm = (tops__tile_gemm){12, 32, tops__tile_gemm_f32_12x32__avx512,
@@ -168,6 +170,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                            "tops_gemm_f32_f32_f32_12x32__avx512"};
         k->conv_dw_f32 = tops_conv_dw_f32__avx512;
         k->conv_dw_name = "tops_conv_dw_f32__avx512";
+        k->gemm_f32_rows = (tops__gemm_rows_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32_rows__avx512,
+                                                     "tops_gemm_f32_f32_f32_12x32_rows__avx512"};
     }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,

@@ -216,6 +216,20 @@ typedef void (*tops__conv_dw_fn)(const float *const *rows, int64_t ldx, int64_t 
                                  int sw, int dw, int pl, const float *w, const float *bias, int64_t ow, float *out,
                                  int64_t ldo);
 
+/* gemm_f32's tile with A read in place through row pointers (conv2d's
+   implicit GEMM, src/kernels/<isa>/gemm_f32_rows.c): C[mr x nr] (+)=
+   sum over k < kc of a[i][k] * b[k * nr + j]; b a packed panel as
+   gemm_f32 reads it; accumulate as gemm_f32.  rows (1..mr) of the mr row
+   pointers hold data; a kernel may compute (and store) fewer than mr rows
+   then, never fewer than rows.  run NULL: none at this level. */
+typedef void (*tops__gemm_f32_rows_fn)(int64_t kc, int rows, const float *const *a, const float *b, float *c, int64_t ldc,
+                                       int accumulate);
+typedef struct tops__gemm_rows_ukernel {
+    int mr, nr; /* gemm_f32's */
+    tops__gemm_f32_rows_fn run;
+    const char *name;
+} tops__gemm_rows_ukernel;
+
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
 
@@ -330,6 +344,8 @@ typedef struct tops__kernels {
     /* conv2d's depthwise direct kernel (groups = channels). */
     tops__conv_dw_fn conv_dw_f32;
     const char *conv_dw_name;
+    /* conv2d's implicit GEMM without left packing (same tile as gemm_f32). */
+    tops__gemm_rows_ukernel gemm_f32_rows;
 } tops__kernels;
 
 /* The table for this process (never NULL).  If TOPS_ISA was invalid, the
@@ -421,6 +437,10 @@ void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int s
 void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops_gemm_f32_f32_f32_6x16_rows__avx2(int64_t kc, int rows, const float *const *a, const float *b, float *c, int64_t ldc,
+                                           int accumulate);
+void tops_gemm_f32_f32_f32_12x32_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b, float *c,
+                                              int64_t ldc, int accumulate);
 void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                             int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,

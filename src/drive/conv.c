@@ -128,3 +128,60 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
     }
     return TOPS_OK;
 }
+
+tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                                const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
+    enum { MAX_MR = 16, MAX_TILE = 16 * 32 };
+    const tops__gemm_rows_ukernel *uk = &kern->gemm_f32_rows;
+    const tops_tensor *in = g->in;
+    const int64_t mr = uk->mr, nr = uk->nr, cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow;
+    const int64_t m_blocks = tops__ceil_div(m, mr), n_panels = tops__ceil_div(o, nr), jobs = m_blocks * n_panels;
+    TOPS_ASSERT(mr <= MAX_MR && mr * nr <= MAX_TILE);
+    threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)m * (double)o * (double)k, threads);
+#ifndef _OPENMP
+    threads = 1;
+#endif
+    /* the row that padding reads: cg zeros */
+    float *zero = tops__thread_buffer(TOPS__SLOT_GEMM, (size_t)tops__round_up(cg, 16) * sizeof(float));
+    if (!zero) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %lld-float zero row", (long long)cg);
+    memset(zero, 0, (size_t)cg * sizeof(float));
+    const float *x = in->data;
+    const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2], plane = g->oh * g->ow;
+    /* A thread's consecutive jobs share their rows (M-major) or, where the
+       weights outweigh the input (deep layers), their weight panel. */
+    const int panel_major = (double)k * (double)o > (double)batch * (double)(g->h * g->w * in->extent[3]);
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+#endif
+    for (int64_t job = 0; job < jobs; job++) {
+        TOPS__NOTE_REGION();
+        const int64_t mb = panel_major ? job % m_blocks : job / n_panels;
+        const int64_t p = panel_major ? job / m_blocks : job % n_panels, m0 = mb * mr;
+        int64_t base[MAX_MR], y0[MAX_MR], x0[MAX_MR]; /* per row: image offset, top-left input position */
+        for (int64_t r = 0; r < mr; r++) {
+            const int64_t mm = m0 + r;
+            if (mm >= m) {
+                base[r] = -1;
+                continue;
+            }
+            const int64_t n = mm / plane, yy = mm % plane / g->ow, xx = mm % g->ow;
+            base[r] = n * s0, y0[r] = yy * g->sh - g->pt, x0[r] = xx * g->sw - g->pl;
+        }
+        const int64_t vr = m - m0 < mr ? m - m0 : mr, vc = o - p * nr < nr ? o - p * nr : nr;
+        float acc[MAX_TILE] __attribute__((aligned(64)));
+        const float *rows[MAX_MR];
+        const float *panel = panels + p * k * nr;
+        for (int64_t i = 0; i < g->kh; i++)
+            for (int64_t j = 0; j < g->kw; j++) {
+                for (int64_t r = 0; r < mr; r++) {
+                    const int64_t ih = y0[r] + i * g->dh, iw = x0[r] + j * g->dw;
+                    rows[r] = base[r] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w ? zero
+                                                                                         : x + base[r] + ih * s1 + iw * s2;
+                }
+                const int64_t t = i * g->kw + j;
+                uk->run(cg, (int)vr, rows, panel + t * cg * nr, acc, nr, t > 0);
+            }
+        tops__store_rect(kern, dest2d, m0, vr, p * nr, vc, acc, nr, accumulate);
+    }
+    return TOPS_OK;
+}

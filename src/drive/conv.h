@@ -27,4 +27,13 @@ void tops__conv_gather(const void *ctx, const tops__kernels *kern, int64_t r0, i
 tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                               const float *w, const float *bias, tops_tensor *dest2d, int accumulate, int threads);
 
+/* Implicit GEMM with A read in place (kern->gemm_f32_rows): groups 1, f32
+   input with contiguous channels, the weights tops_pack_right's f32 panels
+   of gemm_f32_rows.nr columns over all of K = KH * KW * C ([K][nr] per
+   panel, panel p at panels + p * K * nr).  One kernel call per tap (kc =
+   C) per mr x nr tile, taps summed in order; threads over tiles.  dest2d
+   [N * OH * OW, o] as for tops__conv_dw_run. */
+tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                                const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads);
+
 #endif

@@ -27,6 +27,7 @@ typedef struct conv_plan {
     tops_tensor weight2d;  /* rank-2 view of the weights (or the packed tensor) */
     int64_t row_stride;    /* dest's collapsed N * OH * OW stride */
     int depthwise;
+    const float *rows_panels; /* the in-place implicit GEMM: prepacked f32 panels, or NULL */
 } conv_plan;
 
 static int64_t field(int32_t v, int64_t dflt) { return v == 0 ? dflt : v; }
@@ -271,6 +272,18 @@ static tops_status check_all(const char *fn, const tops_exec *exec, const tops_c
     return TOPS_OK;
 }
 
+/* Input rows read in place (no left packing) where the kernel exists, the
+   weights are prepacked f32 panels of its width, groups is 1, the input is
+   plain f32 with contiguous channels and a tap's channels fill a kernel
+   call (C >= 16). */
+static const float *rows_panels(const tops__kernels *kern, const conv_plan *p, const tops_tensor *in,
+                                const tops_tensor *wt) {
+    if (!kern->gemm_f32_rows.run || wt->format.id != TOPS_FMT_PACKED || p->groups != 1 || p->c < 16) return NULL;
+    if (in->format.id != TOPS_FMT_F32 || in->stride[3] != 1 || in->tensor_scale != 1.0f) return NULL;
+    const tops__packed_right *pk = wt->packed_;
+    return !pk->in_place && pk->panels && pk->nr == kern->gemm_f32_rows.nr ? pk->panels : NULL;
+}
+
 tops_status tops_conv2d_output_shape(const tops_conv2d_desc *desc, const tops_tensor *input, const tops_tensor *weight,
                                      int64_t out_extent_[4]) {
     static const char fn[] = "tops_conv2d_output_shape";
@@ -384,6 +397,12 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         return st;
     }
     const int64_t og = p->o / p->groups, m = p->n * p->oh * p->ow;
+    const float *panels = rows_panels(kern, p, in, &p->weight2d);
+    if (panels && path) {
+        snprintf(path, cap, "implicit GEMM, input rows read in place (prepacked f32 weights): %s (%s)",
+                 kern->gemm_f32_rows.name, tops_isa_name(kern->isa));
+        return TOPS_OK;
+    }
     if (path) {
         tops__conv_geom g = geometry(p, in, 0);
         tops__gemm_operand left = {0};
@@ -410,6 +429,10 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         tops__store_rect(kern, &full, 0, m, 0, p->o, b, 0, accumulate);
         free(b);
         acc = 1;
+    }
+    if (panels) {
+        tops__conv_geom geo = geometry(p, in, 0);
+        return tops__conv_rows_run(fn, kern, &geo, p->n, panels, p->o, &full, acc, p->exec.threads);
     }
     const tops_matmul2d_desc md = matmul_desc(d, acc);
     for (int64_t g = 0; g < p->groups; g++) {
