@@ -131,11 +131,15 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
 
 tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                 const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
-    enum { MAX_MR = 16, MAX_TILE = 16 * 32 };
+    /* A job is one weight panel over up to CHUNK blocks of mr rows: per tap,
+       the panel's tap slice (C x nr) is read once and serves every block
+       (deep layers' weights come from L3 once, then L1/L2). */
+    enum { MAX_MR = 16, MAX_TILE = 16 * 32, CHUNK = 8 };
     const tops__gemm_rows_ukernel *uk = &kern->gemm_f32_rows;
     const tops_tensor *in = g->in;
     const int64_t mr = uk->mr, nr = uk->nr, cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow;
-    const int64_t m_blocks = tops__ceil_div(m, mr), n_panels = tops__ceil_div(o, nr), jobs = m_blocks * n_panels;
+    const int64_t m_blocks = tops__ceil_div(m, mr), chunks = tops__ceil_div(m_blocks, CHUNK);
+    const int64_t n_panels = tops__ceil_div(o, nr), jobs = chunks * n_panels;
     TOPS_ASSERT(mr <= MAX_MR && mr * nr <= MAX_TILE);
     threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)m * (double)o * (double)k, threads);
 #ifndef _OPENMP
@@ -150,16 +154,19 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
     /* A thread's consecutive jobs share their rows (M-major) or, where the
        weights outweigh the input (deep layers), their weight panel. */
     const int panel_major = (double)k * (double)o > (double)batch * (double)(g->h * g->w * in->extent[3]);
+    const int merge = g->dw == 1 && s2 == cg && g->kw > 1; /* a kernel row's taps are contiguous */
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
     for (int64_t job = 0; job < jobs; job++) {
         TOPS__NOTE_REGION();
-        const int64_t mb = panel_major ? job % m_blocks : job / n_panels;
-        const int64_t p = panel_major ? job / m_blocks : job % n_panels, m0 = mb * mr;
-        int64_t base[MAX_MR], y0[MAX_MR], x0[MAX_MR]; /* per row: image offset, top-left input position */
-        for (int64_t r = 0; r < mr; r++) {
-            const int64_t mm = m0 + r;
+        const int64_t ch = panel_major ? job % chunks : job / n_panels;
+        const int64_t p = panel_major ? job / chunks : job % n_panels;
+        const int64_t b0 = ch * CHUNK, nb = m_blocks - b0 < CHUNK ? m_blocks - b0 : CHUNK;
+        /* per row of the chunk: image offset (-1 past M), top-left input position */
+        int64_t base[CHUNK * MAX_MR], y0[CHUNK * MAX_MR], x0[CHUNK * MAX_MR];
+        for (int64_t r = 0; r < nb * mr; r++) {
+            const int64_t mm = b0 * mr + r;
             if (mm >= m) {
                 base[r] = -1;
                 continue;
@@ -167,21 +174,37 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
             const int64_t n = mm / plane, yy = mm % plane / g->ow, xx = mm % g->ow;
             base[r] = n * s0, y0[r] = yy * g->sh - g->pt, x0[r] = xx * g->sw - g->pl;
         }
-        const int64_t vr = m - m0 < mr ? m - m0 : mr, vc = o - p * nr < nr ? o - p * nr : nr;
-        float acc[MAX_TILE] __attribute__((aligned(64)));
+        float acc[CHUNK * MAX_TILE] __attribute__((aligned(64)));
         const float *rows[MAX_MR];
         const float *panel = panels + p * k * nr;
         for (int64_t i = 0; i < g->kh; i++)
-            for (int64_t j = 0; j < g->kw; j++) {
-                for (int64_t r = 0; r < mr; r++) {
-                    const int64_t ih = y0[r] + i * g->dh, iw = x0[r] + j * g->dw;
-                    rows[r] = base[r] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w ? zero
-                                                                                         : x + base[r] + ih * s1 + iw * s2;
+            for (int64_t b = 0; b < nb; b++) {
+                const int64_t m0 = (b0 + b) * mr, vr = m - m0 < mr ? m - m0 : mr;
+                /* Where every row of the block has this whole kernel row
+                   inside the input and pixels are contiguous, its taps are
+                   one run of kw * C: one call instead of kw. */
+                int whole = merge;
+                for (int64_t q = b * mr; whole && q < (b + 1) * mr; q++) {
+                    const int64_t ih = y0[q] + i * g->dh;
+                    whole = base[q] >= 0 && ih >= 0 && ih < g->h && x0[q] >= 0 && x0[q] + g->kw <= g->w;
                 }
-                const int64_t t = i * g->kw + j;
-                uk->run(cg, (int)vr, rows, panel + t * cg * nr, acc, nr, t > 0);
+                const int64_t taps = whole ? g->kw : 1;
+                for (int64_t j = 0; j < g->kw; j += taps) {
+                    const int64_t t = i * g->kw + j;
+                    for (int64_t r = 0; r < mr; r++) {
+                        const int64_t q = b * mr + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
+                        rows[r] = base[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w
+                                      ? zero
+                                      : x + base[q] + ih * s1 + iw * s2;
+                    }
+                    uk->run(taps * cg, (int)vr, rows, panel + t * cg * nr, acc + b * mr * nr, nr, t > 0);
+                }
             }
-        tops__store_rect(kern, dest2d, m0, vr, p * nr, vc, acc, nr, accumulate);
+        const int64_t vc = o - p * nr < nr ? o - p * nr : nr;
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t m0 = (b0 + b) * mr, vr = m - m0 < mr ? m - m0 : mr;
+            tops__store_rect(kern, dest2d, m0, vr, p * nr, vc, acc + b * mr * nr, nr, accumulate);
+        }
     }
     return TOPS_OK;
 }

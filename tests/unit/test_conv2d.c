@@ -33,6 +33,8 @@ static const cv_case cases[] = {
     {1, 1, 1, 7, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},     /* one pixel (rows path) */
     {3, 10, 9, 35, 33, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},  /* "same", multi-tile M */
     {1, 7, 7, 16, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},   /* M = 49: a 1-row last block, 2 panels */
+    {1, 5, 40, 16, 20, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},  /* wide rows: a kernel row's taps as one run */
+    {1, 6, 50, 24, 8, 3, 3, 2, 2, 1, 1, 1, 0, 1, 0, 1, 0},   /* the same at stride 2, top/left pad */
 };
 
 static int64_t out_dim(int64_t in, int64_t pad, int64_t k, int64_t s, int64_t d) {
