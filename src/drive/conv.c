@@ -208,3 +208,119 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
     }
     return TOPS_OK;
 }
+
+tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                                   const uint8_t *panels, const float *scales, int offset, int64_t o,
+                                   tops_tensor *dest2d, int accumulate, int threads) {
+    enum { MR = 6, NR = 16, CHUNK = 8 };
+    const tops_tensor *in = g->in;
+    const tops_dtype dt = tops_format_get_info(in->format.id)->element;
+    const int64_t c = g->cg, nbc = c / 32, k = g->kh * g->kw * c, n_subs = k / 32, m = batch * g->oh * g->ow;
+    const int64_t pixels = batch * g->h * g->w, groups = tops__ceil_div(o, 8);
+    const int64_t m_blocks = tops__ceil_div(m, MR), chunks = tops__ceil_div(m_blocks, CHUNK);
+    const int64_t n_panels = tops__ceil_div(o, NR), jobs = chunks * n_panels;
+    threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)m * (double)o * (double)k, threads);
+#ifndef _OPENMP
+    threads = 1;
+#endif
+    /* The input quantized once: codes [pixels + 1][C] (the last pixel is
+       the zero that padding reads), per 32 channels a scale and offset *
+       the code sum; then a float row per thread. */
+    size_t codes = (size_t)((pixels + 1) * c), blocks = (size_t)((pixels + 1) * nbc), bytes;
+    const size_t code_bytes = (size_t)tops__round_up((int64_t)codes, 64), block_bytes = (size_t)tops__round_up((int64_t)blocks * 4, 64);
+    const size_t row_bytes = (size_t)tops__round_up(c * 4, 64);
+    if (!tops__mul_size(row_bytes, (size_t)threads, &bytes) || !tops__add_size(bytes, code_bytes + 2 * block_bytes, &bytes))
+        return tops__fail(TOPS_OVERFLOW, fn, "the quantized input's size overflows size_t");
+    unsigned char *ws = tops__thread_buffer(TOPS__SLOT_GEMM, bytes);
+    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    int8_t *xq = (int8_t *)ws;
+    float *xs = (float *)(ws + code_bytes);
+    int32_t *xc = (int32_t *)(ws + code_bytes + block_bytes);
+    float *rows_f = (float *)(ws + code_bytes + 2 * block_bytes);
+    const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2], s3 = in->stride[3];
+    const int64_t hw = g->h * g->w, plane = g->oh * g->ow;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) if (threads > 1)
+#endif
+    {
+#ifdef _OPENMP
+        const int tid = omp_get_thread_num();
+#else
+        const int tid = 0;
+#endif
+        TOPS__NOTE_REGION();
+        float *row = (float *)((unsigned char *)rows_f + (size_t)tid * row_bytes);
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t px = 0; px <= pixels; px++) {
+            int8_t *q = xq + px * c;
+            if (px == pixels) {
+                memset(q, 0, (size_t)c);
+                for (int64_t b = 0; b < nbc; b++) xs[px * nbc + b] = 0.0f, xc[px * nbc + b] = 0;
+                continue;
+            }
+            const int64_t n = px / hw, y = px % hw / g->w, x = px % g->w;
+            read_run(kern, in, dt, n * s0 + y * s1 + x * s2, s3, c, row);
+            kern->quantize_q8(row, c, 32, q, xs + px * nbc);
+            for (int64_t b = 0; b < nbc; b++) {
+                int32_t sum = 0;
+                for (int j = 0; j < 32; j++) sum += q[b * 32 + j];
+                xc[px * nbc + b] = offset * sum;
+            }
+        }
+        const int merge = g->dw == 1 && g->kw > 1; /* the quantized pixels are contiguous */
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+        for (int64_t job = 0; job < jobs; job++) {
+            const int64_t ch = job / n_panels, p = job % n_panels;
+            const int64_t b0 = ch * CHUNK, nb = m_blocks - b0 < CHUNK ? m_blocks - b0 : CHUNK;
+            int64_t pix0[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR]; /* first pixel of the image (-1 past M) */
+            for (int64_t r = 0; r < nb * MR; r++) {
+                const int64_t mm = b0 * MR + r;
+                if (mm >= m) {
+                    pix0[r] = -1;
+                    continue;
+                }
+                const int64_t n = mm / plane, yy = mm % plane / g->ow, xx = mm % g->ow;
+                pix0[r] = n * hw, y0[r] = yy * g->sh - g->pt, x0[r] = xx * g->sw - g->pl;
+            }
+            /* columns 16 p .. 16 p + 15: groups 2 p and 2 p + 1 (the first again where O ends) */
+            const int64_t ga = 2 * p, gb = 2 * p + 1 < groups ? 2 * p + 1 : 2 * p;
+            float acc[CHUNK * MR * NR] __attribute__((aligned(64)));
+            const int8_t *a[MR];
+            const float *as[MR];
+            const int32_t *ac[MR];
+            for (int64_t i = 0; i < g->kh; i++)
+                for (int64_t b = 0; b < nb; b++) {
+                    int whole = merge;
+                    for (int64_t q = b * MR; whole && q < (b + 1) * MR; q++) {
+                        const int64_t ih = y0[q] + i * g->dh;
+                        whole = pix0[q] >= 0 && ih >= 0 && ih < g->h && x0[q] >= 0 && x0[q] + g->kw <= g->w;
+                    }
+                    const int64_t taps = whole ? g->kw : 1;
+                    for (int64_t j = 0; j < g->kw; j += taps) {
+                        const int64_t t = i * g->kw + j;
+                        for (int64_t r = 0; r < MR; r++) {
+                            const int64_t q = b * MR + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
+                            const int64_t px = pix0[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w
+                                                   ? pixels
+                                                   : pix0[q] + ih * g->w + iw;
+                            a[r] = xq + px * c, as[r] = xs + px * nbc, ac[r] = xc + px * nbc;
+                        }
+                        const int64_t kb = t * nbc; /* the tap's first sub-block of K */
+                        kern->gemm_q8_rows(taps * nbc, a, as, ac, panels + ga * 8 * k + kb * 32 * 8,
+                                           panels + gb * 8 * k + kb * 32 * 8, scales + ga * 8 * n_subs + kb * 8,
+                                           scales + gb * 8 * n_subs + kb * 8, acc + b * MR * NR, NR, t > 0);
+                    }
+                }
+            const int64_t vc = o - p * NR < NR ? o - p * NR : NR;
+            for (int64_t b = 0; b < nb; b++) {
+                const int64_t m0 = (b0 + b) * MR, vr = m - m0 < MR ? m - m0 : MR;
+                tops__store_rect(kern, dest2d, m0, vr, p * NR, vc, acc + b * MR * NR, NR, accumulate);
+            }
+        }
+    }
+    return TOPS_OK;
+}

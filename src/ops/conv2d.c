@@ -373,6 +373,18 @@ fail:
     return st;
 }
 
+/* The relaxed rows path: the level's kernel, groups 1, C % 32 == 0, and
+   weights packed relaxed with the 8-column integer panels over sub-blocks
+   of 32. */
+static const tops__packed_right *q8_rows_weights(const tops__kernels *kern, const conv_plan *p,
+                                                 const tops_conv2d_desc *d, const tops_tensor *wt) {
+    if (!d->relaxed_precision || !kern->gemm_q8_rows || wt->format.id != TOPS_FMT_PACKED || p->groups != 1 ||
+        p->c % 32 != 0)
+        return NULL;
+    const tops__packed_right *pk = wt->packed_;
+    return pk->in_place && pk->q8_panels && !pk->q8_amx && tops__unpack_sub(&pk->copy) == 32 ? pk : NULL;
+}
+
 /* Runs (path NULL) or names (path) the checked call. */
 static tops_status conv_run(const char *fn, const tops__kernels *kern, const conv_plan *p,
                             const tops_conv2d_desc *d, const tops_tensor *in, tops_tensor *dest, char *path,
@@ -398,6 +410,12 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
     }
     const int64_t og = p->o / p->groups, m = p->n * p->oh * p->ow;
     const float *panels = rows_panels(kern, p, in, &p->weight2d);
+    const tops__packed_right *q8 = q8_rows_weights(kern, p, d, &p->weight2d);
+    if (q8 && path) {
+        snprintf(path, cap, "implicit GEMM, input quantized once, rows read in place (prepacked relaxed weights): %s (%s)",
+                 kern->gemm_q8_rows_name, tops_isa_name(kern->isa));
+        return TOPS_OK;
+    }
     if (panels && path) {
         snprintf(path, cap, "implicit GEMM, input rows read in place (prepacked f32 weights): %s (%s)",
                  kern->gemm_f32_rows.name, tops_isa_name(kern->isa));
@@ -429,6 +447,13 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         tops__store_rect(kern, &full, 0, m, 0, p->o, b, 0, accumulate);
         free(b);
         acc = 1;
+    }
+    if (q8) {
+        tops__conv_geom geo = geometry(p, in, 0);
+        int offset;
+        tops__gemm_q8_pick(kern, &q8->copy, &offset);
+        return tops__conv_q8_rows_run(fn, kern, &geo, p->n, q8->q8_panels, q8->q8_scales, offset, p->o, &full, acc,
+                                      p->exec.threads);
     }
     if (panels) {
         tops__conv_geom geo = geometry(p, in, 0);

@@ -35,6 +35,8 @@ static const cv_case cases[] = {
     {1, 7, 7, 16, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},   /* M = 49: a 1-row last block, 2 panels */
     {1, 5, 40, 16, 20, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},  /* wide rows: a kernel row's taps as one run */
     {1, 6, 50, 24, 8, 3, 3, 2, 2, 1, 1, 1, 0, 1, 0, 1, 0},   /* the same at stride 2, top/left pad */
+    {2, 9, 11, 32, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* C % 32 == 0 (relaxed rows), O = 20: a lone 8-column group */
+    {1, 6, 40, 64, 24, 3, 3, 2, 1, 2, 1, 1, 1, 0, 2, 1, 0},  /* the same, wide rows, stride 2,1, dilation 2,1 */
 };
 
 static int64_t out_dim(int64_t in, int64_t pad, int64_t k, int64_t s, int64_t d) {
