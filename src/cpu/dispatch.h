@@ -231,15 +231,15 @@ typedef struct tops__gemm_rows_ukernel {
 } tops__gemm_rows_ukernel;
 
 /* The relaxed twin (conv2d over an input quantized once per call, src/
-   kernels/avx512/gemm_q8_rows_vnni.c): C[6 x 16] (+)= over nb sub-blocks
+   kernels/avx512/gemm_q8_rows_vnni.c): C[6 x 32] (+)= over nb sub-blocks
    of 32 k, per row i and block b, as[i][b] * bs[b][j] * (exact i32 sum of
    a[i][32 b + k] * panel code - acorr[i][b]), blocks in order, one FMA
-   each; b0 / b1 the two 8-column gemm_q8 panels (q + offset, steps of 32
-   bytes) at this K offset, bs0 / bs1 their 8 scales per sub-block; acorr
+   each; b[0..3] the four 8-column gemm_q8 panels (q + offset, steps of 32
+   bytes) at this K offset, bs[0..3] their 8 scales per sub-block; acorr
    = offset * the block's code sum.  NULL at levels without one. */
 typedef void (*tops__gemm_q8_rows_fn)(int64_t nb, const int8_t *const *a, const float *const *as,
-                                      const int32_t *const *acorr, const uint8_t *b0, const uint8_t *b1,
-                                      const float *bs0, const float *bs1, float *c, int64_t ldc, int accumulate);
+                                      const int32_t *const *acorr, const uint8_t *const *b, const float *const *bs,
+                                      float *c, int64_t ldc, int accumulate);
 
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
@@ -357,7 +357,7 @@ typedef struct tops__kernels {
     const char *conv_dw_name;
     /* conv2d's implicit GEMM without left packing (same tile as gemm_f32). */
     tops__gemm_rows_ukernel gemm_f32_rows;
-    tops__gemm_q8_rows_fn gemm_q8_rows; /* 6 x 16 */
+    tops__gemm_q8_rows_fn gemm_q8_rows; /* 6 x 32 */
     const char *gemm_q8_rows_name;
 } tops__kernels;
 
@@ -454,10 +454,9 @@ void tops_gemm_f32_f32_f32_6x16_rows__avx2(int64_t kc, int rows, const float *co
                                            int accumulate);
 void tops_gemm_f32_f32_f32_12x32_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b, float *c,
                                               int64_t ldc, int accumulate);
-void tops_gemm_f32_qi8_qu8_6x16_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
-                                                  const int32_t *const *acorr, const uint8_t *b0, const uint8_t *b1,
-                                                  const float *bs0, const float *bs1, float *c, int64_t ldc,
-                                                  int accumulate);
+void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
+                                                  const int32_t *const *acorr, const uint8_t *const *b,
+                                                  const float *const *bs, float *c, int64_t ldc, int accumulate);
 void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                             int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,

@@ -212,7 +212,7 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
 tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                    const uint8_t *panels, const float *scales, int offset, int64_t o,
                                    tops_tensor *dest2d, int accumulate, int threads) {
-    enum { MR = 6, NR = 16, CHUNK = 8 };
+    enum { MR = 6, NR = 32, CHUNK = 8 };
     const tops_tensor *in = g->in;
     const tops_dtype dt = tops_format_get_info(in->format.id)->element;
     const int64_t c = g->cg, nbc = c / 32, k = g->kh * g->kw * c, n_subs = k / 32, m = batch * g->oh * g->ow;
@@ -286,8 +286,9 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                 const int64_t n = mm / plane, yy = mm % plane / g->ow, xx = mm % g->ow;
                 pix0[r] = n * hw, y0[r] = yy * g->sh - g->pt, x0[r] = xx * g->sw - g->pl;
             }
-            /* columns 16 p .. 16 p + 15: groups 2 p and 2 p + 1 (the first again where O ends) */
-            const int64_t ga = 2 * p, gb = 2 * p + 1 < groups ? 2 * p + 1 : 2 * p;
+            /* columns 32 p .. 32 p + 31: groups 4 p .. 4 p + 3 (the first again past O's last) */
+            int64_t gi[4];
+            for (int h = 0; h < 4; h++) gi[h] = 4 * p + h < groups ? 4 * p + h : 4 * p;
             float acc[CHUNK * MR * NR] __attribute__((aligned(64)));
             const int8_t *a[MR];
             const float *as[MR];
@@ -310,9 +311,11 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                             a[r] = xq + px * c, as[r] = xs + px * nbc, ac[r] = xc + px * nbc;
                         }
                         const int64_t kb = t * nbc; /* the tap's first sub-block of K */
-                        kern->gemm_q8_rows(taps * nbc, a, as, ac, panels + ga * 8 * k + kb * 32 * 8,
-                                           panels + gb * 8 * k + kb * 32 * 8, scales + ga * 8 * n_subs + kb * 8,
-                                           scales + gb * 8 * n_subs + kb * 8, acc + b * MR * NR, NR, t > 0);
+                        const uint8_t *bp[4];
+                        const float *bsp[4];
+                        for (int h = 0; h < 4; h++)
+                            bp[h] = panels + gi[h] * 8 * k + kb * 32 * 8, bsp[h] = scales + gi[h] * 8 * n_subs + kb * 8;
+                        kern->gemm_q8_rows(taps * nbc, a, as, ac, bp, bsp, acc + b * MR * NR, NR, t > 0);
                     }
                 }
             const int64_t vc = o - p * NR < NR ? o - p * NR : NR;

@@ -39,7 +39,7 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
 /* The relaxed twin (kern->gemm_q8_rows): the input (any dtype and strides)
    quantized once per call to i8 per 32 channels (C % 32 == 0), then the
    gemm_q8 panels and scales tops_pack_right made for relaxed use
-   (8-column groups over all of K, codes + offset), 6 x 16 tiles, one
+   (8-column groups over all of K, codes + offset), 6 x 32 tiles, one
    kernel call per tap (or per kernel row where its taps are contiguous). */
 tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                    const uint8_t *panels, const float *scales, int offset, int64_t o,
