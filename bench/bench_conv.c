@@ -150,18 +150,38 @@ static tops_status view(tops_dtype dt, void *data, int rank, const int64_t *ext,
     return tops_tensor_view(&d, out);
 }
 
-/* One format on one shape: quantize, pack (groups 1), check, time. */
-static tops_status run_format(tops_bench_session *s, const tops_bench_conv_shape *sh, const char *layer,
-                              const char *fname, const float *x, const float *wf, float *out, const int64_t *check,
-                              int nchk, double *ref, const tops_bench_row *base, tops_bench_rows *rows, int *bad) {
+/* One format on one shape: its weights (quantized, packed where groups is
+   1), the call, and its row as far as the check fills it. */
+typedef struct fmt_case {
+    const char *name;
+    tops_format f;
+    tops_tensor q, packed, in, dest;
+    int have_q, have_packed, ready;
+    tops_exec exec;
+    tops_conv2d_desc d;
+    conv_call call;
+    double pack_s;
+    tops_bench_row row;
+    tops_bench_alt alt;
+} fmt_case;
+
+static void fmt_free(fmt_case *fc) {
+    if (fc->have_packed) tops_tensor_destroy(&fc->packed);
+    if (fc->have_q) tops_tensor_destroy(&fc->q);
+    fc->have_packed = fc->have_q = 0;
+}
+
+/* Quantize, pack, run once on a NaN-poisoned output and check it. */
+static tops_status fmt_prepare(tops_bench_session *s, const tops_bench_conv_shape *sh, const char *layer,
+                               const char *fname, const float *x, const float *wf, float *out, const int64_t *check,
+                               int nchk, double *ref, fmt_case *fc) {
     const tops_bench_config *cfg = s->cfg;
     static const char fn[] = "tensorops bench";
     const int64_t k = sh->kh * sh->kw * (sh->c / sh->groups), m = sh->n * sh->oh * sh->ow;
-    tops_format f;
-    tops_status st = tops_format_from_name(fname, &f);
+    fc->name = fname;
+    tops_status st = tops_format_from_name(fname, &fc->f);
     if (st != TOPS_OK) return st;
-    tops_tensor src, q, packed, in, dest;
-    int have_q = 0, have_packed = 0;
+    tops_tensor src;
     float *dec = tops__aligned_alloc((size_t)(sh->o * k) * sizeof(float)), *checked = malloc((size_t)nchk * (size_t)sh->o * sizeof(float));
     if (!dec || !checked) {
         st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the %s weights", fname);
@@ -169,81 +189,90 @@ static tops_status run_format(tops_bench_session *s, const tops_bench_conv_shape
     }
     int64_t wext[2] = {sh->o, k}, iext[4] = {sh->n, sh->h, sh->w, sh->c}, oext[4] = {sh->n, sh->oh, sh->ow, sh->o};
     if ((st = view(TOPS_DT_F32, (void *)wf, 2, wext, &src)) != TOPS_OK) goto done;
-    if ((st = tops_tensor_create(f, 2, wext, (tops_memory){TOPS_DEVICE_CPU, 0}, &q)) != TOPS_OK) goto done;
-    have_q = 1;
-    if ((st = tops_quantize(&src, &q, NULL)) != TOPS_OK) goto done;
+    if ((st = tops_tensor_create(fc->f, 2, wext, (tops_memory){TOPS_DEVICE_CPU, 0}, &fc->q)) != TOPS_OK) goto done;
+    fc->have_q = 1;
+    if ((st = tops_quantize(&src, &fc->q, NULL)) != TOPS_OK) goto done;
     tops_tensor dv;
-    if ((st = view(TOPS_DT_F32, dec, 2, wext, &dv)) != TOPS_OK || (st = tops_dequantize(&q, &dv)) != TOPS_OK) goto done;
+    if ((st = view(TOPS_DT_F32, dec, 2, wext, &dv)) != TOPS_OK || (st = tops_dequantize(&fc->q, &dv)) != TOPS_OK) goto done;
     reference(sh, x, dec, check, nchk, ref);
-    tops_exec exec = tops_exec_default();
-    exec.threads = cfg->threads;
-    tops_conv2d_desc d;
-    memset(&d, 0, sizeof d);
-    d.kernel_h = (int32_t)sh->kh, d.kernel_w = (int32_t)sh->kw;
-    d.stride_h = (int32_t)sh->sh, d.stride_w = (int32_t)sh->sw;
-    d.pad_top = (int32_t)sh->pt, d.pad_bottom = (int32_t)sh->pb, d.pad_left = (int32_t)sh->pl, d.pad_right = (int32_t)sh->pr;
-    d.groups = (int32_t)sh->groups;
-    d.relaxed_precision = cfg->relaxed;
-    d.mode = TOPS_MULTIPLY;
-    double pack_s = 0;
+    fc->exec = tops_exec_default();
+    fc->exec.threads = cfg->threads;
+    tops_conv2d_desc *d = &fc->d;
+    memset(d, 0, sizeof *d);
+    d->kernel_h = (int32_t)sh->kh, d->kernel_w = (int32_t)sh->kw;
+    d->stride_h = (int32_t)sh->sh, d->stride_w = (int32_t)sh->sw;
+    d->pad_top = (int32_t)sh->pt, d->pad_bottom = (int32_t)sh->pb, d->pad_left = (int32_t)sh->pl, d->pad_right = (int32_t)sh->pr;
+    d->groups = (int32_t)sh->groups;
+    d->relaxed_precision = cfg->relaxed;
+    d->mode = TOPS_MULTIPLY;
     if (sh->groups == 1) { /* packed once, as a model loader would */
         tops_matmul2d_desc md;
         memset(&md, 0, sizeof md);
         md.transpose_right = 1;
         md.relaxed_precision = cfg->relaxed;
         double t0 = tops_bench_now();
-        have_packed = tops_pack_right(&exec, &md, &q, &packed) == TOPS_OK;
-        pack_s = tops_bench_now() - t0;
+        fc->have_packed = tops_pack_right(&fc->exec, &md, &fc->q, &fc->packed) == TOPS_OK;
+        fc->pack_s = fc->have_packed ? tops_bench_now() - t0 : 0;
     }
-    if ((st = view(TOPS_DT_F32, (void *)x, 4, iext, &in)) != TOPS_OK || (st = view(TOPS_DT_F32, out, 4, oext, &dest)) != TOPS_OK)
+    if ((st = view(TOPS_DT_F32, (void *)x, 4, iext, &fc->in)) != TOPS_OK ||
+        (st = view(TOPS_DT_F32, out, 4, oext, &fc->dest)) != TOPS_OK)
         goto done;
-    conv_call c = {&exec, &d, &in, have_packed ? &packed : &q, &dest};
+    fc->call = (conv_call){&fc->exec, &fc->d, &fc->in, fc->have_packed ? &fc->packed : &fc->q, &fc->dest};
     for (int64_t i = 0; i < m * sh->o; i++) out[i] = NAN;
     tops_bench_progress(s, "%s b%lld %s: checking against f64", layer, (long long)sh->n, fname);
-    if ((st = call_ours(&c, 0)) != TOPS_OK) goto done;
+    if ((st = call_ours(&fc->call, 0)) != TOPS_OK) goto done;
     for (int r = 0; r < nchk; r++) memcpy(checked + r * sh->o, out + check[r] * sh->o, (size_t)sh->o * sizeof(float));
-    tops_bench_row row;
-    memset(&row, 0, sizeof row);
-    tops_bench_compare(ref, checked, (int64_t)nchk * sh->o, &row.rel_l2, &row.cos_sim, NULL);
-    tops_bench_progress(s, "%s b%lld %s: timing", layer, (long long)sh->n, fname);
-    tops_bench_timing t;
-    if ((st = tops_bench_time(call_ours, &c, 2, cfg->repeat, cfg->min_seconds, &t)) != TOPS_OK) goto done;
-    const tops_bench_roofline *roof;
-    if ((st = tops_bench_session_roofline(s, &roof)) != TOPS_OK) goto done;
-    snprintf(row.op, sizeof row.op, "conv2d");
-    snprintf(row.format, sizeof row.format, "%s", fname);
-    row.m = m, row.k = k, row.n = sh->o;
-    row.threads = cfg->threads;
-    tops_cpu_info ci;
-    tops_cpu_get_info(&ci);
-    snprintf(row.isa, sizeof row.isa, "%s", tops_isa_name(ci.isa));
+    tops_bench_row *row = &fc->row;
+    memset(row, 0, sizeof *row);
+    tops_bench_compare(ref, checked, (int64_t)nchk * sh->o, &row->rel_l2, &row->cos_sim, NULL);
     char path[256];
-    if ((st = tops_conv2d_path(&exec, &d, &in, c.w, &dest, path, sizeof path)) != TOPS_OK) goto done;
-    if (snprintf(row.path, sizeof row.path, "%s b%lld: %s", layer, (long long)sh->n, path) >= (int)sizeof row.path)
-        row.path[sizeof row.path - 1] = 0; /* cut: the table's path column */
-    row.median_s = t.median_s;
-    row.min_s = t.min_s;
-    row.pack_s = have_packed ? pack_s : 0;
-    snprintf(row.baseline, sizeof row.baseline, "%s", base->median_s > 0 ? "onednn-conv-f32" : "none");
-    row.baseline_median_s = base->median_s;
-    row.rel_l2_bound = cfg->relaxed && f.id != TOPS_FMT_F32 && f.id != TOPS_FMT_F16 && f.id != TOPS_FMT_BF16 ? 1e-2 : 1e-5;
-    row.accuracy_ok = row.rel_l2 <= row.rel_l2_bound;
-    if (!row.accuracy_ok) {
-        fprintf(stderr, "tensorops bench: %s %s: rel-L2 %.3g over the bound %.3g\n", layer, fname, row.rel_l2,
-                row.rel_l2_bound);
-        (*bad)++;
-    }
-    const double wbytes = tops_format_bits_per_weight(f, k) * (double)sh->o * (double)k / 8.0;
-    const double min_bytes = wbytes + 4.0 * (double)(sh->n * sh->h * sh->w * sh->c) + 4.0 * (double)(m * sh->o);
-    const double peak = row.rel_l2_bound > 1e-5 && roof->int8_gops > roof->fma_gflops ? roof->int8_gops : roof->fma_gflops;
-    tops_bench_row_derive(&row, 2.0 * (double)m * (double)sh->o * (double)k, wbytes, min_bytes, peak, roof->read_gbps);
-    st = tops_bench_rows_push(rows, &row);
+    if ((st = tops_conv2d_path(&fc->exec, d, &fc->in, fc->call.w, &fc->dest, path, sizeof path)) != TOPS_OK) goto done;
+    if (snprintf(row->path, sizeof row->path, "%s b%lld: %s", layer, (long long)sh->n, path) >= (int)sizeof row->path)
+        row->path[sizeof row->path - 1] = 0; /* cut: the table's path column */
+    fc->alt = (tops_bench_alt){call_ours, &fc->call, 0, 0};
+    fc->ready = 1;
 done:
-    if (have_packed) tops_tensor_destroy(&packed);
-    if (have_q) tops_tensor_destroy(&q);
     tops__aligned_free(dec);
     free(checked);
     return st;
+}
+
+/* The row of a timed format. */
+static tops_status fmt_finish(tops_bench_session *s, const tops_bench_conv_shape *sh, const char *layer,
+                              fmt_case *fc, const tops_bench_row *base, tops_bench_rows *rows, int *bad) {
+    const tops_bench_config *cfg = s->cfg;
+    const int64_t k = sh->kh * sh->kw * (sh->c / sh->groups), m = sh->n * sh->oh * sh->ow;
+    const tops_bench_roofline *roof;
+    tops_status st = tops_bench_session_roofline(s, &roof);
+    if (st != TOPS_OK) return st;
+    tops_bench_row *row = &fc->row;
+    snprintf(row->op, sizeof row->op, "conv2d");
+    snprintf(row->format, sizeof row->format, "%s", fc->name);
+    row->m = m, row->k = k, row->n = sh->o;
+    row->threads = cfg->threads;
+    tops_cpu_info ci;
+    tops_cpu_get_info(&ci);
+    snprintf(row->isa, sizeof row->isa, "%s", tops_isa_name(ci.isa));
+    row->median_s = fc->alt.median_s;
+    row->min_s = fc->alt.min_s;
+    row->pack_s = fc->pack_s;
+    snprintf(row->baseline, sizeof row->baseline, "%s", base->median_s > 0 ? "onednn-conv-f32" : "none");
+    row->baseline_median_s = base->median_s;
+    const tops_format_id id = fc->f.id;
+    const int quantized = id != TOPS_FMT_F32 && id != TOPS_FMT_F16 && id != TOPS_FMT_BF16;
+    row->rel_l2_bound = cfg->relaxed && quantized ? 1e-2 : 1e-5;
+    row->accuracy_ok = row->rel_l2 <= row->rel_l2_bound;
+    if (!row->accuracy_ok) {
+        fprintf(stderr, "tensorops bench: %s %s: rel-L2 %.3g over the bound %.3g\n", layer, fc->name, row->rel_l2,
+                row->rel_l2_bound);
+        (*bad)++;
+    }
+    const double wbytes = tops_format_bits_per_weight(fc->f, k) * (double)sh->o * (double)k / 8.0;
+    const double min_bytes = wbytes + 4.0 * (double)(sh->n * sh->h * sh->w * sh->c) + 4.0 * (double)(m * sh->o);
+    const double peak = cfg->relaxed && quantized && roof->int8_gops > roof->fma_gflops ? roof->int8_gops : roof->fma_gflops;
+    tops_bench_row_derive(row, 2.0 * (double)m * (double)sh->o * (double)k, wbytes, min_bytes, peak, roof->read_gbps);
+    (void)ci;
+    return tops_bench_rows_push(rows, row);
 }
 
 tops_status tops_bench_conv_cpu(tops_bench_session *s, tops_bench_rows *rows) {
@@ -283,11 +312,30 @@ tops_status tops_bench_conv_cpu(tops_bench_session *s, tops_bench_rows *rows) {
             tops_bench_fill_normal(w, sh.o * k, 70 + (uint64_t)l);
             int64_t check[TOPS_BENCH_CHECK_ROWS];
             const int nchk = tops_bench_check_rows(m, check);
-            /* oneDNN first, on the f32 weights */
+            /* ours in each format: weights, a checked first call */
+            fmt_case *fcs = calloc((size_t)cfg->nformats, sizeof *fcs);
+            tops_bench_alt *alts = calloc((size_t)cfg->nformats, sizeof *alts);
+            int *idx = calloc((size_t)cfg->nformats, sizeof *idx), nready = 0;
+            if (!fcs || !alts || !idx) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the cases");
+            for (int f = 0; st == TOPS_OK && f < cfg->nformats; f++) {
+                tops_status fs = fmt_prepare(s, &sh, L->name, cfg->formats[f], x, w, out, check, nchk, ref, &fcs[f]);
+                if (fs != TOPS_OK) {
+                    tops_bench_progress(s, NULL);
+                    fprintf(stderr, "tensorops bench: %s %s failed: %s\n", L->name, cfg->formats[f], tops_last_error());
+                    failed++;
+                    continue;
+                }
+                alts[nready] = fcs[f].alt;
+                idx[nready++] = f;
+            }
+            /* oneDNN on the f32 weights, timed in alternation with ours */
             tops_bench_row base;
-            reference(&sh, x, w, check, nchk, ref);
-            tops_bench_progress(s, "%s b%lld: oneDNN f32", L->name, (long long)sh.n);
-            st = tops_bench_onednn_conv(s, &sh, x, w, check, nchk, ref, &base);
+            memset(&base, 0, sizeof base);
+            if (st == TOPS_OK) {
+                reference(&sh, x, w, check, nchk, ref);
+                tops_bench_progress(s, "%s b%lld: timing oneDNN f32 and ours in alternation", L->name, (long long)sh.n);
+                st = tops_bench_onednn_conv(s, &sh, x, w, check, nchk, ref, &base, alts, nready);
+            }
             if (st == TOPS_OK && base.median_s > 0) {
                 char p[sizeof base.path + 64];
                 if (snprintf(p, sizeof p, "%s b%lld: %s", L->name, (long long)sh.n, base.path) < 0) p[0] = 0;
@@ -299,14 +347,16 @@ tops_status tops_bench_conv_cpu(tops_bench_session *s, tops_bench_rows *rows) {
                                       4.0 * (double)(sh.o * k + nin + m * sh.o), roof->fma_gflops, roof->read_gbps);
                 st = tops_bench_rows_push(&dnn, &base);
             }
-            for (int f = 0; st == TOPS_OK && f < cfg->nformats; f++) {
-                tops_status fs = run_format(s, &sh, L->name, cfg->formats[f], x, w, out, check, nchk, ref, &base, rows, &bad);
-                if (fs != TOPS_OK) {
-                    tops_bench_progress(s, NULL);
-                    fprintf(stderr, "tensorops bench: %s %s failed: %s\n", L->name, cfg->formats[f], tops_last_error());
-                    failed++;
-                }
+            if (st == TOPS_OK && nready > 0 && alts[0].median_s == 0) { /* no oneDNN: ours alone */
+                tops_bench_progress(s, "%s b%lld: timing ours", L->name, (long long)sh.n);
+                st = tops_bench_time_alternating(alts, nready, 2, cfg->repeat, cfg->min_seconds);
             }
+            for (int i = 0; st == TOPS_OK && i < nready; i++) {
+                fcs[idx[i]].alt = alts[i];
+                st = fmt_finish(s, &sh, L->name, &fcs[idx[i]], &base, rows, &bad);
+            }
+            for (int f = 0; fcs && f < cfg->nformats; f++) fmt_free(&fcs[f]);
+            free(fcs), free(alts), free(idx);
             tops__aligned_free(x), tops__aligned_free(w), tops__aligned_free(out), free(ref);
             if (st != TOPS_OK) break;
         }

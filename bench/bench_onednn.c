@@ -72,8 +72,8 @@ tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights
 
 tops_status tops_bench_onednn_conv(tops_bench_session *s, const tops_bench_conv_shape *shape, const float *input,
                                    const float *weights, const int64_t *check, int nchk, const double *ref,
-                                   tops_bench_row *row) {
-    (void)s, (void)shape, (void)input, (void)weights, (void)check, (void)nchk, (void)ref;
+                                   tops_bench_row *row, tops_bench_alt *ours, int nours) {
+    (void)s, (void)shape, (void)input, (void)weights, (void)check, (void)nchk, (void)ref, (void)ours, (void)nours;
     memset(row, 0, sizeof *row);
     g_note[0] = 0;
 #if defined(TOPS_BENCH_X86)
@@ -644,7 +644,7 @@ done:
 
 tops_status tops_bench_onednn_conv(tops_bench_session *s, const tops_bench_conv_shape *sh, const float *input,
                                    const float *weights, const int64_t *check, int nchk, const double *ref,
-                                   tops_bench_row *row) {
+                                   tops_bench_row *row, tops_bench_alt *ours, int nours) {
     const tops_bench_config *cfg = s->cfg;
     tops_status st = TOPS_OK;
     memset(row, 0, sizeof *row);
@@ -709,8 +709,19 @@ tops_status tops_bench_onednn_conv(tops_bench_session *s, const tops_bench_conv_
     if ((st = call_conv(&c, 0)) != TOPS_OK) goto done;
     for (int r = 0; r < nchk; r++) memcpy(checked + r * sh->o, dst + check[r] * sh->o, (size_t)sh->o * sizeof(float));
     tops_bench_compare(ref, checked, (int64_t)nchk * sh->o, &row->rel_l2, &row->cos_sim, NULL);
-    tops_bench_timing t;
-    if ((st = tops_bench_time(call_conv, &c, 2, cfg->repeat, cfg->min_seconds, &t)) != TOPS_OK) goto done;
+    /* entry 0 is oneDNN, then ours */
+    tops_bench_alt *all = calloc((size_t)nours + 1, sizeof *all);
+    if (!all) {
+        st = tops__fail(TOPS_OUT_OF_MEMORY, "tensorops bench (oneDNN)", "no memory for the timing");
+        goto done;
+    }
+    all[0] = (tops_bench_alt){call_conv, &c, 0, 0};
+    for (int i = 0; i < nours; i++) all[i + 1] = ours[i];
+    st = tops_bench_time_alternating(all, nours + 1, 2, cfg->repeat, cfg->min_seconds);
+    for (int i = 0; i < nours && st == TOPS_OK; i++) ours[i] = all[i + 1];
+    tops_bench_timing t = {all[0].median_s, all[0].min_s, 0, 0};
+    free(all);
+    if (st != TOPS_OK) goto done;
     snprintf(row->op, sizeof row->op, "conv2d");
     snprintf(row->format, sizeof row->format, "onednn-f32");
     row->m = m, row->k = sh->kh * sh->kw * (sh->c / g), row->n = sh->o;
