@@ -129,6 +129,26 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
     return TOPS_OK;
 }
 
+/* Rows [m0, m0 + count) of the output as (image n, top-left input
+   position y0, x0): n into img (-1 past m), stepping through the output
+   pixel by pixel (one division per chunk, not three per row). */
+static void chunk_rows(const tops__conv_geom *g, int64_t m0, int64_t count, int64_t m, int64_t *img, int64_t *y0,
+                       int64_t *x0) {
+    const int64_t plane = g->oh * g->ow;
+    int64_t n = m0 / plane, yy = m0 % plane / g->ow, xx = m0 % g->ow;
+    for (int64_t r = 0; r < count; r++) {
+        if (m0 + r >= m) {
+            img[r] = -1;
+            continue;
+        }
+        img[r] = n, y0[r] = yy * g->sh - g->pt, x0[r] = xx * g->sw - g->pl;
+        if (++xx == g->ow) {
+            xx = 0;
+            if (++yy == g->oh) yy = 0, n++;
+        }
+    }
+}
+
 tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                 const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
     /* A job is one weight panel over up to CHUNK blocks of mr rows: per tap,
@@ -150,7 +170,7 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
     if (!zero) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %lld-float zero row", (long long)cg);
     memset(zero, 0, (size_t)cg * sizeof(float));
     const float *x = in->data;
-    const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2], plane = g->oh * g->ow;
+    const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2];
     /* A thread's consecutive jobs share their rows (M-major) or, where the
        weights outweigh the input (deep layers), their weight panel. */
     const int panel_major = (double)k * (double)o > (double)batch * (double)(g->h * g->w * in->extent[3]);
@@ -165,15 +185,9 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
         const int64_t b0 = ch * CHUNK, nb = m_blocks - b0 < CHUNK ? m_blocks - b0 : CHUNK;
         /* per row of the chunk: image offset (-1 past M), top-left input position */
         int64_t base[CHUNK * MAX_MR], y0[CHUNK * MAX_MR], x0[CHUNK * MAX_MR];
-        for (int64_t r = 0; r < nb * mr; r++) {
-            const int64_t mm = b0 * mr + r;
-            if (mm >= m) {
-                base[r] = -1;
-                continue;
-            }
-            const int64_t n = mm / plane, yy = mm % plane / g->ow, xx = mm % g->ow;
-            base[r] = n * s0, y0[r] = yy * g->sh - g->pt, x0[r] = xx * g->sw - g->pl;
-        }
+        chunk_rows(g, b0 * mr, nb * mr, m, base, y0, x0);
+        for (int64_t r = 0; r < nb * mr; r++)
+            if (base[r] >= 0) base[r] *= s0;
         float acc[CHUNK * MAX_TILE] __attribute__((aligned(64)));
         const float *rows[MAX_MR];
         const float *panel = panels + p * k * nr;
@@ -238,7 +252,8 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
     int32_t *xc = (int32_t *)(ws + code_bytes + block_bytes);
     float *rows_f = (float *)(ws + code_bytes + 2 * block_bytes);
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2], s3 = in->stride[3];
-    const int64_t hw = g->h * g->w, plane = g->oh * g->ow;
+    const int64_t hw = g->h * g->w;
+    const int direct = dt == TOPS_DT_F32 && s3 == 1 && in->tensor_scale == 1.0f;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -260,9 +275,11 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                 for (int64_t b = 0; b < nbc; b++) xs[px * nbc + b] = 0.0f, xc[px * nbc + b] = 0;
                 continue;
             }
-            const int64_t n = px / hw, y = px % hw / g->w, x = px % g->w;
-            read_run(kern, in, dt, n * s0 + y * s1 + x * s2, s3, c, row);
-            kern->quantize_q8(row, c, 32, q, xs + px * nbc);
+            const int64_t n = px / hw, y = px % hw / g->w, x = px % g->w, off = n * s0 + y * s1 + x * s2;
+            const float *src = row;
+            if (direct) src = (const float *)in->data + off; /* plain f32 channels: quantized in place */
+            else read_run(kern, in, dt, off, s3, c, row);
+            kern->quantize_q8(src, c, 32, q, xs + px * nbc);
             for (int64_t b = 0; b < nbc; b++) {
                 int32_t sum = 0;
                 for (int j = 0; j < 32; j++) sum += q[b * 32 + j];
@@ -277,15 +294,9 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
             const int64_t ch = job / n_panels, p = job % n_panels;
             const int64_t b0 = ch * CHUNK, nb = m_blocks - b0 < CHUNK ? m_blocks - b0 : CHUNK;
             int64_t pix0[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR]; /* first pixel of the image (-1 past M) */
-            for (int64_t r = 0; r < nb * MR; r++) {
-                const int64_t mm = b0 * MR + r;
-                if (mm >= m) {
-                    pix0[r] = -1;
-                    continue;
-                }
-                const int64_t n = mm / plane, yy = mm % plane / g->ow, xx = mm % g->ow;
-                pix0[r] = n * hw, y0[r] = yy * g->sh - g->pt, x0[r] = xx * g->sw - g->pl;
-            }
+            chunk_rows(g, b0 * MR, nb * MR, m, pix0, y0, x0);
+            for (int64_t r = 0; r < nb * MR; r++)
+                if (pix0[r] >= 0) pix0[r] *= hw;
             /* columns 32 p .. 32 p + 31: groups 4 p .. 4 p + 3 (the first again past O's last) */
             int64_t gi[4];
             for (int h = 0; h < 4; h++) gi[h] = 4 * p + h < groups ? 4 * p + h : 4 * p;
