@@ -8,7 +8,7 @@ cli=$1
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 expect_rc "two layers run and meet their accuracy bounds" 0 "$cli" bench --op conv2d --relaxed \
-  --layers mobilenetv2-dw-s1,resnet50-res5-3x3 --repeat 1 --threads 2 --no-progress --json "$work/c.json"
+  --layers mobilenetv2-dw-s1,resnet50-res5-3x3 --conv-batch 1 --repeat 1 --threads 2 --no-progress --json "$work/c.json"
 if command -v python3 >/dev/null; then
   expect_rc "JSON rows: ours in three formats per layer, oneDNN's where present" 0 python3 - "$work/c.json" <<'PY'
 import json, sys
