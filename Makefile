@@ -12,7 +12,7 @@ CMAKE_ARGS ?=
 
 MAKEFLAGS += --no-print-directory
 
-.PHONY: all build deps deps-python deps-onednn bump-test-deps configure run test test-c test-python test-sanitize install fuzz fuzz-smoke clean help
+.PHONY: all build deps deps-python python-package deps-onednn bump-test-deps configure run test test-c test-python test-sanitize install fuzz fuzz-smoke clean help
 
 all: build
 
@@ -21,6 +21,7 @@ help:
 	@echo "make run        build (release), then tensorops info, validate --quick and bench"
 	@echo "                (the A/B table; bench/out/latest.json and latest.svg)"
 	@echo "make test       every test: C unit, CLI, install/example and Python oracle tests"
+	@echo "make python-package  pip-install the Python package (pyproject.toml) into .venv"
 	@echo "make bump-test-deps  re-pin scripts/requirements-test.txt to the newest releases (review it)"
 	@echo "make test-sanitize   the C and CLI tests under ASan + UBSan"
 	@echo "make install PREFIX=DIR"
@@ -32,6 +33,10 @@ deps:
 
 deps-python:
 	@scripts/deps.sh python
+
+# The Python package (pyproject.toml) installed into .venv for its tests.
+python-package: deps
+	@scripts/deps.sh package $(BUILD)/python-package
 
 bump-test-deps:
 	@scripts/deps.sh bump
@@ -61,7 +66,7 @@ run: build
 	$(BUILD)/tensorops bench --op matmul,attention --json bench/out/latest.json --plot bench/out/latest.svg || status=1; \
 	exit $$status
 
-test: deps-python build
+test: deps-python build python-package
 	@cmake -S . -B $(BUILD) >/dev/null   # picks up the venv for the Python tests
 	@cmake --build $(BUILD) -j $(JOBS)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -84,7 +89,7 @@ fuzz: deps
 	  -DCMAKE_C_FLAGS="-O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
 	  -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
 	  -DTOPS_FUZZ=ON -DTOPS_CUDA=OFF -DTOPS_BUILD_TESTS=OFF -DTOPS_OPENMP=OFF -DTOPS_WERROR=ON $(CMAKE_ARGS) >/dev/null
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_npy fuzz_safetensors fuzz_make_seeds
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_npy fuzz_safetensors fuzz_gguf fuzz_model_safetensors fuzz_make_seeds
 
 fuzz-smoke: fuzz
 	tests/fuzz/smoke.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)

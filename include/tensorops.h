@@ -430,6 +430,13 @@ TOPS_API tops_status tops_cast_to_f32(tops_dtype src, float *out, const void *in
 /* Options of a quantizer; NULL means the defaults of FORMATS.md. */
 typedef struct tops_quantize_opts {
     int lut_iterations;  /* k-means iterations for lut4 (0 = default 8) */
+    /* 1: a plain element format without scales (e4m3, e5m2, e2m3, e3m2,
+       e2m1, i8, u8, i4, u4, i2, u2) gets dst->tensor_scale = amax / (the
+       format's largest finite value), amax over the finite inputs (1 when
+       that is 0), so the largest weight lands on the largest code instead
+       of saturating; the codes are then cast_saturating(x / scale).  0:
+       dst->tensor_scale is used as it is.  Other formats ignore it. */
+    int scale_from_data;
 } tops_quantize_opts;
 
 /* Quantizes src (f32, any rank, blocks along the dimension dst's planes
@@ -489,6 +496,127 @@ TOPS_API tops_status tops_safetensors_load(const char *path, tops_tensor *out);
 TOPS_API tops_status tops_safetensors_load_buffer(const void *data, size_t size, tops_tensor *out);
 
 /* ======================================================================== */
+/* Model files: safetensors and GGUF checkpoints (src/io/model*.c;           */
+/* docs/formats.md, section 7)                                               */
+/* ======================================================================== */
+
+/*
+ * A checkpoint opened read-only and memory-mapped: any safetensors file
+ * (any tensors and names, __metadata__ optional) or a GGUF file (versions 2
+ * and 3).  The kind is told by the first bytes, never by the name.  Every
+ * offset, size, count and string of the file is checked against its size
+ * before use (TOPS_PARSE_ERROR with a sentence); nothing is allocated for a
+ * count before the bytes it needs are known to be there.  The file must not
+ * change while it is open (it is mapped).
+ */
+typedef struct tops_model tops_model;
+
+typedef enum tops_model_kind { TOPS_MODEL_SAFETENSORS = 1, TOPS_MODEL_GGUF = 2 } tops_model_kind;
+
+#define TOPS_MODEL_MAX_RANK 8
+
+/* One tensor as the file stores it.  Strings live until tops_model_close. */
+typedef struct tops_model_tensor_info {
+    const char *name;
+    const char *dtype;        /* the file's name of its type: "BF16", "F8_E4M3", "Q4_0", "Q4_K" */
+    int rank;                 /* 0..TOPS_MODEL_MAX_RANK */
+    int64_t shape[TOPS_MODEL_MAX_RANK]; /* elements, numpy order (outermost first; GGUF's ne
+                                           reversed); a tensorops tensor's logical shape */
+    uint64_t offset;          /* first byte, from the start of the file */
+    uint64_t bytes;           /* bytes it spans from offset (a tensorops tensor's other planes
+                                 are entries of their own, with plane_of set) */
+    const void *data;         /* its first byte in the mapping (read-only; valid until close) */
+    int loadable;             /* 1: tops_model_tensor gives a view; 0: it says why not */
+    tops_format format;       /* the view's format (when loadable) */
+    const char *plane_of;     /* a scale/bias/codebook plane of this tensorops tensor, or NULL */
+    int tensorops;            /* 1: stored by tensorops, its format and shape in safetensors metadata */
+} tops_model_tensor_info;
+
+/* One metadata entry: a GGUF key/value or a safetensors __metadata__ string.
+   Scalars are widened into u, i or f; strings are NUL-terminated copies
+   (GGUF strings may hold NUL bytes: string_len counts them). */
+typedef enum tops_meta_type {
+    TOPS_META_U8 = 0, TOPS_META_I8 = 1, TOPS_META_U16 = 2, TOPS_META_I16 = 3, TOPS_META_U32 = 4,
+    TOPS_META_I32 = 5, TOPS_META_F32 = 6, TOPS_META_BOOL = 7, TOPS_META_STRING = 8, TOPS_META_ARRAY = 9,
+    TOPS_META_U64 = 10, TOPS_META_I64 = 11, TOPS_META_F64 = 12
+} tops_meta_type;   /* the numbers are GGUF's */
+
+typedef struct tops_meta_value {
+    tops_meta_type type;
+    uint64_t u;               /* U8..U64, BOOL */
+    int64_t i;                /* I8..I64 */
+    double f;                 /* F32, F64 */
+    const char *string;       /* STRING */
+    uint64_t string_len;
+    tops_meta_type array_type;/* ARRAY: the element type */
+    uint64_t array_count;     /* ARRAY: elements (tops_model_meta_item reads them) */
+} tops_meta_value;
+
+TOPS_API tops_status tops_model_open(const char *path, tops_model **out);
+/* The same over size bytes at data, which must outlive the handle (views
+   point into it). */
+TOPS_API tops_status tops_model_open_buffer(const void *data, size_t size, tops_model **out);
+/* Unmaps the file; views from tops_model_tensor are invalid afterwards. NULL is fine. */
+TOPS_API void tops_model_close(tops_model *model);
+
+TOPS_API tops_model_kind tops_model_get_kind(const tops_model *model);
+TOPS_API int64_t tops_model_count(const tops_model *model);
+TOPS_API tops_status tops_model_info(const tops_model *model, int64_t index, tops_model_tensor_info *out);
+/* The index of a tensor by name; TOPS_NOT_FOUND with a sentence if none. */
+TOPS_API tops_status tops_model_find(const tops_model *model, const char *name, int64_t *index);
+/*
+ * A view (tops_tensor_view) of the named tensor in place, no copy: valid
+ * until tops_model_close.  Read-only memory: never write through it.
+ * Formats: safetensors F32, F16, BF16, F8_E4M3, F8_E5M2, I8, U8 as f32 ...
+ * u8; GGUF F32, F16, BF16, I8, Q4_0, Q4_1, Q8_0 and MXFP4 as f32, f16,
+ * bf16, i8, q4_0, q4_1, q8_0, gguf-mxfp4 (their blocks are the ones
+ * matmul2d reads); a tensor tensorops wrote quantized (tops_model_save, or
+ * the "weight" of tops_safetensors_save) with all its planes.  A rank-0
+ * tensor is viewed as [1].  Anything else is TOPS_UNSUPPORTED_FORMAT with
+ * a sentence naming the type (k-quants, iq types, I32, F64, ...), as is a
+ * tensor of more than TOPS_MAX_RANK dimensions, an empty one, or one whose
+ * data is not aligned to its element size.
+ */
+TOPS_API tops_status tops_model_tensor(const tops_model *model, const char *name, tops_tensor *out);
+
+TOPS_API int64_t tops_model_meta_count(const tops_model *model);
+TOPS_API tops_status tops_model_meta(const tops_model *model, int64_t index, const char **key,
+                                     tops_meta_value *value);
+TOPS_API tops_status tops_model_meta_find(const tops_model *model, const char *key, int64_t *index);
+/* Element j of an ARRAY entry (type is the array's element type); a string
+   item points into the file and is not NUL-terminated: use string_len. */
+TOPS_API tops_status tops_model_meta_item(const tops_model *model, int64_t index, uint64_t j,
+                                          tops_meta_value *value);
+
+/* A tensor to write under a name: a tops_tensor, or (tensor NULL) raw bytes
+   of a safetensors dtype ("I64", "BOOL", ...) copied as they are. */
+typedef struct tops_named_tensor {
+    const char *name;
+    const tops_tensor *tensor;
+    const char *dtype;        /* raw only */
+    int rank;                 /* raw only: 0..TOPS_MODEL_MAX_RANK */
+    const int64_t *shape;     /* raw only */
+    const void *data;         /* raw only: the bytes the dtype and shape say */
+} tops_named_tensor;
+
+/*
+ * Writes a safetensors file of many tensors (atomically, as every output:
+ * section 6 of docs/formats.md).  A tensor of a plain format with a
+ * safetensors dtype (f32, f16, bf16, e4m3, e5m2, i8, u8) and tensor_scale 1
+ * is stored as that dtype under its name, as any writer would.  Any other
+ * (quantized formats, scaled tensors) is stored as its planes NAME,
+ * NAME.scales, NAME.biases, NAME.codebook with __metadata__ keys
+ * "NAME.format", "NAME.shape" and, when its scale is not 1 (or it is
+ * nvfp4), "NAME.tensor_scale"; tops_model_tensor reads it back whole.
+ * metadata: meta_count key/value pairs for __metadata__, metadata[2i] the
+ * key and metadata[2i + 1] its value (keys must not be ones the writer
+ * sets).  Names must be unique, non-empty, not
+ * "__metadata__", and no plane name may clash with another tensor.
+ */
+TOPS_API tops_status tops_model_save(const char *path, const tops_named_tensor *tensors, size_t count,
+                                     const char *const *metadata, size_t meta_count);
+
+/* ======================================================================== */
 /* matmul2d (src/ops/matmul2d.c -> src/drive/ -> src/kernels/)               */
 /* ======================================================================== */
 
@@ -537,7 +665,9 @@ TOPS_API tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_de
 /* Names the path tops_matmul2d would take for these arguments (after the
    same checks), e.g. "f32 panels (unpacked per K block):
    tops_gemm_f32_f32_f32_6x16__avx2 (avx2)", into buf (cap bytes, NUL
-   included, truncated to fit).  dest is not written. */
+   included, truncated to fit).  dest is not written.  With exec.device =
+   cuda:N it names the GPU kernel, e.g. "cuda:0 wgmma f16/bf16, both
+   operands by TMA" (a plain right is packed on the device to decide). */
 TOPS_API tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc,
                                         const tops_tensor *left, const tops_tensor *right,
                                         const tops_tensor *dest, char *buf, size_t cap);

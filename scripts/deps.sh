@@ -3,6 +3,8 @@
 #   scripts/deps.sh build   Debian packages for the C build
 #   scripts/deps.sh python  the project venv (.venv) with the exact versions of
 #                           scripts/requirements-test.txt (remade when that file changes)
+#   scripts/deps.sh package [DIR]  the Python package (pyproject.toml) built and installed
+#                           into .venv, its CMake build kept in DIR (build/python-package)
 #   scripts/deps.sh bump    rewrites those pins with the newest releases (a scratch venv
 #                           and pip freeze); review the diff and run make test
 #   scripts/deps.sh fuzz    clang with libFuzzer for make fuzz
@@ -156,6 +158,20 @@ os.symlink("libdnnl.so.3", os.path.join(dest, "lib", "libdnnl.so"))
 EOF
     touch "$stamp"
   fi
+elif [ "$what" = package ]; then
+  # The package's tests import the installed copy, so make test reinstalls it each run
+  # (the CMake build in DIR is incremental).  --no-build-isolation: the backend comes
+  # from .venv's pins, and nothing is downloaded.  The CUDA backend only where a GPU can
+  # run its tests (the C build compiles the CUDA sources already; this halves the build).
+  "$0" python >/dev/null
+  dir=${2:-build/python-package}
+  cuda=OFF
+  if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then cuda=AUTO; fi
+  echo "deps: installing the Python package into .venv (CMake build in $dir, TOPS_CUDA=$cuda)" >&2
+  CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc 2>/dev/null || echo 2)} \
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps \
+    --config-settings=build-dir="$dir" --config-settings=cmake.define.TOPS_WERROR=ON \
+    --config-settings=cmake.define.TOPS_CUDA=$cuda .
 else
-  echo "usage: scripts/deps.sh build|python|bump|fuzz|onednn" >&2; exit 2
+  echo "usage: scripts/deps.sh build|python|package|bump|fuzz|onednn" >&2; exit 2
 fi

@@ -34,6 +34,29 @@ int tops_cli_ends_with(const char *s, const char *suffix);
 int tops_cli_check_output(const tops_cli_command *cmd, const char *flag, const char *out, const char *ext,
                           const char *const *inputs, int ninputs);
 
+/* FILE:tensor.name: splits arg at the ':' after a name ending in
+   .safetensors or .gguf (path gets the file, *tensor the name); 0 if arg
+   is a plain path. */
+int tops_cli_split_tensor(const char *arg, char *path, size_t cap, const char **tensor);
+/* A name ending in .safetensors or .gguf. */
+int tops_cli_is_model_path(const char *path);
+
+/* An input tensor: FILE:tensor.name (a view into the open checkpoint),
+   a .npy, or a tensorops .safetensors (loaded). */
+typedef struct tops_cli_input {
+    char path[4096];      /* the file, for the -o checks */
+    const char *name;     /* the tensor name, or NULL */
+    tops_model *model;
+    tops_tensor tensor;
+    int loaded;           /* tensor is owned */
+} tops_cli_input;
+/* Prints "tensorops CMD: ..." on failure; returns an exit code. */
+int tops_cli_input_open(const char *cmd, const char *arg, tops_cli_input *in);
+void tops_cli_input_close(tops_cli_input *in);
+/* src as f32 (decoded when it is not f32, or has a tensor scale); *owned
+   says whether out must be destroyed. */
+tops_status tops_cli_to_f32(const tops_tensor *src, tops_tensor *out, int *owned);
+
 /* A JSON string literal of s, escaped, into out. */
 void tops_cli_json_string(FILE *out, const char *s);
 
@@ -74,6 +97,8 @@ int tops_validate_attention_knows(const char *name, size_t len);
 int tops_validate_conv(int quick, int json, const char *only, int *first);
 int tops_validate_conv_knows(const char *name, size_t len);
 int tops_cmd_quantize(int argc, char **argv);
+int tops_cmd_inspect(int argc, char **argv);
+void tops_cmd_inspect_usage(FILE *out);
 void tops_cmd_quantize_usage(FILE *out);
 
 #endif

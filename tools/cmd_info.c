@@ -4,12 +4,14 @@
 
 #include <string.h>
 
-/* The AMX kernels the amx level runs: [0] relaxed, [1] strict (NULL: none
-   at this build or machine). */
-static const char *amx_kernel(int strict) {
+/* The AMX kernels the amx level runs: [0] i8 tiles, [1] bf16 code tiles,
+   [2] bf16 terms (NULL: none at this build or machine). */
+static const char *amx_kernel(int which) {
     const tops__kernels *k = tops__kernels_for_isa(TOPS_ISA_AMX);
     if (!k) return NULL;
-    return strict ? (k->amx_bf16 ? k->amx_bf16_name : NULL) : (k->amx_q8.run ? k->amx_q8.name : NULL);
+    if (which == 0) return k->amx_q8.run ? k->amx_q8.name : NULL;
+    if (which == 1) return k->amx_bf16 ? k->amx_bf16_name : NULL;
+    return k->amx_bf16t.run ? k->amx_bf16t.name : NULL;
 }
 
 void tops_cmd_info_usage(FILE *out) {
@@ -69,7 +71,7 @@ int tops_cmd_info(int argc, char **argv) {
                 first = 0;
             }
         printf("], \"amx_kernels\": [");
-        for (int i = 0, n = 0; i < 2; i++)
+        for (int i = 0, n = 0; i < 3; i++)
             if (amx_kernel(i)) {
                 printf("%s", n++ ? ", " : "");
                 tops_cli_json_string(stdout, amx_kernel(i));
@@ -109,8 +111,14 @@ int tops_cmd_info(int argc, char **argv) {
         }
         printf("\n");
         printf("amx       %s\n", ci.amx_permission ? "tile state granted by the OS" : "not in use");
-        if (amx_kernel(0)) printf("amx kern  %s (relaxed, integer weight forms, M >= 5)\n", amx_kernel(0));
-        if (amx_kernel(1)) printf("amx kern  %s (strict, integer weight forms, M >= 5)\n", amx_kernel(1));
+        const tops__kernels *ak = tops__kernels_for_isa(TOPS_ISA_AMX);
+        if (amx_kernel(0))
+            printf("amx kern  %s (relaxed, integer weight forms, 5 <= M < %d; blocks under 32: M < %d)\n",
+                   amx_kernel(0), ak->amx_bf16t.relaxed_min_m[0], ak->amx_bf16t.relaxed_min_m[1]);
+        if (amx_kernel(1))
+            printf("amx kern  %s (strict, integer weight forms in blocks of 4..32, M >= 5)\n", amx_kernel(1));
+        if (amx_kernel(2))
+            printf("amx kern  %s (M >= 5: strict, the other weight formats; relaxed, the rest)\n", amx_kernel(2));
         printf("levels   ");
         for (int i = 0; i < TOPS_ISA_COUNT_; i++)
             if (ci.isa_available[i]) printf(" %s", tops_isa_name((tops_isa)i));

@@ -23,16 +23,24 @@ static const char *const all_formats[] = {
 
 void tops_cmd_quantize_usage(FILE *out) {
     fprintf(out,
-            "usage: tensorops quantize IN.npy --format F [-o OUT.safetensors] [--report] [--json] [--quiet]\n"
-            "       tensorops quantize IN.npy --format all [--json] [--quiet]\n"
+            "usage: tensorops quantize IN --format F [-o OUT.safetensors] [--report] [--json] [--quiet]\n"
+            "       tensorops quantize IN --format all [--json] [--quiet]\n"
+            "       tensorops quantize CHECKPOINT --format F -o OUT.safetensors [--json] [--quiet]\n"
             "       tensorops quantize --dequantize IN.safetensors -o OUT.npy [--dtype f32|f16|bf16]\n\n"
-            "Quantizes a 1-D or 2-D f32/f16 .npy (rows are output channels; blocks run along\n"
-            "the last dimension) and reports the error of the decoded values against the input:\n"
-            "bits per weight, SNR (dB), relative L2 error, cosine similarity, max abs error.\n\n"
+            "Quantizes one 1-D or 2-D weight and reports the error of the decoded values against the\n"
+            "input: bits per weight, SNR (dB), relative L2 error, cosine similarity, max abs error.\n"
+            "IN is an f32/f16 .npy or FILE:tensor.name, a tensor of a safetensors or GGUF file\n"
+            "(`tensorops inspect FILE` lists them; any float dtype).  Rows are output channels;\n"
+            "blocks run along the last dimension.\n\n"
+            "A CHECKPOINT (a .safetensors or .gguf file named without \":tensor\") is rewritten whole\n"
+            "into OUT: every 2-D f32/f16/bf16 tensor quantized to F, every other tensor copied as it\n"
+            "is (safetensors metadata too); one line per quantized tensor with its SNR.\n\n"
             "  --format F      mxfp8, mxfp6, mxfp4, mxint8, nvfp4, int8-g32, int4-g32,\n"
             "                  int4-g32:e8m0, int4-g128:bf16, int4-g32-affine, int2-g16, lut4,\n"
-            "                  lut4-row, e4m3-ch, q4_0, q4_1, q8_0, gguf-mxfp4, f16, bf16, ...\n"
-            "                  (docs/formats.md); \"all\" compares them, sorted by bits/weight\n"
+            "                  lut4-row, e4m3-ch, q4_0, q4_1, q8_0, gguf-mxfp4, e4m3, f16, bf16, ...\n"
+            "                  (docs/formats.md); \"all\" compares them, sorted by bits/weight.\n"
+            "                  Plain e4m3, e5m2, fp6, fp4 and integer formats get a tensor scale\n"
+            "                  amax / (largest finite value), so large weights do not saturate\n"
             "  -o PATH         write the quantized planes as safetensors (docs/formats.md); PATH\n"
             "                  must end in .safetensors (.npy with --dequantize) and not be the input\n"
             "  --report        print the error report even when writing -o\n"
@@ -73,7 +81,8 @@ static tops_status evaluate(const tops_tensor *src, tops_format f, const char *n
     tops_status st = tops_tensor_create(f, src->rank, src->extent, host, &q);
     if (st != TOPS_OK) return st;
     double t0 = now_seconds();
-    st = tops_quantize(src, &q, NULL);
+    tops_quantize_opts opts = {0, 1}; /* plain element formats: a tensor scale from the data */
+    st = tops_quantize(src, &q, &opts);
     r->seconds = now_seconds() - t0;
     if (st == TOPS_OK) {
         st = tops_tensor_create(tops_format_of(TOPS_DT_F32), src->rank, src->extent, host, &dec);
@@ -160,29 +169,193 @@ static void print_json(const char *in, const tops_tensor *t, tops_dtype in_dtype
     cJSON_Delete(root);
 }
 
-/* Reads the input as f32, whatever .npy dtype it had. */
+/* Reads the input (a .npy or FILE:tensor) as f32, whatever dtype it had. */
 static int load_input(const char *path, tops_tensor *f32, tops_dtype *in_dtype) {
-    tops_tensor raw;
-    if (tops_npy_load(path, &raw) != TOPS_OK) return fail(path);
-    if (raw.rank > 2) {
-        fprintf(stderr, "tensorops quantize: %s is %d-D; quantize reads 1-D or 2-D arrays\n", path, raw.rank);
-        tops_tensor_destroy(&raw);
+    tops_cli_input in;
+    int rc = tops_cli_input_open("quantize", path, &in);
+    if (rc != TOPS_EXIT_OK) return rc;
+    const tops_tensor *raw = &in.tensor;
+    if (raw->rank > 2) {
+        fprintf(stderr, "tensorops quantize: %s is %d-D; quantize reads 1-D or 2-D arrays\n", path, raw->rank);
+        tops_cli_input_close(&in);
         return TOPS_EXIT_FAIL;
     }
-    *in_dtype = raw.format.id == TOPS_FMT_F16 ? TOPS_DT_F16 : TOPS_DT_F32;
-    if (raw.format.id == TOPS_FMT_F32) {
-        *f32 = raw;
-        return TOPS_EXIT_OK;
+    const tops_format_info *info = tops_format_get_info(raw->format.id);
+    *in_dtype = info->block == 1 && info->scale_default == TOPS_DT_NONE ? info->element : TOPS_DT_F32;
+    int owned;
+    tops_status st = tops_cli_to_f32(raw, f32, &owned);
+    if (st == TOPS_OK && !owned) { /* keep it past the input's close: copy */
+        tops_tensor copy;
+        st = tops_tensor_create(tops_format_of(TOPS_DT_F32), raw->rank, raw->extent, (tops_memory){TOPS_DEVICE_CPU, 0},
+                                &copy);
+        if (st == TOPS_OK) st = tops_dequantize(raw, &copy);
+        if (st == TOPS_OK) *f32 = copy;
     }
-    tops_memory host = {TOPS_DEVICE_CPU, 0};
-    tops_status st = tops_tensor_create(tops_format_of(TOPS_DT_F32), raw.rank, raw.extent, host, f32);
-    if (st == TOPS_OK) st = tops_dequantize(&raw, f32);
-    tops_tensor_destroy(&raw);
-    if (st != TOPS_OK) {
-        tops_tensor_destroy(f32);
-        return fail(path);
+    tops_cli_input_close(&in);
+    return st == TOPS_OK ? TOPS_EXIT_OK : fail(path);
+}
+
+/* ---- a whole checkpoint ---- */
+
+static int quantizable(const tops_model_tensor_info *in) {
+    if (!in->loadable || in->plane_of || in->rank != 2) return 0;
+    tops_format_id id = in->format.id;
+    return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
+}
+
+/* Metadata keys the writer makes itself for a tensorops tensor of m. */
+static int generated_key(const tops_model *m, const char *key) {
+    static const char *const suffix[] = {".format", ".shape", ".tensor_scale"};
+    for (size_t k = 0; k < 3; k++) {
+        size_t n = strlen(key), s = strlen(suffix[k]);
+        if (n > s && strcmp(key + n - s, suffix[k]) == 0) {
+            char base[4096];
+            if (n - s >= sizeof base) return 0;
+            memcpy(base, key, n - s);
+            base[n - s] = '\0';
+            int64_t i;
+            if (tops_model_find(m, base, &i) == TOPS_OK) return 1;
+        }
+        if (strcmp(key, suffix[k] + 1) == 0) { /* tops_safetensors_save's keys for "weight" */
+            int64_t i;
+            tops_model_tensor_info in;
+            if (tops_model_find(m, "weight", &i) == TOPS_OK && tops_model_info(m, i, &in) == TOPS_OK && in.loadable &&
+                tops_format_get_info(in.format.id)->scale_default != TOPS_DT_NONE)
+                return 1;
+        }
     }
-    return TOPS_EXIT_OK;
+    tops_clear_error();
+    return 0;
+}
+
+static int run_checkpoint(const char *in_path, const char *out, tops_format f, const char *fname, int json, int quiet) {
+    tops_model *m;
+    if (tops_model_open(in_path, &m) != TOPS_OK) return fail(in_path);
+    int64_t n = tops_model_count(m);
+    tops_named_tensor *nt = calloc((size_t)(n ? n : 1), sizeof *nt);
+    tops_tensor *held = calloc((size_t)(n ? n : 1), sizeof *held);
+    char *owned = calloc((size_t)(n ? n : 1), 1);
+    int64_t nn = 0, nq = 0;
+    int rc = TOPS_EXIT_OK;
+    cJSON *root = json ? cJSON_CreateObject() : NULL;
+    cJSON *arr = root ? cJSON_AddArrayToObject(root, "quantized") : NULL;
+    if (!nt || !held || !owned) {
+        fprintf(stderr, "tensorops quantize: out of memory\n");
+        rc = TOPS_EXIT_FAIL;
+    }
+    int gguf = tops_model_get_kind(m) == TOPS_MODEL_GGUF;
+    for (int64_t i = 0; rc == TOPS_EXIT_OK && i < n; i++) {
+        tops_model_tensor_info in;
+        if (tops_model_info(m, i, &in) != TOPS_OK) {
+            rc = fail(in_path);
+            break;
+        }
+        if (in.plane_of) continue; /* written with its tensor */
+        tops_named_tensor *e = &nt[nn];
+        e->name = in.name;
+        if (quantizable(&in)) {
+            tops_tensor view, src;
+            int own_src = 0;
+            result r;
+            if (!quiet) fprintf(stderr, "tensorops quantize: %s ...\n", in.name);
+            if (tops_model_tensor(m, in.name, &view) != TOPS_OK || tops_cli_to_f32(&view, &src, &own_src) != TOPS_OK ||
+                evaluate(&src, f, fname, &r, &held[nn]) != TOPS_OK) {
+                fprintf(stderr, "tensorops quantize: %s: %s: %s\n", in_path, in.name, tops_last_error());
+                if (own_src) tops_tensor_destroy(&src);
+                rc = TOPS_EXIT_FAIL;
+                break;
+            }
+            if (own_src) tops_tensor_destroy(&src);
+            owned[nn] = 1;
+            e->tensor = &held[nn];
+            nq++;
+            char from[64];
+            tops_format_name(in.format, from, sizeof from);
+            if (arr) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "name", in.name);
+                cJSON_AddStringToObject(o, "from", from);
+                cJSON_AddStringToObject(o, "format", fname);
+                cJSON_AddNumberToObject(o, "bits_per_weight", r.bits);
+                cJSON_AddNumberToObject(o, "snr_db", r.err.snr_db);
+                cJSON_AddNumberToObject(o, "rel_l2", r.err.rel_l2);
+                cJSON_AddNumberToObject(o, "tensor_scale", held[nn].tensor_scale);
+                cJSON_AddItemToArray(arr, o);
+            } else {
+                printf("%-48s %-5s [%lld, %lld] -> %s  %.3f bits/w  SNR %.2f dB  rel-L2 %.4e\n", in.name, from,
+                       (long long)in.shape[0], (long long)in.shape[1], fname, r.bits, r.err.snr_db, r.err.rel_l2);
+            }
+        } else if (!gguf && !in.tensorops) {
+            /* a plain safetensors entry: its bytes, dtype and shape as they are */
+            int64_t *shape = malloc(sizeof(int64_t) * TOPS_MODEL_MAX_RANK);
+            if (!shape) {
+                fprintf(stderr, "tensorops quantize: out of memory\n");
+                rc = TOPS_EXIT_FAIL;
+                break;
+            }
+            memcpy(shape, in.shape, sizeof(int64_t) * TOPS_MODEL_MAX_RANK);
+            e->dtype = in.dtype;
+            e->rank = in.rank;
+            e->shape = shape;
+            e->data = in.data;
+            owned[nn] = 2;
+        } else if (in.loadable) {
+            /* a tensorops tensor (or a GGUF one): its view, planes included */
+            if (tops_model_tensor(m, in.name, &held[nn]) != TOPS_OK) {
+                rc = fail(in_path);
+                break;
+            }
+            e->tensor = &held[nn];
+        } else {
+            tops_tensor t;
+            if (tops_model_tensor(m, in.name, &t) != TOPS_OK)
+                fprintf(stderr, "tensorops quantize: %s: cannot be copied into safetensors: %s\n", in_path,
+                        tops_last_error());
+            rc = TOPS_EXIT_FAIL;
+            break;
+        }
+        nn++;
+    }
+    /* safetensors metadata, less the keys the writer makes for tensorops tensors */
+    int64_t nm = tops_model_meta_count(m), npairs = 0;
+    const char **pairs = calloc((size_t)(2 * nm + 2), sizeof *pairs);
+    if (!pairs) rc = TOPS_EXIT_FAIL;
+    for (int64_t i = 0; rc == TOPS_EXIT_OK && !gguf && i < nm; i++) {
+        const char *key;
+        tops_meta_value v;
+        if (tops_model_meta(m, i, &key, &v) != TOPS_OK || v.type != TOPS_META_STRING || generated_key(m, key)) continue;
+        pairs[2 * npairs] = key;
+        pairs[2 * npairs + 1] = v.string;
+        npairs++;
+    }
+    if (rc == TOPS_EXIT_OK && gguf && nm > 0 && !quiet)
+        fprintf(stderr, "tensorops quantize: the %lld GGUF key/values are not carried into safetensors (its metadata "
+                        "holds strings only)\n", (long long)nm);
+    if (rc == TOPS_EXIT_OK && tops_model_save(out, nt, (size_t)nn, pairs, (size_t)npairs) != TOPS_OK) rc = fail(out);
+    if (rc == TOPS_EXIT_OK) {
+        if (root) {
+            cJSON_AddStringToObject(root, "input", in_path);
+            cJSON_AddStringToObject(root, "output", out);
+            cJSON_AddNumberToObject(root, "tensors", (double)nn);
+            char *text = cJSON_PrintUnformatted(root);
+            if (text) printf("%s\n", text);
+            cJSON_free(text);
+        } else {
+            printf("wrote    %s: %lld tensors, %lld quantized to %s, the rest copied\n", out, (long long)nn,
+                   (long long)nq, fname);
+        }
+    }
+    cJSON_Delete(root);
+    free(pairs);
+    for (int64_t i = 0; i < nn; i++) {
+        if (owned[i] == 1) tops_tensor_destroy(&held[i]);
+        if (owned[i] == 2) free((void *)nt[i].shape);
+    }
+    free(owned);
+    free(held);
+    free(nt);
+    tops_model_close(m);
+    return rc;
 }
 
 static int run_dequantize(const char *in, const char *out, tops_dtype dtype) {
@@ -230,7 +403,8 @@ int tops_cmd_quantize(int argc, char **argv) {
         if (format || report || json)
             return tops_cli_usage_error(self, "--dequantize takes only IN.safetensors, -o OUT.npy and --dtype");
         if (!out) return tops_cli_usage_error(self, "--dequantize needs -o OUT.npy");
-        int bad = tops_cli_check_output(self, "-o", out, ".npy", &in, 1);
+        const char *in_files[1] = {in};
+        int bad = tops_cli_check_output(self, "-o", out, ".npy", in_files, 1);
         if (bad) return bad;
         tops_dtype dt = TOPS_DT_F32;
         if (dtype_name && (tops_dtype_from_name(dtype_name, &dt) != TOPS_OK ||
@@ -245,9 +419,21 @@ int tops_cmd_quantize(int argc, char **argv) {
     tops_format single;
     if (!all && tops_format_from_name(format, &single) != TOPS_OK)
         return tops_cli_usage_error(self, "%s", tops_last_error());
+    char in_file[4096];
+    const char *tensor_name = NULL;
+    const char *in_files[1] = {in};
+    if (tops_cli_split_tensor(in, in_file, sizeof in_file, &tensor_name)) in_files[0] = in_file;
     if (out) {
-        int bad = tops_cli_check_output(self, "-o", out, ".safetensors", &in, 1);
+        int bad = tops_cli_check_output(self, "-o", out, ".safetensors", in_files, 1);
         if (bad) return bad;
+    }
+    if (!tensor_name && tops_cli_is_model_path(in) && !tops_cli_ends_with(in, ".npy")) {
+        if (all) return tops_cli_usage_error(self, "a checkpoint is rewritten in one format; --format all takes one tensor "
+                                                   "(FILE:tensor.name)");
+        if (!out) return tops_cli_usage_error(self, "a checkpoint needs -o OUT.safetensors (or name one tensor as "
+                                                    "FILE:tensor.name)");
+        if (report) return tops_cli_usage_error(self, "--report is for one tensor; a checkpoint prints a line per tensor");
+        return run_checkpoint(in, out, single, format, json, quiet);
     }
 
     tops_tensor src;

@@ -140,9 +140,9 @@ static tops_status matmul_on_gpu(const tops_matmul2d_desc *desc, const tops_tens
     tops_tensor l, d;
     memset(&l, 0, sizeof l);
     memset(&d, 0, sizeof d);
-    snprintf(res->path, sizeof res->path, "cuda:%d mma.sync (wbulk or wstream)", run_device.index);
     tops_status st = tops_tensor_to(left, run_device, &l);
     if (st == TOPS_OK) st = tops_tensor_to(dest, run_device, &d);
+    if (st == TOPS_OK) st = tops_matmul2d_path(&exec, desc, &l, right, &d, res->path, sizeof res->path);
     if (st == TOPS_OK) st = tops_matmul2d(&exec, desc, &l, right, &d);
     if (st == TOPS_OK) st = tops_cuda_synchronize(&exec);
     if (st == TOPS_OK) st = tops_cuda_copy(dest->data, dest->memory, d.data, run_device, dest_bytes, NULL);

@@ -12,6 +12,7 @@ static const tops_cli_command commands[] = {
     {"matmul", tops_cmd_matmul, "one matmul from .npy/.safetensors files, written to .npy", tops_cmd_matmul_usage},
     {"conv2d", tops_cmd_conv2d, "one 2-D convolution (NHWC) from .npy/.safetensors files, written to .npy", tops_cmd_conv2d_usage},
     {"bench", tops_cmd_bench, "time matmul, conv2d and attention against OpenBLAS / oneDNN and the roofline, same run", tops_cmd_bench_usage},
+    {"inspect", tops_cmd_inspect, "list the tensors of a safetensors or GGUF file: dtypes, shapes, formats, bytes", tops_cmd_inspect_usage},
     {"quantize", tops_cmd_quantize, "quantize a .npy weight, report its error, write or read safetensors", tops_cmd_quantize_usage},
 };
 static const size_t command_count = sizeof commands / sizeof commands[0];

@@ -47,6 +47,19 @@ tops_status tops_tensor_to(const tops_tensor *src, tops_memory to, tops_tensor *
     (void)out;
     return NO_CUDA("tops_tensor_to");
 }
+tops_status tops__cuda_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                                     const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap) {
+    (void)desc;
+    (void)left;
+    (void)right;
+    (void)dest;
+    (void)buf;
+    (void)cap;
+    return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, "tops_matmul2d_path",
+                      "exec.device is cuda:%d but this build of tensorops has no CUDA backend (nvcc was not found at "
+                      "build time)",
+                      exec->device.index);
+}
 tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
                                 const tops_tensor *right, tops_tensor *dest) {
     (void)desc;

@@ -77,6 +77,14 @@ static int level_built(tops_isa level) {
    levels are one x86 family today: not above it). */
 static int level_allows(tops_isa level, tops_isa kernel) { return kernel <= level; }
 
+/* Relaxed calls on integer-form weights: below these M the i8 tiles
+   (amx_q8: no weight decode, per-block f32 scaling), from them the bf16
+   terms (one weight decode per call shared by every row, no scaling in
+   the tile loop).  Measured on the Xeon, 16 threads, K = 4096, N = 12288
+   (docs/architecture.md): blocks of 32 (int4-g32, int8-g32) tie at
+   M = 128, blocks of 16 (nvfp4) favour the bf16 terms from M = 32. */
+enum { AMX_BF16T_RELAXED_MIN_M = 128, AMX_BF16T_RELAXED_MIN_M_SMALL_BLOCKS = 32 };
+
 static void fill_table(tops__kernels *k, tops_isa level) {
     memset(k, 0, sizeof *k);
     k->isa = level;
@@ -97,6 +105,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->reduce_f32_row = tops__reduce_f32_row__ref;
     k->pack_rows_f32 = tops__ref_pack_rows_f32;
     tops__ref_fill_unpackers(k->unpack);
+    k->amx_bf16t.terms_q8 = tops__ref_amx_terms_q8;
+    k->amx_bf16t.terms_f32 = tops__ref_amx_terms_f32;
     k->dot_f32_q8 = tops__ref_dot_f32_q8;
     k->dot_f32_q8_x4 = tops__ref_dot_f32_q8_x4;
     k->dot_q8_q8 = tops__ref_dot_q8_q8;
@@ -189,6 +199,11 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->amx_bf16 = tops_gemm_f32_bf16x2_bf16_32x32__amx;
         k->amx_bf16_name = "tops_gemm_f32_bf16x2_bf16_32x32__amx";
     }
+    if (level_allows(level, TOPS_ISA_AMX))
+        k->amx_bf16t = (tops__amx_bf16t_ukernel){tops_gemm_f32_bf16t_bf16t_32x32__amx, tops__amx_terms_q8__avx512,
+                                                 tops__amx_terms_f32__avx512,
+                                                 {AMX_BF16T_RELAXED_MIN_M, AMX_BF16T_RELAXED_MIN_M_SMALL_BLOCKS},
+                                                 "tops_gemm_f32_bf16t_bf16t_32x32__amx"};
 #endif
 #endif
 }

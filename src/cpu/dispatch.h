@@ -161,15 +161,15 @@ typedef struct tops__amx_q8_ukernel {
     void (*release)(void);
     const char *name;
 } tops__amx_q8_ukernel;
-/* AMX strict kernel (src/kernels/amx/gemm_bf16_amx.c): c[16 mt x 32] (+)=
-   sum over nb sub-blocks b of `sub` k (a multiple of 4, at most 32) of
-   bsX[b * 16 + j] * T_b[i][j], T_b = the f32 tile sum (tdpbf16ps) of
-   block b's hi * w + lo * w products, each product exact: hi and lo the
-   two bf16 terms of an f32 activation (hi = bf16(a), lo = bf16(a - hi)),
-   w a weight code as bf16.  Activations in tile order as for amx_q8 (bf16
-   elements: row tile t's block b at hi + t * a_next + b * 16 * sub, row
-   stride sub elements; lo likewise); b0 / b1 in the layout of
-   tops__amx_pack_panel_bf16; c = fma(T, bs, c), blocks in order. */
+/* AMX strict kernel for integer forms (src/kernels/amx/gemm_bf16_amx.c):
+   c[16 mt x 32] (+)= sum over nb sub-blocks b of `sub` k (a multiple of 4,
+   at most 32) of bsX[b * 16 + j] * T_b[i][j], T_b = the f32 tile sum
+   (tdpbf16ps) of block b's hi * w + lo * w products, each product exact:
+   hi and lo the two bf16 terms of an f32 activation (hi = bf16(a), lo =
+   bf16(a - hi)), w a weight code as bf16.  Activations in tile order as
+   for amx_q8 (bf16 elements: row tile t's block b at hi + t * a_next +
+   b * 16 * sub, row stride sub elements; lo likewise); b0 / b1 in the
+   layout of tops__amx_pack_panel_bf16; c = fma(T, bs, c), blocks in order. */
 typedef void (*tops__amx_bf16_fn)(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
                                   int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                   const float *bs1, float *c, int64_t ldc, int accumulate);
@@ -186,6 +186,48 @@ static inline void tops__amx_pack_panel_bf16(const int8_t *rows, int64_t kc, uin
                 panel[k2 * 32 + j * 2 + t] = (uint16_t)(bits >> 16);
             }
 }
+/* AMX bf16-term kernel (src/kernels/amx/gemm_bf16t_amx.c): c[16 mt x 32]
+   (+)= sum over `steps` steps of 32 k and, within a step, over the np term
+   pairs p of A_pa[p] . B_pb[p], one tdpbf16ps each (bf16 products exact in
+   f32, f32 sums), in that order; no scaling: the operands are the values
+   themselves, split into bf16 terms (x = t0 + t1 + ...).  mt 1 or 2.
+   Activations: row tile t's step s, term u is 16 rows of 32 bf16 (row
+   stride 32) at a + t * a_next + s * a_step + u * 512.  Weights: column
+   group g (b0: columns 0..15, b1: 16..31), step s, term u at
+   bg + s * b_step + u * 512, in the pair layout (word (k / 2) * 32 + j * 2
+   + k % 2 of the step, k < 32, j < 16).  c: f32, row stride ldc, read once
+   at the start when accumulate (else zeros) and written once at the end. */
+typedef void (*tops__amx_bf16t_fn)(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
+                                   const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
+                                   const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc, int accumulate);
+/* Weight terms of one 16-column group over kc k (a multiple of 32) for
+   the bf16-term kernel: w = t0 + t1 + t2 + rest, t0 = bf16(w), t1 =
+   bf16(w - t0), t2 = bf16(w - t0 - t1) (round to nearest even; input
+   subnormals count as 0, as the tile unit reads them), the first nslots
+   (1..3) of them written: step s, term u at out + (s * nslots + u) * 512,
+   pair layout.  Returns the number of leading terms that hold any
+   non-zero (1..nslots): the later ones are all zero.
+   terms_q8: w = q * scale, q from an i8 panel in the layout of
+   tops__amx_pack_panel over kc, scales per sub-block of `sub` k (4..32)
+   16 floats at scales + b * 16 (q * scale exact in f32 for |q| <= 128 and
+   scales of <= 16 significant bits).  terms_f32: w = src[k * ld + j]. */
+typedef int (*tops__amx_terms_q8_fn)(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
+                                     uint16_t *out);
+typedef int (*tops__amx_terms_f32_fn)(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
+typedef struct tops__amx_bf16t_ukernel {
+    tops__amx_bf16t_fn run; /* NULL: no AMX at this level */
+    tops__amx_terms_q8_fn terms_q8;
+    tops__amx_terms_f32_fn terms_f32;
+    /* Relaxed calls on weights with an integer form take amx_q8 (i8
+       tiles, no weight decode) below this M, the bf16 terms from it:
+       [0] for sub-blocks of 32, [1] for smaller ones (more scaling steps
+       per K for the i8 tiles). */
+    int relaxed_min_m[2];
+    const char *name;
+} tops__amx_bf16t_ukernel;
+/* Scalar twins of the term decoders (every level; the tests' reference). */
+int tops__ref_amx_terms_q8(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots, uint16_t *out);
+int tops__ref_amx_terms_f32(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
 /* The AMX weight tile layout: 16 columns over kc (a multiple of 4) k,
    panel[(k / 4) * 64 + j * 4 + k % 4] = rows[j * kc + k] (rows: 16 rows
    of codes).  Sub-block b of `sub` k starts at panel + b * sub * 16. */
@@ -270,9 +312,14 @@ typedef struct tops__kernels {
     tops__gemm_q8_ukernel gemm_q8_wide;
     /* AMX relaxed integer kernel for every integer form (|q| <= 128). */
     tops__amx_q8_ukernel amx_q8;
-    /* AMX strict kernel for every integer form (NULL at levels without). */
+    /* AMX strict kernel for every integer form: codes as bf16, activations
+       hi + lo, f32 scaling per sub-block (NULL at levels without). */
     tops__amx_bf16_fn amx_bf16;
     const char *amx_bf16_name;
+    /* AMX bf16-term kernel and its weight decoders: strict calls on
+       weights without an integer form (f32, f16, bf16, fp8...), relaxed
+       ones from amx_bf16t.relaxed_min_m rows. */
+    tops__amx_bf16t_ukernel amx_bf16t;
     void (*pack_q8_panel)(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
     /* Fused relaxed dot product over nb whole blocks of a nibble layout:
        sum_b ws[b] * as[b] * (sum_k lut[code] * aq[k] - acorr[b]), where
@@ -502,6 +549,13 @@ void tops__amx_release(void);
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
                                           int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                           const float *bs1, float *c, int64_t ldc, int accumulate);
+void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
+                                          const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
+                                          const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc,
+                                          int accumulate);
+int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
+                               uint16_t *out);
+int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
 #endif
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,

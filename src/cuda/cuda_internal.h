@@ -19,6 +19,10 @@ extern "C" {
    has validated exec and the descriptor pointer. */
 tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
                                 const tops_tensor *right, tops_tensor *dest);
+/* tops_matmul2d_path with exec->device = cuda:N: the same checks as the
+   call (a plain right is packed to name its kernel, then freed). */
+tops_status tops__cuda_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                                     const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap);
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
                                   tops_tensor *packed);
 /* True if t is a packed tensor made by tops__cuda_pack_right. */
@@ -78,10 +82,11 @@ typedef struct tops__cuda_packed {
     void *weights;     /* device */
     void *scales;      /* device; NULL when has_scales = 0 */
     size_t weight_bytes, scale_bytes;
-    /* Relaxed FP8 layout (e4m3-ch / e4m3 packed with relaxed_precision = 1
-       for a compute capability 9.0 device), NULL otherwise: the e4m3 codes
-       row-major [n, k_pad] (what fp8_gemm.cu's tensor maps read) and the f32
-       channel scales [n] (NULL for plain e4m3), in the same allocation. */
+    /* Row-major layout for fp8_gemm.cu's TMA GEMM on a compute capability
+       9.0 device, NULL otherwise: e4m3-ch / e4m3 packed with
+       relaxed_precision = 1 (the e4m3 codes [n, k_pad] and the f32 channel
+       scales [n], NULL for plain e4m3), or f16 / bf16 weights in either
+       mode (the 16-bit values [n, k_pad]), in the same allocation. */
     void *fp8_weights, *fp8_scales;
     size_t fp8_bytes;  /* both, as allocated */
     /* The scale entries' range, scanned at pack time (tops__cu_fold_shift
@@ -145,12 +150,14 @@ int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char **what);
 /* The kernel the calling thread's last launch used (the bench labels rows with it). */
 const char *tops__cu_last_kernel(void);
 
-/* Host copy of the relaxed FP8 layout of e4m3-ch or e4m3 weights [n, k]
+/* Host copy of the row-major layout (fp8_weights above) of weights [n, k]
    already packed into *pk: e4m3 codes [n, k_pad], then (e4m3-ch) f32
-   channel scales [n] at *scale_offset; a malloc'd buffer of *bytes bytes.
-   NULL when out of memory or for any other format. */
-void *tops__cuda_pack_fp8_host(const tops_tensor *right, const tops__cuda_packed *pk, size_t *bytes,
-                               size_t *scale_offset);
+   channel scales [n] at *scale_offset, for e4m3-ch or e4m3 weights; the
+   16-bit values [n, k_pad] for f16 or bf16 weights (transposed where
+   transpose_right = 0); a malloc'd buffer of *bytes bytes.  NULL when out
+   of memory or for any other format. */
+void *tops__cuda_pack_fp8_host(const tops_tensor *right, int transpose_right, const tops__cuda_packed *pk,
+                               size_t *bytes, size_t *scale_offset);
 
 /*
  * Relaxed 4-bit layout for the FP8 tensor cores (wgmma_q8.cu): the weights
@@ -228,8 +235,16 @@ typedef struct tops__cu_fp8_args {
     const tops__cu_matmul_args *io; /* activations, output, shapes, mode, stream */
     const void *weights;            /* e4m3 [n, k_pad] */
     const void *ch_scales;          /* f32 [n] or NULL */
+    int codes;                      /* tops__cu_h16_launch: weights are e4m3 codes, converted in the kernel */
 } tops__cu_fp8_args;
 int tops__cu_fp8_launch(const tops__cu_fp8_args *a, const char **what);
+/* Strict f16 / bf16 GEMM on the same TMA machinery (fp8_gemm.cu): the
+   activations as they are, the weights row-major [n, k_pad] of their type,
+   or (codes = 1) e4m3 codes [n, k_pad] converted to it in shared memory
+   with f32 channel scales (e4m3-ch) in the epilogue.  cudaErrorNotSupported,
+   launching nothing, where TMA cannot read the activation rows (16-byte
+   aligned rows needed). */
+int tops__cu_h16_launch(const tops__cu_fp8_args *a, const char **what);
 /* Which kernel tops_matmul2d runs for this GPU-packed right at this M and
    precision mode (the bench prints it). */
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed);

@@ -13,6 +13,10 @@
 //      clusters of two that share the weight tile by TMA multicast; stream-K
 //      for a last partial wave on request, without clusters); accumulate or
 //      unaligned rows, one CTA per tile.
+// The same GEMM runs strict 16-bit matmuls (tops__cu_h16_launch): f16 /
+// bf16 activations read by TMA as they are, against f16 / bf16 weights or
+// e4m3-ch / e4m3 codes that the consumers convert in shared memory (wgmma
+// m64nNk16, N = 128, 192 or 256 by the waves over the SMs: pick_shape).
 // The Hopper instructions exist only in the sm_90a pass; the sm_80 pass
 // builds empty kernels that the plan never launches (matmul.c asks for
 // compute capability 9.0 before it packs the FP8 layout).
@@ -26,6 +30,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
+#include <cstdio>
 
 #ifdef TOPS_CU_WGMMA
 #define TOPS_FP8_WGMMA 1
@@ -36,6 +41,23 @@ namespace {
 constexpr int kBM = 128;       // tile rows (tokens): two consumer warpgroups of 64
 constexpr int kBK = 128;       // K per stage: one 128-byte swizzle row of e4m3
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+
+// Operand types of the GEMM: e4m3 codes (the relaxed FP8 path), or f16 /
+// bf16 (plain 16-bit weights, strict).  A stage is 128 bytes of K a row
+// either way (one 128-byte swizzle row): 128 e4m3 or 64 16-bit elements.
+enum { kE4M3 = 0, kF16 = 1, kBF16 = 2 };
+template <int ET>
+constexpr int stage_k() { return ET == kE4M3 ? kBK : kBK / 2; }
+
+// The sizes of a shared-memory ring (Ring below).
+template <int BN, int STAGES, int CL, int ET, int CV, int NC>
+struct RingDims {
+    static_assert(!CV || (CL == 1 && ET != kE4M3), "converted weights: 16-bit operands, no clusters");
+    static constexpr int kKS = stage_k<ET>(), kBN = BN; // K elements a stage, channels a tile
+    static constexpr int kStageA = kBM * kBK, kStageB = BN * (CV ? kKS : kBK), kSlot = BN * kBK;
+    static constexpr int kSlots = CV ? NC : 1; // converted slots (CV; 1: none, a modulus that is never used)
+    static constexpr int kBytes = STAGES * (kStageA + kStageB) + (CV ? kSlots * kSlot : 0), kBars = 2 * STAGES;
+};
 
 struct GemmParams {
     const float *row_scale;     // [m]
@@ -50,6 +72,7 @@ struct GemmParams {
     int dp_tiles; // persistent kernel: tiles done whole; stream-K splits the K stages of the rest
                   // (clusters: the tile pairs)
     int share_b;  // clusters: the two CTAs share the weight tile (row-tile pairs), else the activation tile
+    int a_rows;   // rows of the activation box (CL = 1): kBM, or M rounded up to 8 below kBM (no zero-fill)
     unsigned *flags;  // stream-K: per CTA, 1 once its partial tile is in partials (zeroed by quant_rows)
     float *partials;  // stream-K: per CTA one 128 x 256 f32 partial tile, in accumulator order
 };
@@ -297,46 +320,101 @@ cudaError_t launch_quant(const T *x, long long ldx, int k, int k_pad, int vec, u
 #ifdef TOPS_FP8_WGMMA
 using namespace tops_cu::sm90;
 
-// D[64 x 256] += A[64 x 32] * B[256 x 32]^T, both e4m3 from shared memory.
-template <int SCALE_D>
-__device__ __forceinline__ void wgmma_n256(float (&d)[128], uint64_t da, uint64_t db) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63,"
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79,"
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,"
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111,"
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, %128, %129, %130, 1, 1;\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "l"(da), "l"(db), "n"(SCALE_D));
+
+#define TOPS_D128_OUT                                                                                                   \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),        \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),          \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),         \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),         \
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),         \
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),         \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),         \
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]),         \
+        "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]),         \
+        "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]),         \
+        "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]),         \
+        "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]),         \
+        "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),    \
+        "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), \
+        "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), \
+        "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+#define TOPS_D128_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}"
+#define TOPS_D64_OUT                                                                                                    \
+    "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),        \
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),          \
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),         \
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),         \
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),         \
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),         \
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),         \
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+#define TOPS_D64_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
+
+// D[64 x BN] += A[64 x k] * B[BN x k]^T, both K-major from shared memory
+// (k = 32 for e4m3, 16 for f16 / bf16), BN = 256 or 128.
+template <int ET>
+__device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t da, uint64_t db) {
+    if constexpr (ET == kE4M3)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " TOPS_D128_REGS ", %128, %129, 1, 1, 1;\n"
+                     : TOPS_D128_OUT
+                     : "l"(da), "l"(db));
+    else if constexpr (ET == kF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " TOPS_D128_REGS
+                     ", %128, %129, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D128_OUT
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " TOPS_D128_REGS
+                     ", %128, %129, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D128_OUT
+                     : "l"(da), "l"(db));
+}
+template <int ET>
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t db) {
+    if constexpr (ET == kE4M3)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " TOPS_D64_REGS ", %64, %65, 1, 1, 1;\n"
+                     : TOPS_D64_OUT
+                     : "l"(da), "l"(db));
+    else if constexpr (ET == kF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " TOPS_D64_REGS
+                     ", %64, %65, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D64_OUT
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TOPS_D64_REGS
+                     ", %64, %65, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D64_OUT
+                     : "l"(da), "l"(db));
 }
 
-// One 128-deep K stage: four k32 steps, 32 bytes apart inside the swizzled
-// rows, accumulating into d (zeroed before the K loop: a scale-d = 0 first
-// stage chosen at run time makes ptxas serialize the wgmmas, C7520).
-__device__ __forceinline__ void wgmma_stage(float (&d)[128], const unsigned char *a, const unsigned char *b) {
+#define TOPS_D96_OUT "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+#define TOPS_D96_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}"
+template <int ET>
+__device__ __forceinline__ void wgmma_ss(float (&d)[96], uint64_t da, uint64_t db) {
+    if constexpr (ET == kE4M3)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " TOPS_D96_REGS ", %96, %97, 1, 1, 1;\n"
+                     : TOPS_D96_OUT
+                     : "l"(da), "l"(db));
+    else if constexpr (ET == kF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " TOPS_D96_REGS
+                     ", %96, %97, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D96_OUT
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " TOPS_D96_REGS
+                     ", %96, %97, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D96_OUT
+                     : "l"(da), "l"(db));
+}
+
+// One K stage (128 bytes of each row): four k32 (e4m3) or k16 (16-bit)
+// steps, 32 bytes apart inside the swizzled rows, accumulating into d
+// (zeroed before the K loop: a scale-d = 0 first stage chosen at run time
+// makes ptxas serialize the wgmmas, C7520).
+template <int ET, int R>
+__device__ __forceinline__ void wgmma_stage(float (&d)[R], const unsigned char *a, const unsigned char *b) {
 #pragma unroll
-    for (int kk = 0; kk < kBK / 32; kk++) wgmma_n256<1>(d, desc_sw128(a + 32 * kk), desc_sw128(b + 32 * kk));
+    for (int kk = 0; kk < 4; kk++) wgmma_ss<ET>(d, desc_sw128(a + 32 * kk), desc_sw128(b + 32 * kk));
 }
 
 // Four neighbours of one output row (col .. col + 3 < p.n where valid).
@@ -389,6 +467,26 @@ __device__ __forceinline__ void store4(const GemmParams &p, int row, int col, fl
     }
 }
 
+// Eight e4m3 codes (low byte first) as eight ET values (exact: every e4m3
+// value is an f16 and a bf16).
+template <int ET>
+__device__ __forceinline__ uint4 cvt8_e4m3(uint2 v) {
+    uint32_t o[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const unsigned short pair = (unsigned short)(((i < 2 ? v.x : v.y) >> (16 * (i & 1))) & 0xFFFFu);
+        uint32_t h;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(pair));
+        if constexpr (ET == kBF16) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+            const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+            h = *reinterpret_cast<const uint32_t *>(&b);
+        }
+        o[i] = h;
+    }
+    return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
 // The shared-memory ring: STAGES x (A tile [kBM][kBK], B tile [BN][kBK]),
 // 128-byte swizzled, with full (TMA bytes landed) and empty (all 8 consumer
 // warps done reading) barriers per slot.  `it` counts stages across tiles,
@@ -397,20 +495,47 @@ __device__ __forceinline__ void store4(const GemmParams &p, int row, int col, fl
 // each CTA loads half of it into both CTAs' slots (TMA multicast), so a slot
 // is free again only once the consumers of both CTAs are done with it: the
 // empty barriers count both CTAs' consumer warps.
-template <int BN, int STAGES, int CL = 1>
-struct Ring {
-    static constexpr int kStageA = kBM * kBK, kStageB = BN * kBK;
-    static constexpr int kBytes = STAGES * (kStageA + kStageB), kBars = 2 * STAGES;
-    unsigned char *sa, *sb;
+// CV = 1 (16-bit ET, CL = 1): the weights arrive as e4m3 codes [BN][64]
+// (64 bytes of K a row, unswizzled); the consumers convert each stage into
+// one of NC = 3 slots of ET [BN][64] (128-byte swizzled, what wgmma reads):
+// stage it + 1 while the wgmmas of stage it run (consume_cv).
+template <int BN, int STAGES, int CL = 1, int ET = kE4M3, int CV = 0, int NC = 3>
+struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
+    using D = RingDims<BN, STAGES, CL, ET, CV, NC>;
+    using D::kKS, D::kStageA, D::kStageB, D::kSlot, D::kSlots, D::kBytes, D::kBars;
+    unsigned char *sa, *sb, *sc;
     uint64_t *full, *empty;
-    __device__ Ring(unsigned char *base, uint64_t *bars)
-        : sa(base), sb(base + STAGES * kStageA), full(bars), empty(bars + STAGES) {}
+    uint32_t a_tx; // activation bytes a stage (one CTA): rows of the A box x 128
+    __device__ Ring(unsigned char *base, uint64_t *bars, int a_rows = kBM)
+        : sa(base), sb(base + STAGES * kStageA), sc(base + STAGES * (kStageA + kStageB)), full(bars),
+          empty(bars + STAGES), a_tx((uint32_t)a_rows * kBK) {}
     __device__ void init() const {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
             mbar_init(&empty[s], 8 * CL); // one arrive per consumer warp of the cluster
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    // The 256 consumer threads' share of stage it's codes into slot it % NS
+    // (8 codes -> one 16-byte swizzled chunk: a warp's lanes read 256
+    // contiguous bytes and write 4 whole rows); all loads first.
+    __device__ __forceinline__ void convert(unsigned it) const {
+        constexpr int kPer = BN * 8 / 256;
+        const int t = (int)threadIdx.x - 128;
+        const unsigned char *src = sb + (it % STAGES) * kStageB;
+        unsigned char *dst = sc + (it % kSlots) * kSlot;
+        uint2 v[kPer];
+#pragma unroll
+        for (int i = 0; i < kPer; i++) {
+            const int q = t + 256 * i;
+            v[i] = *reinterpret_cast<const uint2 *>(src + (q >> 3) * 64 + (q & 7) * 8);
+        }
+#pragma unroll
+        for (int i = 0; i < kPer; i++) {
+            const int q = t + 256 * i, r = q >> 3;
+            *reinterpret_cast<uint4 *>(dst + r * 128 + (((q & 7) ^ (r & 7)) << 4)) = cvt8_e4m3<ET>(v[i]);
+        }
+        fence_proxy_async(); // these generic-proxy writes, before wgmma (async proxy) reads them
     }
     // What a CTA of a cluster loads: the shared operand's half `rank` into
     // every CTA (share_b: the weight tile, the CTAs on row tiles tm of one
@@ -429,23 +554,23 @@ struct Ring {
             if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
             unsigned char *a = sa + s * kStageA, *b = sb + s * kStageB;
             if constexpr (CL == 1) {
-                mbar_expect_tx(&full[s], kStageA + kStageB);
-                tma_load_2d(a, ma, &full[s], kt * kBK, tm * kBM);
-                tma_load_2d(b, mb, &full[s], kt * kBK, tn * BN);
+                mbar_expect_tx(&full[s], a_tx + kStageB);
+                tma_load_2d(a, ma, &full[s], kt * kKS, tm * kBM);
+                tma_load_2d(b, mb, &full[s], kt * kKS, tn * BN);
             } else {
                 constexpr uint16_t all = (1u << CL) - 1;
                 // Every CTA's full barrier expects the whole shared operand
                 // (its halves land from both CTAs) and its own one.
                 if (sh.share_b) {
-                    mbar_expect_tx(&full[s], (sh.ghost ? 0 : kStageA) + kStageB);
-                    if (!sh.ghost) tma_load_2d(a, ma, &full[s], kt * kBK, tm * kBM);
-                    tma_load_2d_multicast(b + sh.rank * (kStageB / CL), mb, &full[s], kt * kBK,
+                    mbar_expect_tx(&full[s], (sh.ghost ? 0 : a_tx) + kStageB);
+                    if (!sh.ghost) tma_load_2d(a, ma, &full[s], kt * kKS, tm * kBM);
+                    tma_load_2d_multicast(b + sh.rank * (kStageB / CL), mb, &full[s], kt * kKS,
                                           tn * BN + (int)sh.rank * (BN / CL), all);
                 } else {
                     mbar_expect_tx(&full[s], kStageA + (sh.ghost ? 0 : kStageB));
-                    tma_load_2d_multicast(a + sh.rank * (kStageA / CL), ma, &full[s], kt * kBK,
+                    tma_load_2d_multicast(a + sh.rank * (kStageA / CL), ma, &full[s], kt * kKS,
                                           tm * kBM + (int)sh.rank * (kBM / CL), all);
-                    if (!sh.ghost) tma_load_2d(b, mb, &full[s], kt * kBK, tn * BN);
+                    if (!sh.ghost) tma_load_2d(b, mb, &full[s], kt * kKS, tn * BN);
                 }
             }
         }
@@ -480,7 +605,7 @@ struct Ring {
             mbar_wait(&full[s], (it / STAGES) & 1);
             wgmma_fence();
             const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
-            wgmma_stage(d, a, b);
+            wgmma_stage<ET>(d, a, b);
             wgmma_commit();
             // The previous stage's products are done: hand its slot back.
             wgmma_wait<1>();
@@ -491,6 +616,43 @@ struct Ring {
         fence_regs(d);
         if (lane0) release((it - 1) % STAGES, rank);
         if (k1 - k0 == 1 && first_done && lane0) mbar_arrive(first_done);
+    }
+    // consume() for converted weights (CV): both consumer warpgroups convert
+    // stage it + 1 while the wgmmas of stage it run, then meet at a barrier
+    // (named barrier 1, 256 threads) before those of it + 1 are issued.  The
+    // slot converted into was last read by the wgmmas of stage it - 2, which
+    // every consumer waited for before the previous barrier.  idle: this
+    // warpgroup's rows all lie past M; it converts and meets, issuing no
+    // wgmma (d stays 0).
+    __device__ __forceinline__ void consume_cv(float (&d)[BN / 2], int cw, int k0, int k1, unsigned &it,
+                                               bool idle) const {
+        const bool lane0 = (threadIdx.x & 31) == 0;
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+        mbar_wait(&full[it % STAGES], (it / STAGES) & 1);
+        convert(it);
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        for (int kt = k0; kt < k1; kt++, it++) {
+            const unsigned s = it % STAGES;
+            if (!idle) {
+                wgmma_fence();
+                wgmma_stage<ET>(d, sa + s * kStageA + cw * 64 * kBK, sc + (it % kSlots) * kSlot);
+                wgmma_commit();
+            }
+            if (kt + 1 < k1) {
+                mbar_wait(&full[(it + 1) % STAGES], ((it + 1) / STAGES) & 1);
+                convert(it + 1);
+            }
+            if (!idle) wgmma_wait<1>();
+            // Stage it - 1: its activations read (its codes long since converted).
+            if (kt > k0 && lane0) release((it - 1) % STAGES, 0);
+            asm volatile("bar.sync 1, 256;" ::: "memory");
+        }
+        if (!idle) {
+            wgmma_wait<0>();
+            fence_regs(d);
+        }
+        if (lane0) release((it - 1) % STAGES, 0);
     }
 };
 
@@ -516,20 +678,21 @@ constexpr int kStagingBytes = 2 * 2 * kBoxBytes;
 
 // One CTA per tile; the epilogue stages f32 through the idle ring and writes
 // whole rows with the op's mode (accumulate, any alignment).
-template <int BN, int STAGES>
+template <int BN, int STAGES, int ET, int CV>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                     const GemmParams p, int vec_stores) {
 #ifdef TOPS_FP8_WGMMA
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
-    const Ring<BN, STAGES> ring(smem, reinterpret_cast<uint64_t *>(smem + Ring<BN, STAGES>::kBytes));
+    using R = Ring<BN, STAGES, 1, ET, CV>;
+    const R ring(smem, reinterpret_cast<uint64_t *>(smem + R::kBytes), p.a_rows);
 
     // Tokens fastest: the CTAs in flight share a few weight column tiles
     // and all of the (smaller) activation codes in L2.
     const int tm = blockIdx.x % p.tiles_m, tn = blockIdx.x / p.tiles_m;
     const int wg = threadIdx.x / 128;
-    const int ktiles = (p.k + kBK - 1) / kBK;
+    const int ktiles = (p.k + R::kKS - 1) / R::kKS;
     if (threadIdx.x == 0) ring.init();
     __syncthreads();
 
@@ -541,7 +704,16 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
         float d[BN / 2];
-        ring.consume(d, cw, 0, ktiles, it);
+        // A warpgroup whose rows all lie past M only passes the stages on.
+        const bool idle = tm * kBM + cw * 64 >= p.m;
+        if (idle)
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+        if constexpr (CV > 0) {
+            if (idle) ring.consume_cv(d, cw, 0, ktiles, it, true); // (two inlined copies: no run-time
+            else ring.consume_cv(d, cw, 0, ktiles, it, false);     //  branch among the wgmmas, C7518)
+        }
+        else ring.consume(d, cw, 0, ktiles, it, nullptr, idle);
 
         // Epilogue through shared memory (the stage ring is idle once both
         // consumer warpgroups are past their last wgmma), so that the global
@@ -560,6 +732,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 *reinterpret_cast<float2 *>(c + (warp * 16 + lane / 4 + 8 * h) * ld + 8 * j + 2 * (lane & 3)) =
                     make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
         asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+        // Threads t < kRows x BN / 4: columns 4 (t % (BN / 4)), every kRows-th row.
+        constexpr int kRows = 128 / (BN / 4);
         const int t = threadIdx.x & 127;
         const int col = 4 * (t % (BN / 4)), col_g = tn * BN + col;
         float4 cs = make_float4(1.0f, 1.0f, 1.0f, 1.0f);
@@ -569,10 +743,10 @@ __global__ void __launch_bounds__(kThreads, 1)
             cs.z = col_g + 2 < p.n ? p.ch_scale[col_g + 2] : 0.0f;
             cs.w = col_g + 3 < p.n ? p.ch_scale[col_g + 3] : 0.0f;
         }
-        for (int r = t / (BN / 4); r < 64; r += 128 / (BN / 4)) {
+        for (int r = t / (BN / 4); r < 64 && t < kRows * (BN / 4); r += kRows) {
             const int row = tm * kBM + cw * 64 + r;
             if (row >= p.m || col_g >= p.n) continue;
-            const float rs = p.row_scale[row] * p.global;
+            const float rs = (p.row_scale ? p.row_scale[row] : 1.0f) * p.global;
             float4 v = *reinterpret_cast<const float4 *>(c + r * ld + col);
             v.x *= rs * cs.x, v.y *= rs * cs.y, v.z *= rs * cs.z, v.w *= rs * cs.w;
             store4(p, row, col_g, v, vec_stores != 0);
@@ -658,19 +832,18 @@ __device__ __forceinline__ unsigned flag_acquire(const unsigned *f) {
 // output (no accumulate); the output map clips ragged M and N.
 // CL = 2: launched in clusters of two that share one operand tile per stage
 // (Ring, place): half the L2 reads of that operand.
-template <typename OutT, int CL>
+template <typename OutT, int CL, int BN, int STAGES, int ET, int CV>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_persistent(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                         const __grid_constant__ CUtensorMap map_c, const GemmParams p) {
 #ifdef TOPS_FP8_WGMMA
-    constexpr int BN = 256;
-    using R = Ring<BN, 4, CL>;
+    using R = Ring<BN, STAGES, CL, ET, CV>;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw), *staging = smem + R::kBytes;
     uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStagingBytes), *lag_bar = bars + R::kBars;
-    const R ring(smem, bars);
+    const R ring(smem, bars, p.a_rows);
     const int wg = threadIdx.x / 128;
-    const int ktiles = (p.k + kBK - 1) / kBK, tiles = p.tiles_m * p.tiles_n;
+    const int ktiles = (p.k + R::kKS - 1) / R::kKS, tiles = p.tiles_m * p.tiles_n;
     const uint32_t rank = CL > 1 ? cluster_rank() : 0;
     // Work units: tiles, or with clusters tile pairs (dp_tiles of them).
     const int units = CL > 1 ? p.dp_tiles : tiles, first = (int)blockIdx.x / CL, step = (int)gridDim.x / CL;
@@ -679,7 +852,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // epilogues one after the other, and the one still in its K loop keeps
     // the tensor cores busy during the other's epilogue (the lag persists from
     // tile to tile).
-    const bool lag = CL == 1 && p.lag && tiles > (int)gridDim.x;
+    const bool lag = CL == 1 && CV == 0 && p.lag && tiles > (int)gridDim.x;
     if (threadIdx.x == 0) {
         mbar_init(lag_bar, 4); // one arrive per warp of the first consumer warpgroup
         ring.init();
@@ -704,7 +877,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         constexpr int kBoxCols = 128 / (int)sizeof(OutT), kBoxes = BN / kBoxCols, kJ = kBoxCols / 8;
-        static_assert(kBoxes % 2 == 0, "box b fills buffer b % 2 in every tile");
+        unsigned nbox = 0; // boxes filled so far (all tiles): box i fills buffer i % 2
         const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
         const bool leader = (threadIdx.x & 127) == 0;
         unsigned char *bufs = staging + cw * 2 * kBoxBytes;
@@ -715,8 +888,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         bool first_tile = true;
         for (Work w(p, ktiles, units, first, step); w.next(); first_tile = false) {
             int tm, tn;
-            if (!place<CL>(p, w.t, rank, tm, tn)) { // no tile for this CTA: the partner's stages pass through
-                ring.consume(d, cw, w.k0, w.k1, it, nullptr, true, rank);
+            // No tile for this CTA (the partner's stages pass through), or
+            // (not stream-K) none of this warpgroup's rows below M: their
+            // stores would all be clipped.
+            if (!place<CL>(p, w.t, rank, tm, tn) || (!p.partials && tm * kBM + cw * 64 >= p.m)) {
+                if constexpr (CV > 0) ring.consume_cv(d, cw, w.k0, w.k1, it, true);
+                else ring.consume(d, cw, w.k0, w.k1, it, nullptr, true, rank);
                 continue;
             }
             // Scales before the K loop, which hides their latency.  Lane l
@@ -724,19 +901,20 @@ __global__ void __launch_bounds__(kThreads, 1)
             // j = l / 4 + 8 q; the epilogue shuffles them to the lanes that
             // hold those columns.
             float rs[2];
-            float2 cs[4];
+            float2 cs[BN / 64];
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int row = tm * kBM + cw * 64 + r0 + 8 * h;
-                rs[h] = row < p.m ? p.row_scale[row] * p.global : 0.0f;
+                rs[h] = row >= p.m ? 0.0f : p.row_scale ? p.row_scale[row] * p.global : p.global;
             }
 #pragma unroll
-            for (int q = 0; q < 4; q++) {
+            for (int q = 0; q < BN / 64; q++) {
                 const int col = tn * BN + 8 * (lane / 4 + 8 * q) + 2 * (lane & 3);
                 cs[q].x = !p.ch_scale ? 1.0f : col < p.n ? p.ch_scale[col] : 0.0f;
                 cs[q].y = !p.ch_scale ? 1.0f : col + 1 < p.n ? p.ch_scale[col + 1] : 0.0f;
             }
-            ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first_tile ? lag_bar : nullptr, false, rank);
+            if constexpr (CV > 0) ring.consume_cv(d, cw, w.k0, w.k1, it, false);
+            else ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first_tile ? lag_bar : nullptr, false, rank);
 
             // Stream-K: a piece that does not end the tile leaves its sums
             // to the CTA whose piece does (a later CTA, which waits for the
@@ -778,7 +956,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             // different banks.
 #pragma unroll
             for (int b = 0; b < kBoxes; b++) {
-                unsigned char *buf = bufs + (b & 1) * kBoxBytes;
+                unsigned char *buf = bufs + (nbox++ & 1) * kBoxBytes;
 #pragma unroll
                 for (int jj = 0; jj < kJ; jj++) {
                     const int j = b * kJ + jj;
@@ -814,22 +992,48 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-template <int BN, int STAGES>
+// Tile shapes, 128 tokens x 256 (wide), 192 (mid) or 128 (narrow)
+// channels, on rings of 4, 4 and 6 stages (converted weights, CV: 3, 4 and
+// 6 code stages and 3 converted slots): pick_shape below.
+enum { kWide = 0, kNarrow = 1, kMid = 2 };
+template <int SHAPE, int CV>
+struct Shape {
+    static constexpr int BN = SHAPE == kWide ? 256 : SHAPE == kMid ? 192 : 128;
+    static constexpr int STAGES = SHAPE == kNarrow ? 6 : SHAPE == kMid ? 4 : CV ? 3 : 4;
+};
+template <int SHAPE, int ET, int CV, int CL = 1>
+using RingOf = RingDims<Shape<SHAPE, CV>::BN, Shape<SHAPE, CV>::STAGES, CL, ET, CV, 3>;
+
+template <typename R>
 constexpr size_t gemm_smem() {
     // The epilogue's staging (two warpgroups x 64 rows x (BN + 8) floats) reuses the ring.
-    static_assert(2 * 64 * (BN + 8) * 4 <= STAGES * (kBM + BN) * kBK, "epilogue staging exceeds the stage ring");
-    return (size_t)STAGES * (size_t)(kBM + BN) * kBK + 2 * STAGES * sizeof(uint64_t) + 1024;
+    static_assert(2 * 64 * (R::kBN + 8) * 4 <= R::kBytes, "epilogue staging exceeds the stage ring");
+    return (size_t)R::kBytes + R::kBars * sizeof(uint64_t) + 1024;
 }
 // The persistent kernel: ring, output staging, barriers (+ the lag barrier),
-// alignment slack (230,480 bytes of the 232,448 a block may have).
-constexpr size_t kPersistSmem = gemm_smem<256, 4>() + kStagingBytes + 16;
+// alignment slack (at most 232,448 bytes: what a block may have).
+template <typename R>
+constexpr size_t persist_smem() {
+    static_assert(gemm_smem<R>() + kStagingBytes + 16 <= 232448, "the persistent kernel's shared memory");
+    return gemm_smem<R>() + kStagingBytes + 16;
+}
 
-// A [rows, k] e4m3 matrix (row stride ld bytes) read as [box_rows][128] tiles.
+// A [rows, k] matrix of ET elements (row stride ld bytes) read as
+// [box_rows][128 bytes] tiles, 128-byte swizzled; codes (CV: e4m3 weights
+// for a 16-bit GEMM) as [box_rows][64 bytes], unswizzled.
+template <int ET, int CV = 0>
 bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows) {
     const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
-    const cuuint32_t box[2] = {(cuuint32_t)kBK, (cuuint32_t)box_rows};
-    return tops_cu::sm90::encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box,
-                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+    const cuuint32_t box[2] = {(cuuint32_t)stage_k<ET>(), (cuuint32_t)box_rows};
+    if (CV) {
+        PFN_cuTensorMapEncodeTiled_v12000 enc = tops_cu::sm90::tensor_map_encoder();
+        const cuuint32_t estr[2] = {1, 1};
+        return enc && enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(base), dims, strides, box, estr,
+                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    }
+    return tops_cu::sm90::encode_sw128(map, ET == kE4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
+                                       2, base, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
 // The output [m, n] (row stride ldo elements) written as 64-row x 128-byte boxes.
@@ -853,15 +1057,17 @@ cudaError_t raise_smem(Kernel kernel, size_t smem, unsigned char (&raised)[64], 
         err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (err == cudaSuccess && dev >= 0 && dev < 64) raised[dev] = 1;
     }
-    if (err != cudaSuccess) *what = "raising the FP8 GEMM's shared-memory limit";
+    if (err != cudaSuccess) *what = "raising the TMA GEMM's shared-memory limit";
     return err;
 }
 
-template <int BN, int STAGES>
+template <int SHAPE, int ET, int CV>
 cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
                         const char **what) {
-    auto kernel = fp8_gemm_kernel<BN, STAGES>;
-    const size_t smem = gemm_smem<BN, STAGES>();
+    using S = Shape<SHAPE, CV>;
+    constexpr int BN = S::BN;
+    auto kernel = fp8_gemm_kernel<BN, S::STAGES, ET, CV>;
+    const size_t smem = gemm_smem<RingOf<SHAPE, ET, CV>>();
     static unsigned char raised[64];
     cudaError_t err = raise_smem(kernel, smem, raised, what);
     if (err != cudaSuccess) return err;
@@ -869,8 +1075,13 @@ cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams
     p.tiles_n = (p.n + BN - 1) / BN;
     kernel<<<(unsigned)((long long)p.tiles_m * p.tiles_n), kThreads, smem, stream>>>(ma, mb, p, vec);
     err = cudaGetLastError();
-    if (err != cudaSuccess) *what = "the FP8 GEMM launch";
-    else tops_cu::set_last_kernel("fp8 one CTA per tile");
+    if (err != cudaSuccess) *what = "the TMA GEMM launch";
+    else {
+        static const char *const names[3][2] = {{"fp8 one CTA per tile", "fp8 one CTA per tile"},
+                                                {"f16 one CTA per tile", "f16 one CTA per tile, e4m3 weights converted"},
+                                                {"bf16 one CTA per tile", "bf16 one CTA per tile, e4m3 weights converted"}};
+        tops_cu::set_last_kernel(names[ET][CV]);
+    }
     return err;
 }
 
@@ -910,10 +1121,10 @@ struct PersistPlan {
     int grid, tiles_m, tiles_n, dp_tiles, cl;
     bool sk;
 };
-PersistPlan plan_persistent(int m, int n, int cl, int max_clusters) {
+PersistPlan plan_persistent(int m, int n, int bn, int cl, int max_clusters, bool sk_ok) {
     PersistPlan pl;
     pl.tiles_m = (m + kBM - 1) / kBM;
-    pl.tiles_n = (n + 255) / 256;
+    pl.tiles_n = (n + bn - 1) / bn;
     pl.cl = cl;
     const long long tiles = (long long)pl.tiles_m * pl.tiles_n, cap = tops_cu::env_or("TOPS_CUDA_FP8_CTAS", 0);
     if (cl) {
@@ -930,40 +1141,43 @@ PersistPlan plan_persistent(int m, int n, int cl, int max_clusters) {
     long long grid = sm_count();
     if (cap > 0 && grid > cap) grid = cap;
     const long long rem = tiles % grid;
-    pl.sk = tops_cu::env_or("TOPS_CUDA_FP8_SK", 0) == 1;
+    pl.sk = sk_ok && tops_cu::env_or("TOPS_CUDA_FP8_SK", 0) == 1;
     if (!pl.sk && grid > tiles) grid = tiles;
     pl.grid = (int)grid;
     pl.dp_tiles = (int)(pl.sk ? tiles - rem : tiles);
     return pl;
 }
 
-// The persistent kernel for OutT and CL, its shared-memory limit raised.
-template <typename OutT, int CL>
-cudaError_t persistent_kernel(void (**kernel)(CUtensorMap, CUtensorMap, CUtensorMap, GemmParams), const char **what) {
+using PersistKernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, GemmParams);
+
+// The persistent kernel for OutT, CL, SHAPE, ET and CV, its shared-memory limit raised.
+template <typename OutT, int CL, int SHAPE, int ET, int CV>
+cudaError_t persistent_kernel(PersistKernel *kernel, const char **what) {
+    using S = Shape<SHAPE, CV>;
     static unsigned char raised[64];
-    *kernel = fp8_gemm_persistent<OutT, CL>;
-    return raise_smem(fp8_gemm_persistent<OutT, CL>, kPersistSmem, raised, what);
+    *kernel = fp8_gemm_persistent<OutT, CL, S::BN, S::STAGES, ET, CV>;
+    return raise_smem(*kernel, persist_smem<RingOf<SHAPE, ET, CV, CL>>(), raised, what);
 }
 
-// Clusters of two of the persistent kernel that fit on the device at once
-// (cached per device); 0 where clusters cannot run.
-template <typename OutT>
+// Clusters of two of the persistent kernel (wide tiles) that fit on the
+// device at once (cached per device); 0 where clusters cannot run.
+template <typename OutT, int ET>
 int max_clusters() {
     static int cached[64];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return (void)cudaGetLastError(), 0;
     if (dev < 64 && cached[dev]) return cached[dev] > 0 ? cached[dev] : 0;
-    void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, GemmParams);
+    PersistKernel kernel;
     const char *what = nullptr;
     int n = 0;
-    if (persistent_kernel<OutT, 2>(&kernel, &what) == cudaSuccess) {
+    if (persistent_kernel<OutT, 2, kWide, ET, 0>(&kernel, &what) == cudaSuccess) {
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
         attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
         cfg.gridDim = dim3(2 * (unsigned)sm_count());
         cfg.blockDim = dim3(kThreads);
-        cfg.dynamicSmemBytes = kPersistSmem;
+        cfg.dynamicSmemBytes = persist_smem<RingOf<kWide, ET, 0, 2>>();
         cfg.attrs = attr;
         cfg.numAttrs = 1;
         if (cudaOccupancyMaxActiveClusters(&n, kernel, &cfg) != cudaSuccess) n = 0;
@@ -972,12 +1186,21 @@ int max_clusters() {
     if (dev < 64) cached[dev] = n > 0 ? n : -1;
     return n > 0 ? n : 0;
 }
+template <int ET>
+int max_clusters_for(int out_dtype) {
+    return out_dtype == TOPS_DT_F32   ? max_clusters<float, ET>()
+           : out_dtype == TOPS_DT_F16 ? max_clusters<__half, ET>()
+                                      : max_clusters<__nv_bfloat16, ET>();
+}
 
-template <typename OutT>
+template <typename OutT, int ET, int CV>
 cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, GemmParams p,
-                              const PersistPlan &pl, cudaStream_t stream, const char **what) {
-    void (*kernel)(CUtensorMap, CUtensorMap, CUtensorMap, GemmParams);
-    cudaError_t err = pl.cl ? persistent_kernel<OutT, 2>(&kernel, what) : persistent_kernel<OutT, 1>(&kernel, what);
+                              const PersistPlan &pl, int shape, cudaStream_t stream, const char **what) {
+    PersistKernel kernel;
+    cudaError_t err = shape == kNarrow ? persistent_kernel<OutT, 1, kNarrow, ET, CV>(&kernel, what)
+                      : shape == kMid  ? persistent_kernel<OutT, 1, kMid, ET, CV>(&kernel, what)
+                      : CV || !pl.cl   ? persistent_kernel<OutT, 1, kWide, ET, CV>(&kernel, what)
+                                       : persistent_kernel<OutT, 2, kWide, ET, 0>(&kernel, what);
     if (err != cudaSuccess) return err;
     p.tiles_m = pl.tiles_m;
     p.tiles_n = pl.tiles_n;
@@ -986,14 +1209,109 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
     if (pl.cl) p.lag = 0; // the lag is a one-CTA schedule
     // Programmatic dependent launch (TOPS_CUDA_PDL=0: plain), so that the
     // prologue overlaps the quantizer's last blocks; clusters by attribute.
-    err = tops_cu::launch_kernel(kernel, dim3((unsigned)pl.grid), dim3(kThreads), kPersistSmem, stream,
+    const size_t smem = shape == kNarrow ? persist_smem<RingOf<kNarrow, ET, CV>>()
+                        : shape == kMid  ? persist_smem<RingOf<kMid, ET, CV>>()
+                        : CV || !pl.cl   ? persist_smem<RingOf<kWide, ET, CV>>()
+                                         : persist_smem<RingOf<kWide, ET, 0, 2>>();
+    err = tops_cu::launch_kernel(kernel, dim3((unsigned)pl.grid), dim3(kThreads), smem, stream,
                                  tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0, pl.cl ? 2 : 1, ma, mb, mc, p);
-    if (err != cudaSuccess) *what = "the FP8 GEMM launch";
-    else
-        tops_cu::set_last_kernel(pl.cl == 1   ? "fp8 persistent, clusters of 2 sharing the weight tile"
-                                 : pl.cl == 2 ? "fp8 persistent, clusters of 2 sharing the activation tile"
-                                              : "fp8 persistent");
+    if (err != cudaSuccess) *what = "the TMA GEMM launch";
+    else {
+        // "<type> persistent[, e4m3 weights converted][, clusters ...][, 128- / 192-channel tiles]"
+        static const char *const base[3][2] = {{"fp8 persistent", "fp8 persistent"},
+                                               {"f16 persistent", "f16 persistent, e4m3 weights converted"},
+                                               {"bf16 persistent", "bf16 persistent, e4m3 weights converted"}};
+        static const char *const tail[5] = {"", ", clusters of 2 sharing the weight tile",
+                                            ", clusters of 2 sharing the activation tile", ", 128-channel tiles",
+                                            ", 192-channel tiles"};
+        static thread_local char name[96];
+        snprintf(name, sizeof name, "%s%s", base[ET][CV],
+                 tail[shape == kNarrow ? 3 : shape == kMid ? 4 : pl.cl]);
+        tops_cu::set_last_kernel(name);
+    }
     return err;
+}
+
+// The 16-bit GEMM's tile width: the fewest waves of tiles over the SMs
+// times the channels a tile (a tile's time grows with its width), ties to
+// the wider tile (fewer activation reads).  N = 12288 on 132 SMs: 128 up
+// to M = 128 (96 tiles against 48 wide ones), 192 at M = 256 (128 tiles in
+// one wave, against 96 wide ones or 192 narrow ones in two), 256 at large
+// M.  The FP8 GEMM keeps 256 (its cluster and stream-K schedules).
+int pick_shape(int m, int n, int et) {
+    if (et == kE4M3) return kWide;
+    const long long tm = (m + kBM - 1) / kBM, sms = sm_count();
+    static const int bns[3] = {256, 192, 128}, shapes[3] = {kWide, kMid, kNarrow};
+    int best = kWide;
+    long long best_cost = -1;
+    for (int i = 0; i < 3; i++) {
+        const long long tiles = tm * ((n + bns[i] - 1) / bns[i]), cost = (tiles + sms - 1) / sms * bns[i];
+        if (best_cost < 0 || cost < best_cost) best = shapes[i], best_cost = cost;
+    }
+    return best;
+}
+
+// The GEMM on A [m, k] (row stride lda bytes) and B [n, k] (ldb bytes), both
+// ET: persistent where the output allows it, else one CTA per tile.  row
+// scales (or NULL: 1), channel scales (or NULL), the tensor scale; with
+// stream-K its flags (zeroed by the quantizer) and partial tiles.
+template <int ET, int CV = 0>
+cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda, const void *B, long long ldb,
+                     const float *row_scale, const float *ch_scale, bool persist, const CUtensorMap &mc,
+                     const PersistPlan &pl, int shape, unsigned *flags, float *partials, cudaStream_t stream,
+                     const char **what) {
+    const int cl = persist && shape == kWide ? pl.cl : 0, bn = shape == kNarrow ? 128 : shape == kMid ? 192 : 256;
+    // Below kBM rows, an activation box of M rounded up to 8 rows: TMA's
+    // zero fill of the rows past M measured slow (H200, f16 weights, narrow
+    // tiles, K = 4096, N = 12288: 45.3 / 45.1 / 37.8 / 31.4 us at M = 1 / 32
+    // / 64 / 128); the rows past the box are stale and never stored.
+    const int a_rows = cl != 2 && a->m < kBM ? (int)((a->m + 7) / 8 * 8) : kBM;
+    CUtensorMap ma, mb;
+    if (!make_map<ET>(&ma, A, (int)a->m, (int)a->k, lda, cl == 2 ? kBM / 2 : a_rows) ||
+        !make_map<ET, CV>(&mb, B, (int)a->n, (int)a->k, ldb, cl == 1 ? bn / 2 : bn)) {
+        *what = "cuTensorMapEncodeTiled for the TMA GEMM's operands";
+        return cudaErrorInvalidValue;
+    }
+    GemmParams p;
+    p.row_scale = row_scale;
+    p.ch_scale = ch_scale;
+    p.global = a->global_scale;
+    p.out = a->out;
+    p.ldo = a->ldo;
+    p.out_dtype = a->out_dtype;
+    p.accumulate = a->accumulate;
+    p.m = (int)a->m;
+    p.n = (int)a->n;
+    p.k = (int)a->k;
+    p.tiles_m = 0;
+    p.tiles_n = 0;
+    p.lag = tops_cu::env_or("TOPS_CUDA_FP8_LAG", 0) != 0;
+    p.dp_tiles = 0;
+    p.share_b = 0;
+    p.flags = flags;
+    p.partials = partials;
+    p.a_rows = a_rows;
+    if (ET != kE4M3) p.lag = 0;
+    if (persist)
+        return a->out_dtype == TOPS_DT_F32 ? launch_persistent<float, ET, CV>(ma, mb, mc, p, pl, shape, stream, what)
+               : a->out_dtype == TOPS_DT_F16
+                   ? launch_persistent<__half, ET, CV>(ma, mb, mc, p, pl, shape, stream, what)
+                   : launch_persistent<__nv_bfloat16, ET, CV>(ma, mb, mc, p, pl, shape, stream, what);
+    // 4-element stores need every row start 4-element aligned.
+    const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
+    return shape == kNarrow ? launch_gemm<kNarrow, ET, CV>(ma, mb, p, vec, stream, what)
+           : shape == kMid  ? launch_gemm<kMid, ET, CV>(ma, mb, p, vec, stream, what)
+                            : launch_gemm<kWide, ET, CV>(ma, mb, p, vec, stream, what);
+}
+
+// The persistent kernel applies (TMA stores: 16-byte aligned rows;
+// accumulate reads the output, which the one-CTA-per-tile kernel does;
+// TOPS_CUDA_FP8_PERSIST=0 forces that one, for A/B runs); *mc its output map.
+bool persistent_ok(const tops__cu_matmul_args *a, CUtensorMap *mc) {
+    const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    return !a->accumulate && (uintptr_t)a->out % 16 == 0 && (a->ldo * esz) % 16 == 0 &&
+           tops_cu::env_or("TOPS_CUDA_FP8_PERSIST", 1) != 0 && make_out_map(mc, a);
 }
 
 } // namespace
@@ -1005,23 +1323,18 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
         *what = "the FP8 path's M";
         return (int)cudaErrorInvalidValue;
     }
-    // The persistent kernel (TMA stores: 16-byte aligned rows; accumulate
-    // reads the output, which the one-CTA-per-tile kernel does;
-    // TOPS_CUDA_FP8_PERSIST=0 forces that one, for A/B runs) and its
-    // stream-K flags and partial tiles, placed after the activations.
-    const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    // The persistent kernel and its stream-K flags and partial tiles, placed
+    // after the activations.
     CUtensorMap mc;
-    const bool persist = !a->accumulate && (uintptr_t)a->out % 16 == 0 && (a->ldo * esz) % 16 == 0 &&
-                         tops_cu::env_or("TOPS_CUDA_FP8_PERSIST", 1) != 0 && make_out_map(&mc, a);
+    const bool persist = persistent_ok(a, &mc);
+    const int shape = pick_shape((int)a->m, (int)a->n, kE4M3), narrow = shape != kWide;
     // Clusters where the device can run them (the tensor maps' boxes follow:
     // a shared operand is loaded in halves).
-    int cl = persist ? cluster_mode() : 0;
-    const int max_cl = !cl                            ? 0
-                       : a->out_dtype == TOPS_DT_F32 ? max_clusters<float>()
-                       : a->out_dtype == TOPS_DT_F16 ? max_clusters<__half>()
-                                                     : max_clusters<__nv_bfloat16>();
+    int cl = persist && !narrow ? cluster_mode() : 0;
+    const int max_cl = cl ? max_clusters_for<kE4M3>(a->out_dtype) : 0;
     if (max_cl < 1) cl = 0;
-    const PersistPlan pl = plan_persistent((int)a->m, (int)a->n, cl, max_cl);
+    const PersistPlan pl =
+        plan_persistent((int)a->m, (int)a->n, shape == kNarrow ? 128 : shape == kMid ? 192 : 256, cl, max_cl, !narrow);
     const bool sk = persist && pl.sk;
     const size_t qbytes = (size_t)a->m * (size_t)a->k_pad, sbytes = ((size_t)a->m * sizeof(float) + 255) & ~(size_t)255,
                  fbytes = sk ? ((size_t)pl.grid * sizeof(unsigned) + 255) & ~(size_t)255 : 0,
@@ -1049,48 +1362,54 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     // with 4).
     err = tops_cu::quant_act_e4m3(a, ws, row_scale, 1, flags, nflags);
     if (err != cudaSuccess) *what = "the activation quantization launch";
-
-    constexpr int bn = 256;
-    CUtensorMap ma, mb;
-    if (err == cudaSuccess && (!make_map(&ma, ws, (int)a->m, (int)a->k, a->k_pad, cl == 2 ? kBM / 2 : kBM) ||
-                               !make_map(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad, cl == 1 ? bn / 2 : bn))) {
-        err = cudaErrorInvalidValue;
-        *what = "cuTensorMapEncodeTiled for the FP8 operands";
-    }
-    if (err == cudaSuccess) {
-        GemmParams p;
-        p.row_scale = row_scale;
-        p.ch_scale = static_cast<const float *>(f->ch_scales);
-        p.global = a->global_scale;
-        p.out = a->out;
-        p.ldo = a->ldo;
-        p.out_dtype = a->out_dtype;
-        p.accumulate = a->accumulate;
-        p.m = (int)a->m;
-        p.n = (int)a->n;
-        p.k = (int)a->k;
-        p.tiles_m = 0;
-        p.tiles_n = 0;
-        p.lag = tops_cu::env_or("TOPS_CUDA_FP8_LAG", 0) != 0;
-        p.dp_tiles = 0;
-        p.share_b = 0;
-        p.flags = flags;
-        p.partials = sk ? reinterpret_cast<float *>(ws + qbytes + sbytes + fbytes) : nullptr;
-        if (persist)
-            err = a->out_dtype == TOPS_DT_F32   ? launch_persistent<float>(ma, mb, mc, p, pl, stream, what)
-                  : a->out_dtype == TOPS_DT_F16 ? launch_persistent<__half>(ma, mb, mc, p, pl, stream, what)
-                                                : launch_persistent<__nv_bfloat16>(ma, mb, mc, p, pl, stream, what);
-        else {
-            // 4-element stores need every row start 4-element aligned.
-            const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
-            err = launch_gemm<bn, 4>(ma, mb, p, vec, stream, what);
-        }
-    }
+    if (err == cudaSuccess)
+        err = run_gemm<kE4M3>(a, ws, a->k_pad, f->weights, a->k_pad, row_scale, static_cast<const float *>(f->ch_scales),
+                              persist, mc, pl, shape, flags,
+                              sk ? reinterpret_cast<float *>(ws + qbytes + sbytes + fbytes) : nullptr, stream, what);
     cudaError_t e2 = cudaFreeAsync(ws, stream);
     if (err == cudaSuccess && e2 != cudaSuccess) {
         err = e2;
         *what = "cudaFreeAsync of the FP8 activation workspace";
     }
+    return (int)err;
+}
+
+// Strict 16-bit GEMM: the activations as they are (f16 or bf16, read by
+// TMA) and the weights row-major [n, k_pad]: 16-bit values of the
+// activations' type, or (codes) e4m3 codes converted to that type in
+// shared memory, channel scales in the epilogue.  cudaErrorNotSupported, launching nothing, where TMA
+// cannot read the activation rows (not 16-byte aligned) or the driver has
+// no tensor-map encoder.
+extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what) {
+    const tops__cu_matmul_args *a = f->io;
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    if (a->m < 1 || a->m > 0x7FFFFFFF / 2 || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 ||
+        !tops_cu::sm90::tensor_map_encoder())
+        return (int)cudaErrorNotSupported;
+    const int et = a->x_bf16 ? kBF16 : kF16;
+    CUtensorMap mc;
+    const bool persist = persistent_ok(a, &mc);
+    const int shape = pick_shape((int)a->m, (int)a->n, et);
+    // Clusters share the weight tile as it lands (not with converted codes).
+    int cl = persist && shape == kWide && !f->codes ? cluster_mode() : 0;
+    const int max_cl = !cl ? 0 : et == kF16 ? max_clusters_for<kF16>(a->out_dtype) : max_clusters_for<kBF16>(a->out_dtype);
+    if (max_cl < 1) cl = 0;
+    const PersistPlan pl =
+        plan_persistent((int)a->m, (int)a->n, shape == kNarrow ? 128 : shape == kMid ? 192 : 256, cl, max_cl, false);
+    const long long lda = a->ldx * 2, ldb = a->k_pad * (f->codes ? 1 : 2);
+    const float *cs = static_cast<const float *>(f->ch_scales);
+    const void *x = a->x, *w = f->weights;
+    cudaError_t err;
+    if (f->codes)
+        err = et == kF16 ? run_gemm<kF16, 1>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
+                                             stream, what)
+                         : run_gemm<kBF16, 1>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
+                                              stream, what);
+    else
+        err = et == kF16 ? run_gemm<kF16>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
+                                          stream, what)
+                         : run_gemm<kBF16>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
+                                           stream, what);
     return (int)err;
 }
 

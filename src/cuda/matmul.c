@@ -1,6 +1,8 @@
 /* tops_matmul2d and tops_pack_right on a GPU: argument checks, packing, and
-   the plan: the weight-streaming kernels (wstream.cu), or in relaxed mode at
-   large M on sm_90 the FP8 GEMM (fp8_gemm.cu). */
+   the plan: the weight-streaming kernels (wbulk.cu, wstream.cu) at small M;
+   on sm_90 the TMA GEMM (fp8_gemm.cu: relaxed FP8, strict 16-bit and
+   converted e4m3 weights), the q8 kernel (wgmma_q8.cu) and the wgmma
+   kernels (wgmma_w.cu) above their thresholds below. */
 #include "cuda/runtime.h"
 
 #include "formats/traits.h"
@@ -65,9 +67,12 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     size_t fbytes = 0, fscale = 0, qbytes = 0;
     int oom = 0;
     st = tops__cuda_pack_host(fn, src, transpose_right, pk, &wb, &sb);
-    if (st == TOPS_OK && relaxed && (src->format.id == TOPS_FMT_E4M3_CH || src->format.id == TOPS_FMT_E4M3) &&
-        fp8_device(device) && !(fb = tops__cuda_pack_fp8_host(src, pk, &fbytes, &fscale)))
-        st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the FP8 layout of right");
+    /* The TMA GEMM's row-major layout (e4m3-ch / e4m3 codes, f16 / bf16 values), in either mode */
+    const int fp8 = src->format.id == TOPS_FMT_E4M3_CH || src->format.id == TOPS_FMT_E4M3;
+    const int h16 = src->format.id == TOPS_FMT_F16 || src->format.id == TOPS_FMT_BF16;
+    if (st == TOPS_OK && (fp8 || h16) && fp8_device(device) &&
+        !(fb = tops__cuda_pack_fp8_host(src, transpose_right, pk, &fbytes, &fscale)))
+        st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the row-major layout of right");
     /* 4-bit weights for the FP8 tensor cores, where the format allows it */
     if (st == TOPS_OK && relaxed && transpose_right && fp8_device(device) &&
         !(qb = tops__cuda_pack_q8_host(src, pk, &qbytes, &oom)) && oom)
@@ -125,7 +130,26 @@ static int64_t min_m_from_env(const char *name, int64_t dflt) {
 static int64_t fp8_min_m(void) { return min_m_from_env("TOPS_CUDA_FP8_MIN_M", 17); }
 
 static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
-    return relaxed && pk->fp8_weights && m >= fp8_min_m();
+    return relaxed && pk->fp8_weights && pk->code == TOPS__CU_CODE_E4M3 && m >= fp8_min_m();
+}
+
+/* The strict 16-bit TMA GEMM (fp8_gemm.cu; f16 / bf16 products, f32
+   sums): f16 / bf16 weights as they are, e4m3-ch / e4m3 codes converted to
+   the activations' type in shared memory, from M = TOPS__CU_H16_MIN_M.
+   H200, 2026-12-02, same-window ratios against cuBLAS f16: f16 28.3 / 30.3 /
+   39.4 / 639.3 us at M = 64 / 128 / 256 / 4096 (1.00x / 0.92x / 0.96x /
+   0.98x; wbulk / the one-ring wgmma kernel took 115.4 / 71.6 / 141.9 /
+   1794), e4m3-ch 34.1 / 46.6 / 57.1 / 1001.7 (before 64.5 / 80.2 / 162 /
+   1942).  M = 16 keeps wbulk: f16 27.3, e4m3-ch 16.4 us (1.01x / 1.68x);
+   this GEMM took 43.8 / 54.4 there before its activation box was cut to M
+   (not measured since; its 128-token tiles are 8x oversized at M = 16). */
+#define TOPS__CU_H16_MIN_M 17
+static int use_h16(const tops__cuda_packed *pk, int64_t m) {
+    const char *force = getenv("TOPS_CUDA_KERNEL");
+    if (force && *force) return 0;
+    return pk->fp8_weights &&
+           (pk->code == TOPS__CU_CODE_F16 || pk->code == TOPS__CU_CODE_BF16 || pk->code == TOPS__CU_CODE_E4M3) &&
+           m >= TOPS__CU_H16_MIN_M;
 }
 
 /* Folded scales (wgmma_w.cu, pack.c's tops__cu_fold_shift): e2m1 weights
@@ -192,15 +216,21 @@ static int use_q8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
 }
 
 /* (f16 activations assumed: the bench's.) */
-const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
-    if (!tops__cuda_is_packed(right)) return "packed on the fly";
-    const tops__cuda_packed *pk = (const tops__cuda_packed *)right->packed_;
+static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed) {
     if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
+    if (use_h16(pk, m))
+        return pk->code == TOPS__CU_CODE_E4M3 ? "wgmma f16/bf16, e4m3 weights converted in shared memory + TMA"
+                                              : "wgmma f16/bf16, both operands by TMA";
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, 0, relaxed, &shift);
     if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
                 : "wgmma m64nNk16, weights from registers + TMA";
+}
+
+const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
+    if (!tops__cuda_is_packed(right)) return "packed on the fly";
+    return path_for((const tops__cuda_packed *)right->packed_, m, relaxed);
 }
 
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
@@ -255,9 +285,11 @@ static tops_status check_rows(const char *fn, const char *what, const tops_tenso
     return TOPS_OK;
 }
 
-tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
-                                const tops_tensor *right, tops_tensor *dest) {
-    static const char fn[] = "tops_matmul2d";
+/* tops_matmul2d on the GPU, or (path != NULL) the same checks and the name
+   of the kernel the call would launch, written into path. */
+static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops_matmul2d_desc *desc,
+                               const tops_tensor *left, const tops_tensor *right, const tops_tensor *dest, char *path,
+                               size_t cap) {
     int device = exec->device.index;
     char name[48];
     tops_status st = tops__cuda_check_device(fn, "exec.device", device);
@@ -320,9 +352,12 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
         st = tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
                         "right is %s but left is %s; plain 16-bit weights must have the activations' type",
                         pk->code == TOPS__CU_CODE_F16 ? "f16" : "bf16", tops_format_name(left->format, name, sizeof name));
+    if (st == TOPS_OK && path)
+        snprintf(path, cap, "cuda:%d %s%s", device, path_for(pk, m, desc->relaxed_precision),
+                 temp ? " (right packed on the call)" : "");
     int prev = -1;
-    if (st == TOPS_OK) st = tops__cuda_enter(fn, device, &prev);
-    if (st == TOPS_OK) {
+    if (st == TOPS_OK && !path) st = tops__cuda_enter(fn, device, &prev);
+    if (st == TOPS_OK && !path) {
         tops__cu_matmul_args a;
         memset(&a, 0, sizeof a);
         a.weights = pk->weights;
@@ -351,12 +386,15 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
         const char *what = "the matmul launch";
         int err;
         if (use_fp8(pk, m, desc->relaxed_precision)) {
-            tops__cu_fp8_args f = {&a, pk->fp8_weights, pk->fp8_scales};
+            tops__cu_fp8_args f = {&a, pk->fp8_weights, pk->fp8_scales, 0};
             err = tops__cu_fp8_launch(&f, &what);
         } else {
             /* each kernel that does not apply launches nothing and passes on */
-            err = use_q8(pk, m, desc->relaxed_precision) ? tops__cu_q8_launch(&a, pk->q8_weights, &what)
-                                                         : (int)cudaErrorNotSupported;
+            tops__cu_fp8_args h = {&a, pk->fp8_weights, pk->fp8_scales, pk->code == TOPS__CU_CODE_E4M3};
+            err = use_h16(pk, m) ? tops__cu_h16_launch(&h, &what) : (int)cudaErrorNotSupported;
+            if (err == (int)cudaErrorNotSupported)
+                err = use_q8(pk, m, desc->relaxed_precision) ? tops__cu_q8_launch(&a, pk->q8_weights, &what)
+                                                             : (int)cudaErrorNotSupported;
             if (err == (int)cudaErrorNotSupported) {
                 a.fold = use_fold(pk, a.x_bf16, desc->relaxed_precision, &a.fold_shift);
                 err = use_wgmma(m, a.fold, a.code, pk->group) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
@@ -373,6 +411,16 @@ tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc 
         (void)tops_cuda_free(device, temp);
     }
     return st;
+}
+
+tops_status tops__cuda_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                                const tops_tensor *right, tops_tensor *dest) {
+    return matmul_call("tops_matmul2d", exec, desc, left, right, dest, NULL, 0);
+}
+
+tops_status tops__cuda_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
+                                     const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap) {
+    return matmul_call("tops_matmul2d_path", exec, desc, left, right, dest, buf, cap);
 }
 
 tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {

@@ -288,11 +288,23 @@ tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int trans
     return TOPS_OK;
 }
 
-void *tops__cuda_pack_fp8_host(const tops_tensor *w, const tops__cuda_packed *pk, size_t *bytes, size_t *scale_offset) {
+void *tops__cuda_pack_fp8_host(const tops_tensor *w, int transpose_right, const tops__cuda_packed *pk, size_t *bytes,
+                               size_t *scale_offset) {
     source_map m;
     const char *why = "";
     *bytes = 0;
     *scale_offset = 0;
+    if ((w->format.id == TOPS_FMT_F16 || w->format.id == TOPS_FMT_BF16) && w->rank == 2 &&
+        map_format(w, transpose_right, &m, &why)) {
+        /* 16-bit values [n, k_pad], zeros past K */
+        uint16_t *v = calloc((size_t)pk->n * (size_t)pk->k_pad, sizeof *v);
+        if (!v) return NULL;
+        for (int64_t r = 0; r < pk->n; r++)
+            for (int64_t k = 0; k < pk->k; k++)
+                v[(size_t)r * (size_t)pk->k_pad + (size_t)k] = (uint16_t)get_code(w, &m, transpose_right, r, k);
+        *bytes = (size_t)pk->n * (size_t)pk->k_pad * sizeof *v;
+        return v;
+    }
     int fp8 = w->format.id == TOPS_FMT_E4M3_CH || w->format.id == TOPS_FMT_E4M3;
     if (!fp8 || w->rank != 2 || !map_format(w, 1, &m, &why)) return NULL;
     /* Codes [n, k_pad] (TMA wants 16-byte row strides), zeros past K. */

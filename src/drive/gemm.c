@@ -47,6 +47,15 @@ static void pack_panel(const tops__kernels *kern, const tops__gemm_operand *op, 
     kern->pack_rows_f32(tmp, kc, valid, kc, panel, width);
 }
 
+tops_status tops__gemm_check_size(const char *fn, int64_t m, int64_t k) {
+    int64_t cells;
+    if (m < 0 || k < 0 || m > INT64_MAX - 32 || k > INT64_MAX - 32 || !tops__mul_i64(m + 32, k + 32, &cells) ||
+        !tops__mul_i64(cells, 16, &cells))
+        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows int64 (M = %lld, K = %lld)",
+                          (long long)m, (long long)k);
+    return TOPS_OK;
+}
+
 /* The calling thread keeps its workspace between calls (fresh pages for
    every call cost more than a small matmul); it is freed when the thread
    exits (src/core/threads.c). */
@@ -77,6 +86,8 @@ void tops__split_n(const tops__gemm_problem *p, int64_t nc_target, int64_t nr, i
 }
 
 tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
+    const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
+    if (size_ok != TOPS_OK) return size_ok;
     const tops__gemm_ukernel *uk = &p->kern->gemm_f32;
     const int64_t mr = uk->mr, nr = uk->nr, M = p->m, N = p->n, K = p->k;
     /* Panels packed for another NR (another ISA) are read like any tensor. */

@@ -74,9 +74,15 @@ typedef struct tops__gemm_problem {
        by tops_pack_right (layout of tops__pack_q8_panels), or NULL. */
     const uint8_t *q8_panels;
     const float *q8_scales;
-    int q8_amx;              /* 1: the panels are tops__pack_amx_panels' i8 ones, 2: its bf16 ones */
+    int q8_amx;              /* the panels are tops__pack_amx_panels': 1 its i8 ones, 2 its bf16 ones */
     tops__nibstream nib_stream; /* prepacked row stream for M <= 4, or data NULL */
 } tops__gemm_problem;
+
+/* Every driver's first check, before any size arithmetic: the unblocked
+   workspace terms (up to M + 32 rows of K elements of up to 16 bytes) fit
+   int64, else TOPS_OVERFLOW under fn (the sizes after it are computed in
+   int64 and checked again in size_t).  Never depends on memory. */
+tops_status tops__gemm_check_size(const char *fn, int64_t m, int64_t k);
 
 /* Runs the problem.  Fails only with TOPS_OUT_OF_MEMORY / TOPS_OVERFLOW
    (named under fn) before anything is written to dest. */
@@ -123,19 +129,29 @@ const tops__gemm_q8_ukernel *tops__gemm_q8_pick(const tops__kernels *kern, const
 void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64_t kp, int64_t g0, int64_t count,
                           uint8_t *panels, float *scales, void *scratch);
 
-/* The AMX driver (drive/gemm_amx.c): right stored [N, K] with any integer
-   form (kern->unpack) whose sub-block is 4, 8, 16 or 32, on a level with
-   AMX kernels: relaxed (kern->amx_q8) or strict (kern->amx_bf16). */
+/* The AMX drivers (drive/gemm_amx.c), on a level with AMX kernels.
+   Integer-form driver (tops__gemm_amx_run): right stored [N, K] with any
+   integer form (kern->unpack) whose sub-block is 4, 8, 16 or 32
+   (tops__gemm_amx_supports), codes in tiles, f32 scaling per sub-block:
+   relaxed i8 activations on the i8 tiles (kern->amx_q8), strict
+   activations as bf16 hi + lo on the bf16 tiles (kern->amx_bf16).
+   bf16 terms (tops__gemm_amx_bf16t_run, kern->amx_bf16t): any right
+   operand (prepacked i8 panels, an integer form, or any format's f32
+   reader), strict (hi + lo activation terms, up to three weight terms) or
+   relaxed (one term each); the plan sends it what the integer-form driver
+   does not take. */
 int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed);
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p);
+tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p);
 /* Prepacked AMX panels of a weight stored [N, K]: tops__amx_groups(N)
    groups of 16 columns (N rounded up to 32), group g's codes in the tile
    layout over all of kp = K rounded up to 32 at panels + g * 16 * kp codes
-   (i8, tops__amx_pack_panel; strict: bf16, tops__amx_pack_panel_bf16),
-   and per sub-block 16 column scales at scales + g * 16 * (kp / sub).
-   Fills groups [g0, g0 + count); scratch holds 16 * kp bytes +
-   16 * (kp / sub) floats.  Missing columns: q = 0, scale 0.  Same bytes
-   as the driver's per-call packing. */
+   (relaxed: i8, tops__amx_pack_panel, read by the i8 tiles and the bf16
+   terms; strict: bf16, tops__amx_pack_panel_bf16, read by the bf16
+   tiles), and per sub-block 16 column scales at scales + g * 16 *
+   (kp / sub).  Fills groups [g0, g0 + count); scratch holds 16 * kp bytes
+   + 16 * (kp / sub) floats.  Missing columns: q = 0, scale 0.  Same bytes
+   as the drivers' per-call packing. */
 int64_t tops__amx_groups(int64_t n);
 void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t kp, int64_t g0,
                            int64_t count, void *panels, float *scales, void *scratch);
@@ -200,8 +216,8 @@ typedef struct tops__packed_right {
     const float *q8_scales;
     size_t q8_bytes;
     int q8_amx; /* packed at a level with AMX kernels: tops__pack_amx_panels'
-                   layout (every integer form), not the 8-column one: 1 i8
-                   codes (relaxed), 2 bf16 codes (strict) */
+                   layout (every integer form), not the 8-column one: 1 its
+                   i8 panels (relaxed), 2 its bf16 ones (strict) */
     /* Also packed relaxed, where tops__nibstream_scale_bytes allows: the
        row driver's four-row stream (M <= 4), data NULL otherwise. */
     tops__nibstream nib_stream;

@@ -1,13 +1,21 @@
-/* The AMX driver for weights of any integer form (|q| <= 128: int8/int4/
-   int2 groups, q4_0, q8_0, the fp4 formats...).  Relaxed: activations
-   quantized to i8 per sub-block once per M chunk, as the other relaxed
-   drivers do, weights as i8 codes (amx_q8).  Strict: activations split
-   into two bf16 terms, weights' codes as bf16 (amx_bf16).  Weights in the
-   tile layout (prepacked by tops_pack_right, or unpacked per K block),
-   then the kernel over 32 x 32 outputs at a time.  K is never split across
-   threads and its blocking does not depend on the thread count, and a
-   column's sums do not depend on the N blocking: the same bits for any
-   thread count, packed or plain. */
+/* The AMX drivers.
+   Integer-form driver (weights with an integer form |q| <= 128: int8/
+   int4/int2 groups, q4_0, q8_0, the fp4 formats...; weights as codes in
+   the tile layout, prepacked by tops_pack_right or unpacked per K block,
+   f32 scaling per sub-block).  Relaxed (amx_q8): activations quantized to
+   i8 per sub-block once per M chunk, as the other relaxed drivers do, i8
+   codes.  Strict (amx_bf16): activations split into two bf16 terms once
+   per M chunk, codes as bf16 (exact).
+   bf16 terms (amx_bf16t: strict calls on weights without an integer form,
+   relaxed ones from amx_bf16t.relaxed_min_m rows): activations split
+   once per M chunk into bf16 terms (strict: hi + lo, relaxed: hi), each
+   32-column pair of the weights decoded per K block into bf16 terms of
+   code x scale (one to three, as many as the block's values need), then
+   one kernel call per 32 x 32 outputs and K block, tdpbf16ps only.
+   K is never split across threads and its blocking does not depend on the
+   thread count, and a column's sums do not depend on the N blocking (the
+   number of weight terms is decided per 32-column pair and K block): the
+   same bits for any thread count, packed or plain. */
 #include "drive/gemm.h"
 #include "core/threads.h"
 
@@ -18,16 +26,23 @@
 
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
 
-int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed) {
-    const int have = relaxed ? kern->amx_q8.run != NULL : kern->amx_bf16 != NULL;
-    if (!have || w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
+/* Whether w's integer form fits the tile panels (sub-blocks of 4..32
+   dividing 32). */
+static int panels_fit(const tops__kernels *kern, const tops_tensor *w) {
+    if (w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
     const int sub = tops__unpack_sub(w);
     return sub >= 4 && sub % 4 == 0 && 32 % sub == 0;
 }
 
+int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed) {
+    const int have = relaxed ? kern->amx_q8.run != NULL : kern->amx_bf16 != NULL;
+    return have && panels_fit(kern, w);
+}
+
 /* One 16-column group over [k0, k0 + kc): valid columns exist, the rest
    get q = 0, scale 0.  rows: 16 * kc codes, qs: 16 * kc / sub scales;
-   panel: i8 codes (tops__amx_pack_panel) or, strict, bf16 ones. */
+   panel: i8 codes (tops__amx_pack_panel) or, strict, bf16 ones
+   (tops__amx_pack_panel_bf16). */
 static void pack_group(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t n0, int64_t valid,
                        int64_t k0, int64_t kc, int sub, int8_t *rows, float *qs, void *panel, float *pscale) {
     const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
@@ -70,23 +85,36 @@ typedef struct row_bufs {
     uint16_t *h, *l;  /* kp bf16 each */
 } row_bufs;
 
-/* Row m of the left operand (m < 0: a padding row of zeros) over kp
-   (padded) elements into the kernels' tile order at row i of the chunk:
-   row tile t = i / 16, block b at (t * n_subs + b) * 16 * sub elements,
-   row i % 16 of it.  Relaxed: i8 codes into aq and the block scale at
-   as[(t * n_subs + b) * 16 + i % 16].  Strict: hi = bf16(a) into ah and
-   lo = bf16(a - hi) into al (round to nearest even: a = hi + lo to about
-   2^-18 |a|). */
+/* Row m of the left operand (m < 0: a padding row of zeros) into r->f
+   over kp (padded) elements. */
+static void read_left_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t kp,
+                          float *f) {
+    if (m >= 0) {
+        tops__left_row(kern, &p->left, m, p->k, f);
+        for (int64_t x = p->k; x < kp; x++) f[x] = 0.0f;
+    } else {
+        for (int64_t x = 0; x < kp; x++) f[x] = 0.0f;
+    }
+}
+
+/* hi = bf16(a) into r->h and lo = bf16(a - hi) into r->l over kp
+   elements of r->f (round to nearest even: a = hi + lo to 2^-16 |a|). */
+static void split_hi_lo(const tops__kernels *kern, int64_t kp, const row_bufs *r) {
+    kern->f32_to_bf16_row(r->h, r->f, kp);
+    kern->bf16_to_f32_row(r->g, r->h, kp);
+    for (int64_t x = 0; x < kp; x++) r->g[x] = r->f[x] - r->g[x];
+    kern->f32_to_bf16_row(r->l, r->g, kp);
+}
+
+/* The integer-form driver's row i of the chunk (row m of the left) in
+   tile order: row tile t = i / 16, block b at (t * n_subs + b) * 16 * sub
+   elements, row i % 16 of it.  Relaxed: i8 codes per sub-block into aq
+   and the block scale at as[(t * n_subs + b) * 16 + i % 16].  Strict: hi
+   into ah and lo into al (bf16). */
 static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t i, int64_t kp,
                      int sub, const row_bufs *r, int8_t *aq, float *as, uint16_t *ah, uint16_t *al) {
-    const tops__gemm_operand *left = &p->left;
     const int64_t n_subs = kp / sub, t = i / 16, row = i % 16;
-    if (m >= 0) {
-        tops__left_row(kern, left, m, p->k, r->f);
-        for (int64_t x = p->k; x < kp; x++) r->f[x] = 0.0f;
-    } else {
-        for (int64_t x = 0; x < kp; x++) r->f[x] = 0.0f;
-    }
+    read_left_row(kern, p, m, kp, r->f);
     if (p->relaxed) {
         kern->quantize_q8(r->f, kp, sub, r->q, r->s);
         for (int64_t b = 0; b < n_subs; b++) {
@@ -95,10 +123,7 @@ static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int
         }
         return;
     }
-    kern->f32_to_bf16_row(r->h, r->f, kp);
-    kern->bf16_to_f32_row(r->g, r->h, kp);
-    for (int64_t x = 0; x < kp; x++) r->g[x] = r->f[x] - r->g[x];
-    kern->f32_to_bf16_row(r->l, r->g, kp);
+    split_hi_lo(kern, kp, r);
     for (int64_t b = 0; b < n_subs; b++) {
         memcpy(ah + ((t * n_subs + b) * 16 + row) * sub, r->h + b * sub, (size_t)sub * 2);
         memcpy(al + ((t * n_subs + b) * 16 + row) * sub, r->l + b * sub, (size_t)sub * 2);
@@ -106,6 +131,8 @@ static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int
 }
 
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
+    const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
+    if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int sub = tops__unpack_sub(w), strict = !p->relaxed;
@@ -216,7 +243,200 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                 }
                 tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
             }
-            kern->amx_q8.release();
+            if (kern->amx_q8.release) kern->amx_q8.release();
+        }
+    }
+    return TOPS_OK;
+}
+
+/* ---- bf16 terms ---- */
+
+enum { KC_BF16T = 512, MAX_WTERMS = 3 };
+
+/* The term pairs of the kernel for na activation terms and nw weight
+   terms, in an order that reuses each loaded tile.  Strict: every product
+   but a_lo . w_2 (below 2^-24 of |a w|); relaxed: a . w. */
+static int term_pairs(int na, int nw, uint8_t *pa, uint8_t *pb) {
+    static const uint8_t sa[5] = {0, 1, 1, 0, 0}, sb[5] = {0, 0, 1, 1, 2};
+    const int np = na == 1 ? nw : nw == 1 ? 2 : nw == 2 ? 4 : 5;
+    for (int i = 0; i < np; i++) {
+        pa[i] = na == 1 ? 0 : sa[i];
+        pb[i] = na == 1 ? (uint8_t)i : sb[i];
+    }
+    return np;
+}
+
+/* Row i of the chunk (row m of the left) as na bf16 terms in tile order:
+   row tile t = i / 16, step s (32 k), term u at
+   ((t * steps + s) * na + u) * 512 + (i % 16) * 32.  hi = bf16(a), lo =
+   bf16(a - hi) (round to nearest even: a = hi + lo to 2^-16 |a|). */
+static void left_row_terms(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t i, int64_t kp,
+                           int na, const row_bufs *r, uint16_t *a) {
+    const int64_t steps = kp / 32, t = i / 16, row = i % 16;
+    read_left_row(kern, p, m, kp, r->f);
+    if (na > 1) split_hi_lo(kern, kp, r);
+    else kern->f32_to_bf16_row(r->h, r->f, kp);
+    for (int64_t s = 0; s < steps; s++) {
+        uint16_t *dst = a + ((t * steps + s) * na) * 512 + row * 32;
+        memcpy(dst, r->h + s * 32, 64);
+        if (na > 1) memcpy(dst + 512, r->l + s * 32, 64);
+    }
+}
+
+/* The weights of columns [n0, n0 + 32) over [k0, k0 + kc) as bf16 terms:
+   group g (16 columns) at out + g * (kc / 32) * nslots * 512.  Returns the
+   terms the pair needs (1..nslots).  Sources, fastest first: the
+   prepacked i8 panels, the integer form unpacked, any format read as f32. */
+typedef struct terms_bufs {
+    int8_t *panel;   /* 16 * kc codes */
+    float *pscale;   /* 16 * (kc / sub) scales */
+    int8_t *rows;    /* 16 * kc codes */
+    float *qs;       /* 16 * (kc / sub) scales */
+    float *f, *tr;   /* 32 * kc floats each */
+} terms_bufs;
+
+static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int64_t kc, int64_t kp, int nslots,
+                       const terms_bufs *tb, uint16_t *out) {
+    const tops__kernels *kern = p->kern;
+    const tops_tensor *w = p->right.t;
+    const int64_t group_terms = (kc / 32) * nslots * 512;
+    int need = 1;
+    if (p->q8_panels && p->q8_amx == 1) { /* prepacked i8 panels: group g over all of kp, this K block at k0 * 16 codes */
+        const int sub = tops__unpack_sub(w);
+        const int64_t n_subs = kp / sub;
+        for (int g = 0; g < 2; g++) {
+            const int64_t gg = n0 / 16 + g;
+            const int u = kern->amx_bf16t.terms_q8((const int8_t *)p->q8_panels + gg * 16 * kp + k0 * 16,
+                                                   p->q8_scales + gg * 16 * n_subs + k0 / sub * 16, sub, kc, nslots,
+                                                   out + g * group_terms);
+            need = u > need ? u : need;
+        }
+        return need;
+    }
+    if (p->right.read == tops__read_rect_unpack && panels_fit(kern, w)) {
+        const int sub = tops__unpack_sub(w);
+        for (int g = 0; g < 2; g++) {
+            int64_t valid = p->n - (n0 + g * 16);
+            valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
+            pack_group(kern, w, 0, n0 + g * 16, valid, k0, kc, sub, tb->rows, tb->qs, tb->panel, tb->pscale);
+            const int u = kern->amx_bf16t.terms_q8(tb->panel, tb->pscale, sub, kc, nslots, out + g * group_terms);
+            need = u > need ? u : need;
+        }
+        return need;
+    }
+    /* f32 panels of 32 columns (tops_pack_right at an AVX-512 level): read in place. */
+    const tops__packed_right *pk = p->right.packed;
+    if (pk && pk->panels && pk->nr == 32 && n0 % 32 == 0 && k0 + kc <= pk->k) {
+        const float *src = pk->panels + (n0 / 32) * pk->k * 32 + k0 * 32;
+        for (int g = 0; g < 2; g++) {
+            const int u = kern->amx_bf16t.terms_f32(src + g * 16, 32, kc, nslots, out + g * group_terms);
+            need = u > need ? u : need;
+        }
+        return need;
+    }
+    /* Any format through its f32 reader into f[k * 32 + j] (zero past N and K). */
+    const int64_t nn = p->n - n0 < 32 ? p->n - n0 : 32, kk = p->k - k0 < kc ? (p->k - k0 > 0 ? p->k - k0 : 0) : kc;
+    for (int64_t x = 0; x < 32 * kc; x++) tb->f[x] = 0.0f;
+    if (kk > 0) {
+        if (p->right.k_major) {
+            p->right.read(kern, w, k0, kk, n0, nn, tb->f, 32);
+        } else {
+            p->right.read(kern, w, n0, nn, k0, kk, tb->tr, kc);
+            kern->transpose_f32(tb->f, 32, tb->tr, kc, nn, kk);
+        }
+    }
+    for (int g = 0; g < 2; g++) {
+        const int u = kern->amx_bf16t.terms_f32(tb->f + g * 16, 32, kc, nslots, out + g * group_terms);
+        need = u > need ? u : need;
+    }
+    return need;
+}
+
+tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p) {
+    const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
+    if (size_ok != TOPS_OK) return size_ok;
+    const tops__kernels *kern = p->kern;
+    const tops_tensor *w = p->right.t;
+    const int na = p->relaxed ? 1 : 2, nslots = p->relaxed ? 1 : MAX_WTERMS;
+    const int sub = p->right.read == tops__read_rect_unpack ? tops__unpack_sub(w) : 32; /* for the unpack buffers */
+    const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;
+    const int64_t kc_max = tops__balanced_block(kp, KC_BF16T, 32), k_blocks = tops__ceil_div(kp, kc_max);
+    const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
+
+    int threads;
+    int64_t nc, n_blocks;
+    tops__split_n(p, NC_DEFAULT, 32, &threads, &nc, &n_blocks);
+    threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
+
+    /* Workspace: the left of one chunk as bf16 terms in tile order, then
+       per thread the pair's weight terms, the decode buffers, the
+       accumulators and row buffers. */
+    const size_t left_bytes = (size_t)tops__round_up(m_chunk * kp * na * 2, 64);
+    const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64);
+    const size_t code_bytes = (size_t)tops__round_up(16 * kc_max, 64);
+    const size_t scale_bytes = (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
+    const size_t f_bytes = (size_t)tops__round_up(32 * kc_max * 4, 64);
+    const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);
+    const size_t rf = (size_t)tops__round_up(kp * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
+    const size_t per_thread = wterm_bytes + 2 * code_bytes + 2 * scale_bytes + 2 * f_bytes + acc_bytes + 2 * rf + 2 * rh;
+    size_t bytes, more;
+    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
+        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
+    unsigned char *ws = tops__workspace_get(p, bytes);
+    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    uint16_t *a = (uint16_t *)ws;
+
+    for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
+        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
+        const int64_t m_pad = m_tiles * 16;
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads) if (threads > 1)
+#endif
+        {
+#ifdef _OPENMP
+            const int tid = omp_get_thread_num();
+#else
+            const int tid = 0;
+#endif
+            TOPS__NOTE_REGION();
+            unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
+            uint16_t *wt = (uint16_t *)mine;
+            unsigned char *q = mine + wterm_bytes;
+            const terms_bufs tb = {(int8_t *)q, (float *)(q + code_bytes), (int8_t *)(q + code_bytes + scale_bytes),
+                                   (float *)(q + 2 * code_bytes + scale_bytes),
+                                   (float *)(q + 2 * code_bytes + 2 * scale_bytes),
+                                   (float *)(q + 2 * code_bytes + 2 * scale_bytes + f_bytes)};
+            float *acc = (float *)(q + 2 * code_bytes + 2 * scale_bytes + 2 * f_bytes);
+            unsigned char *t = (unsigned char *)acc + acc_bytes;
+            const row_bufs rb = {(float *)t, (float *)(t + rf), NULL, NULL, (uint16_t *)(t + 2 * rf),
+                                 (uint16_t *)(t + 2 * rf + rh)};
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t i = 0; i < m_pad; i++) left_row_terms(kern, p, i < mm ? m0 + i : -1, i, kp, na, &rb, a);
+#ifdef _OPENMP
+#pragma omp for schedule(dynamic, 1)
+#endif
+            for (int64_t jb = 0; jb < n_blocks; jb++) {
+                const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
+                for (int64_t kb = 0; kb < k_blocks; kb++) {
+                    const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, steps = kc / 32;
+                    for (int64_t jp = 0; jp < pairs; jp++) {
+                        const int nw = decode_pair(p, n0 + jp * 32, k0, kc, kp, nslots, &tb, wt);
+                        uint8_t pa[8], pb[8];
+                        const int np = term_pairs(na, nw, pa, pb);
+                        const uint16_t *b0 = wt, *b1 = wt + steps * nslots * 512;
+                        for (int64_t it = 0; it < m_tiles; it += 2) {
+                            const int mt = m_tiles - it >= 2 ? 2 : 1;
+                            kern->amx_bf16t.run(mt, steps, a + (it * steps_all + k0 / 32) * na * 512,
+                                                steps_all * na * 512, na * 512, b0, b1, nslots * 512, np, pa, pb,
+                                                acc + it * 16 * nc + jp * 32, nc, kb > 0);
+                        }
+                    }
+                }
+                tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
+            }
+            if (kern->amx_q8.release) kern->amx_q8.release();
         }
     }
     return TOPS_OK;

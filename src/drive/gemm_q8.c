@@ -86,6 +86,8 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
 }
 
 tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
+    const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
+    if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int sub = tops__unpack_sub(w);

@@ -186,6 +186,8 @@ static void permute_even_odd(int8_t *blk) {
 }
 
 tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
+    const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
+    if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const tops__unpacker up = kern->unpack[w->format.id];
@@ -215,9 +217,6 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 
     /* Workspace: activations (f32, and i8 + scales when relaxed), then per
        thread one unpacked chunk and an accumulator block. */
-    int64_t cells;
-    if (!tops__mul_i64(M, kp, &cells) || !tops__mul_i64(cells, 8, &cells))
-        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows int64");
     size_t act = (size_t)(M * kp) * sizeof(float) * (permuted ? 2 : 1), act_q = relaxed ? (size_t)(M * kp) : 0;
     size_t act_s = relaxed ? 2 * (size_t)(M * n_subs) * sizeof(float) : 0; /* scales, corrections */
     /* the row stream's activations: per row and super-block 256 codes, 8 each of scale, corr, bias, 16 range bytes */

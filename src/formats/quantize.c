@@ -5,6 +5,7 @@
 #include "formats/codec_impl.h"
 #include "formats/elem.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
@@ -285,6 +286,47 @@ static tops_status check_codec_layout(const char *fn, const char *name, const to
 
 /* ---- quantize -------------------------------------------------------------------- */
 
+/* The largest finite value of a plain element format without its own
+   range (the 8-, 6-, 4- and 2-bit floats and integers); 0 for the others
+   (f32, f16, bf16 and every format with scales keep their tensor scale). */
+static float plain_max_finite(const tops_format_info *info) {
+    if (info->block != 1 || info->scale_default != TOPS_DT_NONE || info->codebook || info->has_tensor_scale) return 0.0f;
+    switch (info->element) {
+    case TOPS_DT_E4M3: return 448.0f;
+    case TOPS_DT_E5M2: return 57344.0f;
+    case TOPS_DT_E2M3: return 7.5f;
+    case TOPS_DT_E3M2: return 28.0f;
+    case TOPS_DT_E2M1: return 6.0f;
+    case TOPS_DT_I8: return 127.0f;
+    case TOPS_DT_U8: return 255.0f;
+    case TOPS_DT_I4: return 7.0f;
+    case TOPS_DT_U4: return 15.0f;
+    case TOPS_DT_I2: return 1.0f;
+    case TOPS_DT_U2: return 3.0f;
+    default: return 0.0f;
+    }
+}
+
+/* The largest finite |x| of an f32 tensor of any strides (NaN and Inf left out). */
+static float finite_amax(const tops_tensor *t) {
+    int64_t idx[TOPS_MAX_RANK] = {0};
+    float amax = 0.0f;
+    const float *base = t->data;
+    int last = t->rank - 1;
+    for (;;) {
+        int64_t off = 0;
+        for (int d = 0; d < last; d++) off += idx[d] * t->stride[d];
+        for (int64_t k = 0; k < t->extent[last]; k++) {
+            float a = fabsf(base[off + k * t->stride[last]]);
+            if (a <= FLT_MAX && a > amax) amax = a;
+        }
+        int d = last - 1;
+        while (d >= 0 && ++idx[d] == t->extent[d]) idx[d--] = 0;
+        if (d < 0) break;
+    }
+    return amax;
+}
+
 tops_status tops_quantize(const tops_tensor *src, tops_tensor *dst, const tops_quantize_opts *opts) {
     static const char fn[] = "tops_quantize";
     tops_status st = check_pair(fn, "src", src, "dst", dst);
@@ -304,6 +346,13 @@ tops_status tops_quantize(const tops_tensor *src, tops_tensor *dst, const tops_q
     if (src->data == dst->data)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "src and dst share their data pointer; quantize cannot run in place");
 
+    if (opts && opts->scale_from_data) {
+        float top = plain_max_finite(tops_format_get_info(dst->format.id));
+        if (top > 0.0f) {
+            float amax = finite_amax(src);
+            dst->tensor_scale = amax > 0.0f && amax / top > 0.0f ? amax / top : 1.0f;
+        }
+    }
     tops__qctx ctx;
     init_ctx(&ctx, dst);
     ctx.lut_iterations = opts && opts->lut_iterations > 0 ? opts->lut_iterations : 8;

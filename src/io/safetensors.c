@@ -8,7 +8,7 @@
    name, dtype, shape, range and size against what the format needs before
    allocating anything, and demands that the ranges tile the data section
    exactly, as the reference implementation does. */
-#include "io/io.h"
+#include "io/model.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -214,7 +214,7 @@ static int json_uint(const cJSON *v, uint64_t *out) {
 }
 
 /* "[N, K]": 1..4 positive decimal integers. */
-static int parse_shape_text(const char *s, int *rank, int64_t *extent) {
+int tops__st_parse_shape(const char *s, int *rank, int64_t *extent) {
     int r = 0;
     while (*s == ' ') s++;
     if (*s++ != '[') return 0;
@@ -270,7 +270,7 @@ static tops_status parse_metadata(const char *fn, const cJSON *meta, st_meta *m)
     }
     if (m->format.id == TOPS_FMT_PACKED)
         return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ format \"packed\" is never stored");
-    if (!parse_shape_text(shape->valuestring, &m->rank, m->extent))
+    if (!tops__st_parse_shape(shape->valuestring, &m->rank, m->extent))
         return tops__fail(TOPS_PARSE_ERROR, fn,
                           "__metadata__ shape \"%.80s\" is not a list of 1 to %d integers such as \"[4096, 4096]\"",
                           shape->valuestring, TOPS_MAX_RANK);
@@ -398,7 +398,7 @@ static tops_status check_tiling(const char *fn, const st_plane pl[PL_COUNT], uin
 /* Offset of the first byte that breaks UTF-8 (overlong forms, surrogates and
    code points past U+10FFFF included), or n if the text is valid: the
    format requires a UTF-8 header and cJSON does not check. */
-static size_t utf8_invalid_at(const unsigned char *s, size_t n) {
+size_t tops__utf8_invalid_at(const unsigned char *s, size_t n) {
     size_t i = 0;
     while (i < n) {
         unsigned c = s[i];
@@ -444,7 +444,7 @@ static tops_status read_layout(const tops__source *src, st_meta *m, st_plane pl[
         free(text);
         return tops__fail(TOPS_PARSE_ERROR, fn, "%s: the header does not start with '{'", src->what);
     }
-    size_t bad_at = utf8_invalid_at((const unsigned char *)text, (size_t)n);
+    size_t bad_at = tops__utf8_invalid_at((const unsigned char *)text, (size_t)n);
     if (bad_at != n) {
         free(text);
         return tops__fail(TOPS_PARSE_ERROR, fn, "%s: the header is not UTF-8 (byte %zu)", src->what, bad_at);
@@ -547,4 +547,258 @@ tops_status tops_safetensors_load(const char *path, tops_tensor *out) {
 
 tops_status tops_safetensors_load_buffer(const void *data, size_t size, tops_tensor *out) {
     return tops__load_buffer("tops_safetensors_load_buffer", data, size, load, out);
+}
+
+tops_status tops__st_layout_of(const char *fn, tops_format f, int rank, const int64_t *extent,
+                               tops__st_layout *out) {
+    st_meta m;
+    memset(&m, 0, sizeof m);
+    m.format = f;
+    m.rank = rank;
+    for (int d = 0; d < rank; d++) m.extent[d] = extent[d];
+    st_plane pl[PL_COUNT];
+    tops_status st = expected_planes(fn, &m, pl);
+    if (st != TOPS_OK) return st;
+    memset(out, 0, sizeof *out);
+    for (int p = 0; p < PL_COUNT; p++) {
+        out->present[p] = pl[p].present;
+        out->dtype[p] = pl[p].dtype;
+        for (int d = 0; d < rank; d++) out->shape[p][d] = pl[p].shape[d];
+        out->bytes[p] = pl[p].bytes;
+    }
+    return TOPS_OK;
+}
+
+/* ---- many tensors: tops_model_save ------------------------------------------- */
+
+int tops__st_dtype_bits(const char *name);
+
+/* One stored safetensors entry of the file being written. */
+typedef struct w_entry {
+    char *name;                 /* owned */
+    const char *dtype;
+    size_t elem_bytes;
+    int rank;
+    int64_t shape[TOPS_MODEL_MAX_RANK];
+    uint64_t bytes, begin;
+    tops__strided mem;          /* tensor planes */
+    const void *raw;            /* raw entries: contiguous bytes */
+} w_entry;
+
+typedef struct w_state {
+    w_entry *e;
+    size_t n, cap;
+    cJSON *meta;
+} w_state;
+
+static tops_status w_push(const char *fn, w_state *w, const char *base, const char *suffix, w_entry *tmpl) {
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        w_entry *e = realloc(w->e, cap * sizeof *e);
+        if (!e) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for %zu entries", cap);
+        w->e = e;
+        w->cap = cap;
+    }
+    size_t len = strlen(base) + strlen(suffix) + 1;
+    tmpl->name = malloc(len);
+    if (!tmpl->name) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for a name");
+    snprintf(tmpl->name, len, "%s%s", base, suffix);
+    w->e[w->n++] = *tmpl;
+    return TOPS_OK;
+}
+
+static int add_meta(cJSON *meta, const char *base, const char *suffix, const char *value) {
+    char key[64 + 4096];
+    if (strlen(base) > 4096) return 0;
+    snprintf(key, sizeof key, "%s%s", base, suffix);
+    if (cJSON_GetObjectItemCaseSensitive(meta, key)) return -1;
+    return cJSON_AddStringToObject(meta, key, value) != NULL;
+}
+
+static tops_status w_tensor(const char *fn, w_state *w, size_t i, const tops_named_tensor *nt) {
+    const tops_tensor *t = nt->tensor;
+    tops_status st = tops__check_tensor(fn, "tensors[i].tensor", t);
+    if (st != TOPS_OK) return st;
+    if (t->memory.kind != TOPS_DEVICE_CPU)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "tensor \"%.200s\" is in device memory; copy it to the host first",
+                          nt->name);
+    if (t->format.id == TOPS_FMT_PACKED)
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "tensor \"%.200s\" is packed, a kernel's private layout; save the "
+                          "tensor it was packed from", nt->name);
+    st_plane pl[PL_COUNT];
+    st = describe_planes(fn, t, pl);
+    if (st != TOPS_OK) return st;
+    const tops_format_info *info = tops_format_get_info(t->format.id);
+    size_t eb;
+    int plain = info->block == 1 && info->pack_elems == 1 && !info->gguf && st_dtype(info->element, &eb) &&
+                info->element != TOPS_DT_MXINT8 && t->tensor_scale == 1.0f && !info->has_tensor_scale;
+    static const char *const suffix[PL_COUNT] = {"", ".scales", ".biases", ".codebook"};
+    for (int p = 0; p < PL_COUNT; p++) {
+        if (!pl[p].present) continue;
+        w_entry e;
+        memset(&e, 0, sizeof e);
+        e.dtype = pl[p].dtype;
+        e.elem_bytes = pl[p].elem_bytes;
+        e.rank = pl[p].rank;
+        for (int d = 0; d < e.rank; d++) e.shape[d] = pl[p].shape[d];
+        e.bytes = pl[p].bytes;
+        e.mem = pl[p].mem;
+        st = w_push(fn, w, nt->name, suffix[p], &e);
+        if (st != TOPS_OK) return st;
+    }
+    if (plain) return TOPS_OK;
+    char name[64], text[160];
+    tops_format_name(t->format, name, sizeof name);
+    shape_text(text, sizeof text, t->rank, t->extent);
+    int ok = add_meta(w->meta, nt->name, ".format", name) > 0 && add_meta(w->meta, nt->name, ".shape", text) > 0;
+    if (ok && (info->has_tensor_scale || t->tensor_scale != 1.0f)) {
+        snprintf(text, sizeof text, "%.9g", (double)t->tensor_scale);
+        ok = add_meta(w->meta, nt->name, ".tensor_scale", text) > 0;
+    }
+    if (!ok)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] \"%.200s\": its metadata keys clash with others (or "
+                          "the name is over 4096 bytes)", i, nt->name);
+    return TOPS_OK;
+}
+
+static tops_status w_raw(const char *fn, w_state *w, size_t i, const tops_named_tensor *nt) {
+    int bits = tops__st_dtype_bits(nt->dtype);
+    if (!bits)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] \"%.200s\": raw dtype \"%.40s\" is not a safetensors "
+                          "dtype", i, nt->name, nt->dtype ? nt->dtype : "(NULL)");
+    if (nt->rank < 0 || nt->rank > TOPS_MODEL_MAX_RANK || (nt->rank && !nt->shape))
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] \"%.200s\": raw rank %d is outside 0..%d or its "
+                          "shape is NULL", i, nt->name, nt->rank, TOPS_MODEL_MAX_RANK);
+    w_entry e;
+    memset(&e, 0, sizeof e);
+    uint64_t numel = 1;
+    for (int d = 0; d < nt->rank; d++) {
+        if (nt->shape[d] < 0 || __builtin_mul_overflow(numel, (uint64_t)nt->shape[d], &numel))
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] \"%.200s\": raw shape is negative or too large",
+                              i, nt->name);
+        e.shape[d] = nt->shape[d];
+    }
+    uint64_t b;
+    if (__builtin_mul_overflow(numel, (uint64_t)bits, &b) || b % 8)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] \"%.200s\": raw shape is not a whole number of bytes",
+                          i, nt->name);
+    if (!nt->data && b)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] \"%.200s\": raw data is NULL", i, nt->name);
+    e.dtype = NULL;
+    static const char *const names[] = {"F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL", "F8_E8M0",
+                                        "F4", "F6_E2M3", "F6_E3M2", "I16", "U16", "I32", "U32", "F64", "I64", "U64", "C64"};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+        if (strcmp(names[k], nt->dtype) == 0) e.dtype = names[k];
+    e.elem_bytes = bits >= 8 ? (size_t)bits / 8 : 1;
+    e.rank = nt->rank;
+    e.bytes = b / 8;
+    e.raw = nt->data;
+    return w_push(fn, w, nt->name, "", &e);
+}
+
+static int cmp_cstr(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+tops_status tops_model_save(const char *path, const tops_named_tensor *tensors, size_t count,
+                            const char *const *metadata, size_t meta_count) {
+    static const char fn[] = "tops_model_save";
+    if (!path) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "path is NULL");
+    if (count && !tensors) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors is NULL but count is %zu", count);
+    if (meta_count && !metadata) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "metadata is NULL but meta_count is %zu", meta_count);
+    w_state w = {NULL, 0, 0, cJSON_CreateObject()};
+    tops_status st = w.meta ? TOPS_OK : tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the header");
+    for (size_t i = 0; st == TOPS_OK && i < meta_count; i++) {
+        const char *k = metadata[2 * i], *v = metadata[2 * i + 1];
+        if (!k || !v) st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "metadata pair %zu has a NULL %s", i, !k ? "key" : "value");
+        else if (tops__utf8_invalid_at((const unsigned char *)k, strlen(k)) != strlen(k) ||
+                 tops__utf8_invalid_at((const unsigned char *)v, strlen(v)) != strlen(v))
+            st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "metadata pair %zu is not UTF-8", i);
+        else if (cJSON_GetObjectItemCaseSensitive(w.meta, k))
+            st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "metadata key \"%.200s\" is given twice", k);
+        else if (!cJSON_AddStringToObject(w.meta, k, v)) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for metadata");
+    }
+    for (size_t i = 0; st == TOPS_OK && i < count; i++) {
+        const tops_named_tensor *nt = &tensors[i];
+        if (!nt->name || !*nt->name || strcmp(nt->name, "__metadata__") == 0)
+            st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] has %s name", i,
+                            !nt->name ? "a NULL" : !*nt->name ? "an empty" : "the reserved");
+        else if (tops__utf8_invalid_at((const unsigned char *)nt->name, strlen(nt->name)) != strlen(nt->name))
+            st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] has a name that is not UTF-8", i);
+        else st = nt->tensor ? w_tensor(fn, &w, i, nt) : w_raw(fn, &w, i, nt);
+    }
+    /* every stored name once (a plane "x.scales" may clash with a tensor) */
+    if (st == TOPS_OK && w.n > 1) {
+        char **names = malloc(w.n * sizeof *names);
+        if (!names) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for %zu names", w.n);
+        for (size_t i = 0; names && i < w.n; i++) names[i] = w.e[i].name;
+        if (names) {
+            qsort(names, w.n, sizeof *names, cmp_cstr);
+            for (size_t i = 1; i < w.n && st == TOPS_OK; i++)
+                if (strcmp(names[i - 1], names[i]) == 0)
+                    st = tops__fail(TOPS_INVALID_ARGUMENT, fn, "two tensors (or a tensor and a plane) would be stored as "
+                                    "\"%.200s\"", names[i]);
+            free(names);
+        }
+    }
+    /* widest entries first, so each starts aligned to its element size */
+    size_t *order = st == TOPS_OK ? malloc((w.n ? w.n : 1) * sizeof *order) : NULL;
+    if (st == TOPS_OK && !order) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the layout");
+    size_t n = 0;
+    uint64_t off = 0;
+    for (size_t width = 8; st == TOPS_OK && width >= 1; width /= 2)
+        for (size_t i = 0; i < w.n && st == TOPS_OK; i++) {
+            if (w.e[i].elem_bytes != width) continue;
+            order[n++] = i;
+            w.e[i].begin = off;
+            if (__builtin_add_overflow(off, w.e[i].bytes, &off))
+                st = tops__fail(TOPS_OVERFLOW, fn, "the tensors hold more than 2^64 bytes");
+        }
+    char *json = NULL;
+    if (st == TOPS_OK) {
+        cJSON *root = cJSON_CreateObject();
+        int ok = root != NULL;
+        if (ok && cJSON_GetArraySize(w.meta) > 0) {
+            ok = cJSON_AddItemToObject(root, "__metadata__", w.meta);
+            if (ok) w.meta = NULL;
+        }
+        for (size_t k = 0; ok && k < n; k++) {
+            const w_entry *e = &w.e[order[k]];
+            cJSON *o = cJSON_CreateObject();
+            ok = o && cJSON_AddItemToObject(root, e->name, o);
+            ok = ok && cJSON_AddStringToObject(o, "dtype", e->dtype);
+            cJSON *shape = ok ? cJSON_AddArrayToObject(o, "shape") : NULL;
+            cJSON *offs = shape ? cJSON_AddArrayToObject(o, "data_offsets") : NULL;
+            ok = offs != NULL;
+            for (int d = 0; ok && d < e->rank; d++) ok = cJSON_AddItemToArray(shape, json_int((uint64_t)e->shape[d]));
+            ok = ok && cJSON_AddItemToArray(offs, json_int(e->begin));
+            ok = ok && cJSON_AddItemToArray(offs, json_int(e->begin + e->bytes));
+        }
+        json = ok ? cJSON_PrintUnformatted(root) : NULL;
+        cJSON_Delete(root);
+        if (!json) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "cannot build the JSON header");
+    }
+    tops__output out;
+    if (st == TOPS_OK) st = tops__output_open(&out, fn, path);
+    if (st == TOPS_OK) {
+        size_t len = strlen(json), padded = (len + 7) / 8 * 8;
+        unsigned char size_le[8];
+        tops__store_le64(size_le, padded);
+        int ok = fwrite(size_le, 1, 8, out.fp) == 8 && fwrite(json, 1, len, out.fp) == len;
+        for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', out.fp) != EOF;
+        for (size_t k = 0; ok && st == TOPS_OK && k < n; k++) {
+            const w_entry *e = &w.e[order[k]];
+            if (e->raw) ok = e->bytes == 0 || fwrite(e->raw, 1, (size_t)e->bytes, out.fp) == e->bytes;
+            else st = tops__strided_write(fn, path, out.fp, &e->mem);
+        }
+        if (st == TOPS_OK && !ok)
+            st = tops__fail(TOPS_IO_ERROR, fn, "writing \"%s\" failed: %s; a file already there is unchanged", path,
+                            strerror(errno));
+        if (st == TOPS_OK) st = tops__output_commit(&out);
+        else tops__output_abort(&out);
+    }
+    cJSON_free(json);
+    free(order);
+    for (size_t i = 0; i < w.n; i++) free(w.e[i].name);
+    free(w.e);
+    cJSON_Delete(w.meta);
+    return st;
 }

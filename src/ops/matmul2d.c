@@ -238,7 +238,8 @@ static const tops_tensor *unwrap_in_place(const tops_tensor *right) {
 typedef enum plan_kind {
     PLAN_ROWS,      /* small M: weight rows streamed, dot products */
     PLAN_INTEGER,   /* relaxed: i8 activations, integer microkernel */
-    PLAN_AMX,       /* AMX tiles, every integer form: i8 (relaxed) or bf16 (strict) */
+    PLAN_AMX,       /* AMX codes in tiles, scaled per block: integer forms, strict or relaxed small M */
+    PLAN_AMX_BF16,  /* AMX bf16 terms, any weights (strict: those without an integer form) */
     PLAN_PANELS,    /* f32 panels (decoded per K block) into the f32 microkernel */
 } plan_kind;
 
@@ -263,12 +264,21 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     p->relaxed = desc->relaxed_precision;
     /* Few rows and weights stored [N, K]: stream the weight rows once. */
     if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed) return PLAN_ROWS;
-    /* AMX: every integer form, from AMX_MIN_M rows.  Relaxed: 8-bit weights
-       too (tdpbssd sums i8 x i8 in i32 exactly).  Strict: bf16 tiles, the
-       activations as two bf16 terms. */
-    if (p->right.read == tops__read_rect_unpack && p->m >= AMX_MIN_M &&
-        tops__gemm_amx_supports(kern, right, p->relaxed))
-        return PLAN_AMX;
+    /* AMX from AMX_MIN_M rows: what runs when (measured on the Xeon,
+       docs/architecture.md).  Integer forms (sub-blocks dividing 32), the
+       codes in tiles with f32 scaling per sub-block: strict always (bf16
+       tiles, activations hi + lo: 2.4x faster there than the bf16 terms);
+       relaxed below the level's amx_bf16t.relaxed_min_m (i8 tiles: no
+       weight decode; 8-bit weights too, tdpbssd sums i8 x i8 in i32
+       exactly).  Everything else: bf16 terms (strict: activations hi + lo,
+       weights in as many terms as their values need; relaxed: one term
+       each), any weight format. */
+    if (p->m >= AMX_MIN_M && kern->amx_bf16t.run) {
+        const int fits = p->right.read == tops__read_rect_unpack && tops__gemm_amx_supports(kern, right, p->relaxed);
+        if (fits && (!p->relaxed || p->m < kern->amx_bf16t.relaxed_min_m[tops__unpack_sub(right) < 32]))
+            return PLAN_AMX;
+        return PLAN_AMX_BF16;
+    }
     /* Integer forms take the integer microkernel (8-bit ones its wide
        variant: i32 sums with no saturating i16 stage). */
     if (p->right.read == tops__read_rect_unpack && p->relaxed && tops__gemm_q8_takes(kern, right))
@@ -299,6 +309,7 @@ static tops_status run_plan(const char *fn, plan_kind kind, const tops__gemm_pro
     case PLAN_ROWS: return tops__gemv_run(fn, p);
     case PLAN_INTEGER: return tops__gemm_q8_run(fn, p);
     case PLAN_AMX: return tops__gemm_amx_run(fn, p);
+    case PLAN_AMX_BF16: return tops__gemm_amx_bf16t_run(fn, p);
     default: return tops__gemm_run(fn, p);
     }
 }
@@ -341,6 +352,10 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
                                const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap) {
     static const char fn[] = "tops_matmul2d_path";
     if (!buf || cap == 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "buf is NULL or cap is 0");
+    if (wants_cuda(exec)) {
+        tops_status cst = check_cuda_route(fn, exec, desc);
+        return cst != TOPS_OK ? cst : tops__cuda_matmul2d_path(exec, desc, left, right, dest, buf, cap);
+    }
     const tops__kernels *kern;
     tops_status st = tops__kernels_checked(fn, &kern);
     if (st != TOPS_OK) return st;
@@ -362,8 +377,15 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
         snprintf(buf, cap, "AMX integer tiles (%s), i8 activations: %s (%s)",
                  p.q8_panels && p.q8_amx == 1 ? "prepacked" : "unpacked per K block", kern->amx_q8.name, isa);
     } else if (kind == PLAN_AMX) {
-        snprintf(buf, cap, "AMX bf16 tiles (%s), f32 activations as bf16 hi + lo: %s (%s)",
+        snprintf(buf, cap, "AMX bf16 code tiles (%s), f32 activations as bf16 hi + lo, scaled per block: %s (%s)",
                  p.q8_panels && p.q8_amx == 2 ? "prepacked" : "unpacked per K block", kern->amx_bf16_name, isa);
+    } else if (kind == PLAN_AMX_BF16) {
+        const char *src = p.q8_panels && p.q8_amx == 1             ? "prepacked i8 panels"
+                          : p.right.read == tops__read_rect_unpack ? "integer form unpacked"
+                          : p.right.packed                         ? "prepacked f32 panels"
+                                                                   : "f32 reader";
+        snprintf(buf, cap, "AMX bf16 tiles, weights as bf16 terms per K block (%s), activations as %s: %s (%s)",
+                 src, p.relaxed ? "bf16" : "bf16 hi + lo", kern->amx_bf16t.name, isa);
     } else if (kind == PLAN_INTEGER) {
         snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)",
                  p.q8_panels && !p.q8_amx ? "prepacked" : "unpacked per K block",
@@ -557,6 +579,21 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     return TOPS_OK;
 }
 
+/* tops_pack_right's argument checks (CPU). */
+static tops_status pack_checks(const char *fn, const tops_exec *exec, const tops_matmul2d_desc *desc,
+                               const tops_tensor *right, const tops_tensor *packed, tops_exec *ex) {
+    tops_status st = check_desc(fn, desc);
+    if (st == TOPS_OK) st = tops__check_tensor(fn, "right", right);
+    if (st == TOPS_OK) st = check_exec(fn, exec, ex);
+    if (st != TOPS_OK) return st;
+    if (!packed) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "packed is NULL");
+    if (right->format.id == TOPS_FMT_PACKED) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is already packed");
+    return TOPS_OK;
+}
+
+static tops_status pack_right_with(const char *fn, const tops__kernels *kern, const tops_exec *exec,
+                                   const tops_matmul2d_desc *desc, const tops_tensor *right, tops_tensor *packed);
+
 tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
                             tops_tensor *packed) {
     static const char fn[] = "tops_pack_right";
@@ -565,17 +602,28 @@ tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_desc *des
         return st != TOPS_OK ? st : tops__cuda_pack_right(exec, desc, right, packed);
     }
     tops_exec ex;
-    tops_status st = check_desc(fn, desc);
-    if (st == TOPS_OK) st = tops__check_tensor(fn, "right", right);
-    if (st == TOPS_OK) st = check_exec(fn, exec, &ex);
+    tops_status st = pack_checks(fn, exec, desc, right, packed, &ex);
     if (st != TOPS_OK) return st;
-    if (!packed) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "packed is NULL");
-    if (right->format.id == TOPS_FMT_PACKED)
-        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is already packed");
-    int64_t k, n;
-    if ((st = check_right_plain(fn, right, desc->transpose_right, &k, &n)) != TOPS_OK) return st;
     const tops__kernels *kern;
     if ((st = tops__kernels_checked(fn, &kern)) != TOPS_OK) return st;
+    return pack_right_with(fn, kern, &ex, desc, right, packed);
+}
+
+tops_status tops__pack_right_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
+                                  const tops_tensor *right, tops_tensor *packed) {
+    static const char fn[] = "tops_pack_right";
+    tops_exec ex;
+    tops_status st = pack_checks(fn, exec, desc, right, packed, &ex);
+    return st != TOPS_OK ? st : pack_right_with(fn, kern, &ex, desc, right, packed);
+}
+
+/* tops_pack_right on checked arguments with a given kernel table. */
+static tops_status pack_right_with(const char *fn, const tops__kernels *kern, const tops_exec *exec,
+                                   const tops_matmul2d_desc *desc, const tops_tensor *right, tops_tensor *packed) {
+    const tops_exec ex = *exec;
+    tops_status st;
+    int64_t k, n;
+    if ((st = check_right_plain(fn, right, desc->transpose_right, &k, &n)) != TOPS_OK) return st;
 
     if (kern->unpack[right->format.id].run && desc->transpose_right)
         return pack_in_place(fn, kern, &ex, desc->relaxed_precision, right, k, n, packed);

@@ -9,6 +9,10 @@ struct tops__gemm_operand;
 
 tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
                                 const tops_tensor *left, const tops_tensor *right, tops_tensor *dest);
+/* tops_pack_right (CPU) with a given kernel table: its packed forms are the
+   ones that table's drivers read. */
+tops_status tops__pack_right_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
+                                  const tops_tensor *right, tops_tensor *packed);
 
 /* check_right of tops_matmul2d: right is a rank-2 weight (or packed) whose
    blocks run along K; its K and N. */

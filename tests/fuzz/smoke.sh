@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Runs each libFuzzer target for a short time from a generated seed corpus
 # (make fuzz-smoke; CI).  usage: tests/fuzz/smoke.sh BUILD_DIR SECONDS
+# A longer run of one target, from the same seeds and dictionary:
+#   build-fuzz/fuzz_make_seeds /tmp/seeds
+#   build-fuzz/fuzz_gguf -runs=10000000 -max_len=4096 -dict=tests/fuzz/gguf.dict CORPUS /tmp/seeds/gguf
 set -euo pipefail
 build=${1:-build-fuzz}
 seconds=${2:-20}
@@ -10,7 +13,7 @@ rm -rf "$seeds"
 "$build/fuzz_make_seeds" "$seeds"
 mkdir -p "$build/fuzz-artifacts"
 status=0
-for target in npy safetensors; do
+for target in npy safetensors gguf model_safetensors; do
   corpus=$build/fuzz-corpus/$target
   mkdir -p "$corpus"
   echo "== fuzz_$target for ${seconds}s ($(ls "$seeds/$target" | wc -l) seeds)"

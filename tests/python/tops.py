@@ -47,7 +47,7 @@ class Tensor(ctypes.Structure):
 
 
 class QuantOpts(ctypes.Structure):
-    _fields_ = [("lut_iterations", ctypes.c_int)]
+    _fields_ = [("lut_iterations", ctypes.c_int), ("scale_from_data", ctypes.c_int)]
 
 
 class TopsError(RuntimeError):

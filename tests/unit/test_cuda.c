@@ -15,6 +15,7 @@ static const tops_memory host_mem = {TOPS_DEVICE_CPU, 0};
 static const tops_memory gpu0 = {TOPS_DEVICE_CUDA, 0};
 static int small_run; /* TOPS_CUDA_TEST_SMALL=1: a few cases (compute-sanitizer) */
 static int fp8_gpu;   /* cuda:0 is compute capability 9.0: relaxed e4m3 runs the FP8 GEMM */
+static int gpu_sms;   /* cuda:0's multiprocessors */
 /* Relaxed FP8 against f64 of the f16/bf16 activations: e4m3 activations
    (3 mantissa bits, one scale per row) measure about 2.5e-2 (docs/cuda.md). */
 #define FP8_REL_L2 5e-2
@@ -587,6 +588,94 @@ static void test_wgmma(void) {
    do not fit a W stage) must take the one-ring kernel; and the plan: strict
    int4-g128 at M = 48 and q4_0 / int4-g32 at M = 65 take the pipeline,
    int4-g128 at 47 and q4_0 at 64 do not. */
+/* The strict 16-bit TMA GEMM (fp8_gemm.cu): f16 / bf16 weights as they
+   are, e4m3-ch / e4m3 codes converted to the activations' type in shared
+   memory; from M = 17 where the activation rows are 16-byte aligned, on
+   compute capability 9.0.  Ragged M, N and K against 128-token tiles,
+   128- or 256-channel tiles and 64-deep K stages (K = 8: one partial stage;
+   520, 1000, 4104: a last stage zero-filled past K), both activation
+   types, every output, rows 16-byte aligned with a gap, packed on the fly;
+   accumulate and output rows TMA cannot store (N = 130 in f16) on the
+   one-CTA-per-tile kernel; several tiles a CTA (TOPS_CUDA_FP8_CTAS caps
+   the grid: the rings, the converted slots and the staging carried from
+   tile to tile); each tile width where the wave rule picks it (expect_bn:
+   128 at small M, 192 at M = 4200 and N = 1032 or 1030, 256, f16 in
+   clusters of two, at M = 4200 and N = 1024); and the cases that must stay
+   off it (M = 16, unaligned rows).  The kernel each ran is asserted by
+   name. */
+static int expect_bn(int64_t m, int64_t n) {
+    static const int bns[3] = {256, 192, 128};
+    int best = 256;
+    int64_t best_cost = -1;
+    for (int i = 0; i < 3; i++) {
+        const int64_t tiles = (m + 127) / 128 * ((n + bns[i] - 1) / bns[i]), cost = (tiles + gpu_sms - 1) / gpu_sms * bns[i];
+        if (best_cost < 0 || cost < best_cost) best = bns[i], best_cost = cost;
+    }
+    return best;
+}
+static void test_h16_gemm(void) {
+    th_rng r = th_seed();
+    enum { ONE, PERSIST };
+    static const struct {
+        const char *format;
+        tops_dtype act, out;
+        int64_t m, k, n;
+        int strided, accumulate, prepack;
+        const char *ctas;
+        int want; /* ONE, PERSIST, or -1: not this GEMM */
+    } cases[] = {
+        {"f16", TOPS_DT_F16, TOPS_DT_F32, 17, 1000, 776, 0, 0, 1, NULL, PERSIST},
+        {"bf16", TOPS_DT_BF16, TOPS_DT_F16, 100, 520, 264, 2, 0, 1, NULL, PERSIST},
+        {"e4m3-ch", TOPS_DT_F16, TOPS_DT_BF16, 300, 520, 776, 0, 0, 1, "5", PERSIST},
+        {"e4m3-ch", TOPS_DT_BF16, TOPS_DT_F32, 64, 8, 200, 0, 1, 1, NULL, ONE},
+        {"f16", TOPS_DT_F16, TOPS_DT_F16, 129, 1000, 130, 0, 0, 0, NULL, ONE},
+        {"e4m3", TOPS_DT_F16, TOPS_DT_F32, 257, 4104, 136, 2, 0, 1, NULL, PERSIST},
+        {"bf16", TOPS_DT_BF16, TOPS_DT_BF16, 200, 256, 520, 0, 0, 0, "2", PERSIST},
+        {"e4m3-ch", TOPS_DT_BF16, TOPS_DT_F16, 33, 1000, 130, 0, 0, 0, NULL, ONE},
+        {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 200, 2048, 776, 0, 0, 1, "3", PERSIST},
+        {"f16", TOPS_DT_F16, TOPS_DT_F32, 16, 1000, 776, 0, 0, 1, NULL, -1},
+        {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 16, 1000, 776, 0, 0, 1, NULL, -1},
+        {"bf16", TOPS_DT_BF16, TOPS_DT_F16, 64, 1000, 776, 1, 0, 1, NULL, -1},
+        {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 64, 1000, 776, 1, 0, 1, NULL, -1},
+        {"f16", TOPS_DT_F16, TOPS_DT_F32, 4200, 200, 1024, 0, 0, 1, NULL, PERSIST},
+        {"bf16", TOPS_DT_BF16, TOPS_DT_BF16, 4200, 200, 1024, 0, 0, 1, "6", PERSIST},
+        {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F16, 4200, 200, 1024, 0, 0, 1, NULL, PERSIST},
+        {"e4m3-ch", TOPS_DT_BF16, TOPS_DT_F32, 4200, 136, 1024, 0, 0, 1, "4", PERSIST},
+        {"f16", TOPS_DT_F16, TOPS_DT_BF16, 4200, 200, 1032, 0, 0, 1, "7", PERSIST},
+        {"e4m3", TOPS_DT_BF16, TOPS_DT_F16, 4200, 520, 1032, 0, 0, 1, NULL, PERSIST},
+        {"f16", TOPS_DT_F16, TOPS_DT_F16, 4200, 136, 1030, 0, 1, 1, NULL, ONE},
+        {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 4200, 72, 1030, 0, 0, 1, NULL, ONE},
+    };
+    static const int small[] = {0, 2, 3, 5};
+    const int n = small_run ? 4 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0;
+    for (int j = 0; j < n; j++) {
+        const int i = small_run ? small[j] : j;
+        setenv("TOPS_CUDA_FP8_CTAS", cases[i].ctas ? cases[i].ctas : "", 1);
+        gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
+                      cases[i].strided, cases[i].accumulate, cases[i].prepack, 0, 0};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        const int codes = strncmp(c.format, "e4m3", 4) == 0, bf = c.act == TOPS_DT_BF16;
+        const int bn = expect_bn(c.m, c.n);
+        const int ran = strncmp(kn, bf ? "bf16 " : "f16 ", bf ? 5 : 4) == 0;
+        int right = cases[i].want < 0 ? !ran : ran && (strstr(kn, "e4m3 weights converted") != NULL) == codes;
+        if (cases[i].want == ONE) right = right && strstr(kn, "one CTA per tile");
+        if (cases[i].want == PERSIST)
+            right = right && strstr(kn, "persistent") && (strstr(kn, "128-channel") != NULL) == (bn == 128) &&
+                    (strstr(kn, "192-channel") != NULL) == (bn == 192) &&
+                    (strstr(kn, "clusters of 2 sharing the weight tile") != NULL) == (bn == 256 && !codes);
+        if (fp8_gpu && !right) {
+            TH_FAIL_AT("%s act=%s M=%lld K=%lld N=%lld ran %s", c.format, tops_dtype_name(c.act), (long long)c.m,
+                       (long long)c.k, (long long)c.n, kn);
+            ok = 0;
+        }
+        passed += ok;
+    }
+    unsetenv("TOPS_CUDA_FP8_CTAS");
+    printf("     %d of %d strict 16-bit TMA GEMM cases within their bounds\n", passed, n);
+}
+
 static void test_wgmma_strict(void) {
     if (!fp8_gpu) {
         printf("     skip: the wgmma kernel needs compute capability 9.0\n");
@@ -1088,6 +1177,7 @@ int main(void) {
     if (tops_cuda_get_device_info(0, &info) == TOPS_OK) {
         printf("cuda:0 %s, sm_%d%d, %d SMs\n", info.name, info.major, info.minor, info.sm_count);
         fp8_gpu = info.major == 9 && info.minor == 0;
+        gpu_sms = info.sm_count;
     }
     RUN_TEST(test_gpu_bad_inputs);
     /* TOPS_CUDA_TEST_ONLY=fp8 / q8: that group alone (device runs of one kernel). */
@@ -1100,8 +1190,13 @@ int main(void) {
         RUN_TEST(test_wgmma_strict);
         TEST_MAIN_END();
     }
+    if (only && strcmp(only, "h16") == 0) {
+        RUN_TEST(test_h16_gemm);
+        TEST_MAIN_END();
+    }
     RUN_TEST(test_relaxed_fp8);
     if (only && strcmp(only, "fp8") == 0) TEST_MAIN_END();
+    RUN_TEST(test_h16_gemm);
     RUN_TEST(test_every_format);
     RUN_TEST(test_kernel_edges);
     RUN_TEST(test_scale_decode);

@@ -419,8 +419,75 @@ static void test_q8_layout(void) {
     check_q8("nvfp4", 64, 256, 0, 0, 0, &r);
 }
 
+/* The row-major layout of the TMA GEMM (tops__cuda_pack_fp8_host,
+   fp8_gemm.cu): f16 / bf16 weights as their 16-bit values [n, k_pad]
+   (also from weights stored [K, N], transpose_right = 0), e4m3-ch / e4m3
+   codes [n, k_pad] whose e4m3 value (what the kernel's conversion gives,
+   exactly) times the f32 channel scale and the tensor scale is
+   tops_dequantize's value within its f32 rounding; zeros past K; no layout
+   for other formats. */
+static void check_rowmajor(const char *name, int64_t n, int64_t k, int transposed, th_rng *r) {
+    packed_case pc;
+    packed_case_begin(&pc, name, n, k, 0, r);
+    tops_tensor t_kn; /* the same values stored [K, N] */
+    const tops_tensor *w = &pc.tq;
+    const int h16 = pc.pk.code == TOPS__CU_CODE_F16 || pc.pk.code == TOPS__CU_CODE_BF16;
+    if (transposed) {
+        int64_t ext[2] = {k, n};
+        ASSERT_OK(tops_tensor_create(pc.tq.format, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &t_kn));
+        for (int64_t row = 0; row < n; row++)
+            for (int64_t kk = 0; kk < k; kk++)
+                memcpy((uint16_t *)t_kn.data + kk * n + row, (const uint16_t *)pc.tq.data + row * k + kk, 2);
+        w = &t_kn;
+    }
+    size_t bytes = 0, soff = 0;
+    unsigned char *buf = tops__cuda_pack_fp8_host(w, !transposed, &pc.pk, &bytes, &soff);
+    const int want_layout = h16 || strncmp(name, "e4m3", 4) == 0;
+    if ((buf != NULL) != want_layout) TH_FAIL_AT("%s: row-major layout %s", name, buf ? "made" : "missing");
+    int64_t bad = 0;
+    if (buf) {
+        const size_t esz = h16 ? 2 : 1;
+        if (bytes < (size_t)(n * pc.pk.k_pad) * esz) TH_FAIL_AT("%s: %zu bytes", name, bytes);
+        for (int64_t row = 0; row < n; row++)
+            for (int64_t kk = 0; kk < pc.pk.k_pad; kk++) {
+                const unsigned char *e = buf + ((size_t)row * (size_t)pc.pk.k_pad + (size_t)kk) * esz;
+                double v;
+                if (h16) {
+                    uint16_t u;
+                    memcpy(&u, e, 2);
+                    v = pc.pk.code == TOPS__CU_CODE_BF16 ? bf16_to_f32(u) : half_to_f32(u);
+                } else {
+                    float f, cs = 1.0f;
+                    tops_cast_to_f32(TOPS_DT_E4M3, &f, e, 1);
+                    if (soff) memcpy(&cs, buf + soff + (size_t)row * 4, 4);
+                    v = (double)f * cs * pc.pk.global_scale;
+                }
+                /* 16-bit values exactly; code x scale (exact in f64) against the f32 product */
+                const double want = kk < k ? pc.dec[row * k + kk] : 0.0;
+                if ((h16 ? v != want : !(fabs(v - want) <= 0x1p-23 * fabs(want))) && bad++ < 3)
+                    TH_FAIL_AT("%s%s: row %lld k %lld: the row-major layout reads %.9g, dequantize gives %.9g", name,
+                               transposed ? " [K, N]" : "", (long long)row, (long long)kk, v, want);
+            }
+    }
+    free(buf);
+    if (transposed) tops_tensor_destroy(&t_kn);
+    packed_case_end(&pc);
+}
+
+static void test_rowmajor_layout(void) {
+    th_rng r = th_seed();
+    static const char *const names[] = {"f16", "bf16", "e4m3-ch", "e4m3", "int8-g32", "mxfp8", "int4-g128"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        check_rowmajor(names[i], 37, 200, 0, &r);
+        check_rowmajor(names[i], 64, 128, 0, &r);
+    }
+    check_rowmajor("f16", 37, 200, 1, &r);
+    check_rowmajor("bf16", 64, 72, 1, &r);
+}
+
 int main(void) {
     RUN_TEST(test_every_format_reads_back);
+    RUN_TEST(test_rowmajor_layout);
     RUN_TEST(test_rejects);
     RUN_TEST(test_fold_shift);
     RUN_TEST(test_q8_layout);

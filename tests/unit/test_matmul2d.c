@@ -345,12 +345,20 @@ static void test_packed_in_place(void) {
             /* the row stream: relaxed 4-bit blocks of 32 with f16 / e8m0 scales, packed where the level has its kernel */
             const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 && f != 2 && f != 4 &&
                                 tops__kernels_get()->dot_q8_nibstream_x4 != NULL;
-            /* m > 4 at a level with AMX kernels: the AMX tiles, i8 (relaxed) or bf16 (strict) */
-            const int on_amx = m > 4 && tops__gemm_amx_supports(tops__kernels_get(), &w, d.relaxed_precision);
-            const char *tiles = d.relaxed_precision ? "AMX integer tiles" : "AMX bf16 tiles";
-            if (on_amx) {
+            /* m > 4 at a level with AMX kernels: integer forms on the code tiles (i8: relaxed below the
+               crossover; bf16: strict), the rest on the bf16 terms */
+            const tops__kernels *kt = tops__kernels_get();
+            const int on_amx = m > 4 && tops__gemm_amx_supports(kt, &w, d.relaxed_precision);
+            const int codes = !d.relaxed_precision || m < kt->amx_bf16t.relaxed_min_m[tops__unpack_sub(&w) < 32];
+            const char *tiles = d.relaxed_precision ? "AMX integer tiles" : "AMX bf16 code tiles";
+            if (on_amx && codes) {
                 ASSERT_TRUE(strstr(b1, tiles) != NULL && strstr(b1, "(unpacked per K block)") != NULL);
                 ASSERT_TRUE(strstr(b2, tiles) != NULL && strstr(b2, "(prepacked)") != NULL);
+            } else if (on_amx) {
+                ASSERT_TRUE(strstr(b1, "AMX bf16 tiles") != NULL && strstr(b1, "(integer form unpacked)") != NULL);
+                ASSERT_TRUE(strstr(b2, "AMX bf16 tiles") != NULL && strstr(b2, "(prepacked i8 panels)") != NULL);
+            } else if (m > 4 && kt->amx_bf16t.run) { /* other formats: the bf16 terms through their readers */
+                ASSERT_TRUE(strstr(b1, "AMX bf16 tiles") != NULL && strstr(b2, "AMX bf16 tiles") != NULL);
             } else if (d.relaxed_precision && m > 4) {
                 ASSERT_TRUE(strstr(b1, "integer panels (unpacked per K block)") != NULL);
                 ASSERT_TRUE(strstr(b2, "integer panels (prepacked)") != NULL);
@@ -475,32 +483,64 @@ static void test_caller_scratch(void) {
     mm_free_any(&w);
 }
 
-/* A K so large that the workspace cannot exist: a clean status, dest
-   untouched, nothing read (the views span memory that is not there). */
+/* A problem whose workspace size cannot be computed fails cleanly: every
+   CPU driver checks its size arithmetic before it reads an operand or
+   writes dest, whatever memory the host has.  The drivers get real
+   operands (left [16, 64] f32, right [32, 64] int4-g32 stored [N, K],
+   dest [16, 32]) and a problem K of 2^60 (M 16 and 1): the sizes overflow
+   int64, so each must return TOPS_OVERFLOW with a sentence and leave dest
+   alone; without the check it would size a wrapped workspace and read far
+   past the operands (a crash here, an error under the sanitizers). */
 static void test_huge_k_fails_cleanly(void) {
-    static float fake[16];
-    const int64_t k = (int64_t)1 << 36;
-    tops_tensor_desc d;
-    memset(&d, 0, sizeof d);
-    d.format = tops_format_of(TOPS_DT_F32);
-    d.rank = 2;
-    d.extent[0] = 1;
-    d.extent[1] = k;
-    d.data = fake;
-    tops_tensor left, right;
-    ASSERT_OK(tops_tensor_view(&d, &left));
-    ASSERT_OK(tops_tensor_view(&d, &right)); /* [N = 1, K] */
-    float out[1] = {123.0f};
-    d.extent[1] = 1;
-    d.data = out;
-    tops_tensor dest;
-    ASSERT_OK(tops_tensor_view(&d, &dest));
-    tops_matmul2d_desc md = plain_desc();
-    md.transpose_right = 1;
-    tops_status st = tops_matmul2d(NULL, &md, &left, &right, &dest);
-    ASSERT_TRUE(st == TOPS_OUT_OF_MEMORY || st == TOPS_OVERFLOW);
-    ASSERT_TRUE(strstr(tops_last_error(), "workspace") != NULL);
-    ASSERT_TRUE(out[0] == 123.0f);
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    int64_t wext[2] = {32, 64};
+    tops_tensor w;
+    ASSERT_OK(tops_tensor_create((tops_format){TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, 2, wext, host, &w));
+    void *pa, *pd;
+    tops_tensor a = make_plain(TOPS_DT_F32, 16, 64, &pa), dest = make_plain(TOPS_DT_F32, 16, 32, &pd);
+    (void)pa, (void)pd;
+    fill_pattern(&dest);
+    const tops__kernels *kern = tops__kernels_get();
+    typedef tops_status (*driver_fn)(const char *, const tops__gemm_problem *);
+    struct {
+        const char *name;
+        driver_fn run;
+        int relaxed, on; /* on: the active level has the driver's kernels */
+    } drivers[] = {
+        {"f32 panels", tops__gemm_run, 0, 1},
+        {"rows", tops__gemv_run, 0, 1},
+        {"rows relaxed", tops__gemv_run, 1, 1},
+        {"integer panels", tops__gemm_q8_run, 1, tops__gemm_q8_takes(kern, &w)},
+        {"AMX code tiles", tops__gemm_amx_run, 0, tops__gemm_amx_supports(kern, &w, 0)},
+        {"AMX i8 tiles", tops__gemm_amx_run, 1, tops__gemm_amx_supports(kern, &w, 1)},
+        {"AMX bf16 terms", tops__gemm_amx_bf16t_run, 0, kern->amx_bf16t.run != NULL},
+    };
+    int ran = 0;
+    for (size_t d = 0; d < sizeof drivers / sizeof drivers[0]; d++) {
+        if (!drivers[d].on) continue;
+        for (int64_t m = 16; m >= 1; m -= 15) {
+            tops__gemm_problem p;
+            memset(&p, 0, sizeof p);
+            p.m = m;
+            p.n = 32;
+            p.k = (int64_t)1 << 60;
+            p.left = (tops__gemm_operand){&a, 0, tops__read_rect_plain, 1, NULL, NULL, NULL};
+            p.right = (tops__gemm_operand){&w, 0, tops__read_rect_unpack, 0, NULL, NULL, NULL};
+            p.dest = &dest;
+            p.relaxed = drivers[d].relaxed;
+            p.kern = kern;
+            p.threads = 2;
+            tops_status st = drivers[d].run("tops_matmul2d", &p);
+            if (st != TOPS_OVERFLOW || !strstr(tops_last_error(), "workspace size overflows"))
+                TH_FAIL_AT("%s m=%lld: status %d, \"%s\"", drivers[d].name, (long long)m, (int)st, tops_last_error());
+            ran++;
+        }
+    }
+    ASSERT_TRUE(ran >= 6);
+    ASSERT_TRUE(unchanged(&dest));
+    tops_tensor_destroy(&w);
+    tops_tensor_destroy(&a);
+    tops_tensor_destroy(&dest);
 }
 
 /* tops_matmul2d_path names the driver and kernel each plan takes. */
@@ -523,7 +563,9 @@ static void test_path_names(void) {
     /* M = 8 takes the AMX tiles where the active level has them */
     const int amx = tops__gemm_amx_supports(tops__kernels_get(), &w, 0);
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, buf, sizeof buf));
-    if (amx) ASSERT_TRUE(strstr(buf, "AMX bf16 tiles (unpacked per K block)") && strstr(buf, "__amx"));
+    if (amx)
+        ASSERT_TRUE(strstr(buf, "AMX bf16 code tiles (unpacked per K block)") &&
+                    strstr(buf, "tops_gemm_f32_bf16x2_bf16_32x32__amx"));
     else ASSERT_TRUE(strstr(buf, "f32 panels (unpacked per K block)") && strstr(buf, "tops_gemm_f32_f32_f32_"));
     d.relaxed_precision = 1;
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a1, &w, &c1, buf, sizeof buf));

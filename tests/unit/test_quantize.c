@@ -490,7 +490,7 @@ static void test_bad_inputs(void) {
     ASSERT_FAILS_WITH(tops_quantize(&x, &q3, NULL), TOPS_SHAPE_MISMATCH, "rank");
     ASSERT_FAILS_WITH(tops_quantize(&q, &q, NULL), TOPS_UNSUPPORTED_FORMAT, "reads f32");
     ASSERT_FAILS_WITH(tops_quantize(&x, &x, NULL), TOPS_INVALID_ARGUMENT, "in place");
-    tops_quantize_opts bad = {-1};
+    tops_quantize_opts bad = {-1, 0};
     ASSERT_FAILS_WITH(tops_quantize(&x, &q, &bad), TOPS_INVALID_ARGUMENT, "lut_iterations");
     bad.lut_iterations = 5000;
     ASSERT_FAILS_WITH(tops_quantize(&x, &q, &bad), TOPS_INVALID_ARGUMENT, "lut_iterations");

@@ -1,0 +1,60 @@
+/* Scalar twins of the AMX bf16-term weight decoders (cpu/dispatch.h,
+   tops__amx_terms_q8_fn / tops__amx_terms_f32_fn): the reference the
+   AVX-512 ones (src/kernels/amx/gemm_bf16t_amx.c) match bit for bit, and
+   what the driver runs over emulated tiles in the tests. */
+#include "cpu/dispatch.h"
+
+#include <string.h>
+
+/* bf16 of x, round to nearest even, subnormal inputs as zero (keeping the
+   sign), NaN quiet: what vcvtne2ps2bf16 computes. */
+static uint16_t to_bf16(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    if ((b & 0x7f800000u) == 0) return (uint16_t)((b >> 16) & 0x8000u);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40u);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+static float from_bf16(uint16_t h) {
+    const uint32_t b = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+/* The terms of w into out[u * 512] (u < nslots); *nz |= 1 << u for each
+   term with a non-zero magnitude. */
+static void terms(float w, int nslots, uint16_t *out, unsigned *nz) {
+    for (int u = 0; u < nslots; u++) {
+        const uint16_t t = to_bf16(w);
+        out[u * 512] = t;
+        if (t & 0x7fffu) *nz |= 1u << u;
+        w -= from_bf16(t);
+    }
+}
+
+static int used(unsigned nz, int nslots) {
+    int n = 1;
+    for (int u = 1; u < nslots; u++)
+        if (nz >> u) n = u + 1;
+    return n;
+}
+
+int tops__ref_amx_terms_q8(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots, uint16_t *out) {
+    unsigned nz = 0;
+    for (int64_t k = 0; k < kc; k++)
+        for (int j = 0; j < 16; j++) {
+            const float w = (float)panel[(k / 4) * 64 + j * 4 + k % 4] * scales[(k / sub) * 16 + j];
+            terms(w, nslots, out + (k / 32) * nslots * 512 + ((k % 32) / 2) * 32 + j * 2 + k % 2, &nz);
+        }
+    return used(nz, nslots);
+}
+
+int tops__ref_amx_terms_f32(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out) {
+    unsigned nz = 0;
+    for (int64_t k = 0; k < kc; k++)
+        for (int j = 0; j < 16; j++)
+            terms(src[k * ld + j], nslots, out + (k / 32) * nslots * 512 + ((k % 32) / 2) * 32 + j * 2 + k % 2, &nz);
+    return used(nz, nslots);
+}
