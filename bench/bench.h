@@ -101,6 +101,18 @@ typedef struct tops_bench_timing {
 tops_status tops_bench_time(tops_bench_call call, void *ctx, int warmup, int min_repeats, double min_seconds,
                             tops_bench_timing *out);
 
+/* Several calls timed in alternation, one each per round, so that each
+   sees the same windows of a shared machine: `warmup` rounds, then rounds
+   until at least min_repeats and until each entry has run min_seconds;
+   fills each entry's median_s and min_s. */
+typedef struct tops_bench_alt {
+    tops_bench_call call;
+    void *ctx;
+    double median_s, min_s;
+} tops_bench_alt;
+tops_status tops_bench_time_alternating(tops_bench_alt *entries, int n, int warmup, int min_repeats,
+                                        double min_seconds);
+
 /* Median of n values (n >= 1; sorts v). */
 double tops_bench_median(double *v, int n);
 /* Seconds from a monotonic clock. */
@@ -250,6 +262,34 @@ tops_status tops_bench_matmul_prepare_defaults(tops_bench_config *cfg, const cha
 /* The default suite: f32, f16, int8-g32, int4-g32, q4_0, mxfp4, nvfp4 at
    K=4096, N=12288, M = 1, 16, 128. */
 extern const char *const tops_bench_matmul_default_formats[];
+
+/* ---- the conv2d runner (bench/bench_conv.c) ------------------------------- */
+
+/* One convolution: NHWC input [n, h, w, c], weights [o][kh][kw][c / groups]
+   (f32, this order), NHWC output [n, oh, ow, o]. */
+typedef struct tops_bench_conv_shape {
+    int64_t n, h, w, c, o, kh, kw, oh, ow;
+    int64_t sh, sw, dh, dw, pt, pb, pl, pr, groups;
+} tops_bench_conv_shape;
+
+int tops_bench_conv_parse(tops_bench_config *cfg, int argc, char **argv, int *i);
+tops_status tops_bench_conv_prepare(tops_bench_config *cfg);
+tops_status tops_bench_conv_cpu(tops_bench_session *session, tops_bench_rows *rows);
+extern const char tops_bench_conv_usage[];
+
+/* oneDNN's f32 convolution primitive on the same NHWC input and weights
+   (input and output NHWC, the weights reordered once into the layout the
+   primitive picks, as a user's framework would): checks the output pixels
+   `check` (row indices of [n * oh * ow, o]) against ref, then times it in
+   alternation with the nours calls of `ours` (tops_bench_time_alternating:
+   both see the same windows of a shared machine, whose medians fill
+   ours[i]), and fills *row (op "conv2d", format "onednn-f32").  When
+   oneDNN is absent or has no implementation, returns OK with
+   row->median_s = 0, ours untimed (median_s 0) and the reason in
+   tops_bench_onednn_note(). */
+tops_status tops_bench_onednn_conv(tops_bench_session *session, const tops_bench_conv_shape *shape,
+                                   const float *input, const float *weights, const int64_t *check, int nchk,
+                                   const double *ref, tops_bench_row *row, tops_bench_alt *ours, int nours);
 
 /* ---- the GPU matmul runner (bench/bench_cuda.c; CUDA builds only) -------- */
 

@@ -70,6 +70,20 @@ tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights
     return TOPS_OK;
 }
 
+tops_status tops_bench_onednn_conv(tops_bench_session *s, const tops_bench_conv_shape *shape, const float *input,
+                                   const float *weights, const int64_t *check, int nchk, const double *ref,
+                                   tops_bench_row *row, tops_bench_alt *ours, int nours) {
+    (void)s, (void)shape, (void)input, (void)weights, (void)check, (void)nchk, (void)ref, (void)ours, (void)nours;
+    memset(row, 0, sizeof *row);
+    g_note[0] = 0;
+#if defined(TOPS_BENCH_X86)
+    note_add("oneDNN: no rows: this build has no oneDNN headers (scripts/deps.sh onednn, then configure again)");
+#else
+    note_add("oneDNN: no rows: the bench's oneDNN baseline is for x86-64");
+#endif
+    return TOPS_OK;
+}
+
 #else
 
 #include <dlfcn.h>
@@ -91,7 +105,7 @@ tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights
     X(dnnl_primitive_attr_set_scales_mask) X(dnnl_matmul_primitive_desc_create)                                 \
     X(dnnl_reorder_primitive_desc_create) X(dnnl_primitive_desc_query) X(dnnl_primitive_desc_query_md)           \
     X(dnnl_primitive_desc_destroy) X(dnnl_primitive_create) X(dnnl_primitive_execute) X(dnnl_primitive_destroy) \
-    X(dnnl_get_effective_cpu_isa) X(dnnl_set_max_cpu_isa)
+    X(dnnl_get_effective_cpu_isa) X(dnnl_set_max_cpu_isa) X(dnnl_convolution_forward_primitive_desc_create)
 
 typedef struct dnnl_api {
 #define X(f) __typeof__(&f) f;
@@ -606,6 +620,143 @@ done:
     free(found);
     if (c.stream) g_api.dnnl_stream_destroy(c.stream);
     if (c.engine) g_api.dnnl_engine_destroy(c.engine);
+    return st;
+}
+
+/* ---- the f32 convolution (tensorops bench --op conv2d) ---------------------------- */
+
+typedef struct conv_ctx {
+    dnnl_primitive_t prim;
+    dnnl_stream_t stream;
+    dnnl_memory_t src, wei, dst;
+} conv_ctx;
+
+static tops_status call_conv(void *ctx, int it) {
+    (void)it;
+    conv_ctx *c = ctx;
+    tops_status st = TOPS_OK;
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, c->src}, {DNNL_ARG_WEIGHTS, c->wei}, {DNNL_ARG_DST, c->dst}};
+    DNNL_TRY(g_api.dnnl_primitive_execute(c->prim, c->stream, 3, args), "the convolution");
+    DNNL_TRY(g_api.dnnl_stream_wait(c->stream), "dnnl_stream_wait");
+done:
+    return st;
+}
+
+tops_status tops_bench_onednn_conv(tops_bench_session *s, const tops_bench_conv_shape *sh, const float *input,
+                                   const float *weights, const int64_t *check, int nchk, const double *ref,
+                                   tops_bench_row *row, tops_bench_alt *ours, int nours) {
+    const tops_bench_config *cfg = s->cfg;
+    tops_status st = TOPS_OK;
+    memset(row, 0, sizeof *row);
+    g_note[0] = 0;
+    if (!load_api()) {
+        note_add("oneDNN: no rows: %s (scripts/deps.sh onednn installs it; TOPS_ONEDNN_LIB=FILE picks another)",
+                 g_load_error);
+        return TOPS_OK;
+    }
+    cap_isa();
+    dnnl_engine_t engine = NULL;
+    dnnl_memory_desc_t src_md = NULL, dst_md = NULL, wany_md = NULL, wuser_md = NULL;
+    dnnl_primitive_desc_t pd = NULL, rpd = NULL;
+    dnnl_primitive_t reorder = NULL;
+    dnnl_memory_t wuser = NULL;
+    conv_ctx c;
+    memset(&c, 0, sizeof c);
+    float *dst = NULL, *checked = NULL;
+    const int64_t g = sh->groups, m = sh->n * sh->oh * sh->ow;
+    if (g_api.dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success ||
+        g_api.dnnl_stream_create(&c.stream, engine, dnnl_stream_default_flags) != dnnl_success) {
+        note_add("oneDNN: no rows: %s could not make a CPU engine and stream", g_api.path);
+        goto done;
+    }
+    if (g_api.omp_set_num_threads) g_api.omp_set_num_threads(cfg->threads);
+    dnnl_dims_t sd = {sh->n, sh->c, sh->h, sh->w}, dd = {sh->n, sh->o, sh->oh, sh->ow};
+    dnnl_dims_t wd1 = {sh->o, sh->c, sh->kh, sh->kw}, wdg = {g, sh->o / g, sh->c / g, sh->kh, sh->kw};
+    DNNL_TRY(g_api.dnnl_memory_desc_create_with_tag(&src_md, 4, sd, dnnl_f32, dnnl_nhwc), "the input's descriptor");
+    DNNL_TRY(g_api.dnnl_memory_desc_create_with_tag(&dst_md, 4, dd, dnnl_f32, dnnl_nhwc), "the output's descriptor");
+    DNNL_TRY(g_api.dnnl_memory_desc_create_with_tag(&wany_md, g > 1 ? 5 : 4, g > 1 ? wdg : wd1, dnnl_f32,
+                                                    dnnl_format_tag_any),
+             "the weights' descriptor");
+    DNNL_TRY(g_api.dnnl_memory_desc_create_with_tag(&wuser_md, g > 1 ? 5 : 4, g > 1 ? wdg : wd1, dnnl_f32,
+                                                    g > 1 ? dnnl_gohwi : dnnl_ohwi),
+             "the weights' descriptor");
+    dnnl_dims_t strides = {sh->sh, sh->sw}, dil = {sh->dh - 1, sh->dw - 1}, pl = {sh->pt, sh->pl}, pr = {sh->pb, sh->pr};
+    DNNL_TRY(g_api.dnnl_convolution_forward_primitive_desc_create(&pd, engine, dnnl_forward_inference,
+                                                                  dnnl_convolution_direct, src_md, wany_md, NULL,
+                                                                  dst_md, strides, dil, pl, pr, NULL),
+             "the f32 convolution");
+    DNNL_TRY(g_api.dnnl_primitive_create(&c.prim, pd), "the convolution primitive");
+    /* the weights, reordered once into the primitive's layout (not timed) */
+    DNNL_TRY(g_api.dnnl_memory_create(&wuser, wuser_md, engine, (void *)weights), "the weights' memory");
+    const_dnnl_memory_desc_t want = g_api.dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    DNNL_TRY(g_api.dnnl_memory_create(&c.wei, want, engine, DNNL_MEMORY_ALLOCATE), "the reordered weights");
+    DNNL_TRY(g_api.dnnl_reorder_primitive_desc_create(&rpd, wuser_md, engine, want, engine, NULL), "the weights' reorder");
+    DNNL_TRY(g_api.dnnl_primitive_create(&reorder, rpd), "the weights' reorder");
+    double t0 = tops_bench_now();
+    dnnl_exec_arg_t rargs[2] = {{DNNL_ARG_FROM, wuser}, {DNNL_ARG_TO, c.wei}};
+    DNNL_TRY(g_api.dnnl_primitive_execute(reorder, c.stream, 2, rargs), "the weights' reorder");
+    DNNL_TRY(g_api.dnnl_stream_wait(c.stream), "dnnl_stream_wait");
+    row->pack_s = tops_bench_now() - t0;
+    dst = tops__aligned_alloc((size_t)(m * sh->o) * sizeof(float));
+    checked = malloc((size_t)nchk * (size_t)sh->o * sizeof(float));
+    if (!dst || !checked) {
+        st = tops__fail(TOPS_OUT_OF_MEMORY, "tensorops bench (oneDNN)", "no memory for the convolution's output");
+        goto done;
+    }
+    DNNL_TRY(g_api.dnnl_memory_create(&c.src, src_md, engine, (void *)input), "the input's memory");
+    DNNL_TRY(g_api.dnnl_memory_create(&c.dst, dst_md, engine, dst), "the output's memory");
+    for (int64_t i = 0; i < m * sh->o; i++) dst[i] = NAN;
+    if ((st = call_conv(&c, 0)) != TOPS_OK) goto done;
+    for (int r = 0; r < nchk; r++) memcpy(checked + r * sh->o, dst + check[r] * sh->o, (size_t)sh->o * sizeof(float));
+    tops_bench_compare(ref, checked, (int64_t)nchk * sh->o, &row->rel_l2, &row->cos_sim, NULL);
+    /* entry 0 is oneDNN, then ours */
+    tops_bench_alt *all = calloc((size_t)nours + 1, sizeof *all);
+    if (!all) {
+        st = tops__fail(TOPS_OUT_OF_MEMORY, "tensorops bench (oneDNN)", "no memory for the timing");
+        goto done;
+    }
+    all[0] = (tops_bench_alt){call_conv, &c, 0, 0};
+    for (int i = 0; i < nours; i++) all[i + 1] = ours[i];
+    st = tops_bench_time_alternating(all, nours + 1, 2, cfg->repeat, cfg->min_seconds);
+    for (int i = 0; i < nours && st == TOPS_OK; i++) ours[i] = all[i + 1];
+    tops_bench_timing t = {all[0].median_s, all[0].min_s, 0, 0};
+    free(all);
+    if (st != TOPS_OK) goto done;
+    snprintf(row->op, sizeof row->op, "conv2d");
+    snprintf(row->format, sizeof row->format, "onednn-f32");
+    row->m = m, row->k = sh->kh * sh->kw * (sh->c / g), row->n = sh->o;
+    row->threads = cfg->threads;
+    const char *isa = tops_bench_onednn_isa_name((unsigned)g_api.dnnl_get_effective_cpu_isa());
+    snprintf(row->isa, sizeof row->isa, "%s", isa ? isa : "unknown");
+    const dnnl_version_t *v = g_api.dnnl_version();
+    snprintf(row->path, sizeof row->path, "oneDNN %d.%d.%d %s", v->major, v->minor, v->patch, impl_name(pd));
+    row->median_s = t.median_s;
+    row->min_s = t.min_s;
+    row->rel_l2_bound = 1e-5;
+    row->accuracy_ok = row->rel_l2 <= row->rel_l2_bound;
+    note_add("oneDNN %d.%d.%d (%s), isa %s, %d threads%s", v->major, v->minor, v->patch, g_api.path,
+             isa ? isa : "unknown", cfg->threads,
+             g_api.omp_set_num_threads ? "" : " (not an OpenMP build: its own thread count)");
+done:
+    if (st != TOPS_OK) { /* no row: the note says why, ours still run */
+        note_add("oneDNN conv: no row: %s", tops_last_error());
+        memset(row, 0, sizeof *row);
+        st = TOPS_OK;
+    }
+    tops__aligned_free(dst);
+    free(checked);
+    if (reorder) g_api.dnnl_primitive_destroy(reorder);
+    if (rpd) g_api.dnnl_primitive_desc_destroy(rpd);
+    if (c.prim) g_api.dnnl_primitive_destroy(c.prim);
+    if (pd) g_api.dnnl_primitive_desc_destroy(pd);
+    dnnl_memory_t mems[4] = {wuser, c.wei, c.src, c.dst};
+    for (int i = 0; i < 4; i++)
+        if (mems[i]) g_api.dnnl_memory_destroy(mems[i]);
+    dnnl_memory_desc_t mds[4] = {src_md, dst_md, wany_md, wuser_md};
+    for (int i = 0; i < 4; i++)
+        if (mds[i]) g_api.dnnl_memory_desc_destroy(mds[i]);
+    if (c.stream) g_api.dnnl_stream_destroy(c.stream);
+    if (engine) g_api.dnnl_engine_destroy(engine);
     return st;
 }
 

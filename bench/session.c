@@ -14,6 +14,8 @@ static const tops_bench_runner runners[] = {
     {"matmul", TOPS_DEVICE_CPU, NULL, tops_bench_matmul_prepare, tops_bench_matmul_cpu, NULL},
     {"attention", TOPS_DEVICE_CPU, tops_bench_attention_parse, tops_bench_attention_prepare, tops_bench_attention_cpu,
      tops_bench_attention_usage},
+    {"conv2d", TOPS_DEVICE_CPU, tops_bench_conv_parse, tops_bench_conv_prepare, tops_bench_conv_cpu,
+     tops_bench_conv_usage},
 #ifdef TOPS_HAVE_CUDA
     {"matmul", TOPS_DEVICE_CUDA, NULL, tops_bench_matmul_cuda_prepare, tops_bench_matmul_cuda, NULL},
 #endif

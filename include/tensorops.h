@@ -692,6 +692,63 @@ TOPS_API tops_status tops_pack_right(const tops_exec *exec, const tops_matmul2d_
                                      const tops_tensor *right, tops_tensor *packed);
 
 /* ======================================================================== */
+/* conv2d (src/ops/conv2d.c -> src/drive/conv.c, conv_dw.c; docs/conv2d.md) */
+/* ======================================================================== */
+
+/*
+ * 2-D convolution (cross-correlation, as every DL framework computes it):
+ *   dest[n, y, x, o] (+)= bias[o] + sum_{i, j, c} input[n, y * sh + i * dh - pt,
+ *                        x * sw + j * dw - pl, g * C/G + c] * weight[o, i, j, c]
+ * with g = o / (O/G), zero outside the input.  The fields that count are all
+ * int32; a zero field takes its default (noted), a negative one is an error.
+ */
+typedef struct tops_conv2d_desc {
+    int32_t kernel_h, kernel_w;     /* KH, KW: required with rank-2 weights; 0 = from rank-4 ones */
+    int32_t stride_h, stride_w;     /* 0 = 1 */
+    int32_t dilation_h, dilation_w; /* 0 = 1 */
+    int32_t pad_top, pad_bottom, pad_left, pad_right; /* zero rows/columns around the input */
+    int same;                       /* 1: pad so that OH = ceil(H / sh) and OW = ceil(W / sw), the odd
+                                       pixel at the bottom/right (TF / ONNX SAME_UPPER); the four
+                                       paddings must then be 0 */
+    int32_t groups;                 /* G, 0 = 1; divides C and O.  G = C is depthwise */
+    int relaxed_precision;          /* as tops_matmul2d_desc (same paths and bounds) */
+    tops_matmul_mode mode;          /* TOPS_MULTIPLY or TOPS_MULTIPLY_ACCUMULATE into dest */
+    const tops_tensor *bias;        /* NULL, or f32/f16/bf16 rank 1 [O] in host memory */
+} tops_conv2d_desc;
+
+/*
+ * Runs the convolution on the CPU.
+ *   input  [N, H, W, C]  f32, f16 or bf16 (NHWC), any strides
+ *   weight either rank 2 [O, KH * KW * C/G] in any format tops_matmul2d
+ *          takes as right with transpose_right = 1 (f32/f16/bf16, fp8, int
+ *          groups, MX, NVFP4, GGUF blocks, lut4, ...): row o is output
+ *          channel o's [KH][KW][C/G] taps flattened, quantized along that
+ *          reduction; or a tensor from tops_pack_right of such a weight
+ *          (transpose_right = 1; groups = 1 only); or rank 4 [O, KH, KW, C/G]
+ *          in f32/f16/bf16 with its last three dimensions contiguous
+ *   dest   [N, OH, OW, O]  f32, f16 or bf16, whose N, OH, OW collapse into
+ *          one dimension (stride[0] = OH stride[1], stride[1] = OW stride[2]),
+ *          not overlapping input, weight or bias
+ * OH = (H + pt + pb - dh (KH - 1) - 1) / sh + 1, likewise OW.  Every bad
+ * descriptor or tensor is refused with a status and a sentence before dest
+ * is touched.  Precision and threads as tops_matmul2d: strict mode
+ * accumulates in f32 over the exactly decoded weights; results are
+ * bit-identical for any exec.threads.  With a bias, dest first receives
+ * the bias (or it is added to dest), then the sums: a failure after the
+ * checks (TOPS_OUT_OF_MEMORY only) may leave dest partly written.
+ */
+TOPS_API tops_status tops_conv2d(const tops_exec *exec, const tops_conv2d_desc *desc, const tops_tensor *input,
+                                 const tops_tensor *weight, tops_tensor *dest);
+/* The output extents [N, OH, OW, O] tops_conv2d would need for these
+   arguments (after the same checks on desc, input and weight). */
+TOPS_API tops_status tops_conv2d_output_shape(const tops_conv2d_desc *desc, const tops_tensor *input,
+                                              const tops_tensor *weight, int64_t out_extent[4]);
+/* Names the path tops_conv2d would take, e.g. "implicit GEMM (im2col rows
+   gathered into the panels), f32 panels ...", into buf (cap bytes). */
+TOPS_API tops_status tops_conv2d_path(const tops_exec *exec, const tops_conv2d_desc *desc, const tops_tensor *input,
+                                      const tops_tensor *weight, const tops_tensor *dest, char *buf, size_t cap);
+
+/* ======================================================================== */
 /* Cooperative tiles and attention (src/ops/attention.c, src/ops/tile.c)     */
 /* ======================================================================== */
 

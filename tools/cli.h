@@ -67,6 +67,8 @@ int tops_cmd_bench(int argc, char **argv);
 void tops_cmd_bench_usage(FILE *out);
 int tops_cmd_matmul(int argc, char **argv);
 void tops_cmd_matmul_usage(FILE *out);
+int tops_cmd_conv2d(int argc, char **argv);
+void tops_cmd_conv2d_usage(FILE *out);
 int tops_cmd_validate(int argc, char **argv);
 void tops_cmd_validate_usage(FILE *out);
 
@@ -91,6 +93,9 @@ int tops_validate_in_list(const char *list, const char *name);
    all) and returns the failures; knows() says whether a row name exists. */
 int tops_validate_attention(int quick, int json, const char *only, int *first);
 int tops_validate_attention_knows(const char *name, size_t len);
+/* The conv2d rows (tools/validate_conv.c), likewise. */
+int tops_validate_conv(int quick, int json, const char *only, int *first);
+int tops_validate_conv_knows(const char *name, size_t len);
 int tops_cmd_quantize(int argc, char **argv);
 int tops_cmd_inspect(int argc, char **argv);
 void tops_cmd_inspect_usage(FILE *out);

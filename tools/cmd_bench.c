@@ -13,7 +13,7 @@
 
 void tops_cmd_bench_usage(FILE *out) {
     fprintf(out,
-            "usage: tensorops bench [--op matmul|attention|matmul,attention] [--format LIST] [--m LIST] [--k K] [--n N]\n"
+            "usage: tensorops bench [--op matmul|attention|conv2d|LIST] [--format LIST] [--m LIST] [--k K] [--n N]\n"
             "                       [--threads T] [--isa X] [--device cpu|cuda[:N]] [--repeat R] [--relaxed]\n"
             "                       [--json FILE] [--plot FILE.svg] [--no-progress]\n\n"
             "Times each case against the default library in the same run (OpenBLAS sgemm, or sgemv\n"
@@ -23,7 +23,8 @@ void tops_cmd_bench_usage(FILE *out) {
             "the matmul table adds onednn-bf16 and onednn-int8-dyn rows (activations quantized per\n"
             "call) on the same weights; OpenBLAS runs the core of our level (OPENBLAS_CORETYPE, set\n"
             "by a restart unless given).\n\n"
-            "  --op OP        matmul (default), attention, or matmul,attention (one table, one JSON)\n"
+            "  --op OP        matmul (default), attention, conv2d, or a comma-separated list of them (one\n"
+            "                 table, one JSON)\n"
             "  --format LIST  comma-separated weight formats (default f32,f16,int8-g32,int4-g32,\n"
             "                 q4_0,mxfp4,nvfp4)\n"
             "  --m LIST       comma-separated M values (default 1,16,128)\n"
@@ -182,7 +183,7 @@ int tops_cmd_bench(int argc, char **argv) {
 
     /* First pass: the ops and the device pick the runners, whose own flags
        the second pass accepts. */
-    char ops[2][16];
+    char ops[3][16];
     int nops = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--op") == 0 || strcmp(argv[i], "--device") == 0) {
@@ -193,20 +194,21 @@ int tops_cmd_bench(int argc, char **argv) {
                 int n = parse_name_list(v, list, 64);
                 nops = 0;
                 for (int j = 0; j < n; j++) {
-                    if (strcmp(list[j], "matmul") != 0 && strcmp(list[j], "attention") != 0)
-                        return tops_cli_usage_error(self, "--op \"%s\": expected matmul, attention or both", v);
+                    if (strcmp(list[j], "matmul") != 0 && strcmp(list[j], "attention") != 0 &&
+                        strcmp(list[j], "conv2d") != 0)
+                        return tops_cli_usage_error(self, "--op \"%s\": expected matmul, attention, conv2d or a list", v);
                     int dup = 0;
                     for (int q = 0; q < nops; q++) dup |= strcmp(ops[q], list[j]) == 0;
                     if (!dup) snprintf(ops[nops++], sizeof ops[0], "%.15s", list[j]);
                 }
-                if (n < 1) return tops_cli_usage_error(self, "--op \"%s\": expected matmul, attention or both", v);
+                if (n < 1) return tops_cli_usage_error(self, "--op \"%s\": expected matmul, attention, conv2d or a list", v);
             } else if (!parse_device(v, &cfg.device)) {
                 return tops_cli_usage_error(self, "--device \"%s\": expected cpu, cuda or cuda:N", v);
             }
         }
     }
     if (nops == 0) snprintf(ops[nops++], sizeof ops[0], "matmul");
-    const tops_bench_runner *runners[2];
+    const tops_bench_runner *runners[3];
     for (int o = 0; o < nops; o++) {
         runners[o] = tops_bench_find_runner(ops[o], cfg.device.kind);
         if (runners[o]) continue;
@@ -290,10 +292,10 @@ int tops_cmd_bench(int argc, char **argv) {
         if (bad) return bad;
     }
     /* Each op fills its own defaults into its own copy of the flags. */
-    tops_bench_config op_cfg[2];
+    tops_bench_config op_cfg[3];
     for (int o = 0; o < nops; o++) {
         op_cfg[o] = cfg;
-        snprintf(op_cfg[o].op, sizeof op_cfg[o].op, "%s", ops[o]);
+        snprintf(op_cfg[o].op, sizeof op_cfg[o].op, "%.15s", ops[o]);
         if (nops > 1 && strcmp(ops[o], "matmul") != 0) {
             /* --format, --m, --k, --n and --relaxed are matmul's flags: in a
                run of several ops they are not the others' to refuse. */
@@ -351,8 +353,9 @@ int tops_cmd_bench(int argc, char **argv) {
     }
     tops_bench_progress(&session, NULL);
 
-    char oplist[40];
-    snprintf(oplist, sizeof oplist, "%s%s%s", ops[0], nops > 1 ? " and " : "", nops > 1 ? ops[1] : "");
+    char oplist[64];
+    snprintf(oplist, sizeof oplist, "%s%s%s%s%s", ops[0], nops > 2 ? ", " : nops > 1 ? " and " : "", nops > 1 ? ops[1] : "",
+             nops > 2 ? " and " : "", nops > 2 ? ops[2] : "");
     printf("tensorops bench: %s on %s, isa %s, %d threads\n", oplist, ci.model[0] ? ci.model : "unknown cpu",
            tops_isa_name(ci.isa), cfg.threads);
     if (cfg.device.kind == TOPS_DEVICE_CPU) {

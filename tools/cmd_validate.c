@@ -19,7 +19,9 @@ void tops_cmd_validate_usage(FILE *out) {
             "M1b f16 x i4 (per-tensor scale) -> f16; M2 f16 x int4-g32 (f16 scales) -> f32; one row per\n"
             "block format (f16 activations, f32 result); the relaxed paths R-* (f32 activations); then\n"
             "fused attention rows A-* (q/k/v/out dtypes, masks, GQA, quantized KV caches; shape\n"
-            "Sq x D x Sk) against f64 attention on the decoded operands.\n"
+            "Sq x D x Sk) against f64 attention on the decoded operands; then conv2d rows C-* (NHWC,\n"
+            "ragged shapes: odd sizes, stride 2 with dilation 2, groups 2, depthwise, 1x1, 7x7; shape\n"
+            "M = N*OH*OW x K = KH*KW*C/groups x N = O) against an f64 direct convolution.\n"
             "Each row: cos-sim, rel-L2 and max-abs against f64 on the decoded operands, the weights'\n"
             "SNR against their unquantized values, and pass/fail against the row's bound (f32 dest\n"
             "1e-5; f16 dest 1e-5 + 2^-11; bf16 dest 1e-5 + 2^-8; relaxed 1e-2).\n\n"
@@ -321,7 +323,7 @@ int tops_cmd_validate(int argc, char **argv) {
                 int known = 0;
                 for (size_t r = 0; r < ladder_count; r++)
                     if (strlen(ladder[r].name) == len && strncmp(ladder[r].name, p, len) == 0) known = 1;
-                known |= tops_validate_attention_knows(p, len);
+                known |= tops_validate_attention_knows(p, len) || tops_validate_conv_knows(p, len);
                 if (!known) return tops_cli_usage_error(self, "--only: no row named \"%.*s\"", (int)len, p);
                 p += len;
                 if (*p == ',') p++;
@@ -397,9 +399,10 @@ int tops_cmd_validate(int argc, char **argv) {
         free(a);
     }
     if (run_device.kind == TOPS_DEVICE_CUDA) {
-        if (!json) printf("attention rows skipped on cuda: fused attention runs on the CPU only\n");
+        if (!json) printf("attention and conv2d rows skipped on cuda: they run on the CPU only\n");
     } else {
         failures += tops_validate_attention(quick, json, only, &first);
+        failures += tops_validate_conv(quick, json, only, &first);
     }
     if (json) printf("\n]\n");
     else printf("%s: %d row(s) failed\n", failures ? "FAILED" : "ok", failures);

@@ -10,7 +10,8 @@ static const tops_cli_command commands[] = {
     {"info", tops_cmd_info, "print the CPU, its features, the kernel level chosen and the build", tops_cmd_info_usage},
     {"validate", tops_cmd_validate, "run the validation ladder: every format and attention path against f64", tops_cmd_validate_usage},
     {"matmul", tops_cmd_matmul, "one matmul from .npy/.safetensors files, written to .npy", tops_cmd_matmul_usage},
-    {"bench", tops_cmd_bench, "time matmul and attention against OpenBLAS and the roofline measured in the same run", tops_cmd_bench_usage},
+    {"conv2d", tops_cmd_conv2d, "one 2-D convolution (NHWC) from .npy/.safetensors files, written to .npy", tops_cmd_conv2d_usage},
+    {"bench", tops_cmd_bench, "time matmul, conv2d and attention against OpenBLAS / oneDNN and the roofline, same run", tops_cmd_bench_usage},
     {"inspect", tops_cmd_inspect, "list the tensors of a safetensors or GGUF file: dtypes, shapes, formats, bytes", tops_cmd_inspect_usage},
     {"quantize", tops_cmd_quantize, "quantize a .npy weight, report its error, write or read safetensors", tops_cmd_quantize_usage},
 };
@@ -68,7 +69,7 @@ void tops_cli_json_string(FILE *out, const char *s) {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "tensorops %s: quantized matmul and fused attention, fastest path picked at run time\n\n"
+            "tensorops %s: quantized matmul, conv2d and fused attention, fastest path picked at run time\n\n"
             "usage: tensorops <command> [options]\n"
             "       tensorops <command> --help\n\n"
             "commands:\n",

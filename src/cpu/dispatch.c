@@ -124,6 +124,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->gemm_q8_wide = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu8_4x8__ref, "tops_gemm_f32_qi8_qu8_4x8__ref"};
     k->dot_q8_bytes_x4 = tops__ref_dot_q8_bytes_x4;
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
+    k->conv_dw_f32 = tops_conv_dw_f32__ref;
+    k->conv_dw_name = "tops_conv_dw_f32__ref";
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
         k->f32_to_f16_row = tops__avx2_f32_to_f16_row;
@@ -164,6 +166,10 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->dot_q8_bytes_x4 = tops__avx2_dot_q8_bytes_x4;
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
+        k->conv_dw_f32 = tops_conv_dw_f32__avx2;
+        k->conv_dw_name = "tops_conv_dw_f32__avx2";
+        k->gemm_f32_rows = (tops__gemm_rows_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16_rows__avx2,
+                                                     "tops_gemm_f32_f32_f32_6x16_rows__avx2"};
     }
     if (level_allows(level, TOPS_ISA_AVX512)) {
         k->tile_gemm = (tops__tile_gemm){12, 32, tops__tile_gemm_f32_12x32__avx512,
@@ -172,12 +178,18 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->reduce_f32_row = tops__reduce_f32_row__avx512;
         k->gemm_f32 = (tops__gemm_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32__avx512,
                                            "tops_gemm_f32_f32_f32_12x32__avx512"};
+        k->conv_dw_f32 = tops_conv_dw_f32__avx512;
+        k->conv_dw_name = "tops_conv_dw_f32__avx512";
+        k->gemm_f32_rows = (tops__gemm_rows_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32_rows__avx512,
+                                                     "tops_gemm_f32_f32_f32_12x32_rows__avx512"};
     }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
         k->gemm_q8_narrow = k->gemm_q8;
         k->gemm_q8_wide = k->gemm_q8; /* q + 128 as u8: no i16 stage to saturate */
+        k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni;
+        k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni";
     }
 #if defined(TOPS_HAVE_AMX_KERNELS)
     if (level_allows(level, TOPS_ISA_AMX))

@@ -248,6 +248,41 @@ typedef struct tops__tile_gemm {
     const char *name;
 } tops__tile_gemm;
 
+/* Depthwise conv2d over one output row (src/kernels/<isa>/conv_dw_f32.c):
+   out[x * ldo + ch] = bias[ch] (0 if bias is NULL) + the taps (i, j) in
+   order, each one FMA, of rows[i][col * ldx + ch] * w[(i * kw + j) * c + ch]
+   with col = x * sw + j * dw - pl, for x < ow and ch < c; rows[i] NULL (a
+   padding row) or col outside [0, win) adds nothing.  One FMA per tap at
+   every level: every level gives the same bits. */
+typedef void (*tops__conv_dw_fn)(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw,
+                                 int sw, int dw, int pl, const float *w, const float *bias, int64_t ow, float *out,
+                                 int64_t ldo);
+
+/* gemm_f32's tile with A read in place through row pointers (conv2d's
+   implicit GEMM, src/kernels/<isa>/gemm_f32_rows.c): C[mr x nr] (+)=
+   sum over k < kc of a[i][k] * b[k * nr + j]; b a packed panel as
+   gemm_f32 reads it; accumulate as gemm_f32.  rows (1..mr) of the mr row
+   pointers hold data; a kernel may compute (and store) fewer than mr rows
+   then, never fewer than rows.  run NULL: none at this level. */
+typedef void (*tops__gemm_f32_rows_fn)(int64_t kc, int rows, const float *const *a, const float *b, float *c, int64_t ldc,
+                                       int accumulate);
+typedef struct tops__gemm_rows_ukernel {
+    int mr, nr; /* gemm_f32's */
+    tops__gemm_f32_rows_fn run;
+    const char *name;
+} tops__gemm_rows_ukernel;
+
+/* The relaxed twin (conv2d over an input quantized once per call, src/
+   kernels/avx512/gemm_q8_rows_vnni.c): C[6 x 32] (+)= over nb sub-blocks
+   of 32 k, per row i and block b, as[i][b] * bs[b][j] * (exact i32 sum of
+   a[i][32 b + k] * panel code - acorr[i][b]), blocks in order, one FMA
+   each; b[0..3] the four 8-column gemm_q8 panels (q + offset, steps of 32
+   bytes) at this K offset, bs[0..3] their 8 scales per sub-block; acorr
+   = offset * the block's code sum.  NULL at levels without one. */
+typedef void (*tops__gemm_q8_rows_fn)(int64_t nb, const int8_t *const *a, const float *const *as,
+                                      const int32_t *const *acorr, const uint8_t *const *b, const float *const *bs,
+                                      float *c, int64_t ldc, int accumulate);
+
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
 
@@ -363,6 +398,14 @@ typedef struct tops__kernels {
     /* identity (op) x[0] (op) ... (op) x[n-1]; op is a tops_reduce_op; NaN
        anywhere gives NaN. */
     float (*reduce_f32_row)(const float *x, int64_t n, int op, float identity);
+
+    /* conv2d's depthwise direct kernel (groups = channels). */
+    tops__conv_dw_fn conv_dw_f32;
+    const char *conv_dw_name;
+    /* conv2d's implicit GEMM without left packing (same tile as gemm_f32). */
+    tops__gemm_rows_ukernel gemm_f32_rows;
+    tops__gemm_q8_rows_fn gemm_q8_rows; /* 6 x 32 */
+    const char *gemm_q8_rows_name;
 } tops__kernels;
 
 /* The table for this process (never NULL).  If TOPS_ISA was invalid, the
@@ -397,6 +440,8 @@ void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t
 float tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub, float scale);
 void tops__scale_f32_row__ref(float *x, int64_t n, float r);
 float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identity);
+void tops_conv_dw_f32__ref(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
+                           int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
@@ -452,6 +497,17 @@ void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int s
 void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops_gemm_f32_f32_f32_6x16_rows__avx2(int64_t kc, int rows, const float *const *a, const float *b, float *c, int64_t ldc,
+                                           int accumulate);
+void tops_gemm_f32_f32_f32_12x32_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b, float *c,
+                                              int64_t ldc, int accumulate);
+void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
+                                                  const int32_t *const *acorr, const uint8_t *const *b,
+                                                  const float *const *bs, float *c, int64_t ldc, int accumulate);
+void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
+                            int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
+void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
+                              int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops__avx2_fill_unpackers(tops__unpacker *table);
 void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);

@@ -26,6 +26,11 @@ static size_t floats_aligned(int64_t n) { return (size_t)tops__round_up(n, 16); 
    missing rows are zero so the microkernel always runs full tiles. */
 static void pack_panel(const tops__kernels *kern, const tops__gemm_operand *op, int64_t o0, int64_t valid,
                        int width, int64_t k0, int64_t kc, float *panel, float *tmp) {
+    if (op->gather) { /* rows made on the fly (conv2d), then the same transpose */
+        op->gather(op->gather_ctx, kern, o0, valid, k0, kc, tmp, kc);
+        kern->pack_rows_f32(tmp, kc, valid, kc, panel, width);
+        return;
+    }
     if (op->k_major) {
         op->read(kern, op->t, k0, kc, o0, valid, panel, width);
         if (valid < width)

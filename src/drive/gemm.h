@@ -12,6 +12,12 @@
 typedef void (*tops__rect_reader)(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr,
                                   int64_t c0, int64_t nc, float *out, int64_t ld);
 
+/* Gathers rows [r0, r0 + nr) x columns [c0, c0 + nc) of a matrix that
+   exists only as a rule (conv2d's im2col rows, drive/conv.c) into
+   out[i * ld + j] as f32. */
+typedef void (*tops__rows_gather)(const void *ctx, const tops__kernels *kern, int64_t r0, int64_t nr, int64_t c0,
+                                  int64_t nc, float *out, int64_t ld);
+
 /* One operand as the driver sees it: where the K dimension lies in its
    storage and how to read it. */
 typedef struct tops__gemm_operand {
@@ -20,7 +26,20 @@ typedef struct tops__gemm_operand {
     tops__rect_reader read;
     int direct_f32;          /* plain f32, unit column stride, tensor_scale 1: read in place */
     const struct tops__packed_right *packed; /* right only: prepacked panels, or NULL */
+    /* Left only: when set, rows come from gather(gather_ctx, ...) and t,
+       k_major, read and direct_f32 are not used (the left-packing hook). */
+    tops__rows_gather gather;
+    const void *gather_ctx;
 } tops__gemm_operand;
+
+/* Row m of the left operand over [0, k) into out (any left: stored,
+   transposed or gathered). */
+static inline void tops__left_row(const tops__kernels *kern, const tops__gemm_operand *left, int64_t m, int64_t k,
+                                  float *out) {
+    if (left->gather) left->gather(left->gather_ctx, kern, m, 1, 0, k, out, k);
+    else if (left->k_major) left->read(kern, left->t, 0, k, m, 1, out, 1);
+    else left->read(kern, left->t, m, 1, 0, k, out, k);
+}
 
 /* Reader for any format through the formats layer (tops__decode_rect). */
 void tops__read_rect_decode(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,

@@ -89,10 +89,8 @@ typedef struct row_bufs {
    over kp (padded) elements. */
 static void read_left_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t kp,
                           float *f) {
-    const tops__gemm_operand *left = &p->left;
     if (m >= 0) {
-        if (left->k_major) left->read(kern, left->t, 0, p->k, m, 1, f, 1);
-        else left->read(kern, left->t, m, 1, 0, p->k, f, p->k);
+        tops__left_row(kern, &p->left, m, p->k, f);
         for (int64_t x = p->k; x < kp; x++) f[x] = 0.0f;
     } else {
         for (int64_t x = 0; x < kp; x++) f[x] = 0.0f;

@@ -43,9 +43,7 @@ static int q8_offset(const tops__kernels *kern, const tops_tensor *w) {
 /* Quantizes row m of the left operand over kp (padded) elements. */
 static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t kp, int sub,
                          int offset, float *tmp, int8_t *aq, float *as, int32_t *corr) {
-    const tops__gemm_operand *left = &p->left;
-    if (left->k_major) left->read(kern, left->t, 0, p->k, m, 1, tmp, 1);
-    else left->read(kern, left->t, m, 1, 0, p->k, tmp, p->k);
+    tops__left_row(kern, &p->left, m, p->k, tmp);
     for (int64_t i = p->k; i < kp; i++) tmp[i] = 0.0f;
     kern->quantize_q8(tmp, kp, sub, aq, as);
     for (int64_t b = 0; b < kp / sub; b++) {

@@ -170,8 +170,7 @@ int tops__gemv_streams(const tops__gemm_problem *p) {
 /* Row m of the left operand as f32 over all of K, zero-padded to kp. */
 static void load_activation_row(const tops__kernels *kern, const tops__gemm_operand *left, int64_t m, int64_t k,
                                 int64_t kp, float *out) {
-    if (left->k_major) left->read(kern, left->t, 0, k, m, 1, out, 1);
-    else left->read(kern, left->t, m, 1, 0, k, out, k);
+    tops__left_row(kern, left, m, k, out);
     for (int64_t i = k; i < kp; i++) out[i] = 0.0f;
 }
 

@@ -197,7 +197,7 @@ enum { GEMV_MAX_M = 4 };
 enum { AMX_MIN_M = GEMV_MAX_M + 1 };
 
 static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_tensor *right, int transposed) {
-    tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, is_direct_f32(right), NULL};
+    tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, is_direct_f32(right), NULL, NULL, NULL};
     /* Formats without a dedicated reader: the formats layer decodes one
        K-panel at a time (fused: never the whole matrix). */
     if (!is_activation_format(right->format.id)) op.read = tops__read_rect_decode;
@@ -245,12 +245,14 @@ typedef enum plan_kind {
 
 /* Fills the driver problem from checked arguments and picks the driver. */
 static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const tops_matmul2d_desc *desc,
-                      const tops_tensor *left, const tops_tensor *right, tops_tensor *dest, tops__gemm_problem *p) {
+                      const tops_tensor *left, const tops__gemm_operand *gathered, const tops_tensor *right,
+                      tops_tensor *dest, tops__gemm_problem *p) {
     memset(p, 0, sizeof *p);
     p->m = in->m;
     p->n = in->n;
     p->k = in->k;
-    p->left = (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL};
+    p->left = gathered ? *gathered
+                       : (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL, NULL, NULL};
     p->right = right_operand(kern, right, desc->transpose_right);
     p->dest = dest;
     p->accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
@@ -288,11 +290,11 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
    weights the drivers read, and the packed tensor's prepacked forms (integer
    panels, the row stream) go with the problem. */
 static plan_kind plan_call(const tops__kernels *kern, const plan_inputs *in, const tops_matmul2d_desc *desc,
-                           const tops_tensor *left, const tops_tensor **right, tops_tensor *dest,
-                           tops__gemm_problem *p) {
+                           const tops_tensor *left, const tops__gemm_operand *gathered, const tops_tensor **right,
+                           tops_tensor *dest, tops__gemm_problem *p) {
     const tops__packed_right *pk = (*right)->format.id == TOPS_FMT_PACKED ? (*right)->packed_ : NULL;
     *right = unwrap_in_place(*right);
-    plan_kind kind = plan(kern, in, desc, left, *right, dest, p);
+    plan_kind kind = plan(kern, in, desc, left, gathered, *right, dest, p);
     if (pk) {
         p->q8_panels = pk->q8_panels;
         p->q8_scales = pk->q8_panels ? pk->q8_scales : NULL;
@@ -302,6 +304,16 @@ static plan_kind plan_call(const tops__kernels *kern, const plan_inputs *in, con
     return kind;
 }
 
+static tops_status run_plan(const char *fn, plan_kind kind, const tops__gemm_problem *p) {
+    switch (kind) {
+    case PLAN_ROWS: return tops__gemv_run(fn, p);
+    case PLAN_INTEGER: return tops__gemm_q8_run(fn, p);
+    case PLAN_AMX: return tops__gemm_amx_run(fn, p);
+    case PLAN_AMX_BF16: return tops__gemm_amx_bf16t_run(fn, p);
+    default: return tops__gemm_run(fn, p);
+    }
+}
+
 tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
                                 const tops_tensor *left, const tops_tensor *right, tops_tensor *dest) {
     static const char fn[] = "tops_matmul2d";
@@ -309,14 +321,31 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
     tops_status st = check_all(fn, exec, desc, left, right, dest, &in);
     if (st != TOPS_OK) return st;
     tops__gemm_problem p;
-    plan_kind kind = plan_call(kern, &in, desc, left, &right, dest, &p);
-    switch (kind) {
-    case PLAN_ROWS: return tops__gemv_run(fn, &p);
-    case PLAN_INTEGER: return tops__gemm_q8_run(fn, &p);
-    case PLAN_AMX: return tops__gemm_amx_run(fn, &p);
-    case PLAN_AMX_BF16: return tops__gemm_amx_bf16t_run(fn, &p);
-    default: return tops__gemm_run(fn, &p);
-    }
+    return run_plan(fn, plan_call(kern, &in, desc, left, NULL, &right, dest, &p), &p);
+}
+
+static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm_problem *pp,
+                     const tops_tensor *right, char *buf, size_t cap);
+
+tops_status tops__matmul2d_check_right(const char *fn, const tops_tensor *right, int transposed, int64_t *k,
+                                       int64_t *n) {
+    return check_right(fn, right, transposed, k, n);
+}
+
+tops_status tops__matmul2d_gathered(const char *fn, const tops__kernels *kern, const tops_exec *exec,
+                                    const tops_matmul2d_desc *desc, const tops__gemm_operand *left, int64_t m,
+                                    const tops_tensor *right, tops_tensor *dest, char *path, size_t cap) {
+    plan_inputs in;
+    tops_status st = check_exec(fn, exec, &in.exec);
+    if (st != TOPS_OK) return st;
+    in.m = m;
+    in.n = dest->extent[1];
+    in.k = right->format.id == TOPS_FMT_PACKED ? ((const tops__packed_right *)right->packed_)->k : right->extent[1];
+    tops__gemm_problem p;
+    plan_kind kind = plan_call(kern, &in, desc, dest, left, &right, dest, &p);
+    if (!path) return run_plan(fn, kind, &p);
+    describe(kern, kind, &p, right, path, cap);
+    return TOPS_OK;
 }
 
 tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *left,
@@ -333,7 +362,15 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
     plan_inputs in;
     if ((st = check_all(fn, exec, desc, left, right, dest, &in)) != TOPS_OK) return st;
     tops__gemm_problem p;
-    plan_kind kind = plan_call(kern, &in, desc, left, &right, (tops_tensor *)dest, &p);
+    plan_kind kind = plan_call(kern, &in, desc, left, NULL, &right, (tops_tensor *)dest, &p);
+    describe(kern, kind, &p, right, buf, cap);
+    return TOPS_OK;
+}
+
+/* The sentence of tops_matmul2d_path for a planned call. */
+static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm_problem *pp,
+                     const tops_tensor *right, char *buf, size_t cap) {
+    const tops__gemm_problem p = *pp;
     const tops__unpacker *up = right->format.id != TOPS_FMT_PACKED ? &kern->unpack[right->format.id] : NULL;
     const char *isa = tops_isa_name(kern->isa);
     if (kind == PLAN_AMX && p.relaxed) {
@@ -371,7 +408,6 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
                                                                    : "packed per K block";
         snprintf(buf, cap, "f32 panels (%s): %s (%s)", src, kern->gemm_f32.name, isa);
     }
-    return TOPS_OK;
 }
 
 /* The public face of a packed weight: owner_ frees everything. */

@@ -536,8 +536,8 @@ static void test_huge_k_fails_cleanly(void) {
             p.m = m;
             p.n = 32;
             p.k = (int64_t)1 << 60;
-            p.left = (tops__gemm_operand){&a, 0, tops__read_rect_plain, 1, NULL};
-            p.right = (tops__gemm_operand){&w, 0, tops__read_rect_unpack, 0, NULL};
+            p.left = (tops__gemm_operand){&a, 0, tops__read_rect_plain, 1, NULL, NULL, NULL};
+            p.right = (tops__gemm_operand){&w, 0, tops__read_rect_unpack, 0, NULL, NULL, NULL};
             p.dest = &dest;
             p.relaxed = drivers[d].relaxed;
             p.kern = kern;

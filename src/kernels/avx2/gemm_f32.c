@@ -45,19 +45,37 @@ void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b
     }
 }
 
+/* Rows in groups of 8 (8 x 8 transposes), then of 4 (4 x 4), then one at
+   a time; rows valid..width-1 are zero (any width: 12 at the AVX-512
+   level, ragged M edges). */
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width) {
-    if (valid != width || width % 8 != 0) {
-        tops__ref_pack_rows_f32(src, ld, valid, kc, dst, width);
-        return;
-    }
-    int64_t k = 0;
-    for (; k + 8 <= kc; k += 8)
-        for (int64_t j = 0; j < width; j += 8) {
+    const int64_t k8 = kc / 8 * 8, v8 = valid / 8 * 8, v4 = valid / 4 * 4;
+    for (int64_t k = 0; k < k8; k += 8) {
+        for (int64_t j = 0; j < v8; j += 8) {
             const float *s = src + j * ld + k;
             tops__avx2_store_transposed8(_mm256_loadu_ps(s), _mm256_loadu_ps(s + ld), _mm256_loadu_ps(s + 2 * ld),
                        _mm256_loadu_ps(s + 3 * ld), _mm256_loadu_ps(s + 4 * ld), _mm256_loadu_ps(s + 5 * ld),
                        _mm256_loadu_ps(s + 6 * ld), _mm256_loadu_ps(s + 7 * ld), dst + k * width + j, width);
         }
-    for (; k < kc; k++)
-        for (int64_t j = 0; j < width; j++) dst[k * width + j] = src[j * ld + k];
+        for (int64_t j = v8; j < v4; j += 4)
+            for (int h = 0; h < 8; h += 4) {
+                const float *s = src + j * ld + k + h;
+                __m128 r0 = _mm_loadu_ps(s), r1 = _mm_loadu_ps(s + ld), r2 = _mm_loadu_ps(s + 2 * ld),
+                       r3 = _mm_loadu_ps(s + 3 * ld);
+                _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+                float *d = dst + (k + h) * width + j;
+                _mm_storeu_ps(d, r0);
+                _mm_storeu_ps(d + width, r1);
+                _mm_storeu_ps(d + 2 * width, r2);
+                _mm_storeu_ps(d + 3 * width, r3);
+            }
+        for (int64_t kk = k; kk < k + 8; kk++) {
+            for (int64_t j = v4; j < valid; j++) dst[kk * width + j] = src[j * ld + kk];
+            for (int64_t j = valid; j < width; j++) dst[kk * width + j] = 0.0f;
+        }
+    }
+    for (int64_t k = k8; k < kc; k++) {
+        for (int64_t j = 0; j < valid; j++) dst[k * width + j] = src[j * ld + k];
+        for (int64_t j = valid; j < width; j++) dst[k * width + j] = 0.0f;
+    }
 }

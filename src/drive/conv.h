@@ -1,0 +1,48 @@
+/* conv2d's CPU drivers: the im2col row gather that feeds the matmul2d
+   drivers' left packing (implicit GEMM), and the depthwise direct driver.
+   The op layer (src/ops/conv2d.c) checks every argument first. */
+#ifndef TOPS_DRIVE_CONV_H
+#define TOPS_DRIVE_CONV_H
+
+#include "drive/gemm.h"
+
+/* One group's view of an NHWC input: row m = (n, y, x) of the virtual
+   im2col matrix [N * OH * OW, KH * KW * cg], column k = (i, j, c), holds
+   input[n, y * sh + i * dh - pt, x * sw + j * dw - pl, c0 + c] (0 outside). */
+typedef struct tops__conv_geom {
+    const tops_tensor *in;   /* [N, H, W, C]: f32, f16 or bf16, any strides */
+    int64_t h, w, oh, ow;
+    int64_t kh, kw, sh, sw, dh, dw, pt, pl;
+    int64_t cg, c0;          /* channels per group, first channel of the group */
+} tops__conv_geom;
+
+/* tops__rows_gather over a tops__conv_geom (ctx). */
+void tops__conv_gather(const void *ctx, const tops__kernels *kern, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                       float *out, int64_t ld);
+
+/* Depthwise (groups = C = O): dest2d [N * OH * OW, C] (f32/f16/bf16, any
+   strides) (+)= the taps w[(i * kw + j) * C + c] (f32) and bias[c] (f32,
+   or NULL), through kern->conv_dw_f32, threads over output rows (N * OH).
+   Fails only with TOPS_OUT_OF_MEMORY before anything is written. */
+tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                              const float *w, const float *bias, tops_tensor *dest2d, int accumulate, int threads);
+
+/* Implicit GEMM with A read in place (kern->gemm_f32_rows): groups 1, f32
+   input with contiguous channels, the weights tops_pack_right's f32 panels
+   of gemm_f32_rows.nr columns over all of K = KH * KW * C ([K][nr] per
+   panel, panel p at panels + p * K * nr).  One kernel call per tap (kc =
+   C) per mr x nr tile, taps summed in order; threads over tiles.  dest2d
+   [N * OH * OW, o] as for tops__conv_dw_run. */
+tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                                const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads);
+
+/* The relaxed twin (kern->gemm_q8_rows): the input (any dtype and strides)
+   quantized once per call to i8 per 32 channels (C % 32 == 0), then the
+   gemm_q8 panels and scales tops_pack_right made for relaxed use
+   (8-column groups over all of K, codes + offset), 6 x 32 tiles, one
+   kernel call per tap (or per kernel row where its taps are contiguous). */
+tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                                   const uint8_t *panels, const float *scales, int offset, int64_t o,
+                                   tops_tensor *dest2d, int accumulate, int threads);
+
+#endif

@@ -1,0 +1,413 @@
+/* conv2d against an f64 direct convolution of the decoded weights, on
+   random data: ragged shapes (odd sizes, stride 2 with dilation 2, groups,
+   depthwise, 1x1, 7x7, "same"), every kernel level, 1 and 2 threads (same
+   bits), strict and relaxed weight formats, packed weights, bias,
+   multiply-accumulate, NaN-poisoned dest, and every bad descriptor. */
+#include "harness.h"
+#include "kernels/ref/scalar_casts.h"
+#include "ops/matmul2d.h"
+#include "tensorops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static th_rng rng;
+
+typedef struct cv_case {
+    int64_t n, h, w, c, o, kh, kw;
+    int32_t sh, sw, dh, dw, pt, pb, pl, pr, groups;
+    int same;
+} cv_case;
+
+static const cv_case cases[] = {
+    {1, 7, 9, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* odd sizes, pad 1 */
+    {2, 11, 13, 6, 7, 3, 3, 2, 2, 2, 2, 2, 1, 0, 3, 1, 0},   /* stride 2 with dilation 2, uneven pads */
+    {1, 9, 8, 8, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 0},     /* groups 2 */
+    {2, 9, 7, 13, 13, 3, 3, 1, 2, 1, 1, 1, 1, 1, 1, 13, 0},  /* depthwise, odd channels */
+    {1, 8, 8, 40, 40, 5, 5, 2, 2, 1, 1, 0, 0, 0, 0, 40, 1},  /* depthwise 5x5 "same" stride 2 */
+    {1, 6, 5, 33, 31, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},   /* 1x1 */
+    {1, 15, 14, 3, 9, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, 1, 0},   /* 7x7 stem, 3 channels */
+    {1, 16, 16, 3, 8, 4, 4, 4, 4, 1, 1, 0, 0, 0, 0, 1, 0},   /* patch embedding */
+    {1, 5, 6, 4, 8, 3, 2, 1, 1, 2, 1, 0, 0, 0, 0, 4, 0},     /* depthwise with multiplier 2 */
+    {1, 1, 1, 7, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},     /* one pixel (rows path) */
+    {3, 10, 9, 35, 33, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},  /* "same", multi-tile M */
+    {1, 7, 7, 16, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},   /* M = 49: a 1-row last block, 2 panels */
+    {1, 5, 40, 16, 20, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},  /* wide rows: a kernel row's taps as one run */
+    {1, 6, 50, 24, 8, 3, 3, 2, 2, 1, 1, 1, 0, 1, 0, 1, 0},   /* the same at stride 2, top/left pad */
+    {2, 9, 11, 32, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* C % 32 == 0 (relaxed rows), O = 20: a lone 8-column group */
+    {1, 6, 40, 64, 24, 3, 3, 2, 1, 2, 1, 1, 1, 0, 2, 1, 0},  /* the same, wide rows, stride 2,1, dilation 2,1 */
+};
+
+static int64_t out_dim(int64_t in, int64_t pad, int64_t k, int64_t s, int64_t d) {
+    return (in + pad - d * (k - 1) - 1) / s + 1;
+}
+
+static void resolve(const cv_case *c, int64_t *oh, int64_t *ow, int64_t *pt, int64_t *pl) {
+    if (c->same) {
+        *oh = (c->h + c->sh - 1) / c->sh;
+        *ow = (c->w + c->sw - 1) / c->sw;
+        int64_t th = (*oh - 1) * c->sh + c->dh * (c->kh - 1) + 1 - c->h, tw = (*ow - 1) * c->sw + c->dw * (c->kw - 1) + 1 - c->w;
+        *pt = th > 0 ? th / 2 : 0;
+        *pl = tw > 0 ? tw / 2 : 0;
+    } else {
+        *oh = out_dim(c->h, c->pt + c->pb, c->kh, c->sh, c->dh);
+        *ow = out_dim(c->w, c->pl + c->pr, c->kw, c->sw, c->dw);
+        *pt = c->pt;
+        *pl = c->pl;
+    }
+}
+
+/* f64 direct convolution: x [N, H, W, C], w [O, KH, KW, Cg] decoded, ref
+   [N, OH, OW, O]; absolute: of |x| and |w| (each output's magnitude). */
+static void reference(const cv_case *c, const double *x, const float *w, const float *bias, double *ref,
+                      int absolute) {
+    int64_t oh, ow, pt, pl;
+    resolve(c, &oh, &ow, &pt, &pl);
+    const int64_t g = c->groups, cg = c->c / g, og = c->o / g;
+    for (int64_t n = 0; n < c->n; n++)
+        for (int64_t y = 0; y < oh; y++)
+            for (int64_t xx = 0; xx < ow; xx++)
+                for (int64_t o = 0; o < c->o; o++) {
+                    double s = bias ? (absolute ? fabs(bias[o]) : bias[o]) : 0.0;
+                    const int64_t c0 = (o / og) * cg;
+                    for (int64_t i = 0; i < c->kh; i++)
+                        for (int64_t j = 0; j < c->kw; j++) {
+                            int64_t ih = y * c->sh - pt + i * c->dh, iw = xx * c->sw - pl + j * c->dw;
+                            if (ih < 0 || ih >= c->h || iw < 0 || iw >= c->w) continue;
+                            for (int64_t ch = 0; ch < cg; ch++) {
+                                const double p = x[((n * c->h + ih) * c->w + iw) * c->c + c0 + ch] *
+                                                 (double)w[((o * c->kh + i) * c->kw + j) * cg + ch];
+                                s += absolute ? fabs(p) : p;
+                            }
+                        }
+                    ref[((n * oh + y) * ow + xx) * c->o + o] = s;
+                }
+}
+
+/* ||y - ref|| / ||scale|| (scale = ref: relative L2; the magnitudes:
+   normwise, where few outputs or a short relaxed K can cancel to ~0). */
+static double rel_l2(const double *ref, const double *scale, const float *y, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(y[i])) return INFINITY;
+        num += (y[i] - ref[i]) * (y[i] - ref[i]);
+        den += scale[i] * scale[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static tops_conv2d_desc make_desc(const cv_case *c) {
+    tops_conv2d_desc d;
+    memset(&d, 0, sizeof d);
+    d.kernel_h = (int32_t)c->kh, d.kernel_w = (int32_t)c->kw;
+    d.stride_h = c->sh, d.stride_w = c->sw, d.dilation_h = c->dh, d.dilation_w = c->dw;
+    if (c->same) d.same = 1;
+    else d.pad_top = c->pt, d.pad_bottom = c->pb, d.pad_left = c->pl, d.pad_right = c->pr;
+    d.groups = c->groups;
+    d.mode = TOPS_MULTIPLY;
+    return d;
+}
+
+static tops_tensor view4(tops_dtype dt, void *data, int64_t a, int64_t b, int64_t c, int64_t d) {
+    tops_tensor_desc v;
+    memset(&v, 0, sizeof v);
+    v.format = tops_format_of(dt);
+    v.rank = 4;
+    v.extent[0] = a, v.extent[1] = b, v.extent[2] = c, v.extent[3] = d;
+    v.data = data;
+    tops_tensor t;
+    if (tops_tensor_view(&v, &t) != TOPS_OK) {
+        fprintf(stderr, "view4: %s\n", tops_last_error());
+        abort();
+    }
+    return t;
+}
+
+/* One weight format: the quantized rank-2 tensor and its decode. */
+typedef struct cv_weight {
+    tops_tensor q, packed;
+    int have_packed;
+    float *decoded;
+} cv_weight;
+
+static int make_weight(const char *fmt_name, int64_t o, int64_t k, const float *w, int relaxed, cv_weight *out) {
+    tops_format f;
+    int64_t ext[2] = {o, k};
+    tops_tensor src;
+    tops_tensor_desc v;
+    memset(out, 0, sizeof *out);
+    memset(&v, 0, sizeof v);
+    v.format = tops_format_of(TOPS_DT_F32);
+    v.rank = 2;
+    v.extent[0] = o, v.extent[1] = k;
+    v.data = (void *)w;
+    if (tops_format_from_name(fmt_name, &f) != TOPS_OK || tops_tensor_view(&v, &src) != TOPS_OK ||
+        tops_tensor_create(f, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &out->q) != TOPS_OK ||
+        tops_quantize(&src, &out->q, NULL) != TOPS_OK)
+        return 0;
+    out->decoded = malloc((size_t)(o * k) * sizeof(float));
+    v.data = out->decoded;
+    tops_tensor dv;
+    if (tops_tensor_view(&v, &dv) != TOPS_OK || tops_dequantize(&out->q, &dv) != TOPS_OK) return 0;
+    tops_matmul2d_desc md;
+    memset(&md, 0, sizeof md);
+    md.transpose_right = 1;
+    md.relaxed_precision = relaxed;
+    out->have_packed = tops_pack_right(NULL, &md, &out->q, &out->packed) == TOPS_OK;
+    return 1;
+}
+
+static void free_weight(cv_weight *w) {
+    tops_tensor_destroy(&w->q);
+    if (w->have_packed) tops_tensor_destroy(&w->packed);
+    free(w->decoded);
+}
+
+/* Runs one case at every level and 1/2 threads; checks rel-L2 against
+   f64 and that the thread counts agree bit for bit. */
+static void run_case(const cv_case *c, const char *fmt_name, tops_dtype act, tops_dtype dt_dest, int relaxed,
+                     int use_bias, int accumulate, int packed) {
+    int64_t oh, ow, pt, pl;
+    resolve(c, &oh, &ow, &pt, &pl);
+    const int64_t cg = c->c / c->groups, k = c->kh * c->kw * cg;
+    const int64_t nin = c->n * c->h * c->w * c->c, nout = c->n * oh * ow * c->o;
+    float *wf = malloc((size_t)(c->o * k) * sizeof(float)), *bias = malloc((size_t)c->o * sizeof(float));
+    double *x = malloc((size_t)nin * sizeof(double)), *ref = malloc((size_t)nout * sizeof(double));
+    double *prior = malloc((size_t)nout * sizeof(double)), *mag = malloc((size_t)nout * sizeof(double));
+    uint16_t *xin = malloc((size_t)nin * 4), *dest = malloc((size_t)nout * 4), *first = malloc((size_t)nout * 4);
+    float *y = malloc((size_t)nout * sizeof(float));
+    for (int64_t i = 0; i < c->o * k; i++) wf[i] = th_uniform(&rng, -1, 1);
+    for (int64_t i = 0; i < c->o; i++) bias[i] = th_uniform(&rng, -1, 1);
+    for (int64_t i = 0; i < nin; i++) {
+        float v = th_uniform(&rng, -1, 1);
+        if (act == TOPS_DT_F16) ((uint16_t *)xin)[i] = tops__f32_to_f16(v), v = tops__f16_to_f32(((uint16_t *)xin)[i]);
+        else if (act == TOPS_DT_BF16) ((uint16_t *)xin)[i] = tops__f32_to_bf16(v), v = tops__bf16_to_f32(((uint16_t *)xin)[i]);
+        else ((float *)xin)[i] = v;
+        x[i] = v;
+    }
+    cv_weight w;
+    if (!make_weight(fmt_name, c->o, k, wf, relaxed, &w)) {
+        TH_FAIL_AT("weight %s: %s", fmt_name, tops_last_error());
+        goto done;
+    }
+    tops_tensor bias_t;
+    tops_tensor_desc bd;
+    memset(&bd, 0, sizeof bd);
+    bd.format = tops_format_of(TOPS_DT_F32);
+    bd.rank = 1;
+    bd.extent[0] = c->o;
+    bd.data = bias;
+    ASSERT_OK(tops_tensor_view(&bd, &bias_t));
+    reference(c, x, w.decoded, use_bias ? bias : NULL, ref, 0);
+    reference(c, x, w.decoded, use_bias ? bias : NULL, mag, 1);
+    for (int64_t i = 0; i < nout; i++) prior[i] = th_uniform(&rng, -1, 1);
+    if (accumulate)
+        for (int64_t i = 0; i < nout; i++) ref[i] += prior[i], mag[i] += fabs(prior[i]);
+    const int normwise = nout < 32 || (relaxed && k < 64);
+
+    tops_tensor in = view4(act, xin, c->n, c->h, c->w, c->c), out = view4(dt_dest, dest, c->n, oh, ow, c->o);
+    tops_conv2d_desc d = make_desc(c);
+    d.relaxed_precision = relaxed;
+    d.mode = accumulate ? TOPS_MULTIPLY_ACCUMULATE : TOPS_MULTIPLY;
+    d.bias = use_bias ? &bias_t : NULL;
+    const tops_tensor *wt = packed && w.have_packed && c->groups == 1 ? &w.packed : &w.q;
+    const double u = dt_dest == TOPS_DT_F16 ? ldexp(1, -11) : dt_dest == TOPS_DT_BF16 ? ldexp(1, -8) : 0;
+    const double bound = (relaxed ? 1e-2 : 1e-5) + 2 * u;
+    for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+        const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+        if (!kern) continue;
+        for (int threads = 1; threads <= 2; threads++) {
+            for (int64_t i = 0; i < nout; i++) {
+                float v = accumulate ? (float)prior[i] : NAN; /* an unwritten element shows */
+                if (dt_dest == TOPS_DT_F32) ((float *)dest)[i] = v;
+                else if (dt_dest == TOPS_DT_F16) dest[i] = tops__f32_to_f16(v);
+                else dest[i] = tops__f32_to_bf16(v);
+            }
+            if (accumulate && dt_dest != TOPS_DT_F32) /* the prior as dest holds it */
+                for (int64_t i = 0; i < nout; i++) ref[i] += (dt_dest == TOPS_DT_F16 ? tops__f16_to_f32(dest[i]) : tops__bf16_to_f32(dest[i])) - prior[i], prior[i] = dt_dest == TOPS_DT_F16 ? tops__f16_to_f32(dest[i]) : tops__bf16_to_f32(dest[i]);
+            tops_exec ex = tops_exec_default();
+            ex.threads = threads;
+            tops_status st = tops__conv2d_with(kern, &ex, &d, &in, wt, &out);
+            if (st != TOPS_OK) {
+                TH_FAIL_AT("%s isa %s: %s", fmt_name, tops_isa_name((tops_isa)isa), tops_last_error());
+                continue;
+            }
+            for (int64_t i = 0; i < nout; i++)
+                y[i] = dt_dest == TOPS_DT_F32   ? ((float *)dest)[i]
+                       : dt_dest == TOPS_DT_F16 ? tops__f16_to_f32(dest[i])
+                                                : tops__bf16_to_f32(dest[i]);
+            double e = rel_l2(ref, normwise ? mag : ref, y, nout);
+            if (!(e <= bound))
+                TH_FAIL_AT("case %dx%dx%dx%d->%d k%dx%d s%d/%d d%d/%d g%d %s act %s dest %s relaxed %d bias %d acc %d "
+                           "packed %d isa %s threads %d: rel-L2 %.3g > %.3g",
+                           (int)c->n, (int)c->h, (int)c->w, (int)c->c, (int)c->o, (int)c->kh, (int)c->kw, c->sh, c->sw,
+                           c->dh, c->dw, c->groups, fmt_name, tops_dtype_name(act), tops_dtype_name(dt_dest), relaxed,
+                           use_bias, accumulate, packed, tops_isa_name((tops_isa)isa), threads, e, bound);
+            if (threads == 1) memcpy(first, dest, (size_t)nout * 4);
+            else if (memcmp(first, dest, (size_t)nout * (dt_dest == TOPS_DT_F32 ? 4 : 2)) != 0)
+                TH_FAIL_AT("%s isa %s: 2 threads differ from 1", fmt_name, tops_isa_name((tops_isa)isa));
+        }
+    }
+    free_weight(&w);
+done:
+    free(wf), free(bias), free(x), free(ref), free(prior), free(mag), free(xin), free(dest), free(first), free(y);
+}
+
+static void test_strict_f32(void) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&cases[i], "f32", TOPS_DT_F32, TOPS_DT_F32, 0, 0, 0, 0);
+}
+
+static void test_bias_accumulate_dtypes(void) {
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        run_case(&cases[i], "f32", TOPS_DT_F32, TOPS_DT_F32, 0, 1, 0, 0);
+        run_case(&cases[i], "f16", TOPS_DT_F16, TOPS_DT_F32, 0, 0, 1, 0);
+        run_case(&cases[i], "bf16", TOPS_DT_BF16, TOPS_DT_F16, 0, 1, 1, 0);
+        run_case(&cases[i], "f32", TOPS_DT_F32, TOPS_DT_BF16, 0, 1, 0, 0);
+    }
+}
+
+static void test_quantized(void) {
+    static const char *const strict_fmts[] = {"int8-g32", "int4-g32", "mxfp4", "nvfp4", "e4m3-ch", "lut4", "int4-g16-affine"};
+    static const char *const relaxed_fmts[] = {"int8-g32", "int4-g32", "mxfp4"};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        for (size_t f = 0; f < sizeof strict_fmts / sizeof strict_fmts[0]; f++)
+            run_case(&cases[i], strict_fmts[f], TOPS_DT_F32, TOPS_DT_F32, 0, f == 0, 0, 0);
+        for (size_t f = 0; f < sizeof relaxed_fmts / sizeof relaxed_fmts[0]; f++) {
+            run_case(&cases[i], relaxed_fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0, 0);
+            run_case(&cases[i], relaxed_fmts[f], TOPS_DT_F16, TOPS_DT_F32, 1, 1, 1, 1); /* packed (groups 1) */
+        }
+        run_case(&cases[i], "f32", TOPS_DT_F32, TOPS_DT_F32, 0, 0, 0, 1);
+    }
+}
+
+/* Rank-4 f32 weights give the same bits as the same data viewed rank 2. */
+static void test_rank4_weights(void) {
+    const cv_case *c = &cases[1];
+    const int64_t k = c->kh * c->kw * (c->c / c->groups);
+    int64_t oh, ow, pt, pl;
+    resolve(c, &oh, &ow, &pt, &pl);
+    float *w = malloc((size_t)(c->o * k) * 4), *x = malloc((size_t)(c->n * c->h * c->w * c->c) * 4);
+    float *a = malloc((size_t)(c->n * oh * ow * c->o) * 4), *b = malloc((size_t)(c->n * oh * ow * c->o) * 4);
+    for (int64_t i = 0; i < c->o * k; i++) w[i] = th_uniform(&rng, -1, 1);
+    for (int64_t i = 0; i < c->n * c->h * c->w * c->c; i++) x[i] = th_uniform(&rng, -1, 1);
+    tops_tensor w4 = view4(TOPS_DT_F32, w, c->o, c->kh, c->kw, c->c / c->groups), in = view4(TOPS_DT_F32, x, c->n, c->h, c->w, c->c);
+    tops_tensor oa = view4(TOPS_DT_F32, a, c->n, oh, ow, c->o), ob = view4(TOPS_DT_F32, b, c->n, oh, ow, c->o), w2;
+    tops_tensor_desc v;
+    memset(&v, 0, sizeof v);
+    v.format = tops_format_of(TOPS_DT_F32);
+    v.rank = 2;
+    v.extent[0] = c->o, v.extent[1] = k;
+    v.data = w;
+    ASSERT_OK(tops_tensor_view(&v, &w2));
+    tops_conv2d_desc d = make_desc(c);
+    ASSERT_OK(tops_conv2d(NULL, &d, &in, &w2, &oa));
+    d.kernel_h = d.kernel_w = 0; /* from the rank-4 weight */
+    ASSERT_OK(tops_conv2d(NULL, &d, &in, &w4, &ob));
+    ASSERT_TRUE(memcmp(a, b, (size_t)(c->n * oh * ow * c->o) * 4) == 0);
+    int64_t shape[4];
+    ASSERT_OK(tops_conv2d_output_shape(&d, &in, &w4, shape));
+    ASSERT_EQ_INT(shape[1], oh);
+    ASSERT_EQ_INT(shape[2], ow);
+    char path[256];
+    ASSERT_OK(tops_conv2d_path(NULL, &d, &in, &w4, &ob, path, sizeof path));
+    ASSERT_TRUE(strstr(path, "implicit GEMM") != NULL);
+    free(w), free(x), free(a), free(b);
+}
+
+static void test_bad_descriptors(void) {
+    float x[2 * 5 * 5 * 4] = {0}, w[6 * 3 * 3 * 4] = {0}, out[2 * 3 * 3 * 6] = {0}, bias[6] = {0};
+    tops_tensor in = view4(TOPS_DT_F32, x, 2, 5, 5, 4), w4 = view4(TOPS_DT_F32, w, 6, 3, 3, 4);
+    tops_tensor dest = view4(TOPS_DT_F32, out, 2, 3, 3, 6), w2, b1;
+    tops_tensor_desc v;
+    memset(&v, 0, sizeof v);
+    v.format = tops_format_of(TOPS_DT_F32);
+    v.rank = 2;
+    v.extent[0] = 6, v.extent[1] = 36;
+    v.data = w;
+    ASSERT_OK(tops_tensor_view(&v, &w2));
+    v.rank = 1;
+    v.extent[0] = 5;
+    v.data = bias;
+    ASSERT_OK(tops_tensor_view(&v, &b1));
+    tops_conv2d_desc d;
+    memset(&d, 0, sizeof d);
+    ASSERT_OK(tops_conv2d(NULL, &d, &in, &w4, &dest));
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, NULL, &in, &w4, &dest), TOPS_INVALID_ARGUMENT, "desc is NULL");
+    d.pad_top = -1;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w4, &dest), TOPS_INVALID_ARGUMENT, "pad_top is -1");
+    d.pad_top = 0, d.stride_h = -2;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w4, &dest), TOPS_INVALID_ARGUMENT, "stride_h");
+    d.stride_h = 0, d.same = 1, d.pad_left = 1;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w4, &dest), TOPS_INVALID_ARGUMENT, "same");
+    d.same = 0, d.pad_left = 0, d.groups = 3;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w4, &dest), TOPS_INVALID_ARGUMENT, "must divide");
+    d.groups = 0, d.dilation_h = 3; /* 7 rows of kernel over 5 */
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w4, &dest), TOPS_INVALID_ARGUMENT, "padded input");
+    d.dilation_h = 0, d.mode = (tops_matmul_mode)7;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w4, &dest), TOPS_INVALID_ARGUMENT, "desc.mode");
+    d.mode = TOPS_MULTIPLY;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w2, &dest), TOPS_INVALID_ARGUMENT, "kernel_h");
+    d.kernel_h = 2, d.kernel_w = 3;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w2, &dest), TOPS_SHAPE_MISMATCH, "taps");
+    d.kernel_h = 3;
+    ASSERT_OK(tops_conv2d(NULL, &d, &in, &w2, &dest));
+    d.pad_top = 1; /* OH becomes 4 */
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w2, &dest), TOPS_SHAPE_MISMATCH, "dest is");
+    d.pad_top = 0;
+    d.bias = &b1;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w2, &dest), TOPS_SHAPE_MISMATCH, "bias");
+    d.bias = NULL;
+    tops_tensor alias = view4(TOPS_DT_F32, x, 2, 3, 3, 6);
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &w2, &alias), TOPS_INVALID_ARGUMENT, "overlaps input");
+    uint16_t h[2 * 5 * 5 * 4] = {0};
+    tops_tensor in16 = view4(TOPS_DT_F16, h, 2, 5, 5, 4);
+    ASSERT_OK(tops_conv2d(NULL, &d, &in16, &w2, &dest)); /* mixed activation dtypes are fine */
+    tops_tensor wq;
+    int64_t ext[2] = {6, 36};
+    tops_format f;
+    ASSERT_OK(tops_format_from_name("int4-g32", &f));
+    ASSERT_OK(tops_tensor_create(f, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &wq));
+    tops_tensor dest_q = view4(TOPS_DT_F32, out, 2, 3, 3, 6);
+    tops_tensor wq4;
+    memset(&v, 0, sizeof v);
+    ASSERT_OK(tops_conv2d(NULL, &d, &in, &wq, &dest_q));
+    int64_t e4[4] = {6, 3, 3, 4};
+    ASSERT_OK(tops_tensor_create(f, 4, e4, (tops_memory){TOPS_DEVICE_CPU, 0}, &wq4));
+    d.kernel_h = d.kernel_w = 0;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &wq4, &dest), TOPS_UNSUPPORTED_FORMAT, "rank-4 weights");
+    tops_tensor_destroy(&wq4);
+    /* packed weights with groups > 1 */
+    tops_matmul2d_desc md;
+    memset(&md, 0, sizeof md);
+    md.transpose_right = 1;
+    tops_tensor pk;
+    float w18[6 * 18] = {0};
+    memset(&v, 0, sizeof v);
+    v.format = tops_format_of(TOPS_DT_F32);
+    v.rank = 2;
+    v.extent[0] = 6, v.extent[1] = 18;
+    v.data = w18;
+    tops_tensor wg;
+    ASSERT_OK(tops_tensor_view(&v, &wg));
+    ASSERT_OK(tops_pack_right(NULL, &md, &wg, &pk));
+    d.kernel_h = d.kernel_w = 3, d.groups = 2;
+    ASSERT_FAILS_WITH(tops_conv2d(NULL, &d, &in, &pk, &dest), TOPS_UNSUPPORTED_FORMAT, "packed");
+    d.groups = 2;
+    ASSERT_OK(tops_conv2d(NULL, &d, &in, &wg, &dest));
+    tops_tensor_destroy(&pk);
+    tops_tensor_destroy(&wq);
+    tops_exec ex = tops_exec_default();
+    ex.device = (tops_device){TOPS_DEVICE_CUDA, 0};
+    ASSERT_FAILS_WITH(tops_conv2d(&ex, &d, &in, &wg, &dest), TOPS_UNSUPPORTED_ON_DEVICE, "CPU");
+}
+
+int main(void) {
+    rng = th_seed();
+    RUN_TEST(test_strict_f32);
+    RUN_TEST(test_bias_accumulate_dtypes);
+    RUN_TEST(test_quantized);
+    RUN_TEST(test_rank4_weights);
+    RUN_TEST(test_bad_descriptors);
+    TEST_MAIN_END();
+}
