@@ -60,7 +60,20 @@ tops_status tops__model_read_safetensors(const char *fn, tops_model *model);
 tops_status tops__model_read_gguf(const char *fn, tops_model *model);
 
 /* A NUL-terminated copy of n bytes (NULL when memory runs out). */
+/* A safetensors dtype: its name, bits per element, and the tensorops
+   element type it is viewed as (TOPS_DT_NONE: listed, not viewed). */
+typedef struct tops__st_dtype {
+    const char *name;
+    int bits;
+    tops_dtype view;
+} tops__st_dtype;
+/* The dtype named name, or NULL (safetensors.c holds the table). */
+const tops__st_dtype *tops__st_find_dtype(const char *name);
 char *tops__model_strndup(const unsigned char *s, size_t n);
+/* Bytes of one fixed-size GGUF value (0 for STRING and ARRAY), and the
+   decoding of one such scalar at p (checked to hold that many bytes). */
+size_t tops__meta_size(tops_meta_type t);
+void tops__meta_scalar(tops_meta_type t, const unsigned char *p, tops_meta_value *v);
 
 /* Offset of the first byte that breaks UTF-8, or n (src/io/safetensors.c). */
 size_t tops__utf8_invalid_at(const unsigned char *s, size_t n);

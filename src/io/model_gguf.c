@@ -21,7 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void tops__meta_scalar(tops_meta_type t, const unsigned char *p, tops_meta_value *v);
 
 #define BAD(...) tops__fail(TOPS_PARSE_ERROR, fn, __VA_ARGS__)
 

@@ -20,34 +20,6 @@
 #define ST_MAX_HEADER 100000000u
 #define ST_MAX_INT 9007199254740992.0
 
-typedef struct st_dtype {
-    const char *name;
-    int bits;
-    tops_dtype view; /* TOPS_DT_NONE: listed, not viewed */
-} st_dtype;
-
-static const st_dtype dtypes[] = {
-    {"F32", 32, TOPS_DT_F32},    {"F16", 16, TOPS_DT_F16},       {"BF16", 16, TOPS_DT_BF16},
-    {"F8_E4M3", 8, TOPS_DT_E4M3}, {"F8_E5M2", 8, TOPS_DT_E5M2},  {"I8", 8, TOPS_DT_I8},
-    {"U8", 8, TOPS_DT_U8},       {"BOOL", 8, TOPS_DT_NONE},      {"F8_E8M0", 8, TOPS_DT_NONE},
-    {"F4", 4, TOPS_DT_NONE},     {"F6_E2M3", 6, TOPS_DT_NONE},   {"F6_E3M2", 6, TOPS_DT_NONE},
-    {"I16", 16, TOPS_DT_NONE},   {"U16", 16, TOPS_DT_NONE},      {"I32", 32, TOPS_DT_NONE},
-    {"U32", 32, TOPS_DT_NONE},   {"F64", 64, TOPS_DT_NONE},      {"I64", 64, TOPS_DT_NONE},
-    {"U64", 64, TOPS_DT_NONE},   {"C64", 64, TOPS_DT_NONE},
-};
-
-static const st_dtype *find_dtype(const char *name) {
-    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (strcmp(dtypes[i].name, name) == 0) return &dtypes[i];
-    return NULL;
-}
-
-/* The dtype's bits and whether tensorops views it (for the writer's raw entries). */
-int tops__st_dtype_bits(const char *name);
-int tops__st_dtype_bits(const char *name) {
-    const st_dtype *d = name ? find_dtype(name) : NULL;
-    return d ? d->bits : 0;
-}
 
 #define BAD(...) tops__fail(TOPS_PARSE_ERROR, fn, __VA_ARGS__)
 
@@ -77,7 +49,7 @@ static tops_status read_entry(const char *fn, const cJSON *v, tops__mentry *e, u
     if (!dtype || !shape || !offs)
         return BAD("tensor \"%.200s\" lacks %s", name, !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
     if (!cJSON_IsString(dtype)) return BAD("tensor \"%.200s\": dtype is not a string", name);
-    const st_dtype *dt = find_dtype(dtype->valuestring);
+    const tops__st_dtype *dt = tops__st_find_dtype(dtype->valuestring);
     if (!dt) return BAD("tensor \"%.200s\" has dtype \"%.40s\", which is not a safetensors dtype", name, dtype->valuestring);
     if (!cJSON_IsArray(shape)) return BAD("tensor \"%.200s\": shape is not an array", name);
     int rank = cJSON_GetArraySize(shape);

@@ -571,7 +571,24 @@ tops_status tops__st_layout_of(const char *fn, tops_format f, int rank, const in
 
 /* ---- many tensors: tops_model_save ------------------------------------------- */
 
-int tops__st_dtype_bits(const char *name);
+/* Every dtype a safetensors file may name (the readers list them all). */
+static const tops__st_dtype dtypes[] = {
+    {"F32", 32, TOPS_DT_F32},    {"F16", 16, TOPS_DT_F16},       {"BF16", 16, TOPS_DT_BF16},
+    {"F8_E4M3", 8, TOPS_DT_E4M3}, {"F8_E5M2", 8, TOPS_DT_E5M2},  {"I8", 8, TOPS_DT_I8},
+    {"U8", 8, TOPS_DT_U8},       {"BOOL", 8, TOPS_DT_NONE},      {"F8_E8M0", 8, TOPS_DT_NONE},
+    {"F4", 4, TOPS_DT_NONE},     {"F6_E2M3", 6, TOPS_DT_NONE},   {"F6_E3M2", 6, TOPS_DT_NONE},
+    {"I16", 16, TOPS_DT_NONE},   {"U16", 16, TOPS_DT_NONE},      {"I32", 32, TOPS_DT_NONE},
+    {"U32", 32, TOPS_DT_NONE},   {"F64", 64, TOPS_DT_NONE},      {"I64", 64, TOPS_DT_NONE},
+    {"U64", 64, TOPS_DT_NONE},   {"C64", 64, TOPS_DT_NONE},
+};
+
+const tops__st_dtype *tops__st_find_dtype(const char *name) {
+    if (!name) return NULL;
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (strcmp(dtypes[i].name, name) == 0) return &dtypes[i];
+    return NULL;
+}
+
 
 /* One stored safetensors entry of the file being written. */
 typedef struct w_entry {
@@ -662,7 +679,8 @@ static tops_status w_tensor(const char *fn, w_state *w, size_t i, const tops_nam
 }
 
 static tops_status w_raw(const char *fn, w_state *w, size_t i, const tops_named_tensor *nt) {
-    int bits = tops__st_dtype_bits(nt->dtype);
+    const tops__st_dtype *dt = tops__st_find_dtype(nt->dtype);
+    int bits = dt ? dt->bits : 0;
     if (!bits)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] \"%.200s\": raw dtype \"%.40s\" is not a safetensors "
                           "dtype", i, nt->name, nt->dtype ? nt->dtype : "(NULL)");
@@ -684,11 +702,7 @@ static tops_status w_raw(const char *fn, w_state *w, size_t i, const tops_named_
                           i, nt->name);
     if (!nt->data && b)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "tensors[%zu] \"%.200s\": raw data is NULL", i, nt->name);
-    e.dtype = NULL;
-    static const char *const names[] = {"F32", "F16", "BF16", "F8_E4M3", "F8_E5M2", "I8", "U8", "BOOL", "F8_E8M0",
-                                        "F4", "F6_E2M3", "F6_E3M2", "I16", "U16", "I32", "U32", "F64", "I64", "U64", "C64"};
-    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
-        if (strcmp(names[k], nt->dtype) == 0) e.dtype = names[k];
+    e.dtype = dt->name;
     e.elem_bytes = bits >= 8 ? (size_t)bits / 8 : 1;
     e.rank = nt->rank;
     e.bytes = b / 8;
