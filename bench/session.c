@@ -6,10 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* One row per (op, device).  The attention engineer adds
-   {"attention", TOPS_DEVICE_CPU, ...}; the CUDA engineer adds
-   {"matmul", TOPS_DEVICE_CUDA, ...}.  Until then those combinations are
-   reported as not available. */
+/* One row per (op, device); a combination without a row is reported as not
+   available. */
 static const tops_bench_runner runners[] = {
     {"matmul", TOPS_DEVICE_CPU, NULL, tops_bench_matmul_prepare, tops_bench_matmul_cpu, NULL},
     {"attention", TOPS_DEVICE_CPU, tops_bench_attention_parse, tops_bench_attention_prepare, tops_bench_attention_cpu,

@@ -928,7 +928,7 @@ TOPS_API tops_status tops_attention(const tops_exec *exec, const tops_attention_
  * (right may also be on the host: it is then packed on each call, so pack
  * it once with tops_pack_right for speed).
  * Relaxed mode on a compute capability 9.0 GPU with e4m3-ch or e4m3
- * weights and M >= 16 quantizes the activations to e4m3 (one f32 scale
+ * weights and M >= 17 quantizes the activations to e4m3 (one f32 scale
  * per row) and runs FP8 tensor cores: rel-L2 against f64 about 2.6e-2
  * (docs/cuda.md); elsewhere relaxed mode runs the strict GPU kernels.
  * Without CUDA compiled in, or without a GPU, these functions return

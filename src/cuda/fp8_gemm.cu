@@ -1100,7 +1100,7 @@ int sm_count() {
 // Clusters of two sharing an operand tile by TMA multicast
 // (TOPS_CUDA_FP8_CLUSTER: 1 the weight tile, CTAs on row-tile pairs; 2 the
 // activation tile, CTAs on column-tile pairs; 0 none, for A/B runs).  1 by
-// default: on the H200 (docs/cuda.md, round 7) at M = 4096 its minimum was
+// default: on the H200 (2026-11, experiment history in git) at M = 4096 its minimum was
 // 1.2 % below no clusters' in every process (0.3036-0.3060 against
 // 0.3074-0.3114 ms), its median equal within the noise, M = 1024 0.7 %
 // faster, M = 256 the same; 2 measured slower than 1.
@@ -1114,7 +1114,7 @@ int cluster_mode() {
 // with TOPS_CUDA_FP8_SK=1 stream-K for the last partial wave.  Off by default:
 // on the H200 it measured no faster at M = 4096 (the GEMM runs power-capped
 // at ~1.57 GHz, so SMs idle in the last wave let the others clock up) and
-// 28 % slower at M = 256 (docs/cuda.md).  With clusters (cl > 0): as many
+// 28 % slower at M = 256 (measured 2026-11; history in git).  With clusters (cl > 0): as many
 // clusters as can be resident together (max_clusters; a cluster needs two
 // free SMs of one GPC), at most one per tile pair, no stream-K.
 struct PersistPlan {

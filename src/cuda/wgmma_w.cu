@@ -1010,7 +1010,7 @@ const char *const kStrictNames[2] = {"wgmma_w strict pipelined m64n64k16, 2 cons
 // (2026-11-29 16:51 UTC, int4-g128, TN = 64) every split count above 1 ran
 // slower although it fills the SMs: at M = 128, 79.8 / 120.2 / 128.2 us for
 // 1 / 2 / 4 splits (96, 192, 384 CTAs); a CTA's time barely depends on its K
-// (docs/cuda.md).
+// (measured 2026-11-29; history in git).
 int pick_splits(int kblocks) {
     const long long forced = env_or("TOPS_CUDA_WGMMA_SPLITS", 0);
     const int s = forced >= 1 && forced <= 64 ? (int)forced : 1;
