@@ -51,13 +51,13 @@ tops_status tops_dtype_from_name(const char *name, tops_dtype *out) {
 #define PLAIN(id, nm, dt, bits, pe, pb) PLAIN_GG(id, nm, dt, bits, pe, pb, -1)
 /* ... also a ggml tensor type (its GGUF type id). */
 #define PLAIN_GG(id, nm, dt, bits, pe, pb, gt) \
-    [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 1, 1, 1, pe, pb, TOPS_DT_NONE, 0, 0, 0, 0, 0, gt}
+    [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 1, 1, 1, pe, pb, TOPS_DT_NONE, 0, 0, 0, 0, 0, gt, 0}
 /* MX: fixed 32-element blocks with e8m0 scales. */
 #define MX(id, nm, dt, bits, pe, pb) \
-    [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 32, 32, 32, pe, pb, TOPS_DT_E8M0, BIT(TOPS_DT_E8M0), 0, 0, 0, 0, -1}
+    [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 32, 32, 32, pe, pb, TOPS_DT_E8M0, BIT(TOPS_DT_E8M0), 0, 0, 0, 0, -1, 0}
 /* Symmetric integer groups of 16..256 elements. */
 #define INTG(id, nm, dt, bits, pe) \
-    [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 32, 16, 256, pe, 1, TOPS_DT_F16, INT_GROUP_SCALES, 0, 0, 0, 0, -1}
+    [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 32, 16, 256, pe, 1, TOPS_DT_F16, INT_GROUP_SCALES, 0, 0, 0, 0, -1, 0}
 /* GGUF: self-contained blocks of `elems` (32, or 256 for the super-blocks)
    in `bytes`, ggml's type id gt.  The codec (codecs.c) reads them. */
 #define GGUF(id, nm, elems, bytes, gt) GGUF_SUB(id, nm, elems, bytes, gt, 0)
@@ -86,15 +86,15 @@ static const tops_format_info format_table[TOPS_FMT_COUNT_] = {
     MX(MXFP6_E3M2, "mxfp6-e3m2", E3M2, 6, 4, 3),
     MX(MXFP4, "mxfp4", E2M1, 4, 2, 1),
     MX(MXINT8, "mxint8", MXINT8, 8, 1, 1),
-    [TOPS_FMT_NVFP4] = {"nvfp4", TOPS_DT_E2M1, 4, 16, 16, 16, 2, 1, TOPS_DT_UE4M3, BIT(TOPS_DT_UE4M3), 0, 0, 1, 0, -1},
+    [TOPS_FMT_NVFP4] = {"nvfp4", TOPS_DT_E2M1, 4, 16, 16, 16, 2, 1, TOPS_DT_UE4M3, BIT(TOPS_DT_UE4M3), 0, 0, 1, 0, -1, 0},
     INTG(INT8_G, "int8-g", I8, 8, 1),
     INTG(INT4_G, "int4-g", I4, 4, 2),
     INTG(INT2_G, "int2-g", I2, 2, 4),
-    [TOPS_FMT_INT4_G_AFFINE] = {"int4-g*-affine", TOPS_DT_U4, 4, 32, 16, 256, 2, 1, TOPS_DT_F16, BIT(TOPS_DT_F16), 1, 0, 0, 0, -1},
-    [TOPS_FMT_LUT4] = {"lut4", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 1, 0, 0, -1},
-    [TOPS_FMT_LUT4_ROW] = {"lut4-row", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 2, 0, 0, -1},
-    [TOPS_FMT_E4M3_CH] = {"e4m3-ch", TOPS_DT_E4M3, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1},
-    [TOPS_FMT_E5M2_CH] = {"e5m2-ch", TOPS_DT_E5M2, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1},
+    [TOPS_FMT_INT4_G_AFFINE] = {"int4-g*-affine", TOPS_DT_U4, 4, 32, 16, 256, 2, 1, TOPS_DT_F16, BIT(TOPS_DT_F16), 1, 0, 0, 0, -1, 0},
+    [TOPS_FMT_LUT4] = {"lut4", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 1, 0, 0, -1, 0},
+    [TOPS_FMT_LUT4_ROW] = {"lut4-row", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 2, 0, 0, -1, 0},
+    [TOPS_FMT_E4M3_CH] = {"e4m3-ch", TOPS_DT_E4M3, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0},
+    [TOPS_FMT_E5M2_CH] = {"e5m2-ch", TOPS_DT_E5M2, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0},
     GGUF(Q4_0, "q4_0", 32, 18, 2),
     GGUF(Q4_1, "q4_1", 32, 20, 3),
     GGUF(Q8_0, "q8_0", 32, 34, 8),
@@ -104,7 +104,7 @@ static const tops_format_info format_table[TOPS_FMT_COUNT_] = {
     GGUF_SUB(Q6_K, "q6_K", 256, 210, 14, 16),
     GGUF(IQ4_NL, "iq4_nl", 32, 18, 20),
     GGUF_SUB(IQ4_XS, "iq4_xs", 256, 136, 23, 32),
-    [TOPS_FMT_PACKED] = {"packed", TOPS_DT_U8, 8, 1, 1, 1, 1, 1, TOPS_DT_NONE, 0, 0, 0, 0, 0, -1},
+    [TOPS_FMT_PACKED] = {"packed", TOPS_DT_U8, 8, 1, 1, 1, 1, 1, TOPS_DT_NONE, 0, 0, 0, 0, 0, -1, 0},
 };
 
 const tops_format_info *tops_format_get_info(tops_format_id id) {
