@@ -506,7 +506,7 @@ TOPS_API tops_status tops_safetensors_load_buffer(const void *data, size_t size,
 
 /* ======================================================================== */
 /* Model files: safetensors and GGUF checkpoints (src/io/model*.c;           */
-/* docs/formats.md, section 7)                                               */
+/* docs/files.md, section 2)                                                 */
 /* ======================================================================== */
 
 /*
@@ -610,7 +610,7 @@ typedef struct tops_named_tensor {
 
 /*
  * Writes a safetensors file of many tensors (atomically, as every output:
- * section 6 of docs/formats.md).  A tensor of a plain format with a
+ * section 1 of docs/files.md).  A tensor of a plain format with a
  * safetensors dtype (f32, f16, bf16, e4m3, e5m2, i8, u8) and tensor_scale 1
  * is stored as that dtype under its name, as any writer would.  Any other
  * (quantized formats, scaled tensors) is stored as its planes NAME,
