@@ -203,7 +203,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->amx_bf16t = (tops__amx_bf16t_ukernel){tops_gemm_f32_bf16t_bf16t_32x32__amx, tops__amx_terms_q8__avx512,
                                                  tops__amx_terms_f32__avx512,
                                                  {AMX_BF16T_RELAXED_MIN_M, AMX_BF16T_RELAXED_MIN_M_SMALL_BLOCKS},
-                                                 "tops_gemm_f32_bf16t_bf16t_32x32__amx"};
+                                                 "tops_gemm_f32_bf16t_bf16t_32x32__amx",
+                                                 tops_gemm_f32_bf16t_bf16t_32x32__amx_dec};
 #endif
 #endif
 }

@@ -214,6 +214,25 @@ typedef void (*tops__amx_bf16t_fn)(int mt, int64_t steps, const uint16_t *a, int
 typedef int (*tops__amx_terms_q8_fn)(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
                                      uint16_t *out);
 typedef int (*tops__amx_terms_f32_fn)(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
+/* A share of a weight decode that the kernel runs between its tile steps
+   so the vector units decode while the tile unit multiplies: terms_q8
+   with nslots = 1 of both column groups g, restricted to the panel rows
+   (4 k each) [r0, r1): panel[g] and scales[g] as terms_q8's, out[g] its
+   output (step s at out + s * 512); the words written are exactly those
+   terms_q8 writes for these rows. */
+typedef struct tops__amx_decode_job {
+    const int8_t *panel[2];
+    const float *scales[2];
+    uint16_t *out[2];
+    int sub;
+    int64_t r0, r1;
+} tops__amx_decode_job;
+/* The bf16-term kernel with one product per step (np = 1, pa = pb = 0:
+   the relaxed pair list) that also runs `job` (may be NULL); the same
+   sums, bit for bit, as run. */
+typedef void (*tops__amx_bf16t_dec_fn)(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
+                                       const uint16_t *b0, const uint16_t *b1, int64_t b_step, float *c,
+                                       int64_t ldc, int accumulate, const tops__amx_decode_job *job);
 typedef struct tops__amx_bf16t_ukernel {
     tops__amx_bf16t_fn run; /* NULL: no AMX at this level */
     tops__amx_terms_q8_fn terms_q8;
@@ -224,6 +243,9 @@ typedef struct tops__amx_bf16t_ukernel {
        per K for the i8 tiles). */
     int relaxed_min_m[2];
     const char *name;
+    /* run for one product per step with a decode share between the
+       steps (NULL: the driver decodes, then calls run). */
+    tops__amx_bf16t_dec_fn run1_decode;
 } tops__amx_bf16t_ukernel;
 /* Scalar twins of the term decoders (every level; the tests' reference). */
 int tops__ref_amx_terms_q8(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots, uint16_t *out);
@@ -553,6 +575,10 @@ void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t 
                                           const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
                                           const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc,
                                           int accumulate);
+void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int64_t steps, const uint16_t *a, int64_t a_next,
+                                              int64_t a_step, const uint16_t *b0, const uint16_t *b1, int64_t b_step,
+                                              float *c, int64_t ldc, int accumulate,
+                                              const tops__amx_decode_job *job);
 int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
                                uint16_t *out);
 int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);

@@ -352,6 +352,47 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
     return need;
 }
 
+/* One n block of a relaxed call on prepacked i8 panels: the (K block,
+   pair) items in order, item i's kernel calls (one per row-tile pair)
+   each decoding a share of item i + 1's terms into the other half of wt
+   (item 0 decoded first, alone).  The same terms and the same sums, in
+   the same order, as the unfused loop. */
+static void run_fused(const tops__gemm_problem *p, int64_t n0, int64_t pairs, int64_t kc_max, int64_t k_blocks,
+                      int64_t m_tiles, const terms_bufs *tb, uint16_t *wt, const uint16_t *a, float *acc,
+                      int64_t nc) {
+    const tops__kernels *kern = p->kern;
+    const int sub = tops__unpack_sub(p->right.t);
+    const int64_t kp = tops__round_up(p->k, 32), steps_all = kp / 32, n_subs = kp / sub, items = k_blocks * pairs;
+    const int64_t half = (32 * kc_max * 2 + 63) / 64 * 64 / 2, calls = tops__ceil_div(m_tiles, 2);
+    uint16_t *buf[2] = {wt, wt + half};
+    (void)decode_pair(p, n0, 0, kp < kc_max ? kp : kc_max, kp, 1, tb, buf[0]);
+    for (int64_t i = 0; i < items; i++) {
+        const int64_t kb = i / pairs, jp = i % pairs, k0 = kb * kc_max;
+        const int64_t kc = kp - k0 < kc_max ? kp - k0 : kc_max, steps = kc / 32;
+        const uint16_t *b0 = buf[i & 1], *b1 = b0 + steps * 512;
+        tops__amx_decode_job job;
+        int64_t rows = 0;
+        if (i + 1 < items) {
+            const int64_t kb2 = (i + 1) / pairs, jp2 = (i + 1) % pairs, k2 = kb2 * kc_max;
+            const int64_t kc2 = kp - k2 < kc_max ? kp - k2 : kc_max, g = (n0 + jp2 * 32) / 16;
+            for (int h = 0; h < 2; h++) {
+                job.panel[h] = (const int8_t *)p->q8_panels + (g + h) * 16 * kp + k2 * 16;
+                job.scales[h] = p->q8_scales + (g + h) * 16 * n_subs + k2 / sub * 16;
+                job.out[h] = buf[(i + 1) & 1] + h * (kc2 / 32) * 512;
+            }
+            job.sub = sub;
+            rows = kc2 / 4;
+        }
+        for (int64_t it = 0, q = 0; it < m_tiles; it += 2, q++) {
+            const int mt = m_tiles - it >= 2 ? 2 : 1;
+            job.r0 = rows * q / calls;
+            job.r1 = rows * (q + 1) / calls;
+            kern->amx_bf16t.run1_decode(mt, steps, a + (it * steps_all + k0 / 32) * 512, steps_all * 512, 512, b0,
+                                        b1, 512, acc + it * 16 * nc + jp * 32, nc, kb > 0, rows ? &job : NULL);
+        }
+    }
+}
+
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p) {
     const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
     if (size_ok != TOPS_OK) return size_ok;
@@ -372,7 +413,11 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
        per thread the pair's weight terms, the decode buffers, the
        accumulators and row buffers. */
     const size_t left_bytes = (size_t)tops__round_up(m_chunk * kp * na * 2, 64);
-    const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64);
+    /* Relaxed calls on prepacked i8 panels decode the next pair's terms
+       inside the kernel calls of this one (run1_decode: the vector units
+       decode while the tile unit multiplies), into a second term buffer. */
+    const int fused = p->relaxed && kern->amx_bf16t.run1_decode && p->q8_panels && p->q8_amx == 1;
+    const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64) * (fused ? 2 : 1);
     const size_t code_bytes = (size_t)tops__round_up(16 * kc_max, 64);
     const size_t scale_bytes = (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
     const size_t f_bytes = (size_t)tops__round_up(32 * kc_max * 4, 64);
@@ -419,6 +464,11 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #endif
             for (int64_t jb = 0; jb < n_blocks; jb++) {
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
+                if (fused) {
+                    run_fused(p, n0, pairs, kc_max, k_blocks, m_tiles, &tb, wt, a, acc, nc);
+                    tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
+                    continue;
+                }
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, steps = kc / 32;
                     for (int64_t jp = 0; jp < pairs; jp++) {

@@ -160,7 +160,7 @@ static void test_bf16_kernel_exact(void) {
    for the emulated tiles: the i8 tiles (exact i32 block sums, one FMA per
    block) and the bf16 code tiles (f32 block sums of hi * w + lo * w, one
    FMA per block). */
-static long emu_calls[3]; /* calls of the emulated i8, bf16 code and bf16-term kernels */
+static long emu_calls[4]; /* calls of the emulated i8, bf16 code, bf16-term kernels, bf16-term decode shares */
 
 static void q8_scalar(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
                       int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0, const float *bs1,
@@ -227,6 +227,27 @@ static void bf16t_scalar(int mt, int64_t steps, const uint16_t *a, int64_t a_nex
                 }
             c[i * ldc + j] = acc;
         }
+}
+
+/* run1_decode's contract in scalar code: bf16t_scalar with the one pair
+   (0, 0), then the job's rows of both groups as the scalar decoder writes
+   them (decoded over whole steps, the rows copied). */
+static void bf16t_dec_scalar(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
+                             const uint16_t *b0, const uint16_t *b1, int64_t b_step, float *c, int64_t ldc,
+                             int accumulate, const tops__amx_decode_job *job) {
+    static const uint8_t z = 0;
+    bf16t_scalar(mt, steps, a, a_next, a_step, b0, b1, b_step, 1, &z, &z, c, ldc, accumulate);
+    if (!job) return;
+    emu_calls[3]++;
+    const int64_t kc = (job->r1 * 4 + 31) / 32 * 32;
+    uint16_t *tmp = malloc((size_t)kc * 16 * sizeof(uint16_t)); /* per call: the driver's threads run this */
+    if (!tmp) abort();
+    for (int g = 0; g < 2; g++) {
+        tops__ref_amx_terms_q8(job->panel[g], job->scales[g], job->sub, kc, 1, tmp);
+        for (int64_t r = job->r0; r < job->r1; r++)
+            memcpy(job->out[g] + (r / 8) * 512 + (r % 8) * 64, tmp + (r / 8) * 512 + (r % 8) * 64, 64 * 2);
+    }
+    free(tmp);
 }
 
 /* The bf16-term kernel: terms small integers and multiples of 1/16 (every
@@ -577,12 +598,14 @@ static void test_driver_emulated(void) {
     emu.amx_bf16 = bf16x2_scalar;
     emu.amx_bf16_name = "bf16x2_scalar (emulated tiles)";
     emu.amx_bf16t = (tops__amx_bf16t_ukernel){bf16t_scalar, tops__ref_amx_terms_q8, tops__ref_amx_terms_f32, {48, 48},
-                                              "bf16t_scalar (emulated tiles)"};
+                                              "bf16t_scalar (emulated tiles)", bf16t_dec_scalar};
     use = &emu;
     strict_worst[0] = strict_worst[1] = relaxed_worst = 0;
     run_every_format(1);
-    for (int i = 0; i < 3; i++)
-        if (emu_calls[i] == 0) TH_FAIL_AT("the emulated %s kernel never ran", i == 0 ? "i8" : i == 1 ? "bf16 code" : "bf16-term");
+    for (int i = 0; i < 4; i++)
+        if (emu_calls[i] == 0)
+            TH_FAIL_AT("the emulated %s kernel never ran",
+                       i == 0 ? "i8" : i == 1 ? "bf16 code" : i == 2 ? "bf16-term" : "bf16-term decoding");
 }
 
 int main(void) {

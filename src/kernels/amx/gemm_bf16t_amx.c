@@ -25,26 +25,70 @@ static void configure(void) {
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    /* gcc's _tile_loadconfig names only the first 8 bytes as read: without
+       this barrier the colsb / rows stores can be dropped as dead. */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
     _tile_loadconfig(&cfg);
 }
 
-/* Software prefetch into L1, PREFETCH_STEPS steps ahead: the tile unit
-   waits on tile loads that miss L1 (tiles are not renamed, so a load
-   cannot run ahead of the products reading the tile it replaces).  The
-   activations always (they stream from L2, used once per call); the
-   weights when the pair list has several products per step (strict:
-   their terms exceed L1 over a K block), and not for one product (the
-   driver's K block keeps a pair's one term near L1 across row tiles).
-   That it pays is not settled: no same-run comparison without it yet. */
-enum { PREFETCH_STEPS = 2, PREFETCH_B_ALWAYS = 0 };
+/* The nslots = 1 decode of terms_q8 (below) over panel rows [r0, r1):
+   row r holds k = 4r..4r+3 of columns 0..15 (byte j * 4 + t), shuffled
+   within each 16-byte lane (4 columns), then its 8-byte halves gathered:
+   bytes 0..31 hold k = 4r, 4r+1 and bytes 32..63 k = 4r+2, 4r+3, each as
+   j * 2 + (t % 2): the pair layout; times the block's column scales, one
+   bf16 term (round to nearest even). */
+typedef struct q8_consts {
+    __m512i shuf, halves, idx_lo, idx_hi;
+} q8_consts;
 
-static inline void prefetch_tiles(const uint16_t *p, int tiles) {
-    for (int i = 0; i < tiles * 16; i++) _mm_prefetch((const char *)(p + i * 32), _MM_HINT_T0);
+static inline q8_consts q8_consts_make(void) {
+    _Alignas(64) uint8_t shuf_bytes[64];
+    for (int d = 0; d < 64; d++) shuf_bytes[d] = (uint8_t)(((d % 8) / 2) * 4 + ((d % 16) / 8) * 2 + d % 2);
+    q8_consts k;
+    k.shuf = _mm512_load_si512((const void *)shuf_bytes);
+    k.halves = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
+    k.idx_lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    k.idx_hi = _mm512_add_epi32(k.idx_lo, _mm512_set1_epi32(8));
+    return k;
 }
 
+/* Row r's four k as f32 times the scales: f[0], f[1] the pair row of k =
+   4r, 4r+1 (words 0..15, 16..31), f[2], f[3] that of 4r+2, 4r+3. */
+static inline void q8_row(const q8_consts *k, const int8_t *panel, int64_t r, __m512 s_lo, __m512 s_hi, __m512 f[4]) {
+    const __m512i v = _mm512_permutexvar_epi64(
+        k->halves, _mm512_shuffle_epi8(_mm512_loadu_si512((const void *)(panel + r * 64)), k->shuf));
+    f[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 0))), s_lo);
+    f[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 1))), s_hi);
+    f[2] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 2))), s_lo);
+    f[3] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 3))), s_hi);
+}
+
+static inline void decode1_rows(const q8_consts *k, const int8_t *panel, const float *scales, int sub, int64_t r0,
+                                int64_t r1, uint16_t *out) {
+    __m512 s_lo = _mm512_setzero_ps(), s_hi = _mm512_setzero_ps();
+    int64_t blk = -1;
+    for (int64_t r = r0; r < r1; r++) {
+        if (4 * r / sub != blk) {
+            blk = 4 * r / sub;
+            const __m512 s = _mm512_loadu_ps(scales + blk * 16);
+            s_lo = _mm512_permutexvar_ps(k->idx_lo, s);
+            s_hi = _mm512_permutexvar_ps(k->idx_hi, s);
+        }
+        __m512 f[4];
+        q8_row(k, panel, r, s_lo, s_hi, f);
+        uint16_t *dst = out + (r / 8) * 512 + (r % 8) * 64;
+        _mm512_storeu_si512((void *)dst, (__m512i)_mm512_cvtne2ps_pbh(f[1], f[0]));
+        _mm512_storeu_si512((void *)(dst + 32), (__m512i)_mm512_cvtne2ps_pbh(f[3], f[2]));
+    }
+}
+
+/* No software prefetch: the hardware streams the packed tiles from L2 as
+   fast as from L1, and prefetching them cost time at every distance tried
+   on the Xeon.  Loads are interleaved with the products so each waits
+   only on the product that last read its tile. */
 static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
                           const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np, const uint8_t *pa,
-                          const uint8_t *pb, float *c, int64_t ldc, int accumulate) {
+                          const uint8_t *pb, float *c, int64_t ldc, int accumulate, const tops__amx_decode_job *job) {
     const int64_t cs = ldc * 4;
     configure();
     if (accumulate) {
@@ -62,40 +106,48 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
             _tile_zero(3);
         }
     }
-    int na = 1, nw = 1; /* terms per step: one past the largest index in the pair lists */
-    for (int p = 0; p < np; p++) {
-        na = pa[p] + 1 > na ? pa[p] + 1 : na;
-        nw = pb[p] + 1 > nw ? pb[p] + 1 : nw;
-    }
-    const int pf_b = PREFETCH_B_ALWAYS || np > 1;
-    for (int64_t s = 0; s < steps; s++) {
-        const uint16_t *as = a + s * a_step, *bs0 = b0 + s * b_step, *bs1 = b1 + s * b_step;
-        if (PREFETCH_STEPS > 0 && s + PREFETCH_STEPS < steps) {
-            const int64_t ahead = PREFETCH_STEPS;
-            prefetch_tiles(as + ahead * a_step, na);
-            if (mt == 2) prefetch_tiles(as + a_next + ahead * a_step, na);
-            if (pf_b) {
-                prefetch_tiles(bs0 + ahead * b_step, nw);
-                prefetch_tiles(bs1 + ahead * b_step, nw);
-            }
-        }
-        int la = -1, lb = -1;
-        for (int p = 0; p < np; p++) {
-            if (pa[p] != la) {
-                la = pa[p];
-                _tile_loadd(4, as + la * 512, 64);
-                if (mt == 2) _tile_loadd(5, as + a_next + la * 512, 64);
-            }
-            if (pb[p] != lb) {
-                lb = pb[p];
-                _tile_loadd(6, bs0 + lb * 512, 64);
-                _tile_loadd(7, bs1 + lb * 512, 64);
-            }
+    if (np == 1) { /* one product per step (relaxed): four loads, four products */
+        const uint16_t *as = a + pa[0] * 512, *w0 = b0 + pb[0] * 512, *w1 = b1 + pb[0] * 512;
+        /* The decode share: a slice of rows after each step's products. */
+        const int64_t per = job ? (job->r1 - job->r0 + steps - 1) / steps : 0;
+        int64_t r = job ? job->r0 : 0;
+        const q8_consts k = q8_consts_make();
+        for (int64_t s = 0; s < steps; s++) {
+            _tile_loadd(4, as + s * a_step, 64);
+            _tile_loadd(6, w0 + s * b_step, 64);
             _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(7, w1 + s * b_step, 64);
             _tile_dpbf16ps(1, 4, 7);
             if (mt == 2) {
+                _tile_loadd(5, as + a_next + s * a_step, 64);
                 _tile_dpbf16ps(2, 5, 6);
                 _tile_dpbf16ps(3, 5, 7);
+            }
+            if (job && r < job->r1) {
+                const int64_t e = r + per < job->r1 ? r + per : job->r1;
+                decode1_rows(&k, job->panel[0], job->scales[0], job->sub, r, e, job->out[0]);
+                decode1_rows(&k, job->panel[1], job->scales[1], job->sub, r, e, job->out[1]);
+                r = e;
+            }
+        }
+    } else {
+        for (int64_t s = 0; s < steps; s++) {
+            const uint16_t *as = a + s * a_step, *bs0 = b0 + s * b_step, *bs1 = b1 + s * b_step;
+            int la = -1, lb = -1;
+            for (int p = 0; p < np; p++) {
+                const int new_a = pa[p] != la, new_b = pb[p] != lb;
+                la = pa[p];
+                lb = pb[p];
+                if (new_a) _tile_loadd(4, as + la * 512, 64);
+                if (new_b) _tile_loadd(6, bs0 + lb * 512, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                if (new_b) _tile_loadd(7, bs1 + lb * 512, 64);
+                _tile_dpbf16ps(1, 4, 7);
+                if (mt == 2) {
+                    if (new_a) _tile_loadd(5, as + a_next + la * 512, 64);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
             }
         }
     }
@@ -111,8 +163,17 @@ void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t 
                                           const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
                                           const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc,
                                           int accumulate) {
-    if (mt == 2) run_mt(2, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate);
-    else run_mt(1, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate);
+    if (mt == 2) run_mt(2, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate, NULL);
+    else run_mt(1, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate, NULL);
+}
+
+void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int64_t steps, const uint16_t *a, int64_t a_next,
+                                              int64_t a_step, const uint16_t *b0, const uint16_t *b1, int64_t b_step,
+                                              float *c, int64_t ldc, int accumulate,
+                                              const tops__amx_decode_job *job) {
+    static const uint8_t zero = 0;
+    if (mt == 2) run_mt(2, steps, a, a_next, a_step, b0, b1, b_step, 1, &zero, &zero, c, ldc, accumulate, job);
+    else run_mt(1, steps, a, a_next, a_step, b0, b1, b_step, 1, &zero, &zero, c, ldc, accumulate, job);
 }
 
 /* f32 of the 32 bf16 in v: half 0 (words 0..15) or 1. */
@@ -149,33 +210,24 @@ static int used(__m512i nz1, __m512i nz2, int nslots) {
 
 int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
                                uint16_t *out) {
-    /* A 64-byte panel row holds k = 4r..4r+3 of columns 0..15 (byte
-       j * 4 + t).  Shuffled within each 16-byte lane (4 columns), then its
-       8-byte halves gathered: bytes 0..31 hold k = 4r, 4r+1 and bytes
-       32..63 k = 4r+2, 4r+3, each as j * 2 + (t % 2): the pair layout. */
-    _Alignas(64) uint8_t shuf_bytes[64];
-    for (int d = 0; d < 64; d++) shuf_bytes[d] = (uint8_t)(((d % 8) / 2) * 4 + ((d % 16) / 8) * 2 + d % 2);
-    const __m512i shuf = _mm512_load_si512((const void *)shuf_bytes);
-    const __m512i halves = _mm512_set_epi64(7, 5, 3, 1, 6, 4, 2, 0);
-    const __m512i idx_lo = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
-    const __m512i idx_hi = _mm512_add_epi32(idx_lo, _mm512_set1_epi32(8));
+    const q8_consts k = q8_consts_make();
+    if (nslots == 1) {
+        decode1_rows(&k, panel, scales, sub, 0, kc / 4, out);
+        return 1;
+    }
     __m512i nz1 = _mm512_setzero_si512(), nz2 = _mm512_setzero_si512();
     __m512 s_lo = _mm512_setzero_ps(), s_hi = _mm512_setzero_ps();
     for (int64_t r = 0; r < kc / 4; r++) {
         if ((4 * r) % sub == 0) {
             const __m512 s = _mm512_loadu_ps(scales + (4 * r / sub) * 16);
-            s_lo = _mm512_permutexvar_ps(idx_lo, s);
-            s_hi = _mm512_permutexvar_ps(idx_hi, s);
+            s_lo = _mm512_permutexvar_ps(k.idx_lo, s);
+            s_hi = _mm512_permutexvar_ps(k.idx_hi, s);
         }
-        const __m512i v = _mm512_permutexvar_epi64(
-            halves, _mm512_shuffle_epi8(_mm512_loadu_si512((const void *)(panel + r * 64)), shuf));
-        const __m512 f0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 0))), s_lo);
-        const __m512 f1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 1))), s_hi);
-        const __m512 f2 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 2))), s_lo);
-        const __m512 f3 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 3))), s_hi);
+        __m512 f[4];
+        q8_row(&k, panel, r, s_lo, s_hi, f);
         uint16_t *dst = out + (r / 8) * nslots * 512 + (r % 8) * 64;
-        emit(f0, f1, nslots, dst, &nz1, &nz2);
-        emit(f2, f3, nslots, dst + 32, &nz1, &nz2);
+        emit(f[0], f[1], nslots, dst, &nz1, &nz2);
+        emit(f[2], f[3], nslots, dst + 32, &nz1, &nz2);
     }
     return used(nz1, nz2, nslots);
 }
