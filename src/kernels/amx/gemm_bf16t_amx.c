@@ -65,20 +65,18 @@ static inline void q8_row(const q8_consts *k, const int8_t *panel, int64_t r, __
 
 static inline void decode1_rows(const q8_consts *k, const int8_t *panel, const float *scales, int sub, int64_t r0,
                                 int64_t r1, uint16_t *out) {
-    __m512 s_lo = _mm512_setzero_ps(), s_hi = _mm512_setzero_ps();
-    int64_t blk = -1;
-    for (int64_t r = r0; r < r1; r++) {
-        if (4 * r / sub != blk) {
-            blk = 4 * r / sub;
-            const __m512 s = _mm512_loadu_ps(scales + blk * 16);
-            s_lo = _mm512_permutexvar_ps(k->idx_lo, s);
-            s_hi = _mm512_permutexvar_ps(k->idx_hi, s);
+    const int64_t per_block = sub / 4; /* rows per scale block (sub: a multiple of 4) */
+    for (int64_t r = r0; r < r1;) {
+        const int64_t blk = r / per_block, e = (blk + 1) * per_block < r1 ? (blk + 1) * per_block : r1;
+        const __m512 s = _mm512_loadu_ps(scales + blk * 16);
+        const __m512 s_lo = _mm512_permutexvar_ps(k->idx_lo, s), s_hi = _mm512_permutexvar_ps(k->idx_hi, s);
+        for (; r < e; r++) {
+            __m512 f[4];
+            q8_row(k, panel, r, s_lo, s_hi, f);
+            uint16_t *dst = out + (r / 8) * 512 + (r % 8) * 64;
+            _mm512_storeu_si512((void *)dst, (__m512i)_mm512_cvtne2ps_pbh(f[1], f[0]));
+            _mm512_storeu_si512((void *)(dst + 32), (__m512i)_mm512_cvtne2ps_pbh(f[3], f[2]));
         }
-        __m512 f[4];
-        q8_row(k, panel, r, s_lo, s_hi, f);
-        uint16_t *dst = out + (r / 8) * 512 + (r % 8) * 64;
-        _mm512_storeu_si512((void *)dst, (__m512i)_mm512_cvtne2ps_pbh(f[1], f[0]));
-        _mm512_storeu_si512((void *)(dst + 32), (__m512i)_mm512_cvtne2ps_pbh(f[3], f[2]));
     }
 }
 
