@@ -11,7 +11,9 @@
    once per M chunk into bf16 terms (strict: hi + lo, relaxed: hi), each
    32-column pair of the weights decoded per K block into bf16 terms of
    code x scale (one to three, as many as the block's values need), then
-   one kernel call per 32 x 32 outputs and K block, tdpbf16ps only.
+   one kernel call per 32 x 32 outputs and K block, tdpbf16ps only
+   (relaxed calls on prepacked i8 panels: the next pair's decode runs
+   inside this pair's kernel calls, run_fused).
    K is never split across threads and its blocking does not depend on the
    thread count, and a column's sums do not depend on the N blocking (the
    number of weight terms is decided per 32-column pair and K block): the
