@@ -24,8 +24,8 @@ enum { ROW_ARRAYS = 5 }; /* m, l, alpha, block max, block sum */
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
 size_t tops__attention_thread_bytes(const tops__attention_plan *p) {
-    return align64(tops_tile_storage_bytes(p->q_block, p->kv_block)) +
-           align64(tops_tile_storage_bytes(p->q_block, (int32_t)p->dv)) +
+    return align64(tops__tile_bytes(p->q_block, p->kv_block)) +
+           align64(tops__tile_bytes(p->q_block, (int32_t)p->dv)) +
            align64((size_t)ROW_ARRAYS * (size_t)p->q_block * sizeof(float));
 }
 
@@ -35,11 +35,11 @@ typedef struct worker {
 } worker;
 
 static void worker_init(worker *w, const tops__attention_plan *p, unsigned char *mem) {
-    size_t sb = align64(tops_tile_storage_bytes(p->q_block, p->kv_block));
-    size_t ob = align64(tops_tile_storage_bytes(p->q_block, (int32_t)p->dv));
-    /* Checked by the op: these sizes are valid, so init cannot fail. */
-    tops_tile_init(&w->s, p->q_block, p->kv_block, mem, sb);
-    tops_tile_init(&w->o, p->q_block, (int32_t)p->dv, mem + sb, ob);
+    size_t sb = align64(tops__tile_bytes(p->q_block, p->kv_block));
+    size_t ob = align64(tops__tile_bytes(p->q_block, (int32_t)p->dv));
+    /* Sizes checked by the op; mem is 64-byte aligned. */
+    tops__tile_make(&w->s, p->q_block, p->kv_block, mem);
+    tops__tile_make(&w->o, p->q_block, (int32_t)p->dv, mem + sb);
     float *rows = (float *)(mem + sb + ob);
     w->m = rows;
     w->l = rows + p->q_block;

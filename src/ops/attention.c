@@ -1,6 +1,6 @@
 /* tops_attention: checks every argument, picks the block sizes, and hands
    the work to the fused driver (src/drive/attention.c). */
-#include "drive/attention.h"
+#include "ops/attention.h"
 
 #include <math.h>
 #include <string.h>
