@@ -6,7 +6,12 @@
 #include "drive/tile.h"
 
 typedef struct tops__attention_plan {
-    int64_t batch, heads, kv_heads, sq, sk, d, dv;
+    int64_t batch, heads, kv_heads, d, dv;
+    int64_t sq, sk;   /* the longest query and key sequence */
+    /* Sequences of different lengths (checked by the op): */
+    int varlen;                 /* q, k, v, out are packed [T, H, D] */
+    const int32_t *kv_lens;     /* NULL, or batch key counts */
+    const int32_t *cu_q, *cu_k; /* varlen: batch + 1 row offsets each */
     int causal;
     int64_t window;   /* 0 = none */
     float scale;      /* resolved (never 0) */
