@@ -11,8 +11,9 @@
    depend on the thread count.
    Sequences may differ in length (per-batch key counts, or packed varlen
    tensors): each has its own rows, lengths and bottom-right alignment, and
-   the work items (sequence, query block, head) are handed out longest
-   first, so threads stay balanced whatever the mix of lengths. */
+   the sequences are handed out longest first (their work items head by
+   head, query blocks innermost, so one head's keys stay in cache), which
+   keeps threads balanced whatever the mix of lengths. */
 #include "drive/attention.h"
 #include "core/threads.h"
 
@@ -61,10 +62,12 @@ typedef struct seq {
     int64_t blk0, nblk; /* its key blocks in the key layout: [blk0, blk0 + nblk) per kv head */
 } seq;
 
-/* A query block of a sequence; its work items are the heads. */
-typedef struct qpair {
-    int64_t b, qb, cost;
-} qpair;
+/* A sequence in the order handed out: its work items are [item0, item0 +
+   heads * nqb), head-major, query blocks innermost. */
+typedef struct run_seq {
+    int64_t b, item0, nqb;
+    double cost;
+} run_seq;
 
 /* Keys [lo, hi) that some query at positions [pos_lo, pos_hi] may see in a
    sequence of sk keys. */
@@ -121,14 +124,14 @@ typedef struct kv_layout {
 } kv_layout;
 
 /* Everything a run shares: the plan, the tensors (packed ones as [1, H, T,
-   D] views), the sequences and the query blocks in the order handed out. */
+   D] views), the sequences, and the sequences in the order handed out. */
 typedef struct job {
     const tops__kernels *kern;
     const tops__attention_plan *p;
     const tops_tensor *q, *k, *v, *out;
     const seq *seqs;
-    const qpair *pairs;
-    int64_t npairs, nblk; /* query blocks; key blocks of all sequences */
+    const run_seq *order;
+    int64_t items, nblk; /* work items; key blocks of all sequences */
     kv_layout layout;
     const kv_layout *L;   /* &layout when the keys are laid out, else NULL */
 } job;
@@ -269,15 +272,26 @@ static void run_block(item_ctx *c, int64_t r_lo, int64_t r_hi, int64_t j0, int64
     tops__tile_matmul(kern, 0, 0, 1, NULL, &sv, &c->vm, &ov); /* O += P V */
 }
 
-/* Work item `item`: head item % H of query block pairs[item / H]. */
+/* Work item `item`: the sequence whose items hold it (binary search over
+   order), then its head and query block (the last block first: later
+   blocks see more keys under a causal mask). */
 static void run_item(const job *J, worker *w, int64_t item) {
     const tops__kernels *kern = J->kern;
     const tops__attention_plan *p = J->p;
     const kv_layout *L = J->L;
-    const qpair *pr = &J->pairs[item / p->heads];
-    const seq *s = &J->seqs[pr->b];
-    int64_t h = item % p->heads, hk = h / (p->heads / p->kv_heads);
-    int64_t i0 = pr->qb * p->q_block, rows = s->sq - i0 < p->q_block ? s->sq - i0 : p->q_block;
+    int64_t lo_ = 0, hi_ = p->batch - 1;
+    while (lo_ < hi_) {
+        int64_t mid = lo_ + (hi_ - lo_ + 1) / 2;
+        if (J->order[mid].item0 <= item)
+            lo_ = mid;
+        else
+            hi_ = mid - 1;
+    }
+    const run_seq *rs = &J->order[lo_];
+    const seq *s = &J->seqs[rs->b];
+    int64_t rem = item - rs->item0, h = rem / rs->nqb, qb = rs->nqb - 1 - rem % rs->nqb;
+    int64_t hk = h / (p->heads / p->kv_heads);
+    int64_t i0 = qb * p->q_block, rows = s->sq - i0 < p->q_block ? s->sq - i0 : p->q_block;
     int64_t pos_lo = i0 + s->sk - s->sq, pos_hi = pos_lo + rows - 1; /* bottom-right aligned in the sequence */
 
     item_ctx c;
@@ -381,27 +395,23 @@ static void packed_view(const tops_tensor *t, tops_tensor *o) {
 
 /* Longest first; ties in a fixed order (the bits never depend on it). */
 static int by_cost(const void *a, const void *b) {
-    const qpair *x = a, *y = b;
+    const run_seq *x = a, *y = b;
     if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-    if (x->b != y->b) return x->b < y->b ? -1 : 1;
-    return x->qb > y->qb ? -1 : x->qb < y->qb;
+    return x->b < y->b ? -1 : x->b > y->b;
 }
 
-/* The sequences and their query blocks, longest first, into J (malloc'd
-   as one block, returned); total flops into *flops.  NULL when out of memory. */
+/* The sequences, and the order they are handed out (longest first; equal
+   ones in batch order, so a uniform batch runs b, h, query blocks as
+   before), into J (malloc'd as one block, returned); total flops into
+   *flops.  NULL when out of memory. */
 static void *plan_sequences(job *J, double *flops) {
     const tops__attention_plan *p = J->p;
-    int64_t npairs = 0, nblk = 0;
-    for (int64_t b = 0; b < p->batch; b++) {
-        int64_t sq = p->varlen ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->sq;
-        npairs += tops__ceil_div(sq, p->q_block);
-    }
-    size_t bytes = (size_t)p->batch * sizeof(seq) + (size_t)npairs * sizeof(qpair);
-    unsigned char *mem = malloc(bytes ? bytes : 1);
+    size_t bytes = (size_t)p->batch * (sizeof(seq) + sizeof(run_seq));
+    unsigned char *mem = malloc(bytes);
     if (!mem) return NULL;
     seq *seqs = (seq *)mem;
-    qpair *pairs = (qpair *)(mem + (size_t)p->batch * sizeof(seq));
-    int64_t n = 0;
+    run_seq *order = (run_seq *)(mem + (size_t)p->batch * sizeof(seq));
+    int64_t nblk = 0;
     *flops = 0;
     for (int64_t b = 0; b < p->batch; b++) {
         seq *s = &seqs[b];
@@ -415,18 +425,27 @@ static void *plan_sequences(job *J, double *flops) {
         nblk += s->nblk;
         double f = 2.0 * (double)p->heads * (double)s->sq * (double)s->sk * (double)(p->d + p->dv);
         *flops += p->causal ? f / 2 : f;
-        for (int64_t qb = 0; qb * p->q_block < s->sq; qb++) {
+        /* Its cost: each query block's rows times the key span they may see. */
+        run_seq *r = &order[b];
+        r->b = b;
+        r->nqb = tops__ceil_div(s->sq, p->q_block);
+        r->cost = 0;
+        for (int64_t qb = 0; qb < r->nqb; qb++) {
             int64_t i0 = qb * p->q_block, rows = s->sq - i0 < p->q_block ? s->sq - i0 : p->q_block;
             int64_t pos_lo = i0 + s->sk - s->sq, lo, hi;
             key_range(p, s->sk, pos_lo, pos_lo + rows - 1, &lo, &hi);
-            pairs[n++] = (qpair){b, qb, rows * ((hi > lo ? hi - lo : 0) + 1)};
+            r->cost += (double)rows * (double)((hi > lo ? hi - lo : 0) + 1);
         }
     }
-    TOPS_ASSERT(n == npairs);
-    qsort(pairs, (size_t)npairs, sizeof *pairs, by_cost);
+    qsort(order, (size_t)p->batch, sizeof *order, by_cost);
+    int64_t items = 0;
+    for (int64_t k = 0; k < p->batch; k++) {
+        order[k].item0 = items;
+        items += order[k].nqb * p->heads;
+    }
     J->seqs = seqs;
-    J->pairs = pairs;
-    J->npairs = npairs;
+    J->order = order;
+    J->items = items;
     J->nblk = nblk;
     return mem;
 }
@@ -463,7 +482,7 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
                           (long long)p->batch);
     size_t per = tops__attention_thread_bytes(p), total;
     int threads = p->threads;
-    int64_t items = J.npairs * p->heads;
+    int64_t items = J.items;
     if (items == 0) { /* every sequence is empty: nothing to write */
         free(seqmem);
         return TOPS_OK;
