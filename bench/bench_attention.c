@@ -2,7 +2,10 @@
    against unfused attention through OpenBLAS in the same run (sgemm for
    Q K^T into an Sq x Sk buffer, a row softmax, sgemm for P V), with the
    FMA peak of the same run as the floor, and the result checked against
-   f64 on sampled query rows. */
+   f64 on sampled query rows.  With --varlen LENS: a batch of sequences of
+   those lengths run as one packed varlen call against the same batch
+   padded to the longest and run whole (what a caller without lengths
+   does), timed in alternation. */
 #include "bench.h"
 
 #include "cpu/dispatch.h"
@@ -20,6 +23,8 @@ typedef struct attn_options {
     int causal_mode; /* 0 both (default), 1 causal only, 2 non-causal only */
     char dtypes[3][8];
     int ndtypes;
+    int32_t varlen[64]; /* --varlen: the sequence lengths */
+    int nvarlen;
 } attn_options;
 
 static attn_options opts;
@@ -61,6 +66,31 @@ int tops_bench_attention_parse(tops_bench_config *cfg, int argc, char **argv, in
         *sizes[s].dst = v;
         return 1;
     }
+    if (strcmp(a, "--varlen") == 0) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "tensorops bench: --varlen needs a list of sequence lengths\n");
+            return -1;
+        }
+        const char *v = argv[++*i];
+        opts.nvarlen = 0;
+        for (const char *p = v; *p;) {
+            char item[32];
+            size_t n = strcspn(p, ",");
+            int64_t len = n < sizeof item ? (memcpy(item, p, n), item[n] = '\0', parse_size(item, (int64_t)1 << 20)) : 0;
+            if (!len || opts.nvarlen == 64) {
+                fprintf(stderr, "tensorops bench: --varlen \"%s\": expected 1..64 lengths in 1..%d, comma-separated\n",
+                        v, 1 << 20);
+                return -1;
+            }
+            opts.varlen[opts.nvarlen++] = (int32_t)len;
+            p += n + (p[n] == ',');
+        }
+        if (!opts.nvarlen) {
+            fprintf(stderr, "tensorops bench: --varlen \"%s\": expected 1..64 lengths\n", v);
+            return -1;
+        }
+        return 1;
+    }
     if (strcmp(a, "--dtype") == 0) {
         if (*i + 1 >= argc) {
             fprintf(stderr, "tensorops bench: --dtype needs a value\n");
@@ -84,6 +114,15 @@ tops_status tops_bench_attention_prepare(tops_bench_config *cfg) {
                           "--format, --m, --k and --n are matmul flags; use --dtype, --seq, --kv-seq, --head-dim");
     if (cfg->relaxed) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "--relaxed has no attention path");
     cfg->op_options = &opts;
+    if (opts.nvarlen) {
+        if (opts.batch || opts.seq || opts.kv_seq)
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                              "--varlen sets the batch and the lengths; leave out --batch, --seq and --kv-seq");
+        int64_t longest = 0;
+        for (int i = 0; i < opts.nvarlen; i++) longest = opts.varlen[i] > longest ? opts.varlen[i] : longest;
+        opts.batch = opts.nvarlen;
+        opts.seq = opts.kv_seq = longest;
+    }
     if (!opts.batch) opts.batch = 1;
     if (!opts.heads) opts.heads = 8;
     if (!opts.kv_heads) opts.kv_heads = opts.heads;
@@ -367,6 +406,169 @@ static tops_status run_case(tops_bench_session *s, attn_data *d, const char *dty
     return tops_bench_rows_push(rows, &row);
 }
 
+/* ---- --varlen: one packed call against the padded batch -------------------- */
+
+/* The padded inputs' sequences packed [T, H, D] (the same values), and
+   their offsets. */
+typedef struct varlen_data {
+    tops_tensor q, k, v, out;
+    int32_t cu[65];
+} varlen_data;
+
+static void varlen_free(varlen_data *p) {
+    tops_tensor_destroy(&p->q);
+    tops_tensor_destroy(&p->k);
+    tops_tensor_destroy(&p->v);
+    tops_tensor_destroy(&p->out);
+}
+
+/* Copies rows [0, len) of every (b, h) of the padded src into packed dst. */
+static void pack_rows(const tops_tensor *src, tops_tensor *dst, const int32_t *cu, int64_t heads, size_t esize) {
+    int64_t D = opts.head_dim;
+    for (int b = 0; b < opts.nvarlen; b++)
+        for (int64_t h = 0; h < heads; h++)
+            for (int64_t i = 0; i < cu[b + 1] - cu[b]; i++)
+                memcpy((char *)dst->data + (size_t)(((cu[b] + i) * heads + h) * D) * esize,
+                       (const char *)src->data + (size_t)(((b * heads + h) * opts.seq + i) * D) * esize,
+                       (size_t)D * esize);
+}
+
+static tops_status varlen_make(const attn_data *d, varlen_data *p) {
+    memset(p, 0, sizeof *p);
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    p->cu[0] = 0;
+    for (int b = 0; b < opts.nvarlen; b++) p->cu[b + 1] = p->cu[b] + opts.varlen[b];
+    int64_t T = p->cu[opts.nvarlen], D = opts.head_dim;
+    int64_t qe[3] = {T, opts.heads, D}, ke[3] = {T, opts.kv_heads, D};
+    tops_status st;
+    if ((st = tops_tensor_create(d->q.format, 3, qe, host, &p->q)) != TOPS_OK ||
+        (st = tops_tensor_create(d->k.format, 3, ke, host, &p->k)) != TOPS_OK ||
+        (st = tops_tensor_create(d->v.format, 3, ke, host, &p->v)) != TOPS_OK ||
+        (st = tops_tensor_create(d->out.format, 3, qe, host, &p->out)) != TOPS_OK) {
+        varlen_free(p);
+        return st;
+    }
+    size_t esize = d->q.format.id == TOPS_FMT_F32 ? 4 : 2;
+    pack_rows(&d->q, &p->q, p->cu, opts.heads, esize);
+    pack_rows(&d->k, &p->k, p->cu, opts.kv_heads, esize);
+    pack_rows(&d->v, &p->v, p->cu, opts.kv_heads, esize);
+    return TOPS_OK;
+}
+
+typedef struct varlen_call {
+    const tops_exec *exec;
+    const tops_attention_desc *desc;
+    varlen_data *p;
+} varlen_call;
+
+static tops_status call_varlen(void *ctx, int it) {
+    (void)it;
+    varlen_call *c = ctx;
+    return tops_attention(c->exec, c->desc, &c->p->q, &c->p->k, &c->p->v, &c->p->out);
+}
+
+/* f64 attention for query row i of sequence b, head h (its own length). */
+static void reference_seq_row(const attn_data *d, int causal, int64_t b, int64_t h, int64_t i, double *out,
+                              double *logit) {
+    int64_t D = opts.head_dim, S = opts.seq, len = opts.varlen[b], hk = h / (opts.heads / opts.kv_heads);
+    const float *q = d->qf + ((b * opts.heads + h) * S + i) * D;
+    double m = -INFINITY, scale = 1.0 / sqrt((double)D), sum = 0;
+    int64_t end = causal ? i + 1 : len;
+    for (int64_t j = 0; j < end; j++) {
+        const float *k = d->kf + ((b * opts.kv_heads + hk) * S + j) * D;
+        double x = 0;
+        for (int64_t e = 0; e < D; e++) x += (double)q[e] * k[e];
+        logit[j] = x * scale;
+        if (logit[j] > m) m = logit[j];
+    }
+    for (int64_t e = 0; e < D; e++) out[e] = 0;
+    for (int64_t j = 0; j < end; j++) {
+        double pj = exp(logit[j] - m);
+        sum += pj;
+        const float *v = d->vf + ((b * opts.kv_heads + hk) * S + j) * D;
+        for (int64_t e = 0; e < D; e++) out[e] += pj * v[e];
+    }
+    for (int64_t e = 0; e < D; e++) out[e] /= sum;
+}
+
+static tops_status run_varlen_case(tops_bench_session *s, attn_data *d, varlen_data *p, const char *dtype, int causal,
+                                   tops_bench_rows *rows, int *accuracy_failures) {
+    const tops_bench_config *cfg = s->cfg;
+    tops_exec exec = tops_exec_default();
+    exec.threads = cfg->threads;
+    tops_attention_desc padded = tops_attention_desc_default(), packed = padded;
+    padded.causal = packed.causal = causal;
+    packed.cu_seqlens_q = packed.cu_seqlens_k = p->cu;
+    packed.batch = opts.nvarlen;
+    varlen_call vc = {&exec, &packed, p};
+    fused_call fc = {&exec, &padded, d};
+    int64_t D = opts.head_dim;
+    const char *mask = causal ? "causal" : "non-causal";
+
+    tops_bench_progress(s, "%s %s varlen: checking against f64", dtype, mask);
+    size_t esize = p->out.format.id == TOPS_FMT_F32 ? 4 : 2;
+    memset(p->out.data, 0xff, (size_t)tops_tensor_numel(&p->out) * esize);
+    tops_status st = call_varlen(&vc, 0);
+    if (st != TOPS_OK) return st;
+    double *ref = malloc((size_t)CHECK_ROWS * (size_t)D * sizeof(double));
+    double *logit = malloc((size_t)opts.seq * sizeof(double));
+    float *got = malloc((size_t)CHECK_ROWS * (size_t)D * sizeof(float));
+    if (!ref || !logit || !got) {
+        free(ref), free(logit), free(got);
+        return tops__fail(TOPS_OUT_OF_MEMORY, "tensorops bench", "no memory for the f64 check");
+    }
+    for (int r = 0; r < CHECK_ROWS; r++) {
+        int64_t b = r % opts.nvarlen, h = (r * 5) % opts.heads, len = opts.varlen[b];
+        int64_t i = (int64_t)r * (len - 1) / (CHECK_ROWS - 1);
+        reference_seq_row(d, causal, b, h, i, ref + r * D, logit);
+        for (int64_t x = 0; x < D; x++)
+            got[r * D + x] = out_at(&p->out, ((p->cu[b] + i) * opts.heads + h) * D + x);
+    }
+    double rel, cos;
+    tops_bench_compare(ref, got, CHECK_ROWS * D, &rel, &cos, NULL);
+    free(ref), free(logit), free(got);
+
+    tops_bench_progress(s, "%s %s: timing varlen and padded, alternating", dtype, mask);
+    tops_bench_alt alt[2] = {{call_varlen, &vc, 0, 0}, {call_fused, &fc, 0, 0}};
+    st = tops_bench_time_alternating(alt, 2, 1, cfg->repeat, cfg->min_seconds);
+    if (st != TOPS_OK) return st;
+
+    const tops_bench_roofline *roof;
+    st = tops_bench_session_roofline(s, &roof);
+    if (st != TOPS_OK) return st;
+    tops_cpu_info ci;
+    tops_cpu_get_info(&ci);
+    tops_bench_row row;
+    memset(&row, 0, sizeof row);
+    snprintf(row.op, sizeof row.op, "attention");
+    snprintf(row.format, sizeof row.format, "%s", dtype);
+    snprintf(row.baseline, sizeof row.baseline, "tops-padded");
+    row.m = p->cu[opts.nvarlen], row.n = opts.seq, row.k = D; /* m: tokens of all sequences; n: the longest */
+    row.batch = opts.nvarlen, row.heads = opts.heads, row.kv_heads = opts.kv_heads, row.causal = causal;
+    row.threads = cfg->threads;
+    snprintf(row.isa, sizeof row.isa, "%s", tops_isa_name(ci.isa));
+    snprintf(row.path, sizeof row.path, "varlen/%s", tops__kernels_get()->tile_gemm.name);
+    row.median_s = alt[0].median_s;
+    row.min_s = alt[0].min_s;
+    row.baseline_median_s = alt[1].median_s;
+    row.rel_l2 = rel;
+    row.cos_sim = cos;
+    row.rel_l2_bound = p->out.format.id == TOPS_FMT_F32 ? 1e-5 : p->out.format.id == TOPS_FMT_F16 ? 2e-3 : 1.5e-2;
+    row.accuracy_ok = rel <= row.rel_l2_bound;
+    if (!row.accuracy_ok) (*accuracy_failures)++;
+    /* The sequences' own visible pairs (what both calls must do at least). */
+    double pairs = 0;
+    for (int b = 0; b < opts.nvarlen; b++) {
+        double l = opts.varlen[b];
+        pairs += causal ? l * (l + 1) / 2 : l * l;
+    }
+    double flops = 4.0 * (double)D * pairs * (double)opts.heads;
+    double kv_bytes = 2.0 * (double)tops_tensor_numel(&p->k) * (double)esize;
+    double qo_bytes = 2.0 * (double)tops_tensor_numel(&p->q) * (double)esize;
+    tops_bench_row_derive(&row, flops, kv_bytes, kv_bytes + qo_bytes, roof->fma_gflops, roof->read_gbps);
+    return tops_bench_rows_push(rows, &row);
+}
+
 tops_status tops_bench_attention_cpu(tops_bench_session *s, tops_bench_rows *rows) {
     static const char fn[] = "tensorops bench";
     int ncausal = opts.causal_mode == 0 ? 2 : 1;
@@ -380,11 +582,16 @@ tops_status tops_bench_attention_cpu(tops_bench_session *s, tops_bench_rows *row
         attn_data d;
         tops_bench_progress(s, "%s: generating inputs", opts.dtypes[di]);
         st = data_make(opts.dtypes[di], &d);
+        varlen_data p;
+        memset(&p, 0, sizeof p);
+        if (st == TOPS_OK && opts.nvarlen) st = varlen_make(&d, &p);
         for (int ci = 0; st == TOPS_OK && ci < ncausal; ci++) {
             int causal = opts.causal_mode == 0 ? ci == 0 : opts.causal_mode == 1;
             s->case_index = di * ncausal + ci + 1;
-            st = run_case(s, &d, opts.dtypes[di], causal, rows, &failures);
+            st = opts.nvarlen ? run_varlen_case(s, &d, &p, opts.dtypes[di], causal, rows, &failures)
+                              : run_case(s, &d, opts.dtypes[di], causal, rows, &failures);
         }
+        varlen_free(&p);
         data_free(&d);
         if (st != TOPS_OK) {
             char msg[512];
@@ -401,5 +608,8 @@ const char tops_bench_attention_usage[] =
     "  --batch B --heads H --kv-heads H --seq S --kv-seq S --head-dim D   (default 1, 8, H, 2048, S, 128)\n"
     "  --causal | --no-causal   one mask only (default: both)\n"
     "  --dtype f32|f16|bf16     q/k/v/out dtype, repeatable (default f32)\n"
+    "  --varlen L1,L2,...       sequences of these lengths (self-attention) as one packed varlen call\n"
+    "                           (cu_seqlens), against the same batch padded to the longest and run\n"
+    "                           whole, timed in alternation (baseline tops-padded; m = all tokens)\n"
     "  Baseline: unfused OpenBLAS (sgemm Q K^T, softmax, sgemm P V) on f32 copies; GFLOPS count\n"
     "  4 * D per visible query/key pair.\n";

@@ -891,6 +891,20 @@ TOPS_API tops_status tops_tile_store(const tops_tile *tile, tops_tensor *dest);
  * position i + Sk - Sq (bottom-right aligned, as for decoding and chunked
  * prefill).  A query whose every key is masked gets zeros.  The result does
  * not depend on the thread count (exec->deterministic holds always).
+ *
+ * Sequences of different lengths in one call (docs/tiles.md, "Lengths"):
+ *   kv_lens       B key counts: sequence b sees only keys [0, kv_lens[b])
+ *                 (a padding mask; positions align to kv_lens[b]).
+ *   cu_seqlens_q/k  packed variable-length batches (FlashAttention's varlen
+ *                 layout): q and out are [Tq, Hq, D(v)], k and v [Tk, Hkv,
+ *                 D(v)]; sequence b owns query rows [cu_q[b], cu_q[b+1]) and
+ *                 key rows [cu_k[b], cu_k[b+1]); each array holds batch + 1
+ *                 non-decreasing offsets, >= 0, the last within T.  With
+ *                 kv_lens too, sequence b sees its first kv_lens[b] keys.
+ * Every query row of every sequence is written (zeros where it sees no key,
+ * e.g. an empty key sequence); rows outside the sequences are not touched.
+ * The arrays live in host memory and are read during the call only.  CPU
+ * only for now: on a cuda:N exec these fields give TOPS_UNSUPPORTED_ON_DEVICE.
  */
 typedef struct tops_attention_desc {
     int causal;       /* mask keys after the query's position */
@@ -900,6 +914,11 @@ typedef struct tops_attention_desc {
     float scale;      /* logit scale; 0 = 1 / sqrt(D) */
     float softcap;    /* > 0: logits = softcap * tanh(logits / softcap); 0 = off */
     int32_t q_block, kv_block; /* tile hints; 0 = the library's choice */
+    const int32_t *kv_lens;      /* NULL, or B (batch) key counts, 0..Sk each */
+    const int32_t *cu_seqlens_q; /* NULL, or batch + 1 query offsets (varlen) */
+    const int32_t *cu_seqlens_k; /* NULL, or batch + 1 key offsets (with _q) */
+    int32_t batch;               /* sequences: required with cu_seqlens (>= 1);
+                                    otherwise 0 or q's B */
 } tops_attention_desc;
 
 TOPS_API tops_attention_desc tops_attention_desc_default(void);

@@ -1,7 +1,9 @@
 /* The attention rows of tensorops validate: tops_attention on random data
    against f64 attention on the decoded operands (so the KV quantization is
    not counted against the kernel; its SNR is reported beside), over the
-   dtypes, masks, head groupings and quantized KV caches of issue 6. */
+   dtypes, masks, head groupings and quantized KV caches of issue 6, and
+   sequences of different lengths in one call (per-batch key counts, and
+   packed varlen batches) of issue 24. */
 #include "cli.h"
 
 #include "bench.h"
@@ -20,34 +22,57 @@ typedef struct attn_row {
     float softcap;
     int64_t b, h, hkv, sq, sk, d;
     int full_only;          /* only without --quick */
+    /* Lengths (b of each): LENS_KV sets kv_lens = klen (queries sq each);
+       LENS_VARLEN packs sequences of qlen queries and klen keys [T, H, D]
+       (sq, sk: the longest). */
+    enum { LENS_NONE, LENS_KV, LENS_VARLEN } lens;
+    int32_t qlen[8], klen[8];
 } attn_row;
 
 static const attn_row rows[] = {
-    {"A-f32", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 4, 2, 77, 300, 64, 0},
-    {"A-f16", "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 0, 0.0f, 1, 4, 4, 64, 64, 128, 0},
-    {"A-bf16", "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 0.0f, 2, 2, 1, 33, 100, 80, 0},
-    {"A-window-cap", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 48, 30.0f, 1, 4, 1, 128, 200, 64, 0},
-    {"A-decode", "f16", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 8, 2, 1, 1000, 128, 0},
-    {"A-kv-int8-g32", "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 4, 2, 64, 256, 128, 0},
-    {"A-kv-mxfp8", "mxfp8", TOPS_DT_BF16, TOPS_DT_F32, 0, 0, 0.0f, 1, 4, 2, 40, 160, 64, 0},
-    {"A-prefill", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 8, 8, 1024, 1024, 128, 1},
+    {"A-f32", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 4, 2, 77, 300, 64, 0, LENS_NONE, {0}, {0}},
+    {"A-f16", "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 0, 0.0f, 1, 4, 4, 64, 64, 128, 0, LENS_NONE, {0}, {0}},
+    {"A-bf16", "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 0.0f, 2, 2, 1, 33, 100, 80, 0, LENS_NONE, {0}, {0}},
+    {"A-window-cap", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 48, 30.0f, 1, 4, 1, 128, 200, 64, 0, LENS_NONE, {0}, {0}},
+    {"A-decode", "f16", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 8, 2, 1, 1000, 128, 0, LENS_NONE, {0}, {0}},
+    {"A-kv-int8-g32", "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 4, 2, 64, 256, 128, 0, LENS_NONE, {0}, {0}},
+    {"A-kv-mxfp8", "mxfp8", TOPS_DT_BF16, TOPS_DT_F32, 0, 0, 0.0f, 1, 4, 2, 40, 160, 64, 0, LENS_NONE, {0}, {0}},
+    {"A-prefill", "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 1, 8, 8, 1024, 1024, 128, 1, LENS_NONE, {0}, {0}},
+    {"A-kv-lens", "bf16", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0.0f, 6, 4, 2, 3, 400, 64, 0, LENS_KV,
+     {0}, {0, 1, 7, 33, 250, 400}},
+    {"A-varlen", "f16", TOPS_DT_F16, TOPS_DT_F16, 1, 0, 0.0f, 6, 4, 2, 300, 310, 128, 0, LENS_VARLEN,
+     {0, 1, 7, 33, 300, 120}, {0, 1, 7, 40, 310, 120}},
+    {"A-varlen-win", "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 0, 24, 0.0f, 4, 8, 8, 200, 200, 64, 0, LENS_VARLEN,
+     {200, 17, 1, 96}, {200, 17, 1, 96}},
 };
 
-/* f64 attention of every query row (inputs as f32 [B, H, S, D], decoded). */
-static void reference(const attn_row *r, const float *q, const float *k, const float *v, double *out) {
-    double *logit = malloc((size_t)r->sk * sizeof(double));
+/* Where (b, h, i) of a [B, H, S, D] tensor or of a packed [T, H, D] one
+   starts (elements); offsets: the varlen offsets (NULL: padded). */
+static int64_t at(const attn_row *r, const int32_t *offsets, int64_t heads, int64_t s, int64_t b, int64_t h,
+                  int64_t i) {
+    return offsets ? ((offsets[b] + i) * heads + h) * r->d : ((b * heads + h) * s + i) * r->d;
+}
+
+static int64_t q_len(const attn_row *r, int64_t b) { return r->lens == LENS_VARLEN ? r->qlen[b] : r->sq; }
+static int64_t k_len(const attn_row *r, int64_t b) { return r->lens != LENS_NONE ? r->klen[b] : r->sk; }
+
+/* f64 attention of every query row of every sequence (inputs as f32,
+   decoded, [B, H, S, D] or packed at qo / ko). */
+static void reference(const attn_row *r, const int32_t *qo, const int32_t *ko, const float *q, const float *k,
+                      const float *v, double *out) {
+    double *logit = malloc((size_t)(r->sk > 0 ? r->sk : 1) * sizeof(double));
     if (!logit) return;
     double scale = 1.0 / sqrt((double)r->d);
     for (int64_t b = 0; b < r->b; b++)
         for (int64_t h = 0; h < r->h; h++)
-            for (int64_t i = 0; i < r->sq; i++) {
-                int64_t hk = h / (r->h / r->hkv), pos = i + r->sk - r->sq;
-                const float *qi = q + ((b * r->h + h) * r->sq + i) * r->d;
+            for (int64_t i = 0; i < q_len(r, b); i++) {
+                int64_t hk = h / (r->h / r->hkv), sk = k_len(r, b), pos = i + sk - q_len(r, b);
+                const float *qi = q + at(r, qo, r->h, r->sq, b, h, i);
                 double m = -INFINITY, sum = 0;
-                for (int64_t j = 0; j < r->sk; j++) {
+                for (int64_t j = 0; j < sk; j++) {
                     logit[j] = -INFINITY;
                     if ((r->causal && j > pos) || (r->window > 0 && llabs(j - pos) >= r->window)) continue;
-                    const float *kj = k + ((b * r->hkv + hk) * r->sk + j) * r->d;
+                    const float *kj = k + at(r, ko, r->hkv, r->sk, b, hk, j);
                     double s = 0;
                     for (int64_t x = 0; x < r->d; x++) s += (double)qi[x] * kj[x];
                     s *= scale;
@@ -55,14 +80,14 @@ static void reference(const attn_row *r, const float *q, const float *k, const f
                     logit[j] = s;
                     if (s > m) m = s;
                 }
-                double *o = out + ((b * r->h + h) * r->sq + i) * r->d;
+                double *o = out + at(r, qo, r->h, r->sq, b, h, i);
                 for (int64_t x = 0; x < r->d; x++) o[x] = 0;
                 if (m == -INFINITY) continue;
-                for (int64_t j = 0; j < r->sk; j++) {
+                for (int64_t j = 0; j < sk; j++) {
                     if (logit[j] == -INFINITY) continue;
                     double p = exp(logit[j] - m);
                     sum += p;
-                    const float *vj = v + ((b * r->hkv + hk) * r->sk + j) * r->d;
+                    const float *vj = v + at(r, ko, r->hkv, r->sk, b, hk, j);
                     for (int64_t x = 0; x < r->d; x++) o[x] += p * vj[x];
                 }
                 for (int64_t x = 0; x < r->d; x++) o[x] /= sum;
@@ -72,19 +97,19 @@ static void reference(const attn_row *r, const float *q, const float *k, const f
 
 /* A [.., D] tensor of format fmt holding src (quantized or cast), and its
    decoded values in decoded; returns the SNR of the encoding (dB). */
-static tops_status encode(const char *fmt_name, const int64_t *ext, const float *src, tops_tensor *t,
+static tops_status encode(const char *fmt_name, int rank, const int64_t *ext, const float *src, tops_tensor *t,
                           float *decoded, double *snr_db) {
     tops_format fmt;
     tops_memory host = {TOPS_DEVICE_CPU, 0};
     tops_status st = tops_format_from_name(fmt_name, &fmt);
     if (st != TOPS_OK) return st;
-    if ((st = tops_tensor_create(fmt, 4, ext, host, t)) != TOPS_OK) return st;
+    if ((st = tops_tensor_create(fmt, rank, ext, host, t)) != TOPS_OK) return st;
     tops_tensor s, d;
     tops_tensor_desc sd;
     memset(&sd, 0, sizeof sd);
     sd.format = tops_format_of(TOPS_DT_F32);
-    sd.rank = 4;
-    memcpy(sd.extent, ext, 4 * sizeof(int64_t));
+    sd.rank = rank;
+    memcpy(sd.extent, ext, (size_t)rank * sizeof(int64_t));
     sd.data = (void *)src;
     if ((st = tops_tensor_view(&sd, &s)) != TOPS_OK) return st;
     sd.data = decoded;
@@ -92,15 +117,28 @@ static tops_status encode(const char *fmt_name, const int64_t *ext, const float 
     if ((st = tops_quantize(&s, t, NULL)) != TOPS_OK) return st;
     if ((st = tops_dequantize(t, &d)) != TOPS_OK) return st;
     tops_quant_error_stats e;
-    if ((st = tops_quant_error(src, decoded, ext[0] * ext[1] * ext[2] * ext[3], &e)) != TOPS_OK) return st;
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= ext[i];
+    if ((st = tops_quant_error(src, decoded, n, &e)) != TOPS_OK) return st;
     *snr_db = e.snr_db;
     return TOPS_OK;
 }
 
 static void run_row(const attn_row *r, uint64_t seed, tops_validate_row *res, char *path, size_t path_cap,
                     char *error, size_t error_cap) {
+    /* Packed rows: offsets of the sequences (their tokens, then one spare
+       row the call must leave alone). */
+    int varlen = r->lens == LENS_VARLEN, rank = varlen ? 3 : 4;
+    int32_t cq[9] = {0}, ck[9] = {0};
+    for (int64_t b = 0; varlen && b < r->b; b++) cq[b + 1] = cq[b] + r->qlen[b], ck[b + 1] = ck[b] + r->klen[b];
+    const int32_t *qo = varlen ? cq : NULL, *ko = varlen ? ck : NULL;
     int64_t qe[4] = {r->b, r->h, r->sq, r->d}, ke[4] = {r->b, r->hkv, r->sk, r->d};
-    int64_t nq = r->b * r->h * r->sq * r->d, nk = r->b * r->hkv * r->sk * r->d;
+    if (varlen) {
+        qe[0] = cq[r->b] + 1, qe[1] = r->h, qe[2] = r->d;
+        ke[0] = ck[r->b] + 1, ke[1] = r->hkv, ke[2] = r->d;
+    }
+    int64_t nq = 1, nk = 1;
+    for (int i = 0; i < rank; i++) nq *= qe[i], nk *= ke[i];
     float *qf = malloc((size_t)nq * sizeof(float)), *kf = malloc((size_t)nk * sizeof(float));
     float *vf = malloc((size_t)nk * sizeof(float)), *qd = malloc((size_t)nq * sizeof(float));
     float *kd = malloc((size_t)nk * sizeof(float)), *vd = malloc((size_t)nk * sizeof(float));
@@ -121,10 +159,10 @@ static void run_row(const attn_row *r, uint64_t seed, tops_validate_row *res, ch
     tops_bench_fill_normal(qf, nq, seed);
     tops_bench_fill_normal(kf, nk, seed + 1);
     tops_bench_fill_normal(vf, nk, seed + 2);
-    if ((st = encode(tops_dtype_name(r->q), qe, qf, &q, qd, &unused)) != TOPS_OK ||
-        (st = encode(r->kv, ke, kf, &k, kd, &snr_k)) != TOPS_OK ||
-        (st = encode(r->kv, ke, vf, &v, vd, &snr_v)) != TOPS_OK ||
-        (st = tops_tensor_create(tops_format_of(r->out), 4, qe, (tops_memory){TOPS_DEVICE_CPU, 0}, &out)) != TOPS_OK)
+    if ((st = encode(tops_dtype_name(r->q), rank, qe, qf, &q, qd, &unused)) != TOPS_OK ||
+        (st = encode(r->kv, rank, ke, kf, &k, kd, &snr_k)) != TOPS_OK ||
+        (st = encode(r->kv, rank, ke, vf, &v, vd, &snr_v)) != TOPS_OK ||
+        (st = tops_tensor_create(tops_format_of(r->out), rank, qe, (tops_memory){TOPS_DEVICE_CPU, 0}, &out)) != TOPS_OK)
         goto done;
     res->snr_db = snr_k < snr_v ? snr_k : snr_v;
     /* NaN-poisoned output: an element the kernel never writes shows. */
@@ -134,11 +172,25 @@ static void run_row(const attn_row *r, uint64_t seed, tops_validate_row *res, ch
     desc.causal = r->causal;
     desc.window = r->window;
     desc.softcap = r->softcap;
+    if (r->lens != LENS_NONE) desc.batch = (int32_t)r->b;
+    if (r->lens == LENS_KV) desc.kv_lens = r->klen;
+    if (varlen) desc.cu_seqlens_q = cq, desc.cu_seqlens_k = ck;
     if ((st = tops_attention(NULL, &desc, &q, &k, &v, &out)) != TOPS_OK) goto done;
     if ((st = tops_cast_to_f32(r->out, got, out.data, nq)) != TOPS_OK) goto done;
-    reference(r, qd, kd, vd, ref);
-    tops_bench_compare(ref, got, nq, &res->rel_l2, &res->cos_sim, &res->max_abs);
-    res->pass = res->rel_l2 <= res->bound;
+    for (int64_t i = 0; i < nq; i++) ref[i] = NAN;
+    reference(r, qo, ko, qd, kd, vd, ref);
+    /* Compared: the rows of the sequences; every other row must still be NaN. */
+    int64_t n = 0, stray = 0;
+    for (int64_t i = 0; i < nq; i++) {
+        if (isnan(ref[i])) {
+            stray += !isnan(got[i]);
+            continue;
+        }
+        ref[n] = ref[i], got[n] = got[i], n++;
+    }
+    tops_bench_compare(ref, got, n, &res->rel_l2, &res->cos_sim, &res->max_abs);
+    res->pass = res->rel_l2 <= res->bound && stray == 0;
+    if (stray) snprintf(error, error_cap, "%lld elements outside the sequences were written", (long long)stray);
 done:
     if (st != TOPS_OK) {
         snprintf(error, error_cap, "%s", tops_last_error());

@@ -134,7 +134,9 @@ class MatmulDesc(ctypes.Structure):
 
 class AttentionDesc(ctypes.Structure):
     _fields_ = [("causal", c_int), ("window", c_int64), ("scale", c_float), ("softcap", c_float),
-                ("q_block", c_int32), ("kv_block", c_int32)]
+                ("q_block", c_int32), ("kv_block", c_int32), ("kv_lens", ctypes.POINTER(c_int32)),
+                ("cu_seqlens_q", ctypes.POINTER(c_int32)), ("cu_seqlens_k", ctypes.POINTER(c_int32)),
+                ("batch", c_int32)]
 
 
 class CpuInfo(ctypes.Structure):

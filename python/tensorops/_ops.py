@@ -147,8 +147,29 @@ def _batch_of_one(op: Operand, fn: str) -> Operand:
     return r
 
 
+def _lengths(x: Any, n: Optional[int], fn: str, what: str) -> np.ndarray:
+    """A 1-D int32 copy of x (n entries when n is given); the library checks
+    the values, this the count it will read."""
+    try:
+        a = np.asarray(x)
+    except Exception:  # pragma: no cover - numpy takes nearly anything
+        a = None
+    if a is None or a.ndim != 1 or not (a.dtype.kind in "iu" or a.size == 0):
+        fail(InvalidArgument, fn, f"{what} must be a 1-D sequence of integers")
+    if n is not None and a.size != n:
+        fail(ShapeMismatch, fn, f"{what} has {a.size} entries but must have {n}")
+    if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+        fail(InvalidArgument, fn, f"{what} holds values outside int32")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _int32_ptr(a: np.ndarray):
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+
+
 def attention(q: ArrayLike, k: Any, v: Any, *, causal: bool = False, window: int = 0,
               scale: Optional[float] = None, softcap: float = 0.0, q_block: int = 0, kv_block: int = 0,
+              kv_lens: Any = None, cu_seqlens_q: Any = None, cu_seqlens_k: Any = None,
               out: Optional[ArrayLike] = None, dest_dtype: Any = None, threads: Optional[int] = None,
               stream: Optional[int] = None) -> ArrayLike:
     """Fused attention (tops_attention): out = softmax(scale * q k^T + mask) v
@@ -167,13 +188,33 @@ def attention(q: ArrayLike, k: Any, v: Any, *, causal: bool = False, window: int
     > 0: logits = softcap * tanh(logits / softcap).  q_block, kv_block: tile
     hints (0 = the library's choice).  A query whose every key is masked
     gets zeros.  out / dest_dtype / threads as for :func:`matmul`
-    (default float32).  The library runs attention on the CPU."""
+    (default float32).  The library runs attention on the CPU.
+
+    Sequences of different lengths in one call: kv_lens (B integers):
+    sequence b sees only its first kv_lens[b] keys (a padding mask; query i
+    sits at position i + kv_lens[b] - Sq).  cu_seqlens_q and cu_seqlens_k
+    (B + 1 non-decreasing offsets each, FlashAttention's varlen layout): q
+    and out are packed [Tq, Hq, D(v)], k and v [Tk, Hkv, D(v)]; sequence b
+    owns query rows cu_seqlens_q[b]:cu_seqlens_q[b+1] and key rows
+    cu_seqlens_k[b]:cu_seqlens_k[b+1] (with kv_lens too: its first
+    kv_lens[b] of them).  Rows outside the sequences are not written (a new
+    out holds zeros there)."""
     fn = "tensorops.attention"
     stream = check_stream(stream, fn)
     threads = check_threads(threads, fn)
     Q = operand(q, fn, "q", stream=stream)
     rank = len(Q.shape)
-    if rank not in (3, 4):
+    varlen = cu_seqlens_q is not None or cu_seqlens_k is not None
+    if varlen:
+        if cu_seqlens_q is None or cu_seqlens_k is None:
+            fail(InvalidArgument, fn, "cu_seqlens_q and cu_seqlens_k go together (packed varlen batches)")
+        cu_q = _lengths(cu_seqlens_q, None, fn, "cu_seqlens_q")
+        if cu_q.size < 2:
+            fail(ShapeMismatch, fn, f"cu_seqlens_q has {cu_q.size} entries; it needs B + 1 >= 2")
+        cu_k = _lengths(cu_seqlens_k, cu_q.size, fn, "cu_seqlens_k")
+        if rank != 3:
+            fail(ShapeMismatch, fn, f"q has shape {list(Q.shape)}; with cu_seqlens it is packed [T, H, D]")
+    elif rank not in (3, 4):
         fail(ShapeMismatch, fn, f"q has shape {list(Q.shape)}; attention takes [B, H, S, D] (or [H, S, D])")
 
     def kv(x, what):
@@ -183,7 +224,7 @@ def attention(q: ArrayLike, k: Any, v: Any, *, causal: bool = False, window: int
         if isinstance(x, Weight):
             if x.ndim != rank:
                 fail(ShapeMismatch, fn, f"{what} has rank {x.ndim} but q has rank {rank}; they must agree")
-            return x._operand(4, fn)
+            return x._operand(3 if varlen else 4, fn)
         op = operand(x, fn, what, stream=stream)
         if len(op.shape) != rank:
             fail(ShapeMismatch, fn, f"{what} has rank {len(op.shape)} but q has rank {rank}; they must agree")
@@ -191,18 +232,31 @@ def attention(q: ArrayLike, k: Any, v: Any, *, causal: bool = False, window: int
 
     K, V = kv(k, "k"), kv(v, "v")
     out_shape = Q.shape[:-1] + (V.shape[-1],)
-    if rank == 3:
+    if rank == 3 and not varlen:
         Q, K, V = (_batch_of_one(t, fn) for t in (Q, K, V))
     device = common_device([Q, K, V], fn)
     if out is None:
         out = new_output(out_shape, dtype_name("f32" if dest_dtype is None else dest_dtype, fn), device, fn)
+        if varlen and isinstance(out, np.ndarray):
+            out.fill(0)  # rows outside the sequences are never written
         O = operand(out, fn, "out", writable=True)
     else:
         O = operand(out, fn, "out", writable=True, stream=stream)
         if dest_dtype is not None and dtype_name(dest_dtype, fn) != O.dtype:
             fail(InvalidArgument, fn, f"dest_dtype is {dest_dtype!r} but out holds {O.dtype}; give one of them")
-    O = _batch_of_one(O, fn)
+    if not varlen:
+        O = _batch_of_one(O, fn)
     desc = AttentionDesc()
+    batch = cu_q.size - 1 if varlen else Q.shape[0]
+    keep = []  # the length arrays live until the call returns
+    if varlen:
+        keep += [cu_q, cu_k]
+        desc.cu_seqlens_q, desc.cu_seqlens_k = _int32_ptr(cu_q), _int32_ptr(cu_k)
+        desc.batch = batch
+    if kv_lens is not None:
+        kl = _lengths(kv_lens, batch, fn, "kv_lens")
+        keep.append(kl)
+        desc.kv_lens = _int32_ptr(kl)
     desc.causal = int(bool(causal))
     desc.window = _int_arg(window, fn, "window")
     if scale is not None:
@@ -215,6 +269,7 @@ def attention(q: ArrayLike, k: Any, v: Any, *, causal: bool = False, window: int
     desc.kv_block = _int_arg(kv_block, fn, "kv_block")
     exec_ = default_exec(threads, device, stream)
     check(LIB.tops_attention(ctypes.byref(exec_), ctypes.byref(desc), Q.ref, K.ref, V.ref, O.ref))
+    del keep
     if isinstance(out, DeviceArray):
         out._stream = exec_.stream
     return out

@@ -8,11 +8,17 @@
    the keys (and values, when not f32) laid out for the kernels when several
    query blocks share them: O(Sk * D).  Nothing grows with Sq * Sk.  Each
    work item is computed by one thread in a fixed order, so the bits do not
-   depend on the thread count. */
+   depend on the thread count.
+   Sequences may differ in length (per-batch key counts, or packed varlen
+   tensors): each has its own rows, lengths and bottom-right alignment, and
+   the sequences are handed out longest first (their work items head by
+   head, query blocks innermost, so one head's keys stay in cache), which
+   keeps threads balanced whatever the mix of lengths. */
 #include "drive/attention.h"
 #include "core/threads.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef TOPS_HAVE_OPENMP
@@ -24,8 +30,8 @@ enum { ROW_ARRAYS = 5 }; /* m, l, alpha, block max, block sum */
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
 size_t tops__attention_thread_bytes(const tops__attention_plan *p) {
-    return align64(tops_tile_storage_bytes(p->q_block, p->kv_block)) +
-           align64(tops_tile_storage_bytes(p->q_block, (int32_t)p->dv)) +
+    return align64(tops__tile_bytes(p->q_block, p->kv_block)) +
+           align64(tops__tile_bytes(p->q_block, (int32_t)p->dv)) +
            align64((size_t)ROW_ARRAYS * (size_t)p->q_block * sizeof(float));
 }
 
@@ -35,11 +41,11 @@ typedef struct worker {
 } worker;
 
 static void worker_init(worker *w, const tops__attention_plan *p, unsigned char *mem) {
-    size_t sb = align64(tops_tile_storage_bytes(p->q_block, p->kv_block));
-    size_t ob = align64(tops_tile_storage_bytes(p->q_block, (int32_t)p->dv));
-    /* Checked by the op: these sizes are valid, so init cannot fail. */
-    tops_tile_init(&w->s, p->q_block, p->kv_block, mem, sb);
-    tops_tile_init(&w->o, p->q_block, (int32_t)p->dv, mem + sb, ob);
+    size_t sb = align64(tops__tile_bytes(p->q_block, p->kv_block));
+    size_t ob = align64(tops__tile_bytes(p->q_block, (int32_t)p->dv));
+    /* Sizes checked by the op; mem is 64-byte aligned. */
+    tops__tile_make(&w->s, p->q_block, p->kv_block, mem);
+    tops__tile_make(&w->o, p->q_block, (int32_t)p->dv, mem + sb);
     float *rows = (float *)(mem + sb + ob);
     w->m = rows;
     w->l = rows + p->q_block;
@@ -48,9 +54,26 @@ static void worker_init(worker *w, const tops__attention_plan *p, unsigned char 
     w->bsum = rows + 4 * p->q_block;
 }
 
-/* Keys [lo, hi) that some query at positions [pos_lo, pos_hi] may see. */
-static void key_range(const tops__attention_plan *p, int64_t pos_lo, int64_t pos_hi, int64_t *lo, int64_t *hi) {
-    int64_t a = 0, b = p->sk;
+/* One sequence: where its rows are in the [B, H, S, D] views, and its lengths. */
+typedef struct seq {
+    int64_t outer;   /* index along dimension 0 (0 for packed tensors) */
+    int64_t q0, sq;  /* query rows [q0, q0 + sq) */
+    int64_t k0, sk;  /* key rows [k0, k0 + sk) */
+    int64_t blk0, nblk; /* its key blocks in the key layout: [blk0, blk0 + nblk) per kv head */
+} seq;
+
+/* A sequence in the order handed out: its work items are [item0, item0 +
+   heads * nqb), head-major, query blocks innermost. */
+typedef struct run_seq {
+    int64_t b, item0, nqb;
+    double cost;
+} run_seq;
+
+/* Keys [lo, hi) that some query at positions [pos_lo, pos_hi] may see in a
+   sequence of sk keys. */
+static void key_range(const tops__attention_plan *p, int64_t sk, int64_t pos_lo, int64_t pos_hi, int64_t *lo,
+                      int64_t *hi) {
+    int64_t a = 0, b = sk;
     if (p->causal && pos_hi + 1 < b) b = pos_hi + 1;
     if (p->window > 0) {
         if (pos_lo - p->window + 1 > a) a = pos_lo - p->window + 1;
@@ -87,16 +110,31 @@ static void visible_rows(const tops__attention_plan *p, int64_t pos_lo, int64_t 
 }
 
 /* Keys laid out once per run when several query blocks share them: K^T as
-   f32 blocks [B * Hkv, Sk / kv_block, D, kv_block], so that each key block
-   is one contiguous [D, kv_block] panel the tile matmul reads in place
-   (instead of transposing or decoding the same keys once per query block),
-   and V as f32 [B, Hkv, Sk, Dv] when it is not f32 already.  O(Sk * D)
-   memory, the size of the cache itself. */
+   f32 panels [Hkv * NB, D, kv_block] (NB: the key blocks of all sequences;
+   sequence b's panels for kv head hk are contiguous, from (blk0 * Hkv +
+   hk * nblk)), so that each key block is one contiguous [D, kv_block]
+   panel the tile matmul reads in place (instead of transposing or decoding
+   the same keys once per query block), and V as f32 [Hkv, NB * kv_block,
+   Dv] when it is not f32 already.  O(Sk * D) memory, the size of the cache
+   itself. */
 typedef struct kv_layout {
     tops_tensor kt, vd;
     int have_kt, have_vd;
     float *mem;
 } kv_layout;
+
+/* Everything a run shares: the plan, the tensors (packed ones as [1, H, T,
+   D] views), the sequences, and the sequences in the order handed out. */
+typedef struct job {
+    const tops__kernels *kern;
+    const tops__attention_plan *p;
+    const tops_tensor *q, *k, *v, *out;
+    const seq *seqs;
+    const run_seq *order;
+    int64_t items, nblk; /* work items; key blocks of all sequences */
+    kv_layout layout;
+    const kv_layout *L;   /* &layout when the keys are laid out, else NULL */
+} job;
 
 #define PREPACK_MAX_BYTES ((size_t)1 << 30)
 
@@ -106,52 +144,64 @@ static int v_is_direct(const tops_tensor *v) {
 
 /* Floats of the key layout, or 0 when a per-block layout is the better or
    the only choice. */
-static size_t kv_layout_floats(const tops__attention_plan *p, const tops_tensor *v) {
-    if (tops__ceil_div(p->sq, p->q_block) < 2) return 0; /* one query block: nothing to share */
-    int64_t nblk = tops__ceil_div(p->sk, p->kv_block);
-    size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)nblk * (size_t)p->d * (size_t)p->kv_block;
-    size_t vd_elems = v_is_direct(v) ? 0 : (size_t)p->batch * (size_t)p->kv_heads * (size_t)p->sk * (size_t)p->dv;
-    if ((kt_elems + vd_elems) > PREPACK_MAX_BYTES / sizeof(float)) return 0;
-    return kt_elems + vd_elems;
+static size_t kv_layout_floats(const job *J) {
+    const tops__attention_plan *p = J->p;
+    if (tops__ceil_div(p->sq, p->q_block) < 2 || J->nblk == 0) return 0; /* one query block each: nothing to share */
+    double kt = (double)p->kv_heads * (double)J->nblk * (double)p->d * (double)p->kv_block;
+    double vd = v_is_direct(J->v) ? 0 : (double)p->kv_heads * (double)J->nblk * (double)p->kv_block * (double)p->dv;
+    if (kt + vd > (double)(PREPACK_MAX_BYTES / sizeof(float))) return 0;
+    return (size_t)(kt + vd);
 }
 
 /* Plans the layout in mem (kv_layout_floats of it; no data yet). */
-static void kv_layout_plan(const tops__attention_plan *p, const tops_tensor *v, float *mem, kv_layout *L) {
+static void kv_layout_plan(job *J, float *mem) {
+    const tops__attention_plan *p = J->p;
+    kv_layout *L = &J->layout;
     memset(L, 0, sizeof *L);
-    int64_t nblk = tops__ceil_div(p->sk, p->kv_block);
-    size_t kt_elems = (size_t)p->batch * (size_t)p->kv_heads * (size_t)nblk * (size_t)p->d * (size_t)p->kv_block;
     L->mem = mem;
     tops_tensor_desc d;
     memset(&d, 0, sizeof d);
     d.format = tops_format_of(TOPS_DT_F32);
     d.rank = 4;
-    d.extent[0] = p->batch * p->kv_heads, d.extent[1] = nblk, d.extent[2] = p->d, d.extent[3] = p->kv_block;
+    d.extent[0] = 1, d.extent[1] = p->kv_heads * J->nblk, d.extent[2] = p->d, d.extent[3] = p->kv_block;
     d.data = L->mem;
     L->have_kt = tops_tensor_view(&d, &L->kt) == TOPS_OK;
-    if (!v_is_direct(v)) {
+    if (!v_is_direct(J->v)) {
         memset(&d, 0, sizeof d);
         d.format = tops_format_of(TOPS_DT_F32);
         d.rank = 4;
-        d.extent[0] = p->batch, d.extent[1] = p->kv_heads, d.extent[2] = p->sk, d.extent[3] = p->dv;
-        d.data = L->mem + kt_elems;
+        d.extent[0] = 1, d.extent[1] = p->kv_heads, d.extent[2] = J->nblk * p->kv_block, d.extent[3] = p->dv;
+        d.data = L->mem + (size_t)p->kv_heads * (size_t)J->nblk * (size_t)p->d * (size_t)p->kv_block;
         L->have_vd = tops_tensor_view(&d, &L->vd) == TOPS_OK;
     }
-    TOPS_ASSERT(L->have_kt && (L->have_vd || v_is_direct(v)));
+    TOPS_ASSERT(L->have_kt && (L->have_vd || v_is_direct(J->v)));
+    J->L = L;
 }
 
-/* Lays out key block `item % nblk` of kv head `item / nblk`. */
-static void kv_layout_fill(const tops__kernels *kern, const tops__attention_plan *p, kv_layout *L, int64_t item,
-                           const tops_tensor *k, const tops_tensor *v) {
-    int64_t nblk = L->kt.extent[1];
-    int64_t g = item / nblk, blk = item % nblk, j0 = blk * p->kv_block;
-    int64_t b = g / p->kv_heads, hk = g % p->kv_heads, n = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block;
-    tops__mat km = {k, {b, hk}, j0, 0, n, p->d};
-    float *kt = (float *)L->kt.data + g * L->kt.stride[0] + blk * L->kt.stride[1];
-    tops__mat_read(kern, &km, 0, n, 0, p->d, kt, L->kt.stride[2], 1);
+/* Lays out panel f (of kv_heads * nblk, in memory order). */
+static void kv_layout_fill(const job *J, int64_t f) {
+    const tops__attention_plan *p = J->p;
+    const kv_layout *L = J->L;
+    /* The sequence: the last whose first panel is at or before f (sequences
+       without keys own no panel and share their first panel's index). */
+    int64_t lo = 0, hi = p->batch - 1;
+    while (lo < hi) {
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (J->seqs[mid].blk0 * p->kv_heads <= f)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const seq *s = &J->seqs[lo];
+    int64_t rem = f - s->blk0 * p->kv_heads, hk = rem / s->nblk, blk = rem % s->nblk, j0 = blk * p->kv_block;
+    int64_t n = s->sk - j0 < p->kv_block ? s->sk - j0 : p->kv_block;
+    tops__mat km = {J->k, {s->outer, hk}, s->k0 + j0, 0, n, p->d};
+    float *kt = (float *)L->kt.data + f * L->kt.stride[1];
+    tops__mat_read(J->kern, &km, 0, n, 0, p->d, kt, L->kt.stride[2], 1);
     if (L->have_vd) {
-        tops__mat vm = {v, {b, hk}, j0, 0, n, p->dv};
-        float *vd = (float *)L->vd.data + b * L->vd.stride[0] + hk * L->vd.stride[1] + j0 * L->vd.stride[2];
-        tops__mat_read(kern, &vm, 0, n, 0, p->dv, vd, L->vd.stride[2], 0);
+        tops__mat vm = {J->v, {s->outer, hk}, s->k0 + j0, 0, n, p->dv};
+        float *vd = (float *)L->vd.data + hk * L->vd.stride[1] + (s->blk0 * p->kv_block + j0) * L->vd.stride[2];
+        tops__mat_read(J->kern, &vm, 0, n, 0, p->dv, vd, L->vd.stride[2], 0);
     }
 }
 
@@ -162,7 +212,9 @@ typedef struct item_ctx {
     worker *w;
     tops__mat qm, km, vm;
     int kt;          /* keys come from the laid-out K^T panels */
-    int64_t i0, pos_lo;
+    int64_t qrow, krow, vrow, panel0; /* the block's first query row; row 0 of the sequence's keys and values;
+                                         its first K^T panel */
+    int64_t pos_lo;
     int scale_in_exp;
     float exp_scale;
     tops_tile_map_desc scale, cap, mask, sub_exp, rescale;
@@ -180,16 +232,16 @@ static void run_block(item_ctx *c, int64_t r_lo, int64_t r_hi, int64_t j0, int64
     ov.data += r_lo * w->o.ld;
     sv.rows = ov.rows = (int32_t)(r_hi - r_lo);
     sv.cols = (int32_t)cols;
-    c->qm.r0 = c->i0 + r_lo;
+    c->qm.r0 = c->qrow + r_lo;
     c->qm.rows = r_hi - r_lo;
     if (c->kt) {
-        c->km.outer[1] = j0 / p->kv_block;
+        c->km.outer[1] = c->panel0 + j0 / p->kv_block;
         c->km.cols = cols;
     } else {
-        c->km.r0 = j0;
+        c->km.r0 = c->krow + j0;
         c->km.rows = cols;
     }
-    c->vm.r0 = j0;
+    c->vm.r0 = c->vrow + j0;
     c->vm.rows = cols;
     tops__tile_matmul(kern, 0, !c->kt, 0, &c->qm, NULL, &c->km, &sv); /* S = Q K^T */
     if (!c->scale_in_exp) {
@@ -220,30 +272,52 @@ static void run_block(item_ctx *c, int64_t r_lo, int64_t r_hi, int64_t j0, int64
     tops__tile_matmul(kern, 0, 0, 1, NULL, &sv, &c->vm, &ov); /* O += P V */
 }
 
-static void run_item(const tops__kernels *kern, const tops__attention_plan *p, worker *w, int64_t item,
-                     const tops_tensor *q, const tops_tensor *k, const tops_tensor *v, const tops_tensor *out,
-                     const kv_layout *L) {
-    int64_t nqb = tops__ceil_div(p->sq, p->q_block);
-    int64_t b = item / (p->heads * nqb), h = item / nqb % p->heads;
-    int64_t qb = nqb - 1 - item % nqb; /* later query blocks see more keys: hand them out first */
+/* Work item `item`: the sequence whose items hold it (binary search over
+   order), then its head and query block (the last block first: later
+   blocks see more keys under a causal mask). */
+static void run_item(const job *J, worker *w, int64_t item) {
+    const tops__kernels *kern = J->kern;
+    const tops__attention_plan *p = J->p;
+    const kv_layout *L = J->L;
+    int64_t lo_ = 0, hi_ = p->batch - 1;
+    while (lo_ < hi_) {
+        int64_t mid = lo_ + (hi_ - lo_ + 1) / 2;
+        if (J->order[mid].item0 <= item)
+            lo_ = mid;
+        else
+            hi_ = mid - 1;
+    }
+    const run_seq *rs = &J->order[lo_];
+    const seq *s = &J->seqs[rs->b];
+    int64_t rem = item - rs->item0, h = rem / rs->nqb, qb = rs->nqb - 1 - rem % rs->nqb;
     int64_t hk = h / (p->heads / p->kv_heads);
-    int64_t i0 = qb * p->q_block, rows = p->sq - i0 < p->q_block ? p->sq - i0 : p->q_block;
-    int64_t pos_lo = i0 + p->sk - p->sq, pos_hi = pos_lo + rows - 1;
+    int64_t i0 = qb * p->q_block, rows = s->sq - i0 < p->q_block ? s->sq - i0 : p->q_block;
+    int64_t pos_lo = i0 + s->sk - s->sq, pos_hi = pos_lo + rows - 1; /* bottom-right aligned in the sequence */
 
     item_ctx c;
     c.kern = kern;
     c.p = p;
     c.w = w;
-    c.i0 = i0;
+    c.qrow = s->q0 + i0;
     c.pos_lo = pos_lo;
-    c.qm = (tops__mat){q, {b, h}, i0, 0, rows, p->d};
+    c.qm = (tops__mat){J->q, {s->outer, h}, c.qrow, 0, rows, p->d};
     /* Keys: rows j of K ([Sk, D], read transposed), or the laid-out K^T
        panel of the block ([D, kv_block]). */
     c.kt = L && L->have_kt;
-    c.km = (tops__mat){c.kt ? &L->kt : k, {b, hk}, 0, 0, c.kt ? p->d : 0, c.kt ? 0 : p->d};
-    if (c.kt) c.km.outer[0] = b * p->kv_heads + hk;
-    c.vm = (tops__mat){L && L->have_vd ? &L->vd : v, {b, hk}, 0, 0, 0, p->dv};
-    tops__mat om = {out, {b, h}, i0, 0, rows, p->dv};
+    c.krow = s->k0;
+    c.panel0 = s->blk0 * p->kv_heads + hk * s->nblk;
+    if (c.kt)
+        c.km = (tops__mat){&L->kt, {0, 0}, 0, 0, p->d, 0};
+    else
+        c.km = (tops__mat){J->k, {s->outer, hk}, 0, 0, 0, p->d};
+    if (L && L->have_vd) {
+        c.vm = (tops__mat){&L->vd, {0, hk}, 0, 0, 0, p->dv};
+        c.vrow = s->blk0 * p->kv_block;
+    } else {
+        c.vm = (tops__mat){J->v, {s->outer, hk}, 0, 0, 0, p->dv};
+        c.vrow = s->k0;
+    }
+    tops__mat om = {J->out, {s->outer, h}, c.qrow, 0, rows, p->dv};
     tops_tile *o = &w->o;
     /* Ragged blocks reuse the tiles with fewer rows / columns (same ld). */
     o->rows = (int32_t)rows;
@@ -265,9 +339,9 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     c.rescale = (tops_tile_map_desc){.op = TOPS_MAP_SCALE, .row_values = w->alpha};
 
     int64_t lo, hi;
-    key_range(p, pos_lo, pos_hi, &lo, &hi);
+    key_range(p, s->sk, pos_lo, pos_hi, &lo, &hi);
     for (int64_t j0 = lo / p->kv_block * p->kv_block; j0 < hi; j0 += p->kv_block) {
-        int64_t cols = p->sk - j0 < p->kv_block ? p->sk - j0 : p->kv_block, r_lo, r_hi;
+        int64_t cols = s->sk - j0 < p->kv_block ? s->sk - j0 : p->kv_block, r_lo, r_hi;
         visible_rows(p, pos_lo, rows, j0, j0 + cols, &r_lo, &r_hi);
         if (r_lo >= r_hi) continue;
         if (!(c.kt && p->causal && j0 + cols - 1 > pos_lo + r_lo)) {
@@ -297,6 +371,85 @@ static void run_item(const tops__kernels *kern, const tops__attention_plan *p, w
     tops__tile_store(kern, o, &om);
 }
 
+/* Packed [T, H, D] as a [1, H, T, D] view (every plane moved alike), so
+   one sequence is rows of the [S, D] matrices the tile engine reads. */
+static void packed_view(const tops_tensor *t, tops_tensor *o) {
+    static const int from[4] = {-1, 1, 0, 2};
+    *o = *t;
+    o->owner_ = NULL;
+    o->rank = 4;
+    tops_plane *planes[3] = {&o->scales, &o->bias, &o->codebook};
+    const tops_plane *src[3] = {&t->scales, &t->bias, &t->codebook};
+    for (int d = 0; d < 4; d++) {
+        int f = from[d];
+        o->extent[d] = f < 0 ? 1 : t->extent[f];
+        o->stride[d] = f < 0 ? 0 : t->stride[f];
+        for (int i = 0; i < 3; i++) {
+            if (!src[i]->data) continue;
+            planes[i]->extent[d] = f < 0 ? 1 : src[i]->extent[f];
+            planes[i]->stride[d] = f < 0 ? 0 : src[i]->stride[f];
+            planes[i]->block[d] = f < 0 ? (i < 2 ? 1 : 0) : src[i]->block[f];
+        }
+    }
+}
+
+/* Longest first; ties in a fixed order (the bits never depend on it). */
+static int by_cost(const void *a, const void *b) {
+    const run_seq *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
+    return x->b < y->b ? -1 : x->b > y->b;
+}
+
+/* The sequences, and the order they are handed out (longest first; equal
+   ones in batch order, so a uniform batch runs b, h, query blocks as
+   before), into J (malloc'd as one block, returned); total flops into
+   *flops.  NULL when out of memory. */
+static void *plan_sequences(job *J, double *flops) {
+    const tops__attention_plan *p = J->p;
+    size_t bytes = (size_t)p->batch * (sizeof(seq) + sizeof(run_seq));
+    unsigned char *mem = malloc(bytes);
+    if (!mem) return NULL;
+    seq *seqs = (seq *)mem;
+    run_seq *order = (run_seq *)(mem + (size_t)p->batch * sizeof(seq));
+    int64_t nblk = 0;
+    *flops = 0;
+    for (int64_t b = 0; b < p->batch; b++) {
+        seq *s = &seqs[b];
+        s->outer = p->varlen ? 0 : b;
+        s->q0 = p->varlen ? p->cu_q[b] : 0;
+        s->sq = p->varlen ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->sq;
+        s->k0 = p->varlen ? p->cu_k[b] : 0;
+        s->sk = p->kv_lens ? p->kv_lens[b] : p->varlen ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->sk;
+        s->blk0 = nblk;
+        s->nblk = tops__ceil_div(s->sk, p->kv_block);
+        nblk += s->nblk;
+        double f = 2.0 * (double)p->heads * (double)s->sq * (double)s->sk * (double)(p->d + p->dv);
+        *flops += p->causal ? f / 2 : f;
+        /* Its cost: each query block's rows times the key span they may see. */
+        run_seq *r = &order[b];
+        r->b = b;
+        r->nqb = tops__ceil_div(s->sq, p->q_block);
+        r->cost = 0;
+        for (int64_t qb = 0; qb < r->nqb; qb++) {
+            int64_t i0 = qb * p->q_block, rows = s->sq - i0 < p->q_block ? s->sq - i0 : p->q_block;
+            int64_t pos_lo = i0 + s->sk - s->sq, lo, hi;
+            key_range(p, s->sk, pos_lo, pos_lo + rows - 1, &lo, &hi);
+            r->cost += (double)rows * (double)((hi > lo ? hi - lo : 0) + 1);
+        }
+    }
+    qsort(order, (size_t)p->batch, sizeof *order, by_cost);
+    int64_t items = 0;
+    for (int64_t k = 0; k < p->batch; k++) {
+        order[k].item0 = items;
+        items += order[k].nqb * p->heads;
+    }
+    J->seqs = seqs;
+    J->order = order;
+    J->items = items;
+    J->nblk = nblk;
+    return mem;
+}
+
 /* The calling thread keeps its workspace (tiles and key layout) between
    calls up to this size: fresh pages cost page faults and zeroing on every
    call (about 2% of a causal S = 2048 head set); larger ones are returned.
@@ -309,29 +462,50 @@ static void workspace_done(void) { tops__thread_buffer_trim(TOPS__SLOT_ATTENTION
 
 tops_status tops__attention_drive(const tops__kernels *kern, const tops__attention_plan *p, const tops_tensor *q,
                                   const tops_tensor *k, const tops_tensor *v, const tops_tensor *out) {
+    job J;
+    memset(&J, 0, sizeof J);
+    J.kern = kern;
+    J.p = p;
+    tops_tensor views[4];
+    if (p->varlen) {
+        packed_view(q, &views[0]);
+        packed_view(k, &views[1]);
+        packed_view(v, &views[2]);
+        packed_view(out, &views[3]);
+        q = &views[0], k = &views[1], v = &views[2], out = &views[3];
+    }
+    J.q = q, J.k = k, J.v = v, J.out = out;
+    double flops;
+    void *seqmem = plan_sequences(&J, &flops);
+    if (!seqmem)
+        return tops__fail(TOPS_OUT_OF_MEMORY, "tops_attention", "could not allocate the list of %lld sequences",
+                          (long long)p->batch);
     size_t per = tops__attention_thread_bytes(p), total;
     int threads = p->threads;
-    int64_t items = p->batch * p->heads * tops__ceil_div(p->sq, p->q_block);
+    int64_t items = J.items;
+    if (items == 0) { /* every sequence is empty: nothing to write */
+        free(seqmem);
+        return TOPS_OK;
+    }
     if (threads > items) threads = (int)items;
-    double flops = 2.0 * (double)p->batch * (double)p->heads * (double)p->sq * (double)p->sk * (double)(p->d + p->dv);
-    threads = tops__threads_for(TOPS__WORK_ATTENTION, p->causal ? flops / 2 : flops, threads);
-    if (!tops__mul_size(per, (size_t)threads, &total))
+    threads = tops__threads_for(TOPS__WORK_ATTENTION, flops, threads);
+    if (!tops__mul_size(per, (size_t)threads, &total)) {
+        free(seqmem);
         return tops__fail(TOPS_OVERFLOW, "tops_attention", "workspace size overflows size_t");
+    }
     int in_scratch = p->scratch && p->scratch_bytes >= total + 64;
-    size_t tiles = in_scratch ? 0 : total, kv = kv_layout_floats(p, v) * sizeof(float);
+    size_t tiles = in_scratch ? 0 : total, kv = kv_layout_floats(&J) * sizeof(float);
     unsigned char *mem = NULL, *kvmem = NULL;
     /* The key layout is optional: without memory for it, the per-block path runs. */
     if (kv && (kvmem = workspace_get(tiles + kv)) == NULL) kv = 0;
-    if (!kvmem && tiles && (kvmem = workspace_get(tiles)) == NULL)
+    if (!kvmem && tiles && (kvmem = workspace_get(tiles)) == NULL) {
+        free(seqmem);
         return tops__fail(TOPS_OUT_OF_MEMORY, "tops_attention", "could not allocate %zu bytes of workspace", total);
-    mem = in_scratch ? (unsigned char *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63) : kvmem;
-    kv_layout layout;
-    const kv_layout *L = NULL;
-    if (kv) {
-        kv_layout_plan(p, v, (float *)(kvmem + tiles), &layout);
-        L = &layout;
     }
-    int64_t fills = L ? p->batch * p->kv_heads * tops__ceil_div(p->sk, p->kv_block) : 0;
+    mem = in_scratch ? (unsigned char *)(((uintptr_t)p->scratch + 63) & ~(uintptr_t)63) : kvmem;
+    if (kv) kv_layout_plan(&J, (float *)(kvmem + tiles));
+    int64_t fills = J.L ? p->kv_heads * J.nblk : 0;
+    const job *JP = &J;
 #ifdef TOPS_HAVE_OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
     {
@@ -339,17 +513,18 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
         worker w;
         worker_init(&w, p, mem + per * (size_t)omp_get_thread_num());
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t f = 0; f < fills; f++) kv_layout_fill(kern, p, &layout, f, k, v);
+        for (int64_t f = 0; f < fills; f++) kv_layout_fill(JP, f);
         /* the implicit barrier: every key is laid out before any query block runs */
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t item = 0; item < items; item++) run_item(kern, p, &w, item, q, k, v, out, L);
+        for (int64_t item = 0; item < items; item++) run_item(JP, &w, item);
     }
 #else
     worker w;
     worker_init(&w, p, mem);
-    for (int64_t f = 0; f < fills; f++) kv_layout_fill(kern, p, &layout, f, k, v);
-    for (int64_t item = 0; item < items; item++) run_item(kern, p, &w, item, q, k, v, out, L);
+    for (int64_t f = 0; f < fills; f++) kv_layout_fill(JP, f);
+    for (int64_t item = 0; item < items; item++) run_item(JP, &w, item);
 #endif
     workspace_done();
+    free(seqmem);
     return TOPS_OK;
 }

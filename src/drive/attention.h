@@ -3,10 +3,15 @@
 #ifndef TOPS_DRIVE_ATTENTION_H
 #define TOPS_DRIVE_ATTENTION_H
 
-#include "ops/tile_internal.h"
+#include "drive/tile.h"
 
 typedef struct tops__attention_plan {
-    int64_t batch, heads, kv_heads, sq, sk, d, dv;
+    int64_t batch, heads, kv_heads, d, dv;
+    int64_t sq, sk;   /* the longest query and key sequence */
+    /* Sequences of different lengths (checked by the op): */
+    int varlen;                 /* q, k, v, out are packed [T, H, D] */
+    const int32_t *kv_lens;     /* NULL, or batch key counts */
+    const int32_t *cu_q, *cu_k; /* varlen: batch + 1 row offsets each */
     int causal;
     int64_t window;   /* 0 = none */
     float scale;      /* resolved (never 0) */
@@ -24,10 +29,5 @@ size_t tops__attention_thread_bytes(const tops__attention_plan *p);
    out is untouched). */
 tops_status tops__attention_drive(const tops__kernels *kern, const tops__attention_plan *p, const tops_tensor *q,
                                   const tops_tensor *k, const tops_tensor *v, const tops_tensor *out);
-
-/* tops_attention with a chosen kernel table (NULL = dispatch's): the
-   cross-path tests run every ISA through the same checks and plan. */
-tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *exec, const tops_attention_desc *desc,
-                                 const tops_tensor *q, const tops_tensor *k, const tops_tensor *v, tops_tensor *out);
 
 #endif

@@ -1,6 +1,6 @@
 /* tops_attention: checks every argument, picks the block sizes, and hands
    the work to the fused driver (src/drive/attention.c). */
-#include "drive/attention.h"
+#include "ops/attention.h"
 
 #include <math.h>
 #include <string.h>
@@ -17,13 +17,17 @@ static int is_activation(tops_format_id id) {
     return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
 }
 
-static tops_status check_operand(const char *arg, const tops_tensor *t, int activation) {
+static tops_status check_operand(const char *arg, const tops_tensor *t, int activation, int varlen) {
     tops_status st = tops__check_tensor(fn, arg, t);
     if (st != TOPS_OK) return st;
     if (t->memory.kind != TOPS_DEVICE_CPU)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "%s lives in device memory; this path runs on the host", arg);
-    if (t->rank != 4)
+    if (!varlen && t->rank != 4)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "%s has rank %d; attention tensors are [B, H, S, D] (rank 4)", arg,
+                          t->rank);
+    if (varlen && t->rank != 3)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn,
+                          "%s has rank %d; with desc.cu_seqlens_q/k the tensors are packed [T, H, D] (rank 3)", arg,
                           t->rank);
     char name[48];
     if (activation && !is_activation(t->format.id))
@@ -42,6 +46,30 @@ static int overlaps(const tops_tensor *a, const tops_tensor *b) {
     return a0 < b0 + nb && b0 < a0 + na;
 }
 
+static int uses_lengths(const tops_attention_desc *d) {
+    return d->kv_lens || d->cu_seqlens_q || d->cu_seqlens_k || d->batch;
+}
+
+/* batch + 1 offsets into a packed tensor of `total` rows: >= 0,
+   non-decreasing, the last within the tensor; *longest gets the longest
+   sequence. */
+static tops_status check_offsets(const char *arg, const int32_t *cu, int32_t batch, int64_t total, const char *tensor,
+                                 int64_t *longest) {
+    *longest = 0;
+    if (cu[0] < 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.%s[0] is %d; offsets must be >= 0", arg, cu[0]);
+    for (int32_t b = 0; b < batch; b++) {
+        if (cu[b + 1] < cu[b])
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                              "desc.%s[%d] is %d, below desc.%s[%d] = %d; offsets must not decrease", arg, b + 1,
+                              cu[b + 1], arg, b, cu[b]);
+        if (cu[b + 1] - cu[b] > *longest) *longest = cu[b + 1] - cu[b];
+    }
+    if (cu[batch] > total)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "desc.%s[%d] is %d, past the %lld tokens of %s", arg, batch,
+                          cu[batch], (long long)total, tensor);
+    return TOPS_OK;
+}
+
 tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *exec, const tops_attention_desc *desc,
                                  const tops_tensor *q, const tops_tensor *k, const tops_tensor *v, tops_tensor *out) {
     tops_exec ex = exec ? *exec : tops_exec_default();
@@ -51,10 +79,15 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
         snprintf(why, sizeof why, "%s", tops_last_error());
         return tops__fail(st, fn, "exec is invalid (%s)", why);
     }
+    tops_attention_desc d = desc ? *desc : tops_attention_desc_default();
+    if (ex.device.kind != TOPS_DEVICE_CPU && uses_lengths(&d))
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                          "desc.kv_lens, cu_seqlens_q/k and batch (sequences of different lengths) run on the CPU "
+                          "only so far; exec.device is cuda:%d",
+                          ex.device.index);
     if (ex.device.kind != TOPS_DEVICE_CPU)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "exec.device is cuda:%d; fused attention runs on the CPU here",
                           ex.device.index);
-    tops_attention_desc d = desc ? *desc : tops_attention_desc_default();
     if (d.causal != 0 && d.causal != 1)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.causal is %d; it must be 0 or 1", d.causal);
     if (d.window < 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.window is %lld; it must be >= 0", (long long)d.window);
@@ -69,32 +102,50 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
     if (d.kv_block < 0 || d.kv_block > TOPS_TILE_MAX_COLS)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.kv_block is %d; it must be 0..%d", d.kv_block,
                           TOPS_TILE_MAX_COLS);
-    if ((st = check_operand("q", q, 1)) != TOPS_OK) return st;
-    if ((st = check_operand("k", k, 0)) != TOPS_OK) return st;
-    if ((st = check_operand("v", v, 0)) != TOPS_OK) return st;
-    if ((st = check_operand("out", out, 1)) != TOPS_OK) return st;
+    int varlen = d.cu_seqlens_q || d.cu_seqlens_k;
+    if (varlen && !(d.cu_seqlens_q && d.cu_seqlens_k))
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.cu_seqlens_%s is NULL; varlen takes both cu_seqlens_q and _k",
+                          d.cu_seqlens_q ? "k" : "q");
+    if (varlen && d.batch < 1)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                          "desc.batch is %d; with cu_seqlens_q/k it must be the number of sequences (>= 1)", d.batch);
+    if (varlen && d.batch == INT32_MAX)
+        return tops__fail(TOPS_OVERFLOW, fn, "desc.batch is %d; the offsets hold batch + 1 int32 entries", d.batch);
+    if ((st = check_operand("q", q, 1, varlen)) != TOPS_OK) return st;
+    if ((st = check_operand("k", k, 0, varlen)) != TOPS_OK) return st;
+    if ((st = check_operand("v", v, 0, varlen)) != TOPS_OK) return st;
+    if ((st = check_operand("out", out, 1, varlen)) != TOPS_OK) return st;
 
-    int64_t B = q->extent[0], H = q->extent[1], Sq = q->extent[2], D = q->extent[3];
-    int64_t Hkv = k->extent[1], Sk = k->extent[2], Dv = v->extent[3];
-    if (k->extent[0] != B || v->extent[0] != B || out->extent[0] != B)
+    /* Dimensions: [B, H, S, D], or packed [T, H, D] (varlen). */
+    const int hd = 1, sd = varlen ? 0 : 2, dd = varlen ? 2 : 3;
+    int64_t B = varlen ? d.batch : q->extent[0], H = q->extent[hd], Sq = q->extent[sd], D = q->extent[dd];
+    int64_t Hkv = k->extent[hd], Sk = k->extent[sd], Dv = v->extent[dd];
+    if (!varlen && (k->extent[0] != B || v->extent[0] != B || out->extent[0] != B))
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "batch sizes differ: q %lld, k %lld, v %lld, out %lld", (long long)B,
                           (long long)k->extent[0], (long long)v->extent[0], (long long)out->extent[0]);
-    if (v->extent[1] != Hkv)
+    if (!varlen && d.batch != 0 && d.batch != B)
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "desc.batch is %d but q holds %lld sequences; it must be 0 or %lld",
+                          d.batch, (long long)B, (long long)B);
+    if (v->extent[hd] != Hkv)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "k has %lld heads but v has %lld", (long long)Hkv,
-                          (long long)v->extent[1]);
+                          (long long)v->extent[hd]);
     if (H % Hkv != 0)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "q has %lld heads, which is not a multiple of the %lld kv heads",
                           (long long)H, (long long)Hkv);
-    if (v->extent[2] != Sk)
+    if (v->extent[sd] != Sk)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "k has %lld keys but v has %lld", (long long)Sk,
-                          (long long)v->extent[2]);
-    if (k->extent[3] != D)
+                          (long long)v->extent[sd]);
+    if (k->extent[dd] != D)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "q has head dim %lld but k has %lld", (long long)D,
-                          (long long)k->extent[3]);
+                          (long long)k->extent[dd]);
     if (D < 16 || D > 256 || Dv < 16 || Dv > 256)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "head dims are %lld (q, k) and %lld (v); each must be 16..256",
                           (long long)D, (long long)Dv);
-    if (out->extent[1] != H || out->extent[2] != Sq || out->extent[3] != Dv)
+    if (varlen && (out->extent[0] != Sq || out->extent[1] != H || out->extent[2] != Dv))
+        return tops__fail(TOPS_SHAPE_MISMATCH, fn, "out is [%lld, %lld, %lld] but must be [%lld, %lld, %lld]",
+                          (long long)out->extent[0], (long long)out->extent[1], (long long)out->extent[2],
+                          (long long)Sq, (long long)H, (long long)Dv);
+    if (!varlen && (out->extent[1] != H || out->extent[2] != Sq || out->extent[3] != Dv))
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "out is [%lld, %lld, %lld, %lld] but must be [%lld, %lld, %lld, %lld]",
                           (long long)out->extent[0], (long long)out->extent[1], (long long)out->extent[2],
                           (long long)out->extent[3], (long long)B, (long long)H, (long long)Sq, (long long)Dv);
@@ -105,6 +156,28 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "out overlaps q, k or v in memory; it must not");
     if (Sk > ((int64_t)1 << 60) || Sq > ((int64_t)1 << 60) || d.window > ((int64_t)1 << 60))
         return tops__fail(TOPS_OVERFLOW, fn, "sequence lengths and window must stay below 2^60");
+
+    /* Sequence lengths: offsets inside the packed tensors, key counts
+       inside each sequence's keys.  Sq and Sk become the longest. */
+    int64_t longest_q = Sq, longest_k = Sk;
+    if (varlen) {
+        if ((st = check_offsets("cu_seqlens_q", d.cu_seqlens_q, d.batch, Sq, "q and out", &longest_q)) != TOPS_OK)
+            return st;
+        if ((st = check_offsets("cu_seqlens_k", d.cu_seqlens_k, d.batch, Sk, "k and v", &longest_k)) != TOPS_OK)
+            return st;
+    }
+    if (d.kv_lens) {
+        int64_t most = 0;
+        for (int64_t b = 0; b < B; b++) {
+            int64_t have = varlen ? (int64_t)d.cu_seqlens_k[b + 1] - d.cu_seqlens_k[b] : Sk;
+            if (d.kv_lens[b] < 0 || d.kv_lens[b] > have)
+                return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.kv_lens[%lld] is %d; it must be 0..%lld (the keys %s)",
+                                  (long long)b, d.kv_lens[b], (long long)have,
+                                  varlen ? "of its sequence in k" : "k holds");
+            if (d.kv_lens[b] > most) most = d.kv_lens[b];
+        }
+        longest_k = most;
+    }
 
     const tops__kernels *kern;
     if (forced)
@@ -117,8 +190,12 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
     p.batch = B;
     p.heads = H;
     p.kv_heads = Hkv;
-    p.sq = Sq;
-    p.sk = Sk;
+    p.sq = longest_q;
+    p.sk = longest_k;
+    p.varlen = varlen;
+    p.kv_lens = d.kv_lens;
+    p.cu_q = d.cu_seqlens_q;
+    p.cu_k = d.cu_seqlens_k;
     p.d = D;
     p.dv = Dv;
     p.causal = d.causal;
@@ -127,7 +204,7 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
     p.softcap = d.softcap;
     /* 96 query rows = 16 steps of the 6-row microkernel; 64 keys keep the
        score tile and a key panel in L1/L2 for head dims up to 256. */
-    p.q_block = d.q_block ? d.q_block : (int32_t)(Sq < 96 ? Sq : 96);
+    p.q_block = d.q_block ? d.q_block : (int32_t)(p.sq < 1 ? 1 : p.sq < 96 ? p.sq : 96);
     p.kv_block = d.kv_block ? d.kv_block : 64;
     p.threads = ex.threads;
     p.scratch = ex.scratch;

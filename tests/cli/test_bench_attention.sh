@@ -21,6 +21,22 @@ for r in rows:
 assert sorted(bool(r["causal"]) for r in rows) == [False, False, True, True]
 PY
 fi
+expect_rc "varlen case runs (packed call against the padded batch)" 0 "$cli" bench --op attention --varlen 1,7,33,70 \
+  --heads 4 --kv-heads 2 --head-dim 32 --dtype f32 --dtype f16 --repeat 1 --threads 2 --no-progress --json "$work/v.json"
+if command -v python3 >/dev/null; then
+  expect_rc "varlen rows: all tokens, the longest, the padded baseline" 0 python3 - "$work/v.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))
+assert len(rows) == 4, rows
+for r in rows:
+    assert r["path"].startswith("varlen/") and r["baseline"] == "tops-padded"
+    assert (r["m"], r["n"], r["k"], r["batch"], r["heads"], r["kv_heads"]) == (111, 70, 32, 4, 4, 2)
+    assert r["median_s"] > 0 and r["baseline_median_s"] > 0 and r["speedup"] > 0 and r["cos_sim"] > 0.999
+PY
+fi
+expect_rc "varlen takes no --seq" 2 "$cli" bench --op attention --varlen 5,6 --seq 7
+expect_rc "varlen lengths must be positive integers" 2 "$cli" bench --op attention --varlen 5,,6
+expect_rc "varlen needs a list" 2 "$cli" bench --op attention --varlen
 expect_rc "matmul flags are refused" 2 "$cli" bench --op attention --m 4
 expect_rc "heads must be a multiple of kv heads" 2 "$cli" bench --op attention --heads 3 --kv-heads 2
 expect_rc "bad dtype" 2 "$cli" bench --op attention --dtype int8

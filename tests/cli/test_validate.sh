@@ -46,4 +46,6 @@ check "table and JSON give the same status" test $rc = $rc2
 check "table prints a verdict" grep -Eq "^(ok|FAILED): [0-9]+ row" "$tmp/v.txt"
 check "--isa ref runs the reference kernels" bash -c \
   "'$cli' validate --quick --isa ref --json --only M0 | python3 -c 'import json,sys; r=[x for x in json.load(sys.stdin) if x[\"row\"]==\"M0\"]; assert r and all(\"ref\" in x[\"path\"] and x[\"pass\"] for x in r)'"
+check "the varlen and key-length attention rows pass" bash -c \
+  "'$cli' validate --json --only A-kv-lens,A-varlen,A-varlen-win | python3 -c 'import json,sys; r=json.load(sys.stdin); assert len(r)==3 and all(x[\"pass\"] for x in r), r'"
 finish

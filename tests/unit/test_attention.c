@@ -3,7 +3,7 @@
    determinism, O(S*D) memory at S = 65536, and every bad input. */
 #include "attn_common.h"
 #include "cpu/dispatch.h"
-#include "drive/attention.h"
+#include "ops/attention.h"
 
 #include <sys/resource.h>
 

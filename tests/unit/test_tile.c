@@ -4,7 +4,7 @@
 #include "attn_common.h"
 
 #include <float.h>
-#include "ops/tile_internal.h"
+#include "drive/tile.h"
 
 static th_rng rng;
 

@@ -139,3 +139,82 @@ def test_errors(rng):
         tops.attention(q.astype(np.float64), k, v)
     with pytest.raises(tops.InvalidArgument, match="out overlaps q, k or v in memory"):
         tops.attention(q, k, v, out=q)
+
+
+def test_kv_lens(rng):
+    # a padded cache: sequence b sees its first kv_lens[b] keys, positions aligned to that length
+    q, k, v = qkv(rng, b=4, sq=3, sk=40)
+    lens = [0, 1, 17, 40]
+    k[1, :, 1:] = np.nan  # never read
+    v[2, :, 17:] = np.nan
+    got = tops.attention(q, k, v, causal=True, kv_lens=np.array(lens, np.int64))
+    for b, n in enumerate(lens):
+        want = reference(q[b:b + 1], k[b:b + 1, :, :n], v[b:b + 1, :, :n], causal=True) if n else 0
+        assert np.abs(got[b:b + 1] - want).max() <= 1e-4, b
+
+
+def test_varlen(rng):
+    # FlashAttention's varlen layout: packed [T, H, D] with cumulative offsets
+    hq, hkv, d = 4, 2, 32
+    sq, sk = [0, 1, 7, 33, 100], [0, 1, 9, 33, 120]
+    cq, ck = np.cumsum([0] + sq), np.cumsum([0] + sk)
+    q = rng.standard_normal((cq[-1], hq, d)).astype(np.float32)
+    k = rng.standard_normal((ck[-1], hkv, d)).astype(np.float32)
+    v = rng.standard_normal((ck[-1], hkv, d)).astype(np.float32)
+    for causal, window in [(False, 0), (True, 0), (True, 16)]:
+        got = tops.attention(q, k, v, causal=causal, window=window, cu_seqlens_q=cq, cu_seqlens_k=list(ck))
+        assert got.shape == (cq[-1], hq, d)
+        for b in range(len(sq)):
+            if not sq[b]:
+                continue
+            qs = q[cq[b]:cq[b + 1]].transpose(1, 0, 2)[None]
+            ks = k[ck[b]:ck[b + 1]].transpose(1, 0, 2)[None]
+            vs = v[ck[b]:ck[b + 1]].transpose(1, 0, 2)[None]
+            want = reference(qs, ks, vs, causal=causal, window=window)[0].transpose(1, 0, 2)
+            assert np.abs(got[cq[b]:cq[b + 1]] - want).max() <= 1e-4, (b, causal, window)
+    # with kv_lens, and a quantized packed KV cache
+    kl = [0, 1, 5, 20, 120]
+    wk, wv = tops.quantize(k, "int8-g32"), tops.quantize(v, "int8-g32")
+    kd, vd = tops.dequantize(wk), tops.dequantize(wv)
+    got = tops.attention(q, wk, wv, cu_seqlens_q=cq, cu_seqlens_k=ck, kv_lens=kl)
+    for b in range(len(sq)):
+        if sq[b]:
+            qs = q[cq[b]:cq[b + 1]].transpose(1, 0, 2)[None]
+            ks = kd[ck[b]:ck[b] + kl[b]].transpose(1, 0, 2)[None]
+            vs = vd[ck[b]:ck[b] + kl[b]].transpose(1, 0, 2)[None]
+            want = reference(qs, ks, vs)[0].transpose(1, 0, 2)
+            assert np.abs(got[cq[b]:cq[b + 1]] - want).max() <= 1e-4, b
+    # rows outside the sequences: zeros in a new out, untouched in a given one
+    cq2 = np.array([2, 3, 10])
+    out = np.full((12, hq, d), np.nan, np.float32)
+    tops.attention(q[:12], k, v, cu_seqlens_q=cq2, cu_seqlens_k=[0, 1, 9], out=out)
+    assert np.isnan(out[:2]).all() and np.isnan(out[10:]).all() and np.isfinite(out[2:10]).all()
+    assert (tops.attention(q[:12], k, v, cu_seqlens_q=cq2, cu_seqlens_k=[0, 1, 9])[:2] == 0).all()
+
+
+def test_varlen_errors(rng):
+    q = rng.standard_normal((10, 2, 16)).astype(np.float32)
+    k = rng.standard_normal((12, 1, 16)).astype(np.float32)
+    with pytest.raises(tops.InvalidArgument, match="go together"):
+        tops.attention(q, k, k, cu_seqlens_q=[0, 10])
+    with pytest.raises(tops.ShapeMismatch, match="cu_seqlens_k has 3 entries but must have 2"):
+        tops.attention(q, k, k, cu_seqlens_q=[0, 10], cu_seqlens_k=[0, 5, 12])
+    with pytest.raises(tops.ShapeMismatch, match="cu_seqlens_q has 1 entries"):
+        tops.attention(q, k, k, cu_seqlens_q=[0], cu_seqlens_k=[0])
+    with pytest.raises(tops.InvalidArgument, match="1-D sequence of integers"):
+        tops.attention(q, k, k, cu_seqlens_q=[0.5, 10], cu_seqlens_k=[0, 12])
+    with pytest.raises(tops.InvalidArgument, match="outside int32"):
+        tops.attention(q, k, k, cu_seqlens_q=[0, 2**40], cu_seqlens_k=[0, 12])
+    with pytest.raises(tops.InvalidArgument, match="must not decrease"):
+        tops.attention(q, k, k, cu_seqlens_q=[0, 6, 4], cu_seqlens_k=[0, 5, 12])
+    with pytest.raises(tops.ShapeMismatch, match="past the 12 tokens of k"):
+        tops.attention(q, k, k, cu_seqlens_q=[0, 4, 10], cu_seqlens_k=[0, 5, 13])
+    with pytest.raises(tops.ShapeMismatch, match="with cu_seqlens it is packed"):
+        tops.attention(q[None], k[None], k[None], cu_seqlens_q=[0, 10], cu_seqlens_k=[0, 12])
+    with pytest.raises(tops.ShapeMismatch, match="kv_lens has 1 entries but must have 2"):
+        tops.attention(q, k, k, cu_seqlens_q=[0, 4, 10], cu_seqlens_k=[0, 5, 12], kv_lens=[3])
+    with pytest.raises(tops.InvalidArgument, match=r"kv_lens\[1\] is 8"):
+        tops.attention(q, k, k, cu_seqlens_q=[0, 4, 10], cu_seqlens_k=[0, 5, 12], kv_lens=[3, 8])
+    q4, k4 = q.reshape(1, 2, 5, 32)[..., :16], k.reshape(1, 1, 12, 16)
+    with pytest.raises(tops.ShapeMismatch, match="kv_lens has 2 entries but must have 1"):
+        tops.attention(q4, k4, k4, kv_lens=[1, 2])

@@ -1,8 +1,8 @@
-/* The tile engine behind the public tile functions, without argument
-   checks, for callers inside the library that have checked once (the
-   attention driver).  The public functions validate, then call these. */
-#ifndef TOPS_OPS_TILE_INTERNAL_H
-#define TOPS_OPS_TILE_INTERNAL_H
+/* The tile engine (src/drive/tile.c) behind the public tile functions,
+   without argument checks, for callers that have checked once: the public
+   functions (src/ops/tile.c) after their checks, and the attention driver. */
+#ifndef TOPS_DRIVE_TILE_H
+#define TOPS_DRIVE_TILE_H
 
 #include "cpu/dispatch.h"
 
@@ -30,10 +30,20 @@ tops_status tops__mat_whole(const char *fn, const char *arg, const tops_tensor *
 void tops__mat_read(const tops__kernels *kern, const tops__mat *m, int64_t r, int64_t nr, int64_t c, int64_t nc,
                     float *out, int64_t ld, int transposed);
 
+/* Bytes of storage a rows x cols tile needs, 0 when out of range
+   (tops_tile_storage_bytes). */
+size_t tops__tile_bytes(int32_t rows, int32_t cols);
+/* Makes a zero-filled tile over storage; rows, cols and the storage were
+   checked (tops_tile_init). */
+void tops__tile_make(tops_tile *tile, int32_t rows, int32_t cols, void *storage);
+/* The row pitch (floats) of a tile of cols columns. */
+int32_t tops__tile_ld(int32_t cols);
+
 /* tile = left * right (+ tile); left is a tile (left_tile) or a matrix. */
 void tops__tile_matmul(const tops__kernels *kern, int transpose_left, int transpose_right, int accumulate,
                        const tops__mat *left, const tops_tile *left_tile, const tops__mat *right, tops_tile *tile);
 void tops__tile_reduce_rows(const tops__kernels *kern, const tops_tile *tile, int op, float identity, float *out);
+void tops__tile_reduce_cols(const tops_tile *tile, int op, float identity, float *out);
 void tops__tile_map(const tops__kernels *kern, tops_tile *tile, const tops_tile_map_desc *desc);
 void tops__tile_store(const tops__kernels *kern, const tops_tile *tile, const tops__mat *dest);
 
