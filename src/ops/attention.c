@@ -1,5 +1,7 @@
 /* tops_attention: checks every argument, picks the block sizes, and hands
-   the work to the fused driver (src/drive/attention.c). */
+   the work to the fused driver (src/drive/attention.c), or with exec.device
+   = cuda:N to the GPU kernel (src/cuda/attention.c). */
+#include "cuda/attention.h"
 #include "drive/attention.h"
 
 #include <math.h>
@@ -17,10 +19,10 @@ static int is_activation(tops_format_id id) {
     return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
 }
 
-static tops_status check_operand(const char *arg, const tops_tensor *t, int activation) {
+static tops_status check_operand(const char *arg, const tops_tensor *t, int activation, int on_gpu) {
     tops_status st = tops__check_tensor(fn, arg, t);
     if (st != TOPS_OK) return st;
-    if (t->memory.kind != TOPS_DEVICE_CPU)
+    if (!on_gpu && t->memory.kind != TOPS_DEVICE_CPU)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "%s lives in device memory; this path runs on the host", arg);
     if (t->rank != 4)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "%s has rank %d; attention tensors are [B, H, S, D] (rank 4)", arg,
@@ -51,9 +53,9 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
         snprintf(why, sizeof why, "%s", tops_last_error());
         return tops__fail(st, fn, "exec is invalid (%s)", why);
     }
-    if (ex.device.kind != TOPS_DEVICE_CPU)
-        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "exec.device is cuda:%d; fused attention runs on the CPU here",
-                          ex.device.index);
+    const int on_gpu = ex.device.kind == TOPS_DEVICE_CUDA;
+    if (forced && on_gpu)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "a forced CPU kernel level with exec.device cuda:%d", ex.device.index);
     tops_attention_desc d = desc ? *desc : tops_attention_desc_default();
     if (d.causal != 0 && d.causal != 1)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.causal is %d; it must be 0 or 1", d.causal);
@@ -69,10 +71,10 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
     if (d.kv_block < 0 || d.kv_block > TOPS_TILE_MAX_COLS)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.kv_block is %d; it must be 0..%d", d.kv_block,
                           TOPS_TILE_MAX_COLS);
-    if ((st = check_operand("q", q, 1)) != TOPS_OK) return st;
-    if ((st = check_operand("k", k, 0)) != TOPS_OK) return st;
-    if ((st = check_operand("v", v, 0)) != TOPS_OK) return st;
-    if ((st = check_operand("out", out, 1)) != TOPS_OK) return st;
+    if ((st = check_operand("q", q, 1, on_gpu)) != TOPS_OK) return st;
+    if ((st = check_operand("k", k, 0, on_gpu)) != TOPS_OK) return st;
+    if ((st = check_operand("v", v, 0, on_gpu)) != TOPS_OK) return st;
+    if ((st = check_operand("out", out, 1, on_gpu)) != TOPS_OK) return st;
 
     int64_t B = q->extent[0], H = q->extent[1], Sq = q->extent[2], D = q->extent[3];
     int64_t Hkv = k->extent[1], Sk = k->extent[2], Dv = v->extent[3];
@@ -105,6 +107,11 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "out overlaps q, k or v in memory; it must not");
     if (Sk > ((int64_t)1 << 60) || Sq > ((int64_t)1 << 60) || d.window > ((int64_t)1 << 60))
         return tops__fail(TOPS_OVERFLOW, fn, "sequence lengths and window must stay below 2^60");
+
+    if (on_gpu) {
+        d.scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)D);
+        return tops__cuda_attention(&ex, &d, q, k, v, out); /* q_block / kv_block: the kernel's own tiles */
+    }
 
     const tops__kernels *kern;
     if (forced)
