@@ -259,8 +259,8 @@ static tops_status measure_ceilings(cudaStream_t stream, cublasHandle_t blas, cu
     }
     qsort(t + 2, REPLAYS, sizeof t[0], cmp_double);
     out->peak_gflops = 2.0 * sz * (double)sz * sz / t[2 + REPLAYS / 2] / 1e9;
-    /* HBM: a device-to-device copy of 384 MiB (read + write) */
-    size_t cb = (size_t)384 << 20;
+    /* HBM: a device-to-device copy of 128 MiB (read + write; twice the L2) */
+    size_t cb = bytes;
     for (int rep = 0; rep < REPLAYS + 2; rep++) {
         cudaEventRecord(t0, stream);
         cudaMemcpyAsync(y, a, cb, cudaMemcpyDeviceToDevice, stream);

@@ -87,9 +87,6 @@ int tops__cuda_is_packed(const tops_tensor *t) {
     return 0;
 }
 void tops__cuda_tensor_release(tops_tensor *t) { (void)t; }
-
-#else
-typedef int tops__cuda_absent_unused; /* ISO C wants a declaration in every file */
 tops_status tops__cuda_attention(const tops_exec *exec, const tops_attention_desc *desc, const tops_tensor *q,
                                  const tops_tensor *k, const tops_tensor *v, tops_tensor *out) {
     (void)desc;
@@ -109,4 +106,7 @@ tops_status tops__cuda_attention_path(const tops_exec *exec, const tops_attentio
     (void)cap;
     return tops__cuda_attention(exec, desc, q, k, v, (tops_tensor *)out);
 }
+
+#else
+typedef int tops__cuda_absent_unused; /* ISO C wants a declaration in every file */
 #endif

@@ -2,7 +2,8 @@
    machine; on a Hopper GPU, f16 and bf16 against f64 attention of the same
    16-bit inputs over head dims 32..256, ragged Sq / Sk (Sq > Sk too), causal,
    sliding windows, softcap, GQA / MQA, strided [B, S, H, D] tensors, every
-   pipeline variant (TOPS_CUDA_ATTN_PIPE), NaN-poisoned outputs and repeated
+   pipeline variant (TOPS_CUDA_ATTN_PIPE) persistent or not
+   (TOPS_CUDA_ATTN_PERSIST), NaN-poisoned outputs and repeated
    runs compared bit for bit.  Without a GPU the numeric part skips with one
    line. */
 #define _POSIX_C_SOURCE 200809L /* setenv: the pipeline variant is an environment knob */
@@ -215,46 +216,54 @@ static void test_bad_inputs(void) {
 
 static void test_gpu_unsupported(void) {
     /* each refusal names its reason; nothing launches */
-    int64_t e[4] = {1, 2, 64, 64}, ev[4] = {1, 2, 64, 32};
-    tops_tensor q, k, v, o, v32, q32;
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, e, gpu0, &q));
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, e, gpu0, &k));
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, e, gpu0, &v));
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, e, gpu0, &o));
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, ev, gpu0, &v32));
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 4, e, gpu0, &q32));
+    void *buf[6] = {0};
+    for (int i = 0; i < 6; i++) ASSERT_OK(tops_cuda_alloc(0, 2 * 64 * 64 * 4, &buf[i]));
+    if (!buf[5]) return;
+    tops_tensor q, k, v, o, v32, o32, q32;
+    view(TOPS_DT_F16, buf[0], 1, 2, 64, 64, 0, &q);
+    view(TOPS_DT_F16, buf[1], 1, 2, 64, 64, 0, &k);
+    view(TOPS_DT_F16, buf[2], 1, 2, 64, 64, 0, &v);
+    view(TOPS_DT_F16, buf[3], 1, 2, 64, 64, 0, &o);
+    view(TOPS_DT_F16, buf[4], 1, 2, 64, 32, 0, &v32);
+    view(TOPS_DT_F16, buf[5], 1, 2, 64, 32, 0, &o32);
+    view(TOPS_DT_F32, buf[5], 1, 2, 64, 64, 0, &q32);
     tops_exec ex = tops_exec_default();
     ex.device = gpu0;
     tops_attention_desc d = tops_attention_desc_default();
     ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q32, &k, &v, &o), TOPS_UNSUPPORTED_ON_DEVICE, "f16 or bf16");
     ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q, &k, &v, &q32), TOPS_UNSUPPORTED_ON_DEVICE, "share one type");
-    tops_tensor o32;
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, ev, gpu0, &o32));
     ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q, &k, &v32, &o32), TOPS_UNSUPPORTED_ON_DEVICE, "differ");
-    /* a head dimension that is not contiguous */
-    tops_tensor_desc vd;
-    memset(&vd, 0, sizeof vd);
-    vd.format = tops_format_of(TOPS_DT_F16);
-    vd.rank = 4;
-    vd.extent[0] = 1, vd.extent[1] = 2, vd.extent[2] = 32, vd.extent[3] = 64;
-    vd.stride[0] = 2 * 64 * 64, vd.stride[1] = 64 * 64, vd.stride[2] = 1, vd.stride[3] = 64;
-    vd.data = k.data;
-    vd.memory = gpu0;
+    /* keys whose head dimension is not contiguous: [1, 2, 32, 64] read transposed */
+    tops_tensor_desc kd;
+    memset(&kd, 0, sizeof kd);
+    kd.format = tops_format_of(TOPS_DT_F16);
+    kd.rank = 4;
+    kd.extent[0] = 1, kd.extent[1] = 2, kd.extent[2] = 32, kd.extent[3] = 64;
+    kd.stride[0] = 2 * 64 * 64, kd.stride[1] = 64 * 64, kd.stride[2] = 1, kd.stride[3] = 64;
+    kd.data = buf[1];
+    kd.memory = gpu0;
     tops_tensor kt;
-    ASSERT_OK(tops_tensor_view(&vd, &kt));
-    tops_tensor_desc od = vd;
-    od.extent[2] = 32, od.stride[2] = 64, od.stride[3] = 1;
-    od.stride[0] = 2 * 32 * 64, od.stride[1] = 32 * 64;
-    od.data = o.data;
-    tops_tensor ohalf;
-    ASSERT_OK(tops_tensor_view(&od, &ohalf));
-    tops_tensor_desc qd = od;
-    qd.data = q.data;
-    tops_tensor qhalf;
-    ASSERT_OK(tops_tensor_view(&qd, &qhalf));
-    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &qhalf, &kt, &kt, &ohalf), TOPS_UNSUPPORTED_ON_DEVICE, "contiguous");
-    tops_tensor_destroy(&q), tops_tensor_destroy(&k), tops_tensor_destroy(&v), tops_tensor_destroy(&o);
-    tops_tensor_destroy(&v32), tops_tensor_destroy(&q32), tops_tensor_destroy(&o32);
+    ASSERT_OK(tops_tensor_view(&kd, &kt));
+    tops_tensor qh, oh;
+    view(TOPS_DT_F16, buf[0], 1, 2, 32, 64, 0, &qh);
+    view(TOPS_DT_F16, buf[3], 1, 2, 32, 64, 0, &oh);
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &qh, &kt, &kt, &oh), TOPS_UNSUPPORTED_ON_DEVICE, "contiguous");
+    /* a base TMA cannot read (2-byte aligned) */
+    tops_tensor qm;
+    view(TOPS_DT_F16, (char *)buf[0] + 2, 1, 2, 32, 64, 0, &qm);
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &qm, &k, &v, &oh), TOPS_UNSUPPORTED_ON_DEVICE, "16-byte");
+    /* host memory with a GPU exec */
+    static uint16_t hostq[2 * 64 * 64];
+    tops_tensor_desc hd;
+    memset(&hd, 0, sizeof hd);
+    hd.format = tops_format_of(TOPS_DT_F16);
+    hd.rank = 4;
+    hd.extent[0] = 1, hd.extent[1] = 2, hd.extent[2] = 64, hd.extent[3] = 64;
+    hd.data = hostq;
+    tops_tensor hq;
+    ASSERT_OK(tops_tensor_view(&hd, &hq));
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &hq, &k, &v, &o), TOPS_INVALID_ARGUMENT, "host memory");
+    for (int i = 0; i < 6; i++) tops_cuda_free(0, buf[i]);
 }
 
 static void test_shapes(void) {
@@ -285,20 +294,28 @@ static void test_shapes(void) {
     }
 }
 
-/* Every pipeline variant on a few shapes (serial, overlapped, ping-pong). */
+/* Every pipeline variant on a few shapes (serial, overlapped, ping-pong),
+   each persistent and one CTA a tile.  The first case has more tiles (8 x 20)
+   than an H200 has SMs, so persistent CTAs walk several, some of them with
+   no visible key (Sq > Sk, causal). */
 static void test_pipelines(void) {
     const acase cases[] = {
+        {1, 20, 5, 1000, 300, 64, 1, 0, 0, 0, 0},
         {1, 2, 2, 300, 300, 128, 1, 0, 0, 0, 0},
         {2, 2, 1, 257, 513, 64, 0, 0, 0, 0, 1},
         {1, 2, 2, 200, 333, 256, 1, 0, 0, 0, 0},
         {1, 2, 2, 333, 333, 128, 1, 48, 20.0f, 0, 0},
     };
     const char *modes[] = {"0", "1", "2"};
-    for (int m = 0; m < 3; m++) {
-        setenv("TOPS_CUDA_ATTN_PIPE", modes[m], 1);
-        for (int i = 0; i < (small_run ? 1 : 4); i++) check_case(&cases[i], i % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
+    for (int persist = 1; persist >= 0; persist--) {
+        setenv("TOPS_CUDA_ATTN_PERSIST", persist ? "1" : "0", 1);
+        for (int m = 0; m < 3; m++) {
+            setenv("TOPS_CUDA_ATTN_PIPE", modes[m], 1);
+            for (int i = 0; i < (small_run ? 1 : 5); i++) check_case(&cases[i], i % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
+        }
     }
     unsetenv("TOPS_CUDA_ATTN_PIPE");
+    unsetenv("TOPS_CUDA_ATTN_PERSIST");
 }
 
 int main(void) {
