@@ -128,7 +128,6 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
     a->scale = desc->scale;
     a->softcap = desc->softcap;
     a->stream = exec->stream;
-    a->sm_count = tops__cuda_sm_count(device);
     return TOPS_OK;
 }
 

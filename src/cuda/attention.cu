@@ -15,10 +15,10 @@
 //
 // Pipelining (PIPE = 1): the QK^T of block j + 1 is issued before the softmax
 // of block j, and the PV of block j runs while the softmax of block j + 1 is
-// computed (FA3's intra-warpgroup overlap).  PIPE = 2 (the default) adds the
-// ping-pong: the two consumer warpgroups take turns issuing their matmuls
-// (two named barriers), so one's softmax runs under the other's GEMMs.
-// Persistent: one CTA an SM walks the tiles, heaviest first.
+// computed (FA3's intra-warpgroup overlap).  PIPE = 2 (the default; D = 256
+// runs PIPE 1) adds the ping-pong: the two consumer warpgroups take turns
+// issuing their matmuls (two named barriers), so one's softmax runs under the
+// other's GEMMs.
 #include "cuda/attention.h"
 #include "cuda/sm90.cuh"
 #include "tensorops_cuda_tiles.cuh"
@@ -35,8 +35,6 @@ constexpr int kBM = 128;      // query rows a CTA
 constexpr int kThreads = 384; // producer warpgroup + 2 consumer warpgroups
 
 struct kparams {
-    int tiles, m_blocks;  // work tiles (m_blocks x heads x batch), query blocks a head
-    int heads, hb;        // query heads; heads x batch
     int h_ratio;          // query heads per kv head
     int sq, sk, d_real;
     int causal;
@@ -65,6 +63,12 @@ __device__ __forceinline__ float exp2_approx(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Online-softmax state of one consumer warpgroup (its thread's two rows).
@@ -116,67 +120,6 @@ __device__ __forceinline__ void softmax_block(tt::acc_tile<BN> &s, tt::acc_tile<
 }
 #endif
 
-// A work tile: 128 query rows of one (batch, head) and its key blocks
-// [nb_hi - nblocks, nb_hi), walked from the last down.
-struct tile_info {
-    int m0, h, b, nb_hi, nblocks;
-};
-
-template <int BN> __device__ __forceinline__ tile_info decode_tile(const kparams &p, int t) {
-    tile_info ti;
-    // Tiles are numbered heaviest (longest causal rows) first.
-    const int hb = t % p.hb, m_block = p.m_blocks - 1 - t / p.hb;
-    ti.h = hb % p.heads;
-    ti.b = hb / p.heads;
-    ti.m0 = m_block * kBM;
-    const long long off = (long long)p.sk - p.sq; // query i sits at position i + off
-    const int mlast = min(ti.m0 + kBM, p.sq) - 1;
-    long long key_lo = 0, key_hi = p.sk;
-    if (p.causal) key_hi = min(key_hi, mlast + off + 1);
-    if (p.window > 0) {
-        key_lo = max(0LL, ti.m0 + off - p.window + 1);
-        if (!p.causal) key_hi = min(key_hi, mlast + off + p.window);
-    }
-    ti.nb_hi = ti.nblocks = 0;
-    if (key_hi > key_lo) {
-        ti.nb_hi = (int)((key_hi + BN - 1) / BN);
-        ti.nblocks = ti.nb_hi - (int)(key_lo / BN);
-    }
-    return ti;
-}
-
-// The k-th tile of this CTA, or -1 past the end: rounds of gridDim.x tiles,
-// every other round in reverse (a snake), so that with the heaviest tiles
-// first the CTAs' totals even out.
-template <int UNUSED = 0> __device__ __forceinline__ int tile_at(const kparams &p, int k) {
-    const int g = gridDim.x, first = k * g;
-    if (first >= p.tiles) return -1;
-    return first + ((k & 1) ? g - 1 - (int)blockIdx.x : (int)blockIdx.x);
-}
-
-template <int ID> __device__ __forceinline__ void named_sync_c() {
-    asm volatile("bar.sync %0, 256;" ::"n"(ID) : "memory");
-}
-template <int ID> __device__ __forceinline__ void named_arrive_c() {
-    asm volatile("bar.arrive %0, 256;" ::"n"(ID) : "memory");
-}
-#ifdef TOPS_CU_WGMMA
-// Ping-pong: warpgroup cw issues its matmuls after named barrier 1 + cw,
-// then lets the other one go (barrier 2 - cw).
-__device__ __forceinline__ void turn_wait(int cw) {
-    if (cw == 0) named_sync_c<1>();
-    else named_sync_c<2>();
-}
-__device__ __forceinline__ void turn_pass(int cw) {
-    if (cw == 0) named_arrive_c<2>();
-    else named_arrive_c<1>();
-}
-#endif
-
-// Persistent when gridDim.x < p.tiles: CTA c runs the tiles tile_at() names.
-// Barrier phases run on across tiles: the K / V ring by a running block
-// count, Q by the tile count (q_empty: both consumer warpgroups are done with
-// Q, so the producer may load the next tile's while they finish this one).
 template <typename T, int D, int BN, int STAGES, int PIPE>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
@@ -189,15 +132,33 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *kv = base + kQBytes;
     uint64_t *bar = reinterpret_cast<uint64_t *>(kv + 2 * STAGES * kKVBytes);
     uint64_t *q_full = bar, *k_full = bar + 1, *v_full = bar + 1 + STAGES, *k_empty = bar + 1 + 2 * STAGES,
-             *v_empty = bar + 1 + 3 * STAGES, *q_empty = bar + 1 + 4 * STAGES;
+             *v_empty = bar + 1 + 3 * STAGES;
+
+    const int m_block = gridDim.x - 1 - blockIdx.x; // the longest causal rows first
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.h_ratio;
+    const long long off = (long long)p.sk - p.sq; // query i sits at position i + off
+    const int m0 = m_block * kBM;
+    const int mlast = min(m0 + kBM, p.sq) - 1;
+    long long key_lo = 0, key_hi = p.sk;
+    if (p.causal) key_hi = min(key_hi, mlast + off + 1);
+    if (p.window > 0) {
+        key_lo = max(0LL, m0 + off - p.window + 1);
+        if (!p.causal) key_hi = min(key_hi, mlast + off + p.window);
+    }
+    int nb_lo = 0, nb_hi = 0;
+    if (key_hi > key_lo) {
+        nb_lo = (int)(key_lo / BN);
+        nb_hi = (int)((key_hi + BN - 1) / BN);
+    }
+    (void)nb_lo;
+    const int nblocks = nb_hi - nb_lo;
 
     if (threadIdx.x == 0) {
         mbar_init(q_full, 1);
-        mbar_init(q_empty, 8); // lane 0 of each consumer warp
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&k_full[s], 1);
             mbar_init(&v_full[s], 1);
-            mbar_init(&k_empty[s], 8);
+            mbar_init(&k_empty[s], 8); // lane 0 of each consumer warp
             mbar_init(&v_empty[s], 8);
         }
         mbar_init_fence();
@@ -208,31 +169,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x == 0) {
-            int g = 0, ti = 0; // key blocks and tiles so far
-            for (int k = 0, t; (t = tile_at(p, k)) >= 0; k++) {
-                if (t >= p.tiles) continue; // the last round's gap
-                const tile_info w = decode_tile<BN>(p, t);
-                const int hk = w.h / p.h_ratio;
-                mbar_wait(q_empty, (ti & 1) ^ 1);
-                mbar_expect_tx(q_full, kQBytes);
+            mbar_expect_tx(q_full, kQBytes);
 #pragma unroll
-                for (int c = 0; c < D / 64; c++) tma_load_4d(base + c * kBM * 128, &tq, q_full, c * 64, w.m0, w.h, w.b);
-                for (int it = 0; it < w.nblocks; it++, g++) {
-                    const int n = w.nb_hi - 1 - it, s = g % STAGES;
-                    const uint32_t ph = (g / STAGES) & 1;
-                    uint8_t *ks = kv + s * kKVBytes, *vs = kv + (STAGES + s) * kKVBytes;
-                    mbar_wait(&k_empty[s], ph ^ 1);
-                    mbar_expect_tx(&k_full[s], kKVBytes);
+            for (int c = 0; c < D / 64; c++) tma_load_4d(base + c * kBM * 128, &tq, q_full, c * 64, m0, h, b);
+            for (int it = 0; it < nblocks; it++) {
+                const int n = nb_hi - 1 - it, s = it % STAGES;
+                const uint32_t ph = (it / STAGES) & 1;
+                uint8_t *ks = kv + s * kKVBytes, *vs = kv + (STAGES + s) * kKVBytes;
+                mbar_wait(&k_empty[s], ph ^ 1);
+                mbar_expect_tx(&k_full[s], kKVBytes);
 #pragma unroll
-                    for (int c = 0; c < D / 64; c++)
-                        tma_load_4d(ks + c * BN * 128, &tk, &k_full[s], c * 64, n * BN, hk, w.b);
-                    mbar_wait(&v_empty[s], ph ^ 1);
-                    mbar_expect_tx(&v_full[s], kKVBytes);
+                for (int c = 0; c < D / 64; c++) tma_load_4d(ks + c * BN * 128, &tk, &k_full[s], c * 64, n * BN, hk, b);
+                mbar_wait(&v_empty[s], ph ^ 1);
+                mbar_expect_tx(&v_full[s], kKVBytes);
 #pragma unroll
-                    for (int c = 0; c < D / 64; c++)
-                        tma_load_4d(vs + c * BN * 128, &tv, &v_full[s], c * 64, n * BN, hk, w.b);
-                }
-                ti++;
+                for (int c = 0; c < D / 64; c++) tma_load_4d(vs + c * BN * 128, &tv, &v_full[s], c * 64, n * BN, hk, b);
             }
         }
         return;
@@ -240,169 +191,159 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
 
     const int cw = wg - 1, lane = threadIdx.x % 32;
+    const int r0 = m0 + cw * 64;
+    // Positions as int: Sq, Sk <= 2^29 (host check) and the window clamped below
+    // Sq + Sk, so pos -/+ window stays inside int.
+    const int pos0 = r0 + p.sk - p.sq;
+    const int pmax = min(r0 + 63, p.sq - 1) + p.sk - p.sq;
+    auto needs_mask = [&](int n) {
+        const int k0 = n * BN, k1 = k0 + BN - 1;
+        return k1 >= p.sk || (p.causal && k1 > pos0) ||
+               (p.window > 0 && (k0 <= pmax - p.window || (!p.causal && k1 >= pos0 + p.window)));
+    };
     auto kstage = [&](int s) { return tt::smem_tile<T, BN, D>{reinterpret_cast<T *>(kv + s * kKVBytes)}; };
     auto vstage = [&](int s) { return tt::smem_tile<T, BN, D>{reinterpret_cast<T *>(kv + (STAGES + s) * kKVBytes)}; };
-    auto release = [&](uint64_t *b) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(b);
-    };
-    // Warpgroup 0 takes the first turn; its last wait (after the loop) takes
-    // warpgroup 1's last pass, so the named barriers end balanced.
-    if (PIPE == 2 && cw == 1) named_arrive_c<1>();
 
-    int g = 0, ti = 0;
-    for (int k = 0, t; (t = tile_at(p, k)) >= 0; k++) {
-        if (t >= p.tiles) continue; // the last round's gap
-        const tile_info w = decode_tile<BN>(p, t);
-        const int nblocks = w.nblocks, nb_hi = w.nb_hi;
-        const int r0 = w.m0 + cw * 64;
-        // Positions as int: Sq, Sk <= 2^29 (host check) and the window clamped
-        // below Sq + Sk, so pos -/+ window stays inside int.
-        const int pos0 = r0 + p.sk - p.sq;
-        const int pmax = min(r0 + 63, p.sq - 1) + p.sk - p.sq;
-        auto needs_mask = [&](int n) {
-            const int k0 = n * BN, k1 = k0 + BN - 1;
-            return k1 >= p.sk || (p.causal && k1 > pos0) ||
-                   (p.window > 0 && (k0 <= pmax - p.window || (!p.causal && k1 >= pos0 + p.window)));
-        };
+    tt::acc_tile<D> o;
+    o.fill(0.0f);
+    softmax_state st;
+    st.m[0] = st.m[1] = -INFINITY;
+    st.l[0] = st.l[1] = 0.0f;
+    mbar_wait(q_full, 0);
+    // Ping-pong: warpgroup cw issues its matmuls after named barrier 1 + cw,
+    // then lets the other one go; warpgroup 0 goes first.
+    if (PIPE == 2 && cw == 1 && nblocks > 0) named_arrive(1, 256);
 
-        tt::acc_tile<D> o;
-        o.fill(0.0f);
-        softmax_state st;
-        st.m[0] = st.m[1] = -INFINITY;
-        st.l[0] = st.l[1] = 0.0f;
-        mbar_wait(q_full, ti & 1);
-        if (nblocks == 0) release(q_empty);
-
-        if constexpr (!PIPE) {
-            for (int it = 0; it < nblocks; it++) {
-                const int n = nb_hi - 1 - it, s = (g + it) % STAGES;
-                const uint32_t ph = ((g + it) / STAGES) & 1;
-                tt::acc_tile<BN> sc;
-                mbar_wait(&k_full[s], ph);
-                tt::fence();
-                tt::matmul_nt(sc, sQ, cw * 64, kstage(s), 0, 0);
-                tt::commit();
-                tt::wait<0>();
-                sc.pin();
-                release(&k_empty[s]);
-                if (it == nblocks - 1) release(q_empty);
-                softmax_block<BN, D>(sc, o, st, p, n * BN, pos0, needs_mask(n));
-                tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
-                mbar_wait(&v_full[s], ph);
-                o.pin();
-                tt::fence();
-                tt::matmul_nn(o, pa, vstage(s), 0, 1);
-                tt::commit();
-                tt::wait<0>();
-                o.pin();
-                pa.pin();
-                release(&v_empty[s]);
-            }
-        } else if (nblocks > 0) {
-            // Prologue: S_0 and its softmax.
+    if constexpr (!PIPE) {
+        for (int it = 0; it < nblocks; it++) {
+            const int n = nb_hi - 1 - it, s = it % STAGES;
+            const uint32_t ph = (it / STAGES) & 1;
             tt::acc_tile<BN> sc;
-            {
-                const int s = g % STAGES;
-                mbar_wait(&k_full[s], (g / STAGES) & 1);
-                if (PIPE == 2) turn_wait(cw);
-                tt::fence();
-                tt::matmul_nt(sc, sQ, cw * 64, kstage(s), 0, 0);
-                tt::commit();
-                if (PIPE == 2) turn_pass(cw);
-                tt::wait<0>();
-                sc.pin();
-                release(&k_empty[s]);
-                if (nblocks == 1) release(q_empty);
-                softmax_block<BN, D>(sc, o, st, p, (nb_hi - 1) * BN, pos0, needs_mask(nb_hi - 1));
-            }
-            for (int it = 1; it < nblocks; it++) {
-                const int n = nb_hi - 1 - it, s = (g + it) % STAGES, sp = (g + it - 1) % STAGES;
-                const uint32_t ph = ((g + it) / STAGES) & 1, php = ((g + it - 1) / STAGES) & 1;
-                tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
-                tt::acc_tile<BN> sn;
-                mbar_wait(&k_full[s], ph);
-                mbar_wait(&v_full[sp], php);
-                if (PIPE == 2) turn_wait(cw);
-                o.pin();
-                tt::fence();
-                tt::matmul_nt(sn, sQ, cw * 64, kstage(s), 0, 0);
-                tt::commit();
-                tt::matmul_nn(o, pa, vstage(sp), 0, 1);
-                tt::commit();
-                if (PIPE == 2) turn_pass(cw);
-                tt::wait<1>(); // S of block it done; the PV of block it - 1 may run on
-                sn.pin();
-                release(&k_empty[s]);
-                if (it == nblocks - 1) release(q_empty);
-                // The softmax of block it, under the PV of block it - 1; o is
-                // rescaled only after that PV has finished.
-                const int k0 = n * BN;
-                if (p.softcap > 0.0f) {
-                    const float cap = p.softcap, cin = p.cap_in;
-                    tt::map(sn, [=](float x, int, int) { return cap * tanhf(x * cin); });
-                }
-                if (needs_mask(n)) apply_mask(sn, p, k0, pos0);
-                float bmax[2], mu[2], alpha[2];
-                tt::reduce_rows(sn, tt::op_max(), -INFINITY, bmax);
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const float mn = fmaxf(st.m[hh], bmax[hh]);
-                    mu[hh] = mn == -INFINITY ? 0.0f : mn * p.sl;
-                    alpha[hh] = exp2_approx(st.m[hh] * p.sl - mu[hh]);
-                    st.m[hh] = mn;
-                }
-                const float sl = p.sl;
-                tt::map_rows(sn, mu, [=](float x, float r) { return exp2_approx(fmaf(x, sl, -r)); });
-                float bsum[2];
-                tt::reduce_rows_partial(sn, tt::op_sum(), 0.0f, bsum);
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) st.l[hh] = st.l[hh] * alpha[hh] + bsum[hh];
-                tt::wait<0>();
-                o.pin();
-                pa.pin();
-                release(&v_empty[sp]);
-                tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
-#pragma unroll
-                for (int i = 0; i < BN / 2; i++) sc.v[i] = sn.v[i];
-            }
-            // Epilogue: the last PV.
-            {
-                const int sp = (g + nblocks - 1) % STAGES;
-                tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
-                mbar_wait(&v_full[sp], ((g + nblocks - 1) / STAGES) & 1);
-                o.pin();
-                tt::fence();
-                tt::matmul_nn(o, pa, vstage(sp), 0, 1);
-                tt::commit();
-                tt::wait<0>();
-                o.pin();
-                pa.pin();
-                release(&v_empty[sp]);
-            }
+            mbar_wait(&k_full[s], ph);
+            tt::fence();
+            tt::matmul_nt(sc, sQ, cw * 64, kstage(s), 0, 0);
+            tt::commit();
+            tt::wait<0>();
+            sc.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&k_empty[s]);
+            softmax_block<BN, D>(sc, o, st, p, n * BN, pos0, needs_mask(n));
+            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
+            mbar_wait(&v_full[s], ph);
+            o.pin();
+            tt::fence();
+            tt::matmul_nn(o, pa, vstage(s), 0, 1);
+            tt::commit();
+            tt::wait<0>();
+            o.pin();
+            pa.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&v_empty[s]);
         }
-        g += nblocks;
-
-        // O / l, written as T pairs (4 threads of a quad cover 16 contiguous bytes).
-        float inv[2];
-#pragma unroll
-        for (int hh = 0; hh < 2; hh++) {
-            const float lt = tt::reduce_quad(st.l[hh], tt::op_sum());
-            inv[hh] = lt > 0.0f ? 1.0f / lt : 0.0f;
+    } else if (nblocks > 0) {
+        // Prologue: S_0 and its softmax.
+        tt::acc_tile<BN> sc;
+        {
+            mbar_wait(&k_full[0], 0);
+            if (PIPE == 2) named_sync(1 + cw, 256); // ping-pong: wait for this warpgroup's turn
+            tt::fence();
+            tt::matmul_nt(sc, sQ, cw * 64, kstage(0), 0, 0);
+            tt::commit();
+            if (PIPE == 2) named_arrive(1 + (cw ^ 1), 256);
+            tt::wait<0>();
+            sc.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&k_empty[0]);
+            softmax_block<BN, D>(sc, o, st, p, (nb_hi - 1) * BN, pos0, needs_mask(nb_hi - 1));
         }
-        T *out = reinterpret_cast<T *>(p.out) + w.b * p.osb + w.h * p.osh;
-#pragma unroll
-        for (int i = 0; i < D / 2; i += 2) {
-            const int row = tt::acc_tile<D>::row_of(i), col = tt::acc_tile<D>::col_of(i);
-            const int qi = r0 + row;
-            if (qi < p.sq && col < p.d_real) {
-                const float f = inv[(i >> 1) & 1];
-                *reinterpret_cast<uint32_t *>(out + qi * p.oss + col) = tt::detail::pack2<T>(o.v[i] * f, o.v[i + 1] * f);
+        for (int it = 1; it < nblocks; it++) {
+            const int n = nb_hi - 1 - it, s = it % STAGES, sp = (it - 1) % STAGES;
+            const uint32_t ph = (it / STAGES) & 1, php = ((it - 1) / STAGES) & 1;
+            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
+            tt::acc_tile<BN> sn;
+            mbar_wait(&k_full[s], ph);
+            mbar_wait(&v_full[sp], php);
+            if (PIPE == 2) named_sync(1 + cw, 256);
+            o.pin();
+            tt::fence();
+            tt::matmul_nt(sn, sQ, cw * 64, kstage(s), 0, 0);
+            tt::commit();
+            tt::matmul_nn(o, pa, vstage(sp), 0, 1);
+            tt::commit();
+            if (PIPE == 2) named_arrive(1 + (cw ^ 1), 256);
+            tt::wait<1>(); // S_{it} done, PV_{it-1} may run on
+            sn.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&k_empty[s]);
+            // The softmax of block it, under the PV of block it - 1; o is
+            // rescaled only after that PV has finished.
+            const int k0 = n * BN;
+            if (p.softcap > 0.0f) {
+                const float cap = p.softcap, cin = p.cap_in;
+                tt::map(sn, [=](float x, int, int) { return cap * tanhf(x * cin); });
             }
+            if (needs_mask(n)) apply_mask(sn, p, k0, pos0);
+            float bmax[2], mu[2], alpha[2];
+            tt::reduce_rows(sn, tt::op_max(), -INFINITY, bmax);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const float mn = fmaxf(st.m[hh], bmax[hh]);
+                mu[hh] = mn == -INFINITY ? 0.0f : mn * p.sl;
+                alpha[hh] = exp2_approx(st.m[hh] * p.sl - mu[hh]);
+                st.m[hh] = mn;
+            }
+            const float sl = p.sl;
+            tt::map_rows(sn, mu, [=](float x, float r) { return exp2_approx(fmaf(x, sl, -r)); });
+            float bsum[2];
+            tt::reduce_rows_partial(sn, tt::op_sum(), 0.0f, bsum);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) st.l[hh] = st.l[hh] * alpha[hh] + bsum[hh];
+            tt::wait<0>();
+            o.pin();
+            pa.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&v_empty[sp]);
+            tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) sc.v[i] = sn.v[i];
         }
-        ti++;
+        // Epilogue: the last PV.
+        {
+            const int sp = (nblocks - 1) % STAGES;
+            const uint32_t php = ((nblocks - 1) / STAGES) & 1;
+            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
+            mbar_wait(&v_full[sp], php);
+            o.pin();
+            tt::fence();
+            tt::matmul_nn(o, pa, vstage(sp), 0, 1);
+            tt::commit();
+            tt::wait<0>();
+            o.pin();
+            pa.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&v_empty[sp]);
+        }
     }
-    if (PIPE == 2 && cw == 0) named_sync_c<1>();
+    // Warpgroup 1's last arrival on barrier 1 has no matching turn: take it.
+    if (PIPE == 2 && cw == 0 && nblocks > 0) named_sync(1, 256);
+
+    // O / l, written as T pairs (4 threads of a quad cover 16 contiguous bytes).
+    float inv[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const float lt = tt::reduce_quad(st.l[hh], tt::op_sum());
+        inv[hh] = lt > 0.0f ? 1.0f / lt : 0.0f;
+    }
+    T *out = reinterpret_cast<T *>(p.out) + b * p.osb + h * p.osh;
+#pragma unroll
+    for (int i = 0; i < D / 2; i += 2) {
+        const int row = tt::acc_tile<D>::row_of(i), col = tt::acc_tile<D>::col_of(i);
+        const int qi = r0 + row;
+        if (qi < p.sq && col < p.d_real) {
+            const float f = inv[(i >> 1) & 1];
+            *reinterpret_cast<uint32_t *>(out + qi * p.oss + col) = tt::detail::pack2<T>(o.v[i] * f, o.v[i + 1] * f);
+        }
+    }
 #endif
 }
 
@@ -464,17 +405,7 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
     auto kern = attn_fwd<T, D, S::kBN, S::kStages, PIPE>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
     if (e != cudaSuccess) return (int)e;
-    p.m_blocks = (int)((a->sq + kBM - 1) / kBM);
-    p.heads = (int)a->heads;
-    p.hb = (int)(a->heads * a->batch);
-    const long long tiles = (long long)p.m_blocks * p.hb;
-    if (tiles > 0x7fffffffLL) return (int)cudaErrorNotSupported;
-    p.tiles = (int)tiles;
-    // Persistent (TOPS_CUDA_ATTN_PERSIST, default 1): one CTA an SM walking
-    // tiles, so each one's Q load and first K / V blocks overlap the previous
-    // tile's last blocks and epilogue; 0: one CTA a tile.
-    int grid = p.tiles;
-    if (env_int("TOPS_CUDA_ATTN_PERSIST", 1) && a->sm_count > 0 && a->sm_count < grid) grid = a->sm_count;
+    dim3 grid((unsigned)((a->sq + kBM - 1) / kBM), (unsigned)a->heads, (unsigned)a->batch);
     kern<<<grid, kThreads, S::kSmem, (cudaStream_t)a->stream>>>(tq, tk, tv, p);
     return (int)cudaGetLastError();
 }
@@ -498,9 +429,8 @@ template <typename T> int launch_d(const tops__cu_attn_args *a) {
 extern "C" void tops__cu_attention_name(const tops__cu_attn_args *a, char *buf, size_t cap) {
     const int dp = d_pad(a->d);
     const int pm = pipe_mode() == 2 && dp == 256 ? 1 : pipe_mode();
-    snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s%s", dp, dp >= 256 ? 64 : 128,
-             pm == 0 ? "serial" : pm == 2 ? "pingpong" : "overlap", env_int("TOPS_CUDA_ATTN_PERSIST", 1) ? " persistent" : "",
-             a->bf16 ? " bf16" : " f16");
+    snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s", dp, dp >= 256 ? 64 : 128,
+             pm == 0 ? "serial" : pm == 2 ? "pingpong" : "overlap", a->bf16 ? " bf16" : " f16");
 }
 
 extern "C" int tops__cu_attention_launch(const tops__cu_attn_args *a) {

@@ -39,7 +39,6 @@ typedef struct tops__cu_attn_args {
     int64_t window;
     float scale, softcap;
     void *stream;
-    int sm_count;       /* the device's multiprocessors (the persistent grid) */
 } tops__cu_attn_args;
 
 int tops__cu_attention_launch(const tops__cu_attn_args *a);

@@ -2,8 +2,7 @@
    machine; on a Hopper GPU, f16 and bf16 against f64 attention of the same
    16-bit inputs over head dims 32..256, ragged Sq / Sk (Sq > Sk too), causal,
    sliding windows, softcap, GQA / MQA, strided [B, S, H, D] tensors, every
-   pipeline variant (TOPS_CUDA_ATTN_PIPE) persistent or not
-   (TOPS_CUDA_ATTN_PERSIST), NaN-poisoned outputs and repeated
+   pipeline variant (TOPS_CUDA_ATTN_PIPE), NaN-poisoned outputs and repeated
    runs compared bit for bit.  Without a GPU the numeric part skips with one
    line. */
 #define _POSIX_C_SOURCE 200809L /* setenv: the pipeline variant is an environment knob */
@@ -294,9 +293,8 @@ static void test_shapes(void) {
     }
 }
 
-/* Every pipeline variant on a few shapes (serial, overlapped, ping-pong),
-   each persistent and one CTA a tile.  The first case has more tiles (8 x 20)
-   than an H200 has SMs, so persistent CTAs walk several, some of them with
+/* Every pipeline variant on a few shapes (serial, overlapped, ping-pong).
+   The first has more CTAs (8 x 20) than an H200 has SMs, some of them with
    no visible key (Sq > Sk, causal). */
 static void test_pipelines(void) {
     const acase cases[] = {
@@ -307,15 +305,11 @@ static void test_pipelines(void) {
         {1, 2, 2, 333, 333, 128, 1, 48, 20.0f, 0, 0},
     };
     const char *modes[] = {"0", "1", "2"};
-    for (int persist = 1; persist >= 0; persist--) {
-        setenv("TOPS_CUDA_ATTN_PERSIST", persist ? "1" : "0", 1);
-        for (int m = 0; m < 3; m++) {
-            setenv("TOPS_CUDA_ATTN_PIPE", modes[m], 1);
-            for (int i = 0; i < (small_run ? 1 : 5); i++) check_case(&cases[i], i % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
-        }
+    for (int m = 0; m < 3; m++) {
+        setenv("TOPS_CUDA_ATTN_PIPE", modes[m], 1);
+        for (int i = 0; i < (small_run ? 1 : 5); i++) check_case(&cases[i], i % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
     }
     unsetenv("TOPS_CUDA_ATTN_PIPE");
-    unsetenv("TOPS_CUDA_ATTN_PERSIST");
 }
 
 int main(void) {
