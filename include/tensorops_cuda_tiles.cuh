@@ -1,9 +1,11 @@
 // tensorops device-side tiles: the building blocks of fused Hopper kernels
 // (the seed's cooperative tensors, on the GPU).  Header-only CUDA C++ for
 // sm_90a (compile with -gencode=arch=compute_90a,code=sm_90a); installed with
-// the library.  docs/cuda.md ("Device tiles") shows how tops_attention uses
-// them; examples/cuda_tile_softmax.cu is a small fused kernel written with
-// them.
+// the library.  docs/cuda.md ("Fused attention ... and the device tiles")
+// shows how tops_attention uses them; examples/cuda_tile_softmax.cu is a
+// small fused kernel written with them.  Not here yet: an sm_80 (mma.sync)
+// form, reduce_cols; matmul_nt with a register A and store() are compiled
+// but used by neither the attention kernel nor the example.
 //
 // The pieces:
 //   smem_tile<T, ROWS, COLS>  a ROWS x COLS matrix of f16 / bf16 in shared
