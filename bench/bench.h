@@ -316,9 +316,24 @@ void tops_bench_compare(const double *ref, const float *y, int64_t n, double *re
 
 /* ---- the attention runner (bench/bench_attention.c) ----------------------- */
 
+/* The attention flags (shared by the CPU and CUDA runners). */
+typedef struct tops_bench_attn_options {
+    int64_t batch, heads, kv_heads, seq, kv_seq, head_dim;
+    int causal_mode; /* 0 both (default), 1 causal only, 2 non-causal only */
+    char dtypes[3][8];
+    int ndtypes;
+    int32_t varlen[64]; /* --varlen: the sequence lengths (CPU runner) */
+    int nvarlen;
+} tops_bench_attn_options;
+tops_bench_attn_options *tops_bench_attention_options(void);
 int tops_bench_attention_parse(tops_bench_config *cfg, int argc, char **argv, int *i);
 tops_status tops_bench_attention_prepare(tops_bench_config *cfg);
 tops_status tops_bench_attention_cpu(tops_bench_session *session, tops_bench_rows *rows);
 extern const char tops_bench_attention_usage[];
+/* The GPU runner (bench/bench_cuda_attention.c; CUDA builds only): the fused
+   kernel against unfused cuBLAS attention. */
+tops_status tops_bench_attention_cuda_prepare(tops_bench_config *cfg);
+tops_status tops_bench_attention_cuda(tops_bench_session *session, tops_bench_rows *rows);
+extern const char tops_bench_attention_cuda_usage[];
 
 #endif

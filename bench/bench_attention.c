@@ -18,16 +18,11 @@
 #include <cblas.h>
 #endif
 
-typedef struct attn_options {
-    int64_t batch, heads, kv_heads, seq, kv_seq, head_dim;
-    int causal_mode; /* 0 both (default), 1 causal only, 2 non-causal only */
-    char dtypes[3][8];
-    int ndtypes;
-    int32_t varlen[64]; /* --varlen: the sequence lengths */
-    int nvarlen;
-} attn_options;
+typedef tops_bench_attn_options attn_options;
 
 static attn_options opts;
+
+tops_bench_attn_options *tops_bench_attention_options(void) { return &opts; }
 
 #define CHECK_ROWS 8
 

@@ -92,6 +92,9 @@ int tops_validate_in_list(const char *list, const char *name);
 /* The attention rows (tools/validate_attention.c): runs those in only (NULL =
    all) and returns the failures; knows() says whether a row name exists. */
 int tops_validate_attention(int quick, int json, const char *only, int *first);
+/* The same rows on dev (cuda:N: the 16-bit rows run on the GPU against the
+   same f64 reference and bound; the others are listed as skipped). */
+int tops_validate_attention_on(tops_device dev, int quick, int json, const char *only, int *first);
 int tops_validate_attention_knows(const char *name, size_t len);
 /* The conv2d rows (tools/validate_conv.c), likewise. */
 int tops_validate_conv(int quick, int json, const char *only, int *first);

@@ -400,7 +400,8 @@ int tops_cmd_validate(int argc, char **argv) {
         free(a);
     }
     if (run_device.kind == TOPS_DEVICE_CUDA) {
-        if (!json) printf("attention and conv2d rows skipped on cuda: they run on the CPU only\n");
+        failures += tops_validate_attention_on(run_device, quick, json, only, &first);
+        if (!json) printf("conv2d rows skipped on cuda: they run on the CPU only\n");
     } else {
         failures += tops_validate_attention(quick, json, only, &first);
         failures += tops_validate_conv(quick, json, only, &first);

@@ -1,5 +1,6 @@
 /* The CUDA entry points when the library is built without CUDA: each one
    says so with a status and a sentence (src/cuda holds the real ones). */
+#include "cuda/attention.h"
 #include "cuda/cuda_internal.h"
 #include "internal.h"
 
@@ -86,6 +87,25 @@ int tops__cuda_is_packed(const tops_tensor *t) {
     return 0;
 }
 void tops__cuda_tensor_release(tops_tensor *t) { (void)t; }
+tops_status tops__cuda_attention(const tops_exec *exec, const tops_attention_desc *desc, const tops_tensor *q,
+                                 const tops_tensor *k, const tops_tensor *v, tops_tensor *out) {
+    (void)desc;
+    (void)q;
+    (void)k;
+    (void)v;
+    (void)out;
+    return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, "tops_attention",
+                      "exec.device is cuda:%d but this build of tensorops has no CUDA backend (nvcc was not found at "
+                      "build time)",
+                      exec->device.index);
+}
+tops_status tops__cuda_attention_path(const tops_exec *exec, const tops_attention_desc *desc, const tops_tensor *q,
+                                      const tops_tensor *k, const tops_tensor *v, const tops_tensor *out, char *buf,
+                                      size_t cap) {
+    (void)buf;
+    (void)cap;
+    return tops__cuda_attention(exec, desc, q, k, v, (tops_tensor *)out);
+}
 
 #else
 typedef int tops__cuda_absent_unused; /* ISO C wants a declaration in every file */

@@ -1,6 +1,8 @@
 /* tops_attention: checks every argument, picks the block sizes, and hands
-   the work to the fused driver (src/drive/attention.c). */
+   the work to the fused driver (src/drive/attention.c), or with exec.device
+   = cuda:N to the GPU kernel (src/cuda/attention.c). */
 #include "ops/attention.h"
+#include "cuda/attention.h"
 
 #include <math.h>
 #include <string.h>
@@ -17,10 +19,10 @@ static int is_activation(tops_format_id id) {
     return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
 }
 
-static tops_status check_operand(const char *arg, const tops_tensor *t, int activation, int varlen) {
+static tops_status check_operand(const char *arg, const tops_tensor *t, int activation, int varlen, int on_gpu) {
     tops_status st = tops__check_tensor(fn, arg, t);
     if (st != TOPS_OK) return st;
-    if (t->memory.kind != TOPS_DEVICE_CPU)
+    if (!on_gpu && t->memory.kind != TOPS_DEVICE_CPU)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "%s lives in device memory; this path runs on the host", arg);
     if (!varlen && t->rank != 4)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "%s has rank %d; attention tensors are [B, H, S, D] (rank 4)", arg,
@@ -79,14 +81,14 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
         snprintf(why, sizeof why, "%s", tops_last_error());
         return tops__fail(st, fn, "exec is invalid (%s)", why);
     }
+    const int on_gpu = ex.device.kind == TOPS_DEVICE_CUDA;
+    if (forced && on_gpu)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "a forced CPU kernel level with exec.device cuda:%d", ex.device.index);
     tops_attention_desc d = desc ? *desc : tops_attention_desc_default();
-    if (ex.device.kind != TOPS_DEVICE_CPU && uses_lengths(&d))
+    if (on_gpu && uses_lengths(&d))
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
                           "desc.kv_lens, cu_seqlens_q/k and batch (sequences of different lengths) run on the CPU "
                           "only so far; exec.device is cuda:%d",
-                          ex.device.index);
-    if (ex.device.kind != TOPS_DEVICE_CPU)
-        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "exec.device is cuda:%d; fused attention runs on the CPU here",
                           ex.device.index);
     if (d.causal != 0 && d.causal != 1)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.causal is %d; it must be 0 or 1", d.causal);
@@ -111,10 +113,10 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
                           "desc.batch is %d; with cu_seqlens_q/k it must be the number of sequences (>= 1)", d.batch);
     if (varlen && d.batch == INT32_MAX)
         return tops__fail(TOPS_OVERFLOW, fn, "desc.batch is %d; the offsets hold batch + 1 int32 entries", d.batch);
-    if ((st = check_operand("q", q, 1, varlen)) != TOPS_OK) return st;
-    if ((st = check_operand("k", k, 0, varlen)) != TOPS_OK) return st;
-    if ((st = check_operand("v", v, 0, varlen)) != TOPS_OK) return st;
-    if ((st = check_operand("out", out, 1, varlen)) != TOPS_OK) return st;
+    if ((st = check_operand("q", q, 1, varlen, on_gpu)) != TOPS_OK) return st;
+    if ((st = check_operand("k", k, 0, varlen, on_gpu)) != TOPS_OK) return st;
+    if ((st = check_operand("v", v, 0, varlen, on_gpu)) != TOPS_OK) return st;
+    if ((st = check_operand("out", out, 1, varlen, on_gpu)) != TOPS_OK) return st;
 
     /* Dimensions: [B, H, S, D], or packed [T, H, D] (varlen). */
     const int hd = 1, sd = varlen ? 0 : 2, dd = varlen ? 2 : 3;
@@ -177,6 +179,11 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
             if (d.kv_lens[b] > most) most = d.kv_lens[b];
         }
         longest_k = most;
+    }
+
+    if (on_gpu) {
+        d.scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)D);
+        return tops__cuda_attention(&ex, &d, q, k, v, out); /* q_block / kv_block: the kernel's own tiles */
     }
 
     const tops__kernels *kern;

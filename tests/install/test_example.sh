@@ -22,4 +22,7 @@ cmake --build "$work/cm" >/dev/null
 cmp "$work/out_pc.txt" "$work/out_cm.txt"
 "$work/cm/tile_softmax" > "$work/tiles_cm.txt"
 cmp "$work/tiles_pc.txt" "$work/tiles_cm.txt"
+# Where CMake found nvcc: the device-tiles example, built against the
+# installed tensorops_cuda_tiles.cuh (it prints "skip" without a Hopper GPU).
+if [ -x "$work/cm/cuda_tile_softmax" ]; then "$work/cm/cuda_tile_softmax"; fi
 echo "examples built with pkg-config and find_package: ok"

@@ -450,7 +450,8 @@ static void test_bad_inputs(void) {
     ASSERT_FAILS_WITH(tops_attention(&ex, &d, q, k, v, o), TOPS_INVALID_ARGUMENT, "threads");
     ex = tops_exec_default();
     ex.device.kind = TOPS_DEVICE_CUDA;
-    ASSERT_FAILS_WITH(tops_attention(&ex, &d, q, k, v, o), TOPS_UNSUPPORTED_ON_DEVICE, "CPU");
+    ex.device.index = 99; /* no such GPU, with or without a CUDA backend */
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, q, k, v, o), TOPS_UNSUPPORTED_ON_DEVICE, "cuda:99");
     tops_attention_desc bad = d;
     bad.causal = 2;
     ASSERT_FAILS_WITH(tops_attention(NULL, &bad, q, k, v, o), TOPS_INVALID_ARGUMENT, "causal");

@@ -1,0 +1,438 @@
+// Fused attention forward on Hopper (sm_90a), FlashAttention-3 style, built on
+// the device tiles (include/tensorops_cuda_tiles.cuh).
+//
+// A CTA owns 128 query rows of one (batch, head): warpgroup 0 is the producer
+// (one thread issues every TMA load: Q once, then K and V tiles into a ring of
+// STAGES slots, each slot completing on its own mbarrier), warpgroups 1 and 2
+// are consumers owning 64 query rows each.  Per key block a consumer computes
+// S = Q K^T (wgmma, both operands in shared memory), masks where the block
+// needs it, runs the online softmax in registers (row max and sum across the
+// quad that shares a row), converts P to f16 / bf16 in registers and feeds it
+// as wgmma's A operand for O += P V (V read MN-major from shared memory); O
+// stays in registers until the end.  Key blocks wholly outside the causal /
+// window band are never loaded; only the blocks that cross its edges (or the
+// end of the keys) are masked.
+//
+// Pipelining (PIPE = 1): the QK^T of block j + 1 is issued before the softmax
+// of block j, and the PV of block j runs while the softmax of block j + 1 is
+// computed (FA3's intra-warpgroup overlap).  PIPE = 2 (the default; D = 256
+// runs PIPE 1) adds the ping-pong: the two consumer warpgroups take turns
+// issuing their matmuls (two named barriers), so one's softmax runs under the
+// other's GEMMs.
+#include "cuda/attention.h"
+#include "cuda/sm90.cuh"
+#include "tensorops_cuda_tiles.cuh"
+
+#include <math.h>
+#include <stdio.h>
+
+namespace {
+
+using namespace tops_cu::sm90;
+namespace tt = tops_tiles;
+
+constexpr int kBM = 128;      // query rows a CTA
+constexpr int kThreads = 384; // producer warpgroup + 2 consumer warpgroups
+
+struct kparams {
+    int h_ratio;          // query heads per kv head
+    int sq, sk, d_real;
+    int causal;
+    int window;           // 0 = none (a window past Sq + Sk is none: clamped on the host)
+    float sl;             // factor on logits inside exp2: scale * log2(e), or log2(e) with softcap
+    float softcap;        // 0 = off
+    float cap_in;         // scale / softcap
+    void *out;
+    long long osb, osh, oss;
+};
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+// 4-D tensor tile at (x0 innermost, y0, z0, w0) into shared memory, completing
+// on bar (sm90.cuh has the 2-D and 3-D forms).
+__device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int x0, int y0, int z0,
+                                            int w0) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+                 "%6}], [%2];" ::"r"(smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x0), "r"(y0), "r"(z0), "r"(w0)
+                 : "memory");
+}
+#endif
+
+#ifdef TOPS_CU_WGMMA
+__device__ __forceinline__ float exp2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+__device__ __forceinline__ void named_sync(int id, int threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Online-softmax state of one consumer warpgroup (its thread's two rows).
+struct softmax_state {
+    float m[2];  // running max of the raw logits (-inf: nothing seen)
+    float l[2];  // this thread's part of the running sum
+};
+
+// -inf where a key is past the end, after the query (causal) or outside the
+// window; k0 = the block's first key, pos0 = the position of the tile's row 0
+// (all below 2^31: checked on the host).
+template <int BN>
+__device__ __forceinline__ void apply_mask(tt::acc_tile<BN> &s, const kparams &p, int k0, int pos0) {
+    const int sk = p.sk, w = p.window, causal = p.causal;
+    tt::map(s, [=](float x, int i, int j) {
+        const int key = k0 + j, pos = pos0 + i;
+        const bool out = key >= sk || (causal && key > pos) || (w > 0 && (key <= pos - w || (!causal && key >= pos + w)));
+        return out ? -INFINITY : x;
+    });
+}
+
+// Masks, exponentiates block `s` in place and rescales o and the sums; after
+// it s holds P (relative to the new max).
+template <int BN, int D>
+__device__ __forceinline__ void softmax_block(tt::acc_tile<BN> &s, tt::acc_tile<D> &o, softmax_state &st,
+                                              const kparams &p, int k0, int pos0, bool mask) {
+    if (p.softcap > 0.0f) {
+        const float cap = p.softcap, cin = p.cap_in;
+        tt::map(s, [=](float x, int, int) { return cap * tanhf(x * cin); });
+    }
+    if (mask) apply_mask(s, p, k0, pos0);
+    float bmax[2];
+    tt::reduce_rows(s, tt::op_max(), -INFINITY, bmax);
+    float mu[2], alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float mn = fmaxf(st.m[h], bmax[h]);
+        mu[h] = mn == -INFINITY ? 0.0f : mn * p.sl; // a row that saw no key yet keeps P = 0
+        alpha[h] = exp2_approx(st.m[h] * p.sl - mu[h]);
+        st.m[h] = mn;
+    }
+    const float sl = p.sl;
+    tt::map_rows(s, mu, [=](float x, float r) { return exp2_approx(fmaf(x, sl, -r)); });
+    float bsum[2];
+    tt::reduce_rows_partial(s, tt::op_sum(), 0.0f, bsum);
+#pragma unroll
+    for (int h = 0; h < 2; h++) st.l[h] = st.l[h] * alpha[h] + bsum[h];
+    tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
+}
+#endif
+
+template <typename T, int D, int BN, int STAGES, int PIPE>
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+             const __grid_constant__ CUtensorMap tv, const kparams p) {
+#ifdef TOPS_CU_WGMMA
+    constexpr int kQBytes = kBM * D * 2, kKVBytes = BN * D * 2;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *base = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    const tt::smem_tile<T, kBM, D> sQ{reinterpret_cast<T *>(base)};
+    uint8_t *kv = base + kQBytes;
+    uint64_t *bar = reinterpret_cast<uint64_t *>(kv + 2 * STAGES * kKVBytes);
+    uint64_t *q_full = bar, *k_full = bar + 1, *v_full = bar + 1 + STAGES, *k_empty = bar + 1 + 2 * STAGES,
+             *v_empty = bar + 1 + 3 * STAGES;
+
+    const int m_block = gridDim.x - 1 - blockIdx.x; // the longest causal rows first
+    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.h_ratio;
+    const long long off = (long long)p.sk - p.sq; // query i sits at position i + off
+    const int m0 = m_block * kBM;
+    const int mlast = min(m0 + kBM, p.sq) - 1;
+    long long key_lo = 0, key_hi = p.sk;
+    if (p.causal) key_hi = min(key_hi, mlast + off + 1);
+    if (p.window > 0) {
+        key_lo = max(0LL, m0 + off - p.window + 1);
+        if (!p.causal) key_hi = min(key_hi, mlast + off + p.window);
+    }
+    int nb_lo = 0, nb_hi = 0;
+    if (key_hi > key_lo) {
+        nb_lo = (int)(key_lo / BN);
+        nb_hi = (int)((key_hi + BN - 1) / BN);
+    }
+    (void)nb_lo;
+    const int nblocks = nb_hi - nb_lo;
+
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, 1);
+        for (int s = 0; s < STAGES; s++) {
+            mbar_init(&k_full[s], 1);
+            mbar_init(&v_full[s], 1);
+            mbar_init(&k_empty[s], 8); // lane 0 of each consumer warp
+            mbar_init(&v_empty[s], 8);
+        }
+        mbar_init_fence();
+    }
+    __syncthreads();
+
+    const int wg = threadIdx.x / 128;
+    if (wg == 0) {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            mbar_expect_tx(q_full, kQBytes);
+#pragma unroll
+            for (int c = 0; c < D / 64; c++) tma_load_4d(base + c * kBM * 128, &tq, q_full, c * 64, m0, h, b);
+            for (int it = 0; it < nblocks; it++) {
+                const int n = nb_hi - 1 - it, s = it % STAGES;
+                const uint32_t ph = (it / STAGES) & 1;
+                uint8_t *ks = kv + s * kKVBytes, *vs = kv + (STAGES + s) * kKVBytes;
+                mbar_wait(&k_empty[s], ph ^ 1);
+                mbar_expect_tx(&k_full[s], kKVBytes);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++) tma_load_4d(ks + c * BN * 128, &tk, &k_full[s], c * 64, n * BN, hk, b);
+                mbar_wait(&v_empty[s], ph ^ 1);
+                mbar_expect_tx(&v_full[s], kKVBytes);
+#pragma unroll
+                for (int c = 0; c < D / 64; c++) tma_load_4d(vs + c * BN * 128, &tv, &v_full[s], c * 64, n * BN, hk, b);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+
+    const int cw = wg - 1, lane = threadIdx.x % 32;
+    const int r0 = m0 + cw * 64;
+    // Positions as int: Sq, Sk <= 2^29 (host check) and the window clamped below
+    // Sq + Sk, so pos -/+ window stays inside int.
+    const int pos0 = r0 + p.sk - p.sq;
+    const int pmax = min(r0 + 63, p.sq - 1) + p.sk - p.sq;
+    auto needs_mask = [&](int n) {
+        const int k0 = n * BN, k1 = k0 + BN - 1;
+        return k1 >= p.sk || (p.causal && k1 > pos0) ||
+               (p.window > 0 && (k0 <= pmax - p.window || (!p.causal && k1 >= pos0 + p.window)));
+    };
+    auto kstage = [&](int s) { return tt::smem_tile<T, BN, D>{reinterpret_cast<T *>(kv + s * kKVBytes)}; };
+    auto vstage = [&](int s) { return tt::smem_tile<T, BN, D>{reinterpret_cast<T *>(kv + (STAGES + s) * kKVBytes)}; };
+
+    tt::acc_tile<D> o;
+    o.fill(0.0f);
+    softmax_state st;
+    st.m[0] = st.m[1] = -INFINITY;
+    st.l[0] = st.l[1] = 0.0f;
+    mbar_wait(q_full, 0);
+    // Ping-pong: warpgroup cw issues its matmuls after named barrier 1 + cw,
+    // then lets the other one go; warpgroup 0 goes first.
+    if (PIPE == 2 && cw == 1 && nblocks > 0) named_arrive(1, 256);
+
+    if constexpr (!PIPE) {
+        for (int it = 0; it < nblocks; it++) {
+            const int n = nb_hi - 1 - it, s = it % STAGES;
+            const uint32_t ph = (it / STAGES) & 1;
+            tt::acc_tile<BN> sc;
+            mbar_wait(&k_full[s], ph);
+            tt::fence();
+            tt::matmul_nt(sc, sQ, cw * 64, kstage(s), 0, 0);
+            tt::commit();
+            tt::wait<0>();
+            sc.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&k_empty[s]);
+            softmax_block<BN, D>(sc, o, st, p, n * BN, pos0, needs_mask(n));
+            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
+            mbar_wait(&v_full[s], ph);
+            o.pin();
+            tt::fence();
+            tt::matmul_nn(o, pa, vstage(s), 0, 1);
+            tt::commit();
+            tt::wait<0>();
+            o.pin();
+            pa.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&v_empty[s]);
+        }
+    } else if (nblocks > 0) {
+        // Prologue: S_0 and its softmax.
+        tt::acc_tile<BN> sc;
+        {
+            mbar_wait(&k_full[0], 0);
+            if (PIPE == 2) named_sync(1 + cw, 256); // ping-pong: wait for this warpgroup's turn
+            tt::fence();
+            tt::matmul_nt(sc, sQ, cw * 64, kstage(0), 0, 0);
+            tt::commit();
+            if (PIPE == 2) named_arrive(1 + (cw ^ 1), 256);
+            tt::wait<0>();
+            sc.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&k_empty[0]);
+            softmax_block<BN, D>(sc, o, st, p, (nb_hi - 1) * BN, pos0, needs_mask(nb_hi - 1));
+        }
+        for (int it = 1; it < nblocks; it++) {
+            const int n = nb_hi - 1 - it, s = it % STAGES, sp = (it - 1) % STAGES;
+            const uint32_t ph = (it / STAGES) & 1, php = ((it - 1) / STAGES) & 1;
+            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
+            tt::acc_tile<BN> sn;
+            mbar_wait(&k_full[s], ph);
+            mbar_wait(&v_full[sp], php);
+            if (PIPE == 2) named_sync(1 + cw, 256);
+            o.pin();
+            tt::fence();
+            tt::matmul_nt(sn, sQ, cw * 64, kstage(s), 0, 0);
+            tt::commit();
+            tt::matmul_nn(o, pa, vstage(sp), 0, 1);
+            tt::commit();
+            if (PIPE == 2) named_arrive(1 + (cw ^ 1), 256);
+            tt::wait<1>(); // S_{it} done, PV_{it-1} may run on
+            sn.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&k_empty[s]);
+            // The softmax of block it, under the PV of block it - 1; o is
+            // rescaled only after that PV has finished.
+            const int k0 = n * BN;
+            if (p.softcap > 0.0f) {
+                const float cap = p.softcap, cin = p.cap_in;
+                tt::map(sn, [=](float x, int, int) { return cap * tanhf(x * cin); });
+            }
+            if (needs_mask(n)) apply_mask(sn, p, k0, pos0);
+            float bmax[2], mu[2], alpha[2];
+            tt::reduce_rows(sn, tt::op_max(), -INFINITY, bmax);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const float mn = fmaxf(st.m[hh], bmax[hh]);
+                mu[hh] = mn == -INFINITY ? 0.0f : mn * p.sl;
+                alpha[hh] = exp2_approx(st.m[hh] * p.sl - mu[hh]);
+                st.m[hh] = mn;
+            }
+            const float sl = p.sl;
+            tt::map_rows(sn, mu, [=](float x, float r) { return exp2_approx(fmaf(x, sl, -r)); });
+            float bsum[2];
+            tt::reduce_rows_partial(sn, tt::op_sum(), 0.0f, bsum);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) st.l[hh] = st.l[hh] * alpha[hh] + bsum[hh];
+            tt::wait<0>();
+            o.pin();
+            pa.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&v_empty[sp]);
+            tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
+#pragma unroll
+            for (int i = 0; i < BN / 2; i++) sc.v[i] = sn.v[i];
+        }
+        // Epilogue: the last PV.
+        {
+            const int sp = (nblocks - 1) % STAGES;
+            const uint32_t php = ((nblocks - 1) / STAGES) & 1;
+            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
+            mbar_wait(&v_full[sp], php);
+            o.pin();
+            tt::fence();
+            tt::matmul_nn(o, pa, vstage(sp), 0, 1);
+            tt::commit();
+            tt::wait<0>();
+            o.pin();
+            pa.pin();
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&v_empty[sp]);
+        }
+    }
+    // Warpgroup 1's last arrival on barrier 1 has no matching turn: take it.
+    if (PIPE == 2 && cw == 0 && nblocks > 0) named_sync(1, 256);
+
+    // O / l, written as T pairs (4 threads of a quad cover 16 contiguous bytes).
+    float inv[2];
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        const float lt = tt::reduce_quad(st.l[hh], tt::op_sum());
+        inv[hh] = lt > 0.0f ? 1.0f / lt : 0.0f;
+    }
+    T *out = reinterpret_cast<T *>(p.out) + b * p.osb + h * p.osh;
+#pragma unroll
+    for (int i = 0; i < D / 2; i += 2) {
+        const int row = tt::acc_tile<D>::row_of(i), col = tt::acc_tile<D>::col_of(i);
+        const int qi = r0 + row;
+        if (qi < p.sq && col < p.d_real) {
+            const float f = inv[(i >> 1) & 1];
+            *reinterpret_cast<uint32_t *>(out + qi * p.oss + col) = tt::detail::pack2<T>(o.v[i] * f, o.v[i + 1] * f);
+        }
+    }
+#endif
+}
+
+template <int D> struct shape {
+    static constexpr int kBN = D >= 256 ? 64 : 128;
+    static constexpr int kStages = 2;
+    static constexpr int kSmem = kBM * D * 2 + 2 * kStages * kBN * D * 2 + 128 + 1024;
+};
+
+int env_int(const char *name, int dflt) {
+    const char *s = getenv(name);
+    return s && *s ? atoi(s) : dflt;
+}
+
+int d_pad(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
+
+// 4-D map over [B, H, S, D] (innermost first), box {64, rows, 1, 1}.
+bool make_map(CUtensorMap *map, int bf16, const void *base, int d, int64_t s, int64_t h, int64_t bsz,
+              const int64_t *stride, int rows) {
+    cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)s, (cuuint64_t)h, (cuuint64_t)bsz};
+    // Extent-1 dimensions: any stride is equivalent; use one TMA accepts.
+    int64_t st[3] = {stride[2], stride[1], stride[0]};
+    int64_t ext[3] = {s, h, bsz};
+    int64_t span = d;
+    for (int i = 0; i < 3; i++) {
+        if (ext[i] == 1) st[i] = (span + 7) / 8 * 8;
+        span = st[i] * ext[i];
+    }
+    cuuint64_t strides[3] = {(cuuint64_t)st[0] * 2, (cuuint64_t)st[1] * 2, (cuuint64_t)st[2] * 2};
+    cuuint32_t box[4] = {64, (cuuint32_t)rows, 1, 1};
+    return encode_sw128(map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, base, dims,
+                        strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+}
+
+template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args *a) {
+    using S = shape<D>;
+    CUtensorMap tq, tk, tv;
+    if (!make_map(&tq, a->bf16, a->q, a->d, a->sq, a->heads, a->batch, a->q_stride, kBM) ||
+        !make_map(&tk, a->bf16, a->k, a->d, a->sk, a->kv_heads, a->batch, a->k_stride, S::kBN) ||
+        !make_map(&tv, a->bf16, a->v, a->d, a->sk, a->kv_heads, a->batch, a->v_stride, S::kBN))
+        return (int)cudaErrorNotSupported;
+    kparams p;
+    p.h_ratio = (int)(a->heads / a->kv_heads);
+    p.sq = (int)a->sq;
+    p.sk = (int)a->sk;
+    p.d_real = a->d;
+    p.causal = a->causal;
+    // A window wider than every distance is no window (and keeps positions
+    // -/+ window inside int).
+    p.window = a->window >= a->sq + a->sk ? 0 : (int)a->window;
+    p.softcap = a->softcap;
+    const float log2e = 1.4426950408889634f;
+    p.sl = a->softcap > 0.0f ? log2e : a->scale * log2e;
+    p.cap_in = a->softcap > 0.0f ? a->scale / a->softcap : 0.0f;
+    p.out = a->out;
+    p.osb = a->o_stride[0];
+    p.osh = a->o_stride[1];
+    p.oss = a->o_stride[2];
+    auto kern = attn_fwd<T, D, S::kBN, S::kStages, PIPE>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
+    if (e != cudaSuccess) return (int)e;
+    dim3 grid((unsigned)((a->sq + kBM - 1) / kBM), (unsigned)a->heads, (unsigned)a->batch);
+    kern<<<grid, kThreads, S::kSmem, (cudaStream_t)a->stream>>>(tq, tk, tv, p);
+    return (int)cudaGetLastError();
+}
+
+int pipe_mode() { return env_int("TOPS_CUDA_ATTN_PIPE", 2); }
+
+template <typename T> int launch_d(const tops__cu_attn_args *a) {
+    const int pm = pipe_mode();
+    switch (d_pad(a->d)) {
+    case 64:
+        return pm == 0 ? launch_typed<T, 64, 0>(a) : pm == 2 ? launch_typed<T, 64, 2>(a) : launch_typed<T, 64, 1>(a);
+    case 128:
+        return pm == 0 ? launch_typed<T, 128, 0>(a) : pm == 2 ? launch_typed<T, 128, 2>(a) : launch_typed<T, 128, 1>(a);
+    default:
+        return pm == 0 ? launch_typed<T, 256, 0>(a) : launch_typed<T, 256, 1>(a);
+    }
+}
+
+} // namespace
+
+extern "C" void tops__cu_attention_name(const tops__cu_attn_args *a, char *buf, size_t cap) {
+    const int dp = d_pad(a->d);
+    const int pm = pipe_mode() == 2 && dp == 256 ? 1 : pipe_mode();
+    snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s", dp, dp >= 256 ? 64 : 128,
+             pm == 0 ? "serial" : pm == 2 ? "pingpong" : "overlap", a->bf16 ? " bf16" : " f16");
+}
+
+extern "C" int tops__cu_attention_launch(const tops__cu_attn_args *a) {
+    return a->bf16 ? launch_d<__nv_bfloat16>(a) : launch_d<__half>(a);
+}

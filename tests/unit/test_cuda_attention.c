@@ -1,0 +1,338 @@
+/* tops_attention on a GPU (src/cuda/attention.cu): bad inputs on any
+   machine; on a Hopper GPU, f16 and bf16 against f64 attention of the same
+   16-bit inputs over head dims 32..256, ragged Sq / Sk (Sq > Sk too), causal,
+   sliding windows, softcap, GQA / MQA, strided [B, S, H, D] tensors, every
+   pipeline variant (TOPS_CUDA_ATTN_PIPE), NaN-poisoned outputs and repeated
+   runs compared bit for bit.  Without a GPU the numeric part skips with one
+   line. */
+#define _POSIX_C_SOURCE 200809L /* setenv: the pipeline variant is an environment knob */
+#include "harness.h"
+#include "tensorops.h"
+
+#include <math.h>
+#include <stdint.h>
+
+static const tops_memory host_mem = {TOPS_DEVICE_CPU, 0};
+static const tops_memory gpu0 = {TOPS_DEVICE_CUDA, 0};
+static int small_run; /* TOPS_CUDA_TEST_SMALL=1: a few cases (compute-sanitizer) */
+static th_rng rng;
+static double worst[2]; /* largest rel-L2 seen: f16, bf16 */
+
+typedef struct acase {
+    int64_t b, h, hkv, sq, sk, d;
+    int causal;
+    int64_t window;
+    float softcap, scale;
+    int bshd; /* q, k, v, out laid out [B, S, H, D] (strided views) */
+} acase;
+
+/* The rel-L2 bound the CPU rows use (tools/validate_common.c): 1e-5 plus one
+   rounding of the output type. */
+static double bound(tops_dtype dt) { return 1e-5 + (dt == TOPS_DT_F16 ? ldexp(1.0, -11) : ldexp(1.0, -8)); }
+
+static void reference(const acase *c, const float *q, const float *k, const float *v, double *out) {
+    double *logit = malloc((size_t)c->sk * sizeof(double));
+    double scale = c->scale > 0 ? c->scale : 1.0 / sqrt((double)c->d);
+    for (int64_t b = 0; b < c->b; b++)
+        for (int64_t h = 0; h < c->h; h++)
+            for (int64_t i = 0; i < c->sq; i++) {
+                int64_t hk = h / (c->h / c->hkv), pos = i + c->sk - c->sq;
+                const float *qi = q + ((b * c->h + h) * c->sq + i) * c->d;
+                double m = -INFINITY, sum = 0;
+                for (int64_t j = 0; j < c->sk; j++) {
+                    logit[j] = -INFINITY;
+                    if ((c->causal && j > pos) || (c->window > 0 && llabs(j - pos) >= c->window)) continue;
+                    const float *kj = k + ((b * c->hkv + hk) * c->sk + j) * c->d;
+                    double s = 0;
+                    for (int64_t x = 0; x < c->d; x++) s += (double)qi[x] * kj[x];
+                    s *= scale;
+                    if (c->softcap > 0) s = c->softcap * tanh(s / c->softcap);
+                    logit[j] = s;
+                    if (s > m) m = s;
+                }
+                double *o = out + ((b * c->h + h) * c->sq + i) * c->d;
+                for (int64_t x = 0; x < c->d; x++) o[x] = 0;
+                if (m == -INFINITY) continue;
+                for (int64_t j = 0; j < c->sk; j++) {
+                    if (logit[j] == -INFINITY) continue;
+                    double p = exp(logit[j] - m);
+                    sum += p;
+                    const float *vj = v + ((b * c->hkv + hk) * c->sk + j) * c->d;
+                    for (int64_t x = 0; x < c->d; x++) o[x] += p * vj[x];
+                }
+                for (int64_t x = 0; x < c->d; x++) o[x] /= sum;
+            }
+    free(logit);
+}
+
+/* A [B, H, S, D] view of n16 16-bit values in device memory; with bshd the
+   memory is [B, S, H, D]. */
+static void view(tops_dtype dt, void *data, int64_t b, int64_t h, int64_t s, int64_t d, int bshd, tops_tensor *t) {
+    tops_tensor_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.format = tops_format_of(dt);
+    desc.rank = 4;
+    desc.extent[0] = b, desc.extent[1] = h, desc.extent[2] = s, desc.extent[3] = d;
+    if (bshd) {
+        desc.stride[0] = s * h * d, desc.stride[1] = d, desc.stride[2] = h * d, desc.stride[3] = 1;
+    }
+    desc.data = data;
+    desc.memory = gpu0;
+    ASSERT_OK(tops_tensor_view(&desc, t));
+}
+
+/* Host [B, H, S, D] floats -> 16-bit in the memory order of view(); back. */
+static void to16(tops_dtype dt, const float *x, uint16_t *out, int64_t b, int64_t h, int64_t s, int64_t d, int bshd) {
+    for (int64_t i = 0; i < b; i++)
+        for (int64_t j = 0; j < h; j++)
+            for (int64_t r = 0; r < s; r++) {
+                int64_t src = ((i * h + j) * s + r) * d;
+                int64_t dst = bshd ? ((i * s + r) * h + j) * d : src;
+                tops_cast_from_f32(dt, out + dst, x + src, d, 0);
+            }
+}
+static void from16(tops_dtype dt, const uint16_t *x, float *out, int64_t b, int64_t h, int64_t s, int64_t d, int bshd) {
+    for (int64_t i = 0; i < b; i++)
+        for (int64_t j = 0; j < h; j++)
+            for (int64_t r = 0; r < s; r++) {
+                int64_t dst = ((i * h + j) * s + r) * d;
+                int64_t src = bshd ? ((i * s + r) * h + j) * d : dst;
+                tops_cast_to_f32(dt, out + dst, x + src, d);
+            }
+}
+
+/* One case on the GPU against f64; returns the rel-L2 (NaN on failure). */
+static double run_case(const acase *c, tops_dtype dt) {
+    int64_t nq = c->b * c->h * c->sq * c->d, nk = c->b * c->hkv * c->sk * c->d;
+    float *qf = malloc(nq * 4), *kf = malloc(nk * 4), *vf = malloc(nk * 4), *got = malloc(nq * 4);
+    uint16_t *q16 = malloc(nq * 2), *k16 = malloc(nk * 2), *v16 = malloc(nk * 2), *o16 = malloc(nq * 2),
+             *o16b = malloc(nq * 2);
+    double *ref = malloc(nq * sizeof(double));
+    void *dq = NULL, *dk = NULL, *dv = NULL, *dout = NULL;
+    double rel = NAN;
+    for (int64_t i = 0; i < nq; i++) qf[i] = th_uniform(&rng, -2.0f, 2.0f);
+    for (int64_t i = 0; i < nk; i++) kf[i] = th_uniform(&rng, -2.0f, 2.0f), vf[i] = th_uniform(&rng, -1.0f, 1.0f);
+    /* the reference sees the 16-bit values the kernel sees */
+    to16(dt, qf, q16, c->b, c->h, c->sq, c->d, 0);
+    from16(dt, q16, qf, c->b, c->h, c->sq, c->d, 0);
+    to16(dt, kf, k16, c->b, c->hkv, c->sk, c->d, 0);
+    from16(dt, k16, kf, c->b, c->hkv, c->sk, c->d, 0);
+    to16(dt, vf, v16, c->b, c->hkv, c->sk, c->d, 0);
+    from16(dt, v16, vf, c->b, c->hkv, c->sk, c->d, 0);
+    reference(c, qf, kf, vf, ref);
+    to16(dt, qf, q16, c->b, c->h, c->sq, c->d, c->bshd);
+    to16(dt, kf, k16, c->b, c->hkv, c->sk, c->d, c->bshd);
+    to16(dt, vf, v16, c->b, c->hkv, c->sk, c->d, c->bshd);
+    memset(o16, 0xFF, nq * 2); /* NaN in f16 and bf16 */
+    ASSERT_OK(tops_cuda_alloc(0, nq * 2, &dq));
+    ASSERT_OK(tops_cuda_alloc(0, nk * 2, &dk));
+    ASSERT_OK(tops_cuda_alloc(0, nk * 2, &dv));
+    ASSERT_OK(tops_cuda_alloc(0, nq * 2, &dout));
+    if (!dq || !dk || !dv || !dout) goto done;
+    ASSERT_OK(tops_cuda_copy(dq, gpu0, q16, host_mem, nq * 2, NULL));
+    ASSERT_OK(tops_cuda_copy(dk, gpu0, k16, host_mem, nk * 2, NULL));
+    ASSERT_OK(tops_cuda_copy(dv, gpu0, v16, host_mem, nk * 2, NULL));
+    ASSERT_OK(tops_cuda_copy(dout, gpu0, o16, host_mem, nq * 2, NULL));
+    tops_tensor q, k, v, o;
+    view(dt, dq, c->b, c->h, c->sq, c->d, c->bshd, &q);
+    view(dt, dk, c->b, c->hkv, c->sk, c->d, c->bshd, &k);
+    view(dt, dv, c->b, c->hkv, c->sk, c->d, c->bshd, &v);
+    view(dt, dout, c->b, c->h, c->sq, c->d, c->bshd, &o);
+    tops_exec ex = tops_exec_default();
+    ex.device = gpu0;
+    tops_attention_desc d = tops_attention_desc_default();
+    d.causal = c->causal;
+    d.window = c->window;
+    d.softcap = c->softcap;
+    d.scale = c->scale;
+    tops_status st = tops_attention(&ex, &d, &q, &k, &v, &o);
+    if (st != TOPS_OK) {
+        TH_FAIL_AT("tops_attention: %s", tops_last_error());
+        goto done;
+    }
+    ASSERT_OK(tops_cuda_synchronize(&ex));
+    ASSERT_OK(tops_cuda_copy(o16, host_mem, dout, gpu0, nq * 2, NULL));
+    /* again: the same bits */
+    ASSERT_OK(tops_attention(&ex, &d, &q, &k, &v, &o));
+    ASSERT_OK(tops_cuda_copy(o16b, host_mem, dout, gpu0, nq * 2, NULL));
+    if (memcmp(o16, o16b, nq * 2) != 0) TH_FAIL_AT("two runs gave different bits");
+    from16(dt, o16, got, c->b, c->h, c->sq, c->d, c->bshd);
+    double num = 0, den = 0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < nq; i++) {
+        if (!isfinite(got[i])) bad++;
+        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (bad) {
+        TH_FAIL_AT("%lld non-finite outputs (a row or column never written?)", (long long)bad);
+        rel = NAN;
+    }
+done:
+    tops_cuda_free(0, dq), tops_cuda_free(0, dk), tops_cuda_free(0, dv), tops_cuda_free(0, dout);
+    free(qf), free(kf), free(vf), free(got), free(q16), free(k16), free(v16), free(o16), free(o16b), free(ref);
+    return rel;
+}
+
+static void check_case(const acase *c, tops_dtype dt) {
+    double rel = run_case(c, dt);
+    int bf = dt == TOPS_DT_BF16;
+    if (rel > worst[bf]) worst[bf] = rel;
+    if (!(rel <= bound(dt)))
+        TH_FAIL_AT("%s B%lld H%lld/%lld Sq%lld Sk%lld D%lld causal %d window %lld softcap %g bshd %d: rel-L2 %.3g > %.3g",
+                   bf ? "bf16" : "f16", (long long)c->b, (long long)c->h, (long long)c->hkv, (long long)c->sq,
+                   (long long)c->sk, (long long)c->d, c->causal, (long long)c->window, (double)c->softcap, c->bshd,
+                   rel, bound(dt));
+}
+
+/* ---- any machine ------------------------------------------------------------ */
+
+static void test_bad_inputs(void) {
+    /* host tensors with exec.device = cuda: refused before any launch */
+    int64_t e[4] = {1, 2, 8, 64};
+    tops_tensor q, k, v, o;
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, e, host_mem, &q));
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, e, host_mem, &k));
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, e, host_mem, &v));
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F16), 4, e, host_mem, &o));
+    tops_exec ex = tops_exec_default();
+    ex.device = gpu0;
+    tops_attention_desc d = tops_attention_desc_default();
+    int n = 0;
+    tops_cuda_device_count(&n);
+    if (n > 0)
+        ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q, &k, &v, &o), TOPS_INVALID_ARGUMENT, "host memory");
+    else
+        ASSERT_STATUS(tops_attention(&ex, &d, &q, &k, &v, &o), TOPS_UNSUPPORTED_ON_DEVICE);
+    /* descriptor checks come first, on any machine */
+    d.window = -1;
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q, &k, &v, &o), TOPS_INVALID_ARGUMENT, "window");
+    tops_tensor_destroy(&q), tops_tensor_destroy(&k), tops_tensor_destroy(&v), tops_tensor_destroy(&o);
+}
+
+/* ---- on a GPU ------------------------------------------------------------------- */
+
+static void test_gpu_unsupported(void) {
+    /* each refusal names its reason; nothing launches */
+    void *buf[6] = {0};
+    for (int i = 0; i < 6; i++) ASSERT_OK(tops_cuda_alloc(0, 2 * 64 * 64 * 4, &buf[i]));
+    if (!buf[5]) return;
+    tops_tensor q, k, v, o, v32, o32, q32;
+    view(TOPS_DT_F16, buf[0], 1, 2, 64, 64, 0, &q);
+    view(TOPS_DT_F16, buf[1], 1, 2, 64, 64, 0, &k);
+    view(TOPS_DT_F16, buf[2], 1, 2, 64, 64, 0, &v);
+    view(TOPS_DT_F16, buf[3], 1, 2, 64, 64, 0, &o);
+    view(TOPS_DT_F16, buf[4], 1, 2, 64, 32, 0, &v32);
+    view(TOPS_DT_F16, buf[5], 1, 2, 64, 32, 0, &o32);
+    view(TOPS_DT_F32, buf[5], 1, 2, 64, 64, 0, &q32);
+    tops_exec ex = tops_exec_default();
+    ex.device = gpu0;
+    tops_attention_desc d = tops_attention_desc_default();
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q32, &k, &v, &o), TOPS_UNSUPPORTED_ON_DEVICE, "f16 or bf16");
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q, &k, &v, &q32), TOPS_UNSUPPORTED_ON_DEVICE, "share one type");
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q, &k, &v32, &o32), TOPS_UNSUPPORTED_ON_DEVICE, "differ");
+    /* keys whose head dimension is not contiguous: [1, 2, 32, 64] read transposed */
+    tops_tensor_desc kd;
+    memset(&kd, 0, sizeof kd);
+    kd.format = tops_format_of(TOPS_DT_F16);
+    kd.rank = 4;
+    kd.extent[0] = 1, kd.extent[1] = 2, kd.extent[2] = 32, kd.extent[3] = 64;
+    kd.stride[0] = 2 * 64 * 64, kd.stride[1] = 64 * 64, kd.stride[2] = 1, kd.stride[3] = 64;
+    kd.data = buf[1];
+    kd.memory = gpu0;
+    tops_tensor kt;
+    ASSERT_OK(tops_tensor_view(&kd, &kt));
+    tops_tensor qh, oh;
+    view(TOPS_DT_F16, buf[0], 1, 2, 32, 64, 0, &qh);
+    view(TOPS_DT_F16, buf[3], 1, 2, 32, 64, 0, &oh);
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &qh, &kt, &kt, &oh), TOPS_UNSUPPORTED_ON_DEVICE, "contiguous");
+    /* a base TMA cannot read (2-byte aligned) */
+    tops_tensor qm;
+    view(TOPS_DT_F16, (char *)buf[0] + 2, 1, 2, 32, 64, 0, &qm);
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &qm, &k, &v, &oh), TOPS_UNSUPPORTED_ON_DEVICE, "16-byte");
+    /* host memory with a GPU exec */
+    static uint16_t hostq[2 * 64 * 64];
+    tops_tensor_desc hd;
+    memset(&hd, 0, sizeof hd);
+    hd.format = tops_format_of(TOPS_DT_F16);
+    hd.rank = 4;
+    hd.extent[0] = 1, hd.extent[1] = 2, hd.extent[2] = 64, hd.extent[3] = 64;
+    hd.data = hostq;
+    tops_tensor hq;
+    ASSERT_OK(tops_tensor_view(&hd, &hq));
+    ASSERT_FAILS_WITH(tops_attention(&ex, &d, &hq, &k, &v, &o), TOPS_INVALID_ARGUMENT, "host memory");
+    for (int i = 0; i < 6; i++) tops_cuda_free(0, buf[i]);
+}
+
+static void test_shapes(void) {
+    const acase cases[] = {
+        /* b h hkv sq sk d causal window softcap scale bshd */
+        {1, 2, 2, 128, 128, 128, 0, 0, 0, 0, 0},
+        {1, 2, 1, 1, 1, 64, 0, 0, 0, 0, 0},
+        {2, 4, 2, 7, 33, 64, 1, 0, 0, 0, 0},
+        {1, 3, 1, 129, 200, 128, 0, 0, 0, 0, 0},
+        {1, 2, 2, 300, 300, 128, 1, 0, 0, 0, 0},
+        {2, 2, 1, 200, 50, 64, 1, 0, 0, 0, 0}, /* Sq > Sk: the first rows see no key */
+        {1, 2, 2, 64, 1000, 128, 1, 0, 0, 0, 0},
+        {1, 4, 4, 257, 300, 96, 1, 0, 0, 0, 1},
+        {1, 2, 1, 200, 333, 256, 1, 0, 0, 0, 0},
+        {1, 2, 2, 130, 260, 256, 0, 0, 0, 0, 1},
+        {1, 2, 2, 100, 100, 32, 0, 0, 0, 0, 0},
+        {1, 2, 2, 333, 333, 128, 1, 48, 0, 0, 0},  /* sliding window */
+        {1, 2, 2, 200, 260, 64, 0, 70, 0, 0, 0},   /* two-sided window */
+        {1, 2, 1, 150, 150, 128, 1, 0, 30.0f, 0, 1}, /* softcap */
+        {1, 2, 2, 90, 400, 80, 0, 0, 0, 0.3f, 0},  /* explicit scale */
+        {1, 8, 1, 16, 700, 128, 1, 0, 0, 0, 0},    /* MQA, decode-like */
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    if (small_run) n = 3;
+    for (int i = 0; i < n; i++) {
+        check_case(&cases[i], TOPS_DT_F16);
+        check_case(&cases[i], TOPS_DT_BF16);
+    }
+}
+
+/* Every pipeline variant on a few shapes (serial, overlapped, ping-pong).
+   The first has more CTAs (8 x 20) than an H200 has SMs, some of them with
+   no visible key (Sq > Sk, causal). */
+static void test_pipelines(void) {
+    const acase cases[] = {
+        {1, 20, 5, 1000, 300, 64, 1, 0, 0, 0, 0},
+        {1, 2, 2, 300, 300, 128, 1, 0, 0, 0, 0},
+        {2, 2, 1, 257, 513, 64, 0, 0, 0, 0, 1},
+        {1, 2, 2, 200, 333, 256, 1, 0, 0, 0, 0},
+        {1, 2, 2, 333, 333, 128, 1, 48, 20.0f, 0, 0},
+    };
+    const char *modes[] = {"0", "1", "2"};
+    for (int m = 0; m < 3; m++) {
+        setenv("TOPS_CUDA_ATTN_PIPE", modes[m], 1);
+        for (int i = 0; i < (small_run ? 1 : 5); i++) check_case(&cases[i], i % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
+    }
+    unsetenv("TOPS_CUDA_ATTN_PIPE");
+}
+
+int main(void) {
+    rng = th_seed();
+    small_run = getenv("TOPS_CUDA_TEST_SMALL") && atoi(getenv("TOPS_CUDA_TEST_SMALL")) == 1;
+    RUN_TEST(test_bad_inputs);
+    int n = 0;
+    tops_cuda_device_count(&n);
+    tops_cuda_device_info info;
+    if (!tops_get_build_info().cuda || n == 0 || tops_cuda_get_device_info(0, &info) != TOPS_OK) {
+        printf("skip: GPU attention tests need %s\n",
+               tops_get_build_info().cuda ? "a CUDA device (none found)" : "a CUDA build");
+        TEST_MAIN_END();
+    }
+    printf("cuda:0 %s, sm_%d%d\n", info.name, info.major, info.minor);
+    if (!(info.major == 9 && info.minor == 0)) {
+        printf("skip: the fused attention kernel needs compute capability 9.0\n");
+        TEST_MAIN_END();
+    }
+    RUN_TEST(test_gpu_unsupported);
+    RUN_TEST(test_shapes);
+    RUN_TEST(test_pipelines);
+    printf("worst rel-L2: f16 %.3g (bound %.3g), bf16 %.3g (bound %.3g)\n", worst[0], bound(TOPS_DT_F16), worst[1],
+           bound(TOPS_DT_BF16));
+    TEST_MAIN_END();
+}
