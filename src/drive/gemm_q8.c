@@ -56,9 +56,9 @@ static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p,
 /* Packs columns [n0, n0 + 8) (valid of them exist) over [k0, k0 + kc)
    into the microkernel's layout; missing columns get q = 0, scale 0.
    rows holds 8 * kc codes and qs 8 * kc / sub scales. */
-static void pack_panel_q8(const tops__kernels *kern, const tops_tensor *w, int64_t n0, int64_t valid, int64_t k0,
-                          int64_t kc, int sub, int offset, int8_t *rows, float *qs, uint8_t *panel, float *pscale) {
-    const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+static void pack_panel_q8(const tops__kernels *kern, tops__unpack_fn unpack, const tops__qweight *w, int64_t n0,
+                          int64_t valid, int64_t k0, int64_t kc, int sub, int offset, int8_t *rows, float *qs,
+                          uint8_t *panel, float *pscale) {
     const int64_t nb = kc / sub;
     for (int j = 0; j < 8; j++) {
         if (j < valid) {
@@ -75,13 +75,15 @@ static void pack_panel_q8(const tops__kernels *kern, const tops_tensor *w, int64
 
 void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64_t kp, int64_t g0, int64_t count,
                           uint8_t *panels, float *scales, void *scratch) {
-    const int sub = tops__unpack_sub(w), offset = q8_offset(kern, w);
+    const tops__qweight qw = tops__qweight_of(w);
+    const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+    const int sub = qw.sub, offset = q8_offset(kern, w);
     const int64_t n = w->extent[0], nb = kp / sub;
     int8_t *rows = scratch;
     float *qs = (float *)(rows + 8 * kp);
     for (int64_t g = g0; g < g0 + count; g++) {
         const int64_t valid = n - g * 8 < 8 ? n - g * 8 : 8;
-        pack_panel_q8(kern, w, g * 8, valid, 0, kp, sub, offset, rows, qs, panels + g * 8 * kp, scales + g * 8 * nb);
+        pack_panel_q8(kern, unpack, &qw, g * 8, valid, 0, kp, sub, offset, rows, qs, panels + g * 8 * kp, scales + g * 8 * nb);
     }
 }
 
@@ -90,7 +92,9 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
-    const int sub = tops__unpack_sub(w);
+    const tops__qweight qw = tops__qweight_of(w);
+    const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+    const int sub = qw.sub;
     int offset;
     const tops__gemm_q8_ukernel *uk = tops__gemm_q8_pick(kern, w, &offset);
     const int64_t mr = uk->mr, nr = uk->nr, M = p->m, N = p->n, kp = tops__round_up(p->k, 32);
@@ -163,7 +167,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                     if (!prepacked)
                         for (int64_t jr = 0; jr < n_panels; jr++) {
                             int64_t valid = nn - jr * nr < nr ? nn - jr * nr : nr;
-                            pack_panel_q8(kern, w, n0 + jr * nr, valid, k0, kc, sub, offset, q, qs, panel + jr * nr * kc,
+                            pack_panel_q8(kern, unpack, &qw, n0 + jr * nr, valid, k0, kc, sub, offset, q, qs, panel + jr * nr * kc,
                                           pscale + jr * nr * nb);
                         }
                     for (int64_t jr = 0; jr < n_panels; jr++) {

@@ -192,7 +192,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const tops_tensor *w = p->right.t;
     const tops__unpacker up = kern->unpack[w->format.id];
     const int integer = up.run != NULL, relaxed = integer && p->relaxed;
-    const int sub = integer ? tops__unpack_sub(w) : 32;
+    const tops__qweight qw = integer ? tops__qweight_of(w) : (tops__qweight){0};
+    const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
     const int in_place = relaxed && up.nib.block_bytes && sub == 32;
     /* Strict: the same layouts decoded in place to f32, four rows at a time. */
@@ -302,7 +303,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     } else if (nib_x4) { /* K % 32 == 0: whole blocks only */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
-                        for (int r = 0; r < 4; r++) up.nib.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        for (int r = 0; r < 4; r++) up.nib.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
                         for (int64_t m = 0; m < M; m++) {
@@ -316,7 +317,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     } else if (bytes_x4) { /* q8 bytes: K % 32 == 0, whole blocks in place */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
-                        for (int r = 0; r < 4; r++) up.byte.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        for (int r = 0; r < 4; r++) up.byte.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const int8_t *codes =
                             (const int8_t *)(tops__weight_row(w, n0 + j) + b0 * up.byte.block_bytes + up.byte.header);
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
@@ -327,7 +328,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         }
                     } else if (strict_x4) { /* kc codes per row, zero past K */
                         const int64_t ld_s = chunk / sub;
-                        for (int r = 0; r < 4; r++) up.run(w, n0 + j + r, k0, kc, q + r * chunk, scale + r * ld_s);
+                        for (int r = 0; r < 4; r++) up.run(&qw, n0 + j + r, k0, kc, q + r * chunk, scale + r * ld_s);
                         for (int64_t m = 0; m < M; m++) {
                             kern->dot_f32_q8_x4(a + m * kp + k0, q, chunk, scale, ld_s, kc, sub, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
@@ -351,7 +352,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     int64_t b0 = k0 / 32, nfull = full_blocks - b0 < kc / 32 ? full_blocks - b0 : kc / 32;
                     if (nfull < 0) nfull = 0;
                     const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
-                    if (nfull) up.nib.scales(w, n0 + j, k0, nfull * 32, scale);
+                    if (nfull) up.nib.scales(&qw, n0 + j, k0, nfull * 32, scale);
                     for (int64_t m = 0; m < M; m++)
                         if (nfull)
                             acc[m * N_BLOCK + j] += kern->dot_q8_nibbles(blocks, &up.nib, aq + m * kp + k0,
@@ -359,7 +360,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                                                                          scale, nfull);
                     if (b0 + nfull < b0 + kc / 32 && b0 + nfull == full_blocks && K % 32) {
                         int64_t kt = (b0 + nfull) * 32;
-                        up.run(w, n0 + j, kt, 32, q, scale);
+                        up.run(&qw, n0 + j, kt, 32, q, scale);
                         if (!up.nib.split) permute_even_odd(q);
                         for (int64_t m = 0; m < M; m++)
                             acc[m * N_BLOCK + j] += kern->dot_q8_q8(aq + m * kp + kt, as + m * n_subs + kt / 32, q, scale, 32, 32);
@@ -367,7 +368,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     continue;
                 }
                 if (integer) {
-                    up.run(w, n0 + j, k0, kc, q, scale);
+                    up.run(&qw, n0 + j, k0, kc, q, scale);
                     for (int64_t m = 0; m < M; m++)
                         acc[m * N_BLOCK + j] += relaxed ? kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q,
                                                                           scale, kc, sub)

@@ -5,6 +5,7 @@
 #include "matmul_util.h"
 #include "formats/elem.h"
 #include "ops/matmul2d.h"
+#include "drive/gemm.h"
 
 static th_rng rng;
 static const tops_dtype act_dts[3] = {TOPS_DT_F32, TOPS_DT_F16, TOPS_DT_BF16};
@@ -346,7 +347,8 @@ static void test_unpackers_match_reference(void) {
                 memcpy((uint8_t *)t.scales.data + i * esz, &code, esz);
             }
         }
-        const int sub = tops__unpack_sub(&t);
+        const tops__qweight qw = tops__qweight_of(&t);
+        const int sub = qw.sub;
         static int8_t q0[NMAX], q1[NMAX];
         static float s0[NMAX], s1[NMAX];
         for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
@@ -355,8 +357,8 @@ static void test_unpackers_match_reference(void) {
             for (int64_t row = 0; row < N; row++)
                 for (int64_t k0 = 0; k0 < K; k0 += 7 * sub) {
                     const int64_t n = (NMAX - k0) / sub * sub;
-                    ref->unpack[id].run(&t, row, k0, n, q0, s0);
-                    kern->unpack[id].run(&t, row, k0, n, q1, s1);
+                    ref->unpack[id].run(&qw, row, k0, n, q0, s0);
+                    kern->unpack[id].run(&qw, row, k0, n, q1, s1);
                     if (memcmp(q0, q1, (size_t)n) || memcmp(s0, s1, (size_t)(n / sub) * sizeof(float))) {
                         TH_FAIL_AT("%s isa=%s row %lld k0 %lld: the unpacker differs from the reference", info->name,
                                    tops_isa_name((tops_isa)isa), (long long)row, (long long)k0);

@@ -9,6 +9,7 @@
    unnoticed. */
 #include "matmul_util.h"
 #include "ops/matmul2d.h"
+#include "drive/gemm.h"
 
 static th_rng rng;
 
