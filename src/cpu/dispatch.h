@@ -51,6 +51,13 @@ static inline float tops__int_unit(tops_dtype element) {
 }
 
 typedef void (*tops__unpack_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
+/* The integer form with a per-sub-block offset (q4_K, q5_K: element =
+   q * scale - min, q >= 0): as tops__unpack_fn, plus min[b] for each
+   sub-block (0 past K).  Only the relaxed paths take it: they subtract
+   min[b] times the sub-block's activation sum (ascale * its code sum,
+   computed once when the activations are quantized). */
+typedef void (*tops__unpack_min_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q,
+                                    float *scale, float *min);
 /* 4-bit formats read in place by the fused relaxed dot product: blocks of
    32 elements, `header` bytes then 16 bytes of nibbles, every
    `block_bytes`.  split = 1: elements 0..15 in the low nibbles, 16..31 in
@@ -112,6 +119,7 @@ typedef struct tops__byte_layout {
 
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
+    tops__unpack_min_fn run_min; /* the relaxed form with mins (run is NULL then), or NULL */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
     tops__nibble_layout nib;
     tops__byte_layout byte;
@@ -126,10 +134,14 @@ typedef struct tops__unpacker {
    sub-block 8 column scales.  The i16 sums of four vpmaddubsw steps stay
    below 4 * 2 * 31 * 127 = 31496, so they never saturate.  The narrow
    variant takes weights with |q| <= 8 packed as q + 8 (0..16): eight steps
-   (32 k) then stay below 8 * 2 * 16 * 127 = 32512. */
+   (32 k) then stay below 8 * 2 * 16 * 127 = 32512.  Weights with mins
+   (tops__unpack_min_fn): bmin per sub-block 8 column mins, amin per row
+   and sub-block ascale * the block's code sum (row stride lds); after a
+   block's scaled sum each row takes one more FMA, c -= amin * bmin
+   (fmaf(-amin, bmin, c)).  bmin NULL: no mins (amin is not read). */
 typedef void (*tops__gemm_q8_fn)(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                 const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
-                                 int64_t ldc, int accumulate);
+                                 const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                 const float *amin, const float *bmin, float *c, int64_t ldc, int accumulate);
 typedef struct tops__gemm_q8_ukernel {
     int mr, nr;
     tops__gemm_q8_fn run;
@@ -450,12 +462,14 @@ void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, 
 void tops__ref_fill_unpackers(tops__unpacker *table);
 void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
 void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                    const float *amin, const float *bmin, float *c,
                                     int64_t ldc, int accumulate);
 void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                    const float *amin, const float *bmin, float *c,
                                     int64_t ldc, int accumulate);
 void tops__ref_unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale);
 void tops__ref_unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q);
@@ -514,15 +528,18 @@ void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64
 void tops__avx2_fill_unpackers(tops__unpacker *table);
 void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
 void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
                                      int64_t ldc, int accumulate);
 void tops_gemm_f32_qi8_qu8_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
                                      int64_t ldc, int accumulate);
 void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                 const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
                                      int64_t ldc, int accumulate);
 float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
 float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
@@ -561,6 +578,7 @@ int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int ns
 #endif
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                            const float *amin, const float *bmin,
                                             float *c, int64_t ldc, int accumulate);
 void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       int accumulate);

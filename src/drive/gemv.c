@@ -191,7 +191,10 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const tops__unpacker up = kern->unpack[w->format.id];
-    const int integer = up.run != NULL, relaxed = integer && p->relaxed;
+    /* Integer forms with mins (q4_K, q5_K): relaxed only, each row's dot
+       less its mins times the activations' scaled code sums (amin). */
+    const int mins = !up.run && up.run_min && p->relaxed;
+    const int integer = up.run != NULL || mins, relaxed = integer && p->relaxed;
     const tops__qweight qw = integer ? tops__qweight_of(w) : (tops__qweight){0};
     const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
@@ -239,6 +242,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     per_thread = (size_t)tops__round_up((int64_t)per_thread, 64);
 
     float *acorr = as + M * n_subs;
+    float *amin = acorr; /* the same room: mins exclude the in-place nibbles */
     float *ap = permuted ? a + M * kp : a; /* activations for dot_f32_nibbles_x4 */
     for (int64_t m = 0; m < M; m++) {
         load_activation_row(kern, &p->left, m, K, kp, a + m * kp);
@@ -249,6 +253,12 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     ap[m * kp + b * 32 + 16 + j] = a[m * kp + b * 32 + 2 * j + 1];
                 }
         if (relaxed) kern->quantize_q8(a + m * kp, kp, sub, aq + m * kp, as + m * n_subs);
+        if (mins)
+            for (int64_t b = 0; b < n_subs; b++) {
+                int32_t sum = 0;
+                for (int j = 0; j < sub; j++) sum += aq[m * kp + b * sub + j];
+                amin[m * n_subs + b] = as[m * n_subs + b] * (float)sum;
+            }
         if (stream) /* before the plain rows' even / odd order below */
             stream_activations(aq + m * kp, as + m * n_subs, kp / 32, up.nib.offset, p->nib_stream.scale_bytes == 1,
                                p->nib_stream.mul, st_base + m * n_sb * STREAM_ACT_BYTES);
@@ -365,6 +375,15 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         for (int64_t m = 0; m < M; m++)
                             acc[m * N_BLOCK + j] += kern->dot_q8_q8(aq + m * kp + kt, as + m * n_subs + kt / 32, q, scale, 32, 32);
                     }
+                    continue;
+                }
+                if (mins) {
+                    float *wmin = scale + chunk / sub;
+                    up.run_min(&qw, n0 + j, k0, kc, q, scale, wmin);
+                    for (int64_t m = 0; m < M; m++)
+                        acc[m * N_BLOCK + j] += kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q, scale, kc,
+                                                                sub) -
+                                                kern->dot_f32(amin + m * n_subs + k0 / sub, wmin, kc / sub);
                     continue;
                 }
                 if (integer) {

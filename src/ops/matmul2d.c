@@ -283,6 +283,11 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
        variant: i32 sums with no saturating i16 stage). */
     if (p->right.read == tops__read_rect_unpack && p->relaxed && tops__gemm_q8_takes(kern, right))
         return PLAN_INTEGER;
+    /* Integer forms with mins (q4_K, q5_K) only where activations are
+       quantized: their strict paths decode. */
+    if (p->relaxed && !p->right.k_major && !p->right.packed && right->format.id != TOPS_FMT_PACKED &&
+        kern->unpack[right->format.id].run_min && tops__gemm_q8_takes(kern, right))
+        return PLAN_INTEGER;
     return PLAN_PANELS;
 }
 
@@ -392,7 +397,8 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                  tops__gemm_q8_pick(kern, right, NULL)->name, isa);
     } else if (kind == PLAN_ROWS) {
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
-        const char *how = !up || !up->run      ? "f32 rows, f32 dots"
+        const char *how = up && !up->run && up->run_min && p.relaxed ? "integer rows with mins, i8 dots"
+                          : !up || !up->run    ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
                           : tops__gemv_bytes_in_place(&p) ? "8-bit rows in place, i8 dots"
                           : !nib               ? "integer rows, i8 dots"
@@ -473,7 +479,8 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     /* At a level with AMX kernels every integer form gets the AMX panels
        (16-column groups) instead of the 8-column ones. */
     const int amx = tops__gemm_amx_supports(kern, right, relaxed);
-    const int q8 = amx || (relaxed && tops__gemm_q8_takes(kern, right));
+    /* (integer forms with mins: the copy only, unpacked per call) */
+    const int q8 = amx || (relaxed && kern->unpack[right->format.id].run && tops__gemm_q8_takes(kern, right));
     const int width = amx ? 16 : 8, esize = amx && !relaxed ? 2 : 1; /* strict AMX panels hold bf16 codes */
     const int64_t kp = tops__ceil_div(k, 32) * 32, groups = amx ? tops__amx_groups(n) : tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);
@@ -625,7 +632,8 @@ static tops_status pack_right_with(const char *fn, const tops__kernels *kern, co
     int64_t k, n;
     if ((st = check_right_plain(fn, right, desc->transpose_right, &k, &n)) != TOPS_OK) return st;
 
-    if (kern->unpack[right->format.id].run && desc->transpose_right)
+    const tops__unpacker *up = &kern->unpack[right->format.id];
+    if ((up->run || (up->run_min && desc->relaxed_precision)) && desc->transpose_right)
         return pack_in_place(fn, kern, &ex, desc->relaxed_precision, right, k, n, packed);
 
     const int nr = kern->gemm_f32.nr;

@@ -191,6 +191,52 @@ static void unpack_q6_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t
     if (i < n) scalar_q6_k(w, row, k0 + i, n - i, q + i, scale + i / 16);
 }
 
+/* q4_K / q5_K: a sub-block of 32 is one 32-byte row of qs (low or high
+   nibbles) and, for q5_K, bit j of the 32 qh bytes; scales and mins as
+   the scalar rows compute them. */
+static tops__unpack_min_fn scalar_q4_k, scalar_q5_k;
+static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                          float *min, int five) {
+    const uint8_t *data = w->data + row * w->row_bytes;
+    const int64_t K = w->k;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    int64_t i = 0;
+    for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
+        const int64_t kb = k0 + i;
+        const uint8_t *blk = data + (kb / 256) * w->block_bytes;
+        const int j = (int)(kb % 256) / 32;
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + (five ? 48 : 16) + 32 * (j / 2)));
+        __m256i v = _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(4 * (j % 2))), m4);
+        if (five) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(blk + 16));
+            v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(j)), one), 4));
+        }
+        _mm256_storeu_si256((__m256i *)(q + i), v);
+        const uint8_t *s = blk + 4;
+        int sc, m;
+        if (j < 4) {
+            sc = s[j] & 63, m = s[j + 4] & 63;
+        } else {
+            sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+            m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+        }
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        scale[i / 32] = _cvtsh_ss(hd) * (float)sc * w->mul;
+        min[i / 32] = _cvtsh_ss(hm) * (float)m * w->mul;
+    }
+    if (i < n) (five ? scalar_q5_k : scalar_q4_k)(w, row, k0 + i, n - i, q + i, scale + i / 32, min + i / 32);
+}
+static void unpack_q4_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    unpack_kquant(w, row, k0, n, q, scale, min, 0);
+}
+static void unpack_q5_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    unpack_kquant(w, row, k0, n, q, scale, min, 1);
+}
+
 /* GGUF block scales from the headers: F16C for q4_0, 2^(e-128) by bits
    for ggml's mxfp4 (the same values as the scalar rows). */
 static void scales_q4_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
@@ -226,6 +272,10 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     scalar_mxfp4 = table[TOPS_FMT_GGUF_MXFP4].run;
     scalar_q6_k = table[TOPS_FMT_Q6_K].run;
     table[TOPS_FMT_Q6_K].run = unpack_q6_k;
+    scalar_q4_k = table[TOPS_FMT_Q4_K].run_min;
+    scalar_q5_k = table[TOPS_FMT_Q5_K].run_min;
+    table[TOPS_FMT_Q4_K].run_min = unpack_q4_k;
+    table[TOPS_FMT_Q5_K].run_min = unpack_q5_k;
     scalar_iq4_nl = table[TOPS_FMT_IQ4_NL].run;
     scalar_iq4_xs = table[TOPS_FMT_IQ4_XS].run;
     table[TOPS_FMT_IQ4_NL].run = unpack_iq4_nl;

@@ -216,6 +216,59 @@ static void unpack_q6_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t
     }
 }
 
+/* q4_K (144-byte super-blocks of 256: f16 d, f16 dmin, scales[12],
+   qs[128]) and q5_K (176 bytes: qh[32] before qs): 8 sub-blocks j of 32,
+   element = (d * sc_j) * q - (dmin * m_j) with q = 0..15 (q5_K: 0..31,
+   bit j of qh[l] as bit 4): scale d * sc_j and min dmin * m_j, the
+   decoder's f32 products (src/formats/kquants.c), times mul. */
+static void kquant_scale_min(const uint8_t *s, int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                          float *min, int five) {
+    const int64_t K = w->k;
+    const uint8_t *data = w->data + row * w->row_bytes;
+    for (int64_t b = 0; b < n / 32; b++) {
+        const int64_t kb = k0 + b * 32;
+        int8_t *qb = q + b * 32;
+        if (kb >= K) {
+            memset(qb, 0, 32);
+            scale[b] = 0.0f, min[b] = 0.0f;
+            continue;
+        }
+        const uint8_t *blk = data + (kb / 256) * w->block_bytes;
+        const int j = (int)(kb % 256) / 32;
+        const uint8_t *qs = blk + (five ? 48 : 16) + 32 * (j / 2), *qh = blk + 16;
+        for (int l = 0; l < 32; l++) {
+            int v = (qs[l] >> (4 * (j % 2))) & 0xF;
+            if (five) v |= ((qh[l] >> j) & 1) << 4;
+            qb[l] = (int8_t)v;
+        }
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        int sc, m;
+        kquant_scale_min(blk + 4, j, &sc, &m);
+        scale[b] = tops__f16_to_f32(hd) * (float)sc * w->mul;
+        min[b] = tops__f16_to_f32(hm) * (float)m * w->mul;
+        for (int64_t l = K - kb; l < 32; l++) qb[l] = 0; /* the tail block's unused elements */
+    }
+}
+static void unpack_q4_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    unpack_kquant(w, row, k0, n, q, scale, min, 0);
+}
+static void unpack_q5_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    unpack_kquant(w, row, k0, n, q, scale, min, 1);
+}
+
 void tops__ref_fill_unpackers(tops__unpacker *table) {
     memset(table, 0, sizeof(tops__unpacker) * TOPS_FMT_COUNT_);
     table[TOPS_FMT_I8].run = unpack_elements, table[TOPS_FMT_I8].qmax = 128;
@@ -233,6 +286,8 @@ void tops__ref_fill_unpackers(tops__unpacker *table) {
     table[TOPS_FMT_Q6_K].run = unpack_q6_k, table[TOPS_FMT_Q6_K].qmax = 32;
     table[TOPS_FMT_IQ4_NL].run = unpack_iq4_nl, table[TOPS_FMT_IQ4_NL].qmax = 127;
     table[TOPS_FMT_IQ4_XS].run = unpack_iq4_xs, table[TOPS_FMT_IQ4_XS].qmax = 127;
+    table[TOPS_FMT_Q4_K].run_min = unpack_q4_k, table[TOPS_FMT_Q4_K].qmax = 15;
+    table[TOPS_FMT_Q5_K].run_min = unpack_q5_k, table[TOPS_FMT_Q5_K].qmax = 31;
     /* In-place nibble layouts: the code -> q + offset tables. */
     tops__nibble_layout i4 = {16, 0, 0, 8, {0}, tops__ref_unpack_scales};
     tops__nibble_layout fp4 = {16, 0, 0, 12, {0}, tops__ref_unpack_scales};
