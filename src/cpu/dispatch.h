@@ -117,9 +117,23 @@ typedef struct tops__byte_layout {
     tops__scales_fn scales;
 } tops__byte_layout;
 
+/* The relaxed dot of one weight row of super-blocks with mins (q4_K,
+   q5_K) read in place, over nsb whole super-blocks of 256 (8 sub-blocks
+   of 32): aq, as and amin the activations' codes, scales and amin (as
+   for gemm_q8) from the first super-block's first element.  Sub-block j
+   of each super-block goes to lane j of eight f32 lanes, super-blocks in
+   order: lane = fma(S, as * scale, lane), then lane = fma(-amin, min,
+   lane), with S the exact i32 sum of aq * q and scale, min the
+   unpacker's values (mul as w->mul); the result is
+   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).  Every level gives
+   the same bits. */
+typedef float (*tops__dot_min_fn)(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
+                                  const float *amin, int64_t nsb);
+
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
     tops__unpack_min_fn run_min; /* the relaxed form with mins (run is NULL then), or NULL */
+    tops__dot_min_fn dot_min;    /* with run_min: its rows read in place (relaxed M <= 4), or NULL */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
     tops__nibble_layout nib;
     tops__byte_layout byte;
@@ -576,6 +590,7 @@ int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub
                                uint16_t *out);
 int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
 #endif
+void tops__avx512_vnni_fill_unpackers(tops__unpacker *table);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                             const float *amin, const float *bmin,

@@ -195,6 +195,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
        less its mins times the activations' scaled code sums (amin). */
     const int mins = !up.run && up.run_min && p->relaxed;
     const int integer = up.run != NULL || mins, relaxed = integer && p->relaxed;
+    const int in_place_min = mins && up.dot_min && p->k % 256 == 0; /* rows of whole super-blocks */
     const tops__qweight qw = integer ? tops__qweight_of(w) : (tops__qweight){0};
     const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
@@ -375,6 +376,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         for (int64_t m = 0; m < M; m++)
                             acc[m * N_BLOCK + j] += kern->dot_q8_q8(aq + m * kp + kt, as + m * n_subs + kt / 32, q, scale, 32, 32);
                     }
+                    continue;
+                }
+                if (mins && in_place_min) { /* whole super-blocks read in place */
+                    const uint8_t *blocks = qw.data + (n0 + j) * qw.row_bytes + (k0 / 256) * qw.block_bytes;
+                    for (int64_t m = 0; m < M; m++)
+                        acc[m * N_BLOCK + j] += up.dot_min(blocks, qw.mul, aq + m * kp + k0, as + m * n_subs + k0 / sub,
+                                                           amin + m * n_subs + k0 / sub, kc / 256);
                     continue;
                 }
                 if (mins) {

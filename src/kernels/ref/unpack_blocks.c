@@ -269,6 +269,44 @@ static void unpack_q5_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t
     unpack_kquant(w, row, k0, n, q, scale, min, 1);
 }
 
+/* The in-place relaxed dot of q4_K / q5_K rows (tops__dot_min_fn). */
+static float dot_min_kquant(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+                            int64_t nsb, int five) {
+    const int bytes = five ? 176 : 144;
+    float lane[8] = {0};
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * bytes;
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        const float d = tops__f16_to_f32(hd), dmin = tops__f16_to_f32(hm);
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *qs = blk + (five ? 48 : 16) + 32 * (j / 2), *qh = blk + 16;
+            const int8_t *a = aq + s * 256 + j * 32;
+            int32_t sum = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = (qs[l] >> (4 * (j % 2))) & 0xF;
+                if (five) v |= ((qh[l] >> j) & 1) << 4;
+                sum += v * a[l];
+            }
+            int sc, m;
+            kquant_scale_min(blk + 4, j, &sc, &m);
+            const float scale = d * (float)sc * mul, min = dmin * (float)m * mul;
+            lane[j] = fmaf((float)sum, as[s * 8 + j] * scale, lane[j]);
+            lane[j] = fmaf(-amin[s * 8 + j], min, lane[j]);
+        }
+    }
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+static float dot_min_q4_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+                          int64_t nsb) {
+    return dot_min_kquant(blocks, mul, aq, as, amin, nsb, 0);
+}
+static float dot_min_q5_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+                          int64_t nsb) {
+    return dot_min_kquant(blocks, mul, aq, as, amin, nsb, 1);
+}
+
 void tops__ref_fill_unpackers(tops__unpacker *table) {
     memset(table, 0, sizeof(tops__unpacker) * TOPS_FMT_COUNT_);
     table[TOPS_FMT_I8].run = unpack_elements, table[TOPS_FMT_I8].qmax = 128;
@@ -288,6 +326,8 @@ void tops__ref_fill_unpackers(tops__unpacker *table) {
     table[TOPS_FMT_IQ4_XS].run = unpack_iq4_xs, table[TOPS_FMT_IQ4_XS].qmax = 127;
     table[TOPS_FMT_Q4_K].run_min = unpack_q4_k, table[TOPS_FMT_Q4_K].qmax = 15;
     table[TOPS_FMT_Q5_K].run_min = unpack_q5_k, table[TOPS_FMT_Q5_K].qmax = 31;
+    table[TOPS_FMT_Q4_K].dot_min = dot_min_q4_k;
+    table[TOPS_FMT_Q5_K].dot_min = dot_min_q5_k;
     /* In-place nibble layouts: the code -> q + offset tables. */
     tops__nibble_layout i4 = {16, 0, 0, 8, {0}, tops__ref_unpack_scales};
     tops__nibble_layout fp4 = {16, 0, 0, 12, {0}, tops__ref_unpack_scales};
