@@ -85,17 +85,18 @@ static void pack_panel_q8(const tops__kernels *kern, tops__unpack_fn unpack, top
 }
 
 void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64_t kp, int64_t g0, int64_t count,
-                          uint8_t *panels, float *scales, void *scratch) {
+                          uint8_t *panels, float *scales, float *mins, void *scratch) {
     const tops__qweight qw = tops__qweight_of(w);
     const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+    const tops__unpack_min_fn unpack_min = unpack ? NULL : kern->unpack[w->format.id].run_min;
     const int sub = qw.sub, offset = q8_offset(kern, w);
     const int64_t n = w->extent[0], nb = kp / sub;
     int8_t *rows = scratch;
     float *qs = (float *)(rows + 8 * kp);
     for (int64_t g = g0; g < g0 + count; g++) {
         const int64_t valid = n - g * 8 < 8 ? n - g * 8 : 8;
-        pack_panel_q8(kern, unpack, NULL, &qw, g * 8, valid, 0, kp, sub, offset, rows, qs, panels + g * 8 * kp,
-                      scales + g * 8 * nb, NULL);
+        pack_panel_q8(kern, unpack, unpack_min, &qw, g * 8, valid, 0, kp, sub, offset, rows, qs, panels + g * 8 * kp,
+                      scales + g * 8 * nb, unpack_min ? mins + g * 8 * nb : NULL);
     }
 }
 
@@ -118,7 +119,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     const int64_t k_blocks = tops__ceil_div(kp, kc_max), n_subs = kp / sub;
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, mr);
     /* Prepacked panels are laid out for 8-column kernels. */
-    const int prepacked = p->q8_panels && !p->q8_amx && nr == 8;
+    const int prepacked = p->q8_panels && !p->q8_amx && nr == 8 && (!mins || p->q8_mins);
 
     int threads;
     int64_t nc, n_blocks;
@@ -199,7 +200,9 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                         const uint8_t *bp = prepacked ? p->q8_panels + g * 8 * kp + k0 * 8 : panel + jr * nr * kc;
                         const float *bs =
                             prepacked ? p->q8_scales + g * 8 * n_subs + k0 / sub * 8 : pscale + jr * nr * nb;
-                        const float *bm = mins ? pmin + jr * nr * nb : NULL;
+                        const float *bm = !mins     ? NULL
+                                          : prepacked ? p->q8_mins + g * 8 * n_subs + k0 / sub * 8
+                                                      : pmin + jr * nr * nb;
                         for (int64_t ip = 0; ip < m_pad / mr; ip++)
                             uk->run(nb, sub, aq + ip * mr * kp + k0, kp, as + ip * mr * n_subs + k0 / sub,
                                     corr + ip * mr * n_subs + k0 / sub, n_subs, bp, bs,
