@@ -8,70 +8,9 @@
 #include <immintrin.h>
 #include <string.h>
 
-/* The eight sub-block sums of one super-block, lane j = sub-block j
-   (exact i32: q <= 31, |aq| <= 127). */
-static inline __m256i kquant_sums(const uint8_t *blk, const int8_t *aq, int five) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    const uint8_t *qs = blk + (five ? 48 : 16);
-    const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
-    __m256i v[8];
-    for (int i = 0; i < 4; i++) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));
-        __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-        if (five) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one), 4));
-        }
-        v[2 * i] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, _mm256_loadu_si256((const __m256i *)(aq + 64 * i)));
-        v[2 * i + 1] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi, _mm256_loadu_si256((const __m256i *)(aq + 64 * i + 32)));
-    }
-    const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
-    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
-}
-
-/* tops__dot_min_fn: lane j = sub-block j; scales and mins as the scalar
-   rows compute them (d * sc * mul, dmin * m * mul), then as * scale. */
-static inline float dot_min_kquant(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
-                      int64_t nsb, int five) {
-    const int bytes = five ? 176 : 144;
-    const __m256 vmul = _mm256_set1_ps(mul);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t s = 0; s < nsb; s++) {
-        const uint8_t *blk = blocks + s * bytes;
-        if (s + 1 < nsb) _mm_prefetch((const char *)(blk + 2 * bytes), _MM_HINT_T0);
-        const __m256i sums = kquant_sums(blk, aq + s * 256, five);
-        const uint8_t *sm = blk + 4;
-        int32_t sc[8], m[8];
-        for (int j = 0; j < 4; j++) {
-            sc[j] = sm[j] & 63, m[j] = sm[j + 4] & 63;
-            sc[j + 4] = (sm[j + 8] & 15) | ((sm[j] >> 6) << 4);
-            m[j + 4] = (sm[j + 8] >> 4) | ((sm[j + 4] >> 6) << 4);
-        }
-        uint16_t hd, hm;
-        memcpy(&hd, blk, 2);
-        memcpy(&hm, blk + 2, 2);
-        const __m256 scale = _mm256_mul_ps(
-            _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sc))), vmul);
-        const __m256 min = _mm256_mul_ps(
-            _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hm)), _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)m))), vmul);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_loadu_ps(as + s * 8), scale), acc);
-        acc = _mm256_fnmadd_ps(_mm256_loadu_ps(amin + s * 8), min, acc);
-    }
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-static float dot_min_q4_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
-                          int64_t nsb) {
-    return dot_min_kquant(blocks, mul, aq, as, amin, nsb, 0);
-}
-static float dot_min_q5_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
-                          int64_t nsb) {
-    return dot_min_kquant(blocks, mul, aq, as, amin, nsb, 1);
-}
+#define TOPS_KQ_DOT(q, a) _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, a)
+#include "kernels/avx2/dot_min_body.h"
+#undef TOPS_KQ_DOT
 
 /* On top of the AVX2 unpackers (the table holds them on entry). */
 void tops__avx512_vnni_fill_unpackers(tops__unpacker *table) {

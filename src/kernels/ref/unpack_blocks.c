@@ -6,6 +6,7 @@
    the scales through w->mul. */
 #include "cpu/dispatch.h"
 #include "formats/elem.h"
+#include "kernels/ref/kquant.h"
 
 #include <math.h>
 #include <string.h>
@@ -221,15 +222,6 @@ static void unpack_q6_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t
    element = (d * sc_j) * q - (dmin * m_j) with q = 0..15 (q5_K: 0..31,
    bit j of qh[l] as bit 4): scale d * sc_j and min dmin * m_j, the
    decoder's f32 products (src/formats/kquants.c), times mul. */
-static void kquant_scale_min(const uint8_t *s, int j, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 15) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
 static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
                           float *min, int five) {
     const int64_t K = w->k;
@@ -244,7 +236,7 @@ static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64
         }
         const uint8_t *blk = data + (kb / 256) * w->block_bytes;
         const int j = (int)(kb % 256) / 32;
-        const uint8_t *qs = blk + (five ? 48 : 16) + 32 * (j / 2), *qh = blk + 16;
+        const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4) + 32 * (j / 2), *qh = blk + TOPS__KQ_QH;
         for (int l = 0; l < 32; l++) {
             int v = (qs[l] >> (4 * (j % 2))) & 0xF;
             if (five) v |= ((qh[l] >> j) & 1) << 4;
@@ -254,7 +246,7 @@ static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64
         memcpy(&hd, blk, 2);
         memcpy(&hm, blk + 2, 2);
         int sc, m;
-        kquant_scale_min(blk + 4, j, &sc, &m);
+        tops__kquant_scale_min(blk + TOPS__KQ_SCALES, j, &sc, &m);
         scale[b] = tops__f16_to_f32(hd) * (float)sc * w->mul;
         min[b] = tops__f16_to_f32(hm) * (float)m * w->mul;
         for (int64_t l = K - kb; l < 32; l++) qb[l] = 0; /* the tail block's unused elements */
@@ -281,7 +273,7 @@ static float dot_min_kquant(const uint8_t *blocks, float mul, const int8_t *aq, 
         memcpy(&hm, blk + 2, 2);
         const float d = tops__f16_to_f32(hd), dmin = tops__f16_to_f32(hm);
         for (int j = 0; j < 8; j++) {
-            const uint8_t *qs = blk + (five ? 48 : 16) + 32 * (j / 2), *qh = blk + 16;
+            const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4) + 32 * (j / 2), *qh = blk + TOPS__KQ_QH;
             const int8_t *a = aq + s * 256 + j * 32;
             int32_t sum = 0;
             for (int l = 0; l < 32; l++) {
@@ -290,7 +282,7 @@ static float dot_min_kquant(const uint8_t *blocks, float mul, const int8_t *aq, 
                 sum += v * a[l];
             }
             int sc, m;
-            kquant_scale_min(blk + 4, j, &sc, &m);
+            tops__kquant_scale_min(blk + TOPS__KQ_SCALES, j, &sc, &m);
             const float scale = d * (float)sc * mul, min = dmin * (float)m * mul;
             lane[j] = fmaf((float)sum, as[s * 8 + j] * scale, lane[j]);
             lane[j] = fmaf(-amin[s * 8 + j], min, lane[j]);
