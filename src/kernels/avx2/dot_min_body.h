@@ -46,15 +46,15 @@ static inline float dot_min_kquant(const uint8_t *blocks, float mul, const int8_
         const uint8_t *blk = blocks + s * bytes;
         if (s + 1 < nsb) _mm_prefetch((const char *)(blk + 2 * bytes), _MM_HINT_T0);
         const __m256i sums = kquant_sums(blk, aq + s * 256, five);
-        int32_t sc[8], m[8];
-        for (int j = 0; j < 8; j++) tops__kquant_scale_min(blk + TOPS__KQ_SCALES, j, &sc[j], &m[j]);
+        uint64_t sc, m;
+        tops__kquant_scales8(blk + TOPS__KQ_SCALES, &sc, &m);
         uint16_t hd, hm;
         memcpy(&hd, blk, 2);
         memcpy(&hm, blk + 2, 2);
-        const __m256 scale = _mm256_mul_ps(
-            _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)sc))), vmul);
-        const __m256 min = _mm256_mul_ps(
-            _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hm)), _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)m))), vmul);
+        const __m256 vsc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+        const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m)));
+        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), vsc), vmul);
+        const __m256 min = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hm)), vm), vmul);
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_loadu_ps(as + s * 8), scale), acc);
         acc = _mm256_fnmadd_ps(_mm256_loadu_ps(amin + s * 8), min, acc);
     }
