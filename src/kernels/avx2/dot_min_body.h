@@ -14,7 +14,7 @@
 
 /* The eight sub-block sums of one super-block, lane j = sub-block j
    (exact i32: q <= 31, |aq| <= 127). */
-static inline __m256i kquant_sums(const uint8_t *blk, const int8_t *aq, int five) {
+static inline __m256i kq_sums(const uint8_t *blk, const int8_t *aq, int five) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4);
     const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + TOPS__KQ_QH)) : _mm256_setzero_si256();
@@ -37,7 +37,7 @@ static inline __m256i kquant_sums(const uint8_t *blk, const int8_t *aq, int five
 
 /* tops__dot_min_fn: lane j = sub-block j; scales and mins as the scalar
    rows compute them (d * sc * mul, dmin * m * mul), then as * scale. */
-static inline float dot_min_kquant(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
+static inline float kq_dot_min(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
                                    const float *amin, int64_t nsb, int five) {
     const int bytes = five ? 176 : 144;
     const __m256 vmul = _mm256_set1_ps(mul);
@@ -45,7 +45,7 @@ static inline float dot_min_kquant(const uint8_t *blocks, float mul, const int8_
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *blk = blocks + s * bytes;
         if (s + 1 < nsb) _mm_prefetch((const char *)(blk + 2 * bytes), _MM_HINT_T0);
-        const __m256i sums = kquant_sums(blk, aq + s * 256, five);
+        const __m256i sums = kq_sums(blk, aq + s * 256, five);
         uint64_t sc, m;
         tops__kquant_scales8(blk + TOPS__KQ_SCALES, &sc, &m);
         uint16_t hd, hm;
@@ -63,11 +63,11 @@ static inline float dot_min_kquant(const uint8_t *blocks, float mul, const int8_
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     return _mm_cvtss_f32(h);
 }
-static float dot_min_q4_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+static float kq_dot_min_q4_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
                           int64_t nsb) {
-    return dot_min_kquant(blocks, mul, aq, as, amin, nsb, 0);
+    return kq_dot_min(blocks, mul, aq, as, amin, nsb, 0);
 }
-static float dot_min_q5_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+static float kq_dot_min_q5_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
                           int64_t nsb) {
-    return dot_min_kquant(blocks, mul, aq, as, amin, nsb, 1);
+    return kq_dot_min(blocks, mul, aq, as, amin, nsb, 1);
 }

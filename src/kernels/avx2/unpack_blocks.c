@@ -280,8 +280,8 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     scalar_q5_k = table[TOPS_FMT_Q5_K].run_min;
     table[TOPS_FMT_Q4_K].run_min = unpack_q4_k;
     table[TOPS_FMT_Q5_K].run_min = unpack_q5_k;
-    table[TOPS_FMT_Q4_K].dot_min = dot_min_q4_k;
-    table[TOPS_FMT_Q5_K].dot_min = dot_min_q5_k;
+    table[TOPS_FMT_Q4_K].dot_min = kq_dot_min_q4_k;
+    table[TOPS_FMT_Q5_K].dot_min = kq_dot_min_q5_k;
     scalar_iq4_nl = table[TOPS_FMT_IQ4_NL].run;
     scalar_iq4_xs = table[TOPS_FMT_IQ4_XS].run;
     table[TOPS_FMT_IQ4_NL].run = unpack_iq4_nl;

@@ -14,6 +14,6 @@
 
 /* On top of the AVX2 unpackers (the table holds them on entry). */
 void tops__avx512_vnni_fill_unpackers(tops__unpacker *table) {
-    table[TOPS_FMT_Q4_K].dot_min = dot_min_q4_k;
-    table[TOPS_FMT_Q5_K].dot_min = dot_min_q5_k;
+    table[TOPS_FMT_Q4_K].dot_min = kq_dot_min_q4_k;
+    table[TOPS_FMT_Q5_K].dot_min = kq_dot_min_q5_k;
 }
