@@ -5,27 +5,36 @@
    flags.  Per super-block the four 32-byte qs rows give sub-blocks 2i
    (low nibbles) and 2i + 1 (high), q5_K's fifth bit comes from the 32 qh
    bytes by a shift and mask; a vphaddd tree leaves sub-block j in lane j.
-   Same lanes and order as the scalar reference: the same bits. */
+   Same lanes and order as the scalar reference: the same bits.  The AVX2
+   unpacker takes its codes from kq_codes too. */
 #ifndef TOPS_KQ_DOT
 #error "define TOPS_KQ_DOT before including dot_min_body.h"
 #endif
 
 #include "kernels/ref/kquant.h"
 
+/* Row r (0..3) of a super-block's codes: sub-blocks 2r (lo) and 2r + 1
+   (hi), q = 0..15 (q5_K: 0..31, its fifth bits from the qh row). */
+static inline void kq_codes(const uint8_t *qs, __m256i qh, int r, int five, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * r));
+    *lo = _mm256_and_si256(raw, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    if (five) {
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), one), 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * r + 1), one), 4));
+    }
+}
+
 /* The eight sub-block sums of one super-block, lane j = sub-block j
    (exact i32: q <= 31, |aq| <= 127). */
 static inline __m256i kq_sums(const uint8_t *blk, const int8_t *aq, int five) {
-    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4);
     const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + TOPS__KQ_QH)) : _mm256_setzero_si256();
     __m256i v[8];
     for (int i = 0; i < 4; i++) {
-        const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * i));
-        __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
-        if (five) {
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * i + 1), one), 4));
-        }
+        __m256i lo, hi;
+        kq_codes(qs, qh, i, five, &lo, &hi);
         v[2 * i] = TOPS_KQ_DOT(lo, _mm256_loadu_si256((const __m256i *)(aq + 64 * i)));
         v[2 * i + 1] = TOPS_KQ_DOT(hi, _mm256_loadu_si256((const __m256i *)(aq + 64 * i + 32)));
     }

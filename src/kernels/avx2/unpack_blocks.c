@@ -192,6 +192,15 @@ static void unpack_q6_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t
     if (i < n) scalar_q6_k(w, row, k0 + i, n - i, q + i, scale + i / 16);
 }
 
+/* q4_K / q5_K rows read in place (tops__dot_min_fn): vpmaddubsw takes q
+   (0..31) as its unsigned operand against the signed codes. */
+static inline __m256i dot_u8_s8(__m256i q, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), _mm256_set1_epi16(1));
+}
+#define TOPS_KQ_DOT(q, a) dot_u8_s8(q, a)
+#include "kernels/avx2/dot_min_body.h"
+#undef TOPS_KQ_DOT
+
 /* q4_K / q5_K: a sub-block of 32 is one 32-byte row of qs (low or high
    nibbles) and, for q5_K, bit j of the 32 qh bytes; scales and mins as
    the scalar rows compute them. */
@@ -202,6 +211,28 @@ static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64
     const int64_t K = w->k;
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     int64_t i = 0;
+    /* Whole super-blocks: the eight scales and mins at once, in vectors. */
+    for (; i + 256 <= n && k0 + i + 256 <= K && (k0 + i) % 256 == 0; i += 256) {
+        const uint8_t *blk = data + ((k0 + i) / 256) * w->block_bytes;
+        const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4);
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + TOPS__KQ_QH)) : _mm256_setzero_si256();
+        for (int r = 0; r < 4; r++) {
+            __m256i lo, hi;
+            kq_codes(qs, qh, r, five, &lo, &hi);
+            _mm256_storeu_si256((__m256i *)(q + i + 64 * r), lo);
+            _mm256_storeu_si256((__m256i *)(q + i + 64 * r + 32), hi);
+        }
+        uint64_t sc, m;
+        tops__kquant_scales8(blk + TOPS__KQ_SCALES, &sc, &m);
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        const __m256 vmul = _mm256_set1_ps(w->mul);
+        const __m256 vsc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+        const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m)));
+        _mm256_storeu_ps(scale + i / 32, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), vsc), vmul));
+        _mm256_storeu_ps(min + i / 32, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hm)), vm), vmul));
+    }
     for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
         const int64_t kb = k0 + i;
         const uint8_t *blk = data + (kb / 256) * w->block_bytes;
@@ -231,15 +262,6 @@ static void unpack_q5_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t
                         float *min) {
     unpack_kquant(w, row, k0, n, q, scale, min, 1);
 }
-
-/* q4_K / q5_K rows read in place (tops__dot_min_fn): vpmaddubsw takes q
-   (0..31) as its unsigned operand against the signed codes. */
-static inline __m256i dot_u8_s8(__m256i q, __m256i a) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), _mm256_set1_epi16(1));
-}
-#define TOPS_KQ_DOT(q, a) dot_u8_s8(q, a)
-#include "kernels/avx2/dot_min_body.h"
-#undef TOPS_KQ_DOT
 
 /* GGUF block scales from the headers: F16C for q4_0, 2^(e-128) by bits
    for ggml's mxfp4 (the same values as the scalar rows). */
