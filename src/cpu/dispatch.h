@@ -20,18 +20,50 @@ typedef struct tops__gemm_ukernel {
     const char *name;
 } tops__gemm_ukernel;
 
-/* Quantized weights as small integers (src/kernels/<isa>/unpack_*.c):
-   elements [k0, k0 + n) of row `row` of a weight stored [N, K] with blocks
-   along K become q[i] (|q| <= qmax, 0 past K) and one f32 scale per
-   sub-block of `sub` elements (tops__unpack_sub), element = q * scale.
-   k0 and n are multiples of sub. */
-typedef void (*tops__unpack_fn)(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
+/* Quantized weights as small integers (src/kernels/<isa>/unpack_*.c).
+   An unpacker sees memory only: the weight's planes, strides and the
+   constants of its traits row, filled once per call by the layer above
+   (tops__qweight_of, drive/gemm.h).  Elements [k0, k0 + n) of row `row`
+   of a weight stored [N, K] with blocks along K become q[i] (|q| <= qmax,
+   0 past K) and one f32 scale per sub-block of `sub` elements, element =
+   q * scale.  k0 and n are multiples of sub. */
+typedef struct tops__qweight {
+    const uint8_t *data;      /* row 0 of the data plane */
+    int64_t row_bytes;        /* data-plane bytes from one row to the next */
+    int64_t k;                /* elements per row (K) */
+    int sub;                  /* sub-block of the integer form (<= 32) */
+    int code_bits;            /* element planes: bits per code (8, 4, 2) */
+    int block_bytes;          /* self-contained blocks (GGUF): bytes per block */
+    int e2m1;                 /* element planes of e2m1 codes (doubled: unit 1/2) */
+    int64_t group;            /* element planes: elements per scale entry */
+    const uint8_t *scales;    /* scale plane at row 0, or NULL: every scale is mul */
+    tops_dtype scale_dtype;   /* f16, bf16, f32, e8m0 or ue4m3 */
+    int64_t scale_row, scale_step; /* scale plane strides in bytes (row, block) */
+    float mul;                /* every scale's multiplier: tops__int_unit times the
+                                 tensor scale (1 / S_enc where it divides) */
+} tops__qweight;
+
+/* The constant that makes a format's codes integers, element = q * unit *
+   (stored scale): e2m1 codes are unpacked as doubled integers (1/2),
+   mxint8 codes are q * 2^-6; 1 elsewhere.  The one definition. */
+static inline float tops__int_unit(tops_dtype element) {
+    return element == TOPS_DT_E2M1 ? 0.5f : element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
+}
+
+typedef void (*tops__unpack_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
+/* The integer form with a per-sub-block offset (q4_K, q5_K: element =
+   q * scale - min, q >= 0): as tops__unpack_fn, plus min[b] for each
+   sub-block (0 past K).  Only the relaxed paths take it: they subtract
+   min[b] times the sub-block's activation sum (ascale * its code sum,
+   computed once when the activations are quantized). */
+typedef void (*tops__unpack_min_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q,
+                                    float *scale, float *min);
 /* 4-bit formats read in place by the fused relaxed dot product: blocks of
    32 elements, `header` bytes then 16 bytes of nibbles, every
    `block_bytes`.  split = 1: elements 0..15 in the low nibbles, 16..31 in
    the high (GGUF); 0: element i in byte i / 2, low nibble first.  lut maps
    a code to q + offset (0..255); scales gives one scale per 32. */
-typedef void (*tops__scales_fn)(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale);
+typedef void (*tops__scales_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale);
 typedef struct tops__nibble_layout {
     int block_bytes; /* 0: no in-place nibble form */
     int header;
@@ -40,15 +72,6 @@ typedef struct tops__nibble_layout {
     uint8_t lut[16];
     tops__scales_fn scales;
 } tops__nibble_layout;
-
-/* The multiplier the nibble layouts' scales carry besides their stored
-   value (the e2m1 / mxint8 unit, the tensor scale): element = q * stored
-   scale * mul.  One place, so the row stream's in-kernel scales equal the
-   unpackers' (same bits for packed and plain weights). */
-static inline float tops__nib_scale_mul(const tops_format_info *info, const tops_tensor *t) {
-    const float unit = info->element == TOPS_DT_E2M1 ? 0.5f : info->element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
-    return unit * (info->has_tensor_scale ? 1.0f / t->tensor_scale : t->tensor_scale);
-}
 
 /* The relaxed M <= 4 row stream (tops_pack_right, src/drive/gemv.c):
    rows in groups of TOPS__NIBSTREAM_ROWS, each group one linear stream of
@@ -94,26 +117,27 @@ typedef struct tops__byte_layout {
     tops__scales_fn scales;
 } tops__byte_layout;
 
+/* The relaxed dot of one weight row of super-blocks with mins (q4_K,
+   q5_K) read in place, over nsb whole super-blocks of 256 (8 sub-blocks
+   of 32): aq, as and amin the activations' codes, scales and amin (as
+   for gemm_q8) from the first super-block's first element.  Sub-block j
+   of each super-block goes to lane j of eight f32 lanes, super-blocks in
+   order: lane = fma(S, as * scale, lane), then lane = fma(-amin, min,
+   lane), with S the exact i32 sum of aq * q and scale, min the
+   unpacker's values (mul as w->mul); the result is
+   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).  Every level gives
+   the same bits. */
+typedef float (*tops__dot_min_fn)(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
+                                  const float *amin, int64_t nsb);
+
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
+    tops__unpack_min_fn run_min; /* the relaxed form with mins (run is NULL then), or NULL */
+    tops__dot_min_fn dot_min;    /* with run_min: its rows read in place (relaxed M <= 4), or NULL */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
     tops__nibble_layout nib;
     tops__byte_layout byte;
 } tops__unpacker;
-
-/* Sub-block of the integer form: the format's block, at most 32 (plain
-   integer formats: 32), so activations quantize per 16 or 32. */
-static inline int tops__unpack_sub(const tops_tensor *t) {
-    const tops_format_info *info = tops_format_get_info(t->format.id);
-    int64_t block = info->sub_block ? info->sub_block : info->block > 1 ? t->format.group : 32;
-    return block < 32 ? (int)block : 32;
-}
-
-/* First byte of row `row` of a weight's data plane. */
-static inline const uint8_t *tops__weight_row(const tops_tensor *t, int64_t row) {
-    const tops_format_info *info = tops_format_get_info(t->format.id);
-    return (const uint8_t *)t->data + row * (t->stride[0] / info->pack_elems) * info->pack_bytes;
-}
 
 /* Relaxed integer microkernel (src/kernels/<isa>/gemm_q8_*.c): C[mr x 8]
    (+)= over nb sub-blocks of `sub` (16 or 32) k.  a: mr rows of i8
@@ -124,10 +148,14 @@ static inline const uint8_t *tops__weight_row(const tops_tensor *t, int64_t row)
    sub-block 8 column scales.  The i16 sums of four vpmaddubsw steps stay
    below 4 * 2 * 31 * 127 = 31496, so they never saturate.  The narrow
    variant takes weights with |q| <= 8 packed as q + 8 (0..16): eight steps
-   (32 k) then stay below 8 * 2 * 16 * 127 = 32512. */
+   (32 k) then stay below 8 * 2 * 16 * 127 = 32512.  Weights with mins
+   (tops__unpack_min_fn): bmin per sub-block 8 column mins, amin per row
+   and sub-block ascale * the block's code sum (row stride lds); after a
+   block's scaled sum each row takes one more FMA, c -= amin * bmin
+   (fmaf(-amin, bmin, c)).  bmin NULL: no mins (amin is not read). */
 typedef void (*tops__gemm_q8_fn)(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                 const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
-                                 int64_t ldc, int accumulate);
+                                 const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                 const float *amin, const float *bmin, float *c, int64_t ldc, int accumulate);
 typedef struct tops__gemm_q8_ukernel {
     int mr, nr;
     tops__gemm_q8_fn run;
@@ -470,15 +498,17 @@ void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, 
 void tops__ref_fill_unpackers(tops__unpacker *table);
 void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
 void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                    const float *amin, const float *bmin, float *c,
                                     int64_t ldc, int accumulate);
 void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                    const float *amin, const float *bmin, float *c,
                                     int64_t ldc, int accumulate);
-void tops__ref_unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale);
-void tops__ref_unpack_codes(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q);
+void tops__ref_unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale);
+void tops__ref_unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q);
 float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
 void tops__ref_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
                              int64_t n, int sub, float *out);
@@ -534,15 +564,18 @@ void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64
 void tops__avx2_fill_unpackers(tops__unpacker *table);
 void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
 void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
                                      int64_t ldc, int accumulate);
 void tops_gemm_f32_qi8_qu8_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
                                      int64_t ldc, int accumulate);
 void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                 const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
                                      int64_t ldc, int accumulate);
 float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
 float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
@@ -583,8 +616,10 @@ int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub
                                uint16_t *out);
 int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
 #endif
+void tops__avx512_vnni_fill_unpackers(tops__unpacker *table);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                            const float *amin, const float *bmin,
                                             float *c, int64_t ldc, int accumulate);
 void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                       int accumulate);

@@ -6,6 +6,7 @@
 #define TOPS_DRIVE_GEMM_H
 
 #include "cpu/dispatch.h"
+#include "drive/qweight.h"
 
 /* Reads rows [r0, r0 + nr) x columns [c0, c0 + nc) of a rank-2 tensor's
    storage into out[i * ld + j] as f32 (every plane applied). */
@@ -74,6 +75,7 @@ typedef struct tops__gemm_problem {
        by tops_pack_right (layout of tops__pack_q8_panels), or NULL. */
     const uint8_t *q8_panels;
     const float *q8_scales;
+    const float *q8_mins;    /* weights with mins: laid out as q8_scales, else NULL */
     int q8_amx;              /* the panels are tops__pack_amx_panels': 1 its i8 ones, 2 its bf16 ones */
     tops__nibstream nib_stream; /* prepacked row stream for M <= 4, or data NULL */
 } tops__gemm_problem;
@@ -125,9 +127,11 @@ const tops__gemm_q8_ukernel *tops__gemm_q8_pick(const tops__kernels *kern, const
    scales + g * 8 * (kp / sub).  Fills groups [g0, g0 + count); scratch
    holds 8 * kp bytes + 8 * (kp / sub) floats.  Missing columns: q = 0,
    scale 0.  Same bytes (offset of tops__gemm_q8_pick) as the driver's
-   per-call packing. */
+   per-call packing.  Weights with mins (run_min): also their mins, laid
+   out as the scales at mins (else mins is not written), and scratch holds
+   8 * (kp / sub) floats more. */
 void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64_t kp, int64_t g0, int64_t count,
-                          uint8_t *panels, float *scales, void *scratch);
+                          uint8_t *panels, float *scales, float *mins, void *scratch);
 
 /* The AMX drivers (drive/gemm_amx.c), on a level with AMX kernels.
    Integer-form driver (tops__gemm_amx_run): right stored [N, K] with any
@@ -214,6 +218,7 @@ typedef struct tops__packed_right {
        unpacks; NULL otherwise.  q8_bytes spans panels and scales. */
     const uint8_t *q8_panels;
     const float *q8_scales;
+    const float *q8_mins;    /* weights with mins (q4_K, q5_K): as the scales; else NULL */
     size_t q8_bytes;
     int q8_amx; /* packed at a level with AMX kernels: tops__pack_amx_panels'
                    layout (every integer form), not the 8-column one: 1 its

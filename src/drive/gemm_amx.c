@@ -48,10 +48,11 @@ int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int
 static void pack_group(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t n0, int64_t valid,
                        int64_t k0, int64_t kc, int sub, int8_t *rows, float *qs, void *panel, float *pscale) {
     const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+    const tops__qweight qw = tops__qweight_of(w);
     const int64_t nb = kc / sub;
     for (int j = 0; j < 16; j++) {
         if (j < valid) {
-            unpack(w, n0 + j, k0, kc, rows + j * kc, qs + j * nb);
+            unpack(&qw, n0 + j, k0, kc, rows + j * kc, qs + j * nb);
         } else {
             memset(rows + j * kc, 0, (size_t)kc);
             for (int64_t b = 0; b < nb; b++) qs[j * nb + b] = 0.0f;

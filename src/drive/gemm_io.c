@@ -27,7 +27,8 @@ void tops__read_rect_unpack(const tops__kernels *kern, const tops_tensor *t, int
                             int64_t nc, float *out, int64_t ld) {
     enum { CHUNK = 256 };
     const tops__unpack_fn unpack = kern->unpack[t->format.id].run;
-    const int sub = tops__unpack_sub(t);
+    const tops__qweight qw = tops__qweight_of(t);
+    const int sub = qw.sub;
     int8_t q[CHUNK];
     float scale[CHUNK / 16], f[CHUNK];
     for (int64_t i = 0; i < nr; i++) {
@@ -35,7 +36,7 @@ void tops__read_rect_unpack(const tops__kernels *kern, const tops_tensor *t, int
         for (int64_t k0 = c0 / sub * sub; k0 < c0 + nc; k0 += CHUNK) {
             int64_t n = c0 + nc - k0 < CHUNK ? tops__ceil_div(c0 + nc - k0, sub) * sub : CHUNK;
             int64_t lo = k0 < c0 ? c0 : k0, hi = k0 + n < c0 + nc ? k0 + n : c0 + nc;
-            unpack(t, r0 + i, k0, n, q, scale);
+            unpack(&qw, r0 + i, k0, n, q, scale);
             if (lo == k0 && hi == k0 + n) { /* whole sub-blocks: straight into out */
                 kern->dequant_q8(q, scale, n, sub, o + (k0 - c0));
             } else {

@@ -31,7 +31,7 @@ const tops__gemm_q8_ukernel *tops__gemm_q8_pick(const tops__kernels *kern, const
    kernel for its width). */
 int tops__gemm_q8_takes(const tops__kernels *kern, const tops_tensor *w) {
     const tops__unpacker *up = &kern->unpack[w->format.id];
-    return up->run && (up->qmax <= 15 || (up->qmax <= 128 && kern->gemm_q8_wide.run));
+    return (up->run || up->run_min) && (up->qmax <= 15 || (up->qmax <= 128 && kern->gemm_q8_wide.run));
 }
 
 static int q8_offset(const tops__kernels *kern, const tops_tensor *w) {
@@ -40,9 +40,10 @@ static int q8_offset(const tops__kernels *kern, const tops_tensor *w) {
     return offset;
 }
 
-/* Quantizes row m of the left operand over kp (padded) elements. */
+/* Quantizes row m of the left operand over kp (padded) elements; amin
+   (weights with mins, else NULL): per sub-block as * the code sum. */
 static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t kp, int sub,
-                         int offset, float *tmp, int8_t *aq, float *as, int32_t *corr) {
+                         int offset, float *tmp, int8_t *aq, float *as, int32_t *corr, float *amin) {
     tops__left_row(kern, &p->left, m, p->k, tmp);
     for (int64_t i = p->k; i < kp; i++) tmp[i] = 0.0f;
     kern->quantize_q8(tmp, kp, sub, aq, as);
@@ -50,38 +51,52 @@ static void quantize_row(const tops__kernels *kern, const tops__gemm_problem *p,
         int32_t s = 0;
         for (int j = 0; j < sub; j++) s += aq[b * sub + j];
         corr[b] = offset * s;
+        if (amin) amin[b] = as[b] * (float)s;
     }
 }
 
 /* Packs columns [n0, n0 + 8) (valid of them exist) over [k0, k0 + kc)
    into the microkernel's layout; missing columns get q = 0, scale 0.
-   rows holds 8 * kc codes and qs 8 * kc / sub scales. */
-static void pack_panel_q8(const tops__kernels *kern, const tops_tensor *w, int64_t n0, int64_t valid, int64_t k0,
-                          int64_t kc, int sub, int offset, int8_t *rows, float *qs, uint8_t *panel, float *pscale) {
-    const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+   rows holds 8 * kc codes and qs 8 * kc / sub scales.  Weights with mins
+   (unpack NULL, unpack_min set): qs holds 8 * kc / sub more for the mins,
+   laid out as the scales at pmin. */
+static void pack_panel_q8(const tops__kernels *kern, tops__unpack_fn unpack, tops__unpack_min_fn unpack_min,
+                          const tops__qweight *w, int64_t n0, int64_t valid, int64_t k0, int64_t kc, int sub,
+                          int offset, int8_t *rows, float *qs, uint8_t *panel, float *pscale, float *pmin) {
     const int64_t nb = kc / sub;
+    float *qm = qs + 8 * nb;
     for (int j = 0; j < 8; j++) {
         if (j < valid) {
-            unpack(w, n0 + j, k0, kc, rows + j * kc, qs + j * nb);
+            if (unpack) unpack(w, n0 + j, k0, kc, rows + j * kc, qs + j * nb);
+            else unpack_min(w, n0 + j, k0, kc, rows + j * kc, qs + j * nb, qm + j * nb);
         } else {
             memset(rows + j * kc, 0, (size_t)kc);
             for (int64_t b = 0; b < nb; b++) qs[j * nb + b] = 0.0f;
+            if (!unpack)
+                for (int64_t b = 0; b < nb; b++) qm[j * nb + b] = 0.0f;
         }
     }
     kern->pack_q8_panel(rows, kc, offset, panel);
     for (int64_t b = 0; b < nb; b++)
         for (int j = 0; j < 8; j++) pscale[b * 8 + j] = qs[j * nb + b];
+    if (!unpack)
+        for (int64_t b = 0; b < nb; b++)
+            for (int j = 0; j < 8; j++) pmin[b * 8 + j] = qm[j * nb + b];
 }
 
 void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64_t kp, int64_t g0, int64_t count,
-                          uint8_t *panels, float *scales, void *scratch) {
-    const int sub = tops__unpack_sub(w), offset = q8_offset(kern, w);
+                          uint8_t *panels, float *scales, float *mins, void *scratch) {
+    const tops__qweight qw = tops__qweight_of(w);
+    const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+    const tops__unpack_min_fn unpack_min = unpack ? NULL : kern->unpack[w->format.id].run_min;
+    const int sub = qw.sub, offset = q8_offset(kern, w);
     const int64_t n = w->extent[0], nb = kp / sub;
     int8_t *rows = scratch;
     float *qs = (float *)(rows + 8 * kp);
     for (int64_t g = g0; g < g0 + count; g++) {
         const int64_t valid = n - g * 8 < 8 ? n - g * 8 : 8;
-        pack_panel_q8(kern, w, g * 8, valid, 0, kp, sub, offset, rows, qs, panels + g * 8 * kp, scales + g * 8 * nb);
+        pack_panel_q8(kern, unpack, unpack_min, &qw, g * 8, valid, 0, kp, sub, offset, rows, qs, panels + g * 8 * kp,
+                      scales + g * 8 * nb, unpack_min ? mins + g * 8 * nb : NULL);
     }
 }
 
@@ -90,7 +105,13 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
-    const int sub = tops__unpack_sub(w);
+    const tops__qweight qw = tops__qweight_of(w);
+    const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+    /* Weights with mins (q4_K, q5_K): per sub-block a min per column and
+       the activations' scaled code sums (amin), one more FMA each. */
+    const tops__unpack_min_fn unpack_min = unpack ? NULL : kern->unpack[w->format.id].run_min;
+    const int mins = unpack_min != NULL;
+    const int sub = qw.sub;
     int offset;
     const tops__gemm_q8_ukernel *uk = tops__gemm_q8_pick(kern, w, &offset);
     const int64_t mr = uk->mr, nr = uk->nr, M = p->m, N = p->n, kp = tops__round_up(p->k, 32);
@@ -98,7 +119,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     const int64_t k_blocks = tops__ceil_div(kp, kc_max), n_subs = kp / sub;
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, mr);
     /* Prepacked panels are laid out for 8-column kernels. */
-    const int prepacked = p->q8_panels && !p->q8_amx && nr == 8;
+    const int prepacked = p->q8_panels && !p->q8_amx && nr == 8 && (!mins || p->q8_mins);
 
     int threads;
     int64_t nc, n_blocks;
@@ -108,10 +129,11 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     /* Workspace: quantized left (codes, scales, corrections) for one chunk,
        then per thread: the weight block, its scales, an unpack row, the
        accumulators and a float row for quantizing. */
-    size_t left_bytes = (size_t)tops__round_up(m_chunk * kp, 64) + 2 * (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
+    size_t left_bytes = (size_t)tops__round_up(m_chunk * kp, 64) + (2 + mins) * (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
     size_t panel_bytes = prepacked ? 0 : (size_t)(nc * kc_max);
-    size_t pscale_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
-    size_t row_bytes = prepacked ? 0 : (size_t)tops__round_up(8 * kc_max, 64) + (size_t)tops__round_up(8 * kc_max / sub * 4, 64);
+    size_t pscale_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64) * (1 + mins);
+    size_t row_bytes =
+        prepacked ? 0 : (size_t)tops__round_up(8 * kc_max, 64) + (size_t)tops__round_up(8 * kc_max / sub * 4, 64) * (1 + mins);
     size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64), tmp_bytes = (size_t)tops__round_up(kp * 4, 64);
     size_t per_thread = (size_t)tops__round_up((int64_t)panel_bytes, 64) + pscale_bytes + row_bytes + acc_bytes + tmp_bytes;
     size_t bytes, more;
@@ -122,6 +144,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     int8_t *aq = (int8_t *)ws;
     float *as = (float *)(ws + tops__round_up(m_chunk * kp, 64));
     int32_t *corr = (int32_t *)((unsigned char *)as + tops__round_up(m_chunk * n_subs * 4, 64));
+    float *amin = mins ? (float *)((unsigned char *)corr + tops__round_up(m_chunk * n_subs * 4, 64)) : NULL;
 
     for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
         const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_pad = tops__round_up(mm, mr);
@@ -138,6 +161,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
             unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
             uint8_t *panel = mine;
             float *pscale = (float *)(mine + tops__round_up((int64_t)panel_bytes, 64));
+            float *pmin = mins ? (float *)((unsigned char *)pscale + pscale_bytes / 2) : NULL;
             int8_t *q = (int8_t *)((unsigned char *)pscale + pscale_bytes);
             float *qs = (float *)((unsigned char *)q + tops__round_up(8 * kc_max, 64));
             float *acc = (float *)((unsigned char *)q + row_bytes);
@@ -147,10 +171,13 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             for (int64_t i = 0; i < m_pad; i++) {
                 if (i < mm) {
-                    quantize_row(kern, p, m0 + i, kp, sub, offset, tmp, aq + i * kp, as + i * n_subs, corr + i * n_subs);
+                    quantize_row(kern, p, m0 + i, kp, sub, offset, tmp, aq + i * kp, as + i * n_subs, corr + i * n_subs,
+                                 mins ? amin + i * n_subs : NULL);
                 } else { /* padding rows: zero codes, zero scale */
                     memset(aq + i * kp, 0, (size_t)kp);
                     for (int64_t b = 0; b < n_subs; b++) as[i * n_subs + b] = 0.0f, corr[i * n_subs + b] = 0;
+                    if (mins)
+                        for (int64_t b = 0; b < n_subs; b++) amin[i * n_subs + b] = 0.0f;
                 }
             }
 #ifdef _OPENMP
@@ -163,8 +190,9 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                     if (!prepacked)
                         for (int64_t jr = 0; jr < n_panels; jr++) {
                             int64_t valid = nn - jr * nr < nr ? nn - jr * nr : nr;
-                            pack_panel_q8(kern, w, n0 + jr * nr, valid, k0, kc, sub, offset, q, qs, panel + jr * nr * kc,
-                                          pscale + jr * nr * nb);
+                            pack_panel_q8(kern, unpack, unpack_min, &qw, n0 + jr * nr, valid, k0, kc, sub, offset, q, qs,
+                                          panel + jr * nr * kc, pscale + jr * nr * nb,
+                                          mins ? pmin + jr * nr * nb : NULL);
                         }
                     for (int64_t jr = 0; jr < n_panels; jr++) {
                         /* Prepacked: this K block of the panel lies at k0 * 8 (its scales at k0 / sub * 8). */
@@ -172,9 +200,13 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                         const uint8_t *bp = prepacked ? p->q8_panels + g * 8 * kp + k0 * 8 : panel + jr * nr * kc;
                         const float *bs =
                             prepacked ? p->q8_scales + g * 8 * n_subs + k0 / sub * 8 : pscale + jr * nr * nb;
+                        const float *bm = !mins     ? NULL
+                                          : prepacked ? p->q8_mins + g * 8 * n_subs + k0 / sub * 8
+                                                      : pmin + jr * nr * nb;
                         for (int64_t ip = 0; ip < m_pad / mr; ip++)
                             uk->run(nb, sub, aq + ip * mr * kp + k0, kp, as + ip * mr * n_subs + k0 / sub,
-                                    corr + ip * mr * n_subs + k0 / sub, n_subs, bp, bs, acc + ip * mr * nc + jr * nr,
+                                    corr + ip * mr * n_subs + k0 / sub, n_subs, bp, bs,
+                                    mins ? amin + ip * mr * n_subs + k0 / sub : NULL, bm, acc + ip * mr * nc + jr * nr,
                                     nc, kb > 0);
                     }
                 }

@@ -191,8 +191,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const tops__unpacker up = kern->unpack[w->format.id];
-    const int integer = up.run != NULL, relaxed = integer && p->relaxed;
-    const int sub = integer ? tops__unpack_sub(w) : 32;
+    /* Integer forms with mins (q4_K, q5_K): relaxed only, each row's dot
+       less its mins times the activations' scaled code sums (amin). */
+    const int mins = !up.run && up.run_min && p->relaxed;
+    const int integer = up.run != NULL || mins, relaxed = integer && p->relaxed;
+    const int in_place_min = mins && up.dot_min && p->k % 256 == 0; /* rows of whole super-blocks */
+    const tops__qweight qw = integer ? tops__qweight_of(w) : (tops__qweight){0};
+    const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
     const int in_place = relaxed && up.nib.block_bytes && sub == 32;
     /* Strict: the same layouts decoded in place to f32, four rows at a time. */
@@ -238,6 +243,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     per_thread = (size_t)tops__round_up((int64_t)per_thread, 64);
 
     float *acorr = as + M * n_subs;
+    float *amin = acorr; /* the same room: mins exclude the in-place nibbles */
     float *ap = permuted ? a + M * kp : a; /* activations for dot_f32_nibbles_x4 */
     for (int64_t m = 0; m < M; m++) {
         load_activation_row(kern, &p->left, m, K, kp, a + m * kp);
@@ -248,6 +254,12 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     ap[m * kp + b * 32 + 16 + j] = a[m * kp + b * 32 + 2 * j + 1];
                 }
         if (relaxed) kern->quantize_q8(a + m * kp, kp, sub, aq + m * kp, as + m * n_subs);
+        if (mins)
+            for (int64_t b = 0; b < n_subs; b++) {
+                int32_t sum = 0;
+                for (int j = 0; j < sub; j++) sum += aq[m * kp + b * sub + j];
+                amin[m * n_subs + b] = as[m * n_subs + b] * (float)sum;
+            }
         if (stream) /* before the plain rows' even / odd order below */
             stream_activations(aq + m * kp, as + m * n_subs, kp / 32, up.nib.offset, p->nib_stream.scale_bytes == 1,
                                p->nib_stream.mul, st_base + m * n_sb * STREAM_ACT_BYTES);
@@ -302,7 +314,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     } else if (nib_x4) { /* K % 32 == 0: whole blocks only */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
-                        for (int r = 0; r < 4; r++) up.nib.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        for (int r = 0; r < 4; r++) up.nib.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
                         for (int64_t m = 0; m < M; m++) {
@@ -316,7 +328,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     } else if (bytes_x4) { /* q8 bytes: K % 32 == 0, whole blocks in place */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
-                        for (int r = 0; r < 4; r++) up.byte.scales(w, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        for (int r = 0; r < 4; r++) up.byte.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const int8_t *codes =
                             (const int8_t *)(tops__weight_row(w, n0 + j) + b0 * up.byte.block_bytes + up.byte.header);
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
@@ -327,7 +339,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         }
                     } else if (strict_x4) { /* kc codes per row, zero past K */
                         const int64_t ld_s = chunk / sub;
-                        for (int r = 0; r < 4; r++) up.run(w, n0 + j + r, k0, kc, q + r * chunk, scale + r * ld_s);
+                        for (int r = 0; r < 4; r++) up.run(&qw, n0 + j + r, k0, kc, q + r * chunk, scale + r * ld_s);
                         for (int64_t m = 0; m < M; m++) {
                             kern->dot_f32_q8_x4(a + m * kp + k0, q, chunk, scale, ld_s, kc, sub, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
@@ -351,7 +363,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     int64_t b0 = k0 / 32, nfull = full_blocks - b0 < kc / 32 ? full_blocks - b0 : kc / 32;
                     if (nfull < 0) nfull = 0;
                     const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
-                    if (nfull) up.nib.scales(w, n0 + j, k0, nfull * 32, scale);
+                    if (nfull) up.nib.scales(&qw, n0 + j, k0, nfull * 32, scale);
                     for (int64_t m = 0; m < M; m++)
                         if (nfull)
                             acc[m * N_BLOCK + j] += kern->dot_q8_nibbles(blocks, &up.nib, aq + m * kp + k0,
@@ -359,15 +371,31 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                                                                          scale, nfull);
                     if (b0 + nfull < b0 + kc / 32 && b0 + nfull == full_blocks && K % 32) {
                         int64_t kt = (b0 + nfull) * 32;
-                        up.run(w, n0 + j, kt, 32, q, scale);
+                        up.run(&qw, n0 + j, kt, 32, q, scale);
                         if (!up.nib.split) permute_even_odd(q);
                         for (int64_t m = 0; m < M; m++)
                             acc[m * N_BLOCK + j] += kern->dot_q8_q8(aq + m * kp + kt, as + m * n_subs + kt / 32, q, scale, 32, 32);
                     }
                     continue;
                 }
+                if (mins && in_place_min) { /* whole super-blocks read in place */
+                    const uint8_t *blocks = qw.data + (n0 + j) * qw.row_bytes + (k0 / 256) * qw.block_bytes;
+                    for (int64_t m = 0; m < M; m++)
+                        acc[m * N_BLOCK + j] += up.dot_min(blocks, qw.mul, aq + m * kp + k0, as + m * n_subs + k0 / sub,
+                                                           amin + m * n_subs + k0 / sub, kc / 256);
+                    continue;
+                }
+                if (mins) {
+                    float *wmin = scale + chunk / sub;
+                    up.run_min(&qw, n0 + j, k0, kc, q, scale, wmin);
+                    for (int64_t m = 0; m < M; m++)
+                        acc[m * N_BLOCK + j] += kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q, scale, kc,
+                                                                sub) -
+                                                kern->dot_f32(amin + m * n_subs + k0 / sub, wmin, kc / sub);
+                    continue;
+                }
                 if (integer) {
-                    up.run(w, n0 + j, k0, kc, q, scale);
+                    up.run(&qw, n0 + j, k0, kc, q, scale);
                     for (int64_t m = 0; m < M; m++)
                         acc[m * N_BLOCK + j] += relaxed ? kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q,
                                                                           scale, kc, sub)

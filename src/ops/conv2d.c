@@ -382,7 +382,7 @@ static const tops__packed_right *q8_rows_weights(const tops__kernels *kern, cons
         p->c % 32 != 0)
         return NULL;
     const tops__packed_right *pk = wt->packed_;
-    return pk->in_place && pk->q8_panels && !pk->q8_amx && tops__unpack_sub(&pk->copy) == 32 ? pk : NULL;
+    return pk->in_place && pk->q8_panels && !pk->q8_amx && !pk->q8_mins && tops__unpack_sub(&pk->copy) == 32 ? pk : NULL;
 }
 
 /* Runs (path NULL) or names (path) the checked call. */

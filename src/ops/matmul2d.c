@@ -283,6 +283,11 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
        variant: i32 sums with no saturating i16 stage). */
     if (p->right.read == tops__read_rect_unpack && p->relaxed && tops__gemm_q8_takes(kern, right))
         return PLAN_INTEGER;
+    /* Integer forms with mins (q4_K, q5_K) only where activations are
+       quantized: their strict paths decode. */
+    if (p->relaxed && !p->right.k_major && !p->right.packed && right->format.id != TOPS_FMT_PACKED &&
+        kern->unpack[right->format.id].run_min && tops__gemm_q8_takes(kern, right))
+        return PLAN_INTEGER;
     return PLAN_PANELS;
 }
 
@@ -298,6 +303,7 @@ static plan_kind plan_call(const tops__kernels *kern, const plan_inputs *in, con
     if (pk) {
         p->q8_panels = pk->q8_panels;
         p->q8_scales = pk->q8_panels ? pk->q8_scales : NULL;
+        p->q8_mins = pk->q8_panels ? pk->q8_mins : NULL;
         p->q8_amx = pk->q8_amx;
         p->nib_stream = pk->nib_stream;
     }
@@ -392,7 +398,10 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                  tops__gemm_q8_pick(kern, right, NULL)->name, isa);
     } else if (kind == PLAN_ROWS) {
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
-        const char *how = !up || !up->run      ? "f32 rows, f32 dots"
+        const char *how = up && !up->run && up->run_min && p.relaxed
+                              ? (up->dot_min && p.k % 256 == 0 ? "super-blocks with mins in place, i8 dots"
+                                                               : "integer rows with mins, i8 dots")
+                          : !up || !up->run    ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
                           : tops__gemv_bytes_in_place(&p) ? "8-bit rows in place, i8 dots"
                           : !nib               ? "integer rows, i8 dots"
@@ -474,6 +483,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
        (16-column groups) instead of the 8-column ones. */
     const int amx = tops__gemm_amx_supports(kern, right, relaxed);
     const int q8 = amx || (relaxed && tops__gemm_q8_takes(kern, right));
+    const int mins = q8 && !amx && !kern->unpack[right->format.id].run; /* q4_K, q5_K: their mins too */
     const int width = amx ? 16 : 8, esize = amx && !relaxed ? 2 : 1; /* strict AMX panels hold bf16 codes */
     const int64_t kp = tops__ceil_div(k, 32) * 32, groups = amx ? tops__amx_groups(n) : tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);
@@ -486,9 +496,9 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     if (q8) {
         size_t scale_bytes;
         if (!tops__mul_size((size_t)groups * width * esize, (size_t)kp, &q8_panel_bytes) ||
-            !tops__mul_size((size_t)groups * width * sizeof(float), (size_t)n_subs, &scale_bytes) ||
+            !tops__mul_size((size_t)groups * width * sizeof(float) * (1 + mins), (size_t)n_subs, &scale_bytes) ||
             !tops__add_size(q8_panel_bytes, scale_bytes, &q8_bytes) || !tops__add_size(head + copy_end, q8_bytes, &total) ||
-            !tops__mul_size((size_t)ex->threads, (size_t)kp * width + (size_t)n_subs * width * sizeof(float),
+            !tops__mul_size((size_t)ex->threads, (size_t)kp * width + (size_t)n_subs * width * sizeof(float) * (1 + mins),
                             &scratch_bytes)) {
             tops_tensor_destroy(&tmp);
             return tops__fail(TOPS_OVERFLOW, fn, "the packed size overflows size_t");
@@ -539,7 +549,8 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     if (q8) {
         uint8_t *panels = mem + head + copy_end;
         float *scales = (float *)(panels + q8_panel_bytes);
-        const size_t per_thread = (size_t)kp * width + (size_t)n_subs * width * sizeof(float);
+        const size_t per_thread = (size_t)kp * width + (size_t)n_subs * width * sizeof(float) * (1 + mins);
+        float *qmins = mins ? scales + groups * width * n_subs : NULL;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(pthreads) schedule(static) if (pthreads > 1)
 #endif
@@ -554,11 +565,12 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
                 tops__pack_amx_panels(kern, &pk->copy, !relaxed, kp, g, 1, panels, scales,
                                       scratch + (size_t)tid * per_thread);
             else
-                tops__pack_q8_panels(kern, &pk->copy, kp, g, 1, panels, scales, scratch + (size_t)tid * per_thread);
+                tops__pack_q8_panels(kern, &pk->copy, kp, g, 1, panels, scales, qmins, scratch + (size_t)tid * per_thread);
         }
         tops__aligned_free(scratch);
         pk->q8_panels = panels;
         pk->q8_scales = scales;
+        pk->q8_mins = qmins;
         pk->q8_bytes = q8_bytes;
         pk->q8_amx = amx ? (relaxed ? 1 : 2) : 0;
     }
@@ -625,7 +637,8 @@ static tops_status pack_right_with(const char *fn, const tops__kernels *kern, co
     int64_t k, n;
     if ((st = check_right_plain(fn, right, desc->transpose_right, &k, &n)) != TOPS_OK) return st;
 
-    if (kern->unpack[right->format.id].run && desc->transpose_right)
+    const tops__unpacker *up = &kern->unpack[right->format.id];
+    if ((up->run || (up->run_min && desc->relaxed_precision)) && desc->transpose_right)
         return pack_in_place(fn, kern, &ex, desc->relaxed_precision, right, k, n, packed);
 
     const int nr = kern->gemm_f32.nr;

@@ -378,7 +378,8 @@ static void relaxed_oracle(const tops_tensor *w, const float *left, int64_t m, i
         memcpy(row, left + i * k, (size_t)k * sizeof(float));
         ref->quantize_q8(row, kp, sub, aq + i * kp, as + i * nb);
     }
-    for (int64_t j = 0; j < n; j++) ref->unpack[w->format.id].run(w, j, 0, kp, q + j * kp, ws + j * nb);
+    const tops__qweight qw = tops__qweight_of(w);
+    for (int64_t j = 0; j < n; j++) ref->unpack[w->format.id].run(&qw, j, 0, kp, q + j * kp, ws + j * nb);
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             double s = d0 ? d0[i * n + j] : 0.0, g = d0 ? fabs(d0[i * n + j]) : 0.0;

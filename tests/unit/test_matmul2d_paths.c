@@ -5,6 +5,7 @@
 #include "matmul_util.h"
 #include "formats/elem.h"
 #include "ops/matmul2d.h"
+#include "drive/gemm.h"
 
 static th_rng rng;
 static const tops_dtype act_dts[3] = {TOPS_DT_F32, TOPS_DT_F16, TOPS_DT_BF16};
@@ -216,12 +217,13 @@ static void test_every_format(void) {
 }
 
 /* Formats with an integer form: small M (the unpack-and-dot driver),
-   larger M (unpacked panels into the f32 kernel), strict and relaxed. */
+   larger M (unpacked panels into the f32 kernel), strict and relaxed
+   (the forms with mins, q4_K and q5_K, only relaxed: strict decodes). */
 static void test_integer_forms(void) {
     const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
     const int64_t ms[5] = {1, 3, 4, 5, MM_FULL ? 37 : 9};
     for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
-        if (!ref->unpack[id].run) continue;
+        if (!ref->unpack[id].run && !ref->unpack[id].run_min) continue;
         tops_format f = {(tops_format_id)id, 0, TOPS_DT_NONE};
         if (id == TOPS_FMT_INT4_G && th_next(&rng) % 2) f.group = 16 << (th_next(&rng) % 5);
         for (int q = 0; q < 10; q++) {
@@ -230,6 +232,7 @@ static void test_integer_forms(void) {
             c.m = ms[q % 5];
             c.n = pick_dim(MM_FULL ? 80 : 40);
             c.k = q % 2 ? 1 + (int64_t)(th_next(&rng) % 300) : 32 * (1 + (int64_t)(th_next(&rng) % 8));
+            if (!ref->unpack[id].run && q % 2 == 0) c.k = 256 * (1 + (int64_t)(th_next(&rng) % 3)); /* in place */
             if (q == 9 && MM_FULL) c.k = 4095;
             if (q == 8) c.k = (MM_FULL ? 2049 : 65) + 32 * (int64_t)(th_next(&rng) % 4) + (int64_t)(th_next(&rng) % 32);
             c.ta = (int)(th_next(&rng) % 2);
@@ -270,7 +273,7 @@ static void test_q8_kernels_exact(void) {
     enum { NB = 9, MAXK = NB * 32 };
     static int8_t rows[8 * MAXK], a[4 * MAXK];
     static uint8_t panel[8 * MAXK], panel_ref[8 * MAXK];
-    float as[4 * NB], bs[8 * NB], want[4 * 8], got[4 * 8];
+    float as[4 * NB], bs[8 * NB], amin[4 * NB], bmin[8 * NB], want[4 * 8], got[4 * 8];
     int32_t corr[4 * NB];
     for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
         const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
@@ -295,8 +298,12 @@ static void test_q8_kernels_exact(void) {
                     }
                     corr[r * NB + b] = offset * sum;
                     as[r * NB + b] = ldexpf(1.0f, -(int)(th_next(&rng) % 4));
+                    amin[r * NB + b] = as[r * NB + b] * (float)sum;
                 }
             for (int64_t i = 0; i < 8 * nb; i++) bs[i] = ldexpf(1.0f, -(int)(th_next(&rng) % 4));
+            /* every other case with mins (q4_K, q5_K): c -= amin * bmin per block */
+            const int with_min = (it / 2) % 2;
+            for (int64_t i = 0; i < 8 * nb; i++) bmin[i] = ldexpf(1.0f, -(int)(th_next(&rng) % 4)) * (float)(th_next(&rng) % 64);
             kern->pack_q8_panel(rows, kc, offset, panel);
             ref->pack_q8_panel(rows, kc, offset, panel_ref);
             if (memcmp(panel, panel_ref, (size_t)(8 * kc)) != 0)
@@ -305,12 +312,69 @@ static void test_q8_kernels_exact(void) {
             const int accumulate = (int)(th_next(&rng) % 2);
             for (int i = 0; i < 32; i++) want[i] = got[i] = (float)(i % 7) - 3.0f;
             const tops__gemm_q8_ukernel *uk = narrow ? &kern->gemm_q8_narrow : &kern->gemm_q8;
-            ref->gemm_q8.run(nb, sub, a, MAXK, as, corr, NB, panel_ref, bs, want, 8, accumulate);
-            uk->run(nb, sub, a, MAXK, as, corr, NB, panel, bs, got, 8, accumulate);
+            ref->gemm_q8.run(nb, sub, a, MAXK, as, corr, NB, panel_ref, bs, amin, with_min ? bmin : NULL, want, 8,
+                             accumulate);
+            uk->run(nb, sub, a, MAXK, as, corr, NB, panel, bs, amin, with_min ? bmin : NULL, got, 8, accumulate);
             if (memcmp(want, got, sizeof want) != 0)
-                TH_FAIL_AT("isa=%s %s sub=%d nb=%lld extreme=%d: %s differs from the reference (%.9g vs %.9g)",
+                TH_FAIL_AT("isa=%s %s sub=%d nb=%lld extreme=%d mins=%d: %s differs from the reference (%.9g vs %.9g)",
                            tops_isa_name((tops_isa)isa), narrow ? "narrow" : "wide", sub, (long long)nb, extreme,
-                           uk->name, got[0], want[0]);
+                           with_min, uk->name, got[0], want[0]);
+        }
+    }
+}
+
+/* The in-place rows of the forms with mins (q4_K, q5_K) on every level
+   give the reference's bits (same lanes, same order), and the reference
+   agrees with its unpacker's values in f64. */
+static void test_dot_min_exact(void) {
+    const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
+    enum { NSB = 5 };
+    static uint8_t blocks[NSB * 176];
+    static int8_t aq[NSB * 256], q[NSB * 256];
+    float as[NSB * 8], amin[NSB * 8], ws[NSB * 8], wm[NSB * 8];
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+        if (!ref->unpack[id].dot_min) continue;
+        const tops_format_info *info = tops_format_get_info((tops_format_id)id);
+        for (int it = 0; it < 20; it++) {
+            const int64_t nsb = 1 + (int64_t)(th_next(&rng) % NSB);
+            for (int64_t i = 0; i < nsb * info->pack_bytes; i++) blocks[i] = (uint8_t)th_next(&rng);
+            for (int64_t s = 0; s < nsb; s++) { /* finite d and dmin */
+                blocks[s * info->pack_bytes + 1] &= 0x7B;
+                blocks[s * info->pack_bytes + 3] &= 0x7B;
+            }
+            for (int64_t b = 0; b < nsb * 8; b++) {
+                int32_t sum = 0;
+                for (int l = 0; l < 32; l++) {
+                    int v = (int)(th_next(&rng) % 255) - 127;
+                    if (it % 4 == 0) v = th_next(&rng) % 2 ? 127 : -127; /* the extremes */
+                    aq[b * 32 + l] = (int8_t)v;
+                    sum += v;
+                }
+                as[b] = th_uniform(&rng, 1e-3f, 1.0f);
+                amin[b] = as[b] * (float)sum;
+            }
+            const float mul = it % 3 ? 1.0f : th_uniform(&rng, 0.5f, 2.0f);
+            const float want = ref->unpack[id].dot_min(blocks, mul, aq, as, amin, nsb);
+            /* against f64 of the reference unpacker's values */
+            const tops__qweight qw = {blocks, 0, nsb * 256, 32, 8, info->pack_bytes, 0, 32, NULL, TOPS_DT_NONE, 0, 0, mul};
+            ref->unpack[id].run_min(&qw, 0, 0, nsb * 256, q, ws, wm);
+            double exact = 0, mag = 0;
+            for (int64_t b = 0; b < nsb * 8; b++) {
+                int64_t d = 0;
+                for (int l = 0; l < 32; l++) d += (int64_t)q[b * 32 + l] * aq[b * 32 + l];
+                exact += (double)d * ((double)as[b] * ws[b]) - (double)amin[b] * wm[b];
+                mag += fabs((double)d * ((double)as[b] * ws[b])) + fabs((double)amin[b] * wm[b]);
+            }
+            if (!(fabs(exact - (double)want) <= (double)(4 * nsb + 8) * ldexp(mag, -23)))
+                TH_FAIL_AT("%s nsb=%lld: reference in-place dot %.9g, f64 %.9g", info->name, (long long)nsb, want, exact);
+            for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+                const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+                if (!kern || !kern->unpack[id].dot_min) continue;
+                const float got = kern->unpack[id].dot_min(blocks, mul, aq, as, amin, nsb);
+                if (memcmp(&got, &want, sizeof got) != 0)
+                    TH_FAIL_AT("%s isa=%s nsb=%lld: in-place dot %.9g, reference %.9g", info->name,
+                               tops_isa_name((tops_isa)isa), (long long)nsb, got, want);
+            }
         }
     }
 }
@@ -322,7 +386,8 @@ static void test_unpackers_match_reference(void) {
     const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
     enum { N = 3, K = 800, NMAX = 832 };
     for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
-        if (!ref->unpack[id].run) continue;
+        const int with_min = !ref->unpack[id].run && ref->unpack[id].run_min;
+        if (!ref->unpack[id].run && !with_min) continue;
         const tops_format_info *info = tops_format_get_info((tops_format_id)id);
         tops_format f = {(tops_format_id)id, 0, TOPS_DT_NONE};
         int64_t ext[2] = {N, K};
@@ -337,7 +402,10 @@ static void test_unpackers_match_reference(void) {
         for (size_t i = 0; i < span; i++) bytes[i] = (uint8_t)th_next(&rng);
         if (info->gguf) /* GGUF blocks starting with an f16 d: keep it finite */
             for (size_t b = 0; b + (size_t)info->pack_bytes <= span; b += (size_t)info->pack_bytes)
-                if (info->name[0] != 'g') bytes[b + 1] &= 0x7B;
+                if (info->name[0] != 'g') {
+                    bytes[b + 1] &= 0x7B;
+                    if (with_min) bytes[b + 3] &= 0x7B; /* and dmin */
+                }
         if (t.scales.data) {
             size_t ns = (size_t)(t.scales.extent[0] * t.scales.extent[1]), esz = (size_t)(tops_dtype_bits(t.scales.dtype) + 7) / 8;
             for (size_t i = 0; i < ns; i++) {
@@ -346,18 +414,25 @@ static void test_unpackers_match_reference(void) {
                 memcpy((uint8_t *)t.scales.data + i * esz, &code, esz);
             }
         }
-        const int sub = tops__unpack_sub(&t);
+        const tops__qweight qw = tops__qweight_of(&t);
+        const int sub = qw.sub;
         static int8_t q0[NMAX], q1[NMAX];
-        static float s0[NMAX], s1[NMAX];
+        static float s0[NMAX], s1[NMAX], m0[NMAX], m1[NMAX];
         for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
             const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
-            if (!kern || !kern->unpack[id].run) continue;
+            if (!kern || (!kern->unpack[id].run && !kern->unpack[id].run_min)) continue;
             for (int64_t row = 0; row < N; row++)
                 for (int64_t k0 = 0; k0 < K; k0 += 7 * sub) {
                     const int64_t n = (NMAX - k0) / sub * sub;
-                    ref->unpack[id].run(&t, row, k0, n, q0, s0);
-                    kern->unpack[id].run(&t, row, k0, n, q1, s1);
-                    if (memcmp(q0, q1, (size_t)n) || memcmp(s0, s1, (size_t)(n / sub) * sizeof(float))) {
+                    if (with_min) {
+                        ref->unpack[id].run_min(&qw, row, k0, n, q0, s0, m0);
+                        kern->unpack[id].run_min(&qw, row, k0, n, q1, s1, m1);
+                    } else {
+                        ref->unpack[id].run(&qw, row, k0, n, q0, s0);
+                        kern->unpack[id].run(&qw, row, k0, n, q1, s1);
+                    }
+                    if (memcmp(q0, q1, (size_t)n) || memcmp(s0, s1, (size_t)(n / sub) * sizeof(float)) ||
+                        (with_min && memcmp(m0, m1, (size_t)(n / sub) * sizeof(float)))) {
                         TH_FAIL_AT("%s isa=%s row %lld k0 %lld: the unpacker differs from the reference", info->name,
                                    tops_isa_name((tops_isa)isa), (long long)row, (long long)k0);
                         row = N;
@@ -372,6 +447,7 @@ static void test_unpackers_match_reference(void) {
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_unpackers_match_reference);
+    RUN_TEST(test_dot_min_exact);
     RUN_TEST(test_every_combination);
     RUN_TEST(test_random_shapes);
     RUN_TEST(test_large_edges);

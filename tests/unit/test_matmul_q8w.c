@@ -9,6 +9,7 @@
    unnoticed. */
 #include "matmul_util.h"
 #include "ops/matmul2d.h"
+#include "drive/gemm.h"
 
 static th_rng rng;
 
@@ -27,7 +28,7 @@ static void test_wide_kernel_exact(void) {
     enum { NB = 9, MAXK = NB * 32 };
     static int8_t rows[8 * MAXK], a[4 * MAXK];
     static uint8_t panel[8 * MAXK], panel_ref[8 * MAXK];
-    float as[4 * NB], bs[8 * NB], want[4 * 8], got[4 * 8];
+    float as[4 * NB], bs[8 * NB], amin[4 * NB], bmin[8 * NB], want[4 * 8], got[4 * 8];
     int32_t corr[4 * NB];
     for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
         const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
@@ -37,7 +38,8 @@ static void test_wide_kernel_exact(void) {
             continue;
         }
         for (int it = 0; it < 40; it++) {
-            const int sub = it % 2 ? 16 : 32, extreme = it % 3 == 0;
+            /* with_min: the mins of q5_K-like weights, c -= amin * bmin per block */
+            const int sub = it % 2 ? 16 : 32, extreme = it % 3 == 0, with_min = (it / 2) % 2;
             const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), kc = nb * sub;
             for (int64_t i = 0; i < 8 * kc; i++) {
                 int q = (int)(th_next(&rng) % 256) - 128;
@@ -55,8 +57,10 @@ static void test_wide_kernel_exact(void) {
                     }
                     corr[r * NB + b] = TOPS_Q8_OFFSET_WIDE * sum;
                     as[r * NB + b] = ldexpf(1.0f, -(int)(th_next(&rng) % 4));
+                    amin[r * NB + b] = as[r * NB + b] * (float)sum;
                 }
             for (int64_t i = 0; i < 8 * nb; i++) bs[i] = ldexpf(1.0f, -(int)(th_next(&rng) % 4));
+            for (int64_t i = 0; i < 8 * nb; i++) bmin[i] = ldexpf(1.0f, -(int)(th_next(&rng) % 4)) * (float)(th_next(&rng) % 64);
             kern->pack_q8_panel(rows, kc, TOPS_Q8_OFFSET_WIDE, panel);
             ref->pack_q8_panel(rows, kc, TOPS_Q8_OFFSET_WIDE, panel_ref);
             if (memcmp(panel, panel_ref, (size_t)(8 * kc)) != 0)
@@ -64,8 +68,10 @@ static void test_wide_kernel_exact(void) {
                            (long long)kc);
             const int accumulate = (int)(th_next(&rng) % 2);
             for (int i = 0; i < 32; i++) want[i] = got[i] = (float)(i % 7) - 3.0f;
-            ref->gemm_q8_wide.run(nb, sub, a, MAXK, as, corr, NB, panel_ref, bs, want, 8, accumulate);
-            kern->gemm_q8_wide.run(nb, sub, a, MAXK, as, corr, NB, panel, bs, got, 8, accumulate);
+            ref->gemm_q8_wide.run(nb, sub, a, MAXK, as, corr, NB, panel_ref, bs, with_min ? amin : NULL,
+                                  with_min ? bmin : NULL, want, 8, accumulate);
+            kern->gemm_q8_wide.run(nb, sub, a, MAXK, as, corr, NB, panel, bs, with_min ? amin : NULL,
+                                   with_min ? bmin : NULL, got, 8, accumulate);
             /* and the signed dot itself, from the rows */
             for (int i = 0; i < 4 && isa == TOPS_ISA_REF; i++)
                 for (int j = 0; j < 8; j++) {
@@ -76,17 +82,21 @@ static void test_wide_kernel_exact(void) {
                             d += (int64_t)rows[j * kc + b * sub + k] * a[i * MAXK + b * sub + k];
                         s += (double)d * bs[b * 8 + j] * as[i * NB + b];
                         mag += fabs((double)d * bs[b * 8 + j] * as[i * NB + b]);
+                        if (with_min) {
+                            s -= (double)amin[i * NB + b] * bmin[b * 8 + j];
+                            mag += fabs((double)amin[i * NB + b] * bmin[b * 8 + j]);
+                        }
                     }
                     /* each block's i32 sum is exact and its scale a power of two, so
                        the only error is the f32 accumulation: one rounding per block */
-                    if (fabs(s - (double)want[i * 8 + j]) > (double)(nb + 1) * ldexp(mag, -24))
+                    if (fabs(s - (double)want[i * 8 + j]) > (double)(2 * nb + 1) * ldexp(mag, -24))
                         TH_FAIL_AT("ref wide kernel sub=%d nb=%lld: %.9g, exact %.9g", sub, (long long)nb,
                                    want[i * 8 + j], s);
                 }
             if (memcmp(want, got, sizeof want) != 0)
-                TH_FAIL_AT("isa=%s sub=%d nb=%lld extreme=%d: %s differs from the reference (%.9g vs %.9g)",
-                           tops_isa_name((tops_isa)isa), sub, (long long)nb, extreme, kern->gemm_q8_wide.name, got[0],
-                           want[0]);
+                TH_FAIL_AT("isa=%s sub=%d nb=%lld extreme=%d mins=%d: %s differs from the reference (%.9g vs %.9g)",
+                           tops_isa_name((tops_isa)isa), sub, (long long)nb, extreme, with_min,
+                           kern->gemm_q8_wide.name, got[0], want[0]);
         }
     }
 }

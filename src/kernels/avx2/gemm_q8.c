@@ -60,8 +60,11 @@ static inline __m256i bcast4(const int8_t *p) {
 
 /* The offset correction in integers, then one convert and FMA per row and sub-block. */
 #define TOPS_Q8_ROW(f, s, r)                                                                                 \
-    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, _mm256_set1_epi32(acorr[(r) * lds + blk]))), \
-                        _mm256_mul_ps(bs, _mm256_set1_ps(ascale[(r) * lds + blk])), f)
+    do {                                                                                                     \
+        f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, _mm256_set1_epi32(acorr[(r) * lds + blk]))), \
+                            _mm256_mul_ps(bs, _mm256_set1_ps(ascale[(r) * lds + blk])), f);                 \
+        if (bmin) f = _mm256_fnmadd_ps(_mm256_set1_ps(amin[(r) * lds + blk]), bm, f);                        \
+    } while (0)
 
 #define TOPS_Q8_KERNEL(steps, flush)                                                               \
     do {                                                                                           \
@@ -69,6 +72,7 @@ static inline __m256i bcast4(const int8_t *p) {
         __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;                                \
         for (int64_t blk = 0; blk < nb; blk++) {                                                   \
             const __m256 bs = _mm256_loadu_ps(bscale + blk * 8);                                   \
+            const __m256 bm = bmin ? _mm256_loadu_ps(bmin + blk * 8) : bs;                         \
             const int8_t *ax = a + blk * 4 * (steps), *ay = ax + lda;                              \
             __m256i sx, sy;                                                                        \
             TOPS_Q8_PAIR(steps, flush);                                                            \
@@ -95,7 +99,8 @@ static inline __m256i bcast4(const int8_t *p) {
 
 /* Weights q + 16 (|q| <= 15): four steps per i16 sum. */
 void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
                                      int64_t ldc, int accumulate) {
     if (sub == 32) TOPS_Q8_KERNEL(8, 4);
     else TOPS_Q8_KERNEL(4, 4);
@@ -103,7 +108,8 @@ void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64
 
 /* Weights q + 8 (|q| <= 8): a whole sub-block per i16 sum. */
 void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
                                      int64_t ldc, int accumulate) {
     if (sub == 32) TOPS_Q8_KERNEL(8, 8);
     else TOPS_Q8_KERNEL(4, 4);
@@ -123,7 +129,8 @@ void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64
    sum) is what the offset panel would need, so it is not read.  Rounding
    as the other AVX2 kernels: convert, one FMA by bscale * ascale. */
 void tops_gemm_f32_qi8_qu8_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
                                      int64_t ldc, int accumulate) {
     (void)acorr;
     const __m256i ones = _mm256_set1_epi16(1), flip = _mm256_set1_epi8((char)0x80);
@@ -149,6 +156,13 @@ void tops_gemm_f32_qi8_qu8_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64
         f1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_mul_ps(bs, _mm256_set1_ps(ascale[lds + blk])), f1);
         f2 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s2), _mm256_mul_ps(bs, _mm256_set1_ps(ascale[2 * lds + blk])), f2);
         f3 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s3), _mm256_mul_ps(bs, _mm256_set1_ps(ascale[3 * lds + blk])), f3);
+        if (bmin) { /* the mins: c -= amin * bmin */
+            const __m256 bm = _mm256_loadu_ps(bmin + blk * 8);
+            f0 = _mm256_fnmadd_ps(_mm256_set1_ps(amin[blk]), bm, f0);
+            f1 = _mm256_fnmadd_ps(_mm256_set1_ps(amin[lds + blk]), bm, f1);
+            f2 = _mm256_fnmadd_ps(_mm256_set1_ps(amin[2 * lds + blk]), bm, f2);
+            f3 = _mm256_fnmadd_ps(_mm256_set1_ps(amin[3 * lds + blk]), bm, f3);
+        }
     }
     if (accumulate) {
         f0 = _mm256_add_ps(f0, _mm256_loadu_ps(c));

@@ -3,6 +3,7 @@
    scalar unpackers, which still serve partial blocks at the end of K. */
 #include "cpu/dispatch.h"
 #include "formats/elem.h"
+#include "kernels/ref/kquant.h"
 #include "kernels/ref/scalar_casts.h"
 
 #include <immintrin.h>
@@ -34,57 +35,56 @@ static inline __m256i e2m1_doubled(__m256i v) {
    of the scalar decoder's values; the rest (and any tail beyond K) by the
    scalar row. */
 static float e8m0_table[256], ue4m3_table[256];
-static void unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
-    const tops_format_info *info = tops_format_get_info(t->format.id);
-    const tops_plane *p = &t->scales;
-    const int sub = tops__unpack_sub(t);
-    const int64_t block = info->block > 1 ? t->format.group : 32, K = t->extent[1];
-    if (!p->data || block != sub || k0 + n > K || (p->dtype != TOPS_DT_F16 && p->dtype != TOPS_DT_E8M0 && p->dtype != TOPS_DT_UE4M3)) {
-        tops__ref_unpack_scales(t, row, k0, n, scale);
+static void unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const int sub = w->sub;
+    const tops_dtype dt = w->scale_dtype;
+    if (!w->scales || w->group != sub || k0 + n > w->k || (dt != TOPS_DT_F16 && dt != TOPS_DT_E8M0 && dt != TOPS_DT_UE4M3)) {
+        tops__ref_unpack_scales(w, row, k0, n, scale);
         return;
     }
-    const float mul = tops__nib_scale_mul(info, t);
-    const int64_t nb = n / sub, s1 = p->stride[1];
-    if (p->dtype == TOPS_DT_F16) {
-        const uint16_t *h = (const uint16_t *)p->data + row * p->stride[0] + (k0 / sub) * s1;
+    const float mul = w->mul;
+    const int64_t nb = n / sub, s1 = w->scale_step;
+    const uint8_t *base = w->scales + row * w->scale_row + (k0 / sub) * s1;
+    if (dt == TOPS_DT_F16) {
+        const int64_t hs = s1 / 2;
+        const uint16_t *h = (const uint16_t *)base;
         int64_t b = 0;
-        if (s1 == 1)
+        if (hs == 1)
             for (; b + 8 <= nb; b += 8)
                 _mm256_storeu_ps(scale + b, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + b))),
                                                           _mm256_set1_ps(mul)));
-        for (; b < nb; b++) scale[b] = _cvtsh_ss(h[b * s1]) * mul;
+        for (; b < nb; b++) scale[b] = _cvtsh_ss(h[b * hs]) * mul;
     } else {
-        const uint8_t *e = (const uint8_t *)p->data + row * p->stride[0] + (k0 / sub) * s1;
-        const float *table = p->dtype == TOPS_DT_E8M0 ? e8m0_table : ue4m3_table;
-        for (int64_t b = 0; b < nb; b++) scale[b] = table[e[b * s1]] * mul;
+        const float *table = dt == TOPS_DT_E8M0 ? e8m0_table : ue4m3_table;
+        for (int64_t b = 0; b < nb; b++) scale[b] = table[base[b * s1]] * mul;
     }
 }
 
 /* Element-plane 4-bit formats (i4 groups, e2m1 MX/nvfp4): whole vectors of
    32 inside K, the scalar unpacker for the rest. */
-static void unpack_4bit(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int fp4) {
-    const uint8_t *data = tops__weight_row(t, row);
-    const int64_t K = t->extent[1];
+static void unpack_4bit(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int fp4) {
+    const uint8_t *data = w->data + row * w->row_bytes;
+    const int64_t K = w->k;
     int64_t i = 0;
     for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
         __m256i v = nibbles_interleaved(data + (k0 + i) / 2);
         _mm256_storeu_si256((__m256i *)(q + i), fp4 ? e2m1_doubled(v) : i4_to_i8(v));
     }
-    if (i < n) tops__ref_unpack_codes(t, row, k0 + i, n - i, q + i);
-    unpack_scales(t, row, k0, n, scale);
+    if (i < n) tops__ref_unpack_codes(w, row, k0 + i, n - i, q + i);
+    unpack_scales(w, row, k0, n, scale);
 }
-static void unpack_i4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_4bit(t, row, k0, n, q, scale, 0);
+static void unpack_i4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_4bit(w, row, k0, n, q, scale, 0);
 }
-static void unpack_e2m1(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_4bit(t, row, k0, n, q, scale, 1);
+static void unpack_e2m1(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_4bit(w, row, k0, n, q, scale, 1);
 }
-static void unpack_i8(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    const int64_t K = t->extent[1];
+static void unpack_i8(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    const int64_t K = w->k;
     int64_t inside = K - k0 < n ? K - k0 : n;
-    memcpy(q, tops__weight_row(t, row) + k0, (size_t)inside);
+    memcpy(q, w->data + row * w->row_bytes + k0, (size_t)inside);
     if (inside < n) memset(q + inside, 0, (size_t)(n - inside));
-    unpack_scales(t, row, k0, n, scale);
+    unpack_scales(w, row, k0, n, scale);
 }
 
 /* ggml mxfp4's scale 2^(e - 128) by bits, exact for every e (e = 0 and 1
@@ -94,50 +94,49 @@ static inline float gguf_e8m0_half(uint8_t e) {
 }
 
 /* GGUF blocks: kind 0 q4_0, 1 q8_0, 2 ggml mxfp4. */
-static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int kind,
+static void unpack_gguf(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int kind,
                         tops__unpack_fn scalar) {
-    const tops_format_info *info = tops_format_get_info(t->format.id);
-    const uint8_t *data = tops__weight_row(t, row);
-    const int64_t K = t->extent[1];
+    const uint8_t *data = w->data + row * w->row_bytes;
+    const int64_t K = w->k;
     int64_t i = 0;
     for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
-        const uint8_t *blk = data + ((k0 + i) / 32) * info->pack_bytes;
+        const uint8_t *blk = data + ((k0 + i) / 32) * w->block_bytes;
         __m256i v;
         if (kind == 0) v = _mm256_sub_epi8(nibbles_split(blk + 2), _mm256_set1_epi8(8));
         else if (kind == 1) v = _mm256_loadu_si256((const __m256i *)(blk + 2));
         else v = e2m1_doubled(nibbles_split(blk + 1));
         _mm256_storeu_si256((__m256i *)(q + i), v);
         if (kind == 2) {
-            scale[i / 32] = gguf_e8m0_half(blk[0]) * t->tensor_scale;
+            scale[i / 32] = gguf_e8m0_half(blk[0]) * w->mul;
         } else {
             uint16_t h;
             memcpy(&h, blk, 2);
-            scale[i / 32] = _cvtsh_ss(h) * t->tensor_scale;
+            scale[i / 32] = _cvtsh_ss(h) * w->mul;
         }
     }
-    if (i < n) scalar(t, row, k0 + i, n - i, q + i, scale + i / 32);
+    if (i < n) scalar(w, row, k0 + i, n - i, q + i, scale + i / 32);
 }
 
 static tops__unpack_fn scalar_q4_0, scalar_q8_0, scalar_mxfp4;
-static void unpack_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_gguf(t, row, k0, n, q, scale, 0, scalar_q4_0);
+static void unpack_q4_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_gguf(w, row, k0, n, q, scale, 0, scalar_q4_0);
 }
-static void unpack_q8_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_gguf(t, row, k0, n, q, scale, 1, scalar_q8_0);
+static void unpack_q8_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_gguf(w, row, k0, n, q, scale, 1, scalar_q8_0);
 }
-static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_gguf(t, row, k0, n, q, scale, 2, scalar_mxfp4);
+static void unpack_gguf_mxfp4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_gguf(w, row, k0, n, q, scale, 2, scalar_mxfp4);
 }
 
 /* iq4_nl (blocks of 32 in 18 bytes) and iq4_xs (256 in 136, a 6-bit
    sub-scale per 32): one vpshufb through the non-linear table; the scales
    as the scalar rows compute them (d, or d * (ls - 32)). */
 static tops__unpack_fn scalar_iq4_nl, scalar_iq4_xs;
-static void unpack_iq4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int xs) {
+static void unpack_iq4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int xs) {
     const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
                                          -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
-    const uint8_t *data = tops__weight_row(t, row);
-    const int64_t K = t->extent[1];
+    const uint8_t *data = w->data + row * w->row_bytes;
+    const int64_t K = w->k;
     int64_t i = 0;
     for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
         const int64_t kb = k0 + i;
@@ -153,15 +152,15 @@ static void unpack_iq4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n,
             qs = blk + 8 + 16 * j;
         }
         _mm256_storeu_si256((__m256i *)(q + i), _mm256_shuffle_epi8(lut, nibbles_split(qs)));
-        scale[i / 32] = d * t->tensor_scale;
+        scale[i / 32] = d * w->mul;
     }
-    if (i < n) (xs ? scalar_iq4_xs : scalar_iq4_nl)(t, row, k0 + i, n - i, q + i, scale + i / 32);
+    if (i < n) (xs ? scalar_iq4_xs : scalar_iq4_nl)(w, row, k0 + i, n - i, q + i, scale + i / 32);
 }
-static void unpack_iq4_nl(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_iq4(t, row, k0, n, q, scale, 0);
+static void unpack_iq4_nl(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(w, row, k0, n, q, scale, 0);
 }
-static void unpack_iq4_xs(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_iq4(t, row, k0, n, q, scale, 1);
+static void unpack_iq4_xs(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(w, row, k0, n, q, scale, 1);
 }
 
 /* q6_K: 32 codes per step (two sub-blocks of 16): 32 consecutive elements
@@ -169,9 +168,9 @@ static void unpack_iq4_xs(const tops_tensor *t, int64_t row, int64_t k0, int64_t
    (a 2-bit field), so two loads, shifts and masks give them; the scales
    d * sc as the scalar row computes them. */
 static tops__unpack_fn scalar_q6_k;
-static void unpack_q6_k(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    const uint8_t *data = tops__weight_row(t, row);
-    const int64_t K = t->extent[1];
+static void unpack_q6_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    const uint8_t *data = w->data + row * w->row_bytes;
+    const int64_t K = w->k;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
     int64_t i = 0;
     for (; i + 32 <= n && k0 + i + 32 <= K && (k0 + i) % 32 == 0; i += 32) {
@@ -187,34 +186,105 @@ static void unpack_q6_k(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
         uint16_t hd;
         memcpy(&hd, blk + 208, 2);
         const float d = _cvtsh_ss(hd);
-        scale[i / 16] = d * (float)(int8_t)blk[192 + e / 16] * t->tensor_scale;
-        scale[i / 16 + 1] = d * (float)(int8_t)blk[192 + e / 16 + 1] * t->tensor_scale;
+        scale[i / 16] = d * (float)(int8_t)blk[192 + e / 16] * w->mul;
+        scale[i / 16 + 1] = d * (float)(int8_t)blk[192 + e / 16 + 1] * w->mul;
     }
-    if (i < n) scalar_q6_k(t, row, k0 + i, n - i, q + i, scale + i / 16);
+    if (i < n) scalar_q6_k(w, row, k0 + i, n - i, q + i, scale + i / 16);
+}
+
+/* q4_K / q5_K rows read in place (tops__dot_min_fn): vpmaddubsw takes q
+   (0..31) as its unsigned operand against the signed codes. */
+static inline __m256i dot_u8_s8(__m256i q, __m256i a) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), _mm256_set1_epi16(1));
+}
+#define TOPS_KQ_DOT(q, a) dot_u8_s8(q, a)
+#include "kernels/avx2/dot_min_body.h"
+#undef TOPS_KQ_DOT
+
+/* q4_K / q5_K: a sub-block of 32 is one 32-byte row of qs (low or high
+   nibbles) and, for q5_K, bit j of the 32 qh bytes; scales and mins as
+   the scalar rows compute them. */
+static tops__unpack_min_fn scalar_q4_k, scalar_q5_k;
+static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                          float *min, int five) {
+    const uint8_t *data = w->data + row * w->row_bytes;
+    const int64_t K = w->k;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    int64_t i = 0;
+    /* Whole super-blocks: the eight scales and mins at once, in vectors. */
+    for (; i + 256 <= n && k0 + i + 256 <= K && (k0 + i) % 256 == 0; i += 256) {
+        const uint8_t *blk = data + ((k0 + i) / 256) * w->block_bytes;
+        const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4);
+        const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + TOPS__KQ_QH)) : _mm256_setzero_si256();
+        for (int r = 0; r < 4; r++) {
+            __m256i lo, hi;
+            kq_codes(qs, qh, r, five, &lo, &hi);
+            _mm256_storeu_si256((__m256i *)(q + i + 64 * r), lo);
+            _mm256_storeu_si256((__m256i *)(q + i + 64 * r + 32), hi);
+        }
+        uint64_t sc, m;
+        tops__kquant_scales8(blk + TOPS__KQ_SCALES, &sc, &m);
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        const __m256 vmul = _mm256_set1_ps(w->mul);
+        const __m256 vsc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+        const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m)));
+        _mm256_storeu_ps(scale + i / 32, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), vsc), vmul));
+        _mm256_storeu_ps(min + i / 32, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hm)), vm), vmul));
+    }
+    for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
+        const int64_t kb = k0 + i;
+        const uint8_t *blk = data + (kb / 256) * w->block_bytes;
+        const int j = (int)(kb % 256) / 32;
+        const __m256i raw = _mm256_loadu_si256((const __m256i *)(blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4) + 32 * (j / 2)));
+        __m256i v = _mm256_and_si256(_mm256_srl_epi16(raw, _mm_cvtsi32_si128(4 * (j % 2))), m4);
+        if (five) {
+            const __m256i h = _mm256_loadu_si256((const __m256i *)(blk + TOPS__KQ_QH));
+            v = _mm256_or_si256(v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(j)), one), 4));
+        }
+        _mm256_storeu_si256((__m256i *)(q + i), v);
+        int sc, m;
+        tops__kquant_scale_min(blk + TOPS__KQ_SCALES, j, &sc, &m);
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        scale[i / 32] = _cvtsh_ss(hd) * (float)sc * w->mul;
+        min[i / 32] = _cvtsh_ss(hm) * (float)m * w->mul;
+    }
+    if (i < n) (five ? scalar_q5_k : scalar_q4_k)(w, row, k0 + i, n - i, q + i, scale + i / 32, min + i / 32);
+}
+static void unpack_q4_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    unpack_kquant(w, row, k0, n, q, scale, min, 0);
+}
+static void unpack_q5_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    unpack_kquant(w, row, k0, n, q, scale, min, 1);
 }
 
 /* GGUF block scales from the headers: F16C for q4_0, 2^(e-128) by bits
    for ggml's mxfp4 (the same values as the scalar rows). */
-static void scales_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
-    const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 18;
+static void scales_q4_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *blk = w->data + row * w->row_bytes + (k0 / 32) * 18;
     for (int64_t b = 0; b < n / 32; b++, blk += 18) {
         uint16_t h;
         memcpy(&h, blk, 2);
-        scale[b] = _cvtsh_ss(h) * t->tensor_scale;
+        scale[b] = _cvtsh_ss(h) * w->mul;
     }
 }
-static void scales_q8_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
-    const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 34;
+static void scales_q8_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *blk = w->data + row * w->row_bytes + (k0 / 32) * 34;
     for (int64_t b = 0; b < n / 32; b++, blk += 34) {
         uint16_t h;
         memcpy(&h, blk, 2);
-        scale[b] = _cvtsh_ss(h) * t->tensor_scale;
+        scale[b] = _cvtsh_ss(h) * w->mul;
     }
 }
-static void scales_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
-    const uint8_t *blk = tops__weight_row(t, row) + (k0 / 32) * 17;
+static void scales_gguf_mxfp4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *blk = w->data + row * w->row_bytes + (k0 / 32) * 17;
     for (int64_t b = 0; b < n / 32; b++, blk += 17) {
-        scale[b] = gguf_e8m0_half(blk[0]) * t->tensor_scale;
+        scale[b] = gguf_e8m0_half(blk[0]) * w->mul;
     }
 }
 
@@ -222,12 +292,18 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     for (int e = 0; e < 256; e++) /* 2^(e-127); 0xFF is NaN (FORMATS.md) */
         e8m0_table[e] = e == 255 ? tops__bits_f32(0x7fc00000u)
                                  : tops__bits_f32(e ? (uint32_t)e << 23 : 0x00400000u);
-    for (int c = 0; c < 256; c++) ue4m3_table[c] = tops__decode_elem(TOPS_DT_UE4M3, (uint32_t)c);
+    for (int c = 0; c < 256; c++) ue4m3_table[c] = tops__ue4m3_to_f32((uint32_t)c);
     scalar_q4_0 = table[TOPS_FMT_Q4_0].run; /* table holds the scalar row on entry */
     scalar_q8_0 = table[TOPS_FMT_Q8_0].run;
     scalar_mxfp4 = table[TOPS_FMT_GGUF_MXFP4].run;
     scalar_q6_k = table[TOPS_FMT_Q6_K].run;
     table[TOPS_FMT_Q6_K].run = unpack_q6_k;
+    scalar_q4_k = table[TOPS_FMT_Q4_K].run_min;
+    scalar_q5_k = table[TOPS_FMT_Q5_K].run_min;
+    table[TOPS_FMT_Q4_K].run_min = unpack_q4_k;
+    table[TOPS_FMT_Q5_K].run_min = unpack_q5_k;
+    table[TOPS_FMT_Q4_K].dot_min = kq_dot_min_q4_k;
+    table[TOPS_FMT_Q5_K].dot_min = kq_dot_min_q5_k;
     scalar_iq4_nl = table[TOPS_FMT_IQ4_NL].run;
     scalar_iq4_xs = table[TOPS_FMT_IQ4_XS].run;
     table[TOPS_FMT_IQ4_NL].run = unpack_iq4_nl;

@@ -15,7 +15,8 @@ static inline __m256i bcast4(const int8_t *p) {
 
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
-                                            float *c, int64_t ldc, int accumulate) {
+                                            const float *amin,
+                                            const float *bmin, float *c, int64_t ldc, int accumulate) {
     __m256 f0 = _mm256_setzero_ps(), f1 = f0, f2 = f0, f3 = f0;
     const int8_t *a0 = a, *a1 = a + lda, *a2 = a + 2 * lda, *a3 = a + 3 * lda;
     for (int64_t blk = 0; blk < nb; blk++) {
@@ -44,10 +45,14 @@ void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a
         a2 += sub;
         a3 += sub;
         const __m256 bs = _mm256_loadu_ps(bscale + blk * 8);
+        const __m256 bm = bmin ? _mm256_loadu_ps(bmin + blk * 8) : bs;
 #define TOPS_Q8_ROW(f, s, i)                                                                                     \
-    f = _mm256_fmadd_ps(                                                                                         \
-        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, _mm256_set1_epi32(acorr[(i) * lds + blk]))), bs), \
-        _mm256_set1_ps(ascale[(i) * lds + blk]), f)
+    do {                                                                                                         \
+        f = _mm256_fmadd_ps(                                                                                     \
+            _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(s, _mm256_set1_epi32(acorr[(i) * lds + blk]))), bs), \
+            _mm256_set1_ps(ascale[(i) * lds + blk]), f);                                                        \
+        if (bmin) f = _mm256_fnmadd_ps(_mm256_set1_ps(amin[(i) * lds + blk]), bm, f);                            \
+    } while (0)
         TOPS_Q8_ROW(f0, s0, 0);
         TOPS_Q8_ROW(f1, s1, 1);
         TOPS_Q8_ROW(f2, s2, 2);

@@ -5,10 +5,11 @@
 
 /* The exact i32 sum of each sub-block minus acorr, times bscale * ascale,
    added into f32 accumulators: rounded twice (the 4-bit kernels) or fused
-   (fma: the 8-bit kernels' rounding). */
+   (fma: the 8-bit kernels' rounding); then, for weights with mins, one
+   fma of -amin * bmin. */
 static void gemm_q8_4x8(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale, const int32_t *acorr,
-                        int64_t lds, const uint8_t *b, const float *bscale, float *c, int64_t ldc, int accumulate,
-                        int fused) {
+                        int64_t lds, const uint8_t *b, const float *bscale, const float *amin, const float *bmin,
+                        float *c, int64_t ldc, int accumulate, int fused) {
     float acc[4][8] = {{0}};
     for (int64_t blk = 0; blk < nb; blk++) {
         const uint8_t *bb = b + blk * sub * 8;
@@ -20,6 +21,7 @@ static void gemm_q8_4x8(int64_t nb, int sub, const int8_t *a, int64_t lda, const
                 s -= acorr[i * lds + blk];
                 if (fused) acc[i][j] = fmaf((float)s, bscale[blk * 8 + j] * ascale[i * lds + blk], acc[i][j]);
                 else acc[i][j] += (float)s * bscale[blk * 8 + j] * ascale[i * lds + blk];
+                if (bmin) acc[i][j] = fmaf(-amin[i * lds + blk], bmin[blk * 8 + j], acc[i][j]); /* the mins */
             }
         }
     }
@@ -28,9 +30,10 @@ static void gemm_q8_4x8(int64_t nb, int sub, const int8_t *a, int64_t lda, const
 }
 
 void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                    const float *amin, const float *bmin, float *c,
                                     int64_t ldc, int accumulate) {
-    gemm_q8_4x8(nb, sub, a, lda, ascale, acorr, lds, b, bscale, c, ldc, accumulate, 0);
+    gemm_q8_4x8(nb, sub, a, lda, ascale, acorr, lds, b, bscale, amin, bmin, c, ldc, accumulate, 0);
 }
 
 void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel) {
@@ -44,7 +47,8 @@ void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t
    sub-block one fused multiply-add against bscale * ascale, the rounding
    of the AVX2 kernels (tops_gemm_f32_qi8_qu8_4x8__avx2 gives these bits). */
 void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
-                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale, float *c,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                    const float *amin, const float *bmin, float *c,
                                     int64_t ldc, int accumulate) {
-    gemm_q8_4x8(nb, sub, a, lda, ascale, acorr, lds, b, bscale, c, ldc, accumulate, 1);
+    gemm_q8_4x8(nb, sub, a, lda, ascale, acorr, lds, b, bscale, amin, bmin, c, ldc, accumulate, 1);
 }

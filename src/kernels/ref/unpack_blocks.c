@@ -1,22 +1,28 @@
 /* Scalar integer forms of the quantized weight formats (the truth for the
    AVX2 unpackers), their nibble layouts, and the 16-entry table row of
-   lut4.  Values follow
-   the formats layer (src/formats/elem.h): e2m1 codes become doubled
-   integers with half the block scale, mxint8 codes integers times 2^-6. */
+   lut4.  They read memory only (tops__qweight, cpu/dispatch.h); values
+   follow the scalar casts of src/formats/elem.h: e2m1 codes become doubled
+   integers and mxint8 codes integers, the unit (tops__int_unit) riding in
+   the scales through w->mul. */
 #include "cpu/dispatch.h"
 #include "formats/elem.h"
+#include "kernels/ref/kquant.h"
 
 #include <math.h>
 #include <string.h>
 
-/* Scale-plane entry (i0, i1) as f32 (any plane dtype). */
-static float plane_value(const tops_plane *p, int64_t i0, int64_t i1) {
-    const unsigned char *base = p->data;
-    int esz = (tops_dtype_bits(p->dtype) + 7) / 8;
-    const unsigned char *e = base + (i0 * p->stride[0] + i1 * p->stride[1]) * esz;
-    uint32_t code = 0;
-    memcpy(&code, e, (size_t)esz); /* little-endian */
-    return tops__decode_elem(p->dtype, code);
+/* Scale-plane entry at e as f32 (the scale dtypes of the integer forms). */
+static float scale_entry(tops_dtype dt, const uint8_t *e) {
+    if (dt == TOPS_DT_E8M0) return tops__e8m0_to_f32(*e);
+    if (dt == TOPS_DT_UE4M3) return tops__ue4m3_to_f32(*e);
+    if (dt == TOPS_DT_F32) {
+        float v;
+        memcpy(&v, e, 4);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, e, 2);
+    return dt == TOPS_DT_BF16 ? tops__bf16_to_f32(h) : tops__f16_to_f32(h);
 }
 
 /* Element code i of a row of sub-byte or byte codes. */
@@ -32,74 +38,47 @@ static inline float gguf_e8m0_half(uint8_t e) { return e == 0xFF ? NAN : tops__e
 
 static const int8_t e2m1_doubled[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-/* Scales of the element-plane formats: one per sub-block.  The plane's
-   dtype is resolved once per call: this runs for every weight row. */
-void tops__ref_unpack_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
-    const tops_format_info *info = tops_format_get_info(t->format.id);
-    const int sub = tops__unpack_sub(t);
-    const int64_t K = t->extent[1], block = info->block > 1 ? t->format.group : 32;
-    /* The constant that makes the codes integers (doubled e2m1, mxint8's
-       2^-6), and the tensor scale: nvfp4 divides by S_enc, others multiply. */
-    float unit = info->element == TOPS_DT_E2M1 ? 0.5f : info->element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
-    float mul = unit * (info->has_tensor_scale ? 1.0f / t->tensor_scale : t->tensor_scale);
-    const int64_t nb = n / sub;
-    if (!t->scales.data) {
-        for (int64_t b = 0; b < nb; b++) scale[b] = mul;
+/* Scales of the element-plane formats: one per sub-block. */
+void tops__ref_unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const int sub = w->sub;
+    const int64_t K = w->k, nb = n / sub;
+    if (!w->scales) {
+        for (int64_t b = 0; b < nb; b++) scale[b] = w->mul;
         return;
     }
-    const tops_plane *p = &t->scales;
-    const tops_dtype dt = p->dtype;
-    const int esz = (tops_dtype_bits(dt) + 7) / 8;
-    const unsigned char *base = (const unsigned char *)p->data + row * p->stride[0] * esz;
+    const uint8_t *base = w->scales + row * w->scale_row;
     for (int64_t b = 0; b < nb; b++) {
-        int64_t k = k0 + b * sub;
-        if (k >= K) {
-            scale[b] = mul; /* beyond K: q is 0 */
-            continue;
-        }
-        const unsigned char *e = base + (k / block) * p->stride[1] * esz;
-        float v;
-        if (dt == TOPS_DT_F16) {
-            uint16_t h;
-            memcpy(&h, e, 2);
-            v = tops__f16_to_f32(h);
-        } else if (dt == TOPS_DT_E8M0) {
-            v = tops__e8m0_to_f32(*e);
-        } else {
-            v = plane_value(p, row, k / block);
-        }
-        scale[b] = v * mul;
+        const int64_t k = k0 + b * sub;
+        /* beyond K: q is 0 */
+        scale[b] = k >= K ? w->mul : scale_entry(w->scale_dtype, base + (k / w->group) * w->scale_step) * w->mul;
     }
 }
 
 /* Formats whose data plane holds one code per element (int groups, plain
-   integers, MX fp4/int8, nvfp4): traits decide everything. */
-void tops__ref_unpack_codes(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q) {
-    const tops_format_info *info = tops_format_get_info(t->format.id);
-    const int64_t K = t->extent[1];
-    const uint8_t *data = tops__weight_row(t, row);
-    const int fp4 = info->element == TOPS_DT_E2M1;
+   integers, MX fp4/int8, nvfp4). */
+void tops__ref_unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q) {
+    const int64_t K = w->k;
+    const uint8_t *data = w->data + row * w->row_bytes;
     for (int64_t i = 0; i < n; i++) {
         int64_t k = k0 + i;
         int v = 0;
         if (k < K) {
-            uint32_t c = code_at(data, info->element_bits, k);
-            v = fp4 ? e2m1_doubled[c] : tops__sext(c, info->element_bits);
+            uint32_t c = code_at(data, w->code_bits, k);
+            v = w->e2m1 ? e2m1_doubled[c] : tops__sext(c, w->code_bits);
         }
         q[i] = (int8_t)v;
     }
 }
 
-static void unpack_elements(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    tops__ref_unpack_codes(t, row, k0, n, q);
-    tops__ref_unpack_scales(t, row, k0, n, scale);
+static void unpack_elements(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    tops__ref_unpack_codes(w, row, k0, n, q);
+    tops__ref_unpack_scales(w, row, k0, n, scale);
 }
 
 /* GGUF blocks of 32: bytes per block and the offset of the quants. */
-static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int kind) {
-    const tops_format_info *info = tops_format_get_info(t->format.id);
-    const int64_t K = t->extent[1];
-    const uint8_t *data = tops__weight_row(t, row);
+static void unpack_gguf(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int kind) {
+    const int64_t K = w->k;
+    const uint8_t *data = w->data + row * w->row_bytes;
     for (int64_t b = 0; b < n / 32; b++) {
         int64_t kb = k0 + b * 32;
         int8_t *qb = q + b * 32;
@@ -108,7 +87,7 @@ static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
             scale[b] = 0.0f;
             continue;
         }
-        const uint8_t *blk = data + (kb / 32) * info->pack_bytes;
+        const uint8_t *blk = data + (kb / 32) * w->block_bytes;
         uint16_t h;
         memcpy(&h, blk, 2);
         if (kind == 0) { /* q4_0: f16 d, nibbles j | j+16 */
@@ -116,51 +95,50 @@ static void unpack_gguf(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
                 qb[j] = (int8_t)((blk[2 + j] & 0xF) - 8);
                 qb[j + 16] = (int8_t)((blk[2 + j] >> 4) - 8);
             }
-            scale[b] = tops__f16_to_f32(h) * t->tensor_scale;
+            scale[b] = tops__f16_to_f32(h) * w->mul;
         } else if (kind == 1) { /* q8_0: f16 d, i8 x 32 */
             memcpy(qb, blk + 2, 32);
-            scale[b] = tops__f16_to_f32(h) * t->tensor_scale;
+            scale[b] = tops__f16_to_f32(h) * w->mul;
         } else { /* ggml mxfp4: e8m0 e, doubled e2m1 nibbles j | j+16, 2^(e-128) */
             for (int j = 0; j < 16; j++) {
                 qb[j] = e2m1_doubled[blk[1 + j] & 0xF];
                 qb[j + 16] = e2m1_doubled[blk[1 + j] >> 4];
             }
-            scale[b] = gguf_e8m0_half(blk[0]) * t->tensor_scale;
+            scale[b] = gguf_e8m0_half(blk[0]) * w->mul;
         }
         for (int64_t j = K - kb; j < 32; j++) qb[j] = 0; /* the tail block's unused elements */
     }
 }
 
 /* Scales of GGUF blocks (one per 32, from each block's header). */
-static void gguf_scales(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale, int e8m0) {
-    const tops_format_info *info = tops_format_get_info(t->format.id);
-    const uint8_t *data = tops__weight_row(t, row);
+static void gguf_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale, int e8m0) {
+    const uint8_t *data = w->data + row * w->row_bytes;
     for (int64_t b = 0; b < n / 32; b++) {
-        const uint8_t *blk = data + (k0 / 32 + b) * info->pack_bytes;
+        const uint8_t *blk = data + (k0 / 32 + b) * w->block_bytes;
         if (e8m0) {
-            scale[b] = gguf_e8m0_half(blk[0]) * t->tensor_scale;
+            scale[b] = gguf_e8m0_half(blk[0]) * w->mul;
         } else {
             uint16_t h;
             memcpy(&h, blk, 2);
-            scale[b] = tops__f16_to_f32(h) * t->tensor_scale;
+            scale[b] = tops__f16_to_f32(h) * w->mul;
         }
     }
 }
-static void scales_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
-    gguf_scales(t, row, k0, n, scale, 0);
+static void scales_q4_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    gguf_scales(w, row, k0, n, scale, 0);
 }
-static void scales_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, float *scale) {
-    gguf_scales(t, row, k0, n, scale, 1);
+static void scales_gguf_mxfp4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    gguf_scales(w, row, k0, n, scale, 1);
 }
 
-static void unpack_q4_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_gguf(t, row, k0, n, q, scale, 0);
+static void unpack_q4_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_gguf(w, row, k0, n, q, scale, 0);
 }
-static void unpack_q8_0(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_gguf(t, row, k0, n, q, scale, 1);
+static void unpack_q8_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_gguf(w, row, k0, n, q, scale, 1);
 }
-static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_gguf(t, row, k0, n, q, scale, 2);
+static void unpack_gguf_mxfp4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_gguf(w, row, k0, n, q, scale, 2);
 }
 
 /* iq4_nl (18-byte blocks of 32: f16 d, q4_0's nibble order) and iq4_xs
@@ -171,9 +149,9 @@ static void unpack_gguf_mxfp4(const tops_tensor *t, int64_t row, int64_t k0, int
    give the decoded values' bits. */
 static const int8_t iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-static void unpack_iq4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int xs) {
-    const int64_t K = t->extent[1];
-    const uint8_t *data = tops__weight_row(t, row);
+static void unpack_iq4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int xs) {
+    const int64_t K = w->k;
+    const uint8_t *data = w->data + row * w->row_bytes;
     for (int64_t b = 0; b < n / 32; b++) {
         const int64_t kb = k0 + b * 32;
         int8_t *qb = q + b * 32;
@@ -200,23 +178,23 @@ static void unpack_iq4(const tops_tensor *t, int64_t row, int64_t k0, int64_t n,
             qb[j] = iq4_values[qs[j] & 0xF];
             qb[j + 16] = iq4_values[qs[j] >> 4];
         }
-        scale[b] = d * t->tensor_scale;
+        scale[b] = d * w->mul;
         for (int64_t j = K - kb; j < 32; j++) qb[j] = 0; /* the tail block's unused elements */
     }
 }
-static void unpack_iq4_nl(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_iq4(t, row, k0, n, q, scale, 0);
+static void unpack_iq4_nl(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(w, row, k0, n, q, scale, 0);
 }
-static void unpack_iq4_xs(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_iq4(t, row, k0, n, q, scale, 1);
+static void unpack_iq4_xs(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_iq4(w, row, k0, n, q, scale, 1);
 }
 
 /* q6_K (210-byte super-blocks of 256: ql[128], qh[64], i8 scales[16],
    f16 d): q = code - 32 in [-32, 31], one scale d * sc per 16 (the traits
    row's sub_block), the decoder's f32 product. */
-static void unpack_q6_k(const tops_tensor *t, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    const int64_t K = t->extent[1];
-    const uint8_t *data = tops__weight_row(t, row);
+static void unpack_q6_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    const int64_t K = w->k;
+    const uint8_t *data = w->data + row * w->row_bytes;
     for (int64_t b = 0; b < n / 16; b++) {
         const int64_t kb = k0 + b * 16;
         int8_t *qb = q + b * 16;
@@ -234,9 +212,91 @@ static void unpack_q6_k(const tops_tensor *t, int64_t row, int64_t k0, int64_t n
             const int hi = (blk[128 + 32 * hh + r % 32] >> (2 * (r / 32))) & 3;
             qb[j] = (int8_t)((lo | (hi << 4)) - 32);
         }
-        scale[b] = tops__f16_to_f32(h) * (float)(int8_t)blk[192 + (kb % 256) / 16] * t->tensor_scale;
+        scale[b] = tops__f16_to_f32(h) * (float)(int8_t)blk[192 + (kb % 256) / 16] * w->mul;
         for (int64_t j = K - kb; j < 16; j++) qb[j] = 0; /* the tail block's unused elements */
     }
+}
+
+/* q4_K (144-byte super-blocks of 256: f16 d, f16 dmin, scales[12],
+   qs[128]) and q5_K (176 bytes: qh[32] before qs): 8 sub-blocks j of 32,
+   element = (d * sc_j) * q - (dmin * m_j) with q = 0..15 (q5_K: 0..31,
+   bit j of qh[l] as bit 4): scale d * sc_j and min dmin * m_j, the
+   decoder's f32 products (src/formats/kquants.c), times mul. */
+static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                          float *min, int five) {
+    const int64_t K = w->k;
+    const uint8_t *data = w->data + row * w->row_bytes;
+    for (int64_t b = 0; b < n / 32; b++) {
+        const int64_t kb = k0 + b * 32;
+        int8_t *qb = q + b * 32;
+        if (kb >= K) {
+            memset(qb, 0, 32);
+            scale[b] = 0.0f, min[b] = 0.0f;
+            continue;
+        }
+        const uint8_t *blk = data + (kb / 256) * w->block_bytes;
+        const int j = (int)(kb % 256) / 32;
+        const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4) + 32 * (j / 2), *qh = blk + TOPS__KQ_QH;
+        for (int l = 0; l < 32; l++) {
+            int v = (qs[l] >> (4 * (j % 2))) & 0xF;
+            if (five) v |= ((qh[l] >> j) & 1) << 4;
+            qb[l] = (int8_t)v;
+        }
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        int sc, m;
+        tops__kquant_scale_min(blk + TOPS__KQ_SCALES, j, &sc, &m);
+        scale[b] = tops__f16_to_f32(hd) * (float)sc * w->mul;
+        min[b] = tops__f16_to_f32(hm) * (float)m * w->mul;
+        for (int64_t l = K - kb; l < 32; l++) qb[l] = 0; /* the tail block's unused elements */
+    }
+}
+static void unpack_q4_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    unpack_kquant(w, row, k0, n, q, scale, min, 0);
+}
+static void unpack_q5_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    unpack_kquant(w, row, k0, n, q, scale, min, 1);
+}
+
+/* The in-place relaxed dot of q4_K / q5_K rows (tops__dot_min_fn). */
+static float dot_min_kquant(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+                            int64_t nsb, int five) {
+    const int bytes = five ? 176 : 144;
+    float lane[8] = {0};
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * bytes;
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        const float d = tops__f16_to_f32(hd), dmin = tops__f16_to_f32(hm);
+        for (int j = 0; j < 8; j++) {
+            const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4) + 32 * (j / 2), *qh = blk + TOPS__KQ_QH;
+            const int8_t *a = aq + s * 256 + j * 32;
+            int32_t sum = 0;
+            for (int l = 0; l < 32; l++) {
+                int v = (qs[l] >> (4 * (j % 2))) & 0xF;
+                if (five) v |= ((qh[l] >> j) & 1) << 4;
+                sum += v * a[l];
+            }
+            int sc, m;
+            tops__kquant_scale_min(blk + TOPS__KQ_SCALES, j, &sc, &m);
+            const float scale = d * (float)sc * mul, min = dmin * (float)m * mul;
+            lane[j] = fmaf((float)sum, as[s * 8 + j] * scale, lane[j]);
+            lane[j] = fmaf(-amin[s * 8 + j], min, lane[j]);
+        }
+    }
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+static float dot_min_q4_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+                          int64_t nsb) {
+    return dot_min_kquant(blocks, mul, aq, as, amin, nsb, 0);
+}
+static float dot_min_q5_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+                          int64_t nsb) {
+    return dot_min_kquant(blocks, mul, aq, as, amin, nsb, 1);
 }
 
 void tops__ref_fill_unpackers(tops__unpacker *table) {
@@ -256,6 +316,10 @@ void tops__ref_fill_unpackers(tops__unpacker *table) {
     table[TOPS_FMT_Q6_K].run = unpack_q6_k, table[TOPS_FMT_Q6_K].qmax = 32;
     table[TOPS_FMT_IQ4_NL].run = unpack_iq4_nl, table[TOPS_FMT_IQ4_NL].qmax = 127;
     table[TOPS_FMT_IQ4_XS].run = unpack_iq4_xs, table[TOPS_FMT_IQ4_XS].qmax = 127;
+    table[TOPS_FMT_Q4_K].run_min = unpack_q4_k, table[TOPS_FMT_Q4_K].qmax = 15;
+    table[TOPS_FMT_Q5_K].run_min = unpack_q5_k, table[TOPS_FMT_Q5_K].qmax = 31;
+    table[TOPS_FMT_Q4_K].dot_min = dot_min_q4_k;
+    table[TOPS_FMT_Q5_K].dot_min = dot_min_q5_k;
     /* In-place nibble layouts: the code -> q + offset tables. */
     tops__nibble_layout i4 = {16, 0, 0, 8, {0}, tops__ref_unpack_scales};
     tops__nibble_layout fp4 = {16, 0, 0, 12, {0}, tops__ref_unpack_scales};

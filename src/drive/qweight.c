@@ -1,0 +1,25 @@
+/* tops__qweight_of: a weight's planes, strides and traits constants for
+   the unpackers (drive/qweight.h). */
+#include "drive/qweight.h"
+
+tops__qweight tops__qweight_of(const tops_tensor *w) {
+    const tops_format_info *info = tops_format_get_info(w->format.id);
+    const tops_plane *p = &w->scales;
+    const int esz = p->data ? (tops_dtype_bits(p->dtype) + 7) / 8 : 0;
+    tops__qweight q = {
+        .data = (const uint8_t *)w->data,
+        .row_bytes = (w->stride[0] / info->pack_elems) * info->pack_bytes,
+        .k = w->extent[1],
+        .sub = tops__unpack_sub(w),
+        .code_bits = info->element_bits,
+        .block_bytes = info->pack_bytes,
+        .e2m1 = info->element == TOPS_DT_E2M1,
+        .group = info->block > 1 ? w->format.group : 32,
+        .scales = (const uint8_t *)p->data,
+        .scale_dtype = p->dtype,
+        .scale_row = p->stride[0] * esz,
+        .scale_step = p->stride[1] * esz,
+        .mul = tops__nib_scale_mul(info, w),
+    };
+    return q;
+}

@@ -1,0 +1,82 @@
+/* The in-place q4_K / q5_K row dot (tops__dot_min_fn, cpu/dispatch.h)
+   for the AVX2 and AVX-512 VNNI levels: the including file defines
+   TOPS_KQ_DOT(q, a), the i32 sums of four u8 x s8 products per lane
+   (vpmaddubsw + vpmaddwd, or vpdpbusd), and compiles this with its ISA
+   flags.  Per super-block the four 32-byte qs rows give sub-blocks 2i
+   (low nibbles) and 2i + 1 (high), q5_K's fifth bit comes from the 32 qh
+   bytes by a shift and mask; a vphaddd tree leaves sub-block j in lane j.
+   Same lanes and order as the scalar reference: the same bits.  The AVX2
+   unpacker takes its codes from kq_codes too. */
+#ifndef TOPS_KQ_DOT
+#error "define TOPS_KQ_DOT before including dot_min_body.h"
+#endif
+
+#include "kernels/ref/kquant.h"
+
+/* Row r (0..3) of a super-block's codes: sub-blocks 2r (lo) and 2r + 1
+   (hi), q = 0..15 (q5_K: 0..31, its fifth bits from the qh row). */
+static inline void kq_codes(const uint8_t *qs, __m256i qh, int r, int five, __m256i *lo, __m256i *hi) {
+    const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    const __m256i raw = _mm256_loadu_si256((const __m256i *)(qs + 32 * r));
+    *lo = _mm256_and_si256(raw, m4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+    if (five) {
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * r), one), 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * r + 1), one), 4));
+    }
+}
+
+/* The eight sub-block sums of one super-block, lane j = sub-block j
+   (exact i32: q <= 31, |aq| <= 127). */
+static inline __m256i kq_sums(const uint8_t *blk, const int8_t *aq, int five) {
+    const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4);
+    const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + TOPS__KQ_QH)) : _mm256_setzero_si256();
+    __m256i v[8];
+    for (int i = 0; i < 4; i++) {
+        __m256i lo, hi;
+        kq_codes(qs, qh, i, five, &lo, &hi);
+        v[2 * i] = TOPS_KQ_DOT(lo, _mm256_loadu_si256((const __m256i *)(aq + 64 * i)));
+        v[2 * i + 1] = TOPS_KQ_DOT(hi, _mm256_loadu_si256((const __m256i *)(aq + 64 * i + 32)));
+    }
+    const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+    const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+    const __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
+}
+
+/* tops__dot_min_fn: lane j = sub-block j; scales and mins as the scalar
+   rows compute them (d * sc * mul, dmin * m * mul), then as * scale. */
+static inline float kq_dot_min(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
+                                   const float *amin, int64_t nsb, int five) {
+    const int bytes = five ? 176 : 144;
+    const __m256 vmul = _mm256_set1_ps(mul);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * bytes;
+        if (s + 1 < nsb) _mm_prefetch((const char *)(blk + 2 * bytes), _MM_HINT_T0);
+        const __m256i sums = kq_sums(blk, aq + s * 256, five);
+        uint64_t sc, m;
+        tops__kquant_scales8(blk + TOPS__KQ_SCALES, &sc, &m);
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        const __m256 vsc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+        const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m)));
+        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), vsc), vmul);
+        const __m256 min = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hm)), vm), vmul);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_loadu_ps(as + s * 8), scale), acc);
+        acc = _mm256_fnmadd_ps(_mm256_loadu_ps(amin + s * 8), min, acc);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+static float kq_dot_min_q4_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+                          int64_t nsb) {
+    return kq_dot_min(blocks, mul, aq, as, amin, nsb, 0);
+}
+static float kq_dot_min_q5_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
+                          int64_t nsb) {
+    return kq_dot_min(blocks, mul, aq, as, amin, nsb, 1);
+}

@@ -1,0 +1,19 @@
+/* AVX-512 VNNI twin of the AVX2 in-place q4_K / q5_K row dot
+   (kernels/avx2/unpack_blocks.c): vpdpbusd takes q (0..31) as its
+   unsigned operand and sums four products straight into i32 (one
+   instruction for vpmaddubsw + vpmaddwd); the same lanes, scales and
+   order, so the same bits. */
+#include "cpu/dispatch.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#define TOPS_KQ_DOT(q, a) _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, a)
+#include "kernels/avx2/dot_min_body.h"
+#undef TOPS_KQ_DOT
+
+/* On top of the AVX2 unpackers (the table holds them on entry). */
+void tops__avx512_vnni_fill_unpackers(tops__unpacker *table) {
+    table[TOPS_FMT_Q4_K].dot_min = kq_dot_min_q4_k;
+    table[TOPS_FMT_Q5_K].dot_min = kq_dot_min_q5_k;
+}
