@@ -9,6 +9,7 @@
 #include "bench.h"
 
 #include "cpu/dispatch.h"
+#include "drive/attention.h"
 #include "kernels/ref/scalar_casts.h"
 
 #include <math.h>
@@ -392,7 +393,8 @@ static tops_status run_case(tops_bench_session *s, attn_data *d, const char *dty
     row.batch = opts.batch, row.heads = opts.heads, row.kv_heads = opts.kv_heads, row.causal = causal;
     row.threads = cfg->threads;
     snprintf(row.isa, sizeof row.isa, "%s", tops_isa_name(ci.isa));
-    snprintf(row.path, sizeof row.path, "fused/%s", tops__kernels_get()->tile_gemm.name);
+    snprintf(row.path, sizeof row.path, "fused/%s",
+             tops__attention_kernel_name(tops__kernels_get(), &d->q, &d->k, &d->v, &d->out));
     row.median_s = t.median_s;
     row.min_s = t.min_s;
     row.rel_l2 = rel;
@@ -547,7 +549,8 @@ static tops_status run_varlen_case(tops_bench_session *s, attn_data *d, varlen_d
     row.batch = opts.nvarlen, row.heads = opts.heads, row.kv_heads = opts.kv_heads, row.causal = causal;
     row.threads = cfg->threads;
     snprintf(row.isa, sizeof row.isa, "%s", tops_isa_name(ci.isa));
-    snprintf(row.path, sizeof row.path, "varlen/%s", tops__kernels_get()->tile_gemm.name);
+    snprintf(row.path, sizeof row.path, "varlen/%s",
+             tops__attention_kernel_name(tops__kernels_get(), &p->q, &p->k, &p->v, &p->out));
     row.median_s = alt[0].median_s;
     row.min_s = alt[0].min_s;
     row.baseline_median_s = alt[1].median_s;

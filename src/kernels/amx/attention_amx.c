@@ -1,0 +1,199 @@
+/* AMX fused attention kernels (cpu/dispatch.h, tops__amx_attn_ukernel):
+   S = Q K^T and O = O * alpha + P V on bf16 tiles (tdpbf16ps, f32 sums),
+   each in passes over a 2 x 2 grid of 16 x 16 C tiles (tiles 0..3; 4, 5
+   the two row tiles of the left operand, 6, 7 the two 16-column groups of
+   the right), and the online-softmax step between them in AVX-512 (masks,
+   soft-capping, row max, exp2 by a degree-6 polynomial, row sums, P as
+   bf16 terms in the A-tile layout).  The softmax's arithmetic is that of
+   its scalar twin (src/kernels/ref/amx_attn.c) step for step, so the two
+   give the same bits. */
+#include "cpu/dispatch.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+typedef struct amx_tilecfg {
+    uint8_t palette, start_row;
+    uint8_t reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+
+static void configure(void) {
+    _Alignas(64) amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    /* gcc's _tile_loadconfig names only the first 8 bytes as read: without
+       this barrier the colsb / rows stores can be dropped as dead. */
+    __asm__ volatile("" : : "r"(&cfg) : "memory");
+    _tile_loadconfig(&cfg);
+}
+
+void tops__amx_attn_qk__amx(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
+                            const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds) {
+    const int64_t ss = lds * 4, gstride = (int64_t)nk * nds * 512;
+    configure();
+    for (int g2 = 0; g2 < steps; g2++) {
+        const uint16_t *k0 = k + 2 * g2 * gstride, *k1 = k0 + gstride;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int d = 0; d < nds; d++)
+            for (int x = 0; x < np; x++) {
+                const uint16_t *a = q + ((int64_t)pa[x] * 2 * nds + d) * 512;
+                const int64_t b = ((int64_t)pb[x] * nds + d) * 512;
+                _tile_loadd(4, a, 64);
+                _tile_loadd(6, k0 + b, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_loadd(7, k1 + b, 64);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_loadd(5, a + (int64_t)nds * 512, 64);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        float *c = s + 32 * g2;
+        _tile_stored(0, c, ss);
+        _tile_stored(1, c + 16, ss);
+        _tile_stored(2, c + 16 * lds, ss);
+        _tile_stored(3, c + 16 * lds + 16, ss);
+    }
+}
+
+void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
+                            const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo) {
+    (void)np_terms_p;
+    const int64_t os = ldo * 4, ncg = 2 * (int64_t)ncg2;
+    configure();
+    for (int c2 = 0; c2 < ncg2; c2++) {
+        float *c = o + 32 * c2;
+        if (alpha)
+            for (int i = 0; i < 32; i++) {
+                const __m512 al = _mm512_set1_ps(alpha[i]);
+                _mm512_storeu_ps(c + i * ldo, _mm512_mul_ps(_mm512_loadu_ps(c + i * ldo), al));
+                _mm512_storeu_ps(c + i * ldo + 16, _mm512_mul_ps(_mm512_loadu_ps(c + i * ldo + 16), al));
+            }
+        _tile_loadd(0, c, os);
+        _tile_loadd(1, c + 16, os);
+        _tile_loadd(2, c + 16 * ldo, os);
+        _tile_loadd(3, c + 16 * ldo + 16, os);
+        for (int t = 0; t < steps; t++)
+            for (int x = 0; x < np; x++) {
+                const uint16_t *a = p + ((int64_t)pa[x] * 2 * steps + t) * 512;
+                const uint16_t *b = v + (((int64_t)t * nv + pb[x]) * ncg + 2 * c2) * 512;
+                _tile_loadd(4, a, 64);
+                _tile_loadd(6, b, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_loadd(7, b + 512, 64);
+                _tile_dpbf16ps(1, 4, 7);
+                _tile_loadd(5, a + (int64_t)steps * 512, 64);
+                _tile_dpbf16ps(2, 5, 6);
+                _tile_dpbf16ps(3, 5, 7);
+            }
+        _tile_stored(0, c, os);
+        _tile_stored(1, c + 16, os);
+        _tile_stored(2, c + 16 * ldo, os);
+        _tile_stored(3, c + 16 * ldo + 16, os);
+    }
+}
+
+/* 2^x as exp2_poly in src/kernels/ref/amx_attn.c: the same steps. */
+static inline __m512 exp2v(__m512 x) {
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(1.5403530e-4f), f, _mm512_set1_ps(1.3333558e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504109e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022651e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    __m512 r = _mm512_scalef_ps(p, n);
+    r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_LT_OQ), r, _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(128.0f), _CMP_GT_OQ), r,
+                                _mm512_set1_ps(INFINITY));
+}
+
+/* Columns [lo, hi] of the block that row `pos` sees (hi < lo: none). */
+static void visible_cols(const tops__amx_attn_args *a, int64_t pos, int64_t cols, int32_t *lo, int32_t *hi) {
+    int64_t l = 0, h = (a->ncols < cols ? a->ncols : cols) - 1;
+    if (a->causal && pos - a->j0 < h) h = pos - a->j0;
+    if (a->window > 0) {
+        if (pos + a->window - 1 - a->j0 < h) h = pos + a->window - 1 - a->j0;
+        if (pos - a->window + 1 - a->j0 > l) l = pos - a->window + 1 - a->j0;
+    }
+    if (h < -1) h = -1;
+    if (l > cols) l = cols;
+    *lo = (int32_t)l;
+    *hi = (int32_t)h;
+}
+
+int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                   float *alpha, uint16_t *p) {
+    const int64_t cols = 32 * (int64_t)a->steps;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
+    const __m512 cap = _mm512_set1_ps(a->cap), cap_k = _mm512_set1_ps(a->cap_k), c2 = _mm512_set1_ps(a->c2);
+    const int capped = a->cap > 0.0f;
+    int any = 0;
+    for (int i = 0; i < 32; i++) {
+        float *row = s + i * lds;
+        int32_t lo, hi;
+        visible_cols(a, a->pos0 + i, cols, &lo, &hi);
+        const __m512i vlo = _mm512_set1_epi32(lo), vhi = _mm512_set1_epi32(hi);
+        __m512 mx = ninf;
+        __mmask16 nan = 0;
+        for (int64_t c = 0; c < cols; c += 16) {
+            __m512 y = _mm512_loadu_ps(row + c);
+            if (capped)
+                y = _mm512_mul_ps(cap, _mm512_sub_ps(one, _mm512_div_ps(two, _mm512_add_ps(exp2v(_mm512_mul_ps(y, cap_k)),
+                                                                                        one))));
+            const __m512i col = _mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)c));
+            const __mmask16 vis = _mm512_cmpge_epi32_mask(col, vlo) & _mm512_cmple_epi32_mask(col, vhi);
+            y = _mm512_mask_blend_ps(vis, ninf, y);
+            nan |= _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);
+            mx = _mm512_max_ps(y, mx); /* a NaN y leaves mx: NaN is flagged apart */
+            _mm512_storeu_ps(row + c, y);
+        }
+        float bmax = _mm512_reduce_max_ps(mx);
+        if (nan) bmax = NAN;
+        const float mo = m[i];
+        float mn = bmax > mo ? bmax : mo;
+        if (bmax != bmax) mn = bmax;
+        float al = 1.0f;
+        if (mo != mn) {
+            _Alignas(64) float t[16];
+            _mm512_store_ps(t, exp2v(_mm512_set1_ps((mo - mn) * a->c2)));
+            al = t[0];
+        }
+        any |= al != 1.0f;
+        const __m512 vmn = _mm512_set1_ps(mn);
+        const int dead = mn == -INFINITY;
+        __m512 acc = _mm512_setzero_ps();
+        uint16_t *prow = p + (int64_t)(i / 16) * a->steps * 512 + (i % 16) * 32;
+        const int64_t term = (int64_t)2 * a->steps * 512;
+        for (int64_t c = 0; c < cols; c += 16) {
+            const __m512 y = _mm512_loadu_ps(row + c);
+            __m512 e = exp2v(_mm512_mul_ps(_mm512_sub_ps(y, vmn), c2));
+            e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, vmn, _CMP_EQ_OQ), e, one);
+            if (dead) e = _mm512_setzero_ps();
+            acc = _mm512_add_ps(acc, e);
+            uint16_t *dst = prow + (c / 32) * 512 + c % 32;
+            const __m256i t0 = (__m256i)_mm512_cvtneps_pbh(e);
+            _mm256_storeu_si256((__m256i *)dst, t0);
+            if (a->np_terms > 1) {
+                const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(t0), 16));
+                _mm256_storeu_si256((__m256i *)(dst + term), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(e, back)));
+            }
+        }
+        _Alignas(64) float u[16];
+        _mm512_store_ps(u, acc);
+        for (int w = 8; w >= 1; w /= 2)
+            for (int x = 0; x < w; x++) u[x] += u[x + w];
+        l[i] = l[i] * al + u[0];
+        m[i] = mn;
+        alpha[i] = al;
+    }
+    return any;
+}

@@ -1,0 +1,130 @@
+/* Scalar twins of the AMX attention kernels (cpu/dispatch.h,
+   tops__amx_attn_ukernel): the softmax step bit for bit as the AVX-512
+   one computes it (src/kernels/amx/attention_amx.c), and the two tile
+   products as their contract states (f32 sums of exact bf16 products, k in
+   order).  The tests run the AMX attention driver over these on any
+   machine ("emulated tiles"). */
+#include "cpu/dispatch.h"
+
+#include <math.h>
+#include <string.h>
+
+/* bf16 of x, round to nearest even, subnormal inputs as zero (keeping the
+   sign), NaN quiet: what vcvtne2ps2bf16 computes. */
+static uint16_t to_bf16(float x) {
+    uint32_t b;
+    memcpy(&b, &x, 4);
+    if ((b & 0x7f800000u) == 0) return (uint16_t)((b >> 16) & 0x8000u);
+    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40u);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+
+static float from_bf16(uint16_t h) {
+    const uint32_t b = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+/* 2^x: n = x rounded to nearest even, f = x - n, a degree-6 polynomial
+   of f (fma chain), scaled by 2^n; 0 below -125, +inf above 128.  The
+   AVX-512 kernel runs the same steps (roundscale, fmadd, scalef). */
+static float exp2_poly(float x) {
+    if (x != x) return x;
+    if (x < -125.0f) return 0.0f;
+    if (x > 128.0f) return INFINITY;
+    const float n = rintf(x), f = x - n;
+    float p = fmaf(1.5403530e-4f, f, 1.3333558e-3f);
+    p = fmaf(p, f, 9.6181291e-3f);
+    p = fmaf(p, f, 5.5504109e-2f);
+    p = fmaf(p, f, 2.4022651e-1f);
+    p = fmaf(p, f, 6.9314718e-1f);
+    p = fmaf(p, f, 1.0f);
+    return ldexpf(p, (int)n);
+}
+
+int tops__ref_amx_attn_softmax(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l, float *alpha,
+                               uint16_t *p) {
+    const int64_t cols = 32 * (int64_t)a->steps;
+    int any = 0;
+    for (int i = 0; i < 32; i++) {
+        float *row = s + i * lds;
+        const int64_t pos = a->pos0 + i;
+        float mx[16];
+        int nan = 0;
+        for (int u = 0; u < 16; u++) mx[u] = -INFINITY;
+        for (int64_t c = 0; c < cols; c++) {
+            float y = row[c];
+            if (a->cap > 0.0f) y = a->cap * (1.0f - 2.0f / (exp2_poly(y * a->cap_k) + 1.0f));
+            const int64_t j = a->j0 + c, dj = j > pos ? j - pos : pos - j;
+            if (c >= a->ncols || (a->causal && j > pos) || (a->window > 0 && dj >= a->window)) y = -INFINITY;
+            if (y != y) nan = 1;
+            else if (y > mx[c % 16]) mx[c % 16] = y;
+            row[c] = y;
+        }
+        float bmax = -INFINITY;
+        for (int u = 0; u < 16; u++)
+            if (mx[u] > bmax) bmax = mx[u];
+        if (nan) bmax = NAN;
+        const float mo = m[i];
+        float mn = bmax > mo ? bmax : mo;
+        if (bmax != bmax) mn = bmax;
+        const float al = mo == mn ? 1.0f : exp2_poly((mo - mn) * a->c2);
+        any |= al != 1.0f;
+        float acc[16];
+        for (int u = 0; u < 16; u++) acc[u] = 0.0f;
+        const int r = i / 16, ri = i % 16;
+        for (int64_t c = 0; c < cols; c++) {
+            const float y = row[c];
+            const float e = mn == -INFINITY ? 0.0f : y == mn ? 1.0f : exp2_poly((y - mn) * a->c2);
+            acc[c % 16] += e;
+            uint16_t *dst = p + ((int64_t)r * a->steps + c / 32) * 512 + ri * 32 + c % 32;
+            const uint16_t t0 = to_bf16(e);
+            dst[0] = t0;
+            if (a->np_terms > 1) dst[(int64_t)2 * a->steps * 512] = to_bf16(e - from_bf16(t0));
+        }
+        for (int w = 8; w >= 1; w /= 2)
+            for (int u = 0; u < w; u++) acc[u] += acc[u + w];
+        l[i] = l[i] * al + acc[0];
+        m[i] = mn;
+        alpha[i] = al;
+    }
+    return any;
+}
+
+void tops__ref_amx_attn_qk(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
+                           const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds) {
+    for (int i = 0; i < 32; i++)
+        for (int j = 0; j < 32 * steps; j++) {
+            float acc = 0.0f;
+            const int r = i / 16, g = j / 16;
+            for (int d = 0; d < nds; d++)
+                for (int x = 0; x < np; x++) {
+                    const uint16_t *at = q + (((int64_t)pa[x] * 2 + r) * nds + d) * 512 + (i % 16) * 32;
+                    const uint16_t *bt = k + (((int64_t)g * nk + pb[x]) * nds + d) * 512;
+                    for (int e = 0; e < 32; e++)
+                        acc += from_bf16(at[e]) * from_bf16(bt[(e / 2) * 32 + (j % 16) * 2 + e % 2]);
+                }
+            s[i * lds + j] = acc;
+        }
+}
+
+void tops__ref_amx_attn_pv(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
+                           const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo) {
+    (void)np_terms_p;
+    const int ncg = 2 * ncg2;
+    for (int i = 0; i < 32; i++)
+        for (int c = 0; c < 16 * ncg; c++) {
+            float acc = o[i * ldo + c];
+            if (alpha) acc *= alpha[i];
+            const int r = i / 16, g = c / 16;
+            for (int t = 0; t < steps; t++)
+                for (int x = 0; x < np; x++) {
+                    const uint16_t *at = p + (((int64_t)pa[x] * 2 + r) * steps + t) * 512 + (i % 16) * 32;
+                    const uint16_t *bt = v + (((int64_t)t * nv + pb[x]) * ncg + g) * 512;
+                    for (int e = 0; e < 32; e++)
+                        acc += from_bf16(at[e]) * from_bf16(bt[(e / 2) * 32 + (c % 16) * 2 + e % 2]);
+                }
+            o[i * ldo + c] = acc;
+        }
+}
