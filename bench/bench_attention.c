@@ -615,4 +615,5 @@ const char tops_bench_attention_usage[] =
     "                           (cu_seqlens), against the same batch padded to the longest and run\n"
     "                           whole, timed in alternation (baseline tops-padded; m = all tokens)\n"
     "  Baseline: unfused OpenBLAS (sgemm Q K^T, softmax, sgemm P V) on f32 copies; GFLOPS count\n"
-    "  4 * D per visible query/key pair.\n";
+    "  4 * D per visible query/key pair.  path: the kernel that ran (f16/bf16 q/k/v at the amx\n"
+    "  level: the AMX attention kernel; --isa avx512 runs the f32 fused path in the same binary).\n";

@@ -11,7 +11,11 @@
    bf16 roundings), strict (bf16 code tiles for integer forms, bf16 terms
    for the rest) against f64 of the decoded operands (rel-L2 <= 1e-5), on
    ragged shapes, plain and packed weights (same bits), 1 and 3 threads
-   (same bits), NaN-poisoned outputs.  The drivers also run everywhere
+   (same bits), NaN-poisoned outputs; the attention kernels: the AVX-512
+   softmax step against its scalar twin bit for bit (where the CPU has
+   AVX-512 BF16), the two tile products against their contract bit for
+   bit (exact data; the f64 attention tests run the route itself, over
+   emulated tiles everywhere).  The drivers also run everywhere
    over emulated tiles (scalar kernels with the tile kernels' contracts,
    the scalar decoders), the decoders wherever the CPU has AVX-512 BF16;
    the rest skips with the reason where the machine (or the build) has no
