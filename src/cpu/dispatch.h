@@ -287,12 +287,31 @@ typedef int (*tops__amx_attn_softmax_fn)(const tops__amx_attn_args *a, float *s,
 typedef void (*tops__amx_attn_pv_fn)(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv,
                                      int ncg2, int np, const uint8_t *pa, const uint8_t *pb, const float *alpha,
                                      float *o, int64_t ldo);
+/* Operand packing for them, f32 in, nt (1 or 2) bf16 terms out (t0 =
+   bf16(x), t1 = bf16(x - t0); round to nearest even, subnormal inputs as
+   zero, as vcvtne2ps2bf16), term u at + u * term_stride:
+   pack_a: the A-tile layout: rows i < rows of src (row stride ld), 32
+     columns per chunk d < chunks: dst[d * 512 + i * 32 + x] = src[i * ld +
+     32 d + x] (rows <= 16).
+   pack_b: the pair layout: for row pairs k2 < npairs and 16-column groups
+     g < ngroups: dst[g * group_stride + k2 * 32 + j * 2 + t] =
+     src[(2 k2 + t) * ld + 16 g + j]. */
+typedef void (*tops__amx_attn_pack_a_fn)(const float *src, int64_t ld, int rows, int chunks, int nt,
+                                         int64_t term_stride, uint16_t *dst);
+typedef void (*tops__amx_attn_pack_b_fn)(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                                         int64_t group_stride, int64_t term_stride, uint16_t *dst);
 typedef struct tops__amx_attn_ukernel {
     tops__amx_attn_qk_fn qk; /* NULL: no AMX attention at this level */
     tops__amx_attn_softmax_fn softmax;
     tops__amx_attn_pv_fn pv;
+    tops__amx_attn_pack_a_fn pack_a;
+    tops__amx_attn_pack_b_fn pack_b;
     const char *name;
 } tops__amx_attn_ukernel;
+void tops__ref_amx_attn_pack_a(const float *src, int64_t ld, int rows, int chunks, int nt, int64_t term_stride,
+                               uint16_t *dst);
+void tops__ref_amx_attn_pack_b(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                               int64_t group_stride, int64_t term_stride, uint16_t *dst);
 void tops__ref_amx_attn_qk(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
                            const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds);
 int tops__ref_amx_attn_softmax(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l, float *alpha,
@@ -640,6 +659,10 @@ void tops__amx_attn_qk__amx(int nds, int steps, const uint16_t *q, const uint16_
                             const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds);
 int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
                                    float *alpha, uint16_t *p);
+void tops__amx_attn_pack_a__avx512(const float *src, int64_t ld, int rows, int chunks, int nt, int64_t term_stride,
+                                   uint16_t *dst);
+void tops__amx_attn_pack_b__avx512(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                                   int64_t group_stride, int64_t term_stride, uint16_t *dst);
 void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
                             const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
 #endif

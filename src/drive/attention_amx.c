@@ -35,37 +35,14 @@ static int half_format(const tops_tensor *t) {
 int tops__attention_amx_takes(const tops__kernels *kern, const tops_tensor *q, const tops_tensor *k,
                               const tops_tensor *v, const tops_tensor *out) {
     (void)out;
-    return kern->amx_attn.qk && kern->amx_attn.softmax && kern->amx_attn.pv && half_format(q) && half_format(k) &&
+    return kern->amx_attn.qk && kern->amx_attn.softmax && kern->amx_attn.pv && kern->amx_attn.pack_a &&
+           kern->amx_attn.pack_b && half_format(q) && half_format(k) &&
            half_format(v);
 }
 
 const char *tops__attention_kernel_name(const tops__kernels *kern, const tops_tensor *q, const tops_tensor *k,
                                         const tops_tensor *v, const tops_tensor *out) {
     return tops__attention_amx_takes(kern, q, k, v, out) ? kern->amx_attn.name : kern->tile_gemm.name;
-}
-
-/* bf16 of x, round to nearest even (x is finite or not; what the tile
-   unit reads: subnormals count as zero). */
-static uint16_t to_bf16(float x) {
-    uint32_t b;
-    memcpy(&b, &x, 4);
-    if ((b & 0x7f800000u) == 0) return (uint16_t)((b >> 16) & 0x8000u);
-    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40u);
-    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-
-static float from_bf16(uint16_t h) {
-    const uint32_t b = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &b, 4);
-    return x;
-}
-
-/* The terms of x: dst[u * term] for u < n. */
-static inline void put_terms(float x, int n, uint16_t *dst, int64_t term) {
-    const uint16_t t0 = to_bf16(x);
-    dst[0] = t0;
-    if (n > 1) dst[term] = to_bf16(x - from_bf16(t0));
 }
 
 typedef struct amx_job {
@@ -138,27 +115,20 @@ static void fill_step(const amx_job *J, float *stage, int64_t f) {
     const tops__attn_seq *s = &J->seqs[lo];
     const int64_t j0 = (step - s->blk0) * 32, n = s->sk - j0 < 32 ? s->sk - j0 : 32;
     const int64_t dp = 32 * (int64_t)J->nds, dvp = 32 * (int64_t)J->ncg2;
-    /* K: stage[key][d] -> group g, term u, d-step d: word (x / 2) * 32 + j * 2 + x % 2. */
+    const tops__amx_attn_ukernel *ak = &J->kern->amx_attn;
+    /* K^T: stage[d][key] (zeros past the keys and D), then per 16-key
+       group g, term u: the pair layout over all d-steps (row k2 = d / 2 at
+       k2 * 32: d-step d at d * 512). */
     memset(stage, 0, (size_t)(32 * dp) * sizeof(float));
     tops__mat km = {J->k, {s->outer, hk}, s->k0 + j0, 0, n, p->d};
-    if (n > 0) tops__mat_read(J->kern, &km, 0, n, 0, p->d, stage, dp, 0);
-    uint16_t *kt = J->kp + f * J->kstep;
-    const int64_t gterm = (int64_t)J->nds * 512;
-    for (int64_t key = 0; key < 32; key++) {
-        uint16_t *g = kt + (key / 16) * J->nk * gterm + (key % 16) * 2;
-        for (int64_t x = 0; x < dp; x++)
-            put_terms(stage[key * dp + x], J->nk, g + (x / 32) * 512 + ((x % 32) / 2) * 32 + x % 2, gterm);
-    }
-    /* V: stage[key][c] -> term u, column group g: word (x / 2) * 32 + j * 2 + x % 2, x the key. */
+    if (n > 0) tops__mat_read(J->kern, &km, 0, n, 0, p->d, stage, 32, 1);
+    ak->pack_b(stage, 32, dp / 2, 2, J->nk, (int64_t)J->nk * J->nds * 512, (int64_t)J->nds * 512,
+               J->kp + f * J->kstep);
+    /* V: stage[key][c], then term u, column group g at (u * ncg + g) * 512. */
     memset(stage, 0, (size_t)(32 * dvp) * sizeof(float));
     tops__mat vm = {J->v, {s->outer, hk}, s->k0 + j0, 0, n, p->dv};
     if (n > 0) tops__mat_read(J->kern, &vm, 0, n, 0, p->dv, stage, dvp, 0);
-    uint16_t *vt = J->vp + f * J->vstep;
-    const int64_t vterm = 2 * (int64_t)J->ncg2 * 512;
-    for (int64_t key = 0; key < 32; key++)
-        for (int64_t c = 0; c < dvp; c++)
-            put_terms(stage[key * dvp + c], J->nv, vt + (c / 16) * 512 + (key / 2) * 32 + (c % 16) * 2 + key % 2,
-                      vterm);
+    ak->pack_b(stage, dvp, 16, 2 * J->ncg2, J->nv, 512, 2 * (int64_t)J->ncg2 * 512, J->vp + f * J->vstep);
 }
 
 static void run_item(const amx_job *J, amx_worker *w, int64_t item) {
@@ -185,10 +155,8 @@ static void run_item(const amx_job *J, amx_worker *w, int64_t item) {
     tops__mat qm = {J->q, {s->outer, h}, s->q0 + i0, 0, rows, p->d};
     tops__mat_read(kern, &qm, 0, rows, 0, p->d, w->stage, dp, 0);
     const int64_t qterm = 2 * (int64_t)J->nds * 512;
-    for (int64_t i = 0; i < QROWS; i++)
-        for (int64_t x = 0; x < dp; x++)
-            put_terms(w->stage[i * dp + x], J->nq,
-                      w->qt + ((i / 16) * J->nds + x / 32) * 512 + (i % 16) * 32 + x % 32, qterm);
+    for (int r = 0; r < 2; r++)
+        kern->amx_attn.pack_a(w->stage + r * 16 * dp, dp, 16, J->nds, J->nq, qterm, w->qt + r * J->nds * 512);
 
     tops_tile *o = &w->o;
     o->rows = QROWS;

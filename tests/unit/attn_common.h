@@ -111,9 +111,9 @@ static inline void tb_free(tbuf *b) {
 /* The kernel tables the attention tests run on: every level's table (ref,
    avx2, avx512 where present), then the AMX attention route over emulated
    tiles (the tile products by their scalar contracts) on any machine, once
-   with the scalar softmax twin and, where the CPU has AVX-512 BF16, once
-   with the AVX-512 softmax the amx level runs (the two must give the same
-   bits), and the amx level itself where this machine has AMX.  The AMX
+   with the scalar twins of the softmax and packing kernels and, where the
+   CPU has AVX-512 BF16, once with the AVX-512 ones the amx level runs (the
+   two must give the same bits), and the amx level itself where this machine has AMX.  The AMX
    tables are skipped for operands the route does not take (attn_skip). */
 typedef struct attn_table {
     const tops__kernels *k;
@@ -139,7 +139,11 @@ static inline void attn_tables(attn_table *t) {
     static const tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
     for (int i = 0; i < 3; i++) t[i] = (attn_table){tops__kernels_for_isa(levels[i]), tops_isa_name(levels[i]), 0};
     emu[0] = *tops__kernels_get();
-    emu[0].amx_attn = (tops__amx_attn_ukernel){attn_emu_qk, tops__ref_amx_attn_softmax, tops__ref_amx_attn_pv,
+    emu[0].amx_attn = (tops__amx_attn_ukernel){attn_emu_qk,
+                                                tops__ref_amx_attn_softmax,
+                                                tops__ref_amx_attn_pv,
+                                                tops__ref_amx_attn_pack_a,
+                                                tops__ref_amx_attn_pack_b,
                                                 "amx attention over emulated tiles, scalar softmax"};
     t[ATTN_EMU_SCALAR] = (attn_table){&emu[0], "amx-emulated/scalar softmax", 1};
     t[ATTN_EMU_AVX512] = (attn_table){NULL, "amx-emulated/avx512 softmax", 1};
@@ -149,6 +153,8 @@ static inline void attn_tables(attn_table *t) {
     if (ci.isa_available[TOPS_ISA_AVX512] && ci.has[TOPS_CPU_AVX512_BF16]) {
         emu[1] = emu[0];
         emu[1].amx_attn.softmax = tops__amx_attn_softmax__avx512;
+        emu[1].amx_attn.pack_a = tops__amx_attn_pack_a__avx512;
+        emu[1].amx_attn.pack_b = tops__amx_attn_pack_b__avx512;
         emu[1].amx_attn.name = "amx attention over emulated tiles, AVX-512 softmax";
         t[ATTN_EMU_AVX512].k = &emu[1];
     }

@@ -665,6 +665,37 @@ static void test_attn_softmax_twin(void) {
     }
 }
 
+/* The attention operand packers: AVX-512 against the scalar twins bit for
+   bit (values of every magnitude, subnormals, one and two terms). */
+static tops__amx_attn_pack_a_fn attn_pack_a_vec;
+static tops__amx_attn_pack_b_fn attn_pack_b_vec;
+static void test_attn_pack_twins(void) {
+    enum { LD = 200 };
+    static float src[32 * LD];
+    static uint16_t a0[2 * 12 * 512], a1[2 * 12 * 512];
+    for (int it = 0; it < 40; it++) {
+        for (int i = 0; i < 32 * LD; i++) {
+            float x = th_uniform(&rng, -1.0f, 1.0f) * ldexpf(1.0f, (int)(th_next(&rng) % 40) - 20);
+            if (i % 97 == 0) x = ldexpf(1.0f, -130); /* subnormal: counts as zero */
+            src[i] = x;
+        }
+        const int nt = 1 + it % 2, chunks = 1 + it % 6, rows = 1 + it % 16;
+        memset(a0, 0x5a, sizeof a0);
+        memset(a1, 0x5a, sizeof a1);
+        tops__ref_amx_attn_pack_a(src, LD, rows, chunks, nt, 8 * 512, a0);
+        attn_pack_a_vec(src, LD, rows, chunks, nt, 8 * 512, a1);
+        if (memcmp(a0, a1, sizeof a0) != 0) TH_FAIL_AT("pack_a rows=%d chunks=%d terms=%d differs", rows, chunks, nt);
+        const int ngroups = 1 + it % 12;
+        const int64_t npairs = 1 + it % 16;
+        memset(a0, 0x5a, sizeof a0);
+        memset(a1, 0x5a, sizeof a1);
+        tops__ref_amx_attn_pack_b(src, LD, npairs, ngroups, nt, 512, 12 * 512, a0);
+        attn_pack_b_vec(src, LD, npairs, ngroups, nt, 512, 12 * 512, a1);
+        if (memcmp(a0, a1, sizeof a0) != 0)
+            TH_FAIL_AT("pack_b pairs=%lld groups=%d terms=%d differs", (long long)npairs, ngroups, nt);
+    }
+}
+
 /* The AMX attention tile products against their scalar contracts bit
    for bit: small integer terms (every product and sum exact in f32, in
    any order), one and two terms per operand, every step count. */
@@ -711,6 +742,9 @@ int main(void) {
         RUN_TEST(test_terms_decoders);
         attn_softmax_vec = tops__amx_attn_softmax__avx512;
         RUN_TEST(test_attn_softmax_twin);
+        attn_pack_a_vec = tops__amx_attn_pack_a__avx512;
+        attn_pack_b_vec = tops__amx_attn_pack_b__avx512;
+        RUN_TEST(test_attn_pack_twins);
     } else {
         printf("skip (AVX-512 term decoders): this CPU lacks avx512_vnni or avx512_bf16\n");
     }

@@ -197,3 +197,40 @@ int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64
     }
     return any;
 }
+
+/* The terms of 32 values (a: the first 16, b: the next) as two 512-bit
+   rows: t0 and, for nt = 2, t1 = bf16(x - t0). */
+static inline void terms32(__m512 a, __m512 b, int nt, uint16_t *dst, int64_t term_stride) {
+    const __m512i t0 = (__m512i)_mm512_cvtne2ps_pbh(b, a);
+    _mm512_storeu_si512((void *)dst, t0);
+    if (nt > 1) {
+        const __m512 ba = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(t0)), 16));
+        const __m512 bb =
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(t0, 1)), 16));
+        _mm512_storeu_si512((void *)(dst + term_stride),
+                            (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, bb), _mm512_sub_ps(a, ba)));
+    }
+}
+
+void tops__amx_attn_pack_a__avx512(const float *src, int64_t ld, int rows, int chunks, int nt, int64_t term_stride,
+                                   uint16_t *dst) {
+    for (int i = 0; i < rows; i++)
+        for (int d = 0; d < chunks; d++) {
+            const float *r = src + i * ld + 32 * d;
+            terms32(_mm512_loadu_ps(r), _mm512_loadu_ps(r + 16), nt, dst + d * 512 + i * 32, term_stride);
+        }
+}
+
+void tops__amx_attn_pack_b__avx512(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                                   int64_t group_stride, int64_t term_stride, uint16_t *dst) {
+    /* Interleave rows 2 k2 and 2 k2 + 1: lanes j * 2 + t. */
+    const __m512i idx_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i idx_hi = _mm512_add_epi32(idx_lo, _mm512_set1_epi32(8));
+    for (int64_t k2 = 0; k2 < npairs; k2++)
+        for (int g = 0; g < ngroups; g++) {
+            const __m512 x0 = _mm512_loadu_ps(src + 2 * k2 * ld + 16 * g);
+            const __m512 x1 = _mm512_loadu_ps(src + (2 * k2 + 1) * ld + 16 * g);
+            terms32(_mm512_permutex2var_ps(x0, idx_lo, x1), _mm512_permutex2var_ps(x0, idx_hi, x1), nt,
+                    dst + g * group_stride + k2 * 32, term_stride);
+        }
+}

@@ -128,3 +128,30 @@ void tops__ref_amx_attn_pv(int steps, const uint16_t *p, int np_terms_p, const u
             o[i * ldo + c] = acc;
         }
 }
+
+void tops__ref_amx_attn_pack_a(const float *src, int64_t ld, int rows, int chunks, int nt, int64_t term_stride,
+                               uint16_t *dst) {
+    for (int i = 0; i < rows; i++)
+        for (int d = 0; d < chunks; d++)
+            for (int x = 0; x < 32; x++) {
+                const float v = src[i * ld + 32 * d + x];
+                uint16_t *o = dst + d * 512 + i * 32 + x;
+                const uint16_t t0 = to_bf16(v);
+                o[0] = t0;
+                if (nt > 1) o[term_stride] = to_bf16(v - from_bf16(t0));
+            }
+}
+
+void tops__ref_amx_attn_pack_b(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                               int64_t group_stride, int64_t term_stride, uint16_t *dst) {
+    for (int64_t k2 = 0; k2 < npairs; k2++)
+        for (int g = 0; g < ngroups; g++)
+            for (int j = 0; j < 16; j++)
+                for (int t = 0; t < 2; t++) {
+                    const float v = src[(2 * k2 + t) * ld + 16 * g + j];
+                    uint16_t *o = dst + g * group_stride + k2 * 32 + j * 2 + t;
+                    const uint16_t t0 = to_bf16(v);
+                    o[0] = t0;
+                    if (nt > 1) o[term_stride] = to_bf16(v - from_bf16(t0));
+                }
+}
