@@ -129,71 +129,108 @@ static void visible_cols(const tops__amx_attn_args *a, int64_t pos, int64_t cols
     *hi = (int32_t)h;
 }
 
+/* Lane 0 of the fixed-order tree sum of v's lanes: u[x] += u[x + w] for
+   w = 8, 4, 2, 1 (the scalar twin's order). */
+static inline float tree_sum(__m512 v) {
+    const __m512i i8 = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 15, 14, 13, 12, 11, 10, 9, 8);
+    const __m512i i4 = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 7, 6, 5, 4);
+    const __m512i i2 = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 3, 2);
+    const __m512i i1 = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 1);
+    v = _mm512_add_ps(v, _mm512_permutexvar_ps(i8, v));
+    v = _mm512_add_ps(v, _mm512_permutexvar_ps(i4, v));
+    v = _mm512_add_ps(v, _mm512_permutexvar_ps(i2, v));
+    v = _mm512_add_ps(v, _mm512_permutexvar_ps(i1, v));
+    return _mm512_cvtss_f32(v);
+}
+
+/* P of 16 columns: terms into dst (term 1 at dst + term). */
+static inline void put_p(__m512 e, int nt, uint16_t *dst, int64_t term) {
+    const __m256i t0 = (__m256i)_mm512_cvtneps_pbh(e);
+    _mm256_storeu_si256((__m256i *)dst, t0);
+    if (nt > 1) {
+        const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(t0), 16));
+        _mm256_storeu_si256((__m256i *)(dst + term), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(e, back)));
+    }
+}
+
 int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
                                    float *alpha, uint16_t *p) {
-    const int64_t cols = 32 * (int64_t)a->steps;
+    const int64_t cols = 32 * (int64_t)a->steps, term = (int64_t)2 * a->steps * 512;
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
     const __m512 cap = _mm512_set1_ps(a->cap), cap_k = _mm512_set1_ps(a->cap_k), c2 = _mm512_set1_ps(a->c2);
     const int capped = a->cap > 0.0f;
-    int any = 0;
+    _Alignas(64) float bmax[32], mn[32];
+    /* Pass 1: logits (soft-capped, masked) in place where they change, row maxima. */
     for (int i = 0; i < 32; i++) {
         float *row = s + i * lds;
         int32_t lo, hi;
         visible_cols(a, a->pos0 + i, cols, &lo, &hi);
-        const __m512i vlo = _mm512_set1_epi32(lo), vhi = _mm512_set1_epi32(hi);
         __m512 mx = ninf;
-        __mmask16 nan = 0;
-        for (int64_t c = 0; c < cols; c += 16) {
-            __m512 y = _mm512_loadu_ps(row + c);
-            if (capped)
-                y = _mm512_mul_ps(cap, _mm512_sub_ps(one, _mm512_div_ps(two, _mm512_add_ps(exp2v(_mm512_mul_ps(y, cap_k)),
-                                                                                        one))));
-            const __m512i col = _mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)c));
-            const __mmask16 vis = _mm512_cmpge_epi32_mask(col, vlo) & _mm512_cmple_epi32_mask(col, vhi);
-            y = _mm512_mask_blend_ps(vis, ninf, y);
-            nan |= _mm512_cmp_ps_mask(y, y, _CMP_UNORD_Q);
-            mx = _mm512_max_ps(y, mx); /* a NaN y leaves mx: NaN is flagged apart */
-            _mm512_storeu_ps(row + c, y);
-        }
-        float bmax = _mm512_reduce_max_ps(mx);
-        if (nan) bmax = NAN;
-        const float mo = m[i];
-        float mn = bmax > mo ? bmax : mo;
-        if (bmax != bmax) mn = bmax;
-        float al = 1.0f;
-        if (mo != mn) {
-            _Alignas(64) float t[16];
-            _mm512_store_ps(t, exp2v(_mm512_set1_ps((mo - mn) * a->c2)));
-            al = t[0];
-        }
-        any |= al != 1.0f;
-        const __m512 vmn = _mm512_set1_ps(mn);
-        const int dead = mn == -INFINITY;
-        __m512 acc = _mm512_setzero_ps();
-        uint16_t *prow = p + (int64_t)(i / 16) * a->steps * 512 + (i % 16) * 32;
-        const int64_t term = (int64_t)2 * a->steps * 512;
-        for (int64_t c = 0; c < cols; c += 16) {
-            const __m512 y = _mm512_loadu_ps(row + c);
-            __m512 e = exp2v(_mm512_mul_ps(_mm512_sub_ps(y, vmn), c2));
-            e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, vmn, _CMP_EQ_OQ), e, one);
-            if (dead) e = _mm512_setzero_ps();
-            acc = _mm512_add_ps(acc, e);
-            uint16_t *dst = prow + (c / 32) * 512 + c % 32;
-            const __m256i t0 = (__m256i)_mm512_cvtneps_pbh(e);
-            _mm256_storeu_si256((__m256i *)dst, t0);
-            if (a->np_terms > 1) {
-                const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(t0), 16));
-                _mm256_storeu_si256((__m256i *)(dst + term), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(e, back)));
+        if (!capped && lo <= 0 && hi >= cols - 1) {
+            for (int64_t c = 0; c < cols; c += 16) mx = _mm512_max_ps(_mm512_loadu_ps(row + c), mx);
+        } else {
+            const __m512i vlo = _mm512_set1_epi32(lo), vhi = _mm512_set1_epi32(hi);
+            for (int64_t c = 0; c < cols; c += 16) {
+                __m512 y = _mm512_loadu_ps(row + c);
+                if (capped)
+                    y = _mm512_mul_ps(
+                        cap, _mm512_sub_ps(one, _mm512_div_ps(two, _mm512_add_ps(exp2v(_mm512_mul_ps(y, cap_k)), one))));
+                const __m512i col = _mm512_add_epi32(lane, _mm512_set1_epi32((int32_t)c));
+                const __mmask16 vis = _mm512_cmpge_epi32_mask(col, vlo) & _mm512_cmple_epi32_mask(col, vhi);
+                y = _mm512_mask_blend_ps(vis, ninf, y);
+                mx = _mm512_max_ps(y, mx); /* a NaN y leaves mx */
+                _mm512_storeu_ps(row + c, y);
             }
         }
-        _Alignas(64) float u[16];
-        _mm512_store_ps(u, acc);
-        for (int w = 8; w >= 1; w /= 2)
-            for (int x = 0; x < w; x++) u[x] += u[x + w];
-        l[i] = l[i] * al + u[0];
-        m[i] = mn;
-        alpha[i] = al;
+        bmax[i] = _mm512_reduce_max_ps(mx);
+    }
+    /* The new maxima and alpha, 16 rows at a time (elementwise: the twin's bits). */
+    int any = 0;
+    for (int h = 0; h < 32; h += 16) {
+        const __m512 mo = _mm512_loadu_ps(m + h), b = _mm512_load_ps(bmax + h);
+        const __m512 n = _mm512_max_ps(b, mo); /* b > mo ? b : mo */
+        __m512 al = exp2v(_mm512_mul_ps(_mm512_sub_ps(mo, n), c2));
+        al = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mo, n, _CMP_EQ_OQ), al, one);
+        any |= _mm512_cmp_ps_mask(al, one, _CMP_NEQ_UQ) != 0;
+        _mm512_storeu_ps(alpha + h, al);
+        _mm512_store_ps(mn + h, n);
+        _mm512_storeu_ps(m + h, n);
+    }
+    /* Pass 2: P = exp2((y - m) * c2), its terms and row sums. */
+    for (int i = 0; i < 32; i++) {
+        const float *row = s + i * lds;
+        uint16_t *prow = p + (int64_t)(i / 16) * a->steps * 512 + (i % 16) * 32;
+        const __m512 vmn = _mm512_set1_ps(mn[i]);
+        __m512 acc = _mm512_setzero_ps();
+        if (mn[i] == -INFINITY) { /* nothing seen yet: all zeros */
+            for (int64_t c = 0; c < cols; c += 16) put_p(acc, a->np_terms, prow + (c / 32) * 512 + c % 32, term);
+        } else if (mn[i] == INFINITY) { /* the +inf logits share the row: 1 there, 0 elsewhere */
+            for (int64_t c = 0; c < cols; c += 16) {
+                const __m512 y = _mm512_loadu_ps(row + c);
+                __m512 e = exp2v(_mm512_mul_ps(_mm512_sub_ps(y, vmn), c2));
+                e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(y, vmn, _CMP_EQ_OQ), e, one);
+                acc = _mm512_add_ps(acc, e);
+                put_p(e, a->np_terms, prow + (c / 32) * 512 + c % 32, term);
+            }
+        } else { /* (y - m) * c2 <= 0 or NaN: exp2v's upper clamp never acts, y == m gives exp2(0) = 1 */
+            const __m512 low = _mm512_set1_ps(-125.0f), zero = _mm512_setzero_ps();
+            for (int64_t c = 0; c < cols; c += 16) {
+                const __m512 x = _mm512_mul_ps(_mm512_sub_ps(_mm512_loadu_ps(row + c), vmn), c2);
+                const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+                const __m512 f = _mm512_sub_ps(x, n);
+                __m512 q = _mm512_fmadd_ps(_mm512_set1_ps(1.5403530e-4f), f, _mm512_set1_ps(1.3333558e-3f));
+                q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(9.6181291e-3f));
+                q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(5.5504109e-2f));
+                q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(2.4022651e-1f));
+                q = _mm512_fmadd_ps(q, f, _mm512_set1_ps(6.9314718e-1f));
+                q = _mm512_fmadd_ps(q, f, one);
+                const __m512 e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, low, _CMP_LT_OQ), _mm512_scalef_ps(q, n), zero);
+                acc = _mm512_add_ps(acc, e);
+                put_p(e, a->np_terms, prow + (c / 32) * 512 + c % 32, term);
+            }
+        }
+        l[i] = l[i] * alpha[i] + tree_sum(acc);
     }
     return any;
 }

@@ -46,37 +46,39 @@ static float exp2_poly(float x) {
 int tops__ref_amx_attn_softmax(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l, float *alpha,
                                uint16_t *p) {
     const int64_t cols = 32 * (int64_t)a->steps;
+    float mn[32];
     int any = 0;
+    /* Logits in place, row maxima (NaN logits do not count: they reach l
+       and O through P), the new maxima and alpha. */
     for (int i = 0; i < 32; i++) {
         float *row = s + i * lds;
         const int64_t pos = a->pos0 + i;
-        float mx[16];
-        int nan = 0;
-        for (int u = 0; u < 16; u++) mx[u] = -INFINITY;
+        float mx = -INFINITY;
         for (int64_t c = 0; c < cols; c++) {
             float y = row[c];
             if (a->cap > 0.0f) y = a->cap * (1.0f - 2.0f / (exp2_poly(y * a->cap_k) + 1.0f));
             const int64_t j = a->j0 + c, dj = j > pos ? j - pos : pos - j;
             if (c >= a->ncols || (a->causal && j > pos) || (a->window > 0 && dj >= a->window)) y = -INFINITY;
-            if (y != y) nan = 1;
-            else if (y > mx[c % 16]) mx[c % 16] = y;
+            if (y > mx) mx = y;
             row[c] = y;
         }
-        float bmax = -INFINITY;
-        for (int u = 0; u < 16; u++)
-            if (mx[u] > bmax) bmax = mx[u];
-        if (nan) bmax = NAN;
         const float mo = m[i];
-        float mn = bmax > mo ? bmax : mo;
-        if (bmax != bmax) mn = bmax;
-        const float al = mo == mn ? 1.0f : exp2_poly((mo - mn) * a->c2);
-        any |= al != 1.0f;
+        mn[i] = mx > mo ? mx : mo;
+        alpha[i] = mo == mn[i] ? 1.0f : exp2_poly((mo - mn[i]) * a->c2);
+        any |= alpha[i] != 1.0f;
+        m[i] = mn[i];
+    }
+    /* P = exp2((y - m) * c2) (0 in a row that has seen nothing; 1 where y
+       = m, +inf included), its terms, and the row sums: lane c % 16, then
+       the lanes as u[x] += u[x + w] for w = 8, 4, 2, 1. */
+    for (int i = 0; i < 32; i++) {
+        const float *row = s + i * lds;
         float acc[16];
         for (int u = 0; u < 16; u++) acc[u] = 0.0f;
         const int r = i / 16, ri = i % 16;
         for (int64_t c = 0; c < cols; c++) {
             const float y = row[c];
-            const float e = mn == -INFINITY ? 0.0f : y == mn ? 1.0f : exp2_poly((y - mn) * a->c2);
+            const float e = mn[i] == -INFINITY ? 0.0f : y == mn[i] ? 1.0f : exp2_poly((y - mn[i]) * a->c2);
             acc[c % 16] += e;
             uint16_t *dst = p + ((int64_t)r * a->steps + c / 32) * 512 + ri * 32 + c % 32;
             const uint16_t t0 = to_bf16(e);
@@ -85,9 +87,7 @@ int tops__ref_amx_attn_softmax(const tops__amx_attn_args *a, float *s, int64_t l
         }
         for (int w = 8; w >= 1; w /= 2)
             for (int u = 0; u < w; u++) acc[u] += acc[u + w];
-        l[i] = l[i] * al + acc[0];
-        m[i] = mn;
-        alpha[i] = al;
+        l[i] = l[i] * alpha[i] + acc[0];
     }
     return any;
 }
