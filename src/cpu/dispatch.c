@@ -208,7 +208,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     if (level_allows(level, TOPS_ISA_AMX))
         k->amx_attn = (tops__amx_attn_ukernel){tops__amx_attn_qk__amx, tops__amx_attn_softmax__avx512,
                                                tops__amx_attn_pv__amx, tops__amx_attn_pack_a__avx512,
-                                               tops__amx_attn_pack_b__avx512, "tops_attention_bf16_32x128__amx"};
+                                               tops__amx_attn_pack_b__avx512, tops__amx_attn_softmax_qk__amx,
+                                               "tops_attention_bf16_32x128__amx"};
 #endif
 #endif
 }

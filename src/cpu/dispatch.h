@@ -300,14 +300,30 @@ typedef void (*tops__amx_attn_pack_a_fn)(const float *src, int64_t ld, int rows,
                                          int64_t term_stride, uint16_t *dst);
 typedef void (*tops__amx_attn_pack_b_fn)(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
                                          int64_t group_stride, int64_t term_stride, uint16_t *dst);
+/* softmax_qk: softmax, with the tile products of the next block's qk
+   (next, may be NULL) issued between its rows, so the tile unit works
+   while the vector units do the softmax; the same bits as softmax then
+   qk.  NULL: the driver calls the two in turn. */
+typedef struct tops__amx_attn_qk_job {
+    int nds, steps, nk, np;
+    const uint16_t *q, *k;
+    const uint8_t *pa, *pb;
+    float *s;
+    int64_t lds;
+} tops__amx_attn_qk_job;
+typedef int (*tops__amx_attn_softmax_qk_fn)(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                            float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next);
 typedef struct tops__amx_attn_ukernel {
     tops__amx_attn_qk_fn qk; /* NULL: no AMX attention at this level */
     tops__amx_attn_softmax_fn softmax;
     tops__amx_attn_pv_fn pv;
     tops__amx_attn_pack_a_fn pack_a;
     tops__amx_attn_pack_b_fn pack_b;
+    tops__amx_attn_softmax_qk_fn softmax_qk;
     const char *name;
 } tops__amx_attn_ukernel;
+int tops__ref_amx_attn_softmax_qk(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                  float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next);
 void tops__ref_amx_attn_pack_a(const float *src, int64_t ld, int rows, int chunks, int nt, int64_t term_stride,
                                uint16_t *dst);
 void tops__ref_amx_attn_pack_b(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
@@ -663,6 +679,8 @@ void tops__amx_attn_pack_a__avx512(const float *src, int64_t ld, int rows, int c
                                    uint16_t *dst);
 void tops__amx_attn_pack_b__avx512(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
                                    int64_t group_stride, int64_t term_stride, uint16_t *dst);
+int tops__amx_attn_softmax_qk__amx(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                   float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next);
 void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
                             const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
 #endif

@@ -3,7 +3,8 @@
    layouts (K^T per 16-key group in the pair layout, V per 32-key step);
    each work item is 32 query rows (two row tiles) of one head, run
    against key blocks of up to 128 keys: S = Q K^T on the tiles, the
-   online-softmax step in AVX-512 (P as bf16 terms), O = O * alpha + P V
+   online-softmax step in AVX-512 (P as bf16 terms; the next block's Q K^T
+   issued between its rows, into a second S buffer), O = O * alpha + P V
    on the tiles, O kept in f32 in memory; at the end O / l is written
    through the tile engine's store.  Terms: an f16 operand is hi + lo
    (exact: f16 has 11 significant bits), a bf16 one is itself; P is one
@@ -72,7 +73,8 @@ static size_t worker_parts(const amx_job *J, size_t part[6]) {
     const int64_t wide = J->nds > J->ncg2 ? J->nds : J->ncg2;
     part[0] = align64((size_t)J->nq * 2 * (size_t)J->nds * 512 * 2);
     part[1] = align64((size_t)J->npt * 2 * KSTEPS * 512 * 2);
-    part[2] = align64((size_t)QROWS * 32 * KSTEPS * 4);
+    part[2] = align64((size_t)2 * QROWS * 32 * KSTEPS * 4); /* two S buffers: the next block's qk runs during this
+                                                                softmax */
     part[3] = align64((size_t)QROWS * (size_t)wide * 32 * 4);
     part[4] = align64(3 * QROWS * 4);
     part[5] = align64(tops__tile_bytes(QROWS, (int32_t)J->p->dv));
@@ -178,16 +180,40 @@ static void run_item(const amx_job *J, amx_worker *w, int64_t item) {
     const int64_t base = hk * J->ns + s->blk0;
     int64_t lo, hi;
     tops__attention_key_range(p, s->sk, pos_lo, pos_hi, &lo, &hi);
-    for (int64_t j0 = lo / 32 * 32; j0 < hi; j0 += 32 * KSTEPS) {
-        const int64_t need = hi - j0 < 32 * KSTEPS ? hi - j0 : 32 * KSTEPS;
-        a.steps = (int)((need + 31) / 32);
+    /* Key blocks [j0, j0 + 32 steps): S of block b in buffer b % 2; with
+       softmax_qk the next block's S = Q K^T runs on the tiles while this
+       block's softmax runs on the vector units. */
+    const tops__amx_attn_ukernel *ak = &kern->amx_attn;
+    const int64_t first = lo / 32 * 32, nblocks = hi > first ? (hi - first + 32 * KSTEPS - 1) / (32 * KSTEPS) : 0;
+    tops__amx_attn_qk_job job[2];
+    for (int64_t b = 0; b < nblocks; b++) {
+        const int64_t j0 = first + b * 32 * KSTEPS, need = hi - j0 < 32 * KSTEPS ? hi - j0 : 32 * KSTEPS;
+        tops__amx_attn_qk_job *jb = &job[b % 2];
+        if (b == 0 || !ak->softmax_qk) { /* (else the previous softmax_qk ran it) */
+            *jb = (tops__amx_attn_qk_job){J->nds, (int)((need + 31) / 32), J->nk, J->qk_np, w->qt,
+                                          J->kp + (base + j0 / 32) * J->kstep, J->qk_pa, J->qk_pb,
+                                          w->s + (b % 2) * QROWS * lds, lds};
+            ak->qk(jb->nds, jb->steps, jb->q, jb->k, jb->nk, jb->np, jb->pa, jb->pb, jb->s, jb->lds);
+        }
+        a.steps = jb->steps;
         a.j0 = j0;
         a.ncols = s->sk - j0;
-        kern->amx_attn.qk(J->nds, a.steps, w->qt, J->kp + (base + j0 / 32) * J->kstep, J->nk, J->qk_np, J->qk_pa,
-                          J->qk_pb, w->s, lds);
-        const int any = kern->amx_attn.softmax(&a, w->s, lds, w->m, w->l, w->alpha, w->pt);
-        kern->amx_attn.pv(a.steps, w->pt, J->npt, J->vp + (base + j0 / 32) * J->vstep, J->nv, J->ncg2, J->pv_np,
-                          J->pv_pa, J->pv_pb, any ? w->alpha : NULL, o->data, o->ld);
+        int any;
+        if (ak->softmax_qk) {
+            tops__amx_attn_qk_job *jn = NULL;
+            if (b + 1 < nblocks) {
+                const int64_t j1 = j0 + 32 * KSTEPS, need1 = hi - j1 < 32 * KSTEPS ? hi - j1 : 32 * KSTEPS;
+                jn = &job[(b + 1) % 2];
+                *jn = (tops__amx_attn_qk_job){J->nds, (int)((need1 + 31) / 32), J->nk, J->qk_np, w->qt,
+                                              J->kp + (base + j1 / 32) * J->kstep, J->qk_pa, J->qk_pb,
+                                              w->s + ((b + 1) % 2) * QROWS * lds, lds};
+            }
+            any = ak->softmax_qk(&a, jb->s, lds, w->m, w->l, w->alpha, w->pt, jn);
+        } else {
+            any = ak->softmax(&a, jb->s, lds, w->m, w->l, w->alpha, w->pt);
+        }
+        ak->pv(a.steps, w->pt, J->npt, J->vp + (base + j0 / 32) * J->vstep, J->nv, J->ncg2, J->pv_np, J->pv_pa,
+               J->pv_pb, any ? w->alpha : NULL, o->data, o->ld);
     }
     /* 1 / l, with zeros for rows that saw no key at all. */
     for (int64_t i = 0; i < rows; i++) {

@@ -111,9 +111,10 @@ static inline void tb_free(tbuf *b) {
 /* The kernel tables the attention tests run on: every level's table (ref,
    avx2, avx512 where present), then the AMX attention route over emulated
    tiles (the tile products by their scalar contracts) on any machine, once
-   with the scalar twins of the softmax and packing kernels and, where the
-   CPU has AVX-512 BF16, once with the AVX-512 ones the amx level runs (the
-   two must give the same bits), and the amx level itself where this machine has AMX.  The AMX
+   with the scalar twins of the softmax and packing kernels (the next
+   block's qk interleaved, as softmax_qk) and, where the CPU has AVX-512
+   BF16, once with the AVX-512 ones the amx level runs, qk and softmax in
+   turn (the two must give the same bits), and the amx level itself where this machine has AMX.  The AMX
    tables are skipped for operands the route does not take (attn_skip). */
 typedef struct attn_table {
     const tops__kernels *k;
@@ -133,6 +134,14 @@ static inline void attn_emu_qk(int nds, int steps, const uint16_t *q, const uint
     tops__ref_amx_attn_qk(nds, steps, q, k, nk, np, pa, pb, s, lds);
 }
 
+static inline int attn_emu_softmax_qk(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                      float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next) {
+    const int any = tops__ref_amx_attn_softmax(a, s, lds, m, l, alpha, p);
+    if (next) attn_emu_qk(next->nds, next->steps, next->q, next->k, next->nk, next->np, next->pa, next->pb, next->s,
+                          next->lds);
+    return any;
+}
+
 /* Fills t[ATTN_TABLES] (k NULL where absent). */
 static inline void attn_tables(attn_table *t) {
     static tops__kernels emu[2];
@@ -144,6 +153,7 @@ static inline void attn_tables(attn_table *t) {
                                                 tops__ref_amx_attn_pv,
                                                 tops__ref_amx_attn_pack_a,
                                                 tops__ref_amx_attn_pack_b,
+                                                attn_emu_softmax_qk,
                                                 "amx attention over emulated tiles, scalar softmax"};
     t[ATTN_EMU_SCALAR] = (attn_table){&emu[0], "amx-emulated/scalar softmax", 1};
     t[ATTN_EMU_AVX512] = (attn_table){NULL, "amx-emulated/avx512 softmax", 1};
@@ -155,6 +165,7 @@ static inline void attn_tables(attn_table *t) {
         emu[1].amx_attn.softmax = tops__amx_attn_softmax__avx512;
         emu[1].amx_attn.pack_a = tops__amx_attn_pack_a__avx512;
         emu[1].amx_attn.pack_b = tops__amx_attn_pack_b__avx512;
+        emu[1].amx_attn.softmax_qk = NULL; /* the driver's other order: softmax, then the next qk */
         emu[1].amx_attn.name = "amx attention over emulated tiles, AVX-512 softmax";
         t[ATTN_EMU_AVX512].k = &emu[1];
     }

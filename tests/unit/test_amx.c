@@ -723,6 +723,29 @@ static void test_attn_tiles_exact(void) {
         amx->amx_attn.pv(steps, pbuf, nt, v, nt, ncg2, np, pa, pb, it % 2 ? alpha : NULL, o1, LDO);
         if (memcmp(o0, o1, sizeof o0) != 0)
             TH_FAIL_AT("attention pv steps=%d ncg2=%d terms=%d alpha=%d differs", steps, ncg2, nt, it % 2);
+        /* softmax_qk: the softmax's bits and the next qk's, as the two calls in turn. */
+        static float sm0[32 * LDS], sm1[32 * LDS];
+        static uint16_t pp0[2 * 2 * STEPS * 512], pp1[2 * 2 * STEPS * 512];
+        tops__amx_attn_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.steps = steps;
+        sa.ncols = 32 * steps - it % 7;
+        sa.j0 = 64;
+        sa.pos0 = 40 + it * 3;
+        sa.causal = it % 2;
+        sa.c2 = 0.1f;
+        sa.np_terms = nt;
+        float m0[32], m1[32], l0[32], l1[32], al0[32], al1[32];
+        for (int i = 0; i < 32; i++) m0[i] = m1[i] = i % 3 ? -INFINITY : 1.0f, l0[i] = l1[i] = 1.0f;
+        for (int i = 0; i < 32 * LDS; i++) sm0[i] = sm1[i] = th_uniform(&rng, -30.0f, 30.0f);
+        for (int i = 0; i < 32 * LDS; i++) s0[i] = s1[i] = NAN;
+        const int r0 = amx->amx_attn.softmax(&sa, sm0, LDS, m0, l0, al0, pp0);
+        amx->amx_attn.qk(nds, steps, q, k, nt, np, pa, pb, s0, LDS);
+        const tops__amx_attn_qk_job next = {nds, steps, nt, np, q, k, pa, pb, s1, LDS};
+        const int r1 = amx->amx_attn.softmax_qk(&sa, sm1, LDS, m1, l1, al1, pp1, &next);
+        if (r0 != r1 || memcmp(sm0, sm1, sizeof sm0) || memcmp(m0, m1, sizeof m0) || memcmp(l0, l1, sizeof l0) ||
+            memcmp(al0, al1, sizeof al0) || memcmp(pp0, pp1, sizeof pp0) || memcmp(s0, s1, sizeof s0))
+            TH_FAIL_AT("attention softmax_qk nds=%d steps=%d terms=%d differs from softmax then qk", nds, steps, nt);
     }
 }
 

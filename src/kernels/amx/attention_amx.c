@@ -62,6 +62,49 @@ void tops__amx_attn_qk__amx(int nds, int steps, const uint16_t *q, const uint16_
     }
 }
 
+/* The qk kernel's tile ops as a sequence of units, run a few at a time
+   between the softmax's rows: per 32-key pair g2, unit 0 zeroes the four
+   C tiles, units 1..nds*np load and multiply (d-step, pair) in qk's
+   order, the last stores them: the same ops in the same order as qk. */
+typedef struct qk_cursor {
+    const tops__amx_attn_qk_job *j;
+    int g2, u, per_g2;
+} qk_cursor;
+
+static inline void qk_units(qk_cursor *c, int n) {
+    const tops__amx_attn_qk_job *j = c->j;
+    const int64_t gstride = (int64_t)j->nk * j->nds * 512;
+    for (; n > 0 && c->g2 < j->steps; n--) {
+        if (c->u == 0) {
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+        } else if (c->u < c->per_g2 - 1) {
+            const int idx = c->u - 1, d = idx / j->np, x = idx % j->np;
+            const uint16_t *k0 = j->k + 2 * c->g2 * gstride, *k1 = k0 + gstride;
+            const uint16_t *a = j->q + ((int64_t)j->pa[x] * 2 * j->nds + d) * 512;
+            const int64_t b = ((int64_t)j->pb[x] * j->nds + d) * 512;
+            _tile_loadd(4, a, 64);
+            _tile_loadd(6, k0 + b, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_loadd(7, k1 + b, 64);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_loadd(5, a + (int64_t)j->nds * 512, 64);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        } else {
+            const int64_t ss = j->lds * 4;
+            float *cc = j->s + 32 * c->g2;
+            _tile_stored(0, cc, ss);
+            _tile_stored(1, cc + 16, ss);
+            _tile_stored(2, cc + 16 * j->lds, ss);
+            _tile_stored(3, cc + 16 * j->lds + 16, ss);
+        }
+        if (++c->u == c->per_g2) c->u = 0, c->g2++;
+    }
+}
+
 void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
                             const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo) {
     (void)np_terms_p;
@@ -153,8 +196,15 @@ static inline void put_p(__m512 e, int nt, uint16_t *dst, int64_t term) {
     }
 }
 
-int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
-                                   float *alpha, uint16_t *p) {
+/* The softmax step; with cur, `per` units of the next block's qk after
+   each row of the exp pass and the rest at the end.  The tile ops touch
+   neither s, p nor the vector state, so the softmax's bits are those of
+   the plain call. */
+#define HOOK(n) \
+    if (with_qk) qk_units(cur, n)
+static inline __attribute__((always_inline)) int softmax_impl(const tops__amx_attn_args *a, float *s, int64_t lds,
+                                                              float *m, float *l, float *alpha, uint16_t *p,
+                                                              const int with_qk, qk_cursor *cur, int per) {
     const int64_t cols = 32 * (int64_t)a->steps, term = (int64_t)2 * a->steps * 512;
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
     const __m512 ninf = _mm512_set1_ps(-INFINITY), one = _mm512_set1_ps(1.0f), two = _mm512_set1_ps(2.0f);
@@ -231,8 +281,24 @@ int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64
             }
         }
         l[i] = l[i] * alpha[i] + tree_sum(acc);
+        HOOK(per);
     }
+    HOOK(1 << 30);
     return any;
+}
+
+int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                   float *alpha, uint16_t *p) {
+    return softmax_impl(a, s, lds, m, l, alpha, p, 0, NULL, 0);
+}
+
+int tops__amx_attn_softmax_qk__amx(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                   float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next) {
+    if (!next) return softmax_impl(a, s, lds, m, l, alpha, p, 0, NULL, 0);
+    configure();
+    qk_cursor cur = {next, 0, 0, next->nds * next->np + 2};
+    const int total = next->steps * cur.per_g2;
+    return softmax_impl(a, s, lds, m, l, alpha, p, 1, &cur, (total + 31) / 32);
 }
 
 /* The terms of 32 values (a: the first 16, b: the next) as two 512-bit

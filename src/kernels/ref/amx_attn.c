@@ -155,3 +155,12 @@ void tops__ref_amx_attn_pack_b(const float *src, int64_t ld, int64_t npairs, int
                     if (nt > 1) o[term_stride] = to_bf16(v - from_bf16(t0));
                 }
 }
+
+int tops__ref_amx_attn_softmax_qk(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                  float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next) {
+    const int any = tops__ref_amx_attn_softmax(a, s, lds, m, l, alpha, p);
+    if (next)
+        tops__ref_amx_attn_qk(next->nds, next->steps, next->q, next->k, next->nk, next->np, next->pa, next->pb,
+                              next->s, next->lds);
+    return any;
+}
