@@ -9,6 +9,7 @@
 #include "bench.h"
 
 #include "cpu/dispatch.h"
+#include "drive/attention.h"
 #include "kernels/ref/scalar_casts.h"
 
 #include <math.h>
@@ -387,7 +388,8 @@ static tops_status run_case(tops_bench_session *s, attn_data *d, const char *dty
     row.batch = opts.batch, row.heads = opts.heads, row.kv_heads = opts.kv_heads, row.causal = causal;
     row.threads = cfg->threads;
     snprintf(row.isa, sizeof row.isa, "%s", tops_isa_name(ci.isa));
-    snprintf(row.path, sizeof row.path, "fused/%s", tops__kernels_get()->tile_gemm.name);
+    snprintf(row.path, sizeof row.path, "fused/%s",
+             tops__attention_kernel_name(tops__kernels_get(), &d->q, &d->k, &d->v, &d->out));
     row.median_s = t.median_s;
     row.min_s = t.min_s;
     row.rel_l2 = rel;
@@ -542,7 +544,8 @@ static tops_status run_varlen_case(tops_bench_session *s, attn_data *d, varlen_d
     row.batch = opts.nvarlen, row.heads = opts.heads, row.kv_heads = opts.kv_heads, row.causal = causal;
     row.threads = cfg->threads;
     snprintf(row.isa, sizeof row.isa, "%s", tops_isa_name(ci.isa));
-    snprintf(row.path, sizeof row.path, "varlen/%s", tops__kernels_get()->tile_gemm.name);
+    snprintf(row.path, sizeof row.path, "varlen/%s",
+             tops__attention_kernel_name(tops__kernels_get(), &p->q, &p->k, &p->v, &p->out));
     row.median_s = alt[0].median_s;
     row.min_s = alt[0].min_s;
     row.baseline_median_s = alt[1].median_s;
@@ -607,4 +610,5 @@ const char tops_bench_attention_usage[] =
     "                           (cu_seqlens), against the same batch padded to the longest and run\n"
     "                           whole, timed in alternation (baseline tops-padded; m = all tokens)\n"
     "  Baseline: unfused OpenBLAS (sgemm Q K^T, softmax, sgemm P V) on f32 copies; GFLOPS count\n"
-    "  4 * D per visible query/key pair.\n";
+    "  4 * D per visible query/key pair.  path: the kernel that ran (f16/bf16 q/k/v at the amx\n"
+    "  level: the AMX attention kernel; --isa avx512 runs the f32 fused path in the same binary).\n";

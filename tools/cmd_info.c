@@ -119,6 +119,8 @@ int tops_cmd_info(int argc, char **argv) {
             printf("amx kern  %s (strict, integer weight forms in blocks of 4..32, M >= 5)\n", amx_kernel(1));
         if (amx_kernel(2))
             printf("amx kern  %s (M >= 5: strict, the other weight formats; relaxed, the rest)\n", amx_kernel(2));
+        if (ak && ak->amx_attn.qk)
+            printf("amx kern  %s (attention with f16/bf16 q, k, v)\n", ak->amx_attn.name);
         printf("levels   ");
         for (int i = 0; i < TOPS_ISA_COUNT_; i++)
             if (ci.isa_available[i]) printf(" %s", tops_isa_name((tops_isa)i));

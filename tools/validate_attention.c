@@ -9,6 +9,7 @@
 #include "bench.h"
 #include "cpu/dispatch.h"
 #include "cuda/attention.h"
+#include "drive/attention.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -193,6 +194,7 @@ static void run_row(const attn_row *r, tops_device dev, uint64_t seed, tops_vali
         (st = encode(r->kv, rank, ke, vf, &v, vd, &snr_v)) != TOPS_OK ||
         (st = tops_tensor_create(tops_format_of(r->out), rank, qe, (tops_memory){TOPS_DEVICE_CPU, 0}, &out)) != TOPS_OK)
         goto done;
+    snprintf(path, path_cap, "%s", tops__attention_kernel_name(tops__kernels_get(), &q, &k, &v, &out));
     res->snr_db = snr_k < snr_v ? snr_k : snr_v;
     /* NaN-poisoned output: an element the kernel never writes shows. */
     for (int64_t i = 0; i < nq; i++) got[i] = NAN;

@@ -275,6 +275,93 @@ typedef struct tops__amx_bf16t_ukernel {
        steps (NULL: the driver decodes, then calls run). */
     tops__amx_bf16t_dec_fn run1_decode;
 } tops__amx_bf16t_ukernel;
+/* AMX fused attention (src/kernels/amx/attention_amx.c; the driver is
+   src/drive/attention_amx.c): per query block of 32 rows (two row tiles)
+   and key block of `steps` x 32 keys, three calls:
+   qk: s[i * lds + j] = sum over the np term pairs (pa[p], pb[p]) and the
+     nds d-steps of 32 of Q_pa . K_pb (one tdpbf16ps per 16 x 16 x 32,
+     f32 sums), i < 32, j < 32 * steps.  Q term u, row tile r, d-step d:
+     16 rows x 32 bf16 at q + ((u * 2 + r) * nds + d) * 512.  K: key group
+     g (16 keys), term u, d-step d at k + ((g * nk + u) * nds + d) * 512,
+     pair layout (word (x / 2) * 32 + j * 2 + x % 2 = key j's element x).
+   softmax: rows [0, 32) of s (key j0 + c at column c; columns >= ncols
+     and masked pairs give p = 0), the online-softmax update of m, l, and
+     P = exp2((y - m_new) * c2) as np_terms bf16 terms (p = t0 + t1 ...)
+     in the A-tile layout at p + ((u * 2 + r) * steps + t) * 512 (row i % 16
+     of row tile r = i / 16, 32 keys of step t); alpha[i] = exp2((m_old -
+     m_new) * c2) (1 when equal); returns whether any alpha != 1.  The
+     arithmetic is fixed (tops__amx_attn_args) so that the scalar twin
+     (src/kernels/ref/amx_attn.c) gives the same bits.
+   pv: o[i * ldo + c] = o * alpha[i] (when alpha is not NULL) + sum over
+     the np pairs and the steps of P_pa . V_pb, i < 32, c < 32 * ncg2 (ncg2
+     pairs of 16-column groups).  V: key step t, term u, column group c at
+     v + ((t * nv + u) * ncg + c) * 512, pair layout (word (x / 2) * 32 + j
+     * 2 + x % 2 = V[32 t + x][16 c + j]); ncg = 2 * ncg2. */
+typedef struct tops__amx_attn_args {
+    int steps;       /* key steps of 32 in this block */
+    int64_t ncols;   /* valid key columns (keys past them are padding) */
+    int64_t j0;      /* position of column 0 */
+    int64_t pos0;    /* position of row 0 (row i sits at pos0 + i) */
+    int causal;
+    int64_t window;  /* 0 = none */
+    float c2;        /* scale * log2(e) (the logits' scale rides on the exp), or log2(e) with softcap */
+    float cap, cap_k; /* softcap > 0: y = cap * (1 - 2 / (exp2(x * cap_k) + 1)); 0: y = x */
+    int np_terms;    /* 1 or 2 */
+} tops__amx_attn_args;
+typedef void (*tops__amx_attn_qk_fn)(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
+                                     const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds);
+typedef int (*tops__amx_attn_softmax_fn)(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                         float *alpha, uint16_t *p);
+typedef void (*tops__amx_attn_pv_fn)(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv,
+                                     int ncg2, int np, const uint8_t *pa, const uint8_t *pb, const float *alpha,
+                                     float *o, int64_t ldo);
+/* Operand packing for them, f32 in, nt (1 or 2) bf16 terms out (t0 =
+   bf16(x), t1 = bf16(x - t0); round to nearest even, subnormal inputs as
+   zero, as vcvtne2ps2bf16), term u at + u * term_stride:
+   pack_a: the A-tile layout: rows i < rows of src (row stride ld), 32
+     columns per chunk d < chunks: dst[d * 512 + i * 32 + x] = src[i * ld +
+     32 d + x] (rows <= 16).
+   pack_b: the pair layout: for row pairs k2 < npairs and 16-column groups
+     g < ngroups: dst[g * group_stride + k2 * 32 + j * 2 + t] =
+     src[(2 k2 + t) * ld + 16 g + j]. */
+typedef void (*tops__amx_attn_pack_a_fn)(const float *src, int64_t ld, int rows, int chunks, int nt,
+                                         int64_t term_stride, uint16_t *dst);
+typedef void (*tops__amx_attn_pack_b_fn)(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                                         int64_t group_stride, int64_t term_stride, uint16_t *dst);
+/* softmax_qk: softmax, with the tile products of the next block's qk
+   (next, may be NULL) issued between its rows, so the tile unit works
+   while the vector units do the softmax; the same bits as softmax then
+   qk.  NULL: the driver calls the two in turn. */
+typedef struct tops__amx_attn_qk_job {
+    int nds, steps, nk, np;
+    const uint16_t *q, *k;
+    const uint8_t *pa, *pb;
+    float *s;
+    int64_t lds;
+} tops__amx_attn_qk_job;
+typedef int (*tops__amx_attn_softmax_qk_fn)(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                            float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next);
+typedef struct tops__amx_attn_ukernel {
+    tops__amx_attn_qk_fn qk; /* NULL: no AMX attention at this level */
+    tops__amx_attn_softmax_fn softmax;
+    tops__amx_attn_pv_fn pv;
+    tops__amx_attn_pack_a_fn pack_a;
+    tops__amx_attn_pack_b_fn pack_b;
+    tops__amx_attn_softmax_qk_fn softmax_qk;
+    const char *name;
+} tops__amx_attn_ukernel;
+int tops__ref_amx_attn_softmax_qk(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                  float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next);
+void tops__ref_amx_attn_pack_a(const float *src, int64_t ld, int rows, int chunks, int nt, int64_t term_stride,
+                               uint16_t *dst);
+void tops__ref_amx_attn_pack_b(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                               int64_t group_stride, int64_t term_stride, uint16_t *dst);
+void tops__ref_amx_attn_qk(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
+                           const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds);
+int tops__ref_amx_attn_softmax(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l, float *alpha,
+                               uint16_t *p);
+void tops__ref_amx_attn_pv(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
+                           const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
 /* Scalar twins of the term decoders (every level; the tests' reference). */
 int tops__ref_amx_terms_q8(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots, uint16_t *out);
 int tops__ref_amx_terms_f32(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
@@ -370,6 +457,8 @@ typedef struct tops__kernels {
        weights without an integer form (f32, f16, bf16, fp8...), relaxed
        ones from amx_bf16t.relaxed_min_m rows. */
     tops__amx_bf16t_ukernel amx_bf16t;
+    /* AMX fused attention on f16/bf16 q, k, v (docs/tiles.md). */
+    tops__amx_attn_ukernel amx_attn;
     void (*pack_q8_panel)(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
     /* Fused relaxed dot product over nb whole blocks of a nibble layout:
        sum_b ws[b] * as[b] * (sum_k lut[code] * aq[k] - acorr[b]), where
@@ -615,6 +704,18 @@ void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int64_t steps, const uint1
 int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
                                uint16_t *out);
 int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
+void tops__amx_attn_qk__amx(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
+                            const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds);
+int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                   float *alpha, uint16_t *p);
+void tops__amx_attn_pack_a__avx512(const float *src, int64_t ld, int rows, int chunks, int nt, int64_t term_stride,
+                                   uint16_t *dst);
+void tops__amx_attn_pack_b__avx512(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                                   int64_t group_stride, int64_t term_stride, uint16_t *dst);
+int tops__amx_attn_softmax_qk__amx(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                   float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next);
+void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
+                            const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
 #endif
 void tops__avx512_vnni_fill_unpackers(tops__unpacker *table);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,

@@ -54,24 +54,14 @@ static void worker_init(worker *w, const tops__attention_plan *p, unsigned char 
     w->bsum = rows + 4 * p->q_block;
 }
 
-/* One sequence: where its rows are in the [B, H, S, D] views, and its lengths. */
-typedef struct seq {
-    int64_t outer;   /* index along dimension 0 (0 for packed tensors) */
-    int64_t q0, sq;  /* query rows [q0, q0 + sq) */
-    int64_t k0, sk;  /* key rows [k0, k0 + sk) */
-    int64_t blk0, nblk; /* its key blocks in the key layout: [blk0, blk0 + nblk) per kv head */
-} seq;
-
-/* A sequence in the order handed out: its work items are [item0, item0 +
-   heads * nqb), head-major, query blocks innermost. */
-typedef struct run_seq {
-    int64_t b, item0, nqb;
-    double cost;
-} run_seq;
+/* One sequence (tops__attn_seq, drive/attention.h), and a sequence in the
+   order handed out (tops__attn_order). */
+typedef tops__attn_seq seq;
+typedef tops__attn_order run_seq;
 
 /* Keys [lo, hi) that some query at positions [pos_lo, pos_hi] may see in a
    sequence of sk keys. */
-static void key_range(const tops__attention_plan *p, int64_t sk, int64_t pos_lo, int64_t pos_hi, int64_t *lo,
+void tops__attention_key_range(const tops__attention_plan *p, int64_t sk, int64_t pos_lo, int64_t pos_hi, int64_t *lo,
                       int64_t *hi) {
     int64_t a = 0, b = sk;
     if (p->causal && pos_hi + 1 < b) b = pos_hi + 1;
@@ -339,7 +329,7 @@ static void run_item(const job *J, worker *w, int64_t item) {
     c.rescale = (tops_tile_map_desc){.op = TOPS_MAP_SCALE, .row_values = w->alpha};
 
     int64_t lo, hi;
-    key_range(p, s->sk, pos_lo, pos_hi, &lo, &hi);
+    tops__attention_key_range(p, s->sk, pos_lo, pos_hi, &lo, &hi);
     for (int64_t j0 = lo / p->kv_block * p->kv_block; j0 < hi; j0 += p->kv_block) {
         int64_t cols = s->sk - j0 < p->kv_block ? s->sk - j0 : p->kv_block, r_lo, r_hi;
         visible_rows(p, pos_lo, rows, j0, j0 + cols, &r_lo, &r_hi);
@@ -433,7 +423,7 @@ static void *plan_sequences(job *J, double *flops) {
         for (int64_t qb = 0; qb < r->nqb; qb++) {
             int64_t i0 = qb * p->q_block, rows = s->sq - i0 < p->q_block ? s->sq - i0 : p->q_block;
             int64_t pos_lo = i0 + s->sk - s->sq, lo, hi;
-            key_range(p, s->sk, pos_lo, pos_lo + rows - 1, &lo, &hi);
+            tops__attention_key_range(p, s->sk, pos_lo, pos_lo + rows - 1, &lo, &hi);
             r->cost += (double)rows * (double)((hi > lo ? hi - lo : 0) + 1);
         }
     }
@@ -447,6 +437,19 @@ static void *plan_sequences(job *J, double *flops) {
     J->order = order;
     J->items = items;
     J->nblk = nblk;
+    return mem;
+}
+
+void *tops__attention_sequences(const tops__attention_plan *p, const tops__attn_seq **seqs,
+                                const tops__attn_order **order, int64_t *items, int64_t *nblk, double *flops) {
+    job J;
+    memset(&J, 0, sizeof J);
+    J.p = p;
+    void *mem = plan_sequences(&J, flops);
+    *seqs = J.seqs;
+    *order = J.order;
+    *items = J.items;
+    *nblk = J.nblk;
     return mem;
 }
 
@@ -475,6 +478,10 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
         q = &views[0], k = &views[1], v = &views[2], out = &views[3];
     }
     J.q = q, J.k = k, J.v = v, J.out = out;
+    if (tops__attention_amx_takes(kern, q, k, v, out)) {
+        tops_status st = tops__attention_amx_drive(kern, p, q, k, v, out);
+        if (st != TOPS_UNSUPPORTED_FORMAT) return st; /* else: too large a key layout; the f32 path runs */
+    }
     double flops;
     void *seqmem = plan_sequences(&J, &flops);
     if (!seqmem)

@@ -4,6 +4,8 @@
 #ifndef TOPS_TEST_ATTN_COMMON_H
 #define TOPS_TEST_ATTN_COMMON_H
 
+#include "cpu/dispatch.h"
+#include "drive/attention.h"
 #include "harness.h"
 #include "kernels/ref/scalar_casts.h"
 #include "tensorops.h"
@@ -104,6 +106,79 @@ static inline void tb_free(tbuf *b) {
     free(b->mem);
     free(b->vals);
     memset(b, 0, sizeof *b);
+}
+
+/* The kernel tables the attention tests run on: every level's table (ref,
+   avx2, avx512 where present), then the AMX attention route over emulated
+   tiles (the tile products by their scalar contracts) on any machine, once
+   with the scalar twins of the softmax and packing kernels (the next
+   block's qk interleaved, as softmax_qk) and, where the CPU has AVX-512
+   BF16, once with the AVX-512 ones the amx level runs, qk and softmax in
+   turn (the two must give the same bits), and the amx level itself where this machine has AMX.  The AMX
+   tables are skipped for operands the route does not take (attn_skip). */
+typedef struct attn_table {
+    const tops__kernels *k;
+    const char *name;
+    int amx;  /* 1: an AMX-route table */
+} attn_table;
+enum { ATTN_EMU_SCALAR = 3, ATTN_EMU_AVX512 = 4, ATTN_AMX = 5, ATTN_TABLES = 6 };
+
+static long attn_emu_calls; /* tile products run over emulated tiles */
+
+static inline void attn_emu_qk(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
+                               const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds) {
+#ifdef TOPS_HAVE_OPENMP
+#pragma omp atomic
+#endif
+    attn_emu_calls++;
+    tops__ref_amx_attn_qk(nds, steps, q, k, nk, np, pa, pb, s, lds);
+}
+
+static inline int attn_emu_softmax_qk(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                      float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next) {
+    const int any = tops__ref_amx_attn_softmax(a, s, lds, m, l, alpha, p);
+    if (next) attn_emu_qk(next->nds, next->steps, next->q, next->k, next->nk, next->np, next->pa, next->pb, next->s,
+                          next->lds);
+    return any;
+}
+
+/* Fills t[ATTN_TABLES] (k NULL where absent). */
+static inline void attn_tables(attn_table *t) {
+    static tops__kernels emu[2];
+    static const tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
+    for (int i = 0; i < 3; i++) t[i] = (attn_table){tops__kernels_for_isa(levels[i]), tops_isa_name(levels[i]), 0};
+    emu[0] = *tops__kernels_get();
+    emu[0].amx_attn = (tops__amx_attn_ukernel){attn_emu_qk,
+                                                tops__ref_amx_attn_softmax,
+                                                tops__ref_amx_attn_pv,
+                                                tops__ref_amx_attn_pack_a,
+                                                tops__ref_amx_attn_pack_b,
+                                                attn_emu_softmax_qk,
+                                                "amx attention over emulated tiles, scalar softmax"};
+    t[ATTN_EMU_SCALAR] = (attn_table){&emu[0], "amx-emulated/scalar softmax", 1};
+    t[ATTN_EMU_AVX512] = (attn_table){NULL, "amx-emulated/avx512 softmax", 1};
+#if defined(TOPS_HAVE_AMX_KERNELS)
+    tops_cpu_info ci;
+    tops_cpu_get_info(&ci);
+    if (ci.isa_available[TOPS_ISA_AVX512] && ci.has[TOPS_CPU_AVX512_BF16]) {
+        emu[1] = emu[0];
+        emu[1].amx_attn.softmax = tops__amx_attn_softmax__avx512;
+        emu[1].amx_attn.pack_a = tops__amx_attn_pack_a__avx512;
+        emu[1].amx_attn.pack_b = tops__amx_attn_pack_b__avx512;
+        emu[1].amx_attn.softmax_qk = NULL; /* the driver's other order: softmax, then the next qk */
+        emu[1].amx_attn.name = "amx attention over emulated tiles, AVX-512 softmax";
+        t[ATTN_EMU_AVX512].k = &emu[1];
+    }
+#endif
+    const tops__kernels *amx = tops__kernels_for_isa(TOPS_ISA_AMX);
+    t[ATTN_AMX] = (attn_table){amx && amx->amx_attn.qk ? amx : NULL, "amx", 1};
+}
+
+/* True when table t need not run these operands (an AMX table the route
+   does not take). */
+static inline int attn_skip(const attn_table *t, const tops_tensor *q, const tops_tensor *k, const tops_tensor *v,
+                            const tops_tensor *out) {
+    return !t->k || (t->amx && !tops__attention_amx_takes(t->k, q, k, v, out));
 }
 
 #endif

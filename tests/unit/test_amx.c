@@ -11,7 +11,11 @@
    bf16 roundings), strict (bf16 code tiles for integer forms, bf16 terms
    for the rest) against f64 of the decoded operands (rel-L2 <= 1e-5), on
    ragged shapes, plain and packed weights (same bits), 1 and 3 threads
-   (same bits), NaN-poisoned outputs.  The drivers also run everywhere
+   (same bits), NaN-poisoned outputs; the attention kernels: the AVX-512
+   softmax step against its scalar twin bit for bit (where the CPU has
+   AVX-512 BF16), the two tile products against their contract bit for
+   bit (exact data; the f64 attention tests run the route itself, over
+   emulated tiles everywhere).  The drivers also run everywhere
    over emulated tiles (scalar kernels with the tile kernels' contracts,
    the scalar decoders), the decoders wherever the CPU has AVX-512 BF16;
    the rest skips with the reason where the machine (or the build) has no
@@ -609,6 +613,143 @@ static void test_driver_emulated(void) {
                        i == 0 ? "i8" : i == 1 ? "bf16 code" : i == 2 ? "bf16-term" : "bf16-term decoding");
 }
 
+/* The attention kernels' softmax step: the AVX-512 one against its scalar
+   twin bit for bit (scores, m, l, alpha, P terms, the return value), on
+   random scores with masks, windows, soft-capping, running maxima of
+   -inf (nothing seen yet) and above the block's, and both term counts. */
+static tops__amx_attn_softmax_fn attn_softmax_vec;
+static void test_attn_softmax_twin(void) {
+    enum { LDS = 128 };
+    static float s0[32 * LDS], s1[32 * LDS];
+    static uint16_t p0[2 * 2 * 4 * 512], p1[2 * 2 * 4 * 512];
+    for (int it = 0; it < 400; it++) {
+        tops__amx_attn_args a;
+        memset(&a, 0, sizeof a);
+        a.steps = 1 + (int)(th_next(&rng) % 4);
+        a.ncols = it % 5 == 0 ? 1 + (int64_t)(th_next(&rng) % (32 * a.steps)) : 32 * a.steps + 7;
+        a.j0 = (int64_t)(th_next(&rng) % 300);
+        a.pos0 = a.j0 + (int64_t)(th_next(&rng) % 200) - 100;
+        a.causal = (int)(th_next(&rng) % 2);
+        a.window = it % 3 == 0 ? 1 + (int64_t)(th_next(&rng) % 60) : 0;
+        a.np_terms = 1 + (int)(th_next(&rng) % 2);
+        const float scale = th_uniform(&rng, 0.05f, 0.5f);
+        if (it % 4 == 1) {
+            a.cap = th_uniform(&rng, 1.0f, 30.0f);
+            a.c2 = 1.44269504f;
+            a.cap_k = scale / a.cap * 2.0f * 1.44269504f;
+        } else {
+            a.c2 = scale * 1.44269504f;
+        }
+        const float spread = it % 7 == 0 ? 2000.0f : 20.0f;
+        for (int i = 0; i < 32 * LDS; i++) s0[i] = s1[i] = th_uniform(&rng, -spread, spread);
+        float m0[32], m1[32], l0[32], l1[32], al0[32], al1[32];
+        for (int i = 0; i < 32; i++) {
+            const int kind = (int)(th_next(&rng) % 3);
+            m0[i] = m1[i] = kind == 0 ? -INFINITY : th_uniform(&rng, -spread, spread) * scale;
+            l0[i] = l1[i] = kind == 0 ? 0.0f : th_uniform(&rng, 0.5f, 50.0f);
+            al0[i] = al1[i] = NAN;
+        }
+        memset(p0, 0xab, sizeof p0);
+        memset(p1, 0xab, sizeof p1);
+        const int r0 = tops__ref_amx_attn_softmax(&a, s0, LDS, m0, l0, al0, p0);
+        const int r1 = attn_softmax_vec(&a, s1, LDS, m1, l1, al1, p1);
+        if (r0 != r1 || memcmp(s0, s1, sizeof s0) != 0 || memcmp(m0, m1, sizeof m0) != 0 ||
+            memcmp(l0, l1, sizeof l0) != 0 || memcmp(al0, al1, sizeof al0) != 0 || memcmp(p0, p1, sizeof p0) != 0) {
+            int row = 0;
+            while (row < 31 && l0[row] == l1[row] && m0[row] == m1[row]) row++;
+            TH_FAIL_AT("softmax it=%d steps=%d ncols=%lld causal=%d window=%lld cap=%g terms=%d: the AVX-512 kernel "
+                       "differs from its scalar twin (row %d: m %.9g / %.9g, l %.9g / %.9g)",
+                       it, a.steps, (long long)a.ncols, a.causal, (long long)a.window, (double)a.cap, a.np_terms, row,
+                       m1[row], m0[row], l1[row], l0[row]);
+            return;
+        }
+    }
+}
+
+/* The attention operand packers: AVX-512 against the scalar twins bit for
+   bit (values of every magnitude, subnormals, one and two terms). */
+static tops__amx_attn_pack_a_fn attn_pack_a_vec;
+static tops__amx_attn_pack_b_fn attn_pack_b_vec;
+static void test_attn_pack_twins(void) {
+    enum { LD = 200 };
+    static float src[32 * LD];
+    static uint16_t a0[2 * 12 * 512], a1[2 * 12 * 512];
+    for (int it = 0; it < 40; it++) {
+        for (int i = 0; i < 32 * LD; i++) {
+            float x = th_uniform(&rng, -1.0f, 1.0f) * ldexpf(1.0f, (int)(th_next(&rng) % 40) - 20);
+            if (i % 97 == 0) x = ldexpf(1.0f, -130); /* subnormal: counts as zero */
+            src[i] = x;
+        }
+        const int nt = 1 + it % 2, chunks = 1 + it % 6, rows = 1 + it % 16;
+        memset(a0, 0x5a, sizeof a0);
+        memset(a1, 0x5a, sizeof a1);
+        tops__ref_amx_attn_pack_a(src, LD, rows, chunks, nt, 8 * 512, a0);
+        attn_pack_a_vec(src, LD, rows, chunks, nt, 8 * 512, a1);
+        if (memcmp(a0, a1, sizeof a0) != 0) TH_FAIL_AT("pack_a rows=%d chunks=%d terms=%d differs", rows, chunks, nt);
+        const int ngroups = 1 + it % 12;
+        const int64_t npairs = 1 + it % 16;
+        memset(a0, 0x5a, sizeof a0);
+        memset(a1, 0x5a, sizeof a1);
+        tops__ref_amx_attn_pack_b(src, LD, npairs, ngroups, nt, 512, 12 * 512, a0);
+        attn_pack_b_vec(src, LD, npairs, ngroups, nt, 512, 12 * 512, a1);
+        if (memcmp(a0, a1, sizeof a0) != 0)
+            TH_FAIL_AT("pack_b pairs=%lld groups=%d terms=%d differs", (long long)npairs, ngroups, nt);
+    }
+}
+
+/* The AMX attention tile products against their scalar contracts bit
+   for bit: small integer terms (every product and sum exact in f32, in
+   any order), one and two terms per operand, every step count. */
+static void test_attn_tiles_exact(void) {
+    enum { NDS = 3, STEPS = 4, LDS = 136, NCG2 = 3, LDO = 104 };
+    static uint16_t q[2 * 2 * NDS * 512], k[2 * STEPS * 2 * NDS * 512];
+    static uint16_t pbuf[2 * 2 * STEPS * 512], v[STEPS * 2 * 2 * NCG2 * 512];
+    static float s0[32 * LDS], s1[32 * LDS], o0[32 * LDO], o1[32 * LDO];
+    for (int it = 0; it < 32; it++) {
+        const int steps = 1 + it % STEPS, nds = 1 + (it / 4) % NDS, nt = 1 + (it / 12) % 2, ncg2 = 1 + it % NCG2;
+        const uint8_t pa[3] = {0, 0, 1}, pb[3] = {0, 1, 0};
+        const int np = nt == 1 ? 1 : 3;
+        for (size_t i = 0; i < sizeof q / 2; i++) q[i] = bf16_bits((float)((int)(th_next(&rng) % 15) - 7));
+        for (size_t i = 0; i < sizeof k / 2; i++) k[i] = bf16_bits((float)((int)(th_next(&rng) % 9) - 4) / 4.0f);
+        for (size_t i = 0; i < sizeof pbuf / 2; i++) pbuf[i] = bf16_bits((float)(th_next(&rng) % 17) / 16.0f);
+        for (size_t i = 0; i < sizeof v / 2; i++) v[i] = bf16_bits((float)((int)(th_next(&rng) % 31) - 15));
+        for (int i = 0; i < 32 * LDS; i++) s0[i] = s1[i] = NAN;
+        tops__ref_amx_attn_qk(nds, steps, q, k, nt, np, pa, pb, s0, LDS);
+        amx->amx_attn.qk(nds, steps, q, k, nt, np, pa, pb, s1, LDS);
+        if (memcmp(s0, s1, sizeof s0) != 0) TH_FAIL_AT("attention qk nds=%d steps=%d terms=%d differs", nds, steps, nt);
+        float alpha[32];
+        for (int i = 0; i < 32; i++) alpha[i] = ldexpf(1.0f, -(int)(th_next(&rng) % 3));
+        for (int i = 0; i < 32 * LDO; i++) o0[i] = o1[i] = (float)((int)(th_next(&rng) % 9) - 4);
+        tops__ref_amx_attn_pv(steps, pbuf, nt, v, nt, ncg2, np, pa, pb, it % 2 ? alpha : NULL, o0, LDO);
+        amx->amx_attn.pv(steps, pbuf, nt, v, nt, ncg2, np, pa, pb, it % 2 ? alpha : NULL, o1, LDO);
+        if (memcmp(o0, o1, sizeof o0) != 0)
+            TH_FAIL_AT("attention pv steps=%d ncg2=%d terms=%d alpha=%d differs", steps, ncg2, nt, it % 2);
+        /* softmax_qk: the softmax's bits and the next qk's, as the two calls in turn. */
+        static float sm0[32 * LDS], sm1[32 * LDS];
+        static uint16_t pp0[2 * 2 * STEPS * 512], pp1[2 * 2 * STEPS * 512];
+        tops__amx_attn_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.steps = steps;
+        sa.ncols = 32 * steps - it % 7;
+        sa.j0 = 64;
+        sa.pos0 = 40 + it * 3;
+        sa.causal = it % 2;
+        sa.c2 = 0.1f;
+        sa.np_terms = nt;
+        float m0[32], m1[32], l0[32], l1[32], al0[32], al1[32];
+        for (int i = 0; i < 32; i++) m0[i] = m1[i] = i % 3 ? -INFINITY : 1.0f, l0[i] = l1[i] = 1.0f;
+        for (int i = 0; i < 32 * LDS; i++) sm0[i] = sm1[i] = th_uniform(&rng, -30.0f, 30.0f);
+        for (int i = 0; i < 32 * LDS; i++) s0[i] = s1[i] = NAN;
+        const int r0 = amx->amx_attn.softmax(&sa, sm0, LDS, m0, l0, al0, pp0);
+        amx->amx_attn.qk(nds, steps, q, k, nt, np, pa, pb, s0, LDS);
+        const tops__amx_attn_qk_job next = {nds, steps, nt, np, q, k, pa, pb, s1, LDS};
+        const int r1 = amx->amx_attn.softmax_qk(&sa, sm1, LDS, m1, l1, al1, pp1, &next);
+        if (r0 != r1 || memcmp(sm0, sm1, sizeof sm0) || memcmp(m0, m1, sizeof m0) || memcmp(l0, l1, sizeof l0) ||
+            memcmp(al0, al1, sizeof al0) || memcmp(pp0, pp1, sizeof pp0) || memcmp(s0, s1, sizeof s0))
+            TH_FAIL_AT("attention softmax_qk nds=%d steps=%d terms=%d differs from softmax then qk", nds, steps, nt);
+    }
+}
+
 int main(void) {
     rng = th_seed();
     ref = tops__kernels_for_isa(TOPS_ISA_REF);
@@ -623,6 +764,11 @@ int main(void) {
         terms_q8 = tops__amx_terms_q8__avx512;
         terms_f32 = tops__amx_terms_f32__avx512;
         RUN_TEST(test_terms_decoders);
+        attn_softmax_vec = tops__amx_attn_softmax__avx512;
+        RUN_TEST(test_attn_softmax_twin);
+        attn_pack_a_vec = tops__amx_attn_pack_a__avx512;
+        attn_pack_b_vec = tops__amx_attn_pack_b__avx512;
+        RUN_TEST(test_attn_pack_twins);
     } else {
         printf("skip (AVX-512 term decoders): this CPU lacks avx512_vnni or avx512_bf16\n");
     }
@@ -642,6 +788,7 @@ int main(void) {
     RUN_TEST(test_kernel_exact);
     RUN_TEST(test_bf16_kernel_exact);
     RUN_TEST(test_bf16t_kernel_exact);
+    RUN_TEST(test_attn_tiles_exact);
     strict_worst[0] = strict_worst[1] = relaxed_worst = 0;
     RUN_TEST(test_matmul_every_format);
     TEST_MAIN_END();

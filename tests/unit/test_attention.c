@@ -140,21 +140,31 @@ static void check_cfg(const cfg *c, float qlo, float qhi, int threads) {
     d.kv_block = c->kv_block;
     tops_exec ex = tops_exec_default();
     ex.threads = threads;
-    tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
-    for (int li = 0; li < 3; li++) {
-        const tops__kernels *kern = tops__kernels_for_isa(levels[li]);
-        if (!kern) continue;
+    attn_table tables[ATTN_TABLES];
+    attn_tables(tables);
+    size_t bytes = (size_t)r.o.n * tb_esize(c->of);
+    void *emu_bits = malloc(bytes);
+    for (int li = 0; li < ATTN_TABLES; li++) {
+        if (attn_skip(&tables[li], &r.q.t, &r.k.t, &r.v.t, &r.o.t)) continue;
         tb_poison(&r.o);
-        ASSERT_OK(tops__attention_with(kern, &ex, &d, &r.q.t, &r.k.t, &r.v.t, &r.o.t));
+        ASSERT_OK(tops__attention_with(tables[li].k, &ex, &d, &r.q.t, &r.k.t, &r.v.t, &r.o.t));
         int bad;
         double e = max_err(&r, &bad);
         double tol = out_tol(c->of) + (c->kf == TOPS_FMT_F32 && c->qf == TOPS_FMT_F32 ? 0 : 1e-4);
         if (bad || !(e <= tol)) {
             char s[200];
             describe(c, s, sizeof s);
-            TH_FAIL_AT("%s [%s]: max err %.3g (tol %.3g), %d non-finite", s, tops_isa_name(levels[li]), e, tol, bad);
+            TH_FAIL_AT("%s [%s]: max err %.3g (tol %.3g), %d non-finite", s, tables[li].name, e, tol, bad);
+        }
+        /* The AVX-512 softmax and its scalar twin: the same bits. */
+        if (li == ATTN_EMU_SCALAR) memcpy(emu_bits, r.o.mem, bytes);
+        if (li == ATTN_EMU_AVX512 && memcmp(emu_bits, r.o.mem, bytes) != 0) {
+            char s[200];
+            describe(c, s, sizeof s);
+            TH_FAIL_AT("%s: the AVX-512 softmax gave other bits than its scalar twin", s);
         }
     }
+    free(emu_bits);
     run_free(&r);
 }
 
@@ -541,6 +551,60 @@ static void test_bad_inputs(void) {
     run_free(&r);
 }
 
+/* The AMX route (f16/bf16 q, k, v) on every table that has it (emulated
+   tiles on any machine): masks, windows, soft-capping, GQA, Sq != Sk,
+   ragged lengths around the 32-row and 128-key blocks, head dims 16..256
+   (ragged ones padded to the 32-wide tiles), every output dtype, against
+   f64 with the f32 path's bounds; then 1 and 3 threads give the same bits. */
+static void test_amx_route(void) {
+    static const struct {
+        int64_t sq, sk, d, dv, h, hkv, window;
+        int causal;
+        float softcap;
+    } cases[] = {
+        {1, 1, 64, 64, 2, 1, 0, 0, 0},      {7, 7, 128, 128, 2, 2, 0, 1, 0},    {33, 33, 96, 96, 4, 2, 0, 1, 0},
+        {130, 130, 128, 128, 2, 1, 0, 1, 0}, {130, 130, 256, 256, 1, 1, 0, 0, 0}, {17, 300, 64, 48, 3, 1, 0, 1, 0},
+        {65, 129, 80, 80, 2, 1, 20, 1, 0},  {200, 200, 64, 64, 2, 2, 40, 0, 0}, {100, 100, 16, 24, 2, 1, 0, 1, 5.0f},
+        {1, 257, 128, 128, 8, 2, 0, 1, 0},  {96, 97, 40, 40, 2, 1, 5, 1, 0},    {31, 20, 32, 32, 1, 1, 0, 1, 0},
+    };
+    static const tops_format_id half[2] = {TOPS_FMT_BF16, TOPS_FMT_F16};
+    static const tops_format_id outs[3] = {TOPS_FMT_BF16, TOPS_FMT_F32, TOPS_FMT_F16};
+    long before = attn_emu_calls;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (SANITIZED && cases[i].d > 128) continue;
+        cfg c = {.B = 1 + (int64_t)(i % 2), .H = cases[i].h, .Hkv = cases[i].hkv, .Sq = cases[i].sq,
+                 .Sk = cases[i].sk, .D = cases[i].d, .Dv = cases[i].dv, .causal = cases[i].causal,
+                 .window = cases[i].window, .softcap = cases[i].softcap, .scale = i % 4 == 3 ? 0.3f : 0.0f,
+                 .qf = half[i % 2], .kf = half[(i / 2) % 2], .of = outs[i % 3], .strided = (int)(i % 2)};
+        check_cfg(&c, -2, 2, 1 + (int)(i % 2));
+    }
+    if (attn_emu_calls == before) TH_FAIL_AT("the AMX route never ran over emulated tiles");
+    /* Thread counts: the same bits. */
+    cfg c = {.B = 2, .H = 4, .Hkv = 2, .Sq = 150, .Sk = 170, .D = 64, .Dv = 64, .causal = 1,
+             .qf = TOPS_FMT_BF16, .kf = TOPS_FMT_F16, .of = TOPS_FMT_F32};
+    run r;
+    run_make(&r, &c, -2, 2);
+    attn_table tables[ATTN_TABLES];
+    attn_tables(tables);
+    tops_attention_desc d = {.causal = 1};
+    tops_exec ex = tops_exec_default();
+    float *first = malloc((size_t)r.o.n * sizeof(float));
+    for (int li = ATTN_EMU_SCALAR; li < ATTN_TABLES; li++) {
+        if (attn_skip(&tables[li], &r.q.t, &r.k.t, &r.v.t, &r.o.t)) continue;
+        for (int threads = 1; threads <= 3; threads += 2) {
+            ex.threads = threads;
+            tb_poison(&r.o);
+            ASSERT_OK(tops__attention_with(tables[li].k, &ex, &d, &r.q.t, &r.k.t, &r.v.t, &r.o.t));
+            if (threads == 1)
+                memcpy(first, r.o.mem, (size_t)r.o.n * sizeof(float));
+            else if (memcmp(first, r.o.mem, (size_t)r.o.n * sizeof(float)) != 0)
+                TH_FAIL_AT("[%s]: 3 threads gave other bits than 1", tables[li].name);
+        }
+    }
+    free(first);
+    run_free(&r);
+}
+
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_long_sequence_memory);
@@ -551,6 +615,7 @@ int main(void) {
     RUN_TEST(test_fully_masked_rows);
     RUN_TEST(test_causal_diagonal_blocks);
     RUN_TEST(test_threads_same_bits);
+    RUN_TEST(test_amx_route);
     RUN_TEST(test_bad_inputs);
     TEST_MAIN_END();
 }

@@ -135,12 +135,13 @@ static void desc_from(const opts *o, tops_attention_desc *d) {
    thread counts) against ref. */
 static void check_levels(const char *what, const tops_attention_desc *d, const tbuf *q, const tops_tensor *k,
                          const tops_tensor *v, tbuf *o, const double *ref, double tol) {
-    tops_isa levels[3] = {TOPS_ISA_REF, TOPS_ISA_AVX2, TOPS_ISA_AVX512};
+    attn_table tables[ATTN_TABLES];
+    attn_tables(tables);
     size_t bytes = (size_t)o->n * tb_esize(o->t.format.id);
     void *first = malloc(bytes);
-    for (int li = 0; li < 3; li++) {
-        const tops__kernels *kern = tops__kernels_for_isa(levels[li]);
-        if (!kern) continue;
+    for (int li = 0; li < ATTN_TABLES; li++) {
+        if (attn_skip(&tables[li], &q->t, k, v, &o->t)) continue;
+        const tops__kernels *kern = tables[li].k;
         for (int threads = 1; threads <= 2; threads++) {
             tops_exec ex = tops_exec_default();
             ex.threads = threads;
@@ -149,11 +150,11 @@ static void check_levels(const char *what, const tops_attention_desc *d, const t
             double worst;
             int bad = compare(o, ref, tol, &worst);
             if (bad) TH_FAIL_AT("%s [%s, %d threads]: %d bad elements, worst err %.3g (tol %.3g)", what,
-                                tops_isa_name(levels[li]), threads, bad, worst, tol);
+                                tables[li].name, threads, bad, worst, tol);
             if (threads == 1)
                 memcpy(first, o->mem, bytes);
             else if (memcmp(first, o->mem, bytes) != 0)
-                TH_FAIL_AT("%s [%s]: 2 threads gave other bits than 1", what, tops_isa_name(levels[li]));
+                TH_FAIL_AT("%s [%s]: 2 threads gave other bits than 1", what, tables[li].name);
         }
     }
     free(first);
