@@ -74,13 +74,28 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
     const int in_place = dt == TOPS_DT_F32 && in->stride[3] == 1 && in->tensor_scale == 1.0f;
     /* f32 dest with contiguous channels is written in place unless it accumulates. */
     const int direct_out = ddt == TOPS_DT_F32 && dest2d->stride[1] == 1 && !accumulate;
-    const double flops = 2.0 * (double)rows_out * (double)g->ow * (double)c * (double)(g->kh * g->kw);
-    threads = tops__threads_for(TOPS__WORK_GEMM_F32, flops, threads);
+    /* Memory-bound: one thread below a threshold of bytes moved (the input
+       rows read, once per stride row, and the output written). */
+    const double bytes_moved = 4.0 * (double)c * ((double)rows_out * (double)g->w * (double)(g->kh < g->sh ? g->kh : g->sh) +
+                                                  (double)rows_out * (double)g->ow);
+    threads = tops__threads_for(TOPS__WORK_DEPTHWISE, bytes_moved, threads);
 #ifndef _OPENMP
     threads = 1;
 #endif
+    /* Jobs: output rows x column chunks, enough for every thread at batch 1
+       (56 rows for 16 threads).  Each output pixel is computed the same way
+       whatever the chunk (bias, then the taps in order), so the bits do not
+       depend on the split. */
+    int64_t col_chunks = 1;
+    if (threads > 1 && rows_out < 4 * (int64_t)threads && g->w * g->sw < (1 << 30)) {
+        col_chunks = tops__ceil_div(4 * (int64_t)threads, rows_out);
+        const int64_t most = tops__ceil_div(g->ow, 8); /* at least 8 columns a chunk */
+        if (col_chunks > most) col_chunks = most;
+        if (col_chunks < 1) col_chunks = 1;
+    }
+    const int64_t cols = tops__ceil_div(g->ow, col_chunks), jobs = rows_out * col_chunks;
     const size_t in_floats = in_place ? 0 : (size_t)tops__round_up(g->kh * g->w * c, 16);
-    const size_t out_floats = direct_out ? 0 : (size_t)tops__round_up(g->ow * c, 16);
+    const size_t out_floats = direct_out ? 0 : (size_t)tops__round_up(cols * c, 16);
     size_t per_thread = in_floats + out_floats, bytes;
     if (!tops__mul_size(per_thread, (size_t)threads * sizeof(float), &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the depthwise workspace size overflows size_t");
@@ -90,7 +105,7 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
-    for (int64_t r = 0; r < rows_out; r++) {
+    for (int64_t job = 0; job < jobs; job++) {
 #ifdef _OPENMP
         const int tid = omp_get_thread_num();
 #else
@@ -98,6 +113,9 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
 #endif
         TOPS__NOTE_REGION();
         float *mine = ws ? ws + (size_t)tid * per_thread : NULL;
+        const int64_t r = job / col_chunks, x0 = job % col_chunks * cols;
+        const int64_t ncol = g->ow - x0 < cols ? g->ow - x0 : cols;
+        if (ncol <= 0) continue;
         const int64_t n = r / g->oh, y = r % g->oh;
         const float *rows[MAX_KH];
         for (int64_t i = 0; i < g->kh; i++) {
@@ -115,15 +133,18 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
             for (int64_t x = 0; x < g->w; x++) read_run(kern, in, dt, base + x * in->stride[2], in->stride[3], c, buf + x * c);
             rows[i] = buf;
         }
-        const int64_t ldx = in_place ? in->stride[2] : c, m0 = r * g->ow;
+        /* columns x0 .. x0 + ncol - 1: the kernel's column 0 starts x0 * sw
+           input columns to the right (a left padding of pl - x0 * sw) */
+        const int64_t ldx = in_place ? in->stride[2] : c, m0 = r * g->ow + x0;
+        const int pl = (int)(g->pl - x0 * g->sw);
         if (direct_out) {
-            kern->conv_dw_f32(rows, ldx, g->w, c, (int)g->kh, (int)g->kw, (int)g->sw, (int)g->dw, (int)g->pl, w, bias,
-                              g->ow, (float *)dest2d->data + m0 * dest2d->stride[0], dest2d->stride[0]);
+            kern->conv_dw_f32(rows, ldx, g->w, c, (int)g->kh, (int)g->kw, (int)g->sw, (int)g->dw, pl, w, bias, ncol,
+                              (float *)dest2d->data + m0 * dest2d->stride[0], dest2d->stride[0]);
         } else {
             float *acc = mine + in_floats;
-            kern->conv_dw_f32(rows, ldx, g->w, c, (int)g->kh, (int)g->kw, (int)g->sw, (int)g->dw, (int)g->pl, w, bias,
-                              g->ow, acc, c);
-            tops__store_rect(kern, dest2d, m0, g->ow, 0, c, acc, c, accumulate);
+            kern->conv_dw_f32(rows, ldx, g->w, c, (int)g->kh, (int)g->kw, (int)g->sw, (int)g->dw, pl, w, bias, ncol,
+                              acc, c);
+            tops__store_rect(kern, dest2d, m0, ncol, 0, c, acc, c, accumulate);
         }
     }
     return TOPS_OK;
@@ -149,6 +170,23 @@ static void chunk_rows(const tops__conv_geom *g, int64_t m0, int64_t count, int6
     }
 }
 
+/* Blocks of rows a job takes: `most`, or fewer where that evens the
+   threads' shares (batch 1 on many threads: ResNet res4 at 16 threads has
+   17 blocks x 8 panels, 24 jobs of 8 blocks against 48 of 3).  The cost is
+   the most blocks one thread runs; ties go to the larger chunk (more reuse
+   of each tap's weight slice).  Every tile is computed the same way
+   whatever the chunk, so the bits do not depend on it. */
+static int64_t job_chunk(int64_t most, int64_t m_blocks, int64_t n_panels, int threads) {
+    if (threads <= 1) return most;
+    int64_t best = -1, chunk = most;
+    for (int64_t cb = most; cb >= 1; cb--) {
+        const int64_t nj = tops__ceil_div(m_blocks, cb) * n_panels;
+        const int64_t cost = tops__ceil_div(nj, threads) * (cb < m_blocks ? cb : m_blocks);
+        if (best < 0 || cost < best) best = cost, chunk = cb;
+    }
+    return chunk;
+}
+
 tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                 const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
     /* A job is one weight panel over up to CHUNK blocks of mr rows: per tap,
@@ -158,13 +196,14 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
     const tops__gemm_rows_ukernel *uk = &kern->gemm_f32_rows;
     const tops_tensor *in = g->in;
     const int64_t mr = uk->mr, nr = uk->nr, cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow;
-    const int64_t m_blocks = tops__ceil_div(m, mr), chunks = tops__ceil_div(m_blocks, CHUNK);
-    const int64_t n_panels = tops__ceil_div(o, nr), jobs = chunks * n_panels;
+    const int64_t m_blocks = tops__ceil_div(m, mr), n_panels = tops__ceil_div(o, nr);
     TOPS_ASSERT(mr <= MAX_MR && mr * nr <= MAX_TILE);
     threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)m * (double)o * (double)k, threads);
 #ifndef _OPENMP
     threads = 1;
 #endif
+    const int64_t chunk = job_chunk(CHUNK, m_blocks, n_panels, threads);
+    const int64_t chunks = tops__ceil_div(m_blocks, chunk), jobs = chunks * n_panels;
     /* the row that padding reads: cg zeros */
     float *zero = tops__thread_buffer(TOPS__SLOT_GEMM, (size_t)tops__round_up(cg, 16) * sizeof(float));
     if (!zero) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %lld-float zero row", (long long)cg);
@@ -182,7 +221,7 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
         TOPS__NOTE_REGION();
         const int64_t ch = panel_major ? job % chunks : job / n_panels;
         const int64_t p = panel_major ? job / chunks : job % n_panels;
-        const int64_t b0 = ch * CHUNK, nb = m_blocks - b0 < CHUNK ? m_blocks - b0 : CHUNK;
+        const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
         /* per row of the chunk: image offset (-1 past M), top-left input position */
         int64_t base[CHUNK * MAX_MR], y0[CHUNK * MAX_MR], x0[CHUNK * MAX_MR];
         chunk_rows(g, b0 * mr, nb * mr, m, base, y0, x0);
@@ -231,12 +270,13 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
     const tops_dtype dt = tops_format_get_info(in->format.id)->element;
     const int64_t c = g->cg, nbc = c / 32, k = g->kh * g->kw * c, n_subs = k / 32, m = batch * g->oh * g->ow;
     const int64_t pixels = batch * g->h * g->w, groups = tops__ceil_div(o, 8);
-    const int64_t m_blocks = tops__ceil_div(m, MR), chunks = tops__ceil_div(m_blocks, CHUNK);
-    const int64_t n_panels = tops__ceil_div(o, NR), jobs = chunks * n_panels;
+    const int64_t m_blocks = tops__ceil_div(m, MR), n_panels = tops__ceil_div(o, NR);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)m * (double)o * (double)k, threads);
 #ifndef _OPENMP
     threads = 1;
 #endif
+    const int64_t chunk = job_chunk(CHUNK, m_blocks, n_panels, threads);
+    const int64_t chunks = tops__ceil_div(m_blocks, chunk), jobs = chunks * n_panels;
     /* The input quantized once: codes [pixels + 1][C] (the last pixel is
        the zero that padding reads), per 32 channels a scale and offset *
        the code sum; then a float row per thread. */
@@ -292,7 +332,7 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
 #endif
         for (int64_t job = 0; job < jobs; job++) {
             const int64_t ch = job / n_panels, p = job % n_panels;
-            const int64_t b0 = ch * CHUNK, nb = m_blocks - b0 < CHUNK ? m_blocks - b0 : CHUNK;
+            const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
             int64_t pix0[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR]; /* first pixel of the image (-1 past M) */
             chunk_rows(g, b0 * MR, nb * MR, m, pix0, y0, x0);
             for (int64_t r = 0; r < nb * MR; r++)
