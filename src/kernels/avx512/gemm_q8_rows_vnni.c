@@ -31,8 +31,8 @@ void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *cons
     __m512 f[6][2];
     for (int i = 0; i < 6; i++) f[i][0] = f[i][1] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < nb; blk++) {
-        __m512i s[6][2];
-        for (int i = 0; i < 6; i++) s[i][0] = s[i][1] = _mm512_setzero_si512();
+        __m512i s[6][2]; /* start from -offset * code sum: no subtraction after */
+        for (int i = 0; i < 6; i++) s[i][0] = s[i][1] = _mm512_set1_epi32(-acorr[i][blk]);
         for (int k = 0; k < 32; k += 4) {
             const __m512i w0 = pair(b0, b1), w1 = pair(b2, b3);
 #define TOPS_Q8_STEP(i, ap)                                                                                      \
@@ -53,10 +53,9 @@ void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *cons
         a0 += 32, a1 += 32, a2 += 32, a3 += 32, a4 += 32, a5 += 32;
         const __m512 g0 = pair_ps(bs[0] + blk * 8, bs[1] + blk * 8), g1 = pair_ps(bs[2] + blk * 8, bs[3] + blk * 8);
         for (int i = 0; i < 6; i++) {
-            const __m512i corr = _mm512_set1_epi32(acorr[i][blk]);
             const __m512 sc = _mm512_set1_ps(as[i][blk]);
-            f[i][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[i][0], corr)), g0), sc, f[i][0]);
-            f[i][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[i][1], corr)), g1), sc, f[i][1]);
+            f[i][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[i][0]), g0), sc, f[i][0]);
+            f[i][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[i][1]), g1), sc, f[i][1]);
         }
     }
     for (int i = 0; i < 6; i++) {
