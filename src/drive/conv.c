@@ -230,9 +230,24 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
         float acc[CHUNK * MAX_TILE] __attribute__((aligned(64)));
         const float *rows[MAX_MR];
         const float *panel = panels + p * k * nr;
+        /* The next weights this thread reads: the next kernel row's slice of
+           this panel, or after the last one the next job's first slice if
+           that job has another panel.  They are prefetched into L2 a part
+           per block, so a panel streamed from memory (deep layers at small
+           batch: res5's 9.4 MB) overlaps the FMAs instead of stalling the
+           first block of every kernel row. */
+        const int64_t row_floats = g->kw * cg * nr;
+        int64_t next_p = -1;
+        if (job + 1 < jobs) next_p = panel_major ? (job + 1) / chunks : (job + 1) % n_panels;
         for (int64_t i = 0; i < g->kh; i++)
             for (int64_t b = 0; b < nb; b++) {
                 const int64_t m0 = (b0 + b) * mr, vr = m - m0 < mr ? m - m0 : mr;
+                const float *next = i + 1 < g->kh ? panel + (i + 1) * row_floats
+                                    : next_p >= 0 && next_p != p ? panels + next_p * k * nr
+                                                                 : NULL;
+                if (next)
+                    for (int64_t f = b * row_floats / nb / 16 * 16, end = (b + 1) * row_floats / nb; f < end; f += 16)
+                        __builtin_prefetch(next + f, 0, 2);
                 /* Where every row of the block has this whole kernel row
                    inside the input and pixels are contiguous, its taps are
                    one run of kw * C: one call instead of kw. */
