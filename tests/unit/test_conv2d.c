@@ -42,11 +42,13 @@ static const cv_case cases[] = {
 /* Cases over the small-call thresholds, so more than one thread really
    runs: depthwise over 256 KiB moved with fewer output rows than 4 per
    thread (columns split), and the rows paths over 8e6 flops with a
-   partial last panel (O = 72) and a short last row block. */
+   partial last panel (O = 72, 40) and a short last row block; M >= 384
+   takes the relaxed kernel's weights interleaved per call. */
 static const cv_case big_cases[] = {
     {1, 6, 200, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 128, 0}, /* depthwise, 6 output rows */
     {1, 9, 301, 40, 40, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 40, 0},    /* depthwise stride 2, odd width */
     {1, 14, 14, 64, 72, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* ResNet-like 3x3, 16e6 flops */
+    {1, 24, 20, 32, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* M = 480: relaxed weights interleaved per call, O = 40 */
 };
 
 /* Thread counts run_case compares (1 is the reference of the others). */
