@@ -284,7 +284,13 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
     const tops_tensor *in = g->in;
     const tops_dtype dt = tops_format_get_info(in->format.id)->element;
     const int64_t c = g->cg, nbc = c / 32, k = g->kh * g->kw * c, n_subs = k / 32, m = batch * g->oh * g->ow;
-    const int64_t pixels = batch * g->h * g->w, groups = tops__ceil_div(o, 8);
+    /* The input quantized once into a padded image: hp x wp pixels per
+       image, (y, x) of the padding frame at (y - pt, x - pl) of the input,
+       zeros outside it, so every tap of every output pixel is in bounds and
+       a kernel row's taps are one run (dilation 1): one call per kernel
+       row, no bounds checks.  Then kw zero pixels, read by rows past M. */
+    const int64_t hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1, wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    const int64_t pixels = batch * hp * wp, groups = tops__ceil_div(o, 8);
     const int64_t m_blocks = tops__ceil_div(m, MR), n_panels = tops__ceil_div(o, NR);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)m * (double)o * (double)k, threads);
 #ifndef _OPENMP
@@ -292,10 +298,9 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
 #endif
     const int64_t chunk = job_chunk(CHUNK, m_blocks, n_panels, threads);
     const int64_t chunks = tops__ceil_div(m_blocks, chunk), jobs = chunks * n_panels;
-    /* The input quantized once: codes [pixels + 1][C] (the last pixel is
-       the zero that padding reads), per 32 channels a scale and offset *
-       the code sum; then a float row per thread. */
-    size_t codes = (size_t)((pixels + 1) * c), blocks = (size_t)((pixels + 1) * nbc), bytes;
+    /* Codes [pixels + kw][C], per 32 channels a scale and offset * the
+       code sum; then a float row per thread. */
+    size_t codes = (size_t)((pixels + g->kw) * c), blocks = (size_t)((pixels + g->kw) * nbc), bytes;
     const size_t code_bytes = (size_t)tops__round_up((int64_t)codes, 64), block_bytes = (size_t)tops__round_up((int64_t)blocks * 4, 64);
     const size_t row_bytes = (size_t)tops__round_up(c * 4, 64);
     /* At large M the weights are copied once per call with each panel's
@@ -318,7 +323,7 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
     uint8_t *pw = paired ? ws + code_bytes + 2 * block_bytes : NULL; /* 64-byte aligned */
     float *rows_f = (float *)(ws + code_bytes + 2 * block_bytes + pair_bytes);
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2], s3 = in->stride[3];
-    const int64_t hw = g->h * g->w;
+    const int64_t hw = hp * wp;
     const int direct = dt == TOPS_DT_F32 && s3 == 1 && in->tensor_scale == 1.0f;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -334,14 +339,15 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t px = 0; px <= pixels; px++) {
+        for (int64_t px = 0; px < pixels + g->kw; px++) {
             int8_t *q = xq + px * c;
-            if (px == pixels) {
+            const int64_t n = px / hw, y = px % hw / wp - g->pt, x = px % wp - g->pl;
+            if (px >= pixels || y < 0 || y >= g->h || x < 0 || x >= g->w) {
                 memset(q, 0, (size_t)c);
                 for (int64_t b = 0; b < nbc; b++) xs[px * nbc + b] = 0.0f, xc[px * nbc + b] = 0;
                 continue;
             }
-            const int64_t n = px / hw, y = px % hw / g->w, x = px % g->w, off = n * s0 + y * s1 + x * s2;
+            const int64_t off = n * s0 + y * s1 + x * s2;
             const float *src = row;
             if (direct) src = (const float *)in->data + off; /* plain f32 channels: quantized in place */
             else read_run(kern, in, dt, off, s3, c, row);
@@ -365,17 +371,17 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                     for (int64_t st = 0; st < steps; st++) memcpy(dst + st * 128, src + st * 32, 32);
                 }
         }
-        const int merge = g->dw == 1 && g->kw > 1; /* the quantized pixels are contiguous */
+        const int64_t taps = g->dw == 1 ? g->kw : 1; /* a kernel row's taps are one run */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
         for (int64_t job = 0; job < jobs; job++) {
             const int64_t ch = job / n_panels, p = job % n_panels;
             const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
-            int64_t pix0[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR]; /* first pixel of the image (-1 past M) */
+            int64_t pix0[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR]; /* image (-1 past M), top-left input position */
             chunk_rows(g, b0 * MR, nb * MR, m, pix0, y0, x0);
-            for (int64_t r = 0; r < nb * MR; r++)
-                if (pix0[r] >= 0) pix0[r] *= hw;
+            for (int64_t r = 0; r < nb * MR; r++) /* the padded pixel of the top-left tap */
+                pix0[r] = pix0[r] < 0 ? pixels : pix0[r] * hw + (y0[r] + g->pt) * wp + x0[r] + g->pl;
             /* columns 32 p .. 32 p + 31: groups 4 p .. 4 p + 3 (the first again past O's last) */
             int64_t gi[4];
             for (int h = 0; h < 4; h++) gi[h] = 4 * p + h < groups ? 4 * p + h : 4 * p;
@@ -384,20 +390,12 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
             const float *as[MR];
             const int32_t *ac[MR];
             for (int64_t i = 0; i < g->kh; i++)
-                for (int64_t b = 0; b < nb; b++) {
-                    int whole = merge;
-                    for (int64_t q = b * MR; whole && q < (b + 1) * MR; q++) {
-                        const int64_t ih = y0[q] + i * g->dh;
-                        whole = pix0[q] >= 0 && ih >= 0 && ih < g->h && x0[q] >= 0 && x0[q] + g->kw <= g->w;
-                    }
-                    const int64_t taps = whole ? g->kw : 1;
+                for (int64_t b = 0; b < nb; b++)
                     for (int64_t j = 0; j < g->kw; j += taps) {
                         const int64_t t = i * g->kw + j;
                         for (int64_t r = 0; r < MR; r++) {
-                            const int64_t q = b * MR + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
-                            const int64_t px = pix0[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w
-                                                   ? pixels
-                                                   : pix0[q] + ih * g->w + iw;
+                            const int64_t q = b * MR + r;
+                            const int64_t px = pix0[q] == pixels ? pixels : pix0[q] + i * g->dh * wp + j * g->dw;
                             a[r] = xq + px * c, as[r] = xs + px * nbc, ac[r] = xc + px * nbc;
                         }
                         const int64_t kb = t * nbc; /* the tap's first sub-block of K */
@@ -410,7 +408,6 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                         kern->gemm_q8_rows(taps * nbc, a, as, ac, bp, paired ? 128 : 32, bsp, acc + b * MR * NR, NR,
                                            t > 0);
                     }
-                }
             const int64_t vc = o - p * NR < NR ? o - p * NR : NR;
             for (int64_t b = 0; b < nb; b++) {
                 const int64_t m0 = (b0 + b) * MR, vr = m - m0 < MR ? m - m0 : MR;

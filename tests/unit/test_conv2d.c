@@ -37,6 +37,7 @@ static const cv_case cases[] = {
     {1, 6, 50, 24, 8, 3, 3, 2, 2, 1, 1, 1, 0, 1, 0, 1, 0},   /* the same at stride 2, top/left pad */
     {2, 9, 11, 32, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* C % 32 == 0 (relaxed rows), O = 20: a lone 8-column group */
     {1, 6, 40, 64, 24, 3, 3, 2, 1, 2, 1, 1, 1, 0, 2, 1, 0},  /* the same, wide rows, stride 2,1, dilation 2,1 */
+    {1, 9, 12, 32, 16, 3, 3, 1, 2, 2, 2, 1, 0, 2, 1, 1, 0},  /* C % 32 == 0, dilation 2 along rows: one call per tap */
 };
 
 /* Cases over the small-call thresholds, so more than one thread really
