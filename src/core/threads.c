@@ -250,6 +250,7 @@ int tops__threads_for(tops__work_kind kind, double work, int threads) {
         [TOPS__WORK_GEMV] = 8.0e6,
         [TOPS__WORK_ATTENTION] = 8.0e6,
         [TOPS__WORK_PACK] = 262144,     /* weight elements */
+        [TOPS__WORK_DEPTHWISE] = 262144, /* input + output bytes */
     };
     if (threads <= 1) return 1;
     if ((int)kind < 0 || (size_t)kind >= sizeof one_thread_below / sizeof one_thread_below[0]) return threads;

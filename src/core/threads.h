@@ -24,6 +24,7 @@ typedef enum tops__work_kind {
     TOPS__WORK_GEMV,       /* the M <= 4 rows path (tops__gemv_run): flops */
     TOPS__WORK_ATTENTION,  /* fused attention: flops 2 B H Sq Sk (D + Dv), causal halved */
     TOPS__WORK_PACK,       /* packing weights (tops_pack_right): elements */
+    TOPS__WORK_DEPTHWISE,  /* the direct depthwise conv2d (memory-bound): bytes read + written */
 } tops__work_kind;
 
 /* The threads a call of `work` units (flops or elements, per kind) uses:

@@ -413,12 +413,14 @@ typedef struct tops__gemm_rows_ukernel {
    kernels/avx512/gemm_q8_rows_vnni.c): C[6 x 32] (+)= over nb sub-blocks
    of 32 k, per row i and block b, as[i][b] * bs[b][j] * (exact i32 sum of
    a[i][32 b + k] * panel code - acorr[i][b]), blocks in order, one FMA
-   each; b[0..3] the four 8-column gemm_q8 panels (q + offset, steps of 32
-   bytes) at this K offset, bs[0..3] their 8 scales per sub-block; acorr
-   = offset * the block's code sum.  NULL at levels without one. */
+   each; b[0..3] the four 8-column gemm_q8 panels (q + offset, 32 bytes a
+   k step, the next step bstep bytes on: 32 in gemm_q8's panels; where
+   b[1] = b[0] + 32 and b[3] = b[2] + 32 the pairs are read as one vector)
+   at this K offset, bs[0..3] their 8 scales per sub-block; acorr = offset
+   * the block's code sum.  NULL at levels without one. */
 typedef void (*tops__gemm_q8_rows_fn)(int64_t nb, const int8_t *const *a, const float *const *as,
-                                      const int32_t *const *acorr, const uint8_t *const *b, const float *const *bs,
-                                      float *c, int64_t ldc, int accumulate);
+                                      const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
+                                      const float *const *bs, float *c, int64_t ldc, int accumulate);
 
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
@@ -643,7 +645,7 @@ void tops_gemm_f32_f32_f32_6x16_rows__avx2(int64_t kc, int rows, const float *co
 void tops_gemm_f32_f32_f32_12x32_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b, float *c,
                                               int64_t ldc, int accumulate);
 void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
-                                                  const int32_t *const *acorr, const uint8_t *const *b,
+                                                  const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
                                                   const float *const *bs, float *c, int64_t ldc, int accumulate);
 void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                             int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);

@@ -74,13 +74,28 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
     const int in_place = dt == TOPS_DT_F32 && in->stride[3] == 1 && in->tensor_scale == 1.0f;
     /* f32 dest with contiguous channels is written in place unless it accumulates. */
     const int direct_out = ddt == TOPS_DT_F32 && dest2d->stride[1] == 1 && !accumulate;
-    const double flops = 2.0 * (double)rows_out * (double)g->ow * (double)c * (double)(g->kh * g->kw);
-    threads = tops__threads_for(TOPS__WORK_GEMM_F32, flops, threads);
+    /* Memory-bound: one thread below a threshold of bytes moved (the input
+       rows read, once per stride row, and the output written). */
+    const double bytes_moved = 4.0 * (double)c * ((double)rows_out * (double)g->w * (double)(g->kh < g->sh ? g->kh : g->sh) +
+                                                  (double)rows_out * (double)g->ow);
+    threads = tops__threads_for(TOPS__WORK_DEPTHWISE, bytes_moved, threads);
 #ifndef _OPENMP
     threads = 1;
 #endif
+    /* Jobs: output rows x column chunks, enough for every thread at batch 1
+       (56 rows for 16 threads).  Each output pixel is computed the same way
+       whatever the chunk (bias, then the taps in order), so the bits do not
+       depend on the split. */
+    int64_t col_chunks = 1;
+    if (threads > 1 && rows_out < 4 * (int64_t)threads && g->w * g->sw < (1 << 30)) {
+        col_chunks = tops__ceil_div(4 * (int64_t)threads, rows_out);
+        const int64_t most = tops__ceil_div(g->ow, 8); /* at least 8 columns a chunk */
+        if (col_chunks > most) col_chunks = most;
+        if (col_chunks < 1) col_chunks = 1;
+    }
+    const int64_t cols = tops__ceil_div(g->ow, col_chunks), jobs = rows_out * col_chunks;
     const size_t in_floats = in_place ? 0 : (size_t)tops__round_up(g->kh * g->w * c, 16);
-    const size_t out_floats = direct_out ? 0 : (size_t)tops__round_up(g->ow * c, 16);
+    const size_t out_floats = direct_out ? 0 : (size_t)tops__round_up(cols * c, 16);
     size_t per_thread = in_floats + out_floats, bytes;
     if (!tops__mul_size(per_thread, (size_t)threads * sizeof(float), &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the depthwise workspace size overflows size_t");
@@ -90,7 +105,7 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
-    for (int64_t r = 0; r < rows_out; r++) {
+    for (int64_t job = 0; job < jobs; job++) {
 #ifdef _OPENMP
         const int tid = omp_get_thread_num();
 #else
@@ -98,6 +113,9 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
 #endif
         TOPS__NOTE_REGION();
         float *mine = ws ? ws + (size_t)tid * per_thread : NULL;
+        const int64_t r = job / col_chunks, x0 = job % col_chunks * cols;
+        const int64_t ncol = g->ow - x0 < cols ? g->ow - x0 : cols;
+        if (ncol <= 0) continue;
         const int64_t n = r / g->oh, y = r % g->oh;
         const float *rows[MAX_KH];
         for (int64_t i = 0; i < g->kh; i++) {
@@ -115,15 +133,18 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
             for (int64_t x = 0; x < g->w; x++) read_run(kern, in, dt, base + x * in->stride[2], in->stride[3], c, buf + x * c);
             rows[i] = buf;
         }
-        const int64_t ldx = in_place ? in->stride[2] : c, m0 = r * g->ow;
+        /* columns x0 .. x0 + ncol - 1: the kernel's column 0 starts x0 * sw
+           input columns to the right (a left padding of pl - x0 * sw) */
+        const int64_t ldx = in_place ? in->stride[2] : c, m0 = r * g->ow + x0;
+        const int pl = (int)(g->pl - x0 * g->sw);
         if (direct_out) {
-            kern->conv_dw_f32(rows, ldx, g->w, c, (int)g->kh, (int)g->kw, (int)g->sw, (int)g->dw, (int)g->pl, w, bias,
-                              g->ow, (float *)dest2d->data + m0 * dest2d->stride[0], dest2d->stride[0]);
+            kern->conv_dw_f32(rows, ldx, g->w, c, (int)g->kh, (int)g->kw, (int)g->sw, (int)g->dw, pl, w, bias, ncol,
+                              (float *)dest2d->data + m0 * dest2d->stride[0], dest2d->stride[0]);
         } else {
             float *acc = mine + in_floats;
-            kern->conv_dw_f32(rows, ldx, g->w, c, (int)g->kh, (int)g->kw, (int)g->sw, (int)g->dw, (int)g->pl, w, bias,
-                              g->ow, acc, c);
-            tops__store_rect(kern, dest2d, m0, g->ow, 0, c, acc, c, accumulate);
+            kern->conv_dw_f32(rows, ldx, g->w, c, (int)g->kh, (int)g->kw, (int)g->sw, (int)g->dw, pl, w, bias, ncol,
+                              acc, c);
+            tops__store_rect(kern, dest2d, m0, ncol, 0, c, acc, c, accumulate);
         }
     }
     return TOPS_OK;
@@ -149,6 +170,23 @@ static void chunk_rows(const tops__conv_geom *g, int64_t m0, int64_t count, int6
     }
 }
 
+/* Blocks of rows a job takes: `most`, or fewer where that evens the
+   threads' shares (batch 1 on many threads: ResNet res4 at 16 threads has
+   17 blocks x 8 panels, 24 jobs of 8 blocks against 48 of 3).  The cost is
+   the most blocks one thread runs; ties go to the larger chunk (more reuse
+   of each tap's weight slice).  Every tile is computed the same way
+   whatever the chunk, so the bits do not depend on it. */
+static int64_t job_chunk(int64_t most, int64_t m_blocks, int64_t n_panels, int threads) {
+    if (threads <= 1) return most;
+    int64_t best = -1, chunk = most;
+    for (int64_t cb = most; cb >= 1; cb--) {
+        const int64_t nj = tops__ceil_div(m_blocks, cb) * n_panels;
+        const int64_t cost = tops__ceil_div(nj, threads) * (cb < m_blocks ? cb : m_blocks);
+        if (best < 0 || cost < best) best = cost, chunk = cb;
+    }
+    return chunk;
+}
+
 tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                 const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
     /* A job is one weight panel over up to CHUNK blocks of mr rows: per tap,
@@ -158,13 +196,14 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
     const tops__gemm_rows_ukernel *uk = &kern->gemm_f32_rows;
     const tops_tensor *in = g->in;
     const int64_t mr = uk->mr, nr = uk->nr, cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow;
-    const int64_t m_blocks = tops__ceil_div(m, mr), chunks = tops__ceil_div(m_blocks, CHUNK);
-    const int64_t n_panels = tops__ceil_div(o, nr), jobs = chunks * n_panels;
+    const int64_t m_blocks = tops__ceil_div(m, mr), n_panels = tops__ceil_div(o, nr);
     TOPS_ASSERT(mr <= MAX_MR && mr * nr <= MAX_TILE);
     threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)m * (double)o * (double)k, threads);
 #ifndef _OPENMP
     threads = 1;
 #endif
+    const int64_t chunk = job_chunk(CHUNK, m_blocks, n_panels, threads);
+    const int64_t chunks = tops__ceil_div(m_blocks, chunk), jobs = chunks * n_panels;
     /* the row that padding reads: cg zeros */
     float *zero = tops__thread_buffer(TOPS__SLOT_GEMM, (size_t)tops__round_up(cg, 16) * sizeof(float));
     if (!zero) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %lld-float zero row", (long long)cg);
@@ -182,7 +221,7 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
         TOPS__NOTE_REGION();
         const int64_t ch = panel_major ? job % chunks : job / n_panels;
         const int64_t p = panel_major ? job / chunks : job % n_panels;
-        const int64_t b0 = ch * CHUNK, nb = m_blocks - b0 < CHUNK ? m_blocks - b0 : CHUNK;
+        const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
         /* per row of the chunk: image offset (-1 past M), top-left input position */
         int64_t base[CHUNK * MAX_MR], y0[CHUNK * MAX_MR], x0[CHUNK * MAX_MR];
         chunk_rows(g, b0 * mr, nb * mr, m, base, y0, x0);
@@ -191,9 +230,24 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
         float acc[CHUNK * MAX_TILE] __attribute__((aligned(64)));
         const float *rows[MAX_MR];
         const float *panel = panels + p * k * nr;
+        /* The next weights this thread reads: the next kernel row's slice of
+           this panel, or after the last one the next job's first slice if
+           that job has another panel.  They are prefetched into L2 a part
+           per block, so a panel streamed from memory (deep layers at small
+           batch: res5's 9.4 MB) overlaps the FMAs instead of stalling the
+           first block of every kernel row. */
+        const int64_t row_floats = g->kw * cg * nr;
+        int64_t next_p = -1;
+        if (job + 1 < jobs) next_p = panel_major ? (job + 1) / chunks : (job + 1) % n_panels;
         for (int64_t i = 0; i < g->kh; i++)
             for (int64_t b = 0; b < nb; b++) {
                 const int64_t m0 = (b0 + b) * mr, vr = m - m0 < mr ? m - m0 : mr;
+                const float *next = i + 1 < g->kh ? panel + (i + 1) * row_floats
+                                    : next_p >= 0 && next_p != p ? panels + next_p * k * nr
+                                                                 : NULL;
+                if (next)
+                    for (int64_t f = b * row_floats / nb / 16 * 16, end = (b + 1) * row_floats / nb; f < end; f += 16)
+                        __builtin_prefetch(next + f, 0, 2);
                 /* Where every row of the block has this whole kernel row
                    inside the input and pixels are contiguous, its taps are
                    one run of kw * C: one call instead of kw. */
@@ -230,29 +284,46 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
     const tops_tensor *in = g->in;
     const tops_dtype dt = tops_format_get_info(in->format.id)->element;
     const int64_t c = g->cg, nbc = c / 32, k = g->kh * g->kw * c, n_subs = k / 32, m = batch * g->oh * g->ow;
-    const int64_t pixels = batch * g->h * g->w, groups = tops__ceil_div(o, 8);
-    const int64_t m_blocks = tops__ceil_div(m, MR), chunks = tops__ceil_div(m_blocks, CHUNK);
-    const int64_t n_panels = tops__ceil_div(o, NR), jobs = chunks * n_panels;
+    /* The input quantized once into a padded image: hp x wp pixels per
+       image, (y, x) of the padding frame at (y - pt, x - pl) of the input,
+       zeros outside it, so every tap of every output pixel is in bounds and
+       a kernel row's taps are one run (dilation 1): one call per kernel
+       row, no bounds checks.  Then kw zero pixels, read by rows past M. */
+    const int64_t hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1, wp = (g->ow - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    const int64_t pixels = batch * hp * wp, groups = tops__ceil_div(o, 8);
+    const int64_t m_blocks = tops__ceil_div(m, MR), n_panels = tops__ceil_div(o, NR);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)m * (double)o * (double)k, threads);
 #ifndef _OPENMP
     threads = 1;
 #endif
-    /* The input quantized once: codes [pixels + 1][C] (the last pixel is
-       the zero that padding reads), per 32 channels a scale and offset *
-       the code sum; then a float row per thread. */
-    size_t codes = (size_t)((pixels + 1) * c), blocks = (size_t)((pixels + 1) * nbc), bytes;
+    const int64_t chunk = job_chunk(CHUNK, m_blocks, n_panels, threads);
+    const int64_t chunks = tops__ceil_div(m_blocks, chunk), jobs = chunks * n_panels;
+    /* Codes [pixels + kw][C], per 32 channels a scale and offset * the
+       code sum; then a float row per thread. */
+    size_t codes = (size_t)((pixels + g->kw) * c), blocks = (size_t)((pixels + g->kw) * nbc), bytes;
     const size_t code_bytes = (size_t)tops__round_up((int64_t)codes, 64), block_bytes = (size_t)tops__round_up((int64_t)blocks * 4, 64);
     const size_t row_bytes = (size_t)tops__round_up(c * 4, 64);
-    if (!tops__mul_size(row_bytes, (size_t)threads, &bytes) || !tops__add_size(bytes, code_bytes + 2 * block_bytes, &bytes))
+    /* At large M the weights are copied once per call with each panel's
+       four 8-column groups interleaved per k step (128 bytes a step), so
+       the kernel reads a pair of groups as one vector (no vinserti64x4 per
+       step: 16 per 96 vpdpbusd).  The copy costs O * K bytes; the saving
+       grows with M: worth it from M of a few hundred. */
+    const int paired = m >= 384;
+    size_t pair_bytes = 0;
+    if (paired && !tops__mul_size((size_t)n_panels * 32, (size_t)k, &pair_bytes))
+        return tops__fail(TOPS_OVERFLOW, fn, "the interleaved weights' size overflows size_t");
+    if (!tops__mul_size(row_bytes, (size_t)threads, &bytes) || !tops__add_size(bytes, code_bytes + 2 * block_bytes, &bytes) ||
+        !tops__add_size(bytes, pair_bytes, &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the quantized input's size overflows size_t");
     unsigned char *ws = tops__thread_buffer(TOPS__SLOT_GEMM, bytes);
     if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
     int8_t *xq = (int8_t *)ws;
     float *xs = (float *)(ws + code_bytes);
     int32_t *xc = (int32_t *)(ws + code_bytes + block_bytes);
-    float *rows_f = (float *)(ws + code_bytes + 2 * block_bytes);
+    uint8_t *pw = paired ? ws + code_bytes + 2 * block_bytes : NULL; /* 64-byte aligned */
+    float *rows_f = (float *)(ws + code_bytes + 2 * block_bytes + pair_bytes);
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2], s3 = in->stride[3];
-    const int64_t hw = g->h * g->w;
+    const int64_t hw = hp * wp;
     const int direct = dt == TOPS_DT_F32 && s3 == 1 && in->tensor_scale == 1.0f;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -268,14 +339,15 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t px = 0; px <= pixels; px++) {
+        for (int64_t px = 0; px < pixels + g->kw; px++) {
             int8_t *q = xq + px * c;
-            if (px == pixels) {
+            const int64_t n = px / hw, y = px % hw / wp - g->pt, x = px % wp - g->pl;
+            if (px >= pixels || y < 0 || y >= g->h || x < 0 || x >= g->w) {
                 memset(q, 0, (size_t)c);
                 for (int64_t b = 0; b < nbc; b++) xs[px * nbc + b] = 0.0f, xc[px * nbc + b] = 0;
                 continue;
             }
-            const int64_t n = px / hw, y = px % hw / g->w, x = px % g->w, off = n * s0 + y * s1 + x * s2;
+            const int64_t off = n * s0 + y * s1 + x * s2;
             const float *src = row;
             if (direct) src = (const float *)in->data + off; /* plain f32 channels: quantized in place */
             else read_run(kern, in, dt, off, s3, c, row);
@@ -286,17 +358,30 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                 xc[px * nbc + b] = offset * sum;
             }
         }
-        const int merge = g->dw == 1 && g->kw > 1; /* the quantized pixels are contiguous */
+        if (paired) {
+            const int64_t steps = k / 4;
+#ifdef _OPENMP
+#pragma omp for schedule(static)
+#endif
+            for (int64_t p = 0; p < n_panels; p++)
+                for (int h = 0; h < 4; h++) {
+                    const int64_t gh = 4 * p + h < groups ? 4 * p + h : 4 * p; /* the first again past O's last */
+                    const uint8_t *src = panels + gh * 8 * k;
+                    uint8_t *dst = pw + p * 32 * k + h * 32;
+                    for (int64_t st = 0; st < steps; st++) memcpy(dst + st * 128, src + st * 32, 32);
+                }
+        }
+        const int64_t taps = g->dw == 1 ? g->kw : 1; /* a kernel row's taps are one run */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
         for (int64_t job = 0; job < jobs; job++) {
             const int64_t ch = job / n_panels, p = job % n_panels;
-            const int64_t b0 = ch * CHUNK, nb = m_blocks - b0 < CHUNK ? m_blocks - b0 : CHUNK;
-            int64_t pix0[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR]; /* first pixel of the image (-1 past M) */
+            const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
+            int64_t pix0[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR]; /* image (-1 past M), top-left input position */
             chunk_rows(g, b0 * MR, nb * MR, m, pix0, y0, x0);
-            for (int64_t r = 0; r < nb * MR; r++)
-                if (pix0[r] >= 0) pix0[r] *= hw;
+            for (int64_t r = 0; r < nb * MR; r++) /* the padded pixel of the top-left tap */
+                pix0[r] = pix0[r] < 0 ? pixels : pix0[r] * hw + (y0[r] + g->pt) * wp + x0[r] + g->pl;
             /* columns 32 p .. 32 p + 31: groups 4 p .. 4 p + 3 (the first again past O's last) */
             int64_t gi[4];
             for (int h = 0; h < 4; h++) gi[h] = 4 * p + h < groups ? 4 * p + h : 4 * p;
@@ -305,30 +390,24 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
             const float *as[MR];
             const int32_t *ac[MR];
             for (int64_t i = 0; i < g->kh; i++)
-                for (int64_t b = 0; b < nb; b++) {
-                    int whole = merge;
-                    for (int64_t q = b * MR; whole && q < (b + 1) * MR; q++) {
-                        const int64_t ih = y0[q] + i * g->dh;
-                        whole = pix0[q] >= 0 && ih >= 0 && ih < g->h && x0[q] >= 0 && x0[q] + g->kw <= g->w;
-                    }
-                    const int64_t taps = whole ? g->kw : 1;
+                for (int64_t b = 0; b < nb; b++)
                     for (int64_t j = 0; j < g->kw; j += taps) {
                         const int64_t t = i * g->kw + j;
                         for (int64_t r = 0; r < MR; r++) {
-                            const int64_t q = b * MR + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
-                            const int64_t px = pix0[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w
-                                                   ? pixels
-                                                   : pix0[q] + ih * g->w + iw;
+                            const int64_t q = b * MR + r;
+                            const int64_t px = pix0[q] == pixels ? pixels : pix0[q] + i * g->dh * wp + j * g->dw;
                             a[r] = xq + px * c, as[r] = xs + px * nbc, ac[r] = xc + px * nbc;
                         }
                         const int64_t kb = t * nbc; /* the tap's first sub-block of K */
                         const uint8_t *bp[4];
                         const float *bsp[4];
-                        for (int h = 0; h < 4; h++)
-                            bp[h] = panels + gi[h] * 8 * k + kb * 32 * 8, bsp[h] = scales + gi[h] * 8 * n_subs + kb * 8;
-                        kern->gemm_q8_rows(taps * nbc, a, as, ac, bp, bsp, acc + b * MR * NR, NR, t > 0);
+                        for (int h = 0; h < 4; h++) {
+                            bp[h] = paired ? pw + p * 32 * k + kb * 32 * 32 + h * 32 : panels + gi[h] * 8 * k + kb * 32 * 8;
+                            bsp[h] = scales + gi[h] * 8 * n_subs + kb * 8;
+                        }
+                        kern->gemm_q8_rows(taps * nbc, a, as, ac, bp, paired ? 128 : 32, bsp, acc + b * MR * NR, NR,
+                                           t > 0);
                     }
-                }
             const int64_t vc = o - p * NR < NR ? o - p * NR : NR;
             for (int64_t b = 0; b < nb; b++) {
                 const int64_t m0 = (b0 + b) * MR, vr = m - m0 < MR ? m - m0 : MR;

@@ -37,7 +37,23 @@ static const cv_case cases[] = {
     {1, 6, 50, 24, 8, 3, 3, 2, 2, 1, 1, 1, 0, 1, 0, 1, 0},   /* the same at stride 2, top/left pad */
     {2, 9, 11, 32, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* C % 32 == 0 (relaxed rows), O = 20: a lone 8-column group */
     {1, 6, 40, 64, 24, 3, 3, 2, 1, 2, 1, 1, 1, 0, 2, 1, 0},  /* the same, wide rows, stride 2,1, dilation 2,1 */
+    {1, 9, 12, 32, 16, 3, 3, 1, 2, 2, 2, 1, 0, 2, 1, 1, 0},  /* C % 32 == 0, dilation 2 along rows: one call per tap */
 };
+
+/* Cases over the small-call thresholds, so more than one thread really
+   runs: depthwise over 256 KiB moved with fewer output rows than 4 per
+   thread (columns split), and the rows paths over 8e6 flops with a
+   partial last panel (O = 72, 40) and a short last row block; M >= 384
+   takes the relaxed kernel's weights interleaved per call. */
+static const cv_case big_cases[] = {
+    {1, 6, 200, 128, 128, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 128, 0}, /* depthwise, 6 output rows */
+    {1, 9, 301, 40, 40, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 40, 0},    /* depthwise stride 2, odd width */
+    {1, 14, 14, 64, 72, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* ResNet-like 3x3, 16e6 flops */
+    {1, 24, 20, 32, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* M = 480: relaxed weights interleaved per call, O = 40 */
+};
+
+/* Thread counts run_case compares (1 is the reference of the others). */
+static int max_threads = 2;
 
 static int64_t out_dim(int64_t in, int64_t pad, int64_t k, int64_t s, int64_t d) {
     return (in + pad - d * (k - 1) - 1) / s + 1;
@@ -217,7 +233,7 @@ static void run_case(const cv_case *c, const char *fmt_name, tops_dtype act, top
     for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
         const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
         if (!kern) continue;
-        for (int threads = 1; threads <= 2; threads++) {
+        for (int threads = 1; threads <= max_threads; threads++) {
             for (int64_t i = 0; i < nout; i++) {
                 float v = accumulate ? (float)prior[i] : NAN; /* an unwritten element shows */
                 if (dt_dest == TOPS_DT_F32) ((float *)dest)[i] = v;
@@ -246,7 +262,7 @@ static void run_case(const cv_case *c, const char *fmt_name, tops_dtype act, top
                            use_bias, accumulate, packed, tops_isa_name((tops_isa)isa), threads, e, bound);
             if (threads == 1) memcpy(first, dest, (size_t)nout * 4);
             else if (memcmp(first, dest, (size_t)nout * (dt_dest == TOPS_DT_F32 ? 4 : 2)) != 0)
-                TH_FAIL_AT("%s isa %s: 2 threads differ from 1", fmt_name, tops_isa_name((tops_isa)isa));
+                TH_FAIL_AT("%s isa %s: %d threads differ from 1", fmt_name, tops_isa_name((tops_isa)isa), threads);
         }
     }
     free_weight(&w);
@@ -279,6 +295,18 @@ static void test_quantized(void) {
         }
         run_case(&cases[i], "f32", TOPS_DT_F32, TOPS_DT_F32, 0, 0, 0, 1);
     }
+}
+
+/* Calls big enough to run threaded: 1 to 5 threads, same bits. */
+static void test_threaded(void) {
+    max_threads = 5;
+    for (size_t i = 0; i < sizeof big_cases / sizeof big_cases[0]; i++) {
+        run_case(&big_cases[i], "f32", TOPS_DT_F32, TOPS_DT_F32, 0, 1, 0, 0);
+        run_case(&big_cases[i], "f32", TOPS_DT_F32, TOPS_DT_F32, 0, 0, 1, 1); /* packed: the rows path */
+        run_case(&big_cases[i], "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0, 1);
+    }
+    run_case(&big_cases[0], "f32", TOPS_DT_BF16, TOPS_DT_F16, 0, 1, 1, 0); /* converted rows, stored via a row */
+    max_threads = 2;
 }
 
 /* Rank-4 f32 weights give the same bits as the same data viewed rank 2. */
@@ -408,6 +436,7 @@ int main(void) {
     RUN_TEST(test_bias_accumulate_dtypes);
     RUN_TEST(test_quantized);
     RUN_TEST(test_rank4_weights);
+    RUN_TEST(test_threaded);
     RUN_TEST(test_bad_descriptors);
     TEST_MAIN_END();
 }

@@ -106,6 +106,34 @@ static long attention_regions(int64_t heads, int64_t s, int64_t dim) {
     return got;
 }
 
+/* Regions one depthwise 3x3 conv2d (h x w x c, pad 1) enters, and the
+   same bits on one thread. */
+static long depthwise_regions(int64_t h, int64_t w, int64_t c) {
+    tops_format f = tops_format_of(TOPS_DT_F32);
+    int64_t ei[4] = {1, h, w, c}, ew[4] = {c, 3, 3, 1};
+    tops_tensor in = make(f, 4, ei), wt = make(f, 4, ew), o = make(f, 4, ei);
+    tops_conv2d_desc d = {0};
+    d.kernel_h = d.kernel_w = 3, d.stride_h = d.stride_w = 1, d.dilation_h = d.dilation_w = 1;
+    d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1, d.groups = (int32_t)c, d.mode = TOPS_MULTIPLY;
+    tops_exec ex = two_threads();
+    char path[256] = "";
+    ASSERT_OK(tops_conv2d_path(&ex, &d, &in, &wt, &o, path, sizeof path));
+    if (!strstr(path, "depthwise direct")) TH_FAIL_AT("depthwise path \"%s\"", path);
+    long before = tops__regions_entered();
+    ASSERT_OK(tops_conv2d(&ex, &d, &in, &wt, &o));
+    long got = tops__regions_entered() - before;
+    size_t bytes = (size_t)tops_tensor_numel(&o) * sizeof(float);
+    float *first = malloc(bytes);
+    memcpy(first, o.data, bytes);
+    memset(o.data, 0xff, bytes);
+    ex.threads = 1;
+    ASSERT_OK(tops_conv2d(&ex, &d, &in, &wt, &o));
+    ASSERT_TRUE(memcmp(first, o.data, bytes) == 0);
+    free(first);
+    tops_tensor_destroy(&in), tops_tensor_destroy(&wt), tops_tensor_destroy(&o);
+    return got;
+}
+
 static void test_small_calls_stay_on_one_thread(void) {
     seed_rng = th_seed();
     /* MiniLM-sized rows (M <= 4, K = N = 384), plain and prepacked */
@@ -117,6 +145,7 @@ static void test_small_calls_stay_on_one_thread(void) {
     ASSERT_EQ_INT(matmul_regions(16, 128, 128, 1, 1, 0, "integer panels"), 0);
     ASSERT_EQ_INT(matmul_regions(16, 384, 384, 0, 0, 1, "f32 panels (prepacked)"), 0); /* packing too */
     ASSERT_EQ_INT(attention_regions(2, 32, 32), 0); /* 2 query blocks: room for 2 threads */
+    ASSERT_EQ_INT(depthwise_regions(8, 8, 96), 0);  /* 48 KiB moved, 8 rows */
 }
 
 static void test_large_calls_use_threads(void) {
@@ -130,6 +159,7 @@ static void test_large_calls_use_threads(void) {
     ASSERT_TRUE(matmul_regions(64, 512, 512, 1, 1, 0, "integer panels") > 0);
     ASSERT_TRUE(matmul_regions(64, 1024, 512, 0, 0, 1, "f32 panels (prepacked)") > 0);
     ASSERT_TRUE(attention_regions(4, 256, 64) > 0);
+    ASSERT_TRUE(depthwise_regions(28, 28, 96) > 0); /* 588 KiB moved */
 }
 
 int main(void) {

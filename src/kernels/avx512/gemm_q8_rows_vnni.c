@@ -2,7 +2,9 @@
    row pointers (conv2d's implicit GEMM over an input quantized once per
    call): 6 rows x 32 columns, four of gemm_q8's 8-column panels, two per
    512-bit vector (vinserti64x4 once per step, shared by the six rows),
-   vpdpbusd, then gemm_q8_vnni's block scaling. */
+   vpdpbusd, then gemm_q8_vnni's block scaling.  Panels the caller has
+   interleaved per k step (conv2d at large M) load as one 512-bit vector
+   per pair instead. */
 #include "cpu/dispatch.h"
 
 #include <immintrin.h>
@@ -23,18 +25,23 @@ static inline __m512 pair_ps(const float *lo, const float *hi) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(lo)), _mm256_loadu_ps(hi), 1);
 }
 
-void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
-                                                  const int32_t *const *acorr, const uint8_t *const *b,
-                                                  const float *const *bs, float *c, int64_t ldc, int accumulate) {
+/* The body: PAIRED when b[1] = b[0] + 32 and b[3] = b[2] + 32 (panels
+   interleaved per k step by the caller: one 512-bit load per pair),
+   else two 256-bit loads joined by vinserti64x4 per pair and step. */
+static inline __attribute__((always_inline)) void body(int paired, int64_t nb, const int8_t *const *a,
+                                                       const float *const *as, const int32_t *const *acorr,
+                                                       const uint8_t *const *b, int64_t bstep, const float *const *bs,
+                                                       float *c, int64_t ldc, int accumulate) {
     const int8_t *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
     const uint8_t *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
     __m512 f[6][2];
     for (int i = 0; i < 6; i++) f[i][0] = f[i][1] = _mm512_setzero_ps();
     for (int64_t blk = 0; blk < nb; blk++) {
-        __m512i s[6][2];
-        for (int i = 0; i < 6; i++) s[i][0] = s[i][1] = _mm512_setzero_si512();
+        __m512i s[6][2]; /* start from -offset * code sum: no subtraction after */
+        for (int i = 0; i < 6; i++) s[i][0] = s[i][1] = _mm512_set1_epi32(-acorr[i][blk]);
         for (int k = 0; k < 32; k += 4) {
-            const __m512i w0 = pair(b0, b1), w1 = pair(b2, b3);
+            const __m512i w0 = paired ? _mm512_loadu_si512((const void *)b0) : pair(b0, b1);
+            const __m512i w1 = paired ? _mm512_loadu_si512((const void *)b2) : pair(b2, b3);
 #define TOPS_Q8_STEP(i, ap)                                                                                      \
     do {                                                                                                         \
         const __m512i x = bcast4(ap + k);                                                                        \
@@ -48,15 +55,14 @@ void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *cons
             TOPS_Q8_STEP(4, a4);
             TOPS_Q8_STEP(5, a5);
 #undef TOPS_Q8_STEP
-            b0 += 32, b1 += 32, b2 += 32, b3 += 32;
+            b0 += bstep, b1 += bstep, b2 += bstep, b3 += bstep;
         }
         a0 += 32, a1 += 32, a2 += 32, a3 += 32, a4 += 32, a5 += 32;
         const __m512 g0 = pair_ps(bs[0] + blk * 8, bs[1] + blk * 8), g1 = pair_ps(bs[2] + blk * 8, bs[3] + blk * 8);
         for (int i = 0; i < 6; i++) {
-            const __m512i corr = _mm512_set1_epi32(acorr[i][blk]);
             const __m512 sc = _mm512_set1_ps(as[i][blk]);
-            f[i][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[i][0], corr)), g0), sc, f[i][0]);
-            f[i][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(s[i][1], corr)), g1), sc, f[i][1]);
+            f[i][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[i][0]), g0), sc, f[i][0]);
+            f[i][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[i][1]), g1), sc, f[i][1]);
         }
     }
     for (int i = 0; i < 6; i++) {
@@ -68,4 +74,11 @@ void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *cons
         _mm512_storeu_ps(ci, f[i][0]);
         _mm512_storeu_ps(ci + 16, f[i][1]);
     }
+}
+
+void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
+                                                  const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
+                                                  const float *const *bs, float *c, int64_t ldc, int accumulate) {
+    if (b[1] == b[0] + 32 && b[3] == b[2] + 32) body(1, nb, a, as, acorr, b, bstep, bs, c, ldc, accumulate);
+    else body(0, nb, a, as, acorr, b, bstep, bs, c, ldc, accumulate);
 }
