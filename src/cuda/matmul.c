@@ -180,21 +180,23 @@ static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shi
 #define TOPS__CU_FOLD_MIN_M 48
 #define TOPS__CU_WIDE_MIN_M 128
 /* Unfolded 4-bit codes (strict int4-gG, q4_0, e2m1 that does not fold):
-   the strict two-ring pipeline (wgmma_s_kernel) from M = 48 for every group
-   size, now that its group drains overlap the next unit's wgmmas (before:
+   the strict two-ring pipeline (wgmma_s_kernel), by group size.  H200,
    2026-12-01 22:47 UTC, one call, strict, us at M = 48 / 64 / 128: int4-g128
-   31.6 / 31.6 / 39.1 against wbulk 43.2 / 44.1; q4_0 49.3 / 49.4 / 62.8
-   against wbulk 47.2 / 48.4, so groups below 64 started at M = 65 then;
-   the current figures are in bench/results/h200.md). */
+   31.6 / 31.6 / 39.1 against wbulk 43.2 / 44.1 (old wgmma 80.1 at 128);
+   q4_0 and int4-g32 (a drain every 2 k16 steps) 49.3 / 49.4 / 62.8 against
+   wbulk 47.2 / 48.4; next call (22:58 UTC) q4_0 wbulk 85.4 / 86.5 at
+   M = 80 / 96 against 63.2 on the pipeline at 96. */
 #define TOPS__CU_S4_MIN_M 48
-static int use_wgmma(int64_t m, int fold, int code) {
+#define TOPS__CU_S4_SMALL_GROUP_MIN_M 65
+static int use_wgmma(int64_t m, int fold, int code, int64_t group) {
     const char *force = getenv("TOPS_CUDA_KERNEL");
     if (force && strcmp(force, "wgmma") == 0) return 1;
     if (force && (strcmp(force, "wbulk") == 0 || strcmp(force, "wstream") == 0)) return 0;
     const int64_t v = min_m_from_env("TOPS_CUDA_WGMMA_MIN_M", 0);
     if (v >= 1) return m >= v;
     if (fold) return m >= TOPS__CU_FOLD_MIN_M;
-    if (code == TOPS__CU_CODE_U4 || code == TOPS__CU_CODE_E2M1) return m >= TOPS__CU_S4_MIN_M;
+    if (code == TOPS__CU_CODE_U4 || code == TOPS__CU_CODE_E2M1)
+        return m >= (group >= 64 ? TOPS__CU_S4_MIN_M : TOPS__CU_S4_SMALL_GROUP_MIN_M);
     return code >= TOPS__CU_CODE_I8 && m >= TOPS__CU_WIDE_MIN_M;
 }
 
@@ -221,7 +223,7 @@ static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed)
                                               : "wgmma f16/bf16, both operands by TMA";
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, 0, relaxed, &shift);
-    if (!use_wgmma(m, fold, pk->code)) return "mma.sync m16n8k16 (wbulk or wstream)";
+    if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
                 : "wgmma m64nNk16, weights from registers + TMA";
 }
@@ -395,7 +397,7 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
                                                              : (int)cudaErrorNotSupported;
             if (err == (int)cudaErrorNotSupported) {
                 a.fold = use_fold(pk, a.x_bf16, desc->relaxed_precision, &a.fold_shift);
-                err = use_wgmma(m, a.fold, a.code) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
+                err = use_wgmma(m, a.fold, a.code, pk->group) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
             }
             if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(&a, &what);
         }

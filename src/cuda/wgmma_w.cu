@@ -404,8 +404,7 @@ constexpr int kFoldScaleBlockBytes = 128;
 // the consumers divide chunk numbers by them).
 template <int TN>
 struct fold_layout {
-    // TN = 64 leaves room for 4 W stages (3 in flight while one is read)
-    static constexpr int XR = 4, WSB = 8, WR = TN == 64 ? 4 : 2;
+    static constexpr int XR = 4, WSB = 8, WR = 2;
     static constexpr int SB = 2;                                 // k64 blocks per X stage
     static constexpr int XBYTES = SB * TN * 128;                 // one X stage (1024-byte multiple)
     static constexpr int WTILE = WSB * 512;                      // one tile's weights in a W stage
@@ -718,41 +717,28 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
 //
 // wgmma_s_kernel: the folded kernel's rings, producers and register-A double
 // buffer (chunk c + 1 decoded while chunk c's wgmmas run, K order by the quad
-// shuffle), with strict scales.  The k16 steps run in units: a unit is one
-// scale group of one chunk (the whole chunk where groups are >= 64) over one
-// token tile of 64 (TN = 128 is two halves, m64n64 each, with their own
-// accumulators).  Each unit sums into a part accumulator (scale-d = 0 on its
-// first step), consecutive units alternate between two parts, and a unit's
-// part is drained (acc += part x its group's scale, f32, the scale read from
-// the W stage's copy) after the next unit has been issued: every
-// wgmma.wait_group leaves one unit running, so the FFMAs and the next chunk's
-// decode overlap the tensor cores (no wait_group 0 inside the K loop; a
-// group of 128 or more is drained chunk by chunk, with the same scale).
-// 4-bit codes only (one chunk = one k64 block, as fold_layout has it); the
-// launch checks that a W stage's scale entries fit its WSCALE bytes.
+// shuffle), with strict scales: each scale group is summed into `part`
+// (scale-d = 0 on its first step), then acc += part * scale in f32, the scale
+// read from the W stage's copy of the group's entries.  A group end waits for
+// the warpgroup's wgmmas (wait 0); the other consumer warpgroup, which no
+// barrier ties to this one, keeps the tensor cores busy meanwhile.  4-bit
+// codes only (one chunk = one k64 block, as fold_layout has it); the launch
+// checks that a W stage's scale entries fit its WSCALE bytes.
 #ifdef TOPS_CU_WGMMA
 template <int CODE, bool BF16, int TN, int GSL>
 __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &cta) {
     using namespace sm90;
     using L = fold_layout<TN>;
     static_assert(chunk_dims<CODE>::KC == 64, "4-bit codes: one chunk per k64 block");
-    static_assert(TN == 64 || TN == 128, "token tiles of 64 or two halves of 64");
-    constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2;
-    constexpr int H = TN / 64, NH = 32;                   // token halves, accumulators per half and thread
-    constexpr int GPC = GSL >= 2 ? 1 : STEPS >> GSL;      // scale groups per chunk
-    constexpr int SPG = STEPS / GPC, UPC = GPC * H;       // k16 steps per group, units per chunk
+    constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2, GS = 1 << GSL; // k16 steps per group (GSL < 2)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
     const int tile = wg * 4 + w; // this warp's 16-channel tile among the CTA's 8
     const int nc = cta.nb, k_begin = cta.b_begin * 64;
 
-    float acc[H][NH], p0[NH], p1[NH];
+    float acc[ND], part[ND];
 #pragma unroll
-    for (int i = 0; i < NH; i++) {
-        p0[i] = p1[i] = 0.0f;
-#pragma unroll
-        for (int h = 0; h < H; h++) acc[h][i] = 0.0f;
-    }
+    for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
 
     const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) {
         const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
@@ -762,112 +748,98 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
 #pragma unroll
         for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, A[j]);
     };
-    // The scales of unit I of chunk c (rows gid, gid + 8), from the chunk's
-    // W stage (clamped: K is padded past the last group).
-    const auto scales = [&](int c, int I) {
+    // acc += part * scale for the group that ends at K kend (exclusive),
+    // whose entries are in the W stage of chunk c; the wgmmas writing part
+    // have completed.
+    const auto drain = [&](int c, int kend) {
+        fence_regs(part);
+        const int ws = (unsigned)c / L::WSB;
+        const int g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
+        const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
         float2 s2 = make_float2(1.0f, 1.0f);
         if (p.has_scales) {
-            const int ws = (unsigned)c / L::WSB;
-            const int g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
-            const int gl = min((k_begin + c * 64 + (I / H) * SPG * 16) >> p.group_shift, p.groups - 1) - g0;
             const unsigned char *sp = cta.w + (ws % L::WR) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE;
             s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
             s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
         }
-        return s2;
-    };
-    // acc[half of unit I] += P x s (the unit's wgmmas have completed).
-    const auto drain = [&](float (&P)[NH], int I, float2 s2) {
-        fence_regs(P);
-        if (H == 2 && (I & 1) != 0) {
 #pragma unroll
-            for (int i = 0; i < NH; i++) acc[H - 1][i] = fmaf(P[i], (i & 2) ? s2.y : s2.x, acc[H - 1][i]);
-        } else {
-#pragma unroll
-            for (int i = 0; i < NH; i++) acc[0][i] = fmaf(P[i], (i & 2) ? s2.y : s2.x, acc[0][i]);
-        }
+        for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? s2.y : s2.x, acc[i]);
     };
-    // Unit I of chunk c (fragments A) into P (I a constant once inlined).
-    const auto issue = [&](int c, int I, const uint32_t (&A)[STEPS][4], float (&P)[NH]) {
-        const int g = I / H, hf = I % H, xs = (unsigned)c / L::SB;
-        if (I == 0 && (unsigned)c % L::SB == 0) mbar_wait(&cta.xfull[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
-        const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128 + hf * 64 * 128;
+    // Chunk c's wgmmas; a group that starts at the chunk's first step was
+    // drained before (pre).  Groups smaller than a chunk end inside it.
+    const auto issue = [&](int c, uint32_t (&A)[STEPS][4]) {
+        const int xs = (unsigned)c / L::SB, kc = k_begin + c * 64;
+        if ((unsigned)c % L::SB == 0) mbar_wait(&cta.xfull[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
+        const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
+        const int first = c == 0 || (kc & p.group_mask) == 0;
         wgmma_fence();
 #pragma unroll
-        for (int s = 0; s < SPG; s++) wgmma_rs<BF16>(P, A[g * SPG + s], desc_sw128(bb + 32 * (g * SPG + s)), s == 0 ? 0 : 1);
+        for (int j = 0; j < STEPS; j++) {
+            if (GSL < 2 && j > 0 && j % GS == 0) {
+                wgmma_commit();
+                wgmma_wait<0>();
+                drain(c, kc + 16 * j);
+                wgmma_fence();
+            }
+            const int fresh = j == 0 ? first : j % GS == 0;
+            wgmma_rs<BF16>(part, A[j], desc_sw128(bb + 32 * j), !fresh);
+        }
         wgmma_commit();
+    };
+    // Before chunk c: the group ending at its start is drained.
+    const auto pre = [&](int c) {
+        const int kc = k_begin + c * 64;
+        if (c > 0 && (kc & p.group_mask) == 0) {
+            wgmma_wait<0>();
+            drain(c - 1, kc);
+        }
     };
     const auto release = [&](int c) {
         const unsigned u = c, v = c + 1;
         if (v / L::SB != u / L::SB || c + 1 >= nc) mbar_arrive(&cta.xempty[(u / L::SB) % L::XR]);
         if (v / L::WSB != u / L::WSB || c + 1 >= nc) mbar_arrive(&cta.wempty[(u / L::WSB) % L::WR]);
     };
-    // Units 1 .. UPC - 1 of chunk c (UPC even here: parts alternate by
-    // unit): each issued, then the one before it drained.
-    const auto rest = [&](int c, const uint32_t (&A)[STEPS][4]) {
+    const auto retire = [&](int c, uint32_t (&A)[STEPS][4]) {
 #pragma unroll
-        for (int u = 1; u < UPC; u++) {
-            issue(c, u, A, (u & 1) ? p1 : p0);
-            const float2 s2 = scales(c, u - 1);
-            wgmma_wait<1>();
-            drain((u & 1) ? p0 : p1, u - 1, s2);
-        }
-    };
-    // Unit 0 of chunk c >= 1 (fragments A; q: chunk c's parity, a constant
-    // once inlined); then the last unit of chunk c - 1 drained, its
-    // fragments B retired and chunk c + 1 decoded into B.
-    const auto first = [&](int c, int q, const uint32_t (&A)[STEPS][4], uint32_t (&B)[STEPS][4]) {
-        const bool pn = UPC == 1 && q != 0; // this unit's part: p1 if pn, the previous one the other
-        issue(c, 0, A, pn ? p1 : p0);
-        const float2 s2 = scales(c - 1, UPC - 1);
-        wgmma_wait<1>();
-        drain(pn ? p0 : p1, UPC - 1, s2);
-#pragma unroll
-        for (int j = 0; j < STEPS; j++) fence_regs(B[j]);
-        release(c - 1);
-        if (c + 1 < nc) fetch(c + 1, B);
+        for (int j = 0; j < STEPS; j++) fence_regs(A[j]);
+        release(c);
     };
 
     uint32_t a0[STEPS][4], a1[STEPS][4];
+    int last;
     fetch(0, a0);
-    issue(0, 0, a0, p0);
-    if (nc > 1) fetch(1, a1);
-    rest(0, a0);
-    // The last chunk's last unit: waited for and drained on each exit path,
-    // so that nothing is in flight where the paths meet (else ptxas
-    // serializes the wgmmas: C7514).
-    const auto end = [&](int c, float (&P)[NH]) {
-        const float2 s2 = scales(c, UPC - 1);
-        wgmma_wait<0>();
-#pragma unroll
-        for (int j = 0; j < STEPS; j++) {
-            fence_regs(a0[j]);
-            fence_regs(a1[j]);
-        }
-        drain(P, UPC - 1, s2);
-        release(c);
-    };
-    for (int c = 1;; c += 2) {
-        if (c >= nc) {
-            end(c - 1, UPC == 1 ? p0 : p1);
-            break;
-        }
-        first(c, 1, a1, a0);
-        rest(c, a1);
+    for (int c = 0;; c += 2) {
+        pre(c);
+        issue(c, a0);
+        wgmma_wait<1>(); // the chunk before done
+        if (c > 0) retire(c - 1, a1);
         if (c + 1 >= nc) {
-            end(c, p1);
+            last = c;
             break;
         }
-        first(c + 1, 0, a0, a1);
-        rest(c + 1, a0);
+        fetch(c + 1, a1);
+        pre(c + 1);
+        issue(c + 1, a1);
+        wgmma_wait<1>(); // chunk c done
+        retire(c, a0);
+        if (c + 2 >= nc) {
+            last = c + 1;
+            break;
+        }
+        fetch(c + 2, a0);
     }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) {
+        fence_regs(a0[j]);
+        fence_regs(a1[j]);
+    }
+    drain(last, k_begin + nc * 64);
+    release(last);
     static_assert(L::XR * L::XBYTES >= 32 * (128 + 4) * 4, "the output staging fits the idle X ring");
-    // Accumulator i of a half is accumulator 32 h + i of the n128 layout.
     float out[1][ND];
 #pragma unroll
-    for (int h = 0; h < H; h++)
-#pragma unroll
-        for (int i = 0; i < NH; i++) out[0][NH * h + i] = acc[h][i];
+    for (int i = 0; i < ND; i++) out[0][i] = acc[i];
     finish<1, ND>(p, cta.tt, cta.split, out, p.global * decode_factor<CODE>(), cta.cb * 2 + wg,
                   reinterpret_cast<float *>(cta.x));
 }

@@ -712,9 +712,6 @@ static void test_wgmma_strict(void) {
         {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 100, 1000, 200, 1, 1, NULL, NULL, 1},
         {"nvfp4", TOPS_DT_BF16, TOPS_DT_F32, 128, 520, 130, 0, 1, NULL, NULL, 1},
         {"int4-g16:f32", TOPS_DT_F16, TOPS_DT_F32, 100, 1000, 200, 0, 1, NULL, NULL, 0},
-        {"int4-g16", TOPS_DT_F16, TOPS_DT_F32, 64, 1000, 200, 0, 1, NULL, NULL, 1},
-        {"int4-g16", TOPS_DT_BF16, TOPS_DT_F16, 129, 1000, 200, 1, 1, NULL, NULL, 1},
-        {"int4-g64", TOPS_DT_F16, TOPS_DT_F32, 48, 4096, 1000, 0, 1, NULL, NULL, 1},
     };
     const int n = small_run ? 4 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0;
@@ -742,7 +739,7 @@ static void test_wgmma_strict(void) {
         const char *format;
         int64_t m;
         int want;
-    } plan[] = {{"int4-g128", 48, 1}, {"q4_0", 48, 1}, {"int4-g32", 256, 1}, {"q4_0", 47, 0}, {"int4-g128", 47, 0}};
+    } plan[] = {{"int4-g128", 48, 1}, {"q4_0", 65, 1}, {"int4-g32", 256, 1}, {"q4_0", 64, 0}, {"int4-g128", 47, 0}};
     for (int i = 0; i < 5; i++) {
         gpu_case c = {plan[i].format, TOPS_DT_F16, TOPS_DT_F16, plan[i].m, 1024, 192, 0, 0, 1, 0, 0};
         int ok = run_case(&c, &r);
