@@ -805,54 +805,34 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
         release(c);
     };
 
-    // Three register sets of A: chunk c + 1 is decoded right after chunk c
-    // is issued, into the set of chunk c - 2 (retired by the wait before),
-    // while chunks c - 1 and c are queued on the tensor cores; then the wait
-    // retires c - 1.  (The two-set loop decoded after that wait, with one
-    // chunk queued.)  Chunk k in set k % 3.
-    uint32_t a0[STEPS][4], a1[STEPS][4], a2[STEPS][4];
+    uint32_t a0[STEPS][4], a1[STEPS][4];
     int last;
-    // Chunk c in A; chunk c + 1 into P; chunk c - 1 (in Q, where c >= 1)
-    // retired.  False after the last chunk.
-    const auto step = [&](int c, uint32_t (&A)[STEPS][4], uint32_t (&P)[STEPS][4], uint32_t (&Q)[STEPS][4],
-                          bool old) {
-        pre(c);
-        issue(c, A);
-        const bool more = c + 1 < nc;
-        if (more) fetch(c + 1, P);
-        wgmma_wait<1>();
-        if (old) retire(c - 1, Q);
-        return more;
-    };
-    // Chunks 0 and 1 peeled: the loop is entered, as it is re-entered, with
-    // one chunk in flight in the same set.
     fetch(0, a0);
-    if (!step(0, a0, a1, a2, false)) {
-        last = 0;
-    } else if (!step(1, a1, a2, a0, true)) {
-        last = 1;
-    } else {
-        for (int c = 2;; c += 3) {
-            if (!step(c, a2, a0, a1, true)) {
-                last = c;
-                break;
-            }
-            if (!step(c + 1, a0, a1, a2, true)) {
-                last = c + 1;
-                break;
-            }
-            if (!step(c + 2, a1, a2, a0, true)) {
-                last = c + 2;
-                break;
-            }
+    for (int c = 0;; c += 2) {
+        pre(c);
+        issue(c, a0);
+        wgmma_wait<1>(); // the chunk before done
+        if (c > 0) retire(c - 1, a1);
+        if (c + 1 >= nc) {
+            last = c;
+            break;
         }
+        fetch(c + 1, a1);
+        pre(c + 1);
+        issue(c + 1, a1);
+        wgmma_wait<1>(); // chunk c done
+        retire(c, a0);
+        if (c + 2 >= nc) {
+            last = c + 1;
+            break;
+        }
+        fetch(c + 2, a0);
     }
     wgmma_wait<0>();
 #pragma unroll
     for (int j = 0; j < STEPS; j++) {
         fence_regs(a0[j]);
         fence_regs(a1[j]);
-        fence_regs(a2[j]);
     }
     drain(last, k_begin + nc * 64);
     release(last);
