@@ -51,7 +51,7 @@ static inline float tops__int_unit(tops_dtype element) {
 }
 
 typedef void (*tops__unpack_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
-/* The integer form with a per-sub-block offset (q4_K, q5_K: element =
+/* The integer form with a per-sub-block offset (q4_1, q4_K, q5_K: element =
    q * scale - min, q >= 0): as tops__unpack_fn, plus min[b] for each
    sub-block (0 past K).  Only the relaxed paths take it: they subtract
    min[b] times the sub-block's activation sum (ascale * its code sum,

@@ -218,7 +218,7 @@ typedef struct tops__packed_right {
        unpacks; NULL otherwise.  q8_bytes spans panels and scales. */
     const uint8_t *q8_panels;
     const float *q8_scales;
-    const float *q8_mins;    /* weights with mins (q4_K, q5_K): as the scales; else NULL */
+    const float *q8_mins;    /* weights with mins (q4_1, q4_K, q5_K): as the scales; else NULL */
     size_t q8_bytes;
     int q8_amx; /* packed at a level with AMX kernels: tops__pack_amx_panels'
                    layout (every integer form), not the 8-column one: 1 its

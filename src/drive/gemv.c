@@ -191,7 +191,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const tops__unpacker up = kern->unpack[w->format.id];
-    /* Integer forms with mins (q4_K, q5_K): relaxed only, each row's dot
+    /* Integer forms with mins (q4_1, q4_K, q5_K): relaxed only, each row's dot
        less its mins times the activations' scaled code sums (amin). */
     const int mins = !up.run && up.run_min && p->relaxed;
     const int integer = up.run != NULL || mins, relaxed = integer && p->relaxed;
