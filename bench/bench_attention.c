@@ -9,7 +9,7 @@
 #include "bench.h"
 
 #include "cpu/dispatch.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 
 #include <math.h>
 #include <stdlib.h>

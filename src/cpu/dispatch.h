@@ -428,7 +428,7 @@ typedef struct tops__kernels {
     void (*f16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
     void (*f32_to_bf16_row)(uint16_t *dst, const float *src, int64_t n);
     void (*bf16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
-    /* fp8 / fp4 / int4 rows (formats/elem.h semantics; sat as in tops_cast_from_f32). */
+    /* fp8 / fp4 / int4 rows (core/numeric.h semantics; sat as in tops_cast_from_f32). */
     void (*f32_to_e4m3_row)(uint8_t *dst, const float *src, int64_t n, int sat);
     void (*e4m3_to_f32_row)(float *dst, const uint8_t *src, int64_t n);
     void (*f32_to_e5m2_row)(uint8_t *dst, const float *src, int64_t n, int sat);

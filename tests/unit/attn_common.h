@@ -5,7 +5,7 @@
 #define TOPS_TEST_ATTN_COMMON_H
 
 #include "harness.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 #include "tensorops.h"
 
 typedef struct tbuf {

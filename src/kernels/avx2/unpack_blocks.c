@@ -2,9 +2,8 @@
    and the 16-entry table row (lut4).  Same integers and scales as the
    scalar unpackers, which still serve partial blocks at the end of K. */
 #include "cpu/dispatch.h"
-#include "formats/elem.h"
+#include "core/numeric.h"
 #include "kernels/ref/kquant.h"
-#include "kernels/ref/scalar_casts.h"
 
 #include <immintrin.h>
 #include <string.h>
