@@ -50,7 +50,7 @@ void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int6
                            int64_t nc, float *out, int64_t ld);
 
 /* The relaxed M <= 4 row stream of packed 4-bit weights (layout in
-   cpu/dispatch.h, tops__nibstream_sb_bytes): group g of four rows starts
+   kernels/kernels.h, tops__nibstream_sb_bytes): group g of four rows starts
    at data + g * group_bytes.  data NULL: none. */
 typedef struct tops__nibstream {
     const uint8_t *data;

@@ -2,7 +2,7 @@
    integer rounding as core/numeric.h (RNE on the f32 bits for normals, the
    FPU's RNE through a magic addend for subnormals), so every bit matches
    the scalar rows; tails run the scalar code itself. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 #include "core/numeric.h"
 
 #include <immintrin.h>

@@ -1,7 +1,7 @@
 /* AVX2 integer forms of the common quantized formats (codes and scales)
    and the 16-entry table row (lut4).  Same integers and scales as the
    scalar unpackers, which still serve partial blocks at the end of K. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 #include "core/numeric.h"
 #include "kernels/ref/kquant.h"
 

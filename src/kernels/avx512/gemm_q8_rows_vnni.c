@@ -3,7 +3,7 @@
    call): 6 rows x 32 columns, four of gemm_q8's 8-column panels, two per
    512-bit vector (vinserti64x4 once per step, shared by the six rows),
    vpdpbusd, then gemm_q8_vnni's block scaling. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

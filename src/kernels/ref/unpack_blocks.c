@@ -1,10 +1,10 @@
 /* Scalar integer forms of the quantized weight formats (the truth for the
    AVX2 unpackers), their nibble layouts, and the 16-entry table row of
-   lut4.  They read memory only (tops__qweight, cpu/dispatch.h); values
+   lut4.  They read memory only (tops__qweight, kernels/kernels.h); values
    follow the scalar casts of core/numeric.h: e2m1 codes become doubled
    integers and mxint8 codes integers, the unit (tops__int_unit) riding in
    the scales through w->mul. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 #include "core/numeric.h"
 #include "kernels/ref/kquant.h"
 
