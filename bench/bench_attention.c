@@ -10,7 +10,7 @@
 
 #include "cpu/dispatch.h"
 #include "drive/attention.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 
 #include <math.h>
 #include <stdlib.h>

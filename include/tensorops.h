@@ -664,7 +664,7 @@ typedef struct tops_matmul2d_desc {
  * quantizes activations to i8 per block of 32 (16 for 16-blocks) and uses
  * integer dot products where the weights have an integer form (int8/4/2
  * groups, i8/i4/i2, mxfp4, mxint8, nvfp4, q4_0, q8_0, gguf-mxfp4, q6_K,
- * iq4_nl, iq4_xs, and q4_K / q5_K with their per-sub-block mins) stored
+ * iq4_nl, iq4_xs, and q4_1 / q4_K / q5_K with their per-block mins) stored
  * [N, K].  Measured
  * rel-L2 against f64 of the decoded operands <= 5e-3 on uniform data
  * (tested bound 1e-2).  Everything else runs strict.
@@ -686,7 +686,7 @@ TOPS_API tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul
    accepts in place of right (with the same desc.transpose_right) and that
    tops_tensor_destroy frees.  Weights with an integer form stored [N, K]
    (transpose_right; int groups, i8/i4/i2, mxfp4, mxint8, nvfp4, q4_0,
-   q8_0, gguf-mxfp4, q6_K, iq4_nl, iq4_xs; q4_K and q5_K when relaxed) pack
+   q8_0, gguf-mxfp4, q6_K, iq4_nl, iq4_xs; q4_1, q4_K and q5_K when relaxed) pack
    to a contiguous copy in their own layout, which the kernels read in place
    (same bytes as the source); every other format packs to f32 panels for
    the f32 microkernel (4 bytes per weight). */

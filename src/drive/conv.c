@@ -4,7 +4,7 @@
    no im2col matrix exists.  Depthwise: a direct kernel per output row. */
 #include "drive/conv.h"
 #include "core/threads.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 
 #include <string.h>
 #ifdef _OPENMP

@@ -50,7 +50,7 @@ void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int6
                            int64_t nc, float *out, int64_t ld);
 
 /* The relaxed M <= 4 row stream of packed 4-bit weights (layout in
-   cpu/dispatch.h, tops__nibstream_sb_bytes): group g of four rows starts
+   kernels/kernels.h, tops__nibstream_sb_bytes): group g of four rows starts
    at data + g * group_bytes.  data NULL: none. */
 typedef struct tops__nibstream {
     const uint8_t *data;
@@ -218,7 +218,7 @@ typedef struct tops__packed_right {
        unpacks; NULL otherwise.  q8_bytes spans panels and scales. */
     const uint8_t *q8_panels;
     const float *q8_scales;
-    const float *q8_mins;    /* weights with mins (q4_K, q5_K): as the scales; else NULL */
+    const float *q8_mins;    /* weights with mins (q4_1, q4_K, q5_K): as the scales; else NULL */
     size_t q8_bytes;
     int q8_amx; /* packed at a level with AMX kernels: tops__pack_amx_panels'
                    layout (every integer form), not the 8-column one: 1 its

@@ -3,7 +3,7 @@
 #include "drive/gemm.h"
 #include "formats/codec.h"
 #include "formats/elem.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 
 #include <string.h>
 

@@ -107,7 +107,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     const tops_tensor *w = p->right.t;
     const tops__qweight qw = tops__qweight_of(w);
     const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
-    /* Weights with mins (q4_K, q5_K): per sub-block a min per column and
+    /* Weights with mins (q4_1, q4_K, q5_K): per sub-block a min per column and
        the activations' scaled code sums (amin), one more FMA each. */
     const tops__unpack_min_fn unpack_min = unpack ? NULL : kern->unpack[w->format.id].run_min;
     const int mins = unpack_min != NULL;

@@ -107,7 +107,7 @@ static tops__nibstream_act stream_act_at(unsigned char *base, int64_t n_sb, int6
 }
 
 /* One activation row (codes aq in element order, scales as, nb blocks) as
-   the row stream's kernel reads it (tops__nibstream_act, dispatch.h), at base. */
+   the row stream's kernel reads it (tops__nibstream_act, kernels/kernels.h), at base. */
 static void stream_activations(const int8_t *aq, const float *as, int64_t nb, int offset, int e8m0, float mul,
                                unsigned char *base) {
     const int64_t nsb = tops__ceil_div(nb, TOPS__NIBSTREAM_SB);
@@ -191,7 +191,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const tops__unpacker up = kern->unpack[w->format.id];
-    /* Integer forms with mins (q4_K, q5_K): relaxed only, each row's dot
+    /* Integer forms with mins (q4_1, q4_K, q5_K): relaxed only, each row's dot
        less its mins times the activations' scaled code sums (amin). */
     const int mins = !up.run && up.run_min && p->relaxed;
     const int integer = up.run != NULL || mins, relaxed = integer && p->relaxed;

@@ -1,5 +1,5 @@
 /* Weights as the unpackers see them: the drivers turn a tensor and its
-   traits row into a tops__qweight (cpu/dispatch.h: planes, strides,
+   traits row into a tops__qweight (kernels/kernels.h: planes, strides,
    constants) once per call, so no microkernel reads a tensor or the
    format registry. */
 #ifndef TOPS_DRIVE_QWEIGHT_H

@@ -5,7 +5,7 @@
 #include "drive/tile.h"
 
 #include "formats/codec.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 
 #include <math.h>
 #include <string.h>

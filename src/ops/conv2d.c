@@ -6,7 +6,7 @@
 #include "ops/matmul2d.h"
 #include "drive/conv.h"
 #include "formats/traits.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -283,7 +283,7 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
        variant: i32 sums with no saturating i16 stage). */
     if (p->right.read == tops__read_rect_unpack && p->relaxed && tops__gemm_q8_takes(kern, right))
         return PLAN_INTEGER;
-    /* Integer forms with mins (q4_K, q5_K) only where activations are
+    /* Integer forms with mins (q4_1, q4_K, q5_K) only where activations are
        quantized: their strict paths decode. */
     if (p->relaxed && !p->right.k_major && !p->right.packed && right->format.id != TOPS_FMT_PACKED &&
         kern->unpack[right->format.id].run_min && tops__gemm_q8_takes(kern, right))
@@ -483,7 +483,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
        (16-column groups) instead of the 8-column ones. */
     const int amx = tops__gemm_amx_supports(kern, right, relaxed);
     const int q8 = amx || (relaxed && tops__gemm_q8_takes(kern, right));
-    const int mins = q8 && !amx && !kern->unpack[right->format.id].run; /* q4_K, q5_K: their mins too */
+    const int mins = q8 && !amx && !kern->unpack[right->format.id].run; /* q4_1, q4_K, q5_K: their mins too */
     const int width = amx ? 16 : 8, esize = amx && !relaxed ? 2 : 1; /* strict AMX panels hold bf16 codes */
     const int64_t kp = tops__ceil_div(k, 32) * 32, groups = amx ? tops__amx_groups(n) : tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);

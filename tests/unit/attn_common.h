@@ -7,7 +7,7 @@
 #include "cpu/dispatch.h"
 #include "drive/attention.h"
 #include "harness.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 #include "tensorops.h"
 
 typedef struct tbuf {

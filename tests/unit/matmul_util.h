@@ -4,7 +4,7 @@
 #define TOPS_TEST_MATMUL_UTIL_H
 
 #include "harness.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 #include "tensorops.h"
 #include "formats/codec.h"
 

@@ -4,7 +4,7 @@
    bits), strict and relaxed weight formats, packed weights, bias,
    multiply-accumulate, NaN-poisoned dest, and every bad descriptor. */
 #include "harness.h"
-#include "kernels/ref/scalar_casts.h"
+#include "core/numeric.h"
 #include "ops/matmul2d.h"
 #include "tensorops.h"
 

@@ -286,17 +286,18 @@ static void run_plain_and_packed(const tops__kernels *kern, int threads, const t
 }
 
 static void test_packed_in_place(void) {
-    /* q4_K and q5_K (the forms with mins) only relaxed: strict, they decode */
-    const tops_format fmts[8] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
+    /* q4_1, q4_K and q5_K (the forms with mins) only relaxed: strict, they decode */
+    const tops_format fmts[9] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
                                  {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_MXFP4, 0, TOPS_DT_NONE},
                                  {TOPS_FMT_INT4_G, 16, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0},
-                                 {TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, {TOPS_FMT_Q5_K, 0, TOPS_DT_NONE}};
+                                 {TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, {TOPS_FMT_Q5_K, 0, TOPS_DT_NONE},
+                                 {TOPS_FMT_Q4_1, 0, TOPS_DT_NONE}};
     /* M <= 4 with K % 32 == 0: the four-row in-place dots (strict and
        relaxed) and, packed relaxed, the row stream: K of 2, 3, 13 (a part
        super-block) and 75 blocks (two chunks), N with and without a part
        group of four. */
     const int64_t ms[5] = {1, 2, 3, 4, 33}, ns[4] = {1, 8, 21, 31}, ks[7] = {64, 96, 416, 2400, 70, 4095, 2304};
-    for (int f = 0; f < 8; f++)
+    for (int f = 0; f < 9; f++)
         for (int v = 0; v < 10; v++) {
             if (f >= 6 && v < 5) continue;
             int64_t m = ms[v % 5], n = ns[th_next(&rng) % 4], k = ks[th_next(&rng) % 7];

@@ -7,7 +7,7 @@
    bf16 terms in the A-tile layout).  The softmax's arithmetic is that of
    its scalar twin (src/kernels/ref/amx_attn.c) step for step, so the two
    give the same bits. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <math.h>

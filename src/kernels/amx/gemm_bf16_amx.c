@@ -5,7 +5,7 @@
    accumulators with AVX-512 between blocks.  Tiles as in gemm_q8_amx.c:
    0..3 the 2 x 2 grid of 16 x 16 sums, 4 and 5 the two row tiles (hi,
    then lo), 6 and 7 the two 16-column weight tiles. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

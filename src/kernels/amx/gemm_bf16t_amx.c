@@ -7,8 +7,8 @@
    A term tile is loaded only when the pair list changes it, so a list
    like (a0 w0) (a1 w0) (a1 w1) (a0 w1) loads four tile pairs for four
    products.  The decoders write the weights' terms in that pair layout
-   (cpu/dispatch.h); their scalar twins are src/kernels/ref/amx_terms.c. */
-#include "cpu/dispatch.h"
+   (kernels/kernels.h); their scalar twins are src/kernels/ref/amx_terms.c. */
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -6,7 +6,7 @@
    weight tiles (sub / 4 rows of 16 columns x 4 consecutive k).  Block b+1's
    tile ops are issued before block b's scaling, so the tile unit and the
    vector units overlap. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* AVX2 depthwise conv2d row kernel: channels in vectors (32 at a time in
    four accumulators, then 8, then a masked tail), the taps in order, one
    FMA each (the reference's bits). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 

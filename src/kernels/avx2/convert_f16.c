@@ -1,6 +1,6 @@
 /* AVX2 + F16C rows; the same bits as the scalar rows (RNE everywhere; NaN
    fixed up after F16C so payloads follow numpy, like the scalar rows). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -1,9 +1,9 @@
 /* AVX2 fp8 / fp4 / int4 rows: eight elements per step with the same
-   integer rounding as formats/elem.h (RNE on the f32 bits for normals, the
+   integer rounding as core/numeric.h (RNE on the f32 bits for normals, the
    FPU's RNE through a magic addend for subnormals), so every bit matches
    the scalar rows; tails run the scalar code itself. */
-#include "cpu/dispatch.h"
-#include "formats/elem.h"
+#include "kernels/kernels.h"
+#include "core/numeric.h"
 
 #include <immintrin.h>
 #include <string.h>

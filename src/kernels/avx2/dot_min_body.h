@@ -1,4 +1,4 @@
-/* The in-place q4_K / q5_K row dot (tops__dot_min_fn, cpu/dispatch.h)
+/* The in-place q4_K / q5_K row dot (tops__dot_min_fn, kernels/kernels.h)
    for the AVX2 and AVX-512 VNNI levels: the including file defines
    TOPS_KQ_DOT(q, a), the i32 sums of four u8 x s8 products per lane
    (vpmaddubsw + vpmaddwd, or vpdpbusd), and compiles this with its ISA

@@ -1,7 +1,7 @@
 /* AVX2 dot products of the matmul row driver and the relaxed activation
    quantizer: f32 x f32, f32 x integer form, i8 x integer form, 4-bit
    layouts read in place; and the integer form's dequantization. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -250,7 +250,7 @@ static inline __m256i stream_lanes(void) { return _mm256_setr_epi32(0, 2, 4, 6, 
    exact i32 sum per block (lane l: block tops__nibstream_lane(l)), minus
    the offset correction, then one convert and one FMA per row and
    super-block against ws * as in the same lane order: the row stream's
-   arithmetic (dispatch.h), so both give the same bits.  The four rows
+   arithmetic (kernels/kernels.h), so both give the same bits.  The four rows
    share the activations, split once per super-block. */
 static inline __attribute__((always_inline)) void nibbles_x4_sb(const uint8_t *const p[4], int64_t stride,
                                                                 const int8_t *aq, const __m256 s[4], __m256i corr,
@@ -343,7 +343,7 @@ static inline __m256 e8m0_to_f32x8(const uint8_t *q) {
 
 /* The row stream's twin of tops__avx2_dot_q8_nibbles_x4 (its order, the
    same bits: tested): one linear stream per four rows (the hardware
-   prefetcher follows one stream, not four), laid out (dispatch.h) so that
+   prefetcher follows one stream, not four), laid out (kernels/kernels.h) so that
    each row's four 32-byte vectors of a super-block meet the activations
    without a shuffle and their vpmaddubsw sums, added four at a time in i16
    (within [-8 * 32 * 128, 8 * 32 * 127] for table values up to 32, which
@@ -470,7 +470,7 @@ void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, con
 /* Four rows of 8-bit blocks in place (q8_0, int8 element planes): per
    block and row one signed 32-byte dot (dot_i8x32: eight exact i32 sums
    of four products), converted and multiplied into eight f32 lanes by
-   ws * as, the lanes added once at the end (hsum): the order dispatch.h
+   ws * as, the lanes added once at the end (hsum): the order kernels/kernels.h
    gives and tops__ref_dot_q8_bytes_x4 follows.  Each row's stream is
    prefetched a fixed distance ahead, as the nibble dots do. */
 void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,

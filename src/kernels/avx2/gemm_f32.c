@@ -1,6 +1,6 @@
 /* AVX2+FMA f32 microkernel: a 6x16 tile in 12 ymm accumulators, B read as
    two vectors per k, A broadcast one row at a time (the BLIS Haswell shape). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 

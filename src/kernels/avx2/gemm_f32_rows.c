@@ -1,7 +1,7 @@
 /* AVX2 f32 microkernel with A read in place through row pointers (conv2d's
    implicit GEMM): the 6x16 tile of gemm_f32.c, broadcasting a[i][k]
    instead of a packed panel's a[k * 6 + i]. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 

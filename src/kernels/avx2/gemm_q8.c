@@ -1,11 +1,11 @@
 /* AVX2 relaxed integer microkernels: 4 rows x 8 columns.  Each step takes
    4 k of 8 columns (32 unsigned weight bytes) and 4 broadcast activation
    bytes per row; vpmaddubsw gives i16 pairs, `flush` steps add up in i16
-   (no saturation, see dispatch.h), vpmaddwd widens them and the block's
+   (no saturation, see kernels/kernels.h), vpmaddwd widens them and the block's
    i32 sum takes the offset correction in integers, so each row pays one
    convert and one FMA per sub-block (not per 16 k): vector ops per 32 k
    and row fall from 24 to 21 (wide) and 20 (narrow, eight steps). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* AVX2 + FMA tile kernels: a 6 x 16 f32 GEMM microkernel (12 accumulators,
    two B loads and six broadcasts per k step), an 8 x 8 transposer for
    packing keys, and vector exp / row reductions for the softmax. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 

@@ -1,10 +1,9 @@
 /* AVX2 integer forms of the common quantized formats (codes and scales)
    and the 16-entry table row (lut4).  Same integers and scales as the
    scalar unpackers, which still serve partial blocks at the end of K. */
-#include "cpu/dispatch.h"
-#include "formats/elem.h"
+#include "kernels/kernels.h"
+#include "core/numeric.h"
 #include "kernels/ref/kquant.h"
-#include "kernels/ref/scalar_casts.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -263,6 +262,25 @@ static void unpack_q5_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t
     unpack_kquant(w, row, k0, n, q, scale, min, 1);
 }
 
+/* q4_1: q4_0's nibbles unsigned, scale d and min -m (the scalar row's
+   values); partial blocks at the end of K by the scalar row. */
+static tops__unpack_min_fn scalar_q4_1;
+static void unpack_q4_1(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    const uint8_t *data = w->data + row * w->row_bytes;
+    int64_t i = 0;
+    for (; i + 32 <= n && k0 + i + 32 <= w->k; i += 32) {
+        const uint8_t *blk = data + ((k0 + i) / 32) * 20;
+        _mm256_storeu_si256((__m256i *)(q + i), nibbles_split(blk + 4));
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        scale[i / 32] = _cvtsh_ss(hd) * w->mul;
+        min[i / 32] = -(_cvtsh_ss(hm) * w->mul);
+    }
+    if (i < n) scalar_q4_1(w, row, k0 + i, n - i, q + i, scale + i / 32, min + i / 32);
+}
+
 /* GGUF block scales from the headers: F16C for q4_0, 2^(e-128) by bits
    for ggml's mxfp4 (the same values as the scalar rows). */
 static void scales_q4_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
@@ -298,6 +316,8 @@ void tops__avx2_fill_unpackers(tops__unpacker *table) {
     scalar_mxfp4 = table[TOPS_FMT_GGUF_MXFP4].run;
     scalar_q6_k = table[TOPS_FMT_Q6_K].run;
     table[TOPS_FMT_Q6_K].run = unpack_q6_k;
+    scalar_q4_1 = table[TOPS_FMT_Q4_1].run_min;
+    table[TOPS_FMT_Q4_1].run_min = unpack_q4_1;
     scalar_q4_k = table[TOPS_FMT_Q4_K].run_min;
     scalar_q5_k = table[TOPS_FMT_Q5_K].run_min;
     table[TOPS_FMT_Q4_K].run_min = unpack_q4_k;

@@ -1,7 +1,7 @@
 /* AVX-512 depthwise conv2d row kernel: channels in vectors (64 at a time
    in four accumulators, then 16 with a mask for the tail), the taps in
    order, one FMA each (the reference's bits). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 

@@ -3,7 +3,7 @@
    unsigned operand and sums four products straight into i32 (one
    instruction for vpmaddubsw + vpmaddwd); the same lanes, scales and
    order, so the same bits. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* AVX-512 f32 microkernel: a 12x32 tile in 24 zmm accumulators, B read as
    two vectors per k, A broadcast one row at a time (the AVX2 kernel's
    shape, twice as wide, with the 32-register file). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 

@@ -4,7 +4,7 @@
    instead of a packed panel's a[k * 12 + i], so no left packing.  A short
    last block of rows runs the 8- or 4-row body (rows past `rows` are
    neither computed nor stored). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 

@@ -5,7 +5,7 @@
    vpdpbusd, then gemm_q8_vnni's block scaling.  Panels the caller has
    interleaved per k step (conv2d at large M) load as one 512-bit vector
    per pair instead. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

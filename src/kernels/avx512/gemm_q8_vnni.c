@@ -2,7 +2,7 @@
    (gemm_q8.c), with vpdpbusd doing vpmaddubsw + vpmaddwd + add in one
    instruction (u8 x s8 summed straight into i32: no i16 stage), on 256-bit
    vectors (AVX-512VL), 4 rows x 8 columns. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* AVX-512 tile kernels: a 12 x 32 f32 GEMM microkernel (24 accumulators,
    two B loads and twelve broadcasts per k step), and vector exp / row
    reductions for the softmax.  The transposer stays the AVX2 one. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <math.h>

@@ -4,7 +4,7 @@
    products as their contract states (f32 sums of exact bf16 products, k in
    order).  The tests run the AMX attention driver over these on any
    machine ("emulated tiles"). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 #include <string.h>

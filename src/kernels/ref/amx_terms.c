@@ -1,8 +1,8 @@
-/* Scalar twins of the AMX bf16-term weight decoders (cpu/dispatch.h,
+/* Scalar twins of the AMX bf16-term weight decoders (kernels/kernels.h,
    tops__amx_terms_q8_fn / tops__amx_terms_f32_fn): the reference the
    AVX-512 ones (src/kernels/amx/gemm_bf16t_amx.c) match bit for bit, and
    what the driver runs over emulated tiles in the tests. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <string.h>
 

@@ -1,6 +1,6 @@
 /* The scalar depthwise conv2d row kernel: the reference of the AVX2 and
    AVX-512 ones (same loop order, one fmaf per tap: the same bits). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 

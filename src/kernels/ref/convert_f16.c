@@ -2,8 +2,8 @@
    and ml_dtypes (bf16).  f32 -> f16 NaN keeps the top payload bits (a zero
    payload becomes 1), f16 -> f32 keeps the payload unquietened (numpy);
    f32 -> bf16 NaN is sign | 0x7fc0 (ml_dtypes). */
-#include "cpu/dispatch.h"
-#include "kernels/ref/scalar_casts.h"
+#include "kernels/kernels.h"
+#include "core/numeric.h"
 
 void tops__ref_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = tops__f32_to_f16(src[i]);

@@ -1,7 +1,7 @@
 /* Scalar fp8 / fp4 / int4 rows: the reference twins of the AVX2 rows, built
-   on the inline casts of formats/elem.h (bit-exact with ml_dtypes). */
-#include "cpu/dispatch.h"
-#include "formats/elem.h"
+   on the inline casts of core/numeric.h (bit-exact with ml_dtypes). */
+#include "kernels/kernels.h"
+#include "core/numeric.h"
 
 void tops__ref_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat) {
     for (int64_t i = 0; i < n; i++) dst[i] = tops__f32_to_e4m3(src[i], sat);

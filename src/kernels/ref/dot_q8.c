@@ -1,7 +1,7 @@
 /* Scalar dot products of the matmul row driver, the relaxed activation
    quantizer and the integer form's dequantization (the truth for the AVX2
    twins in kernels/avx2/dot_q8.c). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 
@@ -106,7 +106,7 @@ void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const
 }
 
 /* The four-row dot of 8-bit blocks read in place, in the lane order of
-   dispatch.h (the AVX2 twin's vector lanes, and its horizontal sum). */
+   kernels/kernels.h (the AVX2 twin's vector lanes, and its horizontal sum). */
 void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
     for (int r = 0; r < 4; r++) {

@@ -1,6 +1,6 @@
 /* The scalar f32 microkernel: the reference every fast kernel is tested
    against, and the fallback of every dispatch level. */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 enum { REF_MR = 4, REF_NR = 8 };
 

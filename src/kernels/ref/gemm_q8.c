@@ -1,5 +1,5 @@
 /* Scalar twin of the relaxed integer microkernel (same packed layout). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 

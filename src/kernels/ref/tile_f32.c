@@ -1,6 +1,6 @@
 /* Scalar reference of the tile kernels: the truth the SIMD paths are
    tested against.  Sums run in a fixed order (k ascending, left to right). */
-#include "cpu/dispatch.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
 

@@ -1,11 +1,11 @@
 /* Scalar integer forms of the quantized weight formats (the truth for the
    AVX2 unpackers), their nibble layouts, and the 16-entry table row of
-   lut4.  They read memory only (tops__qweight, cpu/dispatch.h); values
-   follow the scalar casts of src/formats/elem.h: e2m1 codes become doubled
+   lut4.  They read memory only (tops__qweight, kernels/kernels.h); values
+   follow the scalar casts of core/numeric.h: e2m1 codes become doubled
    integers and mxint8 codes integers, the unit (tops__int_unit) riding in
    the scales through w->mul. */
-#include "cpu/dispatch.h"
-#include "formats/elem.h"
+#include "kernels/kernels.h"
+#include "core/numeric.h"
 #include "kernels/ref/kquant.h"
 
 #include <math.h>
@@ -261,6 +261,35 @@ static void unpack_q5_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t
     unpack_kquant(w, row, k0, n, q, scale, min, 1);
 }
 
+/* q4_1 (20-byte blocks of 32: f16 d, f16 m, q4_0's nibble order):
+   element = q * d + m with q = 0..15, so the form with mins takes scale
+   d and min -m (element = scale * q - min), times mul. */
+static void unpack_q4_1(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                        float *min) {
+    const int64_t K = w->k;
+    const uint8_t *data = w->data + row * w->row_bytes;
+    for (int64_t b = 0; b < n / 32; b++) {
+        const int64_t kb = k0 + b * 32;
+        int8_t *qb = q + b * 32;
+        if (kb >= K) {
+            memset(qb, 0, 32);
+            scale[b] = 0.0f, min[b] = 0.0f;
+            continue;
+        }
+        const uint8_t *blk = data + (kb / 32) * 20;
+        for (int j = 0; j < 16; j++) {
+            qb[j] = (int8_t)(blk[4 + j] & 0xF);
+            qb[j + 16] = (int8_t)(blk[4 + j] >> 4);
+        }
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        scale[b] = tops__f16_to_f32(hd) * w->mul;
+        min[b] = -(tops__f16_to_f32(hm) * w->mul);
+        for (int64_t j = K - kb; j < 32; j++) qb[j] = 0; /* the tail block's unused elements */
+    }
+}
+
 /* The in-place relaxed dot of q4_K / q5_K rows (tops__dot_min_fn). */
 static float dot_min_kquant(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
                             int64_t nsb, int five) {
@@ -318,6 +347,7 @@ void tops__ref_fill_unpackers(tops__unpacker *table) {
     table[TOPS_FMT_IQ4_XS].run = unpack_iq4_xs, table[TOPS_FMT_IQ4_XS].qmax = 127;
     table[TOPS_FMT_Q4_K].run_min = unpack_q4_k, table[TOPS_FMT_Q4_K].qmax = 15;
     table[TOPS_FMT_Q5_K].run_min = unpack_q5_k, table[TOPS_FMT_Q5_K].qmax = 31;
+    table[TOPS_FMT_Q4_1].run_min = unpack_q4_1, table[TOPS_FMT_Q4_1].qmax = 15;
     table[TOPS_FMT_Q4_K].dot_min = dot_min_q4_k;
     table[TOPS_FMT_Q5_K].dot_min = dot_min_q5_k;
     /* In-place nibble layouts: the code -> q + offset tables. */

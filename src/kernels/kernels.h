@@ -1,0 +1,718 @@
+/* The microkernel interface: the function types, layouts and constants
+   each kernel family implements (src/kernels/<isa>/), the table that
+   holds one kernel per slot (tops__kernels), and the functions each ISA
+   file provides.  Kernels see memory only; src/cpu/dispatch.c picks
+   them into the table. */
+#ifndef TOPS_KERNELS_KERNELS_H
+#define TOPS_KERNELS_KERNELS_H
+
+#include "internal.h"
+
+#include <string.h>
+
+/* matmul2d microkernel (src/kernels/<isa>/gemm_f32_*.c): C[mr x nr] (+)=
+   A-panel * B-panel over kc steps.  a[k * mr + i] and b[k * nr + j] are
+   packed, zero-padded panels; c has row stride ldc; accumulate = 0
+   overwrites c, 1 adds to it.  Full tiles only: the driver pads. */
+typedef void (*tops__gemm_f32_fn)(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                  int accumulate);
+typedef struct tops__gemm_ukernel {
+    int mr, nr;
+    tops__gemm_f32_fn run;
+    const char *name;
+} tops__gemm_ukernel;
+
+/* Quantized weights as small integers (src/kernels/<isa>/unpack_*.c).
+   An unpacker sees memory only: the weight's planes, strides and the
+   constants of its traits row, filled once per call by the layer above
+   (tops__qweight_of, drive/gemm.h).  Elements [k0, k0 + n) of row `row`
+   of a weight stored [N, K] with blocks along K become q[i] (|q| <= qmax,
+   0 past K) and one f32 scale per sub-block of `sub` elements, element =
+   q * scale.  k0 and n are multiples of sub. */
+typedef struct tops__qweight {
+    const uint8_t *data;      /* row 0 of the data plane */
+    int64_t row_bytes;        /* data-plane bytes from one row to the next */
+    int64_t k;                /* elements per row (K) */
+    int sub;                  /* sub-block of the integer form (<= 32) */
+    int code_bits;            /* element planes: bits per code (8, 4, 2) */
+    int block_bytes;          /* self-contained blocks (GGUF): bytes per block */
+    int e2m1;                 /* element planes of e2m1 codes (doubled: unit 1/2) */
+    int64_t group;            /* element planes: elements per scale entry */
+    const uint8_t *scales;    /* scale plane at row 0, or NULL: every scale is mul */
+    tops_dtype scale_dtype;   /* f16, bf16, f32, e8m0 or ue4m3 */
+    int64_t scale_row, scale_step; /* scale plane strides in bytes (row, block) */
+    float mul;                /* every scale's multiplier: tops__int_unit times the
+                                 tensor scale (1 / S_enc where it divides) */
+} tops__qweight;
+
+/* The constant that makes a format's codes integers, element = q * unit *
+   (stored scale): e2m1 codes are unpacked as doubled integers (1/2),
+   mxint8 codes are q * 2^-6; 1 elsewhere.  The one definition. */
+static inline float tops__int_unit(tops_dtype element) {
+    return element == TOPS_DT_E2M1 ? 0.5f : element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
+}
+
+typedef void (*tops__unpack_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
+/* The integer form with a per-sub-block offset (q4_1, q4_K, q5_K: element =
+   q * scale - min, q >= 0): as tops__unpack_fn, plus min[b] for each
+   sub-block (0 past K).  Only the relaxed paths take it: they subtract
+   min[b] times the sub-block's activation sum (ascale * its code sum,
+   computed once when the activations are quantized). */
+typedef void (*tops__unpack_min_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q,
+                                    float *scale, float *min);
+/* 4-bit formats read in place by the fused relaxed dot product: blocks of
+   32 elements, `header` bytes then 16 bytes of nibbles, every
+   `block_bytes`.  split = 1: elements 0..15 in the low nibbles, 16..31 in
+   the high (GGUF); 0: element i in byte i / 2, low nibble first.  lut maps
+   a code to q + offset (0..255); scales gives one scale per 32. */
+typedef void (*tops__scales_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale);
+typedef struct tops__nibble_layout {
+    int block_bytes; /* 0: no in-place nibble form */
+    int header;
+    int split;
+    int offset;
+    uint8_t lut[16];
+    tops__scales_fn scales;
+} tops__nibble_layout;
+
+/* The relaxed M <= 4 row stream (tops_pack_right, src/drive/gemv.c):
+   rows in groups of TOPS__NIBSTREAM_ROWS, each group one linear stream of
+   super-blocks of TOPS__NIBSTREAM_SB blocks of 32 along K.  Lane l of a
+   super-block holds its block tops__nibstream_lane(l) (the order in which
+   the plain four-row dot's vphaddd tree leaves the blocks, so both sum the
+   same way).  A super-block holds the four rows' stored scales ([row][lane],
+   2-byte f16 or 1-byte e8m0: the format's own bytes), then for j = 0..3 per
+   row 32 bytes: byte 4 l + t holds, of lane l's block, element 8 j + t in
+   its low nibble and 8 j + 4 + t in its high nibble, each through the
+   format's table where its entries fit in 4 bits ("coded": int4, q4_0),
+   else as stored.  One vpmaddubsw pair then gives each lane 8 products of
+   one block, so a super-block's block sums need no shuffle.  Past K the
+   stream is zero. */
+enum { TOPS__NIBSTREAM_ROWS = 4, TOPS__NIBSTREAM_SB = 8 };
+static inline int tops__nibstream_lane(int l) { return l < 4 ? 2 * l : 2 * (l - 4) + 1; }
+static inline int64_t tops__nibstream_sb_bytes(int scale_bytes) {
+    return (int64_t)TOPS__NIBSTREAM_ROWS * TOPS__NIBSTREAM_SB * (scale_bytes + 16);
+}
+/* One activation row as the row stream's kernel reads it, per super-block
+   (lanes as above; zero past K): q 256 bytes, for j = 0..3 the 32 codes
+   meeting the low nibbles of vector j, then the 32 meeting its high ones;
+   scale[8] the block scales, corr[8] offset * the block's code sum; for
+   e8m0 weights also bias[8] = bits(scale * mul) - (127 << 23) and range[16]
+   (lo[8], hi[8]): where every stored exponent e of the super-block has
+   lo <= e <= hi, bits(ws * as) = bias + (e << 23) exactly (no rounding,
+   no subnormal), so the kernel skips the float decode and product. */
+typedef struct tops__nibstream_act {
+    const int8_t *q;
+    const float *scale;
+    const int32_t *corr;
+    const int32_t *bias;
+    const uint8_t *range;
+} tops__nibstream_act;
+
+/* 8-bit formats read in place by the relaxed four-row dot
+   (dot_q8_bytes_x4): blocks of 32 int8 codes, `header` bytes into each
+   block, one block every `block_bytes` (q8_0: 34 and 2; int8 element
+   planes: 32 and 0); scales gives one f32 per 32.  block_bytes 0: none. */
+typedef struct tops__byte_layout {
+    int block_bytes;
+    int header;
+    tops__scales_fn scales;
+} tops__byte_layout;
+
+/* The relaxed dot of one weight row of super-blocks with mins (q4_K,
+   q5_K) read in place, over nsb whole super-blocks of 256 (8 sub-blocks
+   of 32): aq, as and amin the activations' codes, scales and amin (as
+   for gemm_q8) from the first super-block's first element.  Sub-block j
+   of each super-block goes to lane j of eight f32 lanes, super-blocks in
+   order: lane = fma(S, as * scale, lane), then lane = fma(-amin, min,
+   lane), with S the exact i32 sum of aq * q and scale, min the
+   unpacker's values (mul as w->mul); the result is
+   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).  Every level gives
+   the same bits. */
+typedef float (*tops__dot_min_fn)(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
+                                  const float *amin, int64_t nsb);
+
+typedef struct tops__unpacker {
+    tops__unpack_fn run; /* NULL: the format has no integer form */
+    tops__unpack_min_fn run_min; /* the relaxed form with mins (run is NULL then), or NULL */
+    tops__dot_min_fn dot_min;    /* with run_min: its rows read in place (relaxed M <= 4), or NULL */
+    int qmax;            /* largest |q| (128 where the code -128 exists) */
+    tops__nibble_layout nib;
+    tops__byte_layout byte;
+} tops__unpacker;
+
+/* Relaxed integer microkernel (src/kernels/<isa>/gemm_q8_*.c): C[mr x 8]
+   (+)= over nb sub-blocks of `sub` (16 or 32) k.  a: mr rows of i8
+   activations (row stride lda); ascale / acorr: per row and sub-block the
+   activation scale and 16 * sum of the block's codes (row stride lds).
+   b: per sub-block, sub / 4 groups of 32 bytes, group g holding
+   k = 4g..4g+3 of columns 0..7 as (q + 16) (so |q| <= 15); bscale: per
+   sub-block 8 column scales.  The i16 sums of four vpmaddubsw steps stay
+   below 4 * 2 * 31 * 127 = 31496, so they never saturate.  The narrow
+   variant takes weights with |q| <= 8 packed as q + 8 (0..16): eight steps
+   (32 k) then stay below 8 * 2 * 16 * 127 = 32512.  Weights with mins
+   (tops__unpack_min_fn): bmin per sub-block 8 column mins, amin per row
+   and sub-block ascale * the block's code sum (row stride lds); after a
+   block's scaled sum each row takes one more FMA, c -= amin * bmin
+   (fmaf(-amin, bmin, c)).  bmin NULL: no mins (amin is not read). */
+typedef void (*tops__gemm_q8_fn)(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                 const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                 const float *amin, const float *bmin, float *c, int64_t ldc, int accumulate);
+typedef struct tops__gemm_q8_ukernel {
+    int mr, nr;
+    tops__gemm_q8_fn run;
+    const char *name;
+} tops__gemm_q8_ukernel;
+#define TOPS_Q8_OFFSET 16
+#define TOPS_Q8_OFFSET_NARROW 8 /* |q| <= 8: gemm_q8_narrow */
+/* |q| <= 128 (8-bit weights): gemm_q8_wide takes panels of q + 128 (u8
+   0..255) and acorr = 128 * the block's code sum.  The offset is the same
+   at every level, so panels packed by one level's table feed any other. */
+#define TOPS_Q8_OFFSET_WIDE 128
+
+/* AMX relaxed integer microkernel (src/kernels/amx/gemm_q8_amx.c):
+   c[16 mt x 32] (+)= sum over nb sub-blocks b of `sub` k (a multiple of 4,
+   at most 32) of as_b[i] * bsX[b * 16 + j] * S_b[i][j], where S_b is the
+   exact int32 sum of block b's i8 x i8 products (tdpbssd), mt 1 or 2.
+   Activations in tile order: row tile t's block b is 16 rows of sub bytes
+   (row stride sub) at a + t * a_next + b * 16 * sub, its 16 row scales at
+   as + t * as_next + b * 16 (tile loads then read 16 * sub contiguous
+   bytes: rows K bytes apart would share one L1 set and one page each).
+   b0 and b1: the panels of columns 0..15 and 16..31 in the tile layout of
+   tops__amx_pack_panel; bs0 / bs1: per sub-block 16 column scales; c: f32,
+   row stride ldc.  Each f32 step is one FMA: c = fma((float)S, as * bs, c),
+   blocks in order.  release ends the thread's tile use (tilerelease).
+   run NULL: no AMX at this level. */
+typedef void (*tops__amx_q8_fn)(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+                                int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
+                                const float *bs1, float *c, int64_t ldc, int accumulate);
+typedef struct tops__amx_q8_ukernel {
+    tops__amx_q8_fn run;
+    void (*release)(void);
+    const char *name;
+} tops__amx_q8_ukernel;
+/* AMX strict kernel for integer forms (src/kernels/amx/gemm_bf16_amx.c):
+   c[16 mt x 32] (+)= sum over nb sub-blocks b of `sub` k (a multiple of 4,
+   at most 32) of bsX[b * 16 + j] * T_b[i][j], T_b = the f32 tile sum
+   (tdpbf16ps) of block b's hi * w + lo * w products, each product exact:
+   hi and lo the two bf16 terms of an f32 activation (hi = bf16(a), lo =
+   bf16(a - hi)), w a weight code as bf16.  Activations in tile order as
+   for amx_q8 (bf16 elements: row tile t's block b at hi + t * a_next +
+   b * 16 * sub, row stride sub elements; lo likewise); b0 / b1 in the
+   layout of tops__amx_pack_panel_bf16; c = fma(T, bs, c), blocks in order. */
+typedef void (*tops__amx_bf16_fn)(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+                                  int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
+                                  const float *bs1, float *c, int64_t ldc, int accumulate);
+/* The bf16 weight tile layout: 16 columns over kc (even) k,
+   panel[(k / 2) * 32 + j * 2 + k % 2] = bf16(rows[j * kc + k]) (exact:
+   |q| <= 128).  Sub-block b of `sub` k starts at panel + b * sub * 16. */
+static inline void tops__amx_pack_panel_bf16(const int8_t *rows, int64_t kc, uint16_t *panel) {
+    for (int64_t k2 = 0; k2 < kc / 2; k2++)
+        for (int j = 0; j < 16; j++)
+            for (int t = 0; t < 2; t++) {
+                const float v = (float)rows[j * kc + k2 * 2 + t];
+                uint32_t bits;
+                memcpy(&bits, &v, 4);
+                panel[k2 * 32 + j * 2 + t] = (uint16_t)(bits >> 16);
+            }
+}
+/* AMX bf16-term kernel (src/kernels/amx/gemm_bf16t_amx.c): c[16 mt x 32]
+   (+)= sum over `steps` steps of 32 k and, within a step, over the np term
+   pairs p of A_pa[p] . B_pb[p], one tdpbf16ps each (bf16 products exact in
+   f32, f32 sums), in that order; no scaling: the operands are the values
+   themselves, split into bf16 terms (x = t0 + t1 + ...).  mt 1 or 2.
+   Activations: row tile t's step s, term u is 16 rows of 32 bf16 (row
+   stride 32) at a + t * a_next + s * a_step + u * 512.  Weights: column
+   group g (b0: columns 0..15, b1: 16..31), step s, term u at
+   bg + s * b_step + u * 512, in the pair layout (word (k / 2) * 32 + j * 2
+   + k % 2 of the step, k < 32, j < 16).  c: f32, row stride ldc, read once
+   at the start when accumulate (else zeros) and written once at the end. */
+typedef void (*tops__amx_bf16t_fn)(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
+                                   const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
+                                   const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc, int accumulate);
+/* Weight terms of one 16-column group over kc k (a multiple of 32) for
+   the bf16-term kernel: w = t0 + t1 + t2 + rest, t0 = bf16(w), t1 =
+   bf16(w - t0), t2 = bf16(w - t0 - t1) (round to nearest even; input
+   subnormals count as 0, as the tile unit reads them), the first nslots
+   (1..3) of them written: step s, term u at out + (s * nslots + u) * 512,
+   pair layout.  Returns the number of leading terms that hold any
+   non-zero (1..nslots): the later ones are all zero.
+   terms_q8: w = q * scale, q from an i8 panel in the layout of
+   tops__amx_pack_panel over kc, scales per sub-block of `sub` k (4..32)
+   16 floats at scales + b * 16 (q * scale exact in f32 for |q| <= 128 and
+   scales of <= 16 significant bits).  terms_f32: w = src[k * ld + j]. */
+typedef int (*tops__amx_terms_q8_fn)(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
+                                     uint16_t *out);
+typedef int (*tops__amx_terms_f32_fn)(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
+/* A share of a weight decode that the kernel runs between its tile steps
+   so the vector units decode while the tile unit multiplies: terms_q8
+   with nslots = 1 of both column groups g, restricted to the panel rows
+   (4 k each) [r0, r1): panel[g] and scales[g] as terms_q8's, out[g] its
+   output (step s at out + s * 512); the words written are exactly those
+   terms_q8 writes for these rows. */
+typedef struct tops__amx_decode_job {
+    const int8_t *panel[2];
+    const float *scales[2];
+    uint16_t *out[2];
+    int sub;
+    int64_t r0, r1;
+} tops__amx_decode_job;
+/* The bf16-term kernel with one product per step (np = 1, pa = pb = 0:
+   the relaxed pair list) that also runs `job` (may be NULL); the same
+   sums, bit for bit, as run. */
+typedef void (*tops__amx_bf16t_dec_fn)(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
+                                       const uint16_t *b0, const uint16_t *b1, int64_t b_step, float *c,
+                                       int64_t ldc, int accumulate, const tops__amx_decode_job *job);
+typedef struct tops__amx_bf16t_ukernel {
+    tops__amx_bf16t_fn run; /* NULL: no AMX at this level */
+    tops__amx_terms_q8_fn terms_q8;
+    tops__amx_terms_f32_fn terms_f32;
+    /* Relaxed calls on weights with an integer form take amx_q8 (i8
+       tiles, no weight decode) below this M, the bf16 terms from it:
+       [0] for sub-blocks of 32, [1] for smaller ones (more scaling steps
+       per K for the i8 tiles). */
+    int relaxed_min_m[2];
+    const char *name;
+    /* run for one product per step with a decode share between the
+       steps (NULL: the driver decodes, then calls run). */
+    tops__amx_bf16t_dec_fn run1_decode;
+} tops__amx_bf16t_ukernel;
+/* AMX fused attention (src/kernels/amx/attention_amx.c; the driver is
+   src/drive/attention_amx.c): per query block of 32 rows (two row tiles)
+   and key block of `steps` x 32 keys, three calls:
+   qk: s[i * lds + j] = sum over the np term pairs (pa[p], pb[p]) and the
+     nds d-steps of 32 of Q_pa . K_pb (one tdpbf16ps per 16 x 16 x 32,
+     f32 sums), i < 32, j < 32 * steps.  Q term u, row tile r, d-step d:
+     16 rows x 32 bf16 at q + ((u * 2 + r) * nds + d) * 512.  K: key group
+     g (16 keys), term u, d-step d at k + ((g * nk + u) * nds + d) * 512,
+     pair layout (word (x / 2) * 32 + j * 2 + x % 2 = key j's element x).
+   softmax: rows [0, 32) of s (key j0 + c at column c; columns >= ncols
+     and masked pairs give p = 0), the online-softmax update of m, l, and
+     P = exp2((y - m_new) * c2) as np_terms bf16 terms (p = t0 + t1 ...)
+     in the A-tile layout at p + ((u * 2 + r) * steps + t) * 512 (row i % 16
+     of row tile r = i / 16, 32 keys of step t); alpha[i] = exp2((m_old -
+     m_new) * c2) (1 when equal); returns whether any alpha != 1.  The
+     arithmetic is fixed (tops__amx_attn_args) so that the scalar twin
+     (src/kernels/ref/amx_attn.c) gives the same bits.
+   pv: o[i * ldo + c] = o * alpha[i] (when alpha is not NULL) + sum over
+     the np pairs and the steps of P_pa . V_pb, i < 32, c < 32 * ncg2 (ncg2
+     pairs of 16-column groups).  V: key step t, term u, column group c at
+     v + ((t * nv + u) * ncg + c) * 512, pair layout (word (x / 2) * 32 + j
+     * 2 + x % 2 = V[32 t + x][16 c + j]); ncg = 2 * ncg2. */
+typedef struct tops__amx_attn_args {
+    int steps;       /* key steps of 32 in this block */
+    int64_t ncols;   /* valid key columns (keys past them are padding) */
+    int64_t j0;      /* position of column 0 */
+    int64_t pos0;    /* position of row 0 (row i sits at pos0 + i) */
+    int causal;
+    int64_t window;  /* 0 = none */
+    float c2;        /* scale * log2(e) (the logits' scale rides on the exp), or log2(e) with softcap */
+    float cap, cap_k; /* softcap > 0: y = cap * (1 - 2 / (exp2(x * cap_k) + 1)); 0: y = x */
+    int np_terms;    /* 1 or 2 */
+} tops__amx_attn_args;
+typedef void (*tops__amx_attn_qk_fn)(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
+                                     const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds);
+typedef int (*tops__amx_attn_softmax_fn)(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                         float *alpha, uint16_t *p);
+typedef void (*tops__amx_attn_pv_fn)(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv,
+                                     int ncg2, int np, const uint8_t *pa, const uint8_t *pb, const float *alpha,
+                                     float *o, int64_t ldo);
+/* Operand packing for them, f32 in, nt (1 or 2) bf16 terms out (t0 =
+   bf16(x), t1 = bf16(x - t0); round to nearest even, subnormal inputs as
+   zero, as vcvtne2ps2bf16), term u at + u * term_stride:
+   pack_a: the A-tile layout: rows i < rows of src (row stride ld), 32
+     columns per chunk d < chunks: dst[d * 512 + i * 32 + x] = src[i * ld +
+     32 d + x] (rows <= 16).
+   pack_b: the pair layout: for row pairs k2 < npairs and 16-column groups
+     g < ngroups: dst[g * group_stride + k2 * 32 + j * 2 + t] =
+     src[(2 k2 + t) * ld + 16 g + j]. */
+typedef void (*tops__amx_attn_pack_a_fn)(const float *src, int64_t ld, int rows, int chunks, int nt,
+                                         int64_t term_stride, uint16_t *dst);
+typedef void (*tops__amx_attn_pack_b_fn)(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                                         int64_t group_stride, int64_t term_stride, uint16_t *dst);
+/* softmax_qk: softmax, with the tile products of the next block's qk
+   (next, may be NULL) issued between its rows, so the tile unit works
+   while the vector units do the softmax; the same bits as softmax then
+   qk.  NULL: the driver calls the two in turn. */
+typedef struct tops__amx_attn_qk_job {
+    int nds, steps, nk, np;
+    const uint16_t *q, *k;
+    const uint8_t *pa, *pb;
+    float *s;
+    int64_t lds;
+} tops__amx_attn_qk_job;
+typedef int (*tops__amx_attn_softmax_qk_fn)(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                            float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next);
+typedef struct tops__amx_attn_ukernel {
+    tops__amx_attn_qk_fn qk; /* NULL: no AMX attention at this level */
+    tops__amx_attn_softmax_fn softmax;
+    tops__amx_attn_pv_fn pv;
+    tops__amx_attn_pack_a_fn pack_a;
+    tops__amx_attn_pack_b_fn pack_b;
+    tops__amx_attn_softmax_qk_fn softmax_qk;
+    const char *name;
+} tops__amx_attn_ukernel;
+int tops__ref_amx_attn_softmax_qk(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                  float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next);
+void tops__ref_amx_attn_pack_a(const float *src, int64_t ld, int rows, int chunks, int nt, int64_t term_stride,
+                               uint16_t *dst);
+void tops__ref_amx_attn_pack_b(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                               int64_t group_stride, int64_t term_stride, uint16_t *dst);
+void tops__ref_amx_attn_qk(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
+                           const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds);
+int tops__ref_amx_attn_softmax(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l, float *alpha,
+                               uint16_t *p);
+void tops__ref_amx_attn_pv(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
+                           const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
+/* Scalar twins of the term decoders (every level; the tests' reference). */
+int tops__ref_amx_terms_q8(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots, uint16_t *out);
+int tops__ref_amx_terms_f32(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
+/* The AMX weight tile layout: 16 columns over kc (a multiple of 4) k,
+   panel[(k / 4) * 64 + j * 4 + k % 4] = rows[j * kc + k] (rows: 16 rows
+   of codes).  Sub-block b of `sub` k starts at panel + b * sub * 16. */
+static inline void tops__amx_pack_panel(const int8_t *rows, int64_t kc, int8_t *panel) {
+    for (int64_t k4 = 0; k4 < kc / 4; k4++)
+        for (int j = 0; j < 16; j++)
+            for (int t = 0; t < 4; t++) panel[k4 * 64 + j * 4 + t] = rows[j * kc + k4 * 4 + t];
+}
+
+/* Tile microkernel: c[mr x nr] = a[mr x k] * b[k x nr] (+ c if accumulate),
+   1 <= mr <= MR, k >= 1; rows of a, b and c lie lda, ldb and ldc floats
+   apart; b and c hold whole nr-wide strips (the tile pads them). */
+typedef void (*tops__tile_gemm_fn)(int mr, int64_t k, const float *a, int64_t lda, const float *b, int64_t ldb,
+                                   float *c, int64_t ldc, int accumulate);
+typedef struct tops__tile_gemm {
+    int mr, nr; /* MR and the strip width nr (16 or 32) */
+    tops__tile_gemm_fn run;
+    const char *name;
+} tops__tile_gemm;
+
+/* Depthwise conv2d over one output row (src/kernels/<isa>/conv_dw_f32.c):
+   out[x * ldo + ch] = bias[ch] (0 if bias is NULL) + the taps (i, j) in
+   order, each one FMA, of rows[i][col * ldx + ch] * w[(i * kw + j) * c + ch]
+   with col = x * sw + j * dw - pl, for x < ow and ch < c; rows[i] NULL (a
+   padding row) or col outside [0, win) adds nothing.  One FMA per tap at
+   every level: every level gives the same bits. */
+typedef void (*tops__conv_dw_fn)(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw,
+                                 int sw, int dw, int pl, const float *w, const float *bias, int64_t ow, float *out,
+                                 int64_t ldo);
+
+/* gemm_f32's tile with A read in place through row pointers (conv2d's
+   implicit GEMM, src/kernels/<isa>/gemm_f32_rows.c): C[mr x nr] (+)=
+   sum over k < kc of a[i][k] * b[k * nr + j]; b a packed panel as
+   gemm_f32 reads it; accumulate as gemm_f32.  rows (1..mr) of the mr row
+   pointers hold data; a kernel may compute (and store) fewer than mr rows
+   then, never fewer than rows.  run NULL: none at this level. */
+typedef void (*tops__gemm_f32_rows_fn)(int64_t kc, int rows, const float *const *a, const float *b, float *c, int64_t ldc,
+                                       int accumulate);
+typedef struct tops__gemm_rows_ukernel {
+    int mr, nr; /* gemm_f32's */
+    tops__gemm_f32_rows_fn run;
+    const char *name;
+} tops__gemm_rows_ukernel;
+
+/* The relaxed twin (conv2d over an input quantized once per call, src/
+   kernels/avx512/gemm_q8_rows_vnni.c): C[6 x 32] (+)= over nb sub-blocks
+   of 32 k, per row i and block b, as[i][b] * bs[b][j] * (exact i32 sum of
+   a[i][32 b + k] * panel code - acorr[i][b]), blocks in order, one FMA
+   each; b[0..3] the four 8-column gemm_q8 panels (q + offset, 32 bytes a
+   k step, the next step bstep bytes on: 32 in gemm_q8's panels; where
+   b[1] = b[0] + 32 and b[3] = b[2] + 32 the pairs are read as one vector)
+   at this K offset, bs[0..3] their 8 scales per sub-block; acorr = offset
+   * the block's code sum.  NULL at levels without one. */
+typedef void (*tops__gemm_q8_rows_fn)(int64_t nb, const int8_t *const *a, const float *const *as,
+                                      const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
+                                      const float *const *bs, float *c, int64_t ldc, int accumulate);
+
+typedef struct tops__kernels {
+    tops_isa isa; /* the level in use */
+
+    /* matmul2d: the f32 microkernel every format can feed (decoded panels). */
+    tops__gemm_ukernel gemm_f32;
+    /* Panel packing: dst[k * width + j] = src[j * ld + k] for j < valid,
+       0 for valid <= j < width (a transpose with zero padding). */
+    void (*pack_rows_f32)(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+    /* Integer forms of the quantized weight formats, by format id. */
+    tops__unpacker unpack[TOPS_FMT_COUNT_];
+    /* Dot products over n elements (a multiple of sub) of the integer form:
+       strict  sum_b scale[b] * sum_{k in b} a[k] * q[k]   (f32 activations)
+       relaxed sum_b ascale[b] * scale[b] * sum_{k in b} aq[k] * q[k]. */
+    float (*dot_f32_q8)(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+    float (*dot_q8_q8)(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                       int sub);
+    /* Relaxed integer microkernels for weights with |q| <= 15 (panels of
+       q + TOPS_Q8_OFFSET) and |q| <= 8 (q + TOPS_Q8_OFFSET_NARROW), and
+       their packer: rows[j * kc + k] (8 rows of integer codes, kc a
+       multiple of 16) -> panel[(k / 4) * 32 + j * 4 + k % 4] = q + offset. */
+    tops__gemm_q8_ukernel gemm_q8, gemm_q8_narrow;
+    /* The same for 8-bit weights (|q| <= 128, panels of q +
+       TOPS_Q8_OFFSET_WIDE): i32 sums with no saturating stage at any level
+       (AVX2: |q| as u8 against the activations carrying q's sign, i16
+       pairs <= 2 * 128 * 127 = 32512, then vpmaddwd; VNNI: vpdpbusd on
+       q + 128). */
+    tops__gemm_q8_ukernel gemm_q8_wide;
+    /* AMX relaxed integer kernel for every integer form (|q| <= 128). */
+    tops__amx_q8_ukernel amx_q8;
+    /* AMX strict kernel for every integer form: codes as bf16, activations
+       hi + lo, f32 scaling per sub-block (NULL at levels without). */
+    tops__amx_bf16_fn amx_bf16;
+    const char *amx_bf16_name;
+    /* AMX bf16-term kernel and its weight decoders: strict calls on
+       weights without an integer form (f32, f16, bf16, fp8...), relaxed
+       ones from amx_bf16t.relaxed_min_m rows. */
+    tops__amx_bf16t_ukernel amx_bf16t;
+    /* AMX fused attention on f16/bf16 q, k, v (docs/tiles.md). */
+    tops__amx_attn_ukernel amx_attn;
+    void (*pack_q8_panel)(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
+    /* Fused relaxed dot product over nb whole blocks of a nibble layout:
+       sum_b ws[b] * as[b] * (sum_k lut[code] * aq[k] - acorr[b]), where
+       acorr[b] = offset * sum of block b's codes.  For split = 0 layouts
+       aq holds each block as its 16 even elements, then the 16 odd ones. */
+    float (*dot_q8_nibbles)(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                            const float *as, const float *acorr, const float *ws, int64_t nb);
+    /* dot_f32_q8 over four rows of the integer form (q + r * ldq, scales
+       scale + r * ld_scale), out[r] = dot: the activations load once. */
+    void (*dot_f32_q8_x4)(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                          int64_t n, int sub, float *out);
+    /* sum_k a[k] * b[k] over n f32 elements (any n). */
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    /* Four rows at once (b + r * ldb, r < 4): four memory streams keep more
+       loads in flight when the weights come from DRAM.  out[r] = dot. */
+    void (*dot_f32_x4)(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+    /* dot_q8_nibbles over four rows (blocks + r * row_bytes, scales
+       ws + r * ld_ws), out[r] = dot.  Summation order (the row stream's
+       too): per super-block of 8 blocks, lane l of an f32 vector takes
+       block tops__nibstream_lane(l)'s exact integer sum minus acorr, times
+       ws * as (0 past nb), one FMA; the eight lanes are added at the end. */
+    void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                              const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                              int64_t nb, float *out);
+    /* Relaxed dot over four rows of 8-bit blocks read in place (layout:
+       tops__byte_layout; codes at the first block's codes, rows row_bytes
+       apart): out[r] = sum over lanes of acc[r], where lane j of acc[r]
+       takes, for each block b in order, fmaf(the exact i32 sum of elements
+       4j..4j+3 of aq[b] * q[b], ws[r * ld_ws + b] * as[b], lane j), and
+       the lanes are added as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). */
+    void (*dot_q8_bytes_x4)(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
+                            const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+    /* Strict twin of dot_q8_nibbles_x4: f32 activations (each block as
+       for dot_q8_nibbles), out[r] = sum_b ws[r * ld_ws + b] *
+       sum_k a[k] * (lut[code] - offset). */
+    void (*dot_f32_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                               const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+    /* dot_q8_nibbles_x4 over one group of the row stream: `stream` and act
+       at the super-block of the first block, scale_bytes 2 (f16) or 1
+       (e8m0), weight scales = stored value * mul; coded: the nibbles hold
+       lut[code] (q + offset) already.  Same bits as dot_q8_nibbles_x4 on
+       the plain rows.  NULL at levels without one (the plain rows are read). */
+    void (*dot_q8_nibstream_x4)(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes, int coded,
+                                float mul, const tops__nibstream_act *act, int64_t nb, float *out);
+    /* 4-bit codes through a 16-entry table: dst[i] = table[code i], n codes
+       from src (element 0 in the low nibble of src[0]). */
+    void (*lut16_row)(float *dst, const uint8_t *src, int64_t n, const float *table);
+    /* out[i] = q[i] * scale[i / sub] for n elements (n a multiple of sub). */
+    void (*dequant_q8)(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
+    /* Relaxed activations: n values (a multiple of sub) to i8 per sub-block,
+       scale amax / 127, round to nearest even. */
+    void (*quantize_q8)(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
+
+    /* Element rows (src/kernels/<isa>/convert_*.c): n elements, any n >= 0. */
+    void (*f32_to_f16_row)(uint16_t *dst, const float *src, int64_t n);
+    void (*f16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
+    void (*f32_to_bf16_row)(uint16_t *dst, const float *src, int64_t n);
+    void (*bf16_to_f32_row)(float *dst, const uint16_t *src, int64_t n);
+    /* fp8 / fp4 / int4 rows (core/numeric.h semantics; sat as in tops_cast_from_f32). */
+    void (*f32_to_e4m3_row)(uint8_t *dst, const float *src, int64_t n, int sat);
+    void (*e4m3_to_f32_row)(float *dst, const uint8_t *src, int64_t n);
+    void (*f32_to_e5m2_row)(uint8_t *dst, const float *src, int64_t n, int sat);
+    void (*e5m2_to_f32_row)(float *dst, const uint8_t *src, int64_t n);
+    void (*e2m1_to_f32_row)(float *dst, const uint8_t *src, int64_t n); /* packed nibbles */
+    void (*i4_to_f32_row)(float *dst, const uint8_t *src, int64_t n);   /* packed nibbles */
+
+    /* Tiles and attention (src/kernels/<isa>/tile_f32.c). */
+    tops__tile_gemm tile_gemm;
+    /* dst[j * ldd + i] = src[i * lds + j] for i < rows, j < cols. */
+    void (*transpose_f32)(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+    /* x[j] *= r. */
+    void (*scale_f32_row)(float *x, int64_t n, float r);
+    /* x[j] = exp((x[j] - sub) * scale) for finite sub and scale; exp of -inf
+       gives 0.  Returns the sum of the results (a fixed order per level). */
+    float (*exp_sub_f32_row)(float *x, int64_t n, float sub, float scale);
+    /* identity (op) x[0] (op) ... (op) x[n-1]; op is a tops_reduce_op; NaN
+       anywhere gives NaN. */
+    float (*reduce_f32_row)(const float *x, int64_t n, int op, float identity);
+
+    /* conv2d's depthwise direct kernel (groups = channels). */
+    tops__conv_dw_fn conv_dw_f32;
+    const char *conv_dw_name;
+    /* conv2d's implicit GEMM without left packing (same tile as gemm_f32). */
+    tops__gemm_rows_ukernel gemm_f32_rows;
+    tops__gemm_q8_rows_fn gemm_q8_rows; /* 6 x 32 */
+    const char *gemm_q8_rows_name;
+} tops__kernels;
+
+/* Kernels each ISA file provides. */
+void tops__ref_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
+void tops__ref_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__ref_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
+void tops__ref_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__ref_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__ref_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__ref_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__ref_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__ref_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__ref_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__tile_gemm_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+                                      int64_t ldb, float *c, int64_t ldc, int accumulate);
+void tops__transpose_f32__ref(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+float tops__exp_sub_f32_row__ref(float *x, int64_t n, float sub, float scale);
+void tops__scale_f32_row__ref(float *x, int64_t n, float r);
+float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identity);
+void tops_conv_dw_f32__ref(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
+                           int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
+void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                    int accumulate);
+void tops__ref_fill_unpackers(tops__unpacker *table);
+void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
+void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                    const float *amin, const float *bmin, float *c,
+                                    int64_t ldc, int accumulate);
+void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
+                               const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                    const float *amin, const float *bmin, float *c,
+                                    int64_t ldc, int accumulate);
+void tops__ref_unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale);
+void tops__ref_unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q);
+float tops__ref_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+void tops__ref_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                             int64_t n, int sub, float *out);
+float tops__ref_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                          int sub);
+float tops__ref_dot_f32(const float *a, const float *b, int64_t n);
+void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table);
+void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                 const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                 int64_t nb, float *out);
+void tops__ref_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                   const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+float tops__ref_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                               const float *as, const float *acorr, const float *ws, int64_t nb);
+void tops__ref_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
+void tops__ref_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
+#if defined(TOPS_HAVE_X86_KERNELS)
+void tops__avx2_f32_to_f16_row(uint16_t *dst, const float *src, int64_t n);
+void tops__avx2_f16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__avx2_f32_to_bf16_row(uint16_t *dst, const float *src, int64_t n);
+void tops__avx2_bf16_to_f32_row(float *dst, const uint16_t *src, int64_t n);
+void tops__tile_gemm_f32_6x16__avx2(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+                                       int64_t ldb, float *c, int64_t ldc, int accumulate);
+void tops__transpose_f32__avx2(float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols);
+float tops__exp_sub_f32_row__avx2(float *x, int64_t n, float sub, float scale);
+void tops__scale_f32_row__avx2(float *x, int64_t n, float r);
+float tops__reduce_f32_row__avx2(const float *x, int64_t n, int op, float identity);
+void tops__tile_gemm_f32_12x32__avx512(int mr, int64_t k, const float *a, int64_t lda, const float *b,
+                                          int64_t ldb, float *c, int64_t ldc, int accumulate);
+float tops__exp_sub_f32_row__avx512(float *x, int64_t n, float sub, float scale);
+float tops__reduce_f32_row__avx512(const float *x, int64_t n, int op, float identity);
+void tops__avx2_f32_to_e4m3_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
+void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops_gemm_f32_f32_f32_6x16_rows__avx2(int64_t kc, int rows, const float *const *a, const float *b, float *c, int64_t ldc,
+                                           int accumulate);
+void tops_gemm_f32_f32_f32_12x32_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b, float *c,
+                                              int64_t ldc, int accumulate);
+void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
+                                                  const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
+                                                  const float *const *bs, float *c, int64_t ldc, int accumulate);
+void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
+                            int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
+void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
+                              int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
+void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+void tops__avx2_fill_unpackers(tops__unpacker *table);
+void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
+void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
+                                     int64_t ldc, int accumulate);
+void tops_gemm_f32_qi8_qu8_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
+                                     int64_t ldc, int accumulate);
+void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
+                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                     const float *amin, const float *bmin, float *c,
+                                     int64_t ldc, int accumulate);
+float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale, int64_t n, int sub);
+float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *q, const float *scale, int64_t n,
+                           int sub);
+float tops__avx2_dot_f32(const float *a, const float *b, int64_t n);
+void tops__avx2_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table);
+void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                  int64_t nb, float *out);
+float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
+                                const float *as, const float *acorr, const float *ws, int64_t nb);
+void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes,
+                                    int coded, float mul, const tops__nibstream_act *act, int64_t nb, float *out);
+void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
+void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
+void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,
+                              int64_t n, int sub, float *out);
+void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                         int accumulate);
+#if defined(TOPS_HAVE_AMX_KERNELS)
+void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+                                      int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
+                                      const float *bs1, float *c, int64_t ldc, int accumulate);
+void tops__amx_release(void);
+void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+                                          int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
+                                          const float *bs1, float *c, int64_t ldc, int accumulate);
+void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
+                                          const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
+                                          const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc,
+                                          int accumulate);
+void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int64_t steps, const uint16_t *a, int64_t a_next,
+                                              int64_t a_step, const uint16_t *b0, const uint16_t *b1, int64_t b_step,
+                                              float *c, int64_t ldc, int accumulate,
+                                              const tops__amx_decode_job *job);
+int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
+                               uint16_t *out);
+int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
+void tops__amx_attn_qk__amx(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
+                            const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds);
+int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                   float *alpha, uint16_t *p);
+void tops__amx_attn_pack_a__avx512(const float *src, int64_t ld, int rows, int chunks, int nt, int64_t term_stride,
+                                   uint16_t *dst);
+void tops__amx_attn_pack_b__avx512(const float *src, int64_t ld, int64_t npairs, int ngroups, int nt,
+                                   int64_t group_stride, int64_t term_stride, uint16_t *dst);
+int tops__amx_attn_softmax_qk__amx(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
+                                   float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next);
+void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
+                            const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
+#endif
+void tops__avx512_vnni_fill_unpackers(tops__unpacker *table);
+void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                            const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
+                                            const float *amin, const float *bmin,
+                                            float *c, int64_t ldc, int accumulate);
+void tops_gemm_f32_f32_f32_6x16__avx2(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
+                                      int accumulate);
+#endif
+
+#endif
