@@ -59,20 +59,6 @@ static void worker_init(worker *w, const tops__attention_plan *p, unsigned char 
 typedef tops__attn_seq seq;
 typedef tops__attn_order run_seq;
 
-/* Keys [lo, hi) that some query at positions [pos_lo, pos_hi] may see in a
-   sequence of sk keys. */
-void tops__attention_key_range(const tops__attention_plan *p, int64_t sk, int64_t pos_lo, int64_t pos_hi, int64_t *lo,
-                      int64_t *hi) {
-    int64_t a = 0, b = sk;
-    if (p->causal && pos_hi + 1 < b) b = pos_hi + 1;
-    if (p->window > 0) {
-        if (pos_lo - p->window + 1 > a) a = pos_lo - p->window + 1;
-        if (!p->causal && pos_hi + p->window < b) b = pos_hi + p->window;
-    }
-    *lo = a;
-    *hi = b;
-}
-
 /* True if no (query, key) pair of the block is masked. */
 static int block_visible(const tops__attention_plan *p, int64_t pos_lo, int64_t pos_hi, int64_t j0, int64_t j1) {
     if (p->causal && j1 - 1 > pos_lo) return 0;
@@ -383,76 +369,6 @@ static void packed_view(const tops_tensor *t, tops_tensor *o) {
     }
 }
 
-/* Longest first; ties in a fixed order (the bits never depend on it). */
-static int by_cost(const void *a, const void *b) {
-    const run_seq *x = a, *y = b;
-    if (x->cost != y->cost) return x->cost > y->cost ? -1 : 1;
-    return x->b < y->b ? -1 : x->b > y->b;
-}
-
-/* The sequences, and the order they are handed out (longest first; equal
-   ones in batch order, so a uniform batch runs b, h, query blocks as
-   before), into J (malloc'd as one block, returned); total flops into
-   *flops.  NULL when out of memory. */
-static void *plan_sequences(job *J, double *flops) {
-    const tops__attention_plan *p = J->p;
-    size_t bytes = (size_t)p->batch * (sizeof(seq) + sizeof(run_seq));
-    unsigned char *mem = malloc(bytes);
-    if (!mem) return NULL;
-    seq *seqs = (seq *)mem;
-    run_seq *order = (run_seq *)(mem + (size_t)p->batch * sizeof(seq));
-    int64_t nblk = 0;
-    *flops = 0;
-    for (int64_t b = 0; b < p->batch; b++) {
-        seq *s = &seqs[b];
-        s->outer = p->varlen ? 0 : b;
-        s->q0 = p->varlen ? p->cu_q[b] : 0;
-        s->sq = p->varlen ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->sq;
-        s->k0 = p->varlen ? p->cu_k[b] : 0;
-        s->sk = p->kv_lens ? p->kv_lens[b] : p->varlen ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->sk;
-        s->blk0 = nblk;
-        s->nblk = tops__ceil_div(s->sk, p->kv_block);
-        nblk += s->nblk;
-        double f = 2.0 * (double)p->heads * (double)s->sq * (double)s->sk * (double)(p->d + p->dv);
-        *flops += p->causal ? f / 2 : f;
-        /* Its cost: each query block's rows times the key span they may see. */
-        run_seq *r = &order[b];
-        r->b = b;
-        r->nqb = tops__ceil_div(s->sq, p->q_block);
-        r->cost = 0;
-        for (int64_t qb = 0; qb < r->nqb; qb++) {
-            int64_t i0 = qb * p->q_block, rows = s->sq - i0 < p->q_block ? s->sq - i0 : p->q_block;
-            int64_t pos_lo = i0 + s->sk - s->sq, lo, hi;
-            tops__attention_key_range(p, s->sk, pos_lo, pos_lo + rows - 1, &lo, &hi);
-            r->cost += (double)rows * (double)((hi > lo ? hi - lo : 0) + 1);
-        }
-    }
-    qsort(order, (size_t)p->batch, sizeof *order, by_cost);
-    int64_t items = 0;
-    for (int64_t k = 0; k < p->batch; k++) {
-        order[k].item0 = items;
-        items += order[k].nqb * p->heads;
-    }
-    J->seqs = seqs;
-    J->order = order;
-    J->items = items;
-    J->nblk = nblk;
-    return mem;
-}
-
-void *tops__attention_sequences(const tops__attention_plan *p, const tops__attn_seq **seqs,
-                                const tops__attn_order **order, int64_t *items, int64_t *nblk, double *flops) {
-    job J;
-    memset(&J, 0, sizeof J);
-    J.p = p;
-    void *mem = plan_sequences(&J, flops);
-    *seqs = J.seqs;
-    *order = J.order;
-    *items = J.items;
-    *nblk = J.nblk;
-    return mem;
-}
-
 /* The calling thread keeps its workspace (tiles and key layout) between
    calls up to this size: fresh pages cost page faults and zeroing on every
    call (about 2% of a causal S = 2048 head set); larger ones are returned.
@@ -483,7 +399,7 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
         if (st != TOPS_UNSUPPORTED_FORMAT) return st; /* else: too large a key layout; the f32 path runs */
     }
     double flops;
-    void *seqmem = plan_sequences(&J, &flops);
+    void *seqmem = tops__attention_sequences(p, &J.seqs, &J.order, &J.items, &J.nblk, &flops);
     if (!seqmem)
         return tops__fail(TOPS_OUT_OF_MEMORY, "tops_attention", "could not allocate the list of %lld sequences",
                           (long long)p->batch);

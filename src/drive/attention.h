@@ -37,8 +37,8 @@ typedef struct tops__attn_order {
     double cost;
 } tops__attn_order;
 
-/* The sequences of a plan (by q_block and kv_block) and the order they are
-   handed out (longest first); returns the malloc'd block holding both
+/* (src/drive/attention_plan.c, shared by both drivers:) the sequences of
+   a plan (by q_block and kv_block) and the order they are handed out (longest first); returns the malloc'd block holding both
    (free it), NULL when out of memory. */
 void *tops__attention_sequences(const tops__attention_plan *p, const tops__attn_seq **seqs,
                                 const tops__attn_order **order, int64_t *items, int64_t *nblk, double *flops);
