@@ -8,33 +8,16 @@
    its scalar twin (src/kernels/ref/amx_attn.c) step for step, so the two
    give the same bits. */
 #include "kernels/kernels.h"
+#include "kernels/amx/tilecfg.h"
 
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
-typedef struct amx_tilecfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_tilecfg;
-
-static void configure(void) {
-    _Alignas(64) amx_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    /* gcc's _tile_loadconfig names only the first 8 bytes as read: without
-       this barrier the colsb / rows stores can be dropped as dead. */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
-}
-
 void tops__amx_attn_qk__amx(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
                             const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds) {
     const int64_t ss = lds * 4, gstride = (int64_t)nk * nds * 512;
-    configure();
+    tops__amx_configure();
     for (int g2 = 0; g2 < steps; g2++) {
         const uint16_t *k0 = k + 2 * g2 * gstride, *k1 = k0 + gstride;
         _tile_zero(0);
@@ -109,7 +92,7 @@ void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const 
                             const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo) {
     (void)np_terms_p;
     const int64_t os = ldo * 4, ncg = 2 * (int64_t)ncg2;
-    configure();
+    tops__amx_configure();
     for (int c2 = 0; c2 < ncg2; c2++) {
         float *c = o + 32 * c2;
         if (alpha)
@@ -295,7 +278,7 @@ int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64
 int tops__amx_attn_softmax_qk__amx(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,
                                    float *alpha, uint16_t *p, const tops__amx_attn_qk_job *next) {
     if (!next) return softmax_impl(a, s, lds, m, l, alpha, p, 0, NULL, 0);
-    configure();
+    tops__amx_configure();
     qk_cursor cur = {next, 0, 0, next->nds * next->np + 2};
     const int total = next->steps * cur.per_g2;
     return softmax_impl(a, s, lds, m, l, alpha, p, 1, &cur, (total + 31) / 32);

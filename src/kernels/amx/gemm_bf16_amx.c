@@ -6,19 +6,13 @@
    0..3 the 2 x 2 grid of 16 x 16 sums, 4 and 5 the two row tiles (hi,
    then lo), 6 and 7 the two 16-column weight tiles. */
 #include "kernels/kernels.h"
+#include "kernels/amx/tilecfg.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-typedef struct amx_tilecfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_tilecfg;
-
 static void configure(int sub) {
-    _Alignas(64) amx_tilecfg cfg;
+    _Alignas(64) tops__amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 4; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;

@@ -9,27 +9,10 @@
    products.  The decoders write the weights' terms in that pair layout
    (kernels/kernels.h); their scalar twins are src/kernels/ref/amx_terms.c. */
 #include "kernels/kernels.h"
+#include "kernels/amx/tilecfg.h"
 
 #include <immintrin.h>
 #include <string.h>
-
-typedef struct amx_tilecfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_tilecfg;
-
-static void configure(void) {
-    _Alignas(64) amx_tilecfg cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    /* gcc's _tile_loadconfig names only the first 8 bytes as read: without
-       this barrier the colsb / rows stores can be dropped as dead. */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
-}
 
 /* The nslots = 1 decode of terms_q8 (below) over panel rows [r0, r1):
    row r holds k = 4r..4r+3 of columns 0..15 (byte j * 4 + t), shuffled
@@ -88,7 +71,7 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
                           const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np, const uint8_t *pa,
                           const uint8_t *pb, float *c, int64_t ldc, int accumulate, const tops__amx_decode_job *job) {
     const int64_t cs = ldc * 4;
-    configure();
+    tops__amx_configure();
     if (accumulate) {
         _tile_loadd(0, c, cs);
         _tile_loadd(1, c + 16, cs);

@@ -7,19 +7,13 @@
    tile ops are issued before block b's scaling, so the tile unit and the
    vector units overlap. */
 #include "kernels/kernels.h"
+#include "kernels/amx/tilecfg.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-typedef struct amx_tilecfg {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_tilecfg;
-
 static void configure(int sub) {
-    _Alignas(64) amx_tilecfg cfg;
+    _Alignas(64) tops__amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 4; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;

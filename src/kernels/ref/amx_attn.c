@@ -5,26 +5,10 @@
    order).  The tests run the AMX attention driver over these on any
    machine ("emulated tiles"). */
 #include "kernels/kernels.h"
+#include "kernels/ref/bf16_ne.h"
 
 #include <math.h>
 #include <string.h>
-
-/* bf16 of x, round to nearest even, subnormal inputs as zero (keeping the
-   sign), NaN quiet: what vcvtne2ps2bf16 computes. */
-static uint16_t to_bf16(float x) {
-    uint32_t b;
-    memcpy(&b, &x, 4);
-    if ((b & 0x7f800000u) == 0) return (uint16_t)((b >> 16) & 0x8000u);
-    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40u);
-    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-
-static float from_bf16(uint16_t h) {
-    const uint32_t b = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &b, 4);
-    return x;
-}
 
 /* 2^x: n = x rounded to nearest even, f = x - n, a degree-6 polynomial
    of f (fma chain), scaled by 2^n; 0 below -125, +inf above 128.  The
@@ -81,9 +65,9 @@ int tops__ref_amx_attn_softmax(const tops__amx_attn_args *a, float *s, int64_t l
             const float e = mn[i] == -INFINITY ? 0.0f : y == mn[i] ? 1.0f : exp2_poly((y - mn[i]) * a->c2);
             acc[c % 16] += e;
             uint16_t *dst = p + ((int64_t)r * a->steps + c / 32) * 512 + ri * 32 + c % 32;
-            const uint16_t t0 = to_bf16(e);
+            const uint16_t t0 = tops__bf16_ne(e);
             dst[0] = t0;
-            if (a->np_terms > 1) dst[(int64_t)2 * a->steps * 512] = to_bf16(e - from_bf16(t0));
+            if (a->np_terms > 1) dst[(int64_t)2 * a->steps * 512] = tops__bf16_ne(e - tops__bf16_to_f32(t0));
         }
         for (int w = 8; w >= 1; w /= 2)
             for (int u = 0; u < w; u++) acc[u] += acc[u + w];
@@ -103,7 +87,7 @@ void tops__ref_amx_attn_qk(int nds, int steps, const uint16_t *q, const uint16_t
                     const uint16_t *at = q + (((int64_t)pa[x] * 2 + r) * nds + d) * 512 + (i % 16) * 32;
                     const uint16_t *bt = k + (((int64_t)g * nk + pb[x]) * nds + d) * 512;
                     for (int e = 0; e < 32; e++)
-                        acc += from_bf16(at[e]) * from_bf16(bt[(e / 2) * 32 + (j % 16) * 2 + e % 2]);
+                        acc += tops__bf16_to_f32(at[e]) * tops__bf16_to_f32(bt[(e / 2) * 32 + (j % 16) * 2 + e % 2]);
                 }
             s[i * lds + j] = acc;
         }
@@ -123,7 +107,7 @@ void tops__ref_amx_attn_pv(int steps, const uint16_t *p, int np_terms_p, const u
                     const uint16_t *at = p + (((int64_t)pa[x] * 2 + r) * steps + t) * 512 + (i % 16) * 32;
                     const uint16_t *bt = v + (((int64_t)t * nv + pb[x]) * ncg + g) * 512;
                     for (int e = 0; e < 32; e++)
-                        acc += from_bf16(at[e]) * from_bf16(bt[(e / 2) * 32 + (c % 16) * 2 + e % 2]);
+                        acc += tops__bf16_to_f32(at[e]) * tops__bf16_to_f32(bt[(e / 2) * 32 + (c % 16) * 2 + e % 2]);
                 }
             o[i * ldo + c] = acc;
         }
@@ -136,9 +120,9 @@ void tops__ref_amx_attn_pack_a(const float *src, int64_t ld, int rows, int chunk
             for (int x = 0; x < 32; x++) {
                 const float v = src[i * ld + 32 * d + x];
                 uint16_t *o = dst + d * 512 + i * 32 + x;
-                const uint16_t t0 = to_bf16(v);
+                const uint16_t t0 = tops__bf16_ne(v);
                 o[0] = t0;
-                if (nt > 1) o[term_stride] = to_bf16(v - from_bf16(t0));
+                if (nt > 1) o[term_stride] = tops__bf16_ne(v - tops__bf16_to_f32(t0));
             }
 }
 
@@ -150,9 +134,9 @@ void tops__ref_amx_attn_pack_b(const float *src, int64_t ld, int64_t npairs, int
                 for (int t = 0; t < 2; t++) {
                     const float v = src[(2 * k2 + t) * ld + 16 * g + j];
                     uint16_t *o = dst + g * group_stride + k2 * 32 + j * 2 + t;
-                    const uint16_t t0 = to_bf16(v);
+                    const uint16_t t0 = tops__bf16_ne(v);
                     o[0] = t0;
-                    if (nt > 1) o[term_stride] = to_bf16(v - from_bf16(t0));
+                    if (nt > 1) o[term_stride] = tops__bf16_ne(v - tops__bf16_to_f32(t0));
                 }
 }
 

@@ -3,34 +3,18 @@
    AVX-512 ones (src/kernels/amx/gemm_bf16t_amx.c) match bit for bit, and
    what the driver runs over emulated tiles in the tests. */
 #include "kernels/kernels.h"
+#include "kernels/ref/bf16_ne.h"
 
 #include <string.h>
-
-/* bf16 of x, round to nearest even, subnormal inputs as zero (keeping the
-   sign), NaN quiet: what vcvtne2ps2bf16 computes. */
-static uint16_t to_bf16(float x) {
-    uint32_t b;
-    memcpy(&b, &x, 4);
-    if ((b & 0x7f800000u) == 0) return (uint16_t)((b >> 16) & 0x8000u);
-    if ((b & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40u);
-    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-
-static float from_bf16(uint16_t h) {
-    const uint32_t b = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &b, 4);
-    return x;
-}
 
 /* The terms of w into out[u * 512] (u < nslots); *nz |= 1 << u for each
    term with a non-zero magnitude. */
 static void terms(float w, int nslots, uint16_t *out, unsigned *nz) {
     for (int u = 0; u < nslots; u++) {
-        const uint16_t t = to_bf16(w);
+        const uint16_t t = tops__bf16_ne(w);
         out[u * 512] = t;
         if (t & 0x7fffu) *nz |= 1u << u;
-        w -= from_bf16(t);
+        w -= tops__bf16_to_f32(t);
     }
 }
 
