@@ -248,24 +248,14 @@ static void run_block(item_ctx *c, int64_t r_lo, int64_t r_hi, int64_t j0, int64
     tops__tile_matmul(kern, 0, 0, 1, NULL, &sv, &c->vm, &ov); /* O += P V */
 }
 
-/* Work item `item`: the sequence whose items hold it (binary search over
-   order), then its head and query block (the last block first: later
-   blocks see more keys under a causal mask). */
+/* Work item `item` (tops__attention_item says which sequence, head and
+   query block). */
 static void run_item(const job *J, worker *w, int64_t item) {
     const tops__kernels *kern = J->kern;
     const tops__attention_plan *p = J->p;
     const kv_layout *L = J->L;
-    int64_t lo_ = 0, hi_ = p->batch - 1;
-    while (lo_ < hi_) {
-        int64_t mid = lo_ + (hi_ - lo_ + 1) / 2;
-        if (J->order[mid].item0 <= item)
-            lo_ = mid;
-        else
-            hi_ = mid - 1;
-    }
-    const run_seq *rs = &J->order[lo_];
-    const seq *s = &J->seqs[rs->b];
-    int64_t rem = item - rs->item0, h = rem / rs->nqb, qb = rs->nqb - 1 - rem % rs->nqb;
+    int64_t h, qb;
+    const seq *s = tops__attention_item(p, J->seqs, J->order, item, &h, &qb);
     int64_t hk = h / (p->heads / p->kv_heads);
     int64_t i0 = qb * p->q_block, rows = s->sq - i0 < p->q_block ? s->sq - i0 : p->q_block;
     int64_t pos_lo = i0 + s->sk - s->sq, pos_hi = pos_lo + rows - 1; /* bottom-right aligned in the sequence */

@@ -42,6 +42,11 @@ typedef struct tops__attn_order {
    (free it), NULL when out of memory. */
 void *tops__attention_sequences(const tops__attention_plan *p, const tops__attn_seq **seqs,
                                 const tops__attn_order **order, int64_t *items, int64_t *nblk, double *flops);
+/* Work item `item` of that order: its sequence (returned), head *h and
+   query block *qb (the last block first: later blocks see more keys under
+   a causal mask). */
+const tops__attn_seq *tops__attention_item(const tops__attention_plan *p, const tops__attn_seq *seqs,
+                                           const tops__attn_order *order, int64_t item, int64_t *h, int64_t *qb);
 /* Keys [lo, hi) that some query at positions [pos_lo, pos_hi] may see in a
    sequence of sk keys. */
 void tops__attention_key_range(const tops__attention_plan *p, int64_t sk, int64_t pos_lo, int64_t pos_hi, int64_t *lo,

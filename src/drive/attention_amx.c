@@ -136,17 +136,8 @@ static void fill_step(const amx_job *J, float *stage, int64_t f) {
 static void run_item(const amx_job *J, amx_worker *w, int64_t item) {
     const tops__kernels *kern = J->kern;
     const tops__attention_plan *p = J->p;
-    int64_t lo_ = 0, hi_ = p->batch - 1;
-    while (lo_ < hi_) {
-        int64_t mid = lo_ + (hi_ - lo_ + 1) / 2;
-        if (J->order[mid].item0 <= item)
-            lo_ = mid;
-        else
-            hi_ = mid - 1;
-    }
-    const tops__attn_order *rs = &J->order[lo_];
-    const tops__attn_seq *s = &J->seqs[rs->b];
-    const int64_t rem = item - rs->item0, h = rem / rs->nqb, qb = rs->nqb - 1 - rem % rs->nqb;
+    int64_t h, qb;
+    const tops__attn_seq *s = tops__attention_item(p, J->seqs, J->order, item, &h, &qb);
     const int64_t hk = h / (p->heads / p->kv_heads);
     const int64_t i0 = qb * QROWS, rows = s->sq - i0 < QROWS ? s->sq - i0 : QROWS;
     const int64_t pos_lo = i0 + s->sk - s->sq, pos_hi = pos_lo + rows - 1;

@@ -78,3 +78,20 @@ void *tops__attention_sequences(const tops__attention_plan *p, const tops__attn_
     return mem;
 }
 
+
+const tops__attn_seq *tops__attention_item(const tops__attention_plan *p, const tops__attn_seq *seqs,
+                                           const tops__attn_order *order, int64_t item, int64_t *h, int64_t *qb) {
+    int64_t lo = 0, hi = p->batch - 1;
+    while (lo < hi) { /* the last sequence whose items start at or before item */
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        if (order[mid].item0 <= item)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    const tops__attn_order *rs = &order[lo];
+    const int64_t rem = item - rs->item0;
+    *h = rem / rs->nqb;
+    *qb = rs->nqb - 1 - rem % rs->nqb;
+    return &seqs[rs->b];
+}
