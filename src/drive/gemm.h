@@ -147,6 +147,11 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
 int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed);
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p);
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p);
+/* Whether the bf16-term driver reads p's weights through their integer
+   form with mins (relaxed q4_1, q4_K, q5_K stored [N, K], plain or the
+   copy of an in-place pack): unpacked per 32-column pair and K block to
+   f32 (q * scale - min), then one bf16 term each. */
+int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p);
 /* Prepacked AMX panels of a weight stored [N, K]: tops__amx_groups(N)
    groups of 16 columns (N rounded up to 32), group g's codes in the tile
    layout over all of kp = K rounded up to 32 at panels + g * 16 * kp codes

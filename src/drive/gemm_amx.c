@@ -327,6 +327,34 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
         }
         return need;
     }
+    /* Relaxed weights with mins: codes, scales and mins per column, to f32
+       in tr[j * kc + x] (zero past N and K), then k-major into f. */
+    if (tops__amx_bf16t_unpacks_mins(p)) {
+        const tops__unpack_min_fn unpack = kern->unpack[w->format.id].run_min;
+        const tops__qweight qw = tops__qweight_of(w);
+        const int sub = qw.sub;
+        const int64_t nn = p->n - n0 < 32 ? p->n - n0 : 32, kk = p->k - k0 < kc ? p->k - k0 : kc;
+        const int64_t nu = tops__round_up(kk, sub), nb = nu / sub;
+        float *mins = tb->pscale; /* 16 * (kc / sub) floats: nb of them here */
+        for (int64_t j = 0; j < 32; j++) {
+            float *o = tb->tr + j * kc;
+            int64_t x = 0;
+            if (j < nn) {
+                unpack(&qw, n0 + j, k0, nu, tb->rows, tb->qs, mins);
+                for (int64_t b = 0; b < nb; b++)
+                    for (int64_t e = b * sub; e < (b + 1) * sub && e < kk; e++)
+                        o[e] = (float)tb->rows[e] * tb->qs[b] - mins[b];
+                x = kk;
+            }
+            for (; x < kc; x++) o[x] = 0.0f;
+        }
+        kern->transpose_f32(tb->f, 32, tb->tr, kc, 32, kc);
+        for (int g = 0; g < 2; g++) {
+            const int u = kern->amx_bf16t.terms_f32(tb->f + g * 16, 32, kc, nslots, out + g * group_terms);
+            need = u > need ? u : need;
+        }
+        return need;
+    }
     /* f32 panels of 32 columns (tops_pack_right at an AVX-512 level): read in place. */
     const tops__packed_right *pk = p->right.packed;
     if (pk && pk->panels && pk->nr == 32 && n0 % 32 == 0 && k0 + kc <= pk->k) {
@@ -353,6 +381,12 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
         need = u > need ? u : need;
     }
     return need;
+}
+
+int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p) {
+    const tops_tensor *w = p->right.t;
+    return p->relaxed && !p->right.k_major && !p->right.packed && w->format.id != TOPS_FMT_PACKED &&
+           !p->kern->unpack[w->format.id].run && p->kern->unpack[w->format.id].run_min;
 }
 
 /* One n block of a relaxed call on prepacked i8 panels: the (K block,
@@ -402,7 +436,8 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int na = p->relaxed ? 1 : 2, nslots = p->relaxed ? 1 : MAX_WTERMS;
-    const int sub = p->right.read == tops__read_rect_unpack ? tops__unpack_sub(w) : 32; /* for the unpack buffers */
+    const int sub = p->right.read == tops__read_rect_unpack || tops__amx_bf16t_unpacks_mins(p) ? tops__unpack_sub(w)
+                                                                                            : 32; /* unpack buffers */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;
     const int64_t kc_max = tops__balanced_block(kp, KC_BF16T, 32), k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);

@@ -388,6 +388,7 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
     } else if (kind == PLAN_AMX_BF16) {
         const char *src = p.q8_panels && p.q8_amx == 1             ? "prepacked i8 panels"
                           : p.right.read == tops__read_rect_unpack ? "integer form unpacked"
+                          : tops__amx_bf16t_unpacks_mins(&p)       ? "integer form with mins unpacked"
                           : p.right.packed                         ? "prepacked f32 panels"
                                                                    : "f32 reader";
         snprintf(buf, cap, "AMX bf16 tiles, weights as bf16 terms per K block (%s), activations as %s: %s (%s)",
@@ -639,12 +640,9 @@ static tops_status pack_right_with(const char *fn, const tops__kernels *kern, co
 
     const tops__unpacker *up = &kern->unpack[right->format.id];
     /* Weights with mins (q4_1, q4_K, q5_K) pack in place for the integer
-       kernels, except at a level with the AMX bf16-term kernel, which takes
-       no mins and would decode them on every call: there they get f32
-       panels (Xeon, 16 threads, relaxed q4_K M = 128: 4.28 ms on f32
-       panels, 10.6 ms decoded per call). */
-    const int mins_in_place = up->run_min && desc->relaxed_precision && !kern->amx_bf16t.run;
-    if ((up->run || mins_in_place) && desc->transpose_right)
+       kernels at every level (the AMX bf16 terms unpack the copy with its
+       mins per K block), so packed and plain give the same bits. */
+    if ((up->run || (up->run_min && desc->relaxed_precision)) && desc->transpose_right)
         return pack_in_place(fn, kern, &ex, desc->relaxed_precision, right, k, n, packed);
 
     const int nr = kern->gemm_f32.nr;

@@ -560,7 +560,7 @@ static void run_every_format(int quick) {
     for (int id = 0; id < TOPS_FMT_COUNT_ + nf; id++) {
         tops_format f = {(tops_format_id)id, 0, TOPS_DT_NONE};
         if (id >= TOPS_FMT_COUNT_) f.id = float_formats[id - TOPS_FMT_COUNT_];
-        else if (id == TOPS_FMT_PACKED || !ref->unpack[id].run) continue;
+        else if (id == TOPS_FMT_PACKED || (!ref->unpack[id].run && !ref->unpack[id].run_min)) continue;
         int variants = id == TOPS_FMT_INT4_G || id == TOPS_FMT_INT8_G ? 3 : 1;
         for (int v = 0; v < variants; v++) {
             if (v == 1) f.group = 16;
