@@ -254,7 +254,13 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 
 /* ---- bf16 terms ---- */
 
-enum { KC_BF16T = 512, MAX_WTERMS = 3 };
+/* K blocks: strict 512; relaxed the whole K up to 4096.  Xeon, relaxed
+   int4-g32 prepacked, M = 128, K = 4096, N = 12288, one call at 07:05 UTC
+   (medians, ms, 16 / 2 threads): K blocks of 512 3.92 / 25.2, 1024 2.75 /
+   13.4, 4096 2.25 / 9.86 (q4_K: 7.02 / 41.5, 6.03 / 30.4, 6.07 / 35.8):
+   each kernel call costs ~2.2-2.5 us beyond its tile products there,
+   whatever the thread count, so fewer and longer calls win. */
+enum { KC_BF16T = 512, KC_BF16T_RELAXED = 4096, MAX_WTERMS = 3 };
 
 /* The term pairs of the kernel for na activation terms and nw weight
    terms, in an order that reuses each loaded tile.  Strict: every product
@@ -439,7 +445,8 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const int sub = p->right.read == tops__read_rect_unpack || tops__amx_bf16t_unpacks_mins(p) ? tops__unpack_sub(w)
                                                                                             : 32; /* unpack buffers */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;
-    const int64_t kc_max = tops__balanced_block(kp, KC_BF16T, 32), k_blocks = tops__ceil_div(kp, kc_max);
+    const int64_t kc_max = tops__balanced_block(kp, p->relaxed ? KC_BF16T_RELAXED : KC_BF16T, 32);
+    const int64_t k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
 
     int threads;
@@ -456,9 +463,10 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
        decode while the tile unit multiplies), into a second term buffer. */
     const int fused = p->relaxed && kern->amx_bf16t.run1_decode && p->q8_panels && p->q8_amx == 1;
     const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64) * (fused ? 2 : 1);
-    const size_t code_bytes = (size_t)tops__round_up(16 * kc_max, 64);
-    const size_t scale_bytes = (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
-    const size_t f_bytes = (size_t)tops__round_up(32 * kc_max * 4, 64);
+    /* (the fused path decodes from the panels: no unpack or f32 buffers) */
+    const size_t code_bytes = fused ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
+    const size_t scale_bytes = fused ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
+    const size_t f_bytes = fused ? 0 : (size_t)tops__round_up(32 * kc_max * 4, 64);
     const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);
     const size_t rf = (size_t)tops__round_up(kp * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
     const size_t per_thread = wterm_bytes + 2 * code_bytes + 2 * scale_bytes + 2 * f_bytes + acc_bytes + 2 * rf + 2 * rh;

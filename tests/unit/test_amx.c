@@ -581,9 +581,13 @@ static void run_every_format(int quick) {
     check_case((tops_format){TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, 0, 64, 300, 2200, 0);
     check_case((tops_format){TOPS_FMT_F32, 0, TOPS_DT_NONE}, 0, 64, 70, 2200, 1);
     check_case((tops_format){TOPS_FMT_F16, 0, TOPS_DT_NONE}, 1, 70, 64, 2200, 0);
+    /* Relaxed bf16 terms take K blocks of up to 4096: two of them, prepacked
+       i8 panels (the fused decode) and the integer form with mins. */
+    check_case((tops_format){TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, 1, 130, 40, 4200, 1);
+    check_case((tops_format){TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, 1, 64, 33, 4200, 0);
     printf("%s matmul: %d cases; strict worst rel-L2 vs f64 %.3g (%s), %.3g (%s) (bound 1e-5); relaxed bf16 "
            "terms worst %.3g of the magnitude (bound 1e-2)\n",
-           use == amx ? "AMX" : "emulated-tile", cases + 6, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
+           use == amx ? "AMX" : "emulated-tile", cases + 8, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
            kernel_name(BF16_TERMS), relaxed_worst);
 }
 
