@@ -205,7 +205,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                                  tops__amx_terms_f32__avx512,
                                                  {AMX_BF16T_RELAXED_MIN_M, AMX_BF16T_RELAXED_MIN_M_SMALL_BLOCKS},
                                                  "tops_gemm_f32_bf16t_bf16t_32x32__amx",
-                                                 tops_gemm_f32_bf16t_bf16t_32x32__amx_dec};
+                                                 tops_gemm_f32_bf16t_bf16t_32x32__amx_dec,
+                                                 tops__amx_terms_q8_min__avx512};
     if (level_allows(level, TOPS_ISA_AMX))
         k->amx_attn = (tops__amx_attn_ukernel){tops__amx_attn_qk__amx, tops__amx_attn_softmax__avx512,
                                                tops__amx_attn_pv__amx, tops__amx_attn_pack_a__avx512,

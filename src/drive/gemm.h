@@ -149,8 +149,9 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p);
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p);
 /* Whether the bf16-term driver reads p's weights through their integer
    form with mins (relaxed q4_1, q4_K, q5_K stored [N, K], plain or the
-   copy of an in-place pack): unpacked per 32-column pair and K block to
-   f32 (q * scale - min), then one bf16 term each. */
+   copy of an in-place pack): unpacked per 32-column pair and K block
+   into the i8 panel layout with scales and mins, one bf16 term each of
+   q * scale - min (kern->amx_bf16t.terms_q8_min). */
 int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p);
 /* Prepacked AMX panels of a weight stored [N, K]: tops__amx_groups(N)
    groups of 16 columns (N rounded up to 32), group g's codes in the tile

@@ -333,33 +333,32 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
         }
         return need;
     }
-    /* Relaxed weights with mins: codes, scales and mins per column, to f32
-       in tr[j * kc + x] (zero past N and K), then k-major into f. */
+    /* Relaxed weights with mins: codes, scales and mins per column, each
+       16-column group in the panel layout, then terms_q8_min. */
     if (tops__amx_bf16t_unpacks_mins(p)) {
         const tops__unpack_min_fn unpack = kern->unpack[w->format.id].run_min;
         const tops__qweight qw = tops__qweight_of(w);
         const int sub = qw.sub;
-        const int64_t nn = p->n - n0 < 32 ? p->n - n0 : 32, kk = p->k - k0 < kc ? p->k - k0 : kc;
-        const int64_t nu = tops__round_up(kk, sub), nb = nu / sub;
-        float *mins = tb->pscale; /* 16 * (kc / sub) floats: nb of them here */
-        for (int64_t j = 0; j < 32; j++) {
-            float *o = tb->tr + j * kc;
-            int64_t x = 0;
-            if (j < nn) {
-                unpack(&qw, n0 + j, k0, nu, tb->rows, tb->qs, mins);
-                for (int64_t b = 0; b < nb; b++)
-                    for (int64_t e = b * sub; e < (b + 1) * sub && e < kk; e++)
-                        o[e] = (float)tb->rows[e] * tb->qs[b] - mins[b];
-                x = kk;
-            }
-            for (; x < kc; x++) o[x] = 0.0f;
-        }
-        kern->transpose_f32(tb->f, 32, tb->tr, kc, 32, kc);
+        const int64_t nb = kc / sub;
+        float *cmin = tb->f, *bmin = tb->f + 16 * nb; /* per column, then per block as the scales */
         for (int g = 0; g < 2; g++) {
-            const int u = kern->amx_bf16t.terms_f32(tb->f + g * 16, 32, kc, nslots, out + g * group_terms);
-            need = u > need ? u : need;
+            for (int64_t j = 0; j < 16; j++) {
+                if (n0 + g * 16 + j < p->n) {
+                    unpack(&qw, n0 + g * 16 + j, k0, kc, tb->rows + j * kc, tb->qs + j * nb, cmin + j * nb);
+                } else {
+                    memset(tb->rows + j * kc, 0, (size_t)kc);
+                    for (int64_t x = 0; x < nb; x++) tb->qs[j * nb + x] = 0.0f, cmin[j * nb + x] = 0.0f;
+                }
+            }
+            tops__amx_pack_panel(tb->rows, kc, tb->panel);
+            for (int64_t x = 0; x < nb; x++)
+                for (int j = 0; j < 16; j++) {
+                    tb->pscale[x * 16 + j] = tb->qs[j * nb + x];
+                    bmin[x * 16 + j] = cmin[j * nb + x];
+                }
+            kern->amx_bf16t.terms_q8_min(tb->panel, tb->pscale, bmin, sub, kc, out + g * group_terms);
         }
-        return need;
+        return 1;
     }
     /* f32 panels of 32 columns (tops_pack_right at an AVX-512 level): read in place. */
     const tops__packed_right *pk = p->right.packed;
@@ -391,8 +390,9 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
 
 int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p) {
     const tops_tensor *w = p->right.t;
-    return p->relaxed && !p->right.k_major && !p->right.packed && w->format.id != TOPS_FMT_PACKED &&
-           !p->kern->unpack[w->format.id].run && p->kern->unpack[w->format.id].run_min;
+    return p->relaxed && p->kern->amx_bf16t.terms_q8_min && !p->right.k_major && !p->right.packed &&
+           w->format.id != TOPS_FMT_PACKED && !p->kern->unpack[w->format.id].run &&
+           p->kern->unpack[w->format.id].run_min;
 }
 
 /* One n block of a relaxed call on prepacked i8 panels: the (K block,

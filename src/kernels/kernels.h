@@ -244,6 +244,12 @@ typedef void (*tops__amx_bf16t_fn)(int mt, int64_t steps, const uint16_t *a, int
 typedef int (*tops__amx_terms_q8_fn)(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
                                      uint16_t *out);
 typedef int (*tops__amx_terms_f32_fn)(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
+/* One term (relaxed) of w = q * scale - min, for weights with mins (q4_1,
+   q4_K, q5_K): panel and scales as terms_q8's, mins per sub-block 16
+   floats at mins + b * 16; q * scale rounded to f32, then min subtracted
+   (two roundings), then bf16: step s at out + s * 512, pair layout. */
+typedef void (*tops__amx_terms_q8_min_fn)(const int8_t *panel, const float *scales, const float *mins, int sub,
+                                          int64_t kc, uint16_t *out);
 /* A share of a weight decode that the kernel runs between its tile steps
    so the vector units decode while the tile unit multiplies: terms_q8
    with nslots = 1 of both column groups g, restricted to the panel rows
@@ -276,6 +282,8 @@ typedef struct tops__amx_bf16t_ukernel {
     /* run for one product per step with a decode share between the
        steps (NULL: the driver decodes, then calls run). */
     tops__amx_bf16t_dec_fn run1_decode;
+    /* relaxed weights with mins (NULL: they go through the f32 reader) */
+    tops__amx_terms_q8_min_fn terms_q8_min;
 } tops__amx_bf16t_ukernel;
 /* AMX fused attention (src/kernels/amx/attention_amx.c; the driver is
    src/drive/attention_amx.c): per query block of 32 rows (two row tiles)
@@ -367,6 +375,8 @@ void tops__ref_amx_attn_pv(int steps, const uint16_t *p, int np_terms_p, const u
 /* Scalar twins of the term decoders (every level; the tests' reference). */
 int tops__ref_amx_terms_q8(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots, uint16_t *out);
 int tops__ref_amx_terms_f32(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
+void tops__ref_amx_terms_q8_min(const int8_t *panel, const float *scales, const float *mins, int sub, int64_t kc,
+                                uint16_t *out);
 /* The AMX weight tile layout: 16 columns over kc (a multiple of 4) k,
    panel[(k / 4) * 64 + j * 4 + k % 4] = rows[j * kc + k] (rows: 16 rows
    of codes).  Sub-block b of `sub` k starts at panel + b * sub * 16. */
@@ -693,6 +703,8 @@ void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int64_t steps, const uint1
 int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub, int64_t kc, int nslots,
                                uint16_t *out);
 int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out);
+void tops__amx_terms_q8_min__avx512(const int8_t *panel, const float *scales, const float *mins, int sub, int64_t kc,
+                                    uint16_t *out);
 void tops__amx_attn_qk__amx(int nds, int steps, const uint16_t *q, const uint16_t *k, int nk, int np,
                             const uint8_t *pa, const uint8_t *pb, float *s, int64_t lds);
 int tops__amx_attn_softmax__avx512(const tops__amx_attn_args *a, float *s, int64_t lds, float *m, float *l,

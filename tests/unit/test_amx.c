@@ -317,11 +317,12 @@ static float odd_value(void) {
    (2), 2^-8 |w| (1). */
 static tops__amx_terms_q8_fn terms_q8;
 static tops__amx_terms_f32_fn terms_f32;
+static tops__amx_terms_q8_min_fn terms_q8_min;
 
 static void test_terms_decoders(void) {
     enum { KC = 256 };
     static int8_t rows[16 * KC], panel[16 * KC];
-    static float scales[(KC / 4) * 16], src[KC * 20];
+    static float scales[(KC / 4) * 16], mins[(KC / 4) * 16], src[KC * 20];
     static uint16_t got[(KC / 32) * 3 * 512], want[(KC / 32) * 3 * 512];
     static const int subs[4] = {4, 8, 16, 32};
     for (int it = 0; it < 96; it++) {
@@ -337,6 +338,21 @@ static void test_terms_decoders(void) {
                                      : (odd ? odd_value() : th_uniform(&rng, -2.0f, 2.0f));
         }
         for (int64_t i = 0; i < kc * 20; i++) src[i] = odd ? odd_value() : th_uniform(&rng, -3.0f, 3.0f);
+        if (!plain && nslots == 1) { /* the one-term decoder of weights with mins, same data */
+            for (int64_t i = 0; i < (kc / sub) * 16; i++)
+                mins[i] = i % 5 == 0 ? 0.0f : odd ? odd_value() : scales[i] * th_uniform(&rng, -20.0f, 20.0f);
+            memset(got, 0xAB, sizeof got);
+            memset(want, 0xCD, sizeof want);
+            terms_q8_min(panel, scales, mins, sub, kc, got);
+            tops__ref_amx_terms_q8_min(panel, scales, mins, sub, kc, want);
+            const size_t words = (size_t)(kc / 32) * 512;
+            if (memcmp(got, want, words * 2) != 0) {
+                size_t at = 0;
+                while (at < words && got[at] == want[at]) at++;
+                TH_FAIL_AT("terms_q8_min sub=%d kc=%lld odd=%d: word %zu: 0x%04x vs 0x%04x", sub, (long long)kc, odd,
+                           at, at < words ? got[at] : 0, at < words ? want[at] : 0);
+            }
+        }
         memset(got, 0xAB, sizeof got);
         memset(want, 0xCD, sizeof want);
         const int ug = plain ? terms_f32(src + 3, 20, kc, nslots, got) : terms_q8(panel, scales, sub, kc, nslots, got);
@@ -607,7 +623,8 @@ static void test_driver_emulated(void) {
     emu.amx_bf16 = bf16x2_scalar;
     emu.amx_bf16_name = "bf16x2_scalar (emulated tiles)";
     emu.amx_bf16t = (tops__amx_bf16t_ukernel){bf16t_scalar, tops__ref_amx_terms_q8, tops__ref_amx_terms_f32, {48, 48},
-                                              "bf16t_scalar (emulated tiles)", bf16t_dec_scalar};
+                                              "bf16t_scalar (emulated tiles)", bf16t_dec_scalar,
+                                              tops__ref_amx_terms_q8_min};
     use = &emu;
     strict_worst[0] = strict_worst[1] = relaxed_worst = 0;
     run_every_format(1);
@@ -767,6 +784,7 @@ int main(void) {
     if (ci0.isa_available[TOPS_ISA_AVX512_VNNI] && ci0.has[TOPS_CPU_AVX512_BF16]) {
         terms_q8 = tops__amx_terms_q8__avx512;
         terms_f32 = tops__amx_terms_f32__avx512;
+        terms_q8_min = tops__amx_terms_q8_min__avx512;
         RUN_TEST(test_terms_decoders);
         attn_softmax_vec = tops__amx_attn_softmax__avx512;
         RUN_TEST(test_attn_softmax_twin);

@@ -213,6 +213,27 @@ int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub
     return used(nz1, nz2, nslots);
 }
 
+void tops__amx_terms_q8_min__avx512(const int8_t *panel, const float *scales, const float *mins, int sub, int64_t kc,
+                                    uint16_t *out) {
+    const q8_consts k = q8_consts_make();
+    const int64_t per_block = sub / 4, rows = kc / 4;
+    for (int64_t r = 0; r < rows;) {
+        const int64_t blk = r / per_block, e = (blk + 1) * per_block < rows ? (blk + 1) * per_block : rows;
+        const __m512 s = _mm512_loadu_ps(scales + blk * 16), m = _mm512_loadu_ps(mins + blk * 16);
+        const __m512 s_lo = _mm512_permutexvar_ps(k.idx_lo, s), s_hi = _mm512_permutexvar_ps(k.idx_hi, s);
+        const __m512 m_lo = _mm512_permutexvar_ps(k.idx_lo, m), m_hi = _mm512_permutexvar_ps(k.idx_hi, m);
+        for (; r < e; r++) {
+            __m512 f[4];
+            q8_row(&k, panel, r, s_lo, s_hi, f);
+            uint16_t *dst = out + (r / 8) * 512 + (r % 8) * 64;
+            const __m512 f0 = _mm512_sub_ps(f[0], m_lo), f1 = _mm512_sub_ps(f[1], m_hi);
+            const __m512 f2 = _mm512_sub_ps(f[2], m_lo), f3 = _mm512_sub_ps(f[3], m_hi);
+            _mm512_storeu_si512((void *)dst, (__m512i)_mm512_cvtne2ps_pbh(f1, f0));
+            _mm512_storeu_si512((void *)(dst + 32), (__m512i)_mm512_cvtne2ps_pbh(f3, f2));
+        }
+    }
+}
+
 int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out) {
     /* Pair row k2: word j * 2 + t = src[(2 k2 + t) * ld + j]. */
     const __m512i idx_lo = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);

@@ -1,7 +1,8 @@
 /* Scalar twins of the AMX bf16-term weight decoders (kernels/kernels.h,
-   tops__amx_terms_q8_fn / tops__amx_terms_f32_fn): the reference the
-   AVX-512 ones (src/kernels/amx/gemm_bf16t_amx.c) match bit for bit, and
-   what the driver runs over emulated tiles in the tests. */
+   tops__amx_terms_q8_fn, tops__amx_terms_f32_fn,
+   tops__amx_terms_q8_min_fn): the reference the AVX-512 ones
+   (src/kernels/amx/gemm_bf16t_amx.c) match bit for bit, and what the
+   driver runs over emulated tiles in the tests. */
 #include "kernels/kernels.h"
 #include "kernels/ref/bf16_ne.h"
 
@@ -33,6 +34,16 @@ int tops__ref_amx_terms_q8(const int8_t *panel, const float *scales, int sub, in
             terms(w, nslots, out + (k / 32) * nslots * 512 + ((k % 32) / 2) * 32 + j * 2 + k % 2, &nz);
         }
     return used(nz, nslots);
+}
+
+void tops__ref_amx_terms_q8_min(const int8_t *panel, const float *scales, const float *mins, int sub, int64_t kc,
+                                uint16_t *out) {
+    for (int64_t k = 0; k < kc; k++)
+        for (int j = 0; j < 16; j++) {
+            float w = (float)panel[(k / 4) * 64 + j * 4 + k % 4] * scales[(k / sub) * 16 + j];
+            w -= mins[(k / sub) * 16 + j];
+            out[(k / 32) * 512 + ((k % 32) / 2) * 32 + j * 2 + k % 2] = tops__bf16_ne(w);
+        }
 }
 
 int tops__ref_amx_terms_f32(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out) {
