@@ -137,6 +137,10 @@ void tops_bench_refine_floors(tops_bench_rows *rows, const tops_bench_roofline *
 
 /* The table on stdout (or any stream), the roofline line above it. */
 void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_bench_roofline *roof);
+/* After the table: each of our rows against the oneDNN rows of its shape
+   and threads (bf16, int8-dyn), by medians and by mins; nothing without
+   oneDNN rows. */
+void tops_bench_print_onednn_ratios(FILE *out, const tops_bench_rows *rows);
 /* The JSON array with exactly the documented keys (attention rows add
    batch, heads, kv_heads, causal).  Numbers not measured are null. */
 tops_status tops_bench_write_json(const char *path, const tops_bench_rows *rows);

@@ -71,6 +71,43 @@ void tops_bench_print_table(FILE *out, const tops_bench_rows *rows, const tops_b
     }
 }
 
+/* The oneDNN row of this format at r's shape and threads, or NULL. */
+static const tops_bench_row *onednn_row(const tops_bench_rows *rows, const tops_bench_row *r, const char *format) {
+    for (size_t i = 0; i < rows->n; i++) {
+        const tops_bench_row *d = &rows->v[i];
+        if (strcmp(d->format, format) == 0 && strcmp(d->op, r->op) == 0 && d->m == r->m && d->k == r->k &&
+            d->n == r->n && d->threads == r->threads)
+            return d;
+    }
+    return NULL;
+}
+
+void tops_bench_print_onednn_ratios(FILE *out, const tops_bench_rows *rows) {
+    static const char *const dnn[2] = {"onednn-bf16", "onednn-int8-dyn"};
+    int header = 0;
+    for (size_t i = 0; i < rows->n; i++) {
+        const tops_bench_row *r = &rows->v[i];
+        if (strncmp(r->format, "onednn-", 7) == 0 || !(r->median_s > 0) || !(r->min_s > 0)) continue;
+        char part[2][64];
+        int any = 0;
+        for (int j = 0; j < 2; j++) {
+            const tops_bench_row *d = onednn_row(rows, r, dnn[j]);
+            if (d && d->median_s > 0 && d->min_s > 0) {
+                snprintf(part[j], sizeof part[j], "%s %.2fx / %.2fx", dnn[j], d->median_s / r->median_s,
+                         d->min_s / r->min_s);
+                any = 1;
+            } else {
+                snprintf(part[j], sizeof part[j], "%s -", dnn[j]);
+            }
+        }
+        if (!any) continue;
+        if (!header)
+            fprintf(out, "oneDNN / ours, same run, by medians / by mins (above 1: ours faster):\n");
+        header = 1;
+        fprintf(out, "  %-15s M=%-5lld thr=%-3d %s, %s\n", r->format, (long long)r->m, r->threads, part[0], part[1]);
+    }
+}
+
 /* ---- JSON ------------------------------------------------------------------- */
 
 /* A measured number, or null when it was not measured (0) or is not finite. */

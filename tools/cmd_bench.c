@@ -21,8 +21,8 @@ void tops_cmd_bench_usage(FILE *out) {
             "and arithmetic peaks measured in the same run), and checks each result against f64.\n"
             "On x86 with oneDNN (scripts/deps.sh onednn; TOPS_ONEDNN_LIB=FILE picks a libdnnl.so.3)\n"
             "the matmul table adds onednn-bf16 and onednn-int8-dyn rows (activations quantized per\n"
-            "call) on the same weights; OpenBLAS runs the core of our level (OPENBLAS_CORETYPE, set\n"
-            "by a restart unless given).\n\n"
+            "call) on the same weights, and after the table oneDNN / ours by medians and by mins;\n"
+            "OpenBLAS runs the core of our level (OPENBLAS_CORETYPE, set by a restart unless given).\n\n"
             "  --op OP        matmul (default), attention, conv2d, or a comma-separated list of them (one\n"
             "                 table, one JSON)\n"
             "  --format LIST  comma-separated weight formats (default f32,f16,int8-g32,int4-g32,\n"
@@ -363,6 +363,7 @@ int tops_cmd_bench(int argc, char **argv) {
         if (tops_bench_onednn_note()[0]) printf("baseline: %s\n", tops_bench_onednn_note());
     }
     tops_bench_print_table(stdout, &rows, session.have_roof ? &session.roof : NULL);
+    tops_bench_print_onednn_ratios(stdout, &rows);
     fflush(stdout);
     int code = st == TOPS_OK ? TOPS_EXIT_OK : TOPS_EXIT_FAIL;
     if (cfg.json_path && tops_bench_write_json(cfg.json_path, &rows) != TOPS_OK) {

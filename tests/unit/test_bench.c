@@ -450,6 +450,46 @@ static void test_check_rows(void) {
     ASSERT_EQ_INT(r[3], 127);
 }
 
+/* The ratio lines after the table: each of our rows against the oneDNN
+   rows of its shape and threads, by medians and by mins. */
+static void test_onednn_ratios(void) {
+    tops_bench_rows rows = {0};
+    tops_bench_row r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.op, sizeof r.op, "matmul");
+    r.k = 4096, r.n = 12288, r.threads = 16;
+    const struct { const char *fmt; int64_t m; double med, min; } cases[5] = {
+        {"int4-g32", 128, 2e-3, 1.5e-3}, {"q4_0", 16, 1e-3, 1e-3}, {"onednn-bf16", 128, 4e-3, 3e-3},
+        {"onednn-int8-dyn", 128, 1e-3, 0.75e-3}, {"onednn-bf16", 64, 1e-3, 1e-3}};
+    char buf[2048];
+    for (int pass = 0; pass < 2; pass++) { /* without, then with the oneDNN rows */
+        rows.n = 0;
+        for (int i = 0; i < (pass ? 5 : 2); i++) {
+            snprintf(r.format, sizeof r.format, "%s", cases[i].fmt);
+            r.m = cases[i].m, r.median_s = cases[i].med, r.min_s = cases[i].min;
+            ASSERT_OK(tops_bench_rows_push(&rows, &r));
+        }
+        FILE *f = tmpfile();
+        ASSERT_TRUE(f != NULL);
+        tops_bench_print_onednn_ratios(f, &rows);
+        const size_t len = (size_t)ftell(f);
+        rewind(f);
+        const size_t got = fread(buf, 1, sizeof buf - 1, f);
+        buf[got] = 0;
+        fclose(f);
+        ASSERT_EQ_INT((int)got, (int)len);
+        if (!pass) {
+            ASSERT_EQ_INT((int)len, 0);
+            continue;
+        }
+        ASSERT_TRUE(strstr(buf, "int4-g32        M=128   thr=16  onednn-bf16 2.00x / 2.00x, "
+                                "onednn-int8-dyn 0.50x / 0.50x\n") != NULL);
+        ASSERT_TRUE(strstr(buf, "q4_0") == NULL); /* no oneDNN row at M = 16 */
+        ASSERT_TRUE(strstr(buf, "by medians / by mins") != NULL);
+    }
+    tops_bench_rows_free(&rows);
+}
+
 static void test_runner_table(void) {
     ASSERT_TRUE(tops_bench_find_runner("matmul", TOPS_DEVICE_CPU) != NULL);
     ASSERT_TRUE(tops_bench_find_runner("nosuch", TOPS_DEVICE_CPU) == NULL);
@@ -470,6 +510,7 @@ int main(void) {
     RUN_TEST(test_tiny_matmul_case);
     RUN_TEST(test_path_names_the_level_kernel);
     RUN_TEST(test_runner_table);
+    RUN_TEST(test_onednn_ratios);
     RUN_TEST(test_openblas_cores);
     RUN_TEST(test_onednn_isa_names);
     RUN_TEST(test_check_rows);
