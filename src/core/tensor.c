@@ -9,8 +9,11 @@
 
 static tops__tensor_release_fn release_fn[2]; /* by tops_device_kind */
 
-void tops__tensor_set_release(tops_device_kind kind, tops__tensor_release_fn fn) {
-    if ((int)kind >= 0 && (size_t)kind < sizeof release_fn / sizeof release_fn[0]) release_fn[kind] = fn;
+tops__tensor_release_fn tops__tensor_set_release(tops_device_kind kind, tops__tensor_release_fn fn) {
+    if ((int)kind < 0 || (size_t)kind >= sizeof release_fn / sizeof release_fn[0]) return NULL;
+    tops__tensor_release_fn previous = release_fn[kind];
+    release_fn[kind] = fn;
+    return previous;
 }
 
 void tops_tensor_destroy(tops_tensor *tensor) {
