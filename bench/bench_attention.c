@@ -327,7 +327,7 @@ static tops_status run_case(tops_bench_session *s, attn_data *d, const char *dty
 
     /* Accuracy on a NaN-poisoned output: an unwritten element shows. */
     tops_bench_progress(s, "%s %s: checking against f64", dtype, causal ? "causal" : "non-causal");
-    size_t esize = d->out.format.id == TOPS_FMT_F32 ? 4 : 2;
+    size_t esize = (size_t)tops_format_get_info(d->out.format.id)->pack_bytes; /* bytes per element */
     memset(d->out.data, 0xff, (size_t)d->nq * esize);
     tops_status st = call_fused(&fc, 0);
     if (st != TOPS_OK) return st;
@@ -445,7 +445,7 @@ static tops_status varlen_make(const attn_data *d, varlen_data *p) {
         varlen_free(p);
         return st;
     }
-    size_t esize = d->q.format.id == TOPS_FMT_F32 ? 4 : 2;
+    size_t esize = (size_t)tops_format_get_info(d->q.format.id)->pack_bytes; /* bytes per element */
     pack_rows(&d->q, &p->q, p->cu, opts.heads, esize);
     pack_rows(&d->k, &p->k, p->cu, opts.kv_heads, esize);
     pack_rows(&d->v, &p->v, p->cu, opts.kv_heads, esize);
@@ -503,7 +503,7 @@ static tops_status run_varlen_case(tops_bench_session *s, attn_data *d, varlen_d
     const char *mask = causal ? "causal" : "non-causal";
 
     tops_bench_progress(s, "%s %s varlen: checking against f64", dtype, mask);
-    size_t esize = p->out.format.id == TOPS_FMT_F32 ? 4 : 2;
+    size_t esize = (size_t)tops_format_get_info(p->out.format.id)->pack_bytes; /* bytes per element */
     memset(p->out.data, 0xff, (size_t)tops_tensor_numel(&p->out) * esize);
     tops_status st = call_varlen(&vc, 0);
     if (st != TOPS_OK) return st;

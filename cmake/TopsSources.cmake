@@ -3,7 +3,7 @@
 function(tops_collect_sources out)
   set(root ${CMAKE_SOURCE_DIR}/src)
   file(GLOB common CONFIGURE_DEPENDS
-    ${root}/core/*.c ${root}/cpu/*.c ${root}/formats/*.c ${root}/ops/*.c
+    ${root}/core/*.c ${root}/device/*.c ${root}/cpu/*.c ${root}/formats/*.c ${root}/ops/*.c
     ${root}/drive/*.c ${root}/io/*.c ${root}/kernels/ref/*.c)
   set(all ${common})
   if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64|amd64")

@@ -53,6 +53,13 @@ static inline int64_t tops__round_up(int64_t v, int64_t to) { return tops__ceil_
 void *tops__aligned_alloc(size_t bytes);
 void tops__aligned_free(void *p);
 
+/* Frees what a tensor of one device kind owns (src/core/tensor.c): the
+   backend that makes such tensors registers it (src/device/cuda_hooks.c for
+   CUDA), so tops_tensor_destroy, which every layer calls, names no backend. */
+typedef void (*tops__tensor_release_fn)(tops_tensor *t);
+/* Returns the function registered before (NULL: none). */
+tops__tensor_release_fn tops__tensor_set_release(tops_device_kind kind, tops__tensor_release_fn fn);
+
 /* Validates that t was made by view/create/slice (and names it in errors). */
 tops_status tops__check_tensor(const char *fn, const char *arg, const tops_tensor *t);
 

@@ -218,7 +218,7 @@ static void run_row(const ladder_row *row, const ladder_shape *sh, const float *
     CHECK(tops_format_from_name(row->format, &fmt));
     CHECK(tops_bench_view2d(TOPS_DT_F32, (void *)w, n, k, (tops_memory){TOPS_DEVICE_CPU, 0}, &wf));
     if (row->tensor_scale) {
-        int bits = fmt.id == TOPS_FMT_I8 ? 8 : 4;
+        int bits = tops_format_get_info(fmt.id)->element_bits; /* i8 or i4 rows */
         codes = malloc(wcount);
         if (!codes) CHECK(tops__fail(TOPS_OUT_OF_MEMORY, "tensorops validate", "no memory for the codes"));
         float s = per_tensor_codes(w, (int64_t)wcount, n, k, bits, codes);

@@ -1,6 +1,7 @@
 /* Dispatch in one place: detect once, choose a level, fill one table per
    level with the best kernel at or below it. */
 #include "cpu/dispatch.h"
+#include "formats/traits.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -85,6 +86,41 @@ static int level_allows(tops_isa level, tops_isa kernel) { return kernel <= leve
    M = 128, blocks of 16 (nvfp4) favour the bf16 terms from M = 32. */
 enum { AMX_BF16T_RELAXED_MIN_M = 128, AMX_BF16T_RELAXED_MIN_M_SMALL_BLOCKS = 32 };
 
+/* A format's integer-form kernels at one level (tops__kernels.unpack):
+   the forms entry its traits row names (core/intform.h), masked by the
+   layout (run, or run_min and dot_min where it has mins), with qmax and
+   the in-place layouts the layout implies: nibbles for 4-bit codes in
+   blocks of 32 with qmax <= 12 (q + qmax fits the nibble kernels' tables),
+   bytes for 8-bit codes.  All zero without an integer form. */
+static tops__unpacker unpacker_for(const tops__kernels *k, tops_format_id id) {
+    tops__unpacker up;
+    memset(&up, 0, sizeof up);
+    const tops__int_layout *lay = tops__format_int_layout(id);
+    if (!lay || lay->form == TOPS__IF_NONE) return up;
+    const tops_format_info *info = tops_format_get_info(id);
+    const tops__form_kernels *fk = &k->forms[lay->form];
+    const int blocks = lay->form == TOPS__IF_BLOCKS;
+    const int mins = lay->form == TOPS__IF_SUPER_MIN || (blocks && lay->has_min);
+    up.run = mins ? NULL : fk->run;
+    up.run_min = mins ? fk->run_min : NULL;
+    up.dot_min = mins ? fk->dot_min : NULL;
+    up.qmax = lay->qmax;
+    if (mins || (lay->form != TOPS__IF_CODES && !blocks)) return up;
+    if (lay->code_bits == 4 && lay->qmax <= 12) {
+        up.nib.block_bytes = blocks ? info->pack_bytes : 16;
+        up.nib.header = blocks ? lay->header : 0;
+        up.nib.split = blocks;
+        up.nib.offset = lay->qmax;
+        for (int c = 0; c < 16; c++) up.nib.lut[c] = (uint8_t)(lay->map[c] + lay->qmax);
+        up.nib.scales = fk->scales;
+    } else if (lay->code_bits == 8) {
+        up.byte.block_bytes = blocks ? info->pack_bytes : 32;
+        up.byte.header = blocks ? lay->header : 0;
+        up.byte.scales = fk->scales;
+    }
+    return up;
+}
+
 static void fill_table(tops__kernels *k, tops_isa level) {
     memset(k, 0, sizeof *k);
     k->isa = level;
@@ -104,7 +140,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->scale_f32_row = tops__scale_f32_row__ref;
     k->reduce_f32_row = tops__reduce_f32_row__ref;
     k->pack_rows_f32 = tops__ref_pack_rows_f32;
-    tops__ref_fill_unpackers(k->unpack);
+    tops__ref_fill_unpackers(k->forms);
     k->amx_bf16t.terms_q8 = tops__ref_amx_terms_q8;
     k->amx_bf16t.terms_f32 = tops__ref_amx_terms_f32;
     k->dot_f32_q8 = tops__ref_dot_f32_q8;
@@ -144,7 +180,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->scale_f32_row = tops__scale_f32_row__avx2;
         k->reduce_f32_row = tops__reduce_f32_row__avx2;
         k->pack_rows_f32 = tops__avx2_pack_rows_f32;
-        tops__avx2_fill_unpackers(k->unpack);
+        tops__avx2_fill_unpackers(k->forms);
         k->dot_f32_q8 = tops__avx2_dot_f32_q8;
         k->dot_f32_q8_x4 = tops__avx2_dot_f32_q8_x4;
         k->dot_q8_q8 = tops__avx2_dot_q8_q8;
@@ -188,7 +224,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
         k->gemm_q8_narrow = k->gemm_q8;
         k->gemm_q8_wide = k->gemm_q8; /* q + 128 as u8: no i16 stage to saturate */
-        tops__avx512_vnni_fill_unpackers(k->unpack);
+        tops__avx512_vnni_fill_unpackers(k->forms);
         k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni;
         k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni";
     }
@@ -214,6 +250,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                                "tops_attention_bf16_32x128__amx"};
 #endif
 #endif
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) k->unpack[id] = unpacker_for(k, (tops_format_id)id);
 }
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;

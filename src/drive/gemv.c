@@ -381,7 +381,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                 if (mins && in_place_min) { /* whole super-blocks read in place */
                     const uint8_t *blocks = qw.data + (n0 + j) * qw.row_bytes + (k0 / 256) * qw.block_bytes;
                     for (int64_t m = 0; m < M; m++)
-                        acc[m * N_BLOCK + j] += up.dot_min(blocks, qw.mul, aq + m * kp + k0, as + m * n_subs + k0 / sub,
+                        acc[m * N_BLOCK + j] += up.dot_min(&qw.lay, blocks, qw.mul, aq + m * kp + k0, as + m * n_subs + k0 / sub,
                                                            amin + m * n_subs + k0 / sub, kc / 256);
                     continue;
                 }

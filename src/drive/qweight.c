@@ -1,6 +1,7 @@
 /* tops__qweight_of: a weight's planes, strides and traits constants for
    the unpackers (drive/qweight.h). */
 #include "drive/qweight.h"
+#include "formats/traits.h"
 
 tops__qweight tops__qweight_of(const tops_tensor *w) {
     const tops_format_info *info = tops_format_get_info(w->format.id);
@@ -11,9 +12,8 @@ tops__qweight tops__qweight_of(const tops_tensor *w) {
         .row_bytes = (w->stride[0] / info->pack_elems) * info->pack_bytes,
         .k = w->extent[1],
         .sub = tops__unpack_sub(w),
-        .code_bits = info->element_bits,
         .block_bytes = info->pack_bytes,
-        .e2m1 = info->element == TOPS_DT_E2M1,
+        .lay = *tops__format_int_layout(w->format.id),
         .group = info->block > 1 ? w->format.group : 32,
         .scales = (const uint8_t *)p->data,
         .scale_dtype = p->dtype,

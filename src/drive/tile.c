@@ -17,7 +17,7 @@ static int64_t round_strip(int64_t v) { return (v + TOPS_TILE_STRIP - 1) & ~(int
 /* ---- matrices inside tensors --------------------------------------------- */
 
 static int is_native(tops_format_id id) {
-    return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
+    return tops__format_is_float(id);
 }
 
 tops_status tops__mat_whole(const char *fn, const char *arg, const tops_tensor *t, tops__mat *m) {

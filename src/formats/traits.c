@@ -47,74 +47,105 @@ tops_status tops_dtype_from_name(const char *name, tops_dtype *out) {
 #define BIT(d) (1u << (d))
 #define INT_GROUP_SCALES (BIT(TOPS_DT_F16) | BIT(TOPS_DT_BF16) | BIT(TOPS_DT_F32) | BIT(TOPS_DT_E8M0))
 
+/* A row: the public traits (tops_format_info) and the CPU integer form
+   (core/intform.h) the kernels read; each macro takes the form last
+   (variadic: a brace list passes through the forwarding macros whole). */
+typedef struct format_row {
+    tops_format_info info;
+    tops__int_layout cpu;
+} format_row;
+
 /* Plain element format: one code per element, no planes. */
-#define PLAIN(id, nm, dt, bits, pe, pb) PLAIN_GG(id, nm, dt, bits, pe, pb, -1)
+#define PLAIN(id, nm, dt, bits, pe, pb, ...) PLAIN_GG(id, nm, dt, bits, pe, pb, -1, __VA_ARGS__)
 /* ... also a ggml tensor type (its GGUF type id). */
-#define PLAIN_GG(id, nm, dt, bits, pe, pb, gt) \
-    [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 1, 1, 1, pe, pb, TOPS_DT_NONE, 0, 0, 0, 0, 0, gt, 0}
+#define PLAIN_GG(id, nm, dt, bits, pe, pb, gt, ...) \
+    [TOPS_FMT_##id] = {{nm, TOPS_DT_##dt, bits, 1, 1, 1, pe, pb, TOPS_DT_NONE, 0, 0, 0, 0, 0, gt, 0}, __VA_ARGS__}
 /* MX: fixed 32-element blocks with e8m0 scales. */
-#define MX(id, nm, dt, bits, pe, pb) \
-    [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 32, 32, 32, pe, pb, TOPS_DT_E8M0, BIT(TOPS_DT_E8M0), 0, 0, 0, 0, -1, 0}
+#define MX(id, nm, dt, bits, pe, pb, L) \
+    [TOPS_FMT_##id] = {{nm, TOPS_DT_##dt, bits, 32, 32, 32, pe, pb, TOPS_DT_E8M0, BIT(TOPS_DT_E8M0), 0, 0, 0, 0, -1, 0}, L}
 /* Symmetric integer groups of 16..256 elements. */
-#define INTG(id, nm, dt, bits, pe) \
-    [TOPS_FMT_##id] = {nm, TOPS_DT_##dt, bits, 32, 16, 256, pe, 1, TOPS_DT_F16, INT_GROUP_SCALES, 0, 0, 0, 0, -1, 0}
+#define INTG(id, nm, dt, bits, pe, L) \
+    [TOPS_FMT_##id] = {{nm, TOPS_DT_##dt, bits, 32, 16, 256, pe, 1, TOPS_DT_F16, INT_GROUP_SCALES, 0, 0, 0, 0, -1, 0}, L}
 /* GGUF: self-contained blocks of `elems` (32, or 256 for the super-blocks)
    in `bytes`, ggml's type id gt.  The codec (codecs.c) reads them. */
-#define GGUF(id, nm, elems, bytes, gt) GGUF_SUB(id, nm, elems, bytes, gt, 0)
+#define GGUF(id, nm, elems, bytes, gt, ...) GGUF_SUB(id, nm, elems, bytes, gt, 0, __VA_ARGS__)
 /* ... super-blocks whose sub-blocks of `sub` elements carry their own scales. */
-#define GGUF_SUB(id, nm, elems, bytes, gt, sub) \
-    [TOPS_FMT_##id] = {nm, TOPS_DT_U8, 8, elems, elems, elems, elems, bytes, TOPS_DT_NONE, 0, 0, 0, 0, 1, gt, sub}
+#define GGUF_SUB(id, nm, elems, bytes, gt, sub, ...) \
+    [TOPS_FMT_##id] = {{nm, TOPS_DT_U8, 8, elems, elems, elems, elems, bytes, TOPS_DT_NONE, 0, 0, 0, 0, 1, gt, sub}, __VA_ARGS__}
+/* Other rows: the traits in full. */
+#define ROW(id, L, ...) [TOPS_FMT_##id] = {{__VA_ARGS__}, L}
 
-static const tops_format_info format_table[TOPS_FMT_COUNT_] = {
-    PLAIN_GG(F32, "f32", F32, 32, 1, 4, 0),
-    PLAIN_GG(F16, "f16", F16, 16, 1, 2, 1),
-    PLAIN_GG(BF16, "bf16", BF16, 16, 1, 2, 30),
-    PLAIN(E4M3, "e4m3", E4M3, 8, 1, 1),
-    PLAIN(E5M2, "e5m2", E5M2, 8, 1, 1),
-    PLAIN(E2M3, "e2m3", E2M3, 6, 4, 3),
-    PLAIN(E3M2, "e3m2", E3M2, 6, 4, 3),
-    PLAIN(E2M1, "e2m1", E2M1, 4, 2, 1),
-    PLAIN_GG(I8, "i8", I8, 8, 1, 1, 24),
-    PLAIN(U8, "u8", U8, 8, 1, 1),
-    PLAIN(I4, "i4", I4, 4, 2, 1),
-    PLAIN(U4, "u4", U4, 4, 2, 1),
-    PLAIN(I2, "i2", I2, 2, 4, 1),
-    PLAIN(U2, "u2", U2, 2, 4, 1),
-    MX(MXFP8, "mxfp8", E4M3, 8, 1, 1),
-    MX(MXFP8_E5M2, "mxfp8-e5m2", E5M2, 8, 1, 1),
-    MX(MXFP6, "mxfp6", E2M3, 6, 4, 3),
-    MX(MXFP6_E3M2, "mxfp6-e3m2", E3M2, 6, 4, 3),
-    MX(MXFP4, "mxfp4", E2M1, 4, 2, 1),
-    MX(MXINT8, "mxint8", MXINT8, 8, 1, 1),
-    [TOPS_FMT_NVFP4] = {"nvfp4", TOPS_DT_E2M1, 4, 16, 16, 16, 2, 1, TOPS_DT_UE4M3, BIT(TOPS_DT_UE4M3), 0, 0, 1, 0, -1, 0},
-    INTG(INT8_G, "int8-g", I8, 8, 1),
-    INTG(INT4_G, "int4-g", I4, 4, 2),
-    INTG(INT2_G, "int2-g", I2, 2, 4),
-    [TOPS_FMT_INT4_G_AFFINE] = {"int4-g*-affine", TOPS_DT_U4, 4, 32, 16, 256, 2, 1, TOPS_DT_F16, BIT(TOPS_DT_F16), 1, 0, 0, 0, -1, 0},
-    [TOPS_FMT_LUT4] = {"lut4", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 1, 0, 0, -1, 0},
-    [TOPS_FMT_LUT4_ROW] = {"lut4-row", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 2, 0, 0, -1, 0},
-    [TOPS_FMT_E4M3_CH] = {"e4m3-ch", TOPS_DT_E4M3, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0},
-    [TOPS_FMT_E5M2_CH] = {"e5m2-ch", TOPS_DT_E5M2, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0},
-    GGUF(Q4_0, "q4_0", 32, 18, 2),
-    GGUF(Q4_1, "q4_1", 32, 20, 3),
-    GGUF(Q8_0, "q8_0", 32, 34, 8),
-    GGUF(GGUF_MXFP4, "gguf-mxfp4", 32, 17, 39),
-    GGUF_SUB(Q4_K, "q4_K", 256, 144, 12, 32),
-    GGUF_SUB(Q5_K, "q5_K", 256, 176, 13, 32),
-    GGUF_SUB(Q6_K, "q6_K", 256, 210, 14, 16),
-    GGUF(IQ4_NL, "iq4_nl", 32, 18, 20),
-    GGUF_SUB(IQ4_XS, "iq4_xs", 256, 136, 23, 32),
-    [TOPS_FMT_PACKED] = {"packed", TOPS_DT_U8, 8, 1, 1, 1, 1, 1, TOPS_DT_NONE, 0, 0, 0, 0, 0, -1, 0},
+/* Integer forms (core/intform.h).  4-bit code -> q maps: */
+#define MAP_I4 {0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1}      /* two's complement */
+#define MAP_E2M1 {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12}  /* e2m1 doubled (unit 1/2) */
+#define MAP_OFF8 {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7}    /* q4_0: code - 8 */
+#define MAP_U4 {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+#define MAP_IQ4 {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113} /* ggml's kvalues */
+#define NO_MAP {0}
+/* none: decode to f32 */
+#define NO_INT {TOPS__IF_NONE, 0, 0, 0, 0, 0, 0, NO_MAP}
+/* an element plane of `bits`-bit codes, |q| <= qmax */
+#define CODES(bits, qmax, map) {TOPS__IF_CODES, bits, 0, 0, 0, 0, qmax, map}
+/* blocks of 32: codes at byte `hdr`, scale encoding `enc`, an f16 min at 2 */
+#define BLOCKS(bits, hdr, enc, min, qmax, map) {TOPS__IF_BLOCKS, bits, hdr, TOPS__SE_##enc, min, 0, qmax, map}
+/* super-blocks of 256 */
+#define SUPER(form, bits, high, qmax, map) {TOPS__IF_SUPER_##form, bits, 0, 0, 0, high, qmax, map}
+
+static const format_row format_table[TOPS_FMT_COUNT_] = {
+    PLAIN_GG(F32, "f32", F32, 32, 1, 4, 0, NO_INT),
+    PLAIN_GG(F16, "f16", F16, 16, 1, 2, 1, NO_INT),
+    PLAIN_GG(BF16, "bf16", BF16, 16, 1, 2, 30, NO_INT),
+    PLAIN(E4M3, "e4m3", E4M3, 8, 1, 1, NO_INT),
+    PLAIN(E5M2, "e5m2", E5M2, 8, 1, 1, NO_INT),
+    PLAIN(E2M3, "e2m3", E2M3, 6, 4, 3, NO_INT),
+    PLAIN(E3M2, "e3m2", E3M2, 6, 4, 3, NO_INT),
+    PLAIN(E2M1, "e2m1", E2M1, 4, 2, 1, NO_INT),
+    PLAIN_GG(I8, "i8", I8, 8, 1, 1, 24, CODES(8, 128, NO_MAP)),
+    PLAIN(U8, "u8", U8, 8, 1, 1, NO_INT),
+    PLAIN(I4, "i4", I4, 4, 2, 1, CODES(4, 8, MAP_I4)),
+    PLAIN(U4, "u4", U4, 4, 2, 1, NO_INT),
+    PLAIN(I2, "i2", I2, 2, 4, 1, CODES(2, 2, NO_MAP)),
+    PLAIN(U2, "u2", U2, 2, 4, 1, NO_INT),
+    MX(MXFP8, "mxfp8", E4M3, 8, 1, 1, NO_INT),
+    MX(MXFP8_E5M2, "mxfp8-e5m2", E5M2, 8, 1, 1, NO_INT),
+    MX(MXFP6, "mxfp6", E2M3, 6, 4, 3, NO_INT),
+    MX(MXFP6_E3M2, "mxfp6-e3m2", E3M2, 6, 4, 3, NO_INT),
+    MX(MXFP4, "mxfp4", E2M1, 4, 2, 1, CODES(4, 12, MAP_E2M1)),
+    MX(MXINT8, "mxint8", MXINT8, 8, 1, 1, CODES(8, 128, NO_MAP)),
+    ROW(NVFP4, CODES(4, 12, MAP_E2M1), "nvfp4", TOPS_DT_E2M1, 4, 16, 16, 16, 2, 1, TOPS_DT_UE4M3, BIT(TOPS_DT_UE4M3), 0, 0, 1, 0, -1, 0),
+    INTG(INT8_G, "int8-g", I8, 8, 1, CODES(8, 128, NO_MAP)),
+    INTG(INT4_G, "int4-g", I4, 4, 2, CODES(4, 8, MAP_I4)),
+    INTG(INT2_G, "int2-g", I2, 2, 4, CODES(2, 2, NO_MAP)),
+    ROW(INT4_G_AFFINE, NO_INT, "int4-g*-affine", TOPS_DT_U4, 4, 32, 16, 256, 2, 1, TOPS_DT_F16, BIT(TOPS_DT_F16), 1, 0, 0, 0, -1, 0),
+    ROW(LUT4, NO_INT, "lut4", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 1, 0, 0, -1, 0),
+    ROW(LUT4_ROW, NO_INT, "lut4-row", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 2, 0, 0, -1, 0),
+    ROW(E4M3_CH, NO_INT, "e4m3-ch", TOPS_DT_E4M3, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0),
+    ROW(E5M2_CH, NO_INT, "e5m2-ch", TOPS_DT_E5M2, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0),
+    GGUF(Q4_0, "q4_0", 32, 18, 2, BLOCKS(4, 2, F16, 0, 8, MAP_OFF8)),
+    GGUF(Q4_1, "q4_1", 32, 20, 3, BLOCKS(4, 4, F16, 1, 15, MAP_U4)),
+    GGUF(Q8_0, "q8_0", 32, 34, 8, BLOCKS(8, 2, F16, 0, 128, NO_MAP)),
+    GGUF(GGUF_MXFP4, "gguf-mxfp4", 32, 17, 39, BLOCKS(4, 1, E8M0_HALF, 0, 12, MAP_E2M1)),
+    GGUF_SUB(Q4_K, "q4_K", 256, 144, 12, 32, SUPER(MIN, 4, 0, 15, NO_MAP)),
+    GGUF_SUB(Q5_K, "q5_K", 256, 176, 13, 32, SUPER(MIN, 4, 1, 31, NO_MAP)),
+    GGUF_SUB(Q6_K, "q6_K", 256, 210, 14, 16, SUPER(6BIT, 6, 0, 32, NO_MAP)),
+    GGUF(IQ4_NL, "iq4_nl", 32, 18, 20, BLOCKS(4, 2, F16, 0, 127, MAP_IQ4)),
+    GGUF_SUB(IQ4_XS, "iq4_xs", 256, 136, 23, 32, SUPER(SUBSCALE, 4, 0, 127, MAP_IQ4)),
+    ROW(PACKED, NO_INT, "packed", TOPS_DT_U8, 8, 1, 1, 1, 1, 1, TOPS_DT_NONE, 0, 0, 0, 0, 0, -1, 0),
 };
 
 const tops_format_info *tops_format_get_info(tops_format_id id) {
     if ((int)id < 0 || id >= TOPS_FMT_COUNT_) return NULL;
-    return &format_table[id];
+    return &format_table[id].info;
+}
+
+const tops__int_layout *tops__format_int_layout(tops_format_id id) {
+    if ((int)id < 0 || id >= TOPS_FMT_COUNT_) return NULL;
+    return &format_table[id].cpu;
 }
 
 int tops__format_of_gguf_type(uint32_t type) {
     for (int i = 0; i < TOPS_FMT_COUNT_; i++)
-        if (format_table[i].gguf_type >= 0 && (uint32_t)format_table[i].gguf_type == type) return i;
+        if (format_table[i].info.gguf_type >= 0 && (uint32_t)format_table[i].info.gguf_type == type) return i;
     return -1;
 }
 
@@ -186,7 +217,7 @@ const char *tops_format_name(tops_format format, char *buf, size_t cap) {
         snprintf(buf, cap, "?");
         return buf;
     }
-    const tops_format_info *info = &format_table[r.id];
+    const tops_format_info *info = &format_table[r.id].info;
     char base[48];
     if (r.id == TOPS_FMT_INT4_G_AFFINE)
         snprintf(base, sizeof base, "int4-g%d-affine", (int)r.group);
@@ -239,7 +270,7 @@ tops_status tops_format_from_name(const char *name, tops_format *out) {
     } else {
         g = 0;
         for (int i = 0; i < TOPS_FMT_COUNT_; i++) {
-            if (!has_group_param((tops_format_id)i) && strcmp(base, format_table[i].name) == 0) {
+            if (!has_group_param((tops_format_id)i) && strcmp(base, format_table[i].info.name) == 0) {
                 f.id = (tops_format_id)i;
                 break;
             }
@@ -266,7 +297,7 @@ tops_status tops_format_from_name(const char *name, tops_format *out) {
 double tops_format_bits_per_weight(tops_format format, int64_t k) {
     tops_format r;
     if (k < 1 || tops_format_resolve(format, &r) != TOPS_OK) return 0.0;
-    const tops_format_info *info = &format_table[r.id];
+    const tops_format_info *info = &format_table[r.id].info;
     double units = (double)tops__ceil_div(k, info->pack_elems);
     double bits = units * info->pack_bytes * 8.0;
     int64_t block = info->block < 0 ? k : r.group;

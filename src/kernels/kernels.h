@@ -6,6 +6,7 @@
 #ifndef TOPS_KERNELS_KERNELS_H
 #define TOPS_KERNELS_KERNELS_H
 
+#include "core/intform.h"
 #include "internal.h"
 
 #include <string.h>
@@ -24,8 +25,10 @@ typedef struct tops__gemm_ukernel {
 
 /* Quantized weights as small integers (src/kernels/<isa>/unpack_*.c).
    An unpacker sees memory only: the weight's planes, strides and the
-   constants of its traits row, filled once per call by the layer above
-   (tops__qweight_of, drive/gemm.h).  Elements [k0, k0 + n) of row `row`
+   constants of its traits row (lay: its integer form, core/intform.h),
+   filled once per call by the layer above (tops__qweight_of,
+   drive/qweight.h); the table holds one unpacker per form, never per
+   format.  Elements [k0, k0 + n) of row `row`
    of a weight stored [N, K] with blocks along K become q[i] (|q| <= qmax,
    0 past K) and one f32 scale per sub-block of `sub` elements, element =
    q * scale.  k0 and n are multiples of sub. */
@@ -34,9 +37,8 @@ typedef struct tops__qweight {
     int64_t row_bytes;        /* data-plane bytes from one row to the next */
     int64_t k;                /* elements per row (K) */
     int sub;                  /* sub-block of the integer form (<= 32) */
-    int code_bits;            /* element planes: bits per code (8, 4, 2) */
     int block_bytes;          /* self-contained blocks (GGUF): bytes per block */
-    int e2m1;                 /* element planes of e2m1 codes (doubled: unit 1/2) */
+    tops__int_layout lay;     /* the integer form: codes, map, header, scale encoding */
     int64_t group;            /* element planes: elements per scale entry */
     const uint8_t *scales;    /* scale plane at row 0, or NULL: every scale is mul */
     tops_dtype scale_dtype;   /* f16, bf16, f32, e8m0 or ue4m3 */
@@ -129,9 +131,14 @@ typedef struct tops__byte_layout {
    unpacker's values (mul as w->mul); the result is
    ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).  Every level gives
    the same bits. */
-typedef float (*tops__dot_min_fn)(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
-                                  const float *amin, int64_t nsb);
+typedef float (*tops__dot_min_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+                                  const float *as, const float *amin, int64_t nsb);
 
+/* What the drivers use for one format (tops__kernels.unpack, filled by
+   src/cpu/dispatch.c from the level's forms and the traits rows): the
+   entry for its form, masked by its layout (run or run_min), with qmax
+   and the in-place layouts made from the layout (nib: 4-bit codes with
+   qmax <= 12; byte: 8-bit codes). */
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
     tops__unpack_min_fn run_min; /* the relaxed form with mins (run is NULL then), or NULL */
@@ -140,6 +147,15 @@ typedef struct tops__unpacker {
     tops__nibble_layout nib;
     tops__byte_layout byte;
 } tops__unpacker;
+/* One kernel table entry per form (tops__kernels.forms): the functions
+   only; a form's run and run_min read lay to tell its layouts apart.
+   scales: one scale per sub-block of 32 for the in-place reads. */
+typedef struct tops__form_kernels {
+    tops__unpack_fn run;
+    tops__unpack_min_fn run_min;
+    tops__dot_min_fn dot_min;
+    tops__scales_fn scales;
+} tops__form_kernels;
 
 /* Relaxed integer microkernel (src/kernels/<isa>/gemm_q8_*.c): C[mr x 8]
    (+)= over nb sub-blocks of `sub` (16 or 32) k.  a: mr rows of i8
@@ -442,7 +458,12 @@ typedef struct tops__kernels {
     /* Panel packing: dst[k * width + j] = src[j * ld + k] for j < valid,
        0 for valid <= j < width (a transpose with zero padding). */
     void (*pack_rows_f32)(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
-    /* Integer forms of the quantized weight formats, by format id. */
+    /* Integer forms of the quantized weight formats, by form
+       (core/intform.h): what the kernel files fill. */
+    tops__form_kernels forms[TOPS__IF_COUNT_];
+    /* The same by format id, for the drivers: dispatch.c applies each
+       traits row's layout to its form's entry (the one place that joins
+       formats and kernels). */
     tops__unpacker unpack[TOPS_FMT_COUNT_];
     /* Dot products over n elements (a multiple of sub) of the integer form:
        strict  sum_b scale[b] * sum_{k in b} a[k] * q[k]   (f32 activations)
@@ -583,7 +604,7 @@ void tops_conv_dw_f32__ref(const float *const *rows, int64_t ldx, int64_t win, i
 void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
-void tops__ref_fill_unpackers(tops__unpacker *table);
+void tops__ref_fill_unpackers(tops__form_kernels *table);
 void tops__ref_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
 void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
@@ -649,7 +670,7 @@ void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, 
 void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                               int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
-void tops__avx2_fill_unpackers(tops__unpacker *table);
+void tops__avx2_fill_unpackers(tops__form_kernels *table);
 void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
 void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                      const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
@@ -718,7 +739,7 @@ int tops__amx_attn_softmax_qk__amx(const tops__amx_attn_args *a, float *s, int64
 void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const uint16_t *v, int nv, int ncg2, int np,
                             const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
 #endif
-void tops__avx512_vnni_fill_unpackers(tops__unpacker *table);
+void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                             const float *amin, const float *bmin,

@@ -3,6 +3,7 @@
    = cuda:N to the GPU kernel (src/cuda/attention.c). */
 #include "ops/attention.h"
 #include "cuda/attention.h"
+#include "formats/traits.h"
 
 #include <math.h>
 #include <string.h>
@@ -16,7 +17,7 @@ tops_attention_desc tops_attention_desc_default(void) {
 }
 
 static int is_activation(tops_format_id id) {
-    return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
+    return tops__format_is_float(id);
 }
 
 static tops_status check_operand(const char *arg, const tops_tensor *t, int activation, int varlen, int on_gpu) {

@@ -12,7 +12,7 @@
 #endif
 
 static int is_activation_format(tops_format_id id) {
-    return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
+    return tops__format_is_float(id);
 }
 
 /* Bytes of one plane's entries, from its first entry (strides >= 0). */

@@ -4,12 +4,13 @@
    row's value, store).  Each public function checks its arguments, then
    calls the engine (src/drive/tile.c) that the attention driver shares. */
 #include "drive/tile.h"
+#include "formats/traits.h"
 
 #include <math.h>
 #include <string.h>
 
 static int is_native(tops_format_id id) {
-    return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
+    return tops__format_is_float(id);
 }
 
 /* ---- the public API -------------------------------------------------------- */

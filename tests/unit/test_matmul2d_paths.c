@@ -354,9 +354,11 @@ static void test_dot_min_exact(void) {
                 amin[b] = as[b] * (float)sum;
             }
             const float mul = it % 3 ? 1.0f : th_uniform(&rng, 0.5f, 2.0f);
-            const float want = ref->unpack[id].dot_min(blocks, mul, aq, as, amin, nsb);
+            const tops__int_layout *lay = tops__format_int_layout((tops_format_id)id);
+            const float want = ref->unpack[id].dot_min(lay, blocks, mul, aq, as, amin, nsb);
             /* against f64 of the reference unpacker's values */
-            const tops__qweight qw = {blocks, 0, nsb * 256, 32, 8, info->pack_bytes, 0, 32, NULL, TOPS_DT_NONE, 0, 0, mul};
+            const tops__qweight qw = {.data = blocks, .k = nsb * 256, .sub = 32, .block_bytes = info->pack_bytes,
+                                      .lay = *lay, .group = 32, .scale_dtype = TOPS_DT_NONE, .mul = mul};
             ref->unpack[id].run_min(&qw, 0, 0, nsb * 256, q, ws, wm);
             double exact = 0, mag = 0;
             for (int64_t b = 0; b < nsb * 8; b++) {
@@ -370,7 +372,7 @@ static void test_dot_min_exact(void) {
             for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
                 const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
                 if (!kern || !kern->unpack[id].dot_min) continue;
-                const float got = kern->unpack[id].dot_min(blocks, mul, aq, as, amin, nsb);
+                const float got = kern->unpack[id].dot_min(lay, blocks, mul, aq, as, amin, nsb);
                 if (memcmp(&got, &want, sizeof got) != 0)
                     TH_FAIL_AT("%s isa=%s nsb=%lld: in-place dot %.9g, reference %.9g", info->name,
                                tops_isa_name((tops_isa)isa), (long long)nsb, got, want);

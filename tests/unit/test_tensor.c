@@ -1,6 +1,7 @@
 /* Tensors: views, owned tensors, slices that move every plane together,
    and every bad input returning a status and a sentence. */
 #include "harness.h"
+#include "internal.h"
 #include "tensorops.h"
 
 #include <stdint.h>
@@ -226,6 +227,43 @@ static void test_create_destroy(void) {
     ASSERT_STATUS(tops_tensor_create(fmt("f32"), 2, ext, gpu, &t), TOPS_UNSUPPORTED_ON_DEVICE);
 }
 
+/* tops_tensor_destroy frees a device tensor through the release its
+   backend registered (core/tensor.c), once, and clears the tensor; an
+   unregistered kind owns nothing (a view of caller memory is cleared). */
+static int released;
+static const void *released_data;
+static void fake_release(tops_tensor *t) {
+    released++;
+    released_data = t->data;
+}
+static void test_device_release_hook(void) {
+    static float mem[8];
+    tops_tensor_desc d = desc2(fmt("f32"), 2, 4, mem);
+    d.memory = (tops_memory){TOPS_DEVICE_CUDA, 0};
+    tops_tensor t;
+    ASSERT_OK(tops_tensor_view(&d, &t));
+    const tops__tensor_release_fn previous = tops__tensor_set_release(TOPS_DEVICE_CUDA, fake_release);
+    released = 0;
+    tops_tensor_destroy(&t);
+    ASSERT_EQ_INT(released, 1);
+    ASSERT_TRUE(released_data == (const void *)mem && t.data == NULL);
+    tops_tensor_destroy(&t); /* cleared: not released again */
+    ASSERT_EQ_INT(released, 1);
+    ASSERT_TRUE(tops__tensor_set_release(TOPS_DEVICE_CUDA, NULL) == fake_release);
+    ASSERT_OK(tops_tensor_view(&d, &t));
+    tops_tensor_destroy(&t);
+    ASSERT_EQ_INT(released, 1);
+    ASSERT_TRUE(t.data == NULL);
+    tops__tensor_set_release(TOPS_DEVICE_CUDA, previous);
+    /* host tensors never reach a device hook */
+    tops__tensor_set_release(TOPS_DEVICE_CUDA, fake_release);
+    int64_t ext[2] = {3, 5};
+    ASSERT_OK(tops_tensor_create(fmt("f16"), 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &t));
+    tops_tensor_destroy(&t);
+    ASSERT_EQ_INT(released, 1);
+    tops__tensor_set_release(TOPS_DEVICE_CUDA, previous);
+}
+
 static void test_slice_f32(void) {
     float buf[6 * 10];
     for (int i = 0; i < 60; i++) buf[i] = (float)i;
@@ -346,6 +384,7 @@ int main(void) {
     RUN_TEST(test_view_subbyte_strides);
     RUN_TEST(test_view_planes);
     RUN_TEST(test_create_destroy);
+    RUN_TEST(test_device_release_hook);
     RUN_TEST(test_slice_f32);
     RUN_TEST(test_slice_moves_planes);
     RUN_TEST(test_slice_subbyte_and_codebook);

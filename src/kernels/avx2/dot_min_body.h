@@ -1,4 +1,4 @@
-/* The in-place q4_K / q5_K row dot (tops__dot_min_fn, kernels/kernels.h)
+/* The in-place TOPS__IF_SUPER_MIN (q4_K / q5_K) row dot (tops__dot_min_fn, kernels/kernels.h)
    for the AVX2 and AVX-512 VNNI levels: the including file defines
    TOPS_KQ_DOT(q, a), the i32 sums of four u8 x s8 products per lane
    (vpmaddubsw + vpmaddwd, or vpdpbusd), and compiles this with its ISA
@@ -72,11 +72,7 @@ static inline float kq_dot_min(const uint8_t *blocks, float mul, const int8_t *a
     h = _mm_add_ss(h, _mm_movehdup_ps(h));
     return _mm_cvtss_f32(h);
 }
-static float kq_dot_min_q4_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
-                          int64_t nsb) {
-    return kq_dot_min(blocks, mul, aq, as, amin, nsb, 0);
-}
-static float kq_dot_min_q5_k(const uint8_t *blocks, float mul, const int8_t *aq, const float *as, const float *amin,
-                          int64_t nsb) {
-    return kq_dot_min(blocks, mul, aq, as, amin, nsb, 1);
+static float kq_dot_min_super(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+                              const float *as, const float *amin, int64_t nsb) {
+    return lay->high_bit ? kq_dot_min(blocks, mul, aq, as, amin, nsb, 1) : kq_dot_min(blocks, mul, aq, as, amin, nsb, 0);
 }

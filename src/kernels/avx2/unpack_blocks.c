@@ -1,6 +1,7 @@
-/* AVX2 integer forms of the common quantized formats (codes and scales)
-   and the 16-entry table row (lut4).  Same integers and scales as the
-   scalar unpackers, which still serve partial blocks at the end of K. */
+/* AVX2 integer forms (codes and scales), one per layout family of
+   core/intform.h, and the 16-entry table row (lut4).  Same integers and
+   scales as the scalar unpackers, which still serve partial blocks at the
+   end of K.  4-bit codes go through the layout's map with one vpshufb. */
 #include "kernels/kernels.h"
 #include "core/numeric.h"
 #include "kernels/ref/kquant.h"
@@ -19,14 +20,10 @@ static inline __m256i nibbles_split(const uint8_t *p) {
     __m128i b = _mm_loadu_si128((const __m128i *)p), m = _mm_set1_epi8(0x0F);
     return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(b, 4), m), _mm_and_si128(b, m));
 }
-static inline __m256i i4_to_i8(__m256i v) { /* sign-extend 4-bit codes */
-    __m256i eight = _mm256_set1_epi8(8);
-    return _mm256_sub_epi8(_mm256_xor_si256(v, eight), eight);
-}
-static inline __m256i e2m1_doubled(__m256i v) {
-    const __m256i lut = _mm256_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12, 0, 1, 2, 3, 4, 6,
-                                         8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
-    return _mm256_shuffle_epi8(lut, v);
+/* 32 4-bit codes (one per byte) through the layout's 16-entry map. */
+static inline __m256i map_codes(const tops__int_layout *lay, __m256i v) {
+    const __m128i m = _mm_loadu_si128((const __m128i *)lay->map);
+    return _mm256_shuffle_epi8(_mm256_set_m128i(m, m), v);
 }
 
 /* Scales of the element-plane formats.  Fast cases: f16 planes read
@@ -59,30 +56,23 @@ static void unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64
     }
 }
 
-/* Element-plane 4-bit formats (i4 groups, e2m1 MX/nvfp4): whole vectors of
-   32 inside K, the scalar unpacker for the rest. */
-static void unpack_4bit(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int fp4) {
+/* TOPS__IF_CODES: 4-bit codes (i4 groups, e2m1 MX/nvfp4) in whole vectors
+   of 32 inside K through the map, 8-bit codes copied, the scalar unpacker
+   for 2-bit codes and the rest. */
+static void unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
     const uint8_t *data = w->data + row * w->row_bytes;
     const int64_t K = w->k;
-    int64_t i = 0;
-    for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
-        __m256i v = nibbles_interleaved(data + (k0 + i) / 2);
-        _mm256_storeu_si256((__m256i *)(q + i), fp4 ? e2m1_doubled(v) : i4_to_i8(v));
+    if (w->lay.code_bits == 8) {
+        int64_t inside = K - k0 < n ? K - k0 : n;
+        memcpy(q, data + k0, (size_t)inside);
+        if (inside < n) memset(q + inside, 0, (size_t)(n - inside));
+    } else {
+        int64_t i = 0;
+        if (w->lay.code_bits == 4)
+            for (; i + 32 <= n && k0 + i + 32 <= K; i += 32)
+                _mm256_storeu_si256((__m256i *)(q + i), map_codes(&w->lay, nibbles_interleaved(data + (k0 + i) / 2)));
+        if (i < n) tops__ref_unpack_codes(w, row, k0 + i, n - i, q + i);
     }
-    if (i < n) tops__ref_unpack_codes(w, row, k0 + i, n - i, q + i);
-    unpack_scales(w, row, k0, n, scale);
-}
-static void unpack_i4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_4bit(w, row, k0, n, q, scale, 0);
-}
-static void unpack_e2m1(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_4bit(w, row, k0, n, q, scale, 1);
-}
-static void unpack_i8(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    const int64_t K = w->k;
-    int64_t inside = K - k0 < n ? K - k0 : n;
-    memcpy(q, w->data + row * w->row_bytes + k0, (size_t)inside);
-    if (inside < n) memset(q + inside, 0, (size_t)(n - inside));
     unpack_scales(w, row, k0, n, scale);
 }
 
@@ -92,89 +82,83 @@ static inline float gguf_e8m0_half(uint8_t e) {
     return tops__bits_f32(e == 0xFF ? 0x7fc00000u : e >= 2 ? (uint32_t)(e - 1) << 23 : 1u << (21 + e));
 }
 
-/* GGUF blocks: kind 0 q4_0, 1 q8_0, 2 ggml mxfp4. */
-static void unpack_gguf(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int kind,
-                        tops__unpack_fn scalar) {
+static inline float block_scale(const tops__qweight *w, const uint8_t *blk) {
+    if (w->lay.scale_enc == TOPS__SE_E8M0_HALF) return gguf_e8m0_half(blk[0]);
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return _cvtsh_ss(h);
+}
+
+/* TOPS__IF_BLOCKS: whole blocks of 32 inside K (split nibbles through the
+   map, or 32 i8), the scale (and q4_1's min -m) from the header. */
+static tops__unpack_fn scalar_blocks;
+static tops__unpack_min_fn scalar_blocks_min;
+static void unpack_blocks_any(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                              float *min) {
     const uint8_t *data = w->data + row * w->row_bytes;
     const int64_t K = w->k;
     int64_t i = 0;
     for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
-        const uint8_t *blk = data + ((k0 + i) / 32) * w->block_bytes;
-        __m256i v;
-        if (kind == 0) v = _mm256_sub_epi8(nibbles_split(blk + 2), _mm256_set1_epi8(8));
-        else if (kind == 1) v = _mm256_loadu_si256((const __m256i *)(blk + 2));
-        else v = e2m1_doubled(nibbles_split(blk + 1));
+        const uint8_t *blk = data + ((k0 + i) / 32) * w->block_bytes, *codes = blk + w->lay.header;
+        const __m256i v = w->lay.code_bits == 8 ? _mm256_loadu_si256((const __m256i *)codes)
+                                                : map_codes(&w->lay, nibbles_split(codes));
         _mm256_storeu_si256((__m256i *)(q + i), v);
-        if (kind == 2) {
-            scale[i / 32] = gguf_e8m0_half(blk[0]) * w->mul;
-        } else {
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            scale[i / 32] = _cvtsh_ss(h) * w->mul;
+        scale[i / 32] = block_scale(w, blk) * w->mul;
+        if (min) {
+            uint16_t hm;
+            memcpy(&hm, blk + 2, 2);
+            min[i / 32] = -(_cvtsh_ss(hm) * w->mul);
         }
     }
-    if (i < n) scalar(w, row, k0 + i, n - i, q + i, scale + i / 32);
+    if (i < n) {
+        if (min) scalar_blocks_min(w, row, k0 + i, n - i, q + i, scale + i / 32, min + i / 32);
+        else scalar_blocks(w, row, k0 + i, n - i, q + i, scale + i / 32);
+    }
+}
+static void unpack_blocks(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+    unpack_blocks_any(w, row, k0, n, q, scale, NULL);
+}
+static void unpack_blocks_min(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                              float *min) {
+    unpack_blocks_any(w, row, k0, n, q, scale, min);
 }
 
-static tops__unpack_fn scalar_q4_0, scalar_q8_0, scalar_mxfp4;
-static void unpack_q4_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_gguf(w, row, k0, n, q, scale, 0, scalar_q4_0);
-}
-static void unpack_q8_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_gguf(w, row, k0, n, q, scale, 1, scalar_q8_0);
-}
-static void unpack_gguf_mxfp4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_gguf(w, row, k0, n, q, scale, 2, scalar_mxfp4);
-}
-
-/* iq4_nl (blocks of 32 in 18 bytes) and iq4_xs (256 in 136, a 6-bit
-   sub-scale per 32): one vpshufb through the non-linear table; the scales
-   as the scalar rows compute them (d, or d * (ls - 32)). */
-static tops__unpack_fn scalar_iq4_nl, scalar_iq4_xs;
-static void unpack_iq4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale, int xs) {
-    const __m256i lut = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-                                         -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+/* TOPS__IF_SUPER_SUBSCALE (iq4_xs: 256 in 136 bytes, a 6-bit sub-scale
+   per 32): one vpshufb through the map; the scales as the scalar rows
+   compute them (d * (ls - 32)). */
+static tops__unpack_fn scalar_super_subscale;
+static void unpack_super_subscale(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q,
+                                  float *scale) {
     const uint8_t *data = w->data + row * w->row_bytes;
     const int64_t K = w->k;
     int64_t i = 0;
     for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
         const int64_t kb = k0 + i;
-        const uint8_t *blk = data + (xs ? (kb / 256) * 136 : (kb / 32) * 18), *qs = blk + 2;
-        uint16_t h;
+        const uint8_t *blk = data + (kb / 256) * w->block_bytes;
+        uint16_t h, hi;
         memcpy(&h, blk, 2);
-        float d = _cvtsh_ss(h);
-        if (xs) {
-            const int j = (int)(kb % 256) / 32;
-            uint16_t hi;
-            memcpy(&hi, blk + 2, 2);
-            d = d * (float)((((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((hi >> (2 * j)) & 3) << 4)) - 32);
-            qs = blk + 8 + 16 * j;
-        }
-        _mm256_storeu_si256((__m256i *)(q + i), _mm256_shuffle_epi8(lut, nibbles_split(qs)));
+        memcpy(&hi, blk + 2, 2);
+        const int j = (int)(kb % 256) / 32;
+        const float d = _cvtsh_ss(h) * (float)((((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((hi >> (2 * j)) & 3) << 4)) - 32);
+        _mm256_storeu_si256((__m256i *)(q + i), map_codes(&w->lay, nibbles_split(blk + 8 + 16 * j)));
         scale[i / 32] = d * w->mul;
     }
-    if (i < n) (xs ? scalar_iq4_xs : scalar_iq4_nl)(w, row, k0 + i, n - i, q + i, scale + i / 32);
-}
-static void unpack_iq4_nl(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_iq4(w, row, k0, n, q, scale, 0);
-}
-static void unpack_iq4_xs(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
-    unpack_iq4(w, row, k0, n, q, scale, 1);
+    if (i < n) scalar_super_subscale(w, row, k0 + i, n - i, q + i, scale + i / 32);
 }
 
-/* q6_K: 32 codes per step (two sub-blocks of 16): 32 consecutive elements
+/* TOPS__IF_SUPER_6BIT (q6_K): 32 codes per step (two sub-blocks of 16): 32 consecutive elements
    of a super-block share one ql row (low nibbles or high) and one qh row
    (a 2-bit field), so two loads, shifts and masks give them; the scales
    d * sc as the scalar row computes them. */
-static tops__unpack_fn scalar_q6_k;
-static void unpack_q6_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
+static tops__unpack_fn scalar_super_6bit;
+static void unpack_super_6bit(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
     const uint8_t *data = w->data + row * w->row_bytes;
     const int64_t K = w->k;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(3), k32 = _mm256_set1_epi8(32);
     int64_t i = 0;
     for (; i + 32 <= n && k0 + i + 32 <= K && (k0 + i) % 32 == 0; i += 32) {
         const int64_t kb = k0 + i;
-        const uint8_t *blk = data + (kb / 256) * 210;
+        const uint8_t *blk = data + (kb / 256) * w->block_bytes;
         const int e = (int)(kb % 256), h = e / 128, s = (e % 128) / 32;
         __m256i lo = _mm256_loadu_si256((const __m256i *)(blk + 64 * h + 32 * (s & 1)));
         lo = _mm256_and_si256(_mm256_srli_epi16(lo, 4 * (s >> 1)), m4);
@@ -188,7 +172,7 @@ static void unpack_q6_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t
         scale[i / 16] = d * (float)(int8_t)blk[192 + e / 16] * w->mul;
         scale[i / 16 + 1] = d * (float)(int8_t)blk[192 + e / 16 + 1] * w->mul;
     }
-    if (i < n) scalar_q6_k(w, row, k0 + i, n - i, q + i, scale + i / 16);
+    if (i < n) scalar_super_6bit(w, row, k0 + i, n - i, q + i, scale + i / 16);
 }
 
 /* q4_K / q5_K rows read in place (tops__dot_min_fn): vpmaddubsw takes q
@@ -200,12 +184,13 @@ static inline __m256i dot_u8_s8(__m256i q, __m256i a) {
 #include "kernels/avx2/dot_min_body.h"
 #undef TOPS_KQ_DOT
 
-/* q4_K / q5_K: a sub-block of 32 is one 32-byte row of qs (low or high
-   nibbles) and, for q5_K, bit j of the 32 qh bytes; scales and mins as
-   the scalar rows compute them. */
-static tops__unpack_min_fn scalar_q4_k, scalar_q5_k;
-static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
-                          float *min, int five) {
+/* TOPS__IF_SUPER_MIN (q4_K / q5_K): a sub-block of 32 is one 32-byte row
+   of qs (low or high nibbles) and, with the high bit plane (q5_K), bit j
+   of the 32 qh bytes; scales and mins as the scalar rows compute them. */
+static tops__unpack_min_fn scalar_super_min;
+static void unpack_super_min(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                             float *min) {
+    const int five = w->lay.high_bit;
     const uint8_t *data = w->data + row * w->row_bytes;
     const int64_t K = w->k;
     const __m256i m4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
@@ -251,102 +236,33 @@ static void unpack_kquant(const tops__qweight *w, int64_t row, int64_t k0, int64
         scale[i / 32] = _cvtsh_ss(hd) * (float)sc * w->mul;
         min[i / 32] = _cvtsh_ss(hm) * (float)m * w->mul;
     }
-    if (i < n) (five ? scalar_q5_k : scalar_q4_k)(w, row, k0 + i, n - i, q + i, scale + i / 32, min + i / 32);
-}
-static void unpack_q4_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
-                        float *min) {
-    unpack_kquant(w, row, k0, n, q, scale, min, 0);
-}
-static void unpack_q5_k(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
-                        float *min) {
-    unpack_kquant(w, row, k0, n, q, scale, min, 1);
+    if (i < n) scalar_super_min(w, row, k0 + i, n - i, q + i, scale + i / 32, min + i / 32);
 }
 
-/* q4_1: q4_0's nibbles unsigned, scale d and min -m (the scalar row's
-   values); partial blocks at the end of K by the scalar row. */
-static tops__unpack_min_fn scalar_q4_1;
-static void unpack_q4_1(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
-                        float *min) {
-    const uint8_t *data = w->data + row * w->row_bytes;
-    int64_t i = 0;
-    for (; i + 32 <= n && k0 + i + 32 <= w->k; i += 32) {
-        const uint8_t *blk = data + ((k0 + i) / 32) * 20;
-        _mm256_storeu_si256((__m256i *)(q + i), nibbles_split(blk + 4));
-        uint16_t hd, hm;
-        memcpy(&hd, blk, 2);
-        memcpy(&hm, blk + 2, 2);
-        scale[i / 32] = _cvtsh_ss(hd) * w->mul;
-        min[i / 32] = -(_cvtsh_ss(hm) * w->mul);
-    }
-    if (i < n) scalar_q4_1(w, row, k0 + i, n - i, q + i, scale + i / 32, min + i / 32);
-}
-
-/* GGUF block scales from the headers: F16C for q4_0, 2^(e-128) by bits
+/* TOPS__IF_BLOCKS scales from the headers: F16C, or 2^(e-128) by bits
    for ggml's mxfp4 (the same values as the scalar rows). */
-static void scales_q4_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
-    const uint8_t *blk = w->data + row * w->row_bytes + (k0 / 32) * 18;
-    for (int64_t b = 0; b < n / 32; b++, blk += 18) {
-        uint16_t h;
-        memcpy(&h, blk, 2);
-        scale[b] = _cvtsh_ss(h) * w->mul;
-    }
-}
-static void scales_q8_0(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
-    const uint8_t *blk = w->data + row * w->row_bytes + (k0 / 32) * 34;
-    for (int64_t b = 0; b < n / 32; b++, blk += 34) {
-        uint16_t h;
-        memcpy(&h, blk, 2);
-        scale[b] = _cvtsh_ss(h) * w->mul;
-    }
-}
-static void scales_gguf_mxfp4(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
-    const uint8_t *blk = w->data + row * w->row_bytes + (k0 / 32) * 17;
-    for (int64_t b = 0; b < n / 32; b++, blk += 17) {
-        scale[b] = gguf_e8m0_half(blk[0]) * w->mul;
-    }
+static void blocks_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *blk = w->data + row * w->row_bytes + (k0 / 32) * w->block_bytes;
+    for (int64_t b = 0; b < n / 32; b++, blk += w->block_bytes) scale[b] = block_scale(w, blk) * w->mul;
 }
 
-void tops__avx2_fill_unpackers(tops__unpacker *table) {
+void tops__avx2_fill_unpackers(tops__form_kernels *table) {
     for (int e = 0; e < 256; e++) /* 2^(e-127); 0xFF is NaN (FORMATS.md) */
         e8m0_table[e] = e == 255 ? tops__bits_f32(0x7fc00000u)
                                  : tops__bits_f32(e ? (uint32_t)e << 23 : 0x00400000u);
     for (int c = 0; c < 256; c++) ue4m3_table[c] = tops__ue4m3_to_f32((uint32_t)c);
-    scalar_q4_0 = table[TOPS_FMT_Q4_0].run; /* table holds the scalar row on entry */
-    scalar_q8_0 = table[TOPS_FMT_Q8_0].run;
-    scalar_mxfp4 = table[TOPS_FMT_GGUF_MXFP4].run;
-    scalar_q6_k = table[TOPS_FMT_Q6_K].run;
-    table[TOPS_FMT_Q6_K].run = unpack_q6_k;
-    scalar_q4_1 = table[TOPS_FMT_Q4_1].run_min;
-    table[TOPS_FMT_Q4_1].run_min = unpack_q4_1;
-    scalar_q4_k = table[TOPS_FMT_Q4_K].run_min;
-    scalar_q5_k = table[TOPS_FMT_Q5_K].run_min;
-    table[TOPS_FMT_Q4_K].run_min = unpack_q4_k;
-    table[TOPS_FMT_Q5_K].run_min = unpack_q5_k;
-    table[TOPS_FMT_Q4_K].dot_min = kq_dot_min_q4_k;
-    table[TOPS_FMT_Q5_K].dot_min = kq_dot_min_q5_k;
-    scalar_iq4_nl = table[TOPS_FMT_IQ4_NL].run;
-    scalar_iq4_xs = table[TOPS_FMT_IQ4_XS].run;
-    table[TOPS_FMT_IQ4_NL].run = unpack_iq4_nl;
-    table[TOPS_FMT_IQ4_XS].run = unpack_iq4_xs;
-    table[TOPS_FMT_I4].run = unpack_i4;
-    table[TOPS_FMT_INT4_G].run = unpack_i4;
-    table[TOPS_FMT_MXFP4].run = unpack_e2m1;
-    table[TOPS_FMT_NVFP4].run = unpack_e2m1;
-    table[TOPS_FMT_I8].run = unpack_i8;
-    table[TOPS_FMT_INT8_G].run = unpack_i8;
-    table[TOPS_FMT_MXINT8].run = unpack_i8;
-    table[TOPS_FMT_Q4_0].run = unpack_q4_0;
-    table[TOPS_FMT_Q8_0].run = unpack_q8_0;
-    table[TOPS_FMT_GGUF_MXFP4].run = unpack_gguf_mxfp4;
-    table[TOPS_FMT_I4].nib.scales = unpack_scales;
-    table[TOPS_FMT_INT4_G].nib.scales = unpack_scales;
-    table[TOPS_FMT_MXFP4].nib.scales = unpack_scales;
-    table[TOPS_FMT_Q4_0].nib.scales = scales_q4_0;
-    table[TOPS_FMT_GGUF_MXFP4].nib.scales = scales_gguf_mxfp4;
-    table[TOPS_FMT_I8].byte.scales = unpack_scales;
-    table[TOPS_FMT_INT8_G].byte.scales = unpack_scales;
-    table[TOPS_FMT_MXINT8].byte.scales = unpack_scales;
-    table[TOPS_FMT_Q8_0].byte.scales = scales_q8_0;
+    /* the table holds the scalar rows on entry: they serve the tails */
+    scalar_blocks = table[TOPS__IF_BLOCKS].run;
+    scalar_blocks_min = table[TOPS__IF_BLOCKS].run_min;
+    scalar_super_min = table[TOPS__IF_SUPER_MIN].run_min;
+    scalar_super_6bit = table[TOPS__IF_SUPER_6BIT].run;
+    scalar_super_subscale = table[TOPS__IF_SUPER_SUBSCALE].run;
+    table[TOPS__IF_CODES] = (tops__form_kernels){unpack_codes, NULL, NULL, unpack_scales};
+    table[TOPS__IF_BLOCKS] = (tops__form_kernels){unpack_blocks, unpack_blocks_min, NULL, blocks_scales};
+    table[TOPS__IF_SUPER_MIN].run_min = unpack_super_min;
+    table[TOPS__IF_SUPER_MIN].dot_min = kq_dot_min_super;
+    table[TOPS__IF_SUPER_6BIT].run = unpack_super_6bit;
+    table[TOPS__IF_SUPER_SUBSCALE].run = unpack_super_subscale;
 }
 
 /* Eight codes per step: a variable shift spreads four bytes' nibbles over

@@ -13,7 +13,6 @@
 #undef TOPS_KQ_DOT
 
 /* On top of the AVX2 unpackers (the table holds them on entry). */
-void tops__avx512_vnni_fill_unpackers(tops__unpacker *table) {
-    table[TOPS_FMT_Q4_K].dot_min = kq_dot_min_q4_k;
-    table[TOPS_FMT_Q5_K].dot_min = kq_dot_min_q5_k;
+void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table) {
+    table[TOPS__IF_SUPER_MIN].dot_min = kq_dot_min_super;
 }

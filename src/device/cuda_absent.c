@@ -1,5 +1,7 @@
 /* The CUDA entry points when the library is built without CUDA: each one
-   says so with a status and a sentence (src/cuda holds the real ones). */
+   says so with a status and a sentence (src/cuda holds the real ones).
+   Above core and the CPU backend, beside src/cuda: only the front doors
+   (src/ops) and the public API call these. */
 #include "cuda/attention.h"
 #include "cuda/cuda_internal.h"
 #include "internal.h"
@@ -86,7 +88,6 @@ int tops__cuda_is_packed(const tops_tensor *t) {
     (void)t;
     return 0;
 }
-void tops__cuda_tensor_release(tops_tensor *t) { (void)t; }
 tops_status tops__cuda_attention(const tops_exec *exec, const tops_attention_desc *desc, const tops_tensor *q,
                                  const tops_tensor *k, const tops_tensor *v, tops_tensor *out) {
     (void)desc;
