@@ -105,6 +105,23 @@ tops_status tops_bench_conv_prepare(tops_bench_config *cfg) {
     return TOPS_OK;
 }
 
+int tops_bench_conv_cases(tops_bench_conv_shape *out, const char **names, int max) {
+    int n = 0;
+    for (int l = 0; l < NLAYERS; l++) {
+        if (!g_opts.layer_on[l]) continue;
+        const conv_layer *L = &layers[l];
+        for (int bi = 0; bi < (L->batched ? g_opts.nbatch : 1) && n < max; bi++, n++) {
+            tops_bench_conv_shape sh = {L->batched ? g_opts.batch[bi] : 1, L->h, L->w, L->c, L->o, L->k, L->k, 0, 0,
+                                        L->stride, L->stride, 1, 1, L->pad, L->pad, L->pad, L->pad, L->groups};
+            sh.oh = (sh.h + 2 * L->pad - L->k) / L->stride + 1;
+            sh.ow = (sh.w + 2 * L->pad - L->k) / L->stride + 1;
+            out[n] = sh;
+            names[n] = L->name;
+        }
+    }
+    return n;
+}
+
 /* f64 reference of output rows `rows` (pixels of [n * oh * ow, o]). */
 static void reference(const tops_bench_conv_shape *s, const float *x, const float *w, const int64_t *rows, int nrows,
                       double *ref) {

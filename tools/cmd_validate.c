@@ -401,7 +401,7 @@ int tops_cmd_validate(int argc, char **argv) {
     }
     if (run_device.kind == TOPS_DEVICE_CUDA) {
         failures += tops_validate_attention_on(run_device, quick, json, only, &first);
-        if (!json) printf("conv2d rows skipped on cuda: they run on the CPU only\n");
+        failures += tops_validate_conv_on(run_device, quick, json, only, &first);
     } else {
         failures += tops_validate_attention(quick, json, only, &first);
         failures += tops_validate_conv(quick, json, only, &first);
