@@ -88,7 +88,7 @@ static uint16_t to16(tops_dtype dt, float v) { return dt == TOPS_DT_F16 ? tops__
 
 enum { W_HOST = 0, W_DEVICE = 1, W_PACKED = 2 };
 
-/* One case on cuda:0; returns 0 when it could not run. */
+/* One case on cuda:0 against f64, run twice (same bits). */
 static void run_case(const cv_case *c, const char *fmt_name, tops_dtype act, tops_dtype dt_dest, int relaxed,
                      int use_bias, int accumulate, int where, const char *want_path) {
     const int64_t oh = out_dim(c->h, c->pt + c->pb, c->kh, c->sh, c->dh), ow = out_dim(c->w, c->pl + c->pr, c->kw, c->sw, c->dw);
@@ -206,8 +206,9 @@ done:
 
 static int ncases(void) { return small_run ? 3 : (int)(sizeof cases / sizeof cases[0]); }
 
-/* f16 / bf16 weights: the implicit GEMM where C / groups is a multiple of 8
-   (else im2col), device / host / packed weights, every dest type. */
+/* f16 / bf16 weights on the implicit GEMM (cp.async pieces where C / groups
+   is a multiple of 8, else the element gather; depthwise on its kernel),
+   device / host / packed weights, every dest type. */
 static void test_16bit(void) {
     for (int i = 0; i < ncases(); i++) {
         const cv_case *c = &cases[i];
