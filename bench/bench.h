@@ -280,6 +280,13 @@ int tops_bench_conv_parse(tops_bench_config *cfg, int argc, char **argv, int *i)
 tops_status tops_bench_conv_prepare(tops_bench_config *cfg);
 tops_status tops_bench_conv_cpu(tops_bench_session *session, tops_bench_rows *rows);
 extern const char tops_bench_conv_usage[];
+/* The (layer, batch) shapes --layers and --conv-batch enable, in order, with
+   the layers' names; returns how many (at most max). */
+int tops_bench_conv_cases(tops_bench_conv_shape *out, const char **names, int max);
+/* `tensorops bench --op conv2d --device cuda` (bench/bench_cuda_conv.c). */
+tops_status tops_bench_conv_cuda_prepare(tops_bench_config *cfg);
+tops_status tops_bench_conv_cuda(tops_bench_session *session, tops_bench_rows *rows);
+extern const char tops_bench_conv_cuda_usage[];
 
 /* oneDNN's f32 convolution primitive on the same NHWC input and weights
    (input and output NHWC, the weights reordered once into the layout the

@@ -18,6 +18,8 @@ static const tops_bench_runner runners[] = {
     {"matmul", TOPS_DEVICE_CUDA, NULL, tops_bench_matmul_cuda_prepare, tops_bench_matmul_cuda, NULL},
     {"attention", TOPS_DEVICE_CUDA, tops_bench_attention_parse, tops_bench_attention_cuda_prepare,
      tops_bench_attention_cuda, tops_bench_attention_cuda_usage},
+    {"conv2d", TOPS_DEVICE_CUDA, tops_bench_conv_parse, tops_bench_conv_cuda_prepare, tops_bench_conv_cuda,
+     tops_bench_conv_cuda_usage},
 #endif
 };
 

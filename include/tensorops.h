@@ -715,11 +715,16 @@ typedef struct tops_conv2d_desc {
     int32_t groups;                 /* G, 0 = 1; divides C and O.  G = C is depthwise */
     int relaxed_precision;          /* as tops_matmul2d_desc (same paths and bounds) */
     tops_matmul_mode mode;          /* TOPS_MULTIPLY or TOPS_MULTIPLY_ACCUMULATE into dest */
-    const tops_tensor *bias;        /* NULL, or f32/f16/bf16 rank 1 [O] in host memory */
+    const tops_tensor *bias;        /* NULL, or f32/f16/bf16 rank 1 [O] in host memory (a GPU call:
+                                       host or device memory) */
 } tops_conv2d_desc;
 
 /*
- * Runs the convolution on the CPU.
+ * Runs the convolution on the CPU, or with exec.device = cuda:N on that GPU
+ * (docs/conv2d.md): input and dest in its memory, f16/bf16 input, channels
+ * contiguous; weight and bias in host or device memory (or a weight packed
+ * by tops_pack_right for that device); queued on exec.stream and returning
+ * before the GPU has finished.
  *   input  [N, H, W, C]  f32, f16 or bf16 (NHWC), any strides
  *   weight either rank 2 [O, KH * KW * C/G] in any format tops_matmul2d
  *          takes as right with transpose_right = 1 (f32/f16/bf16, fp8, int

@@ -98,6 +98,10 @@ int tops_validate_attention_on(tops_device dev, int quick, int json, const char 
 int tops_validate_attention_knows(const char *name, size_t len);
 /* The conv2d rows (tools/validate_conv.c), likewise. */
 int tops_validate_conv(int quick, int json, const char *only, int *first);
+int tops_validate_conv_on(tops_device dev, int quick, int json, const char *only, int *first);
+/* A tensor view of data in memory space mem. */
+tops_status tops_validate_view_on(tops_dtype dt, void *data, int rank, const int64_t *ext, tops_memory mem,
+                                  tops_tensor *out);
 int tops_validate_conv_knows(const char *name, size_t len);
 int tops_cmd_quantize(int argc, char **argv);
 int tops_cmd_inspect(int argc, char **argv);

@@ -22,7 +22,8 @@ void tops_cmd_validate_usage(FILE *out) {
             "key counts (A-kv-lens) and packed varlen batches (A-varlen*); shape Sq x D x Sk, the\n"
             "longest sequence) against f64 attention on the decoded operands; then conv2d rows C-* (NHWC,\n"
             "ragged shapes: odd sizes, stride 2 with dilation 2, groups 2, depthwise, 1x1, 7x7; shape\n"
-            "M = N*OH*OW x K = KH*KW*C/groups x N = O) against an f64 direct convolution.\n"
+            "M = N*OH*OW x K = KH*KW*C/groups x N = O) against an f64 direct convolution (--device cuda:\n"
+            "the rows with 16-bit activations, C-f16, C-bf16, C-int8-g32, C-int4-g128, on that GPU).\n"
             "Each row: cos-sim, rel-L2 and max-abs against f64 on the decoded operands, the weights'\n"
             "SNR against their unquantized values, and pass/fail against the row's bound (f32 dest\n"
             "1e-5; f16 dest 1e-5 + 2^-11; bf16 dest 1e-5 + 2^-8; relaxed 1e-2).\n\n"
@@ -401,7 +402,7 @@ int tops_cmd_validate(int argc, char **argv) {
     }
     if (run_device.kind == TOPS_DEVICE_CUDA) {
         failures += tops_validate_attention_on(run_device, quick, json, only, &first);
-        if (!json) printf("conv2d rows skipped on cuda: they run on the CPU only\n");
+        failures += tops_validate_conv_on(run_device, quick, json, only, &first);
     } else {
         failures += tops_validate_attention(quick, json, only, &first);
         failures += tops_validate_conv(quick, json, only, &first);

@@ -1,7 +1,8 @@
 /* The conv2d rows of tensorops validate: tops_conv2d on random data
    against an f64 direct convolution of the decoded weights, over ragged
    shapes (odd sizes, stride 2 with dilation 2, groups 2, depthwise, 1x1,
-   7x7) and weight formats, strict and relaxed. */
+   7x7) and weight formats, strict and relaxed; with --device cuda the rows
+   that run there (16-bit activations), on that GPU. */
 #include "cli.h"
 
 #include "bench.h"
@@ -15,15 +16,18 @@ typedef struct conv_row {
     const char *name, *format;
     tops_dtype act, dest;
     int relaxed;
+    int where; /* 1: CPU, 2: GPU, 3: both */
 } conv_row;
 
 static const conv_row rows[] = {
-    {"C-f32", "f32", TOPS_DT_F32, TOPS_DT_F32, 0},
-    {"C-f16", "f16", TOPS_DT_F16, TOPS_DT_F16, 0},
-    {"C-int8-g32", "int8-g32", TOPS_DT_F16, TOPS_DT_F32, 0},
-    {"C-mxfp4", "mxfp4", TOPS_DT_F32, TOPS_DT_F32, 0},
-    {"C-R-int8-g32", "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 1},
-    {"C-R-int4-g32", "int4-g32", TOPS_DT_F32, TOPS_DT_F32, 1},
+    {"C-f32", "f32", TOPS_DT_F32, TOPS_DT_F32, 0, 1},
+    {"C-f16", "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 3},
+    {"C-bf16", "bf16", TOPS_DT_BF16, TOPS_DT_F32, 0, 2},
+    {"C-int8-g32", "int8-g32", TOPS_DT_F16, TOPS_DT_F32, 0, 3},
+    {"C-int4-g128", "int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 0, 2},
+    {"C-mxfp4", "mxfp4", TOPS_DT_F32, TOPS_DT_F32, 0, 1},
+    {"C-R-int8-g32", "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 1},
+    {"C-R-int4-g32", "int4-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 1},
 };
 
 typedef struct conv_shape {
@@ -49,18 +53,24 @@ int tops_validate_conv_knows(const char *name, size_t len) {
 }
 
 static tops_status view(tops_dtype dt, void *data, int rank, const int64_t *ext, tops_tensor *out) {
+    return tops_validate_view_on(dt, data, rank, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, out);
+}
+
+tops_status tops_validate_view_on(tops_dtype dt, void *data, int rank, const int64_t *ext, tops_memory mem,
+                                  tops_tensor *out) {
     tops_tensor_desc d;
     memset(&d, 0, sizeof d);
     d.format = tops_format_of(dt);
     d.rank = rank;
     for (int i = 0; i < rank; i++) d.extent[i] = ext[i];
     d.data = data;
+    d.memory = mem;
     return tops_tensor_view(&d, out);
 }
 
 /* One row at one shape; errors go into res->error. */
-static void run(const conv_row *r, const conv_shape *s, uint64_t seed, tops_validate_row *res, char *path,
-                size_t path_cap, char *error, size_t error_cap) {
+static void run(tops_device dev, const conv_row *r, const conv_shape *s, uint64_t seed, tops_validate_row *res,
+                char *path, size_t path_cap, char *error, size_t error_cap) {
     tops_conv2d_desc d;
     memset(&d, 0, sizeof d);
     d.kernel_h = (int32_t)s->kh, d.kernel_w = (int32_t)s->kw;
@@ -74,7 +84,11 @@ static void run(const conv_row *r, const conv_shape *s, uint64_t seed, tops_vali
     const size_t ab = (size_t)tops_dtype_bits(r->act) / 8, db = (size_t)tops_dtype_bits(r->dest) / 8;
     float *x = malloc((size_t)nin * 4), *xf = malloc((size_t)nin * 4), *w = malloc((size_t)(s->o * k) * 4);
     float *dec = malloc((size_t)(s->o * k) * 4), *yf = NULL;
-    void *xa = malloc((size_t)nin * ab), *y = NULL;
+    void *xa = malloc((size_t)nin * ab), *y = NULL, *dx = NULL, *dy = NULL;
+    const int gpu = dev.kind == TOPS_DEVICE_CUDA;
+    const tops_memory dmem = {dev.kind, dev.index}, host = {TOPS_DEVICE_CPU, 0};
+    tops_exec ex = tops_exec_default();
+    ex.device = dev;
     double *ref = NULL;
     tops_tensor wq, wf, wd, in, out;
     int have_wq = 0;
@@ -103,7 +117,11 @@ static void run(const conv_row *r, const conv_shape *s, uint64_t seed, tops_vali
     res->snr_db = qe.snr_db;
     TRY(tops_cast_from_f32(r->act, xa, x, nin, 1));
     TRY(tops_cast_to_f32(r->act, xf, xa, nin));
-    TRY(view(r->act, xa, 4, ext4, &in));
+    if (gpu) {
+        TRY(tops_cuda_alloc(dev.index, (size_t)nin * ab, &dx));
+        TRY(tops_cuda_copy(dx, dmem, xa, host, (size_t)nin * ab, NULL));
+    }
+    TRY(tops_validate_view_on(r->act, gpu ? dx : xa, 4, ext4, gpu ? dmem : host, &in));
     TRY(tops_conv2d_output_shape(&d, &in, &wq, oext));
     const int64_t oh = oext[1], ow = oext[2], nout = s->n * oh * ow * s->o;
     y = malloc((size_t)nout * db);
@@ -112,11 +130,19 @@ static void run(const conv_row *r, const conv_shape *s, uint64_t seed, tops_vali
     if (!y || !yf || !ref) TRY(tops__fail(TOPS_OUT_OF_MEMORY, "tensorops validate", "no memory"));
     for (int64_t i = 0; i < nout; i++) yf[i] = NAN; /* an unwritten element shows */
     TRY(tops_cast_from_f32(r->dest, y, yf, nout, 0));
-    TRY(view(r->dest, y, 4, oext, &out));
+    if (gpu) {
+        TRY(tops_cuda_alloc(dev.index, (size_t)nout * db, &dy));
+        TRY(tops_cuda_copy(dy, dmem, y, host, (size_t)nout * db, NULL));
+    }
+    TRY(tops_validate_view_on(r->dest, gpu ? dy : y, 4, oext, gpu ? dmem : host, &out));
     char p[200];
-    TRY(tops_conv2d_path(NULL, &d, &in, &wq, &out, p, sizeof p));
+    TRY(tops_conv2d_path(&ex, &d, &in, &wq, &out, p, sizeof p));
     snprintf(path, path_cap, "%s: %s", s->name, p);
-    TRY(tops_conv2d(NULL, &d, &in, &wq, &out));
+    TRY(tops_conv2d(&ex, &d, &in, &wq, &out));
+    if (gpu) {
+        TRY(tops_cuda_synchronize(&ex));
+        TRY(tops_cuda_copy(y, host, dy, dmem, (size_t)nout * db, NULL));
+    }
     TRY(tops_cast_to_f32(r->dest, yf, y, nout));
     int64_t pt = s->pt, pl = s->pl;
     if (s->same) {
@@ -145,17 +171,24 @@ static void run(const conv_row *r, const conv_shape *s, uint64_t seed, tops_vali
 done:
 #undef TRY
     if (have_wq) tops_tensor_destroy(&wq);
+    if (dx) (void)tops_cuda_free(dev.index, dx);
+    if (dy) (void)tops_cuda_free(dev.index, dy);
     free(x), free(xf), free(w), free(dec), free(xa), free(y), free(yf), free(ref);
 }
 
 int tops_validate_conv(int quick, int json, const char *only, int *first) {
+    return tops_validate_conv_on((tops_device){TOPS_DEVICE_CPU, 0}, quick, json, only, first);
+}
+
+int tops_validate_conv_on(tops_device dev, int quick, int json, const char *only, int *first) {
     int failures = 0;
+    const int where = dev.kind == TOPS_DEVICE_CUDA ? 2 : 1;
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         const conv_shape *s = &shapes[si];
         if (quick && s->full_only) continue;
         for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
             const conv_row *r = &rows[ri];
-            if (only && !tops_validate_in_list(only, r->name)) continue;
+            if (!(r->where & where) || (only && !tops_validate_in_list(only, r->name))) continue;
             char path[256] = "", error[320] = "";
             tops_validate_row res;
             memset(&res, 0, sizeof res);
@@ -165,7 +198,7 @@ int tops_validate_conv(int quick, int json, const char *only, int *first) {
             res.dest = r->dest;
             res.relaxed = r->relaxed;
             res.bound = tops_validate_bound(r->dest, r->relaxed);
-            run(r, s, 20261202 + si * 16 + ri, &res, path, sizeof path, error, sizeof error);
+            run(dev, r, s, 20261202 + si * 16 + ri, &res, path, sizeof path, error, sizeof error);
             res.path = path;
             res.error = error;
             if (error[0]) res.pass = 0;

@@ -3,6 +3,7 @@
    Above core and the CPU backend, beside src/cuda: only the front doors
    (src/ops) and the public API call these. */
 #include "cuda/attention.h"
+#include "cuda/conv.h"
 #include "cuda/cuda_internal.h"
 #include "internal.h"
 
@@ -106,6 +107,20 @@ tops_status tops__cuda_attention_path(const tops_exec *exec, const tops_attentio
     (void)buf;
     (void)cap;
     return tops__cuda_attention(exec, desc, q, k, v, (tops_tensor *)out);
+}
+tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom *g, const tops_conv2d_desc *desc,
+                              const tops_tensor *input, const tops_tensor *weight2d, tops_tensor *dest, char *path,
+                              size_t cap) {
+    (void)g;
+    (void)desc;
+    (void)input;
+    (void)weight2d;
+    (void)dest;
+    (void)cap;
+    return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, path ? "tops_conv2d_path" : "tops_conv2d",
+                      "exec.device is cuda:%d but this build of tensorops has no CUDA backend (nvcc was not found at "
+                      "build time)",
+                      exec->device.index);
 }
 
 #else

@@ -1,9 +1,12 @@
 /* conv2d: checks every argument, then runs either the depthwise direct
    driver (groups = C = O) or, per group, the matmul2d plan and drivers on
    a gathered left operand (implicit GEMM: M = N * OH * OW, K = KH * KW *
-   C / G, N = O / G; drive/conv.c).  Nothing is written to dest unless
-   every check passed. */
+   C / G, N = O / G; drive/conv.c).  With exec.device = cuda:N the checked
+   geometry goes to the GPU backend (src/cuda/conv.c).  Nothing is written
+   to dest unless every check passed. */
 #include "ops/matmul2d.h"
+#include "cuda/conv.h"
+#include "cuda/cuda_internal.h"
 #include "drive/conv.h"
 #include "formats/traits.h"
 #include "core/numeric.h"
@@ -60,9 +63,6 @@ static tops_status check_activation(const char *fn, const char *arg, const tops_
     char name[48];
     if (t->rank != 4)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "%s has rank %d; conv2d needs rank 4 (NHWC)", arg, t->rank);
-    if (t->memory.kind != TOPS_DEVICE_CPU)
-        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "%s lives in cuda:%d memory; conv2d runs on the CPU", arg,
-                          t->memory.index);
     if (!is_float_format(t->format.id))
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "%s has format %s; it must be f32, f16 or bf16", arg,
                           tops_format_name(t->format, name, sizeof name));
@@ -72,9 +72,6 @@ static tops_status check_activation(const char *fn, const char *arg, const tops_
 /* The weights as a rank-2 [O, K] tensor (rank 4: a view), KH and KW. */
 static tops_status check_weight(const char *fn, const tops_conv2d_desc *d, const tops_tensor *wt, conv_plan *p) {
     char name[48];
-    if (wt->memory.kind != TOPS_DEVICE_CPU)
-        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "weight lives in cuda:%d memory; conv2d runs on the CPU",
-                          wt->memory.index);
     if (wt->rank == 4) {
         if (!is_float_format(wt->format.id))
             return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
@@ -103,6 +100,7 @@ static tops_status check_weight(const char *fn, const tops_conv2d_desc *d, const
         v.stride[1] = 1;
         v.data = wt->data;
         v.tensor_scale = wt->tensor_scale;
+        v.memory = wt->memory;
         if (tops_tensor_view(&v, &p->weight2d) != TOPS_OK) {
             char why[256];
             snprintf(why, sizeof why, "%s", tops_last_error());
@@ -121,8 +119,15 @@ static tops_status check_weight(const char *fn, const tops_conv2d_desc *d, const
         return tops__fail(TOPS_INVALID_ARGUMENT, fn,
                           "desc.kernel_h and kernel_w are %d and %d; rank-2 weights need both (>= 1)", (int)d->kernel_h,
                           (int)d->kernel_w);
-    tops_status st = tops__matmul2d_check_right(fn, wt, 1, &p->k, &p->o);
-    if (st != TOPS_OK) return st;
+    tops_status st = TOPS_OK;
+    if (tops__cuda_is_packed(wt)) { /* a GPU pack: its logical [N, K] */
+        const tops__cuda_packed *pk = (const tops__cuda_packed *)wt->packed_;
+        p->k = pk->k, p->o = pk->n;
+    } else if (wt->memory.kind == TOPS_DEVICE_CUDA) { /* the GPU matmul checks the format */
+        p->k = wt->extent[1], p->o = wt->extent[0];
+    } else if ((st = tops__matmul2d_check_right(fn, wt, 1, &p->k, &p->o)) != TOPS_OK) {
+        return st;
+    }
     p->kh = d->kernel_h;
     p->kw = d->kernel_w;
     p->weight2d = *wt;
@@ -217,9 +222,16 @@ static tops_status check_all(const char *fn, const tops_exec *exec, const tops_c
         snprintf(why, sizeof why, "%s", tops_last_error());
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s", why);
     }
-    if (p->exec.device.kind != TOPS_DEVICE_CPU)
-        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "exec.device is cuda:%d; conv2d runs on the CPU in this version",
-                          p->exec.device.index);
+    const int gpu = p->exec.device.kind == TOPS_DEVICE_CUDA;
+    if (!gpu) { /* the GPU backend checks its own memory spaces */
+        const tops_tensor *all[3] = {in, wt, dest};
+        const char *names[3] = {"input", "weight", "dest"};
+        for (int i = 0; i < 3; i++)
+            if (all[i]->memory.kind != TOPS_DEVICE_CPU)
+                return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                                  "%s lives in cuda:%d memory but exec.device is the CPU; set exec.device to cuda:%d",
+                                  names[i], all[i]->memory.index, all[i]->memory.index);
+    }
     if (dest->tensor_scale != 1.0f)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "dest has tensor_scale %g; conv2d writes plain values, so it must be 1",
                           (double)dest->tensor_scale);
@@ -257,8 +269,9 @@ static tops_status check_all(const char *fn, const tops_exec *exec, const tops_c
         if (!is_float_format(b->format.id))
             return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "desc.bias has format %s; it must be f32, f16 or bf16",
                               tops_format_name(b->format, name, sizeof name));
-        if (b->memory.kind != TOPS_DEVICE_CPU)
-            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "desc.bias lives in cuda:%d memory", b->memory.index);
+        if (b->memory.kind != TOPS_DEVICE_CPU && !gpu)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "desc.bias lives in cuda:%d memory but exec.device is the CPU",
+                              b->memory.index);
     }
     size_t dspan;
     if ((st = tops_tensor_data_span(dest, &dspan)) != TOPS_OK) return st;
@@ -268,7 +281,7 @@ static tops_status check_all(const char *fn, const tops_exec *exec, const tops_c
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "dest overlaps weight in memory; conv2d does not work in place");
     if (d->bias && tensor_overlaps(d->bias, dest->data, dspan))
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "dest overlaps desc.bias in memory");
-    p->depthwise = p->groups > 1 && p->groups == p->c && p->o == p->c && p->kh <= DW_MAX_KH;
+    p->depthwise = p->groups > 1 && p->groups == p->c && p->o == p->c && (gpu || p->kh <= DW_MAX_KH);
     return TOPS_OK;
 }
 
@@ -385,10 +398,20 @@ static const tops__packed_right *q8_rows_weights(const tops__kernels *kern, cons
     return pk->in_place && pk->q8_panels && !pk->q8_amx && !pk->q8_mins && tops__unpack_sub(&pk->copy) == 32 ? pk : NULL;
 }
 
+/* The checked call on cuda:N (src/cuda/conv.c). */
+static tops_status conv_run_cuda(const conv_plan *p, const tops_conv2d_desc *d, const tops_tensor *in,
+                                 tops_tensor *dest, char *path, size_t cap) {
+    const tops__cuda_conv_geom g = {p->n,  p->h,  p->w,  p->c,  p->o,  p->kh, p->kw,     p->oh,
+                                    p->ow, p->k,  p->sh, p->sw, p->dh, p->dw, p->pt,     p->pl,
+                                    p->groups,    p->row_stride,            p->depthwise};
+    return tops__cuda_conv2d(&p->exec, &g, d, in, &p->weight2d, dest, path, cap);
+}
+
 /* Runs (path NULL) or names (path) the checked call. */
 static tops_status conv_run(const char *fn, const tops__kernels *kern, const conv_plan *p,
                             const tops_conv2d_desc *d, const tops_tensor *in, tops_tensor *dest, char *path,
                             size_t cap) {
+    if (p->exec.device.kind == TOPS_DEVICE_CUDA) return conv_run_cuda(p, d, in, dest, path, cap);
     const int accumulate = d->mode == TOPS_MULTIPLY_ACCUMULATE;
     tops_tensor full;
     tops_status st = dest_view(dest, p, 0, p->o, &full);

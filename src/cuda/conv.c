@@ -1,0 +1,407 @@
+/* tops_conv2d on a GPU (exec.device = cuda:N), after src/ops/conv2d.c has
+   checked the descriptor, the geometry, the shapes and the overlaps.  Three
+   paths, in this order:
+   - depthwise (groups = C = O): a direct kernel, f32 sums (conv.cu);
+   - f16 / bf16 weights of the activations' type: the implicit GEMM
+     (conv.cu; 16-byte cp.async pieces where C / groups is a multiple of 8
+     and the pixels are 16-byte aligned, else element by element), bias and
+     accumulation in its epilogue;
+   - everything else (the quantized formats, other shapes): per group, im2col
+     rows gathered into a device buffer (at most 256 MiB a pass), then the
+     GPU matmul (matmul.c) on the weights packed once for the call (or the
+     caller's GPU pack), so every format keeps matmul2d's kernels and
+     strict / relaxed meaning.  A 1x1 stride-1 unpadded convolution over
+     collapsible pixels is the matmul of the input itself.
+   TOPS_CUDA_CONV=im2col forces the last path (tests, A/B runs). */
+#include "cuda/conv.h"
+#include "cuda/runtime.h"
+
+#include "core/numeric.h"
+#include "formats/traits.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define COL_BUDGET ((size_t)256 << 20)
+
+static tops_status check_memory(const char *fn, const char *what, const tops_tensor *t, int device) {
+    if (t->memory.kind != TOPS_DEVICE_CUDA || t->memory.index != device) {
+        if (t->memory.kind == TOPS_DEVICE_CUDA)
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s is in cuda:%d memory but exec.device is cuda:%d", what,
+                              t->memory.index, device);
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                          "%s is in host memory but exec.device is cuda:%d; copy it there with tops_tensor_to", what,
+                          device);
+    }
+    return tops__cuda_check_pointer(fn, what, t->data, t->memory);
+}
+
+static int force_im2col(void) {
+    const char *e = getenv("TOPS_CUDA_CONV");
+    return e && strcmp(e, "im2col") == 0;
+}
+
+/* Plain 16-bit weights of the activations' type the implicit GEMM reads. */
+static int igemm_weights(const tops_tensor *wt, tops_format_id act, int device) {
+    if (tops__cuda_is_packed(wt)) {
+        const tops__cuda_packed *pk = (const tops__cuda_packed *)wt->packed_;
+        return pk->device == device && pk->fp8_weights && pk->global_scale == 1.0f &&
+               pk->code == (act == TOPS_FMT_F16 ? TOPS__CU_CODE_F16 : TOPS__CU_CODE_BF16);
+    }
+    return wt->format.id == act && wt->tensor_scale == 1.0f && (wt->stride[1] == 1 || wt->extent[1] == 1) &&
+           (wt->memory.kind == TOPS_DEVICE_CPU || wt->memory.index == device);
+}
+
+static int igemm_applies(const tops_tensor *in, const tops_tensor *wt, int device) {
+    return !force_im2col() && igemm_weights(wt, in->format.id, device);
+}
+
+/* Whether the implicit GEMM gathers 16-byte pieces by cp.async (conv.cu
+   decides the same from the final weight rows). */
+static int igemm_vector(const tops__cuda_conv_geom *g, const tops_tensor *in) {
+    if ((g->c / g->groups) % 8 || ((uintptr_t)in->data & 15)) return 0;
+    for (int i = 0; i < 3; i++)
+        if (in->stride[i] % 8) return 0;
+    return 1;
+}
+
+/* The bias as f32 in fresh device memory (stream-ordered; the caller frees it). */
+static tops_status bias_to_device(const char *fn, const tops_tensor *bias, cudaStream_t stream, float **out) {
+    tops_tensor host;
+    memset(&host, 0, sizeof host);
+    const tops_tensor *b = bias;
+    tops_status st;
+    *out = NULL;
+    if (bias->memory.kind == TOPS_DEVICE_CUDA) {
+        if ((st = tops_tensor_to(bias, (tops_memory){TOPS_DEVICE_CPU, 0}, &host)) != TOPS_OK) return st;
+        b = &host;
+    }
+    const int64_t o = b->extent[0];
+    float *v = malloc((size_t)o * sizeof(float));
+    if (!v) {
+        tops_tensor_destroy(&host);
+        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the bias");
+    }
+    const tops_dtype dt = tops_format_get_info(b->format.id)->element;
+    for (int64_t i = 0; i < o; i++) {
+        const int64_t e = i * b->stride[0];
+        float x = dt == TOPS_DT_F32   ? ((const float *)b->data)[e]
+                  : dt == TOPS_DT_F16 ? tops__f16_to_f32(((const uint16_t *)b->data)[e])
+                                      : tops__bf16_to_f32(((const uint16_t *)b->data)[e]);
+        v[i] = x * b->tensor_scale;
+    }
+    tops_tensor_destroy(&host);
+    int e = cudaMallocAsync((void **)out, (size_t)o * sizeof(float), stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(*out, v, (size_t)o * sizeof(float), cudaMemcpyHostToDevice, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream); /* v is freed next */
+    free(v);
+    if (e != cudaSuccess) {
+        if (*out) (void)cudaFreeAsync(*out, stream);
+        *out = NULL;
+        (void)cudaGetLastError();
+        return tops__cuda_error(fn, e, "copying the bias to the device");
+    }
+    return TOPS_OK;
+}
+
+/* Depthwise taps as the kernel reads them: the caller's device tensor when
+   it is f32 or of the activations' type, else decoded to f32 on the host
+   and copied (*temp owns that copy). */
+static tops_status dw_weights(const char *fn, const tops_tensor *wt, tops_format_id act, int device, cudaStream_t stream,
+                              const void **w, tops_dtype *dt, int64_t *ws, void **temp) {
+    *temp = NULL;
+    const tops_format_id id = wt->format.id;
+    if (wt->memory.kind == TOPS_DEVICE_CUDA && wt->memory.index == device && wt->tensor_scale == 1.0f &&
+        (wt->stride[1] == 1 || wt->extent[1] == 1) && (id == TOPS_FMT_F32 || id == act)) {
+        *w = wt->data;
+        *dt = tops_format_get_info(id)->element;
+        *ws = wt->stride[0];
+        return TOPS_OK;
+    }
+    tops_tensor host;
+    memset(&host, 0, sizeof host);
+    const tops_tensor *src = wt;
+    tops_status st;
+    if (wt->memory.kind == TOPS_DEVICE_CUDA) {
+        if ((st = tops_tensor_to(wt, (tops_memory){TOPS_DEVICE_CPU, 0}, &host)) != TOPS_OK) return st;
+        src = &host;
+    }
+    const int64_t c = src->extent[0], t = src->extent[1];
+    float *dec = malloc((size_t)(c * t) * sizeof(float));
+    if (!dec) {
+        tops_tensor_destroy(&host);
+        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the depthwise weights");
+    }
+    tops_tensor_desc v;
+    memset(&v, 0, sizeof v);
+    v.format = tops_format_of(TOPS_DT_F32);
+    v.rank = 2;
+    v.extent[0] = c;
+    v.extent[1] = t;
+    v.data = dec;
+    tops_tensor view;
+    if ((st = tops_tensor_view(&v, &view)) == TOPS_OK) st = tops_dequantize(src, &view);
+    tops_tensor_destroy(&host);
+    if (st != TOPS_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", tops_last_error());
+        free(dec);
+        return tops__fail(st, fn, "decoding the depthwise weights: %s", why);
+    }
+    int e = cudaMallocAsync(temp, (size_t)(c * t) * sizeof(float), stream);
+    if (e == cudaSuccess) e = cudaMemcpyAsync(*temp, dec, (size_t)(c * t) * sizeof(float), cudaMemcpyHostToDevice, stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(stream);
+    free(dec);
+    if (e != cudaSuccess) {
+        if (*temp) (void)cudaFreeAsync(*temp, stream);
+        *temp = NULL;
+        (void)cudaGetLastError();
+        return tops__cuda_error(fn, e, "copying the depthwise weights to the device");
+    }
+    *w = *temp;
+    *dt = TOPS_DT_F32;
+    *ws = t;
+    return TOPS_OK;
+}
+
+/* The implicit GEMM's weights: the GPU pack's row-major copy, the caller's
+   device rows, or a device copy of them (*temp owns it). */
+static tops_status igemm_weight_rows(const char *fn, const tops_tensor *wt, int64_t o, int64_t k, cudaStream_t stream,
+                                     const void **w, int64_t *ldw, void **temp) {
+    *temp = NULL;
+    if (tops__cuda_is_packed(wt)) {
+        const tops__cuda_packed *pk = (const tops__cuda_packed *)wt->packed_;
+        *w = pk->fp8_weights;
+        *ldw = pk->k_pad;
+        return TOPS_OK;
+    }
+    const int64_t ld = wt->extent[0] > 1 ? wt->stride[0] : k;
+    if (wt->memory.kind == TOPS_DEVICE_CUDA) {
+        *w = wt->data;
+        *ldw = ld;
+        return TOPS_OK;
+    }
+    int e = cudaMallocAsync(temp, (size_t)(o * k) * 2, stream);
+    if (e == cudaSuccess)
+        e = cudaMemcpy2DAsync(*temp, (size_t)k * 2, wt->data, (size_t)ld * 2, (size_t)k * 2, (size_t)o, cudaMemcpyDefault,
+                              stream);
+    if (e == cudaSuccess && wt->memory.kind != TOPS_DEVICE_CUDA) e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) {
+        if (*temp) (void)cudaFreeAsync(*temp, stream);
+        *temp = NULL;
+        (void)cudaGetLastError();
+        return tops__cuda_error(fn, e, "copying the weights to the device");
+    }
+    *w = *temp;
+    *ldw = k;
+    return TOPS_OK;
+}
+
+static tops_status view2d(tops_format f, void *data, int64_t rows, int64_t cols, int64_t ld, tops_memory mem,
+                          tops_tensor *out) {
+    tops_tensor_desc v;
+    memset(&v, 0, sizeof v);
+    v.format = f;
+    v.rank = 2;
+    v.extent[0] = rows;
+    v.extent[1] = cols;
+    v.stride[0] = ld;
+    v.stride[1] = 1;
+    v.data = data;
+    v.memory = mem;
+    return tops_tensor_view(&v, out);
+}
+
+/* A 1x1, stride-1, unpadded convolution whose pixels collapse into one row
+   dimension: the input itself is the matmul's left [N * H * W, C]. */
+static int direct_1x1(const tops__cuda_conv_geom *g, const tops_tensor *in) {
+    if (g->kh != 1 || g->kw != 1 || g->sh != 1 || g->sw != 1 || g->pt || g->pl || g->groups != 1 || g->oh != g->h ||
+        g->ow != g->w)
+        return 0;
+    const int64_t *s = in->stride;
+    return (g->w == 1 || s[1] == g->w * s[2]) && (g->h == 1 || s[0] == g->h * s[1]) && s[2] >= g->c;
+}
+
+/* Per group: weights packed once, im2col passes, the GPU matmul. */
+static tops_status run_im2col(const char *fn, const tops_exec *exec, const tops__cuda_conv_geom *g,
+                              const tops_conv2d_desc *d, const tops_tensor *in, const tops_tensor *wt, tops_tensor *dest,
+                              tops__cu_conv_args *a, char *path, size_t cap) {
+    const int device = exec->device.index;
+    cudaStream_t stream = (cudaStream_t)exec->stream;
+    const int64_t m = g->n * g->oh * g->ow, og = g->o / g->groups, ldc = (g->k + 7) / 8 * 8;
+    const int direct = direct_1x1(g, in);
+    const size_t esz = (size_t)((tops_format_get_info(dest->format.id)->element_bits + 7) / 8);
+    tops_matmul2d_desc md;
+    memset(&md, 0, sizeof md);
+    md.transpose_right = 1;
+    md.relaxed_precision = d->relaxed_precision;
+    md.mode = d->mode == TOPS_MULTIPLY_ACCUMULATE || d->bias ? TOPS_MULTIPLY_ACCUMULATE : TOPS_MULTIPLY;
+    if (path) {
+        snprintf(path, cap, "cuda:%d %s + matmul%s: %s", device,
+                 direct ? "1x1 input as the left operand" : "im2col rows in device memory",
+                 g->groups > 1 ? " per group" : "", tops__cuda_matmul_path(wt, m, d->relaxed_precision));
+        return TOPS_OK;
+    }
+    tops_status st = TOPS_OK;
+    if (d->bias) { /* dest = bias (or += bias), then the sums accumulate into it */
+        int e = tops__cu_conv_bias_launch(a);
+        if (e) return tops__cuda_error(fn, e, "the conv2d bias kernel");
+    }
+    int64_t chunk = direct ? m : (int64_t)(COL_BUDGET / ((size_t)ldc * 2));
+    if (chunk < 1) chunk = 1;
+    if (chunk > m) chunk = m;
+    void *col = NULL;
+    if (!direct) {
+        int e = cudaMallocAsync(&col, (size_t)chunk * (size_t)ldc * 2, stream);
+        if (e) {
+            (void)cudaGetLastError();
+            return tops__cuda_error(fn, e, "allocating the im2col buffer");
+        }
+    }
+    for (int64_t grp = 0; grp < g->groups && st == TOPS_OK; grp++) {
+        tops_tensor packed, slice;
+        int own = 0;
+        const tops_tensor *right = wt;
+        if (!tops__cuda_is_packed(wt)) {
+            slice = *wt;
+            if (g->groups > 1) {
+                int64_t start[2] = {grp * og, 0}, stop[2] = {(grp + 1) * og, g->k};
+                if ((st = tops_tensor_slice(wt, start, stop, &slice)) != TOPS_OK) break;
+            }
+            if ((st = tops__cuda_pack_right(exec, &md, &slice, &packed)) != TOPS_OK) break;
+            own = 1;
+            right = &packed;
+        }
+        for (int64_t m0 = 0; m0 < m && st == TOPS_OK; m0 += chunk) {
+            const int64_t rows = m - m0 < chunk ? m - m0 : chunk;
+            tops_tensor left, out;
+            if (direct) {
+                st = view2d(in->format, in->data, m, g->c, in->stride[2], in->memory, &left);
+            } else {
+                int e = tops__cu_conv_im2col_launch(a, grp, m0, rows, col, ldc);
+                if (e) st = tops__cuda_error(fn, e, "the im2col kernel");
+                else st = view2d(in->format, col, rows, g->k, ldc, in->memory, &left);
+            }
+            if (st == TOPS_OK)
+                st = view2d(dest->format, (char *)dest->data + (size_t)(m0 * g->row_stride + grp * og) * esz, rows, og,
+                            g->row_stride, dest->memory, &out);
+            if (st == TOPS_OK) st = tops__cuda_matmul2d(exec, &md, &left, right, &out);
+        }
+        if (own) {
+            /* the kernels read the pack: wait for them before freeing it */
+            if (stream) (void)cudaStreamSynchronize(stream);
+            else (void)cudaDeviceSynchronize();
+            tops_tensor_destroy(&packed);
+        }
+    }
+    if (col) (void)cudaFreeAsync(col, stream);
+    return st;
+}
+
+tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom *g, const tops_conv2d_desc *desc,
+                              const tops_tensor *in, const tops_tensor *wt, tops_tensor *dest, char *path, size_t cap) {
+    const char *fn = path ? "tops_conv2d_path" : "tops_conv2d";
+    const int device = exec->device.index;
+    char name[48];
+    tops_status st = tops__cuda_check_device(fn, "exec.device", device);
+    if (st != TOPS_OK) return st;
+    if ((st = check_memory(fn, "input", in, device)) != TOPS_OK || (st = check_memory(fn, "dest", dest, device)) != TOPS_OK)
+        return st;
+    if (in->format.id != TOPS_FMT_F16 && in->format.id != TOPS_FMT_BF16)
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "input has format %s; on the GPU conv2d takes f16 or bf16 activations",
+                          tops_format_name(in->format, name, sizeof name));
+    if (in->tensor_scale != 1.0f)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "input has tensor_scale %g; on the GPU it must be 1",
+                          (double)in->tensor_scale);
+    if ((in->extent[3] > 1 && in->stride[3] != 1) || (dest->extent[3] > 1 && dest->stride[3] != 1))
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                          "input and dest have channel strides %lld and %lld; on the GPU channels are contiguous",
+                          (long long)in->stride[3], (long long)dest->stride[3]);
+    const int64_t m = g->n * g->oh * g->ow;
+    for (int i = 0; i < 3; i++)
+        if (in->stride[i] < 0 || in->stride[i] > ((int64_t)1 << 40))
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "input has stride %lld in dimension %d; on the GPU strides are 0..2^40",
+                              (long long)in->stride[i], i);
+    if (m >= INT32_MAX / 2 || g->k >= INT32_MAX / 2 || g->o >= INT32_MAX / 2 || g->h >= INT32_MAX / 4 ||
+        g->w >= INT32_MAX / 4 || g->groups > 65535 || g->row_stride < 0)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                          "N * OH * OW = %lld, K = %lld, O = %lld, groups = %lld: on the GPU these stay below 2^30 "
+                          "(groups at most 65535)",
+                          (long long)m, (long long)g->k, (long long)g->o, (long long)g->groups);
+    if (wt->format.id == TOPS_FMT_PACKED && !tops__cuda_is_packed(wt))
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "weight was packed for the CPU; pack it with exec.device = cuda:%d",
+                          device);
+    if (tops__cuda_is_packed(wt) && ((const tops__cuda_packed *)wt->packed_)->device != device)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "weight was packed for cuda:%d but exec.device is cuda:%d",
+                          ((const tops__cuda_packed *)wt->packed_)->device, device);
+    if (wt->memory.kind == TOPS_DEVICE_CUDA && wt->memory.index != device)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "weight is in cuda:%d memory but exec.device is cuda:%d",
+                          wt->memory.index, device);
+    if (desc->bias && desc->bias->memory.kind == TOPS_DEVICE_CUDA && desc->bias->memory.index != device)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.bias is in cuda:%d memory but exec.device is cuda:%d",
+                          desc->bias->memory.index, device);
+
+    tops__cu_conv_args a;
+    memset(&a, 0, sizeof a);
+    a.x = in->data;
+    a.bf16 = in->format.id == TOPS_FMT_BF16;
+    a.xs_n = in->stride[0], a.xs_h = in->stride[1], a.xs_w = in->stride[2];
+    a.n = g->n, a.h = g->h, a.w = g->w, a.c = g->c, a.o = g->o, a.kh = g->kh, a.kw = g->kw, a.oh = g->oh, a.ow = g->ow;
+    a.k = g->k, a.sh = g->sh, a.sw = g->sw, a.dh = g->dh, a.dw = g->dw, a.pt = g->pt, a.pl = g->pl, a.groups = g->groups;
+    a.out = dest->data;
+    a.out_dtype = tops_format_get_info(dest->format.id)->element;
+    a.ldo = g->row_stride;
+    a.accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
+    a.stream = exec->stream;
+    cudaStream_t stream = (cudaStream_t)exec->stream;
+
+    const int dw = g->depthwise && !force_im2col();
+    const int ig = !dw && igemm_applies(in, wt, device);
+    if (path) {
+        if (dw) {
+            snprintf(path, cap, "cuda:%d depthwise direct (%lldx%lld taps, f32 sums)", device, (long long)g->kh,
+                     (long long)g->kw);
+            return TOPS_OK;
+        }
+        if (ig) {
+            snprintf(path, cap, "cuda:%d implicit GEMM: NHWC tiles gathered %s, mma.sync m16n8k16, 128x%d tiles%s", device,
+                     igemm_vector(g, in) ? "by cp.async" : "element by element", g->o / g->groups <= 64 ? 64 : 128,
+                     g->groups > 1 ? ", groups on the grid" : "");
+            return TOPS_OK;
+        }
+        return run_im2col(fn, exec, g, desc, in, wt, dest, &a, path, cap);
+    }
+    if (m == 0 || g->o == 0) return TOPS_OK;
+    int prev;
+    if ((st = tops__cuda_enter(fn, device, &prev)) != TOPS_OK) return st;
+    float *bias = NULL;
+    if (desc->bias) st = bias_to_device(fn, desc->bias, stream, &bias);
+    a.bias = bias;
+    if (st == TOPS_OK && dw) {
+        const void *w = NULL;
+        void *temp = NULL;
+        tops_dtype dt = TOPS_DT_F32;
+        int64_t ws = 0;
+        st = dw_weights(fn, wt, in->format.id, device, stream, &w, &dt, &ws, &temp);
+        if (st == TOPS_OK) {
+            int e = tops__cu_conv_dw_launch(&a, w, dt, ws);
+            if (e) st = tops__cuda_error(fn, e, "the depthwise conv2d kernel");
+        }
+        if (temp) (void)cudaFreeAsync(temp, stream);
+    } else if (st == TOPS_OK && ig) {
+        const void *w = NULL;
+        void *temp = NULL;
+        int64_t ldw = 0;
+        st = igemm_weight_rows(fn, wt, g->o, g->k, stream, &w, &ldw, &temp);
+        if (st == TOPS_OK) {
+            int e = tops__cu_conv_igemm_launch(&a, w, ldw);
+            if (e) st = tops__cuda_error(fn, e, "the implicit-GEMM conv2d kernel");
+        }
+        if (temp) (void)cudaFreeAsync(temp, stream);
+    } else if (st == TOPS_OK) {
+        st = run_im2col(fn, exec, g, desc, in, wt, dest, &a, NULL, 0);
+    }
+    if (bias) (void)cudaFreeAsync(bias, stream);
+    tops__cuda_leave(prev);
+    return st;
+}

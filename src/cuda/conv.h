@@ -1,0 +1,71 @@
+/* tops_conv2d on a GPU: the entry src/ops/conv2d.c calls once it has checked
+   the descriptor, the geometry, the shapes and the overlaps, and the
+   plain-C contract between the host side (conv.c) and the kernels
+   (conv.cu).  Kept apart from cuda_internal.h so that a change here
+   recompiles only the conv files. */
+#ifndef TOPS_CUDA_CONV_H
+#define TOPS_CUDA_CONV_H
+
+#include "tensorops.h"
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The checked geometry (src/ops/conv2d.c's plan): NHWC input [n, h, w, c],
+   output [n, oh, ow, o], taps kh x kw, K = kh * kw * c / groups. */
+typedef struct tops__cuda_conv_geom {
+    int64_t n, h, w, c, o, kh, kw, oh, ow, k;
+    int64_t sh, sw, dh, dw, pt, pl, groups;
+    int64_t row_stride; /* dest's collapsed N * OH * OW stride (elements) */
+    int depthwise;      /* groups = C = O */
+} tops__cuda_conv_geom;
+
+/* tops_conv2d with exec->device = cuda:N.  weight2d is the rank-2 [O, K]
+   view of the weights (host or device memory, any format the GPU matmul
+   takes) or a tensor tops_pack_right made for cuda:N; bias NULL or rank 1
+   [O] f32/f16/bf16 in host or device memory.  path != NULL: the same
+   checks, and the name of what would run, written into path. */
+tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom *g, const tops_conv2d_desc *desc,
+                              const tops_tensor *input, const tops_tensor *weight2d, tops_tensor *dest, char *path,
+                              size_t cap);
+
+/* ---- the kernels' contract (conv.cu) ---------------------------------------- */
+
+/* Activations: NHWC, 16-bit (f16 or bf16), element strides; channel stride 1. */
+typedef struct tops__cu_conv_args {
+    const void *x;
+    int bf16;
+    int64_t xs_n, xs_h, xs_w;
+    int64_t n, h, w, c, o, kh, kw, oh, ow, k;
+    int64_t sh, sw, dh, dw, pt, pl, groups;
+    void *out; /* [n * oh * ow, o], row stride ldo, channels contiguous */
+    tops_dtype out_dtype;
+    int64_t ldo;
+    int accumulate;
+    const float *bias; /* device, [o], or NULL */
+    void *stream;
+} tops__cu_conv_args;
+
+/* Implicit GEMM on the tensor cores (mma.sync m16n8k16, f32 sums):
+   weights [o][k] 16-bit of the activations' type, row stride ldw (a
+   multiple of 8), device memory; c / groups a multiple of 8, x 16-byte
+   aligned, xs_* multiples of 8.  Returns a cudaError_t. */
+int tops__cu_conv_igemm_launch(const tops__cu_conv_args *a, const void *w, int64_t ldw);
+/* The im2col rows [m0, m0 + rows) of group g into col ([rows][ldc], the
+   activations' type, zeros for padding and for the columns k..ldc). */
+int tops__cu_conv_im2col_launch(const tops__cu_conv_args *a, int64_t g, int64_t m0, int64_t rows, void *col,
+                                int64_t ldc);
+/* out[m][j] = bias[j] (accumulate: +=) over [n * oh * ow, o]. */
+int tops__cu_conv_bias_launch(const tops__cu_conv_args *a);
+/* Depthwise (groups = c = o): taps w[ch * wstride + i * kw + j] in wdtype
+   (f32, f16 or bf16), device memory. */
+int tops__cu_conv_dw_launch(const tops__cu_conv_args *a, const void *w, tops_dtype wdtype, int64_t wstride);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
