@@ -130,8 +130,8 @@ static tops_status kv_plane(const char *what, const tops_tensor *t, tops__cu_kv 
 /* Every case the GPU kernels do not run yet, refused here and only here.
    *decode: the call runs the decode kernel (attention_decode.cu). */
 static tops_status device_support(int device, const tops_attention_desc *d, const tops_tensor *q, const tops_tensor *k,
-                                  const tops_tensor *v, const tops_tensor *out, int *decode) {
-    (void)d;
+                                  const tops_tensor *v, const tops_tensor *out, int64_t sq_long, int *decode) {
+    const int lengths = d->kv_lens || d->cu_seqlens_q;
     char name[48];
     if (!sm90_device(device))
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
@@ -149,7 +149,12 @@ static tops_status device_support(int device, const tops_attention_desc *d, cons
     int64_t D = q->extent[3], Dv = v->extent[3];
     const int quant = k->format.id != ty || v->format.id != ty;
     const char *env = getenv("TOPS_CUDA_ATTN_DECODE"); /* "0": the prefill kernel for every 16-bit call */
-    *decode = tops__cu_decode_takes(q->extent[2], (int)D) && Dv == D && !(env && strcmp(env, "0") == 0);
+    *decode = tops__cu_decode_takes(sq_long, (int)D) && Dv == D && !(env && strcmp(env, "0") == 0);
+    if (lengths && !*decode)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                          "sequences of different lengths (kv_lens, cu_seqlens) run on the GPU in the decode kernel only: "
+                          "the longest query sequence 1..16 (here %lld) and head dims 64, 128 or 256 (here %lld and %lld)",
+                          (long long)sq_long, (long long)D, (long long)Dv);
     if (quant) {
         int kk = 0, vk = 0;
         const char *why = "";
@@ -163,7 +168,7 @@ static tops_status device_support(int device, const tops_attention_desc *d, cons
             return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
                               "a quantized KV cache runs on the GPU in the decode kernel only: Sq 1..16 (here %lld) and "
                               "head dims 64, 128 or 256 (here %lld and %lld)",
-                              (long long)q->extent[2], (long long)D, (long long)Dv);
+                              (long long)sq_long, (long long)D, (long long)Dv);
     }
     if (q->extent[2] > ((int64_t)1 << 29) || k->extent[2] > ((int64_t)1 << 29))
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "sequence lengths must be at most 2^29 on the GPU");
@@ -205,6 +210,27 @@ static tops_status device_support(int device, const tops_attention_desc *d, cons
     return TOPS_OK;
 }
 
+/* Packed [T, H, D] as a [1, H, T, D] view (every plane moved alike). */
+static void packed_view(const tops_tensor *t, tops_tensor *o) {
+    static const int from[4] = {-1, 1, 0, 2};
+    *o = *t;
+    o->owner_ = NULL;
+    o->rank = 4;
+    tops_plane *planes[3] = {&o->scales, &o->bias, &o->codebook};
+    const tops_plane *src[3] = {&t->scales, &t->bias, &t->codebook};
+    for (int d = 0; d < 4; d++) {
+        int f = from[d];
+        o->extent[d] = f < 0 ? 1 : t->extent[f];
+        o->stride[d] = f < 0 ? 0 : t->stride[f];
+        for (int i = 0; i < 3; i++) {
+            if (!src[i]->data) continue;
+            planes[i]->extent[d] = f < 0 ? 1 : src[i]->extent[f];
+            planes[i]->stride[d] = f < 0 ? 0 : src[i]->stride[f];
+            planes[i]->block[d] = f < 0 ? 1 : src[i]->block[f];
+        }
+    }
+}
+
 static tops_status prepare(const tops_exec *exec, const tops_attention_desc *desc, const tops_tensor *q,
                            const tops_tensor *k, const tops_tensor *v, const tops_tensor *out, tops__cu_attn_args *a,
                            tops__cu_decode_args *da, int *decode) {
@@ -214,7 +240,30 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
     if ((st = check_memory("q", q, device)) != TOPS_OK || (st = check_memory("k", k, device)) != TOPS_OK ||
         (st = check_memory("v", v, device)) != TOPS_OK || (st = check_memory("out", out, device)) != TOPS_OK)
         return st;
-    if ((st = device_support(device, desc, q, k, v, out, decode)) != TOPS_OK) return st;
+    /* Sequences of different lengths: packed tensors as [1, H, T, D] views;
+       the longest query and key sequences (ops/attention.c checked them). */
+    tops_tensor views[4];
+    const int varlen = desc->cu_seqlens_q != NULL;
+    int64_t batch = q->rank == 4 ? q->extent[0] : desc->batch, sq_long = 0, sk_long = 0;
+    if (varlen) {
+        packed_view(q, &views[0]), packed_view(k, &views[1]), packed_view(v, &views[2]), packed_view(out, &views[3]);
+        q = &views[0], k = &views[1], v = &views[2], out = &views[3];
+        for (int64_t b = 0; b < batch; b++) {
+            int64_t nq = desc->cu_seqlens_q[b + 1] - desc->cu_seqlens_q[b], nk = desc->cu_seqlens_k[b + 1] - desc->cu_seqlens_k[b];
+            if (nq > sq_long) sq_long = nq;
+            if (desc->kv_lens) nk = desc->kv_lens[b];
+            if (nk > sk_long) sk_long = nk;
+        }
+    } else {
+        sq_long = q->extent[2];
+        sk_long = k->extent[2];
+        if (desc->kv_lens) {
+            sk_long = 0;
+            for (int64_t b = 0; b < batch; b++)
+                if (desc->kv_lens[b] > sk_long) sk_long = desc->kv_lens[b];
+        }
+    }
+    if ((st = device_support(device, desc, q, k, v, out, sq_long, decode)) != TOPS_OK) return st;
     if (*decode) {
         memset(da, 0, sizeof *da);
         da->bf16 = q->format.id == TOPS_FMT_BF16;
@@ -226,11 +275,16 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
         if (v->scales.data && (st = tops__cuda_check_pointer(fn, "v's scale plane", v->scales.data, v->memory)) != TOPS_OK)
             return st;
         da->d = (int)q->extent[3];
-        da->batch = q->extent[0];
+        da->batch = batch;
         da->heads = q->extent[1];
         da->kv_heads = k->extent[1];
-        da->sq = q->extent[2];
-        da->sk = k->extent[2];
+        da->sq = sq_long;
+        da->sk = sk_long;
+        da->kv_lens = desc->kv_lens;
+        da->cu_q = varlen ? desc->cu_seqlens_q : NULL;
+        da->cu_k = varlen ? desc->cu_seqlens_k : NULL;
+        if (batch * da->kv_heads > INT32_MAX)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "sequences x kv heads must stay below 2^31 on the GPU");
         da->q = q->data;
         da->out = out->data;
         for (int i = 0; i < 3; i++) {

@@ -55,7 +55,27 @@ struct dparams {
     float cap_in, cap_out; // softcap: x = cap_out tanh(s cap_in); cap_out = 0: off
     int nsplit, kps;       // splits and keys a split
     float *ws;             // nsplit > 1: [bh][split][rows] (m, l), then [bh][split][rows][D] O
+    const int *kv_lens;    // device copies: B key counts, or NULL
+    const int *cu_q, *cu_k; // B + 1 offsets along the sequence dimension (packed batches), or NULL
+    int group;             // query heads a kv head
 };
+
+// Sequence b's query and key counts, its first query / key row, its rows.
+struct seqlens {
+    int sq, sk, rows;
+    long long q0, k0;
+};
+__device__ __forceinline__ seqlens seq_of(const dparams &p, int b) {
+    seqlens s;
+    s.sq = p.sq, s.sk = p.sk, s.q0 = 0, s.k0 = 0;
+    if (p.cu_q) {
+        s.q0 = p.cu_q[b], s.sq = p.cu_q[b + 1] - p.cu_q[b];
+        s.k0 = p.cu_k[b], s.sk = p.cu_k[b + 1] - p.cu_k[b];
+    }
+    if (p.kv_lens) s.sk = p.kv_lens[b];
+    s.rows = p.group * s.sq;
+    return s;
+}
 
 template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     if constexpr (std::is_same<T, __half>::value) {
@@ -130,8 +150,10 @@ template <int KIND> __device__ __forceinline__ float code(const uint32_t *r, int
         const uint32_t x = __byte_perm(r[i / 4] ^ 0x80808080u, 0x4B000000u, (i % 4) | 0x7540);
         return __int_as_float(x) - 8388736.0f;
     } else if constexpr (KIND == TOPS__DEC_I4) {
-        const uint32_t x = ((r[i / 8] ^ 0x88888888u) >> (4 * (i % 8))) & 0xFu;
-        return __int_as_float(0x4B000000u | x) - 8388616.0f;
+        // even elements are the low nibbles of the bytes, odd ones the high
+        const uint32_t x = r[i / 8] ^ 0x88888888u;
+        const uint32_t y = (i & 1) ? (x >> 4) & 0x0F0F0F0Fu : x & 0x0F0F0F0Fu;
+        return __int_as_float(__byte_perm(y, 0x4B000000u, ((i % 8) / 2) | 0x7540)) - 8388616.0f;
     } else {
         const uint32_t b = (r[i / 4] >> (8 * (i % 4))) & 0xFFu;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -148,6 +170,19 @@ template <int KIND> __device__ __forceinline__ float code(const uint32_t *r, int
     }
 }
 
+// Two e4m3 codes (the low two bytes of b) as f32 (exact).
+__device__ __forceinline__ float2 e4m3x2(uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h;
+    const unsigned short bs = (unsigned short)(b & 0xFFFF);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(bs));
+    return __half22float2(*reinterpret_cast<__half2 *>(&h));
+#else
+    const uint32_t r[1] = {b};
+    return make_float2(code<TOPS__DEC_E4M3>(r, 0), code<TOPS__DEC_E4M3>(r, 1));
+#endif
+}
+
 // N elements of one key row (codes in r) to N / 2 words of 16-bit pairs,
 // times the row's group scales (sc: one per 16 elements, or sc[0] for all).
 template <typename T, int KIND, int N>
@@ -155,15 +190,21 @@ __device__ __forceinline__ void decode_row(uint32_t *w, const uint32_t *r, const
 #pragma unroll
     for (int i = 0; i < N / 2; i++) {
         const float s = sc[(2 * i) / 16];
-        w[i] = pack2<T>(code<KIND>(r, 2 * i) * s, code<KIND>(r, 2 * i + 1) * s);
+        if constexpr (KIND == TOPS__DEC_E4M3) {
+            const float2 f = e4m3x2(r[i / 2] >> (16 * (i % 2)));
+            w[i] = pack2<T>(f.x * s, f.y * s);
+        } else {
+            w[i] = pack2<T>(code<KIND>(r, 2 * i) * s, code<KIND>(r, 2 * i + 1) * s);
+        }
     }
 }
 
-// 16-bit KV at D <= 128 fits 3 CTAs a SM (170 registers); the decoders take 2.
+// D <= 128 fits 3 CTAs a SM (170 registers): 12 warps to hide the latency
+// of the loads and of the dependent mma / softmax chains.
 template <typename T, int D, int KIND>
-__global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128) ? 3 : 2) decode_kernel(const dparams p) {
+__global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(const dparams p) {
     constexpr int BITS = KIND == TOPS__DEC_KV16 ? 16 : KIND == TOPS__DEC_I4 ? 4 : 8;
-    constexpr int NT = 16 / BITS;           // 16-key subtiles a step
+    constexpr int NT = BITS == 4 ? 2 : 1;   // 16-key subtiles a step
     constexpr int KN = D / 4, VN = D / 8;   // elements of a key a thread holds for QK^T, for PV
     constexpr int KB = KN * BITS / 8, VB = VN * BITS / 8;
     constexpr int KS = D / 16;              // k-steps of QK^T
@@ -177,8 +218,7 @@ __global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128)
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, t = lane & 3;
     const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv, split = blockIdx.y, r0 = blockIdx.z * kRows;
-    const int group = p.rows / p.sq;
-    (void)group;
+    const seqlens sl = seq_of(p, b); // rows past sl.rows (< p.rows, the longest) are padding
 
     // Q's A fragments: word reg of lane ln at k-step kk holds rows gid (+8 for
     // odd reg), head dims t KN + 4 kk + (reg / 2) 2 and the next.
@@ -186,10 +226,10 @@ __global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128)
         const int kk = e >> 7, ln = (e >> 2) & 31, reg = e & 3;
         const int row = r0 + (ln >> 2) + (reg & 1) * 8, d0 = (ln & 3) * KN + 4 * kk + (reg >> 1) * 2;
         uint32_t w = 0;
-        if (row < p.rows) {
-            const int hh = row / p.sq, i = row % p.sq;
+        if (row < sl.rows) {
+            const int hh = row / sl.sq, i = row % sl.sq;
             const T *qp = reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb +
-                          (long long)(hk * (p.rows / p.sq) + hh) * p.qsh + (long long)i * p.qss + d0;
+                          (long long)(hk * p.group + hh) * p.qsh + (sl.q0 + i) * p.qss + d0;
             float x0 = to_f32(qp[0]), x1 = to_f32(qp[1]);
             if (p.kmode == TOPS__DEC_SC_CHANNEL) {
                 const long long base = (long long)b * p.kc[0] + (long long)hk * p.kc[1];
@@ -207,19 +247,19 @@ __global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128)
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int row = r0 + gid + 8 * h;
-        rv[h] = row < p.rows;
-        pos[h] = (rv[h] ? row % p.sq : 0) + p.sk - p.sq;
+        rv[h] = row < sl.rows;
+        pos[h] = (rv[h] ? row % sl.sq : 0) + sl.sk - sl.sq;
     }
     const int kbeg = split * p.kps;
-    const int kend = min(p.sk, kbeg + p.kps);
+    const int kend = min(sl.sk, kbeg + p.kps);
     int lo = kbeg;
-    if (p.window > 0) lo = max(lo, p.sk - p.sq - p.window + 1); // before every row's window
+    if (p.window > 0) lo = max(lo, sl.sk - sl.sq - p.window + 1); // before every row's window
     const int hi = kend;
 
-    const unsigned char *kbase = p.k + (long long)b * p.ksb + (long long)hk * p.ksh;
-    const unsigned char *vbase = p.v + (long long)b * p.vsb + (long long)hk * p.vsh;
-    const long long kscb = (long long)b * p.kc[0] + (long long)hk * p.kc[1];
-    const long long vscb = (long long)b * p.vc[0] + (long long)hk * p.vc[1];
+    const unsigned char *kbase = p.k + (long long)b * p.ksb + (long long)hk * p.ksh + sl.k0 * p.kss;
+    const unsigned char *vbase = p.v + (long long)b * p.vsb + (long long)hk * p.vsh + sl.k0 * p.vss;
+    const long long kscb = (long long)b * p.kc[0] + (long long)hk * p.kc[1] + sl.k0 * p.kc[2];
+    const long long vscb = (long long)b * p.vc[0] + (long long)hk * p.vc[1] + sl.k0 * p.vc[2];
     const bool kone = p.kgs >= 31 || (1 << p.kgs) >= KN, vone = p.vgs >= 31 || (1 << p.vgs) >= VN;
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -290,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128)
         for (int s = 0; s < NT; s++) {
             const int js = j0 + 16 * s;
             // S = Q K^T for 16 keys: sc[nt] covers keys js + 8 nt + 2 t + {0, 1}
-            float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}, sc2[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
             uint32_t kw[2][KN / 2];
 #pragma unroll
             for (int nt = 0; nt < 2; nt++) {
@@ -305,9 +345,14 @@ __global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128)
             for (int kk = 0; kk < KS; kk++) {
                 const uint4 a4 = qs[kk * 32 + lane];
                 const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
-                mma<T>(sc[0], a, kw[0][2 * kk], kw[0][2 * kk + 1]);
-                mma<T>(sc[1], a, kw[1][2 * kk], kw[1][2 * kk + 1]);
+                // two accumulators a key tile (even and odd k-steps): shorter mma chains
+                mma<T>((kk & 1) ? sc2[0] : sc[0], a, kw[0][2 * kk], kw[0][2 * kk + 1]);
+                mma<T>((kk & 1) ? sc2[1] : sc[1], a, kw[1][2 * kk], kw[1][2 * kk + 1]);
             }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) sc[nt][e] += sc2[nt][e];
             // masks and the online softmax (log2 domain)
             float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
@@ -360,6 +405,13 @@ __global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128)
                     const uint32_t sel = (dn & 1) ? 0x7632 : 0x5410;
                     b0 = __byte_perm(vr[s][0][dn / 2], vr[s][1][dn / 2], sel);
                     b1 = __byte_perm(vr[s][2][dn / 2], vr[s][3][dn / 2], sel);
+                } else if constexpr (KIND == TOPS__DEC_E4M3) {
+                    const int c = dn / 16;
+                    const uint32_t sel = (dn % 4) | ((4 + dn % 4) << 4);
+                    const float2 f0 = e4m3x2(__byte_perm(vr[s][0][dn / 4], vr[s][1][dn / 4], sel));
+                    const float2 f1 = e4m3x2(__byte_perm(vr[s][2][dn / 4], vr[s][3][dn / 4], sel));
+                    b0 = pack2<T>(f0.x * vsc[s][0][c], f0.y * vsc[s][1][c]);
+                    b1 = pack2<T>(f1.x * vsc[s][2][c], f1.y * vsc[s][3][c]);
                 } else {
                     const int c = dn / 16;
                     b0 = pack2<T>(code<KIND>(vr[s][0], dn) * vsc[s][0][c], code<KIND>(vr[s][1], dn) * vsc[s][1][c]);
@@ -391,7 +443,7 @@ __global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128)
     __syncthreads();
     for (int e = tid; e < kRows * D; e += kThreads) {
         const int row = e / D, d = e % D, grow = r0 + row;
-        if (grow >= p.rows) break;
+        if (grow >= sl.rows) break;
         float M = -INFINITY;
 #pragma unroll
         for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * kRows + row]);
@@ -407,10 +459,11 @@ __global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128)
         if (p.nsplit == 1) {
             float val = L == 0.0f ? 0.0f : O / L;
             val *= p.ts_v;
-            if (p.vmode == TOPS__DEC_SC_CHANNEL) val *= load_scale(p.vsc, vscb + (long long)d * p.vc[3], p.vst);
-            const int hh = grow / p.sq, i = grow % p.sq;
-            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * (p.rows / p.sq) + hh) * p.osh +
-                    (long long)i * p.oss + d;
+            if (p.vmode == TOPS__DEC_SC_CHANNEL)
+                val *= load_scale(p.vsc, vscb - sl.k0 * p.vc[2] + (long long)d * p.vc[3], p.vst);
+            const int hh = grow / sl.sq, i = grow % sl.sq;
+            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
+                    (sl.q0 + i) * p.oss + d;
             *op = from_f32<T>(val);
         } else {
             const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
@@ -428,7 +481,8 @@ __global__ void __launch_bounds__(kThreads, (KIND == TOPS__DEC_KV16 && D <= 128)
 template <typename T, int D> __global__ void __launch_bounds__(256) merge_kernel(const dparams p, int bhs) {
     const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv;
     const long long nml = 2LL * bhs * p.nsplit * p.rows;
-    for (int e = blockIdx.y * 256 + threadIdx.x; e < p.rows * D; e += gridDim.y * 256) {
+    const seqlens sl = seq_of(p, b);
+    for (int e = blockIdx.y * 256 + threadIdx.x; e < sl.rows * D; e += gridDim.y * 256) {
         const int row = e / D, d = e % D;
         float M = -INFINITY;
         for (int s = 0; s < p.nsplit; s++)
@@ -445,9 +499,9 @@ template <typename T, int D> __global__ void __launch_bounds__(256) merge_kernel
         val *= p.ts_v;
         if (p.vmode == TOPS__DEC_SC_CHANNEL)
             val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
-        const int hh = row / p.sq, i = row % p.sq;
-        T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * (p.rows / p.sq) + hh) * p.osh +
-                (long long)i * p.oss + d;
+        const int hh = row / sl.sq, i = row % sl.sq;
+        T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
+                (sl.q0 + i) * p.oss + d;
         *op = from_f32<T>(val);
     }
 }
@@ -525,7 +579,8 @@ template <typename T, int D, int KIND> static int launch(const tops__cu_decode_a
     p.hkv = (int)a->kv_heads;
     p.sq = (int)a->sq;
     p.sk = (int)a->sk;
-    p.rows = (int)(a->heads / a->kv_heads * a->sq);
+    p.group = (int)(a->heads / a->kv_heads);
+    p.rows = (int)(p.group * a->sq); // the longest sequence's rows
     p.causal = a->causal;
     p.window = a->window > 0 ? (int)(a->window < (1 << 30) ? a->window : (1 << 30)) : 0;
     const float log2e = 1.4426950408889634f, sk_scale = a->scale * a->k.tensor_scale;
@@ -542,6 +597,21 @@ template <typename T, int D, int KIND> static int launch(const tops__cu_decode_a
     p.nsplit = (int)((a->sk + p.kps - 1) / p.kps);
     if (p.nsplit < 1) p.nsplit = 1;
     float *ws = nullptr;
+    int *lens = nullptr;
+    if (a->kv_lens || a->cu_q) {
+        const size_t nb = (size_t)a->batch, bytes = (3 * nb + 2) * sizeof(int);
+        if ((err = cudaMallocAsync(reinterpret_cast<void **>(&lens), bytes, stream)) != cudaSuccess) return (int)err;
+        if (a->kv_lens && (err = cudaMemcpyAsync(lens, a->kv_lens, nb * sizeof(int), cudaMemcpyHostToDevice, stream)) != cudaSuccess)
+            return (int)err;
+        if (a->cu_q && ((err = cudaMemcpyAsync(lens + nb, a->cu_q, (nb + 1) * sizeof(int), cudaMemcpyHostToDevice, stream)) !=
+                            cudaSuccess ||
+                        (err = cudaMemcpyAsync(lens + 2 * nb + 1, a->cu_k, (nb + 1) * sizeof(int), cudaMemcpyHostToDevice,
+                                               stream)) != cudaSuccess))
+            return (int)err;
+        p.kv_lens = a->kv_lens ? lens : nullptr;
+        p.cu_q = a->cu_q ? lens + nb : nullptr;
+        p.cu_k = a->cu_q ? lens + 2 * nb + 1 : nullptr;
+    }
     if (p.nsplit > 1) {
         const size_t bytes = (size_t)bhs * p.nsplit * p.rows * (2 + D) * sizeof(float);
         if ((err = cudaMallocAsync(reinterpret_cast<void **>(&ws), bytes, stream)) != cudaSuccess) {
@@ -561,6 +631,10 @@ template <typename T, int D, int KIND> static int launch(const tops__cu_decode_a
     }
     if (ws) {
         cudaError_t e2 = cudaFreeAsync(ws, stream);
+        if (err == cudaSuccess) err = e2;
+    }
+    if (lens) {
+        cudaError_t e2 = cudaFreeAsync(lens, stream);
         if (err == cudaSuccess) err = e2;
     }
     return (int)err;

@@ -45,6 +45,11 @@ typedef struct tops__cu_decode_args {
     int64_t window;
     float scale, softcap;
     int splits;            /* 0: the library's choice */
+    /* Sequences of different lengths (host arrays, read during the call):
+       kv_lens[b] keys of sequence b; cu_q / cu_k: batch + 1 offsets along
+       the sequence dimension of q / out and of k / v (packed batches, whose
+       batch stride is 0); sq and sk are then the longest. */
+    const int32_t *kv_lens, *cu_q, *cu_k;
     void *stream;
 } tops__cu_decode_args;
 

@@ -319,7 +319,8 @@ static void test_pipelines(void) {
 /* f32 [B, Hkv, Sk, D] values -> a tensor of format name on the host (codes
    from tops_quantize); vals becomes the decoded values rounded to dt, what
    the kernel multiplies (per-channel scales: the decoded values, unrounded). */
-static void make_kv(const char *name, int per_channel, tops_dtype dt, float *vals, const int64_t *e, tops_tensor *host) {
+static void make_kv_rank(const char *name, int per_channel, tops_dtype dt, float *vals, int rank, const int64_t *e,
+                         tops_tensor *host) {
     tops_format f;
     if (strcmp(name, "kv16") == 0) name = dt == TOPS_DT_BF16 ? "bf16" : "f16"; /* q's own type */
     ASSERT_OK(tops_format_from_name(name, &f));
@@ -327,8 +328,8 @@ static void make_kv(const char *name, int per_channel, tops_dtype dt, float *val
     tops_tensor_desc sd;
     memset(&sd, 0, sizeof sd);
     sd.format = tops_format_of(TOPS_DT_F32);
-    sd.rank = 4;
-    memcpy(sd.extent, e, sizeof sd.extent);
+    sd.rank = rank;
+    memcpy(sd.extent, e, (size_t)rank * sizeof(int64_t));
     sd.data = vals;
     ASSERT_OK(tops_tensor_view(&sd, &src));
     if (per_channel) {
@@ -345,15 +346,16 @@ static void make_kv(const char *name, int per_channel, tops_dtype dt, float *val
         qd.scales.block[0] = 1, qd.scales.block[1] = 1, qd.scales.block[2] = e[2], qd.scales.block[3] = 1;
         ASSERT_OK(tops_tensor_view(&qd, host));
     } else {
-        ASSERT_OK(tops_tensor_create(f, 4, e, host_mem, host));
+        ASSERT_OK(tops_tensor_create(f, rank, e, host_mem, host));
     }
     tops_quantize_opts qo;
     memset(&qo, 0, sizeof qo);
     qo.scale_from_data = 1;
     ASSERT_OK(tops_quantize(&src, host, &qo));
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 4, e, host_mem, &dec));
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), rank, e, host_mem, &dec));
     ASSERT_OK(tops_dequantize(host, &dec));
-    int64_t n = e[0] * e[1] * e[2] * e[3];
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= e[i];
     memcpy(vals, dec.data, (size_t)n * sizeof(float));
     if (!per_channel) {
         uint16_t *h = malloc((size_t)n * 2);
@@ -362,6 +364,10 @@ static void make_kv(const char *name, int per_channel, tops_dtype dt, float *val
         free(h);
     }
     tops_tensor_destroy(&dec);
+}
+
+static void make_kv(const char *name, int per_channel, tops_dtype dt, float *vals, const int64_t *e, tops_tensor *host) {
+    make_kv_rank(name, per_channel, dt, vals, 4, e, host);
 }
 
 typedef struct qcase {
@@ -496,6 +502,118 @@ static void test_decode_splits(void) {
     unsetenv("TOPS_CUDA_ATTN_DECODE");
 }
 
+/* Sequences of different lengths in the decode kernel: kv_lens over a
+   [B, H, S, D] cache, and packed batches (cu_seqlens) with a spare row the
+   call must not touch; each sequence against f64 attention of its own rows. */
+static void test_decode_lengths(void) {
+    const char *fmts[2] = {"kv16", "int4-g32"};
+    for (int fi = 0; fi < 2; fi++)
+        for (int di = 0; di < (small_run ? 1 : 2); di++) {
+            tops_dtype dt = di ? TOPS_DT_F16 : TOPS_DT_BF16;
+            for (int packed = 0; packed < 2; packed++) {
+                /* kv_lens: B 4, Sq 3, Sk 600; packed: 3 sequences, q {1, 16, 5}, k {700, 20, 0} (+ kv_lens) */
+                const int64_t H = packed ? 4 : 8, Hkv = packed ? 4 : 2, D = packed ? 64 : 128;
+                const int32_t B = packed ? 3 : 4;
+                int32_t lens[4] = {600, 0, 1, 333}, cq[4] = {0, 1, 17, 22}, ck[4] = {0, 700, 720, 720};
+                if (packed) lens[0] = 650, lens[1] = 20, lens[2] = 0;
+                const int64_t Sq = 3, Sk = 600, Tq = 23, Tk = 720;
+                int64_t qe[4], ke[4];
+                int rank = packed ? 3 : 4;
+                if (packed) {
+                    qe[0] = Tq, qe[1] = H, qe[2] = D, ke[0] = Tk, ke[1] = Hkv, ke[2] = D;
+                } else {
+                    qe[0] = B, qe[1] = H, qe[2] = Sq, qe[3] = D, ke[0] = B, ke[1] = Hkv, ke[2] = Sk, ke[3] = D;
+                }
+                int64_t nq = 1, nk = 1;
+                for (int i = 0; i < rank; i++) nq *= qe[i], nk *= ke[i];
+                float *qf = malloc(nq * 4), *kf = malloc(nk * 4), *vf = malloc(nk * 4), *got = malloc(nq * 4);
+                uint16_t *q16 = malloc(nq * 2), *o16 = malloc(nq * 2);
+                double *ref = malloc(nq * sizeof(double));
+                for (int64_t i = 0; i < nq; i++) qf[i] = th_uniform(&rng, -2.0f, 2.0f), ref[i] = NAN;
+                for (int64_t i = 0; i < nk; i++) kf[i] = th_uniform(&rng, -2.0f, 2.0f), vf[i] = th_uniform(&rng, -1.0f, 1.0f);
+                tops_cast_from_f32(dt, q16, qf, nq, 0);
+                tops_cast_to_f32(dt, qf, q16, nq);
+                tops_tensor kh, vh, kg, vg, q, o;
+                make_kv_rank(fmts[fi], 0, dt, kf, rank, ke, &kh);
+                make_kv_rank(fmts[fi], 0, dt, vf, rank, ke, &vh);
+                /* the reference, a sequence at a time on contiguous copies */
+                for (int32_t b = 0; b < B; b++) {
+                    int64_t sq = packed ? cq[b + 1] - cq[b] : Sq, sk = lens[b];
+                    acase c = {1, H, Hkv, sq, sk, D, 1, 0, 0, 0, 0};
+                    float *qb = malloc((size_t)(H * sq * D + 1) * 4), *kb = malloc((size_t)(Hkv * sk * D + 1) * 4),
+                          *vb = malloc((size_t)(Hkv * sk * D + 1) * 4);
+                    double *rb = malloc((size_t)(H * sq * D + 1) * sizeof(double));
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t i = 0; i < sq; i++)
+                            memcpy(qb + (h * sq + i) * D,
+                                   qf + (packed ? ((cq[b] + i) * H + h) * D : ((b * H + h) * Sq + i) * D), D * 4);
+                    for (int64_t h = 0; h < Hkv; h++)
+                        for (int64_t j = 0; j < sk; j++) {
+                            int64_t at = packed ? ((ck[b] + j) * Hkv + h) * D : ((b * Hkv + h) * Sk + j) * D;
+                            memcpy(kb + (h * sk + j) * D, kf + at, D * 4);
+                            memcpy(vb + (h * sk + j) * D, vf + at, D * 4);
+                        }
+                    reference(&c, qb, kb, vb, rb);
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t i = 0; i < sq; i++)
+                            for (int64_t x = 0; x < D; x++)
+                                ref[(packed ? ((cq[b] + i) * H + h) * D : ((b * H + h) * Sq + i) * D) + x] =
+                                    rb[(h * sq + i) * D + x];
+                    free(qb), free(kb), free(vb), free(rb);
+                }
+                ASSERT_OK(tops_tensor_to(&kh, gpu0, &kg));
+                ASSERT_OK(tops_tensor_to(&vh, gpu0, &vg));
+                tops_tensor_desc qd;
+                memset(&qd, 0, sizeof qd);
+                qd.format = tops_format_of(dt);
+                qd.rank = rank;
+                memcpy(qd.extent, qe, sizeof qe);
+                qd.memory = gpu0;
+                ASSERT_OK(tops_cuda_alloc(0, nq * 2, &qd.data));
+                ASSERT_OK(tops_cuda_copy(qd.data, gpu0, q16, host_mem, nq * 2, NULL));
+                ASSERT_OK(tops_tensor_view(&qd, &q));
+                ASSERT_OK(tops_cuda_alloc(0, nq * 2, &qd.data));
+                memset(o16, 0xFF, nq * 2);
+                ASSERT_OK(tops_cuda_copy(qd.data, gpu0, o16, host_mem, nq * 2, NULL));
+                ASSERT_OK(tops_tensor_view(&qd, &o));
+                tops_exec ex = tops_exec_default();
+                ex.device = gpu0;
+                tops_attention_desc d = tops_attention_desc_default();
+                d.causal = 1;
+                d.kv_lens = lens;
+                d.batch = B;
+                if (packed) d.cu_seqlens_q = cq, d.cu_seqlens_k = ck;
+                tops_status st = tops_attention(&ex, &d, &q, &kg, &vg, &o);
+                if (st != TOPS_OK) {
+                    TH_FAIL_AT("lengths (%s, %s): %s", packed ? "packed" : "kv_lens", fmts[fi], tops_last_error());
+                } else {
+                    ASSERT_OK(tops_cuda_synchronize(&ex));
+                    ASSERT_OK(tops_cuda_copy(o16, host_mem, o.data, gpu0, nq * 2, NULL));
+                    tops_cast_to_f32(dt, got, o16, nq);
+                    double num = 0, den = 0;
+                    int64_t bad = 0;
+                    for (int64_t i = 0; i < nq; i++) {
+                        if (isnan(ref[i])) { /* outside every sequence: still the poison */
+                            bad += !isnan(got[i]);
+                            continue;
+                        }
+                        if (!isfinite(got[i])) bad++;
+                        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+                        den += ref[i] * ref[i];
+                    }
+                    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+                    if (bad || !(rel <= bound(dt)))
+                        TH_FAIL_AT("lengths (%s, kv %s, %s): rel-L2 %.3g (bound %.3g), %lld bad elements",
+                                   packed ? "packed" : "kv_lens", fmts[fi], di ? "f16" : "bf16", rel, bound(dt),
+                                   (long long)bad);
+                }
+                tops_cuda_free(0, q.data), tops_cuda_free(0, o.data);
+                tops_tensor_destroy(&kh), tops_tensor_destroy(&vh), tops_tensor_destroy(&kg), tops_tensor_destroy(&vg);
+                free(qf), free(kf), free(vf), free(got), free(q16), free(o16), free(ref);
+            }
+        }
+}
+
 int main(void) {
     rng = th_seed();
     small_run = getenv("TOPS_CUDA_TEST_SMALL") && atoi(getenv("TOPS_CUDA_TEST_SMALL")) == 1;
@@ -522,6 +640,7 @@ int main(void) {
     }
     RUN_TEST(test_decode_kv);
     RUN_TEST(test_decode_splits);
+    RUN_TEST(test_decode_lengths);
     printf("worst rel-L2: f16 %.3g (bound %.3g), bf16 %.3g (bound %.3g)\n", worst[0], bound(TOPS_DT_F16), worst[1],
            bound(TOPS_DT_BF16));
     TEST_MAIN_END();
