@@ -44,7 +44,8 @@ tops_status tops_bench_attention_cuda_prepare(tops_bench_config *cfg) {
         if (strcmp(o->dtypes[i], "f32") == 0)
             return tops__fail(TOPS_INVALID_ARGUMENT, fn, "--dtype f32: the GPU kernel takes f16 or bf16");
     if (o->nvarlen)
-        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "--varlen: sequences of different lengths run on the CPU only so far");
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                          "--varlen: the GPU runner times whole batches (the GPU takes varlen in its decode kernel only)");
     return TOPS_OK;
 }
 
