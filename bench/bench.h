@@ -335,6 +335,8 @@ typedef struct tops_bench_attn_options {
     int ndtypes;
     int32_t varlen[64]; /* --varlen: the sequence lengths (CPU runner) */
     int nvarlen;
+    char kv_formats[8][24]; /* --kv-format: KV cache formats (GPU runner) */
+    int nkv;
 } tops_bench_attn_options;
 tops_bench_attn_options *tops_bench_attention_options(void);
 int tops_bench_attention_parse(tops_bench_config *cfg, int argc, char **argv, int *i);

@@ -87,6 +87,27 @@ int tops_bench_attention_parse(tops_bench_config *cfg, int argc, char **argv, in
         }
         return 1;
     }
+    if (strcmp(a, "--kv-format") == 0) {
+        if (*i + 1 >= argc) {
+            fprintf(stderr, "tensorops bench: --kv-format needs a list of formats\n");
+            return -1;
+        }
+        const char *v = argv[++*i];
+        opts.nkv = 0;
+        for (const char *p = v; *p;) {
+            size_t n = strcspn(p, ",");
+            tops_format f;
+            char item[24];
+            if (n == 0 || n >= sizeof item || opts.nkv == 8 ||
+                (memcpy(item, p, n), item[n] = '\0', tops_format_from_name(item, &f)) != TOPS_OK) {
+                fprintf(stderr, "tensorops bench: --kv-format \"%s\": expected 1..8 format names, comma-separated\n", v);
+                return -1;
+            }
+            snprintf(opts.kv_formats[opts.nkv++], sizeof opts.kv_formats[0], "%s", item);
+            p += n + (p[n] == ',');
+        }
+        return 1;
+    }
     if (strcmp(a, "--dtype") == 0) {
         if (*i + 1 >= argc) {
             fprintf(stderr, "tensorops bench: --dtype needs a value\n");
@@ -569,6 +590,7 @@ static tops_status run_varlen_case(tops_bench_session *s, attn_data *d, varlen_d
 
 tops_status tops_bench_attention_cpu(tops_bench_session *s, tops_bench_rows *rows) {
     static const char fn[] = "tensorops bench";
+    if (opts.nkv) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "--kv-format: quantized KV caches are timed on the GPU runner (--device cuda)");
     int ncausal = opts.causal_mode == 0 ? 2 : 1;
     s->case_count = opts.ndtypes * ncausal;
     /* The roofline first, so its threads are not spinning during a case. */

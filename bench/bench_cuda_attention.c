@@ -44,7 +44,8 @@ tops_status tops_bench_attention_cuda_prepare(tops_bench_config *cfg) {
         if (strcmp(o->dtypes[i], "f32") == 0)
             return tops__fail(TOPS_INVALID_ARGUMENT, fn, "--dtype f32: the GPU kernel takes f16 or bf16");
     if (o->nvarlen)
-        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "--varlen: sequences of different lengths run on the CPU only so far");
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                          "--varlen: the GPU runner times whole batches (the GPU takes varlen in its decode kernel only)");
     return TOPS_OK;
 }
 
@@ -287,8 +288,80 @@ static double visible_pairs(const tops_bench_attn_options *o, int causal) {
     return per_head * (double)o->batch * (double)o->heads;
 }
 
+typedef struct kv_cache {
+    tops_tensor k, v;  /* on the device */
+    float *kf, *vf;    /* the decoded values */
+    double bytes;      /* data and scale planes of both */
+    int made;
+} kv_cache;
+
+static double tensor_bytes(const tops_tensor *t) {
+    size_t n = 0;
+    double b = tops_tensor_data_span(t, &n) == TOPS_OK ? (double)n : 0;
+    if (t->scales.data) {
+        double e = (tops_dtype_bits(t->scales.dtype) + 7) / 8;
+        for (int d = 0; d < t->rank; d++) e *= (double)t->scales.extent[d];
+        b += e;
+    }
+    return b;
+}
+
+/* The 16-bit-rounded values kf / vf quantized to format name, on the device,
+   with their decoded values for the f64 check. */
+static tops_status kv_quant(gpu_case *c, const tops_format *f, const float *vals, tops_tensor *dev, float **dec) {
+    const tops_bench_attn_options *o = c->o;
+    int64_t e[4] = {o->batch, o->kv_heads, o->kv_seq, o->head_dim}, n = e[0] * e[1] * e[2] * e[3];
+    tops_tensor_desc sd;
+    memset(&sd, 0, sizeof sd);
+    sd.format = tops_format_of(TOPS_DT_F32);
+    sd.rank = 4;
+    memcpy(sd.extent, e, sizeof e);
+    sd.data = (void *)vals;
+    tops_tensor src, host, out;
+    tops_status st = tops_tensor_view(&sd, &src);
+    if (st != TOPS_OK) return st;
+    if ((st = tops_tensor_create(*f, 4, e, (tops_memory){TOPS_DEVICE_CPU, 0}, &host)) != TOPS_OK) return st;
+    tops_quantize_opts qo;
+    memset(&qo, 0, sizeof qo);
+    qo.scale_from_data = 1;
+    *dec = malloc((size_t)n * sizeof(float));
+    sd.data = *dec;
+    if (!*dec) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the decoded KV cache");
+    if (st == TOPS_OK) st = tops_quantize(&src, &host, &qo);
+    if (st == TOPS_OK) st = tops_tensor_view(&sd, &out);
+    if (st == TOPS_OK) st = tops_dequantize(&host, &out);
+    if (st == TOPS_OK) st = tops_tensor_to(&host, c->exec.device, dev);
+    tops_tensor_destroy(&host);
+    return st;
+}
+
+static void kv_free(kv_cache *kc) {
+    if (kc->made & 1) tops_tensor_destroy(&kc->k);
+    if (kc->made & 2) tops_tensor_destroy(&kc->v);
+    free(kc->kf), free(kc->vf);
+    memset(kc, 0, sizeof *kc);
+}
+
+static tops_status kv_make(gpu_case *c, const char *name, const float *kf, const float *vf, kv_cache *kc) {
+    tops_format f;
+    tops_status st = tops_format_from_name(name, &f);
+    if (st != TOPS_OK) return st;
+    if ((st = kv_quant(c, &f, kf, &kc->k, &kc->kf)) == TOPS_OK) kc->made |= 1;
+    if (st == TOPS_OK && (st = kv_quant(c, &f, vf, &kc->v, &kc->vf)) == TOPS_OK) kc->made |= 2;
+    if (st != TOPS_OK) {
+        kv_free(kc);
+        return st;
+    }
+    kc->bytes = tensor_bytes(&kc->k) + tensor_bytes(&kc->v);
+    return TOPS_OK;
+}
+
+/* One case; kfq / vfq are the values the fused call reads (the decoded KV
+   cache when kvfmt names a quantized one), kf / vf the 16-bit ones the
+   unfused baseline reads; kv_bytes the KV cache's bytes. */
 static tops_status run_case(tops_bench_session *s, gpu_case *c, const char *dtype, int causal, const ceilings *ce,
-                            const float *qf, const float *kf, const float *vf, tops_bench_rows *rows, int *failures) {
+                            const float *qf, const float *kf, const float *vf, const float *kfq, const float *vfq,
+                            const char *kvfmt, double kv_bytes, tops_bench_rows *rows, int *failures) {
     const tops_bench_attn_options *o = c->o;
     c->desc = tops_attention_desc_default();
     c->desc.causal = causal;
@@ -302,7 +375,7 @@ static tops_status run_case(tops_bench_session *s, gpu_case *c, const char *dtyp
     if ((st = enqueue_fused(c)) != TOPS_OK || (st = enqueue_unfused(c)) != TOPS_OK) return st;
     CU(cudaStreamSynchronize(c->stream), "the first calls");
     double rel = NAN, rel_base = NAN;
-    if ((st = check(c, c->dout, qf, kf, vf, &rel)) != TOPS_OK || (st = check(c, c->uout, qf, kf, vf, &rel_base)) != TOPS_OK)
+    if ((st = check(c, c->dout, qf, kfq, vfq, &rel)) != TOPS_OK || (st = check(c, c->uout, qf, kf, vf, &rel_base)) != TOPS_OK)
         return st;
 
     tops_bench_progress(s, "%s %s: timing fused and cuBLAS unfused in alternation", dtype, mask);
@@ -340,7 +413,7 @@ static tops_status run_case(tops_bench_session *s, gpu_case *c, const char *dtyp
     tops_bench_row row;
     memset(&row, 0, sizeof row);
     snprintf(row.op, sizeof row.op, "attention");
-    snprintf(row.format, sizeof row.format, "%s", dtype);
+    snprintf(row.format, sizeof row.format, "%s%s%s", dtype, kvfmt ? " kv " : "", kvfmt ? kvfmt : "");
     row.m = o->seq, row.n = o->kv_seq, row.k = o->head_dim;
     row.batch = o->batch, row.heads = o->heads, row.kv_heads = o->kv_heads, row.causal = causal;
     row.threads = 1;
@@ -359,7 +432,6 @@ static tops_status run_case(tops_bench_session *s, gpu_case *c, const char *dtyp
     row.accuracy_ok = rel <= row.rel_l2_bound;
     if (!row.accuracy_ok) (*failures)++;
     double flops = 4.0 * (double)o->head_dim * visible_pairs(o, causal);
-    double kv_bytes = 2.0 * 2.0 * (double)(o->batch * o->kv_heads * o->kv_seq * o->head_dim);
     tops_bench_row_derive(&row, flops, kv_bytes, kv_bytes + 4.0 * (double)nq, ce->peak_gflops, ce->hbm_gbps);
     printf("attention %s %s B=%lld H=%lld Hkv=%lld Sq=%lld Sk=%lld D=%lld: ours %.1f TFLOP/s (%.3f ms), cuBLAS unfused "
            "%.1f TFLOP/s (%.3f ms), %.2fx; f16 tensor cores %.0f TFLOP/s: ours at %.0f%%; rel-L2 ours %.2e, "
@@ -368,6 +440,13 @@ static tops_status run_case(tops_bench_session *s, gpu_case *c, const char *dtyp
            (long long)o->kv_seq, (long long)o->head_dim, flops / row.median_s / 1e12, row.median_s * 1e3,
            flops / row.baseline_median_s / 1e12, row.baseline_median_s * 1e3, row.baseline_median_s / row.median_s,
            ce->peak_gflops / 1e3, 100.0 * flops / row.median_s / 1e9 / ce->peak_gflops, rel, rel_base);
+    if (o->seq <= 16)
+        printf("attention decode %s kv %s B=%lld H=%lld Hkv=%lld Sq=%lld Sk=%lld D=%lld: %.1f us, KV read %.0f GB/s = %.0f%% "
+               "of the HBM copy (%.0f GB/s, same run); cuBLAS unfused (16-bit KV) %.1f us\n",
+               dtype, kvfmt ? kvfmt : dtype, (long long)o->batch, (long long)o->heads, (long long)o->kv_heads,
+               (long long)o->seq, (long long)o->kv_seq, (long long)o->head_dim, row.median_s * 1e6,
+               kv_bytes / row.median_s / 1e9, 100.0 * kv_bytes / row.median_s / 1e9 / ce->hbm_gbps, ce->hbm_gbps,
+               row.baseline_median_s * 1e6);
     return tops_bench_rows_push(rows, &row);
 }
 
@@ -375,7 +454,7 @@ tops_status tops_bench_attention_cuda(tops_bench_session *s, tops_bench_rows *ro
     const tops_bench_attn_options *o = tops_bench_attention_options();
     const tops_bench_config *cfg = s->cfg;
     int ncausal = o->causal_mode == 0 ? 2 : 1;
-    s->case_count = o->ndtypes * ncausal;
+    s->case_count = o->ndtypes * ncausal * (o->nkv ? o->nkv : 1);
     gpu_case c;
     memset(&c, 0, sizeof c);
     c.o = o;
@@ -414,10 +493,22 @@ tops_status tops_bench_attention_cuda(tops_bench_session *s, tops_bench_rows *ro
             (st = view(&c, c.dv, o->kv_heads, o->kv_seq, &c.v)) != TOPS_OK ||
             (st = view(&c, c.dout, o->heads, o->seq, &c.out)) != TOPS_OK)
             goto done;
-        for (int ci = 0; ci < ncausal && st == TOPS_OK; ci++) {
-            int causal = o->causal_mode == 0 ? ci == 0 : o->causal_mode == 1;
-            s->case_index = di * ncausal + ci + 1;
-            st = run_case(s, &c, o->dtypes[di], causal, &ce, qf, kf, vf, rows, &failures);
+        double plain_bytes = 2.0 * 2.0 * (double)nk;
+        for (int fi = 0; fi < (o->nkv ? o->nkv : 1) && st == TOPS_OK; fi++) {
+            const char *kvfmt = o->nkv && strcmp(o->kv_formats[fi], o->dtypes[di]) != 0 ? o->kv_formats[fi] : NULL;
+            kv_cache kc;
+            memset(&kc, 0, sizeof kc);
+            if (kvfmt && (st = kv_make(&c, kvfmt, kf, vf, &kc)) != TOPS_OK) break;
+            tops_tensor k16 = c.k, v16 = c.v;
+            if (kvfmt) c.k = kc.k, c.v = kc.v;
+            for (int ci = 0; ci < ncausal && st == TOPS_OK; ci++) {
+                int causal = o->causal_mode == 0 ? ci == 0 : o->causal_mode == 1;
+                s->case_index = (di * (o->nkv ? o->nkv : 1) + fi) * ncausal + ci + 1;
+                st = run_case(s, &c, o->dtypes[di], causal, &ce, qf, kf, vf, kvfmt ? kc.kf : kf, kvfmt ? kc.vf : vf,
+                              kvfmt, kvfmt ? kc.bytes : plain_bytes, rows, &failures);
+            }
+            c.k = k16, c.v = v16;
+            kv_free(&kc);
         }
         cudaFree(c.dq), cudaFree(c.dk), cudaFree(c.dv), cudaFree(c.dout), cudaFree(c.uout), cudaFree(c.scores);
         c.dq = c.dk = c.dv = c.dout = c.uout = c.scores = NULL;
@@ -451,6 +542,9 @@ done:
 
 const char tops_bench_attention_cuda_usage[] =
     "  the attention flags above (--dtype f16|bf16, default bf16)\n"
+    "  --kv-format LIST         KV caches to time (q's dtype, e4m3, e4m3-ch, mxfp8, int8-gG, int4-gG);\n"
+    "                           at --seq <= 16 the decode kernel runs and rows report the GB/s of KV read\n"
+    "                           next to the HBM copy of the same run\n"
     "  Baseline: unfused cuBLAS (strided-batched GEMM Q K^T into f16/bf16 scores, a row-softmax kernel,\n"
     "  GEMM P V) in alternation with the fused kernel; TFLOP/s count 4 * D per visible query/key pair;\n"
     "  the f16 tensor-core rate (cuBLAS 8192^3) of the same run is printed beside.\n";

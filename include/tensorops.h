@@ -910,8 +910,13 @@ TOPS_API tops_status tops_tile_store(const tops_tile *tile, tops_tensor *dest);
  *                 kv_lens too, sequence b sees its first kv_lens[b] keys.
  * Every query row of every sequence is written (zeros where it sees no key,
  * e.g. an empty key sequence); rows outside the sequences are not touched.
- * The arrays live in host memory and are read during the call only.  CPU
- * only for now: on a cuda:N exec these fields give TOPS_UNSUPPORTED_ON_DEVICE.
+ * The arrays live in host memory and are read during the call only.
+ *
+ * On a cuda:N exec (docs/cuda.md): q and out f16 or bf16 (one type).  Calls
+ * whose longest query sequence is 1..16 with D = Dv in {64, 128, 256} run
+ * the decode kernel, which also takes the lengths above and a KV cache in
+ * q's type, e4m3, e4m3-ch, mxfp8, int8-gG or int4-gG (decoded to q's type);
+ * other calls run the prefill kernel (k, v in q's type, whole batches).
  */
 typedef struct tops_attention_desc {
     int causal;       /* mask keys after the query's position */

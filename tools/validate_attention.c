@@ -51,6 +51,13 @@ static const attn_row rows[] = {
     {"A-f16-window-cap", "f16", TOPS_DT_F16, TOPS_DT_F16, 1, 64, 30.0f, 1, 4, 1, 257, 400, 128, 0, LENS_NONE, {0}, {0}},
     {"A-bf16-d256", "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 0, 0, 0.0f, 1, 2, 2, 130, 333, 256, 0, LENS_NONE, {0}, {0}},
     {"A-bf16-prefill", "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 0.0f, 1, 8, 8, 1024, 1024, 128, 1, LENS_NONE, {0}, {0}},
+    /* decode (Sq <= 16) with 16-bit and quantized KV caches: the GPU's decode kernel too */
+    {"A-dec-bf16-gqa", "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 0, 0, 0.0f, 2, 32, 8, 1, 3000, 128, 0, LENS_NONE, {0}, {0}},
+    {"A-dec-kv-e4m3", "e4m3", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 0.0f, 2, 8, 2, 4, 1000, 128, 0, LENS_NONE, {0}, {0}},
+    {"A-dec-kv-e4m3ch", "e4m3-ch", TOPS_DT_BF16, TOPS_DT_BF16, 0, 0, 0.0f, 1, 4, 1, 1, 1200, 256, 0, LENS_NONE, {0}, {0}},
+    {"A-dec-kv-mxfp8", "mxfp8", TOPS_DT_F16, TOPS_DT_F16, 1, 0, 0.0f, 1, 8, 4, 2, 500, 64, 0, LENS_NONE, {0}, {0}},
+    {"A-dec-kv-int8", "int8-g32", TOPS_DT_F16, TOPS_DT_F16, 0, 0, 0.0f, 2, 8, 2, 1, 777, 128, 0, LENS_NONE, {0}, {0}},
+    {"A-dec-kv-int4", "int4-g32", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 0.0f, 1, 16, 4, 16, 2000, 128, 0, LENS_NONE, {0}, {0}},
 };
 
 /* Where (b, h, i) of a [B, H, S, D] tensor or of a packed [T, H, D] one
@@ -265,11 +272,11 @@ int tops_validate_attention_on(tops_device dev, int quick, int json, const char 
         res.bound = tops_validate_bound(r->out, 0);
         int kv16 = strcmp(r->kv, "f16") == 0 || strcmp(r->kv, "bf16") == 0;
         const char *skip = NULL;
-        if (dev.kind == TOPS_DEVICE_CUDA && r->lens != LENS_NONE)
-            skip = "sequences of different lengths run on the CPU only so far";
+        if (dev.kind == TOPS_DEVICE_CUDA && r->lens != LENS_NONE && r->sq > 16)
+            skip = "the GPU runs sequences of different lengths in the decode kernel only (longest query <= 16)";
         else if (dev.kind == TOPS_DEVICE_CUDA && !(r->q == r->out && (r->q == TOPS_DT_F16 || r->q == TOPS_DT_BF16) &&
-                                                  kv16 && strcmp(r->kv, tops_dtype_name(r->q)) == 0))
-            skip = "the GPU kernel takes one 16-bit type for q, k, v and out";
+                                                  (kv16 ? strcmp(r->kv, tops_dtype_name(r->q)) == 0 : r->sq <= 16)))
+            skip = "the GPU takes one 16-bit type for q and out, and k, v of that type or (Sq <= 16) quantized";
         if (skip) {
             if (json) {
                 printf("%s\n  {\"row\": ", *first ? "" : ",");

@@ -3,8 +3,10 @@
    the overlaps; device_support() refuses, with a sentence, every case the
    device kernel does not handle yet (one place to extend). */
 #include "cuda/attention.h"
+#include "cuda/attention_decode.h"
 #include "cuda/runtime.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char fn[] = "tops_attention";
@@ -50,10 +52,86 @@ static tops_status tma_rows(const char *what, const tops_tensor *t) {
     return TOPS_OK;
 }
 
-/* Every case the GPU kernel does not run yet, refused here and only here. */
+/* KV formats the decode kernel reads: its element codes and scale plane.
+   Returns 0 (with *why set) for a format it does not read. */
+static int kv_kind(const tops_tensor *t, tops_format_id qty, int *kind, const char **why) {
+    switch (t->format.id) {
+    case TOPS_FMT_F16:
+    case TOPS_FMT_BF16:
+        *kind = TOPS__DEC_KV16;
+        if (t->format.id != qty) {
+            *why = "a 16-bit KV cache must have q's type";
+            return 0;
+        }
+        return 1;
+    case TOPS_FMT_E4M3:
+    case TOPS_FMT_E4M3_CH:
+    case TOPS_FMT_MXFP8: *kind = TOPS__DEC_E4M3; return 1;
+    case TOPS_FMT_INT8_G: *kind = TOPS__DEC_I8; return 1;
+    case TOPS_FMT_INT4_G: *kind = TOPS__DEC_I4; return 1;
+    default:
+        *why = "the GPU reads KV caches in f16, bf16, e4m3, e4m3-ch, mxfp8, int8-gG and int4-gG";
+        return 0;
+    }
+}
+
+/* The scale plane of a quantized KV tensor as the decode kernel reads it. */
+static tops_status kv_plane(const char *what, const tops_tensor *t, tops__cu_kv *kv) {
+    memset(kv, 0, sizeof *kv);
+    kv->data = t->data;
+    kv->tensor_scale = t->tensor_scale;
+    int bits = tops_format_get_info(t->format.id)->element_bits;
+    for (int i = 0; i < 3; i++) kv->stride[i] = t->extent[i] > 1 ? t->stride[i] * bits / 8 : 0;
+    if (t->stride[3] != 1)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "%s has head-dim stride %lld; on the GPU it must be 1", what,
+                          (long long)t->stride[3]);
+    if (((uintptr_t)t->data & 15) != 0)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "%s is not 16-byte aligned; the GPU reads it in 16-byte pieces",
+                          what);
+    for (int i = 0; i < 3; i++)
+        if (kv->stride[i] % 16 != 0 || kv->stride[i] < 0)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                              "%s has stride %lld bytes in dimension %d; on the GPU key rows start 16-byte aligned", what,
+                              (long long)kv->stride[i], i);
+    if (!t->scales.data) return TOPS_OK; /* f16, bf16, plain e4m3: tensor_scale only */
+    const tops_plane *pl = &t->scales;
+    switch (pl->dtype) {
+    case TOPS_DT_F16: kv->scale_type = TOPS__DEC_SF16; break;
+    case TOPS_DT_BF16: kv->scale_type = TOPS__DEC_SBF16; break;
+    case TOPS_DT_F32: kv->scale_type = TOPS__DEC_SF32; break;
+    case TOPS_DT_E8M0: kv->scale_type = TOPS__DEC_SE8M0; break;
+    default:
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "%s has %s scales; the GPU reads f16, bf16, f32 and e8m0", what,
+                          tops_dtype_name(pl->dtype));
+    }
+    kv->scales = pl->data;
+    for (int i = 0; i < 4; i++) kv->sstride[i] = pl->extent[i] > 1 ? pl->stride[i] : 0;
+    if (pl->block[0] == 1 && pl->block[1] == 1 && pl->block[2] == 1 && pl->block[3] >= 16) {
+        kv->mode = TOPS__DEC_SC_GROUP; /* groups along D (one group: a scale a key) */
+        int64_t g = pl->block[3];
+        if (g > 256 || (g & (g - 1)) != 0)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                              "%s has scale groups of %lld along D; the GPU reads powers of two from 16 to 256", what,
+                              (long long)g);
+        kv->group = (int)g;
+        return TOPS_OK;
+    }
+    if (pl->block[0] == 1 && pl->block[1] == 1 && pl->block[3] == 1 && pl->block[2] == t->extent[2]) {
+        kv->mode = TOPS__DEC_SC_CHANNEL; /* one scale a channel d, for every key */
+        return TOPS_OK;
+    }
+    return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                      "%s's scale blocks are {%lld, %lld, %lld, %lld}; the GPU reads groups of 16 or more along D, or "
+                      "one scale a channel (blocked along the whole sequence)",
+                      what, (long long)pl->block[0], (long long)pl->block[1], (long long)pl->block[2],
+                      (long long)pl->block[3]);
+}
+
+/* Every case the GPU kernels do not run yet, refused here and only here.
+   *decode: the call runs the decode kernel (attention_decode.cu). */
 static tops_status device_support(int device, const tops_attention_desc *d, const tops_tensor *q, const tops_tensor *k,
-                                  const tops_tensor *v, const tops_tensor *out) {
-    (void)d;
+                                  const tops_tensor *v, const tops_tensor *out, int64_t sq_long, int *decode) {
+    const int lengths = d->kv_lens || d->cu_seqlens_q;
     char name[48];
     if (!sm90_device(device))
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
@@ -63,27 +141,63 @@ static tops_status device_support(int device, const tops_attention_desc *d, cons
     if (ty != TOPS_FMT_F16 && ty != TOPS_FMT_BF16)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "q has format %s; on the GPU q, k, v and out are f16 or bf16",
                           tops_format_name(q->format, name, sizeof name));
-    const tops_tensor *all[3] = {k, v, out};
-    const char *names[3] = {"k", "v", "out"};
-    for (int i = 0; i < 3; i++)
-        if (all[i]->format.id != ty)
-            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
-                              "%s has format %s but q is %s; on the GPU q, k, v and out share one type (f16 or bf16)",
-                              names[i], tops_format_name(all[i]->format, name, sizeof name),
-                              ty == TOPS_FMT_F16 ? "f16" : "bf16");
-    if (q->tensor_scale != 1.0f || k->tensor_scale != 1.0f || v->tensor_scale != 1.0f)
-        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "q, k and v must have tensor_scale 1 on the GPU");
+    if (out->format.id != ty)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "out has format %s but q is %s; on the GPU they share one type",
+                          tops_format_name(out->format, name, sizeof name), ty == TOPS_FMT_F16 ? "f16" : "bf16");
+    if (q->tensor_scale != 1.0f)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "q must have tensor_scale 1 on the GPU");
     int64_t D = q->extent[3], Dv = v->extent[3];
+    const int quant = k->format.id != ty || v->format.id != ty;
+    const char *env = getenv("TOPS_CUDA_ATTN_DECODE"); /* "0": the prefill kernel for every 16-bit call */
+    *decode = tops__cu_decode_takes(sq_long, (int)D) && Dv == D && !(env && strcmp(env, "0") == 0);
+    if (lengths && !*decode)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                          "sequences of different lengths (kv_lens, cu_seqlens) run on the GPU in the decode kernel only: "
+                          "the longest query sequence 1..16 (here %lld) and head dims 64, 128 or 256 (here %lld and %lld)",
+                          (long long)sq_long, (long long)D, (long long)Dv);
+    if (quant) {
+        int kk = 0, vk = 0;
+        const char *why = "";
+        if (!kv_kind(k, ty, &kk, &why) || !kv_kind(v, ty, &vk, &why))
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "k is %s and v %s: %s",
+                              tops_format_name(k->format, name, sizeof name),
+                              tops_format_name(v->format, name + 24, sizeof name - 24), why);
+        if (k->format.id != v->format.id)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "k and v have different formats; on the GPU they share one");
+        if (!*decode)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                              "a quantized KV cache runs on the GPU in the decode kernel only: Sq 1..16 (here %lld) and "
+                              "head dims 64, 128 or 256 (here %lld and %lld)",
+                              (long long)sq_long, (long long)D, (long long)Dv);
+    }
+    if (q->extent[2] > ((int64_t)1 << 29) || k->extent[2] > ((int64_t)1 << 29))
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "sequence lengths must be at most 2^29 on the GPU");
+    if (q->extent[0] > 65535 || q->extent[1] > 65535)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "batch and heads must be at most 65535 each on the GPU");
+    if (*decode) {
+        if (q->stride[3] != 1 || out->stride[3] != 1)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "q and out must have a contiguous head dimension on the GPU");
+        if (((uintptr_t)q->data & 3) != 0 || ((uintptr_t)out->data & 1) != 0)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "q must be 4-byte aligned on the GPU");
+        for (int i = 0; i < 3; i++)
+            if (q->extent[i] > 1 && q->stride[i] % 2 != 0)
+                return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
+                                  "q has odd stride %lld in dimension %d; on the GPU it must be even",
+                                  (long long)q->stride[i], i);
+        if (k->extent[0] * k->extent[1] > INT32_MAX)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "batch x kv heads must stay below 2^31 on the GPU");
+        return TOPS_OK; /* the KV layout is checked by kv_plane */
+    }
+    if (k->format.id != ty || v->format.id != ty)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "k and v must have q's type on the GPU");
+    if (k->tensor_scale != 1.0f || v->tensor_scale != 1.0f)
+        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "q, k and v must have tensor_scale 1 on the GPU");
     if (Dv != D)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "head dims %lld (q, k) and %lld (v) differ; on the GPU they are equal",
                           (long long)D, (long long)Dv);
     if (D % 8 != 0)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "head dim %lld; on the GPU it is a multiple of 8 (16..256)",
                           (long long)D);
-    if (q->extent[2] > ((int64_t)1 << 29) || k->extent[2] > ((int64_t)1 << 29))
-        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "sequence lengths must be at most 2^29 on the GPU");
-    if (q->extent[0] > 65535 || q->extent[1] > 65535)
-        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "batch and heads must be at most 65535 each on the GPU");
     tops_status st;
     if ((st = tma_rows("q", q)) != TOPS_OK || (st = tma_rows("k", k)) != TOPS_OK || (st = tma_rows("v", v)) != TOPS_OK)
         return st;
@@ -96,15 +210,94 @@ static tops_status device_support(int device, const tops_attention_desc *d, cons
     return TOPS_OK;
 }
 
+/* Packed [T, H, D] as a [1, H, T, D] view (every plane moved alike). */
+static void packed_view(const tops_tensor *t, tops_tensor *o) {
+    static const int from[4] = {-1, 1, 0, 2};
+    *o = *t;
+    o->owner_ = NULL;
+    o->rank = 4;
+    tops_plane *planes[3] = {&o->scales, &o->bias, &o->codebook};
+    const tops_plane *src[3] = {&t->scales, &t->bias, &t->codebook};
+    for (int d = 0; d < 4; d++) {
+        int f = from[d];
+        o->extent[d] = f < 0 ? 1 : t->extent[f];
+        o->stride[d] = f < 0 ? 0 : t->stride[f];
+        for (int i = 0; i < 3; i++) {
+            if (!src[i]->data) continue;
+            planes[i]->extent[d] = f < 0 ? 1 : src[i]->extent[f];
+            planes[i]->stride[d] = f < 0 ? 0 : src[i]->stride[f];
+            planes[i]->block[d] = f < 0 ? 1 : src[i]->block[f];
+        }
+    }
+}
+
 static tops_status prepare(const tops_exec *exec, const tops_attention_desc *desc, const tops_tensor *q,
-                           const tops_tensor *k, const tops_tensor *v, const tops_tensor *out, tops__cu_attn_args *a) {
+                           const tops_tensor *k, const tops_tensor *v, const tops_tensor *out, tops__cu_attn_args *a,
+                           tops__cu_decode_args *da, int *decode) {
     int device = exec->device.index;
     tops_status st = tops__cuda_check_device(fn, "exec.device", device);
     if (st != TOPS_OK) return st;
     if ((st = check_memory("q", q, device)) != TOPS_OK || (st = check_memory("k", k, device)) != TOPS_OK ||
         (st = check_memory("v", v, device)) != TOPS_OK || (st = check_memory("out", out, device)) != TOPS_OK)
         return st;
-    if ((st = device_support(device, desc, q, k, v, out)) != TOPS_OK) return st;
+    /* Sequences of different lengths: packed tensors as [1, H, T, D] views;
+       the longest query and key sequences (ops/attention.c checked them). */
+    tops_tensor views[4];
+    const int varlen = desc->cu_seqlens_q != NULL;
+    int64_t batch = q->rank == 4 ? q->extent[0] : desc->batch, sq_long = 0, sk_long = 0;
+    if (varlen) {
+        packed_view(q, &views[0]), packed_view(k, &views[1]), packed_view(v, &views[2]), packed_view(out, &views[3]);
+        q = &views[0], k = &views[1], v = &views[2], out = &views[3];
+        for (int64_t b = 0; b < batch; b++) {
+            int64_t nq = desc->cu_seqlens_q[b + 1] - desc->cu_seqlens_q[b], nk = desc->cu_seqlens_k[b + 1] - desc->cu_seqlens_k[b];
+            if (nq > sq_long) sq_long = nq;
+            if (desc->kv_lens) nk = desc->kv_lens[b];
+            if (nk > sk_long) sk_long = nk;
+        }
+    } else {
+        sq_long = q->extent[2];
+        sk_long = k->extent[2];
+        if (desc->kv_lens) {
+            sk_long = 0;
+            for (int64_t b = 0; b < batch; b++)
+                if (desc->kv_lens[b] > sk_long) sk_long = desc->kv_lens[b];
+        }
+    }
+    if ((st = device_support(device, desc, q, k, v, out, sq_long, decode)) != TOPS_OK) return st;
+    if (*decode) {
+        memset(da, 0, sizeof *da);
+        da->bf16 = q->format.id == TOPS_FMT_BF16;
+        const char *why = "";
+        if (!kv_kind(k, q->format.id, &da->kind, &why)) return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "k: %s", why);
+        if ((st = kv_plane("k", k, &da->k)) != TOPS_OK || (st = kv_plane("v", v, &da->v)) != TOPS_OK) return st;
+        if (k->scales.data && (st = tops__cuda_check_pointer(fn, "k's scale plane", k->scales.data, k->memory)) != TOPS_OK)
+            return st;
+        if (v->scales.data && (st = tops__cuda_check_pointer(fn, "v's scale plane", v->scales.data, v->memory)) != TOPS_OK)
+            return st;
+        da->d = (int)q->extent[3];
+        da->batch = batch;
+        da->heads = q->extent[1];
+        da->kv_heads = k->extent[1];
+        da->sq = sq_long;
+        da->sk = sk_long;
+        da->kv_lens = desc->kv_lens;
+        da->cu_q = varlen ? desc->cu_seqlens_q : NULL;
+        da->cu_k = varlen ? desc->cu_seqlens_k : NULL;
+        if (batch * da->kv_heads > INT32_MAX)
+            return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "sequences x kv heads must stay below 2^31 on the GPU");
+        da->q = q->data;
+        da->out = out->data;
+        for (int i = 0; i < 3; i++) {
+            da->q_stride[i] = q->extent[i] > 1 ? q->stride[i] : 0;
+            da->o_stride[i] = out->extent[i] > 1 ? out->stride[i] : 0;
+        }
+        da->causal = desc->causal;
+        da->window = desc->window;
+        da->scale = desc->scale;
+        da->softcap = desc->softcap;
+        da->stream = exec->stream;
+        return TOPS_OK;
+    }
     memset(a, 0, sizeof *a);
     a->bf16 = q->format.id == TOPS_FMT_BF16;
     a->d = (int)q->extent[3];
@@ -134,24 +327,33 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
 tops_status tops__cuda_attention(const tops_exec *exec, const tops_attention_desc *desc, const tops_tensor *q,
                                  const tops_tensor *k, const tops_tensor *v, tops_tensor *out) {
     tops__cu_attn_args a;
-    tops_status st = prepare(exec, desc, q, k, v, out, &a);
+    tops__cu_decode_args da;
+    int decode = 0;
+    tops_status st = prepare(exec, desc, q, k, v, out, &a, &da, &decode);
     if (st != TOPS_OK) return st;
     int prev;
     if ((st = tops__cuda_enter(fn, exec->device.index, &prev)) != TOPS_OK) return st;
-    int e = tops__cu_attention_launch(&a);
+    int e = decode ? tops__cu_decode_launch(&da) : tops__cu_attention_launch(&a);
     tops__cuda_leave(prev);
     if (e == (int)cudaErrorNotSupported)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
                           "the driver refused a TMA descriptor for these tensors (strides or alignment)");
-    return e == cudaSuccess ? TOPS_OK : tops__cuda_error(fn, e, "the attention kernel launch");
+    return e == cudaSuccess ? TOPS_OK : tops__cuda_error(fn, e, decode ? "the decode attention launch" : "the attention kernel launch");
 }
 
 tops_status tops__cuda_attention_path(const tops_exec *exec, const tops_attention_desc *desc, const tops_tensor *q,
                                       const tops_tensor *k, const tops_tensor *v, const tops_tensor *out, char *buf,
                                       size_t cap) {
     tops__cu_attn_args a;
-    tops_status st = prepare(exec, desc, q, k, v, out, &a);
+    tops__cu_decode_args da;
+    int decode = 0;
+    tops_status st = prepare(exec, desc, q, k, v, out, &a, &da, &decode);
     if (st != TOPS_OK) return st;
-    if (buf && cap) tops__cu_attention_name(&a, buf, cap);
+    if (buf && cap) {
+        if (decode)
+            tops__cu_decode_name(&da, buf, cap);
+        else
+            tops__cu_attention_name(&a, buf, cap);
+    }
     return TOPS_OK;
 }

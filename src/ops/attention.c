@@ -86,11 +86,6 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
     if (forced && on_gpu)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "a forced CPU kernel level with exec.device cuda:%d", ex.device.index);
     tops_attention_desc d = desc ? *desc : tops_attention_desc_default();
-    if (on_gpu && uses_lengths(&d))
-        return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
-                          "desc.kv_lens, cu_seqlens_q/k and batch (sequences of different lengths) run on the CPU "
-                          "only so far; exec.device is cuda:%d",
-                          ex.device.index);
     if (d.causal != 0 && d.causal != 1)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.causal is %d; it must be 0 or 1", d.causal);
     if (d.window < 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "desc.window is %lld; it must be >= 0", (long long)d.window);
@@ -184,6 +179,7 @@ tops_status tops__attention_with(const tops__kernels *forced, const tops_exec *e
 
     if (on_gpu) {
         d.scale = d.scale > 0.0f ? d.scale : 1.0f / sqrtf((float)D);
+        (void)uses_lengths;
         return tops__cuda_attention(&ex, &d, q, k, v, out); /* q_block / kv_block: the kernel's own tiles */
     }
 

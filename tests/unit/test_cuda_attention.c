@@ -1,10 +1,12 @@
-/* tops_attention on a GPU (src/cuda/attention.cu): bad inputs on any
-   machine; on a Hopper GPU, f16 and bf16 against f64 attention of the same
-   16-bit inputs over head dims 32..256, ragged Sq / Sk (Sq > Sk too), causal,
-   sliding windows, softcap, GQA / MQA, strided [B, S, H, D] tensors, every
-   pipeline variant (TOPS_CUDA_ATTN_PIPE), NaN-poisoned outputs and repeated
-   runs compared bit for bit.  Without a GPU the numeric part skips with one
-   line. */
+/* tops_attention on a GPU (src/cuda/attention.cu, attention_decode.cu): bad
+   inputs on any machine; on a Hopper GPU, f16 and bf16 against f64 attention
+   of the same 16-bit inputs over head dims 32..256, ragged Sq / Sk (Sq > Sk
+   too), causal, sliding windows, softcap, GQA / MQA, strided [B, S, H, D]
+   tensors, every pipeline variant (TOPS_CUDA_ATTN_PIPE), the decode kernel
+   (Sq <= 16) with 16-bit and quantized KV caches (e4m3, e4m3-ch per key and
+   per channel, mxfp8, int8-gG, int4-gG) and every split count,
+   NaN-poisoned outputs and repeated runs compared bit for bit.  Without a
+   GPU the numeric part skips with one line. */
 #define _POSIX_C_SOURCE 200809L /* setenv: the pipeline variant is an environment knob */
 #include "harness.h"
 #include "tensorops.h"
@@ -312,6 +314,306 @@ static void test_pipelines(void) {
     unsetenv("TOPS_CUDA_ATTN_PIPE");
 }
 
+/* ---- decode with quantized KV caches ------------------------------------------ */
+
+/* f32 [B, Hkv, Sk, D] values -> a tensor of format name on the host (codes
+   from tops_quantize); vals becomes the decoded values rounded to dt, what
+   the kernel multiplies (per-channel scales: the decoded values, unrounded). */
+static void make_kv_rank(const char *name, int per_channel, tops_dtype dt, float *vals, int rank, const int64_t *e,
+                         tops_tensor *host) {
+    tops_format f;
+    if (strcmp(name, "kv16") == 0) name = dt == TOPS_DT_BF16 ? "bf16" : "f16"; /* q's own type */
+    ASSERT_OK(tops_format_from_name(name, &f));
+    tops_tensor src, dec;
+    tops_tensor_desc sd;
+    memset(&sd, 0, sizeof sd);
+    sd.format = tops_format_of(TOPS_DT_F32);
+    sd.rank = rank;
+    memcpy(sd.extent, e, (size_t)rank * sizeof(int64_t));
+    sd.data = vals;
+    ASSERT_OK(tops_tensor_view(&sd, &src));
+    if (per_channel) {
+        /* e4m3-ch blocked along the sequence: one f32 scale per (b, h, d) */
+        int64_t n = e[0] * e[1] * e[2] * e[3], ns = e[0] * e[1] * e[3];
+        tops_tensor_desc qd;
+        memset(&qd, 0, sizeof qd);
+        qd.format = f;
+        qd.rank = 4;
+        memcpy(qd.extent, e, sizeof qd.extent);
+        qd.data = calloc((size_t)n, 1);
+        qd.scales.data = calloc((size_t)ns, sizeof(float));
+        qd.scales.dtype = TOPS_DT_F32;
+        qd.scales.block[0] = 1, qd.scales.block[1] = 1, qd.scales.block[2] = e[2], qd.scales.block[3] = 1;
+        ASSERT_OK(tops_tensor_view(&qd, host));
+    } else {
+        ASSERT_OK(tops_tensor_create(f, rank, e, host_mem, host));
+    }
+    tops_quantize_opts qo;
+    memset(&qo, 0, sizeof qo);
+    qo.scale_from_data = 1;
+    ASSERT_OK(tops_quantize(&src, host, &qo));
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), rank, e, host_mem, &dec));
+    ASSERT_OK(tops_dequantize(host, &dec));
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= e[i];
+    memcpy(vals, dec.data, (size_t)n * sizeof(float));
+    if (!per_channel) {
+        uint16_t *h = malloc((size_t)n * 2);
+        tops_cast_from_f32(dt, h, vals, n, 0);
+        tops_cast_to_f32(dt, vals, h, n);
+        free(h);
+    }
+    tops_tensor_destroy(&dec);
+}
+
+static void make_kv(const char *name, int per_channel, tops_dtype dt, float *vals, const int64_t *e, tops_tensor *host) {
+    make_kv_rank(name, per_channel, dt, vals, 4, e, host);
+}
+
+typedef struct qcase {
+    acase c;
+    const char *fmt;
+    int per_channel;
+    int splits; /* TOPS_CUDA_ATTN_SPLITS, 0: the library's */
+} qcase;
+
+static double run_qcase(const qcase *qc, tops_dtype dt) {
+    const acase *c = &qc->c;
+    int64_t nq = c->b * c->h * c->sq * c->d, nk = c->b * c->hkv * c->sk * c->d;
+    int64_t qe[4] = {c->b, c->h, c->sq, c->d}, ke[4] = {c->b, c->hkv, c->sk, c->d};
+    float *qf = malloc(nq * 4), *kf = malloc(nk * 4), *vf = malloc(nk * 4), *got = malloc(nq * 4);
+    uint16_t *q16 = malloc(nq * 2), *o16 = malloc(nq * 2), *o16b = malloc(nq * 2);
+    double *ref = malloc(nq * sizeof(double));
+    void *dq = NULL, *dout = NULL;
+    double rel = NAN;
+    for (int64_t i = 0; i < nq; i++) qf[i] = th_uniform(&rng, -2.0f, 2.0f);
+    for (int64_t i = 0; i < nk; i++) kf[i] = th_uniform(&rng, -2.0f, 2.0f), vf[i] = th_uniform(&rng, -1.0f, 1.0f);
+    to16(dt, qf, q16, c->b, c->h, c->sq, c->d, 0);
+    from16(dt, q16, qf, c->b, c->h, c->sq, c->d, 0);
+    tops_tensor kh, vh, kg, vg;
+    make_kv(qc->fmt, qc->per_channel, dt, kf, ke, &kh);
+    make_kv(qc->fmt, qc->per_channel, dt, vf, ke, &vh);
+    reference(c, qf, kf, vf, ref);
+    ASSERT_OK(tops_tensor_to(&kh, gpu0, &kg));
+    ASSERT_OK(tops_tensor_to(&vh, gpu0, &vg));
+    memset(o16, 0xFF, nq * 2);
+    ASSERT_OK(tops_cuda_alloc(0, nq * 2, &dq));
+    ASSERT_OK(tops_cuda_alloc(0, nq * 2, &dout));
+    ASSERT_OK(tops_cuda_copy(dq, gpu0, q16, host_mem, nq * 2, NULL));
+    ASSERT_OK(tops_cuda_copy(dout, gpu0, o16, host_mem, nq * 2, NULL));
+    tops_tensor q, o;
+    view(dt, dq, qe[0], qe[1], qe[2], qe[3], 0, &q);
+    view(dt, dout, qe[0], qe[1], qe[2], qe[3], 0, &o);
+    tops_exec ex = tops_exec_default();
+    ex.device = gpu0;
+    tops_attention_desc d = tops_attention_desc_default();
+    d.causal = c->causal;
+    d.window = c->window;
+    d.softcap = c->softcap;
+    d.scale = c->scale;
+    char sp[16];
+    snprintf(sp, sizeof sp, "%d", qc->splits);
+    if (qc->splits) setenv("TOPS_CUDA_ATTN_SPLITS", sp, 1);
+    tops_status st = tops_attention(&ex, &d, &q, &kg, &vg, &o);
+    if (st != TOPS_OK) {
+        TH_FAIL_AT("tops_attention kv %s: %s", qc->fmt, tops_last_error());
+        goto done;
+    }
+    ASSERT_OK(tops_cuda_synchronize(&ex));
+    ASSERT_OK(tops_cuda_copy(o16, host_mem, dout, gpu0, nq * 2, NULL));
+    ASSERT_OK(tops_attention(&ex, &d, &q, &kg, &vg, &o));
+    ASSERT_OK(tops_cuda_copy(o16b, host_mem, dout, gpu0, nq * 2, NULL));
+    if (memcmp(o16, o16b, nq * 2) != 0) TH_FAIL_AT("kv %s: two runs gave different bits", qc->fmt);
+    from16(dt, o16, got, c->b, c->h, c->sq, c->d, 0);
+    double num = 0, den = 0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < nq; i++) {
+        if (!isfinite(got[i])) bad++;
+        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    if (bad) {
+        TH_FAIL_AT("kv %s: %lld non-finite outputs", qc->fmt, (long long)bad);
+        rel = NAN;
+    }
+done:
+    unsetenv("TOPS_CUDA_ATTN_SPLITS");
+    if (qc->per_channel) {
+        free(kh.data), free(kh.scales.data), free(vh.data), free(vh.scales.data);
+    } else {
+        tops_tensor_destroy(&kh), tops_tensor_destroy(&vh);
+    }
+    tops_tensor_destroy(&kg), tops_tensor_destroy(&vg);
+    tops_cuda_free(0, dq), tops_cuda_free(0, dout);
+    free(qf), free(kf), free(vf), free(got), free(q16), free(o16), free(o16b), free(ref);
+    return rel;
+}
+
+static void test_decode_kv(void) {
+    const qcase cases[] = {
+        /* b h hkv sq sk d causal window softcap scale bshd; format, per-channel, splits */
+        {{2, 32, 8, 1, 1000, 128, 0, 0, 0, 0, 0}, "kv16", 0, 0},
+        {{2, 32, 8, 1, 1000, 128, 0, 0, 0, 0, 0}, "int4-g32", 0, 0},
+        {{1, 8, 2, 5, 333, 128, 1, 0, 0, 0, 0}, "int8-g32", 0, 3},
+        {{3, 4, 4, 1, 1, 64, 0, 0, 0, 0, 0}, "e4m3-ch", 0, 0},
+        {{1, 4, 1, 16, 777, 128, 1, 0, 0, 0, 0}, "e4m3", 0, 5},
+        {{2, 6, 2, 3, 250, 256, 1, 0, 0, 0, 0}, "mxfp8", 0, 0},
+        {{1, 8, 4, 2, 4100, 128, 1, 0, 0, 0, 0}, "int4-g128", 0, 0},
+        {{1, 4, 2, 7, 300, 64, 1, 40, 0, 0, 0}, "int4-g16", 0, 2},
+        {{1, 4, 2, 1, 513, 128, 0, 0, 25.0f, 0, 0}, "int8-g16:bf16", 0, 7},
+        {{2, 8, 2, 4, 97, 128, 1, 0, 0, 0, 0}, "e4m3-ch", 1, 0},
+        {{1, 16, 1, 9, 1200, 64, 1, 0, 0, 0.2f, 0}, "int4-g64:f32", 0, 0},
+        {{1, 4, 2, 16, 31, 256, 1, 0, 0, 0, 0}, "int4-g32", 0, 0},
+        {{1, 2, 2, 3, 2, 128, 1, 0, 0, 0, 0}, "int8-g32", 0, 0}, /* Sq > Sk: rows see no key */
+    };
+    int n = (int)(sizeof cases / sizeof cases[0]);
+    if (small_run) n = 4;
+    for (int i = 0; i < n; i++)
+        for (int di = 0; di < 2; di++) {
+            tops_dtype dt = di ? TOPS_DT_BF16 : TOPS_DT_F16;
+            const qcase *qc = &cases[i];
+            double rel = run_qcase(qc, dt);
+            /* per-channel scales multiply q (rounded) instead of k: twice the bound */
+            double bd = bound(dt) * (qc->per_channel ? 2 : 1);
+            if (rel > worst[di]) worst[di] = rel;
+            if (!(rel <= bd))
+                TH_FAIL_AT("decode kv %s%s %s B%lld H%lld/%lld Sq%lld Sk%lld D%lld causal %d: rel-L2 %.3g > %.3g", qc->fmt,
+                           qc->per_channel ? " (per channel)" : "", di ? "bf16" : "f16", (long long)qc->c.b,
+                           (long long)qc->c.h, (long long)qc->c.hkv, (long long)qc->c.sq, (long long)qc->c.sk,
+                           (long long)qc->c.d, qc->c.causal, rel, bd);
+        }
+}
+
+/* 16-bit decode over every split count of one shape, and the prefill
+   kernel forced on it (TOPS_CUDA_ATTN_DECODE=0). */
+static void test_decode_splits(void) {
+    const acase c = {2, 32, 8, 2, 1500, 128, 1, 0, 0, 0, 0};
+    const int splits[] = {1, 2, 3, 6, 16};
+    for (int i = 0; i < (small_run ? 2 : 5); i++) {
+        char sp[16];
+        snprintf(sp, sizeof sp, "%d", splits[i]);
+        setenv("TOPS_CUDA_ATTN_SPLITS", sp, 1);
+        check_case(&c, i % 2 ? TOPS_DT_F16 : TOPS_DT_BF16);
+    }
+    unsetenv("TOPS_CUDA_ATTN_SPLITS");
+    setenv("TOPS_CUDA_ATTN_DECODE", "0", 1);
+    check_case(&c, TOPS_DT_BF16);
+    unsetenv("TOPS_CUDA_ATTN_DECODE");
+}
+
+/* Sequences of different lengths in the decode kernel: kv_lens over a
+   [B, H, S, D] cache, and packed batches (cu_seqlens) with a spare row the
+   call must not touch; each sequence against f64 attention of its own rows. */
+static void test_decode_lengths(void) {
+    const char *fmts[2] = {"kv16", "int4-g32"};
+    for (int fi = 0; fi < 2; fi++)
+        for (int di = 0; di < (small_run ? 1 : 2); di++) {
+            tops_dtype dt = di ? TOPS_DT_F16 : TOPS_DT_BF16;
+            for (int packed = 0; packed < 2; packed++) {
+                /* kv_lens: B 4, Sq 3, Sk 600; packed: 3 sequences, q {1, 16, 5}, k {700, 20, 0} (+ kv_lens) */
+                const int64_t H = packed ? 4 : 8, Hkv = packed ? 4 : 2, D = packed ? 64 : 128;
+                const int32_t B = packed ? 3 : 4;
+                int32_t lens[4] = {600, 0, 1, 333}, cq[4] = {0, 1, 17, 22}, ck[4] = {0, 700, 720, 720};
+                if (packed) lens[0] = 650, lens[1] = 20, lens[2] = 0;
+                const int64_t Sq = 3, Sk = 600, Tq = 23, Tk = 720;
+                int64_t qe[4], ke[4];
+                int rank = packed ? 3 : 4;
+                if (packed) {
+                    qe[0] = Tq, qe[1] = H, qe[2] = D, ke[0] = Tk, ke[1] = Hkv, ke[2] = D;
+                } else {
+                    qe[0] = B, qe[1] = H, qe[2] = Sq, qe[3] = D, ke[0] = B, ke[1] = Hkv, ke[2] = Sk, ke[3] = D;
+                }
+                int64_t nq = 1, nk = 1;
+                for (int i = 0; i < rank; i++) nq *= qe[i], nk *= ke[i];
+                float *qf = malloc(nq * 4), *kf = malloc(nk * 4), *vf = malloc(nk * 4), *got = malloc(nq * 4);
+                uint16_t *q16 = malloc(nq * 2), *o16 = malloc(nq * 2);
+                double *ref = malloc(nq * sizeof(double));
+                for (int64_t i = 0; i < nq; i++) qf[i] = th_uniform(&rng, -2.0f, 2.0f), ref[i] = NAN;
+                for (int64_t i = 0; i < nk; i++) kf[i] = th_uniform(&rng, -2.0f, 2.0f), vf[i] = th_uniform(&rng, -1.0f, 1.0f);
+                tops_cast_from_f32(dt, q16, qf, nq, 0);
+                tops_cast_to_f32(dt, qf, q16, nq);
+                tops_tensor kh, vh, kg, vg, q, o;
+                make_kv_rank(fmts[fi], 0, dt, kf, rank, ke, &kh);
+                make_kv_rank(fmts[fi], 0, dt, vf, rank, ke, &vh);
+                /* the reference, a sequence at a time on contiguous copies */
+                for (int32_t b = 0; b < B; b++) {
+                    int64_t sq = packed ? cq[b + 1] - cq[b] : Sq, sk = lens[b];
+                    acase c = {1, H, Hkv, sq, sk, D, 1, 0, 0, 0, 0};
+                    float *qb = malloc((size_t)(H * sq * D + 1) * 4), *kb = malloc((size_t)(Hkv * sk * D + 1) * 4),
+                          *vb = malloc((size_t)(Hkv * sk * D + 1) * 4);
+                    double *rb = malloc((size_t)(H * sq * D + 1) * sizeof(double));
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t i = 0; i < sq; i++)
+                            memcpy(qb + (h * sq + i) * D,
+                                   qf + (packed ? ((cq[b] + i) * H + h) * D : ((b * H + h) * Sq + i) * D), D * 4);
+                    for (int64_t h = 0; h < Hkv; h++)
+                        for (int64_t j = 0; j < sk; j++) {
+                            int64_t at = packed ? ((ck[b] + j) * Hkv + h) * D : ((b * Hkv + h) * Sk + j) * D;
+                            memcpy(kb + (h * sk + j) * D, kf + at, D * 4);
+                            memcpy(vb + (h * sk + j) * D, vf + at, D * 4);
+                        }
+                    reference(&c, qb, kb, vb, rb);
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t i = 0; i < sq; i++)
+                            for (int64_t x = 0; x < D; x++)
+                                ref[(packed ? ((cq[b] + i) * H + h) * D : ((b * H + h) * Sq + i) * D) + x] =
+                                    rb[(h * sq + i) * D + x];
+                    free(qb), free(kb), free(vb), free(rb);
+                }
+                ASSERT_OK(tops_tensor_to(&kh, gpu0, &kg));
+                ASSERT_OK(tops_tensor_to(&vh, gpu0, &vg));
+                tops_tensor_desc qd;
+                memset(&qd, 0, sizeof qd);
+                qd.format = tops_format_of(dt);
+                qd.rank = rank;
+                memcpy(qd.extent, qe, sizeof qe);
+                qd.memory = gpu0;
+                ASSERT_OK(tops_cuda_alloc(0, nq * 2, &qd.data));
+                ASSERT_OK(tops_cuda_copy(qd.data, gpu0, q16, host_mem, nq * 2, NULL));
+                ASSERT_OK(tops_tensor_view(&qd, &q));
+                ASSERT_OK(tops_cuda_alloc(0, nq * 2, &qd.data));
+                memset(o16, 0xFF, nq * 2);
+                ASSERT_OK(tops_cuda_copy(qd.data, gpu0, o16, host_mem, nq * 2, NULL));
+                ASSERT_OK(tops_tensor_view(&qd, &o));
+                tops_exec ex = tops_exec_default();
+                ex.device = gpu0;
+                tops_attention_desc d = tops_attention_desc_default();
+                d.causal = 1;
+                d.kv_lens = lens;
+                d.batch = B;
+                if (packed) d.cu_seqlens_q = cq, d.cu_seqlens_k = ck;
+                tops_status st = tops_attention(&ex, &d, &q, &kg, &vg, &o);
+                if (st != TOPS_OK) {
+                    TH_FAIL_AT("lengths (%s, %s): %s", packed ? "packed" : "kv_lens", fmts[fi], tops_last_error());
+                } else {
+                    ASSERT_OK(tops_cuda_synchronize(&ex));
+                    ASSERT_OK(tops_cuda_copy(o16, host_mem, o.data, gpu0, nq * 2, NULL));
+                    tops_cast_to_f32(dt, got, o16, nq);
+                    double num = 0, den = 0;
+                    int64_t bad = 0;
+                    for (int64_t i = 0; i < nq; i++) {
+                        if (isnan(ref[i])) { /* outside every sequence: still the poison */
+                            bad += !isnan(got[i]);
+                            continue;
+                        }
+                        if (!isfinite(got[i])) bad++;
+                        num += (got[i] - ref[i]) * (got[i] - ref[i]);
+                        den += ref[i] * ref[i];
+                    }
+                    double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+                    if (bad || !(rel <= bound(dt)))
+                        TH_FAIL_AT("lengths (%s, kv %s, %s): rel-L2 %.3g (bound %.3g), %lld bad elements",
+                                   packed ? "packed" : "kv_lens", fmts[fi], di ? "f16" : "bf16", rel, bound(dt),
+                                   (long long)bad);
+                }
+                tops_cuda_free(0, q.data), tops_cuda_free(0, o.data);
+                tops_tensor_destroy(&kh), tops_tensor_destroy(&vh), tops_tensor_destroy(&kg), tops_tensor_destroy(&vg);
+                free(qf), free(kf), free(vf), free(got), free(q16), free(o16), free(ref);
+            }
+        }
+}
+
 int main(void) {
     rng = th_seed();
     small_run = getenv("TOPS_CUDA_TEST_SMALL") && atoi(getenv("TOPS_CUDA_TEST_SMALL")) == 1;
@@ -329,9 +631,16 @@ int main(void) {
         printf("skip: the fused attention kernel needs compute capability 9.0\n");
         TEST_MAIN_END();
     }
-    RUN_TEST(test_gpu_unsupported);
-    RUN_TEST(test_shapes);
-    RUN_TEST(test_pipelines);
+    /* TOPS_CUDA_TEST_ONLY=decode: the decode kernel's groups alone */
+    const char *only = getenv("TOPS_CUDA_TEST_ONLY");
+    if (!(only && strcmp(only, "decode") == 0)) {
+        RUN_TEST(test_gpu_unsupported);
+        RUN_TEST(test_shapes);
+        RUN_TEST(test_pipelines);
+    }
+    RUN_TEST(test_decode_kv);
+    RUN_TEST(test_decode_splits);
+    RUN_TEST(test_decode_lengths);
     printf("worst rel-L2: f16 %.3g (bound %.3g), bf16 %.3g (bound %.3g)\n", worst[0], bound(TOPS_DT_F16), worst[1],
            bound(TOPS_DT_BF16));
     TEST_MAIN_END();

@@ -1,0 +1,674 @@
+// Decode attention (a few query rows against a long KV cache), any GPU with
+// mma.sync (sm_80 and later): flash decoding with the KV cache split across
+// CTAs and a fixed-order merge.
+//
+// A CTA owns one (batch, kv head), one split of the keys and 16 query rows of
+// that kv head's group (row r = query head (r / Sq) of the group, query r %
+// Sq): every query head that reads the kv head shares the CTA, so the cache is
+// read once for the group.  Its 4 warps take 16-key subtiles in turn (NT
+// subtiles a step: 1 for 16-bit KV, 2 for 8-bit, 4 for 4-bit, so a step
+// loads 8 KB of KV a warp at D = 128 whatever the format).  Keys and values
+// are loaded straight from global memory into registers, decoded there (code x
+// scale in f32, rounded to q's 16-bit type) and fed to mma.sync m16n8k16:
+//  - S = Q K^T: K is the B operand; thread t of a quad owns head-dim range
+//    [t D/4, (t+1) D/4) of a key, so its loads are contiguous.  The sum runs
+//    over D in that permuted order; Q's fragments (in shared memory, loaded
+//    once) use the same order.
+//  - O += P V: P comes from S's accumulators in registers (FlashAttention-2's
+//    layout); V is the B operand, thread gid owning head-dim range [gid D/8,
+//    (gid+1) D/8) of four keys, so output column n of an 8-column tile dn is
+//    d = n D/8 + dn.
+// Online softmax in f32 (exp2 with the scale folded in), P rounded to 16 bits
+// for the mma.  At the end the 4 warps' (m, l, O) meet in shared memory in
+// warp order; with one split the CTA writes the output, otherwise its
+// partial (m, l, O) goes to a workspace and merge_kernel combines the splits
+// in split order.  Same bits every run.
+#include "cuda/attention_decode.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <type_traits>
+
+namespace {
+
+constexpr int kThreads = 128; // 4 warps
+constexpr int kRows = 16;     // query rows a CTA
+
+struct dparams {
+    const void *q;
+    void *out;
+    long long qsb, qsh, qss, osb, osh, oss; // elements
+    const unsigned char *k, *v;
+    long long ksb, ksh, kss, vsb, vsh, vss; // bytes
+    const void *ksc, *vsc;
+    long long kc[4], vc[4];
+    int kst, vst, kmode, vmode, kgs, vgs; // scale type, mode, log2 of the group
+    float ts_v;
+    int hkv, sq, sk, rows; // rows = (H / Hkv) Sq
+    int causal, window;
+    float sl;              // logit factor (scale x k's tensor scale x log2 e), no softcap
+    float cap_in, cap_out; // softcap: x = cap_out tanh(s cap_in); cap_out = 0: off
+    int nsplit, kps;       // splits and keys a split
+    float *ws;             // nsplit > 1: [bh][split][rows] (m, l), then [bh][split][rows][D] O
+    const int *kv_lens;    // device copies: B key counts, or NULL
+    const int *cu_q, *cu_k; // B + 1 offsets along the sequence dimension (packed batches), or NULL
+    int group;             // query heads a kv head
+};
+
+// Sequence b's query and key counts, its first query / key row, its rows.
+struct seqlens {
+    int sq, sk, rows;
+    long long q0, k0;
+};
+__device__ __forceinline__ seqlens seq_of(const dparams &p, int b) {
+    seqlens s;
+    s.sq = p.sq, s.sk = p.sk, s.q0 = 0, s.k0 = 0;
+    if (p.cu_q) {
+        s.q0 = p.cu_q[b], s.sq = p.cu_q[b + 1] - p.cu_q[b];
+        s.k0 = p.cu_k[b], s.sk = p.cu_k[b + 1] - p.cu_k[b];
+    }
+    if (p.kv_lens) s.sk = p.kv_lens[b];
+    s.rows = p.group * s.sq;
+    return s;
+}
+
+template <typename T> __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+}
+template <typename T> __device__ __forceinline__ float to_f32(T x) {
+    if constexpr (std::is_same<T, __half>::value)
+        return __half2float(x);
+    else
+        return __bfloat162float(x);
+}
+template <typename T> __device__ __forceinline__ T from_f32(float x) {
+    if constexpr (std::is_same<T, __half>::value)
+        return __float2half_rn(x);
+    else
+        return __float2bfloat16_rn(x);
+}
+
+template <typename T>
+__device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%10,%11,%12,%13};"
+            : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+              "f"(c[3]));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%10,%11,%12,%13};"
+            : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+              "f"(c[3]));
+}
+
+// BYTES (4, 8 or a multiple of 16) read once, around L1.
+template <int BYTES> __device__ __forceinline__ void ldg(uint32_t *r, const unsigned char *p) {
+    if constexpr (BYTES % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < BYTES / 16; i++)
+            asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                         : "=r"(r[4 * i]), "=r"(r[4 * i + 1]), "=r"(r[4 * i + 2]), "=r"(r[4 * i + 3])
+                         : "l"(p + 16 * i));
+    } else if constexpr (BYTES == 8) {
+        asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "l"(p));
+    } else {
+        static_assert(BYTES == 4, "loads of 4, 8 or 16k bytes");
+        asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(r[0]) : "l"(p));
+    }
+}
+
+__device__ __forceinline__ float load_scale(const void *p, long long i, int type) {
+    switch (type) {
+    case 0: return __half2float(reinterpret_cast<const __half *>(p)[i]);
+    case 1: return __bfloat162float(reinterpret_cast<const __nv_bfloat16 *>(p)[i]);
+    case 2: return reinterpret_cast<const float *>(p)[i];
+    default: {
+        const unsigned e = reinterpret_cast<const unsigned char *>(p)[i];
+        return e == 255 ? __int_as_float(0x7fc00000) : e == 0 ? __int_as_float(0x00400000) : __int_as_float(e << 23);
+    }
+    }
+}
+
+// Element i of raw codes as f32 (exact).
+template <int KIND> __device__ __forceinline__ float code(const uint32_t *r, int i) {
+    if constexpr (KIND == TOPS__DEC_I8) {
+        // 2^23 + (c ^ 0x80) as f32, minus 2^23 + 128
+        const uint32_t x = __byte_perm(r[i / 4] ^ 0x80808080u, 0x4B000000u, (i % 4) | 0x7540);
+        return __int_as_float(x) - 8388736.0f;
+    } else if constexpr (KIND == TOPS__DEC_I4) {
+        // even elements are the low nibbles of the bytes, odd ones the high
+        const uint32_t x = r[i / 8] ^ 0x88888888u;
+        const uint32_t y = (i & 1) ? (x >> 4) & 0x0F0F0F0Fu : x & 0x0F0F0F0Fu;
+        return __int_as_float(__byte_perm(y, 0x4B000000u, ((i % 8) / 2) | 0x7540)) - 8388616.0f;
+    } else {
+        const uint32_t b = (r[i / 4] >> (8 * (i % 4))) & 0xFFu;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        uint32_t h;
+        const unsigned short bs = (unsigned short)b;
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(bs));
+        return __half2float(__ushort_as_half((unsigned short)(h & 0xFFFF)));
+#else
+        // e4m3 bits moved into f16 are the value times 2^-8 (subnormals too); NaN codes
+        if ((b & 0x7F) == 0x7F) return __int_as_float(0x7fc00000);
+        const unsigned short hb = (unsigned short)(((b & 0x7Fu) << 7) | ((b & 0x80u) << 8));
+        return __half2float(__ushort_as_half(hb)) * 256.0f;
+#endif
+    }
+}
+
+// Two e4m3 codes (the low two bytes of b) as f32 (exact).
+__device__ __forceinline__ float2 e4m3x2(uint32_t b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h;
+    const unsigned short bs = (unsigned short)(b & 0xFFFF);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(bs));
+    return __half22float2(*reinterpret_cast<__half2 *>(&h));
+#else
+    const uint32_t r[1] = {b};
+    return make_float2(code<TOPS__DEC_E4M3>(r, 0), code<TOPS__DEC_E4M3>(r, 1));
+#endif
+}
+
+// N elements of one key row (codes in r) to N / 2 words of 16-bit pairs,
+// times the row's group scales (sc: one per 16 elements, or sc[0] for all).
+template <typename T, int KIND, int N>
+__device__ __forceinline__ void decode_row(uint32_t *w, const uint32_t *r, const float *sc) {
+#pragma unroll
+    for (int i = 0; i < N / 2; i++) {
+        const float s = sc[(2 * i) / 16];
+        if constexpr (KIND == TOPS__DEC_E4M3) {
+            const float2 f = e4m3x2(r[i / 2] >> (16 * (i % 2)));
+            w[i] = pack2<T>(f.x * s, f.y * s);
+        } else {
+            w[i] = pack2<T>(code<KIND>(r, 2 * i) * s, code<KIND>(r, 2 * i + 1) * s);
+        }
+    }
+}
+
+// D <= 128 fits 3 CTAs a SM (170 registers): 12 warps to hide the latency
+// of the loads and of the dependent mma / softmax chains.
+template <typename T, int D, int KIND>
+__global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(const dparams p) {
+    constexpr int BITS = KIND == TOPS__DEC_KV16 ? 16 : KIND == TOPS__DEC_I4 ? 4 : 8;
+    constexpr int NT = BITS == 4 ? 2 : 1;   // 16-key subtiles a step
+    constexpr int KN = D / 4, VN = D / 8;   // elements of a key a thread holds for QK^T, for PV
+    constexpr int KB = KN * BITS / 8, VB = VN * BITS / 8;
+    constexpr int KS = D / 16;              // k-steps of QK^T
+    constexpr int KC = KN >= 16 ? KN / 16 : 1, VC = VN >= 16 ? VN / 16 : 1; // scale slots
+    constexpr int OP = D + 4;               // padded row of the merge buffer
+    extern __shared__ uint4 smem[];
+    uint4 *qs = smem;                                   // [KS][32] A fragments
+    float *mw = reinterpret_cast<float *>(qs + KS * 32); // [4][16]
+    float *lw = mw + 4 * kRows;                          // [4][16]
+    float *ow = lw + 4 * kRows;                          // [4][16][OP]
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, t = lane & 3;
+    const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv, split = blockIdx.y, r0 = blockIdx.z * kRows;
+    const seqlens sl = seq_of(p, b); // rows past sl.rows (< p.rows, the longest) are padding
+
+    // Q's A fragments: word reg of lane ln at k-step kk holds rows gid (+8 for
+    // odd reg), head dims t KN + 4 kk + (reg / 2) 2 and the next.
+    for (int e = tid; e < KS * 32 * 4; e += kThreads) {
+        const int kk = e >> 7, ln = (e >> 2) & 31, reg = e & 3;
+        const int row = r0 + (ln >> 2) + (reg & 1) * 8, d0 = (ln & 3) * KN + 4 * kk + (reg >> 1) * 2;
+        uint32_t w = 0;
+        if (row < sl.rows) {
+            const int hh = row / sl.sq, i = row % sl.sq;
+            const T *qp = reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb +
+                          (long long)(hk * p.group + hh) * p.qsh + (sl.q0 + i) * p.qss + d0;
+            float x0 = to_f32(qp[0]), x1 = to_f32(qp[1]);
+            if (p.kmode == TOPS__DEC_SC_CHANNEL) {
+                const long long base = (long long)b * p.kc[0] + (long long)hk * p.kc[1];
+                x0 *= load_scale(p.ksc, base + (long long)d0 * p.kc[3], p.kst);
+                x1 *= load_scale(p.ksc, base + (long long)(d0 + 1) * p.kc[3], p.kst);
+            }
+            w = pack2<T>(x0, x1);
+        }
+        reinterpret_cast<uint32_t *>(qs)[e] = w;
+    }
+
+    // The query positions of this thread's two rows (gid, gid + 8).
+    int pos[2];
+    bool rv[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = r0 + gid + 8 * h;
+        rv[h] = row < sl.rows;
+        pos[h] = (rv[h] ? row % sl.sq : 0) + sl.sk - sl.sq;
+    }
+    const int kbeg = split * p.kps;
+    const int kend = min(sl.sk, kbeg + p.kps);
+    int lo = kbeg;
+    if (p.window > 0) lo = max(lo, sl.sk - sl.sq - p.window + 1); // before every row's window
+    const int hi = kend;
+
+    const unsigned char *kbase = p.k + (long long)b * p.ksb + (long long)hk * p.ksh + sl.k0 * p.kss;
+    const unsigned char *vbase = p.v + (long long)b * p.vsb + (long long)hk * p.vsh + sl.k0 * p.vss;
+    const long long kscb = (long long)b * p.kc[0] + (long long)hk * p.kc[1] + sl.k0 * p.kc[2];
+    const long long vscb = (long long)b * p.vc[0] + (long long)hk * p.vc[1] + sl.k0 * p.vc[2];
+    const bool kone = p.kgs >= 31 || (1 << p.kgs) >= KN, vone = p.vgs >= 31 || (1 << p.vgs) >= VN;
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[VN][4];
+#pragma unroll
+    for (int i = 0; i < VN; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+    __syncthreads();
+
+    for (int j0 = lo + warp * 16 * NT; j0 < hi; j0 += 4 * 16 * NT) {
+        uint32_t kr[NT][2][KB / 4], vr[NT][4][VB / 4];
+        float ksc[NT][2][KC], vsc[NT][4][VC];
+#pragma unroll
+        for (int s = 0; s < NT; s++) {
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                const int key = j0 + 16 * s + 8 * nt + gid;
+                if (key < hi) {
+                    ldg<KB>(kr[s][nt], kbase + (long long)key * p.kss + t * KB);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < KB / 4; i++) kr[s][nt][i] = 0;
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int key = j0 + 16 * s + (c >> 1) * 8 + 2 * t + (c & 1);
+                if (key < hi) {
+                    ldg<VB>(vr[s][c], vbase + (long long)key * p.vss + gid * VB);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < VB / 4; i++) vr[s][c][i] = 0;
+                }
+            }
+        }
+        if constexpr (KIND != TOPS__DEC_KV16) {
+#pragma unroll
+            for (int s = 0; s < NT; s++) {
+#pragma unroll
+                for (int nt = 0; nt < 2; nt++) {
+                    const int key = j0 + 16 * s + 8 * nt + gid;
+#pragma unroll
+                    for (int c = 0; c < KC; c++) {
+                        float x = 1.0f;
+                        if (p.kmode == TOPS__DEC_SC_GROUP && key < hi && (c == 0 || !kone))
+                            x = load_scale(p.ksc,
+                                           kscb + (long long)key * p.kc[2] + (long long)((t * KN + 16 * c) >> p.kgs) * p.kc[3],
+                                           p.kst);
+                        ksc[s][nt][c] = (c > 0 && kone) ? ksc[s][nt][0] : x;
+                    }
+                }
+#pragma unroll
+                for (int cc = 0; cc < 4; cc++) {
+                    const int key = j0 + 16 * s + (cc >> 1) * 8 + 2 * t + (cc & 1);
+#pragma unroll
+                    for (int c = 0; c < VC; c++) {
+                        float x = 1.0f;
+                        if (p.vmode == TOPS__DEC_SC_GROUP && key < hi && (c == 0 || !vone))
+                            x = load_scale(p.vsc,
+                                           vscb + (long long)key * p.vc[2] + (long long)((gid * VN + 16 * c) >> p.vgs) * p.vc[3],
+                                           p.vst);
+                        vsc[s][cc][c] = (c > 0 && vone) ? vsc[s][cc][0] : x;
+                    }
+                }
+            }
+        }
+
+#pragma unroll
+        for (int s = 0; s < NT; s++) {
+            const int js = j0 + 16 * s;
+            // S = Q K^T for 16 keys: sc[nt] covers keys js + 8 nt + 2 t + {0, 1}
+            float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}, sc2[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+            uint32_t kw[2][KN / 2];
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                if constexpr (KIND == TOPS__DEC_KV16) {
+#pragma unroll
+                    for (int i = 0; i < KN / 2; i++) kw[nt][i] = kr[s][nt][i];
+                } else {
+                    decode_row<T, KIND, KN>(kw[nt], kr[s][nt], ksc[s][nt]);
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < KS; kk++) {
+                const uint4 a4 = qs[kk * 32 + lane];
+                const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
+                // two accumulators a key tile (even and odd k-steps): shorter mma chains
+                mma<T>((kk & 1) ? sc2[0] : sc[0], a, kw[0][2 * kk], kw[0][2 * kk + 1]);
+                mma<T>((kk & 1) ? sc2[1] : sc[1], a, kw[1][2 * kk], kw[1][2 * kk + 1]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) sc[nt][e] += sc2[nt][e];
+            // masks and the online softmax (log2 domain)
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = js + 8 * nt + 2 * t + (e & 1), h = e >> 1;
+                    float x = p.cap_out != 0.0f ? p.cap_out * tanhf(sc[nt][e] * p.cap_in) : sc[nt][e] * p.sl;
+                    bool ok = key < hi && rv[h];
+                    if (p.causal) ok = ok && key <= pos[h];
+                    if (p.window > 0) ok = ok && key > pos[h] - p.window && (p.causal || key < pos[h] + p.window);
+                    sc[nt][e] = ok ? x : -INFINITY;
+                    mx[h] = fmaxf(mx[h], sc[nt][e]);
+                }
+            float alpha[2];
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+                const float mn = fmaxf(m[h], mx[h]);
+                const float base = mn == -INFINITY ? 0.0f : mn;
+                alpha[h] = exp2f(m[h] - base);
+                m[h] = mn;
+                mx[h] = base;
+            }
+            float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    sc[nt][e] = exp2f(sc[nt][e] - mx[e >> 1]);
+                    ps[e >> 1] += sc[nt][e];
+                }
+            l[0] = l[0] * alpha[0] + ps[0];
+            l[1] = l[1] * alpha[1] + ps[1];
+            if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) { // the running max moved
+#pragma unroll
+                for (int i = 0; i < VN; i++) {
+                    o[i][0] *= alpha[0], o[i][1] *= alpha[0];
+                    o[i][2] *= alpha[1], o[i][3] *= alpha[1];
+                }
+            }
+            const uint32_t pa[4] = {pack2<T>(sc[0][0], sc[0][1]), pack2<T>(sc[0][2], sc[0][3]),
+                                    pack2<T>(sc[1][0], sc[1][1]), pack2<T>(sc[1][2], sc[1][3])};
+            // O += P V: B fragments pair keys (2t, 2t + 1) and (2t + 8, 2t + 9) at d = gid VN + dn
+#pragma unroll
+            for (int dn = 0; dn < VN; dn++) {
+                uint32_t b0, b1;
+                if constexpr (KIND == TOPS__DEC_KV16) {
+                    const uint32_t sel = (dn & 1) ? 0x7632 : 0x5410;
+                    b0 = __byte_perm(vr[s][0][dn / 2], vr[s][1][dn / 2], sel);
+                    b1 = __byte_perm(vr[s][2][dn / 2], vr[s][3][dn / 2], sel);
+                } else if constexpr (KIND == TOPS__DEC_E4M3) {
+                    const int c = dn / 16;
+                    const uint32_t sel = (dn % 4) | ((4 + dn % 4) << 4);
+                    const float2 f0 = e4m3x2(__byte_perm(vr[s][0][dn / 4], vr[s][1][dn / 4], sel));
+                    const float2 f1 = e4m3x2(__byte_perm(vr[s][2][dn / 4], vr[s][3][dn / 4], sel));
+                    b0 = pack2<T>(f0.x * vsc[s][0][c], f0.y * vsc[s][1][c]);
+                    b1 = pack2<T>(f1.x * vsc[s][2][c], f1.y * vsc[s][3][c]);
+                } else {
+                    const int c = dn / 16;
+                    b0 = pack2<T>(code<KIND>(vr[s][0], dn) * vsc[s][0][c], code<KIND>(vr[s][1], dn) * vsc[s][1][c]);
+                    b1 = pack2<T>(code<KIND>(vr[s][2], dn) * vsc[s][2][c], code<KIND>(vr[s][3], dn) * vsc[s][3][c]);
+                }
+                mma<T>(o[dn], pa, b0, b1);
+            }
+        }
+    }
+
+    // The warps meet: (m, l, O) of each in shared memory, combined in warp order.
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        if (t == 0) {
+            mw[warp * kRows + gid + 8 * h] = m[h];
+            lw[warp * kRows + gid + 8 * h] = l[h];
+        }
+    }
+#pragma unroll
+    for (int dn = 0; dn < VN; dn++) {
+        float *r = ow + (warp * kRows + gid) * OP;
+        r[(2 * t) * VN + dn] = o[dn][0];
+        r[(2 * t + 1) * VN + dn] = o[dn][1];
+        r[8 * OP + (2 * t) * VN + dn] = o[dn][2];
+        r[8 * OP + (2 * t + 1) * VN + dn] = o[dn][3];
+    }
+    __syncthreads();
+    for (int e = tid; e < kRows * D; e += kThreads) {
+        const int row = e / D, d = e % D, grow = r0 + row;
+        if (grow >= sl.rows) break;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * kRows + row]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const float f = exp2f(mw[w * kRows + row] - M);
+                L += lw[w * kRows + row] * f;
+                O += ow[(w * kRows + row) * OP + d] * f;
+            }
+        }
+        if (p.nsplit == 1) {
+            float val = L == 0.0f ? 0.0f : O / L;
+            val *= p.ts_v;
+            if (p.vmode == TOPS__DEC_SC_CHANNEL)
+                val *= load_scale(p.vsc, vscb - sl.k0 * p.vc[2] + (long long)d * p.vc[3], p.vst);
+            const int hh = grow / sl.sq, i = grow % sl.sq;
+            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
+                    (sl.q0 + i) * p.oss + d;
+            *op = from_f32<T>(val);
+        } else {
+            const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
+            if (d == 0) {
+                p.ws[2 * idx] = M;
+                p.ws[2 * idx + 1] = L;
+            }
+            const long long nml = 2LL * gridDim.x * p.nsplit * p.rows;
+            p.ws[nml + idx * D + d] = O;
+        }
+    }
+}
+
+// Combines the splits' (m, l, O) in split order and writes the output.
+template <typename T, int D> __global__ void __launch_bounds__(256) merge_kernel(const dparams p, int bhs) {
+    const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv;
+    const long long nml = 2LL * bhs * p.nsplit * p.rows;
+    const seqlens sl = seq_of(p, b);
+    for (int e = blockIdx.y * 256 + threadIdx.x; e < sl.rows * D; e += gridDim.y * 256) {
+        const int row = e / D, d = e % D;
+        float M = -INFINITY;
+        for (int s = 0; s < p.nsplit; s++)
+            M = fmaxf(M, p.ws[2 * (((long long)bh * p.nsplit + s) * p.rows + row)]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY)
+            for (int s = 0; s < p.nsplit; s++) {
+                const long long idx = ((long long)bh * p.nsplit + s) * p.rows + row;
+                const float f = exp2f(p.ws[2 * idx] - M);
+                L += p.ws[2 * idx + 1] * f;
+                O += p.ws[nml + idx * D + d] * f;
+            }
+        float val = L == 0.0f ? 0.0f : O / L;
+        val *= p.ts_v;
+        if (p.vmode == TOPS__DEC_SC_CHANNEL)
+            val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
+        const int hh = row / sl.sq, i = row % sl.sq;
+        T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
+                (sl.q0 + i) * p.oss + d;
+        *op = from_f32<T>(val);
+    }
+}
+
+template <int D> constexpr size_t smem_bytes() {
+    return (size_t)(D / 16) * 32 * 16 + 2 * 4 * kRows * sizeof(float) + (size_t)4 * kRows * (D + 4) * sizeof(float);
+}
+
+static int ilog2(int x) {
+    int s = 0;
+    while ((1 << s) < x) s++;
+    return s;
+}
+
+static int env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
+static int sm_count() {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 132;
+    }
+    return n > 0 ? n : 132;
+}
+
+static void fill_kv(const tops__cu_kv &kv, const unsigned char **data, long long *sb, long long *sh, long long *ss,
+                    const void **sc, long long c[4], int *st, int *mode, int *gs) {
+    *data = reinterpret_cast<const unsigned char *>(kv.data);
+    *sb = kv.stride[0], *sh = kv.stride[1], *ss = kv.stride[2];
+    *sc = kv.scales;
+    for (int i = 0; i < 4; i++) c[i] = kv.sstride[i];
+    *st = kv.scale_type;
+    *mode = kv.mode;
+    *gs = kv.mode == TOPS__DEC_SC_GROUP ? ilog2(kv.group) : 31;
+}
+
+// Splits: enough CTAs to fill the GPU once (CTAs resident a SM x SMs), at
+// least 256 keys a split.
+static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm) {
+    int want = env_int("TOPS_CUDA_ATTN_SPLITS", a->splits);
+    if (want <= 0) {
+        const int slots = per_sm * sm_count();
+        want = bhc >= slots ? 1 : slots / bhc;
+    }
+    const int most = (int)((a->sk + 255) / 256);
+    if (want > most) want = most;
+    return want < 1 ? 1 : want;
+}
+
+template <typename T, int D, int KIND> static int launch(const tops__cu_decode_args *a) {
+    cudaStream_t stream = reinterpret_cast<cudaStream_t>(a->stream);
+    auto kern = decode_kernel<T, D, KIND>;
+    const size_t smem = smem_bytes<D>();
+    static int per_sm = 0;
+    cudaError_t err;
+    if (per_sm == 0) {
+        if ((err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
+            return (int)err;
+        int n = 0;
+        if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, smem)) != cudaSuccess) return (int)err;
+        per_sm = n > 0 ? n : 1;
+    }
+    dparams p;
+    memset(&p, 0, sizeof p);
+    p.q = a->q;
+    p.out = a->out;
+    p.qsb = a->q_stride[0], p.qsh = a->q_stride[1], p.qss = a->q_stride[2];
+    p.osb = a->o_stride[0], p.osh = a->o_stride[1], p.oss = a->o_stride[2];
+    fill_kv(a->k, &p.k, &p.ksb, &p.ksh, &p.kss, &p.ksc, p.kc, &p.kst, &p.kmode, &p.kgs);
+    fill_kv(a->v, &p.v, &p.vsb, &p.vsh, &p.vss, &p.vsc, p.vc, &p.vst, &p.vmode, &p.vgs);
+    p.ts_v = a->v.tensor_scale;
+    p.hkv = (int)a->kv_heads;
+    p.sq = (int)a->sq;
+    p.sk = (int)a->sk;
+    p.group = (int)(a->heads / a->kv_heads);
+    p.rows = (int)(p.group * a->sq); // the longest sequence's rows
+    p.causal = a->causal;
+    p.window = a->window > 0 ? (int)(a->window < (1 << 30) ? a->window : (1 << 30)) : 0;
+    const float log2e = 1.4426950408889634f, sk_scale = a->scale * a->k.tensor_scale;
+    if (a->softcap > 0.0f) {
+        p.cap_in = sk_scale / a->softcap;
+        p.cap_out = a->softcap * log2e;
+    } else {
+        p.sl = sk_scale * log2e;
+    }
+    const int bhs = (int)(a->batch * a->kv_heads), chunks = (p.rows + kRows - 1) / kRows;
+    p.nsplit = choose_splits(a, bhs * chunks, per_sm);
+    p.kps = (int)((a->sk + p.nsplit - 1) / p.nsplit);
+    p.kps = (p.kps + 15) / 16 * 16;
+    p.nsplit = (int)((a->sk + p.kps - 1) / p.kps);
+    if (p.nsplit < 1) p.nsplit = 1;
+    float *ws = nullptr;
+    int *lens = nullptr;
+    if (a->kv_lens || a->cu_q) {
+        const size_t nb = (size_t)a->batch, bytes = (3 * nb + 2) * sizeof(int);
+        if ((err = cudaMallocAsync(reinterpret_cast<void **>(&lens), bytes, stream)) != cudaSuccess) return (int)err;
+        if (a->kv_lens && (err = cudaMemcpyAsync(lens, a->kv_lens, nb * sizeof(int), cudaMemcpyHostToDevice, stream)) != cudaSuccess)
+            return (int)err;
+        if (a->cu_q && ((err = cudaMemcpyAsync(lens + nb, a->cu_q, (nb + 1) * sizeof(int), cudaMemcpyHostToDevice, stream)) !=
+                            cudaSuccess ||
+                        (err = cudaMemcpyAsync(lens + 2 * nb + 1, a->cu_k, (nb + 1) * sizeof(int), cudaMemcpyHostToDevice,
+                                               stream)) != cudaSuccess))
+            return (int)err;
+        p.kv_lens = a->kv_lens ? lens : nullptr;
+        p.cu_q = a->cu_q ? lens + nb : nullptr;
+        p.cu_k = a->cu_q ? lens + 2 * nb + 1 : nullptr;
+    }
+    if (p.nsplit > 1) {
+        const size_t bytes = (size_t)bhs * p.nsplit * p.rows * (2 + D) * sizeof(float);
+        if ((err = cudaMallocAsync(reinterpret_cast<void **>(&ws), bytes, stream)) != cudaSuccess) {
+            (void)cudaGetLastError();
+            p.nsplit = 1; // no memory pool: one split needs no workspace
+            p.kps = (int)a->sk;
+        }
+        p.ws = ws;
+    }
+    if (p.kps < 1) p.kps = 1;
+    kern<<<dim3(bhs, p.nsplit, chunks), kThreads, smem, stream>>>(p);
+    err = cudaGetLastError();
+    if (err == cudaSuccess && p.nsplit > 1) {
+        int ys = (p.rows * D + 255) / 256;
+        merge_kernel<T, D><<<dim3(bhs, ys), 256, 0, stream>>>(p, bhs);
+        err = cudaGetLastError();
+    }
+    if (ws) {
+        cudaError_t e2 = cudaFreeAsync(ws, stream);
+        if (err == cudaSuccess) err = e2;
+    }
+    if (lens) {
+        cudaError_t e2 = cudaFreeAsync(lens, stream);
+        if (err == cudaSuccess) err = e2;
+    }
+    return (int)err;
+}
+
+template <typename T, int D> static int launch_kind(const tops__cu_decode_args *a) {
+    switch (a->kind) {
+    case TOPS__DEC_KV16: return launch<T, D, TOPS__DEC_KV16>(a);
+    case TOPS__DEC_E4M3: return launch<T, D, TOPS__DEC_E4M3>(a);
+    case TOPS__DEC_I8: return launch<T, D, TOPS__DEC_I8>(a);
+    case TOPS__DEC_I4: return launch<T, D, TOPS__DEC_I4>(a);
+    default: return (int)cudaErrorNotSupported;
+    }
+}
+
+template <typename T> static int launch_t(const tops__cu_decode_args *a) {
+    switch (a->d) {
+    case 64: return launch_kind<T, 64>(a);
+    case 128: return launch_kind<T, 128>(a);
+    case 256: return launch_kind<T, 256>(a);
+    default: return (int)cudaErrorNotSupported;
+    }
+}
+
+} // namespace
+
+extern "C" int tops__cu_decode_takes(int64_t sq, int d) { return sq >= 1 && sq <= 16 && (d == 64 || d == 128 || d == 256); }
+
+extern "C" int tops__cu_decode_launch(const tops__cu_decode_args *a) {
+    if (!tops__cu_decode_takes(a->sq, a->d)) return (int)cudaErrorNotSupported;
+    return a->bf16 ? launch_t<__nv_bfloat16>(a) : launch_t<__half>(a);
+}
+
+extern "C" void tops__cu_decode_name(const tops__cu_decode_args *a, char *buf, size_t cap) {
+    static const char *const kinds[] = {"kv16", "e4m3", "i8", "i4"};
+    snprintf(buf, cap, "flash-decode mma d%d %s%s", a->d, kinds[a->kind & 3], a->bf16 ? " bf16" : " f16");
+}
