@@ -311,6 +311,23 @@ int tops__cu_fp8_launch(const tops__cu_fp8_args *a, const char **what);
    launching nothing, where TMA cannot read the activation rows (16-byte
    aligned rows needed). */
 int tops__cu_h16_launch(const tops__cu_fp8_args *a, const char **what);
+/* f32 activations for the 16-bit kernels (convert.cu).  Row i of x [m, k]
+   (row stride ldx) becomes `terms` rows of out [terms * m, ldo] (f16, or
+   bf16 where bf16 = 1; ldo >= k, a multiple of 8, columns k .. ldo - 1
+   zeroed): row t * m + i holds term t of x_i * 2^-exps[i], term 0 the
+   16-bit rounding of the scaled value, each next term the rounding of what
+   the terms before left (0 after a non-finite term).  f16: exps[i] puts the
+   row's largest finite magnitude in [2^14, 2^15) (0 for a row without a
+   nonzero finite value); bf16: exps[i] = 0 (its range is f32's).
+   Asynchronous on stream; returns a cudaError_t value. */
+int tops__cu_split_f32(const float *x, int64_t ldx, int64_t m, int64_t k, int terms, int bf16, void *out, int64_t ldo,
+                       int *exps, void *stream);
+/* out[i, j] = 2^exps[i] x (part[i, j] + part[m + i, j] + ... over `terms`
+   rows of part [terms * m, ldp] (f32), summed in that order), plus the old
+   out[i, j] where accumulate = 1, rounded once to out_dtype. */
+int tops__cu_join_terms(const float *part, int64_t ldp, int64_t m, int64_t n, int terms, const int *exps, void *out,
+                        tops_dtype out_dtype, int64_t ldo, int accumulate, void *stream);
+
 /* Which kernel tops_matmul2d runs for this GPU-packed right at this M and
    precision mode (the bench prints it). */
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed);

@@ -377,6 +377,61 @@ static int launch_plan(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int
     return err;
 }
 
+/* f32 activations (left) run on the 16-bit kernels as `terms` 16-bit rows
+   each (tops__cu_split_f32): f16 terms, each row scaled by a power of two
+   into f16's range, except for plain bf16 weights, which need bf16
+   activations.  Strict: f16 x 2 (|x - sum| <= 2^-22 |x| plus 2^-39 of the
+   row's largest |x| for values far below it), bf16 x 3 (exact: 24 bits);
+   relaxed: one term (a 16-bit rounding, within 2^-11 / 2^-8). */
+static int f32_terms(const tops__cuda_packed *pk, int relaxed, int *bf16) {
+    *bf16 = pk->code == TOPS__CU_CODE_BF16;
+    return relaxed ? 1 : *bf16 ? 3 : 2;
+}
+
+/* The f32-left call: split, the plan's kernel on terms x m rows into an f32
+   workspace, join into the caller's output; a holds the caller's call. */
+static int launch_f32_left(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int relaxed, const float *x,
+                           int64_t ldx, const char **what) {
+    int bf16;
+    const int terms = f32_terms(pk, relaxed, &bf16);
+    const int64_t m = a->m, k = a->k, n = a->n, ldx16 = (k + 7) / 8 * 8, ldp = (n + 7) / 8 * 8;
+    const size_t xbytes = ((size_t)(terms * m * ldx16) * 2 + 255) / 256 * 256,
+                 pbytes = ((size_t)(terms * m * ldp) * 4 + 255) / 256 * 256, ebytes = (size_t)m * sizeof(int);
+    cudaStream_t stream = (cudaStream_t)a->stream;
+    char *ws = NULL;
+    int err = (int)cudaMallocAsync((void **)&ws, xbytes + pbytes + ebytes, stream);
+    if (err) {
+        *what = "cudaMallocAsync of the f32 activation workspace";
+        return err;
+    }
+    int *exps = (int *)(ws + xbytes + pbytes);
+    float *part = (float *)(ws + xbytes);
+    err = tops__cu_split_f32(x, ldx, m, k, terms, bf16, ws, ldx16, exps, a->stream);
+    if (err) *what = "the f32 activation split";
+    if (!err) {
+        tops__cu_matmul_args t = *a;
+        t.x = ws;
+        t.x_bf16 = bf16;
+        t.ldx = ldx16;
+        t.m = terms * m;
+        t.out = part;
+        t.out_dtype = TOPS_DT_F32;
+        t.ldo = ldp;
+        t.accumulate = 0;
+        err = launch_plan(pk, &t, relaxed, what);
+    }
+    if (!err) {
+        err = tops__cu_join_terms(part, ldp, m, n, terms, exps, a->out, a->out_dtype, a->ldo, a->accumulate, a->stream);
+        if (err) *what = "the f32 activation join";
+    }
+    const int e2 = (int)cudaFreeAsync(ws, stream);
+    if (!err && e2) {
+        err = e2;
+        *what = "cudaFreeAsync of the f32 activation workspace";
+    }
+    return err;
+}
+
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
     if (!tops__cuda_is_packed(right)) return "packed on the fly";
     return path_for((const tops__cuda_packed *)right->packed_, m, relaxed, 0); /* the bench's f16 activations */
@@ -454,8 +509,10 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "transpose_left = 1: the GPU path takes left as [M, K]");
     if ((st = check_memory(fn, "left", left, device)) != TOPS_OK) return st;
     if ((st = check_memory(fn, "dest", dest, device)) != TOPS_OK) return st;
-    if (left->format.id != TOPS_FMT_F16 && left->format.id != TOPS_FMT_BF16)
-        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "left has format %s; the GPU path takes f16 or bf16 activations",
+    const int f32_left = left->format.id == TOPS_FMT_F32;
+    if (left->format.id != TOPS_FMT_F16 && left->format.id != TOPS_FMT_BF16 && !f32_left)
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
+                          "left has format %s; the GPU path takes f32, f16 or bf16 activations",
                           tops_format_name(left->format, name, sizeof name));
     if (dest->format.id != TOPS_FMT_F32 && dest->format.id != TOPS_FMT_F16 && dest->format.id != TOPS_FMT_BF16)
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "dest has format %s; the GPU path writes f32, f16 or bf16",
@@ -497,15 +554,26 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
     else if (dest->extent[0] != m || dest->extent[1] != pk->n)
         st = tops__fail(TOPS_SHAPE_MISMATCH, fn, "dest is %lld x %lld but the product is %lld x %lld",
                         (long long)dest->extent[0], (long long)dest->extent[1], (long long)m, (long long)pk->n);
-    else if ((pk->code == TOPS__CU_CODE_F16 && left->format.id != TOPS_FMT_F16) ||
-             (pk->code == TOPS__CU_CODE_BF16 && left->format.id != TOPS_FMT_BF16))
+    else if (!f32_left && ((pk->code == TOPS__CU_CODE_F16 && left->format.id != TOPS_FMT_F16) ||
+                           (pk->code == TOPS__CU_CODE_BF16 && left->format.id != TOPS_FMT_BF16)))
         st = tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
-                        "right is %s but left is %s; plain 16-bit weights must have the activations' type",
+                        "right is %s but left is %s; plain 16-bit weights must have the activations' type (or f32)",
                         pk->code == TOPS__CU_CODE_F16 ? "f16" : "bf16", tops_format_name(left->format, name, sizeof name));
-    if (st == TOPS_OK && path)
-        snprintf(path, cap, "cuda:%d %s%s", device,
-                 path_for(pk, m, desc->relaxed_precision, left->format.id == TOPS_FMT_BF16),
+    /* f32 left: the kernels see terms x m rows of 16-bit activations */
+    int terms = 1, term_bf16 = left->format.id == TOPS_FMT_BF16;
+    if (f32_left) terms = f32_terms(pk, desc->relaxed_precision, &term_bf16);
+    if (st == TOPS_OK && f32_left && m * terms > INT32_MAX / 2)
+        st = tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                        "left is f32 with %lld rows; the GPU path splits each into %d 16-bit rows and takes below 2^30 "
+                        "of them",
+                        (long long)m, terms);
+    if (st == TOPS_OK && path) {
+        char how[48] = "";
+        if (f32_left) snprintf(how, sizeof how, " (f32 left as %d %s term%s)", terms, term_bf16 ? "bf16" : "f16",
+                               terms > 1 ? "s" : "");
+        snprintf(path, cap, "cuda:%d %s%s%s", device, path_for(pk, m * terms, desc->relaxed_precision, term_bf16), how,
                  temp ? " (right packed on the call)" : "");
+    }
     int prev = -1;
     if (st == TOPS_OK && !path) st = tops__cuda_enter(fn, device, &prev);
     if (st == TOPS_OK && !path) {
@@ -535,7 +603,9 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         a.stream = exec->stream;
         a.q8_row_factor = pk->q8_row_factor;
         const char *what = "the matmul launch";
-        const int err = launch_plan(pk, &a, desc->relaxed_precision, &what);
+        const int err = f32_left ? launch_f32_left(pk, &a, desc->relaxed_precision, (const float *)left->data,
+                                                   left->stride[0], &what)
+                                 : launch_plan(pk, &a, desc->relaxed_precision, &what);
         if (err) st = tops__cuda_error(fn, err, what);
         tops__cuda_leave(prev);
     }

@@ -141,7 +141,9 @@ typedef struct gpu_case {
     int relaxed; /* e4m3-ch / e4m3 weights: expect the FP8 path where fp8_gpu */
     int spread;  /* 1: weight rows alternately x 2^20 and x 2^-20 (scales beyond f16's range);
                     2: the first 16 weights of each row x 2^16 (nvfp4: the other blocks' scales subnormal);
-                    3: the first 128 x 2^16 (mxfp4: rows over 15 binades, chunks within) */
+                    3: the first 128 x 2^16 (mxfp4: rows over 15 binades, chunks within);
+                    4: f32 activations instead: rows alternately x 2^24 and x 2^-30 (beyond f16's
+                    range both ways) */
 } gpu_case;
 
 /* Relaxed 4-bit integers on the folded wgmma kernel: w = q x s rounded once
@@ -208,15 +210,25 @@ static int run_case(const gpu_case *c, th_rng *r) {
     ASSERT_OK(tops_dequantize(&tq, &tdq));
 
     /* Activations, optionally with a padded row stride: 1 unaligned rows,
-       2 rows 16-byte aligned with a gap (what TMA and the bulk copies read). */
+       2 rows 16-byte aligned with a gap (what TMA and the bulk copies read).
+       f32: values with bits below f16's and bf16's precision. */
     int64_t ldx = c->strided_left == 1 ? k + 3 : c->strided_left == 2 ? k + 8 : k;
-    uint16_t *xh = calloc((size_t)(m * ldx), 2);
+    const int act32 = c->act == TOPS_DT_F32;
+    uint16_t *xh = calloc((size_t)(m * ldx), act32 ? 4 : 2);
+    float *xf = (float *)xh;
     double *xv = malloc((size_t)(m * k) * sizeof(double));
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < k; j++) {
-            uint16_t h = f32_to_16(c->act, th_uniform(r, -2, 2));
-            xh[i * ldx + j] = h;
-            xv[i * k + j] = f16_to_32(c->act, h);
+            float v = th_uniform(r, -2, 2);
+            if (act32) {
+                if (c->spread == 4) v = ldexpf(v, i % 2 ? -30 : 24);
+                xf[i * ldx + j] = v;
+                xv[i * k + j] = v;
+            } else {
+                uint16_t h = f32_to_16(c->act, v);
+                xh[i * ldx + j] = h;
+                xv[i * k + j] = f16_to_32(c->act, h);
+            }
         }
     tops_tensor_desc dx = {0};
     dx.format = tops_format_of(c->act);
@@ -284,7 +296,28 @@ static int run_case(const gpu_case *c, th_rng *r) {
     if (c->relaxed && tops__cu_last_kernel && strstr(tops__cu_last_kernel(), "wgmma_q8")) fp8 = 1;
     if (fp8) {
         xq = malloc((size_t)(m * k) * sizeof(double));
-        fp8_activations(xv, m, k, xq);
+        if (act32) {
+            /* the kernel quantizes the f16 term of each row scaled by 2^-e
+               (docs/cuda.md): the same, then 2^e back */
+            double *xs = malloc((size_t)(m * k) * sizeof(double));
+            int *ex = malloc((size_t)m * sizeof(int));
+            for (int64_t i = 0; i < m; i++) {
+                float mx = 0.0f;
+                for (int64_t j = 0; j < k; j++) mx = fmaxf(mx, fabsf((float)xv[i * k + j]));
+                int e2 = 0;
+                if (mx > 0.0f) (void)frexpf(mx, &e2);
+                ex[i] = mx > 0.0f ? e2 - 15 : 0;
+                for (int64_t j = 0; j < k; j++)
+                    xs[i * k + j] = f16_to_32(TOPS_DT_F16, f32_to_16(TOPS_DT_F16, ldexpf((float)xv[i * k + j], -ex[i])));
+            }
+            fp8_activations(xs, m, k, xq);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < k; j++) xq[i * k + j] = ldexp(xq[i * k + j], ex[i]);
+            free(xs);
+            free(ex);
+        } else {
+            fp8_activations(xv, m, k, xq);
+        }
     }
     if (!c->accumulate) {
         /* Again: the split-K partials are summed in split order, so the bits repeat. */
@@ -298,9 +331,10 @@ static int run_case(const gpu_case *c, th_rng *r) {
         free(again);
     }
 
-    double num = 0, den = 0, num_q = 0, den_q = 0;
+    double num = 0, den = 0, num_q = 0, den_q = 0, worst_row = 0;
     int64_t bad = -1;
-    for (int64_t i = 0; i < m; i++)
+    for (int64_t i = 0; i < m; i++) {
+        double rnum = 0, rden = 0;
         for (int64_t j = 0; j < n; j++) {
             double ref = old[i * n + j], ref_q = ref;
             for (int64_t kk = 0; kk < k; kk++) ref += xv[i * k + kk] * (double)wd[j * k + kk];
@@ -319,11 +353,22 @@ static int run_case(const gpu_case *c, th_rng *r) {
             if (!isfinite(got) && bad < 0) bad = i * n + j;
             num += (got - ref) * (got - ref);
             den += ref * ref;
+            rnum += (got - ref) * (got - ref);
+            rden += ref * ref;
             num_q += (got - ref_q) * (got - ref_q);
             den_q += ref_q * ref_q;
         }
+        if (rden > 0 && sqrt(rnum / rden) > worst_row) worst_row = sqrt(rnum / rden);
+    }
     double rel = sqrt(num / (den > 0 ? den : 1)),
            bound = fp8 ? FP8_REL_L2 : bound_for(c->out) + (c->relaxed ? FOLD_REL_L2 : 0);
+    /* relaxed f32 activations: one 16-bit rounding each (bf16 for bf16 weights, else f16) */
+    if (act32 && c->relaxed && !fp8) bound += ldexp(1.0, strcmp(c->format, "bf16") == 0 ? -8 : -11);
+    /* f32 activations: each row within the bound too (rows 2^54 apart under spread 4) */
+    if (act32 && !fp8 && n >= 7 && !(worst_row <= bound))
+        TH_FAIL_AT("%s act=f32 out=%s M=%lld K=%lld N=%lld%s%s: worst row rel-L2 %.3g (bound %.1g)", c->format,
+                   tops_dtype_name(c->out), (long long)m, (long long)k, (long long)n, c->relaxed ? " relaxed" : "",
+                   c->spread == 4 ? " spread" : "", worst_row, bound);
     if (c->relaxed && !fp8 && c->out == TOPS_DT_F32 && rel > fold_worst) fold_worst = rel;
     if (fp8) {
         /* Against its own e4m3 activations only the accumulation differs: a
@@ -1146,6 +1191,99 @@ static void test_q8(void) {
            passed, total, fp8_worst_true, fp8_worst_own[0], fp8_worst_own[1], fp8_worst_own[2]);
 }
 
+/* f32 activations (left) on the GPU: split into 16-bit terms (two f16,
+   three bf16 for plain bf16 weights; one term relaxed), each row scaled by
+   a power of two into f16's range, the terms' f32 products joined into the
+   output.  Against f64 of the f32 activations, so one 16-bit rounding of
+   them (about 1e-4 rel-L2) fails the strict f32-output bound (1e-5); each
+   row also within the bound, with rows 2^54 apart (spread 4: beyond
+   f16's range both ways).  Ragged M / K / N, every output type, accumulate,
+   strided rows, packed and unpacked, NaN-poisoned outputs, bits repeated;
+   strict and relaxed, every kernel family the rows reach (wbulk, wstream
+   forced, the TMA 16-bit GEMM, wgmma, q8, FP8); the path names the terms. */
+static void test_f32_left(void) {
+    th_rng r = th_seed();
+    static const struct {
+        const char *format;
+        tops_dtype out;
+        int64_t m, k, n;
+        int relaxed, accumulate, prepack, strided, spread;
+        const char *kernel; /* debug key kernel= */
+        const char *ran;    /* on sm_90, the kernel's name starts with this */
+    } cases[] = {
+        {"int4-g128", TOPS_DT_F32, 1, 4096, 200, 0, 0, 1, 0, 0, NULL, "wbulk"},
+        {"q4_0", TOPS_DT_F16, 7, 1000, 77, 0, 0, 0, 1, 0, NULL, NULL},
+        {"nvfp4", TOPS_DT_BF16, 13, 992, 130, 0, 1, 1, 2, 0, NULL, NULL},
+        {"f16", TOPS_DT_F32, 9, 520, 264, 0, 0, 1, 0, 0, NULL, "f16 "},
+        {"bf16", TOPS_DT_F32, 33, 1000, 130, 0, 0, 0, 0, 0, NULL, "bf16 "},
+        {"int8-g32", TOPS_DT_F32, 64, 2048, 40, 0, 0, 1, 2, 0, NULL, "wgmma"},
+        {"mxfp4", TOPS_DT_F16, 40, 512, 96, 0, 0, 1, 0, 0, NULL, "wgmma"},
+        {"e4m3-ch", TOPS_DT_F32, 100, 160, 300, 0, 1, 1, 0, 0, NULL, "f16 "},
+        {"int4-g32:e8m0", TOPS_DT_F32, 31, 520, 33, 0, 0, 1, 0, 1, NULL, NULL},
+        {"f16", TOPS_DT_F32, 7, 1000, 64, 0, 0, 1, 1, 1, NULL, NULL},
+        {"bf16", TOPS_DT_BF16, 5, 300, 31, 0, 0, 1, 0, 1, NULL, NULL},
+        {"int4-g128", TOPS_DT_F32, 3, 1024, 100, 0, 0, 1, 0, 1, "wstream", "wstream"},
+        {"i8", TOPS_DT_F32, 1, 7, 31, 0, 0, 1, 0, 0, NULL, NULL},
+        {"q8_0", TOPS_DT_F32, 33, 4095, 31, 0, 1, 0, 0, 0, NULL, NULL},
+        {"mxfp8", TOPS_DT_F32, 20, 256, 64, 0, 0, 1, 0, 1, "wgmma", "wgmma"},
+        {"int4-g128", TOPS_DT_F32, 40, 1024, 300, 1, 0, 1, 0, 0, NULL, "wgmma_q8"},
+        {"mxfp4", TOPS_DT_BF16, 64, 2048, 130, 1, 0, 1, 2, 0, NULL, NULL},
+        {"e4m3-ch", TOPS_DT_F32, 33, 520, 776, 1, 0, 1, 0, 0, NULL, "fp8"},
+        {"e4m3", TOPS_DT_F32, 20, 512, 96, 1, 0, 0, 0, 1, NULL, "fp8"},
+        {"int4-g32", TOPS_DT_F16, 5, 1000, 200, 1, 1, 1, 0, 0, NULL, "wbulk"},
+        {"bf16", TOPS_DT_F32, 17, 256, 64, 1, 0, 1, 0, 0, NULL, "bf16 "},
+        {"f16", TOPS_DT_BF16, 50, 136, 1030, 1, 1, 1, 0, 0, NULL, NULL},
+    };
+    static const int small[] = {0, 3, 9, 15};
+    const int n = small_run ? 4 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0;
+    for (int j = 0; j < n; j++) {
+        const int i = small_run ? small[j] : j;
+        gpu_case c = {cases[i].format, TOPS_DT_F32, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
+                      cases[i].strided, cases[i].accumulate, cases[i].prepack, cases[i].relaxed, cases[i].spread ? 4 : 0};
+        debug_set("kernel", cases[i].kernel);
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if (fp8_gpu && cases[i].ran && strncmp(kn, cases[i].ran, strlen(cases[i].ran)) != 0) {
+            TH_FAIL_AT("%s f32 left M=%lld relaxed=%d ran %s, not %s...", c.format, (long long)c.m, c.relaxed, kn,
+                       cases[i].ran);
+            ok = 0;
+        }
+        /* the path names the terms: strict 2 f16 (3 bf16 for bf16 weights), relaxed 1 */
+        int64_t lext[2] = {c.m, c.k}, dext[2] = {c.m, c.n};
+        tops_tensor tlh, tdh, tl, td, tw;
+        tops_format wf;
+        ASSERT_OK(tops_format_from_name(c.format, &wf));
+        int64_t wext[2] = {c.n, c.k};
+        ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, lext, host_mem, &tlh));
+        ASSERT_OK(tops_tensor_create(tops_format_of(c.out), 2, dext, host_mem, &tdh));
+        ASSERT_OK(tops_tensor_to(&tlh, gpu0, &tl));
+        ASSERT_OK(tops_tensor_to(&tdh, gpu0, &td));
+        ASSERT_OK(tops_tensor_create(wf, 2, wext, host_mem, &tw));
+        tops_exec e = gpu_exec();
+        tops_matmul2d_desc md = {0};
+        md.transpose_right = 1;
+        md.relaxed_precision = c.relaxed;
+        char path[160];
+        ASSERT_OK(tops_matmul2d_path(&e, &md, &tl, &tw, &td, path, sizeof path));
+        const int bf = strcmp(c.format, "bf16") == 0;
+        const char *want = c.relaxed ? (bf ? "f32 left as 1 bf16 term)" : "f32 left as 1 f16 term)")
+                                     : (bf ? "f32 left as 3 bf16 terms" : "f32 left as 2 f16 terms");
+        if (!strstr(path, want)) {
+            TH_FAIL_AT("%s relaxed=%d: path \"%s\" does not say \"%s\"", c.format, c.relaxed, path, want);
+            ok = 0;
+        }
+        tops_tensor_destroy(&tlh);
+        tops_tensor_destroy(&tdh);
+        tops_tensor_destroy(&tl);
+        tops_tensor_destroy(&td);
+        tops_tensor_destroy(&tw);
+        passed += ok;
+    }
+    debug_set("kernel", NULL);
+    printf("     %d of %d f32-activation cases within their bounds\n", passed, n);
+}
+
 static void test_gpu_bad_inputs(void) {
     /* Wrong memory space, wrong device, unsupported formats: status + sentence. */
     int64_t wext[2] = {32, 64}, xext[2] = {2, 64}, yext[2] = {2, 32};
@@ -1177,11 +1315,11 @@ static void test_gpu_bad_inputs(void) {
     ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_BF16), 2, xext, host_mem, &xb));
     ASSERT_OK(tops_tensor_to(&xb, gpu0, &xbd));
     ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xbd, &wd, &yd), TOPS_UNSUPPORTED_FORMAT, "activations' type");
-    /* f32 activations, and a weight format the GPU does not decode. */
+    /* i8 activations, and a weight format the GPU does not decode. */
     tops_tensor xf, xfd, wl;
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, xext, host_mem, &xf));
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_I8), 2, xext, host_mem, &xf));
     ASSERT_OK(tops_tensor_to(&xf, gpu0, &xfd));
-    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xfd, &wd, &yd), TOPS_UNSUPPORTED_FORMAT, "f16 or bf16 activations");
+    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xfd, &wd, &yd), TOPS_UNSUPPORTED_FORMAT, "f32, f16 or bf16 activations");
     tops_format lut;
     ASSERT_OK(tops_format_from_name("int4-g32-affine", &lut));
     ASSERT_OK(tops_tensor_create(lut, 2, wext, host_mem, &wl));
@@ -1235,6 +1373,10 @@ int main(void) {
         RUN_TEST(test_h16_gemm);
         TEST_MAIN_END();
     }
+    if (only && strcmp(only, "f32") == 0) {
+        RUN_TEST(test_f32_left);
+        TEST_MAIN_END();
+    }
     RUN_TEST(test_relaxed_fp8);
     if (only && strcmp(only, "fp8") == 0) TEST_MAIN_END();
     RUN_TEST(test_h16_gemm);
@@ -1245,5 +1387,6 @@ int main(void) {
     RUN_TEST(test_wgmma_folded);
     RUN_TEST(test_wgmma_strict);
     RUN_TEST(test_q8);
+    RUN_TEST(test_f32_left);
     TEST_MAIN_END();
 }
