@@ -950,11 +950,12 @@ TOPS_API tops_status tops_attention(const tops_exec *exec, const tops_attention_
  * tops_matmul2d() with exec.device = cuda:N runs on that GPU, in order on
  * exec.stream (NULL = the legacy default stream), and returns before the GPU
  * has finished (synchronize the stream to read the result).
- * GPU path (strict and relaxed): left f16 or bf16 [M, K], row-major;
- * right [N, K] (transpose_right = 1) in int4-gG (G = 16..256; f16, bf16,
- * f32 or e8m0 scales), int8-gG, q4_0, q8_0, mxfp4, gguf-mxfp4, mxfp8, nvfp4,
- * e4m3-ch, i8, i4, e4m3 (tensor scale only), or f16/bf16 of the same type as
- * left (also [K, N]); dest f32,
+ * GPU path (strict and relaxed): left f16, bf16 or f32 [M, K], row-major
+ * (f32 runs as 16-bit terms: two f16 in strict mode, about 2^-22 relative;
+ * one in relaxed mode; docs/cuda.md); right [N, K] (transpose_right = 1) in int4-gG
+ * (G = 16..256; f16, bf16, f32 or e8m0 scales), int8-gG, q4_0, q8_0, mxfp4,
+ * gguf-mxfp4, mxfp8, nvfp4, e4m3-ch, i8, i4, e4m3 (tensor scale only), or
+ * f16/bf16 of the same type as left or with an f32 left (also [K, N]); dest f32,
  * f16 or bf16 [M, N].  Every operand must be in the memory of exec.device
  * (right may also be on the host: it is then packed on each call, so pack
  * it once with tops_pack_right for speed).

@@ -116,7 +116,13 @@ static const ladder_shape quick_shapes[] = {
     {"ragged", 1, 4095, 31, 0}, {"ragged", 7, 4095, 1, 0}, {"ragged", 33, 4095, 31, 0}, {"tiles", 64, 512, 257, 0},
 };
 
-static double row_bound(const ladder_row *r) { return tops_validate_bound(r->dest, r->relaxed); }
+/* The row's bound; a relaxed row whose path quantizes the activations to
+   e4m3 (the GPU's FP8 GEMM and q8 kernel: rel-L2 about 2.6e-2 at K = 4096,
+   docs/cuda.md) is held to 5e-2, the bound test_cuda holds those paths to. */
+static double row_bound(const ladder_row *r, const char *path) {
+    if (r->relaxed && path && (strstr(path, "fp8 wgmma") || strstr(path, "wgmma_q8"))) return 5e-2;
+    return tops_validate_bound(r->dest, r->relaxed);
+}
 
 typedef struct ladder_result {
     char path[128];
@@ -279,7 +285,7 @@ static void run_row(const ladder_row *row, const ladder_shape *sh, const float *
     for (int64_t i = 0; i < m; i++) all_rows[i] = i;
     tops_bench_reference_rows(left_f32, decoded, k, n, all_rows, (int)m, ref);
     tops_bench_compare(ref, dest_f32, m * n, &res->rel_l2, &res->cos_sim, &res->max_abs);
-    res->pass = res->rel_l2 <= row_bound(row);
+    res->pass = res->rel_l2 <= row_bound(row, res->path);
 done:
 #undef CHECK
     if (have_wq) tops_tensor_destroy(&wq);
@@ -381,10 +387,6 @@ int tops_cmd_validate(int argc, char **argv) {
             if (sh->ffn && !row->ffn) continue;
             if (only && !tops_validate_in_list(only, row->name)) continue;
             ladder_result res;
-            if (run_device.kind == TOPS_DEVICE_CUDA && row->left == TOPS_DT_F32) {
-                print_skipped(row, sh, "the GPU path takes f16 or bf16 activations", json, &first);
-                continue;
-            }
             run_row(row, sh, w, a, decoded, &res);
             if (res.skipped) {
                 print_skipped(row, sh, res.error, json, &first);
@@ -392,7 +394,7 @@ int tops_cmd_validate(int argc, char **argv) {
             }
             if (!res.pass) failures++;
             tops_validate_row out = {row->name, row->format, row->left, row->dest, row->relaxed, sh->m, sh->k, sh->n,
-                                     res.path, res.cos_sim, res.rel_l2, res.max_abs, res.snr_db, row_bound(row),
+                                     res.path, res.cos_sim, res.rel_l2, res.max_abs, res.snr_db, row_bound(row, res.path),
                                      res.pass, res.error};
             tops_validate_print_row(&out, json, &first);
         }

@@ -34,6 +34,72 @@ size_t tops__cuda_packed_bytes(const tops_tensor *t);
 /* Frees what a cuda:N tensor owns (tops_tensor_destroy calls this). */
 void tops__cuda_tensor_release(tops_tensor *t);
 
+/* ---- tuning: one table (matmul.c), a few debug overrides -------------------- */
+
+/* The knobs of the plan and the launchers.  Their settled values are the
+   table in matmul.c (tuning[]); the ones marked there as debug keys can be
+   overridden for a test or an A/B run through TOPS_CUDA_DEBUG
+   ("key=value,key=value", docs/cuda.md), which matmul.c alone reads. */
+enum {
+    /* M thresholds of the plan (settled, no override) */
+    TOPS__CU_T_FP8_MIN_M,
+    TOPS__CU_T_H16_MIN_M,
+    TOPS__CU_T_Q8_MIN_M,
+    TOPS__CU_T_FOLD_MIN_M,
+    TOPS__CU_T_S4_MIN_M,
+    TOPS__CU_T_S4_SMALL_GROUP_MIN_M,
+    TOPS__CU_T_WIDE_MIN_M,
+    /* settled launcher choices (no override) */
+    TOPS__CU_T_WARPS_PER_SM,
+    TOPS__CU_T_WGMMA_STRICT,
+    /* debug keys */
+    TOPS__CU_T_KERNEL, /* TOPS__CU_KERNEL_*: force that family where it applies */
+    TOPS__CU_T_PDL,
+    TOPS__CU_T_FOLD,
+    TOPS__CU_T_BULK_RING,
+    TOPS__CU_T_BULK_LOOK,
+    TOPS__CU_T_BULK_SPLITS,
+    TOPS__CU_T_BULK_XT,
+    TOPS__CU_T_BULK_XT3,
+    TOPS__CU_T_BULK_XR,
+    TOPS__CU_T_BULK_TG,
+    TOPS__CU_T_BULK_SCD,
+    TOPS__CU_T_BULK_ISSUE,
+    TOPS__CU_T_BULK_ARRIVE,
+    TOPS__CU_T_WGMMA_SPLITS,
+    TOPS__CU_T_WGMMA_TN,
+    TOPS__CU_T_WGMMA_CW,
+    TOPS__CU_T_WGMMA_PERMUTE,
+    TOPS__CU_T_FP8_CTAS,
+    TOPS__CU_T_FP8_CLUSTER,
+    TOPS__CU_T_FP8_SK,
+    TOPS__CU_T_FP8_LAG,
+    TOPS__CU_T_FP8_PERSIST,
+    TOPS__CU_T_FP8_QUANT,
+    TOPS__CU_T_QUANT_ROWS,
+    TOPS__CU_T_Q8_TN,
+    TOPS__CU_T_Q8_LOOK,
+    TOPS__CU_T_Q8_SPLIT,
+    TOPS__CU_T_Q8_ROW,
+    TOPS__CU_T_Q8_PAIRS,
+    TOPS__CU_T_COUNT
+};
+/* Values of TOPS__CU_T_KERNEL (debug key kernel=wbulk|wstream|wgmma|q8|fp8|h16). */
+enum {
+    TOPS__CU_KERNEL_AUTO = 0,
+    TOPS__CU_KERNEL_WBULK,
+    TOPS__CU_KERNEL_WSTREAM,
+    TOPS__CU_KERNEL_WGMMA,
+    TOPS__CU_KERNEL_Q8,
+    TOPS__CU_KERNEL_FP8,
+    TOPS__CU_KERNEL_H16
+};
+/* The knob's value: TOPS_CUDA_DEBUG's override where it sets this debug
+   key, else the table's value.  For knobs whose table entry is "the
+   launcher's rule", tops__cu_tune_or returns `rule` unless overridden. */
+long long tops__cu_tune(int knob);
+long long tops__cu_tune_or(int knob, long long rule);
+
 /* ---- the kernels' contract --------------------------------------------------- */
 
 /* Weight element codes as the kernels decode them (one kernel family each). */
@@ -245,6 +311,23 @@ int tops__cu_fp8_launch(const tops__cu_fp8_args *a, const char **what);
    launching nothing, where TMA cannot read the activation rows (16-byte
    aligned rows needed). */
 int tops__cu_h16_launch(const tops__cu_fp8_args *a, const char **what);
+/* f32 activations for the 16-bit kernels (convert.cu).  Row i of x [m, k]
+   (row stride ldx) becomes `terms` rows of out [terms * m, ldo] (f16, or
+   bf16 where bf16 = 1; ldo >= k, a multiple of 8, columns k .. ldo - 1
+   zeroed): row t * m + i holds term t of x_i * 2^-exps[i], term 0 the
+   16-bit rounding of the scaled value, each next term the rounding of what
+   the terms before left (0 after a non-finite term).  f16: exps[i] puts the
+   row's largest finite magnitude in [2^14, 2^15) (0 for a row without a
+   nonzero finite value); bf16: exps[i] = 0 (its range is f32's).
+   Asynchronous on stream; returns a cudaError_t value. */
+int tops__cu_split_f32(const float *x, int64_t ldx, int64_t m, int64_t k, int terms, int bf16, void *out, int64_t ldo,
+                       int *exps, void *stream);
+/* out[i, j] = 2^exps[i] x (part[i, j] + part[m + i, j] + ... over `terms`
+   rows of part [terms * m, ldp] (f32), summed in that order), plus the old
+   out[i, j] where accumulate = 1, rounded once to out_dtype. */
+int tops__cu_join_terms(const float *part, int64_t ldp, int64_t m, int64_t n, int terms, const int *exps, void *out,
+                        tops_dtype out_dtype, int64_t ldo, int accumulate, void *stream);
+
 /* Which kernel tops_matmul2d runs for this GPU-packed right at this M and
    precision mode (the bench prints it). */
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed);

@@ -291,15 +291,15 @@ void launch_quant_nv(int nv, dim3 grid, dim3 block, cudaStream_t stream, const T
 // The quantizer: register-resident rows up to K = 8192, 16 bytes per 8
 // values (f32 copies made twice from them: 32 registers, full occupancy;
 // H200 ncu, M = 4096, K = 4096, 1 row a block: 21.8 us with the rows held
-// as f32 at 52 registers, 14.9 us so).  TOPS_CUDA_FP8_QUANT=0 runs the
+// as f32 at 52 registers, 14.9 us so).  debug key fp8_quant=0 runs the
 // previous one (any K read twice, a division per element) for A/B runs and
-// tests.  `rows` a block (TOPS_CUDA_QUANT_ROWS: 1, 2 or 4 overrides).
+// tests.  `rows` a block (debug key quant_rows: 1, 2 or 4 overrides).
 template <typename T>
 cudaError_t launch_quant(const T *x, long long ldx, int k, int k_pad, int vec, unsigned char *q, float *scales,
                          unsigned *flags, int nflags, int m, int rows_dflt, tops_cu::ActSums sums,
                          cudaStream_t stream) {
-    const int fast = tops_cu::env_or("TOPS_CUDA_FP8_QUANT", 1) != 0;
-    const long long rows_env = tops_cu::env_or("TOPS_CUDA_QUANT_ROWS", 0);
+    const int fast = tops__cu_tune(TOPS__CU_T_FP8_QUANT) != 0;
+    const long long rows_env = tops__cu_tune(TOPS__CU_T_QUANT_ROWS);
     const int rows = rows_env == 1 || rows_env == 2 || rows_env == 4 ? (int)rows_env
                      : rows_dflt == 2 || rows_dflt == 4                ? rows_dflt
                                                                       : 1;
@@ -848,7 +848,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Work units: tiles, or with clusters tile pairs (dp_tiles of them).
     const int units = CL > 1 ? p.dp_tiles : tiles, first = (int)blockIdx.x / CL, step = (int)gridDim.x / CL;
     // With several tiles per CTA the second consumer warpgroup may start one
-    // K stage late (TOPS_CUDA_FP8_LAG=1): the warpgroups then reach their
+    // K stage late (debug key fp8_lag=1): the warpgroups then reach their
     // epilogues one after the other, and the one still in its K loop keeps
     // the tensor cores busy during the other's epilogue (the lag persists from
     // tile to tile).
@@ -1098,20 +1098,20 @@ int sm_count() {
 }
 
 // Clusters of two sharing an operand tile by TMA multicast
-// (TOPS_CUDA_FP8_CLUSTER: 1 the weight tile, CTAs on row-tile pairs; 2 the
+// (debug key fp8_cluster: 1 the weight tile, CTAs on row-tile pairs; 2 the
 // activation tile, CTAs on column-tile pairs; 0 none, for A/B runs).  1 by
 // default: on the H200 (2026-11, experiment history in git) at M = 4096 its minimum was
 // 1.2 % below no clusters' in every process (0.3036-0.3060 against
 // 0.3074-0.3114 ms), its median equal within the noise, M = 1024 0.7 %
 // faster, M = 256 the same; 2 measured slower than 1.
 int cluster_mode() {
-    const int c = tops_cu::env_or("TOPS_CUDA_FP8_CLUSTER", 1);
+    const int c = (int)tops__cu_tune(TOPS__CU_T_FP8_CLUSTER);
     return c == 1 || c == 2 ? c : 0;
 }
 
-// The persistent kernel's grid and split: one CTA per SM (TOPS_CUDA_FP8_CTAS
+// The persistent kernel's grid and split: one CTA per SM (fp8_ctas
 // caps it, for tests: several tiles per CTA), at most one CTA per tile, and
-// with TOPS_CUDA_FP8_SK=1 stream-K for the last partial wave.  Off by default:
+// with fp8_sk=1 stream-K for the last partial wave.  Off by default:
 // on the H200 it measured no faster at M = 4096 (the GEMM runs power-capped
 // at ~1.57 GHz, so SMs idle in the last wave let the others clock up) and
 // 28 % slower at M = 256 (measured 2026-11; history in git).  With clusters (cl > 0): as many
@@ -1126,7 +1126,7 @@ PersistPlan plan_persistent(int m, int n, int bn, int cl, int max_clusters, bool
     pl.tiles_m = (m + kBM - 1) / kBM;
     pl.tiles_n = (n + bn - 1) / bn;
     pl.cl = cl;
-    const long long tiles = (long long)pl.tiles_m * pl.tiles_n, cap = tops_cu::env_or("TOPS_CUDA_FP8_CTAS", 0);
+    const long long tiles = (long long)pl.tiles_m * pl.tiles_n, cap = tops__cu_tune(TOPS__CU_T_FP8_CTAS);
     if (cl) {
         const long long pairs = cl == 1 ? (long long)(pl.tiles_m + 1) / 2 * pl.tiles_n
                                         : (long long)pl.tiles_m * ((pl.tiles_n + 1) / 2);
@@ -1141,7 +1141,7 @@ PersistPlan plan_persistent(int m, int n, int bn, int cl, int max_clusters, bool
     long long grid = sm_count();
     if (cap > 0 && grid > cap) grid = cap;
     const long long rem = tiles % grid;
-    pl.sk = sk_ok && tops_cu::env_or("TOPS_CUDA_FP8_SK", 0) == 1;
+    pl.sk = sk_ok && tops__cu_tune(TOPS__CU_T_FP8_SK) == 1;
     if (!pl.sk && grid > tiles) grid = tiles;
     pl.grid = (int)grid;
     pl.dp_tiles = (int)(pl.sk ? tiles - rem : tiles);
@@ -1207,14 +1207,14 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
     p.dp_tiles = pl.dp_tiles;
     p.share_b = pl.cl == 1;
     if (pl.cl) p.lag = 0; // the lag is a one-CTA schedule
-    // Programmatic dependent launch (TOPS_CUDA_PDL=0: plain), so that the
+    // Programmatic dependent launch (debug key pdl=0: plain), so that the
     // prologue overlaps the quantizer's last blocks; clusters by attribute.
     const size_t smem = shape == kNarrow ? persist_smem<RingOf<kNarrow, ET, CV>>()
                         : shape == kMid  ? persist_smem<RingOf<kMid, ET, CV>>()
                         : CV || !pl.cl   ? persist_smem<RingOf<kWide, ET, CV>>()
                                          : persist_smem<RingOf<kWide, ET, 0, 2>>();
     err = tops_cu::launch_kernel(kernel, dim3((unsigned)pl.grid), dim3(kThreads), smem, stream,
-                                 tops_cu::env_or("TOPS_CUDA_PDL", 1) != 0, pl.cl ? 2 : 1, ma, mb, mc, p);
+                                 tops__cu_tune(TOPS__CU_T_PDL) != 0, pl.cl ? 2 : 1, ma, mb, mc, p);
     if (err != cudaSuccess) *what = "the TMA GEMM launch";
     else {
         // "<type> persistent[, e4m3 weights converted][, clusters ...][, 128- / 192-channel tiles]"
@@ -1285,7 +1285,7 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
     p.k = (int)a->k;
     p.tiles_m = 0;
     p.tiles_n = 0;
-    p.lag = tops_cu::env_or("TOPS_CUDA_FP8_LAG", 0) != 0;
+    p.lag = tops__cu_tune(TOPS__CU_T_FP8_LAG) != 0;
     p.dp_tiles = 0;
     p.share_b = 0;
     p.flags = flags;
@@ -1307,11 +1307,11 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
 
 // The persistent kernel applies (TMA stores: 16-byte aligned rows;
 // accumulate reads the output, which the one-CTA-per-tile kernel does;
-// TOPS_CUDA_FP8_PERSIST=0 forces that one, for A/B runs); *mc its output map.
+// fp8_persist=0 forces that one, for A/B runs); *mc its output map.
 bool persistent_ok(const tops__cu_matmul_args *a, CUtensorMap *mc) {
     const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
     return !a->accumulate && (uintptr_t)a->out % 16 == 0 && (a->ldo * esz) % 16 == 0 &&
-           tops_cu::env_or("TOPS_CUDA_FP8_PERSIST", 1) != 0 && make_out_map(mc, a);
+           tops__cu_tune(TOPS__CU_T_FP8_PERSIST) != 0 && make_out_map(mc, a);
 }
 
 } // namespace

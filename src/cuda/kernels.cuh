@@ -470,7 +470,7 @@ typedef void (*kernel_fn)(const Params);
 // 16..128, 2-5 % slower at M = 1, hence 2.  The kernels with activation
 // tiles keep the barrier: it measured faster at every M <= 16 (H200,
 // 2026-11-29 18:21 UTC, int4-g128: 14.2 vs 14.7 us at M = 16, 12.2 vs
-// 12.7 at M = 4 and 8).  TOPS_CUDA_BULK_ARRIVE overrides both.
+// 12.7 at M = 4 and 8).  Debug key bulk_arrive overrides both.
 #ifndef TOPS_CU_BULK_ARRIVE
 #define TOPS_CU_BULK_ARRIVE 2
 #endif
@@ -538,11 +538,10 @@ struct ActSums {
 // fp8_gemm.cu's per-row e4m3 activation quantizer (codes [m, k_pad] and f32
 // row scales [m]; the FP8 GEMM's nflags stream-K flags zeroed; the sums
 // above where asked), for both relaxed FP8 kernels, `rows` rows a block (1,
-// 2 or 4; TOPS_CUDA_QUANT_ROWS overrides).
+// 2 or 4; debug key quant_rows overrides).
 cudaError_t quant_act_e4m3(const tops__cu_matmul_args *a, unsigned char *q, float *scales, int rows,
                            unsigned *flags = nullptr, int nflags = 0, ActSums sums = ActSums{nullptr, 0, 0, 0});
 void set_last_kernel(const char *name);
-long long env_or(const char *name, long long dflt);
 // Whether the current device is compute capability 9.0, the only part the
 // sm_90a pass (wgmma, TMA) runs on; false (error cleared) when it cannot tell.
 bool device_is_sm90a();

@@ -7,6 +7,9 @@
 
 #include "formats/traits.h"
 
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 static tops_status check_memory(const char *fn, const char *what, const tops_tensor *t, int device) {
@@ -115,122 +118,323 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     return TOPS_OK;
 }
 
-/* The M threshold a tuning variable sets (a positive integer), else dflt. */
-static int64_t min_m_from_env(const char *name, int64_t dflt) {
-    const char *e = getenv(name);
-    long long v = e ? atoll(e) : 0;
-    return v >= 1 ? v : dflt;
+/* ---- the tuning table ------------------------------------------------------
+
+   Every number the plan and the launchers choose by, in one place.  Each
+   threshold is the M where a kernel first beat the one below it in a
+   same-window A/B on the H200 (the measurements are in the comments of the
+   use_* functions below and in the commits that set them); the launcher
+   choices are the measured defaults (their launchers' comments say what was
+   measured).  `key` names the debug override TOPS_CUDA_DEBUG may set (tests
+   and A/B runs: docs/cuda.md); NULL: settled, no override.  RULE: the
+   launcher's own rule (it depends on the call's shape), named in the line. */
+#define RULE LLONG_MIN
+static const struct tuning_entry {
+    const char *key;
+    long long value;
+} tuning[TOPS__CU_T_COUNT] = {
+    /* the plan's M thresholds (use_* below) */
+    [TOPS__CU_T_FP8_MIN_M] = {NULL, 17},           /* relaxed e4m3 on the FP8 GEMM */
+    [TOPS__CU_T_H16_MIN_M] = {NULL, 17},           /* strict 16-bit TMA GEMM (f16 / bf16 / e4m3 weights) */
+    [TOPS__CU_T_Q8_MIN_M] = {NULL, 17},            /* relaxed 4-bit on FP8 tensor cores */
+    [TOPS__CU_T_FOLD_MIN_M] = {NULL, 48},          /* folded-scale wgmma */
+    [TOPS__CU_T_S4_MIN_M] = {NULL, 48},            /* strict 4-bit two-ring wgmma, groups >= 64 */
+    [TOPS__CU_T_S4_SMALL_GROUP_MIN_M] = {NULL, 65}, /* the same, groups below 64 */
+    [TOPS__CU_T_WIDE_MIN_M] = {NULL, 128},         /* one-ring wgmma: 8-bit codes (16-bit and e4m3 when forced) */
+    /* settled launcher choices */
+    [TOPS__CU_T_WARPS_PER_SM] = {NULL, 16},  /* wstream: split K until this many warps an SM stream */
+    [TOPS__CU_T_WGMMA_STRICT] = {NULL, 1},   /* unfolded 4-bit codes on the two-ring pipeline */
+    /* debug keys: the default run's values */
+    [TOPS__CU_T_KERNEL] = {"kernel", TOPS__CU_KERNEL_AUTO}, /* the plan above */
+    [TOPS__CU_T_PDL] = {"pdl", 1},                   /* programmatic dependent launches */
+    [TOPS__CU_T_FOLD] = {"fold", 1},                 /* folded scales where tops__cu_fold_shift allows */
+    [TOPS__CU_T_BULK_RING] = {"bulk_ring", 0},       /* 0: the block's K (tiles) or kStages, as fits */
+    [TOPS__CU_T_BULK_LOOK] = {"bulk_look", RULE},    /* bulk_look() with tiles and few scales, else the ring */
+    [TOPS__CU_T_BULK_SPLITS] = {"bulk_splits", 0},   /* 0: no cap on wbulk's K splits */
+    [TOPS__CU_T_BULK_XT] = {"bulk_xt", RULE},        /* kBulkXtRows (16) */
+    [TOPS__CU_T_BULK_XT3] = {"bulk_xt3", 1},         /* one 3-D activation copy a stage where K % 64 == 0 */
+    [TOPS__CU_T_BULK_XR] = {"bulk_xr", 1},           /* below M = 8, the next power of two of M rows a slot */
+    [TOPS__CU_T_BULK_TG] = {"bulk_tg", RULE},        /* kBulkTgM8 (2) */
+    [TOPS__CU_T_BULK_SCD] = {"bulk_scd", 1},         /* scales read from global memory */
+    [TOPS__CU_T_BULK_ISSUE] = {"bulk_issue", RULE},  /* the first warp with activation tiles, else thread 0 */
+    [TOPS__CU_T_BULK_ARRIVE] = {"bulk_arrive", 0},   /* 0: TOPS_CU_BULK_ARRIVE's rule */
+    [TOPS__CU_T_WGMMA_SPLITS] = {"wgmma_splits", 1}, /* K splits of the register-A wgmma kernels */
+    [TOPS__CU_T_WGMMA_TN] = {"wgmma_tn", 0},         /* 0: 128 tokens above M = 64 (folded, strict 4-bit), else 64 */
+    [TOPS__CU_T_WGMMA_CW] = {"wgmma_cw", 2},         /* consumer warpgroups of the folded kernel */
+    [TOPS__CU_T_WGMMA_PERMUTE] = {"wgmma_permute", 0}, /* 1: stage permute instead of the quad shuffle */
+    [TOPS__CU_T_FP8_CTAS] = {"fp8_ctas", 0},         /* 0: no cap on the TMA GEMMs' grid */
+    [TOPS__CU_T_FP8_CLUSTER] = {"fp8_cluster", 1},   /* clusters sharing the weight tile */
+    [TOPS__CU_T_FP8_SK] = {"fp8_sk", 0},             /* stream-K */
+    [TOPS__CU_T_FP8_LAG] = {"fp8_lag", 0},           /* lagged second warpgroup */
+    [TOPS__CU_T_FP8_PERSIST] = {"fp8_persist", 1},   /* persistent CTAs where the output allows */
+    [TOPS__CU_T_FP8_QUANT] = {"fp8_quant", 1},       /* 0: the older activation quantizer */
+    [TOPS__CU_T_QUANT_ROWS] = {"quant_rows", 0},     /* 0: the launcher's rows a quantizer block */
+    [TOPS__CU_T_Q8_TN] = {"q8_tn", 0},               /* 0: 64 tokens up to M = 64, else 128 */
+    [TOPS__CU_T_Q8_LOOK] = {"q8_look", RULE},        /* 2 when the grid takes more than one wave, else 0 */
+    [TOPS__CU_T_Q8_SPLIT] = {"q8_split", RULE},      /* token halves at 128 tokens */
+    [TOPS__CU_T_Q8_ROW] = {"q8_row", -1},            /* -1: one factor a row where packed so, pairs from M = 32 */
+    [TOPS__CU_T_Q8_PAIRS] = {"q8_pairs", 1},         /* chunk pairs at 64 tokens */
+};
+
+static const char *const kernel_names[] = {"auto", "wbulk", "wstream", "wgmma", "q8", "fp8", "h16"};
+
+/* Parses one "key=value" item of TOPS_CUDA_DEBUG (len bytes at s): its
+   knob and value; 0 if it is not a debug key with a valid value. */
+static int debug_item(const char *s, size_t len, int *knob, long long *value) {
+    char buf[64];
+    if (len == 0 || len >= sizeof buf) return 0;
+    memcpy(buf, s, len);
+    buf[len] = '\0';
+    char *eq = strchr(buf, '=');
+    if (!eq || eq == buf || eq[1] == '\0') return 0;
+    *eq = '\0';
+    for (int i = 0; i < TOPS__CU_T_COUNT; i++) {
+        if (!tuning[i].key || strcmp(tuning[i].key, buf) != 0) continue;
+        *knob = i;
+        if (i == TOPS__CU_T_KERNEL) {
+            for (int k = 0; k < (int)(sizeof kernel_names / sizeof kernel_names[0]); k++)
+                if (strcmp(kernel_names[k], eq + 1) == 0) {
+                    *value = k;
+                    return 1;
+                }
+            return 0;
+        }
+        char *end = NULL;
+        errno = 0;
+        *value = strtoll(eq + 1, &end, 10);
+        return errno == 0 && end && *end == '\0';
+    }
+    return 0;
 }
+
+/* Walks TOPS_CUDA_DEBUG's items (separated by commas or spaces): the value
+   of `knob` (the last item that sets it) in *value, 1 if set; with knob < 0
+   checks every item instead and returns -1 at the first bad one (*bad_at,
+   *bad_len: where). */
+static int debug_scan(int knob, long long *value, const char **bad_at, size_t *bad_len) {
+    const char *e = getenv("TOPS_CUDA_DEBUG");
+    int found = 0;
+    if (!e) return 0;
+    while (*e) {
+        while (*e == ',' || *e == ' ') e++;
+        size_t len = strcspn(e, ", ");
+        if (len == 0) break;
+        int k = -1;
+        long long v = 0;
+        if (!debug_item(e, len, &k, &v)) {
+            if (knob < 0) {
+                *bad_at = e;
+                *bad_len = len;
+                return -1;
+            }
+        } else if (k == knob) {
+            *value = v;
+            found = 1;
+        }
+        e += len;
+    }
+    return found;
+}
+
+/* TOPS_CUDA_DEBUG with an item that is not a debug key and a valid value:
+   refused before any work (a typo must not silently run the defaults). */
+static tops_status debug_check(const char *fn) {
+    const char *at = NULL;
+    size_t len = 0;
+    long long v;
+    if (debug_scan(-1, &v, &at, &len) >= 0) return TOPS_OK;
+    return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                      "TOPS_CUDA_DEBUG item '%.*s' is not key=value with a known key and value (docs/cuda.md lists them)",
+                      (int)(len > 60 ? 60 : len), at);
+}
+
+long long tops__cu_tune(int knob) {
+    if (knob < 0 || knob >= TOPS__CU_T_COUNT) return 0;
+    long long v;
+    if (tuning[knob].key && debug_scan(knob, &v, NULL, NULL) == 1) return v;
+    return tuning[knob].value;
+}
+
+long long tops__cu_tune_or(int knob, long long rule) {
+    const long long v = tops__cu_tune(knob);
+    return v == RULE ? rule : v;
+}
+
+static int forced_kernel(void) { return (int)tops__cu_tune(TOPS__CU_T_KERNEL); }
 
 /* Smallest M that takes the FP8 GEMM: below it the weight-streaming kernel
    wins (H200, e4m3-ch, K = 4096, N = 12288, one run at 15:07 UTC: FP8 GEMM
    30.4 / 30.9 / 31.5 / 33.4 us at M = 16 / 24 / 32 / 64, weight streaming
-   28.4 / 45.2 / 46.3 / 77.9 us);
-   TOPS_CUDA_FP8_MIN_M overrides it for tuning runs and tests. */
-static int64_t fp8_min_m(void) { return min_m_from_env("TOPS_CUDA_FP8_MIN_M", 17); }
-
+   28.4 / 45.2 / 46.3 / 77.9 us).  kernel=fp8 forces it at every M; no other
+   kernel name moves relaxed e4m3 off it. */
 static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
-    return relaxed && pk->fp8_weights && pk->code == TOPS__CU_CODE_E4M3 && m >= fp8_min_m();
+    return relaxed && pk->fp8_weights && pk->code == TOPS__CU_CODE_E4M3 &&
+           (m >= tops__cu_tune(TOPS__CU_T_FP8_MIN_M) || forced_kernel() == TOPS__CU_KERNEL_FP8);
 }
 
 /* The strict 16-bit TMA GEMM (fp8_gemm.cu; f16 / bf16 products, f32
    sums): f16 / bf16 weights as they are, e4m3-ch / e4m3 codes converted to
-   the activations' type in shared memory, from M = TOPS__CU_H16_MIN_M.
+   the activations' type in shared memory, from M = H16_MIN_M.
    H200, 2026-12-02, same-window ratios against cuBLAS f16: f16 28.3 / 30.3 /
    39.4 / 639.3 us at M = 64 / 128 / 256 / 4096 (1.00x / 0.92x / 0.96x /
    0.98x; wbulk / the one-ring wgmma kernel took 115.4 / 71.6 / 141.9 /
    1794), e4m3-ch 34.1 / 46.6 / 57.1 / 1001.7 (before 64.5 / 80.2 / 162 /
    1942).  M = 16 keeps wbulk: f16 27.3, e4m3-ch 16.4 us (1.01x / 1.68x);
    this GEMM took 43.8 / 54.4 there before its activation box was cut to M
-   (not measured since; its 128-token tiles are 8x oversized at M = 16). */
-#define TOPS__CU_H16_MIN_M 17
+   (not measured since; its 128-token tiles are 8x oversized at M = 16).
+   kernel=h16 forces it at every M; any other kernel name keeps it off. */
 static int use_h16(const tops__cuda_packed *pk, int64_t m) {
-    const char *force = getenv("TOPS_CUDA_KERNEL");
-    if (force && *force) return 0;
+    const int force = forced_kernel();
+    if (force != TOPS__CU_KERNEL_AUTO && force != TOPS__CU_KERNEL_H16) return 0;
     return pk->fp8_weights &&
            (pk->code == TOPS__CU_CODE_F16 || pk->code == TOPS__CU_CODE_BF16 || pk->code == TOPS__CU_CODE_E4M3) &&
-           m >= TOPS__CU_H16_MIN_M;
+           (m >= tops__cu_tune(TOPS__CU_T_H16_MIN_M) || force == TOPS__CU_KERNEL_H16);
 }
 
 /* Folded scales (wgmma_w.cu, pack.c's tops__cu_fold_shift): e2m1 weights
    in either mode when code x scale is exact in the activations' type,
    4-bit integers with f16 scales in relaxed mode with f16 activations.
-   TOPS_CUDA_WGMMA_FOLD=0 turns it off (A/B runs, tests). */
+   fold=0 turns it off (A/B runs, tests). */
 static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shift) {
-    const char *e = getenv("TOPS_CUDA_WGMMA_FOLD");
     *shift = 0;
-    if (e && strcmp(e, "0") == 0) return 0;
+    if (tops__cu_tune(TOPS__CU_T_FOLD) == 0) return 0;
     return fp8_device(pk->device) && tops__cu_fold_shift(pk, bf16, relaxed, shift);
 }
 
 /* The wgmma kernel (wgmma_w.cu) where it measured faster than wbulk on the
-   H200.  Folded: M >= 48 (2026-11-29 20:51 UTC, same call, relaxed, us at
-   M = 48: folded 32.6 / 33.1 / 34.9 against wbulk 42.0 / 46.9 / 53.9 for
-   int4-g128 / mxfp4 / nvfp4; at M = 32 wbulk is faster: 25.0 / 28.0 / 33.7
-   against 32.4 / 33.0 / 34.7; the folded kernel's time barely moves with M
-   below its 64-token tile while wbulk's grows).
-   Unfolded: 8- and 16-bit weights (int8, e4m3, f16, bf16) from M = 128
+   H200.  Folded: M >= FOLD_MIN_M (2026-11-29 20:51 UTC, same call, relaxed,
+   us at M = 48: folded 32.6 / 33.1 / 34.9 against wbulk 42.0 / 46.9 / 53.9
+   for int4-g128 / mxfp4 / nvfp4; at M = 32 wbulk is faster: 25.0 / 28.0 /
+   33.7 against 32.4 / 33.0 / 34.7; the folded kernel's time barely moves
+   with M below its 64-token tile while wbulk's grows).
+   Unfolded: 8- and 16-bit weights (int8, e4m3, f16, bf16) from WIDE_MIN_M
    (2026-11-30 02:30 UTC, same call, strict, us at M = 128 / 256: f16 72.0 /
    142.3 against wbulk 149.5 / 274.5, e4m3-ch 80.0 / 161.1 against 109.1 /
    166.1, int8-g32 101.6 / 205.1 against 127.6 / 212.1); not 4-bit
    integers (int4-g128 75.2 / 148.6 against 76.6 / 150.7, int4-g32 and
-   q4_0 93.4 / 187.9 against 83.5 / 159.8).  TOPS_CUDA_WGMMA_MIN_M sets the
-   M threshold for every format, folded or not; TOPS_CUDA_KERNEL=wgmma
-   forces it at every M, =wbulk or =wstream keeps it off (A/B runs, tests). */
-#define TOPS__CU_FOLD_MIN_M 48
-#define TOPS__CU_WIDE_MIN_M 128
-/* Unfolded 4-bit codes (strict int4-gG, q4_0, e2m1 that does not fold):
-   the strict two-ring pipeline (wgmma_s_kernel), by group size.  H200,
-   2026-12-01 22:47 UTC, one call, strict, us at M = 48 / 64 / 128: int4-g128
-   31.6 / 31.6 / 39.1 against wbulk 43.2 / 44.1 (old wgmma 80.1 at 128);
-   q4_0 and int4-g32 (a drain every 2 k16 steps) 49.3 / 49.4 / 62.8 against
-   wbulk 47.2 / 48.4; next call (22:58 UTC) q4_0 wbulk 85.4 / 86.5 at
-   M = 80 / 96 against 63.2 on the pipeline at 96. */
-#define TOPS__CU_S4_MIN_M 48
-#define TOPS__CU_S4_SMALL_GROUP_MIN_M 65
+   q4_0 93.4 / 187.9 against 83.5 / 159.8).
+   Unfolded 4-bit codes (strict int4-gG, q4_0, e2m1 that does not fold):
+   the strict two-ring pipeline (wgmma_s_kernel), by group size: S4_MIN_M
+   and S4_SMALL_GROUP_MIN_M.  H200, 2026-12-01 22:47 UTC, one call, strict,
+   us at M = 48 / 64 / 128: int4-g128 31.6 / 31.6 / 39.1 against wbulk 43.2 /
+   44.1 (old wgmma 80.1 at 128); q4_0 and int4-g32 (a drain every 2 k16
+   steps) 49.3 / 49.4 / 62.8 against wbulk 47.2 / 48.4; next call (22:58
+   UTC) q4_0 wbulk 85.4 / 86.5 at M = 80 / 96 against 63.2 on the pipeline
+   at 96.  kernel=wgmma forces it at every M, =wbulk or =wstream keeps it
+   off. */
 static int use_wgmma(int64_t m, int fold, int code, int64_t group) {
-    const char *force = getenv("TOPS_CUDA_KERNEL");
-    if (force && strcmp(force, "wgmma") == 0) return 1;
-    if (force && (strcmp(force, "wbulk") == 0 || strcmp(force, "wstream") == 0)) return 0;
-    const int64_t v = min_m_from_env("TOPS_CUDA_WGMMA_MIN_M", 0);
-    if (v >= 1) return m >= v;
-    if (fold) return m >= TOPS__CU_FOLD_MIN_M;
+    const int force = forced_kernel();
+    if (force == TOPS__CU_KERNEL_WGMMA) return 1;
+    if (force == TOPS__CU_KERNEL_WBULK || force == TOPS__CU_KERNEL_WSTREAM) return 0;
+    if (fold) return m >= tops__cu_tune(TOPS__CU_T_FOLD_MIN_M);
     if (code == TOPS__CU_CODE_U4 || code == TOPS__CU_CODE_E2M1)
-        return m >= (group >= 64 ? TOPS__CU_S4_MIN_M : TOPS__CU_S4_SMALL_GROUP_MIN_M);
-    return code >= TOPS__CU_CODE_I8 && m >= TOPS__CU_WIDE_MIN_M;
+        return m >= tops__cu_tune(group >= 64 ? TOPS__CU_T_S4_MIN_M : TOPS__CU_T_S4_SMALL_GROUP_MIN_M);
+    return code >= TOPS__CU_CODE_I8 && m >= tops__cu_tune(TOPS__CU_T_WIDE_MIN_M);
 }
 
 /* The 4-bit FP8 kernel (wgmma_q8.cu): relaxed, weights with the q8 layout,
-   M >= 17 (H200, 2026-11-30 00:21 UTC, same call, us at M = 16 / 17 / 31:
-   q8 forced 19.9 / 20.0 / 20.1 int4-g128, 15.6 / 15.6 / 15.9 mxfp4; the
+   M >= Q8_MIN_M (H200, 2026-11-30 00:21 UTC, same call, us at M = 16 / 17 /
+   31: q8 forced 19.9 / 20.0 / 20.1 int4-g128, 15.6 / 15.6 / 15.9 mxfp4; the
    weight-streaming plan 13.4 / 24.5 / 25.7 and 14.3 / 27.5 / 29.3: its
-   second 16-token tile costs more than the whole q8 kernel).
-   TOPS_CUDA_KERNEL=q8 forces it at every M, any other kernel name keeps it
-   off (A/B runs, tests); TOPS_CUDA_Q8_MIN_M sets the threshold. */
-#define TOPS__CU_Q8_MIN_M 17
+   second 16-token tile costs more than the whole q8 kernel).  kernel=q8
+   forces it at every M, any other kernel name keeps it off. */
 static int use_q8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
     if (!relaxed || !pk->q8_weights) return 0;
-    const char *force = getenv("TOPS_CUDA_KERNEL");
-    if (force && *force) return strcmp(force, "q8") == 0;
-    return m >= min_m_from_env("TOPS_CUDA_Q8_MIN_M", TOPS__CU_Q8_MIN_M);
+    const int force = forced_kernel();
+    if (force != TOPS__CU_KERNEL_AUTO) return force == TOPS__CU_KERNEL_Q8;
+    return m >= tops__cu_tune(TOPS__CU_T_Q8_MIN_M);
 }
 
-/* (f16 activations assumed: the bench's.) */
-static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed) {
+/* The kernel the plan picks for m rows of 16-bit activations (bf16 or f16). */
+static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed, int bf16) {
     if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
     if (use_h16(pk, m))
         return pk->code == TOPS__CU_CODE_E4M3 ? "wgmma f16/bf16, e4m3 weights converted in shared memory + TMA"
                                               : "wgmma f16/bf16, both operands by TMA";
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
-    int shift, fold = use_fold(pk, 0, relaxed, &shift);
+    int shift, fold = use_fold(pk, bf16, relaxed, &shift);
     if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
                 : "wgmma m64nNk16, weights from registers + TMA";
 }
 
+/* Launches the plan's kernel for a (a->m rows of 16-bit activations): each
+   launcher that does not apply launches nothing and passes on. */
+static int launch_plan(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int relaxed, const char **what) {
+    if (use_fp8(pk, a->m, relaxed)) {
+        tops__cu_fp8_args f = {a, pk->fp8_weights, pk->fp8_scales, 0};
+        return tops__cu_fp8_launch(&f, what);
+    }
+    tops__cu_fp8_args h = {a, pk->fp8_weights, pk->fp8_scales, pk->code == TOPS__CU_CODE_E4M3};
+    int err = use_h16(pk, a->m) ? tops__cu_h16_launch(&h, what) : (int)cudaErrorNotSupported;
+    if (err == (int)cudaErrorNotSupported)
+        err = use_q8(pk, a->m, relaxed) ? tops__cu_q8_launch(a, pk->q8_weights, what) : (int)cudaErrorNotSupported;
+    if (err == (int)cudaErrorNotSupported) {
+        a->fold = use_fold(pk, a->x_bf16, relaxed, &a->fold_shift);
+        err = use_wgmma(a->m, a->fold, a->code, pk->group) ? tops__cu_wgmma_launch(a, what) : (int)cudaErrorNotSupported;
+    }
+    if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(a, what);
+    return err;
+}
+
+/* f32 activations (left) run on the 16-bit kernels as `terms` 16-bit rows
+   each (tops__cu_split_f32): f16 terms, each row scaled by a power of two
+   into f16's range, except for plain bf16 weights, which need bf16
+   activations.  Strict: f16 x 2 (|x - sum| <= 2^-22 |x| plus 2^-39 of the
+   row's largest |x| for values far below it), bf16 x 3 (exact: 24 bits);
+   relaxed: one term (a 16-bit rounding, within 2^-11 / 2^-8). */
+static int f32_terms(const tops__cuda_packed *pk, int relaxed, int *bf16) {
+    *bf16 = pk->code == TOPS__CU_CODE_BF16;
+    return relaxed ? 1 : *bf16 ? 3 : 2;
+}
+
+/* The f32-left call: split, the plan's kernel on terms x m rows into an f32
+   workspace, join into the caller's output; a holds the caller's call. */
+static int launch_f32_left(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int relaxed, const float *x,
+                           int64_t ldx, const char **what) {
+    int bf16;
+    const int terms = f32_terms(pk, relaxed, &bf16);
+    const int64_t m = a->m, k = a->k, n = a->n, ldx16 = (k + 7) / 8 * 8, ldp = (n + 7) / 8 * 8;
+    const size_t xbytes = ((size_t)(terms * m * ldx16) * 2 + 255) / 256 * 256,
+                 pbytes = ((size_t)(terms * m * ldp) * 4 + 255) / 256 * 256, ebytes = (size_t)m * sizeof(int);
+    cudaStream_t stream = (cudaStream_t)a->stream;
+    char *ws = NULL;
+    int err = (int)cudaMallocAsync((void **)&ws, xbytes + pbytes + ebytes, stream);
+    if (err) {
+        *what = "cudaMallocAsync of the f32 activation workspace";
+        return err;
+    }
+    int *exps = (int *)(ws + xbytes + pbytes);
+    float *part = (float *)(ws + xbytes);
+    err = tops__cu_split_f32(x, ldx, m, k, terms, bf16, ws, ldx16, exps, a->stream);
+    if (err) *what = "the f32 activation split";
+    if (!err) {
+        tops__cu_matmul_args t = *a;
+        t.x = ws;
+        t.x_bf16 = bf16;
+        t.ldx = ldx16;
+        t.m = terms * m;
+        t.out = part;
+        t.out_dtype = TOPS_DT_F32;
+        t.ldo = ldp;
+        t.accumulate = 0;
+        err = launch_plan(pk, &t, relaxed, what);
+    }
+    if (!err) {
+        err = tops__cu_join_terms(part, ldp, m, n, terms, exps, a->out, a->out_dtype, a->ldo, a->accumulate, a->stream);
+        if (err) *what = "the f32 activation join";
+    }
+    const int e2 = (int)cudaFreeAsync(ws, stream);
+    if (!err && e2) {
+        err = e2;
+        *what = "cudaFreeAsync of the f32 activation workspace";
+    }
+    return err;
+}
+
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
     if (!tops__cuda_is_packed(right)) return "packed on the fly";
-    return path_for((const tops__cuda_packed *)right->packed_, m, relaxed);
+    return path_for((const tops__cuda_packed *)right->packed_, m, relaxed, 0); /* the bench's f16 activations */
 }
 
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
@@ -292,8 +496,9 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
                                size_t cap) {
     int device = exec->device.index;
     char name[48];
-    tops_status st = tops__cuda_check_device(fn, "exec.device", device);
+    tops_status st = debug_check(fn);
     if (st != TOPS_OK) return st;
+    if ((st = tops__cuda_check_device(fn, "exec.device", device)) != TOPS_OK) return st;
     if ((st = tops__check_tensor(fn, "left", left)) != TOPS_OK) return st;
     if ((st = tops__check_tensor(fn, "right", right)) != TOPS_OK) return st;
     if ((st = tops__check_tensor(fn, "dest", dest)) != TOPS_OK) return st;
@@ -304,8 +509,10 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "transpose_left = 1: the GPU path takes left as [M, K]");
     if ((st = check_memory(fn, "left", left, device)) != TOPS_OK) return st;
     if ((st = check_memory(fn, "dest", dest, device)) != TOPS_OK) return st;
-    if (left->format.id != TOPS_FMT_F16 && left->format.id != TOPS_FMT_BF16)
-        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "left has format %s; the GPU path takes f16 or bf16 activations",
+    const int f32_left = left->format.id == TOPS_FMT_F32;
+    if (left->format.id != TOPS_FMT_F16 && left->format.id != TOPS_FMT_BF16 && !f32_left)
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
+                          "left has format %s; the GPU path takes f32, f16 or bf16 activations",
                           tops_format_name(left->format, name, sizeof name));
     if (dest->format.id != TOPS_FMT_F32 && dest->format.id != TOPS_FMT_F16 && dest->format.id != TOPS_FMT_BF16)
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "dest has format %s; the GPU path writes f32, f16 or bf16",
@@ -347,14 +554,26 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
     else if (dest->extent[0] != m || dest->extent[1] != pk->n)
         st = tops__fail(TOPS_SHAPE_MISMATCH, fn, "dest is %lld x %lld but the product is %lld x %lld",
                         (long long)dest->extent[0], (long long)dest->extent[1], (long long)m, (long long)pk->n);
-    else if ((pk->code == TOPS__CU_CODE_F16 && left->format.id != TOPS_FMT_F16) ||
-             (pk->code == TOPS__CU_CODE_BF16 && left->format.id != TOPS_FMT_BF16))
+    else if (!f32_left && ((pk->code == TOPS__CU_CODE_F16 && left->format.id != TOPS_FMT_F16) ||
+                           (pk->code == TOPS__CU_CODE_BF16 && left->format.id != TOPS_FMT_BF16)))
         st = tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
-                        "right is %s but left is %s; plain 16-bit weights must have the activations' type",
+                        "right is %s but left is %s; plain 16-bit weights must have the activations' type (or f32)",
                         pk->code == TOPS__CU_CODE_F16 ? "f16" : "bf16", tops_format_name(left->format, name, sizeof name));
-    if (st == TOPS_OK && path)
-        snprintf(path, cap, "cuda:%d %s%s", device, path_for(pk, m, desc->relaxed_precision),
+    /* f32 left: the kernels see terms x m rows of 16-bit activations */
+    int terms = 1, term_bf16 = left->format.id == TOPS_FMT_BF16;
+    if (f32_left) terms = f32_terms(pk, desc->relaxed_precision, &term_bf16);
+    if (st == TOPS_OK && f32_left && m * terms > INT32_MAX / 2)
+        st = tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                        "left is f32 with %lld rows; the GPU path splits each into %d 16-bit rows and takes below 2^30 "
+                        "of them",
+                        (long long)m, terms);
+    if (st == TOPS_OK && path) {
+        char how[48] = "";
+        if (f32_left) snprintf(how, sizeof how, " (f32 left as %d %s term%s)", terms, term_bf16 ? "bf16" : "f16",
+                               terms > 1 ? "s" : "");
+        snprintf(path, cap, "cuda:%d %s%s%s", device, path_for(pk, m * terms, desc->relaxed_precision, term_bf16), how,
                  temp ? " (right packed on the call)" : "");
+    }
     int prev = -1;
     if (st == TOPS_OK && !path) st = tops__cuda_enter(fn, device, &prev);
     if (st == TOPS_OK && !path) {
@@ -384,23 +603,9 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         a.stream = exec->stream;
         a.q8_row_factor = pk->q8_row_factor;
         const char *what = "the matmul launch";
-        int err;
-        if (use_fp8(pk, m, desc->relaxed_precision)) {
-            tops__cu_fp8_args f = {&a, pk->fp8_weights, pk->fp8_scales, 0};
-            err = tops__cu_fp8_launch(&f, &what);
-        } else {
-            /* each kernel that does not apply launches nothing and passes on */
-            tops__cu_fp8_args h = {&a, pk->fp8_weights, pk->fp8_scales, pk->code == TOPS__CU_CODE_E4M3};
-            err = use_h16(pk, m) ? tops__cu_h16_launch(&h, &what) : (int)cudaErrorNotSupported;
-            if (err == (int)cudaErrorNotSupported)
-                err = use_q8(pk, m, desc->relaxed_precision) ? tops__cu_q8_launch(&a, pk->q8_weights, &what)
-                                                             : (int)cudaErrorNotSupported;
-            if (err == (int)cudaErrorNotSupported) {
-                a.fold = use_fold(pk, a.x_bf16, desc->relaxed_precision, &a.fold_shift);
-                err = use_wgmma(m, a.fold, a.code, pk->group) ? tops__cu_wgmma_launch(&a, &what) : (int)cudaErrorNotSupported;
-            }
-            if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(&a, &what);
-        }
+        const int err = f32_left ? launch_f32_left(pk, &a, desc->relaxed_precision, (const float *)left->data,
+                                                   left->stride[0], &what)
+                                 : launch_plan(pk, &a, desc->relaxed_precision, &what);
         if (err) st = tops__cuda_error(fn, err, what);
         tops__cuda_leave(prev);
     }

@@ -678,8 +678,8 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
         (a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_E2M1))
         return (int)cudaErrorNotSupported;
     // Tokens per CTA: 64 up to M = 64 (no idle half tile), else 128;
-    // TOPS_CUDA_Q8_TN (64 or 128) for tuning runs.
-    const long long tn_env = env_or("TOPS_CUDA_Q8_TN", 0);
+    // debug key q8_tn (64 or 128) for A/B runs.
+    const long long tn_env = tops__cu_tune(TOPS__CU_T_Q8_TN);
     const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : a->m > 64 ? 128 : 64;
     const bool mx = a->code == TOPS__CU_CODE_E2M1;
     Q8Params p;
@@ -709,9 +709,9 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     // else all at once (H200, 2026-11-30 02:18 UTC, same call, 3 processes
     // each: mxfp4 / int4-g128 at M = 256 36.1 -> 35.55 / 48.25 -> 47.73 us;
     // at M = 128, one wave, 19.63 -> 19.69 / 25.70 -> 25.75).
-    // TOPS_CUDA_Q8_LOOK (0: all at once) overrides.
+    // q8_look (0: all at once) overrides.
     const int sms = sms_of(a);
-    p.look = (int)env_or("TOPS_CUDA_Q8_LOOK", ctas > sms ? 2 : 0);
+    p.look = (int)tops__cu_tune_or(TOPS__CU_T_Q8_LOOK, ctas > sms ? 2 : 0);
     // The consumer loop for per-chunk factors: token halves drained while
     // the other half's wgmmas run at TN = 128 (H200, 2026-11-29 22:13-22:17
     // UTC, same calls, us at M = 128 / 48: int4-g128 34.7 / 25.9 split, 35.5
@@ -719,18 +719,18 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     // part accumulator each at 64, whose third accumulator set does not fit
     // at 128 (2026-11-30 05:21 UTC, same call, int4-g128 at M = 17 / 32 / 64:
     // 18.7 / 18.8 / 18.8 us against 20.5 / 20.8 / 20.7 one group a chunk).
-    // TOPS_CUDA_Q8_SPLIT = 0 / 1 and TOPS_CUDA_Q8_PAIRS = 0 force the others.
+    // q8_split = 0 / 1 and q8_pairs = 0 force the others.
     // mxfp4 whose rows each fit 15 binades (pack.c: one factor per row)
-    // accumulates without drains (TOPS_CUDA_Q8_ROW=0: the per-chunk loops),
+    // accumulates without drains (q8_row=0: the per-chunk loops),
     // in chunk pairs from M = 32 (05:03 UTC, same call, three processes each,
     // mxfp4 us at M = 17 / 32 / 64 / 128 / 256: one chunk a group 15.65 /
     // 16.0 / 15.9 / 19.55 / 35.2, pairs 16.03 / 15.77 / 15.46 / 18.92 / 33.6);
-    // TOPS_CUDA_Q8_ROW = 1 / 2 forces either.
-    const long long row_env = env_or("TOPS_CUDA_Q8_ROW", -1);
+    // q8_row = 1 / 2 forces either.
+    const long long row_env = tops__cu_tune(TOPS__CU_T_Q8_ROW);
     const bool row = mx && a->q8_row_factor && row_env != 0,
                row_pairs = row && (row_env == 2 || (row_env != 1 && a->m >= 32));
-    const bool split = !row && env_or("TOPS_CUDA_Q8_SPLIT", tn == 128) != 0,
-               pairs = !row && !split && tn == 64 && env_or("TOPS_CUDA_Q8_PAIRS", 1) != 0;
+    const bool split = !row && tops__cu_tune_or(TOPS__CU_T_Q8_SPLIT, tn == 128) != 0,
+               pairs = !row && !split && tn == 64 && tops__cu_tune(TOPS__CU_T_Q8_PAIRS) != 0;
     const int loop = row_pairs ? kRowPairs : row ? kRow : split ? kHalves : pairs ? kPairs : kChunk;
     const q8_fn fn = pick_q8(tn, mx, loop);
     const size_t smem = tn == 128 ? q8_layout<128>::SMEM : q8_layout<64>::SMEM;
@@ -789,10 +789,10 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
              "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, one factor per row, chunk pairs",
              "wgmma_q8 e4m3 m64n128k32, 4-bit weights to e4m3 + TMA, chunk pairs"}};
         set_last_kernel(names[tn == 128][loop]);
-        // A programmatic dependent of the quantizer (TOPS_CUDA_PDL=0: plain):
+        // A programmatic dependent of the quantizer (debug key pdl=0: plain):
         // its prologue overlaps the quantizer's blocks.
         err = launch_kernel(fn, dim3((unsigned)ctas), dim3(kQ8Threads), smem, stream,
-                            env_or("TOPS_CUDA_PDL", 1) != 0, 1, map, p);
+                            tops__cu_tune(TOPS__CU_T_PDL) != 0, 1, map, p);
         if (err != cudaSuccess) *what = "the q8 kernel launch";
     }
     cudaError_t e2 = cudaFreeAsync(ws, stream);

@@ -387,7 +387,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
 // 20:37 UTC, same call) the two rings with W stages of 2 blocks ran 45.7 us
 // and with 8 blocks 40.6 (int4-g128 relaxed, M = 128; the one-ring form 48.3).
 // CW consumer warpgroups: 2 (one m64 channel tile each) or 4
-// (TOPS_CUDA_WGMMA_CW=4: two per tile, splitting its chunks, even ones to the
+// (debug key wgmma_cw=4: two per tile, splitting its chunks, even ones to the
 // first and odd ones to the second, the partial sums added at the end: 4
 // consumer warps per scheduler instead of 2 with no decode duplicated; 0-4 %
 // faster at M = 64, 2-5 % slower at M = 128, so not the default).  With CW = 2
@@ -415,7 +415,7 @@ struct fold_layout {
 };
 
 #ifdef TOPS_CU_WGMMA
-constexpr int kFoldPermuters = 64; // TOPS_CUDA_WGMMA_PERMUTE=1: producer warps 2-3 permute the X stages
+constexpr int kFoldPermuters = 64; // wgmma_permute=1: producer warps 2-3 permute the X stages
 
 template <bool BF16>
 __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {
@@ -1006,13 +1006,13 @@ wg_fn pick_strict(int code, int tn, int gsl) {
 const char *const kStrictNames[2] = {"wgmma_w strict pipelined m64n64k16, 2 consumer warpgroups + TMA",
                                      "wgmma_w strict pipelined m64n128k16, 2 consumer warpgroups + TMA"};
 
-// K splits: 1 unless TOPS_CUDA_WGMMA_SPLITS asks for more.  On the H200
+// K splits: 1 unless debug key wgmma_splits asks for more.  On the H200
 // (2026-11-29 16:51 UTC, int4-g128, TN = 64) every split count above 1 ran
 // slower although it fills the SMs: at M = 128, 79.8 / 120.2 / 128.2 us for
 // 1 / 2 / 4 splits (96, 192, 384 CTAs); a CTA's time barely depends on its K
 // (measured 2026-11-29; history in git).
 int pick_splits(int kblocks) {
-    const long long forced = env_or("TOPS_CUDA_WGMMA_SPLITS", 0);
+    const long long forced = tops__cu_tune(TOPS__CU_T_WGMMA_SPLITS);
     const int s = forced >= 1 && forced <= 64 ? (int)forced : 1;
     return s < kblocks ? s : kblocks;
 }
@@ -1032,26 +1032,26 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         return (int)cudaErrorNotSupported;
     Params p;
     if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
-    // Tokens per CTA: TOPS_CUDA_WGMMA_TN (64 or 128) for tuning runs.  The
+    // Tokens per CTA: debug key wgmma_tn (64 or 128) for A/B runs.  The
     // folded kernel: one m64 tile per channel tile of the CTA (two per
     // warpgroup ran 1.8x slower), 128 tokens above M = 64 (H200, 2026-11-29
     // 18:19 UTC, int4-g128 relaxed / mxfp4 / nvfp4, us at M = 64 / 128 / 256:
     // n64 x2 74.4 / 73.1 / 145.5, n64 x1 41.9 / 82.3 / 122.1, n128 x1 48.0 /
-    // 50.1 / 99.6); TOPS_CUDA_WGMMA_CW=4: four consumer warpgroups.
-    const long long tn_env = env_or("TOPS_CUDA_WGMMA_TN", 0);
+    // 50.1 / 99.6); wgmma_cw=4: four consumer warpgroups.
+    const long long tn_env = tops__cu_tune(TOPS__CU_T_WGMMA_TN);
     const bool bf16 = a->x_bf16 != 0;
     const bool s4 = !a->fold && (a->code == TOPS__CU_CODE_U4 || a->code == TOPS__CU_CODE_E2M1);
     const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : (a->fold || s4) && a->m > 64 ? 128 : 64;
-    const int cw = env_or("TOPS_CUDA_WGMMA_CW", 2) == 4 ? 4 : 2;
+    const int cw = tops__cu_tune(TOPS__CU_T_WGMMA_CW) == 4 ? 4 : 2;
     const int gsl = p.group_shift >= 6 ? 2 : p.group_shift - 4; // k16 steps per group: 1, 2, 4 (and more)
     const fold_pick fp = !a->fold ? fold_pick{nullptr, 0, 0}
                          : bf16   ? pick_fold<true>(a->code, a->scale_kind, tn, cw, gsl)
                                   : pick_fold<false>(a->code, a->scale_kind, tn, cw, gsl);
-    // Unfolded 4-bit codes: the strict pipeline (TOPS_CUDA_WGMMA_STRICT=0
-    // keeps the one-ring kernel), where a W stage's scale entries fit its
+    // Unfolded 4-bit codes: the strict pipeline (settled in matmul.c's
+    // table; 0 there would keep the one-ring kernel), where a W stage's scale entries fit its
     // copy (K = 512: 512 / G groups, one more when G > 64 starts mid-stage).
     wg_fn sfn = nullptr;
-    if (!a->fold && env_or("TOPS_CUDA_WGMMA_STRICT", 1) != 0) {
+    if (!a->fold && tops__cu_tune(TOPS__CU_T_WGMMA_STRICT) != 0) {
         const int g = p.group_shift >= 30 ? 1 << 30 : 1 << p.group_shift;
         const long long esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
         const long long ng = g >= 512 ? 2 : g > 64 ? 512 / g + 1 : 512 / g;
@@ -1086,7 +1086,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         // 1: the stage permute instead of lane shuffles (A/B runs; 2-4 % slower
         // on the H200, 2026-11-29 18:24 UTC: 50.0 against 48.2 us, int4-g128
         // relaxed, M = 128)
-        p.fold_shfl = env_or("TOPS_CUDA_WGMMA_PERMUTE", 0) != 1;
+        p.fold_shfl = tops__cu_tune(TOPS__CU_T_WGMMA_PERMUTE) != 1;
     }
     const size_t smem =
         sfn && !fp.fn ? (size_t)(tn == 128 ? fold_layout<128>::SMEM : fold_layout<64>::SMEM)

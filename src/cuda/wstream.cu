@@ -118,10 +118,9 @@ kernel_fn pick_code(int code, int mt) {
     }
 }
 
-// Warps per SM the split-K choice aims for; TOPS_CUDA_WARPS_PER_SM (1..64)
-// overrides the default of 16 for tuning runs.
+// Warps per SM the split-K choice aims for (matmul.c's table).
 long long warps_per_sm() {
-    const long long v = env_or("TOPS_CUDA_WARPS_PER_SM", 0);
+    const long long v = tops__cu_tune(TOPS__CU_T_WARPS_PER_SM);
     return v >= 1 && v <= 64 ? v : 16;
 }
 
@@ -138,12 +137,9 @@ struct Plan {
 
 // Programmatic dependent launch of the bulk kernel (sm_90): its blocks start
 // fetching weights while the previous kernel in the stream finishes, and
-// wait for it before touching activations or outputs.  TOPS_CUDA_PDL=0
+// wait for it before touching activations or outputs.  Debug key pdl=0
 // turns it off (A/B runs).
-bool pdl_on() {
-    const char *e = getenv("TOPS_CUDA_PDL");
-    return !(e && strcmp(e, "0") == 0);
-}
+bool pdl_on() { return tops__cu_tune(TOPS__CU_T_PDL) != 0; }
 
 // The register-streaming kernel (any sm_80+ part): warps of NT tiles, split
 // K until about warps_per_sm() warps per SM stream weights.
@@ -216,7 +212,7 @@ constexpr size_t kBulkLookScales = 64 * 1024;
 bool xt_map(const tops__cu_matmul_args *a, Params &p, CUtensorMap *map) {
     const cuuint64_t row_bytes = (cuuint64_t)a->ldx * 2;
     const cuuint32_t nb = (cuuint32_t)(kStageChunks * tops__cu_chunk_k(a->code) / 64);
-    if (a->k % 64 == 0 && env_or("TOPS_CUDA_BULK_XT3", 1) != 0) {
+    if (a->k % 64 == 0 && tops__cu_tune(TOPS__CU_T_BULK_XT3) != 0) {
         const cuuint64_t dims[3] = {64, (cuuint64_t)a->m, (cuuint64_t)(a->k / 64)}, strides[2] = {row_bytes, 128};
         const cuuint32_t box[3] = {64, (cuuint32_t)p.xrows, nb};
         if (sm90::encode_sw128(map, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, a->x, dims, strides, box,
@@ -235,11 +231,10 @@ bool xt_map(const tops__cu_matmul_args *a, Params &p, CUtensorMap *map) {
 }
 
 // The bulk-copy kernel (wbulk.cu) where the part has it (sm_90+) and a
-// block's scales fit in shared memory beside the ring; TOPS_CUDA_KERNEL=
-// wstream forces the other one (tests of the sm_80 path, A/B runs).
+// block's scales fit in shared memory beside the ring; debug key
+// kernel=wstream forces the other one (tests of the sm_80 path, A/B runs).
 bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
-    const char *force = getenv("TOPS_CUDA_KERNEL");
-    if (force && strcmp(force, "wstream") == 0) return false;
+    if (tops__cu_tune(TOPS__CU_T_KERNEL) == TOPS__CU_KERNEL_WSTREAM) return false;
     int dev = 0, major = 0, optin = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -253,7 +248,7 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // other warps of its tile group split each stage's chunks along K (kw).
     const int mt = a->m <= 8 ? 1 : 2;
     // The ring gives up stages (down to 2, still 48 KB in flight) before the
-    // block's scales stop fitting.  TOPS_CUDA_BULK_RING=n asks for n stages
+    // block's scales stop fitting.  Debug key bulk_ring=n asks for n stages
     // (2..kMaxStages; tuning runs).  The scales are decoded to f32 straight
     // from global memory, each thread's first loads issued at kernel entry
     // (H200 2026-11-29 19:16 UTC, same call, int4-g128 / mxfp4 / int4-g32 /
@@ -261,9 +256,9 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // the bulk copy to shared memory first, by up to 0.7 us at M = 1 (nvfp4)
     // and 2.2 us at M = 32; int4-g128 at M = 4 0.1 us slower).  The copy,
     // which also leaves less room for the ring, stays for A/B runs and tests:
-    // TOPS_CUDA_BULK_SCD=0/1 forces either.
+    // bulk_scd=0/1 forces either.
     const size_t f32 = p.has_scales ? (size_t)kBulkTiles * p.groups * 16 * 4 : 0;
-    const long long ring_env = env_or("TOPS_CUDA_BULK_RING", 0);
+    const long long ring_env = tops__cu_tune(TOPS__CU_T_BULK_RING);
     const bool ring_set = ring_env >= 2 && ring_env <= kMaxStages;
     // With activation tiles the ring holds as much of the block's K as fits
     // (all of it: no refill, no block barrier), else kStages.  With the
@@ -281,21 +276,21 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // while the ring keeps at least 3 stages or the block's whole K (3
     // measured as fast as 4: int4-g128 13.0 / 14.5 us at M = 1 / 16 against
     // 13.1 / 14.7);
-    // TOPS_CUDA_BULK_XT=r sets the most tokens (0: never; A/B runs, tests).
-    const long long scd = env_or("TOPS_CUDA_BULK_SCD", -1);
+    // bulk_xt=r sets the most tokens (0: never; A/B runs, tests).
+    const long long scd = tops__cu_tune(TOPS__CU_T_BULK_SCD);
     const size_t raw_copy = p.has_scales ? (size_t)kBulkTiles * p.scale_tile_bytes : 0;
     // Activation rows a slot holds: 8 per token tile, or below M = 8 the
-    // next power of two of M (TOPS_CUDA_BULK_XR=0: always 8; H200 20:33 UTC,
+    // next power of two of M (bulk_xr=0: always 8; H200 20:33 UTC,
     // same call, int4-g128 at M = 1: 11.0 against 11.4 us with a deep ring,
     // 10.8 against 11.1 with a ring of 4, before the lookahead).
     int xrows = mt * 8;
-    if (mt == 1 && env_or("TOPS_CUDA_BULK_XR", 1) != 0) {
+    if (mt == 1 && tops__cu_tune(TOPS__CU_T_BULK_XR) != 0) {
         xrows = 1;
         while (xrows < a->m) xrows *= 2;
     }
     const size_t xslot =
         ((size_t)kStageBytes + (size_t)kStageChunks * tops__cu_chunk_k(a->code) / 64 * 128 * xrows + 1023) / 1024 * 1024;
-    const bool xt_ok = a->m <= 16 && a->m <= env_or("TOPS_CUDA_BULK_XT", kBulkXtRows) && (uintptr_t)a->x % 16 == 0 &&
+    const bool xt_ok = a->m <= 16 && a->m <= tops__cu_tune_or(TOPS__CU_T_BULK_XT, kBulkXtRows) && (uintptr_t)a->x % 16 == 0 &&
                        a->ldx % 8 == 0;
     const auto xt_fits = [&](size_t raw) {
         const int r = ring_for(xslot, raw, true);
@@ -313,8 +308,8 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
         }
     }
     // Tile groups: 3 (24 warps of 2 tiles) for one token tile per warp and
-    // activation tiles when TOPS_CUDA_BULK_TG (default kBulkTgM8) is 3, else 2.
-    const int tg = mt == 1 && p.xt && env_or("TOPS_CUDA_BULK_TG", kBulkTgM8) == 3 ? 3 : 2;
+    // activation tiles when bulk_tg (default kBulkTgM8) is 3, else 2.
+    const int tg = mt == 1 && p.xt && tops__cu_tune_or(TOPS__CU_T_BULK_TG, kBulkTgM8) == 3 ? 3 : 2;
     p.ring = ring_for((size_t)p.slot_bytes, raw, p.xt != 0);
     if (p.ring == 0) return false;
     // Who issues the ring's first round beyond `look`: the first warp past
@@ -327,8 +322,8 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // kernels that read activations from L2 keep thread 0, which measured
     // the same (04:47 UTC, same call: strict int4-g128 / int4-g32 / q4_0 at
     // M = 17 to 128 within 0.2 us either way, 79.4 / 87.9 / 87.9 at 128).
-    // TOPS_CUDA_BULK_ISSUE=0 / 1: thread 0 / the first warp (A/B runs, tests).
-    p.issue_any = env_or("TOPS_CUDA_BULK_ISSUE", p.xt ? 1 : 0) != 0;
+    // bulk_issue=0 / 1: thread 0 / the first warp (A/B runs, tests).
+    p.issue_any = tops__cu_tune_or(TOPS__CU_T_BULK_ISSUE, p.xt ? 1 : 0) != 0;
     const size_t smem = bulk_smem_bytes(p.ring, raw, f32, (size_t)p.slot_bytes);
     p.mw = a->m <= 16 ? 1 : a->m <= 32 ? 2 : a->m <= 64 ? 4 : 8;
     p.kw = kGroupWarps / p.mw;
@@ -336,16 +331,16 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // The last warp done with a slot refills it (instead of a block barrier
     // per stage) for kernels of at least TOPS_CU_BULK_ARRIVE token tiles per
     // warp that load activations from L2; the tile kernels measured faster
-    // with the barrier.  TOPS_CUDA_BULK_ARRIVE=w: the refill from w token
+    // with the barrier.  bulk_arrive=w: the refill from w token
     // tiles on, whatever the activations (1: all, 3: none; A/B runs, tests).
-    const long long arrive = env_or("TOPS_CUDA_BULK_ARRIVE", 0);
+    const long long arrive = tops__cu_tune(TOPS__CU_T_BULK_ARRIVE);
     p.last_warp = arrive > 0 ? mt >= arrive : !p.xt && mt >= TOPS_CU_BULK_ARRIVE;
     const long long blocks = (long long)((p.ntiles + kBulkTiles - 1) / kBulkTiles) * p.passes;
     // Split K across blocks only when the blocks cannot fill the SMs; a
     // split is whole stages.
     const int sms = sms_of(a);
     long long splits = blocks < sms ? sms / blocks : 1;
-    const long long cap = env_or("TOPS_CUDA_BULK_SPLITS", 0); // at most this many (tests of the ring's wrap)
+    const long long cap = tops__cu_tune(TOPS__CU_T_BULK_SPLITS); // at most this many (tests of the ring's wrap)
     if (cap >= 1 && splits > cap) splits = cap;
     const long long max_splits = (p.chunks + kStageChunks - 1) / kStageChunks;
     if (splits > max_splits) splits = max_splits;
@@ -360,10 +355,10 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     // Stages in flight before the first lands (then one more as each lands,
     // while the ring has fresh slots): bulk_look() with activation tiles and
     // at most kBulkLookScales of f32 scales, the whole ring otherwise (see
-    // kBulkLook); TOPS_CUDA_BULK_LOOK=n sets n (A/B runs, tests).
-    const long long look = env_or("TOPS_CUDA_BULK_LOOK", p.xt && f32 <= kBulkLookScales
-                                                             ? bulk_look(tops__cu_chunk_k(a->code), fp)
-                                                             : kMaxStages);
+    // kBulkLook); bulk_look=n sets n (A/B runs, tests).
+    const long long look = tops__cu_tune_or(TOPS__CU_T_BULK_LOOK, p.xt && f32 <= kBulkLookScales
+                                                                      ? bulk_look(tops__cu_chunk_k(a->code), fp)
+                                                                      : kMaxStages);
     p.look = look < 1 ? 1 : look > p.ring ? p.ring : (int)look;
     pl.bfn = bulk_kernel(a->code, a->x_bf16 != 0, mt, tg, p.xt != 0, fp);
     if (!pl.bfn) return false;
@@ -432,11 +427,6 @@ bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what) {
 }
 
 void set_last_kernel(const char *name) { last_kernel = name; }
-
-long long env_or(const char *name, long long dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoll(e) : dflt;
-}
 
 bool device_is_sm90a() {
     int dev = 0, major = 0, minor = 0;

@@ -4,7 +4,7 @@
    activations, f32/f16/bf16 outputs poisoned with NaN before each run;
    the relaxed FP8 path (sm_90) against f64 of its own e4m3 activations and
    of the true ones.  Without a GPU the numeric part skips with one line. */
-#define _POSIX_C_SOURCE 200809L /* setenv: the kernel choice, split cap and FP8 threshold are environment knobs */
+#define _POSIX_C_SOURCE 200809L /* setenv: kernel choices and variants are debug keys of TOPS_CUDA_DEBUG */
 #include "harness.h"
 #include "tensorops.h"
 
@@ -34,6 +34,26 @@ static float f16_to_32(tops_dtype dt, uint16_t h) {
     float v;
     tops_cast_to_f32(dt, &v, &h, 1);
     return v;
+}
+
+/* Sets debug key `key` of TOPS_CUDA_DEBUG (docs/cuda.md) to value, or
+   clears it (value NULL or ""), keeping the other keys. */
+static void debug_set(const char *key, const char *value) {
+    char buf[512] = "";
+    const char *old = getenv("TOPS_CUDA_DEBUG");
+    size_t klen = strlen(key), used = 0;
+    while (old && *old) {
+        size_t len = strcspn(old, ",");
+        if (len && !(len > klen && strncmp(old, key, klen) == 0 && old[klen] == '=') && used + len + 2 < sizeof buf) {
+            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%.*s", used ? "," : "", (int)len, old);
+        }
+        old += len;
+        if (*old == ',') old++;
+    }
+    if (value && *value && used + klen + strlen(value) + 3 < sizeof buf)
+        snprintf(buf + used, sizeof buf - used, "%s%s=%s", used ? "," : "", key, value);
+    if (buf[0]) setenv("TOPS_CUDA_DEBUG", buf, 1);
+    else unsetenv("TOPS_CUDA_DEBUG");
 }
 
 static tops_exec gpu_exec(void) {
@@ -92,6 +112,22 @@ static void test_bad_arguments(void) {
     ASSERT_STATUS(tops_matmul2d(NULL, &md, &tx, &tw, &tdev), TOPS_UNSUPPORTED_ON_DEVICE);
     if (!tops_get_build_info().cuda) {
         ASSERT_FAILS_WITH(tops_tensor_to(&tw, gpu0, &packed), TOPS_UNSUPPORTED_ON_DEVICE, "no CUDA backend");
+    } else {
+        /* TOPS_CUDA_DEBUG is checked before anything else: an unknown key, a
+           bad value or a removed tuning variable's name is refused, not ignored. */
+        static const char *const bad_debug[] = {"kernel=wgmma,bulk_rin=3", "kernel=fast", "bulk_ring=3x",
+                                                "fp8_min_m=1", "wgmma_splits", "pdl=", "=1"};
+        e.device = nowhere;
+        for (int i = 0; i < (int)(sizeof bad_debug / sizeof bad_debug[0]); i++) {
+            setenv("TOPS_CUDA_DEBUG", bad_debug[i], 1);
+            ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &tx, &tw, &ty), TOPS_INVALID_ARGUMENT, "TOPS_CUDA_DEBUG");
+            ASSERT_FAILS_WITH(tops_matmul2d_path(&e, &md, &tx, &tw, &ty, (char[64]){0}, 64), TOPS_INVALID_ARGUMENT,
+                              "TOPS_CUDA_DEBUG");
+        }
+        /* valid keys pass on to the next check (here: no such device) */
+        setenv("TOPS_CUDA_DEBUG", "kernel=wbulk, bulk_ring=3,pdl=0", 1);
+        ASSERT_STATUS(tops_matmul2d(&e, &md, &tx, &tw, &ty), TOPS_UNSUPPORTED_ON_DEVICE);
+        unsetenv("TOPS_CUDA_DEBUG");
     }
 }
 
@@ -105,7 +141,9 @@ typedef struct gpu_case {
     int relaxed; /* e4m3-ch / e4m3 weights: expect the FP8 path where fp8_gpu */
     int spread;  /* 1: weight rows alternately x 2^20 and x 2^-20 (scales beyond f16's range);
                     2: the first 16 weights of each row x 2^16 (nvfp4: the other blocks' scales subnormal);
-                    3: the first 128 x 2^16 (mxfp4: rows over 15 binades, chunks within) */
+                    3: the first 128 x 2^16 (mxfp4: rows over 15 binades, chunks within);
+                    4: f32 activations instead: rows alternately x 2^24 and x 2^-30 (beyond f16's
+                    range both ways) */
 } gpu_case;
 
 /* Relaxed 4-bit integers on the folded wgmma kernel: w = q x s rounded once
@@ -172,15 +210,25 @@ static int run_case(const gpu_case *c, th_rng *r) {
     ASSERT_OK(tops_dequantize(&tq, &tdq));
 
     /* Activations, optionally with a padded row stride: 1 unaligned rows,
-       2 rows 16-byte aligned with a gap (what TMA and the bulk copies read). */
+       2 rows 16-byte aligned with a gap (what TMA and the bulk copies read).
+       f32: values with bits below f16's and bf16's precision. */
     int64_t ldx = c->strided_left == 1 ? k + 3 : c->strided_left == 2 ? k + 8 : k;
-    uint16_t *xh = calloc((size_t)(m * ldx), 2);
+    const int act32 = c->act == TOPS_DT_F32;
+    uint16_t *xh = calloc((size_t)(m * ldx), act32 ? 4 : 2);
+    float *xf = (float *)xh;
     double *xv = malloc((size_t)(m * k) * sizeof(double));
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < k; j++) {
-            uint16_t h = f32_to_16(c->act, th_uniform(r, -2, 2));
-            xh[i * ldx + j] = h;
-            xv[i * k + j] = f16_to_32(c->act, h);
+            float v = th_uniform(r, -2, 2);
+            if (act32) {
+                if (c->spread == 4) v = ldexpf(v, i % 2 ? -30 : 24);
+                xf[i * ldx + j] = v;
+                xv[i * k + j] = v;
+            } else {
+                uint16_t h = f32_to_16(c->act, v);
+                xh[i * ldx + j] = h;
+                xv[i * k + j] = f16_to_32(c->act, h);
+            }
         }
     tops_tensor_desc dx = {0};
     dx.format = tops_format_of(c->act);
@@ -248,7 +296,28 @@ static int run_case(const gpu_case *c, th_rng *r) {
     if (c->relaxed && tops__cu_last_kernel && strstr(tops__cu_last_kernel(), "wgmma_q8")) fp8 = 1;
     if (fp8) {
         xq = malloc((size_t)(m * k) * sizeof(double));
-        fp8_activations(xv, m, k, xq);
+        if (act32) {
+            /* the kernel quantizes the f16 term of each row scaled by 2^-e
+               (docs/cuda.md): the same, then 2^e back */
+            double *xs = malloc((size_t)(m * k) * sizeof(double));
+            int *ex = malloc((size_t)m * sizeof(int));
+            for (int64_t i = 0; i < m; i++) {
+                float mx = 0.0f;
+                for (int64_t j = 0; j < k; j++) mx = fmaxf(mx, fabsf((float)xv[i * k + j]));
+                int e2 = 0;
+                if (mx > 0.0f) (void)frexpf(mx, &e2);
+                ex[i] = mx > 0.0f ? e2 - 15 : 0;
+                for (int64_t j = 0; j < k; j++)
+                    xs[i * k + j] = f16_to_32(TOPS_DT_F16, f32_to_16(TOPS_DT_F16, ldexpf((float)xv[i * k + j], -ex[i])));
+            }
+            fp8_activations(xs, m, k, xq);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < k; j++) xq[i * k + j] = ldexp(xq[i * k + j], ex[i]);
+            free(xs);
+            free(ex);
+        } else {
+            fp8_activations(xv, m, k, xq);
+        }
     }
     if (!c->accumulate) {
         /* Again: the split-K partials are summed in split order, so the bits repeat. */
@@ -262,9 +331,10 @@ static int run_case(const gpu_case *c, th_rng *r) {
         free(again);
     }
 
-    double num = 0, den = 0, num_q = 0, den_q = 0;
+    double num = 0, den = 0, num_q = 0, den_q = 0, worst_row = 0;
     int64_t bad = -1;
-    for (int64_t i = 0; i < m; i++)
+    for (int64_t i = 0; i < m; i++) {
+        double rnum = 0, rden = 0;
         for (int64_t j = 0; j < n; j++) {
             double ref = old[i * n + j], ref_q = ref;
             for (int64_t kk = 0; kk < k; kk++) ref += xv[i * k + kk] * (double)wd[j * k + kk];
@@ -283,11 +353,22 @@ static int run_case(const gpu_case *c, th_rng *r) {
             if (!isfinite(got) && bad < 0) bad = i * n + j;
             num += (got - ref) * (got - ref);
             den += ref * ref;
+            rnum += (got - ref) * (got - ref);
+            rden += ref * ref;
             num_q += (got - ref_q) * (got - ref_q);
             den_q += ref_q * ref_q;
         }
+        if (rden > 0 && sqrt(rnum / rden) > worst_row) worst_row = sqrt(rnum / rden);
+    }
     double rel = sqrt(num / (den > 0 ? den : 1)),
            bound = fp8 ? FP8_REL_L2 : bound_for(c->out) + (c->relaxed ? FOLD_REL_L2 : 0);
+    /* relaxed f32 activations: one 16-bit rounding each (bf16 for bf16 weights, else f16) */
+    if (act32 && c->relaxed && !fp8) bound += ldexp(1.0, strcmp(c->format, "bf16") == 0 ? -8 : -11);
+    /* f32 activations: each row within the bound too (rows 2^54 apart under spread 4) */
+    if (act32 && !fp8 && n >= 7 && !(worst_row <= bound))
+        TH_FAIL_AT("%s act=f32 out=%s M=%lld K=%lld N=%lld%s%s: worst row rel-L2 %.3g (bound %.1g)", c->format,
+                   tops_dtype_name(c->out), (long long)m, (long long)k, (long long)n, c->relaxed ? " relaxed" : "",
+                   c->spread == 4 ? " spread" : "", worst_row, bound);
     if (c->relaxed && !fp8 && c->out == TOPS_DT_F32 && rel > fold_worst) fold_worst = rel;
     if (fp8) {
         /* Against its own e4m3 activations only the accumulation differs: a
@@ -377,21 +458,21 @@ static void test_every_format(void) {
    or 16 rows), and splits capped at 1 so that the ring wraps where it is
    shallower than the block's stages.  The small run (compute-sanitizer)
    takes the first three shapes: both token-tile widths with rings that
-   wrap or hold the whole K, and a second pass.  Passes (environment knobs
+   wrap or hold the whole K, and a second pass.  Passes (debug keys
    of the plan): 0 forces wbulk (M >= 128 would take wgmma) with 24 warps
-   for M <= 8 (TOPS_CUDA_BULK_TG=3) and 3 stages in flight ahead
-   (TOPS_CUDA_BULK_LOOK=3); every M <= 16 with 16-byte aligned rows takes
+   for M <= 8 (bulk_tg=3) and 3 stages in flight ahead
+   (bulk_look=3); every M <= 16 with 16-byte aligned rows takes
    its activations as TMA tiles in the ring (one 3-D copy per stage where
    K % 64 == 0); 1 the register kernel (the sm_80 path,
-   TOPS_CUDA_KERNEL=wstream); then M <= 16 only: 2 activations from L2
-   (TOPS_CUDA_BULK_XT=0), scales decoded straight from global memory
-   (TOPS_CUDA_BULK_SCD=1), a plain launch (TOPS_CUDA_PDL=0), one stage
-   ahead (TOPS_CUDA_BULK_LOOK=1); 3 the tiles with the last-warp refill
-   (TOPS_CUDA_BULK_ARRIVE=1), the scales from global memory, a ring of 3
-   (TOPS_CUDA_BULK_RING=3: every K here wraps it) and one stage ahead; 4 one
-   2-D copy per 64 columns (TOPS_CUDA_BULK_XT3=0), the scales copied first
-   (TOPS_CUDA_BULK_SCD=0), 16 warps, a plain launch, 8 activation rows per
-   tile at every M (TOPS_CUDA_BULK_XR=0).  Passes 0, 3 and 4 take three
+   kernel=wstream); then M <= 16 only: 2 activations from L2
+   (bulk_xt=0), scales decoded straight from global memory
+   (bulk_scd=1), a plain launch (pdl=0), one stage
+   ahead (bulk_look=1); 3 the tiles with the last-warp refill
+   (bulk_arrive=1), the scales from global memory, a ring of 3
+   (bulk_ring=3: every K here wraps it) and one stage ahead; 4 one
+   2-D copy per 64 columns (bulk_xt3=0), the scales copied first
+   (bulk_scd=0), 16 warps, a plain launch, 8 activation rows per
+   tile at every M (bulk_xr=0).  Passes 0, 3 and 4 take three
    formats a shape. */
 static void test_kernel_edges(void) {
     th_rng r = th_seed();
@@ -407,20 +488,20 @@ static void test_kernel_edges(void) {
     const int nshapes = small_run ? 3 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
     int cases = 0, passed = 0;
     static const char *const knobs[][2] = {
-        {"TOPS_CUDA_BULK_TG", "3"},     {"TOPS_CUDA_BULK_XT", "0"},     {"TOPS_CUDA_BULK_SCD", "1"},
-        {"TOPS_CUDA_PDL", "0"},         {"TOPS_CUDA_BULK_ARRIVE", "1"}, {"TOPS_CUDA_BULK_XT3", "0"},
-        {"TOPS_CUDA_BULK_SCD", "0"},    {"TOPS_CUDA_BULK_RING", "3"},   {"TOPS_CUDA_BULK_XR", "0"},
-        {"TOPS_CUDA_BULK_LOOK", "3"},   {"TOPS_CUDA_BULK_LOOK", "1"},   {"TOPS_CUDA_BULK_ISSUE", "0"},
-        {"TOPS_CUDA_BULK_ISSUE", "1"}};
+        {"bulk_tg", "3"},     {"bulk_xt", "0"},     {"bulk_scd", "1"},
+        {"pdl", "0"},         {"bulk_arrive", "1"}, {"bulk_xt3", "0"},
+        {"bulk_scd", "0"},    {"bulk_ring", "3"},   {"bulk_xr", "0"},
+        {"bulk_look", "3"},   {"bulk_look", "1"},   {"bulk_issue", "0"},
+        {"bulk_issue", "1"}};
     static const int pass_knobs[5][5] = {
         {0, 9, 11, -1, -1}, {-1, -1, -1, -1, -1}, {1, 2, 3, 10, 12}, {4, 2, 7, 10, -1}, {5, 6, 3, 8, -1}};
     for (int kernel = 0; kernel < 5; kernel++) {
-        setenv("TOPS_CUDA_KERNEL", kernel == 1 ? "wstream" : "wbulk", 1);
+        debug_set("kernel", kernel == 1 ? "wstream" : "wbulk");
         for (int i = 0; i < 5; i++)
-            if (pass_knobs[kernel][i] >= 0) setenv(knobs[pass_knobs[kernel][i]][0], knobs[pass_knobs[kernel][i]][1], 1);
+            if (pass_knobs[kernel][i] >= 0) debug_set(knobs[pass_knobs[kernel][i]][0], knobs[pass_knobs[kernel][i]][1]);
         for (int s = 0; s < nshapes; s++) {
             if (kernel >= 2 && shapes[s].m > 16) continue;
-            if (shapes[s].cap) setenv("TOPS_CUDA_BULK_SPLITS", shapes[s].cap, 1);
+            if (shapes[s].cap) debug_set("bulk_splits", shapes[s].cap);
             for (int i = 0; i < (kernel == 1 || kernel == 2 ? 1 : 3); i++) {
                 gpu_case c = {fmts[(s * 3 + i + kernel) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k,
                               shapes[s].n, 0, 0, 1, 0, 0};
@@ -445,10 +526,10 @@ static void test_kernel_edges(void) {
                 }
                 passed += ok;
             }
-            unsetenv("TOPS_CUDA_BULK_SPLITS");
+            debug_set("bulk_splits", NULL);
         }
-        unsetenv("TOPS_CUDA_KERNEL");
-        for (int i = 0; i < (int)(sizeof knobs / sizeof knobs[0]); i++) unsetenv(knobs[i][0]);
+        debug_set("kernel", NULL);
+        for (int i = 0; i < (int)(sizeof knobs / sizeof knobs[0]); i++) debug_set(knobs[i][0], NULL);
     }
     printf("     %d of %d kernel-edge cases within their bounds\n", passed, cases);
 }
@@ -474,9 +555,9 @@ static void test_scale_decode(void) {
                  {"nvfp4", TOPS_DT_F16, 5, 4096, 100, 1},  {"mxfp4", TOPS_DT_F16, 4, 1024, 200, 1},
                  {"gguf-mxfp4", TOPS_DT_BF16, 1, 1024, 130, 2}};
     int cases_run = 0, passed = 0;
-    setenv("TOPS_CUDA_KERNEL", "wbulk", 1);
+    debug_set("kernel", "wbulk");
     for (int scd = 0; scd < 2; scd++) {
-        setenv("TOPS_CUDA_BULK_SCD", scd ? "1" : "0", 1);
+        debug_set("bulk_scd", scd ? "1" : "0");
         for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
             gpu_case c = {cases[i].format, cases[i].act, TOPS_DT_F32, cases[i].m, cases[i].k, cases[i].n,
                           0, 0, 1, 0, cases[i].spread};
@@ -490,23 +571,23 @@ static void test_scale_decode(void) {
             passed += ok;
         }
     }
-    unsetenv("TOPS_CUDA_BULK_SCD");
-    unsetenv("TOPS_CUDA_KERNEL");
+    debug_set("bulk_scd", NULL);
+    debug_set("kernel", NULL);
     printf("     %d of %d scale-decode cases within their bounds\n", passed, cases_run);
 }
 
-/* The wgmma kernel (sm_90a), forced with TOPS_CUDA_KERNEL=wgmma: every code
+/* The wgmma kernel (sm_90a), forced with kernel=wgmma: every code
    family and scale encoding, both activation types, every output type and
    mode, ragged M (17, 33, 100, 257: partial and several token tiles), N
    (a last CTA with fewer m64 tiles) and K (not a multiple of 64), rows with
    a 16-byte aligned stride, one K split (the default) and 2, 3, 4 or 8
-   (TOPS_CUDA_WGMMA_SPLITS: the last CTA of a tile sums them in split
+   (wgmma_splits: the last CTA of a tile sums them in split
    order), and both token tiles (64, 128).  Rows TMA cannot read (stride
    k + 3) must fall back to the streaming kernels.  By plan (unfolded, as
    these strict bf16 cases are): int4-g128 at M = 47 keeps wbulk, 8- and
    16-bit weights take wgmma from M = 128 (int8-g32 at 127 does not, at 128
    does; bf16 at 130; e4m3-ch at 64 does not), and int4-g128 at M = 100
-   takes wgmma with TOPS_CUDA_WGMMA_MIN_M=64. */
+   does (the strict 4-bit pipeline from M = 48). */
 static void test_wgmma(void) {
     if (!fp8_gpu) {
         printf("     skip: the wgmma kernel needs compute capability 9.0\n");
@@ -523,10 +604,10 @@ static void test_wgmma(void) {
                                        "f16", "int4-g32:e8m0", "bf16", "mxfp8", "i4", "int8-g128", "e4m3"};
     const int nshapes = small_run ? 2 : (int)(sizeof shapes / sizeof shapes[0]), nf = (int)(sizeof fmts / sizeof fmts[0]);
     int cases = 0, passed = 0;
-    setenv("TOPS_CUDA_KERNEL", "wgmma", 1);
+    debug_set("kernel", "wgmma");
     for (int s = 0; s < nshapes; s++) {
-        if (shapes[s].splits) setenv("TOPS_CUDA_WGMMA_SPLITS", shapes[s].splits, 1);
-        if (shapes[s].tn) setenv("TOPS_CUDA_WGMMA_TN", shapes[s].tn, 1);
+        if (shapes[s].splits) debug_set("wgmma_splits", shapes[s].splits);
+        if (shapes[s].tn) debug_set("wgmma_tn", shapes[s].tn);
         for (int i = 0; i < (small_run ? 3 : 5); i++) {
             gpu_case c = {fmts[(s * 5 + i) % nf], TOPS_DT_F16, TOPS_DT_F32, shapes[s].m, shapes[s].k, shapes[s].n,
                           0, 0, 1, 0, 0};
@@ -549,28 +630,26 @@ static void test_wgmma(void) {
             }
             passed += ok;
         }
-        unsetenv("TOPS_CUDA_WGMMA_SPLITS");
-        unsetenv("TOPS_CUDA_WGMMA_TN");
+        debug_set("wgmma_splits", NULL);
+        debug_set("wgmma_tn", NULL);
     }
-    unsetenv("TOPS_CUDA_KERNEL");
+    debug_set("kernel", NULL);
     /* want: 1 the register-weight wgmma kernels, 0 anything else; where
        named, the kernel's name starts with that (the 16-bit TMA GEMM for
        16-bit and strict e4m3 weights from M = 17) */
     static const struct {
-        const char *format, *min_m;
+        const char *format;
         int64_t m;
         int want;
         const char *name;
-    } plan[] = {{"int4-g128", NULL, 47, 0, NULL},         {"int8-g32", NULL, 127, 0, NULL},
-                {"int8-g32", NULL, 128, 1, NULL},         {"bf16", NULL, 130, 0, "bf16 persistent"},
-                {"e4m3-ch", NULL, 64, 0, "bf16 persistent, e4m3 weights converted"},
-                {"int4-g128", "64", 100, 1, NULL}};
+    } plan[] = {{"int4-g128", 47, 0, NULL},         {"int8-g32", 127, 0, NULL},
+                {"int8-g32", 128, 1, NULL},         {"bf16", 130, 0, "bf16 persistent"},
+                {"e4m3-ch", 64, 0, "bf16 persistent, e4m3 weights converted"},
+                {"int4-g128", 100, 1, NULL}};
     for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
-        if (plan[i].min_m) setenv("TOPS_CUDA_WGMMA_MIN_M", plan[i].min_m, 1);
         gpu_case c = {plan[i].format, TOPS_DT_BF16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0, 0};
         cases++;
         int ok = run_case(&c, &r);
-        unsetenv("TOPS_CUDA_WGMMA_MIN_M");
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
         if ((strncmp(kn, "wgmma", 5) == 0) != plan[i].want ||
             (plan[i].name && strncmp(kn, plan[i].name, strlen(plan[i].name)) != 0)) {
@@ -585,7 +664,7 @@ static void test_wgmma(void) {
 /* The strict 4-bit pipeline (wgmma_s_kernel: unfolded 4-bit codes, each
    scale group summed apart and scaled in f32): int4-gG (G = 32, 64, 128,
    bf16 / e8m0 / f32 scales), q4_0, i4 (no scales), mxfp4 and nvfp4 kept
-   unfolded (TOPS_CUDA_WGMMA_FOLD=0), within the strict bounds; ragged M
+   unfolded (fold=0), within the strict bounds; ragged M
    (1, 7, 33, 100, 129, 257), N (1, 7, 33, 130, 513) and K (8, 40, 104,
    520, 1000, 4088: zero-filled activation tiles, a last W stage of few
    chunks, one group or a partial last one; K = 1 and 4095, whose rows TMA
@@ -603,7 +682,7 @@ static void test_wgmma(void) {
    520, 1000, 4104: a last stage zero-filled past K), both activation
    types, every output, rows 16-byte aligned with a gap, packed on the fly;
    accumulate and output rows TMA cannot store (N = 130 in f16) on the
-   one-CTA-per-tile kernel; several tiles a CTA (TOPS_CUDA_FP8_CTAS caps
+   one-CTA-per-tile kernel; several tiles a CTA (fp8_ctas caps
    the grid: the rings, the converted slots and the staging carried from
    tile to tile); each tile width where the wave rule picks it (expect_bn:
    128 at small M, 192 at M = 4200 and N = 1032 or 1030, 256, f16 in
@@ -658,7 +737,7 @@ static void test_h16_gemm(void) {
     int passed = 0;
     for (int j = 0; j < n; j++) {
         const int i = small_run ? small[j] : j;
-        setenv("TOPS_CUDA_FP8_CTAS", cases[i].ctas ? cases[i].ctas : "", 1);
+        debug_set("fp8_ctas", cases[i].ctas ? cases[i].ctas : "");
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
                       cases[i].strided, cases[i].accumulate, cases[i].prepack, 0, 0};
         int ok = run_case(&c, &r);
@@ -679,7 +758,7 @@ static void test_h16_gemm(void) {
         }
         passed += ok;
     }
-    unsetenv("TOPS_CUDA_FP8_CTAS");
+    debug_set("fp8_ctas", NULL);
     printf("     %d of %d strict 16-bit TMA GEMM cases within their bounds\n", passed, n);
 }
 
@@ -715,11 +794,11 @@ static void test_wgmma_strict(void) {
     };
     const int n = small_run ? 4 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0;
-    setenv("TOPS_CUDA_KERNEL", "wgmma", 1);
-    setenv("TOPS_CUDA_WGMMA_FOLD", "0", 1);
+    debug_set("kernel", "wgmma");
+    debug_set("fold", "0");
     for (int i = 0; i < n; i++) {
-        if (cases[i].splits) setenv("TOPS_CUDA_WGMMA_SPLITS", cases[i].splits, 1);
-        if (cases[i].tn) setenv("TOPS_CUDA_WGMMA_TN", cases[i].tn, 1);
+        if (cases[i].splits) debug_set("wgmma_splits", cases[i].splits);
+        if (cases[i].tn) debug_set("wgmma_tn", cases[i].tn);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
                       cases[i].accumulate, cases[i].prepack, 0, 0};
         int ok = run_case(&c, &r);
@@ -730,11 +809,11 @@ static void test_wgmma_strict(void) {
             ok = 0;
         }
         passed += ok;
-        unsetenv("TOPS_CUDA_WGMMA_SPLITS");
-        unsetenv("TOPS_CUDA_WGMMA_TN");
+        debug_set("wgmma_splits", NULL);
+        debug_set("wgmma_tn", NULL);
     }
-    unsetenv("TOPS_CUDA_KERNEL");
-    unsetenv("TOPS_CUDA_WGMMA_FOLD");
+    debug_set("kernel", NULL);
+    debug_set("fold", NULL);
     static const struct {
         const char *format;
         int64_t m;
@@ -758,13 +837,13 @@ static void test_wgmma_strict(void) {
    so within the strict bounds), relaxed 4-bit integers with f16 scales and
    f16 activations (within the strict bound + FOLD_REL_L2); ragged M, N and
    K, both activation types, every output type, accumulate, K splits, both
-   token tiles (TOPS_CUDA_WGMMA_TN), 2 or 4 consumer warpgroups
-   (TOPS_CUDA_WGMMA_CW; with 4, a K split of one chunk leaves a warpgroup with
+   token tiles (wgmma_tn), 2 or 4 consumer warpgroups
+   (wgmma_cw; with 4, a K split of one chunk leaves a warpgroup with
    no chunk of its own, and an odd chunk count one with none in the last
    stage), the K order by lane shuffles
-   (default) or by a stage permute (TOPS_CUDA_WGMMA_PERMUTE=1).  Then the cases that must NOT
+   (default) or by a stage permute (wgmma_permute=1).  Then the cases that must NOT
    fold and still be right: relaxed int4 with bf16 activations, strict int4,
-   TOPS_CUDA_WGMMA_FOLD=0, and mxfp4 whose block scales span 2^40 (beyond
+   fold=0, and mxfp4 whose block scales span 2^40 (beyond
    f16's range: f16 activations fall back, bf16 ones fold); and the plan. */
 static void test_wgmma_folded(void) {
     if (!fp8_gpu) {
@@ -799,14 +878,14 @@ static void test_wgmma_folded(void) {
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0;
-    setenv("TOPS_CUDA_KERNEL", "wgmma", 1);
+    debug_set("kernel", "wgmma");
     for (int i = 0; i < n; i++) {
-        if (cases[i].splits) setenv("TOPS_CUDA_WGMMA_SPLITS", cases[i].splits, 1);
-        if (cases[i].tn) setenv("TOPS_CUDA_WGMMA_TN", cases[i].tn, 1);
-        if (cases[i].fold_env) setenv("TOPS_CUDA_WGMMA_FOLD", cases[i].fold_env, 1);
-        if (i % 4 == 3) setenv("TOPS_CUDA_WGMMA_PERMUTE", "1", 1); /* the stage-permute variant */
+        if (cases[i].splits) debug_set("wgmma_splits", cases[i].splits);
+        if (cases[i].tn) debug_set("wgmma_tn", cases[i].tn);
+        if (cases[i].fold_env) debug_set("fold", cases[i].fold_env);
+        if (i % 4 == 3) debug_set("wgmma_permute", "1"); /* the stage-permute variant */
         /* 2 and 4 consumer warpgroups, each also with the permute */
-        setenv("TOPS_CUDA_WGMMA_CW", (i + i / 4) % 4 >= 2 ? "4" : "2", 1);
+        debug_set("wgmma_cw", (i + i / 4) % 4 >= 2 ? "4" : "2");
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
                       cases[i].accumulate, cases[i].prepack, cases[i].relaxed, cases[i].spread};
         int ok = run_case(&c, &r);
@@ -817,13 +896,13 @@ static void test_wgmma_folded(void) {
             ok = 0;
         }
         passed += ok;
-        unsetenv("TOPS_CUDA_WGMMA_SPLITS");
-        unsetenv("TOPS_CUDA_WGMMA_TN");
-        unsetenv("TOPS_CUDA_WGMMA_FOLD");
-        unsetenv("TOPS_CUDA_WGMMA_PERMUTE");
-        unsetenv("TOPS_CUDA_WGMMA_CW");
+        debug_set("wgmma_splits", NULL);
+        debug_set("wgmma_tn", NULL);
+        debug_set("fold", NULL);
+        debug_set("wgmma_permute", NULL);
+        debug_set("wgmma_cw", NULL);
     }
-    unsetenv("TOPS_CUDA_KERNEL");
+    debug_set("kernel", NULL);
     /* By plan (no forcing): strict mxfp4 at M = 128 folds (relaxed int4-g128
        runs wgmma_q8 now: test_q8). */
     static const char *const plan[] = {"mxfp4"};
@@ -843,7 +922,7 @@ static void test_wgmma_folded(void) {
 }
 
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
-   (TOPS_CUDA_FP8_MIN_M=1), ragged M/K/N against its 128 x 256 tiles and
+   (kernel=fp8), ragged M/K/N against its 128 x 256 tiles and
    128-element K stages, both activation types, every output type,
    accumulate, strided rows, packed on the fly; then the default threshold
    (small M stays on the strict kernels).  Elsewhere relaxed runs strict. */
@@ -854,7 +933,7 @@ static void test_relaxed_fp8(void) {
     static const char *const fmts[] = {"e4m3-ch", "e4m3"};
     int nshapes = small_run ? 2 : (int)(sizeof shapes / sizeof shapes[0]);
     int cases = 0, passed = 0;
-    setenv("TOPS_CUDA_FP8_MIN_M", "1", 1);
+    debug_set("kernel", "fp8");
     for (int f = 0; f < 2; f++)
         for (int s = 0; s < nshapes; s++) {
             int v = f + s;
@@ -880,17 +959,17 @@ static void test_relaxed_fp8(void) {
        CTAs); 5 CTAs by default (no stream-K); M = 64 on every SM with
        stream-K (4 tiles in pieces of one stage, most CTAs idle, the last
        piece adds 4 others); then the one-CTA-per-tile kernel forced.  All
-       without clusters (TOPS_CUDA_FP8_CLUSTER=0: the schedules of one CTA);
+       without clusters (fp8_cluster=0: the schedules of one CTA);
        empty values: the default. */
     static const char *const sched[][6] = {
-        /* TOPS_CUDA_FP8_CTAS, _PDL, _FP8_LAG, _FP8_SK, _FP8_PERSIST, _FP8_CLUSTER */
+        /* fp8_ctas, pdl, fp8_lag, fp8_sk, fp8_persist, fp8_cluster */
         {"5", "", "", "1", "", "0"}, {"2", "", "", "", "", "0"}, {"5", "0", "", "", "", "0"},
         {"5", "", "1", "", "", "0"}, {"5", "", "1", "", "", "0"}, {"7", "", "", "1", "", "0"},
         {"5", "", "", "", "", "0"},  {"", "", "", "1", "", "0"},  {"", "", "", "", "0", "0"}};
-    static const char *const sched_env[6] = {"TOPS_CUDA_FP8_CTAS", "TOPS_CUDA_PDL",         "TOPS_CUDA_FP8_LAG",
-                                             "TOPS_CUDA_FP8_SK",   "TOPS_CUDA_FP8_PERSIST", "TOPS_CUDA_FP8_CLUSTER"};
+    static const char *const sched_env[6] = {"fp8_ctas", "pdl",         "fp8_lag",
+                                             "fp8_sk",   "fp8_persist", "fp8_cluster"};
     for (int o = 0; o < (int)(sizeof sched / sizeof sched[0]); o++) {
-        for (int e = 0; e < 6; e++) setenv(sched_env[e], sched[o][e], 1);
+        for (int e = 0; e < 6; e++) debug_set(sched_env[e], sched[o][e]);
         gpu_case c = {"e4m3-ch", o % 2 ? TOPS_DT_BF16 : TOPS_DT_F16,
                       o % 3 == 0 ? TOPS_DT_F32 : o % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16, o == 7 ? 64 : 300,
                       o == 4 ? 100 : 520, 776, 0, 0, 1, 1, 0};
@@ -905,7 +984,7 @@ static void test_relaxed_fp8(void) {
         passed += ok;
     }
     /* Clusters of two sharing an operand tile by multicast
-       (TOPS_CUDA_FP8_CLUSTER=1: the weight tile, CTAs on row-tile pairs; 2:
+       (fp8_cluster=1: the weight tile, CTAs on row-tile pairs; 2:
        the activation tile, on column-tile pairs): odd tile counts along the
        pairs (the last pair's second CTA has no tile and only passes its
        partner's stages), one tile, M not a multiple of 128, N not of 256
@@ -927,7 +1006,7 @@ static void test_relaxed_fp8(void) {
         {"2", "3", "0", TOPS_DT_F16, TOPS_DT_BF16, 257, 1000, 264}, {"2", "2", "", TOPS_DT_BF16, TOPS_DT_F32, 64, 100, 776}};
     for (int o = 0; o < (int)(sizeof clus / sizeof clus[0]); o++) {
         const char *v[6] = {clus[o].ctas, clus[o].pdl, o % 4 == 1 ? "1" : "", o % 4 == 3 ? "1" : "", "", clus[o].mode};
-        for (int e = 0; e < 6; e++) setenv(sched_env[e], v[e], 1);
+        for (int e = 0; e < 6; e++) debug_set(sched_env[e], v[e]);
         gpu_case c = {"e4m3-ch", clus[o].act, clus[o].out, clus[o].m, clus[o].k, clus[o].n, 0, 0, o % 3 != 2, 1, 0};
         cases++;
         int ok = run_case(&c, &r);
@@ -935,17 +1014,17 @@ static void test_relaxed_fp8(void) {
         const char *want = clus[o].mode[0] == '1' ? "clusters of 2 sharing the weight tile"
                                                   : "clusters of 2 sharing the activation tile";
         if (fp8_gpu && !strstr(kn, want)) {
-            TH_FAIL_AT("relaxed e4m3-ch M=%lld N=%lld TOPS_CUDA_FP8_CLUSTER=%s ran %s", (long long)c.m,
+            TH_FAIL_AT("relaxed e4m3-ch M=%lld N=%lld fp8_cluster=%s ran %s", (long long)c.m,
                        (long long)c.n, clus[o].mode, kn);
             ok = 0;
         }
         passed += ok;
     }
-    for (int e = 0; e < 6; e++) unsetenv(sched_env[e]);
+    for (int e = 0; e < 6; e++) debug_set(sched_env[e], NULL);
     /* The quantizer's register-resident rows at K = 6000 (4 loads a thread,
        the last partly past K), then the loop kernel with a division per
-       element (TOPS_CUDA_FP8_QUANT=0) at K = 4104; then 2 and 4 rows a
-       block (TOPS_CUDA_QUANT_ROWS) with the last block's rows partly past M,
+       element (fp8_quant=0) at K = 4104; then 2 and 4 rows a
+       block (quant_rows) with the last block's rows partly past M,
        both kernels. */
     static const struct {
         const char *quant, *rows;
@@ -953,16 +1032,16 @@ static void test_relaxed_fp8(void) {
     } quant[] = {{"", "", 40, 6000}, {"0", "", 40, 4104}, {"", "2", 7, 6000},
                  {"", "4", 5, 2000}, {"0", "4", 6, 4104}, {"", "4", 129, 1000}};
     for (int o = 0; o < (int)(sizeof quant / sizeof quant[0]); o++) {
-        setenv("TOPS_CUDA_FP8_QUANT", quant[o].quant, 1);
-        setenv("TOPS_CUDA_QUANT_ROWS", quant[o].rows, 1);
+        debug_set("fp8_quant", quant[o].quant);
+        debug_set("quant_rows", quant[o].rows);
         gpu_case c = {"e4m3-ch", o % 2 ? TOPS_DT_F16 : TOPS_DT_BF16, o % 2 ? TOPS_DT_F16 : TOPS_DT_F32, quant[o].m,
                       quant[o].k, 300, 0, 0, 1, 1, 0};
         cases++;
         passed += run_case(&c, &r);
     }
-    unsetenv("TOPS_CUDA_FP8_QUANT");
-    unsetenv("TOPS_CUDA_QUANT_ROWS");
-    unsetenv("TOPS_CUDA_FP8_MIN_M");
+    debug_set("fp8_quant", NULL);
+    debug_set("quant_rows", NULL);
+    debug_set("kernel", NULL);
     gpu_case small = {"e4m3-ch", TOPS_DT_F16, TOPS_DT_F32, 8, 512, 96, 0, 0, 1, 1, 0};
     int keep = fp8_gpu;
     fp8_gpu = 0; /* M = 8 is below the default threshold: strict kernels, strict bound */
@@ -977,18 +1056,18 @@ static void test_relaxed_fp8(void) {
 
 /* Relaxed 4-bit weights on the FP8 tensor cores (wgmma_q8.cu): int4-g128
    and mxfp4 (gguf-mxfp4, int4-g256 too) against f64 of the e4m3 activations
-   like the FP8 GEMM, forced at every M (TOPS_CUDA_KERNEL=q8): ragged M
+   like the FP8 GEMM, forced at every M (kernel=q8): ragged M
    against both token tiles (1, 47, 48, 129, 255), N not a multiple of 128,
    K = 128, 4096 and ragged (K % 128 != 0), both activation types, every
    output type, accumulate, strided rows, packed on the fly, both token tiles,
-   both consumer loops (TOPS_CUDA_Q8_SPLIT=0/1) and no PDL, the first ring
-   pass's activation tiles all at once or 1 / 3 ahead (TOPS_CUDA_Q8_LOOK); mxfp4 with one
+   both consumer loops (q8_split=0/1) and no PDL, the first ring
+   pass's activation tiles all at once or 1 / 3 ahead (q8_look); mxfp4 with one
    factor per row (asserted by name) in chunk pairs from M = 32 or forced
-   (TOPS_CUDA_Q8_ROW=2; K of 1, 2, 3, 5, 6, 8 and 32 chunks: every way the pair
-   loop ends) and one chunk a group below or forced (TOPS_CUDA_Q8_ROW=1); per-chunk
+   (q8_row=2; K of 1, 2, 3, 5, 6, 8 and 32 chunks: every way the pair
+   loop ends) and one chunk a group below or forced (q8_row=1); per-chunk
    factors at 64 tokens in chunk pairs with a part accumulator each (K of 1, 2, 3, 5,
-   6, 8 chunks) or one group a chunk (TOPS_CUDA_Q8_PAIRS=0),
-   its per-chunk loops forced (TOPS_CUDA_Q8_ROW=0) and taken by rows over
+   6, 8 chunks) or one group a chunk (q8_pairs=0),
+   its per-chunk loops forced (q8_row=0) and taken by rows over
    15 binades (spread 3); then the plan
    (M = 17 takes it, M = 16 does not, nor strict mode or int4-g32) and mxfp4
    rows whose chunk spans more than 15 binades (no q8 layout: the folded or
@@ -1007,7 +1086,7 @@ static void test_q8(void) {
         int strided, accumulate, prepack;
         const char *tn, *pdl, *split, *row;
         int spread;
-        const char *pairs; /* TOPS_CUDA_Q8_PAIRS */
+        const char *pairs; /* q8_pairs */
     } cases[] = {
         {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 129, 4096, 200, 0, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
         {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 48, 4096, 130, 2, 0, 1, NULL, NULL, NULL, NULL, 0, NULL},
@@ -1047,23 +1126,23 @@ static void test_q8(void) {
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0, total = 0;
-    setenv("TOPS_CUDA_KERNEL", "q8", 1);
+    debug_set("kernel", "q8");
     for (int i = 0; i < n; i++) {
-        if (cases[i].tn) setenv("TOPS_CUDA_Q8_TN", cases[i].tn, 1);
-        if (cases[i].pdl) setenv("TOPS_CUDA_PDL", cases[i].pdl, 1);
-        if (cases[i].split) setenv("TOPS_CUDA_Q8_SPLIT", cases[i].split, 1);
-        if (cases[i].row) setenv("TOPS_CUDA_Q8_ROW", cases[i].row, 1);
-        if (cases[i].pairs) setenv("TOPS_CUDA_Q8_PAIRS", cases[i].pairs, 1);
+        if (cases[i].tn) debug_set("q8_tn", cases[i].tn);
+        if (cases[i].pdl) debug_set("pdl", cases[i].pdl);
+        if (cases[i].split) debug_set("q8_split", cases[i].split);
+        if (cases[i].row) debug_set("q8_row", cases[i].row);
+        if (cases[i].pairs) debug_set("q8_pairs", cases[i].pairs);
         /* the first ring pass's activation tiles: the default, 1 or 3 ahead */
-        setenv("TOPS_CUDA_Q8_LOOK", i % 3 == 0 ? "" : i % 3 == 1 ? "1" : "3", 1);
+        debug_set("q8_look", i % 3 == 0 ? "" : i % 3 == 1 ? "1" : "3");
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
                       cases[i].strided, cases[i].accumulate, cases[i].prepack, 1, cases[i].spread};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        /* mxfp4 rows within 15 binades: one factor per row, unless TOPS_CUDA_Q8_ROW=0,
-           in chunk pairs from M = 32 (TOPS_CUDA_Q8_ROW=1 / 2: never / always); per-chunk
-           factors in chunk pairs at 64 tokens, unless TOPS_CUDA_Q8_SPLIT=1 or
-           TOPS_CUDA_Q8_PAIRS=0 */
+        /* mxfp4 rows within 15 binades: one factor per row, unless q8_row=0,
+           in chunk pairs from M = 32 (q8_row=1 / 2: never / always); per-chunk
+           factors in chunk pairs at 64 tokens, unless q8_split=1 or
+           q8_pairs=0 */
         const int tn = cases[i].tn ? atoi(cases[i].tn) : c.m > 64 ? 128 : 64;
         const int want_row = strstr(c.format, "mxfp4") && (!cases[i].row || strcmp(cases[i].row, "0") != 0) &&
                              cases[i].spread != 3,
@@ -1078,14 +1157,14 @@ static void test_q8(void) {
         }
         passed += ok;
         total++;
-        unsetenv("TOPS_CUDA_Q8_TN");
-        unsetenv("TOPS_CUDA_PDL");
-        unsetenv("TOPS_CUDA_Q8_SPLIT");
-        unsetenv("TOPS_CUDA_Q8_ROW");
-        unsetenv("TOPS_CUDA_Q8_PAIRS");
-        unsetenv("TOPS_CUDA_Q8_LOOK");
+        debug_set("q8_tn", NULL);
+        debug_set("pdl", NULL);
+        debug_set("q8_split", NULL);
+        debug_set("q8_row", NULL);
+        debug_set("q8_pairs", NULL);
+        debug_set("q8_look", NULL);
     }
-    unsetenv("TOPS_CUDA_KERNEL");
+    debug_set("kernel", NULL);
     /* The plan: q8 from M = 17, relaxed only, and never for a chunk range > 14
        binades (spread 2: the first 16 weights of each row x 2^16). */
     static const struct {
@@ -1110,6 +1189,99 @@ static void test_q8(void) {
     printf("     %d of %d q8 cases within their bounds; worst rel-L2 against f64: %.3g; against the e4m3 "
            "activations: f32 %.3g, f16 %.3g, bf16 %.3g\n",
            passed, total, fp8_worst_true, fp8_worst_own[0], fp8_worst_own[1], fp8_worst_own[2]);
+}
+
+/* f32 activations (left) on the GPU: split into 16-bit terms (two f16,
+   three bf16 for plain bf16 weights; one term relaxed), each row scaled by
+   a power of two into f16's range, the terms' f32 products joined into the
+   output.  Against f64 of the f32 activations, so one 16-bit rounding of
+   them (about 1e-4 rel-L2) fails the strict f32-output bound (1e-5); each
+   row also within the bound, with rows 2^54 apart (spread 4: beyond
+   f16's range both ways).  Ragged M / K / N, every output type, accumulate,
+   strided rows, packed and unpacked, NaN-poisoned outputs, bits repeated;
+   strict and relaxed, every kernel family the rows reach (wbulk, wstream
+   forced, the TMA 16-bit GEMM, wgmma, q8, FP8); the path names the terms. */
+static void test_f32_left(void) {
+    th_rng r = th_seed();
+    static const struct {
+        const char *format;
+        tops_dtype out;
+        int64_t m, k, n;
+        int relaxed, accumulate, prepack, strided, spread;
+        const char *kernel; /* debug key kernel= */
+        const char *ran;    /* on sm_90, the kernel's name starts with this */
+    } cases[] = {
+        {"int4-g128", TOPS_DT_F32, 1, 4096, 200, 0, 0, 1, 0, 0, NULL, "wbulk"},
+        {"q4_0", TOPS_DT_F16, 7, 1000, 77, 0, 0, 0, 1, 0, NULL, NULL},
+        {"nvfp4", TOPS_DT_BF16, 13, 992, 130, 0, 1, 1, 2, 0, NULL, NULL},
+        {"f16", TOPS_DT_F32, 9, 520, 264, 0, 0, 1, 0, 0, NULL, "f16 "},
+        {"bf16", TOPS_DT_F32, 33, 1000, 130, 0, 0, 0, 0, 0, NULL, "bf16 "},
+        {"int8-g32", TOPS_DT_F32, 64, 2048, 40, 0, 0, 1, 2, 0, NULL, "wgmma"},
+        {"mxfp4", TOPS_DT_F16, 40, 512, 96, 0, 0, 1, 0, 0, NULL, "wgmma"},
+        {"e4m3-ch", TOPS_DT_F32, 100, 160, 300, 0, 1, 1, 0, 0, NULL, "f16 "},
+        {"int4-g32:e8m0", TOPS_DT_F32, 31, 520, 33, 0, 0, 1, 0, 1, NULL, NULL},
+        {"f16", TOPS_DT_F32, 7, 1000, 64, 0, 0, 1, 1, 1, NULL, NULL},
+        {"bf16", TOPS_DT_BF16, 5, 300, 31, 0, 0, 1, 0, 1, NULL, NULL},
+        {"int4-g128", TOPS_DT_F32, 3, 1024, 100, 0, 0, 1, 0, 1, "wstream", "wstream"},
+        {"i8", TOPS_DT_F32, 1, 7, 31, 0, 0, 1, 0, 0, NULL, NULL},
+        {"q8_0", TOPS_DT_F32, 33, 4095, 31, 0, 1, 0, 0, 0, NULL, NULL},
+        {"mxfp8", TOPS_DT_F32, 20, 256, 64, 0, 0, 1, 0, 1, "wgmma", "wgmma"},
+        {"int4-g128", TOPS_DT_F32, 40, 1024, 300, 1, 0, 1, 0, 0, NULL, "wgmma_q8"},
+        {"mxfp4", TOPS_DT_BF16, 64, 2048, 130, 1, 0, 1, 2, 0, NULL, NULL},
+        {"e4m3-ch", TOPS_DT_F32, 33, 520, 776, 1, 0, 1, 0, 0, NULL, "fp8"},
+        {"e4m3", TOPS_DT_F32, 20, 512, 96, 1, 0, 0, 0, 1, NULL, "fp8"},
+        {"int4-g32", TOPS_DT_F16, 5, 1000, 200, 1, 1, 1, 0, 0, NULL, "wbulk"},
+        {"bf16", TOPS_DT_F32, 17, 256, 64, 1, 0, 1, 0, 0, NULL, "bf16 "},
+        {"f16", TOPS_DT_BF16, 50, 136, 1030, 1, 1, 1, 0, 0, NULL, NULL},
+    };
+    static const int small[] = {0, 3, 9, 15};
+    const int n = small_run ? 4 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0;
+    for (int j = 0; j < n; j++) {
+        const int i = small_run ? small[j] : j;
+        gpu_case c = {cases[i].format, TOPS_DT_F32, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
+                      cases[i].strided, cases[i].accumulate, cases[i].prepack, cases[i].relaxed, cases[i].spread ? 4 : 0};
+        debug_set("kernel", cases[i].kernel);
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if (fp8_gpu && cases[i].ran && strncmp(kn, cases[i].ran, strlen(cases[i].ran)) != 0) {
+            TH_FAIL_AT("%s f32 left M=%lld relaxed=%d ran %s, not %s...", c.format, (long long)c.m, c.relaxed, kn,
+                       cases[i].ran);
+            ok = 0;
+        }
+        /* the path names the terms: strict 2 f16 (3 bf16 for bf16 weights), relaxed 1 */
+        int64_t lext[2] = {c.m, c.k}, dext[2] = {c.m, c.n};
+        tops_tensor tlh, tdh, tl, td, tw;
+        tops_format wf;
+        ASSERT_OK(tops_format_from_name(c.format, &wf));
+        int64_t wext[2] = {c.n, c.k};
+        ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, lext, host_mem, &tlh));
+        ASSERT_OK(tops_tensor_create(tops_format_of(c.out), 2, dext, host_mem, &tdh));
+        ASSERT_OK(tops_tensor_to(&tlh, gpu0, &tl));
+        ASSERT_OK(tops_tensor_to(&tdh, gpu0, &td));
+        ASSERT_OK(tops_tensor_create(wf, 2, wext, host_mem, &tw));
+        tops_exec e = gpu_exec();
+        tops_matmul2d_desc md = {0};
+        md.transpose_right = 1;
+        md.relaxed_precision = c.relaxed;
+        char path[160];
+        ASSERT_OK(tops_matmul2d_path(&e, &md, &tl, &tw, &td, path, sizeof path));
+        const int bf = strcmp(c.format, "bf16") == 0;
+        const char *want = c.relaxed ? (bf ? "f32 left as 1 bf16 term)" : "f32 left as 1 f16 term)")
+                                     : (bf ? "f32 left as 3 bf16 terms" : "f32 left as 2 f16 terms");
+        if (!strstr(path, want)) {
+            TH_FAIL_AT("%s relaxed=%d: path \"%s\" does not say \"%s\"", c.format, c.relaxed, path, want);
+            ok = 0;
+        }
+        tops_tensor_destroy(&tlh);
+        tops_tensor_destroy(&tdh);
+        tops_tensor_destroy(&tl);
+        tops_tensor_destroy(&td);
+        tops_tensor_destroy(&tw);
+        passed += ok;
+    }
+    debug_set("kernel", NULL);
+    printf("     %d of %d f32-activation cases within their bounds\n", passed, n);
 }
 
 static void test_gpu_bad_inputs(void) {
@@ -1143,11 +1315,11 @@ static void test_gpu_bad_inputs(void) {
     ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_BF16), 2, xext, host_mem, &xb));
     ASSERT_OK(tops_tensor_to(&xb, gpu0, &xbd));
     ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xbd, &wd, &yd), TOPS_UNSUPPORTED_FORMAT, "activations' type");
-    /* f32 activations, and a weight format the GPU does not decode. */
+    /* i8 activations, and a weight format the GPU does not decode. */
     tops_tensor xf, xfd, wl;
-    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, xext, host_mem, &xf));
+    ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_I8), 2, xext, host_mem, &xf));
     ASSERT_OK(tops_tensor_to(&xf, gpu0, &xfd));
-    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xfd, &wd, &yd), TOPS_UNSUPPORTED_FORMAT, "f16 or bf16 activations");
+    ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &xfd, &wd, &yd), TOPS_UNSUPPORTED_FORMAT, "f32, f16 or bf16 activations");
     tops_format lut;
     ASSERT_OK(tops_format_from_name("int4-g32-affine", &lut));
     ASSERT_OK(tops_tensor_create(lut, 2, wext, host_mem, &wl));
@@ -1201,6 +1373,10 @@ int main(void) {
         RUN_TEST(test_h16_gemm);
         TEST_MAIN_END();
     }
+    if (only && strcmp(only, "f32") == 0) {
+        RUN_TEST(test_f32_left);
+        TEST_MAIN_END();
+    }
     RUN_TEST(test_relaxed_fp8);
     if (only && strcmp(only, "fp8") == 0) TEST_MAIN_END();
     RUN_TEST(test_h16_gemm);
@@ -1211,5 +1387,6 @@ int main(void) {
     RUN_TEST(test_wgmma_folded);
     RUN_TEST(test_wgmma_strict);
     RUN_TEST(test_q8);
+    RUN_TEST(test_f32_left);
     TEST_MAIN_END();
 }

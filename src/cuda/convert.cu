@@ -1,0 +1,123 @@
+/* f32 activations on the 16-bit kernels (matmul.c decides when): the
+   split of each row into 16-bit terms before the matmul, and the join of
+   the terms' f32 products into the caller's output after it.  Contract in
+   cuda_internal.h (tops__cu_split_f32, tops__cu_join_terms). */
+#include "cuda/cuda_internal.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+
+namespace {
+
+constexpr int kSplitThreads = 256;
+constexpr int kMaxTerms = 3;
+
+__device__ __forceinline__ unsigned short to16(float v, bool bf16, float *back) {
+    if (bf16) {
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        *back = __bfloat162float(h);
+        return __bfloat16_as_ushort(h);
+    }
+    const __half h = __float2half_rn(v);
+    *back = __half2float(h);
+    return __half_as_ushort(h);
+}
+
+// One block a row: the row's largest finite magnitude (f16), then the terms.
+__global__ void __launch_bounds__(kSplitThreads) split_kernel(const float *__restrict__ x, long long ldx, long long m,
+                                                              int k, int terms, bool bf16,
+                                                              unsigned short *__restrict__ out, long long ldo,
+                                                              int *__restrict__ exps) {
+    __shared__ float red[kSplitThreads / 32];
+    const long long i = blockIdx.x;
+    const float *row = x + i * ldx;
+    int e = 0;
+    if (!bf16) {
+        float mx = 0.0f;
+        for (int j = threadIdx.x; j < k; j += kSplitThreads) {
+            const float a = fabsf(row[j]);
+            if (a <= 3.402823466e38f) mx = fmaxf(mx, a); // finite only (NaN compares false)
+        }
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+        __syncthreads();
+        mx = 0.0f;
+        for (int w = 0; w < kSplitThreads / 32; w++) mx = fmaxf(mx, red[w]);
+        if (mx > 0.0f) {
+            int ex;
+            (void)frexpf(mx, &ex); // mx = f x 2^ex, f in [0.5, 1)
+            e = ex - 15;           // mx x 2^-e in [2^14, 2^15)
+        }
+    }
+    if (threadIdx.x == 0) exps[i] = e;
+    for (long long j = threadIdx.x; j < ldo; j += kSplitThreads) {
+        float r = j < k ? ldexpf(row[j], -e) : 0.0f;
+        for (int t = 0; t < terms; t++) {
+            float back;
+            out[((long long)t * m + i) * ldo + j] = to16(r, bf16, &back);
+            r = isfinite(back) ? r - back : 0.0f; // exact in f32
+        }
+    }
+}
+
+template <typename T> __device__ __forceinline__ float load_out(const void *p, long long idx);
+template <> __device__ __forceinline__ float load_out<float>(const void *p, long long idx) {
+    return static_cast<const float *>(p)[idx];
+}
+template <> __device__ __forceinline__ float load_out<__half>(const void *p, long long idx) {
+    return __half2float(static_cast<const __half *>(p)[idx]);
+}
+template <> __device__ __forceinline__ float load_out<__nv_bfloat16>(const void *p, long long idx) {
+    return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[idx]);
+}
+__device__ __forceinline__ void store_out(float *p, float v) { *p = v; }
+__device__ __forceinline__ void store_out(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store_out(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <typename T>
+__global__ void join_kernel(const float *__restrict__ part, long long ldp, long long m, long long n, int terms,
+                            const int *__restrict__ exps, T *__restrict__ out, long long ldo, int accumulate) {
+    const long long total = m * n;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const long long i = idx / n, j = idx - i * n;
+        float s = 0.0f;
+        for (int t = 0; t < terms; t++) s += part[((long long)t * m + i) * ldp + j];
+        float v = ldexpf(s, exps[i]);
+        if (accumulate) v += load_out<T>(out, i * ldo + j);
+        store_out(out + i * ldo + j, v);
+    }
+}
+
+} // namespace
+
+extern "C" int tops__cu_split_f32(const float *x, int64_t ldx, int64_t m, int64_t k, int terms, int bf16, void *out,
+                                  int64_t ldo, int *exps, void *stream) {
+    if (m < 1 || k < 1 || k > 0x7FFFFFFF || m > 0x7FFFFFFF || terms < 1 || terms > kMaxTerms || ldo < k)
+        return (int)cudaErrorInvalidValue;
+    split_kernel<<<dim3((unsigned)m), dim3(kSplitThreads), 0, static_cast<cudaStream_t>(stream)>>>(
+        x, ldx, m, (int)k, terms, bf16 != 0, static_cast<unsigned short *>(out), ldo, exps);
+    return (int)cudaGetLastError();
+}
+
+extern "C" int tops__cu_join_terms(const float *part, int64_t ldp, int64_t m, int64_t n, int terms, const int *exps,
+                                   void *out, tops_dtype out_dtype, int64_t ldo, int accumulate, void *stream) {
+    if (m < 1 || n < 1 || terms < 1 || terms > kMaxTerms) return (int)cudaErrorInvalidValue;
+    const long long total = (long long)m * n, threads = 256;
+    long long blocks = (total + threads - 1) / threads;
+    if (blocks > 65536) blocks = 65536; // grid-stride beyond
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const dim3 g((unsigned)blocks), b((unsigned)threads);
+    if (out_dtype == TOPS_DT_F32)
+        join_kernel<float><<<g, b, 0, s>>>(part, ldp, m, n, terms, exps, static_cast<float *>(out), ldo, accumulate);
+    else if (out_dtype == TOPS_DT_F16)
+        join_kernel<__half><<<g, b, 0, s>>>(part, ldp, m, n, terms, exps, static_cast<__half *>(out), ldo, accumulate);
+    else if (out_dtype == TOPS_DT_BF16)
+        join_kernel<__nv_bfloat16>
+            <<<g, b, 0, s>>>(part, ldp, m, n, terms, exps, static_cast<__nv_bfloat16 *>(out), ldo, accumulate);
+    else
+        return (int)cudaErrorInvalidValue;
+    return (int)cudaGetLastError();
+}
