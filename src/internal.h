@@ -54,7 +54,7 @@ void *tops__aligned_alloc(size_t bytes);
 void tops__aligned_free(void *p);
 
 /* Frees what a tensor of one device kind owns (src/core/tensor.c): the
-   backend that makes such tensors registers it (src/device/cuda_hooks.c for
+   backend that makes such tensors registers it (src/cuda/runtime.c for
    CUDA), so tops_tensor_destroy, which every layer calls, names no backend. */
 typedef void (*tops__tensor_release_fn)(tops_tensor *t);
 /* Returns the function registered before (NULL: none). */

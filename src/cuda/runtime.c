@@ -5,7 +5,15 @@
 
 #include "formats/traits.h"
 
+#include <pthread.h>
 #include <string.h>
+
+/* core's tops_tensor_destroy frees what a cuda:N tensor owns through the
+   release function the backend registers; every path that gives a tensor
+   device memory passes tops__cuda_enter first, so registering there (once)
+   is early enough, and nothing below src/cuda names the backend. */
+static pthread_once_t release_once = PTHREAD_ONCE_INIT;
+static void register_release(void) { (void)tops__tensor_set_release(TOPS_DEVICE_CUDA, tops__cuda_tensor_release); }
 
 tops_status tops__cuda_error(const char *fn, int err, const char *what) {
     cudaError_t e = (cudaError_t)err;
@@ -41,6 +49,7 @@ tops_status tops__cuda_check_device(const char *fn, const char *what, int device
 }
 
 tops_status tops__cuda_enter(const char *fn, int device, int *previous) {
+    pthread_once(&release_once, register_release);
     if (cudaGetDevice(previous) != cudaSuccess) *previous = -1;
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) return tops__cuda_error(fn, e, "cudaSetDevice");
