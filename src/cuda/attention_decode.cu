@@ -170,6 +170,21 @@ template <int KIND> __device__ __forceinline__ float code(const uint32_t *r, int
     }
 }
 
+// Element i of int8 / int4 codes as 2^15 + (code + 128 or 8), exact in f32:
+// with a scale s of at most 11 significant bits (f16), fma(x, s, -(2^15 +
+// 128 or 8) s) is code x s exactly (the constant is exact, the result fits)
+// in one instruction.
+template <int KIND> __device__ __forceinline__ float magic15(const uint32_t *r, int i) {
+    if constexpr (KIND == TOPS__DEC_I8) {
+        return __int_as_float(__byte_perm(r[i / 4] ^ 0x80808080u, 0x47000000u, 0x7504 | ((i % 4) << 4)));
+    } else {
+        const uint32_t x = r[i / 8] ^ 0x88888888u;
+        const uint32_t y = (i & 1) ? (x >> 4) & 0x0F0F0F0Fu : x & 0x0F0F0F0Fu;
+        return __int_as_float(__byte_perm(y, 0x47000000u, 0x7504 | (((i % 8) / 2) << 4)));
+    }
+}
+template <int KIND> constexpr float magic15_bias() { return KIND == TOPS__DEC_I8 ? -32896.0f : -32776.0f; }
+
 // Two e4m3 codes (the low two bytes of b) as f32 (exact).
 __device__ __forceinline__ float2 e4m3x2(uint32_t b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -185,12 +200,15 @@ __device__ __forceinline__ float2 e4m3x2(uint32_t b) {
 
 // N elements of one key row (codes in r) to N / 2 words of 16-bit pairs,
 // times the row's group scales (sc: one per 16 elements, or sc[0] for all).
-template <typename T, int KIND, int N>
+template <typename T, int KIND, int N, bool F16S>
 __device__ __forceinline__ void decode_row(uint32_t *w, const uint32_t *r, const float *sc) {
 #pragma unroll
     for (int i = 0; i < N / 2; i++) {
         const float s = sc[(2 * i) / 16];
-        if constexpr (KIND == TOPS__DEC_E4M3) {
+        if constexpr (F16S) {
+            const float c = s * magic15_bias<KIND>();
+            w[i] = pack2<T>(fmaf(magic15<KIND>(r, 2 * i), s, c), fmaf(magic15<KIND>(r, 2 * i + 1), s, c));
+        } else if constexpr (KIND == TOPS__DEC_E4M3) {
             const float2 f = e4m3x2(r[i / 2] >> (16 * (i % 2)));
             w[i] = pack2<T>(f.x * s, f.y * s);
         } else {
@@ -201,8 +219,12 @@ __device__ __forceinline__ void decode_row(uint32_t *w, const uint32_t *r, const
 
 // D <= 128 fits 3 CTAs a SM (170 registers): 12 warps to hide the latency
 // of the loads and of the dependent mma / softmax chains.
-template <typename T, int D, int KIND>
+// KV = TOPS__DEC_* + 4: int8 / int4 codes whose k and v scales are f16 groups
+// (the fma decoder; f16 loads of the scales).
+template <typename T, int D, int KV>
 __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(const dparams p) {
+    constexpr int KIND = KV & 3;
+    constexpr bool F16S = KV >= 4;
     constexpr int BITS = KIND == TOPS__DEC_KV16 ? 16 : KIND == TOPS__DEC_I4 ? 4 : 8;
     constexpr int NT = BITS == 4 ? 2 : 1;   // 16-key subtiles a step
     constexpr int KN = D / 4, VN = D / 8;   // elements of a key a thread holds for QK^T, for PV
@@ -303,10 +325,11 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
 #pragma unroll
                     for (int c = 0; c < KC; c++) {
                         float x = 1.0f;
-                        if (p.kmode == TOPS__DEC_SC_GROUP && key < hi && (c == 0 || !kone))
-                            x = load_scale(p.ksc,
-                                           kscb + (long long)key * p.kc[2] + (long long)((t * KN + 16 * c) >> p.kgs) * p.kc[3],
-                                           p.kst);
+                        if (p.kmode == TOPS__DEC_SC_GROUP && key < hi && (c == 0 || !kone)) {
+                            const long long at =
+                                kscb + (long long)key * p.kc[2] + (long long)((t * KN + 16 * c) >> p.kgs) * p.kc[3];
+                            x = F16S ? __half2float(reinterpret_cast<const __half *>(p.ksc)[at]) : load_scale(p.ksc, at, p.kst);
+                        }
                         ksc[s][nt][c] = (c > 0 && kone) ? ksc[s][nt][0] : x;
                     }
                 }
@@ -316,10 +339,11 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
 #pragma unroll
                     for (int c = 0; c < VC; c++) {
                         float x = 1.0f;
-                        if (p.vmode == TOPS__DEC_SC_GROUP && key < hi && (c == 0 || !vone))
-                            x = load_scale(p.vsc,
-                                           vscb + (long long)key * p.vc[2] + (long long)((gid * VN + 16 * c) >> p.vgs) * p.vc[3],
-                                           p.vst);
+                        if (p.vmode == TOPS__DEC_SC_GROUP && key < hi && (c == 0 || !vone)) {
+                            const long long at =
+                                vscb + (long long)key * p.vc[2] + (long long)((gid * VN + 16 * c) >> p.vgs) * p.vc[3];
+                            x = F16S ? __half2float(reinterpret_cast<const __half *>(p.vsc)[at]) : load_scale(p.vsc, at, p.vst);
+                        }
                         vsc[s][cc][c] = (c > 0 && vone) ? vsc[s][cc][0] : x;
                     }
                 }
@@ -338,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
 #pragma unroll
                     for (int i = 0; i < KN / 2; i++) kw[nt][i] = kr[s][nt][i];
                 } else {
-                    decode_row<T, KIND, KN>(kw[nt], kr[s][nt], ksc[s][nt]);
+                    decode_row<T, KIND, KN, F16S>(kw[nt], kr[s][nt], ksc[s][nt]);
                 }
             }
 #pragma unroll
@@ -353,19 +377,26 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
             for (int nt = 0; nt < 2; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) sc[nt][e] += sc2[nt][e];
-            // masks and the online softmax (log2 domain)
+            // masks and the online softmax (log2 domain); a subtile every
+            // query row sees whole (every position is in [sk - sq, sk)) skips
+            // the masks (rows past the sequence are never written)
             float mx[2] = {-INFINITY, -INFINITY};
+            const bool whole = js + 16 <= hi && (!p.causal || js + 15 <= sl.sk - sl.sq) &&
+                               (p.window <= 0 || (js > sl.sk - 1 - p.window && (p.causal || js + 15 < sl.sk - sl.sq + p.window)));
 #pragma unroll
             for (int nt = 0; nt < 2; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = js + 8 * nt + 2 * t + (e & 1), h = e >> 1;
                     float x = p.cap_out != 0.0f ? p.cap_out * tanhf(sc[nt][e] * p.cap_in) : sc[nt][e] * p.sl;
-                    bool ok = key < hi && rv[h];
-                    if (p.causal) ok = ok && key <= pos[h];
-                    if (p.window > 0) ok = ok && key > pos[h] - p.window && (p.causal || key < pos[h] + p.window);
-                    sc[nt][e] = ok ? x : -INFINITY;
-                    mx[h] = fmaxf(mx[h], sc[nt][e]);
+                    if (!whole) {
+                        bool ok = key < hi && rv[h];
+                        if (p.causal) ok = ok && key <= pos[h];
+                        if (p.window > 0) ok = ok && key > pos[h] - p.window && (p.causal || key < pos[h] + p.window);
+                        x = ok ? x : -INFINITY;
+                    }
+                    sc[nt][e] = x;
+                    mx[h] = fmaxf(mx[h], x);
                 }
             float alpha[2];
 #pragma unroll
@@ -412,6 +443,13 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
                     const float2 f1 = e4m3x2(__byte_perm(vr[s][2][dn / 4], vr[s][3][dn / 4], sel));
                     b0 = pack2<T>(f0.x * vsc[s][0][c], f0.y * vsc[s][1][c]);
                     b1 = pack2<T>(f1.x * vsc[s][2][c], f1.y * vsc[s][3][c]);
+                } else if constexpr (F16S) {
+                    const int c = dn / 16;
+                    constexpr float bias = magic15_bias<KIND>();
+                    b0 = pack2<T>(fmaf(magic15<KIND>(vr[s][0], dn), vsc[s][0][c], vsc[s][0][c] * bias),
+                                  fmaf(magic15<KIND>(vr[s][1], dn), vsc[s][1][c], vsc[s][1][c] * bias));
+                    b1 = pack2<T>(fmaf(magic15<KIND>(vr[s][2], dn), vsc[s][2][c], vsc[s][2][c] * bias),
+                                  fmaf(magic15<KIND>(vr[s][3], dn), vsc[s][3][c], vsc[s][3][c] * bias));
                 } else {
                     const int c = dn / 16;
                     b0 = pack2<T>(code<KIND>(vr[s][0], dn) * vsc[s][0][c], code<KIND>(vr[s][1], dn) * vsc[s][1][c]);
@@ -640,12 +678,18 @@ template <typename T, int D, int KIND> static int launch(const tops__cu_decode_a
     return (int)err;
 }
 
+// k and v scaled by f16 groups along D (the int-gG default): the fma decoders.
+static bool f16_groups(const tops__cu_decode_args *a) {
+    return a->k.mode == TOPS__DEC_SC_GROUP && a->v.mode == TOPS__DEC_SC_GROUP && a->k.scale_type == TOPS__DEC_SF16 &&
+           a->v.scale_type == TOPS__DEC_SF16;
+}
+
 template <typename T, int D> static int launch_kind(const tops__cu_decode_args *a) {
     switch (a->kind) {
     case TOPS__DEC_KV16: return launch<T, D, TOPS__DEC_KV16>(a);
     case TOPS__DEC_E4M3: return launch<T, D, TOPS__DEC_E4M3>(a);
-    case TOPS__DEC_I8: return launch<T, D, TOPS__DEC_I8>(a);
-    case TOPS__DEC_I4: return launch<T, D, TOPS__DEC_I4>(a);
+    case TOPS__DEC_I8: return f16_groups(a) ? launch<T, D, TOPS__DEC_I8 + 4>(a) : launch<T, D, TOPS__DEC_I8>(a);
+    case TOPS__DEC_I4: return f16_groups(a) ? launch<T, D, TOPS__DEC_I4 + 4>(a) : launch<T, D, TOPS__DEC_I4>(a);
     default: return (int)cudaErrorNotSupported;
     }
 }
