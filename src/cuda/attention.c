@@ -11,18 +11,6 @@
 
 static const char fn[] = "tops_attention";
 
-static tops_status check_memory(const char *what, const tops_tensor *t, int device) {
-    if (t->memory.kind != TOPS_DEVICE_CUDA || t->memory.index != device) {
-        if (t->memory.kind == TOPS_DEVICE_CUDA)
-            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s is in cuda:%d memory but exec.device is cuda:%d", what,
-                              t->memory.index, device);
-        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
-                          "%s is in host memory but exec.device is cuda:%d; copy it there with tops_tensor_to", what,
-                          device);
-    }
-    return tops__cuda_check_pointer(fn, what, t->data, t->memory);
-}
-
 static int sm90_device(int device) {
     int major = 0, minor = 0;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
@@ -237,8 +225,10 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
     int device = exec->device.index;
     tops_status st = tops__cuda_check_device(fn, "exec.device", device);
     if (st != TOPS_OK) return st;
-    if ((st = check_memory("q", q, device)) != TOPS_OK || (st = check_memory("k", k, device)) != TOPS_OK ||
-        (st = check_memory("v", v, device)) != TOPS_OK || (st = check_memory("out", out, device)) != TOPS_OK)
+    if ((st = tops__cuda_check_memory(fn, "q", q, device)) != TOPS_OK ||
+        (st = tops__cuda_check_memory(fn, "k", k, device)) != TOPS_OK ||
+        (st = tops__cuda_check_memory(fn, "v", v, device)) != TOPS_OK ||
+        (st = tops__cuda_check_memory(fn, "out", out, device)) != TOPS_OK)
         return st;
     /* Sequences of different lengths: packed tensors as [1, H, T, D] views;
        the longest query and key sequences (ops/attention.c checked them). */

@@ -24,18 +24,6 @@
 
 #define COL_BUDGET ((size_t)256 << 20)
 
-static tops_status check_memory(const char *fn, const char *what, const tops_tensor *t, int device) {
-    if (t->memory.kind != TOPS_DEVICE_CUDA || t->memory.index != device) {
-        if (t->memory.kind == TOPS_DEVICE_CUDA)
-            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s is in cuda:%d memory but exec.device is cuda:%d", what,
-                              t->memory.index, device);
-        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
-                          "%s is in host memory but exec.device is cuda:%d; copy it there with tops_tensor_to", what,
-                          device);
-    }
-    return tops__cuda_check_pointer(fn, what, t->data, t->memory);
-}
-
 static int force_im2col(void) {
     const char *e = getenv("TOPS_CUDA_CONV");
     return e && strcmp(e, "im2col") == 0;
@@ -305,7 +293,8 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     char name[48];
     tops_status st = tops__cuda_check_device(fn, "exec.device", device);
     if (st != TOPS_OK) return st;
-    if ((st = check_memory(fn, "input", in, device)) != TOPS_OK || (st = check_memory(fn, "dest", dest, device)) != TOPS_OK)
+    if ((st = tops__cuda_check_memory(fn, "input", in, device)) != TOPS_OK ||
+        (st = tops__cuda_check_memory(fn, "dest", dest, device)) != TOPS_OK)
         return st;
     if (in->format.id != TOPS_FMT_F16 && in->format.id != TOPS_FMT_BF16)
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "input has format %s; on the GPU conv2d takes f16 or bf16 activations",

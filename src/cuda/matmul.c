@@ -12,18 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static tops_status check_memory(const char *fn, const char *what, const tops_tensor *t, int device) {
-    if (t->memory.kind != TOPS_DEVICE_CUDA || t->memory.index != device) {
-        if (t->memory.kind == TOPS_DEVICE_CUDA)
-            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s is in cuda:%d memory but exec.device is cuda:%d", what,
-                              t->memory.index, device);
-        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
-                          "%s is in host memory but exec.device is cuda:%d; copy it there with tops_tensor_to", what,
-                          device);
-    }
-    return tops__cuda_check_pointer(fn, what, t->data, t->memory);
-}
-
 int tops__cuda_is_packed(const tops_tensor *t) {
     const tops__cuda_packed *pk = (const tops__cuda_packed *)t->packed_;
     return t->format.id == TOPS_FMT_PACKED && t->memory.kind == TOPS_DEVICE_CUDA && pk &&
@@ -507,8 +495,8 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
                           (int)desc->mode);
     if (desc->transpose_left)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "transpose_left = 1: the GPU path takes left as [M, K]");
-    if ((st = check_memory(fn, "left", left, device)) != TOPS_OK) return st;
-    if ((st = check_memory(fn, "dest", dest, device)) != TOPS_OK) return st;
+    if ((st = tops__cuda_check_memory(fn, "left", left, device)) != TOPS_OK) return st;
+    if ((st = tops__cuda_check_memory(fn, "dest", dest, device)) != TOPS_OK) return st;
     const int f32_left = left->format.id == TOPS_FMT_F32;
     if (left->format.id != TOPS_FMT_F16 && left->format.id != TOPS_FMT_BF16 && !f32_left)
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,

@@ -123,6 +123,18 @@ tops_status tops__cuda_check_pointer(const char *fn, const char *what, const voi
     return TOPS_OK;
 }
 
+tops_status tops__cuda_check_memory(const char *fn, const char *what, const tops_tensor *t, int device) {
+    if (t->memory.kind != TOPS_DEVICE_CUDA || t->memory.index != device) {
+        if (t->memory.kind == TOPS_DEVICE_CUDA)
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn, "%s is in cuda:%d memory but exec.device is cuda:%d", what,
+                              t->memory.index, device);
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                          "%s is in host memory but exec.device is cuda:%d; copy it there with tops_tensor_to", what,
+                          device);
+    }
+    return tops__cuda_check_pointer(fn, what, t->data, t->memory);
+}
+
 tops_status tops_cuda_alloc(int device, size_t bytes, void **out) {
     static const char fn[] = "tops_cuda_alloc";
     if (!out) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "out is NULL");

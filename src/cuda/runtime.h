@@ -13,6 +13,9 @@ tops_status tops__cuda_error(const char *fn, int err, const char *what);
 tops_status tops__cuda_check_device(const char *fn, const char *what, int device);
 /* Checks that ptr really lives in mem (host, or cuda:N). */
 tops_status tops__cuda_check_pointer(const char *fn, const char *what, const void *ptr, tops_memory mem);
+/* A call's tensor operand: in cuda:device memory (a sentence naming where it
+   is otherwise), its data a pointer of that device. */
+tops_status tops__cuda_check_memory(const char *fn, const char *what, const tops_tensor *t, int device);
 /* Makes device current, remembering the caller's; tops__cuda_leave restores it. */
 tops_status tops__cuda_enter(const char *fn, int device, int *previous);
 void tops__cuda_leave(int previous);
