@@ -278,6 +278,10 @@ typedef struct tops_bench_conv_shape {
 
 int tops_bench_conv_parse(tops_bench_config *cfg, int argc, char **argv, int *i);
 tops_status tops_bench_conv_prepare(tops_bench_config *cfg);
+/* f64 of output pixels rows[] (pixels of [n * oh * ow, o], all channels) from
+   the input x and the decoded weights w [o][kh * kw * c / groups]. */
+void tops_bench_conv_reference(const tops_bench_conv_shape *s, const float *x, const float *w, const int64_t *rows,
+                               int nrows, double *ref);
 tops_status tops_bench_conv_cpu(tops_bench_session *session, tops_bench_rows *rows);
 extern const char tops_bench_conv_usage[];
 /* The (layer, batch) shapes --layers and --conv-batch enable, in order, with

@@ -122,9 +122,8 @@ int tops_bench_conv_cases(tops_bench_conv_shape *out, const char **names, int ma
     return n;
 }
 
-/* f64 reference of output rows `rows` (pixels of [n * oh * ow, o]). */
-static void reference(const tops_bench_conv_shape *s, const float *x, const float *w, const int64_t *rows, int nrows,
-                      double *ref) {
+void tops_bench_conv_reference(const tops_bench_conv_shape *s, const float *x, const float *w, const int64_t *rows,
+                               int nrows, double *ref) {
     const int64_t cg = s->c / s->groups, og = s->o / s->groups;
     for (int r = 0; r < nrows; r++) {
         const int64_t m = rows[r], n = m / (s->oh * s->ow), y = m / s->ow % s->oh, xx = m % s->ow;
@@ -211,7 +210,7 @@ static tops_status fmt_prepare(tops_bench_session *s, const tops_bench_conv_shap
     if ((st = tops_quantize(&src, &fc->q, NULL)) != TOPS_OK) goto done;
     tops_tensor dv;
     if ((st = view(TOPS_DT_F32, dec, 2, wext, &dv)) != TOPS_OK || (st = tops_dequantize(&fc->q, &dv)) != TOPS_OK) goto done;
-    reference(sh, x, dec, check, nchk, ref);
+    tops_bench_conv_reference(sh, x, dec, check, nchk, ref);
     fc->exec = tops_exec_default();
     fc->exec.threads = cfg->threads;
     tops_conv2d_desc *d = &fc->d;
@@ -351,7 +350,7 @@ tops_status tops_bench_conv_cpu(tops_bench_session *s, tops_bench_rows *rows) {
             tops_bench_row base;
             memset(&base, 0, sizeof base);
             if (st == TOPS_OK) {
-                reference(&sh, x, w, check, nchk, ref);
+                tops_bench_conv_reference(&sh, x, w, check, nchk, ref);
                 tops_bench_progress(s, "%s b%lld: timing oneDNN f32 and ours in alternation", L->name, (long long)sh.n);
                 st = tops_bench_onednn_conv(s, &sh, x, w, check, nchk, ref, &base, alts, nready);
             }

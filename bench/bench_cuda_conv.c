@@ -295,29 +295,6 @@ static tops_status view(tops_dtype dt, void *data, int rank, const int64_t *ext,
     return tops_tensor_view(&d, out);
 }
 
-/* f64 of output pixels rows[] (all channels) from the 16-bit input x16 and
-   the decoded weights w [o][k]. */
-static void reference(const tops_bench_conv_shape *s, const float *x, const float *w, const int64_t *rows, int nrows,
-                      double *ref) {
-    const int64_t cg = s->c / s->groups, og = s->o / s->groups;
-    for (int r = 0; r < nrows; r++) {
-        const int64_t m = rows[r], n = m / (s->oh * s->ow), y = m / s->ow % s->oh, xx = m % s->ow;
-        for (int64_t o = 0; o < s->o; o++) {
-            double acc = 0;
-            const int64_t c0 = o / og * cg;
-            for (int64_t i = 0; i < s->kh; i++)
-                for (int64_t j = 0; j < s->kw; j++) {
-                    const int64_t ih = y * s->sh - s->pt + i * s->dh, iw = xx * s->sw - s->pl + j * s->dw;
-                    if (ih < 0 || ih >= s->h || iw < 0 || iw >= s->w) continue;
-                    const float *xp = x + ((n * s->h + ih) * s->w + iw) * s->c + c0;
-                    const float *wp = w + ((o * s->kh + i) * s->kw + j) * cg;
-                    for (int64_t ch = 0; ch < cg; ch++) acc += (double)xp[ch] * wp[ch];
-                }
-            ref[r * s->o + o] = acc;
-        }
-    }
-}
-
 /* The checked pixels of a 16-bit device output, as floats. */
 static tops_status fetch_rows(const tops_bench_conv_shape *s, const void *dy, int bf16, const int64_t *rows, int nrows,
                               float *got) {
@@ -418,7 +395,7 @@ static tops_status run_shape(tops_bench_session *s, const tops_bench_conv_shape 
         /* check on a NaN-poisoned output */
         tops_bench_progress(s, "%s b%lld %s: checking against f64", layer, (long long)sh->n, cfg->formats[f]);
         for (int64_t i = 0; i < nin; i++) xr[i] = bf16 ? tops__bf16_to_f32(tops__f32_to_bf16(xf[i])) : tops__f16_to_f32(tops__f32_to_f16(xf[i]));
-        reference(sh, xr, wdec, check, nchk, ref);
+        tops_bench_conv_reference(sh, xr, wdec, check, nchk, ref);
         if (cudaMemset(dy, 0xFF, (size_t)nout * 2) != cudaSuccess) {
             st = tops__fail(TOPS_DEVICE_ERROR, fn, "cudaMemset failed");
             break;
@@ -450,7 +427,7 @@ static tops_status run_shape(tops_bench_session *s, const tops_bench_conv_shape 
             cc.dx = dx[0], cc.dw = dwh, cc.dy = dyb;
             for (int64_t i = 0; i < nin; i++) xr[i] = tops__f16_to_f32(tops__f32_to_f16(xf[i]));
             for (int64_t i = 0; i < nw; i++) wdec[i] = tops__f16_to_f32(w16[i]);
-            reference(sh, xr, wdec, check, nchk, ref);
+            tops_bench_conv_reference(sh, xr, wdec, check, nchk, ref);
             (void)cudaMemset(dyb, 0xFF, (size_t)nout * 2);
             st = cudnn_call(&cc);
             if (st == TOPS_OK && cudaStreamSynchronize(stream) != cudaSuccess)

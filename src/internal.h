@@ -62,5 +62,9 @@ tops__tensor_release_fn tops__tensor_set_release(tops_device_kind kind, tops__te
 
 /* Validates that t was made by view/create/slice (and names it in errors). */
 tops_status tops__check_tensor(const char *fn, const char *arg, const tops_tensor *t);
+/* A packed varlen operand [T, H, D] as a [1, H, T, D] view of the same
+   memory (every plane moved alike; owns nothing), so one sequence is rows
+   of the [S, D] matrices attention reads (src/formats/tensor.c). */
+void tops__tensor_packed_view(const tops_tensor *t, tops_tensor *o);
 
 #endif

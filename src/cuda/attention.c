@@ -198,27 +198,6 @@ static tops_status device_support(int device, const tops_attention_desc *d, cons
     return TOPS_OK;
 }
 
-/* Packed [T, H, D] as a [1, H, T, D] view (every plane moved alike). */
-static void packed_view(const tops_tensor *t, tops_tensor *o) {
-    static const int from[4] = {-1, 1, 0, 2};
-    *o = *t;
-    o->owner_ = NULL;
-    o->rank = 4;
-    tops_plane *planes[3] = {&o->scales, &o->bias, &o->codebook};
-    const tops_plane *src[3] = {&t->scales, &t->bias, &t->codebook};
-    for (int d = 0; d < 4; d++) {
-        int f = from[d];
-        o->extent[d] = f < 0 ? 1 : t->extent[f];
-        o->stride[d] = f < 0 ? 0 : t->stride[f];
-        for (int i = 0; i < 3; i++) {
-            if (!src[i]->data) continue;
-            planes[i]->extent[d] = f < 0 ? 1 : src[i]->extent[f];
-            planes[i]->stride[d] = f < 0 ? 0 : src[i]->stride[f];
-            planes[i]->block[d] = f < 0 ? 1 : src[i]->block[f];
-        }
-    }
-}
-
 static tops_status prepare(const tops_exec *exec, const tops_attention_desc *desc, const tops_tensor *q,
                            const tops_tensor *k, const tops_tensor *v, const tops_tensor *out, tops__cu_attn_args *a,
                            tops__cu_decode_args *da, int *decode) {
@@ -236,7 +215,8 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
     const int varlen = desc->cu_seqlens_q != NULL;
     int64_t batch = q->rank == 4 ? q->extent[0] : desc->batch, sq_long = 0, sk_long = 0;
     if (varlen) {
-        packed_view(q, &views[0]), packed_view(k, &views[1]), packed_view(v, &views[2]), packed_view(out, &views[3]);
+        tops__tensor_packed_view(q, &views[0]), tops__tensor_packed_view(k, &views[1]);
+        tops__tensor_packed_view(v, &views[2]), tops__tensor_packed_view(out, &views[3]);
         q = &views[0], k = &views[1], v = &views[2], out = &views[3];
         for (int64_t b = 0; b < batch; b++) {
             int64_t nq = desc->cu_seqlens_q[b + 1] - desc->cu_seqlens_q[b], nk = desc->cu_seqlens_k[b + 1] - desc->cu_seqlens_k[b];

@@ -24,6 +24,7 @@
 // partial (m, l, O) goes to a workspace and merge_kernel combines the splits
 // in split order.  Same bits every run.
 #include "cuda/attention_decode.h"
+#include "cuda/kernels.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -101,18 +102,7 @@ template <typename T> __device__ __forceinline__ T from_f32(float x) {
 
 template <typename T>
 __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value)
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%10,%11,%12,%13};"
-            : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-              "f"(c[3]));
-    else
-        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-            "{%10,%11,%12,%13};"
-            : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-              "f"(c[3]));
+    tops_cu::mma16816<std::is_same<T, __nv_bfloat16>::value>(c, a, b0, b1);
 }
 
 // BYTES (4, 8 or a multiple of 16) read once, around L1.

@@ -337,28 +337,6 @@ static void run_item(const job *J, worker *w, int64_t item) {
     tops__tile_store(kern, o, &om);
 }
 
-/* Packed [T, H, D] as a [1, H, T, D] view (every plane moved alike), so
-   one sequence is rows of the [S, D] matrices the tile engine reads. */
-static void packed_view(const tops_tensor *t, tops_tensor *o) {
-    static const int from[4] = {-1, 1, 0, 2};
-    *o = *t;
-    o->owner_ = NULL;
-    o->rank = 4;
-    tops_plane *planes[3] = {&o->scales, &o->bias, &o->codebook};
-    const tops_plane *src[3] = {&t->scales, &t->bias, &t->codebook};
-    for (int d = 0; d < 4; d++) {
-        int f = from[d];
-        o->extent[d] = f < 0 ? 1 : t->extent[f];
-        o->stride[d] = f < 0 ? 0 : t->stride[f];
-        for (int i = 0; i < 3; i++) {
-            if (!src[i]->data) continue;
-            planes[i]->extent[d] = f < 0 ? 1 : src[i]->extent[f];
-            planes[i]->stride[d] = f < 0 ? 0 : src[i]->stride[f];
-            planes[i]->block[d] = f < 0 ? (i < 2 ? 1 : 0) : src[i]->block[f];
-        }
-    }
-}
-
 /* The calling thread keeps its workspace (tiles and key layout) between
    calls up to this size: fresh pages cost page faults and zeroing on every
    call (about 2% of a causal S = 2048 head set); larger ones are returned.
@@ -377,10 +355,10 @@ tops_status tops__attention_drive(const tops__kernels *kern, const tops__attenti
     J.p = p;
     tops_tensor views[4];
     if (p->varlen) {
-        packed_view(q, &views[0]);
-        packed_view(k, &views[1]);
-        packed_view(v, &views[2]);
-        packed_view(out, &views[3]);
+        tops__tensor_packed_view(q, &views[0]);
+        tops__tensor_packed_view(k, &views[1]);
+        tops__tensor_packed_view(v, &views[2]);
+        tops__tensor_packed_view(out, &views[3]);
         q = &views[0], k = &views[1], v = &views[2], out = &views[3];
     }
     J.q = q, J.k = k, J.v = v, J.out = out;

@@ -248,6 +248,26 @@ tops_status tops__check_tensor(const char *fn, const char *arg, const tops_tenso
 
 /* ---- owned tensors ------------------------------------------------------------ */
 
+void tops__tensor_packed_view(const tops_tensor *t, tops_tensor *o) {
+    static const int from[4] = {-1, 1, 0, 2};
+    *o = *t;
+    o->owner_ = NULL;
+    o->rank = 4;
+    tops_plane *planes[3] = {&o->scales, &o->bias, &o->codebook};
+    const tops_plane *src[3] = {&t->scales, &t->bias, &t->codebook};
+    for (int d = 0; d < 4; d++) {
+        int f = from[d];
+        o->extent[d] = f < 0 ? 1 : t->extent[f];
+        o->stride[d] = f < 0 ? 0 : t->stride[f];
+        for (int i = 0; i < 3; i++) {
+            if (!src[i]->data) continue;
+            planes[i]->extent[d] = f < 0 ? 1 : src[i]->extent[f];
+            planes[i]->stride[d] = f < 0 ? 0 : src[i]->stride[f];
+            planes[i]->block[d] = f < 0 ? (i < 2 ? 1 : 0) : src[i]->block[f];
+        }
+    }
+}
+
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
 tops_status tops_tensor_create(tops_format format, int rank, const int64_t *extent, tops_memory memory,
