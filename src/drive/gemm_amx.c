@@ -26,7 +26,21 @@
 #include <omp.h>
 #endif
 
-enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
+/* N blocks: relaxed calls on the i8 tiles 128 columns, those on the bf16
+   terms decoding prepacked panels (fused) 64, the rest 256.  Xeon, 16
+   threads, K = 4096, N = 12288, relaxed (medians, ms): i8 tiles at M = 16,
+   int4-g32 0.507 at 256, 0.410 at 128; fused bf16 terms at M = 128,
+   int4-g32 1.906 at 256, 1.627 at 64 (nvfp4 1.967, 1.469): 48 blocks
+   of 256 leave the threads of that shared host unevenly loaded. */
+enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, NC_Q8_RELAXED = 128, NC_FUSED = 64, M_CHUNK_MAX = 512 };
+
+/* EXPERIMENT: blocking overrides from the environment (device A/B). */
+#include <stdlib.h>
+static int64_t tune(const char *name, int64_t dflt) {
+    const char *e = getenv(name);
+    const long long v = e ? atoll(e) : 0;
+    return v > 0 ? (int64_t)v : dflt;
+}
 
 /* Whether w's integer form fits the tile panels (sub-blocks of 4..32
    dividing 32). */
@@ -141,13 +155,13 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const int sub = tops__unpack_sub(w), strict = !p->relaxed;
     const int64_t esize = strict ? 2 : 1; /* bytes of a weight code and of an activation term */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), n_subs = kp / sub;
-    const int64_t kc_max = tops__balanced_block(kp, KC_DEFAULT, 32), k_blocks = tops__ceil_div(kp, kc_max);
+    const int64_t kc_max = tops__balanced_block(kp, tune("TOPS_AMX_KC_Q8", KC_DEFAULT), 32), k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
     const int prepacked = p->q8_panels && p->q8_amx == (strict ? 2 : 1);
 
     int threads;
     int64_t nc, n_blocks;
-    tops__split_n(p, NC_DEFAULT, 32, &threads, &nc, &n_blocks);
+    tops__split_n(p, tune("TOPS_AMX_NC_Q8", p->relaxed ? NC_Q8_RELAXED : NC_DEFAULT), 32, &threads, &nc, &n_blocks);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
     /* Workspace: the left of one chunk in tile order (relaxed: codes and
@@ -395,33 +409,45 @@ int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p) {
            p->kern->unpack[w->format.id].run_min;
 }
 
+/* Words in each half of a fused term buffer. */
+static int64_t fused_half(int64_t kc_max) { return (32 * kc_max * 2 + 63) / 64 * 64 / 2; }
+
 /* One n block of a relaxed call on prepacked i8 panels: the (K block,
    pair) items in order, item i's kernel calls (one per row-tile pair)
-   each decoding a share of item i + 1's terms into the other half of wt
-   (item 0 decoded first, alone).  The same terms and the same sums, in
-   the same order, as the unfused loop. */
-static void run_fused(const tops__gemm_problem *p, int64_t n0, int64_t pairs, int64_t kc_max, int64_t k_blocks,
-                      int64_t m_tiles, const terms_bufs *tb, uint16_t *wt, const uint16_t *a, float *acc,
-                      int64_t nc) {
+   each decoding a share of the next item's terms into the other half of
+   wt.  The next item of the block's last one is the first of the thread's
+   next block (n0_next, or none when negative), so the decode stays
+   hidden behind the tile products across blocks; *parity counts the items
+   run, item i of this block reads half (*parity + i) % 2, whose terms
+   the caller decoded (the thread's first item) or the previous item's
+   calls did.  The same terms and the same sums, in the same order, as the
+   unfused loop. */
+static void run_fused(const tops__gemm_problem *p, int64_t n0, int64_t pairs, int64_t n0_next, int64_t kc_max,
+                      int64_t k_blocks, int64_t m_tiles, uint16_t *wt, const uint16_t *a, float *acc, int64_t nc,
+                      int64_t *parity) {
     const tops__kernels *kern = p->kern;
     const int sub = tops__unpack_sub(p->right.t);
     const int64_t kp = tops__round_up(p->k, 32), steps_all = kp / 32, n_subs = kp / sub, items = k_blocks * pairs;
-    const int64_t half = (32 * kc_max * 2 + 63) / 64 * 64 / 2, calls = tops__ceil_div(m_tiles, 2);
-    uint16_t *buf[2] = {wt, wt + half};
-    (void)decode_pair(p, n0, 0, kp < kc_max ? kp : kc_max, kp, 1, tb, buf[0]);
+    const int64_t calls = tops__ceil_div(m_tiles, 2);
+    uint16_t *buf[2] = {wt, wt + fused_half(kc_max)};
     for (int64_t i = 0; i < items; i++) {
         const int64_t kb = i / pairs, jp = i % pairs, k0 = kb * kc_max;
         const int64_t kc = kp - k0 < kc_max ? kp - k0 : kc_max, steps = kc / 32;
-        const uint16_t *b0 = buf[i & 1], *b1 = b0 + steps * 512;
+        const uint16_t *b0 = buf[(*parity + i) & 1], *b1 = b0 + steps * 512;
         tops__amx_decode_job job;
-        int64_t rows = 0;
+        int64_t rows = 0, n_next = -1, k2 = 0;
         if (i + 1 < items) {
-            const int64_t kb2 = (i + 1) / pairs, jp2 = (i + 1) % pairs, k2 = kb2 * kc_max;
-            const int64_t kc2 = kp - k2 < kc_max ? kp - k2 : kc_max, g = (n0 + jp2 * 32) / 16;
+            n_next = n0 + ((i + 1) % pairs) * 32;
+            k2 = ((i + 1) / pairs) * kc_max;
+        } else if (n0_next >= 0) {
+            n_next = n0_next;
+        }
+        if (n_next >= 0) {
+            const int64_t kc2 = kp - k2 < kc_max ? kp - k2 : kc_max, g = n_next / 16;
             for (int h = 0; h < 2; h++) {
                 job.panel[h] = (const int8_t *)p->q8_panels + (g + h) * 16 * kp + k2 * 16;
                 job.scales[h] = p->q8_scales + (g + h) * 16 * n_subs + k2 / sub * 16;
-                job.out[h] = buf[(i + 1) & 1] + h * (kc2 / 32) * 512;
+                job.out[h] = buf[(*parity + i + 1) & 1] + h * (kc2 / 32) * 512;
             }
             job.sub = sub;
             rows = kc2 / 4;
@@ -434,6 +460,7 @@ static void run_fused(const tops__gemm_problem *p, int64_t n0, int64_t pairs, in
                                         b1, 512, acc + it * 16 * nc + jp * 32, nc, kb > 0, rows ? &job : NULL);
         }
     }
+    *parity += items;
 }
 
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p) {
@@ -445,23 +472,23 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const int sub = p->right.read == tops__read_rect_unpack || tops__amx_bf16t_unpacks_mins(p) ? tops__unpack_sub(w)
                                                                                             : 32; /* unpack buffers */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;
-    const int64_t kc_max = tops__balanced_block(kp, p->relaxed ? KC_BF16T_RELAXED : KC_BF16T, 32);
+    const int64_t kc_max = tops__balanced_block(kp, p->relaxed ? tune("TOPS_AMX_KC_BF16T", KC_BF16T_RELAXED) : KC_BF16T, 32);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
 
     int threads;
     int64_t nc, n_blocks;
-    tops__split_n(p, NC_DEFAULT, 32, &threads, &nc, &n_blocks);
+    /* Relaxed calls on prepacked i8 panels decode the next pair's terms
+       inside the kernel calls of this one (run1_decode: the vector units
+       decode while the tile unit multiplies), into a second term buffer. */
+    const int fused = p->relaxed && kern->amx_bf16t.run1_decode && p->q8_panels && p->q8_amx == 1;
+    tops__split_n(p, tune("TOPS_AMX_NC_BF16T", fused ? NC_FUSED : NC_DEFAULT), 32, &threads, &nc, &n_blocks);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
     /* Workspace: the left of one chunk as bf16 terms in tile order, then
        per thread the pair's weight terms, the decode buffers, the
        accumulators and row buffers. */
     const size_t left_bytes = (size_t)tops__round_up(m_chunk * kp * na * 2, 64);
-    /* Relaxed calls on prepacked i8 panels decode the next pair's terms
-       inside the kernel calls of this one (run1_decode: the vector units
-       decode while the tile unit multiplies), into a second term buffer. */
-    const int fused = p->relaxed && kern->amx_bf16t.run1_decode && p->q8_panels && p->q8_amx == 1;
     const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64) * (fused ? 2 : 1);
     /* (the fused path decodes from the panels: no unpack or f32 buffers) */
     const size_t code_bytes = fused ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
@@ -480,6 +507,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
         const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
         const int64_t m_pad = m_tiles * 16;
+        int64_t claimed = 0; /* the fused path's next n block */
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -505,16 +533,33 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #pragma omp for schedule(static)
 #endif
             for (int64_t i = 0; i < m_pad; i++) left_row_terms(kern, p, i < mm ? m0 + i : -1, i, kp, na, &rb, a);
+            if (fused) {
+                /* n blocks claimed one ahead, so each block's last kernel
+                   calls decode the first terms of the thread's next one. */
+                int64_t cur, next, parity = 0;
+#ifdef _OPENMP
+#pragma omp atomic capture
+#endif
+                cur = claimed++;
+                if (cur < n_blocks)
+                    (void)decode_pair(p, cur * nc, 0, kp < kc_max ? kp : kc_max, kp, 1, &tb, wt);
+                while (cur < n_blocks) {
+#ifdef _OPENMP
+#pragma omp atomic capture
+#endif
+                    next = claimed++;
+                    const int64_t n0 = cur * nc, nn = N - n0 < nc ? N - n0 : nc;
+                    run_fused(p, n0, tops__ceil_div(nn, 32), next < n_blocks ? next * nc : -1, kc_max, k_blocks,
+                              m_tiles, wt, a, acc, nc, &parity);
+                    tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
+                    cur = next;
+                }
+            }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-            for (int64_t jb = 0; jb < n_blocks; jb++) {
+            for (int64_t jb = 0; jb < (fused ? 0 : n_blocks); jb++) {
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
-                if (fused) {
-                    run_fused(p, n0, pairs, kc_max, k_blocks, m_tiles, &tb, wt, a, acc, nc);
-                    tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
-                    continue;
-                }
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, steps = kc / 32;
                     for (int64_t jp = 0; jp < pairs; jp++) {

@@ -601,9 +601,12 @@ static void run_every_format(int quick) {
        i8 panels (the fused decode) and the integer form with mins. */
     check_case((tops_format){TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, 1, 130, 40, 4200, 1);
     check_case((tops_format){TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, 1, 64, 33, 4200, 0);
+    /* The fused decode across n blocks (each thread's blocks claimed one
+       ahead): several blocks of 64 columns a thread, a ragged last one. */
+    check_case((tops_format){TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, 1, 130, 300, quick ? 600 : 4200, 1);
     printf("%s matmul: %d cases; strict worst rel-L2 vs f64 %.3g (%s), %.3g (%s) (bound 1e-5); relaxed bf16 "
            "terms worst %.3g of the magnitude (bound 1e-2)\n",
-           use == amx ? "AMX" : "emulated-tile", cases + 8, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
+           use == amx ? "AMX" : "emulated-tile", cases + 9, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
            kernel_name(BF16_TERMS), relaxed_worst);
 }
 

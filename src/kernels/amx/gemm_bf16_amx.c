@@ -18,10 +18,7 @@ static void configure(int sub) {
     for (int t = 0; t < 4; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
     for (int t = 4; t < 6; t++) cfg.colsb[t] = (uint16_t)(2 * sub), cfg.rows[t] = 16;
     for (int t = 6; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)(sub / 2);
-    /* gcc's _tile_loadconfig names only the first 8 bytes as read: without
-       this barrier the colsb / rows stores can be dropped as dead. */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
+    tops__amx_load_cfg(&cfg);
 }
 
 static inline void block_sums(int mt, int64_t b, int sub, const uint16_t *hi, const uint16_t *lo, int64_t a_next,

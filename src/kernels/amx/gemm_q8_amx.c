@@ -19,10 +19,7 @@ static void configure(int sub) {
     for (int t = 0; t < 4; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
     for (int t = 4; t < 6; t++) cfg.colsb[t] = (uint16_t)sub, cfg.rows[t] = 16;
     for (int t = 6; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)(sub / 4);
-    /* gcc's _tile_loadconfig names only the first 8 bytes as read: without
-       this barrier the colsb / rows stores can be dropped as dead. */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
+    tops__amx_load_cfg(&cfg);
 }
 
 /* Block sums of sub-block b into buf[0..3] (16 x 16 int32 each; 2 and 3
@@ -104,3 +101,5 @@ void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t 
 }
 
 void tops__amx_release(void) { _tile_release(); }
+
+int tops__amx_cfg_every;

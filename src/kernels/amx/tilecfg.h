@@ -1,7 +1,15 @@
 /* The tile configuration record (ldtilecfg's 64 bytes), and the
    configuration of the bf16-term and attention kernels: palette 1, tiles
    0..7 of 16 rows x 64 bytes (the i8 and code-tile kernels size theirs by
-   the sub-block).  Included only by files built with the AMX flags. */
+   the sub-block).  Included only by files built with the AMX flags.
+
+   Every kernel call loads its configuration through tops__amx_load_cfg,
+   which skips ldtilecfg when the thread's tiles already hold that
+   configuration (sttilecfg, then a compare): ldtilecfg costs far more
+   than a store of the current one, and a driver calls the kernels tens of
+   thousands of times a call.  Reading the current configuration back
+   (rather than remembering what was loaded) keeps this correct whatever
+   ran on the thread in between (another library's tiles, a release). */
 #ifndef TOPS_KERNELS_AMX_TILECFG_H
 #define TOPS_KERNELS_AMX_TILECFG_H
 
@@ -16,15 +24,31 @@ typedef struct tops__amx_tilecfg {
     uint8_t rows[16];
 } tops__amx_tilecfg;
 
+/* 0: compare with the loaded configuration (the default); 1: ldtilecfg
+   on every call (set by the dispatch from TOPS_AMX_TILECFG=every, for
+   measurements). */
+extern int tops__amx_cfg_every;
+
+static inline void tops__amx_load_cfg(const tops__amx_tilecfg *cfg) {
+    if (!tops__amx_cfg_every) {
+        _Alignas(64) tops__amx_tilecfg cur;
+        _tile_storeconfig(&cur);
+        /* gcc's _tile_storeconfig names only 8 bytes as written */
+        __asm__ volatile("" : : "r"(&cur) : "memory");
+        if (memcmp(&cur, cfg, sizeof cur) == 0) return;
+    }
+    /* gcc's _tile_loadconfig names only the first 8 bytes as read: without
+       this barrier the colsb / rows stores can be dropped as dead. */
+    __asm__ volatile("" : : "r"(cfg) : "memory");
+    _tile_loadconfig(cfg);
+}
+
 static inline void tops__amx_configure(void) {
     _Alignas(64) tops__amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int t = 0; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
-    /* gcc's _tile_loadconfig names only the first 8 bytes as read: without
-       this barrier the colsb / rows stores can be dropped as dead. */
-    __asm__ volatile("" : : "r"(&cfg) : "memory");
-    _tile_loadconfig(&cfg);
+    tops__amx_load_cfg(&cfg);
 }
 
 #endif
