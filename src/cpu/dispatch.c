@@ -143,6 +143,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     tops__ref_fill_unpackers(k->forms);
     k->amx_bf16t.terms_q8 = tops__ref_amx_terms_q8;
     k->amx_bf16t.terms_f32 = tops__ref_amx_terms_f32;
+    k->amx_nib_expand = tops__ref_amx_nib_expand;
     k->dot_f32_q8 = tops__ref_dot_f32_q8;
     k->dot_f32_q8_x4 = tops__ref_dot_f32_q8_x4;
     k->dot_q8_q8 = tops__ref_dot_q8_q8;
@@ -243,6 +244,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                                  "tops_gemm_f32_bf16t_bf16t_32x32__amx",
                                                  tops_gemm_f32_bf16t_bf16t_32x32__amx_dec,
                                                  tops__amx_terms_q8_min__avx512};
+    if (level_allows(level, TOPS_ISA_AMX)) k->amx_nib_expand = tops__amx_nib_expand__avx512;
     if (level_allows(level, TOPS_ISA_AMX)) { /* EXPERIMENT: crossover overrides (device A/B) */
         const char *e0 = getenv("TOPS_AMX_BF16T_MIN_M"), *e1 = getenv("TOPS_AMX_BF16T_MIN_M_SMALL");
         if (e0 && atoi(e0) > 0) k->amx_bf16t.relaxed_min_m[0] = atoi(e0);

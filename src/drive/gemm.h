@@ -76,7 +76,9 @@ typedef struct tops__gemm_problem {
     const uint8_t *q8_panels;
     const float *q8_scales;
     const float *q8_mins;    /* weights with mins: laid out as q8_scales, else NULL */
-    int q8_amx;              /* the panels are tops__pack_amx_panels': 1 its i8 ones, 2 its bf16 ones */
+    int q8_amx;              /* the panels are tops__pack_amx_panels': 1 its i8 ones, 2 its bf16 ones,
+                                3 its 4-bit ones (then q8_lut their codes) */
+    const int8_t *q8_lut;
     tops__nibstream nib_stream; /* prepacked row stream for M <= 4, or data NULL */
 } tops__gemm_problem;
 
@@ -165,6 +167,15 @@ int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p);
 int64_t tops__amx_groups(int64_t n);
 void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t kp, int64_t g0,
                            int64_t count, void *panels, float *scales, void *scratch);
+/* Relaxed weights whose codes take at most 16 values (4-bit codes without
+   mins): the panels in their 4-bit form (kernels.h, tops__amx_nib_expand;
+   half the bytes), group g at panels + g * 8 * kp, lut the codes of the
+   nibbles.  tops__amx_nib_lut fills lut and returns 1 where w qualifies
+   (0 otherwise); pack_nib needs 32 * kp bytes more scratch than
+   tops__pack_amx_panels. */
+int tops__amx_nib_lut(const tops__kernels *kern, const tops_tensor *w, int8_t lut[16]);
+void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, const int8_t lut[16], int64_t kp,
+                               int64_t g0, int64_t count, uint8_t *panels, float *scales, void *scratch);
 
 /* Scratch for a run: the caller's exec.scratch when large enough, else the
    calling thread's cached buffer (kept between calls).  64-byte aligned;
@@ -228,7 +239,9 @@ typedef struct tops__packed_right {
     size_t q8_bytes;
     int q8_amx; /* packed at a level with AMX kernels: tops__pack_amx_panels'
                    layout (every integer form), not the 8-column one: 1 its
-                   i8 panels (relaxed), 2 its bf16 ones (strict) */
+                   i8 panels (relaxed), 2 its bf16 ones (strict), 3 its 4-bit
+                   ones (relaxed, codes in q8_lut) */
+    int8_t q8_lut[16];
     /* Also packed relaxed, where tops__nibstream_scale_bytes allows: the
        row driver's four-row stream (M <= 4), data NULL otherwise. */
     tops__nibstream nib_stream;

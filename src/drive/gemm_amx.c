@@ -20,6 +20,7 @@
    same bits for any thread count, packed or plain. */
 #include "drive/gemm.h"
 #include "core/threads.h"
+#include "formats/traits.h"
 
 #include <string.h>
 #ifdef _OPENMP
@@ -32,7 +33,7 @@
    int4-g32 0.507 at 256, 0.410 at 128; fused bf16 terms at M = 128,
    int4-g32 1.906 at 256, 1.627 at 64 (nvfp4 1.967, 1.469): 48 blocks
    of 256 leave the threads of that shared host unevenly loaded. */
-enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, NC_Q8_RELAXED = 128, NC_FUSED = 64, M_CHUNK_MAX = 512 };
+enum { KC_DEFAULT = 2048, NC_DEFAULT = 128, NC_Q8 = 128, NC_FUSED = 64, M_CHUNK_MAX = 512 };
 
 /* EXPERIMENT: blocking overrides from the environment (device A/B). */
 #include <stdlib.h>
@@ -91,6 +92,40 @@ void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int 
         valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
         pack_group(kern, w, strict, g * 16, valid, 0, kp, sub, rows, qs, (char *)panels + g * 16 * kp * esize,
                    scales + g * 16 * nb);
+    }
+}
+
+int tops__amx_nib_lut(const tops__kernels *kern, const tops_tensor *w, int8_t lut[16]) {
+    if (w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
+    const tops__int_layout *lay = tops__format_int_layout(w->format.id);
+    if (!lay || lay->code_bits != 4 || (lay->form != TOPS__IF_CODES && lay->form != TOPS__IF_BLOCKS) || lay->has_min)
+        return 0;
+    int zero = 0;
+    for (int c = 0; c < 16; c++) {
+        lut[c] = lay->map[c];
+        zero |= lay->map[c] == 0;
+    }
+    return zero; /* padding columns and k need the code 0 */
+}
+
+void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, const int8_t lut[16], int64_t kp,
+                               int64_t g0, int64_t count, uint8_t *panels, float *scales, void *scratch) {
+    uint8_t nib_of[256];
+    for (int v = 0; v < 256; v++) nib_of[v] = 0;
+    for (int c = 15; c >= 0; c--) nib_of[(uint8_t)lut[c]] = (uint8_t)c; /* the first code of each value */
+    const int sub = tops__unpack_sub(w);
+    const int64_t n = w->extent[0], nb = kp / sub;
+    int8_t *panel = (int8_t *)scratch, *rows = panel + 16 * kp;
+    float *qs = (float *)(rows + 16 * kp);
+    for (int64_t g = g0; g < g0 + count; g++) {
+        int64_t valid = n - g * 16;
+        valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
+        pack_group(kern, w, 0, g * 16, valid, 0, kp, sub, rows, qs, panel, scales + g * 16 * nb);
+        uint8_t *out = panels + g * 8 * kp;
+        for (int64_t r2 = 0; r2 < kp / 8; r2++)
+            for (int x = 0; x < 64; x++)
+                out[r2 * 64 + x] = (uint8_t)(nib_of[(uint8_t)panel[(2 * r2) * 64 + x]] |
+                                             nib_of[(uint8_t)panel[(2 * r2 + 1) * 64 + x]] << 4);
     }
 }
 
@@ -158,10 +193,12 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const int64_t kc_max = tops__balanced_block(kp, tune("TOPS_AMX_KC_Q8", KC_DEFAULT), 32), k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
     const int prepacked = p->q8_panels && p->q8_amx == (strict ? 2 : 1);
+    /* 4-bit panels: each K block of a pair expanded to i8 codes first */
+    const int nib = !strict && p->q8_panels && p->q8_amx == 3 && p->q8_lut;
 
     int threads;
     int64_t nc, n_blocks;
-    tops__split_n(p, tune("TOPS_AMX_NC_Q8", p->relaxed ? NC_Q8_RELAXED : NC_DEFAULT), 32, &threads, &nc, &n_blocks);
+    tops__split_n(p, tune("TOPS_AMX_NC_Q8", NC_Q8), 32, &threads, &nc, &n_blocks);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
     /* Workspace: the left of one chunk in tile order (relaxed: codes and
@@ -171,9 +208,9 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const size_t left_scales = strict ? 0 : (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
     const size_t left_bytes = left_terms * (strict ? 2 : 1) + left_scales;
     const size_t panel_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * kc_max * esize, 64);
-    const size_t pscale_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
-    const size_t rows_bytes = prepacked ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
-    const size_t qs_bytes = prepacked ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
+    const size_t pscale_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
+    const size_t rows_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
+    const size_t qs_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
     const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);
     const size_t rf = (size_t)tops__round_up(kp * 4, 64), rq = (size_t)tops__round_up(kp, 64);
     const size_t rs = (size_t)tops__round_up(n_subs * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
@@ -222,7 +259,11 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, nb = kc / sub;
-                    if (!prepacked)
+                    if (nib)
+                        for (int64_t gi = 0; gi < 2 * pairs; gi++)
+                            kern->amx_nib_expand(p->q8_panels + (n0 / 16 + gi) * 8 * kp + k0 * 8, p->q8_lut, kc / 4,
+                                                 (int8_t *)panel + gi * 16 * kc);
+                    else if (!prepacked)
                         for (int64_t gi = 0; gi < 2 * pairs; gi++) {
                             int64_t valid = nn - gi * 16;
                             valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
@@ -236,6 +277,12 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                             const int64_t g = (n0 + jp * 32) / 16;
                             b0 = p->q8_panels + (g * 16 * kp + k0 * 16) * esize;
                             b1 = b0 + 16 * kp * esize;
+                            s0 = p->q8_scales + g * 16 * n_subs + k0 / sub * 16;
+                            s1 = s0 + 16 * n_subs;
+                        } else if (nib) { /* the expanded codes, the prepacked scales */
+                            const int64_t g = (n0 + jp * 32) / 16;
+                            b0 = panel + 2 * jp * 16 * kc;
+                            b1 = b0 + 16 * kc;
                             s0 = p->q8_scales + g * 16 * n_subs + k0 / sub * 16;
                             s1 = s0 + 16 * n_subs;
                         } else {
@@ -324,14 +371,19 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
     const tops_tensor *w = p->right.t;
     const int64_t group_terms = (kc / 32) * nslots * 512;
     int need = 1;
-    if (p->q8_panels && p->q8_amx == 1) { /* prepacked i8 panels: group g over all of kp, this K block at k0 * 16 codes */
+    if (p->q8_panels && (p->q8_amx == 1 || (p->q8_amx == 3 && p->q8_lut))) {
+        /* prepacked i8 panels: group g over all of kp, this K block at k0 * 16 codes (4-bit: expanded first) */
         const int sub = tops__unpack_sub(w);
         const int64_t n_subs = kp / sub;
         for (int g = 0; g < 2; g++) {
             const int64_t gg = n0 / 16 + g;
-            const int u = kern->amx_bf16t.terms_q8((const int8_t *)p->q8_panels + gg * 16 * kp + k0 * 16,
-                                                   p->q8_scales + gg * 16 * n_subs + k0 / sub * 16, sub, kc, nslots,
-                                                   out + g * group_terms);
+            const int8_t *codes = (const int8_t *)p->q8_panels + gg * 16 * kp + k0 * 16;
+            if (p->q8_amx == 3) {
+                kern->amx_nib_expand(p->q8_panels + gg * 8 * kp + k0 * 8, p->q8_lut, kc / 4, tb->panel);
+                codes = tb->panel;
+            }
+            const int u = kern->amx_bf16t.terms_q8(codes, p->q8_scales + gg * 16 * n_subs + k0 / sub * 16, sub, kc,
+                                                   nslots, out + g * group_terms);
             need = u > need ? u : need;
         }
         return need;
@@ -428,7 +480,7 @@ static void run_fused(const tops__gemm_problem *p, int64_t n0, int64_t pairs, in
     const tops__kernels *kern = p->kern;
     const int sub = tops__unpack_sub(p->right.t);
     const int64_t kp = tops__round_up(p->k, 32), steps_all = kp / 32, n_subs = kp / sub, items = k_blocks * pairs;
-    const int64_t calls = tops__ceil_div(m_tiles, 2);
+    const int64_t calls = tops__ceil_div(m_tiles, 2), nib_div = p->q8_amx == 3 ? 2 : 1; /* 4-bit panels: half */
     uint16_t *buf[2] = {wt, wt + fused_half(kc_max)};
     for (int64_t i = 0; i < items; i++) {
         const int64_t kb = i / pairs, jp = i % pairs, k0 = kb * kc_max;
@@ -445,11 +497,12 @@ static void run_fused(const tops__gemm_problem *p, int64_t n0, int64_t pairs, in
         if (n_next >= 0) {
             const int64_t kc2 = kp - k2 < kc_max ? kp - k2 : kc_max, g = n_next / 16;
             for (int h = 0; h < 2; h++) {
-                job.panel[h] = (const int8_t *)p->q8_panels + (g + h) * 16 * kp + k2 * 16;
+                job.panel[h] = (const int8_t *)p->q8_panels + (g + h) * 16 * kp / nib_div + k2 * 16 / nib_div;
                 job.scales[h] = p->q8_scales + (g + h) * 16 * n_subs + k2 / sub * 16;
                 job.out[h] = buf[(*parity + i + 1) & 1] + h * (kc2 / 32) * 512;
             }
             job.sub = sub;
+            job.lut = p->q8_amx == 3 ? p->q8_lut : NULL;
             rows = kc2 / 4;
         }
         for (int64_t it = 0, q = 0; it < m_tiles; it += 2, q++) {
@@ -481,7 +534,8 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     /* Relaxed calls on prepacked i8 panels decode the next pair's terms
        inside the kernel calls of this one (run1_decode: the vector units
        decode while the tile unit multiplies), into a second term buffer. */
-    const int fused = p->relaxed && kern->amx_bf16t.run1_decode && p->q8_panels && p->q8_amx == 1;
+    const int nib = p->relaxed && p->q8_panels && p->q8_amx == 3 && p->q8_lut;
+    const int fused = p->relaxed && kern->amx_bf16t.run1_decode && p->q8_panels && (p->q8_amx == 1 || nib);
     tops__split_n(p, tune("TOPS_AMX_NC_BF16T", fused ? NC_FUSED : NC_DEFAULT), 32, &threads, &nc, &n_blocks);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
@@ -491,7 +545,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const size_t left_bytes = (size_t)tops__round_up(m_chunk * kp * na * 2, 64);
     const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64) * (fused ? 2 : 1);
     /* (the fused path decodes from the panels: no unpack or f32 buffers) */
-    const size_t code_bytes = fused ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
+    const size_t code_bytes = fused && !nib ? 0 : (size_t)tops__round_up(16 * kc_max, 64); /* (4-bit: the first item) */
     const size_t scale_bytes = fused ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
     const size_t f_bytes = fused ? 0 : (size_t)tops__round_up(32 * kc_max * 4, 64);
     const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);

@@ -278,6 +278,9 @@ typedef struct tops__amx_decode_job {
     uint16_t *out[2];
     int sub;
     int64_t r0, r1;
+    /* NULL: panel[g] are i8 panels; else 4-bit panels (tops__amx_nib_expand
+       layout, panel[g] their first byte) and lut the code of each nibble. */
+    const int8_t *lut;
 } tops__amx_decode_job;
 /* The bf16-term kernel with one product per step (np = 1, pa = pb = 0:
    the relaxed pair list) that also runs `job` (may be NULL); the same
@@ -401,6 +404,13 @@ static inline void tops__amx_pack_panel(const int8_t *rows, int64_t kc, int8_t *
         for (int j = 0; j < 16; j++)
             for (int t = 0; t < 4; t++) panel[k4 * 64 + j * 4 + t] = rows[j * kc + k4 * 4 + t];
 }
+/* The 4-bit form of an i8 panel (relaxed weights whose codes take at most
+   16 values: half the bytes to stream): panel rows 2 s and 2 s + 1 (64
+   bytes each) share the 64-byte line s, byte x = nibble of row 2 s's byte
+   x | nibble of row 2 s + 1's << 4, lut[nibble] = the code.  expand writes
+   the i8 panel rows [0, rows) (rows even) of nib to out. */
+typedef void (*tops__amx_nib_expand_fn)(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out);
+void tops__ref_amx_nib_expand(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out);
 
 /* Tile microkernel: c[mr x nr] = a[mr x k] * b[k x nr] (+ c if accumulate),
    1 <= mr <= MR, k >= 1; rows of a, b and c lie lda, ldb and ldc floats
@@ -492,6 +502,7 @@ typedef struct tops__kernels {
        weights without an integer form (f32, f16, bf16, fp8...), relaxed
        ones from amx_bf16t.relaxed_min_m rows. */
     tops__amx_bf16t_ukernel amx_bf16t;
+    tops__amx_nib_expand_fn amx_nib_expand; /* every level (the packing needs no AMX) */
     /* AMX fused attention on f16/bf16 q, k, v (docs/tiles.md). */
     tops__amx_attn_ukernel amx_attn;
     void (*pack_q8_panel)(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
@@ -713,6 +724,10 @@ void tops__amx_release(void);
 /* Set once by the dispatch (TOPS_AMX_TILECFG=every): non-zero, the AMX
    kernels load their tile configuration on every call (kernels/amx/tilecfg.h). */
 extern int tops__amx_cfg_every;
+void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out);
+/* EXPERIMENT: software prefetch distances (0: none) of the fused decode
+   (panel rows) and the i8 tile kernel (K sub-blocks). */
+extern int tops__amx_decode_prefetch, tops__amx_q8_prefetch;
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
                                           int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                           const float *bs1, float *c, int64_t ldc, int accumulate);

@@ -7,6 +7,7 @@
 #include "core/threads.h"
 
 #include <string.h>
+#include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -305,6 +306,7 @@ static plan_kind plan_call(const tops__kernels *kern, const plan_inputs *in, con
         p->q8_scales = pk->q8_panels ? pk->q8_scales : NULL;
         p->q8_mins = pk->q8_panels ? pk->q8_mins : NULL;
         p->q8_amx = pk->q8_amx;
+        p->q8_lut = pk->q8_panels && pk->q8_amx == 3 ? pk->q8_lut : NULL;
         p->nib_stream = pk->nib_stream;
     }
     return kind;
@@ -381,12 +383,16 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
     const char *isa = tops_isa_name(kern->isa);
     if (kind == PLAN_AMX && p.relaxed) {
         snprintf(buf, cap, "AMX integer tiles (%s), i8 activations: %s (%s)",
-                 p.q8_panels && p.q8_amx == 1 ? "prepacked" : "unpacked per K block", kern->amx_q8.name, isa);
+                 p.q8_panels && p.q8_amx == 1   ? "prepacked"
+                 : p.q8_panels && p.q8_amx == 3 ? "prepacked 4-bit panels"
+                                                : "unpacked per K block",
+                 kern->amx_q8.name, isa);
     } else if (kind == PLAN_AMX) {
         snprintf(buf, cap, "AMX bf16 code tiles (%s), f32 activations as bf16 hi + lo, scaled per block: %s (%s)",
                  p.q8_panels && p.q8_amx == 2 ? "prepacked" : "unpacked per K block", kern->amx_bf16_name, isa);
     } else if (kind == PLAN_AMX_BF16) {
         const char *src = p.q8_panels && p.q8_amx == 1             ? "prepacked i8 panels"
+                          : p.q8_panels && p.q8_amx == 3           ? "prepacked 4-bit panels"
                           : p.right.read == tops__read_rect_unpack ? "integer form unpacked"
                           : tops__amx_bf16t_unpacks_mins(&p)       ? "integer form with mins unpacked"
                           : p.right.packed                         ? "prepacked f32 panels"
@@ -486,6 +492,10 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     const int q8 = amx || (relaxed && tops__gemm_q8_takes(kern, right));
     const int mins = q8 && !amx && !kern->unpack[right->format.id].run; /* q4_1, q4_K, q5_K: their mins too */
     const int width = amx ? 16 : 8, esize = amx && !relaxed ? 2 : 1; /* strict AMX panels hold bf16 codes */
+    /* Relaxed AMX panels of codes with at most 16 values: 4 bits each. */
+    int8_t nib_lut[16];
+    const char *nib_env = getenv("TOPS_AMX_NIBBLE"); /* EXPERIMENT: "0" packs i8 panels (device A/B) */
+    const int nib = amx && relaxed && !(nib_env && nib_env[0] == '0') && tops__amx_nib_lut(kern, right, nib_lut);
     const int64_t kp = tops__ceil_div(k, 32) * 32, groups = amx ? tops__amx_groups(n) : tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);
     size_t copy_end = (end + 63) / 64 * 64, q8_panel_bytes = 0, q8_bytes = 0, total = head + end, scratch_bytes = 0;
@@ -496,10 +506,11 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     size_t stream_at = 0, stream_bytes = 0;
     if (q8) {
         size_t scale_bytes;
-        if (!tops__mul_size((size_t)groups * width * esize, (size_t)kp, &q8_panel_bytes) ||
+        if (!tops__mul_size((size_t)groups * (nib ? width / 2 : width * esize), (size_t)kp, &q8_panel_bytes) ||
             !tops__mul_size((size_t)groups * width * sizeof(float) * (1 + mins), (size_t)n_subs, &scale_bytes) ||
             !tops__add_size(q8_panel_bytes, scale_bytes, &q8_bytes) || !tops__add_size(head + copy_end, q8_bytes, &total) ||
-            !tops__mul_size((size_t)ex->threads, (size_t)kp * width + (size_t)n_subs * width * sizeof(float) * (1 + mins),
+            !tops__mul_size((size_t)ex->threads,
+                            (size_t)kp * width * (1 + nib) + (size_t)n_subs * width * sizeof(float) * (1 + mins),
                             &scratch_bytes)) {
             tops_tensor_destroy(&tmp);
             return tops__fail(TOPS_OVERFLOW, fn, "the packed size overflows size_t");
@@ -550,7 +561,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     if (q8) {
         uint8_t *panels = mem + head + copy_end;
         float *scales = (float *)(panels + q8_panel_bytes);
-        const size_t per_thread = (size_t)kp * width + (size_t)n_subs * width * sizeof(float) * (1 + mins);
+        const size_t per_thread = (size_t)kp * width * (1 + nib) + (size_t)n_subs * width * sizeof(float) * (1 + mins);
         float *qmins = mins ? scales + groups * width * n_subs : NULL;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(pthreads) schedule(static) if (pthreads > 1)
@@ -562,7 +573,10 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
             const int tid = 0;
 #endif
             TOPS__NOTE_REGION();
-            if (amx)
+            if (nib)
+                tops__pack_amx_nib_panels(kern, &pk->copy, nib_lut, kp, g, 1, panels, scales,
+                                          scratch + (size_t)tid * per_thread);
+            else if (amx)
                 tops__pack_amx_panels(kern, &pk->copy, !relaxed, kp, g, 1, panels, scales,
                                       scratch + (size_t)tid * per_thread);
             else
@@ -573,7 +587,8 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
         pk->q8_scales = scales;
         pk->q8_mins = qmins;
         pk->q8_bytes = q8_bytes;
-        pk->q8_amx = amx ? (relaxed ? 1 : 2) : 0;
+        pk->q8_amx = nib ? 3 : amx ? (relaxed ? 1 : 2) : 0;
+        if (nib) memcpy(pk->q8_lut, nib_lut, sizeof nib_lut);
     }
     if (stream_scale) {
         uint8_t *data = mem + stream_at;

@@ -246,12 +246,16 @@ static void bf16t_dec_scalar(int mt, int64_t steps, const uint16_t *a, int64_t a
     const int64_t kc = (job->r1 * 4 + 31) / 32 * 32;
     uint16_t *tmp = malloc((size_t)kc * 16 * sizeof(uint16_t)); /* per call: the driver's threads run this */
     if (!tmp) abort();
+    int8_t *codes = job->lut ? malloc((size_t)kc * 16) : NULL; /* 4-bit panels: expanded first */
+    if (job->lut && !codes) abort();
     for (int g = 0; g < 2; g++) {
-        tops__ref_amx_terms_q8(job->panel[g], job->scales[g], job->sub, kc, 1, tmp);
+        if (codes) tops__ref_amx_nib_expand((const uint8_t *)job->panel[g], job->lut, kc / 4, codes);
+        tops__ref_amx_terms_q8(codes ? codes : job->panel[g], job->scales[g], job->sub, kc, 1, tmp);
         for (int64_t r = job->r0; r < job->r1; r++)
             memcpy(job->out[g] + (r / 8) * 512 + (r % 8) * 64, tmp + (r / 8) * 512 + (r % 8) * 64, 64 * 2);
     }
     free(tmp);
+    free(codes);
 }
 
 /* The bf16-term kernel: terms small integers and multiples of 1/16 (every
@@ -319,8 +323,24 @@ static tops__amx_terms_q8_fn terms_q8;
 static tops__amx_terms_f32_fn terms_f32;
 static tops__amx_terms_q8_min_fn terms_q8_min;
 
+static tops__amx_nib_expand_fn nib_expand;
+
 static void test_terms_decoders(void) {
     enum { KC = 256 };
+    { /* the 4-bit panel expansion */
+        static uint8_t nib[8 * KC];
+        static int8_t lut[16], gotc[16 * KC], wantc[16 * KC];
+        for (int it = 0; it < 8; it++) {
+            const int64_t rows = 2 * (1 + (int64_t)(th_next(&rng) % (KC / 8))); /* up to 64: the buffers */
+            for (int c = 0; c < 16; c++) lut[c] = (int8_t)((int)(th_next(&rng) % 256) - 128);
+            for (int64_t i = 0; i < rows * 32; i++) nib[i] = (uint8_t)th_next(&rng);
+            memset(gotc, 0x55, sizeof gotc);
+            memset(wantc, 0x55, sizeof wantc);
+            nib_expand(nib, lut, rows, gotc);
+            tops__ref_amx_nib_expand(nib, lut, rows, wantc);
+            if (memcmp(gotc, wantc, sizeof gotc) != 0) TH_FAIL_AT("nib_expand rows=%lld differs", (long long)rows);
+        }
+    }
     static int8_t rows[16 * KC], panel[16 * KC];
     static float scales[(KC / 4) * 16], mins[(KC / 4) * 16], src[KC * 20];
     static uint16_t got[(KC / 32) * 3 * 512], want[(KC / 32) * 3 * 512];
@@ -510,9 +530,13 @@ static void check_case(tops_format f, int relaxed, int64_t m, int64_t n, int64_t
         TH_FAIL_AT("%s: tops_pack_right: %s", fname, tops_last_error());
         goto done;
     }
-    { /* integer forms get the code tiles' panels: i8 relaxed, bf16 strict */
+    { /* integer forms get the code tiles' panels: i8 relaxed (4-bit where the codes take 16 values), bf16 strict */
         const tops__packed_right *pk = packed.packed_;
-        const int kind = tops__gemm_amx_supports(use, &w.t, relaxed) ? (relaxed ? 1 : 2) : 0;
+        int8_t lut[16];
+        const int kind = !tops__gemm_amx_supports(use, &w.t, relaxed) ? 0
+                         : !relaxed                                ? 2
+                         : tops__amx_nib_lut(use, &w.t, lut)       ? 3
+                                                                   : 1;
         if (pk->q8_amx != kind || (kind && !pk->q8_panels))
             TH_FAIL_AT("%s %s: packed AMX panels %d, want %d", fname, relaxed ? "relaxed" : "strict", pk->q8_amx, kind);
     }
@@ -788,6 +812,7 @@ int main(void) {
         terms_q8 = tops__amx_terms_q8__avx512;
         terms_f32 = tops__amx_terms_f32__avx512;
         terms_q8_min = tops__amx_terms_q8_min__avx512;
+        nib_expand = tops__amx_nib_expand__avx512;
         RUN_TEST(test_terms_decoders);
         attn_softmax_vec = tops__amx_attn_softmax__avx512;
         RUN_TEST(test_attn_softmax_twin);

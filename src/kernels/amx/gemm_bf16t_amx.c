@@ -14,6 +14,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+int tops__amx_decode_prefetch, tops__amx_q8_prefetch;
+
 /* The nslots = 1 decode of terms_q8 (below) over panel rows [r0, r1):
    row r holds k = 4r..4r+3 of columns 0..15 (byte j * 4 + t), shuffled
    within each 16-byte lane (4 columns), then its 8-byte halves gathered:
@@ -36,18 +38,40 @@ static inline q8_consts q8_consts_make(void) {
 }
 
 /* Row r's four k as f32 times the scales: f[0], f[1] the pair row of k =
-   4r, 4r+1 (words 0..15, 16..31), f[2], f[3] that of 4r+2, 4r+3. */
-static inline void q8_row(const q8_consts *k, const int8_t *panel, int64_t r, __m512 s_lo, __m512 s_hi, __m512 f[4]) {
-    const __m512i v = _mm512_permutexvar_epi64(
-        k->halves, _mm512_shuffle_epi8(_mm512_loadu_si512((const void *)(panel + r * 64)), k->shuf));
+   4r, 4r+1 (words 0..15, 16..31), f[2], f[3] that of 4r+2, 4r+3; raw the
+   row's 64 codes. */
+static inline void q8_row_v(const q8_consts *k, __m512i raw, __m512 s_lo, __m512 s_hi, __m512 f[4]) {
+    const __m512i v = _mm512_permutexvar_epi64(k->halves, _mm512_shuffle_epi8(raw, k->shuf));
     f[0] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 0))), s_lo);
     f[1] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 1))), s_hi);
     f[2] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 2))), s_lo);
     f[3] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm512_extracti32x4_epi32(v, 3))), s_hi);
 }
 
-static inline void decode1_rows(const q8_consts *k, const int8_t *panel, const float *scales, int sub, int64_t r0,
-                                int64_t r1, uint16_t *out) {
+static inline void q8_row(const q8_consts *k, const int8_t *panel, int64_t r, __m512 s_lo, __m512 s_hi, __m512 f[4]) {
+    q8_row_v(k, _mm512_loadu_si512((const void *)(panel + r * 64)), s_lo, s_hi, f);
+}
+
+/* Row r of a 4-bit panel (kernels.h, tops__amx_nib_expand) as codes:
+   lut16 the 16 codes in each 128-bit lane. */
+static inline __m512i nib_row(const uint8_t *nib, int64_t r, __m512i lut16) {
+    __m512i v = _mm512_loadu_si512((const void *)(nib + (r / 2) * 64));
+    if (r % 2) v = _mm512_srli_epi16(v, 4);
+    return _mm512_shuffle_epi8(lut16, _mm512_and_si512(v, _mm512_set1_epi8(15)));
+}
+
+static inline __m512i lut16_of(const int8_t *lut) {
+    return _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut));
+}
+
+void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out) {
+    const __m512i l = lut16_of(lut);
+    for (int64_t r = 0; r < rows; r++) _mm512_storeu_si512((void *)(out + r * 64), nib_row(nib, r, l));
+}
+
+static inline void decode1_rows(const q8_consts *k, const int8_t *panel, const int8_t *lut, const float *scales,
+                                int sub, int64_t r0, int64_t r1, uint16_t *out) {
+    const __m512i l16 = lut ? lut16_of(lut) : _mm512_setzero_si512();
     const int64_t per_block = sub / 4; /* rows per scale block (sub: a multiple of 4) */
     for (int64_t r = r0; r < r1;) {
         const int64_t blk = r / per_block, e = (blk + 1) * per_block < r1 ? (blk + 1) * per_block : r1;
@@ -55,7 +79,10 @@ static inline void decode1_rows(const q8_consts *k, const int8_t *panel, const f
         const __m512 s_lo = _mm512_permutexvar_ps(k->idx_lo, s), s_hi = _mm512_permutexvar_ps(k->idx_hi, s);
         for (; r < e; r++) {
             __m512 f[4];
-            q8_row(k, panel, r, s_lo, s_hi, f);
+            if (tops__amx_decode_prefetch) /* EXPERIMENT: rows ahead (prefetch never faults) */
+                _mm_prefetch((const char *)(panel + (r + tops__amx_decode_prefetch) * 64), _MM_HINT_T0);
+            if (lut) q8_row_v(k, nib_row((const uint8_t *)panel, r, l16), s_lo, s_hi, f);
+            else q8_row(k, panel, r, s_lo, s_hi, f);
             uint16_t *dst = out + (r / 8) * 512 + (r % 8) * 64;
             _mm512_storeu_si512((void *)dst, (__m512i)_mm512_cvtne2ps_pbh(f[1], f[0]));
             _mm512_storeu_si512((void *)(dst + 32), (__m512i)_mm512_cvtne2ps_pbh(f[3], f[2]));
@@ -106,8 +133,8 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
             }
             if (job && r < job->r1) {
                 const int64_t e = r + per < job->r1 ? r + per : job->r1;
-                decode1_rows(&k, job->panel[0], job->scales[0], job->sub, r, e, job->out[0]);
-                decode1_rows(&k, job->panel[1], job->scales[1], job->sub, r, e, job->out[1]);
+                decode1_rows(&k, job->panel[0], job->lut, job->scales[0], job->sub, r, e, job->out[0]);
+                decode1_rows(&k, job->panel[1], job->lut, job->scales[1], job->sub, r, e, job->out[1]);
                 r = e;
             }
         }
@@ -193,7 +220,7 @@ int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub
                                uint16_t *out) {
     const q8_consts k = q8_consts_make();
     if (nslots == 1) {
-        decode1_rows(&k, panel, scales, sub, 0, kc / 4, out);
+        decode1_rows(&k, panel, NULL, scales, sub, 0, kc / 4, out);
         return 1;
     }
     __m512i nz1 = _mm512_setzero_si512(), nz2 = _mm512_setzero_si512();

@@ -53,3 +53,11 @@ int tops__ref_amx_terms_f32(const float *src, int64_t ld, int64_t kc, int nslots
             terms(src[k * ld + j], nslots, out + (k / 32) * nslots * 512 + ((k % 32) / 2) * 32 + j * 2 + k % 2, &nz);
     return used(nz, nslots);
 }
+
+void tops__ref_amx_nib_expand(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int x = 0; x < 64; x++) {
+            const uint8_t b = nib[(r / 2) * 64 + x];
+            out[r * 64 + x] = lut[r % 2 ? b >> 4 : b & 15];
+        }
+}
