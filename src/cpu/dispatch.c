@@ -245,11 +245,6 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                                  tops_gemm_f32_bf16t_bf16t_32x32__amx_dec,
                                                  tops__amx_terms_q8_min__avx512};
     if (level_allows(level, TOPS_ISA_AMX)) k->amx_nib_expand = tops__amx_nib_expand__avx512;
-    if (level_allows(level, TOPS_ISA_AMX)) { /* EXPERIMENT: crossover overrides (device A/B) */
-        const char *e0 = getenv("TOPS_AMX_BF16T_MIN_M"), *e1 = getenv("TOPS_AMX_BF16T_MIN_M_SMALL");
-        if (e0 && atoi(e0) > 0) k->amx_bf16t.relaxed_min_m[0] = atoi(e0);
-        if (e1 && atoi(e1) > 0) k->amx_bf16t.relaxed_min_m[1] = atoi(e1);
-    }
     if (level_allows(level, TOPS_ISA_AMX))
         k->amx_attn = (tops__amx_attn_ukernel){tops__amx_attn_qk__amx, tops__amx_attn_softmax__avx512,
                                                tops__amx_attn_pv__amx, tops__amx_attn_pack_a__avx512,
@@ -278,12 +273,6 @@ static void init_once(void) {
     active = best;
     snprintf(cpu.isa_reason, sizeof cpu.isa_reason, "best level this machine supports");
 
-#if defined(TOPS_HAVE_AMX_KERNELS)
-    /* TOPS_AMX_TILECFG=every: the AMX kernels load their tile configuration
-       on every call (the default skips it when loaded; for measurements). */
-    const char *tc = getenv("TOPS_AMX_TILECFG");
-    tops__amx_cfg_every = tc && strcmp(tc, "every") == 0;
-#endif
     const char *env = getenv("TOPS_ISA");
     if (env && *env) {
         char valid[192] = "";

@@ -171,7 +171,7 @@ void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int 
    mins): the panels in their 4-bit form (kernels.h, tops__amx_nib_expand;
    half the bytes), group g at panels + g * 8 * kp, lut the codes of the
    nibbles.  tops__amx_nib_lut fills lut and returns 1 where w qualifies
-   (0 otherwise); pack_nib needs 32 * kp bytes more scratch than
+   (0 otherwise); pack_nib needs 16 * kp bytes more scratch than
    tops__pack_amx_panels. */
 int tops__amx_nib_lut(const tops__kernels *kern, const tops_tensor *w, int8_t lut[16]);
 void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, const int8_t lut[16], int64_t kp,

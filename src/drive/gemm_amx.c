@@ -35,13 +35,6 @@
    of 256 leave the threads of that shared host unevenly loaded. */
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 128, NC_Q8 = 128, NC_FUSED = 64, M_CHUNK_MAX = 512 };
 
-/* EXPERIMENT: blocking overrides from the environment (device A/B). */
-#include <stdlib.h>
-static int64_t tune(const char *name, int64_t dflt) {
-    const char *e = getenv(name);
-    const long long v = e ? atoll(e) : 0;
-    return v > 0 ? (int64_t)v : dflt;
-}
 
 /* Whether w's integer form fits the tile panels (sub-blocks of 4..32
    dividing 32). */
@@ -190,7 +183,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const int sub = tops__unpack_sub(w), strict = !p->relaxed;
     const int64_t esize = strict ? 2 : 1; /* bytes of a weight code and of an activation term */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), n_subs = kp / sub;
-    const int64_t kc_max = tops__balanced_block(kp, tune("TOPS_AMX_KC_Q8", KC_DEFAULT), 32), k_blocks = tops__ceil_div(kp, kc_max);
+    const int64_t kc_max = tops__balanced_block(kp, KC_DEFAULT, 32), k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
     const int prepacked = p->q8_panels && p->q8_amx == (strict ? 2 : 1);
     /* 4-bit panels: each K block of a pair expanded to i8 codes first */
@@ -198,7 +191,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 
     int threads;
     int64_t nc, n_blocks;
-    tops__split_n(p, tune("TOPS_AMX_NC_Q8", NC_Q8), 32, &threads, &nc, &n_blocks);
+    tops__split_n(p, NC_Q8, 32, &threads, &nc, &n_blocks);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
     /* Workspace: the left of one chunk in tile order (relaxed: codes and
@@ -525,7 +518,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const int sub = p->right.read == tops__read_rect_unpack || tops__amx_bf16t_unpacks_mins(p) ? tops__unpack_sub(w)
                                                                                             : 32; /* unpack buffers */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;
-    const int64_t kc_max = tops__balanced_block(kp, p->relaxed ? tune("TOPS_AMX_KC_BF16T", KC_BF16T_RELAXED) : KC_BF16T, 32);
+    const int64_t kc_max = tops__balanced_block(kp, p->relaxed ? KC_BF16T_RELAXED : KC_BF16T, 32);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
 
@@ -536,7 +529,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
        decode while the tile unit multiplies), into a second term buffer. */
     const int nib = p->relaxed && p->q8_panels && p->q8_amx == 3 && p->q8_lut;
     const int fused = p->relaxed && kern->amx_bf16t.run1_decode && p->q8_panels && (p->q8_amx == 1 || nib);
-    tops__split_n(p, tune("TOPS_AMX_NC_BF16T", fused ? NC_FUSED : NC_DEFAULT), 32, &threads, &nc, &n_blocks);
+    tops__split_n(p, fused ? NC_FUSED : NC_DEFAULT, 32, &threads, &nc, &n_blocks);
     threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
     /* Workspace: the left of one chunk as bf16 terms in tile order, then

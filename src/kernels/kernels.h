@@ -721,13 +721,7 @@ void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t 
                                       int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
                                       const float *bs1, float *c, int64_t ldc, int accumulate);
 void tops__amx_release(void);
-/* Set once by the dispatch (TOPS_AMX_TILECFG=every): non-zero, the AMX
-   kernels load their tile configuration on every call (kernels/amx/tilecfg.h). */
-extern int tops__amx_cfg_every;
 void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out);
-/* EXPERIMENT: software prefetch distances (0: none) of the fused decode
-   (panel rows) and the i8 tile kernel (K sub-blocks). */
-extern int tops__amx_decode_prefetch, tops__amx_q8_prefetch;
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
                                           int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                           const float *bs1, float *c, int64_t ldc, int accumulate);

@@ -7,7 +7,6 @@
 #include "core/threads.h"
 
 #include <string.h>
-#include <stdlib.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -494,8 +493,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     const int width = amx ? 16 : 8, esize = amx && !relaxed ? 2 : 1; /* strict AMX panels hold bf16 codes */
     /* Relaxed AMX panels of codes with at most 16 values: 4 bits each. */
     int8_t nib_lut[16];
-    const char *nib_env = getenv("TOPS_AMX_NIBBLE"); /* EXPERIMENT: "0" packs i8 panels (device A/B) */
-    const int nib = amx && relaxed && !(nib_env && nib_env[0] == '0') && tops__amx_nib_lut(kern, right, nib_lut);
+    const int nib = amx && relaxed && tops__amx_nib_lut(kern, right, nib_lut);
     const int64_t kp = tops__ceil_div(k, 32) * 32, groups = amx ? tops__amx_groups(n) : tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);
     size_t copy_end = (end + 63) / 64 * 64, q8_panel_bytes = 0, q8_bytes = 0, total = head + end, scratch_bytes = 0;

@@ -14,8 +14,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-int tops__amx_decode_prefetch, tops__amx_q8_prefetch;
-
 /* The nslots = 1 decode of terms_q8 (below) over panel rows [r0, r1):
    row r holds k = 4r..4r+3 of columns 0..15 (byte j * 4 + t), shuffled
    within each 16-byte lane (4 columns), then its 8-byte halves gathered:
@@ -79,8 +77,6 @@ static inline void decode1_rows(const q8_consts *k, const int8_t *panel, const i
         const __m512 s_lo = _mm512_permutexvar_ps(k->idx_lo, s), s_hi = _mm512_permutexvar_ps(k->idx_hi, s);
         for (; r < e; r++) {
             __m512 f[4];
-            if (tops__amx_decode_prefetch) /* EXPERIMENT: rows ahead (prefetch never faults) */
-                _mm_prefetch((const char *)(panel + (r + tops__amx_decode_prefetch) * 64), _MM_HINT_T0);
             if (lut) q8_row_v(k, nib_row((const uint8_t *)panel, r, l16), s_lo, s_hi, f);
             else q8_row(k, panel, r, s_lo, s_hi, f);
             uint16_t *dst = out + (r / 8) * 512 + (r % 8) * 64;

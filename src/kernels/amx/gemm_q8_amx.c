@@ -82,13 +82,7 @@ static inline void run_mt(int mt, int64_t nb, int sub, const int8_t *a, int64_t 
     if (nb > 0) {
         configure(sub);
         block_sums(mt, 0, sub, a, a_next, b0, b1, buf[0]);
-        const int pf = tops__amx_q8_prefetch; /* EXPERIMENT: blocks ahead (prefetch never faults) */
         for (int64_t b = 0; b < nb; b++) {
-            if (pf)
-                for (int x = 0; x < sub * 16; x += 64) {
-                    _mm_prefetch((const char *)(b0 + (b + pf) * sub * 16 + x), _MM_HINT_T0);
-                    _mm_prefetch((const char *)(b1 + (b + pf) * sub * 16 + x), _MM_HINT_T0);
-                }
             if (b + 1 < nb) block_sums(mt, b + 1, sub, a, a_next, b0, b1, buf[(b + 1) & 1]);
             scale_block(mt, buf[b & 1], as + b * 16, as_next, bs0 + b * 16, bs1 + b * 16, acc);
         }
@@ -107,5 +101,3 @@ void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t 
 }
 
 void tops__amx_release(void) { _tile_release(); }
-
-int tops__amx_cfg_every;

@@ -24,19 +24,12 @@ typedef struct tops__amx_tilecfg {
     uint8_t rows[16];
 } tops__amx_tilecfg;
 
-/* 0: compare with the loaded configuration (the default); 1: ldtilecfg
-   on every call (set by the dispatch from TOPS_AMX_TILECFG=every, for
-   measurements). */
-extern int tops__amx_cfg_every;
-
 static inline void tops__amx_load_cfg(const tops__amx_tilecfg *cfg) {
-    if (!tops__amx_cfg_every) {
-        _Alignas(64) tops__amx_tilecfg cur;
-        _tile_storeconfig(&cur);
-        /* gcc's _tile_storeconfig names only 8 bytes as written */
-        __asm__ volatile("" : : "r"(&cur) : "memory");
-        if (memcmp(&cur, cfg, sizeof cur) == 0) return;
-    }
+    _Alignas(64) tops__amx_tilecfg cur;
+    _tile_storeconfig(&cur);
+    /* gcc's _tile_storeconfig names only 8 bytes as written */
+    __asm__ volatile("" : : "r"(&cur) : "memory");
+    if (memcmp(&cur, cfg, sizeof cur) == 0) return;
     /* gcc's _tile_loadconfig names only the first 8 bytes as read: without
        this barrier the colsb / rows stores can be dropped as dead. */
     __asm__ volatile("" : : "r"(cfg) : "memory");
