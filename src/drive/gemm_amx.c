@@ -1,8 +1,9 @@
 /* The AMX drivers.
    Integer-form driver (weights with an integer form |q| <= 128: int8/
    int4/int2 groups, q4_0, q8_0, the fp4 formats...; weights as codes in
-   the tile layout, prepacked by tops_pack_right or unpacked per K block,
-   f32 scaling per sub-block).  Relaxed (amx_q8): activations quantized to
+   the tile layout, prepacked by tops_pack_right (relaxed 4-bit codes as
+   4-bit panels, expanded per K block) or unpacked per K block, f32
+   scaling per sub-block).  Relaxed (amx_q8): activations quantized to
    i8 per sub-block once per M chunk, as the other relaxed drivers do, i8
    codes.  Strict (amx_bf16): activations split into two bf16 terms once
    per M chunk, codes as bf16 (exact).
@@ -12,8 +13,8 @@
    32-column pair of the weights decoded per K block into bf16 terms of
    code x scale (one to three, as many as the block's values need), then
    one kernel call per 32 x 32 outputs and K block, tdpbf16ps only
-   (relaxed calls on prepacked i8 panels: the next pair's decode runs
-   inside this pair's kernel calls, run_fused).
+   (relaxed calls on prepacked panels: the next pair's decode runs inside
+   this pair's kernel calls, run_fused, across the thread's n blocks).
    K is never split across threads and its blocking does not depend on the
    thread count, and a column's sums do not depend on the N blocking (the
    number of weight terms is decided per 32-column pair and K block): the
@@ -311,9 +312,10 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 /* K blocks: strict 512; relaxed the whole K up to 4096.  Xeon, relaxed
    int4-g32 prepacked, M = 128, K = 4096, N = 12288, one call at 07:05 UTC
    (medians, ms, 16 / 2 threads): K blocks of 512 3.92 / 25.2, 1024 2.75 /
-   13.4, 4096 2.25 / 9.86 (q4_K: 7.02 / 41.5, 6.03 / 30.4, 6.07 / 35.8):
-   each kernel call costs ~2.2-2.5 us beyond its tile products there,
-   whatever the thread count, so fewer and longer calls win. */
+   13.4, 4096 2.25 / 9.86 (q4_K: 7.02 / 41.5, 6.03 / 30.4, 6.07 / 35.8).
+   (A later probe put a call's own fixed cost at only ~0.2-0.3 us, and
+   with n blocks of 64 K blocks of 512 and 4096 measured alike: 1.644 vs
+   1.627 ms at 16 threads; the whole K stays.) */
 enum { KC_BF16T = 512, KC_BF16T_RELAXED = 4096, MAX_WTERMS = 3 };
 
 /* The term pairs of the kernel for na activation terms and nw weight
@@ -349,7 +351,7 @@ static void left_row_terms(const tops__kernels *kern, const tops__gemm_problem *
 /* The weights of columns [n0, n0 + 32) over [k0, k0 + kc) as bf16 terms:
    group g (16 columns) at out + g * (kc / 32) * nslots * 512.  Returns the
    terms the pair needs (1..nslots).  Sources, fastest first: the
-   prepacked i8 panels, the integer form unpacked, any format read as f32. */
+   prepacked panels, the integer form unpacked, any format read as f32. */
 typedef struct terms_bufs {
     int8_t *panel;   /* 16 * kc codes */
     float *pscale;   /* 16 * (kc / sub) scales */
@@ -457,7 +459,7 @@ int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p) {
 /* Words in each half of a fused term buffer. */
 static int64_t fused_half(int64_t kc_max) { return (32 * kc_max * 2 + 63) / 64 * 64 / 2; }
 
-/* One n block of a relaxed call on prepacked i8 panels: the (K block,
+/* One n block of a relaxed call on prepacked panels: the (K block,
    pair) items in order, item i's kernel calls (one per row-tile pair)
    each decoding a share of the next item's terms into the other half of
    wt.  The next item of the block's last one is the first of the thread's
@@ -524,7 +526,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 
     int threads;
     int64_t nc, n_blocks;
-    /* Relaxed calls on prepacked i8 panels decode the next pair's terms
+    /* Relaxed calls on prepacked panels decode the next pair's terms
        inside the kernel calls of this one (run1_decode: the vector units
        decode while the tile unit multiplies), into a second term buffer. */
     const int nib = p->relaxed && p->q8_panels && p->q8_amx == 3 && p->q8_lut;
