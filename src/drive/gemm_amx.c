@@ -28,14 +28,14 @@
 #include <omp.h>
 #endif
 
-/* N blocks: relaxed calls on the i8 tiles 128 columns, those on the bf16
-   terms decoding prepacked panels (fused) 64, the rest 256.  Xeon, 16
-   threads, K = 4096, N = 12288, relaxed (medians, ms): i8 tiles at M = 16,
-   int4-g32 0.507 at 256, 0.410 at 128; fused bf16 terms at M = 128,
-   int4-g32 1.906 at 256, 1.627 at 64 (nvfp4 1.967, 1.469): 48 blocks
-   of 256 leave the threads of that shared host unevenly loaded. */
+/* N blocks: the bf16 terms decoding prepacked panels (fused) 64 columns,
+   every other call 128.  Xeon, 16 threads, K = 4096, N = 12288 (medians,
+   ms): relaxed i8 tiles at M = 16, int4-g32 0.507 at 256, 0.410 at 128;
+   fused bf16 terms at M = 128, int4-g32 1.906 at 256, 1.627 at 64 (nvfp4
+   1.967, 1.469); strict code tiles at M = 128, int4-g32 4.67 at 256, 4.07
+   at 128: 48 blocks of 256 leave the threads of that shared host
+   unevenly loaded. */
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 128, NC_Q8 = 128, NC_FUSED = 64, M_CHUNK_MAX = 512 };
-
 
 /* Whether w's integer form fits the tile panels (sub-blocks of 4..32
    dividing 32). */
@@ -106,7 +106,9 @@ void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, 
                                int64_t g0, int64_t count, uint8_t *panels, float *scales, void *scratch) {
     uint8_t nib_of[256];
     for (int v = 0; v < 256; v++) nib_of[v] = 0;
-    for (int c = 15; c >= 0; c--) nib_of[(uint8_t)lut[c]] = (uint8_t)c; /* the first code of each value */
+    /* the first code of each value; the unpacker emits only lut's values
+       (tops__amx_nib_lut), which test_amx checks as packed = plain bits */
+    for (int c = 15; c >= 0; c--) nib_of[(uint8_t)lut[c]] = (uint8_t)c;
     const int sub = tops__unpack_sub(w);
     const int64_t n = w->extent[0], nb = kp / sub;
     int8_t *panel = (int8_t *)scratch, *rows = panel + 16 * kp;
