@@ -59,6 +59,8 @@ struct dparams {
     const int *kv_lens;    // device copies: B key counts, or NULL
     const int *cu_q, *cu_k; // B + 1 offsets along the sequence dimension (packed batches), or NULL
     int group;             // query heads a kv head
+    int ksbytes, vsbytes;  // ring_kernel, group scales: bytes a key's scale row
+    int kesz, vesz;        // bytes a scale entry
 };
 
 // Sequence b's query and key counts, its first query / key row, its rows.
@@ -534,6 +536,451 @@ template <typename T, int D> __global__ void __launch_bounds__(256) merge_kernel
     }
 }
 
+// ---- The ring kernel: 8- and 4-bit KV caches (e4m3, int8-gG, int4-gG) -------
+//
+// Same CTA shape, split and merge as decode_kernel, but each warp streams its
+// 16-key subtiles (keys lo + 16 (warp + 4 i)) through its own ring of NS
+// shared-memory stages filled by cp.async (16-byte chunks, zero-filled past
+// the split), so NS - 1 subtiles a warp are in flight while it computes.
+// Fragments come from the ring by ldmatrix (rows swizzled: conflict-free):
+//  - K, not transposed: thread (gid, t) gets bytes 4t..4t+3 of a 16-byte chunk
+//    of key gid.  int4: 8 codes = two k-steps, pairs (e_j, e_j+4) from one
+//    lop3 each; 8-bit: one k-step, pairs (e0, e1), (e2, e3).  Q's fragments
+//    are stored in that d order.
+//  - V, transposed: thread gets the same two (int4: four) columns of keys 2t
+//    and 2t + 1, so one lop3 / prmt gives a B register (two keys, one d):
+//    output column n of chunk c's tile i is d = c CD + n CD / 8 + i.
+// The products are f16 whatever q's type: codes decoded exactly (magic-number
+// lop3 / prmt with one hfma2, cvt for e4m3), times their f16 group scale by
+// one hmul2 (the exact product rounded once to f16, as decode_kernel does for
+// f16 q); bf16 q enters as f16 times a power of two a row (exact), taken back
+// in the logits; P in f16.
+namespace ring {
+
+template <int D, int KIND> struct cfg {
+    static constexpr int BITS = KIND == TOPS__DEC_I4 ? 4 : 8;
+    static constexpr int RB = D * BITS / 8;          // bytes a key row
+    static constexpr int CH = RB / 16;               // 16-byte chunks a row
+    static constexpr int CD = 128 / BITS;            // codes a chunk
+    static constexpr int KPC = CD / 16;              // k-steps of QK^T a chunk
+    static constexpr int NPC = CD / 8;               // 8-column tiles of PV a chunk
+    static constexpr int SCB = 16;                   // scale bytes a key (at most)
+    static constexpr int STAGE = 32 * RB + 32 * SCB; // K rows, V rows, K scales, V scales
+    static constexpr int NS0 = 16384 / STAGE;
+    static constexpr int NS = NS0 < 2 ? 2 : NS0 > 8 ? 8 : NS0; // ring stages a warp
+    static constexpr int QB = D * 32;                          // Q fragments
+    static constexpr int RING = 4 * NS * STAGE, MERGE = 4 * kRows * (D + 4) * 4;
+    static constexpr int SMEM = QB + 2 * 4 * kRows * 4 + kRows * 4 + (RING > MERGE ? RING : MERGE);
+    // chunk slot of row r (0..15): 8 rows of a chunk hit 8 distinct 16-byte bank groups
+    static __device__ __forceinline__ int swz(int r) { return CH >= 8 ? (r & 7) : (r / (8 / CH)) & (CH - 1); }
+};
+
+__device__ __forceinline__ void cp16(uint32_t dst, const void *src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+template <bool TRANS> __device__ __forceinline__ void ldsm4(uint32_t r[4], uint32_t addr) {
+    if constexpr (TRANS)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr)
+                     : "memory");
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(addr)
+                     : "memory");
+}
+
+__device__ __forceinline__ uint32_t lop_or(uint32_t x, uint32_t mask, uint32_t magic) { // (x & mask) | magic
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "r"(mask), "r"(magic));
+    return r;
+}
+__device__ __forceinline__ uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t r;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+__device__ __forceinline__ uint32_t hmul2u(uint32_t a, uint32_t b) {
+    uint32_t r;
+    asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+
+// Four pairs of int4 codes of x (two's complement nibbles, element 2i the low
+// nibble of byte i) as f16, exact: pair j = (nibble j of the low half, nibble
+// j of the high half).
+__device__ __forceinline__ void dec_i4(uint32_t out[4], uint32_t x) {
+    x ^= 0x88888888u; // code + 8
+    const uint32_t y = x >> 8;
+    // 1024 + u (low nibbles), 1024 + 16 u (high nibbles)
+    out[0] = hfma2u(lop_or(x, 0x000F000Fu, 0x64006400u), 0x3C003C00u, 0xE408E408u); // - 1032
+    out[1] = hfma2u(lop_or(x, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u); // / 16 - 72
+    out[2] = hfma2u(lop_or(y, 0x000F000Fu, 0x64006400u), 0x3C003C00u, 0xE408E408u);
+    out[3] = hfma2u(lop_or(y, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u);
+}
+
+// Bytes ia, ib of x (8-bit codes) as a pair of f16, exact.
+template <int KIND> __device__ __forceinline__ uint32_t dec8(uint32_t x, int ia, int ib) {
+    if constexpr (KIND == TOPS__DEC_I8) {
+        const uint32_t m = __byte_perm(x ^ 0x80808080u, 0x64646464u, ia | (4 << 4) | (ib << 8) | (4 << 12)); // 1024 + u
+        return hfma2u(m, 0x3C003C00u, 0xE480E480u);                                                          // - 1152
+    } else {
+        const uint32_t b = __byte_perm(x, 0u, ia | (ib << 4));
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+        uint32_t h;
+        const unsigned short bs = (unsigned short)(b & 0xFFFF);
+        asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h) : "h"(bs));
+        return h;
+#else
+        const uint32_t r1[1] = {b};
+        return pack2<__half>(code<TOPS__DEC_E4M3>(r1, 0), code<TOPS__DEC_E4M3>(r1, 1));
+#endif
+    }
+}
+
+__device__ __forceinline__ uint32_t sraw16(const unsigned char *row, int g) {
+    return reinterpret_cast<const unsigned short *>(row)[g];
+}
+
+} // namespace ring
+
+template <typename T, int D, int KIND>
+__global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const dparams p) {
+    using C = ring::cfg<D, KIND>;
+    using H = __half; // the mma type, whatever q's type
+    constexpr int CH = C::CH, CD = C::CD, KPC = C::KPC, NPC = C::NPC, RB = C::RB, NS = C::NS;
+    constexpr int KS = D / 16, VT = D / 8, OP = D + 4;
+    extern __shared__ uint4 smem[];
+    uint4 *qs = smem;
+    float *mw = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(smem) + C::QB);
+    float *lw = mw + 4 * kRows;
+    float *rowf = lw + 4 * kRows; // [16] a row's power-of-two factor of q
+    unsigned char *ringb = reinterpret_cast<unsigned char *>(rowf + kRows);
+    float *ow = reinterpret_cast<float *>(ringb); // after the loop
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, t = lane & 3;
+    const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv, split = blockIdx.y, r0 = blockIdx.z * kRows;
+    const seqlens sl = seq_of(p, b);
+
+    // q (times the channel scales of k) as f16 times a power of two 2^-e a
+    // row (bf16 q: the row's largest magnitude into [2^14, 2^15), exact);
+    // the logits are multiplied back by 2^e.
+    auto qval = [&](int row, int d) {
+        const int hh = row / sl.sq, i = row % sl.sq;
+        const T *qp = reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb + (long long)(hk * p.group + hh) * p.qsh +
+                      (sl.q0 + i) * p.qss;
+        float x = to_f32(qp[d]);
+        if (p.kmode == TOPS__DEC_SC_CHANNEL)
+            x *= load_scale(p.ksc, (long long)b * p.kc[0] + (long long)hk * p.kc[1] + (long long)d * p.kc[3], p.kst);
+        return x;
+    };
+    {
+        const int row = r0 + (tid >> 3);
+        float mx = 0.0f;
+        if (!std::is_same<T, __half>::value && row < sl.rows)
+            for (int d = tid & 7; d < D; d += 8) mx = fmaxf(mx, fabsf(qval(row, d)));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+        int e = 0;
+        if (mx > 0.0f && mx <= 3.0e38f) e = min(120, max(-120, (int)((__float_as_uint(mx) >> 23) & 0xFF) - 127 - 14));
+        if ((tid & 7) == 0) rowf[tid >> 3] = __int_as_float((127 + e) << 23);
+    }
+    __syncthreads();
+    // Q's A fragments in the d order of the K decoders
+    for (int e = tid; e < KS * 32 * 4; e += kThreads) {
+        const int kk = e >> 7, ln = (e >> 2) & 31, reg = e & 3, tt = ln & 3, bs = reg >> 1;
+        const int row = r0 + (ln >> 2) + (reg & 1) * 8;
+        int d0, d1;
+        if constexpr (C::BITS == 4) {
+            d0 = 32 * (kk >> 1) + 8 * tt + 2 * (kk & 1) + bs, d1 = d0 + 4;
+        } else {
+            d0 = 16 * kk + 4 * tt + 2 * bs, d1 = d0 + 1;
+        }
+        uint32_t w = 0;
+        if (row < sl.rows) {
+            const float inv = 1.0f / rowf[row - r0]; // exact: a power of two
+            w = pack2<H>(qval(row, d0) * inv, qval(row, d1) * inv);
+        }
+        reinterpret_cast<uint32_t *>(qs)[e] = w;
+    }
+
+    int pos[2];
+    bool rv[2];
+    float lf[2], cf[2]; // the rows' logit factors (with and without softcap)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int row = r0 + gid + 8 * h;
+        rv[h] = row < sl.rows;
+        pos[h] = (rv[h] ? row % sl.sq : 0) + sl.sk - sl.sq;
+        lf[h] = p.sl * rowf[gid + 8 * h], cf[h] = p.cap_in * rowf[gid + 8 * h];
+    }
+    const int kbeg = split * p.kps;
+    const int hi = min(sl.sk, kbeg + p.kps);
+    int lo = kbeg;
+    if (p.window > 0) lo = max(lo, (sl.sk - sl.sq - p.window + 1) & ~15); // 16-key aligned (scale blocks)
+
+    const unsigned char *kbase = p.k + (long long)b * p.ksb + (long long)hk * p.ksh;
+    const unsigned char *vbase = p.v + (long long)b * p.vsb + (long long)hk * p.vsh;
+    const bool kg = p.kmode == TOPS__DEC_SC_GROUP, vg = p.vmode == TOPS__DEC_SC_GROUP;
+    const int ksb = p.ksbytes, vsb = p.vsbytes; // scale bytes a key
+    const unsigned char *kscp = kg ? reinterpret_cast<const unsigned char *>(p.ksc) +
+                                         ((long long)b * p.kc[0] + (long long)hk * p.kc[1]) * p.kesz
+                                   : nullptr;
+    const unsigned char *vscp = vg ? reinterpret_cast<const unsigned char *>(p.vsc) +
+                                         ((long long)b * p.vc[0] + (long long)hk * p.vc[1]) * p.vesz
+                                   : nullptr;
+
+    unsigned char *wring = ringb + warp * NS * C::STAGE;
+    const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
+    const int first = lo + 16 * warp;
+    const int nsub = first < hi ? (hi - first + 63) / 64 : 0;
+
+    // subtile i of this warp into stage st
+    auto issue = [&](int i, int st) {
+        const int j = first + 64 * i;
+        const uint32_t s0 = wring_s + st * C::STAGE;
+#pragma unroll
+        for (int e = lane; e < 16 * CH; e += 32) {
+            const int r = e / CH, c = e % CH, key = j + r;
+            const bool ok = key < hi;
+            const uint32_t dst = s0 + r * RB + 16 * (c ^ C::swz(r));
+            ring::cp16(dst, ok ? kbase + (long long)key * p.kss + 16 * c : kbase, ok ? 16 : 0);
+            ring::cp16(dst + 16 * RB, ok ? vbase + (long long)key * p.vss + 16 * c : vbase, ok ? 16 : 0);
+        }
+        if (kg && lane < ksb) { // 16 keys x ksb bytes = ksb chunks
+            const int off = 16 * lane, n = min(16, max(0, (hi - j) * ksb - off));
+            ring::cp16(s0 + 32 * RB + off, n > 0 ? kscp + (long long)j * ksb + off : kscp, n);
+        }
+        if (vg && lane < vsb) {
+            const int off = 16 * lane, n = min(16, max(0, (hi - j) * vsb - off));
+            ring::cp16(s0 + 32 * RB + 16 * C::SCB + off, n > 0 ? vscp + (long long)j * vsb + off : vscp, n);
+        }
+    };
+
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    float o[VT][4];
+#pragma unroll
+    for (int i = 0; i < VT; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < NS - 1; s++) {
+        if (s < nsub) issue(s, s);
+        ring::commit();
+    }
+    __syncthreads(); // Q fragments
+
+    int rd = 0, wr = NS - 1;
+    for (int i = 0; i < nsub; i++) {
+        if (i + NS - 1 < nsub) issue(i + NS - 1, wr);
+        ring::commit();
+        ring::wait<NS - 1>();
+        __syncwarp();
+        const int js = first + 64 * i;
+        const unsigned char *stp = wring + rd * C::STAGE;
+        const uint32_t ks_s = wring_s + rd * C::STAGE, vs_s = ks_s + 16 * RB;
+        const unsigned char *ksc = stp + 32 * RB, *vsc = ksc + 16 * C::SCB;
+        wr = wr + 1 == NS ? 0 : wr + 1;
+        rd = rd + 1 == NS ? 0 : rd + 1;
+
+        // K fragments: [key half][chunk]
+        uint32_t kr[2][CH];
+        {
+            const int mi = lane >> 3, r = (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+            for (int c = 0; c < CH; c += 2) {
+                const int cc = c + (mi >> 1);
+                const uint32_t off = r * RB + 16 * (cc ^ C::swz(r));
+                uint32_t x[4];
+                ring::ldsm4<false>(x, ks_s + off);
+                kr[0][c] = x[0], kr[1][c] = x[1], kr[0][c + 1] = x[2], kr[1][c + 1] = x[3];
+            }
+        }
+
+        // S = Q K^T (code x scale in f16: the exact product rounded once)
+        float sc[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}}, sc2[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            uint32_t kw[2][2 * KPC]; // [nt][b registers of the chunk's k-steps]
+#pragma unroll
+            for (int nt = 0; nt < 2; nt++) {
+                if constexpr (C::BITS == 4) {
+                    ring::dec_i4(kw[nt], kr[nt][c]);
+                } else {
+                    kw[nt][0] = ring::dec8<KIND>(kr[nt][c], 0, 1);
+                    kw[nt][1] = ring::dec8<KIND>(kr[nt][c], 2, 3);
+                }
+                if (kg) {
+                    const uint32_t s = ring::sraw16(ksc + (nt * 8 + gid) * ksb, (c * CD) >> p.kgs);
+                    const uint32_t s2 = s | (s << 16);
+#pragma unroll
+                    for (int w = 0; w < 2 * KPC; w++) kw[nt][w] = ring::hmul2u(kw[nt][w], s2);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < KPC; h++) {
+                const int kk = c * KPC + h;
+                const uint4 a4 = qs[kk * 32 + lane];
+                const uint32_t a[4] = {a4.x, a4.y, a4.z, a4.w};
+                // two accumulators a key tile (even and odd k-steps): shorter mma chains
+                mma<H>((kk & 1) ? sc2[0] : sc[0], a, kw[0][2 * h], kw[0][2 * h + 1]);
+                mma<H>((kk & 1) ? sc2[1] : sc[1], a, kw[1][2 * h], kw[1][2 * h + 1]);
+            }
+        }
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sc[nt][e] += sc2[nt][e];
+
+        // masks and the online softmax (as decode_kernel)
+        float mx[2] = {-INFINITY, -INFINITY};
+        const bool whole = js + 16 <= hi && (!p.causal || js + 15 <= sl.sk - sl.sq) &&
+                           (p.window <= 0 || (js > sl.sk - 1 - p.window && (p.causal || js + 15 < sl.sk - sl.sq + p.window)));
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = js + 8 * nt + 2 * t + (e & 1), h = e >> 1;
+                float x = p.cap_out != 0.0f ? p.cap_out * tanhf(sc[nt][e] * cf[h]) : sc[nt][e] * lf[h];
+                if (!whole) {
+                    bool ok = key < hi && key >= lo && rv[h];
+                    if (p.causal) ok = ok && key <= pos[h];
+                    if (p.window > 0) ok = ok && key > pos[h] - p.window && (p.causal || key < pos[h] + p.window);
+                    x = ok ? x : -INFINITY;
+                }
+                sc[nt][e] = x;
+                mx[h] = fmaxf(mx[h], x);
+            }
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+            const float mn = fmaxf(m[h], mx[h]);
+            const float base = mn == -INFINITY ? 0.0f : mn;
+            alpha[h] = exp2f(m[h] - base);
+            m[h] = mn;
+            mx[h] = base;
+        }
+        float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                sc[nt][e] = exp2f(sc[nt][e] - mx[e >> 1]);
+                ps[e >> 1] += sc[nt][e];
+            }
+        l[0] = l[0] * alpha[0] + ps[0];
+        l[1] = l[1] * alpha[1] + ps[1];
+        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
+#pragma unroll
+            for (int i2 = 0; i2 < VT; i2++) {
+                o[i2][0] *= alpha[0], o[i2][1] *= alpha[0];
+                o[i2][2] *= alpha[1], o[i2][3] *= alpha[1];
+            }
+        }
+
+        // O += P V; V fragments: [key half][chunk]
+        uint32_t vr[2][CH];
+        {
+            const int mi = lane >> 3, r = (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+            for (int c = 0; c < CH; c += 2) {
+                const int cc = c + (mi >> 1);
+                uint32_t x[4];
+                ring::ldsm4<true>(x, vs_s + r * RB + 16 * (cc ^ C::swz(r)));
+                vr[0][c] = x[0], vr[1][c] = x[1], vr[0][c + 1] = x[2], vr[1][c + 1] = x[3];
+            }
+        }
+        const uint32_t pa[4] = {pack2<H>(sc[0][0], sc[0][1]), pack2<H>(sc[0][2], sc[0][3]), pack2<H>(sc[1][0], sc[1][1]),
+                                pack2<H>(sc[1][2], sc[1][3])};
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            uint32_t vw[2][NPC];
+#pragma unroll
+            for (int kh = 0; kh < 2; kh++) {
+                if constexpr (C::BITS == 4) {
+                    ring::dec_i4(vw[kh], vr[kh][c]);
+                } else {
+                    vw[kh][0] = ring::dec8<KIND>(vr[kh][c], 0, 2);
+                    vw[kh][1] = ring::dec8<KIND>(vr[kh][c], 1, 3);
+                }
+                if (vg) {
+                    const int g = (c * CD) >> p.vgs;
+                    const uint32_t s2 = ring::sraw16(vsc + (kh * 8 + 2 * t) * vsb, g) |
+                                        (ring::sraw16(vsc + (kh * 8 + 2 * t + 1) * vsb, g) << 16);
+#pragma unroll
+                    for (int w = 0; w < NPC; w++) vw[kh][w] = ring::hmul2u(vw[kh][w], s2);
+                }
+            }
+#pragma unroll
+            for (int i2 = 0; i2 < NPC; i2++) mma<H>(o[c * NPC + i2], pa, vw[0][i2], vw[1][i2]);
+        }
+        __syncwarp(); // the stage is read: the next issue may refill it
+    }
+    ring::wait<0>();
+
+    // The warps meet (as decode_kernel); column n of tile (c, i) is d = c CD + n CD / 8 + i.
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        if (t == 0) {
+            mw[warp * kRows + gid + 8 * h] = m[h];
+            lw[warp * kRows + gid + 8 * h] = l[h];
+        }
+    }
+    __syncthreads(); // every warp is out of its ring
+#pragma unroll
+    for (int vt = 0; vt < VT; vt++) {
+        const int c = vt / NPC, i2 = vt % NPC;
+        float *r = ow + (warp * kRows + gid) * OP;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int d = c * CD + (2 * t + (e & 1)) * (CD / 8) + i2;
+            r[(e >> 1) * 8 * OP + d] = o[vt][e];
+        }
+    }
+    __syncthreads();
+    for (int e = tid; e < kRows * D; e += kThreads) {
+        const int row = e / D, d = e % D, grow = r0 + row;
+        if (grow >= sl.rows) break;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * kRows + row]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const float f = exp2f(mw[w * kRows + row] - M);
+                L += lw[w * kRows + row] * f;
+                O += ow[(w * kRows + row) * OP + d] * f;
+            }
+        }
+        if (p.nsplit == 1) {
+            float val = L == 0.0f ? 0.0f : O / L;
+            val *= p.ts_v;
+            if (p.vmode == TOPS__DEC_SC_CHANNEL)
+                val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
+            const int hh = grow / sl.sq, i = grow % sl.sq;
+            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
+                    (sl.q0 + i) * p.oss + d;
+            *op = from_f32<T>(val);
+        } else {
+            const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
+            if (d == 0) {
+                p.ws[2 * idx] = M;
+                p.ws[2 * idx + 1] = L;
+            }
+            const long long nml = 2LL * gridDim.x * p.nsplit * p.rows;
+            p.ws[nml + idx * D + d] = O;
+        }
+    }
+}
+
 template <int D> constexpr size_t smem_bytes() {
     return (size_t)(D / 16) * 32 * 16 + 2 * 4 * kRows * sizeof(float) + (size_t)4 * kRows * (D + 4) * sizeof(float);
 }
@@ -582,10 +1029,20 @@ static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm) {
     return want < 1 ? 1 : want;
 }
 
-template <typename T, int D, int KIND> static int launch(const tops__cu_decode_args *a) {
+static int scale_bytes(int type) { return type == TOPS__DEC_SF32 ? 4 : type == TOPS__DEC_SE8M0 ? 1 : 2; }
+
+// RING: ring_kernel (KIND a plain TOPS__DEC_* code), else decode_kernel.
+template <typename T, int D, int KIND, bool RING = false> static int launch(const tops__cu_decode_args *a) {
     cudaStream_t stream = reinterpret_cast<cudaStream_t>(a->stream);
-    auto kern = decode_kernel<T, D, KIND>;
-    const size_t smem = smem_bytes<D>();
+    void (*kern)(const dparams);
+    size_t smem;
+    if constexpr (RING) {
+        kern = ring_kernel<T, D, KIND>;
+        smem = (size_t)ring::cfg<D, KIND>::SMEM;
+    } else {
+        kern = decode_kernel<T, D, KIND>;
+        smem = smem_bytes<D>();
+    }
     static int per_sm = 0;
     cudaError_t err;
     if (per_sm == 0) {
@@ -604,6 +1061,8 @@ template <typename T, int D, int KIND> static int launch(const tops__cu_decode_a
     fill_kv(a->k, &p.k, &p.ksb, &p.ksh, &p.kss, &p.ksc, p.kc, &p.kst, &p.kmode, &p.kgs);
     fill_kv(a->v, &p.v, &p.vsb, &p.vsh, &p.vss, &p.vsc, p.vc, &p.vst, &p.vmode, &p.vgs);
     p.ts_v = a->v.tensor_scale;
+    p.kesz = scale_bytes(p.kst), p.vesz = scale_bytes(p.vst);
+    p.ksbytes = (int)(a->k.sstride[2] * p.kesz), p.vsbytes = (int)(a->v.sstride[2] * p.vesz);
     p.hkv = (int)a->kv_heads;
     p.sq = (int)a->sq;
     p.sk = (int)a->sk;
@@ -674,12 +1133,44 @@ static bool f16_groups(const tops__cu_decode_args *a) {
            a->v.scale_type == TOPS__DEC_SF16;
 }
 
+// Whether ring_kernel takes a quantized KV call: 16-byte aligned rows (cp.async
+// chunks), not packed, group scales (if any) f16, in rows of at most 16 bytes
+// a key, groups of at least a 16-byte chunk of codes.  ring_kernel multiplies
+// in f16: with bf16 q it takes e4m3 without group scales (codes and q exact
+// in f16) by default; TOPS_CUDA_ATTN_RING=2 also sends it bf16 calls with
+// int8 / int4 groups, whose decoded values must then fit f16 (|x| < 65504);
+// TOPS_CUDA_ATTN_RING=0 sends every call to decode_kernel.
+static bool ring_kv_ok(const tops__cu_decode_args *a, const tops__cu_kv &kv) {
+    const long long al = 16;
+    if ((uintptr_t)kv.data % al || kv.stride[0] % al || kv.stride[1] % al || kv.stride[2] % al) return false;
+    if (kv.mode != TOPS__DEC_SC_GROUP) return true;
+    const long long es = scale_bytes(kv.scale_type);
+    const int chunk_codes = a->kind == TOPS__DEC_I4 ? 32 : 16;
+    if (kv.scale_type != TOPS__DEC_SF16) return false;
+    if (kv.group < chunk_codes || (kv.group & (kv.group - 1)) != 0) return false;
+    if (kv.sstride[3] != 1 && !(kv.sstride[3] == 0 && kv.group >= a->d)) return false; // entries of a key adjacent
+    if (kv.sstride[2] < 1 || kv.sstride[2] * es > 16) return false;
+    return (uintptr_t)kv.scales % al == 0 && kv.sstride[0] * es % al == 0 && kv.sstride[1] * es % al == 0;
+}
+static bool ring_takes(const tops__cu_decode_args *a) {
+    const int mode = env_int("TOPS_CUDA_ATTN_RING", 1);
+    if (a->kind == TOPS__DEC_KV16 || a->cu_q || mode == 0) return false;
+    if (!ring_kv_ok(a, a->k) || !ring_kv_ok(a, a->v)) return false;
+    const bool groups = a->k.mode == TOPS__DEC_SC_GROUP || a->v.mode == TOPS__DEC_SC_GROUP;
+    return !a->bf16 || (a->kind == TOPS__DEC_E4M3 && !groups) || mode == 2;
+}
+
 template <typename T, int D> static int launch_kind(const tops__cu_decode_args *a) {
+    const bool ring = ring_takes(a);
     switch (a->kind) {
     case TOPS__DEC_KV16: return launch<T, D, TOPS__DEC_KV16>(a);
-    case TOPS__DEC_E4M3: return launch<T, D, TOPS__DEC_E4M3>(a);
-    case TOPS__DEC_I8: return f16_groups(a) ? launch<T, D, TOPS__DEC_I8 + 4>(a) : launch<T, D, TOPS__DEC_I8>(a);
-    case TOPS__DEC_I4: return f16_groups(a) ? launch<T, D, TOPS__DEC_I4 + 4>(a) : launch<T, D, TOPS__DEC_I4>(a);
+    case TOPS__DEC_E4M3: return ring ? launch<T, D, TOPS__DEC_E4M3, true>(a) : launch<T, D, TOPS__DEC_E4M3>(a);
+    case TOPS__DEC_I8:
+        return ring ? launch<T, D, TOPS__DEC_I8, true>(a)
+                    : f16_groups(a) ? launch<T, D, TOPS__DEC_I8 + 4>(a) : launch<T, D, TOPS__DEC_I8>(a);
+    case TOPS__DEC_I4:
+        return ring ? launch<T, D, TOPS__DEC_I4, true>(a)
+                    : f16_groups(a) ? launch<T, D, TOPS__DEC_I4 + 4>(a) : launch<T, D, TOPS__DEC_I4>(a);
     default: return (int)cudaErrorNotSupported;
     }
 }
@@ -704,5 +1195,6 @@ extern "C" int tops__cu_decode_launch(const tops__cu_decode_args *a) {
 
 extern "C" void tops__cu_decode_name(const tops__cu_decode_args *a, char *buf, size_t cap) {
     static const char *const kinds[] = {"kv16", "e4m3", "i8", "i4"};
-    snprintf(buf, cap, "flash-decode mma d%d %s%s", a->d, kinds[a->kind & 3], a->bf16 ? " bf16" : " f16");
+    snprintf(buf, cap, "flash-decode %s d%d %s%s", ring_takes(a) ? "ring" : "mma", a->d, kinds[a->kind & 3],
+             a->bf16 ? " bf16" : " f16");
 }

@@ -316,9 +316,14 @@ static void test_pipelines(void) {
 
 /* ---- decode with quantized KV caches ------------------------------------------ */
 
+/* Whether make_kv leaves the decoded values unrounded: bf16 q on the ring
+   kernel (TOPS_CUDA_ATTN_RING=2), which multiplies them in f16. */
+static int exact_kv;
+
 /* f32 [B, Hkv, Sk, D] values -> a tensor of format name on the host (codes
    from tops_quantize); vals becomes the decoded values rounded to dt, what
-   the kernel multiplies (per-channel scales: the decoded values, unrounded). */
+   the kernel multiplies (per-channel scales, exact_kv: the decoded values,
+   unrounded). */
 static void make_kv_rank(const char *name, int per_channel, tops_dtype dt, float *vals, int rank, const int64_t *e,
                          tops_tensor *host) {
     tops_format f;
@@ -357,7 +362,7 @@ static void make_kv_rank(const char *name, int per_channel, tops_dtype dt, float
     int64_t n = 1;
     for (int i = 0; i < rank; i++) n *= e[i];
     memcpy(vals, dec.data, (size_t)n * sizeof(float));
-    if (!per_channel) {
+    if (!per_channel && !exact_kv) {
         uint16_t *h = malloc((size_t)n * 2);
         tops_cast_from_f32(dt, h, vals, n, 0);
         tops_cast_to_f32(dt, vals, h, n);
@@ -466,23 +471,50 @@ static void test_decode_kv(void) {
         {{1, 16, 1, 9, 1200, 64, 1, 0, 0, 0.2f, 0}, "int4-g64:f32", 0, 0},
         {{1, 4, 2, 16, 31, 256, 1, 0, 0, 0, 0}, "int4-g32", 0, 0},
         {{1, 2, 2, 3, 2, 128, 1, 0, 0, 0, 0}, "int8-g32", 0, 0}, /* Sq > Sk: rows see no key */
+        /* the ring kernel's shapes: every format and D, splits, windows, one group a key */
+        {{4, 32, 8, 1, 2100, 128, 0, 0, 0, 0, 0}, "int4-g32", 0, 0},
+        {{4, 32, 8, 1, 2100, 128, 0, 0, 0, 0, 0}, "e4m3", 0, 0},
+        {{2, 16, 4, 1, 1500, 128, 0, 0, 0, 0, 0}, "int8-g32", 0, 1},
+        {{2, 16, 4, 1, 1500, 128, 0, 0, 0, 0, 0}, "int4-g32", 0, 6},
+        {{2, 16, 4, 1, 1500, 128, 0, 0, 0, 0, 0}, "int4-g32", 0, 16},
+        {{1, 8, 2, 3, 900, 64, 1, 100, 0, 0, 0}, "int8-g32", 0, 2},
+        {{1, 8, 2, 2, 650, 64, 1, 77, 0, 0, 0}, "int4-g32", 0, 3},
+        {{1, 4, 1, 1, 300, 256, 0, 0, 0, 0, 0}, "e4m3", 0, 0},
+        {{1, 4, 1, 1, 300, 256, 0, 0, 0, 0, 0}, "int8-g64", 0, 0},
+        {{2, 8, 2, 2, 1000, 128, 1, 0, 0, 0, 0}, "int4-g128", 0, 0},
+        {{2, 8, 2, 1, 1000, 128, 0, 0, 0, 0, 0}, "mxfp8", 0, 4},
+        {{1, 16, 1, 1, 333, 64, 0, 0, 30.0f, 0, 0}, "int4-g64", 0, 0},
+        {{1, 32, 2, 1, 17, 128, 0, 0, 0, 0, 0}, "int4-g32", 0, 0},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     if (small_run) n = 4;
-    for (int i = 0; i < n; i++)
-        for (int di = 0; di < 2; di++) {
-            tops_dtype dt = di ? TOPS_DT_BF16 : TOPS_DT_F16;
-            const qcase *qc = &cases[i];
-            double rel = run_qcase(qc, dt);
-            /* per-channel scales multiply q (rounded) instead of k: twice the bound */
-            double bd = bound(dt) * (qc->per_channel ? 2 : 1);
-            if (rel > worst[di]) worst[di] = rel;
-            if (!(rel <= bd))
-                TH_FAIL_AT("decode kv %s%s %s B%lld H%lld/%lld Sq%lld Sk%lld D%lld causal %d: rel-L2 %.3g > %.3g", qc->fmt,
-                           qc->per_channel ? " (per channel)" : "", di ? "bf16" : "f16", (long long)qc->c.b,
-                           (long long)qc->c.h, (long long)qc->c.hkv, (long long)qc->c.sq, (long long)qc->c.sk,
-                           (long long)qc->c.d, qc->c.causal, rel, bd);
-        }
+    /* every case on the default kernels, on decode_kernel alone (TOPS_CUDA_ATTN_RING=0),
+       and bf16 on the ring kernel wherever it can run (TOPS_CUDA_ATTN_RING=2) */
+    static const char *const passes[3] = {NULL, "0", "2"}, *const names[3] = {"", " (decode_kernel)", " (ring)"};
+    for (int pass = 0; pass < 3; pass++)
+        for (int i = 0; i < n; i++)
+            for (int di = pass == 2; di < 2; di++) {
+                tops_dtype dt = di ? TOPS_DT_BF16 : TOPS_DT_F16;
+                const qcase *qc = &cases[i];
+                /* pass 2: the formats the ring kernel takes (f16 group scales, groups of a 16-byte chunk) */
+                if (pass == 2 && (strchr(qc->fmt, ':') || strcmp(qc->fmt, "kv16") == 0 || strcmp(qc->fmt, "mxfp8") == 0 ||
+                                  strcmp(qc->fmt, "int4-g16") == 0))
+                    continue;
+                if (passes[pass]) setenv("TOPS_CUDA_ATTN_RING", passes[pass], 1);
+                exact_kv = pass == 2;
+                double rel = run_qcase(qc, dt);
+                exact_kv = 0;
+                unsetenv("TOPS_CUDA_ATTN_RING");
+                /* per-channel scales multiply q (rounded) instead of k: twice the bound */
+                double bd = bound(dt) * (qc->per_channel ? 2 : 1);
+                if (rel > worst[di]) worst[di] = rel;
+                if (!(rel <= bd))
+                    TH_FAIL_AT("decode kv %s%s%s %s B%lld H%lld/%lld Sq%lld Sk%lld D%lld causal %d: rel-L2 %.3g > %.3g", qc->fmt,
+                               names[pass],
+                               qc->per_channel ? " (per channel)" : "", di ? "bf16" : "f16", (long long)qc->c.b,
+                               (long long)qc->c.h, (long long)qc->c.hkv, (long long)qc->c.sq, (long long)qc->c.sk,
+                               (long long)qc->c.d, qc->c.causal, rel, bd);
+            }
 }
 
 /* 16-bit decode over every split count of one shape, and the prefill
