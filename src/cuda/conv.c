@@ -19,8 +19,7 @@
    last path for every format, `mma` keeps the wgmma kernel off, `bn=64|128|
    256` and `splits=S` fix its tile width and K splits, `l1=0` gathers the
    activations past L1 (cp.async.cg), `tma=0` gathers them where TMA
-   im2col would load them, `cl=2` runs the TMA im2col kernel in clusters of
-   two row tiles that share each weight tile (TMA multicast). */
+   im2col would load them. */
 #include "cuda/conv.h"
 #include "cuda/runtime.h"
 
@@ -34,14 +33,13 @@
 
 /* TOPS_CUDA_CONV, read at each call. */
 typedef struct conv_opts {
-    int im2col, mma, bn, splits, l1, tma, cl;
+    int im2col, mma, bn, splits, l1, tma;
 } conv_opts;
 
 static tops_status read_opts(const char *fn, conv_opts *o) {
     memset(o, 0, sizeof *o);
     o->l1 = 1;
     o->tma = 1;
-    o->cl = 1;
     const char *e = getenv("TOPS_CUDA_CONV");
     if (!e) return TOPS_OK;
     char buf[128];
@@ -54,11 +52,9 @@ static tops_status read_opts(const char *fn, conv_opts *o) {
         else if (sscanf(t, "splits=%d", &v) == 1 && v >= 1 && v <= 64) o->splits = v;
         else if (sscanf(t, "l1=%d", &v) == 1 && (v == 0 || v == 1)) o->l1 = v;
         else if (sscanf(t, "tma=%d", &v) == 1 && (v == 0 || v == 1)) o->tma = v;
-        else if (sscanf(t, "cl=%d", &v) == 1 && (v == 1 || v == 2)) o->cl = v;
         else
             return tops__fail(TOPS_INVALID_ARGUMENT, fn,
-                              "TOPS_CUDA_CONV has \"%s\"; it takes im2col, mma, bn=64|128|256, splits=1..64, l1=0|1, tma=0|1, "
-                              "cl=1|2",
+                              "TOPS_CUDA_CONV has \"%s\"; it takes im2col, mma, bn=64|128|256, splits=1..64, l1=0|1, tma=0|1",
                               t);
     }
     return TOPS_OK;
@@ -459,7 +455,6 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     int wg_bn = 128, wg_splits = 1;
     if (wg) wg_plan(g, tops__cuda_sm_count(device), &op, &wg_bn, &wg_splits);
     a.wg_im2col = wg && wg_tma_im2col(g, &op);
-    a.wg_cluster = a.wg_im2col ? op.cl : 1;
     if (path) {
         if (dw) {
             snprintf(path, cap, "cuda:%d depthwise direct (%lldx%lld taps, f32 sums)", device, (long long)g->kh,
@@ -468,9 +463,9 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         }
         if (wg) {
             snprintf(path, cap,
-                     "cuda:%d implicit GEMM: %s, weights by TMA%s, wgmma 128x%d tiles, %d K split%s%s", device,
+                     "cuda:%d implicit GEMM: %s, weights by TMA, wgmma 128x%d tiles, %d K split%s%s", device,
                      a.wg_im2col ? "activations by TMA im2col" : "NHWC tiles gathered by cp.async into swizzled stages",
-                     a.wg_cluster == 2 ? " multicast to clusters of 2" : "", wg_bn, wg_splits, wg_splits > 1 ? "s" : "", g->groups > 1 ? ", groups on the grid" : "");
+                     wg_bn, wg_splits, wg_splits > 1 ? "s" : "", g->groups > 1 ? ", groups on the grid" : "");
             return TOPS_OK;
         }
         if (ig) {

@@ -1,8 +1,9 @@
 // conv2d kernels (NHWC, 16-bit activations, f32 sums): the implicit GEMM on
-// the tensor cores, the im2col gather the quantized formats' path feeds to
-// the matmul kernels, the bias fill, and the depthwise direct kernel.
+// the tensor cores (wgmma on sm_90a, further down; mma.sync below), the
+// im2col gather the quantized formats' path feeds to the matmul kernels, the
+// bias fill, and the depthwise direct kernel.
 //
-// Implicit GEMM: rows are output pixels (M = N * OH * OW), columns output
+// mma.sync implicit GEMM: rows are output pixels (M = N * OH * OW), columns output
 // channels of one group, K = (kh, kw, c) in the weights' order.  A CTA
 // computes 128 pixels x BN channels; each 16-byte piece of its activation
 // tile (8 channels of one tap of one pixel) is gathered from NHWC with
@@ -513,7 +514,7 @@ __device__ __forceinline__ void wg_store2(const WgGeo &p, int split, int m, int 
 }
 #endif
 
-template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL, int CL>
+template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL>
 __global__ void __launch_bounds__(kWgThreads, MINB)
     wg_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap, WgGeo p) {
 #ifdef TOPS_CU_WGMMA
@@ -532,44 +533,31 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
             s9::mbar_init(&full[s], IM2COL ? 1 : 129); // (128 producer threads' copies +) the TMA's expect_tx
-            s9::mbar_init(&empty[s], 8 * CL); // one arrive per consumer warp of the cluster
+            s9::mbar_init(&empty[s], 8); // one arrive per consumer warp
         }
         s9::mbar_init_fence();
     }
-    // Clusters of CL CTAs along M share the weight tile: each loads BN / CL
-    // of its rows into every CTA of the cluster (TMA multicast), so a slot
-    // is refilled only once the consumers of every CTA have released it.
-    const uint32_t rank = CL > 1 ? s9::cluster_rank() : 0;
-    if constexpr (CL > 1) s9::cluster_sync();
-    else __syncthreads();
-    auto load_b = [&](int s, int k, int wrow) {
-        if constexpr (CL == 1) {
-            s9::tma_load_2d(sb + s * D::kB, &wmap, &full[s], k, wrow);
-        } else {
-            s9::tma_load_2d_multicast(sb + s * D::kB + rank * (D::kB / CL), &wmap, &full[s], k, wrow + (int)rank * (BN / CL),
-                                      (uint16_t)((1u << CL) - 1));
-        }
-    };
+    __syncthreads();
     if (wgi == 0 && IM2COL) {
         // Producer, TMA im2col: one thread loads both tiles of a stage.  A
         // stage is one tap (r, q) and 64 channels c0.. of it (C / groups a
         // multiple of 64); the activation box starts at the tile's first
         // output pixel's top-left input pixel and walks 128 output pixels.
         if (tid == 0) {
-        const int ow = m0 % p.ow, t = m0 / p.ow, oh = t % p.oh, n = t / p.oh;
-        const int w0 = ow * p.sw - p.pl, h0 = oh * p.sh - p.pt, wrow = grp * p.og + n0;
-        for (int kt = kt0, it = 0; kt < kt1; kt++, it++) {
-            const int s = it % STAGES;
-            if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
-            const int k = kt * kWgBK, tap = k / p.cg, c0 = k - tap * p.cg, r = tap / p.kw, q = tap - r * p.kw;
-            s9::mbar_expect_tx(&full[s], (uint32_t)(D::kA + D::kB));
-            asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-                         " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(smem_addr(sa + s * D::kA)),
-                         "l"(reinterpret_cast<uint64_t>(&amap)), "r"(smem_addr(&full[s])), "r"(grp * p.cg + c0), "r"(w0),
-                         "r"(h0), "r"(n), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
-                         : "memory");
-            load_b(s, k, wrow);
-        }
+            const int ow = m0 % p.ow, t = m0 / p.ow, oh = t % p.oh, n = t / p.oh;
+            const int w0 = ow * p.sw - p.pl, h0 = oh * p.sh - p.pt, wrow = grp * p.og + n0;
+            for (int kt = kt0, it = 0; kt < kt1; kt++, it++) {
+                const int s = it % STAGES;
+                if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
+                const int k = kt * kWgBK, tap = k / p.cg, c0 = k - tap * p.cg, r = tap / p.kw, q = tap - r * p.kw;
+                s9::mbar_expect_tx(&full[s], (uint32_t)(D::kA + D::kB));
+                asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                             " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(smem_addr(sa + s * D::kA)),
+                             "l"(reinterpret_cast<uint64_t>(&amap)), "r"(smem_addr(&full[s])), "r"(grp * p.cg + c0), "r"(w0),
+                             "r"(h0), "r"(n), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
+                             : "memory");
+                s9::tma_load_2d(sb + s * D::kB, &wmap, &full[s], k, wrow);
+            }
         }
     } else if (wgi == 0) {
         // Producer: piece j of rows rs + 16 i (i < 8); a warp writes 4 whole rows.
@@ -599,7 +587,7 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
             if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
             if (tid == 0) {
                 s9::mbar_expect_tx(&full[s], (uint32_t)D::kB);
-                load_b(s, kt * kWgBK, wrow);
+                s9::tma_load_2d(sb + s * D::kB, &wmap, &full[s], kt * kWgBK, wrow);
             }
             const int k = kt * kWgBK + j * 8;
             const bool kok = k < p.k;
@@ -617,56 +605,49 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
         }
         asm volatile("cp.async.wait_all;" ::: "memory");
     } else {
-    // Consumers.
-    const int cw = wgi - 1;
-    const bool lane0 = (tid & 31) == 0;
-    float d[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
-    const int nkt = kt1 - kt0;
-    for (int it = 0; it < nkt; it++) {
-        const int s = it % STAGES;
-        s9::mbar_wait(&full[s], (it / STAGES) & 1);
-        if (!IM2COL) s9::fence_proxy_async(); // the cp.async (generic proxy) writes, before wgmma reads them
-        s9::wgmma_fence();
-        const unsigned char *a = sa + s * D::kA + cw * 64 * 128, *b = sb + s * D::kB;
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) wg_ss<BF16>(d, s9::desc_sw128(a + 32 * kk), s9::desc_sw128(b + 32 * kk));
-        s9::wgmma_commit();
-        s9::wgmma_wait<1>();
-        if (it > 0 && lane0) {
-            s9::mbar_arrive(&empty[(it - 1) % STAGES]);
-            if constexpr (CL > 1)
-                for (uint32_t r = 0; r < CL; r++)
-                    if (r != rank) s9::mbar_arrive_cluster(&empty[(it - 1) % STAGES], r);
+        // Consumers.
+        const int cw = wgi - 1;
+        const bool lane0 = (tid & 31) == 0;
+        float d[BN / 2];
+    #pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+        const int nkt = kt1 - kt0;
+        for (int it = 0; it < nkt; it++) {
+            const int s = it % STAGES;
+            s9::mbar_wait(&full[s], (it / STAGES) & 1);
+            if (!IM2COL) s9::fence_proxy_async(); // the cp.async (generic proxy) writes, before wgmma reads them
+            s9::wgmma_fence();
+            const unsigned char *a = sa + s * D::kA + cw * 64 * 128, *b = sb + s * D::kB;
+    #pragma unroll
+            for (int kk = 0; kk < 4; kk++) wg_ss<BF16>(d, s9::desc_sw128(a + 32 * kk), s9::desc_sw128(b + 32 * kk));
+            s9::wgmma_commit();
+            s9::wgmma_wait<1>();
+            if (it > 0 && lane0) s9::mbar_arrive(&empty[(it - 1) % STAGES]);
+        }
+        s9::wgmma_wait<0>();
+        s9::fence_regs(d);
+        // Epilogue: d[4 c + 2 h + e] is row 16 warp + g + 8 h, channel 8 c + 2 t + e.
+        const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = m0 + cw * 64 + warp * 16 + g + 8 * h;
+            if (m >= p.m) continue;
+    #pragma unroll
+            for (int c = 0; c < BN / 8; c++) {
+                const int jj = n0 + 8 * c + 2 * t4;
+                if (jj >= p.og) continue;
+                wg_store2(p, split, m, grp * p.og + jj, jj + 1 < p.og, d[4 * c + 2 * h], d[4 * c + 2 * h + 1]);
+            }
         }
     }
-    s9::wgmma_wait<0>();
-    s9::fence_regs(d);
-    // Epilogue: d[4 c + 2 h + e] is row 16 warp + g + 8 h, channel 8 c + 2 t + e.
-    const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int m = m0 + cw * 64 + warp * 16 + g + 8 * h;
-        if (m >= p.m) continue;
-#pragma unroll
-        for (int c = 0; c < BN / 8; c++) {
-            const int jj = n0 + 8 * c + 2 * t4;
-            if (jj >= p.og) continue;
-            wg_store2(p, split, m, grp * p.og + jj, jj + 1 < p.og, d[4 * c + 2 * h], d[4 * c + 2 * h + 1]);
-        }
-    }
-    }
-    // No CTA leaves while a partner may still write into its ring or arrive on its barriers.
-    if constexpr (CL > 1) s9::cluster_sync();
 #endif
 }
 
-template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL, int CL>
+template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL>
 int launch_wg(const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap, int splits, int groups, cudaStream_t st) {
     WgGeo g = g0;
     using D = WgDims<BN, STAGES>;
-    auto kern = wg_kernel<BF16, BN, STAGES, MINB, IM2COL, CL>;
+    auto kern = wg_kernel<BF16, BN, STAGES, MINB, IM2COL>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, D::kBytes);
     if (e != cudaSuccess) return e;
     g.kt_per_split = (g.ktiles + splits - 1) / splits;
@@ -676,20 +657,9 @@ int launch_wg(const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap, 
         e = cudaMallocAsync(reinterpret_cast<void **>(&g.ws), (size_t)splits * (size_t)g.m * (size_t)g.o * sizeof(float), st);
         if (e != cudaSuccess) return e;
     }
-    // clusters: the row tiles rounded up to whole clusters (a tile past M computes zeros and stores nothing)
-    dim3 grid(((g.m + kWgBM - 1) / kWgBM + CL - 1) / CL * CL, (g.og + BN - 1) / BN, splits * groups);
-    if constexpr (CL == 1) {
-        kern<<<grid, kWgThreads, D::kBytes, st>>>(map, amap, g);
-        e = cudaGetLastError();
-    } else {
-        cudaLaunchConfig_t cfg = {};
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = CL, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = grid, cfg.blockDim = dim3(kWgThreads), cfg.dynamicSmemBytes = D::kBytes, cfg.stream = st;
-        cfg.attrs = attr, cfg.numAttrs = 1;
-        e = cudaLaunchKernelEx(&cfg, kern, map, amap, g);
-    }
+    dim3 grid((g.m + kWgBM - 1) / kWgBM, (g.og + BN - 1) / BN, splits * groups);
+    kern<<<grid, kWgThreads, D::kBytes, st>>>(map, amap, g);
+    e = cudaGetLastError();
     if (e == cudaSuccess && splits > 1) {
         Geo r;
         memset(&r, 0, sizeof r);
@@ -705,12 +675,12 @@ int launch_wg(const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap, 
     return e;
 }
 
-template <bool BF16, bool IM2COL, int CL>
+template <bool BF16, bool IM2COL>
 int launch_wg_bn(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, int bn, int splits, int groups,
                  cudaStream_t st) {
-    if (bn == 64) return launch_wg<BF16, 64, 4, 2, IM2COL, CL>(g, map, amap, splits, groups, st);
-    if (bn == 128) return launch_wg<BF16, 128, 6, 1, IM2COL, CL>(g, map, amap, splits, groups, st);
-    return launch_wg<BF16, 256, 4, 1, IM2COL, CL>(g, map, amap, splits, groups, st);
+    if (bn == 64) return launch_wg<BF16, 64, 4, 2, IM2COL>(g, map, amap, splits, groups, st);
+    if (bn == 128) return launch_wg<BF16, 128, 6, 1, IM2COL>(g, map, amap, splits, groups, st);
+    return launch_wg<BF16, 256, 4, 1, IM2COL>(g, map, amap, splits, groups, st);
 }
 
 // The driver's cuTensorMapEncodeIm2col through the runtime (no -lcuda); NULL
@@ -838,8 +808,7 @@ extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const voi
     // Weights [o][k], row stride ldw: boxes of 64 K x bn rows, 128-byte swizzle, zeros past k and o.
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->o}, strides[1] = {(cuuint64_t)ldw * 2};
-    const int cl = a->wg_cluster == 2 && a->wg_im2col ? 2 : 1; // clusters with the TMA im2col loads only
-    const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)(bn / cl)};
+    const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)bn};
     if (!tops_cu::sm90::encode_sw128(&map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, w,
                                      dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B))
         return cudaErrorNotSupported;
@@ -848,13 +817,9 @@ extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const voi
     CUtensorMap amap;
     memset(&amap, 0, sizeof amap);
     const bool im2col = a->wg_im2col && cg % kWgBK == 0 && encode_im2col(&amap, a);
-    if (im2col && cl == 2)
-        return a->bf16 ? launch_wg_bn<true, true, 2>(g, map, amap, bn, splits, (int)a->groups, st)
-                       : launch_wg_bn<false, true, 2>(g, map, amap, bn, splits, (int)a->groups, st);
-    if (cl == 2) return cudaErrorNotSupported; // the weights' map has half boxes
     if (im2col)
-        return a->bf16 ? launch_wg_bn<true, true, 1>(g, map, amap, bn, splits, (int)a->groups, st)
-                       : launch_wg_bn<false, true, 1>(g, map, amap, bn, splits, (int)a->groups, st);
-    return a->bf16 ? launch_wg_bn<true, false, 1>(g, map, amap, bn, splits, (int)a->groups, st)
-                   : launch_wg_bn<false, false, 1>(g, map, amap, bn, splits, (int)a->groups, st);
+        return a->bf16 ? launch_wg_bn<true, true>(g, map, amap, bn, splits, (int)a->groups, st)
+                       : launch_wg_bn<false, true>(g, map, amap, bn, splits, (int)a->groups, st);
+    return a->bf16 ? launch_wg_bn<true, false>(g, map, amap, bn, splits, (int)a->groups, st)
+                   : launch_wg_bn<false, false>(g, map, amap, bn, splits, (int)a->groups, st);
 }

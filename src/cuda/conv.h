@@ -48,8 +48,7 @@ typedef struct tops__cu_conv_args {
     const float *bias; /* device, [o], or NULL */
     void *stream;
     int wg_l1;     /* wgmma kernel: gathered activation pieces through L1 (cp.async.ca) */
-    int wg_im2col;  /* wgmma kernel: activation tiles by TMA im2col where C / groups is a multiple of 64 */
-    int wg_cluster; /* wgmma kernel with TMA im2col: 2 = clusters of two row tiles sharing the weight tile */
+    int wg_im2col; /* wgmma kernel: activation tiles by TMA im2col where C / groups is a multiple of 64 */
 } tops__cu_conv_args;
 
 /* Implicit GEMM on the tensor cores (mma.sync m16n8k16, f32 sums):

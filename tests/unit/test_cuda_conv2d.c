@@ -3,7 +3,7 @@
    (odd sizes, stride 2 with dilation 2 and uneven pads, groups 2 and 4,
    depthwise, 1x1, 7x7, C = 3, K = 4608 with split K), f16 / bf16 weights on
    the wgmma implicit GEMM (TMA im2col or cp.async gathers, each tile width,
-   forced K splits, clusters sharing the weight tile), on the
+   forced K splits), on the
    mma.sync one (TOPS_CUDA_CONV=mma) and on the im2col + matmul path
    (TOPS_CUDA_CONV=im2col),
    the quantized formats strict and relaxed, host / device / GPU-packed
@@ -256,10 +256,7 @@ static void test_16bit_tiles(void) {
                                           {"bn=256,l1=0", "128x256 tiles"},
                                           {"bn=64,splits=2", "128x64 tiles, 2 K splits"},
                                           {"tma=0", "gathered by cp.async into swizzled stages"},
-                                          {"tma=0,l1=0,bn=128", "gathered by cp.async into swizzled stages"},
-                                          {"cl=2,bn=64", "multicast to clusters of 2, wgmma 128x64"},
-                                          {"cl=2,bn=128,splits=2", "multicast to clusters of 2, wgmma 128x128"},
-                                          {"cl=2,bn=256", "multicast to clusters of 2, wgmma 128x256"}};
+                                          {"tma=0,l1=0,bn=128", "gathered by cp.async into swizzled stages"}};
     const int nopts = (int)(sizeof opts / sizeof opts[0]);
     for (int v = 0; v < nopts; v++) {
         setenv("TOPS_CUDA_CONV", opts[v][0], 1);
@@ -268,10 +265,9 @@ static void test_16bit_tiles(void) {
             if (c->groups == c->c || (c->c / c->groups) % 8) continue;
             const int kt = (int)((c->kh * c->kw * (c->c / c->groups) + 63) / 64);
             /* a split count above the K stages is cut to them: name only the width then */
-            const int tma = (c->c / c->groups) % 64 == 0; /* clusters run with the TMA im2col loads only */
-            const char *want = (v == 1 && kt < 3) || (v == 3 && kt < 2) || (v >= 6 && !tma) ? "wgmma 128x" : opts[v][1];
+            const char *want = (v == 1 && kt < 3) || (v == 3 && kt < 2) ? "wgmma 128x" : opts[v][1];
             run_case(c, v % 2 ? "bf16" : "f16", v % 2 ? TOPS_DT_BF16 : TOPS_DT_F16,
-                     v < 2 || v == 4 || v == 7 ? TOPS_DT_BF16 : TOPS_DT_F32, 0, v != 1, v >= 2 && v != 6,
+                     v < 2 || v == 4 ? TOPS_DT_BF16 : TOPS_DT_F32, 0, v != 1, v >= 2,
                      v == 3 ? W_HOST : W_DEVICE, want);
         }
     }
