@@ -127,8 +127,9 @@ static int wg_tma_im2col(const tops__cuda_conv_geom *g, const conv_opts *op) {
    fill and epilogue, so an odd last one runs alone at 60 % of the rate.  K
    splits add the partials' round trip through memory (~2.5 TB/s) and the
    summing kernel.  On the H200 this picks width 64 for the ResNet-50 3x3
-   layers at batch 32 (0.2-8 % from the best forced width / split of the
-   same run) and K splits at batch 1. */
+   layers at batch 32 (the fastest forced width / split of the same session
+   on res2-res4, 5 % behind width 128 with 2 splits on res5) and width 64
+   with 6-15 K splits at batch 1 on res3-res5 (faster than width 128). */
 static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int *bn_out, int *splits_out) {
     const int64_t m = g->n * g->oh * g->ow, og = g->o / g->groups, mt = (m + 127) / 128, kt = (g->k + 63) / 64;
     double best = 1e300;
