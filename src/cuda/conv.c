@@ -1,18 +1,25 @@
 /* tops_conv2d on a GPU (exec.device = cuda:N), after src/ops/conv2d.c has
-   checked the descriptor, the geometry, the shapes and the overlaps.  Three
+   checked the descriptor, the geometry, the shapes and the overlaps.  Four
    paths, in this order:
    - depthwise (groups = C = O): a direct kernel, f32 sums (conv.cu);
-   - f16 / bf16 weights of the activations' type: the implicit GEMM
-     (conv.cu; 16-byte cp.async pieces where C / groups is a multiple of 8
-     and the pixels are 16-byte aligned, else element by element), bias and
-     accumulation in its epilogue;
+   - f16 / bf16 weights of the activations' type, 16-byte pieces (C / groups
+     a multiple of 8, pixels and weight rows 16-byte aligned), compute
+     capability 9.0: the wgmma implicit GEMM (conv.cu), 128 x 64/128/256
+     tiles and K splits chosen by wg_plan below;
+   - the same weights otherwise (sm_80, C = 3, odd strides): the mma.sync
+     implicit GEMM (16-byte cp.async pieces where it can, else element by
+     element), bias and accumulation in its epilogue;
    - everything else (the quantized formats, other shapes): per group, im2col
      rows gathered into a device buffer (at most 256 MiB a pass), then the
      GPU matmul (matmul.c) on the weights packed once for the call (or the
      caller's GPU pack), so every format keeps matmul2d's kernels and
      strict / relaxed meaning.  A 1x1 stride-1 unpadded convolution over
      collapsible pixels is the matmul of the input itself.
-   TOPS_CUDA_CONV=im2col forces the last path (tests, A/B runs). */
+   TOPS_CUDA_CONV (tests, A/B runs; comma-separated): `im2col` forces the
+   last path for every format, `mma` keeps the wgmma kernel off, `bn=64|128|
+   256` and `splits=S` fix its tile width and K splits, `l1=0` gathers the
+   activations past L1 (cp.async.cg), `tma=0` gathers them where TMA
+   im2col would load them. */
 #include "cuda/conv.h"
 #include "cuda/runtime.h"
 
@@ -24,9 +31,44 @@
 
 #define COL_BUDGET ((size_t)256 << 20)
 
-static int force_im2col(void) {
+/* TOPS_CUDA_CONV, read at each call. */
+typedef struct conv_opts {
+    int im2col, mma, bn, splits, l1, tma;
+} conv_opts;
+
+static tops_status read_opts(const char *fn, conv_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->l1 = 1;
+    o->tma = 1;
     const char *e = getenv("TOPS_CUDA_CONV");
-    return e && strcmp(e, "im2col") == 0;
+    if (!e) return TOPS_OK;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", e);
+    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        int v = 0;
+        if (strcmp(t, "im2col") == 0) o->im2col = 1;
+        else if (strcmp(t, "mma") == 0) o->mma = 1;
+        else if (sscanf(t, "bn=%d", &v) == 1 && (v == 64 || v == 128 || v == 256)) o->bn = v;
+        else if (sscanf(t, "splits=%d", &v) == 1 && v >= 1 && v <= 64) o->splits = v;
+        else if (sscanf(t, "l1=%d", &v) == 1 && (v == 0 || v == 1)) o->l1 = v;
+        else if (sscanf(t, "tma=%d", &v) == 1 && (v == 0 || v == 1)) o->tma = v;
+        else
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                              "TOPS_CUDA_CONV has \"%s\"; it takes im2col, mma, bn=64|128|256, splits=1..64, l1=0|1, tma=0|1",
+                              t);
+    }
+    return TOPS_OK;
+}
+
+/* The wgmma kernel exists for sm_90a only (compute capability 9.0). */
+static int wgmma_device(int device) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return major == 9 && minor == 0;
 }
 
 /* Plain 16-bit weights of the activations' type the implicit GEMM reads. */
@@ -40,8 +82,8 @@ static int igemm_weights(const tops_tensor *wt, tops_format_id act, int device) 
            (wt->memory.kind == TOPS_DEVICE_CPU || wt->memory.index == device);
 }
 
-static int igemm_applies(const tops_tensor *in, const tops_tensor *wt, int device) {
-    return !force_im2col() && igemm_weights(wt, in->format.id, device);
+static int igemm_applies(const tops_tensor *in, const tops_tensor *wt, int device, const conv_opts *op) {
+    return !op->im2col && igemm_weights(wt, in->format.id, device);
 }
 
 /* Whether the implicit GEMM gathers 16-byte pieces by cp.async (conv.cu
@@ -51,6 +93,67 @@ static int igemm_vector(const tops__cuda_conv_geom *g, const tops_tensor *in) {
     for (int i = 0; i < 3; i++)
         if (in->stride[i] % 8) return 0;
     return 1;
+}
+
+/* Whether the weight rows the implicit GEMM will read suit the wgmma
+   kernel's TMA (row stride a multiple of 8 elements, 16-byte aligned); a
+   host copy is made with stride K. */
+static int wg_weight_rows_ok(const tops_tensor *wt, int64_t k) {
+    if (tops__cuda_is_packed(wt)) {
+        const tops__cuda_packed *pk = (const tops__cuda_packed *)wt->packed_;
+        return pk->k_pad % 8 == 0 && ((uintptr_t)pk->fp8_weights & 15) == 0;
+    }
+    if (wt->memory.kind == TOPS_DEVICE_CUDA)
+        return (wt->extent[0] > 1 ? wt->stride[0] : k) % 8 == 0 && ((uintptr_t)wt->data & 15) == 0;
+    return k % 8 == 0;
+}
+
+/* Whether the wgmma kernel loads its activation tiles by TMA im2col (else
+   it gathers them by cp.async): each K stage must be 64 channels of one tap
+   (C / groups a multiple of 64), and the walk within what the hardware
+   encodes (rank-4 corners in [-128, 127], tap offsets up to 255, element
+   strides up to 8). */
+static int wg_tma_im2col(const tops__cuda_conv_geom *g, const conv_opts *op) {
+    const int64_t up_w = (g->ow - 1) * g->sw - g->pl - (g->w - 1), up_h = (g->oh - 1) * g->sh - g->pt - (g->h - 1);
+    return op->tma && (g->c / g->groups) % 64 == 0 && g->sw <= 8 && g->sh <= 8 && g->pl <= 128 && g->pt <= 128 &&
+           up_w >= -128 && up_w <= 127 && up_h >= -128 && up_h <= 127 && (g->kw - 1) * g->dw <= 255 &&
+           (g->kh - 1) * g->dh <= 255;
+}
+
+/* The wgmma kernel's tile width and K splits: the fewest estimated
+   microseconds.  Each SM takes its share of the CTAs (tiles x splits), a
+   CTA the time of its K stages plus two (pipeline fill and epilogue) at the
+   SM's full rate; at width 64 two CTAs share an SM and hide each other's
+   fill and epilogue, so an odd last one runs alone at 60 % of the rate.  K
+   splits add the partials' round trip through memory (~2.5 TB/s) and the
+   summing kernel.  On the H200 this picks width 64 for the ResNet-50 3x3
+   layers at batch 32 (the fastest forced width / split of the same session
+   on res2-res4, 5 % behind width 128 with 2 splits on res5) and width 64
+   with 6-15 K splits at batch 1 on res3-res5 (faster than width 128). */
+static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int *bn_out, int *splits_out) {
+    const int64_t m = g->n * g->oh * g->ow, og = g->o / g->groups, mt = (m + 127) / 128, kt = (g->k + 63) / 64;
+    double best = 1e300;
+    int bn_best = 128, s_best = 1;
+    for (int bn = 64; bn <= 256; bn *= 2) {
+        if (op->bn && bn != op->bn) continue;
+        if (!op->bn && bn > 64 && og <= bn / 2) continue; /* half the tile or more would be empty */
+        const int64_t tiles = mt * ((og + bn - 1) / bn) * g->groups;
+        const double stage_us = (double)bn * 128 * 64 * 2 / 5.0e12 * 1e6;
+        int64_t smax = op->splits ? op->splits : kt / 2 < 1 ? 1 : kt / 2 > 16 ? 16 : kt / 2;
+        if (smax > kt) smax = kt;
+        for (int64_t s0 = op->splits ? smax : 1; s0 <= smax; s0++) {
+            /* the launcher gives each split `per` stages: s0 may become fewer splits */
+            const int64_t per = (kt + s0 - 1) / s0, s = (kt + per - 1) / per, units = tiles * s;
+            if (s * g->groups > 65535) break;
+            const int64_t n = (units + sms - 1) / sms; /* CTAs on the busiest SM */
+            const double cta = (double)(per + 2) * stage_us;
+            double t = bn == 64 ? (double)(n / 2) * 2 * cta + (n % 2 ? cta / 0.6 : 0) : (double)n * cta;
+            if (s > 1) t += 2.0 + (double)(2 * s * m * g->o * 4) / 2.5e12 * 1e6;
+            if (t < best) best = t, bn_best = bn, s_best = (int)s;
+        }
+    }
+    *bn_out = bn_best;
+    *splits_out = s_best;
 }
 
 /* The bias as f32 in fresh device memory (stream-ordered; the caller frees it). */
@@ -344,12 +447,26 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     a.stream = exec->stream;
     cudaStream_t stream = (cudaStream_t)exec->stream;
 
-    const int dw = g->depthwise && !force_im2col();
-    const int ig = !dw && igemm_applies(in, wt, device);
+    conv_opts op;
+    if ((st = read_opts(fn, &op)) != TOPS_OK) return st;
+    a.wg_l1 = op.l1;
+    const int dw = g->depthwise && !op.im2col;
+    const int ig = !dw && igemm_applies(in, wt, device, &op);
+    const int wg = ig && !op.mma && igemm_vector(g, in) && wg_weight_rows_ok(wt, g->k) && wgmma_device(device);
+    int wg_bn = 128, wg_splits = 1;
+    if (wg) wg_plan(g, tops__cuda_sm_count(device), &op, &wg_bn, &wg_splits);
+    a.wg_im2col = wg && wg_tma_im2col(g, &op);
     if (path) {
         if (dw) {
             snprintf(path, cap, "cuda:%d depthwise direct (%lldx%lld taps, f32 sums)", device, (long long)g->kh,
                      (long long)g->kw);
+            return TOPS_OK;
+        }
+        if (wg) {
+            snprintf(path, cap,
+                     "cuda:%d implicit GEMM: %s, weights by TMA, wgmma 128x%d tiles, %d K split%s%s", device,
+                     a.wg_im2col ? "activations by TMA im2col" : "NHWC tiles gathered by cp.async into swizzled stages",
+                     wg_bn, wg_splits, wg_splits > 1 ? "s" : "", g->groups > 1 ? ", groups on the grid" : "");
             return TOPS_OK;
         }
         if (ig) {
@@ -383,7 +500,11 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         int64_t ldw = 0;
         st = igemm_weight_rows(fn, wt, g->o, g->k, stream, &w, &ldw, &temp);
         if (st == TOPS_OK) {
-            int e = tops__cu_conv_igemm_launch(&a, w, ldw);
+            int e = wg ? tops__cu_conv_wgmma_launch(&a, w, ldw, wg_bn, wg_splits) : cudaErrorNotSupported;
+            if (e == cudaErrorNotSupported) { /* launched nothing: the mma.sync kernel takes it */
+                (void)cudaGetLastError();
+                e = tops__cu_conv_igemm_launch(&a, w, ldw);
+            }
             if (e) st = tops__cuda_error(fn, e, "the implicit-GEMM conv2d kernel");
         }
         if (temp) (void)cudaFreeAsync(temp, stream);

@@ -1,8 +1,9 @@
 // conv2d kernels (NHWC, 16-bit activations, f32 sums): the implicit GEMM on
-// the tensor cores, the im2col gather the quantized formats' path feeds to
-// the matmul kernels, the bias fill, and the depthwise direct kernel.
+// the tensor cores (wgmma on sm_90a, further down; mma.sync below), the
+// im2col gather the quantized formats' path feeds to the matmul kernels, the
+// bias fill, and the depthwise direct kernel.
 //
-// Implicit GEMM: rows are output pixels (M = N * OH * OW), columns output
+// mma.sync implicit GEMM: rows are output pixels (M = N * OH * OW), columns output
 // channels of one group, K = (kh, kw, c) in the weights' order.  A CTA
 // computes 128 pixels x BN channels; each 16-byte piece of its activation
 // tile (8 channels of one tap of one pixel) is gathered from NHWC with
@@ -13,11 +14,13 @@
 // second kernel sums them in split order (the same bits every run), then
 // adds the bias and the old dest.
 #include "cuda/conv.h"
+#include "cuda/sm90.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include <string.h>
 
 namespace {
 
@@ -380,6 +383,340 @@ template <bool BF16, bool GEN> int launch_width(const Geo &g, const tops__cu_con
     return g.og <= 64 ? launch_igemm<BF16, 64, GEN>(g, a) : launch_igemm<BF16, 128, GEN>(g, a);
 }
 
+
+// ---- the wgmma implicit GEMM (sm_90a) ---------------------------------------
+//
+// A CTA computes 128 pixels x BN channels (BN = 64, 128 or 256) of one
+// group over its K split.  Warpgroup 0 produces: its 128 threads gather the
+// activation tile of a K stage (128 rows x 64 K, one 16-byte piece = 8
+// channels of one tap per cp.async, zero-filled outside the input, past M
+// or past K) straight into wgmma's 128-byte-swizzled layout, and arrive on
+// the stage's full barrier when their copies land (cp.async.mbarrier.arrive
+// .noinc); thread 0 also loads the weight tile [BN][64] by TMA (128-byte
+// swizzle, zeros past K and past O) onto the same barrier.  Warpgroups 1
+// and 2 each multiply 64 of the rows (wgmma m64nBNk16, both operands from
+// shared memory, f32 sums in K order) and hand a slot back on its empty
+// barrier once the wgmmas that read it have retired.  The epilogue adds the
+// bias and the old dest, or writes the split's partial to the workspace
+// (summed in split order by split_reduce_kernel: the same bits every run).
+constexpr int kWgBM = 128, kWgBK = 64, kWgThreads = 384;
+
+struct WgGeo {
+    const uint16_t *x;
+    int64_t xs_n, xs_h, xs_w;
+    int h, w, cg, og, o, kw, oh, ow, k;
+    int sh, sw, dh, dw, pt, pl;
+    int m;
+    void *out;
+    int64_t ldo;
+    int out_dtype, accumulate, l1;
+    const float *bias;
+    float *ws; // split partials [splits][m][o], or NULL
+    int kt_per_split, ktiles;
+};
+
+template <int BN, int STAGES> struct WgDims {
+    static constexpr int kA = kWgBM * 128, kB = BN * 128, kStage = kA + kB;
+    static constexpr int kBytes = 1024 + STAGES * kStage + 2 * STAGES * 8; // 1024: alignment slack
+};
+
+#ifdef TOPS_CU_WGMMA
+// D[64 x N] += A[64 x 16] * B[N x 16]^T, both K-major 128-byte-swizzled
+// shared-memory descriptors (N = 64, 128, 256).
+template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[32], uint64_t da, uint64_t db) {
+    if constexpr (BF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                     : "l"(da), "l"(db));
+}
+template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[64], uint64_t da, uint64_t db) {
+    if constexpr (BF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+                     : "l"(da), "l"(db));
+}
+template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[128], uint64_t da, uint64_t db) {
+    if constexpr (BF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, %128, %129, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+                     : "l"(da), "l"(db));
+}
+
+__device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, bool ok, bool l1) {
+    if (l1)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+    else
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
+}
+
+// Two neighbouring channels j, j + 1 (j + 1 < og where both) of one row.
+__device__ __forceinline__ void wg_store2(const WgGeo &p, int split, int m, int o, bool two, float v0, float v1) {
+    if (p.ws) {
+        float *w = p.ws + ((int64_t)split * p.m + m) * p.o + o;
+        if (two && ((o | p.o) & 1) == 0) {
+            *reinterpret_cast<float2 *>(w) = make_float2(v0, v1);
+        } else {
+            w[0] = v0;
+            if (two) w[1] = v1;
+        }
+        return;
+    }
+    const int64_t idx = (int64_t)m * p.ldo + o;
+    if (p.bias) {
+        v0 += p.bias[o];
+        if (two) v1 += p.bias[o + 1];
+    }
+    if (two && p.out_dtype != TOPS_DT_F32 && ((idx & 1) == 0)) {
+        uint32_t *dst = reinterpret_cast<uint32_t *>(static_cast<uint16_t *>(p.out) + idx);
+        if (p.out_dtype == TOPS_DT_F16) {
+            if (p.accumulate) {
+                uint32_t u = *dst;
+                float2 a = __half22float2(*reinterpret_cast<__half2 *>(&u));
+                v0 += a.x, v1 += a.y;
+            }
+            __half2 r = __floats2half2_rn(v0, v1);
+            *dst = *reinterpret_cast<uint32_t *>(&r);
+        } else {
+            if (p.accumulate) {
+                uint32_t u = *dst;
+                float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u));
+                v0 += a.x, v1 += a.y;
+            }
+            __nv_bfloat162 r = __floats2bfloat162_rn(v0, v1);
+            *dst = *reinterpret_cast<uint32_t *>(&r);
+        }
+        return;
+    }
+    if (p.accumulate) v0 += load_out(p.out, idx, p.out_dtype);
+    store_out(p.out, idx, p.out_dtype, v0);
+    if (two) {
+        if (p.accumulate) v1 += load_out(p.out, idx + 1, p.out_dtype);
+        store_out(p.out, idx + 1, p.out_dtype, v1);
+    }
+}
+#endif
+
+template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL>
+__global__ void __launch_bounds__(kWgThreads, MINB)
+    wg_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap, WgGeo p) {
+#ifdef TOPS_CU_WGMMA
+    namespace s9 = tops_cu::sm90;
+    using D = WgDims<BN, STAGES>;
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
+    unsigned char *base = wg_smem + ((1024 - (smem_addr(wg_smem) & 1023)) & 1023);
+    unsigned char *sa = base, *sb = base + STAGES * D::kA;
+    uint64_t *full = reinterpret_cast<uint64_t *>(base + STAGES * D::kStage), *empty = full + STAGES;
+    const int tid = threadIdx.x, wgi = tid >> 7;
+    const int groups = p.o / p.og;
+    const int split = blockIdx.z / groups, grp = blockIdx.z % groups;
+    const int m0 = blockIdx.x * kWgBM, n0 = blockIdx.y * BN;
+    const int kt0 = split * p.kt_per_split;
+    const int kt1 = min(kt0 + p.kt_per_split, p.ktiles);
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            s9::mbar_init(&full[s], IM2COL ? 1 : 129); // (128 producer threads' copies +) the TMA's expect_tx
+            s9::mbar_init(&empty[s], 8); // one arrive per consumer warp
+        }
+        s9::mbar_init_fence();
+    }
+    __syncthreads();
+    if (wgi == 0 && IM2COL) {
+        // Producer, TMA im2col: one thread loads both tiles of a stage.  A
+        // stage is one tap (r, q) and 64 channels c0.. of it (C / groups a
+        // multiple of 64); the activation box starts at the tile's first
+        // output pixel's top-left input pixel and walks 128 output pixels.
+        if (tid == 0) {
+            const int ow = m0 % p.ow, t = m0 / p.ow, oh = t % p.oh, n = t / p.oh;
+            const int w0 = ow * p.sw - p.pl, h0 = oh * p.sh - p.pt, wrow = grp * p.og + n0;
+            for (int kt = kt0, it = 0; kt < kt1; kt++, it++) {
+                const int s = it % STAGES;
+                if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
+                const int k = kt * kWgBK, tap = k / p.cg, c0 = k - tap * p.cg, r = tap / p.kw, q = tap - r * p.kw;
+                s9::mbar_expect_tx(&full[s], (uint32_t)(D::kA + D::kB));
+                asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                             " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(smem_addr(sa + s * D::kA)),
+                             "l"(reinterpret_cast<uint64_t>(&amap)), "r"(smem_addr(&full[s])), "r"(grp * p.cg + c0), "r"(w0),
+                             "r"(h0), "r"(n), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
+                             : "memory");
+                s9::tma_load_2d(sb + s * D::kB, &wmap, &full[s], k, wrow);
+            }
+        }
+    } else if (wgi == 0) {
+        // Producer: piece j of rows rs + 16 i (i < 8); a warp writes 4 whole rows.
+        const int j = tid & 7, rs = tid >> 3;
+        const uint32_t swz = (uint32_t)((j ^ (rs & 7)) << 4);
+        int ihb[8], iwb[8];
+        int64_t xb[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const int m = m0 + rs + 16 * i;
+            if (m < p.m) {
+                const int ow = m % p.ow, t = m / p.ow, oh = t % p.oh, n = t / p.oh;
+                ihb[i] = oh * p.sh - p.pt;
+                iwb[i] = ow * p.sw - p.pl;
+                xb[i] = (int64_t)n * p.xs_n + (int64_t)ihb[i] * p.xs_h + (int64_t)iwb[i] * p.xs_w + (int64_t)grp * p.cg;
+            } else {
+                ihb[i] = -(1 << 29); // fails every bounds check
+                iwb[i] = 0;
+                xb[i] = 0;
+            }
+        }
+        const uint32_t sa_u = smem_addr(sa) + (uint32_t)(rs * 128) + swz;
+        const bool l1 = p.l1 != 0;
+        const int wrow = grp * p.og + n0;
+        for (int kt = kt0, it = 0; kt < kt1; kt++, it++) {
+            const int s = it % STAGES;
+            if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
+            if (tid == 0) {
+                s9::mbar_expect_tx(&full[s], (uint32_t)D::kB);
+                s9::tma_load_2d(sb + s * D::kB, &wmap, &full[s], kt * kWgBK, wrow);
+            }
+            const int k = kt * kWgBK + j * 8;
+            const bool kok = k < p.k;
+            const int tap = kok ? k / p.cg : 0, cc = k - tap * p.cg, r = tap / p.kw, q = tap - r * p.kw;
+            const int dy = r * p.dh, dx = q * p.dw;
+            const int64_t off = (int64_t)dy * p.xs_h + (int64_t)dx * p.xs_w + cc;
+            const uint32_t dst = sa_u + (uint32_t)(s * D::kA);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const int ih = ihb[i] + dy, iw = iwb[i] + dx;
+                const bool ok = kok && (unsigned)ih < (unsigned)p.h && (unsigned)iw < (unsigned)p.w;
+                wg_cp16(dst + (uint32_t)(i * 16 * 128), ok ? p.x + xb[i] + off : p.x, ok, l1);
+            }
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(&full[s])) : "memory");
+        }
+        asm volatile("cp.async.wait_all;" ::: "memory");
+    } else {
+        // Consumers.
+        const int cw = wgi - 1;
+        const bool lane0 = (tid & 31) == 0;
+        float d[BN / 2];
+    #pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+        const int nkt = kt1 - kt0;
+        for (int it = 0; it < nkt; it++) {
+            const int s = it % STAGES;
+            s9::mbar_wait(&full[s], (it / STAGES) & 1);
+            if (!IM2COL) s9::fence_proxy_async(); // the cp.async (generic proxy) writes, before wgmma reads them
+            s9::wgmma_fence();
+            const unsigned char *a = sa + s * D::kA + cw * 64 * 128, *b = sb + s * D::kB;
+    #pragma unroll
+            for (int kk = 0; kk < 4; kk++) wg_ss<BF16>(d, s9::desc_sw128(a + 32 * kk), s9::desc_sw128(b + 32 * kk));
+            s9::wgmma_commit();
+            s9::wgmma_wait<1>();
+            if (it > 0 && lane0) s9::mbar_arrive(&empty[(it - 1) % STAGES]);
+        }
+        s9::wgmma_wait<0>();
+        s9::fence_regs(d);
+        // Epilogue: d[4 c + 2 h + e] is row 16 warp + g + 8 h, channel 8 c + 2 t + e.
+        const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    #pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int m = m0 + cw * 64 + warp * 16 + g + 8 * h;
+            if (m >= p.m) continue;
+    #pragma unroll
+            for (int c = 0; c < BN / 8; c++) {
+                const int jj = n0 + 8 * c + 2 * t4;
+                if (jj >= p.og) continue;
+                wg_store2(p, split, m, grp * p.og + jj, jj + 1 < p.og, d[4 * c + 2 * h], d[4 * c + 2 * h + 1]);
+            }
+        }
+    }
+#endif
+}
+
+template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL>
+int launch_wg(const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap, int splits, int groups, cudaStream_t st) {
+    WgGeo g = g0;
+    using D = WgDims<BN, STAGES>;
+    auto kern = wg_kernel<BF16, BN, STAGES, MINB, IM2COL>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, D::kBytes);
+    if (e != cudaSuccess) return e;
+    g.kt_per_split = (g.ktiles + splits - 1) / splits;
+    splits = (g.ktiles + g.kt_per_split - 1) / g.kt_per_split; // every split has K stages
+    g.ws = nullptr;
+    if (splits > 1) {
+        e = cudaMallocAsync(reinterpret_cast<void **>(&g.ws), (size_t)splits * (size_t)g.m * (size_t)g.o * sizeof(float), st);
+        if (e != cudaSuccess) return e;
+    }
+    dim3 grid((g.m + kWgBM - 1) / kWgBM, (g.og + BN - 1) / BN, splits * groups);
+    kern<<<grid, kWgThreads, D::kBytes, st>>>(map, amap, g);
+    e = cudaGetLastError();
+    if (e == cudaSuccess && splits > 1) {
+        Geo r;
+        memset(&r, 0, sizeof r);
+        r.m = g.m, r.o = g.o, r.ws = g.ws, r.ldo = g.ldo, r.bias = g.bias, r.accumulate = g.accumulate;
+        r.out = g.out, r.out_dtype = g.out_dtype;
+        split_reduce_kernel<<<grid_for((int64_t)g.m * g.o), 256, 0, st>>>(r, splits);
+        e = cudaGetLastError();
+    }
+    if (g.ws) {
+        cudaError_t f = cudaFreeAsync(g.ws, st);
+        if (e == cudaSuccess) e = f;
+    }
+    return e;
+}
+
+template <bool BF16, bool IM2COL>
+int launch_wg_bn(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, int bn, int splits, int groups,
+                 cudaStream_t st) {
+    if (bn == 64) return launch_wg<BF16, 64, 4, 2, IM2COL>(g, map, amap, splits, groups, st);
+    if (bn == 128) return launch_wg<BF16, 128, 6, 1, IM2COL>(g, map, amap, splits, groups, st);
+    return launch_wg<BF16, 256, 4, 1, IM2COL>(g, map, amap, splits, groups, st);
+}
+
+// The driver's cuTensorMapEncodeIm2col through the runtime (no -lcuda); NULL
+// when the driver lacks it.
+PFN_cuTensorMapEncodeIm2col_v12000 im2col_encoder() {
+    static PFN_cuTensorMapEncodeIm2col_v12000 fn = nullptr;
+    if (!fn) {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeIm2col", &f, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = reinterpret_cast<PFN_cuTensorMapEncodeIm2col_v12000>(f);
+        (void)cudaGetLastError();
+    }
+    return fn;
+}
+
+// The activations as a TMA im2col map: NHWC dims {c, w, h, n}, a box of 64
+// channels x 128 output pixels, the pixel walk bounded by the output
+// positions (lower corner -pad, upper the last output's top-left input
+// pixel), the convolution strides as element strides; false where the
+// driver refuses (corners outside [-128, 127], strides above 8, ...).
+bool encode_im2col(CUtensorMap *map, const tops__cu_conv_args *a) {
+    PFN_cuTensorMapEncodeIm2col_v12000 enc = im2col_encoder();
+    if (!enc) return false;
+    const cuuint64_t dims[4] = {(cuuint64_t)a->c, (cuuint64_t)a->w, (cuuint64_t)a->h, (cuuint64_t)a->n};
+    const cuuint64_t strides[3] = {(cuuint64_t)a->xs_w * 2, (cuuint64_t)a->xs_h * 2, (cuuint64_t)a->xs_n * 2};
+    const int lower[2] = {(int)-a->pl, (int)-a->pt};
+    const int upper[2] = {(int)((a->ow - 1) * a->sw - a->pl - (a->w - 1)), (int)((a->oh - 1) * a->sh - a->pt - (a->h - 1))};
+    const cuuint32_t estr[4] = {1, (cuuint32_t)a->sw, (cuuint32_t)a->sh, 1};
+    return enc(map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+               const_cast<void *>(a->x), dims, strides, lower, upper, (cuuint32_t)kWgBK, (cuuint32_t)kWgBM, estr,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 } // namespace
 
 extern "C" int tops__cu_conv_igemm_launch(const tops__cu_conv_args *a, const void *w, int64_t ldw) {
@@ -443,4 +780,46 @@ extern "C" int tops__cu_conv_dw_launch(const tops__cu_conv_args *a, const void *
         return cudaErrorInvalidValue;
 #undef TOPS_DW_ARGS
     return cudaGetLastError();
+}
+
+extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const void *w, int64_t ldw, int bn, int splits) {
+    const int64_t cg = a->c / a->groups, og = a->o / a->groups;
+    const bool vec = cg % 8 == 0 && a->xs_n % 8 == 0 && a->xs_h % 8 == 0 && a->xs_w % 8 == 0 && ldw % 8 == 0 &&
+                     ((uintptr_t)a->x & 15) == 0 && ((uintptr_t)w & 15) == 0;
+    if (!vec || (bn != 64 && bn != 128 && bn != 256) || splits < 1 || a->groups * splits > 65535)
+        return cudaErrorNotSupported;
+    WgGeo g;
+    memset(&g, 0, sizeof g);
+    g.x = static_cast<const uint16_t *>(a->x);
+    g.xs_n = a->xs_n, g.xs_h = a->xs_h, g.xs_w = a->xs_w;
+    g.h = (int)a->h, g.w = (int)a->w, g.cg = (int)cg, g.og = (int)og, g.o = (int)a->o, g.kw = (int)a->kw;
+    g.oh = (int)a->oh, g.ow = (int)a->ow, g.k = (int)a->k;
+    g.sh = (int)a->sh, g.sw = (int)a->sw, g.dh = (int)a->dh, g.dw = (int)a->dw, g.pt = (int)a->pt, g.pl = (int)a->pl;
+    g.m = (int)(a->n * a->oh * a->ow);
+    g.out = a->out;
+    g.ldo = a->ldo;
+    g.out_dtype = a->out_dtype;
+    g.accumulate = a->accumulate;
+    g.l1 = a->wg_l1;
+    g.bias = a->bias;
+    g.ktiles = (g.k + kWgBK - 1) / kWgBK;
+    if (g.m == 0 || g.o == 0) return cudaSuccess;
+    if (splits > g.ktiles) splits = g.ktiles;
+    // Weights [o][k], row stride ldw: boxes of 64 K x bn rows, 128-byte swizzle, zeros past k and o.
+    CUtensorMap map;
+    const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->o}, strides[1] = {(cuuint64_t)ldw * 2};
+    const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)bn};
+    if (!tops_cu::sm90::encode_sw128(&map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, w,
+                                     dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B))
+        return cudaErrorNotSupported;
+    cudaStream_t st = static_cast<cudaStream_t>(a->stream);
+    // The activation tiles by TMA im2col where each K stage is 64 channels of one tap.
+    CUtensorMap amap;
+    memset(&amap, 0, sizeof amap);
+    const bool im2col = a->wg_im2col && cg % kWgBK == 0 && encode_im2col(&amap, a);
+    if (im2col)
+        return a->bf16 ? launch_wg_bn<true, true>(g, map, amap, bn, splits, (int)a->groups, st)
+                       : launch_wg_bn<false, true>(g, map, amap, bn, splits, (int)a->groups, st);
+    return a->bf16 ? launch_wg_bn<true, false>(g, map, amap, bn, splits, (int)a->groups, st)
+                   : launch_wg_bn<false, false>(g, map, amap, bn, splits, (int)a->groups, st);
 }

@@ -47,6 +47,8 @@ typedef struct tops__cu_conv_args {
     int accumulate;
     const float *bias; /* device, [o], or NULL */
     void *stream;
+    int wg_l1;     /* wgmma kernel: gathered activation pieces through L1 (cp.async.ca) */
+    int wg_im2col; /* wgmma kernel: activation tiles by TMA im2col where C / groups is a multiple of 64 */
 } tops__cu_conv_args;
 
 /* Implicit GEMM on the tensor cores (mma.sync m16n8k16, f32 sums):
@@ -54,6 +56,11 @@ typedef struct tops__cu_conv_args {
    multiple of 8), device memory; c / groups a multiple of 8, x 16-byte
    aligned, xs_* multiples of 8.  Returns a cudaError_t. */
 int tops__cu_conv_igemm_launch(const tops__cu_conv_args *a, const void *w, int64_t ldw);
+/* The same on wgmma (compute capability 9.0 only; conv.c checks): 128 x bn
+   tiles (bn 64, 128 or 256), K split in `splits` parts summed in split
+   order.  cudaErrorNotSupported, launching nothing, where the pieces are
+   not 16-byte aligned or the driver refuses the weights' tensor map. */
+int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const void *w, int64_t ldw, int bn, int splits);
 /* The im2col rows [m0, m0 + rows) of group g into col ([rows][ldc], the
    activations' type, zeros for padding and for the columns k..ldc). */
 int tops__cu_conv_im2col_launch(const tops__cu_conv_args *a, int64_t g, int64_t m0, int64_t rows, void *col,

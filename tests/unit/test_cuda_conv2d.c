@@ -2,7 +2,10 @@
    convolution of the 16-bit inputs and the decoded weights: ragged shapes
    (odd sizes, stride 2 with dilation 2 and uneven pads, groups 2 and 4,
    depthwise, 1x1, 7x7, C = 3, K = 4608 with split K), f16 / bf16 weights on
-   the implicit GEMM and on the im2col + matmul path (TOPS_CUDA_CONV=im2col),
+   the wgmma implicit GEMM (TMA im2col or cp.async gathers, each tile width,
+   forced K splits), on the
+   mma.sync one (TOPS_CUDA_CONV=mma) and on the im2col + matmul path
+   (TOPS_CUDA_CONV=im2col),
    the quantized formats strict and relaxed, host / device / GPU-packed
    weights, bias, multiply-accumulate, f32 / f16 / bf16 dest, NaN-poisoned
    outputs, and two runs compared bit for bit.  Bad inputs on any machine;
@@ -20,6 +23,7 @@ static const tops_memory host_mem = {TOPS_DEVICE_CPU, 0};
 static const tops_memory gpu0 = {TOPS_DEVICE_CUDA, 0};
 static th_rng rng;
 static int small_run;
+static int hopper; /* compute capability 9.0: the wgmma implicit GEMM */
 
 typedef struct cv_case {
     int64_t n, h, w, c, o, kh, kw;
@@ -29,6 +33,7 @@ typedef struct cv_case {
 static const cv_case cases[] = {
     {1, 7, 9, 16, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},      /* odd sizes, pad 1 */
     {2, 13, 11, 32, 40, 3, 3, 2, 2, 2, 2, 1, 2, 2, 1, 1},    /* stride 2 with dilation 2, uneven pads */
+    {2, 13, 11, 64, 40, 3, 3, 2, 2, 2, 2, 1, 2, 2, 1, 1},    /* the same with C = 64 (TMA im2col on a Hopper) */
     {1, 9, 9, 32, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2},      /* groups 2 */
     {2, 10, 10, 24, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 24},   /* depthwise */
     {1, 6, 5, 64, 33, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1},      /* 1x1 */
@@ -40,6 +45,9 @@ static const cv_case cases[] = {
     {1, 4, 4, 512, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},     /* K = 4608 at M = 16: split K */
     {1, 11, 12, 16, 16, 5, 5, 2, 2, 2, 1, 2, 3, 1, 0, 16},   /* depthwise 5x5 stride 2 dilation 2,1 */
     {2, 8, 8, 32, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 4},      /* groups 4, 8 channels a group */
+    {1, 9, 9, 128, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2},     /* groups 2 of 64 channels */
+    {2, 12, 10, 64, 72, 7, 7, 2, 2, 1, 1, 3, 3, 3, 2, 1},    /* 7x7 stride 2, C = 64, uneven pads */
+    {5, 7, 7, 192, 136, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},    /* M = 245 over images, 3 K stages a tap */
 };
 
 static int64_t out_dim(int64_t in, int64_t pad, int64_t k, int64_t s, int64_t d) {
@@ -206,20 +214,85 @@ done:
 
 static int ncases(void) { return small_run ? 3 : (int)(sizeof cases / sizeof cases[0]); }
 
-/* f16 / bf16 weights on the implicit GEMM (cp.async pieces where C / groups
-   is a multiple of 8, else the element gather; depthwise on its kernel),
-   device / host / packed weights, every dest type. */
+/* f16 / bf16 weights on the implicit GEMM (on a Hopper the wgmma kernel
+   where C / groups is a multiple of 8, else cp.async pieces on mma.sync;
+   the element gather otherwise; depthwise on its kernel), device / host /
+   packed weights, every dest type. */
 static void test_16bit(void) {
     for (int i = 0; i < ncases(); i++) {
         const cv_case *c = &cases[i];
         const int dw = c->groups > 1 && c->groups == c->c && c->o == c->c;
-        const char *want = dw ? "depthwise" : (c->c / c->groups) % 8 == 0 ? "GEMM: NHWC tiles gathered by cp.async"
-                                                                           : "element by element";
+        const int vec = (c->c / c->groups) % 8 == 0;
+        const char *want = dw                            ? "depthwise"
+                           : !vec                        ? "element by element"
+                           : !hopper                     ? "mma.sync"
+                           : (c->c / c->groups) % 64 == 0 ? "activations by TMA im2col"
+                                                          : "gathered by cp.async into swizzled stages";
         run_case(c, "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 0, 0, W_DEVICE, want);
         run_case(c, "bf16", TOPS_DT_BF16, TOPS_DT_F32, 0, 1, 1, W_HOST, want);
         run_case(c, "f16", TOPS_DT_F16, TOPS_DT_BF16, 0, 1, 0, W_PACKED, dw ? "depthwise" : NULL);
         run_case(c, "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 1, W_DEVICE, want);
     }
+}
+
+/* The mma.sync implicit GEMM where the wgmma kernel would run
+   (TOPS_CUDA_CONV=mma), and the wgmma kernel at every tile width and with
+   forced K splits (ragged M, O and K; the ring wraps many times at K =
+   4608), both dest types and modes. */
+static void test_16bit_tiles(void) {
+    setenv("TOPS_CUDA_CONV", "mma", 1);
+    for (int i = 0; i < ncases(); i++) {
+        const cv_case *c = &cases[i];
+        if (c->groups == c->c || (c->c / c->groups) % 8) continue;
+        run_case(c, "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 1, 0, W_DEVICE, "mma.sync");
+        run_case(c, "bf16", TOPS_DT_BF16, TOPS_DT_F32, 0, 0, 1, W_HOST, "mma.sync");
+    }
+    if (!hopper) {
+        unsetenv("TOPS_CUDA_CONV");
+        return;
+    }
+    static const char *const opts[][2] = {{"bn=64,splits=1", "128x64 tiles, 1 K split"},
+                                          {"bn=128,splits=3", "128x128 tiles, 3 K splits"},
+                                          {"bn=256,l1=0", "128x256 tiles"},
+                                          {"bn=64,splits=2", "128x64 tiles, 2 K splits"},
+                                          {"tma=0", "gathered by cp.async into swizzled stages"},
+                                          {"tma=0,l1=0,bn=128", "gathered by cp.async into swizzled stages"}};
+    const int nopts = (int)(sizeof opts / sizeof opts[0]);
+    for (int v = 0; v < nopts; v++) {
+        setenv("TOPS_CUDA_CONV", opts[v][0], 1);
+        for (int i = 0; i < ncases(); i++) {
+            const cv_case *c = &cases[i];
+            if (c->groups == c->c || (c->c / c->groups) % 8) continue;
+            const int kt = (int)((c->kh * c->kw * (c->c / c->groups) + 63) / 64);
+            /* a split count above the K stages is cut to them: name only the width then */
+            const char *want = (v == 1 && kt < 3) || (v == 3 && kt < 2) ? "wgmma 128x" : opts[v][1];
+            run_case(c, v % 2 ? "bf16" : "f16", v % 2 ? TOPS_DT_BF16 : TOPS_DT_F16,
+                     v < 2 || v == 4 ? TOPS_DT_BF16 : TOPS_DT_F32, 0, v != 1, v >= 2,
+                     v == 3 ? W_HOST : W_DEVICE, want);
+        }
+    }
+    /* a bad key: refused with a sentence */
+    setenv("TOPS_CUDA_CONV", "bn=96", 1);
+    {
+        int64_t iext[4] = {1, 5, 5, 8}, oext[4] = {1, 5, 5, 8}, w2[2] = {8, 72};
+        void *dx = NULL, *dout = NULL, *dw = NULL;
+        ASSERT_OK(tops_cuda_alloc(0, 200 * 2, &dx));
+        ASSERT_OK(tops_cuda_alloc(0, 200 * 2, &dout));
+        ASSERT_OK(tops_cuda_alloc(0, 576 * 2, &dw));
+        tops_tensor in = view(TOPS_DT_F16, dx, 4, iext, gpu0), out = view(TOPS_DT_F16, dout, 4, oext, gpu0);
+        tops_tensor wt = view(TOPS_DT_F16, dw, 2, w2, gpu0);
+        tops_conv2d_desc d;
+        memset(&d, 0, sizeof d);
+        d.kernel_h = d.kernel_w = 3;
+        d.pad_top = d.pad_bottom = d.pad_left = d.pad_right = 1;
+        d.mode = TOPS_MULTIPLY;
+        tops_exec ex = tops_exec_default();
+        ex.device = gpu0;
+        ASSERT_STATUS(tops_conv2d(&ex, &d, &in, &wt, &out), TOPS_INVALID_ARGUMENT);
+        ASSERT_TRUE(strstr(tops_last_error(), "TOPS_CUDA_CONV") != NULL);
+        tops_cuda_free(0, dx), tops_cuda_free(0, dout), tops_cuda_free(0, dw);
+    }
+    unsetenv("TOPS_CUDA_CONV");
 }
 
 /* The same through im2col + the GPU matmul. */
@@ -307,8 +380,10 @@ int main(void) {
         TEST_MAIN_END();
     }
     printf("cuda:0 %s, sm_%d%d\n", info.name, info.major, info.minor);
+    hopper = info.major == 9 && info.minor == 0;
     RUN_TEST(test_gpu_refusals);
     RUN_TEST(test_16bit);
+    RUN_TEST(test_16bit_tiles);
     RUN_TEST(test_16bit_im2col);
     RUN_TEST(test_quantized);
     TEST_MAIN_END();
