@@ -224,6 +224,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
         k->gemm_q8_narrow = k->gemm_q8;
         k->gemm_q8_wide = k->gemm_q8; /* q + 128 as u8: no i16 stage to saturate */
+        k->gemm_q8_x4 = (tops__gemm_q8_x4_ukernel){4, tops_gemm_f32_qi8_qu8_4x32__avx512_vnni,
+                                                   "tops_gemm_f32_qi8_qu8_4x32__avx512_vnni"};
         tops__avx512_vnni_fill_unpackers(k->forms);
         k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni;
         k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni";

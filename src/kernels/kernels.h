@@ -179,6 +179,21 @@ typedef struct tops__gemm_q8_ukernel {
     tops__gemm_q8_fn run;
     const char *name;
 } tops__gemm_q8_ukernel;
+/* The 32-column twin at levels with one (gemm_q8_x4): C[mr x 32] over four
+   consecutive 8-column panels of gemm_q8's layout, panel p at b + p *
+   bstride bytes, its scales at bscale + p * sstride and its mins at bmin
+   + p * sstride; any offset (acorr as above).  Every column gets the bits
+   of the same level's gemm_q8 run on its panel (same steps, same order),
+   so a driver may cover some columns with one and some with the other. */
+typedef void (*tops__gemm_q8_x4_fn)(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
+                                    const float *bscale, int64_t sstride, const float *amin, const float *bmin,
+                                    float *c, int64_t ldc, int accumulate);
+typedef struct tops__gemm_q8_x4_ukernel {
+    int mr;
+    tops__gemm_q8_x4_fn run; /* NULL: none at this level */
+    const char *name;
+} tops__gemm_q8_x4_ukernel;
 #define TOPS_Q8_OFFSET 16
 #define TOPS_Q8_OFFSET_NARROW 8 /* |q| <= 8: gemm_q8_narrow */
 /* |q| <= 128 (8-bit weights): gemm_q8_wide takes panels of q + 128 (u8
@@ -482,6 +497,9 @@ typedef struct tops__kernels {
        pairs <= 2 * 128 * 127 = 32512, then vpmaddwd; VNNI: vpdpbusd on
        q + 128). */
     tops__gemm_q8_ukernel gemm_q8_wide;
+    /* Where set, the 32-column twin of all three (they are one kernel at
+       that level): every full group of four panels takes it. */
+    tops__gemm_q8_x4_ukernel gemm_q8_x4;
     /* AMX relaxed integer kernel for every integer form (|q| <= 128). */
     tops__amx_q8_ukernel amx_q8;
     /* AMX strict kernel for every integer form: codes as bf16, activations
@@ -740,6 +758,10 @@ void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const 
                             const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
 #endif
 void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table);
+void tops_gemm_f32_qi8_qu8_4x32__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                            const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
+                                            const float *bscale, int64_t sstride, const float *amin,
+                                            const float *bmin, float *c, int64_t ldc, int accumulate);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                             const float *amin, const float *bmin,

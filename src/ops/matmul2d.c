@@ -394,9 +394,10 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
         snprintf(buf, cap, "AMX bf16 tiles, weights as bf16 terms per K block (%s), activations as %s: %s (%s)",
                  src, p.relaxed ? "bf16" : "bf16 hi + lo", kern->amx_bf16t.name, isa);
     } else if (kind == PLAN_INTEGER) {
-        snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)",
-                 p.q8_panels && !p.q8_amx ? "prepacked" : "unpacked per K block",
-                 tops__gemm_q8_pick(kern, right, NULL)->name, isa);
+        const char *x4 = kern->gemm_q8_x4.run && p.n >= 32 ? kern->gemm_q8_x4.name : NULL;
+        snprintf(buf, cap, "integer panels (%s), i8 activations: %s%s%s (%s)",
+                 p.q8_panels && !p.q8_amx ? "prepacked" : "unpacked per K block", x4 ? x4 : "",
+                 x4 ? ", the rest " : "", tops__gemm_q8_pick(kern, right, NULL)->name, isa);
     } else if (kind == PLAN_ROWS) {
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
         const char *how = up && !up->run && up->run_min && p.relaxed

@@ -323,6 +323,65 @@ static void test_q8_kernels_exact(void) {
     }
 }
 
+/* The 32-column twin of the integer microkernel (where a level has one)
+   gives, column for column, the bits of the same level's 8-column kernel
+   on each of its four panels: random (not power-of-two) scales and mins,
+   every offset, sub-blocks of 16 and 32, panels and scales at a stride
+   other than their own size, with and without accumulate. */
+static void test_q8_x4_matches_8_columns(void) {
+    enum { NB = 7, MAXK = NB * 32, PSTRIDE = 8 * MAXK + 96, SSTRIDE = 8 * NB + 5 };
+    static int8_t rows[8 * MAXK], a[4 * MAXK];
+    static uint8_t panels[4 * PSTRIDE];
+    static float bs[4 * SSTRIDE], bmin[4 * SSTRIDE], want[4 * 32], got[4 * 32];
+    float as[4 * NB], amin[4 * NB];
+    int32_t corr[4 * NB];
+    int checked = 0;
+    for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+        const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+        if (!kern || !kern->gemm_q8_x4.run) continue;
+        for (int it = 0; it < 36; it++) {
+            const int kind = it % 3, sub = (it / 3) % 2 ? 16 : 32, with_min = (it / 6) % 2;
+            const int offset = kind == 0 ? TOPS_Q8_OFFSET_NARROW : kind == 1 ? TOPS_Q8_OFFSET : TOPS_Q8_OFFSET_WIDE;
+            const int qmax = kind == 0 ? 8 : kind == 1 ? 15 : 127;
+            const tops__gemm_q8_ukernel *uk = kind == 0 ? &kern->gemm_q8_narrow : kind == 1 ? &kern->gemm_q8 : &kern->gemm_q8_wide;
+            if (uk->mr != kern->gemm_q8_x4.mr) TH_FAIL_AT("isa=%s: the 32-column twin has other rows", tops_isa_name((tops_isa)isa));
+            const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), kc = nb * sub;
+            for (int p = 0; p < 4; p++) {
+                for (int64_t i = 0; i < 8 * kc; i++) rows[i] = (int8_t)((int)(th_next(&rng) % (uint64_t)(2 * qmax + 1)) - qmax);
+                kern->pack_q8_panel(rows, kc, offset, panels + p * PSTRIDE);
+                for (int64_t i = 0; i < 8 * nb; i++) {
+                    bs[p * SSTRIDE + i] = th_uniform(&rng, 1e-3f, 2.0f);
+                    bmin[p * SSTRIDE + i] = th_uniform(&rng, 0.0f, 3.0f);
+                }
+            }
+            for (int r = 0; r < 4; r++)
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t sum = 0;
+                    for (int j = 0; j < sub; j++) {
+                        const int v = (int)(th_next(&rng) % 255) - 127;
+                        a[r * MAXK + b * sub + j] = (int8_t)v;
+                        sum += v;
+                    }
+                    corr[r * NB + b] = offset * sum;
+                    as[r * NB + b] = th_uniform(&rng, 1e-3f, 1.0f);
+                    amin[r * NB + b] = as[r * NB + b] * (float)sum;
+                }
+            const int accumulate = (int)(th_next(&rng) % 2);
+            for (int i = 0; i < 4 * 32; i++) want[i] = got[i] = th_uniform(&rng, -2.0f, 2.0f);
+            for (int p = 0; p < 4; p++)
+                uk->run(nb, sub, a, MAXK, as, corr, NB, panels + p * PSTRIDE, bs + p * SSTRIDE, amin,
+                        with_min ? bmin + p * SSTRIDE : NULL, want + 8 * p, 32, accumulate);
+            kern->gemm_q8_x4.run(nb, sub, a, MAXK, as, corr, NB, panels, PSTRIDE, bs, SSTRIDE, amin,
+                                 with_min ? bmin : NULL, got, 32, accumulate);
+            if (memcmp(want, got, sizeof want) != 0)
+                TH_FAIL_AT("isa=%s offset=%d sub=%d nb=%lld mins=%d acc=%d: %s differs from %s", tops_isa_name((tops_isa)isa),
+                           offset, sub, (long long)nb, with_min, accumulate, kern->gemm_q8_x4.name, uk->name);
+            checked++;
+        }
+    }
+    printf("32-column integer kernels checked: %d cases\n", checked);
+}
+
 /* The in-place rows of the forms with mins (q4_K, q5_K) on every level
    give the reference's bits (same lanes, same order), and the reference
    agrees with its unpacker's values in f64. */
@@ -456,5 +515,6 @@ int main(void) {
     RUN_TEST(test_every_format);
     RUN_TEST(test_integer_forms);
     RUN_TEST(test_q8_kernels_exact);
+    RUN_TEST(test_q8_x4_matches_8_columns);
     TEST_MAIN_END();
 }
