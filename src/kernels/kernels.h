@@ -121,17 +121,19 @@ typedef struct tops__byte_layout {
     tops__scales_fn scales;
 } tops__byte_layout;
 
-/* The relaxed dot of one weight row of super-blocks with mins (q4_K,
-   q5_K) read in place, over nsb whole super-blocks of 256 (8 sub-blocks
-   of 32): aq, as and amin the activations' codes, scales and amin (as
-   for gemm_q8) from the first super-block's first element.  Sub-block j
-   of each super-block goes to lane j of eight f32 lanes, super-blocks in
+/* The relaxed dot of one weight row of super-blocks of 256 read in place,
+   over nsb whole super-blocks: aq, as and amin the activations' codes,
+   scales and amin (as for gemm_q8) from the first super-block's first
+   element.  With mins (q4_K, q5_K: 8 sub-blocks of 32): sub-block j of
+   each super-block goes to lane j of eight f32 lanes, super-blocks in
    order: lane = fma(S, as * scale, lane), then lane = fma(-amin, min,
    lane), with S the exact i32 sum of aq * q and scale, min the
    unpacker's values (mul as w->mul); the result is
-   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).  Every level gives
-   the same bits. */
-typedef float (*tops__dot_min_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).  Without mins
+   (q6_K: 16 sub-blocks of 16; amin is not read): sixteen lanes, lane =
+   fma(S, as * scale, lane), then h_j = l_j + l_{j+8}, g_j = h_j + h_{j+4},
+   ((g0 + g2) + (g1 + g3)).  Every level that has one gives the same bits. */
+typedef float (*tops__dot_super_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
                                   const float *as, const float *amin, int64_t nsb);
 
 /* What the drivers use for one format (tops__kernels.unpack, filled by
@@ -142,7 +144,7 @@ typedef float (*tops__dot_min_fn)(const tops__int_layout *lay, const uint8_t *bl
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
     tops__unpack_min_fn run_min; /* the relaxed form with mins (run is NULL then), or NULL */
-    tops__dot_min_fn dot_min;    /* with run_min: its rows read in place (relaxed M <= 4), or NULL */
+    tops__dot_super_fn dot_super; /* rows of whole super-blocks read in place (relaxed M <= 4), or NULL */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
     tops__nibble_layout nib;
     tops__byte_layout byte;
@@ -153,7 +155,7 @@ typedef struct tops__unpacker {
 typedef struct tops__form_kernels {
     tops__unpack_fn run;
     tops__unpack_min_fn run_min;
-    tops__dot_min_fn dot_min;
+    tops__dot_super_fn dot_super;
     tops__scales_fn scales;
 } tops__form_kernels;
 

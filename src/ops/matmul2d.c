@@ -401,10 +401,11 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
     } else if (kind == PLAN_ROWS) {
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
         const char *how = up && !up->run && up->run_min && p.relaxed
-                              ? (up->dot_min && p.k % 256 == 0 ? "super-blocks with mins in place, i8 dots"
+                              ? (up->dot_super && p.k % 256 == 0 ? "super-blocks with mins in place, i8 dots"
                                                                : "integer rows with mins, i8 dots")
                           : !up || !up->run    ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
+                          : up->dot_super && p.k % 256 == 0 ? "super-blocks in place, i8 dots"
                           : tops__gemv_bytes_in_place(&p) ? "8-bit rows in place, i8 dots"
                           : !nib               ? "integer rows, i8 dots"
                           : tops__gemv_streams(&p) ? "4-bit row stream (prepacked), i8 dots"

@@ -1,4 +1,4 @@
-/* The in-place TOPS__IF_SUPER_MIN (q4_K / q5_K) row dot (tops__dot_min_fn, kernels/kernels.h)
+/* The in-place TOPS__IF_SUPER_MIN (q4_K / q5_K) row dot (tops__dot_super_fn, kernels/kernels.h)
    for the AVX2 level: the including file defines TOPS_KQ_DOT(q, a), the
    i32 sums of four u8 x s8 products per lane (vpmaddubsw + vpmaddwd),
    and compiles this with its ISA flags (AVX-512 VNNI has its own 512-bit
@@ -44,7 +44,7 @@ static inline __m256i kq_sums(const uint8_t *blk, const int8_t *aq, int five) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-/* tops__dot_min_fn: lane j = sub-block j; scales and mins as the scalar
+/* tops__dot_super_fn: lane j = sub-block j; scales and mins as the scalar
    rows compute them (d * sc * mul, dmin * m * mul), then as * scale. */
 static inline float kq_dot_min(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
                                    const float *amin, int64_t nsb, int five) {

@@ -1,4 +1,4 @@
-/* AVX-512 VNNI in-place q4_K / q5_K row dot (tops__dot_min_fn): the AVX2
+/* AVX-512 VNNI in-place q4_K / q5_K row dot (tops__dot_super_fn): the AVX2
    kernel's numbers (kernels/avx2/dot_min_body.h: sub-block j's exact i32
    sum in lane j, then the same f32 steps in the same order, so the same
    bits) with the integer part on 512-bit vectors.  Each 32-byte qs row r
@@ -82,7 +82,70 @@ static float kq_dot_min_super512(const tops__int_layout *lay, const uint8_t *blo
                          : kq_dot_min512(blocks, mul, aq, as, amin, nsb, 0);
 }
 
+/* q6_K (TOPS__IF_SUPER_6BIT, 210 bytes: ql[128], qh[64], i8 scales[16],
+   f16 d at 208) read in place: per half h of 128 elements the 64 ql
+   bytes give elements 0..63 (low nibbles) and 64..127 (high), the 32 qh
+   bytes, broadcast to both halves, their two high bits (bits 2 (r / 32)
+   of qh[l]: shifts 0 / 2 for the first 64, 4 / 6 for the next); codes q +
+   32 (0..63) as vpdpbusd's unsigned operand, less 32 times the
+   activations' sum (a second vpdpbusd by 32s), so each 4-lane group holds
+   a sub-block of 16; two unpack rounds and a vpermd leave sub-block j in
+   lane j, then the reference's f32 steps (kernels.h). */
+static inline __attribute__((always_inline)) __m512i q6_sums(const uint8_t *blk, const int8_t *aq) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3), k32 = _mm512_set1_epi8(32);
+    const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i sh23 = _mm512_add_epi16(sh01, _mm512_set1_epi16(4));
+    __m512i p[4];
+    for (int hh = 0; hh < 2; hh++) {
+        const __m512i ql = _mm512_loadu_si512((const void *)(blk + 64 * hh));
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * hh)));
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(ql, m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4));
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4));
+        const __m512i a0 = _mm512_loadu_si512((const void *)(aq + 128 * hh));
+        const __m512i a1 = _mm512_loadu_si512((const void *)(aq + 128 * hh + 64));
+        p[2 * hh] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a0),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, a0));
+        p[2 * hh + 1] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, a1),
+                                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, a1));
+    }
+    /* chunk c of p[t]: sub-block 4t + c in 4 lanes */
+    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+    /* lane 4c + t: sub-block 4t + c */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_epi32(idx, u);
+}
+
+static float q6_dot_super512(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+                             const float *as, const float *amin, int64_t nsb) {
+    (void)lay, (void)amin;
+    const __m512 vmul = _mm512_set1_ps(mul);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * 210;
+        _mm_prefetch((const char *)(blk + 24 * 210), _MM_HINT_T0); /* as the q4_K rows */
+        _mm_prefetch((const char *)(blk + 24 * 210 + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 24 * 210 + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 24 * 210 + 192), _MM_HINT_T0);
+        const __m512i sums = q6_sums(blk, aq + s * 256);
+        uint16_t hd;
+        memcpy(&hd, blk + 208, 2);
+        const __m512 vsc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192))));
+        const __m512 scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(hd)), vsc), vmul);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(_mm512_loadu_ps(as + s * 16), scale), acc);
+    }
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 g = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    g = _mm_add_ps(g, _mm_movehl_ps(g, g));
+    g = _mm_add_ss(g, _mm_movehdup_ps(g));
+    return _mm_cvtss_f32(g);
+}
+
 /* On top of the AVX2 unpackers (the table holds them on entry). */
 void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table) {
-    table[TOPS__IF_SUPER_MIN].dot_min = kq_dot_min_super512;
+    table[TOPS__IF_SUPER_MIN].dot_super = kq_dot_min_super512;
+    table[TOPS__IF_SUPER_6BIT].dot_super = q6_dot_super512;
 }
