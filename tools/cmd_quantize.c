@@ -10,10 +10,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* What --format all compares: every family, and the three that answer what
-   power-of-two (e8m0) block scales cost against f16 ones; then every GGUF
-   block format of the traits table (gguf rows take no parameters), so a
-   new one is compared without an entry here. */
+/* What --format all compares: the variants of the parameterised families
+   (groups, scale dtypes) and the plain 16-bit floats, including the three
+   that answer what power-of-two (e8m0) block scales cost against f16 ones;
+   then every other row of the traits table with blocks, channel scales or
+   a codebook whose name needs no parameter (GGUF rows, MX, nvfp4, lut4,
+   ...), so a new format is compared without an entry here. */
 static const char *const all_formats[] = {
     "f16",          "bf16",           "e4m3-ch",         "e5m2-ch",        "mxfp8",         "mxfp8-e5m2",
     "mxint8",       "int8-g32",       "mxfp6",           "mxfp6-e3m2",     "int4-g32",      "int4-g32:e8m0",
@@ -29,7 +31,11 @@ static size_t all_format_names(const char **names) {
     for (size_t i = 0; i < FIXED_COUNT; i++) names[n++] = all_formats[i];
     for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
         const tops_format_info *info = tops_format_get_info((tops_format_id)id);
-        if (info && info->gguf) names[n++] = info->name;
+        tops_format f;
+        if (!info || (info->block == 1 && !info->codebook) || tops_format_from_name(info->name, &f) != TOPS_OK) continue;
+        int listed = 0;
+        for (size_t i = 0; i < n && !listed; i++) listed = strcmp(names[i], info->name) == 0;
+        if (!listed) names[n++] = info->name;
     }
     return n;
 }

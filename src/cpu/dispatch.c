@@ -88,7 +88,7 @@ enum { AMX_BF16T_RELAXED_MIN_M = 128, AMX_BF16T_RELAXED_MIN_M_SMALL_BLOCKS = 32 
 
 /* A format's integer-form kernels at one level (tops__kernels.unpack):
    the forms entry its traits row names (core/intform.h), masked by the
-   layout (run, or run_min and dot_min where it has mins), with qmax and
+   layout (run, or run_min where it has mins; dot_super), with qmax and
    the in-place layouts the layout implies: nibbles for 4-bit codes in
    blocks of 32 with qmax <= 12 (q + qmax fits the nibble kernels' tables),
    bytes for 8-bit codes.  All zero without an integer form. */
@@ -103,7 +103,7 @@ static tops__unpacker unpacker_for(const tops__kernels *k, tops_format_id id) {
     const int mins = lay->form == TOPS__IF_SUPER_MIN || (blocks && lay->has_min);
     up.run = mins ? NULL : fk->run;
     up.run_min = mins ? fk->run_min : NULL;
-    up.dot_min = mins ? fk->dot_min : NULL;
+    up.dot_super = fk->dot_super;
     up.qmax = lay->qmax;
     if (mins || (lay->form != TOPS__IF_CODES && !blocks)) return up;
     if (lay->code_bits == 4 && lay->qmax <= 12) {
@@ -225,6 +225,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                              "tops_gemm_f32_qi8_qu5_4x8__avx512_vnni"};
         k->gemm_q8_narrow = k->gemm_q8;
         k->gemm_q8_wide = k->gemm_q8; /* q + 128 as u8: no i16 stage to saturate */
+        k->gemm_q8_x4 = (tops__gemm_q8_x4_ukernel){4, tops_gemm_f32_qi8_qu8_4x32__avx512_vnni,
+                                                   "tops_gemm_f32_qi8_qu8_4x32__avx512_vnni"};
         tops__avx512_vnni_fill_unpackers(k->forms);
         k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni;
         k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni";

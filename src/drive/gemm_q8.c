@@ -118,6 +118,9 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     const int64_t kc_max = tops__balanced_block(kp, KC_DEFAULT, 32);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max), n_subs = kp / sub;
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, mr);
+    /* Full groups of four 8-column panels take the level's 32-column twin
+       where it has one (same rows per tile, same bits). */
+    const tops__gemm_q8_x4_ukernel *x4 = kern->gemm_q8_x4.run && nr == 8 && kern->gemm_q8_x4.mr == mr ? &kern->gemm_q8_x4 : NULL;
     /* Prepacked panels are laid out for 8-column kernels. */
     const int prepacked = p->q8_panels && !p->q8_amx && nr == 8 && (!mins || p->q8_mins);
 
@@ -194,7 +197,25 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                                           panel + jr * nr * kc, pscale + jr * nr * nb,
                                           mins ? pmin + jr * nr * nb : NULL);
                         }
-                    for (int64_t jr = 0; jr < n_panels; jr++) {
+                    int64_t jr = 0;
+                    if (x4)
+                        for (; jr + 4 <= n_panels; jr += 4) {
+                            /* Four panels at once: 32 columns, same bits per column (kernels.h). */
+                            const int64_t g = (n0 + jr * nr) / 8;
+                            const uint8_t *bp = prepacked ? p->q8_panels + g * 8 * kp + k0 * 8 : panel + jr * nr * kc;
+                            const float *bs =
+                                prepacked ? p->q8_scales + g * 8 * n_subs + k0 / sub * 8 : pscale + jr * nr * nb;
+                            const float *bm = !mins     ? NULL
+                                              : prepacked ? p->q8_mins + g * 8 * n_subs + k0 / sub * 8
+                                                          : pmin + jr * nr * nb;
+                            const int64_t bstride = prepacked ? 8 * kp : 8 * kc, sstride = prepacked ? 8 * n_subs : 8 * nb;
+                            for (int64_t ip = 0; ip < m_pad / mr; ip++)
+                                x4->run(nb, sub, aq + ip * mr * kp + k0, kp, as + ip * mr * n_subs + k0 / sub,
+                                        corr + ip * mr * n_subs + k0 / sub, n_subs, bp, bstride, bs, sstride,
+                                        mins ? amin + ip * mr * n_subs + k0 / sub : NULL, bm,
+                                        acc + ip * mr * nc + jr * nr, nc, kb > 0);
+                        }
+                    for (; jr < n_panels; jr++) {
                         /* Prepacked: this K block of the panel lies at k0 * 8 (its scales at k0 / sub * 8). */
                         const int64_t g = (n0 + jr * nr) / 8;
                         const uint8_t *bp = prepacked ? p->q8_panels + g * 8 * kp + k0 * 8 : panel + jr * nr * kc;

@@ -195,7 +195,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
        less its mins times the activations' scaled code sums (amin). */
     const int mins = !up.run && up.run_min && p->relaxed;
     const int integer = up.run != NULL || mins, relaxed = integer && p->relaxed;
-    const int in_place_min = mins && up.dot_min && p->k % 256 == 0; /* rows of whole super-blocks */
+    /* rows of whole super-blocks read in place (q4_K, q5_K with mins; q6_K) */
+    const int in_place_super = up.dot_super && p->k % 256 == 0 && (mins || (up.run && p->relaxed));
     const tops__qweight qw = integer ? tops__qweight_of(w) : (tops__qweight){0};
     const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
@@ -378,11 +379,11 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     }
                     continue;
                 }
-                if (mins && in_place_min) { /* whole super-blocks read in place */
+                if (in_place_super) { /* whole super-blocks read in place */
                     const uint8_t *blocks = qw.data + (n0 + j) * qw.row_bytes + (k0 / 256) * qw.block_bytes;
                     for (int64_t m = 0; m < M; m++)
-                        acc[m * N_BLOCK + j] += up.dot_min(&qw.lay, blocks, qw.mul, aq + m * kp + k0, as + m * n_subs + k0 / sub,
-                                                           amin + m * n_subs + k0 / sub, kc / 256);
+                        acc[m * N_BLOCK + j] += up.dot_super(&qw.lay, blocks, qw.mul, aq + m * kp + k0, as + m * n_subs + k0 / sub,
+                                                             mins ? amin + m * n_subs + k0 / sub : NULL, kc / 256);
                     continue;
                 }
                 if (mins) {

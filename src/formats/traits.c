@@ -149,10 +149,11 @@ int tops__format_of_gguf_type(uint32_t type) {
     return -1;
 }
 
-/* Parameterised rows: their names carry the group ("int4-g32"). */
+/* Parameterised rows (a range of group sizes): their names carry the
+   group, in place of the row name's '*' or after it ("int4-g32",
+   "int4-g32-affine"). */
 static int has_group_param(tops_format_id id) {
-    return id == TOPS_FMT_INT8_G || id == TOPS_FMT_INT4_G || id == TOPS_FMT_INT2_G ||
-           id == TOPS_FMT_INT4_G_AFFINE;
+    return format_table[id].info.block_min != format_table[id].info.block_max;
 }
 
 static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
@@ -219,8 +220,9 @@ const char *tops_format_name(tops_format format, char *buf, size_t cap) {
     }
     const tops_format_info *info = &format_table[r.id].info;
     char base[48];
-    if (r.id == TOPS_FMT_INT4_G_AFFINE)
-        snprintf(base, sizeof base, "int4-g%d-affine", (int)r.group);
+    const char *star = strchr(info->name, '*');
+    if (has_group_param(r.id) && star)
+        snprintf(base, sizeof base, "%.*s%d%s", (int)(star - info->name), info->name, (int)r.group, star + 1);
     else if (has_group_param(r.id))
         snprintf(base, sizeof base, "%s%d", info->name, (int)r.group);
     else
@@ -258,23 +260,22 @@ tops_status tops_format_from_name(const char *name, tops_format *out) {
     base[nb] = '\0';
 
     tops_format f = {TOPS_FMT_COUNT_, 0, TOPS_DT_NONE};
-    int64_t g;
-    if ((g = parse_group(base, "int4-g", "-affine")) > 0) {
-        f.id = TOPS_FMT_INT4_G_AFFINE;
-    } else if ((g = parse_group(base, "int8-g", "")) > 0) {
-        f.id = TOPS_FMT_INT8_G;
-    } else if ((g = parse_group(base, "int4-g", "")) > 0) {
-        f.id = TOPS_FMT_INT4_G;
-    } else if ((g = parse_group(base, "int2-g", "")) > 0) {
-        f.id = TOPS_FMT_INT2_G;
-    } else {
-        g = 0;
-        for (int i = 0; i < TOPS_FMT_COUNT_; i++) {
-            if (!has_group_param((tops_format_id)i) && strcmp(base, format_table[i].info.name) == 0) {
-                f.id = (tops_format_id)i;
-                break;
-            }
+    int64_t g = 0;
+    for (int i = 0; i < TOPS_FMT_COUNT_ && f.id == TOPS_FMT_COUNT_; i++) {
+        const char *row = format_table[i].info.name;
+        if (!has_group_param((tops_format_id)i)) {
+            if (strcmp(base, row) == 0) f.id = (tops_format_id)i;
+            continue;
         }
+        /* "<stem><group><suffix>": the row's name split at its '*' */
+        char stem[48];
+        const char *star = strchr(row, '*');
+        const size_t ls = star ? (size_t)(star - row) : strlen(row);
+        if (ls >= sizeof stem) continue;
+        memcpy(stem, row, ls);
+        stem[ls] = '\0';
+        const int64_t gi = parse_group(base, stem, star ? star + 1 : "");
+        if (gi > 0) f.id = (tops_format_id)i, g = gi;
     }
     if (f.id == TOPS_FMT_COUNT_ || f.id == TOPS_FMT_PACKED)
         return tops__fail(TOPS_NOT_FOUND, fn,

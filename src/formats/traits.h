@@ -23,6 +23,11 @@ static inline int tops__format_is_float(tops_format_id id) {
            (info->element == TOPS_DT_F32 || info->element == TOPS_DT_F16 || info->element == TOPS_DT_BF16);
 }
 
+/* tops_pack_right's output: the one row of the table that is a marker
+   (the tensor's packed_ holds the panels), not a number format. */
+static inline int tops__is_packed(const tops_tensor *t) { return t->format.id == TOPS_FMT_PACKED; }
+static inline tops_format tops__packed_format(void) { return (tops_format){TOPS_FMT_PACKED, 1, TOPS_DT_NONE}; }
+
 /* The CPU integer form of a format's traits row (core/intform.h), or NULL
    for an id out of range. */
 const tops__int_layout *tops__format_int_layout(tops_format_id id);

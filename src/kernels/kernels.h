@@ -121,17 +121,19 @@ typedef struct tops__byte_layout {
     tops__scales_fn scales;
 } tops__byte_layout;
 
-/* The relaxed dot of one weight row of super-blocks with mins (q4_K,
-   q5_K) read in place, over nsb whole super-blocks of 256 (8 sub-blocks
-   of 32): aq, as and amin the activations' codes, scales and amin (as
-   for gemm_q8) from the first super-block's first element.  Sub-block j
-   of each super-block goes to lane j of eight f32 lanes, super-blocks in
+/* The relaxed dot of one weight row of super-blocks of 256 read in place,
+   over nsb whole super-blocks: aq, as and amin the activations' codes,
+   scales and amin (as for gemm_q8) from the first super-block's first
+   element.  With mins (q4_K, q5_K: 8 sub-blocks of 32): sub-block j of
+   each super-block goes to lane j of eight f32 lanes, super-blocks in
    order: lane = fma(S, as * scale, lane), then lane = fma(-amin, min,
    lane), with S the exact i32 sum of aq * q and scale, min the
    unpacker's values (mul as w->mul); the result is
-   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).  Every level gives
-   the same bits. */
-typedef float (*tops__dot_min_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+   ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).  Without mins
+   (q6_K: 16 sub-blocks of 16; amin is not read): sixteen lanes, lane =
+   fma(S, as * scale, lane), then h_j = l_j + l_{j+8}, g_j = h_j + h_{j+4},
+   ((g0 + g2) + (g1 + g3)).  Every level that has one gives the same bits. */
+typedef float (*tops__dot_super_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
                                   const float *as, const float *amin, int64_t nsb);
 
 /* What the drivers use for one format (tops__kernels.unpack, filled by
@@ -142,7 +144,7 @@ typedef float (*tops__dot_min_fn)(const tops__int_layout *lay, const uint8_t *bl
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
     tops__unpack_min_fn run_min; /* the relaxed form with mins (run is NULL then), or NULL */
-    tops__dot_min_fn dot_min;    /* with run_min: its rows read in place (relaxed M <= 4), or NULL */
+    tops__dot_super_fn dot_super; /* rows of whole super-blocks read in place (relaxed M <= 4), or NULL */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
     tops__nibble_layout nib;
     tops__byte_layout byte;
@@ -153,7 +155,7 @@ typedef struct tops__unpacker {
 typedef struct tops__form_kernels {
     tops__unpack_fn run;
     tops__unpack_min_fn run_min;
-    tops__dot_min_fn dot_min;
+    tops__dot_super_fn dot_super;
     tops__scales_fn scales;
 } tops__form_kernels;
 
@@ -179,6 +181,21 @@ typedef struct tops__gemm_q8_ukernel {
     tops__gemm_q8_fn run;
     const char *name;
 } tops__gemm_q8_ukernel;
+/* The 32-column twin at levels with one (gemm_q8_x4): C[mr x 32] over four
+   consecutive 8-column panels of gemm_q8's layout, panel p at b + p *
+   bstride bytes, its scales at bscale + p * sstride and its mins at bmin
+   + p * sstride; any offset (acorr as above).  Every column gets the bits
+   of the same level's gemm_q8 run on its panel (same steps, same order),
+   so a driver may cover some columns with one and some with the other. */
+typedef void (*tops__gemm_q8_x4_fn)(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                    const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
+                                    const float *bscale, int64_t sstride, const float *amin, const float *bmin,
+                                    float *c, int64_t ldc, int accumulate);
+typedef struct tops__gemm_q8_x4_ukernel {
+    int mr;
+    tops__gemm_q8_x4_fn run; /* NULL: none at this level */
+    const char *name;
+} tops__gemm_q8_x4_ukernel;
 #define TOPS_Q8_OFFSET 16
 #define TOPS_Q8_OFFSET_NARROW 8 /* |q| <= 8: gemm_q8_narrow */
 /* |q| <= 128 (8-bit weights): gemm_q8_wide takes panels of q + 128 (u8
@@ -492,6 +509,9 @@ typedef struct tops__kernels {
        pairs <= 2 * 128 * 127 = 32512, then vpmaddwd; VNNI: vpdpbusd on
        q + 128). */
     tops__gemm_q8_ukernel gemm_q8_wide;
+    /* Where set, the 32-column twin of all three (they are one kernel at
+       that level): every full group of four panels takes it. */
+    tops__gemm_q8_x4_ukernel gemm_q8_x4;
     /* AMX relaxed integer kernel for every integer form (|q| <= 128). */
     tops__amx_q8_ukernel amx_q8;
     /* AMX strict kernel for every integer form: codes as bf16, activations
@@ -752,6 +772,10 @@ void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const 
                             const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
 #endif
 void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table);
+void tops_gemm_f32_qi8_qu8_4x32__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                            const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
+                                            const float *bscale, int64_t sstride, const float *amin,
+                                            const float *bmin, float *c, int64_t ldc, int accumulate);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                             const float *amin, const float *bmin,

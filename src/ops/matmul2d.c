@@ -111,7 +111,7 @@ static tops_status check_right_plain(const char *fn, const tops_tensor *right, i
 }
 
 static tops_status check_right(const char *fn, const tops_tensor *right, int transposed, int64_t *k, int64_t *n) {
-    if (right->format.id != TOPS_FMT_PACKED) return check_right_plain(fn, right, transposed, k, n);
+    if (!tops__is_packed(right)) return check_right_plain(fn, right, transposed, k, n);
     const tops__packed_right *pk = right->packed_;
     if (!pk || pk->magic != TOPS_PACKED_MAGIC)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right has format packed but was not made by tops_pack_right");
@@ -202,13 +202,13 @@ static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_te
        K-panel at a time (fused: never the whole matrix). */
     if (!is_activation_format(right->format.id)) op.read = tops__read_rect_decode;
     /* Integer forms are unpacked straight from [N, K] rows (blocks along K). */
-    if (right->format.id != TOPS_FMT_PACKED && kern->unpack[right->format.id].run && transposed)
+    if (!tops__is_packed(right) && kern->unpack[right->format.id].run && transposed)
         op.read = tops__read_rect_unpack;
-    else if (right->format.id != TOPS_FMT_PACKED && transposed && tops__has_element_reader(right))
+    else if (!tops__is_packed(right) && transposed && tops__has_element_reader(right))
         op.read = tops__read_rect_elements;
-    else if (right->format.id != TOPS_FMT_PACKED && right->codebook.data)
+    else if (!tops__is_packed(right) && right->codebook.data)
         op.read = tops__read_rect_lut4; /* any layout: codes and codebooks follow rows */
-    if (right->format.id == TOPS_FMT_PACKED) {
+    if (tops__is_packed(right)) {
         op.k_major = 1;
         op.read = tops__read_rect_packed;
         op.direct_f32 = 0;
@@ -232,7 +232,7 @@ tops_status tops_matmul2d(const tops_exec *exec, const tops_matmul2d_desc *desc,
 /* A packed tensor whose kernels read the format in place is its copy. */
 static const tops_tensor *unwrap_in_place(const tops_tensor *right) {
     const tops__packed_right *pk = right->packed_;
-    return right->format.id == TOPS_FMT_PACKED && pk->in_place ? &pk->copy : right;
+    return tops__is_packed(right) && pk->in_place ? &pk->copy : right;
 }
 
 typedef enum plan_kind {
@@ -285,7 +285,7 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
         return PLAN_INTEGER;
     /* Integer forms with mins (q4_1, q4_K, q5_K) only where activations are
        quantized: their strict paths decode. */
-    if (p->relaxed && !p->right.k_major && !p->right.packed && right->format.id != TOPS_FMT_PACKED &&
+    if (p->relaxed && !p->right.k_major && !p->right.packed && !tops__is_packed(right) &&
         kern->unpack[right->format.id].run_min && tops__gemm_q8_takes(kern, right))
         return PLAN_INTEGER;
     return PLAN_PANELS;
@@ -297,7 +297,7 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
 static plan_kind plan_call(const tops__kernels *kern, const plan_inputs *in, const tops_matmul2d_desc *desc,
                            const tops_tensor *left, const tops__gemm_operand *gathered, const tops_tensor **right,
                            tops_tensor *dest, tops__gemm_problem *p) {
-    const tops__packed_right *pk = (*right)->format.id == TOPS_FMT_PACKED ? (*right)->packed_ : NULL;
+    const tops__packed_right *pk = tops__is_packed(*right) ? (*right)->packed_ : NULL;
     *right = unwrap_in_place(*right);
     plan_kind kind = plan(kern, in, desc, left, gathered, *right, dest, p);
     if (pk) {
@@ -347,7 +347,7 @@ tops_status tops__matmul2d_gathered(const char *fn, const tops__kernels *kern, c
     if (st != TOPS_OK) return st;
     in.m = m;
     in.n = dest->extent[1];
-    in.k = right->format.id == TOPS_FMT_PACKED ? ((const tops__packed_right *)right->packed_)->k : right->extent[1];
+    in.k = tops__is_packed(right) ? ((const tops__packed_right *)right->packed_)->k : right->extent[1];
     tops__gemm_problem p;
     plan_kind kind = plan_call(kern, &in, desc, dest, left, &right, dest, &p);
     if (!path) return run_plan(fn, kind, &p);
@@ -378,7 +378,7 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
 static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm_problem *pp,
                      const tops_tensor *right, char *buf, size_t cap) {
     const tops__gemm_problem p = *pp;
-    const tops__unpacker *up = right->format.id != TOPS_FMT_PACKED ? &kern->unpack[right->format.id] : NULL;
+    const tops__unpacker *up = !tops__is_packed(right) ? &kern->unpack[right->format.id] : NULL;
     const char *isa = tops_isa_name(kern->isa);
     if (kind == PLAN_AMX && p.relaxed) {
         snprintf(buf, cap, "AMX integer tiles (%s), i8 activations: %s (%s)",
@@ -399,16 +399,18 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
         snprintf(buf, cap, "AMX bf16 tiles, weights as bf16 terms per K block (%s), activations as %s: %s (%s)",
                  src, p.relaxed ? "bf16" : "bf16 hi + lo", kern->amx_bf16t.name, isa);
     } else if (kind == PLAN_INTEGER) {
-        snprintf(buf, cap, "integer panels (%s), i8 activations: %s (%s)",
-                 p.q8_panels && !p.q8_amx ? "prepacked" : "unpacked per K block",
-                 tops__gemm_q8_pick(kern, right, NULL)->name, isa);
+        const char *x4 = kern->gemm_q8_x4.run && p.n >= 32 ? kern->gemm_q8_x4.name : NULL;
+        snprintf(buf, cap, "integer panels (%s), i8 activations: %s%s%s (%s)",
+                 p.q8_panels && !p.q8_amx ? "prepacked" : "unpacked per K block", x4 ? x4 : "",
+                 x4 ? ", the rest " : "", tops__gemm_q8_pick(kern, right, NULL)->name, isa);
     } else if (kind == PLAN_ROWS) {
         const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
         const char *how = up && !up->run && up->run_min && p.relaxed
-                              ? (up->dot_min && p.k % 256 == 0 ? "super-blocks with mins in place, i8 dots"
+                              ? (up->dot_super && p.k % 256 == 0 ? "super-blocks with mins in place, i8 dots"
                                                                : "integer rows with mins, i8 dots")
                           : !up || !up->run    ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
+                          : up->dot_super && p.k % 256 == 0 ? "super-blocks in place, i8 dots"
                           : tops__gemv_bytes_in_place(&p) ? "8-bit rows in place, i8 dots"
                           : !nib               ? "integer rows, i8 dots"
                           : tops__gemv_streams(&p) ? "4-bit row stream (prepacked), i8 dots"
@@ -430,7 +432,7 @@ static tops_tensor packed_tensor(const tops_tensor *right, void *mem, const tops
     tops_tensor t;
     memset(&t, 0, sizeof t);
     t.magic = TOPS_TENSOR_MAGIC;
-    t.format = (tops_format){TOPS_FMT_PACKED, 1, TOPS_DT_NONE};
+    t.format = tops__packed_format();
     t.rank = 2;
     t.extent[0] = right->extent[0];
     t.extent[1] = right->extent[1];
@@ -613,7 +615,7 @@ static tops_status pack_checks(const char *fn, const tops_exec *exec, const tops
     if (st == TOPS_OK) st = check_exec(fn, exec, ex);
     if (st != TOPS_OK) return st;
     if (!packed) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "packed is NULL");
-    if (right->format.id == TOPS_FMT_PACKED) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is already packed");
+    if (tops__is_packed(right)) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is already packed");
     return TOPS_OK;
 }
 

@@ -232,7 +232,7 @@ static void test_integer_forms(void) {
             c.m = ms[q % 5];
             c.n = pick_dim(MM_FULL ? 80 : 40);
             c.k = q % 2 ? 1 + (int64_t)(th_next(&rng) % 300) : 32 * (1 + (int64_t)(th_next(&rng) % 8));
-            if (!ref->unpack[id].run && q % 2 == 0) c.k = 256 * (1 + (int64_t)(th_next(&rng) % 3)); /* in place */
+            if (ref->unpack[id].dot_super && q % 2 == 0) c.k = 256 * (1 + (int64_t)(th_next(&rng) % 3)); /* in place */
             if (q == 9 && MM_FULL) c.k = 4095;
             if (q == 8) c.k = (MM_FULL ? 2049 : 65) + 32 * (int64_t)(th_next(&rng) % 4) + (int64_t)(th_next(&rng) % 32);
             c.ta = (int)(th_next(&rng) % 2);
@@ -323,62 +323,129 @@ static void test_q8_kernels_exact(void) {
     }
 }
 
-/* The in-place rows of the forms with mins (q4_K, q5_K) on every level
-   give the reference's bits (same lanes, same order), and the reference
-   agrees with its unpacker's values in f64. */
-static void test_dot_min_exact(void) {
+/* The 32-column twin of the integer microkernel (where a level has one)
+   gives, column for column, the bits of the same level's 8-column kernel
+   on each of its four panels: random (not power-of-two) scales and mins,
+   every offset, sub-blocks of 16 and 32, panels and scales at a stride
+   other than their own size, with and without accumulate. */
+static void test_q8_x4_matches_8_columns(void) {
+    enum { NB = 7, MAXK = NB * 32, PSTRIDE = 8 * MAXK + 96, SSTRIDE = 8 * NB + 5 };
+    static int8_t rows[8 * MAXK], a[4 * MAXK];
+    static uint8_t panels[4 * PSTRIDE];
+    static float bs[4 * SSTRIDE], bmin[4 * SSTRIDE], want[4 * 32], got[4 * 32];
+    float as[4 * NB], amin[4 * NB];
+    int32_t corr[4 * NB];
+    int checked = 0;
+    for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+        const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+        if (!kern || !kern->gemm_q8_x4.run) continue;
+        for (int it = 0; it < 36; it++) {
+            const int kind = it % 3, sub = (it / 3) % 2 ? 16 : 32, with_min = (it / 6) % 2;
+            const int offset = kind == 0 ? TOPS_Q8_OFFSET_NARROW : kind == 1 ? TOPS_Q8_OFFSET : TOPS_Q8_OFFSET_WIDE;
+            const int qmax = kind == 0 ? 8 : kind == 1 ? 15 : 127;
+            const tops__gemm_q8_ukernel *uk = kind == 0 ? &kern->gemm_q8_narrow : kind == 1 ? &kern->gemm_q8 : &kern->gemm_q8_wide;
+            if (uk->mr != kern->gemm_q8_x4.mr) TH_FAIL_AT("isa=%s: the 32-column twin has other rows", tops_isa_name((tops_isa)isa));
+            const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), kc = nb * sub;
+            for (int p = 0; p < 4; p++) {
+                for (int64_t i = 0; i < 8 * kc; i++) rows[i] = (int8_t)((int)(th_next(&rng) % (uint64_t)(2 * qmax + 1)) - qmax);
+                kern->pack_q8_panel(rows, kc, offset, panels + p * PSTRIDE);
+                for (int64_t i = 0; i < 8 * nb; i++) {
+                    bs[p * SSTRIDE + i] = th_uniform(&rng, 1e-3f, 2.0f);
+                    bmin[p * SSTRIDE + i] = th_uniform(&rng, 0.0f, 3.0f);
+                }
+            }
+            for (int r = 0; r < 4; r++)
+                for (int64_t b = 0; b < nb; b++) {
+                    int32_t sum = 0;
+                    for (int j = 0; j < sub; j++) {
+                        const int v = (int)(th_next(&rng) % 255) - 127;
+                        a[r * MAXK + b * sub + j] = (int8_t)v;
+                        sum += v;
+                    }
+                    corr[r * NB + b] = offset * sum;
+                    as[r * NB + b] = th_uniform(&rng, 1e-3f, 1.0f);
+                    amin[r * NB + b] = as[r * NB + b] * (float)sum;
+                }
+            const int accumulate = (int)(th_next(&rng) % 2);
+            for (int i = 0; i < 4 * 32; i++) want[i] = got[i] = th_uniform(&rng, -2.0f, 2.0f);
+            for (int p = 0; p < 4; p++)
+                uk->run(nb, sub, a, MAXK, as, corr, NB, panels + p * PSTRIDE, bs + p * SSTRIDE, amin,
+                        with_min ? bmin + p * SSTRIDE : NULL, want + 8 * p, 32, accumulate);
+            kern->gemm_q8_x4.run(nb, sub, a, MAXK, as, corr, NB, panels, PSTRIDE, bs, SSTRIDE, amin,
+                                 with_min ? bmin : NULL, got, 32, accumulate);
+            if (memcmp(want, got, sizeof want) != 0)
+                TH_FAIL_AT("isa=%s offset=%d sub=%d nb=%lld mins=%d acc=%d: %s differs from %s", tops_isa_name((tops_isa)isa),
+                           offset, sub, (long long)nb, with_min, accumulate, kern->gemm_q8_x4.name, uk->name);
+            checked++;
+        }
+    }
+    printf("32-column integer kernels checked: %d cases\n", checked);
+}
+
+/* The in-place super-block rows (q4_K, q5_K with mins; q6_K) on every
+   level that has them give the reference's bits (same lanes, same order),
+   and the reference agrees with its unpacker's values in f64. */
+static void test_dot_super_exact(void) {
     const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
     enum { NSB = 5 };
-    static uint8_t blocks[NSB * 176];
+    static uint8_t blocks[NSB * 210];
     static int8_t aq[NSB * 256], q[NSB * 256];
-    float as[NSB * 8], amin[NSB * 8], ws[NSB * 8], wm[NSB * 8];
+    float as[NSB * 16], amin[NSB * 16], ws[NSB * 16], wm[NSB * 16];
+    int checked = 0;
     for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
-        if (!ref->unpack[id].dot_min) continue;
+        if (!ref->unpack[id].dot_super) continue;
         const tops_format_info *info = tops_format_get_info((tops_format_id)id);
+        const int with_min = ref->unpack[id].run_min != NULL;
+        const tops__int_layout *lay = tops__format_int_layout((tops_format_id)id);
+        const int sub = info->sub_block ? info->sub_block : 32, nsub = 256 / sub;
         for (int it = 0; it < 20; it++) {
             const int64_t nsb = 1 + (int64_t)(th_next(&rng) % NSB);
             for (int64_t i = 0; i < nsb * info->pack_bytes; i++) blocks[i] = (uint8_t)th_next(&rng);
-            for (int64_t s = 0; s < nsb; s++) { /* finite d and dmin */
-                blocks[s * info->pack_bytes + 1] &= 0x7B;
-                blocks[s * info->pack_bytes + 3] &= 0x7B;
+            for (int64_t s = 0; s < nsb; s++) { /* finite f16 d and dmin (q4_K, q5_K: first; q6_K: d last) */
+                uint8_t *blk = blocks + s * info->pack_bytes;
+                if (with_min) blk[1] &= 0x7B, blk[3] &= 0x7B;
+                else blk[info->pack_bytes - 1] &= 0x7B;
             }
-            for (int64_t b = 0; b < nsb * 8; b++) {
+            for (int64_t b = 0; b < nsb * nsub; b++) {
                 int32_t sum = 0;
-                for (int l = 0; l < 32; l++) {
+                for (int l = 0; l < sub; l++) {
                     int v = (int)(th_next(&rng) % 255) - 127;
                     if (it % 4 == 0) v = th_next(&rng) % 2 ? 127 : -127; /* the extremes */
-                    aq[b * 32 + l] = (int8_t)v;
+                    aq[b * sub + l] = (int8_t)v;
                     sum += v;
                 }
                 as[b] = th_uniform(&rng, 1e-3f, 1.0f);
                 amin[b] = as[b] * (float)sum;
             }
             const float mul = it % 3 ? 1.0f : th_uniform(&rng, 0.5f, 2.0f);
-            const tops__int_layout *lay = tops__format_int_layout((tops_format_id)id);
-            const float want = ref->unpack[id].dot_min(lay, blocks, mul, aq, as, amin, nsb);
+            const float want = ref->unpack[id].dot_super(lay, blocks, mul, aq, as, with_min ? amin : NULL, nsb);
             /* against f64 of the reference unpacker's values */
-            const tops__qweight qw = {.data = blocks, .k = nsb * 256, .sub = 32, .block_bytes = info->pack_bytes,
-                                      .lay = *lay, .group = 32, .scale_dtype = TOPS_DT_NONE, .mul = mul};
-            ref->unpack[id].run_min(&qw, 0, 0, nsb * 256, q, ws, wm);
+            const tops__qweight qw = {.data = blocks, .k = nsb * 256, .sub = sub, .block_bytes = info->pack_bytes,
+                                      .lay = *lay, .group = sub, .scale_dtype = TOPS_DT_NONE, .mul = mul};
+            if (with_min) ref->unpack[id].run_min(&qw, 0, 0, nsb * 256, q, ws, wm);
+            else ref->unpack[id].run(&qw, 0, 0, nsb * 256, q, ws);
             double exact = 0, mag = 0;
-            for (int64_t b = 0; b < nsb * 8; b++) {
+            for (int64_t b = 0; b < nsb * nsub; b++) {
                 int64_t d = 0;
-                for (int l = 0; l < 32; l++) d += (int64_t)q[b * 32 + l] * aq[b * 32 + l];
-                exact += (double)d * ((double)as[b] * ws[b]) - (double)amin[b] * wm[b];
-                mag += fabs((double)d * ((double)as[b] * ws[b])) + fabs((double)amin[b] * wm[b]);
+                for (int l = 0; l < sub; l++) d += (int64_t)q[b * sub + l] * aq[b * sub + l];
+                const double mins = with_min ? (double)amin[b] * wm[b] : 0.0;
+                exact += (double)d * ((double)as[b] * ws[b]) - mins;
+                mag += fabs((double)d * ((double)as[b] * ws[b])) + fabs(mins);
             }
             if (!(fabs(exact - (double)want) <= (double)(4 * nsb + 8) * ldexp(mag, -23)))
                 TH_FAIL_AT("%s nsb=%lld: reference in-place dot %.9g, f64 %.9g", info->name, (long long)nsb, want, exact);
             for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
                 const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
-                if (!kern || !kern->unpack[id].dot_min) continue;
-                const float got = kern->unpack[id].dot_min(lay, blocks, mul, aq, as, amin, nsb);
+                if (!kern || !kern->unpack[id].dot_super) continue;
+                const float got = kern->unpack[id].dot_super(lay, blocks, mul, aq, as, with_min ? amin : NULL, nsb);
                 if (memcmp(&got, &want, sizeof got) != 0)
                     TH_FAIL_AT("%s isa=%s nsb=%lld: in-place dot %.9g, reference %.9g", info->name,
                                tops_isa_name((tops_isa)isa), (long long)nsb, got, want);
+                checked++;
             }
         }
     }
+    printf("in-place super-block dots checked: %d\n", checked);
 }
 
 /* Every level's unpacker of every integer form gives the reference's
@@ -449,12 +516,13 @@ static void test_unpackers_match_reference(void) {
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_unpackers_match_reference);
-    RUN_TEST(test_dot_min_exact);
+    RUN_TEST(test_dot_super_exact);
     RUN_TEST(test_every_combination);
     RUN_TEST(test_random_shapes);
     RUN_TEST(test_large_edges);
     RUN_TEST(test_every_format);
     RUN_TEST(test_integer_forms);
     RUN_TEST(test_q8_kernels_exact);
+    RUN_TEST(test_q8_x4_matches_8_columns);
     TEST_MAIN_END();
 }

@@ -1,8 +1,8 @@
-/* The in-place TOPS__IF_SUPER_MIN (q4_K / q5_K) row dot (tops__dot_min_fn, kernels/kernels.h)
-   for the AVX2 and AVX-512 VNNI levels: the including file defines
-   TOPS_KQ_DOT(q, a), the i32 sums of four u8 x s8 products per lane
-   (vpmaddubsw + vpmaddwd, or vpdpbusd), and compiles this with its ISA
-   flags.  Per super-block the four 32-byte qs rows give sub-blocks 2i
+/* The in-place TOPS__IF_SUPER_MIN (q4_K / q5_K) row dot (tops__dot_super_fn, kernels/kernels.h)
+   for the AVX2 level: the including file defines TOPS_KQ_DOT(q, a), the
+   i32 sums of four u8 x s8 products per lane (vpmaddubsw + vpmaddwd),
+   and compiles this with its ISA flags (AVX-512 VNNI has its own 512-bit
+   twin, kernels/avx512/dot_min_vnni.c, with the same f32 steps).  Per super-block the four 32-byte qs rows give sub-blocks 2i
    (low nibbles) and 2i + 1 (high), q5_K's fifth bit comes from the 32 qh
    bytes by a shift and mask; a vphaddd tree leaves sub-block j in lane j.
    Same lanes and order as the scalar reference: the same bits.  The AVX2
@@ -44,7 +44,7 @@ static inline __m256i kq_sums(const uint8_t *blk, const int8_t *aq, int five) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-/* tops__dot_min_fn: lane j = sub-block j; scales and mins as the scalar
+/* tops__dot_super_fn: lane j = sub-block j; scales and mins as the scalar
    rows compute them (d * sc * mul, dmin * m * mul), then as * scale. */
 static inline float kq_dot_min(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
                                    const float *amin, int64_t nsb, int five) {
@@ -53,7 +53,9 @@ static inline float kq_dot_min(const uint8_t *blocks, float mul, const int8_t *a
     __m256 acc = _mm256_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *blk = blocks + s * bytes;
-        if (s + 1 < nsb) _mm_prefetch((const char *)(blk + 2 * bytes), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 24 * bytes), _MM_HINT_T0); /* about 3.5 KiB ahead */
+        _mm_prefetch((const char *)(blk + 24 * bytes + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 24 * bytes + 128), _MM_HINT_T0);
         const __m256i sums = kq_sums(blk, aq + s * 256, five);
         uint64_t sc, m;
         tops__kquant_scales8(blk + TOPS__KQ_SCALES, &sc, &m);

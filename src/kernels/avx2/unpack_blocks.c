@@ -175,7 +175,7 @@ static void unpack_super_6bit(const tops__qweight *w, int64_t row, int64_t k0, i
     if (i < n) scalar_super_6bit(w, row, k0 + i, n - i, q + i, scale + i / 16);
 }
 
-/* q4_K / q5_K rows read in place (tops__dot_min_fn): vpmaddubsw takes q
+/* q4_K / q5_K rows read in place (tops__dot_super_fn): vpmaddubsw takes q
    (0..31) as its unsigned operand against the signed codes. */
 static inline __m256i dot_u8_s8(__m256i q, __m256i a) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(q, a), _mm256_set1_epi16(1));
@@ -260,8 +260,10 @@ void tops__avx2_fill_unpackers(tops__form_kernels *table) {
     table[TOPS__IF_CODES] = (tops__form_kernels){unpack_codes, NULL, NULL, unpack_scales};
     table[TOPS__IF_BLOCKS] = (tops__form_kernels){unpack_blocks, unpack_blocks_min, NULL, blocks_scales};
     table[TOPS__IF_SUPER_MIN].run_min = unpack_super_min;
-    table[TOPS__IF_SUPER_MIN].dot_min = kq_dot_min_super;
+    table[TOPS__IF_SUPER_MIN].dot_super = kq_dot_min_super;
     table[TOPS__IF_SUPER_6BIT].run = unpack_super_6bit;
+    /* no 256-bit in-place q6_K dot: its unpacked rows beat the scalar one */
+    table[TOPS__IF_SUPER_6BIT].dot_super = NULL;
     table[TOPS__IF_SUPER_SUBSCALE].run = unpack_super_subscale;
 }
 

@@ -1,18 +1,151 @@
-/* AVX-512 VNNI twin of the AVX2 in-place q4_K / q5_K row dot
-   (kernels/avx2/unpack_blocks.c): vpdpbusd takes q (0..31) as its
-   unsigned operand and sums four products straight into i32 (one
-   instruction for vpmaddubsw + vpmaddwd); the same lanes, scales and
-   order, so the same bits. */
+/* AVX-512 VNNI in-place q4_K / q5_K row dot (tops__dot_super_fn): the AVX2
+   kernel's numbers (kernels/avx2/dot_min_body.h: sub-block j's exact i32
+   sum in lane j, then the same f32 steps in the same order, so the same
+   bits) with the integer part on 512-bit vectors.  Each 32-byte qs row r
+   is broadcast to both halves (a load, no shuffle) and shifted by 0 / 4
+   per half, so one vector holds sub-blocks 2r and 2r + 1 in the order
+   of the activations (one 64-byte load); four vpdpbusd cover the
+   super-block, and a shuffle tree (exact in integers: any order) leaves
+   the eight sums in lanes 0..7. */
 #include "kernels/kernels.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-#define TOPS_KQ_DOT(q, a) _mm256_dpbusd_epi32(_mm256_setzero_si256(), q, a)
-#include "kernels/avx2/dot_min_body.h"
-#undef TOPS_KQ_DOT
+#include "kernels/ref/kquant.h"
+
+static inline __attribute__((always_inline)) __m256i kq_sums512(const uint8_t *blk, const int8_t *aq, int five) {
+    const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4);
+    const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
+    /* 16-bit shift counts: 0 in the low half, 4 in the high half */
+    const __m512i nib = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    __m512i qh = _mm512_setzero_si512();
+    if (five) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + TOPS__KQ_QH)));
+    __m512i p[4];
+    for (int r = 0; r < 4; r++) {
+        const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * r)));
+        __m512i q = _mm512_and_si512(_mm512_srlv_epi16(raw, nib), m4);
+        if (five) { /* bit 2r (low half) / 2r + 1 (high half) of qh as bit 4 */
+            const __m512i sh = _mm512_add_epi16(_mm512_srli_epi16(nib, 2), _mm512_set1_epi16((short)(2 * r)));
+            q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh), one), 4));
+        }
+        p[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_loadu_si512((const void *)(aq + 64 * r)));
+    }
+    /* 128-bit chunks: p[0] = [0a 0b 1a 1b], p[1] = [2a 2b 3a 3b], ... */
+    const __m512i r01 = _mm512_add_epi32(_mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                         _mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i r23 = _mm512_add_epi32(_mm512_shuffle_i32x4(p[2], p[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                         _mm512_shuffle_i32x4(p[2], p[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* chunk c of r01 holds sub-block c, of r23 sub-block c + 4 */
+    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(r01, r23), _mm512_unpackhi_epi32(r01, r23));
+    const __m512i v = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_BADC));
+    /* lane 4c: sub-block c, lane 4c + 1: sub-block c + 4 */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, v));
+}
+
+/* The f32 part of kernels/avx2/dot_min_body.h's kq_dot_min, step for step. */
+static inline float kq_dot_min512(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
+                                  const float *amin, int64_t nsb, int five) {
+    const int bytes = five ? 176 : 144;
+    const __m256 vmul = _mm256_set1_ps(mul);
+    __m256 acc = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * bytes;
+        /* about 3.5 KiB ahead (into the next rows: they follow in memory):
+           2 super-blocks ahead left the loop waiting on its loads */
+        _mm_prefetch((const char *)(blk + 24 * bytes), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 24 * bytes + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 24 * bytes + 128), _MM_HINT_T0);
+        const __m256i sums = kq_sums512(blk, aq + s * 256, five);
+        uint64_t sc, m;
+        tops__kquant_scales8(blk + TOPS__KQ_SCALES, &sc, &m);
+        uint16_t hd, hm;
+        memcpy(&hd, blk, 2);
+        memcpy(&hm, blk + 2, 2);
+        const __m256 vsc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
+        const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m)));
+        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), vsc), vmul);
+        const __m256 min = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hm)), vm), vmul);
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_loadu_ps(as + s * 8), scale), acc);
+        acc = _mm256_fnmadd_ps(_mm256_loadu_ps(amin + s * 8), min, acc);
+    }
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+static float kq_dot_min_super512(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+                                 const float *as, const float *amin, int64_t nsb) {
+    return lay->high_bit ? kq_dot_min512(blocks, mul, aq, as, amin, nsb, 1)
+                         : kq_dot_min512(blocks, mul, aq, as, amin, nsb, 0);
+}
+
+/* q6_K (TOPS__IF_SUPER_6BIT, 210 bytes: ql[128], qh[64], i8 scales[16],
+   f16 d at 208) read in place: per half h of 128 elements the 64 ql
+   bytes give elements 0..63 (low nibbles) and 64..127 (high), the 32 qh
+   bytes, broadcast to both halves, their two high bits (bits 2 (r / 32)
+   of qh[l]: shifts 0 / 2 for the first 64, 4 / 6 for the next); codes q +
+   32 (0..63) as vpdpbusd's unsigned operand, less 32 times the
+   activations' sum (a second vpdpbusd by 32s), so each 4-lane group holds
+   a sub-block of 16; two unpack rounds and a vpermd leave sub-block j in
+   lane j, then the reference's f32 steps (kernels.h). */
+static inline __attribute__((always_inline)) __m512i q6_sums(const uint8_t *blk, const int8_t *aq) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3), k32 = _mm512_set1_epi8(32);
+    const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    const __m512i sh23 = _mm512_add_epi16(sh01, _mm512_set1_epi16(4));
+    __m512i p[4];
+    for (int hh = 0; hh < 2; hh++) {
+        const __m512i ql = _mm512_loadu_si512((const void *)(blk + 64 * hh));
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * hh)));
+        const __m512i lo = _mm512_or_si512(_mm512_and_si512(ql, m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4));
+        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4));
+        const __m512i a0 = _mm512_loadu_si512((const void *)(aq + 128 * hh));
+        const __m512i a1 = _mm512_loadu_si512((const void *)(aq + 128 * hh + 64));
+        p[2 * hh] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a0),
+                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, a0));
+        p[2 * hh + 1] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, a1),
+                                         _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, a1));
+    }
+    /* chunk c of p[t]: sub-block 4t + c in 4 lanes */
+    const __m512i t01 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[0], p[1]), _mm512_unpackhi_epi32(p[0], p[1]));
+    const __m512i t23 = _mm512_add_epi32(_mm512_unpacklo_epi32(p[2], p[3]), _mm512_unpackhi_epi32(p[2], p[3]));
+    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t01, t23), _mm512_unpackhi_epi64(t01, t23));
+    /* lane 4c + t: sub-block 4t + c */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_epi32(idx, u);
+}
+
+static float q6_dot_super512(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+                             const float *as, const float *amin, int64_t nsb) {
+    (void)lay, (void)amin;
+    const __m512 vmul = _mm512_set1_ps(mul);
+    __m512 acc = _mm512_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * 210;
+        _mm_prefetch((const char *)(blk + 24 * 210), _MM_HINT_T0); /* as the q4_K rows */
+        _mm_prefetch((const char *)(blk + 24 * 210 + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 24 * 210 + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 24 * 210 + 192), _MM_HINT_T0);
+        const __m512i sums = q6_sums(blk, aq + s * 256);
+        uint16_t hd;
+        memcpy(&hd, blk + 208, 2);
+        const __m512 vsc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192))));
+        const __m512 scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(hd)), vsc), vmul);
+        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(_mm512_loadu_ps(as + s * 16), scale), acc);
+    }
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 g = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    g = _mm_add_ps(g, _mm_movehl_ps(g, g));
+    g = _mm_add_ss(g, _mm_movehdup_ps(g));
+    return _mm_cvtss_f32(g);
+}
 
 /* On top of the AVX2 unpackers (the table holds them on entry). */
 void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table) {
-    table[TOPS__IF_SUPER_MIN].dot_min = kq_dot_min_super;
+    table[TOPS__IF_SUPER_MIN].dot_super = kq_dot_min_super512;
+    table[TOPS__IF_SUPER_6BIT].dot_super = q6_dot_super512;
 }

@@ -227,7 +227,7 @@ static void unpack_super_min(const tops__qweight *w, int64_t row, int64_t k0, in
     }
 }
 
-/* The in-place relaxed dot of TOPS__IF_SUPER_MIN rows (tops__dot_min_fn). */
+/* The in-place relaxed dot of TOPS__IF_SUPER_MIN rows (tops__dot_super_fn). */
 static float dot_min_super(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
                            const float *as, const float *amin, int64_t nsb) {
     const int five = lay->high_bit, bytes = five ? 176 : 144;
@@ -257,12 +257,40 @@ static float dot_min_super(const tops__int_layout *lay, const uint8_t *blocks, f
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
+/* The in-place relaxed dot of TOPS__IF_SUPER_6BIT rows (q6_K; amin is
+   not read): sixteen lanes, one per sub-block of 16. */
+static float dot_super_6bit(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+                            const float *as, const float *amin, int64_t nsb) {
+    (void)lay, (void)amin;
+    float lane[16] = {0};
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * 210;
+        uint16_t h;
+        memcpy(&h, blk + 208, 2);
+        const float d = tops__f16_to_f32(h);
+        for (int j = 0; j < 16; j++) {
+            int32_t sum = 0;
+            for (int l = 0; l < 16; l++) {
+                const int e = 16 * j + l, hh = e / 128, r = e % 128;
+                const int lo = (blk[64 * hh + r % 64] >> (4 * (r / 64))) & 0xF;
+                const int hi = (blk[128 + 32 * hh + r % 32] >> (2 * (r / 32))) & 3;
+                sum += ((lo | (hi << 4)) - 32) * aq[s * 256 + e];
+            }
+            const float scale = d * (float)(int8_t)blk[192 + j] * mul;
+            lane[j] = fmaf((float)sum, as[s * 16 + j] * scale, lane[j]);
+        }
+    }
+    float g[4];
+    for (int j = 0; j < 4; j++) g[j] = (lane[j] + lane[j + 8]) + (lane[j + 4] + lane[j + 12]);
+    return (g[0] + g[2]) + (g[1] + g[3]);
+}
+
 void tops__ref_fill_unpackers(tops__form_kernels *table) {
     memset(table, 0, sizeof(tops__form_kernels) * TOPS__IF_COUNT_);
     table[TOPS__IF_CODES] = (tops__form_kernels){unpack_elements, NULL, NULL, tops__ref_unpack_scales};
     table[TOPS__IF_BLOCKS] = (tops__form_kernels){unpack_blocks, unpack_blocks_min, NULL, blocks_scales};
     table[TOPS__IF_SUPER_MIN] = (tops__form_kernels){NULL, unpack_super_min, dot_min_super, NULL};
-    table[TOPS__IF_SUPER_6BIT] = (tops__form_kernels){unpack_super_6bit, NULL, NULL, NULL};
+    table[TOPS__IF_SUPER_6BIT] = (tops__form_kernels){unpack_super_6bit, NULL, dot_super_6bit, NULL};
     table[TOPS__IF_SUPER_SUBSCALE] = (tops__form_kernels){unpack_super_subscale, NULL, NULL, NULL};
 }
 
