@@ -11,16 +11,6 @@
 
 static const char fn[] = "tops_attention";
 
-static int sm90_device(int device) {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return major == 9 && minor == 0;
-}
-
 /* A tensor TMA can read as [B, H, S, D] rows: D contiguous, 16-byte aligned
    base and strides. */
 static tops_status tma_rows(const char *what, const tops_tensor *t) {
@@ -121,7 +111,7 @@ static tops_status device_support(int device, const tops_attention_desc *d, cons
                                   const tops_tensor *v, const tops_tensor *out, int64_t sq_long, int *decode) {
     const int lengths = d->kv_lens || d->cu_seqlens_q;
     char name[48];
-    if (!sm90_device(device))
+    if (!tops__cuda_is_sm90a(device))
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
                           "cuda:%d is not compute capability 9.0; the fused attention kernel needs Hopper (sm_90a)",
                           device);

@@ -60,17 +60,6 @@ static tops_status read_opts(const char *fn, conv_opts *o) {
     return TOPS_OK;
 }
 
-/* The wgmma kernel exists for sm_90a only (compute capability 9.0). */
-static int wgmma_device(int device) {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return major == 9 && minor == 0;
-}
-
 /* Plain 16-bit weights of the activations' type the implicit GEMM reads. */
 static int igemm_weights(const tops_tensor *wt, tops_format_id act, int device) {
     if (tops__cuda_is_packed(wt)) {
@@ -452,7 +441,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     a.wg_l1 = op.l1;
     const int dw = g->depthwise && !op.im2col;
     const int ig = !dw && igemm_applies(in, wt, device, &op);
-    const int wg = ig && !op.mma && igemm_vector(g, in) && wg_weight_rows_ok(wt, g->k) && wgmma_device(device);
+    const int wg = ig && !op.mma && igemm_vector(g, in) && wg_weight_rows_ok(wt, g->k) && tops__cuda_is_sm90a(device);
     int wg_bn = 128, wg_splits = 1;
     if (wg) wg_plan(g, tops__cuda_sm_count(device), &op, &wg_bn, &wg_splits);
     a.wg_im2col = wg && wg_tma_im2col(g, &op);

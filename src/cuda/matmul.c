@@ -18,17 +18,6 @@ int tops__cuda_is_packed(const tops_tensor *t) {
            pk->magic == TOPS__CUDA_PACKED_MAGIC;
 }
 
-/* The relaxed FP8 kernels exist for sm_90a only (compute capability 9.0). */
-static int fp8_device(int device) {
-    int major = 0, minor = 0;
-    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 0;
-    }
-    return major == 9 && minor == 0;
-}
-
 /* Where a pack's parts sit in its one allocation: the weights at 0, then
    the scales, the FP8 layout and the q8 layout, each 256-byte aligned. */
 static void pack_offsets(size_t weight_bytes, size_t scale_bytes, size_t fp8_bytes, size_t *soff, size_t *foff,
@@ -61,11 +50,11 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     /* The TMA GEMM's row-major layout (e4m3-ch / e4m3 codes, f16 / bf16 values), in either mode */
     const int fp8 = src->format.id == TOPS_FMT_E4M3_CH || src->format.id == TOPS_FMT_E4M3;
     const int h16 = src->format.id == TOPS_FMT_F16 || src->format.id == TOPS_FMT_BF16;
-    if (st == TOPS_OK && (fp8 || h16) && fp8_device(device) &&
+    if (st == TOPS_OK && (fp8 || h16) && tops__cuda_is_sm90a(device) &&
         !(fb = tops__cuda_pack_fp8_host(src, transpose_right, pk, &fbytes, &fscale)))
         st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the row-major layout of right");
     /* 4-bit weights for the FP8 tensor cores, where the format allows it */
-    if (st == TOPS_OK && relaxed && transpose_right && fp8_device(device) &&
+    if (st == TOPS_OK && relaxed && transpose_right && tops__cuda_is_sm90a(device) &&
         !(qb = tops__cuda_pack_q8_host(src, pk, &qbytes, &oom)) && oom)
         st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the FP8 4-bit layout of right");
     tops_tensor_destroy(&host_copy);
@@ -286,7 +275,7 @@ static int use_h16(const tops__cuda_packed *pk, int64_t m) {
 static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shift) {
     *shift = 0;
     if (tops__cu_tune(TOPS__CU_T_FOLD) == 0) return 0;
-    return fp8_device(pk->device) && tops__cu_fold_shift(pk, bf16, relaxed, shift);
+    return tops__cuda_is_sm90a(pk->device) && tops__cu_fold_shift(pk, bf16, relaxed, shift);
 }
 
 /* The wgmma kernel (wgmma_w.cu) where it measured faster than wbulk on the

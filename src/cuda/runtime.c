@@ -87,6 +87,16 @@ tops_status tops_cuda_get_device_info(int device, tops_cuda_device_info *out) {
     return TOPS_OK;
 }
 
+int tops__cuda_is_sm90a(int device) {
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return major == 9 && minor == 0;
+}
+
 int tops__cuda_sm_count(int device) {
     int v = 0;
     if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
