@@ -6,7 +6,6 @@
 #include "core/threads.h"
 #include "core/numeric.h"
 
-#include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -200,18 +199,20 @@ static int64_t job_chunk(int64_t most, int64_t m_blocks, int64_t n_panels, int t
    the pieces, the calls or the job split. */
 static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                  const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
-    enum { MR = 6, NR = 64, PW = 32, CHUNK = 8 };
+    enum { MR = 6, NR = 64, PW = 32, CHUNK = 16, KC = 128 };
     const tops_tensor *in = g->in;
     const int64_t cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow, row_k = g->kw * cg;
     const int64_t m_blocks = tops__ceil_div(m, MR), n_panels = tops__ceil_div(o, PW), n_pairs = tops__ceil_div(n_panels, 2);
-    const char *kce = getenv("TOPS_CONV_KC");
-    const int64_t KC = kce ? atoll(kce) : 128;
     threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)m * (double)o * (double)k, threads);
 #ifndef _OPENMP
     threads = 1;
 #endif
-    const int64_t chunk = job_chunk(CHUNK, m_blocks, n_pairs, threads);
+    /* chunks evened out (res4: 11 + 11 + 11 blocks, not 16 + 16 + 1; res5's
+       9 blocks in one chunk, so each pair's 1.2 MB of weights is streamed
+       from memory once) */
+    int64_t chunk = job_chunk(CHUNK, m_blocks, n_pairs, threads);
     const int64_t chunks = tops__ceil_div(m_blocks, chunk), jobs = chunks * n_pairs;
+    chunk = tops__ceil_div(m_blocks, chunks);
     float *zero = tops__thread_buffer(TOPS__SLOT_GEMM, (size_t)tops__round_up(cg, 16) * sizeof(float));
     if (!zero) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %lld-float zero row", (long long)cg);
     memset(zero, 0, (size_t)cg * sizeof(float));
@@ -247,13 +248,14 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
             for (int64_t p0 = 0; p0 < row_k; p0 += KC) {
                 const int64_t p1 = p0 + KC < row_k ? p0 + KC : row_k, kk = i * row_k;
                 for (int64_t b = 0; b < nb; b++) {
+                    const int64_t vr = m - (b0 + b) * MR < MR ? m - (b0 + b) * MR : MR;
                     float *tile = acc + b * MR * NR;
                     if (whole[b]) {
                         for (int64_t r = 0; r < MR; r++) {
                             const int64_t q = b * MR + r, ih = y0[q] + i * g->dh;
                             rows[r] = x + base[q] + ih * s1 + x0[q] * s2 + p0;
                         }
-                        kern->conv_f32_rows(p1 - p0, rows, pa + (kk + p0) * PW, pb ? pb + (kk + p0) * PW : NULL, tile,
+                        kern->conv_f32_rows(p1 - p0, (int)vr, rows, pa + (kk + p0) * PW, pb ? pb + (kk + p0) * PW : NULL, tile,
                                             kk + p0 > 0);
                         continue;
                     }
@@ -265,7 +267,7 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
                                            ? zero
                                            : x + base[q] + ih * s1 + iw * s2) + c0;
                         }
-                        kern->conv_f32_rows(e - s, rows, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL, tile,
+                        kern->conv_f32_rows(e - s, (int)vr, rows, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL, tile,
                                             kk + s > 0);
                         s = e;
                     }
@@ -283,7 +285,7 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
 
 tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                 const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
-    if (kern->conv_f32_rows && kern->gemm_f32_rows.nr == 32 && !getenv("TOPS_CONV_OLD"))
+    if (kern->conv_f32_rows && kern->gemm_f32_rows.nr == 32)
         return conv_wide_run(fn, kern, g, batch, panels, o, dest2d, accumulate, threads);
     /* A job is one weight panel over up to CHUNK blocks of mr rows: per tap,
        the panel's tap slice (C x nr) is read once and serves every block

@@ -451,10 +451,11 @@ typedef struct tops__gemm_rows_ukernel {
    for i < 6, j < 64 = (c[i * 64 + j] if load_c, else 0) + a[i][k] *
    b0[k * 32 + j] (j < 32) or b1[k * 32 + j - 32] (j >= 32), one FMA per k in
    order; b0, b1 two gemm_f32_rows panels (nr = 32) at this K offset; b1 NULL:
-   columns 0..31 only.  All six rows are computed (rows past M point at a
-   zero row).  NULL at levels without one. */
-typedef void (*tops__conv_f32_rows_fn)(int64_t kc, const float *const *a, const float *b0, const float *b1, float *c,
-                                       int load_c);
+   columns 0..31 only.  rows (1..6) of the row pointers hold data; a kernel
+   may compute (and store) fewer than 6 rows then, never fewer than rows,
+   the same way for any rows.  NULL at levels without one. */
+typedef void (*tops__conv_f32_rows_fn)(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
+                                       float *c, int load_c);
 
 /* The relaxed twin (conv2d over an input quantized once per call, src/
    kernels/avx512/gemm_q8_rows_vnni.c): C[6 x 32] (+)= over nb sub-blocks
@@ -689,8 +690,8 @@ void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *cons
                                                   const float *const *bs, float *c, int64_t ldc, int accumulate);
 void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                             int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
-void tops_conv_f32_6x64_rows__avx512(int64_t kc, const float *const *a, const float *b0, const float *b1, float *c,
-                                     int load_c);
+void tops_conv_f32_6x64_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
+                                     float *c, int load_c);
 void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                               int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
