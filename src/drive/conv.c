@@ -233,6 +233,7 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
         for (int64_t r = 0; r < nb * MR; r++)
             if (base[r] >= 0) base[r] *= s0;
         float acc[CHUNK * MR * NR] __attribute__((aligned(64)));
+        int started[CHUNK] = {0}; /* the tile holds sums (else the next call starts it from zero) */
         const float *rows[MR];
         const float *pa = panels + 2 * pp * k * PW;
         const float *pb = 2 * pp + 1 < n_panels ? pa + k * PW : NULL;
@@ -256,19 +257,28 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
                             rows[r] = x + base[q] + ih * s1 + x0[q] * s2 + p0;
                         }
                         kern->conv_f32_rows(p1 - p0, (int)vr, rows, pa + (kk + p0) * PW, pb ? pb + (kk + p0) * PW : NULL, tile,
-                                            kk + p0 > 0);
+                                            started[b]);
+                        started[b] = 1;
                         continue;
                     }
                     for (int64_t s = p0; s < p1;) { /* split at taps */
                         const int64_t j = s / cg, c0 = s % cg, e = (j + 1) * cg < p1 ? (j + 1) * cg : p1;
+                        int any = 0;
                         for (int64_t r = 0; r < MR; r++) {
                             const int64_t q = b * MR + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
-                            rows[r] = (base[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w
-                                           ? zero
-                                           : x + base[q] + ih * s1 + iw * s2) + c0;
+                            const int pad = base[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w;
+                            rows[r] = (pad ? zero : x + base[q] + ih * s1 + iw * s2) + c0;
+                            any |= !pad;
                         }
-                        kern->conv_f32_rows(e - s, (int)vr, rows, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL, tile,
-                                            kk + s > 0);
+                        /* A tap in the padding for every row of the block
+                           adds nothing: skipped, as the padding taps of
+                           the top and bottom output rows (res5: 9% of its
+                           FMAs) */
+                        if (any) {
+                            kern->conv_f32_rows(e - s, (int)vr, rows, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL,
+                                                tile, started[b]);
+                            started[b] = 1;
+                        }
                         s = e;
                     }
                 }
@@ -277,6 +287,7 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
         const int64_t vc = o - 2 * pp * PW < NR ? o - 2 * pp * PW : NR;
         for (int64_t b = 0; b < nb; b++) {
             const int64_t m0 = (b0 + b) * MR, vr = m - m0 < MR ? m - m0 : MR;
+            if (!started[b]) memset(acc + b * MR * NR, 0, sizeof(float) * MR * NR); /* every tap in the padding */
             tops__store_rect(kern, dest2d, m0, vr, 2 * pp * PW, vc, acc + b * MR * NR, NR, accumulate);
         }
     }
