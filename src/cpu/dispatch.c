@@ -219,6 +219,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->conv_dw_name = "tops_conv_dw_f32__avx512";
         k->gemm_f32_rows = (tops__gemm_rows_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32_rows__avx512,
                                                      "tops_gemm_f32_f32_f32_12x32_rows__avx512"};
+        k->conv_f32_rows = tops_conv_f32_6x64_rows__avx512;
+        k->conv_f32_rows_name = "tops_conv_f32_6x64_rows__avx512";
     }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,

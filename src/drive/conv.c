@@ -187,8 +187,117 @@ static int64_t job_chunk(int64_t most, int64_t m_blocks, int64_t n_panels, int t
     return chunk;
 }
 
+/* The wide twin of tops__conv_rows_run (kern->conv_f32_rows, 6 x 64 over
+   two adjacent 32-column panels).  A job is a pair of panels over up to
+   CHUNK blocks of 6 rows.  K is walked kernel row by kernel row in pieces
+   of at most KC: per piece, every block of the job runs over it, so the
+   piece's weights (KC x 64, 32 KB) are read from L1 by every block after
+   the first.  A block whose rows all hold the kernel row inside the input
+   (and contiguous pixels) takes a piece in one call; others split it at
+   taps.  The kernel continues each tile's sums from the tile buffer, so a
+   column's sum is one FMA chain over K in order: the bits do not depend on
+   the pieces, the calls or the job split. */
+static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                                 const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
+    enum { MR = 6, NR = 64, PW = 32, CHUNK = 16, KC = 128 };
+    const tops_tensor *in = g->in;
+    const int64_t cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow, row_k = g->kw * cg;
+    const int64_t m_blocks = tops__ceil_div(m, MR), n_panels = tops__ceil_div(o, PW), n_pairs = tops__ceil_div(n_panels, 2);
+    threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)m * (double)o * (double)k, threads);
+#ifndef _OPENMP
+    threads = 1;
+#endif
+    /* chunks evened out (res4: 11 + 11 + 11 blocks, not 16 + 16 + 1; res5's
+       9 blocks in one chunk, so each pair's 1.2 MB of weights is streamed
+       from memory once) */
+    int64_t chunk = job_chunk(CHUNK, m_blocks, n_pairs, threads);
+    const int64_t chunks = tops__ceil_div(m_blocks, chunk), jobs = chunks * n_pairs;
+    chunk = tops__ceil_div(m_blocks, chunks);
+    float *zero = tops__thread_buffer(TOPS__SLOT_GEMM, (size_t)tops__round_up(cg, 16) * sizeof(float));
+    if (!zero) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %lld-float zero row", (long long)cg);
+    memset(zero, 0, (size_t)cg * sizeof(float));
+    const float *x = in->data;
+    const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2];
+    const int panel_major = (double)k * (double)o > (double)batch * (double)(g->h * g->w * in->extent[3]);
+    const int merge = g->dw == 1 && s2 == cg && g->kw > 1;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+#endif
+    for (int64_t job = 0; job < jobs; job++) {
+        TOPS__NOTE_REGION();
+        const int64_t ch = panel_major ? job % chunks : job / n_pairs;
+        const int64_t pp = panel_major ? job / chunks : job % n_pairs;
+        const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
+        int64_t base[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR];
+        chunk_rows(g, b0 * MR, nb * MR, m, base, y0, x0);
+        for (int64_t r = 0; r < nb * MR; r++)
+            if (base[r] >= 0) base[r] *= s0;
+        float acc[CHUNK * MR * NR] __attribute__((aligned(64)));
+        int started[CHUNK] = {0}; /* the tile holds sums (else the next call starts it from zero) */
+        const float *rows[MR];
+        const float *pa = panels + 2 * pp * k * PW;
+        const float *pb = 2 * pp + 1 < n_panels ? pa + k * PW : NULL;
+        for (int64_t i = 0; i < g->kh; i++) {
+            int whole[CHUNK];
+            for (int64_t b = 0; b < nb; b++) {
+                whole[b] = merge;
+                for (int64_t q = b * MR; whole[b] && q < (b + 1) * MR; q++) {
+                    const int64_t ih = y0[q] + i * g->dh;
+                    whole[b] = base[q] >= 0 && ih >= 0 && ih < g->h && x0[q] >= 0 && x0[q] + g->kw <= g->w;
+                }
+            }
+            for (int64_t p0 = 0; p0 < row_k; p0 += KC) {
+                const int64_t p1 = p0 + KC < row_k ? p0 + KC : row_k, kk = i * row_k;
+                for (int64_t b = 0; b < nb; b++) {
+                    const int64_t vr = m - (b0 + b) * MR < MR ? m - (b0 + b) * MR : MR;
+                    float *tile = acc + b * MR * NR;
+                    if (whole[b]) {
+                        for (int64_t r = 0; r < MR; r++) {
+                            const int64_t q = b * MR + r, ih = y0[q] + i * g->dh;
+                            rows[r] = x + base[q] + ih * s1 + x0[q] * s2 + p0;
+                        }
+                        kern->conv_f32_rows(p1 - p0, (int)vr, rows, pa + (kk + p0) * PW, pb ? pb + (kk + p0) * PW : NULL, tile,
+                                            started[b]);
+                        started[b] = 1;
+                        continue;
+                    }
+                    for (int64_t s = p0; s < p1;) { /* split at taps */
+                        const int64_t j = s / cg, c0 = s % cg, e = (j + 1) * cg < p1 ? (j + 1) * cg : p1;
+                        int any = 0;
+                        for (int64_t r = 0; r < MR; r++) {
+                            const int64_t q = b * MR + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
+                            const int pad = base[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w;
+                            rows[r] = (pad ? zero : x + base[q] + ih * s1 + iw * s2) + c0;
+                            any |= !pad;
+                        }
+                        /* A tap in the padding for every row of the block
+                           adds nothing: skipped, as the padding taps of
+                           the top and bottom output rows (res5: 9% of its
+                           FMAs) */
+                        if (any) {
+                            kern->conv_f32_rows(e - s, (int)vr, rows, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL,
+                                                tile, started[b]);
+                            started[b] = 1;
+                        }
+                        s = e;
+                    }
+                }
+            }
+        }
+        const int64_t vc = o - 2 * pp * PW < NR ? o - 2 * pp * PW : NR;
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t m0 = (b0 + b) * MR, vr = m - m0 < MR ? m - m0 : MR;
+            if (!started[b]) memset(acc + b * MR * NR, 0, sizeof(float) * MR * NR); /* every tap in the padding */
+            tops__store_rect(kern, dest2d, m0, vr, 2 * pp * PW, vc, acc + b * MR * NR, NR, accumulate);
+        }
+    }
+    return TOPS_OK;
+}
+
 tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                 const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
+    if (kern->conv_f32_rows && kern->gemm_f32_rows.nr == 32)
+        return conv_wide_run(fn, kern, g, batch, panels, o, dest2d, accumulate, threads);
     /* A job is one weight panel over up to CHUNK blocks of mr rows: per tap,
        the panel's tap slice (C x nr) is read once and serves every block
        (deep layers' weights come from L3 once, then L1/L2). */

@@ -464,6 +464,16 @@ typedef struct tops__gemm_rows_ukernel {
     const char *name;
 } tops__gemm_rows_ukernel;
 
+/* conv2d's wide f32 tile (src/kernels/avx512/conv_f32_rows.c): c[i * 64 + j]
+   for i < 6, j < 64 = (c[i * 64 + j] if load_c, else 0) + a[i][k] *
+   b0[k * 32 + j] (j < 32) or b1[k * 32 + j - 32] (j >= 32), one FMA per k in
+   order; b0, b1 two gemm_f32_rows panels (nr = 32) at this K offset; b1 NULL:
+   columns 0..31 only.  rows (1..6) of the row pointers hold data; a kernel
+   may compute (and store) fewer than 6 rows then, never fewer than rows,
+   the same way for any rows.  NULL at levels without one. */
+typedef void (*tops__conv_f32_rows_fn)(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
+                                       float *c, int load_c);
+
 /* The relaxed twin (conv2d over an input quantized once per call, src/
    kernels/avx512/gemm_q8_rows_vnni.c): C[6 x 32] (+)= over nb sub-blocks
    of 32 k, per row i and block b, as[i][b] * bs[b][j] * (exact i32 sum of
@@ -609,6 +619,8 @@ typedef struct tops__kernels {
     const char *conv_dw_name;
     /* conv2d's implicit GEMM without left packing (same tile as gemm_f32). */
     tops__gemm_rows_ukernel gemm_f32_rows;
+    tops__conv_f32_rows_fn conv_f32_rows; /* 6 x 64 over two gemm_f32_rows panels */
+    const char *conv_f32_rows_name;
     tops__gemm_q8_rows_fn gemm_q8_rows; /* 6 x 32 */
     const char *gemm_q8_rows_name;
 } tops__kernels;
@@ -698,6 +710,8 @@ void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *cons
                                                   const float *const *bs, float *c, int64_t ldc, int accumulate);
 void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                             int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
+void tops_conv_f32_6x64_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
+                                     float *c, int load_c);
 void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                               int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);

@@ -440,8 +440,9 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         return TOPS_OK;
     }
     if (panels && path) {
+        const int wide = kern->conv_f32_rows && kern->gemm_f32_rows.nr == 32; /* as tops__conv_rows_run picks */
         snprintf(path, cap, "implicit GEMM, input rows read in place (prepacked f32 weights): %s (%s)",
-                 kern->gemm_f32_rows.name, tops_isa_name(kern->isa));
+                 wide ? kern->conv_f32_rows_name : kern->gemm_f32_rows.name, tops_isa_name(kern->isa));
         return TOPS_OK;
     }
     if (path) {

@@ -38,6 +38,10 @@ static const cv_case cases[] = {
     {2, 9, 11, 32, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* C % 32 == 0 (relaxed rows), O = 20: a lone 8-column group */
     {1, 6, 40, 64, 24, 3, 3, 2, 1, 2, 1, 1, 1, 0, 2, 1, 0},  /* the same, wide rows, stride 2,1, dilation 2,1 */
     {1, 9, 12, 32, 16, 3, 3, 1, 2, 2, 2, 1, 0, 2, 1, 1, 0},  /* C % 32 == 0, dilation 2 along rows: one call per tap */
+    {1, 7, 7, 160, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* wide rows tile: C = 160, K pieces cut inside a tap, M = 49 */
+    {1, 9, 20, 48, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* K pieces across taps of a whole kernel row, a lone last panel */
+    {2, 11, 13, 48, 70, 3, 3, 2, 2, 2, 2, 2, 1, 0, 3, 1, 0}, /* stride 2 with dilation 2 on the rows paths, O = 70 */
+    {1, 2, 3, 16, 64, 3, 3, 1, 1, 1, 1, 4, 4, 4, 4, 1, 0},  /* pad 4: blocks with every tap in the padding (bias only) */
 };
 
 /* Cases over the small-call thresholds, so more than one thread really
