@@ -186,11 +186,16 @@ typedef struct tops__gemm_q8_ukernel {
    bstride bytes, its scales at bscale + p * sstride and its mins at bmin
    + p * sstride; any offset (acorr as above).  Every column gets the bits
    of the same level's gemm_q8 run on its panel (same steps, same order),
-   so a driver may cover some columns with one and some with the other. */
+   so a driver may cover some columns with one and some with the other.
+   bstride == 32 selects the group layout instead: step t (4 k) of panel p
+   at b + t * 128 + p * 32, sub-block i's scales of panel p at bscale + i *
+   32 + p * 8, its mins likewise (sstride unused).  pf: NULL, or memory the
+   kernel prefetches while it works, 8 * sub bytes a sub-block (a driver
+   passes a share of the weights its next call reads from memory). */
 typedef void (*tops__gemm_q8_x4_fn)(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                     const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
                                     const float *bscale, int64_t sstride, const float *amin, const float *bmin,
-                                    float *c, int64_t ldc, int accumulate);
+                                    float *c, int64_t ldc, int accumulate, const uint8_t *pf);
 typedef struct tops__gemm_q8_x4_ukernel {
     int mr;
     tops__gemm_q8_x4_fn run; /* NULL: none at this level */
@@ -789,7 +794,7 @@ void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table);
 void tops_gemm_f32_qi8_qu8_4x32__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
                                             const float *bscale, int64_t sstride, const float *amin,
-                                            const float *bmin, float *c, int64_t ldc, int accumulate);
+                                            const float *bmin, float *c, int64_t ldc, int accumulate, const uint8_t *pf);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                             const float *amin, const float *bmin,

@@ -331,8 +331,8 @@ static void test_q8_kernels_exact(void) {
 static void test_q8_x4_matches_8_columns(void) {
     enum { NB = 7, MAXK = NB * 32, PSTRIDE = 8 * MAXK + 96, SSTRIDE = 8 * NB + 5 };
     static int8_t rows[8 * MAXK], a[4 * MAXK];
-    static uint8_t panels[4 * PSTRIDE];
-    static float bs[4 * SSTRIDE], bmin[4 * SSTRIDE], want[4 * 32], got[4 * 32];
+    static uint8_t panels[4 * PSTRIDE], grouped[4 * 8 * MAXK];
+    static float bs[4 * SSTRIDE], bmin[4 * SSTRIDE], gs[32 * NB], gm[32 * NB], want[4 * 32], got[4 * 32], in[4 * 32];
     float as[4 * NB], amin[4 * NB];
     int32_t corr[4 * NB];
     int checked = 0;
@@ -367,15 +367,31 @@ static void test_q8_x4_matches_8_columns(void) {
                     amin[r * NB + b] = as[r * NB + b] * (float)sum;
                 }
             const int accumulate = (int)(th_next(&rng) % 2);
-            for (int i = 0; i < 4 * 32; i++) want[i] = got[i] = th_uniform(&rng, -2.0f, 2.0f);
+            for (int i = 0; i < 4 * 32; i++) in[i] = want[i] = got[i] = th_uniform(&rng, -2.0f, 2.0f);
             for (int p = 0; p < 4; p++)
                 uk->run(nb, sub, a, MAXK, as, corr, NB, panels + p * PSTRIDE, bs + p * SSTRIDE, amin,
                         with_min ? bmin + p * SSTRIDE : NULL, want + 8 * p, 32, accumulate);
             kern->gemm_q8_x4.run(nb, sub, a, MAXK, as, corr, NB, panels, PSTRIDE, bs, SSTRIDE, amin,
-                                 with_min ? bmin : NULL, got, 32, accumulate);
+                                 with_min ? bmin : NULL, got, 32, accumulate, NULL);
             if (memcmp(want, got, sizeof want) != 0)
                 TH_FAIL_AT("isa=%s offset=%d sub=%d nb=%lld mins=%d acc=%d: %s differs from %s", tops_isa_name((tops_isa)isa),
                            offset, sub, (long long)nb, with_min, accumulate, kern->gemm_q8_x4.name, uk->name);
+            /* The group layout (bstride 32): the same panels' steps and scales interleaved, with
+               and without a prefetch pointer: the same bits. */
+            for (int p = 0; p < 4; p++) {
+                for (int64_t s = 0; s < kc / 4; s++) memcpy(grouped + s * 128 + p * 32, panels + p * PSTRIDE + s * 32, 32);
+                for (int64_t b = 0; b < nb; b++) {
+                    memcpy(gs + b * 32 + p * 8, bs + p * SSTRIDE + b * 8, 8 * sizeof(float));
+                    memcpy(gm + b * 32 + p * 8, bmin + p * SSTRIDE + b * 8, 8 * sizeof(float));
+                }
+            }
+            memcpy(got, in, sizeof got);
+            kern->gemm_q8_x4.run(nb, sub, a, MAXK, as, corr, NB, grouped, 32, gs, 8, amin, with_min ? gm : NULL, got, 32,
+                                 accumulate, it % 2 ? panels : NULL);
+            if (memcmp(want, got, sizeof want) != 0)
+                TH_FAIL_AT("isa=%s offset=%d sub=%d nb=%lld mins=%d acc=%d: %s (group layout) differs from %s",
+                           tops_isa_name((tops_isa)isa), offset, sub, (long long)nb, with_min, accumulate,
+                           kern->gemm_q8_x4.name, uk->name);
             checked++;
         }
     }
@@ -513,6 +529,57 @@ static void test_unpackers_match_reference(void) {
     }
 }
 
+/* Relaxed q4_K / q5_K packed: full groups of four panels lie in the group
+   layout, read in place by the 32-column kernel or copied back at levels
+   without one; either way every level's packed result has the bits of its
+   unpacked one (same kernels per column), at 1 and 2 threads, N with and
+   without a part group, K of one and two blocks. */
+static void test_q8_grouped_prepack(void) {
+    const tops_format fmts[2] = {{TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, {TOPS_FMT_Q5_K, 0, TOPS_DT_NONE}};
+    const int64_t ms[3] = {5, 16, 33}, ns[4] = {32, 75, 300, 61}, ks[3] = {256, 700, 4352};
+    int checked = 0;
+    for (int it = 0; it < 8; it++) {
+        const tops_format fmt = fmts[it % 2];
+        const int64_t m = ms[it % 3], n = ns[(it / 2) % 4], k = ks[it % 3];
+        mm_operand w, a;
+        mm_make_quant(&w, fmt, n, k, 0, &rng);
+        mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
+        tops_matmul2d_desc d;
+        memset(&d, 0, sizeof d);
+        d.mode = TOPS_MULTIPLY;
+        d.transpose_right = 1;
+        d.relaxed_precision = 1;
+        tops_tensor pk, c1, c2;
+        ASSERT_OK(tops_pack_right(NULL, &d, &w.t, &pk));
+        int64_t ext[2] = {m, n};
+        ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &c1));
+        ASSERT_OK(tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &c2));
+        for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+            const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+            if (!kern || isa == TOPS_ISA_AMX) continue;
+            for (int threads = 1; threads <= 2; threads++) {
+                tops_exec ex = tops_exec_default();
+                ex.threads = threads;
+                mm_poison(&c1);
+                mm_poison(&c2);
+                ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &w.t, &c1));
+                ASSERT_OK(tops__matmul2d_with(kern, &ex, &d, &a.t, &pk, &c2));
+                if (memcmp(c1.data, c2.data, (size_t)(m * n) * sizeof(float)) != 0)
+                    TH_FAIL_AT("format %d m=%lld n=%lld k=%lld isa=%s threads=%d: packed differs from unpacked",
+                               (int)fmt.id, (long long)m, (long long)n, (long long)k, tops_isa_name((tops_isa)isa),
+                               threads);
+                checked++;
+            }
+        }
+        tops_tensor_destroy(&pk);
+        tops_tensor_destroy(&c1);
+        tops_tensor_destroy(&c2);
+        mm_free_any(&w);
+        mm_free(&a);
+    }
+    printf("grouped q8 prepack checked: %d cases\n", checked);
+}
+
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_unpackers_match_reference);
@@ -524,5 +591,6 @@ int main(void) {
     RUN_TEST(test_integer_forms);
     RUN_TEST(test_q8_kernels_exact);
     RUN_TEST(test_q8_x4_matches_8_columns);
+    RUN_TEST(test_q8_grouped_prepack);
     TEST_MAIN_END();
 }

@@ -72,7 +72,10 @@ void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a
    convert, multiply and FMA of the block scaling covers 16 columns.  Sums
    start from -acorr (the exact integer s - acorr of the 8-column kernel);
    then, per column, the 8-column kernel's steps in its order:
-   fma(cvt(s) * bs, as, c), then fnmadd(amin, bm, c): the same bits. */
+   fma(cvt(s) * bs, as, c), then fnmadd(amin, bm, c): the same bits.
+   bstride == 32 is the group layout (kernels.h): the four panels' steps
+   interleaved (128 bytes a step) and their scales and mins too (32 floats
+   a block), so each operand is one 512-bit load and no panels are joined. */
 static inline __m512i pair_u8(const uint8_t *lo, const uint8_t *hi) {
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)lo)),
                               _mm256_loadu_si256((const __m256i *)hi), 1);
@@ -82,11 +85,11 @@ static inline __m512 pair_ps(const float *lo, const float *hi) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(lo)), _mm256_loadu_ps(hi), 1);
 }
 
-static inline __attribute__((always_inline)) void q8_4x32(int steps, int64_t nb, const int8_t *a, int64_t lda,
+static inline __attribute__((always_inline)) void q8_4x32(int steps, int group, int64_t nb, const int8_t *a, int64_t lda,
                                                           const float *ascale, const int32_t *acorr, int64_t lds,
                                                           const uint8_t *b, int64_t bstride, const float *bscale,
                                                           int64_t sstride, const float *amin, const float *bmin,
-                                                          float *c, int64_t ldc, int accumulate) {
+                                                          float *c, int64_t ldc, int accumulate, const uint8_t *pf) {
     const uint8_t *b0 = b, *b1 = b + bstride, *b2 = b + 2 * bstride, *b3 = b + 3 * bstride;
     __m512 f[4][2];
     for (int i = 0; i < 4; i++) f[i][0] = f[i][1] = _mm512_setzero_ps();
@@ -94,8 +97,16 @@ static inline __attribute__((always_inline)) void q8_4x32(int steps, int64_t nb,
         __m512i s[4][2];
         for (int i = 0; i < 4; i++) s[i][0] = s[i][1] = _mm512_set1_epi32(-acorr[i * lds + blk]);
         const int8_t *ab = a + blk * 4 * steps;
+        if (pf)
+            for (int l = 0; l < steps * 32; l += 64) _mm_prefetch((const char *)pf + blk * steps * 32 + l, _MM_HINT_T0);
         for (int t = 0; t < steps; t++) {
-            const __m512i w0 = pair_u8(b0, b1), w1 = pair_u8(b2, b3);
+            __m512i w0, w1;
+            if (group) {
+                w0 = _mm512_loadu_si512((const void *)(b + 128 * ((int64_t)blk * steps + t)));
+                w1 = _mm512_loadu_si512((const void *)(b + 128 * ((int64_t)blk * steps + t) + 64));
+            } else {
+                w0 = pair_u8(b0, b1), w1 = pair_u8(b2, b3);
+            }
             for (int i = 0; i < 4; i++) {
                 int32_t v;
                 memcpy(&v, ab + i * lda + 4 * t, 4);
@@ -106,16 +117,18 @@ static inline __attribute__((always_inline)) void q8_4x32(int steps, int64_t nb,
             b0 += 32, b1 += 32, b2 += 32, b3 += 32;
         }
         const int64_t o = blk * 8;
-        const __m512 g0 = pair_ps(bscale + o, bscale + sstride + o);
-        const __m512 g1 = pair_ps(bscale + 2 * sstride + o, bscale + 3 * sstride + o);
+        const __m512 g0 = group ? _mm512_loadu_ps(bscale + 4 * o) : pair_ps(bscale + o, bscale + sstride + o);
+        const __m512 g1 =
+            group ? _mm512_loadu_ps(bscale + 4 * o + 16) : pair_ps(bscale + 2 * sstride + o, bscale + 3 * sstride + o);
         for (int i = 0; i < 4; i++) {
             const __m512 sc = _mm512_set1_ps(ascale[i * lds + blk]);
             f[i][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[i][0]), g0), sc, f[i][0]);
             f[i][1] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[i][1]), g1), sc, f[i][1]);
         }
         if (bmin) {
-            const __m512 m0 = pair_ps(bmin + o, bmin + sstride + o);
-            const __m512 m1 = pair_ps(bmin + 2 * sstride + o, bmin + 3 * sstride + o);
+            const __m512 m0 = group ? _mm512_loadu_ps(bmin + 4 * o) : pair_ps(bmin + o, bmin + sstride + o);
+            const __m512 m1 =
+                group ? _mm512_loadu_ps(bmin + 4 * o + 16) : pair_ps(bmin + 2 * sstride + o, bmin + 3 * sstride + o);
             for (int i = 0; i < 4; i++) {
                 const __m512 am = _mm512_set1_ps(amin[i * lds + blk]);
                 f[i][0] = _mm512_fnmadd_ps(am, m0, f[i][0]);
@@ -137,11 +150,18 @@ static inline __attribute__((always_inline)) void q8_4x32(int steps, int64_t nb,
 void tops_gemm_f32_qi8_qu8_4x32__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
                                             const float *bscale, int64_t sstride, const float *amin,
-                                            const float *bmin, float *c, int64_t ldc, int accumulate) {
-    if (sub == 32)
-        q8_4x32(8, nb, a, lda, ascale, acorr, lds, b, bstride, bscale, sstride, amin, bmin, c, ldc, accumulate);
-    else if (sub == 16)
-        q8_4x32(4, nb, a, lda, ascale, acorr, lds, b, bstride, bscale, sstride, amin, bmin, c, ldc, accumulate);
-    else
-        q8_4x32(sub / 4, nb, a, lda, ascale, acorr, lds, b, bstride, bscale, sstride, amin, bmin, c, ldc, accumulate);
+                                            const float *bmin, float *c, int64_t ldc, int accumulate, const uint8_t *pf) {
+    const int group = bstride == 32;
+#define TOPS_Q8_X4(steps, g) \
+    q8_4x32(steps, g, nb, a, lda, ascale, acorr, lds, b, bstride, bscale, sstride, amin, bmin, c, ldc, accumulate, pf)
+    if (group) {
+        if (sub == 32) TOPS_Q8_X4(8, 1);
+        else if (sub == 16) TOPS_Q8_X4(4, 1);
+        else TOPS_Q8_X4(sub / 4, 1);
+    } else {
+        if (sub == 32) TOPS_Q8_X4(8, 0);
+        else if (sub == 16) TOPS_Q8_X4(4, 0);
+        else TOPS_Q8_X4(sub / 4, 0);
+    }
+#undef TOPS_Q8_X4
 }
