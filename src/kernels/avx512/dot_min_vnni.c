@@ -44,43 +44,9 @@ static inline __attribute__((always_inline)) __m256i kq_sums512(const uint8_t *b
     return _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, v));
 }
 
-/* The f32 part of kernels/avx2/dot_min_body.h's kq_dot_min, step for step. */
-static inline float kq_dot_min512(const uint8_t *blocks, float mul, const int8_t *aq, const float *as,
-                                  const float *amin, int64_t nsb, int five) {
-    const int bytes = five ? 176 : 144;
-    const __m256 vmul = _mm256_set1_ps(mul);
-    __m256 acc = _mm256_setzero_ps();
-    for (int64_t s = 0; s < nsb; s++) {
-        const uint8_t *blk = blocks + s * bytes;
-        /* about 3.5 KiB ahead (into the next rows: they follow in memory):
-           2 super-blocks ahead left the loop waiting on its loads */
-        _mm_prefetch((const char *)(blk + 24 * bytes), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + 24 * bytes + 64), _MM_HINT_T0);
-        _mm_prefetch((const char *)(blk + 24 * bytes + 128), _MM_HINT_T0);
-        const __m256i sums = kq_sums512(blk, aq + s * 256, five);
-        uint64_t sc, m;
-        tops__kquant_scales8(blk + TOPS__KQ_SCALES, &sc, &m);
-        uint16_t hd, hm;
-        memcpy(&hd, blk, 2);
-        memcpy(&hm, blk + 2, 2);
-        const __m256 vsc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc)));
-        const __m256 vm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)m)));
-        const __m256 scale = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), vsc), vmul);
-        const __m256 min = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hm)), vm), vmul);
-        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_loadu_ps(as + s * 8), scale), acc);
-        acc = _mm256_fnmadd_ps(_mm256_loadu_ps(amin + s * 8), min, acc);
-    }
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
-static float kq_dot_min_super512(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
-                                 const float *as, const float *amin, int64_t nsb) {
-    return lay->high_bit ? kq_dot_min512(blocks, mul, aq, as, amin, nsb, 1)
-                         : kq_dot_min512(blocks, mul, aq, as, amin, nsb, 0);
-}
+/* The f32 steps, the AVX2 level's (the same bits). */
+#define TOPS_KQ_SUMS(blk, aq, five) kq_sums512(blk, aq, five)
+#include "kernels/avx2/kq_dot_f32.h"
 
 /* q6_K (TOPS__IF_SUPER_6BIT, 210 bytes: ql[128], qh[64], i8 scales[16],
    f16 d at 208) read in place: per half h of 128 elements the 64 ql
@@ -146,6 +112,6 @@ static float q6_dot_super512(const tops__int_layout *lay, const uint8_t *blocks,
 
 /* On top of the AVX2 unpackers (the table holds them on entry). */
 void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table) {
-    table[TOPS__IF_SUPER_MIN].dot_super = kq_dot_min_super512;
+    table[TOPS__IF_SUPER_MIN].dot_super = kq_dot_min_super;
     table[TOPS__IF_SUPER_6BIT].dot_super = q6_dot_super512;
 }
