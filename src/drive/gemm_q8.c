@@ -44,6 +44,23 @@ static int q8_grouped(const tops__kernels *kern, const tops_tensor *w) {
     return !kern->unpack[w->format.id].run && kern->unpack[w->format.id].run_min;
 }
 
+/* Panel jr's K block at k0 in the 8-column layout: its codes, scales and
+   mins (NULL without mins), from the prepacked panels (block at k0 * 8,
+   scales at k0 / sub * 8) or from this thread's staged panels. */
+typedef struct {
+    const uint8_t *b;
+    const float *s, *m;
+} q8_block;
+static q8_block panel_block(const tops__gemm_problem *p, int prepacked, int mins, int64_t kp, int64_t n_subs,
+                            int sub, int64_t g, int64_t k0, int64_t jr_off, int64_t kc, int64_t nb,
+                            const uint8_t *panel, const float *pscale, const float *pmin) {
+    q8_block r;
+    r.b = prepacked ? p->q8_panels + g * 8 * kp + k0 * 8 : panel + jr_off * kc;
+    r.s = prepacked ? p->q8_scales + g * 8 * n_subs + k0 / sub * 8 : pscale + jr_off * nb;
+    r.m = !mins ? NULL : prepacked ? p->q8_mins + g * 8 * n_subs + k0 / sub * 8 : pmin + jr_off * nb;
+    return r;
+}
+
 /* Copies prepacked panel gp's K block [k0, k0 + kc) into the 8-column
    layout (panel, its scales and mins): from the group layout when gp lies
    in a full group, else as it lies. */
@@ -267,12 +284,10 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                         for (; jr + 4 <= n_panels; jr += 4) {
                             /* Four panels at once: 32 columns, same bits per column (kernels.h). */
                             const int64_t g = (n0 + jr * nr) / 8;
-                            const uint8_t *bp = prepacked ? p->q8_panels + g * 8 * kp + k0 * 8 : panel + jr * nr * kc;
-                            const float *bs =
-                                prepacked ? p->q8_scales + g * 8 * n_subs + k0 / sub * 8 : pscale + jr * nr * nb;
-                            const float *bm = !mins     ? NULL
-                                              : prepacked ? p->q8_mins + g * 8 * n_subs + k0 / sub * 8
-                                                          : pmin + jr * nr * nb;
+                            const q8_block blk = panel_block(p, prepacked, mins, kp, n_subs, sub, g, k0, jr * nr, kc,
+                                                             nb, panel, pscale, pmin);
+                            const uint8_t *bp = blk.b;
+                            const float *bs = blk.s, *bm = blk.m;
                             int64_t bstride = prepacked ? 8 * kp : 8 * kc, sstride = prepacked ? 8 * n_subs : 8 * nb;
                             if (grouped) { /* this K block of the group at k0 * 32, its scales at k0 / sub * 32 */
                                 bp = p->q8_panels + g * 8 * kp + k0 * 32;
@@ -292,14 +307,10 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                                         next ? next + (ip % 4) * 8 * kc : NULL);
                         }
                     for (; jr < n_panels; jr++) {
-                        /* Prepacked: this K block of the panel lies at k0 * 8 (its scales at k0 / sub * 8). */
-                        const int64_t g = (n0 + jr * nr) / 8;
-                        const uint8_t *bp = prepacked ? p->q8_panels + g * 8 * kp + k0 * 8 : panel + jr * nr * kc;
-                        const float *bs =
-                            prepacked ? p->q8_scales + g * 8 * n_subs + k0 / sub * 8 : pscale + jr * nr * nb;
-                        const float *bm = !mins     ? NULL
-                                          : prepacked ? p->q8_mins + g * 8 * n_subs + k0 / sub * 8
-                                                      : pmin + jr * nr * nb;
+                        const q8_block blk = panel_block(p, prepacked, mins, kp, n_subs, sub, (n0 + jr * nr) / 8, k0,
+                                                         jr * nr, kc, nb, panel, pscale, pmin);
+                        const uint8_t *bp = blk.b;
+                        const float *bs = blk.s, *bm = blk.m;
                         for (int64_t ip = 0; ip < m_pad / mr; ip++)
                             uk->run(nb, sub, aq + ip * mr * kp + k0, kp, as + ip * mr * n_subs + k0 / sub,
                                     corr + ip * mr * n_subs + k0 / sub, n_subs, bp, bs,
