@@ -1,7 +1,9 @@
 /* f32 activations on the 16-bit kernels (matmul.c decides when): the
    split of each row into 16-bit terms before the matmul, and the join of
-   the terms' f32 products into the caller's output after it.  Contract in
-   cuda_internal.h (tops__cu_split_f32, tops__cu_join_terms). */
+   the terms' f32 products into the caller's output after it; the bias term
+   of weights with mins (group sums of the activations times the packed
+   biases).  Contract in cuda_internal.h (tops__cu_split_f32,
+   tops__cu_join_terms, tops__cu_bias_launch). */
 #include "cuda/cuda_internal.h"
 
 #include <cuda_bf16.h>
@@ -91,7 +93,82 @@ __global__ void join_kernel(const float *__restrict__ part, long long ldp, long 
     }
 }
 
+// gsum[i, g]: row i of x summed over group g in K order (f32), 0 past K.
+template <typename T>
+__global__ void group_sum_kernel(const T *__restrict__ x, long long ldx, long long m, long long k, int group,
+                                 long long groups, float *__restrict__ gsum) {
+    const long long total = m * groups;
+    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
+         idx += (long long)gridDim.x * blockDim.x) {
+        const long long i = idx / groups, g = idx - i * groups, k0 = g * group;
+        float s = 0.0f;
+        for (long long kk = k0; kk < k0 + group && kk < k; kk++) s += load_out<T>(x, i * ldx + kk);
+        gsum[idx] = s;
+    }
+}
+
+// out = part + global x sum_g gsum[i, g] x bias[j, g] (+ old), 16 x 16
+// outputs a block, the groups in order through shared tiles.
+constexpr int kBiasTile = 16;
+template <typename T>
+__global__ void __launch_bounds__(kBiasTile *kBiasTile)
+    bias_kernel(const float *__restrict__ gsum, const float *__restrict__ bias, long long m, long long n,
+                long long groups, float global, const float *__restrict__ part, long long ldp, T *__restrict__ out,
+                long long ldo, int accumulate) {
+    __shared__ float gs[kBiasTile][kBiasTile + 1], bs[kBiasTile][kBiasTile + 1];
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const long long i = (long long)blockIdx.y * kBiasTile + ty, j = (long long)blockIdx.x * kBiasTile + tx;
+    const long long jl = (long long)blockIdx.x * kBiasTile + ty; // the bias row this thread loads
+    float c = 0.0f;
+    for (long long g0 = 0; g0 < groups; g0 += kBiasTile) {
+        gs[ty][tx] = i < m && g0 + tx < groups ? gsum[i * groups + g0 + tx] : 0.0f;
+        bs[ty][tx] = jl < n && g0 + tx < groups ? bias[jl * groups + g0 + tx] : 0.0f;
+        __syncthreads();
+        const int gn = groups - g0 < kBiasTile ? (int)(groups - g0) : kBiasTile;
+        for (int t = 0; t < gn; t++) c = fmaf(gs[ty][t], bs[tx][t], c);
+        __syncthreads();
+    }
+    if (i >= m || j >= n) return;
+    float v = part[i * ldp + j] + global * c;
+    if (accumulate) v += load_out<T>(out, i * ldo + j);
+    store_out(out + i * ldo + j, v);
+}
+
+template <typename T> int launch_bias(const tops__cu_bias_args *a, cudaStream_t s) {
+    const dim3 b(kBiasTile, kBiasTile);
+    const dim3 g((unsigned)((a->n + kBiasTile - 1) / kBiasTile), (unsigned)((a->m + kBiasTile - 1) / kBiasTile));
+    bias_kernel<T><<<g, b, 0, s>>>(a->gsum, a->biases, a->m, a->n, a->groups, a->global_scale, a->part, a->ldp,
+                                   static_cast<T *>(a->out), a->ldo, a->accumulate);
+    return (int)cudaGetLastError();
+}
+
 } // namespace
+
+extern "C" int tops__cu_bias_launch(const tops__cu_bias_args *a) {
+    if (a->m < 1 || a->n < 1 || a->k < 1 || a->group < 1 || a->groups < 1 || a->m > 65535LL * kBiasTile ||
+        a->n > 0x7FFFFFFFLL)
+        return (int)cudaErrorInvalidValue;
+    cudaStream_t s = static_cast<cudaStream_t>(a->stream);
+    const long long total = (long long)a->m * a->groups, threads = 256;
+    long long blocks = (total + threads - 1) / threads;
+    if (blocks > 65536) blocks = 65536; // grid-stride beyond
+    const dim3 g((unsigned)blocks), b((unsigned)threads);
+    if (a->x_kind == 0)
+        group_sum_kernel<__half><<<g, b, 0, s>>>(static_cast<const __half *>(a->x), a->ldx, a->m, a->k, a->group,
+                                                 a->groups, a->gsum);
+    else if (a->x_kind == 1)
+        group_sum_kernel<__nv_bfloat16><<<g, b, 0, s>>>(static_cast<const __nv_bfloat16 *>(a->x), a->ldx, a->m,
+                                                        a->k, a->group, a->groups, a->gsum);
+    else
+        group_sum_kernel<float><<<g, b, 0, s>>>(static_cast<const float *>(a->x), a->ldx, a->m, a->k, a->group,
+                                                a->groups, a->gsum);
+    int err = (int)cudaGetLastError();
+    if (err) return err;
+    if (a->out_dtype == TOPS_DT_F32) return launch_bias<float>(a, s);
+    if (a->out_dtype == TOPS_DT_F16) return launch_bias<__half>(a, s);
+    if (a->out_dtype == TOPS_DT_BF16) return launch_bias<__nv_bfloat16>(a, s);
+    return (int)cudaErrorInvalidValue;
+}
 
 extern "C" int tops__cu_split_f32(const float *x, int64_t ldx, int64_t m, int64_t k, int terms, int bf16, void *out,
                                   int64_t ldo, int *exps, void *stream) {

@@ -139,6 +139,7 @@ typedef struct tops__cuda_packed {
     int code;          /* TOPS__CU_CODE_* */
     int scale_kind;    /* TOPS__CU_SCALE_* */
     int has_scales;    /* 0 for plain weights */
+    int per_row;       /* one scale entry per row (or none) */
     int32_t group;     /* K elements per scale entry (k_pad when per row) */
     int64_t n, k;      /* logical extents */
     int64_t n_pad, k_pad;
@@ -147,7 +148,12 @@ typedef struct tops__cuda_packed {
     tops_format source; /* the format it was packed from */
     void *weights;     /* device */
     void *scales;      /* device; NULL when has_scales = 0 */
-    size_t weight_bytes, scale_bytes;
+    /* Formats with mins (the traits row's pack rule has an offset: q4_K,
+       q5_K, q4_1): element = code x scale + bias, one f32 bias per row and
+       group, [n][groups] (device; NULL otherwise); the call adds
+       global_scale x sum_g bias x (the activations' sum over group g). */
+    void *biases;
+    size_t weight_bytes, scale_bytes, bias_bytes;
     /* Row-major layout for fp8_gemm.cu's TMA GEMM on a compute capability
        9.0 device, NULL otherwise: e4m3-ch / e4m3 packed with
        relaxed_precision = 1 (the e4m3 codes [n, k_pad] and the f32 channel
@@ -171,11 +177,17 @@ typedef struct tops__cuda_packed {
 #define TOPS__CUDA_PACKED_MAGIC 0x43555041u /* "CUPA" */
 
 /* Packs host weights [n, k] (rows along N, blocks along K) into host
-   buffers laid out as above; fills *pk (device pointers left NULL) and
-   returns malloc'd weights/scales that the caller frees.  Returns
-   TOPS_UNSUPPORTED_FORMAT for formats the GPU path does not decode. */
+   buffers laid out as above, by the pack rule of the format's traits row
+   (core/gpuform.h); fills *pk (device pointers left NULL) and returns
+   malloc'd weights / scales / biases (NULL where none) that the caller
+   frees.  Returns TOPS_UNSUPPORTED_FORMAT for formats whose row has no
+   rule. */
 tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *right, int transpose_right,
-                                 tops__cuda_packed *pk, void **weights, void **scales);
+                                 tops__cuda_packed *pk, void **weights, void **scales, void **biases);
+/* Whether *pk (packed by tops__cuda_pack_host) also takes the row-major
+   layout of the TMA GEMM on a compute capability 9.0 device: f16 / bf16
+   weights, e4m3 codes with one scale a row or none. */
+int tops__cu_rowmajor_layout(const tops__cuda_packed *pk);
 
 /* Whether the wgmma kernel can fold the scales of *pk into its weights for
    bf16 (1) or f16 (0) activations in this precision mode; *shift is the
@@ -327,6 +339,32 @@ int tops__cu_split_f32(const float *x, int64_t ldx, int64_t m, int64_t k, int te
    out[i, j] where accumulate = 1, rounded once to out_dtype. */
 int tops__cu_join_terms(const float *part, int64_t ldp, int64_t m, int64_t n, int terms, const int *exps, void *out,
                         tops_dtype out_dtype, int64_t ldo, int accumulate, void *stream);
+
+/* The bias term of formats with mins (tops__cuda_packed.biases): first
+   gsum [m, groups] (f32) = the sums of each row of x [m, k] (f16, bf16 or,
+   f32 = 1, f32; row stride ldx) over each group of `group` K elements, in K
+   order; then out = part + global_scale x sum_g gsum[i, g] x biases[j, g]
+   (g in order), plus the old out where accumulate = 1, rounded once to
+   out_dtype.  part [m, n] f32 with row stride ldp.  Asynchronous on
+   stream; returns a cudaError_t value. */
+typedef struct tops__cu_bias_args {
+    const void *x;
+    int x_kind; /* 0 f16, 1 bf16, 2 f32 */
+    int64_t ldx, m, n, k;
+    int32_t group;
+    int64_t groups;
+    const float *biases;
+    float global_scale;
+    const float *part;
+    int64_t ldp;
+    float *gsum; /* workspace [m, groups] */
+    void *out;
+    tops_dtype out_dtype;
+    int64_t ldo;
+    int accumulate;
+    void *stream;
+} tops__cu_bias_args;
+int tops__cu_bias_launch(const tops__cu_bias_args *a);
 
 /* Which kernel tops_matmul2d runs for this GPU-packed right at this M and
    precision mode (the bench prints it). */

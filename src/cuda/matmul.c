@@ -14,17 +14,19 @@
 
 int tops__cuda_is_packed(const tops_tensor *t) {
     const tops__cuda_packed *pk = (const tops__cuda_packed *)t->packed_;
-    return t->format.id == TOPS_FMT_PACKED && t->memory.kind == TOPS_DEVICE_CUDA && pk &&
+    return tops__is_packed(t) && t->memory.kind == TOPS_DEVICE_CUDA && pk &&
            pk->magic == TOPS__CUDA_PACKED_MAGIC;
 }
 
 /* Where a pack's parts sit in its one allocation: the weights at 0, then
-   the scales, the FP8 layout and the q8 layout, each 256-byte aligned. */
-static void pack_offsets(size_t weight_bytes, size_t scale_bytes, size_t fp8_bytes, size_t *soff, size_t *foff,
-                         size_t *qoff) {
-    *soff = (weight_bytes + 255) & ~(size_t)255;
-    *foff = (*soff + scale_bytes + 255) & ~(size_t)255;
+   the scales, the FP8 layout, the q8 layout and the biases, each 256-byte
+   aligned. */
+static void pack_offsets(const tops__cuda_packed *pk, size_t fp8_bytes, size_t q8_bytes, size_t *soff, size_t *foff,
+                         size_t *qoff, size_t *boff) {
+    *soff = (pk->weight_bytes + 255) & ~(size_t)255;
+    *foff = (*soff + pk->scale_bytes + 255) & ~(size_t)255;
     *qoff = (*foff + fp8_bytes + 255) & ~(size_t)255;
+    *boff = (*qoff + q8_bytes + 255) & ~(size_t)255;
 }
 
 /* Packs right (host or device memory) into device buffers on `device`; with
@@ -43,14 +45,12 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     } else if ((st = tops__cuda_check_pointer(fn, "right", right->data, right->memory)) != TOPS_OK) {
         return st;
     }
-    void *wb = NULL, *sb = NULL, *fb = NULL, *qb = NULL;
+    void *wb = NULL, *sb = NULL, *bb = NULL, *fb = NULL, *qb = NULL;
     size_t fbytes = 0, fscale = 0, qbytes = 0;
     int oom = 0;
-    st = tops__cuda_pack_host(fn, src, transpose_right, pk, &wb, &sb);
+    st = tops__cuda_pack_host(fn, src, transpose_right, pk, &wb, &sb, &bb);
     /* The TMA GEMM's row-major layout (e4m3-ch / e4m3 codes, f16 / bf16 values), in either mode */
-    const int fp8 = src->format.id == TOPS_FMT_E4M3_CH || src->format.id == TOPS_FMT_E4M3;
-    const int h16 = src->format.id == TOPS_FMT_F16 || src->format.id == TOPS_FMT_BF16;
-    if (st == TOPS_OK && (fp8 || h16) && tops__cuda_is_sm90a(device) &&
+    if (st == TOPS_OK && tops__cu_rowmajor_layout(pk) && tops__cuda_is_sm90a(device) &&
         !(fb = tops__cuda_pack_fp8_host(src, transpose_right, pk, &fbytes, &fscale)))
         st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the row-major layout of right");
     /* 4-bit weights for the FP8 tensor cores, where the format allows it */
@@ -61,25 +61,28 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     if (st != TOPS_OK) {
         free(wb);
         free(sb);
+        free(bb);
         free(fb);
         return st;
     }
-    size_t woff = 0, soff, foff, qoff;
-    pack_offsets(pk->weight_bytes, pk->scale_bytes, fbytes, &soff, &foff, &qoff);
+    size_t woff = 0, soff, foff, qoff, boff;
+    pack_offsets(pk, fbytes, qbytes, &soff, &foff, &qoff, &boff);
     void *mem = NULL;
-    st = tops_cuda_alloc(device, qoff + qbytes, &mem);
+    st = tops_cuda_alloc(device, boff + pk->bias_bytes, &mem);
     if (st == TOPS_OK) {
         tops_memory dev = {TOPS_DEVICE_CUDA, device}, host = {TOPS_DEVICE_CPU, 0};
         st = tops_cuda_copy((char *)mem + woff, dev, wb, host, pk->weight_bytes, NULL);
         if (st == TOPS_OK && sb) st = tops_cuda_copy((char *)mem + soff, dev, sb, host, pk->scale_bytes, NULL);
         if (st == TOPS_OK && fb) st = tops_cuda_copy((char *)mem + foff, dev, fb, host, fbytes, NULL);
         if (st == TOPS_OK && qb) st = tops_cuda_copy((char *)mem + qoff, dev, qb, host, qbytes, NULL);
+        if (st == TOPS_OK && bb) st = tops_cuda_copy((char *)mem + boff, dev, bb, host, pk->bias_bytes, NULL);
         /* pageable copies may return before their DMA ends; no stream may see a half-written pack */
         if (st == TOPS_OK) st = tops__cuda_device_sync(fn, device);
         if (st != TOPS_OK) (void)tops_cuda_free(device, mem);
     }
     free(wb);
     free(sb);
+    free(bb);
     free(fb);
     free(qb);
     if (st != TOPS_OK) return st;
@@ -91,6 +94,7 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     pk->fp8_bytes = fbytes;
     pk->q8_weights = qb ? (char *)mem + qoff : NULL;
     pk->q8_bytes = qbytes;
+    pk->biases = bb ? (char *)mem + boff : NULL;
     *base = mem;
     return TOPS_OK;
 }
@@ -409,6 +413,49 @@ static int launch_f32_left(const tops__cuda_packed *pk, tops__cu_matmul_args *a,
     return err;
 }
 
+/* One call: f32 activations through their terms, 16-bit ones straight to
+   the plan. */
+static int launch_codes(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int relaxed, int f32_left,
+                        const char **what) {
+    return f32_left ? launch_f32_left(pk, a, relaxed, (const float *)a->x, a->ldx, what) : launch_plan(pk, a, relaxed, what);
+}
+
+/* The call; weights with mins (pk->biases) run the codes into an f32
+   workspace, then tops__cu_bias_launch adds the bias term, the old output
+   and rounds once. */
+static int launch_call(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int relaxed, int f32_left,
+                       const char **what) {
+    if (!pk->biases) return launch_codes(pk, a, relaxed, f32_left, what);
+    const int64_t m = a->m, n = a->n, ldp = (n + 7) / 8 * 8;
+    const size_t pbytes = ((size_t)(m * ldp) * 4 + 255) / 256 * 256, gbytes = (size_t)(m * pk->groups) * 4;
+    cudaStream_t stream = (cudaStream_t)a->stream;
+    char *ws = NULL;
+    int err = (int)cudaMallocAsync((void **)&ws, pbytes + gbytes, stream);
+    if (err) {
+        *what = "cudaMallocAsync of the bias workspace";
+        return err;
+    }
+    tops__cu_matmul_args t = *a;
+    t.out = ws;
+    t.out_dtype = TOPS_DT_F32;
+    t.ldo = ldp;
+    t.accumulate = 0;
+    err = launch_codes(pk, &t, relaxed, f32_left, what);
+    if (!err) {
+        const tops__cu_bias_args b = {a->x, f32_left ? 2 : a->x_bf16 ? 1 : 0, a->ldx, m, n, a->k, pk->group,
+                                      pk->groups, (const float *)pk->biases, pk->global_scale, (const float *)ws, ldp,
+                                      (float *)(ws + pbytes), a->out, a->out_dtype, a->ldo, a->accumulate, a->stream};
+        err = tops__cu_bias_launch(&b);
+        if (err) *what = "the bias term of weights with mins";
+    }
+    const int e2 = (int)cudaFreeAsync(ws, stream);
+    if (!err && e2) {
+        err = e2;
+        *what = "cudaFreeAsync of the bias workspace";
+    }
+    return err;
+}
+
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed) {
     if (!tops__cuda_is_packed(right)) return "packed on the fly";
     return path_for((const tops__cuda_packed *)right->packed_, m, relaxed, 0); /* the bench's f16 activations */
@@ -422,7 +469,7 @@ tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_des
     if (st != TOPS_OK) return st;
     if ((st = tops__check_tensor(fn, "right", right)) != TOPS_OK) return st;
     if (!packed) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "packed is NULL");
-    if (right->format.id == TOPS_FMT_PACKED) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is already packed");
+    if (tops__is_packed(right)) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is already packed");
     if (right->memory.kind == TOPS_DEVICE_CUDA && right->memory.index != device)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is in cuda:%d memory but exec.device is cuda:%d",
                           right->memory.index, device);
@@ -437,8 +484,7 @@ tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_des
     tops_tensor t;
     memset(&t, 0, sizeof t);
     t.magic = TOPS_TENSOR_MAGIC;
-    t.format.id = TOPS_FMT_PACKED;
-    t.format.group = 1;
+    t.format = tops__packed_format();
     t.rank = 2;
     t.extent[0] = pk->n; /* the weight as stored: [N, K] */
     t.extent[1] = pk->k;
@@ -486,12 +532,13 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "transpose_left = 1: the GPU path takes left as [M, K]");
     if ((st = tops__cuda_check_memory(fn, "left", left, device)) != TOPS_OK) return st;
     if ((st = tops__cuda_check_memory(fn, "dest", dest, device)) != TOPS_OK) return st;
-    const int f32_left = left->format.id == TOPS_FMT_F32;
-    if (left->format.id != TOPS_FMT_F16 && left->format.id != TOPS_FMT_BF16 && !f32_left)
+    const tops_dtype left_dt = tops__float_of(left), dest_dt = tops__float_of(dest);
+    const int f32_left = left_dt == TOPS_DT_F32;
+    if (left_dt == TOPS_DT_NONE)
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
                           "left has format %s; the GPU path takes f32, f16 or bf16 activations",
                           tops_format_name(left->format, name, sizeof name));
-    if (dest->format.id != TOPS_FMT_F32 && dest->format.id != TOPS_FMT_F16 && dest->format.id != TOPS_FMT_BF16)
+    if (dest_dt == TOPS_DT_NONE)
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "dest has format %s; the GPU path writes f32, f16 or bf16",
                           tops_format_name(dest->format, name, sizeof name));
     if ((st = check_rows(fn, "left", left)) != TOPS_OK) return st;
@@ -505,7 +552,7 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         if (pk->device != device)
             return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right was packed for cuda:%d but exec.device is cuda:%d",
                               pk->device, device);
-    } else if (right->format.id == TOPS_FMT_PACKED) {
+    } else if (tops__is_packed(right)) {
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right was packed for the CPU; pack it with exec.device = cuda:%d",
                           device);
     } else {
@@ -531,13 +578,13 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
     else if (dest->extent[0] != m || dest->extent[1] != pk->n)
         st = tops__fail(TOPS_SHAPE_MISMATCH, fn, "dest is %lld x %lld but the product is %lld x %lld",
                         (long long)dest->extent[0], (long long)dest->extent[1], (long long)m, (long long)pk->n);
-    else if (!f32_left && ((pk->code == TOPS__CU_CODE_F16 && left->format.id != TOPS_FMT_F16) ||
-                           (pk->code == TOPS__CU_CODE_BF16 && left->format.id != TOPS_FMT_BF16)))
+    else if (!f32_left && ((pk->code == TOPS__CU_CODE_F16 && left_dt != TOPS_DT_F16) ||
+                           (pk->code == TOPS__CU_CODE_BF16 && left_dt != TOPS_DT_BF16)))
         st = tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
                         "right is %s but left is %s; plain 16-bit weights must have the activations' type (or f32)",
                         pk->code == TOPS__CU_CODE_F16 ? "f16" : "bf16", tops_format_name(left->format, name, sizeof name));
     /* f32 left: the kernels see terms x m rows of 16-bit activations */
-    int terms = 1, term_bf16 = left->format.id == TOPS_FMT_BF16;
+    int terms = 1, term_bf16 = left_dt == TOPS_DT_BF16;
     if (f32_left) terms = f32_terms(pk, desc->relaxed_precision, &term_bf16);
     if (st == TOPS_OK && f32_left && m * terms > INT32_MAX / 2)
         st = tops__fail(TOPS_INVALID_ARGUMENT, fn,
@@ -548,8 +595,8 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         char how[48] = "";
         if (f32_left) snprintf(how, sizeof how, " (f32 left as %d %s term%s)", terms, term_bf16 ? "bf16" : "f16",
                                terms > 1 ? "s" : "");
-        snprintf(path, cap, "cuda:%d %s%s%s", device, path_for(pk, m * terms, desc->relaxed_precision, term_bf16), how,
-                 temp ? " (right packed on the call)" : "");
+        snprintf(path, cap, "cuda:%d %s%s%s%s", device, path_for(pk, m * terms, desc->relaxed_precision, term_bf16),
+                 how, pk->biases ? " + bias term (mins)" : "", temp ? " (right packed on the call)" : "");
     }
     int prev = -1;
     if (st == TOPS_OK && !path) st = tops__cuda_enter(fn, device, &prev);
@@ -567,10 +614,10 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         a.k_pad = pk->k_pad;
         a.global_scale = pk->global_scale;
         a.x = left->data;
-        a.x_bf16 = left->format.id == TOPS_FMT_BF16;
+        a.x_bf16 = left_dt == TOPS_DT_BF16;
         a.ldx = left->stride[0];
         a.out = dest->data;
-        a.out_dtype = tops_format_get_info(dest->format.id)->element;
+        a.out_dtype = dest_dt;
         a.ldo = dest->stride[0];
         a.accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
         a.m = m;
@@ -580,9 +627,7 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         a.stream = exec->stream;
         a.q8_row_factor = pk->q8_row_factor;
         const char *what = "the matmul launch";
-        const int err = f32_left ? launch_f32_left(pk, &a, desc->relaxed_precision, (const float *)left->data,
-                                                   left->stride[0], &what)
-                                 : launch_plan(pk, &a, desc->relaxed_precision, &what);
+        const int err = launch_call(pk, &a, desc->relaxed_precision, f32_left, &what);
         if (err) st = tops__cuda_error(fn, err, what);
         tops__cuda_leave(prev);
     }
@@ -612,10 +657,10 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
     tops__cuda_packed *copy = malloc(sizeof *copy);
     if (!copy) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the pack descriptor");
     *copy = *pk;
-    size_t soff, foff, qoff;
-    pack_offsets(pk->weight_bytes, pk->scale_bytes, pk->fp8_bytes, &soff, &foff, &qoff);
+    size_t soff, foff, qoff, boff;
+    pack_offsets(pk, pk->fp8_bytes, pk->q8_bytes, &soff, &foff, &qoff, &boff);
     void *mem = NULL;
-    tops_status st = tops_cuda_alloc(pk->device, qoff + pk->q8_bytes, &mem);
+    tops_status st = tops_cuda_alloc(pk->device, boff + pk->bias_bytes, &mem);
     tops_memory dev = {TOPS_DEVICE_CUDA, pk->device};
     if (st == TOPS_OK) st = tops_cuda_copy(mem, dev, pk->weights, dev, pk->weight_bytes, NULL);
     if (st == TOPS_OK && pk->scales) st = tops_cuda_copy((char *)mem + soff, dev, pk->scales, dev, pk->scale_bytes, NULL);
@@ -623,6 +668,8 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
         st = tops_cuda_copy((char *)mem + foff, dev, pk->fp8_weights, dev, pk->fp8_bytes, NULL);
     if (st == TOPS_OK && pk->q8_weights)
         st = tops_cuda_copy((char *)mem + qoff, dev, pk->q8_weights, dev, pk->q8_bytes, NULL);
+    if (st == TOPS_OK && pk->biases)
+        st = tops_cuda_copy((char *)mem + boff, dev, pk->biases, dev, pk->bias_bytes, NULL);
     if (st == TOPS_OK) st = tops__cuda_device_sync(fn, pk->device); /* device-to-device copies return early */
     if (st != TOPS_OK) {
         if (mem) (void)tops_cuda_free(pk->device, mem);
@@ -637,6 +684,7 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
         copy->fp8_scales = sc ? (char *)copy->fp8_weights + sc : NULL;
     }
     copy->q8_weights = pk->q8_weights ? (char *)mem + qoff : NULL;
+    copy->biases = pk->biases ? (char *)mem + boff : NULL;
     tops_tensor t = *src;
     t.data = mem;
     t.owner_ = mem;
@@ -648,5 +696,5 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
 size_t tops__cuda_packed_bytes(const tops_tensor *t) {
     if (!tops__cuda_is_packed(t)) return 0;
     const tops__cuda_packed *pk = (const tops__cuda_packed *)t->packed_;
-    return pk->weight_bytes + pk->scale_bytes;
+    return pk->weight_bytes + pk->scale_bytes + pk->bias_bytes;
 }

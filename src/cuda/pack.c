@@ -5,54 +5,147 @@
 #include "cuda/cuda_internal.h"
 #include "formats/elem.h"
 #include "formats/traits.h"
+#include "kernels/kernels.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-/* How one source format maps onto a kernel family. */
+/* How one source format maps onto a kernel family: its traits row's GPU
+   pack rule (core/gpuform.h) and what the packer derives from it. */
 typedef struct source_map {
     int code;
     int scale_kind;
     int has_scales;
-    int gguf_bytes; /* bytes per 32-element GGUF block; 0 for plain layouts */
+    int32_t group; /* K elements per scale entry of the source */
+    const tops__gpu_rule *rule;
+    const tops_format_info *info;
+    tops__int_layout lay;
+    /* TOPS__GS_FORM: the whole weight through the CPU integer form's scalar
+       unpacker, rows of qk codes, one scale (and min) per `sub` of them */
+    int8_t *q;
+    float *fscale, *fmin;
+    int64_t qk;
+    int sub;
 } source_map;
 
-static int map_format(const tops_tensor *w, int transpose_right, source_map *m, const char **why) {
+/* The kernels' code of each decoder family (cuda_internal.h). */
+static int family_code(int family) {
+    switch (family) {
+    case TOPS__GF_U4: return TOPS__CU_CODE_U4;
+    case TOPS__GF_E2M1: return TOPS__CU_CODE_E2M1;
+    case TOPS__GF_I8: return TOPS__CU_CODE_I8;
+    case TOPS__GF_E4M3: return TOPS__CU_CODE_E4M3;
+    case TOPS__GF_F16: return TOPS__CU_CODE_F16;
+    case TOPS__GF_BF16: return TOPS__CU_CODE_BF16;
+    default: return -1;
+    }
+}
+
+/* The scale plane's encoding: a plane keeps f16, e8m0 and ue4m3 entries,
+   bf16 and f32 become f32; block headers keep theirs; the integer form's
+   scales are f32. */
+static int scale_kind_of(const tops__gpu_rule *rule, const tops_tensor *w) {
+    switch (rule->scale) {
+    case TOPS__GSC_PLANE:
+        return w->scales.dtype == TOPS_DT_F16    ? TOPS__CU_SCALE_F16
+               : w->scales.dtype == TOPS_DT_E8M0  ? TOPS__CU_SCALE_E8M0
+               : w->scales.dtype == TOPS_DT_UE4M3 ? TOPS__CU_SCALE_UE4M3
+                                                  : TOPS__CU_SCALE_F32;
+    case TOPS__GSC_F16: return TOPS__CU_SCALE_F16;
+    case TOPS__GSC_E8M0: return TOPS__CU_SCALE_E8M0;
+    default: return TOPS__CU_SCALE_F32;
+    }
+}
+
+/* The formats whose traits rows have a GPU pack rule, for refusals. */
+static const char *gpu_format_list(char *buf, size_t cap) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+        const tops__gpu_rule *r = tops__format_gpu_rule((tops_format_id)id);
+        const tops_format_info *info = tops_format_get_info((tops_format_id)id);
+        if (!r || r->family == TOPS__GF_NONE || len + 24 >= cap) continue;
+        /* parameterised rows by their pattern: int4-gG */
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s%s", len ? ", " : "", info->name,
+                                info->block_min != info->block_max ? "G" : "");
+    }
+    return buf;
+}
+
+static void release_source(source_map *m) {
+    free(m->q);
+    free(m->fscale);
+    free(m->fmin);
+    m->q = NULL;
+    m->fscale = m->fmin = NULL;
+}
+
+/* GS_FORM: every row through the scalar unpacker of the CPU integer form
+   (kernels/ref: q, and per sub-block the decoder's f32 scale and min);
+   the tensor scale stays out (the kernels' global factor).  0 when out
+   of memory. */
+static int unpack_form(const tops_tensor *w, source_map *m) {
+    tops__form_kernels forms[TOPS__IF_COUNT_];
+    tops__ref_fill_unpackers(forms);
+    const tops_format_info *info = m->info;
+    const tops__form_kernels *fk = &forms[m->lay.form];
+    const int mins = !fk->run || m->lay.has_min;
+    const int64_t rows = w->extent[0];
+    m->sub = info->sub_block ? (int)info->sub_block : (int)info->block;
+    m->qk = tops__ceil_div(w->extent[1], info->block) * info->block;
+    const int64_t nsub = m->qk / m->sub;
+    m->q = malloc((size_t)(rows * m->qk));
+    m->fscale = malloc((size_t)(rows * nsub) * sizeof(float));
+    m->fmin = mins ? malloc((size_t)(rows * nsub) * sizeof(float)) : NULL;
+    if (!m->q || !m->fscale || (mins && !m->fmin)) return 0;
+    const tops__qweight qw = {
+        .data = (const uint8_t *)w->data,
+        .row_bytes = (w->stride[0] / info->pack_elems) * info->pack_bytes,
+        .k = w->extent[1],
+        .sub = m->sub,
+        .block_bytes = info->pack_bytes,
+        .lay = m->lay,
+        .group = info->block,
+        .mul = 1.0f,
+    };
+    for (int64_t r = 0; r < rows; r++) {
+        if (mins) fk->run_min(&qw, r, 0, m->qk, m->q + r * m->qk, m->fscale + r * nsub, m->fmin + r * nsub);
+        else fk->run(&qw, r, 0, m->qk, m->q + r * m->qk, m->fscale + r * nsub);
+    }
+    return 1;
+}
+
+/* 1: mapped; 0: refused (*why); -1: out of memory. */
+static int map_format(const tops_tensor *w, int transpose_right, source_map *m, const char **why, char *list, size_t cap) {
     memset(m, 0, sizeof *m);
-    tops_format_id id = w->format.id;
-    int blocked = id != TOPS_FMT_F16 && id != TOPS_FMT_BF16;
-    if (blocked && !transpose_right) {
+    const tops__gpu_rule *rule = tops__format_gpu_rule(w->format.id);
+    m->rule = rule;
+    m->info = tops_format_get_info(w->format.id);
+    m->code = rule ? family_code(rule->family) : -1;
+    if (m->code < 0) {
+        snprintf(list, cap, "the GPU path decodes ");
+        size_t len = strlen(list);
+        gpu_format_list(list + len, cap - len);
+        *why = list;
+        return 0;
+    }
+    if (m->code != TOPS__CU_CODE_F16 && m->code != TOPS__CU_CODE_BF16 && !transpose_right) {
         *why = "block formats need transpose_right = 1 (weights stored [N, K], blocks along K)";
         return 0;
     }
-    m->has_scales = 1;
-    switch (id) {
-    case TOPS_FMT_F16: m->code = TOPS__CU_CODE_F16; m->has_scales = 0; return 1;
-    case TOPS_FMT_BF16: m->code = TOPS__CU_CODE_BF16; m->has_scales = 0; return 1;
-    /* plain codes: the tensor scale is their only scale */
-    case TOPS_FMT_I8: m->code = TOPS__CU_CODE_I8; m->has_scales = 0; return 1;
-    case TOPS_FMT_I4: m->code = TOPS__CU_CODE_U4; m->has_scales = 0; return 1;
-    case TOPS_FMT_E4M3: m->code = TOPS__CU_CODE_E4M3; m->has_scales = 0; return 1;
-    case TOPS_FMT_INT4_G:
-    case TOPS_FMT_INT8_G:
-        m->code = id == TOPS_FMT_INT4_G ? TOPS__CU_CODE_U4 : TOPS__CU_CODE_I8;
-        m->scale_kind = w->scales.dtype == TOPS_DT_F16    ? TOPS__CU_SCALE_F16
-                        : w->scales.dtype == TOPS_DT_E8M0 ? TOPS__CU_SCALE_E8M0
-                                                          : TOPS__CU_SCALE_F32;
-        return 1;
-    case TOPS_FMT_Q4_0: m->code = TOPS__CU_CODE_U4; m->scale_kind = TOPS__CU_SCALE_F16; m->gguf_bytes = 18; return 1;
-    case TOPS_FMT_Q8_0: m->code = TOPS__CU_CODE_I8; m->scale_kind = TOPS__CU_SCALE_F16; m->gguf_bytes = 34; return 1;
-    case TOPS_FMT_GGUF_MXFP4:
-        m->code = TOPS__CU_CODE_E2M1; m->scale_kind = TOPS__CU_SCALE_E8M0; m->gguf_bytes = 17; return 1;
-    case TOPS_FMT_MXFP4: m->code = TOPS__CU_CODE_E2M1; m->scale_kind = TOPS__CU_SCALE_E8M0; return 1;
-    case TOPS_FMT_MXFP8: m->code = TOPS__CU_CODE_E4M3; m->scale_kind = TOPS__CU_SCALE_E8M0; return 1;
-    case TOPS_FMT_NVFP4: m->code = TOPS__CU_CODE_E2M1; m->scale_kind = TOPS__CU_SCALE_UE4M3; return 1;
-    case TOPS_FMT_E4M3_CH: m->code = TOPS__CU_CODE_E4M3; m->scale_kind = TOPS__CU_SCALE_F32; return 1;
-    default:
-        *why = "the GPU path decodes int4-gG, int8-gG, q4_0, q8_0, mxfp4, gguf-mxfp4, mxfp8, nvfp4, e4m3-ch, i8, i4, "
-               "e4m3, f16 and bf16 weights";
-        return 0;
+    m->lay = *tops__format_int_layout(w->format.id);
+    m->has_scales = rule->scale != TOPS__GSC_NONE;
+    m->scale_kind = m->has_scales ? scale_kind_of(rule, w) : 0;
+    m->group = w->format.group;
+    if (rule->source == TOPS__GS_FORM) {
+        if (!unpack_form(w, m)) {
+            release_source(m);
+            return -1;
+        }
+        m->group = m->sub;
     }
+    return 1;
 }
 
 /* The code of weight (n, k) as its kernel family stores it. */
@@ -64,16 +157,19 @@ static uint32_t get_code(const tops_tensor *w, const source_map *m, int transpos
         memcpy(&v, base + off * 2, 2);
         return v;
     }
-    if (m->gguf_bytes) {
-        const unsigned char *blk = base + (w->stride[0] / 32) * m->gguf_bytes * n + (k / 32) * m->gguf_bytes;
-        int j = (int)(k % 32);
-        if (m->code == TOPS__CU_CODE_I8) return (uint32_t)(blk[2 + j] ^ 0x80u);
-        const unsigned char *qs = blk + (m->gguf_bytes == 17 ? 1 : 2);
-        unsigned nib = j < 16 ? qs[j] & 0xFu : qs[j - 16] >> 4;
-        return nib; /* q4_0: value (q - 8) * d, already biased by 8; gguf-mxfp4: e2m1 bits */
+    if (m->rule->source == TOPS__GS_FORM) {
+        const int v = m->q[n * m->qk + k] - m->rule->offset;
+        return m->code == TOPS__CU_CODE_U4 ? (uint32_t)(v + 8) & 0xFu : ((uint32_t)v & 0xFFu) ^ 0x80u;
     }
-    const tops_format_info *info = tops_format_get_info(w->format.id);
+    const tops_format_info *info = m->info;
     const unsigned char *row = base + (w->stride[0] / info->pack_elems) * info->pack_bytes * n;
+    if (m->rule->source == TOPS__GS_BLOCK) {
+        /* codes as stored: q4_0 (q - 8) * d is already q + 8, gguf-mxfp4 e2m1 bits */
+        const unsigned char *qs = row + (k / info->pack_elems) * info->pack_bytes + m->lay.header;
+        const int j = (int)(k % info->pack_elems), half = info->pack_elems / 2;
+        if (m->code == TOPS__CU_CODE_I8) return (uint32_t)(qs[j] ^ 0x80u);
+        return j < half ? qs[j] & 0xFu : qs[j - half] >> 4;
+    }
     if (info->element_bits == 4) {
         unsigned nib = (k & 1) ? row[k / 2] >> 4 : row[k / 2] & 0xFu;
         return m->code == TOPS__CU_CODE_U4 ? (nib ^ 8u) : nib; /* two's complement -> q + 8 */
@@ -84,11 +180,15 @@ static uint32_t get_code(const tops_tensor *w, const source_map *m, int transpos
 
 /* Scale entry (n, g) in the packed encoding, written to dst. */
 static void get_scale(const tops_tensor *w, const source_map *m, int64_t n, int64_t g, unsigned char *dst) {
-    if (m->gguf_bytes) {
-        const unsigned char *blk = (const unsigned char *)w->data + (w->stride[0] / 32) * m->gguf_bytes * n +
-                                   g * m->gguf_bytes;
-        if (m->scale_kind == TOPS__CU_SCALE_E8M0) dst[0] = blk[0];
-        else memcpy(dst, blk, 2);
+    if (m->rule->source == TOPS__GS_FORM) {
+        memcpy(dst, m->fscale + n * (m->qk / m->sub) + g, 4);
+        return;
+    }
+    if (m->rule->source == TOPS__GS_BLOCK) {
+        const tops_format_info *info = m->info;
+        const unsigned char *blk = (const unsigned char *)w->data +
+                                   (w->stride[0] / info->pack_elems) * info->pack_bytes * n + g * info->pack_bytes;
+        memcpy(dst, blk, (size_t)tops__cu_scale_bytes(m->scale_kind));
         return;
     }
     const tops_plane *p = &w->scales;
@@ -198,20 +298,23 @@ int tops__cu_fold_shift(const tops__cuda_packed *pk, int bf16, int relaxed, int 
 }
 
 tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int transpose_right, tops__cuda_packed *pk,
-                                 void **weights_out, void **scales_out) {
+                                 void **weights_out, void **scales_out, void **biases_out) {
     source_map m;
     const char *why = "";
-    char name[48];
+    char name[48], list[400];
+    *weights_out = *scales_out = *biases_out = NULL;
     if (w->rank != 2)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "right has rank %d; the GPU path takes a rank-2 weight", w->rank);
-    if (!map_format(w, transpose_right, &m, &why))
-        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "right has format %s: %s",
-                          tops_format_name(w->format, name, sizeof name), why);
     int64_t n = transpose_right ? w->extent[0] : w->extent[1];
     int64_t k = transpose_right ? w->extent[1] : w->extent[0];
     if (k > ((int64_t)1 << 30) || n > ((int64_t)1 << 30))
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "right is %lld x %lld; the GPU path takes extents up to 2^30",
                           (long long)n, (long long)k);
+    const int mapped = map_format(w, transpose_right, &m, &why, list, sizeof list);
+    if (mapped == 0)
+        return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "right has format %s: %s",
+                          tops_format_name(w->format, name, sizeof name), why);
+    if (mapped < 0) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the unpacked codes of right");
     memset(pk, 0, sizeof *pk);
     pk->magic = TOPS__CUDA_PACKED_MAGIC;
     pk->code = m.code;
@@ -223,20 +326,26 @@ tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int trans
     pk->k_pad = tops__ceil_div(k, TOPS__CU_PAD_K) * TOPS__CU_PAD_K;
     pk->source = w->format;
     /* Row scales (e4m3-ch) and plain weights: one group over the padded row. */
-    int per_row = w->format.id == TOPS_FMT_E4M3_CH || !m.has_scales;
-    pk->group = per_row ? (int32_t)pk->k_pad : w->format.group;
+    int per_row = m.rule->per_row || !m.has_scales;
+    pk->per_row = per_row;
+    pk->group = per_row ? (int32_t)pk->k_pad : m.group;
     pk->groups = tops__ceil_div(pk->k_pad, pk->group);
-    pk->global_scale = w->format.id == TOPS_FMT_NVFP4 ? 1.0f / w->tensor_scale : w->tensor_scale;
+    pk->global_scale = m.info->has_tensor_scale ? 1.0f / w->tensor_scale : w->tensor_scale;
 
     int64_t tiles = pk->n_pad / 16, kc = tops__cu_chunk_k(m.code), chunks = pk->k_pad / kc;
     size_t wbytes = (size_t)tiles * (size_t)chunks * 512;
     int esz = tops__cu_scale_bytes(m.scale_kind);
     size_t sbytes = m.has_scales ? (size_t)tiles * (size_t)pk->groups * 16 * (size_t)esz : 0;
+    /* Formats with mins: a bias per row and group, f32 [n][groups] */
+    size_t bbytes = m.fmin ? (size_t)n * (size_t)pk->groups * sizeof(float) : 0;
     unsigned char *wb = malloc(wbytes), *sb = sbytes ? calloc(1, sbytes) : NULL;
-    if (!wb || (sbytes && !sb)) {
+    float *bb = bbytes ? calloc(1, bbytes) : NULL;
+    if (!wb || (sbytes && !sb) || (bbytes && !bb)) {
         free(wb);
         free(sb);
-        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate %zu bytes to pack right", wbytes + sbytes);
+        free(bb);
+        release_source(&m);
+        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate %zu bytes to pack right", wbytes + sbytes + bbytes);
     }
     memset(wb, 0, wbytes);
     uint32_t zero = zero_code(m.code);
@@ -280,11 +389,22 @@ tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int trans
                     get_scale(w, &m, row, gi, sb + (((size_t)tile * (size_t)pk->groups + (size_t)gi) * 16 + (size_t)e) * (size_t)esz);
                 }
     }
+    if (bb) {
+        /* element = q * s - min = (q - offset) * s + (offset * s - min), in f32 */
+        const int64_t nsub = m.qk / m.sub, src_groups = tops__ceil_div(k, pk->group);
+        for (int64_t row = 0; row < n; row++)
+            for (int64_t gi = 0; gi < src_groups; gi++)
+                bb[row * pk->groups + gi] =
+                    (float)m.rule->offset * m.fscale[row * nsub + gi] - m.fmin[row * nsub + gi];
+    }
+    release_source(&m);
     scan_scales(pk, sb, per_row ? 1 : tops__ceil_div(k, pk->group));
     pk->weight_bytes = wbytes;
     pk->scale_bytes = sbytes;
+    pk->bias_bytes = bbytes;
     *weights_out = wb;
     *scales_out = sb;
+    *biases_out = bb;
     return TOPS_OK;
 }
 
@@ -292,10 +412,12 @@ void *tops__cuda_pack_fp8_host(const tops_tensor *w, int transpose_right, const 
                                size_t *scale_offset) {
     source_map m;
     const char *why = "";
+    char list[400];
     *bytes = 0;
     *scale_offset = 0;
-    if ((w->format.id == TOPS_FMT_F16 || w->format.id == TOPS_FMT_BF16) && w->rank == 2 &&
-        map_format(w, transpose_right, &m, &why)) {
+    if (!tops__cu_rowmajor_layout(pk) || w->rank != 2) return NULL;
+    if ((pk->code == TOPS__CU_CODE_F16 || pk->code == TOPS__CU_CODE_BF16) &&
+        map_format(w, transpose_right, &m, &why, list, sizeof list) == 1) {
         /* 16-bit values [n, k_pad], zeros past K */
         uint16_t *v = calloc((size_t)pk->n * (size_t)pk->k_pad, sizeof *v);
         if (!v) return NULL;
@@ -305,8 +427,7 @@ void *tops__cuda_pack_fp8_host(const tops_tensor *w, int transpose_right, const 
         *bytes = (size_t)pk->n * (size_t)pk->k_pad * sizeof *v;
         return v;
     }
-    int fp8 = w->format.id == TOPS_FMT_E4M3_CH || w->format.id == TOPS_FMT_E4M3;
-    if (!fp8 || w->rank != 2 || !map_format(w, 1, &m, &why)) return NULL;
+    if (map_format(w, 1, &m, &why, list, sizeof list) != 1) return NULL;
     /* Codes [n, k_pad] (TMA wants 16-byte row strides), zeros past K. */
     size_t codes = (size_t)pk->n * (size_t)pk->k_pad, soff = (codes + 255) & ~(size_t)255;
     size_t total = m.has_scales ? soff + (size_t)pk->n * sizeof(float) : codes;
@@ -321,6 +442,11 @@ void *tops__cuda_pack_fp8_host(const tops_tensor *w, int transpose_right, const 
     }
     *bytes = total;
     return buf;
+}
+
+int tops__cu_rowmajor_layout(const tops__cuda_packed *pk) {
+    return pk->code == TOPS__CU_CODE_F16 || pk->code == TOPS__CU_CODE_BF16 ||
+           (pk->code == TOPS__CU_CODE_E4M3 && pk->per_row);
 }
 
 /* The e2m1 magnitude index and sign of a code as the q8 layout stores
@@ -361,13 +487,15 @@ static int q8_block_range(const tops_tensor *w, const source_map *m, int64_t row
 void *tops__cuda_pack_q8_host(const tops_tensor *w, tops__cuda_packed *pk, size_t *bytes, int *oom) {
     source_map m;
     const char *why = "";
+    char list[400];
     *bytes = 0;
     *oom = 0;
     pk->q8_row_factor = 0;
-    if (w->rank != 2 || !map_format(w, 1, &m, &why) || pk->scale_nonfinite || !pk->has_scales) return NULL;
-    const int int4 = w->format.id == TOPS_FMT_INT4_G && m.code == TOPS__CU_CODE_U4 && pk->group % 128 == 0;
-    const int mx = (w->format.id == TOPS_FMT_MXFP4 || w->format.id == TOPS_FMT_GGUF_MXFP4) && pk->group == 32;
-    if (!int4 && !mx) return NULL;
+    const tops__gpu_rule *rule = tops__format_gpu_rule(w->format.id);
+    if (!rule || w->rank != 2 || pk->scale_nonfinite || !pk->has_scales) return NULL;
+    const int int4 = rule->q8 == TOPS__GQ8_INT4 && pk->code == TOPS__CU_CODE_U4 && pk->group % 128 == 0;
+    const int mx = rule->q8 == TOPS__GQ8_MX && pk->group == 32;
+    if ((!int4 && !mx) || map_format(w, 1, &m, &why, list, sizeof list) != 1) return NULL;
     const int64_t n = pk->n, k = pk->k, cbs = tops__ceil_div(n, TOPS__CU_Q8_CH),
                   chunks = tops__ceil_div(k, TOPS__CU_Q8_CHUNK_K), src_groups = tops__ceil_div(k, pk->group);
     const int64_t sblocks = tops__cu_q8_sblocks(k);

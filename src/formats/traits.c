@@ -47,12 +47,14 @@ tops_status tops_dtype_from_name(const char *name, tops_dtype *out) {
 #define BIT(d) (1u << (d))
 #define INT_GROUP_SCALES (BIT(TOPS_DT_F16) | BIT(TOPS_DT_BF16) | BIT(TOPS_DT_F32) | BIT(TOPS_DT_E8M0))
 
-/* A row: the public traits (tops_format_info) and the CPU integer form
-   (core/intform.h) the kernels read; each macro takes the form last
-   (variadic: a brace list passes through the forwarding macros whole). */
+/* A row: the public traits (tops_format_info), the CPU integer form
+   (core/intform.h) the kernels read and the GPU pack rule (core/gpuform.h);
+   each macro takes the form and the rule last (variadic: brace lists pass
+   through the forwarding macros whole). */
 typedef struct format_row {
     tops_format_info info;
     tops__int_layout cpu;
+    tops__gpu_rule gpu; /* core/gpuform.h; left out: the GPU refuses the format */
 } format_row;
 
 /* Plain element format: one code per element, no planes. */
@@ -61,11 +63,11 @@ typedef struct format_row {
 #define PLAIN_GG(id, nm, dt, bits, pe, pb, gt, ...) \
     [TOPS_FMT_##id] = {{nm, TOPS_DT_##dt, bits, 1, 1, 1, pe, pb, TOPS_DT_NONE, 0, 0, 0, 0, 0, gt, 0}, __VA_ARGS__}
 /* MX: fixed 32-element blocks with e8m0 scales. */
-#define MX(id, nm, dt, bits, pe, pb, L) \
-    [TOPS_FMT_##id] = {{nm, TOPS_DT_##dt, bits, 32, 32, 32, pe, pb, TOPS_DT_E8M0, BIT(TOPS_DT_E8M0), 0, 0, 0, 0, -1, 0}, L}
+#define MX(id, nm, dt, bits, pe, pb, ...) \
+    [TOPS_FMT_##id] = {{nm, TOPS_DT_##dt, bits, 32, 32, 32, pe, pb, TOPS_DT_E8M0, BIT(TOPS_DT_E8M0), 0, 0, 0, 0, -1, 0}, __VA_ARGS__}
 /* Symmetric integer groups of 16..256 elements. */
-#define INTG(id, nm, dt, bits, pe, L) \
-    [TOPS_FMT_##id] = {{nm, TOPS_DT_##dt, bits, 32, 16, 256, pe, 1, TOPS_DT_F16, INT_GROUP_SCALES, 0, 0, 0, 0, -1, 0}, L}
+#define INTG(id, nm, dt, bits, pe, ...) \
+    [TOPS_FMT_##id] = {{nm, TOPS_DT_##dt, bits, 32, 16, 256, pe, 1, TOPS_DT_F16, INT_GROUP_SCALES, 0, 0, 0, 0, -1, 0}, __VA_ARGS__}
 /* GGUF: self-contained blocks of `elems` (32, or 256 for the super-blocks)
    in `bytes`, ggml's type id gt.  The codec (codecs.c) reads them. */
 #define GGUF(id, nm, elems, bytes, gt, ...) GGUF_SUB(id, nm, elems, bytes, gt, 0, __VA_ARGS__)
@@ -73,7 +75,7 @@ typedef struct format_row {
 #define GGUF_SUB(id, nm, elems, bytes, gt, sub, ...) \
     [TOPS_FMT_##id] = {{nm, TOPS_DT_U8, 8, elems, elems, elems, elems, bytes, TOPS_DT_NONE, 0, 0, 0, 0, 1, gt, sub}, __VA_ARGS__}
 /* Other rows: the traits in full. */
-#define ROW(id, L, ...) [TOPS_FMT_##id] = {{__VA_ARGS__}, L}
+#define ROW(id, L, G, ...) [TOPS_FMT_##id] = {{__VA_ARGS__}, L, G}
 
 /* Integer forms (core/intform.h).  4-bit code -> q maps: */
 #define MAP_I4 {0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1}      /* two's complement */
@@ -91,46 +93,57 @@ typedef struct format_row {
 /* super-blocks of 256 */
 #define SUPER(form, bits, high, qmax, map) {TOPS__IF_SUPER_##form, bits, 0, 0, 0, high, qmax, map}
 
+/* GPU pack rules (core/gpuform.h): decoder family, source, scale plane,
+   one scale per row, the code offset of formats with mins, the q8 layout. */
+#define GPU(fam, src, sc, per_row, off, q8) {TOPS__GF_##fam, TOPS__GS_##src, TOPS__GSC_##sc, per_row, off, TOPS__GQ8_##q8}
+/* the element plane and, with sc = PLANE, the tensor's scale plane */
+#define GPU_PLANE(fam, sc) GPU(fam, PLANE, sc, 0, 0, NONE)
+/* GGUF blocks of 32 read as stored, the scale's bytes at 0 */
+#define GPU_BLOCK(fam, sc) GPU(fam, BLOCK, sc, 0, 0, NONE)
+/* the CPU integer form's q and f32 scale per sub-block (q - off, with mins) */
+#define GPU_FORM(fam, off) GPU(fam, FORM, F32, 0, off, NONE)
+#define NO_GPU {0}
+
 static const format_row format_table[TOPS_FMT_COUNT_] = {
-    PLAIN_GG(F32, "f32", F32, 32, 1, 4, 0, NO_INT),
-    PLAIN_GG(F16, "f16", F16, 16, 1, 2, 1, NO_INT),
-    PLAIN_GG(BF16, "bf16", BF16, 16, 1, 2, 30, NO_INT),
-    PLAIN(E4M3, "e4m3", E4M3, 8, 1, 1, NO_INT),
-    PLAIN(E5M2, "e5m2", E5M2, 8, 1, 1, NO_INT),
-    PLAIN(E2M3, "e2m3", E2M3, 6, 4, 3, NO_INT),
-    PLAIN(E3M2, "e3m2", E3M2, 6, 4, 3, NO_INT),
-    PLAIN(E2M1, "e2m1", E2M1, 4, 2, 1, NO_INT),
-    PLAIN_GG(I8, "i8", I8, 8, 1, 1, 24, CODES(8, 128, NO_MAP)),
-    PLAIN(U8, "u8", U8, 8, 1, 1, NO_INT),
-    PLAIN(I4, "i4", I4, 4, 2, 1, CODES(4, 8, MAP_I4)),
-    PLAIN(U4, "u4", U4, 4, 2, 1, NO_INT),
-    PLAIN(I2, "i2", I2, 2, 4, 1, CODES(2, 2, NO_MAP)),
-    PLAIN(U2, "u2", U2, 2, 4, 1, NO_INT),
-    MX(MXFP8, "mxfp8", E4M3, 8, 1, 1, NO_INT),
-    MX(MXFP8_E5M2, "mxfp8-e5m2", E5M2, 8, 1, 1, NO_INT),
-    MX(MXFP6, "mxfp6", E2M3, 6, 4, 3, NO_INT),
-    MX(MXFP6_E3M2, "mxfp6-e3m2", E3M2, 6, 4, 3, NO_INT),
-    MX(MXFP4, "mxfp4", E2M1, 4, 2, 1, CODES(4, 12, MAP_E2M1)),
-    MX(MXINT8, "mxint8", MXINT8, 8, 1, 1, CODES(8, 128, NO_MAP)),
-    ROW(NVFP4, CODES(4, 12, MAP_E2M1), "nvfp4", TOPS_DT_E2M1, 4, 16, 16, 16, 2, 1, TOPS_DT_UE4M3, BIT(TOPS_DT_UE4M3), 0, 0, 1, 0, -1, 0),
-    INTG(INT8_G, "int8-g", I8, 8, 1, CODES(8, 128, NO_MAP)),
-    INTG(INT4_G, "int4-g", I4, 4, 2, CODES(4, 8, MAP_I4)),
-    INTG(INT2_G, "int2-g", I2, 2, 4, CODES(2, 2, NO_MAP)),
-    ROW(INT4_G_AFFINE, NO_INT, "int4-g*-affine", TOPS_DT_U4, 4, 32, 16, 256, 2, 1, TOPS_DT_F16, BIT(TOPS_DT_F16), 1, 0, 0, 0, -1, 0),
-    ROW(LUT4, NO_INT, "lut4", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 1, 0, 0, -1, 0),
-    ROW(LUT4_ROW, NO_INT, "lut4-row", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 2, 0, 0, -1, 0),
-    ROW(E4M3_CH, NO_INT, "e4m3-ch", TOPS_DT_E4M3, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0),
-    ROW(E5M2_CH, NO_INT, "e5m2-ch", TOPS_DT_E5M2, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0),
-    GGUF(Q4_0, "q4_0", 32, 18, 2, BLOCKS(4, 2, F16, 0, 8, MAP_OFF8)),
-    GGUF(Q4_1, "q4_1", 32, 20, 3, BLOCKS(4, 4, F16, 1, 15, MAP_U4)),
-    GGUF(Q8_0, "q8_0", 32, 34, 8, BLOCKS(8, 2, F16, 0, 128, NO_MAP)),
-    GGUF(GGUF_MXFP4, "gguf-mxfp4", 32, 17, 39, BLOCKS(4, 1, E8M0_HALF, 0, 12, MAP_E2M1)),
-    GGUF_SUB(Q4_K, "q4_K", 256, 144, 12, 32, SUPER(MIN, 4, 0, 15, NO_MAP)),
-    GGUF_SUB(Q5_K, "q5_K", 256, 176, 13, 32, SUPER(MIN, 4, 1, 31, NO_MAP)),
-    GGUF_SUB(Q6_K, "q6_K", 256, 210, 14, 16, SUPER(6BIT, 6, 0, 32, NO_MAP)),
-    GGUF(IQ4_NL, "iq4_nl", 32, 18, 20, BLOCKS(4, 2, F16, 0, 127, MAP_IQ4)),
-    GGUF_SUB(IQ4_XS, "iq4_xs", 256, 136, 23, 32, SUPER(SUBSCALE, 4, 0, 127, MAP_IQ4)),
-    ROW(PACKED, NO_INT, "packed", TOPS_DT_U8, 8, 1, 1, 1, 1, 1, TOPS_DT_NONE, 0, 0, 0, 0, 0, -1, 0),
+    PLAIN_GG(F32, "f32", F32, 32, 1, 4, 0, NO_INT, NO_GPU),
+    PLAIN_GG(F16, "f16", F16, 16, 1, 2, 1, NO_INT, GPU_PLANE(F16, NONE)),
+    PLAIN_GG(BF16, "bf16", BF16, 16, 1, 2, 30, NO_INT, GPU_PLANE(BF16, NONE)),
+    PLAIN(E4M3, "e4m3", E4M3, 8, 1, 1, NO_INT, GPU_PLANE(E4M3, NONE)),
+    PLAIN(E5M2, "e5m2", E5M2, 8, 1, 1, NO_INT, NO_GPU),
+    PLAIN(E2M3, "e2m3", E2M3, 6, 4, 3, NO_INT, NO_GPU),
+    PLAIN(E3M2, "e3m2", E3M2, 6, 4, 3, NO_INT, NO_GPU),
+    PLAIN(E2M1, "e2m1", E2M1, 4, 2, 1, NO_INT, NO_GPU),
+    PLAIN_GG(I8, "i8", I8, 8, 1, 1, 24, CODES(8, 128, NO_MAP), GPU_PLANE(I8, NONE)),
+    PLAIN(U8, "u8", U8, 8, 1, 1, NO_INT, NO_GPU),
+    PLAIN(I4, "i4", I4, 4, 2, 1, CODES(4, 8, MAP_I4), GPU_PLANE(U4, NONE)),
+    PLAIN(U4, "u4", U4, 4, 2, 1, NO_INT, NO_GPU),
+    PLAIN(I2, "i2", I2, 2, 4, 1, CODES(2, 2, NO_MAP), NO_GPU),
+    PLAIN(U2, "u2", U2, 2, 4, 1, NO_INT, NO_GPU),
+    MX(MXFP8, "mxfp8", E4M3, 8, 1, 1, NO_INT, GPU_PLANE(E4M3, PLANE)),
+    MX(MXFP8_E5M2, "mxfp8-e5m2", E5M2, 8, 1, 1, NO_INT, NO_GPU),
+    MX(MXFP6, "mxfp6", E2M3, 6, 4, 3, NO_INT, NO_GPU),
+    MX(MXFP6_E3M2, "mxfp6-e3m2", E3M2, 6, 4, 3, NO_INT, NO_GPU),
+    MX(MXFP4, "mxfp4", E2M1, 4, 2, 1, CODES(4, 12, MAP_E2M1), GPU(E2M1, PLANE, PLANE, 0, 0, MX)),
+    MX(MXINT8, "mxint8", MXINT8, 8, 1, 1, CODES(8, 128, NO_MAP), NO_GPU),
+    ROW(NVFP4, CODES(4, 12, MAP_E2M1), GPU_PLANE(E2M1, PLANE), "nvfp4", TOPS_DT_E2M1, 4, 16, 16, 16, 2, 1, TOPS_DT_UE4M3, BIT(TOPS_DT_UE4M3), 0, 0, 1, 0, -1, 0),
+    INTG(INT8_G, "int8-g", I8, 8, 1, CODES(8, 128, NO_MAP), GPU_PLANE(I8, PLANE)),
+    INTG(INT4_G, "int4-g", I4, 4, 2, CODES(4, 8, MAP_I4), GPU(U4, PLANE, PLANE, 0, 0, INT4)),
+    INTG(INT2_G, "int2-g", I2, 2, 4, CODES(2, 2, NO_MAP), NO_GPU),
+    ROW(INT4_G_AFFINE, NO_INT, NO_GPU, "int4-g*-affine", TOPS_DT_U4, 4, 32, 16, 256, 2, 1, TOPS_DT_F16, BIT(TOPS_DT_F16), 1, 0, 0, 0, -1, 0),
+    ROW(LUT4, NO_INT, NO_GPU, "lut4", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 1, 0, 0, -1, 0),
+    ROW(LUT4_ROW, NO_INT, NO_GPU, "lut4-row", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 2, 0, 0, -1, 0),
+    ROW(E4M3_CH, NO_INT, GPU(E4M3, PLANE, PLANE, 1, 0, NONE), "e4m3-ch", TOPS_DT_E4M3, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0),
+    ROW(E5M2_CH, NO_INT, NO_GPU, "e5m2-ch", TOPS_DT_E5M2, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0),
+    GGUF(Q4_0, "q4_0", 32, 18, 2, BLOCKS(4, 2, F16, 0, 8, MAP_OFF8), GPU_BLOCK(U4, F16)),
+    GGUF(Q4_1, "q4_1", 32, 20, 3, BLOCKS(4, 4, F16, 1, 15, MAP_U4), GPU_FORM(U4, 8)),
+    GGUF(Q8_0, "q8_0", 32, 34, 8, BLOCKS(8, 2, F16, 0, 128, NO_MAP), GPU_BLOCK(I8, F16)),
+    GGUF(GGUF_MXFP4, "gguf-mxfp4", 32, 17, 39, BLOCKS(4, 1, E8M0_HALF, 0, 12, MAP_E2M1), GPU(E2M1, BLOCK, E8M0, 0, 0, MX)),
+    GGUF_SUB(Q4_K, "q4_K", 256, 144, 12, 32, SUPER(MIN, 4, 0, 15, NO_MAP), GPU_FORM(U4, 8)),
+    GGUF_SUB(Q5_K, "q5_K", 256, 176, 13, 32, SUPER(MIN, 4, 1, 31, NO_MAP), GPU_FORM(I8, 16)),
+    GGUF_SUB(Q6_K, "q6_K", 256, 210, 14, 16, SUPER(6BIT, 6, 0, 32, NO_MAP), GPU_FORM(I8, 0)),
+    GGUF(IQ4_NL, "iq4_nl", 32, 18, 20, BLOCKS(4, 2, F16, 0, 127, MAP_IQ4), GPU_FORM(I8, 0)),
+    GGUF_SUB(IQ4_XS, "iq4_xs", 256, 136, 23, 32, SUPER(SUBSCALE, 4, 0, 127, MAP_IQ4), GPU_FORM(I8, 0)),
+    ROW(PACKED, NO_INT, NO_GPU, "packed", TOPS_DT_U8, 8, 1, 1, 1, 1, 1, TOPS_DT_NONE, 0, 0, 0, 0, 0, -1, 0),
 };
 
 const tops_format_info *tops_format_get_info(tops_format_id id) {
@@ -141,6 +154,11 @@ const tops_format_info *tops_format_get_info(tops_format_id id) {
 const tops__int_layout *tops__format_int_layout(tops_format_id id) {
     if ((int)id < 0 || id >= TOPS_FMT_COUNT_) return NULL;
     return &format_table[id].cpu;
+}
+
+const tops__gpu_rule *tops__format_gpu_rule(tops_format_id id) {
+    if ((int)id < 0 || id >= TOPS_FMT_COUNT_) return NULL;
+    return &format_table[id].gpu;
 }
 
 int tops__format_of_gguf_type(uint32_t type) {

@@ -2,6 +2,7 @@
 #ifndef TOPS_FORMATS_TRAITS_H
 #define TOPS_FORMATS_TRAITS_H
 
+#include "core/gpuform.h"
 #include "core/intform.h"
 #include "internal.h"
 
@@ -23,6 +24,18 @@ static inline int tops__format_is_float(tops_format_id id) {
            (info->element == TOPS_DT_F32 || info->element == TOPS_DT_F16 || info->element == TOPS_DT_BF16);
 }
 
+/* The element dtype of a tensor of plain f32, f16 or bf16 elements, else
+   TOPS_DT_NONE: what the backends ask of activations, outputs and 16-bit
+   weights instead of naming format ids. */
+static inline tops_dtype tops__float_of(const tops_tensor *t) {
+    return tops__format_is_float(t->format.id) ? tops_format_get_info(t->format.id)->element : TOPS_DT_NONE;
+}
+/* A 16-bit float tensor (f16 or bf16). */
+static inline int tops__is_half(const tops_tensor *t) {
+    const tops_dtype d = tops__float_of(t);
+    return d == TOPS_DT_F16 || d == TOPS_DT_BF16;
+}
+
 /* tops_pack_right's output: the one row of the table that is a marker
    (the tensor's packed_ holds the panels), not a number format. */
 static inline int tops__is_packed(const tops_tensor *t) { return t->format.id == TOPS_FMT_PACKED; }
@@ -31,5 +44,8 @@ static inline tops_format tops__packed_format(void) { return (tops_format){TOPS_
 /* The CPU integer form of a format's traits row (core/intform.h), or NULL
    for an id out of range. */
 const tops__int_layout *tops__format_int_layout(tops_format_id id);
+/* The GPU pack rule of a format's traits row (core/gpuform.h; family
+   TOPS__GF_NONE: the GPU refuses it), or NULL for an id out of range. */
+const tops__gpu_rule *tops__format_gpu_rule(tops_format_id id);
 
 #endif

@@ -407,7 +407,17 @@ static int run_case(const gpu_case *c, th_rng *r) {
 static const char *const gpu_formats[] = {"int4-g32", "int4-g128", "int4-g64:bf16", "int4-g32:e8m0", "int4-g16:f32",
                                           "int8-g32", "int8-g128",  "q4_0",          "q8_0",          "mxfp4",
                                           "gguf-mxfp4", "mxfp8",    "nvfp4",         "e4m3-ch",       "f16",
-                                          "bf16",       "i8",       "i4",            "e4m3"};
+                                          "bf16",       "i8",       "i4",            "e4m3",          "q4_1",
+                                          "q4_K",       "q5_K",     "q6_K",          "iq4_nl",        "iq4_xs"};
+/* Formats whose pack rule reads the CPU integer form (sub-scales, mins,
+   codebooks): also relaxed, where nothing folds and no q8 layout exists,
+   so the strict kernels run (held to the relaxed bound). */
+static int relaxed_too(const char *format) {
+    static const char *const names[] = {"q4_1", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (strcmp(format, names[i]) == 0) return 1;
+    return 0;
+}
 
 static void test_every_format(void) {
     th_rng r = th_seed();
@@ -433,6 +443,28 @@ static void test_every_format(void) {
             c.prepack = s != 3;
             cases++;
             passed += run_case(&c, &r);
+            if (relaxed_too(c.format) && (!small_run || s == 0)) { /* relaxed, f32 or 16-bit activations */
+                gpu_case cr = c;
+                cr.relaxed = 1;
+                cr.act = s % 2 ? TOPS_DT_F32 : c.act;
+                cases++;
+                passed += run_case(&cr, &r);
+            }
+            if (relaxed_too(c.format) && !small_run && s == 0) {
+                /* M past the wgmma thresholds (strict 4-bit from 65, 8-bit from 128), strict f32
+                   activations, and accumulate into bf16 */
+                static const int64_t big[][3] = {{200, 1024, 130}, {144, 768, 72}};
+                for (int b = 0; b < 2; b++) {
+                    gpu_case cb = c;
+                    cb.m = big[b][0], cb.k = big[b][1], cb.n = big[b][2];
+                    cb.act = b ? TOPS_DT_F32 : TOPS_DT_BF16;
+                    cb.out = b ? TOPS_DT_F32 : TOPS_DT_BF16;
+                    cb.accumulate = !b;
+                    cb.strided_left = 2 * b;
+                    cases++;
+                    passed += run_case(&cb, &r);
+                }
+            }
             if (!small_run && s == 0) { /* the other activation type, f32 out */
                 gpu_case c2 = c;
                 c2.act = c.act == TOPS_DT_F16 ? TOPS_DT_BF16 : TOPS_DT_F16;

@@ -6,6 +6,7 @@
 #include "harness.h"
 
 #include "cuda/cuda_internal.h"
+#include "formats/traits.h"
 #include "internal.h"
 
 #include <math.h>
@@ -117,7 +118,7 @@ typedef struct {
     float *src, *dec;
     tops_tensor tq;
     tops__cuda_packed pk;
-    void *wb, *sb;
+    void *wb, *sb, *bb;
 } packed_case;
 
 static void packed_case_begin(packed_case *c, const char *name, int64_t n, int64_t k, int64_t big, th_rng *r) {
@@ -132,26 +133,44 @@ static void packed_case_begin(packed_case *c, const char *name, int64_t n, int64
     tops_tensor_desc dd = f32_rows(c->dec, n, k);
     ASSERT_OK(tops_tensor_view(&dd, &td));
     ASSERT_OK(tops_dequantize(&c->tq, &td));
-    c->wb = c->sb = NULL;
-    ASSERT_OK(tops__cuda_pack_host("test", &c->tq, 1, &c->pk, &c->wb, &c->sb));
+    c->wb = c->sb = c->bb = NULL;
+    ASSERT_OK(tops__cuda_pack_host("test", &c->tq, 1, &c->pk, &c->wb, &c->sb, &c->bb));
 }
 
 static void packed_case_end(packed_case *c) {
     free(c->wb);
     free(c->sb);
+    free(c->bb);
     tops_tensor_destroy(&c->tq);
     free(c->src);
     free(c->dec);
 }
 
-/* Every weight of one format, read through the packed layout. */
+/* The kernels' code of a traits row's decoder family (cuda_internal.h). */
+static int family_code(int family) {
+    static const int code[] = {[TOPS__GF_U4] = TOPS__CU_CODE_U4,     [TOPS__GF_E2M1] = TOPS__CU_CODE_E2M1,
+                               [TOPS__GF_I8] = TOPS__CU_CODE_I8,     [TOPS__GF_E4M3] = TOPS__CU_CODE_E4M3,
+                               [TOPS__GF_F16] = TOPS__CU_CODE_F16,   [TOPS__GF_BF16] = TOPS__CU_CODE_BF16};
+    return family > 0 && family <= TOPS__GF_BF16 ? code[family] : -1;
+}
+
+/* Every weight of one format, read through the packed layout: the code
+   decoded as its family does, times its row and group's scale, plus (formats
+   with mins) the group's bias, times the global scale. */
 static void check_format(const char *name, int64_t n, int64_t k, th_rng *r) {
     packed_case pc;
     packed_case_begin(&pc, name, n, k, 0, r);
     const tops__cuda_packed pk = pc.pk;
     void *wb = pc.wb, *sb = pc.sb;
-    const float *dec = pc.dec;
+    const float *dec = pc.dec, *bias = pc.bb;
     if (!wb) goto out;
+    /* the pack follows the traits row's rule */
+    const tops__gpu_rule *rule = tops__format_gpu_rule(pc.tq.format.id);
+    if (pk.code != family_code(rule->family) || pk.has_scales != (rule->scale != TOPS__GSC_NONE) ||
+        (rule->offset != 0) != (bias != NULL) || (bias && pk.bias_bytes != (size_t)(n * pk.groups) * 4))
+        TH_FAIL_AT("%s: packed as code %d, scales %d, biases %p (%zu bytes); its traits row says family %d, scale %d, "
+                   "offset %d", name, pk.code, pk.has_scales, (void *)bias, pk.bias_bytes, rule->family, rule->scale,
+                   rule->offset);
     int kc = tops__cu_chunk_k(pk.code);
     int64_t chunks = pk.k_pad / kc, mismatches = 0;
     for (int bf16 = 0; bf16 < 2; bf16++) {
@@ -164,10 +183,15 @@ static void check_format(const char *name, int64_t n, int64_t k, th_rng *r) {
                 int reg = rhalf + 2 * (q / 2), h = q % 2;
                 uint32_t w[4];
                 memcpy(w, (unsigned char *)wb + (((size_t)tile * (size_t)chunks + (size_t)c) * 32 + (size_t)(4 * gid + tig)) * 16, 16);
-                double v = (double)decode(pk.code, bf16, w, j, reg, h) *
-                           scale_of(&pk, sb, tile, kk / pk.group, 2 * gid + rhalf) * pk.global_scale;
+                double cs = (double)decode(pk.code, bf16, w, j, reg, h) * scale_of(&pk, sb, tile, kk / pk.group, 2 * gid + rhalf);
+                /* the bias term rides on the activations' group sums, which
+                   are zero past K: it counts for rows and K inside only */
+                double b = bias && row < n && kk < k ? bias[row * pk.groups + kk / pk.group] : 0.0;
+                double v = (cs + b) * pk.global_scale;
                 double want = row < n && kk < k ? dec[row * k + kk] : 0.0;
-                int same = (isnan(v) && isnan(want)) || fabs(v - want) <= 1e-6 * fabs(want);
+                /* q * s - min against (q - offset) * s + bias: bias = offset * s - min rounded once in f32 */
+                double tol = 1e-6 * fabs(want) + (bias ? ldexp(fabs(cs) + fabs(b), -22) : 0.0);
+                int same = (isnan(v) && isnan(want)) || fabs(v - want) <= tol;
                 if (!same && mismatches++ < 3)
                     TH_FAIL_AT("%s %s: row %lld k %lld: packed reads %.9g, dequantize gives %.9g", name,
                                bf16 ? "bf16" : "f16", (long long)row, (long long)kk, v, want);
@@ -177,16 +201,29 @@ out:
     packed_case_end(&pc);
 }
 
+/* Every traits row with a GPU pack rule (its default name: int4-g32,
+   q4_K, ...), and the variants of the parameterised rows. */
 static void test_every_format_reads_back(void) {
     th_rng r = th_seed();
-    static const char *const names[] = {"int4-g32", "int4-g128", "int4-g64:bf16", "int4-g32:e8m0", "int4-g16:f32",
-                                        "int8-g32", "int8-g128", "q4_0",          "q8_0",          "mxfp4",
-                                        "gguf-mxfp4", "mxfp8",   "nvfp4",         "e4m3-ch",       "f16",
-                                        "bf16",       "i8",      "i4",            "e4m3"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        check_format(names[i], 37, 200, &r);  /* ragged N and K: padding, partial groups */
-        check_format(names[i], 64, 128, &r);
+    static const char *const variants[] = {"int4-g128", "int4-g64:bf16", "int4-g32:e8m0", "int4-g16:f32", "int8-g128"};
+    int rows = 0;
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+        const tops__gpu_rule *rule = tops__format_gpu_rule((tops_format_id)id);
+        if (rule->family == TOPS__GF_NONE) continue;
+        char name[48];
+        tops_format_name((tops_format){(tops_format_id)id, 0, TOPS_DT_NONE}, name, sizeof name);
+        check_format(name, 37, 200, &r);  /* ragged N and K: padding, partial groups */
+        check_format(name, 64, 128, &r);
+        check_format(name, 19, 700, &r);  /* several super-blocks, the last one short */
+        rows++;
     }
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        check_format(variants[i], 37, 200, &r);
+        check_format(variants[i], 64, 128, &r);
+    }
+    printf("     %d traits rows with a GPU pack rule and %d variants read back\n", rows,
+           (int)(sizeof variants / sizeof variants[0]));
+    ASSERT_TRUE(rows >= 25); /* the 19 of before, q4_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs */
 }
 
 static double round16(double v, int bf16) {
@@ -213,8 +250,9 @@ static void check_fold(const char *name, int spread, int relaxed, int want_f16, 
     tops_tensor tq;
     quantize_rows(fmt, src, n, k, &tq);
     tops__cuda_packed pk;
-    void *wb = NULL, *sb = NULL;
-    ASSERT_OK(tops__cuda_pack_host("test", &tq, 1, &pk, &wb, &sb));
+    void *wb = NULL, *sb = NULL, *bb = NULL;
+    ASSERT_OK(tops__cuda_pack_host("test", &tq, 1, &pk, &wb, &sb, &bb));
+    free(bb);
     const int kc = tops__cu_chunk_k(pk.code), dexp = pk.code == TOPS__CU_CODE_E2M1 ? 14 : 0;
     const int64_t chunks = pk.k_pad / kc;
     int64_t bad = 0;
@@ -283,25 +321,26 @@ static void test_rejects(void) {
     int64_t ext[2] = {16, 64};
     tops_tensor t;
     tops__cuda_packed pk;
-    void *wb = NULL, *sb = NULL;
-    ASSERT_OK(tops_format_from_name("int4-g32-affine", &f));
-    ASSERT_OK(tops_tensor_create(f, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &t));
-    ASSERT_FAILS_WITH(tops__cuda_pack_host("test", &t, 1, &pk, &wb, &sb), TOPS_UNSUPPORTED_FORMAT, "int4-g32-affine");
-    tops_tensor_destroy(&t);
+    void *wb = NULL, *sb = NULL, *bb = NULL;
     ASSERT_OK(tops_format_from_name("int4-g32", &f));
     ASSERT_OK(tops_tensor_create(f, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &t));
-    ASSERT_FAILS_WITH(tops__cuda_pack_host("test", &t, 0, &pk, &wb, &sb), TOPS_UNSUPPORTED_FORMAT, "transpose_right");
+    ASSERT_FAILS_WITH(tops__cuda_pack_host("test", &t, 0, &pk, &wb, &sb, &bb), TOPS_UNSUPPORTED_FORMAT, "transpose_right");
     tops_tensor_destroy(&t);
-    /* the GGUF super-block formats and iq4_nl have no GPU decoder yet: refused by name */
-    static const char *const kq[] = {"q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
-    int64_t ext_k[2] = {16, 512};
-    for (size_t i = 0; i < sizeof kq / sizeof kq[0]; i++) {
-        ASSERT_OK(tops_format_from_name(kq[i], &f));
-        ASSERT_OK(tops_tensor_create(f, 2, ext_k, (tops_memory){TOPS_DEVICE_CPU, 0}, &t));
-        ASSERT_FAILS_WITH(tops__cuda_pack_host("test", &t, 1, &pk, &wb, &sb), TOPS_UNSUPPORTED_FORMAT, kq[i]);
+    /* every traits row without a GPU pack rule is refused, by name */
+    int refused = 0;
+    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+        const tops__gpu_rule *rule = tops__format_gpu_rule((tops_format_id)id);
+        if (rule->family != TOPS__GF_NONE || id == TOPS_FMT_PACKED) continue;
+        char name[48];
+        f = (tops_format){(tops_format_id)id, 0, TOPS_DT_NONE};
+        tops_format_name(f, name, sizeof name);
+        ASSERT_OK(tops_tensor_create(f, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &t));
+        ASSERT_FAILS_WITH(tops__cuda_pack_host("test", &t, 1, &pk, &wb, &sb, &bb), TOPS_UNSUPPORTED_FORMAT, name);
         tops_tensor_destroy(&t);
+        refused++;
     }
-    ASSERT_TRUE(wb == NULL && sb == NULL);
+    ASSERT_TRUE(refused > 0);
+    ASSERT_TRUE(wb == NULL && sb == NULL && bb == NULL);
 }
 
 
