@@ -5,6 +5,7 @@
 #include "cuda/attention.h"
 #include "cuda/attention_decode.h"
 #include "cuda/runtime.h"
+#include "formats/traits.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -30,27 +31,27 @@ static tops_status tma_rows(const char *what, const tops_tensor *t) {
     return TOPS_OK;
 }
 
-/* KV formats the decode kernel reads: its element codes and scale plane.
-   Returns 0 (with *why set) for a format it does not read. */
+/* KV formats the decode kernel reads: its element codes and scale plane,
+   by the pack rule of the format's traits row (core/gpuform.h): 16-bit
+   values of q's type, e4m3 codes (plain, per row or with a scale plane),
+   8- and 4-bit integer codes with a scale plane.  Returns 0 (with *why
+   set) for a format it does not read. */
 static int kv_kind(const tops_tensor *t, tops_format_id qty, int *kind, const char **why) {
-    switch (t->format.id) {
-    case TOPS_FMT_F16:
-    case TOPS_FMT_BF16:
+    const tops__gpu_rule *r = tops__format_gpu_rule(t->format.id);
+    const int plane = r && r->source == TOPS__GS_PLANE, scaled = plane && r->scale == TOPS__GSC_PLANE;
+    if (plane && (r->family == TOPS__GF_F16 || r->family == TOPS__GF_BF16)) {
         *kind = TOPS__DEC_KV16;
         if (t->format.id != qty) {
             *why = "a 16-bit KV cache must have q's type";
             return 0;
         }
         return 1;
-    case TOPS_FMT_E4M3:
-    case TOPS_FMT_E4M3_CH:
-    case TOPS_FMT_MXFP8: *kind = TOPS__DEC_E4M3; return 1;
-    case TOPS_FMT_INT8_G: *kind = TOPS__DEC_I8; return 1;
-    case TOPS_FMT_INT4_G: *kind = TOPS__DEC_I4; return 1;
-    default:
-        *why = "the GPU reads KV caches in f16, bf16, e4m3, e4m3-ch, mxfp8, int8-gG and int4-gG";
-        return 0;
     }
+    if (plane && r->family == TOPS__GF_E4M3) return *kind = TOPS__DEC_E4M3, 1;
+    if (scaled && !r->per_row && r->family == TOPS__GF_I8) return *kind = TOPS__DEC_I8, 1;
+    if (scaled && !r->per_row && r->family == TOPS__GF_U4) return *kind = TOPS__DEC_I4, 1;
+    *why = "the GPU reads KV caches in f16, bf16, e4m3, e4m3-ch, mxfp8, int8-gG and int4-gG";
+    return 0;
 }
 
 /* The scale plane of a quantized KV tensor as the decode kernel reads it. */
@@ -116,12 +117,12 @@ static tops_status device_support(int device, const tops_attention_desc *d, cons
                           "cuda:%d is not compute capability 9.0; the fused attention kernel needs Hopper (sm_90a)",
                           device);
     tops_format_id ty = q->format.id;
-    if (ty != TOPS_FMT_F16 && ty != TOPS_FMT_BF16)
+    if (!tops__is_half(q))
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "q has format %s; on the GPU q, k, v and out are f16 or bf16",
                           tops_format_name(q->format, name, sizeof name));
     if (out->format.id != ty)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "out has format %s but q is %s; on the GPU they share one type",
-                          tops_format_name(out->format, name, sizeof name), ty == TOPS_FMT_F16 ? "f16" : "bf16");
+                          tops_format_name(out->format, name, sizeof name), tops_dtype_name(tops__float_of(q)));
     if (q->tensor_scale != 1.0f)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "q must have tensor_scale 1 on the GPU");
     int64_t D = q->extent[3], Dv = v->extent[3];
@@ -226,7 +227,7 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
     if ((st = device_support(device, desc, q, k, v, out, sq_long, decode)) != TOPS_OK) return st;
     if (*decode) {
         memset(da, 0, sizeof *da);
-        da->bf16 = q->format.id == TOPS_FMT_BF16;
+        da->bf16 = tops__float_of(q) == TOPS_DT_BF16;
         const char *why = "";
         if (!kv_kind(k, q->format.id, &da->kind, &why)) return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "k: %s", why);
         if ((st = kv_plane("k", k, &da->k)) != TOPS_OK || (st = kv_plane("v", v, &da->v)) != TOPS_OK) return st;
@@ -259,7 +260,7 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
         return TOPS_OK;
     }
     memset(a, 0, sizeof *a);
-    a->bf16 = q->format.id == TOPS_FMT_BF16;
+    a->bf16 = tops__float_of(q) == TOPS_DT_BF16;
     a->d = (int)q->extent[3];
     a->batch = q->extent[0];
     a->heads = q->extent[1];

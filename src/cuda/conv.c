@@ -61,18 +61,18 @@ static tops_status read_opts(const char *fn, conv_opts *o) {
 }
 
 /* Plain 16-bit weights of the activations' type the implicit GEMM reads. */
-static int igemm_weights(const tops_tensor *wt, tops_format_id act, int device) {
+static int igemm_weights(const tops_tensor *wt, tops_dtype act, int device) {
     if (tops__cuda_is_packed(wt)) {
         const tops__cuda_packed *pk = (const tops__cuda_packed *)wt->packed_;
         return pk->device == device && pk->fp8_weights && pk->global_scale == 1.0f &&
-               pk->code == (act == TOPS_FMT_F16 ? TOPS__CU_CODE_F16 : TOPS__CU_CODE_BF16);
+               pk->code == (act == TOPS_DT_F16 ? TOPS__CU_CODE_F16 : TOPS__CU_CODE_BF16);
     }
-    return wt->format.id == act && wt->tensor_scale == 1.0f && (wt->stride[1] == 1 || wt->extent[1] == 1) &&
+    return tops__float_of(wt) == act && wt->tensor_scale == 1.0f && (wt->stride[1] == 1 || wt->extent[1] == 1) &&
            (wt->memory.kind == TOPS_DEVICE_CPU || wt->memory.index == device);
 }
 
 static int igemm_applies(const tops_tensor *in, const tops_tensor *wt, int device, const conv_opts *op) {
-    return !op->im2col && igemm_weights(wt, in->format.id, device);
+    return !op->im2col && igemm_weights(wt, tops__float_of(in), device);
 }
 
 /* Whether the implicit GEMM gathers 16-byte pieces by cp.async (conv.cu
@@ -187,14 +187,14 @@ static tops_status bias_to_device(const char *fn, const tops_tensor *bias, cudaS
 /* Depthwise taps as the kernel reads them: the caller's device tensor when
    it is f32 or of the activations' type, else decoded to f32 on the host
    and copied (*temp owns that copy). */
-static tops_status dw_weights(const char *fn, const tops_tensor *wt, tops_format_id act, int device, cudaStream_t stream,
+static tops_status dw_weights(const char *fn, const tops_tensor *wt, tops_dtype act, int device, cudaStream_t stream,
                               const void **w, tops_dtype *dt, int64_t *ws, void **temp) {
     *temp = NULL;
-    const tops_format_id id = wt->format.id;
+    const tops_dtype wdt = tops__float_of(wt);
     if (wt->memory.kind == TOPS_DEVICE_CUDA && wt->memory.index == device && wt->tensor_scale == 1.0f &&
-        (wt->stride[1] == 1 || wt->extent[1] == 1) && (id == TOPS_FMT_F32 || id == act)) {
+        (wt->stride[1] == 1 || wt->extent[1] == 1) && (wdt == TOPS_DT_F32 || wdt == act)) {
         *w = wt->data;
-        *dt = tops_format_get_info(id)->element;
+        *dt = wdt;
         *ws = wt->stride[0];
         return TOPS_OK;
     }
@@ -388,7 +388,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     if ((st = tops__cuda_check_memory(fn, "input", in, device)) != TOPS_OK ||
         (st = tops__cuda_check_memory(fn, "dest", dest, device)) != TOPS_OK)
         return st;
-    if (in->format.id != TOPS_FMT_F16 && in->format.id != TOPS_FMT_BF16)
+    if (!tops__is_half(in))
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "input has format %s; on the GPU conv2d takes f16 or bf16 activations",
                           tops_format_name(in->format, name, sizeof name));
     if (in->tensor_scale != 1.0f)
@@ -409,7 +409,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
                           "N * OH * OW = %lld, K = %lld, O = %lld, groups = %lld: on the GPU these stay below 2^30 "
                           "(groups at most 65535)",
                           (long long)m, (long long)g->k, (long long)g->o, (long long)g->groups);
-    if (wt->format.id == TOPS_FMT_PACKED && !tops__cuda_is_packed(wt))
+    if (tops__is_packed(wt) && !tops__cuda_is_packed(wt))
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "weight was packed for the CPU; pack it with exec.device = cuda:%d",
                           device);
     if (tops__cuda_is_packed(wt) && ((const tops__cuda_packed *)wt->packed_)->device != device)
@@ -425,7 +425,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     tops__cu_conv_args a;
     memset(&a, 0, sizeof a);
     a.x = in->data;
-    a.bf16 = in->format.id == TOPS_FMT_BF16;
+    a.bf16 = tops__float_of(in) == TOPS_DT_BF16;
     a.xs_n = in->stride[0], a.xs_h = in->stride[1], a.xs_w = in->stride[2];
     a.n = g->n, a.h = g->h, a.w = g->w, a.c = g->c, a.o = g->o, a.kh = g->kh, a.kw = g->kw, a.oh = g->oh, a.ow = g->ow;
     a.k = g->k, a.sh = g->sh, a.sw = g->sw, a.dh = g->dh, a.dw = g->dw, a.pt = g->pt, a.pl = g->pl, a.groups = g->groups;
@@ -477,7 +477,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         void *temp = NULL;
         tops_dtype dt = TOPS_DT_F32;
         int64_t ws = 0;
-        st = dw_weights(fn, wt, in->format.id, device, stream, &w, &dt, &ws, &temp);
+        st = dw_weights(fn, wt, tops__float_of(in), device, stream, &w, &dt, &ws, &temp);
         if (st == TOPS_OK) {
             int e = tops__cu_conv_dw_launch(&a, w, dt, ws);
             if (e) st = tops__cuda_error(fn, e, "the depthwise conv2d kernel");

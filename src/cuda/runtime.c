@@ -252,7 +252,7 @@ tops_status tops_tensor_to(const tops_tensor *src, tops_memory to, tops_tensor *
     tops_status st = tops__check_tensor(fn, "src", src);
     if (st != TOPS_OK) return st;
     if (!out) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "out is NULL");
-    if (src->format.id == TOPS_FMT_PACKED)
+    if (tops__is_packed(src))
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "src is a packed tensor; pack again for the other device instead");
     if ((st = check_space(fn, "to", to)) != TOPS_OK) return st;
     if ((st = check_space(fn, "src.memory", src->memory)) != TOPS_OK) return st;

@@ -15,6 +15,7 @@
    head, query blocks innermost, so one head's keys stay in cache), which
    keeps threads balanced whatever the mix of lengths. */
 #include "drive/attention.h"
+#include "formats/traits.h"
 #include "core/threads.h"
 
 #include <math.h>
@@ -115,7 +116,7 @@ typedef struct job {
 #define PREPACK_MAX_BYTES ((size_t)1 << 30)
 
 static int v_is_direct(const tops_tensor *v) {
-    return v->format.id == TOPS_FMT_F32 && v->tensor_scale == 1.0f && v->stride[3] == 1;
+    return tops__float_of(v) == TOPS_DT_F32 && v->tensor_scale == 1.0f && v->stride[3] == 1;
 }
 
 /* Floats of the key layout, or 0 when a per-block layout is the better or

@@ -13,6 +13,7 @@
    x lo (< 2^-18 of the product).  Same work list and order as the f32
    driver, so the bits do not depend on the thread count. */
 #include "drive/attention.h"
+#include "formats/traits.h"
 #include "core/threads.h"
 
 #include <math.h>
@@ -30,7 +31,7 @@ enum { QROWS = 32, KSTEPS = 4 }; /* 32 query rows; key blocks of KSTEPS x 32 key
 static size_t align64(size_t v) { return (v + 63) & ~(size_t)63; }
 
 static int half_format(const tops_tensor *t) {
-    return (t->format.id == TOPS_FMT_F16 || t->format.id == TOPS_FMT_BF16) && t->tensor_scale == 1.0f;
+    return (tops__float_of(t) == TOPS_DT_F16 || tops__float_of(t) == TOPS_DT_BF16) && t->tensor_scale == 1.0f;
 }
 
 int tops__attention_amx_takes(const tops__kernels *kern, const tops_tensor *q, const tops_tensor *k,
@@ -238,10 +239,10 @@ tops_status tops__attention_amx_drive(const tops__kernels *kern, const tops__att
     J.kern = kern;
     J.p = &p;
     J.q = q, J.k = k, J.v = v, J.out = out;
-    J.nq = q->format.id == TOPS_FMT_BF16 ? 1 : 2;
-    J.nk = k->format.id == TOPS_FMT_BF16 ? 1 : 2;
-    J.nv = v->format.id == TOPS_FMT_BF16 ? 1 : 2;
-    J.npt = out->format.id == TOPS_FMT_BF16 ? 1 : 2;
+    J.nq = tops__float_of(q) == TOPS_DT_BF16 ? 1 : 2;
+    J.nk = tops__float_of(k) == TOPS_DT_BF16 ? 1 : 2;
+    J.nv = tops__float_of(v) == TOPS_DT_BF16 ? 1 : 2;
+    J.npt = tops__float_of(out) == TOPS_DT_BF16 ? 1 : 2;
     J.nds = (int)((p.d + 31) / 32);
     J.ncg2 = (int)((p.dv + 31) / 32);
     pairs(J.nq, J.nk, J.qk_pa, J.qk_pb, &J.qk_np);

@@ -40,7 +40,7 @@ enum { KC_DEFAULT = 2048, NC_DEFAULT = 128, NC_Q8 = 128, NC_FUSED = 64, M_CHUNK_
 /* Whether w's integer form fits the tile panels (sub-blocks of 4..32
    dividing 32). */
 static int panels_fit(const tops__kernels *kern, const tops_tensor *w) {
-    if (w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
+    if (tops__is_packed(w) || !kern->unpack[w->format.id].run) return 0;
     const int sub = tops__unpack_sub(w);
     return sub >= 4 && sub % 4 == 0 && 32 % sub == 0;
 }
@@ -90,7 +90,7 @@ void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int 
 }
 
 int tops__amx_nib_lut(const tops__kernels *kern, const tops_tensor *w, int8_t lut[16]) {
-    if (w->format.id == TOPS_FMT_PACKED || !kern->unpack[w->format.id].run) return 0;
+    if (tops__is_packed(w) || !kern->unpack[w->format.id].run) return 0;
     const tops__int_layout *lay = tops__format_int_layout(w->format.id);
     if (!lay || lay->code_bits != 4 || (lay->form != TOPS__IF_CODES && lay->form != TOPS__IF_BLOCKS) || lay->has_min)
         return 0;
@@ -454,7 +454,7 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
 int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p) {
     const tops_tensor *w = p->right.t;
     return p->relaxed && p->kern->amx_bf16t.terms_q8_min && !p->right.k_major && !p->right.packed &&
-           w->format.id != TOPS_FMT_PACKED && !p->kern->unpack[w->format.id].run &&
+           !tops__is_packed(w) && !p->kern->unpack[w->format.id].run &&
            p->kern->unpack[w->format.id].run_min;
 }
 

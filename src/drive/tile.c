@@ -50,9 +50,9 @@ static int64_t mat_offset(const tops__mat *m, int64_t r, int64_t c) {
 }
 
 static float native_at(const tops_tensor *t, int64_t off) {
-    switch (t->format.id) {
-    case TOPS_FMT_F32: return ((const float *)t->data)[off];
-    case TOPS_FMT_F16: return tops__f16_to_f32(((const uint16_t *)t->data)[off]);
+    switch (tops__float_of(t)) {
+    case TOPS_DT_F32: return ((const float *)t->data)[off];
+    case TOPS_DT_F16: return tops__f16_to_f32(((const uint16_t *)t->data)[off]);
     default: return tops__bf16_to_f32(((const uint16_t *)t->data)[off]);
     }
 }
@@ -62,9 +62,9 @@ static void native_row(const tops__kernels *kern, const tops__mat *m, int64_t r,
     const tops_tensor *t = m->t;
     int64_t off = mat_offset(m, r, c), cs = t->stride[t->rank - 1];
     if (cs == 1 || nc == 1) {
-        if (t->format.id == TOPS_FMT_F32)
+        if (tops__float_of(t) == TOPS_DT_F32)
             memcpy(dst, (const float *)t->data + off, (size_t)nc * sizeof(float));
-        else if (t->format.id == TOPS_FMT_F16)
+        else if (tops__float_of(t) == TOPS_DT_F16)
             kern->f16_to_f32_row(dst, (const uint16_t *)t->data + off, nc);
         else
             kern->bf16_to_f32_row(dst, (const uint16_t *)t->data + off, nc);
@@ -98,7 +98,7 @@ void tops__mat_read(const tops__kernels *kern, const tops__mat *m, int64_t r, in
     }
     /* Transposed: contiguous f32 rows go through the transposer; anything
        else is read a row segment at a time and scattered. */
-    if (t->format.id == TOPS_FMT_F32 && t->tensor_scale == 1.0f && (t->stride[t->rank - 1] == 1 || nc == 1) &&
+    if (tops__float_of(t) == TOPS_DT_F32 && t->tensor_scale == 1.0f && (t->stride[t->rank - 1] == 1 || nc == 1) &&
         (nr == 1 || t->rank >= 2)) {
         int64_t lds = t->rank >= 2 ? t->stride[t->rank - 2] : 0;
         kern->transpose_f32(out, ld, (const float *)t->data + mat_offset(m, r, c), lds, nr, nc);
@@ -124,14 +124,14 @@ void tops__tile_matmul(const tops__kernels *kern, int transpose_left, int transp
     const tops_tensor *rt = right->t;
     /* A contiguous f32 [K, N] right operand is read in place when whole
        strips exist; everything else is laid out in the workspace. */
-    int right_direct = !transpose_right && rt->format.id == TOPS_FMT_F32 && rt->tensor_scale == 1.0f &&
+    int right_direct = !transpose_right && tops__float_of(rt) == TOPS_DT_F32 && rt->tensor_scale == 1.0f &&
                        N % NR == 0 && rt->stride[rt->rank - 1] == 1 && rt->rank >= 2;
     int left_direct = 0;
     if (left_tile)
         left_direct = !transpose_left;
     else {
         const tops_tensor *lt = left->t;
-        left_direct = !transpose_left && lt->format.id == TOPS_FMT_F32 && lt->tensor_scale == 1.0f &&
+        left_direct = !transpose_left && tops__float_of(lt) == TOPS_DT_F32 && lt->tensor_scale == 1.0f &&
                       (lt->stride[lt->rank - 1] == 1 || K == 1) && (lt->rank >= 2 || M == 1);
     }
     for (int64_t k0 = 0; k0 < K; k0 += TOPS_TILE_KC) {
@@ -279,9 +279,9 @@ void tops__tile_store(const tops__kernels *kern, const tops_tile *tile, const to
         const float *x = tile->data + (int64_t)i * tile->ld;
         int64_t off = mat_offset(dest, i, 0);
         if (cs == 1 || tile->cols == 1) {
-            if (t->format.id == TOPS_FMT_F32)
+            if (tops__float_of(t) == TOPS_DT_F32)
                 memcpy((float *)t->data + off, x, (size_t)tile->cols * sizeof(float));
-            else if (t->format.id == TOPS_FMT_F16)
+            else if (tops__float_of(t) == TOPS_DT_F16)
                 kern->f32_to_f16_row((uint16_t *)t->data + off, x, tile->cols);
             else
                 kern->f32_to_bf16_row((uint16_t *)t->data + off, x, tile->cols);
@@ -289,9 +289,9 @@ void tops__tile_store(const tops__kernels *kern, const tops_tile *tile, const to
         }
         for (int32_t j = 0; j < tile->cols; j++) {
             int64_t o = off + j * cs;
-            if (t->format.id == TOPS_FMT_F32)
+            if (tops__float_of(t) == TOPS_DT_F32)
                 ((float *)t->data)[o] = x[j];
-            else if (t->format.id == TOPS_FMT_F16)
+            else if (tops__float_of(t) == TOPS_DT_F16)
                 ((uint16_t *)t->data)[o] = tops__f32_to_f16(x[j]);
             else
                 ((uint16_t *)t->data)[o] = tops__f32_to_bf16(x[j]);

@@ -255,10 +255,10 @@ tops_status tops_npy_save(const char *path, const tops_tensor *tensor) {
     if (tensor->memory.kind != TOPS_DEVICE_CPU)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "tensor is in device memory; copy it to the host first");
     const char *descr;
-    switch (tensor->format.id) {
-    case TOPS_FMT_F32: descr = "<f4"; break;
-    case TOPS_FMT_F16: descr = "<f2"; break;
-    case TOPS_FMT_BF16: descr = "<u2"; break; /* numpy has no bf16: its bit patterns */
+    switch (tops__float_of(tensor)) {
+    case TOPS_DT_F32: descr = "<f4"; break;
+    case TOPS_DT_F16: descr = "<f2"; break;
+    case TOPS_DT_BF16: descr = "<u2"; break; /* numpy has no bf16: its bit patterns */
     default: {
         char name[48];
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,

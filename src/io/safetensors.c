@@ -147,7 +147,7 @@ tops_status tops_safetensors_save(const char *path, const tops_tensor *tensor) {
     if (st != TOPS_OK) return st;
     if (tensor->memory.kind != TOPS_DEVICE_CPU)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "tensor is in device memory; copy it to the host first");
-    if (tensor->format.id == TOPS_FMT_PACKED)
+    if (tops__is_packed(tensor))
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "packed tensors are a kernel's private layout; save the tensor "
                                                         "they were packed from");
     st_plane pl[PL_COUNT];
@@ -639,7 +639,7 @@ static tops_status w_tensor(const char *fn, w_state *w, size_t i, const tops_nam
     if (t->memory.kind != TOPS_DEVICE_CPU)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "tensor \"%.200s\" is in device memory; copy it to the host first",
                           nt->name);
-    if (t->format.id == TOPS_FMT_PACKED)
+    if (tops__is_packed(t))
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "tensor \"%.200s\" is packed, a kernel's private layout; save the "
                           "tensor it was packed from", nt->name);
     st_plane pl[PL_COUNT];

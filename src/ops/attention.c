@@ -36,7 +36,7 @@ static tops_status check_operand(const char *arg, const tops_tensor *t, int acti
     if (activation && !is_activation(t->format.id))
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "%s has format %s; it must be f32, f16 or bf16", arg,
                           tops_format_name(t->format, name, sizeof name));
-    if (t->format.id == TOPS_FMT_PACKED)
+    if (tops__is_packed(t))
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "%s is a packed matmul weight; a KV cache is plain or block-scaled",
                           arg);
     return TOPS_OK;

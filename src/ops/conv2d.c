@@ -16,9 +16,7 @@
 
 enum { DW_MAX_KH = 64 }; /* rows the depthwise driver holds per output row */
 
-static int is_float_format(tops_format_id id) {
-    return id == TOPS_FMT_F32 || id == TOPS_FMT_F16 || id == TOPS_FMT_BF16;
-}
+static int is_float_format(tops_format_id id) { return tops__format_is_float(id); }
 
 static size_t esize_of(const tops_tensor *t) { return (size_t)((tops_format_get_info(t->format.id)->element_bits + 7) / 8); }
 
@@ -161,7 +159,7 @@ static tops_status check_geometry(const char *fn, const tops_conv2d_desc *d, con
                           "weight rows hold %lld taps but KH * KW * C/groups = %lld * %lld * %lld = %lld",
                           (long long)p->k, (long long)p->kh, (long long)p->kw, (long long)(p->c / p->groups),
                           (long long)want_k);
-    if (wt->format.id == TOPS_FMT_PACKED && p->groups > 1)
+    if (tops__is_packed(wt) && p->groups > 1)
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
                           "weight is packed and desc.groups is %lld; packed weights take groups = 1 (pass the plain "
                           "weights)",
@@ -201,7 +199,7 @@ static size_t plane_span(const tops_plane *pl, int rank) {
 }
 
 static int tensor_overlaps(const tops_tensor *t, const void *p, size_t n) {
-    if (t->format.id == TOPS_FMT_PACKED) return 0; /* library memory */
+    if (tops__is_packed(t)) return 0; /* library memory */
     size_t span;
     if (tops_tensor_data_span(t, &span) != TOPS_OK) return 1;
     return ranges_overlap(t->data, span, p, n) || ranges_overlap(t->scales.data, plane_span(&t->scales, t->rank), p, n) ||
@@ -291,8 +289,8 @@ static tops_status check_all(const char *fn, const tops_exec *exec, const tops_c
    call (C >= 16). */
 static const float *rows_panels(const tops__kernels *kern, const conv_plan *p, const tops_tensor *in,
                                 const tops_tensor *wt) {
-    if (!kern->gemm_f32_rows.run || wt->format.id != TOPS_FMT_PACKED || p->groups != 1 || p->c < 16) return NULL;
-    if (in->format.id != TOPS_FMT_F32 || in->stride[3] != 1 || in->tensor_scale != 1.0f) return NULL;
+    if (!kern->gemm_f32_rows.run || !tops__is_packed(wt) || p->groups != 1 || p->c < 16) return NULL;
+    if (tops__float_of(in) != TOPS_DT_F32 || in->stride[3] != 1 || in->tensor_scale != 1.0f) return NULL;
     const tops__packed_right *pk = wt->packed_;
     return !pk->in_place && pk->panels && pk->nr == kern->gemm_f32_rows.nr ? pk->panels : NULL;
 }
@@ -391,7 +389,7 @@ fail:
    of 32. */
 static const tops__packed_right *q8_rows_weights(const tops__kernels *kern, const conv_plan *p,
                                                  const tops_conv2d_desc *d, const tops_tensor *wt) {
-    if (!d->relaxed_precision || !kern->gemm_q8_rows || wt->format.id != TOPS_FMT_PACKED || p->groups != 1 ||
+    if (!d->relaxed_precision || !kern->gemm_q8_rows || !tops__is_packed(wt) || p->groups != 1 ||
         p->c % 32 != 0)
         return NULL;
     const tops__packed_right *pk = wt->packed_;

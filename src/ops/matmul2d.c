@@ -187,7 +187,7 @@ static tops_status check_all(const char *fn, const tops_exec *exec, const tops_m
 }
 
 static int is_direct_f32(const tops_tensor *t) {
-    return t->format.id == TOPS_FMT_F32 && t->stride[1] == 1 && t->tensor_scale == 1.0f;
+    return tops__float_of(t) == TOPS_DT_F32 && t->stride[1] == 1 && t->tensor_scale == 1.0f;
 }
 
 /* Rows at or below which quantized weights take the unpack-and-dot driver. */

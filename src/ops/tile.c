@@ -61,7 +61,7 @@ static tops_status check_operand(const char *fn, const char *arg, const tops_ten
     if (st != TOPS_OK) return st;
     if (t->memory.kind != TOPS_DEVICE_CPU)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "%s lives in device memory; tiles run on the host", arg);
-    if (t->format.id == TOPS_FMT_PACKED)
+    if (tops__is_packed(t))
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn, "%s is a packed tensor; tiles read plain or block formats", arg);
     if (writable && !is_native(t->format.id)) {
         char name[48];
