@@ -147,6 +147,14 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
    relaxed (one term each); the plan sends it what the integer-form driver
    does not take. */
 int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed);
+/* Whether every value q * scale of w's integer form is exact in one bf16
+   term: codes |q| <= 128 with scales that are powers of two (e8m0 scale
+   planes or blocks, a power-of-two multiplier: mxfp4, mxint8, int groups
+   with e8m0 scales).  Strict calls on such weights take the bf16 terms
+   (two products a step, hi x w and lo x w, no per-block scaling) and
+   tops_pack_right stores them the relaxed panels (i8 or 4-bit), which the
+   bf16-term kernel decodes between its tile steps. */
+int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w);
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p);
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p);
 /* Whether the bf16-term driver reads p's weights through their integer
@@ -158,17 +166,17 @@ int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p);
 /* Prepacked AMX panels of a weight stored [N, K]: tops__amx_groups(N)
    groups of 16 columns (N rounded up to 32), group g's codes in the tile
    layout over all of kp = K rounded up to 32 at panels + g * 16 * kp codes
-   (relaxed: i8, tops__amx_pack_panel, read by the i8 tiles and the bf16
-   terms; strict: bf16, tops__amx_pack_panel_bf16, read by the bf16
-   tiles), and per sub-block 16 column scales at scales + g * 16 *
+   (relaxed, and strict where tops__amx_one_term: i8,
+   tops__amx_pack_panel, read by the i8 tiles and the bf16 terms; other
+   strict: bf16, tops__amx_pack_panel_bf16, read by the bf16 code tiles), and per sub-block 16 column scales at scales + g * 16 *
    (kp / sub).  Fills groups [g0, g0 + count); scratch holds 16 * kp bytes
    + 16 * (kp / sub) floats.  Missing columns: q = 0, scale 0.  Same bytes
    as the drivers' per-call packing. */
 int64_t tops__amx_groups(int64_t n);
 void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t kp, int64_t g0,
                            int64_t count, void *panels, float *scales, void *scratch);
-/* Relaxed weights whose codes take at most 16 values (4-bit codes without
-   mins): the panels in their 4-bit form (kernels.h, tops__amx_nib_expand;
+/* Relaxed (or tops__amx_one_term) weights whose codes take at most 16
+   values (4-bit codes without mins): the panels in their 4-bit form (kernels.h, tops__amx_nib_expand;
    half the bytes), group g at panels + g * 8 * kp, lut the codes of the
    nibbles.  tops__amx_nib_lut fills lut and returns 1 where w qualifies
    (0 otherwise); pack_nib needs 16 * kp bytes more scratch than

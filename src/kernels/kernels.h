@@ -304,12 +304,13 @@ typedef struct tops__amx_decode_job {
        layout, panel[g] their first byte) and lut the code of each nibble. */
     const int8_t *lut;
 } tops__amx_decode_job;
-/* The bf16-term kernel with one product per step (np = 1, pa = pb = 0:
-   the relaxed pair list) that also runs `job` (may be NULL); the same
-   sums, bit for bit, as run. */
-typedef void (*tops__amx_bf16t_dec_fn)(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
-                                       const uint16_t *b0, const uint16_t *b1, int64_t b_step, float *c,
-                                       int64_t ldc, int accumulate, const tops__amx_decode_job *job);
+/* The bf16-term kernel with one weight term that also runs `job` (may be
+   NULL): na = 1, one product per step (np = 1, pa = pb = 0: the relaxed
+   pair list); na = 2, two (np = 2, pa = {0, 1}, pb = {0, 0}: the strict
+   list for one-term weights).  The same sums, bit for bit, as run. */
+typedef void (*tops__amx_bf16t_dec_fn)(int mt, int na, int64_t steps, const uint16_t *a, int64_t a_next,
+                                       int64_t a_step, const uint16_t *b0, const uint16_t *b1, int64_t b_step,
+                                       float *c, int64_t ldc, int accumulate, const tops__amx_decode_job *job);
 typedef struct tops__amx_bf16t_ukernel {
     tops__amx_bf16t_fn run; /* NULL: no AMX at this level */
     tops__amx_terms_q8_fn terms_q8;
@@ -768,7 +769,7 @@ void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t 
                                           const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
                                           const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc,
                                           int accumulate);
-void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int64_t steps, const uint16_t *a, int64_t a_next,
+void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int na, int64_t steps, const uint16_t *a, int64_t a_next,
                                               int64_t a_step, const uint16_t *b0, const uint16_t *b1, int64_t b_step,
                                               float *c, int64_t ldc, int accumulate,
                                               const tops__amx_decode_job *job);

@@ -110,7 +110,7 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
             _tile_zero(3);
         }
     }
-    if (np == 1) { /* one product per step (relaxed): four loads, four products */
+    if (job || np == 1) { /* one weight term: the pairs (0, 0) (relaxed) or (0, 0), (1, 0) (strict, np = 2) */
         const uint16_t *as = a + pa[0] * 512, *w0 = b0 + pb[0] * 512, *w1 = b1 + pb[0] * 512;
         /* The decode share: a slice of rows after each step's products. */
         const int64_t per = job ? (job->r1 - job->r0 + steps - 1) / steps : 0;
@@ -126,6 +126,16 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
                 _tile_loadd(5, as + a_next + s * a_step, 64);
                 _tile_dpbf16ps(2, 5, 6);
                 _tile_dpbf16ps(3, 5, 7);
+            }
+            if (np == 2) { /* the activations' lo term against the same weight tiles */
+                _tile_loadd(4, as + 512 + s * a_step, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                if (mt == 2) {
+                    _tile_loadd(5, as + 512 + a_next + s * a_step, 64);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
             }
             if (job && r < job->r1) {
                 const int64_t e = r + per < job->r1 ? r + per : job->r1;
@@ -171,13 +181,14 @@ void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t 
     else run_mt(1, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate, NULL);
 }
 
-void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int64_t steps, const uint16_t *a, int64_t a_next,
+void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int na, int64_t steps, const uint16_t *a, int64_t a_next,
                                               int64_t a_step, const uint16_t *b0, const uint16_t *b1, int64_t b_step,
                                               float *c, int64_t ldc, int accumulate,
                                               const tops__amx_decode_job *job) {
-    static const uint8_t zero = 0;
-    if (mt == 2) run_mt(2, steps, a, a_next, a_step, b0, b1, b_step, 1, &zero, &zero, c, ldc, accumulate, job);
-    else run_mt(1, steps, a, a_next, a_step, b0, b1, b_step, 1, &zero, &zero, c, ldc, accumulate, job);
+    static const uint8_t pa[2] = {0, 1}, pb[2] = {0, 0};
+    const int np = na == 2 ? 2 : 1;
+    if (mt == 2) run_mt(2, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate, job);
+    else run_mt(1, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate, job);
 }
 
 /* f32 of the 32 bf16 in v: half 0 (words 0..15) or 1. */
