@@ -362,10 +362,11 @@ static void test_packed_in_place(void) {
             const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 && f != 2 && f != 4 && f < 6 &&
                                 tops__kernels_get()->dot_q8_nibstream_x4 != NULL;
             /* m > 4 at a level with AMX kernels: integer forms on the code tiles (i8: relaxed below the
-               crossover; bf16: strict), the rest on the bf16 terms */
+               crossover; bf16: strict, but for weights exact in one bf16 term), the rest on the bf16 terms */
             const tops__kernels *kt = tops__kernels_get();
             const int on_amx = m > 4 && tops__gemm_amx_supports(kt, &w, d.relaxed_precision);
-            const int codes = !d.relaxed_precision || m < kt->amx_bf16t.relaxed_min_m[tops__unpack_sub(&w) < 32];
+            const int codes = d.relaxed_precision ? m < kt->amx_bf16t.relaxed_min_m[tops__unpack_sub(&w) < 32]
+                                                  : !tops__amx_one_term(kt, &w);
             const char *tiles = d.relaxed_precision ? "AMX integer tiles" : "AMX bf16 code tiles";
             if (on_amx && codes) {
                 ASSERT_TRUE(strstr(b1, tiles) != NULL && strstr(b1, "(unpacked per K block)") != NULL);
