@@ -147,14 +147,18 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
    relaxed (one term each); the plan sends it what the integer-form driver
    does not take. */
 int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed);
-/* Whether every value q * scale of w's integer form is exact in one bf16
-   term: codes |q| <= 128 with scales that are powers of two (e8m0 scale
-   planes or blocks, a power-of-two multiplier: mxfp4, mxint8, int groups
-   with e8m0 scales).  Strict calls on such weights take the bf16 terms
-   (two products a step, hi x w and lo x w, no per-block scaling) and
+/* Whether every value q * scale of w's integer form is, up to one factor
+   for the whole tensor, exact in one bf16 term: the codes' and the stored
+   scales' significant bits sum to at most 8 (mxfp4, mxint8: e8m0 scales;
+   nvfp4: e2m1 codes, ue4m3 scales, its f32 tensor scale the factor; int
+   groups with e8m0 or ue4m3 scales).  *factor (may be NULL): 1 where the
+   scales' multiplier is a power of two, else that multiplier (the
+   bf16-term driver decodes q * scale / factor and multiplies the sums by
+   factor).  Strict calls on such weights take the bf16 terms (two
+   products a step, hi x w and lo x w, no per-block scaling) and
    tops_pack_right stores them the relaxed panels (i8 or 4-bit), which the
    bf16-term kernel decodes between its tile steps. */
-int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w);
+int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w, float *factor);
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p);
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p);
 /* Whether the bf16-term driver reads p's weights through their integer

@@ -52,12 +52,39 @@ int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int
     return have && panels_fit(kern, w);
 }
 
-int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w) {
+/* Significant bits of v > 0 (from its highest set bit to its lowest). */
+static int sig_bits(unsigned v) {
+    int b = 0;
+    while (v && !(v & 1u)) v >>= 1;
+    while (v) b++, v >>= 1;
+    return b;
+}
+
+int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w, float *factor) {
     if (!kern->amx_bf16t.run1_decode || !panels_fit(kern, w)) return 0;
     const tops__qweight qw = tops__qweight_of(w);
-    if (qw.lay.has_min || !isfinite(qw.mul) || qw.mul == 0.0f || fabsf(frexpf(qw.mul, &(int){0})) != 0.5f) return 0;
-    if (qw.lay.form == TOPS__IF_BLOCKS) return qw.lay.scale_enc == TOPS__SE_E8M0_HALF;
-    return qw.lay.form == TOPS__IF_CODES && (!qw.scales || qw.scale_dtype == TOPS_DT_E8M0);
+    const tops__int_layout *lay = &qw.lay;
+    if (lay->has_min || !isfinite(qw.mul) || qw.mul == 0.0f) return 0;
+    int qbits = 0, sbits;
+    if (lay->code_bits == 4) { /* the map's values */
+        for (int c = 0; c < 16; c++) {
+            const int b = sig_bits((unsigned)(lay->map[c] < 0 ? -lay->map[c] : lay->map[c]));
+            qbits = b > qbits ? b : qbits;
+        }
+    } else { /* every |q| <= qmax: the longest run of ones below it */
+        for (unsigned v = (unsigned)lay->qmax + 1u; v > 1u; v >>= 1) qbits++;
+    }
+    if (lay->form == TOPS__IF_BLOCKS) sbits = lay->scale_enc == TOPS__SE_E8M0_HALF ? 1 : 11;
+    else if (lay->form != TOPS__IF_CODES) return 0;
+    else if (!qw.scales || qw.scale_dtype == TOPS_DT_E8M0) sbits = 1;
+    else sbits = qw.scale_dtype == TOPS_DT_UE4M3 || qw.scale_dtype == TOPS_DT_E4M3 ? 4
+               : qw.scale_dtype == TOPS_DT_BF16                                ? 8
+               : qw.scale_dtype == TOPS_DT_F16                                 ? 11
+                                                                               : 24;
+    if (qbits + sbits > 8) return 0;
+    int e;
+    if (factor) *factor = fabsf(frexpf(qw.mul, &e)) == 0.5f ? 1.0f : qw.mul;
+    return 1;
 }
 
 /* One 16-column group over [k0, k0 + kc): valid columns exist, the rest
@@ -378,7 +405,7 @@ typedef struct terms_bufs {
 } terms_bufs;
 
 static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int64_t kc, int64_t kp, int nslots,
-                       const terms_bufs *tb, uint16_t *out) {
+                       float smul, const terms_bufs *tb, uint16_t *out) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int64_t group_terms = (kc / 32) * nslots * 512;
@@ -394,8 +421,12 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
                 kern->amx_nib_expand(p->q8_panels + gg * 8 * kp + k0 * 8, p->q8_lut, kc / 4, tb->panel);
                 codes = tb->panel;
             }
-            const int u = kern->amx_bf16t.terms_q8(codes, p->q8_scales + gg * 16 * n_subs + k0 / sub * 16, sub, kc,
-                                                   nslots, out + g * group_terms);
+            const float *scales = p->q8_scales + gg * 16 * n_subs + k0 / sub * 16;
+            if (smul != 1.0f) { /* as run1_decode's job.smul */
+                for (int64_t x = 0; x < 16 * (kc / sub); x++) tb->pscale[x] = scales[x] * smul;
+                scales = tb->pscale;
+            }
+            const int u = kern->amx_bf16t.terms_q8(codes, scales, sub, kc, nslots, out + g * group_terms);
             need = u > need ? u : need;
         }
         return need;
@@ -406,6 +437,8 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
             int64_t valid = p->n - (n0 + g * 16);
             valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
             pack_group(kern, w, 0, n0 + g * 16, valid, k0, kc, sub, tb->rows, tb->qs, tb->panel, tb->pscale);
+            if (smul != 1.0f)
+                for (int64_t x = 0; x < 16 * (kc / sub); x++) tb->pscale[x] *= smul;
             const int u = kern->amx_bf16t.terms_q8(tb->panel, tb->pscale, sub, kc, nslots, out + g * group_terms);
             need = u > need ? u : need;
         }
@@ -473,6 +506,13 @@ int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p) {
            p->kern->unpack[w->format.id].run_min;
 }
 
+/* acc[i * ld + j] *= factor for i < rows, j < cols (factor 1: nothing). */
+static void scale_sums(float *acc, int64_t rows, int64_t cols, int64_t ld, float factor) {
+    if (factor == 1.0f) return;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) acc[i * ld + j] *= factor;
+}
+
 /* Words in each half of a fused term buffer. */
 static int64_t fused_half(int64_t kc_max) { return (32 * kc_max * 2 + 63) / 64 * 64 / 2; }
 
@@ -488,7 +528,7 @@ static int64_t fused_half(int64_t kc_max) { return (32 * kc_max * 2 + 63) / 64 *
    the caller decoded (the thread's first item) or the previous item's
    calls did.  The same terms and the same sums, in the same order, as the
    unfused loop. */
-static void run_fused(const tops__gemm_problem *p, int na, int64_t n0, int64_t pairs, int64_t n0_next,
+static void run_fused(const tops__gemm_problem *p, int na, float smul, int64_t n0, int64_t pairs, int64_t n0_next,
                       int64_t kc_max, int64_t k_blocks, int64_t m_tiles, uint16_t *wt, const uint16_t *a, float *acc,
                       int64_t nc, int64_t *parity) {
     const tops__kernels *kern = p->kern;
@@ -517,6 +557,7 @@ static void run_fused(const tops__gemm_problem *p, int na, int64_t n0, int64_t p
             }
             job.sub = sub;
             job.lut = p->q8_amx == 3 ? p->q8_lut : NULL;
+            job.smul = smul;
             rows = kc2 / 4;
         }
         for (int64_t it = 0, q = 0; it < m_tiles; it += 2, q++) {
@@ -537,6 +578,11 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int na = p->relaxed ? 1 : 2;
+    /* Strict one-term weights: one weight term of q * scale / factor, the
+       sums times factor (1: none) before they are stored. */
+    float factor = 1.0f;
+    const int one_term = !p->relaxed && tops__amx_one_term(kern, w, &factor);
+    const float smul = 1.0f / factor;
     const int sub = p->right.read == tops__read_rect_unpack || tops__amx_bf16t_unpacks_mins(p) ? tops__unpack_sub(w)
                                                                                             : 32; /* unpack buffers */
     /* Calls on prepacked i8 / 4-bit panels with one weight term (relaxed,
@@ -545,8 +591,8 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
        while the tile unit multiplies), into a second term buffer. */
     const int nib = p->q8_panels && p->q8_amx == 3 && p->q8_lut;
     const int fused = kern->amx_bf16t.run1_decode && p->q8_panels && (p->q8_amx == 1 || nib) &&
-                      (p->relaxed || tops__amx_one_term(kern, w));
-    const int nslots = p->relaxed || fused ? 1 : MAX_WTERMS;
+                      (p->relaxed || one_term);
+    const int nslots = p->relaxed || one_term ? 1 : MAX_WTERMS;
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;
     const int64_t kc_max = tops__balanced_block(kp, p->relaxed || fused ? KC_BF16T_RELAXED : KC_BF16T, 32);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max);
@@ -564,7 +610,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64) * (fused ? 2 : 1);
     /* (the fused path decodes from the panels: no unpack or f32 buffers) */
     const size_t code_bytes = fused && !nib ? 0 : (size_t)tops__round_up(16 * kc_max, 64); /* (4-bit: the first item) */
-    const size_t scale_bytes = fused ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
+    const size_t scale_bytes = fused && factor == 1.0f ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
     const size_t f_bytes = fused ? 0 : (size_t)tops__round_up(32 * kc_max * 4, 64);
     const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);
     const size_t rf = (size_t)tops__round_up(kp * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
@@ -614,15 +660,16 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #endif
                 cur = claimed++;
                 if (cur < n_blocks)
-                    (void)decode_pair(p, cur * nc, 0, kp < kc_max ? kp : kc_max, kp, 1, &tb, wt);
+                    (void)decode_pair(p, cur * nc, 0, kp < kc_max ? kp : kc_max, kp, 1, smul, &tb, wt);
                 while (cur < n_blocks) {
 #ifdef _OPENMP
 #pragma omp atomic capture
 #endif
                     next = claimed++;
                     const int64_t n0 = cur * nc, nn = N - n0 < nc ? N - n0 : nc;
-                    run_fused(p, na, n0, tops__ceil_div(nn, 32), next < n_blocks ? next * nc : -1, kc_max, k_blocks,
-                              m_tiles, wt, a, acc, nc, &parity);
+                    run_fused(p, na, smul, n0, tops__ceil_div(nn, 32), next < n_blocks ? next * nc : -1, kc_max,
+                              k_blocks, m_tiles, wt, a, acc, nc, &parity);
+                    scale_sums(acc, mm, nn, nc, factor);
                     tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
                     cur = next;
                 }
@@ -635,7 +682,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, steps = kc / 32;
                     for (int64_t jp = 0; jp < pairs; jp++) {
-                        const int nw = decode_pair(p, n0 + jp * 32, k0, kc, kp, nslots, &tb, wt);
+                        const int nw = decode_pair(p, n0 + jp * 32, k0, kc, kp, nslots, smul, &tb, wt);
                         uint8_t pa[8], pb[8];
                         const int np = term_pairs(na, nw, pa, pb);
                         const uint16_t *b0 = wt, *b1 = wt + steps * nslots * 512;
@@ -647,6 +694,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
                         }
                     }
                 }
+                scale_sums(acc, mm, nn, nc, factor);
                 tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
             }
             if (kern->amx_q8.release) kern->amx_q8.release();

@@ -303,6 +303,8 @@ typedef struct tops__amx_decode_job {
     /* NULL: panel[g] are i8 panels; else 4-bit panels (tops__amx_nib_expand
        layout, panel[g] their first byte) and lut the code of each nibble. */
     const int8_t *lut;
+    /* every scale times smul (f32) before use: terms_q8 on those scales */
+    float smul;
 } tops__amx_decode_job;
 /* The bf16-term kernel with one weight term that also runs `job` (may be
    NULL): na = 1, one product per step (np = 1, pa = pb = 0: the relaxed

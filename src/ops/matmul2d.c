@@ -278,7 +278,7 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     if (p->m >= AMX_MIN_M && kern->amx_bf16t.run) {
         const int fits = p->right.read == tops__read_rect_unpack && tops__gemm_amx_supports(kern, right, p->relaxed);
         if (fits && (p->relaxed ? p->m < kern->amx_bf16t.relaxed_min_m[tops__unpack_sub(right) < 32]
-                                : !tops__amx_one_term(kern, right)))
+                                : !tops__amx_one_term(kern, right, NULL)))
             return PLAN_AMX;
         return PLAN_AMX_BF16;
     }
@@ -497,7 +497,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     const int mins = q8 && !amx && !kern->unpack[right->format.id].run; /* q4_1, q4_K, q5_K: their mins too */
     /* strict AMX panels hold bf16 codes, but for one-term weights (the
        bf16 terms decode them): the relaxed ones */
-    const int i8_panels = amx && (relaxed || tops__amx_one_term(kern, right));
+    const int i8_panels = amx && (relaxed || tops__amx_one_term(kern, right, NULL));
     const int width = amx ? 16 : 8, esize = amx && !i8_panels ? 2 : 1;
     /* Relaxed AMX panels of codes with at most 16 values: 4 bits each. */
     int8_t nib_lut[16];

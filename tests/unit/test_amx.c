@@ -248,15 +248,18 @@ static void bf16t_dec_scalar(int mt, int na, int64_t steps, const uint16_t *a, i
     uint16_t *tmp = malloc((size_t)kc * 16 * sizeof(uint16_t)); /* per call: the driver's threads run this */
     if (!tmp) abort();
     int8_t *codes = job->lut ? malloc((size_t)kc * 16) : NULL; /* 4-bit panels: expanded first */
-    if (job->lut && !codes) abort();
+    float *scales = malloc((size_t)(kc / job->sub) * 16 * sizeof(float)); /* times smul */
+    if ((job->lut && !codes) || !scales) abort();
     for (int g = 0; g < 2; g++) {
         if (codes) tops__ref_amx_nib_expand((const uint8_t *)job->panel[g], job->lut, kc / 4, codes);
-        tops__ref_amx_terms_q8(codes ? codes : job->panel[g], job->scales[g], job->sub, kc, 1, tmp);
+        for (int64_t x = 0; x < (kc / job->sub) * 16; x++) scales[x] = job->scales[g][x] * job->smul;
+        tops__ref_amx_terms_q8(codes ? codes : job->panel[g], scales, job->sub, kc, 1, tmp);
         for (int64_t r = job->r0; r < job->r1; r++)
             memcpy(job->out[g] + (r / 8) * 512 + (r % 8) * 64, tmp + (r / 8) * 512 + (r % 8) * 64, 64 * 2);
     }
     free(tmp);
     free(codes);
+    free(scales);
 }
 
 /* The bf16-term kernel: terms small integers and multiples of 1/16 (every
@@ -493,7 +496,7 @@ static void exact_oracle(const mm_operand *w, const float *left, int64_t m, int6
 enum { I8_TILES, CODE_TILES, BF16_TERMS };
 static int path_of(const tops_tensor *w, int relaxed, int64_t m) {
     if (!tops__gemm_amx_supports(use, w, relaxed)) return BF16_TERMS;
-    if (!relaxed) return tops__amx_one_term(use, w) ? BF16_TERMS : CODE_TILES;
+    if (!relaxed) return tops__amx_one_term(use, w, NULL) ? BF16_TERMS : CODE_TILES;
     return m < use->amx_bf16t.relaxed_min_m[tops__unpack_sub(w) < 32] ? I8_TILES : BF16_TERMS;
 }
 
@@ -545,7 +548,7 @@ static void check_case(tops_format f, int relaxed, int64_t m, int64_t n, int64_t
         const tops__packed_right *pk = packed.packed_;
         int8_t lut[16];
         const int kind = !tops__gemm_amx_supports(use, &w.t, relaxed)        ? 0
-                         : !relaxed && !tops__amx_one_term(use, &w.t)       ? 2
+                         : !relaxed && !tops__amx_one_term(use, &w.t, NULL)       ? 2
                          : tops__amx_nib_lut(use, &w.t, lut)       ? 3
                                                                    : 1;
         if (pk->q8_amx != kind || (kind && !pk->q8_panels))
@@ -639,12 +642,14 @@ static void run_every_format(int quick) {
     /* The fused decode across n blocks (each thread's blocks claimed one
        ahead): several blocks of 64 columns a thread, a ragged last one. */
     check_case((tops_format){TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, 1, 130, 300, quick ? 600 : 4200, 1);
-    /* Strict one-term weights (mxfp4) take it too, with two activation
-       terms: two K blocks, several n blocks a thread. */
+    /* Strict one-term weights take it too, with two activation terms:
+       two K blocks, several n blocks a thread; nvfp4 with its tensor
+       scale as the factor the sums take before they are added. */
     check_case((tops_format){TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, 0, 130, 300, quick ? 600 : 4200, 0);
+    check_case((tops_format){TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, 0, 130, 300, quick ? 600 : 4200, 1);
     printf("%s matmul: %d cases; strict worst rel-L2 vs f64 %.3g (%s), %.3g (%s) (bound 1e-5); relaxed bf16 "
            "terms worst %.3g of the magnitude (bound 1e-2)\n",
-           use == amx ? "AMX" : "emulated-tile", cases + 10, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
+           use == amx ? "AMX" : "emulated-tile", cases + 11, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
            kernel_name(BF16_TERMS), relaxed_worst);
 }
 

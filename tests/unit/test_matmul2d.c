@@ -366,7 +366,7 @@ static void test_packed_in_place(void) {
             const tops__kernels *kt = tops__kernels_get();
             const int on_amx = m > 4 && tops__gemm_amx_supports(kt, &w, d.relaxed_precision);
             const int codes = d.relaxed_precision ? m < kt->amx_bf16t.relaxed_min_m[tops__unpack_sub(&w) < 32]
-                                                  : !tops__amx_one_term(kt, &w);
+                                                  : !tops__amx_one_term(kt, &w, NULL);
             const char *tiles = d.relaxed_precision ? "AMX integer tiles" : "AMX bf16 code tiles";
             if (on_amx && codes) {
                 ASSERT_TRUE(strstr(b1, tiles) != NULL && strstr(b1, "(unpacked per K block)") != NULL);

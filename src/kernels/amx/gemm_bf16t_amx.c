@@ -68,12 +68,12 @@ void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t
 }
 
 static inline void decode1_rows(const q8_consts *k, const int8_t *panel, const int8_t *lut, const float *scales,
-                                int sub, int64_t r0, int64_t r1, uint16_t *out) {
+                                float smul, int sub, int64_t r0, int64_t r1, uint16_t *out) {
     const __m512i l16 = lut ? lut16_of(lut) : _mm512_setzero_si512();
     const int64_t per_block = sub / 4; /* rows per scale block (sub: a multiple of 4) */
     for (int64_t r = r0; r < r1;) {
         const int64_t blk = r / per_block, e = (blk + 1) * per_block < r1 ? (blk + 1) * per_block : r1;
-        const __m512 s = _mm512_loadu_ps(scales + blk * 16);
+        const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(scales + blk * 16), _mm512_set1_ps(smul));
         const __m512 s_lo = _mm512_permutexvar_ps(k->idx_lo, s), s_hi = _mm512_permutexvar_ps(k->idx_hi, s);
         for (; r < e; r++) {
             __m512 f[4];
@@ -139,8 +139,8 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
             }
             if (job && r < job->r1) {
                 const int64_t e = r + per < job->r1 ? r + per : job->r1;
-                decode1_rows(&k, job->panel[0], job->lut, job->scales[0], job->sub, r, e, job->out[0]);
-                decode1_rows(&k, job->panel[1], job->lut, job->scales[1], job->sub, r, e, job->out[1]);
+                decode1_rows(&k, job->panel[0], job->lut, job->scales[0], job->smul, job->sub, r, e, job->out[0]);
+                decode1_rows(&k, job->panel[1], job->lut, job->scales[1], job->smul, job->sub, r, e, job->out[1]);
                 r = e;
             }
         }
@@ -227,7 +227,7 @@ int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub
                                uint16_t *out) {
     const q8_consts k = q8_consts_make();
     if (nslots == 1) {
-        decode1_rows(&k, panel, NULL, scales, sub, 0, kc / 4, out);
+        decode1_rows(&k, panel, NULL, scales, 1.0f, sub, 0, kc / 4, out);
         return 1;
     }
     __m512i nz1 = _mm512_setzero_si512(), nz2 = _mm512_setzero_si512();
