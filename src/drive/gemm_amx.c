@@ -348,16 +348,20 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 
 /* ---- bf16 terms ---- */
 
-/* K blocks: strict 512; relaxed and the fused decode the whole K up to
-   4096 (the K blocking never changes the bits: the kernel reloads its
-   f32 sums exactly).  Xeon, relaxed
-   int4-g32 prepacked, M = 128, K = 4096, N = 12288, one call at 07:05 UTC
+/* K blocks: strict 512; relaxed the whole K up to 4096; strict fused
+   (one-term weights) 2048, where the activations' hi and lo of a K block
+   take the bytes the relaxed ones of 4096 do (M = 128: 1 MiB).  Xeon,
+   strict M = 128, 2 threads (medians (mins), ms, calls at 15:20 and
+   15:24 UTC): mxfp4 21.3 (18.0) with the whole K, 14.8 (12.0) with 2048;
+   nvfp4 48.0 plain (the packed probe was slower) vs 22.0 (12.9).  The K
+   blocking never changes the bits: the kernel reloads its f32 sums
+   exactly.  Xeon, relaxed int4-g32 prepacked, M = 128, K = 4096, N = 12288, one call at 07:05 UTC
    (medians, ms, 16 / 2 threads): K blocks of 512 3.92 / 25.2, 1024 2.75 /
    13.4, 4096 2.25 / 9.86 (q4_K: 7.02 / 41.5, 6.03 / 30.4, 6.07 / 35.8).
    (A later probe put a call's own fixed cost at only ~0.2-0.3 us, and
    with n blocks of 64 K blocks of 512 and 4096 measured alike: 1.644 vs
    1.627 ms at 16 threads; the whole K stays.) */
-enum { KC_BF16T = 512, KC_BF16T_RELAXED = 4096, MAX_WTERMS = 3 };
+enum { KC_BF16T = 512, KC_BF16T_RELAXED = 4096, KC_BF16T_FUSED_STRICT = 2048, MAX_WTERMS = 3 };
 
 /* The term pairs of the kernel for na activation terms and nw weight
    terms, in an order that reuses each loaded tile.  Strict: every product
@@ -578,10 +582,14 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int na = p->relaxed ? 1 : 2;
-    /* Strict one-term weights: one weight term of q * scale / factor, the
-       sums times factor (1: none) before they are stored. */
+    /* Strict one-term weights read through their integer form (the
+       panels, or unpacked; not the f32 reader of weights stored [K, N]):
+       one weight term of q * scale / factor, the sums times factor (1:
+       none) before they are stored. */
+    const int int_form = (p->q8_panels && (p->q8_amx == 1 || (p->q8_amx == 3 && p->q8_lut))) ||
+                         (p->right.read == tops__read_rect_unpack && panels_fit(kern, w));
     float factor = 1.0f;
-    const int one_term = !p->relaxed && tops__amx_one_term(kern, w, &factor);
+    const int one_term = !p->relaxed && int_form && tops__amx_one_term(kern, w, &factor);
     const float smul = 1.0f / factor;
     const int sub = p->right.read == tops__read_rect_unpack || tops__amx_bf16t_unpacks_mins(p) ? tops__unpack_sub(w)
                                                                                             : 32; /* unpack buffers */
@@ -594,7 +602,8 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
                       (p->relaxed || one_term);
     const int nslots = p->relaxed || one_term ? 1 : MAX_WTERMS;
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;
-    const int64_t kc_max = tops__balanced_block(kp, p->relaxed || fused ? KC_BF16T_RELAXED : KC_BF16T, 32);
+    const int64_t kc_max =
+        tops__balanced_block(kp, p->relaxed ? KC_BF16T_RELAXED : fused ? KC_BF16T_FUSED_STRICT : KC_BF16T, 32);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
 
