@@ -37,26 +37,6 @@
    unevenly loaded. */
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 128, NC_Q8 = 128, NC_FUSED = 64, M_CHUNK_MAX = 512 };
 
-/* Threads and M chunks per round.  tops__split_n gives at most one thread
-   an n block; where N has fewer blocks than the call has threads (conv2d's
-   64- and 128-channel layers: M = 100352, N = 64), several M chunks run side
-   by side, each with its own left operand, as jobs (chunk, n block).  Each
-   job computes what it computes alone: the same bits for any grouping. */
-static int64_t chunks_per_round(const tops__gemm_problem *p, tops__work_kind kind, int64_t n_blocks, int64_t m_chunk,
-                                size_t left_bytes, int *threads) {
-    int t = p->threads < 1 ? 1 : p->threads;
-#ifndef _OPENMP
-    t = 1;
-#endif
-    t = tops__threads_for(kind, 2.0 * (double)p->m * (double)p->n * (double)p->k, t);
-    int64_t g = tops__ceil_div(t, n_blocks);
-    const int64_t chunks = tops__ceil_div(p->m, m_chunk);
-    if (g > chunks) g = chunks;
-    while (g > 1 && left_bytes * (size_t)g > ((size_t)256 << 20)) g--; /* the left operands stay modest */
-    *threads = (int64_t)t < g * n_blocks ? t : (int)(g * n_blocks);
-    return g;
-}
-
 /* Whether w's integer form fits the tile panels (sub-blocks of 4..32
    dividing 32). */
 static int panels_fit(const tops__kernels *kern, const tops_tensor *w) {
@@ -223,7 +203,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const size_t left_terms = (size_t)tops__round_up(m_chunk * kp * esize, 64);
     const size_t left_scales = strict ? 0 : (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
     const size_t left_chunk = left_terms * (strict ? 2 : 1) + left_scales;
-    const int64_t group = chunks_per_round(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
+    const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
     const size_t left_bytes = left_chunk * (size_t)group;
     const size_t panel_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * kc_max * esize, 64);
     const size_t pscale_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
@@ -569,7 +549,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
        order, then per thread the pair's weight terms, the decode buffers,
        the accumulators and row buffers. */
     const size_t left_chunk = (size_t)tops__round_up(m_chunk * kp * na * 2, 64);
-    const int64_t group = chunks_per_round(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
+    const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
     const size_t left_bytes = left_chunk * (size_t)group;
     const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64) * (fused ? 2 : 1);
     /* (the fused path decodes from the panels: no unpack or f32 buffers) */
