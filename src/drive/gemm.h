@@ -5,6 +5,7 @@
 #ifndef TOPS_DRIVE_GEMM_H
 #define TOPS_DRIVE_GEMM_H
 
+#include "core/threads.h"
 #include "cpu/dispatch.h"
 #include "drive/qweight.h"
 
@@ -203,6 +204,13 @@ int64_t tops__balanced_block(int64_t n, int64_t target, int64_t unit);
    thread where N allows; *threads drops to the number of blocks. */
 void tops__split_n(const tops__gemm_problem *p, int64_t nc_target, int64_t nr, int *threads, int64_t *nc,
                    int64_t *n_blocks);
+/* M chunks a round runs side by side (each with its own left operand of
+   left_bytes): enough that N's n_blocks give the call's threads a job each
+   (conv2d's 64-channel layers: M = 100352, N = 64), at most 256 MiB of
+   left operands; *threads the threads the round uses.  Jobs are then
+   (chunk, n block) pairs, each computing what it computes alone. */
+int64_t tops__m_rounds(const tops__gemm_problem *p, tops__work_kind kind, int64_t n_blocks, int64_t m_chunk,
+                       size_t left_bytes, int *threads);
 
 /* Reader of 8-bit float element formats (e4m3/e5m2, mxfp8, channel fp8)
    stored [N, K], through the dispatch's element rows; and whether a

@@ -232,14 +232,16 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, NC_Q8, 32, &threads, &nc, &n_blocks);
-    threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
-    /* Workspace: the left of one chunk in tile order (relaxed: codes and
-       scales; strict: hi and lo terms), then per thread the weight block
-       and its scales, an unpack buffer, the accumulators and row buffers. */
+    /* Workspace: the left of each chunk of a round in tile order (relaxed:
+       codes and scales; strict: hi and lo terms), then per thread the
+       weight block and its scales, an unpack buffer, the accumulators and
+       row buffers. */
     const size_t left_terms = (size_t)tops__round_up(m_chunk * kp * esize, 64);
     const size_t left_scales = strict ? 0 : (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
-    const size_t left_bytes = left_terms * (strict ? 2 : 1) + left_scales;
+    const size_t left_chunk = left_terms * (strict ? 2 : 1) + left_scales;
+    const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
+    const size_t left_bytes = left_chunk * (size_t)group;
     const size_t panel_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * kc_max * esize, 64);
     const size_t pscale_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
     const size_t rows_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
@@ -254,13 +256,9 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
     unsigned char *ws = tops__workspace_get(p, bytes);
     if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
-    int8_t *aq = (int8_t *)ws;
-    float *as = (float *)(ws + left_terms);
-    uint16_t *ah = (uint16_t *)ws, *al = (uint16_t *)(ws + left_terms);
 
-    for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
-        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
-        const int64_t m_pad = m_tiles * 16;
+    for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
+        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -283,12 +281,24 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t i = 0; i < m_pad; i++)
-                left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, aq, as, ah, al);
+            for (int64_t ri = 0; ri < round * m_chunk; ri++) { /* chunk ri / m_chunk's padded rows */
+                const int64_t g = ri / m_chunk, i = ri % m_chunk, m0 = r0 + g * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                unsigned char *lb = ws + (size_t)g * left_chunk;
+                if (i < tops__ceil_div(mm, 16) * 16)
+                    left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, (int8_t *)lb, (float *)(lb + left_terms),
+                             (uint16_t *)lb, (uint16_t *)(lb + left_terms));
+            }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-            for (int64_t jb = 0; jb < n_blocks; jb++) {
+            for (int64_t job = 0; job < round * n_blocks; job++) {
+                const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
+                unsigned char *lb = ws + (size_t)(job / n_blocks) * left_chunk;
+                const int8_t *aq = (const int8_t *)lb;
+                const float *as = (const float *)(lb + left_terms);
+                const uint16_t *ah = (const uint16_t *)lb, *al = (const uint16_t *)(lb + left_terms);
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, nb = kc / sub;
@@ -610,12 +620,13 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, fused ? NC_FUSED : NC_DEFAULT, 32, &threads, &nc, &n_blocks);
-    threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
-    /* Workspace: the left of one chunk as bf16 terms in tile order, then
-       per thread the pair's weight terms, the decode buffers, the
-       accumulators and row buffers. */
-    const size_t left_bytes = (size_t)tops__round_up(m_chunk * kp * na * 2, 64);
+    /* Workspace: the left of each chunk of a round as bf16 terms in tile
+       order, then per thread the pair's weight terms, the decode buffers,
+       the accumulators and row buffers. */
+    const size_t left_chunk = (size_t)tops__round_up(m_chunk * kp * na * 2, 64);
+    const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
+    const size_t left_bytes = left_chunk * (size_t)group;
     const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64) * (fused ? 2 : 1);
     /* (the fused path decodes from the panels: no unpack or f32 buffers) */
     const size_t code_bytes = fused && !nib ? 0 : (size_t)tops__round_up(16 * kc_max, 64); /* (4-bit: the first item) */
@@ -629,12 +640,11 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
     unsigned char *ws = tops__workspace_get(p, bytes);
     if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
-    uint16_t *a = (uint16_t *)ws;
 
-    for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
-        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
-        const int64_t m_pad = m_tiles * 16;
-        int64_t claimed = 0; /* the fused path's next n block */
+    for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
+        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
+        const int64_t jobs = round * n_blocks; /* (chunk, n block), chunk-major */
+        int64_t claimed = 0; /* the fused path's next job */
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -659,25 +669,33 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t i = 0; i < m_pad; i++) left_row_terms(kern, p, i < mm ? m0 + i : -1, i, kp, na, &rb, a);
+            for (int64_t ri = 0; ri < round * m_chunk; ri++) { /* chunk ri / m_chunk's padded rows */
+                const int64_t g = ri / m_chunk, i = ri % m_chunk, m0 = r0 + g * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                if (i < tops__ceil_div(mm, 16) * 16)
+                    left_row_terms(kern, p, i < mm ? m0 + i : -1, i, kp, na, &rb,
+                                   (uint16_t *)(ws + (size_t)g * left_chunk));
+            }
             if (fused) {
-                /* n blocks claimed one ahead, so each block's last kernel
-                   calls decode the first terms of the thread's next one. */
+                /* jobs claimed one ahead, so each job's last kernel calls
+                   decode the first terms of the thread's next one. */
                 int64_t cur, next, parity = 0;
 #ifdef _OPENMP
 #pragma omp atomic capture
 #endif
                 cur = claimed++;
-                if (cur < n_blocks)
-                    (void)decode_pair(p, cur * nc, 0, kp < kc_max ? kp : kc_max, kp, 1, smul, &tb, wt);
-                while (cur < n_blocks) {
+                if (cur < jobs)
+                    (void)decode_pair(p, cur % n_blocks * nc, 0, kp < kc_max ? kp : kc_max, kp, 1, smul, &tb, wt);
+                while (cur < jobs) {
 #ifdef _OPENMP
 #pragma omp atomic capture
 #endif
                     next = claimed++;
-                    const int64_t n0 = cur * nc, nn = N - n0 < nc ? N - n0 : nc;
-                    run_fused(p, na, smul, n0, tops__ceil_div(nn, 32), next < n_blocks ? next * nc : -1, kc_max,
-                              k_blocks, m_tiles, wt, a, acc, nc, &parity);
+                    const int64_t n0 = cur % n_blocks * nc, nn = N - n0 < nc ? N - n0 : nc;
+                    const int64_t m0 = r0 + cur / n_blocks * m_chunk, mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                    run_fused(p, na, smul, n0, tops__ceil_div(nn, 32), next < jobs ? next % n_blocks * nc : -1,
+                              kc_max, k_blocks, tops__ceil_div(mm, 16), wt,
+                              (const uint16_t *)(ws + (size_t)(cur / n_blocks) * left_chunk), acc, nc, &parity);
                     scale_sums(acc, mm, nn, nc, factor);
                     tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
                     cur = next;
@@ -686,7 +704,10 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-            for (int64_t jb = 0; jb < (fused ? 0 : n_blocks); jb++) {
+            for (int64_t job = 0; job < (fused ? 0 : jobs); job++) {
+                const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
+                const uint16_t *a = (const uint16_t *)(ws + (size_t)(job / n_blocks) * left_chunk);
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, steps = kc / 32;
