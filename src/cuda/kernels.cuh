@@ -49,7 +49,6 @@ struct Params {
     unsigned int *arrivals; // per output tile: K splits done (the last one reduces)
     float fold_pre, fold_post; // folded scales: w = decoded code x (scale x fold_pre); output x fold_post
     int fold_shfl;             // folded kernel: K order fixed by lane shuffles (1) or a stage permute (0)
-    int cluster;               // two-ring kernels: CTAs a cluster sharing the activation tile by TMA multicast
 };
 
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {

@@ -27,7 +27,6 @@
 #include "cuda/sm90.cuh"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,12 +84,9 @@ struct Cta {
 
 // Where a CTA works: token tile tt, block cb of channel tiles, K split and
 // that split's k64 blocks [b_begin, b_begin + nb) (cpb chunks per block).
-// Clusters (p.cluster CTAs, the two-ring kernels): consecutive CTAs share
-// the token tile and take consecutive channel blocks.
 __device__ __forceinline__ void place(const Params &p, int cpb, int &tt, int &cb, int &split, int &b_begin, int &nb) {
-    const int cl = p.cluster > 1 ? p.cluster : 1, y = blockIdx.x / cl;
-    tt = y % p.passes;
-    cb = (y / p.passes) * cl + blockIdx.x % cl;
+    tt = blockIdx.x % p.passes;
+    cb = blockIdx.x / p.passes;
     split = blockIdx.y;
     const int kblocks = p.chunks / cpb, bps = p.chunks_per_split / cpb;
     b_begin = split * bps;
@@ -478,31 +474,11 @@ __device__ __forceinline__ void bar_sync() {
     asm volatile("bar.sync %0, %1;" ::"n"(ID), "n"(N) : "memory");
 }
 
-// cl > 1: a cluster of cl CTAs on one token tile; each CTA's X producer
-// loads rows [rank TN / cl, (rank + 1) TN / cl) of every X stage into the
-// same slot of every CTA of the cluster (TMA multicast), so the cluster
-// reads its activations from L2 once instead of cl times.  A slot is
-// refilled once every consumer warp of the cluster has released it.
 struct FoldCta {
     unsigned char *x, *w; // the rings
     uint64_t *xfull, *xempty, *xready, *wfull, *wempty;
-    int tt, cb, split, b_begin, nb, cl;
-    uint32_t rank;
+    int tt, cb, split, b_begin, nb;
 };
-
-// A consumer warp is done with X slot s: one arrive per thread (no
-// cluster), else lane r arrives on the slot's empty barrier in CTA r.
-// Called by every thread of the warp.
-__device__ __forceinline__ void x_release(const FoldCta &c, int s) {
-    using namespace sm90;
-    if (c.cl == 1) {
-        mbar_arrive(&c.xempty[s]);
-        return;
-    }
-    __syncwarp();
-    const int lane = threadIdx.x & 31;
-    if (lane < c.cl) mbar_arrive_cluster(&c.xempty[s], (uint32_t)lane);
-}
 
 template <int TN, int CW>
 __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char *smem_raw) {
@@ -518,12 +494,10 @@ __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char
     c.wfull = c.xready + L::XR;
     c.wempty = c.wfull + L::WR;
     place(p, 1, c.tt, c.cb, c.split, c.b_begin, c.nb);
-    c.cl = p.cluster > 1 ? p.cluster : 1;
-    c.rank = c.cl > 1 ? cluster_rank() : 0u;
     if (threadIdx.x == 0) {
         for (int s = 0; s < L::XR; s++) {
             mbar_init(&c.xfull[s], 1);
-            mbar_init(&c.xempty[s], c.cl > 1 ? c.cl * CW * 4 : CW * 128); // threads, or the cluster's warps
+            mbar_init(&c.xempty[s], CW * 128);
             mbar_init(&c.xready[s], kFoldPermuters);
         }
         for (int s = 0; s < L::WR; s++) {
@@ -533,7 +507,6 @@ __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char
         mbar_init_fence();
     }
     __syncthreads();
-    if (c.cl > 1) cluster_sync(); // the peers' barriers exist before a multicast or remote arrive reaches them
     return c;
 }
 
@@ -546,17 +519,9 @@ __device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta
         const int s = i % L::XR, nbs = min(L::SB, c.nb - i * L::SB);
         if (i >= L::XR) mbar_wait(&c.xempty[s], ((i / L::XR) + 1) & 1);
         unsigned char *stg = c.x + s * L::XBYTES;
-        mbar_expect_tx(&c.xfull[s], (uint32_t)(nbs * TN * 128)); // the whole tile lands, from every CTA
-        if (c.cl == 1) {
-            for (int q = 0; q < nbs; q++)
-                tma_load_2d(stg + q * TN * 128, &xmap, &c.xfull[s], (c.b_begin + i * L::SB + q) * 64, c.tt * TN);
-        } else { // xmap's box is TN / cl rows
-            const int rows = TN / c.cl;
-            const uint16_t all = (uint16_t)((1u << c.cl) - 1u);
-            for (int q = 0; q < nbs; q++)
-                tma_load_2d_multicast(stg + q * TN * 128 + (int)c.rank * rows * 128, &xmap, &c.xfull[s],
-                                      (c.b_begin + i * L::SB + q) * 64, c.tt * TN + (int)c.rank * rows, all);
-        }
+        mbar_expect_tx(&c.xfull[s], (uint32_t)(nbs * TN * 128));
+        for (int q = 0; q < nbs; q++)
+            tma_load_2d(stg + q * TN * 128, &xmap, &c.xfull[s], (c.b_begin + i * L::SB + q) * 64, c.tt * TN);
     }
 }
 
@@ -656,7 +621,7 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     // this warpgroup's last chunk of a stage releases the stage.
     const auto release = [&](int c) {
         const unsigned u = c, v = c + STEP;
-        if (v / L::SB != u / L::SB || c + STEP >= nc) x_release(cta, (u / L::SB) % L::XR);
+        if (v / L::SB != u / L::SB || c + STEP >= nc) mbar_arrive(&cta.xempty[(u / L::SB) % L::XR]);
         if (v / L::WSB != u / L::WSB || c + STEP >= nc) mbar_arrive(&cta.wempty[(u / L::WSB) % L::WR]);
     };
     // A stays live to its release (else the compiler reuses its registers
@@ -718,7 +683,7 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     release(last);
     // A warpgroup with no chunk in the last stages releases them too.
     const unsigned ul = last, un = nc - 1;
-    if (ul / L::SB != un / L::SB) x_release(cta, (un / L::SB) % L::XR);
+    if (ul / L::SB != un / L::SB) mbar_arrive(&cta.xempty[(un / L::SB) % L::XR]);
     if (ul / L::WSB != un / L::WSB) mbar_arrive(&cta.wempty[(un / L::WSB) % L::WR]);
 
     if constexpr (CW == 4) { // the second warpgroup of each tile hands its sums over through the X ring
@@ -831,7 +796,7 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
     };
     const auto release = [&](int c) {
         const unsigned u = c, v = c + 1;
-        if (v / L::SB != u / L::SB || c + 1 >= nc) x_release(cta, (u / L::SB) % L::XR);
+        if (v / L::SB != u / L::SB || c + 1 >= nc) mbar_arrive(&cta.xempty[(u / L::SB) % L::XR]);
         if (v / L::WSB != u / L::WSB || c + 1 >= nc) mbar_arrive(&cta.wempty[(u / L::WSB) % L::WR]);
     };
     const auto retire = [&](int c, uint32_t (&A)[STEPS][4]) {
@@ -898,9 +863,6 @@ __global__ void __launch_bounds__(3 * 128, 1) wgmma_s_kernel(const __grid_consta
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         consume_strict<CODE, BF16, TN, GSL>(p, cta);
     }
-    // Peers multicast into this CTA's ring and arrive on its barriers up to
-    // their last stage: no CTA of a cluster exits before all are done.
-    if (cta.cl > 1) cluster_sync();
 #else
     (void)xmap, (void)p;
 #endif
@@ -954,7 +916,6 @@ __global__ void __launch_bounds__((CW + 1) * 128, 1)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(fold_consumer_regs(CW)));
         consume_folded<CODE, SK, BF16, TN, CW, GSL>(p, cta, lut);
     }
-    if (cta.cl > 1) cluster_sync(); // as wgmma_s_kernel
 #else
     (void)xmap, (void)p;
 #endif
@@ -1045,37 +1006,6 @@ wg_fn pick_strict(int code, int tn, int gsl) {
 const char *const kStrictNames[2] = {"wgmma_w strict pipelined m64n64k16, 2 consumer warpgroups + TMA",
                                      "wgmma_w strict pipelined m64n128k16, 2 consumer warpgroups + TMA"};
 
-// CTAs a cluster of the two-ring kernels (debug key wgmma_cluster: 1, 2 or
-// 4), where clusters of that size fit on the device (else 1) and each CTA's
-// share of the TN-token tile is whole 8-row swizzle atoms.  Every two-ring
-// kernel runs one CTA an SM, so the answer is cached per device and size.
-int pick_cluster(wg_fn fn, int threads, size_t smem, int tn) {
-    const long long want = tops__cu_tune(TOPS__CU_T_WGMMA_CLUSTER);
-    const int cl = want == 2 || want == 4 ? (int)want : 1;
-    if (cl == 1 || tn / cl < 8) return 1;
-    static int cached[64][2]; // 0 unknown, 1 fits, -1 does not
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return (void)cudaGetLastError(), 1;
-    if (dev < 64 && cached[dev][cl == 4]) return cached[dev][cl == 4] > 0 ? cl : 1;
-    if (cudaFuncSetAttribute(reinterpret_cast<const void *>(fn), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)smem) != cudaSuccess)
-        return (void)cudaGetLastError(), 1;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned)cl, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-    cfg.gridDim = dim3(4u * 132u);
-    cfg.blockDim = dim3((unsigned)threads);
-    cfg.dynamicSmemBytes = smem;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveClusters(&n, fn, &cfg) != cudaSuccess) n = 0;
-    (void)cudaGetLastError();
-    if (dev < 64) cached[dev][cl == 4] = n > 0 ? 1 : -1;
-    return n > 0 ? cl : 1;
-}
-
 // K splits: 1 unless debug key wgmma_splits asks for more.  On the H200
 // (2026-11-29 16:51 UTC, int4-g128, TN = 64) every split count above 1 ran
 // slower although it fills the SMs: at M = 128, 79.8 / 120.2 / 128.2 us for
@@ -1130,14 +1060,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     }
     const wg_fn ffn = fp.fn ? fp.fn : sfn;
     const int wt = tn == 128 || ffn ? 1 : 2;
-    // Clusters sharing the activation tile (two-ring kernels, not with the
-    // stage permute of the A/B key wgmma_permute=1): pick_cluster.
-    const int cl = ffn && !(fp.fn && tops__cu_tune(TOPS__CU_T_WGMMA_PERMUTE) == 1)
-                       ? pick_cluster(ffn, fp.fn ? fp.threads : 384,
-                                      (size_t)(fp.fn ? fp.smem : tn == 128 ? fold_layout<128>::SMEM : fold_layout<64>::SMEM), tn)
-                       : 1;
-    p.cluster = cl;
-    const long long cblocks = ((p.ntiles / 4 + 2 * wt - 1) / (2 * wt) + cl - 1) / cl * cl; // whole clusters
+    const long long cblocks = (p.ntiles / 4 + 2 * wt - 1) / (2 * wt);
     p.passes = (int)((a->m + tn - 1) / tn);
     const long long units = cblocks * p.passes;
     const int cpb = 64 / tops__cu_chunk_k(a->code), kblocks = p.chunks / cpb;
@@ -1151,7 +1074,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     }
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)row_bytes};
-    const cuuint32_t box[2] = {64, (cuuint32_t)(tn / cl)}; // clusters: a CTA's share of the tile
+    const cuuint32_t box[2] = {64, (cuuint32_t)tn};
     if (!sm90::encode_sw128(&map, a->x_bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
                             a->x, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B))
         return (int)cudaErrorNotSupported;
@@ -1194,24 +1117,13 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         }
     }
     const bool strict_pipe = ffn && !fp.fn;
-    const char *name = strict_pipe ? kStrictNames[tn == 128]
-                       : ffn       ? kFoldNames[cw == 4][tn == 128]
-                       : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
-                                   : "wgmma_w m64n64k16 (A from registers) + TMA";
-    if (cl > 1) {
-        static thread_local char named[128];
-        snprintf(named, sizeof named, "%s, clusters of %d sharing the activation tile", name, cl);
-        name = named;
-    }
-    set_last_kernel(name);
+    set_last_kernel(strict_pipe ? kStrictNames[tn == 128]
+                    : ffn       ? kFoldNames[cw == 4][tn == 128]
+                    : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
+                                : "wgmma_w m64n64k16 (A from registers) + TMA");
     if (err == cudaSuccess) {
-        const unsigned threads = strict_pipe ? 384 : ffn ? fp.threads : kThreads;
-        if (cl > 1) {
-            err = launch_kernel(fn, dim3((unsigned)units, (unsigned)p.splits), dim3(threads), smem, stream, false, cl, map, p);
-        } else {
-            fn<<<dim3((unsigned)units, (unsigned)p.splits), threads, smem, stream>>>(map, p);
-            err = cudaGetLastError();
-        }
+        fn<<<dim3((unsigned)units, (unsigned)p.splits), strict_pipe ? 384 : ffn ? fp.threads : kThreads, smem, stream>>>(map, p);
+        err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the wgmma kernel launch";
     }
     if (ws) {

@@ -796,26 +796,21 @@ static void test_wgmma_strict(void) {
     int passed = 0;
     debug_set("kernel", "wgmma");
     debug_set("fold", "0");
-    static const char *const clusters[3] = {"1", "2", "4"};
     for (int i = 0; i < n; i++) {
         if (cases[i].splits) debug_set("wgmma_splits", cases[i].splits);
         if (cases[i].tn) debug_set("wgmma_tn", cases[i].tn);
-        debug_set("wgmma_cluster", clusters[i % 3]); /* clusters sharing the activation tile */
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
                       cases[i].accumulate, cases[i].prepack, 0, 0};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        if ((strstr(kn, "strict pipelined") != NULL) != cases[i].want ||
-            (cases[i].want && (strstr(kn, "clusters of") != NULL) != (i % 3 != 0))) {
-            TH_FAIL_AT("%s act=%s M=%lld K=%lld cluster=%s ran %s (want %sthe strict pipeline)", c.format,
-                       tops_dtype_name(c.act), (long long)c.m, (long long)c.k, clusters[i % 3], kn,
-                       cases[i].want ? "" : "not ");
+        if ((strstr(kn, "strict pipelined") != NULL) != cases[i].want) {
+            TH_FAIL_AT("%s act=%s M=%lld K=%lld ran %s (want %sthe strict pipeline)", c.format, tops_dtype_name(c.act),
+                       (long long)c.m, (long long)c.k, kn, cases[i].want ? "" : "not ");
             ok = 0;
         }
         passed += ok;
         debug_set("wgmma_splits", NULL);
         debug_set("wgmma_tn", NULL);
-        debug_set("wgmma_cluster", NULL);
     }
     debug_set("kernel", NULL);
     debug_set("fold", NULL);
@@ -891,14 +886,11 @@ static void test_wgmma_folded(void) {
         if (i % 4 == 3) debug_set("wgmma_permute", "1"); /* the stage-permute variant */
         /* 2 and 4 consumer warpgroups, each also with the permute */
         debug_set("wgmma_cw", (i + i / 4) % 4 >= 2 ? "4" : "2");
-        /* clusters of 1, 2, 4 sharing the activation tile (not with the permute) */
-        debug_set("wgmma_cluster", i % 3 == 0 ? "1" : i % 3 == 1 ? "2" : "4");
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
                       cases[i].accumulate, cases[i].prepack, cases[i].relaxed, cases[i].spread};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        if ((strstr(kn, "folded") != NULL) != cases[i].want_fold ||
-            (cases[i].want_fold && (strstr(kn, "clusters of") != NULL) != (i % 3 != 0 && i % 4 != 3))) {
+        if ((strstr(kn, "folded") != NULL) != cases[i].want_fold) {
             TH_FAIL_AT("%s act=%s M=%lld relaxed=%d spread=%d ran %s (want %sfolded)", c.format,
                        tops_dtype_name(c.act), (long long)c.m, c.relaxed, c.spread, kn, cases[i].want_fold ? "" : "not ");
             ok = 0;
@@ -909,7 +901,6 @@ static void test_wgmma_folded(void) {
         debug_set("fold", NULL);
         debug_set("wgmma_permute", NULL);
         debug_set("wgmma_cw", NULL);
-        debug_set("wgmma_cluster", NULL);
     }
     debug_set("kernel", NULL);
     /* By plan (no forcing): strict mxfp4 at M = 128 folds (relaxed int4-g128
@@ -1375,11 +1366,6 @@ int main(void) {
         TEST_MAIN_END();
     }
     if (only && strcmp(only, "strict") == 0) {
-        RUN_TEST(test_wgmma_strict);
-        TEST_MAIN_END();
-    }
-    if (only && strcmp(only, "two-ring") == 0) { /* the strict and folded two-ring kernels */
-        RUN_TEST(test_wgmma_folded);
         RUN_TEST(test_wgmma_strict);
         TEST_MAIN_END();
     }
