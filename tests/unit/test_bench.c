@@ -108,7 +108,7 @@ static void test_timing_rules(void) {
     counter slow = {0, 0, -1, 2000};
     ASSERT_OK(tops_bench_time(count_call, &slow, 0, 1, 0.02, &t));
     ASSERT_TRUE(t.total_s >= 0.02);
-    ASSERT_TRUE(t.repeats >= 2);
+    ASSERT_TRUE(t.repeats >= 2 || t.min_s >= 0.02); /* one call only if a busy host stretched it past 20 ms */
     ASSERT_TRUE(t.min_s >= 0.002);
     /* a failing call stops the timing with its status */
     counter bad = {0, 3, -1, 0};
