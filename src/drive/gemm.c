@@ -85,6 +85,16 @@ void tops__split_n(const tops__gemm_problem *p, int64_t nc_target, int64_t nr, i
     *threads = t > *n_blocks ? (int)*n_blocks : t;
 }
 
+tops_status tops__driver_workspace(const char *fn, const tops__gemm_problem *p, size_t shared, size_t per_thread,
+                                   int threads, unsigned char **ws) {
+    size_t bytes, more;
+    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(shared, more, &bytes))
+        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
+    *ws = tops__workspace_get(p, bytes);
+    if (!*ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    return TOPS_OK;
+}
+
 int64_t tops__m_rounds(const tops__gemm_problem *p, tops__work_kind kind, int64_t n_blocks, int64_t m_chunk,
                        size_t left_bytes, int *threads) {
     int t = p->threads < 1 ? 1 : p->threads;
@@ -131,12 +141,14 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
     size_t right_floats = floats_aligned(nc * kc_max);
     size_t acc_floats = floats_aligned(m_chunk * nc);
     size_t tmp_floats = floats_aligned(w * kc_max);
-    size_t per_thread = right_floats + acc_floats + tmp_floats, total, bytes;
-    if (!tops__mul_size(per_thread, (size_t)threads, &total) || !tops__add_size(total, left_floats, &total) ||
-        !tops__mul_size(total, sizeof(float), &bytes))
+    const size_t per_thread = right_floats + acc_floats + tmp_floats;
+    size_t left_bytes, thread_bytes;
+    if (!tops__mul_size(left_floats, sizeof(float), &left_bytes) || !tops__mul_size(per_thread, sizeof(float), &thread_bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    float *ws = tops__workspace_get(p, bytes);
-    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    unsigned char *wsb;
+    const tops_status wst = tops__driver_workspace(fn, p, left_bytes, thread_bytes, threads, &wsb);
+    if (wst != TOPS_OK) return wst;
+    float *ws = (float *)wsb;
 
     for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
         const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);

@@ -194,6 +194,11 @@ void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, 
    calling thread's cached buffer (kept between calls).  64-byte aligned;
    NULL when out of memory. */
 void *tops__workspace_get(const tops__gemm_problem *p, size_t bytes);
+/* A driver's workspace: shared bytes, then per_thread bytes for each of
+   threads (64-byte aligned); sets *ws, or fails with a sentence (a size
+   that overflows, no memory). */
+tops_status tops__driver_workspace(const char *fn, const tops__gemm_problem *p, size_t shared, size_t per_thread,
+                                   int threads, unsigned char **ws);
 
 /* Balanced block size: splits n into ceil(n / target) nearly equal
    blocks, each a multiple of `unit`. */

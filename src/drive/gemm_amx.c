@@ -251,11 +251,9 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const size_t rs = (size_t)tops__round_up(n_subs * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
     const size_t tmp_bytes = 2 * rf + rq + rs + 2 * rh;
     const size_t per_thread = panel_bytes + pscale_bytes + rows_bytes + qs_bytes + acc_bytes + tmp_bytes;
-    size_t bytes, more;
-    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
-        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    unsigned char *ws = tops__workspace_get(p, bytes);
-    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    unsigned char *ws;
+    const tops_status wst = tops__driver_workspace(fn, p, left_bytes, per_thread, threads, &ws);
+    if (wst != TOPS_OK) return wst;
 
     for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
         const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
@@ -635,11 +633,9 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);
     const size_t rf = (size_t)tops__round_up(kp * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
     const size_t per_thread = wterm_bytes + 2 * code_bytes + 2 * scale_bytes + 2 * f_bytes + acc_bytes + 2 * rf + 2 * rh;
-    size_t bytes, more;
-    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
-        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    unsigned char *ws = tops__workspace_get(p, bytes);
-    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    unsigned char *ws;
+    const tops_status wst = tops__driver_workspace(fn, p, left_bytes, per_thread, threads, &ws);
+    if (wst != TOPS_OK) return wst;
 
     for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
         const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);

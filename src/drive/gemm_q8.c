@@ -220,11 +220,9 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
         prepacked ? 0 : (size_t)tops__round_up(8 * kc_max, 64) + (size_t)tops__round_up(8 * kc_max / sub * 4, 64) * (1 + mins);
     size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64), tmp_bytes = (size_t)tops__round_up(kp * 4, 64);
     size_t per_thread = (size_t)tops__round_up((int64_t)panel_bytes, 64) + pscale_bytes + row_bytes + acc_bytes + tmp_bytes;
-    size_t bytes, more;
-    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
-        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    unsigned char *ws = tops__workspace_get(p, bytes);
-    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    unsigned char *ws;
+    const tops_status wst = tops__driver_workspace(fn, p, left_bytes, per_thread, threads, &ws);
+    if (wst != TOPS_OK) return wst;
 
     for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
         const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
