@@ -207,6 +207,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->conv_dw_name = "tops_conv_dw_f32__avx2";
         k->gemm_f32_rows = (tops__gemm_rows_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16_rows__avx2,
                                                      "tops_gemm_f32_f32_f32_6x16_rows__avx2"};
+        k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx2;
+        k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx2";
     }
     if (level_allows(level, TOPS_ISA_AVX512)) {
         k->tile_gemm = (tops__tile_gemm){12, 32, tops__tile_gemm_f32_12x32__avx512,

@@ -140,7 +140,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_BULK_ISSUE] = {"bulk_issue", RULE},  /* the first warp with activation tiles, else thread 0 */
     [TOPS__CU_T_BULK_ARRIVE] = {"bulk_arrive", 0},   /* 0: TOPS_CU_BULK_ARRIVE's rule */
     [TOPS__CU_T_WGMMA_SPLITS] = {"wgmma_splits", 1}, /* K splits of the register-A wgmma kernels */
-    [TOPS__CU_T_WGMMA_TN] = {"wgmma_tn", 0},         /* 0: 128 tokens above M = 64 (folded, strict 4-bit), else 64 */
+    [TOPS__CU_T_WGMMA_TN] = {"wgmma_tn", 0},         /* 0: 128 tokens above M = 64 (folded, strict 4-bit, 8-bit integers), else 64 */
     [TOPS__CU_T_WGMMA_CW] = {"wgmma_cw", 2},         /* consumer warpgroups of the folded kernel */
     [TOPS__CU_T_WGMMA_PERMUTE] = {"wgmma_permute", 0}, /* 1: stage permute instead of the quad shuffle */
     [TOPS__CU_T_FP8_CTAS] = {"fp8_ctas", 0},         /* 0: no cap on the TMA GEMMs' grid */

@@ -1037,11 +1037,15 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     // warpgroup ran 1.8x slower), 128 tokens above M = 64 (H200, 2026-11-29
     // 18:19 UTC, int4-g128 relaxed / mxfp4 / nvfp4, us at M = 64 / 128 / 256:
     // n64 x2 74.4 / 73.1 / 145.5, n64 x1 41.9 / 82.3 / 122.1, n128 x1 48.0 /
-    // 50.1 / 99.6); wgmma_cw=4: four consumer warpgroups.
+    // 50.1 / 99.6); wgmma_cw=4: four consumer warpgroups.  8-bit integers
+    // on the one-ring kernel: 128 tokens (one m64 tile a warpgroup) above
+    // M = 64 too (H200, 2026-12-02, int8-g32, same process: M = 128 / 256
+    // 88.2 / 175.7 us against 101.4 / 207.5 with two m64 tiles x 64 tokens).
     const long long tn_env = tops__cu_tune(TOPS__CU_T_WGMMA_TN);
     const bool bf16 = a->x_bf16 != 0;
     const bool s4 = !a->fold && (a->code == TOPS__CU_CODE_U4 || a->code == TOPS__CU_CODE_E2M1);
-    const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : (a->fold || s4) && a->m > 64 ? 128 : 64;
+    const bool wide = a->fold || s4 || a->code == TOPS__CU_CODE_I8;
+    const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : wide && a->m > 64 ? 128 : 64;
     const int cw = tops__cu_tune(TOPS__CU_T_WGMMA_CW) == 4 ? 4 : 2;
     const int gsl = p.group_shift >= 6 ? 2 : p.group_shift - 4; // k16 steps per group: 1, 2, 4 (and more)
     const fold_pick fp = !a->fold ? fold_pick{nullptr, 0, 0}

@@ -515,7 +515,7 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                             bsp[h] = scales + gi[h] * 8 * n_subs + kb * 8;
                         }
                         kern->gemm_q8_rows(taps * nbc, a, as, ac, bp, paired ? 128 : 32, bsp, acc + b * MR * NR, NR,
-                                           t > 0);
+                                           t > 0, offset);
                     }
             const int64_t vc = o - p * NR < NR ? o - p * NR : NR;
             for (int64_t b = 0; b < nb; b++) {

@@ -85,6 +85,31 @@ void tops__split_n(const tops__gemm_problem *p, int64_t nc_target, int64_t nr, i
     *threads = t > *n_blocks ? (int)*n_blocks : t;
 }
 
+tops_status tops__driver_workspace(const char *fn, const tops__gemm_problem *p, size_t shared, size_t per_thread,
+                                   int threads, unsigned char **ws) {
+    size_t bytes, more;
+    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(shared, more, &bytes))
+        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
+    *ws = tops__workspace_get(p, bytes);
+    if (!*ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
+    return TOPS_OK;
+}
+
+int64_t tops__m_rounds(const tops__gemm_problem *p, tops__work_kind kind, int64_t n_blocks, int64_t m_chunk,
+                       size_t left_bytes, int *threads) {
+    int t = p->threads < 1 ? 1 : p->threads;
+#ifndef _OPENMP
+    t = 1;
+#endif
+    t = tops__threads_for(kind, 2.0 * (double)p->m * (double)p->n * (double)p->k, t);
+    int64_t g = tops__ceil_div(t, n_blocks);
+    const int64_t chunks = tops__ceil_div(p->m, m_chunk);
+    if (g > chunks) g = chunks;
+    while (g > 1 && left_bytes * (size_t)g > ((size_t)256 << 20)) g--;
+    *threads = (int64_t)t < g * n_blocks ? t : (int)(g * n_blocks);
+    return g;
+}
+
 tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
     const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
     if (size_ok != TOPS_OK) return size_ok;
@@ -104,27 +129,30 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, p->n_tile_hint > 0 ? p->n_tile_hint : NC_DEFAULT, nr, &threads, &nc, &n_blocks);
-    threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)M * (double)N * (double)K, threads);
 
-    /* Workspace: packed left (shared), then per thread the packed right
-       block, the f32 accumulator and a transpose buffer. */
+    /* Workspace: the packed left of each chunk of a round (shared), then
+       per thread the packed right block, the f32 accumulator and a
+       transpose buffer. */
     const int64_t w = mr > nr ? mr : nr;
-    size_t left_floats = floats_aligned(m_chunk * K);
+    const size_t chunk_floats = floats_aligned(m_chunk * K);
+    const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_F32, n_blocks, m_chunk, chunk_floats * sizeof(float),
+                                         &threads);
+    size_t left_floats = chunk_floats * (size_t)group;
     size_t right_floats = floats_aligned(nc * kc_max);
     size_t acc_floats = floats_aligned(m_chunk * nc);
     size_t tmp_floats = floats_aligned(w * kc_max);
-    size_t per_thread = right_floats + acc_floats + tmp_floats, total, bytes;
-    if (!tops__mul_size(per_thread, (size_t)threads, &total) || !tops__add_size(total, left_floats, &total) ||
-        !tops__mul_size(total, sizeof(float), &bytes))
+    const size_t per_thread = right_floats + acc_floats + tmp_floats;
+    size_t left_bytes, thread_bytes;
+    if (!tops__mul_size(left_floats, sizeof(float), &left_bytes) || !tops__mul_size(per_thread, sizeof(float), &thread_bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    float *ws = tops__workspace_get(p, bytes);
-    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
-    float *packed_left = ws;
+    unsigned char *wsb;
+    const tops_status wst = tops__driver_workspace(fn, p, left_bytes, thread_bytes, threads, &wsb);
+    if (wst != TOPS_OK) return wst;
+    float *ws = (float *)wsb;
 
-    for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
-        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
-        const int64_t m_panels = tops__ceil_div(mm, mr);
-        const int64_t m_pad = m_panels * mr;
+    for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
+        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
+        const int64_t lead_panels = m_chunk / mr; /* each chunk's panels but the round's last */
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -138,22 +166,30 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
             float *mine = ws + left_floats + (size_t)tid * per_thread;
             float *packed_right = mine, *acc = mine + right_floats, *tmp = acc + acc_floats;
 
-            /* Left for this chunk: K block b starts at b * kc_max * m_pad. */
+            /* Left for each chunk: K block b starts at b * kc_max * m_pad. */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t job = 0; job < k_blocks * m_panels; job++) {
-                int64_t kb = job / m_panels, ip = job % m_panels;
-                int64_t k0 = kb * kc_max, kc = K - k0 < kc_max ? K - k0 : kc_max;
-                int64_t valid = mm - ip * mr < mr ? mm - ip * mr : mr;
+            for (int64_t job = 0; job < round * k_blocks * lead_panels; job++) {
+                const int64_t g = job / (k_blocks * lead_panels), r = job % (k_blocks * lead_panels);
+                const int64_t m0 = r0 + g * m_chunk, mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                const int64_t m_panels = tops__ceil_div(mm, mr), m_pad = m_panels * mr;
+                const int64_t kb = r / lead_panels, ip = r % lead_panels;
+                if (ip >= m_panels) continue;
+                const int64_t k0 = kb * kc_max, kc = K - k0 < kc_max ? K - k0 : kc_max;
+                const int64_t valid = mm - ip * mr < mr ? mm - ip * mr : mr;
                 pack_panel(p->kern, &p->left, m0 + ip * mr, valid, (int)mr, k0, kc,
-                           packed_left + k0 * m_pad + ip * mr * kc, tmp);
+                           ws + g * chunk_floats + k0 * m_pad + ip * mr * kc, tmp);
             }
 
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-            for (int64_t jb = 0; jb < n_blocks; jb++) {
+            for (int64_t job = 0; job < round * n_blocks; job++) {
+                const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                const int64_t m_panels = tops__ceil_div(mm, mr), m_pad = m_panels * mr;
+                const float *packed_left = ws + job / n_blocks * chunk_floats;
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc;
                 const int64_t n_panels = tops__ceil_div(nn, nr);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {

@@ -5,6 +5,7 @@
 #ifndef TOPS_DRIVE_GEMM_H
 #define TOPS_DRIVE_GEMM_H
 
+#include "core/threads.h"
 #include "cpu/dispatch.h"
 #include "drive/qweight.h"
 
@@ -147,6 +148,18 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
    relaxed (one term each); the plan sends it what the integer-form driver
    does not take. */
 int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed);
+/* Whether every value q * scale of w's integer form is, up to one factor
+   for the whole tensor, exact in one bf16 term: the codes' and the stored
+   scales' significant bits sum to at most 8 (mxfp4, mxint8: e8m0 scales;
+   nvfp4: e2m1 codes, ue4m3 scales, its f32 tensor scale the factor; int
+   groups with e8m0 or ue4m3 scales).  *factor (may be NULL): 1 where the
+   scales' multiplier is a power of two, else that multiplier (the
+   bf16-term driver decodes q * scale / factor and multiplies the sums by
+   factor).  Strict calls on such weights take the bf16 terms (two
+   products a step, hi x w and lo x w, no per-block scaling) and
+   tops_pack_right stores them the relaxed panels (i8 or 4-bit), which the
+   bf16-term kernel decodes between its tile steps. */
+int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w, float *factor);
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p);
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p);
 /* Whether the bf16-term driver reads p's weights through their integer
@@ -158,17 +171,17 @@ int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p);
 /* Prepacked AMX panels of a weight stored [N, K]: tops__amx_groups(N)
    groups of 16 columns (N rounded up to 32), group g's codes in the tile
    layout over all of kp = K rounded up to 32 at panels + g * 16 * kp codes
-   (relaxed: i8, tops__amx_pack_panel, read by the i8 tiles and the bf16
-   terms; strict: bf16, tops__amx_pack_panel_bf16, read by the bf16
-   tiles), and per sub-block 16 column scales at scales + g * 16 *
+   (relaxed, and strict where tops__amx_one_term: i8,
+   tops__amx_pack_panel, read by the i8 tiles and the bf16 terms; other
+   strict: bf16, tops__amx_pack_panel_bf16, read by the bf16 code tiles), and per sub-block 16 column scales at scales + g * 16 *
    (kp / sub).  Fills groups [g0, g0 + count); scratch holds 16 * kp bytes
    + 16 * (kp / sub) floats.  Missing columns: q = 0, scale 0.  Same bytes
    as the drivers' per-call packing. */
 int64_t tops__amx_groups(int64_t n);
 void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t kp, int64_t g0,
                            int64_t count, void *panels, float *scales, void *scratch);
-/* Relaxed weights whose codes take at most 16 values (4-bit codes without
-   mins): the panels in their 4-bit form (kernels.h, tops__amx_nib_expand;
+/* Relaxed (or tops__amx_one_term) weights whose codes take at most 16
+   values (4-bit codes without mins): the panels in their 4-bit form (kernels.h, tops__amx_nib_expand;
    half the bytes), group g at panels + g * 8 * kp, lut the codes of the
    nibbles.  tops__amx_nib_lut fills lut and returns 1 where w qualifies
    (0 otherwise); pack_nib needs 16 * kp bytes more scratch than
@@ -181,6 +194,11 @@ void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, 
    calling thread's cached buffer (kept between calls).  64-byte aligned;
    NULL when out of memory. */
 void *tops__workspace_get(const tops__gemm_problem *p, size_t bytes);
+/* A driver's workspace: shared bytes, then per_thread bytes for each of
+   threads (64-byte aligned); sets *ws, or fails with a sentence (a size
+   that overflows, no memory). */
+tops_status tops__driver_workspace(const char *fn, const tops__gemm_problem *p, size_t shared, size_t per_thread,
+                                   int threads, unsigned char **ws);
 
 /* Balanced block size: splits n into ceil(n / target) nearly equal
    blocks, each a multiple of `unit`. */
@@ -191,6 +209,13 @@ int64_t tops__balanced_block(int64_t n, int64_t target, int64_t unit);
    thread where N allows; *threads drops to the number of blocks. */
 void tops__split_n(const tops__gemm_problem *p, int64_t nc_target, int64_t nr, int *threads, int64_t *nc,
                    int64_t *n_blocks);
+/* M chunks a round runs side by side (each with its own left operand of
+   left_bytes): enough that N's n_blocks give the call's threads a job each
+   (conv2d's 64-channel layers: M = 100352, N = 64), at most 256 MiB of
+   left operands; *threads the threads the round uses.  Jobs are then
+   (chunk, n block) pairs, each computing what it computes alone. */
+int64_t tops__m_rounds(const tops__gemm_problem *p, tops__work_kind kind, int64_t n_blocks, int64_t m_chunk,
+                       size_t left_bytes, int *threads);
 
 /* Reader of 8-bit float element formats (e4m3/e5m2, mxfp8, channel fp8)
    stored [N, K], through the dispatch's element rows; and whether a

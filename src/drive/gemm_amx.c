@@ -13,8 +13,9 @@
    32-column pair of the weights decoded per K block into bf16 terms of
    code x scale (one to three, as many as the block's values need), then
    one kernel call per 32 x 32 outputs and K block, tdpbf16ps only
-   (relaxed calls on prepacked panels: the next pair's decode runs inside
-   this pair's kernel calls, run_fused, across the thread's n blocks).
+   (calls on prepacked i8 / 4-bit panels, relaxed or strict one-term
+   weights: the next pair's decode runs inside this pair's kernel calls,
+   run_fused, across the thread's n blocks).
    K is never split across threads and its blocking does not depend on the
    thread count, and a column's sums do not depend on the N blocking (the
    number of weight terms is decided per 32-column pair and K block): the
@@ -23,6 +24,7 @@
 #include "core/threads.h"
 #include "formats/traits.h"
 
+#include <math.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -48,6 +50,41 @@ static int panels_fit(const tops__kernels *kern, const tops_tensor *w) {
 int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed) {
     const int have = relaxed ? kern->amx_q8.run != NULL : kern->amx_bf16 != NULL;
     return have && panels_fit(kern, w);
+}
+
+/* Significant bits of v > 0 (from its highest set bit to its lowest). */
+static int sig_bits(unsigned v) {
+    int b = 0;
+    while (v && !(v & 1u)) v >>= 1;
+    while (v) b++, v >>= 1;
+    return b;
+}
+
+int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w, float *factor) {
+    if (!kern->amx_bf16t.run1_decode || !panels_fit(kern, w)) return 0;
+    const tops__qweight qw = tops__qweight_of(w);
+    const tops__int_layout *lay = &qw.lay;
+    if (lay->has_min || !isfinite(qw.mul) || qw.mul == 0.0f) return 0;
+    int qbits = 0, sbits;
+    if (lay->code_bits == 4) { /* the map's values */
+        for (int c = 0; c < 16; c++) {
+            const int b = sig_bits((unsigned)(lay->map[c] < 0 ? -lay->map[c] : lay->map[c]));
+            qbits = b > qbits ? b : qbits;
+        }
+    } else { /* every |q| <= qmax: the longest run of ones below it */
+        for (unsigned v = (unsigned)lay->qmax + 1u; v > 1u; v >>= 1) qbits++;
+    }
+    if (lay->form == TOPS__IF_BLOCKS) sbits = lay->scale_enc == TOPS__SE_E8M0_HALF ? 1 : 11;
+    else if (lay->form != TOPS__IF_CODES) return 0;
+    else if (!qw.scales || qw.scale_dtype == TOPS_DT_E8M0) sbits = 1;
+    else sbits = qw.scale_dtype == TOPS_DT_UE4M3 || qw.scale_dtype == TOPS_DT_E4M3 ? 4
+               : qw.scale_dtype == TOPS_DT_BF16                                ? 8
+               : qw.scale_dtype == TOPS_DT_F16                                 ? 11
+                                                                               : 24;
+    if (qbits + sbits > 8) return 0;
+    int e;
+    if (factor) *factor = fabsf(frexpf(qw.mul, &e)) == 0.5f ? 1.0f : qw.mul;
+    return 1;
 }
 
 /* One 16-column group over [k0, k0 + kc): valid columns exist, the rest
@@ -195,14 +232,16 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, NC_Q8, 32, &threads, &nc, &n_blocks);
-    threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
-    /* Workspace: the left of one chunk in tile order (relaxed: codes and
-       scales; strict: hi and lo terms), then per thread the weight block
-       and its scales, an unpack buffer, the accumulators and row buffers. */
+    /* Workspace: the left of each chunk of a round in tile order (relaxed:
+       codes and scales; strict: hi and lo terms), then per thread the
+       weight block and its scales, an unpack buffer, the accumulators and
+       row buffers. */
     const size_t left_terms = (size_t)tops__round_up(m_chunk * kp * esize, 64);
     const size_t left_scales = strict ? 0 : (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
-    const size_t left_bytes = left_terms * (strict ? 2 : 1) + left_scales;
+    const size_t left_chunk = left_terms * (strict ? 2 : 1) + left_scales;
+    const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
+    const size_t left_bytes = left_chunk * (size_t)group;
     const size_t panel_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * kc_max * esize, 64);
     const size_t pscale_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
     const size_t rows_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
@@ -212,18 +251,12 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const size_t rs = (size_t)tops__round_up(n_subs * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
     const size_t tmp_bytes = 2 * rf + rq + rs + 2 * rh;
     const size_t per_thread = panel_bytes + pscale_bytes + rows_bytes + qs_bytes + acc_bytes + tmp_bytes;
-    size_t bytes, more;
-    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
-        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    unsigned char *ws = tops__workspace_get(p, bytes);
-    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
-    int8_t *aq = (int8_t *)ws;
-    float *as = (float *)(ws + left_terms);
-    uint16_t *ah = (uint16_t *)ws, *al = (uint16_t *)(ws + left_terms);
+    unsigned char *ws;
+    const tops_status wst = tops__driver_workspace(fn, p, left_bytes, per_thread, threads, &ws);
+    if (wst != TOPS_OK) return wst;
 
-    for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
-        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
-        const int64_t m_pad = m_tiles * 16;
+    for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
+        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -246,12 +279,24 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t i = 0; i < m_pad; i++)
-                left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, aq, as, ah, al);
+            for (int64_t ri = 0; ri < round * m_chunk; ri++) { /* chunk ri / m_chunk's padded rows */
+                const int64_t g = ri / m_chunk, i = ri % m_chunk, m0 = r0 + g * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                unsigned char *lb = ws + (size_t)g * left_chunk;
+                if (i < tops__ceil_div(mm, 16) * 16)
+                    left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, (int8_t *)lb, (float *)(lb + left_terms),
+                             (uint16_t *)lb, (uint16_t *)(lb + left_terms));
+            }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-            for (int64_t jb = 0; jb < n_blocks; jb++) {
+            for (int64_t job = 0; job < round * n_blocks; job++) {
+                const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
+                unsigned char *lb = ws + (size_t)(job / n_blocks) * left_chunk;
+                const int8_t *aq = (const int8_t *)lb;
+                const float *as = (const float *)(lb + left_terms);
+                const uint16_t *ah = (const uint16_t *)lb, *al = (const uint16_t *)(lb + left_terms);
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, nb = kc / sub;
@@ -311,18 +356,27 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 
 /* ---- bf16 terms ---- */
 
-/* K blocks: strict 512; relaxed the whole K up to 4096.  Xeon, relaxed
-   int4-g32 prepacked, M = 128, K = 4096, N = 12288, one call at 07:05 UTC
+/* K blocks: strict 512; relaxed the whole K up to 4096; strict fused
+   (one-term weights) 2048, where the activations' hi and lo of a K block
+   take the bytes the relaxed ones of 4096 do (M = 128: 1 MiB).  Xeon,
+   strict M = 128, 2 threads (medians (mins), ms, calls at 15:20 and
+   15:24 UTC): mxfp4 21.3 (18.0) with the whole K, 14.8 (12.0) with 2048;
+   nvfp4 48.0 plain (the packed probe was slower) vs 22.0 (12.9).  The K
+   blocking never changes the bits: the kernel reloads its f32 sums
+   exactly.  Xeon, relaxed int4-g32 prepacked, M = 128, K = 4096, N = 12288, one call at 07:05 UTC
    (medians, ms, 16 / 2 threads): K blocks of 512 3.92 / 25.2, 1024 2.75 /
    13.4, 4096 2.25 / 9.86 (q4_K: 7.02 / 41.5, 6.03 / 30.4, 6.07 / 35.8).
    (A later probe put a call's own fixed cost at only ~0.2-0.3 us, and
    with n blocks of 64 K blocks of 512 and 4096 measured alike: 1.644 vs
    1.627 ms at 16 threads; the whole K stays.) */
-enum { KC_BF16T = 512, KC_BF16T_RELAXED = 4096, MAX_WTERMS = 3 };
+enum { KC_BF16T = 512, KC_BF16T_RELAXED = 4096, KC_BF16T_FUSED_STRICT = 2048, MAX_WTERMS = 3 };
 
 /* The term pairs of the kernel for na activation terms and nw weight
    terms, in an order that reuses each loaded tile.  Strict: every product
-   but a_lo . w_2 (below 2^-24 of |a w|); relaxed: a . w. */
+   but a_lo . w_2 (below 2^-24 of |a w|); relaxed: a . w.  (Dropping
+   a_lo . w_1 too, 3 products for two-term weights such as f16, raised
+   the emulated test's worst strict rel-L2 for f16 at K = 1 from 3.2e-6
+   to 8.0e-6 over 8 seeds, against the bound 1e-5: kept.) */
 static int term_pairs(int na, int nw, uint8_t *pa, uint8_t *pb) {
     static const uint8_t sa[5] = {0, 1, 1, 0, 0}, sb[5] = {0, 0, 1, 1, 2};
     const int np = na == 1 ? nw : nw == 1 ? 2 : nw == 2 ? 4 : 5;
@@ -363,7 +417,7 @@ typedef struct terms_bufs {
 } terms_bufs;
 
 static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int64_t kc, int64_t kp, int nslots,
-                       const terms_bufs *tb, uint16_t *out) {
+                       float smul, const terms_bufs *tb, uint16_t *out) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int64_t group_terms = (kc / 32) * nslots * 512;
@@ -379,8 +433,12 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
                 kern->amx_nib_expand(p->q8_panels + gg * 8 * kp + k0 * 8, p->q8_lut, kc / 4, tb->panel);
                 codes = tb->panel;
             }
-            const int u = kern->amx_bf16t.terms_q8(codes, p->q8_scales + gg * 16 * n_subs + k0 / sub * 16, sub, kc,
-                                                   nslots, out + g * group_terms);
+            const float *scales = p->q8_scales + gg * 16 * n_subs + k0 / sub * 16;
+            if (smul != 1.0f) { /* as run1_decode's job.smul */
+                for (int64_t x = 0; x < 16 * (kc / sub); x++) tb->pscale[x] = scales[x] * smul;
+                scales = tb->pscale;
+            }
+            const int u = kern->amx_bf16t.terms_q8(codes, scales, sub, kc, nslots, out + g * group_terms);
             need = u > need ? u : need;
         }
         return need;
@@ -391,6 +449,8 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
             int64_t valid = p->n - (n0 + g * 16);
             valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
             pack_group(kern, w, 0, n0 + g * 16, valid, k0, kc, sub, tb->rows, tb->qs, tb->panel, tb->pscale);
+            if (smul != 1.0f)
+                for (int64_t x = 0; x < 16 * (kc / sub); x++) tb->pscale[x] *= smul;
             const int u = kern->amx_bf16t.terms_q8(tb->panel, tb->pscale, sub, kc, nslots, out + g * group_terms);
             need = u > need ? u : need;
         }
@@ -458,10 +518,19 @@ int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p) {
            p->kern->unpack[w->format.id].run_min;
 }
 
+/* acc[i * ld + j] *= factor for i < rows, j < cols (factor 1: nothing). */
+static void scale_sums(float *acc, int64_t rows, int64_t cols, int64_t ld, float factor) {
+    if (factor == 1.0f) return;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t j = 0; j < cols; j++) acc[i * ld + j] *= factor;
+}
+
 /* Words in each half of a fused term buffer. */
 static int64_t fused_half(int64_t kc_max) { return (32 * kc_max * 2 + 63) / 64 * 64 / 2; }
 
-/* One n block of a relaxed call on prepacked panels: the (K block,
+/* One n block of a call on prepacked panels with one weight term
+   (relaxed, or strict one-term weights: na = 2, the pairs hi . w, lo . w
+   as term_pairs lists them): the (K block,
    pair) items in order, item i's kernel calls (one per row-tile pair)
    each decoding a share of the next item's terms into the other half of
    wt.  The next item of the block's last one is the first of the thread's
@@ -471,9 +540,9 @@ static int64_t fused_half(int64_t kc_max) { return (32 * kc_max * 2 + 63) / 64 *
    the caller decoded (the thread's first item) or the previous item's
    calls did.  The same terms and the same sums, in the same order, as the
    unfused loop. */
-static void run_fused(const tops__gemm_problem *p, int64_t n0, int64_t pairs, int64_t n0_next, int64_t kc_max,
-                      int64_t k_blocks, int64_t m_tiles, uint16_t *wt, const uint16_t *a, float *acc, int64_t nc,
-                      int64_t *parity) {
+static void run_fused(const tops__gemm_problem *p, int na, float smul, int64_t n0, int64_t pairs, int64_t n0_next,
+                      int64_t kc_max, int64_t k_blocks, int64_t m_tiles, uint16_t *wt, const uint16_t *a, float *acc,
+                      int64_t nc, int64_t *parity) {
     const tops__kernels *kern = p->kern;
     const int sub = tops__unpack_sub(p->right.t);
     const int64_t kp = tops__round_up(p->k, 32), steps_all = kp / 32, n_subs = kp / sub, items = k_blocks * pairs;
@@ -500,14 +569,16 @@ static void run_fused(const tops__gemm_problem *p, int64_t n0, int64_t pairs, in
             }
             job.sub = sub;
             job.lut = p->q8_amx == 3 ? p->q8_lut : NULL;
+            job.smul = smul;
             rows = kc2 / 4;
         }
         for (int64_t it = 0, q = 0; it < m_tiles; it += 2, q++) {
             const int mt = m_tiles - it >= 2 ? 2 : 1;
             job.r0 = rows * q / calls;
             job.r1 = rows * (q + 1) / calls;
-            kern->amx_bf16t.run1_decode(mt, steps, a + (it * steps_all + k0 / 32) * 512, steps_all * 512, 512, b0,
-                                        b1, 512, acc + it * 16 * nc + jp * 32, nc, kb > 0, rows ? &job : NULL);
+            kern->amx_bf16t.run1_decode(mt, na, steps, a + (it * steps_all + k0 / 32) * na * 512,
+                                        steps_all * na * 512, na * 512, b0, b1, 512, acc + it * 16 * nc + jp * 32, nc,
+                                        kb > 0, rows ? &job : NULL);
         }
     }
     *parity += items;
@@ -518,47 +589,58 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
-    const int na = p->relaxed ? 1 : 2, nslots = p->relaxed ? 1 : MAX_WTERMS;
+    const int na = p->relaxed ? 1 : 2;
+    /* Strict one-term weights read through their integer form (the
+       panels, or unpacked; not the f32 reader of weights stored [K, N]):
+       one weight term of q * scale / factor, the sums times factor (1:
+       none) before they are stored. */
+    const int int_form = (p->q8_panels && (p->q8_amx == 1 || (p->q8_amx == 3 && p->q8_lut))) ||
+                         (p->right.read == tops__read_rect_unpack && panels_fit(kern, w));
+    float factor = 1.0f;
+    const int one_term = !p->relaxed && int_form && tops__amx_one_term(kern, w, &factor);
+    const float smul = 1.0f / factor;
     const int sub = p->right.read == tops__read_rect_unpack || tops__amx_bf16t_unpacks_mins(p) ? tops__unpack_sub(w)
                                                                                             : 32; /* unpack buffers */
+    /* Calls on prepacked i8 / 4-bit panels with one weight term (relaxed,
+       or strict on one-term weights) decode the next pair's terms inside
+       the kernel calls of this one (run1_decode: the vector units decode
+       while the tile unit multiplies), into a second term buffer. */
+    const int nib = p->q8_panels && p->q8_amx == 3 && p->q8_lut;
+    const int fused = kern->amx_bf16t.run1_decode && p->q8_panels && (p->q8_amx == 1 || nib) &&
+                      (p->relaxed || one_term);
+    const int nslots = p->relaxed || one_term ? 1 : MAX_WTERMS;
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;
-    const int64_t kc_max = tops__balanced_block(kp, p->relaxed ? KC_BF16T_RELAXED : KC_BF16T, 32);
+    const int64_t kc_max =
+        tops__balanced_block(kp, p->relaxed ? KC_BF16T_RELAXED : fused ? KC_BF16T_FUSED_STRICT : KC_BF16T, 32);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
 
     int threads;
     int64_t nc, n_blocks;
-    /* Relaxed calls on prepacked panels decode the next pair's terms
-       inside the kernel calls of this one (run1_decode: the vector units
-       decode while the tile unit multiplies), into a second term buffer. */
-    const int nib = p->relaxed && p->q8_panels && p->q8_amx == 3 && p->q8_lut;
-    const int fused = p->relaxed && kern->amx_bf16t.run1_decode && p->q8_panels && (p->q8_amx == 1 || nib);
     tops__split_n(p, fused ? NC_FUSED : NC_DEFAULT, 32, &threads, &nc, &n_blocks);
-    threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
-    /* Workspace: the left of one chunk as bf16 terms in tile order, then
-       per thread the pair's weight terms, the decode buffers, the
-       accumulators and row buffers. */
-    const size_t left_bytes = (size_t)tops__round_up(m_chunk * kp * na * 2, 64);
+    /* Workspace: the left of each chunk of a round as bf16 terms in tile
+       order, then per thread the pair's weight terms, the decode buffers,
+       the accumulators and row buffers. */
+    const size_t left_chunk = (size_t)tops__round_up(m_chunk * kp * na * 2, 64);
+    const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
+    const size_t left_bytes = left_chunk * (size_t)group;
     const size_t wterm_bytes = (size_t)tops__round_up(32 * kc_max * nslots * 2, 64) * (fused ? 2 : 1);
     /* (the fused path decodes from the panels: no unpack or f32 buffers) */
     const size_t code_bytes = fused && !nib ? 0 : (size_t)tops__round_up(16 * kc_max, 64); /* (4-bit: the first item) */
-    const size_t scale_bytes = fused ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
+    const size_t scale_bytes = fused && factor == 1.0f ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
     const size_t f_bytes = fused ? 0 : (size_t)tops__round_up(32 * kc_max * 4, 64);
     const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);
     const size_t rf = (size_t)tops__round_up(kp * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
     const size_t per_thread = wterm_bytes + 2 * code_bytes + 2 * scale_bytes + 2 * f_bytes + acc_bytes + 2 * rf + 2 * rh;
-    size_t bytes, more;
-    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
-        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    unsigned char *ws = tops__workspace_get(p, bytes);
-    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
-    uint16_t *a = (uint16_t *)ws;
+    unsigned char *ws;
+    const tops_status wst = tops__driver_workspace(fn, p, left_bytes, per_thread, threads, &ws);
+    if (wst != TOPS_OK) return wst;
 
-    for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
-        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
-        const int64_t m_pad = m_tiles * 16;
-        int64_t claimed = 0; /* the fused path's next n block */
+    for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
+        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
+        const int64_t jobs = round * n_blocks; /* (chunk, n block), chunk-major */
+        int64_t claimed = 0; /* the fused path's next job */
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -583,25 +665,34 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t i = 0; i < m_pad; i++) left_row_terms(kern, p, i < mm ? m0 + i : -1, i, kp, na, &rb, a);
+            for (int64_t ri = 0; ri < round * m_chunk; ri++) { /* chunk ri / m_chunk's padded rows */
+                const int64_t g = ri / m_chunk, i = ri % m_chunk, m0 = r0 + g * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                if (i < tops__ceil_div(mm, 16) * 16)
+                    left_row_terms(kern, p, i < mm ? m0 + i : -1, i, kp, na, &rb,
+                                   (uint16_t *)(ws + (size_t)g * left_chunk));
+            }
             if (fused) {
-                /* n blocks claimed one ahead, so each block's last kernel
-                   calls decode the first terms of the thread's next one. */
+                /* jobs claimed one ahead, so each job's last kernel calls
+                   decode the first terms of the thread's next one. */
                 int64_t cur, next, parity = 0;
 #ifdef _OPENMP
 #pragma omp atomic capture
 #endif
                 cur = claimed++;
-                if (cur < n_blocks)
-                    (void)decode_pair(p, cur * nc, 0, kp < kc_max ? kp : kc_max, kp, 1, &tb, wt);
-                while (cur < n_blocks) {
+                if (cur < jobs)
+                    (void)decode_pair(p, cur % n_blocks * nc, 0, kp < kc_max ? kp : kc_max, kp, 1, smul, &tb, wt);
+                while (cur < jobs) {
 #ifdef _OPENMP
 #pragma omp atomic capture
 #endif
                     next = claimed++;
-                    const int64_t n0 = cur * nc, nn = N - n0 < nc ? N - n0 : nc;
-                    run_fused(p, n0, tops__ceil_div(nn, 32), next < n_blocks ? next * nc : -1, kc_max, k_blocks,
-                              m_tiles, wt, a, acc, nc, &parity);
+                    const int64_t n0 = cur % n_blocks * nc, nn = N - n0 < nc ? N - n0 : nc;
+                    const int64_t m0 = r0 + cur / n_blocks * m_chunk, mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                    run_fused(p, na, smul, n0, tops__ceil_div(nn, 32), next < jobs ? next % n_blocks * nc : -1,
+                              kc_max, k_blocks, tops__ceil_div(mm, 16), wt,
+                              (const uint16_t *)(ws + (size_t)(cur / n_blocks) * left_chunk), acc, nc, &parity);
+                    scale_sums(acc, mm, nn, nc, factor);
                     tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
                     cur = next;
                 }
@@ -609,12 +700,15 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-            for (int64_t jb = 0; jb < (fused ? 0 : n_blocks); jb++) {
+            for (int64_t job = 0; job < (fused ? 0 : jobs); job++) {
+                const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
+                const uint16_t *a = (const uint16_t *)(ws + (size_t)(job / n_blocks) * left_chunk);
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, steps = kc / 32;
                     for (int64_t jp = 0; jp < pairs; jp++) {
-                        const int nw = decode_pair(p, n0 + jp * 32, k0, kc, kp, nslots, &tb, wt);
+                        const int nw = decode_pair(p, n0 + jp * 32, k0, kc, kp, nslots, smul, &tb, wt);
                         uint8_t pa[8], pb[8];
                         const int np = term_pairs(na, nw, pa, pb);
                         const uint16_t *b0 = wt, *b1 = wt + steps * nslots * 512;
@@ -626,6 +720,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
                         }
                     }
                 }
+                scale_sums(acc, mm, nn, nc, factor);
                 tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
             }
             if (kern->amx_q8.release) kern->amx_q8.release();

@@ -205,30 +205,27 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     int threads;
     int64_t nc, n_blocks;
     tops__split_n(p, NC_DEFAULT, grouped ? 4 * nr : nr, &threads, &nc, &n_blocks);
-    threads = tops__threads_for(TOPS__WORK_GEMM_Q8, 2.0 * (double)M * (double)N * (double)p->k, threads);
 
-    /* Workspace: quantized left (codes, scales, corrections) for one chunk,
-       then per thread: the weight block, its scales, an unpack row, the
-       accumulators and a float row for quantizing. */
-    size_t left_bytes = (size_t)tops__round_up(m_chunk * kp, 64) + (2 + mins) * (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
+    /* Workspace: quantized left (codes, scales, corrections) for each chunk
+       of a round, then per thread: the weight block, its scales, an unpack
+       row, the accumulators and a float row for quantizing. */
+    const size_t codes_bytes = (size_t)tops__round_up(m_chunk * kp, 64);
+    const size_t sub_bytes = (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
+    const size_t left_chunk = codes_bytes + (2 + mins) * sub_bytes;
+    const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
+    const size_t left_bytes = left_chunk * (size_t)group;
     size_t panel_bytes = prepacked ? 0 : (size_t)(nc * kc_max);
     size_t pscale_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64) * (1 + mins);
     size_t row_bytes =
         prepacked ? 0 : (size_t)tops__round_up(8 * kc_max, 64) + (size_t)tops__round_up(8 * kc_max / sub * 4, 64) * (1 + mins);
     size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64), tmp_bytes = (size_t)tops__round_up(kp * 4, 64);
     size_t per_thread = (size_t)tops__round_up((int64_t)panel_bytes, 64) + pscale_bytes + row_bytes + acc_bytes + tmp_bytes;
-    size_t bytes, more;
-    if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(left_bytes, more, &bytes))
-        return tops__fail(TOPS_OVERFLOW, fn, "the matmul workspace size overflows size_t");
-    unsigned char *ws = tops__workspace_get(p, bytes);
-    if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
-    int8_t *aq = (int8_t *)ws;
-    float *as = (float *)(ws + tops__round_up(m_chunk * kp, 64));
-    int32_t *corr = (int32_t *)((unsigned char *)as + tops__round_up(m_chunk * n_subs * 4, 64));
-    float *amin = mins ? (float *)((unsigned char *)corr + tops__round_up(m_chunk * n_subs * 4, 64)) : NULL;
+    unsigned char *ws;
+    const tops_status wst = tops__driver_workspace(fn, p, left_bytes, per_thread, threads, &ws);
+    if (wst != TOPS_OK) return wst;
 
-    for (int64_t m0 = 0; m0 < M; m0 += m_chunk) {
-        const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_pad = tops__round_up(mm, mr);
+    for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
+        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -250,7 +247,15 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-            for (int64_t i = 0; i < m_pad; i++) {
+            for (int64_t ri = 0; ri < round * m_chunk; ri++) { /* chunk ri / m_chunk's padded rows */
+                const int64_t i = ri % m_chunk, m0 = r0 + ri / m_chunk * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                unsigned char *lb = ws + (size_t)(ri / m_chunk) * left_chunk;
+                int8_t *aq = (int8_t *)lb;
+                float *as = (float *)(lb + codes_bytes);
+                int32_t *corr = (int32_t *)(lb + codes_bytes + sub_bytes);
+                float *amin = mins ? (float *)(lb + codes_bytes + 2 * sub_bytes) : NULL;
+                if (i >= tops__round_up(mm, mr)) continue;
                 if (i < mm) {
                     quantize_row(kern, p, m0 + i, kp, sub, offset, tmp, aq + i * kp, as + i * n_subs, corr + i * n_subs,
                                  mins ? amin + i * n_subs : NULL);
@@ -264,7 +269,14 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
 #endif
-            for (int64_t jb = 0; jb < n_blocks; jb++) {
+            for (int64_t job = 0; job < round * n_blocks; job++) {
+                const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
+                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_pad = tops__round_up(mm, mr);
+                const unsigned char *lb = ws + (size_t)(job / n_blocks) * left_chunk;
+                const int8_t *aq = (const int8_t *)lb;
+                const float *as = (const float *)(lb + codes_bytes);
+                const int32_t *corr = (const int32_t *)(lb + codes_bytes + sub_bytes);
+                const float *amin = mins ? (const float *)(lb + codes_bytes + 2 * sub_bytes) : NULL;
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, n_panels = tops__ceil_div(nn, nr);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, nb = kc / sub;

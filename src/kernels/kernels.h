@@ -303,13 +303,16 @@ typedef struct tops__amx_decode_job {
     /* NULL: panel[g] are i8 panels; else 4-bit panels (tops__amx_nib_expand
        layout, panel[g] their first byte) and lut the code of each nibble. */
     const int8_t *lut;
+    /* every scale times smul (f32) before use: terms_q8 on those scales */
+    float smul;
 } tops__amx_decode_job;
-/* The bf16-term kernel with one product per step (np = 1, pa = pb = 0:
-   the relaxed pair list) that also runs `job` (may be NULL); the same
-   sums, bit for bit, as run. */
-typedef void (*tops__amx_bf16t_dec_fn)(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
-                                       const uint16_t *b0, const uint16_t *b1, int64_t b_step, float *c,
-                                       int64_t ldc, int accumulate, const tops__amx_decode_job *job);
+/* The bf16-term kernel with one weight term that also runs `job` (may be
+   NULL): na = 1, one product per step (np = 1, pa = pb = 0: the relaxed
+   pair list); na = 2, two (np = 2, pa = {0, 1}, pb = {0, 0}: the strict
+   list for one-term weights).  The same sums, bit for bit, as run. */
+typedef void (*tops__amx_bf16t_dec_fn)(int mt, int na, int64_t steps, const uint16_t *a, int64_t a_next,
+                                       int64_t a_step, const uint16_t *b0, const uint16_t *b1, int64_t b_step,
+                                       float *c, int64_t ldc, int accumulate, const tops__amx_decode_job *job);
 typedef struct tops__amx_bf16t_ukernel {
     tops__amx_bf16t_fn run; /* NULL: no AMX at this level */
     tops__amx_terms_q8_fn terms_q8;
@@ -480,17 +483,20 @@ typedef void (*tops__conv_f32_rows_fn)(int64_t kc, int rows, const float *const 
                                        float *c, int load_c);
 
 /* The relaxed twin (conv2d over an input quantized once per call, src/
-   kernels/avx512/gemm_q8_rows_vnni.c): C[6 x 32] (+)= over nb sub-blocks
+   kernels/{avx2/gemm_q8_rows,avx512/gemm_q8_rows_vnni}.c): C[6 x 32] (+)= over nb sub-blocks
    of 32 k, per row i and block b, as[i][b] * bs[b][j] * (exact i32 sum of
    a[i][32 b + k] * panel code - acorr[i][b]), blocks in order, one FMA
    each; b[0..3] the four 8-column gemm_q8 panels (q + offset, 32 bytes a
    k step, the next step bstep bytes on: 32 in gemm_q8's panels; where
    b[1] = b[0] + 32 and b[3] = b[2] + 32 the pairs are read as one vector)
    at this K offset, bs[0..3] their 8 scales per sub-block; acorr = offset
-   * the block's code sum.  NULL at levels without one. */
+   * the block's code sum; offset the panels' (TOPS_Q8_OFFSET*: how far an
+   i16 stage may sum).  Each product scaled as c = fma(s * bs, as, c), from
+   zero, the old C added at the end: every level gives the same bits.
+   NULL at levels without one. */
 typedef void (*tops__gemm_q8_rows_fn)(int64_t nb, const int8_t *const *a, const float *const *as,
                                       const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
-                                      const float *const *bs, float *c, int64_t ldc, int accumulate);
+                                      const float *const *bs, float *c, int64_t ldc, int accumulate, int offset);
 
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
@@ -712,7 +718,11 @@ void tops_gemm_f32_f32_f32_12x32_rows__avx512(int64_t kc, int rows, const float 
                                               int64_t ldc, int accumulate);
 void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
                                                   const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
-                                                  const float *const *bs, float *c, int64_t ldc, int accumulate);
+                                                  const float *const *bs, float *c, int64_t ldc, int accumulate,
+                                                  int offset);
+void tops_gemm_f32_qi8_qu8_6x32_rows__avx2(int64_t nb, const int8_t *const *a, const float *const *as,
+                                           const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
+                                           const float *const *bs, float *c, int64_t ldc, int accumulate, int offset);
 void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                             int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops_conv_f32_6x64_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
@@ -768,7 +778,7 @@ void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t 
                                           const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
                                           const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc,
                                           int accumulate);
-void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int64_t steps, const uint16_t *a, int64_t a_next,
+void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int na, int64_t steps, const uint16_t *a, int64_t a_next,
                                               int64_t a_step, const uint16_t *b0, const uint16_t *b1, int64_t b_step,
                                               float *c, int64_t ldc, int accumulate,
                                               const tops__amx_decode_job *job);

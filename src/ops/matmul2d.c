@@ -266,16 +266,19 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed) return PLAN_ROWS;
     /* AMX from AMX_MIN_M rows: what runs when (measured on the Xeon,
        docs/architecture.md).  Integer forms (sub-blocks dividing 32), the
-       codes in tiles with f32 scaling per sub-block: strict always (bf16
-       tiles, activations hi + lo: 2.4x faster there than the bf16 terms);
-       relaxed below the level's amx_bf16t.relaxed_min_m (i8 tiles: no
-       weight decode; 8-bit weights too, tdpbssd sums i8 x i8 in i32
-       exactly).  Everything else: bf16 terms (strict: activations hi + lo,
-       weights in as many terms as their values need; relaxed: one term
-       each), any weight format. */
+       codes in tiles with f32 scaling per sub-block: strict unless every
+       value is one bf16 term (bf16 tiles, activations hi + lo: 2.4x
+       faster there than the bf16 terms for int4-g32); relaxed below the
+       level's amx_bf16t.relaxed_min_m (i8 tiles: no weight decode; 8-bit
+       weights too, tdpbssd sums i8 x i8 in i32 exactly).  Everything
+       else, and strict one-term weights (mxfp4, mxint8, e8m0-scaled int
+       groups: the same two products a step with no per-block scaling):
+       bf16 terms (strict: activations hi + lo, weights in as many terms as
+       their values need; relaxed: one term each), any weight format. */
     if (p->m >= AMX_MIN_M && kern->amx_bf16t.run) {
         const int fits = p->right.read == tops__read_rect_unpack && tops__gemm_amx_supports(kern, right, p->relaxed);
-        if (fits && (!p->relaxed || p->m < kern->amx_bf16t.relaxed_min_m[tops__unpack_sub(right) < 32]))
+        if (fits && (p->relaxed ? p->m < kern->amx_bf16t.relaxed_min_m[tops__unpack_sub(right) < 32]
+                                : !tops__amx_one_term(kern, right, NULL)))
             return PLAN_AMX;
         return PLAN_AMX_BF16;
     }
@@ -492,10 +495,13 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     const int amx = tops__gemm_amx_supports(kern, right, relaxed);
     const int q8 = amx || (relaxed && tops__gemm_q8_takes(kern, right));
     const int mins = q8 && !amx && !kern->unpack[right->format.id].run; /* q4_1, q4_K, q5_K: their mins too */
-    const int width = amx ? 16 : 8, esize = amx && !relaxed ? 2 : 1; /* strict AMX panels hold bf16 codes */
+    /* strict AMX panels hold bf16 codes, but for one-term weights (the
+       bf16 terms decode them): the relaxed ones */
+    const int i8_panels = amx && (relaxed || tops__amx_one_term(kern, right, NULL));
+    const int width = amx ? 16 : 8, esize = amx && !i8_panels ? 2 : 1;
     /* Relaxed AMX panels of codes with at most 16 values: 4 bits each. */
     int8_t nib_lut[16];
-    const int nib = amx && relaxed && tops__amx_nib_lut(kern, right, nib_lut);
+    const int nib = i8_panels && tops__amx_nib_lut(kern, right, nib_lut);
     const int64_t kp = tops__ceil_div(k, 32) * 32, groups = amx ? tops__amx_groups(n) : tops__ceil_div(n, 8);
     const int64_t n_subs = kp / tops__unpack_sub(right);
     size_t copy_end = (end + 63) / 64 * 64, q8_panel_bytes = 0, q8_bytes = 0, total = head + end, scratch_bytes = 0;
@@ -577,7 +583,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
                 tops__pack_amx_nib_panels(kern, &pk->copy, nib_lut, kp, g, 1, panels, scales,
                                           scratch + (size_t)tid * per_thread);
             else if (amx)
-                tops__pack_amx_panels(kern, &pk->copy, !relaxed, kp, g, 1, panels, scales,
+                tops__pack_amx_panels(kern, &pk->copy, !i8_panels, kp, g, 1, panels, scales,
                                       scratch + (size_t)tid * per_thread);
             else
                 tops__pack_q8_panels(kern, &pk->copy, kp, g, 1, panels, scales, qmins, scratch + (size_t)tid * per_thread);
@@ -587,7 +593,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
         pk->q8_scales = scales;
         pk->q8_mins = qmins;
         pk->q8_bytes = q8_bytes;
-        pk->q8_amx = nib ? 3 : amx ? (relaxed ? 1 : 2) : 0;
+        pk->q8_amx = nib ? 3 : amx ? (i8_panels ? 1 : 2) : 0;
         if (nib) memcpy(pk->q8_lut, nib_lut, sizeof nib_lut);
     }
     if (stream_scale) {

@@ -46,7 +46,7 @@ keys = ["op", "format", "m", "k", "n", "threads", "isa", "path", "median_s", "mi
 ours = [r for r in rows if r["op"] == "matmul" and not r["format"].startswith("onednn-")]
 dnn = [r for r in rows if r["format"].startswith("onednn-")]
 assert [r["op"] for r in rows] == ["matmul"] * (4 + len(dnn)) + ["attention"], rows
-assert rows[:4] == ours and len(dnn) in (0, 4), rows
+assert rows[:4] == ours and len(dnn) in (0, 2, 4), rows  # 2: a case oneDNN has no kernel for here (bf16 on AVX2)
 for r in ours + dnn:
     assert sorted(r) == sorted(keys), sorted(r)
     assert r["k"] == 67 and r["n"] == 45
@@ -79,11 +79,13 @@ if grep -q "^baseline: oneDNN: no rows: this build has no oneDNN" "$tmp/table.tx
   echo "skip oneDNN rows (this build has no oneDNN: scripts/deps.sh onednn, then configure)"
 else
   check "the header names oneDNN's version and ISA" grep -Eq "^baseline: oneDNN [0-9]+\.[0-9]+\.[0-9]+ \(.*\), isa [a-z0-9_]+" "$tmp/table.txt"
-  check "oneDNN rows: bf16 and int8-dyn at each M, their path with the version and the kernel" python3 - "$tmp/b.json" <<'PY'
+  check "oneDNN rows: bf16 and int8-dyn at each M, their path with the version and the kernel" python3 - "$tmp/b.json" "$tmp/table.txt" <<'PY'
 import json, re, sys
 rows = [r for r in json.load(open(sys.argv[1])) if r["format"].startswith("onednn-")]
-assert [(r["format"], r["m"]) for r in rows] == [("onednn-bf16", 1), ("onednn-bf16", 3),
-                                                 ("onednn-int8-dyn", 1), ("onednn-int8-dyn", 3)], rows
+# a case oneDNN has no implementation of on this CPU (bf16 on AVX2) is named in the header instead
+header = [l for l in open(sys.argv[2]) if l.startswith("baseline: oneDNN")][0]
+want = [(f, m) for f in ("onednn-bf16", "onednn-int8-dyn") if f + ": no rows" not in header for m in (1, 3)]
+assert want and [(r["format"], r["m"]) for r in rows] == want, (rows, header)
 for r in rows:
     assert re.match(r"oneDNN \d+\.\d+\.\d+ \S+:\S+", r["path"]), r["path"]
     assert r["median_s"] > 0 and r["rel_l2"] > 1e-5 and r["baseline"].startswith("openblas-"), r

@@ -233,29 +233,33 @@ static void bf16t_scalar(int mt, int64_t steps, const uint16_t *a, int64_t a_nex
         }
 }
 
-/* run1_decode's contract in scalar code: bf16t_scalar with the one pair
-   (0, 0), then the job's rows of both groups as the scalar decoder writes
-   them (decoded over whole steps, the rows copied). */
-static void bf16t_dec_scalar(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
+/* run1_decode's contract in scalar code: bf16t_scalar with the pairs
+   (0, 0) (na = 1) or (0, 0), (1, 0) (na = 2), then the job's rows of both
+   groups as the scalar decoder writes them (decoded over whole steps, the
+   rows copied). */
+static void bf16t_dec_scalar(int mt, int na, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
                              const uint16_t *b0, const uint16_t *b1, int64_t b_step, float *c, int64_t ldc,
                              int accumulate, const tops__amx_decode_job *job) {
-    static const uint8_t z = 0;
-    bf16t_scalar(mt, steps, a, a_next, a_step, b0, b1, b_step, 1, &z, &z, c, ldc, accumulate);
+    static const uint8_t pa[2] = {0, 1}, pb[2] = {0, 0};
+    bf16t_scalar(mt, steps, a, a_next, a_step, b0, b1, b_step, na == 2 ? 2 : 1, pa, pb, c, ldc, accumulate);
     if (!job) return;
     emu_calls[3]++;
     const int64_t kc = (job->r1 * 4 + 31) / 32 * 32;
     uint16_t *tmp = malloc((size_t)kc * 16 * sizeof(uint16_t)); /* per call: the driver's threads run this */
     if (!tmp) abort();
     int8_t *codes = job->lut ? malloc((size_t)kc * 16) : NULL; /* 4-bit panels: expanded first */
-    if (job->lut && !codes) abort();
+    float *scales = malloc((size_t)(kc / job->sub) * 16 * sizeof(float)); /* times smul */
+    if ((job->lut && !codes) || !scales) abort();
     for (int g = 0; g < 2; g++) {
         if (codes) tops__ref_amx_nib_expand((const uint8_t *)job->panel[g], job->lut, kc / 4, codes);
-        tops__ref_amx_terms_q8(codes ? codes : job->panel[g], job->scales[g], job->sub, kc, 1, tmp);
+        for (int64_t x = 0; x < (kc / job->sub) * 16; x++) scales[x] = job->scales[g][x] * job->smul;
+        tops__ref_amx_terms_q8(codes ? codes : job->panel[g], scales, job->sub, kc, 1, tmp);
         for (int64_t r = job->r0; r < job->r1; r++)
             memcpy(job->out[g] + (r / 8) * 512 + (r % 8) * 64, tmp + (r / 8) * 512 + (r % 8) * 64, 64 * 2);
     }
     free(tmp);
     free(codes);
+    free(scales);
 }
 
 /* The bf16-term kernel: terms small integers and multiples of 1/16 (every
@@ -290,6 +294,15 @@ static void test_bf16t_kernel_exact(void) {
                        amx->amx_bf16t.name, mt, (long long)steps, np, accumulate, first_bad / LDC, first_bad % LDC,
                        got[first_bad], want[first_bad]);
         }
+        if (kind > 1 || (kind == 0 && nw > 1)) continue;
+        /* run1_decode (no decode share) with na = 1 and 2: run's sums */
+        for (int i = 0; i < 32 * LDC; i++) got[i] = accumulate || i % LDC >= 32 ? (float)(i % 11) - 5.0f : NAN;
+        amx->amx_bf16t.run1_decode(mt, na, steps, a, steps * na * 512, na * 512, b[0], b[1], nw * 512, got, LDC,
+                                   accumulate, NULL);
+        amx->amx_q8.release();
+        if (memcmp(got, want, sizeof got) != 0)
+            TH_FAIL_AT("%s run1_decode mt=%d na=%d steps=%lld acc=%d differs from run", amx->amx_bf16t.name, mt, na,
+                       (long long)steps, accumulate);
     }
 }
 
@@ -478,12 +491,12 @@ static void exact_oracle(const mm_operand *w, const float *left, int64_t m, int6
 }
 
 /* The kernel a call takes at M >= 5 (the plan's rule): the code tiles
-   for integer forms (i8: relaxed below the crossover; bf16: strict), the
-   bf16 terms for the rest. */
+   for integer forms (i8: relaxed below the crossover; bf16: strict, but
+   for weights exact in one bf16 term), the bf16 terms for the rest. */
 enum { I8_TILES, CODE_TILES, BF16_TERMS };
 static int path_of(const tops_tensor *w, int relaxed, int64_t m) {
     if (!tops__gemm_amx_supports(use, w, relaxed)) return BF16_TERMS;
-    if (!relaxed) return CODE_TILES;
+    if (!relaxed) return tops__amx_one_term(use, w, NULL) ? BF16_TERMS : CODE_TILES;
     return m < use->amx_bf16t.relaxed_min_m[tops__unpack_sub(w) < 32] ? I8_TILES : BF16_TERMS;
 }
 
@@ -530,11 +543,12 @@ static void check_case(tops_format f, int relaxed, int64_t m, int64_t n, int64_t
         TH_FAIL_AT("%s: tops_pack_right: %s", fname, tops_last_error());
         goto done;
     }
-    { /* integer forms get the code tiles' panels: i8 relaxed (4-bit where the codes take 16 values), bf16 strict */
+    { /* integer forms get the code tiles' panels: i8 relaxed (4-bit where the codes take 16 values), bf16 strict
+         (but for one-term weights: the relaxed ones, which the bf16 terms decode) */
         const tops__packed_right *pk = packed.packed_;
         int8_t lut[16];
-        const int kind = !tops__gemm_amx_supports(use, &w.t, relaxed) ? 0
-                         : !relaxed                                ? 2
+        const int kind = !tops__gemm_amx_supports(use, &w.t, relaxed)        ? 0
+                         : !relaxed && !tops__amx_one_term(use, &w.t, NULL)       ? 2
                          : tops__amx_nib_lut(use, &w.t, lut)       ? 3
                                                                    : 1;
         if (pk->q8_amx != kind || (kind && !pk->q8_panels))
@@ -628,9 +642,14 @@ static void run_every_format(int quick) {
     /* The fused decode across n blocks (each thread's blocks claimed one
        ahead): several blocks of 64 columns a thread, a ragged last one. */
     check_case((tops_format){TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, 1, 130, 300, quick ? 600 : 4200, 1);
+    /* Strict one-term weights take it too, with two activation terms:
+       two K blocks, several n blocks a thread; nvfp4 with its tensor
+       scale as the factor the sums take before they are added. */
+    check_case((tops_format){TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, 0, 130, 300, quick ? 600 : 4200, 0);
+    check_case((tops_format){TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, 0, 130, 300, quick ? 600 : 4200, 1);
     printf("%s matmul: %d cases; strict worst rel-L2 vs f64 %.3g (%s), %.3g (%s) (bound 1e-5); relaxed bf16 "
            "terms worst %.3g of the magnitude (bound 1e-2)\n",
-           use == amx ? "AMX" : "emulated-tile", cases + 9, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
+           use == amx ? "AMX" : "emulated-tile", cases + 11, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
            kernel_name(BF16_TERMS), relaxed_worst);
 }
 

@@ -108,7 +108,7 @@ static void test_timing_rules(void) {
     counter slow = {0, 0, -1, 2000};
     ASSERT_OK(tops_bench_time(count_call, &slow, 0, 1, 0.02, &t));
     ASSERT_TRUE(t.total_s >= 0.02);
-    ASSERT_TRUE(t.repeats >= 2);
+    ASSERT_TRUE(t.repeats >= 2 || t.min_s >= 0.02); /* one call only if a busy host stretched it past 20 ms */
     ASSERT_TRUE(t.min_s >= 0.002);
     /* a failing call stops the timing with its status */
     counter bad = {0, 3, -1, 0};
@@ -327,7 +327,11 @@ static void test_tiny_matmul_case(void) {
     ASSERT_OK(tops_bench_matmul_cpu(&s, &rows));
     /* ours first, then oneDNN's where it loaded (bf16 and int8, per M) */
     const char *note = tops_bench_onednn_note();
-    size_t ours = 10, dnn = strncmp(note, "oneDNN 3.", 9) == 0 ? 4 : 0;
+    /* a case oneDNN has no implementation of on this CPU (bf16 on AVX2) is
+       named in the note and gives no rows */
+    const int loaded = strncmp(note, "oneDNN 3.", 9) == 0;
+    const int has_bf16 = loaded && !strstr(note, "onednn-bf16: no rows"), has_int8 = loaded && !strstr(note, "onednn-int8-dyn: no rows");
+    size_t ours = 10, dnn = 2 * (size_t)(has_bf16 + has_int8);
 #if defined(TOPS_HAVE_ONEDNN)
     if (!dnn) fprintf(stderr, "note: built with oneDNN, yet no oneDNN rows: %s\n", note);
 #else
@@ -336,7 +340,7 @@ static void test_tiny_matmul_case(void) {
     ASSERT_EQ_INT(rows.n, ours + dnn);
     for (size_t i = ours; i < rows.n; i++) {
         const tops_bench_row *r = &rows.v[i];
-        int int8 = i >= ours + 2;
+        int int8 = !has_bf16 || i >= ours + 2;
         ASSERT_EQ_STR(r->format, int8 ? "onednn-int8-dyn" : "onednn-bf16");
         ASSERT_EQ_INT(r->m, (i - ours) % 2 ? 3 : 1);
         ASSERT_TRUE(r->median_s > 0 && r->min_s <= r->median_s);

@@ -219,6 +219,55 @@ static void test_bad_inputs(void) {
     tops_tensor_destroy(&c);
 }
 
+/* Few columns, many rows: the drivers run several M chunks side by side
+   (N = 20 gives one n block, so 3 threads take three chunks at once); the
+   bits match one thread's, and the result the oracle's, strict f32 and
+   relaxed int4 weights, plain and packed. */
+static void test_m_chunks_side_by_side(void) {
+    const int64_t m = 1500, n = 20, k = 70;
+    for (int v = 0; v < 4; v++) {
+        const int relaxed = v >= 2, packed = v & 1;
+        mm_operand a, b;
+        mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
+        if (relaxed) mm_make_quant(&b, (tops_format){TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, n, k, 0, &rng);
+        else mm_make(&b, TOPS_DT_F32, n, k, 0, &rng);
+        void *p1, *p3;
+        tops_tensor c1 = make_plain(TOPS_DT_F32, m, n, &p1), c3 = make_plain(TOPS_DT_F32, m, n, &p3);
+        mm_poison(&c1);
+        mm_poison(&c3);
+        tops_matmul2d_desc d = plain_desc();
+        d.transpose_right = 1;
+        d.relaxed_precision = relaxed;
+        tops_exec ex = tops_exec_default();
+        tops_tensor pk, *w = &b.t;
+        if (packed) {
+            ASSERT_OK(tops_pack_right(&ex, &d, &b.t, &pk));
+            w = &pk;
+        }
+        ex.threads = 1;
+        ASSERT_OK(tops_matmul2d(&ex, &d, &a.t, w, &c1));
+        ex.threads = 3;
+        ASSERT_OK(tops_matmul2d(&ex, &d, &a.t, w, &c3));
+        if (memcmp(p1, p3, (size_t)(m * n) * sizeof(float)) != 0)
+            TH_FAIL_AT("%s %s m=%lld n=%lld: 3 threads differ from 1", relaxed ? "relaxed int4-g32" : "f32",
+                       packed ? "packed" : "plain", (long long)m, (long long)n);
+        double *want = malloc((size_t)(m * n) * sizeof(double)), *mag = malloc((size_t)(m * n) * sizeof(double));
+        ASSERT_TRUE(want != NULL && mag != NULL);
+        mm_oracle(&a, 0, &b, 1, m, n, k, NULL, want, mag);
+        const double e = mm_rel_l2(&c3, want), bound = relaxed ? 1e-2 : 1e-5;
+        if (!(e <= bound))
+            TH_FAIL_AT("%s %s m=%lld n=%lld: rel-L2 %g (bound %g)", relaxed ? "relaxed int4-g32" : "f32",
+                       packed ? "packed" : "plain", (long long)m, (long long)n, e, bound);
+        free(want);
+        free(mag);
+        if (packed) tops_tensor_destroy(&pk);
+        tops_tensor_destroy(&c1);
+        tops_tensor_destroy(&c3);
+        mm_free(&a);
+        mm_free_any(&b);
+    }
+}
+
 /* Packed weights: the same bits as the plain weights wherever both take
    the blocked driver (M > 4, or weights stored [K, N]; the small-M driver
    streams plain rows instead), for both transposes and every weight dtype;
@@ -362,10 +411,11 @@ static void test_packed_in_place(void) {
             const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 && f != 2 && f != 4 && f < 6 &&
                                 tops__kernels_get()->dot_q8_nibstream_x4 != NULL;
             /* m > 4 at a level with AMX kernels: integer forms on the code tiles (i8: relaxed below the
-               crossover; bf16: strict), the rest on the bf16 terms */
+               crossover; bf16: strict, but for weights exact in one bf16 term), the rest on the bf16 terms */
             const tops__kernels *kt = tops__kernels_get();
             const int on_amx = m > 4 && tops__gemm_amx_supports(kt, &w, d.relaxed_precision);
-            const int codes = !d.relaxed_precision || m < kt->amx_bf16t.relaxed_min_m[tops__unpack_sub(&w) < 32];
+            const int codes = d.relaxed_precision ? m < kt->amx_bf16t.relaxed_min_m[tops__unpack_sub(&w) < 32]
+                                                  : !tops__amx_one_term(kt, &w, NULL);
             const char *tiles = d.relaxed_precision ? "AMX integer tiles" : "AMX bf16 code tiles";
             if (on_amx && codes) {
                 ASSERT_TRUE(strstr(b1, tiles) != NULL && strstr(b1, "(unpacked per K block)") != NULL);
@@ -608,6 +658,7 @@ int main(void) {
     RUN_TEST(test_small_product);
     RUN_TEST(test_bad_inputs);
     RUN_TEST(test_packed_matches_plain);
+    RUN_TEST(test_m_chunks_side_by_side);
     RUN_TEST(test_packed_in_place);
     RUN_TEST(test_stream_e8m0_extremes);
     RUN_TEST(test_path_names);

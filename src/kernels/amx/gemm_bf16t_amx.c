@@ -68,12 +68,12 @@ void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t
 }
 
 static inline void decode1_rows(const q8_consts *k, const int8_t *panel, const int8_t *lut, const float *scales,
-                                int sub, int64_t r0, int64_t r1, uint16_t *out) {
+                                float smul, int sub, int64_t r0, int64_t r1, uint16_t *out) {
     const __m512i l16 = lut ? lut16_of(lut) : _mm512_setzero_si512();
     const int64_t per_block = sub / 4; /* rows per scale block (sub: a multiple of 4) */
     for (int64_t r = r0; r < r1;) {
         const int64_t blk = r / per_block, e = (blk + 1) * per_block < r1 ? (blk + 1) * per_block : r1;
-        const __m512 s = _mm512_loadu_ps(scales + blk * 16);
+        const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(scales + blk * 16), _mm512_set1_ps(smul));
         const __m512 s_lo = _mm512_permutexvar_ps(k->idx_lo, s), s_hi = _mm512_permutexvar_ps(k->idx_hi, s);
         for (; r < e; r++) {
             __m512 f[4];
@@ -110,7 +110,7 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
             _tile_zero(3);
         }
     }
-    if (np == 1) { /* one product per step (relaxed): four loads, four products */
+    if (job || np == 1) { /* one weight term: the pairs (0, 0) (relaxed) or (0, 0), (1, 0) (strict, np = 2) */
         const uint16_t *as = a + pa[0] * 512, *w0 = b0 + pb[0] * 512, *w1 = b1 + pb[0] * 512;
         /* The decode share: a slice of rows after each step's products. */
         const int64_t per = job ? (job->r1 - job->r0 + steps - 1) / steps : 0;
@@ -127,10 +127,20 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
                 _tile_dpbf16ps(2, 5, 6);
                 _tile_dpbf16ps(3, 5, 7);
             }
+            if (np == 2) { /* the activations' lo term against the same weight tiles */
+                _tile_loadd(4, as + 512 + s * a_step, 64);
+                _tile_dpbf16ps(0, 4, 6);
+                _tile_dpbf16ps(1, 4, 7);
+                if (mt == 2) {
+                    _tile_loadd(5, as + 512 + a_next + s * a_step, 64);
+                    _tile_dpbf16ps(2, 5, 6);
+                    _tile_dpbf16ps(3, 5, 7);
+                }
+            }
             if (job && r < job->r1) {
                 const int64_t e = r + per < job->r1 ? r + per : job->r1;
-                decode1_rows(&k, job->panel[0], job->lut, job->scales[0], job->sub, r, e, job->out[0]);
-                decode1_rows(&k, job->panel[1], job->lut, job->scales[1], job->sub, r, e, job->out[1]);
+                decode1_rows(&k, job->panel[0], job->lut, job->scales[0], job->smul, job->sub, r, e, job->out[0]);
+                decode1_rows(&k, job->panel[1], job->lut, job->scales[1], job->smul, job->sub, r, e, job->out[1]);
                 r = e;
             }
         }
@@ -171,13 +181,14 @@ void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t 
     else run_mt(1, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate, NULL);
 }
 
-void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int64_t steps, const uint16_t *a, int64_t a_next,
+void tops_gemm_f32_bf16t_bf16t_32x32__amx_dec(int mt, int na, int64_t steps, const uint16_t *a, int64_t a_next,
                                               int64_t a_step, const uint16_t *b0, const uint16_t *b1, int64_t b_step,
                                               float *c, int64_t ldc, int accumulate,
                                               const tops__amx_decode_job *job) {
-    static const uint8_t zero = 0;
-    if (mt == 2) run_mt(2, steps, a, a_next, a_step, b0, b1, b_step, 1, &zero, &zero, c, ldc, accumulate, job);
-    else run_mt(1, steps, a, a_next, a_step, b0, b1, b_step, 1, &zero, &zero, c, ldc, accumulate, job);
+    static const uint8_t pa[2] = {0, 1}, pb[2] = {0, 0};
+    const int np = na == 2 ? 2 : 1;
+    if (mt == 2) run_mt(2, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate, job);
+    else run_mt(1, steps, a, a_next, a_step, b0, b1, b_step, np, pa, pb, c, ldc, accumulate, job);
 }
 
 /* f32 of the 32 bf16 in v: half 0 (words 0..15) or 1. */
@@ -216,7 +227,7 @@ int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub
                                uint16_t *out) {
     const q8_consts k = q8_consts_make();
     if (nslots == 1) {
-        decode1_rows(&k, panel, NULL, scales, sub, 0, kc / 4, out);
+        decode1_rows(&k, panel, NULL, scales, 1.0f, sub, 0, kc / 4, out);
         return 1;
     }
     __m512i nz1 = _mm512_setzero_si512(), nz2 = _mm512_setzero_si512();

@@ -78,7 +78,9 @@ static inline __attribute__((always_inline)) void body(int paired, int64_t nb, c
 
 void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
                                                   const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
-                                                  const float *const *bs, float *c, int64_t ldc, int accumulate) {
+                                                  const float *const *bs, float *c, int64_t ldc, int accumulate,
+                                                  int offset) {
+    (void)offset; /* vpdpbusd has no i16 stage */
     if (b[1] == b[0] + 32 && b[3] == b[2] + 32) body(1, nb, a, as, acorr, b, bstep, bs, c, ldc, accumulate);
     else body(0, nb, a, as, acorr, b, bstep, bs, c, ldc, accumulate);
 }
