@@ -209,6 +209,79 @@ __device__ __forceinline__ void decode_row(uint32_t *w, const uint32_t *r, const
     }
 }
 
+// The CTA's warps meet: each warp's (m, l) in mw / lw [4][rows] and O in ow
+// [4][rows][D + 4], combined in warp order; then the output (one split) or
+// the split's partial (m, l, O) in the workspace.  Same bits every run.
+template <typename T, int D>
+__device__ __forceinline__ void finish_rows(const dparams &p, const seqlens &sl, int rows, int r0, int b, int hk, int split,
+                                            const float *mw, const float *lw, const float *ow) {
+    constexpr int OP = D + 4;
+    const int bh = blockIdx.x;
+    for (int e = threadIdx.x; e < rows * D; e += kThreads) {
+        const int row = e / D, d = e % D, grow = r0 + row;
+        if (grow >= sl.rows) break;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * rows + row]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const float f = exp2f(mw[w * rows + row] - M);
+                L += lw[w * rows + row] * f;
+                O += ow[(w * rows + row) * OP + d] * f;
+            }
+        }
+        if (p.nsplit == 1) {
+            float val = L == 0.0f ? 0.0f : O / L;
+            val *= p.ts_v;
+            if (p.vmode == TOPS__DEC_SC_CHANNEL)
+                val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
+            const int hh = grow / sl.sq, i = grow % sl.sq;
+            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
+                    (sl.q0 + i) * p.oss + d;
+            *op = from_f32<T>(val);
+        } else {
+            const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
+            if (d == 0) {
+                p.ws[2 * idx] = M;
+                p.ws[2 * idx + 1] = L;
+            }
+            const long long nml = 2LL * gridDim.x * p.nsplit * p.rows;
+            p.ws[nml + idx * D + d] = O;
+        }
+    }
+}
+
+// q (times the channel scales of k) at (row, d) of CTA (b, hk).
+template <typename T>
+__device__ __forceinline__ float qvalue(const dparams &p, const seqlens &sl, int b, int hk, int row, int d) {
+    const int hh = row / sl.sq, i = row % sl.sq;
+    const T *qp =
+        reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb + (long long)(hk * p.group + hh) * p.qsh + (sl.q0 + i) * p.qss;
+    float x = to_f32(qp[d]);
+    if (p.kmode == TOPS__DEC_SC_CHANNEL)
+        x *= load_scale(p.ksc, (long long)b * p.kc[0] + (long long)hk * p.kc[1] + (long long)d * p.kc[3], p.kst);
+    return x;
+}
+
+// rowf[r] (r < rows <= 16) = 2^e such that q's row r0 + r over 2^e has its
+// largest magnitude in [2^14, 2^15) (bf16 q; 1 for f16 q): q enters the f16
+// mma exactly, the logits are multiplied back by 2^e.  All threads call it.
+template <typename T, int D>
+__device__ __forceinline__ void row_factors(const dparams &p, const seqlens &sl, int b, int hk, int r0, int rows, float *rowf) {
+    const int tid = threadIdx.x, rr = tid >> 3, row = r0 + rr;
+    float mx = 0.0f;
+    if (!std::is_same<T, __half>::value && rr < rows && row < sl.rows)
+        for (int d = tid & 7; d < D; d += 8) mx = fmaxf(mx, fabsf(qvalue<T>(p, sl, b, hk, row, d)));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    int e = 0;
+    if (mx > 0.0f && mx <= 3.0e38f) e = min(120, max(-120, (int)((__float_as_uint(mx) >> 23) & 0xFF) - 127 - 14));
+    if ((tid & 7) == 0 && rr < rows) rowf[rr] = __int_as_float((127 + e) << 23);
+}
+
 // D <= 128 fits 3 CTAs a SM (170 registers): 12 warps to hide the latency
 // of the loads and of the dependent mma / softmax chains.
 // KV = TOPS__DEC_* + 4: int8 / int4 codes whose k and v scales are f16 groups
@@ -471,40 +544,7 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
         r[8 * OP + (2 * t + 1) * VN + dn] = o[dn][3];
     }
     __syncthreads();
-    for (int e = tid; e < kRows * D; e += kThreads) {
-        const int row = e / D, d = e % D, grow = r0 + row;
-        if (grow >= sl.rows) break;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * kRows + row]);
-        float L = 0.0f, O = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                const float f = exp2f(mw[w * kRows + row] - M);
-                L += lw[w * kRows + row] * f;
-                O += ow[(w * kRows + row) * OP + d] * f;
-            }
-        }
-        if (p.nsplit == 1) {
-            float val = L == 0.0f ? 0.0f : O / L;
-            val *= p.ts_v;
-            if (p.vmode == TOPS__DEC_SC_CHANNEL)
-                val *= load_scale(p.vsc, vscb - sl.k0 * p.vc[2] + (long long)d * p.vc[3], p.vst);
-            const int hh = grow / sl.sq, i = grow % sl.sq;
-            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
-                    (sl.q0 + i) * p.oss + d;
-            *op = from_f32<T>(val);
-        } else {
-            const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
-            if (d == 0) {
-                p.ws[2 * idx] = M;
-                p.ws[2 * idx + 1] = L;
-            }
-            const long long nml = 2LL * gridDim.x * p.nsplit * p.rows;
-            p.ws[nml + idx * D + d] = O;
-        }
-    }
+    finish_rows<T, D>(p, sl, kRows, r0, b, hk, split, mw, lw, ow);
 }
 
 // Combines the splits' (m, l, O) in split order and writes the output.
@@ -645,6 +685,60 @@ __device__ __forceinline__ uint32_t sraw16(const unsigned char *row, int g) {
     return reinterpret_cast<const unsigned short *>(row)[g];
 }
 
+// A warp's keys in a split: lo (16-key aligned: scale blocks) .. hi, its
+// first subtile's key and its subtile count (warps take subtiles in turn);
+// the (b, hk) rows of K and V, of their group-scale rows (NULL: none).
+struct span {
+    int lo, hi, first, nsub;
+    const unsigned char *kbase, *vbase, *kscp, *vscp;
+};
+__device__ __forceinline__ span span_of(const dparams &p, const seqlens &sl, int b, int hk, int split, int warp) {
+    span r;
+    const int kbeg = split * p.kps;
+    r.hi = min(sl.sk, kbeg + p.kps);
+    r.lo = kbeg;
+    if (p.window > 0) r.lo = max(r.lo, (sl.sk - sl.sq - p.window + 1) & ~15);
+    r.first = r.lo + 16 * warp;
+    r.nsub = r.first < r.hi ? (r.hi - r.first + 63) / 64 : 0;
+    r.kbase = p.k + (long long)b * p.ksb + (long long)hk * p.ksh;
+    r.vbase = p.v + (long long)b * p.vsb + (long long)hk * p.vsh;
+    r.kscp = p.kmode == TOPS__DEC_SC_GROUP ? reinterpret_cast<const unsigned char *>(p.ksc) +
+                                                 ((long long)b * p.kc[0] + (long long)hk * p.kc[1]) * p.kesz
+                                           : nullptr;
+    r.vscp = p.vmode == TOPS__DEC_SC_GROUP ? reinterpret_cast<const unsigned char *>(p.vsc) +
+                                                 ((long long)b * p.vc[0] + (long long)hk * p.vc[1]) * p.vesz
+                                           : nullptr;
+    return r;
+}
+
+// The subtile of keys j..j+15 (below hi) into the stage at shared address
+// s0: K rows, V rows (swizzled chunks, zero-filled past hi), then the K and V
+// group-scale rows.
+template <int D, int KIND>
+__device__ __forceinline__ void issue(const dparams &p, const span &sp, uint32_t s0, int j, int lane) {
+    using C = cfg<D, KIND>;
+    constexpr int CH = C::CH, RB = C::RB;
+    const int hi = sp.hi;
+    const unsigned char *kbase = sp.kbase, *vbase = sp.vbase, *kscp = sp.kscp, *vscp = sp.vscp;
+    const int ksb = p.ksbytes, vsb = p.vsbytes; // scale bytes a key
+#pragma unroll
+    for (int e = lane; e < 16 * CH; e += 32) {
+        const int r = e / CH, c = e % CH, key = j + r;
+        const bool ok = key < hi;
+        const uint32_t dst = s0 + r * RB + 16 * (c ^ C::swz(r));
+        cp16(dst, ok ? kbase + (long long)key * p.kss + 16 * c : kbase, ok ? 16 : 0);
+        cp16(dst + 16 * RB, ok ? vbase + (long long)key * p.vss + 16 * c : vbase, ok ? 16 : 0);
+    }
+    if (kscp && lane < ksb) { // 16 keys x ksb bytes = ksb chunks
+        const int off = 16 * lane, n = min(16, max(0, (hi - j) * ksb - off));
+        cp16(s0 + 32 * RB + off, n > 0 ? kscp + (long long)j * ksb + off : kscp, n);
+    }
+    if (vscp && lane < vsb) {
+        const int off = 16 * lane, n = min(16, max(0, (hi - j) * vsb - off));
+        cp16(s0 + 32 * RB + 16 * C::SCB + off, n > 0 ? vscp + (long long)j * vsb + off : vscp, n);
+    }
+}
+
 } // namespace ring
 
 template <typename T, int D, int KIND>
@@ -668,27 +762,8 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
     // q (times the channel scales of k) as f16 times a power of two 2^-e a
     // row (bf16 q: the row's largest magnitude into [2^14, 2^15), exact);
     // the logits are multiplied back by 2^e.
-    auto qval = [&](int row, int d) {
-        const int hh = row / sl.sq, i = row % sl.sq;
-        const T *qp = reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb + (long long)(hk * p.group + hh) * p.qsh +
-                      (sl.q0 + i) * p.qss;
-        float x = to_f32(qp[d]);
-        if (p.kmode == TOPS__DEC_SC_CHANNEL)
-            x *= load_scale(p.ksc, (long long)b * p.kc[0] + (long long)hk * p.kc[1] + (long long)d * p.kc[3], p.kst);
-        return x;
-    };
-    {
-        const int row = r0 + (tid >> 3);
-        float mx = 0.0f;
-        if (!std::is_same<T, __half>::value && row < sl.rows)
-            for (int d = tid & 7; d < D; d += 8) mx = fmaxf(mx, fabsf(qval(row, d)));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        int e = 0;
-        if (mx > 0.0f && mx <= 3.0e38f) e = min(120, max(-120, (int)((__float_as_uint(mx) >> 23) & 0xFF) - 127 - 14));
-        if ((tid & 7) == 0) rowf[tid >> 3] = __int_as_float((127 + e) << 23);
-    }
+    auto qval = [&](int row, int d) { return qvalue<T>(p, sl, b, hk, row, d); };
+    row_factors<T, D>(p, sl, b, hk, r0, kRows, rowf);
     __syncthreads();
     // Q's A fragments in the d order of the K decoders
     for (int e = tid; e < KS * 32 * 4; e += kThreads) {
@@ -718,48 +793,15 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
         pos[h] = (rv[h] ? row % sl.sq : 0) + sl.sk - sl.sq;
         lf[h] = p.sl * rowf[gid + 8 * h], cf[h] = p.cap_in * rowf[gid + 8 * h];
     }
-    const int kbeg = split * p.kps;
-    const int hi = min(sl.sk, kbeg + p.kps);
-    int lo = kbeg;
-    if (p.window > 0) lo = max(lo, (sl.sk - sl.sq - p.window + 1) & ~15); // 16-key aligned (scale blocks)
-
-    const unsigned char *kbase = p.k + (long long)b * p.ksb + (long long)hk * p.ksh;
-    const unsigned char *vbase = p.v + (long long)b * p.vsb + (long long)hk * p.vsh;
-    const bool kg = p.kmode == TOPS__DEC_SC_GROUP, vg = p.vmode == TOPS__DEC_SC_GROUP;
+    const ring::span sp = ring::span_of(p, sl, b, hk, split, warp);
+    const int lo = sp.lo, hi = sp.hi, first = sp.first, nsub = sp.nsub;
+    const bool kg = sp.kscp != nullptr, vg = sp.vscp != nullptr;
     const int ksb = p.ksbytes, vsb = p.vsbytes; // scale bytes a key
-    const unsigned char *kscp = kg ? reinterpret_cast<const unsigned char *>(p.ksc) +
-                                         ((long long)b * p.kc[0] + (long long)hk * p.kc[1]) * p.kesz
-                                   : nullptr;
-    const unsigned char *vscp = vg ? reinterpret_cast<const unsigned char *>(p.vsc) +
-                                         ((long long)b * p.vc[0] + (long long)hk * p.vc[1]) * p.vesz
-                                   : nullptr;
 
     unsigned char *wring = ringb + warp * NS * C::STAGE;
     const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
-    const int first = lo + 16 * warp;
-    const int nsub = first < hi ? (hi - first + 63) / 64 : 0;
-
     // subtile i of this warp into stage st
-    auto issue = [&](int i, int st) {
-        const int j = first + 64 * i;
-        const uint32_t s0 = wring_s + st * C::STAGE;
-#pragma unroll
-        for (int e = lane; e < 16 * CH; e += 32) {
-            const int r = e / CH, c = e % CH, key = j + r;
-            const bool ok = key < hi;
-            const uint32_t dst = s0 + r * RB + 16 * (c ^ C::swz(r));
-            ring::cp16(dst, ok ? kbase + (long long)key * p.kss + 16 * c : kbase, ok ? 16 : 0);
-            ring::cp16(dst + 16 * RB, ok ? vbase + (long long)key * p.vss + 16 * c : vbase, ok ? 16 : 0);
-        }
-        if (kg && lane < ksb) { // 16 keys x ksb bytes = ksb chunks
-            const int off = 16 * lane, n = min(16, max(0, (hi - j) * ksb - off));
-            ring::cp16(s0 + 32 * RB + off, n > 0 ? kscp + (long long)j * ksb + off : kscp, n);
-        }
-        if (vg && lane < vsb) {
-            const int off = 16 * lane, n = min(16, max(0, (hi - j) * vsb - off));
-            ring::cp16(s0 + 32 * RB + 16 * C::SCB + off, n > 0 ? vscp + (long long)j * vsb + off : vscp, n);
-        }
-    };
+    auto issue = [&](int i, int st) { ring::issue<D, KIND>(p, sp, wring_s + st * C::STAGE, first + 64 * i, lane); };
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[VT][4];
@@ -945,40 +987,7 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
         }
     }
     __syncthreads();
-    for (int e = tid; e < kRows * D; e += kThreads) {
-        const int row = e / D, d = e % D, grow = r0 + row;
-        if (grow >= sl.rows) break;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * kRows + row]);
-        float L = 0.0f, O = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                const float f = exp2f(mw[w * kRows + row] - M);
-                L += lw[w * kRows + row] * f;
-                O += ow[(w * kRows + row) * OP + d] * f;
-            }
-        }
-        if (p.nsplit == 1) {
-            float val = L == 0.0f ? 0.0f : O / L;
-            val *= p.ts_v;
-            if (p.vmode == TOPS__DEC_SC_CHANNEL)
-                val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
-            const int hh = grow / sl.sq, i = grow % sl.sq;
-            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
-                    (sl.q0 + i) * p.oss + d;
-            *op = from_f32<T>(val);
-        } else {
-            const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
-            if (d == 0) {
-                p.ws[2 * idx] = M;
-                p.ws[2 * idx + 1] = L;
-            }
-            const long long nml = 2LL * gridDim.x * p.nsplit * p.rows;
-            p.ws[nml + idx * D + d] = O;
-        }
-    }
+    finish_rows<T, D>(p, sl, kRows, r0, b, hk, split, mw, lw, ow);
 }
 
 // ---- The keys-as-rows kernel: bf16 q with int8-gG / int4-gG / e4m3 KV ----------
@@ -1064,27 +1073,8 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
     const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv, split = blockIdx.y, r0 = blockIdx.z * ROWS;
     const seqlens sl = seq_of(p, b);
 
-    auto qval = [&](int row, int d) {
-        const int hh = row / sl.sq, i = row % sl.sq;
-        const T *qp = reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb + (long long)(hk * p.group + hh) * p.qsh +
-                      (sl.q0 + i) * p.qss;
-        float x = to_f32(qp[d]);
-        if (p.kmode == TOPS__DEC_SC_CHANNEL)
-            x *= load_scale(p.ksc, (long long)b * p.kc[0] + (long long)hk * p.kc[1] + (long long)d * p.kc[3], p.kst);
-        return x;
-    };
-    { // the row's largest magnitude into [2^14, 2^15) (exact in f16 from bf16)
-        const int rr = tid >> 3, row = r0 + rr;
-        float mx = 0.0f;
-        if (rr < ROWS && row < sl.rows)
-            for (int d = tid & 7; d < D; d += 8) mx = fmaxf(mx, fabsf(qval(row, d)));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        int e = 0;
-        if (mx > 0.0f && mx <= 3.0e38f) e = min(120, max(-120, (int)((__float_as_uint(mx) >> 23) & 0xFF) - 127 - 14));
-        if ((tid & 7) == 0 && rr < ROWS) rowf[rr] = __int_as_float((127 + e) << 23);
-    }
+    auto qval = [&](int row, int d) { return qvalue<T>(p, sl, b, hk, row, d); };
+    row_factors<T, D>(p, sl, b, hk, r0, ROWS, rowf);
     __syncthreads();
     // q's B fragments in the d order of the K decoders: word bs of (k-step kk,
     // n-tile nr, lane): row 8 nr + gid, the pair of d that A's register 2 bs holds
@@ -1118,48 +1108,15 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
             pos[nr][h] = (rv[nr][h] ? row % sl.sq : 0) + sl.sk - sl.sq;
             lf[nr][h] = p.sl * rowf[rr], cf[nr][h] = p.cap_in * rowf[rr];
         }
-    const int kbeg = split * p.kps;
-    const int hi = min(sl.sk, kbeg + p.kps);
-    int lo = kbeg;
-    if (p.window > 0) lo = max(lo, (sl.sk - sl.sq - p.window + 1) & ~15);
-
-    const unsigned char *kbase = p.k + (long long)b * p.ksb + (long long)hk * p.ksh;
-    const unsigned char *vbase = p.v + (long long)b * p.vsb + (long long)hk * p.vsh;
-    const bool kg = p.kmode == TOPS__DEC_SC_GROUP, vg = p.vmode == TOPS__DEC_SC_GROUP;
+    const ring::span sp = ring::span_of(p, sl, b, hk, split, warp);
+    const int lo = sp.lo, hi = sp.hi, first = sp.first, nsub = sp.nsub;
+    const bool kg = sp.kscp != nullptr, vg = sp.vscp != nullptr;
     const int ksb = p.ksbytes, vsb = p.vsbytes;
     const int kgm = kg ? (1 << p.kgs) - 1 : D - 1, vgm = vg ? (1 << p.vgs) - 1 : D - 1; // group masks
-    const unsigned char *kscp = kg ? reinterpret_cast<const unsigned char *>(p.ksc) +
-                                         ((long long)b * p.kc[0] + (long long)hk * p.kc[1]) * p.kesz
-                                   : nullptr;
-    const unsigned char *vscp = vg ? reinterpret_cast<const unsigned char *>(p.vsc) +
-                                         ((long long)b * p.vc[0] + (long long)hk * p.vc[1]) * p.vesz
-                                   : nullptr;
 
     unsigned char *wring = ringb + warp * NS * R::STAGE;
     const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
-    const int first = lo + 16 * warp;
-    const int nsub = first < hi ? (hi - first + 63) / 64 : 0;
-
-    auto issue = [&](int i, int st) {
-        const int j = first + 64 * i;
-        const uint32_t s0 = wring_s + st * R::STAGE;
-#pragma unroll
-        for (int e = lane; e < 16 * CH; e += 32) {
-            const int r = e / CH, c = e % CH, key = j + r;
-            const bool ok = key < hi;
-            const uint32_t dst = s0 + r * RB + 16 * (c ^ R::swz(r));
-            ring::cp16(dst, ok ? kbase + (long long)key * p.kss + 16 * c : kbase, ok ? 16 : 0);
-            ring::cp16(dst + 16 * RB, ok ? vbase + (long long)key * p.vss + 16 * c : vbase, ok ? 16 : 0);
-        }
-        if (kg && lane < ksb) {
-            const int off = 16 * lane, n = min(16, max(0, (hi - j) * ksb - off));
-            ring::cp16(s0 + 32 * RB + off, n > 0 ? kscp + (long long)j * ksb + off : kscp, n);
-        }
-        if (vg && lane < vsb) {
-            const int off = 16 * lane, n = min(16, max(0, (hi - j) * vsb - off));
-            ring::cp16(s0 + 32 * RB + 16 * R::SCB + off, n > 0 ? vscp + (long long)j * vsb + off : vscp, n);
-        }
-    };
+    auto issue = [&](int i, int st) { ring::issue<D, KIND>(p, sp, wring_s + st * R::STAGE, first + 64 * i, lane); };
 
     float m[NR][2], l[NR][2];
     float o[MT][NR][4];
@@ -1363,40 +1320,7 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
             }
     }
     __syncthreads();
-    for (int e = tid; e < ROWS * D; e += kThreads) {
-        const int row = e / D, d = e % D, grow = r0 + row;
-        if (grow >= sl.rows) break;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * ROWS + row]);
-        float L = 0.0f, O = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                const float f = exp2f(mw[w * ROWS + row] - M);
-                L += lw[w * ROWS + row] * f;
-                O += ow[(w * ROWS + row) * OP + d] * f;
-            }
-        }
-        if (p.nsplit == 1) {
-            float val = L == 0.0f ? 0.0f : O / L;
-            val *= p.ts_v;
-            if (p.vmode == TOPS__DEC_SC_CHANNEL)
-                val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
-            const int hh = grow / sl.sq, qi = grow % sl.sq;
-            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
-                    (sl.q0 + qi) * p.oss + d;
-            *op = from_f32<T>(val);
-        } else {
-            const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
-            if (d == 0) {
-                p.ws[2 * idx] = M;
-                p.ws[2 * idx + 1] = L;
-            }
-            const long long nml = 2LL * gridDim.x * p.nsplit * p.rows;
-            p.ws[nml + idx * D + d] = O;
-        }
-    }
+    finish_rows<T, D>(p, sl, ROWS, r0, b, hk, split, mw, lw, ow);
 }
 
 template <int D> constexpr size_t smem_bytes() {
