@@ -151,7 +151,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
     float *ws = (float *)wsb;
 
     for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
-        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
+        const int64_t round = tops__ceil_div(tops__chunk_rows(M, r0, group * m_chunk), m_chunk);
         const int64_t lead_panels = m_chunk / mr; /* each chunk's panels but the round's last */
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
@@ -172,7 +172,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             for (int64_t job = 0; job < round * k_blocks * lead_panels; job++) {
                 const int64_t g = job / (k_blocks * lead_panels), r = job % (k_blocks * lead_panels);
-                const int64_t m0 = r0 + g * m_chunk, mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                const int64_t m0 = r0 + g * m_chunk, mm = tops__chunk_rows(M, m0, m_chunk);
                 const int64_t m_panels = tops__ceil_div(mm, mr), m_pad = m_panels * mr;
                 const int64_t kb = r / lead_panels, ip = r % lead_panels;
                 if (ip >= m_panels) continue;
@@ -187,7 +187,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             for (int64_t job = 0; job < round * n_blocks; job++) {
                 const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
-                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                const int64_t mm = tops__chunk_rows(M, m0, m_chunk);
                 const int64_t m_panels = tops__ceil_div(mm, mr), m_pad = m_panels * mr;
                 const float *packed_left = ws + job / n_blocks * chunk_floats;
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc;

@@ -209,6 +209,9 @@ int64_t tops__balanced_block(int64_t n, int64_t target, int64_t unit);
    thread where N allows; *threads drops to the number of blocks. */
 void tops__split_n(const tops__gemm_problem *p, int64_t nc_target, int64_t nr, int *threads, int64_t *nc,
                    int64_t *n_blocks);
+/* The rows of the M chunk at m0 (m_chunk, but fewer in the last one). */
+static inline int64_t tops__chunk_rows(int64_t m, int64_t m0, int64_t m_chunk) { return m - m0 < m_chunk ? m - m0 : m_chunk; }
+
 /* M chunks a round runs side by side (each with its own left operand of
    left_bytes): enough that N's n_blocks give the call's threads a job each
    (conv2d's 64-channel layers: M = 100352, N = 64), at most 256 MiB of

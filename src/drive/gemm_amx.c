@@ -256,7 +256,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     if (wst != TOPS_OK) return wst;
 
     for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
-        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
+        const int64_t round = tops__ceil_div(tops__chunk_rows(M, r0, group * m_chunk), m_chunk);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -281,7 +281,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             for (int64_t ri = 0; ri < round * m_chunk; ri++) { /* chunk ri / m_chunk's padded rows */
                 const int64_t g = ri / m_chunk, i = ri % m_chunk, m0 = r0 + g * m_chunk;
-                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                const int64_t mm = tops__chunk_rows(M, m0, m_chunk);
                 unsigned char *lb = ws + (size_t)g * left_chunk;
                 if (i < tops__ceil_div(mm, 16) * 16)
                     left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, (int8_t *)lb, (float *)(lb + left_terms),
@@ -292,7 +292,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             for (int64_t job = 0; job < round * n_blocks; job++) {
                 const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
-                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
+                const int64_t mm = tops__chunk_rows(M, m0, m_chunk), m_tiles = tops__ceil_div(mm, 16);
                 unsigned char *lb = ws + (size_t)(job / n_blocks) * left_chunk;
                 const int8_t *aq = (const int8_t *)lb;
                 const float *as = (const float *)(lb + left_terms);
@@ -638,7 +638,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     if (wst != TOPS_OK) return wst;
 
     for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
-        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
+        const int64_t round = tops__ceil_div(tops__chunk_rows(M, r0, group * m_chunk), m_chunk);
         const int64_t jobs = round * n_blocks; /* (chunk, n block), chunk-major */
         int64_t claimed = 0; /* the fused path's next job */
 #ifdef _OPENMP
@@ -667,7 +667,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #endif
             for (int64_t ri = 0; ri < round * m_chunk; ri++) { /* chunk ri / m_chunk's padded rows */
                 const int64_t g = ri / m_chunk, i = ri % m_chunk, m0 = r0 + g * m_chunk;
-                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                const int64_t mm = tops__chunk_rows(M, m0, m_chunk);
                 if (i < tops__ceil_div(mm, 16) * 16)
                     left_row_terms(kern, p, i < mm ? m0 + i : -1, i, kp, na, &rb,
                                    (uint16_t *)(ws + (size_t)g * left_chunk));
@@ -688,7 +688,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #endif
                     next = claimed++;
                     const int64_t n0 = cur % n_blocks * nc, nn = N - n0 < nc ? N - n0 : nc;
-                    const int64_t m0 = r0 + cur / n_blocks * m_chunk, mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                    const int64_t m0 = r0 + cur / n_blocks * m_chunk, mm = tops__chunk_rows(M, m0, m_chunk);
                     run_fused(p, na, smul, n0, tops__ceil_div(nn, 32), next < jobs ? next % n_blocks * nc : -1,
                               kc_max, k_blocks, tops__ceil_div(mm, 16), wt,
                               (const uint16_t *)(ws + (size_t)(cur / n_blocks) * left_chunk), acc, nc, &parity);
@@ -702,7 +702,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #endif
             for (int64_t job = 0; job < (fused ? 0 : jobs); job++) {
                 const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
-                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_tiles = tops__ceil_div(mm, 16);
+                const int64_t mm = tops__chunk_rows(M, m0, m_chunk), m_tiles = tops__ceil_div(mm, 16);
                 const uint16_t *a = (const uint16_t *)(ws + (size_t)(job / n_blocks) * left_chunk);
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {

@@ -225,7 +225,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     if (wst != TOPS_OK) return wst;
 
     for (int64_t r0 = 0; r0 < M; r0 += group * m_chunk) {
-        const int64_t round = tops__ceil_div(M - r0 < group * m_chunk ? M - r0 : group * m_chunk, m_chunk);
+        const int64_t round = tops__ceil_div(tops__chunk_rows(M, r0, group * m_chunk), m_chunk);
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -249,7 +249,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             for (int64_t ri = 0; ri < round * m_chunk; ri++) { /* chunk ri / m_chunk's padded rows */
                 const int64_t i = ri % m_chunk, m0 = r0 + ri / m_chunk * m_chunk;
-                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk;
+                const int64_t mm = tops__chunk_rows(M, m0, m_chunk);
                 unsigned char *lb = ws + (size_t)(ri / m_chunk) * left_chunk;
                 int8_t *aq = (int8_t *)lb;
                 float *as = (float *)(lb + codes_bytes);
@@ -271,7 +271,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
 #endif
             for (int64_t job = 0; job < round * n_blocks; job++) {
                 const int64_t jb = job % n_blocks, m0 = r0 + job / n_blocks * m_chunk;
-                const int64_t mm = M - m0 < m_chunk ? M - m0 : m_chunk, m_pad = tops__round_up(mm, mr);
+                const int64_t mm = tops__chunk_rows(M, m0, m_chunk), m_pad = tops__round_up(mm, mr);
                 const unsigned char *lb = ws + (size_t)(job / n_blocks) * left_chunk;
                 const int8_t *aq = (const int8_t *)lb;
                 const float *as = (const float *)(lb + codes_bytes);
