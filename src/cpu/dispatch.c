@@ -205,8 +205,9 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
         k->conv_dw_f32 = tops_conv_dw_f32__avx2;
         k->conv_dw_name = "tops_conv_dw_f32__avx2";
-        k->gemm_f32_rows = (tops__gemm_rows_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16_rows__avx2,
-                                                     "tops_gemm_f32_f32_f32_6x16_rows__avx2"};
+        k->conv_f32_nr = 16;
+        k->conv_f32_segs = tops_conv_f32_6x16_segs__avx2;
+        k->conv_f32_segs_name = "tops_conv_f32_6x16_segs__avx2";
         k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx2;
         k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx2";
     }
@@ -219,8 +220,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                            "tops_gemm_f32_f32_f32_12x32__avx512"};
         k->conv_dw_f32 = tops_conv_dw_f32__avx512;
         k->conv_dw_name = "tops_conv_dw_f32__avx512";
-        k->gemm_f32_rows = (tops__gemm_rows_ukernel){12, 32, tops_gemm_f32_f32_f32_12x32_rows__avx512,
-                                                     "tops_gemm_f32_f32_f32_12x32_rows__avx512"};
+        k->conv_f32_nr = 32;
         k->conv_f32_rows = tops_conv_f32_6x64_rows__avx512;
         k->conv_f32_rows_name = "tops_conv_f32_6x64_rows__avx512";
     }

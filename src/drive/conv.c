@@ -294,33 +294,33 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
     return TOPS_OK;
 }
 
-tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
-                                const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
-    if (kern->conv_f32_rows && kern->gemm_f32_rows.nr == 32)
-        return conv_wide_run(fn, kern, g, batch, panels, o, dest2d, accumulate, threads);
-    /* A job is one weight panel over up to CHUNK blocks of mr rows: per tap,
-       the panel's tap slice (C x nr) is read once and serves every block
-       (deep layers' weights come from L3 once, then L1/L2). */
-    enum { MAX_MR = 16, MAX_TILE = 16 * 32, CHUNK = 8 };
-    const tops__gemm_rows_ukernel *uk = &kern->gemm_f32_rows;
+/* The segment twin of tops__conv_rows_run (kern->conv_f32_segs, 6 x 16
+   over one 16-column panel): a job is one panel over up to CHUNK blocks of
+   6 rows, and each block is one kernel call over all of K, its tile in
+   registers throughout: the segments are the kernel rows its rows hold
+   whole (contiguous pixels), else the taps, a tap that is padding for all
+   six rows left out.  The panel (K x 16 floats: 295 KB for res5) streams
+   from L2; the next job's panel, where it differs, is prefetched into L2
+   a share per block.  Each output is one FMA chain over its non-padding K
+   in order, so the bits depend on neither the segments nor the job
+   split. */
+static tops_status conv_segs_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                                 const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
+    enum { MR = 6, NR = 16, CHUNK = 16, SEGS = 64 };
     const tops_tensor *in = g->in;
-    const int64_t mr = uk->mr, nr = uk->nr, cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow;
-    const int64_t m_blocks = tops__ceil_div(m, mr), n_panels = tops__ceil_div(o, nr);
-    TOPS_ASSERT(mr <= MAX_MR && mr * nr <= MAX_TILE);
+    const int64_t cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow;
+    const int64_t m_blocks = tops__ceil_div(m, MR), n_panels = tops__ceil_div(o, NR);
     threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)m * (double)o * (double)k, threads);
 #ifndef _OPENMP
     threads = 1;
 #endif
     const int64_t chunk = job_chunk(CHUNK, m_blocks, n_panels, threads);
     const int64_t chunks = tops__ceil_div(m_blocks, chunk), jobs = chunks * n_panels;
-    /* the row that padding reads: cg zeros */
     float *zero = tops__thread_buffer(TOPS__SLOT_GEMM, (size_t)tops__round_up(cg, 16) * sizeof(float));
     if (!zero) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %lld-float zero row", (long long)cg);
     memset(zero, 0, (size_t)cg * sizeof(float));
     const float *x = in->data;
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2];
-    /* A thread's consecutive jobs share their rows (M-major) or, where the
-       weights outweigh the input (deep layers), their weight panel. */
     const int panel_major = (double)k * (double)o > (double)batch * (double)(g->h * g->w * in->extent[3]);
     const int merge = g->dw == 1 && s2 == cg && g->kw > 1; /* a kernel row's taps are contiguous */
 #ifdef _OPENMP
@@ -331,59 +331,58 @@ tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const
         const int64_t ch = panel_major ? job % chunks : job / n_panels;
         const int64_t p = panel_major ? job / chunks : job % n_panels;
         const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
-        /* per row of the chunk: image offset (-1 past M), top-left input position */
-        int64_t base[CHUNK * MAX_MR], y0[CHUNK * MAX_MR], x0[CHUNK * MAX_MR];
-        chunk_rows(g, b0 * mr, nb * mr, m, base, y0, x0);
-        for (int64_t r = 0; r < nb * mr; r++)
+        int64_t base[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR];
+        chunk_rows(g, b0 * MR, nb * MR, m, base, y0, x0);
+        for (int64_t r = 0; r < nb * MR; r++)
             if (base[r] >= 0) base[r] *= s0;
-        float acc[CHUNK * MAX_TILE] __attribute__((aligned(64)));
-        const float *rows[MAX_MR];
-        const float *panel = panels + p * k * nr;
-        /* The next weights this thread reads: the next kernel row's slice of
-           this panel, or after the last one the next job's first slice if
-           that job has another panel.  They are prefetched into L2 a part
-           per block, so a panel streamed from memory (deep layers at small
-           batch: res5's 9.4 MB) overlaps the FMAs instead of stalling the
-           first block of every kernel row. */
-        const int64_t row_floats = g->kw * cg * nr;
-        int64_t next_p = -1;
-        if (job + 1 < jobs) next_p = panel_major ? (job + 1) / chunks : (job + 1) % n_panels;
-        for (int64_t i = 0; i < g->kh; i++)
-            for (int64_t b = 0; b < nb; b++) {
-                const int64_t m0 = (b0 + b) * mr, vr = m - m0 < mr ? m - m0 : mr;
-                const float *next = i + 1 < g->kh ? panel + (i + 1) * row_floats
-                                    : next_p >= 0 && next_p != p ? panels + next_p * k * nr
-                                                                 : NULL;
-                if (next)
-                    for (int64_t f = b * row_floats / nb / 16 * 16, end = (b + 1) * row_floats / nb; f < end; f += 16)
-                        __builtin_prefetch(next + f, 0, 2);
-                /* Where every row of the block has this whole kernel row
-                   inside the input and pixels are contiguous, its taps are
-                   one run of kw * C: one call instead of kw. */
+        float tile[MR * NR] __attribute__((aligned(32)));
+        tops__conv_seg seg[SEGS];
+        const float *panel = panels + p * k * NR;
+        for (int64_t b = 0; b < nb; b++) {
+            const int64_t m0 = (b0 + b) * MR, vr = m - m0 < MR ? m - m0 : MR;
+            int64_t ns = 0;
+            int started = 0;
+            for (int64_t i = 0; i < g->kh; i++) {
                 int whole = merge;
-                for (int64_t q = b * mr; whole && q < (b + 1) * mr; q++) {
+                for (int64_t q = b * MR; whole && q < (b + 1) * MR; q++) {
                     const int64_t ih = y0[q] + i * g->dh;
                     whole = base[q] >= 0 && ih >= 0 && ih < g->h && x0[q] >= 0 && x0[q] + g->kw <= g->w;
                 }
                 const int64_t taps = whole ? g->kw : 1;
                 for (int64_t j = 0; j < g->kw; j += taps) {
-                    const int64_t t = i * g->kw + j;
-                    for (int64_t r = 0; r < mr; r++) {
-                        const int64_t q = b * mr + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
-                        rows[r] = base[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w
-                                      ? zero
-                                      : x + base[q] + ih * s1 + iw * s2;
+                    tops__conv_seg *sg = &seg[ns];
+                    int any = 0;
+                    for (int64_t r = 0; r < MR; r++) {
+                        const int64_t q = b * MR + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
+                        const int pad = base[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w;
+                        sg->a[r] = pad ? zero : x + base[q] + ih * s1 + iw * s2;
+                        any |= !pad;
                     }
-                    uk->run(taps * cg, (int)vr, rows, panel + t * cg * nr, acc + b * mr * nr, nr, t > 0);
+                    if (!any) continue; /* padding for every row: adds nothing */
+                    sg->b = panel + (i * g->kw + j) * cg * NR;
+                    sg->kc = taps * cg;
+                    if (++ns == SEGS) {
+                        kern->conv_f32_segs(ns, seg, tile, started);
+                        started = 1, ns = 0;
+                    }
                 }
             }
-        const int64_t vc = o - p * nr < nr ? o - p * nr : nr;
-        for (int64_t b = 0; b < nb; b++) {
-            const int64_t m0 = (b0 + b) * mr, vr = m - m0 < mr ? m - m0 : mr;
-            tops__store_rect(kern, dest2d, m0, vr, p * nr, vc, acc + b * mr * nr, nr, accumulate);
+            if (ns || !started) kern->conv_f32_segs(ns, seg, tile, started);
+            const int64_t vc = o - p * NR < NR ? o - p * NR : NR;
+            tops__store_rect(kern, dest2d, m0, vr, p * NR, vc, tile, NR, accumulate);
         }
     }
     return TOPS_OK;
+}
+
+const char *tops__conv_rows_kernel(const tops__kernels *kern) {
+    return kern->conv_f32_rows ? kern->conv_f32_rows_name : kern->conv_f32_segs_name;
+}
+
+tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                                const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
+    if (kern->conv_f32_rows) return conv_wide_run(fn, kern, g, batch, panels, o, dest2d, accumulate, threads);
+    return conv_segs_run(fn, kern, g, batch, panels, o, dest2d, accumulate, threads);
 }
 
 tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,

@@ -27,14 +27,16 @@ void tops__conv_gather(const void *ctx, const tops__kernels *kern, int64_t r0, i
 tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                               const float *w, const float *bias, tops_tensor *dest2d, int accumulate, int threads);
 
-/* Implicit GEMM with A read in place (kern->gemm_f32_rows): groups 1, f32
-   input with contiguous channels, the weights tops_pack_right's f32 panels
-   of gemm_f32_rows.nr columns over all of K = KH * KW * C ([K][nr] per
-   panel, panel p at panels + p * K * nr).  One kernel call per tap (kc =
-   C) per mr x nr tile, taps summed in order; threads over tiles.  dest2d
-   [N * OH * OW, o] as for tops__conv_dw_run. */
+/* Implicit GEMM with A read in place (kern->conv_f32_rows where set, else
+   kern->conv_f32_segs): groups 1, f32 input with contiguous channels, the
+   weights tops_pack_right's f32 panels of kern->conv_f32_nr columns over
+   all of K = KH * KW * C ([K][nr] per panel, panel p at panels + p * K *
+   nr).  Each output is one FMA chain over its non-padding K in order;
+   threads over tiles.  dest2d [N * OH * OW, o] as for tops__conv_dw_run. */
 tops_status tops__conv_rows_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                 const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads);
+/* The kernel tops__conv_rows_run runs at this level (for path strings). */
+const char *tops__conv_rows_kernel(const tops__kernels *kern);
 
 /* The relaxed twin (kern->gemm_q8_rows): the input (any dtype and strides)
    quantized once per call to i8 per 32 channels (C % 32 == 0), then the

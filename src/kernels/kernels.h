@@ -458,29 +458,30 @@ typedef void (*tops__conv_dw_fn)(const float *const *rows, int64_t ldx, int64_t 
                                  int sw, int dw, int pl, const float *w, const float *bias, int64_t ow, float *out,
                                  int64_t ldo);
 
-/* gemm_f32's tile with A read in place through row pointers (conv2d's
-   implicit GEMM, src/kernels/<isa>/gemm_f32_rows.c): C[mr x nr] (+)=
-   sum over k < kc of a[i][k] * b[k * nr + j]; b a packed panel as
-   gemm_f32 reads it; accumulate as gemm_f32.  rows (1..mr) of the mr row
-   pointers hold data; a kernel may compute (and store) fewer than mr rows
-   then, never fewer than rows.  run NULL: none at this level. */
-typedef void (*tops__gemm_f32_rows_fn)(int64_t kc, int rows, const float *const *a, const float *b, float *c, int64_t ldc,
-                                       int accumulate);
-typedef struct tops__gemm_rows_ukernel {
-    int mr, nr; /* gemm_f32's */
-    tops__gemm_f32_rows_fn run;
-    const char *name;
-} tops__gemm_rows_ukernel;
-
 /* conv2d's wide f32 tile (src/kernels/avx512/conv_f32_rows.c): c[i * 64 + j]
    for i < 6, j < 64 = (c[i * 64 + j] if load_c, else 0) + a[i][k] *
    b0[k * 32 + j] (j < 32) or b1[k * 32 + j - 32] (j >= 32), one FMA per k in
-   order; b0, b1 two gemm_f32_rows panels (nr = 32) at this K offset; b1 NULL:
+   order; b0, b1 two 32-column f32 panels (tops_pack_right's, the layout
+   gemm_f32 reads) at this K offset; b1 NULL:
    columns 0..31 only.  rows (1..6) of the row pointers hold data; a kernel
    may compute (and store) fewer than 6 rows then, never fewer than rows,
    the same way for any rows.  NULL at levels without one. */
 typedef void (*tops__conv_f32_rows_fn)(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
                                        float *c, int load_c);
+
+/* conv2d's f32 tile over K segments (src/kernels/avx2/conv_f32_segs.c):
+   c[i * 16 + j] for i < 6, j < 16 = (c[i * 16 + j] if load_c, else 0) +
+   seg[s].a[i][k] * seg[s].b[k * 16 + j] over the segments in order and k <
+   seg[s].kc in order, one FMA each (one chain per output); b points into
+   a 16-column f32 panel (tops_pack_right's), a[i] at an input pixel's
+   channels (or a zero row).  c is 32-byte aligned.  NULL at levels
+   without one. */
+typedef struct tops__conv_seg {
+    const float *a[6];
+    const float *b;
+    int64_t kc;
+} tops__conv_seg;
+typedef void (*tops__conv_f32_segs_fn)(int64_t nseg, const tops__conv_seg *seg, float *c, int load_c);
 
 /* The relaxed twin (conv2d over an input quantized once per call, src/
    kernels/{avx2/gemm_q8_rows,avx512/gemm_q8_rows_vnni}.c): C[6 x 32] (+)= over nb sub-blocks
@@ -628,10 +629,14 @@ typedef struct tops__kernels {
     /* conv2d's depthwise direct kernel (groups = channels). */
     tops__conv_dw_fn conv_dw_f32;
     const char *conv_dw_name;
-    /* conv2d's implicit GEMM without left packing (same tile as gemm_f32). */
-    tops__gemm_rows_ukernel gemm_f32_rows;
-    tops__conv_f32_rows_fn conv_f32_rows; /* 6 x 64 over two gemm_f32_rows panels */
+    /* conv2d's implicit GEMM without left packing, over prepacked f32
+       panels of conv_f32_nr columns (gemm_f32's nr): one of the two per
+       level (drive/conv.c runs the wide one where set), else none. */
+    int conv_f32_nr;
+    tops__conv_f32_rows_fn conv_f32_rows; /* 6 x 64 over two 32-column panels */
     const char *conv_f32_rows_name;
+    tops__conv_f32_segs_fn conv_f32_segs; /* 6 x 16 over one 16-column panel */
+    const char *conv_f32_segs_name;
     tops__gemm_q8_rows_fn gemm_q8_rows; /* 6 x 32 */
     const char *gemm_q8_rows_name;
 } tops__kernels;
@@ -712,10 +717,6 @@ void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int s
 void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
-void tops_gemm_f32_f32_f32_6x16_rows__avx2(int64_t kc, int rows, const float *const *a, const float *b, float *c, int64_t ldc,
-                                           int accumulate);
-void tops_gemm_f32_f32_f32_12x32_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b, float *c,
-                                              int64_t ldc, int accumulate);
 void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
                                                   const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
                                                   const float *const *bs, float *c, int64_t ldc, int accumulate,
@@ -725,6 +726,7 @@ void tops_gemm_f32_qi8_qu8_6x32_rows__avx2(int64_t nb, const int8_t *const *a, c
                                            const float *const *bs, float *c, int64_t ldc, int accumulate, int offset);
 void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                             int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
+void tops_conv_f32_6x16_segs__avx2(int64_t nseg, const tops__conv_seg *seg, float *c, int load_c);
 void tops_conv_f32_6x64_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
                                      float *c, int load_c);
 void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,

@@ -289,10 +289,10 @@ static tops_status check_all(const char *fn, const tops_exec *exec, const tops_c
    call (C >= 16). */
 static const float *rows_panels(const tops__kernels *kern, const conv_plan *p, const tops_tensor *in,
                                 const tops_tensor *wt) {
-    if (!kern->gemm_f32_rows.run || !tops__is_packed(wt) || p->groups != 1 || p->c < 16) return NULL;
+    if (!kern->conv_f32_nr || !tops__is_packed(wt) || p->groups != 1 || p->c < 16) return NULL;
     if (tops__float_of(in) != TOPS_DT_F32 || in->stride[3] != 1 || in->tensor_scale != 1.0f) return NULL;
     const tops__packed_right *pk = wt->packed_;
-    return !pk->in_place && pk->panels && pk->nr == kern->gemm_f32_rows.nr ? pk->panels : NULL;
+    return !pk->in_place && pk->panels && pk->nr == kern->conv_f32_nr ? pk->panels : NULL;
 }
 
 tops_status tops_conv2d_output_shape(const tops_conv2d_desc *desc, const tops_tensor *input, const tops_tensor *weight,
@@ -438,9 +438,8 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         return TOPS_OK;
     }
     if (panels && path) {
-        const int wide = kern->conv_f32_rows && kern->gemm_f32_rows.nr == 32; /* as tops__conv_rows_run picks */
         snprintf(path, cap, "implicit GEMM, input rows read in place (prepacked f32 weights): %s (%s)",
-                 wide ? kern->conv_f32_rows_name : kern->gemm_f32_rows.name, tops_isa_name(kern->isa));
+                 tops__conv_rows_kernel(kern), tops_isa_name(kern->isa));
         return TOPS_OK;
     }
     if (path) {

@@ -42,6 +42,7 @@ static const cv_case cases[] = {
     {1, 9, 20, 48, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* K pieces across taps of a whole kernel row, a lone last panel */
     {2, 11, 13, 48, 70, 3, 3, 2, 2, 2, 2, 2, 1, 0, 3, 1, 0}, /* stride 2 with dilation 2 on the rows paths, O = 70 */
     {1, 2, 3, 16, 64, 3, 3, 1, 1, 1, 1, 4, 4, 4, 4, 1, 0},  /* pad 4: blocks with every tap in the padding (bias only) */
+    {1, 12, 13, 16, 20, 9, 9, 1, 1, 1, 1, 4, 4, 4, 4, 1, 0}, /* 9x9 pad 4: over 64 tap segments a block (AVX2 segs) */
 };
 
 /* Cases over the small-call thresholds, so more than one thread really

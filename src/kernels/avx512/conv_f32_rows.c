@@ -1,9 +1,9 @@
 /* AVX-512 f32 microkernel for conv2d's implicit GEMM with A read in place
    through six row pointers (an input pixel's channels, or a zero row for
-   padding): a 6 x 64 tile over two adjacent 32-column weight panels of
-   gemm_f32_rows (24 zmm accumulators, four B vectors and one broadcast a k
-   step: each broadcast feeds four FMAs, 10 loads per 24 FMAs against 12x32's
-   14).  The tile is loaded from c when load_c is set and the FMAs continue
+   padding): a 6 x 64 tile over two adjacent 32-column weight panels (24
+   zmm accumulators, four B vectors and one broadcast a k step: each
+   broadcast feeds four FMAs, 10 loads per 24 FMAs against a 12 x 32
+   tile's 14).  The tile is loaded from c when load_c is set and the FMAs continue
    its chains, so a column's sum is one chain over K in order however the
    driver cuts K into calls.  A short last block (rows < 6) runs the 4- or
    2-row body: each row's chain is the same FMAs in the same order, so the
