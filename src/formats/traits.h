@@ -40,6 +40,9 @@ static inline int tops__is_half(const tops_tensor *t) {
    (the tensor's packed_ holds the panels), not a number format. */
 static inline int tops__is_packed(const tops_tensor *t) { return t->format.id == TOPS_FMT_PACKED; }
 static inline tops_format tops__packed_format(void) { return (tops_format){TOPS_FMT_PACKED, 1, TOPS_DT_NONE}; }
+/* A number format (every row of the table but that marker): what a file
+   may name and store. */
+static inline int tops__format_is_number(tops_format_id id) { return id >= 0 && id < TOPS_FMT_COUNT_ && id != TOPS_FMT_PACKED; }
 
 /* The CPU integer form of a format's traits row (core/intform.h), or NULL
    for an id out of range. */

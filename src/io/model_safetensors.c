@@ -134,7 +134,7 @@ static tops_status bind_quantized(const char *fn, tops_model *m, int64_t base, c
     static const char *const suffix[4] = {"", ".scales", ".biases", ".codebook"};
     tops__mentry *e = &m->t[base];
     tops_format f;
-    if (tops_format_from_name(format_text, &f) != TOPS_OK || tops_format_resolve(f, &f) != TOPS_OK || f.id == TOPS_FMT_PACKED)
+    if (tops_format_from_name(format_text, &f) != TOPS_OK || tops_format_resolve(f, &f) != TOPS_OK || !tops__format_is_number(f.id))
         return BAD("metadata gives tensor \"%.200s\" the format \"%.60s\", which is not a tensorops format", e->name,
                    format_text);
     if (!shape_text) return BAD("metadata gives tensor \"%.200s\" a format but no shape", e->name);

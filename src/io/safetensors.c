@@ -268,7 +268,7 @@ static tops_status parse_metadata(const char *fn, const cJSON *meta, st_meta *m)
         snprintf(why, sizeof why, "%s", tops_last_error());
         return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ format is not a format tensorops reads (%s)", why);
     }
-    if (m->format.id == TOPS_FMT_PACKED)
+    if (!tops__format_is_number(m->format.id))
         return tops__fail(TOPS_PARSE_ERROR, fn, "__metadata__ format \"packed\" is never stored");
     if (!tops__st_parse_shape(shape->valuestring, &m->rank, m->extent))
         return tops__fail(TOPS_PARSE_ERROR, fn,
