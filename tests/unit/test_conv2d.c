@@ -438,8 +438,78 @@ static void test_bad_descriptors(void) {
     ASSERT_TRUE(strstr(tops_last_error(), "cuda") != NULL);
 }
 
+/* The relaxed rows kernel (kernels.h: tops__gemm_q8_rows_fn) at every
+   level that has one, bit for bit against its contract computed here in
+   scalar code: exact i32 dots of the codes (panels hold q + offset, the
+   caller's acorr = offset * the activations' block sum), then c = fma(s *
+   bscale, ascale, c) per sub-block in order from zero, the old C added at
+   the end.  Each offset at its extreme codes (|q| = 8, 15, 128 against
+   activations of -127 and 127, the activation quantizer's range) so an i16
+   stage that saturated would show. */
+static void test_q8_rows_kernel(void) {
+    enum { NB = 5, BSTEP = 40, LDC = 37 };
+    static const int offsets[3] = {8, 16, 128}, qmax[3] = {8, 15, 128};
+    int8_t act[6][NB * 32];
+    uint8_t panel[4][NB * 8 * BSTEP];
+    float as_v[6][NB], bs_v[4][NB * 8], c[6 * LDC], want[6 * LDC];
+    int32_t corr[6][NB];
+    int q[NB * 32][32];
+    for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+        const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+        if (!kern || !kern->gemm_q8_rows) continue;
+        for (int o = 0; o < 3; o++)
+            for (int accumulate = 0; accumulate < 2; accumulate++) {
+                const int off = offsets[o], qm = qmax[o];
+                for (int i = 0; i < 6; i++)
+                    for (int k = 0; k < NB * 32; k++) {
+                        const uint64_t r = th_next(&rng) % 8;
+                        act[i][k] = (int8_t)(r == 0 ? -127 : r == 1 ? 127 : (int)(th_next(&rng) % 255) - 127);
+                    }
+                memset(panel, 0xA5, sizeof panel); /* bytes between steps: never read */
+                for (int k = 0; k < NB * 32; k++)
+                    for (int j = 0; j < 32; j++) {
+                        const uint64_t r = th_next(&rng) % 4;
+                        int v = r == 0 ? -qm : r == 1 ? (qm == 128 ? 127 : qm) : (int)(th_next(&rng) % (2 * qm)) - qm;
+                        q[k][j] = v;
+                        panel[j / 8][(k / 32) * 8 * BSTEP + (k % 32 / 4) * BSTEP + (j % 8) * 4 + k % 4] = (uint8_t)(v + off);
+                    }
+                for (int i = 0; i < 6; i++)
+                    for (int b = 0; b < NB; b++) {
+                        as_v[i][b] = th_uniform(&rng, 1e-3f, 2e-2f);
+                        int32_t sum = 0;
+                        for (int k = 0; k < 32; k++) sum += act[i][32 * b + k];
+                        corr[i][b] = off * sum;
+                    }
+                for (int p = 0; p < 4; p++)
+                    for (int t = 0; t < NB * 8; t++) bs_v[p][t] = th_uniform(&rng, 1e-3f, 2e-2f);
+                for (int t = 0; t < 6 * LDC; t++) c[t] = want[t] = th_uniform(&rng, -1, 1);
+                for (int i = 0; i < 6; i++)
+                    for (int j = 0; j < 32; j++) {
+                        float acc = 0;
+                        for (int b = 0; b < NB; b++) {
+                            int32_t sum = 0;
+                            for (int k = 0; k < 32; k++) sum += act[i][32 * b + k] * q[32 * b + k][j];
+                            acc = fmaf((float)sum * bs_v[j / 8][b * 8 + j % 8], as_v[i][b], acc);
+                        }
+                        want[i * LDC + j] = accumulate ? want[i * LDC + j] + acc : acc;
+                    }
+                const int8_t *a[6];
+                const float *as[6], *bs[4];
+                const int32_t *ac[6];
+                const uint8_t *b[4];
+                for (int i = 0; i < 6; i++) a[i] = act[i], as[i] = as_v[i], ac[i] = corr[i];
+                for (int p = 0; p < 4; p++) b[p] = panel[p], bs[p] = bs_v[p];
+                kern->gemm_q8_rows(NB, a, as, ac, b, BSTEP, bs, c, LDC, accumulate, off);
+                if (memcmp(c, want, sizeof c) != 0)
+                    TH_FAIL_AT("%s offset %d accumulate %d: the kernel differs from its contract", kern->gemm_q8_rows_name,
+                               off, accumulate);
+            }
+    }
+}
+
 int main(void) {
     rng = th_seed();
+    RUN_TEST(test_q8_rows_kernel);
     RUN_TEST(test_strict_f32);
     RUN_TEST(test_bias_accumulate_dtypes);
     RUN_TEST(test_quantized);
