@@ -43,6 +43,7 @@ static const cv_case cases[] = {
     {2, 11, 13, 48, 70, 3, 3, 2, 2, 2, 2, 2, 1, 0, 3, 1, 0}, /* stride 2 with dilation 2 on the rows paths, O = 70 */
     {1, 2, 3, 16, 64, 3, 3, 1, 1, 1, 1, 4, 4, 4, 4, 1, 0},  /* pad 4: blocks with every tap in the padding (bias only) */
     {1, 12, 13, 16, 20, 9, 9, 1, 1, 1, 1, 4, 4, 4, 4, 1, 0}, /* 9x9 pad 4: over 64 tap segments a block (AVX2 segs) */
+    {1, 7, 19, 13, 13, 3, 3, 1, 1, 1, 2, 1, 1, 2, 2, 13, 0}, /* depthwise 3x3 stride 1, dilation 2 along rows, 13 channels */
 };
 
 /* Cases over the small-call thresholds, so more than one thread really
