@@ -316,7 +316,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                                         corr + ip * mr * n_subs + k0 / sub, n_subs, bp, bstride, bs, sstride,
                                         mins ? amin + ip * mr * n_subs + k0 / sub : NULL, bm,
                                         acc + ip * mr * nc + jr * nr, nc, kb > 0,
-                                        next ? next + (ip % 4) * 8 * kc : NULL);
+                                        next ? next + (ip % 4) * 8 * kc : NULL, offset);
                         }
                     for (; jr < n_panels; jr++) {
                         const q8_block blk = panel_block(p, prepacked, mins, kp, n_subs, sub, (n0 + jr * nr) / 8, k0,

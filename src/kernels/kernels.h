@@ -184,7 +184,8 @@ typedef struct tops__gemm_q8_ukernel {
 /* The 32-column twin at levels with one (gemm_q8_x4): C[mr x 32] over four
    consecutive 8-column panels of gemm_q8's layout, panel p at b + p *
    bstride bytes, its scales at bscale + p * sstride and its mins at bmin
-   + p * sstride; any offset (acorr as above).  Every column gets the bits
+   + p * sstride; offset the panels' (acorr as above; AVX2 sums in i16 as
+   far as it allows, VNNI ignores it).  Every column gets the bits
    of the same level's gemm_q8 run on its panel (same steps, same order),
    so a driver may cover some columns with one and some with the other.
    bstride == 32 selects the group layout instead: step t (4 k) of panel p
@@ -195,7 +196,7 @@ typedef struct tops__gemm_q8_ukernel {
 typedef void (*tops__gemm_q8_x4_fn)(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                     const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
                                     const float *bscale, int64_t sstride, const float *amin, const float *bmin,
-                                    float *c, int64_t ldc, int accumulate, const uint8_t *pf);
+                                    float *c, int64_t ldc, int accumulate, const uint8_t *pf, int offset);
 typedef struct tops__gemm_q8_x4_ukernel {
     int mr;
     tops__gemm_q8_x4_fn run; /* NULL: none at this level */
@@ -803,10 +804,14 @@ void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const 
                             const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
 #endif
 void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table);
+void tops_gemm_f32_qi8_qu8_4x32__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                      const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
+                                      const float *bscale, int64_t sstride, const float *amin, const float *bmin,
+                                      float *c, int64_t ldc, int accumulate, const uint8_t *pf, int offset);
 void tops_gemm_f32_qi8_qu8_4x32__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
                                             const float *bscale, int64_t sstride, const float *amin,
-                                            const float *bmin, float *c, int64_t ldc, int accumulate, const uint8_t *pf);
+                                            const float *bmin, float *c, int64_t ldc, int accumulate, const uint8_t *pf, int offset);
 void tops_gemm_f32_qi8_qu5_4x8__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                             const float *amin, const float *bmin,

@@ -342,12 +342,13 @@ static void test_q8_x4_matches_8_columns(void) {
         for (int it = 0; it < 36; it++) {
             const int kind = it % 3, sub = (it / 3) % 2 ? 16 : 32, with_min = (it / 6) % 2;
             const int offset = kind == 0 ? TOPS_Q8_OFFSET_NARROW : kind == 1 ? TOPS_Q8_OFFSET : TOPS_Q8_OFFSET_WIDE;
-            const int qmax = kind == 0 ? 8 : kind == 1 ? 15 : 127;
+            const int qmax = kind == 0 ? 8 : kind == 1 ? 15 : 127; /* 8-bit codes: -128 .. 127 */
             const tops__gemm_q8_ukernel *uk = kind == 0 ? &kern->gemm_q8_narrow : kind == 1 ? &kern->gemm_q8 : &kern->gemm_q8_wide;
             if (uk->mr != kern->gemm_q8_x4.mr) TH_FAIL_AT("isa=%s: the 32-column twin has other rows", tops_isa_name((tops_isa)isa));
             const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), kc = nb * sub;
             for (int p = 0; p < 4; p++) {
-                for (int64_t i = 0; i < 8 * kc; i++) rows[i] = (int8_t)((int)(th_next(&rng) % (uint64_t)(2 * qmax + 1)) - qmax);
+                for (int64_t i = 0; i < 8 * kc; i++)
+                    rows[i] = (int8_t)((int)(th_next(&rng) % (uint64_t)(2 * qmax + 1 + (kind == 2))) - qmax - (kind == 2));
                 kern->pack_q8_panel(rows, kc, offset, panels + p * PSTRIDE);
                 for (int64_t i = 0; i < 8 * nb; i++) {
                     bs[p * SSTRIDE + i] = th_uniform(&rng, 1e-3f, 2.0f);
@@ -372,7 +373,7 @@ static void test_q8_x4_matches_8_columns(void) {
                 uk->run(nb, sub, a, MAXK, as, corr, NB, panels + p * PSTRIDE, bs + p * SSTRIDE, amin,
                         with_min ? bmin + p * SSTRIDE : NULL, want + 8 * p, 32, accumulate);
             kern->gemm_q8_x4.run(nb, sub, a, MAXK, as, corr, NB, panels, PSTRIDE, bs, SSTRIDE, amin,
-                                 with_min ? bmin : NULL, got, 32, accumulate, NULL);
+                                 with_min ? bmin : NULL, got, 32, accumulate, NULL, offset);
             if (memcmp(want, got, sizeof want) != 0)
                 TH_FAIL_AT("isa=%s offset=%d sub=%d nb=%lld mins=%d acc=%d: %s differs from %s", tops_isa_name((tops_isa)isa),
                            offset, sub, (long long)nb, with_min, accumulate, kern->gemm_q8_x4.name, uk->name);
@@ -387,7 +388,7 @@ static void test_q8_x4_matches_8_columns(void) {
             }
             memcpy(got, in, sizeof got);
             kern->gemm_q8_x4.run(nb, sub, a, MAXK, as, corr, NB, grouped, 32, gs, 8, amin, with_min ? gm : NULL, got, 32,
-                                 accumulate, it % 2 ? panels : NULL);
+                                 accumulate, it % 2 ? panels : NULL, offset);
             if (memcmp(want, got, sizeof want) != 0)
                 TH_FAIL_AT("isa=%s offset=%d sub=%d nb=%lld mins=%d acc=%d: %s (group layout) differs from %s",
                            tops_isa_name((tops_isa)isa), offset, sub, (long long)nb, with_min, accumulate,

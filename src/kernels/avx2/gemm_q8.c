@@ -1,20 +1,17 @@
-/* AVX2 relaxed integer microkernels: 4 rows x 8 columns.  Each step takes
+/* AVX2 relaxed integer microkernels: 4 rows x 8 columns, and their 4 x 32
+   twin at the end of the file.  Each step takes
    4 k of 8 columns (32 unsigned weight bytes) and 4 broadcast activation
    bytes per row; vpmaddubsw gives i16 pairs, `flush` steps add up in i16
    (no saturation, see kernels/kernels.h), vpmaddwd widens them and the block's
    i32 sum takes the offset correction in integers, so each row pays one
    convert and one FMA per sub-block (not per 16 k): vector ops per 32 k
    and row fall from 24 to 21 (wide) and 20 (narrow, eight steps). */
-#include "kernels/kernels.h"
+#include "kernels/avx2/q8_sums.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-static inline __m256i bcast4(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
+#define bcast4 tops__bcast4
 
 /* k = 4g..4g+3 of the 8 columns against two rows' activations (the
    weights come again from L1 for the other two rows: few live registers,
@@ -201,4 +198,86 @@ void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_
     }
     for (; k < kc; k++)
         for (int j = 0; j < 8; j++) panel[(k / 4) * 32 + j * 4 + k % 4] = (uint8_t)(rows[j * kc + k] + offset);
+}
+
+/* The 32-column twin (tops__gemm_q8_x4_fn): per sub-block the columns in
+   two halves of 16, four rows a pass (two at q + 16), the exact i32 dots
+   summed in registers (q8_sums.h: 0.75 loads per vpmaddubsw, against 1.5
+   in the 4 x 8 kernels, which read each weight vector twice and broadcast
+   for 8 columns) and the 4 x 8 kernels' scaling per column (convert,
+   one FMA by bscale * ascale, the mins' FMA), the f32 sums in an L1
+   buffer: every column gets the bits of the 4 x 8 kernel on its panel. */
+static inline __attribute__((always_inline)) void x4_body(int offset, int steps, int group, int64_t nb,
+                                                          const int8_t *a, int64_t lda, const float *ascale,
+                                                          const int32_t *acorr, int64_t lds, const uint8_t *b,
+                                                          int64_t bstride, const float *bscale, int64_t sstride,
+                                                          const float *amin, const float *bmin, float *c, int64_t ldc,
+                                                          int accumulate, const uint8_t *pf) {
+    const int R = 4;
+    const int64_t bstep = group ? 128 : 32;
+    float f[4 * 32] __attribute__((aligned(32)));
+    memset(f, 0, sizeof f);
+    const int8_t *ar[4] = {a, a + lda, a + 2 * lda, a + 3 * lda};
+    const int32_t *acr[4] = {acorr, acorr + lds, acorr + 2 * lds, acorr + 3 * lds};
+    for (int64_t blk = 0; blk < nb; blk++) {
+        if (pf)
+            for (int l = 0; l < steps * 32; l += 64) _mm_prefetch((const char *)pf + blk * steps * 32 + l, _MM_HINT_T0);
+        for (int half = 0; half < 2; half++) {
+            const uint8_t *p0 = group ? b + blk * steps * 128 + half * 64 : b + 2 * half * bstride + blk * steps * 32;
+            const uint8_t *p1 = group ? p0 + 32 : p0 + bstride;
+            const int64_t s0 = group ? blk * 32 + half * 16 : 2 * half * sstride + blk * 8;
+            const int64_t s1 = group ? s0 + 8 : s0 + sstride;
+            const __m256 bs0 = _mm256_loadu_ps(bscale + s0), bs1 = _mm256_loadu_ps(bscale + s1);
+            for (int r0 = 0; r0 < 4; r0 += R) {
+                __m256i s[4][2];
+                tops__q8_half_sums(offset, R, steps, ar + r0, blk * steps * 4, acr + r0, blk, p0, p1, bstep, s);
+#pragma GCC unroll 4
+                for (int i = 0; i < R; i++) {
+                    const int64_t at = (r0 + i) * lds + blk;
+                    const __m256 as = _mm256_set1_ps(ascale[at]);
+                    float *fi = f + (r0 + i) * 32 + half * 16;
+                    __m256 v0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][0]), _mm256_mul_ps(bs0, as), _mm256_load_ps(fi));
+                    __m256 v1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][1]), _mm256_mul_ps(bs1, as), _mm256_load_ps(fi + 8));
+                    if (bmin) { /* the mins: c -= amin * bmin */
+                        const __m256 am = _mm256_set1_ps(amin[at]);
+                        v0 = _mm256_fnmadd_ps(am, _mm256_loadu_ps(bmin + s0), v0);
+                        v1 = _mm256_fnmadd_ps(am, _mm256_loadu_ps(bmin + s1), v1);
+                    }
+                    _mm256_store_ps(fi, v0);
+                    _mm256_store_ps(fi + 8, v1);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 32; j += 8) {
+            __m256 v = _mm256_load_ps(f + i * 32 + j);
+            if (accumulate) v = _mm256_add_ps(v, _mm256_loadu_ps(c + i * ldc + j));
+            _mm256_storeu_ps(c + i * ldc + j, v);
+        }
+}
+
+void tops_gemm_f32_qi8_qu8_4x32__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
+                                      const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
+                                      const float *bscale, int64_t sstride, const float *amin, const float *bmin,
+                                      float *c, int64_t ldc, int accumulate, const uint8_t *pf, int offset) {
+    const int group = bstride == 32;
+#define TOPS_Q8_X4(off, steps)                                                                                    \
+    do {                                                                                                          \
+        if (group) x4_body(off, steps, 1, nb, a, lda, ascale, acorr, lds, b, bstride, bscale, sstride, amin, bmin, c, \
+                           ldc, accumulate, pf);                                                                  \
+        else x4_body(off, steps, 0, nb, a, lda, ascale, acorr, lds, b, bstride, bscale, sstride, amin, bmin, c, ldc, \
+                     accumulate, pf);                                                                             \
+    } while (0)
+    if (offset == TOPS_Q8_OFFSET_NARROW) {
+        if (sub == 32) TOPS_Q8_X4(TOPS_Q8_OFFSET_NARROW, 8);
+        else TOPS_Q8_X4(TOPS_Q8_OFFSET_NARROW, 4);
+    } else if (offset == TOPS_Q8_OFFSET) {
+        if (sub == 32) TOPS_Q8_X4(TOPS_Q8_OFFSET, 8);
+        else TOPS_Q8_X4(TOPS_Q8_OFFSET, 4);
+    } else {
+        if (sub == 32) TOPS_Q8_X4(TOPS_Q8_OFFSET_WIDE, 8);
+        else TOPS_Q8_X4(TOPS_Q8_OFFSET_WIDE, 4);
+    }
+#undef TOPS_Q8_X4
 }

@@ -12,16 +12,10 @@
    carrying q's sign (three rows).  The scaling is the VNNI kernel's
    (c = fma(s * bscale, ascale, c) per sub-block, in order, from zero, the
    old C added once at the end), so both levels give the same bits. */
-#include "kernels/kernels.h"
+#include "kernels/avx2/q8_sums.h"
 
 #include <immintrin.h>
 #include <string.h>
-
-static inline __m256i bcast4(const int8_t *p) {
-    int32_t v;
-    memcpy(&v, p, 4);
-    return _mm256_set1_epi32(v);
-}
 
 /* f[i][j] (+)= fma(s * bscale, ascale, f) for R rows of one 16-column
    half: the VNNI kernel's scaling, so both levels give the same bits. */
@@ -38,86 +32,16 @@ static inline __attribute__((always_inline)) void scale_rows(int R, const __m256
     }
 }
 
-/* R rows' i16 sums of (q + offset) * x over steps st0 .. st0 + n - 1 of
-   panels p0, p1 into h (no saturation: the caller bounds n).  The first
-   step is peeled and the rest is a rolled loop: unrolled, the compiler
-   hoists the broadcasts out of the caller's loop over halves and spills
-   them and the sums. */
-static inline __attribute__((always_inline)) void i16_sums(int R, int st0, int n, const int8_t *const *a, int64_t ka,
-                                                           const uint8_t *p0, const uint8_t *p1, int64_t bstep,
-                                                           __m256i h[][2]) {
-    {
-        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(p0 + st0 * bstep));
-        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(p1 + st0 * bstep));
-#pragma GCC unroll 6
-        for (int i = 0; i < R; i++) {
-            const __m256i x = bcast4(a[i] + ka + 4 * st0);
-            h[i][0] = _mm256_maddubs_epi16(w0, x);
-            h[i][1] = _mm256_maddubs_epi16(w1, x);
-        }
-    }
-#pragma GCC unroll 1
-    for (int st = st0 + 1; st < st0 + n; st++) {
-        const __m256i w0 = _mm256_loadu_si256((const __m256i *)(p0 + st * bstep));
-        const __m256i w1 = _mm256_loadu_si256((const __m256i *)(p1 + st * bstep));
-#pragma GCC unroll 6
-        for (int i = 0; i < R; i++) {
-            const __m256i x = bcast4(a[i] + ka + 4 * st);
-            h[i][0] = _mm256_add_epi16(h[i][0], _mm256_maddubs_epi16(w0, x));
-            h[i][1] = _mm256_add_epi16(h[i][1], _mm256_maddubs_epi16(w1, x));
-        }
-    }
-}
-
 /* One 16-column half of one sub-block for R rows (a, acorr, as at the
-   first of them) into f: the exact i32 dots of q (not q + offset), then
-   scaled.  q + 8 (|q| <= 8): pairs <= 2 * 16 * 127, a whole sub-block in
-   i16, six rows (12 sums, two panel vectors and a broadcast: 15 of the 16
-   registers).  q + 16: pairs <= 2 * 31 * 127, two rounds of four steps,
-   three rows.  q + 128: the panel turned back to q, |q| as u8 against the
-   activations carrying q's sign (pairs <= 2 * 128 * 127), widened every
-   step, three rows. */
+   first of them) into f: the exact dots (q8_sums.h), then scaled.  q + 8
+   takes six rows a pass, q + 16 and q + 128 three (what fits 16
+   registers). */
 static inline __attribute__((always_inline)) void half_rows(int offset, int R, const int8_t *const *a, int64_t ka,
                                                             const int32_t *const *acorr, const float *const *as,
                                                             int64_t blk, const uint8_t *p0, const uint8_t *p1,
                                                             int64_t bstep, const float *g0, const float *g1, float *f) {
-    const __m256i ones = _mm256_set1_epi16(1);
     __m256i s[6][2];
-#pragma GCC unroll 6
-    for (int i = 0; i < R; i++) s[i][0] = s[i][1] = _mm256_setzero_si256(); /* (dead but for q + 128) */
-    if (offset == TOPS_Q8_OFFSET_WIDE) {
-        const __m256i flip = _mm256_set1_epi8((char)0x80);
-#pragma GCC unroll 1
-        for (int st = 0; st < 8; st++) {
-            const __m256i q0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p0 + st * bstep)), flip);
-            const __m256i q1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p1 + st * bstep)), flip);
-            const __m256i u0 = _mm256_abs_epi8(q0), u1 = _mm256_abs_epi8(q1);
-#pragma GCC unroll 6
-            for (int i = 0; i < R; i++) {
-                const __m256i x = bcast4(a[i] + ka + 4 * st);
-                s[i][0] = _mm256_add_epi32(s[i][0], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(x, q0)), ones));
-                s[i][1] = _mm256_add_epi32(s[i][1], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(x, q1)), ones));
-            }
-        }
-    } else {
-        const int rounds = offset == TOPS_Q8_OFFSET_NARROW ? 1 : 2, steps = 8 / rounds;
-        for (int rd = 0; rd < rounds; rd++) {
-            __m256i h[6][2];
-            i16_sums(R, rd * steps, steps, a, ka, p0, p1, bstep, h);
-#pragma GCC unroll 6
-            for (int i = 0; i < R; i++) {
-                const __m256i d0 = _mm256_madd_epi16(h[i][0], ones), d1 = _mm256_madd_epi16(h[i][1], ones);
-                if (rd == 0) { /* start from -offset * code sum */
-                    const __m256i corr = _mm256_set1_epi32(acorr[i][blk]);
-                    s[i][0] = _mm256_sub_epi32(d0, corr);
-                    s[i][1] = _mm256_sub_epi32(d1, corr);
-                } else {
-                    s[i][0] = _mm256_add_epi32(s[i][0], d0);
-                    s[i][1] = _mm256_add_epi32(s[i][1], d1);
-                }
-            }
-        }
-    }
+    tops__q8_half_sums(offset, R, 8, a, ka, acorr, blk, p0, p1, bstep, s);
     scale_rows(R, s, as, blk, g0, g1, f);
 }
 

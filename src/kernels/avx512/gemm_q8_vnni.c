@@ -150,7 +150,9 @@ static inline __attribute__((always_inline)) void q8_4x32(int steps, int group, 
 void tops_gemm_f32_qi8_qu8_4x32__avx512_vnni(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                             const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
                                             const float *bscale, int64_t sstride, const float *amin,
-                                            const float *bmin, float *c, int64_t ldc, int accumulate, const uint8_t *pf) {
+                                            const float *bmin, float *c, int64_t ldc, int accumulate, const uint8_t *pf,
+                                            int offset) {
+    (void)offset; /* vpdpbusd has no i16 stage: any offset */
     const int group = bstride == 32;
 #define TOPS_Q8_X4(steps, g) \
     q8_4x32(steps, g, nb, a, lda, ascale, acorr, lds, b, bstride, bscale, sstride, amin, bmin, c, ldc, accumulate, pf)
