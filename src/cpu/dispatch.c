@@ -190,6 +190,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->dot_f32 = tops__avx2_dot_f32;
         k->lut16_row = tops__avx2_lut16_row;
         k->dot_f32_x4 = tops__avx2_dot_f32_x4;
+        k->dot_half_x4 = tops__avx2_dot_half_x4;
         k->dot_q8_nibbles_x4 = tops__avx2_dot_q8_nibbles_x4;
         k->dot_f32_nibbles_x4 = tops__avx2_dot_f32_nibbles_x4;
         k->dot_q8_nibbles = tops__avx2_dot_q8_nibbles;

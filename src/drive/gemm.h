@@ -32,6 +32,10 @@ typedef struct tops__gemm_operand {
        k_major, read and direct_f32 are not used (the left-packing hook). */
     tops__rows_gather gather;
     const void *gather_ctx;
+    /* Right only: TOPS_DT_F16 / BF16 for plain 16-bit floats with unit
+       column stride and tensor_scale 1, not packed (the rows driver dots
+       them in place), else 0 (TOPS_DT_NONE). */
+    int direct_half;
 } tops__gemm_operand;
 
 /* Row m of the left operand over [0, k) into out (any left: stored,

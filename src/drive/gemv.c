@@ -295,7 +295,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
             /* Four rows at once where the kernels read rows in place, and
                strict integer forms (four rows unpacked per chunk). */
             const int strict_x4 = integer && !relaxed;
-            if (j + 4 <= nn && (nib_x4 || bytes_x4 || (!in_place && (strict_x4 || (!integer && p->right.direct_f32))))) {
+            const int half_x4 = !integer && p->right.direct_half && kern->dot_half_x4;
+            if (j + 4 <= nn &&
+                (nib_x4 || bytes_x4 || (!in_place && (strict_x4 || (!integer && (p->right.direct_f32 || half_x4)))))) {
                 for (int64_t m = 0; m < M; m++)
                     for (int r = 1; r < 4; r++) acc[m * N_BLOCK + j + r] = 0.0f;
                 for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
@@ -343,6 +345,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         for (int r = 0; r < 4; r++) up.run(&qw, n0 + j + r, k0, kc, q + r * chunk, scale + r * ld_s);
                         for (int64_t m = 0; m < M; m++) {
                             kern->dot_f32_q8_x4(a + m * kp + k0, q, chunk, scale, ld_s, kc, sub, d);
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    } else if (half_x4) { /* f16 / bf16 rows in place, converted as they load */
+                        int64_t kv = K - k0 < kc ? K - k0 : kc;
+                        const uint16_t *b = (const uint16_t *)w->data + (n0 + j) * w->stride[0] + k0;
+                        for (int64_t m = 0; m < M; m++) {
+                            kern->dot_half_x4(a + m * kp + k0, b, w->stride[0], kv, p->right.direct_half == TOPS_DT_BF16, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
                         }
                     } else {

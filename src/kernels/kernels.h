@@ -564,6 +564,10 @@ typedef struct tops__kernels {
     /* Four rows at once (b + r * ldb, r < 4): four memory streams keep more
        loads in flight when the weights come from DRAM.  out[r] = dot. */
     void (*dot_f32_x4)(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+    /* dot_f32_x4 on f16 (bf16 set: bf16) rows converted as they load: the
+       same sums in the same order as dot_f32_x4 on the rows' f32 values,
+       so 16-bit weights give the bits of their f32 copy.  NULL: none. */
+    void (*dot_half_x4)(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
     /* dot_q8_nibbles over four rows (blocks + r * row_bytes, scales
        ws + r * ld_ws), out[r] = dot.  Summation order (the row stream's
        too): per super-block of 8 blocks, lane l of an f32 vector takes
@@ -755,6 +759,7 @@ float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *
 float tops__avx2_dot_f32(const float *a, const float *b, int64_t n);
 void tops__avx2_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table);
 void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
+void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                   int64_t nb, float *out);

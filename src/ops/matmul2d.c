@@ -189,6 +189,10 @@ static tops_status check_all(const char *fn, const tops_exec *exec, const tops_m
 static int is_direct_f32(const tops_tensor *t) {
     return tops__float_of(t) == TOPS_DT_F32 && t->stride[1] == 1 && t->tensor_scale == 1.0f;
 }
+/* The same for f16 / bf16: that dtype, else TOPS_DT_NONE. */
+static tops_dtype direct_half(const tops_tensor *t) {
+    return tops__is_half(t) && t->stride[1] == 1 && t->tensor_scale == 1.0f ? tops__float_of(t) : TOPS_DT_NONE;
+}
 
 /* Rows at or below which quantized weights take the unpack-and-dot driver. */
 enum { GEMV_MAX_M = 4 };
@@ -197,7 +201,8 @@ enum { GEMV_MAX_M = 4 };
 enum { AMX_MIN_M = GEMV_MAX_M + 1 };
 
 static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_tensor *right, int transposed) {
-    tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, is_direct_f32(right), NULL, NULL, NULL};
+    tops__gemm_operand op = {right, !transposed, tops__read_rect_plain, is_direct_f32(right), NULL, NULL, NULL,
+                             direct_half(right)};
     /* Formats without a dedicated reader: the formats layer decodes one
        K-panel at a time (fused: never the whole matrix). */
     if (!is_activation_format(right->format.id)) op.read = tops__read_rect_decode;
@@ -212,6 +217,7 @@ static tops__gemm_operand right_operand(const tops__kernels *kern, const tops_te
         op.k_major = 1;
         op.read = tops__read_rect_packed;
         op.direct_f32 = 0;
+        op.direct_half = TOPS_DT_NONE;
         op.packed = right->packed_;
     }
     return op;
@@ -252,7 +258,8 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     p->n = in->n;
     p->k = in->k;
     p->left = gathered ? *gathered
-                       : (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL, NULL, NULL};
+                       : (tops__gemm_operand){left, desc->transpose_left, tops__read_rect_plain, is_direct_f32(left), NULL, NULL, NULL,
+                                              TOPS_DT_NONE};
     p->right = right_operand(kern, right, desc->transpose_right);
     p->dest = dest;
     p->accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;

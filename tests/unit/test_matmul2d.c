@@ -591,8 +591,8 @@ static void test_huge_k_fails_cleanly(void) {
             p.m = m;
             p.n = 32;
             p.k = (int64_t)1 << 60;
-            p.left = (tops__gemm_operand){&a, 0, tops__read_rect_plain, 1, NULL, NULL, NULL};
-            p.right = (tops__gemm_operand){&w, 0, tops__read_rect_unpack, 0, NULL, NULL, NULL};
+            p.left = (tops__gemm_operand){&a, 0, tops__read_rect_plain, 1, NULL, NULL, NULL, TOPS_DT_NONE};
+            p.right = (tops__gemm_operand){&w, 0, tops__read_rect_unpack, 0, NULL, NULL, NULL, TOPS_DT_NONE};
             p.dest = &dest;
             p.relaxed = drivers[d].relaxed;
             p.kern = kern;
@@ -653,6 +653,39 @@ static void test_path_names(void) {
     tops_tensor_destroy(&c8);
 }
 
+/* f16 and bf16 weights at M <= 4 (the rows driver dots them in place,
+   converted as they load) give the bits of their f32 copy: K across the
+   driver's K chunk with an odd tail, N past a block of 64 and not a
+   multiple of 4, NaN-poisoned dest. */
+static void test_half_rows_match_f32(void) {
+    enum { K = 2101, N = 71 };
+    static const tops_dtype dts[2] = {TOPS_DT_F16, TOPS_DT_BF16};
+    for (int di = 0; di < 2; di++)
+        for (int64_t m = 1; m <= 4; m++) {
+            void *ab, *hb, *fb, *d1, *d2;
+            tops_tensor a = make_plain(TOPS_DT_F32, m, K, &ab), wh = make_plain(dts[di], N, K, &hb);
+            tops_tensor wf = make_plain(TOPS_DT_F32, N, K, &fb), c1 = make_plain(TOPS_DT_F32, m, N, &d1);
+            tops_tensor c2 = make_plain(TOPS_DT_F32, m, N, &d2);
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t k = 0; k < K; k++) mm_set(&a, i, k, th_uniform(&rng, -1, 1));
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t k = 0; k < K; k++) {
+                    mm_set(&wh, j, k, th_uniform(&rng, -2, 2));
+                    mm_set(&wf, j, k, (float)mm_get(&wh, j, k));
+                }
+            mm_poison(&c1);
+            mm_poison(&c2);
+            tops_matmul2d_desc md = plain_desc();
+            md.transpose_right = 1;
+            ASSERT_OK(tops_matmul2d(NULL, &md, &a, &wh, &c1));
+            ASSERT_OK(tops_matmul2d(NULL, &md, &a, &wf, &c2));
+            if (memcmp(d1, d2, (size_t)(m * N) * sizeof(float)) != 0)
+                TH_FAIL_AT("%s weights, M = %lld: not the bits of their f32 copy", tops_dtype_name(dts[di]), (long long)m);
+            tops_tensor_destroy(&a), tops_tensor_destroy(&wh), tops_tensor_destroy(&wf);
+            tops_tensor_destroy(&c1), tops_tensor_destroy(&c2);
+        }
+}
+
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_small_product);
@@ -664,5 +697,6 @@ int main(void) {
     RUN_TEST(test_path_names);
     RUN_TEST(test_caller_scratch);
     RUN_TEST(test_huge_k_fails_cleanly);
+    RUN_TEST(test_half_rows_match_f32);
     TEST_MAIN_END();
 }

@@ -2,6 +2,7 @@
    quantizer: f32 x f32, f32 x integer form, i8 x integer form, 4-bit
    layouts read in place; and the integer form's dequantization. */
 #include "kernels/kernels.h"
+#include "core/numeric.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -236,6 +237,50 @@ void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t 
         out[2] += a[i] * b2[i];
         out[3] += a[i] * b3[i];
     }
+}
+
+/* Eight 16-bit floats at p as f32 (exact). */
+static inline __attribute__((always_inline)) __m256 load_half8(const uint16_t *p, int bf16) {
+    const __m128i h = _mm_loadu_si128((const __m128i *)p);
+    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+}
+
+/* tops__avx2_dot_f32_x4's loop, the weights converted as they load. */
+static inline __attribute__((always_inline)) void dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n,
+                                                              int bf16, float *out) {
+    const uint16_t *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(a + i + 8);
+        s0 = _mm256_fmadd_ps(x, load_half8(b0 + i, bf16), s0);
+        s1 = _mm256_fmadd_ps(x, load_half8(b1 + i, bf16), s1);
+        s2 = _mm256_fmadd_ps(x, load_half8(b2 + i, bf16), s2);
+        s3 = _mm256_fmadd_ps(x, load_half8(b3 + i, bf16), s3);
+        t0 = _mm256_fmadd_ps(y, load_half8(b0 + i + 8, bf16), t0);
+        t1 = _mm256_fmadd_ps(y, load_half8(b1 + i + 8, bf16), t1);
+        t2 = _mm256_fmadd_ps(y, load_half8(b2 + i + 8, bf16), t2);
+        t3 = _mm256_fmadd_ps(y, load_half8(b3 + i + 8, bf16), t3);
+    }
+    out[0] = hsum(_mm256_add_ps(s0, t0));
+    out[1] = hsum(_mm256_add_ps(s1, t1));
+    out[2] = hsum(_mm256_add_ps(s2, t2));
+    out[3] = hsum(_mm256_add_ps(s3, t3));
+    for (; i < n; i++) {
+        const float w0 = bf16 ? tops__bf16_to_f32(b0[i]) : tops__f16_to_f32(b0[i]);
+        const float w1 = bf16 ? tops__bf16_to_f32(b1[i]) : tops__f16_to_f32(b1[i]);
+        const float w2 = bf16 ? tops__bf16_to_f32(b2[i]) : tops__f16_to_f32(b2[i]);
+        const float w3 = bf16 ? tops__bf16_to_f32(b3[i]) : tops__f16_to_f32(b3[i]);
+        out[0] += a[i] * w0;
+        out[1] += a[i] * w1;
+        out[2] += a[i] * w2;
+        out[3] += a[i] * w3;
+    }
+}
+
+void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out) {
+    if (bf16) dot_half_x4(a, b, ldb, n, 1, out);
+    else dot_half_x4(a, b, ldb, n, 0, out);
 }
 
 /* Lane l's block in a super-block: tops__nibstream_lane(l) for l = 0..7. */
