@@ -294,16 +294,15 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
     return TOPS_OK;
 }
 
-/* The segment twin of tops__conv_rows_run (kern->conv_f32_segs, 6 x 16
-   over one 16-column panel): a job is one panel over up to CHUNK blocks of
-   6 rows, and each block is one kernel call over all of K, its tile in
-   registers throughout: the segments are the kernel rows its rows hold
-   whole (contiguous pixels), else the taps, a tap that is padding for all
-   six rows left out.  The panel (K x 16 floats: 295 KB for res5) streams
-   from L2; the next job's panel, where it differs, is prefetched into L2
-   a share per block.  Each output is one FMA chain over its non-padding K
-   in order, so the bits depend on neither the segments nor the job
-   split. */
+/* tops__conv_rows_run at levels without the wide kernel
+   (kern->conv_f32_segs, 6 x 16 over one 16-column panel): a job is one
+   panel over up to CHUNK blocks of 6 rows, and each block is one kernel
+   call over all of K, its tile in registers throughout: the segments are
+   the kernel rows its rows hold whole (contiguous pixels), else the taps,
+   a tap that is padding for all six rows left out.  The panel (K x 16
+   floats: 295 KB for res5) streams from L2.  Each output is one FMA chain
+   over its non-padding K in order, so the bits depend on neither the
+   segments nor the job split. */
 static tops_status conv_segs_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                  const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
     enum { MR = 6, NR = 16, CHUNK = 16, SEGS = 64 };

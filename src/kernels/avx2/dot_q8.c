@@ -212,75 +212,56 @@ float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout
     return hsum(_mm256_sub_ps(acc, corr));
 }
 
+/* Eight weights at b + i as f32 (exact): f32 (kind 0), f16 (1), bf16 (2). */
+static inline __attribute__((always_inline)) __m256 load_w8(const void *b, int64_t i, int kind) {
+    if (kind == 0) return _mm256_loadu_ps((const float *)b + i);
+    const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)b + i));
+    return kind == 2 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
+}
+static inline __attribute__((always_inline)) float load_w1(const void *b, int64_t i, int kind) {
+    const uint16_t *h = (const uint16_t *)b;
+    return kind == 0 ? ((const float *)b)[i] : kind == 2 ? tops__bf16_to_f32(h[i]) : tops__f16_to_f32(h[i]);
+}
+
+/* Four rows (b + r * ldb elements) against a, the weights converted as
+   they load: one loop for every kind, so 16-bit rows sum exactly as their
+   f32 copy does. */
+static inline __attribute__((always_inline)) void dot_x4(const float *a, const void *b, int64_t ldb, int64_t n,
+                                                         int kind, float *out) {
+    const int64_t esz = kind == 0 ? 4 : 2;
+    const char *b0 = (const char *)b, *b1 = b0 + ldb * esz, *b2 = b1 + ldb * esz, *b3 = b2 + ldb * esz;
+    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(a + i + 8);
+        s0 = _mm256_fmadd_ps(x, load_w8(b0, i, kind), s0);
+        s1 = _mm256_fmadd_ps(x, load_w8(b1, i, kind), s1);
+        s2 = _mm256_fmadd_ps(x, load_w8(b2, i, kind), s2);
+        s3 = _mm256_fmadd_ps(x, load_w8(b3, i, kind), s3);
+        t0 = _mm256_fmadd_ps(y, load_w8(b0, i + 8, kind), t0);
+        t1 = _mm256_fmadd_ps(y, load_w8(b1, i + 8, kind), t1);
+        t2 = _mm256_fmadd_ps(y, load_w8(b2, i + 8, kind), t2);
+        t3 = _mm256_fmadd_ps(y, load_w8(b3, i + 8, kind), t3);
+    }
+    out[0] = hsum(_mm256_add_ps(s0, t0));
+    out[1] = hsum(_mm256_add_ps(s1, t1));
+    out[2] = hsum(_mm256_add_ps(s2, t2));
+    out[3] = hsum(_mm256_add_ps(s3, t3));
+    for (; i < n; i++) {
+        out[0] += a[i] * load_w1(b0, i, kind);
+        out[1] += a[i] * load_w1(b1, i, kind);
+        out[2] += a[i] * load_w1(b2, i, kind);
+        out[3] += a[i] * load_w1(b3, i, kind);
+    }
+}
+
 void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out) {
-    const float *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(a + i + 8);
-        s0 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b0 + i), s0);
-        s1 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b1 + i), s1);
-        s2 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b2 + i), s2);
-        s3 = _mm256_fmadd_ps(x, _mm256_loadu_ps(b3 + i), s3);
-        t0 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b0 + i + 8), t0);
-        t1 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b1 + i + 8), t1);
-        t2 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b2 + i + 8), t2);
-        t3 = _mm256_fmadd_ps(y, _mm256_loadu_ps(b3 + i + 8), t3);
-    }
-    out[0] = hsum(_mm256_add_ps(s0, t0));
-    out[1] = hsum(_mm256_add_ps(s1, t1));
-    out[2] = hsum(_mm256_add_ps(s2, t2));
-    out[3] = hsum(_mm256_add_ps(s3, t3));
-    for (; i < n; i++) {
-        out[0] += a[i] * b0[i];
-        out[1] += a[i] * b1[i];
-        out[2] += a[i] * b2[i];
-        out[3] += a[i] * b3[i];
-    }
-}
-
-/* Eight 16-bit floats at p as f32 (exact). */
-static inline __attribute__((always_inline)) __m256 load_half8(const uint16_t *p, int bf16) {
-    const __m128i h = _mm_loadu_si128((const __m128i *)p);
-    return bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
-}
-
-/* tops__avx2_dot_f32_x4's loop, the weights converted as they load. */
-static inline __attribute__((always_inline)) void dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n,
-                                                              int bf16, float *out) {
-    const uint16_t *b0 = b, *b1 = b + ldb, *b2 = b + 2 * ldb, *b3 = b + 3 * ldb;
-    __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
-    int64_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 x = _mm256_loadu_ps(a + i), y = _mm256_loadu_ps(a + i + 8);
-        s0 = _mm256_fmadd_ps(x, load_half8(b0 + i, bf16), s0);
-        s1 = _mm256_fmadd_ps(x, load_half8(b1 + i, bf16), s1);
-        s2 = _mm256_fmadd_ps(x, load_half8(b2 + i, bf16), s2);
-        s3 = _mm256_fmadd_ps(x, load_half8(b3 + i, bf16), s3);
-        t0 = _mm256_fmadd_ps(y, load_half8(b0 + i + 8, bf16), t0);
-        t1 = _mm256_fmadd_ps(y, load_half8(b1 + i + 8, bf16), t1);
-        t2 = _mm256_fmadd_ps(y, load_half8(b2 + i + 8, bf16), t2);
-        t3 = _mm256_fmadd_ps(y, load_half8(b3 + i + 8, bf16), t3);
-    }
-    out[0] = hsum(_mm256_add_ps(s0, t0));
-    out[1] = hsum(_mm256_add_ps(s1, t1));
-    out[2] = hsum(_mm256_add_ps(s2, t2));
-    out[3] = hsum(_mm256_add_ps(s3, t3));
-    for (; i < n; i++) {
-        const float w0 = bf16 ? tops__bf16_to_f32(b0[i]) : tops__f16_to_f32(b0[i]);
-        const float w1 = bf16 ? tops__bf16_to_f32(b1[i]) : tops__f16_to_f32(b1[i]);
-        const float w2 = bf16 ? tops__bf16_to_f32(b2[i]) : tops__f16_to_f32(b2[i]);
-        const float w3 = bf16 ? tops__bf16_to_f32(b3[i]) : tops__f16_to_f32(b3[i]);
-        out[0] += a[i] * w0;
-        out[1] += a[i] * w1;
-        out[2] += a[i] * w2;
-        out[3] += a[i] * w3;
-    }
+    dot_x4(a, b, ldb, n, 0, out);
 }
 
 void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out) {
-    if (bf16) dot_half_x4(a, b, ldb, n, 1, out);
-    else dot_half_x4(a, b, ldb, n, 0, out);
+    if (bf16) dot_x4(a, b, ldb, n, 2, out);
+    else dot_x4(a, b, ldb, n, 1, out);
 }
 
 /* Lane l's block in a super-block: tops__nibstream_lane(l) for l = 0..7. */

@@ -11,16 +11,14 @@
 #include <immintrin.h>
 #include <string.h>
 
-#define bcast4 tops__bcast4
-
 /* k = 4g..4g+3 of the 8 columns against two rows' activations (the
    weights come again from L1 for the other two rows: few live registers,
    no spills). */
 #define TOPS_Q8_STEP(op, g)                                                                        \
     do {                                                                                           \
         const __m256i w = _mm256_loadu_si256((const __m256i *)(b + 32 * (g)));                    \
-        hx = op(hx, _mm256_maddubs_epi16(w, bcast4(ax + 4 * (g))));                                \
-        hy = op(hy, _mm256_maddubs_epi16(w, bcast4(ay + 4 * (g))));                                \
+        hx = op(hx, _mm256_maddubs_epi16(w, tops__bcast4(ax + 4 * (g))));                                \
+        hy = op(hy, _mm256_maddubs_epi16(w, tops__bcast4(ay + 4 * (g))));                                \
         __asm__("" : "+x"(hx), "+x"(hy)); /* keeps the compiler from hoisting every step (spills) */ \
     } while (0)
 #define TOPS_Q8_FIRST(h, p) (p)
@@ -139,7 +137,7 @@ void tops_gemm_f32_qi8_qu8_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64
             const __m256i q = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)b), flip);
             const __m256i u = _mm256_abs_epi8(q);
 #define TOPS_Q8_WIDE(s, ar) \
-    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(bcast4((ar) + k), q)), ones))
+    s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(tops__bcast4((ar) + k), q)), ones))
             TOPS_Q8_WIDE(s0, a0);
             TOPS_Q8_WIDE(s1, a1);
             TOPS_Q8_WIDE(s2, a2);
@@ -201,7 +199,7 @@ void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_
 }
 
 /* The 32-column twin (tops__gemm_q8_x4_fn): per sub-block the columns in
-   two halves of 16, four rows a pass (two at q + 16), the exact i32 dots
+   two halves of 16, all four rows a pass, the exact i32 dots
    summed in registers (q8_sums.h: 0.75 loads per vpmaddubsw, against 1.5
    in the 4 x 8 kernels, which read each weight vector twice and broadcast
    for 8 columns) and the 4 x 8 kernels' scaling per column (convert,
@@ -213,7 +211,6 @@ static inline __attribute__((always_inline)) void x4_body(int offset, int steps,
                                                           int64_t bstride, const float *bscale, int64_t sstride,
                                                           const float *amin, const float *bmin, float *c, int64_t ldc,
                                                           int accumulate, const uint8_t *pf) {
-    const int R = 4;
     const int64_t bstep = group ? 128 : 32;
     float f[4 * 32] __attribute__((aligned(32)));
     memset(f, 0, sizeof f);
@@ -228,24 +225,22 @@ static inline __attribute__((always_inline)) void x4_body(int offset, int steps,
             const int64_t s0 = group ? blk * 32 + half * 16 : 2 * half * sstride + blk * 8;
             const int64_t s1 = group ? s0 + 8 : s0 + sstride;
             const __m256 bs0 = _mm256_loadu_ps(bscale + s0), bs1 = _mm256_loadu_ps(bscale + s1);
-            for (int r0 = 0; r0 < 4; r0 += R) {
-                __m256i s[4][2];
-                tops__q8_half_sums(offset, R, steps, ar + r0, blk * steps * 4, acr + r0, blk, p0, p1, bstep, s);
+            __m256i s[4][2];
+            tops__q8_half_sums(offset, 4, steps, ar, blk * steps * 4, acr, blk, p0, p1, bstep, s);
 #pragma GCC unroll 4
-                for (int i = 0; i < R; i++) {
-                    const int64_t at = (r0 + i) * lds + blk;
-                    const __m256 as = _mm256_set1_ps(ascale[at]);
-                    float *fi = f + (r0 + i) * 32 + half * 16;
-                    __m256 v0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][0]), _mm256_mul_ps(bs0, as), _mm256_load_ps(fi));
-                    __m256 v1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][1]), _mm256_mul_ps(bs1, as), _mm256_load_ps(fi + 8));
-                    if (bmin) { /* the mins: c -= amin * bmin */
-                        const __m256 am = _mm256_set1_ps(amin[at]);
-                        v0 = _mm256_fnmadd_ps(am, _mm256_loadu_ps(bmin + s0), v0);
-                        v1 = _mm256_fnmadd_ps(am, _mm256_loadu_ps(bmin + s1), v1);
-                    }
-                    _mm256_store_ps(fi, v0);
-                    _mm256_store_ps(fi + 8, v1);
+            for (int i = 0; i < 4; i++) {
+                const int64_t at = i * lds + blk;
+                const __m256 as = _mm256_set1_ps(ascale[at]);
+                float *fi = f + i * 32 + half * 16;
+                __m256 v0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][0]), _mm256_mul_ps(bs0, as), _mm256_load_ps(fi));
+                __m256 v1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s[i][1]), _mm256_mul_ps(bs1, as), _mm256_load_ps(fi + 8));
+                if (bmin) { /* the mins: c -= amin * bmin */
+                    const __m256 am = _mm256_set1_ps(amin[at]);
+                    v0 = _mm256_fnmadd_ps(am, _mm256_loadu_ps(bmin + s0), v0);
+                    v1 = _mm256_fnmadd_ps(am, _mm256_loadu_ps(bmin + s1), v1);
                 }
+                _mm256_store_ps(fi, v0);
+                _mm256_store_ps(fi + 8, v1);
             }
         }
     }

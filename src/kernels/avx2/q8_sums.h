@@ -54,7 +54,8 @@ static inline __attribute__((always_inline)) void tops__q8_i16_sums(int R, int s
    bstep bytes apart).  q + 8 (|q| <= 8): pairs <= 2 * 16 * 127, up to eight
    steps in i16 (six rows: 12 sums, two panel vectors and a broadcast fill
    15 of the 16 registers).  q + 16: pairs <= 2 * 31 * 127, rounds of four
-   steps (three rows at most); steps a multiple of 4.  q + 128: the panel turned back to q, |q| as
+   steps (three rows fit the registers; four spill the i32 sums once a
+   round); steps a multiple of 4.  q + 128: the panel turned back to q, |q| as
    u8 against the activations carrying q's sign (pairs <= 2 * 128 * 127),
    widened every step; acorr is not read.  Activations |x| <= 127. */
 static inline __attribute__((always_inline)) void tops__q8_half_sums(int offset, int R, int steps,
