@@ -36,8 +36,17 @@ if(TOPS_HAVE_CUDA)
   file(GLOB TOPS_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/cuda/*.cu ${CMAKE_SOURCE_DIR}/src/cuda/*.c)
   list(REMOVE_ITEM TOPS_CUDA_SOURCES ${CMAKE_SOURCE_DIR}/src/cuda/pack.c)
   list(APPEND TOPS_LIB_SOURCES ${TOPS_CUDA_SOURCES})
-  set(TOPS_CUDA_FLAGS
-    -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80
+  # TOPS_CUDA_GENCODE=90a builds the Hopper kernels alone (a device test build in
+  # half the compile time); the default keeps both targets.
+  set(TOPS_CUDA_GENCODE "90a;80" CACHE STRING "CUDA targets: 90a (sm_90a) and/or 80 (sm_80)")
+  set(TOPS_CUDA_FLAGS)
+  foreach(arch IN LISTS TOPS_CUDA_GENCODE)
+    if(NOT arch MATCHES "^(90a|80)$")
+      message(FATAL_ERROR "TOPS_CUDA_GENCODE: '${arch}' is neither 90a nor 80")
+    endif()
+    list(APPEND TOPS_CUDA_FLAGS -gencode=arch=compute_${arch},code=sm_${arch})
+  endforeach()
+  list(APPEND TOPS_CUDA_FLAGS
     -Xcompiler=-fvisibility=hidden -Xcompiler=-Wall --expt-relaxed-constexpr)
   if(TOPS_WERROR)
     list(APPEND TOPS_CUDA_FLAGS -Werror=all-warnings)
