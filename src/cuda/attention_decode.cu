@@ -209,6 +209,79 @@ __device__ __forceinline__ void decode_row(uint32_t *w, const uint32_t *r, const
     }
 }
 
+// The CTA's warps meet: each warp's (m, l) in mw / lw [4][rows] and O in ow
+// [4][rows][D + 4], combined in warp order; then the output (one split) or
+// the split's partial (m, l, O) in the workspace.  Same bits every run.
+template <typename T, int D>
+__device__ __forceinline__ void finish_rows(const dparams &p, const seqlens &sl, int rows, int r0, int b, int hk, int split,
+                                            const float *mw, const float *lw, const float *ow) {
+    constexpr int OP = D + 4;
+    const int bh = blockIdx.x;
+    for (int e = threadIdx.x; e < rows * D; e += kThreads) {
+        const int row = e / D, d = e % D, grow = r0 + row;
+        if (grow >= sl.rows) break;
+        float M = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * rows + row]);
+        float L = 0.0f, O = 0.0f;
+        if (M != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < 4; w++) {
+                const float f = exp2f(mw[w * rows + row] - M);
+                L += lw[w * rows + row] * f;
+                O += ow[(w * rows + row) * OP + d] * f;
+            }
+        }
+        if (p.nsplit == 1) {
+            float val = L == 0.0f ? 0.0f : O / L;
+            val *= p.ts_v;
+            if (p.vmode == TOPS__DEC_SC_CHANNEL)
+                val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
+            const int hh = grow / sl.sq, i = grow % sl.sq;
+            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
+                    (sl.q0 + i) * p.oss + d;
+            *op = from_f32<T>(val);
+        } else {
+            const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
+            if (d == 0) {
+                p.ws[2 * idx] = M;
+                p.ws[2 * idx + 1] = L;
+            }
+            const long long nml = 2LL * gridDim.x * p.nsplit * p.rows;
+            p.ws[nml + idx * D + d] = O;
+        }
+    }
+}
+
+// q (times the channel scales of k) at (row, d) of CTA (b, hk).
+template <typename T>
+__device__ __forceinline__ float qvalue(const dparams &p, const seqlens &sl, int b, int hk, int row, int d) {
+    const int hh = row / sl.sq, i = row % sl.sq;
+    const T *qp =
+        reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb + (long long)(hk * p.group + hh) * p.qsh + (sl.q0 + i) * p.qss;
+    float x = to_f32(qp[d]);
+    if (p.kmode == TOPS__DEC_SC_CHANNEL)
+        x *= load_scale(p.ksc, (long long)b * p.kc[0] + (long long)hk * p.kc[1] + (long long)d * p.kc[3], p.kst);
+    return x;
+}
+
+// rowf[r] (r < rows <= 16) = 2^e such that q's row r0 + r over 2^e has its
+// largest magnitude in [2^14, 2^15) (bf16 q; 1 for f16 q): q enters the f16
+// mma exactly, the logits are multiplied back by 2^e.  All threads call it.
+template <typename T, int D>
+__device__ __forceinline__ void row_factors(const dparams &p, const seqlens &sl, int b, int hk, int r0, int rows, float *rowf) {
+    const int tid = threadIdx.x, rr = tid >> 3, row = r0 + rr;
+    float mx = 0.0f;
+    if (!std::is_same<T, __half>::value && rr < rows && row < sl.rows)
+        for (int d = tid & 7; d < D; d += 8) mx = fmaxf(mx, fabsf(qvalue<T>(p, sl, b, hk, row, d)));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
+    int e = 0;
+    if (mx > 0.0f && mx <= 3.0e38f) e = min(120, max(-120, (int)((__float_as_uint(mx) >> 23) & 0xFF) - 127 - 14));
+    if ((tid & 7) == 0 && rr < rows) rowf[rr] = __int_as_float((127 + e) << 23);
+}
+
 // D <= 128 fits 3 CTAs a SM (170 registers): 12 warps to hide the latency
 // of the loads and of the dependent mma / softmax chains.
 // KV = TOPS__DEC_* + 4: int8 / int4 codes whose k and v scales are f16 groups
@@ -471,40 +544,7 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
         r[8 * OP + (2 * t + 1) * VN + dn] = o[dn][3];
     }
     __syncthreads();
-    for (int e = tid; e < kRows * D; e += kThreads) {
-        const int row = e / D, d = e % D, grow = r0 + row;
-        if (grow >= sl.rows) break;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * kRows + row]);
-        float L = 0.0f, O = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                const float f = exp2f(mw[w * kRows + row] - M);
-                L += lw[w * kRows + row] * f;
-                O += ow[(w * kRows + row) * OP + d] * f;
-            }
-        }
-        if (p.nsplit == 1) {
-            float val = L == 0.0f ? 0.0f : O / L;
-            val *= p.ts_v;
-            if (p.vmode == TOPS__DEC_SC_CHANNEL)
-                val *= load_scale(p.vsc, vscb - sl.k0 * p.vc[2] + (long long)d * p.vc[3], p.vst);
-            const int hh = grow / sl.sq, i = grow % sl.sq;
-            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
-                    (sl.q0 + i) * p.oss + d;
-            *op = from_f32<T>(val);
-        } else {
-            const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
-            if (d == 0) {
-                p.ws[2 * idx] = M;
-                p.ws[2 * idx + 1] = L;
-            }
-            const long long nml = 2LL * gridDim.x * p.nsplit * p.rows;
-            p.ws[nml + idx * D + d] = O;
-        }
-    }
+    finish_rows<T, D>(p, sl, kRows, r0, b, hk, split, mw, lw, ow);
 }
 
 // Combines the splits' (m, l, O) in split order and writes the output.
@@ -645,6 +685,60 @@ __device__ __forceinline__ uint32_t sraw16(const unsigned char *row, int g) {
     return reinterpret_cast<const unsigned short *>(row)[g];
 }
 
+// A warp's keys in a split: lo (16-key aligned: scale blocks) .. hi, its
+// first subtile's key and its subtile count (warps take subtiles in turn);
+// the (b, hk) rows of K and V, of their group-scale rows (NULL: none).
+struct span {
+    int lo, hi, first, nsub;
+    const unsigned char *kbase, *vbase, *kscp, *vscp;
+};
+__device__ __forceinline__ span span_of(const dparams &p, const seqlens &sl, int b, int hk, int split, int warp) {
+    span r;
+    const int kbeg = split * p.kps;
+    r.hi = min(sl.sk, kbeg + p.kps);
+    r.lo = kbeg;
+    if (p.window > 0) r.lo = max(r.lo, (sl.sk - sl.sq - p.window + 1) & ~15);
+    r.first = r.lo + 16 * warp;
+    r.nsub = r.first < r.hi ? (r.hi - r.first + 63) / 64 : 0;
+    r.kbase = p.k + (long long)b * p.ksb + (long long)hk * p.ksh;
+    r.vbase = p.v + (long long)b * p.vsb + (long long)hk * p.vsh;
+    r.kscp = p.kmode == TOPS__DEC_SC_GROUP ? reinterpret_cast<const unsigned char *>(p.ksc) +
+                                                 ((long long)b * p.kc[0] + (long long)hk * p.kc[1]) * p.kesz
+                                           : nullptr;
+    r.vscp = p.vmode == TOPS__DEC_SC_GROUP ? reinterpret_cast<const unsigned char *>(p.vsc) +
+                                                 ((long long)b * p.vc[0] + (long long)hk * p.vc[1]) * p.vesz
+                                           : nullptr;
+    return r;
+}
+
+// The subtile of keys j..j+15 (below hi) into the stage at shared address
+// s0: K rows, V rows (swizzled chunks, zero-filled past hi), then the K and V
+// group-scale rows.
+template <int D, int KIND>
+__device__ __forceinline__ void issue(const dparams &p, const span &sp, uint32_t s0, int j, int lane) {
+    using C = cfg<D, KIND>;
+    constexpr int CH = C::CH, RB = C::RB;
+    const int hi = sp.hi;
+    const unsigned char *kbase = sp.kbase, *vbase = sp.vbase, *kscp = sp.kscp, *vscp = sp.vscp;
+    const int ksb = p.ksbytes, vsb = p.vsbytes; // scale bytes a key
+#pragma unroll
+    for (int e = lane; e < 16 * CH; e += 32) {
+        const int r = e / CH, c = e % CH, key = j + r;
+        const bool ok = key < hi;
+        const uint32_t dst = s0 + r * RB + 16 * (c ^ C::swz(r));
+        cp16(dst, ok ? kbase + (long long)key * p.kss + 16 * c : kbase, ok ? 16 : 0);
+        cp16(dst + 16 * RB, ok ? vbase + (long long)key * p.vss + 16 * c : vbase, ok ? 16 : 0);
+    }
+    if (kscp && lane < ksb) { // 16 keys x ksb bytes = ksb chunks
+        const int off = 16 * lane, n = min(16, max(0, (hi - j) * ksb - off));
+        cp16(s0 + 32 * RB + off, n > 0 ? kscp + (long long)j * ksb + off : kscp, n);
+    }
+    if (vscp && lane < vsb) {
+        const int off = 16 * lane, n = min(16, max(0, (hi - j) * vsb - off));
+        cp16(s0 + 32 * RB + 16 * C::SCB + off, n > 0 ? vscp + (long long)j * vsb + off : vscp, n);
+    }
+}
+
 } // namespace ring
 
 template <typename T, int D, int KIND>
@@ -668,27 +762,8 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
     // q (times the channel scales of k) as f16 times a power of two 2^-e a
     // row (bf16 q: the row's largest magnitude into [2^14, 2^15), exact);
     // the logits are multiplied back by 2^e.
-    auto qval = [&](int row, int d) {
-        const int hh = row / sl.sq, i = row % sl.sq;
-        const T *qp = reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb + (long long)(hk * p.group + hh) * p.qsh +
-                      (sl.q0 + i) * p.qss;
-        float x = to_f32(qp[d]);
-        if (p.kmode == TOPS__DEC_SC_CHANNEL)
-            x *= load_scale(p.ksc, (long long)b * p.kc[0] + (long long)hk * p.kc[1] + (long long)d * p.kc[3], p.kst);
-        return x;
-    };
-    {
-        const int row = r0 + (tid >> 3);
-        float mx = 0.0f;
-        if (!std::is_same<T, __half>::value && row < sl.rows)
-            for (int d = tid & 7; d < D; d += 8) mx = fmaxf(mx, fabsf(qval(row, d)));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 4));
-        int e = 0;
-        if (mx > 0.0f && mx <= 3.0e38f) e = min(120, max(-120, (int)((__float_as_uint(mx) >> 23) & 0xFF) - 127 - 14));
-        if ((tid & 7) == 0) rowf[tid >> 3] = __int_as_float((127 + e) << 23);
-    }
+    auto qval = [&](int row, int d) { return qvalue<T>(p, sl, b, hk, row, d); };
+    row_factors<T, D>(p, sl, b, hk, r0, kRows, rowf);
     __syncthreads();
     // Q's A fragments in the d order of the K decoders
     for (int e = tid; e < KS * 32 * 4; e += kThreads) {
@@ -718,48 +793,15 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
         pos[h] = (rv[h] ? row % sl.sq : 0) + sl.sk - sl.sq;
         lf[h] = p.sl * rowf[gid + 8 * h], cf[h] = p.cap_in * rowf[gid + 8 * h];
     }
-    const int kbeg = split * p.kps;
-    const int hi = min(sl.sk, kbeg + p.kps);
-    int lo = kbeg;
-    if (p.window > 0) lo = max(lo, (sl.sk - sl.sq - p.window + 1) & ~15); // 16-key aligned (scale blocks)
-
-    const unsigned char *kbase = p.k + (long long)b * p.ksb + (long long)hk * p.ksh;
-    const unsigned char *vbase = p.v + (long long)b * p.vsb + (long long)hk * p.vsh;
-    const bool kg = p.kmode == TOPS__DEC_SC_GROUP, vg = p.vmode == TOPS__DEC_SC_GROUP;
+    const ring::span sp = ring::span_of(p, sl, b, hk, split, warp);
+    const int lo = sp.lo, hi = sp.hi, first = sp.first, nsub = sp.nsub;
+    const bool kg = sp.kscp != nullptr, vg = sp.vscp != nullptr;
     const int ksb = p.ksbytes, vsb = p.vsbytes; // scale bytes a key
-    const unsigned char *kscp = kg ? reinterpret_cast<const unsigned char *>(p.ksc) +
-                                         ((long long)b * p.kc[0] + (long long)hk * p.kc[1]) * p.kesz
-                                   : nullptr;
-    const unsigned char *vscp = vg ? reinterpret_cast<const unsigned char *>(p.vsc) +
-                                         ((long long)b * p.vc[0] + (long long)hk * p.vc[1]) * p.vesz
-                                   : nullptr;
 
     unsigned char *wring = ringb + warp * NS * C::STAGE;
     const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
-    const int first = lo + 16 * warp;
-    const int nsub = first < hi ? (hi - first + 63) / 64 : 0;
-
     // subtile i of this warp into stage st
-    auto issue = [&](int i, int st) {
-        const int j = first + 64 * i;
-        const uint32_t s0 = wring_s + st * C::STAGE;
-#pragma unroll
-        for (int e = lane; e < 16 * CH; e += 32) {
-            const int r = e / CH, c = e % CH, key = j + r;
-            const bool ok = key < hi;
-            const uint32_t dst = s0 + r * RB + 16 * (c ^ C::swz(r));
-            ring::cp16(dst, ok ? kbase + (long long)key * p.kss + 16 * c : kbase, ok ? 16 : 0);
-            ring::cp16(dst + 16 * RB, ok ? vbase + (long long)key * p.vss + 16 * c : vbase, ok ? 16 : 0);
-        }
-        if (kg && lane < ksb) { // 16 keys x ksb bytes = ksb chunks
-            const int off = 16 * lane, n = min(16, max(0, (hi - j) * ksb - off));
-            ring::cp16(s0 + 32 * RB + off, n > 0 ? kscp + (long long)j * ksb + off : kscp, n);
-        }
-        if (vg && lane < vsb) {
-            const int off = 16 * lane, n = min(16, max(0, (hi - j) * vsb - off));
-            ring::cp16(s0 + 32 * RB + 16 * C::SCB + off, n > 0 ? vscp + (long long)j * vsb + off : vscp, n);
-        }
-    };
+    auto issue = [&](int i, int st) { ring::issue<D, KIND>(p, sp, wring_s + st * C::STAGE, first + 64 * i, lane); };
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[VT][4];
@@ -945,40 +987,340 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
         }
     }
     __syncthreads();
-    for (int e = tid; e < kRows * D; e += kThreads) {
-        const int row = e / D, d = e % D, grow = r0 + row;
-        if (grow >= sl.rows) break;
-        float M = -INFINITY;
-#pragma unroll
-        for (int w = 0; w < 4; w++) M = fmaxf(M, mw[w * kRows + row]);
-        float L = 0.0f, O = 0.0f;
-        if (M != -INFINITY) {
-#pragma unroll
-            for (int w = 0; w < 4; w++) {
-                const float f = exp2f(mw[w * kRows + row] - M);
-                L += lw[w * kRows + row] * f;
-                O += ow[(w * kRows + row) * OP + d] * f;
-            }
-        }
-        if (p.nsplit == 1) {
-            float val = L == 0.0f ? 0.0f : O / L;
-            val *= p.ts_v;
-            if (p.vmode == TOPS__DEC_SC_CHANNEL)
-                val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
-            const int hh = grow / sl.sq, i = grow % sl.sq;
-            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
-                    (sl.q0 + i) * p.oss + d;
-            *op = from_f32<T>(val);
+    finish_rows<T, D>(p, sl, kRows, r0, b, hk, split, mw, lw, ow);
+}
+
+// ---- The keys-as-rows kernel: bf16 q with int8-gG / int4-gG / e4m3 KV ----------
+//
+// ring_kernel's stages (a cp.async ring a warp, the same layout and swizzle),
+// with the mma operands swapped: the 16 keys of a subtile are the m dimension
+// and NR tiles of 8 query rows the n dimension (GQA decode has 4..8 rows), so
+// S^T = K Q^T and O^T += V^T P^T take D / 16 mmas an n-tile each (ring_kernel:
+// D / 8 for 16 rows) and the softmax handles 4 values a thread an n-tile.
+//  - K, the A operand: ldmatrix as in ring_kernel (thread (gid, t): bytes
+//    4t..4t+3 of a chunk of keys gid and gid + 8), codes decoded exactly to
+//    f16 (lop3 / prmt + hfma2, cvt for e4m3), no scale.  The k-steps of a
+//    group of G channels sum into their own f32 tile, added to S^T times the
+//    key's group scale in f32: the scale semantics of the format, exactly.
+//    q is the B operand: f16 times a power of two a row (ring_kernel's trick).
+//  - V, the A operand of V^T (ldmatrix.trans: a register is keys 2t, 2t + 1
+//    at one d): int codes decoded exactly to bf16 (lop3 magic 0x4300 + a bf16
+//    fma), e4m3 to f16.  The V scales go into P: P x s_v[key, g] in f32,
+//    rounded once to bf16 (where the 16-bit path rounds P alone), then moved
+//    by movmatrix.trans from S^T's layout into the B operand; one B pair an
+//    n-tile a V group.  No f16 range limit on K, V or their scales.
+namespace kt {
+
+template <int D, int KIND, int NR> struct cfg {
+    using R = ring::cfg<D, KIND>;
+    static constexpr int NS0 = 13000 / R::STAGE;
+    static constexpr int NS = NS0 < 2 ? 2 : NS0 > 8 ? 8 : NS0; // ring stages a warp
+    static constexpr int ROWS = 8 * NR;                        // query rows a CTA
+    static constexpr int QB = (D / 16) * NR * 32 * 8;          // q's B fragments
+    static constexpr int RING = 4 * NS * R::STAGE, MERGE = 4 * ROWS * (D + 4) * 4;
+    static constexpr int SMEM = QB + 9 * 4 * ROWS + (RING > MERGE ? RING : MERGE);
+};
+
+__device__ __forceinline__ uint32_t movt(uint32_t x) { // 8x8 b16 transpose across the warp
+    uint32_t r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
+    return r;
+}
+__device__ __forceinline__ uint32_t bfma2u(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
+    return r;
+}
+// Four pairs of int4 codes of x as bf16, exact (the pairs of ring::dec_i4):
+// (128 + code + 8) - 136.
+__device__ __forceinline__ void dec_i4_bf16(uint32_t out[4], uint32_t x) {
+    x ^= 0x88888888u;
+    out[0] = bfma2u(ring::lop_or(x, 0x000F000Fu, 0x43004300u), 0x3F803F80u, 0xC308C308u);
+    out[1] = bfma2u(ring::lop_or(x >> 4, 0x000F000Fu, 0x43004300u), 0x3F803F80u, 0xC308C308u);
+    out[2] = bfma2u(ring::lop_or(x >> 8, 0x000F000Fu, 0x43004300u), 0x3F803F80u, 0xC308C308u);
+    out[3] = bfma2u(ring::lop_or(x >> 12, 0x000F000Fu, 0x43004300u), 0x3F803F80u, 0xC308C308u);
+}
+// Bytes ia, ib of x (int8 codes) as a pair of bf16, exact (through f32).
+__device__ __forceinline__ uint32_t dec_i8_bf16(uint32_t x, int ia, int ib) {
+    const uint32_t y = x ^ 0x80808080u;
+    const float a = __int_as_float(__byte_perm(y, 0x4B000000u, 0x7540 | ia)) - 8388736.0f;
+    const float c = __int_as_float(__byte_perm(y, 0x4B000000u, 0x7540 | ib)) - 8388736.0f;
+    return pack2<__nv_bfloat16>(a, c);
+}
+__device__ __forceinline__ float sf16(const unsigned char *row, int g) {
+    return __half2float(__ushort_as_half(reinterpret_cast<const unsigned short *>(row)[g]));
+}
+
+} // namespace kt
+
+template <int D, int KIND, int NR>
+__global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 3 : 2) kt_kernel(const dparams p) {
+    using R = ring::cfg<D, KIND>;
+    using C = kt::cfg<D, KIND, NR>;
+    using T = __nv_bfloat16;                                                        // q, out
+    using PV = typename std::conditional<KIND == TOPS__DEC_E4M3, __half, T>::type; // V and P
+    constexpr int CH = R::CH, CD = R::CD, KPC = R::KPC, RB = R::RB, NS = C::NS, ROWS = C::ROWS;
+    constexpr int MT = D / 16, OP = D + 4, MPC = CD / 16; // V m-tiles: all, a chunk
+    extern __shared__ uint4 smem[];
+    uint2 *qb = reinterpret_cast<uint2 *>(smem); // [D / 16][NR][32]
+    float *mw = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(smem) + C::QB);
+    float *lw = mw + 4 * ROWS;
+    float *rowf = lw + 4 * ROWS; // [ROWS] a row's power-of-two factor of q
+    unsigned char *ringb = reinterpret_cast<unsigned char *>(rowf + ROWS);
+    float *ow = reinterpret_cast<float *>(ringb); // after the loop
+
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, t = lane & 3;
+    const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv, split = blockIdx.y, r0 = blockIdx.z * ROWS;
+    const seqlens sl = seq_of(p, b);
+
+    auto qval = [&](int row, int d) { return qvalue<T>(p, sl, b, hk, row, d); };
+    row_factors<T, D>(p, sl, b, hk, r0, ROWS, rowf);
+    __syncthreads();
+    // q's B fragments in the d order of the K decoders: word bs of (k-step kk,
+    // n-tile nr, lane): row 8 nr + gid, the pair of d that A's register 2 bs holds
+    for (int e = tid; e < MT * NR * 64; e += kThreads) {
+        const int bs = e & 1, ln = (e >> 1) & 31, knr = e >> 6, nr = knr % NR, kk = knr / NR, tt = ln & 3;
+        const int rr = 8 * nr + (ln >> 2), row = r0 + rr;
+        int d0, d1;
+        if constexpr (R::BITS == 4) {
+            d0 = 32 * (kk >> 1) + 8 * tt + 2 * (kk & 1) + bs, d1 = d0 + 4;
         } else {
-            const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
-            if (d == 0) {
-                p.ws[2 * idx] = M;
-                p.ws[2 * idx + 1] = L;
-            }
-            const long long nml = 2LL * gridDim.x * p.nsplit * p.rows;
-            p.ws[nml + idx * D + d] = O;
+            d0 = 16 * kk + 4 * tt + 2 * bs, d1 = d0 + 1;
         }
+        uint32_t w = 0;
+        if (row < sl.rows) {
+            const float inv = 1.0f / rowf[rr]; // exact: a power of two
+            w = pack2<__half>(qval(row, d0) * inv, qval(row, d1) * inv);
+        }
+        reinterpret_cast<uint32_t *>(qb)[e] = w;
     }
+
+    // this thread's rows: 8 nr + 2t + h
+    int pos[NR][2];
+    bool rv[NR][2];
+    float lf[NR][2], cf[NR][2];
+#pragma unroll
+    for (int nr = 0; nr < NR; nr++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int rr = 8 * nr + 2 * t + h, row = r0 + rr;
+            rv[nr][h] = row < sl.rows;
+            pos[nr][h] = (rv[nr][h] ? row % sl.sq : 0) + sl.sk - sl.sq;
+            lf[nr][h] = p.sl * rowf[rr], cf[nr][h] = p.cap_in * rowf[rr];
+        }
+    const ring::span sp = ring::span_of(p, sl, b, hk, split, warp);
+    const int lo = sp.lo, hi = sp.hi, first = sp.first, nsub = sp.nsub;
+    const bool kg = sp.kscp != nullptr, vg = sp.vscp != nullptr;
+    const int ksb = p.ksbytes, vsb = p.vsbytes;
+    const int kgm = kg ? (1 << p.kgs) - 1 : D - 1, vgm = vg ? (1 << p.vgs) - 1 : D - 1; // group masks
+
+    unsigned char *wring = ringb + warp * NS * R::STAGE;
+    const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
+    auto issue = [&](int i, int st) { ring::issue<D, KIND>(p, sp, wring_s + st * R::STAGE, first + 64 * i, lane); };
+
+    float m[NR][2], l[NR][2];
+    float o[MT][NR][4];
+#pragma unroll
+    for (int nr = 0; nr < NR; nr++) m[nr][0] = m[nr][1] = -INFINITY, l[nr][0] = l[nr][1] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int nr = 0; nr < NR; nr++) o[i][nr][0] = o[i][nr][1] = o[i][nr][2] = o[i][nr][3] = 0.0f;
+
+#pragma unroll
+    for (int s = 0; s < NS - 1; s++) {
+        if (s < nsub) issue(s, s);
+        ring::commit();
+    }
+    __syncthreads(); // q's fragments
+
+    int rd = 0, wr = NS - 1;
+    for (int i = 0; i < nsub; i++) {
+        if (i + NS - 1 < nsub) issue(i + NS - 1, wr);
+        ring::commit();
+        ring::wait<NS - 1>();
+        __syncwarp();
+        const int js = first + 64 * i;
+        const unsigned char *stp = wring + rd * R::STAGE;
+        const uint32_t ks_s = wring_s + rd * R::STAGE, vs_s = ks_s + 16 * RB;
+        const unsigned char *ksc = stp + 32 * RB, *vsc = ksc + 16 * R::SCB;
+        wr = wr + 1 == NS ? 0 : wr + 1;
+        rd = rd + 1 == NS ? 0 : rd + 1;
+
+        // K (keys 8 kh + gid) and V (keys 8 kh + 2t, + 1) fragments: [kh][chunk]
+        uint32_t kr[2][CH], vr[2][CH];
+        {
+            const int mi = lane >> 3, r = (mi & 1) * 8 + (lane & 7);
+#pragma unroll
+            for (int c = 0; c < CH; c += 2) {
+                const int cc = c + (mi >> 1);
+                const uint32_t off = r * RB + 16 * (cc ^ R::swz(r));
+                uint32_t x[4];
+                ring::ldsm4<false>(x, ks_s + off);
+                kr[0][c] = x[0], kr[1][c] = x[1], kr[0][c + 1] = x[2], kr[1][c + 1] = x[3];
+                ring::ldsm4<true>(x, vs_s + off);
+                vr[0][c] = x[0], vr[1][c] = x[1], vr[0][c + 1] = x[2], vr[1][c + 1] = x[3];
+            }
+        }
+
+        // S^T = K Q^T: s[nr] = keys (gid, gid + 8) x rows (2t, 2t + 1), a group at a time
+        float s[NR][4], part[2][NR][4]; // part: even and odd k-steps (shorter mma chains)
+#pragma unroll
+        for (int nr = 0; nr < NR; nr++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nr][e] = 0.0f, part[0][nr][e] = 0.0f, part[1][nr][e] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            uint32_t kw[2][2 * KPC];
+#pragma unroll
+            for (int kh = 0; kh < 2; kh++) {
+                if constexpr (R::BITS == 4) {
+                    ring::dec_i4(kw[kh], kr[kh][c]);
+                } else {
+                    kw[kh][0] = ring::dec8<KIND>(kr[kh][c], 0, 1);
+                    kw[kh][1] = ring::dec8<KIND>(kr[kh][c], 2, 3);
+                }
+            }
+#pragma unroll
+            for (int h = 0; h < KPC; h++) {
+                const uint32_t a[4] = {kw[0][2 * h], kw[1][2 * h], kw[0][2 * h + 1], kw[1][2 * h + 1]};
+#pragma unroll
+                for (int nr = 0; nr < NR; nr++) {
+                    const uint2 qf = qb[((c * KPC + h) * NR + nr) * 32 + lane];
+                    mma<__half>(part[(c * KPC + h) & 1][nr], a, qf.x, qf.y);
+                }
+            }
+            if (c == CH - 1 || (((c + 1) * CD) & kgm) == 0) { // the group ends: S += part x its key's scale
+                const int g = (c * CD) >> p.kgs;
+                const float s0 = kg ? kt::sf16(ksc + gid * ksb, g) : 1.0f;
+                const float s1 = kg ? kt::sf16(ksc + (gid + 8) * ksb, g) : 1.0f;
+#pragma unroll
+                for (int nr = 0; nr < NR; nr++) {
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        s[nr][e] = fmaf(part[0][nr][e] + part[1][nr][e], e < 2 ? s0 : s1, s[nr][e]);
+                        part[0][nr][e] = part[1][nr][e] = 0.0f;
+                    }
+                }
+            }
+        }
+
+        // masks and the online softmax; a row's keys are spread over gid
+        const bool whole = js + 16 <= hi && (!p.causal || js + 15 <= sl.sk - sl.sq) &&
+                           (p.window <= 0 || (js > sl.sk - 1 - p.window && (p.causal || js + 15 < sl.sk - sl.sq + p.window)));
+        float alpha[NR][2];
+        bool moved = false;
+#pragma unroll
+        for (int nr = 0; nr < NR; nr++) {
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = js + gid + 8 * (e >> 1), h = e & 1;
+                float x = p.cap_out != 0.0f ? p.cap_out * tanhf(s[nr][e] * cf[nr][h]) : s[nr][e] * lf[nr][h];
+                if (!whole) {
+                    bool ok = key < hi && key >= lo && rv[nr][h];
+                    if (p.causal) ok = ok && key <= pos[nr][h];
+                    if (p.window > 0) ok = ok && key > pos[nr][h] - p.window && (p.causal || key < pos[nr][h] + p.window);
+                    x = ok ? x : -INFINITY;
+                }
+                s[nr][e] = x;
+                mx[h] = fmaxf(mx[h], x);
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 4));
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 8));
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 16));
+                const float mn = fmaxf(m[nr][h], mx[h]);
+                const float base = mn == -INFINITY ? 0.0f : mn;
+                alpha[nr][h] = exp2f(m[nr][h] - base);
+                moved = moved || alpha[nr][h] != 1.0f;
+                m[nr][h] = mn;
+                mx[h] = base;
+            }
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[nr][e] = exp2f(s[nr][e] - mx[e & 1]);
+            l[nr][0] = l[nr][0] * alpha[nr][0] + (s[nr][0] + s[nr][2]);
+            l[nr][1] = l[nr][1] * alpha[nr][1] + (s[nr][1] + s[nr][3]);
+        }
+        if (__any_sync(0xffffffffu, moved)) { // the running max moved
+#pragma unroll
+            for (int i2 = 0; i2 < MT; i2++)
+#pragma unroll
+                for (int nr = 0; nr < NR; nr++) {
+                    o[i2][nr][0] *= alpha[nr][0], o[i2][nr][1] *= alpha[nr][1];
+                    o[i2][nr][2] *= alpha[nr][0], o[i2][nr][3] *= alpha[nr][1];
+                }
+        }
+
+        // O^T += V^T P^T: P times the V group's scales, transposed into B
+        uint32_t pb[NR][2];
+#pragma unroll
+        for (int nr = 0; nr < NR; nr++) pb[nr][0] = pb[nr][1] = 0u;
+#pragma unroll
+        for (int c = 0; c < CH; c++) {
+            if (c == 0 || ((c * CD) & vgm) == 0) { // a V group starts
+                const int g = (c * CD) >> p.vgs;
+                const float s0 = vg ? kt::sf16(vsc + gid * vsb, g) : 1.0f;
+                const float s1 = vg ? kt::sf16(vsc + (gid + 8) * vsb, g) : 1.0f;
+#pragma unroll
+                for (int nr = 0; nr < NR; nr++) {
+                    pb[nr][0] = kt::movt(pack2<PV>(s[nr][0] * s0, s[nr][1] * s0));
+                    pb[nr][1] = kt::movt(pack2<PV>(s[nr][2] * s1, s[nr][3] * s1));
+                }
+            }
+            uint32_t vw[2][2 * MPC];
+#pragma unroll
+            for (int kh = 0; kh < 2; kh++) {
+                if constexpr (R::BITS == 4) {
+                    kt::dec_i4_bf16(vw[kh], vr[kh][c]);
+                } else if constexpr (KIND == TOPS__DEC_I8) {
+                    vw[kh][0] = kt::dec_i8_bf16(vr[kh][c], 0, 2);
+                    vw[kh][1] = kt::dec_i8_bf16(vr[kh][c], 1, 3);
+                } else {
+                    vw[kh][0] = ring::dec8<KIND>(vr[kh][c], 0, 2);
+                    vw[kh][1] = ring::dec8<KIND>(vr[kh][c], 1, 3);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < MPC; u++) {
+                const uint32_t a[4] = {vw[0][2 * u], vw[0][2 * u + 1], vw[1][2 * u], vw[1][2 * u + 1]};
+#pragma unroll
+                for (int nr = 0; nr < NR; nr++) mma<PV>(o[c * MPC + u][nr], a, pb[nr][0], pb[nr][1]);
+            }
+        }
+        __syncwarp(); // the stage is read: the next issue may refill it
+    }
+    ring::wait<0>();
+
+    // The warps meet (as decode_kernel); O^T's row gid (+ 8) of m-tile (c, u)
+    // is d = c CD + gid CD / 8 + 2u (+ 1), its column the query row.
+#pragma unroll
+    for (int nr = 0; nr < NR; nr++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            l[nr][h] += __shfl_xor_sync(0xffffffffu, l[nr][h], 4);
+            l[nr][h] += __shfl_xor_sync(0xffffffffu, l[nr][h], 8);
+            l[nr][h] += __shfl_xor_sync(0xffffffffu, l[nr][h], 16);
+            if (gid == 0) {
+                mw[warp * ROWS + 8 * nr + 2 * t + h] = m[nr][h];
+                lw[warp * ROWS + 8 * nr + 2 * t + h] = l[nr][h];
+            }
+        }
+    __syncthreads(); // every warp is out of its ring
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int c = mt / MPC, u = mt % MPC;
+#pragma unroll
+        for (int nr = 0; nr < NR; nr++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int d = c * CD + gid * (CD / 8) + 2 * u + (e >> 1), rr = 8 * nr + 2 * t + (e & 1);
+                ow[(warp * ROWS + rr) * OP + d] = o[mt][nr][e];
+            }
+    }
+    __syncthreads();
+    finish_rows<T, D>(p, sl, ROWS, r0, b, hk, split, mw, lw, ow);
 }
 
 template <int D> constexpr size_t smem_bytes() {
@@ -1031,12 +1373,18 @@ static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm) {
 
 static int scale_bytes(int type) { return type == TOPS__DEC_SF32 ? 4 : type == TOPS__DEC_SE8M0 ? 1 : 2; }
 
-// RING: ring_kernel (KIND a plain TOPS__DEC_* code), else decode_kernel.
-template <typename T, int D, int KIND, bool RING = false> static int launch(const tops__cu_decode_args *a) {
+// VAR: 0 decode_kernel, 1 ring_kernel, 2 / 3 kt_kernel with 8 / 16 rows a
+// CTA (1..3: KIND a plain TOPS__DEC_* code; 2, 3: bf16 q).
+template <typename T, int D, int KIND, int VAR = 0> static int launch(const tops__cu_decode_args *a) {
     cudaStream_t stream = reinterpret_cast<cudaStream_t>(a->stream);
     void (*kern)(const dparams);
     size_t smem;
-    if constexpr (RING) {
+    constexpr int rows_cta = VAR >= 2 ? 8 * (VAR - 1) : kRows;
+    if constexpr (VAR >= 2) {
+        static_assert(std::is_same<T, __nv_bfloat16>::value, "kt_kernel reads bf16 q");
+        kern = kt_kernel<D, KIND, VAR - 1>;
+        smem = (size_t)kt::cfg<D, KIND, VAR - 1>::SMEM;
+    } else if constexpr (VAR == 1) {
         kern = ring_kernel<T, D, KIND>;
         smem = (size_t)ring::cfg<D, KIND>::SMEM;
     } else {
@@ -1077,7 +1425,7 @@ template <typename T, int D, int KIND, bool RING = false> static int launch(cons
     } else {
         p.sl = sk_scale * log2e;
     }
-    const int bhs = (int)(a->batch * a->kv_heads), chunks = (p.rows + kRows - 1) / kRows;
+    const int bhs = (int)(a->batch * a->kv_heads), chunks = (p.rows + rows_cta - 1) / rows_cta;
     p.nsplit = choose_splits(a, bhs * chunks, per_sm);
     p.kps = (int)((a->sk + p.nsplit - 1) / p.nsplit);
     p.kps = (p.kps + 15) / 16 * 16;
@@ -1152,8 +1500,17 @@ static bool ring_kv_ok(const tops__cu_decode_args *a, const tops__cu_kv &kv) {
     if (kv.sstride[2] < 1 || kv.sstride[2] * es > 16) return false;
     return (uintptr_t)kv.scales % al == 0 && kv.sstride[0] * es % al == 0 && kv.sstride[1] * es % al == 0;
 }
+// Whether kt_kernel takes a quantized KV call: bf16 q (its products need no
+// f16 range), the layouts ring_kernel reads; by default (TOPS_CUDA_ATTN_RING
+// unset or 1) before ring_kernel.
+static bool kt_takes(const tops__cu_decode_args *a) {
+    if (!a->bf16 || a->kind == TOPS__DEC_KV16 || a->cu_q || env_int("TOPS_CUDA_ATTN_RING", 1) != 1) return false;
+    if (!ring_kv_ok(a, a->k) || !ring_kv_ok(a, a->v)) return false;
+    return a->kind != TOPS__DEC_E4M3 || a->v.mode != TOPS__DEC_SC_GROUP; // e4m3's P stays unscaled (f16)
+}
 static bool ring_takes(const tops__cu_decode_args *a) {
     const int mode = env_int("TOPS_CUDA_ATTN_RING", 1);
+    if (kt_takes(a)) return false;
     if (a->kind == TOPS__DEC_KV16 || a->cu_q || mode == 0) return false;
     if (!ring_kv_ok(a, a->k) || !ring_kv_ok(a, a->v)) return false;
     const bool groups = a->k.mode == TOPS__DEC_SC_GROUP || a->v.mode == TOPS__DEC_SC_GROUP;
@@ -1161,15 +1518,26 @@ static bool ring_takes(const tops__cu_decode_args *a) {
 }
 
 template <typename T, int D> static int launch_kind(const tops__cu_decode_args *a) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+        if (kt_takes(a)) {
+            const bool two = a->heads / a->kv_heads * a->sq > 8; // rows of a kv head: 16 a CTA
+            switch (a->kind) {
+            case TOPS__DEC_E4M3: return two ? launch<T, D, TOPS__DEC_E4M3, 3>(a) : launch<T, D, TOPS__DEC_E4M3, 2>(a);
+            case TOPS__DEC_I8: return two ? launch<T, D, TOPS__DEC_I8, 3>(a) : launch<T, D, TOPS__DEC_I8, 2>(a);
+            case TOPS__DEC_I4: return two ? launch<T, D, TOPS__DEC_I4, 3>(a) : launch<T, D, TOPS__DEC_I4, 2>(a);
+            default: return (int)cudaErrorNotSupported;
+            }
+        }
+    }
     const bool ring = ring_takes(a);
     switch (a->kind) {
     case TOPS__DEC_KV16: return launch<T, D, TOPS__DEC_KV16>(a);
-    case TOPS__DEC_E4M3: return ring ? launch<T, D, TOPS__DEC_E4M3, true>(a) : launch<T, D, TOPS__DEC_E4M3>(a);
+    case TOPS__DEC_E4M3: return ring ? launch<T, D, TOPS__DEC_E4M3, 1>(a) : launch<T, D, TOPS__DEC_E4M3>(a);
     case TOPS__DEC_I8:
-        return ring ? launch<T, D, TOPS__DEC_I8, true>(a)
+        return ring ? launch<T, D, TOPS__DEC_I8, 1>(a)
                     : f16_groups(a) ? launch<T, D, TOPS__DEC_I8 + 4>(a) : launch<T, D, TOPS__DEC_I8>(a);
     case TOPS__DEC_I4:
-        return ring ? launch<T, D, TOPS__DEC_I4, true>(a)
+        return ring ? launch<T, D, TOPS__DEC_I4, 1>(a)
                     : f16_groups(a) ? launch<T, D, TOPS__DEC_I4 + 4>(a) : launch<T, D, TOPS__DEC_I4>(a);
     default: return (int)cudaErrorNotSupported;
     }
@@ -1195,6 +1563,6 @@ extern "C" int tops__cu_decode_launch(const tops__cu_decode_args *a) {
 
 extern "C" void tops__cu_decode_name(const tops__cu_decode_args *a, char *buf, size_t cap) {
     static const char *const kinds[] = {"kv16", "e4m3", "i8", "i4"};
-    snprintf(buf, cap, "flash-decode %s d%d %s%s", ring_takes(a) ? "ring" : "mma", a->d, kinds[a->kind & 3],
+    snprintf(buf, cap, "flash-decode %s d%d %s%s", kt_takes(a) ? "kt" : ring_takes(a) ? "ring" : "mma", a->d, kinds[a->kind & 3],
              a->bf16 ? " bf16" : " f16");
 }

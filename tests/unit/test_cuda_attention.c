@@ -316,8 +316,9 @@ static void test_pipelines(void) {
 
 /* ---- decode with quantized KV caches ------------------------------------------ */
 
-/* Whether make_kv leaves the decoded values unrounded: bf16 q on the ring
-   kernel (TOPS_CUDA_ATTN_RING=2), which multiplies them in f16. */
+/* Whether make_kv leaves the decoded values unrounded: bf16 q with int-gG
+   caches on kt_kernel (the default) or on ring_kernel (TOPS_CUDA_ATTN_RING=2),
+   which multiply the exact codes. */
 static int exact_kv;
 
 /* f32 [B, Hkv, Sk, D] values -> a tensor of format name on the host (codes
@@ -485,6 +486,10 @@ static void test_decode_kv(void) {
         {{2, 8, 2, 1, 1000, 128, 0, 0, 0, 0, 0}, "mxfp8", 0, 4},
         {{1, 16, 1, 1, 333, 64, 0, 0, 30.0f, 0, 0}, "int4-g64", 0, 0},
         {{1, 32, 2, 1, 17, 128, 0, 0, 0, 0, 0}, "int4-g32", 0, 0},
+        /* kt_kernel: a group a chunk of int8, one group a key, 8 rows a kv head */
+        {{2, 8, 2, 1, 700, 128, 0, 0, 0, 0, 0}, "int8-g16", 0, 0},
+        {{1, 4, 1, 3, 500, 256, 1, 0, 0, 0, 0}, "int4-g256", 0, 2},
+        {{1, 16, 2, 1, 900, 128, 0, 0, 0, 0, 0}, "int4-g64", 0, 0},
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     if (small_run) n = 4;
@@ -501,7 +506,9 @@ static void test_decode_kv(void) {
                                   strcmp(qc->fmt, "int4-g16") == 0))
                     continue;
                 if (passes[pass]) setenv("TOPS_CUDA_ATTN_RING", passes[pass], 1);
-                exact_kv = pass == 2;
+                /* kt_kernel: bf16 q, int-gG with f16 scales (no ':' suffix) of a 16-byte chunk or more */
+                exact_kv = pass == 2 || (pass == 0 && di && strncmp(qc->fmt, "int", 3) == 0 && !strchr(qc->fmt, ':') &&
+                                         strcmp(qc->fmt, "int4-g16") != 0);
                 double rel = run_qcase(qc, dt);
                 exact_kv = 0;
                 unsetenv("TOPS_CUDA_ATTN_RING");
