@@ -190,8 +190,10 @@ tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *right, int t
 int tops__cu_rowmajor_layout(const tops__cuda_packed *pk);
 
 /* Whether the wgmma kernel can fold the scales of *pk into its weights for
-   bf16 (1) or f16 (0) activations in this precision mode; *shift is the
-   power of two the epilogue multiplies back (pack.c says when it holds). */
+   bf16 (1) or f16 (0) activations in this precision mode: 0 no, else the
+   weight terms a product takes (1, or 2: strict f16 scales split exactly);
+   *shift is the power of two the epilogue multiplies back (pack.c says
+   when it holds). */
 int tops__cu_fold_shift(const tops__cuda_packed *pk, int bf16, int relaxed, int *shift);
 
 /* One launch of the weight-streaming matmul. */
@@ -212,7 +214,8 @@ typedef struct tops__cu_matmul_args {
     int sm_count;
     void *stream;
     /* wgmma_w.cu only: fold = 1 forms w = code x scale in the activations'
-       type (tops__cu_fold_shift), 2^fold_shift moved to the epilogue. */
+       type, fold = 2 the two exact terms of strict f16 scales
+       (tops__cu_fold_shift), 2^fold_shift moved to the epilogue. */
     int fold, fold_shift;
     /* wgmma_q8.cu only: the q8 layout has one factor per row (mxfp4). */
     int q8_row_factor;

@@ -274,12 +274,20 @@ static int use_h16(const tops__cuda_packed *pk, int64_t m) {
 
 /* Folded scales (wgmma_w.cu, pack.c's tops__cu_fold_shift): e2m1 weights
    in either mode when code x scale is exact in the activations' type,
-   4-bit integers with f16 scales in relaxed mode with f16 activations.
-   fold=0 turns it off (A/B runs, tests). */
+   4-bit integers with f16 scales and f16 activations (relaxed: one rounded
+   term; strict: two exact terms, 2 returned, for groups below 64 only).
+   The two terms double the tensor work but drop the strict pipeline's
+   drain every two k16 steps: H200, 2026-12-02 22:20 UTC, one call, strict
+   f16, us at M = 48 / 64 / 128 / 256 / 4096: q4_0 39.9 / 40.0 / 49.7 /
+   100.1 / 1394 against 47.4 / 48.7 (wbulk) / 62.6 / 123.1 / 1478, int4-g32
+   the same; int4-g128, drained once a chunk pair, 37.4 / 37.5 / 48.0 / 96.9
+   / 1334 against 31.8 / 31.8 / 39.4 / 76.7 / 996, so G >= 64 keeps the
+   pipeline.  fold=0 turns folding off (A/B runs, tests). */
 static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shift) {
     *shift = 0;
-    if (tops__cu_tune(TOPS__CU_T_FOLD) == 0) return 0;
-    return tops__cuda_is_sm90a(pk->device) && tops__cu_fold_shift(pk, bf16, relaxed, shift);
+    if (tops__cu_tune(TOPS__CU_T_FOLD) == 0 || !tops__cuda_is_sm90a(pk->device)) return 0;
+    const int terms = tops__cu_fold_shift(pk, bf16, relaxed, shift); /* 0, 1 or 2 */
+    return terms == 2 && pk->group >= 64 ? 0 : terms;
 }
 
 /* The wgmma kernel (wgmma_w.cu) where it measured faster than wbulk on the
@@ -335,8 +343,9 @@ static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed,
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, bf16, relaxed, &shift);
     if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
-    return fold ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
-                : "wgmma m64nNk16, weights from registers + TMA";
+    return fold == 2 ? "wgmma m64nNk16, folded scales in two exact terms, weights from registers + TMA"
+           : fold    ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
+                     : "wgmma m64nNk16, weights from registers + TMA";
 }
 
 /* Launches the plan's kernel for a (a->m rows of 16-bit activations): each

@@ -261,24 +261,27 @@ static void scan_scales(tops__cuda_packed *pk, const unsigned char *sb, int64_t 
    2^B.  Exact (strict mode) when the scale multiplier and every product are
    representable in W: e2m1 (2 significant bits) times e8m0 (1) or ue4m3 (4)
    needs at most 6 of f16's 11 and bf16's 8 bits, so only the range can fail.
-   4-bit integers (up to 3 bits) times f16 scales (11) need up to 14: one
-   rounding per weight, relaxed mode and f16 only, with every product kept
-   normal (relative error <= 2^-11).  B is the smallest power of two that
-   keeps the largest multiplier and product <= 2^15 (f16) / 2^127 (bf16);
-   the smallest then must stay exact (or normal). */
+   4-bit integers (up to 3 bits) times f16 scales (11) need up to 14, f16
+   activations only: in relaxed mode one rounding per weight, with every
+   product kept normal (relative error <= 2^-11); in strict mode two exact
+   terms, the scale's top 8 bits and its last 3 (at most 11 and 6 bits a
+   product), every bit of the smallest scale kept: the return is then 2,
+   the kernel's count of terms.  B is the smallest power of two that keeps
+   the largest multiplier and product <= 2^15 (f16) / 2^127 (bf16); the
+   smallest then must stay exact (or normal). */
 int tops__cu_fold_shift(const tops__cuda_packed *pk, int bf16, int relaxed, int *shift) {
-    int d, sbits;
+    int d, sbits, terms = 1;
     double vmax, vlsb;
     if (!pk->has_scales || pk->scale_nonfinite) return 0;
     if (pk->code == TOPS__CU_CODE_E2M1 && (pk->scale_kind == TOPS__CU_SCALE_E8M0 || pk->scale_kind == TOPS__CU_SCALE_UE4M3)) {
         d = 14, vmax = 6, vlsb = 0.5, sbits = pk->scale_kind == TOPS__CU_SCALE_E8M0 ? 1 : 4;
-    } else if (pk->code == TOPS__CU_CODE_U4 && pk->scale_kind == TOPS__CU_SCALE_F16 && relaxed && !bf16) {
-        d = 0, vmax = 8, vlsb = 1, sbits = 11;
+    } else if (pk->code == TOPS__CU_CODE_U4 && pk->scale_kind == TOPS__CU_SCALE_F16 && !bf16) {
+        d = 0, vmax = 8, vlsb = 1, sbits = 11, terms = relaxed ? 1 : 2;
     } else {
         return 0;
     }
     *shift = 0;
-    if (pk->scale_absmax == 0) return 1; /* every weight is zero */
+    if (pk->scale_absmax == 0) return terms; /* every weight is zero */
     const double top = bf16 ? 0x1p127 : 0x1p15, sub = bf16 ? 0x1p-133 : 0x1p-24, normal = bf16 ? 0x1p-126 : 0x1p-14;
     /* B >= lo keeps the largest multiplier and product <= top; B <= hi keeps
        the smallest exact (their last bit >= W's smallest subnormal) and,
@@ -294,7 +297,7 @@ int tops__cu_fold_shift(const tops__cuda_packed *pk, int bf16, int relaxed, int 
     const int b = lo > 0 ? lo : hi < 0 ? hi : 0; /* the one nearest 0 */
     if (b < -100 || b > 100 || d - b < -100 || d - b > 100) return 0; /* 2^B, 2^(D - B): normal f32 */
     *shift = b;
-    return 1;
+    return terms;
 }
 
 tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int transpose_right, tops__cuda_packed *pk,

@@ -18,7 +18,8 @@
 // acc += part * scale in f32.  Or, where pack.c's tops__cu_fold_shift allows
 // it, FOLDED scales (wgmma_f_kernel): each decoded code is multiplied by its
 // scale in the activations' 16-bit type (exact for e2m1 in range; one
-// rounding for 4-bit integers, relaxed mode), so one f32 accumulator runs
+// rounding for 4-bit integers in relaxed mode, two exact terms in strict
+// mode: twice the wgmmas), so one f32 accumulator runs
 // over the whole K: no group-end drain, and the next chunk is decoded while
 // the current chunk's wgmmas run.  A CTA is two warpgroups (2 * WT m64 tiles) x
 // TN tokens x one K split; split partials meet in a workspace and the last
@@ -400,6 +401,13 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
 // per tile and block.
 constexpr int kFoldScaleBlockBytes = 128;
 
+// f16 scales split into two exact terms (strict 4-bit integers with f16
+// activations): s = s1 + s2, s1 the scale's top 8 significant bits, s2 the
+// last 3; code x s1 (<= 11 bits) and code x s2 (<= 6) are exact in f16 where
+// tops__cu_fold_shift's shift keeps them in range, so the wgmmas of both
+// terms sum exact products, as the drained groups of wgmma_s_kernel do.
+constexpr int kScaleF16Split = 1000;
+
 // X stages in the ring, k64 blocks per W stage, W stages (powers of two:
 // the consumers divide chunk numbers by them).
 template <int TN>
@@ -430,7 +438,7 @@ __device__ __forceinline__ uint32_t mul2(uint32_t a, uint32_t b) {
 template <int SK, bool BF16>
 __device__ __forceinline__ void fold_pair(const unsigned char *sp, int e, const uint32_t *lut, float pre,
                                           uint32_t &lo, uint32_t &hi) {
-    if constexpr (SK == TOPS__CU_SCALE_F16) {
+    if constexpr (SK == TOPS__CU_SCALE_F16 || SK == kScaleF16Split) {
         static_assert(!BF16, "f16 scales fold for f16 activations only");
         uint32_t h = *reinterpret_cast<const uint32_t *>(sp + 2 * e);
         if (pre != 1.0f) {
@@ -567,12 +575,13 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2;
     constexpr int STEP = CW / 2;        // a warpgroup's chunks are STEP apart
     constexpr int NA = CW == 4 ? 1 : 2; // register sets of A fragments
+    constexpr int TERMS = SK == kScaleF16Split ? 2 : 1; // A fragments a k16 step (kScaleF16Split: s1, s2)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
     const int tw = wg & 1, h = wg >> 1;
     const int tile = tw * 4 + w; // this warp's 16-channel tile among the CTA's 8
     const int nc = cta.nb;
-    if constexpr (SK != TOPS__CU_SCALE_F16) {
+    if constexpr (SK != TOPS__CU_SCALE_F16 && SK != kScaleF16Split) {
         if (threadIdx.x < 256) lut[threadIdx.x] = fold_lut_entry<SK, BF16>(threadIdx.x, p.fold_pre);
         bar_sync<2, CW * 128>();
     }
@@ -582,8 +591,9 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     for (int i = 0; i < ND; i++) acc[0][i] = 0.0f;
 
     const int k_begin = cta.b_begin * 64;
-    // Chunk c's A fragments: decoded codes times their scales.
-    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) {
+    // Chunk c's A fragments: decoded codes times their scales (term t of
+    // step j in A[t * STEPS + j]).
+    const auto fetch = [&](int c, uint32_t (&A)[TERMS * STEPS][4]) {
         const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
         if (cw < STEP) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
         const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
@@ -594,12 +604,25 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
         // The chunk's first group and the row's last one, relative to the
         // stage's first (K is padded past the last group: clamped).
         const int gi = min(kc >> p.group_shift, p.groups - 1) - g0, gl = p.groups - 1 - g0;
-        uint32_t lo = 0, hi = 0;
+        uint32_t lo = 0, hi = 0, lo2 = 0, hi2 = 0;
 #pragma unroll
         for (int j = 0; j < STEPS; j++) {
-            if (j % (1 << GSL) == 0) // a new group (groups are powers of two >= 16)
+            if (j % (1 << GSL) == 0) { // a new group (groups are powers of two >= 16)
                 fold_pair<SK, BF16>(sp, min(gi + (j >> GSL), gl) * 16 + 2 * gid, lut, p.fold_pre, lo, hi);
+                if constexpr (TERMS == 2) { // s1: the last 3 mantissa bits cleared; s2 = s - s1, exact
+                    const uint32_t l1 = lo & 0xFFF8FFF8u, h1 = hi & 0xFFF8FFF8u;
+                    lo2 = h2_bits(__hsub2(bits_h2(lo), bits_h2(l1)));
+                    hi2 = h2_bits(__hsub2(bits_h2(hi), bits_h2(h1)));
+                    lo = l1, hi = h1;
+                }
+            }
             decode_step<CODE, BF16>(cur, j, A[j]);
+            if constexpr (TERMS == 2) {
+                A[STEPS + j][0] = mul2<BF16>(A[j][0], lo2);
+                A[STEPS + j][1] = mul2<BF16>(A[j][1], hi2);
+                A[STEPS + j][2] = mul2<BF16>(A[j][2], lo2);
+                A[STEPS + j][3] = mul2<BF16>(A[j][3], hi2);
+            }
             A[j][0] = mul2<BF16>(A[j][0], lo); // rows gid
             A[j][1] = mul2<BF16>(A[j][1], hi); // rows gid + 8
             A[j][2] = mul2<BF16>(A[j][2], lo);
@@ -607,14 +630,16 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
         }
     };
     // The activations are waited for here, after the decode.
-    const auto issue = [&](int c, uint32_t (&A)[STEPS][4]) {
+    const auto issue = [&](int c, uint32_t (&A)[TERMS * STEPS][4]) {
         const int xs = (unsigned)c / L::SB;
         if ((unsigned)c % L::SB < STEP)
             mbar_wait(p.fold_shfl ? &cta.xfull[xs % L::XR] : &cta.xready[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
         const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
         wgmma_fence(); // A was written since the last wgmmas
 #pragma unroll
-        for (int j = 0; j < STEPS; j++) wgmma_rs<BF16>(acc[0], A[j], desc_sw128(bb + 32 * j), 1);
+        for (int j = 0; j < STEPS; j++)
+#pragma unroll
+            for (int t = 0; t < TERMS; t++) wgmma_rs<BF16>(acc[0], A[t * STEPS + j], desc_sw128(bb + 32 * j), 1);
         wgmma_commit();
     };
     // After the wgmmas of chunk c (and of every chunk before) completed:
@@ -626,9 +651,9 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     };
     // A stays live to its release (else the compiler reuses its registers
     // for the next decode while the tensor cores still read them).
-    const auto retire = [&](int c, uint32_t (&A)[STEPS][4]) {
+    const auto retire = [&](int c, uint32_t (&A)[TERMS * STEPS][4]) {
 #pragma unroll
-        for (int j = 0; j < STEPS; j++) fence_regs(A[j]);
+        for (int j = 0; j < TERMS * STEPS; j++) fence_regs(A[j]);
         release(c);
     };
 
@@ -638,7 +663,7 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     const int c0 = h < nc ? h : 0;
     int last;
     if constexpr (NA == 2) {
-        uint32_t a0[STEPS][4], a1[STEPS][4];
+        uint32_t a0[TERMS * STEPS][4], a1[TERMS * STEPS][4];
         fetch(c0, a0);
         for (int c = c0;; c += 2 * STEP) {
             issue(c, a0);
@@ -660,12 +685,12 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
         }
         wgmma_wait<0>();
 #pragma unroll
-        for (int j = 0; j < STEPS; j++) {
+        for (int j = 0; j < TERMS * STEPS; j++) {
             fence_regs(a0[j]);
             fence_regs(a1[j]);
         }
     } else {
-        uint32_t a0[STEPS][4];
+        uint32_t a0[TERMS * STEPS][4];
         for (int c = c0;; c += STEP) {
             fetch(c, a0);
             issue(c, a0);
@@ -677,7 +702,7 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
             retire(c, a0);
         }
 #pragma unroll
-        for (int j = 0; j < STEPS; j++) fence_regs(a0[j]);
+        for (int j = 0; j < TERMS * STEPS; j++) fence_regs(a0[j]);
     }
     fence_regs(acc[0]);
     release(last);
@@ -939,12 +964,16 @@ wg_fn pick_code(int code, int tn) {
     }
 }
 
-// [CW == 4][tn == 128]
-const char *const kFoldNames[2][2] = {
-    {"wgmma_w folded m64n64k16, 2 consumer warpgroups (A from registers) + TMA",
-     "wgmma_w folded m64n128k16, 2 consumer warpgroups (A from registers) + TMA"},
-    {"wgmma_w folded m64n64k16, 4 consumer warpgroups (A from registers) + TMA",
-     "wgmma_w folded m64n128k16, 4 consumer warpgroups (A from registers) + TMA"},
+// [two terms][CW == 4][tn == 128]
+const char *const kFoldNames[2][2][2] = {
+    {{"wgmma_w folded m64n64k16, 2 consumer warpgroups (A from registers) + TMA",
+      "wgmma_w folded m64n128k16, 2 consumer warpgroups (A from registers) + TMA"},
+     {"wgmma_w folded m64n64k16, 4 consumer warpgroups (A from registers) + TMA",
+      "wgmma_w folded m64n128k16, 4 consumer warpgroups (A from registers) + TMA"}},
+    {{"wgmma_w folded (two exact scale terms) m64n64k16, 2 consumer warpgroups (A from registers) + TMA",
+      "wgmma_w folded (two exact scale terms) m64n128k16, 2 consumer warpgroups (A from registers) + TMA"},
+     {"wgmma_w folded (two exact scale terms) m64n64k16, 4 consumer warpgroups (A from registers) + TMA",
+      "wgmma_w folded (two exact scale terms) m64n128k16, 4 consumer warpgroups (A from registers) + TMA"}},
 };
 
 struct fold_pick {
@@ -981,9 +1010,12 @@ fold_pick pick_fold(int code, int sk, int tn, int cw, int gsl) {
         return fold_tn<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_E8M0, BF16>(tn, cw, gsl);
     if (code == TOPS__CU_CODE_E2M1 && sk == TOPS__CU_SCALE_UE4M3)
         return fold_tn<TOPS__CU_CODE_E2M1, TOPS__CU_SCALE_UE4M3, BF16>(tn, cw, gsl);
-    if constexpr (!BF16)
+    if constexpr (!BF16) {
         if (code == TOPS__CU_CODE_U4 && sk == TOPS__CU_SCALE_F16)
             return fold_tn<TOPS__CU_CODE_U4, TOPS__CU_SCALE_F16, false>(tn, cw, gsl);
+        if (code == TOPS__CU_CODE_U4 && sk == kScaleF16Split)
+            return fold_tn<TOPS__CU_CODE_U4, kScaleF16Split, false>(tn, cw, gsl);
+    }
     return {nullptr, 0, 0};
 }
 
@@ -1048,9 +1080,10 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     const int tn = tn_env == 64 || tn_env == 128 ? (int)tn_env : wide && a->m > 64 ? 128 : 64;
     const int cw = tops__cu_tune(TOPS__CU_T_WGMMA_CW) == 4 ? 4 : 2;
     const int gsl = p.group_shift >= 6 ? 2 : p.group_shift - 4; // k16 steps per group: 1, 2, 4 (and more)
+    const int fold_sk = a->fold == 2 ? kScaleF16Split : a->scale_kind; // two terms: strict f16 scales
     const fold_pick fp = !a->fold ? fold_pick{nullptr, 0, 0}
-                         : bf16   ? pick_fold<true>(a->code, a->scale_kind, tn, cw, gsl)
-                                  : pick_fold<false>(a->code, a->scale_kind, tn, cw, gsl);
+                         : bf16   ? pick_fold<true>(a->code, fold_sk, tn, cw, gsl)
+                                  : pick_fold<false>(a->code, fold_sk, tn, cw, gsl);
     // Unfolded 4-bit codes: the strict pipeline (settled in matmul.c's
     // table; 0 there would keep the one-ring kernel), where a W stage's scale entries fit its
     // copy (K = 512: 512 / G groups, one more when G > 64 starts mid-stage).
@@ -1122,7 +1155,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     }
     const bool strict_pipe = ffn && !fp.fn;
     set_last_kernel(strict_pipe ? kStrictNames[tn == 128]
-                    : ffn       ? kFoldNames[cw == 4][tn == 128]
+                    : ffn       ? kFoldNames[a->fold == 2][cw == 4][tn == 128]
                     : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
                                 : "wgmma_w m64n64k16 (A from registers) + TMA");
     if (err == cudaSuccess) {

@@ -703,9 +703,10 @@ static void test_wgmma(void) {
    cannot read, must fall back and be right), both activation types, every
    output type, accumulate, K splits (a split starting inside a group), both
    token tiles; the kernel asserted by name.  int4-g16:f32 (its scale entries
-   do not fit a W stage) must take the one-ring kernel; and the plan: strict
-   int4-g128 at M = 48 and q4_0 / int4-g32 at M = 65 take the pipeline,
-   int4-g128 at 47 and q4_0 at 64 do not. */
+   do not fit a W stage) must take the one-ring kernel; and the plan (bf16
+   activations: f16 ones fold f16 scales in two terms, test_wgmma_folded):
+   strict int4-g128 at M = 48 and q4_0 / int4-g32 at M = 65 take the
+   pipeline, int4-g128 at 47 and q4_0 at 64 do not. */
 /* The strict 16-bit TMA GEMM (fp8_gemm.cu): f16 / bf16 weights as they
    are, e4m3-ch / e4m3 codes converted to the activations' type in shared
    memory; from M = 17 where the activation rows are 16-byte aligned, on
@@ -852,7 +853,7 @@ static void test_wgmma_strict(void) {
         int want;
     } plan[] = {{"int4-g128", 48, 1}, {"q4_0", 65, 1}, {"int4-g32", 256, 1}, {"q4_0", 64, 0}, {"int4-g128", 47, 0}};
     for (int i = 0; i < 5; i++) {
-        gpu_case c = {plan[i].format, TOPS_DT_F16, TOPS_DT_F16, plan[i].m, 1024, 192, 0, 0, 1, 0, 0};
+        gpu_case c = {plan[i].format, TOPS_DT_BF16, TOPS_DT_F16, plan[i].m, 1024, 192, 0, 0, 1, 0, 0};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
         if ((strstr(kn, "strict pipelined") != NULL) != plan[i].want) {
@@ -866,7 +867,9 @@ static void test_wgmma_strict(void) {
 
 /* The folded-scale wgmma kernel (w = code x scale in the activations'
    type, one f32 sum over K): strict e2m1 (mxfp4, gguf-mxfp4, nvfp4: exact,
-   so within the strict bounds), relaxed 4-bit integers with f16 scales and
+   so within the strict bounds), strict 4-bit integers with f16 scales,
+   groups below 64 and f16 activations in two exact terms (int4-g32, q4_0:
+   within the strict bounds), relaxed 4-bit integers with f16 scales and
    f16 activations (within the strict bound + FOLD_REL_L2); ragged M, N and
    K, both activation types, every output type, accumulate, K splits, both
    token tiles (wgmma_tn), 2 or 4 consumer warpgroups
@@ -874,9 +877,11 @@ static void test_wgmma_strict(void) {
    no chunk of its own, and an odd chunk count one with none in the last
    stage), the K order by lane shuffles
    (default) or by a stage permute (wgmma_permute=1).  Then the cases that must NOT
-   fold and still be right: relaxed int4 with bf16 activations, strict int4,
+   fold and still be right: int4 with bf16 activations (relaxed and strict),
+   strict int4-g64 / g128 (the strict pipeline measured faster there),
    fold=0, and mxfp4 whose block scales span 2^40 (beyond
-   f16's range: f16 activations fall back, bf16 ones fold); and the plan. */
+   f16's range: f16 activations fall back, bf16 ones fold), int4-g32 whose
+   rows' scales span 2^40 (past f16's range); and the plan. */
 static void test_wgmma_folded(void) {
     if (!fp8_gpu) {
         printf("     skip: the wgmma kernel needs compute capability 9.0\n");
@@ -902,8 +907,14 @@ static void test_wgmma_folded(void) {
         {"nvfp4", TOPS_DT_BF16, TOPS_DT_F32, 300, 136, 776, 0, 1, 0, 0, NULL, NULL, NULL, 1},
         {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 130, 1000, 300, 0, 1, 0, 0, "2", "128", NULL, 1},
         {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 100, 2048, 200, 1, 1, 1, 0, NULL, NULL, NULL, 1},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 1, 0, NULL, NULL, NULL, 0},
+        {"int4-g16", TOPS_DT_F16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 0, 0, NULL, NULL, NULL, 1},
+        {"q4_0", TOPS_DT_F16, TOPS_DT_BF16, 77, 1000, 130, 1, 1, 0, 0, "3", NULL, NULL, 1},
+        {"int4-g32", TOPS_DT_F16, TOPS_DT_F16, 300, 4096, 96, 0, 0, 0, 0, NULL, "64", NULL, 1},
         {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 0, 0, NULL, NULL, NULL, 0},
+        {"int4-g64", TOPS_DT_F16, TOPS_DT_F32, 129, 520, 33, 0, 1, 0, 0, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 1, 0, NULL, NULL, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 128, 1024, 200, 0, 1, 0, 0, NULL, NULL, NULL, 0},
+        {"int4-g32", TOPS_DT_F16, TOPS_DT_F32, 64, 512, 192, 0, 1, 0, 1, NULL, NULL, NULL, 0},
         {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, 100, 1000, 200, 1, 1, 0, 0, "2", NULL, "0", 0},
         {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 64, 512, 192, 0, 1, 0, 1, NULL, NULL, NULL, 0},
         {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 64, 512, 192, 0, 1, 0, 1, NULL, NULL, NULL, 1},
@@ -935,22 +946,28 @@ static void test_wgmma_folded(void) {
         debug_set("wgmma_cw", NULL);
     }
     debug_set("kernel", NULL);
-    /* By plan (no forcing): strict mxfp4 at M = 128 folds (relaxed int4-g128
-       runs wgmma_q8 now: test_q8). */
-    static const char *const plan[] = {"mxfp4"};
-    for (int i = 0; i < 1; i++) {
-        gpu_case c = {plan[i], TOPS_DT_F16, TOPS_DT_F16, 128, 512, 192, 0, 0, 1, 0, 0};
+    /* By plan (no forcing), strict at M = 128: mxfp4 folds, q4_0 in two
+       terms, int4-g128 takes the strict pipeline (relaxed int4-g128 runs
+       wgmma_q8 now: test_q8); q4_0 folds from M = 48 (wbulk below). */
+    static const struct {
+        const char *format;
+        int64_t m;
+        const char *want;
+    } plan[] = {{"mxfp4", 128, "folded m64"}, {"q4_0", 128, "two exact scale terms"},
+                {"int4-g128", 128, "strict pipelined"}, {"q4_0", 48, "two exact scale terms"}, {"q4_0", 47, "wbulk"}};
+    for (int i = 0; i < 5; i++) {
+        gpu_case c = {plan[i].format, TOPS_DT_F16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0, 0};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        if (!strstr(kn, "folded")) {
-            TH_FAIL_AT("%s M=128 by plan ran %s", plan[i], kn);
+        if (!strstr(kn, plan[i].want)) {
+            TH_FAIL_AT("%s M=%lld by plan ran %s (want %s)", plan[i].format, (long long)plan[i].m, kn, plan[i].want);
             ok = 0;
         }
         passed += ok;
     }
     printf("     %d of %d folded-scale wgmma cases within their bounds; worst relaxed f32-output rel-L2 %.3g (bound %.0e "
            "+ %.0e)\n",
-           passed, n + 1, fold_worst, bound_for(TOPS_DT_F32), FOLD_REL_L2);
+           passed, n + 5, fold_worst, bound_for(TOPS_DT_F32), FOLD_REL_L2);
 }
 
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here

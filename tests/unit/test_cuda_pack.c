@@ -239,7 +239,9 @@ static double round16(double v, int bf16) {
    arithmetic replayed for every weight: the multiplier s x 2^(D - B) is
    exact in the 16-bit type, and the code (x 2^-D, as decoded) times it is
    exactly code x s x 2^-B for e2m1, within 2^-11 relative (and normal) for
-   relaxed 4-bit integers.  spread: rows alternately x 2^20 and x 2^-20. */
+   relaxed 4-bit integers; strict 4-bit integers (two terms: the
+   multiplier's top 8 bits and the rest) give two exact products that sum
+   to it.  spread: rows alternately x 2^20 and x 2^-20. */
 static void check_fold(const char *name, int spread, int relaxed, int want_f16, int want_bf16, th_rng *r) {
     const int64_t n = 48, k = 256;
     tops_format fmt;
@@ -260,7 +262,7 @@ static void check_fold(const char *name, int spread, int relaxed, int want_f16, 
         int b = 0, got = tops__cu_fold_shift(&pk, bf16, relaxed, &b);
         if (got != (bf16 ? want_bf16 : want_f16)) {
             TH_FAIL_AT("%s spread=%d relaxed=%d %s: fold %d, want %d (scales %g .. %g)", name, spread, relaxed,
-                       bf16 ? "bf16" : "f16", got, !got, pk.scale_absmin, pk.scale_absmax);
+                       bf16 ? "bf16" : "f16", got, bf16 ? want_bf16 : want_f16, pk.scale_absmin, pk.scale_absmax);
             continue;
         }
         for (int64_t row = 0; got && row < n; row++)
@@ -290,6 +292,18 @@ static void check_fold(const char *name, int spread, int relaxed, int want_f16, 
                          (pk.code == TOPS__CU_CODE_E2M1 ? prod == exact
                                                          : fabs(prod - exact) <= ldexp(fabs(exact), -11) &&
                                                                (exact == 0 || fabs(prod) >= 0x1p-14));
+                if (got == 2) { /* f16: s1 = the multiplier with its last 3 mantissa bits cleared */
+                    float mf = (float)mult, s1f;
+                    uint16_t h;
+                    tops_cast_from_f32(TOPS_DT_F16, &h, &mf, 1, 0);
+                    h = (uint16_t)(h & 0xFFF8u);
+                    tops_cast_to_f32(TOPS_DT_F16, &s1f, &h, 1);
+                    const double s1 = s1f, s2 = mult - s1;
+                    const double p1 = round16(code * s1, 0), p2 = round16(code * s2, 0);
+                    ok = round16(mult, 0) == mult && round16(s2, 0) == s2 && p1 == code * s1 && p2 == code * s2 &&
+                         p1 + p2 == exact;
+                    prod = p1 + p2;
+                }
                 if (!ok && bad++ < 3)
                     TH_FAIL_AT("%s %s B=%d: row %lld k %lld: code %g x scale %g folds to %.9g, want %.9g", name,
                                bf16 ? "bf16" : "f16", b, (long long)row, (long long)kk, code, s, prod, exact);
@@ -308,7 +322,8 @@ static void test_fold_shift(void) {
     check_fold("mxfp4", 1, 0, 0, 1, &r); /* block scales 2^40 apart: beyond f16 */
     check_fold("nvfp4", 0, 0, 1, 1, &r);
     check_fold("nvfp4", 1, 1, 1, 1, &r); /* ue4m3 x the tensor scale: always in range */
-    check_fold("int4-g128", 0, 0, 0, 0, &r); /* 14-bit products: strict never folds */
+    check_fold("int4-g128", 0, 0, 2, 0, &r); /* 14-bit products: strict folds in two terms, f16 only */
+    check_fold("q4_0", 0, 0, 2, 0, &r);
     check_fold("int4-g128", 0, 1, 1, 0, &r); /* relaxed: f16 only */
     check_fold("q4_0", 0, 1, 1, 0, &r);
     check_fold("int4-g32", 1, 1, 0, 0, &r); /* products past f16's range */
