@@ -49,6 +49,7 @@ enum {
     TOPS__CU_T_S4_MIN_M,
     TOPS__CU_T_S4_SMALL_GROUP_MIN_M,
     TOPS__CU_T_WIDE_MIN_M,
+    TOPS__CU_T_DEQUANT_MIN_M,
     /* settled launcher choices (no override) */
     TOPS__CU_T_WARPS_PER_SM,
     TOPS__CU_T_WGMMA_STRICT,
@@ -82,6 +83,7 @@ enum {
     TOPS__CU_T_Q8_SPLIT,
     TOPS__CU_T_Q8_ROW,
     TOPS__CU_T_Q8_PAIRS,
+    TOPS__CU_T_DEQUANT_ROWS,
     TOPS__CU_T_COUNT
 };
 /* Values of TOPS__CU_T_KERNEL (debug key kernel=wbulk|wstream|wgmma|q8|fp8|h16). */
@@ -326,6 +328,11 @@ int tops__cu_fp8_launch(const tops__cu_fp8_args *a, const char **what);
    launching nothing, where TMA cannot read the activation rows (16-byte
    aligned rows needed). */
 int tops__cu_h16_launch(const tops__cu_fp8_args *a, const char **what);
+/* Folded 4-bit weights (io->fold == 1) at large M (dequant.cu): dequantized
+   to the activations' 16-bit type in a workspace (exactly where the fold is
+   exact), then tops__cu_h16_launch on them.  cudaErrorNotSupported,
+   launching nothing, where that GEMM cannot run or memory pools are absent. */
+int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what);
 /* f32 activations for the 16-bit kernels (convert.cu).  Row i of x [m, k]
    (row stride ldx) becomes `terms` rows of out [terms * m, ldo] (f16, or
    bf16 where bf16 = 1; ldo >= k, a multiple of 8, columns k .. ldo - 1

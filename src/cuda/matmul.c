@@ -122,6 +122,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_S4_MIN_M] = {NULL, 48},            /* strict 4-bit two-ring wgmma, groups >= 64 */
     [TOPS__CU_T_S4_SMALL_GROUP_MIN_M] = {NULL, 65}, /* the same, groups below 64 */
     [TOPS__CU_T_WIDE_MIN_M] = {NULL, 128},         /* one-ring wgmma: 8-bit codes (16-bit and e4m3 when forced) */
+    [TOPS__CU_T_DEQUANT_MIN_M] = {NULL, 1024},     /* folded 4-bit weights dequantized, then the 16-bit TMA GEMM */
     /* settled launcher choices */
     [TOPS__CU_T_WARPS_PER_SM] = {NULL, 16},  /* wstream: split K until this many warps an SM stream */
     [TOPS__CU_T_WGMMA_STRICT] = {NULL, 1},   /* unfolded 4-bit codes on the two-ring pipeline */
@@ -155,6 +156,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_Q8_SPLIT] = {"q8_split", RULE},      /* token halves at 128 tokens */
     [TOPS__CU_T_Q8_ROW] = {"q8_row", -1},            /* -1: one factor a row where packed so, pairs from M = 32 */
     [TOPS__CU_T_Q8_PAIRS] = {"q8_pairs", 1},         /* chunk pairs at 64 tokens */
+    [TOPS__CU_T_DEQUANT_ROWS] = {"dequant_rows", 0}, /* 0: channels a dequantized slice as the 128 MB workspace allows */
 };
 
 static const char *const kernel_names[] = {"auto", "wbulk", "wstream", "wgmma", "q8", "fp8", "h16"};
@@ -321,6 +323,22 @@ static int use_wgmma(int64_t m, int fold, int code, int64_t group) {
     return code >= TOPS__CU_CODE_I8 && m >= tops__cu_tune(TOPS__CU_T_WIDE_MIN_M);
 }
 
+/* Folded 4-bit weights (one term: strict e2m1, relaxed 4-bit integers with
+   f16 scales) from DEQUANT_MIN_M: dequantized once to 16-bit, then the
+   strict 16-bit TMA GEMM (dequant.cu), where the register-A kernels decode
+   every weight once per 128-token tile.  H200, 2026-12-02 22:42 UTC, one
+   call, us at M = 512 / 1024 / 4096, dequantized against folded: mxfp4
+   155.6 / 225.9 / 694.0 against 114.8 / 234.2 / 1003.8, nvfp4 159.7 /
+   232.7 / 717.7 against 120.2 / 244.5 / 1031.1, relaxed q4_0 164.8 /
+   242.8 / 743.8 against 120.3 / 243.0 / 1026.8.  kernel=h16 forces it at
+   every M, any other kernel name keeps it off. */
+static int use_dequant(int64_t m, int fold) {
+    if (fold != 1) return 0;
+    const int force = forced_kernel();
+    if (force != TOPS__CU_KERNEL_AUTO) return force == TOPS__CU_KERNEL_H16;
+    return m >= tops__cu_tune(TOPS__CU_T_DEQUANT_MIN_M);
+}
+
 /* The 4-bit FP8 kernel (wgmma_q8.cu): relaxed, weights with the q8 layout,
    M >= Q8_MIN_M (H200, 2026-11-30 00:21 UTC, same call, us at M = 16 / 17 /
    31: q8 forced 19.9 / 20.0 / 20.1 int4-g128, 15.6 / 15.6 / 15.9 mxfp4; the
@@ -342,6 +360,7 @@ static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed,
                                               : "wgmma f16/bf16, both operands by TMA";
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, bf16, relaxed, &shift);
+    if (use_dequant(m, fold)) return "weights dequantized to 16-bit, then wgmma f16/bf16, both operands by TMA";
     if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold == 2 ? "wgmma m64nNk16, folded scales in two exact terms, weights from registers + TMA"
            : fold    ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
@@ -361,7 +380,9 @@ static int launch_plan(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int
         err = use_q8(pk, a->m, relaxed) ? tops__cu_q8_launch(a, pk->q8_weights, what) : (int)cudaErrorNotSupported;
     if (err == (int)cudaErrorNotSupported) {
         a->fold = use_fold(pk, a->x_bf16, relaxed, &a->fold_shift);
-        err = use_wgmma(a->m, a->fold, a->code, pk->group) ? tops__cu_wgmma_launch(a, what) : (int)cudaErrorNotSupported;
+        err = use_dequant(a->m, a->fold) ? tops__cu_dequant_gemm(a, what) : (int)cudaErrorNotSupported;
+        if (err == (int)cudaErrorNotSupported)
+            err = use_wgmma(a->m, a->fold, a->code, pk->group) ? tops__cu_wgmma_launch(a, what) : (int)cudaErrorNotSupported;
     }
     if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(a, what);
     return err;

@@ -970,6 +970,73 @@ static void test_wgmma_folded(void) {
            passed, n + 5, fold_worst, bound_for(TOPS_DT_F32), FOLD_REL_L2);
 }
 
+/* Folded 4-bit weights dequantized to 16-bit, then the 16-bit TMA GEMM
+   (dequant.cu): strict e2m1 (mxfp4, gguf-mxfp4, nvfp4: exact, within the
+   strict bounds), relaxed 4-bit integers with f16 scales and f16
+   activations (within the strict bound + FOLD_REL_L2), forced at small M
+   (kernel=h16): ragged M, N and K, both activation types, every output,
+   accumulate, packed on the fly, channel slices (dequant_rows: several
+   GEMMs over slices of N, the last one ragged); the cases that must not
+   take it (strict q4_0: two terms; int4 with bf16 activations: no fold);
+   and the plan: mxfp4 from M = 1024. */
+static void test_dequant(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the 16-bit TMA GEMM needs compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    static const struct {
+        const char *format;
+        tops_dtype act, out;
+        int64_t m, k, n;
+        int accumulate, prepack, relaxed;
+        const char *rows;
+        int want;
+    } cases[] = {
+        {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 33, 520, 130, 0, 1, 0, NULL, 1},
+        {"nvfp4", TOPS_DT_BF16, TOPS_DT_F16, 100, 1000, 200, 1, 1, 0, "64", 1},
+        {"gguf-mxfp4", TOPS_DT_F16, TOPS_DT_BF16, 129, 992, 77, 0, 0, 0, NULL, 1},
+        {"mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 300, 4096, 300, 1, 1, 0, "128", 1},
+        {"q4_0", TOPS_DT_F16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 1, "96", 1},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 17, 2048, 96, 1, 1, 1, NULL, 1},
+        {"q4_0", TOPS_DT_F16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 0, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 1, NULL, 0},
+    };
+    const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0;
+    debug_set("kernel", "h16");
+    for (int i = 0; i < n; i++) {
+        debug_set("dequant_rows", cases[i].rows ? cases[i].rows : "");
+        gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
+                      cases[i].accumulate, cases[i].prepack, cases[i].relaxed, 0};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strstr(kn, "dequantized") != NULL) != cases[i].want) {
+            TH_FAIL_AT("%s act=%s M=%lld relaxed=%d ran %s (want %sdequantized)", c.format, tops_dtype_name(c.act),
+                       (long long)c.m, c.relaxed, kn, cases[i].want ? "" : "not ");
+            ok = 0;
+        }
+        passed += ok;
+    }
+    debug_set("dequant_rows", NULL);
+    debug_set("kernel", NULL);
+    static const struct {
+        int64_t m;
+        int want;
+    } plan[] = {{1024, 1}, {1023, 0}};
+    for (int i = 0; i < 2; i++) {
+        gpu_case c = {"mxfp4", TOPS_DT_F16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0, 0};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strstr(kn, "dequantized") != NULL) != plan[i].want) {
+            TH_FAIL_AT("mxfp4 M=%lld by plan ran %s", (long long)plan[i].m, kn);
+            ok = 0;
+        }
+        passed += ok;
+    }
+    printf("     %d of %d dequantized-weight cases within their bounds\n", passed, n + 2);
+}
+
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
    (kernel=fp8), ragged M/K/N against its 128 x 256 tiles and
    128-element K stages, both activation types, every output type,
@@ -1434,6 +1501,7 @@ int main(void) {
     RUN_TEST(test_scale_decode);
     RUN_TEST(test_wgmma);
     RUN_TEST(test_wgmma_folded);
+    RUN_TEST(test_dequant);
     RUN_TEST(test_wgmma_strict);
     RUN_TEST(test_q8);
     RUN_TEST(test_f32_left);
