@@ -160,6 +160,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->gemm_q8_narrow = k->gemm_q8; /* exact i32 sums: any offset */
     k->gemm_q8_wide = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu8_4x8__ref, "tops_gemm_f32_qi8_qu8_4x8__ref"};
     k->dot_q8_bytes_x4 = tops__ref_dot_q8_bytes_x4;
+    k->dot_q8_hdr_x4 = tops__ref_dot_q8_hdr_x4;
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
     k->conv_dw_f32 = tops_conv_dw_f32__ref;
     k->conv_dw_name = "tops_conv_dw_f32__ref";
@@ -202,6 +203,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_q8_wide =
             (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu8_4x8__avx2, "tops_gemm_f32_qi8_qu8_4x8__avx2"};
         k->dot_q8_bytes_x4 = tops__avx2_dot_q8_bytes_x4;
+        k->dot_q8_hdr_x4 = tops__avx2_dot_q8_hdr_x4;
         k->gemm_q8_x4 = (tops__gemm_q8_x4_ukernel){4, tops_gemm_f32_qi8_qu8_4x32__avx2,
                                                    "tops_gemm_f32_qi8_qu8_4x32__avx2"};
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,

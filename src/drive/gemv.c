@@ -208,6 +208,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int stream = in_place && nib_x4 && tops__gemv_streams(p);
     /* q8 bytes: 8-bit rows in place, four at a time (tops__gemv_bytes_in_place). */
     const int bytes_x4 = !in_place && tops__gemv_bytes_in_place(p);
+    /* q8_0's blocks (34 bytes, an f16 scale first): the dot reads the scales itself. */
+    const int hdr_x4 = bytes_x4 && kern->dot_q8_hdr_x4 && up.byte.block_bytes == 34 && up.byte.header == 2 &&
+                       qw.lay.scale_enc == TOPS__SE_F16;
     /* Activations in the nibbles' order ([evens, odds] per block) for the strict in-place dot. */
     const int permuted = nib_x4 && nib_strict && !up.nib.split;
     const int64_t M = p->m, N = p->n, K = p->k, kp = tops__round_up(K, 32), n_subs = kp / sub;
@@ -331,13 +334,18 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     } else if (bytes_x4) { /* q8 bytes: K % 32 == 0, whole blocks in place */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
-                        for (int r = 0; r < 4; r++) up.byte.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
-                        const int8_t *codes =
-                            (const int8_t *)(tops__weight_row(w, n0 + j) + b0 * up.byte.block_bytes + up.byte.header);
+                        const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.byte.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
+                        if (!hdr_x4) /* else each block's scale is read by the dot as it streams */
+                            for (int r = 0; r < 4; r++) up.byte.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         for (int64_t m = 0; m < M; m++) {
-                            kern->dot_q8_bytes_x4(codes, up.byte.block_bytes, row_bytes, aq + m * kp + k0,
-                                                  as + m * n_subs + b0, scale, ld_ws, nb, d);
+                            if (hdr_x4)
+                                kern->dot_q8_hdr_x4(blocks, row_bytes, aq + m * kp + k0, as + m * n_subs + b0, qw.mul,
+                                                    nb, d);
+                            else
+                                kern->dot_q8_bytes_x4((const int8_t *)(blocks + up.byte.header), up.byte.block_bytes,
+                                                      row_bytes, aq + m * kp + k0, as + m * n_subs + b0, scale, ld_ws,
+                                                      nb, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
                         }
                     } else if (strict_x4) { /* kc codes per row, zero past K */

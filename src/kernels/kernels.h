@@ -584,6 +584,12 @@ typedef struct tops__kernels {
        the lanes are added as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). */
     void (*dot_q8_bytes_x4)(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                             const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+    /* dot_q8_bytes_x4 over q8_0 blocks (34 bytes: an f16 scale, then 32
+       codes; blocks at the first block's scale) with ws[r][b] = that
+       scale as f32 times mul, read as the blocks stream: the same bits as
+       dot_q8_bytes_x4 after a pass that gathers the scales. */
+    void (*dot_q8_hdr_x4)(const uint8_t *blocks, int64_t row_bytes, const int8_t *aq, const float *as, float mul,
+                          int64_t nb, float *out);
     /* Strict twin of dot_q8_nibbles_x4: f32 activations (each block as
        for dot_q8_nibbles), out[r] = sum_b ws[r * ld_ws + b] *
        sum_k a[k] * (lut[code] - offset). */
@@ -676,6 +682,8 @@ void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_
                                     int64_t ldc, int accumulate);
 void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+void tops__ref_dot_q8_hdr_x4(const uint8_t *blocks, int64_t row_bytes, const int8_t *aq, const float *as, float mul,
+                             int64_t nb, float *out);
 void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                     const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                     const float *amin, const float *bmin, float *c,
@@ -749,6 +757,8 @@ void tops_gemm_f32_qi8_qu8_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64
                                      int64_t ldc, int accumulate);
 void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                 const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+void tops__avx2_dot_q8_hdr_x4(const uint8_t *blocks, int64_t row_bytes, const int8_t *aq, const float *as, float mul,
+                              int64_t nb, float *out);
 void tops_gemm_f32_qi8_qu5_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                      const int32_t *acorr, int64_t lds, const uint8_t *b, const float *bscale,
                                      const float *amin, const float *bmin, float *c,

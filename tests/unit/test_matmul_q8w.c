@@ -103,7 +103,9 @@ static void test_wide_kernel_exact(void) {
 
 /* dot_q8_bytes_x4 of every level against the reference's, bit for bit, on
    random scales (both follow dispatch.h's lane order), over 34-byte q8_0
-   blocks (2-byte header) and 32-byte element rows. */
+   blocks (2-byte header) and 32-byte element rows; and dot_q8_hdr_x4 of
+   every level on q8_0 blocks against the reference's dot_q8_bytes_x4 with
+   the headers' f16 scales times mul. */
 static void test_bytes_dot_exact(void) {
     const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
     enum { NB = 70 };
@@ -128,6 +130,25 @@ static void test_bytes_dot_exact(void) {
             if (memcmp(want, got, sizeof want) != 0)
                 TH_FAIL_AT("isa=%s block=%d nb=%lld: dot_q8_bytes_x4 differs from the reference (%.9g vs %.9g)",
                            tops_isa_name((tops_isa)isa), block_bytes, (long long)nb, got[0], want[0]);
+            if (block_bytes == 34) { /* dot_q8_hdr_x4: the scales from the blocks' f16 headers, times mul */
+                const float mul = th_uniform(&rng, 0.25f, 4.0f);
+                float hw[4 * NB], hwant[4], hgot[4];
+                for (int r = 0; r < 4; r++)
+                    for (int64_t b = 0; b < nb; b++) {
+                        float f = th_uniform(&rng, -0.02f, 0.02f), back;
+                        uint16_t h;
+                        tops_cast_from_f32(TOPS_DT_F16, &h, &f, 1, 0);
+                        memcpy(w + r * row_bytes + b * 34, &h, 2);
+                        tops_cast_to_f32(TOPS_DT_F16, &back, &h, 1);
+                        hw[r * nb + b] = back * mul;
+                    }
+                ref->dot_q8_bytes_x4(w + 2, 34, row_bytes, aq, as, hw, nb, nb, hwant);
+                kern->dot_q8_hdr_x4((const uint8_t *)w, row_bytes, aq, as, mul, nb, hgot);
+                if (memcmp(hwant, hgot, sizeof hwant) != 0)
+                    TH_FAIL_AT("isa=%s nb=%lld: dot_q8_hdr_x4 differs from dot_q8_bytes_x4 on the headers' scales "
+                               "(%.9g vs %.9g)",
+                               tops_isa_name((tops_isa)isa), (long long)nb, hgot[0], hwant[0]);
+            }
             /* against the exact sum (f64), loosely: f32 lanes */
             for (int r = 0; r < 4; r++) {
                 double s = 0, mag = 0;

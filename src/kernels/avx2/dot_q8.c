@@ -513,3 +513,27 @@ void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_
     }
     for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
 }
+
+/* The same over q8_0 blocks, each row's scale read from its block as the
+   stream passes (a separate pass over the headers met each line's miss
+   alone: 3.2 against 2.1 ms at M = 1, K = 4096, N = 12288, 2 threads). */
+void tops__avx2_dot_q8_hdr_x4(const uint8_t *blocks, int64_t row_bytes, const int8_t *aq, const float *as, float mul,
+                              int64_t nb, float *out) {
+    enum { BLOCK = 34 };
+    __m256 acc[4];
+    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + b * 32));
+        const uint8_t *p = blocks + b * BLOCK;
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *blk = p + r * row_bytes;
+            _mm_prefetch((const char *)(blk + NIB_PREFETCH), _MM_HINT_T0);
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            const float ws = _cvtsh_ss(h) * mul;
+            const __m256i d = dot_i8x32(x, _mm256_loadu_si256((const __m256i *)(blk + 2)));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(ws * as[b]), acc[r]);
+        }
+    }
+    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+}

@@ -2,8 +2,10 @@
    quantizer and the integer form's dequantization (the truth for the AVX2
    twins in kernels/avx2/dot_q8.c). */
 #include "kernels/kernels.h"
+#include "core/numeric.h"
 
 #include <math.h>
+#include <string.h>
 
 float tops__ref_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                                const float *as, const float *acorr, const float *ws, int64_t nb) {
@@ -115,6 +117,26 @@ void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t
             const int8_t *q = codes + r * row_bytes + b * block_bytes;
             const int8_t *x = aq + b * 32;
             const float s = ws[r * ld_ws + b] * as[b];
+            for (int j = 0; j < 8; j++) {
+                int32_t d = 0;
+                for (int t = 0; t < 4; t++) d += (int32_t)x[4 * j + t] * q[4 * j + t];
+                lane[j] = fmaf((float)d, s, lane[j]);
+            }
+        }
+        out[r] = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+    }
+}
+
+void tops__ref_dot_q8_hdr_x4(const uint8_t *blocks, int64_t row_bytes, const int8_t *aq, const float *as, float mul,
+                             int64_t nb, float *out) {
+    for (int r = 0; r < 4; r++) {
+        float lane[8] = {0};
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = blocks + r * row_bytes + b * 34;
+            const int8_t *q = (const int8_t *)(blk + 2), *x = aq + b * 32;
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            const float s = (tops__f16_to_f32(h) * mul) * as[b];
             for (int j = 0; j < 8; j++) {
                 int32_t d = 0;
                 for (int t = 0; t < 4; t++) d += (int32_t)x[4 * j + t] * q[4 * j + t];
