@@ -497,43 +497,42 @@ void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, con
    of four products), converted and multiplied into eight f32 lanes by
    ws * as, the lanes added once at the end (hsum): the order kernels/kernels.h
    gives and tops__ref_dot_q8_bytes_x4 follows.  Each row's stream is
-   prefetched a fixed distance ahead, as the nibble dots do. */
-void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
-                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
+   prefetched a fixed distance ahead, as the nibble dots do.  HDR (q8_0's
+   34-byte blocks at their f16 scale): ws is that scale times mul, read as
+   the stream passes (a separate pass over the headers met each line's miss
+   alone: 3.2 against 2.1 ms at M = 1, K = 4096, N = 12288, 2 threads). */
+static inline void bytes_x4(const uint8_t *blocks, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
+                            const float *as, const float *ws, int64_t ld_ws, float mul, int hdr, int64_t nb,
+                            float *out) {
     __m256 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + b * 32));
-        const int8_t *p = codes + b * block_bytes;
+        const uint8_t *p = blocks + b * block_bytes;
         for (int r = 0; r < 4; r++) {
-            _mm_prefetch((const char *)(p + r * row_bytes + NIB_PREFETCH), _MM_HINT_T0);
-            const __m256i d = dot_i8x32(x, _mm256_loadu_si256((const __m256i *)(p + r * row_bytes)));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(ws[r * ld_ws + b] * as[b]), acc[r]);
+            const uint8_t *blk = p + r * row_bytes;
+            _mm_prefetch((const char *)(blk + NIB_PREFETCH), _MM_HINT_T0);
+            float w;
+            if (hdr) {
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                w = _cvtsh_ss(h) * mul;
+            } else {
+                w = ws[r * ld_ws + b];
+            }
+            const __m256i d = dot_i8x32(x, _mm256_loadu_si256((const __m256i *)(blk + (hdr ? 2 : 0))));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(w * as[b]), acc[r]);
         }
     }
     for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
 }
 
-/* The same over q8_0 blocks, each row's scale read from its block as the
-   stream passes (a separate pass over the headers met each line's miss
-   alone: 3.2 against 2.1 ms at M = 1, K = 4096, N = 12288, 2 threads). */
+void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
+                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
+    bytes_x4((const uint8_t *)codes, block_bytes, row_bytes, aq, as, ws, ld_ws, 1.0f, 0, nb, out);
+}
+
 void tops__avx2_dot_q8_hdr_x4(const uint8_t *blocks, int64_t row_bytes, const int8_t *aq, const float *as, float mul,
                               int64_t nb, float *out) {
-    enum { BLOCK = 34 };
-    __m256 acc[4];
-    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
-    for (int64_t b = 0; b < nb; b++) {
-        const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + b * 32));
-        const uint8_t *p = blocks + b * BLOCK;
-        for (int r = 0; r < 4; r++) {
-            const uint8_t *blk = p + r * row_bytes;
-            _mm_prefetch((const char *)(blk + NIB_PREFETCH), _MM_HINT_T0);
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            const float ws = _cvtsh_ss(h) * mul;
-            const __m256i d = dot_i8x32(x, _mm256_loadu_si256((const __m256i *)(blk + 2)));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(ws * as[b]), acc[r]);
-        }
-    }
-    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+    bytes_x4(blocks, 34, row_bytes, aq, as, NULL, 0, mul, 1, nb, out);
 }

@@ -107,23 +107,29 @@ void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const
         out[r] = tops__ref_dot_q8_nibbles(blocks + r * row_bytes, layout, aq, as, acorr, ws + r * ld_ws, nb);
 }
 
+/* Block b's eight lanes: lane j += the exact i32 sum of elements 4j..4j+3
+   of x * q, times s (one fmaf). */
+static void lanes_add(const int8_t *x, const int8_t *q, float s, float lane[8]) {
+    for (int j = 0; j < 8; j++) {
+        int32_t d = 0;
+        for (int t = 0; t < 4; t++) d += (int32_t)x[4 * j + t] * q[4 * j + t];
+        lane[j] = fmaf((float)d, s, lane[j]);
+    }
+}
+
+static float lanes_sum(const float lane[8]) {
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
 /* The four-row dot of 8-bit blocks read in place, in the lane order of
    kernels/kernels.h (the AVX2 twin's vector lanes, and its horizontal sum). */
 void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
     for (int r = 0; r < 4; r++) {
         float lane[8] = {0};
-        for (int64_t b = 0; b < nb; b++) {
-            const int8_t *q = codes + r * row_bytes + b * block_bytes;
-            const int8_t *x = aq + b * 32;
-            const float s = ws[r * ld_ws + b] * as[b];
-            for (int j = 0; j < 8; j++) {
-                int32_t d = 0;
-                for (int t = 0; t < 4; t++) d += (int32_t)x[4 * j + t] * q[4 * j + t];
-                lane[j] = fmaf((float)d, s, lane[j]);
-            }
-        }
-        out[r] = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+        for (int64_t b = 0; b < nb; b++)
+            lanes_add(aq + b * 32, codes + r * row_bytes + b * block_bytes, ws[r * ld_ws + b] * as[b], lane);
+        out[r] = lanes_sum(lane);
     }
 }
 
@@ -133,16 +139,10 @@ void tops__ref_dot_q8_hdr_x4(const uint8_t *blocks, int64_t row_bytes, const int
         float lane[8] = {0};
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = blocks + r * row_bytes + b * 34;
-            const int8_t *q = (const int8_t *)(blk + 2), *x = aq + b * 32;
             uint16_t h;
             memcpy(&h, blk, 2);
-            const float s = (tops__f16_to_f32(h) * mul) * as[b];
-            for (int j = 0; j < 8; j++) {
-                int32_t d = 0;
-                for (int t = 0; t < 4; t++) d += (int32_t)x[4 * j + t] * q[4 * j + t];
-                lane[j] = fmaf((float)d, s, lane[j]);
-            }
+            lanes_add(aq + b * 32, (const int8_t *)(blk + 2), (tops__f16_to_f32(h) * mul) * as[b], lane);
         }
-        out[r] = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+        out[r] = lanes_sum(lane);
     }
 }
