@@ -47,7 +47,6 @@ struct Params {
     int look;              // stages in flight ahead of the first one not yet landed (while ring slots are fresh)
     // wgmma kernel (wgmma_w.cu) only
     unsigned int *arrivals; // per output tile: K splits done (the last one reduces)
-    int sk_ctas, sk_tiles;  // stream-K (folded and strict 4-bit kernels): CTAs sharing sk_tiles tiles' K; 0: off
     float fold_pre, fold_post; // folded scales: w = decoded code x (scale x fold_pre); output x fold_post
     int fold_shfl;             // folded kernel: K order fixed by lane shuffles (1) or a stage permute (0)
 };

@@ -144,7 +144,6 @@ static const struct tuning_entry {
     [TOPS__CU_T_WGMMA_TN] = {"wgmma_tn", 0},         /* 0: 128 tokens above M = 64 (folded, strict 4-bit, 8-bit integers), else 64 */
     [TOPS__CU_T_WGMMA_CW] = {"wgmma_cw", 2},         /* consumer warpgroups of the folded kernel */
     [TOPS__CU_T_WGMMA_PERMUTE] = {"wgmma_permute", 0}, /* 1: stage permute instead of the quad shuffle */
-    [TOPS__CU_T_WGMMA_SK] = {"wgmma_sk", 4},         /* stream-K below this many waves of tiles (0: off) */
     [TOPS__CU_T_FP8_CTAS] = {"fp8_ctas", 0},         /* 0: no cap on the TMA GEMMs' grid */
     [TOPS__CU_T_FP8_CLUSTER] = {"fp8_cluster", 1},   /* clusters sharing the weight tile */
     [TOPS__CU_T_FP8_SK] = {"fp8_sk", 0},             /* stream-K */

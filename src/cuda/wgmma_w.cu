@@ -28,7 +28,6 @@
 #include "cuda/sm90.cuh"
 
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -216,16 +215,14 @@ __device__ __forceinline__ void store_tile_staged(const Params &p, float *stage,
 
 // Accumulator i of lane l in warp w of an m64 tile: channel 16 w + l / 4
 // + 8 ((i / 2) % 2), token 8 (i / 4) + 2 (l % 4) + i % 2.  Stores acc * g
-// (through `stage` where the caller has idle shared memory:
-// store_tile_staged), or with K splits (stream-K pieces) the partials of
-// piece `split` of `splits`, and the last piece of output tile `tile` to
-// arrive sums all of them in piece order (the same bits every run).  Every
-// consumer warp holding the tile calls it (named barrier 1 counts
-// kConsumerWarps).
+// (through `stage`: store_tile_staged), or with K splits the partials, and
+// the last split of a tile to arrive sums all of them in split order (the
+// same bits every run).  Every consumer warp holding the tile calls it
+// (named barrier 1 counts kConsumerWarps).
 template <int WT, int ND>
-__device__ __forceinline__ void finish(const Params &p, int tt, int split, int splits, int tile, float (&acc)[WT][ND],
-                                       float g, int mt0, float *stage) {
-    if (splits == 1 && stage) {
+__device__ __forceinline__ void finish(const Params &p, int tt, int split, float (&acc)[WT][ND], float g, int mt0,
+                                       float *stage) {
+    if (p.splits == 1) {
         store_tile_staged<WT, ND>(p, stage, tt, mt0, acc, g);
         return;
     }
@@ -234,25 +231,19 @@ __device__ __forceinline__ void finish(const Params &p, int tt, int split, int s
     const int m0 = tt * 2 * ND;
     const auto chan = [&](int t, int i) { return (mt0 + t) * 64 + 16 * w + gid + 8 * ((i >> 1) & 1); };
     const auto token = [&](int i) { return m0 + 8 * (i >> 2) + 2 * tig + (i & 1); };
-    if (splits == 1) {
 #pragma unroll
-        for (int t = 0; t < WT; t++)
+    for (int t = 0; t < WT; t++)
 #pragma unroll
-            for (int i = 0; i < ND; i++) acc[t][i] *= g;
-    } else {
-#pragma unroll
-        for (int t = 0; t < WT; t++)
-#pragma unroll
-            for (int i = 0; i < ND; i++) {
-                const int n = chan(t, i), m = token(i);
-                if (n >= p.n || m >= p.m) continue;
-                p.ws[((size_t)split * p.m + m) * p.n + n] = acc[t][i] * g;
-            }
-        __threadfence();
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
-        if (threadIdx.x == 0) is_last = atomicAdd(&p.arrivals[tile], 1u) == (unsigned)(splits - 1);
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
-        if (!is_last) return;
+        for (int i = 0; i < ND; i++) {
+            const int n = chan(t, i), m = token(i);
+            if (n >= p.n || m >= p.m) continue;
+            p.ws[((size_t)split * p.m + m) * p.n + n] = acc[t][i] * g;
+        }
+    __threadfence();
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+    if (threadIdx.x == 0) is_last = atomicAdd(&p.arrivals[blockIdx.x], 1u) == (unsigned)(p.splits - 1);
+    asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+    if (is_last) {
         __threadfence();
         // Sums in acc, split by split with 16 loads in flight (all of a
         // split's at once kept 64 loads and addresses live: spills); the
@@ -265,7 +256,7 @@ __device__ __forceinline__ void finish(const Params &p, int tt, int split, int s
             for (int i0 = 0; i0 < ND; i0 += 16) {
 #pragma unroll
                 for (int i = i0; i < i0 + 16; i++) acc[t][i] = 0.0f;
-                for (int s = 0; s < splits; s++) {
+                for (int s = 0; s < p.splits; s++) {
                     const float *wsp = p.ws + (size_t)s * p.m * p.n;
 #pragma unroll
                     for (int i = i0; i < i0 + 16; i++) {
@@ -274,14 +265,14 @@ __device__ __forceinline__ void finish(const Params &p, int tt, int split, int s
                     }
                 }
             }
+#pragma unroll
+        for (int t = 0; t < WT; t++)
+#pragma unroll
+            for (int i = 0; i < ND; i++) {
+                const int n = chan(t, i), m = token(i);
+                if (n < p.n && m < p.m) store_out(p, m, n, acc[t][i]);
+            }
     }
-#pragma unroll
-    for (int t = 0; t < WT; t++)
-#pragma unroll
-        for (int i = 0; i < ND; i++) {
-            const int n = chan(t, i), m = token(i);
-            if (n < p.n && m < p.m) store_out(p, m, n, acc[t][i]);
-        }
 }
 
 #endif
@@ -378,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
         if (c_in == SB * CPB - 1 || c == nc - 1) mbar_arrive(&cta.empty[slot]);
     }
     static_assert(kRing * SBYTES >= 32 * (128 * WT + 4) * 4, "the output staging fits the idle ring");
-    finish<WT, ND>(p, cta.tt, cta.split, p.splits, blockIdx.x, acc, p.global * decode_factor<CODE>(), mt0,
+    finish<WT, ND>(p, cta.tt, cta.split, acc, p.global * decode_factor<CODE>(), mt0,
                    reinterpret_cast<float *>(cta.ring));
 #else
     (void)xmap, (void)p;
@@ -494,61 +485,8 @@ __device__ __forceinline__ void bar_sync() {
 struct FoldCta {
     unsigned char *x, *w; // the rings
     uint64_t *xfull, *xempty, *xready, *wfull, *wempty;
+    int tt, cb, split, b_begin, nb;
 };
-
-// A piece of a CTA's work: token tile tt of channel block cb (output tile
-// `tile`), k64 blocks [b_begin, b_begin + nb), piece `split` of the tile's
-// `splits` (K splits or stream-K pieces: the last to arrive sums them in
-// piece order), and the X and W ring stages the CTA's earlier pieces used
-// (the rings and their phases run on across pieces).
-struct Seg {
-    int tt, cb, tile, split, splits, b_begin, nb, x0, w0;
-};
-
-// Piece idx of this CTA: the one place() gives, or with stream-K (sk_ctas
-// CTAs) the CTA's share [u0, u1) of the sk_tiles tiles' k64 blocks laid end
-// to end, cut at tile ends.  Tile t's pieces come from CTAs first .. last,
-// first the largest c with c * U / G <= t * kb.
-__device__ __forceinline__ bool fold_seg(const Params &p, int idx, Seg &s) {
-    if (p.sk_ctas == 0) {
-        if (idx > 0) return false;
-        place(p, 1, s.tt, s.cb, s.split, s.b_begin, s.nb);
-        s.splits = p.splits;
-        s.tile = blockIdx.x;
-        return true;
-    }
-    const long long kb = p.chunks, all = (long long)p.sk_tiles * kb, g = p.sk_ctas, c = blockIdx.x;
-    const long long u0 = c * all / g, u1 = (c + 1) * all / g;
-    const long long u = idx == 0 ? u0 : (u0 / kb + idx) * kb;
-    if (u >= u1) return false;
-    const long long t = u / kb;
-    s.tile = (int)t;
-    s.tt = (int)(t % p.passes);
-    s.cb = (int)(t / p.passes);
-    s.b_begin = (int)(u - t * kb);
-    s.nb = (int)min(kb - s.b_begin, u1 - u);
-    const long long first = ((t * kb + 1) * g - 1) / all, last = ((t * kb + kb) * g - 1) / all;
-    s.split = (int)(c - first);
-    s.splits = (int)(last - first + 1);
-    return true;
-}
-
-struct SegWalk {
-    int idx, x0, w0;
-};
-
-// The next piece, with the ring stages used before it.
-template <int TN>
-__device__ __forceinline__ bool next_seg(const Params &p, SegWalk &wk, Seg &s) {
-    using L = fold_layout<TN>;
-    if (!fold_seg(p, wk.idx, s)) return false;
-    s.x0 = wk.x0;
-    s.w0 = wk.w0;
-    wk.idx++;
-    wk.x0 += (s.nb + L::SB - 1) / L::SB;
-    wk.w0 += (s.nb + L::WSB - 1) / L::WSB;
-    return true;
-}
 
 template <int TN, int CW>
 __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char *smem_raw) {
@@ -563,6 +501,7 @@ __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char
     c.xready = c.xempty + L::XR;
     c.wfull = c.xready + L::XR;
     c.wempty = c.wfull + L::WR;
+    place(p, 1, c.tt, c.cb, c.split, c.b_begin, c.nb);
     if (threadIdx.x == 0) {
         for (int s = 0; s < L::XR; s++) {
             mbar_init(&c.xfull[s], 1);
@@ -581,16 +520,16 @@ __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char
 
 // Producer thread of the X ring.
 template <int TN>
-__device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta &c, const Seg &sg) {
+__device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta &c) {
     using namespace sm90;
     using L = fold_layout<TN>;
-    for (int i = 0; i * L::SB < sg.nb; i++) {
-        const int gi = sg.x0 + i, s = gi % L::XR, nbs = min(L::SB, sg.nb - i * L::SB);
-        if (gi >= L::XR) mbar_wait(&c.xempty[s], ((gi / L::XR) + 1) & 1);
+    for (int i = 0; i * L::SB < c.nb; i++) {
+        const int s = i % L::XR, nbs = min(L::SB, c.nb - i * L::SB);
+        if (i >= L::XR) mbar_wait(&c.xempty[s], ((i / L::XR) + 1) & 1);
         unsigned char *stg = c.x + s * L::XBYTES;
         mbar_expect_tx(&c.xfull[s], (uint32_t)(nbs * TN * 128));
         for (int q = 0; q < nbs; q++)
-            tma_load_2d(stg + q * TN * 128, &xmap, &c.xfull[s], (sg.b_begin + i * L::SB + q) * 64, sg.tt * TN);
+            tma_load_2d(stg + q * TN * 128, &xmap, &c.xfull[s], (c.b_begin + i * L::SB + q) * 64, c.tt * TN);
     }
 }
 
@@ -598,14 +537,14 @@ __device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta
 // blocks (contiguous in the packed layout) and the scale entries of the
 // groups they touch (contiguous too; clamped: K is padded past the last group).
 template <int TN>
-__device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c, const Seg &sg) {
+__device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c) {
     using namespace sm90;
     using L = fold_layout<TN>;
     const int esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
     const int mtiles = p.ntiles >> 2;
-    for (int i = 0; i * L::WSB < sg.nb; i++) {
-        const int gi = sg.w0 + i, s = gi % L::WR, nbs = min(L::WSB, sg.nb - i * L::WSB), b0 = sg.b_begin + i * L::WSB;
-        if (gi >= L::WR) mbar_wait(&c.wempty[s], ((gi / L::WR) + 1) & 1);
+    for (int i = 0; i * L::WSB < c.nb; i++) {
+        const int s = i % L::WR, nbs = min(L::WSB, c.nb - i * L::WSB), b0 = c.b_begin + i * L::WSB;
+        if (i >= L::WR) mbar_wait(&c.wempty[s], ((i / L::WR) + 1) & 1);
         unsigned char *stg = c.w + s * L::WBYTES;
         const int k0 = b0 * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
         const int ng = min((k0 + nbs * 64 - 1) >> p.group_shift, p.groups - 1) - g0 + 1;
@@ -614,7 +553,7 @@ __device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c, con
         // Tiles past N (a ragged last CTA) copy the last one again:
         // their channels are >= n_pad and never stored.
         for (int tl = 0; tl < 8; tl++) {
-            const int tile = min(sg.cb * 2 + tl / 4, mtiles - 1) * 4 + tl % 4;
+            const int tile = min(c.cb * 2 + tl / 4, mtiles - 1) * 4 + tl % 4;
             bulk_copy(stg + tl * L::WTILE, p.w + ((size_t)tile * p.chunks + (size_t)b0) * 32, (uint32_t)nbs * 512u,
                       &c.wfull[s]);
             if (sbytes)
@@ -628,12 +567,8 @@ __device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c, con
 // tile wg % 2 of the CTA and, with CW = 4, on the chunks of parity wg / 2.
 // GSL: log2 of the k16 steps per scale group within a chunk (groups of 16,
 // 32, >= 64), so that the group starts are known at compile time.
-// acc: the wgmma accumulators, the caller's across pieces (no plain
-// instruction writes them between wgmmas: ptxas would serialize them, C7520);
-// a piece's first wgmma overwrites them (scale-d = 0).
 template <int CODE, int SK, bool BF16, int TN, int CW, int GSL>
-__device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &cta, const Seg &sg, const uint32_t *lut,
-                                               float (&acc)[1][TN / 2]) {
+__device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &cta, uint32_t *lut) {
     using namespace sm90;
     using L = fold_layout<TN>;
     static_assert(chunk_dims<CODE>::KC == 64, "folded codes are 4-bit: one chunk per k64 block");
@@ -645,21 +580,23 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
     const int tw = wg & 1, h = wg >> 1;
     const int tile = tw * 4 + w; // this warp's 16-channel tile among the CTA's 8
-    const int nc = sg.nb;
-    // Ring stages of this piece's chunks: slot and phase
-    const auto xslot = [&](int xs) { return (unsigned)(sg.x0 + xs) % L::XR; };
-    const auto xphase = [&](int xs) { return (uint32_t)((sg.x0 + xs) / L::XR) & 1u; };
-    const auto wslot = [&](int ws) { return (unsigned)(sg.w0 + ws) % L::WR; };
-    const auto wphase = [&](int ws) { return (uint32_t)((sg.w0 + ws) / L::WR) & 1u; };
+    const int nc = cta.nb;
+    if constexpr (SK != TOPS__CU_SCALE_F16 && SK != kScaleF16Split) {
+        if (threadIdx.x < 256) lut[threadIdx.x] = fold_lut_entry<SK, BF16>(threadIdx.x, p.fold_pre);
+        bar_sync<2, CW * 128>();
+    }
 
-    const int k_begin = sg.b_begin * 64;
-    const int c0 = h < nc ? h : 0; // this warpgroup's first chunk (see below)
+    float acc[1][ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) acc[0][i] = 0.0f;
+
+    const int k_begin = cta.b_begin * 64;
     // Chunk c's A fragments: decoded codes times their scales (term t of
     // step j in A[t * STEPS + j]).
     const auto fetch = [&](int c, uint32_t (&A)[TERMS * STEPS][4]) {
         const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
-        if (cw < STEP) mbar_wait(&cta.wfull[wslot(ws)], wphase(ws));
-        const unsigned char *stg = cta.w + wslot(ws) * L::WBYTES;
+        if (cw < STEP) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
+        const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
         const int kc = k_begin + c * 64, g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
         uint4 cur = *reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16);
         if (p.fold_shfl) cur = natural_k_order(cur, lane);
@@ -695,22 +632,22 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     // The activations are waited for here, after the decode.
     const auto issue = [&](int c, uint32_t (&A)[TERMS * STEPS][4]) {
         const int xs = (unsigned)c / L::SB;
-        if ((unsigned)c % L::SB < STEP) mbar_wait(p.fold_shfl ? &cta.xfull[xslot(xs)] : &cta.xready[xslot(xs)], xphase(xs));
-        const unsigned char *bb = cta.x + xslot(xs) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
+        if ((unsigned)c % L::SB < STEP)
+            mbar_wait(p.fold_shfl ? &cta.xfull[xs % L::XR] : &cta.xready[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
+        const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
         wgmma_fence(); // A was written since the last wgmmas
 #pragma unroll
         for (int j = 0; j < STEPS; j++)
 #pragma unroll
-            for (int t = 0; t < TERMS; t++)
-                wgmma_rs<BF16>(acc[0], A[t * STEPS + j], desc_sw128(bb + 32 * j), j + t > 0 || c != c0);
+            for (int t = 0; t < TERMS; t++) wgmma_rs<BF16>(acc[0], A[t * STEPS + j], desc_sw128(bb + 32 * j), 1);
         wgmma_commit();
     };
     // After the wgmmas of chunk c (and of every chunk before) completed:
     // this warpgroup's last chunk of a stage releases the stage.
     const auto release = [&](int c) {
         const unsigned u = c, v = c + STEP;
-        if (v / L::SB != u / L::SB || c + STEP >= nc) mbar_arrive(&cta.xempty[xslot(u / L::SB)]);
-        if (v / L::WSB != u / L::WSB || c + STEP >= nc) mbar_arrive(&cta.wempty[wslot(u / L::WSB)]);
+        if (v / L::SB != u / L::SB || c + STEP >= nc) mbar_arrive(&cta.xempty[(u / L::SB) % L::XR]);
+        if (v / L::WSB != u / L::WSB || c + STEP >= nc) mbar_arrive(&cta.wempty[(u / L::WSB) % L::WR]);
     };
     // A stays live to its release (else the compiler reuses its registers
     // for the next decode while the tensor cores still read them).
@@ -723,6 +660,7 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     // A warpgroup with no chunk of its own (CW = 4, nc = 1) repeats chunk 0
     // and drops its sums.  No path may reach the final wait without a wgmma
     // in flight (a zero-trip loop would: ptxas then serializes every wgmma, C7515).
+    const int c0 = h < nc ? h : 0;
     int last;
     if constexpr (NA == 2) {
         uint32_t a0[TERMS * STEPS][4], a1[TERMS * STEPS][4];
@@ -770,10 +708,10 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
     release(last);
     // A warpgroup with no chunk in the last stages releases them too.
     const unsigned ul = last, un = nc - 1;
-    if (ul / L::SB != un / L::SB) mbar_arrive(&cta.xempty[xslot(un / L::SB)]);
-    if (ul / L::WSB != un / L::WSB) mbar_arrive(&cta.wempty[wslot(un / L::WSB)]);
+    if (ul / L::SB != un / L::SB) mbar_arrive(&cta.xempty[(un / L::SB) % L::XR]);
+    if (ul / L::WSB != un / L::WSB) mbar_arrive(&cta.wempty[(un / L::WSB) % L::WR]);
 
-    if constexpr (CW == 4) { // the second warpgroup of each tile hands its sums over through the X ring (one piece a CTA)
+    if constexpr (CW == 4) { // the second warpgroup of each tile hands its sums over through the X ring
         bar_sync<2, CW * 128>(); // every consumer is past its last wgmma: the rings are free
         float4 *xb = reinterpret_cast<float4 *>(cta.x) + tw * (ND / 4) * 128 + (threadIdx.x & 127);
         if (h == 1) {
@@ -785,25 +723,17 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
         }
         bar_sync<2, CW * 128>();
         if (h == 1) return;
-    }
-    float out[1][ND]; // finish scales its sums in place
-#pragma unroll
-    for (int i = 0; i < ND; i++) out[0][i] = acc[0][i];
-    if constexpr (CW == 4) {
-        const float4 *xb = reinterpret_cast<const float4 *>(cta.x) + tw * (ND / 4) * 128 + (threadIdx.x & 127);
 #pragma unroll
         for (int i = 0; i < ND / 4; i++) {
             const float4 v = xb[i * 128];
-            out[0][4 * i] += v.x;
-            out[0][4 * i + 1] += v.y;
-            out[0][4 * i + 2] += v.z;
-            out[0][4 * i + 3] += v.w;
+            acc[0][4 * i] += v.x;
+            acc[0][4 * i + 1] += v.y;
+            acc[0][4 * i + 2] += v.z;
+            acc[0][4 * i + 3] += v.w;
         }
     }
     static_assert(L::XR * L::XBYTES >= 32 * (128 + 4) * 4, "the output staging fits the idle X ring");
-    // With stream-K the producers already fill the X ring for the next piece: no staging.
-    finish<1, ND>(p, sg.tt, sg.split, sg.splits, sg.tile, out, p.global * p.fold_post, sg.cb * 2 + tw,
-                  p.sk_ctas ? nullptr : reinterpret_cast<float *>(cta.x));
+    finish<1, ND>(p, cta.tt, cta.split, acc, p.global * p.fold_post, cta.cb * 2 + tw, reinterpret_cast<float *>(cta.x));
 }
 
 #endif
@@ -820,99 +750,60 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
 // codes only (one chunk = one k64 block, as fold_layout has it); the launch
 // checks that a W stage's scale entries fit its WSCALE bytes.
 #ifdef TOPS_CU_WGMMA
-// One loop over all the CTA's chunks, piece after piece (a loop of pieces
-// around the chunk loop made ptxas serialize the wgmmas, C7520): a chunk is
-// (its piece, its index c there); a piece's end is drained and finished
-// before the next piece's first chunk issues (its decode already done).
-template <int TN>
-struct SChunk {
-    Seg s;
-    int c;
-};
-
 template <int CODE, bool BF16, int TN, int GSL>
 __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &cta) {
     using namespace sm90;
     using L = fold_layout<TN>;
-    using Ch = SChunk<TN>;
     static_assert(chunk_dims<CODE>::KC == 64, "4-bit codes: one chunk per k64 block");
     constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2, GS = 1 << GSL; // k16 steps per group (GSL < 2)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
     const int tile = wg * 4 + w; // this warp's 16-channel tile among the CTA's 8
-    const auto xslot = [&](const Seg &sg, int xs) { return (unsigned)(sg.x0 + xs) % L::XR; };
-    const auto xphase = [&](const Seg &sg, int xs) { return (uint32_t)((sg.x0 + xs) / L::XR) & 1u; };
-    const auto wslot = [&](const Seg &sg, int ws) { return (unsigned)(sg.w0 + ws) % L::WR; };
-    const auto wphase = [&](const Seg &sg, int ws) { return (uint32_t)((sg.w0 + ws) / L::WR) & 1u; };
+    const int nc = cta.nb, k_begin = cta.b_begin * 64;
 
     float acc[ND], part[ND];
 #pragma unroll
     for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
 
-    SegWalk wk = {0, 0, 0};
-    // The chunk after x (false: x was the CTA's last).
-    const auto advance = [&](Ch &x) {
-        if (x.c + 1 < x.s.nb) {
-            x.c++;
-            return true;
-        }
-        x.c = 0;
-        return next_seg<TN>(p, wk, x.s);
-    };
-    const auto fetch = [&](const Ch &x, uint32_t (&A)[STEPS][4]) {
-        const int ws = (unsigned)x.c / L::WSB, cw = (unsigned)x.c % L::WSB;
-        if (cw == 0) mbar_wait(&cta.wfull[wslot(x.s, ws)], wphase(x.s, ws));
-        const unsigned char *stg = cta.w + wslot(x.s, ws) * L::WBYTES;
+    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) {
+        const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
+        if (cw == 0) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
+        const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
         const uint4 cur = natural_k_order(*reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16), lane);
 #pragma unroll
         for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, A[j]);
     };
     // acc += part * scale for the group that ends at K kend (exclusive),
-    // whose entries are in the W stage of chunk x; the wgmmas writing part
+    // whose entries are in the W stage of chunk c; the wgmmas writing part
     // have completed.
-    const auto drain = [&](const Ch &x, int kend) {
+    const auto drain = [&](int c, int kend) {
         fence_regs(part);
-        const int ws = (unsigned)x.c / L::WSB;
-        const int g0 = min((x.s.b_begin * 64 + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
+        const int ws = (unsigned)c / L::WSB;
+        const int g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
         const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
         float2 s2 = make_float2(1.0f, 1.0f);
         if (p.has_scales) {
-            const unsigned char *sp = cta.w + wslot(x.s, ws) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE;
+            const unsigned char *sp = cta.w + (ws % L::WR) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE;
             s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
             s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
         }
 #pragma unroll
         for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? s2.y : s2.x, acc[i]);
     };
-    // The piece of chunk x ends: its last group drained, its sums stored
-    // (with stream-K the producers already fill the X ring for the next
-    // piece: no staging), acc cleared.  Its wgmmas have completed.
-    static_assert(L::XR * L::XBYTES >= 32 * (128 + 4) * 4, "the output staging fits the idle X ring");
-    const auto end_piece = [&](const Ch &x) {
-        drain(x, (x.s.b_begin + x.s.nb) * 64);
-        float out[1][ND];
-#pragma unroll
-        for (int i = 0; i < ND; i++) {
-            out[0][i] = acc[i];
-            acc[i] = 0.0f;
-        }
-        finish<1, ND>(p, x.s.tt, x.s.split, x.s.splits, x.s.tile, out, p.global * decode_factor<CODE>(),
-                      x.s.cb * 2 + wg, p.sk_ctas ? nullptr : reinterpret_cast<float *>(cta.x));
-    };
-    // Chunk x's wgmmas; a group that starts at the chunk's first step was
+    // Chunk c's wgmmas; a group that starts at the chunk's first step was
     // drained before (pre).  Groups smaller than a chunk end inside it.
-    const auto issue = [&](const Ch &x, uint32_t (&A)[STEPS][4]) {
-        const int xs = (unsigned)x.c / L::SB, kc = (x.s.b_begin + x.c) * 64;
-        if ((unsigned)x.c % L::SB == 0) mbar_wait(&cta.xfull[xslot(x.s, xs)], xphase(x.s, xs));
-        const unsigned char *bb = cta.x + xslot(x.s, xs) * L::XBYTES + ((unsigned)x.c % L::SB) * TN * 128;
-        const int first = x.c == 0 || (kc & p.group_mask) == 0;
+    const auto issue = [&](int c, uint32_t (&A)[STEPS][4]) {
+        const int xs = (unsigned)c / L::SB, kc = k_begin + c * 64;
+        if ((unsigned)c % L::SB == 0) mbar_wait(&cta.xfull[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
+        const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
+        const int first = c == 0 || (kc & p.group_mask) == 0;
         wgmma_fence();
 #pragma unroll
         for (int j = 0; j < STEPS; j++) {
             if (GSL < 2 && j > 0 && j % GS == 0) {
                 wgmma_commit();
                 wgmma_wait<0>();
-                drain(x, kc + 16 * j);
+                drain(c, kc + 16 * j);
                 wgmma_fence();
             }
             const int fresh = j == 0 ? first : j % GS == 0;
@@ -920,80 +811,62 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
         }
         wgmma_commit();
     };
-    // The group ending at chunk x's start (x not a piece's first) is
-    // drained; prev: the chunk before x.
-    const auto pre = [&](const Ch &x, const Ch &prev) {
-        const int kc = (x.s.b_begin + x.c) * 64;
-        if ((kc & p.group_mask) == 0) {
+    // Before chunk c: the group ending at its start is drained.
+    const auto pre = [&](int c) {
+        const int kc = k_begin + c * 64;
+        if (c > 0 && (kc & p.group_mask) == 0) {
             wgmma_wait<0>();
-            drain(prev, kc);
+            drain(c - 1, kc);
         }
     };
-    const auto release = [&](const Ch &x) {
-        const unsigned u = x.c, v = x.c + 1;
-        if (v / L::SB != u / L::SB || x.c + 1 >= x.s.nb) mbar_arrive(&cta.xempty[xslot(x.s, u / L::SB)]);
-        if (v / L::WSB != u / L::WSB || x.c + 1 >= x.s.nb) mbar_arrive(&cta.wempty[wslot(x.s, u / L::WSB)]);
+    const auto release = [&](int c) {
+        const unsigned u = c, v = c + 1;
+        if (v / L::SB != u / L::SB || c + 1 >= nc) mbar_arrive(&cta.xempty[(u / L::SB) % L::XR]);
+        if (v / L::WSB != u / L::WSB || c + 1 >= nc) mbar_arrive(&cta.wempty[(u / L::WSB) % L::WR]);
     };
-    const auto retire = [&](const Ch &x, uint32_t (&A)[STEPS][4]) {
+    const auto retire = [&](int c, uint32_t (&A)[STEPS][4]) {
 #pragma unroll
         for (int j = 0; j < STEPS; j++) fence_regs(A[j]);
-        release(x);
+        release(c);
     };
 
-    // Chunk pairs in (a0, a1): the next chunk decodes while the current
-    // one's wgmmas run.  A piece's first chunk always takes a0 (after the
-    // piece before has completed), so that a piece ends in one place, the
-    // loop's head (one inlined epilogue, not three: ptxas time).
     uint32_t a0[STEPS][4], a1[STEPS][4];
-    Ch x0 = {}, x1 = {}, prev = {};
-    if (!next_seg<TN>(p, wk, x0.s)) return; // (never: every CTA has a piece)
-    fetch(x0, a0);
-    for (bool start = true, done = false;; start = false) {
-        // x0: decoded in a0 (unless done); prev: the chunk before it,
-        // issued, not retired.
-        if (!start && (done || x0.c == 0)) {
-            wgmma_wait<0>();
-            end_piece(prev); // before prev's release: its drain reads prev's W stage
-            if (done) {
-#pragma unroll
-                for (int j = 0; j < STEPS; j++) {
-                    fence_regs(a0[j]);
-                    fence_regs(a1[j]);
-                }
-                release(prev);
-                break;
-            }
-        } else if (!start) {
-            pre(x0, prev);
+    int last;
+    fetch(0, a0);
+    for (int c = 0;; c += 2) {
+        pre(c);
+        issue(c, a0);
+        wgmma_wait<1>(); // the chunk before done
+        if (c > 0) retire(c - 1, a1);
+        if (c + 1 >= nc) {
+            last = c;
+            break;
         }
-        issue(x0, a0);
-        wgmma_wait<1>(); // prev done
-        if (!start) retire(prev, a1);
-        x1 = x0;
-        prev = x0;
-        if (!advance(x1)) {
-            done = true;
-            continue;
+        fetch(c + 1, a1);
+        pre(c + 1);
+        issue(c + 1, a1);
+        wgmma_wait<1>(); // chunk c done
+        retire(c, a0);
+        if (c + 2 >= nc) {
+            last = c + 1;
+            break;
         }
-        if (x1.c == 0) { // a new piece: after x0's wgmmas, into a0 at the loop's head
-            wgmma_wait<0>();
-            x0 = x1;
-            fetch(x0, a0);
-            continue;
-        }
-        fetch(x1, a1);
-        pre(x1, x0);
-        issue(x1, a1);
-        wgmma_wait<1>(); // x0 done
-        retire(x0, a0);
-        prev = x1;
-        x0 = x1;
-        if (!advance(x0)) {
-            done = true;
-            continue;
-        }
-        fetch(x0, a0);
+        fetch(c + 2, a0);
     }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) {
+        fence_regs(a0[j]);
+        fence_regs(a1[j]);
+    }
+    drain(last, k_begin + nc * 64);
+    release(last);
+    static_assert(L::XR * L::XBYTES >= 32 * (128 + 4) * 4, "the output staging fits the idle X ring");
+    float out[1][ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) out[0][i] = acc[i];
+    finish<1, ND>(p, cta.tt, cta.split, out, p.global * decode_factor<CODE>(), cta.cb * 2 + wg,
+                  reinterpret_cast<float *>(cta.x));
 }
 #endif
 
@@ -1006,12 +879,10 @@ __global__ void __launch_bounds__(3 * 128, 1) wgmma_s_kernel(const __grid_consta
     if (threadIdx.x >= 2 * 128) {
         const int pw = (threadIdx.x >> 5) - 8, lane = threadIdx.x & 31;
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (pw < 2 && lane == 0) {
-            SegWalk wk = {0, 0, 0};
-            for (Seg sg; next_seg<TN>(p, wk, sg);) {
-                if (pw == 0) produce_x<TN>(xmap, cta, sg);
-                else produce_w<TN>(p, cta, sg);
-            }
+        if (pw == 0) {
+            if (lane == 0) produce_x<TN>(xmap, cta);
+        } else if (pw == 1) {
+            if (lane == 0) produce_w<TN>(p, cta);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -1053,34 +924,22 @@ __global__ void __launch_bounds__((CW + 1) * 128, 1)
     if (threadIdx.x >= CW * 128) {
         const int pw = (threadIdx.x >> 5) - CW * 4, lane = threadIdx.x & 31;
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(fold_producer_regs(CW)));
-        SegWalk wk = {0, 0, 0};
-        if (pw < 2) {
-            if (lane == 0)
-                for (Seg sg; next_seg<TN>(p, wk, sg);) {
-                    if (pw == 0) produce_x<TN>(xmap, cta, sg);
-                    else produce_w<TN>(p, cta, sg);
-                }
+        if (pw == 0) {
+            if (lane == 0) produce_x<TN>(xmap, cta);
+        } else if (pw == 1) {
+            if (lane == 0) produce_w<TN>(p, cta);
         } else if (!p.fold_shfl) {
             const int tid = threadIdx.x - (CW * 4 + 2) * 32;
-            for (Seg sg; next_seg<TN>(p, wk, sg);)
-                for (int i = 0; i * L::SB < sg.nb; i++) {
-                    const int gi = sg.x0 + i, s = gi % L::XR;
-                    mbar_wait(&cta.xfull[s], (uint32_t)(gi / L::XR) & 1u);
-                    permute_rows<TN, L::SB, kFoldPermuters>(cta.x + s * L::XBYTES, min(L::SB, sg.nb - i * L::SB), tid);
-                    mbar_arrive(&cta.xready[s]);
-                }
+            for (int i = 0; i * L::SB < cta.nb; i++) {
+                const int s = i % L::XR;
+                mbar_wait(&cta.xfull[s], (uint32_t)(i / L::XR) & 1u);
+                permute_rows<TN, L::SB, kFoldPermuters>(cta.x + s * L::XBYTES, min(L::SB, cta.nb - i * L::SB), tid);
+                mbar_arrive(&cta.xready[s]);
+            }
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(fold_consumer_regs(CW)));
-        if constexpr (SK != TOPS__CU_SCALE_F16 && SK != kScaleF16Split) {
-            if (threadIdx.x < 256) lut[threadIdx.x] = fold_lut_entry<SK, BF16>(threadIdx.x, p.fold_pre);
-            bar_sync<2, CW * 128>();
-        }
-        float acc[1][TN / 2];
-#pragma unroll
-        for (int i = 0; i < TN / 2; i++) acc[0][i] = 0.0f;
-        SegWalk wk = {0, 0, 0};
-        for (Seg sg; next_seg<TN>(p, wk, sg);) consume_folded<CODE, SK, BF16, TN, CW, GSL>(p, cta, sg, lut, acc);
+        consume_folded<CODE, SK, BF16, TN, CW, GSL>(p, cta, lut);
     }
 #else
     (void)xmap, (void)p;
@@ -1190,25 +1049,6 @@ int pick_splits(int kblocks) {
     return s < kblocks ? s : kblocks;
 }
 
-// Stream-K for `tiles` output tiles of kblocks k64 blocks each, where it
-// applies (ok) and the tiles fill fewer than wgmma_sk waves of the SMs
-// unevenly: sets p.sk_ctas (one CTA per SM) and p.sk_tiles and returns the
-// most pieces a tile is cut into (fold_seg's cut); else leaves p as it is
-// and returns 1.
-int pick_stream_k(bool ok, long long tiles, int kblocks, int sms, Params &p) {
-    const long long waves = tops__cu_tune(TOPS__CU_T_WGMMA_SK);
-    if (!ok || sms < 1 || waves < 1 || kblocks < 2 || tiles % sms == 0 || tiles >= waves * sms) return 1;
-    const long long all = tiles * kblocks, g = sms < all ? sms : all;
-    int most = 1;
-    for (long long t = 0; t < tiles; t++) {
-        const long long first = ((t * kblocks + 1) * g - 1) / all, last = ((t * kblocks + kblocks) * g - 1) / all;
-        if (last - first + 1 > most) most = (int)(last - first + 1);
-    }
-    p.sk_ctas = (int)g;
-    p.sk_tiles = (int)tiles;
-    return most;
-}
-
 } // namespace
 } // namespace tops_cu
 
@@ -1269,11 +1109,6 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         *what = "the problem is too large for one launch";
         return (int)cudaErrorInvalidConfiguration;
     }
-    // Stream-K (the folded and strict 4-bit pipelines, two consumer
-    // warpgroups): where the tiles would leave SMs idle (96 tiles on 132 SMs
-    // at M = 128, N = 12288), one CTA per SM takes an equal share of all
-    // tiles' k64 blocks; a tile cut between CTAs meets in the workspace.
-    const int sk_pieces = pick_stream_k(ffn != nullptr && cw == 2 && p.splits == 1, units, kblocks, a->sm_count, p);
     CUtensorMap map;
     const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->m}, strides[1] = {(cuuint64_t)row_bytes};
     const cuuint32_t box[2] = {64, (cuuint32_t)tn};
@@ -1300,16 +1135,14 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         return (int)err;
     }
     unsigned char *ws = nullptr;
-    const int pieces = p.sk_ctas ? sk_pieces : p.splits;
-    if (pieces > 1) {
-        const size_t wbytes = (size_t)pieces * (size_t)p.m * (size_t)p.n * sizeof(float);
+    if (p.splits > 1) {
+        const size_t wbytes = (size_t)p.splits * (size_t)p.m * (size_t)p.n * sizeof(float);
         err = cudaMallocAsync(reinterpret_cast<void **>(&ws), wbytes + (size_t)units * sizeof(unsigned), stream);
         if (err == cudaErrorNotSupported) { // no memory pools: one split needs no workspace
             (void)cudaGetLastError();
             ws = nullptr;
             p.splits = 1;
             p.chunks_per_split = p.chunks;
-            p.sk_ctas = p.sk_tiles = 0;
         } else if (err != cudaSuccess) {
             *what = "cudaMallocAsync of the wgmma split workspace";
             return (int)err;
@@ -1321,18 +1154,12 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         }
     }
     const bool strict_pipe = ffn && !fp.fn;
-    const char *kname = strict_pipe ? kStrictNames[tn == 128]
-                        : ffn       ? kFoldNames[a->fold == 2][cw == 4][tn == 128]
-                        : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
-                                    : "wgmma_w m64n64k16 (A from registers) + TMA";
-    if (p.sk_ctas) {
-        static thread_local char sk_name[200];
-        snprintf(sk_name, sizeof sk_name, "%s, stream-K over %d CTAs", kname, p.sk_ctas);
-        kname = sk_name;
-    }
-    set_last_kernel(kname);
+    set_last_kernel(strict_pipe ? kStrictNames[tn == 128]
+                    : ffn       ? kFoldNames[a->fold == 2][cw == 4][tn == 128]
+                    : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
+                                : "wgmma_w m64n64k16 (A from registers) + TMA");
     if (err == cudaSuccess) {
-        fn<<<dim3((unsigned)(p.sk_ctas ? p.sk_ctas : units), (unsigned)p.splits), strict_pipe ? 384 : ffn ? fp.threads : kThreads, smem, stream>>>(map, p);
+        fn<<<dim3((unsigned)units, (unsigned)p.splits), strict_pipe ? 384 : ffn ? fp.threads : kThreads, smem, stream>>>(map, p);
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the wgmma kernel launch";
     }

@@ -832,24 +832,18 @@ static void test_wgmma_strict(void) {
     for (int i = 0; i < n; i++) {
         if (cases[i].splits) debug_set("wgmma_splits", cases[i].splits);
         if (cases[i].tn) debug_set("wgmma_tn", cases[i].tn);
-        const int no_sk = i % 3 == 1; /* stream-K (the default here) or not */
-        if (no_sk) debug_set("wgmma_sk", "0");
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
                       cases[i].accumulate, cases[i].prepack, 0, 0};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        const int want_sk = cases[i].want && !no_sk && !cases[i].splits && c.k > 64; /* one k64 block: no cut */
-        if ((strstr(kn, "strict pipelined") != NULL) != cases[i].want ||
-            (cases[i].want && (strstr(kn, "stream-K") != NULL) != want_sk)) {
-            TH_FAIL_AT("%s act=%s M=%lld K=%lld ran %s (want %sthe strict pipeline, %sstream-K)", c.format,
-                       tops_dtype_name(c.act), (long long)c.m, (long long)c.k, kn, cases[i].want ? "" : "not ",
-                       want_sk ? "" : "no ");
+        if ((strstr(kn, "strict pipelined") != NULL) != cases[i].want) {
+            TH_FAIL_AT("%s act=%s M=%lld K=%lld ran %s (want %sthe strict pipeline)", c.format, tops_dtype_name(c.act),
+                       (long long)c.m, (long long)c.k, kn, cases[i].want ? "" : "not ");
             ok = 0;
         }
         passed += ok;
         debug_set("wgmma_splits", NULL);
         debug_set("wgmma_tn", NULL);
-        debug_set("wgmma_sk", NULL);
     }
     debug_set("kernel", NULL);
     debug_set("fold", NULL);
@@ -882,9 +876,7 @@ static void test_wgmma_strict(void) {
    (wgmma_cw; with 4, a K split of one chunk leaves a warpgroup with
    no chunk of its own, and an odd chunk count one with none in the last
    stage), the K order by lane shuffles
-   (default) or by a stage permute (wgmma_permute=1), stream-K (the
-   default where the tiles leave SMs idle: every case here; each tile's K
-   cut between CTAs) or not (wgmma_sk=0).  Then the cases that must NOT
+   (default) or by a stage permute (wgmma_permute=1).  Then the cases that must NOT
    fold and still be right: int4 with bf16 activations (relaxed and strict),
    strict int4-g64 / g128 (the strict pipeline measured faster there),
    fold=0, and mxfp4 whose block scales span 2^40 (beyond
@@ -936,19 +928,14 @@ static void test_wgmma_folded(void) {
         if (cases[i].fold_env) debug_set("fold", cases[i].fold_env);
         if (i % 4 == 3) debug_set("wgmma_permute", "1"); /* the stage-permute variant */
         /* 2 and 4 consumer warpgroups, each also with the permute */
-        const int cw4 = (i + i / 4) % 4 >= 2, no_sk = i % 3 == 2;
-        debug_set("wgmma_cw", cw4 ? "4" : "2");
-        if (no_sk) debug_set("wgmma_sk", "0");
+        debug_set("wgmma_cw", (i + i / 4) % 4 >= 2 ? "4" : "2");
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
                       cases[i].accumulate, cases[i].prepack, cases[i].relaxed, cases[i].spread};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        const int want_sk = cases[i].want_fold && !cw4 && !no_sk && !cases[i].splits;
-        if ((strstr(kn, "folded") != NULL) != cases[i].want_fold ||
-            (cases[i].want_fold && (strstr(kn, "stream-K") != NULL) != want_sk)) {
-            TH_FAIL_AT("%s act=%s M=%lld relaxed=%d spread=%d ran %s (want %sfolded, %sstream-K)", c.format,
-                       tops_dtype_name(c.act), (long long)c.m, c.relaxed, c.spread, kn, cases[i].want_fold ? "" : "not ",
-                       want_sk ? "" : "no ");
+        if ((strstr(kn, "folded") != NULL) != cases[i].want_fold) {
+            TH_FAIL_AT("%s act=%s M=%lld relaxed=%d spread=%d ran %s (want %sfolded)", c.format,
+                       tops_dtype_name(c.act), (long long)c.m, c.relaxed, c.spread, kn, cases[i].want_fold ? "" : "not ");
             ok = 0;
         }
         passed += ok;
@@ -957,7 +944,6 @@ static void test_wgmma_folded(void) {
         debug_set("fold", NULL);
         debug_set("wgmma_permute", NULL);
         debug_set("wgmma_cw", NULL);
-        debug_set("wgmma_sk", NULL);
     }
     debug_set("kernel", NULL);
     /* By plan (no forcing), strict at M = 128: mxfp4 folds, q4_0 in two
