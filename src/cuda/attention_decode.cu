@@ -711,33 +711,61 @@ __device__ __forceinline__ span span_of(const dparams &p, const seqlens &sl, int
     return r;
 }
 
-// The subtile of keys j..j+15 (below hi) into the stage at shared address
-// s0: K rows, V rows (swizzled chunks, zero-filled past hi), then the K and V
-// group-scale rows.
-template <int D, int KIND>
-__device__ __forceinline__ void issue(const dparams &p, const span &sp, uint32_t s0, int j, int lane) {
+// A lane's share of the copies of its warp's subtiles (keys first + 64 i ..
+// + 15, below hi) into a ring stage: K rows, V rows (swizzled chunks,
+// zero-filled past hi), then the K and V group-scale rows.  The addresses
+// are set up once a warp (the lane's chunk c of rows r0, r0 + RS, ...;
+// their sources at the first subtile), so a subtile's issue adds its
+// offset (H200 SASS, kt_kernel int4 D = 128: the address math of the
+// per-subtile form was ~160 of the loop's 965 instructions a subtile).
+template <int D, int KIND> struct feed {
     using C = cfg<D, KIND>;
-    constexpr int CH = C::CH, RB = C::RB;
-    const int hi = sp.hi;
-    const unsigned char *kbase = sp.kbase, *vbase = sp.vbase, *kscp = sp.kscp, *vscp = sp.vscp;
-    const int ksb = p.ksbytes, vsb = p.vsbytes; // scale bytes a key
+    static constexpr int NE = 16 * C::CH / 32; // copies of each of K and V a lane
+    static constexpr int RS = 32 / C::CH;      // rows between them
+    static_assert(C::CH >= 2 && 32 % C::CH == 0, "D = 64, 128, 256: a lane keeps one chunk column");
+    const unsigned char *kb, *vb;              // the (b, hk) rows: the source of zero-byte copies
+    const unsigned char *k0, *v0, *ks0, *vs0;  // sources at the first subtile (ks0 / vs0: NULL, no scale copy)
+    long long kstep, vstep, krs, vrs;          // 64 keys; RS keys
+    int lim0, r0, c, ksb, vsb;                 // hi - first; row and chunk; scale bytes a key
+
+    __device__ __forceinline__ feed(const dparams &p, const span &sp, int lane) {
+        r0 = lane / C::CH;
+        c = lane % C::CH;
+        lim0 = sp.hi - sp.first;
+        kb = sp.kbase, vb = sp.vbase;
+        const long long key0 = sp.first + r0;
+        k0 = sp.kbase + key0 * p.kss + 16 * c;
+        v0 = sp.vbase + key0 * p.vss + 16 * c;
+        kstep = 64 * p.kss, vstep = 64 * p.vss, krs = (long long)RS * p.kss, vrs = (long long)RS * p.vss;
+        ksb = p.ksbytes, vsb = p.vsbytes;
+        ks0 = sp.kscp && lane < ksb ? sp.kscp + (long long)sp.first * ksb + 16 * lane : nullptr;
+        vs0 = sp.vscp && lane < vsb ? sp.vscp + (long long)sp.first * vsb + 16 * lane : nullptr;
+    }
+
+    // Subtile i into the stage at shared address s0 (lane: this lane).
+    __device__ __forceinline__ void issue(uint32_t s0, int i, int lane) const {
+        const int lim = lim0 - 64 * i; // the subtile's rows r < lim are keys below hi
+        const unsigned char *kp = k0 + i * kstep, *vp = v0 + i * vstep;
 #pragma unroll
-    for (int e = lane; e < 16 * CH; e += 32) {
-        const int r = e / CH, c = e % CH, key = j + r;
-        const bool ok = key < hi;
-        const uint32_t dst = s0 + r * RB + 16 * (c ^ C::swz(r));
-        cp16(dst, ok ? kbase + (long long)key * p.kss + 16 * c : kbase, ok ? 16 : 0);
-        cp16(dst + 16 * RB, ok ? vbase + (long long)key * p.vss + 16 * c : vbase, ok ? 16 : 0);
+        for (int q = 0; q < NE; q++) {
+            const int r = r0 + q * RS;
+            const bool ok = r < lim;
+            const uint32_t dst = s0 + r * C::RB + 16 * (c ^ C::swz(r));
+            cp16(dst, ok ? kp : kb, ok ? 16 : 0);
+            cp16(dst + 16 * C::RB, ok ? vp : vb, ok ? 16 : 0);
+            kp += krs, vp += vrs;
+        }
+        // 16 keys x ksb scale bytes = ksb chunks: lane l copies chunk l (the bytes below hi)
+        if (ks0) {
+            const int n = min(16, max(0, lim * ksb - 16 * lane));
+            cp16(s0 + 32 * C::RB + 16 * lane, n > 0 ? ks0 + i * (64LL * ksb) : kb, n);
+        }
+        if (vs0) {
+            const int n = min(16, max(0, lim * vsb - 16 * lane));
+            cp16(s0 + 32 * C::RB + 16 * C::SCB + 16 * lane, n > 0 ? vs0 + i * (64LL * vsb) : vb, n);
+        }
     }
-    if (kscp && lane < ksb) { // 16 keys x ksb bytes = ksb chunks
-        const int off = 16 * lane, n = min(16, max(0, (hi - j) * ksb - off));
-        cp16(s0 + 32 * RB + off, n > 0 ? kscp + (long long)j * ksb + off : kscp, n);
-    }
-    if (vscp && lane < vsb) {
-        const int off = 16 * lane, n = min(16, max(0, (hi - j) * vsb - off));
-        cp16(s0 + 32 * RB + 16 * C::SCB + off, n > 0 ? vscp + (long long)j * vsb + off : vscp, n);
-    }
-}
+};
 
 } // namespace ring
 
@@ -801,7 +829,8 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
     unsigned char *wring = ringb + warp * NS * C::STAGE;
     const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
     // subtile i of this warp into stage st
-    auto issue = [&](int i, int st) { ring::issue<D, KIND>(p, sp, wring_s + st * C::STAGE, first + 64 * i, lane); };
+    const ring::feed<D, KIND> fd(p, sp, lane);
+    auto issue = [&](int i, int st) { fd.issue(wring_s + st * C::STAGE, i, lane); };
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[VT][4];
@@ -1116,7 +1145,8 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
 
     unsigned char *wring = ringb + warp * NS * R::STAGE;
     const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
-    auto issue = [&](int i, int st) { ring::issue<D, KIND>(p, sp, wring_s + st * R::STAGE, first + 64 * i, lane); };
+    const ring::feed<D, KIND> fd(p, sp, lane);
+    auto issue = [&](int i, int st) { fd.issue(wring_s + st * R::STAGE, i, lane); };
 
     float m[NR][2], l[NR][2];
     float o[MT][NR][4];
