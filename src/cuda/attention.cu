@@ -19,6 +19,16 @@
 // runs PIPE 1) adds the ping-pong: the two consumer warpgroups take turns
 // issuing their matmuls (two named barriers), so one's softmax runs under the
 // other's GEMMs.
+//
+// Key splits (causal, no window, few CTAs: plan_split): a CTA's work is its
+// tile's key blocks, so a causal grid that fits on the SMs in about one wave
+// lasts as long as its last tile (all of the keys) while the first tiles idle
+// early.  The plan splits the heaviest tiles' keys into two pieces (piece 0
+// the upper half, the diagonal in it; piece 1 the lower) and orders all the
+// pieces and tiles longest first over every (batch, head).  Each piece stores
+// its unnormalized O, row maxima and sums (f32) in a workspace; the second to
+// arrive (a counter a tile) merges them, always as piece 0 then piece 1, and
+// writes the output: the same bits whichever piece ends last.
 #include "cuda/attention.h"
 #include "cuda/sm90.cuh"
 #include "tensorops_cuda_tiles.cuh"
@@ -33,6 +43,7 @@ namespace tt = tops_tiles;
 
 constexpr int kBM = 128;      // query rows a CTA
 constexpr int kThreads = 384; // producer warpgroup + 2 consumer warpgroups
+constexpr int kMaxItems = 512; // work items (tiles and pieces) a (batch, head) in a split launch
 
 struct kparams {
     int h_ratio;          // query heads per kv head
@@ -44,6 +55,14 @@ struct kparams {
     float cap_in;         // scale / softcap
     void *out;
     long long osb, osh, oss;
+    // Key splits (0 items: the plain grid (tiles, heads, batch)).  Else the grid
+    // is items x heads x batch, item-major; code[i] = tile << 2 | split << 1 |
+    // piece, longest first.  Split tiles are split_from .. split_from +
+    // split_tiles - 1 (causal: the heaviest); ws and counters their slots.
+    int items, heads, split_from, split_tiles;
+    float *ws;
+    unsigned *counters;
+    unsigned short code[kMaxItems];
 };
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -69,6 +88,15 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 }
 __device__ __forceinline__ void named_arrive(int id, int threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// A named barrier that also counts the threads whose pred is true.
+__device__ __forceinline__ unsigned named_count(int id, int threads, bool pred) {
+    unsigned n;
+    asm volatile("{\n .reg .pred p;\n setp.ne.u32 p, %1, 0;\n bar.red.popc.u32 %0, %2, %3, p;\n}"
+                 : "=r"(n)
+                 : "r"((unsigned)pred), "r"(id), "r"(threads)
+                 : "memory");
+    return n;
 }
 
 // Online-softmax state of one consumer warpgroup (its thread's two rows).
@@ -134,8 +162,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t *q_full = bar, *k_full = bar + 1, *v_full = bar + 1 + STAGES, *k_empty = bar + 1 + 2 * STAGES,
              *v_empty = bar + 1 + 3 * STAGES;
 
-    const int m_block = gridDim.x - 1 - blockIdx.x; // the longest causal rows first
-    const int h = blockIdx.y, b = blockIdx.z, hk = h / p.h_ratio;
+    int m_block, h, b, split = 0, piece = 0;
+    if (p.items) {
+        const int hb = p.heads * (int)(gridDim.x / ((unsigned)p.items * (unsigned)p.heads));
+        const int item = blockIdx.x / hb, r = blockIdx.x % hb, code = p.code[item];
+        h = r % p.heads, b = r / p.heads;
+        m_block = code >> 2, split = (code >> 1) & 1, piece = code & 1;
+    } else {
+        m_block = gridDim.x - 1 - blockIdx.x; // the longest causal rows first
+        h = blockIdx.y, b = blockIdx.z;
+    }
+    const int hk = h / p.h_ratio;
     const long long off = (long long)p.sk - p.sq; // query i sits at position i + off
     const int m0 = m_block * kBM;
     const int mlast = min(m0 + kBM, p.sq) - 1;
@@ -150,7 +187,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         nb_lo = (int)(key_lo / BN);
         nb_hi = (int)((key_hi + BN - 1) / BN);
     }
-    (void)nb_lo;
+    if (split) { // piece 0: the upper (n + 1) / 2 blocks, piece 1 the rest
+        const int n0 = (nb_hi - nb_lo + 1) / 2;
+        if (piece == 0) nb_lo = nb_hi - n0;
+        else nb_hi -= n0;
+    }
     const int nblocks = nb_hi - nb_lo;
 
     if (threadIdx.x == 0) {
@@ -327,6 +368,47 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Warpgroup 1's last arrival on barrier 1 has no matching turn: take it.
     if (PIPE == 2 && cw == 0 && nblocks > 0) named_sync(1, 256);
 
+    if (split) {
+        // This piece's O, row maxima and partial sums into its slot (16 bytes a
+        // thread a store, coalesced); the second piece to arrive merges.
+        const int ct = threadIdx.x - 128;
+        const size_t unit = (size_t)(b * p.heads + h) * p.split_tiles + (m_block - p.split_from);
+        constexpr int kChunks = D / 8 + 1;
+        float4 *slot = reinterpret_cast<float4 *>(p.ws) + (unit * 2 + piece) * kChunks * 256;
+        const float4 *other = reinterpret_cast<const float4 *>(p.ws) + (unit * 2 + (piece ^ 1)) * kChunks * 256;
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) slot[j * 256 + ct] = make_float4(o.v[4 * j], o.v[4 * j + 1], o.v[4 * j + 2], o.v[4 * j + 3]);
+        slot[(D / 8) * 256 + ct] = make_float4(st.m[0], st.m[1], st.l[0], st.l[1]);
+        __threadfence();
+        named_sync(3, 256);
+        unsigned before = 0;
+        if (ct == 0) before = atomicAdd(&p.counters[unit], 1u);
+        if (named_count(3, 256, before != 0) == 0) return; // the other piece merges
+        __threadfence();
+        const float4 ml = __ldcg(&other[(D / 8) * 256 + ct]);
+        const float om[2] = {ml.x, ml.y}, ol[2] = {ml.z, ml.w};
+        float fa[2], fb[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const float ma = piece ? om[hh] : st.m[hh], mb = piece ? st.m[hh] : om[hh];
+            const float la = piece ? ol[hh] : st.l[hh], lb = piece ? st.l[hh] : ol[hh];
+            const float mn = fmaxf(ma, mb), mu = mn == -INFINITY ? 0.0f : mn * p.sl;
+            fa[hh] = exp2_approx(ma * p.sl - mu);
+            fb[hh] = exp2_approx(mb * p.sl - mu);
+            st.l[hh] = la * fa[hh] + lb * fb[hh];
+        }
+#pragma unroll
+        for (int j = 0; j < D / 8; j++) {
+            const float4 w = __ldcg(&other[j * 256 + ct]);
+            const float ow[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = 4 * j + e, hh = (i >> 1) & 1;
+                const float xa = piece ? ow[e] : o.v[i], xb = piece ? o.v[i] : ow[e];
+                o.v[i] = xa * fa[hh] + xb * fb[hh];
+            }
+        }
+    }
     // O / l, written as T pairs (4 threads of a quad cover 16 contiguous bytes).
     float inv[2];
 #pragma unroll
@@ -378,6 +460,110 @@ bool make_map(CUtensorMap *map, int bf16, const void *base, int d, int64_t s, in
                         strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
+int sm_count() {
+    static int cached[64];
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return (void)cudaGetLastError(), 132;
+    if (dev < 64 && cached[dev]) return cached[dev];
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) n = 132;
+    if (dev < 64) cached[dev] = n;
+    return n;
+}
+
+// The finish time of CTAs of these costs dispatched in order, each to the
+// first SM free (how the hardware places one-CTA-an-SM blocks).
+double dispatch_time(const double *cost, int n, int reps, int sms) {
+    static thread_local double heap[1024]; // the SMs' busy-until times, a min-heap
+    if (sms > 1024) sms = 1024;
+    for (int i = 0; i < sms; i++) heap[i] = 0.0;
+    double end = 0.0;
+    for (int i = 0; i < n; i++)
+        for (int r = 0; r < reps; r++) {
+            const double t = heap[0] + cost[i];
+            if (t > end) end = t;
+            int j = 0; // replace the root by t and sift it down
+            for (;;) {
+                int c = 2 * j + 1;
+                if (c >= sms) break;
+                if (c + 1 < sms && heap[c + 1] < heap[c]) c++;
+                if (heap[c] >= t) break;
+                heap[j] = heap[c], j = c;
+            }
+            heap[j] = t;
+        }
+    return end;
+}
+
+// The key-split plan (see the top of the file): on for causal calls without
+// a window whose (batch, head) x tiles grid takes at most 4 waves, where the
+// modelled finish time (a CTA costs its key blocks plus one for Q and the
+// epilogue, a piece half a block more for the merge) drops by 8 % or more;
+// the split threshold is the one that models fastest.
+// TOPS_CUDA_ATTN_QSPLIT=0 turns it off, 2 splits every tile of two or more
+// key blocks (tests).  Fills p's split fields; false: no split.
+bool plan_split(const tops__cu_attn_args *a, int bn, kparams *p) {
+    const char *e = getenv("TOPS_CUDA_ATTN_QSPLIT");
+    const int mode = e && *e ? atoi(e) : 1;
+    p->items = 0;
+    if (mode == 0 || !a->causal || (a->window > 0 && a->window < a->sq + a->sk)) return false;
+    const long long tiles = (a->sq + kBM - 1) / kBM, hb = a->heads * a->batch, sms = sm_count();
+    if (tiles > kMaxItems / 2 || (mode == 1 && hb * tiles > 4 * sms) || hb * tiles * 2 > 0x7FFFFFFF) return false;
+    int nb[kMaxItems / 2] = {0};
+    const long long off = a->sk - a->sq;
+    for (int t = 0; t < (int)tiles; t++) {
+        const long long last = (t + 1) * (long long)kBM < a->sq ? (t + 1) * (long long)kBM - 1 : a->sq - 1;
+        const long long hi = last + off + 1 < a->sk ? last + off + 1 : a->sk;
+        nb[t] = hi > 0 ? (int)((hi + bn - 1) / bn) : 0;
+    }
+    const int nmax = nb[tiles - 1]; // causal: blocks grow with the tile
+    if (nmax < 2) return false;
+    double cost[kMaxItems];
+    auto model = [&](int thr, bool fill) {
+        // Items longest first (stable: later tiles first among equals).
+        int n = 0;
+        int order[kMaxItems];
+        for (int t = (int)tiles - 1; t >= 0; t--) {
+            if (nb[t] > thr) {
+                cost[n] = (nb[t] + 1) / 2 + 1.5, order[n++] = t << 2 | 2;
+                cost[n] = nb[t] / 2 + 1.5, order[n++] = t << 2 | 3;
+            } else {
+                cost[n] = nb[t] + 1.0, order[n++] = t << 2;
+            }
+        }
+        for (int i = 1; i < n; i++) // insertion sort, descending, stable
+            for (int j = i; j > 0 && cost[j] > cost[j - 1]; j--) {
+                const double c = cost[j];
+                cost[j] = cost[j - 1], cost[j - 1] = c;
+                const int o = order[j];
+                order[j] = order[j - 1], order[j - 1] = o;
+            }
+        if (fill) {
+            for (int i = 0; i < n; i++) p->code[i] = (unsigned short)order[i];
+            p->items = n;
+        }
+        return dispatch_time(cost, n, (int)hb, (int)sms);
+    };
+    int best = nmax;
+    if (mode == 2) best = 1;
+    else {
+        const double plain = model(nmax, false);
+        double best_t = plain;
+        const int lo = (nmax + 1) / 2, step = (nmax - lo + 15) / 16 > 1 ? (nmax - lo + 15) / 16 : 1;
+        for (int thr = lo; thr < nmax; thr += step) {
+            const double t = model(thr, false);
+            if (t < best_t) best_t = t, best = thr;
+        }
+        if (best_t > 0.92 * plain) return false;
+    }
+    model(best, true);
+    int from = (int)tiles;
+    while (from > 0 && nb[from - 1] > best) from--;
+    p->split_from = from;
+    p->split_tiles = (int)tiles - from;
+    p->heads = (int)a->heads;
+    return p->split_tiles > 0;
+}
+
 template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args *a) {
     using S = shape<D>;
     CUtensorMap tq, tk, tv;
@@ -405,9 +591,30 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
     auto kern = attn_fwd<T, D, S::kBN, S::kStages, PIPE>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
     if (e != cudaSuccess) return (int)e;
-    dim3 grid((unsigned)((a->sq + kBM - 1) / kBM), (unsigned)a->heads, (unsigned)a->batch);
-    kern<<<grid, kThreads, S::kSmem, (cudaStream_t)a->stream>>>(tq, tk, tv, p);
-    return (int)cudaGetLastError();
+    cudaStream_t stream = (cudaStream_t)a->stream;
+    p.ws = nullptr;
+    p.counters = nullptr;
+    if (!plan_split(a, S::kBN, &p)) {
+        p.items = 0;
+        dim3 grid((unsigned)((a->sq + kBM - 1) / kBM), (unsigned)a->heads, (unsigned)a->batch);
+        kern<<<grid, kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
+        return (int)cudaGetLastError();
+    }
+    // Two slots of O, maxima and sums a split tile, then its counter.
+    const size_t units = (size_t)a->batch * a->heads * p.split_tiles,
+                 slots = units * 2 * (size_t)(D / 8 + 1) * 256 * sizeof(float4);
+    unsigned char *ws = nullptr;
+    e = cudaMallocAsync(reinterpret_cast<void **>(&ws), slots + units * sizeof(unsigned), stream);
+    if (e != cudaSuccess) return (int)e;
+    p.ws = reinterpret_cast<float *>(ws);
+    p.counters = reinterpret_cast<unsigned *>(ws + slots);
+    e = cudaMemsetAsync(p.counters, 0, units * sizeof(unsigned), stream);
+    if (e == cudaSuccess) {
+        kern<<<dim3((unsigned)(p.items * a->heads * a->batch)), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
+        e = cudaGetLastError();
+    }
+    const cudaError_t e2 = cudaFreeAsync(ws, stream);
+    return (int)(e != cudaSuccess ? e : e2);
 }
 
 int pipe_mode() { return env_int("TOPS_CUDA_ATTN_PIPE", 2); }
@@ -429,8 +636,11 @@ template <typename T> int launch_d(const tops__cu_attn_args *a) {
 extern "C" void tops__cu_attention_name(const tops__cu_attn_args *a, char *buf, size_t cap) {
     const int dp = d_pad(a->d);
     const int pm = pipe_mode() == 2 && dp == 256 ? 1 : pipe_mode();
-    snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s", dp, dp >= 256 ? 64 : 128,
-             pm == 0 ? "serial" : pm == 2 ? "pingpong" : "overlap", a->bf16 ? " bf16" : " f16");
+    static thread_local kparams p;
+    const bool split = plan_split(a, dp >= 256 ? 64 : 128, &p);
+    snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s%s", dp, dp >= 256 ? 64 : 128,
+             pm == 0 ? "serial" : pm == 2 ? "pingpong" : "overlap", a->bf16 ? " bf16" : " f16",
+             split ? ", heavy tiles' keys split" : "");
 }
 
 extern "C" int tops__cu_attention_launch(const tops__cu_attn_args *a) {

@@ -8,6 +8,7 @@
    NaN-poisoned outputs and repeated runs compared bit for bit.  Without a
    GPU the numeric part skips with one line. */
 #define _POSIX_C_SOURCE 200809L /* setenv: the pipeline variant is an environment knob */
+#include "cuda/attention.h"
 #include "harness.h"
 #include "tensorops.h"
 
@@ -312,6 +313,50 @@ static void test_pipelines(void) {
         for (int i = 0; i < (small_run ? 1 : 5); i++) check_case(&cases[i], i % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
     }
     unsetenv("TOPS_CUDA_ATTN_PIPE");
+}
+
+/* Key splits of the heaviest causal tiles (TOPS_CUDA_ATTN_QSPLIT): off,
+   the plan's rule (it splits these small grids) and every tile of two or
+   more key blocks; Sq > Sk (rows with no key: both pieces empty), Sq < Sk,
+   ragged tiles, GQA, D = 64 / 128 / 256 (64-key blocks), strided rows, every
+   pipeline.  run_case checks the bits of a rerun (the merge's order). */
+static void test_key_splits(void) {
+    const acase cases[] = {
+        {1, 2, 2, 1000, 1000, 128, 1, 0, 0, 0, 0},
+        {1, 4, 2, 700, 1500, 64, 1, 0, 0, 0, 1},
+        {2, 2, 1, 900, 400, 128, 1, 0, 0, 0, 0}, /* Sq > Sk: the first rows see no key */
+        {1, 2, 2, 520, 520, 256, 1, 0, 0, 0, 0},
+        {1, 3, 3, 384, 384, 96, 1, 0, 15.0f, 0, 0},
+    };
+    static const char *const modes[] = {"0", "1", "2"}, *const pipes[] = {"2", "1", "0"};
+    int n = small_run ? 2 : (int)(sizeof cases / sizeof cases[0]);
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < n; i++) {
+            setenv("TOPS_CUDA_ATTN_QSPLIT", modes[m], 1);
+            setenv("TOPS_CUDA_ATTN_PIPE", pipes[(m + i) % 3], 1);
+            check_case(&cases[i], (m + i) % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
+        }
+    unsetenv("TOPS_CUDA_ATTN_PIPE");
+    /* The path names the split where the plan takes it. */
+    void *buf = NULL;
+    const int64_t elems = 2 * 1000 * 128;
+    ASSERT_OK(tops_cuda_alloc(0, 4 * elems * 2, &buf));
+    if (buf) {
+        tops_tensor t[4];
+        for (int i = 0; i < 4; i++) view(TOPS_DT_F16, (char *)buf + i * elems * 2, 1, 2, 1000, 128, 0, &t[i]);
+        tops_exec ex = tops_exec_default();
+        ex.device = gpu0;
+        tops_attention_desc d = tops_attention_desc_default();
+        d.causal = 1;
+        for (int m = 0; m < 3; m++) {
+            setenv("TOPS_CUDA_ATTN_QSPLIT", modes[m], 1);
+            char name[128] = "";
+            ASSERT_OK(tops__cuda_attention_path(&ex, &d, &t[0], &t[1], &t[2], &t[3], name, sizeof name));
+            if ((strstr(name, "split") != NULL) != (m > 0)) TH_FAIL_AT("QSPLIT=%s named %s", modes[m], name);
+        }
+        tops_cuda_free(0, buf);
+    }
+    unsetenv("TOPS_CUDA_ATTN_QSPLIT");
 }
 
 /* ---- decode with quantized KV caches ------------------------------------------ */
@@ -676,6 +721,7 @@ int main(void) {
         RUN_TEST(test_gpu_unsupported);
         RUN_TEST(test_shapes);
         RUN_TEST(test_pipelines);
+        RUN_TEST(test_key_splits);
     }
     RUN_TEST(test_decode_kv);
     RUN_TEST(test_decode_splits);
