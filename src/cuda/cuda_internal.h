@@ -50,6 +50,7 @@ enum {
     TOPS__CU_T_S4_SMALL_GROUP_MIN_M,
     TOPS__CU_T_WIDE_MIN_M,
     TOPS__CU_T_DEQUANT_MIN_M,
+    TOPS__CU_T_E4M3_ONCE_MIN_M,
     /* settled launcher choices (no override) */
     TOPS__CU_T_WARPS_PER_SM,
     TOPS__CU_T_WGMMA_STRICT,
@@ -76,6 +77,7 @@ enum {
     TOPS__CU_T_FP8_SK,
     TOPS__CU_T_FP8_LAG,
     TOPS__CU_T_FP8_PERSIST,
+    TOPS__CU_T_FP8_BN,
     TOPS__CU_T_FP8_QUANT,
     TOPS__CU_T_QUANT_ROWS,
     TOPS__CU_T_Q8_TN,
@@ -84,6 +86,7 @@ enum {
     TOPS__CU_T_Q8_ROW,
     TOPS__CU_T_Q8_PAIRS,
     TOPS__CU_T_DEQUANT_ROWS,
+    TOPS__CU_T_E4M3_ONCE,
     TOPS__CU_T_COUNT
 };
 /* Values of TOPS__CU_T_KERNEL (debug key kernel=wbulk|wstream|wgmma|q8|fp8|h16). */

@@ -2,7 +2,8 @@
 //   1. quant_rows: each activation row (f16/bf16) becomes e4m3 codes with one
 //      f32 scale s = amax / 448 (codes = e4m3_satfinite_rne(x / s)), written to
 //      a stream-ordered workspace [M, k_pad];
-//   2. fp8_gemm: 128 x 256 output tiles on wgmma m64n256k32 e4m3 x e4m3 -> f32.
+//   2. fp8_gemm: 128 x N output tiles on wgmma m64nNk32 e4m3 x e4m3 -> f32,
+//      N = 128, 192 or 256 channels by the waves over the SMs (pick_shape).
 //      One producer thread feeds a ring of shared-memory stages through TMA
 //      (cp.async.bulk.tensor, 128-byte swizzle, out-of-bounds rows and K read
 //      as zeros, so ragged M/N/K need no padding); two consumer warpgroups
@@ -16,7 +17,7 @@
 // The same GEMM runs strict 16-bit matmuls (tops__cu_h16_launch): f16 /
 // bf16 activations read by TMA as they are, against f16 / bf16 weights or
 // e4m3-ch / e4m3 codes that the consumers convert in shared memory (wgmma
-// m64nNk16, N = 128, 192 or 256 by the waves over the SMs: pick_shape).
+// m64nNk16, the same tile widths).
 // The Hopper instructions exist only in the sm_90a pass; the sm_80 pass
 // builds empty kernels that the plan never launches (matmul.c asks for
 // compute capability 9.0 before it packs the FP8 layout).
@@ -992,6 +993,22 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+// e4m3 codes as ET values, 16 a thread: n16 groups of 16 bytes at codes,
+// written to out in the same order (exact: every e4m3 value is an f16 and a
+// bf16).  The large-M plan for strict e4m3 weights (tops__cu_h16_launch).
+template <int ET>
+__global__ void __launch_bounds__(256) e4m3_to_16bit(const uint4 *codes, long long n16, uint4 *out) {
+#ifdef TOPS_FP8_WGMMA
+    const long long i = (long long)blockIdx.x * 256 + threadIdx.x;
+    if (i >= n16) return;
+    const uint4 c = codes[i];
+    out[2 * i] = cvt8_e4m3<ET>(make_uint2(c.x, c.y));
+    out[2 * i + 1] = cvt8_e4m3<ET>(make_uint2(c.z, c.w));
+#else
+    (void)codes, (void)n16, (void)out;
+#endif
+}
+
 // Tile shapes, 128 tokens x 256 (wide), 192 (mid) or 128 (narrow)
 // channels, on rings of 4, 4 and 6 stages (converted weights, CV: 3, 4 and
 // 6 code stages and 3 converted slots): pick_shape below.
@@ -1232,14 +1249,15 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
     return err;
 }
 
-// The 16-bit GEMM's tile width: the fewest waves of tiles over the SMs
+// The tile width of both GEMMs: the fewest waves of tiles over the SMs
 // times the channels a tile (a tile's time grows with its width), ties to
 // the wider tile (fewer activation reads).  N = 12288 on 132 SMs: 128 up
 // to M = 128 (96 tiles against 48 wide ones), 192 at M = 256 (128 tiles in
 // one wave, against 96 wide ones or 192 narrow ones in two), 256 at large
-// M.  The FP8 GEMM keeps 256 (its cluster and stream-K schedules).
-int pick_shape(int m, int n, int et) {
-    if (et == kE4M3) return kWide;
+// M.  Debug key fp8_bn (128 / 192 / 256) forces a width, for A/B runs.
+int pick_shape(int m, int n) {
+    const long long force = tops__cu_tune(TOPS__CU_T_FP8_BN);
+    if (force == 128 || force == 192 || force == 256) return force == 128 ? kNarrow : force == 192 ? kMid : kWide;
     const long long tm = (m + kBM - 1) / kBM, sms = sm_count();
     static const int bns[3] = {256, 192, 128}, shapes[3] = {kWide, kMid, kNarrow};
     int best = kWide;
@@ -1327,7 +1345,7 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     // after the activations.
     CUtensorMap mc;
     const bool persist = persistent_ok(a, &mc);
-    const int shape = pick_shape((int)a->m, (int)a->n, kE4M3), narrow = shape != kWide;
+    const int shape = pick_shape((int)a->m, (int)a->n), narrow = shape != kWide;
     // Clusters where the device can run them (the tensor maps' boxes follow:
     // a shared operand is loaded in halves).
     int cl = persist && !narrow ? cluster_mode() : 0;
@@ -1380,6 +1398,63 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
 // shared memory, channel scales in the epilogue.  cudaErrorNotSupported, launching nothing, where TMA
 // cannot read the activation rows (not 16-byte aligned) or the driver has
 // no tensor-map encoder.
+// Strict e4m3 codes at large M: converted once into a stream-ordered
+// workspace of the activations' type (slices of channels within 128 MB),
+// then this GEMM on 16-bit weights, channel scales in its epilogue.  The
+// in-kernel conversion redoes every code once per 128-token tile and
+// competes with the tensor cores for the consumers' issue slots.
+// cudaErrorNotSupported without memory pools (the caller then converts in
+// the kernel).
+int h16_convert_once(const tops__cu_fp8_args *f, int et, const char **what) {
+    const tops__cu_matmul_args *a = f->io;
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    const long long row_bytes = a->k_pad * 2; // k_pad: a multiple of 64
+    long long slice = (long long)(((size_t)128 << 20) / (size_t)row_bytes) / 16 * 16;
+    if (slice < 16) slice = 16;
+    const long long forced = tops__cu_tune(TOPS__CU_T_DEQUANT_ROWS); // debug key dequant_rows (tests)
+    if (forced > 0) slice = (forced + 15) / 16 * 16;
+    if (slice > a->n) slice = a->n;
+    uint4 *ws = nullptr;
+    cudaError_t err = cudaMallocAsync(reinterpret_cast<void **>(&ws), (size_t)(slice * row_bytes), stream);
+    if (err == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        return (int)cudaErrorNotSupported;
+    }
+    if (err != cudaSuccess) {
+        *what = "cudaMallocAsync of the converted e4m3 weights";
+        return (int)err;
+    }
+    const size_t out_elem = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    const float *cs = static_cast<const float *>(f->ch_scales);
+    for (long long n0 = 0; n0 < a->n && err == cudaSuccess; n0 += slice) {
+        const long long rows = a->n - n0 < slice ? a->n - n0 : slice, n16 = rows * a->k_pad / 16;
+        const uint4 *src = reinterpret_cast<const uint4 *>(static_cast<const unsigned char *>(f->weights) +
+                                                           (size_t)n0 * (size_t)a->k_pad);
+        const unsigned blocks = (unsigned)((n16 + 255) / 256);
+        if (et == kBF16) e4m3_to_16bit<kBF16><<<blocks, 256, 0, stream>>>(src, n16, ws);
+        else e4m3_to_16bit<kF16><<<blocks, 256, 0, stream>>>(src, n16, ws);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) {
+            *what = "the e4m3 conversion kernel launch";
+            break;
+        }
+        tops__cu_matmul_args s = *a;
+        s.n = rows;
+        s.out = static_cast<char *>(a->out) + (size_t)n0 * out_elem;
+        const tops__cu_fp8_args h = {&s, ws, cs ? cs + n0 : nullptr, 0};
+        err = (cudaError_t)tops__cu_h16_launch(&h, what);
+    }
+    cudaError_t e2 = cudaFreeAsync(ws, stream);
+    if (err == cudaSuccess && e2 != cudaSuccess) {
+        err = e2;
+        *what = "cudaFreeAsync of the converted e4m3 weights";
+    }
+    if (err == cudaSuccess)
+        tops_cu::set_last_kernel(et == kBF16 ? "e4m3 weights converted once to bf16 [n, k], then the bf16 TMA GEMM"
+                                             : "e4m3 weights converted once to f16 [n, k], then the f16 TMA GEMM");
+    return (int)err;
+}
+
 extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what) {
     const tops__cu_matmul_args *a = f->io;
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
@@ -1387,9 +1462,13 @@ extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what
         !tops_cu::sm90::tensor_map_encoder())
         return (int)cudaErrorNotSupported;
     const int et = a->x_bf16 ? kBF16 : kF16;
+    if (f->codes && tops__cu_tune_or(TOPS__CU_T_E4M3_ONCE, a->m >= tops__cu_tune(TOPS__CU_T_E4M3_ONCE_MIN_M)) == 1) {
+        const int r = h16_convert_once(f, et, what);
+        if (r != (int)cudaErrorNotSupported) return r;
+    }
     CUtensorMap mc;
     const bool persist = persistent_ok(a, &mc);
-    const int shape = pick_shape((int)a->m, (int)a->n, et);
+    const int shape = pick_shape((int)a->m, (int)a->n);
     // Clusters share the weight tile as it lands (not with converted codes).
     int cl = persist && shape == kWide && !f->codes ? cluster_mode() : 0;
     const int max_cl = !cl ? 0 : et == kF16 ? max_clusters_for<kF16>(a->out_dtype) : max_clusters_for<kBF16>(a->out_dtype);

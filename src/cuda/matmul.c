@@ -123,6 +123,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_S4_SMALL_GROUP_MIN_M] = {NULL, 65}, /* the same, groups below 64 */
     [TOPS__CU_T_WIDE_MIN_M] = {NULL, 128},         /* one-ring wgmma: 8-bit codes (16-bit and e4m3 when forced) */
     [TOPS__CU_T_DEQUANT_MIN_M] = {NULL, 1024},     /* folded 4-bit weights dequantized, then the 16-bit TMA GEMM */
+    [TOPS__CU_T_E4M3_ONCE_MIN_M] = {NULL, 1024},   /* strict e4m3 codes converted once, then the 16-bit TMA GEMM */
     /* settled launcher choices */
     [TOPS__CU_T_WARPS_PER_SM] = {NULL, 16},  /* wstream: split K until this many warps an SM stream */
     [TOPS__CU_T_WGMMA_STRICT] = {NULL, 1},   /* unfolded 4-bit codes on the two-ring pipeline */
@@ -149,6 +150,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_FP8_SK] = {"fp8_sk", 0},             /* stream-K */
     [TOPS__CU_T_FP8_LAG] = {"fp8_lag", 0},           /* lagged second warpgroup */
     [TOPS__CU_T_FP8_PERSIST] = {"fp8_persist", 1},   /* persistent CTAs where the output allows */
+    [TOPS__CU_T_FP8_BN] = {"fp8_bn", 0},             /* 0: pick_shape's tile width; 128 / 192 / 256 force it */
     [TOPS__CU_T_FP8_QUANT] = {"fp8_quant", 1},       /* 0: the older activation quantizer */
     [TOPS__CU_T_QUANT_ROWS] = {"quant_rows", 0},     /* 0: the launcher's rows a quantizer block */
     [TOPS__CU_T_Q8_TN] = {"q8_tn", 0},               /* 0: 64 tokens up to M = 64, else 128 */
@@ -157,6 +159,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_Q8_ROW] = {"q8_row", -1},            /* -1: one factor a row where packed so, pairs from M = 32 */
     [TOPS__CU_T_Q8_PAIRS] = {"q8_pairs", 1},         /* chunk pairs at 64 tokens */
     [TOPS__CU_T_DEQUANT_ROWS] = {"dequant_rows", 0}, /* 0: channels a dequantized slice as the 128 MB workspace allows */
+    [TOPS__CU_T_E4M3_ONCE] = {"e4m3_once", RULE},   /* strict e4m3 codes converted once: 1 always, 0 never (rule: from E4M3_ONCE_MIN_M) */
 };
 
 static const char *const kernel_names[] = {"auto", "wbulk", "wstream", "wgmma", "q8", "fp8", "h16"};
@@ -356,8 +359,10 @@ static int use_q8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
 static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed, int bf16) {
     if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
     if (use_h16(pk, m))
-        return pk->code == TOPS__CU_CODE_E4M3 ? "wgmma f16/bf16, e4m3 weights converted in shared memory + TMA"
-                                              : "wgmma f16/bf16, both operands by TMA";
+        return pk->code != TOPS__CU_CODE_E4M3 ? "wgmma f16/bf16, both operands by TMA"
+               : tops__cu_tune_or(TOPS__CU_T_E4M3_ONCE, m >= tops__cu_tune(TOPS__CU_T_E4M3_ONCE_MIN_M)) == 1
+                   ? "e4m3 weights converted once to 16-bit, then wgmma f16/bf16, both operands by TMA"
+                   : "wgmma f16/bf16, e4m3 weights converted in shared memory + TMA";
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, bf16, relaxed, &shift);
     if (use_dequant(m, fold)) return "weights dequantized to 16-bit, then wgmma f16/bf16, both operands by TMA";

@@ -768,6 +768,7 @@ static void test_h16_gemm(void) {
     static const int small[] = {0, 2, 3, 5};
     const int n = small_run ? 4 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0;
+    debug_set("e4m3_once", "0"); /* these check the in-kernel conversion's schedules */
     for (int j = 0; j < n; j++) {
         const int i = small_run ? small[j] : j;
         debug_set("fp8_ctas", cases[i].ctas ? cases[i].ctas : "");
@@ -792,7 +793,42 @@ static void test_h16_gemm(void) {
         passed += ok;
     }
     debug_set("fp8_ctas", NULL);
-    printf("     %d of %d strict 16-bit TMA GEMM cases within their bounds\n", passed, n);
+    /* e4m3 codes converted once into a workspace, then the 16-bit GEMM:
+       forced at small M (e4m3_once=1), by the plan at M = 4200 (and kept
+       off there by e4m3_once=0); slices of 64 / 48 channels (dequant_rows)
+       with N not a multiple of them; both activation types, every output,
+       accumulate, unaligned outputs (one CTA a tile), packed on the fly. */
+    static const struct {
+        const char *format, *once, *rows;
+        tops_dtype act, out;
+        int64_t m, k, n;
+        int accumulate, prepack, want;
+    } once[] = {
+        {"e4m3-ch", "1", "", TOPS_DT_F16, TOPS_DT_F32, 100, 520, 776, 0, 1, 1},
+        {"e4m3", "1", "64", TOPS_DT_BF16, TOPS_DT_F16, 300, 1000, 200, 0, 1, 1},
+        {"e4m3-ch", "1", "48", TOPS_DT_F16, TOPS_DT_BF16, 64, 136, 130, 1, 0, 1},
+        {"e4m3-ch", "", "", TOPS_DT_BF16, TOPS_DT_F32, 4200, 200, 520, 0, 1, 1},
+        {"e4m3-ch", "0", "", TOPS_DT_F16, TOPS_DT_F16, 4200, 200, 520, 0, 1, 0},
+        {"e4m3", "1", "", TOPS_DT_F16, TOPS_DT_F16, 33, 4104, 136, 0, 0, 1},
+    };
+    const int n_once = small_run ? 2 : (int)(sizeof once / sizeof once[0]);
+    for (int i = 0; i < n_once; i++) {
+        debug_set("e4m3_once", once[i].once);
+        debug_set("dequant_rows", once[i].rows);
+        gpu_case c = {once[i].format, once[i].act, once[i].out, once[i].m, once[i].k, once[i].n, 0,
+                      once[i].accumulate, once[i].prepack, 0, 0};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if (fp8_gpu && (strstr(kn, "converted once") != NULL) != once[i].want) {
+            TH_FAIL_AT("%s act=%s M=%lld e4m3_once=%s ran %s", c.format, tops_dtype_name(c.act), (long long)c.m,
+                       once[i].once, kn);
+            ok = 0;
+        }
+        passed += ok;
+    }
+    debug_set("e4m3_once", NULL);
+    debug_set("dequant_rows", NULL);
+    printf("     %d of %d strict 16-bit TMA GEMM cases within their bounds\n", passed, n + n_once);
 }
 
 static void test_wgmma_strict(void) {
@@ -1038,7 +1074,7 @@ static void test_dequant(void) {
 }
 
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
-   (kernel=fp8), ragged M/K/N against its 128 x 256 tiles and
+   (kernel=fp8), ragged M/K/N against its 128 x 128 / 192 / 256 tiles and
    128-element K stages, both activation types, every output type,
    accumulate, strided rows, packed on the fly; then the default threshold
    (small M stays on the strict kernels).  Elsewhere relaxed runs strict. */
@@ -1084,6 +1120,7 @@ static void test_relaxed_fp8(void) {
         {"5", "", "", "", "", "0"},  {"", "", "", "1", "", "0"},  {"", "", "", "", "0", "0"}};
     static const char *const sched_env[6] = {"fp8_ctas", "pdl",         "fp8_lag",
                                              "fp8_sk",   "fp8_persist", "fp8_cluster"};
+    debug_set("fp8_bn", "256"); /* the schedules and clusters below are the wide tile's */
     for (int o = 0; o < (int)(sizeof sched / sizeof sched[0]); o++) {
         for (int e = 0; e < 6; e++) debug_set(sched_env[e], sched[o][e]);
         gpu_case c = {"e4m3-ch", o % 2 ? TOPS_DT_BF16 : TOPS_DT_F16,
@@ -1137,6 +1174,40 @@ static void test_relaxed_fp8(void) {
         passed += ok;
     }
     for (int e = 0; e < 6; e++) debug_set(sched_env[e], NULL);
+    /* The 128- and 192-channel tiles (the plan's widths up to M = 256 on
+       large GPUs) forced: persistent CTAs walking several tiles (grid
+       capped), the lagged second warpgroup, a whole grid, one CTA a tile;
+       ragged M, N and K (stream-K stays with the 256-channel tiles: with
+       128 it measured 1.2-1.3x slower at M = 32 .. 128). */
+    static const struct {
+        const char *bn, *ctas, *lag, *persist;
+        int64_t m, k, n;
+    } widths[] = {{"128", "5", "", "", 300, 520, 776}, {"192", "3", "1", "", 129, 1000, 520},
+                  {"128", "", "1", "", 64, 256, 264},  {"192", "", "", "", 200, 130, 600},
+                  {"128", "", "", "0", 100, 300, 200}, {"192", "", "", "0", 300, 520, 776}};
+    for (int o = 0; o < (int)(sizeof widths / sizeof widths[0]); o++) {
+        debug_set("fp8_bn", widths[o].bn);
+        debug_set("fp8_ctas", widths[o].ctas);
+        debug_set("fp8_lag", widths[o].lag);
+        debug_set("fp8_persist", widths[o].persist);
+        gpu_case c = {"e4m3-ch", o % 2 ? TOPS_DT_BF16 : TOPS_DT_F16,
+                      o % 3 == 0 ? TOPS_DT_F32 : o % 3 == 1 ? TOPS_DT_F16 : TOPS_DT_BF16, widths[o].m, widths[o].k,
+                      widths[o].n, 0, 0, 1, 1, 0};
+        cases++;
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        char want[32];
+        snprintf(want, sizeof want, "%s-channel tiles", widths[o].bn);
+        if (fp8_gpu && widths[o].persist[0] != '0' && !strstr(kn, want)) {
+            TH_FAIL_AT("relaxed e4m3-ch fp8_bn=%s ran %s", widths[o].bn, kn);
+            ok = 0;
+        }
+        passed += ok;
+    }
+    debug_set("fp8_bn", NULL);
+    debug_set("fp8_ctas", NULL);
+    debug_set("fp8_lag", NULL);
+    debug_set("fp8_persist", NULL);
     /* The quantizer's register-resident rows at K = 6000 (4 loads a thread,
        the last partly past K), then the loop kernel with a division per
        element (fp8_quant=0) at K = 4104; then 2 and 4 rows a
