@@ -59,6 +59,48 @@ cudaError_t launch_dequant(const Params &p, int code, int tile0, int tiles, floa
     return cudaGetLastError();
 }
 
+// The codes alone, exact in the activations' 16-bit type (4- and 8-bit
+// integers), laid out as dequant_kernel's values; chunk_k K elements a chunk
+// (64 for 4-bit codes, 32 for 8-bit), k16 steps j < chunk_k / 16.
+template <int CODE, bool BF16>
+__global__ void __launch_bounds__(256) codes_kernel(const Params p, int tile0, int tiles, long long ldw,
+                                                    uint16_t *out) {
+    constexpr int kChunk = CODE == TOPS__CU_CODE_U4 ? 64 : 32;
+    const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= (long long)tiles * p.chunks * 32) return;
+    const int lane = (int)(f & 31), gid = lane >> 2, tig = lane & 3;
+    const long long tc = f >> 5;
+    const int c = (int)(tc % p.chunks), tl = (int)(tc / p.chunks);
+    const uint4 w = p.w[((long long)(tile0 + tl) * p.chunks + c) * 32 + lane];
+#pragma unroll
+    for (int j = 0; j < kChunk / 16; j++) {
+        uint32_t a[4];
+        decode_step<CODE, BF16>(w, j, a);
+        const int kk = c * kChunk + j * 16 + tig * 4;
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            const long long row = (long long)tl * 16 + gid + 8 * (r & 1);
+            *reinterpret_cast<uint32_t *>(out + row * ldw + kk + 2 * (r >> 1)) = a[r];
+        }
+    }
+}
+
+// The scales of rows [16 tile0, + rows) as f32 [groups2][rows_ld]: group g
+// of row r at plane[g * rows_ld + r]; groups past the format's are zero.
+__global__ void __launch_bounds__(256) scales_kernel(const Params p, int tile0, int rows, int rows_ld, int groups2,
+                                                     float *plane) {
+    const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= (long long)groups2 * rows_ld) return;
+    const int g = (int)(f / rows_ld), r = (int)(f % rows_ld);
+    float v = 0.0f;
+    if (g < p.groups && r < rows) {
+        const int tile = tile0 + r / 16, lr = r % 16;
+        v = scale_entry(p.scales + (size_t)tile * p.scale_tile_bytes, p.scale_kind,
+                        (size_t)g * 16 + 2 * (lr % 8) + lr / 8);
+    }
+    plane[f] = v;
+}
+
 // Workspace cap: slices of output channels so the 16-bit copy stays within it.
 constexpr size_t kDequantBytes = (size_t)128 << 20;
 
@@ -121,5 +163,87 @@ extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char *
     if (err == cudaSuccess)
         set_last_kernel(bf16 ? "weights dequantized to bf16 [n, k], then the bf16 TMA GEMM (wgmma, both operands by TMA)"
                              : "weights dequantized to f16 [n, k], then the f16 TMA GEMM (wgmma, both operands by TMA)");
+    return (int)err;
+}
+
+// Strict integer codes with scales in groups (int4-gG, q4_0, int8-gG,
+// q8_0, ... with G = 32, 64 or 128) at large M (matmul.c, use_grouped): the
+// codes become 16-bit values of the activations' type once (exact), the
+// scales an f32 plane, and the persistent TMA GEMM sums each group apart and
+// scales it in f32 (fp8_gemm.cu, tops__cu_h16_grouped_launch): the strict
+// semantics, with the register-A kernels' per-tile decode gone.
+// cudaErrorNotSupported, launching nothing, where that GEMM cannot run.
+extern "C" int tops__cu_grouped_gemm(const tops__cu_matmul_args *a, const char **what) {
+    if ((a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_I8) || !a->has_scales || a->groups < 2 ||
+        (a->group != 32 && a->group != 64 && a->group != 128))
+        return (int)cudaErrorNotSupported;
+    const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    if (!device_is_sm90a() || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 || a->m > 0x7FFFFFFF / 2 ||
+        a->accumulate || (uintptr_t)a->out % 16 != 0 || (a->ldo * esz) % 16 != 0)
+        return (int)cudaErrorNotSupported;
+    Params p;
+    if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    const bool bf16 = a->x_bf16 != 0;
+    // Units of two groups: the scale plane holds an even count of groups
+    // covering k_pad rounded up to whole units.
+    const long long kunit = 2LL * a->group, groups2 = (a->k_pad + kunit - 1) / kunit * 2;
+    const long long row_bytes = a->k_pad * 2 + groups2 * 4;
+    long long slice = (long long)(kDequantBytes / (size_t)row_bytes) / 256 * 256;
+    if (slice < 256) slice = 256;
+    const long long forced = tops__cu_tune(TOPS__CU_T_DEQUANT_ROWS); // debug key dequant_rows (tests)
+    if (forced > 0) slice = (forced + 15) / 16 * 16;
+    if (slice > a->n_pad) slice = a->n_pad;
+    // The plane's rows: whole 128-channel tiles (the GEMM reads a tile's
+    // scales whole; channels past the slice read zeros).
+    const long long slice_ld = (slice + 127) / 128 * 128;
+    unsigned char *ws = nullptr;
+    cudaError_t err = cudaMallocAsync(reinterpret_cast<void **>(&ws),
+                                      (size_t)(slice * a->k_pad * 2 + groups2 * slice_ld * 4), stream);
+    if (err == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        return (int)cudaErrorNotSupported;
+    }
+    if (err != cudaSuccess) {
+        *what = "cudaMallocAsync of the 16-bit codes";
+        return (int)err;
+    }
+    uint16_t *codes = reinterpret_cast<uint16_t *>(ws);
+    float *plane = reinterpret_cast<float *>(ws + (size_t)slice * (size_t)a->k_pad * 2); // k_pad: a multiple of 64
+    for (long long n0 = 0; n0 < a->n && err == cudaSuccess; n0 += slice) {
+        const long long rows = a->n - n0 < slice ? a->n - n0 : slice;
+        const int tiles = (int)((rows + 15) / 16), tile0 = (int)(n0 / 16);
+        const long long threads = (long long)tiles * p.chunks * 32;
+        const unsigned blocks = (unsigned)((threads + 255) / 256);
+        if (a->code == TOPS__CU_CODE_U4)
+            bf16 ? codes_kernel<TOPS__CU_CODE_U4, true><<<blocks, 256, 0, stream>>>(p, tile0, tiles, a->k_pad, codes)
+                 : codes_kernel<TOPS__CU_CODE_U4, false><<<blocks, 256, 0, stream>>>(p, tile0, tiles, a->k_pad, codes);
+        else
+            bf16 ? codes_kernel<TOPS__CU_CODE_I8, true><<<blocks, 256, 0, stream>>>(p, tile0, tiles, a->k_pad, codes)
+                 : codes_kernel<TOPS__CU_CODE_I8, false><<<blocks, 256, 0, stream>>>(p, tile0, tiles, a->k_pad, codes);
+        const int rows_ld = (int)((rows + 127) / 128 * 128);
+        const long long sthreads = groups2 * rows_ld;
+        scales_kernel<<<(unsigned)((sthreads + 255) / 256), 256, 0, stream>>>(p, tile0, (int)rows, rows_ld,
+                                                                            (int)groups2, plane);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) {
+            *what = "the code and scale conversion launches";
+            break;
+        }
+        tops__cu_matmul_args s = *a;
+        s.n = rows;
+        s.n_pad = (long long)tiles * 16;
+        s.out = static_cast<char *>(a->out) + (size_t)n0 * esz;
+        const tops__cu_fp8_args h = {&s, codes, nullptr, 0};
+        err = (cudaError_t)tops__cu_h16_grouped_launch(&h, plane, rows_ld, a->group, what);
+    }
+    cudaError_t e2 = cudaFreeAsync(ws, stream);
+    if (err == cudaSuccess && e2 != cudaSuccess) {
+        err = e2;
+        *what = "cudaFreeAsync of the 16-bit codes";
+    }
+    if (err == cudaSuccess)
+        set_last_kernel(bf16 ? "codes converted to bf16 [n, k] once, then the bf16 TMA GEMM with grouped scales"
+                             : "codes converted to f16 [n, k] once, then the f16 TMA GEMM with grouped scales");
     return (int)err;
 }
