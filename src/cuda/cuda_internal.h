@@ -51,7 +51,6 @@ enum {
     TOPS__CU_T_WIDE_MIN_M,
     TOPS__CU_T_DEQUANT_MIN_M,
     TOPS__CU_T_E4M3_ONCE_MIN_M,
-    TOPS__CU_T_GROUPED_MIN_M,
     /* settled launcher choices (no override) */
     TOPS__CU_T_WARPS_PER_SM,
     TOPS__CU_T_WGMMA_STRICT,
@@ -88,7 +87,6 @@ enum {
     TOPS__CU_T_Q8_PAIRS,
     TOPS__CU_T_DEQUANT_ROWS,
     TOPS__CU_T_E4M3_ONCE,
-    TOPS__CU_T_GROUPED,
     TOPS__CU_T_COUNT
 };
 /* Values of TOPS__CU_T_KERNEL (debug key kernel=wbulk|wstream|wgmma|q8|fp8|h16). */
@@ -338,16 +336,6 @@ int tops__cu_h16_launch(const tops__cu_fp8_args *a, const char **what);
    exact), then tops__cu_h16_launch on them.  cudaErrorNotSupported,
    launching nothing, where that GEMM cannot run or memory pools are absent. */
 int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what);
-/* Strict integer codes with scales in groups of 32, 64 or 128 at large M
-   (dequant.cu): the codes converted once to the activations' 16-bit type,
-   the scales to an f32 plane, then tops__cu_h16_grouped_launch: each
-   group's sum scaled in f32 inside the GEMM.  cudaErrorNotSupported,
-   launching nothing, where it does not apply. */
-int tops__cu_grouped_gemm(const tops__cu_matmul_args *a, const char **what);
-/* The persistent TMA GEMM on 16-bit integer codes [n, k_pad] (f->weights)
-   with f32 group scales gscale[g * gstride + n] (fp8_gemm.cu). */
-int tops__cu_h16_grouped_launch(const tops__cu_fp8_args *f, const float *gscale, long long gstride, int group,
-                                const char **what);
 /* f32 activations for the 16-bit kernels (convert.cu).  Row i of x [m, k]
    (row stride ldx) becomes `terms` rows of out [terms * m, ldo] (f16, or
    bf16 where bf16 = 1; ldo >= k, a multiple of 8, columns k .. ldo - 1

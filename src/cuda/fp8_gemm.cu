@@ -32,7 +32,6 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 #include <cstdio>
-#include <cstring>
 
 #ifdef TOPS_CU_WGMMA
 #define TOPS_FP8_WGMMA 1
@@ -77,11 +76,6 @@ struct GemmParams {
     int a_rows;   // rows of the activation box (CL = 1): kBM, or M rounded up to 8 below kBM (no zero-fill)
     unsigned *flags;  // stream-K: per CTA, 1 once its partial tile is in partials (zeroed by quant_rows)
     float *partials;  // stream-K: per CTA one 128 x 256 f32 partial tile, in accumulator order
-    // Grouped scales (the GS > 0 kernels): the weights are integer codes, the
-    // f32 scale of group g (G = 16 GS elements of K) and channel c at
-    // gscale[g * gstride + c], zero past the last group.
-    const float *gscale;
-    long long gstride;
 };
 
 // ---- activations to e4m3 ---------------------------------------------------
@@ -394,22 +388,6 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t d
                      : "l"(da), "l"(db));
 }
 
-// The same for 16-bit operands, D = A B (SCALE_D 0) or D += A B (1), the
-// choice in the instruction (a run-time scale-d makes ptxas serialize, C7520).
-template <int ET, int SCALE_D>
-__device__ __forceinline__ void wgmma_ss16(float (&d)[64], uint64_t da, uint64_t db) {
-    static_assert(ET != kE4M3, "16-bit operands");
-    if constexpr (ET == kF16)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " TOPS_D64_REGS ", %64, %65, %66, 1, 1, 0, 0;\n"
-                     : TOPS_D64_OUT
-                     : "l"(da), "l"(db), "n"(SCALE_D));
-    else
-        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TOPS_D64_REGS
-                     ", %64, %65, %66, 1, 1, 0, 0;\n"
-                     : TOPS_D64_OUT
-                     : "l"(da), "l"(db), "n"(SCALE_D));
-}
-
 #define TOPS_D96_OUT "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
 #define TOPS_D96_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}"
 template <int ET>
@@ -677,86 +655,6 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
         }
         if (lane0) release((it - 1) % STAGES, 0);
     }
-    // consume() for integer codes with scales in groups of G = 16 GS
-    // elements of K (16-bit operands, 128-channel tiles, CL = 1): each group's
-    // products summed in their own f32 tile (t0, t1 in turn), then d += t x
-    // the group's channel scales in f32, the format's semantics.  A unit is
-    // two groups (GS / 2 stages); while one group's wgmmas run, the other
-    // tile is scaled into d.  k1: stages, a multiple of GS / 2.  sc: this
-    // thread's first column in group 0 (columns 8 j + 2 (lane % 4) + {0, 1}).
-    template <int GS>
-    __device__ __forceinline__ void consume_grouped(float (&d)[BN / 2], int cw, int k1, unsigned &it, const float *sc,
-                                                    long long gstride) const {
-        static_assert(BN == 128 && CL == 1 && CV == 0 && ET != kE4M3 && GS >= 2 && GS % 2 == 0, "grouped scales");
-        constexpr int US = GS / 2; // stages a unit
-        const bool lane0 = (threadIdx.x & 31) == 0;
-        float t0[64], t1[64];
-#pragma unroll
-        for (int i = 0; i < 64; i++) d[i] = 0.0f;
-        // d += t x the scales of group g
-        auto scale_in = [&](float (&t)[64], long long g) {
-            const float *row = sc + g * gstride;
-#pragma unroll
-            for (int j = 0; j < 16; j++) {
-                const float2 s2 = __ldg(reinterpret_cast<const float2 *>(row + 8 * j));
-                d[4 * j] = fmaf(t[4 * j], s2.x, d[4 * j]);
-                d[4 * j + 1] = fmaf(t[4 * j + 1], s2.y, d[4 * j + 1]);
-                d[4 * j + 2] = fmaf(t[4 * j + 2], s2.x, d[4 * j + 2]);
-                d[4 * j + 3] = fmaf(t[4 * j + 3], s2.y, d[4 * j + 3]);
-            }
-        };
-        // Group h (0: t0, 1: t1) of the unit at stage u0: its GS k16 steps,
-        // waiting for each stage as it begins (with GS = 2 both groups share
-        // one stage: the first waits), the first step overwriting t.
-        auto issue = [&](float (&t)[64], unsigned u0, int h) {
-            wgmma_fence();
-#pragma unroll
-            for (int q = 0; q < GS; q++) {
-                const int step = h * GS + q;
-                const unsigned x = u0 + step / 4, slot = x % STAGES;
-                if (step % 4 == 0) mbar_wait(&full[slot], (x / STAGES) & 1);
-                const uint64_t da = desc_sw128(sa + slot * kStageA + cw * 64 * kBK + 32 * (step % 4)),
-                               db = desc_sw128(sb + slot * kStageB + 32 * (step % 4));
-                if (q == 0) wgmma_ss16<ET, 0>(t, da, db);
-                else wgmma_ss16<ET, 1>(t, da, db);
-            }
-            wgmma_commit();
-        };
-        // Slots of the unit at u0 done with: group 0's (GS >= 4), group 1's
-        // (with GS = 2, the one slot both share).
-        auto release_half = [&](unsigned u0, int h) {
-            if (lane0 && (US > 1 || h == 1))
-                for (unsigned q = u0 + (US > 1 ? h * (US / 2) : 0); q < u0 + (US > 1 ? (h + 1) * (US / 2) : 1); q++)
-                    release(q % STAGES, 0);
-        };
-        // Every wait_group 1 retires a known group (ptxas serializes the
-        // wgmmas otherwise, C7514): A(0) first, then per unit B(u), A(u + 1).
-        const int units = k1 / US;
-        if (units < 1) return;
-        issue(t0, it, 0);
-        for (int u = 0; u + 1 < units; u++, it += US) {
-            issue(t1, it, 1);
-            wgmma_wait<1>(); // A(u)
-            fence_regs(t0);
-            scale_in(t0, 2LL * u);
-            release_half(it, 0);
-            issue(t0, it + US, 0);
-            wgmma_wait<1>(); // B(u)
-            fence_regs(t1);
-            scale_in(t1, 2LL * u + 1);
-            release_half(it, 1);
-        }
-        issue(t1, it, 1);
-        wgmma_wait<1>();
-        fence_regs(t0);
-        scale_in(t0, 2LL * units - 2);
-        release_half(it, 0);
-        wgmma_wait<0>();
-        fence_regs(t1);
-        scale_in(t1, 2LL * units - 1);
-        release_half(it, 1);
-        it += US;
-    }
 };
 
 __device__ __forceinline__ unsigned char *align1024(unsigned char *p) {
@@ -935,7 +833,7 @@ __device__ __forceinline__ unsigned flag_acquire(const unsigned *f) {
 // output (no accumulate); the output map clips ragged M and N.
 // CL = 2: launched in clusters of two that share one operand tile per stage
 // (Ring, place): half the L2 reads of that operand.
-template <typename OutT, int CL, int BN, int STAGES, int ET, int CV, int GS = 0>
+template <typename OutT, int CL, int BN, int STAGES, int ET, int CV>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_persistent(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
                         const __grid_constant__ CUtensorMap map_c, const GemmParams p) {
@@ -946,10 +844,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStagingBytes), *lag_bar = bars + R::kBars;
     const R ring(smem, bars, p.a_rows);
     const int wg = threadIdx.x / 128;
-    // Grouped scales: whole units of two groups (the stages past K read zeros).
-    const int ktiles = GS > 0 ? ((p.k + R::kKS - 1) / R::kKS + GS / 2 - 1) / (GS / 2) * (GS / 2)
-                              : (p.k + R::kKS - 1) / R::kKS,
-              tiles = p.tiles_m * p.tiles_n;
+    const int ktiles = (p.k + R::kKS - 1) / R::kKS, tiles = p.tiles_m * p.tiles_n;
     const uint32_t rank = CL > 1 ? cluster_rank() : 0;
     // Work units: tiles, or with clusters tile pairs (dp_tiles of them).
     const int units = CL > 1 ? p.dp_tiles : tiles, first = (int)blockIdx.x / CL, step = (int)gridDim.x / CL;
@@ -1019,9 +914,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                 cs[q].x = !p.ch_scale ? 1.0f : col < p.n ? p.ch_scale[col] : 0.0f;
                 cs[q].y = !p.ch_scale ? 1.0f : col + 1 < p.n ? p.ch_scale[col + 1] : 0.0f;
             }
-            if constexpr (GS > 0)
-                ring.template consume_grouped<GS>(d, cw, w.k1, it, p.gscale + tn * BN + 2 * (lane & 3), p.gstride);
-            else if constexpr (CV > 0) ring.consume_cv(d, cw, w.k0, w.k1, it, false);
+            if constexpr (CV > 0) ring.consume_cv(d, cw, w.k0, w.k1, it, false);
             else ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first_tile ? lag_bar : nullptr, false, rank);
 
             // Stream-K: a piece that does not end the tile leaves its sums
@@ -1416,8 +1309,6 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
     p.flags = flags;
     p.partials = partials;
     p.a_rows = a_rows;
-    p.gscale = nullptr;
-    p.gstride = 0;
     if (ET != kE4M3) p.lag = 0;
     if (persist)
         return a->out_dtype == TOPS_DT_F32 ? launch_persistent<float, ET, CV>(ma, mb, mc, p, pl, shape, stream, what)
@@ -1598,90 +1489,6 @@ extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what
                                           stream, what)
                          : run_gemm<kBF16>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
                                            stream, what);
-    return (int)err;
-}
-
-namespace {
-// The grouped-scale persistent kernel for OutT, ET and GS (128-channel tiles).
-template <typename OutT, int ET, int GS>
-cudaError_t launch_grouped_t(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, const GemmParams &p,
-                             int grid, cudaStream_t stream, const char **what) {
-    using S = Shape<kNarrow, 0>;
-    static unsigned char raised[64];
-    PersistKernel kernel = fp8_gemm_persistent<OutT, 1, S::BN, S::STAGES, ET, 0, GS>;
-    cudaError_t err = raise_smem(kernel, persist_smem<RingOf<kNarrow, ET, 0>>(), raised, what);
-    if (err != cudaSuccess) return err;
-    err = tops_cu::launch_kernel(kernel, dim3((unsigned)grid), dim3(kThreads), persist_smem<RingOf<kNarrow, ET, 0>>(),
-                                 stream, false, 1, ma, mb, mc, p);
-    if (err != cudaSuccess) *what = "the grouped-scale TMA GEMM launch";
-    return err;
-}
-template <typename OutT, int ET>
-cudaError_t launch_grouped_g(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, const GemmParams &p,
-                             int grid, int gs, cudaStream_t stream, const char **what) {
-    return gs == 2   ? launch_grouped_t<OutT, ET, 2>(ma, mb, mc, p, grid, stream, what)
-           : gs == 4 ? launch_grouped_t<OutT, ET, 4>(ma, mb, mc, p, grid, stream, what)
-                     : launch_grouped_t<OutT, ET, 8>(ma, mb, mc, p, grid, stream, what);
-}
-template <int ET>
-cudaError_t launch_grouped_e(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, const GemmParams &p,
-                             int grid, int gs, int out_dtype, cudaStream_t stream, const char **what) {
-    return out_dtype == TOPS_DT_F32   ? launch_grouped_g<float, ET>(ma, mb, mc, p, grid, gs, stream, what)
-           : out_dtype == TOPS_DT_F16 ? launch_grouped_g<__half, ET>(ma, mb, mc, p, grid, gs, stream, what)
-                                      : launch_grouped_g<__nv_bfloat16, ET>(ma, mb, mc, p, grid, gs, stream, what);
-}
-} // namespace
-
-// Integer codes as 16-bit values [n, k_pad] (f->weights, the activations'
-// type) with f32 scales in groups of `group` elements of K (32, 64 or 128;
-// gscale [groups][gstride], zero past the last group up to an even count):
-// the persistent GEMM on 128-channel tiles, each group summed apart and
-// scaled into the f32 accumulators.  cudaErrorNotSupported, launching
-// nothing, where the persistent kernel cannot write the output (accumulate,
-// unaligned rows) or TMA cannot read the operands.
-extern "C" int tops__cu_h16_grouped_launch(const tops__cu_fp8_args *f, const float *gscale, long long gstride,
-                                           int group, const char **what) {
-    const tops__cu_matmul_args *a = f->io;
-    const int gs = group / 16;
-    if (a->m < 1 || a->m > 0x7FFFFFFF / 2 || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 ||
-        !tops_cu::sm90::tensor_map_encoder() || (gs != 2 && gs != 4 && gs != 8) || group % 16 != 0)
-        return (int)cudaErrorNotSupported;
-    CUtensorMap mc;
-    if (!persistent_ok(a, &mc)) return (int)cudaErrorNotSupported;
-    const int et = a->x_bf16 ? kBF16 : kF16;
-    const PersistPlan pl = plan_persistent((int)a->m, (int)a->n, 128, 0, 0, false);
-    const int a_rows = a->m < kBM ? (int)((a->m + 7) / 8 * 8) : kBM;
-    CUtensorMap ma, mb;
-    const bool maps = et == kF16 ? make_map<kF16>(&ma, a->x, (int)a->m, (int)a->k, a->ldx * 2, a_rows) &&
-                                       make_map<kF16>(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad * 2, 128)
-                                 : make_map<kBF16>(&ma, a->x, (int)a->m, (int)a->k, a->ldx * 2, a_rows) &&
-                                       make_map<kBF16>(&mb, f->weights, (int)a->n, (int)a->k, a->k_pad * 2, 128);
-    if (!maps) {
-        *what = "cuTensorMapEncodeTiled for the grouped-scale GEMM's operands";
-        return (int)cudaErrorInvalidValue;
-    }
-    GemmParams p;
-    memset(&p, 0, sizeof p);
-    p.global = a->global_scale;
-    p.out = a->out;
-    p.ldo = a->ldo;
-    p.out_dtype = a->out_dtype;
-    p.m = (int)a->m;
-    p.n = (int)a->n;
-    p.k = (int)a->k;
-    p.tiles_m = pl.tiles_m;
-    p.tiles_n = pl.tiles_n;
-    p.dp_tiles = pl.dp_tiles;
-    p.a_rows = a_rows;
-    p.gscale = gscale;
-    p.gstride = gstride;
-    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
-    const cudaError_t err =
-        et == kF16 ? launch_grouped_e<kF16>(ma, mb, mc, p, pl.grid, gs, a->out_dtype, stream, what)
-                   : launch_grouped_e<kBF16>(ma, mb, mc, p, pl.grid, gs, a->out_dtype, stream, what);
-    if (err == cudaSuccess)
-        tops_cu::set_last_kernel(et == kF16 ? "f16 persistent, grouped scales, 128-channel tiles"
-                                            : "bf16 persistent, grouped scales, 128-channel tiles");
     return (int)err;
 }
 

@@ -124,7 +124,6 @@ static const struct tuning_entry {
     [TOPS__CU_T_WIDE_MIN_M] = {NULL, 128},         /* one-ring wgmma: 8-bit codes (16-bit and e4m3 when forced) */
     [TOPS__CU_T_DEQUANT_MIN_M] = {NULL, 1024},     /* folded 4-bit weights dequantized, then the 16-bit TMA GEMM */
     [TOPS__CU_T_E4M3_ONCE_MIN_M] = {NULL, 1024},   /* strict e4m3 codes converted once, then the 16-bit TMA GEMM */
-    [TOPS__CU_T_GROUPED_MIN_M] = {NULL, 1024},     /* integer codes in scale groups converted once, the grouped-scale GEMM */
     /* settled launcher choices */
     [TOPS__CU_T_WARPS_PER_SM] = {NULL, 16},  /* wstream: split K until this many warps an SM stream */
     [TOPS__CU_T_WGMMA_STRICT] = {NULL, 1},   /* unfolded 4-bit codes on the two-ring pipeline */
@@ -161,7 +160,6 @@ static const struct tuning_entry {
     [TOPS__CU_T_Q8_PAIRS] = {"q8_pairs", 1},         /* chunk pairs at 64 tokens */
     [TOPS__CU_T_DEQUANT_ROWS] = {"dequant_rows", 0}, /* 0: channels a dequantized slice as the 128 MB workspace allows */
     [TOPS__CU_T_E4M3_ONCE] = {"e4m3_once", RULE},   /* strict e4m3 codes converted once: 1 always, 0 never (rule: from E4M3_ONCE_MIN_M) */
-    [TOPS__CU_T_GROUPED] = {"grouped", RULE},       /* the grouped-scale GEMM: 1 always, 0 never (rule: from GROUPED_MIN_M) */
 };
 
 static const char *const kernel_names[] = {"auto", "wbulk", "wstream", "wgmma", "q8", "fp8", "h16"};
@@ -344,21 +342,6 @@ static int use_dequant(int64_t m, int fold) {
     return m >= tops__cu_tune(TOPS__CU_T_DEQUANT_MIN_M);
 }
 
-/* Integer codes (4- and 8-bit) with scales in groups of 32, 64 or 128 and
-   no one-term fold, from GROUPED_MIN_M: the codes converted once to 16-bit,
-   the scales to an f32 plane, then the TMA GEMM that scales each group's sum
-   in f32 (dequant.cu, tops__cu_grouped_gemm).  Debug key grouped=1 forces
-   it at every M, grouped=0 keeps it off; a kernel= name keeps it off. */
-static int use_grouped(const tops__cuda_packed *pk, int64_t m, int fold) {
-    if (fold == 1 || !tops__cuda_is_sm90a(pk->device) ||
-        (pk->code != TOPS__CU_CODE_U4 && pk->code != TOPS__CU_CODE_I8) || !pk->has_scales || pk->groups < 2 ||
-        (pk->group != 32 && pk->group != 64 && pk->group != 128))
-        return 0;
-    const long long f = tops__cu_tune(TOPS__CU_T_GROUPED);
-    if (f != RULE) return f == 1;
-    return forced_kernel() == TOPS__CU_KERNEL_AUTO && m >= tops__cu_tune(TOPS__CU_T_GROUPED_MIN_M);
-}
-
 /* The 4-bit FP8 kernel (wgmma_q8.cu): relaxed, weights with the q8 layout,
    M >= Q8_MIN_M (H200, 2026-11-30 00:21 UTC, same call, us at M = 16 / 17 /
    31: q8 forced 19.9 / 20.0 / 20.1 int4-g128, 15.6 / 15.6 / 15.9 mxfp4; the
@@ -383,8 +366,6 @@ static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed,
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, bf16, relaxed, &shift);
     if (use_dequant(m, fold)) return "weights dequantized to 16-bit, then wgmma f16/bf16, both operands by TMA";
-    if (use_grouped(pk, m, fold))
-        return "integer codes converted once to 16-bit, then wgmma f16/bf16 with grouped scales, both operands by TMA";
     if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold == 2 ? "wgmma m64nNk16, folded scales in two exact terms, weights from registers + TMA"
            : fold    ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
@@ -405,8 +386,6 @@ static int launch_plan(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int
     if (err == (int)cudaErrorNotSupported) {
         a->fold = use_fold(pk, a->x_bf16, relaxed, &a->fold_shift);
         err = use_dequant(a->m, a->fold) ? tops__cu_dequant_gemm(a, what) : (int)cudaErrorNotSupported;
-        if (err == (int)cudaErrorNotSupported)
-            err = use_grouped(pk, a->m, a->fold) ? tops__cu_grouped_gemm(a, what) : (int)cudaErrorNotSupported;
         if (err == (int)cudaErrorNotSupported)
             err = use_wgmma(a->m, a->fold, a->code, pk->group) ? tops__cu_wgmma_launch(a, what) : (int)cudaErrorNotSupported;
     }

@@ -1006,64 +1006,6 @@ static void test_wgmma_folded(void) {
            passed, n + 5, fold_worst, bound_for(TOPS_DT_F32), FOLD_REL_L2);
 }
 
-/* Integer codes with scales in groups (int4-gG, q4_0, q4_1, int8-gG,
-   q8_0; G = 32, 64, 128) converted once to 16-bit, then the TMA GEMM that
-   scales each group's sum in f32 (dequant.cu, tops__cu_grouped_gemm):
-   forced at small M (grouped=1) within the strict bounds, ragged M, N and K
-   (K not a whole unit of two groups), both activation types, every output,
-   packed on the fly, channel slices (dequant_rows), capped grids
-   (fp8_ctas: a CTA walks several tiles); the cases that must not take it
-   (accumulate, grouped=0, mxfp4); and the plan: int8-g32 from M = 1024. */
-static void test_grouped(void) {
-    if (!fp8_gpu) {
-        printf("     skip: the grouped-scale TMA GEMM needs compute capability 9.0\n");
-        return;
-    }
-    th_rng r = th_seed();
-    static const struct {
-        const char *format, *grouped, *rows, *ctas;
-        tops_dtype act, out;
-        int64_t m, k, n;
-        int accumulate, prepack, want;
-    } cases[] = {
-        {"int4-g32", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 33, 520, 130, 0, 1, 1},
-        {"q4_0", "1", "64", "", TOPS_DT_BF16, TOPS_DT_F16, 100, 1000, 200, 0, 1, 1},
-        {"int8-g32", "1", "", "3", TOPS_DT_F16, TOPS_DT_BF16, 300, 4096, 300, 0, 0, 1},
-        {"q8_0", "1", "48", "", TOPS_DT_BF16, TOPS_DT_F32, 129, 992, 77, 0, 1, 1},
-        {"int4-g128", "1", "", "", TOPS_DT_F16, TOPS_DT_F16, 17, 2048, 264, 0, 1, 1},
-        {"int4-g64:bf16", "1", "", "2", TOPS_DT_BF16, TOPS_DT_F32, 257, 1088, 520, 0, 1, 1},
-        {"int4-g32:e8m0", "1", "", "", TOPS_DT_F16, TOPS_DT_BF16, 130, 776, 300, 0, 0, 1},
-        {"int8-g128", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 64, 4104, 136, 0, 1, 1},
-        {"q4_1", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 100, 1024, 264, 0, 1, 1},
-        {"q4_0", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 64, 1024, 264, 1, 1, 0},
-        {"int8-g32", "0", "", "", TOPS_DT_F16, TOPS_DT_F32, 200, 1024, 264, 0, 1, 0},
-        {"mxfp4", "1", "", "", TOPS_DT_BF16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 0},
-        {"int8-g32", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 1024, 512, 192, 0, 1, 1},
-        {"int8-g32", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 1023, 512, 192, 0, 1, 0},
-    };
-    const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
-    int passed = 0;
-    for (int i = 0; i < n; i++) {
-        debug_set("grouped", cases[i].grouped);
-        debug_set("dequant_rows", cases[i].rows);
-        debug_set("fp8_ctas", cases[i].ctas);
-        gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
-                      cases[i].accumulate, cases[i].prepack, 0, 0};
-        int ok = run_case(&c, &r);
-        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        if ((strstr(kn, "grouped scales") != NULL) != cases[i].want) {
-            TH_FAIL_AT("%s act=%s M=%lld grouped=%s ran %s (want %sgrouped)", c.format, tops_dtype_name(c.act),
-                       (long long)c.m, cases[i].grouped, kn, cases[i].want ? "" : "not ");
-            ok = 0;
-        }
-        passed += ok;
-    }
-    debug_set("grouped", NULL);
-    debug_set("dequant_rows", NULL);
-    debug_set("fp8_ctas", NULL);
-    printf("     %d of %d grouped-scale GEMM cases within their bounds\n", passed, n);
-}
-
 /* Folded 4-bit weights dequantized to 16-bit, then the 16-bit TMA GEMM
    (dequant.cu): strict e2m1 (mxfp4, gguf-mxfp4, nvfp4: exact, within the
    strict bounds), relaxed 4-bit integers with f16 scales and f16
@@ -1622,10 +1564,6 @@ int main(void) {
         RUN_TEST(test_f32_left);
         TEST_MAIN_END();
     }
-    if (only && strcmp(only, "grouped") == 0) {
-        RUN_TEST(test_grouped);
-        TEST_MAIN_END();
-    }
     RUN_TEST(test_relaxed_fp8);
     if (only && strcmp(only, "fp8") == 0) TEST_MAIN_END();
     RUN_TEST(test_h16_gemm);
@@ -1635,7 +1573,6 @@ int main(void) {
     RUN_TEST(test_wgmma);
     RUN_TEST(test_wgmma_folded);
     RUN_TEST(test_dequant);
-    RUN_TEST(test_grouped);
     RUN_TEST(test_wgmma_strict);
     RUN_TEST(test_q8);
     RUN_TEST(test_f32_left);
