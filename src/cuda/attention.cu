@@ -594,17 +594,23 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
     cudaStream_t stream = (cudaStream_t)a->stream;
     p.ws = nullptr;
     p.counters = nullptr;
-    if (!plan_split(a, S::kBN, &p)) {
+    auto plain = [&]() {
         p.items = 0;
         dim3 grid((unsigned)((a->sq + kBM - 1) / kBM), (unsigned)a->heads, (unsigned)a->batch);
         kern<<<grid, kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
         return (int)cudaGetLastError();
-    }
-    // Two slots of O, maxima and sums a split tile, then its counter.
+    };
+    if (!plan_split(a, S::kBN, &p)) return plain();
+    // Two slots of O, maxima and sums a split tile, then its counter; without
+    // the memory (or memory pools) the tiles run whole.
     const size_t units = (size_t)a->batch * a->heads * p.split_tiles,
                  slots = units * 2 * (size_t)(D / 8 + 1) * 256 * sizeof(float4);
     unsigned char *ws = nullptr;
     e = cudaMallocAsync(reinterpret_cast<void **>(&ws), slots + units * sizeof(unsigned), stream);
+    if (e == cudaErrorMemoryAllocation || e == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        return plain();
+    }
     if (e != cudaSuccess) return (int)e;
     p.ws = reinterpret_cast<float *>(ws);
     p.counters = reinterpret_cast<unsigned *>(ws + slots);

@@ -1403,8 +1403,8 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
 // then this GEMM on 16-bit weights, channel scales in its epilogue.  The
 // in-kernel conversion redoes every code once per 128-token tile and
 // competes with the tensor cores for the consumers' issue slots.
-// cudaErrorNotSupported without memory pools (the caller then converts in
-// the kernel).
+// cudaErrorNotSupported without memory pools or the workspace's memory
+// (the caller then converts in the kernel).
 int h16_convert_once(const tops__cu_fp8_args *f, int et, const char **what) {
     const tops__cu_matmul_args *a = f->io;
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
@@ -1416,7 +1416,7 @@ int h16_convert_once(const tops__cu_fp8_args *f, int et, const char **what) {
     if (slice > a->n) slice = a->n;
     uint4 *ws = nullptr;
     cudaError_t err = cudaMallocAsync(reinterpret_cast<void **>(&ws), (size_t)(slice * row_bytes), stream);
-    if (err == cudaErrorNotSupported) {
+    if (err == cudaErrorNotSupported || err == cudaErrorMemoryAllocation) { // the kernel converts instead
         (void)cudaGetLastError();
         return (int)cudaErrorNotSupported;
     }
