@@ -281,6 +281,7 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
     a->window = desc->window;
     a->scale = desc->scale;
     a->softcap = desc->softcap;
+    a->sm_count = tops__cuda_sm_count(device);
     a->stream = exec->stream;
     return TOPS_OK;
 }

@@ -164,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     int m_block, h, b, split = 0, piece = 0;
     if (p.items) {
-        const int hb = p.heads * (int)(gridDim.x / ((unsigned)p.items * (unsigned)p.heads));
+        const int hb = (int)(gridDim.x / (unsigned)p.items); // heads x batch
         const int item = blockIdx.x / hb, r = blockIdx.x % hb, code = p.code[item];
         h = r % p.heads, b = r / p.heads;
         m_block = code >> 2, split = (code >> 1) & 1, piece = code & 1;
@@ -460,16 +460,6 @@ bool make_map(CUtensorMap *map, int bf16, const void *base, int d, int64_t s, in
                         strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
-int sm_count() {
-    static int cached[64];
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return (void)cudaGetLastError(), 132;
-    if (dev < 64 && cached[dev]) return cached[dev];
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) n = 132;
-    if (dev < 64) cached[dev] = n;
-    return n;
-}
-
 // The finish time of CTAs of these costs dispatched in order, each to the
 // first SM free (how the hardware places one-CTA-an-SM blocks).
 double dispatch_time(const double *cost, int n, int reps, int sms) {
@@ -506,7 +496,8 @@ bool plan_split(const tops__cu_attn_args *a, int bn, kparams *p) {
     const int mode = e && *e ? atoi(e) : 1;
     p->items = 0;
     if (mode == 0 || !a->causal || (a->window > 0 && a->window < a->sq + a->sk)) return false;
-    const long long tiles = (a->sq + kBM - 1) / kBM, hb = a->heads * a->batch, sms = sm_count();
+    const long long tiles = (a->sq + kBM - 1) / kBM, hb = a->heads * a->batch,
+                    sms = a->sm_count > 0 ? a->sm_count : 132;
     if (tiles > kMaxItems / 2 || (mode == 1 && hb * tiles > 4 * sms) || hb * tiles * 2 > 0x7FFFFFFF) return false;
     int nb[kMaxItems / 2] = {0};
     const long long off = a->sk - a->sq;

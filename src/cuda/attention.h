@@ -38,6 +38,7 @@ typedef struct tops__cu_attn_args {
     int causal;
     int64_t window;
     float scale, softcap;
+    int sm_count;       /* the device's SMs (0: unknown) */
     void *stream;
 } tops__cu_attn_args;
 

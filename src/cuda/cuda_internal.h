@@ -321,13 +321,15 @@ typedef struct tops__cu_fp8_args {
     const tops__cu_matmul_args *io; /* activations, output, shapes, mode, stream */
     const void *weights;            /* e4m3 [n, k_pad] */
     const void *ch_scales;          /* f32 [n] or NULL */
-    int codes;                      /* tops__cu_h16_launch: weights are e4m3 codes, converted in the kernel */
+    int codes;                      /* tops__cu_h16_launch: weights are e4m3 codes, converted in the kernel (1)
+                                       or once into a workspace first (2: the plan's choice at large M) */
 } tops__cu_fp8_args;
 int tops__cu_fp8_launch(const tops__cu_fp8_args *a, const char **what);
 /* Strict f16 / bf16 GEMM on the same TMA machinery (fp8_gemm.cu): the
    activations as they are, the weights row-major [n, k_pad] of their type,
    or (codes = 1) e4m3 codes [n, k_pad] converted to it in shared memory
-   with f32 channel scales (e4m3-ch) in the epilogue.  cudaErrorNotSupported,
+   (codes = 2: once into a workspace, where memory allows) with f32 channel
+   scales (e4m3-ch) in the epilogue.  cudaErrorNotSupported,
    launching nothing, where TMA cannot read the activation rows (16-byte
    aligned rows needed). */
 int tops__cu_h16_launch(const tops__cu_fp8_args *a, const char **what);

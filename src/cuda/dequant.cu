@@ -59,9 +59,6 @@ cudaError_t launch_dequant(const Params &p, int code, int tile0, int tiles, floa
     return cudaGetLastError();
 }
 
-// Workspace cap: slices of output channels so the 16-bit copy stays within it.
-constexpr size_t kDequantBytes = (size_t)128 << 20;
-
 } // namespace
 } // namespace tops_cu
 
@@ -80,11 +77,7 @@ extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char *
     const int d = a->code == TOPS__CU_CODE_E2M1 ? 14 : 0; // decode_factor's exponent
     const float pre = ldexpf(1.0f, d - a->fold_shift);
     const long long row_bytes = a->k_pad * 2;
-    long long slice = (long long)(kDequantBytes / (size_t)row_bytes) / 256 * 256;
-    if (slice < 256) slice = 256;
-    const long long forced = tops__cu_tune(TOPS__CU_T_DEQUANT_ROWS); // debug key dequant_rows (tests)
-    if (forced > 0) slice = (forced + 15) / 16 * 16;
-    if (slice > a->n_pad) slice = a->n_pad;
+    const long long slice = workspace_slice(row_bytes, 256, a->n_pad);
     uint16_t *ws = nullptr;
     cudaError_t err = cudaMallocAsync(reinterpret_cast<void **>(&ws), (size_t)(slice * row_bytes), stream);
     if (err == cudaErrorNotSupported) { // no memory pools: the register-A kernels instead

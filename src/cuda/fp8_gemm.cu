@@ -1409,11 +1409,7 @@ int h16_convert_once(const tops__cu_fp8_args *f, int et, const char **what) {
     const tops__cu_matmul_args *a = f->io;
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     const long long row_bytes = a->k_pad * 2; // k_pad: a multiple of 64
-    long long slice = (long long)(((size_t)128 << 20) / (size_t)row_bytes) / 16 * 16;
-    if (slice < 16) slice = 16;
-    const long long forced = tops__cu_tune(TOPS__CU_T_DEQUANT_ROWS); // debug key dequant_rows (tests)
-    if (forced > 0) slice = (forced + 15) / 16 * 16;
-    if (slice > a->n) slice = a->n;
+    const long long slice = tops_cu::workspace_slice(row_bytes, 16, a->n);
     uint4 *ws = nullptr;
     cudaError_t err = cudaMallocAsync(reinterpret_cast<void **>(&ws), (size_t)(slice * row_bytes), stream);
     if (err == cudaErrorNotSupported || err == cudaErrorMemoryAllocation) { // the kernel converts instead
@@ -1462,7 +1458,7 @@ extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what
         !tops_cu::sm90::tensor_map_encoder())
         return (int)cudaErrorNotSupported;
     const int et = a->x_bf16 ? kBF16 : kF16;
-    if (f->codes && tops__cu_tune_or(TOPS__CU_T_E4M3_ONCE, a->m >= tops__cu_tune(TOPS__CU_T_E4M3_ONCE_MIN_M)) == 1) {
+    if (f->codes == 2) {
         const int r = h16_convert_once(f, et, what);
         if (r != (int)cudaErrorNotSupported) return r;
     }

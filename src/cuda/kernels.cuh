@@ -524,6 +524,17 @@ bulk_fn bulk_kernel(int code, bool bf16, int mt, int tg, bool xt, int fp);
 // scale group), the name tops__cu_last_kernel reports, and the integer value
 // of a tuning variable (dflt when unset or empty).
 bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what);
+// Output channels a slice of a stream-ordered weight workspace of row_bytes
+// a channel (dequant.cu, fp8_gemm.cu's e4m3 conversion): as many as 128 MB
+// hold, a multiple of unit (at least one), at most cap; debug key
+// dequant_rows sets it (rounded up to 16, for tests).
+inline long long workspace_slice(long long row_bytes, long long unit, long long cap) {
+    long long slice = (long long)((((size_t)128) << 20) / (size_t)row_bytes) / unit * unit;
+    if (slice < unit) slice = unit;
+    const long long forced = tops__cu_tune(TOPS__CU_T_DEQUANT_ROWS);
+    if (forced > 0) slice = (forced + 15) / 16 * 16;
+    return slice > cap ? cap : slice;
+}
 // The quantizer's optional output for wgmma_q8.cu's int4 correction: per
 // token row and 128-K chunk c, -S/2 (S: the row's e4m3 codes' values summed
 // over the chunk) as f16 hi + lo, in the B tiles of a wgmma m64nNk16 f16:

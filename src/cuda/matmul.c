@@ -269,6 +269,13 @@ static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
    this GEMM took 43.8 / 54.4 there before its activation box was cut to M
    (not measured since; its 128-token tiles are 8x oversized at M = 16).
    kernel=h16 forces it at every M; any other kernel name keeps it off. */
+/* Strict e4m3 codes converted once into a workspace before the 16-bit GEMM
+   (fp8_gemm.cu, h16_convert_once) from E4M3_ONCE_MIN_M; debug key e4m3_once
+   1 / 0 forces it on / off. */
+static int e4m3_once(int64_t m) {
+    return tops__cu_tune_or(TOPS__CU_T_E4M3_ONCE, m >= tops__cu_tune(TOPS__CU_T_E4M3_ONCE_MIN_M)) == 1;
+}
+
 static int use_h16(const tops__cuda_packed *pk, int64_t m) {
     const int force = forced_kernel();
     if (force != TOPS__CU_KERNEL_AUTO && force != TOPS__CU_KERNEL_H16) return 0;
@@ -360,8 +367,7 @@ static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed,
     if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
     if (use_h16(pk, m))
         return pk->code != TOPS__CU_CODE_E4M3 ? "wgmma f16/bf16, both operands by TMA"
-               : tops__cu_tune_or(TOPS__CU_T_E4M3_ONCE, m >= tops__cu_tune(TOPS__CU_T_E4M3_ONCE_MIN_M)) == 1
-                   ? "e4m3 weights converted once to 16-bit, then wgmma f16/bf16, both operands by TMA"
+               : e4m3_once(m) ? "e4m3 weights converted once to 16-bit, then wgmma f16/bf16, both operands by TMA"
                    : "wgmma f16/bf16, e4m3 weights converted in shared memory + TMA";
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, bf16, relaxed, &shift);
@@ -379,7 +385,8 @@ static int launch_plan(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int
         tops__cu_fp8_args f = {a, pk->fp8_weights, pk->fp8_scales, 0};
         return tops__cu_fp8_launch(&f, what);
     }
-    tops__cu_fp8_args h = {a, pk->fp8_weights, pk->fp8_scales, pk->code == TOPS__CU_CODE_E4M3};
+    tops__cu_fp8_args h = {a, pk->fp8_weights, pk->fp8_scales,
+                           pk->code != TOPS__CU_CODE_E4M3 ? 0 : e4m3_once(a->m) ? 2 : 1};
     int err = use_h16(pk, a->m) ? tops__cu_h16_launch(&h, what) : (int)cudaErrorNotSupported;
     if (err == (int)cudaErrorNotSupported)
         err = use_q8(pk, a->m, relaxed) ? tops__cu_q8_launch(a, pk->q8_weights, what) : (int)cudaErrorNotSupported;
