@@ -36,16 +36,18 @@ __global__ void __launch_bounds__(256) dequant_kernel(const Params p, int tile0,
         const int kk = c * 64 + j * 16 + tig * 4, g = min(kk >> p.group_shift, p.groups - 1);
         const float s0 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid) * pre : pre;
         const float s1 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid + 1) * pre : pre;
+        uint32_t pair[4];
 #pragma unroll
         for (int r = 0; r < 4; r++) { // a[r]: row gid + 8 (r & 1), K kk + 2 (r >> 1) and the next
             const float2 v = __half22float2(bits_h2(a[r]));
             const float s = (r & 1) ? s1 : s0; // the products are exact in f32; one rounding below
-            uint32_t pair;
-            if constexpr (BF16) pair = bf2_bits(__floats2bfloat162_rn(v.x * s, v.y * s));
-            else pair = h2_bits(__floats2half2_rn(v.x * s, v.y * s));
-            const long long row = (long long)tl * 16 + gid + 8 * (r & 1);
-            *reinterpret_cast<uint32_t *>(out + row * ldw + kk + 2 * (r >> 1)) = pair;
+            if constexpr (BF16) pair[r] = bf2_bits(__floats2bfloat162_rn(v.x * s, v.y * s));
+            else pair[r] = h2_bits(__floats2half2_rn(v.x * s, v.y * s));
         }
+        // 8 bytes a row, the 4 lanes of a group 32 contiguous bytes (whole sectors)
+        const long long row = (long long)tl * 16 + gid;
+        *reinterpret_cast<uint2 *>(out + row * ldw + kk) = make_uint2(pair[0], pair[2]);
+        *reinterpret_cast<uint2 *>(out + (row + 8) * ldw + kk) = make_uint2(pair[1], pair[3]);
     }
 }
 
