@@ -258,6 +258,13 @@ static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
            (m >= tops__cu_tune(TOPS__CU_T_FP8_MIN_M) || forced_kernel() == TOPS__CU_KERNEL_FP8);
 }
 
+/* Strict e4m3 codes converted once into a workspace before the 16-bit GEMM
+   (fp8_gemm.cu, h16_convert_once) from E4M3_ONCE_MIN_M; debug key e4m3_once
+   1 / 0 forces it on / off. */
+static int e4m3_once(int64_t m) {
+    return tops__cu_tune_or(TOPS__CU_T_E4M3_ONCE, m >= tops__cu_tune(TOPS__CU_T_E4M3_ONCE_MIN_M)) == 1;
+}
+
 /* The strict 16-bit TMA GEMM (fp8_gemm.cu; f16 / bf16 products, f32
    sums): f16 / bf16 weights as they are, e4m3-ch / e4m3 codes converted to
    the activations' type in shared memory, from M = H16_MIN_M.
@@ -269,13 +276,6 @@ static int use_fp8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
    this GEMM took 43.8 / 54.4 there before its activation box was cut to M
    (not measured since; its 128-token tiles are 8x oversized at M = 16).
    kernel=h16 forces it at every M; any other kernel name keeps it off. */
-/* Strict e4m3 codes converted once into a workspace before the 16-bit GEMM
-   (fp8_gemm.cu, h16_convert_once) from E4M3_ONCE_MIN_M; debug key e4m3_once
-   1 / 0 forces it on / off. */
-static int e4m3_once(int64_t m) {
-    return tops__cu_tune_or(TOPS__CU_T_E4M3_ONCE, m >= tops__cu_tune(TOPS__CU_T_E4M3_ONCE_MIN_M)) == 1;
-}
-
 static int use_h16(const tops__cuda_packed *pk, int64_t m) {
     const int force = forced_kernel();
     if (force != TOPS__CU_KERNEL_AUTO && force != TOPS__CU_KERNEL_H16) return 0;
