@@ -497,7 +497,7 @@ bool plan_split(const tops__cu_attn_args *a, int bn, kparams *p) {
     p->items = 0;
     if (mode == 0 || !a->causal || (a->window > 0 && a->window < a->sq + a->sk)) return false;
     const long long tiles = (a->sq + kBM - 1) / kBM, hb = a->heads * a->batch,
-                    sms = a->sm_count > 0 ? a->sm_count : 132;
+                    sms = a->sm_count;
     if (tiles > kMaxItems / 2 || (mode == 1 && hb * tiles > 4 * sms) || hb * tiles * 2 > 0x7FFFFFFF) return false;
     int nb[kMaxItems / 2] = {0};
     const long long off = a->sk - a->sq;

@@ -38,7 +38,7 @@ typedef struct tops__cu_attn_args {
     int causal;
     int64_t window;
     float scale, softcap;
-    int sm_count;       /* the device's SMs (0: unknown) */
+    int sm_count;       /* the device's SMs (tops__cuda_sm_count) */
     void *stream;
 } tops__cu_attn_args;
 

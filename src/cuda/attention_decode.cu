@@ -1368,15 +1368,6 @@ static int env_int(const char *name, int dflt) {
     return e && *e ? atoi(e) : dflt;
 }
 
-static int sm_count() {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 132;
-    }
-    return n > 0 ? n : 132;
-}
-
 static void fill_kv(const tops__cu_kv &kv, const unsigned char **data, long long *sb, long long *sh, long long *ss,
                     const void **sc, long long c[4], int *st, int *mode, int *gs) {
     *data = reinterpret_cast<const unsigned char *>(kv.data);
@@ -1393,7 +1384,7 @@ static void fill_kv(const tops__cu_kv &kv, const unsigned char **data, long long
 static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm) {
     int want = env_int("TOPS_CUDA_ATTN_SPLITS", a->splits);
     if (want <= 0) {
-        const int slots = per_sm * sm_count();
+        const int slots = per_sm * tops__cuda_sm_count(-1);
         want = bhc >= slots ? 1 : slots / bhc;
     }
     const int most = (int)((a->sk + 255) / 256);

@@ -14,6 +14,7 @@
 // second kernel sums them in split order (the same bits every run), then
 // adds the bias and the old dest.
 #include "cuda/conv.h"
+#include "cuda/cuda_internal.h"
 #include "cuda/sm90.cuh"
 
 #include <cuda_bf16.h>
@@ -333,11 +334,6 @@ int grid_for(int64_t total) {
     return (int)(b < 1 ? 1 : b > 65536 ? 65536 : b);
 }
 
-int sm_count() {
-    int dev = 0, sms = 132;
-    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    return sms;
-}
 
 template <bool BF16, int BN, bool GEN> int launch_igemm(const Geo &g0, const tops__cu_conv_args *a) {
     Geo g = g0;
@@ -349,7 +345,7 @@ template <bool BF16, int BN, bool GEN> int launch_igemm(const Geo &g0, const top
     const int64_t tiles = (int64_t)gx * gy * groups;
     // Split K until about two CTAs an SM run, at least 4 K tiles a split.
     int splits = 1;
-    const int64_t want = 2 * (int64_t)sm_count();
+    const int64_t want = 2 * (int64_t)tops__cuda_sm_count(-1);
     if (tiles < want) {
         int64_t s = want / tiles, cap = g.ktiles / 4;
         if (s > cap) s = cap;

@@ -216,7 +216,6 @@ typedef struct tops__cu_matmul_args {
     int64_t ldo;
     int accumulate;
     int64_t m, n, k;
-    int sm_count;
     void *stream;
     /* wgmma_w.cu only: fold = 1 forms w = code x scale in the activations'
        type, fold = 2 the two exact terms of strict f16 scales
@@ -384,6 +383,11 @@ int tops__cu_bias_launch(const tops__cu_bias_args *a);
 /* Which kernel tops_matmul2d runs for this GPU-packed right at this M and
    precision mode (the bench prints it). */
 const char *tops__cuda_matmul_path(const tops_tensor *right, int64_t m, int relaxed);
+
+/* Multiprocessors of cuda:device, or of the current device for device < 0,
+   cached per device; 1 when it cannot be asked (grids sized by it stay
+   correct, only small).  The one copy the host code and the launchers use. */
+int tops__cuda_sm_count(int device);
 
 #ifdef __cplusplus
 }

@@ -1102,18 +1102,6 @@ cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams
     return err;
 }
 
-// Multiprocessors of the current device (cached per device).
-int sm_count() {
-    static int count[64];
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0) return (void)cudaGetLastError(), 1;
-    if (dev < 64 && count[dev]) return count[dev];
-    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
-        return (void)cudaGetLastError(), 1;
-    if (dev < 64) count[dev] = n;
-    return n;
-}
-
 // Clusters of two sharing an operand tile by TMA multicast
 // (debug key fp8_cluster: 1 the weight tile, CTAs on row-tile pairs; 2 the
 // activation tile, CTAs on column-tile pairs; 0 none, for A/B runs).  1 by
@@ -1155,7 +1143,7 @@ PersistPlan plan_persistent(int m, int n, int bn, int cl, int max_clusters, bool
         pl.sk = false;
         return pl;
     }
-    long long grid = sm_count();
+    long long grid = tops__cuda_sm_count(-1);
     if (cap > 0 && grid > cap) grid = cap;
     const long long rem = tiles % grid;
     pl.sk = sk_ok && tops__cu_tune(TOPS__CU_T_FP8_SK) == 1;
@@ -1192,7 +1180,7 @@ int max_clusters() {
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
         attr[0].val.clusterDim.x = 2, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = 1;
-        cfg.gridDim = dim3(2 * (unsigned)sm_count());
+        cfg.gridDim = dim3(2 * (unsigned)tops__cuda_sm_count(-1));
         cfg.blockDim = dim3(kThreads);
         cfg.dynamicSmemBytes = persist_smem<RingOf<kWide, ET, 0, 2>>();
         cfg.attrs = attr;
@@ -1258,7 +1246,7 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
 int pick_shape(int m, int n) {
     const long long force = tops__cu_tune(TOPS__CU_T_FP8_BN);
     if (force == 128 || force == 192 || force == 256) return force == 128 ? kNarrow : force == 192 ? kMid : kWide;
-    const long long tm = (m + kBM - 1) / kBM, sms = sm_count();
+    const long long tm = (m + kBM - 1) / kBM, sms = tops__cuda_sm_count(-1);
     static const int bns[3] = {256, 192, 128}, shapes[3] = {kWide, kMid, kNarrow};
     int best = kWide;
     long long best_cost = -1;

@@ -353,9 +353,6 @@ __device__ __forceinline__ void store_rows4_plain(const Params &p, int m0, int m
     }
 }
 
-// The launch's SM count (132, an H100 / H200's, when the caller did not say).
-inline int sms_of(const tops__cu_matmul_args *a) { return a->sm_count > 0 ? a->sm_count : 132; }
-
 // Whether store_out4 may use vector accesses: out and ldo keep every row's
 // 4-column groups aligned to 4 elements.
 __host__ __device__ inline bool out_vec4(const void *out, long long ldo, int out_dtype) {

@@ -665,7 +665,6 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         a.m = m;
         a.n = pk->n;
         a.k = k;
-        a.sm_count = tops__cuda_sm_count(device);
         a.stream = exec->stream;
         a.q8_row_factor = pk->q8_row_factor;
         const char *what = "the matmul launch";

@@ -6,6 +6,7 @@
 #include "formats/traits.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 
 /* core's tops_tensor_destroy frees what a cuda:N tensor owns through the
@@ -98,11 +99,18 @@ int tops__cuda_is_sm90a(int device) {
 }
 
 int tops__cuda_sm_count(int device) {
-    int v = 0;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
+    static _Atomic int count[64];
+    if (device < 0 && (cudaGetDevice(&device) != cudaSuccess || device < 0)) {
         (void)cudaGetLastError();
-        return 0;
+        return 1;
     }
+    int v = device < 64 ? atomic_load_explicit(&count[device], memory_order_relaxed) : 0;
+    if (v > 0) return v;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || v < 1) {
+        (void)cudaGetLastError();
+        return 1;
+    }
+    if (device < 64) atomic_store_explicit(&count[device], v, memory_order_relaxed);
     return v;
 }
 

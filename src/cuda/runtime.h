@@ -19,7 +19,6 @@ tops_status tops__cuda_check_memory(const char *fn, const char *what, const tops
 /* Makes device current, remembering the caller's; tops__cuda_leave restores it. */
 tops_status tops__cuda_enter(const char *fn, int device, int *previous);
 void tops__cuda_leave(int previous);
-int tops__cuda_sm_count(int device);
 /* Whether cuda:device is compute capability 9.0, the one the sm_90a kernels
    (wgmma, TMA) are built for; 0 when it cannot be asked. */
 int tops__cuda_is_sm90a(int device);

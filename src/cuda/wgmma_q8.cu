@@ -710,7 +710,7 @@ extern "C" int tops__cu_q8_launch(const tops__cu_matmul_args *a, const void *q8,
     // each: mxfp4 / int4-g128 at M = 256 36.1 -> 35.55 / 48.25 -> 47.73 us;
     // at M = 128, one wave, 19.63 -> 19.69 / 25.70 -> 25.75).
     // q8_look (0: all at once) overrides.
-    const int sms = sms_of(a);
+    const int sms = tops__cuda_sm_count(-1);
     p.look = (int)tops__cu_tune_or(TOPS__CU_T_Q8_LOOK, ctas > sms ? 2 : 0);
     // The consumer loop for per-chunk factors: token halves drained while
     // the other half's wgmmas run at TN = 128 (H200, 2026-11-29 22:13-22:17

@@ -150,7 +150,7 @@ void plan_wstream(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     const int warp_tasks = (p.ntiles + nt - 1) / nt;
     pl.blocks_x = (long long)((warp_tasks + kWarps - 1) / kWarps) * p.passes;
     // Enough loads in flight to cover HBM latency, at least 4 chunks per split.
-    const long long want_warps = warps_per_sm() * sms_of(a);
+    const long long want_warps = warps_per_sm() * tops__cuda_sm_count(-1);
     long long splits = (want_warps + (long long)warp_tasks * p.passes - 1) / ((long long)warp_tasks * p.passes);
     long long max_splits = p.chunks / 4 > 1 ? p.chunks / 4 : 1;
     if (splits > max_splits) splits = max_splits;
@@ -338,7 +338,7 @@ bool plan_bulk(const tops__cu_matmul_args *a, Params &p, Plan &pl) {
     const long long blocks = (long long)((p.ntiles + kBulkTiles - 1) / kBulkTiles) * p.passes;
     // Split K across blocks only when the blocks cannot fill the SMs; a
     // split is whole stages.
-    const int sms = sms_of(a);
+    const int sms = tops__cuda_sm_count(-1);
     long long splits = blocks < sms ? sms / blocks : 1;
     const long long cap = tops__cu_tune(TOPS__CU_T_BULK_SPLITS); // at most this many (tests of the ring's wrap)
     if (cap >= 1 && splits > cap) splits = cap;
