@@ -82,7 +82,7 @@ extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char *
     const long long slice = workspace_slice(row_bytes, 256, a->n_pad);
     uint16_t *ws = nullptr;
     cudaError_t err = cudaMallocAsync(reinterpret_cast<void **>(&ws), (size_t)(slice * row_bytes), stream);
-    if (err == cudaErrorNotSupported) { // no memory pools: the register-A kernels instead
+    if (err == cudaErrorNotSupported || err == cudaErrorMemoryAllocation) { // the register-A kernels instead
         (void)cudaGetLastError();
         return (int)cudaErrorNotSupported;
     }
