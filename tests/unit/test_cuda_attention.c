@@ -181,6 +181,9 @@ done:
 static void check_case(const acase *c, tops_dtype dt) {
     double rel = run_case(c, dt);
     int bf = dt == TOPS_DT_BF16;
+    if (getenv("TOPS_TEST_VERBOSE"))
+        printf("  %s B%lld H%lld/%lld Sq%lld Sk%lld D%lld causal %d: rel-L2 %.3g\n", bf ? "bf16" : "f16", (long long)c->b,
+               (long long)c->h, (long long)c->hkv, (long long)c->sq, (long long)c->sk, (long long)c->d, c->causal, rel);
     if (rel > worst[bf]) worst[bf] = rel;
     if (!(rel <= bound(dt)))
         TH_FAIL_AT("%s B%lld H%lld/%lld Sq%lld Sk%lld D%lld causal %d window %lld softcap %g bshd %d: rel-L2 %.3g > %.3g",
@@ -559,6 +562,10 @@ static void test_decode_kv(void) {
                 unsetenv("TOPS_CUDA_ATTN_RING");
                 /* per-channel scales multiply q (rounded) instead of k: twice the bound */
                 double bd = bound(dt) * (qc->per_channel ? 2 : 1);
+                if (getenv("TOPS_TEST_VERBOSE"))
+                    printf("  decode kv %s%s %s B%lld H%lld/%lld Sq%lld Sk%lld D%lld: rel-L2 %.3g\n", qc->fmt, names[pass],
+                           di ? "bf16" : "f16", (long long)qc->c.b, (long long)qc->c.h, (long long)qc->c.hkv,
+                           (long long)qc->c.sq, (long long)qc->c.sk, (long long)qc->c.d, rel);
                 if (rel > worst[di]) worst[di] = rel;
                 if (!(rel <= bd))
                     TH_FAIL_AT("decode kv %s%s%s %s B%lld H%lld/%lld Sq%lld Sk%lld D%lld causal %d: rel-L2 %.3g > %.3g", qc->fmt,
@@ -686,6 +693,9 @@ static void test_decode_lengths(void) {
                         den += ref[i] * ref[i];
                     }
                     double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+                    if (getenv("TOPS_TEST_VERBOSE"))
+                        printf("  lengths (%s, kv %s, %s): rel-L2 %.3g\n", packed ? "packed" : "kv_lens", fmts[fi],
+                               di ? "f16" : "bf16", rel);
                     if (bad || !(rel <= bound(dt)))
                         TH_FAIL_AT("lengths (%s, kv %s, %s): rel-L2 %.3g (bound %.3g), %lld bad elements",
                                    packed ? "packed" : "kv_lens", fmts[fi], di ? "f16" : "bf16", rel, bound(dt),
