@@ -51,6 +51,9 @@ enum {
     TOPS__CU_T_WIDE_MIN_M,
     TOPS__CU_T_DEQUANT_MIN_M,
     TOPS__CU_T_E4M3_ONCE_MIN_M,
+    TOPS__CU_T_RESCALED8_MIN_M,
+    TOPS__CU_T_RESCALED4_MIN_M,
+    TOPS__CU_T_RESCALED4W_MIN_M,
     /* settled launcher choices (no override) */
     TOPS__CU_T_WARPS_PER_SM,
     TOPS__CU_T_WGMMA_STRICT,
@@ -87,6 +90,7 @@ enum {
     TOPS__CU_T_Q8_PAIRS,
     TOPS__CU_T_DEQUANT_ROWS,
     TOPS__CU_T_E4M3_ONCE,
+    TOPS__CU_T_RESCALED,
     TOPS__CU_T_COUNT
 };
 /* Values of TOPS__CU_T_KERNEL (debug key kernel=wbulk|wstream|wgmma|q8|fp8|h16). */
@@ -337,6 +341,19 @@ int tops__cu_h16_launch(const tops__cu_fp8_args *a, const char **what);
    exact), then tops__cu_h16_launch on them.  cudaErrorNotSupported,
    launching nothing, where that GEMM cannot run or memory pools are absent. */
 int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what);
+/* Strict integer codes (4- and 8-bit) with f16 / f32 / e8m0 scales in K
+   groups of 32 or a multiple of 64, f16 activations, at large M
+   (dequant.cu): the codes converted once to f16, the scales to per-group
+   ratios, then tops__cu_h16_rescaled_launch; channels whose scales are not
+   finite or span more than 2^60 get their sums from a strict per-element
+   pass instead.  cudaErrorNotSupported, launching nothing, where it does
+   not apply. */
+int tops__cu_rescaled_gemm(const tops__cu_matmul_args *a, const char **what);
+/* The TMA GEMM on f16 integer codes [n, k_pad] (f->weights) whose sums are
+   rescaled between K groups: r_g of channel c at ratio[g * ratio_ld + c]
+   (ratio_rows rows), the last group's scale as f->ch_scales (fp8_gemm.cu). */
+int tops__cu_h16_rescaled_launch(const tops__cu_fp8_args *f, const float *ratio, long long ratio_ld, int ratio_rows,
+                                 int group, const char **what);
 /* f32 activations for the 16-bit kernels (convert.cu).  Row i of x [m, k]
    (row stride ldx) becomes `terms` rows of out [terms * m, ldo] (f16, or
    bf16 where bf16 = 1; ldo >= k, a multiple of 8, columns k .. ldo - 1

@@ -118,3 +118,215 @@ extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char *
                              : "weights dequantized to f16 [n, k], then the f16 TMA GEMM (wgmma, both operands by TMA)");
     return (int)err;
 }
+
+// ---- strict integer codes in scale groups: rescaled accumulators ------------
+//
+// Large-M plan for strict 4- and 8-bit integer codes whose K groups carry
+// their own scales (int4-gG, q4_0, q4_1's codes, int8-gG, q8_0; G = 32 or a
+// multiple of 64) with f16 activations (matmul.c, use_rescaled).  The
+// format's semantics, sum_g s_g (sum over group g of x q), in f32, is
+// computed as a Horner sequence that needs one f32 accumulator set: with t_g
+// the scale of group g (a zero scale keeps the previous t and its codes
+// count as zeros), acc = ((P_0 r_1 + P_1) r_2 + P_2) ... and the result
+// acc t_last, where r_g = t_(g-1) / t_g.  Each step adds a rounding of 2^-24
+// relative to the partial sum, as any f32 summation does; no step overflows
+// while a channel's scales span at most 2^60 (|x| < 2^16 for f16
+// activations, |q| <= 2^7).  Channels beyond that, or with a scale that is
+// not finite, take t_last = 0 (the GEMM adds exact zeros) and a strict
+// per-element pass adds their sums in the format's own order.  The codes
+// become f16 once (exact), so the 16-bit TMA GEMM runs at its own speed
+// (fp8_gemm.cu, Ring::consume_rs).
+
+namespace tops_cu {
+namespace {
+
+// The codes of tiles [tile0, tile0 + tiles) as f16 integers [(tile - tile0)
+// * 16 + row][k] (row stride ldw), zero where the group's scale is zero.
+// One thread per 16-byte fragment, as dequant_kernel.  Thread 0 zeroes the
+// flagged-channel count of the slice (count), before rescale_plan runs.
+template <int CODE>
+__global__ void __launch_bounds__(256) codes_f16_kernel(const Params p, int tile0, int tiles, long long ldw,
+                                                        uint16_t *out, unsigned *count) {
+    constexpr int kChunk = CODE == TOPS__CU_CODE_U4 ? 64 : 32;
+    const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f == 0) *count = 0;
+    if (f >= (long long)tiles * p.chunks * 32) return;
+    const int lane = (int)(f & 31), gid = lane >> 2, tig = lane & 3;
+    const long long tc = f >> 5;
+    const int c = (int)(tc % p.chunks), tl = (int)(tc / p.chunks);
+    const uint4 w = p.w[((long long)(tile0 + tl) * p.chunks + c) * 32 + lane];
+    const unsigned char *sc = p.scales + (size_t)(tile0 + tl) * p.scale_tile_bytes;
+#pragma unroll
+    for (int j = 0; j < kChunk / 16; j++) {
+        uint32_t a[4];
+        decode_step<CODE, false>(w, j, a);
+        const int kk = c * kChunk + j * 16 + tig * 4, g = min(kk >> p.group_shift, p.groups - 1);
+        const bool z0 = scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid) == 0.0f;
+        const bool z1 = scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid + 1) == 0.0f;
+        // a[r]: row gid + 8 (r & 1), K kk + 2 (r >> 1) and the next: 8 bytes
+        // a row, the 4 lanes of a group 32 contiguous bytes (whole sectors)
+        const long long row = (long long)tl * 16 + gid;
+        *reinterpret_cast<uint2 *>(out + row * ldw + kk) = z0 ? make_uint2(0u, 0u) : make_uint2(a[0], a[2]);
+        *reinterpret_cast<uint2 *>(out + (row + 8) * ldw + kk) = z1 ? make_uint2(0u, 0u) : make_uint2(a[1], a[3]);
+    }
+}
+
+// Per channel n < rows_ld of the slice (rows of it real), one warp a
+// channel, lanes over its groups: ratio[g * rows_ld + n] = t_(g-1) / t_g for
+// 1 <= g < grows (1 past the format's groups and for row 0), last[n] = t of
+// the last group; a flagged channel (a scale not finite, or |t| spanning
+// more than 2^60) gets ratios 1, last 0, and its index appended to list
+// (count first).  t_g is s_g, or where s_g is zero the t before (the first
+// nonzero scale before any: those groups have zero codes, any unit serves).
+__global__ void __launch_bounds__(256) rescale_plan(const Params p, int tile0, int rows, int rows_ld, int grows,
+                                                    float *__restrict__ ratio, float *__restrict__ last,
+                                                    unsigned *count, int *list) {
+    const int n = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = (int)(threadIdx.x & 31);
+    if (n >= rows_ld) return;
+    const bool real = n < rows;
+    const unsigned char *sc = p.scales + (size_t)(tile0 + n / 16) * p.scale_tile_bytes;
+    const size_t e = 2 * (size_t)(n % 16 % 8) + (size_t)(n % 16 / 8);
+    auto scale = [&](int g) { return real && g < p.groups ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + e) : 0.0f; };
+    // Pass 1: flags, the range of |s|, the first nonzero scale.
+    bool bad = false;
+    float lo = INFINITY, hi = 0.0f, first = 0.0f;
+    for (int g0 = 0; g0 < p.groups; g0 += 32) {
+        const float v = scale(g0 + lane);
+        bad = bad || !isfinite(v);
+        if (isfinite(v) && v != 0.0f) lo = fminf(lo, fabsf(v)), hi = fmaxf(hi, fabsf(v));
+        const unsigned nz = __ballot_sync(0xffffffffu, isfinite(v) && v != 0.0f);
+        const float f = __shfl_sync(0xffffffffu, v, nz ? __ffs(nz) - 1 : 0);
+        if (first == 0.0f && nz) first = f;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+        hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    }
+    const bool flag = __any_sync(0xffffffffu, bad) || hi > lo * 0x1p60f;
+    // Pass 2: t_(g-1) of each lane's group from the nearest nonzero scale
+    // below it in the chunk, or the carry from the chunks before.
+    float carry = first != 0.0f ? first : 1.0f;
+    for (int g0 = 0; g0 < grows; g0 += 32) {
+        const int g = g0 + lane;
+        const float v = flag ? 0.0f : scale(g);
+        const unsigned nz = __ballot_sync(0xffffffffu, v != 0.0f);
+        const unsigned below = nz & ((1u << lane) - 1u);
+        const float prev_in = __shfl_sync(0xffffffffu, v, below ? 31 - __clz(below) : 0);
+        const float prev = below ? prev_in : carry;
+        const float r = g > 0 && v != 0.0f ? prev / v : 1.0f;
+        if (g < grows) ratio[(size_t)g * rows_ld + n] = r;
+        const float top = __shfl_sync(0xffffffffu, v, nz ? 31 - __clz(nz) : 0);
+        if (nz) carry = top;
+    }
+    if (lane == 0) {
+        last[n] = !real || flag ? 0.0f : carry;
+        if (real && flag) list[atomicAdd(count, 1u)] = n;
+    }
+}
+
+// The flagged channels' sums (rescale_plan): out[i, n0 + list[c]] += global x
+// sum_g s_g (sum over group g of x q), f32, in the format's order (the GEMM
+// left exact zeros there), rounded once.  Grid-stride over (c, i).
+__global__ void __launch_bounds__(256) rescale_fixup(const Params p, int tile0, const uint16_t *codes, long long ldw,
+                                                     const unsigned *count, const int *list, long long n0) {
+    const long long items = (long long)*count * p.m;
+    const __half *x = static_cast<const __half *>(p.x);
+    for (long long it = (long long)blockIdx.x * blockDim.x + threadIdx.x; it < items;
+         it += (long long)gridDim.x * blockDim.x) {
+        const int c = (int)(it / p.m), i = (int)(it % p.m), n = list[c];
+        const unsigned char *sc = p.scales + (size_t)(tile0 + n / 16) * p.scale_tile_bytes;
+        const size_t e = 2 * (size_t)(n % 16 % 8) + (size_t)(n % 16 / 8);
+        const __half *q = reinterpret_cast<const __half *>(codes) + (size_t)n * ldw;
+        float acc = 0.0f;
+        for (int g = 0; g < p.groups; g++) {
+            const int k0 = g << p.group_shift, k1 = min(p.k, (g + 1) << p.group_shift);
+            float part = 0.0f;
+            for (int k = k0; k < k1; k++) part = fmaf(__half2float(x[(size_t)i * p.ldx + k]), __half2float(q[k]), part);
+            acc += part * scale_entry(sc, p.scale_kind, (size_t)g * 16 + e);
+        }
+        const float v = acc * p.global;
+        const size_t o = (size_t)i * p.ldo + (size_t)(n0 + n);
+        if (p.out_dtype == TOPS_DT_F32) static_cast<float *>(p.out)[o] += v;
+        else if (p.out_dtype == TOPS_DT_F16) {
+            __half *h = static_cast<__half *>(p.out) + o;
+            *h = __float2half_rn(__half2float(*h) + v);
+        } else {
+            __nv_bfloat16 *b = static_cast<__nv_bfloat16 *>(p.out) + o;
+            *b = __float2bfloat16_rn(__bfloat162float(*b) + v);
+        }
+    }
+}
+
+} // namespace
+} // namespace tops_cu
+
+extern "C" int tops__cu_rescaled_gemm(const tops__cu_matmul_args *a, const char **what) {
+    if ((a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_I8) || !a->has_scales || a->groups < 2 ||
+        a->x_bf16 || (a->group != 32 && (a->group < 64 || a->group % 64 != 0)))
+        return (int)cudaErrorNotSupported;
+    // tops__cu_h16_rescaled_launch's own conditions, checked before any work
+    if (!device_is_sm90a() || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 || a->m > 0x7FFFFFFF / 2)
+        return (int)cudaErrorNotSupported;
+    Params p;
+    if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    // Ratio rows: every group the GEMM's K stages can start (k_pad / G,
+    // rounded up), plus the one its last prefetch reads.
+    const long long grows = (a->k_pad + a->group - 1) / a->group + 2;
+    const long long row_bytes = a->k_pad * 2 + (grows + 1) * 4 + 8;
+    const long long slice = workspace_slice(row_bytes, 256, a->n_pad);
+    const long long slice_ld = (slice + 255) / 256 * 256;
+    const size_t codes_bytes = (size_t)(slice * a->k_pad * 2 + 255) / 256 * 256,
+                 plane_bytes = (size_t)((grows + 1) * slice_ld * 4);
+    unsigned char *ws = nullptr;
+    cudaError_t err = cudaMallocAsync(reinterpret_cast<void **>(&ws),
+                                      codes_bytes + plane_bytes + 256 + (size_t)slice_ld * 4, stream);
+    if (err == cudaErrorNotSupported || err == cudaErrorMemoryAllocation) { // the register-A kernels instead
+        (void)cudaGetLastError();
+        return (int)cudaErrorNotSupported;
+    }
+    if (err != cudaSuccess) {
+        *what = "cudaMallocAsync of the f16 codes";
+        return (int)err;
+    }
+    uint16_t *codes = reinterpret_cast<uint16_t *>(ws);
+    float *ratio = reinterpret_cast<float *>(ws + codes_bytes), *last = ratio + grows * slice_ld;
+    unsigned *count = reinterpret_cast<unsigned *>(ws + codes_bytes + plane_bytes);
+    int *list = reinterpret_cast<int *>(ws + codes_bytes + plane_bytes + 256);
+    const size_t out_elem = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    for (long long n0 = 0; n0 < a->n && err == cudaSuccess; n0 += slice) {
+        const long long rows = a->n - n0 < slice ? a->n - n0 : slice;
+        const int tiles = (int)((rows + 15) / 16), tile0 = (int)(n0 / 16);
+        const int rows_ld = (int)((rows + 255) / 256 * 256);
+        const long long threads = (long long)tiles * p.chunks * 32;
+        const unsigned blocks = (unsigned)((threads + 255) / 256);
+        if (a->code == TOPS__CU_CODE_U4)
+            codes_f16_kernel<TOPS__CU_CODE_U4><<<blocks, 256, 0, stream>>>(p, tile0, tiles, a->k_pad, codes, count);
+        else codes_f16_kernel<TOPS__CU_CODE_I8><<<blocks, 256, 0, stream>>>(p, tile0, tiles, a->k_pad, codes, count);
+        rescale_plan<<<(unsigned)((rows_ld + 7) / 8), 256, 0, stream>>>(p, tile0, (int)rows, rows_ld, (int)grows,
+                                                                            ratio, last, count, list);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) {
+            *what = "the code conversion launches";
+            break;
+        }
+        tops__cu_matmul_args s = *a;
+        s.n = rows;
+        s.n_pad = (long long)tiles * 16;
+        s.out = static_cast<char *>(a->out) + (size_t)n0 * out_elem;
+        const tops__cu_fp8_args h = {&s, codes, last, 0};
+        err = (cudaError_t)tops__cu_h16_rescaled_launch(&h, ratio, rows_ld, (int)grows, a->group, what);
+        if (err != cudaSuccess) break;
+        rescale_fixup<<<32, 256, 0, stream>>>(p, tile0, codes, a->k_pad, count, list, n0);
+        err = cudaGetLastError();
+        if (err != cudaSuccess) *what = "the flagged-channel pass launch";
+    }
+    cudaError_t e2 = cudaFreeAsync(ws, stream);
+    if (err == cudaSuccess && e2 != cudaSuccess) {
+        err = e2;
+        *what = "cudaFreeAsync of the f16 codes";
+    }
+    if (err == cudaSuccess)
+        set_last_kernel("codes converted once to f16 [n, k], then the f16 TMA GEMM with rescaled groups");
+    return (int)err;
+}

@@ -42,6 +42,8 @@ namespace {
 constexpr int kBM = 128;       // tile rows (tokens): two consumer warpgroups of 64
 constexpr int kBK = 128;       // K per stage: one 128-byte swizzle row of e4m3
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kRsSlot = 2 * 256 * 4; // rescaled groups: a stage's ratio rows (two of 256 channels)
+constexpr int kRsStages = 4;         // rescaled groups: ring stages
 
 // Operand types of the GEMM: e4m3 codes (the relaxed FP8 path), or f16 /
 // bf16 (plain 16-bit weights, strict).  A stage is 128 bytes of K a row
@@ -76,6 +78,12 @@ struct GemmParams {
     int a_rows;   // rows of the activation box (CL = 1): kBM, or M rounded up to 8 below kBM (no zero-fill)
     unsigned *flags;  // stream-K: per CTA, 1 once its partial tile is in partials (zeroed by quant_rows)
     float *partials;  // stream-K: per CTA one 128 x 256 f32 partial tile, in accumulator order
+    // Rescaled groups (RS > 0 kernels): r_g of channel c at (c, g) of
+    // ratio_map, a [groups][n_ld] f32 plane read as boxes of one row of 256
+    // channels (Ring::consume_rs), groups of gstages stages (RS = 1).  The
+    // kernels take p as __grid_constant__: TMA reads the map where it lies.
+    CUtensorMap ratio_map;
+    int gstages;
 };
 
 // ---- activations to e4m3 ---------------------------------------------------
@@ -547,15 +555,32 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
         bool share_b, ghost;
         uint32_t rank;
     };
+    // Rescaled groups (consume_rs): the ratio rows a stage needs, loaded by
+    // TMA into its slot of `slots` (kRsSlot bytes a stage, 128-byte aligned)
+    // on its full barrier: RS = 2 rows 2 kt and 2 kt + 1; RS = 1 row
+    // kt / gstages where a group begins; columns col0 .. col0 + BN - 1.
+    // (1-D bulk copies or cp.async gave the same results, but
+    // compute-sanitizer racecheck reported hazards between them and the
+    // consumers' reads; it accepts the tensor copies, as for the operands.)
+    struct RsFeed {
+        const CUtensorMap *map;
+        int col0, rs, gstages;
+        unsigned char *slots;
+    };
     // Producer thread: K stages k0 .. k1 - 1 of tile (tm, tn).
     __device__ __forceinline__ void produce(const CUtensorMap *ma, const CUtensorMap *mb, int tm, int tn, int k0,
-                                            int k1, unsigned &it, Share sh = Share{true, false, 0}) const {
+                                            int k1, unsigned &it, Share sh = Share{true, false, 0},
+                                            RsFeed rf = RsFeed{nullptr, 0, 0, 0, nullptr}) const {
         for (int kt = k0; kt < k1; kt++, it++) {
             const unsigned s = it % STAGES;
             if (it >= STAGES) mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
             unsigned char *a = sa + s * kStageA, *b = sb + s * kStageB;
+            // Rescaled groups: the stage's ratio rows, counted in its expect_tx.
+            constexpr uint32_t row = BN * 4;
+            const int rows = !rf.map ? 0 : rf.rs == 2 ? 2 : kt % rf.gstages == 0 ? 1 : 0;
+            const uint32_t rtx = (uint32_t)rows * row;
             if constexpr (CL == 1) {
-                mbar_expect_tx(&full[s], a_tx + kStageB);
+                mbar_expect_tx(&full[s], a_tx + kStageB + rtx);
                 tma_load_2d(a, ma, &full[s], kt * kKS, tm * kBM);
                 tma_load_2d(b, mb, &full[s], kt * kKS, tn * BN);
             } else {
@@ -563,17 +588,19 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
                 // Every CTA's full barrier expects the whole shared operand
                 // (its halves land from both CTAs) and its own one.
                 if (sh.share_b) {
-                    mbar_expect_tx(&full[s], (sh.ghost ? 0 : a_tx) + kStageB);
+                    mbar_expect_tx(&full[s], (sh.ghost ? 0 : a_tx) + kStageB + rtx);
                     if (!sh.ghost) tma_load_2d(a, ma, &full[s], kt * kKS, tm * kBM);
                     tma_load_2d_multicast(b + sh.rank * (kStageB / CL), mb, &full[s], kt * kKS,
                                           tn * BN + (int)sh.rank * (BN / CL), all);
                 } else {
-                    mbar_expect_tx(&full[s], kStageA + (sh.ghost ? 0 : kStageB));
+                    mbar_expect_tx(&full[s], kStageA + (sh.ghost ? 0 : kStageB) + rtx);
                     tma_load_2d_multicast(a + sh.rank * (kStageA / CL), ma, &full[s], kt * kKS,
                                           tm * kBM + (int)sh.rank * (kBM / CL), all);
                     if (!sh.ghost) tma_load_2d(b, mb, &full[s], kt * kKS, tn * BN);
                 }
             }
+            const int r0 = rf.rs == 2 ? 2 * kt : kt / (rf.gstages > 0 ? rf.gstages : 1);
+            for (int q = 0; q < rows; q++) tma_load_2d(rf.slots + s * kRsSlot + q * row, rf.map, &full[s], rf.col0, r0 + q);
         }
     }
     // A slot's release: an arrive on its empty barrier in every CTA that writes into it.
@@ -655,6 +682,69 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
         }
         if (lane0) release((it - 1) % STAGES, 0);
     }
+    // consume() for integer codes whose K groups carry their own scales
+    // (16-bit operands): the accumulators hold the sum in units of the
+    // current group's scale t_g; where group g begins they are multiplied by
+    // r_g = t_(g-1) / t_g (f32, per channel) once the wgmmas before have
+    // retired, and the epilogue multiplies by the last group's t.  RS = 1:
+    // groups of gstages whole stages; RS = 2: two groups a stage (G = 32).
+    // The ratios come with the stage (produce's RsFeed) into its slot of
+    // `slots`, read from shared memory where they are used: a load into
+    // registers ahead of time would hold up every wgmma fence until it lands.
+    template <int RS>
+    __device__ __forceinline__ void consume_rs(float (&d)[BN / 2], int cw, int k1, unsigned &it,
+                                               const unsigned char *slots, int gstages, uint32_t rank,
+                                               uint64_t *first_done = nullptr) const {
+        static_assert(RS == 1 || RS == 2, "rescaled groups");
+        static_assert(CV == 0 && ET != kE4M3, "16-bit operands as they are");
+        const bool lane0 = (threadIdx.x & 31) == 0;
+        // r of this thread's columns 8 j + 2 (lane % 4) + {0, 1}
+        auto rescale = [&](const unsigned char *row) {
+            const float2 *r2 = reinterpret_cast<const float2 *>(row) + (threadIdx.x & 3);
+            wgmma_wait<0>();
+            fence_regs(d);
+#pragma unroll
+            for (int j = 0; j < BN / 8; j++) {
+                const float2 rv = r2[4 * j];
+                d[4 * j] *= rv.x, d[4 * j + 1] *= rv.y;
+                d[4 * j + 2] *= rv.x, d[4 * j + 3] *= rv.y;
+            }
+        };
+#pragma unroll
+        for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+        for (int kt = 0; kt < k1; kt++, it++) {
+            const unsigned s = it % STAGES;
+            mbar_wait(&full[s], (it / STAGES) & 1);
+            const unsigned char *a = sa + s * kStageA + cw * 64 * kBK, *b = sb + s * kStageB;
+            const unsigned char *rs = slots + s * kRsSlot;
+            if constexpr (RS == 2) {
+                if (kt > 0) rescale(rs);
+                wgmma_fence();
+                wgmma_ss<ET>(d, desc_sw128(a), desc_sw128(b));
+                wgmma_ss<ET>(d, desc_sw128(a + 32), desc_sw128(b + 32));
+                wgmma_commit();
+                rescale(rs + BN * 4);
+                wgmma_fence();
+                wgmma_ss<ET>(d, desc_sw128(a + 64), desc_sw128(b + 64));
+                wgmma_ss<ET>(d, desc_sw128(a + 96), desc_sw128(b + 96));
+                wgmma_commit();
+            } else {
+                if (kt > 0 && kt % gstages == 0) rescale(rs);
+                wgmma_fence();
+                wgmma_stage<ET>(d, a, b);
+                wgmma_commit();
+            }
+            wgmma_wait<1>();
+            __syncwarp(); // every lane's ratio reads of the slot before lane 0 hands it back
+            if (kt > 0 && lane0) release((it - 1) % STAGES, rank);
+            if (kt == 1 && first_done && lane0) mbar_arrive(first_done);
+        }
+        wgmma_wait<0>();
+        fence_regs(d);
+        __syncwarp();
+        if (lane0) release((it - 1) % STAGES, rank);
+        if (k1 == 1 && first_done && lane0) mbar_arrive(first_done);
+    }
 };
 
 __device__ __forceinline__ unsigned char *align1024(unsigned char *p) {
@@ -679,15 +769,17 @@ constexpr int kStagingBytes = 2 * 2 * kBoxBytes;
 
 // One CTA per tile; the epilogue stages f32 through the idle ring and writes
 // whole rows with the op's mode (accumulate, any alignment).
-template <int BN, int STAGES, int ET, int CV>
+template <int BN, int STAGES, int ET, int CV, int RS = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                    const GemmParams p, int vec_stores) {
+                    const __grid_constant__ GemmParams p, int vec_stores) {
 #ifdef TOPS_FP8_WGMMA
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     using R = Ring<BN, STAGES, 1, ET, CV>;
     const R ring(smem, reinterpret_cast<uint64_t *>(smem + R::kBytes), p.a_rows);
+    // Rescaled groups: the ratio slots after the barriers (16-byte aligned)
+    unsigned char *rslots = smem + R::kBytes + (R::kBars * sizeof(uint64_t) + 127) / 128 * 128;
 
     // Tokens fastest: the CTAs in flight share a few weight column tiles
     // and all of the (smaller) activation codes in L2.
@@ -700,7 +792,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned it = 0;
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
-        if (threadIdx.x == 0) ring.produce(&map_a, &map_b, tm, tn, 0, ktiles, it);
+        if (threadIdx.x == 0) {
+            if constexpr (RS > 0)
+                ring.produce(&map_a, &map_b, tm, tn, 0, ktiles, it, typename R::Share{true, false, 0},
+                             typename R::RsFeed{&p.ratio_map, tn * BN, RS, p.gstages, rslots});
+            else ring.produce(&map_a, &map_b, tm, tn, 0, ktiles, it);
+        }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
         const int cw = wg - 1; // rows 64 * cw .. + 63 of the tile
@@ -713,8 +810,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         if constexpr (CV > 0) {
             if (idle) ring.consume_cv(d, cw, 0, ktiles, it, true); // (two inlined copies: no run-time
             else ring.consume_cv(d, cw, 0, ktiles, it, false);     //  branch among the wgmmas, C7518)
-        }
-        else ring.consume(d, cw, 0, ktiles, it, nullptr, idle);
+        } else if constexpr (RS > 0) {
+            if (idle) ring.consume(d, cw, 0, ktiles, it, nullptr, true);
+            else
+                ring.template consume_rs<RS>(d, cw, ktiles, it, rslots, p.gstages, 0);
+        } else ring.consume(d, cw, 0, ktiles, it, nullptr, idle);
 
         // Epilogue through shared memory (the stage ring is idle once both
         // consumer warpgroups are past their last wgmma), so that the global
@@ -833,15 +933,19 @@ __device__ __forceinline__ unsigned flag_acquire(const unsigned *f) {
 // output (no accumulate); the output map clips ragged M and N.
 // CL = 2: launched in clusters of two that share one operand tile per stage
 // (Ring, place): half the L2 reads of that operand.
-template <typename OutT, int CL, int BN, int STAGES, int ET, int CV>
+template <typename OutT, int CL, int BN, int STAGES, int ET, int CV, int RS = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     fp8_gemm_persistent(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_b,
-                        const __grid_constant__ CUtensorMap map_c, const GemmParams p) {
+                        const __grid_constant__ CUtensorMap map_c, const __grid_constant__ GemmParams p) {
 #ifdef TOPS_FP8_WGMMA
     using R = Ring<BN, STAGES, CL, ET, CV>;
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw), *staging = smem + R::kBytes;
-    uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStagingBytes), *lag_bar = bars + R::kBars;
+    // Rescaled groups: one staging box a warpgroup (the ratio slots take the
+    // second's room), the ratio slots after the barriers (16-byte aligned).
+    constexpr int kBufs = RS ? 1 : 2, kStaging = 2 * kBufs * kBoxBytes;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStaging), *lag_bar = bars + R::kBars;
+    unsigned char *rslots = staging + kStaging + ((R::kBars + 1) * sizeof(uint64_t) + 127) / 128 * 128;
     const R ring(smem, bars, p.a_rows);
     const int wg = threadIdx.x / 128;
     const int ktiles = (p.k + R::kKS - 1) / R::kKS, tiles = p.tiles_m * p.tiles_n;
@@ -873,7 +977,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             for (Work w(p, ktiles, units, first, step); w.next();) {
                 int tm, tn;
                 const bool own = place<CL>(p, w.t, rank, tm, tn);
-                ring.produce(&map_a, &map_b, tm, tn, w.k0, w.k1, it, typename R::Share{p.share_b != 0, !own, rank});
+                if constexpr (RS > 0)
+                    ring.produce(&map_a, &map_b, tm, tn, w.k0, w.k1, it, typename R::Share{p.share_b != 0, !own, rank},
+                                 typename R::RsFeed{&p.ratio_map, tn * BN, RS, p.gstages, rslots});
+                else
+                    ring.produce(&map_a, &map_b, tm, tn, w.k0, w.k1, it, typename R::Share{p.share_b != 0, !own, rank});
             }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
@@ -881,7 +989,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         unsigned nbox = 0; // boxes filled so far (all tiles): box i fills buffer i % 2
         const int cw = wg - 1, lane = threadIdx.x & 31, warp = (threadIdx.x / 32) & 3;
         const bool leader = (threadIdx.x & 127) == 0;
-        unsigned char *bufs = staging + cw * 2 * kBoxBytes;
+        unsigned char *bufs = staging + cw * kBufs * kBoxBytes;
         const int r0 = warp * 16 + lane / 4; // this thread's rows r0 and r0 + 8 (see below)
         float d[BN / 2];
         grid_dep_wait();
@@ -915,6 +1023,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                 cs[q].y = !p.ch_scale ? 1.0f : col + 1 < p.n ? p.ch_scale[col + 1] : 0.0f;
             }
             if constexpr (CV > 0) ring.consume_cv(d, cw, w.k0, w.k1, it, false);
+            else if constexpr (RS > 0) // (no stream-K: whole tiles, w.k0 = 0)
+                ring.template consume_rs<RS>(d, cw, w.k1, it, rslots, p.gstages, rank,
+                                             lag && cw == 0 && first_tile ? lag_bar : nullptr);
             else ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first_tile ? lag_bar : nullptr, false, rank);
 
             // Stream-K: a piece that does not end the tile leaves its sums
@@ -957,7 +1068,11 @@ __global__ void __launch_bounds__(kThreads, 1)
             // different banks.
 #pragma unroll
             for (int b = 0; b < kBoxes; b++) {
-                unsigned char *buf = bufs + (nbox++ & 1) * kBoxBytes;
+                unsigned char *buf = bufs + (nbox++ % kBufs) * kBoxBytes;
+                if constexpr (kBufs == 1) { // the previous box's store has read the one buffer
+                    if (leader) bulk_wait_read<0>();
+                    asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+                }
 #pragma unroll
                 for (int jj = 0; jj < kJ; jj++) {
                     const int j = b * kJ + jj;
@@ -1035,6 +1150,16 @@ constexpr size_t persist_smem() {
     return gemm_smem<R>() + kStagingBytes + 16;
 }
 
+// The rescaled-group persistent kernel (wide tiles, kRsStages): its ring,
+// staging and barriers, then the ratio slots.
+template <int CL, int ET>
+constexpr size_t rs_persist_smem() {
+    using R = RingDims<256, kRsStages, CL, ET, 0, 3>;
+    constexpr size_t v = gemm_smem<R>() + kStagingBytes / 2 + 16 + kRsStages * kRsSlot + 128;
+    static_assert(v <= 232448, "the rescaled-group kernel's shared memory");
+    return v;
+}
+
 // A [rows, k] matrix of ET elements (row stride ld bytes) read as
 // [box_rows][128 bytes] tiles, 128-byte swizzled; codes (CV: e4m3 weights
 // for a 16-bit GEMM) as [box_rows][64 bytes], unswizzled.
@@ -1078,13 +1203,14 @@ cudaError_t raise_smem(Kernel kernel, size_t smem, unsigned char (&raised)[64], 
     return err;
 }
 
-template <int SHAPE, int ET, int CV>
+template <int SHAPE, int ET, int CV, int RS = 0>
 cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams p, int vec, cudaStream_t stream,
                         const char **what) {
     using S = Shape<SHAPE, CV>;
     constexpr int BN = S::BN;
-    auto kernel = fp8_gemm_kernel<BN, S::STAGES, ET, CV>;
-    const size_t smem = gemm_smem<RingOf<SHAPE, ET, CV>>();
+    auto kernel = fp8_gemm_kernel<BN, RS ? kRsStages : S::STAGES, ET, CV, RS>;
+    const size_t smem = RS ? gemm_smem<RingDims<BN, kRsStages, 1, ET, 0, 3>>() + kRsStages * kRsSlot + 128
+                           : gemm_smem<RingOf<SHAPE, ET, CV>>();
     static unsigned char raised[64];
     cudaError_t err = raise_smem(kernel, smem, raised, what);
     if (err != cudaSuccess) return err;
@@ -1097,7 +1223,9 @@ cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams
         static const char *const names[3][2] = {{"fp8 one CTA per tile", "fp8 one CTA per tile"},
                                                 {"f16 one CTA per tile", "f16 one CTA per tile, e4m3 weights converted"},
                                                 {"bf16 one CTA per tile", "bf16 one CTA per tile, e4m3 weights converted"}};
-        tops_cu::set_last_kernel(names[ET][CV]);
+        static thread_local char name[96];
+        snprintf(name, sizeof name, "%s%s", names[ET][CV], RS ? ", rescaled groups" : "");
+        tops_cu::set_last_kernel(name);
     }
     return err;
 }
@@ -1156,12 +1284,13 @@ PersistPlan plan_persistent(int m, int n, int bn, int cl, int max_clusters, bool
 using PersistKernel = void (*)(CUtensorMap, CUtensorMap, CUtensorMap, GemmParams);
 
 // The persistent kernel for OutT, CL, SHAPE, ET and CV, its shared-memory limit raised.
-template <typename OutT, int CL, int SHAPE, int ET, int CV>
+template <typename OutT, int CL, int SHAPE, int ET, int CV, int RS = 0>
 cudaError_t persistent_kernel(PersistKernel *kernel, const char **what) {
     using S = Shape<SHAPE, CV>;
     static unsigned char raised[64];
-    *kernel = fp8_gemm_persistent<OutT, CL, S::BN, S::STAGES, ET, CV>;
-    return raise_smem(*kernel, persist_smem<RingOf<SHAPE, ET, CV, CL>>(), raised, what);
+    *kernel = fp8_gemm_persistent<OutT, CL, S::BN, RS ? kRsStages : S::STAGES, ET, CV, RS>;
+    return raise_smem(*kernel, RS ? rs_persist_smem<CL, ET>() : persist_smem<RingOf<SHAPE, ET, CV, CL>>(), raised,
+                      what);
 }
 
 // Clusters of two of the persistent kernel (wide tiles) that fit on the
@@ -1198,14 +1327,19 @@ int max_clusters_for(int out_dtype) {
                                       : max_clusters<__nv_bfloat16, ET>();
 }
 
-template <typename OutT, int ET, int CV>
+template <typename OutT, int ET, int CV, int RS = 0>
 cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, const CUtensorMap &mc, GemmParams p,
                               const PersistPlan &pl, int shape, cudaStream_t stream, const char **what) {
     PersistKernel kernel;
-    cudaError_t err = shape == kNarrow ? persistent_kernel<OutT, 1, kNarrow, ET, CV>(&kernel, what)
-                      : shape == kMid  ? persistent_kernel<OutT, 1, kMid, ET, CV>(&kernel, what)
-                      : CV || !pl.cl   ? persistent_kernel<OutT, 1, kWide, ET, CV>(&kernel, what)
-                                       : persistent_kernel<OutT, 2, kWide, ET, 0>(&kernel, what);
+    cudaError_t err;
+    if constexpr (RS > 0) // rescaled groups: wide tiles only
+        err = !pl.cl ? persistent_kernel<OutT, 1, kWide, ET, 0, RS>(&kernel, what)
+                     : persistent_kernel<OutT, 2, kWide, ET, 0, RS>(&kernel, what);
+    else
+        err = shape == kNarrow ? persistent_kernel<OutT, 1, kNarrow, ET, CV>(&kernel, what)
+              : shape == kMid  ? persistent_kernel<OutT, 1, kMid, ET, CV>(&kernel, what)
+              : CV || !pl.cl   ? persistent_kernel<OutT, 1, kWide, ET, CV>(&kernel, what)
+                               : persistent_kernel<OutT, 2, kWide, ET, 0>(&kernel, what);
     if (err != cudaSuccess) return err;
     p.tiles_m = pl.tiles_m;
     p.tiles_n = pl.tiles_n;
@@ -1214,7 +1348,8 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
     if (pl.cl) p.lag = 0; // the lag is a one-CTA schedule
     // Programmatic dependent launch (debug key pdl=0: plain), so that the
     // prologue overlaps the quantizer's last blocks; clusters by attribute.
-    const size_t smem = shape == kNarrow ? persist_smem<RingOf<kNarrow, ET, CV>>()
+    const size_t smem = RS                ? (pl.cl ? rs_persist_smem<2, ET>() : rs_persist_smem<1, ET>())
+                        : shape == kNarrow ? persist_smem<RingOf<kNarrow, ET, CV>>()
                         : shape == kMid  ? persist_smem<RingOf<kMid, ET, CV>>()
                         : CV || !pl.cl   ? persist_smem<RingOf<kWide, ET, CV>>()
                                          : persist_smem<RingOf<kWide, ET, 0, 2>>();
@@ -1230,8 +1365,8 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
                                             ", clusters of 2 sharing the activation tile", ", 128-channel tiles",
                                             ", 192-channel tiles"};
         static thread_local char name[96];
-        snprintf(name, sizeof name, "%s%s", base[ET][CV],
-                 tail[shape == kNarrow ? 3 : shape == kMid ? 4 : pl.cl]);
+        snprintf(name, sizeof name, "%s%s%s", base[ET][CV], tail[shape == kNarrow ? 3 : shape == kMid ? 4 : pl.cl],
+                 RS ? ", rescaled groups" : "");
         tops_cu::set_last_kernel(name);
     }
     return err;
@@ -1261,11 +1396,12 @@ int pick_shape(int m, int n) {
 // ET: persistent where the output allows it, else one CTA per tile.  row
 // scales (or NULL: 1), channel scales (or NULL), the tensor scale; with
 // stream-K its flags (zeroed by the quantizer) and partial tiles.
-template <int ET, int CV = 0>
+template <int ET, int CV = 0, int RS = 0>
 cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda, const void *B, long long ldb,
                      const float *row_scale, const float *ch_scale, bool persist, const CUtensorMap &mc,
                      const PersistPlan &pl, int shape, unsigned *flags, float *partials, cudaStream_t stream,
-                     const char **what) {
+                     const char **what, const float *ratio = nullptr, long long ratio_ld = 0, int ratio_rows = 0,
+                     int gstages = 0) {
     const int cl = persist && shape == kWide ? pl.cl : 0, bn = shape == kNarrow ? 128 : shape == kMid ? 192 : 256;
     // Below kBM rows, an activation box of M rounded up to 8 rows: TMA's
     // zero fill of the rows past M measured slow (H200, f16 weights, narrow
@@ -1297,15 +1433,29 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
     p.flags = flags;
     p.partials = partials;
     p.a_rows = a_rows;
-    if (ET != kE4M3) p.lag = 0;
+    p.gstages = gstages;
+    if (RS > 0) { // the ratio plane [ratio_rows][ratio_ld] f32, boxes of one row of 256 channels
+        PFN_cuTensorMapEncodeTiled_v12000 enc = tops_cu::sm90::tensor_map_encoder();
+        const cuuint64_t dims[2] = {(cuuint64_t)ratio_ld, (cuuint64_t)ratio_rows}, strides[1] = {(cuuint64_t)ratio_ld * 4};
+        const cuuint32_t box[2] = {256, 1}, estr[2] = {1, 1};
+        if (!enc || enc(&p.ratio_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float *>(ratio), dims, strides, box,
+                        estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+            *what = "cuTensorMapEncodeTiled for the rescaled GEMM's ratio plane";
+            return cudaErrorInvalidValue;
+        }
+    }
+    if (ET != kE4M3 && RS == 0) p.lag = 0;
     if (persist)
-        return a->out_dtype == TOPS_DT_F32 ? launch_persistent<float, ET, CV>(ma, mb, mc, p, pl, shape, stream, what)
+        return a->out_dtype == TOPS_DT_F32
+                   ? launch_persistent<float, ET, CV, RS>(ma, mb, mc, p, pl, shape, stream, what)
                : a->out_dtype == TOPS_DT_F16
-                   ? launch_persistent<__half, ET, CV>(ma, mb, mc, p, pl, shape, stream, what)
-                   : launch_persistent<__nv_bfloat16, ET, CV>(ma, mb, mc, p, pl, shape, stream, what);
+                   ? launch_persistent<__half, ET, CV, RS>(ma, mb, mc, p, pl, shape, stream, what)
+                   : launch_persistent<__nv_bfloat16, ET, CV, RS>(ma, mb, mc, p, pl, shape, stream, what);
     // 4-element stores need every row start 4-element aligned.
     const size_t esz = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
     const int vec = a->ldo % 4 == 0 && (uintptr_t)a->out % (4 * esz) == 0;
+    if constexpr (RS > 0) return launch_gemm<kWide, ET, 0, RS>(ma, mb, p, vec, stream, what);
     return shape == kNarrow ? launch_gemm<kNarrow, ET, CV>(ma, mb, p, vec, stream, what)
            : shape == kMid  ? launch_gemm<kMid, ET, CV>(ma, mb, p, vec, stream, what)
                             : launch_gemm<kWide, ET, CV>(ma, mb, p, vec, stream, what);
@@ -1473,6 +1623,39 @@ extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what
                                           stream, what)
                          : run_gemm<kBF16>(a, x, lda, w, ldb, nullptr, cs, persist, mc, pl, shape, nullptr, nullptr,
                                            stream, what);
+    return (int)err;
+}
+
+// Integer codes as f16 values [n, k_pad] (f->weights) whose K groups of
+// `group` elements (32 or a multiple of 64) carry their own scales, f16
+// activations: the GEMM on 256-channel tiles with rescaled accumulators
+// (Ring::consume_rs), r_g of channel c at ratio[g * ratio_ld + c] (ratio_ld
+// >= n rounded up to 256, ratio_rows up to the group after the last K
+// stage's; 16-byte aligned: TMA reads it),
+// the last group's scale t as the channel scale (f->ch_scales).
+// cudaErrorNotSupported, launching nothing, where TMA cannot read the
+// activations or the group size has no kernel.
+extern "C" int tops__cu_h16_rescaled_launch(const tops__cu_fp8_args *f, const float *ratio, long long ratio_ld,
+                                            int ratio_rows, int group, const char **what) {
+    const tops__cu_matmul_args *a = f->io;
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    if (a->m < 1 || a->m > 0x7FFFFFFF / 2 || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 || a->x_bf16 ||
+        f->codes || !tops_cu::sm90::tensor_map_encoder() || (group != 32 && (group < 64 || group % 64 != 0)) ||
+        (uintptr_t)ratio % 16 != 0 || ratio_ld % 256 != 0 || ratio_rows < 1)
+        return (int)cudaErrorNotSupported;
+    CUtensorMap mc;
+    const bool persist = persistent_ok(a, &mc);
+    int cl = persist ? cluster_mode() : 0;
+    const int max_cl = cl ? max_clusters_for<kF16>(a->out_dtype) : 0;
+    if (max_cl < 1) cl = 0;
+    const PersistPlan pl = plan_persistent((int)a->m, (int)a->n, 256, cl, max_cl, false);
+    const long long lda = a->ldx * 2, ldb = a->k_pad * 2;
+    const float *cs = static_cast<const float *>(f->ch_scales);
+    const cudaError_t err =
+        group == 32 ? run_gemm<kF16, 0, 2>(a, a->x, lda, f->weights, ldb, nullptr, cs, persist, mc, pl, kWide, nullptr,
+                                           nullptr, stream, what, ratio, ratio_ld, ratio_rows, 0)
+                    : run_gemm<kF16, 0, 1>(a, a->x, lda, f->weights, ldb, nullptr, cs, persist, mc, pl, kWide, nullptr,
+                                           nullptr, stream, what, ratio, ratio_ld, ratio_rows, group / 64);
     return (int)err;
 }
 

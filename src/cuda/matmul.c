@@ -124,6 +124,9 @@ static const struct tuning_entry {
     [TOPS__CU_T_WIDE_MIN_M] = {NULL, 128},         /* one-ring wgmma: 8-bit codes (16-bit and e4m3 when forced) */
     [TOPS__CU_T_DEQUANT_MIN_M] = {NULL, 1024},     /* folded 4-bit weights dequantized, then the 16-bit TMA GEMM */
     [TOPS__CU_T_E4M3_ONCE_MIN_M] = {NULL, 1024},   /* strict e4m3 codes converted once, then the 16-bit TMA GEMM */
+    [TOPS__CU_T_RESCALED8_MIN_M] = {NULL, 1024},   /* rescaled groups: 8-bit integer codes */
+    [TOPS__CU_T_RESCALED4_MIN_M] = {NULL, 2048},   /* rescaled groups: 4-bit integer codes, groups of 32 */
+    [TOPS__CU_T_RESCALED4W_MIN_M] = {NULL, 2048},  /* rescaled groups: 4-bit codes, groups of 64 or more */
     /* settled launcher choices */
     [TOPS__CU_T_WARPS_PER_SM] = {NULL, 16},  /* wstream: split K until this many warps an SM stream */
     [TOPS__CU_T_WGMMA_STRICT] = {NULL, 1},   /* unfolded 4-bit codes on the two-ring pipeline */
@@ -160,6 +163,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_Q8_PAIRS] = {"q8_pairs", 1},         /* chunk pairs at 64 tokens */
     [TOPS__CU_T_DEQUANT_ROWS] = {"dequant_rows", 0}, /* 0: channels a dequantized slice as the 128 MB workspace allows */
     [TOPS__CU_T_E4M3_ONCE] = {"e4m3_once", RULE},   /* strict e4m3 codes converted once: 1 always, 0 never (rule: from E4M3_ONCE_MIN_M) */
+    [TOPS__CU_T_RESCALED] = {"rescaled", RULE},     /* the rescaled-group GEMM: 1 always, 0 never (rule: use_rescaled) */
 };
 
 static const char *const kernel_names[] = {"auto", "wbulk", "wstream", "wgmma", "q8", "fp8", "h16"};
@@ -349,6 +353,31 @@ static int use_dequant(int64_t m, int fold) {
     return m >= tops__cu_tune(TOPS__CU_T_DEQUANT_MIN_M);
 }
 
+/* Integer codes (4- and 8-bit) with scales in K groups of 32 or a
+   multiple of 64, f16 activations, no one-term fold: the codes converted
+   once to f16, then the 16-bit TMA GEMM whose accumulators are rescaled
+   between groups (dequant.cu, tops__cu_rescaled_gemm), from the M where it
+   beat the register-A kernels by family: RESCALED8_MIN_M (8-bit codes),
+   RESCALED4_MIN_M (4-bit, groups of 32), RESCALED4W_MIN_M (4-bit, larger
+   groups).  H200, 2026-12-03 13:37 UTC, rescaled=1 against rescaled=0,
+   us at M = 1024 / 2048 / 4096: int8-g32 345-353 / 624-662 / 1268-1309
+   against 524-529 / 1050-1070 / 2109-2150; q4_0 342-348 / 617-633 /
+   1169-1186 against 318-337 / 669-685 / 1385-1420; int4-g128 222-238 /
+   412-428 / 807-855 against 227-243 / 468-489 / 997-1016.  Debug key rescaled=1 forces it at every M,
+   rescaled=0 keeps it off; a kernel= name keeps it off. */
+static int use_rescaled(const tops__cuda_packed *pk, int64_t m, int fold, int bf16) {
+    if (fold == 1 || bf16 || !tops__cuda_is_sm90a(pk->device) ||
+        (pk->code != TOPS__CU_CODE_U4 && pk->code != TOPS__CU_CODE_I8) || !pk->has_scales || pk->groups < 2 ||
+        (pk->group != 32 && (pk->group < 64 || pk->group % 64 != 0)))
+        return 0;
+    const long long f = tops__cu_tune(TOPS__CU_T_RESCALED);
+    if (f != RULE) return f == 1;
+    const int t = pk->code == TOPS__CU_CODE_I8 ? TOPS__CU_T_RESCALED8_MIN_M
+                  : pk->group == 32           ? TOPS__CU_T_RESCALED4_MIN_M
+                                              : TOPS__CU_T_RESCALED4W_MIN_M;
+    return forced_kernel() == TOPS__CU_KERNEL_AUTO && m >= tops__cu_tune(t);
+}
+
 /* The 4-bit FP8 kernel (wgmma_q8.cu): relaxed, weights with the q8 layout,
    M >= Q8_MIN_M (H200, 2026-11-30 00:21 UTC, same call, us at M = 16 / 17 /
    31: q8 forced 19.9 / 20.0 / 20.1 int4-g128, 15.6 / 15.6 / 15.9 mxfp4; the
@@ -372,6 +401,8 @@ static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed,
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, bf16, relaxed, &shift);
     if (use_dequant(m, fold)) return "weights dequantized to 16-bit, then wgmma f16/bf16, both operands by TMA";
+    if (use_rescaled(pk, m, fold, bf16))
+        return "integer codes converted once to f16, then wgmma f16 with rescaled groups, both operands by TMA";
     if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold == 2 ? "wgmma m64nNk16, folded scales in two exact terms, weights from registers + TMA"
            : fold    ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
@@ -393,6 +424,9 @@ static int launch_plan(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int
     if (err == (int)cudaErrorNotSupported) {
         a->fold = use_fold(pk, a->x_bf16, relaxed, &a->fold_shift);
         err = use_dequant(a->m, a->fold) ? tops__cu_dequant_gemm(a, what) : (int)cudaErrorNotSupported;
+        if (err == (int)cudaErrorNotSupported)
+            err = use_rescaled(pk, a->m, a->fold, a->x_bf16) ? tops__cu_rescaled_gemm(a, what)
+                                                              : (int)cudaErrorNotSupported;
         if (err == (int)cudaErrorNotSupported)
             err = use_wgmma(a->m, a->fold, a->code, pk->group) ? tops__cu_wgmma_launch(a, what) : (int)cudaErrorNotSupported;
     }

@@ -146,6 +146,36 @@ typedef struct gpu_case {
                     range both ways) */
 } gpu_case;
 
+/* The next run_case's change to its weights' scale plane (edit_scales), then 0. */
+static int scale_edit_next;
+
+/* Changes the scale plane of quantized weights t (f16 or f32 entries)
+   before the reference decodes them.  1: groups alternately x 2^12 and x
+   2^-12 (f32 planes: even rows x 2^40 / 2^-40 instead, a span beyond
+   2^60); 2: every third row's groups g % 3 == 1 zero (their codes not);
+   3: row 1 group 0 +Inf, row 2 group 1 NaN. */
+static void edit_scales(tops_tensor *t, int how) {
+    const tops_plane *pl = &t->scales;
+    const int f16 = pl->dtype == TOPS_DT_F16;
+    if (!pl->data || (!f16 && pl->dtype != TOPS_DT_F32)) {
+        TH_FAIL_AT("edit_scales: no f16 or f32 scale plane");
+        return;
+    }
+    const int64_t rows = pl->extent[0], groups = pl->extent[1];
+    const int64_t rs = pl->stride[0] ? pl->stride[0] : groups, gs = pl->stride[1] ? pl->stride[1] : 1;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t g = 0; g < groups; g++) {
+            const int64_t at = i * rs + g * gs;
+            float v = f16 ? f16_to_32(TOPS_DT_F16, ((uint16_t *)pl->data)[at]) : ((float *)pl->data)[at];
+            if (how == 1) v = ldexpf(v, (g % 2 ? 1 : -1) * (!f16 && i % 2 == 0 ? 40 : 12));
+            else if (how == 2 && i % 3 == 0 && g % 3 == 1) v = 0.0f;
+            else if (how == 3 && i == 1 && g == 0) v = INFINITY;
+            else if (how == 3 && i == 2 && g == 1) v = NAN;
+            if (f16) ((uint16_t *)pl->data)[at] = f32_to_16(TOPS_DT_F16, v);
+            else ((float *)pl->data)[at] = v;
+        }
+}
+
 /* Relaxed 4-bit integers on the folded wgmma kernel: w = q x s rounded once
    to f16 (relative error <= 2^-11 per weight), on top of the strict bound. */
 #define FOLD_REL_L2 1e-3
@@ -205,6 +235,8 @@ static int run_case(const gpu_case *c, th_rng *r) {
     ASSERT_OK(tops_tensor_view(&d, &tsrc));
     ASSERT_OK(tops_tensor_create(fmt, 2, wext, host_mem, &tq));
     ASSERT_OK(tops_quantize(&tsrc, &tq, NULL));
+    if (scale_edit_next) edit_scales(&tq, scale_edit_next);
+    scale_edit_next = 0;
     d.data = wd;
     ASSERT_OK(tops_tensor_view(&d, &tdq));
     ASSERT_OK(tops_dequantize(&tq, &tdq));
@@ -350,6 +382,10 @@ static int run_case(const gpu_case *c, th_rng *r) {
                 memcpy(&f, yh + (i * n + j) * 4, 4);
                 got = f;
             }
+            if (!isfinite(ref)) { /* a scale that is not finite (scale_edit 3): so is the output */
+                if (isfinite(got) && bad < 0) bad = i * n + j;
+                continue;
+            }
             if (!isfinite(got) && bad < 0) bad = i * n + j;
             num += (got - ref) * (got - ref);
             den += ref * ref;
@@ -389,7 +425,7 @@ static int run_case(const gpu_case *c, th_rng *r) {
         TH_FAIL_AT("%s act=%s out=%s M=%lld K=%lld N=%lld%s%s%s: rel-L2 %.3g (bound %.1g)%s", c->format,
                    tops_dtype_name(c->act), tops_dtype_name(c->out), (long long)m, (long long)k, (long long)n,
                    c->strided_left ? " strided" : "", c->accumulate ? " accumulate" : "",
-                   c->prepack ? "" : " unpacked", rel, bound, bad >= 0 ? " and a non-finite output" : "");
+                   c->prepack ? "" : " unpacked", rel, bound, bad >= 0 ? " and an output (not) finite against the reference" : "");
     tops_tensor_destroy(&packed);
     tops_tensor_destroy(&tdev_w);
     tops_tensor_destroy(&tx);
@@ -1073,6 +1109,75 @@ static void test_dequant(void) {
     printf("     %d of %d dequantized-weight cases within their bounds\n", passed, n + 2);
 }
 
+/* Integer codes with scales in K groups (int4-gG, q4_0, q4_1, int8-gG,
+   q8_0) converted once to f16, then the TMA GEMM with rescaled
+   accumulators (dequant.cu, tops__cu_rescaled_gemm): forced at small M
+   (rescaled=1) within the strict bounds, ragged M, N and K, every output,
+   accumulate (one CTA a tile), packed on the fly, f32 activations,
+   channel slices (dequant_rows), capped grids (fp8_ctas: a CTA walks
+   several tiles); scale planes that test the rescaling: wide spans
+   within a row, zero scales over nonzero codes, spans past 2^60 and
+   scales that are not finite (those channels' strict pass); the cases
+   that must not take it (bf16 activations, rescaled=0, mxfp4); the plan
+   (8-bit codes from M = 1024, 4-bit from 2048). */
+static void test_rescaled(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the rescaled-group TMA GEMM needs compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    static const struct {
+        const char *format, *rescaled, *rows, *ctas;
+        tops_dtype act, out;
+        int64_t m, k, n;
+        int accumulate, prepack, edit, want;
+    } cases[] = {
+        {"int4-g32", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 33, 520, 130, 0, 1, 0, 1},
+        {"q4_0", "1", "64", "", TOPS_DT_F16, TOPS_DT_F16, 100, 1000, 200, 0, 1, 0, 1},
+        {"int8-g32", "1", "", "3", TOPS_DT_F16, TOPS_DT_BF16, 300, 4096, 300, 0, 0, 0, 1},
+        {"q8_0", "1", "48", "", TOPS_DT_F16, TOPS_DT_F32, 129, 992, 77, 0, 1, 0, 1},
+        {"int4-g128", "1", "", "", TOPS_DT_F16, TOPS_DT_F16, 17, 2048, 264, 1, 1, 0, 1},
+        {"int4-g64", "1", "", "2", TOPS_DT_F16, TOPS_DT_F32, 257, 1088, 520, 0, 1, 0, 1},
+        {"int4-g32:e8m0", "1", "", "", TOPS_DT_F16, TOPS_DT_BF16, 130, 776, 300, 0, 0, 0, 1},
+        {"int8-g128", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 64, 4104, 136, 0, 1, 0, 1},
+        {"q4_1", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 100, 1024, 264, 0, 1, 0, 1},
+        {"int4-g32", "1", "", "", TOPS_DT_F32, TOPS_DT_F16, 70, 512, 264, 0, 1, 0, 1},
+        {"int4-g32", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 96, 512, 264, 0, 1, 1, 1},
+        {"int4-g32:f32", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 96, 512, 264, 0, 1, 1, 1},
+        {"int4-g128", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 64, 1024, 264, 1, 1, 2, 1},
+        {"int8-g32", "1", "", "", TOPS_DT_F16, TOPS_DT_F16, 64, 512, 100, 0, 1, 3, 1},
+        {"int4-g32", "1", "", "", TOPS_DT_BF16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 0, 0},
+        {"int8-g32", "0", "", "", TOPS_DT_F16, TOPS_DT_F32, 200, 1024, 264, 0, 1, 0, 0},
+        {"mxfp4", "1", "", "", TOPS_DT_F16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 0, 0},
+        {"int8-g32", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 1024, 512, 192, 0, 1, 0, 1},
+        {"q8_0", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 1023, 512, 192, 0, 1, 0, 0},
+        {"int4-g128", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 2047, 256, 64, 0, 1, 0, 0},
+        {"q4_0", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 2048, 256, 64, 0, 1, 0, 1},
+    };
+    const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0;
+    for (int i = 0; i < n; i++) {
+        debug_set("rescaled", cases[i].rescaled);
+        debug_set("dequant_rows", cases[i].rows);
+        debug_set("fp8_ctas", cases[i].ctas);
+        gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
+                      cases[i].accumulate, cases[i].prepack, 0, 0};
+        scale_edit_next = cases[i].edit;
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strstr(kn, "rescaled groups") != NULL) != cases[i].want) {
+            TH_FAIL_AT("%s act=%s M=%lld rescaled=%s ran %s (want %srescaled)", c.format, tops_dtype_name(c.act),
+                       (long long)c.m, cases[i].rescaled, kn, cases[i].want ? "" : "not ");
+            ok = 0;
+        }
+        passed += ok;
+    }
+    debug_set("rescaled", NULL);
+    debug_set("dequant_rows", NULL);
+    debug_set("fp8_ctas", NULL);
+    printf("     %d of %d rescaled-group GEMM cases within their bounds\n", passed, n);
+}
+
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
    (kernel=fp8), ragged M/K/N against its 128 x 128 / 192 / 256 tiles and
    128-element K stages, both activation types, every output type,
@@ -1560,6 +1665,10 @@ int main(void) {
         RUN_TEST(test_h16_gemm);
         TEST_MAIN_END();
     }
+    if (only && strcmp(only, "rescaled") == 0) {
+        RUN_TEST(test_rescaled);
+        TEST_MAIN_END();
+    }
     if (only && strcmp(only, "f32") == 0) {
         RUN_TEST(test_f32_left);
         TEST_MAIN_END();
@@ -1573,6 +1682,7 @@ int main(void) {
     RUN_TEST(test_wgmma);
     RUN_TEST(test_wgmma_folded);
     RUN_TEST(test_dequant);
+    RUN_TEST(test_rescaled);
     RUN_TEST(test_wgmma_strict);
     RUN_TEST(test_q8);
     RUN_TEST(test_f32_left);
