@@ -364,10 +364,10 @@ static void test_key_splits(void) {
 
 /* ---- decode with quantized KV caches ------------------------------------------ */
 
-/* Whether make_kv leaves the decoded values unrounded: bf16 q with int-gG
-   caches on kt_kernel (the default) or on ring_kernel (TOPS_CUDA_ATTN_RING=2),
-   which multiply the exact codes. */
+/* Whether make_kv leaves the decoded values unrounded (run_qcase rounds
+   them once it knows the kernel); the kernel run_qcase's call took. */
 static int exact_kv;
+static char kernel[128];
 
 /* f32 [B, Hkv, Sk, D] values -> a tensor of format name on the host (codes
    from tops_quantize); vals becomes the decoded values rounded to dt, what
@@ -441,13 +441,21 @@ static double run_qcase(const qcase *qc, tops_dtype dt) {
     void *dq = NULL, *dout = NULL;
     double rel = NAN;
     for (int64_t i = 0; i < nq; i++) qf[i] = th_uniform(&rng, -2.0f, 2.0f);
-    for (int64_t i = 0; i < nk; i++) kf[i] = th_uniform(&rng, -2.0f, 2.0f), vf[i] = th_uniform(&rng, -1.0f, 1.0f);
+    /* key rows and 16-element groups of different magnitudes (K 1/2..2, V 1/4..4): with uniform
+       data every group's scale is nearly the same, and a scale read for the wrong key or group
+       would go unseen */
+    for (int64_t i = 0; i < nk; i++) {
+        const int j = (int)((i / c->d) % c->sk), g = (int)((i % c->d) / 16);
+        kf[i] = th_uniform(&rng, -2.0f, 2.0f) * ldexpf(1.0f, (j + g) % 3 - 1);
+        vf[i] = th_uniform(&rng, -1.0f, 1.0f) * ldexpf(1.0f, (3 * j + g) % 5 - 2);
+    }
     to16(dt, qf, q16, c->b, c->h, c->sq, c->d, 0);
     from16(dt, q16, qf, c->b, c->h, c->sq, c->d, 0);
     tops_tensor kh, vh, kg, vg;
+    exact_kv = 1;
     make_kv(qc->fmt, qc->per_channel, dt, kf, ke, &kh);
     make_kv(qc->fmt, qc->per_channel, dt, vf, ke, &vh);
-    reference(c, qf, kf, vf, ref);
+    exact_kv = 0;
     ASSERT_OK(tops_tensor_to(&kh, gpu0, &kg));
     ASSERT_OK(tops_tensor_to(&vh, gpu0, &vg));
     memset(o16, 0xFF, nq * 2);
@@ -468,6 +476,22 @@ static double run_qcase(const qcase *qc, tops_dtype dt) {
     char sp[16];
     snprintf(sp, sizeof sp, "%d", qc->splits);
     if (qc->splits) setenv("TOPS_CUDA_ATTN_SPLITS", sp, 1);
+    /* The reference multiplies what the kernel does: kt_kernel the exact decoded values,
+       ring_kernel code x scale rounded to f16, decode_kernel ("mma") rounded to q's type;
+       e4m3 codes (every e4m3 is a bf16 and an f16) with the tensor scale applied after the
+       sums, and per-channel scales multiplying q instead, unrounded */
+    ASSERT_OK(tops__cuda_attention_path(&ex, &d, &q, &kg, &vg, &o, kernel, sizeof kernel));
+    if (!qc->per_channel && strcmp(qc->fmt, "e4m3") != 0 && !strstr(kernel, " kt ") &&
+        !(strstr(kernel, " ring ") && dt == TOPS_DT_BF16)) {
+        uint16_t *h = malloc((size_t)nk * 2);
+        float *vals[2] = {kf, vf};
+        for (int t = 0; t < 2; t++) {
+            tops_cast_from_f32(dt, h, vals[t], nk, 0);
+            tops_cast_to_f32(dt, vals[t], h, nk);
+        }
+        free(h);
+    }
+    reference(c, qf, kf, vf, ref);
     tops_status st = tops_attention(&ex, &d, &q, &kg, &vg, &o);
     if (st != TOPS_OK) {
         TH_FAIL_AT("tops_attention kv %s: %s", qc->fmt, tops_last_error());
@@ -554,18 +578,14 @@ static void test_decode_kv(void) {
                                   strcmp(qc->fmt, "int4-g16") == 0))
                     continue;
                 if (passes[pass]) setenv("TOPS_CUDA_ATTN_RING", passes[pass], 1);
-                /* kt_kernel: bf16 q, int-gG with f16 scales (no ':' suffix) of a 16-byte chunk or more */
-                exact_kv = pass == 2 || (pass == 0 && di && strncmp(qc->fmt, "int", 3) == 0 && !strchr(qc->fmt, ':') &&
-                                         strcmp(qc->fmt, "int4-g16") != 0);
                 double rel = run_qcase(qc, dt);
-                exact_kv = 0;
                 unsetenv("TOPS_CUDA_ATTN_RING");
                 /* per-channel scales multiply q (rounded) instead of k: twice the bound */
                 double bd = bound(dt) * (qc->per_channel ? 2 : 1);
                 if (getenv("TOPS_TEST_VERBOSE"))
-                    printf("  decode kv %s%s %s B%lld H%lld/%lld Sq%lld Sk%lld D%lld: rel-L2 %.3g\n", qc->fmt, names[pass],
-                           di ? "bf16" : "f16", (long long)qc->c.b, (long long)qc->c.h, (long long)qc->c.hkv,
-                           (long long)qc->c.sq, (long long)qc->c.sk, (long long)qc->c.d, rel);
+                    printf("  decode kv %s%s %s B%lld H%lld/%lld Sq%lld Sk%lld D%lld: rel-L2 %.3g (%s)\n", qc->fmt,
+                           names[pass], di ? "bf16" : "f16", (long long)qc->c.b, (long long)qc->c.h, (long long)qc->c.hkv,
+                           (long long)qc->c.sq, (long long)qc->c.sk, (long long)qc->c.d, rel, kernel);
                 if (rel > worst[di]) worst[di] = rel;
                 if (!(rel <= bd))
                     TH_FAIL_AT("decode kv %s%s%s %s B%lld H%lld/%lld Sq%lld Sk%lld D%lld causal %d: rel-L2 %.3g > %.3g", qc->fmt,
