@@ -83,8 +83,21 @@ typedef struct tops_validate_row {
     int pass;
     const char *error;          /* "" if none */
 } tops_validate_row;
-/* Prints a row as a table line or (json) a JSON object; *first tracks the commas. */
+/* Prints a row as a table line or (json) a JSON object; *first tracks the commas.
+   Table lines: every row with --verbose, else the failing ones; every row counts
+   towards tops_validate_print_summary. */
 void tops_validate_print_row(const tops_validate_row *row, int json, int *first);
+/* A row the GPU path does not take: a table line (with --verbose) or a JSON
+   object with "skipped": true; it counts as no failure. */
+void tops_validate_print_skipped(const char *name, const char *format, tops_dtype left, int64_t m, int64_t k,
+                                 int64_t n, const char *why, int json, int *first);
+/* --verbose: every row's table line. */
+void tops_validate_set_verbose(int verbose);
+/* The table's column names, printed before its first line (if any). */
+void tops_validate_begin_table(void);
+/* Table mode's closing lines: per family (matmul, attention A-*, conv2d C-*) the
+   rows run, failed and skipped, and the row closest to its bound. */
+void tops_validate_print_summary(void);
 /* The rel-L2 bound of a row with that dest dtype (relaxed: the relaxed paths'). */
 double tops_validate_bound(tops_dtype dest, int relaxed);
 /* True if name is in the comma-separated list. */

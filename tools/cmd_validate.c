@@ -14,7 +14,8 @@
 
 void tops_cmd_validate_usage(FILE *out) {
     fprintf(out,
-            "usage: tensorops validate [--quick] [--json] [--isa X] [--only ROW,...] [--device cpu|cuda[:N]]\n\n"
+            "usage: tensorops validate [--quick] [--verbose] [--json] [--isa X] [--only ROW,...]\n"
+            "                          [--device cpu|cuda[:N]]\n\n"
             "Runs the validation ladder: M0 f16 x f16 -> f16; M1a f16 x i8 (per-tensor scale) -> f16;\n"
             "M1b f16 x i4 (per-tensor scale) -> f16; M2 f16 x int4-g32 (f16 scales) -> f32; one row per\n"
             "block format (f16 activations, f32 result); the relaxed paths R-* (f32 activations); then\n"
@@ -30,7 +31,8 @@ void tops_cmd_validate_usage(FILE *out) {
             "Shapes: the seed's attention o-proj (M64 K4096 N4096) for every row, its FFN up-proj\n"
             "(M128 K4096 N12288) for the M rows, and ragged ones (M=1, 7, 33; K=4095; N=1, 31).\n"
             "  --quick   ragged shapes and one small multi-tile shape (under a minute on 2 cores)\n"
-            "  --json    one JSON array on stdout instead of the table\n"
+            "  --verbose every row's line (default: the failing rows, then a summary per family)\n"
+            "  --json    one JSON array on stdout (every row) instead of the table\n"
             "  --isa X   force a kernel level (as TOPS_ISA does)\n"
             "  --only R  run only the named rows (comma-separated: M0,M2,mxfp4,R-q4_0,...)\n"
             "  --device D  cpu (default) or cuda[:N]: the matmul rows run on that GPU against the same\n"
@@ -178,25 +180,6 @@ static tops_status matmul_on_gpu(const tops_matmul2d_desc *desc, const tops_tens
     return st;
 }
 
-/* A row the GPU path does not take: a line (or a JSON object with
-   "skipped": true) that counts as no failure. */
-static void print_skipped(const ladder_row *row, const ladder_shape *sh, const char *why, int json, int *first) {
-    if (json) {
-        printf("%s\n  {\"row\": ", *first ? "" : ",");
-        tops_cli_json_string(stdout, row->name);
-        printf(", \"format\": ");
-        tops_cli_json_string(stdout, row->format);
-        printf(", \"m\": %lld, \"k\": %lld, \"n\": %lld, \"pass\": false, \"skipped\": true, \"error\": ",
-               (long long)sh->m, (long long)sh->k, (long long)sh->n);
-        tops_cli_json_string(stdout, why);
-        printf("}");
-        *first = 0;
-    } else {
-        printf("%-14s %-16s %-9s %lldx%lldx%lld skipped on cuda: %s\n", row->name, row->format, tops_dtype_name(row->left),
-               (long long)sh->m, (long long)sh->k, (long long)sh->n, why);
-    }
-}
-
 /* One row at one shape; every failure is recorded in res, never fatal. */
 static void run_row(const ladder_row *row, const ladder_shape *sh, const float *w, const float *a, float *decoded,
                     ladder_result *res) {
@@ -305,6 +288,7 @@ int tops_cmd_validate(int argc, char **argv) {
     const char *isa = NULL, *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--verbose") == 0) tops_validate_set_verbose(1);
         else if (strcmp(argv[i], "--device") == 0) {
             if (i + 1 >= argc) return tops_cli_usage_error(self, "--device needs a value");
             const char *v = argv[++i];
@@ -365,8 +349,7 @@ int tops_cmd_validate(int argc, char **argv) {
         printf("tensorops validate%s: isa %s, %d threads, seed %llu; errors against f64 on the decoded operands\n",
                quick ? " --quick" : "", tops_isa_name(ci.isa), tops_exec_default().threads, (unsigned long long)seed);
         if (run_device.kind == TOPS_DEVICE_CUDA) printf("device cuda:%d (matmul rows)\n", run_device.index);
-        printf("%-14s %-16s %-9s %-16s %10s %10s %10s %8s %9s %-6s %s\n", "row", "weights", "act>dest", "shape MxKxN",
-               "cos-sim", "rel-L2", "max-abs", "SNR dB", "bound", "result", "path");
+        tops_validate_begin_table();
     }
     int failures = 0, first = 1;
     for (size_t si = 0; si < nshapes; si++) {
@@ -389,7 +372,8 @@ int tops_cmd_validate(int argc, char **argv) {
             ladder_result res;
             run_row(row, sh, w, a, decoded, &res);
             if (res.skipped) {
-                print_skipped(row, sh, res.error, json, &first);
+                tops_validate_print_skipped(row->name, row->format, row->left, sh->m, sh->k, sh->n, res.error, json,
+                                            &first);
                 continue;
             }
             if (!res.pass) failures++;
@@ -410,6 +394,9 @@ int tops_cmd_validate(int argc, char **argv) {
         failures += tops_validate_conv(quick, json, only, &first);
     }
     if (json) printf("\n]\n");
-    else printf("%s: %d row(s) failed\n", failures ? "FAILED" : "ok", failures);
+    else {
+        tops_validate_print_summary();
+        printf("%s: %d row(s) failed\n", failures ? "FAILED" : "ok", failures);
+    }
     return failures ? TOPS_EXIT_FAIL : TOPS_EXIT_OK;
 }

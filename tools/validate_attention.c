@@ -278,17 +278,7 @@ int tops_validate_attention_on(tops_device dev, int quick, int json, const char 
                                                   (kv16 ? strcmp(r->kv, tops_dtype_name(r->q)) == 0 : r->sq <= 16)))
             skip = "the GPU takes one 16-bit type for q and out, and k, v of that type or (Sq <= 16) quantized";
         if (skip) {
-            if (json) {
-                printf("%s\n  {\"row\": ", *first ? "" : ",");
-                tops_cli_json_string(stdout, r->name);
-                printf(", \"pass\": false, \"skipped\": true, \"error\": ");
-                tops_cli_json_string(stdout, skip);
-                printf("}");
-                *first = 0;
-            } else {
-                printf("%-14s %-16s %-9s %lldx%lldx%lld skipped on cuda: %s\n", r->name, r->kv, tops_dtype_name(r->q),
-                       (long long)r->sq, (long long)r->d, (long long)r->sk, skip);
-            }
+            tops_validate_print_skipped(r->name, r->kv, r->q, r->sq, r->d, r->sk, skip, json, first);
             continue;
         }
         run_row(r, dev, 20261129 + 10 * i, &res, path, sizeof path, error, sizeof error);

@@ -31,6 +31,58 @@ int tops_validate_in_list(const char *list, const char *name) {
     return 0;
 }
 
+/* What the table mode sums up: per family (0 matmul, 1 attention, 2 conv2d)
+   the rows, failures, skipped rows and the passing row nearest its bound. */
+static struct {
+    int verbose, header; /* header: the column names are still to print */
+    int rows[3], failed[3], skipped[3];
+    double worst[3]; /* rel-L2 / bound */
+    char worst_row[3][96];
+} summary;
+
+static int family(const char *name) { return strncmp(name, "A-", 2) == 0 ? 1 : strncmp(name, "C-", 2) == 0 ? 2 : 0; }
+
+void tops_validate_set_verbose(int verbose) { summary.verbose = verbose; }
+
+void tops_validate_begin_table(void) { summary.header = 1; }
+
+static void header(void) {
+    if (!summary.header) return;
+    summary.header = 0;
+    printf("%-14s %-16s %-9s %-16s %10s %10s %10s %8s %9s %-6s %s\n", "row", "weights", "act>dest", "shape MxKxN",
+           "cos-sim", "rel-L2", "max-abs", "SNR dB", "bound", "result", "path");
+}
+
+void tops_validate_print_skipped(const char *name, const char *format, tops_dtype left, int64_t m, int64_t k,
+                                 int64_t n, const char *why, int json, int *first) {
+    summary.skipped[family(name)]++;
+    if (json) {
+        printf("%s\n  {\"row\": ", *first ? "" : ",");
+        tops_cli_json_string(stdout, name);
+        printf(", \"format\": ");
+        tops_cli_json_string(stdout, format);
+        printf(", \"m\": %lld, \"k\": %lld, \"n\": %lld, \"pass\": false, \"skipped\": true, \"error\": ",
+               (long long)m, (long long)k, (long long)n);
+        tops_cli_json_string(stdout, why);
+        printf("}");
+        *first = 0;
+    } else if (summary.verbose) {
+        header();
+        printf("%-14s %-16s %-9s %lldx%lldx%lld skipped on cuda: %s\n", name, format, tops_dtype_name(left),
+               (long long)m, (long long)k, (long long)n, why);
+    }
+}
+
+void tops_validate_print_summary(void) {
+    static const char *const names[3] = {"matmul", "attention", "conv2d"};
+    for (int f = 0; f < 3; f++) {
+        if (!summary.rows[f] && !summary.skipped[f]) continue;
+        printf("%-9s %d row(s), %d failed, %d skipped", names[f], summary.rows[f], summary.failed[f], summary.skipped[f]);
+        if (summary.worst_row[f][0]) printf("; nearest its bound: %s at %.2f of it", summary.worst_row[f], summary.worst[f]);
+        printf("\n");
+    }
+}
+
 static void json_number(const char *key, double v) {
     if (isfinite(v)) printf(", \"%s\": %.9g", key, v);
     else printf(", \"%s\": null", key);
@@ -40,6 +92,13 @@ void tops_validate_print_row(const tops_validate_row *r, int json, int *first) {
     char shape[48], act[24];
     snprintf(shape, sizeof shape, "%lldx%lldx%lld", (long long)r->m, (long long)r->k, (long long)r->n);
     snprintf(act, sizeof act, "%s>%s", tops_dtype_name(r->left), tops_dtype_name(r->dest));
+    const int f = family(r->name);
+    summary.rows[f]++;
+    if (!r->pass) summary.failed[f]++;
+    else if (r->bound > 0 && isfinite(r->rel_l2) && r->rel_l2 / r->bound > summary.worst[f]) {
+        summary.worst[f] = r->rel_l2 / r->bound;
+        snprintf(summary.worst_row[f], sizeof summary.worst_row[f], "%s %s", r->name, shape);
+    }
     if (json) {
         printf("%s\n  {\"row\": ", *first ? "" : ",");
         tops_cli_json_string(stdout, r->name);
@@ -60,8 +119,10 @@ void tops_validate_print_row(const tops_validate_row *r, int json, int *first) {
         printf("}");
         *first = 0;
     } else if (r->error[0]) {
+        header();
         printf("%-14s %-16s %-9s %-16s FAIL: %s\n", r->name, r->format, act, shape, r->error);
-    } else {
+    } else if (summary.verbose || !r->pass) {
+        header();
         /* the path last: it is long and of any length */
         printf("%-14s %-16s %-9s %-16s %10.7f %10.3e %10.3e %8.2f %9.2e %-6s %s\n", r->name, r->format, act, shape,
                r->cos_sim, r->rel_l2, r->max_abs, r->snr_db, r->bound, r->pass ? "pass" : "FAIL", r->path);

@@ -44,6 +44,14 @@ PY
 "$cli" validate --quick --only "$rows" >"$tmp/v.txt" 2>&1; rc2=$?
 check "table and JSON give the same status" test $rc = $rc2
 check "table prints a verdict" grep -Eq "^(ok|FAILED): [0-9]+ row" "$tmp/v.txt"
+# the table: a summary line per family, a line for each failing row; --verbose: every row
+nrow=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))))' "$tmp/v.json")
+nfail=$(python3 -c 'import json,sys; print(sum(not r["pass"] for r in json.load(open(sys.argv[1]))))' "$tmp/v.json")
+re="^(${rows//,/|}) "
+check "the summary counts every row run" grep -Eq "^matmul +$nrow row\(s\), $nfail failed, 0 skipped" "$tmp/v.txt"
+check "without --verbose a line per failing row only" test "$(grep -Ec "$re" "$tmp/v.txt")" = "$nfail"
+"$cli" validate --quick --verbose --only "$rows" >"$tmp/vv.txt" 2>&1
+check "--verbose prints every row's line" test "$(grep -Ec "$re" "$tmp/vv.txt")" = "$nrow"
 check "--isa ref runs the reference kernels" bash -c \
   "'$cli' validate --quick --isa ref --json --only M0 | python3 -c 'import json,sys; r=[x for x in json.load(sys.stdin) if x[\"row\"]==\"M0\"]; assert r and all(\"ref\" in x[\"path\"] and x[\"pass\"] for x in r)'"
 check "the varlen and key-length attention rows pass" bash -c \
