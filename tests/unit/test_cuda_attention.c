@@ -369,6 +369,14 @@ static void test_key_splits(void) {
 static int exact_kv;
 static char kernel[128];
 
+/* vals[0 .. n) rounded to dt (16-bit) and back to f32. */
+static void round_to(tops_dtype dt, float *vals, int64_t n) {
+    uint16_t *h = malloc((size_t)n * 2);
+    tops_cast_from_f32(dt, h, vals, n, 0);
+    tops_cast_to_f32(dt, vals, h, n);
+    free(h);
+}
+
 /* f32 [B, Hkv, Sk, D] values -> a tensor of format name on the host (codes
    from tops_quantize); vals becomes the decoded values rounded to dt, what
    the kernel multiplies (per-channel scales, exact_kv: the decoded values,
@@ -411,12 +419,7 @@ static void make_kv_rank(const char *name, int per_channel, tops_dtype dt, float
     int64_t n = 1;
     for (int i = 0; i < rank; i++) n *= e[i];
     memcpy(vals, dec.data, (size_t)n * sizeof(float));
-    if (!per_channel && !exact_kv) {
-        uint16_t *h = malloc((size_t)n * 2);
-        tops_cast_from_f32(dt, h, vals, n, 0);
-        tops_cast_to_f32(dt, vals, h, n);
-        free(h);
-    }
+    if (!per_channel && !exact_kv) round_to(dt, vals, n);
     tops_tensor_destroy(&dec);
 }
 
@@ -483,13 +486,8 @@ static double run_qcase(const qcase *qc, tops_dtype dt) {
     ASSERT_OK(tops__cuda_attention_path(&ex, &d, &q, &kg, &vg, &o, kernel, sizeof kernel));
     if (!qc->per_channel && strcmp(qc->fmt, "e4m3") != 0 && !strstr(kernel, " kt ") &&
         !(strstr(kernel, " ring ") && dt == TOPS_DT_BF16)) {
-        uint16_t *h = malloc((size_t)nk * 2);
-        float *vals[2] = {kf, vf};
-        for (int t = 0; t < 2; t++) {
-            tops_cast_from_f32(dt, h, vals[t], nk, 0);
-            tops_cast_to_f32(dt, vals[t], h, nk);
-        }
-        free(h);
+        round_to(dt, kf, nk);
+        round_to(dt, vf, nk);
     }
     reference(c, qf, kf, vf, ref);
     tops_status st = tops_attention(&ex, &d, &q, &kg, &vg, &o);
