@@ -349,6 +349,9 @@ int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what);
    pass instead.  cudaErrorNotSupported, launching nothing, where it does
    not apply. */
 int tops__cu_rescaled_gemm(const tops__cu_matmul_args *a, const char **what);
+/* The K groups the rescaled-group GEMM has kernels for: 32 (two a stage) or
+   a multiple of 64 (whole stages). */
+static inline int tops__cu_rescaled_group_ok(int32_t group) { return group == 32 || (group >= 64 && group % 64 == 0); }
 /* The TMA GEMM on f16 integer codes [n, k_pad] (f->weights) whose sums are
    rescaled between K groups: r_g of channel c at ratio[g * ratio_ld + c]
    (ratio_rows rows), the last group's scale as f->ch_scales (fp8_gemm.cu). */

@@ -61,6 +61,35 @@ cudaError_t launch_dequant(const Params &p, int code, int tile0, int tiles, floa
     return cudaGetLastError();
 }
 
+// Both large-M plans' stream-ordered workspace: without memory pools or
+// with the device out of memory cudaErrorNotSupported (the plan's register-A
+// kernels need none), any other failure with *what naming `name`.
+cudaError_t workspace_alloc(void **ws, size_t bytes, cudaStream_t stream, const char *name, const char **what) {
+    const cudaError_t err = cudaMallocAsync(ws, bytes, stream);
+    if (err == cudaErrorNotSupported || err == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError();
+        return cudaErrorNotSupported;
+    }
+    if (err != cudaSuccess) *what = name;
+    return err;
+}
+// Frees it on the stream: err, or where err is cudaSuccess the free's error.
+cudaError_t workspace_free(void *ws, cudaStream_t stream, cudaError_t err, const char *name, const char **what) {
+    const cudaError_t e2 = cudaFreeAsync(ws, stream);
+    if (err != cudaSuccess || e2 == cudaSuccess) return err;
+    *what = name;
+    return e2;
+}
+// The call's arguments for its output channels n0 .. n0 + rows - 1 (n0 a
+// multiple of 16; whole 16-channel tiles of packed weights).
+tops__cu_matmul_args channel_slice(const tops__cu_matmul_args *a, long long n0, long long rows) {
+    tops__cu_matmul_args s = *a;
+    s.n = rows;
+    s.n_pad = (rows + 15) / 16 * 16;
+    s.out = static_cast<char *>(a->out) + (size_t)n0 * (a->out_dtype == TOPS_DT_F32 ? 4 : 2);
+    return s;
+}
+
 } // namespace
 } // namespace tops_cu
 
@@ -81,16 +110,9 @@ extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char *
     const long long row_bytes = a->k_pad * 2;
     const long long slice = workspace_slice(row_bytes, 256, a->n_pad);
     uint16_t *ws = nullptr;
-    cudaError_t err = cudaMallocAsync(reinterpret_cast<void **>(&ws), (size_t)(slice * row_bytes), stream);
-    if (err == cudaErrorNotSupported || err == cudaErrorMemoryAllocation) { // the register-A kernels instead
-        (void)cudaGetLastError();
-        return (int)cudaErrorNotSupported;
-    }
-    if (err != cudaSuccess) {
-        *what = "cudaMallocAsync of the dequantized weights";
-        return (int)err;
-    }
-    const size_t out_elem = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
+    cudaError_t err = workspace_alloc(reinterpret_cast<void **>(&ws), (size_t)(slice * row_bytes), stream,
+                                      "cudaMallocAsync of the dequantized weights", what);
+    if (err != cudaSuccess) return (int)err;
     for (long long n0 = 0; n0 < a->n && err == cudaSuccess; n0 += slice) {
         const long long rows = a->n - n0 < slice ? a->n - n0 : slice;
         const int tiles = (int)((rows + 15) / 16);
@@ -100,19 +122,12 @@ extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char *
             *what = "the dequantization kernel launch";
             break;
         }
-        tops__cu_matmul_args s = *a;
-        s.n = rows;
-        s.n_pad = (long long)tiles * 16;
-        s.out = static_cast<char *>(a->out) + (size_t)n0 * out_elem;
+        tops__cu_matmul_args s = channel_slice(a, n0, rows);
         s.global_scale = a->global_scale * ldexpf(1.0f, a->fold_shift);
         const tops__cu_fp8_args h = {&s, ws, nullptr, 0};
         err = (cudaError_t)tops__cu_h16_launch(&h, what);
     }
-    cudaError_t e2 = cudaFreeAsync(ws, stream);
-    if (err == cudaSuccess && e2 != cudaSuccess) {
-        err = e2;
-        *what = "cudaFreeAsync of the dequantized weights";
-    }
+    err = workspace_free(ws, stream, err, "cudaFreeAsync of the dequantized weights", what);
     if (err == cudaSuccess)
         set_last_kernel(bf16 ? "weights dequantized to bf16 [n, k], then the bf16 TMA GEMM (wgmma, both operands by TMA)"
                              : "weights dequantized to f16 [n, k], then the f16 TMA GEMM (wgmma, both operands by TMA)");
@@ -262,7 +277,7 @@ __global__ void __launch_bounds__(256) rescale_fixup(const Params p, int tile0, 
 
 extern "C" int tops__cu_rescaled_gemm(const tops__cu_matmul_args *a, const char **what) {
     if ((a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_I8) || !a->has_scales || a->groups < 2 ||
-        a->x_bf16 || (a->group != 32 && (a->group < 64 || a->group % 64 != 0)))
+        a->x_bf16 || !tops__cu_rescaled_group_ok(a->group))
         return (int)cudaErrorNotSupported;
     // tops__cu_h16_rescaled_launch's own conditions, checked before any work
     if (!device_is_sm90a() || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 || a->m > 0x7FFFFFFF / 2)
@@ -279,21 +294,13 @@ extern "C" int tops__cu_rescaled_gemm(const tops__cu_matmul_args *a, const char 
     const size_t codes_bytes = (size_t)(slice * a->k_pad * 2 + 255) / 256 * 256,
                  plane_bytes = (size_t)((grows + 1) * slice_ld * 4);
     unsigned char *ws = nullptr;
-    cudaError_t err = cudaMallocAsync(reinterpret_cast<void **>(&ws),
-                                      codes_bytes + plane_bytes + 256 + (size_t)slice_ld * 4, stream);
-    if (err == cudaErrorNotSupported || err == cudaErrorMemoryAllocation) { // the register-A kernels instead
-        (void)cudaGetLastError();
-        return (int)cudaErrorNotSupported;
-    }
-    if (err != cudaSuccess) {
-        *what = "cudaMallocAsync of the f16 codes";
-        return (int)err;
-    }
+    cudaError_t err = workspace_alloc(reinterpret_cast<void **>(&ws), codes_bytes + plane_bytes + 256 + (size_t)slice_ld * 4,
+                                      stream, "cudaMallocAsync of the f16 codes", what);
+    if (err != cudaSuccess) return (int)err;
     uint16_t *codes = reinterpret_cast<uint16_t *>(ws);
     float *ratio = reinterpret_cast<float *>(ws + codes_bytes), *last = ratio + grows * slice_ld;
     unsigned *count = reinterpret_cast<unsigned *>(ws + codes_bytes + plane_bytes);
     int *list = reinterpret_cast<int *>(ws + codes_bytes + plane_bytes + 256);
-    const size_t out_elem = a->out_dtype == TOPS_DT_F32 ? 4 : 2;
     for (long long n0 = 0; n0 < a->n && err == cudaSuccess; n0 += slice) {
         const long long rows = a->n - n0 < slice ? a->n - n0 : slice;
         const int tiles = (int)((rows + 15) / 16), tile0 = (int)(n0 / 16);
@@ -310,10 +317,7 @@ extern "C" int tops__cu_rescaled_gemm(const tops__cu_matmul_args *a, const char 
             *what = "the code conversion launches";
             break;
         }
-        tops__cu_matmul_args s = *a;
-        s.n = rows;
-        s.n_pad = (long long)tiles * 16;
-        s.out = static_cast<char *>(a->out) + (size_t)n0 * out_elem;
+        const tops__cu_matmul_args s = channel_slice(a, n0, rows);
         const tops__cu_fp8_args h = {&s, codes, last, 0};
         err = (cudaError_t)tops__cu_h16_rescaled_launch(&h, ratio, rows_ld, (int)grows, a->group, what);
         if (err != cudaSuccess) break;
@@ -321,11 +325,7 @@ extern "C" int tops__cu_rescaled_gemm(const tops__cu_matmul_args *a, const char 
         err = cudaGetLastError();
         if (err != cudaSuccess) *what = "the flagged-channel pass launch";
     }
-    cudaError_t e2 = cudaFreeAsync(ws, stream);
-    if (err == cudaSuccess && e2 != cudaSuccess) {
-        err = e2;
-        *what = "cudaFreeAsync of the f16 codes";
-    }
+    err = workspace_free(ws, stream, err, "cudaFreeAsync of the f16 codes", what);
     if (err == cudaSuccess)
         set_last_kernel("codes converted once to f16 [n, k], then the f16 TMA GEMM with rescaled groups");
     return (int)err;

@@ -599,8 +599,9 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
                     if (!sh.ghost) tma_load_2d(b, mb, &full[s], kt * kKS, tn * BN);
                 }
             }
-            const int r0 = rf.rs == 2 ? 2 * kt : kt / (rf.gstages > 0 ? rf.gstages : 1);
-            for (int q = 0; q < rows; q++) tma_load_2d(rf.slots + s * kRsSlot + q * row, rf.map, &full[s], rf.col0, r0 + q);
+            for (int q = 0; q < rows; q++) // rows > 0: rf.rs is 2, or 1 with gstages > 0
+                tma_load_2d(rf.slots + s * kRsSlot + q * row, rf.map, &full[s], rf.col0,
+                            (rf.rs == 2 ? 2 * kt : kt / rf.gstages) + q);
         }
     }
     // A slot's release: an arrive on its empty barrier in every CTA that writes into it.
@@ -778,7 +779,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     unsigned char *smem = align1024(smem_raw);
     using R = Ring<BN, STAGES, 1, ET, CV>;
     const R ring(smem, reinterpret_cast<uint64_t *>(smem + R::kBytes), p.a_rows);
-    // Rescaled groups: the ratio slots after the barriers (16-byte aligned)
+    // Rescaled groups: the ratio slots after the barriers (128-byte aligned: TMA writes them)
     unsigned char *rslots = smem + R::kBytes + (R::kBars * sizeof(uint64_t) + 127) / 128 * 128;
 
     // Tokens fastest: the CTAs in flight share a few weight column tiles
@@ -942,7 +943,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw), *staging = smem + R::kBytes;
     // Rescaled groups: one staging box a warpgroup (the ratio slots take the
-    // second's room), the ratio slots after the barriers (16-byte aligned).
+    // second's room), the ratio slots after the barriers (128-byte aligned).
     constexpr int kBufs = RS ? 1 : 2, kStaging = 2 * kBufs * kBoxBytes;
     uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStaging), *lag_bar = bars + R::kBars;
     unsigned char *rslots = staging + kStaging + ((R::kBars + 1) * sizeof(uint64_t) + 127) / 128 * 128;
@@ -1167,13 +1168,9 @@ template <int ET, int CV = 0>
 bool make_map(CUtensorMap *map, const void *base, int rows, int k, long long ld, int box_rows) {
     const cuuint64_t dims[2] = {(cuuint64_t)k, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ld};
     const cuuint32_t box[2] = {(cuuint32_t)stage_k<ET>(), (cuuint32_t)box_rows};
-    if (CV) {
-        PFN_cuTensorMapEncodeTiled_v12000 enc = tops_cu::sm90::tensor_map_encoder();
-        const cuuint32_t estr[2] = {1, 1};
-        return enc && enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(base), dims, strides, box, estr,
-                          CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-    }
+    if (CV)
+        return tops_cu::sm90::encode_tiled(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, base, dims, strides, box,
+                                           CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
     return tops_cu::sm90::encode_sw128(map, ET == kE4M3 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16,
                                        2, base, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
@@ -1435,12 +1432,10 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
     p.a_rows = a_rows;
     p.gstages = gstages;
     if (RS > 0) { // the ratio plane [ratio_rows][ratio_ld] f32, boxes of one row of 256 channels
-        PFN_cuTensorMapEncodeTiled_v12000 enc = tops_cu::sm90::tensor_map_encoder();
         const cuuint64_t dims[2] = {(cuuint64_t)ratio_ld, (cuuint64_t)ratio_rows}, strides[1] = {(cuuint64_t)ratio_ld * 4};
-        const cuuint32_t box[2] = {256, 1}, estr[2] = {1, 1};
-        if (!enc || enc(&p.ratio_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, const_cast<float *>(ratio), dims, strides, box,
-                        estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+        const cuuint32_t box[2] = {256, 1};
+        if (!tops_cu::sm90::encode_tiled(&p.ratio_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, ratio, dims, strides, box,
+                                         CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B)) {
             *what = "cuTensorMapEncodeTiled for the rescaled GEMM's ratio plane";
             return cudaErrorInvalidValue;
         }
@@ -1640,7 +1635,7 @@ extern "C" int tops__cu_h16_rescaled_launch(const tops__cu_fp8_args *f, const fl
     const tops__cu_matmul_args *a = f->io;
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     if (a->m < 1 || a->m > 0x7FFFFFFF / 2 || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 || a->x_bf16 ||
-        f->codes || !tops_cu::sm90::tensor_map_encoder() || (group != 32 && (group < 64 || group % 64 != 0)) ||
+        f->codes || !tops_cu::sm90::tensor_map_encoder() || !tops__cu_rescaled_group_ok(group) ||
         (uintptr_t)ratio % 16 != 0 || ratio_ld % 256 != 0 || ratio_rows < 1)
         return (int)cudaErrorNotSupported;
     CUtensorMap mc;

@@ -368,7 +368,7 @@ static int use_dequant(int64_t m, int fold) {
 static int use_rescaled(const tops__cuda_packed *pk, int64_t m, int fold, int bf16) {
     if (fold == 1 || bf16 || !tops__cuda_is_sm90a(pk->device) ||
         (pk->code != TOPS__CU_CODE_U4 && pk->code != TOPS__CU_CODE_I8) || !pk->has_scales || pk->groups < 2 ||
-        (pk->group != 32 && (pk->group < 64 || pk->group % 64 != 0)))
+        !tops__cu_rescaled_group_ok(pk->group))
         return 0;
     const long long f = tops__cu_tune(TOPS__CU_T_RESCALED);
     if (f != RULE) return f == 1;

@@ -270,16 +270,22 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
     return fn;
 }
 
-// A tensor map with the 128-byte swizzle every kernel here uses (element
-// strides 1, no interleave, zeros outside the tensor); false when the driver
-// has no encoder or refuses the shape.
-inline bool encode_sw128(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, const void *base,
+// A tensor map (element strides 1, no interleave, zeros outside the
+// tensor) with that swizzle; false when the driver has no encoder or
+// refuses the shape.
+inline bool encode_tiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, const void *base,
                          const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
-                         CUtensorMapL2promotion l2) {
+                         CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2) {
     PFN_cuTensorMapEncodeTiled_v12000 enc = tensor_map_encoder();
     const cuuint32_t estr[5] = {1, 1, 1, 1, 1};
     return enc && enc(map, type, rank, const_cast<void *>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                      CU_TENSOR_MAP_SWIZZLE_128B, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                      swizzle, l2, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+// The 128-byte swizzle most kernels here use.
+inline bool encode_sw128(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, const void *base,
+                         const cuuint64_t *dims, const cuuint64_t *strides, const cuuint32_t *box,
+                         CUtensorMapL2promotion l2) {
+    return encode_tiled(map, type, rank, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B, l2);
 }
 
 } // namespace sm90
