@@ -84,6 +84,10 @@ struct GemmParams {
     // kernels take p as __grid_constant__: TMA reads the map where it lies.
     CUtensorMap ratio_map;
     int gstages;
+    // From kBM rows, where the last row tile has at most 64 rows: the
+    // activations as boxes of 64 rows, which that tile loads (a64 = 1).
+    CUtensorMap map_a64;
+    int a64;
 };
 
 // ---- activations to e4m3 ---------------------------------------------------
@@ -360,7 +364,7 @@ using namespace tops_cu::sm90;
 #define TOPS_D64_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
 
 // D[64 x BN] += A[64 x k] * B[BN x k]^T, both K-major from shared memory
-// (k = 32 for e4m3, 16 for f16 / bf16), BN = 256 or 128.
+// (k = 32 for e4m3, 16 for f16 / bf16), BN = 256, 192, 128 or 96.
 template <int ET>
 __device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t da, uint64_t db) {
     if constexpr (ET == kE4M3)
@@ -413,6 +417,26 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[96], uint64_t da, uint64_t d
         asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " TOPS_D96_REGS
                      ", %96, %97, 1, 1, 1, 0, 0;\n"
                      : TOPS_D96_OUT
+                     : "l"(da), "l"(db));
+}
+
+#define TOPS_D48_OUT "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+#define TOPS_D48_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}"
+template <int ET>
+__device__ __forceinline__ void wgmma_ss(float (&d)[48], uint64_t da, uint64_t db) {
+    if constexpr (ET == kE4M3)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 " TOPS_D48_REGS ", %48, %49, 1, 1, 1;\n"
+                     : TOPS_D48_OUT
+                     : "l"(da), "l"(db));
+    else if constexpr (ET == kF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 " TOPS_D48_REGS
+                     ", %48, %49, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D48_OUT
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 " TOPS_D48_REGS
+                     ", %48, %49, 1, 1, 1, 0, 0;\n"
+                     : TOPS_D48_OUT
                      : "l"(da), "l"(db));
 }
 
@@ -515,9 +539,11 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
     unsigned char *sa, *sb, *sc;
     uint64_t *full, *empty;
     uint32_t a_tx; // activation bytes a stage (one CTA): rows of the A box x 128
-    __device__ Ring(unsigned char *base, uint64_t *bars, int a_rows = kBM)
+    int m;         // the activations' rows
+    const CUtensorMap *ma64; // GemmParams::map_a64 where a64, else NULL
+    __device__ Ring(unsigned char *base, uint64_t *bars, const GemmParams &p)
         : sa(base), sb(base + STAGES * kStageA), sc(base + STAGES * (kStageA + kStageB)), full(bars),
-          empty(bars + STAGES), a_tx((uint32_t)a_rows * kBK) {}
+          empty(bars + STAGES), a_tx((uint32_t)p.a_rows * kBK), m(p.m), ma64(p.a64 ? &p.map_a64 : nullptr) {}
     __device__ void init() const {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&full[s], 1);
@@ -567,6 +593,18 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
         int col0, rs, gstages;
         unsigned char *slots;
     };
+    // One CTA's activation tile of stage kt into a, on bar: one box of
+    // a_tx / kBK rows, or (ma64) a box of 64 for a row tile with no rows
+    // past the first 64 (TMA's zero fill of rows past M measured slow: H200,
+    // f16 weights, K = 4096, N = 12288, M = 192: 45.5 us with a box of 128
+    // rows, 37.6 with 64 for the second row tile; two boxes of 64 for every
+    // tile cost 3-10 % at M = 128 and 256).  The bytes it brings: a_bytes.
+    __device__ __forceinline__ bool half_a(int tm) const { return ma64 && tm * kBM + 64 >= m; }
+    __device__ __forceinline__ uint32_t a_bytes(int tm) const { return half_a(tm) ? 64 * kBK : a_tx; }
+    __device__ __forceinline__ void load_a(unsigned char *a, const CUtensorMap *ma, uint64_t *bar, int kt,
+                                           int tm) const {
+        tma_load_2d(a, half_a(tm) ? ma64 : ma, bar, kt * kKS, tm * kBM);
+    }
     // Producer thread: K stages k0 .. k1 - 1 of tile (tm, tn).
     __device__ __forceinline__ void produce(const CUtensorMap *ma, const CUtensorMap *mb, int tm, int tn, int k0,
                                             int k1, unsigned &it, Share sh = Share{true, false, 0},
@@ -580,16 +618,16 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
             const int rows = !rf.map ? 0 : rf.rs == 2 ? 2 : kt % rf.gstages == 0 ? 1 : 0;
             const uint32_t rtx = (uint32_t)rows * row;
             if constexpr (CL == 1) {
-                mbar_expect_tx(&full[s], a_tx + kStageB + rtx);
-                tma_load_2d(a, ma, &full[s], kt * kKS, tm * kBM);
+                mbar_expect_tx(&full[s], a_bytes(tm) + kStageB + rtx);
+                load_a(a, ma, &full[s], kt, tm);
                 tma_load_2d(b, mb, &full[s], kt * kKS, tn * BN);
             } else {
                 constexpr uint16_t all = (1u << CL) - 1;
                 // Every CTA's full barrier expects the whole shared operand
                 // (its halves land from both CTAs) and its own one.
                 if (sh.share_b) {
-                    mbar_expect_tx(&full[s], (sh.ghost ? 0 : a_tx) + kStageB + rtx);
-                    if (!sh.ghost) tma_load_2d(a, ma, &full[s], kt * kKS, tm * kBM);
+                    mbar_expect_tx(&full[s], (sh.ghost ? 0 : a_bytes(tm)) + kStageB + rtx);
+                    if (!sh.ghost) load_a(a, ma, &full[s], kt, tm);
                     tma_load_2d_multicast(b + sh.rank * (kStageB / CL), mb, &full[s], kt * kKS,
                                           tn * BN + (int)sh.rank * (BN / CL), all);
                 } else {
@@ -778,7 +816,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     extern __shared__ unsigned char smem_raw[];
     unsigned char *smem = align1024(smem_raw);
     using R = Ring<BN, STAGES, 1, ET, CV>;
-    const R ring(smem, reinterpret_cast<uint64_t *>(smem + R::kBytes), p.a_rows);
+    const R ring(smem, reinterpret_cast<uint64_t *>(smem + R::kBytes), p);
     // Rescaled groups: the ratio slots after the barriers (128-byte aligned: TMA writes them)
     unsigned char *rslots = smem + R::kBytes + (R::kBars * sizeof(uint64_t) + 127) / 128 * 128;
 
@@ -789,6 +827,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int ktiles = (p.k + R::kKS - 1) / R::kKS;
     if (threadIdx.x == 0) ring.init();
     __syncthreads();
+    // Launched as a programmatic dependent (slim tiles, after the FP8
+    // quantizer or any kernel): the previous kernel's writes (activations,
+    // row scales, an output to accumulate into) are read below.
+    grid_dep_wait();
 
     unsigned it = 0;
     if (wg == 0) {
@@ -947,7 +989,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     constexpr int kBufs = RS ? 1 : 2, kStaging = 2 * kBufs * kBoxBytes;
     uint64_t *bars = reinterpret_cast<uint64_t *>(staging + kStaging), *lag_bar = bars + R::kBars;
     unsigned char *rslots = staging + kStaging + ((R::kBars + 1) * sizeof(uint64_t) + 127) / 128 * 128;
-    const R ring(smem, bars, p.a_rows);
+    const R ring(smem, bars, p);
     const int wg = threadIdx.x / 128;
     const int ktiles = (p.k + R::kKS - 1) / R::kKS, tiles = p.tiles_m * p.tiles_n;
     const uint32_t rank = CL > 1 ? cluster_rank() : 0;
@@ -1125,14 +1167,17 @@ __global__ void __launch_bounds__(256) e4m3_to_16bit(const uint4 *codes, long lo
 #endif
 }
 
-// Tile shapes, 128 tokens x 256 (wide), 192 (mid) or 128 (narrow)
-// channels, on rings of 4, 4 and 6 stages (converted weights, CV: 3, 4 and
-// 6 code stages and 3 converted slots): pick_shape below.
-enum { kWide = 0, kNarrow = 1, kMid = 2 };
+// Tile shapes, 128 tokens x 256 (wide), 192 (mid), 128 (narrow) or 96
+// (slim) channels, on rings of 4, 4, 6 and 6 stages (converted weights, CV:
+// 3, 4, 6 and 6 code stages and 3 converted slots): pick_shape below.
+// Slim tiles run one CTA a tile (the persistent kernel's output boxes are
+// 128 bytes wide: 96 f16 columns are one and a half).
+enum { kWide = 0, kNarrow = 1, kMid = 2, kSlim = 3 };
+constexpr int shape_bn(int shape) { return shape == kWide ? 256 : shape == kMid ? 192 : shape == kNarrow ? 128 : 96; }
 template <int SHAPE, int CV>
 struct Shape {
-    static constexpr int BN = SHAPE == kWide ? 256 : SHAPE == kMid ? 192 : 128;
-    static constexpr int STAGES = SHAPE == kNarrow ? 6 : SHAPE == kMid ? 4 : CV ? 3 : 4;
+    static constexpr int BN = shape_bn(SHAPE);
+    static constexpr int STAGES = SHAPE == kNarrow || SHAPE == kSlim ? 6 : SHAPE == kMid ? 4 : CV ? 3 : 4;
 };
 template <int SHAPE, int ET, int CV, int CL = 1>
 using RingOf = RingDims<Shape<SHAPE, CV>::BN, Shape<SHAPE, CV>::STAGES, CL, ET, CV, 3>;
@@ -1213,15 +1258,16 @@ cudaError_t launch_gemm(const CUtensorMap &ma, const CUtensorMap &mb, GemmParams
     if (err != cudaSuccess) return err;
     p.tiles_m = (p.m + kBM - 1) / kBM;
     p.tiles_n = (p.n + BN - 1) / BN;
-    kernel<<<(unsigned)((long long)p.tiles_m * p.tiles_n), kThreads, smem, stream>>>(ma, mb, p, vec);
-    err = cudaGetLastError();
+    err = tops_cu::launch_kernel(kernel, dim3((unsigned)((long long)p.tiles_m * p.tiles_n)), dim3(kThreads), smem,
+                                 stream, tops__cu_tune(TOPS__CU_T_PDL) != 0, 1, ma, mb, p, vec);
     if (err != cudaSuccess) *what = "the TMA GEMM launch";
     else {
         static const char *const names[3][2] = {{"fp8 one CTA per tile", "fp8 one CTA per tile"},
                                                 {"f16 one CTA per tile", "f16 one CTA per tile, e4m3 weights converted"},
                                                 {"bf16 one CTA per tile", "bf16 one CTA per tile, e4m3 weights converted"}};
         static thread_local char name[96];
-        snprintf(name, sizeof name, "%s%s", names[ET][CV], RS ? ", rescaled groups" : "");
+        snprintf(name, sizeof name, "%s%s%s", names[ET][CV], SHAPE == kSlim ? ", 96-channel tiles" : "",
+                 RS ? ", rescaled groups" : "");
         tops_cu::set_last_kernel(name);
     }
     return err;
@@ -1374,16 +1420,25 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
 // the wider tile (fewer activation reads).  N = 12288 on 132 SMs: 128 up
 // to M = 128 (96 tiles against 48 wide ones), 192 at M = 256 (128 tiles in
 // one wave, against 96 wide ones or 192 narrow ones in two), 256 at large
-// M.  Debug key fp8_bn (128 / 192 / 256) forces a width, for A/B runs.
-int pick_shape(int m, int n) {
+// M.  slim_ok (e4m3 codes converted in the kernel, whose consumers convert
+// every code of their tile): 96-wide tiles, one CTA a tile, where they all
+// fit in one wave (N = 12288: up to M = 128, 128 tiles on 128 SMs; H200,
+// 2026-12-03, strict e4m3-ch M = 32 / 64 / 128: 28.6 / 29.3 / 37.6 us
+// against 34.3 / 34.3 / 46.2 with 128-wide tiles; f16 weights and relaxed
+// FP8 measured 1-8 % slower on them).  Debug key fp8_bn (96 / 128 / 192 /
+// 256) forces a width, for A/B runs.
+int pick_shape(int m, int n, bool slim_ok) {
     const long long force = tops__cu_tune(TOPS__CU_T_FP8_BN);
-    if (force == 128 || force == 192 || force == 256) return force == 128 ? kNarrow : force == 192 ? kMid : kWide;
+    if (force == 96 || force == 128 || force == 192 || force == 256)
+        return force == 96 ? kSlim : force == 128 ? kNarrow : force == 192 ? kMid : kWide;
     const long long tm = (m + kBM - 1) / kBM, sms = tops__cuda_sm_count(-1);
-    static const int bns[3] = {256, 192, 128}, shapes[3] = {kWide, kMid, kNarrow};
+    static const int shapes[4] = {kWide, kMid, kNarrow, kSlim};
     int best = kWide;
     long long best_cost = -1;
-    for (int i = 0; i < 3; i++) {
-        const long long tiles = tm * ((n + bns[i] - 1) / bns[i]), cost = (tiles + sms - 1) / sms * bns[i];
+    for (int i = 0; i < 4; i++) {
+        const int bn = shape_bn(shapes[i]);
+        const long long tiles = tm * ((n + bn - 1) / bn), cost = (tiles + sms - 1) / sms * bn;
+        if (shapes[i] == kSlim && (!slim_ok || tiles > sms)) continue;
         if (best_cost < 0 || cost < best_cost) best = shapes[i], best_cost = cost;
     }
     return best;
@@ -1399,7 +1454,8 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
                      const PersistPlan &pl, int shape, unsigned *flags, float *partials, cudaStream_t stream,
                      const char **what, const float *ratio = nullptr, long long ratio_ld = 0, int ratio_rows = 0,
                      int gstages = 0) {
-    const int cl = persist && shape == kWide ? pl.cl : 0, bn = shape == kNarrow ? 128 : shape == kMid ? 192 : 256;
+    if (shape == kSlim) persist = false; // one CTA a tile (see Shape)
+    const int cl = persist && shape == kWide ? pl.cl : 0, bn = shape_bn(shape);
     // Below kBM rows, an activation box of M rounded up to 8 rows: TMA's
     // zero fill of the rows past M measured slow (H200, f16 weights, narrow
     // tiles, K = 4096, N = 12288: 45.3 / 45.1 / 37.8 / 31.4 us at M = 1 / 32
@@ -1430,6 +1486,12 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
     p.flags = flags;
     p.partials = partials;
     p.a_rows = a_rows;
+    // A last row tile of at most 64 rows reads boxes of 64 (Ring::load_a).
+    p.a64 = cl != 2 && a->m > kBM && (a->m - 1) % kBM < 64;
+    if (p.a64 && !make_map<ET>(&p.map_a64, A, (int)a->m, (int)a->k, lda, 64)) {
+        *what = "cuTensorMapEncodeTiled for the TMA GEMM's activations";
+        return cudaErrorInvalidValue;
+    }
     p.gstages = gstages;
     if (RS > 0) { // the ratio plane [ratio_rows][ratio_ld] f32, boxes of one row of 256 channels
         const cuuint64_t dims[2] = {(cuuint64_t)ratio_ld, (cuuint64_t)ratio_rows}, strides[1] = {(cuuint64_t)ratio_ld * 4};
@@ -1453,6 +1515,7 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
     if constexpr (RS > 0) return launch_gemm<kWide, ET, 0, RS>(ma, mb, p, vec, stream, what);
     return shape == kNarrow ? launch_gemm<kNarrow, ET, CV>(ma, mb, p, vec, stream, what)
            : shape == kMid  ? launch_gemm<kMid, ET, CV>(ma, mb, p, vec, stream, what)
+           : shape == kSlim ? launch_gemm<kSlim, ET, CV>(ma, mb, p, vec, stream, what)
                             : launch_gemm<kWide, ET, CV>(ma, mb, p, vec, stream, what);
 }
 
@@ -1478,14 +1541,14 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     // after the activations.
     CUtensorMap mc;
     const bool persist = persistent_ok(a, &mc);
-    const int shape = pick_shape((int)a->m, (int)a->n), narrow = shape != kWide;
+    const int shape = pick_shape((int)a->m, (int)a->n, false), narrow = shape != kWide;
     // Clusters where the device can run them (the tensor maps' boxes follow:
     // a shared operand is loaded in halves).
     int cl = persist && !narrow ? cluster_mode() : 0;
     const int max_cl = cl ? max_clusters_for<kE4M3>(a->out_dtype) : 0;
     if (max_cl < 1) cl = 0;
     const PersistPlan pl =
-        plan_persistent((int)a->m, (int)a->n, shape == kNarrow ? 128 : shape == kMid ? 192 : 256, cl, max_cl, !narrow);
+        plan_persistent((int)a->m, (int)a->n, shape_bn(shape), cl, max_cl, !narrow);
     const bool sk = persist && pl.sk;
     const size_t qbytes = (size_t)a->m * (size_t)a->k_pad, sbytes = ((size_t)a->m * sizeof(float) + 255) & ~(size_t)255,
                  fbytes = sk ? ((size_t)pl.grid * sizeof(unsigned) + 255) & ~(size_t)255 : 0,
@@ -1597,13 +1660,13 @@ extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what
     }
     CUtensorMap mc;
     const bool persist = persistent_ok(a, &mc);
-    const int shape = pick_shape((int)a->m, (int)a->n);
+    const int shape = pick_shape((int)a->m, (int)a->n, f->codes != 0);
     // Clusters share the weight tile as it lands (not with converted codes).
     int cl = persist && shape == kWide && !f->codes ? cluster_mode() : 0;
     const int max_cl = !cl ? 0 : et == kF16 ? max_clusters_for<kF16>(a->out_dtype) : max_clusters_for<kBF16>(a->out_dtype);
     if (max_cl < 1) cl = 0;
     const PersistPlan pl =
-        plan_persistent((int)a->m, (int)a->n, shape == kNarrow ? 128 : shape == kMid ? 192 : 256, cl, max_cl, false);
+        plan_persistent((int)a->m, (int)a->n, shape_bn(shape), cl, max_cl, false);
     const long long lda = a->ldx * 2, ldb = a->k_pad * (f->codes ? 1 : 2);
     const float *cs = static_cast<const float *>(f->ch_scales);
     const void *x = a->x, *w = f->weights;

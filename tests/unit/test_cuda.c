@@ -712,7 +712,7 @@ static void test_wgmma(void) {
         const char *name;
     } plan[] = {{"int4-g128", 47, 0, NULL},         {"int8-g32", 127, 0, NULL},
                 {"int8-g32", 128, 1, NULL},         {"bf16", 130, 0, "bf16 persistent"},
-                {"e4m3-ch", 64, 0, "bf16 persistent, e4m3 weights converted"},
+                {"e4m3-ch", 64, 0, "bf16 one CTA per tile, e4m3 weights converted, 96-channel tiles"},
                 {"int4-g128", 100, 1, NULL}};
     for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
         gpu_case c = {plan[i].format, TOPS_DT_BF16, TOPS_DT_F16, plan[i].m, 512, 192, 0, 0, 1, 0, 0};
@@ -754,16 +754,18 @@ static void test_wgmma(void) {
    one-CTA-per-tile kernel; several tiles a CTA (fp8_ctas caps
    the grid: the rings, the converted slots and the staging carried from
    tile to tile); each tile width where the wave rule picks it (expect_bn:
-   128 at small M, 192 at M = 4200 and N = 1032 or 1030, 256, f16 in
-   clusters of two, at M = 4200 and N = 1024); and the cases that must stay
-   off it (M = 16, unaligned rows).  The kernel each ran is asserted by
-   name. */
-static int expect_bn(int64_t m, int64_t n) {
-    static const int bns[3] = {256, 192, 128};
+   96 for e4m3 codes where those tiles fit one wave, one CTA a tile, else
+   128 at small M; 192 at M = 4200 and N = 1032 or 1030; 256, f16 in
+   clusters of two, at M = 4200 and N = 1024; the capped grids keep
+   128-wide persistent tiles by fp8_bn); and the cases that must stay off
+   it (M = 16, unaligned rows).  The kernel each ran is asserted by name. */
+static int expect_bn(int64_t m, int64_t n, int slim_ok) {
+    static const int bns[4] = {256, 192, 128, 96};
     int best = 256;
     int64_t best_cost = -1;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         const int64_t tiles = (m + 127) / 128 * ((n + bns[i] - 1) / bns[i]), cost = (tiles + gpu_sms - 1) / gpu_sms * bns[i];
+        if (bns[i] == 96 && (!slim_ok || tiles > gpu_sms)) continue;
         if (best_cost < 0 || cost < best_cost) best = bns[i], best_cost = cost;
     }
     return best;
@@ -808,16 +810,22 @@ static void test_h16_gemm(void) {
     for (int j = 0; j < n; j++) {
         const int i = small_run ? small[j] : j;
         debug_set("fp8_ctas", cases[i].ctas ? cases[i].ctas : "");
+        /* a capped grid is a persistent schedule: 128-wide tiles where the rule picks 96 */
+        const int codes = strncmp(cases[i].format, "e4m3", 4) == 0;
+        const int slim = expect_bn(cases[i].m, cases[i].n, codes) == 96, forced = slim && cases[i].ctas;
+        debug_set("fp8_bn", forced ? "128" : NULL);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n,
                       cases[i].strided, cases[i].accumulate, cases[i].prepack, 0, 0};
         int ok = run_case(&c, &r);
         const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
-        const int codes = strncmp(c.format, "e4m3", 4) == 0, bf = c.act == TOPS_DT_BF16;
-        const int bn = expect_bn(c.m, c.n);
+        const int bf = c.act == TOPS_DT_BF16;
+        const int bn = forced ? 128 : expect_bn(c.m, c.n, codes);
         const int ran = strncmp(kn, bf ? "bf16 " : "f16 ", bf ? 5 : 4) == 0;
         int right = cases[i].want < 0 ? !ran : ran && (strstr(kn, "e4m3 weights converted") != NULL) == codes;
-        if (cases[i].want == ONE) right = right && strstr(kn, "one CTA per tile");
-        if (cases[i].want == PERSIST)
+        if (cases[i].want >= 0) right = right && (strstr(kn, "96-channel") != NULL) == (bn == 96);
+        if (cases[i].want == ONE || (cases[i].want == PERSIST && bn == 96))
+            right = right && strstr(kn, "one CTA per tile");
+        else if (cases[i].want == PERSIST)
             right = right && strstr(kn, "persistent") && (strstr(kn, "128-channel") != NULL) == (bn == 128) &&
                     (strstr(kn, "192-channel") != NULL) == (bn == 192) &&
                     (strstr(kn, "clusters of 2 sharing the weight tile") != NULL) == (bn == 256 && !codes);
@@ -829,6 +837,7 @@ static void test_h16_gemm(void) {
         passed += ok;
     }
     debug_set("fp8_ctas", NULL);
+    debug_set("fp8_bn", NULL);
     /* e4m3 codes converted once into a workspace, then the 16-bit GEMM:
        forced at small M (e4m3_once=1), by the plan at M = 4200 (and kept
        off there by e4m3_once=0); slices of 64 / 48 channels (dequant_rows)
@@ -1279,9 +1288,10 @@ static void test_relaxed_fp8(void) {
         passed += ok;
     }
     for (int e = 0; e < 6; e++) debug_set(sched_env[e], NULL);
-    /* The 128- and 192-channel tiles (the plan's widths up to M = 256 on
+    /* The 96-, 128- and 192-channel tiles (the plan's widths up to M = 256 on
        large GPUs) forced: persistent CTAs walking several tiles (grid
-       capped), the lagged second warpgroup, a whole grid, one CTA a tile;
+       capped), the lagged second warpgroup, a whole grid, one CTA a tile
+       (96: always one CTA a tile, here over two waves at M = 4200);
        ragged M, N and K (stream-K stays with the 256-channel tiles: with
        128 it measured 1.2-1.3x slower at M = 32 .. 128). */
     static const struct {
@@ -1289,7 +1299,8 @@ static void test_relaxed_fp8(void) {
         int64_t m, k, n;
     } widths[] = {{"128", "5", "", "", 300, 520, 776}, {"192", "3", "1", "", 129, 1000, 520},
                   {"128", "", "1", "", 64, 256, 264},  {"192", "", "", "", 200, 130, 600},
-                  {"128", "", "", "0", 100, 300, 200}, {"192", "", "", "0", 300, 520, 776}};
+                  {"128", "", "", "0", 100, 300, 200}, {"192", "", "", "0", 300, 520, 776},
+                  {"96", "", "", "", 129, 1000, 520},  {"96", "", "", "", 4200, 136, 1000}};
     for (int o = 0; o < (int)(sizeof widths / sizeof widths[0]); o++) {
         debug_set("fp8_bn", widths[o].bn);
         debug_set("fp8_ctas", widths[o].ctas);
