@@ -423,6 +423,20 @@ static void make_kv_rank(const char *name, int per_channel, tops_dtype dt, float
     tops_tensor_destroy(&dec);
 }
 
+/* The decoded K and V values (exact_kv) as the kernel named in `kernel`
+   multiplies them: kt_kernel the exact decoded values; ring_kernel code x
+   scale, rounded to f16 with f16 q, exact with bf16 q; decode_kernel
+   ("mma") rounded to q's type; e4m3 codes (every e4m3 is a bf16 and an f16)
+   with the tensor scale applied after the sums, and per-channel scales
+   multiplying q instead, unrounded. */
+static void round_for_kernel(const char *fmt, int per_channel, tops_dtype dt, float *kf, float *vf, int64_t nk) {
+    if (per_channel || strcmp(fmt, "e4m3") == 0 || strstr(kernel, " kt ") ||
+        (strstr(kernel, " ring ") && dt == TOPS_DT_BF16))
+        return;
+    round_to(dt, kf, nk);
+    round_to(dt, vf, nk);
+}
+
 static void make_kv(const char *name, int per_channel, tops_dtype dt, float *vals, const int64_t *e, tops_tensor *host) {
     make_kv_rank(name, per_channel, dt, vals, 4, e, host);
 }
@@ -479,16 +493,9 @@ static double run_qcase(const qcase *qc, tops_dtype dt) {
     char sp[16];
     snprintf(sp, sizeof sp, "%d", qc->splits);
     if (qc->splits) setenv("TOPS_CUDA_ATTN_SPLITS", sp, 1);
-    /* The reference multiplies what the kernel does: kt_kernel the exact decoded values,
-       ring_kernel code x scale rounded to f16, decode_kernel ("mma") rounded to q's type;
-       e4m3 codes (every e4m3 is a bf16 and an f16) with the tensor scale applied after the
-       sums, and per-channel scales multiplying q instead, unrounded */
+    /* The reference multiplies what the kernel does (round_for_kernel) */
     ASSERT_OK(tops__cuda_attention_path(&ex, &d, &q, &kg, &vg, &o, kernel, sizeof kernel));
-    if (!qc->per_channel && strcmp(qc->fmt, "e4m3") != 0 && !strstr(kernel, " kt ") &&
-        !(strstr(kernel, " ring ") && dt == TOPS_DT_BF16)) {
-        round_to(dt, kf, nk);
-        round_to(dt, vf, nk);
-    }
+    round_for_kernel(qc->fmt, qc->per_channel, dt, kf, vf, nk);
     reference(c, qf, kf, vf, ref);
     tops_status st = tops_attention(&ex, &d, &q, &kg, &vg, &o);
     if (st != TOPS_OK) {
@@ -643,8 +650,35 @@ static void test_decode_lengths(void) {
                 tops_cast_from_f32(dt, q16, qf, nq, 0);
                 tops_cast_to_f32(dt, qf, q16, nq);
                 tops_tensor kh, vh, kg, vg, q, o;
+                exact_kv = 1;
                 make_kv_rank(fmts[fi], 0, dt, kf, rank, ke, &kh);
                 make_kv_rank(fmts[fi], 0, dt, vf, rank, ke, &vh);
+                exact_kv = 0;
+                ASSERT_OK(tops_tensor_to(&kh, gpu0, &kg));
+                ASSERT_OK(tops_tensor_to(&vh, gpu0, &vg));
+                tops_tensor_desc qd;
+                memset(&qd, 0, sizeof qd);
+                qd.format = tops_format_of(dt);
+                qd.rank = rank;
+                memcpy(qd.extent, qe, sizeof qe);
+                qd.memory = gpu0;
+                ASSERT_OK(tops_cuda_alloc(0, nq * 2, &qd.data));
+                ASSERT_OK(tops_cuda_copy(qd.data, gpu0, q16, host_mem, nq * 2, NULL));
+                ASSERT_OK(tops_tensor_view(&qd, &q));
+                ASSERT_OK(tops_cuda_alloc(0, nq * 2, &qd.data));
+                memset(o16, 0xFF, nq * 2);
+                ASSERT_OK(tops_cuda_copy(qd.data, gpu0, o16, host_mem, nq * 2, NULL));
+                ASSERT_OK(tops_tensor_view(&qd, &o));
+                tops_exec ex = tops_exec_default();
+                ex.device = gpu0;
+                tops_attention_desc d = tops_attention_desc_default();
+                d.causal = 1;
+                d.kv_lens = lens;
+                d.batch = B;
+                if (packed) d.cu_seqlens_q = cq, d.cu_seqlens_k = ck;
+                /* the values the kernel this call takes multiplies (run_qcase) */
+                ASSERT_OK(tops__cuda_attention_path(&ex, &d, &q, &kg, &vg, &o, kernel, sizeof kernel));
+                round_for_kernel(fmts[fi], 0, dt, kf, vf, nk);
                 /* the reference, a sequence at a time on contiguous copies */
                 for (int32_t b = 0; b < B; b++) {
                     int64_t sq = packed ? cq[b + 1] - cq[b] : Sq, sk = lens[b];
@@ -670,28 +704,6 @@ static void test_decode_lengths(void) {
                                     rb[(h * sq + i) * D + x];
                     free(qb), free(kb), free(vb), free(rb);
                 }
-                ASSERT_OK(tops_tensor_to(&kh, gpu0, &kg));
-                ASSERT_OK(tops_tensor_to(&vh, gpu0, &vg));
-                tops_tensor_desc qd;
-                memset(&qd, 0, sizeof qd);
-                qd.format = tops_format_of(dt);
-                qd.rank = rank;
-                memcpy(qd.extent, qe, sizeof qe);
-                qd.memory = gpu0;
-                ASSERT_OK(tops_cuda_alloc(0, nq * 2, &qd.data));
-                ASSERT_OK(tops_cuda_copy(qd.data, gpu0, q16, host_mem, nq * 2, NULL));
-                ASSERT_OK(tops_tensor_view(&qd, &q));
-                ASSERT_OK(tops_cuda_alloc(0, nq * 2, &qd.data));
-                memset(o16, 0xFF, nq * 2);
-                ASSERT_OK(tops_cuda_copy(qd.data, gpu0, o16, host_mem, nq * 2, NULL));
-                ASSERT_OK(tops_tensor_view(&qd, &o));
-                tops_exec ex = tops_exec_default();
-                ex.device = gpu0;
-                tops_attention_desc d = tops_attention_desc_default();
-                d.causal = 1;
-                d.kv_lens = lens;
-                d.batch = B;
-                if (packed) d.cu_seqlens_q = cq, d.cu_seqlens_k = ck;
                 tops_status st = tops_attention(&ex, &d, &q, &kg, &vg, &o);
                 if (st != TOPS_OK) {
                     TH_FAIL_AT("lengths (%s, %s): %s", packed ? "packed" : "kv_lens", fmts[fi], tops_last_error());
