@@ -363,82 +363,38 @@ using namespace tops_cu::sm90;
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 #define TOPS_D64_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
 
-// D[64 x BN] += A[64 x k] * B[BN x k]^T, both K-major from shared memory
-// (k = 32 for e4m3, 16 for f16 / bf16), BN = 256, 192, 128 or 96.
-template <int ET>
-__device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t da, uint64_t db) {
-    if constexpr (ET == kE4M3)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " TOPS_D128_REGS ", %128, %129, 1, 1, 1;\n"
-                     : TOPS_D128_OUT
-                     : "l"(da), "l"(db));
-    else if constexpr (ET == kF16)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " TOPS_D128_REGS
-                     ", %128, %129, 1, 1, 1, 0, 0;\n"
-                     : TOPS_D128_OUT
-                     : "l"(da), "l"(db));
-    else
-        asm volatile("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " TOPS_D128_REGS
-                     ", %128, %129, 1, 1, 1, 0, 0;\n"
-                     : TOPS_D128_OUT
-                     : "l"(da), "l"(db));
-}
-template <int ET>
-__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t da, uint64_t db) {
-    if constexpr (ET == kE4M3)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " TOPS_D64_REGS ", %64, %65, 1, 1, 1;\n"
-                     : TOPS_D64_OUT
-                     : "l"(da), "l"(db));
-    else if constexpr (ET == kF16)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " TOPS_D64_REGS
-                     ", %64, %65, 1, 1, 1, 0, 0;\n"
-                     : TOPS_D64_OUT
-                     : "l"(da), "l"(db));
-    else
-        asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " TOPS_D64_REGS
-                     ", %64, %65, 1, 1, 1, 0, 0;\n"
-                     : TOPS_D64_OUT
-                     : "l"(da), "l"(db));
-}
-
 #define TOPS_D96_OUT "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
 #define TOPS_D96_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}"
-template <int ET>
-__device__ __forceinline__ void wgmma_ss(float (&d)[96], uint64_t da, uint64_t db) {
-    if constexpr (ET == kE4M3)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " TOPS_D96_REGS ", %96, %97, 1, 1, 1;\n"
-                     : TOPS_D96_OUT
-                     : "l"(da), "l"(db));
-    else if constexpr (ET == kF16)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 " TOPS_D96_REGS
-                     ", %96, %97, 1, 1, 1, 0, 0;\n"
-                     : TOPS_D96_OUT
-                     : "l"(da), "l"(db));
-    else
-        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " TOPS_D96_REGS
-                     ", %96, %97, 1, 1, 1, 0, 0;\n"
-                     : TOPS_D96_OUT
-                     : "l"(da), "l"(db));
-}
-
 #define TOPS_D48_OUT "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
 #define TOPS_D48_REGS "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}"
-template <int ET>
-__device__ __forceinline__ void wgmma_ss(float (&d)[48], uint64_t da, uint64_t db) {
-    if constexpr (ET == kE4M3)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n96k32.f32.e4m3.e4m3 " TOPS_D48_REGS ", %48, %49, 1, 1, 1;\n"
-                     : TOPS_D48_OUT
-                     : "l"(da), "l"(db));
-    else if constexpr (ET == kF16)
-        asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 " TOPS_D48_REGS
-                     ", %48, %49, 1, 1, 1, 0, 0;\n"
-                     : TOPS_D48_OUT
-                     : "l"(da), "l"(db));
-    else
-        asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 " TOPS_D48_REGS
-                     ", %48, %49, 1, 1, 1, 0, 0;\n"
-                     : TOPS_D48_OUT
-                     : "l"(da), "l"(db));
-}
+
+// D[64 x BN] += A[64 x k] * B[BN x k]^T, both K-major from shared memory
+// (k = 32 for e4m3, 16 for f16 / bf16), BN = 256, 192, 128 or 96: one
+// overload per accumulator count R = BN / 2 (descriptors: operands R, R + 1).
+#define TOPS_WGMMA_SS(R, N, A, B)                                                                                 \
+    template <int ET>                                                                                             \
+    __device__ __forceinline__ void wgmma_ss(float(&d)[R], uint64_t da, uint64_t db) {                           \
+        if constexpr (ET == kE4M3)                                                                                \
+            asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k32.f32.e4m3.e4m3 " TOPS_D##R##_REGS             \
+                         ", %" #A ", %" #B ", 1, 1, 1;\n"                                                         \
+                         : TOPS_D##R##_OUT                                                                        \
+                         : "l"(da), "l"(db));                                                                     \
+        else if constexpr (ET == kF16)                                                                            \
+            asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.f16.f16 " TOPS_D##R##_REGS               \
+                         ", %" #A ", %" #B ", 1, 1, 1, 0, 0;\n"                                                   \
+                         : TOPS_D##R##_OUT                                                                        \
+                         : "l"(da), "l"(db));                                                                     \
+        else                                                                                                      \
+            asm volatile("wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " TOPS_D##R##_REGS             \
+                         ", %" #A ", %" #B ", 1, 1, 1, 0, 0;\n"                                                   \
+                         : TOPS_D##R##_OUT                                                                        \
+                         : "l"(da), "l"(db));                                                                     \
+    }
+TOPS_WGMMA_SS(128, 256, 128, 129)
+TOPS_WGMMA_SS(96, 192, 96, 97)
+TOPS_WGMMA_SS(64, 128, 64, 65)
+TOPS_WGMMA_SS(48, 96, 48, 49)
+#undef TOPS_WGMMA_SS
 
 // One K stage (128 bytes of each row): four k32 (e4m3) or k16 (16-bit)
 // steps, 32 bytes apart inside the swizzled rows, accumulating into d
