@@ -61,6 +61,16 @@ cudaError_t launch_dequant(const Params &p, int code, int tile0, int tiles, floa
     return cudaGetLastError();
 }
 
+// Both large-M plans' start: the 16-bit TMA GEMM's own conditions
+// (tops__cu_h16_launch, tops__cu_h16_rescaled_launch: cudaErrorNotSupported
+// where they fail), checked before any work, then the packed weights'
+// kernel parameters.
+int plan_begin(const tops__cu_matmul_args *a, Params &p, const char **what) {
+    if (!device_is_sm90a() || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 || a->m > 0x7FFFFFFF / 2)
+        return (int)cudaErrorNotSupported;
+    return init_params(a, p, what) ? (int)cudaSuccess : (int)cudaErrorInvalidValue;
+}
+
 // Both large-M plans' stream-ordered workspace: without memory pools or
 // with the device out of memory cudaErrorNotSupported (the plan's register-A
 // kernels need none), any other failure with *what naming `name`.
@@ -98,11 +108,8 @@ using namespace tops_cu;
 extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what) {
     if ((a->code != TOPS__CU_CODE_E2M1 && a->code != TOPS__CU_CODE_U4) || a->fold != 1)
         return (int)cudaErrorNotSupported;
-    // tops__cu_h16_launch's own conditions, checked before any work
-    if (!device_is_sm90a() || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 || a->m > 0x7FFFFFFF / 2)
-        return (int)cudaErrorNotSupported;
     Params p;
-    if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
+    if (const int r = plan_begin(a, p, what)) return r;
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     const bool bf16 = a->x_bf16 != 0;
     const int d = a->code == TOPS__CU_CODE_E2M1 ? 14 : 0; // decode_factor's exponent
@@ -279,11 +286,8 @@ extern "C" int tops__cu_rescaled_gemm(const tops__cu_matmul_args *a, const char 
     if ((a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_I8) || !a->has_scales || a->groups < 2 ||
         a->x_bf16 || !tops__cu_rescaled_group_ok(a->group))
         return (int)cudaErrorNotSupported;
-    // tops__cu_h16_rescaled_launch's own conditions, checked before any work
-    if (!device_is_sm90a() || (uintptr_t)a->x % 16 != 0 || (a->ldx * 2) % 16 != 0 || a->m > 0x7FFFFFFF / 2)
-        return (int)cudaErrorNotSupported;
     Params p;
-    if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
+    if (const int r = plan_begin(a, p, what)) return r;
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     // Ratio rows: every group the GEMM's K stages can start (k_pad / G,
     // rounded up), plus the one its last prefetch reads.
