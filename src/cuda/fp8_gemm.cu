@@ -3,7 +3,7 @@
 //      f32 scale s = amax / 448 (codes = e4m3_satfinite_rne(x / s)), written to
 //      a stream-ordered workspace [M, k_pad];
 //   2. fp8_gemm: 128 x N output tiles on wgmma m64nNk32 e4m3 x e4m3 -> f32,
-//      N = 128, 192 or 256 channels by the waves over the SMs (pick_shape).
+//      N = 128, 192 or 256 channels by the waves over the SMs (pick_tiles).
 //      One producer thread feeds a ring of shared-memory stages through TMA
 //      (cp.async.bulk.tensor, 128-byte swizzle, out-of-bounds rows and K read
 //      as zeros, so ragged M/N/K need no padding); two consumer warpgroups
@@ -1125,7 +1125,7 @@ __global__ void __launch_bounds__(256) e4m3_to_16bit(const uint4 *codes, long lo
 
 // Tile shapes, 128 tokens x 256 (wide), 192 (mid), 128 (narrow) or 96
 // (slim) channels, on rings of 4, 4, 6 and 6 stages (converted weights, CV:
-// 3, 4, 6 and 6 code stages and 3 converted slots): pick_shape below.
+// 3, 4, 6 and 6 code stages and 3 converted slots): pick_tiles below.
 // Slim tiles run one CTA a tile (the persistent kernel's output boxes are
 // 128 bytes wide: 96 f16 columns are one and a half).
 enum { kWide = 0, kNarrow = 1, kMid = 2, kSlim = 3 };
@@ -1371,31 +1371,51 @@ cudaError_t launch_persistent(const CUtensorMap &ma, const CUtensorMap &mb, cons
     return err;
 }
 
-// The tile width of both GEMMs: the fewest waves of tiles over the SMs
-// times the channels a tile (a tile's time grows with its width), ties to
-// the wider tile (fewer activation reads).  N = 12288 on 132 SMs: 128 up
-// to M = 128 (96 tiles against 48 wide ones), 192 at M = 256 (128 tiles in
-// one wave, against 96 wide ones or 192 narrow ones in two), 256 at large
-// M.  slim_ok (e4m3 codes converted in the kernel, whose consumers convert
+// The tile width of both GEMMs and whether wide tiles run in clusters of
+// two: the fewest waves over the SMs times a tile's time, modelled as its
+// width plus kTileFixed channels (the activation tile, prologue and
+// epilogue every tile pays), ties to clusters, then to the wider tile.
+// Clusters (mode cl where max_cl > 0 of them fit at once; cl = 0: none)
+// run on tile pairs (CTAs on row-tile pairs sharing the weight tile, or
+// with cl = 2 on column-tile pairs), counted as half the SMs' pairs a wave
+// (tests mirror the rule with the SM count alone): an odd row-tile count
+// leaves a CTA idle in every column, which a count of tiles does not see.  N =
+// 12288 on 132 SMs: 128 up to M = 128, 192 at M = 256, 256 at large M.
+// slim_ok (e4m3 codes converted in the kernel, whose consumers convert
 // every code of their tile): 96-wide tiles, one CTA a tile, where they all
 // fit in one wave (N = 12288: up to M = 128, 128 tiles on 128 SMs; H200,
 // 2026-12-03, strict e4m3-ch M = 32 / 64 / 128: 28.6 / 29.3 / 37.6 us
 // against 34.3 / 34.3 / 46.2 with 128-wide tiles; f16 weights and relaxed
-// FP8 measured 1-8 % slower on them).  Debug key fp8_bn (96 / 128 / 192 /
-// 256) forces a width, for A/B runs.
-int pick_shape(int m, int n, bool slim_ok) {
+// FP8 measured 1-8 % slower on them).  wide_only: 256 (the rescaled-group
+// kernel has no other width).  Debug key fp8_bn (96 / 128 / 192 / 256)
+// forces a width (256 keeps the cluster mode), for A/B runs.
+constexpr long long kTileFixed = 128;
+struct TilePick {
+    int shape, cl;
+};
+TilePick pick_tiles(int m, int n, bool slim_ok, int cl, int max_cl, bool wide_only) {
+    if (max_cl < 1) cl = 0;
     const long long force = tops__cu_tune(TOPS__CU_T_FP8_BN);
-    if (force == 96 || force == 128 || force == 192 || force == 256)
-        return force == 96 ? kSlim : force == 128 ? kNarrow : force == 192 ? kMid : kWide;
+    if (!wide_only && (force == 96 || force == 128 || force == 192 || force == 256))
+        return force == 96    ? TilePick{kSlim, 0}
+               : force == 128 ? TilePick{kNarrow, 0}
+               : force == 192 ? TilePick{kMid, 0}
+                              : TilePick{kWide, cl};
     const long long tm = (m + kBM - 1) / kBM, sms = tops__cuda_sm_count(-1);
-    static const int shapes[4] = {kWide, kMid, kNarrow, kSlim};
-    int best = kWide;
+    TilePick best{kWide, 0};
     long long best_cost = -1;
-    for (int i = 0; i < 4; i++) {
+    if (cl) {
+        const long long tn = (n + 255) / 256, pairs = cl == 1 ? (tm + 1) / 2 * tn : tm * ((tn + 1) / 2);
+        best = TilePick{kWide, cl};
+        const long long per = sms / 2 > 0 ? sms / 2 : 1;
+        best_cost = (pairs + per - 1) / per * (256 + kTileFixed);
+    }
+    static const int shapes[4] = {kWide, kMid, kNarrow, kSlim};
+    for (int i = 0; i < (wide_only ? 1 : 4); i++) {
         const int bn = shape_bn(shapes[i]);
-        const long long tiles = tm * ((n + bn - 1) / bn), cost = (tiles + sms - 1) / sms * bn;
+        const long long tiles = tm * ((n + bn - 1) / bn), cost = (tiles + sms - 1) / sms * (bn + kTileFixed);
         if (shapes[i] == kSlim && (!slim_ok || tiles > sms)) continue;
-        if (best_cost < 0 || cost < best_cost) best = shapes[i], best_cost = cost;
+        if (best_cost < 0 || cost < best_cost) best = TilePick{shapes[i], 0}, best_cost = cost;
     }
     return best;
 }
@@ -1497,12 +1517,11 @@ extern "C" int tops__cu_fp8_launch(const tops__cu_fp8_args *f, const char **what
     // after the activations.
     CUtensorMap mc;
     const bool persist = persistent_ok(a, &mc);
-    const int shape = pick_shape((int)a->m, (int)a->n, false), narrow = shape != kWide;
-    // Clusters where the device can run them (the tensor maps' boxes follow:
-    // a shared operand is loaded in halves).
-    int cl = persist && !narrow ? cluster_mode() : 0;
-    const int max_cl = cl ? max_clusters_for<kE4M3>(a->out_dtype) : 0;
-    if (max_cl < 1) cl = 0;
+    // Clusters where the device can run them and the waves favour them (the
+    // tensor maps' boxes follow: a shared operand is loaded in halves).
+    const int mode = persist ? cluster_mode() : 0, max_cl = mode ? max_clusters_for<kE4M3>(a->out_dtype) : 0;
+    const TilePick tp = pick_tiles((int)a->m, (int)a->n, false, mode, max_cl, false);
+    const int shape = tp.shape, narrow = shape != kWide, cl = tp.cl;
     const PersistPlan pl =
         plan_persistent((int)a->m, (int)a->n, shape_bn(shape), cl, max_cl, !narrow);
     const bool sk = persist && pl.sk;
@@ -1616,11 +1635,13 @@ extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what
     }
     CUtensorMap mc;
     const bool persist = persistent_ok(a, &mc);
-    const int shape = pick_shape((int)a->m, (int)a->n, f->codes != 0);
     // Clusters share the weight tile as it lands (not with converted codes).
-    int cl = persist && shape == kWide && !f->codes ? cluster_mode() : 0;
-    const int max_cl = !cl ? 0 : et == kF16 ? max_clusters_for<kF16>(a->out_dtype) : max_clusters_for<kBF16>(a->out_dtype);
-    if (max_cl < 1) cl = 0;
+    const int mode = persist && !f->codes ? cluster_mode() : 0;
+    const int max_cl = !mode            ? 0
+                       : et == kF16 ? max_clusters_for<kF16>(a->out_dtype)
+                                    : max_clusters_for<kBF16>(a->out_dtype);
+    const TilePick tp = pick_tiles((int)a->m, (int)a->n, f->codes != 0, mode, max_cl, false);
+    const int shape = tp.shape, cl = tp.cl;
     const PersistPlan pl =
         plan_persistent((int)a->m, (int)a->n, shape_bn(shape), cl, max_cl, false);
     const long long lda = a->ldx * 2, ldb = a->k_pad * (f->codes ? 1 : 2);
@@ -1659,9 +1680,8 @@ extern "C" int tops__cu_h16_rescaled_launch(const tops__cu_fp8_args *f, const fl
         return (int)cudaErrorNotSupported;
     CUtensorMap mc;
     const bool persist = persistent_ok(a, &mc);
-    int cl = persist ? cluster_mode() : 0;
-    const int max_cl = cl ? max_clusters_for<kF16>(a->out_dtype) : 0;
-    if (max_cl < 1) cl = 0;
+    const int mode = persist ? cluster_mode() : 0, max_cl = mode ? max_clusters_for<kF16>(a->out_dtype) : 0;
+    const int cl = pick_tiles((int)a->m, (int)a->n, false, mode, max_cl, true).cl;
     const PersistPlan pl = plan_persistent((int)a->m, (int)a->n, 256, cl, max_cl, false);
     const long long lda = a->ldx * 2, ldb = a->k_pad * 2;
     const float *cs = static_cast<const float *>(f->ch_scales);

@@ -153,7 +153,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_FP8_SK] = {"fp8_sk", 0},             /* stream-K */
     [TOPS__CU_T_FP8_LAG] = {"fp8_lag", 0},           /* lagged second warpgroup */
     [TOPS__CU_T_FP8_PERSIST] = {"fp8_persist", 1},   /* persistent CTAs where the output allows */
-    [TOPS__CU_T_FP8_BN] = {"fp8_bn", 0},             /* 0: pick_shape's tile width; 96 / 128 / 192 / 256 force it */
+    [TOPS__CU_T_FP8_BN] = {"fp8_bn", 0},             /* 0: pick_tiles' tile width; 96 / 128 / 192 / 256 force it */
     [TOPS__CU_T_FP8_QUANT] = {"fp8_quant", 1},       /* 0: the older activation quantizer */
     [TOPS__CU_T_QUANT_ROWS] = {"quant_rows", 0},     /* 0: the launcher's rows a quantizer block */
     [TOPS__CU_T_Q8_TN] = {"q8_tn", 0},               /* 0: 64 tokens up to M = 64, else 128 */
