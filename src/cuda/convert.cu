@@ -93,17 +93,25 @@ __global__ void join_kernel(const float *__restrict__ part, long long ldp, long 
     }
 }
 
-// gsum[i, g]: row i of x summed over group g in K order (f32), 0 past K.
+// gsum[i, g]: row i of x summed over group g (f32; a warp a row and group,
+// lane l summing elements l, l + 32, ... in K order, then a fixed butterfly:
+// the same bits every run), 0 past K.  (A thread a group, looping over its
+// elements, ran 4 us at M = 1 on one block.)
+constexpr int kSumThreads = 256;
 template <typename T>
-__global__ void group_sum_kernel(const T *__restrict__ x, long long ldx, long long m, long long k, int group,
-                                 long long groups, float *__restrict__ gsum) {
-    const long long total = m * groups;
-    for (long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x; idx < total;
-         idx += (long long)gridDim.x * blockDim.x) {
+__global__ void __launch_bounds__(kSumThreads)
+    group_sum_kernel(const T *__restrict__ x, long long ldx, long long m, long long k, int group, long long groups,
+                     float *__restrict__ gsum) {
+    const long long total = m * groups, warps = (long long)gridDim.x * (kSumThreads / 32);
+    const int lane = threadIdx.x & 31;
+    for (long long idx = (long long)blockIdx.x * (kSumThreads / 32) + (threadIdx.x >> 5); idx < total;
+         idx += warps) {
         const long long i = idx / groups, g = idx - i * groups, k0 = g * group;
+        const long long k1 = k0 + group < k ? k0 + group : k;
         float s = 0.0f;
-        for (long long kk = k0; kk < k0 + group && kk < k; kk++) s += load_out<T>(x, i * ldx + kk);
-        gsum[idx] = s;
+        for (long long kk = k0 + lane; kk < k1; kk += 32) s += load_out<T>(x, i * ldx + kk);
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (lane == 0) gsum[idx] = s;
     }
 }
 
@@ -134,7 +142,57 @@ __global__ void __launch_bounds__(kBiasTile *kBiasTile)
     store_out(out + i * ldo + j, v);
 }
 
+// The bias term for a few rows (m <= kBiasRows): a warp a channel, lane l
+// summing groups l, l + 32, ... in order for every row (gsum through the
+// L1), then a fixed butterfly; lane i writes row i.  (The tiled kernel
+// above ran 17.6 us at M = 1 under ncu, K = 4096 and N = 12288, q4_K: 15
+// of its 16 thread rows idle, the groups walked 16 at a time between
+// barriers.  H200, q4_K / q4_1 call at M = 1 / 4 / 16: 27.4 / 29.6 / 42.2
+// us with this kernel up to M = 16 against 28.7 / 30.0 / 32.8 with the
+// tiled one, so it takes M <= 4.)
+constexpr int kBiasRows = 4, kBiasWarps = 8;
+template <typename T>
+__global__ void __launch_bounds__(kBiasWarps * 32)
+    bias_rows_kernel(const float *__restrict__ gsum, const float *__restrict__ bias, int m, long long n,
+                     long long groups, float global, const float *__restrict__ part, long long ldp,
+                     T *__restrict__ out, long long ldo, int accumulate) {
+    const int lane = threadIdx.x & 31;
+    const long long j = (long long)blockIdx.x * kBiasWarps + (threadIdx.x >> 5);
+    if (j >= n) return;
+    const float *b = bias + j * groups;
+    float c[kBiasRows];
+#pragma unroll
+    for (int i = 0; i < kBiasRows; i++) c[i] = 0.0f;
+#pragma unroll 4
+    for (long long g = lane; g < groups; g += 32) {
+        const float bv = __ldg(b + g);
+#pragma unroll
+        for (int i = 0; i < kBiasRows; i++)
+            if (i < m) c[i] = fmaf(__ldg(gsum + i * groups + g), bv, c[i]);
+    }
+    float mine = 0.0f; // lane i keeps row i's sum
+#pragma unroll
+    for (int i = 0; i < kBiasRows; i++) {
+        if (i >= m) break;
+        float v = c[i];
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        if (lane == i) mine = v;
+    }
+    if (lane < m) {
+        float v = part[lane * ldp + j] + global * mine;
+        if (accumulate) v += load_out<T>(out, lane * ldo + j);
+        store_out(out + lane * ldo + j, v);
+    }
+}
+
 template <typename T> int launch_bias(const tops__cu_bias_args *a, cudaStream_t s) {
+    if (a->m <= kBiasRows && (a->n + kBiasWarps - 1) / kBiasWarps <= 0x7FFFFFFFLL) {
+        const long long blocks = (a->n + kBiasWarps - 1) / kBiasWarps;
+        bias_rows_kernel<T><<<dim3((unsigned)blocks), dim3(kBiasWarps * 32), 0, s>>>(
+            a->gsum, a->biases, (int)a->m, a->n, a->groups, a->global_scale, a->part, a->ldp,
+            static_cast<T *>(a->out), a->ldo, a->accumulate);
+        return (int)cudaGetLastError();
+    }
     const dim3 b(kBiasTile, kBiasTile);
     const dim3 g((unsigned)((a->n + kBiasTile - 1) / kBiasTile), (unsigned)((a->m + kBiasTile - 1) / kBiasTile));
     bias_kernel<T><<<g, b, 0, s>>>(a->gsum, a->biases, a->m, a->n, a->groups, a->global_scale, a->part, a->ldp,
@@ -149,10 +207,10 @@ extern "C" int tops__cu_bias_launch(const tops__cu_bias_args *a) {
         a->n > 0x7FFFFFFFLL)
         return (int)cudaErrorInvalidValue;
     cudaStream_t s = static_cast<cudaStream_t>(a->stream);
-    const long long total = (long long)a->m * a->groups, threads = 256;
-    long long blocks = (total + threads - 1) / threads;
+    const long long total = (long long)a->m * a->groups, per = kSumThreads / 32;
+    long long blocks = (total + per - 1) / per;
     if (blocks > 65536) blocks = 65536; // grid-stride beyond
-    const dim3 g((unsigned)blocks), b((unsigned)threads);
+    const dim3 g((unsigned)blocks), b((unsigned)kSumThreads);
     if (a->x_kind == 0)
         group_sum_kernel<__half><<<g, b, 0, s>>>(static_cast<const __half *>(a->x), a->ldx, a->m, a->k, a->group,
                                                  a->groups, a->gsum);
