@@ -50,6 +50,7 @@ enum {
     TOPS__CU_T_S4_SMALL_GROUP_MIN_M,
     TOPS__CU_T_WIDE_MIN_M,
     TOPS__CU_T_DEQUANT_MIN_M,
+    TOPS__CU_T_DEQUANT_RELAXED_MIN_M,
     TOPS__CU_T_E4M3_ONCE_MIN_M,
     TOPS__CU_T_RESCALED8_MIN_M,
     TOPS__CU_T_RESCALED4_MIN_M,
@@ -175,6 +176,9 @@ typedef struct tops__cuda_packed {
        largest and smallest nonzero magnitude, and whether any is NaN / inf. */
     double scale_absmax, scale_absmin;
     int scale_nonfinite;
+    /* The same for the biases (formats with mins; 0 without). */
+    double bias_absmax;
+    int bias_nonfinite;
     /* Relaxed 4-bit layout for FP8 tensor cores (wgmma_q8.cu; int4-gG with
        G a multiple of 128, or mxfp4 where every 128-K chunk is exact in e4m3,
        packed with relaxed_precision = 1 for a compute capability 9.0
@@ -227,6 +231,9 @@ typedef struct tops__cu_matmul_args {
     int fold, fold_shift;
     /* wgmma_q8.cu only: the q8 layout has one factor per row (mxfp4). */
     int q8_row_factor;
+    /* Relaxed dequantization only (tops__cu_dequant_relaxed_gemm): the
+       pack's biases [n][groups] folded into the weights (NULL: none). */
+    const float *biases;
 } tops__cu_matmul_args;
 
 /* Launches the kernels (asynchronous); returns a cudaError_t value (0 = ok)
@@ -341,6 +348,15 @@ int tops__cu_h16_launch(const tops__cu_fp8_args *a, const char **what);
    exact), then tops__cu_h16_launch on them.  cudaErrorNotSupported,
    launching nothing, where that GEMM cannot run or memory pools are absent. */
 int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what);
+/* Relaxed mode, any code family (4-bit integers, e2m1, 8-bit integers,
+   e4m3) with any scale kind and, where a->biases is set, the format's
+   biases (mins): each channel's weights (code x scale + bias) / 2^e_n
+   rounded once to the activations' 16-bit type in a workspace (2^e_n: the
+   channel's largest |weight| brought into [2^14, 2^15)), then
+   tops__cu_h16_launch on them with 2^e_n as channel scales.
+   cudaErrorNotSupported, launching nothing, where that GEMM cannot run or
+   memory pools are absent. */
+int tops__cu_dequant_relaxed_gemm(const tops__cu_matmul_args *a, const char **what);
 /* Strict integer codes (4- and 8-bit) with f16 / f32 / e8m0 scales in K
    groups of 32 or a multiple of 64, f16 activations, at large M
    (dequant.cu): the codes converted once to f16, the scales to per-group

@@ -141,6 +141,154 @@ extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char *
     return (int)err;
 }
 
+// ---- relaxed: any code family, scales and mins, rounded once -------------
+//
+// Relaxed mode (matmul.c, use_dequant_relaxed) for the formats no faster
+// relaxed kernel takes at large M (8-bit integers, GGUF K-quants and
+// codebooks, 4-bit codes whose scales do not fold, mxfp8): each weight
+// (code x scale + bias) / 2^e_n rounded once to the activations' type,
+// then the 16-bit TMA GEMM with 2^e_n as its channel scales.  2^e_n brings
+// channel n's largest |weight| into [2^14, 2^15), so every channel keeps
+// f16's 11 bits (relative 2^-11, the relaxed contract's one rounding; bf16
+// 2^-8) clear of overflow and of subnormals below its own top.  The biases
+// of formats with mins ride in the weights: no bias pass runs.
+
+namespace tops_cu {
+namespace {
+
+// Largest |decoded code| of a family.
+template <int CODE> constexpr float code_max() {
+    return CODE == TOPS__CU_CODE_U4 ? 8.0f : CODE == TOPS__CU_CODE_E2M1 ? 6.0f : CODE == TOPS__CU_CODE_I8 ? 128.0f : 448.0f;
+}
+
+// Per channel n < rows of tiles [tile0, ...), a warp a channel, lanes over
+// its groups: inv[n] = 2^-e_n and unit[n] = 2^e_n with 2^e_n the power of
+// two that brings max_g (|s_g| code_max + |b_g|) into [2^14, 2^15) (1 for a
+// channel of zeros).
+template <int CODE>
+__global__ void __launch_bounds__(256) channel_units(const Params p, const float *__restrict__ biases, int tile0,
+                                                     int rows, float *__restrict__ inv, float *__restrict__ unit) {
+    const int n = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = (int)(threadIdx.x & 31);
+    if (n >= rows) return;
+    const long long grow = (long long)tile0 * 16 + n;
+    const unsigned char *sc = p.has_scales ? p.scales + (size_t)(tile0 + n / 16) * p.scale_tile_bytes : nullptr;
+    const size_t e = 2 * (size_t)(n % 16 % 8) + (size_t)(n % 16 / 8);
+    float big = 0.0f;
+    for (int g = lane; g < p.groups; g += 32) {
+        const float s = sc ? fabsf(scale_entry(sc, p.scale_kind, (size_t)g * 16 + e)) : 1.0f;
+        const float b = biases && grow < p.n ? fabsf(biases[grow * p.groups + g]) : 0.0f;
+        big = fmaxf(big, fmaf(s, code_max<CODE>(), b));
+    }
+    for (int o = 16; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
+    if (lane == 0) {
+        int ex = 15;
+        if (big > 0.0f && big <= 3.402823466e38f) (void)frexpf(big, &ex); // big = f x 2^ex, f in [0.5, 1)
+        ex = min(max(ex - 15, -120), 120);
+        inv[n] = ldexpf(1.0f, -ex);
+        unit[n] = ldexpf(1.0f, ex);
+    }
+}
+
+// One thread per 16-byte fragment, as dequant_kernel: its codes (64 K of
+// 4-bit codes, 32 of 8-bit ones; the decoder's factor taken back) times
+// their rows' scales plus their rows' biases, over their rows' units
+// (inv), into out[(tile - tile0) * 16 + row][k].
+template <int CODE, bool BF16>
+__global__ void __launch_bounds__(256) dequant_relaxed_kernel(const Params p, const float *__restrict__ biases,
+                                                              const float *__restrict__ inv, int tile0, int tiles,
+                                                              long long ldw, uint16_t *out) {
+    constexpr int kChunk = CODE == TOPS__CU_CODE_U4 || CODE == TOPS__CU_CODE_E2M1 ? 64 : 32;
+    const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (f >= (long long)tiles * p.chunks * 32) return;
+    const int lane = (int)(f & 31), gid = lane >> 2, tig = lane & 3;
+    const long long tc = f >> 5;
+    const int c = (int)(tc % p.chunks), tl = (int)(tc / p.chunks);
+    const uint4 w = p.w[((long long)(tile0 + tl) * p.chunks + c) * 32 + lane];
+    const unsigned char *sc = p.has_scales ? p.scales + (size_t)(tile0 + tl) * p.scale_tile_bytes : nullptr;
+    const long long row = (long long)tl * 16 + gid, grow = (long long)(tile0 + tl) * 16 + gid;
+    // rows past n (the padding) have zero codes, no bias and are never stored
+    const float i0 = inv[row], i1 = inv[row + 8], d0 = i0 * decode_factor<CODE>(), d1 = i1 * decode_factor<CODE>();
+#pragma unroll
+    for (int j = 0; j < kChunk / 16; j++) {
+        uint32_t a[4];
+        decode_step<CODE, false>(w, j, a); // exact in f16 (times decode_factor)
+        const int kk = c * kChunk + j * 16 + tig * 4, g = min(kk >> p.group_shift, p.groups - 1);
+        const float s0 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid) * d0 : d0;
+        const float s1 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid + 1) * d1 : d1;
+        const float b0 = biases && grow < p.n ? biases[grow * p.groups + g] * i0 : 0.0f;
+        const float b1 = biases && grow + 8 < p.n ? biases[(grow + 8) * p.groups + g] * i1 : 0.0f;
+        uint32_t pair[4];
+#pragma unroll
+        for (int r = 0; r < 4; r++) { // a[r]: row gid + 8 (r & 1), K kk + 2 (r >> 1) and the next
+            const float2 v = __half22float2(bits_h2(a[r]));
+            const float sv = (r & 1) ? s1 : s0, bv = (r & 1) ? b1 : b0;
+            if constexpr (BF16) pair[r] = bf2_bits(__floats2bfloat162_rn(fmaf(v.x, sv, bv), fmaf(v.y, sv, bv)));
+            else pair[r] = h2_bits(__floats2half2_rn(fmaf(v.x, sv, bv), fmaf(v.y, sv, bv)));
+        }
+        *reinterpret_cast<uint2 *>(out + row * ldw + kk) = make_uint2(pair[0], pair[2]);
+        *reinterpret_cast<uint2 *>(out + (row + 8) * ldw + kk) = make_uint2(pair[1], pair[3]);
+    }
+}
+
+template <int CODE>
+cudaError_t launch_relaxed(const Params &p, bool bf16, const float *biases, float *inv, float *unit, int tile0,
+                           int tiles, long long ldw, uint16_t *out, cudaStream_t stream) {
+    const int rows = tiles * 16;
+    channel_units<CODE><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p, biases, tile0, rows, inv, unit);
+    const long long threads = (long long)tiles * p.chunks * 32;
+    const unsigned blocks = (unsigned)((threads + 255) / 256);
+    if (bf16)
+        dequant_relaxed_kernel<CODE, true><<<blocks, 256, 0, stream>>>(p, biases, inv, tile0, tiles, ldw, out);
+    else dequant_relaxed_kernel<CODE, false><<<blocks, 256, 0, stream>>>(p, biases, inv, tile0, tiles, ldw, out);
+    return cudaGetLastError();
+}
+
+} // namespace
+} // namespace tops_cu
+
+extern "C" int tops__cu_dequant_relaxed_gemm(const tops__cu_matmul_args *a, const char **what) {
+    if (a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_E2M1 && a->code != TOPS__CU_CODE_I8 &&
+        a->code != TOPS__CU_CODE_E4M3)
+        return (int)cudaErrorNotSupported;
+    Params p;
+    if (const int r = plan_begin(a, p, what)) return r;
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    const bool bf16 = a->x_bf16 != 0;
+    // Per channel of a slice: the weights (k_pad 16-bit values) and two units.
+    const long long row_bytes = a->k_pad * 2 + 8;
+    const long long slice = workspace_slice(row_bytes, 256, a->n_pad);
+    const size_t wbytes = (size_t)(slice * a->k_pad * 2 + 255) / 256 * 256;
+    unsigned char *ws = nullptr;
+    cudaError_t err = workspace_alloc(reinterpret_cast<void **>(&ws), wbytes + (size_t)slice * 8, stream,
+                                      "cudaMallocAsync of the dequantized weights", what);
+    if (err != cudaSuccess) return (int)err;
+    uint16_t *wts = reinterpret_cast<uint16_t *>(ws);
+    float *inv = reinterpret_cast<float *>(ws + wbytes), *unit = inv + slice;
+    for (long long n0 = 0; n0 < a->n && err == cudaSuccess; n0 += slice) {
+        const long long rows = a->n - n0 < slice ? a->n - n0 : slice;
+        const int tiles = (int)((rows + 15) / 16), tile0 = (int)(n0 / 16);
+        err = a->code == TOPS__CU_CODE_U4
+                  ? launch_relaxed<TOPS__CU_CODE_U4>(p, bf16, a->biases, inv, unit, tile0, tiles, a->k_pad, wts, stream)
+              : a->code == TOPS__CU_CODE_E2M1
+                  ? launch_relaxed<TOPS__CU_CODE_E2M1>(p, bf16, a->biases, inv, unit, tile0, tiles, a->k_pad, wts, stream)
+              : a->code == TOPS__CU_CODE_I8
+                  ? launch_relaxed<TOPS__CU_CODE_I8>(p, bf16, a->biases, inv, unit, tile0, tiles, a->k_pad, wts, stream)
+                  : launch_relaxed<TOPS__CU_CODE_E4M3>(p, bf16, a->biases, inv, unit, tile0, tiles, a->k_pad, wts, stream);
+        if (err != cudaSuccess) {
+            *what = "the dequantization kernel launch";
+            break;
+        }
+        const tops__cu_matmul_args s = channel_slice(a, n0, rows);
+        const tops__cu_fp8_args h = {&s, wts, unit, 0};
+        err = (cudaError_t)tops__cu_h16_launch(&h, what);
+    }
+    err = workspace_free(ws, stream, err, "cudaFreeAsync of the dequantized weights", what);
+    if (err == cudaSuccess)
+        set_last_kernel(bf16 ? "weights dequantized to bf16 (relaxed: rounded once), then the bf16 TMA GEMM"
+                             : "weights dequantized to f16 (relaxed: rounded once), then the f16 TMA GEMM");
+    return (int)err;
+}
+
 // ---- strict integer codes in scale groups: rescaled accumulators ------------
 //
 // Large-M plan for strict 4- and 8-bit integer codes whose K groups carry

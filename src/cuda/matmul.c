@@ -123,6 +123,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_S4_SMALL_GROUP_MIN_M] = {NULL, 65}, /* the same, groups below 64 */
     [TOPS__CU_T_WIDE_MIN_M] = {NULL, 128},         /* one-ring wgmma: 8-bit codes (16-bit and e4m3 when forced) */
     [TOPS__CU_T_DEQUANT_MIN_M] = {NULL, 1024},     /* folded 4-bit weights dequantized, then the 16-bit TMA GEMM */
+    [TOPS__CU_T_DEQUANT_RELAXED_MIN_M] = {NULL, 128}, /* relaxed: other codes dequantized (rounded once), the same */
     [TOPS__CU_T_E4M3_ONCE_MIN_M] = {NULL, 1024},   /* strict e4m3 codes converted once, then the 16-bit TMA GEMM */
     [TOPS__CU_T_RESCALED8_MIN_M] = {NULL, 1024},   /* rescaled groups: 8-bit integer codes */
     [TOPS__CU_T_RESCALED4_MIN_M] = {NULL, 2048},   /* rescaled groups: 4-bit integer codes, groups of 32 */
@@ -353,6 +354,30 @@ static int use_dequant(int64_t m, int fold) {
     return m >= tops__cu_tune(TOPS__CU_T_DEQUANT_MIN_M);
 }
 
+/* Relaxed mode, codes no faster relaxed kernel takes (8-bit integers,
+   K-quants and codebooks, 4-bit codes whose scales do not fold, mxfp8;
+   fold != 1), from DEQUANT_RELAXED_MIN_M: the weights and the biases of
+   formats with mins dequantized once, rounded once to 16 bits (dequant.cu,
+   tops__cu_dequant_relaxed_gemm), then the 16-bit TMA GEMM.  H200,
+   2026-12-03 19:28 UTC, one call, us at M = 128 / 256 / 1024 / 4096 against
+   the kernels before it (register-A, or the rescaled groups from 1024):
+   q8_0 80.5 (forced) / 88.6 / 212.8 / 703.2 against 89.4 / 179.4 / 373.4 /
+   1319.5, q4_K 84.1 / 93.6 / 217.6 / 709.4 against 134.0 / 258.4 / 894.8 /
+   3458.1 (q6_K, int8-g32 alike); at M = 64 q8_0 took 78.6 against wbulk's
+   ~73.  kernel=h16 forces it at every M, any other kernel name keeps it
+   off.  Not with
+   scales or biases that are not finite (the register-A kernels keep their
+   NaN / inf semantics). */
+static int use_dequant_relaxed(const tops__cuda_packed *pk, int64_t m, int relaxed, int fold) {
+    if (!relaxed || fold == 1 || !tops__cuda_is_sm90a(pk->device) || pk->scale_nonfinite || pk->bias_nonfinite ||
+        (pk->code != TOPS__CU_CODE_U4 && pk->code != TOPS__CU_CODE_E2M1 && pk->code != TOPS__CU_CODE_I8 &&
+         pk->code != TOPS__CU_CODE_E4M3))
+        return 0;
+    const int force = forced_kernel();
+    if (force != TOPS__CU_KERNEL_AUTO) return force == TOPS__CU_KERNEL_H16;
+    return m >= tops__cu_tune(TOPS__CU_T_DEQUANT_RELAXED_MIN_M);
+}
+
 /* Integer codes (4- and 8-bit) with scales in K groups of 32 or a
    multiple of 64, f16 activations, no one-term fold: the codes converted
    once to f16, then the 16-bit TMA GEMM whose accumulators are rescaled
@@ -401,6 +426,8 @@ static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed,
     if (use_q8(pk, m, relaxed)) return "wgmma_q8 e4m3, 4-bit weights to e4m3 in registers + TMA";
     int shift, fold = use_fold(pk, bf16, relaxed, &shift);
     if (use_dequant(m, fold)) return "weights dequantized to 16-bit, then wgmma f16/bf16, both operands by TMA";
+    if (use_dequant_relaxed(pk, m, relaxed, fold))
+        return "weights dequantized to 16-bit (relaxed: rounded once), then wgmma f16/bf16, both operands by TMA";
     if (use_rescaled(pk, m, fold, bf16))
         return "integer codes converted once to f16, then wgmma f16 with rescaled groups, both operands by TMA";
     if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
@@ -412,6 +439,12 @@ static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed,
 /* Launches the plan's kernel for a (a->m rows of 16-bit activations): each
    launcher that does not apply launches nothing and passes on. */
 static int launch_plan(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int relaxed, const char **what) {
+    if (a->biases) { /* the biases go into the weights: only the relaxed dequantization (launch_call) */
+        a->fold = use_fold(pk, a->x_bf16, relaxed, &a->fold_shift);
+        return use_dequant_relaxed(pk, a->m, relaxed, a->fold)
+                   ? tops__cu_dequant_relaxed_gemm(a, what)
+                   : (int)cudaErrorNotSupported;
+    }
     if (use_fp8(pk, a->m, relaxed)) {
         tops__cu_fp8_args f = {a, pk->fp8_weights, pk->fp8_scales, 0};
         return tops__cu_fp8_launch(&f, what);
@@ -424,6 +457,8 @@ static int launch_plan(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int
     if (err == (int)cudaErrorNotSupported) {
         a->fold = use_fold(pk, a->x_bf16, relaxed, &a->fold_shift);
         err = use_dequant(a->m, a->fold) ? tops__cu_dequant_gemm(a, what) : (int)cudaErrorNotSupported;
+        if (err == (int)cudaErrorNotSupported && use_dequant_relaxed(pk, a->m, relaxed, a->fold))
+            err = tops__cu_dequant_relaxed_gemm(a, what);
         if (err == (int)cudaErrorNotSupported)
             err = use_rescaled(pk, a->m, a->fold, a->x_bf16) ? tops__cu_rescaled_gemm(a, what)
                                                               : (int)cudaErrorNotSupported;
@@ -502,6 +537,12 @@ static int launch_codes(const tops__cuda_packed *pk, tops__cu_matmul_args *a, in
 static int launch_call(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int relaxed, int f32_left,
                        const char **what) {
     if (!pk->biases) return launch_codes(pk, a, relaxed, f32_left, what);
+    if (relaxed) { /* the relaxed dequantization takes the biases into the weights, where it runs */
+        tops__cu_matmul_args t = *a;
+        t.biases = (const float *)pk->biases;
+        const int err = launch_codes(pk, &t, relaxed, f32_left, what);
+        if (err != (int)cudaErrorNotSupported) return err;
+    }
     const int64_t m = a->m, n = a->n, ldp = (n + 7) / 8 * 8;
     const size_t pbytes = ((size_t)(m * ldp) * 4 + 255) / 256 * 256, gbytes = (size_t)(m * pk->groups) * 4;
     cudaStream_t stream = (cudaStream_t)a->stream;

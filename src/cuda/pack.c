@@ -402,6 +402,11 @@ tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int trans
     }
     release_source(&m);
     scan_scales(pk, sb, per_row ? 1 : tops__ceil_div(k, pk->group));
+    for (size_t i = 0; bb && i < bbytes / sizeof(float); i++) {
+        const double v = fabs((double)bb[i]);
+        if (!isfinite(v)) pk->bias_nonfinite = 1;
+        else if (v > pk->bias_absmax) pk->bias_absmax = v;
+    }
     pk->weight_bytes = wbytes;
     pk->scale_bytes = sbytes;
     pk->bias_bytes = bbytes;

@@ -398,6 +398,9 @@ static int run_case(const gpu_case *c, th_rng *r) {
     }
     double rel = sqrt(num / (den > 0 ? den : 1)),
            bound = fp8 ? FP8_REL_L2 : bound_for(c->out) + (c->relaxed ? FOLD_REL_L2 : 0);
+    /* relaxed dequantization with bf16 activations: each weight rounded once to bf16 */
+    const char *ran = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+    if (c->relaxed && !fp8 && c->act == TOPS_DT_BF16 && strstr(ran, "rounded once")) bound += ldexp(1.0, -8);
     /* relaxed f32 activations: one 16-bit rounding each (bf16 for bf16 weights, else f16) */
     if (act32 && c->relaxed && !fp8) bound += ldexp(1.0, strcmp(c->format, "bf16") == 0 ? -8 : -11);
     /* f32 activations: each row within the bound too (rows 2^54 apart under spread 4) */
@@ -1094,7 +1097,7 @@ static void test_dequant(void) {
         {"q4_0", TOPS_DT_F16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 1, "96", 1},
         {"int4-g128", TOPS_DT_F16, TOPS_DT_F16, 17, 2048, 96, 1, 1, 1, NULL, 1},
         {"q4_0", TOPS_DT_F16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 0, NULL, 0},
-        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 1, NULL, 0},
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F32, 64, 1024, 264, 0, 1, 1, NULL, 1}, /* relaxed, rounded once */
     };
     const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0;
@@ -1129,6 +1132,63 @@ static void test_dequant(void) {
         passed += ok;
     }
     printf("     %d of %d dequantized-weight cases within their bounds\n", passed, n + 2);
+}
+
+/* Relaxed mode, codes no faster relaxed kernel takes: weights (and the
+   biases of formats with mins) dequantized once, rounded once to 16 bits,
+   then the 16-bit TMA GEMM (dequant.cu, tops__cu_dequant_relaxed_gemm):
+   forced at small M (kernel=h16) for every code family (4-bit integers with
+   f32 scales and mins, 8-bit integers, K-quants, codebooks, e4m3 with e8m0
+   scales), both activation types and f32, every output, accumulate,
+   unaligned outputs (one CTA a tile), packed on the fly, channel slices
+   (dequant_rows), rows 2^40 apart (spread: each channel its own unit); the
+   cases that must not take it (strict mode); the plan (from M = 128). */
+static void test_dequant_relaxed(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the 16-bit TMA GEMM needs compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    static const struct {
+        const char *format, *kernel, *rows;
+        tops_dtype act, out;
+        int64_t m, k, n;
+        int accumulate, prepack, relaxed, spread, want;
+    } cases[] = {
+        {"q4_K", "h16", "", TOPS_DT_F16, TOPS_DT_F32, 40, 1024, 130, 0, 1, 1, 0, 1},
+        {"q8_0", "h16", "64", TOPS_DT_BF16, TOPS_DT_F16, 100, 992, 200, 1, 1, 1, 0, 1},
+        {"q5_K", "h16", "", TOPS_DT_F32, TOPS_DT_BF16, 33, 512, 77, 0, 0, 1, 0, 1},
+        {"int8-g32", "h16", "", TOPS_DT_F16, TOPS_DT_F32, 129, 520, 264, 0, 1, 1, 1, 1},
+        {"q6_K", "h16", "", TOPS_DT_BF16, TOPS_DT_F32, 64, 768, 136, 1, 1, 1, 0, 1},
+        {"iq4_nl", "h16", "", TOPS_DT_F16, TOPS_DT_F32, 17, 256, 200, 0, 1, 1, 0, 1},
+        {"iq4_xs", "h16", "48", TOPS_DT_F16, TOPS_DT_BF16, 70, 512, 100, 0, 1, 1, 0, 1},
+        {"mxfp8", "h16", "", TOPS_DT_F16, TOPS_DT_F32, 80, 512, 264, 0, 1, 1, 0, 1},
+        {"int4-g16:f32", "h16", "", TOPS_DT_F16, TOPS_DT_F32, 50, 1040, 130, 1, 1, 1, 1, 1},
+        {"q4_1", "h16", "", TOPS_DT_F32, TOPS_DT_F32, 30, 512, 264, 0, 1, 1, 0, 1},
+        {"q4_K", "h16", "", TOPS_DT_F16, TOPS_DT_F32, 40, 1024, 130, 0, 1, 0, 0, 0},
+        {"q8_0", "", "", TOPS_DT_F16, TOPS_DT_F16, 128, 512, 192, 0, 1, 1, 0, 1},
+        {"q4_K", "", "", TOPS_DT_BF16, TOPS_DT_F32, 300, 512, 100, 0, 1, 1, 0, 1},
+        {"q8_0", "", "", TOPS_DT_F16, TOPS_DT_F16, 127, 512, 192, 0, 1, 1, 0, 0},
+    };
+    const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0;
+    for (int i = 0; i < n; i++) {
+        debug_set("kernel", cases[i].kernel);
+        debug_set("dequant_rows", cases[i].rows);
+        gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
+                      cases[i].accumulate, cases[i].prepack, cases[i].relaxed, cases[i].spread};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        if ((strstr(kn, "rounded once") != NULL) != cases[i].want) {
+            TH_FAIL_AT("%s act=%s M=%lld relaxed=%d ran %s (want %sthe relaxed dequantization)", c.format,
+                       tops_dtype_name(c.act), (long long)c.m, c.relaxed, kn, cases[i].want ? "" : "not ");
+            ok = 0;
+        }
+        passed += ok;
+    }
+    debug_set("dequant_rows", NULL);
+    debug_set("kernel", NULL);
+    printf("     %d of %d relaxed dequantized-weight cases within their bounds\n", passed, n);
 }
 
 /* Integer codes with scales in K groups (int4-gG, q4_0, q4_1, int8-gG,
@@ -1693,6 +1753,11 @@ int main(void) {
         RUN_TEST(test_rescaled);
         TEST_MAIN_END();
     }
+    if (only && strcmp(only, "dequant") == 0) {
+        RUN_TEST(test_dequant);
+        RUN_TEST(test_dequant_relaxed);
+        TEST_MAIN_END();
+    }
     if (only && strcmp(only, "f32") == 0) {
         RUN_TEST(test_f32_left);
         TEST_MAIN_END();
@@ -1706,6 +1771,7 @@ int main(void) {
     RUN_TEST(test_wgmma);
     RUN_TEST(test_wgmma_folded);
     RUN_TEST(test_dequant);
+    RUN_TEST(test_dequant_relaxed);
     RUN_TEST(test_rescaled);
     RUN_TEST(test_wgmma_strict);
     RUN_TEST(test_q8);
