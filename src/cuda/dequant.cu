@@ -1,65 +1,25 @@
-// Large-M plan for folded 4-bit weights (matmul.c, use_dequant): the packed
-// weights become row-major 16-bit weights [n, k_pad] of the activations'
-// type in a stream-ordered workspace, w = code x scale x 2^-B (B = the fold
-// shift), and the strict 16-bit TMA GEMM (fp8_gemm.cu, tops__cu_h16_launch)
-// runs on them, multiplying its sums by 2^B and the tensor scale.  The
+// Large-M plans on weights decoded once (matmul.c, use_dequant and
+// use_dequant_relaxed): the packed weights become row-major 16-bit weights
+// [n, k_pad] of the activations' type in a stream-ordered workspace, each
+// channel's (code x scale + bias) / 2^e_n, and the 16-bit TMA GEMM
+// (fp8_gemm.cu, tops__cu_h16_launch) runs on them with 2^e_n as its channel
+// scales.  2^e_n brings channel n's largest |weight| into [2^14, 2^15): no
+// overflow, f16's 11 bits kept down to 2^-28 of the channel's top.  The
 // register-A kernels decode every weight once per 128-token tile (32 times
-// at M = 4096); this decodes it once.  The values are the folded kernel's:
-// exact where tops__cu_fold_shift folds in strict mode (e2m1 codes times
-// e8m0 / ue4m3 scales), rounded once in relaxed mode (4-bit integers times
-// f16 scales, f16 activations).  Strict two-term folds do not come here.
+// at M = 4096); this decodes it once.  Folded formats (use_dequant): one
+// unit for all, the fold's 2^B (no pass over the scales), exact where
+// tops__cu_fold_shift folds in strict mode (e2m1 codes times e8m0 / ue4m3
+// scales), rounded once in relaxed mode (4-bit integers times f16 scales);
+// strict two-term folds do not come here.  Relaxed mode (use_dequant_relaxed):
+// every other code family, rounded once (relative 2^-11 in f16, 2^-8 in
+// bf16), the biases of formats with mins riding in the weights (no bias
+// pass).  Then the rescaled-group plan for strict integer codes (below).
 #include "cuda/kernels.cuh"
 
 #include <stdint.h>
 
 namespace tops_cu {
 namespace {
-
-// One thread per 16-byte fragment (tile, chunk, lane) of tiles [tile0,
-// tile0 + tiles): its 32 codes (pack.c's layout: k16 step j in word j, rows
-// gid and gid + 8, K 4 tig .. 4 tig + 3) times their rows' scales, into
-// out[(tile - tile0) * 16 + row][k], row stride ldw elements.
-template <int CODE, bool BF16>
-__global__ void __launch_bounds__(256) dequant_kernel(const Params p, int tile0, int tiles, float pre, long long ldw,
-                                                      uint16_t *out) {
-    const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (f >= (long long)tiles * p.chunks * 32) return;
-    const int lane = (int)(f & 31), gid = lane >> 2, tig = lane & 3;
-    const long long tc = f >> 5;
-    const int c = (int)(tc % p.chunks), tl = (int)(tc / p.chunks);
-    const uint4 w = p.w[((long long)(tile0 + tl) * p.chunks + c) * 32 + lane];
-    const unsigned char *sc = p.has_scales ? p.scales + (size_t)(tile0 + tl) * p.scale_tile_bytes : nullptr;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        uint32_t a[4];
-        decode_step<CODE, false>(w, j, a); // exact in f16: small integers, or e2m1 x 2^-14
-        const int kk = c * 64 + j * 16 + tig * 4, g = min(kk >> p.group_shift, p.groups - 1);
-        const float s0 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid) * pre : pre;
-        const float s1 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid + 1) * pre : pre;
-        uint32_t pair[4];
-#pragma unroll
-        for (int r = 0; r < 4; r++) { // a[r]: row gid + 8 (r & 1), K kk + 2 (r >> 1) and the next
-            const float2 v = __half22float2(bits_h2(a[r]));
-            const float s = (r & 1) ? s1 : s0; // the products are exact in f32; one rounding below
-            if constexpr (BF16) pair[r] = bf2_bits(__floats2bfloat162_rn(v.x * s, v.y * s));
-            else pair[r] = h2_bits(__floats2half2_rn(v.x * s, v.y * s));
-        }
-        // 8 bytes a row, the 4 lanes of a group 32 contiguous bytes (whole sectors)
-        const long long row = (long long)tl * 16 + gid;
-        *reinterpret_cast<uint2 *>(out + row * ldw + kk) = make_uint2(pair[0], pair[2]);
-        *reinterpret_cast<uint2 *>(out + (row + 8) * ldw + kk) = make_uint2(pair[1], pair[3]);
-    }
-}
-
-template <bool BF16>
-cudaError_t launch_dequant(const Params &p, int code, int tile0, int tiles, float pre, long long ldw, uint16_t *out,
-                           cudaStream_t stream) {
-    const long long threads = (long long)tiles * p.chunks * 32;
-    const unsigned blocks = (unsigned)((threads + 255) / 256);
-    if (code == TOPS__CU_CODE_E2M1) dequant_kernel<TOPS__CU_CODE_E2M1, BF16><<<blocks, 256, 0, stream>>>(p, tile0, tiles, pre, ldw, out);
-    else dequant_kernel<TOPS__CU_CODE_U4, BF16><<<blocks, 256, 0, stream>>>(p, tile0, tiles, pre, ldw, out);
-    return cudaGetLastError();
-}
 
 // Both large-M plans' start: the 16-bit TMA GEMM's own conditions
 // (tops__cu_h16_launch, tops__cu_h16_rescaled_launch: cudaErrorNotSupported
@@ -105,53 +65,7 @@ tops__cu_matmul_args channel_slice(const tops__cu_matmul_args *a, long long n0, 
 
 using namespace tops_cu;
 
-extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what) {
-    if ((a->code != TOPS__CU_CODE_E2M1 && a->code != TOPS__CU_CODE_U4) || a->fold != 1)
-        return (int)cudaErrorNotSupported;
-    Params p;
-    if (const int r = plan_begin(a, p, what)) return r;
-    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
-    const bool bf16 = a->x_bf16 != 0;
-    const int d = a->code == TOPS__CU_CODE_E2M1 ? 14 : 0; // decode_factor's exponent
-    const float pre = ldexpf(1.0f, d - a->fold_shift);
-    const long long row_bytes = a->k_pad * 2;
-    const long long slice = workspace_slice(row_bytes, 256, a->n_pad);
-    uint16_t *ws = nullptr;
-    cudaError_t err = workspace_alloc(reinterpret_cast<void **>(&ws), (size_t)(slice * row_bytes), stream,
-                                      "cudaMallocAsync of the dequantized weights", what);
-    if (err != cudaSuccess) return (int)err;
-    for (long long n0 = 0; n0 < a->n && err == cudaSuccess; n0 += slice) {
-        const long long rows = a->n - n0 < slice ? a->n - n0 : slice;
-        const int tiles = (int)((rows + 15) / 16);
-        err = bf16 ? launch_dequant<true>(p, a->code, (int)(n0 / 16), tiles, pre, a->k_pad, ws, stream)
-                   : launch_dequant<false>(p, a->code, (int)(n0 / 16), tiles, pre, a->k_pad, ws, stream);
-        if (err != cudaSuccess) {
-            *what = "the dequantization kernel launch";
-            break;
-        }
-        tops__cu_matmul_args s = channel_slice(a, n0, rows);
-        s.global_scale = a->global_scale * ldexpf(1.0f, a->fold_shift);
-        const tops__cu_fp8_args h = {&s, ws, nullptr, 0};
-        err = (cudaError_t)tops__cu_h16_launch(&h, what);
-    }
-    err = workspace_free(ws, stream, err, "cudaFreeAsync of the dequantized weights", what);
-    if (err == cudaSuccess)
-        set_last_kernel(bf16 ? "weights dequantized to bf16 [n, k], then the bf16 TMA GEMM (wgmma, both operands by TMA)"
-                             : "weights dequantized to f16 [n, k], then the f16 TMA GEMM (wgmma, both operands by TMA)");
-    return (int)err;
-}
-
-// ---- relaxed: any code family, scales and mins, rounded once -------------
-//
-// Relaxed mode (matmul.c, use_dequant_relaxed) for the formats no faster
-// relaxed kernel takes at large M (8-bit integers, GGUF K-quants and
-// codebooks, 4-bit codes whose scales do not fold, mxfp8): each weight
-// (code x scale + bias) / 2^e_n rounded once to the activations' type,
-// then the 16-bit TMA GEMM with 2^e_n as its channel scales.  2^e_n brings
-// channel n's largest |weight| into [2^14, 2^15), so every channel keeps
-// f16's 11 bits (relative 2^-11, the relaxed contract's one rounding; bf16
-// 2^-8) clear of overflow and of subnormals below its own top.  The biases
-// of formats with mins ride in the weights: no bias pass runs.
+// ---- the weights decoded once, a unit a channel --------------------------
 
 namespace tops_cu {
 namespace {
@@ -189,14 +103,17 @@ __global__ void __launch_bounds__(256) channel_units(const Params p, const float
     }
 }
 
-// One thread per 16-byte fragment, as dequant_kernel: its codes (64 K of
-// 4-bit codes, 32 of 8-bit ones; the decoder's factor taken back) times
-// their rows' scales plus their rows' biases, over their rows' units
-// (inv), into out[(tile - tile0) * 16 + row][k].
+// One thread per 16-byte fragment (tile, chunk, lane) of tiles [tile0,
+// tile0 + tiles): its codes (pack.c's layout: k16 step j in word j, or
+// words 2j and 2j + 1 for 8-bit codes; rows gid and gid + 8, K 4 tig ..
+// 4 tig + 3; 64 K of 4-bit codes, 32 of 8-bit ones; the decoder's factor
+// taken back) times their rows' scales plus their rows' biases (or none),
+// over their rows' units (inv), into out[(tile - tile0) * 16 + row][k],
+// row stride ldw elements.
 template <int CODE, bool BF16>
-__global__ void __launch_bounds__(256) dequant_relaxed_kernel(const Params p, const float *__restrict__ biases,
-                                                              const float *__restrict__ inv, int tile0, int tiles,
-                                                              long long ldw, uint16_t *out) {
+__global__ void __launch_bounds__(256) dequant_units_kernel(const Params p, const float *__restrict__ biases,
+                                                            const float *__restrict__ inv, float inv_all, int tile0,
+                                                            int tiles, long long ldw, uint16_t *out) {
     constexpr int kChunk = CODE == TOPS__CU_CODE_U4 || CODE == TOPS__CU_CODE_E2M1 ? 64 : 32;
     const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (f >= (long long)tiles * p.chunks * 32) return;
@@ -207,7 +124,8 @@ __global__ void __launch_bounds__(256) dequant_relaxed_kernel(const Params p, co
     const unsigned char *sc = p.has_scales ? p.scales + (size_t)(tile0 + tl) * p.scale_tile_bytes : nullptr;
     const long long row = (long long)tl * 16 + gid, grow = (long long)(tile0 + tl) * 16 + gid;
     // rows past n (the padding) have zero codes, no bias and are never stored
-    const float i0 = inv[row], i1 = inv[row + 8], d0 = i0 * decode_factor<CODE>(), d1 = i1 * decode_factor<CODE>();
+    const float i0 = inv ? inv[row] : inv_all, i1 = inv ? inv[row + 8] : inv_all;
+    const float d0 = i0 * decode_factor<CODE>(), d1 = i1 * decode_factor<CODE>();
 #pragma unroll
     for (int j = 0; j < kChunk / 16; j++) {
         uint32_t a[4];
@@ -230,26 +148,34 @@ __global__ void __launch_bounds__(256) dequant_relaxed_kernel(const Params p, co
     }
 }
 
+// inv NULL: every channel's unit 2^shift (no channel_units pass).
 template <int CODE>
-cudaError_t launch_relaxed(const Params &p, bool bf16, const float *biases, float *inv, float *unit, int tile0,
-                           int tiles, long long ldw, uint16_t *out, cudaStream_t stream) {
+cudaError_t launch_units(const Params &p, bool bf16, const float *biases, float *inv, float *unit, int shift,
+                         int tile0, int tiles, long long ldw, uint16_t *out, cudaStream_t stream) {
     const int rows = tiles * 16;
-    channel_units<CODE><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p, biases, tile0, rows, inv, unit);
+    if (inv) channel_units<CODE><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p, biases, tile0, rows, inv, unit);
+    const float inv_all = ldexpf(1.0f, -shift);
     const long long threads = (long long)tiles * p.chunks * 32;
     const unsigned blocks = (unsigned)((threads + 255) / 256);
     if (bf16)
-        dequant_relaxed_kernel<CODE, true><<<blocks, 256, 0, stream>>>(p, biases, inv, tile0, tiles, ldw, out);
-    else dequant_relaxed_kernel<CODE, false><<<blocks, 256, 0, stream>>>(p, biases, inv, tile0, tiles, ldw, out);
+        dequant_units_kernel<CODE, true>
+            <<<blocks, 256, 0, stream>>>(p, biases, inv, inv_all, tile0, tiles, ldw, out);
+    else dequant_units_kernel<CODE, false>
+            <<<blocks, 256, 0, stream>>>(p, biases, inv, inv_all, tile0, tiles, ldw, out);
     return cudaGetLastError();
 }
 
 } // namespace
 } // namespace tops_cu
 
-extern "C" int tops__cu_dequant_relaxed_gemm(const tops__cu_matmul_args *a, const char **what) {
-    if (a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_E2M1 && a->code != TOPS__CU_CODE_I8 &&
-        a->code != TOPS__CU_CODE_E4M3)
-        return (int)cudaErrorNotSupported;
+namespace tops_cu {
+namespace {
+
+// Both plans: biases (or NULL) with the weights; per_channel: a unit a
+// channel (else 2^shift for all, the GEMM's global scale times it);
+// names[bf16] the kernel name set on success.
+int dequant_gemm(const tops__cu_matmul_args *a, const float *biases, bool per_channel, int shift,
+                 const char *const names[2], const char **what) {
     Params p;
     if (const int r = plan_begin(a, p, what)) return r;
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
@@ -263,30 +189,51 @@ extern "C" int tops__cu_dequant_relaxed_gemm(const tops__cu_matmul_args *a, cons
                                       "cudaMallocAsync of the dequantized weights", what);
     if (err != cudaSuccess) return (int)err;
     uint16_t *wts = reinterpret_cast<uint16_t *>(ws);
-    float *inv = reinterpret_cast<float *>(ws + wbytes), *unit = inv + slice;
+    float *inv = per_channel ? reinterpret_cast<float *>(ws + wbytes) : nullptr, *unit = inv ? inv + slice : nullptr;
     for (long long n0 = 0; n0 < a->n && err == cudaSuccess; n0 += slice) {
         const long long rows = a->n - n0 < slice ? a->n - n0 : slice;
         const int tiles = (int)((rows + 15) / 16), tile0 = (int)(n0 / 16);
         err = a->code == TOPS__CU_CODE_U4
-                  ? launch_relaxed<TOPS__CU_CODE_U4>(p, bf16, a->biases, inv, unit, tile0, tiles, a->k_pad, wts, stream)
+                  ? launch_units<TOPS__CU_CODE_U4>(p, bf16, biases, inv, unit, shift, tile0, tiles, a->k_pad, wts, stream)
               : a->code == TOPS__CU_CODE_E2M1
-                  ? launch_relaxed<TOPS__CU_CODE_E2M1>(p, bf16, a->biases, inv, unit, tile0, tiles, a->k_pad, wts, stream)
+                  ? launch_units<TOPS__CU_CODE_E2M1>(p, bf16, biases, inv, unit, shift, tile0, tiles, a->k_pad, wts, stream)
               : a->code == TOPS__CU_CODE_I8
-                  ? launch_relaxed<TOPS__CU_CODE_I8>(p, bf16, a->biases, inv, unit, tile0, tiles, a->k_pad, wts, stream)
-                  : launch_relaxed<TOPS__CU_CODE_E4M3>(p, bf16, a->biases, inv, unit, tile0, tiles, a->k_pad, wts, stream);
+                  ? launch_units<TOPS__CU_CODE_I8>(p, bf16, biases, inv, unit, shift, tile0, tiles, a->k_pad, wts, stream)
+                  : launch_units<TOPS__CU_CODE_E4M3>(p, bf16, biases, inv, unit, shift, tile0, tiles, a->k_pad, wts, stream);
         if (err != cudaSuccess) {
             *what = "the dequantization kernel launch";
             break;
         }
-        const tops__cu_matmul_args s = channel_slice(a, n0, rows);
+        tops__cu_matmul_args s = channel_slice(a, n0, rows);
+        s.global_scale = a->global_scale * ldexpf(1.0f, per_channel ? 0 : shift);
         const tops__cu_fp8_args h = {&s, wts, unit, 0};
         err = (cudaError_t)tops__cu_h16_launch(&h, what);
     }
     err = workspace_free(ws, stream, err, "cudaFreeAsync of the dequantized weights", what);
-    if (err == cudaSuccess)
-        set_last_kernel(bf16 ? "weights dequantized to bf16 (relaxed: rounded once), then the bf16 TMA GEMM"
-                             : "weights dequantized to f16 (relaxed: rounded once), then the f16 TMA GEMM");
+    if (err == cudaSuccess) set_last_kernel(names[bf16]);
     return (int)err;
+}
+
+} // namespace
+} // namespace tops_cu
+
+extern "C" int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what) {
+    static const char *const names[2] = {
+        "weights dequantized to f16 [n, k], then the f16 TMA GEMM (wgmma, both operands by TMA)",
+        "weights dequantized to bf16 [n, k], then the bf16 TMA GEMM (wgmma, both operands by TMA)"};
+    if ((a->code != TOPS__CU_CODE_E2M1 && a->code != TOPS__CU_CODE_U4) || a->fold != 1)
+        return (int)cudaErrorNotSupported;
+    return dequant_gemm(a, nullptr, false, a->fold_shift, names, what);
+}
+
+extern "C" int tops__cu_dequant_relaxed_gemm(const tops__cu_matmul_args *a, const char **what) {
+    static const char *const names[2] = {
+        "weights dequantized to f16 (relaxed: rounded once), then the f16 TMA GEMM",
+        "weights dequantized to bf16 (relaxed: rounded once), then the bf16 TMA GEMM"};
+    if (a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_E2M1 && a->code != TOPS__CU_CODE_I8 &&
+        a->code != TOPS__CU_CODE_E4M3)
+        return (int)cudaErrorNotSupported;
+    return dequant_gemm(a, a->biases, true, 0, names, what);
 }
 
 // ---- strict integer codes in scale groups: rescaled accumulators ------------
