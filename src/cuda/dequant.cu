@@ -165,12 +165,6 @@ cudaError_t launch_units(const Params &p, bool bf16, const float *biases, float 
     return cudaGetLastError();
 }
 
-} // namespace
-} // namespace tops_cu
-
-namespace tops_cu {
-namespace {
-
 // Both plans: biases (or NULL) with the weights; per_channel: a unit a
 // channel (else 2^shift for all, the GEMM's global scale times it);
 // names[bf16] the kernel name set on success.
