@@ -92,6 +92,7 @@ enum {
     TOPS__CU_T_DEQUANT_ROWS,
     TOPS__CU_T_E4M3_ONCE,
     TOPS__CU_T_RESCALED,
+    TOPS__CU_T_FACTORED,
     TOPS__CU_T_COUNT
 };
 /* Values of TOPS__CU_T_KERNEL (debug key kernel=wbulk|wstream|wgmma|q8|fp8|h16). */
@@ -186,6 +187,19 @@ typedef struct tops__cuda_packed {
     void *q8_weights;
     size_t q8_bytes;
     int q8_row_factor; /* mxfp4: every chunk of a row has the row's factor (each row fits 15 binades) */
+    /* Factored sub-block scales (super-blocks with integer sub-scales:
+       q4_K, q5_K): where every super-block's sub-block scales are D x m_i
+       with D an f32 and m_i integers small enough that code x m_i is an
+       exact f16 (|code x m_i| <= 2048), the scales buffer also holds, at
+       fac_d_off, D as f32 entries in groups of fac_group (the super-block,
+       fac_groups a row, the scale plane's [tile][group][16] order) and, at
+       fac_m_off, m_i as f16 entries per sub-block (`group`, `groups` of
+       them, the same order).  fac_groups = 0: not factored.  The strict
+       kernels multiply the decoded codes by m_i (exact, f16 activations)
+       and scale each super-block's sums by D: 8x fewer scale groups. */
+    int32_t fac_group;
+    int64_t fac_groups;
+    size_t fac_d_off, fac_m_off;
 } tops__cuda_packed;
 #define TOPS__CUDA_PACKED_MAGIC 0x43555041u /* "CUPA" */
 
@@ -234,6 +248,12 @@ typedef struct tops__cu_matmul_args {
     /* Relaxed dequantization only (tops__cu_dequant_relaxed_gemm): the
        pack's biases [n][groups] folded into the weights (NULL: none). */
     const float *biases;
+    /* Factored sub-block scales (the pack's fac_* view: scales are then D in
+       groups of `group`): f16 multipliers per mult_group of K, the scale
+       plane's order (NULL: none).  wgmma_w.cu's strict 4-bit pipeline and
+       dequant.cu's rescaled groups only, f16 activations. */
+    const void *mults;
+    int32_t mult_group;
 } tops__cu_matmul_args;
 
 /* Launches the kernels (asynchronous); returns a cudaError_t value (0 = ok)

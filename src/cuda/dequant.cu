@@ -252,7 +252,9 @@ namespace tops_cu {
 namespace {
 
 // The codes of tiles [tile0, tile0 + tiles) as f16 integers [(tile - tile0)
-// * 16 + row][k] (row stride ldw), zero where the group's scale is zero.
+// * 16 + row][k] (row stride ldw), zero where the group's scale is zero;
+// with factored sub-block scales (p.mults) each times its sub-block's f16
+// multiplier (exact: |code x m| <= 2048), the groups being super-blocks.
 // One thread per 16-byte fragment, as dequant_kernel.  Thread 0 zeroes the
 // flagged-channel count of the slice (count), before rescale_plan runs.
 template <int CODE>
@@ -274,6 +276,13 @@ __global__ void __launch_bounds__(256) codes_f16_kernel(const Params p, int tile
         const int kk = c * kChunk + j * 16 + tig * 4, g = min(kk >> p.group_shift, p.groups - 1);
         const bool z0 = scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid) == 0.0f;
         const bool z1 = scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid + 1) == 0.0f;
+        if (p.mults) { // a[r]: row gid + 8 (r & 1); one sub-block (>= 16 K) for the 4 K of a lane
+            const __half *mp = reinterpret_cast<const __half *>(p.mults + (size_t)(tile0 + tl) * p.mult_tile_bytes) +
+                               (size_t)(kk >> p.mult_shift) * 16 + 2 * gid;
+            const __half2 m0 = __half2half2(mp[0]), m1 = __half2half2(mp[1]);
+#pragma unroll
+            for (int r = 0; r < 4; r++) a[r] = h2_bits(__hmul2(bits_h2(a[r]), (r & 1) ? m1 : m0));
+        }
         // a[r]: row gid + 8 (r & 1), K kk + 2 (r >> 1) and the next: 8 bytes
         // a row, the 4 lanes of a group 32 contiguous bytes (whole sectors)
         const long long row = (long long)tl * 16 + gid;
@@ -420,6 +429,8 @@ extern "C" int tops__cu_rescaled_gemm(const tops__cu_matmul_args *a, const char 
     }
     err = workspace_free(ws, stream, err, "cudaFreeAsync of the f16 codes", what);
     if (err == cudaSuccess)
-        set_last_kernel("codes converted once to f16 [n, k], then the f16 TMA GEMM with rescaled groups");
+        set_last_kernel(a->mults ? "codes times their sub-block multipliers converted once to f16 [n, k], then the f16 "
+                                   "TMA GEMM with rescaled super-block groups"
+                                 : "codes converted once to f16 [n, k], then the f16 TMA GEMM with rescaled groups");
     return (int)err;
 }

@@ -49,6 +49,10 @@ struct Params {
     unsigned int *arrivals; // per output tile: K splits done (the last one reduces)
     float fold_pre, fold_post; // folded scales: w = decoded code x (scale x fold_pre); output x fold_post
     int fold_shfl;             // folded kernel: K order fixed by lane shuffles (1) or a stage permute (0)
+    // factored sub-block scales (strict 4-bit pipeline, rescaled groups):
+    // f16 multipliers, one per (row, 1 << mult_shift of K), the scale plane's order
+    const unsigned char *mults;
+    int mult_shift, mult_tile_bytes;
 };
 
 __device__ __forceinline__ uint32_t lop3_and_or(uint32_t a, uint32_t b, uint32_t c) {

@@ -165,6 +165,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_DEQUANT_ROWS] = {"dequant_rows", 0}, /* 0: channels a dequantized slice as the 128 MB workspace allows */
     [TOPS__CU_T_E4M3_ONCE] = {"e4m3_once", RULE},   /* strict e4m3 codes converted once: 1 always, 0 never (rule: from E4M3_ONCE_MIN_M) */
     [TOPS__CU_T_RESCALED] = {"rescaled", RULE},     /* the rescaled-group GEMM: 1 always, 0 never (rule: use_rescaled) */
+    [TOPS__CU_T_FACTORED] = {"factored", 1},        /* 0: factored sub-block scales unused (factored_view) */
 };
 
 static const char *const kernel_names[] = {"auto", "wbulk", "wstream", "wgmma", "q8", "fp8", "h16"};
@@ -416,6 +417,35 @@ static int use_q8(const tops__cuda_packed *pk, int64_t m, int relaxed) {
     return m >= tops__cu_tune(TOPS__CU_T_Q8_MIN_M);
 }
 
+/* Factored sub-block scales (pack.c, factor_scales: q4_K, q5_K): the
+   pack seen with its super-block scales D as f32 scales in groups of
+   fac_group, for the strict kernels that take the f16 multipliers too
+   (wgmma_w.cu's 4-bit pipeline, dequant.cu's rescaled groups; `mults` in
+   their arguments, factored_args): 8x fewer scale groups.  f16 activations
+   only (code x m needs up to 11 bits); debug key factored=0 turns it off. */
+static int factored_view(const tops__cuda_packed *pk, int bf16, tops__cuda_packed *fv) {
+    if (!pk->fac_groups || bf16 || tops__cu_tune(TOPS__CU_T_FACTORED) == 0) return 0;
+    *fv = *pk;
+    fv->scales = (char *)pk->scales + pk->fac_d_off;
+    fv->scale_kind = TOPS__CU_SCALE_F32;
+    fv->group = pk->fac_group;
+    fv->groups = pk->fac_groups;
+    return 1;
+}
+
+/* The call's arguments on the factored view fv of pk. */
+static tops__cu_matmul_args factored_args(const tops__cuda_packed *pk, const tops__cuda_packed *fv,
+                                          const tops__cu_matmul_args *a) {
+    tops__cu_matmul_args f = *a;
+    f.scales = fv->scales;
+    f.scale_kind = fv->scale_kind;
+    f.group = fv->group;
+    f.groups = fv->groups;
+    f.mults = (const char *)pk->scales + pk->fac_m_off;
+    f.mult_group = pk->group;
+    return f;
+}
+
 /* The kernel the plan picks for m rows of 16-bit activations (bf16 or f16). */
 static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed, int bf16) {
     if (use_fp8(pk, m, relaxed)) return "fp8 wgmma e4m3 + TMA";
@@ -428,12 +458,19 @@ static const char *path_for(const tops__cuda_packed *pk, int64_t m, int relaxed,
     if (use_dequant(m, fold)) return "weights dequantized to 16-bit, then wgmma f16/bf16, both operands by TMA";
     if (use_dequant_relaxed(pk, m, relaxed, fold))
         return "weights dequantized to 16-bit (relaxed: rounded once), then wgmma f16/bf16, both operands by TMA";
-    if (use_rescaled(pk, m, fold, bf16))
-        return "integer codes converted once to f16, then wgmma f16 with rescaled groups, both operands by TMA";
-    if (!use_wgmma(m, fold, pk->code, pk->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
+    tops__cuda_packed fv;
+    const int fac = factored_view(pk, bf16, &fv);
+    const tops__cuda_packed *sp = fac ? &fv : pk;
+    if (use_rescaled(sp, m, fold, bf16))
+        return fac ? "integer codes times their sub-block multipliers converted once to f16, then wgmma f16 with "
+                     "rescaled super-block groups, both operands by TMA"
+                   : "integer codes converted once to f16, then wgmma f16 with rescaled groups, both operands by TMA";
+    if (!use_wgmma(m, fold, pk->code, sp->group)) return "mma.sync m16n8k16 (wbulk or wstream)";
     return fold == 2 ? "wgmma m64nNk16, folded scales in two exact terms, weights from registers + TMA"
            : fold    ? "wgmma m64nNk16, folded scales, weights from registers + TMA"
-                     : "wgmma m64nNk16, weights from registers + TMA";
+           : fac && pk->code == TOPS__CU_CODE_U4
+               ? "wgmma m64nNk16, codes times their sub-block multipliers, super-block scales, weights from registers + TMA"
+               : "wgmma m64nNk16, weights from registers + TMA";
 }
 
 /* Launches the plan's kernel for a (a->m rows of 16-bit activations): each
@@ -459,11 +496,19 @@ static int launch_plan(const tops__cuda_packed *pk, tops__cu_matmul_args *a, int
         err = use_dequant(a->m, a->fold) ? tops__cu_dequant_gemm(a, what) : (int)cudaErrorNotSupported;
         if (err == (int)cudaErrorNotSupported && use_dequant_relaxed(pk, a->m, relaxed, a->fold))
             err = tops__cu_dequant_relaxed_gemm(a, what);
+        /* the strict large-M kernels on the factored view where the pack has one */
+        tops__cuda_packed fv;
+        const int fac = factored_view(pk, a->x_bf16, &fv);
+        const tops__cuda_packed *sp = fac ? &fv : pk;
+        const tops__cu_matmul_args f = fac ? factored_args(pk, &fv, a) : *a;
         if (err == (int)cudaErrorNotSupported)
-            err = use_rescaled(pk, a->m, a->fold, a->x_bf16) ? tops__cu_rescaled_gemm(a, what)
+            err = use_rescaled(sp, a->m, a->fold, a->x_bf16) ? tops__cu_rescaled_gemm(&f, what)
                                                               : (int)cudaErrorNotSupported;
-        if (err == (int)cudaErrorNotSupported)
-            err = use_wgmma(a->m, a->fold, a->code, pk->group) ? tops__cu_wgmma_launch(a, what) : (int)cudaErrorNotSupported;
+        if (err == (int)cudaErrorNotSupported && use_wgmma(a->m, a->fold, a->code, sp->group)) {
+            err = tops__cu_wgmma_launch(&f, what);
+            /* a kernel without the multipliers (8-bit codes): the plain scales */
+            if (err == (int)cudaErrorNotSupported && fac) err = tops__cu_wgmma_launch(a, what);
+        }
     }
     if (err == (int)cudaErrorNotSupported) err = tops__cu_matmul_launch(a, what);
     return err;

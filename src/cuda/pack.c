@@ -300,6 +300,96 @@ int tops__cu_fold_shift(const tops__cuda_packed *pk, int bf16, int relaxed, int 
     return terms;
 }
 
+/* One super-block's sub-block scales s[0..cnt) as d x m[i], d an f32 and
+   m[i] integers with |m[i]| <= mmax: the largest d (smallest m) of the form
+   (the smallest nonzero |s|) / t, t = 1 .. mmax, for which every s[i] / d
+   is such an integer exactly.  0 where none is (or a scale is not finite). */
+static int factor_group(const float *s, int cnt, int mmax, float *d, int16_t *m) {
+    float smin = 0.0f;
+    for (int i = 0; i < cnt; i++) {
+        if (!isfinite(s[i])) return 0;
+        const float a = fabsf(s[i]);
+        if (a > 0.0f && (smin == 0.0f || a < smin)) smin = a;
+    }
+    if (smin == 0.0f) { /* every sub-block scale zero */
+        *d = 0.0f;
+        memset(m, 0, (size_t)cnt * sizeof *m);
+        return 1;
+    }
+    for (int t = 1; t <= mmax; t++) {
+        const double dv = (double)smin / t;
+        if ((double)(float)dv != dv) continue; /* d must be an f32 */
+        int ok = 1;
+        for (int i = 0; i < cnt && ok; i++) {
+            const double q = rint((double)s[i] / dv); /* q x dv is exact in double: <= 12 + 24 bits */
+            ok = fabs(q) <= mmax && q * dv == (double)s[i];
+            m[i] = (int16_t)q;
+        }
+        if (ok) {
+            *d = (float)dv;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Factored sub-block scales (cuda_internal.h, fac_*): for super-blocks of
+   integer forms with sub-block scales (the traits row's sub_block below its
+   block), each super-block's scales as d x m_i with |code x m_i| <= 2048
+   (exact in f16), appended to the scale buffer *sb of *sbytes bytes.
+   Leaves fac_groups = 0 (nothing appended) where a super-block does not
+   factor so; 0 only when out of memory. */
+static int factor_scales(const source_map *m, tops__cuda_packed *pk, unsigned char **sb, size_t *sbytes) {
+    const int64_t super = m->info->block, sub = m->sub, per = super / sub, nsub = m->qk / sub;
+    const int vmax = m->rule->offset > m->lay.qmax - m->rule->offset ? m->rule->offset : m->lay.qmax - m->rule->offset;
+    if (vmax < 1 || super % sub != 0 || per > 64 || super % TOPS__CU_PAD_K != 0) return 1;
+    const int mmax = 2048 / vmax;
+    const int64_t tiles = pk->n_pad / 16, fgroups = tops__ceil_div(pk->k_pad, super), src_super = nsub / per;
+    const size_t doff = (*sbytes + 255) & ~(size_t)255, dbytes = (size_t)(tiles * fgroups) * 16 * 4;
+    const size_t moff = (doff + dbytes + 255) & ~(size_t)255, mbytes = (size_t)(tiles * pk->groups) * 16 * 2;
+    float *dv = malloc((size_t)(pk->n * src_super) * sizeof *dv);
+    int16_t *mv = malloc((size_t)(pk->n * nsub) * sizeof *mv);
+    if (!dv || !mv) {
+        free(dv);
+        free(mv);
+        return 0;
+    }
+    for (int64_t row = 0; row < pk->n; row++)
+        for (int64_t g = 0; g < src_super; g++)
+            if (!factor_group(m->fscale + row * nsub + g * per, (int)per, mmax, &dv[row * src_super + g],
+                              &mv[row * nsub + g * per])) {
+                free(dv);
+                free(mv);
+                return 1;
+            }
+    unsigned char *grown = realloc(*sb, moff + mbytes);
+    if (!grown) {
+        free(dv);
+        free(mv);
+        return 0;
+    }
+    memset(grown + *sbytes, 0, moff + mbytes - *sbytes);
+    for (int64_t row = 0; row < pk->n; row++) {
+        const int64_t tile = row / 16;
+        const int e = (int)(2 * (row % 8) + (row % 16) / 8);
+        for (int64_t g = 0; g < src_super && g < fgroups; g++)
+            memcpy(grown + doff + (((size_t)(tile * fgroups + g)) * 16 + (size_t)e) * 4, &dv[row * src_super + g], 4);
+        for (int64_t i = 0; i < nsub && i < pk->groups; i++) {
+            const uint16_t h = tops__f32_to_f16((float)mv[row * nsub + i]); /* |m| <= 2048: exact */
+            memcpy(grown + moff + (((size_t)(tile * pk->groups + i)) * 16 + (size_t)e) * 2, &h, 2);
+        }
+    }
+    free(dv);
+    free(mv);
+    *sb = grown;
+    *sbytes = moff + mbytes;
+    pk->fac_group = (int32_t)super;
+    pk->fac_groups = fgroups;
+    pk->fac_d_off = doff;
+    pk->fac_m_off = moff;
+    return 1;
+}
+
 tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int transpose_right, tops__cuda_packed *pk,
                                  void **weights_out, void **scales_out, void **biases_out) {
     source_map m;
@@ -399,6 +489,15 @@ tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *w, int trans
             for (int64_t gi = 0; gi < src_groups; gi++)
                 bb[row * pk->groups + gi] =
                     (float)m.rule->offset * m.fscale[row * nsub + gi] - m.fmin[row * nsub + gi];
+    }
+    /* super-blocks with integer sub-block scales: the factored view too */
+    if (sb && !per_row && m.rule->source == TOPS__GS_FORM && (m.code == TOPS__CU_CODE_U4 || m.code == TOPS__CU_CODE_I8) &&
+        m.info->sub_block > 0 && m.info->sub_block < m.info->block && !factor_scales(&m, pk, &sb, &sbytes)) {
+        free(wb);
+        free(sb);
+        free(bb);
+        release_source(&m);
+        return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the factored scales of right");
     }
     release_source(&m);
     scan_scales(pk, sb, per_row ? 1 : tops__ceil_div(k, pk->group));

@@ -400,6 +400,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
 // in groups >= 16 or 8-bit scales: at most 4 groups x 16 entries x 2 bytes
 // per tile and block.
 constexpr int kFoldScaleBlockBytes = 128;
+// Factored sub-block scales (wgmma_s_kernel with MUL): a tile's f16
+// multipliers of a W stage (16 sub-blocks of 32 x 16 rows) sit this far into
+// its scale entries, whose groups then take at most this many bytes.
+constexpr int kMultOffset = 512;
 
 // f16 scales split into two exact terms (strict 4-bit integers with f16
 // activations): s = s1 + s2, s1 the scale's top 8 significant bits, s2 the
@@ -549,7 +553,9 @@ __device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c) {
         const int k0 = b0 * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
         const int ng = min((k0 + nbs * 64 - 1) >> p.group_shift, p.groups - 1) - g0 + 1;
         const uint32_t sbytes = p.has_scales ? (uint32_t)(ng * 16 * esz) : 0u;
-        mbar_expect_tx(&c.wfull[s], 8u * ((uint32_t)nbs * 512u + sbytes));
+        // factored sub-block scales: the stage's multipliers (16 bytes a row pair)
+        const uint32_t mbytes = p.mults ? (uint32_t)(((nbs * 64) >> p.mult_shift) * 32) : 0u;
+        mbar_expect_tx(&c.wfull[s], 8u * ((uint32_t)nbs * 512u + sbytes + mbytes));
         // Tiles past N (a ragged last CTA) copy the last one again:
         // their channels are >= n_pad and never stored.
         for (int tl = 0; tl < 8; tl++) {
@@ -559,6 +565,10 @@ __device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c) {
             if (sbytes)
                 bulk_copy(stg + 8 * L::WTILE + tl * L::WSCALE,
                           p.scales + (size_t)tile * p.scale_tile_bytes + (size_t)g0 * 16 * esz, sbytes, &c.wfull[s]);
+            if (mbytes)
+                bulk_copy(stg + 8 * L::WTILE + tl * L::WSCALE + kMultOffset,
+                          p.mults + (size_t)tile * p.mult_tile_bytes + (size_t)(k0 >> p.mult_shift) * 32, mbytes,
+                          &c.wfull[s]);
         }
     }
 }
@@ -749,8 +759,12 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
 // barrier ties to this one, keeps the tensor cores busy meanwhile.  4-bit
 // codes only (one chunk = one k64 block, as fold_layout has it); the launch
 // checks that a W stage's scale entries fit its WSCALE bytes.
+// MUL (factored sub-block scales, f16 activations): each decoded code is
+// multiplied by its sub-block's f16 multiplier m (sub-blocks of 32: two k16
+// steps), exact (|code x m| <= 2048), and the groups are the super-blocks
+// with their scales D (pack.c, factor_scales).
 #ifdef TOPS_CU_WGMMA
-template <int CODE, bool BF16, int TN, int GSL>
+template <int CODE, bool BF16, int TN, int GSL, bool MUL>
 __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &cta) {
     using namespace sm90;
     using L = fold_layout<TN>;
@@ -772,6 +786,23 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
         const uint4 cur = natural_k_order(*reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16), lane);
 #pragma unroll
         for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, A[j]);
+        if constexpr (MUL) {
+            static_assert(!BF16 && STEPS == 4, "multipliers: f16 codes, two sub-blocks of 32 a chunk");
+            static_assert(kMultOffset + 16 * 32 <= L::WSCALE, "a W stage's multipliers fit its scale bytes");
+            const unsigned char *mp = stg + 8 * L::WTILE + tile * L::WSCALE + kMultOffset;
+#pragma unroll
+            for (int h = 0; h < 2; h++) { // sub-block 2 cw + h: steps 2 h, 2 h + 1
+                uint32_t lo, hi;
+                fold_pair<TOPS__CU_SCALE_F16, false>(mp, (2 * cw + h) * 16 + 2 * gid, nullptr, 1.0f, lo, hi);
+#pragma unroll
+                for (int j = 2 * h; j < 2 * h + 2; j++) {
+                    A[j][0] = mul2<false>(A[j][0], lo); // rows gid
+                    A[j][1] = mul2<false>(A[j][1], hi); // rows gid + 8
+                    A[j][2] = mul2<false>(A[j][2], lo);
+                    A[j][3] = mul2<false>(A[j][3], hi);
+                }
+            }
+        }
     };
     // acc += part * scale for the group that ends at K kend (exclusive),
     // whose entries are in the W stage of chunk c; the wgmmas writing part
@@ -870,7 +901,7 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
 }
 #endif
 
-template <int CODE, bool BF16, int TN, int GSL>
+template <int CODE, bool BF16, int TN, int GSL, bool MUL = false>
 __global__ void __launch_bounds__(3 * 128, 1) wgmma_s_kernel(const __grid_constant__ CUtensorMap xmap, const Params p) {
 #ifdef TOPS_CU_WGMMA
     using namespace sm90;
@@ -886,7 +917,7 @@ __global__ void __launch_bounds__(3 * 128, 1) wgmma_s_kernel(const __grid_consta
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        consume_strict<CODE, BF16, TN, GSL>(p, cta);
+        consume_strict<CODE, BF16, TN, GSL, MUL>(p, cta);
     }
 #else
     (void)xmap, (void)p;
@@ -1037,6 +1068,9 @@ wg_fn pick_strict(int code, int tn, int gsl) {
 }
 const char *const kStrictNames[2] = {"wgmma_w strict pipelined m64n64k16, 2 consumer warpgroups + TMA",
                                      "wgmma_w strict pipelined m64n128k16, 2 consumer warpgroups + TMA"};
+const char *const kStrictMulNames[2] = {
+    "wgmma_w strict pipelined, codes times sub-block multipliers, m64n64k16, 2 consumer warpgroups + TMA",
+    "wgmma_w strict pipelined, codes times sub-block multipliers, m64n128k16, 2 consumer warpgroups + TMA"};
 
 // K splits: 1 unless debug key wgmma_splits asks for more.  On the H200
 // (2026-11-29 16:51 UTC, int4-g128, TN = 64) every split count above 1 ran
@@ -1061,6 +1095,11 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     const unsigned long long row_bytes = (unsigned long long)a->ldx * 2;
     if (!device_is_sm90a() || !sm90::tensor_map_encoder() || (uintptr_t)a->x % 16 != 0 || row_bytes % 16 != 0 ||
         row_bytes >= (1ull << 40) || a->m < 1 || a->k < 1)
+        return (int)cudaErrorNotSupported;
+    // Factored sub-block scales: the strict 4-bit pipeline alone takes the
+    // multipliers (f16 activations, sub-blocks of 32, unfolded scales)
+    if (a->mults && (a->code != TOPS__CU_CODE_U4 || a->x_bf16 || a->fold || a->mult_group != 32 ||
+                     tops__cu_tune(TOPS__CU_T_WGMMA_STRICT) == 0))
         return (int)cudaErrorNotSupported;
     Params p;
     if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
@@ -1092,8 +1131,13 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         const int g = p.group_shift >= 30 ? 1 << 30 : 1 << p.group_shift;
         const long long esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
         const long long ng = g >= 512 ? 2 : g > 64 ? 512 / g + 1 : 512 / g;
-        if (ng * 16 * esz <= fold_layout<64>::WSCALE)
+        if (p.mults) {
+            if (ng * 16 * esz > kMultOffset || gsl != 2) return (int)cudaErrorNotSupported;
+            sfn = tn == 128 ? wgmma_s_kernel<TOPS__CU_CODE_U4, false, 128, 2, true>
+                            : wgmma_s_kernel<TOPS__CU_CODE_U4, false, 64, 2, true>;
+        } else if (ng * 16 * esz <= fold_layout<64>::WSCALE) {
             sfn = bf16 ? pick_strict<true>(a->code, tn, gsl) : pick_strict<false>(a->code, tn, gsl);
+        }
     }
     const wg_fn ffn = fp.fn ? fp.fn : sfn;
     const int wt = tn == 128 || ffn ? 1 : 2;
@@ -1154,7 +1198,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
         }
     }
     const bool strict_pipe = ffn && !fp.fn;
-    set_last_kernel(strict_pipe ? kStrictNames[tn == 128]
+    set_last_kernel(strict_pipe ? (p.mults ? kStrictMulNames : kStrictNames)[tn == 128]
                     : ffn       ? kFoldNames[a->fold == 2][cw == 4][tn == 128]
                     : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
                                 : "wgmma_w m64n64k16 (A from registers) + TMA");

@@ -423,6 +423,15 @@ bool init_params(const tops__cu_matmul_args *a, Params &p, const char **what) {
     p.out_dtype = a->out_dtype;
     p.accumulate = a->accumulate;
     p.ws = nullptr;
+    p.mults = static_cast<const unsigned char *>(a->mults);
+    if (a->mults) {
+        if (a->mult_group < 16 || (a->mult_group & (a->mult_group - 1)) != 0 || a->k_pad % a->mult_group != 0) {
+            *what = "a sub-block multiplier group that is not a power of two of at least 16 dividing K";
+            return false;
+        }
+        p.mult_shift = __builtin_ctz((unsigned)a->mult_group);
+        p.mult_tile_bytes = (int)(a->k_pad / a->mult_group) * 16 * 2;
+    }
     return true;
 }
 

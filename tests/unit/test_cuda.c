@@ -1260,6 +1260,72 @@ static void test_rescaled(void) {
     printf("     %d of %d rescaled-group GEMM cases within their bounds\n", passed, n);
 }
 
+/* Factored sub-block scales (pack.c, factor_scales; q4_K, q5_K): codes
+   times their sub-block's f16 multiplier, super-block scales D.  The strict
+   4-bit pipeline (kernel=wgmma) and the rescaled groups (rescaled=1) within
+   the strict bounds: ragged M, N and K (a short last super-block), both
+   token tiles, every output, accumulate, packed on the fly, f32
+   activations (f16 terms), K splits; the cases that must not take the
+   multipliers but still be right (bf16 activations, factored=0, q5_K's
+   8-bit codes on the one-ring kernel); the plan (4-bit: the pipeline from
+   M = 48, 8-bit: the rescaled groups from 1024). */
+static void test_factored(void) {
+    if (!fp8_gpu) {
+        printf("     skip: the factored kernels need compute capability 9.0\n");
+        return;
+    }
+    th_rng r = th_seed();
+    static const struct {
+        const char *format, *kernel, *rescaled, *factored, *tn, *splits;
+        tops_dtype act, out;
+        int64_t m, k, n;
+        int accumulate, prepack;
+        const char *want; /* a piece of the kernel's name, or NULL: not the multipliers */
+    } cases[] = {
+        {"q4_K", "wgmma", "0", "", "", "", TOPS_DT_F16, TOPS_DT_F32, 128, 4096, 130, 0, 1, "sub-block multipliers, m64n128"},
+        {"q4_K", "wgmma", "0", "", "64", "", TOPS_DT_F16, TOPS_DT_F16, 100, 1000, 264, 1, 1, "sub-block multipliers, m64n64"},
+        {"q4_K", "wgmma", "0", "", "", "3", TOPS_DT_F16, TOPS_DT_BF16, 200, 2304, 77, 0, 0, "sub-block multipliers"},
+        {"q4_K", "wgmma", "0", "", "", "", TOPS_DT_F32, TOPS_DT_F32, 33, 520, 200, 0, 1, "sub-block multipliers"},
+        {"q4_K", "wgmma", "0", "", "", "", TOPS_DT_F16, TOPS_DT_F32, 17, 256, 64, 1, 1, "sub-block multipliers"},
+        {"q4_K", "", "1", "", "", "", TOPS_DT_F16, TOPS_DT_F32, 130, 1024, 136, 0, 1, "multipliers converted once"},
+        {"q5_K", "", "1", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 64, 768, 200, 1, 1, "multipliers converted once"},
+        {"q5_K", "", "1", "", "", "", TOPS_DT_F32, TOPS_DT_F32, 40, 1280, 77, 0, 0, "multipliers converted once"},
+        {"q4_K", "wgmma", "0", "", "", "", TOPS_DT_BF16, TOPS_DT_F32, 128, 1024, 130, 0, 1, NULL},
+        {"q4_K", "wgmma", "0", "0", "", "", TOPS_DT_F16, TOPS_DT_F32, 128, 1024, 130, 0, 1, NULL},
+        {"q4_K", "", "1", "0", "", "", TOPS_DT_F16, TOPS_DT_F32, 128, 1024, 130, 0, 1, NULL},
+        {"q5_K", "wgmma", "0", "", "", "", TOPS_DT_F16, TOPS_DT_F32, 128, 1024, 130, 0, 1, NULL},
+        {"q4_K", "", "", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 48, 1024, 192, 0, 1, "sub-block multipliers"},
+        {"q4_K", "", "", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 47, 1024, 192, 0, 1, NULL},
+        {"q5_K", "", "", "", "", "", TOPS_DT_F16, TOPS_DT_F16, 1024, 512, 192, 0, 1, "multipliers converted once"},
+    };
+    const int n = small_run ? 3 : (int)(sizeof cases / sizeof cases[0]);
+    int passed = 0;
+    for (int i = 0; i < n; i++) {
+        debug_set("kernel", cases[i].kernel);
+        debug_set("rescaled", cases[i].rescaled);
+        debug_set("factored", cases[i].factored);
+        debug_set("wgmma_tn", cases[i].tn);
+        debug_set("wgmma_splits", cases[i].splits);
+        gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
+                      cases[i].accumulate, cases[i].prepack, 0, 0};
+        int ok = run_case(&c, &r);
+        const char *kn = tops__cu_last_kernel ? tops__cu_last_kernel() : "";
+        const int mult = strstr(kn, "multipliers") != NULL;
+        if (cases[i].want ? !strstr(kn, cases[i].want) : mult) {
+            TH_FAIL_AT("%s act=%s M=%lld K=%lld ran %s (want %s)", c.format, tops_dtype_name(c.act), (long long)c.m,
+                       (long long)c.k, kn, cases[i].want ? cases[i].want : "no multipliers");
+            ok = 0;
+        }
+        passed += ok;
+    }
+    debug_set("kernel", NULL);
+    debug_set("rescaled", NULL);
+    debug_set("factored", NULL);
+    debug_set("wgmma_tn", NULL);
+    debug_set("wgmma_splits", NULL);
+    printf("     %d of %d factored sub-block scale cases within their bounds\n", passed, n);
+}
+
 /* Relaxed mode with e4m3 weights: on sm_90 the FP8 GEMM for every M here
    (kernel=fp8), ragged M/K/N against its 128 x 128 / 192 / 256 tiles and
    128-element K stages, both activation types, every output type,
@@ -1758,6 +1824,10 @@ int main(void) {
         RUN_TEST(test_dequant_relaxed);
         TEST_MAIN_END();
     }
+    if (only && strcmp(only, "factored") == 0) {
+        RUN_TEST(test_factored);
+        TEST_MAIN_END();
+    }
     if (only && strcmp(only, "f32") == 0) {
         RUN_TEST(test_f32_left);
         TEST_MAIN_END();
@@ -1773,6 +1843,7 @@ int main(void) {
     RUN_TEST(test_dequant);
     RUN_TEST(test_dequant_relaxed);
     RUN_TEST(test_rescaled);
+    RUN_TEST(test_factored);
     RUN_TEST(test_wgmma_strict);
     RUN_TEST(test_q8);
     RUN_TEST(test_f32_left);

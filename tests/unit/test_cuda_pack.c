@@ -226,6 +226,67 @@ static void test_every_format_reads_back(void) {
     ASSERT_TRUE(rows >= 20); /* the 14 rows of before, q4_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs */
 }
 
+/* Factored sub-block scales (pack.c, factor_scales): where want, the pack
+   carries them and every sub-block scale is D x m exactly, m an integer
+   with |m| x vmax <= 2048 (code x m exact in f16), D the super-block's
+   f32 entry; elsewhere it carries none.  Also each weight as the factored
+   kernels read it (decoded code x m x D + bias) against dequantize. */
+static void check_factored(const char *name, int64_t n, int64_t k, int want, int vmax, th_rng *r) {
+    packed_case pc;
+    packed_case_begin(&pc, name, n, k, 0, r);
+    const tops__cuda_packed pk = pc.pk;
+    const unsigned char *sb = pc.sb;
+    int64_t bad = 0;
+    if ((pk.fac_groups > 0) != want) {
+        TH_FAIL_AT("%s %lld x %lld: factored groups %lld, want %s", name, (long long)n, (long long)k,
+                   (long long)pk.fac_groups, want ? "some" : "none");
+        goto out;
+    }
+    if (!want) goto out;
+    if (pk.fac_group % pk.group != 0 || pk.fac_groups != (pk.k_pad + pk.fac_group - 1) / pk.fac_group ||
+        pk.fac_d_off % 256 != 0 || pk.fac_m_off % 256 != 0 || pk.fac_m_off + (size_t)(pk.n_pad / 16 * pk.groups) * 32 > pk.scale_bytes)
+        TH_FAIL_AT("%s: factored layout group %d x %lld at %zu / %zu of %zu bytes", name, (int)pk.fac_group,
+                   (long long)pk.fac_groups, pk.fac_d_off, pk.fac_m_off, pk.scale_bytes);
+    const int kc = tops__cu_chunk_k(pk.code);
+    const int64_t chunks = pk.k_pad / kc;
+    for (int64_t row = 0; row < n; row++)
+        for (int64_t kk = 0; kk < k; kk++) {
+            const int64_t tile = row / 16, g = kk / pk.group, fg = kk / pk.fac_group;
+            const int rr = (int)(row % 16), gid = rr % 8, rhalf = rr / 8, e = 2 * gid + rhalf;
+            float d, mf;
+            uint16_t mh;
+            memcpy(&d, sb + pk.fac_d_off + ((size_t)(tile * pk.fac_groups + fg) * 16 + (size_t)e) * 4, 4);
+            memcpy(&mh, sb + pk.fac_m_off + ((size_t)(tile * pk.groups + g) * 16 + (size_t)e) * 2, 2);
+            tops_cast_to_f32(TOPS_DT_F16, &mf, &mh, 1);
+            const double s = scale_of(&pk, sb, tile, g, e);
+            const int kl = (int)(kk % kc), j = kl / 16, tig = (kl % 16) / 4, q = kl % 4;
+            uint32_t w[4];
+            memcpy(w, (unsigned char *)pc.wb + (((size_t)tile * (size_t)chunks + (size_t)(kk / kc)) * 32 + (size_t)(4 * gid + tig)) * 16, 16);
+            const double code = decode(pk.code, 0, w, j, rhalf + 2 * (q / 2), q % 2);
+            const double cm = code * mf, b = pc.bb ? ((const float *)pc.bb)[row * pk.groups + g] : 0.0;
+            const double v = (cm * d + b) * pk.global_scale, want_v = pc.dec[row * k + kk];
+            const int ok = mf == rint(mf) && fabs(mf) * vmax <= 2048 && (double)d * mf == s && fabs(cm) <= 2048 &&
+                           fabs(v - want_v) <= 1e-6 * fabs(want_v) + (pc.bb ? ldexp(fabs(cm * d) + fabs(b), -22) : 0.0);
+            if (!ok && bad++ < 3)
+                TH_FAIL_AT("%s: row %lld k %lld: scale %.9g = D %.9g x m %g? weight %.9g against %.9g", name,
+                           (long long)row, (long long)kk, s, (double)d, (double)mf, v, want_v);
+        }
+out:
+    packed_case_end(&pc);
+}
+
+static void test_factored_scales(void) {
+    th_rng r = th_seed();
+    check_factored("q4_K", 37, 200, 1, 8, &r); /* ragged: one short super-block */
+    check_factored("q4_K", 64, 1024, 1, 8, &r);
+    check_factored("q4_K", 19, 700, 1, 8, &r);
+    check_factored("q5_K", 40, 768, 1, 16, &r);
+    check_factored("q5_K", 17, 300, 1, 16, &r);
+    check_factored("q4_0", 32, 256, 0, 8, &r); /* no sub-blocks */
+    check_factored("int4-g32", 32, 256, 0, 8, &r);
+    check_factored("q4_1", 32, 256, 0, 8, &r);
+}
+
 static double round16(double v, int bf16) {
     float f = (float)v, back; /* the products below are exact in f32 */
     uint16_t h;
@@ -554,5 +615,6 @@ int main(void) {
     RUN_TEST(test_rejects);
     RUN_TEST(test_fold_shift);
     RUN_TEST(test_q8_layout);
+    RUN_TEST(test_factored_scales);
     TEST_MAIN_END();
 }
