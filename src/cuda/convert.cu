@@ -115,37 +115,101 @@ __global__ void __launch_bounds__(kSumThreads)
     }
 }
 
-// out = part + global x sum_g gsum[i, g] x bias[j, g] (+ old), 16 x 16
-// outputs a block, the groups in order through shared tiles.
-constexpr int kBiasTile = 16;
-template <typename T>
-__global__ void __launch_bounds__(kBiasTile *kBiasTile)
+// out = part + global x sum_g gsum[i, g] x bias[j, g] (+ old): a block of
+// 8 x 16 threads owns 16 TM rows x 64 channels, a thread TM rows x 8
+// channels (two runs of 4, 32 apart); the groups go through shared memory 32 at a time, transposed
+// (group-major; the next 32 loaded into registers under the current sums),
+// each output summed over g in order by one fmaf chain, so the bits do not
+// depend on the tile.  (The first form, one output a thread and 16 x 16
+// tiles, was shared-memory bound: ~77 us at M = 128 and ~2.2 ms at M = 4096
+// of q4_K's strict call, K = 4096, N = 12288, H200 2026-12-03; 4 x 8 a
+// thread and 128 channels a block issued one FFMA in two instructions at
+// 19 % occupancy, 31 us at M = 128.)
+constexpr int kBiasBN = 64, kBiasGK = 32, kBiasPad = 4, kBiasThreads = 128;
+template <typename T, int TM>
+__global__ void __launch_bounds__(kBiasThreads)
     bias_kernel(const float *__restrict__ gsum, const float *__restrict__ bias, long long m, long long n,
                 long long groups, float global, const float *__restrict__ part, long long ldp, T *__restrict__ out,
                 long long ldo, int accumulate) {
-    __shared__ float gs[kBiasTile][kBiasTile + 1], bs[kBiasTile][kBiasTile + 1];
-    const int tx = threadIdx.x, ty = threadIdx.y;
-    const long long i = (long long)blockIdx.y * kBiasTile + ty, j = (long long)blockIdx.x * kBiasTile + tx;
-    const long long jl = (long long)blockIdx.x * kBiasTile + ty; // the bias row this thread loads
-    float c = 0.0f;
-    for (long long g0 = 0; g0 < groups; g0 += kBiasTile) {
-        gs[ty][tx] = i < m && g0 + tx < groups ? gsum[i * groups + g0 + tx] : 0.0f;
-        bs[ty][tx] = jl < n && g0 + tx < groups ? bias[jl * groups + g0 + tx] : 0.0f;
+    constexpr int BM = 16 * TM, LR = kBiasThreads / 32, RA = BM / LR, RB = kBiasBN / LR; // rows a thread loads
+    __shared__ __align__(16) float gs[kBiasGK][BM + kBiasPad];
+    __shared__ __align__(16) float bs[kBiasGK][kBiasBN + kBiasPad];
+    const int tid = threadIdx.x, tx = tid & 7, ty = tid >> 3;
+    const long long i0 = (long long)blockIdx.y * BM, j0 = (long long)blockIdx.x * kBiasBN;
+    // loads: thread tid reads group g0 + tid % 32 of rows tid / 32 + LR r
+    const int lg = tid & 31, lr = tid >> 5;
+    float ra[RA], rb[RB];
+    const auto fetch = [&](long long g0) {
+        const bool gin = g0 + lg < groups;
+#pragma unroll
+        for (int r = 0; r < RA; r++) {
+            const long long i = i0 + lr + LR * r;
+            ra[r] = gin && i < m ? __ldg(gsum + i * groups + g0 + lg) : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < RB; r++) {
+            const long long j = j0 + lr + LR * r;
+            rb[r] = gin && j < n ? __ldg(bias + j * groups + g0 + lg) : 0.0f;
+        }
+    };
+    float c[TM][8];
+#pragma unroll
+    for (int a = 0; a < TM; a++)
+#pragma unroll
+        for (int b = 0; b < 8; b++) c[a][b] = 0.0f;
+    fetch(0);
+    for (long long g0 = 0; g0 < groups; g0 += kBiasGK) {
+#pragma unroll
+        for (int r = 0; r < RA; r++) gs[lg][lr + LR * r] = ra[r];
+#pragma unroll
+        for (int r = 0; r < RB; r++) bs[lg][lr + LR * r] = rb[r];
         __syncthreads();
-        const int gn = groups - g0 < kBiasTile ? (int)(groups - g0) : kBiasTile;
-        for (int t = 0; t < gn; t++) c = fmaf(gs[ty][t], bs[tx][t], c);
+        if (g0 + kBiasGK < groups) fetch(g0 + kBiasGK); // the next tile's loads fly under this one's sums
+        // zeros past the last group add exact zeros: every tile runs whole
+#pragma unroll 4
+        for (int u = 0; u < kBiasGK; u++) {
+            float av[TM];
+            if constexpr (TM % 4 == 0) {
+#pragma unroll
+                for (int a = 0; a < TM; a += 4) {
+                    const float4 v = *reinterpret_cast<const float4 *>(&gs[u][ty * TM + a]);
+                    av[a] = v.x, av[a + 1] = v.y, av[a + 2] = v.z, av[a + 3] = v.w;
+                }
+            } else {
+#pragma unroll
+                for (int a = 0; a < TM; a++) av[a] = gs[u][ty * TM + a];
+            }
+            // channels tx * 4 .. + 3 and 32 + tx * 4 .. + 3: a warp's 8 x's read 128
+            // contiguous bytes (no bank conflict)
+            const float4 b0 = *reinterpret_cast<const float4 *>(&bs[u][tx * 4]);
+            const float4 b1 = *reinterpret_cast<const float4 *>(&bs[u][32 + tx * 4]);
+            const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+#pragma unroll
+            for (int a = 0; a < TM; a++)
+#pragma unroll
+                for (int b = 0; b < 8; b++) c[a][b] = fmaf(av[a], bv[b], c[a][b]);
+        }
         __syncthreads();
     }
-    if (i >= m || j >= n) return;
-    float v = part[i * ldp + j] + global * c;
-    if (accumulate) v += load_out<T>(out, i * ldo + j);
-    store_out(out + i * ldo + j, v);
+#pragma unroll
+    for (int a = 0; a < TM; a++) {
+        const long long i = i0 + ty * TM + a;
+        if (i >= m) break;
+#pragma unroll
+        for (int b = 0; b < 8; b++) {
+            const long long j = j0 + (b & 4) * 8 + tx * 4 + (b & 3);
+            if (j >= n) continue;
+            float v = part[i * ldp + j] + global * c[a][b];
+            if (accumulate) v += load_out<T>(out, i * ldo + j);
+            store_out(out + i * ldo + j, v);
+        }
+    }
 }
 
 // The bias term for a few rows (m <= kBiasRows): a warp a channel, lane l
 // summing groups l, l + 32, ... in order for every row (gsum through the
-// L1), then a fixed butterfly; lane i writes row i.  (The tiled kernel
-// above ran 17.6 us at M = 1 under ncu, K = 4096 and N = 12288, q4_K: 15
+// L1), then a fixed butterfly; lane i writes row i.  (The first tiled kernel
+// ran 17.6 us at M = 1 under ncu, K = 4096 and N = 12288, q4_K: 15
 // of its 16 thread rows idle, the groups walked 16 at a time between
 // barriers.  H200, q4_K / q4_1 call at M = 1 / 4 / 16: 27.4 / 29.6 / 42.2
 // us with this kernel up to M = 16 against 28.7 / 30.0 / 32.8 with the
@@ -193,17 +257,24 @@ template <typename T> int launch_bias(const tops__cu_bias_args *a, cudaStream_t 
             static_cast<T *>(a->out), a->ldo, a->accumulate);
         return (int)cudaGetLastError();
     }
-    const dim3 b(kBiasTile, kBiasTile);
-    const dim3 g((unsigned)((a->n + kBiasTile - 1) / kBiasTile), (unsigned)((a->m + kBiasTile - 1) / kBiasTile));
-    bias_kernel<T><<<g, b, 0, s>>>(a->gsum, a->biases, a->m, a->n, a->groups, a->global_scale, a->part, a->ldp,
-                                   static_cast<T *>(a->out), a->ldo, a->accumulate);
+    // rows a block (16 TM): the most, up to 128, that still give every SM
+    // two blocks (the sums are latency bound below that: 192 blocks of 128
+    // rows ran at 23 % of the FMA pipe at M = 128, ncu), and no more than M
+    // needs
+    const long long nb = (a->n + kBiasBN - 1) / kBiasBN, sms = tops__cuda_sm_count(-1);
+    int tm = 8;
+    while (tm > 1 && (16 * tm / 2 >= a->m || nb * ((a->m + 16 * tm - 1) / (16 * tm)) < 2 * sms)) tm /= 2;
+    const dim3 g((unsigned)((a->n + kBiasBN - 1) / kBiasBN), (unsigned)((a->m + 16 * tm - 1) / (16 * tm)));
+    const auto fn = tm == 1 ? bias_kernel<T, 1> : tm == 2 ? bias_kernel<T, 2> : tm == 4 ? bias_kernel<T, 4> : bias_kernel<T, 8>;
+    fn<<<g, kBiasThreads, 0, s>>>(a->gsum, a->biases, a->m, a->n, a->groups, a->global_scale, a->part, a->ldp,
+                         static_cast<T *>(a->out), a->ldo, a->accumulate);
     return (int)cudaGetLastError();
 }
 
 } // namespace
 
 extern "C" int tops__cu_bias_launch(const tops__cu_bias_args *a) {
-    if (a->m < 1 || a->n < 1 || a->k < 1 || a->group < 1 || a->groups < 1 || a->m > 65535LL * kBiasTile ||
+    if (a->m < 1 || a->n < 1 || a->k < 1 || a->group < 1 || a->groups < 1 || a->m > 65535LL * 16 ||
         a->n > 0x7FFFFFFFLL)
         return (int)cudaErrorInvalidValue;
     cudaStream_t s = static_cast<cudaStream_t>(a->stream);
