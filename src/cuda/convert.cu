@@ -117,10 +117,10 @@ __global__ void __launch_bounds__(kSumThreads)
 
 // out = part + global x sum_g gsum[i, g] x bias[j, g] (+ old): a block of
 // 8 x 16 threads owns 16 TM rows x 64 channels, a thread TM rows x 8
-// channels (two runs of 4, 32 apart); the groups go through shared memory 32 at a time, transposed
-// (group-major; the next 32 loaded into registers under the current sums),
-// each output summed over g in order by one fmaf chain, so the bits do not
-// depend on the tile.  (The first form, one output a thread and 16 x 16
+// channels (two runs of 4, 32 apart); the groups go through shared memory
+// 32 at a time, transposed (group-major; the next 32 loaded into registers
+// under the current sums), each output summed over g in order by one fmaf
+// chain, so the bits do not depend on the tile.  (The first form, one output a thread and 16 x 16
 // tiles, was shared-memory bound: ~77 us at M = 128 and ~2.2 ms at M = 4096
 // of q4_K's strict call, K = 4096, N = 12288, H200 2026-12-03; 4 x 8 a
 // thread and 128 channels a block issued one FFMA in two instructions at
@@ -265,9 +265,12 @@ template <typename T> int launch_bias(const tops__cu_bias_args *a, cudaStream_t 
     int tm = 8;
     while (tm > 1 && (16 * tm / 2 >= a->m || nb * ((a->m + 16 * tm - 1) / (16 * tm)) < 2 * sms)) tm /= 2;
     const dim3 g((unsigned)((a->n + kBiasBN - 1) / kBiasBN), (unsigned)((a->m + 16 * tm - 1) / (16 * tm)));
-    const auto fn = tm == 1 ? bias_kernel<T, 1> : tm == 2 ? bias_kernel<T, 2> : tm == 4 ? bias_kernel<T, 4> : bias_kernel<T, 8>;
+    const auto fn = tm == 1   ? bias_kernel<T, 1>
+                    : tm == 2 ? bias_kernel<T, 2>
+                    : tm == 4 ? bias_kernel<T, 4>
+                              : bias_kernel<T, 8>;
     fn<<<g, kBiasThreads, 0, s>>>(a->gsum, a->biases, a->m, a->n, a->groups, a->global_scale, a->part, a->ldp,
-                         static_cast<T *>(a->out), a->ldo, a->accumulate);
+                                  static_cast<T *>(a->out), a->ldo, a->accumulate);
     return (int)cudaGetLastError();
 }
 

@@ -342,7 +342,7 @@ static int factor_group(const float *s, int cnt, int mmax, float *d, int16_t *m)
 static int factor_scales(const source_map *m, tops__cuda_packed *pk, unsigned char **sb, size_t *sbytes) {
     const int64_t super = m->info->block, sub = m->sub, per = super / sub, nsub = m->qk / sub;
     const int vmax = m->rule->offset > m->lay.qmax - m->rule->offset ? m->rule->offset : m->lay.qmax - m->rule->offset;
-    if (vmax < 1 || super % sub != 0 || per > 64 || super % TOPS__CU_PAD_K != 0) return 1;
+    if (vmax < 1 || super % sub != 0 || super % TOPS__CU_PAD_K != 0) return 1;
     const int mmax = 2048 / vmax;
     const int64_t tiles = pk->n_pad / 16, fgroups = tops__ceil_div(pk->k_pad, super), src_super = nsub / per;
     const size_t doff = (*sbytes + 255) & ~(size_t)255, dbytes = (size_t)(tiles * fgroups) * 16 * 4;
