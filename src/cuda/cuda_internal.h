@@ -25,6 +25,27 @@ tops_status tops__cuda_matmul2d_path(const tops_exec *exec, const tops_matmul2d_
                                      const tops_tensor *right, const tops_tensor *dest, char *buf, size_t cap);
 tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_desc *desc, const tops_tensor *right,
                                   tops_tensor *packed);
+/* Weights [n, k] (a plain tensor in host or device memory, or a GPU pack)
+   for a 16-bit GEMM that reads them row-major: dequantized on the device
+   into `terms` 16-bit planes of the activations' type (bf16 = 1: bf16)
+   whose sum is each weight / unit[n] (matmul.c; tops__cu_dequant_terms).
+   Strict: one term where code x scale is exact in it (tops__cu_fold_shift),
+   else two f16 terms (within 2^-22 of each weight) or three bf16 ones
+   (exact); relaxed: one term, rounded once.  terms = 0: the weights do not
+   take this form (16-bit codes, scales or mins that are not finite); then
+   nothing is allocated.  tops__cuda_weight_terms_of only
+   counts the terms (a plain weight is packed on the host to find out). */
+typedef struct tops__cuda_terms {
+    int terms;
+    void *mem;           /* device workspace on exec->stream (cudaFreeAsync) */
+    const uint16_t *w;   /* plane 0: [rows][ldw] */
+    int64_t ldw, rows;   /* plane t starts t * rows * ldw elements on */
+    const float *unit;   /* [n] */
+    float global;        /* multiplies every product (the pack's tensor factor) */
+} tops__cuda_terms;
+tops_status tops__cuda_weight_terms(const char *fn, const tops_exec *exec, const tops_tensor *right, int relaxed,
+                                    int bf16, tops__cuda_terms *out);
+tops_status tops__cuda_weight_terms_of(const char *fn, const tops_tensor *right, int relaxed, int bf16, int *terms);
 /* True if t is a packed tensor made by tops__cuda_pack_right. */
 int tops__cuda_is_packed(const tops_tensor *t);
 /* A second device copy of a GPU-packed tensor (the bench rotates copies),
@@ -377,6 +398,16 @@ int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what);
    cudaErrorNotSupported, launching nothing, where that GEMM cannot run or
    memory pools are absent. */
 int tops__cu_dequant_relaxed_gemm(const tops__cu_matmul_args *a, const char **what);
+/* conv2d's quantized weights (conv.c through tops__cuda_weight_terms), in
+   one launch: each channel's (code x scale + bias) / 2^e_n in f32 (2^e_n as
+   in tops__cu_dequant_relaxed_gemm, written to unit[n], [n_pad]) as `terms`
+   16-bit values of the activations' type (f16: 1 or 2; bf16 (a->x_bf16): 1
+   or 3) whose sum is it: term 0 its rounding, each next one the rounding of
+   what the terms before left.  Term t of channel n at out[t * plane + n *
+   ldw + k] (k < k_pad; ldw a multiple of 4, plane >= n_pad * ldw).
+   Asynchronous on a->stream. */
+int tops__cu_dequant_terms(const tops__cu_matmul_args *a, int terms, uint16_t *out, long long ldw, long long plane,
+                           float *unit, const char **what);
 /* Strict integer codes (4- and 8-bit) with f16 / f32 / e8m0 scales in K
    groups of 32 or a multiple of 64, f16 activations, at large M
    (dequant.cu): the codes converted once to f16, the scales to per-group

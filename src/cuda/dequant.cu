@@ -230,6 +230,138 @@ extern "C" int tops__cu_dequant_relaxed_gemm(const tops__cu_matmul_args *a, cons
     return dequant_gemm(a, a->biases, true, 0, names, what);
 }
 
+// conv2d's quantized weights (conv.c): every channel's code x scale + bias
+// in f32, over a unit a channel, as `terms` 16-bit planes (the implicit
+// GEMM sums them).  One kernel: a block
+// takes a 16-channel tile's units (16 threads a channel over its groups,
+// as channel_units) and then a run of its chunks' fragments, as
+// dequant_units_kernel; conv weights are small, so one launch matters more
+// than the units found twice.
+namespace tops_cu {
+namespace {
+// The terms of two f32 values: term 0 the rounding of each, each next term
+// the rounding of what the terms before left (exact in f32; 0 after a
+// non-finite term), as tops__cu_split_f32 splits activations.
+template <int TERMS, bool BF16> __device__ __forceinline__ void split_pair(float x, float y, uint32_t (&t)[TERMS]) {
+#pragma unroll
+    for (int i = 0; i < TERMS; i++) {
+        float rx, ry;
+        if constexpr (BF16) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+            t[i] = bf2_bits(h);
+            rx = __low2float(h), ry = __high2float(h);
+        } else {
+            const __half2 h = __floats2half2_rn(x, y);
+            t[i] = h2_bits(h);
+            rx = __low2float(h), ry = __high2float(h);
+        }
+        x = isfinite(rx) ? x - rx : 0.0f;
+        y = isfinite(ry) ? y - ry : 0.0f;
+    }
+}
+
+template <int CODE, bool BF16, int TERMS>
+__global__ void __launch_bounds__(256) dequant_terms_kernel(const Params p, const float *__restrict__ biases,
+                                                            int chunks_per_block, long long ldw, long long plane,
+                                                            uint16_t *out, float *__restrict__ unit) {
+    constexpr int kChunk = CODE == TOPS__CU_CODE_U4 || CODE == TOPS__CU_CODE_E2M1 ? 64 : 32;
+    __shared__ float inv_s[16];
+    const int tile = (int)blockIdx.x, tid = (int)threadIdx.x;
+    const unsigned char *sc = p.has_scales ? p.scales + (size_t)tile * p.scale_tile_bytes : nullptr;
+    {
+        const int r = tid >> 4, l = tid & 15; // row r of the tile (its entry e in the scale plane)
+        const long long grow = (long long)tile * 16 + r;
+        const size_t e = 2 * (size_t)(r % 8) + (size_t)(r / 8);
+        float big = 0.0f;
+        for (int g = l; g < p.groups; g += 16) {
+            const float sv = sc ? fabsf(scale_entry(sc, p.scale_kind, (size_t)g * 16 + e)) : 1.0f;
+            const float b = biases && grow < p.n ? fabsf(biases[grow * p.groups + g]) : 0.0f;
+            big = fmaxf(big, fmaf(sv, code_max<CODE>(), b));
+        }
+        for (int o = 8; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
+        if (l == 0) {
+            int ex = 15;
+            if (big > 0.0f && big <= 3.402823466e38f) (void)frexpf(big, &ex);
+            ex = min(max(ex - 15, -120), 120);
+            inv_s[r] = ldexpf(1.0f, -ex);
+            if (blockIdx.y == 0) unit[grow] = ldexpf(1.0f, ex);
+        }
+        __syncthreads();
+    }
+    const int c0 = (int)blockIdx.y * chunks_per_block, c1 = min(c0 + chunks_per_block, p.chunks);
+    for (int f = c0 * 32 + tid; f < c1 * 32; f += 256) {
+        const int lane = f & 31, gid = lane >> 2, tig = lane & 3, c = f >> 5;
+        const uint4 w = p.w[((long long)tile * p.chunks + c) * 32 + lane];
+        const long long row = (long long)tile * 16 + gid;
+        const float i0 = inv_s[gid], i1 = inv_s[gid + 8];
+        const float d0 = i0 * decode_factor<CODE>(), d1 = i1 * decode_factor<CODE>();
+#pragma unroll
+        for (int j = 0; j < kChunk / 16; j++) {
+            uint32_t a[4];
+            decode_step<CODE, false>(w, j, a); // exact in f16 (times decode_factor)
+            const int kk = c * kChunk + j * 16 + tig * 4, g = min(kk >> p.group_shift, p.groups - 1);
+            const float s0 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid) * d0 : d0;
+            const float s1 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid + 1) * d1 : d1;
+            const float b0 = biases && row < p.n ? biases[row * p.groups + g] * i0 : 0.0f;
+            const float b1 = biases && row + 8 < p.n ? biases[(row + 8) * p.groups + g] * i1 : 0.0f;
+            uint32_t pair[4][TERMS];
+#pragma unroll
+            for (int r = 0; r < 4; r++) { // a[r]: row gid + 8 (r & 1), K kk + 2 (r >> 1) and the next
+                const float2 v = __half22float2(bits_h2(a[r]));
+                const float sv = (r & 1) ? s1 : s0, bv = (r & 1) ? b1 : b0;
+                split_pair<TERMS, BF16>(fmaf(v.x, sv, bv), fmaf(v.y, sv, bv), pair[r]);
+            }
+#pragma unroll
+            for (int t = 0; t < TERMS; t++) {
+                uint16_t *o = out + t * plane;
+                *reinterpret_cast<uint2 *>(o + row * ldw + kk) = make_uint2(pair[0][t], pair[2][t]);
+                *reinterpret_cast<uint2 *>(o + (row + 8) * ldw + kk) = make_uint2(pair[1][t], pair[3][t]);
+            }
+        }
+    }
+}
+
+template <int CODE>
+cudaError_t launch_terms(const Params &p, bool bf16, int terms, const float *biases, long long ldw, long long plane,
+                         uint16_t *out, float *unit, cudaStream_t stream) {
+    // Blocks of 8 chunks at least, and enough of them to fill the GPU twice.
+    const int tiles = p.ntiles, sms = tops__cuda_sm_count(-1);
+    int per = (int)(((long long)tiles * p.chunks + 2 * sms - 1) / (2 * sms));
+    per = max(per, 8);
+    const dim3 grid((unsigned)tiles, (unsigned)((p.chunks + per - 1) / per));
+#define TOPS_DT_LAUNCH(B, T) dequant_terms_kernel<CODE, B, T><<<grid, 256, 0, stream>>>(p, biases, per, ldw, plane, out, unit)
+    if (bf16 && terms == 3) TOPS_DT_LAUNCH(true, 3);
+    else if (bf16) TOPS_DT_LAUNCH(true, 1);
+    else if (terms == 2) TOPS_DT_LAUNCH(false, 2);
+    else TOPS_DT_LAUNCH(false, 1);
+#undef TOPS_DT_LAUNCH
+    return cudaGetLastError();
+}
+} // namespace
+} // namespace tops_cu
+
+extern "C" int tops__cu_dequant_terms(const tops__cu_matmul_args *a, int terms, uint16_t *out, long long ldw,
+                                      long long plane, float *unit, const char **what) {
+    if ((a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_E2M1 && a->code != TOPS__CU_CODE_I8 &&
+         a->code != TOPS__CU_CODE_E4M3) ||
+        !(a->x_bf16 ? terms == 1 || terms == 3 : terms == 1 || terms == 2) || ldw < a->k_pad || ldw % 4 != 0 ||
+        plane < ldw * a->n_pad || a->n_pad % 16 != 0)
+        return (int)cudaErrorInvalidValue;
+    Params p;
+    if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
+    if (p.ntiles == 0 || p.chunks == 0) return (int)cudaSuccess;
+    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
+    const bool bf16 = a->x_bf16 != 0;
+    const float *b = a->biases;
+    const cudaError_t err =
+        a->code == TOPS__CU_CODE_U4     ? launch_terms<TOPS__CU_CODE_U4>(p, bf16, terms, b, ldw, plane, out, unit, stream)
+        : a->code == TOPS__CU_CODE_E2M1 ? launch_terms<TOPS__CU_CODE_E2M1>(p, bf16, terms, b, ldw, plane, out, unit, stream)
+        : a->code == TOPS__CU_CODE_I8   ? launch_terms<TOPS__CU_CODE_I8>(p, bf16, terms, b, ldw, plane, out, unit, stream)
+                                        : launch_terms<TOPS__CU_CODE_E4M3>(p, bf16, terms, b, ldw, plane, out, unit, stream);
+    if (err != cudaSuccess) *what = "the weight dequantization launch";
+    return (int)err;
+}
+
 // ---- strict integer codes in scale groups: rescaled accumulators ------------
 //
 // Large-M plan for strict 4- and 8-bit integer codes whose K groups carry

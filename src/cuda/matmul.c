@@ -661,6 +661,115 @@ tops_status tops__cuda_pack_right(const tops_exec *exec, const tops_matmul2d_des
     return TOPS_OK;
 }
 
+/* A launch's arguments as far as the pack sets them. */
+static tops__cu_matmul_args pack_args(const tops__cuda_packed *pk) {
+    tops__cu_matmul_args a;
+    memset(&a, 0, sizeof a);
+    a.weights = pk->weights;
+    a.scales = pk->scales;
+    a.code = pk->code;
+    a.scale_kind = pk->scale_kind;
+    a.has_scales = pk->has_scales;
+    a.group = pk->group;
+    a.groups = pk->groups;
+    a.n_pad = pk->n_pad;
+    a.k_pad = pk->k_pad;
+    a.n = pk->n;
+    a.k = pk->k;
+    a.global_scale = pk->global_scale;
+    return a;
+}
+
+/* The 16-bit terms a pack's weights take (tops__cuda_weight_terms), 0 where
+   they do not. */
+static int terms_of(const tops__cuda_packed *pk, int relaxed, int bf16) {
+    if ((pk->code != TOPS__CU_CODE_U4 && pk->code != TOPS__CU_CODE_E2M1 && pk->code != TOPS__CU_CODE_I8 &&
+         pk->code != TOPS__CU_CODE_E4M3) ||
+        pk->scale_nonfinite || pk->bias_nonfinite)
+        return 0;
+    int shift;
+    if (relaxed || tops__cu_fold_shift(pk, bf16, 0, &shift) == 1) return 1;
+    return bf16 ? 3 : 2;
+}
+
+tops_status tops__cuda_weight_terms_of(const char *fn, const tops_tensor *right, int relaxed, int bf16, int *terms) {
+    *terms = 0;
+    if (tops__cuda_is_packed(right)) {
+        *terms = terms_of((const tops__cuda_packed *)right->packed_, relaxed, bf16);
+        return TOPS_OK;
+    }
+    /* a plain weight: its pack's facts, from a host pack */
+    tops_tensor host_copy;
+    memset(&host_copy, 0, sizeof host_copy);
+    const tops_tensor *src = right;
+    tops_status st;
+    if (right->memory.kind == TOPS_DEVICE_CUDA) {
+        if ((st = tops_tensor_to(right, (tops_memory){TOPS_DEVICE_CPU, 0}, &host_copy)) != TOPS_OK) return st;
+        src = &host_copy;
+    }
+    tops__cuda_packed pk;
+    void *wb = NULL, *sb = NULL, *bb = NULL;
+    st = tops__cuda_pack_host(fn, src, 1, &pk, &wb, &sb, &bb);
+    tops_tensor_destroy(&host_copy);
+    free(wb);
+    free(sb);
+    free(bb);
+    if (st == TOPS_UNSUPPORTED_FORMAT) return TOPS_OK; /* no pack rule: not this path (the caller says why) */
+    if (st == TOPS_OK) *terms = terms_of(&pk, relaxed, bf16);
+    return st;
+}
+
+tops_status tops__cuda_weight_terms(const char *fn, const tops_exec *exec, const tops_tensor *right, int relaxed,
+                                    int bf16, tops__cuda_terms *out) {
+    const int device = exec->device.index;
+    cudaStream_t stream = (cudaStream_t)exec->stream;
+    memset(out, 0, sizeof *out);
+    tops__cuda_packed local;
+    const tops__cuda_packed *pk = &local;
+    void *temp = NULL;
+    tops_status st = TOPS_OK;
+    if (tops__cuda_is_packed(right)) pk = (const tops__cuda_packed *)right->packed_;
+    else if ((st = pack_to_device(fn, right, 1, 0, device, &local, &temp)) != TOPS_OK) return st;
+    const int terms = terms_of(pk, relaxed, bf16);
+    if (terms) {
+        const size_t plane = (size_t)pk->n_pad * (size_t)pk->k_pad;
+        const size_t wbytes = ((size_t)terms * plane * 2 + 255) & ~(size_t)255;
+        void *ws = NULL;
+        int e = cudaMallocAsync(&ws, wbytes + (size_t)pk->n_pad * 4, stream);
+        const char *what = "cudaMallocAsync of the dequantized weights";
+        if (e == cudaSuccess) {
+            tops__cu_matmul_args a = pack_args(pk);
+            a.x_bf16 = bf16;
+            a.biases = pk->biases;
+            a.stream = exec->stream;
+            float *unit = (float *)((char *)ws + wbytes);
+            e = tops__cu_dequant_terms(&a, terms, (uint16_t *)ws, pk->k_pad, (long long)plane, unit, &what);
+            if (e == cudaSuccess) {
+                out->terms = terms;
+                out->mem = ws;
+                out->w = ws;
+                out->ldw = pk->k_pad;
+                out->rows = pk->n_pad;
+                out->unit = unit;
+                out->global = pk->global_scale;
+            } else {
+                (void)cudaFreeAsync(ws, stream);
+            }
+        }
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            st = tops__cuda_error(fn, e, what);
+        }
+    }
+    if (temp) {
+        /* an on-the-fly pack: the dequantization reads it */
+        if (stream) (void)cudaStreamSynchronize(stream);
+        else (void)cudaDeviceSynchronize();
+        (void)tops_cuda_free(device, temp);
+    }
+    return st;
+}
+
 static tops_status check_rows(const char *fn, const char *what, const tops_tensor *t) {
     if (t->rank != 2)
         return tops__fail(TOPS_SHAPE_MISMATCH, fn, "%s has rank %d; the GPU path takes rank-2 tensors", what, t->rank);
@@ -763,18 +872,7 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
     int prev = -1;
     if (st == TOPS_OK && !path) st = tops__cuda_enter(fn, device, &prev);
     if (st == TOPS_OK && !path) {
-        tops__cu_matmul_args a;
-        memset(&a, 0, sizeof a);
-        a.weights = pk->weights;
-        a.scales = pk->scales;
-        a.code = pk->code;
-        a.scale_kind = pk->scale_kind;
-        a.has_scales = pk->has_scales;
-        a.group = pk->group;
-        a.groups = pk->groups;
-        a.n_pad = pk->n_pad;
-        a.k_pad = pk->k_pad;
-        a.global_scale = pk->global_scale;
+        tops__cu_matmul_args a = pack_args(pk);
         a.x = left->data;
         a.x_bf16 = left_dt == TOPS_DT_BF16;
         a.ldx = left->stride[0];
@@ -783,7 +881,6 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
         a.ldo = dest->stride[0];
         a.accumulate = desc->mode == TOPS_MULTIPLY_ACCUMULATE;
         a.m = m;
-        a.n = pk->n;
         a.k = k;
         a.stream = exec->stream;
         a.q8_row_factor = pk->q8_row_factor;
