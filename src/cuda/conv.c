@@ -9,7 +9,14 @@
    - the same weights otherwise (sm_80, C = 3, odd strides): the mma.sync
      implicit GEMM (16-byte cp.async pieces where it can, else element by
      element), bias and accumulation in its epilogue;
-   - everything else (the quantized formats, other shapes): per group, im2col
+   - quantized weights (4-bit and 8-bit codes with finite scales) under the
+     same conditions: dequantized on the device at each call into 16-bit
+     planes of the activations' type whose sum is each weight over a power
+     of two a channel (tops__cuda_weight_terms: strict one term where
+     code x scale is exact in it, else two f16 terms within 2^-22 or three
+     bf16 terms, exact; relaxed one term rounded once), then the same wgmma
+     kernel summing every plane into its f32 sums (64- or 128-wide tiles);
+   - everything else (other formats, other shapes): per group, im2col
      rows gathered into a device buffer (at most 256 MiB a pass), then the
      GPU matmul (matmul.c) on the weights packed once for the call (or the
      caller's GPU pack), so every format keeps matmul2d's kernels and
@@ -119,15 +126,17 @@ static int wg_tma_im2col(const tops__cuda_conv_geom *g, const conv_opts *op) {
    layers at batch 32 (the fastest forced width / split of the same session
    on res2-res4, 5 % behind width 128 with 2 splits on res5) and width 64
    with 6-15 K splits at batch 1 on res3-res5 (faster than width 128). */
-static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int *bn_out, int *splits_out) {
+static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int terms, int *bn_out,
+                    int *splits_out) {
     const int64_t m = g->n * g->oh * g->ow, og = g->o / g->groups, mt = (m + 127) / 128, kt = (g->k + 63) / 64;
     double best = 1e300;
     int bn_best = 128, s_best = 1;
     for (int bn = 64; bn <= 256; bn *= 2) {
         if (op->bn && bn != op->bn) continue;
         if (!op->bn && bn > 64 && og <= bn / 2) continue; /* half the tile or more would be empty */
+        if (terms > 1 && bn == 256) continue;            /* no such kernel: the ring would not fit */
         const int64_t tiles = mt * ((og + bn - 1) / bn) * g->groups;
-        const double stage_us = (double)bn * 128 * 64 * 2 / 5.0e12 * 1e6;
+        const double stage_us = (double)terms * bn * 128 * 64 * 2 / 5.0e12 * 1e6;
         int64_t smax = op->splits ? op->splits : kt / 2 < 1 ? 1 : kt / 2 > 16 ? 16 : kt / 2;
         if (smax > kt) smax = kt;
         for (int64_t s0 = op->splits ? smax : 1; s0 <= smax; s0++) {
@@ -143,6 +152,16 @@ static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op,
     }
     *bn_out = bn_best;
     *splits_out = s_best;
+}
+
+/* Whether quantized weights may take the wgmma kernel as dequantized
+   terms: its conditions on the activations, and the planes (at most three,
+   N and K padded to 64) within 1 GiB. */
+static int terms_applies(const tops__cuda_conv_geom *g, const tops_tensor *in, const tops_tensor *wt, int device,
+                         const conv_opts *op) {
+    const double planes = 3.0 * (double)((g->o + 63) / 64 * 64) * (double)((g->k + 63) / 64 * 64) * 2;
+    return !op->im2col && !op->mma && !g->depthwise && !igemm_weights(wt, tops__float_of(in), device) &&
+           igemm_vector(g, in) && tops__cuda_is_sm90a(device) && planes <= (double)(1 << 30);
 }
 
 /* The bias as f32 in fresh device memory (stream-ordered; the caller frees it). */
@@ -443,8 +462,25 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     const int ig = !dw && igemm_applies(in, wt, device, &op);
     const int wg = ig && !op.mma && igemm_vector(g, in) && wg_weight_rows_ok(wt, g->k) && tops__cuda_is_sm90a(device);
     int wg_bn = 128, wg_splits = 1;
-    if (wg) wg_plan(g, tops__cuda_sm_count(device), &op, &wg_bn, &wg_splits);
-    a.wg_im2col = wg && wg_tma_im2col(g, &op);
+    if (wg) wg_plan(g, tops__cuda_sm_count(device), &op, 1, &wg_bn, &wg_splits);
+    const int qt = !dw && !ig && terms_applies(g, in, wt, device, &op);
+    a.wg_im2col = (wg || qt) && wg_tma_im2col(g, &op);
+    if (path && qt) {
+        int terms = 0;
+        if ((st = tops__cuda_weight_terms_of(fn, wt, desc->relaxed_precision, a.bf16, &terms)) != TOPS_OK) return st;
+        if (terms) {
+            wg_plan(g, tops__cuda_sm_count(device), &op, terms, &wg_bn, &wg_splits);
+            snprintf(path, cap,
+                     "cuda:%d implicit GEMM on the weights dequantized at the call to %d %s term%s%s: %s, wgmma 128x%d "
+                     "tiles, %d K split%s%s",
+                     device, terms, a.bf16 ? "bf16" : "f16", terms > 1 ? "s" : "",
+                     desc->relaxed_precision ? " (relaxed: rounded once)" : "",
+                     a.wg_im2col ? "activations by TMA im2col" : "NHWC tiles gathered by cp.async into swizzled stages",
+                     wg_bn, wg_splits, wg_splits > 1 ? "s" : "", g->groups > 1 ? ", groups on the grid" : "");
+            return TOPS_OK;
+        }
+        a.wg_im2col = 0;
+    }
     if (path) {
         if (dw) {
             snprintf(path, cap, "cuda:%d depthwise direct (%lldx%lld taps, f32 sums)", device, (long long)g->kh,
@@ -489,7 +525,8 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         int64_t ldw = 0;
         st = igemm_weight_rows(fn, wt, g->o, g->k, stream, &w, &ldw, &temp);
         if (st == TOPS_OK) {
-            int e = wg ? tops__cu_conv_wgmma_launch(&a, w, ldw, wg_bn, wg_splits) : cudaErrorNotSupported;
+            const tops__cu_conv_weights cw = {w, ldw, 1, g->o, NULL, 1.0f};
+            int e = wg ? tops__cu_conv_wgmma_launch(&a, &cw, wg_bn, wg_splits) : cudaErrorNotSupported;
             if (e == cudaErrorNotSupported) { /* launched nothing: the mma.sync kernel takes it */
                 (void)cudaGetLastError();
                 e = tops__cu_conv_igemm_launch(&a, w, ldw);
@@ -498,7 +535,26 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         }
         if (temp) (void)cudaFreeAsync(temp, stream);
     } else if (st == TOPS_OK) {
-        st = run_im2col(fn, exec, g, desc, in, wt, dest, &a, NULL, 0);
+        tops__cuda_terms t;
+        memset(&t, 0, sizeof t);
+        if (qt) st = tops__cuda_weight_terms(fn, exec, wt, desc->relaxed_precision, a.bf16, &t);
+        if (st == TOPS_OK && t.terms) {
+            wg_plan(g, tops__cuda_sm_count(device), &op, t.terms, &wg_bn, &wg_splits);
+            const tops__cu_conv_weights cw = {t.w, t.ldw, t.terms, t.rows, t.unit, t.global};
+            int e = tops__cu_conv_wgmma_launch(&a, &cw, wg_bn, wg_splits);
+            (void)cudaFreeAsync(t.mem, stream);
+            if (e == cudaErrorNotSupported) { /* launched nothing (a tensor map the driver refused) */
+                (void)cudaGetLastError();
+                a.wg_im2col = 0;
+                st = run_im2col(fn, exec, g, desc, in, wt, dest, &a, NULL, 0);
+            } else if (e) {
+                (void)cudaGetLastError();
+                st = tops__cuda_error(fn, e, "the implicit-GEMM conv2d kernel on dequantized weights");
+            }
+        } else if (st == TOPS_OK) {
+            a.wg_im2col = 0;
+            st = run_im2col(fn, exec, g, desc, in, wt, dest, &a, NULL, 0);
+        }
     }
     if (bias) (void)cudaFreeAsync(bias, stream);
     tops__cuda_leave(prev);

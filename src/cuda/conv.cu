@@ -409,10 +409,15 @@ struct WgGeo {
     const float *bias;
     float *ws; // split partials [splits][m][o], or NULL
     int kt_per_split, ktiles;
+    // Weights in T planes (dequantized terms): plane t's rows start at row
+    // t * plane_rows of the weight map; the sums times unit[o] x global.
+    int plane_rows;
+    const float *unit; // [o] or NULL
+    float global;
 };
 
-template <int BN, int STAGES> struct WgDims {
-    static constexpr int kA = kWgBM * 128, kB = BN * 128, kStage = kA + kB;
+template <int BN, int STAGES, int T = 1> struct WgDims {
+    static constexpr int kA = kWgBM * 128, kB = BN * 128 * T, kStage = kA + kB;
     static constexpr int kBytes = 1024 + STAGES * kStage + 2 * STAGES * 8; // 1024: alignment slack
 };
 
@@ -465,6 +470,10 @@ __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, bool ok, 
 
 // Two neighbouring channels j, j + 1 (j + 1 < og where both) of one row.
 __device__ __forceinline__ void wg_store2(const WgGeo &p, int split, int m, int o, bool two, float v0, float v1) {
+    if (p.unit) { // a power of two per channel times the tensor factor
+        v0 *= p.unit[o] * p.global;
+        if (two) v1 *= p.unit[o + 1] * p.global;
+    }
     if (p.ws) {
         float *w = p.ws + ((int64_t)split * p.m + m) * p.o + o;
         if (two && ((o | p.o) & 1) == 0) {
@@ -510,12 +519,12 @@ __device__ __forceinline__ void wg_store2(const WgGeo &p, int split, int m, int 
 }
 #endif
 
-template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL>
+template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL, int T>
 __global__ void __launch_bounds__(kWgThreads, MINB)
     wg_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap, WgGeo p) {
 #ifdef TOPS_CU_WGMMA
     namespace s9 = tops_cu::sm90;
-    using D = WgDims<BN, STAGES>;
+    using D = WgDims<BN, STAGES, T>;
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     unsigned char *base = wg_smem + ((1024 - (smem_addr(wg_smem) & 1023)) & 1023);
     unsigned char *sa = base, *sb = base + STAGES * D::kA;
@@ -552,7 +561,9 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
                              "l"(reinterpret_cast<uint64_t>(&amap)), "r"(smem_addr(&full[s])), "r"(grp * p.cg + c0), "r"(w0),
                              "r"(h0), "r"(n), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
                              : "memory");
-                s9::tma_load_2d(sb + s * D::kB, &wmap, &full[s], k, wrow);
+#pragma unroll
+                for (int t = 0; t < T; t++)
+                    s9::tma_load_2d(sb + s * D::kB + t * BN * 128, &wmap, &full[s], k, wrow + t * p.plane_rows);
             }
         }
     } else if (wgi == 0) {
@@ -583,7 +594,9 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
             if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
             if (tid == 0) {
                 s9::mbar_expect_tx(&full[s], (uint32_t)D::kB);
-                s9::tma_load_2d(sb + s * D::kB, &wmap, &full[s], kt * kWgBK, wrow);
+#pragma unroll
+                for (int t = 0; t < T; t++)
+                    s9::tma_load_2d(sb + s * D::kB + t * BN * 128, &wmap, &full[s], kt * kWgBK, wrow + t * p.plane_rows);
             }
             const int k = kt * kWgBK + j * 8;
             const bool kok = k < p.k;
@@ -615,7 +628,10 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
             s9::wgmma_fence();
             const unsigned char *a = sa + s * D::kA + cw * 64 * 128, *b = sb + s * D::kB;
     #pragma unroll
-            for (int kk = 0; kk < 4; kk++) wg_ss<BF16>(d, s9::desc_sw128(a + 32 * kk), s9::desc_sw128(b + 32 * kk));
+            for (int kk = 0; kk < 4; kk++)
+    #pragma unroll
+                for (int t = 0; t < T; t++) // the terms of one weight in turn, into the same sums
+                    wg_ss<BF16>(d, s9::desc_sw128(a + 32 * kk), s9::desc_sw128(b + t * BN * 128 + 32 * kk));
             s9::wgmma_commit();
             s9::wgmma_wait<1>();
             if (it > 0 && lane0) s9::mbar_arrive(&empty[(it - 1) % STAGES]);
@@ -639,11 +655,11 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
 #endif
 }
 
-template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL>
+template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL, int T = 1>
 int launch_wg(const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap, int splits, int groups, cudaStream_t st) {
     WgGeo g = g0;
-    using D = WgDims<BN, STAGES>;
-    auto kern = wg_kernel<BF16, BN, STAGES, MINB, IM2COL>;
+    using D = WgDims<BN, STAGES, T>;
+    auto kern = wg_kernel<BF16, BN, STAGES, MINB, IM2COL, T>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, D::kBytes);
     if (e != cudaSuccess) return e;
     g.kt_per_split = (g.ktiles + splits - 1) / splits;
@@ -671,9 +687,23 @@ int launch_wg(const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap, 
     return e;
 }
 
+// Stages by width and terms: at most ~192 KB of ring, two CTAs an SM at
+// width 64 where they fit.
 template <bool BF16, bool IM2COL>
 int launch_wg_bn(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, int bn, int splits, int groups,
-                 cudaStream_t st) {
+                 int terms, cudaStream_t st) {
+    if (terms > 1) {
+        if (bn == 256) return cudaErrorNotSupported;
+        if constexpr (BF16) {
+            if (terms != 3) return cudaErrorNotSupported;
+            return bn == 64 ? launch_wg<BF16, 64, 4, 1, IM2COL, 3>(g, map, amap, splits, groups, st)
+                            : launch_wg<BF16, 128, 3, 1, IM2COL, 3>(g, map, amap, splits, groups, st);
+        } else {
+            if (terms != 2) return cudaErrorNotSupported;
+            return bn == 64 ? launch_wg<BF16, 64, 3, 2, IM2COL, 2>(g, map, amap, splits, groups, st)
+                            : launch_wg<BF16, 128, 4, 1, IM2COL, 2>(g, map, amap, splits, groups, st);
+        }
+    }
     if (bn == 64) return launch_wg<BF16, 64, 4, 2, IM2COL>(g, map, amap, splits, groups, st);
     if (bn == 128) return launch_wg<BF16, 128, 6, 1, IM2COL>(g, map, amap, splits, groups, st);
     return launch_wg<BF16, 256, 4, 1, IM2COL>(g, map, amap, splits, groups, st);
@@ -778,11 +808,16 @@ extern "C" int tops__cu_conv_dw_launch(const tops__cu_conv_args *a, const void *
     return cudaGetLastError();
 }
 
-extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const void *w, int64_t ldw, int bn, int splits) {
+extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *wt, int bn,
+                                          int splits) {
+    const void *w = wt->w;
+    const int64_t ldw = wt->ldw;
+    const int terms = wt->terms < 1 ? 1 : wt->terms;
     const int64_t cg = a->c / a->groups, og = a->o / a->groups;
     const bool vec = cg % 8 == 0 && a->xs_n % 8 == 0 && a->xs_h % 8 == 0 && a->xs_w % 8 == 0 && ldw % 8 == 0 &&
                      ((uintptr_t)a->x & 15) == 0 && ((uintptr_t)w & 15) == 0;
-    if (!vec || (bn != 64 && bn != 128 && bn != 256) || splits < 1 || a->groups * splits > 65535)
+    if (!vec || (bn != 64 && bn != 128 && bn != 256) || splits < 1 || a->groups * splits > 65535 || terms > 3 ||
+        (terms > 1 && (bn == 256 || wt->plane_rows < a->o)))
         return cudaErrorNotSupported;
     WgGeo g;
     memset(&g, 0, sizeof g);
@@ -799,11 +834,17 @@ extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const voi
     g.l1 = a->wg_l1;
     g.bias = a->bias;
     g.ktiles = (g.k + kWgBK - 1) / kWgBK;
+    g.plane_rows = (int)wt->plane_rows;
+    g.unit = wt->unit;
+    g.global = wt->global;
     if (g.m == 0 || g.o == 0) return cudaSuccess;
     if (splits > g.ktiles) splits = g.ktiles;
-    // Weights [o][k], row stride ldw: boxes of 64 K x bn rows, 128-byte swizzle, zeros past k and o.
+    // Weights [o][k], row stride ldw: boxes of 64 K x bn rows, 128-byte
+    // swizzle, zeros past k and past the last plane's row o (a tile's rows
+    // past o in the planes before read the next plane: sums never stored).
     CUtensorMap map;
-    const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)a->o}, strides[1] = {(cuuint64_t)ldw * 2};
+    const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)((terms - 1) * wt->plane_rows + a->o)},
+                     strides[1] = {(cuuint64_t)ldw * 2};
     const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)bn};
     if (!tops_cu::sm90::encode_sw128(&map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, w,
                                      dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B))
@@ -814,8 +855,8 @@ extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const voi
     memset(&amap, 0, sizeof amap);
     const bool im2col = a->wg_im2col && cg % kWgBK == 0 && encode_im2col(&amap, a);
     if (im2col)
-        return a->bf16 ? launch_wg_bn<true, true>(g, map, amap, bn, splits, (int)a->groups, st)
-                       : launch_wg_bn<false, true>(g, map, amap, bn, splits, (int)a->groups, st);
-    return a->bf16 ? launch_wg_bn<true, false>(g, map, amap, bn, splits, (int)a->groups, st)
-                   : launch_wg_bn<false, false>(g, map, amap, bn, splits, (int)a->groups, st);
+        return a->bf16 ? launch_wg_bn<true, true>(g, map, amap, bn, splits, (int)a->groups, terms, st)
+                       : launch_wg_bn<false, true>(g, map, amap, bn, splits, (int)a->groups, terms, st);
+    return a->bf16 ? launch_wg_bn<true, false>(g, map, amap, bn, splits, (int)a->groups, terms, st)
+                   : launch_wg_bn<false, false>(g, map, amap, bn, splits, (int)a->groups, terms, st);
 }

@@ -56,11 +56,25 @@ typedef struct tops__cu_conv_args {
    multiple of 8), device memory; c / groups a multiple of 8, x 16-byte
    aligned, xs_* multiples of 8.  Returns a cudaError_t. */
 int tops__cu_conv_igemm_launch(const tops__cu_conv_args *a, const void *w, int64_t ldw);
+/* The wgmma kernel's weights: `terms` planes (1, 2 for f16 activations, 3
+   for bf16) of 16-bit values of the activations' type, each [o][k] with
+   row stride ldw (a multiple of 8), plane t at w + t * plane_rows * ldw
+   elements (plane_rows >= o), summed into the same f32 sums in plane
+   order; the sums then times unit[j] x global (unit NULL: as they are). */
+typedef struct tops__cu_conv_weights {
+    const void *w;
+    int64_t ldw;
+    int terms;
+    int64_t plane_rows;
+    const float *unit;
+    float global;
+} tops__cu_conv_weights;
 /* The same on wgmma (compute capability 9.0 only; conv.c checks): 128 x bn
-   tiles (bn 64, 128 or 256), K split in `splits` parts summed in split
-   order.  cudaErrorNotSupported, launching nothing, where the pieces are
-   not 16-byte aligned or the driver refuses the weights' tensor map. */
-int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const void *w, int64_t ldw, int bn, int splits);
+   tiles (bn 64, 128 or 256; 64 or 128 for two or three terms), K split in
+   `splits` parts summed in split order.  cudaErrorNotSupported, launching
+   nothing, where the pieces are not 16-byte aligned or the driver refuses
+   the weights' tensor map. */
+int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *w, int bn, int splits);
 /* The im2col rows [m0, m0 + rows) of group g into col ([rows][ldc], the
    activations' type, zeros for padding and for the columns k..ldc). */
 int tops__cu_conv_im2col_launch(const tops__cu_conv_args *a, int64_t g, int64_t m0, int64_t rows, void *col,

@@ -305,17 +305,67 @@ static void test_16bit_im2col(void) {
     unsetenv("TOPS_CUDA_CONV");
 }
 
+/* What a quantized weight runs on: on a Hopper, where C / groups is a
+   multiple of 8 and the layer is not depthwise, the wgmma kernel on the
+   weights dequantized into 16-bit terms; else im2col (or the 1x1 input)
+   and the GPU matmul, or the depthwise kernel. */
+static const char *quant_path(const cv_case *c) {
+    const int dw = c->groups > 1 && c->groups == c->c && c->o == c->c;
+    return dw ? "depthwise" : hopper && (c->c / c->groups) % 8 == 0 ? "dequantized at the call" : "+ matmul";
+}
+
 static void test_quantized(void) {
     static const char *const strict_fmts[] = {"int4-g32", "int8-g32", "mxfp4", "e4m3-ch", "int4-g128"};
     static const char *const relaxed_fmts[] = {"int4-g32", "int4-g128", "mxfp4", "e4m3-ch"};
     const int nf = small_run ? 1 : (int)(sizeof strict_fmts / sizeof strict_fmts[0]);
     const int nr = small_run ? 1 : (int)(sizeof relaxed_fmts / sizeof relaxed_fmts[0]);
     for (int i = 0; i < ncases(); i++) {
+        const char *want = quant_path(&cases[i]);
         for (int f = 0; f < nf; f++)
             run_case(&cases[i], strict_fmts[f], f % 2 ? TOPS_DT_BF16 : TOPS_DT_F16, TOPS_DT_F32, 0, f == 0, f == 1,
-                     f % 3 == 0 ? W_PACKED : f % 3 == 1 ? W_HOST : W_DEVICE, NULL);
+                     f % 3 == 0 ? W_PACKED : f % 3 == 1 ? W_HOST : W_DEVICE, want);
         for (int f = 0; f < nr; f++)
-            run_case(&cases[i], relaxed_fmts[f], TOPS_DT_F16, TOPS_DT_F16, 1, f == 1, 0, f % 2 ? W_HOST : W_PACKED, NULL);
+            run_case(&cases[i], relaxed_fmts[f], TOPS_DT_F16, TOPS_DT_F16, 1, f == 1, 0, f % 2 ? W_HOST : W_PACKED, want);
+    }
+}
+
+/* The dequantized terms on a Hopper: how many each weight takes (strict:
+   one where code x scale is exact, two f16, three bf16; relaxed one),
+   formats with mins (biases in the weights), a tensor factor (nvfp4),
+   8-bit blocks and K-quants where K holds their blocks, each tile width and
+   K splits; and the same formats forced onto im2col + the matmul. */
+static void test_quantized_terms(void) {
+    static const struct {
+        const char *fmt;
+        int block;
+        tops_dtype act;
+        int relaxed;
+        const char *terms;
+    } fm[] = {
+        {"int4-g128", 128, TOPS_DT_F16, 0, "to 2 f16 terms"},  {"mxfp4", 32, TOPS_DT_F16, 0, "to 1 f16 term"},
+        {"int8-g32", 32, TOPS_DT_BF16, 0, "to 3 bf16 terms"},  {"int4-g32", 32, TOPS_DT_F16, 1, "to 1 f16 term (relaxed"},
+        {"q4_1", 32, TOPS_DT_F16, 0, "to 2 f16 terms"},        {"nvfp4", 16, TOPS_DT_BF16, 0, "bf16 term"},
+        {"q8_0", 32, TOPS_DT_BF16, 1, "to 1 bf16 term (relaxed"}, {"q4_K", 256, TOPS_DT_F16, 0, "to 2 f16 terms"},
+        {"q4_K", 256, TOPS_DT_BF16, 0, "to 3 bf16 terms"},     {"e4m3-ch", 1, TOPS_DT_BF16, 0, "to 3 bf16 terms"},
+    };
+    const int nfm = (int)(sizeof fm / sizeof fm[0]);
+    static const char *const opts[] = {NULL, "bn=64,splits=2", "bn=128,splits=3,tma=0", "im2col"};
+    for (int v = 0; v < 4; v++) {
+        if (v > 0 && v < 3 && !hopper) continue;
+        if (opts[v]) setenv("TOPS_CUDA_CONV", opts[v], 1);
+        for (int i = 0; i < ncases(); i++) {
+            const cv_case *c = &cases[i];
+            const int64_t k = c->kh * c->kw * (c->c / c->groups);
+            const char *want = v == 3 ? "+ matmul" : quant_path(c);
+            if (v > 0 && (!want || strcmp(want, "dequantized at the call") != 0)) continue;
+            for (int f = 0; f < nfm; f++) {
+                if (k % fm[f].block || (v > 0 && f % 2 != i % 2)) continue;
+                const int terms_path = want && strcmp(want, "dequantized at the call") == 0;
+                run_case(c, fm[f].fmt, fm[f].act, f % 3 ? TOPS_DT_F32 : fm[f].act, fm[f].relaxed, f % 2, f % 4 == 1,
+                         f % 3 == 0 ? W_PACKED : f % 3 == 1 ? W_HOST : W_DEVICE, terms_path ? fm[f].terms : want);
+            }
+        }
+        unsetenv("TOPS_CUDA_CONV");
     }
 }
 
@@ -386,5 +436,6 @@ int main(void) {
     RUN_TEST(test_16bit_tiles);
     RUN_TEST(test_16bit_im2col);
     RUN_TEST(test_quantized);
+    RUN_TEST(test_quantized_terms);
     TEST_MAIN_END();
 }
