@@ -221,6 +221,14 @@ typedef struct tops__cuda_packed {
     int32_t fac_group;
     int64_t fac_groups;
     size_t fac_d_off, fac_m_off;
+    /* Channel units of the dequantized layouts (dequant.cu; integer, e2m1
+       and e4m3 codes, NULL for 16-bit weights): f32 [2][n_pad], inv_n =
+       2^-e_n then unit_n = 2^e_n, 2^e_n the power of two that brings the
+       channel's max_g (|scale_g| x the family's largest |code| + |bias_g|),
+       over the pack's groups in f32 (fmaf), into [2^14, 2^15) (e_n within
+       [-120, 120]; 1 where every scale and bias is 0).  tops__cuda_pack_units. */
+    void *units;
+    size_t unit_bytes;
 } tops__cuda_packed;
 #define TOPS__CUDA_PACKED_MAGIC 0x43555041u /* "CUPA" */
 
@@ -232,6 +240,10 @@ typedef struct tops__cuda_packed {
    rule. */
 tops_status tops__cuda_pack_host(const char *fn, const tops_tensor *right, int transpose_right,
                                  tops__cuda_packed *pk, void **weights, void **scales, void **biases);
+/* The channel units (tops__cuda_packed.units) of a host pack: a malloc'd
+   [2][n_pad] f32 buffer (*bytes its size), or NULL for 16-bit codes (and
+   with *bytes = 0) or when out of memory (*bytes set). */
+float *tops__cuda_pack_units(const tops__cuda_packed *pk, const void *scales, const float *biases, size_t *bytes);
 /* Whether *pk (packed by tops__cuda_pack_host) also takes the row-major
    layout of the TMA GEMM on a compute capability 9.0 device: f16 / bf16
    weights, e4m3 codes with one scale a row or none. */
@@ -269,6 +281,8 @@ typedef struct tops__cu_matmul_args {
     /* Relaxed dequantization only (tops__cu_dequant_relaxed_gemm): the
        pack's biases [n][groups] folded into the weights (NULL: none). */
     const float *biases;
+    /* The pack's channel units (tops__cuda_packed.units; NULL: none). */
+    const float *units;
     /* Factored sub-block scales (the pack's fac_* view: scales are then D in
        groups of `group`): f16 multipliers per mult_group of K, the scale
        plane's order (NULL: none).  wgmma_w.cu's strict 4-bit pipeline and
@@ -398,16 +412,15 @@ int tops__cu_dequant_gemm(const tops__cu_matmul_args *a, const char **what);
    cudaErrorNotSupported, launching nothing, where that GEMM cannot run or
    memory pools are absent. */
 int tops__cu_dequant_relaxed_gemm(const tops__cu_matmul_args *a, const char **what);
-/* conv2d's quantized weights (conv.c through tops__cuda_weight_terms), in
-   one launch: each channel's (code x scale + bias) / 2^e_n in f32 (2^e_n as
-   in tops__cu_dequant_relaxed_gemm, written to unit[n], [n_pad]) as `terms`
-   16-bit values of the activations' type (f16: 1 or 2; bf16 (a->x_bf16): 1
-   or 3) whose sum is it: term 0 its rounding, each next one the rounding of
-   what the terms before left.  Term t of channel n at out[t * plane + n *
-   ldw + k] (k < k_pad; ldw a multiple of 4, plane >= n_pad * ldw).
-   Asynchronous on a->stream. */
+/* conv2d's quantized weights (conv.c through tops__cuda_weight_terms): the
+   pack's channels, each (code x scale + bias) / 2^e_n in f32 (2^e_n its
+   unit, a->units), as `terms` 16-bit values of the activations' type (f16:
+   1 or 2; bf16 (a->x_bf16): 1 or 3) whose sum is it: term 0 its rounding,
+   each next one the rounding of what the terms before left.  Term t of
+   channel n at out[t * plane + n * ldw + k] (k < k_pad; ldw a multiple of
+   4, plane >= n_pad * ldw).  One launch, asynchronous on a->stream. */
 int tops__cu_dequant_terms(const tops__cu_matmul_args *a, int terms, uint16_t *out, long long ldw, long long plane,
-                           float *unit, const char **what);
+                           const char **what);
 /* Strict integer codes (4- and 8-bit) with f16 / f32 / e8m0 scales in K
    groups of 32 or a multiple of 64, f16 activations, at large M
    (dequant.cu): the codes converted once to f16, the scales to per-group

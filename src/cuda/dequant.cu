@@ -75,31 +75,24 @@ template <int CODE> constexpr float code_max() {
     return CODE == TOPS__CU_CODE_U4 ? 8.0f : CODE == TOPS__CU_CODE_E2M1 ? 6.0f : CODE == TOPS__CU_CODE_I8 ? 128.0f : 448.0f;
 }
 
-// Per channel n < rows of tiles [tile0, ...), a warp a channel, lanes over
-// its groups: inv[n] = 2^-e_n and unit[n] = 2^e_n with 2^e_n the power of
-// two that brings max_g (|s_g| code_max + |b_g|) into [2^14, 2^15) (1 for a
-// channel of zeros).
-template <int CODE>
-__global__ void __launch_bounds__(256) channel_units(const Params p, const float *__restrict__ biases, int tile0,
-                                                     int rows, float *__restrict__ inv, float *__restrict__ unit) {
-    const int n = (int)((blockIdx.x * blockDim.x + threadIdx.x) >> 5), lane = (int)(threadIdx.x & 31);
-    if (n >= rows) return;
-    const long long grow = (long long)tile0 * 16 + n;
-    const unsigned char *sc = p.has_scales ? p.scales + (size_t)(tile0 + n / 16) * p.scale_tile_bytes : nullptr;
-    const size_t e = 2 * (size_t)(n % 16 % 8) + (size_t)(n % 16 / 8);
-    float big = 0.0f;
-    for (int g = lane; g < p.groups; g += 32) {
-        const float s = sc ? fabsf(scale_entry(sc, p.scale_kind, (size_t)g * 16 + e)) : 1.0f;
-        const float b = biases && grow < p.n ? fabsf(biases[grow * p.groups + g]) : 0.0f;
-        big = fmaxf(big, fmaf(s, code_max<CODE>(), b));
-    }
-    for (int o = 16; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
-    if (lane == 0) {
-        int ex = 15;
-        if (big > 0.0f && big <= 3.402823466e38f) (void)frexpf(big, &ex); // big = f x 2^ex, f in [0.5, 1)
-        ex = min(max(ex - 15, -120), 120);
-        inv[n] = ldexpf(1.0f, -ex);
-        unit[n] = ldexpf(1.0f, ex);
+// The terms of two f32 values: term 0 the rounding of each, each next term
+// the rounding of what the terms before left (exact in f32; 0 after a
+// non-finite term), as tops__cu_split_f32 splits activations.
+template <int TERMS, bool BF16> __device__ __forceinline__ void split_pair(float x, float y, uint32_t (&t)[TERMS]) {
+#pragma unroll
+    for (int i = 0; i < TERMS; i++) {
+        float rx, ry;
+        if constexpr (BF16) {
+            const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+            t[i] = bf2_bits(h);
+            rx = __low2float(h), ry = __high2float(h);
+        } else {
+            const __half2 h = __floats2half2_rn(x, y);
+            t[i] = h2_bits(h);
+            rx = __low2float(h), ry = __high2float(h);
+        }
+        x = isfinite(rx) ? x - rx : 0.0f;
+        y = isfinite(ry) ? y - ry : 0.0f;
     }
 }
 
@@ -108,12 +101,15 @@ __global__ void __launch_bounds__(256) channel_units(const Params p, const float
 // words 2j and 2j + 1 for 8-bit codes; rows gid and gid + 8, K 4 tig ..
 // 4 tig + 3; 64 K of 4-bit codes, 32 of 8-bit ones; the decoder's factor
 // taken back) times their rows' scales plus their rows' biases (or none),
-// over their rows' units (inv), into out[(tile - tile0) * 16 + row][k],
-// row stride ldw elements.
-template <int CODE, bool BF16>
+// over their rows' units (inv: the pack's, from row tile0 x 16; NULL:
+// inv_all), in f32, into out[(tile - tile0) * 16 + row][k] (row stride ldw
+// elements) as TERMS 16-bit values whose sum is it (split_pair), term t at
+// out + t * plane.
+template <int CODE, bool BF16, int TERMS = 1>
 __global__ void __launch_bounds__(256) dequant_units_kernel(const Params p, const float *__restrict__ biases,
                                                             const float *__restrict__ inv, float inv_all, int tile0,
-                                                            int tiles, long long ldw, uint16_t *out) {
+                                                            int tiles, long long ldw, uint16_t *out,
+                                                            long long plane = 0) {
     constexpr int kChunk = CODE == TOPS__CU_CODE_U4 || CODE == TOPS__CU_CODE_E2M1 ? 64 : 32;
     const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (f >= (long long)tiles * p.chunks * 32) return;
@@ -135,34 +131,55 @@ __global__ void __launch_bounds__(256) dequant_units_kernel(const Params p, cons
         const float s1 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid + 1) * d1 : d1;
         const float b0 = biases && grow < p.n ? biases[grow * p.groups + g] * i0 : 0.0f;
         const float b1 = biases && grow + 8 < p.n ? biases[(grow + 8) * p.groups + g] * i1 : 0.0f;
-        uint32_t pair[4];
+        uint32_t pair[4][TERMS];
 #pragma unroll
         for (int r = 0; r < 4; r++) { // a[r]: row gid + 8 (r & 1), K kk + 2 (r >> 1) and the next
             const float2 v = __half22float2(bits_h2(a[r]));
             const float sv = (r & 1) ? s1 : s0, bv = (r & 1) ? b1 : b0;
-            if constexpr (BF16) pair[r] = bf2_bits(__floats2bfloat162_rn(fmaf(v.x, sv, bv), fmaf(v.y, sv, bv)));
-            else pair[r] = h2_bits(__floats2half2_rn(fmaf(v.x, sv, bv), fmaf(v.y, sv, bv)));
+            split_pair<TERMS, BF16>(fmaf(v.x, sv, bv), fmaf(v.y, sv, bv), pair[r]);
         }
-        *reinterpret_cast<uint2 *>(out + row * ldw + kk) = make_uint2(pair[0], pair[2]);
-        *reinterpret_cast<uint2 *>(out + (row + 8) * ldw + kk) = make_uint2(pair[1], pair[3]);
+#pragma unroll
+        for (int t = 0; t < TERMS; t++) {
+            uint16_t *o = out + t * plane;
+            *reinterpret_cast<uint2 *>(o + row * ldw + kk) = make_uint2(pair[0][t], pair[2][t]);
+            *reinterpret_cast<uint2 *>(o + (row + 8) * ldw + kk) = make_uint2(pair[1][t], pair[3][t]);
+        }
     }
 }
 
-// inv NULL: every channel's unit 2^shift (no channel_units pass).
+// inv NULL: every channel's unit 2^shift.
 template <int CODE>
-cudaError_t launch_units(const Params &p, bool bf16, const float *biases, float *inv, float *unit, int shift,
-                         int tile0, int tiles, long long ldw, uint16_t *out, cudaStream_t stream) {
-    const int rows = tiles * 16;
-    if (inv) channel_units<CODE><<<(unsigned)((rows + 7) / 8), 256, 0, stream>>>(p, biases, tile0, rows, inv, unit);
+cudaError_t launch_units(const Params &p, bool bf16, int terms, const float *biases, const float *inv, int shift,
+                         int tile0, int tiles, long long ldw, long long plane, uint16_t *out, cudaStream_t stream) {
     const float inv_all = ldexpf(1.0f, -shift);
     const long long threads = (long long)tiles * p.chunks * 32;
     const unsigned blocks = (unsigned)((threads + 255) / 256);
-    if (bf16)
-        dequant_units_kernel<CODE, true>
-            <<<blocks, 256, 0, stream>>>(p, biases, inv, inv_all, tile0, tiles, ldw, out);
-    else dequant_units_kernel<CODE, false>
-            <<<blocks, 256, 0, stream>>>(p, biases, inv, inv_all, tile0, tiles, ldw, out);
+#define TOPS_DU_LAUNCH(B, T)                                                                                          \
+    dequant_units_kernel<CODE, B, T><<<blocks, 256, 0, stream>>>(p, biases, inv, inv_all, tile0, tiles, ldw, out, plane)
+    if (bf16 && terms == 3) TOPS_DU_LAUNCH(true, 3);
+    else if (bf16) TOPS_DU_LAUNCH(true, 1);
+    else if (terms == 2) TOPS_DU_LAUNCH(false, 2);
+    else TOPS_DU_LAUNCH(false, 1);
+#undef TOPS_DU_LAUNCH
     return cudaGetLastError();
+}
+
+// The launch for a->code's family.
+cudaError_t launch_code(const tops__cu_matmul_args *a, const Params &p, int terms, const float *biases,
+                        const float *inv, int shift, int tile0, int tiles, long long ldw, long long plane,
+                        uint16_t *out) {
+    const bool bf16 = a->x_bf16 != 0;
+    cudaStream_t st = static_cast<cudaStream_t>(a->stream);
+    switch (a->code) {
+    case TOPS__CU_CODE_U4:
+        return launch_units<TOPS__CU_CODE_U4>(p, bf16, terms, biases, inv, shift, tile0, tiles, ldw, plane, out, st);
+    case TOPS__CU_CODE_E2M1:
+        return launch_units<TOPS__CU_CODE_E2M1>(p, bf16, terms, biases, inv, shift, tile0, tiles, ldw, plane, out, st);
+    case TOPS__CU_CODE_I8:
+        return launch_units<TOPS__CU_CODE_I8>(p, bf16, terms, biases, inv, shift, tile0, tiles, ldw, plane, out, st);
+    default:
+        return launch_units<TOPS__CU_CODE_E4M3>(p, bf16, terms, biases, inv, shift, tile0, tiles, ldw, plane, out, st);
+    }
 }
 
 // Both plans: biases (or NULL) with the weights; per_channel: a unit a
@@ -170,30 +187,24 @@ cudaError_t launch_units(const Params &p, bool bf16, const float *biases, float 
 // names[bf16] the kernel name set on success.
 int dequant_gemm(const tops__cu_matmul_args *a, const float *biases, bool per_channel, int shift,
                  const char *const names[2], const char **what) {
+    if (per_channel && !a->units) return (int)cudaErrorNotSupported; // every integer / e2m1 / e4m3 pack has them
     Params p;
     if (const int r = plan_begin(a, p, what)) return r;
     cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
     const bool bf16 = a->x_bf16 != 0;
-    // Per channel of a slice: the weights (k_pad 16-bit values) and two units.
-    const long long row_bytes = a->k_pad * 2 + 8;
-    const long long slice = workspace_slice(row_bytes, 256, a->n_pad);
-    const size_t wbytes = (size_t)(slice * a->k_pad * 2 + 255) / 256 * 256;
+    // Per channel of a slice: the weights (k_pad 16-bit values); the units are the pack's.
+    const long long slice = workspace_slice(a->k_pad * 2, 256, a->n_pad);
     unsigned char *ws = nullptr;
-    cudaError_t err = workspace_alloc(reinterpret_cast<void **>(&ws), wbytes + (size_t)slice * 8, stream,
+    cudaError_t err = workspace_alloc(reinterpret_cast<void **>(&ws), (size_t)(slice * a->k_pad * 2), stream,
                                       "cudaMallocAsync of the dequantized weights", what);
     if (err != cudaSuccess) return (int)err;
     uint16_t *wts = reinterpret_cast<uint16_t *>(ws);
-    float *inv = per_channel ? reinterpret_cast<float *>(ws + wbytes) : nullptr, *unit = inv ? inv + slice : nullptr;
     for (long long n0 = 0; n0 < a->n && err == cudaSuccess; n0 += slice) {
         const long long rows = a->n - n0 < slice ? a->n - n0 : slice;
         const int tiles = (int)((rows + 15) / 16), tile0 = (int)(n0 / 16);
-        err = a->code == TOPS__CU_CODE_U4
-                  ? launch_units<TOPS__CU_CODE_U4>(p, bf16, biases, inv, unit, shift, tile0, tiles, a->k_pad, wts, stream)
-              : a->code == TOPS__CU_CODE_E2M1
-                  ? launch_units<TOPS__CU_CODE_E2M1>(p, bf16, biases, inv, unit, shift, tile0, tiles, a->k_pad, wts, stream)
-              : a->code == TOPS__CU_CODE_I8
-                  ? launch_units<TOPS__CU_CODE_I8>(p, bf16, biases, inv, unit, shift, tile0, tiles, a->k_pad, wts, stream)
-                  : launch_units<TOPS__CU_CODE_E4M3>(p, bf16, biases, inv, unit, shift, tile0, tiles, a->k_pad, wts, stream);
+        const float *inv = per_channel ? a->units + n0 : nullptr;
+        const float *unit = per_channel ? a->units + a->n_pad + n0 : nullptr;
+        err = launch_code(a, p, 1, biases, inv, shift, tile0, tiles, a->k_pad, 0, wts);
         if (err != cudaSuccess) {
             *what = "the dequantization kernel launch";
             break;
@@ -230,134 +241,19 @@ extern "C" int tops__cu_dequant_relaxed_gemm(const tops__cu_matmul_args *a, cons
     return dequant_gemm(a, a->biases, true, 0, names, what);
 }
 
-// conv2d's quantized weights (conv.c): every channel's code x scale + bias
-// in f32, over a unit a channel, as `terms` 16-bit planes (the implicit
-// GEMM sums them).  One kernel: a block
-// takes a 16-channel tile's units (16 threads a channel over its groups,
-// as channel_units) and then a run of its chunks' fragments, as
-// dequant_units_kernel; conv weights are small, so one launch matters more
-// than the units found twice.
-namespace tops_cu {
-namespace {
-// The terms of two f32 values: term 0 the rounding of each, each next term
-// the rounding of what the terms before left (exact in f32; 0 after a
-// non-finite term), as tops__cu_split_f32 splits activations.
-template <int TERMS, bool BF16> __device__ __forceinline__ void split_pair(float x, float y, uint32_t (&t)[TERMS]) {
-#pragma unroll
-    for (int i = 0; i < TERMS; i++) {
-        float rx, ry;
-        if constexpr (BF16) {
-            const __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
-            t[i] = bf2_bits(h);
-            rx = __low2float(h), ry = __high2float(h);
-        } else {
-            const __half2 h = __floats2half2_rn(x, y);
-            t[i] = h2_bits(h);
-            rx = __low2float(h), ry = __high2float(h);
-        }
-        x = isfinite(rx) ? x - rx : 0.0f;
-        y = isfinite(ry) ? y - ry : 0.0f;
-    }
-}
-
-template <int CODE, bool BF16, int TERMS>
-__global__ void __launch_bounds__(256) dequant_terms_kernel(const Params p, const float *__restrict__ biases,
-                                                            int chunks_per_block, long long ldw, long long plane,
-                                                            uint16_t *out, float *__restrict__ unit) {
-    constexpr int kChunk = CODE == TOPS__CU_CODE_U4 || CODE == TOPS__CU_CODE_E2M1 ? 64 : 32;
-    __shared__ float inv_s[16];
-    const int tile = (int)blockIdx.x, tid = (int)threadIdx.x;
-    const unsigned char *sc = p.has_scales ? p.scales + (size_t)tile * p.scale_tile_bytes : nullptr;
-    {
-        const int r = tid >> 4, l = tid & 15; // row r of the tile (its entry e in the scale plane)
-        const long long grow = (long long)tile * 16 + r;
-        const size_t e = 2 * (size_t)(r % 8) + (size_t)(r / 8);
-        float big = 0.0f;
-        for (int g = l; g < p.groups; g += 16) {
-            const float sv = sc ? fabsf(scale_entry(sc, p.scale_kind, (size_t)g * 16 + e)) : 1.0f;
-            const float b = biases && grow < p.n ? fabsf(biases[grow * p.groups + g]) : 0.0f;
-            big = fmaxf(big, fmaf(sv, code_max<CODE>(), b));
-        }
-        for (int o = 8; o > 0; o >>= 1) big = fmaxf(big, __shfl_xor_sync(0xffffffffu, big, o));
-        if (l == 0) {
-            int ex = 15;
-            if (big > 0.0f && big <= 3.402823466e38f) (void)frexpf(big, &ex);
-            ex = min(max(ex - 15, -120), 120);
-            inv_s[r] = ldexpf(1.0f, -ex);
-            if (blockIdx.y == 0) unit[grow] = ldexpf(1.0f, ex);
-        }
-        __syncthreads();
-    }
-    const int c0 = (int)blockIdx.y * chunks_per_block, c1 = min(c0 + chunks_per_block, p.chunks);
-    for (int f = c0 * 32 + tid; f < c1 * 32; f += 256) {
-        const int lane = f & 31, gid = lane >> 2, tig = lane & 3, c = f >> 5;
-        const uint4 w = p.w[((long long)tile * p.chunks + c) * 32 + lane];
-        const long long row = (long long)tile * 16 + gid;
-        const float i0 = inv_s[gid], i1 = inv_s[gid + 8];
-        const float d0 = i0 * decode_factor<CODE>(), d1 = i1 * decode_factor<CODE>();
-#pragma unroll
-        for (int j = 0; j < kChunk / 16; j++) {
-            uint32_t a[4];
-            decode_step<CODE, false>(w, j, a); // exact in f16 (times decode_factor)
-            const int kk = c * kChunk + j * 16 + tig * 4, g = min(kk >> p.group_shift, p.groups - 1);
-            const float s0 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid) * d0 : d0;
-            const float s1 = sc ? scale_entry(sc, p.scale_kind, (size_t)g * 16 + 2 * gid + 1) * d1 : d1;
-            const float b0 = biases && row < p.n ? biases[row * p.groups + g] * i0 : 0.0f;
-            const float b1 = biases && row + 8 < p.n ? biases[(row + 8) * p.groups + g] * i1 : 0.0f;
-            uint32_t pair[4][TERMS];
-#pragma unroll
-            for (int r = 0; r < 4; r++) { // a[r]: row gid + 8 (r & 1), K kk + 2 (r >> 1) and the next
-                const float2 v = __half22float2(bits_h2(a[r]));
-                const float sv = (r & 1) ? s1 : s0, bv = (r & 1) ? b1 : b0;
-                split_pair<TERMS, BF16>(fmaf(v.x, sv, bv), fmaf(v.y, sv, bv), pair[r]);
-            }
-#pragma unroll
-            for (int t = 0; t < TERMS; t++) {
-                uint16_t *o = out + t * plane;
-                *reinterpret_cast<uint2 *>(o + row * ldw + kk) = make_uint2(pair[0][t], pair[2][t]);
-                *reinterpret_cast<uint2 *>(o + (row + 8) * ldw + kk) = make_uint2(pair[1][t], pair[3][t]);
-            }
-        }
-    }
-}
-
-template <int CODE>
-cudaError_t launch_terms(const Params &p, bool bf16, int terms, const float *biases, long long ldw, long long plane,
-                         uint16_t *out, float *unit, cudaStream_t stream) {
-    // Blocks of 8 chunks at least, and enough of them to fill the GPU twice.
-    const int tiles = p.ntiles, sms = tops__cuda_sm_count(-1);
-    int per = (int)(((long long)tiles * p.chunks + 2 * sms - 1) / (2 * sms));
-    per = max(per, 8);
-    const dim3 grid((unsigned)tiles, (unsigned)((p.chunks + per - 1) / per));
-#define TOPS_DT_LAUNCH(B, T) dequant_terms_kernel<CODE, B, T><<<grid, 256, 0, stream>>>(p, biases, per, ldw, plane, out, unit)
-    if (bf16 && terms == 3) TOPS_DT_LAUNCH(true, 3);
-    else if (bf16) TOPS_DT_LAUNCH(true, 1);
-    else if (terms == 2) TOPS_DT_LAUNCH(false, 2);
-    else TOPS_DT_LAUNCH(false, 1);
-#undef TOPS_DT_LAUNCH
-    return cudaGetLastError();
-}
-} // namespace
-} // namespace tops_cu
-
+// conv2d's quantized weights (conv.c, tops__cuda_weight_terms): every
+// channel of the pack as `terms` 16-bit planes over the pack's units.
 extern "C" int tops__cu_dequant_terms(const tops__cu_matmul_args *a, int terms, uint16_t *out, long long ldw,
-                                      long long plane, float *unit, const char **what) {
+                                      long long plane, const char **what) {
     if ((a->code != TOPS__CU_CODE_U4 && a->code != TOPS__CU_CODE_E2M1 && a->code != TOPS__CU_CODE_I8 &&
          a->code != TOPS__CU_CODE_E4M3) ||
-        !(a->x_bf16 ? terms == 1 || terms == 3 : terms == 1 || terms == 2) || ldw < a->k_pad || ldw % 4 != 0 ||
-        plane < ldw * a->n_pad || a->n_pad % 16 != 0)
+        !a->units || !(a->x_bf16 ? terms == 1 || terms == 3 : terms == 1 || terms == 2) || ldw < a->k_pad ||
+        ldw % 4 != 0 || plane < ldw * a->n_pad || a->n_pad % 16 != 0)
         return (int)cudaErrorInvalidValue;
     Params p;
     if (!init_params(a, p, what)) return (int)cudaErrorInvalidValue;
     if (p.ntiles == 0 || p.chunks == 0) return (int)cudaSuccess;
-    cudaStream_t stream = static_cast<cudaStream_t>(a->stream);
-    const bool bf16 = a->x_bf16 != 0;
-    const float *b = a->biases;
-    const cudaError_t err =
-        a->code == TOPS__CU_CODE_U4     ? launch_terms<TOPS__CU_CODE_U4>(p, bf16, terms, b, ldw, plane, out, unit, stream)
-        : a->code == TOPS__CU_CODE_E2M1 ? launch_terms<TOPS__CU_CODE_E2M1>(p, bf16, terms, b, ldw, plane, out, unit, stream)
-        : a->code == TOPS__CU_CODE_I8   ? launch_terms<TOPS__CU_CODE_I8>(p, bf16, terms, b, ldw, plane, out, unit, stream)
-                                        : launch_terms<TOPS__CU_CODE_E4M3>(p, bf16, terms, b, ldw, plane, out, unit, stream);
+    const cudaError_t err = launch_code(a, p, terms, a->biases, a->units, 0, 0, p.ntiles, ldw, plane, out);
     if (err != cudaSuccess) *what = "the weight dequantization launch";
     return (int)err;
 }

@@ -19,14 +19,16 @@ int tops__cuda_is_packed(const tops_tensor *t) {
 }
 
 /* Where a pack's parts sit in its one allocation: the weights at 0, then
-   the scales, the FP8 layout, the q8 layout and the biases, each 256-byte
-   aligned. */
-static void pack_offsets(const tops__cuda_packed *pk, size_t fp8_bytes, size_t q8_bytes, size_t *soff, size_t *foff,
-                         size_t *qoff, size_t *boff) {
+   the scales, the FP8 layout, the q8 layout, the biases and the channel
+   units, each 256-byte aligned; returns the allocation's size. */
+static size_t pack_offsets(const tops__cuda_packed *pk, size_t fp8_bytes, size_t q8_bytes, size_t *soff, size_t *foff,
+                           size_t *qoff, size_t *boff, size_t *uoff) {
     *soff = (pk->weight_bytes + 255) & ~(size_t)255;
     *foff = (*soff + pk->scale_bytes + 255) & ~(size_t)255;
     *qoff = (*foff + fp8_bytes + 255) & ~(size_t)255;
     *boff = (*qoff + q8_bytes + 255) & ~(size_t)255;
+    *uoff = (*boff + pk->bias_bytes + 255) & ~(size_t)255;
+    return *uoff + pk->unit_bytes;
 }
 
 /* Packs right (host or device memory) into device buffers on `device`; with
@@ -45,10 +47,12 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     } else if ((st = tops__cuda_check_pointer(fn, "right", right->data, right->memory)) != TOPS_OK) {
         return st;
     }
-    void *wb = NULL, *sb = NULL, *bb = NULL, *fb = NULL, *qb = NULL;
+    void *wb = NULL, *sb = NULL, *bb = NULL, *fb = NULL, *qb = NULL, *ub = NULL;
     size_t fbytes = 0, fscale = 0, qbytes = 0;
     int oom = 0;
     st = tops__cuda_pack_host(fn, src, transpose_right, pk, &wb, &sb, &bb);
+    if (st == TOPS_OK && !(ub = tops__cuda_pack_units(pk, sb, bb, &pk->unit_bytes)) && pk->unit_bytes)
+        st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the channel units of right");
     /* The TMA GEMM's row-major layout (e4m3-ch / e4m3 codes, f16 / bf16 values), in either mode */
     if (st == TOPS_OK && tops__cu_rowmajor_layout(pk) && tops__cuda_is_sm90a(device) &&
         !(fb = tops__cuda_pack_fp8_host(src, transpose_right, pk, &fbytes, &fscale)))
@@ -63,12 +67,14 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
         free(sb);
         free(bb);
         free(fb);
+        free(qb);
+        free(ub);
         return st;
     }
-    size_t woff = 0, soff, foff, qoff, boff;
-    pack_offsets(pk, fbytes, qbytes, &soff, &foff, &qoff, &boff);
+    size_t woff = 0, soff, foff, qoff, boff, uoff;
+    const size_t total = pack_offsets(pk, fbytes, qbytes, &soff, &foff, &qoff, &boff, &uoff);
     void *mem = NULL;
-    st = tops_cuda_alloc(device, boff + pk->bias_bytes, &mem);
+    st = tops_cuda_alloc(device, total, &mem);
     if (st == TOPS_OK) {
         tops_memory dev = {TOPS_DEVICE_CUDA, device}, host = {TOPS_DEVICE_CPU, 0};
         st = tops_cuda_copy((char *)mem + woff, dev, wb, host, pk->weight_bytes, NULL);
@@ -76,6 +82,7 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
         if (st == TOPS_OK && fb) st = tops_cuda_copy((char *)mem + foff, dev, fb, host, fbytes, NULL);
         if (st == TOPS_OK && qb) st = tops_cuda_copy((char *)mem + qoff, dev, qb, host, qbytes, NULL);
         if (st == TOPS_OK && bb) st = tops_cuda_copy((char *)mem + boff, dev, bb, host, pk->bias_bytes, NULL);
+        if (st == TOPS_OK && ub) st = tops_cuda_copy((char *)mem + uoff, dev, ub, host, pk->unit_bytes, NULL);
         /* pageable copies may return before their DMA ends; no stream may see a half-written pack */
         if (st == TOPS_OK) st = tops__cuda_device_sync(fn, device);
         if (st != TOPS_OK) (void)tops_cuda_free(device, mem);
@@ -85,6 +92,7 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     free(bb);
     free(fb);
     free(qb);
+    free(ub);
     if (st != TOPS_OK) return st;
     pk->device = device;
     pk->weights = (char *)mem + woff;
@@ -95,6 +103,7 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     pk->q8_weights = qb ? (char *)mem + qoff : NULL;
     pk->q8_bytes = qbytes;
     pk->biases = bb ? (char *)mem + boff : NULL;
+    pk->units = ub ? (char *)mem + uoff : NULL;
     *base = mem;
     return TOPS_OK;
 }
@@ -677,6 +686,7 @@ static tops__cu_matmul_args pack_args(const tops__cuda_packed *pk) {
     a.n = pk->n;
     a.k = pk->k;
     a.global_scale = pk->global_scale;
+    a.units = (const float *)pk->units;
     return a;
 }
 
@@ -735,15 +745,21 @@ tops_status tops__cuda_weight_terms(const char *fn, const tops_exec *exec, const
         const size_t plane = (size_t)pk->n_pad * (size_t)pk->k_pad;
         const size_t wbytes = ((size_t)terms * plane * 2 + 255) & ~(size_t)255;
         void *ws = NULL;
-        int e = cudaMallocAsync(&ws, wbytes + (size_t)pk->n_pad * 4, stream);
+        /* the units: the pack's, or (a pack made for the call, freed below) a copy */
+        int e = cudaMallocAsync(&ws, wbytes + (temp ? (size_t)pk->n_pad * 4 : 0), stream);
         const char *what = "cudaMallocAsync of the dequantized weights";
         if (e == cudaSuccess) {
             tops__cu_matmul_args a = pack_args(pk);
             a.x_bf16 = bf16;
             a.biases = pk->biases;
             a.stream = exec->stream;
-            float *unit = (float *)((char *)ws + wbytes);
-            e = tops__cu_dequant_terms(&a, terms, (uint16_t *)ws, pk->k_pad, (long long)plane, unit, &what);
+            const float *unit = (const float *)pk->units + pk->n_pad;
+            e = tops__cu_dequant_terms(&a, terms, (uint16_t *)ws, pk->k_pad, (long long)plane, &what);
+            if (e == cudaSuccess && temp) {
+                e = cudaMemcpyAsync((char *)ws + wbytes, unit, (size_t)pk->n_pad * 4, cudaMemcpyDeviceToDevice, stream);
+                unit = (const float *)((char *)ws + wbytes);
+                if (e) what = "copying the channel units";
+            }
             if (e == cudaSuccess) {
                 out->terms = terms;
                 out->mem = ws;
@@ -915,10 +931,10 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
     tops__cuda_packed *copy = malloc(sizeof *copy);
     if (!copy) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate the pack descriptor");
     *copy = *pk;
-    size_t soff, foff, qoff, boff;
-    pack_offsets(pk, pk->fp8_bytes, pk->q8_bytes, &soff, &foff, &qoff, &boff);
+    size_t soff, foff, qoff, boff, uoff;
+    const size_t total = pack_offsets(pk, pk->fp8_bytes, pk->q8_bytes, &soff, &foff, &qoff, &boff, &uoff);
     void *mem = NULL;
-    tops_status st = tops_cuda_alloc(pk->device, boff + pk->bias_bytes, &mem);
+    tops_status st = tops_cuda_alloc(pk->device, total, &mem);
     tops_memory dev = {TOPS_DEVICE_CUDA, pk->device};
     if (st == TOPS_OK) st = tops_cuda_copy(mem, dev, pk->weights, dev, pk->weight_bytes, NULL);
     if (st == TOPS_OK && pk->scales) st = tops_cuda_copy((char *)mem + soff, dev, pk->scales, dev, pk->scale_bytes, NULL);
@@ -928,6 +944,8 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
         st = tops_cuda_copy((char *)mem + qoff, dev, pk->q8_weights, dev, pk->q8_bytes, NULL);
     if (st == TOPS_OK && pk->biases)
         st = tops_cuda_copy((char *)mem + boff, dev, pk->biases, dev, pk->bias_bytes, NULL);
+    if (st == TOPS_OK && pk->units)
+        st = tops_cuda_copy((char *)mem + uoff, dev, pk->units, dev, pk->unit_bytes, NULL);
     if (st == TOPS_OK) st = tops__cuda_device_sync(fn, pk->device); /* device-to-device copies return early */
     if (st != TOPS_OK) {
         if (mem) (void)tops_cuda_free(pk->device, mem);
@@ -943,6 +961,7 @@ tops_status tops__cuda_packed_clone(const tops_tensor *src, tops_tensor *out) {
     }
     copy->q8_weights = pk->q8_weights ? (char *)mem + qoff : NULL;
     copy->biases = pk->biases ? (char *)mem + boff : NULL;
+    copy->units = pk->units ? (char *)mem + uoff : NULL;
     tops_tensor t = *src;
     t.data = mem;
     t.owner_ = mem;

@@ -7,6 +7,7 @@
 #include "formats/traits.h"
 #include "kernels/kernels.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,6 +236,36 @@ static double scale_value(int kind, const unsigned char *s, size_t e) {
     uint32_t code = 0;
     for (int i = 0; i < bytes; i++) code |= (uint32_t)s[e * (size_t)bytes + (size_t)i] << (8 * i);
     return tops__decode_elem(dtype[kind], code);
+}
+
+float *tops__cuda_pack_units(const tops__cuda_packed *pk, const void *scales, const float *biases, size_t *bytes) {
+    const float cmax = pk->code == TOPS__CU_CODE_U4     ? 8.0f
+                       : pk->code == TOPS__CU_CODE_E2M1 ? 6.0f
+                       : pk->code == TOPS__CU_CODE_I8   ? 128.0f
+                       : pk->code == TOPS__CU_CODE_E4M3 ? 448.0f
+                                                        : 0.0f;
+    *bytes = 0;
+    if (cmax == 0.0f) return NULL;
+    *bytes = 2 * (size_t)pk->n_pad * sizeof(float);
+    float *u = malloc(*bytes);
+    if (!u) return NULL;
+    const unsigned char *sb = scales;
+    for (int64_t row = 0; row < pk->n_pad; row++) {
+        /* as the kernels did it: f32 fmaf per group, the largest kept */
+        float big = 0.0f;
+        for (int64_t g = 0; g < pk->groups; g++) {
+            const size_t e = ((size_t)(row / 16) * (size_t)pk->groups + (size_t)g) * 16 + (size_t)(2 * (row % 8) + (row % 16) / 8);
+            const float s = pk->has_scales && sb ? fabsf((float)scale_value(pk->scale_kind, sb, e)) : 1.0f;
+            const float b = biases && row < pk->n ? fabsf(biases[row * pk->groups + g]) : 0.0f;
+            big = fmaxf(big, fmaf(s, cmax, b));
+        }
+        int ex = 15;
+        if (big > 0.0f && big <= FLT_MAX) (void)frexpf(big, &ex); /* big = f x 2^ex, f in [0.5, 1) */
+        ex = ex - 15 < -120 ? -120 : ex - 15 > 120 ? 120 : ex - 15;
+        u[row] = ldexpf(1.0f, -ex);
+        u[pk->n_pad + row] = ldexpf(1.0f, ex);
+    }
+    return u;
 }
 
 /* The range of the scale entries of rows < n and groups < src_groups (the

@@ -376,6 +376,64 @@ static void check_fold(const char *name, int spread, int relaxed, int want_f16, 
     free(src);
 }
 
+/* The channel units of the dequantized layouts (tops__cuda_pack_units):
+   powers of two, unit x inv = 1, every decoded weight over its channel's
+   unit below 2^15 (f16 keeps it finite), the channel's largest within a
+   factor 16 of 2^15 (its largest code may be below the family's largest;
+   mins add to it); none for 16-bit weights.
+   Rows scaled by 2^10 and 2^-10 in turn (f16 scales hold both), one row
+   of zeros. */
+static void test_channel_units(void) {
+    static const char *const names[] = {"int4-g32", "q4_0", "q8_0", "int8-g32", "q4_1", "q4_K", "q6_K",
+                                        "mxfp4", "nvfp4", "e4m3-ch", "iq4_nl", "f16"};
+    th_rng r = th_seed();
+    const int64_t n = 40, k = 512;
+    for (size_t f = 0; f < sizeof names / sizeof names[0]; f++) {
+        tops_format fmt;
+        ASSERT_OK(tops_format_from_name(names[f], &fmt));
+        float *src = malloc((size_t)(n * k) * sizeof(float)), *dec = malloc((size_t)(n * k) * sizeof(float));
+        for (int64_t i = 0; i < n * k; i++)
+            src[i] = i / k == 7 ? 0.0f : th_uniform(&r, -2, 2) * ldexpf(1.0f, (i / k) % 2 ? 10 : -10);
+        tops_tensor tq, td;
+        quantize_rows(fmt, src, n, k, &tq);
+        tops_tensor_desc dd = f32_rows(dec, n, k);
+        ASSERT_OK(tops_tensor_view(&dd, &td));
+        ASSERT_OK(tops_dequantize(&tq, &td));
+        tops__cuda_packed pk;
+        void *wb = NULL, *sb = NULL, *bb = NULL;
+        ASSERT_OK(tops__cuda_pack_host("test", &tq, 1, &pk, &wb, &sb, &bb));
+        size_t bytes = 1;
+        float *u = tops__cuda_pack_units(&pk, sb, bb, &bytes);
+        if (pk.code == TOPS__CU_CODE_F16 || pk.code == TOPS__CU_CODE_BF16) {
+            ASSERT_TRUE(u == NULL && bytes == 0);
+        } else if (!u || bytes != 2 * (size_t)pk.n_pad * sizeof(float)) {
+            TH_FAIL_AT("%s: no units (%zu bytes)", names[f], bytes);
+        } else {
+            for (int64_t row = 0; row < n; row++) {
+                const float inv = u[row], unit = u[pk.n_pad + row];
+                int e1, e2;
+                if (frexpf(inv, &e1) != 0.5f || frexpf(unit, &e2) != 0.5f || inv * unit != 1.0f) {
+                    TH_FAIL_AT("%s row %lld: inv %g, unit %g", names[f], (long long)row, (double)inv, (double)unit);
+                    continue;
+                }
+                double big = 0;
+                for (int64_t kk = 0; kk < k; kk++) big = fmax(big, fabs((double)dec[row * k + kk]));
+                const double scaled = big / pk.global_scale * inv; /* the tensor factor is not in the units */
+                if (big > 0 && !(scaled < 32768.0 && scaled >= 2048.0))
+                    TH_FAIL_AT("%s row %lld: largest weight %g over its unit %g is %g", names[f], (long long)row, big,
+                               (double)unit, scaled);
+            }
+        }
+        free(u);
+        free(wb);
+        free(sb);
+        free(bb);
+        tops_tensor_destroy(&tq);
+        free(src);
+        free(dec);
+    }
+}
+
 static void test_fold_shift(void) {
     th_rng r = th_seed();
     check_fold("mxfp4", 0, 0, 1, 1, &r);
@@ -616,5 +674,6 @@ int main(void) {
     RUN_TEST(test_fold_shift);
     RUN_TEST(test_q8_layout);
     RUN_TEST(test_factored_scales);
+    RUN_TEST(test_channel_units);
     TEST_MAIN_END();
 }
