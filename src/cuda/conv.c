@@ -136,7 +136,13 @@ static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op,
         if (!op->bn && bn > 64 && og <= bn / 2) continue; /* half the tile or more would be empty */
         if (terms > 1 && bn == 256) continue;            /* no such kernel: the ring would not fit */
         const int64_t tiles = mt * ((og + bn - 1) / bn) * g->groups;
-        const double stage_us = (double)terms * bn * 128 * 64 * 2 / 5.0e12 * 1e6;
+        /* Terms at width 64: each k16 step reads its A tile once a term, and
+           shared memory, not the tensor cores, sets the pace (H200, 2026-12-04,
+           int4-g128 strict at batch 32, two terms, forced width 64 / 128: res4
+           41.1 / 37.7 us, res5 47.5 / 43.4, res3 46.6 / 46.7; one term 64 stays
+           faster or equal).  1.15 per stage moves res4 and res5 to width 128. */
+        const double smem = terms > 1 && bn == 64 ? 1.15 : 1.0;
+        const double stage_us = smem * terms * bn * 128 * 64 * 2 / 5.0e12 * 1e6;
         int64_t smax = op->splits ? op->splits : kt / 2 < 1 ? 1 : kt / 2 > 16 ? 16 : kt / 2;
         if (smax > kt) smax = kt;
         for (int64_t s0 = op->splits ? smax : 1; s0 <= smax; s0++) {
