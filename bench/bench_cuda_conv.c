@@ -6,8 +6,9 @@
    reports) in the same run on the same input and weights.  Ours per
    --format: f16 / bf16 weights on the device (the activations take the
    weights' type; other formats f16 activations), the quantized formats
-   packed once for the GPU (groups 1).  Both write 16-bit output; each is
-   checked against f64 on a few output pixels (every channel) first, then
+   packed once for the GPU (groups 1, and depthwise).  Both write 16-bit
+   output; each is checked against f64 on a few output pixels (every
+   channel) first, then
    timed in alternation as CUDA graph replays between events.
    cuDNN is loaded at run time (dlopen of libcudnn.so.9, or the path in
    TOPS_CUDNN_LIB), so the CLI starts without it and says why its rows are
@@ -376,7 +377,8 @@ static tops_status run_shape(tops_bench_session *s, const tops_bench_conv_shape 
         u->d.relaxed_precision = cfg->relaxed;
         u->d.mode = TOPS_MULTIPLY;
         const int plain16 = fmt.id == TOPS_FMT_F16 || fmt.id == TOPS_FMT_BF16;
-        if (!plain16 && sh->groups == 1) {
+        const int dw = sh->groups > 1 && sh->groups == sh->c && sh->o == sh->c;
+        if (!plain16 && (sh->groups == 1 || dw)) {
             tops_matmul2d_desc md;
             memset(&md, 0, sizeof md);
             md.transpose_right = 1;

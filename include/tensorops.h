@@ -731,7 +731,8 @@ typedef struct tops_conv2d_desc {
  *          groups, MX, NVFP4, GGUF blocks, lut4, ...): row o is output
  *          channel o's [KH][KW][C/G] taps flattened, quantized along that
  *          reduction; or a tensor from tops_pack_right of such a weight
- *          (transpose_right = 1; groups = 1 only); or rank 4 [O, KH, KW, C/G]
+ *          (transpose_right = 1; groups = 1, or for a GPU pack also depthwise,
+ *          groups = C = O); or rank 4 [O, KH, KW, C/G]
  *          in f32/f16/bf16 with its last three dimensions contiguous
  *   dest   [N, OH, OW, O]  f32, f16 or bf16, whose N, OH, OW collapse into
  *          one dimension (stride[0] = OH stride[1], stride[1] = OW stride[2]),

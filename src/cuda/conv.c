@@ -1,7 +1,10 @@
 /* tops_conv2d on a GPU (exec.device = cuda:N), after src/ops/conv2d.c has
    checked the descriptor, the geometry, the shapes and the overlaps.  Four
    paths, in this order:
-   - depthwise (groups = C = O): a direct kernel, f32 sums (conv.cu);
+   - depthwise (groups = C = O): a direct kernel, f32 sums (conv.cu); a GPU
+     pack's taps read as its 16-bit rows or dequantized on the device (as
+     below), others decoded on the host where they are not f32 or the
+     activations' type in device memory;
    - f16 / bf16 weights of the activations' type, 16-byte pieces (C / groups
      a multiple of 8, pixels and weight rows 16-byte aligned), compute
      capability 9.0: the wgmma implicit GEMM (conv.cu), 128 x 64/128/256
@@ -489,8 +492,16 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     }
     if (path) {
         if (dw) {
-            snprintf(path, cap, "cuda:%d depthwise direct (%lldx%lld taps, f32 sums)", device, (long long)g->kh,
-                     (long long)g->kw);
+            int terms = 0;
+            if (tops__cuda_is_packed(wt) &&
+                (st = tops__cuda_weight_terms_of(fn, wt, desc->relaxed_precision, a.bf16, &terms)) != TOPS_OK)
+                return st;
+            char how[64] = "";
+            if (terms)
+                snprintf(how, sizeof how, ", taps dequantized at the call to %d %s term%s", terms, a.bf16 ? "bf16" : "f16",
+                         terms > 1 ? "s" : "");
+            snprintf(path, cap, "cuda:%d depthwise direct (%lldx%lld taps, f32 sums%s)", device, (long long)g->kh,
+                     (long long)g->kw, how);
             return TOPS_OK;
         }
         if (wg) {
@@ -519,8 +530,28 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         void *temp = NULL;
         tops_dtype dt = TOPS_DT_F32;
         int64_t ws = 0;
-        st = dw_weights(fn, wt, tops__float_of(in), device, stream, &w, &dt, &ws, &temp);
-        if (st == TOPS_OK) {
+        const int packed16 = tops__cuda_is_packed(wt) && igemm_weights(wt, tops__float_of(in), device);
+        if (tops__cuda_is_packed(wt) && !packed16) { /* a GPU pack: its taps dequantized on the device */
+            tops__cuda_terms t;
+            st = tops__cuda_weight_terms(fn, exec, wt, desc->relaxed_precision, a.bf16, &t);
+            if (st == TOPS_OK && !t.terms)
+                st = tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
+                                "weight is a GPU pack whose codes, scales or mins the depthwise kernel cannot decode "
+                                "(16-bit codes, or values that are not finite); pass the plain weights");
+            if (st == TOPS_OK) {
+                const tops__cu_conv_weights cw = {t.w, t.ldw, t.terms, t.rows, t.unit, t.global};
+                int e = tops__cu_conv_dw_terms_launch(&a, &cw);
+                if (e) {
+                    (void)cudaGetLastError();
+                    st = tops__cuda_error(fn, e, "the depthwise conv2d kernel");
+                }
+            }
+            if (t.mem) (void)cudaFreeAsync(t.mem, stream);
+        } else if (packed16) { /* the pack's row-major 16-bit taps */
+            const tops__cuda_packed *pk = (const tops__cuda_packed *)wt->packed_;
+            int e = tops__cu_conv_dw_launch(&a, pk->fp8_weights, tops__float_of(in), pk->k_pad);
+            if (e) st = tops__cuda_error(fn, e, "the depthwise conv2d kernel");
+        } else if ((st = dw_weights(fn, wt, tops__float_of(in), device, stream, &w, &dt, &ws, &temp)) == TOPS_OK) {
             int e = tops__cu_conv_dw_launch(&a, w, dt, ws);
             if (e) st = tops__cuda_error(fn, e, "the depthwise conv2d kernel");
         }

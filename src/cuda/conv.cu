@@ -293,12 +293,15 @@ __global__ void bias_kernel(void *out, int64_t ldo, int out_dtype, int64_t m, in
 }
 
 // One thread an output (pixel, channel); channels fastest, so a warp reads
-// 32 neighbouring channels of each tap.
-template <typename W>
+// 32 neighbouring channels of each tap.  T > 0: 16-bit taps in T planes
+// (plane elements apart; the activations' type) whose sum times unit[ch] x
+// global is the tap (the dequantized terms of a GPU pack; the planes' sum
+// is exact in f32).
+template <typename W, int T = 0>
 __global__ void dw_kernel(const uint16_t *x, bool bf16, int64_t xs_n, int64_t xs_h, int64_t xs_w, int h, int w, int c,
                           int kh, int kw, int oh, int ow, int sh, int sw, int dh, int dw, int pt, int pl, int64_t m,
                           const W *wt, int64_t wstride, const float *bias, void *out, int64_t ldo, int out_dtype,
-                          int accumulate) {
+                          int accumulate, int64_t plane = 0, const float *unit = nullptr, float global = 1.0f) {
     const int64_t total = m * c;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
         const int64_t px = i / c;
@@ -309,6 +312,7 @@ __global__ void dw_kernel(const uint16_t *x, bool bf16, int64_t xs_n, int64_t xs
         const int64_t n = t / oh;
         const uint16_t *xp = x + n * xs_n + ch;
         const W *wp = wt + ch * wstride;
+        const float u = T > 0 ? unit[ch] * global : 1.0f;
         float acc = 0.f;
         for (int ki = 0; ki < kh; ki++) {
             const int ih = y * sh - pt + ki * dh;
@@ -317,8 +321,16 @@ __global__ void dw_kernel(const uint16_t *x, bool bf16, int64_t xs_n, int64_t xs
                 const int iw = x_ * sw - pl + kj * dw;
                 if (iw < 0 || iw >= w) continue;
                 float wv;
-                if constexpr (sizeof(W) == 4) wv = static_cast<float>(wp[ki * kw + kj]);
-                else wv = load16(reinterpret_cast<const uint16_t *>(wp), ki * kw + kj, bf16);
+                if constexpr (T > 0) {
+                    wv = 0.0f;
+#pragma unroll
+                    for (int t = 0; t < T; t++) wv += load16(reinterpret_cast<const uint16_t *>(wp) + t * plane, ki * kw + kj, bf16);
+                    wv *= u;
+                } else if constexpr (sizeof(W) == 4) {
+                    wv = static_cast<float>(wp[ki * kw + kj]);
+                } else {
+                    wv = load16(reinterpret_cast<const uint16_t *>(wp), ki * kw + kj, bf16);
+                }
                 acc = fmaf(load16(xp, ih * xs_h + iw * xs_w, bf16), wv, acc);
             }
         }
@@ -785,6 +797,24 @@ extern "C" int tops__cu_conv_bias_launch(const tops__cu_conv_args *a) {
     const int64_t m = a->n * a->oh * a->ow;
     bias_kernel<<<grid_for(m * a->o), 256, 0, static_cast<cudaStream_t>(a->stream)>>>(a->out, a->ldo, a->out_dtype, m,
                                                                                      (int)a->o, a->bias, a->accumulate);
+    return cudaGetLastError();
+}
+
+extern "C" int tops__cu_conv_dw_terms_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *t) {
+    const int64_t m = a->n * a->oh * a->ow;
+    cudaStream_t st = static_cast<cudaStream_t>(a->stream);
+    const uint16_t *x = static_cast<const uint16_t *>(a->x), *w = static_cast<const uint16_t *>(t->w);
+    const int64_t plane = t->plane_rows * t->ldw;
+#define TOPS_DW_TERMS(T)                                                                                               \
+    dw_kernel<uint16_t, T><<<grid_for(m * a->c), 256, 0, st>>>(                                                       \
+        x, a->bf16 != 0, a->xs_n, a->xs_h, a->xs_w, (int)a->h, (int)a->w, (int)a->c, (int)a->kh, (int)a->kw,          \
+        (int)a->oh, (int)a->ow, (int)a->sh, (int)a->sw, (int)a->dh, (int)a->dw, (int)a->pt, (int)a->pl, m, w, t->ldw, \
+        a->bias, a->out, a->ldo, a->out_dtype, a->accumulate, plane, t->unit, t->global)
+    if (t->terms == 1) TOPS_DW_TERMS(1);
+    else if (t->terms == 2) TOPS_DW_TERMS(2);
+    else if (t->terms == 3) TOPS_DW_TERMS(3);
+    else return cudaErrorInvalidValue;
+#undef TOPS_DW_TERMS
     return cudaGetLastError();
 }
 

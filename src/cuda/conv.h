@@ -84,6 +84,10 @@ int tops__cu_conv_bias_launch(const tops__cu_conv_args *a);
 /* Depthwise (groups = c = o): taps w[ch * wstride + i * kw + j] in wdtype
    (f32, f16 or bf16), device memory. */
 int tops__cu_conv_dw_launch(const tops__cu_conv_args *a, const void *w, tops_dtype wdtype, int64_t wstride);
+/* The same on dequantized taps: channel ch's taps are the sums of t->terms
+   planes (the activations' type) at t->w + ch * t->ldw, times t->unit[ch]
+   x t->global. */
+int tops__cu_conv_dw_terms_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *t);
 
 #ifdef __cplusplus
 }

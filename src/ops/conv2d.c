@@ -159,10 +159,10 @@ static tops_status check_geometry(const char *fn, const tops_conv2d_desc *d, con
                           "weight rows hold %lld taps but KH * KW * C/groups = %lld * %lld * %lld = %lld",
                           (long long)p->k, (long long)p->kh, (long long)p->kw, (long long)(p->c / p->groups),
                           (long long)want_k);
-    if (tops__is_packed(wt) && p->groups > 1)
+    if (tops__is_packed(wt) && p->groups > 1 && !(tops__cuda_is_packed(wt) && p->groups == p->c && p->o == p->c))
         return tops__fail(TOPS_UNSUPPORTED_FORMAT, fn,
-                          "weight is packed and desc.groups is %lld; packed weights take groups = 1 (pass the plain "
-                          "weights)",
+                          "weight is packed and desc.groups is %lld; packed weights take groups = 1, or groups = C = O "
+                          "(depthwise) for a GPU pack (pass the plain weights)",
                           (long long)p->groups);
     if (d->same) {
         p->oh = tops__ceil_div(p->h, p->sh);
