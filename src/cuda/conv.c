@@ -1,5 +1,5 @@
 /* tops_conv2d on a GPU (exec.device = cuda:N), after src/ops/conv2d.c has
-   checked the descriptor, the geometry, the shapes and the overlaps.  Four
+   checked the descriptor, the geometry, the shapes and the overlaps.  Five
    paths, in this order:
    - depthwise (groups = C = O): a direct kernel, f32 sums (conv.cu); a GPU
      pack's taps read as its 16-bit rows or dequantized on the device (as
