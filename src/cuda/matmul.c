@@ -740,7 +740,7 @@ tops_status tops__cuda_weight_terms(const char *fn, const tops_exec *exec, const
     tops_status st = TOPS_OK;
     if (tops__cuda_is_packed(right)) pk = (const tops__cuda_packed *)right->packed_;
     else if ((st = pack_to_device(fn, right, 1, 0, device, &local, &temp)) != TOPS_OK) return st;
-    const int terms = terms_of(pk, relaxed, bf16);
+    const int terms = pk->units ? terms_of(pk, relaxed, bf16) : 0; /* every pack of these codes has units */
     if (terms) {
         const size_t plane = (size_t)pk->n_pad * (size_t)pk->k_pad;
         const size_t wbytes = ((size_t)terms * plane * 2 + 255) & ~(size_t)255;
