@@ -163,6 +163,11 @@ static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op,
     *splits_out = s_best;
 }
 
+/* How the wgmma kernel loads its activation tiles (tops_conv2d_path). */
+static const char *wg_loader(int im2col) {
+    return im2col ? "activations by TMA im2col" : "NHWC tiles gathered by cp.async into swizzled stages";
+}
+
 /* Whether quantized weights may take the wgmma kernel as dequantized
    terms: its conditions on the activations, and the planes (at most three,
    N and K padded to 64) within 1 GiB. */
@@ -484,7 +489,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
                      "tiles, %d K split%s%s",
                      device, terms, a.bf16 ? "bf16" : "f16", terms > 1 ? "s" : "",
                      desc->relaxed_precision ? " (relaxed: rounded once)" : "",
-                     a.wg_im2col ? "activations by TMA im2col" : "NHWC tiles gathered by cp.async into swizzled stages",
+                     wg_loader(a.wg_im2col),
                      wg_bn, wg_splits, wg_splits > 1 ? "s" : "", g->groups > 1 ? ", groups on the grid" : "");
             return TOPS_OK;
         }
@@ -507,7 +512,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         if (wg) {
             snprintf(path, cap,
                      "cuda:%d implicit GEMM: %s, weights by TMA, wgmma 128x%d tiles, %d K split%s%s", device,
-                     a.wg_im2col ? "activations by TMA im2col" : "NHWC tiles gathered by cp.async into swizzled stages",
+                     wg_loader(a.wg_im2col),
                      wg_bn, wg_splits, wg_splits > 1 ? "s" : "", g->groups > 1 ? ", groups on the grid" : "");
             return TOPS_OK;
         }

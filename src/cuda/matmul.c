@@ -364,6 +364,15 @@ static int use_dequant(int64_t m, int fold) {
     return m >= tops__cu_tune(TOPS__CU_T_DEQUANT_MIN_M);
 }
 
+/* Codes the dequantization kernels decode (dequant.cu: integers, e2m1,
+   e4m3; the packs that carry channel units), with finite scales and mins
+   (the register-A kernels keep their NaN / inf semantics per group). */
+static int dequantizable(const tops__cuda_packed *pk) {
+    return (pk->code == TOPS__CU_CODE_U4 || pk->code == TOPS__CU_CODE_E2M1 || pk->code == TOPS__CU_CODE_I8 ||
+            pk->code == TOPS__CU_CODE_E4M3) &&
+           !pk->scale_nonfinite && !pk->bias_nonfinite;
+}
+
 /* Relaxed mode, codes no faster relaxed kernel takes (8-bit integers,
    K-quants and codebooks, 4-bit codes whose scales do not fold, mxfp8;
    fold != 1), from DEQUANT_RELAXED_MIN_M: the weights and the biases of
@@ -379,10 +388,7 @@ static int use_dequant(int64_t m, int fold) {
    scales or biases that are not finite (the register-A kernels keep their
    NaN / inf semantics). */
 static int use_dequant_relaxed(const tops__cuda_packed *pk, int64_t m, int relaxed, int fold) {
-    if (!relaxed || fold == 1 || !tops__cuda_is_sm90a(pk->device) || pk->scale_nonfinite || pk->bias_nonfinite ||
-        (pk->code != TOPS__CU_CODE_U4 && pk->code != TOPS__CU_CODE_E2M1 && pk->code != TOPS__CU_CODE_I8 &&
-         pk->code != TOPS__CU_CODE_E4M3))
-        return 0;
+    if (!relaxed || fold == 1 || !tops__cuda_is_sm90a(pk->device) || !dequantizable(pk)) return 0;
     const int force = forced_kernel();
     if (force != TOPS__CU_KERNEL_AUTO) return force == TOPS__CU_KERNEL_H16;
     return m >= tops__cu_tune(TOPS__CU_T_DEQUANT_RELAXED_MIN_M);
@@ -693,10 +699,7 @@ static tops__cu_matmul_args pack_args(const tops__cuda_packed *pk) {
 /* The 16-bit terms a pack's weights take (tops__cuda_weight_terms), 0 where
    they do not. */
 static int terms_of(const tops__cuda_packed *pk, int relaxed, int bf16) {
-    if ((pk->code != TOPS__CU_CODE_U4 && pk->code != TOPS__CU_CODE_E2M1 && pk->code != TOPS__CU_CODE_I8 &&
-         pk->code != TOPS__CU_CODE_E4M3) ||
-        pk->scale_nonfinite || pk->bias_nonfinite)
-        return 0;
+    if (!dequantizable(pk)) return 0;
     int shift;
     if (relaxed || tops__cu_fold_shift(pk, bf16, 0, &shift) == 1) return 1;
     return bf16 ? 3 : 2;
