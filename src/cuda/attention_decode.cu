@@ -633,11 +633,6 @@ template <bool TRANS> __device__ __forceinline__ void ldsm4(uint32_t r[4], uint3
                      : "memory");
 }
 
-__device__ __forceinline__ uint32_t lop_or(uint32_t x, uint32_t mask, uint32_t magic) { // (x & mask) | magic
-    uint32_t r;
-    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(x), "r"(mask), "r"(magic));
-    return r;
-}
 __device__ __forceinline__ uint32_t hfma2u(uint32_t a, uint32_t b, uint32_t c) {
     uint32_t r;
     asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
@@ -649,17 +644,24 @@ __device__ __forceinline__ uint32_t hmul2u(uint32_t a, uint32_t b) {
     return r;
 }
 
+__device__ __forceinline__ uint32_t lop_xor(uint32_t x, uint32_t mask, uint32_t c) { // (x & mask) ^ c
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(r) : "r"(x), "r"(mask), "r"(c));
+    return r;
+}
+
 // Four pairs of int4 codes of x (two's complement nibbles, element 2i the low
 // nibble of byte i) as f16, exact: pair j = (nibble j of the low half, nibble
-// j of the high half).
+// j of the high half).  A pair is one lop3, the nibble n ^ 8 (= code + 8)
+// under the exponent of 1024 ((x & m) ^ (m & 0x88888888 | magic)), and one
+// hfma2.
 __device__ __forceinline__ void dec_i4(uint32_t out[4], uint32_t x) {
-    x ^= 0x88888888u; // code + 8
     const uint32_t y = x >> 8;
-    // 1024 + u (low nibbles), 1024 + 16 u (high nibbles)
-    out[0] = hfma2u(lop_or(x, 0x000F000Fu, 0x64006400u), 0x3C003C00u, 0xE408E408u); // - 1032
-    out[1] = hfma2u(lop_or(x, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u); // / 16 - 72
-    out[2] = hfma2u(lop_or(y, 0x000F000Fu, 0x64006400u), 0x3C003C00u, 0xE408E408u);
-    out[3] = hfma2u(lop_or(y, 0x00F000F0u, 0x64006400u), 0x2C002C00u, 0xD480D480u);
+    // 1024 + u (low nibbles), 1024 + 16 u (high nibbles), u = code + 8
+    out[0] = hfma2u(lop_xor(x, 0x000F000Fu, 0x64086408u), 0x3C003C00u, 0xE408E408u); // - 1032
+    out[1] = hfma2u(lop_xor(x, 0x00F000F0u, 0x64806480u), 0x2C002C00u, 0xD480D480u); // / 16 - 72
+    out[2] = hfma2u(lop_xor(y, 0x000F000Fu, 0x64086408u), 0x3C003C00u, 0xE408E408u);
+    out[3] = hfma2u(lop_xor(y, 0x00F000F0u, 0x64806480u), 0x2C002C00u, 0xD480D480u);
 }
 
 // Bytes ia, ib of x (8-bit codes) as a pair of f16, exact.
@@ -713,57 +715,73 @@ __device__ __forceinline__ span span_of(const dparams &p, const seqlens &sl, int
 
 // A lane's share of the copies of its warp's subtiles (keys first + 64 i ..
 // + 15, below hi) into a ring stage: K rows, V rows (swizzled chunks,
-// zero-filled past hi), then the K and V group-scale rows.  The addresses
-// are set up once a warp (the lane's chunk c of rows r0, r0 + RS, ...;
-// their sources at the first subtile), so a subtile's issue adds its
-// offset (H200 SASS, kt_kernel int4 D = 128: the address math of the
-// per-subtile form was ~160 of the loop's 965 instructions a subtile).
+// zero-filled past hi), then the K and V group-scale rows.  Subtiles are
+// issued in order, so the feed keeps the next subtile's sources and key count
+// and advances them a subtile at a time; a whole subtile (16 keys below hi:
+// all but a warp's last) copies without bounds checks.  (H200 SASS,
+// kt_kernel int4 D = 128: the address math of `first + 64 i` a subtile was
+// ~110 of the loop's 685 instructions.)
 template <int D, int KIND> struct feed {
     using C = cfg<D, KIND>;
     static constexpr int NE = 16 * C::CH / 32; // copies of each of K and V a lane
     static constexpr int RS = 32 / C::CH;      // rows between them
     static_assert(C::CH >= 2 && 32 % C::CH == 0, "D = 64, 128, 256: a lane keeps one chunk column");
-    const unsigned char *kb, *vb;              // the (b, hk) rows: the source of zero-byte copies
-    const unsigned char *k0, *v0, *ks0, *vs0;  // sources at the first subtile (ks0 / vs0: NULL, no scale copy)
-    long long kstep, vstep, krs, vrs;          // 64 keys; RS keys
-    int lim0, r0, c, ksb, vsb;                 // hi - first; row and chunk; scale bytes a key
+    const unsigned char *kb, *vb;             // the (b, hk) rows: the source of zero-byte copies
+    const unsigned char *kp, *vp, *ksp, *vsp; // the next subtile's sources (ksp / vsp: NULL, no scale copy)
+    long long kstep, vstep, krs, vrs;         // 64 keys; RS keys
+    int lim, r0, ksb, vsb, lane;              // the next subtile's keys below hi; row; scale bytes a key
+    uint32_t doff[NE];                        // the lane's destinations in a stage
 
-    __device__ __forceinline__ feed(const dparams &p, const span &sp, int lane) {
+    __device__ __forceinline__ feed(const dparams &p, const span &sp, int ln) {
+        lane = ln;
         r0 = lane / C::CH;
-        c = lane % C::CH;
-        lim0 = sp.hi - sp.first;
+        const int c = lane % C::CH;
+        lim = sp.hi - sp.first;
         kb = sp.kbase, vb = sp.vbase;
         const long long key0 = sp.first + r0;
-        k0 = sp.kbase + key0 * p.kss + 16 * c;
-        v0 = sp.vbase + key0 * p.vss + 16 * c;
+        kp = sp.kbase + key0 * p.kss + 16 * c;
+        vp = sp.vbase + key0 * p.vss + 16 * c;
         kstep = 64 * p.kss, vstep = 64 * p.vss, krs = (long long)RS * p.kss, vrs = (long long)RS * p.vss;
         ksb = p.ksbytes, vsb = p.vsbytes;
-        ks0 = sp.kscp && lane < ksb ? sp.kscp + (long long)sp.first * ksb + 16 * lane : nullptr;
-        vs0 = sp.vscp && lane < vsb ? sp.vscp + (long long)sp.first * vsb + 16 * lane : nullptr;
-    }
-
-    // Subtile i into the stage at shared address s0 (lane: this lane).
-    __device__ __forceinline__ void issue(uint32_t s0, int i, int lane) const {
-        const int lim = lim0 - 64 * i; // the subtile's rows r < lim are keys below hi
-        const unsigned char *kp = k0 + i * kstep, *vp = v0 + i * vstep;
+        ksp = sp.kscp && lane < ksb ? sp.kscp + (long long)sp.first * ksb + 16 * lane : nullptr;
+        vsp = sp.vscp && lane < vsb ? sp.vscp + (long long)sp.first * vsb + 16 * lane : nullptr;
 #pragma unroll
         for (int q = 0; q < NE; q++) {
             const int r = r0 + q * RS;
-            const bool ok = r < lim;
-            const uint32_t dst = s0 + r * C::RB + 16 * (c ^ C::swz(r));
-            cp16(dst, ok ? kp : kb, ok ? 16 : 0);
-            cp16(dst + 16 * C::RB, ok ? vp : vb, ok ? 16 : 0);
-            kp += krs, vp += vrs;
+            doff[q] = r * C::RB + 16 * (c ^ C::swz(r));
         }
-        // 16 keys x ksb scale bytes = ksb chunks: lane l copies chunk l (the bytes below hi)
-        if (ks0) {
-            const int n = min(16, max(0, lim * ksb - 16 * lane));
-            cp16(s0 + 32 * C::RB + 16 * lane, n > 0 ? ks0 + i * (64LL * ksb) : kb, n);
+    }
+
+    // The next subtile into the stage at shared address s0.
+    __device__ __forceinline__ void issue(uint32_t s0) {
+        if (lim >= 16) {
+#pragma unroll
+            for (int q = 0; q < NE; q++) {
+                cp16(s0 + doff[q], kp + q * krs, 16);
+                cp16(s0 + doff[q] + 16 * C::RB, vp + q * vrs, 16);
+            }
+            if (ksp) cp16(s0 + 32 * C::RB + 16 * lane, ksp, 16);
+            if (vsp) cp16(s0 + 32 * C::RB + 16 * C::SCB + 16 * lane, vsp, 16);
+        } else { // rows at or past lim are past hi: zero-filled
+#pragma unroll
+            for (int q = 0; q < NE; q++) {
+                const bool ok = r0 + q * RS < lim;
+                cp16(s0 + doff[q], ok ? kp + q * krs : kb, ok ? 16 : 0);
+                cp16(s0 + doff[q] + 16 * C::RB, ok ? vp + q * vrs : vb, ok ? 16 : 0);
+            }
+            // 16 keys x ksb scale bytes = ksb chunks: lane l copies chunk l (the bytes below hi)
+            if (ksp) {
+                const int n = min(16, max(0, lim * ksb - 16 * lane));
+                cp16(s0 + 32 * C::RB + 16 * lane, n > 0 ? ksp : kb, n);
+            }
+            if (vsp) {
+                const int n = min(16, max(0, lim * vsb - 16 * lane));
+                cp16(s0 + 32 * C::RB + 16 * C::SCB + 16 * lane, n > 0 ? vsp : vb, n);
+            }
         }
-        if (vs0) {
-            const int n = min(16, max(0, lim * vsb - 16 * lane));
-            cp16(s0 + 32 * C::RB + 16 * C::SCB + 16 * lane, n > 0 ? vs0 + i * (64LL * vsb) : vb, n);
-        }
+        kp += kstep, vp += vstep, lim -= 64;
+        if (ksp) ksp += 64LL * ksb;
+        if (vsp) vsp += 64LL * vsb;
     }
 };
 
@@ -829,8 +847,8 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
     unsigned char *wring = ringb + warp * NS * C::STAGE;
     const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
     // subtile i of this warp into stage st
-    const ring::feed<D, KIND> fd(p, sp, lane);
-    auto issue = [&](int i, int st) { fd.issue(wring_s + st * C::STAGE, i, lane); };
+    ring::feed<D, KIND> fd(p, sp, lane);
+    auto issue = [&](int st) { fd.issue(wring_s + st * C::STAGE); };
 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     float o[VT][4];
@@ -839,14 +857,14 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
 
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) {
-        if (s < nsub) issue(s, s);
+        if (s < nsub) issue(s);
         ring::commit();
     }
     __syncthreads(); // Q fragments
 
     int rd = 0, wr = NS - 1;
     for (int i = 0; i < nsub; i++) {
-        if (i + NS - 1 < nsub) issue(i + NS - 1, wr);
+        if (i + NS - 1 < nsub) issue(wr);
         ring::commit();
         ring::wait<NS - 1>();
         __syncwarp();
@@ -1061,13 +1079,12 @@ __device__ __forceinline__ uint32_t bfma2u(uint32_t a, uint32_t b, uint32_t c) {
     return r;
 }
 // Four pairs of int4 codes of x as bf16, exact (the pairs of ring::dec_i4):
-// (128 + code + 8) - 136.
+// (128 + code + 8) - 136, the xor folded into the magic as there.
 __device__ __forceinline__ void dec_i4_bf16(uint32_t out[4], uint32_t x) {
-    x ^= 0x88888888u;
-    out[0] = bfma2u(ring::lop_or(x, 0x000F000Fu, 0x43004300u), 0x3F803F80u, 0xC308C308u);
-    out[1] = bfma2u(ring::lop_or(x >> 4, 0x000F000Fu, 0x43004300u), 0x3F803F80u, 0xC308C308u);
-    out[2] = bfma2u(ring::lop_or(x >> 8, 0x000F000Fu, 0x43004300u), 0x3F803F80u, 0xC308C308u);
-    out[3] = bfma2u(ring::lop_or(x >> 12, 0x000F000Fu, 0x43004300u), 0x3F803F80u, 0xC308C308u);
+    out[0] = bfma2u(ring::lop_xor(x, 0x000F000Fu, 0x43084308u), 0x3F803F80u, 0xC308C308u);
+    out[1] = bfma2u(ring::lop_xor(x >> 4, 0x000F000Fu, 0x43084308u), 0x3F803F80u, 0xC308C308u);
+    out[2] = bfma2u(ring::lop_xor(x >> 8, 0x000F000Fu, 0x43084308u), 0x3F803F80u, 0xC308C308u);
+    out[3] = bfma2u(ring::lop_xor(x >> 12, 0x000F000Fu, 0x43084308u), 0x3F803F80u, 0xC308C308u);
 }
 // Bytes ia, ib of x (int8 codes) as a pair of bf16, exact (through f32).
 __device__ __forceinline__ uint32_t dec_i8_bf16(uint32_t x, int ia, int ib) {
@@ -1076,13 +1093,43 @@ __device__ __forceinline__ uint32_t dec_i8_bf16(uint32_t x, int ia, int ib) {
     const float c = __int_as_float(__byte_perm(y, 0x4B000000u, 0x7540 | ib)) - 8388736.0f;
     return pack2<__nv_bfloat16>(a, c);
 }
+// 2^x, results below 2^-126 flushed to 0 (one MUFU; a P that small adds
+// nothing next to the row's largest, 1).
+__device__ __forceinline__ float ex2(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
+// A key's NG f16 group scales (a row of 2 NG bytes, aligned to its size) as f32.
+template <int NG> __device__ __forceinline__ void scale_row(const unsigned char *row, float out[NG]) {
+    uint32_t w[NG / 2];
+    if constexpr (NG == 8) {
+        const uint4 x = *reinterpret_cast<const uint4 *>(row);
+        w[0] = x.x, w[1] = x.y, w[2] = x.z, w[3] = x.w;
+    } else if constexpr (NG == 4) {
+        const uint2 x = *reinterpret_cast<const uint2 *>(row);
+        w[0] = x.x, w[1] = x.y;
+    } else {
+        static_assert(NG == 2, "D = 64, 128 or 256 in groups of 32");
+        w[0] = *reinterpret_cast<const uint32_t *>(row);
+    }
+#pragma unroll
+    for (int i = 0; i < NG / 2; i++) {
+        out[2 * i] = __half2float(__ushort_as_half((unsigned short)(w[i] & 0xFFFFu)));
+        out[2 * i + 1] = __half2float(__ushort_as_half((unsigned short)(w[i] >> 16)));
+    }
+}
 __device__ __forceinline__ float sf16(const unsigned char *row, int g) {
     return __half2float(__ushort_as_half(reinterpret_cast<const unsigned short *>(row)[g]));
 }
 
 } // namespace kt
 
-template <int D, int KIND, int NR>
+// KG = 32: K and V in groups of 32 with f16 scales, a key's D / 32 scales
+// adjacent (int4-g32, int8-g32): the group ends are known at compile time and
+// a key's scales are read once a subtile.  KG = 0: any group (a power of two
+// of at least a chunk), found at run time.
+template <int D, int KIND, int NR, int KG>
 __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 3 : 2) kt_kernel(const dparams p) {
     using R = ring::cfg<D, KIND>;
     using C = kt::cfg<D, KIND, NR>;
@@ -1145,8 +1192,8 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
 
     unsigned char *wring = ringb + warp * NS * R::STAGE;
     const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
-    const ring::feed<D, KIND> fd(p, sp, lane);
-    auto issue = [&](int i, int st) { fd.issue(wring_s + st * R::STAGE, i, lane); };
+    ring::feed<D, KIND> fd(p, sp, lane);
+    auto issue = [&](int st) { fd.issue(wring_s + st * R::STAGE); };
 
     float m[NR][2], l[NR][2];
     float o[MT][NR][4];
@@ -1159,14 +1206,14 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
 
 #pragma unroll
     for (int s = 0; s < NS - 1; s++) {
-        if (s < nsub) issue(s, s);
+        if (s < nsub) issue(s);
         ring::commit();
     }
     __syncthreads(); // q's fragments
 
     int rd = 0, wr = NS - 1;
     for (int i = 0; i < nsub; i++) {
-        if (i + NS - 1 < nsub) issue(i + NS - 1, wr);
+        if (i + NS - 1 < nsub) issue(wr);
         ring::commit();
         ring::wait<NS - 1>();
         __syncwarp();
@@ -1199,6 +1246,13 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
         for (int nr = 0; nr < NR; nr++)
 #pragma unroll
             for (int e = 0; e < 4; e++) s[nr][e] = 0.0f, part[0][nr][e] = 0.0f, part[1][nr][e] = 0.0f;
+        // KG = 32: a key's scales read once; one sum a group (one or two chunks)
+        constexpr int CPG = KG == 32 ? 32 / CD : 1;
+        float ksf[2][KG == 32 ? D / 32 : 1];
+        if constexpr (KG == 32) {
+            kt::scale_row<D / 32>(ksc + gid * (D / 16), ksf[0]);
+            kt::scale_row<D / 32>(ksc + (gid + 8) * (D / 16), ksf[1]);
+        }
 #pragma unroll
         for (int c = 0; c < CH; c++) {
             uint32_t kw[2][2 * KPC];
@@ -1217,18 +1271,25 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
 #pragma unroll
                 for (int nr = 0; nr < NR; nr++) {
                     const uint2 qf = qb[((c * KPC + h) * NR + nr) * 32 + lane];
-                    mma<__half>(part[(c * KPC + h) & 1][nr], a, qf.x, qf.y);
+                    mma<__half>(part[KG == 32 ? 0 : (c * KPC + h) & 1][nr], a, qf.x, qf.y);
                 }
             }
-            if (c == CH - 1 || (((c + 1) * CD) & kgm) == 0) { // the group ends: S += part x its key's scale
-                const int g = (c * CD) >> p.kgs;
-                const float s0 = kg ? kt::sf16(ksc + gid * ksb, g) : 1.0f;
-                const float s1 = kg ? kt::sf16(ksc + (gid + 8) * ksb, g) : 1.0f;
+            // the group ends: S += part x its key's scale
+            if (KG == 32 ? (c + 1) % CPG == 0 : c == CH - 1 || (((c + 1) * CD) & kgm) == 0) {
+                float s0, s1;
+                if constexpr (KG == 32) {
+                    s0 = ksf[0][c / CPG], s1 = ksf[1][c / CPG];
+                } else {
+                    const int g = (c * CD) >> p.kgs;
+                    s0 = kg ? kt::sf16(ksc + gid * ksb, g) : 1.0f;
+                    s1 = kg ? kt::sf16(ksc + (gid + 8) * ksb, g) : 1.0f;
+                }
 #pragma unroll
                 for (int nr = 0; nr < NR; nr++) {
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        s[nr][e] = fmaf(part[0][nr][e] + part[1][nr][e], e < 2 ? s0 : s1, s[nr][e]);
+                        const float sum = KG == 32 ? part[0][nr][e] : part[0][nr][e] + part[1][nr][e];
+                        s[nr][e] = fmaf(sum, e < 2 ? s0 : s1, s[nr][e]);
                         part[0][nr][e] = part[1][nr][e] = 0.0f;
                     }
                 }
@@ -1238,23 +1299,32 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
         // masks and the online softmax; a row's keys are spread over gid
         const bool whole = js + 16 <= hi && (!p.causal || js + 15 <= sl.sk - sl.sq) &&
                            (p.window <= 0 || (js > sl.sk - 1 - p.window && (p.causal || js + 15 < sl.sk - sl.sq + p.window)));
+        const bool plain = whole && p.cap_out == 0.0f;
         float alpha[NR][2];
         bool moved = false;
 #pragma unroll
         for (int nr = 0; nr < NR; nr++) {
             float mx[2] = {-INFINITY, -INFINITY};
+            if (plain) { // every key visible, no softcap: one branch a subtile
 #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = js + gid + 8 * (e >> 1), h = e & 1;
-                float x = p.cap_out != 0.0f ? p.cap_out * tanhf(s[nr][e] * cf[nr][h]) : s[nr][e] * lf[nr][h];
-                if (!whole) {
-                    bool ok = key < hi && key >= lo && rv[nr][h];
-                    if (p.causal) ok = ok && key <= pos[nr][h];
-                    if (p.window > 0) ok = ok && key > pos[nr][h] - p.window && (p.causal || key < pos[nr][h] + p.window);
-                    x = ok ? x : -INFINITY;
+                for (int e = 0; e < 4; e++) {
+                    s[nr][e] *= lf[nr][e & 1];
+                    mx[e & 1] = fmaxf(mx[e & 1], s[nr][e]);
                 }
-                s[nr][e] = x;
-                mx[h] = fmaxf(mx[h], x);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = js + gid + 8 * (e >> 1), h = e & 1;
+                    float x = p.cap_out != 0.0f ? p.cap_out * tanhf(s[nr][e] * cf[nr][h]) : s[nr][e] * lf[nr][h];
+                    if (!whole) {
+                        bool ok = key < hi && key >= lo && rv[nr][h];
+                        if (p.causal) ok = ok && key <= pos[nr][h];
+                        if (p.window > 0) ok = ok && key > pos[nr][h] - p.window && (p.causal || key < pos[nr][h] + p.window);
+                        x = ok ? x : -INFINITY;
+                    }
+                    s[nr][e] = x;
+                    mx[h] = fmaxf(mx[h], x);
+                }
             }
 #pragma unroll
             for (int h = 0; h < 2; h++) {
@@ -1263,13 +1333,13 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
                 mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 16));
                 const float mn = fmaxf(m[nr][h], mx[h]);
                 const float base = mn == -INFINITY ? 0.0f : mn;
-                alpha[nr][h] = exp2f(m[nr][h] - base);
+                alpha[nr][h] = kt::ex2(m[nr][h] - base);
                 moved = moved || alpha[nr][h] != 1.0f;
                 m[nr][h] = mn;
                 mx[h] = base;
             }
 #pragma unroll
-            for (int e = 0; e < 4; e++) s[nr][e] = exp2f(s[nr][e] - mx[e & 1]);
+            for (int e = 0; e < 4; e++) s[nr][e] = kt::ex2(s[nr][e] - mx[e & 1]);
             l[nr][0] = l[nr][0] * alpha[nr][0] + (s[nr][0] + s[nr][2]);
             l[nr][1] = l[nr][1] * alpha[nr][1] + (s[nr][1] + s[nr][3]);
         }
@@ -1287,12 +1357,22 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
         uint32_t pb[NR][2];
 #pragma unroll
         for (int nr = 0; nr < NR; nr++) pb[nr][0] = pb[nr][1] = 0u;
+        float vsf[2][KG == 32 ? D / 32 : 1];
+        if constexpr (KG == 32) {
+            kt::scale_row<D / 32>(vsc + gid * (D / 16), vsf[0]);
+            kt::scale_row<D / 32>(vsc + (gid + 8) * (D / 16), vsf[1]);
+        }
 #pragma unroll
         for (int c = 0; c < CH; c++) {
-            if (c == 0 || ((c * CD) & vgm) == 0) { // a V group starts
-                const int g = (c * CD) >> p.vgs;
-                const float s0 = vg ? kt::sf16(vsc + gid * vsb, g) : 1.0f;
-                const float s1 = vg ? kt::sf16(vsc + (gid + 8) * vsb, g) : 1.0f;
+            if (KG == 32 ? c % (32 / CD) == 0 : c == 0 || ((c * CD) & vgm) == 0) { // a V group starts
+                float s0, s1;
+                if constexpr (KG == 32) {
+                    s0 = vsf[0][c * CD / 32], s1 = vsf[1][c * CD / 32];
+                } else {
+                    const int g = (c * CD) >> p.vgs;
+                    s0 = vg ? kt::sf16(vsc + gid * vsb, g) : 1.0f;
+                    s1 = vg ? kt::sf16(vsc + (gid + 8) * vsb, g) : 1.0f;
+                }
 #pragma unroll
                 for (int nr = 0; nr < NR; nr++) {
                     pb[nr][0] = kt::movt(pack2<PV>(s[nr][0] * s0, s[nr][1] * s0));
@@ -1395,15 +1475,15 @@ static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm) {
 static int scale_bytes(int type) { return type == TOPS__DEC_SF32 ? 4 : type == TOPS__DEC_SE8M0 ? 1 : 2; }
 
 // VAR: 0 decode_kernel, 1 ring_kernel, 2 / 3 kt_kernel with 8 / 16 rows a
-// CTA (1..3: KIND a plain TOPS__DEC_* code; 2, 3: bf16 q).
-template <typename T, int D, int KIND, int VAR = 0> static int launch(const tops__cu_decode_args *a) {
+// CTA (1..3: KIND a plain TOPS__DEC_* code; 2, 3: bf16 q, KG its groups).
+template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launch(const tops__cu_decode_args *a) {
     cudaStream_t stream = reinterpret_cast<cudaStream_t>(a->stream);
     void (*kern)(const dparams);
     size_t smem;
     constexpr int rows_cta = VAR >= 2 ? 8 * (VAR - 1) : kRows;
     if constexpr (VAR >= 2) {
         static_assert(std::is_same<T, __nv_bfloat16>::value, "kt_kernel reads bf16 q");
-        kern = kt_kernel<D, KIND, VAR - 1>;
+        kern = kt_kernel<D, KIND, VAR - 1, KG>;
         smem = (size_t)kt::cfg<D, KIND, VAR - 1>::SMEM;
     } else if constexpr (VAR == 1) {
         kern = ring_kernel<T, D, KIND>;
@@ -1529,6 +1609,16 @@ static bool kt_takes(const tops__cu_decode_args *a) {
     if (!ring_kv_ok(a, a->k) || !ring_kv_ok(a, a->v)) return false;
     return a->kind != TOPS__DEC_E4M3 || a->v.mode != TOPS__DEC_SC_GROUP; // e4m3's P stays unscaled (f16)
 }
+// kt_kernel's compile-time groups: int4 / int8 K and V in groups of 32, a
+// key's D / 32 f16 scales adjacent.
+static bool kt_g32(const tops__cu_decode_args *a) {
+    if (a->kind != TOPS__DEC_I4 && a->kind != TOPS__DEC_I8) return false;
+    for (const tops__cu_kv *kv : {&a->k, &a->v})
+        if (kv->mode != TOPS__DEC_SC_GROUP || kv->scale_type != TOPS__DEC_SF16 || kv->group != 32 ||
+            kv->sstride[2] != a->d / 32 || kv->sstride[3] != 1)
+            return false;
+    return true;
+}
 static bool ring_takes(const tops__cu_decode_args *a) {
     const int mode = env_int("TOPS_CUDA_ATTN_RING", 1);
     if (kt_takes(a)) return false;
@@ -1542,10 +1632,15 @@ template <typename T, int D> static int launch_kind(const tops__cu_decode_args *
     if constexpr (std::is_same<T, __nv_bfloat16>::value) {
         if (kt_takes(a)) {
             const bool two = a->heads / a->kv_heads * a->sq > 8; // rows of a kv head: 16 a CTA
+            const bool g32 = kt_g32(a);
             switch (a->kind) {
             case TOPS__DEC_E4M3: return two ? launch<T, D, TOPS__DEC_E4M3, 3>(a) : launch<T, D, TOPS__DEC_E4M3, 2>(a);
-            case TOPS__DEC_I8: return two ? launch<T, D, TOPS__DEC_I8, 3>(a) : launch<T, D, TOPS__DEC_I8, 2>(a);
-            case TOPS__DEC_I4: return two ? launch<T, D, TOPS__DEC_I4, 3>(a) : launch<T, D, TOPS__DEC_I4, 2>(a);
+            case TOPS__DEC_I8:
+                if (g32) return two ? launch<T, D, TOPS__DEC_I8, 3, 32>(a) : launch<T, D, TOPS__DEC_I8, 2, 32>(a);
+                return two ? launch<T, D, TOPS__DEC_I8, 3>(a) : launch<T, D, TOPS__DEC_I8, 2>(a);
+            case TOPS__DEC_I4:
+                if (g32) return two ? launch<T, D, TOPS__DEC_I4, 3, 32>(a) : launch<T, D, TOPS__DEC_I4, 2, 32>(a);
+                return two ? launch<T, D, TOPS__DEC_I4, 3>(a) : launch<T, D, TOPS__DEC_I4, 2>(a);
             default: return (int)cudaErrorNotSupported;
             }
         }
@@ -1584,6 +1679,8 @@ extern "C" int tops__cu_decode_launch(const tops__cu_decode_args *a) {
 
 extern "C" void tops__cu_decode_name(const tops__cu_decode_args *a, char *buf, size_t cap) {
     static const char *const kinds[] = {"kv16", "e4m3", "i8", "i4"};
-    snprintf(buf, cap, "flash-decode %s d%d %s%s", kt_takes(a) ? "kt" : ring_takes(a) ? "ring" : "mma", a->d, kinds[a->kind & 3],
+    const bool kt = kt_takes(a);
+    snprintf(buf, cap, "flash-decode %s d%d %s%s", kt ? (kt_g32(a) ? "kt g32" : "kt") : ring_takes(a) ? "ring" : "mma", a->d,
+             kinds[a->kind & 3],
              a->bf16 ? " bf16" : " f16");
 }
