@@ -157,6 +157,10 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lead) {
     return ((uint64_t)((addr & 0x3FFFFu) >> 4)) | ((uint64_t)((lead & 0x3FFFFu) >> 4) << 16) | ((1024ull >> 4) << 32) |
            (1ull << 62);
 }
+// The descriptor of an address `bytes` further (a multiple of 16): the start
+// field is address / 16 in 14 bits and shared memory ends below 2^18, so a
+// plain add never carries out of it.
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 template <int N, bool BF16, int TB>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
     static_assert(N == 64 || N == 128 || N == 256, "wgmma tiles here are 64, 128 or 256 columns wide");
@@ -336,12 +340,13 @@ __device__ __forceinline__ void store(const acc_tile<N> &t, const smem_tile<T, R
 template <typename T, int N, int RA, int RB, int K>
 __device__ __forceinline__ void matmul_nt(acc_tile<N> &acc, const smem_tile<T, RA, K> &a, int a_r0,
                                           const smem_tile<T, RB, K> &b, int b_r0, int accumulate) {
-    const uint32_t pa = smem_u32(a.ptr) + a_r0 * 128, pb = smem_u32(b.ptr) + b_r0 * 128;
+    const uint64_t da = detail::desc_sw128(smem_u32(a.ptr) + a_r0 * 128, 16),
+                   db = detail::desc_sw128(smem_u32(b.ptr) + b_r0 * 128, 16);
 #pragma unroll
     for (int s = 0; s < K / 16; s++) {
         const uint32_t off = (s % 4) * 32; // k16 steps inside a 128-byte panel row
-        detail::mma_ss<N, is_bf16<T>::value, 0>(acc.v, detail::desc_sw128(pa + (s / 4) * smem_tile<T, RA, K>::kPanelBytes + off, 16),
-                                                detail::desc_sw128(pb + (s / 4) * smem_tile<T, RB, K>::kPanelBytes + off, 16),
+        detail::mma_ss<N, is_bf16<T>::value, 0>(acc.v, detail::desc_add(da, (s / 4) * smem_tile<T, RA, K>::kPanelBytes + off),
+                                                detail::desc_add(db, (s / 4) * smem_tile<T, RB, K>::kPanelBytes + off),
                                                 s > 0 || accumulate);
     }
 }
@@ -350,11 +355,11 @@ __device__ __forceinline__ void matmul_nt(acc_tile<N> &acc, const smem_tile<T, R
 template <typename T, int N, int RB, int K>
 __device__ __forceinline__ void matmul_nt(acc_tile<N> &acc, const a_tile<T, K> &a, const smem_tile<T, RB, K> &b,
                                           int b_r0, int accumulate) {
-    const uint32_t pb = smem_u32(b.ptr) + b_r0 * 128;
+    const uint64_t db = detail::desc_sw128(smem_u32(b.ptr) + b_r0 * 128, 16);
 #pragma unroll
     for (int s = 0; s < K / 16; s++)
         detail::mma_rs<N, is_bf16<T>::value, 0>(
-            acc.v, a.r[s], detail::desc_sw128(pb + (s / 4) * smem_tile<T, RB, K>::kPanelBytes + (s % 4) * 32, 16),
+            acc.v, a.r[s], detail::desc_add(db, (s / 4) * smem_tile<T, RB, K>::kPanelBytes + (s % 4) * 32),
             s > 0 || accumulate);
 }
 
@@ -363,12 +368,10 @@ __device__ __forceinline__ void matmul_nt(acc_tile<N> &acc, const a_tile<T, K> &
 template <typename T, int N, int RB, int K>
 __device__ __forceinline__ void matmul_nn(acc_tile<N> &acc, const a_tile<T, K> &a, const smem_tile<T, RB, N> &b,
                                           int b_r0, int accumulate) {
-    const uint32_t pb = smem_u32(b.ptr) + b_r0 * 128;
+    const uint64_t db = detail::desc_sw128(smem_u32(b.ptr) + b_r0 * 128, smem_tile<T, RB, N>::kPanelBytes);
 #pragma unroll
     for (int s = 0; s < K / 16; s++)
-        detail::mma_rs<N, is_bf16<T>::value, 1>(acc.v, a.r[s],
-                                                detail::desc_sw128(pb + s * 16 * 128, smem_tile<T, RB, N>::kPanelBytes),
-                                                s > 0 || accumulate);
+        detail::mma_rs<N, is_bf16<T>::value, 1>(acc.v, a.r[s], detail::desc_add(db, s * 16 * 128), s > 0 || accumulate);
 }
 #endif
 

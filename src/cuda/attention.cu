@@ -34,6 +34,7 @@
 #include "tensorops_cuda_tiles.cuh"
 
 #include <math.h>
+#include <type_traits>
 #include <stdio.h>
 
 namespace {
@@ -107,23 +108,38 @@ struct softmax_state {
 
 // -inf where a key is past the end, after the query (causal) or outside the
 // window; k0 = the block's first key, pos0 = the position of the tile's row 0
-// (all below 2^31: checked on the host).
+// (all below 2^31: checked on the host).  Each of the thread's two rows sees
+// the keys [lo, hi]; as columns of this thread's elements (their offsets are
+// compile-time constants) that is two compares and a select an element.
 template <int BN>
 __device__ __forceinline__ void apply_mask(tt::acc_tile<BN> &s, const kparams &p, int k0, int pos0) {
-    const int sk = p.sk, w = p.window, causal = p.causal;
-    tt::map(s, [=](float x, int i, int j) {
-        const int key = k0 + j, pos = pos0 + i;
-        const bool out = key >= sk || (causal && key > pos) || (w > 0 && (key <= pos - w || (!causal && key >= pos + w)));
-        return out ? -INFINITY : x;
-    });
+    const long long base = (long long)k0 + 2 * (threadIdx.x % 4); // key of the thread's column 0
+    int lo[2], hi[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const long long pos = (long long)pos0 + tt::acc_tile<BN>::row(h);
+        long long top = (long long)p.sk - 1, bot = 0;
+        if (p.causal) top = min(top, pos);
+        if (p.window > 0) {
+            bot = pos - p.window + 1;
+            if (!p.causal) top = min(top, pos + p.window - 1);
+        }
+        lo[h] = (int)max(-1LL, min((long long)BN, bot - base));
+        hi[h] = (int)max(-1LL, min((long long)BN, top - base));
+    }
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) {
+        const int c = 8 * (i / 4) + (i & 1), h = (i >> 1) & 1;
+        if (c < lo[h] || c > hi[h]) s.v[i] = -INFINITY;
+    }
 }
 
 // Masks, exponentiates block `s` in place and rescales o and the sums; after
 // it s holds P (relative to the new max).
-template <int BN, int D>
+template <int BN, int D, bool CAP>
 __device__ __forceinline__ void softmax_block(tt::acc_tile<BN> &s, tt::acc_tile<D> &o, softmax_state &st,
                                               const kparams &p, int k0, int pos0, bool mask) {
-    if (p.softcap > 0.0f) {
+    if constexpr (CAP) {
         const float cap = p.softcap, cin = p.cap_in;
         tt::map(s, [=](float x, int, int) { return cap * tanhf(x * cin); });
     }
@@ -148,7 +164,9 @@ __device__ __forceinline__ void softmax_block(tt::acc_tile<BN> &s, tt::acc_tile<
 }
 #endif
 
-template <typename T, int D, int BN, int STAGES, int PIPE>
+// CAP: a softcap (a compile-time branch: a run-time one around the tanh code
+// made the compiler copy every score out of the wgmma registers each block).
+template <typename T, int D, int BN, int STAGES, int PIPE, bool CAP>
 __global__ void __launch_bounds__(kThreads, 1)
     attn_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
              const __grid_constant__ CUtensorMap tv, const kparams p) {
@@ -206,7 +224,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 
-    const int wg = threadIdx.x / 128;
+    // Broadcast from lane 0: the compiler then knows the warpgroup index (and
+    // the Q descriptors derived from it) is warp-uniform and keeps them in
+    // uniform registers.
+    const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x == 0) {
@@ -268,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             sc.pin();
             __syncwarp();
             if (lane == 0) mbar_arrive(&k_empty[s]);
-            softmax_block<BN, D>(sc, o, st, p, n * BN, pos0, needs_mask(n));
+            softmax_block<BN, D, CAP>(sc, o, st, p, n * BN, pos0, needs_mask(n));
             tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
             mbar_wait(&v_full[s], ph);
             o.pin();
@@ -282,9 +303,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             if (lane == 0) mbar_arrive(&v_empty[s]);
         }
     } else if (nblocks > 0) {
-        // Prologue: S_0 and its softmax.
-        tt::acc_tile<BN> sc;
+        // Prologue: S_0, its softmax and P_0 in registers.  P is carried from one
+        // block to the next as the PV matmul's A operand (half the registers of
+        // the scores, and no copy of them).
+        tt::a_tile<T, BN> pa;
         {
+            tt::acc_tile<BN> sc;
             mbar_wait(&k_full[0], 0);
             if (PIPE == 2) named_sync(1 + cw, 256); // ping-pong: wait for this warpgroup's turn
             tt::fence();
@@ -295,12 +319,12 @@ __global__ void __launch_bounds__(kThreads, 1)
             sc.pin();
             __syncwarp();
             if (lane == 0) mbar_arrive(&k_empty[0]);
-            softmax_block<BN, D>(sc, o, st, p, (nb_hi - 1) * BN, pos0, needs_mask(nb_hi - 1));
+            softmax_block<BN, D, CAP>(sc, o, st, p, (nb_hi - 1) * BN, pos0, needs_mask(nb_hi - 1));
+            pa = tt::to_a<T>(sc);
         }
         for (int it = 1; it < nblocks; it++) {
             const int n = nb_hi - 1 - it, s = it % STAGES, sp = (it - 1) % STAGES;
             const uint32_t ph = (it / STAGES) & 1, php = ((it - 1) / STAGES) & 1;
-            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
             tt::acc_tile<BN> sn;
             mbar_wait(&k_full[s], ph);
             mbar_wait(&v_full[sp], php);
@@ -317,42 +341,49 @@ __global__ void __launch_bounds__(kThreads, 1)
             __syncwarp();
             if (lane == 0) mbar_arrive(&k_empty[s]);
             // The softmax of block it, under the PV of block it - 1; o is
-            // rescaled only after that PV has finished.
-            const int k0 = n * BN;
-            if (p.softcap > 0.0f) {
-                const float cap = p.softcap, cin = p.cap_in;
-                tt::map(sn, [=](float x, int, int) { return cap * tanhf(x * cin); });
-            }
-            if (needs_mask(n)) apply_mask(sn, p, k0, pos0);
-            float bmax[2], mu[2], alpha[2];
-            tt::reduce_rows(sn, tt::op_max(), -INFINITY, bmax);
+            // rescaled only after that PV has finished.  Blocks with and
+            // without a mask take separate copies of the rest of the block
+            // (joined after P is in pa), so the scores stay in the registers
+            // the wgmma wrote them to.
+            auto rest = [&](auto masked) {
+                if constexpr (CAP) {
+                    const float cap = p.softcap, cin = p.cap_in;
+                    tt::map(sn, [=](float x, int, int) { return cap * tanhf(x * cin); });
+                }
+                if constexpr (decltype(masked)::value) apply_mask(sn, p, n * BN, pos0);
+                float bmax[2], mu[2], alpha[2];
+                tt::reduce_rows(sn, tt::op_max(), -INFINITY, bmax);
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const float mn = fmaxf(st.m[hh], bmax[hh]);
-                mu[hh] = mn == -INFINITY ? 0.0f : mn * p.sl;
-                alpha[hh] = exp2_approx(st.m[hh] * p.sl - mu[hh]);
-                st.m[hh] = mn;
-            }
-            const float sl = p.sl;
-            tt::map_rows(sn, mu, [=](float x, float r) { return exp2_approx(fmaf(x, sl, -r)); });
-            float bsum[2];
-            tt::reduce_rows_partial(sn, tt::op_sum(), 0.0f, bsum);
+                for (int hh = 0; hh < 2; hh++) {
+                    const float mn = fmaxf(st.m[hh], bmax[hh]);
+                    mu[hh] = mn == -INFINITY ? 0.0f : mn * p.sl;
+                    alpha[hh] = exp2_approx(st.m[hh] * p.sl - mu[hh]);
+                    st.m[hh] = mn;
+                }
+                const float sl = p.sl;
+                tt::map_rows(sn, mu, [=](float x, float r) { return exp2_approx(fmaf(x, sl, -r)); });
+                float bsum[2];
+                tt::reduce_rows_partial(sn, tt::op_sum(), 0.0f, bsum);
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++) st.l[hh] = st.l[hh] * alpha[hh] + bsum[hh];
-            tt::wait<0>();
-            o.pin();
-            pa.pin();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&v_empty[sp]);
-            tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
-#pragma unroll
-            for (int i = 0; i < BN / 2; i++) sc.v[i] = sn.v[i];
+                for (int hh = 0; hh < 2; hh++) st.l[hh] = st.l[hh] * alpha[hh] + bsum[hh];
+                tt::wait<0>();
+                o.pin();
+                pa.pin();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&v_empty[sp]);
+                // Rows whose maximum did not grow have alpha = 1 exactly: a warp
+                // whose rows all kept theirs skips the rescale (same bits).
+                if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f))
+                    tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
+                pa = tt::to_a<T>(sn); // the PV that read pa has finished
+            };
+            if (needs_mask(n)) rest(std::true_type{});
+            else rest(std::false_type{});
         }
         // Epilogue: the last PV.
         {
             const int sp = (nblocks - 1) % STAGES;
             const uint32_t php = ((nblocks - 1) / STAGES) & 1;
-            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
             mbar_wait(&v_full[sp], php);
             o.pin();
             tt::fence();
@@ -579,7 +610,8 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
     p.osb = a->o_stride[0];
     p.osh = a->o_stride[1];
     p.oss = a->o_stride[2];
-    auto kern = attn_fwd<T, D, S::kBN, S::kStages, PIPE>;
+    auto kern = a->softcap > 0.0f ? attn_fwd<T, D, S::kBN, S::kStages, PIPE, true>
+                                  : attn_fwd<T, D, S::kBN, S::kStages, PIPE, false>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
     if (e != cudaSuccess) return (int)e;
     cudaStream_t stream = (cudaStream_t)a->stream;
