@@ -29,6 +29,11 @@
 // its unnormalized O, row maxima and sums (f32) in a workspace; the second to
 // arrive (a counter a tile) merges them, always as piece 0 then piece 1, and
 // writes the output: the same bits whichever piece ends last.
+//
+// Causal pairs (many CTAs: use_pairs): a CTA takes tiles T - 1 - q and q of
+// one (batch, head) in turn, so every CTA has T + 1 key blocks and the second
+// tile's Q (released by the consumers' q_empty arrivals after their last
+// S) and first key blocks load while the first tile ends.
 #include "cuda/attention.h"
 #include "cuda/sm90.cuh"
 #include "tensorops_cuda_tiles.cuh"
