@@ -270,40 +270,44 @@ struct op_max { __device__ __forceinline__ float operator()(float a, float b) co
 struct op_min { __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); } };
 struct op_sum { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
 
+// This thread's part of each row, as four independent chains a row joined
+// by a tree (one chain of N / 4 dependent operations would leave the warp
+// waiting on each one's latency), then op(identity, .): out[h] for row row(h).
+template <int N, typename Op>
+__device__ __forceinline__ void reduce_rows_partial(const acc_tile<N> &t, Op op, float identity, float (&out)[2]) {
+    static_assert(N % 16 == 0, "two column groups of 8 a step");
+    float r[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) r[h][k] = t.v[4 * (k >> 1) + 2 * h + (k & 1)];
+#pragma unroll
+    for (int c = 2; c < N / 8; c++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int k = 2 * (c & 1) + e;
+                r[h][k] = op(r[h][k], t.v[4 * c + 2 * h + e]);
+            }
+#pragma unroll
+    for (int h = 0; h < 2; h++) out[h] = op(identity, op(op(r[h][0], r[h][1]), op(r[h][2], r[h][3])));
+}
+
 // out[h] = identity op (every element of row row(h)); every thread of the
 // row's quad gets the result.  max / min as fmaxf / fminf (a NaN element is
 // skipped, as fmaxf does; the CPU tiles propagate it).
 template <int N, typename Op>
 __device__ __forceinline__ void reduce_rows(const acc_tile<N> &t, Op op, float identity, float (&out)[2]) {
-    float r0 = identity, r1 = identity;
-#pragma unroll
-    for (int c = 0; c < N / 8; c++) {
-        r0 = op(op(r0, t.v[4 * c]), t.v[4 * c + 1]);
-        r1 = op(op(r1, t.v[4 * c + 2]), t.v[4 * c + 3]);
-    }
+    reduce_rows_partial(t, op, identity, out);
     // The 4 threads of a quad hold the rest of each row.
 #pragma unroll
     for (int m = 1; m <= 2; m <<= 1) {
-        r0 = op(r0, __shfl_xor_sync(0xffffffffu, r0, m));
-        r1 = op(r1, __shfl_xor_sync(0xffffffffu, r1, m));
+        out[0] = op(out[0], __shfl_xor_sync(0xffffffffu, out[0], m));
+        out[1] = op(out[1], __shfl_xor_sync(0xffffffffu, out[1], m));
     }
-    out[0] = r0;
-    out[1] = r1;
 }
 
-// The same without the quad exchange: this thread's part of each row (the
-// running softmax denominator needs the exchange only once, at the end).
-template <int N, typename Op>
-__device__ __forceinline__ void reduce_rows_partial(const acc_tile<N> &t, Op op, float identity, float (&out)[2]) {
-    float r0 = identity, r1 = identity;
-#pragma unroll
-    for (int c = 0; c < N / 8; c++) {
-        r0 = op(op(r0, t.v[4 * c]), t.v[4 * c + 1]);
-        r1 = op(op(r1, t.v[4 * c + 2]), t.v[4 * c + 3]);
-    }
-    out[0] = r0;
-    out[1] = r1;
-}
 // Finishes a partial row reduction across the quad.
 template <typename Op> __device__ __forceinline__ float reduce_quad(float x, Op op) {
     x = op(x, __shfl_xor_sync(0xffffffffu, x, 1));

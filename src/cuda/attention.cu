@@ -89,7 +89,7 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, u
 #ifdef TOPS_CU_WGMMA
 __device__ __forceinline__ float exp2_approx(float x) {
     float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); // stays before the wait in the PTX
     return y;
 }
 __device__ __forceinline__ void named_sync(int id, int threads) {
@@ -446,6 +446,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                     tt::reduce_rows_partial(sn, tt::op_sum(), 0.0f, bsum);
 #pragma unroll
                     for (int hh = 0; hh < 2; hh++) st.l[hh] = st.l[hh] * alpha[hh] + bsum[hh];
+                    // A warp-wide barrier here keeps ptxas from hoisting the wait
+                    // above the exponentials (which it otherwise does: they then
+                    // ran after this PV instead of under it).
+                    __syncwarp();
                     tt::wait<0>();
                     o.pin();
                     pa.pin();

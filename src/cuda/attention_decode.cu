@@ -282,27 +282,12 @@ __device__ __forceinline__ void row_factors(const dparams &p, const seqlens &sl,
     if ((tid & 7) == 0 && rr < rows) rowf[rr] = __int_as_float((127 + e) << 23);
 }
 
-// Programmatic dependent launch (sm_90; a no-op before): the split kernels
-// let merge_kernel's blocks be scheduled early (pdl_launch), merge_kernel
-// waits for their grid to finish before reading the workspace (pdl_wait).
-__device__ __forceinline__ void pdl_launch() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // D <= 128 fits 3 CTAs a SM (170 registers): 12 warps to hide the latency
 // of the loads and of the dependent mma / softmax chains.
 // KV = TOPS__DEC_* + 4: int8 / int4 codes whose k and v scales are f16 groups
 // (the fma decoder; f16 loads of the scales).
 template <typename T, int D, int KV>
 __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(const dparams p) {
-    pdl_launch();
     constexpr int KIND = KV & 3;
     constexpr bool F16S = KV >= 4;
     constexpr int BITS = KIND == TOPS__DEC_KV16 ? 16 : KIND == TOPS__DEC_I4 ? 4 : 8;
@@ -562,11 +547,8 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
     finish_rows<T, D>(p, sl, kRows, r0, b, hk, split, mw, lw, ow);
 }
 
-// Combines the splits' (m, l, O) in split order and writes the output.  A
-// programmatic dependent launch: its blocks may start while the split kernel
-// ends, and wait here for its grid (and writes) to complete.
+// Combines the splits' (m, l, O) in split order and writes the output.
 template <typename T, int D> __global__ void __launch_bounds__(256) merge_kernel(const dparams p, int bhs) {
-    pdl_wait();
     const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv;
     const long long nml = 2LL * bhs * p.nsplit * p.rows;
     const seqlens sl = seq_of(p, b);
@@ -807,7 +789,6 @@ template <int D, int KIND> struct feed {
 
 template <typename T, int D, int KIND>
 __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const dparams p) {
-    pdl_launch();
     using C = ring::cfg<D, KIND>;
     using H = __half; // the mma type, whatever q's type
     constexpr int CH = C::CH, CD = C::CD, KPC = C::KPC, NPC = C::NPC, RB = C::RB, NS = C::NS;
@@ -1150,7 +1131,6 @@ __device__ __forceinline__ float sf16(const unsigned char *row, int g) {
 // of at least a chunk), found at run time.
 template <int D, int KIND, int NR, int KG>
 __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 3 : 2) kt_kernel(const dparams p) {
-    pdl_launch();
     using R = ring::cfg<D, KIND>;
     using C = kt::cfg<D, KIND, NR>;
     using T = __nv_bfloat16;                                                        // q, out
@@ -1582,7 +1562,8 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
     err = cudaGetLastError();
     if (err == cudaSuccess && p.nsplit > 1) {
         int ys = (p.rows * D + 255) / 256;
-        err = tops_cu::launch_kernel(merge_kernel<T, D>, dim3(bhs, ys), dim3(256), 0, stream, true, 1, p, bhs);
+        merge_kernel<T, D><<<dim3(bhs, ys), 256, 0, stream>>>(p, bhs);
+        err = cudaGetLastError();
     }
     if (ws) {
         cudaError_t e2 = cudaFreeAsync(ws, stream);
