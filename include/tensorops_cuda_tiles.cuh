@@ -157,6 +157,10 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lead) {
     return ((uint64_t)((addr & 0x3FFFFu) >> 4)) | ((uint64_t)((lead & 0x3FFFFu) >> 4) << 16) | ((1024ull >> 4) << 32) |
            (1ull << 62);
 }
+// The descriptor of an address `bytes` further (a multiple of 16): the start
+// field is address / 16 in 14 bits and shared memory ends below 2^18, so a
+// plain add never carries out of it.
+__device__ __forceinline__ uint64_t desc_add(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 template <int N, bool BF16, int TB>
 __device__ __forceinline__ void mma_ss(float (&d)[N / 2], uint64_t a, uint64_t b, int scale_d) {
     static_assert(N == 64 || N == 128 || N == 256, "wgmma tiles here are 64, 128 or 256 columns wide");
@@ -266,40 +270,44 @@ struct op_max { __device__ __forceinline__ float operator()(float a, float b) co
 struct op_min { __device__ __forceinline__ float operator()(float a, float b) const { return fminf(a, b); } };
 struct op_sum { __device__ __forceinline__ float operator()(float a, float b) const { return a + b; } };
 
+// This thread's part of each row, as four independent chains a row joined
+// by a tree (one chain of N / 4 dependent operations would leave the warp
+// waiting on each one's latency), then op(identity, .): out[h] for row row(h).
+template <int N, typename Op>
+__device__ __forceinline__ void reduce_rows_partial(const acc_tile<N> &t, Op op, float identity, float (&out)[2]) {
+    static_assert(N % 16 == 0, "two column groups of 8 a step");
+    float r[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) r[h][k] = t.v[4 * (k >> 1) + 2 * h + (k & 1)];
+#pragma unroll
+    for (int c = 2; c < N / 8; c++)
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const int k = 2 * (c & 1) + e;
+                r[h][k] = op(r[h][k], t.v[4 * c + 2 * h + e]);
+            }
+#pragma unroll
+    for (int h = 0; h < 2; h++) out[h] = op(identity, op(op(r[h][0], r[h][1]), op(r[h][2], r[h][3])));
+}
+
 // out[h] = identity op (every element of row row(h)); every thread of the
 // row's quad gets the result.  max / min as fmaxf / fminf (a NaN element is
 // skipped, as fmaxf does; the CPU tiles propagate it).
 template <int N, typename Op>
 __device__ __forceinline__ void reduce_rows(const acc_tile<N> &t, Op op, float identity, float (&out)[2]) {
-    float r0 = identity, r1 = identity;
-#pragma unroll
-    for (int c = 0; c < N / 8; c++) {
-        r0 = op(op(r0, t.v[4 * c]), t.v[4 * c + 1]);
-        r1 = op(op(r1, t.v[4 * c + 2]), t.v[4 * c + 3]);
-    }
+    reduce_rows_partial(t, op, identity, out);
     // The 4 threads of a quad hold the rest of each row.
 #pragma unroll
     for (int m = 1; m <= 2; m <<= 1) {
-        r0 = op(r0, __shfl_xor_sync(0xffffffffu, r0, m));
-        r1 = op(r1, __shfl_xor_sync(0xffffffffu, r1, m));
+        out[0] = op(out[0], __shfl_xor_sync(0xffffffffu, out[0], m));
+        out[1] = op(out[1], __shfl_xor_sync(0xffffffffu, out[1], m));
     }
-    out[0] = r0;
-    out[1] = r1;
 }
 
-// The same without the quad exchange: this thread's part of each row (the
-// running softmax denominator needs the exchange only once, at the end).
-template <int N, typename Op>
-__device__ __forceinline__ void reduce_rows_partial(const acc_tile<N> &t, Op op, float identity, float (&out)[2]) {
-    float r0 = identity, r1 = identity;
-#pragma unroll
-    for (int c = 0; c < N / 8; c++) {
-        r0 = op(op(r0, t.v[4 * c]), t.v[4 * c + 1]);
-        r1 = op(op(r1, t.v[4 * c + 2]), t.v[4 * c + 3]);
-    }
-    out[0] = r0;
-    out[1] = r1;
-}
 // Finishes a partial row reduction across the quad.
 template <typename Op> __device__ __forceinline__ float reduce_quad(float x, Op op) {
     x = op(x, __shfl_xor_sync(0xffffffffu, x, 1));
@@ -336,12 +344,13 @@ __device__ __forceinline__ void store(const acc_tile<N> &t, const smem_tile<T, R
 template <typename T, int N, int RA, int RB, int K>
 __device__ __forceinline__ void matmul_nt(acc_tile<N> &acc, const smem_tile<T, RA, K> &a, int a_r0,
                                           const smem_tile<T, RB, K> &b, int b_r0, int accumulate) {
-    const uint32_t pa = smem_u32(a.ptr) + a_r0 * 128, pb = smem_u32(b.ptr) + b_r0 * 128;
+    const uint64_t da = detail::desc_sw128(smem_u32(a.ptr) + a_r0 * 128, 16),
+                   db = detail::desc_sw128(smem_u32(b.ptr) + b_r0 * 128, 16);
 #pragma unroll
     for (int s = 0; s < K / 16; s++) {
         const uint32_t off = (s % 4) * 32; // k16 steps inside a 128-byte panel row
-        detail::mma_ss<N, is_bf16<T>::value, 0>(acc.v, detail::desc_sw128(pa + (s / 4) * smem_tile<T, RA, K>::kPanelBytes + off, 16),
-                                                detail::desc_sw128(pb + (s / 4) * smem_tile<T, RB, K>::kPanelBytes + off, 16),
+        detail::mma_ss<N, is_bf16<T>::value, 0>(acc.v, detail::desc_add(da, (s / 4) * smem_tile<T, RA, K>::kPanelBytes + off),
+                                                detail::desc_add(db, (s / 4) * smem_tile<T, RB, K>::kPanelBytes + off),
                                                 s > 0 || accumulate);
     }
 }
@@ -350,11 +359,11 @@ __device__ __forceinline__ void matmul_nt(acc_tile<N> &acc, const smem_tile<T, R
 template <typename T, int N, int RB, int K>
 __device__ __forceinline__ void matmul_nt(acc_tile<N> &acc, const a_tile<T, K> &a, const smem_tile<T, RB, K> &b,
                                           int b_r0, int accumulate) {
-    const uint32_t pb = smem_u32(b.ptr) + b_r0 * 128;
+    const uint64_t db = detail::desc_sw128(smem_u32(b.ptr) + b_r0 * 128, 16);
 #pragma unroll
     for (int s = 0; s < K / 16; s++)
         detail::mma_rs<N, is_bf16<T>::value, 0>(
-            acc.v, a.r[s], detail::desc_sw128(pb + (s / 4) * smem_tile<T, RB, K>::kPanelBytes + (s % 4) * 32, 16),
+            acc.v, a.r[s], detail::desc_add(db, (s / 4) * smem_tile<T, RB, K>::kPanelBytes + (s % 4) * 32),
             s > 0 || accumulate);
 }
 
@@ -363,12 +372,10 @@ __device__ __forceinline__ void matmul_nt(acc_tile<N> &acc, const a_tile<T, K> &
 template <typename T, int N, int RB, int K>
 __device__ __forceinline__ void matmul_nn(acc_tile<N> &acc, const a_tile<T, K> &a, const smem_tile<T, RB, N> &b,
                                           int b_r0, int accumulate) {
-    const uint32_t pb = smem_u32(b.ptr) + b_r0 * 128;
+    const uint64_t db = detail::desc_sw128(smem_u32(b.ptr) + b_r0 * 128, smem_tile<T, RB, N>::kPanelBytes);
 #pragma unroll
     for (int s = 0; s < K / 16; s++)
-        detail::mma_rs<N, is_bf16<T>::value, 1>(acc.v, a.r[s],
-                                                detail::desc_sw128(pb + s * 16 * 128, smem_tile<T, RB, N>::kPanelBytes),
-                                                s > 0 || accumulate);
+        detail::mma_rs<N, is_bf16<T>::value, 1>(acc.v, a.r[s], detail::desc_add(db, s * 16 * 128), s > 0 || accumulate);
 }
 #endif
 

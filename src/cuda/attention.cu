@@ -29,11 +29,17 @@
 // its unnormalized O, row maxima and sums (f32) in a workspace; the second to
 // arrive (a counter a tile) merges them, always as piece 0 then piece 1, and
 // writes the output: the same bits whichever piece ends last.
+//
+// Causal pairs (many CTAs: use_pairs): a CTA takes tiles T - 1 - q and q of
+// one (batch, head) in turn, so every CTA has T + 1 key blocks and the second
+// tile's Q (released by the consumers' q_empty arrivals after their last
+// S) and first key blocks load while the first tile ends.
 #include "cuda/attention.h"
 #include "cuda/sm90.cuh"
 #include "tensorops_cuda_tiles.cuh"
 
 #include <math.h>
+#include <type_traits>
 #include <stdio.h>
 
 namespace {
@@ -62,6 +68,9 @@ struct kparams {
     int items, heads, split_from, split_tiles;
     float *ws;
     unsigned *counters;
+    // Query tiles a (batch, head); pairs != 0: a causal CTA takes tiles
+    // T - 1 - q and q of one head (the same key blocks in all, T + 1).
+    int tiles, pairs;
     unsigned short code[kMaxItems];
 };
 
@@ -80,7 +89,7 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, u
 #ifdef TOPS_CU_WGMMA
 __device__ __forceinline__ float exp2_approx(float x) {
     float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x)); // stays before the wait in the PTX
     return y;
 }
 __device__ __forceinline__ void named_sync(int id, int threads) {
@@ -107,23 +116,38 @@ struct softmax_state {
 
 // -inf where a key is past the end, after the query (causal) or outside the
 // window; k0 = the block's first key, pos0 = the position of the tile's row 0
-// (all below 2^31: checked on the host).
+// (all below 2^31: checked on the host).  Each of the thread's two rows sees
+// the keys [lo, hi]; as columns of this thread's elements (their offsets are
+// compile-time constants) that is two compares and a select an element.
 template <int BN>
 __device__ __forceinline__ void apply_mask(tt::acc_tile<BN> &s, const kparams &p, int k0, int pos0) {
-    const int sk = p.sk, w = p.window, causal = p.causal;
-    tt::map(s, [=](float x, int i, int j) {
-        const int key = k0 + j, pos = pos0 + i;
-        const bool out = key >= sk || (causal && key > pos) || (w > 0 && (key <= pos - w || (!causal && key >= pos + w)));
-        return out ? -INFINITY : x;
-    });
+    const long long base = (long long)k0 + 2 * (threadIdx.x % 4); // key of the thread's column 0
+    int lo[2], hi[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const long long pos = (long long)pos0 + tt::acc_tile<BN>::row(h);
+        long long top = (long long)p.sk - 1, bot = 0;
+        if (p.causal) top = min(top, pos);
+        if (p.window > 0) {
+            bot = pos - p.window + 1;
+            if (!p.causal) top = min(top, pos + p.window - 1);
+        }
+        lo[h] = (int)max(-1LL, min((long long)BN, bot - base));
+        hi[h] = (int)max(-1LL, min((long long)BN, top - base));
+    }
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++) {
+        const int c = 8 * (i / 4) + (i & 1), h = (i >> 1) & 1;
+        if (c < lo[h] || c > hi[h]) s.v[i] = -INFINITY;
+    }
 }
 
 // Masks, exponentiates block `s` in place and rescales o and the sums; after
 // it s holds P (relative to the new max).
-template <int BN, int D>
+template <int BN, int D, bool CAP>
 __device__ __forceinline__ void softmax_block(tt::acc_tile<BN> &s, tt::acc_tile<D> &o, softmax_state &st,
                                               const kparams &p, int k0, int pos0, bool mask) {
-    if (p.softcap > 0.0f) {
+    if constexpr (CAP) {
         const float cap = p.softcap, cin = p.cap_in;
         tt::map(s, [=](float x, int, int) { return cap * tanhf(x * cin); });
     }
@@ -146,35 +170,41 @@ __device__ __forceinline__ void softmax_block(tt::acc_tile<BN> &s, tt::acc_tile<
     for (int h = 0; h < 2; h++) st.l[h] = st.l[h] * alpha[h] + bsum[h];
     tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
 }
-#endif
 
-template <typename T, int D, int BN, int STAGES, int PIPE>
-__global__ void __launch_bounds__(kThreads, 1)
-    attn_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
-             const __grid_constant__ CUtensorMap tv, const kparams p) {
-#ifdef TOPS_CU_WGMMA
-    constexpr int kQBytes = kBM * D * 2, kKVBytes = BN * D * 2;
-    extern __shared__ uint8_t smem_raw[];
-    uint8_t *base = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-    const tt::smem_tile<T, kBM, D> sQ{reinterpret_cast<T *>(base)};
-    uint8_t *kv = base + kQBytes;
-    uint64_t *bar = reinterpret_cast<uint64_t *>(kv + 2 * STAGES * kKVBytes);
-    uint64_t *q_full = bar, *k_full = bar + 1, *v_full = bar + 1 + STAGES, *k_empty = bar + 1 + 2 * STAGES,
-             *v_empty = bar + 1 + 3 * STAGES;
-
-    int m_block, h, b, split = 0, piece = 0;
+// Work items of CTA c (all warp-uniform: from blockIdx and the parameters).
+// Split plan: one, c = item x (heads x batch) + r.  Pairs: tiles T - 1 - q
+// then q of head-batch r, c = r P + q with P = (T + 1) / 2 (one tile where
+// they coincide).  Else one tile, c = r T + T - 1 - tile (the longest causal
+// rows first, tiles fastest: the CTAs that run together share K and V).
+struct work_item {
+    int m_block, h, b, split, piece, nb_hi, nblocks;
+};
+__device__ __forceinline__ int items_of(const kparams &p, int c) {
+    if (!p.pairs) return 1;
+    const int P = (p.tiles + 1) / 2, q = c % P;
+    return p.tiles - 1 - q == q ? 1 : 2;
+}
+template <int BN> __device__ __forceinline__ work_item find_work(const kparams &p, int c, int j) {
+    work_item wi;
+    wi.split = wi.piece = 0;
+    int r;
     if (p.items) {
-        const int hb = (int)(gridDim.x / (unsigned)p.items); // heads x batch
-        const int item = blockIdx.x / hb, r = blockIdx.x % hb, code = p.code[item];
-        h = r % p.heads, b = r / p.heads;
-        m_block = code >> 2, split = (code >> 1) & 1, piece = code & 1;
+        const int hb = (int)(gridDim.x / (unsigned)p.items);
+        const int item = c / hb, code = p.code[item];
+        r = c % hb;
+        wi.m_block = code >> 2, wi.split = (code >> 1) & 1, wi.piece = code & 1;
+    } else if (p.pairs) {
+        const int P = (p.tiles + 1) / 2;
+        r = c / P;
+        const int q = c - r * P;
+        wi.m_block = j == 0 ? p.tiles - 1 - q : q;
     } else {
-        m_block = gridDim.x - 1 - blockIdx.x; // the longest causal rows first
-        h = blockIdx.y, b = blockIdx.z;
+        r = c / p.tiles;
+        wi.m_block = p.tiles - 1 - (c - r * p.tiles);
     }
-    const int hk = h / p.h_ratio;
+    wi.h = r % p.heads, wi.b = r / p.heads;
     const long long off = (long long)p.sk - p.sq; // query i sits at position i + off
-    const int m0 = m_block * kBM;
+    const int m0 = wi.m_block * kBM;
     const int mlast = min(m0 + kBM, p.sq) - 1;
     long long key_lo = 0, key_hi = p.sk;
     if (p.causal) key_hi = min(key_hi, mlast + off + 1);
@@ -187,15 +217,54 @@ __global__ void __launch_bounds__(kThreads, 1)
         nb_lo = (int)(key_lo / BN);
         nb_hi = (int)((key_hi + BN - 1) / BN);
     }
-    if (split) { // piece 0: the upper (n + 1) / 2 blocks, piece 1 the rest
+    if (wi.split) { // piece 0: the upper (n + 1) / 2 blocks, piece 1 the rest
         const int n0 = (nb_hi - nb_lo + 1) / 2;
-        if (piece == 0) nb_lo = nb_hi - n0;
+        if (wi.piece == 0) nb_lo = nb_hi - n0;
         else nb_hi -= n0;
     }
-    const int nblocks = nb_hi - nb_lo;
+    wi.nb_hi = nb_hi;
+    wi.nblocks = nb_hi - nb_lo;
+    return wi;
+}
+
+// The K / V ring: an item's key block `it` takes stage it % STAGES, whose
+// phase parity is its bit in phs (at the item's start) plus its uses since;
+// ring_advance gives the bits after an item of n blocks.
+template <int STAGES> __device__ __forceinline__ uint32_t ring_phase(uint32_t phs, int it) {
+    const uint32_t u = (uint32_t)it; // it >= 0: unsigned division is a shift
+    return (u / STAGES + (phs >> (u % STAGES))) & 1u;
+}
+template <int STAGES> __device__ __forceinline__ uint32_t ring_advance(uint32_t phs, int n) {
+#pragma unroll
+    for (int s = 0; s < STAGES; s++)
+        if (n > s) phs ^= (uint32_t)(((n - s + STAGES - 1) / STAGES) & 1) << s;
+    return phs;
+}
+#endif
+
+// CAP: a softcap (a compile-time branch: a run-time one around the tanh code
+// made the compiler copy every score out of the wgmma registers each block).
+template <typename T, int D, int BN, int STAGES, int PIPE, bool CAP>
+__global__ void __launch_bounds__(kThreads, 1)
+    attn_fwd(const __grid_constant__ CUtensorMap tq, const __grid_constant__ CUtensorMap tk,
+             const __grid_constant__ CUtensorMap tv, const kparams p) {
+#ifdef TOPS_CU_WGMMA
+    constexpr int kQBytes = kBM * D * 2, kKVBytes = BN * D * 2;
+    extern __shared__ uint8_t smem_raw[];
+    uint8_t *base = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    const tt::smem_tile<T, kBM, D> sQ{reinterpret_cast<T *>(base)};
+    uint8_t *kv = base + kQBytes;
+    uint64_t *bar = reinterpret_cast<uint64_t *>(kv + 2 * STAGES * kKVBytes);
+    uint64_t *q_full = bar, *k_full = bar + 1, *v_full = bar + 1 + STAGES, *k_empty = bar + 1 + 2 * STAGES,
+             *v_empty = bar + 1 + 3 * STAGES, *q_empty = bar + 1 + 4 * STAGES;
+    // A CTA takes items_of(p, blockIdx.x) work items in turn (a causal pair:
+    // tiles t and T - 1 - t of one head); Q is reloaded for each once the
+    // consumers' last S of the one before is done (q_empty).
+    const int nitems = items_of(p, blockIdx.x);
 
     if (threadIdx.x == 0) {
         mbar_init(q_full, 1);
+        mbar_init(q_empty, 8); // lane 0 of each consumer warp, after its last S of an item
         for (int s = 0; s < STAGES; s++) {
             mbar_init(&k_full[s], 1);
             mbar_init(&v_full[s], 1);
@@ -206,25 +275,36 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 
-    const int wg = threadIdx.x / 128;
+    // Broadcast from lane 0: the compiler then knows the warpgroup index (and
+    // the Q descriptors derived from it) is warp-uniform and keeps them in
+    // uniform registers.
+    const int wg = __shfl_sync(0xffffffffu, (int)(threadIdx.x / 128), 0);
     if (wg == 0) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x == 0) {
-            mbar_expect_tx(q_full, kQBytes);
+            uint32_t phs = 0; // bit s: stage s's phase parity when an item starts
+            for (int j = 0; j < nitems; j++) {
+                mbar_wait(q_empty, (j & 1) ^ 1);
+                const work_item wi = find_work<BN>(p, blockIdx.x, j);
+                mbar_expect_tx(q_full, kQBytes);
 #pragma unroll
-            for (int c = 0; c < D / 64; c++) tma_load_4d(base + c * kBM * 128, &tq, q_full, c * 64, m0, h, b);
-            for (int it = 0; it < nblocks; it++) {
-                const int n = nb_hi - 1 - it, s = it % STAGES;
-                const uint32_t ph = (it / STAGES) & 1;
-                uint8_t *ks = kv + s * kKVBytes, *vs = kv + (STAGES + s) * kKVBytes;
-                mbar_wait(&k_empty[s], ph ^ 1);
-                mbar_expect_tx(&k_full[s], kKVBytes);
+                for (int c = 0; c < D / 64; c++)
+                    tma_load_4d(base + c * kBM * 128, &tq, q_full, c * 64, wi.m_block * kBM, wi.h, wi.b);
+                const int hk = wi.h / p.h_ratio;
+                for (int it = 0; it < wi.nblocks; it++) {
+                    const int n = wi.nb_hi - 1 - it, s = it % STAGES;
+                    const uint32_t ph = ring_phase<STAGES>(phs, it);
+                    uint8_t *ks = kv + s * kKVBytes, *vs = kv + (STAGES + s) * kKVBytes;
+                    mbar_wait(&k_empty[s], ph ^ 1);
+                    mbar_expect_tx(&k_full[s], kKVBytes);
 #pragma unroll
-                for (int c = 0; c < D / 64; c++) tma_load_4d(ks + c * BN * 128, &tk, &k_full[s], c * 64, n * BN, hk, b);
-                mbar_wait(&v_empty[s], ph ^ 1);
-                mbar_expect_tx(&v_full[s], kKVBytes);
+                    for (int c = 0; c < D / 64; c++) tma_load_4d(ks + c * BN * 128, &tk, &k_full[s], c * 64, n * BN, hk, wi.b);
+                    mbar_wait(&v_empty[s], ph ^ 1);
+                    mbar_expect_tx(&v_full[s], kKVBytes);
 #pragma unroll
-                for (int c = 0; c < D / 64; c++) tma_load_4d(vs + c * BN * 128, &tv, &v_full[s], c * 64, n * BN, hk, b);
+                    for (int c = 0; c < D / 64; c++) tma_load_4d(vs + c * BN * 128, &tv, &v_full[s], c * 64, n * BN, hk, wi.b);
+                }
+                phs = ring_advance<STAGES>(phs, wi.nblocks);
             }
         }
         return;
@@ -232,198 +312,242 @@ __global__ void __launch_bounds__(kThreads, 1)
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
 
     const int cw = wg - 1, lane = threadIdx.x % 32;
-    const int r0 = m0 + cw * 64;
-    // Positions as int: Sq, Sk <= 2^29 (host check) and the window clamped below
-    // Sq + Sk, so pos -/+ window stays inside int.
-    const int pos0 = r0 + p.sk - p.sq;
-    const int pmax = min(r0 + 63, p.sq - 1) + p.sk - p.sq;
-    auto needs_mask = [&](int n) {
-        const int k0 = n * BN, k1 = k0 + BN - 1;
-        return k1 >= p.sk || (p.causal && k1 > pos0) ||
-               (p.window > 0 && (k0 <= pmax - p.window || (!p.causal && k1 >= pos0 + p.window)));
-    };
     auto kstage = [&](int s) { return tt::smem_tile<T, BN, D>{reinterpret_cast<T *>(kv + s * kKVBytes)}; };
     auto vstage = [&](int s) { return tt::smem_tile<T, BN, D>{reinterpret_cast<T *>(kv + (STAGES + s) * kKVBytes)}; };
+    // This warp is done with Q (its last S = Q K^T has completed): the
+    // producer may load the next item's.
+    auto release_q = [&]() {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(q_empty);
+    };
 
-    tt::acc_tile<D> o;
-    o.fill(0.0f);
-    softmax_state st;
-    st.m[0] = st.m[1] = -INFINITY;
-    st.l[0] = st.l[1] = 0.0f;
-    mbar_wait(q_full, 0);
-    // Ping-pong: warpgroup cw issues its matmuls after named barrier 1 + cw,
-    // then lets the other one go; warpgroup 0 goes first.
-    if (PIPE == 2 && cw == 1 && nblocks > 0) named_arrive(1, 256);
+    // Every item starts on stage 0 (so stage addresses stay warp-uniform);
+    // bit s of phs is stage s's phase parity when an item starts.
+    uint32_t phs = 0;
+    for (int j = 0; j < nitems; j++) {
+        mbar_wait(q_full, j & 1);
+        const work_item wi = find_work<BN>(p, blockIdx.x, j);
+        const int nblocks = wi.nblocks, nb_hi = wi.nb_hi;
+        const int r0 = wi.m_block * kBM + cw * 64;
+        // Positions as int: Sq, Sk <= 2^29 (host check) and the window clamped below
+        // Sq + Sk, so pos -/+ window stays inside int.
+        const int pos0 = r0 + p.sk - p.sq;
+        const int pmax = min(r0 + 63, p.sq - 1) + p.sk - p.sq;
+        auto needs_mask = [&](int n) {
+            const int k0 = n * BN, k1 = k0 + BN - 1;
+            return k1 >= p.sk || (p.causal && k1 > pos0) ||
+                   (p.window > 0 && (k0 <= pmax - p.window || (!p.causal && k1 >= pos0 + p.window)));
+        };
 
-    if constexpr (!PIPE) {
-        for (int it = 0; it < nblocks; it++) {
-            const int n = nb_hi - 1 - it, s = it % STAGES;
-            const uint32_t ph = (it / STAGES) & 1;
-            tt::acc_tile<BN> sc;
-            mbar_wait(&k_full[s], ph);
-            tt::fence();
-            tt::matmul_nt(sc, sQ, cw * 64, kstage(s), 0, 0);
-            tt::commit();
-            tt::wait<0>();
-            sc.pin();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&k_empty[s]);
-            softmax_block<BN, D>(sc, o, st, p, n * BN, pos0, needs_mask(n));
-            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
-            mbar_wait(&v_full[s], ph);
-            o.pin();
-            tt::fence();
-            tt::matmul_nn(o, pa, vstage(s), 0, 1);
-            tt::commit();
-            tt::wait<0>();
-            o.pin();
-            pa.pin();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&v_empty[s]);
-        }
-    } else if (nblocks > 0) {
-        // Prologue: S_0 and its softmax.
-        tt::acc_tile<BN> sc;
-        {
-            mbar_wait(&k_full[0], 0);
-            if (PIPE == 2) named_sync(1 + cw, 256); // ping-pong: wait for this warpgroup's turn
-            tt::fence();
-            tt::matmul_nt(sc, sQ, cw * 64, kstage(0), 0, 0);
-            tt::commit();
-            if (PIPE == 2) named_arrive(1 + (cw ^ 1), 256);
-            tt::wait<0>();
-            sc.pin();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&k_empty[0]);
-            softmax_block<BN, D>(sc, o, st, p, (nb_hi - 1) * BN, pos0, needs_mask(nb_hi - 1));
-        }
-        for (int it = 1; it < nblocks; it++) {
-            const int n = nb_hi - 1 - it, s = it % STAGES, sp = (it - 1) % STAGES;
-            const uint32_t ph = (it / STAGES) & 1, php = ((it - 1) / STAGES) & 1;
-            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
-            tt::acc_tile<BN> sn;
-            mbar_wait(&k_full[s], ph);
-            mbar_wait(&v_full[sp], php);
-            if (PIPE == 2) named_sync(1 + cw, 256);
-            o.pin();
-            tt::fence();
-            tt::matmul_nt(sn, sQ, cw * 64, kstage(s), 0, 0);
-            tt::commit();
-            tt::matmul_nn(o, pa, vstage(sp), 0, 1);
-            tt::commit();
-            if (PIPE == 2) named_arrive(1 + (cw ^ 1), 256);
-            tt::wait<1>(); // S_{it} done, PV_{it-1} may run on
-            sn.pin();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&k_empty[s]);
-            // The softmax of block it, under the PV of block it - 1; o is
-            // rescaled only after that PV has finished.
-            const int k0 = n * BN;
-            if (p.softcap > 0.0f) {
-                const float cap = p.softcap, cin = p.cap_in;
-                tt::map(sn, [=](float x, int, int) { return cap * tanhf(x * cin); });
+        tt::acc_tile<D> o;
+        o.fill(0.0f);
+        softmax_state st;
+        st.m[0] = st.m[1] = -INFINITY;
+        st.l[0] = st.l[1] = 0.0f;
+        // Ping-pong: warpgroup cw issues its matmuls after named barrier 1 + cw,
+        // then lets the other one go; warpgroup 0 goes first.
+        if (PIPE == 2 && cw == 1 && nblocks > 0) named_arrive(1, 256);
+
+        if constexpr (!PIPE) {
+            for (int it = 0; it < nblocks; it++) {
+                const int n = nb_hi - 1 - it, s = it % STAGES;
+                const uint32_t ph = ring_phase<STAGES>(phs, it);
+                tt::acc_tile<BN> sc;
+                mbar_wait(&k_full[s], ph);
+                tt::fence();
+                tt::matmul_nt(sc, sQ, cw * 64, kstage(s), 0, 0);
+                tt::commit();
+                tt::wait<0>();
+                sc.pin();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&k_empty[s]);
+                if (it == nblocks - 1) release_q();
+                softmax_block<BN, D, CAP>(sc, o, st, p, n * BN, pos0, needs_mask(n));
+                tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
+                mbar_wait(&v_full[s], ph);
+                o.pin();
+                tt::fence();
+                tt::matmul_nn(o, pa, vstage(s), 0, 1);
+                tt::commit();
+                tt::wait<0>();
+                o.pin();
+                pa.pin();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&v_empty[s]);
             }
-            if (needs_mask(n)) apply_mask(sn, p, k0, pos0);
-            float bmax[2], mu[2], alpha[2];
-            tt::reduce_rows(sn, tt::op_max(), -INFINITY, bmax);
+        } else if (nblocks > 0) {
+            // Prologue: S_0, its softmax and P_0 in registers.  P is carried from
+            // one block to the next as the PV matmul's A operand (half the
+            // registers of the scores, and no copy of them).
+            tt::a_tile<T, BN> pa;
+            {
+                tt::acc_tile<BN> sc;
+                mbar_wait(&k_full[0], phs & 1);
+                if (PIPE == 2) named_sync(1 + cw, 256); // ping-pong: wait for this warpgroup's turn
+                tt::fence();
+                tt::matmul_nt(sc, sQ, cw * 64, kstage(0), 0, 0);
+                tt::commit();
+                if (PIPE == 2) named_arrive(1 + (cw ^ 1), 256);
+                tt::wait<0>();
+                sc.pin();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&k_empty[0]);
+                if (nblocks == 1) release_q();
+                softmax_block<BN, D, CAP>(sc, o, st, p, (nb_hi - 1) * BN, pos0, needs_mask(nb_hi - 1));
+                pa = tt::to_a<T>(sc);
+            }
+            // Block it (>= 1) on stage SS = it % STAGES, a compile-time constant
+            // (the loop below takes STAGES blocks a round): the stages'
+            // descriptors stay loop-invariant whatever the compiler knows of
+            // the item's block count.
+            auto block = [&](const int it, auto SS) {
+                constexpr int s = decltype(SS)::value, sp = (s + STAGES - 1) % STAGES;
+                const int n = nb_hi - 1 - it;
+                const uint32_t ph = ring_phase<STAGES>(phs, it), php = ring_phase<STAGES>(phs, it - 1);
+                tt::acc_tile<BN> sn;
+                mbar_wait(&k_full[s], ph);
+                mbar_wait(&v_full[sp], php);
+                if (PIPE == 2) named_sync(1 + cw, 256);
+                o.pin();
+                tt::fence();
+                tt::matmul_nt(sn, sQ, cw * 64, kstage(s), 0, 0);
+                tt::commit();
+                tt::matmul_nn(o, pa, vstage(sp), 0, 1);
+                tt::commit();
+                if (PIPE == 2) named_arrive(1 + (cw ^ 1), 256);
+                tt::wait<1>(); // S_{it} done, PV_{it-1} may run on
+                sn.pin();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&k_empty[s]);
+                if (it == nblocks - 1 && lane == 0) mbar_arrive(q_empty); // the warp synced just above
+                // The softmax of block it, under the PV of block it - 1; o is
+                // rescaled only after that PV has finished.  Blocks with and
+                // without a mask take separate copies of the rest of the block
+                // (joined after P is in pa), so the scores stay in the
+                // registers the wgmma wrote them to.
+                auto rest = [&](auto masked) {
+                    if constexpr (CAP) {
+                        const float cap = p.softcap, cin = p.cap_in;
+                        tt::map(sn, [=](float x, int, int) { return cap * tanhf(x * cin); });
+                    }
+                    if constexpr (decltype(masked)::value) apply_mask(sn, p, n * BN, pos0);
+                    float bmax[2], mu[2], alpha[2];
+                    tt::reduce_rows(sn, tt::op_max(), -INFINITY, bmax);
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) {
+                        const float mn = fmaxf(st.m[hh], bmax[hh]);
+                        mu[hh] = mn == -INFINITY ? 0.0f : mn * p.sl;
+                        alpha[hh] = exp2_approx(st.m[hh] * p.sl - mu[hh]);
+                        st.m[hh] = mn;
+                    }
+                    const float sl = p.sl;
+                    tt::map_rows(sn, mu, [=](float x, float r) { return exp2_approx(fmaf(x, sl, -r)); });
+                    float bsum[2];
+                    tt::reduce_rows_partial(sn, tt::op_sum(), 0.0f, bsum);
+#pragma unroll
+                    for (int hh = 0; hh < 2; hh++) st.l[hh] = st.l[hh] * alpha[hh] + bsum[hh];
+                    // A warp-wide barrier here keeps ptxas from hoisting the wait
+                    // above the exponentials (which it otherwise does: they then
+                    // ran after this PV instead of under it).
+                    __syncwarp();
+                    tt::wait<0>();
+                    o.pin();
+                    pa.pin();
+                    __syncwarp();
+                    if (lane == 0) mbar_arrive(&v_empty[sp]);
+                    // Rows whose maximum did not grow have alpha = 1 exactly: a
+                    // warp whose rows all kept theirs skips the rescale (same bits).
+                    if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f))
+                        tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
+                    pa = tt::to_a<T>(sn); // the PV that read pa has finished
+                };
+                if (needs_mask(n)) rest(std::true_type{});
+                else rest(std::false_type{});
+            };
+            static_assert(STAGES == 2, "one round: stages 1, 0");
+            for (int it = 1; it < nblocks; it += 2) {
+                block(it, std::integral_constant<int, 1>{});
+                if (it + 1 < nblocks) block(it + 1, std::integral_constant<int, 0>{});
+            }
+            // Epilogue: the last PV.
+            {
+                const int sp = (nblocks - 1) % STAGES;
+                const uint32_t php = ring_phase<STAGES>(phs, nblocks - 1);
+                mbar_wait(&v_full[sp], php);
+                o.pin();
+                tt::fence();
+                tt::matmul_nn(o, pa, vstage(sp), 0, 1);
+                tt::commit();
+                tt::wait<0>();
+                o.pin();
+                pa.pin();
+                __syncwarp();
+                if (lane == 0) mbar_arrive(&v_empty[sp]);
+            }
+        }
+        if (nblocks == 0) release_q();
+        phs = ring_advance<STAGES>(phs, nblocks);
+        // Warpgroup 1's last arrival on barrier 1 has no matching turn: take it.
+        if (PIPE == 2 && cw == 0 && nblocks > 0) named_sync(1, 256);
+
+        if (wi.split) {
+            // This piece's O, row maxima and partial sums into its slot (16 bytes
+            // a thread a store, coalesced); the second piece to arrive merges.
+            const int ct = threadIdx.x - 128, piece = wi.piece;
+            const size_t unit = (size_t)(wi.b * p.heads + wi.h) * p.split_tiles + (wi.m_block - p.split_from);
+            constexpr int kChunks = D / 8 + 1;
+            float4 *slot = reinterpret_cast<float4 *>(p.ws) + (unit * 2 + piece) * kChunks * 256;
+            const float4 *other = reinterpret_cast<const float4 *>(p.ws) + (unit * 2 + (piece ^ 1)) * kChunks * 256;
+#pragma unroll
+            for (int jj = 0; jj < D / 8; jj++)
+                slot[jj * 256 + ct] = make_float4(o.v[4 * jj], o.v[4 * jj + 1], o.v[4 * jj + 2], o.v[4 * jj + 3]);
+            slot[(D / 8) * 256 + ct] = make_float4(st.m[0], st.m[1], st.l[0], st.l[1]);
+            __threadfence();
+            named_sync(3, 256);
+            unsigned before = 0;
+            if (ct == 0) before = atomicAdd(&p.counters[unit], 1u);
+            if (named_count(3, 256, before != 0) == 0) continue; // the other piece merges
+            __threadfence();
+            const float4 ml = __ldcg(&other[(D / 8) * 256 + ct]);
+            const float om[2] = {ml.x, ml.y}, ol[2] = {ml.z, ml.w};
+            float fa[2], fb[2];
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
-                const float mn = fmaxf(st.m[hh], bmax[hh]);
-                mu[hh] = mn == -INFINITY ? 0.0f : mn * p.sl;
-                alpha[hh] = exp2_approx(st.m[hh] * p.sl - mu[hh]);
-                st.m[hh] = mn;
+                const float ma = piece ? om[hh] : st.m[hh], mb = piece ? st.m[hh] : om[hh];
+                const float la = piece ? ol[hh] : st.l[hh], lb = piece ? st.l[hh] : ol[hh];
+                const float mn = fmaxf(ma, mb), mu = mn == -INFINITY ? 0.0f : mn * p.sl;
+                fa[hh] = exp2_approx(ma * p.sl - mu);
+                fb[hh] = exp2_approx(mb * p.sl - mu);
+                st.l[hh] = la * fa[hh] + lb * fb[hh];
             }
-            const float sl = p.sl;
-            tt::map_rows(sn, mu, [=](float x, float r) { return exp2_approx(fmaf(x, sl, -r)); });
-            float bsum[2];
-            tt::reduce_rows_partial(sn, tt::op_sum(), 0.0f, bsum);
 #pragma unroll
-            for (int hh = 0; hh < 2; hh++) st.l[hh] = st.l[hh] * alpha[hh] + bsum[hh];
-            tt::wait<0>();
-            o.pin();
-            pa.pin();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&v_empty[sp]);
-            tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
+            for (int jj = 0; jj < D / 8; jj++) {
+                const float4 wv = __ldcg(&other[jj * 256 + ct]);
+                const float ow[4] = {wv.x, wv.y, wv.z, wv.w};
 #pragma unroll
-            for (int i = 0; i < BN / 2; i++) sc.v[i] = sn.v[i];
+                for (int e = 0; e < 4; e++) {
+                    const int i = 4 * jj + e, hh = (i >> 1) & 1;
+                    const float xa = piece ? ow[e] : o.v[i], xb = piece ? o.v[i] : ow[e];
+                    o.v[i] = xa * fa[hh] + xb * fb[hh];
+                }
+            }
         }
-        // Epilogue: the last PV.
-        {
-            const int sp = (nblocks - 1) % STAGES;
-            const uint32_t php = ((nblocks - 1) / STAGES) & 1;
-            tt::a_tile<T, BN> pa = tt::to_a<T>(sc);
-            mbar_wait(&v_full[sp], php);
-            o.pin();
-            tt::fence();
-            tt::matmul_nn(o, pa, vstage(sp), 0, 1);
-            tt::commit();
-            tt::wait<0>();
-            o.pin();
-            pa.pin();
-            __syncwarp();
-            if (lane == 0) mbar_arrive(&v_empty[sp]);
-        }
-    }
-    // Warpgroup 1's last arrival on barrier 1 has no matching turn: take it.
-    if (PIPE == 2 && cw == 0 && nblocks > 0) named_sync(1, 256);
-
-    if (split) {
-        // This piece's O, row maxima and partial sums into its slot (16 bytes a
-        // thread a store, coalesced); the second piece to arrive merges.
-        const int ct = threadIdx.x - 128;
-        const size_t unit = (size_t)(b * p.heads + h) * p.split_tiles + (m_block - p.split_from);
-        constexpr int kChunks = D / 8 + 1;
-        float4 *slot = reinterpret_cast<float4 *>(p.ws) + (unit * 2 + piece) * kChunks * 256;
-        const float4 *other = reinterpret_cast<const float4 *>(p.ws) + (unit * 2 + (piece ^ 1)) * kChunks * 256;
-#pragma unroll
-        for (int j = 0; j < D / 8; j++) slot[j * 256 + ct] = make_float4(o.v[4 * j], o.v[4 * j + 1], o.v[4 * j + 2], o.v[4 * j + 3]);
-        slot[(D / 8) * 256 + ct] = make_float4(st.m[0], st.m[1], st.l[0], st.l[1]);
-        __threadfence();
-        named_sync(3, 256);
-        unsigned before = 0;
-        if (ct == 0) before = atomicAdd(&p.counters[unit], 1u);
-        if (named_count(3, 256, before != 0) == 0) return; // the other piece merges
-        __threadfence();
-        const float4 ml = __ldcg(&other[(D / 8) * 256 + ct]);
-        const float om[2] = {ml.x, ml.y}, ol[2] = {ml.z, ml.w};
-        float fa[2], fb[2];
+        // O / l, written as T pairs (4 threads of a quad cover 16 contiguous bytes).
+        float inv[2];
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
-            const float ma = piece ? om[hh] : st.m[hh], mb = piece ? st.m[hh] : om[hh];
-            const float la = piece ? ol[hh] : st.l[hh], lb = piece ? st.l[hh] : ol[hh];
-            const float mn = fmaxf(ma, mb), mu = mn == -INFINITY ? 0.0f : mn * p.sl;
-            fa[hh] = exp2_approx(ma * p.sl - mu);
-            fb[hh] = exp2_approx(mb * p.sl - mu);
-            st.l[hh] = la * fa[hh] + lb * fb[hh];
+            const float lt = tt::reduce_quad(st.l[hh], tt::op_sum());
+            inv[hh] = lt > 0.0f ? 1.0f / lt : 0.0f;
         }
+        T *out = reinterpret_cast<T *>(p.out) + wi.b * p.osb + wi.h * p.osh;
 #pragma unroll
-        for (int j = 0; j < D / 8; j++) {
-            const float4 w = __ldcg(&other[j * 256 + ct]);
-            const float ow[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = 4 * j + e, hh = (i >> 1) & 1;
-                const float xa = piece ? ow[e] : o.v[i], xb = piece ? o.v[i] : ow[e];
-                o.v[i] = xa * fa[hh] + xb * fb[hh];
+        for (int i = 0; i < D / 2; i += 2) {
+            const int row = tt::acc_tile<D>::row_of(i), col = tt::acc_tile<D>::col_of(i);
+            const int qi = r0 + row;
+            if (qi < p.sq && col < p.d_real) {
+                const float f = inv[(i >> 1) & 1];
+                *reinterpret_cast<uint32_t *>(out + qi * p.oss + col) = tt::detail::pack2<T>(o.v[i] * f, o.v[i + 1] * f);
             }
-        }
-    }
-    // O / l, written as T pairs (4 threads of a quad cover 16 contiguous bytes).
-    float inv[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; hh++) {
-        const float lt = tt::reduce_quad(st.l[hh], tt::op_sum());
-        inv[hh] = lt > 0.0f ? 1.0f / lt : 0.0f;
-    }
-    T *out = reinterpret_cast<T *>(p.out) + b * p.osb + h * p.osh;
-#pragma unroll
-    for (int i = 0; i < D / 2; i += 2) {
-        const int row = tt::acc_tile<D>::row_of(i), col = tt::acc_tile<D>::col_of(i);
-        const int qi = r0 + row;
-        if (qi < p.sq && col < p.d_real) {
-            const float f = inv[(i >> 1) & 1];
-            *reinterpret_cast<uint32_t *>(out + qi * p.oss + col) = tt::detail::pack2<T>(o.v[i] * f, o.v[i + 1] * f);
         }
     }
 #endif
@@ -551,8 +675,21 @@ bool plan_split(const tops__cu_attn_args *a, int bn, kparams *p) {
     while (from > 0 && nb[from - 1] > best) from--;
     p->split_from = from;
     p->split_tiles = (int)tiles - from;
-    p->heads = (int)a->heads;
     return p->split_tiles > 0;
+}
+
+// Causal pairs (TOPS_CUDA_ATTN_PAIRS: 0 off; 1, the default, where the
+// pairs fill the SMs at least twice and no key split is planned; 2 every
+// causal call without a window that is not split): a CTA takes query tiles
+// T - 1 - q and q of one (batch, head), so every CTA has T + 1 key blocks
+// (T odd: the middle tile alone) and the second tile's Q and first key
+// blocks load under the first's last blocks and output.
+int use_pairs(const tops__cu_attn_args *a) {
+    const int mode = env_int("TOPS_CUDA_ATTN_PAIRS", 1);
+    if (mode == 0 || !a->causal || (a->window > 0 && a->window < a->sq + a->sk)) return 0;
+    const long long tiles = (a->sq + kBM - 1) / kBM;
+    if (tiles < 2) return 0;
+    return mode == 2 || a->heads * a->batch * ((tiles + 1) / 2) >= 2LL * a->sm_count;
 }
 
 template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args *a) {
@@ -579,18 +716,25 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
     p.osb = a->o_stride[0];
     p.osh = a->o_stride[1];
     p.oss = a->o_stride[2];
-    auto kern = attn_fwd<T, D, S::kBN, S::kStages, PIPE>;
+    auto kern = a->softcap > 0.0f ? attn_fwd<T, D, S::kBN, S::kStages, PIPE, true>
+                                  : attn_fwd<T, D, S::kBN, S::kStages, PIPE, false>;
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, S::kSmem);
     if (e != cudaSuccess) return (int)e;
     cudaStream_t stream = (cudaStream_t)a->stream;
     p.ws = nullptr;
     p.counters = nullptr;
+    p.heads = (int)a->heads;
+    p.tiles = (int)((a->sq + kBM - 1) / kBM);
+    const long long hb = a->heads * a->batch;
+    if (hb * p.tiles > 0x7FFFFFFF) return (int)cudaErrorNotSupported; // one CTA an item at most
     auto plain = [&]() {
         p.items = 0;
-        dim3 grid((unsigned)((a->sq + kBM - 1) / kBM), (unsigned)a->heads, (unsigned)a->batch);
-        kern<<<grid, kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
+        p.pairs = use_pairs(a);
+        const long long ctas = p.pairs ? hb * ((p.tiles + 1) / 2) : hb * p.tiles;
+        kern<<<dim3((unsigned)ctas), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
         return (int)cudaGetLastError();
     };
+    p.pairs = 0;
     if (!plan_split(a, S::kBN, &p)) return plain();
     // Two slots of O, maxima and sums a split tile, then its counter; without
     // the memory (or memory pools) the tiles run whole.
@@ -637,7 +781,7 @@ extern "C" void tops__cu_attention_name(const tops__cu_attn_args *a, char *buf, 
     const bool split = plan_split(a, dp >= 256 ? 64 : 128, &p);
     snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s%s", dp, dp >= 256 ? 64 : 128,
              pm == 0 ? "serial" : pm == 2 ? "pingpong" : "overlap", a->bf16 ? " bf16" : " f16",
-             split ? ", heavy tiles' keys split" : "");
+             split ? ", heavy tiles' keys split" : use_pairs(a) ? ", causal tiles in pairs" : "");
 }
 
 extern "C" int tops__cu_attention_launch(const tops__cu_attn_args *a) {

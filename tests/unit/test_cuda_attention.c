@@ -2,7 +2,8 @@
    inputs on any machine; on a Hopper GPU, f16 and bf16 against f64 attention
    of the same 16-bit inputs over head dims 32..256, ragged Sq / Sk (Sq > Sk
    too), causal, sliding windows, softcap, GQA / MQA, strided [B, S, H, D]
-   tensors, every pipeline variant (TOPS_CUDA_ATTN_PIPE), the decode kernel
+   tensors, every pipeline variant (TOPS_CUDA_ATTN_PIPE), key splits and
+   causal tile pairs (TOPS_CUDA_ATTN_QSPLIT, _PAIRS), the decode kernel
    (Sq <= 16) with 16-bit and quantized KV caches (e4m3, e4m3-ch per key and
    per channel, mxfp8, int8-gG, int4-gG) and every split count,
    NaN-poisoned outputs and repeated runs compared bit for bit.  Without a
@@ -359,6 +360,50 @@ static void test_key_splits(void) {
         }
         tops_cuda_free(0, buf);
     }
+    unsetenv("TOPS_CUDA_ATTN_QSPLIT");
+}
+
+/* Causal tiles in pairs (TOPS_CUDA_ATTN_PAIRS=2, key splits off): a CTA
+   takes tiles T - 1 - q and q (the Q buffer and the K / V ring carried from
+   one to the next); T odd and even, Sq > Sk (rows with no key), Sq < Sk,
+   GQA, D = 64 / 128 / 256, strided rows, every pipeline; the path names it. */
+static void test_causal_pairs(void) {
+    const acase cases[] = {
+        {1, 3, 1, 1000, 1000, 128, 1, 0, 0, 0, 0}, /* T = 8 */
+        {2, 2, 2, 900, 400, 64, 1, 0, 0, 0, 1},    /* T = 8, Sq > Sk */
+        {1, 2, 1, 650, 1300, 256, 1, 0, 0, 0, 0},  /* T = 6, Sq < Sk */
+        {1, 4, 2, 333, 333, 96, 1, 0, 12.0f, 0, 0}, /* T = 3: the middle tile alone */
+    };
+    static const char *const pipes[] = {"2", "1", "0"};
+    setenv("TOPS_CUDA_ATTN_PAIRS", "2", 1);
+    setenv("TOPS_CUDA_ATTN_QSPLIT", "0", 1);
+    int n = small_run ? 1 : (int)(sizeof cases / sizeof cases[0]);
+    for (int m = 0; m < 3; m++)
+        for (int i = 0; i < n; i++) {
+            setenv("TOPS_CUDA_ATTN_PIPE", pipes[(m + i) % 3], 1);
+            check_case(&cases[i], (m + i) % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
+        }
+    unsetenv("TOPS_CUDA_ATTN_PIPE");
+    void *buf = NULL;
+    const int64_t elems = 2 * 1000 * 128;
+    ASSERT_OK(tops_cuda_alloc(0, 4 * elems * 2, &buf));
+    if (buf) {
+        tops_tensor t[4];
+        for (int i = 0; i < 4; i++) view(TOPS_DT_F16, (char *)buf + i * elems * 2, 1, 2, 1000, 128, 0, &t[i]);
+        tops_exec ex = tops_exec_default();
+        ex.device = gpu0;
+        tops_attention_desc d = tops_attention_desc_default();
+        d.causal = 1;
+        static const char *const modes[] = {"2", "0"};
+        for (int m = 0; m < 2; m++) {
+            setenv("TOPS_CUDA_ATTN_PAIRS", modes[m], 1);
+            char name[128] = "";
+            ASSERT_OK(tops__cuda_attention_path(&ex, &d, &t[0], &t[1], &t[2], &t[3], name, sizeof name));
+            if ((strstr(name, "pairs") != NULL) != (m == 0)) TH_FAIL_AT("PAIRS=%s named %s", modes[m], name);
+        }
+        tops_cuda_free(0, buf);
+    }
+    unsetenv("TOPS_CUDA_ATTN_PAIRS");
     unsetenv("TOPS_CUDA_ATTN_QSPLIT");
 }
 
@@ -762,6 +807,7 @@ int main(void) {
         RUN_TEST(test_shapes);
         RUN_TEST(test_pipelines);
         RUN_TEST(test_key_splits);
+        RUN_TEST(test_causal_pairs);
     }
     RUN_TEST(test_decode_kv);
     RUN_TEST(test_decode_splits);
