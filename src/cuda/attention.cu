@@ -435,9 +435,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                     tt::reduce_rows(sn, tt::op_max(), -INFINITY, bmax);
 #pragma unroll
                     for (int hh = 0; hh < 2; hh++) {
-                        const float mn = fmaxf(st.m[hh], bmax[hh]);
+                        // Lazy rescale: a row keeps its running maximum while
+                        // the block's stays within 2^8 of it in P (P <= 256:
+                        // in range for f16 and bf16, the same relative
+                        // rounding; O and l share the maximum, so O / l is
+                        // unchanged), so alpha = 1 and most warps skip the
+                        // rescale of O below.  (scale > 0: sl > 0.)
+                        const bool keep = (bmax[hh] - st.m[hh]) * p.sl <= 8.0f; // false while st.m = -inf
+                        const float mn = keep ? st.m[hh] : fmaxf(st.m[hh], bmax[hh]);
                         mu[hh] = mn == -INFINITY ? 0.0f : mn * p.sl;
-                        alpha[hh] = exp2_approx(st.m[hh] * p.sl - mu[hh]);
+                        alpha[hh] = keep ? 1.0f : exp2_approx(st.m[hh] * p.sl - mu[hh]);
                         st.m[hh] = mn;
                     }
                     const float sl = p.sl;
