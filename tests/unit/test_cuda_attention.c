@@ -319,6 +319,29 @@ static void test_pipelines(void) {
     unsetenv("TOPS_CUDA_ATTN_PIPE");
 }
 
+/* For each value of the environment variable `var`: whether the kernel path
+   of a causal f16 call (B 1, H 2, S 1000, D 128) names `word` as named[i]
+   says. */
+static void check_path_name(const char *var, const char *const *values, const int *named, int n, const char *word) {
+    void *buf = NULL;
+    const int64_t elems = 2 * 1000 * 128;
+    ASSERT_OK(tops_cuda_alloc(0, 4 * elems * 2, &buf));
+    if (!buf) return;
+    tops_tensor t[4];
+    for (int i = 0; i < 4; i++) view(TOPS_DT_F16, (char *)buf + i * elems * 2, 1, 2, 1000, 128, 0, &t[i]);
+    tops_exec ex = tops_exec_default();
+    ex.device = gpu0;
+    tops_attention_desc d = tops_attention_desc_default();
+    d.causal = 1;
+    for (int m = 0; m < n; m++) {
+        setenv(var, values[m], 1);
+        char name[128] = "";
+        ASSERT_OK(tops__cuda_attention_path(&ex, &d, &t[0], &t[1], &t[2], &t[3], name, sizeof name));
+        if ((strstr(name, word) != NULL) != (named[m] != 0)) TH_FAIL_AT("%s=%s named %s", var, values[m], name);
+    }
+    tops_cuda_free(0, buf);
+}
+
 /* Key splits of the heaviest causal tiles (TOPS_CUDA_ATTN_QSPLIT): off,
    the plan's rule (it splits these small grids) and every tile of two or
    more key blocks; Sq > Sk (rows with no key: both pieces empty), Sq < Sk,
@@ -342,24 +365,8 @@ static void test_key_splits(void) {
         }
     unsetenv("TOPS_CUDA_ATTN_PIPE");
     /* The path names the split where the plan takes it. */
-    void *buf = NULL;
-    const int64_t elems = 2 * 1000 * 128;
-    ASSERT_OK(tops_cuda_alloc(0, 4 * elems * 2, &buf));
-    if (buf) {
-        tops_tensor t[4];
-        for (int i = 0; i < 4; i++) view(TOPS_DT_F16, (char *)buf + i * elems * 2, 1, 2, 1000, 128, 0, &t[i]);
-        tops_exec ex = tops_exec_default();
-        ex.device = gpu0;
-        tops_attention_desc d = tops_attention_desc_default();
-        d.causal = 1;
-        for (int m = 0; m < 3; m++) {
-            setenv("TOPS_CUDA_ATTN_QSPLIT", modes[m], 1);
-            char name[128] = "";
-            ASSERT_OK(tops__cuda_attention_path(&ex, &d, &t[0], &t[1], &t[2], &t[3], name, sizeof name));
-            if ((strstr(name, "split") != NULL) != (m > 0)) TH_FAIL_AT("QSPLIT=%s named %s", modes[m], name);
-        }
-        tops_cuda_free(0, buf);
-    }
+    static const int split_named[] = {0, 1, 1};
+    check_path_name("TOPS_CUDA_ATTN_QSPLIT", modes, split_named, 3, "split");
     unsetenv("TOPS_CUDA_ATTN_QSPLIT");
 }
 
@@ -384,25 +391,9 @@ static void test_causal_pairs(void) {
             check_case(&cases[i], (m + i) % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
         }
     unsetenv("TOPS_CUDA_ATTN_PIPE");
-    void *buf = NULL;
-    const int64_t elems = 2 * 1000 * 128;
-    ASSERT_OK(tops_cuda_alloc(0, 4 * elems * 2, &buf));
-    if (buf) {
-        tops_tensor t[4];
-        for (int i = 0; i < 4; i++) view(TOPS_DT_F16, (char *)buf + i * elems * 2, 1, 2, 1000, 128, 0, &t[i]);
-        tops_exec ex = tops_exec_default();
-        ex.device = gpu0;
-        tops_attention_desc d = tops_attention_desc_default();
-        d.causal = 1;
-        static const char *const modes[] = {"2", "0"};
-        for (int m = 0; m < 2; m++) {
-            setenv("TOPS_CUDA_ATTN_PAIRS", modes[m], 1);
-            char name[128] = "";
-            ASSERT_OK(tops__cuda_attention_path(&ex, &d, &t[0], &t[1], &t[2], &t[3], name, sizeof name));
-            if ((strstr(name, "pairs") != NULL) != (m == 0)) TH_FAIL_AT("PAIRS=%s named %s", modes[m], name);
-        }
-        tops_cuda_free(0, buf);
-    }
+    static const char *const modes[] = {"2", "0"};
+    static const int pairs_named[] = {1, 0};
+    check_path_name("TOPS_CUDA_ATTN_PAIRS", modes, pairs_named, 2, "pairs");
     unsetenv("TOPS_CUDA_ATTN_PAIRS");
     unsetenv("TOPS_CUDA_ATTN_QSPLIT");
 }
