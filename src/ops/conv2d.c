@@ -408,9 +408,29 @@ static int wino_shape(const tops__kernels *kern, const conv_plan *p, const tops_
            p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && !tops__cuda_is_packed(&p->weight2d);
 }
 
-static int wino_worth(const conv_plan *p) {
-    (void)p;
-    return 1;
+/* Where Winograd is faster than the other paths (measured on the 2-core
+   Zen 2 VM, bench/results/cpu.md; docs/conv2d.md).  Packed weights are
+   transformed once and kept, so only the GEMMs' shape counts: from 32
+   tiles (2 x 2 outputs) a call.  Below that (ResNet res5 at batch 1: 7 x 7
+   outputs, 16 tiles, 23% of them padding) the 16 MB of transformed f32
+   weights streamed per call cost more than the multiplies saved, and the
+   relaxed 4-bit rows kernel reading 1.2 MB wins.  Plain weights are
+   decoded and transformed per call (about 60 ns per (output, input)
+   channel pair on one core: 16 ms for res5's weights, 0.4 ns of GEMM per
+   pair and tile), so only from 512 tiles.  TOPS_CPU_CONV=winograd takes
+   it wherever the shape allows, =direct never (tests, measurements). */
+static tops_status wino_worth(const char *fn, const conv_plan *p, int *take) {
+    const char *env = getenv("TOPS_CPU_CONV");
+    const int64_t tiles = p->n * tops__ceil_div(p->oh, 2) * tops__ceil_div(p->ow, 2);
+    *take = tiles >= (tops__is_packed(&p->weight2d) ? 32 : 512);
+    if (env && *env) {
+        if (strcmp(env, "winograd") == 0) *take = 1;
+        else if (strcmp(env, "direct") == 0) *take = 0;
+        else
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                              "TOPS_CPU_CONV is \"%s\"; it must be winograd, direct or empty", env);
+    }
+    return TOPS_OK;
 }
 
 /* The weights as f32 rows [O][9 C] (any format, packed or not), malloc'd. */
@@ -558,7 +578,9 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         free(bias);
         return st;
     }
-    if (wino_shape(kern, p, d) && wino_worth(p)) {
+    int wino = 0;
+    if (wino_shape(kern, p, d) && (st = wino_worth(fn, p, &wino)) != TOPS_OK) return st;
+    if (wino) {
         if (path) {
             snprintf(path, cap,
                      "Winograd F(2x2, 3x3), 16 f32 GEMMs (relaxed; weights decoded and transformed %s): %s (%s)",

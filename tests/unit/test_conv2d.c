@@ -354,8 +354,13 @@ static void expect_path(const cv_case *c, const char *fmt, int relaxed, int pack
     tops_conv2d_desc d = make_desc(c);
     d.relaxed_precision = relaxed;
     char path[256];
-    ASSERT_OK(tops_conv2d_path(NULL, &d, &in, packed && w.have_packed ? &w.packed : &w.q, &out, path, sizeof path));
-    if ((strstr(path, "Winograd") != NULL) != want_wino)
+    const tops_status st = tops_conv2d_path(NULL, &d, &in, packed && w.have_packed ? &w.packed : &w.q, &out, path, sizeof path);
+    if (want_wino < 0) { /* a bad TOPS_CPU_CONV */
+        if (st != TOPS_INVALID_ARGUMENT || !strstr(tops_last_error(), "TOPS_CPU_CONV"))
+            TH_FAIL_AT("a bad TOPS_CPU_CONV: status %d, \"%s\"", (int)st, tops_last_error());
+    } else if (st != TOPS_OK) {
+        TH_FAIL_AT("tops_conv2d_path: %s", tops_last_error());
+    } else if ((strstr(path, "Winograd") != NULL) != want_wino)
         TH_FAIL_AT("%s relaxed %d packed %d: path \"%s\"", fmt, relaxed, packed, path);
     free_weight(&w);
     free(wf), free(x), free(yv);
@@ -363,6 +368,20 @@ static void expect_path(const cv_case *c, const char *fmt, int relaxed, int pack
 
 static void test_winograd(void) {
     static const char *const fmts[] = {"int8-g32", "int4-g32", "f32", "f16"};
+    /* where it is worth it by default: packed from 32 tiles, plain from 512 */
+    static const cv_case res4 = {1, 14, 14, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};   /* 49 tiles */
+    static const cv_case res5 = {1, 7, 7, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};     /* 16 tiles */
+    static const cv_case res3b = {3, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};  /* 588 tiles */
+    expect_path(&res4, "int4-g32", 1, 1, 1);
+    expect_path(&res4, "int4-g32", 1, 0, 0);
+    expect_path(&res5, "int4-g32", 1, 1, 0);
+    expect_path(&res3b, "int8-g32", 1, 0, 1);
+    setenv("TOPS_CPU_CONV", "direct", 1);
+    expect_path(&res3b, "int8-g32", 1, 0, 0);
+    setenv("TOPS_CPU_CONV", "bogus", 1);
+    expect_path(&res4, "int4-g32", 1, 1, -1); /* refused with a sentence */
+    unsetenv("TOPS_CPU_CONV");
+    setenv("TOPS_CPU_CONV", "winograd", 1); /* the small cases below */
     for (size_t i = 0; i < sizeof wino_cases / sizeof wino_cases[0]; i++) {
         const cv_case *c = &wino_cases[i];
         expect_path(c, "int4-g32", 1, 1, 1);
@@ -383,6 +402,7 @@ static void test_winograd(void) {
         run_case(&wino_big[i], "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 1, 1);
     }
     max_threads = 2;
+    unsetenv("TOPS_CPU_CONV");
 }
 
 /* Rank-4 f32 weights give the same bits as the same data viewed rank 2. */
