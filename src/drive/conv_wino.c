@@ -134,6 +134,12 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
     }
     const int64_t pps = tops__ceil_div(np, splits), jobs = nb * splits, ldm = pps * nr, nrb = tb / mr;
     const int64_t kc_max = tops__balanced_block(c, KC_WINO, 1);
+    /* Where the level has the 6 x 16 row-pointer kernel of the implicit
+       GEMM (AVX2) and the panels are 16 wide, the transformed input stays
+       in rows [xi][tile][C] as the transform writes them and that kernel
+       reads them in place (no A packing: the transpose into 6-row panels
+       took a fifth of the time at C = 64); else gemm_f32 on packed panels. */
+    const int rows_mode = kern->conv_f32_segs && nr == 16 && mr == 6;
     const int direct = tops_format_get_info(in->format.id)->element == TOPS_DT_F32 && in->stride[3] == 1 &&
                        in->tensor_scale == 1.0f;
     /* Per thread: the block's transformed input (packed A panels
@@ -191,15 +197,32 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
                                 d[4 * a + b] = s;
                             }
                         }
-                    kern->wino_f23_in(d, cw, tr + i * CW, mr * CW);
+                    if (rows_mode) kern->wino_f23_in(d, cw, v + (rb * mr + i) * c + c0, tb * c);
+                    else kern->wino_f23_in(d, cw, tr + i * CW, mr * CW);
                 }
-                for (int xi = 0; xi < XI; xi++)
-                    kern->pack_rows_f32(tr + xi * mr * CW, CW, valid, cw, v + ((xi * nrb + rb) * c + c0) * mr, mr);
+                if (!rows_mode)
+                    for (int xi = 0; xi < XI; xi++)
+                        kern->pack_rows_f32(tr + xi * mr * CW, CW, valid, cw, v + ((xi * nrb + rb) * c + c0) * mr, mr);
             }
         }
         /* the 16 GEMMs: per position and panel, a K block of weights from
            L1 against every row block of the tiles */
-        for (int xi = 0; xi < XI; xi++)
+        for (int xi = 0; rows_mode && xi < XI; xi++)
+            for (int64_t p = 0; p < pn; p++) {
+                float tile[6 * 16] __attribute__((aligned(32)));
+                tops__conv_seg seg;
+                seg.b = u + ((xi * np + p0 + p) * c) * nr;
+                seg.kc = c;
+                for (int64_t rb = 0; rb < rbs; rb++) {
+                    const int64_t valid = nt - rb * mr < mr ? nt - rb * mr : mr;
+                    for (int64_t i = 0; i < 6; i++) /* rows past the block's tiles: its last tile again (not stored) */
+                        seg.a[i] = v + xi * tb * c + (rb * mr + (i < valid ? i : valid - 1)) * c;
+                    kern->conv_f32_segs(1, &seg, tile, 0);
+                    for (int64_t i = 0; i < valid; i++)
+                        memcpy(mm + (xi * tb + rb * mr + i) * ldm + p * nr, tile + i * 16, 16 * sizeof(float));
+                }
+            }
+        for (int xi = 0; !rows_mode && xi < XI; xi++)
             for (int64_t p = 0; p < pn; p++) {
                 const float *up = u + ((xi * np + p0 + p) * c) * nr;
                 for (int64_t k0 = 0; k0 < c; k0 += kc_max) {
