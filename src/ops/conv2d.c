@@ -418,11 +418,18 @@ static int wino_shape(const tops__kernels *kern, const conv_plan *p, const tops_
    decoded and transformed per call (about 60 ns per (output, input)
    channel pair on one core: 16 ms for res5's weights, 0.4 ns of GEMM per
    pair and tile), so only from 512 tiles.  TOPS_CPU_CONV=winograd takes
-   it wherever the shape allows, =direct never (tests, measurements). */
-static tops_status wino_worth(const char *fn, const conv_plan *p, int *take) {
+   it wherever the shape allows, =direct never (tests, measurements).
+   rows4: the weights are packed for the relaxed rows kernel with codes of
+   at most 4 bits (int4-g32: 1.5x the f32 rows path's speed); where a
+   quarter of the tiles' outputs or more fall outside the image (7 x 7:
+   49 of 64) Winograd saves 2.25 x 49 / 64 = 1.7x of the multiplies and
+   that kernel is as fast or faster (res5 at batch 32: 52.5 against 56.6
+   ms on one core, 27.0 against 26.5 on two), so it keeps those. */
+static tops_status wino_worth(const char *fn, const conv_plan *p, int rows4, int *take) {
     const char *env = getenv("TOPS_CPU_CONV");
     const int64_t tiles = p->n * tops__ceil_div(p->oh, 2) * tops__ceil_div(p->ow, 2);
-    *take = tiles >= (tops__is_packed(&p->weight2d) ? 32 : 512);
+    const double used = (double)(p->n * p->oh * p->ow) / (4.0 * (double)tiles);
+    *take = tiles >= (tops__is_packed(&p->weight2d) ? 32 : 512) && !(rows4 && used < 0.85);
     if (env && *env) {
         if (strcmp(env, "winograd") == 0) *take = 1;
         else if (strcmp(env, "direct") == 0) *take = 0;
@@ -579,7 +586,11 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         return st;
     }
     int wino = 0;
-    if (wino_shape(kern, p, d) && (st = wino_worth(fn, p, &wino)) != TOPS_OK) return st;
+    if (wino_shape(kern, p, d)) {
+        const tops__packed_right *q = q8_rows_weights(kern, p, d, &p->weight2d);
+        const int rows4 = q && tops_format_bits_per_weight(q->copy.format, p->k) <= 6.0;
+        if ((st = wino_worth(fn, p, rows4, &wino)) != TOPS_OK) return st;
+    }
     if (wino) {
         if (path) {
             snprintf(path, cap,
