@@ -142,8 +142,9 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
     const int rows_mode = kern->conv_f32_segs && nr == 16 && mr == 6;
     const int direct = tops_format_get_info(in->format.id)->element == TOPS_DT_F32 && in->stride[3] == 1 &&
                        in->tensor_scale == 1.0f;
-    /* Per thread: the block's transformed input (packed A panels
-       [xi][row block][C][mr]), its products [xi][tile][ldm], a transform
+    /* Per thread: the block's transformed input (rows [xi][tile][C] in
+       rows mode, else packed A panels [xi][row block][C][mr]), its
+       products [xi][tile][ldm], a transform
        buffer [xi][mr][CW], 16 staged pixels of CW, a zero pixel, and one
        tile's outputs [4][ldm]. */
     const size_t v_f = (size_t)tops__round_up(XI * tb * c, 16), m_f = (size_t)tops__round_up(XI * tb * ldm, 16);
@@ -174,7 +175,7 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
         const int64_t o0 = p0 * nr, on = o - o0 < pn * nr ? o - o0 : pn * nr;
         const int64_t rbs = tops__ceil_div(nt, mr);
         memset(zero, 0, CW * sizeof(float));
-        /* input transform into the A panels */
+        /* input transform into the rows (or, through tr, the A panels) */
         for (int64_t rb = 0; rb < rbs; rb++) {
             const int64_t valid = nt - rb * mr < mr ? nt - rb * mr : mr;
             for (int64_t c0 = 0; c0 < c; c0 += CW) {
