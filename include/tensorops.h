@@ -741,7 +741,11 @@ typedef struct tops_conv2d_desc {
  * descriptor or tensor is refused with a status and a sentence before dest
  * is touched.  Precision and threads as tops_matmul2d: strict mode
  * accumulates in f32 over the exactly decoded weights; results are
- * bit-identical for any exec.threads.  With a bias, dest first receives
+ * bit-identical for any exec.threads.  Relaxed mode may also run a 3x3
+ * stride-1 convolution as Winograd F(2x2, 3x3) in f32 over the decoded
+ * weights (rel-L2 about 5e-7 against f64 on random data); a packed weight
+ * then keeps its transformed copy (16 floats per output and input channel)
+ * from the first such call until tops_tensor_destroy.  With a bias, dest first receives
  * the bias (or it is added to dest), then the sums: a failure after the
  * checks (TOPS_OUT_OF_MEMORY only) may leave dest partly written.
  */

@@ -164,6 +164,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
     k->conv_dw_f32 = tops_conv_dw_f32__ref;
     k->conv_dw_name = "tops_conv_dw_f32__ref";
+    k->wino_f23_in = tops__wino_f23_in__ref;
+    k->wino_f23_out = tops__wino_f23_out__ref;
 #if defined(TOPS_HAVE_X86_KERNELS)
     if (level_allows(level, TOPS_ISA_AVX2)) {
         k->f32_to_f16_row = tops__avx2_f32_to_f16_row;
@@ -210,6 +212,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                            "tops_gemm_f32_f32_f32_6x16__avx2"};
         k->conv_dw_f32 = tops_conv_dw_f32__avx2;
         k->conv_dw_name = "tops_conv_dw_f32__avx2";
+        k->wino_f23_in = tops__wino_f23_in__avx2;
+        k->wino_f23_out = tops__wino_f23_out__avx2;
         k->conv_f32_nr = 16;
         k->conv_f32_segs = tops_conv_f32_6x16_segs__avx2;
         k->conv_f32_segs_name = "tops_conv_f32_6x16_segs__avx2";

@@ -47,4 +47,33 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                                    const uint8_t *panels, const float *scales, int offset, int64_t o,
                                    tops_tensor *dest2d, int accumulate, int threads);
 
+/* Winograd F(2x2, 3x3) (drive/conv_wino.c), relaxed calls only: 3x3
+   kernels, stride 1, dilation 1, groups 1.  tops__wino_weights transforms
+   f32 weights w[o * ldw + (i * 3 + j) * c + ch] into u: for each of the 16
+   positions xi and panel p of nr output channels, [c][nr] f32 (gemm_f32's
+   B panel layout, zeros past o) at u + (xi * ceil(o / nr) + p) * c * nr;
+   tops__wino_u_floats is its size.  tops__conv_wino_run: dest2d [N * OH *
+   OW, o] (+)= bias (f32 [o] or NULL) + the convolution of g's input with
+   them, through kern->wino_f23_in, kern->gemm_f32 (nr its nr) and
+   kern->wino_f23_out; threads over tile blocks (and output panels when
+   the blocks are fewer than threads).  Each output is computed the same
+   way whatever the split: the bits do not depend on the thread count.
+   Fails only before anything is written. */
+/* Transformed weights kept on a CPU pack (tops__packed_right.wino): u as
+   tops__wino_weights made it for panels of nr columns, c input and o
+   output channels. */
+typedef struct tops__wino_cache {
+    int nr;
+    int64_t c, o;
+    float *u;
+} tops__wino_cache;
+/* The CPU release hook (tops__tensor_set_release): frees a packed
+   tensor's Winograd cache, if it has one. */
+void tops__conv_wino_release(tops_tensor *t);
+int64_t tops__wino_u_floats(int nr, int64_t c, int64_t o);
+void tops__wino_weights(const float *w, int64_t ldw, int64_t c, int64_t o, int nr, float *u, int threads);
+tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                                const float *u, int64_t o, const float *bias, tops_tensor *dest2d, int accumulate,
+                                int threads);
+
 #endif

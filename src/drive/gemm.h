@@ -277,6 +277,11 @@ typedef struct tops__packed_right {
     /* Also packed relaxed, where tops__nibstream_scale_bytes allows: the
        row driver's four-row stream (M <= 4), data NULL otherwise. */
     tops__nibstream nib_stream;
+    /* conv2d's Winograd weights (a tops__wino_cache, drive/conv.h), made
+       by the first relaxed 3x3 call that runs on this pack and kept for
+       the next ones; NULL until then.  tops_tensor_destroy frees it
+       (through the CPU release hook, tops__conv_wino_release). */
+    _Atomic(void *) wino;
 } tops__packed_right;
 
 /* Reader over packed panels, as if storage were [K, N] (k_major). */

@@ -484,6 +484,16 @@ typedef struct tops__conv_seg {
 } tops__conv_seg;
 typedef void (*tops__conv_f32_segs_fn)(int64_t nseg, const tops__conv_seg *seg, float *c, int load_c);
 
+/* conv2d's Winograd F(2x2, 3x3) transforms (src/kernels/<isa>/wino_f32.c).
+   Input: d[4 a + b] points at n channels of the tile's input pixel (a, b)
+   (row a, column b of its 4 x 4); out[(4 a + b) * ldo + c] = (B^T d B)[a][b]
+   for c < n.  Output: m[xi * ldm + j] holds the 16 products of column j
+   (xi = 4 a + b); y[(2 a + b) * ldy + j] = (A^T m A)[a][b] + bias[j] (0
+   for a NULL bias) for j < n.  Adds and subtractions only, in the same
+   order at every level: every level gives the same bits. */
+typedef void (*tops__wino_in_fn)(const float *const *d, int64_t n, float *out, int64_t ldo);
+typedef void (*tops__wino_out_fn)(const float *m, int64_t ldm, int64_t n, const float *bias, float *y, int64_t ldy);
+
 /* The relaxed twin (conv2d over an input quantized once per call, src/
    kernels/{avx2/gemm_q8_rows,avx512/gemm_q8_rows_vnni}.c): C[6 x 32] (+)= over nb sub-blocks
    of 32 k, per row i and block b, as[i][b] * bs[b][j] * (exact i32 sum of
@@ -650,6 +660,9 @@ typedef struct tops__kernels {
     const char *conv_f32_segs_name;
     tops__gemm_q8_rows_fn gemm_q8_rows; /* 6 x 32 */
     const char *gemm_q8_rows_name;
+    /* conv2d's Winograd F(2x2, 3x3) input and output transforms. */
+    tops__wino_in_fn wino_f23_in;
+    tops__wino_out_fn wino_f23_out;
 } tops__kernels;
 
 /* Kernels each ISA file provides. */
@@ -672,6 +685,8 @@ float tops__reduce_f32_row__ref(const float *x, int64_t n, int op, float identit
 void tops_conv_dw_f32__ref(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                            int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__ref_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+void tops__wino_f23_in__ref(const float *const *d, int64_t n, float *out, int64_t ldo);
+void tops__wino_f23_out__ref(const float *m, int64_t ldm, int64_t n, const float *bias, float *y, int64_t ldy);
 void tops_gemm_f32_f32_f32_4x8__ref(int64_t kc, const float *a, const float *b, float *c, int64_t ldc,
                                     int accumulate);
 void tops__ref_fill_unpackers(tops__form_kernels *table);
@@ -745,6 +760,8 @@ void tops_conv_f32_6x64_rows__avx512(int64_t kc, int rows, const float *const *a
 void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                               int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);
+void tops__wino_f23_in__avx2(const float *const *d, int64_t n, float *out, int64_t ldo);
+void tops__wino_f23_out__avx2(const float *m, int64_t ldm, int64_t n, const float *bias, float *y, int64_t ldy);
 void tops__avx2_fill_unpackers(tops__form_kernels *table);
 void tops__avx2_pack_q8_panel(const int8_t *rows, int64_t kc, int offset, uint8_t *panel);
 void tops_gemm_f32_qi8_qs4_4x8__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,

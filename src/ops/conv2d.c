@@ -11,6 +11,8 @@
 #include "formats/traits.h"
 #include "core/numeric.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,6 +398,160 @@ static const tops__packed_right *q8_rows_weights(const tops__kernels *kern, cons
     return pk->in_place && pk->q8_panels && !pk->q8_amx && !pk->q8_mins && tops__unpack_sub(&pk->copy) == 32 ? pk : NULL;
 }
 
+/* Winograd F(2x2, 3x3) (drive/conv_wino.c) for relaxed calls: 3x3, stride
+   1, dilation 1, groups 1, any padding, any weight format (decoded to f32
+   and transformed, 16 products per 2 x 2 outputs and channel pair instead
+   of 36).  Strict calls never take it: its transforms round on their own.
+   The one place that decides; see wino_worth for where it is faster. */
+static int wino_shape(const tops__kernels *kern, const conv_plan *p, const tops_conv2d_desc *d) {
+    return d->relaxed_precision && kern->wino_f23_in && kern->wino_f23_out && p->groups == 1 && p->kh == 3 &&
+           p->kw == 3 && p->sh == 1 && p->sw == 1 && p->dh == 1 && p->dw == 1 && !tops__cuda_is_packed(&p->weight2d);
+}
+
+/* Where Winograd is faster than the other paths (measured on the 2-core
+   Zen 2 VM, bench/results/cpu.md; docs/conv2d.md).  Packed weights are
+   transformed once and kept, so only the GEMMs' shape counts: from 32
+   tiles (2 x 2 outputs) a call.  Below that (ResNet res5 at batch 1: 7 x 7
+   outputs, 16 tiles, 23% of them padding) the 16 MB of transformed f32
+   weights streamed per call cost more than the multiplies saved, and the
+   relaxed 4-bit rows kernel reading 1.2 MB wins.  Plain weights are
+   decoded and transformed per call (about 60 ns per (output, input)
+   channel pair on one core: 16 ms for res5's weights, 0.4 ns of GEMM per
+   pair and tile), so only from 512 tiles.  TOPS_CPU_CONV=winograd takes
+   it wherever the shape allows, =direct never (tests, measurements).
+   rows4: the weights are packed for the relaxed rows kernel with codes of
+   at most 4 bits (int4-g32: 1.5x the f32 rows path's speed); where a
+   quarter of the tiles' outputs or more fall outside the image (7 x 7:
+   49 of 64) Winograd saves 2.25 x 49 / 64 = 1.7x of the multiplies and
+   that kernel is as fast or faster (res5 at batch 32: 52.5 against 56.6
+   ms on one core, 27.0 against 26.5 on two), so it keeps those. */
+static tops_status wino_worth(const char *fn, const conv_plan *p, int rows4, int *take) {
+    const char *env = getenv("TOPS_CPU_CONV");
+    const int64_t tiles = p->n * tops__ceil_div(p->oh, 2) * tops__ceil_div(p->ow, 2);
+    const double used = (double)(p->n * p->oh * p->ow) / (4.0 * (double)tiles);
+    *take = tiles >= (tops__is_packed(&p->weight2d) ? 32 : 512) && !(rows4 && used < 0.85);
+    if (env && *env) {
+        if (strcmp(env, "winograd") == 0) *take = 1;
+        else if (strcmp(env, "direct") == 0) *take = 0;
+        else
+            return tops__fail(TOPS_INVALID_ARGUMENT, fn,
+                              "TOPS_CPU_CONV is \"%s\"; it must be winograd, direct or empty", env);
+    }
+    return TOPS_OK;
+}
+
+/* The weights as f32 rows [O][9 C] (any format, packed or not), malloc'd. */
+static tops_status wino_rows(const char *fn, const conv_plan *p, float **out) {
+    const int64_t k = p->k, o = p->o;
+    float *w = tops__aligned_alloc((size_t)(o * k) * sizeof(float));
+    if (!w) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the f32 weights");
+    const tops_tensor *src = &p->weight2d;
+    if (tops__is_packed(src)) {
+        const tops__packed_right *pk = src->packed_;
+        if (pk->in_place) src = &pk->copy;
+        else { /* f32 panels [ceil(o / nr)][k][nr] */
+            const int64_t nr = pk->nr;
+            for (int64_t r = 0; r < o; r++)
+                for (int64_t kk = 0; kk < k; kk++) w[r * k + kk] = pk->panels[(r / nr) * k * nr + kk * nr + r % nr];
+            *out = w;
+            return TOPS_OK;
+        }
+    }
+    tops_tensor_desc v;
+    memset(&v, 0, sizeof v);
+    v.format = tops_format_of(TOPS_DT_F32);
+    v.rank = 2;
+    v.extent[0] = o;
+    v.extent[1] = k;
+    v.data = w;
+    tops_tensor view;
+    tops_status st;
+    if ((st = tops_tensor_view(&v, &view)) != TOPS_OK || (st = tops_dequantize(src, &view)) != TOPS_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", tops_last_error());
+        tops__aligned_free(w);
+        return tops__fail(st, fn, "decoding the weights for Winograd: %s", why);
+    }
+    *out = w;
+    return TOPS_OK;
+}
+
+/* The transformed weights for panels of nr columns, malloc'd (*u). */
+static tops_status wino_transform(const char *fn, const conv_plan *p, int nr, float **u) {
+    float *w = NULL;
+    tops_status st = wino_rows(fn, p, &w);
+    if (st != TOPS_OK) return st;
+    *u = tops__aligned_alloc((size_t)tops__wino_u_floats(nr, p->c, p->o) * sizeof(float));
+    if (!*u) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the transformed weights");
+    else tops__wino_weights(w, p->k, p->c, p->o, nr, *u, p->exec.threads);
+    tops__aligned_free(w);
+    return st;
+}
+
+static pthread_once_t wino_release_once = PTHREAD_ONCE_INIT;
+static void wino_register_release(void) { (void)tops__tensor_set_release(TOPS_DEVICE_CPU, tops__conv_wino_release); }
+
+/* A CPU pack's transformed weights: made by the first call and kept on
+   the pack (tops__packed_right.wino, published by compare-and-swap, so
+   concurrent first calls keep one), then read in place: decoding and
+   transforming cost about as much as the whole convolution at batch 1
+   (res5: 2.4 M weights in, 4.2 M floats out).  NULL where the weights are
+   not a CPU pack or were cached for another panel width (another level):
+   then each call transforms them. */
+static const float *wino_cached(const char *fn, const conv_plan *p, int nr, tops_status *st) {
+    *st = TOPS_OK;
+    if (!tops__is_packed(&p->weight2d)) return NULL;
+    tops__packed_right *pk = (tops__packed_right *)p->weight2d.packed_;
+    tops__wino_cache *wc = atomic_load(&pk->wino);
+    if (!wc) {
+        pthread_once(&wino_release_once, wino_register_release);
+        tops__wino_cache *mine = malloc(sizeof *mine);
+        if (!mine) {
+            *st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the Winograd weights' header");
+            return NULL;
+        }
+        *mine = (tops__wino_cache){nr, p->c, p->o, NULL};
+        if ((*st = wino_transform(fn, p, nr, &mine->u)) != TOPS_OK) {
+            free(mine);
+            return NULL;
+        }
+        tops__wino_cache *expected = NULL;
+        if (atomic_compare_exchange_strong(&pk->wino, &expected, mine)) wc = mine;
+        else { /* another call got there first */
+            tops__aligned_free(mine->u);
+            free(mine);
+            wc = expected;
+        }
+    }
+    return wc->nr == nr && wc->c == p->c && wc->o == p->o ? wc->u : NULL;
+}
+
+/* Runs the Winograd path on checked arguments: the transformed weights
+   (kept on a pack, else made for this call), the bias in f32, then the
+   driver. */
+static tops_status wino_run(const char *fn, const tops__kernels *kern, const conv_plan *p, const tops_conv2d_desc *d,
+                            const tops_tensor *in, tops_tensor *full, int accumulate) {
+    const int nr = kern->gemm_f32.nr;
+    float *own = NULL, *bias = NULL;
+    tops_status st;
+    const float *u = wino_cached(fn, p, nr, &st);
+    if (st != TOPS_OK) return st;
+    if (!u && (st = wino_transform(fn, p, nr, &own)) != TOPS_OK) return st;
+    if (!u) u = own;
+    bias = d->bias ? malloc((size_t)p->o * sizeof(float)) : NULL;
+    if (d->bias && !bias) {
+        st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the bias");
+        goto done;
+    }
+    for (int64_t o = 0; bias && o < p->o; o++) bias[o] = load_f32(d->bias, o);
+    tops__conv_geom geo = geometry(p, in, 0);
+    st = tops__conv_wino_run(fn, kern, &geo, p->n, u, p->o, bias, full, accumulate, p->exec.threads);
+done:
+    tops__aligned_free(own);
+    free(bias);
+    return st;
+}
+
 /* The checked call on cuda:N (src/cuda/conv.c). */
 static tops_status conv_run_cuda(const conv_plan *p, const tops_conv2d_desc *d, const tops_tensor *in,
                                  tops_tensor *dest, char *path, size_t cap) {
@@ -428,6 +584,21 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         free(taps);
         free(bias);
         return st;
+    }
+    int wino = 0;
+    if (wino_shape(kern, p, d)) {
+        const tops__packed_right *q = q8_rows_weights(kern, p, d, &p->weight2d);
+        const int rows4 = q && tops_format_bits_per_weight(q->copy.format, p->k) <= 6.0;
+        if ((st = wino_worth(fn, p, rows4, &wino)) != TOPS_OK) return st;
+    }
+    if (wino) {
+        if (path) {
+            snprintf(path, cap,
+                     "Winograd F(2x2, 3x3), 16 f32 GEMMs (relaxed; weights decoded and transformed %s): %s (%s)",
+                     tops__is_packed(&p->weight2d) ? "once, kept on the pack" : "per call", kern->gemm_f32.name, tops_isa_name(kern->isa));
+            return TOPS_OK;
+        }
+        return wino_run(fn, kern, p, d, in, &full, accumulate);
     }
     const int64_t og = p->o / p->groups, m = p->n * p->oh * p->ow;
     const float *panels = rows_panels(kern, p, in, &p->weight2d);

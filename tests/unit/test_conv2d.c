@@ -315,6 +315,96 @@ static void test_threaded(void) {
     max_threads = 2;
 }
 
+/* Winograd F(2x2, 3x3): relaxed 3x3 stride-1 dilation-1 groups-1 calls
+   (the path asserted by name, and strict calls asserted off it): odd and
+   even output sizes (a last tile with one row / column), paddings 0, 1,
+   2 and uneven, "same", C and O off the vector widths, batch > 1, f16 / bf16
+   activations and dests, bias, accumulate, packed and plain weights of
+   several formats, and big calls at 1 to 5 threads (blocks of tiles, and
+   output panels split at batch 1). */
+static const cv_case wino_cases[] = {
+    {1, 7, 9, 5, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},    /* odd output 7 x 9 */
+    {2, 6, 8, 3, 17, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},   /* no padding, output 4 x 6, batch 2 */
+    {1, 5, 5, 19, 9, 3, 3, 1, 1, 1, 1, 2, 2, 2, 2, 1, 0},   /* pad 2: output 7 x 7, tiles all padding at the edge */
+    {3, 9, 10, 20, 33, 3, 3, 1, 1, 1, 1, 0, 2, 1, 0, 1, 0}, /* uneven pads */
+    {2, 11, 7, 40, 24, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1}, /* "same" */
+    {1, 3, 3, 8, 8, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},    /* one output pixel */
+    {1, 1, 12, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* one input row */
+};
+static const cv_case wino_big[] = {
+    {1, 7, 7, 96, 200, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},   /* res5-like batch 1: one block, panels split */
+    {2, 15, 13, 72, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* several blocks, a short last one */
+    {1, 14, 14, 300, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* C over the K block (256): two K blocks */
+};
+
+static void expect_path(const cv_case *c, const char *fmt, int relaxed, int packed, int want_wino) {
+    int64_t oh, ow, pt, pl;
+    resolve(c, &oh, &ow, &pt, &pl);
+    const int64_t k = c->kh * c->kw * c->c;
+    float *wf = calloc((size_t)(c->o * k), sizeof(float));
+    float *x = calloc((size_t)(c->n * c->h * c->w * c->c), sizeof(float));
+    float *yv = calloc((size_t)(c->n * oh * ow * c->o), sizeof(float));
+    cv_weight w;
+    if (!make_weight(fmt, c->o, k, wf, relaxed, &w)) {
+        TH_FAIL_AT("weight %s: %s", fmt, tops_last_error());
+        free(wf), free(x), free(yv);
+        return;
+    }
+    tops_tensor in = view4(TOPS_DT_F32, x, c->n, c->h, c->w, c->c), out = view4(TOPS_DT_F32, yv, c->n, oh, ow, c->o);
+    tops_conv2d_desc d = make_desc(c);
+    d.relaxed_precision = relaxed;
+    char path[256];
+    const tops_status st = tops_conv2d_path(NULL, &d, &in, packed && w.have_packed ? &w.packed : &w.q, &out, path, sizeof path);
+    if (want_wino < 0) { /* a bad TOPS_CPU_CONV */
+        if (st != TOPS_INVALID_ARGUMENT || !strstr(tops_last_error(), "TOPS_CPU_CONV"))
+            TH_FAIL_AT("a bad TOPS_CPU_CONV: status %d, \"%s\"", (int)st, tops_last_error());
+    } else if (st != TOPS_OK) {
+        TH_FAIL_AT("tops_conv2d_path: %s", tops_last_error());
+    } else if ((strstr(path, "Winograd") != NULL) != want_wino)
+        TH_FAIL_AT("%s relaxed %d packed %d: path \"%s\"", fmt, relaxed, packed, path);
+    free_weight(&w);
+    free(wf), free(x), free(yv);
+}
+
+static void test_winograd(void) {
+    static const char *const fmts[] = {"int8-g32", "int4-g32", "f32", "f16"};
+    /* where it is worth it by default: packed from 32 tiles, plain from 512 */
+    static const cv_case res4 = {1, 14, 14, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};   /* 49 tiles */
+    static const cv_case res5 = {1, 7, 7, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};     /* 16 tiles */
+    static const cv_case res3b = {3, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};  /* 588 tiles */
+    expect_path(&res4, "int4-g32", 1, 1, 1);
+    expect_path(&res4, "int4-g32", 1, 0, 0);
+    expect_path(&res5, "int4-g32", 1, 1, 0);
+    expect_path(&res3b, "int8-g32", 1, 0, 1);
+    setenv("TOPS_CPU_CONV", "direct", 1);
+    expect_path(&res3b, "int8-g32", 1, 0, 0);
+    setenv("TOPS_CPU_CONV", "bogus", 1);
+    expect_path(&res4, "int4-g32", 1, 1, -1); /* refused with a sentence */
+    unsetenv("TOPS_CPU_CONV");
+    setenv("TOPS_CPU_CONV", "winograd", 1); /* the small cases below */
+    for (size_t i = 0; i < sizeof wino_cases / sizeof wino_cases[0]; i++) {
+        const cv_case *c = &wino_cases[i];
+        expect_path(c, "int4-g32", 1, 1, 1);
+        expect_path(c, "f32", 1, 0, 1);
+        expect_path(c, "int4-g32", 0, 1, 0); /* strict: never Winograd */
+        expect_path(c, "f32", 0, 0, 0);
+        for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+            run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0, 0);
+            run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 1, 1, 1); /* packed, bias, accumulate */
+        }
+        run_case(c, "int8-g32", TOPS_DT_F16, TOPS_DT_BF16, 1, 1, 0, 1);
+        run_case(c, "mxfp4", TOPS_DT_BF16, TOPS_DT_F16, 1, 0, 1, 0);
+    }
+    max_threads = 5;
+    for (size_t i = 0; i < sizeof wino_big / sizeof wino_big[0]; i++) {
+        expect_path(&wino_big[i], "int8-g32", 1, 1, 1);
+        run_case(&wino_big[i], "int8-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 1, 0, 1);
+        run_case(&wino_big[i], "f32", TOPS_DT_F32, TOPS_DT_F32, 1, 0, 1, 1);
+    }
+    max_threads = 2;
+    unsetenv("TOPS_CPU_CONV");
+}
+
 /* Rank-4 f32 weights give the same bits as the same data viewed rank 2. */
 static void test_rank4_weights(void) {
     const cv_case *c = &cases[1];
@@ -516,6 +606,7 @@ int main(void) {
     RUN_TEST(test_quantized);
     RUN_TEST(test_rank4_weights);
     RUN_TEST(test_threaded);
+    RUN_TEST(test_winograd);
     RUN_TEST(test_bad_descriptors);
     TEST_MAIN_END();
 }
