@@ -43,11 +43,10 @@ int64_t tops__wino_u_floats(int nr, int64_t c, int64_t o) { return XI * tops__ro
 
 void tops__wino_weights(const float *w, int64_t ldw, int64_t c, int64_t o, int nr, float *u, int threads) {
     const int64_t np = tops__ceil_div(o, nr);
-#ifndef _OPENMP
-    threads = 1;
-#endif
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+#else
+    (void)threads;
 #endif
     for (int64_t p = 0; p < np; p++) {
         TOPS__NOTE_REGION();

@@ -515,8 +515,8 @@ static const float *wino_cached(const char *fn, const conv_plan *p, int nr, tops
             free(mine);
             return NULL;
         }
-        tops__wino_cache *expected = NULL;
-        if (atomic_compare_exchange_strong(&pk->wino, &expected, mine)) wc = mine;
+        void *expected = NULL; /* the field is _Atomic(void *) */
+        if (atomic_compare_exchange_strong(&pk->wino, &expected, (void *)mine)) wc = mine;
         else { /* another call got there first */
             tops__aligned_free(mine->u);
             free(mine);
