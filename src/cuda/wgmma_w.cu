@@ -167,48 +167,62 @@ __device__ __forceinline__ void produce(const Params &p, const CUtensorMap &xmap
 // element) took 18-22 % of the warps' samples, most waiting on instruction
 // fetch.  Warp w of the warpgroup on m64 tile mt0 (tiles of a CTA: 2 WT
 // consecutive, each warpgroup WT of them).
-template <int WT, int ND>
+// ONE: the whole tile in one round (its stage holds TN x (C + 4) floats),
+// the row stores then a loop that is not unrolled: the epilogue runs once a
+// CTA, from a cold instruction cache, so its executed code is what costs
+// (ncu, int4-g128, M = 128: 14 % of the consumer warps' samples in the
+// unrolled rounds, most waiting on instruction fetch).
+template <int WT, int ND, bool ONE = false>
 __device__ __forceinline__ void store_tile_staged(const Params &p, float *stage, int tt, int mt0,
                                                   const float (&acc)[WT][ND], float g) {
-    constexpr int C = 2 * WT * 64, P = C + 4, TN = 2 * ND;
+    constexpr int C = 2 * WT * 64, P = C + 4, TN = 2 * ND, RT = ONE ? TN : 32; // RT: tokens a round
     static_assert(ND % 16 == 0, "rounds of 32 tokens hold whole accumulator groups");
     const int lane = threadIdx.x & 31, w = (threadIdx.x >> 5) & 3, gid = lane >> 2, tig = lane & 3;
     const int slot = (mt0 / WT) & 1, pw = slot * 4 + w; // this warp among the tile's 8
     const int m0 = tt * TN, n0 = (mt0 - slot * WT) * 64;
     const bool vec = out_vec4(p.out, p.ldo, p.out_dtype), plain = vec && !p.accumulate && n0 + C <= p.n;
-#pragma unroll
-    for (int r = 0; r < TN / 32; r++) {
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory"); // the previous readers are done
-#pragma unroll
-        for (int t = 0; t < WT; t++)
-#pragma unroll
-            for (int i = 16 * r; i < 16 * r + 16; i++)
-                stage[(8 * ((i >> 2) - 4 * r) + 2 * tig + (i & 1)) * P + (slot * WT + t) * 64 + 16 * w + gid +
-                      8 * ((i >> 1) & 1)] = acc[t][i];
-        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+    // Rows 32 b .. 32 b + 31 of the stage: tokens m0 + 32 (r + b) on.
+    const auto store32 = [&](int r, int b) {
         if (plain) { // whole rows, plain stores: every row read first (store_rows4_plain)
 #pragma unroll
             for (int q = 0; q < WT; q++) {
                 float4 v[4];
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    v[j] = *reinterpret_cast<const float4 *>(stage + (pw + 8 * j) * P + 4 * (lane + 32 * q));
+                    v[j] = *reinterpret_cast<const float4 *>(stage + (32 * b + pw + 8 * j) * P + 4 * (lane + 32 * q));
                     v[j].x *= g, v[j].y *= g, v[j].z *= g, v[j].w *= g;
                 }
-                store_rows4_plain<4>(p, m0 + 32 * r + pw, 8, n0 + 4 * (lane + 32 * q), v);
+                store_rows4_plain<4>(p, m0 + 32 * (r + b) + pw, 8, n0 + 4 * (lane + 32 * q), v);
             }
-            continue;
+            return;
         }
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const int row = pw + 8 * j, m = m0 + 32 * r + row;
+            const int row = pw + 8 * j, m = m0 + 32 * (r + b) + row;
             if (m >= p.m) break; // rows grow with j
 #pragma unroll
             for (int q = lane; q < C / 4; q += 32) {
-                float4 v = *reinterpret_cast<const float4 *>(stage + row * P + 4 * q);
+                float4 v = *reinterpret_cast<const float4 *>(stage + (32 * b + row) * P + 4 * q);
                 v.x *= g, v.y *= g, v.z *= g, v.w *= g;
                 store_out4(p, m, n0 + 4 * q, v, vec);
             }
+        }
+    };
+#pragma unroll
+    for (int r = 0; r < TN / 32; r += RT / 32) {
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory"); // the previous readers are done
+#pragma unroll
+        for (int t = 0; t < WT; t++)
+#pragma unroll
+            for (int i = 16 * r; i < 16 * r + RT / 2; i++)
+                stage[(8 * ((i >> 2) - 4 * r) + 2 * tig + (i & 1)) * P + (slot * WT + t) * 64 + 16 * w + gid +
+                      8 * ((i >> 1) & 1)] = acc[t][i];
+        asm volatile("bar.sync 1, %0;" ::"n"(kConsumerWarps * 32) : "memory");
+        if constexpr (ONE) {
+#pragma unroll 1
+            for (int b = 0; b < TN / 32; b++) store32(0, b);
+        } else {
+            store32(r, 0);
         }
     }
 }
@@ -219,11 +233,12 @@ __device__ __forceinline__ void store_tile_staged(const Params &p, float *stage,
 // the last split of a tile to arrive sums all of them in split order (the
 // same bits every run).  Every consumer warp holding the tile calls it
 // (named barrier 1 counts kConsumerWarps).
-template <int WT, int ND>
+template <int WT, int ND, bool ONE = false>
 __device__ __forceinline__ void finish(const Params &p, int tt, int split, float (&acc)[WT][ND], float g, int mt0,
                                        float *stage) {
+    sm90::grid_dep_wait(); // a programmatic dependent: the previous kernel is done with the output
     if (p.splits == 1) {
-        store_tile_staged<WT, ND>(p, stage, tt, mt0, acc, g);
+        store_tile_staged<WT, ND, ONE>(p, stage, tt, mt0, acc, g);
         return;
     }
     __shared__ int is_last;
@@ -519,6 +534,9 @@ __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char
         mbar_init_fence();
     }
     __syncthreads();
+    // The next kernel's CTAs may take SMs this grid leaves idle (they wait
+    // for this grid before reading its output); the weights stream first.
+    grid_dep_launch();
     return c;
 }
 
@@ -527,6 +545,7 @@ template <int TN>
 __device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta &c) {
     using namespace sm90;
     using L = fold_layout<TN>;
+    grid_dep_wait(); // launched as a programmatic dependent: the activations are the previous kernel's
     for (int i = 0; i * L::SB < c.nb; i++) {
         const int s = i % L::XR, nbs = min(L::SB, c.nb - i * L::SB);
         if (i >= L::XR) mbar_wait(&c.xempty[s], ((i / L::XR) + 1) & 1);
@@ -742,8 +761,8 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
             acc[0][4 * i + 3] += v.w;
         }
     }
-    static_assert(L::XR * L::XBYTES >= 32 * (128 + 4) * 4, "the output staging fits the idle X ring");
-    finish<1, ND>(p, cta.tt, cta.split, acc, p.global * p.fold_post, cta.cb * 2 + tw, reinterpret_cast<float *>(cta.x));
+    static_assert(L::XR * L::XBYTES >= TN * (128 + 4) * 4, "the output staging fits the idle X ring");
+    finish<1, ND, true>(p, cta.tt, cta.split, acc, p.global * p.fold_post, cta.cb * 2 + tw, reinterpret_cast<float *>(cta.x));
 }
 
 #endif
@@ -828,6 +847,12 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
         if ((unsigned)c % L::SB == 0) mbar_wait(&cta.xfull[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
         const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
         const int first = c == 0 || (kc & p.group_mask) == 0;
+        // The decode is complete before the fence (NVVM otherwise sinks its
+        // last instructions to their wgmma, past the fence; ptxas then injects
+        // a fence before each wgmma, C7519, and each becomes its own group, so
+        // the wait<1> below waited for this chunk's first three wgmmas).
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) fence_regs(A[j]);
         wgmma_fence();
 #pragma unroll
         for (int j = 0; j < STEPS; j++) {
@@ -892,11 +917,139 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
     }
     drain(last, k_begin + nc * 64);
     release(last);
-    static_assert(L::XR * L::XBYTES >= 32 * (128 + 4) * 4, "the output staging fits the idle X ring");
+    static_assert(L::XR * L::XBYTES >= TN * (128 + 4) * 4, "the output staging fits the idle X ring");
     float out[1][ND];
 #pragma unroll
     for (int i = 0; i < ND; i++) out[0][i] = acc[i];
-    finish<1, ND>(p, cta.tt, cta.split, out, p.global * decode_factor<CODE>(), cta.cb * 2 + wg,
+    finish<1, ND, true>(p, cta.tt, cta.split, out, p.global * decode_factor<CODE>(), cta.cb * 2 + wg,
+                  reinterpret_cast<float *>(cta.x));
+}
+
+// Scale groups of 128 or more (whole turns): the two consumer warpgroups
+// take turns on the tensor cores, FlashAttention-3's ping-pong (named
+// barriers 3 and 4).  A turn is two chunks (eight wgmmas); while its wgmmas
+// run the warpgroup decodes its next turn into the other register set, then
+// waits for them (wait 0), drains part into acc at a group end and releases
+// the stages, all while the other warpgroup's turn keeps the tensor cores
+// busy.  Without the turns both warpgroups drained at once (ncu, int4-g128,
+// M = 128: tensor pipe 41 % active; stalls on the decode's and the drain's
+// dependencies).  Needs turns on group boundaries: k_begin and the CTA's K
+// multiples of 128.
+template <int CODE, bool BF16, int TN, bool MUL>
+__device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &cta) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2;
+    static_assert(L::SB == 2 && L::WSB % 2 == 0, "a turn is one X stage, within one W stage");
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
+    const int tile = wg * 4 + w;
+    const int nc = cta.nb, k_begin = cta.b_begin * 64, nt = nc / 2; // nc even (the launch's check)
+
+    float acc[ND], part[ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
+
+    // Chunk c's A fragments, as consume_strict's fetch.
+    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) {
+        const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
+        if (cw == 0) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
+        const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
+        const uint4 cur = natural_k_order(*reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16), lane);
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, A[j]);
+        if constexpr (MUL) {
+            static_assert(!BF16 && STEPS == 4, "multipliers: f16 codes, two sub-blocks of 32 a chunk");
+            const unsigned char *mp = stg + 8 * L::WTILE + tile * L::WSCALE + kMultOffset;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                uint32_t lo, hi;
+                fold_pair<TOPS__CU_SCALE_F16, false>(mp, (2 * cw + h) * 16 + 2 * gid, nullptr, 1.0f, lo, hi);
+#pragma unroll
+                for (int j = 2 * h; j < 2 * h + 2; j++) {
+                    A[j][0] = mul2<false>(A[j][0], lo);
+                    A[j][1] = mul2<false>(A[j][1], hi);
+                    A[j][2] = mul2<false>(A[j][2], lo);
+                    A[j][3] = mul2<false>(A[j][3], hi);
+                }
+            }
+        }
+    };
+    const auto fetch_turn = [&](int t, uint32_t (&A)[2][STEPS][4]) {
+        fetch(2 * t, A[0]);
+        fetch(2 * t + 1, A[1]);
+    };
+    const auto issue = [&](int c, uint32_t (&A)[STEPS][4], bool fresh) {
+        const int xs = (unsigned)c / L::SB;
+        if ((unsigned)c % L::SB == 0) mbar_wait(&cta.xfull[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
+        const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) wgmma_rs<BF16>(part, A[j], desc_sw128(bb + 32 * j), !(fresh && j == 0));
+    };
+    const auto release = [&](int c) {
+        const unsigned u = c, v = c + 1;
+        if (v / L::SB != u / L::SB || c + 1 >= nc) mbar_arrive(&cta.xempty[(u / L::SB) % L::XR]);
+        if (v / L::WSB != u / L::WSB || c + 1 >= nc) mbar_arrive(&cta.wempty[(u / L::WSB) % L::WR]);
+    };
+    bool fresh = true;
+    // Turn t on the register set A (decoded); the next turn decoded into N.
+    const auto turn = [&](int t, uint32_t (&A)[2][STEPS][4], uint32_t (&N)[2][STEPS][4]) {
+        const int c0 = 2 * t, c1 = c0 + 1;
+        asm volatile("bar.sync %0, 256;" ::"r"(3 + wg) : "memory"); // our turn: the other one issued its last
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < STEPS; j++) fence_regs(A[h][j]);
+        wgmma_fence();
+        issue(c0, A[0], fresh);
+        issue(c1, A[1], false);
+        wgmma_commit();
+        asm volatile("bar.arrive %0, 256;" ::"r"(4 - wg) : "memory"); // the other warpgroup's turn
+        if (t + 1 < nt) fetch_turn(t + 1, N);
+        wgmma_wait<0>();
+        fence_regs(part);
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int j = 0; j < STEPS; j++) fence_regs(A[h][j]);
+        const int kend = k_begin + (c1 + 1) * 64;
+        fresh = (kend & p.group_mask) == 0 || c1 == nc - 1;
+        if (fresh) { // a group ends with this turn: acc += part x scale (entries in chunk c1's W stage)
+            const int ws = (unsigned)c1 / L::WSB;
+            const int g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
+            const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
+            float2 s2 = make_float2(1.0f, 1.0f);
+            if (p.has_scales) {
+                const unsigned char *sp = cta.w + (ws % L::WR) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE;
+                s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
+                s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
+            }
+#pragma unroll
+            for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? s2.y : s2.x, acc[i]);
+        }
+        release(c0);
+        release(c1);
+    };
+
+    // No branch on the warpgroup near the wgmmas (ptxas then serializes
+    // them all, C7520): warpgroup 1 opens warpgroup 0's first turn, and
+    // warpgroup 0 takes warpgroup 1's arrival after its last; the other
+    // warpgroup meanwhile passes barrier 5 alone.
+    asm volatile("bar.arrive %0, %1;" ::"r"(wg ? 3 : 5), "r"(wg ? 256 : 128) : "memory");
+    uint32_t a0[2][STEPS][4], a1[2][STEPS][4];
+    fetch_turn(0, a0);
+    for (int t = 0;; t += 2) {
+        turn(t, a0, a1);
+        if (t + 1 >= nt) break;
+        turn(t + 1, a1, a0);
+        if (t + 2 >= nt) break;
+    }
+    asm volatile("bar.sync %0, %1;" ::"r"(wg ? 5 : 3), "r"(wg ? 128 : 256) : "memory");
+    static_assert(L::XR * L::XBYTES >= TN * (128 + 4) * 4, "the output staging fits the idle X ring");
+    float out[1][ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) out[0][i] = acc[i];
+    finish<1, ND, true>(p, cta.tt, cta.split, out, p.global * decode_factor<CODE>(), cta.cb * 2 + wg,
                   reinterpret_cast<float *>(cta.x));
 }
 #endif
@@ -917,7 +1070,10 @@ __global__ void __launch_bounds__(3 * 128, 1) wgmma_s_kernel(const __grid_consta
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        consume_strict<CODE, BF16, TN, GSL, MUL>(p, cta);
+        if (GSL == 2 && p.group_shift >= 7 && ((cta.b_begin | cta.nb) & 1) == 0)
+            consume_turns<CODE, BF16, TN, MUL>(p, cta);
+        else
+            consume_strict<CODE, BF16, TN, GSL, MUL>(p, cta);
     }
 #else
     (void)xmap, (void)p;
@@ -1203,8 +1359,11 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
                     : tn == 128 ? "wgmma_w m64n128k16 (A from registers) + TMA"
                                 : "wgmma_w m64n64k16 (A from registers) + TMA");
     if (err == cudaSuccess) {
-        fn<<<dim3((unsigned)units, (unsigned)p.splits), strict_pipe ? 384 : ffn ? fp.threads : kThreads, smem, stream>>>(map, p);
-        err = cudaGetLastError();
+        // The two-ring kernels as programmatic dependents (debug key pdl=0:
+        // plain): their weights stream while the previous kernel ends.
+        const bool pdl = ffn && p.splits == 1 && tops__cu_tune(TOPS__CU_T_PDL) != 0;
+        err = launch_kernel(fn, dim3((unsigned)units, (unsigned)p.splits),
+                            dim3(strict_pipe ? 384 : ffn ? fp.threads : kThreads), smem, stream, pdl, 1, map, p);
         if (err != cudaSuccess) *what = "the wgmma kernel launch";
     }
     if (ws) {

@@ -921,6 +921,11 @@ static void test_wgmma_strict(void) {
         {"mxfp4", TOPS_DT_F16, TOPS_DT_F32, 100, 1000, 200, 1, 1, NULL, NULL, 1},
         {"nvfp4", TOPS_DT_BF16, TOPS_DT_F32, 128, 520, 130, 0, 1, NULL, NULL, 1},
         {"int4-g16:f32", TOPS_DT_F16, TOPS_DT_F32, 100, 1000, 200, 0, 1, NULL, NULL, 0},
+        // groups of 128: the warpgroups' turns where a CTA's K is whole
+        // turns (two splits of 8 k64 blocks), the chunk pipeline where its
+        // block count is odd (17)
+        {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 77, 2048, 260, 0, 0, "2", "128", 1},
+        {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 200, 1088, 136, 1, 1, NULL, NULL, 1},
     };
     const int n = small_run ? 4 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0;
