@@ -783,63 +783,78 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
 // steps), exact (|code x m| <= 2048), and the groups are the super-blocks
 // with their scales D (pack.c, factor_scales).
 #ifdef TOPS_CU_WGMMA
+// Chunk c's A fragments for the strict kernels (warp tile `tile` of the
+// CTA's 8): decoded codes in wgmma's K order, times their sub-block
+// multipliers with MUL; the chunk's W stage waited for at its first chunk.
+template <int CODE, bool BF16, int TN, bool MUL>
+__device__ __forceinline__ void strict_fetch(const FoldCta &cta, int tile, int c,
+                                             uint32_t (&A)[chunk_dims<CODE>::STEPS][4]) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    constexpr int STEPS = chunk_dims<CODE>::STEPS;
+    const int lane = threadIdx.x & 31, gid = lane >> 2;
+    const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
+    if (cw == 0) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
+    const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
+    const uint4 cur = natural_k_order(*reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16), lane);
+#pragma unroll
+    for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, A[j]);
+    if constexpr (MUL) {
+        static_assert(!BF16 && STEPS == 4, "multipliers: f16 codes, two sub-blocks of 32 a chunk");
+        static_assert(kMultOffset + 16 * 32 <= L::WSCALE, "a W stage's multipliers fit its scale bytes");
+        const unsigned char *mp = stg + 8 * L::WTILE + tile * L::WSCALE + kMultOffset;
+#pragma unroll
+        for (int h = 0; h < 2; h++) { // sub-block 2 cw + h: steps 2 h, 2 h + 1
+            uint32_t lo, hi;
+            fold_pair<TOPS__CU_SCALE_F16, false>(mp, (2 * cw + h) * 16 + 2 * gid, nullptr, 1.0f, lo, hi);
+#pragma unroll
+            for (int j = 2 * h; j < 2 * h + 2; j++) {
+                A[j][0] = mul2<false>(A[j][0], lo); // rows gid
+                A[j][1] = mul2<false>(A[j][1], hi); // rows gid + 8
+                A[j][2] = mul2<false>(A[j][2], lo);
+                A[j][3] = mul2<false>(A[j][3], hi);
+            }
+        }
+    }
+}
+
+// acc += part x scale for the group that ends at K kend (exclusive), whose
+// entries are in the W stage of chunk c; the wgmmas writing part completed.
+template <int TN, int ND>
+__device__ __forceinline__ void strict_drain(const Params &p, const FoldCta &cta, int tile, int c, int kend,
+                                             float (&part)[ND], float (&acc)[ND]) {
+    using L = fold_layout<TN>;
+    sm90::fence_regs(part);
+    const int gid = (threadIdx.x & 31) >> 2, k_begin = cta.b_begin * 64;
+    const int ws = (unsigned)c / L::WSB;
+    const int g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
+    const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
+    float2 s2 = make_float2(1.0f, 1.0f);
+    if (p.has_scales) {
+        const unsigned char *sp = cta.w + (ws % L::WR) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE;
+        s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
+        s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
+    }
+#pragma unroll
+    for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? s2.y : s2.x, acc[i]);
+}
+
 template <int CODE, bool BF16, int TN, int GSL, bool MUL>
 __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &cta) {
     using namespace sm90;
     using L = fold_layout<TN>;
     static_assert(chunk_dims<CODE>::KC == 64, "4-bit codes: one chunk per k64 block");
     constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2, GS = 1 << GSL; // k16 steps per group (GSL < 2)
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
-    const int tile = wg * 4 + w; // this warp's 16-channel tile among the CTA's 8
+    const int warp = threadIdx.x >> 5, wg = warp >> 2;
+    const int tile = wg * 4 + (warp & 3); // this warp's 16-channel tile among the CTA's 8
     const int nc = cta.nb, k_begin = cta.b_begin * 64;
 
     float acc[ND], part[ND];
 #pragma unroll
     for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
 
-    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) {
-        const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
-        if (cw == 0) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
-        const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
-        const uint4 cur = natural_k_order(*reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16), lane);
-#pragma unroll
-        for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, A[j]);
-        if constexpr (MUL) {
-            static_assert(!BF16 && STEPS == 4, "multipliers: f16 codes, two sub-blocks of 32 a chunk");
-            static_assert(kMultOffset + 16 * 32 <= L::WSCALE, "a W stage's multipliers fit its scale bytes");
-            const unsigned char *mp = stg + 8 * L::WTILE + tile * L::WSCALE + kMultOffset;
-#pragma unroll
-            for (int h = 0; h < 2; h++) { // sub-block 2 cw + h: steps 2 h, 2 h + 1
-                uint32_t lo, hi;
-                fold_pair<TOPS__CU_SCALE_F16, false>(mp, (2 * cw + h) * 16 + 2 * gid, nullptr, 1.0f, lo, hi);
-#pragma unroll
-                for (int j = 2 * h; j < 2 * h + 2; j++) {
-                    A[j][0] = mul2<false>(A[j][0], lo); // rows gid
-                    A[j][1] = mul2<false>(A[j][1], hi); // rows gid + 8
-                    A[j][2] = mul2<false>(A[j][2], lo);
-                    A[j][3] = mul2<false>(A[j][3], hi);
-                }
-            }
-        }
-    };
-    // acc += part * scale for the group that ends at K kend (exclusive),
-    // whose entries are in the W stage of chunk c; the wgmmas writing part
-    // have completed.
-    const auto drain = [&](int c, int kend) {
-        fence_regs(part);
-        const int ws = (unsigned)c / L::WSB;
-        const int g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
-        const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
-        float2 s2 = make_float2(1.0f, 1.0f);
-        if (p.has_scales) {
-            const unsigned char *sp = cta.w + (ws % L::WR) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE;
-            s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
-            s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
-        }
-#pragma unroll
-        for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? s2.y : s2.x, acc[i]);
-    };
+    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) { strict_fetch<CODE, BF16, TN, MUL>(cta, tile, c, A); };
+    const auto drain = [&](int c, int kend) { strict_drain<TN, ND>(p, cta, tile, c, kend, part, acc); };
     // Chunk c's wgmmas; a group that starts at the chunk's first step was
     // drained before (pre).  Groups smaller than a chunk end inside it.
     const auto issue = [&](int c, uint32_t (&A)[STEPS][4]) {
@@ -941,47 +956,21 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
     using L = fold_layout<TN>;
     constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2;
     static_assert(L::SB == 2 && L::WSB % 2 == 0, "a turn is one X stage, within one W stage");
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wg = warp >> 2, w = warp & 3, gid = lane >> 2;
-    const int tile = wg * 4 + w;
+    const int warp = threadIdx.x >> 5, wg = warp >> 2;
+    const int tile = wg * 4 + (warp & 3);
     const int nc = cta.nb, k_begin = cta.b_begin * 64, nt = nc / 2; // nc even (the launch's check)
 
     float acc[ND], part[ND];
 #pragma unroll
     for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
 
-    // Chunk c's A fragments, as consume_strict's fetch.
-    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) {
-        const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
-        if (cw == 0) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
-        const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
-        const uint4 cur = natural_k_order(*reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16), lane);
-#pragma unroll
-        for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, A[j]);
-        if constexpr (MUL) {
-            static_assert(!BF16 && STEPS == 4, "multipliers: f16 codes, two sub-blocks of 32 a chunk");
-            const unsigned char *mp = stg + 8 * L::WTILE + tile * L::WSCALE + kMultOffset;
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                uint32_t lo, hi;
-                fold_pair<TOPS__CU_SCALE_F16, false>(mp, (2 * cw + h) * 16 + 2 * gid, nullptr, 1.0f, lo, hi);
-#pragma unroll
-                for (int j = 2 * h; j < 2 * h + 2; j++) {
-                    A[j][0] = mul2<false>(A[j][0], lo);
-                    A[j][1] = mul2<false>(A[j][1], hi);
-                    A[j][2] = mul2<false>(A[j][2], lo);
-                    A[j][3] = mul2<false>(A[j][3], hi);
-                }
-            }
-        }
-    };
+    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) { strict_fetch<CODE, BF16, TN, MUL>(cta, tile, c, A); };
     const auto fetch_turn = [&](int t, uint32_t (&A)[2][STEPS][4]) {
         fetch(2 * t, A[0]);
         fetch(2 * t + 1, A[1]);
     };
     const auto issue = [&](int c, uint32_t (&A)[STEPS][4], bool fresh) {
         const int xs = (unsigned)c / L::SB;
-        if ((unsigned)c % L::SB == 0) mbar_wait(&cta.xfull[xs % L::XR], (uint32_t)(xs / L::XR) & 1u);
         const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
 #pragma unroll
         for (int j = 0; j < STEPS; j++) wgmma_rs<BF16>(part, A[j], desc_sw128(bb + 32 * j), !(fresh && j == 0));
@@ -996,6 +985,9 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
     const auto turn = [&](int t, uint32_t (&A)[2][STEPS][4], uint32_t (&N)[2][STEPS][4]) {
         const int c0 = 2 * t, c1 = c0 + 1;
         asm volatile("bar.sync %0, 256;" ::"r"(3 + wg) : "memory"); // our turn: the other one issued its last
+        // the turn's X stage (one stage: SB = 2 chunks), waited for before the
+        // fence (a wait loop between fence and wgmmas: ptxas adds a fence)
+        mbar_wait(&cta.xfull[(t % L::XR)], (uint32_t)(t / L::XR) & 1u);
 #pragma unroll
         for (int h = 0; h < 2; h++)
 #pragma unroll
@@ -1014,19 +1006,7 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
             for (int j = 0; j < STEPS; j++) fence_regs(A[h][j]);
         const int kend = k_begin + (c1 + 1) * 64;
         fresh = (kend & p.group_mask) == 0 || c1 == nc - 1;
-        if (fresh) { // a group ends with this turn: acc += part x scale (entries in chunk c1's W stage)
-            const int ws = (unsigned)c1 / L::WSB;
-            const int g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
-            const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
-            float2 s2 = make_float2(1.0f, 1.0f);
-            if (p.has_scales) {
-                const unsigned char *sp = cta.w + (ws % L::WR) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE;
-                s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
-                s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
-            }
-#pragma unroll
-            for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? s2.y : s2.x, acc[i]);
-        }
+        if (fresh) strict_drain<TN, ND>(p, cta, tile, c1, kend, part, acc); // a group ends with this turn
         release(c0);
         release(c1);
     };
