@@ -839,6 +839,18 @@ __device__ __forceinline__ void strict_drain(const Params &p, const FoldCta &cta
     for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? s2.y : s2.x, acc[i]);
 }
 
+// The strict kernels' output: warpgroup wg's m64 tile, staged in the idle X ring.
+template <int CODE, int TN, int ND>
+__device__ __forceinline__ void strict_finish(const Params &p, const FoldCta &cta, int wg, const float (&acc)[ND]) {
+    using L = fold_layout<TN>;
+    static_assert(L::XR * L::XBYTES >= TN * (128 + 4) * 4, "the output staging fits the idle X ring");
+    float out[1][ND];
+#pragma unroll
+    for (int i = 0; i < ND; i++) out[0][i] = acc[i];
+    finish<1, ND, true>(p, cta.tt, cta.split, out, p.global * decode_factor<CODE>(), cta.cb * 2 + wg,
+                        reinterpret_cast<float *>(cta.x));
+}
+
 template <int CODE, bool BF16, int TN, int GSL, bool MUL>
 __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &cta) {
     using namespace sm90;
@@ -932,12 +944,7 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
     }
     drain(last, k_begin + nc * 64);
     release(last);
-    static_assert(L::XR * L::XBYTES >= TN * (128 + 4) * 4, "the output staging fits the idle X ring");
-    float out[1][ND];
-#pragma unroll
-    for (int i = 0; i < ND; i++) out[0][i] = acc[i];
-    finish<1, ND, true>(p, cta.tt, cta.split, out, p.global * decode_factor<CODE>(), cta.cb * 2 + wg,
-                  reinterpret_cast<float *>(cta.x));
+    strict_finish<CODE, TN, ND>(p, cta, wg, acc);
 }
 
 // Scale groups of 128 or more (whole turns): the two consumer warpgroups
@@ -1025,12 +1032,7 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
         if (t + 2 >= nt) break;
     }
     asm volatile("bar.sync %0, %1;" ::"r"(wg ? 5 : 3), "r"(wg ? 128 : 256) : "memory");
-    static_assert(L::XR * L::XBYTES >= TN * (128 + 4) * 4, "the output staging fits the idle X ring");
-    float out[1][ND];
-#pragma unroll
-    for (int i = 0; i < ND; i++) out[0][i] = acc[i];
-    finish<1, ND, true>(p, cta.tt, cta.split, out, p.global * decode_factor<CODE>(), cta.cb * 2 + wg,
-                  reinterpret_cast<float *>(cta.x));
+    strict_finish<CODE, TN, ND>(p, cta, wg, acc);
 }
 #endif
 
