@@ -976,11 +976,14 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
         fetch(2 * t, A[0]);
         fetch(2 * t + 1, A[1]);
     };
+    // The k16 steps advance the descriptor's start address field (16-byte
+    // units, below 2^14 for any shared-memory address: no carry) instead of
+    // encoding each address anew.
     const auto issue = [&](int c, uint32_t (&A)[STEPS][4], bool fresh) {
         const int xs = (unsigned)c / L::SB;
-        const unsigned char *bb = cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128;
+        const uint64_t d0 = desc_sw128(cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128);
 #pragma unroll
-        for (int j = 0; j < STEPS; j++) wgmma_rs<BF16>(part, A[j], desc_sw128(bb + 32 * j), !(fresh && j == 0));
+        for (int j = 0; j < STEPS; j++) wgmma_rs<BF16>(part, A[j], d0 + 2 * j, !(fresh && j == 0));
     };
     const auto release = [&](int c) {
         const unsigned u = c, v = c + 1;
