@@ -51,6 +51,16 @@ long tops__regions_entered(void);
 #define TOPS__NOTE_REGION() ((void)0)
 #endif
 
+/* The calling thread's number in its OpenMP team (0 outside a team or
+   without OpenMP): the index of its per-thread workspace. */
+static inline int tops__thread_num(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 
 
 /* Per-thread workspaces kept between calls (fresh pages for every call

@@ -7,14 +7,9 @@
 #include "core/numeric.h"
 
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-/* n elements of one pixel's channels (element offset off, channel stride
-   s3) as f32, tensor_scale applied. */
-static void read_run(const tops__kernels *kern, const tops_tensor *t, tops_dtype dt, int64_t off, int64_t s3,
-                     int64_t n, float *out) {
+void tops__conv_read_run(const tops__kernels *kern, const tops_tensor *t, tops_dtype dt, int64_t off, int64_t s3,
+                         int64_t n, float *out) {
     if (s3 == 1 && dt == TOPS_DT_F32) memcpy(out, (const float *)t->data + off, (size_t)n * sizeof(float));
     else if (s3 == 1 && dt == TOPS_DT_F16) kern->f16_to_f32_row(out, (const uint16_t *)t->data + off, n);
     else if (s3 == 1 && dt == TOPS_DT_BF16) kern->bf16_to_f32_row(out, (const uint16_t *)t->data + off, n);
@@ -55,7 +50,7 @@ void tops__conv_gather(const void *ctx, const tops__kernels *kern, int64_t r0, i
                     len += (taps - 1) * cg;
                 }
                 if (len > end - k) len = end - k;
-                read_run(kern, in, dt, n * s0 + ih * s1 + iw * s2 + (g->c0 + c) * s3, s3, len, o);
+                tops__conv_read_run(kern, in, dt, n * s0 + ih * s1 + iw * s2 + (g->c0 + c) * s3, s3, len, o);
             }
             o += len;
             k += len;
@@ -106,11 +101,7 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
     for (int64_t job = 0; job < jobs; job++) {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
+        const int tid = tops__thread_num();
         TOPS__NOTE_REGION();
         float *mine = ws ? ws + (size_t)tid * per_thread : NULL;
         const int64_t r = job / col_chunks, x0 = job % col_chunks * cols;
@@ -130,7 +121,8 @@ tops_status tops__conv_dw_run(const char *fn, const tops__kernels *kern, const t
                 continue;
             }
             float *buf = mine + i * g->w * c;
-            for (int64_t x = 0; x < g->w; x++) read_run(kern, in, dt, base + x * in->stride[2], in->stride[3], c, buf + x * c);
+            for (int64_t x = 0; x < g->w; x++)
+                tops__conv_read_run(kern, in, dt, base + x * in->stride[2], in->stride[3], c, buf + x * c);
             rows[i] = buf;
         }
         /* columns x0 .. x0 + ncol - 1: the kernel's column 0 starts x0 * sw
@@ -436,11 +428,7 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
     {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
+        const int tid = tops__thread_num();
         TOPS__NOTE_REGION();
         float *row = (float *)((unsigned char *)rows_f + (size_t)tid * row_bytes);
 #ifdef _OPENMP
@@ -457,7 +445,7 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
             const int64_t off = n * s0 + y * s1 + x * s2;
             const float *src = row;
             if (direct) src = (const float *)in->data + off; /* plain f32 channels: quantized in place */
-            else read_run(kern, in, dt, off, s3, c, row);
+            else tops__conv_read_run(kern, in, dt, off, s3, c, row);
             kern->quantize_q8(src, c, 32, q, xs + px * nbc);
             for (int64_t b = 0; b < nbc; b++) {
                 int32_t sum = 0;

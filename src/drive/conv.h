@@ -16,6 +16,11 @@ typedef struct tops__conv_geom {
     int64_t cg, c0;          /* channels per group, first channel of the group */
 } tops__conv_geom;
 
+/* n elements of one pixel's channels (element offset off, channel stride
+   s3) of t (dtype dt: f32, f16 or bf16) as f32, tensor_scale applied. */
+void tops__conv_read_run(const tops__kernels *kern, const tops_tensor *t, tops_dtype dt, int64_t off, int64_t s3,
+                         int64_t n, float *out);
+
 /* tops__rows_gather over a tops__conv_geom (ctx). */
 void tops__conv_gather(const void *ctx, const tops__kernels *kern, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
                        float *out, int64_t ld);

@@ -18,9 +18,6 @@
 #include <stdlib.h>
 
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum {
     XI = 16,         /* transformed positions per tile */
@@ -83,20 +80,8 @@ static void read_pixel(const tops__kernels *kern, const tops__conv_geom *g, int6
         memset(out, 0, (size_t)n * sizeof(float));
         return;
     }
-    const tops_dtype dt = tops_format_get_info(in->format.id)->element;
     const int64_t s3 = in->stride[3], off = img * in->stride[0] + y * in->stride[1] + x * in->stride[2] + c0 * s3;
-    if (s3 == 1 && dt == TOPS_DT_F32) memcpy(out, (const float *)in->data + off, (size_t)n * sizeof(float));
-    else if (s3 == 1 && dt == TOPS_DT_F16) kern->f16_to_f32_row(out, (const uint16_t *)in->data + off, n);
-    else if (s3 == 1 && dt == TOPS_DT_BF16) kern->bf16_to_f32_row(out, (const uint16_t *)in->data + off, n);
-    else
-        for (int64_t i = 0; i < n; i++) {
-            const int64_t e = off + i * s3;
-            out[i] = dt == TOPS_DT_F32   ? ((const float *)in->data)[e]
-                     : dt == TOPS_DT_F16 ? tops__f16_to_f32(((const uint16_t *)in->data)[e])
-                                         : tops__bf16_to_f32(((const uint16_t *)in->data)[e]);
-        }
-    if (in->tensor_scale != 1.0f)
-        for (int64_t i = 0; i < n; i++) out[i] *= in->tensor_scale;
+    tops__conv_read_run(kern, in, tops_format_get_info(in->format.id)->element, off, s3, n, out);
 }
 
 tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
@@ -159,11 +144,7 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
     for (int64_t job = 0; job < jobs; job++) {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
+        const int tid = tops__thread_num();
         TOPS__NOTE_REGION();
         float *v = ws + (size_t)tid * per_thread, *mm = v + v_f, *tr = mm + m_f, *stage = tr + t_f, *y = stage + s_f;
         float *zero = stage + XI * CW;

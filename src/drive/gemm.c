@@ -8,9 +8,6 @@
 #include "core/threads.h"
 
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum {
     KC_DEFAULT = 256,                 /* B micro-panel kc x NR (16 KiB) plus an A micro-panel fit L1 with room */
@@ -157,11 +154,7 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
         {
-#ifdef _OPENMP
-            const int tid = omp_get_thread_num();
-#else
-            const int tid = 0;
-#endif
+            const int tid = tops__thread_num();
             TOPS__NOTE_REGION();
             float *mine = ws + left_floats + (size_t)tid * per_thread;
             float *packed_right = mine, *acc = mine + right_floats, *tmp = acc + acc_floats;

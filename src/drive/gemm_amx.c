@@ -26,9 +26,6 @@
 
 #include <math.h>
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* N blocks: the bf16 terms decoding prepacked panels (fused) 64 columns,
    every other call 128.  Xeon, 16 threads, K = 4096, N = 12288 (medians,
@@ -261,11 +258,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
         {
-#ifdef _OPENMP
-            const int tid = omp_get_thread_num();
-#else
-            const int tid = 0;
-#endif
+            const int tid = tops__thread_num();
             TOPS__NOTE_REGION();
             unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
             unsigned char *panel = mine;
@@ -645,11 +638,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
         {
-#ifdef _OPENMP
-            const int tid = omp_get_thread_num();
-#else
-            const int tid = 0;
-#endif
+            const int tid = tops__thread_num();
             TOPS__NOTE_REGION();
             unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
             uint16_t *wt = (uint16_t *)mine;

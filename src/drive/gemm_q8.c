@@ -7,9 +7,6 @@
 #include "core/threads.h"
 
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 256, M_CHUNK_MAX = 512 };
 
@@ -230,11 +227,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
         {
-#ifdef _OPENMP
-            const int tid = omp_get_thread_num();
-#else
-            const int tid = 0;
-#endif
+            const int tid = tops__thread_num();
             TOPS__NOTE_REGION();
             unsigned char *mine = ws + left_bytes + (size_t)tid * per_thread;
             uint8_t *panel = mine;

@@ -9,9 +9,6 @@
 #include "core/threads.h"
 
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 enum {
     K_CHUNK = 2048,   /* weight elements unpacked at once (2 KiB of i8); a multiple of the stream's super-block */
@@ -281,11 +278,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1) if (threads > 1)
 #endif
     for (int64_t jb = 0; jb < n_blocks; jb++) {
-#ifdef _OPENMP
-        const int tid = omp_get_thread_num();
-#else
-        const int tid = 0;
-#endif
+        const int tid = tops__thread_num();
         TOPS__NOTE_REGION();
         unsigned char *mine = thread_base + (size_t)tid * per_thread;
         float *acc = (float *)mine;

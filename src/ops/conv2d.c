@@ -347,6 +347,27 @@ static tops_matmul2d_desc matmul_desc(const tops_conv2d_desc *d, int accumulate)
     return m;
 }
 
+/* src decoded into dst, f32 [rows][cols] (tops_dequantize); a failure
+   keeps its status, its sentence prefixed by "decoding <what>". */
+static tops_status decode_f32(const char *fn, const tops_tensor *src, int64_t rows, int64_t cols, float *dst,
+                              const char *what) {
+    tops_tensor_desc v;
+    memset(&v, 0, sizeof v);
+    v.format = tops_format_of(TOPS_DT_F32);
+    v.rank = 2;
+    v.extent[0] = rows;
+    v.extent[1] = cols;
+    v.data = dst;
+    tops_tensor view;
+    tops_status st;
+    if ((st = tops_tensor_view(&v, &view)) != TOPS_OK || (st = tops_dequantize(src, &view)) != TOPS_OK) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", tops_last_error());
+        return tops__fail(st, fn, "decoding %s: %s", what, why);
+    }
+    return TOPS_OK;
+}
+
 /* The depthwise weights as taps [KH * KW][C] in f32, and the bias in f32. */
 static tops_status depthwise_weights(const char *fn, const conv_plan *p, const tops_conv2d_desc *d, float **taps,
                                      float **bias) {
@@ -358,20 +379,7 @@ static tops_status depthwise_weights(const char *fn, const conv_plan *p, const t
         st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the depthwise weights");
         goto fail;
     }
-    tops_tensor_desc v;
-    memset(&v, 0, sizeof v);
-    v.format = tops_format_of(TOPS_DT_F32);
-    v.rank = 2;
-    v.extent[0] = c;
-    v.extent[1] = t;
-    v.data = dec;
-    tops_tensor view;
-    if ((st = tops_tensor_view(&v, &view)) != TOPS_OK || (st = tops_dequantize(&p->weight2d, &view)) != TOPS_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", tops_last_error());
-        st = tops__fail(st, fn, "decoding the depthwise weights: %s", why);
-        goto fail;
-    }
+    if ((st = decode_f32(fn, &p->weight2d, c, t, dec, "the depthwise weights")) != TOPS_OK) goto fail;
     for (int64_t ch = 0; ch < c; ch++)
         for (int64_t i = 0; i < t; i++) w[i * c + ch] = dec[ch * t + i];
     for (int64_t ch = 0; b && ch < c; ch++) b[ch] = load_f32(d->bias, ch);
@@ -457,20 +465,10 @@ static tops_status wino_rows(const char *fn, const conv_plan *p, float **out) {
             return TOPS_OK;
         }
     }
-    tops_tensor_desc v;
-    memset(&v, 0, sizeof v);
-    v.format = tops_format_of(TOPS_DT_F32);
-    v.rank = 2;
-    v.extent[0] = o;
-    v.extent[1] = k;
-    v.data = w;
-    tops_tensor view;
-    tops_status st;
-    if ((st = tops_tensor_view(&v, &view)) != TOPS_OK || (st = tops_dequantize(src, &view)) != TOPS_OK) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", tops_last_error());
+    const tops_status st = decode_f32(fn, src, o, k, w, "the weights for Winograd");
+    if (st != TOPS_OK) {
         tops__aligned_free(w);
-        return tops__fail(st, fn, "decoding the weights for Winograd: %s", why);
+        return st;
     }
     *out = w;
     return TOPS_OK;

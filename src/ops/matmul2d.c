@@ -7,9 +7,6 @@
 #include "core/threads.h"
 
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 static int is_activation_format(tops_format_id id) {
     return tops__format_is_float(id);
@@ -580,11 +577,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
 #pragma omp parallel for num_threads(pthreads) schedule(static) if (pthreads > 1)
 #endif
         for (int64_t g = 0; g < groups; g++) {
-#ifdef _OPENMP
-            const int tid = omp_get_thread_num();
-#else
-            const int tid = 0;
-#endif
+            const int tid = tops__thread_num();
             TOPS__NOTE_REGION();
             if (nib)
                 tops__pack_amx_nib_panels(kern, &pk->copy, nib_lut, kp, g, 1, panels, scales,
@@ -706,11 +699,7 @@ static tops_status pack_right_with(const char *fn, const tops__kernels *kern, co
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
     for (int64_t g = 0; g < panels; g++) {
-#ifdef _OPENMP
-        int tid = omp_get_thread_num();
-#else
-        int tid = 0;
-#endif
+        const int tid = tops__thread_num();
         TOPS__NOTE_REGION();
         tops__pack_right_panels(kern, &op, k, n, nr, g, 1, data, tmp + (size_t)tid * nr * KC_TMP, KC_TMP);
     }
