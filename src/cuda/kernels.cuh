@@ -224,6 +224,20 @@ __device__ __forceinline__ float scale_entry(const unsigned char *s, int kind, s
     }
 }
 
+// Entries e and e + 1 (e even: a row pair's, adjacent and aligned) in one
+// load and one branch on the encoding.
+__device__ __forceinline__ float2 scale_pair(const unsigned char *s, int kind, size_t e) {
+    switch (kind) {
+    case TOPS__CU_SCALE_F32: return reinterpret_cast<const float2 *>(s)[e / 2];
+    case TOPS__CU_SCALE_F16: return __half22float2(reinterpret_cast<const __half2 *>(s)[e / 2]);
+    default: {
+        const uint32_t v = reinterpret_cast<const unsigned short *>(s)[e / 2];
+        return kind == TOPS__CU_SCALE_E8M0 ? make_float2(e8m0_to_f32(v & 0xFFu), e8m0_to_f32(v >> 8))
+                                           : make_float2(ue4m3_to_f32(v & 0xFFu), ue4m3_to_f32(v >> 8));
+    }
+    }
+}
+
 // The scales of rows g and g + 8 of one tile for one group.  `s` points at
 // that tile's entries: in global memory in the packed encoding (read through
 // the read-only path), or, F32_SMEM, already decoded to f32 in shared memory.

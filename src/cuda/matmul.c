@@ -130,7 +130,8 @@ static const struct tuning_entry {
     [TOPS__CU_T_FOLD_MIN_M] = {NULL, 48},          /* folded-scale wgmma */
     [TOPS__CU_T_S4_MIN_M] = {NULL, 48},            /* strict 4-bit two-ring wgmma, groups >= 64 */
     [TOPS__CU_T_S4_SMALL_GROUP_MIN_M] = {NULL, 65}, /* the same, groups below 64 */
-    [TOPS__CU_T_WIDE_MIN_M] = {NULL, 128},         /* one-ring wgmma: 8-bit codes (16-bit and e4m3 when forced) */
+    [TOPS__CU_T_S8_MIN_M] = {NULL, 32},            /* the same pipeline, 8-bit integers in groups >= 32 */
+    [TOPS__CU_T_WIDE_MIN_M] = {NULL, 128},         /* one-ring wgmma: other 8-bit codes (16-bit and e4m3 when forced) */
     [TOPS__CU_T_DEQUANT_MIN_M] = {NULL, 1024},     /* folded 4-bit weights dequantized, then the 16-bit TMA GEMM */
     [TOPS__CU_T_DEQUANT_RELAXED_MIN_M] = {NULL, 128}, /* relaxed: other codes dequantized (rounded once), the same */
     [TOPS__CU_T_E4M3_ONCE_MIN_M] = {NULL, 1024},   /* strict e4m3 codes converted once, then the 16-bit TMA GEMM */
@@ -336,8 +337,12 @@ static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shi
    44.1 (old wgmma 80.1 at 128); q4_0 and int4-g32 (a drain every 2 k16
    steps) 49.3 / 49.4 / 62.8 against wbulk 47.2 / 48.4; next call (22:58
    UTC) q4_0 wbulk 85.4 / 86.5 at M = 80 / 96 against 63.2 on the pipeline
-   at 96.  kernel=wgmma forces it at every M, =wbulk or =wstream keeps it
-   off. */
+   at 96.  8-bit integers in groups of 32 or more take the same pipeline
+   (two part accumulators) from S8_MIN_M: H200, 2026-12-04 18:31 UTC, one
+   call, strict int8-g32, us at M = 16 / 24 / 32 / 48: 41.4 / 41.4 / 41.4 /
+   41.5 against wbulk 18.4 / 41.3 / 42.2 / 71.3 (M = 128: 55.0 against the
+   one-ring kernel's 88.3).  kernel=wgmma forces it at every M, =wbulk or
+   =wstream keeps it off. */
 static int use_wgmma(int64_t m, int fold, int code, int64_t group) {
     const int force = forced_kernel();
     if (force == TOPS__CU_KERNEL_WGMMA) return 1;
@@ -345,6 +350,7 @@ static int use_wgmma(int64_t m, int fold, int code, int64_t group) {
     if (fold) return m >= tops__cu_tune(TOPS__CU_T_FOLD_MIN_M);
     if (code == TOPS__CU_CODE_U4 || code == TOPS__CU_CODE_E2M1)
         return m >= tops__cu_tune(group >= 64 ? TOPS__CU_T_S4_MIN_M : TOPS__CU_T_S4_SMALL_GROUP_MIN_M);
+    if (code == TOPS__CU_CODE_I8 && group >= 32) return m >= tops__cu_tune(TOPS__CU_T_S8_MIN_M);
     return code >= TOPS__CU_CODE_I8 && m >= tops__cu_tune(TOPS__CU_T_WIDE_MIN_M);
 }
 

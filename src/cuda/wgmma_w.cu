@@ -365,12 +365,10 @@ __global__ void __launch_bounds__(kThreads, 1) wgmma_w_kernel(const __grid_const
 #pragma unroll
                 for (int t = 0; t < WT; t++) {
                     fence_regs(part[t]);
-                    float2 s2 = make_float2(1.0f, 1.0f);
-                    if (p.has_scales) {
-                        const unsigned char *sp = stg + XBYTES + TILES * TILE_BYTES + ((wg * WT + t) * 4 + w) * SCALE_BYTES;
-                        s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
-                        s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
-                    }
+                    const float2 s2 =
+                        p.has_scales ? scale_pair(stg + XBYTES + TILES * TILE_BYTES + ((wg * WT + t) * 4 + w) * SCALE_BYTES,
+                                                  p.scale_kind, (size_t)gl * 16 + 2 * gid)
+                                     : make_float2(1.0f, 1.0f);
 #pragma unroll
                     for (int i = 0; i < ND; i++) acc[t][i] = fmaf(part[t][i], (i & 2) ? s2.y : s2.x, acc[t][i]);
                 }
@@ -486,13 +484,35 @@ __device__ __forceinline__ uint32_t fold_lut_entry(uint32_t code, float pre) {
 // read the activations as TMA stored them, with no stage permute: wanted
 // register r comes from lane t / 2 + 2 (r / 2), its register (r % 2) +
 // 2 (t % 2), both halves; per word, one byte permute of two shuffles.
-__device__ __forceinline__ uint4 natural_k_order(const uint4 &w, int lane) {
+__device__ __forceinline__ uint32_t natural_k_word(uint32_t v, int lane) {
     const int tig = lane & 3, src0 = (lane & ~3) | (tig >> 1);
     const uint32_t sel = (tig & 1) ? 0x7351u : 0x6240u;
-    const auto word = [&](uint32_t v) {
-        return __byte_perm(__shfl_sync(0xFFFFFFFFu, v, src0), __shfl_sync(0xFFFFFFFFu, v, src0 + 2), sel);
+    return __byte_perm(__shfl_sync(0xFFFFFFFFu, v, src0), __shfl_sync(0xFFFFFFFFu, v, src0 + 2), sel);
+}
+__device__ __forceinline__ uint4 natural_k_order(const uint4 &w, int lane) {
+    return make_uint4(natural_k_word(w.x, lane), natural_k_word(w.y, lane), natural_k_word(w.z, lane),
+                      natural_k_word(w.w, lane));
+}
+
+// 8-bit codes: the same rearrangement on whole words (step j's words 2j,
+// 2j + 1 hold registers 0, 1 and 2, 3: both rows of one K pair each).
+// Reader t wants word t % 2 of quad lanes t / 2 and t / 2 + 2; each source
+// lane serves one even and one odd reader, so two shuffles a step: in the
+// first, lanes 0-1 send word 0 and lanes 2-3 word 1, in the second the
+// other way round, and odd readers take their two words swapped.
+__device__ __forceinline__ uint4 natural_k_order8(const uint4 &w, int lane) {
+    const int tig = lane & 3, base = lane & ~3, odd = tig & 1, h = tig >> 1;
+    const int src1 = base | (odd ? 2 + h : h), src2 = base | (odd ? h : 2 + h);
+    const auto pair = [&](uint32_t w0, uint32_t w1, uint32_t &o0, uint32_t &o1) {
+        const uint32_t r1 = __shfl_sync(0xFFFFFFFFu, h ? w1 : w0, src1);
+        const uint32_t r2 = __shfl_sync(0xFFFFFFFFu, h ? w0 : w1, src2);
+        o0 = odd ? r2 : r1;
+        o1 = odd ? r1 : r2;
     };
-    return make_uint4(word(w.x), word(w.y), word(w.z), word(w.w));
+    uint4 o;
+    pair(w.x, w.y, o.x, o.y);
+    pair(w.z, w.w, o.z, o.w);
+    return o;
 }
 
 // Named barrier `id` over the first n threads.
@@ -507,7 +527,8 @@ struct FoldCta {
     int tt, cb, split, b_begin, nb;
 };
 
-template <int TN, int CW>
+// CPB: chunks per k64 block (2 for 8-bit codes, wgmma_s_kernel).
+template <int TN, int CW, int CPB = 1>
 __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char *smem_raw) {
     using namespace sm90;
     using L = fold_layout<TN>;
@@ -520,7 +541,7 @@ __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char
     c.xready = c.xempty + L::XR;
     c.wfull = c.xready + L::XR;
     c.wempty = c.wfull + L::WR;
-    place(p, 1, c.tt, c.cb, c.split, c.b_begin, c.nb);
+    place(p, CPB, c.tt, c.cb, c.split, c.b_begin, c.nb);
     if (threadIdx.x == 0) {
         for (int s = 0; s < L::XR; s++) {
             mbar_init(&c.xfull[s], 1);
@@ -540,6 +561,21 @@ __device__ __forceinline__ FoldCta fold_cta_begin(const Params &p, unsigned char
     return c;
 }
 
+// Producer warps 2-3 (tid 0-63): each X stage put in the packed
+// fragments' K order (permute_rows) once it lands, then released to the
+// consumers through its `ready` barrier.
+template <int TN>
+__device__ __forceinline__ void permute_stages(const FoldCta &c, int tid) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    for (int i = 0; i * L::SB < c.nb; i++) {
+        const int s = i % L::XR;
+        mbar_wait(&c.xfull[s], (uint32_t)(i / L::XR) & 1u);
+        permute_rows<TN, L::SB, kFoldPermuters>(c.x + s * L::XBYTES, min(L::SB, c.nb - i * L::SB), tid);
+        mbar_arrive(&c.xready[s]);
+    }
+}
+
 // Producer thread of the X ring.
 template <int TN>
 __device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta &c) {
@@ -557,16 +593,18 @@ __device__ __forceinline__ void produce_x(const CUtensorMap &xmap, const FoldCta
 }
 
 // Producer thread of the W ring: per stage and tile, the weights of WSB
-// blocks (contiguous in the packed layout) and the scale entries of the
-// groups they touch (contiguous too; clamped: K is padded past the last group).
-template <int TN>
+// chunks, WSB / CPB k64 blocks (contiguous in the packed layout) and the
+// scale entries of the groups they touch (contiguous too; clamped: K is
+// padded past the last group).
+template <int TN, int CPB = 1>
 __device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c) {
     using namespace sm90;
     using L = fold_layout<TN>;
+    constexpr int WB = L::WSB / CPB; // k64 blocks a W stage
     const int esz = p.has_scales ? p.scale_tile_bytes / (p.groups * 16) : 0;
     const int mtiles = p.ntiles >> 2;
-    for (int i = 0; i * L::WSB < c.nb; i++) {
-        const int s = i % L::WR, nbs = min(L::WSB, c.nb - i * L::WSB), b0 = c.b_begin + i * L::WSB;
+    for (int i = 0; i * WB < c.nb; i++) {
+        const int s = i % L::WR, nbs = min(WB, c.nb - i * WB), b0 = c.b_begin + i * WB;
         if (i >= L::WR) mbar_wait(&c.wempty[s], ((i / L::WR) + 1) & 1);
         unsigned char *stg = c.w + s * L::WBYTES;
         const int k0 = b0 * 64, g0 = min(k0 >> p.group_shift, p.groups - 1);
@@ -574,13 +612,13 @@ __device__ __forceinline__ void produce_w(const Params &p, const FoldCta &c) {
         const uint32_t sbytes = p.has_scales ? (uint32_t)(ng * 16 * esz) : 0u;
         // factored sub-block scales: the stage's multipliers (16 bytes a row pair)
         const uint32_t mbytes = p.mults ? (uint32_t)(((nbs * 64) >> p.mult_shift) * 32) : 0u;
-        mbar_expect_tx(&c.wfull[s], 8u * ((uint32_t)nbs * 512u + sbytes + mbytes));
+        mbar_expect_tx(&c.wfull[s], 8u * ((uint32_t)(nbs * CPB) * 512u + sbytes + mbytes));
         // Tiles past N (a ragged last CTA) copy the last one again:
         // their channels are >= n_pad and never stored.
         for (int tl = 0; tl < 8; tl++) {
             const int tile = min(c.cb * 2 + tl / 4, mtiles - 1) * 4 + tl % 4;
-            bulk_copy(stg + tl * L::WTILE, p.w + ((size_t)tile * p.chunks + (size_t)b0) * 32, (uint32_t)nbs * 512u,
-                      &c.wfull[s]);
+            bulk_copy(stg + tl * L::WTILE, p.w + ((size_t)tile * p.chunks + (size_t)b0 * CPB) * 32,
+                      (uint32_t)(nbs * CPB) * 512u, &c.wfull[s]);
             if (sbytes)
                 bulk_copy(stg + 8 * L::WTILE + tl * L::WSCALE,
                           p.scales + (size_t)tile * p.scale_tile_bytes + (size_t)g0 * 16 * esz, sbytes, &c.wfull[s]);
@@ -784,21 +822,34 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
 // with their scales D (pack.c, factor_scales).
 #ifdef TOPS_CU_WGMMA
 // Chunk c's A fragments for the strict kernels (warp tile `tile` of the
-// CTA's 8): decoded codes in wgmma's K order, times their sub-block
+// CTA's 8): decoded codes in wgmma's K order (the quad shuffles: 4-bit
+// natural_k_order, 8-bit natural_k_order8), times their sub-block
 // multipliers with MUL; the chunk's W stage waited for at its first chunk.
-template <int CODE, bool BF16, int TN, bool MUL>
-__device__ __forceinline__ void strict_fetch(const FoldCta &cta, int tile, int c,
-                                             uint32_t (&A)[chunk_dims<CODE>::STEPS][4]) {
+// NS steps into A[O ..]: all of the chunk's, or (4-bit codes, NS = 2) half
+// `half` of it (steps 2 half, 2 half + 1: words 2 half, 2 half + 1).
+template <int CODE, bool BF16, int TN, bool MUL, int NS, int O, int NA>
+__device__ __forceinline__ void strict_fetch(const FoldCta &cta, int tile, int c, int half, uint32_t (&A)[NA][4]) {
     using namespace sm90;
     using L = fold_layout<TN>;
     constexpr int STEPS = chunk_dims<CODE>::STEPS;
+    constexpr bool FOUR = chunk_dims<CODE>::KC == 64;
+    static_assert(O + NS <= NA && (NS == STEPS || (FOUR && !MUL && 2 * NS == STEPS)), "whole or half 4-bit chunks");
     const int lane = threadIdx.x & 31, gid = lane >> 2;
     const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
     if (cw == 0) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
     const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
-    const uint4 cur = natural_k_order(*reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16), lane);
+    const unsigned char *src = stg + tile * L::WTILE + cw * 512 + lane * 16;
+    uint4 cur;
+    if constexpr (NS < STEPS) {
+        const uint2 h = *reinterpret_cast<const uint2 *>(src + 8 * half);
+        cur = make_uint4(natural_k_word(h.x, lane), natural_k_word(h.y, lane), 0u, 0u);
+    } else if constexpr (FOUR) {
+        cur = natural_k_order(*reinterpret_cast<const uint4 *>(src), lane);
+    } else {
+        cur = natural_k_order8(*reinterpret_cast<const uint4 *>(src), lane);
+    }
 #pragma unroll
-    for (int j = 0; j < STEPS; j++) decode_step<CODE, BF16>(cur, j, A[j]);
+    for (int j = 0; j < NS; j++) decode_step<CODE, BF16>(cur, j, A[O + j]);
     if constexpr (MUL) {
         static_assert(!BF16 && STEPS == 4, "multipliers: f16 codes, two sub-blocks of 32 a chunk");
         static_assert(kMultOffset + 16 * 32 <= L::WSCALE, "a W stage's multipliers fit its scale bytes");
@@ -809,10 +860,10 @@ __device__ __forceinline__ void strict_fetch(const FoldCta &cta, int tile, int c
             fold_pair<TOPS__CU_SCALE_F16, false>(mp, (2 * cw + h) * 16 + 2 * gid, nullptr, 1.0f, lo, hi);
 #pragma unroll
             for (int j = 2 * h; j < 2 * h + 2; j++) {
-                A[j][0] = mul2<false>(A[j][0], lo); // rows gid
-                A[j][1] = mul2<false>(A[j][1], hi); // rows gid + 8
-                A[j][2] = mul2<false>(A[j][2], lo);
-                A[j][3] = mul2<false>(A[j][3], hi);
+                A[O + j][0] = mul2<false>(A[O + j][0], lo); // rows gid
+                A[O + j][1] = mul2<false>(A[O + j][1], hi); // rows gid + 8
+                A[O + j][2] = mul2<false>(A[O + j][2], lo);
+                A[O + j][3] = mul2<false>(A[O + j][3], hi);
             }
         }
     }
@@ -820,23 +871,27 @@ __device__ __forceinline__ void strict_fetch(const FoldCta &cta, int tile, int c
 
 // acc += part x scale for the group that ends at K kend (exclusive), whose
 // entries are in the W stage of chunk c; the wgmmas writing part completed.
-template <int TN, int ND>
-__device__ __forceinline__ void strict_drain(const Params &p, const FoldCta &cta, int tile, int c, int kend,
-                                             float (&part)[ND], float (&acc)[ND]) {
+template <int TN, int KC = 64>
+__device__ __forceinline__ float2 strict_scale(const Params &p, const FoldCta &cta, int tile, int c, int kend) {
     using L = fold_layout<TN>;
-    sm90::fence_regs(part);
     const int gid = (threadIdx.x & 31) >> 2, k_begin = cta.b_begin * 64;
     const int ws = (unsigned)c / L::WSB;
-    const int g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
+    const int g0 = min((k_begin + ws * L::WSB * KC) >> p.group_shift, p.groups - 1);
     const int gl = min((kend - 1) >> p.group_shift, p.groups - 1) - g0;
-    float2 s2 = make_float2(1.0f, 1.0f);
-    if (p.has_scales) {
-        const unsigned char *sp = cta.w + (ws % L::WR) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE;
-        s2.x = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid);
-        s2.y = scale_entry(sp, p.scale_kind, (size_t)gl * 16 + 2 * gid + 1);
-    }
+    return p.has_scales ? scale_pair(cta.w + (ws % L::WR) * L::WBYTES + 8 * L::WTILE + tile * L::WSCALE, p.scale_kind,
+                                     (size_t)gl * 16 + 2 * gid)
+                        : make_float2(1.0f, 1.0f);
+}
+template <int ND>
+__device__ __forceinline__ void drain_part(float (&part)[ND], float (&acc)[ND], float2 s2) {
+    sm90::fence_regs(part);
 #pragma unroll
     for (int i = 0; i < ND; i++) acc[i] = fmaf(part[i], (i & 2) ? s2.y : s2.x, acc[i]);
+}
+template <int TN, int ND, int KC = 64>
+__device__ __forceinline__ void strict_drain(const Params &p, const FoldCta &cta, int tile, int c, int kend,
+                                             float (&part)[ND], float (&acc)[ND]) {
+    drain_part(part, acc, strict_scale<TN, KC>(p, cta, tile, c, kend));
 }
 
 // The strict kernels' output: warpgroup wg's m64 tile, staged in the idle X ring.
@@ -865,7 +920,9 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
 #pragma unroll
     for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
 
-    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) { strict_fetch<CODE, BF16, TN, MUL>(cta, tile, c, A); };
+    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) {
+        strict_fetch<CODE, BF16, TN, MUL, STEPS, 0>(cta, tile, c, 0, A);
+    };
     const auto drain = [&](int c, int kend) { strict_drain<TN, ND>(p, cta, tile, c, kend, part, acc); };
     // Chunk c's wgmmas; a group that starts at the chunk's first step was
     // drained before (pre).  Groups smaller than a chunk end inside it.
@@ -947,78 +1004,99 @@ __device__ __forceinline__ void consume_strict(const Params &p, const FoldCta &c
     strict_finish<CODE, TN, ND>(p, cta, wg, acc);
 }
 
-// Scale groups of 128 or more (whole turns): the two consumer warpgroups
-// take turns on the tensor cores, FlashAttention-3's ping-pong (named
-// barriers 3 and 4).  A turn is two chunks (eight wgmmas); while its wgmmas
-// run the warpgroup decodes its next turn into the other register set, then
-// waits for them (wait 0), drains part into acc at a group end and releases
-// the stages, all while the other warpgroup's turn keeps the tensor cores
-// busy.  Without the turns both warpgroups drained at once (ncu, int4-g128,
-// M = 128: tensor pipe 41 % active; stalls on the decode's and the drain's
-// dependencies).  Needs turns on group boundaries: k_begin and the CTA's K
-// multiples of 128.
-template <int CODE, bool BF16, int TN, bool MUL>
+// Chunks c0 + H .. of a turn, whole, into A[H * STEPS ..].
+template <int CODE, bool BF16, int TN, bool MUL, int H, int TS>
+__device__ __forceinline__ void fetch_chunks(const FoldCta &cta, int tile, int c0, uint32_t (&A)[TS][4]) {
+    constexpr int STEPS = chunk_dims<CODE>::STEPS;
+    if constexpr (H < TS / STEPS) {
+        strict_fetch<CODE, BF16, TN, MUL, STEPS, H * STEPS>(cta, tile, c0 + H, 0, A);
+        fetch_chunks<CODE, BF16, TN, MUL, H + 1>(cta, tile, c0, A);
+    }
+}
+
+// Units of TS k16 steps (the consumers below): unit t covers the CTA's K
+// [16 TS t, 16 TS (t + 1)), whole chunks or half of a 4-bit one, inside one
+// X stage (128 K) and one W stage.
+template <int CODE, bool BF16, int TN, bool MUL, int TS>
+__device__ __forceinline__ void unit_fetch(const FoldCta &cta, int tile, int t, uint32_t (&A)[TS][4]) {
+    constexpr int STEPS = chunk_dims<CODE>::STEPS;
+    if constexpr (TS < STEPS) strict_fetch<CODE, BF16, TN, MUL, TS, 0>(cta, tile, t >> 1, t & 1, A);
+    else fetch_chunks<CODE, BF16, TN, MUL, 0>(cta, tile, t * (TS / STEPS), A);
+}
+
+// Unit t's wgmmas into part (scale-d = 0 on the first with `fresh`), after
+// its X stage landed (waited for before the fence: a wait loop between
+// fence and wgmmas makes ptxas add a fence).  The k16 steps advance the
+// descriptor's start address field (16-byte units, below 2^14 for any
+// shared-memory address: no carry) instead of encoding each address anew:
+// 32 bytes a step along the swizzled 128-byte row, TN rows of 128 bytes a
+// k64 block.
+template <bool BF16, int TN, int TS, int ND>
+__device__ __forceinline__ void unit_issue(const FoldCta &cta, int t, uint32_t (&A)[TS][4], float (&part)[ND],
+                                           bool fresh) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    const int kk = t * 16 * TS, xs = kk >> 7; // X stages of 128 K (SB = 2 blocks)
+    if ((kk & 127) == 0) mbar_wait(&cta.xfull[xs % L::XR], (uint32_t)(xs / L::XR) & 1u); // a stage's first unit
+#pragma unroll
+    for (int j = 0; j < TS; j++) fence_regs(A[j]);
+    wgmma_fence();
+    const uint64_t d0 = desc_sw128(cta.x + (xs % L::XR) * L::XBYTES + ((kk >> 6) & 1) * TN * 128) + ((kk & 63) >> 3);
+#pragma unroll
+    for (int j = 0; j < TS; j++) wgmma_rs<BF16>(part, A[j], d0 + (j >> 2) * TN * 8 + 2 * (j & 3), !(fresh && j == 0));
+    wgmma_commit();
+}
+
+// After unit t's wgmmas completed (and every earlier unit's): the last
+// unit of an X or a W stage (WK: a W stage's K) releases it.
+template <int TN, int TS, int WK>
+__device__ __forceinline__ void unit_release(const FoldCta &cta, int t, int nt) {
+    using L = fold_layout<TN>;
+    const int kk = t * 16 * TS, kn = kk + 16 * TS;
+    if ((kn >> 7) != (kk >> 7) || t == nt - 1) sm90::mbar_arrive(&cta.xempty[(kk >> 7) % L::XR]);
+    if (kn / WK != kk / WK || t == nt - 1) sm90::mbar_arrive(&cta.wempty[(kk / WK) % L::WR]);
+}
+
+// The two consumer warpgroups take turns on the tensor cores,
+// FlashAttention-3's ping-pong (named barriers 3 and 4).  A turn is a unit
+// of TS = 8 k16 steps (two 4-bit chunks) for groups of 128 or more.  While
+// its wgmmas run the warpgroup decodes its next turn into the other
+// register set, then waits for them (wait 0), drains part into acc at a
+// group end and releases the stages, all while the other warpgroup's turn
+// keeps the tensor cores busy.  Without the turns both warpgroups drained
+// at once (ncu, int4-g128, M = 128: tensor pipe 41 % active; stalls on the
+// decode's and the drain's dependencies).  Needs the CTA's K in whole turns
+// on group boundaries (wgmma_s_kernel checks: k_begin and K multiples of 128).
+template <int CODE, bool BF16, int TN, bool MUL, int TS>
 __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &cta) {
     using namespace sm90;
     using L = fold_layout<TN>;
-    constexpr int STEPS = chunk_dims<CODE>::STEPS, ND = TN / 2;
-    static_assert(L::SB == 2 && L::WSB % 2 == 0, "a turn is one X stage, within one W stage");
+    constexpr int KC = chunk_dims<CODE>::KC, ND = TN / 2;
+    constexpr int TK = 16 * TS, WK = L::WSB * KC; // K of a turn, of a W stage
+    static_assert(L::SB == 2 && (TS == 8 || TS == 4 || TS == 2) && WK % TK == 0, "turns within X and W stages");
     const int warp = threadIdx.x >> 5, wg = warp >> 2;
     const int tile = wg * 4 + (warp & 3);
-    const int nc = cta.nb, k_begin = cta.b_begin * 64, nt = nc / 2; // nc even (the launch's check)
+    const int k_begin = cta.b_begin * 64, nt = cta.nb * 64 / TK;
 
     float acc[ND], part[ND];
 #pragma unroll
     for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
 
-    const auto fetch = [&](int c, uint32_t (&A)[STEPS][4]) { strict_fetch<CODE, BF16, TN, MUL>(cta, tile, c, A); };
-    const auto fetch_turn = [&](int t, uint32_t (&A)[2][STEPS][4]) {
-        fetch(2 * t, A[0]);
-        fetch(2 * t + 1, A[1]);
-    };
-    // The k16 steps advance the descriptor's start address field (16-byte
-    // units, below 2^14 for any shared-memory address: no carry) instead of
-    // encoding each address anew.
-    const auto issue = [&](int c, uint32_t (&A)[STEPS][4], bool fresh) {
-        const int xs = (unsigned)c / L::SB;
-        const uint64_t d0 = desc_sw128(cta.x + (xs % L::XR) * L::XBYTES + ((unsigned)c % L::SB) * TN * 128);
-#pragma unroll
-        for (int j = 0; j < STEPS; j++) wgmma_rs<BF16>(part, A[j], d0 + 2 * j, !(fresh && j == 0));
-    };
-    const auto release = [&](int c) {
-        const unsigned u = c, v = c + 1;
-        if (v / L::SB != u / L::SB || c + 1 >= nc) mbar_arrive(&cta.xempty[(u / L::SB) % L::XR]);
-        if (v / L::WSB != u / L::WSB || c + 1 >= nc) mbar_arrive(&cta.wempty[(u / L::WSB) % L::WR]);
-    };
     bool fresh = true;
     // Turn t on the register set A (decoded); the next turn decoded into N.
-    const auto turn = [&](int t, uint32_t (&A)[2][STEPS][4], uint32_t (&N)[2][STEPS][4]) {
-        const int c0 = 2 * t, c1 = c0 + 1;
+    const auto turn = [&](int t, uint32_t (&A)[TS][4], uint32_t (&N)[TS][4]) {
         asm volatile("bar.sync %0, 256;" ::"r"(3 + wg) : "memory"); // our turn: the other one issued its last
-        // the turn's X stage (one stage: SB = 2 chunks), waited for before the
-        // fence (a wait loop between fence and wgmmas: ptxas adds a fence)
-        mbar_wait(&cta.xfull[(t % L::XR)], (uint32_t)(t / L::XR) & 1u);
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int j = 0; j < STEPS; j++) fence_regs(A[h][j]);
-        wgmma_fence();
-        issue(c0, A[0], fresh);
-        issue(c1, A[1], false);
-        wgmma_commit();
+        unit_issue<BF16, TN, TS>(cta, t, A, part, fresh);
         asm volatile("bar.arrive %0, 256;" ::"r"(4 - wg) : "memory"); // the other warpgroup's turn
-        if (t + 1 < nt) fetch_turn(t + 1, N);
+        if (t + 1 < nt) unit_fetch<CODE, BF16, TN, MUL, TS>(cta, tile, t + 1, N);
         wgmma_wait<0>();
         fence_regs(part);
 #pragma unroll
-        for (int h = 0; h < 2; h++)
-#pragma unroll
-            for (int j = 0; j < STEPS; j++) fence_regs(A[h][j]);
-        const int kend = k_begin + (c1 + 1) * 64;
-        fresh = (kend & p.group_mask) == 0 || c1 == nc - 1;
-        if (fresh) strict_drain<TN, ND>(p, cta, tile, c1, kend, part, acc); // a group ends with this turn
-        release(c0);
-        release(c1);
+        for (int j = 0; j < TS; j++) fence_regs(A[j]);
+        const int kend = k_begin + (t + 1) * TK;
+        fresh = (kend & p.group_mask) == 0 || t == nt - 1;
+        if (fresh) strict_drain<TN, ND, KC>(p, cta, tile, ((t + 1) * TK - 1) / KC, kend, part, acc); // a group ends
+        unit_release<TN, TS, WK>(cta, t, nt);
     };
 
     // No branch on the warpgroup near the wgmmas (ptxas then serializes
@@ -1026,8 +1104,8 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
     // warpgroup 0 takes warpgroup 1's arrival after its last; the other
     // warpgroup meanwhile passes barrier 5 alone.
     asm volatile("bar.arrive %0, %1;" ::"r"(wg ? 3 : 5), "r"(wg ? 256 : 128) : "memory");
-    uint32_t a0[2][STEPS][4], a1[2][STEPS][4];
-    fetch_turn(0, a0);
+    uint32_t a0[TS][4], a1[TS][4];
+    unit_fetch<CODE, BF16, TN, MUL, TS>(cta, tile, 0, a0);
     for (int t = 0;; t += 2) {
         turn(t, a0, a1);
         if (t + 1 >= nt) break;
@@ -1037,6 +1115,86 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
     asm volatile("bar.sync %0, %1;" ::"r"(wg ? 5 : 3), "r"(wg ? 128 : 256) : "memory");
     strict_finish<CODE, TN, ND>(p, cta, wg, acc);
 }
+
+// Groups of 32 (and 8-bit codes, any group): each unit of TS k16 steps
+// sums into its own part accumulator, alternately p0 and p1, so that a
+// warpgroup drains unit u (acc += part x its group's scale, every unit)
+// while its unit u + 1 runs: two units of each warpgroup in flight, no
+// barrier between the warpgroups.  (The turns above for units of two
+// steps: one unit in flight, 66.6 us at M = 128 for int8-g32, a CTA's time
+// nearly independent of its tokens: the wait, the drain and the handover
+// in sequence.)  acc, p0 and p1: 3 TN / 2 registers a thread.
+template <int CODE, bool BF16, int TN, int TS>
+__device__ __forceinline__ void consume_dual(const Params &p, const FoldCta &cta) {
+    using namespace sm90;
+    using L = fold_layout<TN>;
+    constexpr int KC = chunk_dims<CODE>::KC, ND = TN / 2;
+    constexpr int TK = 16 * TS, WK = L::WSB * KC;
+    static_assert(L::SB == 2 && (TS == 4 || TS == 2) && WK % TK == 0, "units within X and W stages");
+    const int warp = threadIdx.x >> 5, wg = warp >> 2;
+    const int tile = wg * 4 + (warp & 3);
+    const int k_begin = cta.b_begin * 64, nt = cta.nb * 64 / TK;
+
+    float acc[ND], p0[ND], p1[ND]; // all defined: an undefined wgmma input lets NVVM merge p0 and p1
+#pragma unroll
+    for (int i = 0; i < ND; i++) acc[i] = p0[i] = p1[i] = 0.0f;
+    uint32_t a0[TS][4], a1[TS][4];
+    const auto retire = [&](uint32_t (&A)[TS][4]) {
+#pragma unroll
+        for (int j = 0; j < TS; j++) fence_regs(A[j]);
+    };
+    // Unit u's fragments; the fetches past the last unit read the last one
+    // again (straight code).  Not kept (H200, 2026-12-04, int8-g32, us at M
+    // = 64 / 128): the scales read here too, long before the drain (4 more
+    // live registers: 43.4 / 63.8 against 43.4 / 56.4); the X stages
+    // permuted by producer warps 2-3 instead of the quad shuffles (40.7 /
+    // 73.0: shared-memory bound at 128 tokens).
+    const auto fetch = [&](int u, uint32_t (&A)[TS][4]) {
+        unit_fetch<CODE, BF16, TN, false, TS>(cta, tile, min(u, nt - 1), A);
+    };
+    const auto drain = [&](int t, float (&part)[ND]) {
+        drain_part(part, acc, strict_scale<TN, KC>(p, cta, tile, ((t + 1) * TK - 1) / KC, k_begin + (t + 1) * TK));
+        unit_release<TN, TS, WK>(cta, t, nt);
+    };
+    const auto issue = [&](int t, uint32_t (&A)[TS][4], float (&part)[ND]) {
+        unit_issue<BF16, TN, TS>(cta, t, A, part, true);
+    };
+    // Every wait retires a known group: unit t (p0, a0) alone in flight at
+    // the loop's head from either edge, the tail peeled (else ptxas
+    // serializes the wgmmas: C7514).  The next unit's decode goes before
+    // the drain (its loads under the drain's multiply-adds).
+    fetch(0, a0);
+    issue(0, a0, p0);
+    fetch(1, a1);
+    int t = 0;
+    for (; t + 2 < nt; t += 2) {
+        issue(t + 1, a1, p1);
+        wgmma_wait<1>(); // unit t done
+        retire(a0);
+        fetch(t + 2, a0);
+        drain(t, p0);
+        issue(t + 2, a0, p0);
+        wgmma_wait<1>(); // unit t + 1 done
+        retire(a1);
+        fetch(t + 3, a1);
+        drain(t + 1, p1);
+    }
+    if (t + 1 < nt) {
+        issue(t + 1, a1, p1);
+        wgmma_wait<1>();
+        retire(a0);
+        drain(t, p0);
+        wgmma_wait<0>();
+        retire(a1);
+        drain(t + 1, p1);
+    } else {
+        wgmma_wait<0>();
+        retire(a0);
+        retire(a1);
+        drain(t, p0);
+    }
+    strict_finish<CODE, TN, ND>(p, cta, wg, acc);
+}
 #endif
 
 template <int CODE, bool BF16, int TN, int GSL, bool MUL = false>
@@ -1044,21 +1202,33 @@ __global__ void __launch_bounds__(3 * 128, 1) wgmma_s_kernel(const __grid_consta
 #ifdef TOPS_CU_WGMMA
     using namespace sm90;
     extern __shared__ unsigned char smem_raw[];
-    const FoldCta cta = fold_cta_begin<TN, 2>(p, smem_raw);
+    constexpr int CPB = 64 / chunk_dims<CODE>::KC;
+    const FoldCta cta = fold_cta_begin<TN, 2, CPB>(p, smem_raw);
     if (threadIdx.x >= 2 * 128) {
         const int pw = (threadIdx.x >> 5) - 8, lane = threadIdx.x & 31;
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
         if (pw == 0) {
             if (lane == 0) produce_x<TN>(xmap, cta);
         } else if (pw == 1) {
-            if (lane == 0) produce_w<TN>(p, cta);
+            if (lane == 0) produce_w<TN, CPB>(p, cta);
         }
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-        if (GSL == 2 && p.group_shift >= 7 && ((cta.b_begin | cta.nb) & 1) == 0)
-            consume_turns<CODE, BF16, TN, MUL>(p, cta);
-        else
+        // Two part accumulators in units of two k16 steps for groups of 32
+        // and for 8-bit codes (larger groups drained every unit: units of
+        // four spill the third A set at 128 tokens); turns of
+        // 128 where 4-bit groups of 128 or more meet an even block count;
+        // else (4-bit codes) the chunk pipeline.
+        if constexpr (CPB == 2) {
+            static_assert(GSL == 1 && !MUL, "8-bit codes: one kernel for groups of 32 or more, no multipliers");
+            consume_dual<CODE, BF16, TN, 2>(p, cta);
+        } else if constexpr (GSL == 1) {
+            consume_dual<CODE, BF16, TN, 2>(p, cta);
+        } else if (GSL == 2 && p.group_shift >= 7 && ((cta.b_begin | cta.nb) & 1) == 0) {
+            consume_turns<CODE, BF16, TN, MUL, 8>(p, cta);
+        } else {
             consume_strict<CODE, BF16, TN, GSL, MUL>(p, cta);
+        }
     }
 #else
     (void)xmap, (void)p;
@@ -1101,13 +1271,7 @@ __global__ void __launch_bounds__((CW + 1) * 128, 1)
         } else if (pw == 1) {
             if (lane == 0) produce_w<TN>(p, cta);
         } else if (!p.fold_shfl) {
-            const int tid = threadIdx.x - (CW * 4 + 2) * 32;
-            for (int i = 0; i * L::SB < cta.nb; i++) {
-                const int s = i % L::XR;
-                mbar_wait(&cta.xfull[s], (uint32_t)(i / L::XR) & 1u);
-                permute_rows<TN, L::SB, kFoldPermuters>(cta.x + s * L::XBYTES, min(L::SB, cta.nb - i * L::SB), tid);
-                mbar_arrive(&cta.xready[s]);
-            }
+            permute_stages<TN>(cta, threadIdx.x - (CW * 4 + 2) * 32);
         }
     } else { // consumers (ptxas applies setmaxnreg to whole if / else branches)
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(fold_consumer_regs(CW)));
@@ -1194,8 +1358,12 @@ fold_pick pick_fold(int code, int sk, int tn, int cw, int gsl) {
 // The strict 4-bit pipeline (wgmma_s_kernel): fn NULL for other codes.
 template <int CODE, bool BF16, int TN>
 wg_fn strict_g(int gsl) {
-    return gsl == 0 ? wgmma_s_kernel<CODE, BF16, TN, 0> : gsl == 1 ? wgmma_s_kernel<CODE, BF16, TN, 1>
-                                                                   : wgmma_s_kernel<CODE, BF16, TN, 2>;
+    if constexpr (chunk_dims<CODE>::KC == 32) { // 8-bit codes: groups of 32 or more, one kernel
+        return gsl >= 1 ? wgmma_s_kernel<CODE, BF16, TN, 1> : nullptr;
+    } else {
+        return gsl == 0 ? wgmma_s_kernel<CODE, BF16, TN, 0> : gsl == 1 ? wgmma_s_kernel<CODE, BF16, TN, 1>
+                                                                       : wgmma_s_kernel<CODE, BF16, TN, 2>;
+    }
 }
 template <int CODE, bool BF16>
 wg_fn strict_tn(int tn, int gsl) {
@@ -1205,6 +1373,7 @@ template <bool BF16>
 wg_fn pick_strict(int code, int tn, int gsl) {
     if (code == TOPS__CU_CODE_U4) return strict_tn<TOPS__CU_CODE_U4, BF16>(tn, gsl);
     if (code == TOPS__CU_CODE_E2M1) return strict_tn<TOPS__CU_CODE_E2M1, BF16>(tn, gsl);
+    if (code == TOPS__CU_CODE_I8) return strict_tn<TOPS__CU_CODE_I8, BF16>(tn, gsl);
     return nullptr;
 }
 const char *const kStrictNames[2] = {"wgmma_w strict pipelined m64n64k16, 2 consumer warpgroups + TMA",

@@ -655,10 +655,12 @@ static void test_scale_decode(void) {
    (wgmma_splits: the last CTA of a tile sums them in split
    order), and both token tiles (64, 128).  Rows TMA cannot read (stride
    k + 3) must fall back to the streaming kernels.  By plan (unfolded, as
-   these strict bf16 cases are): int4-g128 at M = 47 keeps wbulk, 8- and
-   16-bit weights take wgmma from M = 128 (int8-g32 at 127 does not, at 128
-   does; bf16 at 130; e4m3-ch at 64 does not), and int4-g128 at M = 100
-   does (the strict 4-bit pipeline from M = 48). */
+   these strict bf16 cases are): int4-g128 at M = 47 keeps wbulk, 8-bit
+   integers in groups >= 32 take the strict pipeline from M = 32 (int8-g32
+   at 31 does not), other 8-bit codes the one-ring kernel from M = 128
+   (mxfp8 at 127 does not), 16-bit weights the TMA GEMM (bf16 at 130;
+   e4m3-ch at 64), and int4-g128 at M = 100 the strict 4-bit pipeline
+   (from M = 48). */
 static void test_wgmma(void) {
     if (!fp8_gpu) {
         printf("     skip: the wgmma kernel needs compute capability 9.0\n");
@@ -713,8 +715,10 @@ static void test_wgmma(void) {
         int64_t m;
         int want;
         const char *name;
-    } plan[] = {{"int4-g128", 47, 0, NULL},         {"int8-g32", 127, 0, NULL},
-                {"int8-g32", 128, 1, NULL},         {"bf16", 130, 0, "bf16 persistent"},
+    } plan[] = {{"int4-g128", 47, 0, NULL},         {"int8-g32", 31, 0, NULL},
+                {"int8-g32", 32, 1, "wgmma_w strict pipelined"},
+                {"mxfp8", 127, 0, NULL},            {"mxfp8", 128, 1, "wgmma_w m64n"},
+                {"bf16", 130, 0, "bf16 persistent"},
                 {"e4m3-ch", 64, 0, "bf16 one CTA per tile, e4m3 weights converted, 96-channel tiles"},
                 {"int4-g128", 100, 1, NULL}};
     for (int i = 0; i < (int)(sizeof plan / sizeof plan[0]); i++) {
@@ -732,10 +736,11 @@ static void test_wgmma(void) {
     printf("     %d of %d wgmma cases within their bounds\n", passed, cases);
 }
 
-/* The strict 4-bit pipeline (wgmma_s_kernel: unfolded 4-bit codes, each
-   scale group summed apart and scaled in f32): int4-gG (G = 32, 64, 128,
-   bf16 / e8m0 / f32 scales), q4_0, i4 (no scales), mxfp4 and nvfp4 kept
-   unfolded (fold=0), within the strict bounds; ragged M
+/* The strict pipeline (wgmma_s_kernel: unfolded 4-bit and 8-bit integer
+   codes, each scale group summed apart and scaled in f32): int4-gG (G = 32,
+   64, 128, bf16 / e8m0 / f32 scales), q4_0, i4 (no scales), mxfp4 and nvfp4
+   kept unfolded (fold=0), int8-gG (G = 32, 64, 128) and q8_0, within the
+   strict bounds; ragged M
    (1, 7, 33, 100, 129, 257), N (1, 7, 33, 130, 513) and K (8, 40, 104,
    520, 1000, 4088: zero-filled activation tiles, a last W stage of few
    chunks, one group or a partial last one; K = 1 and 4095, whose rows TMA
@@ -926,12 +931,23 @@ static void test_wgmma_strict(void) {
         // block count is odd (17)
         {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 77, 2048, 260, 0, 0, "2", "128", 1},
         {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 200, 1088, 136, 1, 1, NULL, NULL, 1},
+        // 8-bit codes in turns of one group (32: one k32 chunk; 64 and
+        // more: turns of 64), the weights put in K order by the quad
+        // shuffle: a partial last group, splits, both token tiles
+        {"int8-g32", TOPS_DT_F16, TOPS_DT_F32, 128, 4096, 130, 0, 1, NULL, NULL, 1},
+        {"q8_0", TOPS_DT_BF16, TOPS_DT_F16, 100, 1000, 513, 1, 1, NULL, NULL, 1},
+        {"int8-g128", TOPS_DT_F16, TOPS_DT_BF16, 257, 1000, 200, 0, 0, "3", NULL, 1},
+        {"int8-g32:e8m0", TOPS_DT_BF16, TOPS_DT_F32, 33, 520, 77, 1, 1, "2", "64", 1},
+        {"int8-g64:f32", TOPS_DT_F16, TOPS_DT_F32, 7, 104, 7, 0, 1, NULL, "128", 1},
+        {"int8-g32", TOPS_DT_F16, TOPS_DT_F16, 300, 8, 264, 0, 1, NULL, NULL, 1},
     };
+    static const int small[] = {0, 1, 17, 18};
     const int n = small_run ? 4 : (int)(sizeof cases / sizeof cases[0]);
     int passed = 0;
     debug_set("kernel", "wgmma");
     debug_set("fold", "0");
-    for (int i = 0; i < n; i++) {
+    for (int j = 0; j < n; j++) {
+        const int i = small_run ? small[j] : j;
         if (cases[i].splits) debug_set("wgmma_splits", cases[i].splits);
         if (cases[i].tn) debug_set("wgmma_tn", cases[i].tn);
         gpu_case c = {cases[i].format, cases[i].act, cases[i].out, cases[i].m, cases[i].k, cases[i].n, 0,
