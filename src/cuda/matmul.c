@@ -340,8 +340,8 @@ static int use_fold(const tops__cuda_packed *pk, int bf16, int relaxed, int *shi
    at 96.  8-bit integers in groups of 32 or more take the same pipeline
    (two part accumulators) from S8_MIN_M: H200, 2026-12-04 18:31 UTC, one
    call, strict int8-g32, us at M = 16 / 24 / 32 / 48: 41.4 / 41.4 / 41.4 /
-   41.5 against wbulk 18.4 / 41.3 / 42.2 / 71.3 (M = 128: 55.0 against the
-   one-ring kernel's 88.3).  kernel=wgmma forces it at every M, =wbulk or
+   41.5 against wbulk 18.4 / 41.3 / 42.2 / 71.3 (M = 128: 49.2 against the
+   one-ring kernel's 88.1).  kernel=wgmma forces it at every M, =wbulk or
    =wstream keeps it off. */
 static int use_wgmma(int64_t m, int fold, int code, int64_t group) {
     const int force = forced_kernel();

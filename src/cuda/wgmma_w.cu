@@ -1161,8 +1161,19 @@ __device__ __forceinline__ void consume_dual(const Params &p, const FoldCta &cta
     };
     // Every wait retires a known group: unit t (p0, a0) alone in flight at
     // the loop's head from either edge, the tail peeled (else ptxas
-    // serializes the wgmmas: C7514).  The next unit's decode goes before
-    // the drain (its loads under the drain's multiply-adds).
+    // serializes the wgmmas: C7514).  With 64 tokens the next unit's
+    // decode goes before the drain (its loads under the drain's
+    // multiply-adds), with 128 after it (H200, 2026-12-04, int8-g32, us at
+    // M = 64 / 128: decode first 41.8 / 55.6, drain first 47.5 / 49.2).
+    const auto next = [&](int t, int u, float (&part)[ND], uint32_t (&A)[TS][4]) {
+        if constexpr (TN == 64) {
+            fetch(u, A);
+            drain(t, part);
+        } else {
+            drain(t, part);
+            fetch(u, A);
+        }
+    };
     fetch(0, a0);
     issue(0, a0, p0);
     fetch(1, a1);
@@ -1171,13 +1182,11 @@ __device__ __forceinline__ void consume_dual(const Params &p, const FoldCta &cta
         issue(t + 1, a1, p1);
         wgmma_wait<1>(); // unit t done
         retire(a0);
-        fetch(t + 2, a0);
-        drain(t, p0);
+        next(t, t + 2, p0, a0);
         issue(t + 2, a0, p0);
         wgmma_wait<1>(); // unit t + 1 done
         retire(a1);
-        fetch(t + 3, a1);
-        drain(t + 1, p1);
+        next(t + 1, t + 3, p1, a1);
     }
     if (t + 1 < nt) {
         issue(t + 1, a1, p1);
