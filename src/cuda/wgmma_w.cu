@@ -1067,13 +1067,13 @@ __device__ __forceinline__ void unit_release(const FoldCta &cta, int t, int nt) 
 // at once (ncu, int4-g128, M = 128: tensor pipe 41 % active; stalls on the
 // decode's and the drain's dependencies).  Needs the CTA's K in whole turns
 // on group boundaries (wgmma_s_kernel checks: k_begin and K multiples of 128).
-template <int CODE, bool BF16, int TN, bool MUL, int TS>
+template <int CODE, bool BF16, int TN, bool MUL>
 __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &cta) {
     using namespace sm90;
     using L = fold_layout<TN>;
-    constexpr int KC = chunk_dims<CODE>::KC, ND = TN / 2;
+    constexpr int KC = chunk_dims<CODE>::KC, ND = TN / 2, TS = 8;
     constexpr int TK = 16 * TS, WK = L::WSB * KC; // K of a turn, of a W stage
-    static_assert(L::SB == 2 && (TS == 8 || TS == 4 || TS == 2) && WK % TK == 0, "turns within X and W stages");
+    static_assert(L::SB == 2 && WK % TK == 0, "turns within X and W stages");
     const int warp = threadIdx.x >> 5, wg = warp >> 2;
     const int tile = wg * 4 + (warp & 3);
     const int k_begin = cta.b_begin * 64, nt = cta.nb * 64 / TK;
@@ -1116,7 +1116,7 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
     strict_finish<CODE, TN, ND>(p, cta, wg, acc);
 }
 
-// Groups of 32 (and 8-bit codes, any group): each unit of TS k16 steps
+// Groups of 32 (and 8-bit codes, any group): each unit of two k16 steps
 // sums into its own part accumulator, alternately p0 and p1, so that a
 // warpgroup drains unit u (acc += part x its group's scale, every unit)
 // while its unit u + 1 runs: two units of each warpgroup in flight, no
@@ -1124,13 +1124,13 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
 // steps: one unit in flight, 66.6 us at M = 128 for int8-g32, a CTA's time
 // nearly independent of its tokens: the wait, the drain and the handover
 // in sequence.)  acc, p0 and p1: 3 TN / 2 registers a thread.
-template <int CODE, bool BF16, int TN, int TS>
+template <int CODE, bool BF16, int TN>
 __device__ __forceinline__ void consume_dual(const Params &p, const FoldCta &cta) {
     using namespace sm90;
     using L = fold_layout<TN>;
-    constexpr int KC = chunk_dims<CODE>::KC, ND = TN / 2;
+    constexpr int KC = chunk_dims<CODE>::KC, ND = TN / 2, TS = 2;
     constexpr int TK = 16 * TS, WK = L::WSB * KC;
-    static_assert(L::SB == 2 && (TS == 4 || TS == 2) && WK % TK == 0, "units within X and W stages");
+    static_assert(L::SB == 2 && WK % TK == 0, "units within X and W stages");
     const int warp = threadIdx.x >> 5, wg = warp >> 2;
     const int tile = wg * 4 + (warp & 3);
     const int k_begin = cta.b_begin * 64, nt = cta.nb * 64 / TK;
@@ -1228,13 +1228,11 @@ __global__ void __launch_bounds__(3 * 128, 1) wgmma_s_kernel(const __grid_consta
         // four spill the third A set at 128 tokens); turns of
         // 128 where 4-bit groups of 128 or more meet an even block count;
         // else (4-bit codes) the chunk pipeline.
-        if constexpr (CPB == 2) {
-            static_assert(GSL == 1 && !MUL, "8-bit codes: one kernel for groups of 32 or more, no multipliers");
-            consume_dual<CODE, BF16, TN, 2>(p, cta);
-        } else if constexpr (GSL == 1) {
-            consume_dual<CODE, BF16, TN, 2>(p, cta);
+        static_assert(CPB == 1 || (GSL == 1 && !MUL), "8-bit codes: one kernel for groups of 32 or more, no multipliers");
+        if constexpr (CPB == 2 || GSL == 1) {
+            consume_dual<CODE, BF16, TN>(p, cta);
         } else if (GSL == 2 && p.group_shift >= 7 && ((cta.b_begin | cta.nb) & 1) == 0) {
-            consume_turns<CODE, BF16, TN, MUL, 8>(p, cta);
+            consume_turns<CODE, BF16, TN, MUL>(p, cta);
         } else {
             consume_strict<CODE, BF16, TN, GSL, MUL>(p, cta);
         }
