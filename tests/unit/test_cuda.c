@@ -931,9 +931,10 @@ static void test_wgmma_strict(void) {
         // block count is odd (17)
         {"int4-g128", TOPS_DT_BF16, TOPS_DT_F16, 77, 2048, 260, 0, 0, "2", "128", 1},
         {"int4-g128", TOPS_DT_F16, TOPS_DT_F32, 200, 1088, 136, 1, 1, NULL, NULL, 1},
-        // 8-bit codes in turns of one group (32: one k32 chunk; 64 and
-        // more: turns of 64), the weights put in K order by the quad
-        // shuffle: a partial last group, splits, both token tiles
+        // 8-bit codes on the dual units (two k16 steps, one k32 chunk,
+        // drained every unit whatever the group), the weights put in K
+        // order by the quad shuffle: a partial last group, splits, both
+        // token tiles
         {"int8-g32", TOPS_DT_F16, TOPS_DT_F32, 128, 4096, 130, 0, 1, NULL, NULL, 1},
         {"q8_0", TOPS_DT_BF16, TOPS_DT_F16, 100, 1000, 513, 1, 1, NULL, NULL, 1},
         {"int8-g128", TOPS_DT_F16, TOPS_DT_BF16, 257, 1000, 200, 0, 0, "3", NULL, 1},
