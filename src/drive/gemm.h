@@ -60,9 +60,7 @@ void tops__read_rect_plain(const tops__kernels *kern, const tops_tensor *t, int6
 typedef struct tops__nibstream {
     const uint8_t *data;
     int64_t group_bytes;
-    int scale_bytes; /* 2: f16, 1: e8m0 */
-    int coded;       /* nibbles hold the table's q + offset (tops__nibstream_coded) */
-    float mul;       /* tops__nib_scale_mul of the weights */
+    tops__nibstream_form form; /* scales, sub, coded, mul */
 } tops__nibstream;
 
 typedef struct tops__gemm_problem {
@@ -101,17 +99,17 @@ tops_status tops__gemm_run(const char *fn, const tops__gemm_problem *p);
    form (kern->unpack); any left.  Same failure rules as tops__gemm_run. */
 tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p);
 
-/* Stored scale bytes of a weight's row stream (2 or 1), or 0 where the
-   weights (or the level's kernels) have none: relaxed 4-bit layouts with
-   blocks of 32, K % 32 == 0, N >= 4, f16 or e8m0 scales. */
-int tops__nibstream_scale_bytes(const tops__kernels *kern, const tops_tensor *w);
+/* Whether w can have a row stream, and its form: relaxed 4-bit layouts
+   with blocks of 32 (f16 or e8m0 scales) or of 16 (f16 or ue4m3; split = 0
+   codes), K % 32 == 0, N >= 4, a level with the kernel.  0: none. */
+int tops__nibstream_form_of(const tops__kernels *kern, const tops_tensor *w, tops__nibstream_form *form);
 /* Whether the stream stores each nibble as its table entry (all < 16). */
 int tops__nibstream_coded(const tops__nibble_layout *nib);
 /* Bytes of one four-row group's stream. */
-int64_t tops__nibstream_group_bytes(const tops_tensor *w, int scale_bytes);
+int64_t tops__nibstream_group_bytes(const tops_tensor *w, const tops__nibstream_form *form);
 /* Writes groups [g0, g0 + count) of w's row stream (zeroed first) to out. */
-void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int scale_bytes, int64_t g0, int64_t count,
-                          uint8_t *out);
+void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, const tops__nibstream_form *form, int64_t g0,
+                          int64_t count, uint8_t *out);
 /* Whether the row driver reads p's 8-bit weight rows in place (relaxed). */
 int tops__gemv_bytes_in_place(const tops__gemm_problem *p);
 /* Whether the row driver reads p's weights from the row stream. */

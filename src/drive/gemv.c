@@ -6,8 +6,10 @@
    place).  Threads split N; each output element sums K in the same order
    for any thread count. */
 #include "drive/gemm.h"
+#include "drive/qweight.h"
 #include "core/threads.h"
 
+#include <math.h>
 #include <string.h>
 
 enum {
@@ -34,39 +36,49 @@ static void prefetch_next_rows(const tops_tensor *w, int64_t row) {
     }
 }
 
-int tops__nibstream_scale_bytes(const tops__kernels *kern, const tops_tensor *w) {
-    const tops__unpacker *up = &kern->unpack[w->format.id];
-    const tops_format_info *info = tops_format_get_info(w->format.id);
-    if (!kern->dot_q8_nibstream_x4 || !up->run || !up->nib.block_bytes || tops__unpack_sub(w) != 32 ||
-        w->extent[1] % 32 != 0 || w->extent[0] < TOPS__NIBSTREAM_ROWS || w->bias.data)
-        return 0;
-    for (int c = 0; c < 16; c++) /* the kernel adds four vpmaddubsw in i16: [-8 * 32 * 128, 8 * 32 * 127] fits */
-        if (up->nib.lut[c] > 32) return 0;
-    /* GGUF blocks whose 2-byte header is the f16 scale (q4_0) */
-    if (info->gguf) return !w->scales.data && up->nib.header == 2 ? 2 : 0;
-    if (!w->scales.data || (info->block > 1 ? w->format.group : 32) != 32) return 0;
-    return w->scales.dtype == TOPS_DT_F16 ? 2 : w->scales.dtype == TOPS_DT_E8M0 ? 1 : 0;
-}
-
 int tops__nibstream_coded(const tops__nibble_layout *nib) {
     for (int c = 0; c < 16; c++)
         if (nib->lut[c] > 15) return 0;
     return 1;
 }
 
-int64_t tops__nibstream_group_bytes(const tops_tensor *w, int scale_bytes) {
-    return tops__ceil_div(w->extent[1] / 32, TOPS__NIBSTREAM_SB) * tops__nibstream_sb_bytes(scale_bytes);
+int tops__nibstream_form_of(const tops__kernels *kern, const tops_tensor *w, tops__nibstream_form *form) {
+    const tops__unpacker *up = &kern->unpack[w->format.id];
+    const tops_format_info *info = tops_format_get_info(w->format.id);
+    const int sub = up->run ? tops__unpack_sub(w) : 0;
+    if (!kern->dot_q8_nibstream_x4 || !up->run || !up->nib.block_bytes || (sub != 32 && sub != 16) ||
+        (sub == 16 && up->nib.split) || w->extent[1] % 32 != 0 || w->extent[0] < TOPS__NIBSTREAM_ROWS || w->bias.data)
+        return 0;
+    for (int c = 0; c < 16; c++) /* the kernel adds four vpmaddubsw in i16: [-8 * 32 * 128, 8 * 32 * 127] fits */
+        if (up->nib.lut[c] > 32) return 0;
+    *form = (tops__nibstream_form){0, sub, tops__nibstream_coded(&up->nib), tops__nib_scale_mul(info, w)};
+    /* GGUF blocks whose 2-byte header is the f16 scale (q4_0) */
+    if (info->gguf) {
+        form->scale = !w->scales.data && up->nib.header == 2 && sub == 32 ? TOPS__NIBSTREAM_F16 : 0;
+        return form->scale != 0;
+    }
+    const tops__qweight qw = tops__qweight_of(w);
+    if (!w->scales.data || qw.group != sub) return 0;
+    if (w->scales.dtype == TOPS_DT_F16) form->scale = TOPS__NIBSTREAM_F16;
+    else if (w->scales.dtype == TOPS_DT_E8M0 && sub == 32) form->scale = TOPS__NIBSTREAM_E8M0;
+    /* the kernel decodes ue4m3 at 2^-8 of its value and multiplies by mul * 256: exact while that is finite */
+    else if (w->scales.dtype == TOPS_DT_UE4M3 && isfinite(form->mul * 256.0f)) form->scale = TOPS__NIBSTREAM_UE4M3;
+    return form->scale != 0;
 }
 
-void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int scale_bytes, int64_t g0, int64_t count,
-                          uint8_t *out) {
+int64_t tops__nibstream_group_bytes(const tops_tensor *w, const tops__nibstream_form *form) {
+    return tops__ceil_div(w->extent[1] / 32, TOPS__NIBSTREAM_SB) * tops__nibstream_sb_bytes(form);
+}
+
+void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, const tops__nibstream_form *form, int64_t g0,
+                          int64_t count, uint8_t *out) {
     const tops__nibble_layout *nib = &kern->unpack[w->format.id].nib;
-    const int64_t nb = w->extent[1] / 32, group_bytes = tops__nibstream_group_bytes(w, scale_bytes);
-    const int64_t sb_bytes = tops__nibstream_sb_bytes(scale_bytes), scale_span = 4 * 8 * (int64_t)scale_bytes;
+    const int halves = 32 / form->sub, esz = form->scale == TOPS__NIBSTREAM_F16 ? 2 : 1;
+    const int64_t nb = w->extent[1] / 32, group_bytes = tops__nibstream_group_bytes(w, form);
+    const int64_t sb_bytes = tops__nibstream_sb_bytes(form), scale_span = 4 * 8 * tops__nibstream_scale_span(form);
     const tops_plane *sp = &w->scales;
-    const int coded = tops__nibstream_coded(nib);
     uint8_t map[16]; /* the stored value of each code: through the table when coded */
-    for (int c = 0; c < 16; c++) map[c] = coded ? nib->lut[c] : (uint8_t)c;
+    for (int c = 0; c < 16; c++) map[c] = form->coded ? nib->lut[c] : (uint8_t)c;
     memset(out, 0, (size_t)(count * group_bytes));
     for (int64_t g = 0; g < count; g++)
         for (int r = 0; r < TOPS__NIBSTREAM_ROWS; r++) {
@@ -75,9 +87,12 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int s
             for (int64_t b = 0; b < nb; b++) {
                 uint8_t *sb = out + g * group_bytes + (b / 8) * sb_bytes;
                 const int i = (int)(b % 8), lane = i % 2 ? 4 + i / 2 : i / 2; /* tops__nibstream_lane(lane) == i */
-                const uint8_t *scale = sp->data ? (const uint8_t *)sp->data + (row * sp->stride[0] + b * sp->stride[1]) * scale_bytes
-                                                : src + b * nib->block_bytes; /* the block's f16 header */
-                memcpy(sb + (r * 8 + lane) * scale_bytes, scale, (size_t)scale_bytes);
+                for (int h = 0; h < halves; h++) { /* [row][half][lane] */
+                    const int64_t e = b * halves + h; /* the scale entry (plane element or block) */
+                    const uint8_t *scale = sp->data ? (const uint8_t *)sp->data + (row * sp->stride[0] + e * sp->stride[1]) * esz
+                                                    : src + b * nib->block_bytes; /* the block's f16 header */
+                    memcpy(sb + ((r * halves + h) * 8 + lane) * esz, scale, (size_t)esz);
+                }
                 const uint8_t *codes = src + b * nib->block_bytes + nib->header;
                 uint8_t v[32]; /* the block's stored values in element order */
                 if (nib->split)
@@ -92,23 +107,26 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, int s
 }
 
 /* Bytes per super-block of one activation row for the row stream: 256
-   codes, 8 each of scale, corr and bias, 16 range bytes. */
-enum { STREAM_ACT_BYTES = 256 + 3 * 8 * 4 + 16 };
+   codes, 8 per half each of scale and corr, 8 of bias, 16 range bytes. */
+static int64_t stream_act_bytes(int halves) { return 256 + 2 * 8 * 4 * halves + 8 * 4 + 16; }
 
 /* The parts of one row's stream activations (n_sb super-blocks at base),
    from super-block s0 on. */
-static tops__nibstream_act stream_act_at(unsigned char *base, int64_t n_sb, int64_t s0) {
-    return (tops__nibstream_act){(const int8_t *)base + s0 * 256, (const float *)(base + n_sb * 256) + s0 * 8,
-                                 (const int32_t *)(base + n_sb * 288) + s0 * 8,
-                                 (const int32_t *)(base + n_sb * 320) + s0 * 8, base + n_sb * 352 + s0 * 16};
+static tops__nibstream_act stream_act_at(unsigned char *base, int64_t n_sb, int halves, int64_t s0) {
+    const int64_t hs = 8 * halves;
+    unsigned char *scale = base + n_sb * 256, *corr = scale + n_sb * hs * 4, *bias = corr + n_sb * hs * 4;
+    return (tops__nibstream_act){(const int8_t *)base + s0 * 256, (const float *)scale + s0 * hs,
+                                 (const int32_t *)corr + s0 * hs, (const int32_t *)bias + s0 * 8,
+                                 bias + n_sb * 32 + s0 * 16};
 }
 
-/* One activation row (codes aq in element order, scales as, nb blocks) as
-   the row stream's kernel reads it (tops__nibstream_act, kernels/kernels.h), at base. */
-static void stream_activations(const int8_t *aq, const float *as, int64_t nb, int offset, int e8m0, float mul,
-                               unsigned char *base) {
+/* One activation row (codes aq in element order, scales as per sub-block:
+   halves 2 for sub 16, nb blocks of 32) as the row stream's kernel reads
+   it (tops__nibstream_act, kernels/kernels.h), at base. */
+static void stream_activations(const int8_t *aq, const float *as, int64_t nb, int halves, int offset, int e8m0,
+                               float mul, unsigned char *base) {
     const int64_t nsb = tops__ceil_div(nb, TOPS__NIBSTREAM_SB);
-    const tops__nibstream_act at = stream_act_at(base, nsb, 0);
+    const tops__nibstream_act at = stream_act_at(base, nsb, halves, 0);
     int8_t *q = (int8_t *)at.q;
     float *scale = (float *)at.scale;
     int32_t *corr = (int32_t *)at.corr, *bias = (int32_t *)at.bias;
@@ -121,14 +139,18 @@ static void stream_activations(const int8_t *aq, const float *as, int64_t nb, in
         for (int l = 0; l < 8; l++) {
             const int64_t blk = s * 8 + tops__nibstream_lane(l), i = s * 8 + l;
             int lo = 255, hi = 0; /* an empty range: the kernel's float decode */
-            scale[i] = 0.0f, corr[i] = 0, bias[i] = 0;
+            for (int h = 0; h < halves; h++) scale[(s * halves + h) * 8 + l] = 0.0f, corr[(s * halves + h) * 8 + l] = 0;
+            bias[i] = 0;
             if (blk < nb) {
-                int32_t sum = 0;
-                for (int e = 0; e < 32; e++) sum += aq[blk * 32 + e];
+                for (int h = 0; h < halves; h++) {
+                    const int len = 32 / halves;
+                    int32_t sum = 0;
+                    for (int e = 0; e < len; e++) sum += aq[blk * 32 + h * len + e];
+                    scale[(s * halves + h) * 8 + l] = as[blk * halves + h];
+                    corr[(s * halves + h) * 8 + l] = offset * sum;
+                }
                 for (int g = 0; g < 8; g++) /* 4 codes: elements 4g..4g+3, meeting vector g / 2 */
                     memcpy(q + s * 256 + g * 32 + 4 * l, aq + blk * 32 + 4 * g, 4);
-                scale[i] = as[blk];
-                corr[i] = offset * sum;
                 if (e8m0) {
                     /* ws * as = fl(2^(e - 127) * mul) * as is 2^(e - 127) * fl(mul * as), exactly, while
                        2^(e - 127) * mul and both products stay normal (exponents kept one off the ends) */
@@ -198,11 +220,14 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
     const int in_place = relaxed && up.nib.block_bytes && sub == 32;
+    /* Blocks of 32 with a scale per half (nvfp4, int4-g16; split = 0): in
+       place four rows at a time; single rows take the integer rows. */
+    const int in_place16 = relaxed && up.nib.block_bytes && sub == 16 && !up.nib.split;
     /* Strict: the same layouts decoded in place to f32, four rows at a time. */
     const int nib_strict = integer && !relaxed && up.nib.block_bytes && sub == 32;
-    const int nib_x4 = (in_place || nib_strict) && p->k % 32 == 0;
+    const int nib_x4 = (in_place || in_place16 || nib_strict) && p->k % 32 == 0;
     /* Relaxed and prepacked: groups of four rows from the row stream. */
-    const int stream = in_place && nib_x4 && tops__gemv_streams(p);
+    const int stream = (in_place || in_place16) && nib_x4 && tops__gemv_streams(p);
     /* q8 bytes: 8-bit rows in place, four at a time (tops__gemv_bytes_in_place). */
     const int bytes_x4 = !in_place && tops__gemv_bytes_in_place(p);
     /* q8_0's blocks (34 bytes, an f16 scale first): the dot reads the scales itself. */
@@ -223,11 +248,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 
     /* Workspace: activations (f32, and i8 + scales when relaxed), then per
        thread one unpacked chunk and an accumulator block. */
-    size_t act = (size_t)(M * kp) * sizeof(float) * (permuted ? 2 : 1), act_q = relaxed ? (size_t)(M * kp) : 0;
+    /* in_place16: the codes twice, in element order and in the nibbles' order */
+    size_t act = (size_t)(M * kp) * sizeof(float) * (permuted ? 2 : 1), act_q = relaxed ? (size_t)(M * kp) * (1 + in_place16) : 0;
     size_t act_s = relaxed ? 2 * (size_t)(M * n_subs) * sizeof(float) : 0; /* scales, corrections */
-    /* the row stream's activations: per row and super-block 256 codes, 8 each of scale, corr, bias, 16 range bytes */
-    const int64_t n_sb = tops__ceil_div(kp / 32, TOPS__NIBSTREAM_SB);
-    size_t act_st = stream ? (size_t)(M * n_sb * STREAM_ACT_BYTES) : 0;
+    /* the row stream's activations (stream_act_bytes per row and super-block) */
+    const int64_t n_sb = tops__ceil_div(kp / 32, TOPS__NIBSTREAM_SB), halves = 32 / sub;
+    const int64_t st_row = n_sb * stream_act_bytes((int)halves);
+    size_t act_st = stream ? (size_t)(M * st_row) : 0;
     /* per thread: accumulators, scales, then i8 codes or an f32 row chunk */
     size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + 4 * (size_t)(chunk / sub) * sizeof(float) +
                         (size_t)chunk * (integer ? 4 : sizeof(float)) + 192;
@@ -244,6 +271,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     per_thread = (size_t)tops__round_up((int64_t)per_thread, 64);
 
     float *acorr = as + M * n_subs;
+    int8_t *aqp = in_place16 ? aq + M * kp : aq; /* the in-place dots' codes */
     float *amin = acorr; /* the same room: mins exclude the in-place nibbles */
     float *ap = permuted ? a + M * kp : a; /* activations for dot_f32_nibbles_x4 */
     for (int64_t m = 0; m < M; m++) {
@@ -262,16 +290,19 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                 amin[m * n_subs + b] = as[m * n_subs + b] * (float)sum;
             }
         if (stream) /* before the plain rows' even / odd order below */
-            stream_activations(aq + m * kp, as + m * n_subs, kp / 32, up.nib.offset, p->nib_stream.scale_bytes == 1,
-                               p->nib_stream.mul, st_base + m * n_sb * STREAM_ACT_BYTES);
-        if (in_place)
+            stream_activations(aq + m * kp, as + m * n_subs, kp / 32, (int)halves, up.nib.offset,
+                               p->nib_stream.form.scale == TOPS__NIBSTREAM_E8M0, p->nib_stream.form.mul,
+                               st_base + m * st_row);
+        if (in_place || in_place16) {
             for (int64_t b = 0; b < n_subs; b++) {
-                int8_t *blk = aq + m * kp + b * 32;
                 int32_t sum = 0;
-                for (int j = 0; j < 32; j++) sum += blk[j];
+                for (int j = 0; j < sub; j++) sum += aq[m * kp + b * sub + j];
                 acorr[m * n_subs + b] = (float)(up.nib.offset * sum);
-                if (!up.nib.split) permute_even_odd(blk);
             }
+            if (in_place16) memcpy(aqp + m * kp, aq + m * kp, (size_t)kp);
+            if (!up.nib.split)
+                for (int64_t b = 0; b < kp / 32; b++) permute_even_odd(aqp + m * kp + b * 32);
+        }
     }
 
 #ifdef _OPENMP
@@ -303,23 +334,24 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         const tops__nibstream *ns = &p->nib_stream;
                         const int64_t b0 = k0 / 32;
                         const uint8_t *s = ns->data + (n0 + j) / TOPS__NIBSTREAM_ROWS * ns->group_bytes +
-                                           b0 / TOPS__NIBSTREAM_SB * tops__nibstream_sb_bytes(ns->scale_bytes);
+                                           b0 / TOPS__NIBSTREAM_SB * tops__nibstream_sb_bytes(&ns->form);
                         for (int64_t m = 0; m < M; m++) {
                             const tops__nibstream_act sact =
-                                stream_act_at(st_base + m * n_sb * STREAM_ACT_BYTES, n_sb, b0 / TOPS__NIBSTREAM_SB);
-                            kern->dot_q8_nibstream_x4(s, &up.nib, ns->scale_bytes, ns->coded, ns->mul, &sact, kc / 32, d);
+                                stream_act_at(st_base + m * st_row, n_sb, (int)halves, b0 / TOPS__NIBSTREAM_SB);
+                            kern->dot_q8_nibstream_x4(s, &up.nib, &ns->form, &sact, kc / 32, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
                         }
                     } else if (nib_x4) { /* K % 32 == 0: whole blocks only */
-                        const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
+                        const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / sub;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
                         for (int r = 0; r < 4; r++) up.nib.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
                         for (int64_t m = 0; m < M; m++) {
-                            if (in_place)
-                                kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aq + m * kp + k0, as + m * n_subs + b0,
-                                                        acorr + m * n_subs + b0, scale, ld_ws, nb, d);
+                            if (in_place || in_place16)
+                                kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aqp + m * kp + k0,
+                                                        as + m * n_subs + k0 / sub, acorr + m * n_subs + k0 / sub, scale,
+                                                        ld_ws, nb, sub, d);
                             else
                                 kern->dot_f32_nibbles_x4(blocks, row_bytes, &up.nib, ap + m * kp + k0, scale, ld_ws, nb, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];

@@ -82,27 +82,43 @@ typedef struct tops__nibble_layout {
    super-blocks of TOPS__NIBSTREAM_SB blocks of 32 along K.  Lane l of a
    super-block holds its block tops__nibstream_lane(l) (the order in which
    the plain four-row dot's vphaddd tree leaves the blocks, so both sum the
-   same way).  A super-block holds the four rows' stored scales ([row][lane],
-   2-byte f16 or 1-byte e8m0: the format's own bytes), then for j = 0..3 per
-   row 32 bytes: byte 4 l + t holds, of lane l's block, element 8 j + t in
-   its low nibble and 8 j + 4 + t in its high nibble, each through the
-   format's table where its entries fit in 4 bits ("coded": int4, q4_0),
-   else as stored.  One vpmaddubsw pair then gives each lane 8 products of
-   one block, so a super-block's block sums need no shuffle.  Past K the
-   stream is zero. */
+   same way).  A super-block holds the four rows' stored scales, then for
+   j = 0..3 per row 32 bytes: byte 4 l + t holds, of lane l's block,
+   element 8 j + t in its low nibble and 8 j + 4 + t in its high nibble,
+   each through the format's table where its entries fit in 4 bits
+   ("coded": int4, q4_0), else as stored.  One vpmaddubsw pair then gives
+   each lane 8 products of one block, so a super-block's block sums need no
+   shuffle.  Past K the stream is zero.
+   Scales (tops__nibstream_form): the format's own bytes, one per block of
+   `sub` elements, as [row][half][lane] (sub 32: one half): 2-byte f16,
+   1-byte e8m0 (sub 32 only) or 1-byte ue4m3 (nvfp4; sign ignored, 0x7F
+   NaN).  sub 16 splits each block in halves: elements 0..15 (j = 0, 1)
+   and 16..31 (j = 2, 3), each with its own scale. */
 enum { TOPS__NIBSTREAM_ROWS = 4, TOPS__NIBSTREAM_SB = 8 };
+enum { TOPS__NIBSTREAM_E8M0 = 1, TOPS__NIBSTREAM_F16 = 2, TOPS__NIBSTREAM_UE4M3 = 3 };
+typedef struct tops__nibstream_form {
+    int scale;  /* TOPS__NIBSTREAM_E8M0, _F16 or _UE4M3: the stored scale bytes */
+    int sub;    /* 32, or 16 (f16, ue4m3): elements per scale */
+    int coded;  /* nibbles hold the table's q + offset (tops__nibstream_coded) */
+    float mul;  /* weight scale = stored value * mul (tops__nib_scale_mul) */
+} tops__nibstream_form;
 static inline int tops__nibstream_lane(int l) { return l < 4 ? 2 * l : 2 * (l - 4) + 1; }
-static inline int64_t tops__nibstream_sb_bytes(int scale_bytes) {
-    return (int64_t)TOPS__NIBSTREAM_ROWS * TOPS__NIBSTREAM_SB * (scale_bytes + 16);
+/* Scale bytes per row and block of 32. */
+static inline int tops__nibstream_scale_span(const tops__nibstream_form *f) {
+    return (f->scale == TOPS__NIBSTREAM_F16 ? 2 : 1) * (32 / f->sub);
+}
+static inline int64_t tops__nibstream_sb_bytes(const tops__nibstream_form *f) {
+    return (int64_t)TOPS__NIBSTREAM_ROWS * TOPS__NIBSTREAM_SB * (tops__nibstream_scale_span(f) + 16);
 }
 /* One activation row as the row stream's kernel reads it, per super-block
    (lanes as above; zero past K): q 256 bytes, for j = 0..3 the 32 codes
    meeting the low nibbles of vector j, then the 32 meeting its high ones;
-   scale[8] the block scales, corr[8] offset * the block's code sum; for
-   e8m0 weights also bias[8] = bits(scale * mul) - (127 << 23) and range[16]
-   (lo[8], hi[8]): where every stored exponent e of the super-block has
-   lo <= e <= hi, bits(ws * as) = bias + (e << 23) exactly (no rounding,
-   no subnormal), so the kernel skips the float decode and product. */
+   scale[8 * halves] the block (sub 16: half-block) scales and corr[8 *
+   halves] offset * the same codes' sum, [half][lane]; for e8m0 weights
+   also bias[8] = bits(scale * mul) - (127 << 23) and range[16] (lo[8],
+   hi[8]): where every stored exponent e of the super-block has lo <= e <=
+   hi, bits(ws * as) = bias + (e << 23) exactly (no rounding, no
+   subnormal), so the kernel skips the float decode and product. */
 typedef struct tops__nibstream_act {
     const int8_t *q;
     const float *scale;
@@ -582,10 +598,13 @@ typedef struct tops__kernels {
        ws + r * ld_ws), out[r] = dot.  Summation order (the row stream's
        too): per super-block of 8 blocks, lane l of an f32 vector takes
        block tops__nibstream_lane(l)'s exact integer sum minus acorr, times
-       ws * as (0 past nb), one FMA; the eight lanes are added at the end. */
+       ws * as (0 past nb), one FMA; the eight lanes are added at the end.
+       sub 16 (split = 0 layouts only): as, acorr and ws hold one entry per
+       half-block, and lane l takes two FMAs per super-block, its block's
+       first half, then its second. */
     void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                               const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
-                              int64_t nb, float *out);
+                              int64_t nb, int sub, float *out);
     /* Relaxed dot over four rows of 8-bit blocks read in place (layout:
        tops__byte_layout; codes at the first block's codes, rows row_bytes
        apart): out[r] = sum over lanes of acc[r], where lane j of acc[r]
@@ -606,12 +625,12 @@ typedef struct tops__kernels {
     void (*dot_f32_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
     /* dot_q8_nibbles_x4 over one group of the row stream: `stream` and act
-       at the super-block of the first block, scale_bytes 2 (f16) or 1
-       (e8m0), weight scales = stored value * mul; coded: the nibbles hold
-       lut[code] (q + offset) already.  Same bits as dot_q8_nibbles_x4 on
-       the plain rows.  NULL at levels without one (the plain rows are read). */
-    void (*dot_q8_nibstream_x4)(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes, int coded,
-                                float mul, const tops__nibstream_act *act, int64_t nb, float *out);
+       at the super-block of the first block, its form as packed.  Same
+       bits as dot_q8_nibbles_x4 on the plain rows (with form->sub).  NULL
+       at levels without one (the plain rows are read). */
+    void (*dot_q8_nibstream_x4)(const uint8_t *stream, const tops__nibble_layout *layout,
+                                const tops__nibstream_form *form, const tops__nibstream_act *act, int64_t nb,
+                                float *out);
     /* 4-bit codes through a 16-entry table: dst[i] = table[code i], n codes
        from src (element 0 in the low nibble of src[0]). */
     void (*lut16_row)(float *dst, const uint8_t *src, int64_t n, const float *table);
@@ -715,7 +734,7 @@ void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float 
 void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
 void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
-                                 int64_t nb, float *out);
+                                 int64_t nb, int sub, float *out);
 void tops__ref_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
@@ -789,11 +808,12 @@ void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t 
 void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
-                                  int64_t nb, float *out);
+                                  int64_t nb, int sub, float *out);
 float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                                 const float *as, const float *acorr, const float *ws, int64_t nb);
-void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes,
-                                    int coded, float mul, const tops__nibstream_act *act, int64_t nb, float *out);
+void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
+                                    const tops__nibstream_form *form, const tops__nibstream_act *act, int64_t nb,
+                                    float *out);
 void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,

@@ -411,7 +411,9 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                  p.q8_panels && !p.q8_amx ? "prepacked" : "unpacked per K block", x4 ? x4 : "",
                  x4 ? ", the rest " : "", tops__gemm_q8_pick(kern, right, NULL)->name, isa);
     } else if (kind == PLAN_ROWS) {
-        const int nib = up && up->nib.block_bytes && tops__unpack_sub(right) == 32;
+        const int sub = up ? tops__unpack_sub(right) : 0; /* blocks of 16 in place: relaxed, K % 32 == 0 (gemv.c) */
+        const int nib = up && up->nib.block_bytes &&
+                        (sub == 32 || (sub == 16 && p.relaxed && !up->nib.split && p.k % 32 == 0));
         const char *how = up && !up->run && up->run_min && p.relaxed
                               ? (up->dot_super && p.k % 256 == 0 ? "super-blocks with mins in place, i8 dots"
                                                                : "integer rows with mins, i8 dots")
@@ -510,9 +512,10 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
     const int64_t n_subs = kp / tops__unpack_sub(right);
     size_t copy_end = (end + 63) / 64 * 64, q8_panel_bytes = 0, q8_bytes = 0, total = head + end, scratch_bytes = 0;
     /* Relaxed 4-bit rows: also the M <= 4 row stream, after the panels. */
-    const int stream_scale = relaxed ? tops__nibstream_scale_bytes(kern, right) : 0;
+    tops__nibstream_form stream_form;
+    const int stream = relaxed && tops__nibstream_form_of(kern, right, &stream_form);
     const int64_t stream_groups = n / TOPS__NIBSTREAM_ROWS;
-    const int64_t group_bytes = stream_scale ? tops__nibstream_group_bytes(right, stream_scale) : 0;
+    const int64_t group_bytes = stream ? tops__nibstream_group_bytes(right, &stream_form) : 0;
     size_t stream_at = 0, stream_bytes = 0;
     if (q8) {
         size_t scale_bytes;
@@ -526,7 +529,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
             return tops__fail(TOPS_OVERFLOW, fn, "the packed size overflows size_t");
         }
     }
-    if (stream_scale) {
+    if (stream) {
         stream_at = (total + 63) / 64 * 64;
         if (!tops__mul_size((size_t)stream_groups, (size_t)group_bytes, &stream_bytes) ||
             !tops__add_size(stream_at, stream_bytes, &total)) {
@@ -596,18 +599,16 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
         pk->q8_amx = nib ? 3 : amx ? (i8_panels ? 1 : 2) : 0;
         if (nib) memcpy(pk->q8_lut, nib_lut, sizeof nib_lut);
     }
-    if (stream_scale) {
+    if (stream) {
         uint8_t *data = mem + stream_at;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(pthreads) schedule(static) if (pthreads > 1)
 #endif
         for (int64_t g = 0; g < stream_groups; g++) {
             TOPS__NOTE_REGION();
-            tops__pack_nibstream(kern, &pk->copy, stream_scale, g, 1, data + g * group_bytes);
+            tops__pack_nibstream(kern, &pk->copy, &stream_form, g, 1, data + g * group_bytes);
         }
-        pk->nib_stream = (tops__nibstream){data, group_bytes, stream_scale,
-                                           tops__nibstream_coded(&kern->unpack[right->format.id].nib),
-                                           tops__nib_scale_mul(tops_format_get_info(right->format.id), right)};
+        pk->nib_stream = (tops__nibstream){data, group_bytes, stream_form};
     }
     *packed = packed_tensor(right, mem, pk, copy.data);
     return TOPS_OK;

@@ -407,8 +407,9 @@ static void test_packed_in_place(void) {
             char b1[160], b2[160];
             ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &w, &c1, b1, sizeof b1));
             ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &pk, &c2, b2, sizeof b2));
-            /* the row stream: relaxed 4-bit blocks of 32 with f16 / e8m0 scales, packed where the level has its kernel */
-            const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 && f != 2 && f != 4 && f < 6 &&
+            /* the row stream: relaxed 4-bit blocks of 32 with f16 / e8m0 scales, or of 16 with f16 / ue4m3
+               scales (nvfp4, int4-g16), packed where the level has its kernel */
+            const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 && f < 6 &&
                                 tops__kernels_get()->dot_q8_nibstream_x4 != NULL;
             /* m > 4 at a level with AMX kernels: integer forms on the code tiles (i8: relaxed below the
                crossover; bf16: strict, but for weights exact in one bf16 term), the rest on the bf16 terms */
@@ -448,35 +449,44 @@ static void test_packed_in_place(void) {
 
 /* The row stream applies e8m0 scales by adding the exponent to the
    activation side's bits where that equals the plain rows' float decode
-   and products (tops__nibstream_act): stored exponents over the whole byte
-   range (0 the subnormal 2^-127, 255 NaN), activation blocks from 2^-130
+   and products (tops__nibstream_act), and decodes ue4m3 (nvfp4) at 2^-8
+   of its value against mul * 256: stored exponents over the whole byte
+   range (e8m0: 0 the subnormal 2^-127, 255 NaN; ue4m3: subnormals, 0x7F
+   and 0xFF NaN, the sign bit ignored), activation blocks from 2^-130
    (subnormal) to 2^125 and all-zero blocks, multipliers from 1e-30 to
-   3e30 (tensor_scale), mixed inside one super-block.  Packed (stream) and
-   plain rows give the same bits (NaN: both NaN) on every level, for
-   threads 1 and 2, at M = 1..4 and K with a part super-block and two
-   chunks. */
+   3e30 (tensor_scale; nvfp4 also 1e-37, whose mul * 256 overflows: no
+   stream), mixed inside one super-block.  Packed (stream) and plain rows
+   give the same bits (NaN: both NaN) on every level, for threads 1 and 2,
+   at M = 1..4 and K with a part super-block and two chunks. */
 static int same_or_both_nan(const float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         if (memcmp(&x[i], &y[i], sizeof(float)) != 0 && !(isnan(x[i]) && isnan(y[i]))) return 0;
     return 1;
 }
 
-static void test_stream_e8m0_extremes(void) {
-    const tops_format fmts[2] = {{TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0}};
-    const float muls[4] = {1.0f, 0.3f, 3e30f, 1e-30f};
+static void test_stream_scale_extremes(void) {
+    const tops_format fmts[3] = {{TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0},
+                                 {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}};
+    const float muls[5] = {1.0f, 0.3f, 3e30f, 1e-30f, 1e-37f};
     const int64_t ks[3] = {256, 608, 2304};
-    for (int it = 0; it < 12; it++) {
-        const int64_t m = 1 + it % 4, n = 12, k = ks[it % 3];
+    for (int it = 0; it < 30; it++) {
+        const int f = it % 3, ue4m3 = f == 2;
+        const int64_t m = 1 + it % 4, n = 12, k = ks[(it / 3) % 3], nscales = n * (k / (ue4m3 ? 16 : 32));
+        const float ts = muls[(it / 3) % (ue4m3 ? 5 : 4)];
         mm_operand w;
-        mm_make_quant(&w, fmts[it % 2], n, k, 0, &rng);
-        w.t.tensor_scale = muls[(it / 2) % 4];
+        mm_make_quant(&w, fmts[f], n, k, 0, &rng);
+        w.t.tensor_scale = ts;
         uint8_t *e = (uint8_t *)w.t.scales.data;
-        for (int64_t i = 0; i < n * (k / 32); i++) {
+        for (int64_t i = 0; i < nscales; i++) {
             const uint64_t u = th_next(&rng) % 100;
-            e[i] = (uint8_t)(u < 60   ? 118 + th_next(&rng) % 20                     /* typical */
-                             : u < 80 ? (th_next(&rng) % 2 ? 1 + th_next(&rng) % 12 : 243 + th_next(&rng) % 12)
-                             : u < 97 ? th_next(&rng) % 256
-                                      : (it % 3 ? 0 : 255));
+            if (ue4m3) /* typical, subnormal, any byte, NaN */
+                e[i] = (uint8_t)(u < 60 ? 40 + th_next(&rng) % 40 : u < 75 ? th_next(&rng) % 8 : u < 97 ? th_next(&rng) % 256
+                                                                  : (it % 2 ? 0x7F : 0xFF));
+            else
+                e[i] = (uint8_t)(u < 60   ? 118 + th_next(&rng) % 20 /* typical */
+                                 : u < 80 ? (th_next(&rng) % 2 ? 1 + th_next(&rng) % 12 : 243 + th_next(&rng) % 12)
+                                 : u < 97 ? th_next(&rng) % 256
+                                          : (it % 3 ? 0 : 255));
         }
         mm_operand a;
         mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
@@ -500,13 +510,14 @@ static void test_stream_e8m0_extremes(void) {
             for (int threads = 1; threads <= 2; threads++) {
                 run_plain_and_packed(kern, threads, &d, &a.t, &w.t, &pk, &c1, &c2);
                 if (!same_or_both_nan(p1, p2, m * n))
-                    TH_FAIL_AT("format %d m=%lld k=%lld mul %g isa=%s threads=%d: packed != plain", it % 2, (long long)m,
+                    TH_FAIL_AT("format %d m=%lld k=%lld mul %g isa=%s threads=%d: packed != plain", f, (long long)m,
                                (long long)k, (double)w.t.tensor_scale, tops_isa_name((tops_isa)isa), threads);
             }
         }
         char path[160];
         ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &pk, &c2, path, sizeof path));
-        if (tops__kernels_get()->dot_q8_nibstream_x4) ASSERT_TRUE(strstr(path, "4-bit row stream (prepacked)") != NULL);
+        if (tops__kernels_get()->dot_q8_nibstream_x4)
+            ASSERT_TRUE((strstr(path, "4-bit row stream (prepacked)") != NULL) == !(ue4m3 && ts == 1e-37f));
         tops_tensor_destroy(&pk);
         tops_tensor_destroy(&c1);
         tops_tensor_destroy(&c2);
@@ -693,7 +704,7 @@ int main(void) {
     RUN_TEST(test_packed_matches_plain);
     RUN_TEST(test_m_chunks_side_by_side);
     RUN_TEST(test_packed_in_place);
-    RUN_TEST(test_stream_e8m0_extremes);
+    RUN_TEST(test_stream_scale_extremes);
     RUN_TEST(test_path_names);
     RUN_TEST(test_caller_scratch);
     RUN_TEST(test_huge_k_fails_cleanly);

@@ -279,8 +279,9 @@ static inline __m256i stream_lanes(void) { return _mm256_setr_epi32(0, 2, 4, 6, 
    arithmetic (kernels/kernels.h), so both give the same bits.  The four rows
    share the activations, split once per super-block. */
 static inline __attribute__((always_inline)) void nibbles_x4_sb(const uint8_t *const p[4], int64_t stride,
-                                                                const int8_t *aq, const __m256 s[4], __m256i corr,
-                                                                __m256i lut, __m256 acc[4]) {
+                                                                const int8_t *aq, const __m256 s[2][4],
+                                                                const __m256i corr[2], int halves, __m256i lut,
+                                                                __m256 acc[4]) {
     const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     __m256i av[8]; /* per pair: [b's first 16 | b + 1's], [b's last 16 | b + 1's] */
     for (int k = 0; k < 4; k++) {
@@ -300,16 +301,60 @@ static inline __attribute__((always_inline)) void nibbles_x4_sb(const uint8_t *c
             d[k] = _mm256_madd_epi16(
                 _mm256_add_epi16(_mm256_maddubs_epi16(lo, av[2 * k]), _mm256_maddubs_epi16(hi, av[2 * k + 1])), ones);
         }
-        const __m256i sum = _mm256_hadd_epi32(_mm256_hadd_epi32(d[0], d[1]), _mm256_hadd_epi32(d[2], d[3]));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sum, corr)), s[r], acc[r]);
+        /* i32 lanes 0, 1 of a block's 128 bits hold its first half, 2, 3 its second */
+        const __m256i t01 = _mm256_hadd_epi32(d[0], d[1]), t23 = _mm256_hadd_epi32(d[2], d[3]);
+        if (halves == 1) {
+            const __m256i sum = _mm256_hadd_epi32(t01, t23);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(sum, corr[0])), s[0][r], acc[r]);
+        } else {
+            const __m256 f01 = _mm256_castsi256_ps(t01), f23 = _mm256_castsi256_ps(t23);
+            const __m256i h0 = _mm256_castps_si256(_mm256_shuffle_ps(f01, f23, _MM_SHUFFLE(2, 0, 2, 0)));
+            const __m256i h1 = _mm256_castps_si256(_mm256_shuffle_ps(f01, f23, _MM_SHUFFLE(3, 1, 3, 1)));
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(h0, corr[0])), s[0][r], acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(h1, corr[1])), s[1][r], acc[r]);
+        }
     }
 }
 
-void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
-                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
-                                  int64_t nb, float *out) {
-    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
+/* Sixteen per-half-block values of a super-block ([block][half]) as two
+   vectors in lane order, half 0 then half 1. */
+static inline void halves_in_lanes(__m256 lo, __m256 hi, __m256 out[2]) {
+    const __m256i idx = _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7);
+    out[0] = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)), idx);
+    out[1] = _mm256_permutevar8x32_ps(_mm256_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)), idx);
+}
+
+/* One super-block's ws * as and acorr in lane order (halves: 1 for sub 32,
+   2 for sub 16), from w[r * ld_ws], a and c at the super-block's first
+   entry (8 * halves entries each). */
+static inline __attribute__((always_inline)) void sb_scales(const float *w, int64_t ld_ws, const float *a, const float *c, int halves,
+                             __m256 s[2][4], __m256i corr[2]) {
     const __m256i lanes = stream_lanes();
+    if (halves == 1) {
+        const __m256 a8 = _mm256_loadu_ps(a);
+        corr[0] = _mm256_permutevar8x32_epi32(_mm256_cvtps_epi32(_mm256_loadu_ps(c)), lanes);
+        for (int r = 0; r < 4; r++)
+            s[0][r] = _mm256_permutevar8x32_ps(_mm256_mul_ps(_mm256_loadu_ps(w + r * ld_ws), a8), lanes);
+        return;
+    }
+    const __m256 a0 = _mm256_loadu_ps(a), a1 = _mm256_loadu_ps(a + 8);
+    __m256 t[2];
+    halves_in_lanes(_mm256_loadu_ps(c), _mm256_loadu_ps(c + 8), t);
+    corr[0] = _mm256_cvtps_epi32(t[0]);
+    corr[1] = _mm256_cvtps_epi32(t[1]);
+    for (int r = 0; r < 4; r++) {
+        halves_in_lanes(_mm256_mul_ps(_mm256_loadu_ps(w + r * ld_ws), a0),
+                        _mm256_mul_ps(_mm256_loadu_ps(w + r * ld_ws + 8), a1), t);
+        s[0][r] = t[0];
+        s[1][r] = t[1];
+    }
+}
+
+static inline __attribute__((always_inline)) void nibbles_x4(const uint8_t *blocks, int64_t row_bytes,
+                                                             const tops__nibble_layout *layout, const int8_t *aq,
+                                                             const float *as, const float *acorr, const float *ws,
+                                                             int64_t ld_ws, int64_t nb, const int halves, float *out) {
+    const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
     const int64_t stride = layout->block_bytes;
     const uint8_t *p0 = blocks + layout->header;
     __m256 acc[4];
@@ -321,40 +366,44 @@ void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, cons
            next rows: the weights are read once, in order). */
         for (int64_t o = b * stride; o < (b + group) * stride; o += 64)
             for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p0 + r * row_bytes + o + NIB_PREFETCH), _MM_HINT_T0);
-        __m256 s[4];
+        __m256 s[2][4];
+        __m256i corr[2];
         if (group == 8) {
-            const __m256 a8 = _mm256_loadu_ps(as + b);
-            const __m256i corr = _mm256_permutevar8x32_epi32(_mm256_cvtps_epi32(_mm256_loadu_ps(acorr + b)), lanes);
             const uint8_t *p[4];
-            for (int r = 0; r < 4; r++) {
-                p[r] = p0 + r * row_bytes + b * stride;
-                s[r] = _mm256_permutevar8x32_ps(_mm256_mul_ps(_mm256_loadu_ps(ws + r * ld_ws + b), a8), lanes);
-            }
-            nibbles_x4_sb(p, stride, aq + b * 32, s, corr, lut, acc);
+            for (int r = 0; r < 4; r++) p[r] = p0 + r * row_bytes + b * stride;
+            sb_scales(ws + b * halves, ld_ws, as + b * halves, acorr + b * halves, halves, s, corr);
+            nibbles_x4_sb(p, stride, aq + b * 32, s, corr, halves, lut, acc);
         } else { /* a part super-block at the end of K: zero blocks after it */
             _Alignas(32) uint8_t nib[4][8][16];
             _Alignas(32) int8_t a[8 * 32];
-            _Alignas(32) float a8[8], c8[8], w8[8];
+            _Alignas(32) float a16[16], c16[16], w16[4][16];
+            const int64_t used = group * halves;
             memset(nib, 0, sizeof nib);
             memset(a, 0, sizeof a);
-            memset(a8, 0, sizeof a8);
-            memset(c8, 0, sizeof c8);
+            memset(a16, 0, sizeof a16);
+            memset(c16, 0, sizeof c16);
+            memset(w16, 0, sizeof w16);
             memcpy(a, aq + b * 32, (size_t)group * 32);
-            memcpy(a8, as + b, (size_t)group * sizeof(float));
-            memcpy(c8, acorr + b, (size_t)group * sizeof(float));
+            memcpy(a16, as + b * halves, (size_t)used * sizeof(float));
+            memcpy(c16, acorr + b * halves, (size_t)used * sizeof(float));
             const uint8_t *p[4];
             for (int r = 0; r < 4; r++) {
-                memset(w8, 0, sizeof w8);
-                memcpy(w8, ws + r * ld_ws + b, (size_t)group * sizeof(float));
+                memcpy(w16[r], ws + r * ld_ws + b * halves, (size_t)used * sizeof(float));
                 for (int64_t i = 0; i < group; i++) memcpy(nib[r][i], p0 + r * row_bytes + (b + i) * stride, 16);
                 p[r] = nib[r][0];
-                s[r] = _mm256_permutevar8x32_ps(_mm256_mul_ps(_mm256_load_ps(w8), _mm256_load_ps(a8)), lanes);
             }
-            const __m256i corr = _mm256_permutevar8x32_epi32(_mm256_cvtps_epi32(_mm256_load_ps(c8)), lanes);
-            nibbles_x4_sb(p, 16, a, s, corr, lut, acc);
+            sb_scales(w16[0], 16, a16, c16, halves, s, corr);
+            nibbles_x4_sb(p, 16, a, s, corr, halves, lut, acc);
         }
     }
     for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+}
+
+void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
+                                  int64_t nb, int sub, float *out) {
+    if (sub == 16) nibbles_x4(blocks, row_bytes, layout, aq, as, acorr, ws, ld_ws, nb, 2, out);
+    else nibbles_x4(blocks, row_bytes, layout, aq, as, acorr, ws, ld_ws, nb, 1, out);
 }
 
 /* e8m0 bytes (8 at q) to f32 2^(e - 127): e = 0 the subnormal 2^-127, 255
@@ -381,12 +430,26 @@ static inline __m256 e8m0_to_f32x8(const uint8_t *q) {
    exponent to the activation side's prepared bits (act->bias) when every
    exponent of the super-block is in act->range (one check for all four
    rows), else the float decode. */
-void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout, int scale_bytes,
-                                    int coded, float mul, const tops__nibstream_act *act, int64_t nb, float *out) {
+/* ue4m3 bytes (8 at q; sign ignored, 0x7F NaN) to f32 at 2^-8 of their
+   value: the low 7 bits shifted into an f16's exponent and mantissa are
+   the same number scaled by 2^(7 - 15), subnormals included (exact). */
+static inline __m256 ue4m3_to_f32x8_scaled(const uint8_t *q) {
+    const __m128i m = _mm_and_si128(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)q)), _mm_set1_epi16(0x7f));
+    const __m128i h = _mm_blendv_epi8(_mm_slli_epi16(m, 7), _mm_set1_epi16(0x7e00), _mm_cmpeq_epi16(m, _mm_set1_epi16(0x7f)));
+    return _mm256_cvtph_ps(h);
+}
+
+/* The kernel for one scale kind and half count (constants once inlined). */
+static inline __attribute__((always_inline)) void nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
+                                                               const tops__nibstream_form *form, const int kind,
+                                                               const int halves, const tops__nibstream_act *act,
+                                                               int64_t nb, float *out) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
     const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
-    const int64_t sb_bytes = tops__nibstream_sb_bytes(scale_bytes), scale_span = 4 * 8 * (int64_t)scale_bytes;
-    const __m256 vmul = _mm256_set1_ps(mul);
+    const int coded = form->coded;
+    const int64_t sb_bytes = tops__nibstream_sb_bytes(form), scale_span = 4 * 8 * tops__nibstream_scale_span(form);
+    /* ue4m3 decodes at 2^-8 (exact); mul * 256 is exact where the stream is built (tops__nibstream_form_of) */
+    const __m256 vmul = _mm256_set1_ps(kind == TOPS__NIBSTREAM_UE4M3 ? form->mul * 256.0f : form->mul);
     __m256 acc[4];
     for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
     for (int64_t b = 0, sbi = 0; b < nb; b += 8, sbi++) {
@@ -396,10 +459,10 @@ void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_la
             _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH_L2), _MM_HINT_T1);
             _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH), _MM_HINT_T0);
         }
-        const __m256 a8 = _mm256_loadu_ps(act->scale + 8 * sbi);
-        __m256 s[4];
+        __m256 s[2][4];
+        __m256i corr[2];
         int fast = 0;
-        if (scale_bytes == 1) {
+        if (kind == TOPS__NIBSTREAM_E8M0) {
             const uint8_t *range = act->range + 16 * sbi;
             int64_t lo, hi;
             memcpy(&lo, range, 8);
@@ -412,19 +475,25 @@ void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_la
         if (fast) {
             const __m256i bias = _mm256_loadu_si256((const __m256i *)(act->bias + 8 * sbi));
             for (int r = 0; r < 4; r++)
-                s[r] = _mm256_castsi256_ps(_mm256_add_epi32(
+                s[0][r] = _mm256_castsi256_ps(_mm256_add_epi32(
                     _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 8 * r))), 23), bias));
         } else { /* fl(fl(stored * mul) * as) as the plain rows; 0 past nb */
             const __m256 keep = _mm256_castsi256_ps(
                 _mm256_cmpgt_epi32(_mm256_set1_epi32((int)group), stream_lanes()));
-            for (int r = 0; r < 4; r++) {
-                const __m256 w = scale_bytes == 2 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sb + 16 * r)))
-                                                  : e8m0_to_f32x8(sb + 8 * r);
-                s[r] = _mm256_mul_ps(_mm256_mul_ps(w, vmul), a8);
-                if (group < 8) s[r] = _mm256_and_ps(s[r], keep);
+            for (int h = 0; h < halves; h++) {
+                const __m256 a8 = _mm256_loadu_ps(act->scale + 8 * (halves * sbi + h));
+                for (int r = 0; r < 4; r++) {
+                    const uint8_t *e = sb + (r * halves + h) * 8 * (kind == TOPS__NIBSTREAM_F16 ? 2 : 1);
+                    const __m256 w = kind == TOPS__NIBSTREAM_F16    ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e))
+                                     : kind == TOPS__NIBSTREAM_E8M0 ? e8m0_to_f32x8(e)
+                                                                    : ue4m3_to_f32x8_scaled(e);
+                    s[h][r] = _mm256_mul_ps(_mm256_mul_ps(w, vmul), a8);
+                    if (group < 8) s[h][r] = _mm256_and_ps(s[h][r], keep);
+                }
             }
         }
-        const __m256i corr = _mm256_loadu_si256((const __m256i *)(act->corr + 8 * sbi));
+        for (int h = 0; h < halves; h++)
+            corr[h] = _mm256_loadu_si256((const __m256i *)(act->corr + 8 * (halves * sbi + h)));
         const int8_t *aq = act->q + 256 * sbi;
         const uint8_t *nib = sb + scale_span;
         for (int r = 0; r < 4; r++) {
@@ -448,11 +517,25 @@ void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_la
                                      _mm256_maddubs_epi16(hi1, _mm256_loadu_si256((const __m256i *)(a + 96)))));
                 m[h] = _mm256_madd_epi16(t, ones);
             }
-            const __m256i sum = _mm256_sub_epi32(_mm256_add_epi32(m[0], m[1]), corr);
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), s[r], acc[r]);
+            if (halves == 1) {
+                const __m256i sum = _mm256_sub_epi32(_mm256_add_epi32(m[0], m[1]), corr[0]);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), s[0][r], acc[r]);
+            } else { /* vectors 0, 1 hold the blocks' first halves, 2, 3 their second */
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(m[0], corr[0])), s[0][r], acc[r]);
+                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(m[1], corr[1])), s[1][r], acc[r]);
+            }
         }
     }
     for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+}
+
+void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
+                                    const tops__nibstream_form *form, const tops__nibstream_act *act, int64_t nb,
+                                    float *out) {
+    if (form->scale == TOPS__NIBSTREAM_E8M0) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_E8M0, 1, act, nb, out);
+    else if (form->scale == TOPS__NIBSTREAM_UE4M3) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_UE4M3, 2, act, nb, out);
+    else if (form->sub == 16) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_F16, 2, act, nb, out);
+    else nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_F16, 1, act, nb, out);
 }
 
 /* Strict four-row twin: the nibble split and a signed code table give the

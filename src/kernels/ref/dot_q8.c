@@ -100,11 +100,29 @@ void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n
     for (int r = 0; r < 4; r++) out[r] = tops__ref_dot_f32(a, b + r * ldb, n);
 }
 
+/* sub 16 (split = 0: byte j holds elements 2j and 2j + 1, the activations
+   [evens, odds]): half h of a block is bytes 8h..8h + 7. */
 void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
-                                 int64_t nb, float *out) {
-    for (int r = 0; r < 4; r++)
-        out[r] = tops__ref_dot_q8_nibbles(blocks + r * row_bytes, layout, aq, as, acorr, ws + r * ld_ws, nb);
+                                 int64_t nb, int sub, float *out) {
+    for (int r = 0; r < 4; r++) {
+        if (sub == 32) {
+            out[r] = tops__ref_dot_q8_nibbles(blocks + r * row_bytes, layout, aq, as, acorr, ws + r * ld_ws, nb);
+            continue;
+        }
+        float acc = 0.0f;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *nib = blocks + r * row_bytes + b * layout->block_bytes + layout->header;
+            const int8_t *a = aq + b * 32;
+            for (int h = 0; h < 2; h++) {
+                int32_t s = 0;
+                for (int j = 8 * h; j < 8 * h + 8; j++)
+                    s += layout->lut[nib[j] & 0xF] * a[j] + layout->lut[nib[j] >> 4] * a[16 + j];
+                acc += ((float)s - acorr[2 * b + h]) * (ws[r * ld_ws + 2 * b + h] * as[2 * b + h]);
+            }
+        }
+        out[r] = acc;
+    }
 }
 
 /* Block b's eight lanes: lane j += the exact i32 sum of elements 4j..4j+3
