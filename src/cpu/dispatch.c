@@ -241,6 +241,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_q8_x4 = (tops__gemm_q8_x4_ukernel){4, tops_gemm_f32_qi8_qu8_4x32__avx512_vnni,
                                                    "tops_gemm_f32_qi8_qu8_4x32__avx512_vnni"};
         tops__avx512_vnni_fill_unpackers(k->forms);
+        k->dot_q8_nibstream_x4 = tops__avx512_vnni_dot_q8_nibstream_x4;
         k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni;
         k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni";
     }

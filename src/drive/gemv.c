@@ -13,6 +13,7 @@
 #include <string.h>
 
 enum {
+    GEMV_STREAM_M = TOPS__NIBSTREAM_ROWS, /* activation rows the stream kernel takes at once */
     K_CHUNK = 2048,   /* weight elements unpacked at once (2 KiB of i8); a multiple of the stream's super-block */
     N_BLOCK = 64,     /* output columns per unit of thread work */
 };
@@ -183,7 +184,8 @@ int tops__gemv_bytes_in_place(const tops__gemm_problem *p) {
 }
 
 int tops__gemv_streams(const tops__gemm_problem *p) {
-    return p->relaxed && p->nib_stream.data && p->kern->dot_q8_nibstream_x4 && p->k % 32 == 0;
+    return p->relaxed && p->nib_stream.data && p->kern->dot_q8_nibstream_x4 && p->k % 32 == 0 &&
+           p->m <= GEMV_STREAM_M;
 }
 
 /* Row m of the left operand as f32 over all of K, zero-padded to kp. */
@@ -335,12 +337,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         const int64_t b0 = k0 / 32;
                         const uint8_t *s = ns->data + (n0 + j) / TOPS__NIBSTREAM_ROWS * ns->group_bytes +
                                            b0 / TOPS__NIBSTREAM_SB * tops__nibstream_sb_bytes(&ns->form);
-                        for (int64_t m = 0; m < M; m++) {
-                            const tops__nibstream_act sact =
-                                stream_act_at(st_base + m * st_row, n_sb, (int)halves, b0 / TOPS__NIBSTREAM_SB);
-                            kern->dot_q8_nibstream_x4(s, &up.nib, &ns->form, &sact, kc / 32, d);
-                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
-                        }
+                        tops__nibstream_act sact[GEMV_STREAM_M];
+                        float dm[4 * GEMV_STREAM_M];
+                        for (int64_t m = 0; m < M; m++)
+                            sact[m] = stream_act_at(st_base + m * st_row, n_sb, (int)halves, b0 / TOPS__NIBSTREAM_SB);
+                        kern->dot_q8_nibstream_x4(s, &up.nib, &ns->form, sact, (int)M, kc / 32, dm);
+                        for (int64_t m = 0; m < M; m++)
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += dm[4 * m + r];
                     } else if (nib_x4) { /* K % 32 == 0: whole blocks only */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / sub;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);

@@ -624,12 +624,14 @@ typedef struct tops__kernels {
        sum_k a[k] * (lut[code] - offset). */
     void (*dot_f32_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
-    /* dot_q8_nibbles_x4 over one group of the row stream: `stream` and act
-       at the super-block of the first block, its form as packed.  Same
-       bits as dot_q8_nibbles_x4 on the plain rows (with form->sub).  NULL
-       at levels without one (the plain rows are read). */
+    /* dot_q8_nibbles_x4 over one group of the row stream for m (1 to
+       TOPS__NIBSTREAM_ROWS) activation rows act[0..m): `stream` and each
+       act at the super-block of the first block, its form as packed;
+       out[4 i + r] the dot of row i with weight row r.  Same bits as
+       dot_q8_nibbles_x4 on the plain rows (with form->sub).  NULL at
+       levels without one (the plain rows are read). */
     void (*dot_q8_nibstream_x4)(const uint8_t *stream, const tops__nibble_layout *layout,
-                                const tops__nibstream_form *form, const tops__nibstream_act *act, int64_t nb,
+                                const tops__nibstream_form *form, const tops__nibstream_act *act, int m, int64_t nb,
                                 float *out);
     /* 4-bit codes through a 16-entry table: dst[i] = table[code i], n codes
        from src (element 0 in the low nibble of src[0]). */
@@ -812,8 +814,11 @@ void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, cons
 float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout *layout, const int8_t *aq,
                                 const float *as, const float *acorr, const float *ws, int64_t nb);
 void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
-                                    const tops__nibstream_form *form, const tops__nibstream_act *act, int64_t nb,
-                                    float *out);
+                                    const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
+                                    int64_t nb, float *out);
+void tops__avx512_vnni_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
+                                           const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
+                                           int64_t nb, float *out);
 void tops__avx2_dequant_q8(const int8_t *q, const float *scale, int64_t n, int sub, float *out);
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale);
 void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, const float *scale, int64_t ld_scale,

@@ -439,19 +439,22 @@ static inline __m256 ue4m3_to_f32x8_scaled(const uint8_t *q) {
     return _mm256_cvtph_ps(h);
 }
 
-/* The kernel for one scale kind and half count (constants once inlined). */
+/* The kernel for one scale kind and half count (constants once inlined):
+   each row's nibbles are split (and looked up) once per super-block for
+   all m activation rows. */
 static inline __attribute__((always_inline)) void nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
                                                                const tops__nibstream_form *form, const int kind,
                                                                const int halves, const tops__nibstream_act *act,
-                                                               int64_t nb, float *out) {
+                                                               const int m, int64_t nb, float *out) {
     const __m256i lut = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)layout->lut));
     const __m256i mask = _mm256_set1_epi8(0x0F), ones = _mm256_set1_epi16(1);
     const int coded = form->coded;
     const int64_t sb_bytes = tops__nibstream_sb_bytes(form), scale_span = 4 * 8 * tops__nibstream_scale_span(form);
     /* ue4m3 decodes at 2^-8 (exact); mul * 256 is exact where the stream is built (tops__nibstream_form_of) */
     const __m256 vmul = _mm256_set1_ps(kind == TOPS__NIBSTREAM_UE4M3 ? form->mul * 256.0f : form->mul);
-    __m256 acc[4];
-    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    __m256 acc[TOPS__NIBSTREAM_ROWS][4];
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < 4; r++) acc[i][r] = _mm256_setzero_ps();
     for (int64_t b = 0, sbi = 0; b < nb; b += 8, sbi++) {
         const uint8_t *sb = stream + sbi * sb_bytes;
         const int64_t group = nb - b < 8 ? nb - b : 8;
@@ -459,83 +462,105 @@ static inline __attribute__((always_inline)) void nibstream_x4(const uint8_t *st
             _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH_L2), _MM_HINT_T1);
             _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH), _MM_HINT_T0);
         }
-        __m256 s[2][4];
-        __m256i corr[2];
-        int fast = 0;
-        if (kind == TOPS__NIBSTREAM_E8M0) {
-            const uint8_t *range = act->range + 16 * sbi;
-            int64_t lo, hi;
-            memcpy(&lo, range, 8);
-            memcpy(&hi, range + 8, 8);
-            const __m256i e = _mm256_loadu_si256((const __m256i *)sb);
-            const __m256i bad = _mm256_or_si256(_mm256_subs_epu8(_mm256_set1_epi64x(lo), e),
-                                                _mm256_subs_epu8(e, _mm256_set1_epi64x(hi)));
-            fast = _mm256_testz_si256(bad, bad);
-        }
-        if (fast) {
-            const __m256i bias = _mm256_loadu_si256((const __m256i *)(act->bias + 8 * sbi));
-            for (int r = 0; r < 4; r++)
-                s[0][r] = _mm256_castsi256_ps(_mm256_add_epi32(
-                    _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 8 * r))), 23), bias));
-        } else { /* fl(fl(stored * mul) * as) as the plain rows; 0 past nb */
-            const __m256 keep = _mm256_castsi256_ps(
-                _mm256_cmpgt_epi32(_mm256_set1_epi32((int)group), stream_lanes()));
-            for (int h = 0; h < halves; h++) {
-                const __m256 a8 = _mm256_loadu_ps(act->scale + 8 * (halves * sbi + h));
-                for (int r = 0; r < 4; r++) {
-                    const uint8_t *e = sb + (r * halves + h) * 8 * (kind == TOPS__NIBSTREAM_F16 ? 2 : 1);
-                    const __m256 w = kind == TOPS__NIBSTREAM_F16    ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e))
-                                     : kind == TOPS__NIBSTREAM_E8M0 ? e8m0_to_f32x8(e)
-                                                                    : ue4m3_to_f32x8_scaled(e);
-                    s[h][r] = _mm256_mul_ps(_mm256_mul_ps(w, vmul), a8);
-                    if (group < 8) s[h][r] = _mm256_and_ps(s[h][r], keep);
+        /* the rows' weight scales (stored value * mul), 0 past nb */
+        __m256 wm[2][4];
+        const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)group), stream_lanes()));
+        for (int h = 0; h < halves; h++)
+            for (int r = 0; r < 4; r++) {
+                const uint8_t *e = sb + (r * halves + h) * 8 * (kind == TOPS__NIBSTREAM_F16 ? 2 : 1);
+                const __m256 w = kind == TOPS__NIBSTREAM_F16    ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e))
+                                 : kind == TOPS__NIBSTREAM_E8M0 ? e8m0_to_f32x8(e)
+                                                                : ue4m3_to_f32x8_scaled(e);
+                wm[h][r] = _mm256_mul_ps(w, vmul);
+            }
+        __m256 s[TOPS__NIBSTREAM_ROWS][2][4];
+        for (int i = 0; i < m; i++) {
+            const tops__nibstream_act *ai = act + i;
+            int fast = 0;
+            if (kind == TOPS__NIBSTREAM_E8M0) {
+                const uint8_t *range = ai->range + 16 * sbi;
+                int64_t lo, hi;
+                memcpy(&lo, range, 8);
+                memcpy(&hi, range + 8, 8);
+                const __m256i e = _mm256_loadu_si256((const __m256i *)sb);
+                const __m256i bad = _mm256_or_si256(_mm256_subs_epu8(_mm256_set1_epi64x(lo), e),
+                                                    _mm256_subs_epu8(e, _mm256_set1_epi64x(hi)));
+                fast = _mm256_testz_si256(bad, bad);
+            }
+            if (fast) {
+                const __m256i bias = _mm256_loadu_si256((const __m256i *)(ai->bias + 8 * sbi));
+                for (int r = 0; r < 4; r++)
+                    s[i][0][r] = _mm256_castsi256_ps(_mm256_add_epi32(
+                        _mm256_slli_epi32(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(sb + 8 * r))), 23),
+                        bias));
+            } else { /* fl(fl(stored * mul) * as) as the plain rows; 0 past nb */
+                for (int h = 0; h < halves; h++) {
+                    const __m256 a8 = _mm256_loadu_ps(ai->scale + 8 * (halves * sbi + h));
+                    for (int r = 0; r < 4; r++) {
+                        s[i][h][r] = _mm256_mul_ps(wm[h][r], a8);
+                        if (group < 8) s[i][h][r] = _mm256_and_ps(s[i][h][r], keep);
+                    }
                 }
             }
         }
-        for (int h = 0; h < halves; h++)
-            corr[h] = _mm256_loadu_si256((const __m256i *)(act->corr + 8 * (halves * sbi + h)));
-        const int8_t *aq = act->q + 256 * sbi;
         const uint8_t *nib = sb + scale_span;
         for (int r = 0; r < 4; r++) {
-            __m256i m[2];
-            for (int h = 0; h < 2; h++) {
+            __m256i sum[TOPS__NIBSTREAM_ROWS][2];
+            for (int h = 0; h < 2; h++) { /* split (and look up) lo0, hi0, lo1, hi1 once for the m rows */
                 const __m256i x0 = _mm256_loadu_si256((const __m256i *)(nib + 256 * h + 32 * r));
                 const __m256i x1 = _mm256_loadu_si256((const __m256i *)(nib + 256 * h + 128 + 32 * r));
-                __m256i lo0 = _mm256_and_si256(x0, mask), hi0 = _mm256_and_si256(_mm256_srli_epi16(x0, 4), mask);
-                __m256i lo1 = _mm256_and_si256(x1, mask), hi1 = _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask);
-                if (!coded) {
-                    lo0 = _mm256_shuffle_epi8(lut, lo0);
-                    hi0 = _mm256_shuffle_epi8(lut, hi0);
-                    lo1 = _mm256_shuffle_epi8(lut, lo1);
-                    hi1 = _mm256_shuffle_epi8(lut, hi1);
+                __m256i v[4] = {_mm256_and_si256(x0, mask), _mm256_and_si256(_mm256_srli_epi16(x0, 4), mask),
+                                _mm256_and_si256(x1, mask), _mm256_and_si256(_mm256_srli_epi16(x1, 4), mask)};
+                if (!coded)
+                    for (int t = 0; t < 4; t++) v[t] = _mm256_shuffle_epi8(lut, v[t]);
+                for (int i = 0; i < m; i++) {
+                    const int8_t *a = act[i].q + 256 * sbi + 128 * h;
+                    const __m256i t = _mm256_add_epi16(
+                        _mm256_add_epi16(_mm256_maddubs_epi16(v[0], _mm256_loadu_si256((const __m256i *)a)),
+                                         _mm256_maddubs_epi16(v[1], _mm256_loadu_si256((const __m256i *)(a + 32)))),
+                        _mm256_add_epi16(_mm256_maddubs_epi16(v[2], _mm256_loadu_si256((const __m256i *)(a + 64))),
+                                         _mm256_maddubs_epi16(v[3], _mm256_loadu_si256((const __m256i *)(a + 96)))));
+                    sum[i][h] = _mm256_madd_epi16(t, ones);
                 }
-                const int8_t *a = aq + 128 * h;
-                const __m256i t = _mm256_add_epi16(
-                    _mm256_add_epi16(_mm256_maddubs_epi16(lo0, _mm256_loadu_si256((const __m256i *)a)),
-                                     _mm256_maddubs_epi16(hi0, _mm256_loadu_si256((const __m256i *)(a + 32)))),
-                    _mm256_add_epi16(_mm256_maddubs_epi16(lo1, _mm256_loadu_si256((const __m256i *)(a + 64))),
-                                     _mm256_maddubs_epi16(hi1, _mm256_loadu_si256((const __m256i *)(a + 96)))));
-                m[h] = _mm256_madd_epi16(t, ones);
             }
-            if (halves == 1) {
-                const __m256i sum = _mm256_sub_epi32(_mm256_add_epi32(m[0], m[1]), corr[0]);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), s[0][r], acc[r]);
-            } else { /* vectors 0, 1 hold the blocks' first halves, 2, 3 their second */
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(m[0], corr[0])), s[0][r], acc[r]);
-                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(m[1], corr[1])), s[1][r], acc[r]);
+            for (int i = 0; i < m; i++) {
+                const int32_t *corr = act[i].corr + 8 * halves * sbi;
+                if (halves == 1) {
+                    const __m256i d = _mm256_sub_epi32(_mm256_add_epi32(sum[i][0], sum[i][1]),
+                                                       _mm256_loadu_si256((const __m256i *)corr));
+                    acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s[i][0][r], acc[i][r]);
+                } else { /* vectors 0, 1 hold the blocks' first halves, 2, 3 their second */
+                    for (int h = 0; h < 2; h++) {
+                        const __m256i d = _mm256_sub_epi32(sum[i][h], _mm256_loadu_si256((const __m256i *)(corr + 8 * h)));
+                        acc[i][r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s[i][h][r], acc[i][r]);
+                    }
+                }
             }
         }
     }
-    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < 4; r++) out[4 * i + r] = hsum(acc[i][r]);
 }
 
 void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
-                                    const tops__nibstream_form *form, const tops__nibstream_act *act, int64_t nb,
-                                    float *out) {
-    if (form->scale == TOPS__NIBSTREAM_E8M0) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_E8M0, 1, act, nb, out);
-    else if (form->scale == TOPS__NIBSTREAM_UE4M3) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_UE4M3, 2, act, nb, out);
-    else if (form->sub == 16) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_F16, 2, act, nb, out);
-    else nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_F16, 1, act, nb, out);
+                                    const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
+                                    int64_t nb, float *out) {
+    /* one instance per scale kind, half count and m (constants once inlined) */
+#define TOPS_NIBSTREAM_M(M)                                                                                          \
+    do {                                                                                                           \
+        if (form->scale == TOPS__NIBSTREAM_E8M0) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_E8M0, 1, act, M, nb, out); \
+        else if (form->scale == TOPS__NIBSTREAM_UE4M3)                                                             \
+            nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_UE4M3, 2, act, M, nb, out);                         \
+        else if (form->sub == 16) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_F16, 2, act, M, nb, out);     \
+        else nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_F16, 1, act, M, nb, out);                          \
+    } while (0)
+    switch (m) {
+    case 1: TOPS_NIBSTREAM_M(1); break;
+    case 2: TOPS_NIBSTREAM_M(2); break;
+    case 3: TOPS_NIBSTREAM_M(3); break;
+    default: TOPS_NIBSTREAM_M(4); break;
+    }
+#undef TOPS_NIBSTREAM_M
 }
 
 /* Strict four-row twin: the nibble split and a signed code table give the

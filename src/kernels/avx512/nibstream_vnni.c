@@ -1,0 +1,174 @@
+/* AVX-512 VNNI row stream (tops__kernels.dot_q8_nibstream_x4): the AVX2
+   kernel's numbers (kernels/avx2/dot_q8.c: per lane the exact i32 sum of
+   a block, or half-block, minus its correction, one convert and one FMA
+   against fl(fl(stored * mul) * as), the lanes added by the same tree), so
+   the same bits, with the integer part on vpdpbusd.  Weight rows 0 and 1
+   (2 and 3) of a stream vector are adjacent 32-byte runs, so one 64-byte
+   load holds a row pair and each activation vector is broadcast to both
+   halves; a super-block's nibbles are split (and looked up) once for all
+   the m activation rows, and each row pair then costs four vpdpbusd per
+   half and activation row (no i16 stage, no vpmaddwd). */
+#include "kernels/kernels.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+/* As the AVX2 kernel (its measured distances). */
+enum { PREFETCH_L2 = 8192, PREFETCH_L1 = 1024 };
+
+static inline __m256i stream_lanes(void) { return _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); }
+
+/* ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)): the AVX2 hsum. */
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* 8 stored scales at e as f32 (ue4m3 at 2^-8 of its value, exact; e8m0
+   with 0 the subnormal 2^-127 and 255 NaN), as the AVX2 kernel. */
+static inline __m256 scales8(const uint8_t *e, int kind) {
+    if (kind == TOPS__NIBSTREAM_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e));
+    if (kind == TOPS__NIBSTREAM_E8M0) {
+        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
+        __m256i bits = _mm256_slli_epi32(x, 23);
+        bits = _mm256_mask_mov_epi32(bits, _mm256_cmpeq_epi32_mask(x, _mm256_setzero_si256()),
+                                     _mm256_set1_epi32(0x00400000));
+        bits = _mm256_mask_mov_epi32(bits, _mm256_cmpeq_epi32_mask(x, _mm256_set1_epi32(255)),
+                                     _mm256_set1_epi32(0x7fc00000));
+        return _mm256_castsi256_ps(bits);
+    }
+    const __m128i m = _mm_and_si128(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)e)), _mm_set1_epi16(0x7f));
+    const __m128i h = _mm_mask_mov_epi16(_mm_slli_epi16(m, 7), _mm_cmpeq_epi16_mask(m, _mm_set1_epi16(0x7f)),
+                                         _mm_set1_epi16(0x7e00));
+    return _mm256_cvtph_ps(h);
+}
+
+static inline __m512 pair(__m256 lo, __m256 hi) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+static inline __attribute__((always_inline)) void nibstream(const uint8_t *stream, const tops__nibble_layout *layout,
+                                                            const tops__nibstream_form *form, const int kind,
+                                                            const int halves, const tops__nibstream_act *act,
+                                                            const int m, int64_t nb, float *out) {
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)layout->lut));
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    const int coded = form->coded, esz = kind == TOPS__NIBSTREAM_F16 ? 2 : 1;
+    const int64_t sb_bytes = tops__nibstream_sb_bytes(form), scale_span = 4 * 8 * tops__nibstream_scale_span(form);
+    const __m256 vmul = _mm256_set1_ps(kind == TOPS__NIBSTREAM_UE4M3 ? form->mul * 256.0f : form->mul);
+    __m512 acc[TOPS__NIBSTREAM_ROWS][2]; /* [activation row][row pair] */
+    for (int i = 0; i < m; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int64_t b = 0, sbi = 0; b < nb; b += 8, sbi++) {
+        const uint8_t *sb = stream + sbi * sb_bytes;
+        const int64_t group = nb - b < 8 ? nb - b : 8;
+        for (int64_t o = 0; o < sb_bytes; o += 64) {
+            _mm_prefetch((const char *)(sb + o + PREFETCH_L2), _MM_HINT_T1);
+            _mm_prefetch((const char *)(sb + o + PREFETCH_L1), _MM_HINT_T0);
+        }
+        const __mmask16 keep = (__mmask16)_mm512_cmpgt_epi32_mask(
+            _mm512_set1_epi32((int)group), _mm512_broadcast_i64x4(stream_lanes()));
+        __m512 wm[2][2]; /* [half][row pair]: stored * mul */
+        for (int h = 0; h < halves; h++)
+            for (int p = 0; p < 2; p++)
+                wm[h][p] = pair(_mm256_mul_ps(scales8(sb + ((2 * p) * halves + h) * 8 * esz, kind), vmul),
+                                _mm256_mul_ps(scales8(sb + ((2 * p + 1) * halves + h) * 8 * esz, kind), vmul));
+        /* the nibbles: v[h][p][t] for half h (vectors 2h, 2h + 1), row pair p, t = lo0, hi0, lo1, hi1 */
+        const uint8_t *nib = sb + scale_span;
+        __m512i v[2][2][4];
+        for (int h = 0; h < 2; h++)
+            for (int p = 0; p < 2; p++) {
+                const __m512i x0 = _mm512_loadu_si512((const void *)(nib + 256 * h + 64 * p));
+                const __m512i x1 = _mm512_loadu_si512((const void *)(nib + 256 * h + 128 + 64 * p));
+                v[h][p][0] = _mm512_and_si512(x0, mask);
+                v[h][p][1] = _mm512_and_si512(_mm512_srli_epi16(x0, 4), mask);
+                v[h][p][2] = _mm512_and_si512(x1, mask);
+                v[h][p][3] = _mm512_and_si512(_mm512_srli_epi16(x1, 4), mask);
+                if (!coded)
+                    for (int t = 0; t < 4; t++) v[h][p][t] = _mm512_shuffle_epi8(lut, v[h][p][t]);
+            }
+        for (int i = 0; i < m; i++) {
+            const tops__nibstream_act *ai = act + i;
+            __m512 s[2][2]; /* [half][row pair]: fl(ws * as), 0 past nb */
+            int fast = 0;
+            if (kind == TOPS__NIBSTREAM_E8M0) {
+                const uint8_t *range = ai->range + 16 * sbi;
+                int64_t lo, hi;
+                memcpy(&lo, range, 8);
+                memcpy(&hi, range + 8, 8);
+                const __m256i e = _mm256_loadu_si256((const __m256i *)sb);
+                const __m256i bad = _mm256_or_si256(_mm256_subs_epu8(_mm256_set1_epi64x(lo), e),
+                                                    _mm256_subs_epu8(e, _mm256_set1_epi64x(hi)));
+                fast = _mm256_testz_si256(bad, bad);
+            }
+            if (fast) { /* bits(ws * as) = bias + (e << 23) (tops__nibstream_act) */
+                const __m512i bias = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(ai->bias + 8 * sbi)));
+                for (int p = 0; p < 2; p++)
+                    s[0][p] = _mm512_castsi512_ps(_mm512_add_epi32(
+                        _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sb + 16 * p))), 23),
+                        bias));
+            } else {
+                for (int h = 0; h < halves; h++) {
+                    const __m512 a8 = _mm512_broadcast_f32x8(_mm256_loadu_ps(ai->scale + 8 * (halves * sbi + h)));
+                    for (int p = 0; p < 2; p++) s[h][p] = _mm512_maskz_mul_ps(keep, wm[h][p], a8);
+                }
+            }
+            const int8_t *aq = ai->q + 256 * sbi;
+            const int32_t *corr = ai->corr + 8 * halves * sbi;
+            __m512i sum[2][2]; /* [half][row pair] */
+            for (int h = 0; h < 2; h++) {
+                const int8_t *a = aq + 128 * h;
+                __m512i x[4];
+                for (int t = 0; t < 4; t++)
+                    x[t] = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(a + 32 * t)));
+                for (int p = 0; p < 2; p++) {
+                    const __m512i d0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v[h][p][0], x[0]),
+                                                           v[h][p][1], x[1]);
+                    const __m512i d1 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), v[h][p][2], x[2]),
+                                                           v[h][p][3], x[3]);
+                    sum[h][p] = _mm512_add_epi32(d0, d1);
+                }
+            }
+            for (int p = 0; p < 2; p++) {
+                if (halves == 1) {
+                    const __m512i c = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)corr));
+                    const __m512i d = _mm512_sub_epi32(_mm512_add_epi32(sum[0][p], sum[1][p]), c);
+                    acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s[0][p], acc[i][p]);
+                } else {
+                    for (int h = 0; h < 2; h++) {
+                        const __m512i c = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(corr + 8 * h)));
+                        const __m512i d = _mm512_sub_epi32(sum[h][p], c);
+                        acc[i][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), s[h][p], acc[i][p]);
+                    }
+                }
+            }
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int p = 0; p < 2; p++) {
+            out[4 * i + 2 * p] = hsum8(_mm512_castps512_ps256(acc[i][p]));
+            out[4 * i + 2 * p + 1] = hsum8(_mm512_extractf32x8_ps(acc[i][p], 1));
+        }
+}
+
+void tops__avx512_vnni_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
+                                           const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
+                                           int64_t nb, float *out) {
+    /* one instance per scale kind, half count and m (constants once inlined) */
+#define TOPS_NIBSTREAM_M(M)                                                                                          \
+    do {                                                                                                           \
+        if (form->scale == TOPS__NIBSTREAM_E8M0) nibstream(stream, layout, form, TOPS__NIBSTREAM_E8M0, 1, act, M, nb, out); \
+        else if (form->scale == TOPS__NIBSTREAM_UE4M3)                                                             \
+            nibstream(stream, layout, form, TOPS__NIBSTREAM_UE4M3, 2, act, M, nb, out);                            \
+        else if (form->sub == 16) nibstream(stream, layout, form, TOPS__NIBSTREAM_F16, 2, act, M, nb, out);        \
+        else nibstream(stream, layout, form, TOPS__NIBSTREAM_F16, 1, act, M, nb, out);                             \
+    } while (0)
+    switch (m) {
+    case 1: TOPS_NIBSTREAM_M(1); break;
+    case 2: TOPS_NIBSTREAM_M(2); break;
+    case 3: TOPS_NIBSTREAM_M(3); break;
+    default: TOPS_NIBSTREAM_M(4); break;
+    }
+#undef TOPS_NIBSTREAM_M
+}
