@@ -244,6 +244,9 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->dot_q8_nibstream_x4 = tops__avx512_vnni_dot_q8_nibstream_x4;
         k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni;
         k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni";
+        /* Zen 4, 2 threads, ResNet-50 3x3 layers, int8-g32 / int4-g32: 2.1-2.6x oneDNN f32 against
+           Winograd's 1.5-1.8x at batch 1 and 32 (bench/results/cpu.md) */
+        k->gemm_q8_rows_over_wino = 1;
     }
 #if defined(TOPS_HAVE_AMX_KERNELS)
     if (level_allows(level, TOPS_ISA_AMX))

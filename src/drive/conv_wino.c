@@ -97,8 +97,15 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
     threads = 1;
 #endif
     /* Tiles a block: one position's transformed input (tb x C) within
-       V_BUDGET so the GEMMs read it from L2, the blocks evened out. */
+       V_BUDGET so the GEMMs read it from L2, the blocks evened out.  Where
+       that already makes many blocks per thread (large batches) half the
+       budget: the block's 16 positions of input and products then stay in
+       a 1 MB L2 (Zen 4, 2 threads, int8-g32 at batch 32: res3 1.47 -> 1.62x
+       oneDNN, res4 1.60 -> 1.77x); with few blocks (batch 1) each more
+       block streams all the transformed weights again (res2-res4 1.34-1.48x
+       against 1.60-1.68x). */
     int64_t tb = V_BUDGET / c / mr * mr;
+    if (tb >= mr && tops__ceil_div(tiles, tb) >= 8 * (int64_t)threads) tb = V_BUDGET / 2 / c / mr * mr;
     if (tb < mr) tb = mr;
     const int64_t nb = tops__ceil_div(tiles, tb);
     tb = tops__round_up(tops__ceil_div(tiles, nb), mr);
@@ -123,7 +130,8 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
        in rows [xi][tile][C] as the transform writes them and that kernel
        reads them in place (no A packing: the transpose into 6-row panels
        took a fifth of the time at C = 64); else gemm_f32 on packed panels. */
-    const int rows_mode = kern->conv_f32_segs && nr == 16 && mr == 6;
+    const int wide = kern->conv_f32_rows && nr == 32; /* AVX-512: the 6 x 64 row-pointer kernel, panel pairs */
+    const int rows_mode = wide || (kern->conv_f32_segs && nr == 16 && mr == 6);
     const int direct = tops_format_get_info(in->format.id)->element == TOPS_DT_F32 && in->stride[3] == 1 &&
                        in->tensor_scale == 1.0f;
     /* Per thread: the block's transformed input (rows [xi][tile][C] in
@@ -188,7 +196,22 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
         }
         /* the 16 GEMMs: per position and panel, a K block of weights from
            L1 against every row block of the tiles */
-        for (int xi = 0; rows_mode && xi < XI; xi++)
+        for (int xi = 0; wide && xi < XI; xi++)
+            for (int64_t p = 0; p < pn; p += 2) { /* two panels (the last may be one) against 6-tile rows */
+                float tile[6 * 64] __attribute__((aligned(64)));
+                const float *b0 = u + ((xi * np + p0 + p) * c) * nr, *b1 = p + 1 < pn ? b0 + c * nr : NULL;
+                const int64_t cols = b1 ? 64 : 32;
+                for (int64_t r0 = 0; r0 < nt; r0 += 6) {
+                    const int64_t valid = nt - r0 < 6 ? nt - r0 : 6;
+                    const float *rows[6];
+                    for (int64_t i = 0; i < 6; i++) /* rows past the tiles: the last tile again (not stored) */
+                        rows[i] = v + xi * tb * c + (r0 + (i < valid ? i : valid - 1)) * c;
+                    kern->conv_f32_rows(c, (int)valid, rows, b0, b1, tile, 0);
+                    for (int64_t i = 0; i < valid; i++)
+                        memcpy(mm + (xi * tb + r0 + i) * ldm + p * nr, tile + i * 64, (size_t)cols * sizeof(float));
+                }
+            }
+        for (int xi = 0; rows_mode && !wide && xi < XI; xi++)
             for (int64_t p = 0; p < pn; p++) {
                 float tile[6 * 16] __attribute__((aligned(32)));
                 tops__conv_seg seg;

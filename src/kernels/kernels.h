@@ -681,6 +681,10 @@ typedef struct tops__kernels {
     const char *conv_f32_segs_name;
     tops__gemm_q8_rows_fn gemm_q8_rows; /* 6 x 32 */
     const char *gemm_q8_rows_name;
+    /* 1 where gemm_q8_rows beats f32 Winograd F(2x2, 3x3) for any code
+       width (its i8 dot runs at 4x the f32 FMA rate: VNNI); else only 4-bit
+       codes on mostly-padding tiles keep it (src/ops/conv2d.c, wino_worth). */
+    int gemm_q8_rows_over_wino;
     /* conv2d's Winograd F(2x2, 3x3) input and output transforms. */
     tops__wino_in_fn wino_f23_in;
     tops__wino_out_fn wino_f23_out;

@@ -432,12 +432,15 @@ static int wino_shape(const tops__kernels *kern, const conv_plan *p, const tops_
    quarter of the tiles' outputs or more fall outside the image (7 x 7:
    49 of 64) Winograd saves 2.25 x 49 / 64 = 1.7x of the multiplies and
    that kernel is as fast or faster (res5 at batch 32: 52.5 against 56.6
-   ms on one core, 27.0 against 26.5 on two), so it keeps those. */
-static tops_status wino_worth(const char *fn, const conv_plan *p, int rows4, int *take) {
+   ms on one core, 27.0 against 26.5 on two), so it keeps those.
+   rows_win: the weights are packed for a rows kernel that beats Winograd
+   at any code width (kern->gemm_q8_rows_over_wino: VNNI), which keeps
+   them all. */
+static tops_status wino_worth(const char *fn, const conv_plan *p, int rows4, int rows_win, int *take) {
     const char *env = getenv("TOPS_CPU_CONV");
     const int64_t tiles = p->n * tops__ceil_div(p->oh, 2) * tops__ceil_div(p->ow, 2);
     const double used = (double)(p->n * p->oh * p->ow) / (4.0 * (double)tiles);
-    *take = tiles >= (tops__is_packed(&p->weight2d) ? 32 : 512) && !(rows4 && used < 0.85);
+    *take = tiles >= (tops__is_packed(&p->weight2d) ? 32 : 512) && !(rows4 && used < 0.85) && !rows_win;
     if (env && *env) {
         if (strcmp(env, "winograd") == 0) *take = 1;
         else if (strcmp(env, "direct") == 0) *take = 0;
@@ -587,7 +590,7 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
     if (wino_shape(kern, p, d)) {
         const tops__packed_right *q = q8_rows_weights(kern, p, d, &p->weight2d);
         const int rows4 = q && tops_format_bits_per_weight(q->copy.format, p->k) <= 6.0;
-        if ((st = wino_worth(fn, p, rows4, &wino)) != TOPS_OK) return st;
+        if ((st = wino_worth(fn, p, rows4, q && kern->gemm_q8_rows_over_wino, &wino)) != TOPS_OK) return st;
     }
     if (wino) {
         if (path) {
