@@ -160,6 +160,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->gemm_q8_narrow = k->gemm_q8; /* exact i32 sums: any offset */
     k->gemm_q8_wide = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu8_4x8__ref, "tops_gemm_f32_qi8_qu8_4x8__ref"};
     k->dot_q8_bytes_x4 = tops__ref_dot_q8_bytes_x4;
+    k->gemv_q8_bytes_max_m = 4; /* every M the row driver takes */
     k->dot_q8_hdr_x4 = tops__ref_dot_q8_hdr_x4;
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
     k->conv_dw_f32 = tops_conv_dw_f32__ref;
@@ -205,6 +206,9 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->gemm_q8_wide =
             (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu8_4x8__avx2, "tops_gemm_f32_qi8_qu8_4x8__avx2"};
         k->dot_q8_bytes_x4 = tops__avx2_dot_q8_bytes_x4;
+        /* Zen 4 at --isa avx2, 2 threads, int8-g32 / q8_0, K = 4096, N = 12288, ms:
+           rows 1.95 / 1.74 at M = 1, 2.5 / 2.5 at 2, 4.0 / 4.3 at 4; integer panels 2.1 / 2.2, 2.1 / 2.3, 2.1 / 2.0 */
+        k->gemv_q8_bytes_max_m = 1;
         k->dot_q8_hdr_x4 = tops__avx2_dot_q8_hdr_x4;
         k->gemm_q8_x4 = (tops__gemm_q8_x4_ukernel){4, tops_gemm_f32_qi8_qu8_4x32__avx2,
                                                    "tops_gemm_f32_qi8_qu8_4x32__avx2"};
@@ -247,6 +251,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         /* Zen 4, 2 threads, ResNet-50 3x3 layers, int8-g32 / int4-g32: 2.1-2.6x oneDNN f32 against
            Winograd's 1.5-1.8x at batch 1 and 32 (bench/results/cpu.md) */
         k->gemm_q8_rows_over_wino = 1;
+        /* the same at VNNI: rows 1.68-1.99 ms at M = 1, 3.9-4.3 at 4; integer panels 1.30-1.33, 1.26-1.27 */
+        k->gemv_q8_bytes_max_m = 0;
     }
 #if defined(TOPS_HAVE_AMX_KERNELS)
     if (level_allows(level, TOPS_ISA_AMX))

@@ -685,6 +685,11 @@ typedef struct tops__kernels {
        width (its i8 dot runs at 4x the f32 FMA rate: VNNI); else only 4-bit
        codes on mostly-padding tiles keep it (src/ops/conv2d.c, wino_worth). */
     int gemm_q8_rows_over_wino;
+    /* The largest M (at most 4) whose relaxed 8-bit weight rows the row
+       driver reads in place (dot_q8_bytes_x4, one pass per activation row);
+       above it the integer microkernel, which reads the weights once for
+       every row (src/ops/matmul2d.c, plan). */
+    int gemv_q8_bytes_max_m;
     /* conv2d's Winograd F(2x2, 3x3) input and output transforms. */
     tops__wino_in_fn wino_f23_in;
     tops__wino_out_fn wino_f23_out;

@@ -266,8 +266,14 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     p->scratch = in->exec.scratch;
     p->scratch_bytes = in->exec.scratch_bytes;
     p->relaxed = desc->relaxed_precision;
-    /* Few rows and weights stored [N, K]: stream the weight rows once. */
-    if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed) return PLAN_ROWS;
+    /* Few rows and weights stored [N, K]: stream the weight rows once.
+       Relaxed 8-bit rows (read in place, one dot per activation row) above
+       the level's gemv_q8_bytes_max_m take the integer microkernel instead,
+       as from 5; not at AMX levels (their panels differ). */
+    if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed &&
+        !(p->m > kern->gemv_q8_bytes_max_m && !kern->amx_bf16t.run && p->right.read == tops__read_rect_unpack &&
+          tops__gemv_bytes_in_place(p) && tops__gemm_q8_takes(kern, right)))
+        return PLAN_ROWS;
     /* AMX from AMX_MIN_M rows: what runs when (measured on the Xeon,
        docs/architecture.md).  Integer forms (sub-blocks dividing 32), the
        codes in tiles with f32 scaling per sub-block: strict unless every

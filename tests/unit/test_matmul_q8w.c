@@ -197,13 +197,17 @@ static void run_case(tops_format fmt, int64_t m, int64_t n, int64_t k, int accum
         TH_FAIL_AT("%s: pack: %s", what, tops_last_error());
         goto done;
     }
-    /* The path: relaxed integer above M = 4, 8-bit rows in place at M <= 4 where K % 32 == 0. */
+    /* The path: relaxed integer above M = 4 and above the level's
+       gemv_q8_bytes_max_m where the 8-bit rows are read in place (K % 32
+       == 0, blocks of 32); 8-bit rows in place at or below it. */
     char path[256];
+    const tops__kernels *kd = tops__kernels_get();
+    const int in_place = k % 32 == 0 && tops__unpack_sub(&b.t) == 32 && !kd->amx_bf16t.run;
+    const int integer = m > 4 || (in_place && m > kd->gemv_q8_bytes_max_m);
     if (tops_matmul2d_path(&ex, &desc, &a.t, &b.t, &d.t, path, sizeof path) != TOPS_OK)
         TH_FAIL_AT("%s: path: %s", what, tops_last_error());
-    else if (m > 4 ? strncmp(path, "integer panels", 14) != 0
-                   : (k % 32 == 0 && tops__unpack_sub(&b.t) == 32 && !strstr(path, "8-bit rows in place")) ||
-                         !strstr(path, "i8 dots"))
+    else if (integer ? strncmp(path, "integer panels", 14) != 0
+                     : (in_place && !strstr(path, "8-bit rows in place")) || !strstr(path, "i8 dots"))
         TH_FAIL_AT("%s: path \"%s\"", what, path);
 
     for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
