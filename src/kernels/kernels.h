@@ -103,6 +103,25 @@ typedef struct tops__nibstream_form {
     float mul;  /* weight scale = stored value * mul (tops__nib_scale_mul) */
 } tops__nibstream_form;
 static inline int tops__nibstream_lane(int l) { return l < 4 ? 2 * l : 2 * (l - 4) + 1; }
+/* The body of a stream kernel's entry point: calls FN(stream, layout,
+   form, kind, halves, act, m, nb, out), an always-inline body, with the
+   scale kind, half count and m (1..4) as constants, one instance each. */
+#define TOPS__NIBSTREAM_ONE_M(FN, M)                                                                              \
+    do {                                                                                                        \
+        if (form->scale == TOPS__NIBSTREAM_E8M0) FN(stream, layout, form, TOPS__NIBSTREAM_E8M0, 1, act, M, nb, out); \
+        else if (form->scale == TOPS__NIBSTREAM_UE4M3) FN(stream, layout, form, TOPS__NIBSTREAM_UE4M3, 2, act, M, nb, out); \
+        else if (form->sub == 16) FN(stream, layout, form, TOPS__NIBSTREAM_F16, 2, act, M, nb, out);            \
+        else FN(stream, layout, form, TOPS__NIBSTREAM_F16, 1, act, M, nb, out);                                 \
+    } while (0)
+#define TOPS__NIBSTREAM_INSTANCES(FN)                  \
+    do {                                              \
+        switch (m) {                                  \
+        case 1: TOPS__NIBSTREAM_ONE_M(FN, 1); break;  \
+        case 2: TOPS__NIBSTREAM_ONE_M(FN, 2); break;  \
+        case 3: TOPS__NIBSTREAM_ONE_M(FN, 3); break;  \
+        default: TOPS__NIBSTREAM_ONE_M(FN, 4); break; \
+        }                                             \
+    } while (0)
 /* Scale bytes per row and block of 32. */
 static inline int tops__nibstream_scale_span(const tops__nibstream_form *f) {
     return (f->scale == TOPS__NIBSTREAM_F16 ? 2 : 1) * (32 / f->sub);

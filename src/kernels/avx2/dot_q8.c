@@ -2,6 +2,7 @@
    quantizer: f32 x f32, f32 x integer form, i8 x integer form, 4-bit
    layouts read in place; and the integer form's dequantization. */
 #include "kernels/kernels.h"
+#include "kernels/avx2/nibstream.h"
 #include "core/numeric.h"
 
 #include <immintrin.h>
@@ -11,22 +12,6 @@
    1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one thread
    (on a loaded VM: not tuned at two threads). */
 enum { NIB_PREFETCH = 512 };
-
-/* Bytes ahead in the row stream (one stream per four rows), two levels:
-   far into L2 (prefetcht1: the L2 queue keeps more lines in flight than
-   the L1 fill buffers), near into L1.  At M = 1, 2 threads, mxfp4 (p50 of
-   300 streamed calls, three sweeps): L1 only at 2048 B 1.36-1.40 ms (the
-   best of none, 1024, 2048, 4096, 8192 B; none 1.77-1.86, NTA 2.15-2.24);
-   L2 4096-32768 B with L1 512-2048 B 1.21-1.47 ms, no distance clearly
-   ahead on the noisy host. */
-enum { NIBSTREAM_PREFETCH_L2 = 8192, NIBSTREAM_PREFETCH = 1024 };
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 static inline __m256 i8x8_to_f32(const int8_t *q) {
     return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)q)));
@@ -45,7 +30,7 @@ float tops__avx2_dot_f32_q8(const float *a, const int8_t *q, const float *scale,
         }
         acc = _mm256_fmadd_ps(_mm256_add_ps(s0, s1), _mm256_set1_ps(scale[b]), acc);
     }
-    return hsum(acc);
+    return tops__hsum8_ps(acc);
 }
 
 /* Four rows: each 8 activations load once for the four rows; per row two
@@ -77,10 +62,10 @@ void tops__avx2_dot_f32_q8_x4(const float *a, const int8_t *q, int64_t ldq, cons
         acc2 = _mm256_fmadd_ps(_mm256_add_ps(s2, t2), _mm256_set1_ps(scale[2 * ld_scale + b]), acc2);
         acc3 = _mm256_fmadd_ps(_mm256_add_ps(s3, t3), _mm256_set1_ps(scale[3 * ld_scale + b]), acc3);
     }
-    out[0] = hsum(acc0);
-    out[1] = hsum(acc1);
-    out[2] = hsum(acc2);
-    out[3] = hsum(acc3);
+    out[0] = tops__hsum8_ps(acc0);
+    out[1] = tops__hsum8_ps(acc1);
+    out[2] = tops__hsum8_ps(acc2);
+    out[3] = tops__hsum8_ps(acc3);
 }
 
 /* Signed i8 x i8 via vpmaddubsw: |q| as the unsigned side, q's sign moved
@@ -107,7 +92,7 @@ float tops__avx2_dot_q8_q8(const int8_t *aq, const float *ascale, const int8_t *
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), s, acc);
         }
     }
-    return hsum(acc);
+    return tops__hsum8_ps(acc);
 }
 
 void tops__avx2_quantize_q8(const float *a, int64_t n, int sub, int8_t *aq, float *ascale) {
@@ -167,7 +152,7 @@ float tops__avx2_dot_f32(const float *a, const float *b, int64_t n) {
         s3 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 24), _mm256_loadu_ps(b + i + 24), s3);
     }
     for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    float acc = hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    float acc = tops__hsum8_ps(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
     for (; i < n; i++) acc += a[i] * b[i];
     return acc;
 }
@@ -209,7 +194,7 @@ float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout
             acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(sc[i]), acc);
         }
     }
-    return hsum(_mm256_sub_ps(acc, corr));
+    return tops__hsum8_ps(_mm256_sub_ps(acc, corr));
 }
 
 /* Eight weights at b + i as f32 (exact): f32 (kind 0), f16 (1), bf16 (2). */
@@ -243,10 +228,10 @@ static inline __attribute__((always_inline)) void dot_x4(const float *a, const v
         t2 = _mm256_fmadd_ps(y, load_w8(b2, i + 8, kind), t2);
         t3 = _mm256_fmadd_ps(y, load_w8(b3, i + 8, kind), t3);
     }
-    out[0] = hsum(_mm256_add_ps(s0, t0));
-    out[1] = hsum(_mm256_add_ps(s1, t1));
-    out[2] = hsum(_mm256_add_ps(s2, t2));
-    out[3] = hsum(_mm256_add_ps(s3, t3));
+    out[0] = tops__hsum8_ps(_mm256_add_ps(s0, t0));
+    out[1] = tops__hsum8_ps(_mm256_add_ps(s1, t1));
+    out[2] = tops__hsum8_ps(_mm256_add_ps(s2, t2));
+    out[3] = tops__hsum8_ps(_mm256_add_ps(s3, t3));
     for (; i < n; i++) {
         out[0] += a[i] * load_w1(b0, i, kind);
         out[1] += a[i] * load_w1(b1, i, kind);
@@ -263,9 +248,6 @@ void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int6
     if (bf16) dot_x4(a, b, ldb, n, 2, out);
     else dot_x4(a, b, ldb, n, 1, out);
 }
-
-/* Lane l's block in a super-block: tops__nibstream_lane(l) for l = 0..7. */
-static inline __m256i stream_lanes(void) { return _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); }
 
 /* Four rows in one pass, a super-block of 8 blocks per step: the 32 code
    bytes of blocks b and b + 1 form one vector, whose low nibbles meet [b's
@@ -329,7 +311,7 @@ static inline void halves_in_lanes(__m256 lo, __m256 hi, __m256 out[2]) {
    entry (8 * halves entries each). */
 static inline __attribute__((always_inline)) void sb_scales(const float *w, int64_t ld_ws, const float *a, const float *c, int halves,
                              __m256 s[2][4], __m256i corr[2]) {
-    const __m256i lanes = stream_lanes();
+    const __m256i lanes = tops__stream_lanes();
     if (halves == 1) {
         const __m256 a8 = _mm256_loadu_ps(a);
         corr[0] = _mm256_permutevar8x32_epi32(_mm256_cvtps_epi32(_mm256_loadu_ps(c)), lanes);
@@ -396,7 +378,7 @@ static inline __attribute__((always_inline)) void nibbles_x4(const uint8_t *bloc
             nibbles_x4_sb(p, 16, a, s, corr, halves, lut, acc);
         }
     }
-    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+    for (int r = 0; r < 4; r++) out[r] = tops__hsum8_ps(acc[r]);
 }
 
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
@@ -459,12 +441,12 @@ static inline __attribute__((always_inline)) void nibstream_x4(const uint8_t *st
         const uint8_t *sb = stream + sbi * sb_bytes;
         const int64_t group = nb - b < 8 ? nb - b : 8;
         for (int64_t o = 0; o < sb_bytes; o += 64) {
-            _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH_L2), _MM_HINT_T1);
-            _mm_prefetch((const char *)(sb + o + NIBSTREAM_PREFETCH), _MM_HINT_T0);
+            _mm_prefetch((const char *)(sb + o + TOPS__NIBSTREAM_PREFETCH_L2), _MM_HINT_T1);
+            _mm_prefetch((const char *)(sb + o + TOPS__NIBSTREAM_PREFETCH_L1), _MM_HINT_T0);
         }
         /* the rows' weight scales (stored value * mul), 0 past nb */
         __m256 wm[2][4];
-        const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)group), stream_lanes()));
+        const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)group), tops__stream_lanes()));
         for (int h = 0; h < halves; h++)
             for (int r = 0; r < 4; r++) {
                 const uint8_t *e = sb + (r * halves + h) * 8 * (kind == TOPS__NIBSTREAM_F16 ? 2 : 1);
@@ -477,16 +459,7 @@ static inline __attribute__((always_inline)) void nibstream_x4(const uint8_t *st
         for (int i = 0; i < m; i++) {
             const tops__nibstream_act *ai = act + i;
             int fast = 0;
-            if (kind == TOPS__NIBSTREAM_E8M0) {
-                const uint8_t *range = ai->range + 16 * sbi;
-                int64_t lo, hi;
-                memcpy(&lo, range, 8);
-                memcpy(&hi, range + 8, 8);
-                const __m256i e = _mm256_loadu_si256((const __m256i *)sb);
-                const __m256i bad = _mm256_or_si256(_mm256_subs_epu8(_mm256_set1_epi64x(lo), e),
-                                                    _mm256_subs_epu8(e, _mm256_set1_epi64x(hi)));
-                fast = _mm256_testz_si256(bad, bad);
-            }
+            if (kind == TOPS__NIBSTREAM_E8M0) fast = tops__stream_e8m0_fast(sb, ai->range + 16 * sbi);
             if (fast) {
                 const __m256i bias = _mm256_loadu_si256((const __m256i *)(ai->bias + 8 * sbi));
                 for (int r = 0; r < 4; r++)
@@ -539,28 +512,13 @@ static inline __attribute__((always_inline)) void nibstream_x4(const uint8_t *st
         }
     }
     for (int i = 0; i < m; i++)
-        for (int r = 0; r < 4; r++) out[4 * i + r] = hsum(acc[i][r]);
+        for (int r = 0; r < 4; r++) out[4 * i + r] = tops__hsum8_ps(acc[i][r]);
 }
 
 void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
                                     const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
                                     int64_t nb, float *out) {
-    /* one instance per scale kind, half count and m (constants once inlined) */
-#define TOPS_NIBSTREAM_M(M)                                                                                          \
-    do {                                                                                                           \
-        if (form->scale == TOPS__NIBSTREAM_E8M0) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_E8M0, 1, act, M, nb, out); \
-        else if (form->scale == TOPS__NIBSTREAM_UE4M3)                                                             \
-            nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_UE4M3, 2, act, M, nb, out);                         \
-        else if (form->sub == 16) nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_F16, 2, act, M, nb, out);     \
-        else nibstream_x4(stream, layout, form, TOPS__NIBSTREAM_F16, 1, act, M, nb, out);                          \
-    } while (0)
-    switch (m) {
-    case 1: TOPS_NIBSTREAM_M(1); break;
-    case 2: TOPS_NIBSTREAM_M(2); break;
-    case 3: TOPS_NIBSTREAM_M(3); break;
-    default: TOPS_NIBSTREAM_M(4); break;
-    }
-#undef TOPS_NIBSTREAM_M
+    TOPS__NIBSTREAM_INSTANCES(nibstream_x4);
 }
 
 /* Strict four-row twin: the nibble split and a signed code table give the
@@ -597,7 +555,7 @@ void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, con
             acc[r] = _mm256_fmadd_ps(_mm256_add_ps(s, t), _mm256_set1_ps(ws[r * ld_ws + b]), acc[r]);
         }
     }
-    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+    for (int r = 0; r < 4; r++) out[r] = tops__hsum8_ps(acc[r]);
 }
 
 /* Four rows of 8-bit blocks in place (q8_0, int8 element planes): per
@@ -632,7 +590,7 @@ static inline void bytes_x4(const uint8_t *blocks, int64_t block_bytes, int64_t 
             acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(w * as[b]), acc[r]);
         }
     }
-    for (int r = 0; r < 4; r++) out[r] = hsum(acc[r]);
+    for (int r = 0; r < 4; r++) out[r] = tops__hsum8_ps(acc[r]);
 }
 
 void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,

@@ -9,22 +9,11 @@
    the m activation rows, and each row pair then costs four vpdpbusd per
    half and activation row (no i16 stage, no vpmaddwd). */
 #include "kernels/kernels.h"
+#include "kernels/avx2/nibstream.h"
 
 #include <immintrin.h>
 #include <string.h>
 
-/* As the AVX2 kernel (its measured distances). */
-enum { PREFETCH_L2 = 8192, PREFETCH_L1 = 1024 };
-
-static inline __m256i stream_lanes(void) { return _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); }
-
-/* ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)): the AVX2 hsum. */
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* 8 stored scales at e as f32 (ue4m3 at 2^-8 of its value, exact; e8m0
    with 0 the subnormal 2^-127 and 255 NaN), as the AVX2 kernel. */
@@ -64,11 +53,11 @@ static inline __attribute__((always_inline)) void nibstream(const uint8_t *strea
         const uint8_t *sb = stream + sbi * sb_bytes;
         const int64_t group = nb - b < 8 ? nb - b : 8;
         for (int64_t o = 0; o < sb_bytes; o += 64) {
-            _mm_prefetch((const char *)(sb + o + PREFETCH_L2), _MM_HINT_T1);
-            _mm_prefetch((const char *)(sb + o + PREFETCH_L1), _MM_HINT_T0);
+            _mm_prefetch((const char *)(sb + o + TOPS__NIBSTREAM_PREFETCH_L2), _MM_HINT_T1);
+            _mm_prefetch((const char *)(sb + o + TOPS__NIBSTREAM_PREFETCH_L1), _MM_HINT_T0);
         }
         const __mmask16 keep = (__mmask16)_mm512_cmpgt_epi32_mask(
-            _mm512_set1_epi32((int)group), _mm512_broadcast_i64x4(stream_lanes()));
+            _mm512_set1_epi32((int)group), _mm512_broadcast_i64x4(tops__stream_lanes()));
         __m512 wm[2][2]; /* [half][row pair]: stored * mul */
         for (int h = 0; h < halves; h++)
             for (int p = 0; p < 2; p++)
@@ -92,16 +81,7 @@ static inline __attribute__((always_inline)) void nibstream(const uint8_t *strea
             const tops__nibstream_act *ai = act + i;
             __m512 s[2][2]; /* [half][row pair]: fl(ws * as), 0 past nb */
             int fast = 0;
-            if (kind == TOPS__NIBSTREAM_E8M0) {
-                const uint8_t *range = ai->range + 16 * sbi;
-                int64_t lo, hi;
-                memcpy(&lo, range, 8);
-                memcpy(&hi, range + 8, 8);
-                const __m256i e = _mm256_loadu_si256((const __m256i *)sb);
-                const __m256i bad = _mm256_or_si256(_mm256_subs_epu8(_mm256_set1_epi64x(lo), e),
-                                                    _mm256_subs_epu8(e, _mm256_set1_epi64x(hi)));
-                fast = _mm256_testz_si256(bad, bad);
-            }
+            if (kind == TOPS__NIBSTREAM_E8M0) fast = tops__stream_e8m0_fast(sb, ai->range + 16 * sbi);
             if (fast) { /* bits(ws * as) = bias + (e << 23) (tops__nibstream_act) */
                 const __m512i bias = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(ai->bias + 8 * sbi)));
                 for (int p = 0; p < 2; p++)
@@ -147,28 +127,13 @@ static inline __attribute__((always_inline)) void nibstream(const uint8_t *strea
     }
     for (int i = 0; i < m; i++)
         for (int p = 0; p < 2; p++) {
-            out[4 * i + 2 * p] = hsum8(_mm512_castps512_ps256(acc[i][p]));
-            out[4 * i + 2 * p + 1] = hsum8(_mm512_extractf32x8_ps(acc[i][p], 1));
+            out[4 * i + 2 * p] = tops__hsum8_ps(_mm512_castps512_ps256(acc[i][p]));
+            out[4 * i + 2 * p + 1] = tops__hsum8_ps(_mm512_extractf32x8_ps(acc[i][p], 1));
         }
 }
 
 void tops__avx512_vnni_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
                                            const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
                                            int64_t nb, float *out) {
-    /* one instance per scale kind, half count and m (constants once inlined) */
-#define TOPS_NIBSTREAM_M(M)                                                                                          \
-    do {                                                                                                           \
-        if (form->scale == TOPS__NIBSTREAM_E8M0) nibstream(stream, layout, form, TOPS__NIBSTREAM_E8M0, 1, act, M, nb, out); \
-        else if (form->scale == TOPS__NIBSTREAM_UE4M3)                                                             \
-            nibstream(stream, layout, form, TOPS__NIBSTREAM_UE4M3, 2, act, M, nb, out);                            \
-        else if (form->sub == 16) nibstream(stream, layout, form, TOPS__NIBSTREAM_F16, 2, act, M, nb, out);        \
-        else nibstream(stream, layout, form, TOPS__NIBSTREAM_F16, 1, act, M, nb, out);                             \
-    } while (0)
-    switch (m) {
-    case 1: TOPS_NIBSTREAM_M(1); break;
-    case 2: TOPS_NIBSTREAM_M(2); break;
-    case 3: TOPS_NIBSTREAM_M(3); break;
-    default: TOPS_NIBSTREAM_M(4); break;
-    }
-#undef TOPS_NIBSTREAM_M
+    TOPS__NIBSTREAM_INSTANCES(nibstream);
 }
