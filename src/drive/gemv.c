@@ -88,11 +88,11 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, const
             for (int64_t b = 0; b < nb; b++) {
                 uint8_t *sb = out + g * group_bytes + (b / 8) * sb_bytes;
                 const int i = (int)(b % 8), lane = i % 2 ? 4 + i / 2 : i / 2; /* tops__nibstream_lane(lane) == i */
-                for (int h = 0; h < halves; h++) { /* [row][half][lane] */
+                for (int h = 0; h < halves; h++) { /* [half][row][lane] */
                     const int64_t e = b * halves + h; /* the scale entry (plane element or block) */
                     const uint8_t *scale = sp->data ? (const uint8_t *)sp->data + (row * sp->stride[0] + e * sp->stride[1]) * esz
                                                     : src + b * nib->block_bytes; /* the block's f16 header */
-                    memcpy(sb + ((r * halves + h) * 8 + lane) * esz, scale, (size_t)esz);
+                    memcpy(sb + ((h * TOPS__NIBSTREAM_ROWS + r) * 8 + lane) * esz, scale, (size_t)esz);
                 }
                 const uint8_t *codes = src + b * nib->block_bytes + nib->header;
                 uint8_t v[32]; /* the block's stored values in element order */

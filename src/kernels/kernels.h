@@ -90,7 +90,7 @@ typedef struct tops__nibble_layout {
    each lane 8 products of one block, so a super-block's block sums need no
    shuffle.  Past K the stream is zero.
    Scales (tops__nibstream_form): the format's own bytes, one per block of
-   `sub` elements, as [row][half][lane] (sub 32: one half): 2-byte f16,
+   `sub` elements, as [half][row][lane] (sub 32: one half): 2-byte f16,
    1-byte e8m0 (sub 32 only) or 1-byte ue4m3 (nvfp4; sign ignored, 0x7F
    NaN).  sub 16 splits each block in halves: elements 0..15 (j = 0, 1)
    and 16..31 (j = 2, 3), each with its own scale. */

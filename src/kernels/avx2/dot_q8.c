@@ -449,7 +449,7 @@ static inline __attribute__((always_inline)) void nibstream_x4(const uint8_t *st
         const __m256 keep = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32((int)group), tops__stream_lanes()));
         for (int h = 0; h < halves; h++)
             for (int r = 0; r < 4; r++) {
-                const uint8_t *e = sb + (r * halves + h) * 8 * (kind == TOPS__NIBSTREAM_F16 ? 2 : 1);
+                const uint8_t *e = sb + (h * 4 + r) * 8 * (kind == TOPS__NIBSTREAM_F16 ? 2 : 1);
                 const __m256 w = kind == TOPS__NIBSTREAM_F16    ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e))
                                  : kind == TOPS__NIBSTREAM_E8M0 ? e8m0_to_f32x8(e)
                                                                 : ue4m3_to_f32x8_scaled(e);

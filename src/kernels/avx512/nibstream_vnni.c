@@ -15,27 +15,25 @@
 #include <string.h>
 
 
-/* 8 stored scales at e as f32 (ue4m3 at 2^-8 of its value, exact; e8m0
-   with 0 the subnormal 2^-127 and 255 NaN), as the AVX2 kernel. */
-static inline __m256 scales8(const uint8_t *e, int kind) {
-    if (kind == TOPS__NIBSTREAM_F16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e));
+/* 16 stored scales at e (a row pair's lanes: the stream keeps [half][row]
+   [lane]) as f32: ue4m3 at 2^-8 of its value (exact: its 7 bits as an
+   f16; 0x7F NaN), e8m0 with 0 the subnormal 2^-127 and 255 NaN, as the
+   AVX2 kernel. */
+static inline __m512 scales16(const uint8_t *e, int kind) {
+    if (kind == TOPS__NIBSTREAM_F16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)e));
     if (kind == TOPS__NIBSTREAM_E8M0) {
-        const __m256i x = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)e));
-        __m256i bits = _mm256_slli_epi32(x, 23);
-        bits = _mm256_mask_mov_epi32(bits, _mm256_cmpeq_epi32_mask(x, _mm256_setzero_si256()),
-                                     _mm256_set1_epi32(0x00400000));
-        bits = _mm256_mask_mov_epi32(bits, _mm256_cmpeq_epi32_mask(x, _mm256_set1_epi32(255)),
-                                     _mm256_set1_epi32(0x7fc00000));
-        return _mm256_castsi256_ps(bits);
+        const __m512i x = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)e));
+        __m512i bits = _mm512_slli_epi32(x, 23);
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(x, _mm512_setzero_si512()),
+                                     _mm512_set1_epi32(0x00400000));
+        bits = _mm512_mask_mov_epi32(bits, _mm512_cmpeq_epi32_mask(x, _mm512_set1_epi32(255)),
+                                     _mm512_set1_epi32(0x7fc00000));
+        return _mm512_castsi512_ps(bits);
     }
-    const __m128i m = _mm_and_si128(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)e)), _mm_set1_epi16(0x7f));
-    const __m128i h = _mm_mask_mov_epi16(_mm_slli_epi16(m, 7), _mm_cmpeq_epi16_mask(m, _mm_set1_epi16(0x7f)),
-                                         _mm_set1_epi16(0x7e00));
-    return _mm256_cvtph_ps(h);
-}
-
-static inline __m512 pair(__m256 lo, __m256 hi) {
-    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+    const __m256i m = _mm256_and_si256(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)e)), _mm256_set1_epi16(0x7f));
+    const __m256i h = _mm256_mask_mov_epi16(_mm256_slli_epi16(m, 7), _mm256_cmpeq_epi16_mask(m, _mm256_set1_epi16(0x7f)),
+                                            _mm256_set1_epi16(0x7e00));
+    return _mm512_cvtph_ps(h);
 }
 
 static inline __attribute__((always_inline)) void nibstream(const uint8_t *stream, const tops__nibble_layout *layout,
@@ -46,7 +44,7 @@ static inline __attribute__((always_inline)) void nibstream(const uint8_t *strea
     const __m512i mask = _mm512_set1_epi8(0x0F);
     const int coded = form->coded, esz = kind == TOPS__NIBSTREAM_F16 ? 2 : 1;
     const int64_t sb_bytes = tops__nibstream_sb_bytes(form), scale_span = 4 * 8 * tops__nibstream_scale_span(form);
-    const __m256 vmul = _mm256_set1_ps(kind == TOPS__NIBSTREAM_UE4M3 ? form->mul * 256.0f : form->mul);
+    const __m512 vmul = _mm512_set1_ps(kind == TOPS__NIBSTREAM_UE4M3 ? form->mul * 256.0f : form->mul);
     __m512 acc[TOPS__NIBSTREAM_ROWS][2]; /* [activation row][row pair] */
     for (int i = 0; i < m; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int64_t b = 0, sbi = 0; b < nb; b += 8, sbi++) {
@@ -61,8 +59,7 @@ static inline __attribute__((always_inline)) void nibstream(const uint8_t *strea
         __m512 wm[2][2]; /* [half][row pair]: stored * mul */
         for (int h = 0; h < halves; h++)
             for (int p = 0; p < 2; p++)
-                wm[h][p] = pair(_mm256_mul_ps(scales8(sb + ((2 * p) * halves + h) * 8 * esz, kind), vmul),
-                                _mm256_mul_ps(scales8(sb + ((2 * p + 1) * halves + h) * 8 * esz, kind), vmul));
+                wm[h][p] = _mm512_mul_ps(scales16(sb + (h * 4 + 2 * p) * 8 * esz, kind), vmul);
         /* the nibbles: v[h][p][t] for half h (vectors 2h, 2h + 1), row pair p, t = lo0, hi0, lo1, hi1 */
         const uint8_t *nib = sb + scale_span;
         __m512i v[2][2][4];
