@@ -191,7 +191,7 @@ static int64_t job_chunk(int64_t most, int64_t m_blocks, int64_t n_panels, int t
    the pieces, the calls or the job split. */
 static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                  const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
-    enum { MR = 6, NR = 64, PW = 32, CHUNK = 16, KC = 128 };
+    enum { MR = 6, NR = 64, PW = 32, CHUNK = 16, KC = 128, COMPACT = 32 };
     const tops_tensor *in = g->in;
     const int64_t cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow, row_k = g->kw * cg;
     const int64_t m_blocks = tops__ceil_div(m, MR), n_panels = tops__ceil_div(o, PW), n_pairs = tops__ceil_div(n_panels, 2);
@@ -255,18 +255,32 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
                     }
                     for (int64_t s = p0; s < p1;) { /* split at taps */
                         const int64_t j = s / cg, c0 = s % cg, e = (j + 1) * cg < p1 ? (j + 1) * cg : p1;
-                        int any = 0;
+                        int live[MR], nv = 0; /* the rows this tap is not padding for */
                         for (int64_t r = 0; r < MR; r++) {
                             const int64_t q = b * MR + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
                             const int pad = base[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w;
                             rows[r] = (pad ? zero : x + base[q] + ih * s1 + iw * s2) + c0;
-                            any |= !pad;
+                            if (!pad) live[nv++] = (int)r;
                         }
                         /* A tap in the padding for every row of the block
                            adds nothing: skipped, as the padding taps of
-                           the top and bottom output rows (res5: 9% of its
-                           FMAs) */
-                        if (any) {
+                           the top and bottom output rows.  Where it is
+                           padding for some rows, over at least COMPACT
+                           channels, the others run alone (their tile rows
+                           gathered, the fewer-row body): res5 (7 x 7, pad
+                           1) then leaves out 18% of its FMAs, not 9%. */
+                        if (nv > 0 && nv < vr && e - s >= COMPACT) {
+                            float part[MR * NR] __attribute__((aligned(64)));
+                            const float *live_rows[MR];
+                            if (!started[b]) memset(tile, 0, sizeof(float) * MR * NR), started[b] = 1;
+                            for (int q = 0; q < MR; q++) {
+                                live_rows[q] = rows[live[q < nv ? q : nv - 1]];
+                                if (q < nv) memcpy(part + q * NR, tile + live[q] * NR, sizeof(float) * NR);
+                            }
+                            kern->conv_f32_rows(e - s, nv, live_rows, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL,
+                                                part, 1);
+                            for (int q = 0; q < nv; q++) memcpy(tile + live[q] * NR, part + q * NR, sizeof(float) * NR);
+                        } else if (nv > 0) {
                             kern->conv_f32_rows(e - s, (int)vr, rows, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL,
                                                 tile, started[b]);
                             started[b] = 1;

@@ -5,9 +5,10 @@
    broadcast feeds four FMAs, 10 loads per 24 FMAs against a 12 x 32
    tile's 14).  The tile is loaded from c when load_c is set and the FMAs continue
    its chains, so a column's sum is one chain over K in order however the
-   driver cuts K into calls.  A short last block (rows < 6) runs the 4- or
-   2-row body: each row's chain is the same FMAs in the same order, so the
-   body taken does not change the bits. */
+   driver cuts K into calls.  Fewer rows (a short last block, or the rows
+   a tap is not padding for) run the 5-, 4-, 3- or 2-row body: each row's
+   chain is the same FMAs in the same order, so the body taken does not
+   change the bits. */
 #include "kernels/kernels.h"
 
 #include <immintrin.h>
@@ -62,10 +63,14 @@
     }
 
 TOPS_CONV_BODY(rows_6x64, 6, 1)
+TOPS_CONV_BODY(rows_5x64, 5, 1)
 TOPS_CONV_BODY(rows_4x64, 4, 1)
+TOPS_CONV_BODY(rows_3x64, 3, 1)
 TOPS_CONV_BODY(rows_2x64, 2, 1)
 TOPS_CONV_BODY(rows_6x32, 6, 0)
+TOPS_CONV_BODY(rows_5x32, 5, 0)
 TOPS_CONV_BODY(rows_4x32, 4, 0)
+TOPS_CONV_BODY(rows_3x32, 3, 0)
 TOPS_CONV_BODY(rows_2x32, 2, 0)
 #undef TOPS_CONV_BODY
 #undef TOPS_CONV_EACH
@@ -76,12 +81,16 @@ TOPS_CONV_BODY(rows_2x32, 2, 0)
 void tops_conv_f32_6x64_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
                                      float *c, int load_c) {
     if (b1) {
-        if (rows > 4) rows_6x64(kc, a, b0, b1, c, load_c);
-        else if (rows > 2) rows_4x64(kc, a, b0, b1, c, load_c);
+        if (rows > 5) rows_6x64(kc, a, b0, b1, c, load_c);
+        else if (rows == 5) rows_5x64(kc, a, b0, b1, c, load_c);
+        else if (rows == 4) rows_4x64(kc, a, b0, b1, c, load_c);
+        else if (rows == 3) rows_3x64(kc, a, b0, b1, c, load_c);
         else rows_2x64(kc, a, b0, b1, c, load_c);
     } else {
-        if (rows > 4) rows_6x32(kc, a, b0, NULL, c, load_c);
-        else if (rows > 2) rows_4x32(kc, a, b0, NULL, c, load_c);
+        if (rows > 5) rows_6x32(kc, a, b0, NULL, c, load_c);
+        else if (rows == 5) rows_5x32(kc, a, b0, NULL, c, load_c);
+        else if (rows == 4) rows_4x32(kc, a, b0, NULL, c, load_c);
+        else if (rows == 3) rows_3x32(kc, a, b0, NULL, c, load_c);
         else rows_2x32(kc, a, b0, NULL, c, load_c);
     }
 }
