@@ -32,6 +32,17 @@ static void dw3x3_channels(const float *const *rows, int64_t ldx, int64_t win, i
                 for (int i = 0; i < 3; i++) {
                     if (!rows[i]) continue;
                     const float *p = rows[i] + col * ldx + ch;
+                    if (dw == 1) { /* the six input columns once, each feeding up to three outputs */
+                        __m512 v[6];
+                        for (int u = 0; u < 6; u++) v[u] = _mm512_maskz_loadu_ps(m, p + u * ldx);
+                        for (int j = 0; j < 3; j++) {
+                            a0 = _mm512_fmadd_ps(v[j], wv[3 * i + j], a0);
+                            a1 = _mm512_fmadd_ps(v[j + 1], wv[3 * i + j], a1);
+                            a2 = _mm512_fmadd_ps(v[j + 2], wv[3 * i + j], a2);
+                            a3 = _mm512_fmadd_ps(v[j + 3], wv[3 * i + j], a3);
+                        }
+                        continue;
+                    }
                     for (int j = 0; j < 3; j++) {
                         const float *q = p + j * step;
                         a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q), wv[3 * i + j], a0);
@@ -73,9 +84,24 @@ static inline __attribute__((always_inline)) void interior(const float *const *r
         const __m512 b = bias ? _mm512_maskz_loadu_ps(m, bias + ch) : _mm512_setzero_ps();
         __m512 a[8];
         for (int u = 0; u < g; u++) a[u] = b;
+        /* dilation 1, stride 2: the nine input columns once each (9 loads
+           for 12 taps) */
+        const int reuse = step == ldx && xs == 2 * ldx && g == 4;
         for (int i = 0; i < 3; i++) {
             if (!rows[i]) continue;
             const float *p = rows[i] + col * ldx + ch;
+            if (reuse) {
+                __m512 v[9];
+                for (int t = 0; t < 9; t++) v[t] = _mm512_maskz_loadu_ps(m, p + t * ldx);
+                for (int j = 0; j < 3; j++) {
+                    const __m512 wv = _mm512_maskz_loadu_ps(m, w + (3 * i + j) * c + ch);
+                    a[0] = _mm512_fmadd_ps(v[j], wv, a[0]);
+                    a[1] = _mm512_fmadd_ps(v[2 + j], wv, a[1]);
+                    a[2] = _mm512_fmadd_ps(v[4 + j], wv, a[2]);
+                    a[3] = _mm512_fmadd_ps(v[6 + j], wv, a[3]);
+                }
+                continue;
+            }
             for (int j = 0; j < 3; j++) {
                 const float *q = p + j * step;
                 const __m512 wv = _mm512_maskz_loadu_ps(m, w + (3 * i + j) * c + ch);
