@@ -424,11 +424,18 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     }
                     continue;
                 }
-                if (in_place_super) { /* whole super-blocks read in place */
+                if (in_place_super) { /* whole super-blocks read in place, every activation row at once */
                     const uint8_t *blocks = qw.data + (n0 + j) * qw.row_bytes + (k0 / 256) * qw.block_bytes;
-                    for (int64_t m = 0; m < M; m++)
-                        acc[m * N_BLOCK + j] += up.dot_super(&qw.lay, blocks, qw.mul, aq + m * kp + k0, as + m * n_subs + k0 / sub,
-                                                             mins ? amin + m * n_subs + k0 / sub : NULL, kc / 256);
+                    tops__super_act sa[TOPS__SUPER_MAX_M];
+                    float dm[TOPS__SUPER_MAX_M];
+                    for (int64_t m0 = 0; m0 < M; m0 += TOPS__SUPER_MAX_M) {
+                        const int mm = (int)(M - m0 < TOPS__SUPER_MAX_M ? M - m0 : TOPS__SUPER_MAX_M);
+                        for (int i = 0; i < mm; i++)
+                            sa[i] = (tops__super_act){aq + (m0 + i) * kp + k0, as + (m0 + i) * n_subs + k0 / sub,
+                                                      mins ? amin + (m0 + i) * n_subs + k0 / sub : NULL};
+                        up.dot_super(&qw.lay, blocks, qw.mul, sa, mm, kc / 256, dm);
+                        for (int i = 0; i < mm; i++) acc[(m0 + i) * N_BLOCK + j] += dm[i];
+                    }
                     continue;
                 }
                 if (mins) {

@@ -167,9 +167,27 @@ typedef struct tops__byte_layout {
    ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)).  Without mins
    (q6_K: 16 sub-blocks of 16; amin is not read): sixteen lanes, lane =
    fma(S, as * scale, lane), then h_j = l_j + l_{j+8}, g_j = h_j + h_{j+4},
-   ((g0 + g2) + (g1 + g3)).  Every level that has one gives the same bits. */
-typedef float (*tops__dot_super_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
-                                  const float *as, const float *amin, int64_t nsb);
+   ((g0 + g2) + (g1 + g3)).  Every level that has one gives the same bits.
+   One call takes m (1 to TOPS__SUPER_MAX_M) activation rows, act[i] at
+   the first super-block, out[i] row i's dot: the weights are split once. */
+enum { TOPS__SUPER_MAX_M = 4 };
+typedef struct tops__super_act {
+    const int8_t *aq;
+    const float *as, *amin;
+} tops__super_act;
+typedef void (*tops__dot_super_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul,
+                                   const tops__super_act *act, int m, int64_t nsb, float *out);
+/* The body of a dot_super entry point: calls FN(lay, blocks, mul, act, M,
+   nsb, out), an always-inline body, with m (1..4) as a constant. */
+#define TOPS__SUPER_INSTANCES(FN)                                     \
+    do {                                                             \
+        switch (m) {                                                 \
+        case 1: FN(lay, blocks, mul, act, 1, nsb, out); break;       \
+        case 2: FN(lay, blocks, mul, act, 2, nsb, out); break;       \
+        case 3: FN(lay, blocks, mul, act, 3, nsb, out); break;       \
+        default: FN(lay, blocks, mul, act, 4, nsb, out); break;      \
+        }                                                            \
+    } while (0)
 
 /* What the drivers use for one format (tops__kernels.unpack, filled by
    src/cpu/dispatch.c from the level's forms and the traits rows): the

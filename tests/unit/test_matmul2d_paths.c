@@ -400,14 +400,16 @@ static void test_q8_x4_matches_8_columns(void) {
 }
 
 /* The in-place super-block rows (q4_K, q5_K with mins; q6_K) on every
-   level that has them give the reference's bits (same lanes, same order),
-   and the reference agrees with its unpacker's values in f64. */
+   level that has them give the reference's bits (same lanes, same order)
+   for 1 to 4 activation rows a call, and the reference agrees with its
+   unpacker's values in f64. */
 static void test_dot_super_exact(void) {
     const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
-    enum { NSB = 5 };
+    enum { NSB = 5, M = TOPS__SUPER_MAX_M };
     static uint8_t blocks[NSB * 210];
-    static int8_t aq[NSB * 256], q[NSB * 256];
-    float as[NSB * 16], amin[NSB * 16], ws[NSB * 16], wm[NSB * 16];
+    static int8_t aq[M][NSB * 256], q[NSB * 256];
+    static float as[M][NSB * 16], amin[M][NSB * 16];
+    float ws[NSB * 16], wm[NSB * 16];
     int checked = 0;
     for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
         if (!ref->unpack[id].dot_super) continue;
@@ -417,47 +419,65 @@ static void test_dot_super_exact(void) {
         const int sub = info->sub_block ? info->sub_block : 32, nsub = 256 / sub;
         for (int it = 0; it < 20; it++) {
             const int64_t nsb = 1 + (int64_t)(th_next(&rng) % NSB);
+            const int m = 1 + it % M;
             for (int64_t i = 0; i < nsb * info->pack_bytes; i++) blocks[i] = (uint8_t)th_next(&rng);
             for (int64_t s = 0; s < nsb; s++) { /* finite f16 d and dmin (q4_K, q5_K: first; q6_K: d last) */
                 uint8_t *blk = blocks + s * info->pack_bytes;
                 if (with_min) blk[1] &= 0x7B, blk[3] &= 0x7B;
                 else blk[info->pack_bytes - 1] &= 0x7B;
             }
-            for (int64_t b = 0; b < nsb * nsub; b++) {
-                int32_t sum = 0;
-                for (int l = 0; l < sub; l++) {
-                    int v = (int)(th_next(&rng) % 255) - 127;
-                    if (it % 4 == 0) v = th_next(&rng) % 2 ? 127 : -127; /* the extremes */
-                    aq[b * sub + l] = (int8_t)v;
-                    sum += v;
+            tops__super_act act[M];
+            for (int r = 0; r < M; r++) {
+                for (int64_t b = 0; b < nsb * nsub; b++) {
+                    int32_t sum = 0;
+                    for (int l = 0; l < sub; l++) {
+                        int v = (int)(th_next(&rng) % 255) - 127;
+                        if ((it + r) % 4 == 0) v = th_next(&rng) % 2 ? 127 : -127; /* the extremes */
+                        aq[r][b * sub + l] = (int8_t)v;
+                        sum += v;
+                    }
+                    as[r][b] = th_uniform(&rng, 1e-3f, 1.0f);
+                    amin[r][b] = as[r][b] * (float)sum;
                 }
-                as[b] = th_uniform(&rng, 1e-3f, 1.0f);
-                amin[b] = as[b] * (float)sum;
+                act[r] = (tops__super_act){aq[r], as[r], with_min ? amin[r] : NULL};
             }
             const float mul = it % 3 ? 1.0f : th_uniform(&rng, 0.5f, 2.0f);
-            const float want = ref->unpack[id].dot_super(lay, blocks, mul, aq, as, with_min ? amin : NULL, nsb);
-            /* against f64 of the reference unpacker's values */
+            float want[M], got[M];
+            ref->unpack[id].dot_super(lay, blocks, mul, act, m, nsb, want);
+            /* against f64 of the reference unpacker's values, every row */
             const tops__qweight qw = {.data = blocks, .k = nsb * 256, .sub = sub, .block_bytes = info->pack_bytes,
                                       .lay = *lay, .group = sub, .scale_dtype = TOPS_DT_NONE, .mul = mul};
             if (with_min) ref->unpack[id].run_min(&qw, 0, 0, nsb * 256, q, ws, wm);
             else ref->unpack[id].run(&qw, 0, 0, nsb * 256, q, ws);
-            double exact = 0, mag = 0;
-            for (int64_t b = 0; b < nsb * nsub; b++) {
-                int64_t d = 0;
-                for (int l = 0; l < sub; l++) d += (int64_t)q[b * sub + l] * aq[b * sub + l];
-                const double mins = with_min ? (double)amin[b] * wm[b] : 0.0;
-                exact += (double)d * ((double)as[b] * ws[b]) - mins;
-                mag += fabs((double)d * ((double)as[b] * ws[b])) + fabs(mins);
+            for (int r = 0; r < m; r++) {
+                double exact = 0, mag = 0;
+                for (int64_t b = 0; b < nsb * nsub; b++) {
+                    int64_t d = 0;
+                    for (int l = 0; l < sub; l++) d += (int64_t)q[b * sub + l] * aq[r][b * sub + l];
+                    const double mins = with_min ? (double)amin[r][b] * wm[b] : 0.0;
+                    exact += (double)d * ((double)as[r][b] * ws[b]) - mins;
+                    mag += fabs((double)d * ((double)as[r][b] * ws[b])) + fabs(mins);
+                }
+                if (!(fabs(exact - (double)want[r]) <= (double)(4 * nsb + 8) * ldexp(mag, -23)))
+                    TH_FAIL_AT("%s nsb=%lld row %d: reference in-place dot %.9g, f64 %.9g", info->name, (long long)nsb,
+                               r, want[r], exact);
             }
-            if (!(fabs(exact - (double)want) <= (double)(4 * nsb + 8) * ldexp(mag, -23)))
-                TH_FAIL_AT("%s nsb=%lld: reference in-place dot %.9g, f64 %.9g", info->name, (long long)nsb, want, exact);
             for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
                 const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
                 if (!kern || !kern->unpack[id].dot_super) continue;
-                const float got = kern->unpack[id].dot_super(lay, blocks, mul, aq, as, with_min ? amin : NULL, nsb);
-                if (memcmp(&got, &want, sizeof got) != 0)
-                    TH_FAIL_AT("%s isa=%s nsb=%lld: in-place dot %.9g, reference %.9g", info->name,
-                               tops_isa_name((tops_isa)isa), (long long)nsb, got, want);
+                kern->unpack[id].dot_super(lay, blocks, mul, act, m, nsb, got);
+                for (int r = 0; r < m; r++)
+                    if (memcmp(&got[r], &want[r], sizeof got[r]) != 0)
+                        TH_FAIL_AT("%s isa=%s nsb=%lld m=%d row %d: in-place dot %.9g, reference %.9g", info->name,
+                                   tops_isa_name((tops_isa)isa), (long long)nsb, m, r, got[r], want[r]);
+                /* one row at a time: the same bits */
+                for (int r = 0; r < m; r++) {
+                    float one;
+                    kern->unpack[id].dot_super(lay, blocks, mul, act + r, 1, nsb, &one);
+                    if (memcmp(&one, &want[r], sizeof one) != 0)
+                        TH_FAIL_AT("%s isa=%s nsb=%lld: row %d alone %.9g, in a call of %d %.9g", info->name,
+                                   tops_isa_name((tops_isa)isa), (long long)nsb, r, one, m, want[r]);
+                }
                 checked++;
             }
         }

@@ -26,17 +26,23 @@ static inline void kq_codes(const uint8_t *qs, __m256i qh, int r, int five, __m2
     }
 }
 
-/* The eight sub-block sums of one super-block, lane j = sub-block j
-   (exact i32: q <= 31, |aq| <= 127). */
-static inline __m256i kq_sums(const uint8_t *blk, const int8_t *aq, int five) {
+/* One super-block's codes: v[2i] sub-block 2i (lo), v[2i + 1] 2i + 1 (hi). */
+typedef struct kq_codes_t {
+    __m256i v[8];
+} kq_codes_t;
+static inline __attribute__((always_inline)) void kq_codes_all(const uint8_t *blk, int five, kq_codes_t *c) {
     const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4);
     const __m256i qh = five ? _mm256_loadu_si256((const __m256i *)(blk + TOPS__KQ_QH)) : _mm256_setzero_si256();
+    for (int i = 0; i < 4; i++) kq_codes(qs, qh, i, five, &c->v[2 * i], &c->v[2 * i + 1]);
+}
+
+/* The eight sub-block sums against one activation row, lane j = sub-block
+   j (exact i32: q <= 31, |aq| <= 127). */
+static inline __attribute__((always_inline)) __m256i kq_sums(const kq_codes_t *c, const int8_t *aq) {
     __m256i v[8];
     for (int i = 0; i < 4; i++) {
-        __m256i lo, hi;
-        kq_codes(qs, qh, i, five, &lo, &hi);
-        v[2 * i] = TOPS_KQ_DOT(lo, _mm256_loadu_si256((const __m256i *)(aq + 64 * i)));
-        v[2 * i + 1] = TOPS_KQ_DOT(hi, _mm256_loadu_si256((const __m256i *)(aq + 64 * i + 32)));
+        v[2 * i] = TOPS_KQ_DOT(c->v[2 * i], _mm256_loadu_si256((const __m256i *)(aq + 64 * i)));
+        v[2 * i + 1] = TOPS_KQ_DOT(c->v[2 * i + 1], _mm256_loadu_si256((const __m256i *)(aq + 64 * i + 32)));
     }
     const __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
     const __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
@@ -44,5 +50,7 @@ static inline __m256i kq_sums(const uint8_t *blk, const int8_t *aq, int five) {
     return _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20), _mm256_permute2x128_si256(u0, u1, 0x31));
 }
 
-#define TOPS_KQ_SUMS(blk, aq, five) kq_sums(blk, aq, five)
+#define TOPS_KQ_CODES_T kq_codes_t
+#define TOPS_KQ_CODES(blk, five, c) kq_codes_all(blk, five, c)
+#define TOPS_KQ_SUMS(c, aq) kq_sums(c, aq)
 #include "kernels/avx2/kq_dot_f32.h"

@@ -14,14 +14,17 @@
 
 #include "kernels/ref/kquant.h"
 
-static inline __attribute__((always_inline)) __m256i kq_sums512(const uint8_t *blk, const int8_t *aq, int five) {
+/* One super-block's codes: q[r] holds sub-blocks 2r and 2r + 1 (halves). */
+typedef struct kq_codes512_t {
+    __m512i q[4];
+} kq_codes512_t;
+static inline __attribute__((always_inline)) void kq_codes512(const uint8_t *blk, int five, kq_codes512_t *c) {
     const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4);
     const __m512i m4 = _mm512_set1_epi8(0x0F), one = _mm512_set1_epi8(1);
     /* 16-bit shift counts: 0 in the low half, 4 in the high half */
     const __m512i nib = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     __m512i qh = _mm512_setzero_si512();
     if (five) qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + TOPS__KQ_QH)));
-    __m512i p[4];
     for (int r = 0; r < 4; r++) {
         const __m512i raw = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * r)));
         __m512i q = _mm512_and_si512(_mm512_srlv_epi16(raw, nib), m4);
@@ -29,8 +32,14 @@ static inline __attribute__((always_inline)) __m256i kq_sums512(const uint8_t *b
             const __m512i sh = _mm512_add_epi16(_mm512_srli_epi16(nib, 2), _mm512_set1_epi16((short)(2 * r)));
             q = _mm512_or_si512(q, _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh), one), 4));
         }
-        p[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), q, _mm512_loadu_si512((const void *)(aq + 64 * r)));
+        c->q[r] = q;
     }
+}
+
+static inline __attribute__((always_inline)) __m256i kq_sums512(const kq_codes512_t *c, const int8_t *aq) {
+    __m512i p[4];
+    for (int r = 0; r < 4; r++)
+        p[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c->q[r], _mm512_loadu_si512((const void *)(aq + 64 * r)));
     /* 128-bit chunks: p[0] = [0a 0b 1a 1b], p[1] = [2a 2b 3a 3b], ... */
     const __m512i r01 = _mm512_add_epi32(_mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(2, 0, 2, 0)),
                                          _mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(3, 1, 3, 1)));
@@ -45,7 +54,9 @@ static inline __attribute__((always_inline)) __m256i kq_sums512(const uint8_t *b
 }
 
 /* The f32 steps, the AVX2 level's (the same bits). */
-#define TOPS_KQ_SUMS(blk, aq, five) kq_sums512(blk, aq, five)
+#define TOPS_KQ_CODES_T kq_codes512_t
+#define TOPS_KQ_CODES(blk, five, c) kq_codes512(blk, five, c)
+#define TOPS_KQ_SUMS(c, aq) kq_sums512(c, aq)
 #include "kernels/avx2/kq_dot_f32.h"
 
 /* q6_K (TOPS__IF_SUPER_6BIT, 210 bytes: ql[128], qh[64], i8 scales[16],
@@ -57,23 +68,32 @@ static inline __attribute__((always_inline)) __m256i kq_sums512(const uint8_t *b
    activations' sum (a second vpdpbusd by 32s), so each 4-lane group holds
    a sub-block of 16; two unpack rounds and a vpermd leave sub-block j in
    lane j, then the reference's f32 steps (kernels.h). */
-static inline __attribute__((always_inline)) __m512i q6_sums(const uint8_t *blk, const int8_t *aq) {
-    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3), k32 = _mm512_set1_epi8(32);
+typedef struct q6_codes_t {
+    __m512i lo[2], hi[2];
+} q6_codes_t;
+static inline __attribute__((always_inline)) void q6_codes(const uint8_t *blk, q6_codes_t *c) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F), m2 = _mm512_set1_epi8(3);
     const __m512i sh01 = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     const __m512i sh23 = _mm512_add_epi16(sh01, _mm512_set1_epi16(4));
-    __m512i p[4];
     for (int hh = 0; hh < 2; hh++) {
         const __m512i ql = _mm512_loadu_si512((const void *)(blk + 64 * hh));
         const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 128 + 32 * hh)));
-        const __m512i lo = _mm512_or_si512(_mm512_and_si512(ql, m4),
-                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4));
-        const __m512i hi = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
-                                           _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4));
+        c->lo[hh] = _mm512_or_si512(_mm512_and_si512(ql, m4),
+                                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh01), m2), 4));
+        c->hi[hh] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m4),
+                                    _mm512_slli_epi16(_mm512_and_si512(_mm512_srlv_epi16(qh, sh23), m2), 4));
+    }
+}
+
+static inline __attribute__((always_inline)) __m512i q6_sums(const q6_codes_t *c, const int8_t *aq) {
+    const __m512i k32 = _mm512_set1_epi8(32);
+    __m512i p[4];
+    for (int hh = 0; hh < 2; hh++) {
         const __m512i a0 = _mm512_loadu_si512((const void *)(aq + 128 * hh));
         const __m512i a1 = _mm512_loadu_si512((const void *)(aq + 128 * hh + 64));
-        p[2 * hh] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, a0),
+        p[2 * hh] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c->lo[hh], a0),
                                      _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, a0));
-        p[2 * hh + 1] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), hi, a1),
+        p[2 * hh + 1] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c->hi[hh], a1),
                                          _mm512_dpbusd_epi32(_mm512_setzero_si512(), k32, a1));
     }
     /* chunk c of p[t]: sub-block 4t + c in 4 lanes */
@@ -85,29 +105,43 @@ static inline __attribute__((always_inline)) __m512i q6_sums(const uint8_t *blk,
     return _mm512_permutexvar_epi32(idx, u);
 }
 
-static float q6_dot_super512(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
-                             const float *as, const float *amin, int64_t nsb) {
-    (void)lay, (void)amin;
+static inline __attribute__((always_inline)) void q6_dot(const tops__int_layout *lay, const uint8_t *blocks,
+                                                         float mul, const tops__super_act *act, const int m,
+                                                         int64_t nsb, float *out) {
+    (void)lay;
     const __m512 vmul = _mm512_set1_ps(mul);
-    __m512 acc = _mm512_setzero_ps();
+    __m512 acc[TOPS__SUPER_MAX_M];
+    for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *blk = blocks + s * 210;
         _mm_prefetch((const char *)(blk + 24 * 210), _MM_HINT_T0); /* as the q4_K rows */
         _mm_prefetch((const char *)(blk + 24 * 210 + 64), _MM_HINT_T0);
         _mm_prefetch((const char *)(blk + 24 * 210 + 128), _MM_HINT_T0);
         _mm_prefetch((const char *)(blk + 24 * 210 + 192), _MM_HINT_T0);
-        const __m512i sums = q6_sums(blk, aq + s * 256);
+        q6_codes_t codes;
+        q6_codes(blk, &codes);
         uint16_t hd;
         memcpy(&hd, blk + 208, 2);
         const __m512 vsc = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 192))));
         const __m512 scale = _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(hd)), vsc), vmul);
-        acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(_mm512_loadu_ps(as + s * 16), scale), acc);
+        for (int i = 0; i < m; i++) {
+            const __m512i sums = q6_sums(&codes, act[i].aq + s * 256);
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), _mm512_mul_ps(_mm512_loadu_ps(act[i].as + s * 16), scale),
+                                     acc[i]);
+        }
     }
-    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-    __m128 g = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-    g = _mm_add_ps(g, _mm_movehl_ps(g, g));
-    g = _mm_add_ss(g, _mm_movehdup_ps(g));
-    return _mm_cvtss_f32(g);
+    for (int i = 0; i < m; i++) {
+        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[i]), _mm512_extractf32x8_ps(acc[i], 1));
+        __m128 g = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        g = _mm_add_ps(g, _mm_movehl_ps(g, g));
+        g = _mm_add_ss(g, _mm_movehdup_ps(g));
+        out[i] = _mm_cvtss_f32(g);
+    }
+}
+
+static void q6_dot_super512(const tops__int_layout *lay, const uint8_t *blocks, float mul, const tops__super_act *act,
+                            int m, int64_t nsb, float *out) {
+    TOPS__SUPER_INSTANCES(q6_dot);
 }
 
 /* On top of the AVX2 unpackers (the table holds them on entry). */

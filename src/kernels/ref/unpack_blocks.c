@@ -228,8 +228,8 @@ static void unpack_super_min(const tops__qweight *w, int64_t row, int64_t k0, in
 }
 
 /* The in-place relaxed dot of TOPS__IF_SUPER_MIN rows (tops__dot_super_fn). */
-static float dot_min_super(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
-                           const float *as, const float *amin, int64_t nsb) {
+static float dot_min_row(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+                         const float *as, const float *amin, int64_t nsb) {
     const int five = lay->high_bit, bytes = five ? 176 : 144;
     float lane[8] = {0};
     for (int64_t s = 0; s < nsb; s++) {
@@ -259,8 +259,8 @@ static float dot_min_super(const tops__int_layout *lay, const uint8_t *blocks, f
 
 /* The in-place relaxed dot of TOPS__IF_SUPER_6BIT rows (q6_K; amin is
    not read): sixteen lanes, one per sub-block of 16. */
-static float dot_super_6bit(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
-                            const float *as, const float *amin, int64_t nsb) {
+static float dot_6bit_row(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+                          const float *as, const float *amin, int64_t nsb) {
     (void)lay, (void)amin;
     float lane[16] = {0};
     for (int64_t s = 0; s < nsb; s++) {
@@ -283,6 +283,16 @@ static float dot_super_6bit(const tops__int_layout *lay, const uint8_t *blocks, 
     float g[4];
     for (int j = 0; j < 4; j++) g[j] = (lane[j] + lane[j + 8]) + (lane[j + 4] + lane[j + 12]);
     return (g[0] + g[2]) + (g[1] + g[3]);
+}
+
+/* The tops__dot_super_fn entries: the rows one after another. */
+static void dot_min_super(const tops__int_layout *lay, const uint8_t *blocks, float mul, const tops__super_act *act,
+                          int m, int64_t nsb, float *out) {
+    for (int i = 0; i < m; i++) out[i] = dot_min_row(lay, blocks, mul, act[i].aq, act[i].as, act[i].amin, nsb);
+}
+static void dot_super_6bit(const tops__int_layout *lay, const uint8_t *blocks, float mul, const tops__super_act *act,
+                           int m, int64_t nsb, float *out) {
+    for (int i = 0; i < m; i++) out[i] = dot_6bit_row(lay, blocks, mul, act[i].aq, act[i].as, act[i].amin, nsb);
 }
 
 void tops__ref_fill_unpackers(tops__form_kernels *table) {
