@@ -90,7 +90,8 @@ enum { AMX_BF16T_RELAXED_MIN_M = 128, AMX_BF16T_RELAXED_MIN_M_SMALL_BLOCKS = 32 
    the forms entry its traits row names (core/intform.h), masked by the
    layout (run, or run_min where it has mins; dot_super), with qmax and
    the in-place layouts the layout implies: nibbles for 4-bit codes in
-   blocks of 32 with qmax <= 12 (q + qmax fits the nibble kernels' tables),
+   blocks of 32 whose q + qmax fit a byte (nib.wide above 32: only the
+   kernels without an i16 stage take those, kernels.nib_wide),
    bytes for 8-bit codes.  All zero without an integer form. */
 static tops__unpacker unpacker_for(const tops__kernels *k, tops_format_id id) {
     tops__unpacker up;
@@ -106,12 +107,17 @@ static tops__unpacker unpacker_for(const tops__kernels *k, tops_format_id id) {
     up.dot_super = fk->dot_super;
     up.qmax = lay->qmax;
     if (mins || (lay->form != TOPS__IF_CODES && !blocks)) return up;
-    if (lay->code_bits == 4 && lay->qmax <= 12) {
+    int fits = lay->code_bits == 4 && lay->qmax <= 127; /* q + qmax in a byte */
+    for (int c = 0; fits && c < 16; c++) fits = lay->map[c] + lay->qmax >= 0 && lay->map[c] + lay->qmax <= 255;
+    if (fits) {
         up.nib.block_bytes = blocks ? info->pack_bytes : 16;
         up.nib.header = blocks ? lay->header : 0;
         up.nib.split = blocks;
         up.nib.offset = lay->qmax;
-        for (int c = 0; c < 16; c++) up.nib.lut[c] = (uint8_t)(lay->map[c] + lay->qmax);
+        for (int c = 0; c < 16; c++) {
+            up.nib.lut[c] = (uint8_t)(lay->map[c] + lay->qmax);
+            up.nib.wide |= up.nib.lut[c] > 32; /* vpmaddubsw's i16 stage holds up to 32 (kernels/kernels.h) */
+        }
         up.nib.scales = fk->scales;
     } else if (lay->code_bits == 8) {
         up.byte.block_bytes = blocks ? info->pack_bytes : 32;
@@ -153,6 +159,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->lut16_row = tops__ref_lut16_row;
     k->dot_f32_x4 = tops__ref_dot_f32_x4;
     k->dot_q8_nibbles_x4 = tops__ref_dot_q8_nibbles_x4;
+    k->nib_wide = 1; /* i32 sums */
     k->dot_f32_nibbles_x4 = tops__ref_dot_f32_nibbles_x4;
     k->dot_q8_nibbles = tops__ref_dot_q8_nibbles;
     k->pack_q8_panel = tops__ref_pack_q8_panel;
@@ -196,6 +203,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->dot_f32_x4 = tops__avx2_dot_f32_x4;
         k->dot_half_x4 = tops__avx2_dot_half_x4;
         k->dot_q8_nibbles_x4 = tops__avx2_dot_q8_nibbles_x4;
+        k->nib_wide = 0;
         k->dot_f32_nibbles_x4 = tops__avx2_dot_f32_nibbles_x4;
         k->dot_q8_nibbles = tops__avx2_dot_q8_nibbles;
         k->dot_q8_nibstream_x4 = tops__avx2_dot_q8_nibstream_x4;
@@ -246,6 +254,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
                                                    "tops_gemm_f32_qi8_qu8_4x32__avx512_vnni"};
         tops__avx512_vnni_fill_unpackers(k->forms);
         k->dot_q8_nibstream_x4 = tops__avx512_vnni_dot_q8_nibstream_x4;
+        k->dot_q8_nibbles_x4 = tops__avx512_vnni_dot_q8_nibbles_x4;
+        k->nib_wide = 1;
         k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni;
         k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni";
         /* Zen 4, 2 threads, ResNet-50 3x3 layers, int8-g32 / int4-g32: 2.1-2.6x oneDNN f32 against

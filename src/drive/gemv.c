@@ -50,8 +50,7 @@ int tops__nibstream_form_of(const tops__kernels *kern, const tops_tensor *w, top
     if (!kern->dot_q8_nibstream_x4 || !up->run || !up->nib.block_bytes || (sub != 32 && sub != 16) ||
         (sub == 16 && up->nib.split) || w->extent[1] % 32 != 0 || w->extent[0] < TOPS__NIBSTREAM_ROWS || w->bias.data)
         return 0;
-    for (int c = 0; c < 16; c++) /* the kernel adds four vpmaddubsw in i16: [-8 * 32 * 128, 8 * 32 * 127] fits */
-        if (up->nib.lut[c] > 32) return 0;
+    if (up->nib.wide && !kern->nib_wide) return 0; /* the AVX2 kernel adds four vpmaddubsw in i16: entries up to 32 */
     *form = (tops__nibstream_form){0, sub, tops__nibstream_coded(&up->nib), tops__nib_scale_mul(info, w)};
     /* GGUF blocks whose 2-byte header is the f16 scale (q4_0) */
     if (info->gguf) {
@@ -221,15 +220,19 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const tops__qweight qw = integer ? tops__qweight_of(w) : (tops__qweight){0};
     const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
-    const int in_place = relaxed && up.nib.block_bytes && sub == 32;
-    /* Blocks of 32 with a scale per half (nvfp4, int4-g16; split = 0): in
-       place four rows at a time; single rows take the integer rows. */
-    const int in_place16 = relaxed && up.nib.block_bytes && sub == 16 && !up.nib.split;
-    /* Strict: the same layouts decoded in place to f32, four rows at a time. */
-    const int nib_strict = integer && !relaxed && up.nib.block_bytes && sub == 32;
-    const int nib_x4 = (in_place || in_place16 || nib_strict) && p->k % 32 == 0;
+    const int in_place = relaxed && up.nib.block_bytes && sub == 32 && !up.nib.wide;
+    /* In place four rows at a time only, single rows on the integer rows:
+       blocks of 32 with a scale per half (nvfp4, int4-g16; split = 0), and
+       tables with entries over 32 (iq4_nl) where the level's four-row
+       kernels take them (kern->nib_wide). */
+    const int x4_only = (relaxed && up.nib.block_bytes && sub == 16 && !up.nib.split && !up.nib.wide) ||
+                           (relaxed && up.nib.block_bytes && sub == 32 && up.nib.wide && kern->nib_wide);
+    /* Strict: the same layouts decoded in place to f32, four rows at a time
+       (not wide tables: iq4_nl measured slower so at M = 4, 8.6 against 7.0 ms). */
+    const int nib_strict = integer && !relaxed && up.nib.block_bytes && sub == 32 && !up.nib.wide;
+    const int nib_x4 = (in_place || x4_only || nib_strict) && p->k % 32 == 0;
     /* Relaxed and prepacked: groups of four rows from the row stream. */
-    const int stream = (in_place || in_place16) && nib_x4 && tops__gemv_streams(p);
+    const int stream = (in_place || x4_only) && nib_x4 && tops__gemv_streams(p);
     /* q8 bytes: 8-bit rows in place, four at a time (tops__gemv_bytes_in_place). */
     const int bytes_x4 = !in_place && tops__gemv_bytes_in_place(p);
     /* q8_0's blocks (34 bytes, an f16 scale first): the dot reads the scales itself. */
@@ -250,8 +253,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
 
     /* Workspace: activations (f32, and i8 + scales when relaxed), then per
        thread one unpacked chunk and an accumulator block. */
-    /* in_place16: the codes twice, in element order and in the nibbles' order */
-    size_t act = (size_t)(M * kp) * sizeof(float) * (permuted ? 2 : 1), act_q = relaxed ? (size_t)(M * kp) * (1 + in_place16) : 0;
+    /* x4_only: the codes twice, in element order (single rows) and in the nibbles' order */
+    size_t act = (size_t)(M * kp) * sizeof(float) * (permuted ? 2 : 1), act_q = relaxed ? (size_t)(M * kp) * (1 + x4_only) : 0;
     size_t act_s = relaxed ? 2 * (size_t)(M * n_subs) * sizeof(float) : 0; /* scales, corrections */
     /* the row stream's activations (stream_act_bytes per row and super-block) */
     const int64_t n_sb = tops__ceil_div(kp / 32, TOPS__NIBSTREAM_SB), halves = 32 / sub;
@@ -273,7 +276,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     per_thread = (size_t)tops__round_up((int64_t)per_thread, 64);
 
     float *acorr = as + M * n_subs;
-    int8_t *aqp = in_place16 ? aq + M * kp : aq; /* the in-place dots' codes */
+    int8_t *aqp = x4_only ? aq + M * kp : aq; /* the in-place dots' codes */
     float *amin = acorr; /* the same room: mins exclude the in-place nibbles */
     float *ap = permuted ? a + M * kp : a; /* activations for dot_f32_nibbles_x4 */
     for (int64_t m = 0; m < M; m++) {
@@ -295,13 +298,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
             stream_activations(aq + m * kp, as + m * n_subs, kp / 32, (int)halves, up.nib.offset,
                                p->nib_stream.form.scale == TOPS__NIBSTREAM_E8M0, p->nib_stream.form.mul,
                                st_base + m * st_row);
-        if (in_place || in_place16) {
+        if (in_place || x4_only) {
             for (int64_t b = 0; b < n_subs; b++) {
                 int32_t sum = 0;
                 for (int j = 0; j < sub; j++) sum += aq[m * kp + b * sub + j];
                 acorr[m * n_subs + b] = (float)(up.nib.offset * sum);
             }
-            if (in_place16) memcpy(aqp + m * kp, aq + m * kp, (size_t)kp);
+            if (x4_only) memcpy(aqp + m * kp, aq + m * kp, (size_t)kp);
             if (!up.nib.split)
                 for (int64_t b = 0; b < kp / 32; b++) permute_even_odd(aqp + m * kp + b * 32);
         }
@@ -351,7 +354,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
                         for (int64_t m = 0; m < M; m++) {
-                            if (in_place || in_place16)
+                            if (in_place || x4_only)
                                 kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aqp + m * kp + k0,
                                                         as + m * n_subs + k0 / sub, acorr + m * n_subs + k0 / sub, scale,
                                                         ld_ws, nb, sub, d);

@@ -74,6 +74,7 @@ typedef struct tops__nibble_layout {
     int split;
     int offset;
     uint8_t lut[16];
+    int wide; /* an entry above 32 (iq4_nl): only for tops__kernels.nib_wide kernels, four rows at a time */
     tops__scales_fn scales;
 } tops__nibble_layout;
 
@@ -193,7 +194,8 @@ typedef void (*tops__dot_super_fn)(const tops__int_layout *lay, const uint8_t *b
    src/cpu/dispatch.c from the level's forms and the traits rows): the
    entry for its form, masked by its layout (run or run_min), with qmax
    and the in-place layouts made from the layout (nib: 4-bit codes with
-   qmax <= 12; byte: 8-bit codes). */
+   q + qmax in a byte, nib.wide where an entry exceeds 32; byte: 8-bit
+   codes). */
 typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
     tops__unpack_min_fn run_min; /* the relaxed form with mins (run is NULL then), or NULL */
@@ -642,6 +644,10 @@ typedef struct tops__kernels {
     void (*dot_q8_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                               const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                               int64_t nb, int sub, float *out);
+    /* 1 where dot_q8_nibbles_x4 and dot_q8_nibstream_x4 take table
+       entries up to 255 (no i16 stage: the scalar level, vpdpbusd), so
+       layouts with nib.wide read in place four rows at a time. */
+    int nib_wide;
     /* Relaxed dot over four rows of 8-bit blocks read in place (layout:
        tops__byte_layout; codes at the first block's codes, rows row_bytes
        apart): out[r] = sum over lanes of acc[r], where lane j of acc[r]
@@ -862,6 +868,9 @@ float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout
 void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
                                     const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
                                     int64_t nb, float *out);
+void tops__avx512_vnni_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                         const int8_t *aq, const float *as, const float *acorr, const float *ws,
+                                         int64_t ld_ws, int64_t nb, int sub, float *out);
 void tops__avx512_vnni_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
                                            const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
                                            int64_t nb, float *out);

@@ -16,6 +16,10 @@
    2.15-2.24); L2 4096-32768 B with L1 512-2048 B 1.21-1.47 ms, no distance
    clearly ahead on the noisy host. */
 enum { TOPS__NIBSTREAM_PREFETCH_L2 = 8192, TOPS__NIBSTREAM_PREFETCH_L1 = 1024 };
+/* Bytes ahead per weight row in the four-row nibble dots on plain rows: of
+   0, 512, 1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one
+   thread (on a loaded VM: not tuned at two threads). */
+enum { TOPS__NIB_PREFETCH = 512 };
 
 /* The eight lanes' sum ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)):
    the order the four-row dots promise (kernels/kernels.h). */

@@ -129,6 +129,23 @@ static inline __attribute__((always_inline)) void nibstream(const uint8_t *strea
         }
 }
 
+/* The four-row in-place dot on plain rows (dot_q8_nibbles_x4) with
+   vpdpbusd: the AVX2 body's numbers, and table entries above 32 (iq4_nl's
+   codebook plus 127) that vpmaddubsw's i16 stage would saturate. */
+static inline __m256i nib_pair_dot(__m256i lo, __m256i a_lo, __m256i hi, __m256i a_hi) {
+    return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, a_lo), hi, a_hi);
+}
+#define TOPS_NIB_PAIR_DOT nib_pair_dot
+#include "kernels/avx2/nibbles_x4_body.h"
+#undef TOPS_NIB_PAIR_DOT
+
+void tops__avx512_vnni_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                         const int8_t *aq, const float *as, const float *acorr, const float *ws,
+                                         int64_t ld_ws, int64_t nb, int sub, float *out) {
+    if (sub == 16) nibbles_x4(blocks, row_bytes, layout, aq, as, acorr, ws, ld_ws, nb, 2, out);
+    else nibbles_x4(blocks, row_bytes, layout, aq, as, acorr, ws, ld_ws, nb, 1, out);
+}
+
 void tops__avx512_vnni_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
                                            const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
                                            int64_t nb, float *out) {
