@@ -399,7 +399,7 @@ static void test_q8_x4_matches_8_columns(void) {
     printf("32-column integer kernels checked: %d cases\n", checked);
 }
 
-/* The in-place super-block rows (q4_K, q5_K with mins; q6_K) on every
+/* The in-place super-block rows (q4_K, q5_K with mins; q6_K, iq4_xs) on every
    level that has them give the reference's bits (same lanes, same order)
    for 1 to 4 activation rows a call, and the reference agrees with its
    unpacker's values in f64. */
@@ -421,10 +421,11 @@ static void test_dot_super_exact(void) {
             const int64_t nsb = 1 + (int64_t)(th_next(&rng) % NSB);
             const int m = 1 + it % M;
             for (int64_t i = 0; i < nsb * info->pack_bytes; i++) blocks[i] = (uint8_t)th_next(&rng);
-            for (int64_t s = 0; s < nsb; s++) { /* finite f16 d and dmin (q4_K, q5_K: first; q6_K: d last) */
+            for (int64_t s = 0; s < nsb; s++) { /* finite f16 d and dmin (q4_K, q5_K: first; iq4_xs: d first; q6_K: d last) */
                 uint8_t *blk = blocks + s * info->pack_bytes;
                 if (with_min) blk[1] &= 0x7B, blk[3] &= 0x7B;
-                else blk[info->pack_bytes - 1] &= 0x7B;
+                else if (id == TOPS_FMT_Q6_K) blk[info->pack_bytes - 1] &= 0x7B;
+                else blk[1] &= 0x7B;
             }
             tops__super_act act[M];
             for (int r = 0; r < M; r++) {

@@ -14,6 +14,24 @@
 
 #include "kernels/ref/kquant.h"
 
+/* Eight sub-block sums from four vectors of per-lane sums, p[r] holding
+   sub-blocks 2r and 2r + 1 in its halves: lane j = sub-block j (exact in
+   integers: any order). */
+static inline __attribute__((always_inline)) __m256i kq_tree512(const __m512i p[4]) {
+    /* 128-bit chunks: p[0] = [0a 0b 1a 1b], p[1] = [2a 2b 3a 3b], ... */
+    const __m512i r01 = _mm512_add_epi32(_mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                         _mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i r23 = _mm512_add_epi32(_mm512_shuffle_i32x4(p[2], p[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                         _mm512_shuffle_i32x4(p[2], p[3], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* chunk c of r01 holds sub-block c, of r23 sub-block c + 4 */
+    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(r01, r23), _mm512_unpackhi_epi32(r01, r23));
+    const __m512i v = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_BADC));
+    /* lane 4c: sub-block c, lane 4c + 1: sub-block c + 4 */
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+    return _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, v));
+}
+
+
 /* One super-block's codes: q[r] holds sub-blocks 2r and 2r + 1 (halves). */
 typedef struct kq_codes512_t {
     __m512i q[4];
@@ -40,17 +58,7 @@ static inline __attribute__((always_inline)) __m256i kq_sums512(const kq_codes51
     __m512i p[4];
     for (int r = 0; r < 4; r++)
         p[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), c->q[r], _mm512_loadu_si512((const void *)(aq + 64 * r)));
-    /* 128-bit chunks: p[0] = [0a 0b 1a 1b], p[1] = [2a 2b 3a 3b], ... */
-    const __m512i r01 = _mm512_add_epi32(_mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                         _mm512_shuffle_i32x4(p[0], p[1], _MM_SHUFFLE(3, 1, 3, 1)));
-    const __m512i r23 = _mm512_add_epi32(_mm512_shuffle_i32x4(p[2], p[3], _MM_SHUFFLE(2, 0, 2, 0)),
-                                         _mm512_shuffle_i32x4(p[2], p[3], _MM_SHUFFLE(3, 1, 3, 1)));
-    /* chunk c of r01 holds sub-block c, of r23 sub-block c + 4 */
-    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi32(r01, r23), _mm512_unpackhi_epi32(r01, r23));
-    const __m512i v = _mm512_add_epi32(u, _mm512_shuffle_epi32(u, _MM_PERM_BADC));
-    /* lane 4c: sub-block c, lane 4c + 1: sub-block c + 4 */
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-    return _mm512_castsi512_si256(_mm512_permutexvar_epi32(idx, v));
+    return kq_tree512(p);
 }
 
 /* The f32 steps, the AVX2 level's (the same bits). */
@@ -144,8 +152,94 @@ static void q6_dot_super512(const tops__int_layout *lay, const uint8_t *blocks, 
     TOPS__SUPER_INSTANCES(q6_dot);
 }
 
+/* iq4_xs (TOPS__IF_SUPER_SUBSCALE, 136 bytes: f16 d, scales_h, scales_l[4],
+   qs[128], sub-block j's 16 bytes at 8 + 16 j, its elements 0..15 in the
+   low nibbles, 16..31 in the high) read in place: two sub-blocks' bytes a
+   512-bit vector as [j lo | j hi | j + 1 lo | j + 1 hi] (kq_sums512's
+   layout), the codebook through vpshufb as q + 127 (0..240, vpdpbusd's
+   unsigned operand), less 127 times the activations' sums (a second
+   vpdpbusd), then the reference's f32 steps: lane j = fma(S, as * d * ls *
+   mul, lane j), the eight-lane tree. */
+typedef struct iq4_codes_t {
+    __m512i q[4];
+} iq4_codes_t;
+static inline __attribute__((always_inline)) void iq4_codes(const uint8_t *blk, __m512i lut, iq4_codes_t *c) {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    /* 16-bit shift counts 0, 4, 0, 4 by 128-bit lane */
+    const __m512i sh = _mm512_setr_epi64(0, 0, 0x0004000400040004LL, 0x0004000400040004LL, 0, 0,
+                                         0x0004000400040004LL, 0x0004000400040004LL);
+    for (int r = 0; r < 4; r++) {
+        const __m512i two = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 8 + 32 * r)));
+        const __m512i x = _mm512_shuffle_i64x2(two, two, _MM_SHUFFLE(1, 1, 0, 0));
+        c->q[r] = _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srlv_epi16(x, sh), m4));
+    }
+}
+
+static inline __attribute__((always_inline)) __m256i iq4_sums(const iq4_codes_t *c, const int8_t *aq) {
+    const __m512i k127 = _mm512_set1_epi8(127);
+    __m512i p[4];
+    for (int r = 0; r < 4; r++) {
+        const __m512i a = _mm512_loadu_si512((const void *)(aq + 64 * r));
+        p[r] = _mm512_sub_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), c->q[r], a),
+                                _mm512_dpbusd_epi32(_mm512_setzero_si512(), k127, a));
+    }
+    return kq_tree512(p);
+}
+
+static inline __attribute__((always_inline)) void iq4_dot(const tops__int_layout *lay, const uint8_t *blocks,
+                                                          float mul, const tops__super_act *act, const int m,
+                                                          int64_t nsb, float *out) {
+    uint8_t lb[16];
+    for (int t = 0; t < 16; t++) lb[t] = (uint8_t)(lay->map[t] + 127);
+    const __m512i lut = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lb));
+    const __m256 vmul = _mm256_set1_ps(mul);
+    const __m128i pair_bytes = _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 0, 0, 0, 0, 0, 0, 0, 0);
+    const __m256i nib_shift = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const __m256i hi_shift = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    __m256 acc[TOPS__SUPER_MAX_M];
+    for (int i = 0; i < m; i++) acc[i] = _mm256_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * 136;
+        _mm_prefetch((const char *)(blk + 24 * 136), _MM_HINT_T0); /* as the q4_K rows */
+        _mm_prefetch((const char *)(blk + 24 * 136 + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 24 * 136 + 128), _MM_HINT_T0);
+        iq4_codes_t codes;
+        iq4_codes(blk, lut, &codes);
+        uint16_t hd, hi;
+        uint32_t lo4;
+        memcpy(&hd, blk, 2);
+        memcpy(&hi, blk + 2, 2);
+        memcpy(&lo4, blk + 4, 4);
+        /* ls_j = (scales_l nibble j | 2 bits j of scales_h << 4) - 32, in lane j */
+        const __m256i lo = _mm256_and_si256(
+            _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_shuffle_epi8(_mm_cvtsi32_si128((int)lo4), pair_bytes)), nib_shift),
+            _mm256_set1_epi32(0xF));
+        const __m256i hb = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(hi), hi_shift), _mm256_set1_epi32(3));
+        const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(lo, _mm256_slli_epi32(hb, 4)), _mm256_set1_epi32(32));
+        const __m256 scale =
+            _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)), _mm256_cvtepi32_ps(ls)), vmul);
+        for (int i = 0; i < m; i++) {
+            const __m256i sums = iq4_sums(&codes, act[i].aq + s * 256);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), _mm256_mul_ps(_mm256_loadu_ps(act[i].as + s * 8), scale),
+                                     acc[i]);
+        }
+    }
+    for (int i = 0; i < m; i++) {
+        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
+        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+        h = _mm_add_ss(h, _mm_movehdup_ps(h));
+        out[i] = _mm_cvtss_f32(h);
+    }
+}
+
+static void iq4_dot_super512(const tops__int_layout *lay, const uint8_t *blocks, float mul, const tops__super_act *act,
+                             int m, int64_t nsb, float *out) {
+    TOPS__SUPER_INSTANCES(iq4_dot);
+}
+
 /* On top of the AVX2 unpackers (the table holds them on entry). */
 void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table) {
     table[TOPS__IF_SUPER_MIN].dot_super = kq_dot_min_super;
     table[TOPS__IF_SUPER_6BIT].dot_super = q6_dot_super512;
+    table[TOPS__IF_SUPER_SUBSCALE].dot_super = iq4_dot_super512;
 }

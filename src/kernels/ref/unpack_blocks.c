@@ -285,6 +285,31 @@ static float dot_6bit_row(const tops__int_layout *lay, const uint8_t *blocks, fl
     return (g[0] + g[2]) + (g[1] + g[3]);
 }
 
+/* The in-place relaxed dot of TOPS__IF_SUPER_SUBSCALE rows (iq4_xs: 136
+   bytes, f16 d, scales_h, scales_l[4], qs[128]; amin is not read): eight
+   lanes, one per sub-block of 32, its scale the unpacker's d * ls * mul. */
+static float dot_subscale_row(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
+                              const float *as, const float *amin, int64_t nsb) {
+    (void)amin;
+    float lane[8] = {0};
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * 136;
+        uint16_t h, hi;
+        memcpy(&h, blk, 2);
+        memcpy(&hi, blk + 2, 2);
+        for (int j = 0; j < 8; j++) {
+            const int ls = (((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((hi >> (2 * j)) & 3) << 4)) - 32;
+            const uint8_t *qs = blk + 8 + 16 * j;
+            const int8_t *a = aq + s * 256 + 32 * j;
+            int32_t sum = 0;
+            for (int l = 0; l < 16; l++) sum += lay->map[qs[l] & 0xF] * a[l] + lay->map[qs[l] >> 4] * a[l + 16];
+            const float scale = tops__f16_to_f32(h) * (float)ls * mul;
+            lane[j] = fmaf((float)sum, as[s * 8 + j] * scale, lane[j]);
+        }
+    }
+    return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
 /* The tops__dot_super_fn entries: the rows one after another. */
 static void dot_min_super(const tops__int_layout *lay, const uint8_t *blocks, float mul, const tops__super_act *act,
                           int m, int64_t nsb, float *out) {
@@ -295,13 +320,18 @@ static void dot_super_6bit(const tops__int_layout *lay, const uint8_t *blocks, f
     for (int i = 0; i < m; i++) out[i] = dot_6bit_row(lay, blocks, mul, act[i].aq, act[i].as, act[i].amin, nsb);
 }
 
+static void dot_super_subscale(const tops__int_layout *lay, const uint8_t *blocks, float mul,
+                               const tops__super_act *act, int m, int64_t nsb, float *out) {
+    for (int i = 0; i < m; i++) out[i] = dot_subscale_row(lay, blocks, mul, act[i].aq, act[i].as, act[i].amin, nsb);
+}
+
 void tops__ref_fill_unpackers(tops__form_kernels *table) {
     memset(table, 0, sizeof(tops__form_kernels) * TOPS__IF_COUNT_);
     table[TOPS__IF_CODES] = (tops__form_kernels){unpack_elements, NULL, NULL, tops__ref_unpack_scales};
     table[TOPS__IF_BLOCKS] = (tops__form_kernels){unpack_blocks, unpack_blocks_min, NULL, blocks_scales};
     table[TOPS__IF_SUPER_MIN] = (tops__form_kernels){NULL, unpack_super_min, dot_min_super, NULL};
     table[TOPS__IF_SUPER_6BIT] = (tops__form_kernels){unpack_super_6bit, NULL, dot_super_6bit, NULL};
-    table[TOPS__IF_SUPER_SUBSCALE] = (tops__form_kernels){unpack_super_subscale, NULL, NULL, NULL};
+    table[TOPS__IF_SUPER_SUBSCALE] = (tops__form_kernels){unpack_super_subscale, NULL, dot_super_subscale, NULL};
 }
 
 void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table) {
