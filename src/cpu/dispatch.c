@@ -105,6 +105,7 @@ static tops__unpacker unpacker_for(const tops__kernels *k, tops_format_id id) {
     up.run = mins ? NULL : fk->run;
     up.run_min = mins ? fk->run_min : NULL;
     up.dot_super = fk->dot_super;
+    up.dot_super_f32 = fk->dot_super_f32;
     up.qmax = lay->qmax;
     if (mins || (lay->form != TOPS__IF_CODES && !blocks)) return up;
     int fits = lay->code_bits == 4 && lay->qmax <= 127; /* q + qmax in a byte */
@@ -243,6 +244,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->conv_dw_name = "tops_conv_dw_f32__avx512";
         k->conv_f32_nr = 32;
         k->conv_f32_rows = tops_conv_f32_6x64_rows__avx512;
+        k->forms[TOPS__IF_SUPER_MIN].dot_super_f32 = tops__avx512_dot_super_min_f32;
         k->conv_f32_rows_name = "tops_conv_f32_6x64_rows__avx512";
     }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */

@@ -217,7 +217,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int integer = up.run != NULL || mins, relaxed = integer && p->relaxed;
     /* rows of whole super-blocks read in place (q4_K, q5_K with mins; q6_K) */
     const int in_place_super = up.dot_super && p->k % 256 == 0 && (mins || (up.run && p->relaxed));
-    const tops__qweight qw = integer ? tops__qweight_of(w) : (tops__qweight){0};
+    /* strict q4_K / q5_K rows of whole super-blocks, decoded in registers */
+    const int strict_super = !p->relaxed && up.dot_super_f32 && p->k % 256 == 0;
+    const tops__qweight qw = integer || strict_super ? tops__qweight_of(w) : (tops__qweight){0};
     const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
     const int in_place = relaxed && up.nib.block_bytes && sub == 32 && !up.nib.wide;
@@ -456,6 +458,16 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         acc[m * N_BLOCK + j] += relaxed ? kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q,
                                                                           scale, kc, sub)
                                                         : kern->dot_f32_q8(a + m * kp + k0, q, scale, kc, sub);
+                    continue;
+                }
+                if (strict_super) { /* whole super-blocks in place, every activation row at once */
+                    const uint8_t *blocks = qw.data + (n0 + j) * qw.row_bytes + (k0 / 256) * qw.block_bytes;
+                    float dm[TOPS__SUPER_MAX_M];
+                    for (int64_t m0 = 0; m0 < M; m0 += TOPS__SUPER_MAX_M) {
+                        const int mm = (int)(M - m0 < TOPS__SUPER_MAX_M ? M - m0 : TOPS__SUPER_MAX_M);
+                        up.dot_super_f32(&qw.lay, blocks, qw.mul, a + m0 * kp + k0, kp, mm, kc / 256, dm);
+                        for (int i = 0; i < mm; i++) acc[(m0 + i) * N_BLOCK + j] += dm[i];
+                    }
                     continue;
                 }
                 /* f32 rows: the K tail beyond the tensor is not read */

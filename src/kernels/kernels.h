@@ -178,6 +178,14 @@ typedef struct tops__super_act {
 } tops__super_act;
 typedef void (*tops__dot_super_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul,
                                    const tops__super_act *act, int m, int64_t nsb, float *out);
+/* The strict twin for TOPS__IF_SUPER_MIN rows (q4_K, q5_K): f32
+   activations, row i at a + i * lda from the first super-block, each
+   weight decoded in registers from the unpacker's scale and min (q * scale
+   - min, one rounding less than the decoder's) and its product summed in
+   f32; out[i] row i's dot.  No bits promised across levels (strict: the
+   accuracy bound); non-finite values propagate as the decoded weights'. */
+typedef void (*tops__dot_super_f32_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul, const float *a,
+                                       int64_t lda, int m, int64_t nsb, float *out);
 /* The body of a dot_super entry point: calls FN(lay, blocks, mul, act, M,
    nsb, out), an always-inline body, with m (1..4) as a constant. */
 #define TOPS__SUPER_INSTANCES(FN)                                     \
@@ -200,6 +208,7 @@ typedef struct tops__unpacker {
     tops__unpack_fn run; /* NULL: the format has no integer form */
     tops__unpack_min_fn run_min; /* the relaxed form with mins (run is NULL then), or NULL */
     tops__dot_super_fn dot_super; /* rows of whole super-blocks read in place (relaxed M <= 4), or NULL */
+    tops__dot_super_f32_fn dot_super_f32; /* the same for strict calls, or NULL */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
     tops__nibble_layout nib;
     tops__byte_layout byte;
@@ -211,6 +220,7 @@ typedef struct tops__form_kernels {
     tops__unpack_fn run;
     tops__unpack_min_fn run_min;
     tops__dot_super_fn dot_super;
+    tops__dot_super_f32_fn dot_super_f32;
     tops__scales_fn scales;
 } tops__form_kernels;
 
@@ -916,6 +926,8 @@ void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const 
                             const uint8_t *pa, const uint8_t *pb, const float *alpha, float *o, int64_t ldo);
 #endif
 void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table);
+void tops__avx512_dot_super_min_f32(const tops__int_layout *lay, const uint8_t *blocks, float mul, const float *a,
+                                    int64_t lda, int m, int64_t nsb, float *out);
 void tops_gemm_f32_qi8_qu8_4x32__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                       const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
                                       const float *bscale, int64_t sstride, const float *amin, const float *bmin,

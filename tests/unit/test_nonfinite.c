@@ -353,6 +353,7 @@ static void test_matmul_gives_nan_for_the_affected_outputs(void) {
     if (tops__kernels_get()->dot_q8_nibstream_x4) ASSERT_TRUE(path_seen("4-bit row stream (prepacked)"));
     ASSERT_TRUE(path_seen("4-bit rows in place, i8 dots"));
     ASSERT_TRUE(path_seen("4-bit rows in place, f32 dots"));
+    if (tops__kernels_get()->unpack[TOPS_FMT_Q4_K].dot_super_f32) ASSERT_TRUE(path_seen("super-blocks in place, f32 dots"));
     if (tops__kernels_get()->amx_bf16t.run) { /* the AMX tiles instead of the panels */
         ASSERT_TRUE(path_seen("AMX integer tiles (prepacked)"));
         ASSERT_TRUE(path_seen("AMX integer tiles (unpacked"));

@@ -257,10 +257,13 @@ void tops__avx2_fill_unpackers(tops__form_kernels *table) {
     scalar_super_min = table[TOPS__IF_SUPER_MIN].run_min;
     scalar_super_6bit = table[TOPS__IF_SUPER_6BIT].run;
     scalar_super_subscale = table[TOPS__IF_SUPER_SUBSCALE].run;
-    table[TOPS__IF_CODES] = (tops__form_kernels){unpack_codes, NULL, NULL, unpack_scales};
-    table[TOPS__IF_BLOCKS] = (tops__form_kernels){unpack_blocks, unpack_blocks_min, NULL, blocks_scales};
+    table[TOPS__IF_CODES] = (tops__form_kernels){.run = unpack_codes, .run_min = NULL,
+                                                 .dot_super = NULL, .scales = unpack_scales};
+    table[TOPS__IF_BLOCKS] = (tops__form_kernels){.run = unpack_blocks, .run_min = unpack_blocks_min,
+                                                  .dot_super = NULL, .scales = blocks_scales};
     table[TOPS__IF_SUPER_MIN].run_min = unpack_super_min;
     table[TOPS__IF_SUPER_MIN].dot_super = kq_dot_min_super;
+    table[TOPS__IF_SUPER_MIN].dot_super_f32 = NULL; /* AVX-512 has one; the scalar one loses to the decoded rows */
     table[TOPS__IF_SUPER_6BIT].run = unpack_super_6bit;
     /* no 256-bit in-place q6_K dot: its unpacked rows beat the scalar one */
     table[TOPS__IF_SUPER_6BIT].dot_super = NULL;

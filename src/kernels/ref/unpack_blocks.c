@@ -227,33 +227,40 @@ static void unpack_super_min(const tops__qweight *w, int64_t row, int64_t k0, in
     }
 }
 
+/* A TOPS__IF_SUPER_MIN super-block (q4_K, q5_K: 144 / 176 bytes): the
+   32 codes of sub-block j (0..15; q5_K 0..31, bit j of qh[l] as bit 4),
+   and its scale and min as the unpacker computes them. */
+static void kq_sub_block(const uint8_t *blk, int five, int j, float mul, int q[32], float *scale, float *min) {
+    const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4) + 32 * (j / 2), *qh = blk + TOPS__KQ_QH;
+    for (int l = 0; l < 32; l++) {
+        q[l] = (qs[l] >> (4 * (j % 2))) & 0xF;
+        if (five) q[l] |= ((qh[l] >> j) & 1) << 4;
+    }
+    uint16_t hd, hm;
+    memcpy(&hd, blk, 2);
+    memcpy(&hm, blk + 2, 2);
+    int sc, m;
+    tops__kquant_scale_min(blk + TOPS__KQ_SCALES, j, &sc, &m);
+    *scale = tops__f16_to_f32(hd) * (float)sc * mul;
+    *min = tops__f16_to_f32(hm) * (float)m * mul;
+}
+
 /* The in-place relaxed dot of TOPS__IF_SUPER_MIN rows (tops__dot_super_fn). */
 static float dot_min_row(const tops__int_layout *lay, const uint8_t *blocks, float mul, const int8_t *aq,
                          const float *as, const float *amin, int64_t nsb) {
     const int five = lay->high_bit, bytes = five ? 176 : 144;
     float lane[8] = {0};
-    for (int64_t s = 0; s < nsb; s++) {
-        const uint8_t *blk = blocks + s * bytes;
-        uint16_t hd, hm;
-        memcpy(&hd, blk, 2);
-        memcpy(&hm, blk + 2, 2);
-        const float d = tops__f16_to_f32(hd), dmin = tops__f16_to_f32(hm);
+    for (int64_t s = 0; s < nsb; s++)
         for (int j = 0; j < 8; j++) {
-            const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4) + 32 * (j / 2), *qh = blk + TOPS__KQ_QH;
+            int q[32];
+            float scale, min;
+            kq_sub_block(blocks + s * bytes, five, j, mul, q, &scale, &min);
             const int8_t *a = aq + s * 256 + j * 32;
             int32_t sum = 0;
-            for (int l = 0; l < 32; l++) {
-                int v = (qs[l] >> (4 * (j % 2))) & 0xF;
-                if (five) v |= ((qh[l] >> j) & 1) << 4;
-                sum += v * a[l];
-            }
-            int sc, m;
-            tops__kquant_scale_min(blk + TOPS__KQ_SCALES, j, &sc, &m);
-            const float scale = d * (float)sc * mul, min = dmin * (float)m * mul;
+            for (int l = 0; l < 32; l++) sum += q[l] * a[l];
             lane[j] = fmaf((float)sum, as[s * 8 + j] * scale, lane[j]);
             lane[j] = fmaf(-amin[s * 8 + j], min, lane[j]);
         }
-    }
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
@@ -310,6 +317,24 @@ static float dot_subscale_row(const tops__int_layout *lay, const uint8_t *blocks
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
+/* The strict TOPS__IF_SUPER_MIN rows (tops__dot_super_f32_fn): each
+   weight q * scale - min from the unpacker's values, summed in order. */
+static void dot_min_super_f32(const tops__int_layout *lay, const uint8_t *blocks, float mul, const float *a,
+                              int64_t lda, int m, int64_t nsb, float *out) {
+    const int five = lay->high_bit, bytes = five ? 176 : 144;
+    for (int i = 0; i < m; i++) {
+        float acc = 0.0f;
+        for (int64_t s = 0; s < nsb; s++)
+            for (int j = 0; j < 8; j++) {
+                int q[32];
+                float scale, min;
+                kq_sub_block(blocks + s * bytes, five, j, mul, q, &scale, &min);
+                for (int l = 0; l < 32; l++) acc = fmaf(a[i * lda + s * 256 + 32 * j + l], fmaf((float)q[l], scale, -min), acc);
+            }
+        out[i] = acc;
+    }
+}
+
 /* The tops__dot_super_fn entries: the rows one after another. */
 static void dot_min_super(const tops__int_layout *lay, const uint8_t *blocks, float mul, const tops__super_act *act,
                           int m, int64_t nsb, float *out) {
@@ -327,11 +352,16 @@ static void dot_super_subscale(const tops__int_layout *lay, const uint8_t *block
 
 void tops__ref_fill_unpackers(tops__form_kernels *table) {
     memset(table, 0, sizeof(tops__form_kernels) * TOPS__IF_COUNT_);
-    table[TOPS__IF_CODES] = (tops__form_kernels){unpack_elements, NULL, NULL, tops__ref_unpack_scales};
-    table[TOPS__IF_BLOCKS] = (tops__form_kernels){unpack_blocks, unpack_blocks_min, NULL, blocks_scales};
-    table[TOPS__IF_SUPER_MIN] = (tops__form_kernels){NULL, unpack_super_min, dot_min_super, NULL};
-    table[TOPS__IF_SUPER_6BIT] = (tops__form_kernels){unpack_super_6bit, NULL, dot_super_6bit, NULL};
-    table[TOPS__IF_SUPER_SUBSCALE] = (tops__form_kernels){unpack_super_subscale, NULL, dot_super_subscale, NULL};
+    table[TOPS__IF_CODES] = (tops__form_kernels){.run = unpack_elements, .run_min = NULL,
+                                                 .dot_super = NULL, .scales = tops__ref_unpack_scales};
+    table[TOPS__IF_BLOCKS] = (tops__form_kernels){.run = unpack_blocks, .run_min = unpack_blocks_min,
+                                                  .dot_super = NULL, .scales = blocks_scales};
+    table[TOPS__IF_SUPER_MIN] = (tops__form_kernels){.run = NULL, .run_min = unpack_super_min, .dot_super = dot_min_super,
+                                                      .dot_super_f32 = dot_min_super_f32, .scales = NULL};
+    table[TOPS__IF_SUPER_6BIT] = (tops__form_kernels){.run = unpack_super_6bit, .run_min = NULL,
+                                                      .dot_super = dot_super_6bit, .scales = NULL};
+    table[TOPS__IF_SUPER_SUBSCALE] = (tops__form_kernels){.run = unpack_super_subscale, .run_min = NULL,
+                                                          .dot_super = dot_super_subscale, .scales = NULL};
 }
 
 void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table) {
