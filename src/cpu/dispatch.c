@@ -245,6 +245,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->conv_f32_nr = 32;
         k->conv_f32_rows = tops_conv_f32_6x64_rows__avx512;
         k->forms[TOPS__IF_SUPER_MIN].dot_super_f32 = tops__avx512_dot_super_min_f32;
+        k->forms[TOPS__IF_SUPER_6BIT].dot_super_f32 = tops__avx512_dot_super_6bit_f32;
         k->conv_f32_rows_name = "tops_conv_f32_6x64_rows__avx512";
     }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */

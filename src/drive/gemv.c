@@ -217,7 +217,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int integer = up.run != NULL || mins, relaxed = integer && p->relaxed;
     /* rows of whole super-blocks read in place (q4_K, q5_K with mins; q6_K) */
     const int in_place_super = up.dot_super && p->k % 256 == 0 && (mins || (up.run && p->relaxed));
-    /* strict q4_K / q5_K rows of whole super-blocks, decoded in registers */
+    /* strict q4_K / q5_K / q6_K rows of whole super-blocks, decoded in registers */
     const int strict_super = !p->relaxed && up.dot_super_f32 && p->k % 256 == 0;
     const tops__qweight qw = integer || strict_super ? tops__qweight_of(w) : (tops__qweight){0};
     const int sub = integer ? qw.sub : 32;
@@ -328,7 +328,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
             for (int64_t m = 0; m < M; m++) acc[m * N_BLOCK + j] = 0.0f;
             /* Four rows at once where the kernels read rows in place, and
                strict integer forms (four rows unpacked per chunk). */
-            const int strict_x4 = integer && !relaxed;
+            const int strict_x4 = integer && !relaxed && !strict_super;
             const int half_x4 = !integer && p->right.direct_half && kern->dot_half_x4;
             if (j + 4 <= nn &&
                 (nib_x4 || bytes_x4 || (!in_place && (strict_x4 || (!integer && (p->right.direct_f32 || half_x4)))))) {
@@ -443,6 +443,16 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     }
                     continue;
                 }
+                if (strict_super) { /* whole super-blocks in place, every activation row at once */
+                    const uint8_t *blocks = qw.data + (n0 + j) * qw.row_bytes + (k0 / 256) * qw.block_bytes;
+                    float dm[TOPS__SUPER_MAX_M];
+                    for (int64_t m0 = 0; m0 < M; m0 += TOPS__SUPER_MAX_M) {
+                        const int mm = (int)(M - m0 < TOPS__SUPER_MAX_M ? M - m0 : TOPS__SUPER_MAX_M);
+                        up.dot_super_f32(&qw.lay, blocks, qw.mul, a + m0 * kp + k0, kp, mm, kc / 256, dm);
+                        for (int i = 0; i < mm; i++) acc[(m0 + i) * N_BLOCK + j] += dm[i];
+                    }
+                    continue;
+                }
                 if (mins) {
                     float *wmin = scale + chunk / sub;
                     up.run_min(&qw, n0 + j, k0, kc, q, scale, wmin);
@@ -458,16 +468,6 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         acc[m * N_BLOCK + j] += relaxed ? kern->dot_q8_q8(aq + m * kp + k0, as + m * n_subs + k0 / sub, q,
                                                                           scale, kc, sub)
                                                         : kern->dot_f32_q8(a + m * kp + k0, q, scale, kc, sub);
-                    continue;
-                }
-                if (strict_super) { /* whole super-blocks in place, every activation row at once */
-                    const uint8_t *blocks = qw.data + (n0 + j) * qw.row_bytes + (k0 / 256) * qw.block_bytes;
-                    float dm[TOPS__SUPER_MAX_M];
-                    for (int64_t m0 = 0; m0 < M; m0 += TOPS__SUPER_MAX_M) {
-                        const int mm = (int)(M - m0 < TOPS__SUPER_MAX_M ? M - m0 : TOPS__SUPER_MAX_M);
-                        up.dot_super_f32(&qw.lay, blocks, qw.mul, a + m0 * kp + k0, kp, mm, kc / 256, dm);
-                        for (int i = 0; i < mm; i++) acc[(m0 + i) * N_BLOCK + j] += dm[i];
-                    }
                     continue;
                 }
                 /* f32 rows: the K tail beyond the tensor is not read */

@@ -178,7 +178,7 @@ typedef struct tops__super_act {
 } tops__super_act;
 typedef void (*tops__dot_super_fn)(const tops__int_layout *lay, const uint8_t *blocks, float mul,
                                    const tops__super_act *act, int m, int64_t nsb, float *out);
-/* The strict twin for TOPS__IF_SUPER_MIN rows (q4_K, q5_K): f32
+/* The strict twin for TOPS__IF_SUPER_MIN and _6BIT rows (q4_K, q5_K, q6_K): f32
    activations, row i at a + i * lda from the first super-block, each
    weight decoded in registers from the unpacker's scale and min (q * scale
    - min, one rounding less than the decoder's) and its product summed in
@@ -928,6 +928,8 @@ void tops__amx_attn_pv__amx(int steps, const uint16_t *p, int np_terms_p, const 
 void tops__avx512_vnni_fill_unpackers(tops__form_kernels *table);
 void tops__avx512_dot_super_min_f32(const tops__int_layout *lay, const uint8_t *blocks, float mul, const float *a,
                                     int64_t lda, int m, int64_t nsb, float *out);
+void tops__avx512_dot_super_6bit_f32(const tops__int_layout *lay, const uint8_t *blocks, float mul, const float *a,
+                                     int64_t lda, int m, int64_t nsb, float *out);
 void tops_gemm_f32_qi8_qu8_4x32__avx2(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
                                       const int32_t *acorr, int64_t lds, const uint8_t *b, int64_t bstride,
                                       const float *bscale, int64_t sstride, const float *amin, const float *bmin,

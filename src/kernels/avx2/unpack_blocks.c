@@ -267,6 +267,7 @@ void tops__avx2_fill_unpackers(tops__form_kernels *table) {
     table[TOPS__IF_SUPER_6BIT].run = unpack_super_6bit;
     /* no 256-bit in-place q6_K dot: its unpacked rows beat the scalar one */
     table[TOPS__IF_SUPER_6BIT].dot_super = NULL;
+    table[TOPS__IF_SUPER_6BIT].dot_super_f32 = NULL; /* AVX-512 has one */
     table[TOPS__IF_SUPER_SUBSCALE].dot_super = NULL; /* VNNI has one (vpdpbusd takes the codebook's q + 127) */
     table[TOPS__IF_SUPER_SUBSCALE].run = unpack_super_subscale;
 }

@@ -1,4 +1,4 @@
-/* AVX-512 strict in-place q4_K / q5_K rows (tops__dot_super_f32_fn,
+/* AVX-512 strict in-place q4_K / q5_K (and q6_K, below) rows (tops__dot_super_f32_fn,
    kernels/kernels.h): per super-block the eight sub-blocks' scales and mins
    as the unpacker computes them (d * sc * mul, dmin * m * mul), each
    sub-block's 32 codes widened to f32 once and decoded in registers (q *
@@ -62,5 +62,51 @@ void tops__avx512_dot_super_min_f32(const tops__int_layout *lay, const uint8_t *
     case 2: super_min_f32(lay, blocks, mul, a, lda, 2, nsb, out); break;
     case 3: super_min_f32(lay, blocks, mul, a, lda, 3, nsb, out); break;
     default: super_min_f32(lay, blocks, mul, a, lda, 4, nsb, out); break;
+    }
+}
+
+/* q6_K (210 bytes: ql[128], qh[64], i8 scales[16], f16 d at 208): the
+   16 codes of sub-block j share their nibble and bit-pair positions (ql
+   bytes 64 hh + r % 64 >> 4 (r / 64), qh bytes 128 + 32 hh + r % 32 >> 2
+   (r / 32), r = 16 j % 128), so one 16-byte load of each gives them; q =
+   code - 32, weight q * d * sc_j * mul (the unpacker's scale). */
+static inline __attribute__((always_inline)) void super_6bit_f32(const uint8_t *blocks, float mul, const float *a,
+                                                                 int64_t lda, const int m, int64_t nsb, float *out) {
+    const __m128i m4 = _mm_set1_epi8(0x0F), m2 = _mm_set1_epi8(3);
+    const __m512i k32 = _mm512_set1_epi32(32);
+    __m512 acc[TOPS__SUPER_MAX_M];
+    for (int i = 0; i < m; i++) acc[i] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < nsb; s++) {
+        const uint8_t *blk = blocks + s * 210;
+        _mm_prefetch((const char *)(blk + 8 * 210), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 8 * 210 + 64), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 8 * 210 + 128), _MM_HINT_T0);
+        _mm_prefetch((const char *)(blk + 8 * 210 + 192), _MM_HINT_T0);
+        uint16_t hd;
+        memcpy(&hd, blk + 208, 2);
+        const float d = _cvtsh_ss(hd);
+        for (int j = 0; j < 16; j++) {
+            const int hh = j / 8, r = (16 * j) % 128;
+            const __m128i lo = _mm_and_si128(
+                _mm_srl_epi16(_mm_loadu_si128((const __m128i *)(blk + 64 * hh + r % 64)), _mm_cvtsi32_si128(4 * (r / 64))), m4);
+            const __m128i hi = _mm_and_si128(
+                _mm_srl_epi16(_mm_loadu_si128((const __m128i *)(blk + 128 + 32 * hh + r % 32)), _mm_cvtsi32_si128(2 * (r / 32))),
+                m2);
+            const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_or_si128(lo, _mm_slli_epi16(hi, 4))), k32);
+            const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(d * (float)(int8_t)blk[192 + j] * mul));
+            for (int i = 0; i < m; i++) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i * lda + s * 256 + 16 * j), w, acc[i]);
+        }
+    }
+    for (int i = 0; i < m; i++) out[i] = _mm512_reduce_add_ps(acc[i]);
+}
+
+void tops__avx512_dot_super_6bit_f32(const tops__int_layout *lay, const uint8_t *blocks, float mul, const float *a,
+                                     int64_t lda, int m, int64_t nsb, float *out) {
+    (void)lay;
+    switch (m) {
+    case 1: super_6bit_f32(blocks, mul, a, lda, 1, nsb, out); break;
+    case 2: super_6bit_f32(blocks, mul, a, lda, 2, nsb, out); break;
+    case 3: super_6bit_f32(blocks, mul, a, lda, 3, nsb, out); break;
+    default: super_6bit_f32(blocks, mul, a, lda, 4, nsb, out); break;
     }
 }

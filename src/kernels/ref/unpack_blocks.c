@@ -335,6 +335,30 @@ static void dot_min_super_f32(const tops__int_layout *lay, const uint8_t *blocks
     }
 }
 
+/* The strict TOPS__IF_SUPER_6BIT rows (q6_K): each weight (code - 32) *
+   d * sc_j * mul as the unpacker's q and scale, summed in order. */
+static void dot_6bit_super_f32(const tops__int_layout *lay, const uint8_t *blocks, float mul, const float *a,
+                               int64_t lda, int m, int64_t nsb, float *out) {
+    (void)lay;
+    for (int i = 0; i < m; i++) {
+        float acc = 0.0f;
+        for (int64_t s = 0; s < nsb; s++) {
+            const uint8_t *blk = blocks + s * 210;
+            uint16_t h;
+            memcpy(&h, blk + 208, 2);
+            const float d = tops__f16_to_f32(h);
+            for (int e = 0; e < 256; e++) {
+                const int hh = e / 128, r = e % 128;
+                const int lo = (blk[64 * hh + r % 64] >> (4 * (r / 64))) & 0xF;
+                const int hi = (blk[128 + 32 * hh + r % 32] >> (2 * (r / 32))) & 3;
+                const float scale = d * (float)(int8_t)blk[192 + e / 16] * mul;
+                acc = fmaf(a[i * lda + s * 256 + e], (float)((lo | (hi << 4)) - 32) * scale, acc);
+            }
+        }
+        out[i] = acc;
+    }
+}
+
 /* The tops__dot_super_fn entries: the rows one after another. */
 static void dot_min_super(const tops__int_layout *lay, const uint8_t *blocks, float mul, const tops__super_act *act,
                           int m, int64_t nsb, float *out) {
@@ -359,7 +383,8 @@ void tops__ref_fill_unpackers(tops__form_kernels *table) {
     table[TOPS__IF_SUPER_MIN] = (tops__form_kernels){.run = NULL, .run_min = unpack_super_min, .dot_super = dot_min_super,
                                                       .dot_super_f32 = dot_min_super_f32, .scales = NULL};
     table[TOPS__IF_SUPER_6BIT] = (tops__form_kernels){.run = unpack_super_6bit, .run_min = NULL,
-                                                      .dot_super = dot_super_6bit, .scales = NULL};
+                                                      .dot_super = dot_super_6bit, .dot_super_f32 = dot_6bit_super_f32,
+                                                      .scales = NULL};
     table[TOPS__IF_SUPER_SUBSCALE] = (tops__form_kernels){.run = unpack_super_subscale, .run_min = NULL,
                                                           .dot_super = dot_super_subscale, .scales = NULL};
 }
