@@ -297,7 +297,8 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     if (p->right.read == tops__read_rect_unpack && p->relaxed && tops__gemm_q8_takes(kern, right))
         return PLAN_INTEGER;
     /* Integer forms with mins (q4_1, q4_K, q5_K) only where activations are
-       quantized: their strict paths decode. */
+       quantized: their strict paths decode (at M <= 4 q4_K / q5_K in
+       registers, dot_super_f32, on the rows above). */
     if (p->relaxed && !p->right.k_major && !p->right.packed && !tops__is_packed(right) &&
         kern->unpack[right->format.id].run_min && tops__gemm_q8_takes(kern, right))
         return PLAN_INTEGER;

@@ -335,7 +335,8 @@ static void run_plain_and_packed(const tops__kernels *kern, int threads, const t
 }
 
 static void test_packed_in_place(void) {
-    /* q4_1, q4_K and q5_K (the forms with mins) only relaxed: strict, they decode */
+    /* q4_1, q4_K and q5_K (the forms with mins) only relaxed: strict, their packed weights are f32
+       panels (q4_K / q5_K plain rows decode in registers: test_matmul2d_paths checks those against f64) */
     const tops_format fmts[10] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_MXFP4, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_INT4_G, 16, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0},
