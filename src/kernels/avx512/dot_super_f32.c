@@ -28,12 +28,20 @@ static inline __attribute__((always_inline)) void super_min_f32(const tops__int_
         uint16_t hd, hm;
         memcpy(&hd, blk, 2);
         memcpy(&hm, blk + 2, 2);
-        const float d = _cvtsh_ss(hd), dmin = _cvtsh_ss(hm);
+        /* the eight scales and mins at once, as the unpacker rounds them: (d * sc) * mul */
+        uint64_t sc8, mn8;
+        tops__kquant_scales8(blk + TOPS__KQ_SCALES, &sc8, &mn8);
+        _Alignas(32) float scf[8], mnf[8];
+        const __m256 vmul = _mm256_set1_ps(mul);
+        _mm256_store_ps(scf, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hd)),
+                                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)sc8)))),
+                                           vmul));
+        _mm256_store_ps(mnf, _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(hm)),
+                                                         _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn8)))),
+                                           vmul));
         const uint8_t *qs = blk + (five ? TOPS__KQ_QS5 : TOPS__KQ_QS4), *qh = blk + TOPS__KQ_QH;
         for (int j = 0; j < 8; j++) {
-            int sc, mn;
-            tops__kquant_scale_min(blk + TOPS__KQ_SCALES, j, &sc, &mn);
-            const __m512 scale = _mm512_set1_ps(d * (float)sc * mul), min = _mm512_set1_ps(dmin * (float)mn * mul);
+            const __m512 scale = _mm512_set1_ps(scf[j]), min = _mm512_set1_ps(mnf[j]);
             __m512 w[2];
             for (int h = 0; h < 2; h++) { /* elements 16 h .. 16 h + 15 of sub-block j */
                 __m128i q = _mm_loadu_si128((const __m128i *)(qs + 32 * (j / 2) + 16 * h));
@@ -84,7 +92,12 @@ static inline __attribute__((always_inline)) void super_6bit_f32(const uint8_t *
         _mm_prefetch((const char *)(blk + 8 * 210 + 192), _MM_HINT_T0);
         uint16_t hd;
         memcpy(&hd, blk + 208, 2);
-        const float d = _cvtsh_ss(hd);
+        /* the sixteen scales at once, as the unpacker rounds them: (d * sc) * mul */
+        _Alignas(64) float scf[16];
+        _mm512_store_ps(scf, _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(_cvtsh_ss(hd)),
+                                                         _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                                             _mm_loadu_si128((const __m128i *)(blk + 192))))),
+                                           _mm512_set1_ps(mul)));
         for (int j = 0; j < 16; j++) {
             const int hh = j / 8, r = (16 * j) % 128;
             const __m128i lo = _mm_and_si128(
@@ -93,7 +106,7 @@ static inline __attribute__((always_inline)) void super_6bit_f32(const uint8_t *
                 _mm_srl_epi16(_mm_loadu_si128((const __m128i *)(blk + 128 + 32 * hh + r % 32)), _mm_cvtsi32_si128(2 * (r / 32))),
                 m2);
             const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_or_si128(lo, _mm_slli_epi16(hi, 4))), k32);
-            const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(d * (float)(int8_t)blk[192 + j] * mul));
+            const __m512 w = _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(scf[j]));
             for (int i = 0; i < m; i++) acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i * lda + s * 256 + 16 * j), w, acc[i]);
         }
     }
