@@ -13,6 +13,8 @@
 
 #include <string.h>
 
+#include "kernels/avx2/hsum.h"
+
 #include "kernels/ref/kquant.h"
 
 /* Lane j = sub-block j; scales and mins as the scalar rows compute them
@@ -50,12 +52,7 @@ static inline __attribute__((always_inline)) void kq_dot_min(const uint8_t *bloc
             acc[i] = _mm256_fnmadd_ps(_mm256_loadu_ps(act[i].amin + s * 8), min, acc[i]);
         }
     }
-    for (int i = 0; i < m; i++) {
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        out[i] = _mm_cvtss_f32(h);
-    }
+    for (int i = 0; i < m; i++) out[i] = tops__hsum8_ps(acc[i]);
 }
 
 static inline __attribute__((always_inline)) void kq_dot_min_m(const tops__int_layout *lay, const uint8_t *blocks,

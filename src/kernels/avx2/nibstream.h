@@ -1,8 +1,10 @@
 /* What the AVX2 and AVX-512 VNNI row-stream kernels share
    (kernels/avx2/dot_q8.c, kernels/avx512/nibstream_vnni.c): the stream's
-   lane order, prefetch distances, lane sum and the e8m0 check for the bit-add path (tops__nibstream_act). */
+   lane order, prefetch distances and the e8m0 check for the bit-add path (tops__nibstream_act). */
 #ifndef TOPS_KERNELS_AVX2_NIBSTREAM_H
 #define TOPS_KERNELS_AVX2_NIBSTREAM_H
+
+#include "kernels/avx2/hsum.h"
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -20,15 +22,6 @@ enum { TOPS__NIBSTREAM_PREFETCH_L2 = 8192, TOPS__NIBSTREAM_PREFETCH_L1 = 1024 };
    0, 512, 1024, 2048 and 4096, 512 gave the lowest times at M = 1 with one
    thread (on a loaded VM: not tuned at two threads). */
 enum { TOPS__NIB_PREFETCH = 512 };
-
-/* The eight lanes' sum ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)):
-   the order the four-row dots promise (kernels/kernels.h). */
-static inline float tops__hsum8_ps(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* Lane l of a super-block's vectors holds block tops__nibstream_lane(l). */
 static inline __m256i tops__stream_lanes(void) { return _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7); }

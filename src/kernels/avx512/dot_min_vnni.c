@@ -138,13 +138,8 @@ static inline __attribute__((always_inline)) void q6_dot(const tops__int_layout 
                                      acc[i]);
         }
     }
-    for (int i = 0; i < m; i++) {
-        const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(acc[i]), _mm512_extractf32x8_ps(acc[i], 1));
-        __m128 g = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        g = _mm_add_ps(g, _mm_movehl_ps(g, g));
-        g = _mm_add_ss(g, _mm_movehdup_ps(g));
-        out[i] = _mm_cvtss_f32(g);
-    }
+    for (int i = 0; i < m; i++) /* h_j = l_j + l_{j+8}, then the eight-lane tree */
+        out[i] = tops__hsum8_ps(_mm256_add_ps(_mm512_castps512_ps256(acc[i]), _mm512_extractf32x8_ps(acc[i], 1)));
 }
 
 static void q6_dot_super512(const tops__int_layout *lay, const uint8_t *blocks, float mul, const tops__super_act *act,
@@ -224,12 +219,7 @@ static inline __attribute__((always_inline)) void iq4_dot(const tops__int_layout
                                      acc[i]);
         }
     }
-    for (int i = 0; i < m; i++) {
-        __m128 h = _mm_add_ps(_mm256_castps256_ps128(acc[i]), _mm256_extractf128_ps(acc[i], 1));
-        h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-        h = _mm_add_ss(h, _mm_movehdup_ps(h));
-        out[i] = _mm_cvtss_f32(h);
-    }
+    for (int i = 0; i < m; i++) out[i] = tops__hsum8_ps(acc[i]);
 }
 
 static void iq4_dot_super512(const tops__int_layout *lay, const uint8_t *blocks, float mul, const tops__super_act *act,

@@ -162,6 +162,21 @@ static void unpack_super_subscale(const tops__qweight *w, int64_t row, int64_t k
     }
 }
 
+/* q6_K's q = code - 32 of element e (0..255) of a 210-byte super-block:
+   its low four bits in ql, its high two in qh. */
+static inline int q6_code(const uint8_t *blk, int e) {
+    const int hh = e / 128, r = e % 128;
+    const int lo = (blk[64 * hh + r % 64] >> (4 * (r / 64))) & 0xF;
+    const int hi = (blk[128 + 32 * hh + r % 32] >> (2 * (r / 32))) & 3;
+    return (lo | (hi << 4)) - 32;
+}
+/* ... and the scale of its sub-block j of 16, d * sc_j * mul. */
+static inline float q6_scale(const uint8_t *blk, int j, float mul) {
+    uint16_t h;
+    memcpy(&h, blk + 208, 2);
+    return tops__f16_to_f32(h) * (float)(int8_t)blk[192 + j] * mul;
+}
+
 /* TOPS__IF_SUPER_6BIT (q6_K: 210-byte super-blocks of 256: ql[128],
    qh[64], i8 scales[16], f16 d): q = code - 32 in [-32, 31], one scale
    d * sc per 16 (the traits row's sub_block), the decoder's f32 product. */
@@ -177,15 +192,8 @@ static void unpack_super_6bit(const tops__qweight *w, int64_t row, int64_t k0, i
             continue;
         }
         const uint8_t *blk = data + (kb / 256) * w->block_bytes;
-        uint16_t h;
-        memcpy(&h, blk + 208, 2);
-        for (int j = 0; j < 16; j++) {
-            const int e = (int)(kb % 256) + j, hh = e / 128, r = e % 128;
-            const int lo = (blk[64 * hh + r % 64] >> (4 * (r / 64))) & 0xF;
-            const int hi = (blk[128 + 32 * hh + r % 32] >> (2 * (r / 32))) & 3;
-            qb[j] = (int8_t)((lo | (hi << 4)) - 32);
-        }
-        scale[b] = tops__f16_to_f32(h) * (float)(int8_t)blk[192 + (kb % 256) / 16] * w->mul;
+        for (int j = 0; j < 16; j++) qb[j] = (int8_t)q6_code(blk, (int)(kb % 256) + j);
+        scale[b] = q6_scale(blk, (int)(kb % 256) / 16, w->mul);
         for (int64_t j = K - kb; j < 16; j++) qb[j] = 0; /* the tail block's unused elements */
     }
 }
@@ -272,19 +280,10 @@ static float dot_6bit_row(const tops__int_layout *lay, const uint8_t *blocks, fl
     float lane[16] = {0};
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *blk = blocks + s * 210;
-        uint16_t h;
-        memcpy(&h, blk + 208, 2);
-        const float d = tops__f16_to_f32(h);
         for (int j = 0; j < 16; j++) {
             int32_t sum = 0;
-            for (int l = 0; l < 16; l++) {
-                const int e = 16 * j + l, hh = e / 128, r = e % 128;
-                const int lo = (blk[64 * hh + r % 64] >> (4 * (r / 64))) & 0xF;
-                const int hi = (blk[128 + 32 * hh + r % 32] >> (2 * (r / 32))) & 3;
-                sum += ((lo | (hi << 4)) - 32) * aq[s * 256 + e];
-            }
-            const float scale = d * (float)(int8_t)blk[192 + j] * mul;
-            lane[j] = fmaf((float)sum, as[s * 16 + j] * scale, lane[j]);
+            for (int l = 0; l < 16; l++) sum += q6_code(blk, 16 * j + l) * aq[s * 256 + 16 * j + l];
+            lane[j] = fmaf((float)sum, as[s * 16 + j] * q6_scale(blk, j, mul), lane[j]);
         }
     }
     float g[4];
@@ -344,16 +343,8 @@ static void dot_6bit_super_f32(const tops__int_layout *lay, const uint8_t *block
         float acc = 0.0f;
         for (int64_t s = 0; s < nsb; s++) {
             const uint8_t *blk = blocks + s * 210;
-            uint16_t h;
-            memcpy(&h, blk + 208, 2);
-            const float d = tops__f16_to_f32(h);
-            for (int e = 0; e < 256; e++) {
-                const int hh = e / 128, r = e % 128;
-                const int lo = (blk[64 * hh + r % 64] >> (4 * (r / 64))) & 0xF;
-                const int hi = (blk[128 + 32 * hh + r % 32] >> (2 * (r / 32))) & 3;
-                const float scale = d * (float)(int8_t)blk[192 + e / 16] * mul;
-                acc = fmaf(a[i * lda + s * 256 + e], (float)((lo | (hi << 4)) - 32) * scale, acc);
-            }
+            for (int e = 0; e < 256; e++)
+                acc = fmaf(a[i * lda + s * 256 + e], (float)q6_code(blk, e) * q6_scale(blk, e / 16, mul), acc);
         }
         out[i] = acc;
     }
