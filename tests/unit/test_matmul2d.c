@@ -337,17 +337,18 @@ static void run_plain_and_packed(const tops__kernels *kern, int threads, const t
 static void test_packed_in_place(void) {
     /* q4_1, q4_K and q5_K (the forms with mins) only relaxed: strict, their packed weights are f32
        panels (q4_K / q5_K plain rows decode in registers: test_matmul2d_paths checks those against f64) */
-    const tops_format fmts[10] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
+    const tops_format fmts[12] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_MXFP4, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_INT4_G, 16, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0},
                                   {TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, {TOPS_FMT_Q5_K, 0, TOPS_DT_NONE},
-                                  {TOPS_FMT_Q4_1, 0, TOPS_DT_NONE}, {TOPS_FMT_IQ4_NL, 0, TOPS_DT_NONE}};
+                                  {TOPS_FMT_Q4_1, 0, TOPS_DT_NONE}, {TOPS_FMT_IQ4_NL, 0, TOPS_DT_NONE},
+                                  {TOPS_FMT_INT4_G, 128, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 64, TOPS_DT_BF16}};
     /* M <= 4 with K % 32 == 0: the four-row in-place dots (strict and
        relaxed) and, packed relaxed, the row stream: K of 2, 3, 13 (a part
        super-block) and 75 blocks (two chunks), N with and without a part
        group of four. */
     const int64_t ms[5] = {1, 2, 3, 4, 33}, ns[4] = {1, 8, 21, 31}, ks[7] = {64, 96, 416, 2400, 70, 4095, 2304};
-    for (int f = 0; f < 10; f++)
+    for (int f = 0; f < 12; f++)
         for (int v = 0; v < 10; v++) {
             if (f >= 6 && f <= 8 && v < 5) continue;
             int64_t m = ms[v % 5], n = ns[th_next(&rng) % 4], k = ks[th_next(&rng) % 7];
@@ -408,11 +409,13 @@ static void test_packed_in_place(void) {
             char b1[160], b2[160];
             ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &w, &c1, b1, sizeof b1));
             ASSERT_OK(tops_matmul2d_path(NULL, &d, &a.t, &pk, &c2, b2, sizeof b2));
-            /* the row stream: relaxed 4-bit blocks of 32 with f16 / e8m0 scales, or of 16 with f16 / ue4m3
-               scales (nvfp4, int4-g16), packed where the level has its kernel; iq4_nl's wide table where
-               the level's four-row kernels take it (else its rows are the integer rows) */
+            /* the row stream: relaxed 4-bit blocks of 32 with f16 / e8m0 scales (also one f16 scale over
+               several blocks: int4-g128), or of 16 with f16 / ue4m3 scales (nvfp4, int4-g16), packed where
+               the level has its kernel; iq4_nl's wide table where the level's four-row kernels take it
+               (else its rows are the integer rows) */
             const int wide_ok = tops__kernels_get()->nib_wide;
-            const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 && (f < 6 || (f == 9 && wide_ok)) &&
+            const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 &&
+                                (f < 6 || f == 10 || (f == 9 && wide_ok)) &&
                                 tops__kernels_get()->dot_q8_nibstream_x4 != NULL;
             /* m > 4 at a level with AMX kernels: integer forms on the code tiles (i8: relaxed below the
                crossover; bf16: strict, but for weights exact in one bf16 term), the rest on the bf16 terms */

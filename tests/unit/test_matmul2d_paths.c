@@ -513,12 +513,17 @@ static void test_dot_super_exact(void) {
    blocks kept finite), any k0, and a K that ends inside a block. */
 static void test_unpackers_match_reference(void) {
     const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
-    enum { N = 3, K = 800, NMAX = 832 };
-    for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
+    enum { N = 3, K = 2080, NMAX = 2112 }; /* K: over 16 groups of 128 (the unpackers' wide steps) */
+    /* integer groups also wider than the sub-block (a scale over several:
+       int4-g128), with each scale dtype's decoder */
+    static const tops_format wide[4] = {{TOPS_FMT_INT4_G, 128, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 64, TOPS_DT_BF16},
+                                        {TOPS_FMT_INT8_G, 128, TOPS_DT_F32}, {TOPS_FMT_INT4_G, 256, TOPS_DT_E8M0}};
+    for (int vi = 0; vi < TOPS_FMT_COUNT_ + 4; vi++) {
+        const int id = vi < TOPS_FMT_COUNT_ ? vi : (int)wide[vi - TOPS_FMT_COUNT_].id;
         const int with_min = !ref->unpack[id].run && ref->unpack[id].run_min;
         if (!ref->unpack[id].run && !with_min) continue;
         const tops_format_info *info = tops_format_get_info((tops_format_id)id);
-        tops_format f = {(tops_format_id)id, 0, TOPS_DT_NONE};
+        tops_format f = vi < TOPS_FMT_COUNT_ ? (tops_format){(tops_format_id)id, 0, TOPS_DT_NONE} : wide[vi - TOPS_FMT_COUNT_];
         int64_t ext[2] = {N, K};
         tops_tensor t;
         if (tops_tensor_create(f, 2, ext, (tops_memory){TOPS_DEVICE_CPU, 0}, &t) != TOPS_OK) {
@@ -551,8 +556,10 @@ static void test_unpackers_match_reference(void) {
             const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
             if (!kern || (!kern->unpack[id].run && !kern->unpack[id].run_min)) continue;
             for (int64_t row = 0; row < N; row++)
-                for (int64_t k0 = 0; k0 < K; k0 += 7 * sub) {
-                    const int64_t n = (NMAX - k0) / sub * sub;
+                for (int64_t k0 = 0, it = 0; k0 < K; k0 += it % 2 ? 7 * sub : 0, it++) {
+                    /* past K (the scalar tail), then inside it (the unpackers' whole-vector paths) */
+                    const int64_t n = (it % 2 ? NMAX - k0 : K - k0) / sub * sub;
+                    if (n == 0) continue;
                     if (with_min) {
                         ref->unpack[id].run_min(&qw, row, k0, n, q0, s0, m0);
                         kern->unpack[id].run_min(&qw, row, k0, n, q1, s1, m1);

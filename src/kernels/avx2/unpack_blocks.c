@@ -31,9 +31,46 @@ static inline __m256i map_codes(const tops__int_layout *lay, __m256i v) {
    of the scalar decoder's values; the rest (and any tail beyond K) by the
    scalar row. */
 static float e8m0_table[256], ue4m3_table[256];
+/* One scale entry as f32 (the scalar decoder's value). */
+static inline float scale_entry(tops_dtype dt, const uint8_t *e) {
+    if (dt == TOPS_DT_E8M0) return e8m0_table[*e];
+    if (dt == TOPS_DT_UE4M3) return ue4m3_table[*e];
+    if (dt == TOPS_DT_F32) {
+        float v;
+        memcpy(&v, e, 4);
+        return v;
+    }
+    uint16_t h;
+    memcpy(&h, e, 2);
+    return dt == TOPS_DT_BF16 ? tops__bits_f32((uint32_t)h << 16) : _cvtsh_ss(h);
+}
+
 static void unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
     const int sub = w->sub;
     const tops_dtype dt = w->scale_dtype;
+    if (w->scales && w->group > sub && w->group % sub == 0 && k0 % sub == 0 && k0 + n <= w->k) {
+        /* groups of several sub-blocks (int4-g128): each entry decoded once */
+        const int64_t nb = n / sub, per = w->group / sub, g0 = k0 / w->group;
+        const uint8_t *e = w->scales + row * w->scale_row + g0 * w->scale_step;
+        int64_t b = 0, left = per - (k0 - g0 * w->group) / sub; /* sub-blocks left in the first group */
+        if (dt == TOPS_DT_F16 && w->scale_step == 2 && left == per && (per == 2 || per == 4)) {
+            /* 8 f16 entries a step, each stored per times */
+            const __m256 mul = _mm256_set1_ps(w->mul);
+            const __m256i lo = per == 2 ? _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3) : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+            const __m256i step = _mm256_set1_epi32(8 / (int)per);
+            for (; b + 8 * per <= nb; b += 8 * per, e += 16) {
+                const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e)), mul);
+                __m256i idx = lo;
+                for (int64_t j = 0; j < per; j++, idx = _mm256_add_epi32(idx, step))
+                    _mm256_storeu_ps(scale + b + 8 * j, _mm256_permutevar8x32_ps(v, idx));
+            }
+        }
+        for (; b < nb; e += w->scale_step, left = per) {
+            const float s = scale_entry(dt, e) * w->mul;
+            for (; b < nb && left > 0; b++, left--) scale[b] = s;
+        }
+        return;
+    }
     if (!w->scales || w->group != sub || k0 + n > w->k || (dt != TOPS_DT_F16 && dt != TOPS_DT_E8M0 && dt != TOPS_DT_UE4M3)) {
         tops__ref_unpack_scales(w, row, k0, n, scale);
         return;
