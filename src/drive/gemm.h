@@ -112,6 +112,9 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, const
                           int64_t count, uint8_t *out);
 /* Whether the row driver reads p's 8-bit weight rows in place (relaxed). */
 int tops__gemv_bytes_in_place(const tops__gemm_problem *p);
+/* Whether p's relaxed weight rows have no in-place reader (2-bit codes):
+   the row driver would unpack and dot them one row at a time. */
+int tops__gemv_unpacks_rows(const tops__gemm_problem *p);
 /* Whether the row driver reads p's weights from the row stream. */
 int tops__gemv_streams(const tops__gemm_problem *p);
 

@@ -184,6 +184,11 @@ int tops__gemv_bytes_in_place(const tops__gemm_problem *p) {
            tops__unpack_sub(p->right.t) == 32 && p->k % 32 == 0;
 }
 
+int tops__gemv_unpacks_rows(const tops__gemm_problem *p) {
+    const tops__unpacker *up = &p->kern->unpack[p->right.t->format.id];
+    return p->relaxed && up->run && !up->nib.block_bytes && !up->byte.block_bytes && !up->dot_super;
+}
+
 int tops__gemv_streams(const tops__gemm_problem *p) {
     return p->relaxed && p->nib_stream.data && p->kern->dot_q8_nibstream_x4 && p->k % 32 == 0 &&
            p->m <= GEMV_STREAM_M;

@@ -267,12 +267,13 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     p->scratch_bytes = in->exec.scratch_bytes;
     p->relaxed = desc->relaxed_precision;
     /* Few rows and weights stored [N, K]: stream the weight rows once.
-       Relaxed 8-bit rows (read in place, one dot per activation row) above
-       the level's gemv_q8_bytes_max_m take the integer microkernel instead,
-       as from 5; not at AMX levels (their panels differ). */
+       Relaxed 8-bit rows (read in place, one dot per activation row) and
+       rows with no in-place reader (2-bit codes) above the level's
+       gemv_q8_bytes_max_m take the integer microkernel instead, as from 5;
+       not at AMX levels (their panels differ). */
     if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed &&
         !(p->m > kern->gemv_q8_bytes_max_m && !kern->amx_bf16t.run && p->right.read == tops__read_rect_unpack &&
-          tops__gemv_bytes_in_place(p) && tops__gemm_q8_takes(kern, right)))
+          (tops__gemv_bytes_in_place(p) || tops__gemv_unpacks_rows(p)) && tops__gemm_q8_takes(kern, right)))
         return PLAN_ROWS;
     /* AMX from AMX_MIN_M rows: what runs when (measured on the Xeon,
        docs/architecture.md).  Integer forms (sub-blocks dividing 32), the

@@ -94,8 +94,8 @@ static void unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64
 }
 
 /* TOPS__IF_CODES: 4-bit codes (i4 groups, e2m1 MX/nvfp4) in whole vectors
-   of 32 inside K through the map, 8-bit codes copied, the scalar unpacker
-   for 2-bit codes and the rest. */
+   of 32 inside K through the map, 2-bit ones (i2 groups) sign-extended in
+   vectors of 32, 8-bit codes copied, the scalar unpacker for the rest. */
 static void unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
     const uint8_t *data = w->data + row * w->row_bytes;
     const int64_t K = w->k;
@@ -108,6 +108,18 @@ static void unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_
         if (w->lay.code_bits == 4)
             for (; i + 32 <= n && k0 + i + 32 <= K; i += 32)
                 _mm256_storeu_si256((__m256i *)(q + i), map_codes(&w->lay, nibbles_interleaved(data + (k0 + i) / 2)));
+        if (w->lay.code_bits == 2 && k0 % 4 == 0) {
+            /* 8 bytes -> 32 codes, lowest bits first, sign-extended through a table */
+            const __m128i m3 = _mm_set1_epi8(3), sext = _mm_setr_epi8(0, 1, -2, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+            for (; i + 32 <= n && k0 + i + 32 <= K; i += 32) {
+                const __m128i x = _mm_loadl_epi64((const __m128i *)(data + (k0 + i) / 4));
+                const __m128i a = _mm_unpacklo_epi8(_mm_and_si128(x, m3), _mm_and_si128(_mm_srli_epi64(x, 2), m3));
+                const __m128i b = _mm_unpacklo_epi8(_mm_and_si128(_mm_srli_epi64(x, 4), m3),
+                                                    _mm_and_si128(_mm_srli_epi64(x, 6), m3));
+                _mm_storeu_si128((__m128i *)(q + i), _mm_shuffle_epi8(sext, _mm_unpacklo_epi16(a, b)));
+                _mm_storeu_si128((__m128i *)(q + i + 16), _mm_shuffle_epi8(sext, _mm_unpackhi_epi16(a, b)));
+            }
+        }
         if (i < n) tops__ref_unpack_codes(w, row, k0 + i, n - i, q + i);
     }
     unpack_scales(w, row, k0, n, scale);
