@@ -203,6 +203,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->lut16_row = tops__avx2_lut16_row;
         k->dot_f32_x4 = tops__avx2_dot_f32_x4;
         k->dot_half_x4 = tops__avx2_dot_half_x4;
+        k->dot_fp8_rows = tops__avx2_dot_fp8_rows;
         k->dot_q8_nibbles_x4 = tops__avx2_dot_q8_nibbles_x4;
         k->nib_wide = 0;
         k->dot_f32_nibbles_x4 = tops__avx2_dot_f32_nibbles_x4;
@@ -247,6 +248,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->forms[TOPS__IF_SUPER_MIN].dot_super_f32 = tops__avx512_dot_super_min_f32;
         k->forms[TOPS__IF_SUPER_6BIT].dot_super_f32 = tops__avx512_dot_super_6bit_f32;
         k->conv_f32_rows_name = "tops_conv_f32_6x64_rows__avx512";
+        k->dot_fp8_rows = tops__avx512_dot_fp8_rows;
     }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,

@@ -115,6 +115,10 @@ int tops__gemv_bytes_in_place(const tops__gemm_problem *p);
 /* Whether p's relaxed weight rows have no in-place reader (2-bit codes):
    the row driver would unpack and dot them one row at a time. */
 int tops__gemv_unpacks_rows(const tops__gemm_problem *p);
+/* Whether p's weights are fp8 element rows (e4m3, e5m2; plain or a scale
+   per row: -ch) that the row driver reads in place, four at a time
+   (dot_fp8_rows), each row's sum times its scale, then the tensor scale. */
+int tops__gemv_fp8_rows(const tops__gemm_problem *p);
 /* Whether the row driver reads p's weights from the row stream. */
 int tops__gemv_streams(const tops__gemm_problem *p);
 

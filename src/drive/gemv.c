@@ -8,6 +8,7 @@
 #include "drive/gemm.h"
 #include "drive/qweight.h"
 #include "core/threads.h"
+#include "formats/elem.h"
 
 #include <math.h>
 #include <string.h>
@@ -194,6 +195,22 @@ int tops__gemv_streams(const tops__gemm_problem *p) {
            p->m <= GEMV_STREAM_M;
 }
 
+int tops__gemv_fp8_rows(const tops__gemm_problem *p) {
+    const tops_tensor *w = p->right.t;
+    return p->kern->dot_fp8_rows && !p->right.k_major && !p->right.packed && tops__has_element_reader(w) &&
+           w->stride[1] == 1 && (!w->scales.data || tops_format_get_info(w->format.id)->block < 0);
+}
+
+/* Row r's scale of fp8_rows weights (1 without a scale plane). */
+static float fp8_row_scale(const tops_tensor *w, int64_t r) {
+    const tops_plane *sp = &w->scales;
+    if (!sp->data) return 1.0f;
+    uint32_t code = 0;
+    const int esz = (tops_dtype_bits(sp->dtype) + 7) / 8;
+    memcpy(&code, (const unsigned char *)sp->data + r * sp->stride[0] * esz, (size_t)esz);
+    return tops__decode_elem(sp->dtype, code);
+}
+
 /* Row m of the left operand as f32 over all of K, zero-padded to kp. */
 static void load_activation_row(const tops__kernels *kern, const tops__gemm_operand *left, int64_t m, int64_t k,
                                 int64_t kp, float *out) {
@@ -247,6 +264,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     /* q8_0's blocks (34 bytes, an f16 scale first): the dot reads the scales itself. */
     const int hdr_x4 = bytes_x4 && kern->dot_q8_hdr_x4 && up.byte.block_bytes == 34 && up.byte.header == 2 &&
                        qw.lay.scale_enc == TOPS__SE_F16;
+    /* fp8 rows decoded in registers (not integer forms) */
+    const int fp8_x4 = !integer && tops__gemv_fp8_rows(p);
+    const int fp8_e5m2 = fp8_x4 && tops_format_get_info(w->format.id)->element == TOPS_DT_E5M2;
     /* Activations in the nibbles' order ([evens, odds] per block) for the strict in-place dot. */
     const int permuted = nib_x4 && nib_strict && !up.nib.split;
     const int64_t M = p->m, N = p->n, K = p->k, kp = tops__round_up(K, 32), n_subs = kp / sub;
@@ -337,8 +357,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                strict integer forms (four rows unpacked per chunk). */
             const int strict_x4 = integer && !relaxed && !strict_super;
             const int half_x4 = !integer && p->right.direct_half && kern->dot_half_x4;
-            if (j + 4 <= nn &&
-                (nib_x4 || bytes_x4 || (!in_place && (strict_x4 || (!integer && (p->right.direct_f32 || half_x4)))))) {
+            if (j + 4 <= nn && (nib_x4 || bytes_x4 ||
+                                (!in_place && (strict_x4 || (!integer && (p->right.direct_f32 || half_x4 || fp8_x4)))))) {
                 for (int64_t m = 0; m < M; m++)
                     for (int r = 1; r < 4; r++) acc[m * N_BLOCK + j + r] = 0.0f;
                 for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
@@ -402,6 +422,14 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                             kern->dot_half_x4(a + m * kp + k0, b, w->stride[0], kv, p->right.direct_half == TOPS_DT_BF16, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
                         }
+                    } else if (fp8_x4) { /* e4m3 / e5m2 rows in place, decoded as they load */
+                        int64_t kv = K - k0 < kc ? K - k0 : kc;
+                        const uint8_t *b = (const uint8_t *)w->data + (n0 + j) * w->stride[0] + k0;
+                        float rs[4], dm[4 * TOPS__FP8_ROWS_MAX_M];
+                        for (int r = 0; r < 4; r++) rs[r] = fp8_row_scale(w, n0 + j + r);
+                        kern->dot_fp8_rows(a + k0, kp, (int)M, b, w->stride[0], kv, fp8_e5m2, dm);
+                        for (int64_t m = 0; m < M; m++)
+                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += dm[4 * m + r] * rs[r] * w->tensor_scale;
                     } else {
                         int64_t kv = K - k0 < kc ? K - k0 : kc;
                         const float *b = (const float *)w->data + (n0 + j) * w->stride[0] + k0;

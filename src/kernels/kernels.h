@@ -54,6 +54,10 @@ static inline float tops__int_unit(tops_dtype element) {
     return element == TOPS_DT_E2M1 ? 0.5f : element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
 }
 
+/* The most activation rows a dot_fp8_rows call takes. */
+enum { TOPS__FP8_ROWS_MAX_M = 4 };
+typedef void (*tops__dot_fp8_rows_fn)(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n,
+                                      int e5m2, float *out);
 typedef void (*tops__unpack_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
 /* The integer form with a per-sub-block offset (q4_1, q4_K, q5_K: element =
    q * scale - min, q >= 0): as tops__unpack_fn, plus min[b] for each
@@ -643,6 +647,11 @@ typedef struct tops__kernels {
        same sums in the same order as dot_f32_x4 on the rows' f32 values,
        so 16-bit weights give the bits of their f32 copy.  NULL: none. */
     void (*dot_half_x4)(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
+    /* Four e4m3 (e5m2 set: e5m2) byte rows (b + r * ldb, r < 4) against
+       m <= TOPS__FP8_ROWS_MAX_M activation rows (a + i * lda), each code
+       decoded exactly in registers (NaN stays NaN), no scale (the caller
+       scales each row's sum): out[4 * i + r].  NULL: none. */
+    tops__dot_fp8_rows_fn dot_fp8_rows;
     /* dot_q8_nibbles over four rows (blocks + r * row_bytes, scales
        ws + r * ld_ws), out[r] = dot.  Summation order (the row stream's
        too): per super-block of 8 blocks, lane l of an f32 vector takes
@@ -870,6 +879,10 @@ float tops__avx2_dot_f32(const float *a, const float *b, int64_t n);
 void tops__avx2_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table);
 void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
 void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
+void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
+                             float *out);
+void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
+                               float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                   int64_t nb, int sub, float *out);

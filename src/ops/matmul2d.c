@@ -426,6 +426,7 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                               ? (up->dot_super && p.k % 256 == 0 ? "super-blocks with mins in place, i8 dots"
                                                                : "integer rows with mins, i8 dots")
                           : up && !p.relaxed && up->dot_super_f32 && p.k % 256 == 0 ? "super-blocks in place, f32 dots"
+                          : (!up || !up->run) && tops__gemv_fp8_rows(&p) ? "fp8 rows in place, f32 dots"
                           : !up || !up->run    ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
                           : up->dot_super && p.k % 256 == 0 ? "super-blocks in place, i8 dots"

@@ -703,6 +703,92 @@ static void test_half_rows_match_f32(void) {
         }
 }
 
+/* fp8 weight rows read in place (dot_fp8_rows at M <= 4): every finite
+   code decoded exactly (one-hot activations: each output is one code),
+   a NaN code makes its row's outputs NaN, and per-row scales (-ch) and
+   the tensor scale keep random products within the strict bound of f64,
+   at every level, K with and without a tail of 16 and over a chunk. */
+static void test_fp8_rows(void) {
+    const tops_format_id ids[4] = {TOPS_FMT_E4M3, TOPS_FMT_E5M2, TOPS_FMT_E4M3_CH, TOPS_FMT_E5M2_CH};
+    for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+        const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+        if (!kern) continue;
+        tops_exec ex = tops_exec_default();
+        tops_matmul2d_desc md = plain_desc();
+        md.transpose_right = 1;
+        for (int e5 = 0; e5 < 2; e5++) { /* exact codes, then NaN */
+            enum { N = 8, K = 259 };
+            const int m = 4;
+            void *ab, *wb, *db;
+            tops_tensor a = make_plain(TOPS_DT_F32, m, K, &ab), c = make_plain(TOPS_DT_F32, m, N, &db);
+            int64_t ext[2] = {N, K};
+            tops_tensor w;
+            ASSERT_OK(tops_tensor_create(tops_format_of(e5 ? TOPS_DT_E5M2 : TOPS_DT_E4M3), 2, ext,
+                                         (tops_memory){TOPS_DEVICE_CPU, 0}, &w));
+            wb = w.data;
+            uint8_t *codes = wb;
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t k = 0; k < K; k++) {
+                    uint8_t v = (uint8_t)(k + 37 * j);
+                    const int special = e5 ? (v & 0x7C) == 0x7C : (v & 0x7F) == 0x7F; /* inf / NaN */
+                    codes[j * K + k] = special ? 0 : v;
+                }
+            const int64_t at[4] = {0, 17, 255, 258};
+            memset(ab, 0, sizeof(float) * m * K);
+            for (int i = 0; i < m; i++) ((float *)ab)[i * K + at[i]] = 1.0f;
+            mm_poison(&c);
+            ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a, &w, &c));
+            for (int i = 0; i < m; i++)
+                for (int64_t j = 0; j < N; j++) {
+                    const uint8_t v = codes[j * K + at[i]];
+                    const float want = e5 ? tops__e5m2_to_f32(v) : tops__e4m3_to_f32(v), got = ((float *)db)[i * N + j];
+                    if (!(got == want)) /* a sum: -0 comes out +0 */
+                        TH_FAIL_AT("isa=%s %s code 0x%02x: %g, want %g", tops_isa_name((tops_isa)isa), e5 ? "e5m2" : "e4m3",
+                                   v, got, want);
+                }
+            /* a NaN code in row 5 (e5m2: an inf times 0 also NaN; the activations all 1) */
+            codes[5 * K + 100] = e5 ? 0x7E : 0xFF;
+            for (int64_t q = 0; q < m * K; q++) ((float *)ab)[q] = 1.0f;
+            ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a, &w, &c));
+            for (int i = 0; i < m; i++)
+                for (int64_t j = 0; j < N; j++)
+                    if (isnan(((float *)db)[i * N + j]) != (j == 5))
+                        TH_FAIL_AT("isa=%s %s NaN code: output (%d, %lld) = %g", tops_isa_name((tops_isa)isa),
+                                   e5 ? "e5m2" : "e4m3", i, (long long)j, ((float *)db)[i * N + j]);
+            tops_tensor_destroy(&a), tops_tensor_destroy(&w), tops_tensor_destroy(&c);
+        }
+        for (int f = 0; f < 4; f++)
+            for (int v = 0; v < 4; v++) {
+                const int64_t m = 1 + v, n = 13, k = v == 3 ? 2100 : v == 2 ? 64 : 50 + 16 * v;
+                mm_operand w, a;
+                mm_make_quant(&w, (tops_format){ids[f], 0, TOPS_DT_NONE}, n, k, 0, &rng);
+                if (v % 2) { /* a tensor scale as well */
+                    w.t.tensor_scale = 0.375f;
+                    for (int64_t q = 0; q < n * k; q++) w.exact[q] *= 0.375;
+                }
+                mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
+                void *db;
+                tops_tensor c = make_plain(TOPS_DT_F32, m, n, &db);
+                double *want = malloc(sizeof(double) * (size_t)(m * n)), *mag = malloc(sizeof(double) * (size_t)(m * n));
+                ASSERT_TRUE(want && mag);
+                mm_oracle(&a, 0, &w, 1, m, n, k, NULL, want, mag);
+                mm_poison(&c);
+                ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a.t, &w.t, &c));
+                const double e = mm_rel_l2(&c, want);
+                if (!(e <= 1e-5))
+                    TH_FAIL_AT("isa=%s format %d m=%lld k=%lld: rel-L2 %g", tops_isa_name((tops_isa)isa), (int)ids[f],
+                               (long long)m, (long long)k, e);
+                char path[200];
+                ASSERT_OK(tops_matmul2d_path(&ex, &md, &a.t, &w.t, &c, path, sizeof path));
+                ASSERT_TRUE((strstr(path, "fp8 rows in place") != NULL) == (tops__kernels_get()->dot_fp8_rows != NULL));
+                free(want), free(mag);
+                tops_tensor_destroy(&c);
+                mm_free(&a);
+                mm_free_any(&w);
+            }
+    }
+}
+
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_small_product);
@@ -715,5 +801,6 @@ int main(void) {
     RUN_TEST(test_caller_scratch);
     RUN_TEST(test_huge_k_fails_cleanly);
     RUN_TEST(test_half_rows_match_f32);
+    RUN_TEST(test_fp8_rows);
     TEST_MAIN_END();
 }

@@ -195,14 +195,29 @@ float tops__avx2_dot_q8_nibbles(const uint8_t *blocks, const tops__nibble_layout
     return tops__hsum8_ps(_mm256_sub_ps(acc, corr));
 }
 
-/* Eight weights at b + i as f32 (exact): f32 (kind 0), f16 (1), bf16 (2). */
+/* Eight fp8 codes as f32, exactly: each byte the top half of an f16
+   (e5m2 is one); e4m3 shifted one bit further (its sign kept, the f16
+   exponent's top bit cleared) is its value times 2^-8, subnormals
+   included; its NaN (S.1111.111) made an f16 NaN first. */
+static inline __attribute__((always_inline)) __m256 fp8x8_to_f32(const uint8_t *p, int e5m2) {
+    const __m128i h = _mm_unpacklo_epi8(_mm_setzero_si128(), _mm_loadl_epi64((const __m128i *)p));
+    if (e5m2) return _mm256_cvtph_ps(h);
+    const __m128i x = _mm_and_si128(_mm_srai_epi16(h, 1), _mm_set1_epi16((short)0xBFFF)), nan = _mm_set1_epi16(0x3F80);
+    const __m128i v = _mm_blendv_epi8(x, _mm_set1_epi16(0x7E00), _mm_cmpeq_epi16(_mm_and_si128(x, nan), nan));
+    return _mm256_mul_ps(_mm256_cvtph_ps(v), _mm256_set1_ps(256.0f));
+}
+
+/* Eight weights at b + i as f32 (exact): f32 (kind 0), f16 (1), bf16 (2),
+   e4m3 (3), e5m2 (4). */
 static inline __attribute__((always_inline)) __m256 load_w8(const void *b, int64_t i, int kind) {
     if (kind == 0) return _mm256_loadu_ps((const float *)b + i);
+    if (kind >= 3) return fp8x8_to_f32((const uint8_t *)b + i, kind == 4);
     const __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)b + i));
     return kind == 2 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)) : _mm256_cvtph_ps(h);
 }
 static inline __attribute__((always_inline)) float load_w1(const void *b, int64_t i, int kind) {
     const uint16_t *h = (const uint16_t *)b;
+    if (kind >= 3) return kind == 3 ? tops__e4m3_to_f32(((const uint8_t *)b)[i]) : tops__e5m2_to_f32(((const uint8_t *)b)[i]);
     return kind == 0 ? ((const float *)b)[i] : kind == 2 ? tops__bf16_to_f32(h[i]) : tops__f16_to_f32(h[i]);
 }
 
@@ -211,7 +226,7 @@ static inline __attribute__((always_inline)) float load_w1(const void *b, int64_
    f32 copy does. */
 static inline __attribute__((always_inline)) void dot_x4(const float *a, const void *b, int64_t ldb, int64_t n,
                                                          int kind, float *out) {
-    const int64_t esz = kind == 0 ? 4 : 2;
+    const int64_t esz = kind == 0 ? 4 : kind <= 2 ? 2 : 1;
     const char *b0 = (const char *)b, *b1 = b0 + ldb * esz, *b2 = b1 + ldb * esz, *b3 = b2 + ldb * esz;
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0, t0 = s0, t1 = s0, t2 = s0, t3 = s0;
     int64_t i = 0;
@@ -245,6 +260,48 @@ void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t 
 void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out) {
     if (bf16) dot_x4(a, b, ldb, n, 2, out);
     else dot_x4(a, b, ldb, n, 1, out);
+}
+
+/* Two fp8 rows (b, b + ldb) against m activation rows, each code decoded
+   once: out[4 * i + r], one FMA chain in 8 lanes per output. */
+static inline __attribute__((always_inline)) void fp8_pair(const float *a, int64_t lda, const int m, const uint8_t *b,
+                                                           int64_t ldb, int64_t n, const int e5m2, float *out) {
+    __m256 acc[4][2];
+    for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        const __m256 w0 = fp8x8_to_f32(b + k, e5m2), w1 = fp8x8_to_f32(b + ldb + k, e5m2);
+#pragma GCC unroll 4
+        for (int i = 0; i < m; i++) {
+            const __m256 x = _mm256_loadu_ps(a + i * lda + k);
+            acc[i][0] = _mm256_fmadd_ps(x, w0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(x, w1, acc[i][1]);
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < 2; r++) {
+            float t = tops__hsum8_ps(acc[i][r]);
+            for (int64_t q = k; q < n; q++) t += a[i * lda + q] * load_w1(b + r * ldb, q, e5m2 ? 4 : 3);
+            out[4 * i + r] = t;
+        }
+}
+
+/* tops__dot_fp8_rows_fn: one activation row against four weight rows at
+   once (dot_x4); more, the weight rows in pairs, decoded once for all. */
+void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
+                             float *out) {
+    if (m == 1) {
+        if (e5m2) dot_x4(a, b, ldb, n, 4, out);
+        else dot_x4(a, b, ldb, n, 3, out);
+        return;
+    }
+    for (int p = 0; p < 2; p++) {
+        const uint8_t *bp = b + 2 * p * ldb;
+        float *op = out + 2 * p;
+        if (m == 2) e5m2 ? fp8_pair(a, lda, 2, bp, ldb, n, 1, op) : fp8_pair(a, lda, 2, bp, ldb, n, 0, op);
+        else if (m == 3) e5m2 ? fp8_pair(a, lda, 3, bp, ldb, n, 1, op) : fp8_pair(a, lda, 3, bp, ldb, n, 0, op);
+        else e5m2 ? fp8_pair(a, lda, 4, bp, ldb, n, 1, op) : fp8_pair(a, lda, 4, bp, ldb, n, 0, op);
+    }
 }
 
 /* i32 sums of four u8 x s8 products per lane (vpmaddubsw pair added in
