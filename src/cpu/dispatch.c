@@ -249,6 +249,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->forms[TOPS__IF_SUPER_6BIT].dot_super_f32 = tops__avx512_dot_super_6bit_f32;
         k->conv_f32_rows_name = "tops_conv_f32_6x64_rows__avx512";
         k->dot_fp8_rows = tops__avx512_dot_fp8_rows;
+        k->dot_f32_nibbles_rows = tops__avx512_dot_f32_nibbles_rows;
     }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,

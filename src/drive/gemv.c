@@ -254,8 +254,10 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int x4_only = (relaxed && up.nib.block_bytes && sub == 16 && !up.nib.split && !up.nib.wide) ||
                            (relaxed && up.nib.block_bytes && sub == 32 && up.nib.wide && kern->nib_wide);
     /* Strict: the same layouts decoded in place to f32, four rows at a time
-       (not wide tables: iq4_nl measured slower so at M = 4, 8.6 against 7.0 ms). */
-    const int nib_strict = integer && !relaxed && up.nib.block_bytes && sub == 32 && !up.nib.wide;
+       (wide tables, iq4_nl, only where every activation row goes at once:
+       per row they measured slower, 8.6 against 7.0 ms at M = 4). */
+    const int nib_strict = integer && !relaxed && up.nib.block_bytes && sub == 32 &&
+                           (!up.nib.wide || kern->dot_f32_nibbles_rows);
     const int nib_x4 = (in_place || x4_only || nib_strict) && p->k % 32 == 0;
     /* Relaxed and prepacked: groups of four rows from the row stream. */
     const int stream = (in_place || x4_only) && nib_x4 && tops__gemv_streams(p);
@@ -382,6 +384,14 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         for (int r = 0; r < 4; r++) up.nib.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
+                        if (!in_place && !x4_only && kern->dot_f32_nibbles_rows && M <= TOPS__NIB_ROWS_MAX_M) {
+                            /* strict: every activation row at once */
+                            float dm[4 * TOPS__NIB_ROWS_MAX_M];
+                            kern->dot_f32_nibbles_rows(blocks, row_bytes, &up.nib, ap + k0, kp, (int)M, scale, ld_ws, nb, dm);
+                            for (int64_t m = 0; m < M; m++)
+                                for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += dm[4 * m + r];
+                            continue;
+                        }
                         for (int64_t m = 0; m < M; m++) {
                             if (in_place || x4_only)
                                 kern->dot_q8_nibbles_x4(blocks, row_bytes, &up.nib, aqp + m * kp + k0,

@@ -54,6 +54,12 @@ static inline float tops__int_unit(tops_dtype element) {
     return element == TOPS_DT_E2M1 ? 0.5f : element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
 }
 
+/* The most activation rows a dot_f32_nibbles_rows call takes. */
+enum { TOPS__NIB_ROWS_MAX_M = 4 };
+struct tops__nibble_layout;
+typedef void (*tops__dot_f32_nibbles_rows_fn)(const uint8_t *blocks, int64_t row_bytes,
+                                              const struct tops__nibble_layout *layout, const float *a, int64_t lda,
+                                              int m, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 /* The most activation rows a dot_fp8_rows call takes. */
 enum { TOPS__FP8_ROWS_MAX_M = 4 };
 typedef void (*tops__dot_fp8_rows_fn)(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n,
@@ -686,6 +692,11 @@ typedef struct tops__kernels {
        sum_k a[k] * (lut[code] - offset). */
     void (*dot_f32_nibbles_x4)(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+    /* dot_f32_nibbles_x4 for m <= TOPS__NIB_ROWS_MAX_M activation rows at
+       once (a + i * lda): out[4 * i + r].  Its own summation order (each
+       weight is its table entry times the block's scale, one 16-lane FMA
+       chain per output).  NULL: dot_f32_nibbles_x4 per row. */
+    tops__dot_f32_nibbles_rows_fn dot_f32_nibbles_rows;
     /* dot_q8_nibbles_x4 over one group of the row stream for m (1 to
        TOPS__NIBSTREAM_ROWS) activation rows act[0..m): `stream` and each
        act at the super-block of the first block, its form as packed;
@@ -881,6 +892,9 @@ void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t 
 void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
 void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
                              float *out);
+void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                       const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
+                                       float *out);
 void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
                                float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,

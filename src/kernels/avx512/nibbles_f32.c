@@ -1,0 +1,76 @@
+/* AVX-512 strict 4-bit rows in place (tops__dot_f32_nibbles_rows_fn,
+   kernels/kernels.h): four weight rows of blocks of 32 against every
+   activation row at once.  Per block and row: 16 code bytes widened to 16
+   lanes once, split into the low and high nibbles, each looked up in the
+   layout's table (lut - offset as f32) times the block's scale (one
+   multiply of the 16-entry table), so every weight is decoded once for all
+   m rows; then two FMAs per activation row into one 16-lane chain per
+   output, summed at the end.  The activations come in the nibbles' order
+   (low nibbles' elements, then the high ones': evens then odds for
+   interleaved rows), as for dot_f32_nibbles_x4. */
+#include "kernels/kernels.h"
+#include "kernels/avx2/nibstream.h"
+
+#include <immintrin.h>
+
+enum { PREFETCH = TOPS__NIB_PREFETCH };
+
+static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks, int64_t row_bytes,
+                                                           const tops__nibble_layout *layout, const float *a,
+                                                           int64_t lda, const int m, const float *ws, int64_t ld_ws,
+                                                           int64_t nb, float *out) {
+    float tab[16];
+    for (int c = 0; c < 16; c++) tab[c] = (float)(layout->lut[c] - layout->offset);
+    const __m512 table = _mm512_loadu_ps(tab);
+    const __m512i low = _mm512_set1_epi32(0x0F);
+    const int64_t stride = layout->block_bytes;
+    const uint8_t *p = blocks + layout->header;
+    __m512 acc[TOPS__NIB_ROWS_MAX_M][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < TOPS__NIB_ROWS_MAX_M; i++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t off = b * stride;
+        if ((off & 63) + stride > 64 || (off & 63) == 0) /* a new line: each row's stream PREFETCH bytes ahead */
+            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p + r * row_bytes + off + PREFETCH), _MM_HINT_T0);
+        __m512 lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + r * row_bytes + off)));
+            const __m512 t = _mm512_mul_ps(table, _mm512_set1_ps(ws[r * ld_ws + b]));
+            lo[r] = _mm512_permutexvar_ps(_mm512_and_si512(v, low), t);
+            hi[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < m; i++) {
+            const __m512 x0 = _mm512_loadu_ps(a + i * lda + b * 32), x1 = _mm512_loadu_ps(a + i * lda + b * 32 + 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) acc[i][r] = _mm512_fmadd_ps(x1, hi[r], _mm512_fmadd_ps(x0, lo[r], acc[i][r]));
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+#define TOPS_NIB_ROWS(M)                                                                                               \
+    static void nib_rows_##M(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout, const float *a, \
+                             int64_t lda, const float *ws, int64_t ld_ws, int64_t nb, float *out) {                    \
+        nib_rows(blocks, row_bytes, layout, a, lda, M, ws, ld_ws, nb, out);                                            \
+    }
+TOPS_NIB_ROWS(1)
+TOPS_NIB_ROWS(2)
+TOPS_NIB_ROWS(3)
+TOPS_NIB_ROWS(4)
+#undef TOPS_NIB_ROWS
+
+void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
+                                       const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
+                                       float *out) {
+    switch (m) {
+    case 1: nib_rows_1(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
+    case 2: nib_rows_2(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
+    case 3: nib_rows_3(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
+    default: nib_rows_4(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
+    }
+}
