@@ -204,6 +204,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->dot_f32_x4 = tops__avx2_dot_f32_x4;
         k->dot_half_x4 = tops__avx2_dot_half_x4;
         k->dot_fp8_rows = tops__avx2_dot_fp8_rows;
+        k->fp8_rows_max_m = 8;
         k->dot_q8_nibbles_x4 = tops__avx2_dot_q8_nibbles_x4;
         k->nib_wide = 0;
         k->dot_f32_nibbles_x4 = tops__avx2_dot_f32_nibbles_x4;
@@ -249,6 +250,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->forms[TOPS__IF_SUPER_6BIT].dot_super_f32 = tops__avx512_dot_super_6bit_f32;
         k->conv_f32_rows_name = "tops_conv_f32_6x64_rows__avx512";
         k->dot_fp8_rows = tops__avx512_dot_fp8_rows;
+        k->fp8_rows_max_m = 16;
         k->dot_f32_nibbles_rows = tops__avx512_dot_f32_nibbles_rows;
     }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */

@@ -112,6 +112,10 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, const
                           int64_t count, uint8_t *out);
 /* Whether the row driver reads p's 8-bit weight rows in place (relaxed). */
 int tops__gemv_bytes_in_place(const tops__gemm_problem *p);
+/* The most rows for which the row driver takes p (usual: the plan's
+   default): more where a kernel decodes each weight once for every
+   activation row and its chunk of codes stays in L1 across them. */
+int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual);
 /* Whether p's relaxed weight rows have no in-place reader (2-bit codes):
    the row driver would unpack and dot them one row at a time. */
 int tops__gemv_unpacks_rows(const tops__gemm_problem *p);

@@ -17,6 +17,15 @@ enum {
     GEMV_STREAM_M = TOPS__NIBSTREAM_ROWS, /* activation rows the stream kernel takes at once */
     K_CHUNK = 2048,   /* weight elements unpacked at once (2 KiB of i8); a multiple of the stream's super-block */
     N_BLOCK = 64,     /* output columns per unit of thread work */
+    /* strict 4-bit rows above the plan's M where every activation row
+       goes at once (tops__gemv_rows_max_m); Zen 4, AVX-512, against the f32
+       panels: 4.3 / 10.4 / 39.6 against 21.8 / 29.1 / 53.3 ms at M = 5 /
+       16 / 64, even at 96 */
+    NIB_ROWS_MAX_M = 64,
+    /* strict k-quant super-blocks decoded in registers (dot_super_f32):
+       q4_K / q6_K 6.2 / 7.7 against 9.5 / 27.1 ms at M = 5, 14.6 / 17.7
+       against 15.1 / 31.3 at 16; q6_K 78 against 53 at 64 */
+    SUPER_ROWS_MAX_M = 16,
 };
 
 
@@ -183,6 +192,17 @@ int tops__gemv_bytes_in_place(const tops__gemm_problem *p) {
     const tops__unpacker *up = &p->kern->unpack[p->right.t->format.id];
     return p->relaxed && up->run && up->byte.block_bytes && p->kern->dot_q8_bytes_x4 &&
            tops__unpack_sub(p->right.t) == 32 && p->k % 32 == 0;
+}
+
+int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
+    const tops__kernels *kern = p->kern;
+    const tops__unpacker *up = &kern->unpack[p->right.t->format.id];
+    const int nib = kern->dot_f32_nibbles_rows && up->run && up->nib.block_bytes && tops__unpack_sub(p->right.t) == 32 &&
+                    p->k % 32 == 0;
+    if (p->relaxed) return usual;
+    if (nib) return NIB_ROWS_MAX_M;
+    if (up->dot_super_f32 && p->k % 256 == 0) return SUPER_ROWS_MAX_M;
+    return tops__gemv_fp8_rows(p) && kern->fp8_rows_max_m > usual ? kern->fp8_rows_max_m : usual;
 }
 
 int tops__gemv_unpacks_rows(const tops__gemm_problem *p) {
@@ -384,12 +404,17 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         for (int r = 0; r < 4; r++) up.nib.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
-                        if (!in_place && !x4_only && kern->dot_f32_nibbles_rows && M <= TOPS__NIB_ROWS_MAX_M) {
-                            /* strict: every activation row at once */
-                            float dm[4 * TOPS__NIB_ROWS_MAX_M];
-                            kern->dot_f32_nibbles_rows(blocks, row_bytes, &up.nib, ap + k0, kp, (int)M, scale, ld_ws, nb, dm);
-                            for (int64_t m = 0; m < M; m++)
-                                for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += dm[4 * m + r];
+                        if (!in_place && !x4_only && kern->dot_f32_nibbles_rows) {
+                            /* strict: up to TOPS__NIB_ROWS_MAX_M activation rows a call (the
+                               chunk's codes stay in L1 for the next rows) */
+                            for (int64_t m0 = 0; m0 < M; m0 += TOPS__NIB_ROWS_MAX_M) {
+                                const int mm = (int)(M - m0 < TOPS__NIB_ROWS_MAX_M ? M - m0 : TOPS__NIB_ROWS_MAX_M);
+                                float dm[4 * TOPS__NIB_ROWS_MAX_M];
+                                kern->dot_f32_nibbles_rows(blocks, row_bytes, &up.nib, ap + m0 * kp + k0, kp, mm, scale,
+                                                           ld_ws, nb, dm);
+                                for (int i = 0; i < mm; i++)
+                                    for (int r = 0; r < 4; r++) acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r];
+                            }
                             continue;
                         }
                         for (int64_t m = 0; m < M; m++) {
@@ -437,9 +462,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         const uint8_t *b = (const uint8_t *)w->data + (n0 + j) * w->stride[0] + k0;
                         float rs[4], dm[4 * TOPS__FP8_ROWS_MAX_M];
                         for (int r = 0; r < 4; r++) rs[r] = fp8_row_scale(w, n0 + j + r);
-                        kern->dot_fp8_rows(a + k0, kp, (int)M, b, w->stride[0], kv, fp8_e5m2, dm);
-                        for (int64_t m = 0; m < M; m++)
-                            for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += dm[4 * m + r] * rs[r] * w->tensor_scale;
+                        for (int64_t m0 = 0; m0 < M; m0 += TOPS__FP8_ROWS_MAX_M) {
+                            const int mm = (int)(M - m0 < TOPS__FP8_ROWS_MAX_M ? M - m0 : TOPS__FP8_ROWS_MAX_M);
+                            kern->dot_fp8_rows(a + m0 * kp + k0, kp, mm, b, w->stride[0], kv, fp8_e5m2, dm);
+                            for (int i = 0; i < mm; i++)
+                                for (int r = 0; r < 4; r++)
+                                    acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r] * rs[r] * w->tensor_scale;
+                        }
                     } else {
                         int64_t kv = K - k0 < kc ? K - k0 : kc;
                         const float *b = (const float *)w->data + (n0 + j) * w->stride[0] + k0;

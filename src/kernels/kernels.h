@@ -658,6 +658,10 @@ typedef struct tops__kernels {
        decoded exactly in registers (NaN stays NaN), no scale (the caller
        scales each row's sum): out[4 * i + r].  NULL: none. */
     tops__dot_fp8_rows_fn dot_fp8_rows;
+    /* The most M for which the row driver reads fp8 rows (strict) rather
+       than the f32 panels, measured per level (Zen 4, e4m3: AVX2 8,
+       AVX-512 16). */
+    int fp8_rows_max_m;
     /* dot_q8_nibbles over four rows (blocks + r * row_bytes, scales
        ws + r * ld_ws), out[r] = dot.  Summation order (the row stream's
        too): per super-block of 8 blocks, lane l of an f32 vector takes

@@ -271,7 +271,8 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
        rows with no in-place reader (2-bit codes) above the level's
        gemv_q8_bytes_max_m take the integer microkernel instead, as from 5;
        not at AMX levels (their panels differ). */
-    if (p->m <= GEMV_MAX_M && !p->right.k_major && !p->right.packed &&
+    const int64_t rows_max = kern->amx_bf16t.run ? GEMV_MAX_M : tops__gemv_rows_max_m(p, GEMV_MAX_M);
+    if (p->m <= rows_max && !p->right.k_major && !p->right.packed &&
         !(p->m > kern->gemv_q8_bytes_max_m && !kern->amx_bf16t.run && p->right.read == tops__read_rect_unpack &&
           (tops__gemv_bytes_in_place(p) || tops__gemv_unpacks_rows(p)) && tops__gemm_q8_takes(kern, right)))
         return PLAN_ROWS;
@@ -435,7 +436,8 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                           : !nib               ? "integer rows, i8 dots"
                           : tops__gemv_streams(&p) ? "4-bit row stream (prepacked), i8 dots"
                                                    : "4-bit rows in place, i8 dots";
-        snprintf(buf, cap, "rows streamed (M <= %d): %s (%s)", GEMV_MAX_M, how, isa);
+        const int64_t rows_max = kern->amx_bf16t.run ? GEMV_MAX_M : tops__gemv_rows_max_m(&p, GEMV_MAX_M);
+        snprintf(buf, cap, "rows streamed (M <= %lld): %s (%s)", (long long)rows_max, how, isa);
     } else {
         const char *src = p.right.packed                          ? "prepacked"
                           : p.right.read == tops__read_rect_unpack ? "unpacked per K block"

@@ -644,12 +644,15 @@ static void test_path_names(void) {
     char buf[160];
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a1, &w, &c1, buf, sizeof buf));
     ASSERT_TRUE(strstr(buf, "rows streamed") && strstr(buf, "f32 dots"));
-    /* M = 8 takes the AMX tiles where the active level has them */
+    /* M = 8 takes the AMX tiles where the active level has them, else the
+       rows where a kernel takes every activation row at once */
     const int amx = tops__gemm_amx_supports(tops__kernels_get(), &w, 0);
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a8, &w, &c8, buf, sizeof buf));
     if (amx)
         ASSERT_TRUE(strstr(buf, "AMX bf16 code tiles (unpacked per K block)") &&
                     strstr(buf, "tops_gemm_f32_bf16x2_bf16_32x32__amx"));
+    else if (tops__kernels_get()->dot_f32_nibbles_rows)
+        ASSERT_TRUE(strstr(buf, "rows streamed (M <= 64)") && strstr(buf, "4-bit rows in place, f32 dots"));
     else ASSERT_TRUE(strstr(buf, "f32 panels (unpacked per K block)") && strstr(buf, "tops_gemm_f32_f32_f32_"));
     d.relaxed_precision = 1;
     ASSERT_OK(tops_matmul2d_path(NULL, &d, &a1, &w, &c1, buf, sizeof buf));
@@ -703,7 +706,7 @@ static void test_half_rows_match_f32(void) {
         }
 }
 
-/* fp8 weight rows read in place (dot_fp8_rows at M <= 4): every finite
+/* fp8 weight rows read in place (dot_fp8_rows, small M): every finite
    code decoded exactly (one-hot activations: each output is one code),
    a NaN code makes its row's outputs NaN, and per-row scales (-ch) and
    the tensor scale keep random products within the strict bound of f64,
@@ -758,8 +761,8 @@ static void test_fp8_rows(void) {
             tops_tensor_destroy(&a), tops_tensor_destroy(&w), tops_tensor_destroy(&c);
         }
         for (int f = 0; f < 4; f++)
-            for (int v = 0; v < 4; v++) {
-                const int64_t m = 1 + v, n = 13, k = v == 3 ? 2100 : v == 2 ? 64 : 50 + 16 * v;
+            for (int v = 0; v < 6; v++) { /* M = 9 and 16: the rows in calls of up to four */
+                const int64_t m = v < 4 ? 1 + v : v == 4 ? 9 : 16, n = 13, k = v == 3 ? 2100 : v == 2 ? 64 : 50 + 16 * v;
                 mm_operand w, a;
                 mm_make_quant(&w, (tops_format){ids[f], 0, TOPS_DT_NONE}, n, k, 0, &rng);
                 if (v % 2) { /* a tensor scale as well */
@@ -780,7 +783,9 @@ static void test_fp8_rows(void) {
                                (long long)m, (long long)k, e);
                 char path[200];
                 ASSERT_OK(tops_matmul2d_path(&ex, &md, &a.t, &w.t, &c, path, sizeof path));
-                ASSERT_TRUE((strstr(path, "fp8 rows in place") != NULL) == (tops__kernels_get()->dot_fp8_rows != NULL));
+                const tops__kernels *kg = tops__kernels_get();
+                const int rows = kg->dot_fp8_rows && (m <= 4 || (!kg->amx_bf16t.run && m <= kg->fp8_rows_max_m));
+                ASSERT_TRUE((strstr(path, "fp8 rows in place") != NULL) == rows);
                 free(want), free(mag);
                 tops_tensor_destroy(&c);
                 mm_free(&a);
