@@ -13,8 +13,9 @@ typedef enum tops__iform {
     TOPS__IF_NONE = 0, /* no integer form: strict paths decode to f32, relaxed ones too */
     /* An element plane: one code of code_bits (8, 4, 2) per element, low
        bits first, plus the scale plane (one entry per group; none: every
-       scale is the multiplier).  8- and 2-bit codes are two's complement;
-       4-bit codes go through map. */
+       scale is the multiplier) and, with has_min, the bias plane (same
+       groups).  8- and 2-bit codes are two's complement; 4-bit codes go
+       through map. */
     TOPS__IF_CODES,
     /* Self-contained blocks of 32 (the traits row's pack_bytes each): the
        scale at byte 0 (scale_enc), with has_min an f16 min m at byte 2
@@ -45,7 +46,8 @@ typedef struct tops__int_layout {
     uint8_t code_bits; /* CODES, BLOCKS: bits per code */
     uint8_t header;    /* BLOCKS: byte offset of the codes */
     uint8_t scale_enc; /* BLOCKS: TOPS__SE_* */
-    uint8_t has_min;   /* BLOCKS: an f16 min at byte 2 (SUPER_MIN always has mins) */
+    uint8_t has_min;   /* BLOCKS: an f16 min at byte 2; CODES: the tensor's bias plane, element =
+                          q * scale + bias (SUPER_MIN always has mins) */
     uint8_t high_bit;  /* SUPER_MIN: the fifth bit plane */
     int16_t qmax;      /* largest |q| (128 where the code -128 exists) */
     int8_t map[16];    /* 4-bit code -> q */

@@ -101,25 +101,33 @@ static tops__unpacker unpacker_for(const tops__kernels *k, tops_format_id id) {
     const tops_format_info *info = tops_format_get_info(id);
     const tops__form_kernels *fk = &k->forms[lay->form];
     const int blocks = lay->form == TOPS__IF_BLOCKS;
-    const int mins = lay->form == TOPS__IF_SUPER_MIN || (blocks && lay->has_min);
+    const int mins = lay->form == TOPS__IF_SUPER_MIN || ((blocks || lay->form == TOPS__IF_CODES) && lay->has_min);
     up.run = mins ? NULL : fk->run;
     up.run_min = mins ? fk->run_min : NULL;
     up.dot_super = fk->dot_super;
     up.dot_super_f32 = fk->dot_super_f32;
     up.qmax = lay->qmax;
-    if (mins || (lay->form != TOPS__IF_CODES && !blocks)) return up;
+    if (lay->form != TOPS__IF_CODES && !blocks) return up;
     int fits = lay->code_bits == 4 && lay->qmax <= 127; /* q + qmax in a byte */
     for (int c = 0; fits && c < 16; c++) fits = lay->map[c] + lay->qmax >= 0 && lay->map[c] + lay->qmax <= 255;
     if (fits) {
-        up.nib.block_bytes = blocks ? info->pack_bytes : 16;
-        up.nib.header = blocks ? lay->header : 0;
-        up.nib.split = blocks;
-        up.nib.offset = lay->qmax;
+        tops__nibble_layout nib;
+        memset(&nib, 0, sizeof nib);
+        nib.block_bytes = blocks ? info->pack_bytes : 16;
+        nib.header = blocks ? lay->header : 0;
+        nib.split = blocks;
+        nib.offset = lay->qmax;
         for (int c = 0; c < 16; c++) {
-            up.nib.lut[c] = (uint8_t)(lay->map[c] + lay->qmax);
-            up.nib.wide |= up.nib.lut[c] > 32; /* vpmaddubsw's i16 stage holds up to 32 (kernels/kernels.h) */
+            nib.lut[c] = (uint8_t)(lay->map[c] + lay->qmax);
+            nib.wide |= nib.lut[c] > 32; /* vpmaddubsw's i16 stage holds up to 32 (kernels/kernels.h) */
         }
-        up.nib.scales = fk->scales;
+        nib.scales = fk->scales;
+        nib.mins = mins ? fk->mins : NULL;
+        /* the relaxed in-place dots take no mins: forms with mins only on the strict rows */
+        if (!mins) up.nib = nib;
+        if (!mins || nib.mins) up.nib_f32 = nib;
+    } else if (mins) {
+        return up;
     } else if (lay->code_bits == 8) {
         up.byte.block_bytes = blocks ? info->pack_bytes : 32;
         up.byte.header = blocks ? lay->header : 0;

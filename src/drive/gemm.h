@@ -116,8 +116,9 @@ int tops__gemv_bytes_in_place(const tops__gemm_problem *p);
    default): more where a kernel decodes each weight once for every
    activation row and its chunk of codes stays in L1 across them. */
 int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual);
-/* Whether p's relaxed weight rows have no in-place reader (2-bit codes):
-   the row driver would unpack and dot them one row at a time. */
+/* Whether p's relaxed weight rows have no in-place reader (2-bit codes;
+   mins without whole super-blocks: q4_1, int4-gG-affine): the row driver
+   would unpack and dot them one row at a time. */
 int tops__gemv_unpacks_rows(const tops__gemm_problem *p);
 /* Whether p's weights are fp8 element rows (e4m3, e5m2; plain or a scale
    per row: -ch) that the row driver reads in place, four at a time

@@ -197,8 +197,8 @@ int tops__gemv_bytes_in_place(const tops__gemm_problem *p) {
 int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
     const tops__kernels *kern = p->kern;
     const tops__unpacker *up = &kern->unpack[p->right.t->format.id];
-    const int nib = kern->dot_f32_nibbles_rows && up->run && up->nib.block_bytes && tops__unpack_sub(p->right.t) == 32 &&
-                    p->k % 32 == 0;
+    const int nib = kern->dot_f32_nibbles_rows && tops__unpack_sub(p->right.t) == 32 && p->k % 32 == 0 &&
+                    ((up->run && up->nib.block_bytes) || (!up->run && up->nib_f32.mins && up->nib_f32.block_bytes));
     if (p->relaxed) return usual;
     if (nib) return NIB_ROWS_MAX_M;
     if (up->dot_super_f32 && p->k % 256 == 0) return SUPER_ROWS_MAX_M;
@@ -207,7 +207,9 @@ int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
 
 int tops__gemv_unpacks_rows(const tops__gemm_problem *p) {
     const tops__unpacker *up = &p->kern->unpack[p->right.t->format.id];
-    return p->relaxed && up->run && !up->nib.block_bytes && !up->byte.block_bytes && !up->dot_super;
+    if (!p->relaxed) return 0;
+    if (!up->run) return up->run_min && !(up->dot_super && p->k % 256 == 0); /* mins: q4_1, int4-gG-affine */
+    return !up->nib.block_bytes && !up->byte.block_bytes && !up->dot_super;
 }
 
 int tops__gemv_streams(const tops__gemm_problem *p) {
@@ -263,7 +265,10 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int in_place_super = up.dot_super && p->k % 256 == 0 && (mins || (up.run && p->relaxed));
     /* strict q4_K / q5_K / q6_K rows of whole super-blocks, decoded in registers */
     const int strict_super = !p->relaxed && up.dot_super_f32 && p->k % 256 == 0;
-    const tops__qweight qw = integer || strict_super ? tops__qweight_of(w) : (tops__qweight){0};
+    /* strict rows of 4-bit codes with mins (q4_1, int4-gG-affine) on the f32
+       rows kernel: each weight q * scale - min */
+    const int nib_mins = !p->relaxed && !up.run && up.nib_f32.mins && up.nib_f32.block_bytes && kern->dot_f32_nibbles_rows;
+    const tops__qweight qw = integer || strict_super || nib_mins ? tops__qweight_of(w) : (tops__qweight){0};
     const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
     const int in_place = relaxed && up.nib.block_bytes && sub == 32 && !up.nib.wide;
@@ -276,8 +281,10 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     /* Strict: the same layouts decoded in place to f32, four rows at a time
        (wide tables, iq4_nl, only where every activation row goes at once:
        per row they measured slower, 8.6 against 7.0 ms at M = 4). */
-    const int nib_strict = integer && !relaxed && up.nib.block_bytes && sub == 32 &&
-                           (!up.nib.wide || kern->dot_f32_nibbles_rows);
+    const int nib_strict = (integer && !relaxed && up.nib.block_bytes && sub == 32 &&
+                            (!up.nib.wide || kern->dot_f32_nibbles_rows)) ||
+                           (nib_mins && qw.sub == 32);
+    const tops__nibble_layout *snib = nib_mins ? &up.nib_f32 : &up.nib; /* the strict rows' layout */
     const int nib_x4 = (in_place || x4_only || nib_strict) && p->k % 32 == 0;
     /* Relaxed and prepacked: groups of four rows from the row stream. */
     const int stream = (in_place || x4_only) && nib_x4 && tops__gemv_streams(p);
@@ -290,7 +297,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int fp8_x4 = !integer && tops__gemv_fp8_rows(p);
     const int fp8_e5m2 = fp8_x4 && tops_format_get_info(w->format.id)->element == TOPS_DT_E5M2;
     /* Activations in the nibbles' order ([evens, odds] per block) for the strict in-place dot. */
-    const int permuted = nib_x4 && nib_strict && !up.nib.split;
+    const int permuted = nib_x4 && nib_strict && !snib->split;
     const int64_t M = p->m, N = p->n, K = p->k, kp = tops__round_up(K, 32), n_subs = kp / sub;
     const int64_t full_blocks = K / 32;
     const int64_t chunk = K_CHUNK < kp ? K_CHUNK : kp;
@@ -312,7 +319,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     const int64_t st_row = n_sb * stream_act_bytes((int)halves);
     size_t act_st = stream ? (size_t)(M * st_row) : 0;
     /* per thread: accumulators, scales, then i8 codes or an f32 row chunk */
-    size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + 4 * (size_t)(chunk / sub) * sizeof(float) +
+    size_t per_thread = (size_t)(M * N_BLOCK) * sizeof(float) + 8 * (size_t)(chunk / sub) * sizeof(float) +
                         (size_t)chunk * (integer ? 4 : sizeof(float)) + 192;
     size_t bytes = act + act_q + act_s + act_st + 192, more;
     if (!tops__mul_size(per_thread, (size_t)threads, &more) || !tops__add_size(bytes, more, &bytes))
@@ -370,7 +377,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
         unsigned char *mine = thread_base + (size_t)tid * per_thread;
         float *acc = (float *)mine;
         float *scale = acc + M * N_BLOCK;
-        int8_t *q = (int8_t *)(scale + 4 * (chunk / sub));
+        float *mins4 = scale + 4 * (chunk / sub); /* four rows' mins (nib_mins) */
+        int8_t *q = (int8_t *)(scale + 8 * (chunk / sub));
         float *row = (float *)q;
         const int64_t n0 = jb * N_BLOCK, nn = N - n0 < N_BLOCK ? N - n0 : N_BLOCK;
         for (int64_t j = 0; j < nn; j++) {
@@ -401,8 +409,10 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     } else if (nib_x4) { /* K % 32 == 0: whole blocks only */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / sub;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
-                        for (int r = 0; r < 4; r++) up.nib.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
-                        const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.nib.block_bytes;
+                        for (int r = 0; r < 4; r++) snib->scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        if (nib_mins)
+                            for (int r = 0; r < 4; r++) snib->mins(&qw, n0 + j + r, k0, kc, mins4 + r * ld_ws);
+                        const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * snib->block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
                         if (!in_place && !x4_only && kern->dot_f32_nibbles_rows) {
                             /* strict: up to TOPS__NIB_ROWS_MAX_M activation rows a call (the
@@ -410,8 +420,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                             for (int64_t m0 = 0; m0 < M; m0 += TOPS__NIB_ROWS_MAX_M) {
                                 const int mm = (int)(M - m0 < TOPS__NIB_ROWS_MAX_M ? M - m0 : TOPS__NIB_ROWS_MAX_M);
                                 float dm[4 * TOPS__NIB_ROWS_MAX_M];
-                                kern->dot_f32_nibbles_rows(blocks, row_bytes, &up.nib, ap + m0 * kp + k0, kp, mm, scale,
-                                                           ld_ws, nb, dm);
+                                kern->dot_f32_nibbles_rows(blocks, row_bytes, snib, ap + m0 * kp + k0, kp, mm, scale,
+                                                           nib_mins ? mins4 : NULL, ld_ws, nb, dm);
                                 for (int i = 0; i < mm; i++)
                                     for (int r = 0; r < 4; r++) acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r];
                             }

@@ -5,8 +5,9 @@
 
 tops__qweight tops__qweight_of(const tops_tensor *w) {
     const tops_format_info *info = tops_format_get_info(w->format.id);
-    const tops_plane *p = &w->scales;
+    const tops_plane *p = &w->scales, *bp = &w->bias;
     const int esz = p->data ? (tops_dtype_bits(p->dtype) + 7) / 8 : 0;
+    const int bsz = bp->data ? (tops_dtype_bits(bp->dtype) + 7) / 8 : 0;
     tops__qweight q = {
         .data = (const uint8_t *)w->data,
         .row_bytes = (w->stride[0] / info->pack_elems) * info->pack_bytes,
@@ -19,6 +20,10 @@ tops__qweight tops__qweight_of(const tops_tensor *w) {
         .scale_dtype = p->dtype,
         .scale_row = p->stride[0] * esz,
         .scale_step = p->stride[1] * esz,
+        .bias = (const uint8_t *)bp->data,
+        .bias_dtype = bp->dtype,
+        .bias_row = bp->stride[0] * bsz,
+        .bias_step = bp->stride[1] * bsz,
         .mul = tops__nib_scale_mul(info, w),
     };
     return q;

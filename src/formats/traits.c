@@ -88,6 +88,8 @@ typedef struct format_row {
 #define NO_INT {TOPS__IF_NONE, 0, 0, 0, 0, 0, 0, NO_MAP}
 /* an element plane of `bits`-bit codes, |q| <= qmax */
 #define CODES(bits, qmax, map) {TOPS__IF_CODES, bits, 0, 0, 0, 0, qmax, map}
+/* ... with the bias plane: element = q * scale + bias */
+#define CODES_BIAS(bits, qmax, map) {TOPS__IF_CODES, bits, 0, 0, 1, 0, qmax, map}
 /* blocks of 32: codes at byte `hdr`, scale encoding `enc`, an f16 min at 2 */
 #define BLOCKS(bits, hdr, enc, min, qmax, map) {TOPS__IF_BLOCKS, bits, hdr, TOPS__SE_##enc, min, 0, qmax, map}
 /* super-blocks of 256 */
@@ -129,7 +131,7 @@ static const format_row format_table[TOPS_FMT_COUNT_] = {
     INTG(INT8_G, "int8-g", I8, 8, 1, CODES(8, 128, NO_MAP), GPU_PLANE(I8, PLANE)),
     INTG(INT4_G, "int4-g", I4, 4, 2, CODES(4, 8, MAP_I4), GPU(U4, PLANE, PLANE, 0, 0, INT4)),
     INTG(INT2_G, "int2-g", I2, 2, 4, CODES(2, 2, NO_MAP), NO_GPU),
-    ROW(INT4_G_AFFINE, NO_INT, NO_GPU, "int4-g*-affine", TOPS_DT_U4, 4, 32, 16, 256, 2, 1, TOPS_DT_F16, BIT(TOPS_DT_F16), 1, 0, 0, 0, -1, 0),
+    ROW(INT4_G_AFFINE, CODES_BIAS(4, 15, MAP_U4), NO_GPU, "int4-g*-affine", TOPS_DT_U4, 4, 32, 16, 256, 2, 1, TOPS_DT_F16, BIT(TOPS_DT_F16), 1, 0, 0, 0, -1, 0),
     ROW(LUT4, NO_INT, NO_GPU, "lut4", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 1, 0, 0, -1, 0),
     ROW(LUT4_ROW, NO_INT, NO_GPU, "lut4-row", TOPS_DT_U4, 4, 1, 1, 1, 2, 1, TOPS_DT_NONE, 0, 0, 2, 0, 0, -1, 0),
     ROW(E4M3_CH, NO_INT, GPU(E4M3, PLANE, PLANE, 1, 0, NONE), "e4m3-ch", TOPS_DT_E4M3, 8, -1, -1, -1, 1, 1, TOPS_DT_F32, BIT(TOPS_DT_F32), 0, 0, 0, 0, -1, 0),

@@ -43,6 +43,9 @@ typedef struct tops__qweight {
     const uint8_t *scales;    /* scale plane at row 0, or NULL: every scale is mul */
     tops_dtype scale_dtype;   /* f16, bf16, f32, e8m0 or ue4m3 */
     int64_t scale_row, scale_step; /* scale plane strides in bytes (row, block) */
+    const uint8_t *bias;      /* bias plane at row 0 (CODES with has_min: int4-gG-affine), or NULL */
+    tops_dtype bias_dtype;
+    int64_t bias_row, bias_step; /* its strides in bytes (row, block) */
     float mul;                /* every scale's multiplier: tops__int_unit times the
                                  tensor scale (1 / S_enc where it divides) */
 } tops__qweight;
@@ -59,7 +62,8 @@ enum { TOPS__NIB_ROWS_MAX_M = 4 };
 struct tops__nibble_layout;
 typedef void (*tops__dot_f32_nibbles_rows_fn)(const uint8_t *blocks, int64_t row_bytes,
                                               const struct tops__nibble_layout *layout, const float *a, int64_t lda,
-                                              int m, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+                                              int m, const float *ws, const float *wm, int64_t ld_ws, int64_t nb,
+                                              float *out);
 /* The most activation rows a dot_fp8_rows call takes. */
 enum { TOPS__FP8_ROWS_MAX_M = 4 };
 typedef void (*tops__dot_fp8_rows_fn)(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n,
@@ -86,6 +90,7 @@ typedef struct tops__nibble_layout {
     uint8_t lut[16];
     int wide; /* an entry above 32 (iq4_nl): only for tops__kernels.nib_wide kernels, four rows at a time */
     tops__scales_fn scales;
+    tops__scales_fn mins; /* forms with mins (element = q * scale - min): one min per 32; else NULL */
 } tops__nibble_layout;
 
 /* The relaxed M <= 4 row stream (tops_pack_right, src/drive/gemv.c):
@@ -221,6 +226,11 @@ typedef struct tops__unpacker {
     tops__dot_super_f32_fn dot_super_f32; /* the same for strict calls, or NULL */
     int qmax;            /* largest |q| (128 where the code -128 exists) */
     tops__nibble_layout nib;
+    /* The strict f32 rows' layout (dot_f32_nibbles_rows): nib's, and for
+       4-bit codes in blocks of 32 with mins (q4_1, int4-gG-affine) theirs,
+       with mins set (the relaxed in-place dots take no mins: nib is empty
+       for those).  block_bytes 0: none. */
+    tops__nibble_layout nib_f32;
     tops__byte_layout byte;
 } tops__unpacker;
 /* One kernel table entry per form (tops__kernels.forms): the functions
@@ -232,6 +242,7 @@ typedef struct tops__form_kernels {
     tops__dot_super_fn dot_super;
     tops__dot_super_f32_fn dot_super_f32;
     tops__scales_fn scales;
+    tops__scales_fn mins; /* layouts with mins: one min per sub-block of 32 (as run_min's) */
 } tops__form_kernels;
 
 /* Relaxed integer microkernel (src/kernels/<isa>/gemm_q8_*.c): C[mr x 8]
@@ -698,8 +709,9 @@ typedef struct tops__kernels {
                                const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
     /* dot_f32_nibbles_x4 for m <= TOPS__NIB_ROWS_MAX_M activation rows at
        once (a + i * lda): out[4 * i + r].  Its own summation order (each
-       weight is its table entry times the block's scale, one 16-lane FMA
-       chain per output).  NULL: dot_f32_nibbles_x4 per row. */
+       weight is its table entry times the block's scale, less the block's
+       min where wm is not NULL (laid out as ws), one 16-lane FMA chain per
+       output).  NULL: dot_f32_nibbles_x4 per row. */
     tops__dot_f32_nibbles_rows_fn dot_f32_nibbles_rows;
     /* dot_q8_nibbles_x4 over one group of the row stream for m (1 to
        TOPS__NIBSTREAM_ROWS) activation rows act[0..m): `stream` and each
@@ -823,6 +835,8 @@ void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n
 void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                  int64_t nb, int sub, float *out);
+void tops__ref_unpack_code_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min);
+void tops__ref_blocks_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min);
 void tops__ref_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const float *a, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
@@ -897,8 +911,8 @@ void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int6
 void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
                              float *out);
 void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
-                                       const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
-                                       float *out);
+                                       const float *a, int64_t lda, int m, const float *ws, const float *wm,
+                                       int64_t ld_ws, int64_t nb, float *out);
 void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
                                float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,

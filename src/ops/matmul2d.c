@@ -268,12 +268,13 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
     p->relaxed = desc->relaxed_precision;
     /* Few rows and weights stored [N, K]: stream the weight rows once.
        Relaxed 8-bit rows (read in place, one dot per activation row) and
-       rows with no in-place reader (2-bit codes) above the level's
+       rows with no in-place reader (2-bit codes, mins in blocks of 32) above the level's
        gemv_q8_bytes_max_m take the integer microkernel instead, as from 5;
        not at AMX levels (their panels differ). */
     const int64_t rows_max = kern->amx_bf16t.run ? GEMV_MAX_M : tops__gemv_rows_max_m(p, GEMV_MAX_M);
     if (p->m <= rows_max && !p->right.k_major && !p->right.packed &&
-        !(p->m > kern->gemv_q8_bytes_max_m && !kern->amx_bf16t.run && p->right.read == tops__read_rect_unpack &&
+        !(p->m > kern->gemv_q8_bytes_max_m && !kern->amx_bf16t.run &&
+          (p->right.read == tops__read_rect_unpack || !kern->unpack[right->format.id].run) &&
           (tops__gemv_bytes_in_place(p) || tops__gemv_unpacks_rows(p)) && tops__gemm_q8_takes(kern, right)))
         return PLAN_ROWS;
     /* AMX from AMX_MIN_M rows: what runs when (measured on the Xeon,
@@ -428,6 +429,9 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                               ? (up->dot_super && p.k % 256 == 0 ? "super-blocks with mins in place, i8 dots"
                                                                : "integer rows with mins, i8 dots")
                           : up && !p.relaxed && up->dot_super_f32 && p.k % 256 == 0 ? "super-blocks in place, f32 dots"
+                          : up && !p.relaxed && !up->run && up->nib_f32.mins && kern->dot_f32_nibbles_rows &&
+                                  tops__unpack_sub(right) == 32 && p.k % 32 == 0
+                              ? "4-bit rows with mins in place, f32 dots"
                           : (!up || !up->run) && tops__gemv_fp8_rows(&p) ? "fp8 rows in place, f32 dots"
                           : !up || !up->run    ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")

@@ -337,20 +337,21 @@ static void run_plain_and_packed(const tops__kernels *kern, int threads, const t
 static void test_packed_in_place(void) {
     /* q4_1, q4_K and q5_K (the forms with mins) only relaxed: strict, their packed weights are f32
        panels (q4_K / q5_K plain rows decode in registers: test_matmul2d_paths checks those against f64) */
-    const tops_format fmts[12] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
+    const tops_format fmts[13] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_MXFP4, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_INT4_G, 16, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0},
                                   {TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, {TOPS_FMT_Q5_K, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_Q4_1, 0, TOPS_DT_NONE}, {TOPS_FMT_IQ4_NL, 0, TOPS_DT_NONE},
-                                  {TOPS_FMT_INT4_G, 128, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 64, TOPS_DT_BF16}};
+                                  {TOPS_FMT_INT4_G, 128, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 64, TOPS_DT_BF16},
+                                  {TOPS_FMT_INT4_G_AFFINE, 64, TOPS_DT_NONE}};
     /* M <= 4 with K % 32 == 0: the four-row in-place dots (strict and
        relaxed) and, packed relaxed, the row stream: K of 2, 3, 13 (a part
        super-block) and 75 blocks (two chunks), N with and without a part
        group of four. */
     const int64_t ms[5] = {1, 2, 3, 4, 33}, ns[4] = {1, 8, 21, 31}, ks[7] = {64, 96, 416, 2400, 70, 4095, 2304};
-    for (int f = 0; f < 12; f++)
+    for (int f = 0; f < 13; f++)
         for (int v = 0; v < 10; v++) {
-            if (f >= 6 && f <= 8 && v < 5) continue;
+            if (((f >= 6 && f <= 8) || f == 12) && v < 5) continue; /* mins: packed in place relaxed only */
             int64_t m = ms[v % 5], n = ns[th_next(&rng) % 4], k = ks[th_next(&rng) % 7];
             mm_operand big;
             mm_make_quant(&big, fmts[f], n + 5, k, 0, &rng);
@@ -424,6 +425,11 @@ static void test_packed_in_place(void) {
             const int codes = d.relaxed_precision ? m < kt->amx_bf16t.relaxed_min_m[tops__unpack_sub(&w) < 32]
                                                   : !tops__amx_one_term(kt, &w, NULL);
             const char *tiles = d.relaxed_precision ? "AMX integer tiles" : "AMX bf16 code tiles";
+            /* relaxed mins without whole super-blocks in place (q4_1; q4_K / q5_K at other K): the
+               integer panels above the level's gemv_q8_bytes_max_m, as 8-bit rows */
+            const tops__unpacker *uw = &kt->unpack[fmts[f].id];
+            const int mins_panels = d.relaxed_precision && m > kt->gemv_q8_bytes_max_m && !kt->amx_bf16t.run &&
+                                    !uw->run && uw->run_min && !(uw->dot_super && k % 256 == 0);
             if (on_amx && codes) {
                 ASSERT_TRUE(strstr(b1, tiles) != NULL && strstr(b1, "(unpacked per K block)") != NULL);
                 ASSERT_TRUE(strstr(b2, tiles) != NULL && strstr(b2, "(prepacked") != NULL); /* i8 or 4-bit panels */
@@ -433,7 +439,7 @@ static void test_packed_in_place(void) {
                             strstr(b2, " panels)") != NULL); /* i8 or 4-bit */
             } else if (m > 4 && kt->amx_bf16t.run) { /* other formats: the bf16 terms through their readers */
                 ASSERT_TRUE(strstr(b1, "AMX bf16 tiles") != NULL && strstr(b2, "AMX bf16 tiles") != NULL);
-            } else if (d.relaxed_precision && m > 4) {
+            } else if (d.relaxed_precision && (m > 4 || mins_panels)) {
                 ASSERT_TRUE(strstr(b1, "integer panels (unpacked per K block)") != NULL);
                 ASSERT_TRUE(strstr(b2, "integer panels (prepacked)") != NULL);
             } else if (streams) {

@@ -540,14 +540,17 @@ static void test_unpackers_match_reference(void) {
                     bytes[b + 1] &= 0x7B;
                     if (with_min) bytes[b + 3] &= 0x7B; /* and dmin */
                 }
-        if (t.scales.data) {
-            size_t ns = (size_t)(t.scales.extent[0] * t.scales.extent[1]), esz = (size_t)(tops_dtype_bits(t.scales.dtype) + 7) / 8;
-            for (size_t i = 0; i < ns; i++) {
-                float v = th_uniform(&rng, 0.01f, 2.0f);
-                uint32_t code = tops__encode_elem(t.scales.dtype, v, 1);
-                memcpy((uint8_t *)t.scales.data + i * esz, &code, esz);
+        tops_plane *planes[2] = {&t.scales, &t.bias}; /* finite scales; biases of either sign (int4 affine) */
+        for (int pi = 0; pi < 2; pi++)
+            if (planes[pi]->data) {
+                const tops_plane *pl = planes[pi];
+                size_t ns = (size_t)(pl->extent[0] * pl->extent[1]), esz = (size_t)(tops_dtype_bits(pl->dtype) + 7) / 8;
+                for (size_t i = 0; i < ns; i++) {
+                    float v = pi ? th_uniform(&rng, -2.0f, 2.0f) : th_uniform(&rng, 0.01f, 2.0f);
+                    uint32_t code = tops__encode_elem(pl->dtype, v, 1);
+                    memcpy((uint8_t *)pl->data + i * esz, &code, esz);
+                }
             }
-        }
         const tops__qweight qw = tops__qweight_of(&t);
         const int sub = qw.sub;
         static int8_t q0[NMAX], q1[NMAX];

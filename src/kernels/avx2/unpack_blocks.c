@@ -45,52 +45,75 @@ static inline float scale_entry(tops_dtype dt, const uint8_t *e) {
     return dt == TOPS_DT_BF16 ? tops__bits_f32((uint32_t)h << 16) : _cvtsh_ss(h);
 }
 
-static void unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+/* One f32 per sub-block of w from a plane of entries (a scale or bias
+   plane's row at `plane`, `step` bytes apart, one per group) times mul,
+   negated where neg is set (mins: -(bias * mul)).  0: not a case handled
+   here (the caller's scalar row then): a tail past K, or entries per
+   sub-block that are not f16 (contiguous or not), e8m0 or ue4m3. */
+static int plane_per_sub(const tops__qweight *w, const uint8_t *plane, tops_dtype dt, int64_t step, float mul, int neg,
+                         int64_t k0, int64_t n, float *out) {
     const int sub = w->sub;
-    const tops_dtype dt = w->scale_dtype;
-    if (w->scales && w->group > sub && w->group % sub == 0 && k0 % sub == 0 && k0 + n <= w->k) {
+    const int64_t nb = n / sub;
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(neg ? (int)0x80000000u : 0));
+    if (k0 + n > w->k || k0 % sub) return 0;
+    if (w->group > sub && w->group % sub == 0) {
         /* groups of several sub-blocks (int4-g128): each entry decoded once */
-        const int64_t nb = n / sub, per = w->group / sub, g0 = k0 / w->group;
-        const uint8_t *e = w->scales + row * w->scale_row + g0 * w->scale_step;
+        const int64_t per = w->group / sub, g0 = k0 / w->group;
+        const uint8_t *e = plane + g0 * step;
         int64_t b = 0, left = per - (k0 - g0 * w->group) / sub; /* sub-blocks left in the first group */
-        if (dt == TOPS_DT_F16 && w->scale_step == 2 && left == per && (per == 2 || per == 4)) {
+        if (dt == TOPS_DT_F16 && step == 2 && left == per && (per == 2 || per == 4)) {
             /* 8 f16 entries a step, each stored per times */
-            const __m256 mul = _mm256_set1_ps(w->mul);
+            const __m256 vmul = _mm256_set1_ps(mul);
             const __m256i lo = per == 2 ? _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3) : _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-            const __m256i step = _mm256_set1_epi32(8 / (int)per);
+            const __m256i next = _mm256_set1_epi32(8 / (int)per);
             for (; b + 8 * per <= nb; b += 8 * per, e += 16) {
-                const __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e)), mul);
+                const __m256 v = _mm256_xor_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)e)), vmul), sign);
                 __m256i idx = lo;
-                for (int64_t j = 0; j < per; j++, idx = _mm256_add_epi32(idx, step))
-                    _mm256_storeu_ps(scale + b + 8 * j, _mm256_permutevar8x32_ps(v, idx));
+                for (int64_t j = 0; j < per; j++, idx = _mm256_add_epi32(idx, next))
+                    _mm256_storeu_ps(out + b + 8 * j, _mm256_permutevar8x32_ps(v, idx));
             }
         }
-        for (; b < nb; e += w->scale_step, left = per) {
-            const float s = scale_entry(dt, e) * w->mul;
-            for (; b < nb && left > 0; b++, left--) scale[b] = s;
+        for (; b < nb; e += step, left = per) {
+            const float v = scale_entry(dt, e) * mul, s = neg ? -v : v;
+            for (; b < nb && left > 0; b++, left--) out[b] = s;
         }
-        return;
+        return 1;
     }
-    if (!w->scales || w->group != sub || k0 + n > w->k || (dt != TOPS_DT_F16 && dt != TOPS_DT_E8M0 && dt != TOPS_DT_UE4M3)) {
-        tops__ref_unpack_scales(w, row, k0, n, scale);
-        return;
-    }
-    const float mul = w->mul;
-    const int64_t nb = n / sub, s1 = w->scale_step;
-    const uint8_t *base = w->scales + row * w->scale_row + (k0 / sub) * s1;
+    if (w->group != sub || (dt != TOPS_DT_F16 && dt != TOPS_DT_E8M0 && dt != TOPS_DT_UE4M3)) return 0;
+    const uint8_t *base = plane + (k0 / sub) * step;
+    int64_t b = 0;
     if (dt == TOPS_DT_F16) {
-        const int64_t hs = s1 / 2;
+        const int64_t hs = step / 2;
         const uint16_t *h = (const uint16_t *)base;
-        int64_t b = 0;
         if (hs == 1)
             for (; b + 8 <= nb; b += 8)
-                _mm256_storeu_ps(scale + b, _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + b))),
-                                                          _mm256_set1_ps(mul)));
-        for (; b < nb; b++) scale[b] = _cvtsh_ss(h[b * hs]) * mul;
+                _mm256_storeu_ps(out + b, _mm256_xor_ps(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(h + b))),
+                                                                      _mm256_set1_ps(mul)),
+                                                        sign));
+        for (; b < nb; b++) {
+            const float v = _cvtsh_ss(h[b * hs]) * mul;
+            out[b] = neg ? -v : v;
+        }
     } else {
         const float *table = dt == TOPS_DT_E8M0 ? e8m0_table : ue4m3_table;
-        for (int64_t b = 0; b < nb; b++) scale[b] = table[base[b * s1]] * mul;
+        for (; b < nb; b++) {
+            const float v = table[base[b * step]] * mul;
+            out[b] = neg ? -v : v;
+        }
     }
+    return 1;
+}
+
+static void unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    if (!w->scales ||
+        !plane_per_sub(w, w->scales + row * w->scale_row, w->scale_dtype, w->scale_step, w->mul, 0, k0, n, scale))
+        tops__ref_unpack_scales(w, row, k0, n, scale);
+}
+
+/* Mins of the element planes with a bias plane: -(bias * mul) per sub-block. */
+static void unpack_code_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min) {
+    if (!plane_per_sub(w, w->bias + row * w->bias_row, w->bias_dtype, w->bias_step, w->mul, 1, k0, n, min))
+        tops__ref_unpack_code_mins(w, row, k0, n, min);
 }
 
 /* TOPS__IF_CODES: 4-bit codes (i4 groups, e2m1 MX/nvfp4) in whole vectors
@@ -123,6 +146,14 @@ static void unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_
         if (i < n) tops__ref_unpack_codes(w, row, k0 + i, n - i, q + i);
     }
     unpack_scales(w, row, k0, n, scale);
+}
+
+/* TOPS__IF_CODES with a bias plane (int4-gG-affine): the codes and scales
+   as above, the mins by the scalar row (one per sub-block). */
+static void unpack_codes_min(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                             float *min) {
+    unpack_codes(w, row, k0, n, q, scale);
+    unpack_code_mins(w, row, k0, n, min);
 }
 
 /* ggml mxfp4's scale 2^(e - 128) by bits, exact for every e (e = 0 and 1
@@ -295,6 +326,20 @@ static void blocks_scales(const tops__qweight *w, int64_t row, int64_t k0, int64
     for (int64_t b = 0; b < n / 32; b++, blk += w->block_bytes) scale[b] = block_scale(w, blk) * w->mul;
 }
 
+/* Mins of blocks with an f16 min at byte 2 (q4_1): -(m * mul), as the scalar row. */
+static void blocks_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min) {
+    const uint8_t *blk = w->data + row * w->row_bytes + (k0 / 32) * w->block_bytes;
+    for (int64_t b = 0; b < n / 32; b++, blk += w->block_bytes) {
+        uint16_t h;
+        if (k0 + b * 32 >= w->k) { /* past K: nothing read */
+            min[b] = 0.0f;
+            continue;
+        }
+        memcpy(&h, blk + 2, 2);
+        min[b] = -(_cvtsh_ss(h) * w->mul);
+    }
+}
+
 void tops__avx2_fill_unpackers(tops__form_kernels *table) {
     for (int e = 0; e < 256; e++) /* 2^(e-127); 0xFF is NaN (FORMATS.md) */
         e8m0_table[e] = e == 255 ? tops__bits_f32(0x7fc00000u)
@@ -306,10 +351,12 @@ void tops__avx2_fill_unpackers(tops__form_kernels *table) {
     scalar_super_min = table[TOPS__IF_SUPER_MIN].run_min;
     scalar_super_6bit = table[TOPS__IF_SUPER_6BIT].run;
     scalar_super_subscale = table[TOPS__IF_SUPER_SUBSCALE].run;
-    table[TOPS__IF_CODES] = (tops__form_kernels){.run = unpack_codes, .run_min = NULL,
-                                                 .dot_super = NULL, .scales = unpack_scales};
+    table[TOPS__IF_CODES] = (tops__form_kernels){.run = unpack_codes, .run_min = unpack_codes_min,
+                                                 .dot_super = NULL, .scales = unpack_scales,
+                                                 .mins = unpack_code_mins};
     table[TOPS__IF_BLOCKS] = (tops__form_kernels){.run = unpack_blocks, .run_min = unpack_blocks_min,
-                                                  .dot_super = NULL, .scales = blocks_scales};
+                                                  .dot_super = NULL, .scales = blocks_scales,
+                                                  .mins = blocks_mins};
     table[TOPS__IF_SUPER_MIN].run_min = unpack_super_min;
     table[TOPS__IF_SUPER_MIN].dot_super = kq_dot_min_super;
     table[TOPS__IF_SUPER_MIN].dot_super_f32 = NULL; /* AVX-512 has one; the scalar one loses to the decoded rows */

@@ -2,8 +2,9 @@
    kernels/kernels.h): four weight rows of blocks of 32 against every
    activation row at once.  Per block and row: 16 code bytes widened to 16
    lanes once, split into the low and high nibbles, each looked up in the
-   layout's table (lut - offset as f32) times the block's scale (one
-   multiply of the 16-entry table), so every weight is decoded once for all
+   layout's table (lut - offset as f32) times the block's scale, less its
+   min for forms with mins (one multiply or FMA of the 16-entry table), so
+   every weight is decoded once for all
    m rows; then two FMAs per activation row into one 16-lane chain per
    output, summed at the end.  The activations come in the nibbles' order
    (low nibbles' elements, then the high ones': evens then odds for
@@ -17,8 +18,8 @@ enum { PREFETCH = TOPS__NIB_PREFETCH };
 
 static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks, int64_t row_bytes,
                                                            const tops__nibble_layout *layout, const float *a,
-                                                           int64_t lda, const int m, const float *ws, int64_t ld_ws,
-                                                           int64_t nb, float *out) {
+                                                           int64_t lda, const int m, const float *ws, const float *wm,
+                                                           int64_t ld_ws, int64_t nb, float *out) {
     float tab[16];
     for (int c = 0; c < 16; c++) tab[c] = (float)(layout->lut[c] - layout->offset);
     const __m512 table = _mm512_loadu_ps(tab);
@@ -38,7 +39,8 @@ static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + r * row_bytes + off)));
-            const __m512 t = _mm512_mul_ps(table, _mm512_set1_ps(ws[r * ld_ws + b]));
+            const __m512 sc = _mm512_set1_ps(ws[r * ld_ws + b]);
+            const __m512 t = wm ? _mm512_fmsub_ps(table, sc, _mm512_set1_ps(wm[r * ld_ws + b])) : _mm512_mul_ps(table, sc);
             lo[r] = _mm512_permutexvar_ps(_mm512_and_si512(v, low), t);
             hi[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t);
         }
@@ -55,8 +57,9 @@ static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks
 
 #define TOPS_NIB_ROWS(M)                                                                                               \
     static void nib_rows_##M(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout, const float *a, \
-                             int64_t lda, const float *ws, int64_t ld_ws, int64_t nb, float *out) {                    \
-        nib_rows(blocks, row_bytes, layout, a, lda, M, ws, ld_ws, nb, out);                                            \
+                             int64_t lda, const float *ws, const float *wm, int64_t ld_ws, int64_t nb, float *out) {   \
+        if (wm) nib_rows(blocks, row_bytes, layout, a, lda, M, ws, wm, ld_ws, nb, out);                               \
+        else nib_rows(blocks, row_bytes, layout, a, lda, M, ws, NULL, ld_ws, nb, out);                                \
     }
 TOPS_NIB_ROWS(1)
 TOPS_NIB_ROWS(2)
@@ -65,12 +68,12 @@ TOPS_NIB_ROWS(4)
 #undef TOPS_NIB_ROWS
 
 void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
-                                       const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
-                                       float *out) {
+                                       const float *a, int64_t lda, int m, const float *ws, const float *wm,
+                                       int64_t ld_ws, int64_t nb, float *out) {
     switch (m) {
-    case 1: nib_rows_1(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
-    case 2: nib_rows_2(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
-    case 3: nib_rows_3(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
-    default: nib_rows_4(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
+    case 1: nib_rows_1(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, nb, out); break;
+    case 2: nib_rows_2(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, nb, out); break;
+    case 3: nib_rows_3(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, nb, out); break;
+    default: nib_rows_4(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, nb, out); break;
     }
 }

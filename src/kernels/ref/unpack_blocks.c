@@ -81,6 +81,22 @@ static void unpack_elements(const tops__qweight *w, int64_t row, int64_t k0, int
     tops__ref_unpack_scales(w, row, k0, n, scale);
 }
 
+/* Mins of the element-plane formats with a bias plane (element = q *
+   scale + bias: min = -bias, times the multiplier), one per sub-block; 0
+   beyond K. */
+void tops__ref_unpack_code_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min) {
+    const uint8_t *base = w->bias + row * w->bias_row;
+    for (int64_t b = 0; b < n / w->sub; b++) {
+        const int64_t k = k0 + b * w->sub;
+        min[b] = k >= w->k ? 0.0f : -(scale_entry(w->bias_dtype, base + (k / w->group) * w->bias_step) * w->mul);
+    }
+}
+static void unpack_elements_min(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
+                                float *min) {
+    unpack_elements(w, row, k0, n, q, scale);
+    tops__ref_unpack_code_mins(w, row, k0, n, min);
+}
+
 /* TOPS__IF_BLOCKS: blocks of 32, the scale (and min) in the header, codes
    as split nibbles through map or as i8; the decoders' f32 products. */
 static void unpack_blocks_any(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
@@ -126,6 +142,20 @@ static void unpack_blocks_min(const tops__qweight *w, int64_t row, int64_t k0, i
 static void blocks_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
     const uint8_t *data = w->data + row * w->row_bytes;
     for (int64_t b = 0; b < n / 32; b++) scale[b] = block_scale(w, data + (k0 / 32 + b) * w->block_bytes) * w->mul;
+}
+
+/* Mins of TOPS__IF_BLOCKS with has_min (q4_1: -m from byte 2), as run_min's. */
+void tops__ref_blocks_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min) {
+    const uint8_t *data = w->data + row * w->row_bytes;
+    for (int64_t b = 0; b < n / 32; b++) {
+        uint16_t hm;
+        if (k0 + b * 32 >= w->k) { /* past K: nothing read */
+            min[b] = 0.0f;
+            continue;
+        }
+        memcpy(&hm, data + (k0 / 32 + b) * w->block_bytes + 2, 2);
+        min[b] = -(tops__f16_to_f32(hm) * w->mul);
+    }
 }
 
 /* TOPS__IF_SUPER_SUBSCALE (iq4_xs: 136-byte super-blocks of 256: f16 d,
@@ -367,10 +397,12 @@ static void dot_super_subscale(const tops__int_layout *lay, const uint8_t *block
 
 void tops__ref_fill_unpackers(tops__form_kernels *table) {
     memset(table, 0, sizeof(tops__form_kernels) * TOPS__IF_COUNT_);
-    table[TOPS__IF_CODES] = (tops__form_kernels){.run = unpack_elements, .run_min = NULL,
-                                                 .dot_super = NULL, .scales = tops__ref_unpack_scales};
+    table[TOPS__IF_CODES] = (tops__form_kernels){.run = unpack_elements, .run_min = unpack_elements_min,
+                                                 .dot_super = NULL, .scales = tops__ref_unpack_scales,
+                                                 .mins = tops__ref_unpack_code_mins};
     table[TOPS__IF_BLOCKS] = (tops__form_kernels){.run = unpack_blocks, .run_min = unpack_blocks_min,
-                                                  .dot_super = NULL, .scales = blocks_scales};
+                                                  .dot_super = NULL, .scales = blocks_scales,
+                                                  .mins = tops__ref_blocks_mins};
     table[TOPS__IF_SUPER_MIN] = (tops__form_kernels){.run = NULL, .run_min = unpack_super_min, .dot_super = dot_min_super,
                                                       .dot_super_f32 = dot_min_super_f32, .scales = NULL};
     table[TOPS__IF_SUPER_6BIT] = (tops__form_kernels){.run = unpack_super_6bit, .run_min = NULL,
