@@ -260,6 +260,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->dot_fp8_rows = tops__avx512_dot_fp8_rows;
         k->fp8_rows_max_m = 16;
         k->dot_f32_nibbles_rows = tops__avx512_dot_f32_nibbles_rows;
+        k->dot_f32_bytes_rows = tops__avx512_dot_f32_bytes_rows;
     }
     if (level_allows(level, TOPS_ISA_AVX512_VNNI)) { /* vpdpbusd has no i16 stage: any offset */
         k->gemm_q8 = (tops__gemm_q8_ukernel){4, 8, tops_gemm_f32_qi8_qu5_4x8__avx512_vnni,

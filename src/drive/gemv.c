@@ -26,6 +26,7 @@ enum {
        q4_K / q6_K 6.2 / 7.7 against 9.5 / 27.1 ms at M = 5, 14.6 / 17.7
        against 15.1 / 31.3 at 16; q6_K 78 against 53 at 64 */
     SUPER_ROWS_MAX_M = 16,
+    BYTE_ROWS_MAX_M = 64,
 };
 
 
@@ -201,6 +202,9 @@ int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
                     ((up->run && up->nib.block_bytes) || (!up->run && up->nib_f32.mins && up->nib_f32.block_bytes));
     if (p->relaxed) return usual;
     if (nib) return NIB_ROWS_MAX_M;
+    if (kern->dot_f32_bytes_rows && up->run && up->byte.block_bytes && tops__unpack_sub(p->right.t) == 32 &&
+        p->k % 32 == 0)
+        return BYTE_ROWS_MAX_M;
     if (up->dot_super_f32 && p->k % 256 == 0) return SUPER_ROWS_MAX_M;
     return tops__gemv_fp8_rows(p) && kern->fp8_rows_max_m > usual ? kern->fp8_rows_max_m : usual;
 }
@@ -293,6 +297,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     /* q8_0's blocks (34 bytes, an f16 scale first): the dot reads the scales itself. */
     const int hdr_x4 = bytes_x4 && kern->dot_q8_hdr_x4 && up.byte.block_bytes == 34 && up.byte.header == 2 &&
                        qw.lay.scale_enc == TOPS__SE_F16;
+    /* strict 8-bit blocks of 32 read in place (dot_f32_bytes_rows) */
+    const int bytes_strict = integer && !relaxed && up.byte.block_bytes && sub == 32 && p->k % 32 == 0 &&
+                             kern->dot_f32_bytes_rows;
     /* fp8 rows decoded in registers (not integer forms) */
     const int fp8_x4 = !integer && tops__gemv_fp8_rows(p);
     const int fp8_e5m2 = fp8_x4 && tops_format_get_info(w->format.id)->element == TOPS_DT_E5M2;
@@ -452,6 +459,20 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                                                       row_bytes, aq + m * kp + k0, as + m * n_subs + b0, scale, ld_ws,
                                                       nb, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    } else if (bytes_strict) { /* 8-bit blocks of 32 in place, up to four activation rows a call */
+                        const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
+                        if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
+                        for (int r = 0; r < 4; r++) up.byte.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.byte.block_bytes;
+                        const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
+                        for (int64_t m0 = 0; m0 < M; m0 += TOPS__NIB_ROWS_MAX_M) {
+                            const int mm = (int)(M - m0 < TOPS__NIB_ROWS_MAX_M ? M - m0 : TOPS__NIB_ROWS_MAX_M);
+                            float dm[4 * TOPS__NIB_ROWS_MAX_M];
+                            kern->dot_f32_bytes_rows(blocks, row_bytes, &up.byte, a + m0 * kp + k0, kp, mm, scale, ld_ws,
+                                                     nb, dm);
+                            for (int i = 0; i < mm; i++)
+                                for (int r = 0; r < 4; r++) acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r];
                         }
                     } else if (strict_x4) { /* kc codes per row, zero past K */
                         const int64_t ld_s = chunk / sub;

@@ -64,6 +64,10 @@ typedef void (*tops__dot_f32_nibbles_rows_fn)(const uint8_t *blocks, int64_t row
                                               const struct tops__nibble_layout *layout, const float *a, int64_t lda,
                                               int m, const float *ws, const float *wm, int64_t ld_ws, int64_t nb,
                                               float *out);
+struct tops__byte_layout;
+typedef void (*tops__dot_f32_bytes_rows_fn)(const uint8_t *blocks, int64_t row_bytes,
+                                            const struct tops__byte_layout *layout, const float *a, int64_t lda, int m,
+                                            const float *ws, int64_t ld_ws, int64_t nb, float *out);
 /* The most activation rows a dot_fp8_rows call takes. */
 enum { TOPS__FP8_ROWS_MAX_M = 4 };
 typedef void (*tops__dot_fp8_rows_fn)(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n,
@@ -713,6 +717,10 @@ typedef struct tops__kernels {
        min where wm is not NULL (laid out as ws), one 16-lane FMA chain per
        output).  NULL: dot_f32_nibbles_x4 per row. */
     tops__dot_f32_nibbles_rows_fn dot_f32_nibbles_rows;
+    /* The same for 8-bit codes in blocks of 32 (a byte layout, blocks +
+       r * row_bytes, natural order): out[4 * i + r] = sum_b ws[r * ld_ws +
+       b] * q times a.  NULL: the unpacked rows (dot_f32_q8_x4 per row). */
+    tops__dot_f32_bytes_rows_fn dot_f32_bytes_rows;
     /* dot_q8_nibbles_x4 over one group of the row stream for m (1 to
        TOPS__NIBSTREAM_ROWS) activation rows act[0..m): `stream` and each
        act at the super-block of the first block, its form as packed;
@@ -913,6 +921,9 @@ void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *
 void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                        const float *a, int64_t lda, int m, const float *ws, const float *wm,
                                        int64_t ld_ws, int64_t nb, float *out);
+void tops__avx512_dot_f32_bytes_rows(const uint8_t *blocks, int64_t row_bytes, const tops__byte_layout *layout,
+                                     const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
+                                     float *out);
 void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
                                float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,

@@ -1,5 +1,6 @@
-/* AVX-512 strict 4-bit rows in place (tops__dot_f32_nibbles_rows_fn,
-   kernels/kernels.h): four weight rows of blocks of 32 against every
+/* AVX-512 strict rows in place: 4-bit codes (tops__dot_f32_nibbles_rows_fn,
+   kernels/kernels.h) and 8-bit ones (tops__dot_f32_bytes_rows_fn, below):
+   four weight rows of blocks of 32 against every
    activation row at once.  Per block and row: 16 code bytes widened to 16
    lanes once, split into the low and high nibbles, each looked up in the
    layout's table (lut - offset as f32) times the block's scale, less its
@@ -75,5 +76,65 @@ void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes,
     case 2: nib_rows_2(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, nb, out); break;
     case 3: nib_rows_3(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, nb, out); break;
     default: nib_rows_4(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, nb, out); break;
+    }
+}
+
+/* 8-bit codes (tops__dot_f32_bytes_rows_fn): per block and row, 32 i8
+   codes widened to f32 in two vectors and multiplied by the block's scale
+   (exact for an f16 or e8m0 scale: q has 8 bits), then two FMAs per
+   activation row (natural order) into one 16-lane chain per output. */
+static inline __attribute__((always_inline)) void byte_rows(const uint8_t *blocks, int64_t row_bytes,
+                                                            const tops__byte_layout *layout, const float *a, int64_t lda,
+                                                            const int m, const float *ws, int64_t ld_ws, int64_t nb,
+                                                            float *out) {
+    const int64_t stride = layout->block_bytes;
+    const uint8_t *p = blocks + layout->header;
+    __m512 acc[TOPS__NIB_ROWS_MAX_M][4];
+#pragma GCC unroll 4
+    for (int i = 0; i < TOPS__NIB_ROWS_MAX_M; i++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t off = b * stride;
+        if ((off & 63) + stride > 64 || (off & 63) == 0)
+            for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p + r * row_bytes + off + PREFETCH), _MM_HINT_T0);
+        __m512 lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            const uint8_t *c = p + r * row_bytes + off;
+            const __m512 sc = _mm512_set1_ps(ws[r * ld_ws + b]);
+            lo[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c))), sc);
+            hi[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(c + 16)))), sc);
+        }
+#pragma GCC unroll 4
+        for (int i = 0; i < m; i++) {
+            const __m512 x0 = _mm512_loadu_ps(a + i * lda + b * 32), x1 = _mm512_loadu_ps(a + i * lda + b * 32 + 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) acc[i][r] = _mm512_fmadd_ps(x1, hi[r], _mm512_fmadd_ps(x0, lo[r], acc[i][r]));
+        }
+    }
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
+#define TOPS_BYTE_ROWS(M)                                                                                          \
+    static void byte_rows_##M(const uint8_t *blocks, int64_t row_bytes, const tops__byte_layout *layout,         \
+                              const float *a, int64_t lda, const float *ws, int64_t ld_ws, int64_t nb, float *out) { \
+        byte_rows(blocks, row_bytes, layout, a, lda, M, ws, ld_ws, nb, out);                                       \
+    }
+TOPS_BYTE_ROWS(1)
+TOPS_BYTE_ROWS(2)
+TOPS_BYTE_ROWS(3)
+TOPS_BYTE_ROWS(4)
+#undef TOPS_BYTE_ROWS
+
+void tops__avx512_dot_f32_bytes_rows(const uint8_t *blocks, int64_t row_bytes, const tops__byte_layout *layout,
+                                     const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
+                                     float *out) {
+    switch (m) {
+    case 1: byte_rows_1(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
+    case 2: byte_rows_2(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
+    case 3: byte_rows_3(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
+    default: byte_rows_4(blocks, row_bytes, layout, a, lda, ws, ld_ws, nb, out); break;
     }
 }
