@@ -198,8 +198,10 @@ int tops__gemv_bytes_in_place(const tops__gemm_problem *p) {
 int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
     const tops__kernels *kern = p->kern;
     const tops__unpacker *up = &kern->unpack[p->right.t->format.id];
-    const int nib = kern->dot_f32_nibbles_rows && tops__unpack_sub(p->right.t) == 32 && p->k % 32 == 0 &&
-                    ((up->run && up->nib.block_bytes) || (!up->run && up->nib_f32.mins && up->nib_f32.block_bytes));
+    const int sub = tops__unpack_sub(p->right.t);
+    const int nib = kern->dot_f32_nibbles_rows && p->k % 32 == 0 &&
+                    ((sub == 32 && ((up->run && up->nib.block_bytes) || (!up->run && up->nib_f32.mins && up->nib_f32.block_bytes))) ||
+                     (sub == 16 && up->run && up->nib.block_bytes && !up->nib.split));
     if (p->relaxed) return usual;
     if (nib) return NIB_ROWS_MAX_M;
     if (kern->dot_f32_bytes_rows && up->run && up->byte.block_bytes && tops__unpack_sub(p->right.t) == 32 &&
@@ -287,6 +289,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
        per row they measured slower, 8.6 against 7.0 ms at M = 4). */
     const int nib_strict = (integer && !relaxed && up.nib.block_bytes && sub == 32 &&
                             (!up.nib.wide || kern->dot_f32_nibbles_rows)) ||
+                           (integer && !relaxed && up.nib.block_bytes && sub == 16 && !up.nib.split &&
+                            kern->dot_f32_nibbles_rows) || /* a scale per 16: nvfp4, int4-g16 */
                            (nib_mins && qw.sub == 32);
     const tops__nibble_layout *snib = nib_mins ? &up.nib_f32 : &up.nib; /* the strict rows' layout */
     const int nib_x4 = (in_place || x4_only || nib_strict) && p->k % 32 == 0;
@@ -428,7 +432,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                                 const int mm = (int)(M - m0 < TOPS__NIB_ROWS_MAX_M ? M - m0 : TOPS__NIB_ROWS_MAX_M);
                                 float dm[4 * TOPS__NIB_ROWS_MAX_M];
                                 kern->dot_f32_nibbles_rows(blocks, row_bytes, snib, ap + m0 * kp + k0, kp, mm, scale,
-                                                           nib_mins ? mins4 : NULL, ld_ws, nb, dm);
+                                                           nib_mins ? mins4 : NULL, ld_ws, sub, nb, dm);
                                 for (int i = 0; i < mm; i++)
                                     for (int r = 0; r < 4; r++) acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r];
                             }

@@ -62,8 +62,8 @@ enum { TOPS__NIB_ROWS_MAX_M = 4 };
 struct tops__nibble_layout;
 typedef void (*tops__dot_f32_nibbles_rows_fn)(const uint8_t *blocks, int64_t row_bytes,
                                               const struct tops__nibble_layout *layout, const float *a, int64_t lda,
-                                              int m, const float *ws, const float *wm, int64_t ld_ws, int64_t nb,
-                                              float *out);
+                                              int m, const float *ws, const float *wm, int64_t ld_ws, int sub,
+                                              int64_t nb, float *out);
 struct tops__byte_layout;
 typedef void (*tops__dot_f32_bytes_rows_fn)(const uint8_t *blocks, int64_t row_bytes,
                                             const struct tops__byte_layout *layout, const float *a, int64_t lda, int m,
@@ -715,7 +715,8 @@ typedef struct tops__kernels {
        once (a + i * lda): out[4 * i + r].  Its own summation order (each
        weight is its table entry times the block's scale, less the block's
        min where wm is not NULL (laid out as ws), one 16-lane FMA chain per
-       output).  NULL: dot_f32_nibbles_x4 per row. */
+       output).  sub 16: a scale per half-block (interleaved nibbles, no
+       mins; ws two per block).  NULL: dot_f32_nibbles_x4 per row. */
     tops__dot_f32_nibbles_rows_fn dot_f32_nibbles_rows;
     /* The same for 8-bit codes in blocks of 32 (a byte layout, blocks +
        r * row_bytes, natural order): out[4 * i + r] = sum_b ws[r * ld_ws +
@@ -920,7 +921,7 @@ void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *
                              float *out);
 void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                        const float *a, int64_t lda, int m, const float *ws, const float *wm,
-                                       int64_t ld_ws, int64_t nb, float *out);
+                                       int64_t ld_ws, int sub, int64_t nb, float *out);
 void tops__avx512_dot_f32_bytes_rows(const uint8_t *blocks, int64_t row_bytes, const tops__byte_layout *layout,
                                      const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
                                      float *out);

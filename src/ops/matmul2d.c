@@ -424,7 +424,7 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
         const int sub = up ? tops__unpack_sub(right) : 0; /* blocks of 16 in place: relaxed, K % 32 == 0 (gemv.c) */
         const int nib = up && up->nib.block_bytes &&
                         (!up->nib.wide || (p.relaxed ? kern->nib_wide && p.k % 32 == 0 : kern->dot_f32_nibbles_rows != NULL)) &&
-                        (sub == 32 || (sub == 16 && p.relaxed && !up->nib.split && p.k % 32 == 0));
+                        (sub == 32 || (sub == 16 && (p.relaxed || kern->dot_f32_nibbles_rows) && !up->nib.split && p.k % 32 == 0));
         const char *how = up && !up->run && up->run_min && p.relaxed
                               ? (up->dot_super && p.k % 256 == 0 ? "super-blocks with mins in place, i8 dots"
                                                                : "integer rows with mins, i8 dots")
