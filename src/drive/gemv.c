@@ -69,6 +69,10 @@ int tops__nibstream_form_of(const tops__kernels *kern, const tops_tensor *w, top
         return form->scale != 0;
     }
     const tops__qweight qw = tops__qweight_of(w);
+    if (!w->scales.data) { /* no scale plane (i4, u4, e2m1): every block's scale 1, mul the unit and tensor scale */
+        form->scale = sub == 32 ? TOPS__NIBSTREAM_F16 : 0;
+        return form->scale != 0;
+    }
     /* a scale per block (or half-block), or groups of whole blocks (int4-g128: each scale repeated per block) */
     if (!w->scales.data || (qw.group != sub && (sub != 32 || qw.group % 32 != 0))) return 0;
     if (w->scales.dtype == TOPS_DT_F16) form->scale = TOPS__NIBSTREAM_F16;
@@ -90,6 +94,7 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, const
     const int64_t sb_bytes = tops__nibstream_sb_bytes(form), scale_span = 4 * 8 * tops__nibstream_scale_span(form);
     const tops_plane *sp = &w->scales;
     const int64_t group = sp->data ? tops__qweight_of(w).group : form->sub; /* elements per scale entry */
+    static const uint16_t f16_one = 0x3C00; /* the scale of weights without a scale plane */
     uint8_t map[16]; /* the stored value of each code: through the table when coded */
     for (int c = 0; c < 16; c++) map[c] = form->coded ? nib->lut[c] : (uint8_t)c;
     memset(out, 0, (size_t)(count * group_bytes));
@@ -102,8 +107,9 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, const
                 const int i = (int)(b % 8), lane = i % 2 ? 4 + i / 2 : i / 2; /* tops__nibstream_lane(lane) == i */
                 for (int h = 0; h < halves; h++) { /* [half][row][lane] */
                     const int64_t e = (b * 32 + h * form->sub) / group; /* the scale entry (plane element or block) */
-                    const uint8_t *scale = sp->data ? (const uint8_t *)sp->data + (row * sp->stride[0] + e * sp->stride[1]) * esz
-                                                    : src + b * nib->block_bytes; /* the block's f16 header */
+                    const uint8_t *scale = sp->data  ? (const uint8_t *)sp->data + (row * sp->stride[0] + e * sp->stride[1]) * esz
+                                           : nib->header ? src + b * nib->block_bytes /* the block's f16 header */
+                                                         : (const uint8_t *)&f16_one;
                     memcpy(sb + ((h * TOPS__NIBSTREAM_ROWS + r) * 8 + lane) * esz, scale, (size_t)esz);
                 }
                 const uint8_t *codes = src + b * nib->block_bytes + nib->header;
