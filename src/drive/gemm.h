@@ -120,9 +120,10 @@ int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual);
    mins without whole super-blocks: q4_1, int4-gG-affine): the row driver
    would unpack and dot them one row at a time. */
 int tops__gemv_unpacks_rows(const tops__gemm_problem *p);
-/* Whether p's weights are fp8 element rows (e4m3, e5m2; plain or a scale
-   per row: -ch) that the row driver reads in place, four at a time
-   (dot_fp8_rows), each row's sum times its scale, then the tensor scale. */
+/* Whether p's weights are fp8 element rows (e4m3, e5m2; plain, a scale
+   per row: -ch, or per block of 32 along K: mxfp8) that the row driver
+   reads in place, four at a time (dot_fp8_rows): each code times its
+   block's scale, or each row's sum times its scale, then the tensor scale. */
 int tops__gemv_fp8_rows(const tops__gemm_problem *p);
 /* Whether the row driver reads p's weights from the row stream. */
 int tops__gemv_streams(const tops__gemm_problem *p);

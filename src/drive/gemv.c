@@ -231,8 +231,36 @@ int tops__gemv_streams(const tops__gemm_problem *p) {
 
 int tops__gemv_fp8_rows(const tops__gemm_problem *p) {
     const tops_tensor *w = p->right.t;
+    const tops_format_info *info = tops_format_get_info(w->format.id);
     return p->kern->dot_fp8_rows && !p->right.k_major && !p->right.packed && tops__has_element_reader(w) &&
-           w->stride[1] == 1 && (!w->scales.data || tops_format_get_info(w->format.id)->block < 0);
+           w->stride[1] == 1 && (!w->scales.data || info->block < 0 || (info->block > 1 && w->format.group % 32 == 0));
+}
+
+/* Block scales of fp8_rows weights with blocks along K (MX: e8m0 per 32):
+   one f32 per 32 codes of rows [row, row + 4) from k0 over n codes, row r
+   at out + r * ld; 0 without (the row scales then). */
+static int fp8_block_scales(const tops_tensor *w, int64_t row, int64_t k0, int64_t n, float *out, int64_t ld) {
+    const tops_plane *sp = &w->scales;
+    if (!sp->data || tops_format_get_info(w->format.id)->block < 0) return 0;
+    const int esz = (tops_dtype_bits(sp->dtype) + 7) / 8;
+    const int64_t per = w->format.group / 32, nb = tops__ceil_div(n, 32), e0 = k0 / w->format.group;
+    for (int r = 0; r < 4; r++) {
+        const unsigned char *base = (const unsigned char *)sp->data + (row + r) * sp->stride[0] * esz;
+        for (int64_t b = 0, e = e0, left = per - (k0 / 32) % per; b < nb; e++, left = per) {
+            const unsigned char *at = base + e * sp->stride[1] * esz;
+            float s;
+            if (sp->dtype == TOPS_DT_E8M0) { /* MX, by its bits: 2^(c - 127), 0 the subnormal 2^-127, 0xFF NaN */
+                const uint32_t c = *at;
+                s = tops__bits_f32(c == 0xFF ? 0x7fc00000u : c ? c << 23 : 0x00400000u);
+            } else {
+                uint32_t code = 0;
+                memcpy(&code, at, (size_t)esz);
+                s = tops__decode_elem(sp->dtype, code);
+            }
+            for (; b < nb && left > 0; b++, left--) out[r * ld + b] = s;
+        }
+    }
+    return 1;
 }
 
 /* Row r's scale of fp8_rows weights (1 without a scale plane). */
@@ -502,10 +530,13 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         int64_t kv = K - k0 < kc ? K - k0 : kc;
                         const uint8_t *b = (const uint8_t *)w->data + (n0 + j) * w->stride[0] + k0;
                         float rs[4], dm[4 * TOPS__FP8_ROWS_MAX_M];
-                        for (int r = 0; r < 4; r++) rs[r] = fp8_row_scale(w, n0 + j + r);
+                        const int64_t ld_bs = chunk / 32;
+                        const int blocked = fp8_block_scales(w, n0 + j, k0, kv, scale, ld_bs);
+                        for (int r = 0; r < 4; r++) rs[r] = blocked ? 1.0f : fp8_row_scale(w, n0 + j + r);
                         for (int64_t m0 = 0; m0 < M; m0 += TOPS__FP8_ROWS_MAX_M) {
                             const int mm = (int)(M - m0 < TOPS__FP8_ROWS_MAX_M ? M - m0 : TOPS__FP8_ROWS_MAX_M);
-                            kern->dot_fp8_rows(a + m0 * kp + k0, kp, mm, b, w->stride[0], kv, fp8_e5m2, dm);
+                            kern->dot_fp8_rows(a + m0 * kp + k0, kp, mm, b, w->stride[0], kv, fp8_e5m2,
+                                               blocked ? scale : NULL, ld_bs, dm);
                             for (int i = 0; i < mm; i++)
                                 for (int r = 0; r < 4; r++)
                                     acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r] * rs[r] * w->tensor_scale;

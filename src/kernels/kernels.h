@@ -71,7 +71,7 @@ typedef void (*tops__dot_f32_bytes_rows_fn)(const uint8_t *blocks, int64_t row_b
 /* The most activation rows a dot_fp8_rows call takes. */
 enum { TOPS__FP8_ROWS_MAX_M = 4 };
 typedef void (*tops__dot_fp8_rows_fn)(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n,
-                                      int e5m2, float *out);
+                                      int e5m2, const float *ws, int64_t ld_ws, float *out);
 typedef void (*tops__unpack_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
 /* The integer form with a per-sub-block offset (q4_1, q4_K, q5_K: element =
    q * scale - min, q >= 0): as tops__unpack_fn, plus min[b] for each
@@ -670,8 +670,9 @@ typedef struct tops__kernels {
     void (*dot_half_x4)(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
     /* Four e4m3 (e5m2 set: e5m2) byte rows (b + r * ldb, r < 4) against
        m <= TOPS__FP8_ROWS_MAX_M activation rows (a + i * lda), each code
-       decoded exactly in registers (NaN stays NaN), no scale (the caller
-       scales each row's sum): out[4 * i + r].  NULL: none. */
+       decoded exactly in registers (NaN stays NaN) and, with ws, times its
+       block's scale ws[r * ld_ws + k / 32] (MX); row scales are the
+       caller's: out[4 * i + r].  NULL: none. */
     tops__dot_fp8_rows_fn dot_fp8_rows;
     /* The most M for which the row driver reads fp8 rows (strict) rather
        than the f32 panels, measured per level (Zen 4, e4m3: AVX2 8,
@@ -918,7 +919,7 @@ void tops__avx2_lut16_row(float *dst, const uint8_t *src, int64_t n, const float
 void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
 void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
 void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
-                             float *out);
+                             const float *ws, int64_t ld_ws, float *out);
 void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                        const float *a, int64_t lda, int m, const float *ws, const float *wm,
                                        int64_t ld_ws, int sub, int64_t nb, float *out);
@@ -926,7 +927,7 @@ void tops__avx512_dot_f32_bytes_rows(const uint8_t *blocks, int64_t row_bytes, c
                                      const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
                                      float *out);
 void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
-                               float *out);
+                               const float *ws, int64_t ld_ws, float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                   int64_t nb, int sub, float *out);

@@ -714,11 +714,13 @@ static void test_half_rows_match_f32(void) {
 
 /* fp8 weight rows read in place (dot_fp8_rows, small M): every finite
    code decoded exactly (one-hot activations: each output is one code),
-   a NaN code makes its row's outputs NaN, and per-row scales (-ch) and
-   the tensor scale keep random products within the strict bound of f64,
+   a NaN code makes its row's outputs NaN, and per-row scales (-ch), block
+   scales (mxfp8) and the tensor scale keep random products within the
+   strict bound of f64,
    at every level, K with and without a tail of 16 and over a chunk. */
 static void test_fp8_rows(void) {
-    const tops_format_id ids[4] = {TOPS_FMT_E4M3, TOPS_FMT_E5M2, TOPS_FMT_E4M3_CH, TOPS_FMT_E5M2_CH};
+    const tops_format_id ids[6] = {TOPS_FMT_E4M3,    TOPS_FMT_E5M2,  TOPS_FMT_E4M3_CH,
+                                   TOPS_FMT_E5M2_CH, TOPS_FMT_MXFP8, TOPS_FMT_MXFP8_E5M2};
     for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
         const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
         if (!kern) continue;
@@ -766,7 +768,7 @@ static void test_fp8_rows(void) {
                                    e5 ? "e5m2" : "e4m3", i, (long long)j, ((float *)db)[i * N + j]);
             tops_tensor_destroy(&a), tops_tensor_destroy(&w), tops_tensor_destroy(&c);
         }
-        for (int f = 0; f < 4; f++)
+        for (int f = 0; f < 6; f++)
             for (int v = 0; v < 6; v++) { /* M = 9 and 16: the rows in calls of up to four */
                 const int64_t m = v < 4 ? 1 + v : v == 4 ? 9 : 16, n = 13, k = v == 3 ? 2100 : v == 2 ? 64 : 50 + 16 * v;
                 mm_operand w, a;

@@ -263,14 +263,20 @@ void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int6
 }
 
 /* Two fp8 rows (b, b + ldb) against m activation rows, each code decoded
-   once: out[4 * i + r], one FMA chain in 8 lanes per output. */
+   once (times its block's scale ws[r * ld_ws + k / 32] with ws: MX):
+   out[4 * i + r], one FMA chain in 8 lanes per output. */
 static inline __attribute__((always_inline)) void fp8_pair(const float *a, int64_t lda, const int m, const uint8_t *b,
-                                                           int64_t ldb, int64_t n, const int e5m2, float *out) {
+                                                           int64_t ldb, int64_t n, const int e5m2, const float *ws,
+                                                           int64_t ld_ws, float *out) {
     __m256 acc[4][2];
     for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     int64_t k = 0;
     for (; k + 8 <= n; k += 8) {
-        const __m256 w0 = fp8x8_to_f32(b + k, e5m2), w1 = fp8x8_to_f32(b + ldb + k, e5m2);
+        __m256 w0 = fp8x8_to_f32(b + k, e5m2), w1 = fp8x8_to_f32(b + ldb + k, e5m2);
+        if (ws) {
+            w0 = _mm256_mul_ps(w0, _mm256_set1_ps(ws[k / 32]));
+            w1 = _mm256_mul_ps(w1, _mm256_set1_ps(ws[ld_ws + k / 32]));
+        }
 #pragma GCC unroll 4
         for (int i = 0; i < m; i++) {
             const __m256 x = _mm256_loadu_ps(a + i * lda + k);
@@ -281,26 +287,30 @@ static inline __attribute__((always_inline)) void fp8_pair(const float *a, int64
     for (int i = 0; i < m; i++)
         for (int r = 0; r < 2; r++) {
             float t = tops__hsum8_ps(acc[i][r]);
-            for (int64_t q = k; q < n; q++) t += a[i * lda + q] * load_w1(b + r * ldb, q, e5m2 ? 4 : 3);
+            for (int64_t q = k; q < n; q++)
+                t += a[i * lda + q] * (load_w1(b + r * ldb, q, e5m2 ? 4 : 3) * (ws ? ws[r * ld_ws + q / 32] : 1.0f));
             out[4 * i + r] = t;
         }
 }
 
 /* tops__dot_fp8_rows_fn: one activation row against four weight rows at
-   once (dot_x4); more, the weight rows in pairs, decoded once for all. */
+   once (dot_x4); more, or block scales, the weight rows in pairs, decoded
+   once for all. */
 void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
-                             float *out) {
-    if (m == 1) {
+                             const float *ws, int64_t ld_ws, float *out) {
+    if (m == 1 && !ws) {
         if (e5m2) dot_x4(a, b, ldb, n, 4, out);
         else dot_x4(a, b, ldb, n, 3, out);
         return;
     }
     for (int p = 0; p < 2; p++) {
         const uint8_t *bp = b + 2 * p * ldb;
+        const float *wp = ws ? ws + 2 * p * ld_ws : NULL;
         float *op = out + 2 * p;
-        if (m == 2) e5m2 ? fp8_pair(a, lda, 2, bp, ldb, n, 1, op) : fp8_pair(a, lda, 2, bp, ldb, n, 0, op);
-        else if (m == 3) e5m2 ? fp8_pair(a, lda, 3, bp, ldb, n, 1, op) : fp8_pair(a, lda, 3, bp, ldb, n, 0, op);
-        else e5m2 ? fp8_pair(a, lda, 4, bp, ldb, n, 1, op) : fp8_pair(a, lda, 4, bp, ldb, n, 0, op);
+        if (m == 1) e5m2 ? fp8_pair(a, lda, 1, bp, ldb, n, 1, wp, ld_ws, op) : fp8_pair(a, lda, 1, bp, ldb, n, 0, wp, ld_ws, op);
+        else if (m == 2) e5m2 ? fp8_pair(a, lda, 2, bp, ldb, n, 1, wp, ld_ws, op) : fp8_pair(a, lda, 2, bp, ldb, n, 0, wp, ld_ws, op);
+        else if (m == 3) e5m2 ? fp8_pair(a, lda, 3, bp, ldb, n, 1, wp, ld_ws, op) : fp8_pair(a, lda, 3, bp, ldb, n, 0, wp, ld_ws, op);
+        else e5m2 ? fp8_pair(a, lda, 4, bp, ldb, n, 1, wp, ld_ws, op) : fp8_pair(a, lda, 4, bp, ldb, n, 0, wp, ld_ws, op);
     }
 }
 
