@@ -63,9 +63,16 @@ int tops__nibstream_form_of(const tops__kernels *kern, const tops_tensor *w, top
         return 0;
     if (up->nib.wide && !kern->nib_wide) return 0; /* the AVX2 kernel adds four vpmaddubsw in i16: entries up to 32 */
     *form = (tops__nibstream_form){0, sub, tops__nibstream_coded(&up->nib), tops__nib_scale_mul(info, w)};
-    /* GGUF blocks whose 2-byte header is the f16 scale (q4_0) */
+    /* GGUF blocks whose header is the scale: q4_0's f16, gguf-mxfp4's e8m0
+       byte read as 2^(e - 128) (the stream's 2^(e - 127) with half the
+       multiplier: the same product) */
     if (info->gguf) {
-        form->scale = !w->scales.data && up->nib.header == 2 && sub == 32 ? TOPS__NIBSTREAM_F16 : 0;
+        const int half = tops__qweight_of(w).lay.scale_enc == TOPS__SE_E8M0_HALF;
+        form->scale = w->scales.data || sub != 32 ? 0
+                      : up->nib.header == 2      ? TOPS__NIBSTREAM_F16
+                      : up->nib.header == 1 && half ? TOPS__NIBSTREAM_E8M0
+                                                    : 0;
+        if (form->scale == TOPS__NIBSTREAM_E8M0) form->mul *= 0.5f;
         return form->scale != 0;
     }
     const tops__qweight qw = tops__qweight_of(w);

@@ -337,19 +337,20 @@ static void run_plain_and_packed(const tops__kernels *kern, int threads, const t
 static void test_packed_in_place(void) {
     /* q4_1, q4_K and q5_K (the forms with mins) only relaxed: strict, their packed weights are f32
        panels (q4_K / q5_K plain rows decode in registers: test_matmul2d_paths checks those against f64) */
-    const tops_format fmts[14] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
+    const tops_format fmts[15] = {{TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, {TOPS_FMT_Q4_0, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_MXFP4, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_INT4_G, 16, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0},
                                   {TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, {TOPS_FMT_Q5_K, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_Q4_1, 0, TOPS_DT_NONE}, {TOPS_FMT_IQ4_NL, 0, TOPS_DT_NONE},
                                   {TOPS_FMT_INT4_G, 128, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 64, TOPS_DT_BF16},
-                                  {TOPS_FMT_INT4_G_AFFINE, 64, TOPS_DT_NONE}, {TOPS_FMT_I4, 0, TOPS_DT_NONE}};
+                                  {TOPS_FMT_INT4_G_AFFINE, 64, TOPS_DT_NONE}, {TOPS_FMT_I4, 0, TOPS_DT_NONE},
+                                  {TOPS_FMT_GGUF_MXFP4, 0, TOPS_DT_NONE}};
     /* M <= 4 with K % 32 == 0: the four-row in-place dots (strict and
        relaxed) and, packed relaxed, the row stream: K of 2, 3, 13 (a part
        super-block) and 75 blocks (two chunks), N with and without a part
        group of four. */
     const int64_t ms[5] = {1, 2, 3, 4, 33}, ns[4] = {1, 8, 21, 31}, ks[7] = {64, 96, 416, 2400, 70, 4095, 2304};
-    for (int f = 0; f < 14; f++)
+    for (int f = 0; f < 15; f++)
         for (int v = 0; v < 10; v++) {
             if (((f >= 6 && f <= 8) || f == 12) && v < 5) continue; /* mins: packed in place relaxed only */
             int64_t m = ms[v % 5], n = ns[th_next(&rng) % 4], k = ks[th_next(&rng) % 7];
@@ -416,7 +417,7 @@ static void test_packed_in_place(void) {
                (else its rows are the integer rows) */
             const int wide_ok = tops__kernels_get()->nib_wide;
             const int streams = d.relaxed_precision && m <= 4 && k % 32 == 0 && n >= 4 &&
-                                (f < 6 || f == 10 || f == 13 || (f == 9 && wide_ok)) &&
+                                (f < 6 || f == 10 || f >= 13 || (f == 9 && wide_ok)) &&
                                 tops__kernels_get()->dot_q8_nibstream_x4 != NULL;
             /* m > 4 at a level with AMX kernels: integer forms on the code tiles (i8: relaxed below the
                crossover; bf16: strict, but for weights exact in one bf16 term), the rest on the bf16 terms */
@@ -477,19 +478,22 @@ static int same_or_both_nan(const float *x, const float *y, int64_t n) {
 }
 
 static void test_stream_scale_extremes(void) {
-    const tops_format fmts[3] = {{TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0},
-                                 {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}};
+    /* gguf-mxfp4: its e8m0 in each 17-byte block's header, read as 2^(e - 128) */
+    const tops_format fmts[4] = {{TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_INT4_G, 32, TOPS_DT_E8M0},
+                                 {TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, {TOPS_FMT_GGUF_MXFP4, 0, TOPS_DT_NONE}};
     const float muls[5] = {1.0f, 0.3f, 3e30f, 1e-30f, 1e-37f};
     const int64_t ks[3] = {256, 608, 2304};
-    for (int it = 0; it < 30; it++) {
-        const int f = it % 3, ue4m3 = f == 2;
-        const int64_t m = 1 + it % 4, n = 12, k = ks[(it / 3) % 3], nscales = n * (k / (ue4m3 ? 16 : 32));
-        const float ts = muls[(it / 3) % (ue4m3 ? 5 : 4)];
+    for (int it = 0; it < 40; it++) {
+        const int f = it % 4, ue4m3 = f == 2, gguf = f == 3;
+        const int64_t m = 1 + it % 3, n = 12, k = ks[(it / 4) % 3], nscales = n * (k / (ue4m3 ? 16 : 32));
+        const float ts = muls[(it / 4) % (ue4m3 ? 5 : 4)];
         mm_operand w;
         mm_make_quant(&w, fmts[f], n, k, 0, &rng);
         w.t.tensor_scale = ts;
-        uint8_t *e = (uint8_t *)w.t.scales.data;
-        for (int64_t i = 0; i < nscales; i++) {
+        uint8_t *e = (uint8_t *)(gguf ? w.t.data : w.t.scales.data);
+        const int64_t es = gguf ? 17 : 1; /* bytes from one scale to the next */
+        for (int64_t q = 0; q < nscales; q++) {
+            const int64_t i = q * es;
             const uint64_t u = th_next(&rng) % 100;
             if (ue4m3) /* typical, subnormal, any byte, NaN */
                 e[i] = (uint8_t)(u < 60 ? 40 + th_next(&rng) % 40 : u < 75 ? th_next(&rng) % 8 : u < 97 ? th_next(&rng) % 256
