@@ -125,6 +125,10 @@ int tops__gemv_unpacks_rows(const tops__gemm_problem *p);
    reads in place, four at a time (dot_fp8_rows): each code times its
    block's scale, or each row's sum times its scale, then the tensor scale. */
 int tops__gemv_fp8_rows(const tops__gemm_problem *p);
+/* Whether p's weights are codebook rows (lut4, lut4-row: contiguous 4-bit
+   codes, K % 32 == 0) that the row driver reads in place, four at a time
+   (dot_f32_nibbles_rows with each row's entries times the tensor scale). */
+int tops__gemv_lut_rows(const tops__gemm_problem *p);
 /* Whether the row driver reads p's weights from the row stream. */
 int tops__gemv_streams(const tops__gemm_problem *p);
 

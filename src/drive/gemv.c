@@ -216,7 +216,7 @@ int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
                     ((sub == 32 && ((up->run && up->nib.block_bytes) || (!up->run && up->nib_f32.mins && up->nib_f32.block_bytes))) ||
                      (sub == 16 && up->run && up->nib.block_bytes && !up->nib.split));
     if (p->relaxed) return usual;
-    if (nib) return NIB_ROWS_MAX_M;
+    if (nib || tops__gemv_lut_rows(p)) return NIB_ROWS_MAX_M;
     if (kern->dot_f32_bytes_rows && up->run && up->byte.block_bytes && tops__unpack_sub(p->right.t) == 32 &&
         p->k % 32 == 0)
         return BYTE_ROWS_MAX_M;
@@ -234,6 +234,12 @@ int tops__gemv_unpacks_rows(const tops__gemm_problem *p) {
 int tops__gemv_streams(const tops__gemm_problem *p) {
     return p->relaxed && p->nib_stream.data && p->kern->dot_q8_nibstream_x4 && p->k % 32 == 0 &&
            p->m <= GEMV_STREAM_M;
+}
+
+int tops__gemv_lut_rows(const tops__gemm_problem *p) {
+    const tops_tensor *w = p->right.t;
+    return p->kern->dot_f32_nibbles_rows && !p->right.k_major && !p->right.packed && w->codebook.data &&
+           tops_format_get_info(w->format.id)->codebook && w->stride[1] == 1 && w->stride[0] % 2 == 0 && p->k % 32 == 0;
 }
 
 int tops__gemv_fp8_rows(const tops__gemm_problem *p) {
@@ -348,8 +354,11 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     /* fp8 rows decoded in registers (not integer forms) */
     const int fp8_x4 = !integer && tops__gemv_fp8_rows(p);
     const int fp8_e5m2 = fp8_x4 && tops_format_get_info(w->format.id)->element == TOPS_DT_E5M2;
+    /* codebook rows (lut4, lut4-row): codes in place, each row's 16 entries
+       times the tensor scale its weights (dot_f32_nibbles_rows' tables) */
+    const int lut_x4 = !integer && tops__gemv_lut_rows(p);
     /* Activations in the nibbles' order ([evens, odds] per block) for the strict in-place dot. */
-    const int permuted = nib_x4 && nib_strict && !snib->split;
+    const int permuted = (nib_x4 && nib_strict && !snib->split) || lut_x4;
     const int64_t M = p->m, N = p->n, K = p->k, kp = tops__round_up(K, 32), n_subs = kp / sub;
     const int64_t full_blocks = K / 32;
     const int64_t chunk = K_CHUNK < kp ? K_CHUNK : kp;
@@ -439,8 +448,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                strict integer forms (four rows unpacked per chunk). */
             const int strict_x4 = integer && !relaxed && !strict_super;
             const int half_x4 = !integer && p->right.direct_half && kern->dot_half_x4;
-            if (j + 4 <= nn && (nib_x4 || bytes_x4 ||
-                                (!in_place && (strict_x4 || (!integer && (p->right.direct_f32 || half_x4 || fp8_x4)))))) {
+            if (j + 4 <= nn &&
+                (nib_x4 || bytes_x4 ||
+                 (!in_place && (strict_x4 || (!integer && (p->right.direct_f32 || half_x4 || fp8_x4 || lut_x4)))))) {
                 for (int64_t m = 0; m < M; m++)
                     for (int r = 1; r < 4; r++) acc[m * N_BLOCK + j + r] = 0.0f;
                 for (int64_t k0 = 0; k0 < kp; k0 += chunk) {
@@ -473,7 +483,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                                 const int mm = (int)(M - m0 < TOPS__NIB_ROWS_MAX_M ? M - m0 : TOPS__NIB_ROWS_MAX_M);
                                 float dm[4 * TOPS__NIB_ROWS_MAX_M];
                                 kern->dot_f32_nibbles_rows(blocks, row_bytes, snib, ap + m0 * kp + k0, kp, mm, scale,
-                                                           nib_mins ? mins4 : NULL, ld_ws, sub, nb, dm);
+                                                           nib_mins ? mins4 : NULL, ld_ws, sub, NULL, nb, dm);
                                 for (int i = 0; i < mm; i++)
                                     for (int r = 0; r < 4; r++) acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r];
                             }
@@ -532,6 +542,25 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         for (int64_t m = 0; m < M; m++) {
                             kern->dot_half_x4(a + m * kp + k0, b, w->stride[0], kv, p->right.direct_half == TOPS_DT_BF16, d);
                             for (int r = 0; r < 4; r++) acc[m * N_BLOCK + j + r] += d[r];
+                        }
+                    } else if (lut_x4) { /* codebook rows: whole blocks of 32 codes in place */
+                        const int64_t b0 = k0 / 32, nb = kc / 32;
+                        const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * 16;
+                        const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
+                        const tops_plane *cb = &w->codebook;
+                        const int per_row = tops_format_get_info(w->format.id)->codebook == 2;
+                        const tops__nibble_layout lay = {.block_bytes = 16};
+                        float tabs[64], dm[4 * TOPS__NIB_ROWS_MAX_M];
+                        for (int r = 0; r < 4; r++) {
+                            const uint16_t *e = (const uint16_t *)cb->data + (per_row ? (n0 + j + r) * cb->stride[0] : 0);
+                            for (int c = 0; c < 16; c++) tabs[16 * r + c] = tops__f16_to_f32(e[c * cb->stride[1]]) * w->tensor_scale;
+                        }
+                        for (int64_t m0 = 0; m0 < M; m0 += TOPS__NIB_ROWS_MAX_M) {
+                            const int mm = (int)(M - m0 < TOPS__NIB_ROWS_MAX_M ? M - m0 : TOPS__NIB_ROWS_MAX_M);
+                            kern->dot_f32_nibbles_rows(blocks, row_bytes, &lay, ap + m0 * kp + k0, kp, mm, NULL, NULL, 0, 32,
+                                                       tabs, nb, dm);
+                            for (int i = 0; i < mm; i++)
+                                for (int r = 0; r < 4; r++) acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r];
                         }
                     } else if (fp8_x4) { /* e4m3 / e5m2 rows in place, decoded as they load */
                         int64_t kv = K - k0 < kc ? K - k0 : kc;

@@ -63,7 +63,7 @@ struct tops__nibble_layout;
 typedef void (*tops__dot_f32_nibbles_rows_fn)(const uint8_t *blocks, int64_t row_bytes,
                                               const struct tops__nibble_layout *layout, const float *a, int64_t lda,
                                               int m, const float *ws, const float *wm, int64_t ld_ws, int sub,
-                                              int64_t nb, float *out);
+                                              const float *tables, int64_t nb, float *out);
 struct tops__byte_layout;
 typedef void (*tops__dot_f32_bytes_rows_fn)(const uint8_t *blocks, int64_t row_bytes,
                                             const struct tops__byte_layout *layout, const float *a, int64_t lda, int m,
@@ -717,7 +717,9 @@ typedef struct tops__kernels {
        weight is its table entry times the block's scale, less the block's
        min where wm is not NULL (laid out as ws), one 16-lane FMA chain per
        output).  sub 16: a scale per half-block (interleaved nibbles, no
-       mins; ws two per block).  NULL: dot_f32_nibbles_x4 per row. */
+       mins; ws two per block).  tables (codebooks: lut4): row r's 16
+       weights at tables + 16 r, the layout's table and ws unused.  NULL:
+       dot_f32_nibbles_x4 per row. */
     tops__dot_f32_nibbles_rows_fn dot_f32_nibbles_rows;
     /* The same for 8-bit codes in blocks of 32 (a byte layout, blocks +
        r * row_bytes, natural order): out[4 * i + r] = sum_b ws[r * ld_ws +
@@ -922,7 +924,7 @@ void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *
                              const float *ws, int64_t ld_ws, float *out);
 void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                        const float *a, int64_t lda, int m, const float *ws, const float *wm,
-                                       int64_t ld_ws, int sub, int64_t nb, float *out);
+                                       int64_t ld_ws, int sub, const float *tables, int64_t nb, float *out);
 void tops__avx512_dot_f32_bytes_rows(const uint8_t *blocks, int64_t row_bytes, const tops__byte_layout *layout,
                                      const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
                                      float *out);

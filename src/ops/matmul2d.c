@@ -433,6 +433,7 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                                   tops__unpack_sub(right) == 32 && p.k % 32 == 0
                               ? "4-bit rows with mins in place, f32 dots"
                           : (!up || !up->run) && tops__gemv_fp8_rows(&p) ? "fp8 rows in place, f32 dots"
+                          : (!up || !up->run) && tops__gemv_lut_rows(&p) ? "codebook rows in place, f32 dots"
                           : !up || !up->run    ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib ? "4-bit rows in place, f32 dots" : "integer rows, f32 dots")
                           : up->dot_super && p.k % 256 == 0 ? "super-blocks in place, i8 dots"

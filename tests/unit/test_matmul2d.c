@@ -806,6 +806,53 @@ static void test_fp8_rows(void) {
     }
 }
 
+/* Codebook rows read in place (lut4, lut4-row: dot_f32_nibbles_rows with
+   each row's entries times the tensor scale) within the strict bound of
+   f64 at every level, M up to 9, K of one and several chunks, N past a
+   group of four; the path names them where the level has the kernel. */
+static void test_codebook_rows(void) {
+    const tops_format_id ids[2] = {TOPS_FMT_LUT4, TOPS_FMT_LUT4_ROW};
+    const int64_t ms[4] = {1, 3, 4, 9}, ks[2] = {64, 2112};
+    for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+        const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+        if (!kern) continue;
+        tops_exec ex = tops_exec_default();
+        tops_matmul2d_desc md = plain_desc();
+        md.transpose_right = 1;
+        for (int f = 0; f < 2; f++)
+            for (int v = 0; v < 8; v++) {
+                const int64_t m = ms[v % 4], n = 13, k = ks[v / 4];
+                mm_operand w, a;
+                mm_make_quant(&w, (tops_format){ids[f], 0, TOPS_DT_NONE}, n, k, 0, &rng);
+                if (v % 2) {
+                    w.t.tensor_scale = 0.375f;
+                    for (int64_t q = 0; q < n * k; q++) w.exact[q] *= 0.375;
+                }
+                mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
+                void *db;
+                tops_tensor c = make_plain(TOPS_DT_F32, m, n, &db);
+                double *want = malloc(sizeof(double) * (size_t)(m * n)), *mag = malloc(sizeof(double) * (size_t)(m * n));
+                ASSERT_TRUE(want && mag);
+                mm_oracle(&a, 0, &w, 1, m, n, k, NULL, want, mag);
+                mm_poison(&c);
+                ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a.t, &w.t, &c));
+                const double e = mm_rel_l2(&c, want);
+                if (!(e <= 1e-5))
+                    TH_FAIL_AT("isa=%s format %d m=%lld k=%lld: rel-L2 %g", tops_isa_name((tops_isa)isa), (int)ids[f],
+                               (long long)m, (long long)k, e);
+                char path[200];
+                ASSERT_OK(tops_matmul2d_path(&ex, &md, &a.t, &w.t, &c, path, sizeof path));
+                const tops__kernels *kg = tops__kernels_get();
+                const int rows = kg->dot_f32_nibbles_rows && (m <= 4 || !kg->amx_bf16t.run);
+                ASSERT_TRUE((strstr(path, "codebook rows in place") != NULL) == rows);
+                free(want), free(mag);
+                tops_tensor_destroy(&c);
+                mm_free(&a);
+                mm_free_any(&w);
+            }
+    }
+}
+
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_small_product);
@@ -819,5 +866,6 @@ int main(void) {
     RUN_TEST(test_huge_k_fails_cleanly);
     RUN_TEST(test_half_rows_match_f32);
     RUN_TEST(test_fp8_rows);
+    RUN_TEST(test_codebook_rows);
     TEST_MAIN_END();
 }

@@ -20,7 +20,8 @@ enum { PREFETCH = TOPS__NIB_PREFETCH };
 static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks, int64_t row_bytes,
                                                            const tops__nibble_layout *layout, const float *a,
                                                            int64_t lda, const int m, const float *ws, const float *wm,
-                                                           int64_t ld_ws, const int halves, int64_t nb, float *out) {
+                                                           int64_t ld_ws, const int halves, const float *tables,
+                                                           int64_t nb, float *out) {
     float tab[16];
     for (int c = 0; c < 16; c++) tab[c] = (float)(layout->lut[c] - layout->offset);
     const __m512 table = _mm512_loadu_ps(tab);
@@ -40,6 +41,12 @@ static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p + r * row_bytes + off)));
+            if (tables) { /* codebook rows: row r's 16 entries are its weights */
+                const __m512 t = _mm512_loadu_ps(tables + 16 * r);
+                lo[r] = _mm512_permutexvar_ps(_mm512_and_si512(v, low), t);
+                hi[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t);
+                continue;
+            }
             if (halves == 2) { /* a scale per 16 (nvfp4, int4-g16; interleaved): lanes 0-7 the first half's */
                 const __m512 sc = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(ws[r * ld_ws + 2 * b]),
                                                        _mm512_set1_ps(ws[r * ld_ws + 2 * b + 1]));
@@ -65,11 +72,12 @@ static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks
 
 #define TOPS_NIB_ROWS(M)                                                                                               \
     static void nib_rows_##M(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout, const float *a, \
-                             int64_t lda, const float *ws, const float *wm, int64_t ld_ws, int sub, int64_t nb,        \
-                             float *out) {                                                                             \
-        if (sub == 16) nib_rows(blocks, row_bytes, layout, a, lda, M, ws, NULL, ld_ws, 2, nb, out);                   \
-        else if (wm) nib_rows(blocks, row_bytes, layout, a, lda, M, ws, wm, ld_ws, 1, nb, out);                       \
-        else nib_rows(blocks, row_bytes, layout, a, lda, M, ws, NULL, ld_ws, 1, nb, out);                             \
+                             int64_t lda, const float *ws, const float *wm, int64_t ld_ws, int sub, const float *tables, \
+                             int64_t nb, float *out) {                                                                 \
+        if (tables) nib_rows(blocks, row_bytes, layout, a, lda, M, NULL, NULL, 0, 1, tables, nb, out);                \
+        else if (sub == 16) nib_rows(blocks, row_bytes, layout, a, lda, M, ws, NULL, ld_ws, 2, NULL, nb, out);        \
+        else if (wm) nib_rows(blocks, row_bytes, layout, a, lda, M, ws, wm, ld_ws, 1, NULL, nb, out);                 \
+        else nib_rows(blocks, row_bytes, layout, a, lda, M, ws, NULL, ld_ws, 1, NULL, nb, out);                       \
     }
 TOPS_NIB_ROWS(1)
 TOPS_NIB_ROWS(2)
@@ -79,12 +87,12 @@ TOPS_NIB_ROWS(4)
 
 void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                        const float *a, int64_t lda, int m, const float *ws, const float *wm,
-                                       int64_t ld_ws, int sub, int64_t nb, float *out) {
+                                       int64_t ld_ws, int sub, const float *tables, int64_t nb, float *out) {
     switch (m) {
-    case 1: nib_rows_1(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, sub, nb, out); break;
-    case 2: nib_rows_2(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, sub, nb, out); break;
-    case 3: nib_rows_3(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, sub, nb, out); break;
-    default: nib_rows_4(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, sub, nb, out); break;
+    case 1: nib_rows_1(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, sub, tables, nb, out); break;
+    case 2: nib_rows_2(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, sub, tables, nb, out); break;
+    case 3: nib_rows_3(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, sub, tables, nb, out); break;
+    default: nib_rows_4(blocks, row_bytes, layout, a, lda, ws, wm, ld_ws, sub, tables, nb, out); break;
     }
 }
 
