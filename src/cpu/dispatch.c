@@ -107,6 +107,19 @@ static tops__unpacker unpacker_for(const tops__kernels *k, tops_format_id id) {
     up.dot_super = fk->dot_super;
     up.dot_super_f32 = fk->dot_super_f32;
     up.qmax = lay->qmax;
+    if (lay->form == TOPS__IF_SUPER_SUBSCALE && fk->scales) {
+        /* iq4_xs: its sub-blocks' nibbles (GGUF order) for the strict f32 rows */
+        up.nib_f32.block_bytes = 16;
+        up.nib_f32.header = 8;
+        up.nib_f32.split = 1;
+        up.nib_f32.offset = lay->qmax;
+        for (int c = 0; c < 16; c++) up.nib_f32.lut[c] = (uint8_t)(lay->map[c] + lay->qmax);
+        up.nib_f32.wide = 1;
+        up.nib_f32.scales = fk->scales;
+        up.nib_f32.super_blocks = 8;
+        up.nib_f32.super_bytes = info->pack_bytes;
+        return up;
+    }
     if (lay->form != TOPS__IF_CODES && !blocks) return up;
     int fits = lay->code_bits == 4 && lay->qmax <= 127; /* q + qmax in a byte */
     for (int c = 0; fits && c < 16; c++) fits = lay->map[c] + lay->qmax >= 0 && lay->map[c] + lay->qmax <= 255;

@@ -216,7 +216,8 @@ int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
                     ((sub == 32 && ((up->run && up->nib.block_bytes) || (!up->run && up->nib_f32.mins && up->nib_f32.block_bytes))) ||
                      (sub == 16 && up->run && up->nib.block_bytes && !up->nib.split));
     if (p->relaxed) return usual;
-    if (nib || tops__gemv_lut_rows(p)) return NIB_ROWS_MAX_M;
+    if (nib || tops__gemv_lut_rows(p) || (up->run && up->nib_f32.super_blocks && p->k % 256 == 0 && kern->dot_f32_nibbles_rows))
+        return NIB_ROWS_MAX_M;
     if (kern->dot_f32_bytes_rows && up->run && up->byte.block_bytes && tops__unpack_sub(p->right.t) == 32 &&
         p->k % 32 == 0)
         return BYTE_ROWS_MAX_M;
@@ -321,6 +322,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     /* strict rows of 4-bit codes with mins (q4_1, int4-gG-affine) on the f32
        rows kernel: each weight q * scale - min */
     const int nib_mins = !p->relaxed && !up.run && up.nib_f32.mins && up.nib_f32.block_bytes && kern->dot_f32_nibbles_rows;
+    /* strict sub-blocks of 4-bit super-blocks (iq4_xs) on the f32 rows kernel */
+    const int nib_super = !p->relaxed && up.run && up.nib_f32.super_blocks && kern->dot_f32_nibbles_rows &&
+                          p->k % 256 == 0;
     const tops__qweight qw = integer || strict_super || nib_mins ? tops__qweight_of(w) : (tops__qweight){0};
     const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */
@@ -338,8 +342,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                             (!up.nib.wide || kern->dot_f32_nibbles_rows)) ||
                            (integer && !relaxed && up.nib.block_bytes && sub == 16 && !up.nib.split &&
                             kern->dot_f32_nibbles_rows) || /* a scale per 16: nvfp4, int4-g16 */
-                           (nib_mins && qw.sub == 32);
-    const tops__nibble_layout *snib = nib_mins ? &up.nib_f32 : &up.nib; /* the strict rows' layout */
+                           (nib_mins && qw.sub == 32) || nib_super;
+    const tops__nibble_layout *snib = nib_mins || nib_super ? &up.nib_f32 : &up.nib; /* the strict rows' layout */
     const int nib_x4 = (in_place || x4_only || nib_strict) && p->k % 32 == 0;
     /* Relaxed and prepacked: groups of four rows from the row stream. */
     const int stream = (in_place || x4_only) && nib_x4 && tops__gemv_streams(p);
@@ -474,7 +478,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                         for (int r = 0; r < 4; r++) snib->scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         if (nib_mins)
                             for (int r = 0; r < 4; r++) snib->mins(&qw, n0 + j + r, k0, kc, mins4 + r * ld_ws);
-                        const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * snib->block_bytes;
+                        const uint8_t *blocks = tops__weight_row(w, n0 + j) +
+                                                (snib->super_blocks ? b0 / snib->super_blocks * snib->super_bytes
+                                                                    : b0 * snib->block_bytes);
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
                         if (!in_place && !x4_only && kern->dot_f32_nibbles_rows) {
                             /* strict: up to TOPS__NIB_ROWS_MAX_M activation rows a call (the

@@ -95,6 +95,11 @@ typedef struct tops__nibble_layout {
     int wide; /* an entry above 32 (iq4_nl): only for tops__kernels.nib_wide kernels, four rows at a time */
     tops__scales_fn scales;
     tops__scales_fn mins; /* forms with mins (element = q * scale - min): one min per 32; else NULL */
+    /* blocks inside super-blocks (iq4_xs; nib_f32 only): super_blocks
+       blocks of 16 code bytes each super_bytes, from `header` on; block b
+       at (b / super_blocks) * super_bytes + header + (b % super_blocks) *
+       block_bytes.  0: plain blocks every block_bytes. */
+    int super_blocks, super_bytes;
 } tops__nibble_layout;
 
 /* The relaxed M <= 4 row stream (tops_pack_right, src/drive/gemv.c):
@@ -847,6 +852,7 @@ void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n
 void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                  int64_t nb, int sub, float *out);
+void tops__ref_subscale_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale);
 void tops__ref_unpack_code_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min);
 void tops__ref_blocks_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min);
 void tops__ref_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,

@@ -570,7 +570,23 @@ static void test_unpackers_match_reference(void) {
                         ref->unpack[id].run(&qw, row, k0, n, q0, s0);
                         kern->unpack[id].run(&qw, row, k0, n, q1, s1);
                     }
-                    if (memcmp(q0, q1, (size_t)n) || memcmp(s0, s1, (size_t)(n / sub) * sizeof(float)) ||
+                    /* the strict rows' scale and min readers (iq4_xs, q4_1, int4 affine) against the scalar ones */
+                    const tops__nibble_layout *nr = &ref->unpack[id].nib_f32, *nk = &kern->unpack[id].nib_f32;
+                    int readers_differ = 0;
+                    if (nr->scales && nk->scales && sub == 32 && k0 + n <= K) { /* readers: inside K only */
+                        static float r0[NMAX], r1[NMAX];
+                        nr->scales(&qw, row, k0, n, r0);
+                        nk->scales(&qw, row, k0, n, r1);
+                        readers_differ |= memcmp(r0, s0, (size_t)(n / sub) * sizeof(float)) != 0 ||
+                                          memcmp(r1, s0, (size_t)(n / sub) * sizeof(float)) != 0;
+                        if (nr->mins && nk->mins) {
+                            nr->mins(&qw, row, k0, n, r0);
+                            nk->mins(&qw, row, k0, n, r1);
+                            readers_differ |= memcmp(r0, m0, (size_t)(n / sub) * sizeof(float)) != 0 ||
+                                              memcmp(r1, m0, (size_t)(n / sub) * sizeof(float)) != 0;
+                        }
+                    }
+                    if (readers_differ || memcmp(q0, q1, (size_t)n) || memcmp(s0, s1, (size_t)(n / sub) * sizeof(float)) ||
                         (with_min && memcmp(m0, m1, (size_t)(n / sub) * sizeof(float)))) {
                         TH_FAIL_AT("%s isa=%s row %lld k0 %lld: the unpacker differs from the reference", info->name,
                                    tops_isa_name((tops_isa)isa), (long long)row, (long long)k0);

@@ -326,6 +326,33 @@ static void blocks_scales(const tops__qweight *w, int64_t row, int64_t k0, int64
     for (int64_t b = 0; b < n / 32; b++, blk += w->block_bytes) scale[b] = block_scale(w, blk) * w->mul;
 }
 
+/* iq4_xs's sub-block scales (kernels/ref/kquant.h's values): whole
+   super-blocks eight at a time, (d * ls) * mul with ls = low nibble | two
+   high bits << 4, less 32; the rest by the scalar row, d by F16C. */
+static float f16c_value(uint16_t h) { return _cvtsh_ss(h); }
+static void subscale_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    const uint8_t *data = w->data + row * w->row_bytes;
+    const __m256i sh4 = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28), sh2 = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const __m256 mul = _mm256_set1_ps(w->mul);
+    int64_t b = 0;
+    if (k0 % 256 == 0)
+        for (; b + 8 <= n / 32 && k0 + b * 32 + 256 <= w->k; b += 8) {
+            const uint8_t *blk = data + ((k0 + b * 32) / 256) * w->block_bytes;
+            uint16_t h, hi;
+            uint32_t lo;
+            memcpy(&h, blk, 2);
+            memcpy(&hi, blk + 2, 2);
+            memcpy(&lo, blk + 4, 4);
+            const __m256i l4 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int)lo), sh4), _mm256_set1_epi32(15));
+            const __m256i h2 = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(hi), sh2), _mm256_set1_epi32(3));
+            const __m256i ls = _mm256_sub_epi32(_mm256_or_si256(l4, _mm256_slli_epi32(h2, 4)), _mm256_set1_epi32(32));
+            const __m256 dl = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(h)), _mm256_cvtepi32_ps(ls));
+            _mm256_storeu_ps(scale + b, _mm256_mul_ps(dl, mul));
+        }
+    if (b < n / 32)
+        tops__subscale_scales(data, w->block_bytes, w->k, k0 + b * 32, n - b * 32, w->mul, scale + b, f16c_value);
+}
+
 /* Mins of blocks with an f16 min at byte 2 (q4_1): -(m * mul), as the scalar row. */
 static void blocks_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min) {
     const uint8_t *blk = w->data + row * w->row_bytes + (k0 / 32) * w->block_bytes;
@@ -366,6 +393,7 @@ void tops__avx2_fill_unpackers(tops__form_kernels *table) {
     table[TOPS__IF_SUPER_6BIT].dot_super_f32 = NULL; /* AVX-512 has one */
     table[TOPS__IF_SUPER_SUBSCALE].dot_super = NULL; /* VNNI has one (vpdpbusd takes the codebook's q + 127) */
     table[TOPS__IF_SUPER_SUBSCALE].run = unpack_super_subscale;
+    table[TOPS__IF_SUPER_SUBSCALE].scales = subscale_scales;
 }
 
 /* Eight codes per step: a variable shift spreads four bytes' nibbles over

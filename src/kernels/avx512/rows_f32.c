@@ -33,8 +33,9 @@ static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks
     for (int i = 0; i < TOPS__NIB_ROWS_MAX_M; i++)
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    const int sb = layout->super_blocks;
     for (int64_t b = 0; b < nb; b++) {
-        const int64_t off = b * stride;
+        const int64_t off = sb ? (b / sb) * layout->super_bytes + (b % sb) * stride : b * stride;
         if ((off & 63) + stride > 64 || (off & 63) == 0) /* a new line: each row's stream PREFETCH bytes ahead */
             for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p + r * row_bytes + off + PREFETCH), _MM_HINT_T0);
         __m512 lo[4], hi[4];

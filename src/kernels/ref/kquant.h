@@ -35,4 +35,31 @@ static inline void tops__kquant_scales8(const uint8_t *s, uint64_t *sc, uint64_t
     *m = (uint64_t)(w1 & lo6) | (uint64_t)(((w2 >> 4) & lo4) | ((w1 >> 6) & lo2) << 4) << 32;
 }
 
+/* iq4_xs (136-byte super-blocks: f16 d, scales_h, scales_l[4], then 8 x
+   16 bytes of nibbles): the scale of each sub-block of 32 from element k0
+   on, n elements, d * (ls - 32) * mul (0 past K), d decoded once per
+   super-block by f16 (the level's f16 decoder: the same value). */
+static inline void tops__subscale_scales(const uint8_t *row, int64_t block_bytes, int64_t k, int64_t k0, int64_t n,
+                                         float mul, float *scale, float (*f16)(uint16_t)) {
+    float d = 0.0f;
+    int64_t at = -1;
+    for (int64_t b = 0; b < n / 32; b++) {
+        const int64_t kb = k0 + b * 32;
+        if (kb >= k) {
+            scale[b] = 0.0f;
+            continue;
+        }
+        const uint8_t *blk = row + (kb / 256) * block_bytes;
+        uint16_t h, hi;
+        memcpy(&hi, blk + 2, 2);
+        if (kb / 256 != at) {
+            memcpy(&h, blk, 2);
+            d = f16(h), at = kb / 256;
+        }
+        const int j = (int)(kb % 256) / 32;
+        const int ls = (((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((hi >> (2 * j)) & 3) << 4)) - 32;
+        scale[b] = d * (float)ls * mul;
+    }
+}
+
 #endif

@@ -192,6 +192,13 @@ static void unpack_super_subscale(const tops__qweight *w, int64_t row, int64_t k
     }
 }
 
+/* Scales of TOPS__IF_SUPER_SUBSCALE, one per sub-block of 32: d * (ls -
+   32) * mul, as its unpacker's (0 past K). */
+static float f16_value(uint16_t h) { return tops__f16_to_f32(h); }
+void tops__ref_subscale_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale) {
+    tops__subscale_scales(w->data + row * w->row_bytes, w->block_bytes, w->k, k0, n, w->mul, scale, f16_value);
+}
+
 /* q6_K's q = code - 32 of element e (0..255) of a 210-byte super-block:
    its low four bits in ql, its high two in qh. */
 static inline int q6_code(const uint8_t *blk, int e) {
@@ -409,7 +416,8 @@ void tops__ref_fill_unpackers(tops__form_kernels *table) {
                                                       .dot_super = dot_super_6bit, .dot_super_f32 = dot_6bit_super_f32,
                                                       .scales = NULL};
     table[TOPS__IF_SUPER_SUBSCALE] = (tops__form_kernels){.run = unpack_super_subscale, .run_min = NULL,
-                                                          .dot_super = dot_super_subscale, .scales = NULL};
+                                                          .dot_super = dot_super_subscale,
+                                                          .scales = tops__ref_subscale_scales};
 }
 
 void tops__ref_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table) {
