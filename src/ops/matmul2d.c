@@ -437,6 +437,8 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                           : !up || !up->run    ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib || (up->nib_f32.super_blocks && kern->dot_f32_nibbles_rows && p.k % 256 == 0)
                                                       ? "4-bit rows in place, f32 dots"
+                                                  : up->byte.block_bytes && kern->dot_f32_bytes_rows && sub == 32 && p.k % 32 == 0
+                                                      ? "8-bit rows in place, f32 dots"
                                                       : "integer rows, f32 dots")
                           : up->dot_super && p.k % 256 == 0 ? "super-blocks in place, i8 dots"
                           : tops__gemv_bytes_in_place(&p) ? "8-bit rows in place, i8 dots"

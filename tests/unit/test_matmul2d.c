@@ -716,6 +716,41 @@ static void test_half_rows_match_f32(void) {
         }
 }
 
+/* One strict product of random fmt weights [n, k] (a tensor scale of
+   0.375 when ts) at one level against f64 within 1e-5; whether the path
+   sentence (of the process-wide level) holds `phrase` must equal rows. */
+static void check_rows_product(const tops__kernels *kern, tops_format_id id, int64_t m, int64_t n, int64_t k, int ts,
+                               const char *phrase, int rows) {
+    tops_exec ex = tops_exec_default();
+    tops_matmul2d_desc md = plain_desc();
+    md.transpose_right = 1;
+    mm_operand w, a;
+    mm_make_quant(&w, (tops_format){id, 0, TOPS_DT_NONE}, n, k, 0, &rng);
+    if (ts) {
+        w.t.tensor_scale = 0.375f;
+        for (int64_t q = 0; q < n * k; q++) w.exact[q] *= 0.375;
+    }
+    mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
+    void *db;
+    tops_tensor c = make_plain(TOPS_DT_F32, m, n, &db);
+    double *want = malloc(sizeof(double) * (size_t)(m * n)), *mag = malloc(sizeof(double) * (size_t)(m * n));
+    ASSERT_TRUE(want && mag);
+    mm_oracle(&a, 0, &w, 1, m, n, k, NULL, want, mag);
+    mm_poison(&c);
+    ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a.t, &w.t, &c));
+    const double e = mm_rel_l2(&c, want);
+    if (!(e <= 1e-5))
+        TH_FAIL_AT("isa=%s format %d m=%lld k=%lld: rel-L2 %g", tops_isa_name(kern->isa), (int)id, (long long)m,
+                   (long long)k, e);
+    char path[200];
+    ASSERT_OK(tops_matmul2d_path(&ex, &md, &a.t, &w.t, &c, path, sizeof path));
+    if ((strstr(path, phrase) != NULL) != rows) TH_FAIL_AT("format %d m=%lld: path \"%s\"", (int)id, (long long)m, path);
+    free(want), free(mag);
+    tops_tensor_destroy(&c);
+    mm_free(&a);
+    mm_free_any(&w);
+}
+
 /* fp8 weight rows read in place (dot_fp8_rows, small M): every finite
    code decoded exactly (one-hot activations: each output is one code),
    a NaN code makes its row's outputs NaN, and per-row scales (-ch), block
@@ -774,34 +809,10 @@ static void test_fp8_rows(void) {
         }
         for (int f = 0; f < 6; f++)
             for (int v = 0; v < 6; v++) { /* M = 9 and 16: the rows in calls of up to four */
-                const int64_t m = v < 4 ? 1 + v : v == 4 ? 9 : 16, n = 13, k = v == 3 ? 2100 : v == 2 ? 64 : 50 + 16 * v;
-                mm_operand w, a;
-                mm_make_quant(&w, (tops_format){ids[f], 0, TOPS_DT_NONE}, n, k, 0, &rng);
-                if (v % 2) { /* a tensor scale as well */
-                    w.t.tensor_scale = 0.375f;
-                    for (int64_t q = 0; q < n * k; q++) w.exact[q] *= 0.375;
-                }
-                mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
-                void *db;
-                tops_tensor c = make_plain(TOPS_DT_F32, m, n, &db);
-                double *want = malloc(sizeof(double) * (size_t)(m * n)), *mag = malloc(sizeof(double) * (size_t)(m * n));
-                ASSERT_TRUE(want && mag);
-                mm_oracle(&a, 0, &w, 1, m, n, k, NULL, want, mag);
-                mm_poison(&c);
-                ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a.t, &w.t, &c));
-                const double e = mm_rel_l2(&c, want);
-                if (!(e <= 1e-5))
-                    TH_FAIL_AT("isa=%s format %d m=%lld k=%lld: rel-L2 %g", tops_isa_name((tops_isa)isa), (int)ids[f],
-                               (long long)m, (long long)k, e);
-                char path[200];
-                ASSERT_OK(tops_matmul2d_path(&ex, &md, &a.t, &w.t, &c, path, sizeof path));
+                const int64_t m = v < 4 ? 1 + v : v == 4 ? 9 : 16, k = v == 3 ? 2100 : v == 2 ? 64 : 50 + 16 * v;
                 const tops__kernels *kg = tops__kernels_get();
                 const int rows = kg->dot_fp8_rows && (m <= 4 || (!kg->amx_bf16t.run && m <= kg->fp8_rows_max_m));
-                ASSERT_TRUE((strstr(path, "fp8 rows in place") != NULL) == rows);
-                free(want), free(mag);
-                tops_tensor_destroy(&c);
-                mm_free(&a);
-                mm_free_any(&w);
+                check_rows_product(kern, ids[f], m, 13, k, v % 2, "fp8 rows in place", rows);
             }
     }
 }
@@ -816,39 +827,12 @@ static void test_codebook_rows(void) {
     for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
         const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
         if (!kern) continue;
-        tops_exec ex = tops_exec_default();
-        tops_matmul2d_desc md = plain_desc();
-        md.transpose_right = 1;
         for (int f = 0; f < 2; f++)
             for (int v = 0; v < 8; v++) {
-                const int64_t m = ms[v % 4], n = 13, k = ks[v / 4];
-                mm_operand w, a;
-                mm_make_quant(&w, (tops_format){ids[f], 0, TOPS_DT_NONE}, n, k, 0, &rng);
-                if (v % 2) {
-                    w.t.tensor_scale = 0.375f;
-                    for (int64_t q = 0; q < n * k; q++) w.exact[q] *= 0.375;
-                }
-                mm_make(&a, TOPS_DT_F32, m, k, 0, &rng);
-                void *db;
-                tops_tensor c = make_plain(TOPS_DT_F32, m, n, &db);
-                double *want = malloc(sizeof(double) * (size_t)(m * n)), *mag = malloc(sizeof(double) * (size_t)(m * n));
-                ASSERT_TRUE(want && mag);
-                mm_oracle(&a, 0, &w, 1, m, n, k, NULL, want, mag);
-                mm_poison(&c);
-                ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a.t, &w.t, &c));
-                const double e = mm_rel_l2(&c, want);
-                if (!(e <= 1e-5))
-                    TH_FAIL_AT("isa=%s format %d m=%lld k=%lld: rel-L2 %g", tops_isa_name((tops_isa)isa), (int)ids[f],
-                               (long long)m, (long long)k, e);
-                char path[200];
-                ASSERT_OK(tops_matmul2d_path(&ex, &md, &a.t, &w.t, &c, path, sizeof path));
+                const int64_t m = ms[v % 4];
                 const tops__kernels *kg = tops__kernels_get();
                 const int rows = kg->dot_f32_nibbles_rows && (m <= 4 || !kg->amx_bf16t.run);
-                ASSERT_TRUE((strstr(path, "codebook rows in place") != NULL) == rows);
-                free(want), free(mag);
-                tops_tensor_destroy(&c);
-                mm_free(&a);
-                mm_free_any(&w);
+                check_rows_product(kern, ids[f], m, 13, ks[v / 4], v % 2, "codebook rows in place", rows);
             }
     }
 }

@@ -17,6 +17,31 @@
 
 enum { PREFETCH = TOPS__NIB_PREFETCH };
 
+/* A block's 32 decoded weights of four rows (lo: lanes of the first 16
+   activations, hi: the next 16) into every activation row's chains. */
+static inline __attribute__((always_inline)) void block_fmas(const float *a, int64_t lda, const int m, const __m512 lo[4],
+                                                             const __m512 hi[4], __m512 acc[TOPS__NIB_ROWS_MAX_M][4]) {
+#pragma GCC unroll 4
+    for (int i = 0; i < m; i++) {
+        const __m512 x0 = _mm512_loadu_ps(a + i * lda), x1 = _mm512_loadu_ps(a + i * lda + 16);
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_fmadd_ps(x1, hi[r], _mm512_fmadd_ps(x0, lo[r], acc[i][r]));
+    }
+}
+
+static inline __attribute__((always_inline)) void zero(__m512 acc[TOPS__NIB_ROWS_MAX_M][4]) {
+#pragma GCC unroll 4
+    for (int i = 0; i < TOPS__NIB_ROWS_MAX_M; i++)
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+}
+
+/* Each chain's 16 lanes summed: out[4 i + r]. */
+static inline __attribute__((always_inline)) void sums(const int m, __m512 acc[TOPS__NIB_ROWS_MAX_M][4], float *out) {
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]);
+}
+
 static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks, int64_t row_bytes,
                                                            const tops__nibble_layout *layout, const float *a,
                                                            int64_t lda, const int m, const float *ws, const float *wm,
@@ -29,13 +54,12 @@ static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks
     const int64_t stride = layout->block_bytes;
     const uint8_t *p = blocks + layout->header;
     __m512 acc[TOPS__NIB_ROWS_MAX_M][4];
-#pragma GCC unroll 4
-    for (int i = 0; i < TOPS__NIB_ROWS_MAX_M; i++)
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    zero(acc);
     const int sb = layout->super_blocks;
     for (int64_t b = 0; b < nb; b++) {
-        const int64_t off = sb ? (b / sb) * layout->super_bytes + (b % sb) * stride : b * stride;
+        const int64_t off = sb == 8   ? (b >> 3) * layout->super_bytes + (b & 7) * stride /* iq4_xs: no division */
+                            : sb      ? (b / sb) * layout->super_bytes + (b % sb) * stride
+                                      : b * stride;
         if ((off & 63) + stride > 64 || (off & 63) == 0) /* a new line: each row's stream PREFETCH bytes ahead */
             for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(p + r * row_bytes + off + PREFETCH), _MM_HINT_T0);
         __m512 lo[4], hi[4];
@@ -60,15 +84,9 @@ static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks
             lo[r] = _mm512_permutexvar_ps(_mm512_and_si512(v, low), t);
             hi[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t);
         }
-#pragma GCC unroll 4
-        for (int i = 0; i < m; i++) {
-            const __m512 x0 = _mm512_loadu_ps(a + i * lda + b * 32), x1 = _mm512_loadu_ps(a + i * lda + b * 32 + 16);
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) acc[i][r] = _mm512_fmadd_ps(x1, hi[r], _mm512_fmadd_ps(x0, lo[r], acc[i][r]));
-        }
+        block_fmas(a + b * 32, lda, m, lo, hi, acc);
     }
-    for (int i = 0; i < m; i++)
-        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]);
+    sums(m, acc, out);
 }
 
 #define TOPS_NIB_ROWS(M)                                                                                               \
@@ -108,10 +126,7 @@ static inline __attribute__((always_inline)) void byte_rows(const uint8_t *block
     const int64_t stride = layout->block_bytes;
     const uint8_t *p = blocks + layout->header;
     __m512 acc[TOPS__NIB_ROWS_MAX_M][4];
-#pragma GCC unroll 4
-    for (int i = 0; i < TOPS__NIB_ROWS_MAX_M; i++)
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    zero(acc);
     for (int64_t b = 0; b < nb; b++) {
         const int64_t off = b * stride;
         if ((off & 63) + stride > 64 || (off & 63) == 0)
@@ -124,15 +139,9 @@ static inline __attribute__((always_inline)) void byte_rows(const uint8_t *block
             lo[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c))), sc);
             hi[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(c + 16)))), sc);
         }
-#pragma GCC unroll 4
-        for (int i = 0; i < m; i++) {
-            const __m512 x0 = _mm512_loadu_ps(a + i * lda + b * 32), x1 = _mm512_loadu_ps(a + i * lda + b * 32 + 16);
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; r++) acc[i][r] = _mm512_fmadd_ps(x1, hi[r], _mm512_fmadd_ps(x0, lo[r], acc[i][r]));
-        }
+        block_fmas(a + b * 32, lda, m, lo, hi, acc);
     }
-    for (int i = 0; i < m; i++)
-        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]);
+    sums(m, acc, out);
 }
 
 #define TOPS_BYTE_ROWS(M)                                                                                          \
