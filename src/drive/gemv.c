@@ -215,14 +215,18 @@ int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
     const int nib = kern->dot_f32_nibbles_rows && p->k % 32 == 0 &&
                     ((sub == 32 && ((up->run && up->nib.block_bytes) || (!up->run && up->nib_f32.mins && up->nib_f32.block_bytes))) ||
                      (sub == 16 && up->run && up->nib.block_bytes && !up->nib.split));
+    /* no integer form (codebooks, fp8): relaxed calls run the strict ones, on the same path */
+    if (!up->run && !up->run_min) {
+        if (tops__gemv_lut_rows(p)) return NIB_ROWS_MAX_M;
+        return tops__gemv_fp8_rows(p) && kern->fp8_rows_max_m > usual ? kern->fp8_rows_max_m : usual;
+    }
     if (p->relaxed) return usual;
-    if (nib || tops__gemv_lut_rows(p) || (up->run && up->nib_f32.super_blocks && p->k % 256 == 0 && kern->dot_f32_nibbles_rows))
+    if (nib || (up->run && up->nib_f32.super_blocks && p->k % 256 == 0 && kern->dot_f32_nibbles_rows))
         return NIB_ROWS_MAX_M;
     if (kern->dot_f32_bytes_rows && up->run && up->byte.block_bytes && tops__unpack_sub(p->right.t) == 32 &&
         p->k % 32 == 0)
         return BYTE_ROWS_MAX_M;
-    if (up->dot_super_f32 && p->k % 256 == 0) return SUPER_ROWS_MAX_M;
-    return tops__gemv_fp8_rows(p) && kern->fp8_rows_max_m > usual ? kern->fp8_rows_max_m : usual;
+    return up->dot_super_f32 && p->k % 256 == 0 ? SUPER_ROWS_MAX_M : usual;
 }
 
 int tops__gemv_unpacks_rows(const tops__gemm_problem *p) {
