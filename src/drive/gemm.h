@@ -114,7 +114,9 @@ void tops__pack_nibstream(const tops__kernels *kern, const tops_tensor *w, const
 int tops__gemv_bytes_in_place(const tops__gemm_problem *p);
 /* The most rows for which the row driver takes p (usual: the plan's
    default): more where a kernel decodes each weight once for every
-   activation row and its chunk of codes stays in L1 across them. */
+   activation row and its chunk of codes stays in L1 across them (plain
+   left operands: matmul's weights stream from memory, measured at K =
+   4096, N = 12288; conv2d's gathered calls keep the usual bound). */
 int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual);
 /* Whether p's relaxed weight rows have no in-place reader (2-bit codes;
    mins without whole super-blocks: q4_1, int4-gG-affine): the row driver

@@ -210,6 +210,7 @@ int tops__gemv_bytes_in_place(const tops__gemm_problem *p) {
 
 int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
     const tops__kernels *kern = p->kern;
+    if (p->left.gather) return usual; /* conv2d's gathered rows: weights small enough for its panels' reuse */
     const tops__unpacker *up = &kern->unpack[p->right.t->format.id];
     const int sub = tops__unpack_sub(p->right.t);
     const int nib = kern->dot_f32_nibbles_rows && p->k % 32 == 0 &&
