@@ -480,7 +480,15 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     } else if (nib_x4) { /* K % 32 == 0: whole blocks only */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / sub;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
-                        for (int r = 0; r < 4; r++) snib->scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        /* strict blocks whose f16 header is the scale (q4_0, iq4_nl): read by the rows
+                           kernel as the blocks stream (a pass of its own meets each line's miss alone) */
+                        tops__nibble_layout hnib = *snib;
+                        hnib.hdr_scale = !in_place && !x4_only && kern->dot_f32_nibbles_rows && !nib_mins &&
+                                         snib->header == 2 && !snib->super_blocks && qw.lay.form == TOPS__IF_BLOCKS &&
+                                         qw.lay.scale_enc == TOPS__SE_F16;
+                        hnib.hdr_mul = qw.mul;
+                        if (!hnib.hdr_scale)
+                            for (int r = 0; r < 4; r++) snib->scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         if (nib_mins)
                             for (int r = 0; r < 4; r++) snib->mins(&qw, n0 + j + r, k0, kc, mins4 + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) +
@@ -493,7 +501,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                             for (int64_t m0 = 0; m0 < M; m0 += TOPS__NIB_ROWS_MAX_M) {
                                 const int mm = (int)(M - m0 < TOPS__NIB_ROWS_MAX_M ? M - m0 : TOPS__NIB_ROWS_MAX_M);
                                 float dm[4 * TOPS__NIB_ROWS_MAX_M];
-                                kern->dot_f32_nibbles_rows(blocks, row_bytes, snib, ap + m0 * kp + k0, kp, mm, scale,
+                                kern->dot_f32_nibbles_rows(blocks, row_bytes, &hnib, ap + m0 * kp + k0, kp, mm, scale,
                                                            nib_mins ? mins4 : NULL, ld_ws, sub, NULL, nb, dm);
                                 for (int i = 0; i < mm; i++)
                                     for (int r = 0; r < 4; r++) acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r];
@@ -529,13 +537,17 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     } else if (bytes_strict) { /* 8-bit blocks of 32 in place, up to four activation rows a call */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / 32;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
-                        for (int r = 0; r < 4; r++) up.byte.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
+                        tops__byte_layout hbyte = up.byte; /* q8_0: its f16 headers read as the blocks stream */
+                        hbyte.hdr_scale = up.byte.header == 2 && qw.lay.form == TOPS__IF_BLOCKS && qw.lay.scale_enc == TOPS__SE_F16;
+                        hbyte.hdr_mul = qw.mul;
+                        if (!hbyte.hdr_scale)
+                            for (int r = 0; r < 4; r++) up.byte.scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);
                         const uint8_t *blocks = tops__weight_row(w, n0 + j) + b0 * up.byte.block_bytes;
                         const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
                         for (int64_t m0 = 0; m0 < M; m0 += TOPS__NIB_ROWS_MAX_M) {
                             const int mm = (int)(M - m0 < TOPS__NIB_ROWS_MAX_M ? M - m0 : TOPS__NIB_ROWS_MAX_M);
                             float dm[4 * TOPS__NIB_ROWS_MAX_M];
-                            kern->dot_f32_bytes_rows(blocks, row_bytes, &up.byte, a + m0 * kp + k0, kp, mm, scale, ld_ws,
+                            kern->dot_f32_bytes_rows(blocks, row_bytes, &hbyte, a + m0 * kp + k0, kp, mm, scale, ld_ws,
                                                      nb, dm);
                             for (int i = 0; i < mm; i++)
                                 for (int r = 0; r < 4; r++) acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r];

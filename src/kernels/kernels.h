@@ -100,6 +100,11 @@ typedef struct tops__nibble_layout {
        at (b / super_blocks) * super_bytes + header + (b % super_blocks) *
        block_bytes.  0: plain blocks every block_bytes. */
     int super_blocks, super_bytes;
+    /* the strict rows kernels (a driver's copy of the layout): set, each
+       block's scale is its f16 at byte 0 times hdr_mul, read as the block
+       streams (ws unused): q4_0, iq4_nl */
+    int hdr_scale;
+    float hdr_mul;
 } tops__nibble_layout;
 
 /* The relaxed M <= 4 row stream (tops_pack_right, src/drive/gemv.c):
@@ -179,6 +184,8 @@ typedef struct tops__byte_layout {
     int block_bytes;
     int header;
     tops__scales_fn scales;
+    int hdr_scale;   /* as tops__nibble_layout's: q8_0's f16 at byte 0 times hdr_mul */
+    float hdr_mul;
 } tops__byte_layout;
 
 /* The relaxed dot of one weight row of super-blocks of 256 read in place,

@@ -14,6 +14,7 @@
 #include "kernels/avx2/nibstream.h"
 
 #include <immintrin.h>
+#include <string.h>
 
 enum { PREFETCH = TOPS__NIB_PREFETCH };
 
@@ -27,6 +28,13 @@ static inline __attribute__((always_inline)) void block_fmas(const float *a, int
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) acc[i][r] = _mm512_fmadd_ps(x1, hi[r], _mm512_fmadd_ps(x0, lo[r], acc[i][r]));
     }
+}
+
+/* A block's f16 scale at its first byte times mul (the unpackers' product). */
+static inline float hdr_scale(const uint8_t *blk, float mul) {
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return _cvtsh_ss(h) * mul;
 }
 
 static inline __attribute__((always_inline)) void zero(__m512 acc[TOPS__NIB_ROWS_MAX_M][4]) {
@@ -79,7 +87,8 @@ static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks
                 hi[r] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), sc);
                 continue;
             }
-            const __m512 sc = _mm512_set1_ps(ws[r * ld_ws + b]);
+            const __m512 sc = _mm512_set1_ps(layout->hdr_scale ? hdr_scale(p + r * row_bytes + off - layout->header, layout->hdr_mul)
+                                                               : ws[r * ld_ws + b]);
             const __m512 t = wm ? _mm512_fmsub_ps(table, sc, _mm512_set1_ps(wm[r * ld_ws + b])) : _mm512_mul_ps(table, sc);
             lo[r] = _mm512_permutexvar_ps(_mm512_and_si512(v, low), t);
             hi[r] = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), t);
@@ -135,7 +144,8 @@ static inline __attribute__((always_inline)) void byte_rows(const uint8_t *block
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             const uint8_t *c = p + r * row_bytes + off;
-            const __m512 sc = _mm512_set1_ps(ws[r * ld_ws + b]);
+            const __m512 sc = _mm512_set1_ps(layout->hdr_scale ? hdr_scale(p + r * row_bytes + off - layout->header, layout->hdr_mul)
+                                                               : ws[r * ld_ws + b]);
             lo[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c))), sc);
             hi[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(c + 16)))), sc);
         }
