@@ -480,12 +480,15 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                     } else if (nib_x4) { /* K % 32 == 0: whole blocks only */
                         const int64_t b0 = k0 / 32, nb = kc / 32, ld_ws = chunk / sub;
                         if (k0 + chunk >= kp && j + 8 <= nn) prefetch_next_rows(w, n0 + j + 4);
-                        /* strict blocks whose f16 header is the scale (q4_0, iq4_nl): read by the rows
+                        /* strict blocks whose header is the scale (q4_0, iq4_nl, gguf-mxfp4): read by the rows
                            kernel as the blocks stream (a pass of its own meets each line's miss alone) */
                         tops__nibble_layout hnib = *snib;
-                        hnib.hdr_scale = !in_place && !x4_only && kern->dot_f32_nibbles_rows && !nib_mins &&
-                                         snib->header == 2 && !snib->super_blocks && qw.lay.form == TOPS__IF_BLOCKS &&
-                                         qw.lay.scale_enc == TOPS__SE_F16;
+                        const int hdr_ok = !in_place && !x4_only && kern->dot_f32_nibbles_rows && !nib_mins &&
+                                           !snib->super_blocks && qw.lay.form == TOPS__IF_BLOCKS;
+                        hnib.hdr_scale = !hdr_ok                                                              ? 0
+                                         : snib->header == 2 && qw.lay.scale_enc == TOPS__SE_F16              ? 1
+                                         : snib->header == 1 && qw.lay.scale_enc == TOPS__SE_E8M0_HALF ? 2 /* gguf-mxfp4 */
+                                                                                                                : 0;
                         hnib.hdr_mul = qw.mul;
                         if (!hnib.hdr_scale)
                             for (int r = 0; r < 4; r++) snib->scales(&qw, n0 + j + r, k0, kc, scale + r * ld_ws);

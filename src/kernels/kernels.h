@@ -100,9 +100,10 @@ typedef struct tops__nibble_layout {
        at (b / super_blocks) * super_bytes + header + (b % super_blocks) *
        block_bytes.  0: plain blocks every block_bytes. */
     int super_blocks, super_bytes;
-    /* the strict rows kernels (a driver's copy of the layout): set, each
+    /* the strict rows kernels (a driver's copy of the layout): 1, each
        block's scale is its f16 at byte 0 times hdr_mul, read as the block
-       streams (ws unused): q4_0, iq4_nl */
+       streams (ws unused): q4_0, iq4_nl; 2, its byte 0 as ggml's e8m0
+       2^(e - 128) (gguf-mxfp4) */
     int hdr_scale;
     float hdr_mul;
 } tops__nibble_layout;

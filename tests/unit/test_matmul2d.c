@@ -837,6 +837,50 @@ static void test_codebook_rows(void) {
     }
 }
 
+/* gguf-mxfp4's e8m0 header scales as the strict rows read them: row r's
+   blocks all hold e = r (0 and 1 subnormal, 255 NaN); every level's
+   outputs equal the scalar level's within f32 summation order (NaN for
+   row 255 only; rows 241-254 overflow by their order, not checked),
+   strict, M = 1 and 3. */
+static void test_gguf_mxfp4_header_scales(void) {
+    enum { N = 256, K = 64 };
+    const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
+    for (int64_t m = 1; m <= 3; m += 2) {
+        mm_operand w, a;
+        mm_make_quant(&w, (tops_format){TOPS_FMT_GGUF_MXFP4, 0, TOPS_DT_NONE}, N, K, 0, &rng);
+        for (int64_t r = 0; r < N; r++)
+            for (int b = 0; b < K / 32; b++) ((uint8_t *)w.t.data)[(r * (K / 32) + b) * 17] = (uint8_t)r;
+        mm_make(&a, TOPS_DT_F32, m, K, 0, &rng);
+        void *p0, *p1;
+        tops_tensor c0 = make_plain(TOPS_DT_F32, m, N, &p0), c1 = make_plain(TOPS_DT_F32, m, N, &p1);
+        tops_exec ex = tops_exec_default();
+        tops_matmul2d_desc md = plain_desc();
+        md.transpose_right = 1;
+        ASSERT_OK(tops__matmul2d_with(ref, &ex, &md, &a.t, &w.t, &c0));
+        for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+            const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+            if (!kern) continue;
+            mm_poison(&c1);
+            ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a.t, &w.t, &c1));
+            for (int64_t q = 0; q < m * N; q++) {
+                const float x = ((float *)p0)[q], y = ((float *)p1)[q];
+                const int nan_row = q % N == 255;
+                if (q % N > 240 && !nan_row) continue; /* sums near the f32 limit overflow by their order */
+                /* against the row's scale times the largest sum (|a| <= 1, |q| <= 12): sums may cancel */
+                const double tol = 1e-6 * 12.0 * K * ldexp(1.0, (int)(q % N) - 128) + 1e-45;
+                if (isnan(y) != nan_row || (!nan_row && x != y && !(fabs((double)x - (double)y) <= tol))) {
+                    TH_FAIL_AT("isa=%s m=%lld row %lld: %g, the scalar level %g", tops_isa_name((tops_isa)isa),
+                               (long long)m, (long long)(q % N), y, x);
+                    break;
+                }
+            }
+        }
+        tops_tensor_destroy(&c0), tops_tensor_destroy(&c1);
+        mm_free(&a);
+        mm_free_any(&w);
+    }
+}
+
 int main(void) {
     rng = th_seed();
     RUN_TEST(test_small_product);
@@ -851,5 +895,6 @@ int main(void) {
     RUN_TEST(test_half_rows_match_f32);
     RUN_TEST(test_fp8_rows);
     RUN_TEST(test_codebook_rows);
+    RUN_TEST(test_gguf_mxfp4_header_scales);
     TEST_MAIN_END();
 }

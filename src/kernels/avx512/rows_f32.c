@@ -30,8 +30,15 @@ static inline __attribute__((always_inline)) void block_fmas(const float *a, int
     }
 }
 
-/* A block's f16 scale at its first byte times mul (the unpackers' product). */
-static inline float hdr_scale(const uint8_t *blk, float mul) {
+/* A block's scale from its first bytes times mul (the unpackers' product):
+   kind 1 an f16, 2 ggml's e8m0 byte 2^(e - 128) (e 0 and 1 subnormal, 0xFF NaN). */
+static inline float hdr_scale(const uint8_t *blk, int kind, float mul) {
+    if (kind == 2) {
+        const uint32_t e = blk[0], bits = e == 0xFF ? 0x7fc00000u : e >= 2 ? (e - 1) << 23 : 1u << (21 + e);
+        float v;
+        memcpy(&v, &bits, 4);
+        return v * mul;
+    }
     uint16_t h;
     memcpy(&h, blk, 2);
     return _cvtsh_ss(h) * mul;
@@ -87,7 +94,7 @@ static inline __attribute__((always_inline)) void nib_rows(const uint8_t *blocks
                 hi[r] = _mm512_mul_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table), sc);
                 continue;
             }
-            const __m512 sc = _mm512_set1_ps(layout->hdr_scale ? hdr_scale(p + r * row_bytes + off - layout->header, layout->hdr_mul)
+            const __m512 sc = _mm512_set1_ps(layout->hdr_scale ? hdr_scale(p + r * row_bytes + off - layout->header, layout->hdr_scale, layout->hdr_mul)
                                                                : ws[r * ld_ws + b]);
             const __m512 t = wm ? _mm512_fmsub_ps(table, sc, _mm512_set1_ps(wm[r * ld_ws + b])) : _mm512_mul_ps(table, sc);
             lo[r] = _mm512_permutexvar_ps(_mm512_and_si512(v, low), t);
@@ -144,7 +151,7 @@ static inline __attribute__((always_inline)) void byte_rows(const uint8_t *block
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
             const uint8_t *c = p + r * row_bytes + off;
-            const __m512 sc = _mm512_set1_ps(layout->hdr_scale ? hdr_scale(p + r * row_bytes + off - layout->header, layout->hdr_mul)
+            const __m512 sc = _mm512_set1_ps(layout->hdr_scale ? hdr_scale(p + r * row_bytes + off - layout->header, layout->hdr_scale, layout->hdr_mul)
                                                                : ws[r * ld_ws + b]);
             lo[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)c))), sc);
             hi[r] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(c + 16)))), sc);
