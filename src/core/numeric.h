@@ -199,6 +199,13 @@ static inline float tops__e8m0_to_f32(uint32_t c) {
     if (c == 0xFFu) return tops__bits_f32(0x7fc00000u);
     return tops__exp2i((int)c - 127);
 }
+/* ggml's mxfp4 block scale: the e8m0 byte read as 2^(e - 128) (its e2m1
+   values stored doubled); 0xFF is NaN (FORMATS.md section 4). */
+static inline float tops__e8m0_half_to_f32(uint32_t c) {
+    c &= 0xFFu;
+    if (c == 0xFFu) return tops__bits_f32(0x7fc00000u);
+    return tops__exp2i((int)c - 128);
+}
 
 /* ---- integers ------------------------------------------------------------------ */
 

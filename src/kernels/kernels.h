@@ -860,6 +860,8 @@ void tops__ref_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n
 void tops__ref_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                  const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                  int64_t nb, int sub, float *out);
+/* A scale- or bias-plane entry as f32 (f16, bf16, f32, e8m0, ue4m3). */
+float tops__ref_scale_entry(tops_dtype dt, const uint8_t *e);
 void tops__ref_subscale_scales(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *scale);
 void tops__ref_unpack_code_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min);
 void tops__ref_blocks_mins(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, float *min);

@@ -31,18 +31,16 @@ static inline __m256i map_codes(const tops__int_layout *lay, __m256i v) {
    of the scalar decoder's values; the rest (and any tail beyond K) by the
    scalar row. */
 static float e8m0_table[256], ue4m3_table[256];
-/* One scale entry as f32 (the scalar decoder's value). */
+/* One scale entry as f32 (the scalar decoder's value): tables, F16C, else the scalar one. */
 static inline float scale_entry(tops_dtype dt, const uint8_t *e) {
     if (dt == TOPS_DT_E8M0) return e8m0_table[*e];
     if (dt == TOPS_DT_UE4M3) return ue4m3_table[*e];
-    if (dt == TOPS_DT_F32) {
-        float v;
-        memcpy(&v, e, 4);
-        return v;
+    if (dt == TOPS_DT_F16) {
+        uint16_t h;
+        memcpy(&h, e, 2);
+        return _cvtsh_ss(h);
     }
-    uint16_t h;
-    memcpy(&h, e, 2);
-    return dt == TOPS_DT_BF16 ? tops__bits_f32((uint32_t)h << 16) : _cvtsh_ss(h);
+    return tops__ref_scale_entry(dt, e);
 }
 
 /* One f32 per sub-block of w from a plane of entries (a scale or bias
@@ -156,14 +154,9 @@ static void unpack_codes_min(const tops__qweight *w, int64_t row, int64_t k0, in
     unpack_code_mins(w, row, k0, n, min);
 }
 
-/* ggml mxfp4's scale 2^(e - 128) by bits, exact for every e (e = 0 and 1
-   are subnormal); 0xFF is the e8m0 NaN (a block holding NaN or Inf). */
-static inline float gguf_e8m0_half(uint8_t e) {
-    return tops__bits_f32(e == 0xFF ? 0x7fc00000u : e >= 2 ? (uint32_t)(e - 1) << 23 : 1u << (21 + e));
-}
-
+/* A block's header scale: f16, or ggml mxfp4's e8m0 (core/numeric.h). */
 static inline float block_scale(const tops__qweight *w, const uint8_t *blk) {
-    if (w->lay.scale_enc == TOPS__SE_E8M0_HALF) return gguf_e8m0_half(blk[0]);
+    if (w->lay.scale_enc == TOPS__SE_E8M0_HALF) return tops__e8m0_half_to_f32(blk[0]);
     uint16_t h;
     memcpy(&h, blk, 2);
     return _cvtsh_ss(h);

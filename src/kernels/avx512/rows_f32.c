@@ -11,6 +11,7 @@
    (low nibbles' elements, then the high ones': evens then odds for
    interleaved rows), as for dot_f32_nibbles_x4. */
 #include "kernels/kernels.h"
+#include "core/numeric.h"
 #include "kernels/avx2/nibstream.h"
 
 #include <immintrin.h>
@@ -33,12 +34,7 @@ static inline __attribute__((always_inline)) void block_fmas(const float *a, int
 /* A block's scale from its first bytes times mul (the unpackers' product):
    kind 1 an f16, 2 ggml's e8m0 byte 2^(e - 128) (e 0 and 1 subnormal, 0xFF NaN). */
 static inline float hdr_scale(const uint8_t *blk, int kind, float mul) {
-    if (kind == 2) {
-        const uint32_t e = blk[0], bits = e == 0xFF ? 0x7fc00000u : e >= 2 ? (e - 1) << 23 : 1u << (21 + e);
-        float v;
-        memcpy(&v, &bits, 4);
-        return v * mul;
-    }
+    if (kind == 2) return tops__e8m0_half_to_f32(blk[0]) * mul;
     uint16_t h;
     memcpy(&h, blk, 2);
     return _cvtsh_ss(h) * mul;

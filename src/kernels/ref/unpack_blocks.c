@@ -11,8 +11,7 @@
 #include <math.h>
 #include <string.h>
 
-/* Scale-plane entry at e as f32 (the scale dtypes of the integer forms). */
-static float scale_entry(tops_dtype dt, const uint8_t *e) {
+float tops__ref_scale_entry(tops_dtype dt, const uint8_t *e) {
     if (dt == TOPS_DT_E8M0) return tops__e8m0_to_f32(*e);
     if (dt == TOPS_DT_UE4M3) return tops__ue4m3_to_f32(*e);
     if (dt == TOPS_DT_F32) {
@@ -32,13 +31,10 @@ static inline uint32_t code_at(const uint8_t *row, int bits, int64_t i) {
     return (row[i >> 2] >> ((i & 3) * 2)) & 0x3u;
 }
 
-/* ggml mxfp4's scale 2^(e - 128) (the doubled table's half); 0xFF is the
-   e8m0 NaN, which a block holding NaN or Inf stores (src/formats/gguf.c). */
-static inline float gguf_e8m0_half(uint8_t e) { return e == 0xFF ? NAN : tops__exp2i((int)e - 128); }
 
 /* The header scale of a self-contained block (TOPS__IF_BLOCKS). */
 static inline float block_scale(const tops__qweight *w, const uint8_t *blk) {
-    if (w->lay.scale_enc == TOPS__SE_E8M0_HALF) return gguf_e8m0_half(blk[0]);
+    if (w->lay.scale_enc == TOPS__SE_E8M0_HALF) return tops__e8m0_half_to_f32(blk[0]);
     uint16_t h;
     memcpy(&h, blk, 2);
     return tops__f16_to_f32(h);
@@ -56,7 +52,7 @@ void tops__ref_unpack_scales(const tops__qweight *w, int64_t row, int64_t k0, in
     for (int64_t b = 0; b < nb; b++) {
         const int64_t k = k0 + b * sub;
         /* beyond K: q is 0 */
-        scale[b] = k >= K ? w->mul : scale_entry(w->scale_dtype, base + (k / w->group) * w->scale_step) * w->mul;
+        scale[b] = k >= K ? w->mul : tops__ref_scale_entry(w->scale_dtype, base + (k / w->group) * w->scale_step) * w->mul;
     }
 }
 
@@ -88,7 +84,7 @@ void tops__ref_unpack_code_mins(const tops__qweight *w, int64_t row, int64_t k0,
     const uint8_t *base = w->bias + row * w->bias_row;
     for (int64_t b = 0; b < n / w->sub; b++) {
         const int64_t k = k0 + b * w->sub;
-        min[b] = k >= w->k ? 0.0f : -(scale_entry(w->bias_dtype, base + (k / w->group) * w->bias_step) * w->mul);
+        min[b] = k >= w->k ? 0.0f : -(tops__ref_scale_entry(w->bias_dtype, base + (k / w->group) * w->bias_step) * w->mul);
     }
 }
 static void unpack_elements_min(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale,
