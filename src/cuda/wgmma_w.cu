@@ -478,41 +478,48 @@ __device__ __forceinline__ uint32_t fold_lut_entry(uint32_t code, float pre) {
     else return h2_bits(__float2half2_rn(v));
 }
 
-// 4-bit codes: the packed fragments hold K in mma.sync's B order (lane t of
-// a quad: K 4t .. 4t + 3 of each k16 step).  Rearranged across the quad
-// into the plain A layout (lane t: K 2t, 2t + 1, 2t + 8, 2t + 9), wgmma can
-// read the activations as TMA stored them, with no stage permute: wanted
-// register r comes from lane t / 2 + 2 (r / 2), its register (r % 2) +
-// 2 (t % 2), both halves; per word, one byte permute of two shuffles.
-__device__ __forceinline__ uint32_t natural_k_word(uint32_t v, int lane) {
+// The packed fragments hold K in mma.sync's B order (lane t of a quad: K
+// 4t .. 4t + 3 of each k16 step).  Rearranged across the quad into the
+// plain A layout (lane t: K 2t, 2t + 1, 2t + 8, 2t + 9), wgmma can read the
+// activations as TMA stored them, with no stage permute.  Each lane reads
+// the two quad lanes it takes from, t / 2 and t / 2 + 2, straight from the
+// chunk in shared memory (lane L's 16 bytes at 16 L; 16-byte loads, no bank
+// conflicts: a quarter warp reads four distinct pieces on distinct banks).
+// 4-bit codes: wanted register r of lane t is register (r % 2) + 2 (t % 2)
+// of those lanes, both halves: one byte permute a word.  8-bit codes (step
+// j's words 2j, 2j + 1 hold registers 0, 1 and 2, 3: both rows of one K
+// pair each): word t % 2 of each step of both lanes.  (Shuffling each
+// lane's own words instead cost 8 shuffles a 4-bit chunk and lengthened the
+// decode's dependency chain.)
+__device__ __forceinline__ uint4 lds128(uint32_t a) {
+    uint4 v;
+    asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint2 lds64(uint32_t a) {
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(a));
+    return v;
+}
+__device__ __forceinline__ uint4 natural_k_gather(const unsigned char *chunk, int lane) {
     const int tig = lane & 3, src0 = (lane & ~3) | (tig >> 1);
-    const uint32_t sel = (tig & 1) ? 0x7351u : 0x6240u;
-    return __byte_perm(__shfl_sync(0xFFFFFFFFu, v, src0), __shfl_sync(0xFFFFFFFFu, v, src0 + 2), sel);
+    const uint32_t sel = (tig & 1) ? 0x7351u : 0x6240u, a = sm90::smem_addr(chunk) + 16 * src0;
+    const uint4 u = lds128(a), v = lds128(a + 32);
+    return make_uint4(__byte_perm(u.x, v.x, sel), __byte_perm(u.y, v.y, sel), __byte_perm(u.z, v.z, sel),
+                      __byte_perm(u.w, v.w, sel));
 }
-__device__ __forceinline__ uint4 natural_k_order(const uint4 &w, int lane) {
-    return make_uint4(natural_k_word(w.x, lane), natural_k_word(w.y, lane), natural_k_word(w.z, lane),
-                      natural_k_word(w.w, lane));
+// Words 2 half, 2 half + 1 of the 4-bit order (half a chunk).
+__device__ __forceinline__ uint2 natural_k_gather_half(const unsigned char *chunk, int half, int lane) {
+    const int tig = lane & 3, src0 = (lane & ~3) | (tig >> 1);
+    const uint32_t sel = (tig & 1) ? 0x7351u : 0x6240u, a = sm90::smem_addr(chunk) + 16 * src0 + 8 * half;
+    const uint2 u = lds64(a), v = lds64(a + 32);
+    return make_uint2(__byte_perm(u.x, v.x, sel), __byte_perm(u.y, v.y, sel));
 }
-
-// 8-bit codes: the same rearrangement on whole words (step j's words 2j,
-// 2j + 1 hold registers 0, 1 and 2, 3: both rows of one K pair each).
-// Reader t wants word t % 2 of quad lanes t / 2 and t / 2 + 2; each source
-// lane serves one even and one odd reader, so two shuffles a step: in the
-// first, lanes 0-1 send word 0 and lanes 2-3 word 1, in the second the
-// other way round, and odd readers take their two words swapped.
-__device__ __forceinline__ uint4 natural_k_order8(const uint4 &w, int lane) {
-    const int tig = lane & 3, base = lane & ~3, odd = tig & 1, h = tig >> 1;
-    const int src1 = base | (odd ? 2 + h : h), src2 = base | (odd ? h : 2 + h);
-    const auto pair = [&](uint32_t w0, uint32_t w1, uint32_t &o0, uint32_t &o1) {
-        const uint32_t r1 = __shfl_sync(0xFFFFFFFFu, h ? w1 : w0, src1);
-        const uint32_t r2 = __shfl_sync(0xFFFFFFFFu, h ? w0 : w1, src2);
-        o0 = odd ? r2 : r1;
-        o1 = odd ? r1 : r2;
-    };
-    uint4 o;
-    pair(w.x, w.y, o.x, o.y);
-    pair(w.z, w.w, o.z, o.w);
-    return o;
+__device__ __forceinline__ uint4 natural_k_gather8(const unsigned char *chunk, int lane) {
+    const int tig = lane & 3, src0 = (lane & ~3) | (tig >> 1);
+    const uint32_t a = sm90::smem_addr(chunk) + 16 * src0;
+    const uint4 u = lds128(a), v = lds128(a + 32);
+    return (tig & 1) ? make_uint4(u.y, v.y, u.w, v.w) : make_uint4(u.x, v.x, u.z, v.z);
 }
 
 // Named barrier `id` over the first n threads.
@@ -665,8 +672,9 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
         if (cw < STEP) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
         const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
         const int kc = k_begin + c * 64, g0 = min((k_begin + ws * L::WSB * 64) >> p.group_shift, p.groups - 1);
-        uint4 cur = *reinterpret_cast<const uint4 *>(stg + tile * L::WTILE + cw * 512 + lane * 16);
-        if (p.fold_shfl) cur = natural_k_order(cur, lane);
+        const unsigned char *chunk = stg + tile * L::WTILE + cw * 512;
+        const uint4 cur = p.fold_shfl ? natural_k_gather(chunk, lane)
+                                      : *reinterpret_cast<const uint4 *>(chunk + lane * 16);
         const unsigned char *sp = stg + 8 * L::WTILE + tile * L::WSCALE;
         // The chunk's first group and the row's last one, relative to the
         // stage's first (K is padded past the last group: clamped).
@@ -822,8 +830,8 @@ __device__ __forceinline__ void consume_folded(const Params &p, const FoldCta &c
 // with their scales D (pack.c, factor_scales).
 #ifdef TOPS_CU_WGMMA
 // Chunk c's A fragments for the strict kernels (warp tile `tile` of the
-// CTA's 8): decoded codes in wgmma's K order (the quad shuffles: 4-bit
-// natural_k_order, 8-bit natural_k_order8), times their sub-block
+// CTA's 8): decoded codes in wgmma's K order (the quad gathers: 4-bit
+// natural_k_gather, 8-bit natural_k_gather8), times their sub-block
 // multipliers with MUL; the chunk's W stage waited for at its first chunk.
 // NS steps into A[O ..]: all of the chunk's, or (4-bit codes, NS = 2) half
 // `half` of it (steps 2 half, 2 half + 1: words 2 half, 2 half + 1).
@@ -838,15 +846,15 @@ __device__ __forceinline__ void strict_fetch(const FoldCta &cta, int tile, int c
     const int ws = (unsigned)c / L::WSB, cw = (unsigned)c % L::WSB;
     if (cw == 0) mbar_wait(&cta.wfull[ws % L::WR], (uint32_t)(ws / L::WR) & 1u);
     const unsigned char *stg = cta.w + (ws % L::WR) * L::WBYTES;
-    const unsigned char *src = stg + tile * L::WTILE + cw * 512 + lane * 16;
+    const unsigned char *src = stg + tile * L::WTILE + cw * 512;
     uint4 cur;
     if constexpr (NS < STEPS) {
-        const uint2 h = *reinterpret_cast<const uint2 *>(src + 8 * half);
-        cur = make_uint4(natural_k_word(h.x, lane), natural_k_word(h.y, lane), 0u, 0u);
+        const uint2 h = natural_k_gather_half(src, half, lane);
+        cur = make_uint4(h.x, h.y, 0u, 0u);
     } else if constexpr (FOUR) {
-        cur = natural_k_order(*reinterpret_cast<const uint4 *>(src), lane);
+        cur = natural_k_gather(src, lane);
     } else {
-        cur = natural_k_order8(*reinterpret_cast<const uint4 *>(src), lane);
+        cur = natural_k_gather8(src, lane);
     }
 #pragma unroll
     for (int j = 0; j < NS; j++) decode_step<CODE, BF16>(cur, j, A[O + j]);
@@ -1147,7 +1155,7 @@ __device__ __forceinline__ void consume_dual(const Params &p, const FoldCta &cta
     // again (straight code).  Not kept (H200, 2026-12-04, int8-g32, us at M
     // = 64 / 128): the scales read here too, long before the drain (4 more
     // live registers: 43.4 / 63.8 against 43.4 / 56.4); the X stages
-    // permuted by producer warps 2-3 instead of the quad shuffles (40.7 /
+    // permuted by producer warps 2-3 instead of the quad reads (40.7 /
     // 73.0: shared-memory bound at 128 tokens).
     const auto fetch = [&](int u, uint32_t (&A)[TS][4]) {
         unit_fetch<CODE, BF16, TN, false, TS>(cta, tile, min(u, nt - 1), A);
@@ -1257,7 +1265,7 @@ static_assert(fold_consumer_regs(2) == 232 && fold_consumer_regs(4) == 112, "reg
 
 // Folded-scale kernel (SK: the scale encoding).  One f32 accumulator per
 // output over the whole K (per K half with CW = 4).  The K order is fixed
-// in registers (natural_k_order), so the consumer warpgroups do not permute
+// in registers (natural_k_gather), so the consumer warpgroups do not permute
 // the stage; with fold_shfl = 0 (A/B runs) producer warps 2-3 permute it
 // instead and release it through the slot's `ready` barrier.
 template <int CODE, int SK, bool BF16, int TN, int CW, int GSL>
