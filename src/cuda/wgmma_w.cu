@@ -31,6 +31,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <type_traits>
+
 namespace tops_cu {
 namespace {
 
@@ -1081,30 +1083,65 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
     using L = fold_layout<TN>;
     constexpr int KC = chunk_dims<CODE>::KC, ND = TN / 2, TS = 8;
     constexpr int TK = 16 * TS, WK = L::WSB * KC; // K of a turn, of a W stage
-    static_assert(L::SB == 2 && WK % TK == 0, "turns within X and W stages");
-    const int warp = threadIdx.x >> 5, wg = warp >> 2;
-    const int tile = wg * 4 + (warp & 3);
+    // Turn t: X slot t % 4 (a stage is a turn), W slot (t / 4) % 2, waited
+    // for at t % 4 == 0: four turns a loop, so that the slots and the
+    // descriptors' offsets are constants.
+    static_assert(KC == 64 && L::SB == 2 && L::XR == 4 && L::WR == 2 && WK == 4 * TK, "four turns a W stage");
+    const int warp = threadIdx.x >> 5, wg = warp >> 2, lane = threadIdx.x & 31;
+    const int tile = wg * 4 + (warp & 3), tig = lane & 3;
     const int k_begin = cta.b_begin * 64, nt = cta.nb * 64 / TK;
+    // This lane's two quad lanes in W slot 0 (natural_k_gather), the X
+    // ring's descriptor.
+    const uint32_t wq = smem_addr(cta.w) + tile * L::WTILE + 16 * ((lane & ~3) | (tig >> 1));
+    const uint32_t sel = (tig & 1) ? 0x7351u : 0x6240u;
+    const uint64_t dx = desc_sw128(cta.x);
 
     float acc[ND], part[ND];
 #pragma unroll
     for (int i = 0; i < ND; i++) acc[i] = part[i] = 0.0f;
 
+    // Turn t's fragments (chunks 2t, 2t + 1) into A.
+    const auto fetch = [&](int t, uint32_t (&A)[TS][4]) {
+        if constexpr (MUL) {
+            fetch_chunks<CODE, BF16, TN, MUL, 0>(cta, tile, 2 * t, A);
+        } else {
+            const int ws = t >> 2;
+            if ((t & 3) == 0) mbar_wait(&cta.wfull[ws & 1], (uint32_t)(ws >> 1) & 1u);
+            const uint32_t a = wq + (ws & 1) * L::WBYTES + (t & 3) * 1024;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const uint4 u = lds128(a + 512 * h), v = lds128(a + 512 * h + 32);
+                const uint4 cur = make_uint4(__byte_perm(u.x, v.x, sel), __byte_perm(u.y, v.y, sel),
+                                             __byte_perm(u.z, v.z, sel), __byte_perm(u.w, v.w, sel));
+#pragma unroll
+                for (int j = 0; j < 4; j++) decode_step<CODE, BF16>(cur, j, A[4 * h + j]);
+            }
+        }
+    };
     bool fresh = true;
-    // Turn t on the register set A (decoded); the next turn decoded into N.
-    const auto turn = [&](int t, uint32_t (&A)[TS][4], uint32_t (&N)[TS][4]) {
+    // Turn t (X slot I) on the register set A; the next turn decoded into N.
+    const auto turn = [&](auto slot, int t, uint32_t (&A)[TS][4], uint32_t (&N)[TS][4]) {
+        constexpr int I = decltype(slot)::value;
         asm volatile("bar.sync %0, 256;" ::"r"(3 + wg) : "memory"); // our turn: the other one issued its last
-        unit_issue<BF16, TN, TS>(cta, t, A, part, fresh);
+        mbar_wait(&cta.xfull[I], (uint32_t)(t >> 2) & 1u);
+#pragma unroll
+        for (int j = 0; j < TS; j++) fence_regs(A[j]);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < TS; j++)
+            wgmma_rs<BF16>(part, A[j], dx + I * (L::XBYTES >> 4) + (j >> 2) * TN * 8 + 2 * (j & 3), !(fresh && j == 0));
+        wgmma_commit();
         asm volatile("bar.arrive %0, 256;" ::"r"(4 - wg) : "memory"); // the other warpgroup's turn
-        if (t + 1 < nt) unit_fetch<CODE, BF16, TN, MUL, TS>(cta, tile, t + 1, N);
+        if (t + 1 < nt) fetch(t + 1, N);
         wgmma_wait<0>();
         fence_regs(part);
 #pragma unroll
         for (int j = 0; j < TS; j++) fence_regs(A[j]);
         const int kend = k_begin + (t + 1) * TK;
         fresh = (kend & p.group_mask) == 0 || t == nt - 1;
-        if (fresh) strict_drain<TN, ND, KC>(p, cta, tile, ((t + 1) * TK - 1) / KC, kend, part, acc); // a group ends
-        unit_release<TN, TS, WK>(cta, t, nt);
+        if (fresh) strict_drain<TN, ND, KC>(p, cta, tile, 2 * t + 1, kend, part, acc); // a group ends
+        mbar_arrive(&cta.xempty[I]);
+        if (I == 3 || t == nt - 1) mbar_arrive(&cta.wempty[(t >> 2) & 1]);
     };
 
     // No branch on the warpgroup near the wgmmas (ptxas then serializes
@@ -1113,12 +1150,16 @@ __device__ __forceinline__ void consume_turns(const Params &p, const FoldCta &ct
     // warpgroup meanwhile passes barrier 5 alone.
     asm volatile("bar.arrive %0, %1;" ::"r"(wg ? 3 : 5), "r"(wg ? 256 : 128) : "memory");
     uint32_t a0[TS][4], a1[TS][4];
-    unit_fetch<CODE, BF16, TN, MUL, TS>(cta, tile, 0, a0);
-    for (int t = 0;; t += 2) {
-        turn(t, a0, a1);
+    fetch(0, a0);
+    for (int t = 0;; t += 4) {
+        turn(std::integral_constant<int, 0>(), t, a0, a1);
         if (t + 1 >= nt) break;
-        turn(t + 1, a1, a0);
+        turn(std::integral_constant<int, 1>(), t + 1, a1, a0);
         if (t + 2 >= nt) break;
+        turn(std::integral_constant<int, 2>(), t + 2, a0, a1);
+        if (t + 3 >= nt) break;
+        turn(std::integral_constant<int, 3>(), t + 3, a1, a0);
+        if (t + 4 >= nt) break;
     }
     asm volatile("bar.sync %0, %1;" ::"r"(wg ? 5 : 3), "r"(wg ? 128 : 256) : "memory");
     strict_finish<CODE, TN, ND>(p, cta, wg, acc);
