@@ -127,6 +127,9 @@ int tops__gemv_unpacks_rows(const tops__gemm_problem *p);
    reads in place, four at a time (dot_fp8_rows): each code times its
    block's scale, or each row's sum times its scale, then the tensor scale. */
 int tops__gemv_fp8_rows(const tops__gemm_problem *p);
+/* Whether p's weights are 4-bit sub-blocks of super-blocks (iq4_xs) that
+   the strict row driver reads in place (dot_f32_nibbles_rows, K % 256 == 0). */
+int tops__gemv_super_rows(const tops__gemm_problem *p);
 /* Whether p's weights are codebook rows (lut4, lut4-row: contiguous 4-bit
    codes, K % 32 == 0) that the row driver reads in place, four at a time
    (dot_f32_nibbles_rows with each row's entries times the tensor scale). */

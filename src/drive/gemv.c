@@ -222,7 +222,7 @@ int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
         return tops__gemv_fp8_rows(p) && kern->fp8_rows_max_m > usual ? kern->fp8_rows_max_m : usual;
     }
     if (p->relaxed) return usual;
-    if (nib || (up->run && up->nib_f32.super_blocks && p->k % 256 == 0 && kern->dot_f32_nibbles_rows))
+    if (nib || tops__gemv_super_rows(p))
         return NIB_ROWS_MAX_M;
     if (kern->dot_f32_bytes_rows && up->run && up->byte.block_bytes && tops__unpack_sub(p->right.t) == 32 &&
         p->k % 32 == 0)
@@ -240,6 +240,11 @@ int tops__gemv_unpacks_rows(const tops__gemm_problem *p) {
 int tops__gemv_streams(const tops__gemm_problem *p) {
     return p->relaxed && p->nib_stream.data && p->kern->dot_q8_nibstream_x4 && p->k % 32 == 0 &&
            p->m <= GEMV_STREAM_M;
+}
+
+int tops__gemv_super_rows(const tops__gemm_problem *p) {
+    const tops__unpacker *up = &p->kern->unpack[p->right.t->format.id];
+    return up->run && up->nib_f32.super_blocks && p->kern->dot_f32_nibbles_rows && p->k % 256 == 0;
 }
 
 int tops__gemv_lut_rows(const tops__gemm_problem *p) {
@@ -327,8 +332,7 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
        rows kernel: each weight q * scale - min */
     const int nib_mins = !p->relaxed && !up.run && up.nib_f32.mins && up.nib_f32.block_bytes && kern->dot_f32_nibbles_rows;
     /* strict sub-blocks of 4-bit super-blocks (iq4_xs) on the f32 rows kernel */
-    const int nib_super = !p->relaxed && up.run && up.nib_f32.super_blocks && kern->dot_f32_nibbles_rows &&
-                          p->k % 256 == 0;
+    const int nib_super = !p->relaxed && tops__gemv_super_rows(p);
     const tops__qweight qw = integer || strict_super || nib_mins ? tops__qweight_of(w) : (tops__qweight){0};
     const int sub = integer ? qw.sub : 32;
     /* 4-bit layouts read in place (no unpacked copy) when relaxed. */

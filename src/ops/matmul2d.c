@@ -435,7 +435,7 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                           : (!up || !up->run) && tops__gemv_fp8_rows(&p) ? "fp8 rows in place, f32 dots"
                           : (!up || !up->run) && tops__gemv_lut_rows(&p) ? "codebook rows in place, f32 dots"
                           : !up || !up->run    ? "f32 rows, f32 dots"
-                          : !p.relaxed         ? (nib || (up->nib_f32.super_blocks && kern->dot_f32_nibbles_rows && p.k % 256 == 0)
+                          : !p.relaxed         ? (nib || tops__gemv_super_rows(&p)
                                                       ? "4-bit rows in place, f32 dots"
                                                   : up->byte.block_bytes && kern->dot_f32_bytes_rows && sub == 32 && p.k % 32 == 0
                                                       ? "8-bit rows in place, f32 dots"
