@@ -159,6 +159,19 @@ static inline float tops__e5m2_to_f32(uint32_t c) { return tops__mf_decode(c & 0
 static inline float tops__e2m3_to_f32(uint32_t c) { return tops__mf_decode(c & 0x3Fu, TOPS__MF_E2M3); }
 static inline float tops__e3m2_to_f32(uint32_t c) { return tops__mf_decode(c & 0x3Fu, TOPS__MF_E3M2); }
 static inline float tops__e2m1_to_f32(uint32_t c) { return tops__mf_decode(c & 0xFu, TOPS__MF_E2M1); }
+/* Code i of 6-bit codes packed four in three bytes, lowest first (FORMATS.md),
+   from a row starting on a three-byte unit: no byte past code i's. */
+static inline uint32_t tops__fp6_code(const uint8_t *row, int64_t i) {
+    const uint8_t *p = row + (i * 6 >> 3);
+    const unsigned sh = (unsigned)(i * 6 & 7);
+    const uint32_t v = sh > 2 ? (uint32_t)p[0] | (uint32_t)p[1] << 8 : p[0];
+    return (v >> sh) & 0x3Fu;
+}
+/* Element i of such a row, e2m3 (e3m2 set: e3m2). */
+static inline float tops__fp6_to_f32(const uint8_t *row, int64_t i, int e3m2) {
+    const uint32_t c = tops__fp6_code(row, i);
+    return e3m2 ? tops__e3m2_to_f32(c) : tops__e2m3_to_f32(c);
+}
 
 /* ue4m3 (NVFP4 block scales): e4m3 with the sign bit ignored. */
 static inline uint8_t tops__f32_to_ue4m3(float f, int sat) {

@@ -161,6 +161,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
     k->f32_to_e5m2_row = tops__ref_f32_to_e5m2_row;
     k->e5m2_to_f32_row = tops__ref_e5m2_to_f32_row;
     k->e2m1_to_f32_row = tops__ref_e2m1_to_f32_row;
+    k->fp6_to_f32_row = tops__ref_fp6_to_f32_row;
     k->i4_to_f32_row = tops__ref_i4_to_f32_row;
     k->tile_gemm = (tops__tile_gemm){6, 16, tops__tile_gemm_f32_6x16__ref, "tops__tile_gemm_f32_6x16__ref"};
     k->transpose_f32 = tops__transpose_f32__ref;
@@ -207,6 +208,7 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->f32_to_e5m2_row = tops__avx2_f32_to_e5m2_row;
         k->e5m2_to_f32_row = tops__avx2_e5m2_to_f32_row;
         k->e2m1_to_f32_row = tops__avx2_e2m1_to_f32_row;
+        k->fp6_to_f32_row = tops__avx2_fp6_to_f32_row;
         k->i4_to_f32_row = tops__avx2_i4_to_f32_row;
         k->tile_gemm = (tops__tile_gemm){6, 16, tops__tile_gemm_f32_6x16__avx2, "tops__tile_gemm_f32_6x16__avx2"};
         k->transpose_f32 = tops__transpose_f32__avx2;

@@ -122,8 +122,8 @@ int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual);
    mins without whole super-blocks: q4_1, int4-gG-affine): the row driver
    would unpack and dot them one row at a time. */
 int tops__gemv_unpacks_rows(const tops__gemm_problem *p);
-/* Whether p's weights are fp8 element rows (e4m3, e5m2; plain, a scale
-   per row: -ch, or per block of 32 along K: mxfp8) that the row driver
+/* Whether p's weights are minifloat element rows (e4m3, e5m2, e2m3, e3m2;
+   plain, a scale per row: -ch, or per block of 32 along K: MX) that the row driver
    reads in place, four at a time (dot_fp8_rows): each code times its
    block's scale, or each row's sum times its scale, then the tensor scale. */
 int tops__gemv_fp8_rows(const tops__gemm_problem *p);
@@ -244,10 +244,12 @@ static inline int64_t tops__chunk_rows(int64_t m, int64_t m0, int64_t m_chunk) {
 int64_t tops__m_rounds(const tops__gemm_problem *p, tops__work_kind kind, int64_t n_blocks, int64_t m_chunk,
                        size_t left_bytes, int *threads);
 
-/* Reader of 8-bit float element formats (e4m3/e5m2, mxfp8, channel fp8)
-   stored [N, K], through the dispatch's element rows; and whether a
-   tensor's format qualifies. */
+/* Reader of minifloat element formats (e4m3/e5m2, mxfp8, channel fp8;
+   e2m3/e3m2, mxfp6) stored [N, K], through the dispatch's element rows;
+   whether a tensor's format qualifies; and its codes' kind
+   (TOPS__FPROW_*, kernels/kernels.h; -1 for other elements). */
 int tops__has_element_reader(const tops_tensor *t);
+int tops__element_kind(const tops_tensor *t);
 void tops__read_rect_elements(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                               int64_t nc, float *out, int64_t ld);
 

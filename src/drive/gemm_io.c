@@ -49,21 +49,37 @@ void tops__read_rect_unpack(const tops__kernels *kern, const tops_tensor *t, int
 
 int tops__has_element_reader(const tops_tensor *t) {
     const tops_format_info *info = tops_format_get_info(t->format.id);
-    return (info->element == TOPS_DT_E4M3 || info->element == TOPS_DT_E5M2) && !info->codebook && !info->has_bias &&
-           !info->has_tensor_scale;
+    return tops__element_kind(t) >= 0 && !info->codebook && !info->has_bias && !info->has_tensor_scale;
+}
+
+int tops__element_kind(const tops_tensor *t) {
+    switch (tops_format_get_info(t->format.id)->element) {
+    case TOPS_DT_E4M3: return TOPS__FPROW_E4M3;
+    case TOPS_DT_E5M2: return TOPS__FPROW_E5M2;
+    case TOPS_DT_E2M3: return TOPS__FPROW_E2M3;
+    case TOPS_DT_E3M2: return TOPS__FPROW_E3M2;
+    default: return -1;
+    }
 }
 
 void tops__read_rect_elements(const tops__kernels *kern, const tops_tensor *t, int64_t r0, int64_t nr, int64_t c0,
                               int64_t nc, float *out, int64_t ld) {
     const tops_format_info *info = tops_format_get_info(t->format.id);
-    void (*row)(float *, const uint8_t *, int64_t) =
-        info->element == TOPS_DT_E4M3 ? kern->e4m3_to_f32_row : kern->e5m2_to_f32_row;
+    const int kind = tops__element_kind(t), e3m2 = kind == TOPS__FPROW_E3M2;
+    void (*row)(float *, const uint8_t *, int64_t) = kind == TOPS__FPROW_E4M3 ? kern->e4m3_to_f32_row : kern->e5m2_to_f32_row;
     const tops_plane *p = &t->scales;
     const int64_t block = info->block < 0 ? t->extent[1] : info->block > 1 ? t->format.group : 0;
     const int esz = p->data ? (tops_dtype_bits(p->dtype) + 7) / 8 : 0;
     for (int64_t i = 0; i < nr; i++) {
         float *o = out + i * ld;
-        row(o, tops__weight_row(t, r0 + i) + c0, nc);
+        const uint8_t *codes = tops__weight_row(t, r0 + i);
+        if (kind >= TOPS__FPROW_E2M3) { /* 6-bit codes: up to a unit of four one by one, then the row */
+            int64_t k = c0;
+            for (; k % 4 && k < c0 + nc; k++) o[k - c0] = tops__fp6_to_f32(codes, k, e3m2);
+            kern->fp6_to_f32_row(o + (k - c0), codes + k / 4 * 3, c0 + nc - k, e3m2);
+        } else {
+            row(o, codes + c0, nc);
+        }
         if (p->data) /* one scale per block of the row, as the formats layer applies it */
             for (int64_t k = c0; k < c0 + nc;) {
                 int64_t b = k / block, end = (b + 1) * block < c0 + nc ? (b + 1) * block : c0 + nc;

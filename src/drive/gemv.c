@@ -270,6 +270,16 @@ static int fp8_block_scales(const tops_tensor *w, int64_t row, int64_t k0, int64
     const int64_t per = w->format.group / 32, nb = tops__ceil_div(n, 32), e0 = k0 / w->format.group;
     for (int r = 0; r < 4; r++) {
         const unsigned char *base = (const unsigned char *)sp->data + (row + r) * sp->stride[0] * esz;
+        if (sp->dtype == TOPS_DT_E8M0 && per == 1) { /* MX: a scale per 32, branch-free (vectorised) */
+            const int64_t st = sp->stride[1];
+            float *o = out + r * ld;
+            for (int64_t b = 0; b < nb; b++) {
+                const uint32_t c = base[(e0 + b) * st];
+                const uint32_t bits = c == 0xFFu ? 0x7fc00000u : c ? c << 23 : 0x00400000u; /* NaN; 2^-127 */
+                memcpy(o + b, &bits, 4);
+            }
+            continue;
+        }
         for (int64_t b = 0, e = e0, left = per - (k0 / 32) % per; b < nb; e++, left = per) {
             const unsigned char *at = base + e * sp->stride[1] * esz;
             float s;
@@ -283,6 +293,20 @@ static int fp8_block_scales(const tops_tensor *w, int64_t row, int64_t k0, int64
             for (; b < nb && left > 0; b++, left--) out[r * ld + b] = s;
         }
     }
+    return 1;
+}
+
+/* fp6 rows' block scales as dot_fp8_rows takes them (kernels/kernels.h):
+   four rows of nb at s + r * ld, times tops__fp6_unit in place (exact:
+   powers of two); 0 where one is 2^100 or more (the product would
+   overflow), the scales then unchanged. */
+static int fp6_fold_unit(float *s, int64_t ld, int64_t nb, int kind) {
+    for (int r = 0; r < 4; r++)
+        for (int64_t b = 0; b < nb; b++)
+            if (fabsf(s[r * ld + b]) >= 0x1p100f) return 0;
+    const float unit = tops__fp6_unit(kind == TOPS__FPROW_E3M2);
+    for (int r = 0; r < 4; r++)
+        for (int64_t b = 0; b < nb; b++) s[r * ld + b] *= unit;
     return 1;
 }
 
@@ -363,9 +387,9 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     /* strict 8-bit blocks of 32 read in place (dot_f32_bytes_rows) */
     const int bytes_strict = integer && !relaxed && up.byte.block_bytes && sub == 32 && p->k % 32 == 0 &&
                              kern->dot_f32_bytes_rows;
-    /* fp8 rows decoded in registers (not integer forms) */
+    /* fp8 / fp6 rows decoded in registers (not integer forms) */
     const int fp8_x4 = !integer && tops__gemv_fp8_rows(p);
-    const int fp8_e5m2 = fp8_x4 && tops_format_get_info(w->format.id)->element == TOPS_DT_E5M2;
+    const int fp_kind = fp8_x4 ? tops__element_kind(w) : 0;
     /* codebook rows (lut4, lut4-row): codes in place, each row's 16 entries
        times the tensor scale its weights (dot_f32_nibbles_rows' tables) */
     const int lut_x4 = !integer && tops__gemv_lut_rows(p);
@@ -591,16 +615,27 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
                             for (int i = 0; i < mm; i++)
                                 for (int r = 0; r < 4; r++) acc[(m0 + i) * N_BLOCK + j + r] += dm[4 * i + r];
                         }
-                    } else if (fp8_x4) { /* e4m3 / e5m2 rows in place, decoded as they load */
+                    } else if (fp8_x4) { /* e4m3 / e5m2 / e2m3 / e3m2 rows in place, decoded as they load */
                         int64_t kv = K - k0 < kc ? K - k0 : kc;
-                        const uint8_t *b = (const uint8_t *)w->data + (n0 + j) * w->stride[0] + k0;
+                        const int six = fp_kind >= TOPS__FPROW_E2M3; /* k0: whole units of four codes */
+                        const uint8_t *b = tops__weight_row(w, n0 + j) + (six ? k0 / 4 * 3 : k0);
+                        const int64_t row_bytes = tops__weight_row(w, 1) - tops__weight_row(w, 0);
                         float rs[4], dm[4 * TOPS__FP8_ROWS_MAX_M];
                         const int64_t ld_bs = chunk / 32;
                         const int blocked = fp8_block_scales(w, n0 + j, k0, kv, scale, ld_bs);
+                        if (blocked && six && !fp6_fold_unit(scale, ld_bs, tops__ceil_div(kv, 32), fp_kind)) {
+                            /* a block scale of 2^100 or more: these rows decoded exactly, one at a time */
+                            for (int r = 0; r < 4; r++) {
+                                p->right.read(kern, w, n0 + j + r, 1, k0, kv, row, kv);
+                                for (int64_t m = 0; m < M; m++)
+                                    acc[m * N_BLOCK + j + r] += kern->dot_f32(a + m * kp + k0, row, kv);
+                            }
+                            continue;
+                        }
                         for (int r = 0; r < 4; r++) rs[r] = blocked ? 1.0f : fp8_row_scale(w, n0 + j + r);
                         for (int64_t m0 = 0; m0 < M; m0 += TOPS__FP8_ROWS_MAX_M) {
                             const int mm = (int)(M - m0 < TOPS__FP8_ROWS_MAX_M ? M - m0 : TOPS__FP8_ROWS_MAX_M);
-                            kern->dot_fp8_rows(a + m0 * kp + k0, kp, mm, b, w->stride[0], kv, fp8_e5m2,
+                            kern->dot_fp8_rows(a + m0 * kp + k0, kp, mm, b, row_bytes, kv, fp_kind,
                                                blocked ? scale : NULL, ld_bs, dm);
                             for (int i = 0; i < mm; i++)
                                 for (int r = 0; r < 4; r++)

@@ -70,8 +70,14 @@ typedef void (*tops__dot_f32_bytes_rows_fn)(const uint8_t *blocks, int64_t row_b
                                             const float *ws, int64_t ld_ws, int64_t nb, float *out);
 /* The most activation rows a dot_fp8_rows call takes. */
 enum { TOPS__FP8_ROWS_MAX_M = 4 };
+/* The codes dot_fp8_rows reads (its `kind`): one byte each (e4m3, e5m2),
+   or 6-bit codes four in three bytes, lowest first (e2m3, e3m2). */
+enum { TOPS__FPROW_E4M3 = 0, TOPS__FPROW_E5M2 = 1, TOPS__FPROW_E2M3 = 2, TOPS__FPROW_E3M2 = 3 };
+/* The x86 kernels decode fp6 codes at 2^-14 (e2m3) or 2^-12 (e3m2) of
+   their value (kernels/avx2/fp6.h); this is the factor back. */
+static inline float tops__fp6_unit(int e3m2) { return e3m2 ? 4096.0f : 16384.0f; }
 typedef void (*tops__dot_fp8_rows_fn)(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n,
-                                      int e5m2, const float *ws, int64_t ld_ws, float *out);
+                                      int kind, const float *ws, int64_t ld_ws, float *out);
 typedef void (*tops__unpack_fn)(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale);
 /* The integer form with a per-sub-block offset (q4_1, q4_K, q5_K: element =
    q * scale - min, q >= 0): as tops__unpack_fn, plus min[b] for each
@@ -681,11 +687,14 @@ typedef struct tops__kernels {
        same sums in the same order as dot_f32_x4 on the rows' f32 values,
        so 16-bit weights give the bits of their f32 copy.  NULL: none. */
     void (*dot_half_x4)(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
-    /* Four e4m3 (e5m2 set: e5m2) byte rows (b + r * ldb, r < 4) against
-       m <= TOPS__FP8_ROWS_MAX_M activation rows (a + i * lda), each code
-       decoded exactly in registers (NaN stays NaN) and, with ws, times its
-       block's scale ws[r * ld_ws + k / 32] (MX); row scales are the
-       caller's: out[4 * i + r].  NULL: none. */
+    /* Four rows of n minifloat codes of `kind` (TOPS__FPROW_*; row r at
+       b + r * ldb bytes, its first code on a byte, or for 6-bit codes on a
+       three-byte unit) against m <= TOPS__FP8_ROWS_MAX_M activation rows
+       (a + i * lda), each code decoded exactly in registers (NaN stays
+       NaN) and, with ws, times its block's scale ws[r * ld_ws + k / 32]
+       (MX; fp6: the scale times tops__fp6_unit, finite, which the kernel
+       decodes the codes without); row scales are the caller's:
+       out[4 * i + r].  No byte past the n codes is read.  NULL: none. */
     tops__dot_fp8_rows_fn dot_fp8_rows;
     /* The most M for which the row driver reads fp8 rows (strict) rather
        than the f32 panels, measured per level (Zen 4, e4m3: AVX2 8,
@@ -768,6 +777,8 @@ typedef struct tops__kernels {
     void (*e5m2_to_f32_row)(float *dst, const uint8_t *src, int64_t n);
     void (*e2m1_to_f32_row)(float *dst, const uint8_t *src, int64_t n); /* packed nibbles */
     void (*i4_to_f32_row)(float *dst, const uint8_t *src, int64_t n);   /* packed nibbles */
+    /* e2m3 (e3m2 set: e3m2) codes four in three bytes from a unit's start */
+    void (*fp6_to_f32_row)(float *dst, const uint8_t *src, int64_t n, int e3m2);
 
     /* Tiles and attention (src/kernels/<isa>/tile_f32.c). */
     tops__tile_gemm tile_gemm;
@@ -819,6 +830,7 @@ void tops__ref_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__ref_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
 void tops__ref_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__ref_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__ref_fp6_to_f32_row(float *dst, const uint8_t *src, int64_t n, int e3m2);
 void tops__ref_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__tile_gemm_f32_6x16__ref(int mr, int64_t k, const float *a, int64_t lda, const float *b,
                                       int64_t ldb, float *c, int64_t ldc, int accumulate);
@@ -893,6 +905,7 @@ void tops__avx2_e4m3_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_f32_to_e5m2_row(uint8_t *dst, const float *src, int64_t n, int sat);
 void tops__avx2_e5m2_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n);
+void tops__avx2_fp6_to_f32_row(float *dst, const uint8_t *src, int64_t n, int e3m2);
 void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
                                                   const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
@@ -936,7 +949,7 @@ float tops__avx2_dot_f32(const float *a, const float *b, int64_t n);
 void tops__avx2_lut16_row(float *dst, const uint8_t *src, int64_t n, const float *table);
 void tops__avx2_dot_f32_x4(const float *a, const float *b, int64_t ldb, int64_t n, float *out);
 void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int64_t n, int bf16, float *out);
-void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
+void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int kind,
                              const float *ws, int64_t ld_ws, float *out);
 void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                        const float *a, int64_t lda, int m, const float *ws, const float *wm,
@@ -944,7 +957,7 @@ void tops__avx512_dot_f32_nibbles_rows(const uint8_t *blocks, int64_t row_bytes,
 void tops__avx512_dot_f32_bytes_rows(const uint8_t *blocks, int64_t row_bytes, const tops__byte_layout *layout,
                                      const float *a, int64_t lda, int m, const float *ws, int64_t ld_ws, int64_t nb,
                                      float *out);
-void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
+void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int kind,
                                const float *ws, int64_t ld_ws, float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,

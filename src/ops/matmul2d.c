@@ -432,7 +432,10 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                           : up && !p.relaxed && !up->run && up->nib_f32.mins && kern->dot_f32_nibbles_rows &&
                                   tops__unpack_sub(right) == 32 && p.k % 32 == 0
                               ? "4-bit rows with mins in place, f32 dots"
-                          : (!up || !up->run) && tops__gemv_fp8_rows(&p) ? "fp8 rows in place, f32 dots"
+                          : (!up || !up->run) && tops__gemv_fp8_rows(&p)
+                              ? (tops_format_get_info(right->format.id)->element_bits == 6
+                                     ? "fp6 rows in place, f32 dots"
+                                     : "fp8 rows in place, f32 dots")
                           : (!up || !up->run) && tops__gemv_lut_rows(&p) ? "codebook rows in place, f32 dots"
                           : !up || !up->run    ? "f32 rows, f32 dots"
                           : !p.relaxed         ? (nib || tops__gemv_super_rows(&p)

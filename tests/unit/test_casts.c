@@ -82,6 +82,14 @@ static void test_fast_rows_equal_scalar_rows(void) {
                     }
                 ASSERT_TRUE(isnan(out_fast[n]));
             }
+            for (int e3 = 0; e3 < 2; e3++) { /* 6-bit codes, four in three bytes */
+                for (int i = 0; i < N + GUARD; i++) out_ref[i] = out_fast[i] = NAN;
+                ref->fp6_to_f32_row(out_ref, codes, n, e3);
+                k->fp6_to_f32_row(out_fast, codes, n, e3);
+                if (memcmp(out_ref, out_fast, sizeof out_ref) != 0)
+                    TH_FAIL_AT("%s decode %s row n=%d differs", name, e3 ? "e3m2" : "e2m3", n);
+                ASSERT_TRUE(isnan(out_fast[n]));
+            }
             ref->f32_to_f16_row(h_ref, src, n);
             k->f32_to_f16_row(h_fast, src, n);
             ASSERT_TRUE(memcmp(h_ref, h_fast, (size_t)n * 2) == 0);

@@ -1,9 +1,11 @@
-/* AVX2 fp8 / fp4 / int4 rows: eight elements per step with the same
-   integer rounding as core/numeric.h (RNE on the f32 bits for normals, the
-   FPU's RNE through a magic addend for subnormals), so every bit matches
-   the scalar rows; tails run the scalar code itself. */
+/* AVX2 fp8 / fp6 / fp4 / int4 rows: eight elements per step (fp6:
+   sixteen) with the same integer rounding as core/numeric.h (RNE on the
+   f32 bits for normals, the FPU's RNE through a magic addend for
+   subnormals), so every bit matches the scalar rows; tails run the scalar
+   code itself. */
 #include "kernels/kernels.h"
 #include "core/numeric.h"
+#include "kernels/avx2/fp6.h"
 
 #include <immintrin.h>
 #include <string.h>
@@ -124,6 +126,18 @@ void tops__avx2_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n) {
         _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(m), sign)));
     }
     for (; i < n; i++) dst[i] = tops__e2m1_to_f32((uint32_t)(src[i >> 1] >> ((i & 1) * 4)));
+}
+
+/* 6-bit codes, sixteen (12 bytes) a step (kernels/avx2/fp6.h). */
+void tops__avx2_fp6_to_f32_row(float *dst, const uint8_t *src, int64_t n, int e3m2) {
+    const __m256 unit = _mm256_set1_ps(tops__fp6_unit(e3m2));
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m256i h = tops__fp6x16_half(src + i / 4 * 3, e3m2);
+        _mm256_storeu_ps(dst + i, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_castsi256_si128(h)), unit));
+        _mm256_storeu_ps(dst + i + 8, _mm256_mul_ps(_mm256_cvtph_ps(_mm256_extracti128_si256(h, 1)), unit));
+    }
+    for (; i < n; i++) dst[i] = tops__fp6_to_f32(src, i, e3m2);
 }
 
 void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n) {

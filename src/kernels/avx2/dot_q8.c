@@ -2,6 +2,7 @@
    quantizer: f32 x f32, f32 x integer form, i8 x integer form, 4-bit
    layouts read in place; and the integer form's dequantization. */
 #include "kernels/kernels.h"
+#include "kernels/avx2/fp6.h"
 #include "kernels/avx2/nibstream.h"
 #include "core/numeric.h"
 
@@ -262,44 +263,86 @@ void tops__avx2_dot_half_x4(const float *a, const uint16_t *b, int64_t ldb, int6
     else dot_x4(a, b, ldb, n, 1, out);
 }
 
-/* Two fp8 rows (b, b + ldb) against m activation rows, each code decoded
-   once (times its block's scale ws[r * ld_ws + k / 32] with ws: MX):
-   out[4 * i + r], one FMA chain in 8 lanes per output. */
-static inline __attribute__((always_inline)) void fp8_pair(const float *a, int64_t lda, const int m, const uint8_t *b,
-                                                           int64_t ldb, int64_t n, const int e5m2, const float *ws,
-                                                           int64_t ld_ws, float *out) {
+/* Code q of a row of `kind` (TOPS__FPROW_*), decoded by the scalar code. */
+static inline float fp_code1(const uint8_t *row, int64_t q, int kind) {
+    if (kind >= TOPS__FPROW_E2M3) return tops__fp6_to_f32(row, q, kind == TOPS__FPROW_E3M2);
+    return kind == TOPS__FPROW_E5M2 ? tops__e5m2_to_f32(row[q]) : tops__e4m3_to_f32(row[q]);
+}
+
+/* Two minifloat rows (b, b + ldb bytes) against m activation rows, each
+   code decoded once (times its block's scale ws[r * ld_ws + k / 32] with
+   ws: MX): out[4 * i + r], one FMA chain in 8 lanes per output.  fp8:
+   eight codes a step; fp6: sixteen (12 bytes, kernels/avx2/fp6.h), fed to
+   the chains eight at a time, in order. */
+static inline __attribute__((always_inline)) void fp_pair(const float *a, int64_t lda, const int m, const uint8_t *b,
+                                                          int64_t ldb, int64_t n, const int kind, const float *ws,
+                                                          int64_t ld_ws, float *out) {
     __m256 acc[4][2];
     for (int i = 0; i < 4; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     int64_t k = 0;
-    for (; k + 8 <= n; k += 8) {
-        __m256 w0 = fp8x8_to_f32(b + k, e5m2), w1 = fp8x8_to_f32(b + ldb + k, e5m2);
-        if (ws) {
-            w0 = _mm256_mul_ps(w0, _mm256_set1_ps(ws[k / 32]));
-            w1 = _mm256_mul_ps(w1, _mm256_set1_ps(ws[ld_ws + k / 32]));
-        }
+    if (kind >= TOPS__FPROW_E2M3) {
+        const int e3m2 = kind == TOPS__FPROW_E3M2;
+        for (; k + 16 <= n; k += 16) {
+            const __m256i h0 = tops__fp6x16_half(b + k / 4 * 3, e3m2), h1 = tops__fp6x16_half(b + ldb + k / 4 * 3, e3m2);
+#pragma GCC unroll 2
+            for (int half = 0; half < 2; half++) {
+                __m256 w0 = _mm256_cvtph_ps(half ? _mm256_extracti128_si256(h0, 1) : _mm256_castsi256_si128(h0));
+                __m256 w1 = _mm256_cvtph_ps(half ? _mm256_extracti128_si256(h1, 1) : _mm256_castsi256_si128(h1));
+                if (ws) { /* the block's scale times the unit (kernels.h); else the unit once per output, below */
+                    w0 = _mm256_mul_ps(w0, _mm256_set1_ps(ws[k / 32]));
+                    w1 = _mm256_mul_ps(w1, _mm256_set1_ps(ws[ld_ws + k / 32]));
+                }
 #pragma GCC unroll 4
-        for (int i = 0; i < m; i++) {
-            const __m256 x = _mm256_loadu_ps(a + i * lda + k);
-            acc[i][0] = _mm256_fmadd_ps(x, w0, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(x, w1, acc[i][1]);
+                for (int i = 0; i < m; i++) {
+                    const __m256 x = _mm256_loadu_ps(a + i * lda + k + 8 * half);
+                    acc[i][0] = _mm256_fmadd_ps(x, w0, acc[i][0]);
+                    acc[i][1] = _mm256_fmadd_ps(x, w1, acc[i][1]);
+                }
+            }
+        }
+    } else {
+        for (; k + 8 <= n; k += 8) {
+            const int e5m2 = kind == TOPS__FPROW_E5M2;
+            __m256 w0 = fp8x8_to_f32(b + k, e5m2), w1 = fp8x8_to_f32(b + ldb + k, e5m2);
+            if (ws) {
+                w0 = _mm256_mul_ps(w0, _mm256_set1_ps(ws[k / 32]));
+                w1 = _mm256_mul_ps(w1, _mm256_set1_ps(ws[ld_ws + k / 32]));
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < m; i++) {
+                const __m256 x = _mm256_loadu_ps(a + i * lda + k);
+                acc[i][0] = _mm256_fmadd_ps(x, w0, acc[i][0]);
+                acc[i][1] = _mm256_fmadd_ps(x, w1, acc[i][1]);
+            }
         }
     }
+    /* fp6: the unit once per output without block scales; with them it is in ws (wunit) */
+    const float unit = kind >= TOPS__FPROW_E2M3 && !ws ? tops__fp6_unit(kind == TOPS__FPROW_E3M2) : 1.0f;
+    const float wunit = kind >= TOPS__FPROW_E2M3 && ws ? tops__fp6_unit(kind == TOPS__FPROW_E3M2) : 1.0f;
     for (int i = 0; i < m; i++)
         for (int r = 0; r < 2; r++) {
-            float t = tops__hsum8_ps(acc[i][r]);
+            float t = tops__hsum8_ps(acc[i][r]) * unit;
             for (int64_t q = k; q < n; q++)
-                t += a[i * lda + q] * (load_w1(b + r * ldb, q, e5m2 ? 4 : 3) * (ws ? ws[r * ld_ws + q / 32] : 1.0f));
+                t += a[i * lda + q] * (fp_code1(b + r * ldb, q, kind) * (ws ? ws[r * ld_ws + q / 32] / wunit : 1.0f));
             out[4 * i + r] = t;
         }
 }
 
-/* tops__dot_fp8_rows_fn: one activation row against four weight rows at
-   once (dot_x4); more, or block scales, the weight rows in pairs, decoded
-   once for all. */
-void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
+#define TOPS_FP_PAIR_M(K)                                                       \
+    do {                                                                        \
+        if (m == 1) fp_pair(a, lda, 1, bp, ldb, n, K, wp, ld_ws, op);           \
+        else if (m == 2) fp_pair(a, lda, 2, bp, ldb, n, K, wp, ld_ws, op);      \
+        else if (m == 3) fp_pair(a, lda, 3, bp, ldb, n, K, wp, ld_ws, op);      \
+        else fp_pair(a, lda, 4, bp, ldb, n, K, wp, ld_ws, op);                  \
+    } while (0)
+
+/* tops__dot_fp8_rows_fn: one activation row against four fp8 weight rows
+   at once (dot_x4); more, block scales or fp6, the weight rows in pairs,
+   decoded once for all. */
+void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int kind,
                              const float *ws, int64_t ld_ws, float *out) {
-    if (m == 1 && !ws) {
-        if (e5m2) dot_x4(a, b, ldb, n, 4, out);
+    if (m == 1 && !ws && kind <= TOPS__FPROW_E5M2) {
+        if (kind == TOPS__FPROW_E5M2) dot_x4(a, b, ldb, n, 4, out);
         else dot_x4(a, b, ldb, n, 3, out);
         return;
     }
@@ -307,12 +350,13 @@ void tops__avx2_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *
         const uint8_t *bp = b + 2 * p * ldb;
         const float *wp = ws ? ws + 2 * p * ld_ws : NULL;
         float *op = out + 2 * p;
-        if (m == 1) e5m2 ? fp8_pair(a, lda, 1, bp, ldb, n, 1, wp, ld_ws, op) : fp8_pair(a, lda, 1, bp, ldb, n, 0, wp, ld_ws, op);
-        else if (m == 2) e5m2 ? fp8_pair(a, lda, 2, bp, ldb, n, 1, wp, ld_ws, op) : fp8_pair(a, lda, 2, bp, ldb, n, 0, wp, ld_ws, op);
-        else if (m == 3) e5m2 ? fp8_pair(a, lda, 3, bp, ldb, n, 1, wp, ld_ws, op) : fp8_pair(a, lda, 3, bp, ldb, n, 0, wp, ld_ws, op);
-        else e5m2 ? fp8_pair(a, lda, 4, bp, ldb, n, 1, wp, ld_ws, op) : fp8_pair(a, lda, 4, bp, ldb, n, 0, wp, ld_ws, op);
+        if (kind == TOPS__FPROW_E5M2) TOPS_FP_PAIR_M(TOPS__FPROW_E5M2);
+        else if (kind == TOPS__FPROW_E2M3) TOPS_FP_PAIR_M(TOPS__FPROW_E2M3);
+        else if (kind == TOPS__FPROW_E3M2) TOPS_FP_PAIR_M(TOPS__FPROW_E3M2);
+        else TOPS_FP_PAIR_M(TOPS__FPROW_E4M3);
     }
 }
+#undef TOPS_FP_PAIR_M
 
 /* i32 sums of four u8 x s8 products per lane (vpmaddubsw pair added in
    i16, then vpmaddwd: exact for table entries up to 32). */

@@ -1,12 +1,18 @@
-/* AVX-512 fp8 weight rows (tops__dot_fp8_rows_fn, kernels/kernels.h): four
-   e4m3 or e5m2 rows read in place, 16 codes a step decoded exactly in
-   registers (each byte the top half of an f16; e4m3 one bit further, its
-   NaN made an f16 NaN, then times 2^8; MX: times the block's scale), and
-   dotted with every activation
-   row at once, so each weight is decoded once for all m rows (m a constant
-   per instance: 4 x m accumulators).  Each output is one FMA chain over K
-   in 16 lanes, summed at the end, whatever m. */
+/* AVX-512 minifloat weight rows (tops__dot_fp8_rows_fn, kernels/kernels.h):
+   four e4m3, e5m2, e2m3 or e3m2 rows read in place, 16 codes a step
+   decoded exactly in registers (fp8: each byte the top half of an f16;
+   e4m3 one bit further, its NaN made an f16 NaN, then times 2^8; MX: times
+   the block's scale), and dotted with every activation row at once, so
+   each weight is decoded once for all m rows (m a constant per instance:
+   4 x m accumulators).  Each output is one FMA chain over K in 16 lanes,
+   summed at the end, whatever m.  fp6: 12 bytes through
+   kernels/avx2/fp6.h give the codes times 2^-14 (e2m3) or 2^-12 (e3m2);
+   MX block scales come with the inverse in them (kernels.h), plain rows
+   take it once per output (each product a * h is then the exact one
+   scaled by a power of two, unless it is below 2^-112, where it keeps
+   fewer bits: a flush-to-zero of products that small). */
 #include "kernels/kernels.h"
+#include "kernels/avx2/fp6.h"
 
 #include <immintrin.h>
 
@@ -23,15 +29,28 @@ static inline __attribute__((always_inline)) __m512 fp8x16(const uint8_t *p, __m
                          _mm512_set1_ps(256.0f));
 }
 
+/* Codes k..k + 15 of a row of `kind` (mask km: the codes inside n; no byte
+   past them read, the lanes past them zero); fp6: their values times 2^-14
+   or 2^-12 (tops__fp6_unit puts it back). */
+static inline __attribute__((always_inline)) __m512 fpx16(const uint8_t *row, int64_t k, __mmask16 km, int kind) {
+    if (kind < TOPS__FPROW_E2M3) return fp8x16(row + k, km, kind == TOPS__FPROW_E5M2);
+    const int e3m2 = kind == TOPS__FPROW_E3M2;
+    const uint8_t *p = row + k / 4 * 3;
+    if (km == 0xFFFF) return _mm512_cvtph_ps(tops__fp6x16_half_bytes(_mm_maskz_loadu_epi8(0x0FFF, p), e3m2));
+    const int codes = __builtin_popcount((unsigned)km), bytes = (3 * codes + 3) / 4;
+    const __m256i h = tops__fp6x16_half_bytes(_mm_maskz_loadu_epi8((__mmask16)((1u << bytes) - 1), p), e3m2);
+    return _mm512_maskz_mov_ps(km, _mm512_cvtph_ps(h));
+}
+
 /* One 16-code step of every row (mask km: the codes inside n). */
 static inline __attribute__((always_inline)) void step(const float *a, int64_t lda, const int m, const uint8_t *b,
-                                                       int64_t ldb, int64_t k, __mmask16 km, const int e5m2,
+                                                       int64_t ldb, int64_t k, __mmask16 km, const int kind,
                                                        const float *ws, int64_t ld_ws,
                                                        __m512 acc[TOPS__FP8_ROWS_MAX_M][4]) {
     __m512 w[4];
 #pragma GCC unroll 4
     for (int r = 0; r < 4; r++) {
-        w[r] = fp8x16(b + r * ldb + k, km, e5m2);
+        w[r] = fpx16(b + r * ldb, k, km, kind);
         if (ws) w[r] = _mm512_mul_ps(w[r], _mm512_set1_ps(ws[r * ld_ws + k / 32])); /* the block's scale: exact */
     }
 #pragma GCC unroll 4
@@ -43,7 +62,7 @@ static inline __attribute__((always_inline)) void step(const float *a, int64_t l
 }
 
 static inline __attribute__((always_inline)) void rows(const float *a, int64_t lda, const int m, const uint8_t *b,
-                                                       int64_t ldb, int64_t n, const int e5m2, const float *ws,
+                                                       int64_t ldb, int64_t n, const int kind, const float *ws,
                                                        int64_t ld_ws, float *out) {
     __m512 acc[TOPS__FP8_ROWS_MAX_M][4];
 #pragma GCC unroll 4
@@ -51,41 +70,47 @@ static inline __attribute__((always_inline)) void rows(const float *a, int64_t l
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 64 <= n; k += 64) { /* a line of each row a step, PREFETCH bytes ahead */
+    for (; k + 64 <= n; k += 64) { /* a line (fp6: 48 bytes) of each row a step, PREFETCH bytes ahead */
+        const int64_t at = (kind >= TOPS__FPROW_E2M3 ? k / 4 * 3 : k) + PREFETCH;
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(b + r * ldb + k + PREFETCH), _MM_HINT_T0);
+        for (int r = 0; r < 4; r++) _mm_prefetch((const char *)(b + r * ldb + at), _MM_HINT_T0);
 #pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) step(a, lda, m, b, ldb, k + 16 * q, 0xFFFF, e5m2, ws, ld_ws, acc);
+        for (int q = 0; q < 4; q++) step(a, lda, m, b, ldb, k + 16 * q, 0xFFFF, kind, ws, ld_ws, acc);
     }
-    for (; k + 16 <= n; k += 16) step(a, lda, m, b, ldb, k, 0xFFFF, e5m2, ws, ld_ws, acc);
-    if (k < n) step(a, lda, m, b, ldb, k, (__mmask16)((1u << (n - k)) - 1), e5m2, ws, ld_ws, acc);
+    for (; k + 16 <= n; k += 16) step(a, lda, m, b, ldb, k, 0xFFFF, kind, ws, ld_ws, acc);
+    if (k < n) step(a, lda, m, b, ldb, k, (__mmask16)((1u << (n - k)) - 1), kind, ws, ld_ws, acc);
+    /* fp6 without block scales: the unit once per output */
+    const float unit = kind >= TOPS__FPROW_E2M3 && !ws ? tops__fp6_unit(kind == TOPS__FPROW_E3M2) : 1.0f;
     for (int i = 0; i < m; i++)
-        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]);
+        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]) * unit;
 }
 
-#define TOPS_FP8_ROWS(M)                                                                                     \
-    static void rows_##M(const float *a, int64_t lda, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,   \
-                         const float *ws, int64_t ld_ws, float *out) {                                       \
-        if (ws) {                                                                                            \
-            if (e5m2) rows(a, lda, M, b, ldb, n, 1, ws, ld_ws, out);                                         \
-            else rows(a, lda, M, b, ldb, n, 0, ws, ld_ws, out);                                              \
-        } else {                                                                                             \
-            if (e5m2) rows(a, lda, M, b, ldb, n, 1, NULL, 0, out);                                           \
-            else rows(a, lda, M, b, ldb, n, 0, NULL, 0, out);                                                \
-        }                                                                                                    \
+#define TOPS_FP_ROWS_KIND(M, K)                               \
+    do {                                                      \
+        if (ws) rows(a, lda, M, b, ldb, n, K, ws, ld_ws, out); \
+        else rows(a, lda, M, b, ldb, n, K, NULL, 0, out);      \
+    } while (0)
+#define TOPS_FP_ROWS(M)                                                                                                 \
+    static void rows_##M(const float *a, int64_t lda, const uint8_t *b, int64_t ldb, int64_t n, int kind,              \
+                         const float *ws, int64_t ld_ws, float *out) {                                                  \
+        if (kind == TOPS__FPROW_E5M2) TOPS_FP_ROWS_KIND(M, TOPS__FPROW_E5M2);                                          \
+        else if (kind == TOPS__FPROW_E2M3) TOPS_FP_ROWS_KIND(M, TOPS__FPROW_E2M3);                                     \
+        else if (kind == TOPS__FPROW_E3M2) TOPS_FP_ROWS_KIND(M, TOPS__FPROW_E3M2);                                     \
+        else TOPS_FP_ROWS_KIND(M, TOPS__FPROW_E4M3);                                                                   \
     }
-TOPS_FP8_ROWS(1)
-TOPS_FP8_ROWS(2)
-TOPS_FP8_ROWS(3)
-TOPS_FP8_ROWS(4)
-#undef TOPS_FP8_ROWS
+TOPS_FP_ROWS(1)
+TOPS_FP_ROWS(2)
+TOPS_FP_ROWS(3)
+TOPS_FP_ROWS(4)
+#undef TOPS_FP_ROWS
+#undef TOPS_FP_ROWS_KIND
 
-void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int e5m2,
+void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int kind,
                                const float *ws, int64_t ld_ws, float *out) {
     switch (m) {
-    case 1: rows_1(a, lda, b, ldb, n, e5m2, ws, ld_ws, out); break;
-    case 2: rows_2(a, lda, b, ldb, n, e5m2, ws, ld_ws, out); break;
-    case 3: rows_3(a, lda, b, ldb, n, e5m2, ws, ld_ws, out); break;
-    default: rows_4(a, lda, b, ldb, n, e5m2, ws, ld_ws, out); break;
+    case 1: rows_1(a, lda, b, ldb, n, kind, ws, ld_ws, out); break;
+    case 2: rows_2(a, lda, b, ldb, n, kind, ws, ld_ws, out); break;
+    case 3: rows_3(a, lda, b, ldb, n, kind, ws, ld_ws, out); break;
+    default: rows_4(a, lda, b, ldb, n, kind, ws, ld_ws, out); break;
     }
 }

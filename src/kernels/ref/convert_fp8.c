@@ -24,6 +24,10 @@ void tops__ref_e2m1_to_f32_row(float *dst, const uint8_t *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = tops__e2m1_to_f32((uint32_t)(src[i >> 1] >> ((i & 1) * 4)));
 }
 
+void tops__ref_fp6_to_f32_row(float *dst, const uint8_t *src, int64_t n, int e3m2) {
+    for (int64_t i = 0; i < n; i++) dst[i] = tops__fp6_to_f32(src, i, e3m2);
+}
+
 void tops__ref_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = (float)tops__sext((uint32_t)(src[i >> 1] >> ((i & 1) * 4)), 4);
 }
