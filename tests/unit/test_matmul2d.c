@@ -751,6 +751,36 @@ static void check_rows_product(const tops__kernels *kern, tops_format_id id, int
     mm_free_any(&w);
 }
 
+/* Activation row i (of m <= 4, K > 258 long) zero but a 1 at
+   one_hot_at[i]: kern's product with w (stored [N, K]) into c, poisoned
+   first, gives row i the codes at that column. */
+static const int64_t one_hot_at[4] = {0, 17, 255, 258};
+static void one_hot_product(const tops__kernels *kern, const tops_tensor *a, void *ab, int m, int64_t K,
+                            const tops_tensor *w, tops_tensor *c) {
+    tops_exec ex = tops_exec_default();
+    tops_matmul2d_desc md = plain_desc();
+    md.transpose_right = 1;
+    memset(ab, 0, sizeof(float) * (size_t)(m * K));
+    for (int i = 0; i < m; i++) ((float *)ab)[i * K + one_hot_at[i]] = 1.0f;
+    mm_poison(c);
+    ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, a, w, c));
+}
+
+/* Random products of minifloat rows (dot_fp8_rows) at one level in the
+   strict bound, M = 1..4, 9, 16 (calls of up to four rows), K of a partial
+   step, 64 and over a chunk, half of them with a tensor scale; the path
+   names `phrase` where the machine's level reads them. */
+static void minifloat_rows_products(const tops__kernels *kern, const tops_format_id *ids, int count,
+                                    const char *phrase) {
+    for (int f = 0; f < count; f++)
+        for (int v = 0; v < 6; v++) {
+            const int64_t m = v < 4 ? 1 + v : v == 4 ? 9 : 16, k = v == 3 ? 2100 : v == 2 ? 64 : 50 + 16 * v;
+            const tops__kernels *kg = tops__kernels_get();
+            const int rows = kg->dot_fp8_rows && (m <= 4 || (!kg->amx_bf16t.run && m <= kg->fp8_rows_max_m));
+            check_rows_product(kern, ids[f], m, 13, k, v % 2, phrase, rows);
+        }
+}
+
 /* fp8 weight rows read in place (dot_fp8_rows, small M): every finite
    code decoded exactly (one-hot activations: each output is one code),
    a NaN code makes its row's outputs NaN, and per-row scales (-ch), block
@@ -783,11 +813,8 @@ static void test_fp8_rows(void) {
                     const int special = e5 ? (v & 0x7C) == 0x7C : (v & 0x7F) == 0x7F; /* inf / NaN */
                     codes[j * K + k] = special ? 0 : v;
                 }
-            const int64_t at[4] = {0, 17, 255, 258};
-            memset(ab, 0, sizeof(float) * m * K);
-            for (int i = 0; i < m; i++) ((float *)ab)[i * K + at[i]] = 1.0f;
-            mm_poison(&c);
-            ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a, &w, &c));
+            const int64_t *at = one_hot_at;
+            one_hot_product(kern, &a, ab, m, K, &w, &c);
             for (int i = 0; i < m; i++)
                 for (int64_t j = 0; j < N; j++) {
                     const uint8_t v = codes[j * K + at[i]];
@@ -807,13 +834,7 @@ static void test_fp8_rows(void) {
                                    e5 ? "e5m2" : "e4m3", i, (long long)j, ((float *)db)[i * N + j]);
             tops_tensor_destroy(&a), tops_tensor_destroy(&w), tops_tensor_destroy(&c);
         }
-        for (int f = 0; f < 6; f++)
-            for (int v = 0; v < 6; v++) { /* M = 9 and 16: the rows in calls of up to four */
-                const int64_t m = v < 4 ? 1 + v : v == 4 ? 9 : 16, k = v == 3 ? 2100 : v == 2 ? 64 : 50 + 16 * v;
-                const tops__kernels *kg = tops__kernels_get();
-                const int rows = kg->dot_fp8_rows && (m <= 4 || (!kg->amx_bf16t.run && m <= kg->fp8_rows_max_m));
-                check_rows_product(kern, ids[f], m, 13, k, v % 2, "fp8 rows in place", rows);
-            }
+        minifloat_rows_products(kern, ids, 6, "fp8 rows in place");
     }
 }
 
@@ -825,6 +846,70 @@ static void fp6_set(uint8_t *row, int64_t i, uint32_t c) {
     const uint32_t x = (v & ~(0x3Fu << sh)) | (c & 0x3Fu) << sh;
     p[0] = (uint8_t)x;
     if (sh > 2) p[1] = (uint8_t)(x >> 8);
+}
+
+/* Every code of one level's e2m3 (e3m2 set: e3m2) rows, exactly. */
+static void fp6_exact_codes(const tops__kernels *kern, int e3) {
+    enum { N = 64, K = 259 };
+    const int m = 4;
+    void *ab, *db;
+    tops_tensor a = make_plain(TOPS_DT_F32, m, K, &ab), c = make_plain(TOPS_DT_F32, m, N, &db);
+    int64_t ext[2] = {N, K};
+    tops_tensor w;
+    ASSERT_OK(tops_tensor_create(tops_format_of(e3 ? TOPS_DT_E3M2 : TOPS_DT_E2M3), 2, ext,
+                                 (tops_memory){TOPS_DEVICE_CPU, 0}, &w));
+    const int64_t row_bytes = w.stride[0] / 4 * 3;
+    for (int64_t j = 0; j < N; j++)
+        for (int64_t k = 0; k < K; k++) fp6_set((uint8_t *)w.data + j * row_bytes, k, (uint32_t)(k + j));
+    const int64_t *at = one_hot_at; /* fp6 codes starting at bits 0, 6, 2, 4 */
+    one_hot_product(kern, &a, ab, m, K, &w, &c);
+    for (int i = 0; i < m; i++)
+        for (int64_t j = 0; j < N; j++) {
+            const uint32_t v = (uint32_t)(at[i] + j) & 0x3F;
+            const float want = e3 ? tops__e3m2_to_f32(v) : tops__e2m3_to_f32(v), got = ((float *)db)[i * N + j];
+            if (!(got == want)) /* a sum: -0 comes out +0 */
+                TH_FAIL_AT("isa=%s %s code 0x%02x at %lld: %g, want %g", tops_isa_name(kern->isa), e3 ? "e3m2" : "e2m3", v,
+                           (long long)at[i], got, want);
+        }
+    tops_tensor_destroy(&a), tops_tensor_destroy(&w), tops_tensor_destroy(&c);
+}
+
+/* One level's mxfp6 (e3 set: mxfp6-e3m2) rows with block scales at the
+   e8m0 extremes, against f64, M = 1 and 3. */
+static void fp6_mx_extremes(const tops__kernels *kern, int e3) {
+    enum { N = 12, K = 96 };
+    tops_exec ex = tops_exec_default();
+    tops_matmul2d_desc md = plain_desc();
+    md.transpose_right = 1;
+    for (int64_t m = 1; m <= 3; m += 2) {
+        mm_operand w, a;
+        mm_make_quant(&w, (tops_format){e3 ? TOPS_FMT_MXFP6_E3M2 : TOPS_FMT_MXFP6, 0, TOPS_DT_NONE}, N, K, 0, &rng);
+        uint8_t *sc = w.t.scales.data; /* e8m0, [N][K / 32] */
+        sc[0 * 3 + 1] = 127 + 118; /* rows 0-3: exact one at a time (times 2^14 it overflows) */
+        sc[5 * 3 + 0] = 0;         /* 2^-127 */
+        sc[6 * 3 + 2] = 1;         /* 2^-126 */
+        sc[9 * 3 + 1] = 255;       /* NaN: row 9 only */
+        float dec[N * K];
+        tops__decode_rect(&w.t, NULL, 0, N, 0, K, dec, K);
+        for (int q = 0; q < N * K; q++) w.exact[q] = dec[q];
+        mm_make(&a, TOPS_DT_F32, m, K, 0, &rng);
+        void *db;
+        tops_tensor c = make_plain(TOPS_DT_F32, m, N, &db);
+        double want[3 * N], mag[3 * N];
+        mm_oracle(&a, 0, &w, 1, m, N, K, NULL, want, mag);
+        mm_poison(&c);
+        ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a.t, &w.t, &c));
+        for (int64_t q = 0; q < m * N; q++) {
+            const double got = ((float *)db)[q];
+            const int nan_row = q % N == 9;
+            if (isnan(got) != nan_row || (!nan_row && !(fabs(got - want[q]) <= 1e-6 * mag[q] + 1e-44)))
+                TH_FAIL_AT("isa=%s %s m=%lld output %lld: %g, want %g (magnitude %g)", tops_isa_name(kern->isa),
+                           e3 ? "mxfp6-e3m2" : "mxfp6", (long long)m, (long long)q, got, want[q], mag[q]);
+        }
+        tops_tensor_destroy(&c);
+        mm_free(&a);
+        mm_free_any(&w);
+    }
 }
 
 /* fp6 weight rows read in place (dot_fp8_rows' 6-bit kinds, small M):
@@ -840,76 +925,8 @@ static void test_fp6_rows(void) {
     for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
         const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
         if (!kern) continue;
-        tops_exec ex = tops_exec_default();
-        tops_matmul2d_desc md = plain_desc();
-        md.transpose_right = 1;
-        for (int e3 = 0; e3 < 2; e3++) {
-            enum { N = 64, K = 259 };
-            const int m = 4;
-            void *ab, *db;
-            tops_tensor a = make_plain(TOPS_DT_F32, m, K, &ab), c = make_plain(TOPS_DT_F32, m, N, &db);
-            int64_t ext[2] = {N, K};
-            tops_tensor w;
-            ASSERT_OK(tops_tensor_create(tops_format_of(e3 ? TOPS_DT_E3M2 : TOPS_DT_E2M3), 2, ext,
-                                         (tops_memory){TOPS_DEVICE_CPU, 0}, &w));
-            const int64_t row_bytes = w.stride[0] / 4 * 3;
-            for (int64_t j = 0; j < N; j++)
-                for (int64_t k = 0; k < K; k++) fp6_set((uint8_t *)w.data + j * row_bytes, k, (uint32_t)(k + j));
-            const int64_t at[4] = {0, 17, 255, 258}; /* bit offsets 0, 6, 2, 4 */
-            memset(ab, 0, sizeof(float) * m * K);
-            for (int i = 0; i < m; i++) ((float *)ab)[i * K + at[i]] = 1.0f;
-            mm_poison(&c);
-            ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a, &w, &c));
-            for (int i = 0; i < m; i++)
-                for (int64_t j = 0; j < N; j++) {
-                    const uint32_t v = (uint32_t)(at[i] + j) & 0x3F;
-                    const float want = e3 ? tops__e3m2_to_f32(v) : tops__e2m3_to_f32(v), got = ((float *)db)[i * N + j];
-                    if (!(got == want)) /* a sum: -0 comes out +0 */
-                        TH_FAIL_AT("isa=%s %s code 0x%02x at %lld: %g, want %g", tops_isa_name((tops_isa)isa),
-                                   e3 ? "e3m2" : "e2m3", v, (long long)at[i], got, want);
-                }
-            tops_tensor_destroy(&a), tops_tensor_destroy(&w), tops_tensor_destroy(&c);
-        }
-        for (int f = 0; f < 4; f++)
-            for (int v = 0; v < 6; v++) {
-                const int64_t m = v < 4 ? 1 + v : v == 4 ? 9 : 16, k = v == 3 ? 2100 : v == 2 ? 64 : 50 + 16 * v;
-                const tops__kernels *kg = tops__kernels_get();
-                const int rows = kg->dot_fp8_rows && (m <= 4 || (!kg->amx_bf16t.run && m <= kg->fp8_rows_max_m));
-                check_rows_product(kern, ids[f], m, 13, k, v % 2, "fp6 rows in place", rows);
-            }
-        for (int e3 = 0; e3 < 2; e3++) { /* MX block scales at the extremes */
-            enum { N = 12, K = 96 };
-            for (int64_t m = 1; m <= 3; m += 2) {
-                mm_operand w, a;
-                mm_make_quant(&w, (tops_format){e3 ? TOPS_FMT_MXFP6_E3M2 : TOPS_FMT_MXFP6, 0, TOPS_DT_NONE}, N, K, 0, &rng);
-                uint8_t *sc = w.t.scales.data; /* e8m0, [N][K / 32] */
-                sc[0 * 3 + 1] = 127 + 118; /* rows 0-3: exact one at a time (times 2^14 it overflows) */
-                sc[5 * 3 + 0] = 0;         /* 2^-127 */
-                sc[6 * 3 + 2] = 1;         /* 2^-126 */
-                sc[9 * 3 + 1] = 255;       /* NaN: row 9 only */
-                float dec[N * K];
-                tops__decode_rect(&w.t, NULL, 0, N, 0, K, dec, K);
-                for (int q = 0; q < N * K; q++) w.exact[q] = dec[q];
-                mm_make(&a, TOPS_DT_F32, m, K, 0, &rng);
-                void *db;
-                tops_tensor c = make_plain(TOPS_DT_F32, m, N, &db);
-                double want[3 * N], mag[3 * N];
-                mm_oracle(&a, 0, &w, 1, m, N, K, NULL, want, mag);
-                mm_poison(&c);
-                ASSERT_OK(tops__matmul2d_with(kern, &ex, &md, &a.t, &w.t, &c));
-                for (int64_t q = 0; q < m * N; q++) {
-                    const double got = ((float *)db)[q];
-                    const int nan_row = q % N == 9;
-                    if (isnan(got) != nan_row || (!nan_row && !(fabs(got - want[q]) <= 1e-6 * mag[q] + 1e-44)))
-                        TH_FAIL_AT("isa=%s %s m=%lld output %lld: %g, want %g (magnitude %g)",
-                                   tops_isa_name((tops_isa)isa), e3 ? "mxfp6-e3m2" : "mxfp6", (long long)m,
-                                   (long long)q, got, want[q], mag[q]);
-                }
-                tops_tensor_destroy(&c);
-                mm_free(&a);
-                mm_free_any(&w);
-            }
-        }
+        for (int e3 = 0; e3 < 2; e3++) fp6_exact_codes(kern, e3), fp6_mx_extremes(kern, e3);
+        minifloat_rows_products(kern, ids, 4, "fp6 rows in place");
     }
 }
 
