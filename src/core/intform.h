@@ -11,11 +11,11 @@
 
 typedef enum tops__iform {
     TOPS__IF_NONE = 0, /* no integer form: strict paths decode to f32, relaxed ones too */
-    /* An element plane: one code of code_bits (8, 4, 2) per element, low
-       bits first, plus the scale plane (one entry per group; none: every
-       scale is the multiplier) and, with has_min, the bias plane (same
-       groups).  8- and 2-bit codes are two's complement; 4-bit codes go
-       through map. */
+    /* An element plane: one code of code_bits (8, 6, 4, 2) per element, low
+       bits first (6-bit: four in three bytes), plus the scale plane (one
+       entry per group; none: every scale is the multiplier) and, with
+       has_min, the bias plane (same groups).  8- and 2-bit codes are two's
+       complement; 4- and 6-bit codes go through map. */
     TOPS__IF_CODES,
     /* Self-contained blocks of 32 (the traits row's pack_bytes each): the
        scale at byte 0 (scale_enc), with has_min an f16 min m at byte 2
@@ -50,7 +50,8 @@ typedef struct tops__int_layout {
                           q * scale + bias (SUPER_MIN always has mins) */
     uint8_t high_bit;  /* SUPER_MIN: the fifth bit plane */
     int16_t qmax;      /* largest |q| (128 where the code -128 exists) */
-    int8_t map[16];    /* 4-bit code -> q */
+    int8_t map[64];    /* 4-bit (16 entries) or 6-bit code -> q */
+    int8_t unit_exp;   /* element = q * 2^unit_exp * scale: e2m1 -1 (doubled), e2m3 -3, mxint8 -6 */
 } tops__int_layout;
 
 #endif

@@ -63,8 +63,8 @@ int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w, float *f
     const tops__int_layout *lay = &qw.lay;
     if (lay->has_min || !isfinite(qw.mul) || qw.mul == 0.0f) return 0;
     int qbits = 0, sbits;
-    if (lay->code_bits == 4) { /* the map's values */
-        for (int c = 0; c < 16; c++) {
+    if (lay->code_bits == 4 || lay->code_bits == 6) { /* the map's values */
+        for (int c = 0; c < 1 << lay->code_bits; c++) {
             const int b = sig_bits((unsigned)(lay->map[c] < 0 ? -lay->map[c] : lay->map[c]));
             qbits = b > qbits ? b : qbits;
         }

@@ -62,12 +62,13 @@ int tops__nibstream_form_of(const tops__kernels *kern, const tops_tensor *w, top
         (sub == 16 && up->nib.split) || w->extent[1] % 32 != 0 || w->extent[0] < TOPS__NIBSTREAM_ROWS || w->bias.data)
         return 0;
     if (up->nib.wide && !kern->nib_wide) return 0; /* the AVX2 kernel adds four vpmaddubsw in i16: entries up to 32 */
-    *form = (tops__nibstream_form){0, sub, tops__nibstream_coded(&up->nib), tops__nib_scale_mul(info, w)};
+    const tops__qweight qw = tops__qweight_of(w);
+    *form = (tops__nibstream_form){0, sub, tops__nibstream_coded(&up->nib), qw.mul};
     /* GGUF blocks whose header is the scale: q4_0's f16, gguf-mxfp4's e8m0
        byte read as 2^(e - 128) (the stream's 2^(e - 127) with half the
        multiplier: the same product) */
     if (info->gguf) {
-        const int half = tops__qweight_of(w).lay.scale_enc == TOPS__SE_E8M0_HALF;
+        const int half = qw.lay.scale_enc == TOPS__SE_E8M0_HALF;
         form->scale = w->scales.data || sub != 32 ? 0
                       : up->nib.header == 2      ? TOPS__NIBSTREAM_F16
                       : up->nib.header == 1 && half ? TOPS__NIBSTREAM_E8M0
@@ -75,7 +76,6 @@ int tops__nibstream_form_of(const tops__kernels *kern, const tops_tensor *w, top
         if (form->scale == TOPS__NIBSTREAM_E8M0) form->mul *= 0.5f;
         return form->scale != 0;
     }
-    const tops__qweight qw = tops__qweight_of(w);
     if (!w->scales.data) { /* no scale plane (i4, u4, e2m1): every block's scale 1, mul the unit and tensor scale */
         form->scale = sub == 32 ? TOPS__NIBSTREAM_F16 : 0;
         return form->scale != 0;
@@ -222,6 +222,8 @@ int64_t tops__gemv_rows_max_m(const tops__gemm_problem *p, int64_t usual) {
         return tops__gemv_fp8_rows(p) && kern->fp8_rows_max_m > usual ? kern->fp8_rows_max_m : usual;
     }
     if (p->relaxed) return usual;
+    if (tops__gemv_fp8_rows(p)) /* strict e2m3 / mxfp6: the element rows, not their integer form */
+        return kern->fp8_rows_max_m > usual ? kern->fp8_rows_max_m : usual;
     if (nib || tops__gemv_super_rows(p))
         return NIB_ROWS_MAX_M;
     if (kern->dot_f32_bytes_rows && up->run && up->byte.block_bytes && tops__unpack_sub(p->right.t) == 32 &&
@@ -256,6 +258,8 @@ int tops__gemv_lut_rows(const tops__gemm_problem *p) {
 int tops__gemv_fp8_rows(const tops__gemm_problem *p) {
     const tops_tensor *w = p->right.t;
     const tops_format_info *info = tops_format_get_info(w->format.id);
+    /* relaxed calls on an integer form (e2m3, mxfp6) take its i8 dots instead */
+    if (p->relaxed && p->kern->unpack[w->format.id].run) return 0;
     return p->kern->dot_fp8_rows && !p->right.k_major && !p->right.packed && tops__has_element_reader(w) &&
            w->stride[1] == 1 && (!w->scales.data || info->block < 0 || (info->block > 1 && w->format.group % 32 == 0));
 }
@@ -387,8 +391,8 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
     /* strict 8-bit blocks of 32 read in place (dot_f32_bytes_rows) */
     const int bytes_strict = integer && !relaxed && up.byte.block_bytes && sub == 32 && p->k % 32 == 0 &&
                              kern->dot_f32_bytes_rows;
-    /* fp8 / fp6 rows decoded in registers (not integer forms) */
-    const int fp8_x4 = !integer && tops__gemv_fp8_rows(p);
+    /* fp8 / fp6 rows decoded in registers (strict e2m3 / mxfp6 too, though they have an integer form) */
+    const int fp8_x4 = tops__gemv_fp8_rows(p);
     const int fp_kind = fp8_x4 ? tops__element_kind(w) : 0;
     /* codebook rows (lut4, lut4-row): codes in place, each row's 16 entries
        times the tensor scale its weights (dot_f32_nibbles_rows' tables) */
@@ -482,11 +486,11 @@ tops_status tops__gemv_run(const char *fn, const tops__gemm_problem *p) {
             for (int64_t m = 0; m < M; m++) acc[m * N_BLOCK + j] = 0.0f;
             /* Four rows at once where the kernels read rows in place, and
                strict integer forms (four rows unpacked per chunk). */
-            const int strict_x4 = integer && !relaxed && !strict_super;
+            const int strict_x4 = integer && !relaxed && !strict_super && !fp8_x4;
             const int half_x4 = !integer && p->right.direct_half && kern->dot_half_x4;
             if (j + 4 <= nn &&
                 (nib_x4 || bytes_x4 ||
-                 (!in_place && (strict_x4 || (!integer && (p->right.direct_f32 || half_x4 || fp8_x4 || lut_x4)))))) {
+                 (!in_place && (strict_x4 || fp8_x4 || (!integer && (p->right.direct_f32 || half_x4 || lut_x4)))))) {
                 for (int64_t m = 0; m < M; m++)
                     for (int r = 1; r < 4; r++) acc[m * N_BLOCK + j + r] = 0.0f;
                 for (int64_t k0 = 0; k0 < kp; k0 += chunk) {

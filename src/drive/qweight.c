@@ -24,7 +24,7 @@ tops__qweight tops__qweight_of(const tops_tensor *w) {
         .bias_dtype = bp->dtype,
         .bias_row = bp->stride[0] * bsz,
         .bias_step = bp->stride[1] * bsz,
-        .mul = tops__nib_scale_mul(info, w),
+        .mul = tops__nib_scale_mul(info, tops__format_int_layout(w->format.id), w),
     };
     return q;
 }

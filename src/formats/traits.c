@@ -83,17 +83,24 @@ typedef struct format_row {
 #define MAP_OFF8 {-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7}    /* q4_0: code - 8 */
 #define MAP_U4 {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 #define MAP_IQ4 {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113} /* ggml's kvalues */
+/* e2m3 times 8 (unit 1/8): s ee mmm -> m (ee = 0), else (8 + m) << (ee - 1) */
+#define MAP_E2M3                                                                                                      \
+    {0,   1,   2,   3,   4,   5,   6,   7,   8,   9,   10,  11,  12,  13,  14,  15,  16,  18,  20,  22,  24,  26,  \
+     28,  30,  32,  36,  40,  44,  48,  52,  56,  60,  0,   -1,  -2,  -3,  -4,  -5,  -6,  -7,  -8,  -9,  -10, -11, \
+     -12, -13, -14, -15, -16, -18, -20, -22, -24, -26, -28, -30, -32, -36, -40, -44, -48, -52, -56, -60}
 #define NO_MAP {0}
 /* none: decode to f32 */
-#define NO_INT {TOPS__IF_NONE, 0, 0, 0, 0, 0, 0, NO_MAP}
+#define NO_INT {TOPS__IF_NONE, 0, 0, 0, 0, 0, 0, NO_MAP, 0}
 /* an element plane of `bits`-bit codes, |q| <= qmax */
-#define CODES(bits, qmax, map) {TOPS__IF_CODES, bits, 0, 0, 0, 0, qmax, map}
+#define CODES(bits, qmax, map) {TOPS__IF_CODES, bits, 0, 0, 0, 0, qmax, map, 0}
+/* ... each q standing for q * 2^uexp (the unit) */
+#define CODES_UNIT(bits, qmax, map, uexp) {TOPS__IF_CODES, bits, 0, 0, 0, 0, qmax, map, uexp}
 /* ... with the bias plane: element = q * scale + bias */
-#define CODES_BIAS(bits, qmax, map) {TOPS__IF_CODES, bits, 0, 0, 1, 0, qmax, map}
+#define CODES_BIAS(bits, qmax, map) {TOPS__IF_CODES, bits, 0, 0, 1, 0, qmax, map, 0}
 /* blocks of 32: codes at byte `hdr`, scale encoding `enc`, an f16 min at 2 */
-#define BLOCKS(bits, hdr, enc, min, qmax, map) {TOPS__IF_BLOCKS, bits, hdr, TOPS__SE_##enc, min, 0, qmax, map}
+#define BLOCKS(bits, hdr, enc, min, qmax, map) {TOPS__IF_BLOCKS, bits, hdr, TOPS__SE_##enc, min, 0, qmax, map, 0}
 /* super-blocks of 256 */
-#define SUPER(form, bits, high, qmax, map) {TOPS__IF_SUPER_##form, bits, 0, 0, 0, high, qmax, map}
+#define SUPER(form, bits, high, qmax, map) {TOPS__IF_SUPER_##form, bits, 0, 0, 0, high, qmax, map, 0}
 
 /* GPU pack rules (core/gpuform.h): decoder family, source, scale plane,
    one scale per row, the code offset of formats with mins, the q8 layout. */
@@ -112,9 +119,9 @@ static const format_row format_table[TOPS_FMT_COUNT_] = {
     PLAIN_GG(BF16, "bf16", BF16, 16, 1, 2, 30, NO_INT, GPU_PLANE(BF16, NONE)),
     PLAIN(E4M3, "e4m3", E4M3, 8, 1, 1, NO_INT, GPU_PLANE(E4M3, NONE)),
     PLAIN(E5M2, "e5m2", E5M2, 8, 1, 1, NO_INT, NO_GPU),
-    PLAIN(E2M3, "e2m3", E2M3, 6, 4, 3, NO_INT, NO_GPU),
+    PLAIN(E2M3, "e2m3", E2M3, 6, 4, 3, CODES_UNIT(6, 60, MAP_E2M3, -3), NO_GPU),
     PLAIN(E3M2, "e3m2", E3M2, 6, 4, 3, NO_INT, NO_GPU),
-    PLAIN(E2M1, "e2m1", E2M1, 4, 2, 1, CODES(4, 12, MAP_E2M1), NO_GPU),
+    PLAIN(E2M1, "e2m1", E2M1, 4, 2, 1, CODES_UNIT(4, 12, MAP_E2M1, -1), NO_GPU),
     PLAIN_GG(I8, "i8", I8, 8, 1, 1, 24, CODES(8, 128, NO_MAP), GPU_PLANE(I8, NONE)),
     PLAIN(U8, "u8", U8, 8, 1, 1, NO_INT, NO_GPU),
     PLAIN(I4, "i4", I4, 4, 2, 1, CODES(4, 8, MAP_I4), GPU_PLANE(U4, NONE)),
@@ -123,11 +130,11 @@ static const format_row format_table[TOPS_FMT_COUNT_] = {
     PLAIN(U2, "u2", U2, 2, 4, 1, NO_INT, NO_GPU),
     MX(MXFP8, "mxfp8", E4M3, 8, 1, 1, NO_INT, GPU_PLANE(E4M3, PLANE)),
     MX(MXFP8_E5M2, "mxfp8-e5m2", E5M2, 8, 1, 1, NO_INT, NO_GPU),
-    MX(MXFP6, "mxfp6", E2M3, 6, 4, 3, NO_INT, NO_GPU),
+    MX(MXFP6, "mxfp6", E2M3, 6, 4, 3, CODES_UNIT(6, 60, MAP_E2M3, -3), NO_GPU),
     MX(MXFP6_E3M2, "mxfp6-e3m2", E3M2, 6, 4, 3, NO_INT, NO_GPU),
-    MX(MXFP4, "mxfp4", E2M1, 4, 2, 1, CODES(4, 12, MAP_E2M1), GPU(E2M1, PLANE, PLANE, 0, 0, MX)),
-    MX(MXINT8, "mxint8", MXINT8, 8, 1, 1, CODES(8, 128, NO_MAP), NO_GPU),
-    ROW(NVFP4, CODES(4, 12, MAP_E2M1), GPU_PLANE(E2M1, PLANE), "nvfp4", TOPS_DT_E2M1, 4, 16, 16, 16, 2, 1, TOPS_DT_UE4M3, BIT(TOPS_DT_UE4M3), 0, 0, 1, 0, -1, 0),
+    MX(MXFP4, "mxfp4", E2M1, 4, 2, 1, CODES_UNIT(4, 12, MAP_E2M1, -1), GPU(E2M1, PLANE, PLANE, 0, 0, MX)),
+    MX(MXINT8, "mxint8", MXINT8, 8, 1, 1, CODES_UNIT(8, 128, NO_MAP, -6), NO_GPU),
+    ROW(NVFP4, CODES_UNIT(4, 12, MAP_E2M1, -1), GPU_PLANE(E2M1, PLANE), "nvfp4", TOPS_DT_E2M1, 4, 16, 16, 16, 2, 1, TOPS_DT_UE4M3, BIT(TOPS_DT_UE4M3), 0, 0, 1, 0, -1, 0),
     INTG(INT8_G, "int8-g", I8, 8, 1, CODES(8, 128, NO_MAP), GPU_PLANE(I8, PLANE)),
     INTG(INT4_G, "int4-g", I4, 4, 2, CODES(4, 8, MAP_I4), GPU(U4, PLANE, PLANE, 0, 0, INT4)),
     INTG(INT2_G, "int2-g", I2, 2, 4, CODES(2, 2, NO_MAP), NO_GPU),

@@ -46,16 +46,10 @@ typedef struct tops__qweight {
     const uint8_t *bias;      /* bias plane at row 0 (CODES with has_min: int4-gG-affine), or NULL */
     tops_dtype bias_dtype;
     int64_t bias_row, bias_step; /* its strides in bytes (row, block) */
-    float mul;                /* every scale's multiplier: tops__int_unit times the
+    float mul;                /* every scale's multiplier: the layout's unit times the
                                  tensor scale (1 / S_enc where it divides) */
 } tops__qweight;
 
-/* The constant that makes a format's codes integers, element = q * unit *
-   (stored scale): e2m1 codes are unpacked as doubled integers (1/2),
-   mxint8 codes are q * 2^-6; 1 elsewhere.  The one definition. */
-static inline float tops__int_unit(tops_dtype element) {
-    return element == TOPS_DT_E2M1 ? 0.5f : element == TOPS_DT_MXINT8 ? 0.015625f : 1.0f;
-}
 
 /* The most activation rows a dot_f32_nibbles_rows call takes. */
 enum { TOPS__NIB_ROWS_MAX_M = 4 };

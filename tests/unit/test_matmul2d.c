@@ -928,6 +928,28 @@ static void test_fp6_rows(void) {
         for (int e3 = 0; e3 < 2; e3++) fp6_exact_codes(kern, e3), fp6_mx_extremes(kern, e3);
         minifloat_rows_products(kern, ids, 4, "fp6 rows in place");
     }
+    /* mxfp6 (an integer form: e2m3 times 8) packed: relaxed for the integer
+       panels, strict into f32 panels (at AMX levels its code tiles) */
+    mm_operand w;
+    mm_make_quant(&w, (tops_format){TOPS_FMT_MXFP6, 0, TOPS_DT_NONE}, 40, 96, 0, &rng);
+    void *p;
+    tops_tensor a = make_plain(TOPS_DT_F32, 32, 96, &p), c = make_plain(TOPS_DT_F32, 32, 40, &p);
+    const int amx = tops__kernels_get()->amx_bf16t.run != NULL;
+    for (int relaxed = 0; relaxed < 2; relaxed++) {
+        tops_matmul2d_desc d = plain_desc();
+        d.transpose_right = 1;
+        d.relaxed_precision = relaxed;
+        tops_tensor packed;
+        char buf[200];
+        ASSERT_OK(tops_pack_right(NULL, &d, &w.t, &packed));
+        ASSERT_OK(tops_matmul2d_path(NULL, &d, &a, &packed, &c, buf, sizeof buf));
+        const char *want = amx ? "AMX" : relaxed ? "integer panels (prepacked)" : "f32 panels (prepacked)";
+        if (!strstr(buf, want))
+            TH_FAIL_AT("packed mxfp6 %s: path \"%s\", want \"%s\"", relaxed ? "relaxed" : "strict", buf, want);
+        tops_tensor_destroy(&packed);
+    }
+    tops_tensor_destroy(&a), tops_tensor_destroy(&c);
+    mm_free_any(&w);
 }
 
 /* Codebook rows read in place (lut4, lut4-row: dot_f32_nibbles_rows with

@@ -18,14 +18,18 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline __attribute__((always_inline)) __m256i tops__fp6x16_half_bytes(__m128i raw, int e3m2) {
+/* Sixteen codes from their 12 bytes as words, each code in bits 10..15. */
+static inline __attribute__((always_inline)) __m256i tops__fp6x16_lifted(__m128i raw) {
     /* word j of each 128-bit lane L (code 8 L + j) from bytes 6 L + 3 j / 4 and the next */
     const __m256i gather = _mm256_setr_epi8(0, 1, 0, 1, 1, 2, 2, 3, 3, 4, 3, 4, 4, 5, 5, 6,  /* codes 0..7 */
                                             6, 7, 6, 7, 7, 8, 8, 9, 9, 10, 9, 10, 10, 11, 11, 12); /* 8..15 */
     /* code j % 4 starts at bit 0, 6, 4, 2 of its word: times 2^(10 - start) */
     const __m256i lift = _mm256_setr_epi16(1024, 16, 64, 256, 1024, 16, 64, 256, 1024, 16, 64, 256, 1024, 16, 64, 256);
-    __m256i w = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(raw), gather);
-    w = _mm256_mullo_epi16(w, lift);
+    return _mm256_mullo_epi16(_mm256_shuffle_epi8(_mm256_broadcastsi128_si256(raw), gather), lift);
+}
+
+static inline __attribute__((always_inline)) __m256i tops__fp6x16_half_bytes(__m128i raw, int e3m2) {
+    const __m256i w = tops__fp6x16_lifted(raw);
     if (e3m2) return _mm256_and_si256(_mm256_srai_epi16(w, 2), _mm256_set1_epi16((short)0x9F00));
     return _mm256_and_si256(_mm256_srai_epi16(w, 3), _mm256_set1_epi16((short)0x8F80));
 }

@@ -4,6 +4,7 @@
    end of K.  4-bit codes go through the layout's map with one vpshufb. */
 #include "kernels/kernels.h"
 #include "core/numeric.h"
+#include "kernels/avx2/fp6.h"
 #include "kernels/ref/kquant.h"
 
 #include <immintrin.h>
@@ -24,6 +25,22 @@ static inline __m256i nibbles_split(const uint8_t *p) {
 static inline __m256i map_codes(const tops__int_layout *lay, __m256i v) {
     const __m128i m = _mm_loadu_si128((const __m128i *)lay->map);
     return _mm256_shuffle_epi8(_mm256_set_m128i(m, m), v);
+}
+
+/* 32 6-bit codes (24 bytes, kernels/avx2/fp6.h) through the layout's
+   64-entry map: the codes as bytes, then four 16-entry vpshufb tables
+   picked by the codes' bits 4 and 5. */
+static inline __m256i map_codes6(const tops__int_layout *lay, const uint8_t *p) {
+    const __m256i w0 = _mm256_srli_epi16(tops__fp6x16_lifted(tops__fp6_load12(p)), 10);
+    const __m256i w1 = _mm256_srli_epi16(tops__fp6x16_lifted(tops__fp6_load12(p + 12)), 10);
+    const __m256i c = _mm256_permute4x64_epi64(_mm256_packus_epi16(w0, w1), 0xD8); /* codes 0..31 in order */
+    __m256i t[4];
+    for (int q = 0; q < 4; q++) {
+        const __m128i tab = _mm_loadu_si128((const __m128i *)(lay->map + 16 * q));
+        t[q] = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(tab), c);
+    }
+    const __m256i b4 = _mm256_slli_epi16(c, 3), b5 = _mm256_slli_epi16(c, 2); /* bits 4, 5 to each byte's top */
+    return _mm256_blendv_epi8(_mm256_blendv_epi8(t[0], t[1], b4), _mm256_blendv_epi8(t[2], t[3], b4), b5);
 }
 
 /* Scales of the element-plane formats.  Fast cases: f16 planes read
@@ -114,9 +131,10 @@ static void unpack_code_mins(const tops__qweight *w, int64_t row, int64_t k0, in
         tops__ref_unpack_code_mins(w, row, k0, n, min);
 }
 
-/* TOPS__IF_CODES: 4-bit codes (i4 groups, e2m1 MX/nvfp4) in whole vectors
-   of 32 inside K through the map, 2-bit ones (i2 groups) sign-extended in
-   vectors of 32, 8-bit codes copied, the scalar unpacker for the rest. */
+/* TOPS__IF_CODES: 4-bit codes (i4 groups, e2m1 MX/nvfp4) and 6-bit ones
+   (e2m3, mxfp6) in whole vectors of 32 inside K through the map, 2-bit ones
+   (i2 groups) sign-extended in vectors of 32, 8-bit codes copied, the
+   scalar unpacker for the rest. */
 static void unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_t n, int8_t *q, float *scale) {
     const uint8_t *data = w->data + row * w->row_bytes;
     const int64_t K = w->k;
@@ -129,6 +147,9 @@ static void unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int64_
         if (w->lay.code_bits == 4)
             for (; i + 32 <= n && k0 + i + 32 <= K; i += 32)
                 _mm256_storeu_si256((__m256i *)(q + i), map_codes(&w->lay, nibbles_interleaved(data + (k0 + i) / 2)));
+        if (w->lay.code_bits == 6 && k0 % 4 == 0)
+            for (; i + 32 <= n && k0 + i + 32 <= K; i += 32)
+                _mm256_storeu_si256((__m256i *)(q + i), map_codes6(&w->lay, data + (k0 + i) / 4 * 3));
         if (w->lay.code_bits == 2 && k0 % 4 == 0) {
             /* 8 bytes -> 32 codes, lowest bits first, sign-extended through a table */
             const __m128i m3 = _mm_set1_epi8(3), sext = _mm_setr_epi8(0, 1, -2, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);

@@ -1,9 +1,9 @@
 /* Scalar integer forms (the truth for the AVX2 unpackers), one per layout
    family of core/intform.h, and the 16-entry table row of lut4.  They read
    memory and the weight's layout only (tops__qweight, kernels/kernels.h):
-   4-bit codes go through the layout's map (e2m1 codes become doubled
-   integers, iq4 codes their table entries), the unit (tops__int_unit)
-   riding in the scales through w->mul. */
+   4- and 6-bit codes go through the layout's map (e2m1 codes become
+   doubled integers, e2m3 ones eightfold, iq4 codes their table entries),
+   the layout's unit riding in the scales through w->mul. */
 #include "kernels/kernels.h"
 #include "core/numeric.h"
 #include "kernels/ref/kquant.h"
@@ -27,6 +27,7 @@ float tops__ref_scale_entry(tops_dtype dt, const uint8_t *e) {
 /* Element code i of a row of sub-byte or byte codes. */
 static inline uint32_t code_at(const uint8_t *row, int bits, int64_t i) {
     if (bits == 8) return row[i];
+    if (bits == 6) return tops__fp6_code(row, i);
     if (bits == 4) return (row[i >> 1] >> ((i & 1) * 4)) & 0xFu;
     return (row[i >> 2] >> ((i & 3) * 2)) & 0x3u;
 }
@@ -66,7 +67,7 @@ void tops__ref_unpack_codes(const tops__qweight *w, int64_t row, int64_t k0, int
         int v = 0;
         if (k < K) {
             uint32_t c = code_at(data, w->lay.code_bits, k);
-            v = w->lay.code_bits == 4 ? w->lay.map[c] : tops__sext(c, w->lay.code_bits);
+            v = w->lay.code_bits == 4 || w->lay.code_bits == 6 ? w->lay.map[c] : tops__sext(c, w->lay.code_bits);
         }
         q[i] = (int8_t)v;
     }
