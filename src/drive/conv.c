@@ -416,25 +416,14 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
     size_t codes = (size_t)((pixels + g->kw) * c), blocks = (size_t)((pixels + g->kw) * nbc), bytes;
     const size_t code_bytes = (size_t)tops__round_up((int64_t)codes, 64), block_bytes = (size_t)tops__round_up((int64_t)blocks * 4, 64);
     const size_t row_bytes = (size_t)tops__round_up(c * 4, 64);
-    /* At large M the weights are copied once per call with each panel's
-       four 8-column groups interleaved per k step (128 bytes a step), so
-       the kernel reads a pair of groups as one vector (no vinserti64x4 per
-       step: 16 per 96 vpdpbusd).  The copy costs O * K bytes; the saving
-       grows with M: worth it from M of a few hundred. */
-    const int paired = m >= 384;
-    size_t pair_bytes = 0;
-    if (paired && !tops__mul_size((size_t)n_panels * 32, (size_t)k, &pair_bytes))
-        return tops__fail(TOPS_OVERFLOW, fn, "the interleaved weights' size overflows size_t");
-    if (!tops__mul_size(row_bytes, (size_t)threads, &bytes) || !tops__add_size(bytes, code_bytes + 2 * block_bytes, &bytes) ||
-        !tops__add_size(bytes, pair_bytes, &bytes))
+    if (!tops__mul_size(row_bytes, (size_t)threads, &bytes) || !tops__add_size(bytes, code_bytes + 2 * block_bytes, &bytes))
         return tops__fail(TOPS_OVERFLOW, fn, "the quantized input's size overflows size_t");
     unsigned char *ws = tops__thread_buffer(TOPS__SLOT_GEMM, bytes);
     if (!ws) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %zu-byte workspace", bytes);
     int8_t *xq = (int8_t *)ws;
     float *xs = (float *)(ws + code_bytes);
     int32_t *xc = (int32_t *)(ws + code_bytes + block_bytes);
-    uint8_t *pw = paired ? ws + code_bytes + 2 * block_bytes : NULL; /* 64-byte aligned */
-    float *rows_f = (float *)(ws + code_bytes + 2 * block_bytes + pair_bytes);
+    float *rows_f = (float *)(ws + code_bytes + 2 * block_bytes);
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2], s3 = in->stride[3];
     const int64_t hw = hp * wp;
     const int direct = dt == TOPS_DT_F32 && s3 == 1 && in->tensor_scale == 1.0f;
@@ -467,19 +456,6 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                 xc[px * nbc + b] = offset * sum;
             }
         }
-        if (paired) {
-            const int64_t steps = k / 4;
-#ifdef _OPENMP
-#pragma omp for schedule(static)
-#endif
-            for (int64_t p = 0; p < n_panels; p++)
-                for (int h = 0; h < 4; h++) {
-                    const int64_t gh = 4 * p + h < groups ? 4 * p + h : 4 * p; /* the first again past O's last */
-                    const uint8_t *src = panels + gh * 8 * k;
-                    uint8_t *dst = pw + p * 32 * k + h * 32;
-                    for (int64_t st = 0; st < steps; st++) memcpy(dst + st * 128, src + st * 32, 32);
-                }
-        }
         const int64_t taps = g->dw == 1 ? g->kw : 1; /* a kernel row's taps are one run */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
@@ -491,7 +467,11 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
             chunk_rows(g, b0 * MR, nb * MR, m, pix0, y0, x0);
             for (int64_t r = 0; r < nb * MR; r++) /* the padded pixel of the top-left tap */
                 pix0[r] = pix0[r] < 0 ? pixels : pix0[r] * hw + (y0[r] + g->pt) * wp + x0[r] + g->pl;
-            /* columns 32 p .. 32 p + 31: groups 4 p .. 4 p + 3 (the first again past O's last) */
+            /* columns 32 p .. 32 p + 31: groups 4 p .. 4 p + 3, in the group
+               layout where all four exist (gemm_q8.c: 128 bytes a k step, 32
+               scales a sub-block, a pair of groups one vector), else each
+               8-column group as it lies (the first again past O's last) */
+            const int whole = 4 * p + 4 <= groups;
             int64_t gi[4];
             for (int h = 0; h < 4; h++) gi[h] = 4 * p + h < groups ? 4 * p + h : 4 * p;
             float acc[CHUNK * MR * NR] __attribute__((aligned(64)));
@@ -511,11 +491,11 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
                         const uint8_t *bp[4];
                         const float *bsp[4];
                         for (int h = 0; h < 4; h++) {
-                            bp[h] = paired ? pw + p * 32 * k + kb * 32 * 32 + h * 32 : panels + gi[h] * 8 * k + kb * 32 * 8;
-                            bsp[h] = scales + gi[h] * 8 * n_subs + kb * 8;
+                            bp[h] = whole ? panels + 4 * p * 8 * k + kb * 32 * 32 + h * 32 : panels + gi[h] * 8 * k + kb * 32 * 8;
+                            bsp[h] = whole ? scales + 4 * p * 8 * n_subs + kb * 32 + h * 8 : scales + gi[h] * 8 * n_subs + kb * 8;
                         }
-                        kern->gemm_q8_rows(taps * nbc, a, as, ac, bp, paired ? 128 : 32, bsp, acc + b * MR * NR, NR,
-                                           t > 0, offset);
+                        kern->gemm_q8_rows(taps * nbc, a, as, ac, bp, whole ? 128 : 32, bsp, whole ? 32 : 8,
+                                           acc + b * MR * NR, NR, t > 0, offset);
                     }
             const int64_t vc = o - p * NR < NR ? o - p * NR : NR;
             for (int64_t b = 0; b < nb; b++) {

@@ -31,16 +31,15 @@ int tops__gemm_q8_takes(const tops__kernels *kern, const tops_tensor *w) {
     return (up->run || up->run_min) && (up->qmax <= 15 || (up->qmax <= 128 && kern->gemm_q8_wide.run));
 }
 
-/* Weights with mins prepack full groups of four 8-column panels in the
+/* Prepacked panels hold full groups of four 8-column panels in the
    32-column kernel's group layout (kernels.h), at every level: the four
-   panels' steps interleaved, 128 bytes a step, and their scales and mins
-   32 floats a sub-block, so that kernel reads each with one load.  Panels
-   of a last, partial group keep the 8-column layout.  A level without
-   that kernel copies each block back to the 8-column layout (regroup). */
-static int q8_grouped(const tops__kernels *kern, const tops_tensor *w) {
-    return !kern->unpack[w->format.id].run && kern->unpack[w->format.id].run_min;
-}
-
+   panels' steps interleaved, 128 bytes a step, and their scales (and
+   mins) 32 floats a sub-block, so that kernel (and conv2d's rows kernel)
+   reads each with one load instead of joining two 256-bit halves per
+   step (vinserti64x4: relaxed M = 16 3.2-3.3 -> 2.7-2.9 ms, Zen 4).
+   Panels of a last, partial group keep the 8-column layout.  A level
+   without that kernel copies each block back to the 8-column layout
+   (regroup). */
 /* Panel jr's K block at k0 in the 8-column layout: its codes, scales and
    mins (NULL without mins), from the prepacked panels (block at k0 * 8,
    scales at k0 / sub * 8) or from this thread's staged panels. */
@@ -68,15 +67,15 @@ static void regroup_panel(const tops__gemm_problem *p, int64_t n_panels, int64_t
         const int64_t base = gp / 4 * 4, pp = gp - base;
         const uint8_t *src = p->q8_panels + base * 8 * kp + pp * 32 + k0 * 32;
         for (int64_t t = 0; t < kc / 4; t++) memcpy(panel + t * 32, src + t * 128, 32);
-        const float *ss = p->q8_scales + base * 8 * n_subs + pp * 8, *sm = p->q8_mins + base * 8 * n_subs + pp * 8;
+        const float *ss = p->q8_scales + base * 8 * n_subs + pp * 8;
         for (int64_t b = 0; b < nb; b++) {
             memcpy(pscale + b * 8, ss + (b0 + b) * 32, 8 * sizeof(float));
-            memcpy(pmin + b * 8, sm + (b0 + b) * 32, 8 * sizeof(float));
+            if (pmin) memcpy(pmin + b * 8, p->q8_mins + base * 8 * n_subs + pp * 8 + (b0 + b) * 32, 8 * sizeof(float));
         }
     } else {
         memcpy(panel, p->q8_panels + gp * 8 * kp + k0 * 8, (size_t)(8 * kc));
         memcpy(pscale, p->q8_scales + gp * 8 * n_subs + b0 * 8, (size_t)(8 * nb) * sizeof(float));
-        memcpy(pmin, p->q8_mins + gp * 8 * n_subs + b0 * 8, (size_t)(8 * nb) * sizeof(float));
+        if (pmin) memcpy(pmin, p->q8_mins + gp * 8 * n_subs + b0 * 8, (size_t)(8 * nb) * sizeof(float));
     }
 }
 
@@ -140,16 +139,16 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
     int8_t *rows = scratch;
     float *qs = (float *)(rows + 8 * kp);
     const int64_t n_panels = tops__ceil_div(n, 8);
-    const int grouped = q8_grouped(kern, w);
     for (int64_t g = g0; g < g0 + count; g++) {
         const int64_t valid = n - g * 8 < 8 ? n - g * 8 : 8;
-        if (grouped && g / 4 * 4 + 4 <= n_panels) {
+        if (g / 4 * 4 + 4 <= n_panels) {
             /* Group layout: panel p = g % 4 of the group at g / 4 * 4. */
             const int64_t base = g / 4 * 4, pp = g - base;
             float *qm = qs + 8 * nb;
             for (int j = 0; j < 8; j++) {
                 if (j < valid) {
-                    unpack_min(&qw, g * 8 + j, 0, kp, rows + j * kp, qs + j * nb, qm + j * nb);
+                    if (unpack) unpack(&qw, g * 8 + j, 0, kp, rows + j * kp, qs + j * nb);
+                    else unpack_min(&qw, g * 8 + j, 0, kp, rows + j * kp, qs + j * nb, qm + j * nb);
                 } else { /* missing columns: q = 0, scale and min 0 */
                     memset(rows + j * kp, 0, (size_t)kp);
                     for (int64_t b = 0; b < nb; b++) qs[j * nb + b] = 0.0f, qm[j * nb + b] = 0.0f;
@@ -159,9 +158,12 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
             for (int64_t t = 0; t < kp / 4; t++)
                 for (int j = 0; j < 8; j++)
                     for (int i = 0; i < 4; i++) dst[t * 128 + j * 4 + i] = (uint8_t)(rows[j * kp + 4 * t + i] + offset);
-            float *ds = scales + base * 8 * nb + pp * 8, *dm = mins + base * 8 * nb + pp * 8;
+            float *ds = scales + base * 8 * nb + pp * 8;
             for (int64_t b = 0; b < nb; b++)
-                for (int j = 0; j < 8; j++) ds[b * 32 + j] = qs[j * nb + b], dm[b * 32 + j] = qm[j * nb + b];
+                for (int j = 0; j < 8; j++) ds[b * 32 + j] = qs[j * nb + b];
+            if (!unpack)
+                for (int64_t b = 0; b < nb; b++)
+                    for (int j = 0; j < 8; j++) mins[base * 8 * nb + pp * 8 + b * 32 + j] = qm[j * nb + b];
             continue;
         }
         pack_panel_q8(kern, unpack, unpack_min, &qw, g * 8, valid, 0, kp, sub, offset, rows, qs, panels + g * 8 * kp,
@@ -192,11 +194,11 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
     const tops__gemm_q8_x4_ukernel *x4 = kern->gemm_q8_x4.run && nr == 8 && kern->gemm_q8_x4.mr == mr ? &kern->gemm_q8_x4 : NULL;
     /* Prepacked panels are laid out for 8-column kernels. */
     const int packed_q8 = p->q8_panels && !p->q8_amx && nr == 8 && (!mins || p->q8_mins);
-    /* Prepacked full groups in the group layout (q8_grouped): with x4 read
-       in place, N blocks of whole groups so that each meets x4 whole;
+    /* Prepacked full groups are in the group layout: with x4 read in
+       place, N blocks of whole groups so that each meets x4 whole;
        without, copied back per K block like unprepacked panels. */
-    const int regroup = packed_q8 && q8_grouped(kern, w) && !x4;
-    const int prepacked = packed_q8 && !regroup, grouped = prepacked && q8_grouped(kern, w);
+    const int regroup = packed_q8 && !x4;
+    const int prepacked = packed_q8 && !regroup, grouped = prepacked;
     const int64_t all_panels = tops__ceil_div(w->extent[0], 8);
 
     int threads;
@@ -276,7 +278,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                     if (regroup)
                         for (int64_t jr = 0; jr < n_panels; jr++)
                             regroup_panel(p, all_panels, kp, sub, n0 / 8 + jr, k0, kc, panel + jr * nr * kc,
-                                          pscale + jr * nr * nb, pmin + jr * nr * nb);
+                                          pscale + jr * nr * nb, pmin ? pmin + jr * nr * nb : NULL);
                     else if (!prepacked)
                         for (int64_t jr = 0; jr < n_panels; jr++) {
                             int64_t valid = nn - jr * nr < nr ? nn - jr * nr : nr;
@@ -297,7 +299,7 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                             if (grouped) { /* this K block of the group at k0 * 32, its scales at k0 / sub * 32 */
                                 bp = p->q8_panels + g * 8 * kp + k0 * 32;
                                 bs = p->q8_scales + g * 8 * n_subs + k0 / sub * 32;
-                                bm = p->q8_mins + g * 8 * n_subs + k0 / sub * 32;
+                                bm = mins ? p->q8_mins + g * 8 * n_subs + k0 / sub * 32 : NULL;
                                 bstride = 32, sstride = 8;
                             }
                             /* The next group's block (grouped: next in memory), a quarter per row

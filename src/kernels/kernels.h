@@ -604,14 +604,16 @@ typedef void (*tops__wino_out_fn)(const float *m, int64_t ldm, int64_t n, const 
    each; b[0..3] the four 8-column gemm_q8 panels (q + offset, 32 bytes a
    k step, the next step bstep bytes on: 32 in gemm_q8's panels; where
    b[1] = b[0] + 32 and b[3] = b[2] + 32 the pairs are read as one vector)
-   at this K offset, bs[0..3] their 8 scales per sub-block; acorr = offset
+   at this K offset, bs[0..3] their 8 scales per sub-block, the next
+   sub-block's sstep floats on (8; 32 in the group layout); acorr = offset
    * the block's code sum; offset the panels' (TOPS_Q8_OFFSET*: how far an
    i16 stage may sum).  Each product scaled as c = fma(s * bs, as, c), from
    zero, the old C added at the end: every level gives the same bits.
    NULL at levels without one. */
 typedef void (*tops__gemm_q8_rows_fn)(int64_t nb, const int8_t *const *a, const float *const *as,
                                       const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
-                                      const float *const *bs, float *c, int64_t ldc, int accumulate, int offset);
+                                      const float *const *bs, int64_t sstep, float *c, int64_t ldc, int accumulate,
+                                      int offset);
 
 typedef struct tops__kernels {
     tops_isa isa; /* the level in use */
@@ -903,11 +905,12 @@ void tops__avx2_fp6_to_f32_row(float *dst, const uint8_t *src, int64_t n, int e3
 void tops__avx2_i4_to_f32_row(float *dst, const uint8_t *src, int64_t n);
 void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
                                                   const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
-                                                  const float *const *bs, float *c, int64_t ldc, int accumulate,
-                                                  int offset);
+                                                  const float *const *bs, int64_t sstep, float *c, int64_t ldc,
+                                                  int accumulate, int offset);
 void tops_gemm_f32_qi8_qu8_6x32_rows__avx2(int64_t nb, const int8_t *const *a, const float *const *as,
                                            const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
-                                           const float *const *bs, float *c, int64_t ldc, int accumulate, int offset);
+                                           const float *const *bs, int64_t sstep, float *c, int64_t ldc,
+                                           int accumulate, int offset);
 void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                             int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops_conv_f32_6x16_segs__avx2(int64_t nseg, const tops__conv_seg *seg, float *c, int load_c);

@@ -544,11 +544,11 @@ static void test_bad_descriptors(void) {
    activations of -127 and 127, the activation quantizer's range) so an i16
    stage that saturated would show. */
 static void test_q8_rows_kernel(void) {
-    enum { NB = 5, BSTEP = 40, LDC = 37 };
+    enum { NB = 5, BSTEP = 40, SSTEP = 12, LDC = 37 }; /* SSTEP: scales of the next sub-block 12 floats on */
     static const int offsets[3] = {8, 16, 128}, qmax[3] = {8, 15, 128};
     int8_t act[6][NB * 32];
     uint8_t panel[4][NB * 8 * BSTEP];
-    float as_v[6][NB], bs_v[4][NB * 8], c[6 * LDC], want[6 * LDC];
+    float as_v[6][NB], bs_v[4][NB * SSTEP], c[6 * LDC], want[6 * LDC];
     int32_t corr[6][NB];
     int q[NB * 32][32];
     for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
@@ -578,7 +578,7 @@ static void test_q8_rows_kernel(void) {
                         corr[i][b] = off * sum;
                     }
                 for (int p = 0; p < 4; p++)
-                    for (int t = 0; t < NB * 8; t++) bs_v[p][t] = th_uniform(&rng, 1e-3f, 2e-2f);
+                    for (int t = 0; t < NB * SSTEP; t++) bs_v[p][t] = th_uniform(&rng, 1e-3f, 2e-2f);
                 for (int t = 0; t < 6 * LDC; t++) c[t] = want[t] = th_uniform(&rng, -1, 1);
                 for (int i = 0; i < 6; i++)
                     for (int j = 0; j < 32; j++) {
@@ -586,7 +586,7 @@ static void test_q8_rows_kernel(void) {
                         for (int b = 0; b < NB; b++) {
                             int32_t sum = 0;
                             for (int k = 0; k < 32; k++) sum += act[i][32 * b + k] * q[32 * b + k][j];
-                            acc = fmaf((float)sum * bs_v[j / 8][b * 8 + j % 8], as_v[i][b], acc);
+                            acc = fmaf((float)sum * bs_v[j / 8][b * SSTEP + j % 8], as_v[i][b], acc);
                         }
                         want[i * LDC + j] = accumulate ? want[i * LDC + j] + acc : acc;
                     }
@@ -596,7 +596,7 @@ static void test_q8_rows_kernel(void) {
                 const uint8_t *b[4];
                 for (int i = 0; i < 6; i++) a[i] = act[i], as[i] = as_v[i], ac[i] = corr[i];
                 for (int p = 0; p < 4; p++) b[p] = panel[p], bs[p] = bs_v[p];
-                kern->gemm_q8_rows(NB, a, as, ac, b, BSTEP, bs, c, LDC, accumulate, off);
+                kern->gemm_q8_rows(NB, a, as, ac, b, BSTEP, bs, SSTEP, c, LDC, accumulate, off);
                 if (memcmp(c, want, sizeof c) != 0)
                     TH_FAIL_AT("%s offset %d accumulate %d: the kernel differs from its contract", kern->gemm_q8_rows_name,
                                off, accumulate);

@@ -48,7 +48,8 @@ static inline __attribute__((always_inline)) void half_rows(int offset, int R, c
 static inline __attribute__((always_inline)) void body(int offset, int64_t nb, const int8_t *const *a,
                                                        const float *const *as, const int32_t *const *acorr,
                                                        const uint8_t *const *b, int64_t bstep,
-                                                       const float *const *bs, float *c, int64_t ldc, int accumulate) {
+                                                       const float *const *bs, int64_t sstep, float *c, int64_t ldc,
+                                                       int accumulate) {
     const int R = offset == TOPS_Q8_OFFSET_NARROW ? 6 : 3; /* rows per pass: what fits 16 registers */
     float f[6 * 32] __attribute__((aligned(32)));
     memset(f, 0, sizeof f);
@@ -56,8 +57,8 @@ static inline __attribute__((always_inline)) void body(int offset, int64_t nb, c
         for (int half = 0; half < 2; half++) {
             const uint8_t *p0 = b[2 * half] + blk * 8 * bstep, *p1 = b[2 * half + 1] + blk * 8 * bstep;
             for (int r0 = 0; r0 < 6; r0 += R)
-                half_rows(offset, R, a + r0, blk * 32, acorr + r0, as + r0, blk, p0, p1, bstep, bs[2 * half] + blk * 8,
-                          bs[2 * half + 1] + blk * 8, f + r0 * 32 + half * 16);
+                half_rows(offset, R, a + r0, blk * 32, acorr + r0, as + r0, blk, p0, p1, bstep,
+                          bs[2 * half] + blk * sstep, bs[2 * half + 1] + blk * sstep, f + r0 * 32 + half * 16);
         }
     for (int i = 0; i < 6; i++)
         for (int j = 0; j < 32; j += 8) {
@@ -69,8 +70,10 @@ static inline __attribute__((always_inline)) void body(int offset, int64_t nb, c
 
 void tops_gemm_f32_qi8_qu8_6x32_rows__avx2(int64_t nb, const int8_t *const *a, const float *const *as,
                                            const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
-                                           const float *const *bs, float *c, int64_t ldc, int accumulate, int offset) {
-    if (offset == TOPS_Q8_OFFSET_NARROW) body(TOPS_Q8_OFFSET_NARROW, nb, a, as, acorr, b, bstep, bs, c, ldc, accumulate);
-    else if (offset == TOPS_Q8_OFFSET) body(TOPS_Q8_OFFSET, nb, a, as, acorr, b, bstep, bs, c, ldc, accumulate);
-    else body(TOPS_Q8_OFFSET_WIDE, nb, a, as, acorr, b, bstep, bs, c, ldc, accumulate);
+                                           const float *const *bs, int64_t sstep, float *c, int64_t ldc, int accumulate,
+                                           int offset) {
+    if (offset == TOPS_Q8_OFFSET_NARROW)
+        body(TOPS_Q8_OFFSET_NARROW, nb, a, as, acorr, b, bstep, bs, sstep, c, ldc, accumulate);
+    else if (offset == TOPS_Q8_OFFSET) body(TOPS_Q8_OFFSET, nb, a, as, acorr, b, bstep, bs, sstep, c, ldc, accumulate);
+    else body(TOPS_Q8_OFFSET_WIDE, nb, a, as, acorr, b, bstep, bs, sstep, c, ldc, accumulate);
 }

@@ -31,7 +31,7 @@ static inline __m512 pair_ps(const float *lo, const float *hi) {
 static inline __attribute__((always_inline)) void body(int paired, int64_t nb, const int8_t *const *a,
                                                        const float *const *as, const int32_t *const *acorr,
                                                        const uint8_t *const *b, int64_t bstep, const float *const *bs,
-                                                       float *c, int64_t ldc, int accumulate) {
+                                                       int64_t sstep, float *c, int64_t ldc, int accumulate) {
     const int8_t *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];
     const uint8_t *b0 = b[0], *b1 = b[1], *b2 = b[2], *b3 = b[3];
     __m512 f[6][2];
@@ -58,7 +58,8 @@ static inline __attribute__((always_inline)) void body(int paired, int64_t nb, c
             b0 += bstep, b1 += bstep, b2 += bstep, b3 += bstep;
         }
         a0 += 32, a1 += 32, a2 += 32, a3 += 32, a4 += 32, a5 += 32;
-        const __m512 g0 = pair_ps(bs[0] + blk * 8, bs[1] + blk * 8), g1 = pair_ps(bs[2] + blk * 8, bs[3] + blk * 8);
+        const __m512 g0 = pair_ps(bs[0] + blk * sstep, bs[1] + blk * sstep),
+                     g1 = pair_ps(bs[2] + blk * sstep, bs[3] + blk * sstep);
         for (int i = 0; i < 6; i++) {
             const __m512 sc = _mm512_set1_ps(as[i][blk]);
             f[i][0] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(s[i][0]), g0), sc, f[i][0]);
@@ -78,9 +79,9 @@ static inline __attribute__((always_inline)) void body(int paired, int64_t nb, c
 
 void tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni(int64_t nb, const int8_t *const *a, const float *const *as,
                                                   const int32_t *const *acorr, const uint8_t *const *b, int64_t bstep,
-                                                  const float *const *bs, float *c, int64_t ldc, int accumulate,
+                                                  const float *const *bs, int64_t sstep, float *c, int64_t ldc, int accumulate,
                                                   int offset) {
     (void)offset; /* vpdpbusd has no i16 stage */
-    if (b[1] == b[0] + 32 && b[3] == b[2] + 32) body(1, nb, a, as, acorr, b, bstep, bs, c, ldc, accumulate);
-    else body(0, nb, a, as, acorr, b, bstep, bs, c, ldc, accumulate);
+    if (b[1] == b[0] + 32 && b[3] == b[2] + 32) body(1, nb, a, as, acorr, b, bstep, bs, sstep, c, ldc, accumulate);
+    else body(0, nb, a, as, acorr, b, bstep, bs, sstep, c, ldc, accumulate);
 }
