@@ -13,7 +13,8 @@ FORMATS = ["f32", "f16", "bf16", "int8-g32", "int4-g32", "int4-g128:bf16", "int4
            "int4-g32-affine", "mxfp8", "mxfp6", "mxfp4", "mxint8", "nvfp4", "lut4-row", "e4m3-ch", "q4_0", "q4_1",
            "q8_0", "gguf-mxfp4", "i8", "e4m3"]
 # Weights with an integer form: relaxed calls may quantize the activations.
-INTEGER_FORM = ["int8-g32", "int4-g32", "int2-g16", "i8", "mxfp4", "mxint8", "nvfp4", "q4_0", "q8_0", "gguf-mxfp4"]
+INTEGER_FORM = ["int8-g32", "int4-g32", "int2-g16", "i8", "mxfp4", "mxint8", "nvfp4", "q4_0", "q8_0", "gguf-mxfp4",
+                "mxfp6", "e2m3"]
 
 
 def rel_l2(got, want):
@@ -49,7 +50,7 @@ def test_relaxed_within_its_bound(fmt, m, rng):
     assert rel_l2(tops.matmul(x, p, relaxed=True), ref) <= RELAXED
 
 
-@pytest.mark.parametrize("fmt", ["f32", "f16", "lut4-row", "mxfp6", "e4m3-ch"])
+@pytest.mark.parametrize("fmt", ["f32", "f16", "lut4-row", "mxfp6-e3m2", "e4m3-ch"])
 def test_relaxed_is_strict_without_an_integer_form(fmt, rng):
     w = tops.quantize(rng.standard_normal((24, 96)).astype(np.float32), fmt)
     x = rng.standard_normal((9, 96)).astype(np.float32)
