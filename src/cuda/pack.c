@@ -83,9 +83,11 @@ static void release_source(source_map *m) {
 }
 
 /* GS_FORM: every row through the scalar unpacker of the CPU integer form
-   (kernels/ref: q, and per sub-block the decoder's f32 scale and min);
-   the tensor scale stays out (the kernels' global factor).  0 when out
-   of memory. */
+   (kernels/ref: q, and per sub-block the decoder's f32 scale and min,
+   the layout's unit in it); the tensor scale stays out (the kernels'
+   global factor).  Plain element codes (e2m3) take sub-blocks of 32, as
+   on the CPU; a scale plane (mxfp6's e8m0) is the unpacker's to read.
+   0 when out of memory. */
 static int unpack_form(const tops_tensor *w, source_map *m) {
     tops__form_kernels forms[TOPS__IF_COUNT_];
     tops__ref_fill_unpackers(forms);
@@ -93,8 +95,9 @@ static int unpack_form(const tops_tensor *w, source_map *m) {
     const tops__form_kernels *fk = &forms[m->lay.form];
     const int mins = !fk->run || m->lay.has_min;
     const int64_t rows = w->extent[0];
-    m->sub = info->sub_block ? (int)info->sub_block : (int)info->block;
-    m->qk = tops__ceil_div(w->extent[1], info->block) * info->block;
+    const int64_t block = info->block > 1 ? info->block : 32;
+    m->sub = info->sub_block ? (int)info->sub_block : (int)block;
+    m->qk = tops__ceil_div(w->extent[1], block) * block;
     const int64_t nsub = m->qk / m->sub;
     m->q = malloc((size_t)(rows * m->qk));
     m->fscale = malloc((size_t)(rows * nsub) * sizeof(float));
@@ -107,8 +110,12 @@ static int unpack_form(const tops_tensor *w, source_map *m) {
         .sub = m->sub,
         .block_bytes = info->pack_bytes,
         .lay = m->lay,
-        .group = info->block,
-        .mul = 1.0f,
+        .group = block,
+        .scales = (const uint8_t *)w->scales.data,
+        .scale_dtype = w->scales.dtype,
+        .scale_row = w->scales.stride[0] * ((tops_dtype_bits(w->scales.dtype) + 7) / 8),
+        .scale_step = w->scales.stride[1] * ((tops_dtype_bits(w->scales.dtype) + 7) / 8),
+        .mul = ldexpf(1.0f, m->lay.unit_exp),
     };
     for (int64_t r = 0; r < rows; r++) {
         if (mins) fk->run_min(&qw, r, 0, m->qk, m->q + r * m->qk, m->fscale + r * nsub, m->fmin + r * nsub);

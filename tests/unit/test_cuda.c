@@ -447,12 +447,13 @@ static const char *const gpu_formats[] = {"int4-g32", "int4-g128", "int4-g64:bf1
                                           "int8-g32", "int8-g128",  "q4_0",          "q8_0",          "mxfp4",
                                           "gguf-mxfp4", "mxfp8",    "nvfp4",         "e4m3-ch",       "f16",
                                           "bf16",       "i8",       "i4",            "e4m3",          "q4_1",
-                                          "q4_K",       "q5_K",     "q6_K",          "iq4_nl",        "iq4_xs"};
+                                          "q4_K",       "q5_K",     "q6_K",          "iq4_nl",        "iq4_xs",
+                                          "e2m3",       "mxfp6"};
 /* Formats whose pack rule reads the CPU integer form (sub-scales, mins,
-   codebooks): also relaxed, where nothing folds and no q8 layout exists,
+   codebooks, fp6 codes): also relaxed, where nothing folds and no q8 layout exists,
    so the strict kernels run (held to the relaxed bound). */
 static int relaxed_too(const char *format) {
-    static const char *const names[] = {"q4_1", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
+    static const char *const names[] = {"q4_1", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs", "e2m3", "mxfp6"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (strcmp(format, names[i]) == 0) return 1;
     return 0;
