@@ -208,9 +208,8 @@ static inline uint8_t tops__f32_to_e8m0(float f, int sat) {
     return (uint8_t)code;
 }
 static inline float tops__e8m0_to_f32(uint32_t c) {
-    c &= 0xFFu;
-    if (c == 0xFFu) return tops__bits_f32(0x7fc00000u);
-    return tops__exp2i((int)c - 127);
+    c &= 0xFFu; /* 2^(c - 127) by its bits, selects only (vectorisable): 0 the subnormal 2^-127, 255 NaN */
+    return tops__bits_f32(c == 0xFFu ? 0x7fc00000u : c ? c << 23 : 0x00400000u);
 }
 /* ggml's mxfp4 block scale: the e8m0 byte read as 2^(e - 128) (its e2m1
    values stored doubled); 0xFF is NaN (FORMATS.md section 4). */

@@ -31,15 +31,6 @@ int tops__gemm_q8_takes(const tops__kernels *kern, const tops_tensor *w) {
     return (up->run || up->run_min) && (up->qmax <= 15 || (up->qmax <= 128 && kern->gemm_q8_wide.run));
 }
 
-/* Prepacked panels hold full groups of four 8-column panels in the
-   32-column kernel's group layout (kernels.h), at every level: the four
-   panels' steps interleaved, 128 bytes a step, and their scales (and
-   mins) 32 floats a sub-block, so that kernel (and conv2d's rows kernel)
-   reads each with one load instead of joining two 256-bit halves per
-   step (vinserti64x4: relaxed M = 16 3.2-3.3 -> 2.7-2.9 ms, Zen 4).
-   Panels of a last, partial group keep the 8-column layout.  A level
-   without that kernel copies each block back to the 8-column layout
-   (regroup). */
 /* Panel jr's K block at k0 in the 8-column layout: its codes, scales and
    mins (NULL without mins), from the prepacked panels (block at k0 * 8,
    scales at k0 / sub * 8) or from this thread's staged panels. */
@@ -129,6 +120,15 @@ static void pack_panel_q8(const tops__kernels *kern, tops__unpack_fn unpack, top
             for (int j = 0; j < 8; j++) pmin[b * 8 + j] = qm[j * nb + b];
 }
 
+/* Prepacked panels hold full groups of four 8-column panels in the
+   32-column kernel's group layout (kernels.h), at every level: the four
+   panels' steps interleaved, 128 bytes a step, and their scales (and
+   mins) 32 floats a sub-block, so that kernel (and conv2d's rows kernel)
+   reads each with one load instead of joining two 256-bit halves per
+   step (vinserti64x4: relaxed M = 16 3.2-3.3 -> 2.7-2.9 ms, Zen 4).
+   Panels of a last, partial group keep the 8-column layout.  A level
+   without that kernel copies each block back to the 8-column layout
+   (regroup). */
 void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64_t kp, int64_t g0, int64_t count,
                           uint8_t *panels, float *scales, float *mins, void *scratch) {
     const tops__qweight qw = tops__qweight_of(w);
@@ -158,12 +158,12 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
             for (int64_t t = 0; t < kp / 4; t++)
                 for (int j = 0; j < 8; j++)
                     for (int i = 0; i < 4; i++) dst[t * 128 + j * 4 + i] = (uint8_t)(rows[j * kp + 4 * t + i] + offset);
-            float *ds = scales + base * 8 * nb + pp * 8;
+            float *ds = scales + base * 8 * nb + pp * 8, *dm = unpack ? NULL : mins + base * 8 * nb + pp * 8;
             for (int64_t b = 0; b < nb; b++)
-                for (int j = 0; j < 8; j++) ds[b * 32 + j] = qs[j * nb + b];
-            if (!unpack)
-                for (int64_t b = 0; b < nb; b++)
-                    for (int j = 0; j < 8; j++) mins[base * 8 * nb + pp * 8 + b * 32 + j] = qm[j * nb + b];
+                for (int j = 0; j < 8; j++) {
+                    ds[b * 32 + j] = qs[j * nb + b];
+                    if (dm) dm[b * 32 + j] = qm[j * nb + b];
+                }
             continue;
         }
         pack_panel_q8(kern, unpack, unpack_min, &qw, g * 8, valid, 0, kp, sub, offset, rows, qs, panels + g * 8 * kp,
@@ -198,12 +198,12 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
        place, N blocks of whole groups so that each meets x4 whole;
        without, copied back per K block like unprepacked panels. */
     const int regroup = packed_q8 && !x4;
-    const int prepacked = packed_q8 && !regroup, grouped = prepacked;
+    const int prepacked = packed_q8 && !regroup;
     const int64_t all_panels = tops__ceil_div(w->extent[0], 8);
 
     int threads;
     int64_t nc, n_blocks;
-    tops__split_n(p, NC_DEFAULT, grouped ? 4 * nr : nr, &threads, &nc, &n_blocks);
+    tops__split_n(p, NC_DEFAULT, prepacked ? 4 * nr : nr, &threads, &nc, &n_blocks);
 
     /* Workspace: quantized left (codes, scales, corrections) for each chunk
        of a round, then per thread: the weight block, its scales, an unpack
@@ -296,16 +296,16 @@ tops_status tops__gemm_q8_run(const char *fn, const tops__gemm_problem *p) {
                             const uint8_t *bp = blk.b;
                             const float *bs = blk.s, *bm = blk.m;
                             int64_t bstride = prepacked ? 8 * kp : 8 * kc, sstride = prepacked ? 8 * n_subs : 8 * nb;
-                            if (grouped) { /* this K block of the group at k0 * 32, its scales at k0 / sub * 32 */
+                            if (prepacked) { /* this K block of the group at k0 * 32, its scales at k0 / sub * 32 */
                                 bp = p->q8_panels + g * 8 * kp + k0 * 32;
                                 bs = p->q8_scales + g * 8 * n_subs + k0 / sub * 32;
                                 bm = mins ? p->q8_mins + g * 8 * n_subs + k0 / sub * 32 : NULL;
                                 bstride = 32, sstride = 8;
                             }
-                            /* The next group's block (grouped: next in memory), a quarter per row
+                            /* The next group's block (prepacked: next in memory), a quarter per row
                                tile, so its memory reads spread over this group's tiles. */
                             const int64_t ng = g + 4 * nr / 8;
-                            const uint8_t *next = grouped && (ng + 4) * 8 <= N ? bp + 32 * kp : NULL;
+                            const uint8_t *next = prepacked && (ng + 4) * 8 <= N ? bp + 32 * kp : NULL;
                             for (int64_t ip = 0; ip < m_pad / mr; ip++)
                                 x4->run(nb, sub, aq + ip * mr * kp + k0, kp, as + ip * mr * n_subs + k0 / sub,
                                         corr + ip * mr * n_subs + k0 / sub, n_subs, bp, bstride, bs, sstride,

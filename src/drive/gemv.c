@@ -277,11 +277,7 @@ static int fp8_block_scales(const tops_tensor *w, int64_t row, int64_t k0, int64
         if (sp->dtype == TOPS_DT_E8M0 && per == 1) { /* MX: a scale per 32, branch-free (vectorised) */
             const int64_t st = sp->stride[1];
             float *o = out + r * ld;
-            for (int64_t b = 0; b < nb; b++) {
-                const uint32_t c = base[(e0 + b) * st];
-                const uint32_t bits = c == 0xFFu ? 0x7fc00000u : c ? c << 23 : 0x00400000u; /* NaN; 2^-127 */
-                memcpy(o + b, &bits, 4);
-            }
+            for (int64_t b = 0; b < nb; b++) o[b] = tops__e8m0_to_f32(base[(e0 + b) * st]);
             continue;
         }
         for (int64_t b = 0, e = e0, left = per - (k0 / 32) % per; b < nb; e++, left = per) {

@@ -3,6 +3,8 @@
 #include "drive/qweight.h"
 #include "formats/traits.h"
 
+#include <math.h>
+
 tops__qweight tops__qweight_of(const tops_tensor *w) {
     const tops_format_info *info = tops_format_get_info(w->format.id);
     const tops_plane *p = &w->scales, *bp = &w->bias;
@@ -24,7 +26,11 @@ tops__qweight tops__qweight_of(const tops_tensor *w) {
         .bias_dtype = bp->dtype,
         .bias_row = bp->stride[0] * bsz,
         .bias_step = bp->stride[1] * bsz,
-        .mul = tops__nib_scale_mul(info, tops__format_int_layout(w->format.id), w),
+        /* every scale's multiplier besides its stored value: the layout's
+           unit (2^unit_exp, core/intform.h) and the tensor scale; one place,
+           so the row stream's in-kernel scales equal the unpackers' */
+        .mul = ldexpf(1.0f, tops__format_int_layout(w->format.id)->unit_exp) *
+               (info->has_tensor_scale ? 1.0f / w->tensor_scale : w->tensor_scale),
     };
     return q;
 }

@@ -7,8 +7,6 @@
 
 #include "cpu/dispatch.h"
 
-#include <math.h>
-
 /* Sub-block of the integer form: the format's block, at most 32 (plain
    integer formats: 32), so activations quantize per 16 or 32. */
 static inline int tops__unpack_sub(const tops_tensor *t) {
@@ -20,15 +18,6 @@ static inline int tops__unpack_sub(const tops_tensor *t) {
 static inline const uint8_t *tops__weight_row(const tops_tensor *t, int64_t row) {
     const tops_format_info *info = tops_format_get_info(t->format.id);
     return (const uint8_t *)t->data + row * (t->stride[0] / info->pack_elems) * info->pack_bytes;
-}
-/* The multiplier every scale of the integer form carries besides its
-   stored value: the unit of the traits row's layout (2^unit_exp,
-   core/intform.h) and the tensor scale.  One place, so the row stream's
-   in-kernel scales equal the unpackers' (same bits for packed and plain
-   weights). */
-static inline float tops__nib_scale_mul(const tops_format_info *info, const tops__int_layout *lay,
-                                        const tops_tensor *t) {
-    return ldexpf(1.0f, lay->unit_exp) * (info->has_tensor_scale ? 1.0f / t->tensor_scale : t->tensor_scale);
 }
 /* The unpackers' view of a weight (planes, strides, traits constants). */
 tops__qweight tops__qweight_of(const tops_tensor *w);

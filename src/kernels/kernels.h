@@ -131,7 +131,7 @@ typedef struct tops__nibstream_form {
     int scale;  /* TOPS__NIBSTREAM_E8M0, _F16 or _UE4M3: the stored scale bytes */
     int sub;    /* 32, or 16 (f16, ue4m3): elements per scale */
     int coded;  /* nibbles hold the table's q + offset (tops__nibstream_coded) */
-    float mul;  /* weight scale = stored value * mul (tops__nib_scale_mul) */
+    float mul;  /* weight scale = stored value * mul (tops__qweight_of's) */
 } tops__nibstream_form;
 static inline int tops__nibstream_lane(int l) { return l < 4 ? 2 * l : 2 * (l - 4) + 1; }
 /* The body of a stream kernel's entry point: calls FN(stream, layout,

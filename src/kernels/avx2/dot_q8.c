@@ -269,6 +269,18 @@ static inline float fp_code1(const uint8_t *row, int64_t q, int kind) {
     return kind == TOPS__FPROW_E5M2 ? tops__e5m2_to_f32(row[q]) : tops__e4m3_to_f32(row[q]);
 }
 
+/* Eight weights of each of two rows (w0, w1) against m activation rows
+   at a + i * lda: one FMA each into acc[i][0], acc[i][1]. */
+static inline __attribute__((always_inline)) void pair_fmas(const float *a, int64_t lda, const int m, __m256 w0,
+                                                            __m256 w1, __m256 acc[4][2]) {
+#pragma GCC unroll 4
+    for (int i = 0; i < m; i++) {
+        const __m256 x = _mm256_loadu_ps(a + i * lda);
+        acc[i][0] = _mm256_fmadd_ps(x, w0, acc[i][0]);
+        acc[i][1] = _mm256_fmadd_ps(x, w1, acc[i][1]);
+    }
+}
+
 /* Two minifloat rows (b, b + ldb bytes) against m activation rows, each
    code decoded once (times its block's scale ws[r * ld_ws + k / 32] with
    ws: MX): out[4 * i + r], one FMA chain in 8 lanes per output.  fp8:
@@ -292,12 +304,7 @@ static inline __attribute__((always_inline)) void fp_pair(const float *a, int64_
                     w0 = _mm256_mul_ps(w0, _mm256_set1_ps(ws[k / 32]));
                     w1 = _mm256_mul_ps(w1, _mm256_set1_ps(ws[ld_ws + k / 32]));
                 }
-#pragma GCC unroll 4
-                for (int i = 0; i < m; i++) {
-                    const __m256 x = _mm256_loadu_ps(a + i * lda + k + 8 * half);
-                    acc[i][0] = _mm256_fmadd_ps(x, w0, acc[i][0]);
-                    acc[i][1] = _mm256_fmadd_ps(x, w1, acc[i][1]);
-                }
+                pair_fmas(a + k + 8 * half, lda, m, w0, w1, acc);
             }
         }
     } else {
@@ -308,12 +315,7 @@ static inline __attribute__((always_inline)) void fp_pair(const float *a, int64_
                 w0 = _mm256_mul_ps(w0, _mm256_set1_ps(ws[k / 32]));
                 w1 = _mm256_mul_ps(w1, _mm256_set1_ps(ws[ld_ws + k / 32]));
             }
-#pragma GCC unroll 4
-            for (int i = 0; i < m; i++) {
-                const __m256 x = _mm256_loadu_ps(a + i * lda + k);
-                acc[i][0] = _mm256_fmadd_ps(x, w0, acc[i][0]);
-                acc[i][1] = _mm256_fmadd_ps(x, w1, acc[i][1]);
-            }
+            pair_fmas(a + k, lda, m, w0, w1, acc);
         }
     }
     /* fp6: the unit once per output without block scales; with them it is in ws (wunit) */
