@@ -350,6 +350,9 @@ tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec
 
 static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm_problem *pp,
                      const tops_tensor *right, char *buf, size_t cap);
+static tops_status path_with(const char *fn, const tops__kernels *kern, const tops_exec *exec,
+                             const tops_matmul2d_desc *desc, const tops_tensor *left, const tops_tensor *right,
+                             const tops_tensor *dest, char *buf, size_t cap);
 
 tops_status tops__matmul2d_check_right(const char *fn, const tops_tensor *right, int transposed, int64_t *k,
                                        int64_t *n) {
@@ -382,9 +385,24 @@ tops_status tops_matmul2d_path(const tops_exec *exec, const tops_matmul2d_desc *
     }
     const tops__kernels *kern;
     tops_status st = tops__kernels_checked(fn, &kern);
-    if (st != TOPS_OK) return st;
+    return st != TOPS_OK ? st : path_with(fn, kern, exec, desc, left, right, dest, buf, cap);
+}
+
+tops_status tops__matmul2d_path_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
+                                     const tops_tensor *left, const tops_tensor *right, const tops_tensor *dest,
+                                     char *buf, size_t cap) {
+    static const char fn[] = "tops_matmul2d_path";
+    if (!buf || cap == 0) return tops__fail(TOPS_INVALID_ARGUMENT, fn, "buf is NULL or cap is 0");
+    return path_with(fn, kern, exec, desc, left, right, dest, buf, cap);
+}
+
+/* The CPU half of tops_matmul2d_path for one kernel table. */
+static tops_status path_with(const char *fn, const tops__kernels *kern, const tops_exec *exec,
+                             const tops_matmul2d_desc *desc, const tops_tensor *left, const tops_tensor *right,
+                             const tops_tensor *dest, char *buf, size_t cap) {
     plan_inputs in;
-    if ((st = check_all(fn, exec, desc, left, right, dest, &in)) != TOPS_OK) return st;
+    tops_status st = check_all(fn, exec, desc, left, right, dest, &in);
+    if (st != TOPS_OK) return st;
     tops__gemm_problem p;
     plan_kind kind = plan_call(kern, &in, desc, left, NULL, &right, (tops_tensor *)dest, &p);
     describe(kern, kind, &p, right, buf, cap);

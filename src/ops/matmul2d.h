@@ -9,6 +9,10 @@ struct tops__gemm_operand;
 
 tops_status tops__matmul2d_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
                                 const tops_tensor *left, const tops_tensor *right, tops_tensor *dest);
+/* tops_matmul2d_path (CPU) with a given kernel table. */
+tops_status tops__matmul2d_path_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,
+                                     const tops_tensor *left, const tops_tensor *right, const tops_tensor *dest,
+                                     char *buf, size_t cap);
 /* tops_pack_right (CPU) with a given kernel table: its packed forms are the
    ones that table's drivers read. */
 tops_status tops__pack_right_with(const tops__kernels *kern, const tops_exec *exec, const tops_matmul2d_desc *desc,

@@ -374,8 +374,11 @@ static void test_winograd(void) {
     static const cv_case res4 = {1, 14, 14, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};   /* 49 tiles */
     static const cv_case res5 = {1, 7, 7, 32, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};     /* 16 tiles */
     static const cv_case res3b = {3, 28, 28, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0};  /* 588 tiles */
-    /* packed integer weights stay on the relaxed rows kernel where it beats Winograd (VNNI) */
-    const int rows_win = tops__kernels_get()->gemm_q8_rows_over_wino;
+    /* packed integer weights stay on the relaxed rows kernel where it beats
+       Winograd (VNNI); at the AMX level they are packed for the AMX tiles,
+       which the rows kernel cannot read */
+    const tops__kernels *kd = tops__kernels_get();
+    const int rows_win = kd->gemm_q8_rows_over_wino && !kd->amx_q8.run;
     expect_path(&res4, "int4-g32", 1, 1, !rows_win);
     expect_path(&res4, "int8-g32", 1, 1, !rows_win);
     expect_path(&res4, "f32", 1, 1, 1);
