@@ -7,6 +7,8 @@
 #ifndef TOPS_CORE_INTFORM_H
 #define TOPS_CORE_INTFORM_H
 
+#include "tensorops.h"
+
 #include <stdint.h>
 
 typedef enum tops__iform {
@@ -53,5 +55,25 @@ typedef struct tops__int_layout {
     int8_t map[64];    /* 4-bit (16 entries) or 6-bit code -> q */
     int8_t unit_exp;   /* element = q * 2^unit_exp * scale: e2m1 -1 (doubled), e2m3 -3, mxint8 -6 */
 } tops__int_layout;
+
+/* A weight as the unpackers see it: its planes, byte strides, K and its
+   traits row's constants, filled by tops__qweight_of (formats/qweight.h). */
+typedef struct tops__qweight {
+    const uint8_t *data;      /* row 0 of the data plane */
+    int64_t row_bytes;        /* data-plane bytes from one row to the next */
+    int64_t k;                /* elements per row (K) */
+    int sub;                  /* sub-block of the integer form (<= 32) */
+    int block_bytes;          /* self-contained blocks (GGUF): bytes per block */
+    tops__int_layout lay;     /* the integer form: codes, map, header, scale encoding */
+    int64_t group;            /* element planes: elements per scale entry */
+    const uint8_t *scales;    /* scale plane at row 0, or NULL: every scale is mul */
+    tops_dtype scale_dtype;   /* f16, bf16, f32, e8m0 or ue4m3 */
+    int64_t scale_row, scale_step; /* scale plane strides in bytes (row, block) */
+    const uint8_t *bias;      /* bias plane at row 0 (CODES with has_min: int4-gG-affine), or NULL */
+    tops_dtype bias_dtype;
+    int64_t bias_row, bias_step; /* its strides in bytes (row, block) */
+    float mul;                /* every scale's multiplier: the layout's unit times the
+                                 tensor scale (1 / S_enc where it divides) */
+} tops__qweight;
 
 #endif

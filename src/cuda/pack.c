@@ -4,6 +4,7 @@
    kept in their own compact encoding. */
 #include "cuda/cuda_internal.h"
 #include "formats/elem.h"
+#include "formats/qweight.h"
 #include "formats/traits.h"
 #include "kernels/kernels.h"
 
@@ -84,39 +85,26 @@ static void release_source(source_map *m) {
 
 /* GS_FORM: every row through the scalar unpacker of the CPU integer form
    (kernels/ref: q, and per sub-block the decoder's f32 scale and min,
-   the layout's unit in it); the tensor scale stays out (the kernels'
-   global factor).  Plain element codes (e2m3) take sub-blocks of 32, as
-   on the CPU; a scale plane (mxfp6's e8m0) is the unpacker's to read.
-   0 when out of memory. */
+   the layout's unit in it), on the view the CPU drivers use
+   (tops__qweight_of); the tensor scale stays out (the kernels' global
+   factor).  Plain element codes (e2m3) take sub-blocks of 32, as on the
+   CPU; a scale or bias plane (mxfp6's e8m0, int4-gG-affine's mins) is the
+   unpacker's to read.  0 when out of memory. */
 static int unpack_form(const tops_tensor *w, source_map *m) {
     tops__form_kernels forms[TOPS__IF_COUNT_];
     tops__ref_fill_unpackers(forms);
-    const tops_format_info *info = m->info;
     const tops__form_kernels *fk = &forms[m->lay.form];
     const int mins = !fk->run || m->lay.has_min;
     const int64_t rows = w->extent[0];
-    const int64_t block = info->block > 1 ? info->block : 32;
-    m->sub = info->sub_block ? (int)info->sub_block : (int)block;
-    m->qk = tops__ceil_div(w->extent[1], block) * block;
+    tops__qweight qw = tops__qweight_of(w);
+    qw.mul = ldexpf(1.0f, m->lay.unit_exp);
+    m->sub = qw.sub;
+    m->qk = tops__ceil_div(w->extent[1], qw.group) * qw.group;
     const int64_t nsub = m->qk / m->sub;
     m->q = malloc((size_t)(rows * m->qk));
     m->fscale = malloc((size_t)(rows * nsub) * sizeof(float));
     m->fmin = mins ? malloc((size_t)(rows * nsub) * sizeof(float)) : NULL;
     if (!m->q || !m->fscale || (mins && !m->fmin)) return 0;
-    const tops__qweight qw = {
-        .data = (const uint8_t *)w->data,
-        .row_bytes = (w->stride[0] / info->pack_elems) * info->pack_bytes,
-        .k = w->extent[1],
-        .sub = m->sub,
-        .block_bytes = info->pack_bytes,
-        .lay = m->lay,
-        .group = block,
-        .scales = (const uint8_t *)w->scales.data,
-        .scale_dtype = w->scales.dtype,
-        .scale_row = w->scales.stride[0] * ((tops_dtype_bits(w->scales.dtype) + 7) / 8),
-        .scale_step = w->scales.stride[1] * ((tops_dtype_bits(w->scales.dtype) + 7) / 8),
-        .mul = ldexpf(1.0f, m->lay.unit_exp),
-    };
     for (int64_t r = 0; r < rows; r++) {
         if (mins) fk->run_min(&qw, r, 0, m->qk, m->q + r * m->qk, m->fscale + r * nsub, m->fmin + r * nsub);
         else fk->run(&qw, r, 0, m->qk, m->q + r * m->qk, m->fscale + r * nsub);
@@ -178,6 +166,8 @@ static uint32_t get_code(const tops_tensor *w, const source_map *m, int transpos
         if (m->code == TOPS__CU_CODE_I8) return (uint32_t)(qs[j] ^ 0x80u);
         return j < half ? qs[j] & 0xFu : qs[j - half] >> 4;
     }
+    if (info->element_bits == 6) /* e3m2 on the e4m3 family: each of its values is an e4m3 value */
+        return tops__f32_to_e4m3(tops__decode_elem(info->element, tops__fp6_code(row, k)), 0);
     if (info->element_bits == 4) {
         unsigned nib = (k & 1) ? row[k / 2] >> 4 : row[k / 2] & 0xFu;
         return m->code == TOPS__CU_CODE_U4 ? (nib ^ 8u) : nib; /* two's complement -> q + 8 */

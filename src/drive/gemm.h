@@ -7,7 +7,7 @@
 
 #include "core/threads.h"
 #include "cpu/dispatch.h"
-#include "drive/qweight.h"
+#include "formats/qweight.h"
 
 /* Reads rows [r0, r0 + nr) x columns [c0, c0 + nc) of a rank-2 tensor's
    storage into out[i * ld + j] as f32 (every plane applied). */

@@ -6,7 +6,7 @@
    place).  Threads split N; each output element sums K in the same order
    for any thread count. */
 #include "drive/gemm.h"
-#include "drive/qweight.h"
+#include "formats/qweight.h"
 #include "core/threads.h"
 #include "formats/elem.h"
 

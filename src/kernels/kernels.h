@@ -27,28 +27,11 @@ typedef struct tops__gemm_ukernel {
    An unpacker sees memory only: the weight's planes, strides and the
    constants of its traits row (lay: its integer form, core/intform.h),
    filled once per call by the layer above (tops__qweight_of,
-   drive/qweight.h); the table holds one unpacker per form, never per
+   formats/qweight.h; the struct: core/intform.h); the table holds one unpacker per form, never per
    format.  Elements [k0, k0 + n) of row `row`
    of a weight stored [N, K] with blocks along K become q[i] (|q| <= qmax,
    0 past K) and one f32 scale per sub-block of `sub` elements, element =
    q * scale.  k0 and n are multiples of sub. */
-typedef struct tops__qweight {
-    const uint8_t *data;      /* row 0 of the data plane */
-    int64_t row_bytes;        /* data-plane bytes from one row to the next */
-    int64_t k;                /* elements per row (K) */
-    int sub;                  /* sub-block of the integer form (<= 32) */
-    int block_bytes;          /* self-contained blocks (GGUF): bytes per block */
-    tops__int_layout lay;     /* the integer form: codes, map, header, scale encoding */
-    int64_t group;            /* element planes: elements per scale entry */
-    const uint8_t *scales;    /* scale plane at row 0, or NULL: every scale is mul */
-    tops_dtype scale_dtype;   /* f16, bf16, f32, e8m0 or ue4m3 */
-    int64_t scale_row, scale_step; /* scale plane strides in bytes (row, block) */
-    const uint8_t *bias;      /* bias plane at row 0 (CODES with has_min: int4-gG-affine), or NULL */
-    tops_dtype bias_dtype;
-    int64_t bias_row, bias_step; /* its strides in bytes (row, block) */
-    float mul;                /* every scale's multiplier: the layout's unit times the
-                                 tensor scale (1 / S_enc where it divides) */
-} tops__qweight;
 
 
 /* The most activation rows a dot_f32_nibbles_rows call takes. */

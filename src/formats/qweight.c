@@ -1,7 +1,6 @@
 /* tops__qweight_of: a weight's planes, strides and traits constants for
-   the unpackers (drive/qweight.h). */
-#include "drive/qweight.h"
-#include "formats/traits.h"
+   the unpackers (formats/qweight.h). */
+#include "formats/qweight.h"
 
 #include <math.h>
 

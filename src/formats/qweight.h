@@ -1,11 +1,11 @@
-/* Weights as the unpackers see them: the drivers turn a tensor and its
-   traits row into a tops__qweight (kernels/kernels.h: planes, strides,
-   constants) once per call, so no microkernel reads a tensor or the
-   format registry. */
-#ifndef TOPS_DRIVE_QWEIGHT_H
-#define TOPS_DRIVE_QWEIGHT_H
+/* Weights as the unpackers see them: the CPU drivers and the GPU packer
+   turn a tensor and its traits row into a tops__qweight (core/intform.h:
+   planes, strides, constants) once per call, so no microkernel reads a
+   tensor or the format registry. */
+#ifndef TOPS_FORMATS_QWEIGHT_H
+#define TOPS_FORMATS_QWEIGHT_H
 
-#include "cpu/dispatch.h"
+#include "formats/traits.h"
 
 /* Sub-block of the integer form: the format's block, at most 32 (plain
    integer formats: 32), so activations quantize per 16 or 32. */
