@@ -205,7 +205,8 @@ out:
    q4_K, ...), and the variants of the parameterised rows. */
 static void test_every_format_reads_back(void) {
     th_rng r = th_seed();
-    static const char *const variants[] = {"int4-g128", "int4-g64:bf16", "int4-g32:e8m0", "int4-g16:f32", "int8-g128"};
+    static const char *const variants[] = {"int4-g128", "int4-g64:bf16", "int4-g32:e8m0", "int4-g16:f32", "int8-g128",
+                                          "int2-g128",  "int4-g64-affine"};
     int rows = 0;
     for (int id = 0; id < TOPS_FMT_COUNT_; id++) {
         const tops__gpu_rule *rule = tops__format_gpu_rule((tops_format_id)id);
