@@ -345,6 +345,7 @@ TOPS_API tops_status tops_tensor_data_span(const tops_tensor *tensor, size_t *by
     X(AVX512BW, "avx512bw")                                                    \
     X(AVX512VL, "avx512vl")                                                    \
     X(AVX512DQ, "avx512dq")                                                    \
+    X(AVX512_VBMI, "avx512vbmi")                                               \
     X(AVX512_VNNI, "avx512_vnni")                                              \
     X(AVX512_BF16, "avx512_bf16")                                              \
     X(AVX512_FP16, "avx512_fp16")                                              \

@@ -149,7 +149,8 @@ static tops__unpacker unpacker_for(const tops__kernels *k, tops_format_id id) {
     return up;
 }
 
-static void fill_table(tops__kernels *k, tops_isa level) {
+static void fill_table(tops__kernels *k, tops_isa level, const tops_cpu_info *ci) {
+    (void)ci;
     memset(k, 0, sizeof *k);
     k->isa = level;
     k->f32_to_f16_row = tops__ref_f32_to_f16_row;
@@ -272,7 +273,8 @@ static void fill_table(tops__kernels *k, tops_isa level) {
         k->forms[TOPS__IF_SUPER_MIN].dot_super_f32 = tops__avx512_dot_super_min_f32;
         k->forms[TOPS__IF_SUPER_6BIT].dot_super_f32 = tops__avx512_dot_super_6bit_f32;
         k->conv_f32_rows_name = "tops_conv_f32_6x64_rows__avx512";
-        k->dot_fp8_rows = tops__avx512_dot_fp8_rows;
+        /* fp6 rows 64 codes a step through vpermb / vpmultishiftqb where the CPU has them */
+        k->dot_fp8_rows = ci->has[TOPS_CPU_AVX512_VBMI] ? tops__avx512vbmi_dot_fp8_rows : tops__avx512_dot_fp8_rows;
         k->fp8_rows_max_m = 16;
         k->dot_f32_nibbles_rows = tops__avx512_dot_f32_nibbles_rows;
         k->dot_f32_bytes_rows = tops__avx512_dot_f32_bytes_rows;
@@ -336,7 +338,7 @@ static void init_once(void) {
         if (cpu.isa_available[i]) best = (tops_isa)i;
     cpu.isa_best = best;
     for (int i = 0; i < TOPS_ISA_COUNT_; i++)
-        if (cpu.isa_available[i]) fill_table(&tables[i], (tops_isa)i);
+        if (cpu.isa_available[i]) fill_table(&tables[i], (tops_isa)i, &cpu);
     active = best;
     snprintf(cpu.isa_reason, sizeof cpu.isa_reason, "best level this machine supports");
 

@@ -72,6 +72,7 @@ static void detect_x86(tops_cpu_info *ci) {
         ci->has[TOPS_CPU_AVX512DQ] = ((b >> 17) & 1) && os_avx512;
         ci->has[TOPS_CPU_AVX512BW] = ((b >> 30) & 1) && os_avx512;
         ci->has[TOPS_CPU_AVX512VL] = ((b >> 31) & 1) && os_avx512;
+        ci->has[TOPS_CPU_AVX512_VBMI] = ((c >> 1) & 1) && os_avx512;
         ci->has[TOPS_CPU_AVX512_VNNI] = ((c >> 11) & 1) && os_avx512;
         ci->has[TOPS_CPU_AVX512_FP16] = ((d >> 23) & 1) && os_avx512;
         ci->has[TOPS_CPU_AMX_BF16] = ((d >> 22) & 1) && os_amx;

@@ -939,6 +939,9 @@ void tops__avx512_dot_f32_bytes_rows(const uint8_t *blocks, int64_t row_bytes, c
                                      float *out);
 void tops__avx512_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n, int kind,
                                const float *ws, int64_t ld_ws, float *out);
+/* The same with AVX512-VBMI (fp6 64 codes a step; the same bits). */
+void tops__avx512vbmi_dot_fp8_rows(const float *a, int64_t lda, int m, const uint8_t *b, int64_t ldb, int64_t n,
+                                   int kind, const float *ws, int64_t ld_ws, float *out);
 void tops__avx2_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                   const int8_t *aq, const float *as, const float *acorr, const float *ws, int64_t ld_ws,
                                   int64_t nb, int sub, float *out);

@@ -53,7 +53,7 @@ static void test_features_match_the_kernel(void) {
         {TOPS_CPU_SSE42, "sse4_2"}, {TOPS_CPU_AVX, "avx"}, {TOPS_CPU_AVX2, "avx2"}, {TOPS_CPU_FMA, "fma"},
         {TOPS_CPU_F16C, "f16c"}, {TOPS_CPU_BMI2, "bmi2"}, {TOPS_CPU_AVX512F, "avx512f"},
         {TOPS_CPU_AVX512BW, "avx512bw"}, {TOPS_CPU_AVX512VL, "avx512vl"}, {TOPS_CPU_AVX512DQ, "avx512dq"},
-        {TOPS_CPU_AVX512_VNNI, "avx512_vnni"}, {TOPS_CPU_AVX512_BF16, "avx512_bf16"},
+        {TOPS_CPU_AVX512_VBMI, "avx512vbmi"}, {TOPS_CPU_AVX512_VNNI, "avx512_vnni"}, {TOPS_CPU_AVX512_BF16, "avx512_bf16"},
         {TOPS_CPU_AVX512_FP16, "avx512_fp16"}, {TOPS_CPU_AVX_VNNI, "avx_vnni"},
         {TOPS_CPU_AMX_TILE, "amx_tile"}, {TOPS_CPU_AMX_INT8, "amx_int8"}, {TOPS_CPU_AMX_BF16, "amx_bf16"},
     };

@@ -912,6 +912,44 @@ static void fp6_mx_extremes(const tops__kernels *kern, int e3) {
     }
 }
 
+/* The AVX512-VBMI fp6 rows against the AVX-512 ones, bit for bit (the same
+   products in the same order), where the CPU has VBMI: both kinds, M 1-4,
+   K of whole 64-code steps and of 16-code and partial tails, plain rows
+   and block scales (random powers of two and ordinary values). */
+static void fp6_vbmi_same_bits(void) {
+#if defined(TOPS_HAVE_X86_KERNELS)
+    tops_cpu_info ci;
+    ASSERT_OK(tops_cpu_get_info(&ci));
+    if (!ci.has[TOPS_CPU_AVX512_VBMI] || !ci.isa_available[TOPS_ISA_AVX512]) {
+        printf("     (no AVX512-VBMI: the VBMI fp6 rows not run)\n");
+        return;
+    }
+    enum { KMAX = 1000, LD = 1024 };
+    static const int64_t ks[] = {64, 100, 259, 320, 1000};
+    static uint8_t b[4 * (KMAX / 4 * 3 + 64)];
+    static float a[4 * LD], ws[4 * 32];
+    const int64_t ldb = KMAX / 4 * 3 + 64;
+    for (size_t i = 0; i < sizeof b; i++) b[i] = (uint8_t)th_next(&rng);
+    for (int i = 0; i < 4 * LD; i++) a[i] = th_uniform(&rng, -1.0f, 1.0f);
+    for (int i = 0; i < 4 * 32; i++)
+        ws[i] = i % 3 ? ldexpf(1.0f, (int)(th_next(&rng) % 40) - 20) : th_uniform(&rng, 0.1f, 3.0f);
+    int cases = 0;
+    for (int kind = TOPS__FPROW_E2M3; kind <= TOPS__FPROW_E3M2; kind++)
+        for (int m = 1; m <= 4; m++)
+            for (size_t kk = 0; kk < sizeof ks / sizeof ks[0]; kk++)
+                for (int blocked = 0; blocked < 2; blocked++) {
+                    float want[16], got[16];
+                    tops__avx512_dot_fp8_rows(a, LD, m, b, ldb, ks[kk], kind, blocked ? ws : NULL, 32, want);
+                    tops__avx512vbmi_dot_fp8_rows(a, LD, m, b, ldb, ks[kk], kind, blocked ? ws : NULL, 32, got);
+                    cases++;
+                    if (memcmp(want, got, (size_t)(4 * m) * sizeof(float)) != 0)
+                        TH_FAIL_AT("kind %d m=%d k=%lld blocked=%d: VBMI rows %.9g, AVX-512 rows %.9g", kind, m,
+                                   (long long)ks[kk], blocked, got[0], want[0]);
+                }
+    printf("     %d VBMI fp6 row calls equal the AVX-512 ones bit for bit\n", cases);
+#endif
+}
+
 /* fp6 weight rows read in place (dot_fp8_rows' 6-bit kinds, small M):
    every e2m3 and e3m2 code decoded exactly (one-hot activations on codes
    that start at each of the four bit offsets, K with three codes past the
@@ -928,6 +966,7 @@ static void test_fp6_rows(void) {
         for (int e3 = 0; e3 < 2; e3++) fp6_exact_codes(kern, e3), fp6_mx_extremes(kern, e3);
         minifloat_rows_products(kern, ids, 4, "fp6 rows in place");
     }
+    fp6_vbmi_same_bits();
     /* mxfp6 (an integer form: e2m3 times 8) packed: relaxed for the integer
        panels, strict into f32 panels (at AMX levels its code tiles) */
     mm_operand w;
