@@ -61,14 +61,31 @@ static inline __attribute__((always_inline)) void step(const float *a, int64_t l
     }
 }
 
-static inline __attribute__((always_inline)) void rows(const float *a, int64_t lda, const int m, const uint8_t *b,
-                                                       int64_t ldb, int64_t n, const int kind, const float *ws,
-                                                       int64_t ld_ws, float *out) {
-    __m512 acc[TOPS__FP8_ROWS_MAX_M][4];
+static inline __attribute__((always_inline)) void zero_acc(__m512 acc[TOPS__FP8_ROWS_MAX_M][4]) {
 #pragma GCC unroll 4
     for (int i = 0; i < TOPS__FP8_ROWS_MAX_M; i++)
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+}
+
+/* Codes k.. n - 1 by 16-code steps (the last one masked), then each
+   output: its lanes summed, times the fp6 unit where no block scale has it. */
+static inline __attribute__((always_inline)) void finish(const float *a, int64_t lda, const int m, const uint8_t *b,
+                                                         int64_t ldb, int64_t n, int64_t k, const int kind,
+                                                         const float *ws, int64_t ld_ws,
+                                                         __m512 acc[TOPS__FP8_ROWS_MAX_M][4], float *out) {
+    for (; k + 16 <= n; k += 16) step(a, lda, m, b, ldb, k, 0xFFFF, kind, ws, ld_ws, acc);
+    if (k < n) step(a, lda, m, b, ldb, k, (__mmask16)((1u << (n - k)) - 1), kind, ws, ld_ws, acc);
+    const float unit = kind >= TOPS__FPROW_E2M3 && !ws ? tops__fp6_unit(kind == TOPS__FPROW_E3M2) : 1.0f;
+    for (int i = 0; i < m; i++)
+        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]) * unit;
+}
+
+static inline __attribute__((always_inline)) void rows(const float *a, int64_t lda, const int m, const uint8_t *b,
+                                                       int64_t ldb, int64_t n, const int kind, const float *ws,
+                                                       int64_t ld_ws, float *out) {
+    __m512 acc[TOPS__FP8_ROWS_MAX_M][4];
+    zero_acc(acc);
     int64_t k = 0;
     for (; k + 64 <= n; k += 64) { /* a line (fp6: 48 bytes) of each row a step, PREFETCH bytes ahead */
         const int64_t at = (kind >= TOPS__FPROW_E2M3 ? k / 4 * 3 : k) + PREFETCH;
@@ -77,12 +94,7 @@ static inline __attribute__((always_inline)) void rows(const float *a, int64_t l
 #pragma GCC unroll 4
         for (int q = 0; q < 4; q++) step(a, lda, m, b, ldb, k + 16 * q, 0xFFFF, kind, ws, ld_ws, acc);
     }
-    for (; k + 16 <= n; k += 16) step(a, lda, m, b, ldb, k, 0xFFFF, kind, ws, ld_ws, acc);
-    if (k < n) step(a, lda, m, b, ldb, k, (__mmask16)((1u << (n - k)) - 1), kind, ws, ld_ws, acc);
-    /* fp6 without block scales: the unit once per output */
-    const float unit = kind >= TOPS__FPROW_E2M3 && !ws ? tops__fp6_unit(kind == TOPS__FPROW_E3M2) : 1.0f;
-    for (int i = 0; i < m; i++)
-        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]) * unit;
+    finish(a, lda, m, b, ldb, n, k, kind, ws, ld_ws, acc, out);
 }
 
 #define TOPS_FP_ROWS_KIND(M, K)                               \
@@ -173,10 +185,7 @@ static inline __attribute__((always_inline)) TOPS_VBMI void rows_vbmi(const floa
     const int e3m2 = kind == TOPS__FPROW_E3M2;
     const __m512i tlo = _mm512_loadu_si512(fp6_f16_lo[e3m2]), thi = _mm512_loadu_si512(fp6_f16_hi[e3m2]);
     __m512 acc[TOPS__FP8_ROWS_MAX_M][4];
-#pragma GCC unroll 4
-    for (int i = 0; i < TOPS__FP8_ROWS_MAX_M; i++)
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) acc[i][r] = _mm512_setzero_ps();
+    zero_acc(acc);
     int64_t k = 0;
     for (; k + 64 <= n; k += 64) {
 #pragma GCC unroll 4
@@ -192,11 +201,7 @@ static inline __attribute__((always_inline)) TOPS_VBMI void rows_vbmi(const floa
                     acc[i][r] = _mm512_fmadd_ps(_mm512_loadu_ps(a + i * lda + k + 16 * q), w[q], acc[i][r]);
         }
     }
-    for (; k + 16 <= n; k += 16) step(a, lda, m, b, ldb, k, 0xFFFF, kind, ws, ld_ws, acc);
-    if (k < n) step(a, lda, m, b, ldb, k, (__mmask16)((1u << (n - k)) - 1), kind, ws, ld_ws, acc);
-    const float unit = ws ? 1.0f : tops__fp6_unit(e3m2);
-    for (int i = 0; i < m; i++)
-        for (int r = 0; r < 4; r++) out[4 * i + r] = _mm512_reduce_add_ps(acc[i][r]) * unit;
+    finish(a, lda, m, b, ldb, n, k, kind, ws, ld_ws, acc, out);
 }
 
 #define TOPS_FP6_ROWS(M)                                                                                               \
