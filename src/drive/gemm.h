@@ -164,7 +164,8 @@ void tops__pack_q8_panels(const tops__kernels *kern, const tops_tensor *w, int64
    Integer-form driver (tops__gemm_amx_run): right stored [N, K] with any
    integer form (kern->unpack) whose sub-block is 4, 8, 16 or 32
    (tops__gemm_amx_supports), codes in tiles, f32 scaling per sub-block:
-   relaxed i8 activations on the i8 tiles (kern->amx_q8), strict
+   relaxed i8 activations on the i8 tiles (kern->amx_q8; forms with mins
+   too, their min term one FMA per block and row), strict
    activations as bf16 hi + lo on the bf16 tiles (kern->amx_bf16).
    bf16 terms (tops__gemm_amx_bf16t_run, kern->amx_bf16t): any right
    operand (prepacked i8 panels, an integer form, or any format's f32
@@ -198,12 +199,14 @@ int tops__amx_bf16t_unpacks_mins(const tops__gemm_problem *p);
    (relaxed, and strict where tops__amx_one_term: i8,
    tops__amx_pack_panel, read by the i8 tiles and the bf16 terms; other
    strict: bf16, tops__amx_pack_panel_bf16, read by the bf16 code tiles), and per sub-block 16 column scales at scales + g * 16 *
-   (kp / sub).  Fills groups [g0, g0 + count); scratch holds 16 * kp bytes
-   + 16 * (kp / sub) floats.  Missing columns: q = 0, scale 0.  Same bytes
-   as the drivers' per-call packing. */
+   (kp / sub); relaxed weights with mins (q4_1, q4_K, q5_K, affine int4)
+   also their column mins at mins, laid out as the scales (else mins is
+   NULL).  Fills groups [g0, g0 + count); scratch holds 16 * kp bytes
+   + 16 * (kp / sub) floats (twice that with mins).  Missing columns: q = 0,
+   scale 0, min 0.  Same bytes as the drivers' per-call packing. */
 int64_t tops__amx_groups(int64_t n);
 void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t kp, int64_t g0,
-                           int64_t count, void *panels, float *scales, void *scratch);
+                           int64_t count, void *panels, float *scales, float *mins, void *scratch);
 /* Relaxed (or tops__amx_one_term) weights whose codes take at most 16
    values (4-bit codes without mins): the panels in their 4-bit form (kernels.h, tops__amx_nib_expand;
    half the bytes), group g at panels + g * 8 * kp, lut the codes of the

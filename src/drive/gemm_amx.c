@@ -37,16 +37,26 @@
 enum { KC_DEFAULT = 2048, NC_DEFAULT = 128, NC_Q8 = 128, NC_FUSED = 64, M_CHUNK_MAX = 512 };
 
 /* Whether w's integer form fits the tile panels (sub-blocks of 4..32
-   dividing 32). */
-static int panels_fit(const tops__kernels *kern, const tops_tensor *w) {
-    if (tops__is_packed(w) || !kern->unpack[w->format.id].run) return 0;
+   dividing 32); mins: the form with mins (tops__unpack_min_fn) instead. */
+static int form_fits(const tops__kernels *kern, const tops_tensor *w, int mins) {
+    const tops__unpacker *up = &kern->unpack[w->format.id];
+    if (tops__is_packed(w) || (mins ? !up->run_min : !up->run)) return 0;
     const int sub = tops__unpack_sub(w);
     return sub >= 4 && sub % 4 == 0 && 32 % sub == 0;
 }
 
+static int panels_fit(const tops__kernels *kern, const tops_tensor *w) { return form_fits(kern, w, 0); }
+
+/* Relaxed weights with mins (q4_1, q4_K, q5_K, affine int4) take the i8
+   tiles too (the min term one more FMA per block), and their panels the
+   bf16 terms (terms_q8_min). */
+static int has_mins(const tops__kernels *kern, const tops_tensor *w) {
+    return !kern->unpack[w->format.id].run && kern->amx_bf16t.terms_q8_min && form_fits(kern, w, 1);
+}
+
 int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed) {
-    const int have = relaxed ? kern->amx_q8.run != NULL : kern->amx_bf16 != NULL;
-    return have && panels_fit(kern, w);
+    if (relaxed) return kern->amx_q8.run != NULL && (panels_fit(kern, w) || has_mins(kern, w));
+    return kern->amx_bf16 != NULL && panels_fit(kern, w);
 }
 
 /* Significant bits of v > 0 (from its highest set bit to its lowest). */
@@ -85,32 +95,42 @@ int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w, float *f
 }
 
 /* One 16-column group over [k0, k0 + kc): valid columns exist, the rest
-   get q = 0, scale 0.  rows: 16 * kc codes, qs: 16 * kc / sub scales;
-   panel: i8 codes (tops__amx_pack_panel) or, strict, bf16 ones
-   (tops__amx_pack_panel_bf16). */
+   get q = 0, scale 0 (min 0).  rows: 16 * kc codes, qs: 16 * kc / sub
+   scales (twice that with mins); panel: i8 codes (tops__amx_pack_panel) or,
+   strict, bf16 ones (tops__amx_pack_panel_bf16).  Weights with mins (no
+   run, relaxed): their mins into pmin, laid out as pscale. */
 static void pack_group(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t n0, int64_t valid,
-                       int64_t k0, int64_t kc, int sub, int8_t *rows, float *qs, void *panel, float *pscale) {
+                       int64_t k0, int64_t kc, int sub, int8_t *rows, float *qs, void *panel, float *pscale,
+                       float *pmin) {
     const tops__unpack_fn unpack = kern->unpack[w->format.id].run;
+    const tops__unpack_min_fn unpack_min = unpack ? NULL : kern->unpack[w->format.id].run_min;
     const tops__qweight qw = tops__qweight_of(w);
     const int64_t nb = kc / sub;
+    float *qm = qs + 16 * nb;
     for (int j = 0; j < 16; j++) {
         if (j < valid) {
-            unpack(&qw, n0 + j, k0, kc, rows + j * kc, qs + j * nb);
+            if (unpack) unpack(&qw, n0 + j, k0, kc, rows + j * kc, qs + j * nb);
+            else unpack_min(&qw, n0 + j, k0, kc, rows + j * kc, qs + j * nb, qm + j * nb);
         } else {
             memset(rows + j * kc, 0, (size_t)kc);
             for (int64_t b = 0; b < nb; b++) qs[j * nb + b] = 0.0f;
+            if (!unpack)
+                for (int64_t b = 0; b < nb; b++) qm[j * nb + b] = 0.0f;
         }
     }
     if (strict) tops__amx_pack_panel_bf16(rows, kc, panel);
     else tops__amx_pack_panel(rows, kc, panel);
     for (int64_t b = 0; b < nb; b++)
         for (int j = 0; j < 16; j++) pscale[b * 16 + j] = qs[j * nb + b];
+    if (!unpack)
+        for (int64_t b = 0; b < nb; b++)
+            for (int j = 0; j < 16; j++) pmin[b * 16 + j] = qm[j * nb + b];
 }
 
 int64_t tops__amx_groups(int64_t n) { return tops__round_up(n, 32) / 16; }
 
 void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t kp, int64_t g0,
-                           int64_t count, void *panels, float *scales, void *scratch) {
+                           int64_t count, void *panels, float *scales, float *mins, void *scratch) {
     const int sub = tops__unpack_sub(w);
     const int64_t n = w->extent[0], nb = kp / sub, esize = strict ? 2 : 1;
     int8_t *rows = scratch;
@@ -119,7 +139,7 @@ void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int 
         int64_t valid = n - g * 16;
         valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
         pack_group(kern, w, strict, g * 16, valid, 0, kp, sub, rows, qs, (char *)panels + g * 16 * kp * esize,
-                   scales + g * 16 * nb);
+                   scales + g * 16 * nb, mins ? mins + g * 16 * nb : NULL);
     }
 }
 
@@ -150,7 +170,7 @@ void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, 
     for (int64_t g = g0; g < g0 + count; g++) {
         int64_t valid = n - g * 16;
         valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
-        pack_group(kern, w, 0, g * 16, valid, 0, kp, sub, rows, qs, panel, scales + g * 16 * nb);
+        pack_group(kern, w, 0, g * 16, valid, 0, kp, sub, rows, qs, panel, scales + g * 16 * nb, NULL);
         uint8_t *out = panels + g * 8 * kp;
         for (int64_t r2 = 0; r2 < kp / 8; r2++)
             for (int x = 0; x < 64; x++)
@@ -191,10 +211,11 @@ static void split_hi_lo(const tops__kernels *kern, int64_t kp, const row_bufs *r
 /* The integer-form driver's row i of the chunk (row m of the left) in
    tile order: row tile t = i / 16, block b at (t * n_subs + b) * 16 * sub
    elements, row i % 16 of it.  Relaxed: i8 codes per sub-block into aq
-   and the block scale at as[(t * n_subs + b) * 16 + i % 16].  Strict: hi
-   into ah and lo into al (bf16). */
+   and the block scale at as[(t * n_subs + b) * 16 + i % 16] (weights with
+   mins: am likewise, the scale times the block's code sum, else NULL).
+   Strict: hi into ah and lo into al (bf16). */
 static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t i, int64_t kp,
-                     int sub, const row_bufs *r, int8_t *aq, float *as, uint16_t *ah, uint16_t *al) {
+                     int sub, const row_bufs *r, int8_t *aq, float *as, float *am, uint16_t *ah, uint16_t *al) {
     const int64_t n_subs = kp / sub, t = i / 16, row = i % 16;
     read_left_row(kern, p, m, kp, r->f);
     if (p->relaxed) {
@@ -202,6 +223,11 @@ static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int
         for (int64_t b = 0; b < n_subs; b++) {
             memcpy(aq + ((t * n_subs + b) * 16 + row) * sub, r->q + b * sub, (size_t)sub);
             as[(t * n_subs + b) * 16 + row] = r->s[b];
+            if (am) {
+                int32_t sum = 0;
+                for (int x = 0; x < sub; x++) sum += r->q[b * sub + x];
+                am[(t * n_subs + b) * 16 + row] = r->s[b] * (float)sum;
+            }
         }
         return;
     }
@@ -218,6 +244,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int sub = tops__unpack_sub(w), strict = !p->relaxed;
+    const int mins = !strict && !kern->unpack[w->format.id].run; /* q4_1, q4_K, q5_K, affine int4 */
     const int64_t esize = strict ? 2 : 1; /* bytes of a weight code and of an activation term */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), n_subs = kp / sub;
     const int64_t kc_max = tops__balanced_block(kp, KC_DEFAULT, 32), k_blocks = tops__ceil_div(kp, kc_max);
@@ -236,13 +263,14 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
        row buffers. */
     const size_t left_terms = (size_t)tops__round_up(m_chunk * kp * esize, 64);
     const size_t left_scales = strict ? 0 : (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
-    const size_t left_chunk = left_terms * (strict ? 2 : 1) + left_scales;
+    const size_t left_chunk = left_terms * (strict ? 2 : 1) + left_scales * (1 + mins); /* (mins: am after as) */
     const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
     const size_t left_bytes = left_chunk * (size_t)group;
     const size_t panel_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * kc_max * esize, 64);
-    const size_t pscale_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64);
+    /* (mins: the column mins after the scales, as many) */
+    const size_t pscale_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(nc * (kc_max / sub) * 4, 64) * (1 + mins);
     const size_t rows_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(16 * kc_max, 64);
-    const size_t qs_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64);
+    const size_t qs_bytes = prepacked || nib ? 0 : (size_t)tops__round_up(16 * (kc_max / sub) * 4, 64) * (1 + mins);
     const size_t acc_bytes = (size_t)tops__round_up(m_chunk * nc * 4, 64);
     const size_t rf = (size_t)tops__round_up(kp * 4, 64), rq = (size_t)tops__round_up(kp, 64);
     const size_t rs = (size_t)tops__round_up(n_subs * 4, 64), rh = (size_t)tops__round_up(kp * 2, 64);
@@ -278,7 +306,8 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                 unsigned char *lb = ws + (size_t)g * left_chunk;
                 if (i < tops__ceil_div(mm, 16) * 16)
                     left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, (int8_t *)lb, (float *)(lb + left_terms),
-                             (uint16_t *)lb, (uint16_t *)(lb + left_terms));
+                             mins ? (float *)(lb + left_terms + left_scales) : NULL, (uint16_t *)lb,
+                             (uint16_t *)(lb + left_terms));
             }
 #ifdef _OPENMP
 #pragma omp for schedule(dynamic, 1)
@@ -289,6 +318,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                 unsigned char *lb = ws + (size_t)(job / n_blocks) * left_chunk;
                 const int8_t *aq = (const int8_t *)lb;
                 const float *as = (const float *)(lb + left_terms);
+                const float *am = mins ? (const float *)(lb + left_terms + left_scales) : NULL;
                 const uint16_t *ah = (const uint16_t *)lb, *al = (const uint16_t *)(lb + left_terms);
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
@@ -302,17 +332,19 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                             int64_t valid = nn - gi * 16;
                             valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
                             pack_group(kern, w, strict, n0 + gi * 16, valid, k0, kc, sub, rows, qs,
-                                       panel + gi * 16 * kc * esize, pscale + gi * 16 * nb);
+                                       panel + gi * 16 * kc * esize, pscale + gi * 16 * nb,
+                                       mins ? pscale + (2 * pairs + gi) * 16 * nb : NULL);
                         }
                     for (int64_t jp = 0; jp < pairs; jp++) {
                         const unsigned char *b0, *b1;
-                        const float *s0, *s1;
+                        const float *s0, *s1, *bm0 = NULL, *bm1 = NULL;
                         if (prepacked) { /* group g over all of kp; this K block at k0 * 16 codes */
                             const int64_t g = (n0 + jp * 32) / 16;
                             b0 = p->q8_panels + (g * 16 * kp + k0 * 16) * esize;
                             b1 = b0 + 16 * kp * esize;
                             s0 = p->q8_scales + g * 16 * n_subs + k0 / sub * 16;
                             s1 = s0 + 16 * n_subs;
+                            if (mins) bm0 = p->q8_mins + g * 16 * n_subs + k0 / sub * 16, bm1 = bm0 + 16 * n_subs;
                         } else if (nib) { /* the expanded codes, the prepacked scales */
                             const int64_t g = (n0 + jp * 32) / 16;
                             b0 = panel + 2 * jp * 16 * kc;
@@ -324,6 +356,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                             b1 = b0 + 16 * kc * esize;
                             s0 = pscale + 2 * jp * 16 * nb;
                             s1 = s0 + 16 * nb;
+                            if (mins) bm0 = s0 + 2 * pairs * 16 * nb, bm1 = bm0 + 16 * nb;
                         }
                         for (int64_t it = 0; it < m_tiles; it += 2) {
                             const int mt = m_tiles - it >= 2 ? 2 : 1;
@@ -334,8 +367,8 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                                                (const uint16_t *)b1, s0, s1, c, nc, kb > 0);
                             else
                                 kern->amx_q8.run(mt, nb, sub, aq + at, n_subs * 16 * sub, as + at / sub,
-                                                 n_subs * 16, (const int8_t *)b0, (const int8_t *)b1, s0, s1, c, nc,
-                                                 kb > 0);
+                                                 n_subs * 16, (const int8_t *)b0, (const int8_t *)b1, s0, s1,
+                                                 mins ? am + at / sub : NULL, bm0, bm1, c, nc, kb > 0);
                         }
                     }
                 }
@@ -427,6 +460,11 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
                 codes = tb->panel;
             }
             const float *scales = p->q8_scales + gg * 16 * n_subs + k0 / sub * 16;
+            if (p->q8_mins) { /* relaxed weights with mins: one term of q * scale - min */
+                kern->amx_bf16t.terms_q8_min(codes, scales, p->q8_mins + gg * 16 * n_subs + k0 / sub * 16, sub, kc,
+                                             out + g * group_terms);
+                continue;
+            }
             if (smul != 1.0f) { /* as run1_decode's job.smul */
                 for (int64_t x = 0; x < 16 * (kc / sub); x++) tb->pscale[x] = scales[x] * smul;
                 scales = tb->pscale;
@@ -441,7 +479,7 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
         for (int g = 0; g < 2; g++) {
             int64_t valid = p->n - (n0 + g * 16);
             valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
-            pack_group(kern, w, 0, n0 + g * 16, valid, k0, kc, sub, tb->rows, tb->qs, tb->panel, tb->pscale);
+            pack_group(kern, w, 0, n0 + g * 16, valid, k0, kc, sub, tb->rows, tb->qs, tb->panel, tb->pscale, NULL);
             if (smul != 1.0f)
                 for (int64_t x = 0; x < 16 * (kc / sub); x++) tb->pscale[x] *= smul;
             const int u = kern->amx_bf16t.terms_q8(tb->panel, tb->pscale, sub, kc, nslots, out + g * group_terms);
@@ -599,7 +637,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
        the kernel calls of this one (run1_decode: the vector units decode
        while the tile unit multiplies), into a second term buffer. */
     const int nib = p->q8_panels && p->q8_amx == 3 && p->q8_lut;
-    const int fused = kern->amx_bf16t.run1_decode && p->q8_panels && (p->q8_amx == 1 || nib) &&
+    const int fused = kern->amx_bf16t.run1_decode && p->q8_panels && (p->q8_amx == 1 || nib) && !p->q8_mins &&
                       (p->relaxed || one_term);
     const int nslots = p->relaxed || one_term ? 1 : MAX_WTERMS;
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;

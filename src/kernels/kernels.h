@@ -306,11 +306,15 @@ typedef struct tops__gemm_q8_x4_ukernel {
    b0 and b1: the panels of columns 0..15 and 16..31 in the tile layout of
    tops__amx_pack_panel; bs0 / bs1: per sub-block 16 column scales; c: f32,
    row stride ldc.  Each f32 step is one FMA: c = fma((float)S, as * bs, c),
-   blocks in order.  release ends the thread's tile use (tilerelease).
-   run NULL: no AMX at this level. */
+   blocks in order.  Weights with mins (tops__unpack_min_fn; bm0 non-NULL):
+   after each block's step one more, c = fma(-am, bm, c), with am per row
+   and block in the layout of as (as * the block's code sum) and bm0 / bm1
+   per sub-block 16 column mins as bs0 / bs1.  release ends the thread's
+   tile use (tilerelease).  run NULL: no AMX at this level. */
 typedef void (*tops__amx_q8_fn)(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
                                 int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
-                                const float *bs1, float *c, int64_t ldc, int accumulate);
+                                const float *bs1, const float *am, const float *bm0, const float *bm1, float *c,
+                                int64_t ldc, int accumulate);
 typedef struct tops__amx_q8_ukernel {
     tops__amx_q8_fn run;
     void (*release)(void);
@@ -965,7 +969,8 @@ void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float
 #if defined(TOPS_HAVE_AMX_KERNELS)
 void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
                                       int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
-                                      const float *bs1, float *c, int64_t ldc, int accumulate);
+                                      const float *bs1, const float *am, const float *bm0, const float *bm1,
+                                      float *c, int64_t ldc, int accumulate);
 void tops__amx_release(void);
 void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out);
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,

@@ -289,7 +289,10 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
        bf16 terms (strict: activations hi + lo, weights in as many terms as
        their values need; relaxed: one term each), any weight format. */
     if (p->m >= AMX_MIN_M && kern->amx_bf16t.run) {
-        const int fits = p->right.read == tops__read_rect_unpack && tops__gemm_amx_supports(kern, right, p->relaxed);
+        /* (relaxed weights with mins have no unpack reader: their rows [N, K] are read by run_min) */
+        const int rows_nk = p->right.read == tops__read_rect_unpack ||
+                            (p->relaxed && !p->right.k_major && !kern->unpack[right->format.id].run);
+        const int fits = rows_nk && tops__gemm_amx_supports(kern, right, p->relaxed);
         if (fits && (p->relaxed ? p->m < kern->amx_bf16t.relaxed_min_m[tops__unpack_sub(right) < 32]
                                 : !tops__amx_one_term(kern, right, NULL)))
             return PLAN_AMX;
@@ -543,7 +546,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
        (16-column groups) instead of the 8-column ones. */
     const int amx = tops__gemm_amx_supports(kern, right, relaxed);
     const int q8 = amx || (relaxed && tops__gemm_q8_takes(kern, right));
-    const int mins = q8 && !amx && !kern->unpack[right->format.id].run; /* q4_1, q4_K, q5_K: their mins too */
+    const int mins = q8 && !kern->unpack[right->format.id].run; /* q4_1, q4_K, q5_K: their mins too */
     /* strict AMX panels hold bf16 codes, but for one-term weights (the
        bf16 terms decode them): the relaxed ones */
     const int i8_panels = amx && (relaxed || tops__amx_one_term(kern, right, NULL));
@@ -629,7 +632,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
                 tops__pack_amx_nib_panels(kern, &pk->copy, nib_lut, kp, g, 1, panels, scales,
                                           scratch + (size_t)tid * per_thread);
             else if (amx)
-                tops__pack_amx_panels(kern, &pk->copy, !i8_panels, kp, g, 1, panels, scales,
+                tops__pack_amx_panels(kern, &pk->copy, !i8_panels, kp, g, 1, panels, scales, qmins,
                                       scratch + (size_t)tid * per_thread);
             else
                 tops__pack_q8_panels(kern, &pk->copy, kp, g, 1, panels, scales, qmins, scratch + (size_t)tid * per_thread);

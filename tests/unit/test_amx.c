@@ -30,15 +30,18 @@ static const tops__kernels *amx, *ref;
 static double relaxed_worst;
 
 /* The tile kernel on random codes at the extremes of i8, every sub-block
-   width it takes, one and two row tiles, against a scalar loop. */
+   width it takes, one and two row tiles, with and without mins, against a
+   scalar loop. */
 static void test_kernel_exact(void) {
     enum { NB = 9, MAXK = NB * 32, LDA = MAXK + 20, LDC = 40 };
     static int8_t a[32 * LDA], rows[2][16 * MAXK], panel[2][16 * MAXK];
     static int8_t at[32 * MAXK];
-    static float as[32 * NB], ast[32 * NB], bs[2][NB * 16], got[32 * LDC], want[32 * LDC];
+    static float as[32 * NB], ast[32 * NB], am[32 * NB], amt[32 * NB], bs[2][NB * 16], bm[2][NB * 16];
+    static float got[32 * LDC], want[32 * LDC];
     static const int subs[4] = {4, 8, 16, 32};
-    for (int it = 0; it < 64; it++) {
+    for (int it = 0; it < 128; it++) {
         const int sub = subs[it % 4], mt = 1 + (it / 4) % 2, accumulate = (it / 8) % 2, extreme = it % 3 == 0;
+        const int mins = it >= 64;
         const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), kc = nb * sub;
         for (int i = 0; i < 32 * LDA; i++) {
             int v = (int)(th_next(&rng) % 255) - 127;
@@ -52,10 +55,15 @@ static void test_kernel_exact(void) {
                 rows[g][i] = (int8_t)q;
             }
             tops__amx_pack_panel(rows[g], kc, panel[g]);
-            for (int64_t i = 0; i < nb * 16; i++)
+            for (int64_t i = 0; i < nb * 16; i++) {
                 bs[g][i] = ldexpf(th_next(&rng) % 2 ? 1.0f : -1.0f, -(int)(th_next(&rng) % 6));
+                bm[g][i] = ldexpf((float)(th_next(&rng) % 7) - 3.0f, -(int)(th_next(&rng) % 6));
+            }
         }
-        for (int i = 0; i < 32 * NB; i++) as[i] = ldexpf(1.0f, -(int)(th_next(&rng) % 6));
+        for (int i = 0; i < 32 * NB; i++) {
+            as[i] = ldexpf(1.0f, -(int)(th_next(&rng) % 6));
+            am[i] = ldexpf((float)(int)(th_next(&rng) % 4001) - 2000.0f, -(int)(th_next(&rng) % 6));
+        }
         for (int i = 0; i < 32 * LDC; i++) /* NaN where the kernel must write, sentinels past column 32 */
             got[i] = want[i] = accumulate || i % LDC >= 32 ? (float)(i % 11) - 5.0f : NAN;
         for (int i = 0; i < 16 * mt; i++)
@@ -66,6 +74,7 @@ static void test_kernel_exact(void) {
                     int32_t s = 0;
                     for (int k = 0; k < sub; k++) s += a[i * LDA + b * sub + k] * rows[g][jj * kc + b * sub + k];
                     c = fmaf((float)s, as[i * NB + b] * bs[g][b * 16 + jj], c);
+                    if (mins) c = fmaf(-am[i * NB + b], bm[g][b * 16 + jj], c);
                 }
                 want[i * LDC + j] = c;
             }
@@ -74,15 +83,16 @@ static void test_kernel_exact(void) {
             for (int64_t b = 0; b < nb; b++) {
                 memcpy(at + (((i / 16) * nb + b) * 16 + i % 16) * sub, a + i * LDA + b * sub, (size_t)sub);
                 ast[((i / 16) * nb + b) * 16 + i % 16] = as[i * NB + b];
+                amt[((i / 16) * nb + b) * 16 + i % 16] = am[i * NB + b];
             }
-        amx->amx_q8.run(mt, nb, sub, at, nb * 16 * sub, ast, nb * 16, panel[0], panel[1], bs[0], bs[1], got, LDC,
-                        accumulate);
+        amx->amx_q8.run(mt, nb, sub, at, nb * 16 * sub, ast, nb * 16, panel[0], panel[1], bs[0], bs[1],
+                        mins ? amt : NULL, mins ? bm[0] : NULL, mins ? bm[1] : NULL, got, LDC, accumulate);
         amx->amx_q8.release();
         if (memcmp(got, want, sizeof got) != 0) {
             int first_bad = 0;
             while (first_bad < 32 * LDC && memcmp(&got[first_bad], &want[first_bad], sizeof(float)) == 0) first_bad++;
-            TH_FAIL_AT("%s sub=%d mt=%d nb=%lld acc=%d extreme=%d: differs at row %d col %d (%.9g vs %.9g)",
-                       amx->amx_q8.name, sub, mt, (long long)nb, accumulate, extreme, first_bad / LDC,
+            TH_FAIL_AT("%s sub=%d mt=%d nb=%lld acc=%d extreme=%d mins=%d: differs at row %d col %d (%.9g vs %.9g)",
+                       amx->amx_q8.name, sub, mt, (long long)nb, accumulate, extreme, mins, first_bad / LDC,
                        first_bad % LDC, got[first_bad], want[first_bad]);
         }
     }
@@ -168,12 +178,12 @@ static long emu_calls[4]; /* calls of the emulated i8, bf16 code, bf16-term kern
 
 static void q8_scalar(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
                       int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0, const float *bs1,
-                      float *c, int64_t ldc, int accumulate) {
+                      const float *am, const float *bm0, const float *bm1, float *c, int64_t ldc, int accumulate) {
     emu_calls[0]++;
     for (int i = 0; i < 16 * mt; i++)
         for (int j = 0; j < 32; j++) {
             const int8_t *bg = j < 16 ? b0 : b1;
-            const float *bs = j < 16 ? bs0 : bs1;
+            const float *bs = j < 16 ? bs0 : bs1, *bm = j < 16 ? bm0 : bm1;
             float acc = accumulate ? c[i * ldc + j] : 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 int32_t t = 0;
@@ -183,6 +193,7 @@ static void q8_scalar(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_ne
                          bg[(k / 4) * 64 + (j % 16) * 4 + k % 4];
                 }
                 acc = fmaf((float)t, as[(i / 16) * as_next + b * 16 + i % 16] * bs[b * 16 + j % 16], acc);
+                if (bm) acc = fmaf(-am[(i / 16) * as_next + b * 16 + i % 16], bm[b * 16 + j % 16], acc);
             }
             c[i * ldc + j] = acc;
         }
@@ -432,16 +443,23 @@ static void relaxed_oracle(const tops_tensor *w, const float *left, int64_t m, i
         ref->quantize_q8(row, kp, sub, aq + i * kp, as + i * nb);
     }
     const tops__qweight qw = tops__qweight_of(w);
-    for (int64_t j = 0; j < n; j++) ref->unpack[w->format.id].run(&qw, j, 0, kp, q + j * kp, ws + j * nb);
+    const tops__unpacker *up = &ref->unpack[w->format.id];
+    float *wm = up->run ? NULL : malloc((size_t)(n * nb) * sizeof(float));
+    for (int64_t j = 0; j < n; j++) {
+        if (up->run) up->run(&qw, j, 0, kp, q + j * kp, ws + j * nb);
+        else up->run_min(&qw, j, 0, kp, q + j * kp, ws + j * nb, wm + j * nb);
+    }
     for (int64_t i = 0; i < m; i++)
         for (int64_t j = 0; j < n; j++) {
             double s = d0 ? d0[i * n + j] : 0.0, g = d0 ? fabs(d0[i * n + j]) : 0.0;
             for (int64_t b = 0; b < nb; b++) {
-                int32_t t = 0;
-                for (int64_t x = b * sub; x < (b + 1) * sub; x++) t += aq[i * kp + x] * q[j * kp + x];
+                int32_t t = 0, u = 0;
+                for (int64_t x = b * sub; x < (b + 1) * sub; x++) t += aq[i * kp + x] * q[j * kp + x], u += aq[i * kp + x];
                 double term = (double)as[i * nb + b] * (double)ws[j * nb + b] * (double)t;
-                s += term;
-                g += fabs(term);
+                /* mins: minus the min times the block's activation sum (as * its code sum, an f32 as the drivers round it) */
+                double tmin = wm ? (double)(as[i * nb + b] * (float)u) * (double)wm[j * nb + b] : 0.0;
+                s += term - tmin;
+                g += fabs(term) + fabs(tmin);
             }
             want[i * n + j] = s;
             mag[i * n + j] = g;
@@ -451,6 +469,7 @@ static void relaxed_oracle(const tops_tensor *w, const float *left, int64_t m, i
     free(ws);
     free(aq);
     free(q);
+    free(wm);
 }
 
 /* The table the matmul cases run on: the amx level's, or the emulated one. */

@@ -3,7 +3,9 @@
    scaled into f32 accumulators with AVX-512 between blocks.  Tiles: 0..3
    the int32 block sums of a 2 x 2 grid of 16 x 16 outputs, 4 and 5 the two
    16-row activation tiles (sub bytes wide), 6 and 7 the two 16-column
-   weight tiles (sub / 4 rows of 16 columns x 4 consecutive k).  Block b+1's
+   weight tiles (sub / 4 rows of 16 columns x 4 consecutive k).  Weights
+   with mins (q4_1, q4_K, q5_K, affine int4) take one more FMA per row and
+   block: c -= amin * bmin.  Block b+1's
    tile ops are issued before block b's scaling, so the tile unit and the
    vector units overlap. */
 #include "kernels/kernels.h"
@@ -50,10 +52,14 @@ static inline void block_sums(int mt, int64_t b, int sub, const int8_t *a, int64
 }
 
 /* acc[i][j] += s[i][j] * (as[i] * bs[j]) for 16 * mt rows and 32 columns
-   (acc rows 32 floats apart). */
-static inline void scale_block(int mt, const int32_t *buf, const float *as, int64_t as_next, const float *bs0,
-                               const float *bs1, float *acc) {
+   (acc rows 32 floats apart); with mins then acc[i][j] -= am[i] * bm[j]
+   (one FMA).  am, bm0, bm1: the block's (read only with mins). */
+static inline void scale_block(int mt, int mins, const int32_t *buf, const float *as, int64_t as_next,
+                               const float *bs0, const float *bs1, const float *am, const float *bm0,
+                               const float *bm1, float *acc) {
     const __m512 s0 = _mm512_loadu_ps(bs0), s1 = _mm512_loadu_ps(bs1);
+    const __m512 m0 = mins ? _mm512_loadu_ps(bm0) : _mm512_setzero_ps();
+    const __m512 m1 = mins ? _mm512_loadu_ps(bm1) : _mm512_setzero_ps();
     for (int t = 0; t < mt; t++) {
         const int32_t *p0 = buf + t * 512, *p1 = p0 + 256;
         const float *at = as + t * as_next;
@@ -62,17 +68,25 @@ static inline void scale_block(int mt, const int32_t *buf, const float *as, int6
             float *ci = acc + (t * 16 + r) * 32;
             const __m512 v0 = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(p0 + r * 16)));
             const __m512 v1 = _mm512_cvtepi32_ps(_mm512_load_si512((const void *)(p1 + r * 16)));
-            _mm512_store_ps(ci, _mm512_fmadd_ps(v0, _mm512_mul_ps(s0, x), _mm512_load_ps(ci)));
-            _mm512_store_ps(ci + 16, _mm512_fmadd_ps(v1, _mm512_mul_ps(s1, x), _mm512_load_ps(ci + 16)));
+            __m512 c0 = _mm512_fmadd_ps(v0, _mm512_mul_ps(s0, x), _mm512_load_ps(ci));
+            __m512 c1 = _mm512_fmadd_ps(v1, _mm512_mul_ps(s1, x), _mm512_load_ps(ci + 16));
+            if (mins) {
+                const __m512 y = _mm512_set1_ps(-am[t * as_next + r]);
+                c0 = _mm512_fmadd_ps(y, m0, c0);
+                c1 = _mm512_fmadd_ps(y, m1, c1);
+            }
+            _mm512_store_ps(ci, c0);
+            _mm512_store_ps(ci + 16, c1);
         }
     }
 }
 
 /* The accumulators live in a contiguous 4 KiB block while the blocks run
    (c's row stride could alias them onto few cache sets). */
-static inline void run_mt(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
+static inline void run_mt(int mt, int mins, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
                           int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0, const float *bs1,
-                          float *c, int64_t ldc, int accumulate) {
+                          const float *am, const float *bm0, const float *bm1, float *c, int64_t ldc,
+                          int accumulate) {
     _Alignas(64) int32_t buf[2][4 * 256];
     _Alignas(64) float acc[32 * 32];
     for (int i = 0; i < 16 * mt; i++) {
@@ -84,7 +98,8 @@ static inline void run_mt(int mt, int64_t nb, int sub, const int8_t *a, int64_t 
         block_sums(mt, 0, sub, a, a_next, b0, b1, buf[0]);
         for (int64_t b = 0; b < nb; b++) {
             if (b + 1 < nb) block_sums(mt, b + 1, sub, a, a_next, b0, b1, buf[(b + 1) & 1]);
-            scale_block(mt, buf[b & 1], as + b * 16, as_next, bs0 + b * 16, bs1 + b * 16, acc);
+            scale_block(mt, mins, buf[b & 1], as + b * 16, as_next, bs0 + b * 16, bs1 + b * 16,
+                        mins ? am + b * 16 : NULL, mins ? bm0 + b * 16 : NULL, mins ? bm1 + b * 16 : NULL, acc);
         }
     }
     for (int i = 0; i < 16 * mt; i++) {
@@ -95,9 +110,16 @@ static inline void run_mt(int mt, int64_t nb, int sub, const int8_t *a, int64_t 
 
 void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
                                       int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
-                                      const float *bs1, float *c, int64_t ldc, int accumulate) {
-    if (mt == 2) run_mt(2, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, c, ldc, accumulate);
-    else run_mt(1, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, c, ldc, accumulate);
+                                      const float *bs1, const float *am, const float *bm0, const float *bm1,
+                                      float *c, int64_t ldc, int accumulate) {
+    if (bm0) {
+        if (mt == 2) run_mt(2, 1, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, am, bm0, bm1, c, ldc, accumulate);
+        else run_mt(1, 1, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, am, bm0, bm1, c, ldc, accumulate);
+    } else if (mt == 2) {
+        run_mt(2, 0, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, NULL, NULL, NULL, c, ldc, accumulate);
+    } else {
+        run_mt(1, 0, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, NULL, NULL, NULL, c, ldc, accumulate);
+    }
 }
 
 void tops__amx_release(void) { _tile_release(); }
