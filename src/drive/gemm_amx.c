@@ -47,16 +47,17 @@ static int form_fits(const tops__kernels *kern, const tops_tensor *w, int mins) 
 
 static int panels_fit(const tops__kernels *kern, const tops_tensor *w) { return form_fits(kern, w, 0); }
 
-/* Relaxed weights with mins (q4_1, q4_K, q5_K, affine int4) take the i8
-   tiles too (the min term one more FMA per block), and their panels the
-   bf16 terms (terms_q8_min). */
+/* Weights with mins (q4_1, q4_K, q5_K, affine int4) take the code tiles
+   too (the min term one more FMA per block and row: relaxed, the scale
+   times the block's code sum; strict, the block's f32 activation sum),
+   and their relaxed panels the bf16 terms (terms_q8_min). */
 static int has_mins(const tops__kernels *kern, const tops_tensor *w) {
     return !kern->unpack[w->format.id].run && kern->amx_bf16t.terms_q8_min && form_fits(kern, w, 1);
 }
 
 int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int relaxed) {
-    if (relaxed) return kern->amx_q8.run != NULL && (panels_fit(kern, w) || has_mins(kern, w));
-    return kern->amx_bf16 != NULL && panels_fit(kern, w);
+    const int have = relaxed ? kern->amx_q8.run != NULL : kern->amx_bf16 != NULL;
+    return have && (panels_fit(kern, w) || has_mins(kern, w));
 }
 
 /* Significant bits of v > 0 (from its highest set bit to its lowest). */
@@ -98,7 +99,10 @@ int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w, float *f
    get q = 0, scale 0 (min 0).  rows: 16 * kc codes, qs: 16 * kc / sub
    scales (twice that with mins); panel: i8 codes (tops__amx_pack_panel) or,
    strict, bf16 ones (tops__amx_pack_panel_bf16).  Weights with mins (no
-   run, relaxed): their mins into pmin, laid out as pscale. */
+   run): their mins into pmin, laid out as pscale; strict ones centred,
+   q - c with c = (qmax + 1) / 2 and min - c * scale (one rounding), so
+   the code tiles' sums carry half the magnitude (the lo terms' error
+   relative to the result halves). */
 static void pack_group(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t n0, int64_t valid,
                        int64_t k0, int64_t kc, int sub, int8_t *rows, float *qs, void *panel, float *pscale,
                        float *pmin) {
@@ -117,6 +121,11 @@ static void pack_group(const tops__kernels *kern, const tops_tensor *w, int stri
             if (!unpack)
                 for (int64_t b = 0; b < nb; b++) qm[j * nb + b] = 0.0f;
         }
+    }
+    if (strict && !unpack) {
+        const int c = (kern->unpack[w->format.id].qmax + 1) / 2;
+        for (int64_t x = 0; x < 16 * kc; x++) rows[x] = (int8_t)(rows[x] - c);
+        for (int64_t x = 0; x < 16 * nb; x++) qm[x] = fmaf(-(float)c, qs[x], qm[x]);
     }
     if (strict) tops__amx_pack_panel_bf16(rows, kc, panel);
     else tops__amx_pack_panel(rows, kc, panel);
@@ -213,7 +222,8 @@ static void split_hi_lo(const tops__kernels *kern, int64_t kp, const row_bufs *r
    elements, row i % 16 of it.  Relaxed: i8 codes per sub-block into aq
    and the block scale at as[(t * n_subs + b) * 16 + i % 16] (weights with
    mins: am likewise, the scale times the block's code sum, else NULL).
-   Strict: hi into ah and lo into al (bf16). */
+   Strict: hi into ah and lo into al (bf16); with mins am the block's f32
+   sum (in order). */
 static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int64_t m, int64_t i, int64_t kp,
                      int sub, const row_bufs *r, int8_t *aq, float *as, float *am, uint16_t *ah, uint16_t *al) {
     const int64_t n_subs = kp / sub, t = i / 16, row = i % 16;
@@ -233,6 +243,11 @@ static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int
     }
     split_hi_lo(kern, kp, r);
     for (int64_t b = 0; b < n_subs; b++) {
+        if (am) {
+            float sum = 0.0f;
+            for (int x = 0; x < sub; x++) sum += r->f[b * sub + x];
+            am[(t * n_subs + b) * 16 + row] = sum;
+        }
         memcpy(ah + ((t * n_subs + b) * 16 + row) * sub, r->h + b * sub, (size_t)sub * 2);
         memcpy(al + ((t * n_subs + b) * 16 + row) * sub, r->l + b * sub, (size_t)sub * 2);
     }
@@ -244,7 +259,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
     const int sub = tops__unpack_sub(w), strict = !p->relaxed;
-    const int mins = !strict && !kern->unpack[w->format.id].run; /* q4_1, q4_K, q5_K, affine int4 */
+    const int mins = !kern->unpack[w->format.id].run; /* q4_1, q4_K, q5_K, affine int4 */
     const int64_t esize = strict ? 2 : 1; /* bytes of a weight code and of an activation term */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), n_subs = kp / sub;
     const int64_t kc_max = tops__balanced_block(kp, KC_DEFAULT, 32), k_blocks = tops__ceil_div(kp, kc_max);
@@ -262,8 +277,10 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
        weight block and its scales, an unpack buffer, the accumulators and
        row buffers. */
     const size_t left_terms = (size_t)tops__round_up(m_chunk * kp * esize, 64);
-    const size_t left_scales = strict ? 0 : (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
-    const size_t left_chunk = left_terms * (strict ? 2 : 1) + left_scales * (1 + mins); /* (mins: am after as) */
+    /* relaxed: the scales, then with mins am; strict: am with mins */
+    const size_t left_scales = (size_t)tops__round_up(m_chunk * n_subs * 4, 64);
+    const size_t left_chunk = left_terms * (strict ? 2 : 1) + left_scales * ((strict ? 0 : 1) + mins);
+    const size_t am_at = left_terms * (strict ? 2 : 1) + (strict ? 0 : left_scales);
     const int64_t group = tops__m_rounds(p, TOPS__WORK_GEMM_Q8, n_blocks, m_chunk, left_chunk, &threads);
     const size_t left_bytes = left_chunk * (size_t)group;
     const size_t panel_bytes = prepacked ? 0 : (size_t)tops__round_up(nc * kc_max * esize, 64);
@@ -306,7 +323,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                 unsigned char *lb = ws + (size_t)g * left_chunk;
                 if (i < tops__ceil_div(mm, 16) * 16)
                     left_row(kern, p, i < mm ? m0 + i : -1, i, kp, sub, &rb, (int8_t *)lb, (float *)(lb + left_terms),
-                             mins ? (float *)(lb + left_terms + left_scales) : NULL, (uint16_t *)lb,
+                             mins ? (float *)(lb + am_at) : NULL, (uint16_t *)lb,
                              (uint16_t *)(lb + left_terms));
             }
 #ifdef _OPENMP
@@ -318,7 +335,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                 unsigned char *lb = ws + (size_t)(job / n_blocks) * left_chunk;
                 const int8_t *aq = (const int8_t *)lb;
                 const float *as = (const float *)(lb + left_terms);
-                const float *am = mins ? (const float *)(lb + left_terms + left_scales) : NULL;
+                const float *am = mins ? (const float *)(lb + am_at) : NULL;
                 const uint16_t *ah = (const uint16_t *)lb, *al = (const uint16_t *)(lb + left_terms);
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
@@ -364,7 +381,8 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                             float *c = acc + it * 16 * nc + jp * 32;
                             if (strict)
                                 kern->amx_bf16(mt, nb, sub, ah + at, al + at, n_subs * 16 * sub, (const uint16_t *)b0,
-                                               (const uint16_t *)b1, s0, s1, c, nc, kb > 0);
+                                               (const uint16_t *)b1, s0, s1, mins ? am + at / sub : NULL,
+                                               n_subs * 16, bm0, bm1, c, nc, kb > 0);
                             else
                                 kern->amx_q8.run(mt, nb, sub, aq + at, n_subs * 16 * sub, as + at / sub,
                                                  n_subs * 16, (const int8_t *)b0, (const int8_t *)b1, s0, s1,

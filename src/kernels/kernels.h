@@ -328,10 +328,14 @@ typedef struct tops__amx_q8_ukernel {
    bf16(a - hi)), w a weight code as bf16.  Activations in tile order as
    for amx_q8 (bf16 elements: row tile t's block b at hi + t * a_next +
    b * 16 * sub, row stride sub elements; lo likewise); b0 / b1 in the
-   layout of tops__amx_pack_panel_bf16; c = fma(T, bs, c), blocks in order. */
+   layout of tops__amx_pack_panel_bf16; c = fma(T, bs, c), blocks in order.
+   Weights with mins (bm0 non-NULL): after each block's step c = fma(-am,
+   bm, c), am per row and block (the block's f32 activation sum) at am +
+   t * am_next + b * 16 + row, bm0 / bm1 per block 16 column mins. */
 typedef void (*tops__amx_bf16_fn)(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
                                   int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
-                                  const float *bs1, float *c, int64_t ldc, int accumulate);
+                                  const float *bs1, const float *am, int64_t am_next, const float *bm0,
+                                  const float *bm1, float *c, int64_t ldc, int accumulate);
 /* The bf16 weight tile layout: 16 columns over kc (even) k,
    panel[(k / 2) * 32 + j * 2 + k % 2] = bf16(rows[j * kc + k]) (exact:
    |q| <= 128).  Sub-block b of `sub` k starts at panel + b * sub * 16. */
@@ -975,7 +979,8 @@ void tops__amx_release(void);
 void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out);
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
                                           int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
-                                          const float *bs1, float *c, int64_t ldc, int accumulate);
+                                          const float *bs1, const float *am, int64_t am_next, const float *bm0,
+                                          const float *bm1, float *c, int64_t ldc, int accumulate);
 void tops_gemm_f32_bf16t_bf16t_32x32__amx(int mt, int64_t steps, const uint16_t *a, int64_t a_next, int64_t a_step,
                                           const uint16_t *b0, const uint16_t *b1, int64_t b_step, int np,
                                           const uint8_t *pa, const uint8_t *pb, float *c, int64_t ldc,

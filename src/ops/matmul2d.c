@@ -289,9 +289,9 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
        bf16 terms (strict: activations hi + lo, weights in as many terms as
        their values need; relaxed: one term each), any weight format. */
     if (p->m >= AMX_MIN_M && kern->amx_bf16t.run) {
-        /* (relaxed weights with mins have no unpack reader: their rows [N, K] are read by run_min) */
+        /* (weights with mins have no unpack reader: their rows [N, K] are read by run_min) */
         const int rows_nk = p->right.read == tops__read_rect_unpack ||
-                            (p->relaxed && !p->right.k_major && !kern->unpack[right->format.id].run);
+                            (!p->right.k_major && !kern->unpack[right->format.id].run);
         const int fits = rows_nk && tops__gemm_amx_supports(kern, right, p->relaxed);
         if (fits && (p->relaxed ? p->m < kern->amx_bf16t.relaxed_min_m[tops__unpack_sub(right) < 32]
                                 : !tops__amx_one_term(kern, right, NULL)))
@@ -708,14 +708,15 @@ static tops_status pack_right_with(const char *fn, const tops__kernels *kern, co
 
     const tops__unpacker *up = &kern->unpack[right->format.id];
     /* Weights with mins (q4_1, q4_K, q5_K) pack in place for the integer
-       kernels at every level (the AMX bf16 terms unpack the copy with its
-       mins per K block), so packed and plain give the same bits.  Strict
+       kernels at every level, relaxed, and strict at AMX levels (the code
+       tiles' panels and mins), so packed and plain give the same bits.  Strict
        minifloats with an integer form (e2m3, mxfp6) take f32 panels, as
        fp8 does, but at AMX levels (their code tiles): their strict rows
        read plain weights, and the integer form unpacked per K block ran
        M = 128 at 86 ms against the panels' 64 (Zen 4, 2 threads). */
     const int element_rows = !desc->relaxed_precision && tops__has_element_reader(right) && !kern->amx_bf16t.run;
-    if ((up->run || (up->run_min && desc->relaxed_precision)) && desc->transpose_right && !element_rows)
+    const int mins_in_place = desc->relaxed_precision || tops__gemm_amx_supports(kern, right, 0);
+    if ((up->run || (up->run_min && mins_in_place)) && desc->transpose_right && !element_rows)
         return pack_in_place(fn, kern, &ex, desc->relaxed_precision, right, k, n, packed);
 
     const int nr = kern->gemm_f32.nr;

@@ -111,17 +111,18 @@ static float bf16_value(uint16_t h) {
     return v;
 }
 
-/* The strict code-tile kernel: hi and lo terms and codes small integers
+/* The strict code-tile kernel, with and without mins: hi and lo terms and codes small integers
    (every product and partial sum exact in f32, in any order), power-of-two
    scales, against a scalar loop bit for bit. */
 static void test_bf16_kernel_exact(void) {
     enum { NB = 9, MAXK = NB * 32, LDC = 40 };
     static int8_t rows[2][16 * MAXK];
     static uint16_t hi[32 * MAXK], lo[32 * MAXK], panel[2][16 * MAXK];
-    static float ah[32 * MAXK], al[32 * MAXK], bs[2][NB * 16], got[32 * LDC], want[32 * LDC];
+    static float ah[32 * MAXK], al[32 * MAXK], bs[2][NB * 16], bm[2][NB * 16], got[32 * LDC], want[32 * LDC];
+    static float am[32 * NB], amt[32 * NB];
     static const int subs[4] = {4, 8, 16, 32};
-    for (int it = 0; it < 64; it++) {
-        const int sub = subs[it % 4], mt = 1 + (it / 4) % 2, accumulate = (it / 8) % 2;
+    for (int it = 0; it < 128; it++) {
+        const int sub = subs[it % 4], mt = 1 + (it / 4) % 2, accumulate = (it / 8) % 2, mins = it >= 64;
         const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), kc = nb * sub;
         for (int i = 0; i < 32; i++)
             for (int64_t x = 0; x < kc; x++) {
@@ -139,9 +140,16 @@ static void test_bf16_kernel_exact(void) {
         for (int g = 0; g < 2; g++) {
             for (int64_t i = 0; i < 16 * kc; i++) rows[g][i] = (int8_t)((int)(th_next(&rng) % 256) - 128);
             tops__amx_pack_panel_bf16(rows[g], kc, panel[g]);
-            for (int64_t i = 0; i < nb * 16; i++)
+            for (int64_t i = 0; i < nb * 16; i++) {
                 bs[g][i] = ldexpf(th_next(&rng) % 2 ? 1.0f : -1.0f, -(int)(th_next(&rng) % 6));
+                bm[g][i] = ldexpf((float)(th_next(&rng) % 7) - 3.0f, -(int)(th_next(&rng) % 6));
+            }
         }
+        for (int i = 0; i < 32; i++)
+            for (int64_t b = 0; b < nb; b++) {
+                am[i * NB + b] = (float)((int)(th_next(&rng) % 2001) - 1000) / 16.0f;
+                amt[((i / 16) * nb + b) * 16 + i % 16] = am[i * NB + b];
+            }
         for (int i = 0; i < 32 * LDC; i++) /* NaN where the kernel must write, sentinels past column 32 */
             got[i] = want[i] = accumulate || i % LDC >= 32 ? (float)(i % 11) - 5.0f : NAN;
         for (int i = 0; i < 16 * mt; i++)
@@ -155,16 +163,18 @@ static void test_bf16_kernel_exact(void) {
                         t += ah[i * MAXK + b * sub + x] * q + al[i * MAXK + b * sub + x] * q;
                     }
                     c = fmaf(t, bs[g][b * 16 + jj], c);
+                    if (mins) c = fmaf(-am[i * NB + b], bm[g][b * 16 + jj], c);
                 }
                 want[i * LDC + j] = c;
             }
-        amx->amx_bf16(mt, nb, sub, hi, lo, nb * 16 * sub, panel[0], panel[1], bs[0], bs[1], got, LDC, accumulate);
+        amx->amx_bf16(mt, nb, sub, hi, lo, nb * 16 * sub, panel[0], panel[1], bs[0], bs[1], mins ? amt : NULL,
+                      nb * 16, mins ? bm[0] : NULL, mins ? bm[1] : NULL, got, LDC, accumulate);
         amx->amx_q8.release();
         if (memcmp(got, want, sizeof got) != 0) {
             int first_bad = 0;
             while (first_bad < 32 * LDC && memcmp(&got[first_bad], &want[first_bad], sizeof(float)) == 0) first_bad++;
-            TH_FAIL_AT("%s sub=%d mt=%d nb=%lld acc=%d: differs at row %d col %d (%.9g vs %.9g)", amx->amx_bf16_name,
-                       sub, mt, (long long)nb, accumulate, first_bad / LDC, first_bad % LDC, got[first_bad],
+            TH_FAIL_AT("%s sub=%d mt=%d nb=%lld acc=%d mins=%d: differs at row %d col %d (%.9g vs %.9g)",
+                       amx->amx_bf16_name, sub, mt, (long long)nb, accumulate, mins, first_bad / LDC, first_bad % LDC, got[first_bad],
                        want[first_bad]);
         }
     }
@@ -202,13 +212,13 @@ static void q8_scalar(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_ne
 static void q8_release_none(void) {}
 
 static void bf16x2_scalar(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo, int64_t a_next,
-                          const uint16_t *b0, const uint16_t *b1, const float *bs0, const float *bs1, float *c,
-                          int64_t ldc, int accumulate) {
+                          const uint16_t *b0, const uint16_t *b1, const float *bs0, const float *bs1, const float *am,
+                          int64_t am_next, const float *bm0, const float *bm1, float *c, int64_t ldc, int accumulate) {
     emu_calls[1]++;
     for (int i = 0; i < 16 * mt; i++)
         for (int j = 0; j < 32; j++) {
             const uint16_t *bg = j < 16 ? b0 : b1;
-            const float *bs = j < 16 ? bs0 : bs1;
+            const float *bs = j < 16 ? bs0 : bs1, *bm = j < 16 ? bm0 : bm1;
             float acc = accumulate ? c[i * ldc + j] : 0.0f;
             for (int64_t b = 0; b < nb; b++) {
                 float t = 0.0f;
@@ -218,6 +228,7 @@ static void bf16x2_scalar(int mt, int64_t nb, int sub, const uint16_t *hi, const
                     t += bf16_value(hi[at]) * w + bf16_value(lo[at]) * w;
                 }
                 acc = fmaf(t, bs[b * 16 + j % 16], acc);
+                if (bm) acc = fmaf(-am[(i / 16) * am_next + b * 16 + i % 16], bm[b * 16 + j % 16], acc);
             }
             c[i * ldc + j] = acc;
         }

@@ -2,7 +2,8 @@
    weights' integer codes as bf16 (exact: |q| <= 128), on the tile unit
    (tdpbf16ps: bf16 products exact in f32, summed in f32), one pass of
    eight tile ops per scale sub-block, the f32 block sums scaled into f32
-   accumulators with AVX-512 between blocks.  Tiles as in gemm_q8_amx.c:
+   accumulators with AVX-512 between blocks (weights with mins: one more
+   FMA per row and block, c -= am * bm).  Tiles as in gemm_q8_amx.c:
    0..3 the 2 x 2 grid of 16 x 16 sums, 4 and 5 the two row tiles (hi,
    then lo), 6 and 7 the two 16-column weight tiles. */
 #include "kernels/kernels.h"
@@ -56,21 +57,33 @@ static inline void block_sums(int mt, int64_t b, int sub, const uint16_t *hi, co
     }
 }
 
-/* acc[i][j] = fma(s[i][j], bs[j], acc[i][j]) for 16 * mt rows, 32 columns. */
-static inline void scale_block(int mt, const float *buf, const float *bs0, const float *bs1, float *acc) {
+/* acc[i][j] = fma(s[i][j], bs[j], acc[i][j]) for 16 * mt rows, 32 columns;
+   with mins then acc[i][j] = fma(-am[i], bm[j], acc[i][j]). */
+static inline void scale_block(int mt, int mins, const float *buf, const float *bs0, const float *bs1,
+                               const float *am, int64_t am_next, const float *bm0, const float *bm1, float *acc) {
     const __m512 s0 = _mm512_loadu_ps(bs0), s1 = _mm512_loadu_ps(bs1);
+    const __m512 m0 = mins ? _mm512_loadu_ps(bm0) : _mm512_setzero_ps();
+    const __m512 m1 = mins ? _mm512_loadu_ps(bm1) : _mm512_setzero_ps();
     for (int t = 0; t < mt; t++) {
         const float *p0 = buf + t * 512, *p1 = p0 + 256;
         for (int r = 0; r < 16; r++) {
             float *ci = acc + (t * 16 + r) * 32;
-            _mm512_store_ps(ci, _mm512_fmadd_ps(_mm512_load_ps(p0 + r * 16), s0, _mm512_load_ps(ci)));
-            _mm512_store_ps(ci + 16, _mm512_fmadd_ps(_mm512_load_ps(p1 + r * 16), s1, _mm512_load_ps(ci + 16)));
+            __m512 c0 = _mm512_fmadd_ps(_mm512_load_ps(p0 + r * 16), s0, _mm512_load_ps(ci));
+            __m512 c1 = _mm512_fmadd_ps(_mm512_load_ps(p1 + r * 16), s1, _mm512_load_ps(ci + 16));
+            if (mins) {
+                const __m512 y = _mm512_set1_ps(-am[t * am_next + r]);
+                c0 = _mm512_fmadd_ps(y, m0, c0);
+                c1 = _mm512_fmadd_ps(y, m1, c1);
+            }
+            _mm512_store_ps(ci, c0);
+            _mm512_store_ps(ci + 16, c1);
         }
     }
 }
 
-static inline void run_mt(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo, int64_t a_next,
-                          const uint16_t *b0, const uint16_t *b1, const float *bs0, const float *bs1, float *c,
+static inline void run_mt(int mt, int mins, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+                          int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0, const float *bs1,
+                          const float *am, int64_t am_next, const float *bm0, const float *bm1, float *c,
                           int64_t ldc, int accumulate) {
     _Alignas(64) float buf[2][4 * 256];
     _Alignas(64) float acc[32 * 32];
@@ -83,7 +96,8 @@ static inline void run_mt(int mt, int64_t nb, int sub, const uint16_t *hi, const
         block_sums(mt, 0, sub, hi, lo, a_next, b0, b1, buf[0]);
         for (int64_t b = 0; b < nb; b++) {
             if (b + 1 < nb) block_sums(mt, b + 1, sub, hi, lo, a_next, b0, b1, buf[(b + 1) & 1]);
-            scale_block(mt, buf[b & 1], bs0 + b * 16, bs1 + b * 16, acc);
+            scale_block(mt, mins, buf[b & 1], bs0 + b * 16, bs1 + b * 16, mins ? am + b * 16 : NULL, am_next,
+                        mins ? bm0 + b * 16 : NULL, mins ? bm1 + b * 16 : NULL, acc);
         }
     }
     for (int i = 0; i < 16 * mt; i++) {
@@ -94,7 +108,10 @@ static inline void run_mt(int mt, int64_t nb, int sub, const uint16_t *hi, const
 
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
                                           int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
-                                          const float *bs1, float *c, int64_t ldc, int accumulate) {
-    if (mt == 2) run_mt(2, nb, sub, hi, lo, a_next, b0, b1, bs0, bs1, c, ldc, accumulate);
-    else run_mt(1, nb, sub, hi, lo, a_next, b0, b1, bs0, bs1, c, ldc, accumulate);
+                                          const float *bs1, const float *am, int64_t am_next, const float *bm0,
+                                          const float *bm1, float *c, int64_t ldc, int accumulate) {
+    if (bm0 && mt == 2) run_mt(2, 1, nb, sub, hi, lo, a_next, b0, b1, bs0, bs1, am, am_next, bm0, bm1, c, ldc, accumulate);
+    else if (bm0) run_mt(1, 1, nb, sub, hi, lo, a_next, b0, b1, bs0, bs1, am, am_next, bm0, bm1, c, ldc, accumulate);
+    else if (mt == 2) run_mt(2, 0, nb, sub, hi, lo, a_next, b0, b1, bs0, bs1, NULL, 0, NULL, NULL, c, ldc, accumulate);
+    else run_mt(1, 0, nb, sub, hi, lo, a_next, b0, b1, bs0, bs1, NULL, 0, NULL, NULL, c, ldc, accumulate);
 }
