@@ -54,7 +54,13 @@ def test_relaxed_within_its_bound(fmt, m, rng):
 def test_relaxed_is_strict_without_an_integer_form(fmt, rng):
     w = tops.quantize(rng.standard_normal((24, 96)).astype(np.float32), fmt)
     x = rng.standard_normal((9, 96)).astype(np.float32)
-    np.testing.assert_array_equal(tops.matmul(x, w, relaxed=True), tops.matmul(x, w))
+    if tops.info().isa != "amx":
+        np.testing.assert_array_equal(tops.matmul(x, w, relaxed=True), tops.matmul(x, w))
+        return
+    # At the AMX level relaxed calls from M = 5 take the bf16 tiles with one
+    # term per operand (docs/architecture.md): within the relaxed bound.
+    assert "AMX bf16 tiles" in tops.matmul_path(x, w, relaxed=True)
+    assert rel_l2(tops.matmul(x, w, relaxed=True), tops.matmul(x, w)) <= RELAXED
 
 
 @pytest.mark.parametrize("tl", [False, True])
