@@ -614,6 +614,7 @@ static void run_fused(const tops__gemm_problem *p, int na, float smul, int64_t n
             for (int h = 0; h < 2; h++) {
                 job.panel[h] = (const int8_t *)p->q8_panels + (g + h) * 16 * kp / nib_div + k2 * 16 / nib_div;
                 job.scales[h] = p->q8_scales + (g + h) * 16 * n_subs + k2 / sub * 16;
+                job.mins[h] = p->q8_mins ? p->q8_mins + (g + h) * 16 * n_subs + k2 / sub * 16 : NULL;
                 job.out[h] = buf[(*parity + i + 1) & 1] + h * (kc2 / 32) * 512;
             }
             job.sub = sub;
@@ -655,7 +656,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
        the kernel calls of this one (run1_decode: the vector units decode
        while the tile unit multiplies), into a second term buffer. */
     const int nib = p->q8_panels && p->q8_amx == 3 && p->q8_lut;
-    const int fused = kern->amx_bf16t.run1_decode && p->q8_panels && (p->q8_amx == 1 || nib) && !p->q8_mins &&
+    const int fused = kern->amx_bf16t.run1_decode && p->q8_panels && (p->q8_amx == 1 || nib) &&
                       (p->relaxed || one_term);
     const int nslots = p->relaxed || one_term ? 1 : MAX_WTERMS;
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), steps_all = kp / 32;

@@ -400,6 +400,9 @@ typedef struct tops__amx_decode_job {
     const int8_t *lut;
     /* every scale times smul (f32) before use: terms_q8 on those scales */
     float smul;
+    /* relaxed weights with mins: per sub-block 16 column mins, the terms
+       those of terms_q8_min (q * scale - min); NULL: none */
+    const float *mins[2];
 } tops__amx_decode_job;
 /* The bf16-term kernel with one weight term that also runs `job` (may be
    NULL): na = 1, one product per step (np = 1, pa = pb = 0: the relaxed

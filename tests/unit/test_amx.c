@@ -275,7 +275,8 @@ static void bf16t_dec_scalar(int mt, int na, int64_t steps, const uint16_t *a, i
     for (int g = 0; g < 2; g++) {
         if (codes) tops__ref_amx_nib_expand((const uint8_t *)job->panel[g], job->lut, kc / 4, codes);
         for (int64_t x = 0; x < (kc / job->sub) * 16; x++) scales[x] = job->scales[g][x] * job->smul;
-        tops__ref_amx_terms_q8(codes ? codes : job->panel[g], scales, job->sub, kc, 1, tmp);
+        if (job->mins[0]) tops__ref_amx_terms_q8_min(codes ? codes : job->panel[g], scales, job->mins[g], job->sub, kc, tmp);
+        else tops__ref_amx_terms_q8(codes ? codes : job->panel[g], scales, job->sub, kc, 1, tmp);
         for (int64_t r = job->r0; r < job->r1; r++)
             memcpy(job->out[g] + (r / 8) * 512 + (r % 8) * 64, tmp + (r / 8) * 512 + (r % 8) * 64, 64 * 2);
     }
@@ -669,6 +670,8 @@ static void run_every_format(int quick) {
        i8 panels (the fused decode) and the integer form with mins. */
     check_case((tops_format){TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, 1, 130, 40, 4200, 1);
     check_case((tops_format){TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, 1, 64, 33, 4200, 0);
+    /* Weights with mins on the fused decode (their prepacked panels and mins), several n blocks. */
+    check_case((tops_format){TOPS_FMT_Q4_K, 0, TOPS_DT_NONE}, 1, 130, 300, quick ? 600 : 4200, 1);
     /* The fused decode across n blocks (each thread's blocks claimed one
        ahead): several blocks of 64 columns a thread, a ragged last one. */
     check_case((tops_format){TOPS_FMT_MXFP4, 0, TOPS_DT_NONE}, 1, 130, 300, quick ? 600 : 4200, 1);

@@ -68,17 +68,23 @@ void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t
 }
 
 static inline void decode1_rows(const q8_consts *k, const int8_t *panel, const int8_t *lut, const float *scales,
-                                float smul, int sub, int64_t r0, int64_t r1, uint16_t *out) {
+                                const float *mins, float smul, int sub, int64_t r0, int64_t r1, uint16_t *out) {
     const __m512i l16 = lut ? lut16_of(lut) : _mm512_setzero_si512();
     const int64_t per_block = sub / 4; /* rows per scale block (sub: a multiple of 4) */
     for (int64_t r = r0; r < r1;) {
         const int64_t blk = r / per_block, e = (blk + 1) * per_block < r1 ? (blk + 1) * per_block : r1;
         const __m512 s = _mm512_mul_ps(_mm512_loadu_ps(scales + blk * 16), _mm512_set1_ps(smul));
         const __m512 s_lo = _mm512_permutexvar_ps(k->idx_lo, s), s_hi = _mm512_permutexvar_ps(k->idx_hi, s);
+        const __m512 m = mins ? _mm512_loadu_ps(mins + blk * 16) : _mm512_setzero_ps();
+        const __m512 m_lo = _mm512_permutexvar_ps(k->idx_lo, m), m_hi = _mm512_permutexvar_ps(k->idx_hi, m);
         for (; r < e; r++) {
             __m512 f[4];
             if (lut) q8_row_v(k, nib_row((const uint8_t *)panel, r, l16), s_lo, s_hi, f);
             else q8_row(k, panel, r, s_lo, s_hi, f);
+            if (mins) { /* as terms_q8_min: q * scale rounded, then the min subtracted */
+                f[0] = _mm512_sub_ps(f[0], m_lo), f[1] = _mm512_sub_ps(f[1], m_hi);
+                f[2] = _mm512_sub_ps(f[2], m_lo), f[3] = _mm512_sub_ps(f[3], m_hi);
+            }
             uint16_t *dst = out + (r / 8) * 512 + (r % 8) * 64;
             _mm512_storeu_si512((void *)dst, (__m512i)_mm512_cvtne2ps_pbh(f[1], f[0]));
             _mm512_storeu_si512((void *)(dst + 32), (__m512i)_mm512_cvtne2ps_pbh(f[3], f[2]));
@@ -139,8 +145,10 @@ static inline void run_mt(int mt, int64_t steps, const uint16_t *a, int64_t a_ne
             }
             if (job && r < job->r1) {
                 const int64_t e = r + per < job->r1 ? r + per : job->r1;
-                decode1_rows(&k, job->panel[0], job->lut, job->scales[0], job->smul, job->sub, r, e, job->out[0]);
-                decode1_rows(&k, job->panel[1], job->lut, job->scales[1], job->smul, job->sub, r, e, job->out[1]);
+                decode1_rows(&k, job->panel[0], job->lut, job->scales[0], job->mins[0], job->smul, job->sub, r, e,
+                             job->out[0]);
+                decode1_rows(&k, job->panel[1], job->lut, job->scales[1], job->mins[1], job->smul, job->sub, r, e,
+                             job->out[1]);
                 r = e;
             }
         }
@@ -227,7 +235,7 @@ int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub
                                uint16_t *out) {
     const q8_consts k = q8_consts_make();
     if (nslots == 1) {
-        decode1_rows(&k, panel, NULL, scales, 1.0f, sub, 0, kc / 4, out);
+        decode1_rows(&k, panel, NULL, scales, NULL, 1.0f, sub, 0, kc / 4, out);
         return 1;
     }
     __m512i nz1 = _mm512_setzero_si512(), nz2 = _mm512_setzero_si512();
@@ -250,22 +258,7 @@ int tops__amx_terms_q8__avx512(const int8_t *panel, const float *scales, int sub
 void tops__amx_terms_q8_min__avx512(const int8_t *panel, const float *scales, const float *mins, int sub, int64_t kc,
                                     uint16_t *out) {
     const q8_consts k = q8_consts_make();
-    const int64_t per_block = sub / 4, rows = kc / 4;
-    for (int64_t r = 0; r < rows;) {
-        const int64_t blk = r / per_block, e = (blk + 1) * per_block < rows ? (blk + 1) * per_block : rows;
-        const __m512 s = _mm512_loadu_ps(scales + blk * 16), m = _mm512_loadu_ps(mins + blk * 16);
-        const __m512 s_lo = _mm512_permutexvar_ps(k.idx_lo, s), s_hi = _mm512_permutexvar_ps(k.idx_hi, s);
-        const __m512 m_lo = _mm512_permutexvar_ps(k.idx_lo, m), m_hi = _mm512_permutexvar_ps(k.idx_hi, m);
-        for (; r < e; r++) {
-            __m512 f[4];
-            q8_row(&k, panel, r, s_lo, s_hi, f);
-            uint16_t *dst = out + (r / 8) * 512 + (r % 8) * 64;
-            const __m512 f0 = _mm512_sub_ps(f[0], m_lo), f1 = _mm512_sub_ps(f[1], m_hi);
-            const __m512 f2 = _mm512_sub_ps(f[2], m_lo), f3 = _mm512_sub_ps(f[3], m_hi);
-            _mm512_storeu_si512((void *)dst, (__m512i)_mm512_cvtne2ps_pbh(f1, f0));
-            _mm512_storeu_si512((void *)(dst + 32), (__m512i)_mm512_cvtne2ps_pbh(f3, f2));
-        }
-    }
+    decode1_rows(&k, panel, NULL, scales, mins, 1.0f, sub, 0, kc / 4, out);
 }
 
 int tops__amx_terms_f32__avx512(const float *src, int64_t ld, int64_t kc, int nslots, uint16_t *out) {
