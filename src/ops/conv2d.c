@@ -442,12 +442,17 @@ static int wino_shape(const tops__kernels *kern, const conv_plan *p, const tops_
    ms on one core, 27.0 against 26.5 on two), so it keeps those.
    rows_win: the weights are packed for a rows kernel that beats Winograd
    at any code width (kern->gemm_q8_rows_over_wino: VNNI), which keeps
-   them all. */
-static tops_status wino_worth(const char *fn, const conv_plan *p, int rows4, int rows_win, int *take) {
+   them all.  amx: the direct path runs on the AMX tiles (integer forms at
+   the amx level), which beat Winograd's f32 GEMMs from 256 input
+   channels (Xeon VM, 2 threads, int8-g32 / int4-g32 packed, ms direct vs
+   Winograd: res4 batch 1 0.49 vs 0.57, batch 32 16.6 vs 16.3; res5 batch
+   32 12.3 vs 31.2; but res3 batch 32 22.8 vs 17.2, res2 39.8 vs 28.5). */
+static tops_status wino_worth(const char *fn, const conv_plan *p, int rows4, int rows_win, int amx, int *take) {
     const char *env = getenv("TOPS_CPU_CONV");
     const int64_t tiles = p->n * tops__ceil_div(p->oh, 2) * tops__ceil_div(p->ow, 2);
     const double used = (double)(p->n * p->oh * p->ow) / (4.0 * (double)tiles);
-    *take = tiles >= (tops__is_packed(&p->weight2d) ? 32 : 512) && !(rows4 && used < 0.85) && !rows_win;
+    *take = tiles >= (tops__is_packed(&p->weight2d) ? 32 : 512) && !(rows4 && used < 0.85) && !rows_win &&
+            !(amx && p->c >= 256);
     if (env && *env) {
         if (strcmp(env, "winograd") == 0) *take = 1;
         else if (strcmp(env, "direct") == 0) *take = 0;
@@ -597,7 +602,10 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
     if (wino_shape(kern, p, d)) {
         const tops__packed_right *q = q8_rows_weights(kern, p, d, &p->weight2d);
         const int rows4 = q && tops_format_bits_per_weight(q->copy.format, p->k) <= 6.0;
-        if ((st = wino_worth(fn, p, rows4, q && kern->gemm_q8_rows_over_wino, &wino)) != TOPS_OK) return st;
+        const tops_tensor *w = &p->weight2d;
+        const tops__packed_right *pk = tops__is_packed(w) ? w->packed_ : NULL;
+        const int amx = pk ? pk->in_place && pk->q8_amx != 0 : tops__gemm_amx_supports(kern, w, 1);
+        if ((st = wino_worth(fn, p, rows4, q && kern->gemm_q8_rows_over_wino, amx, &wino)) != TOPS_OK) return st;
     }
     if (wino) {
         if (path) {
