@@ -505,29 +505,17 @@ static int decode_pair(const tops__gemm_problem *p, int64_t n0, int64_t k0, int6
         }
         return need;
     }
-    /* Relaxed weights with mins: codes, scales and mins per column, each
-       16-column group in the panel layout, then terms_q8_min. */
+    /* Relaxed weights with mins: each 16-column group unpacked as the code
+       tiles' panels are (pack_group, its scales and mins beside them in
+       tb->f), then terms_q8_min. */
     if (tops__amx_bf16t_unpacks_mins(p)) {
-        const tops__unpack_min_fn unpack = kern->unpack[w->format.id].run_min;
-        const tops__qweight qw = tops__qweight_of(w);
-        const int sub = qw.sub;
+        const int sub = tops__unpack_sub(w);
         const int64_t nb = kc / sub;
-        float *cmin = tb->f, *bmin = tb->f + 16 * nb; /* per column, then per block as the scales */
+        float *qs = tb->f, *bmin = tb->f + 32 * nb; /* codes' scales and mins per column, then the mins per block */
         for (int g = 0; g < 2; g++) {
-            for (int64_t j = 0; j < 16; j++) {
-                if (n0 + g * 16 + j < p->n) {
-                    unpack(&qw, n0 + g * 16 + j, k0, kc, tb->rows + j * kc, tb->qs + j * nb, cmin + j * nb);
-                } else {
-                    memset(tb->rows + j * kc, 0, (size_t)kc);
-                    for (int64_t x = 0; x < nb; x++) tb->qs[j * nb + x] = 0.0f, cmin[j * nb + x] = 0.0f;
-                }
-            }
-            tops__amx_pack_panel(tb->rows, kc, tb->panel);
-            for (int64_t x = 0; x < nb; x++)
-                for (int j = 0; j < 16; j++) {
-                    tb->pscale[x * 16 + j] = tb->qs[j * nb + x];
-                    bmin[x * 16 + j] = cmin[j * nb + x];
-                }
+            int64_t valid = p->n - (n0 + g * 16);
+            valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
+            pack_group(kern, w, 0, n0 + g * 16, valid, k0, kc, sub, tb->rows, qs, tb->panel, tb->pscale, bmin);
             kern->amx_bf16t.terms_q8_min(tb->panel, tb->pscale, bmin, sub, kc, out + g * group_terms);
         }
         return 1;

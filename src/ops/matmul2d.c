@@ -289,10 +289,8 @@ static plan_kind plan(const tops__kernels *kern, const plan_inputs *in, const to
        bf16 terms (strict: activations hi + lo, weights in as many terms as
        their values need; relaxed: one term each), any weight format. */
     if (p->m >= AMX_MIN_M && kern->amx_bf16t.run) {
-        /* (weights with mins have no unpack reader: their rows [N, K] are read by run_min) */
-        const int rows_nk = p->right.read == tops__read_rect_unpack ||
-                            (!p->right.k_major && !kern->unpack[right->format.id].run);
-        const int fits = rows_nk && tops__gemm_amx_supports(kern, right, p->relaxed);
+        /* (the AMX drivers unpack rows [N, K]: weights stored so, not packed to f32 panels) */
+        const int fits = !p->right.k_major && tops__gemm_amx_supports(kern, right, p->relaxed);
         if (fits && (p->relaxed ? p->m < kern->amx_bf16t.relaxed_min_m[tops__unpack_sub(right) < 32]
                                 : !tops__amx_one_term(kern, right, NULL)))
             return PLAN_AMX;
