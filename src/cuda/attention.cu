@@ -71,6 +71,9 @@ struct kparams {
     // Query tiles a (batch, head); pairs != 0: a causal CTA takes tiles
     // T - 1 - q and q of one head (the same key blocks in all, T + 1).
     int tiles, pairs;
+    // Units of work (a tile, a causal pair or a split item); CTA c takes
+    // units c, c + gridDim.x, ... (persistent where the grid is smaller).
+    int units;
     unsigned short code[kMaxItems];
 };
 
@@ -171,11 +174,11 @@ __device__ __forceinline__ void softmax_block(tt::acc_tile<BN> &s, tt::acc_tile<
     tt::map_rows(o, alpha, [](float x, float a) { return x * a; });
 }
 
-// Work items of CTA c (all warp-uniform: from blockIdx and the parameters).
+// Work items of unit c (all warp-uniform: from blockIdx and the parameters).
 // Split plan: one, c = item x (heads x batch) + r.  Pairs: tiles T - 1 - q
 // then q of head-batch r, c = r P + q with P = (T + 1) / 2 (one tile where
 // they coincide).  Else one tile, c = r T + T - 1 - tile (the longest causal
-// rows first, tiles fastest: the CTAs that run together share K and V).
+// rows first, tiles fastest: the units that run together share K and V).
 struct work_item {
     int m_block, h, b, split, piece, nb_hi, nblocks;
 };
@@ -189,7 +192,7 @@ template <int BN> __device__ __forceinline__ work_item find_work(const kparams &
     wi.split = wi.piece = 0;
     int r;
     if (p.items) {
-        const int hb = (int)(gridDim.x / (unsigned)p.items);
+        const int hb = p.units / p.items;
         const int item = c / hb, code = p.code[item];
         r = c % hb;
         wi.m_block = code >> 2, wi.split = (code >> 1) & 1, wi.piece = code & 1;
@@ -257,10 +260,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     uint64_t *bar = reinterpret_cast<uint64_t *>(kv + 2 * STAGES * kKVBytes);
     uint64_t *q_full = bar, *k_full = bar + 1, *v_full = bar + 1 + STAGES, *k_empty = bar + 1 + 2 * STAGES,
              *v_empty = bar + 1 + 3 * STAGES, *q_empty = bar + 1 + 4 * STAGES;
-    // A CTA takes items_of(p, blockIdx.x) work items in turn (a causal pair:
-    // tiles t and T - 1 - t of one head); Q is reloaded for each once the
-    // consumers' last S of the one before is done (q_empty).
-    const int nitems = items_of(p, blockIdx.x);
+    // A CTA takes its units' work items in turn (a causal pair: tiles t and
+    // T - 1 - t of one head); Q is reloaded for each once the consumers' last
+    // S of the one before is done (q_empty), so an item's Q and first key
+    // blocks load while the one before ends.
 
     if (threadIdx.x == 0) {
         mbar_init(q_full, 1);
@@ -283,9 +286,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
         if (threadIdx.x == 0) {
             uint32_t phs = 0; // bit s: stage s's phase parity when an item starts
-            for (int j = 0; j < nitems; j++) {
+            int j = 0;        // items so far (Q's phase)
+            for (int u = blockIdx.x; u < p.units; u += gridDim.x)
+            for (int ju = 0, nu = items_of(p, u); ju < nu; ju++, j++) {
                 mbar_wait(q_empty, (j & 1) ^ 1);
-                const work_item wi = find_work<BN>(p, blockIdx.x, j);
+                const work_item wi = find_work<BN>(p, u, ju);
                 mbar_expect_tx(q_full, kQBytes);
 #pragma unroll
                 for (int c = 0; c < D / 64; c++)
@@ -324,9 +329,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     // Every item starts on stage 0 (so stage addresses stay warp-uniform);
     // bit s of phs is stage s's phase parity when an item starts.
     uint32_t phs = 0;
-    for (int j = 0; j < nitems; j++) {
+    int j = 0; // items so far (Q's phase)
+    for (int u = blockIdx.x; u < p.units; u += gridDim.x)
+    for (int ju = 0, nu = items_of(p, u); ju < nu; ju++, j++) {
         mbar_wait(q_full, j & 1);
-        const work_item wi = find_work<BN>(p, blockIdx.x, j);
+        const work_item wi = find_work<BN>(p, u, ju);
         const int nblocks = wi.nblocks, nb_hi = wi.nb_hi;
         const int r0 = wi.m_block * kBM + cw * 64;
         // Positions as int: Sq, Sk <= 2^29 (host check) and the window clamped below
@@ -699,6 +706,20 @@ int use_pairs(const tops__cu_attn_args *a) {
     return mode == 2 || a->heads * a->batch * ((tiles + 1) / 2) >= 2LL * a->sm_count;
 }
 
+// Persistent CTAs (TOPS_CUDA_ATTN_PERSIST: 0 off, one CTA a unit; 1, the
+// default: one CTA an SM where the units all cost the same (non-causal
+// without a window, or causal pairs) and outnumber the SMs; N >= 2: at most
+// N CTAs wherever they cost the same, for tests).  A CTA then loads the
+// next unit's Q and first key blocks while it ends one, instead of an SM
+// waiting for a new CTA's start, Q and first blocks.  The grid's size.
+long long persist_grid(const tops__cu_attn_args *a, int pairs, long long units) {
+    const int mode = env_int("TOPS_CUDA_ATTN_PERSIST", 1);
+    const bool equal = pairs || (!a->causal && !(a->window > 0 && a->window < a->sq + a->sk));
+    if (mode <= 0 || !equal) return units;
+    const long long cap = mode == 1 ? a->sm_count : mode;
+    return units > cap ? cap : units;
+}
+
 template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args *a) {
     using S = shape<D>;
     CUtensorMap tq, tk, tv;
@@ -737,8 +758,9 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
     auto plain = [&]() {
         p.items = 0;
         p.pairs = use_pairs(a);
-        const long long ctas = p.pairs ? hb * ((p.tiles + 1) / 2) : hb * p.tiles;
-        kern<<<dim3((unsigned)ctas), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
+        const long long units = p.pairs ? hb * ((p.tiles + 1) / 2) : hb * p.tiles;
+        p.units = (int)units;
+        kern<<<dim3((unsigned)persist_grid(a, p.pairs, units)), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
         return (int)cudaGetLastError();
     };
     p.pairs = 0;
@@ -758,7 +780,8 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
     p.counters = reinterpret_cast<unsigned *>(ws + slots);
     e = cudaMemsetAsync(p.counters, 0, units * sizeof(unsigned), stream);
     if (e == cudaSuccess) {
-        kern<<<dim3((unsigned)(p.items * a->heads * a->batch)), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
+        p.units = (int)(p.items * hb);
+        kern<<<dim3((unsigned)p.units), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
         e = cudaGetLastError();
     }
     const cudaError_t e2 = cudaFreeAsync(ws, stream);
@@ -786,9 +809,14 @@ extern "C" void tops__cu_attention_name(const tops__cu_attn_args *a, char *buf, 
     const int pm = pipe_mode() == 2 && dp == 256 ? 1 : pipe_mode();
     static thread_local kparams p;
     const bool split = plan_split(a, dp >= 256 ? 64 : 128, &p);
-    snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s%s", dp, dp >= 256 ? 64 : 128,
+    const int pairs = !split && use_pairs(a);
+    const long long hb = a->heads * a->batch, tiles = (a->sq + kBM - 1) / kBM,
+                    units = pairs ? hb * ((tiles + 1) / 2) : hb * tiles;
+    const bool persist = !split && persist_grid(a, pairs, units) < units;
+    snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s%s%s", dp, dp >= 256 ? 64 : 128,
              pm == 0 ? "serial" : pm == 2 ? "pingpong" : "overlap", a->bf16 ? " bf16" : " f16",
-             split ? ", heavy tiles' keys split" : use_pairs(a) ? ", causal tiles in pairs" : "");
+             split ? ", heavy tiles' keys split" : pairs ? ", causal tiles in pairs" : "",
+             persist ? ", persistent CTAs" : "");
 }
 
 extern "C" int tops__cu_attention_launch(const tops__cu_attn_args *a) {

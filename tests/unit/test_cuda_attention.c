@@ -2,8 +2,9 @@
    inputs on any machine; on a Hopper GPU, f16 and bf16 against f64 attention
    of the same 16-bit inputs over head dims 32..256, ragged Sq / Sk (Sq > Sk
    too), causal, sliding windows, softcap, GQA / MQA, strided [B, S, H, D]
-   tensors, every pipeline variant (TOPS_CUDA_ATTN_PIPE), key splits and
-   causal tile pairs (TOPS_CUDA_ATTN_QSPLIT, _PAIRS), the decode kernel
+   tensors, every pipeline variant (TOPS_CUDA_ATTN_PIPE), key splits,
+   causal tile pairs and persistent CTAs (TOPS_CUDA_ATTN_QSPLIT, _PAIRS,
+   _PERSIST), the decode kernel
    (Sq <= 16) with 16-bit and quantized KV caches (e4m3, e4m3-ch per key and
    per channel, mxfp8, int8-gG, int4-gG) and every split count,
    NaN-poisoned outputs and repeated runs compared bit for bit.  Without a
@@ -367,6 +368,41 @@ static void test_key_splits(void) {
     /* The path names the split where the plan takes it. */
     static const int split_named[] = {0, 1, 1};
     check_path_name("TOPS_CUDA_ATTN_QSPLIT", modes, split_named, 3, "split");
+    unsetenv("TOPS_CUDA_ATTN_QSPLIT");
+}
+
+/* Persistent CTAs (TOPS_CUDA_ATTN_PERSIST=3: at most three CTAs, so each
+   takes several units in turn, the Q buffer and the K / V ring carried
+   from one to the next): non-causal tiles (ragged, GQA, Sq < Sk and > Sk,
+   D = 64 / 96 / 128 / 256, softcap, strided rows) and causal pairs, every
+   pipeline; the path names it where it applies (not on causal calls
+   without pairs, whose tiles differ in cost), not with =0. */
+static void test_persistent(void) {
+    const acase cases[] = {
+        {1, 4, 2, 1000, 700, 128, 0, 0, 0, 0, 0},
+        {2, 3, 1, 333, 900, 64, 0, 0, 0, 0, 1},
+        {1, 2, 2, 650, 1300, 256, 1, 0, 0, 0, 0}, /* causal: pairs (PAIRS=2) */
+        {1, 3, 3, 1000, 520, 96, 0, 0, 12.0f, 0, 0},
+        {2, 2, 1, 900, 400, 128, 1, 0, 0, 0, 1},  /* causal pairs, rows with no key */
+    };
+    static const char *const pipes[] = {"2", "1", "0"};
+    setenv("TOPS_CUDA_ATTN_PERSIST", "3", 1);
+    setenv("TOPS_CUDA_ATTN_PAIRS", "2", 1);
+    setenv("TOPS_CUDA_ATTN_QSPLIT", "0", 1);
+    int n = small_run ? 2 : (int)(sizeof cases / sizeof cases[0]);
+    for (int m = 0; m < (small_run ? 1 : 3); m++)
+        for (int i = 0; i < n; i++) {
+            setenv("TOPS_CUDA_ATTN_PIPE", pipes[(m + i) % 3], 1);
+            check_case(&cases[i], (m + i) % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
+        }
+    unsetenv("TOPS_CUDA_ATTN_PIPE");
+    static const char *const modes[] = {"3", "0"};
+    static const int named[] = {1, 0};
+    check_path_name("TOPS_CUDA_ATTN_PERSIST", modes, named, 2, "persistent"); /* causal pairs */
+    unsetenv("TOPS_CUDA_ATTN_PAIRS");
+    static const int unnamed[] = {0, 0};
+    check_path_name("TOPS_CUDA_ATTN_PERSIST", modes, unnamed, 2, "persistent"); /* causal, no pairs */
+    unsetenv("TOPS_CUDA_ATTN_PERSIST");
     unsetenv("TOPS_CUDA_ATTN_QSPLIT");
 }
 
@@ -799,6 +835,7 @@ int main(void) {
         RUN_TEST(test_pipelines);
         RUN_TEST(test_key_splits);
         RUN_TEST(test_causal_pairs);
+        RUN_TEST(test_persistent);
     }
     RUN_TEST(test_decode_kv);
     RUN_TEST(test_decode_splits);
