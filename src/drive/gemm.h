@@ -208,14 +208,17 @@ int64_t tops__amx_groups(int64_t n);
 void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int strict, int64_t kp, int64_t g0,
                            int64_t count, void *panels, float *scales, float *mins, void *scratch);
 /* Relaxed (or tops__amx_one_term) weights whose codes take at most 16
-   values (4-bit codes without mins): the panels in their 4-bit form (kernels.h, tops__amx_nib_expand;
-   half the bytes), group g at panels + g * 8 * kp, lut the codes of the
-   nibbles.  tops__amx_nib_lut fills lut and returns 1 where w qualifies
-   (0 otherwise); pack_nib needs 16 * kp bytes more scratch than
+   values (4-bit codes; with mins q4_1, q4_K, affine int4): the panels in
+   their 4-bit form (kernels.h, tops__amx_nib_expand; half the bytes),
+   group g at panels + g * 8 * kp, lut the codes of the nibbles, mins
+   (weights with mins) as tops__pack_amx_panels lays them out.
+   tops__amx_nib_lut fills lut and returns 1 where w qualifies (0
+   otherwise); pack_nib needs 16 * kp bytes more scratch than
    tops__pack_amx_panels. */
 int tops__amx_nib_lut(const tops__kernels *kern, const tops_tensor *w, int8_t lut[16]);
 void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, const int8_t lut[16], int64_t kp,
-                               int64_t g0, int64_t count, uint8_t *panels, float *scales, void *scratch);
+                               int64_t g0, int64_t count, uint8_t *panels, float *scales, float *mins,
+                               void *scratch);
 
 /* Scratch for a run: the caller's exec.scratch when large enough, else the
    calling thread's cached buffer (kept between calls).  64-byte aligned;

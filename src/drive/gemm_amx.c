@@ -34,7 +34,7 @@
    1.967, 1.469); strict code tiles at M = 128, int4-g32 4.67 at 256, 4.07
    at 128: 48 blocks of 256 leave the threads of that shared host
    unevenly loaded. */
-enum { KC_DEFAULT = 2048, NC_DEFAULT = 128, NC_Q8 = 128, NC_FUSED = 64, M_CHUNK_MAX = 512 };
+enum { KC_DEFAULT = 2048, KC_NIB_FUSED = 4096, NC_DEFAULT = 128, NC_Q8 = 128, NC_FUSED = 64, M_CHUNK_MAX = 512 };
 
 /* Whether w's integer form fits the tile panels (sub-blocks of 4..32
    dividing 32); mins: the form with mins (tops__unpack_min_fn) instead. */
@@ -153,20 +153,27 @@ void tops__pack_amx_panels(const tops__kernels *kern, const tops_tensor *w, int 
 }
 
 int tops__amx_nib_lut(const tops__kernels *kern, const tops_tensor *w, int8_t lut[16]) {
-    if (tops__is_packed(w) || !kern->unpack[w->format.id].run) return 0;
+    const tops__unpacker *up = &kern->unpack[w->format.id];
+    if (tops__is_packed(w) || (!up->run && !up->run_min)) return 0;
     const tops__int_layout *lay = tops__format_int_layout(w->format.id);
-    if (!lay || lay->code_bits != 4 || (lay->form != TOPS__IF_CODES && lay->form != TOPS__IF_BLOCKS) || lay->has_min)
+    if (!lay) return 0;
+    /* weights with mins (run_min): 4-bit codes 0..15 (q4_K without its
+       fifth bit; q4_1 and affine int4 through map) */
+    const int super = !up->run && lay->form == TOPS__IF_SUPER_MIN && !lay->high_bit;
+    if (!super && (lay->code_bits != 4 || (lay->form != TOPS__IF_CODES && lay->form != TOPS__IF_BLOCKS) ||
+                   (up->run ? lay->has_min : !lay->has_min)))
         return 0;
     int zero = 0;
     for (int c = 0; c < 16; c++) {
-        lut[c] = lay->map[c];
-        zero |= lay->map[c] == 0;
+        lut[c] = super ? (int8_t)c : lay->map[c];
+        zero |= lut[c] == 0;
     }
     return zero; /* padding columns and k need the code 0 */
 }
 
 void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, const int8_t lut[16], int64_t kp,
-                               int64_t g0, int64_t count, uint8_t *panels, float *scales, void *scratch) {
+                               int64_t g0, int64_t count, uint8_t *panels, float *scales, float *mins,
+                               void *scratch) {
     uint8_t nib_of[256];
     for (int v = 0; v < 256; v++) nib_of[v] = 0;
     /* the first code of each value; the unpacker emits only lut's values
@@ -179,7 +186,8 @@ void tops__pack_amx_nib_panels(const tops__kernels *kern, const tops_tensor *w, 
     for (int64_t g = g0; g < g0 + count; g++) {
         int64_t valid = n - g * 16;
         valid = valid < 0 ? 0 : valid > 16 ? 16 : valid;
-        pack_group(kern, w, 0, g * 16, valid, 0, kp, sub, rows, qs, panel, scales + g * 16 * nb, NULL);
+        pack_group(kern, w, 0, g * 16, valid, 0, kp, sub, rows, qs, panel, scales + g * 16 * nb,
+                   mins ? mins + g * 16 * nb : NULL);
         uint8_t *out = panels + g * 8 * kp;
         for (int64_t r2 = 0; r2 < kp / 8; r2++)
             for (int x = 0; x < 64; x++)
@@ -262,11 +270,17 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const int mins = !kern->unpack[w->format.id].run; /* q4_1, q4_K, q5_K, affine int4 */
     const int64_t esize = strict ? 2 : 1; /* bytes of a weight code and of an activation term */
     const int64_t M = p->m, N = p->n, kp = tops__round_up(p->k, 32), n_subs = kp / sub;
-    const int64_t kc_max = tops__balanced_block(kp, KC_DEFAULT, 32), k_blocks = tops__ceil_div(kp, kc_max);
     const int64_t m_chunk = tops__balanced_block(M, M_CHUNK_MAX, 16);
     const int prepacked = p->q8_panels && p->q8_amx == (strict ? 2 : 1);
-    /* 4-bit panels: each K block of a pair expanded to i8 codes first */
+    /* 4-bit panels (blocks of 8..32): the kernel expands each block as
+       it reaches it, prefetching ahead, over the whole K (nib_fused: the
+       weight stream overlaps the tile work; the K blocking never changes
+       the bits, the blocks run in order); other blocks: each K block of a
+       pair expanded to i8 codes first. */
     const int nib = !strict && p->q8_panels && p->q8_amx == 3 && p->q8_lut;
+    const int nib_fused = nib && sub % 8 == 0;
+    const int64_t kc_max = tops__balanced_block(kp, nib_fused ? KC_NIB_FUSED : KC_DEFAULT, 32);
+    const int64_t k_blocks = tops__ceil_div(kp, kc_max);
 
     int threads;
     int64_t nc, n_blocks;
@@ -340,7 +354,9 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                 const int64_t n0 = jb * nc, nn = N - n0 < nc ? N - n0 : nc, pairs = tops__ceil_div(nn, 32);
                 for (int64_t kb = 0; kb < k_blocks; kb++) {
                     const int64_t k0 = kb * kc_max, kc = kp - k0 < kc_max ? kp - k0 : kc_max, nb = kc / sub;
-                    if (nib)
+                    if (nib_fused)
+                        ; /* the kernel expands the 4-bit panels */
+                    else if (nib)
                         for (int64_t gi = 0; gi < 2 * pairs; gi++)
                             kern->amx_nib_expand(p->q8_panels + (n0 / 16 + gi) * 8 * kp + k0 * 8, p->q8_lut, kc / 4,
                                                  (int8_t *)panel + gi * 16 * kc);
@@ -362,12 +378,18 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                             s0 = p->q8_scales + g * 16 * n_subs + k0 / sub * 16;
                             s1 = s0 + 16 * n_subs;
                             if (mins) bm0 = p->q8_mins + g * 16 * n_subs + k0 / sub * 16, bm1 = bm0 + 16 * n_subs;
-                        } else if (nib) { /* the expanded codes, the prepacked scales */
+                        } else if (nib) { /* the expanded codes (or the 4-bit panels), the prepacked scales */
                             const int64_t g = (n0 + jp * 32) / 16;
-                            b0 = panel + 2 * jp * 16 * kc;
-                            b1 = b0 + 16 * kc;
+                            if (nib_fused) {
+                                b0 = p->q8_panels + g * 8 * kp + k0 * 8;
+                                b1 = b0 + 8 * kp;
+                            } else {
+                                b0 = panel + 2 * jp * 16 * kc;
+                                b1 = b0 + 16 * kc;
+                            }
                             s0 = p->q8_scales + g * 16 * n_subs + k0 / sub * 16;
                             s1 = s0 + 16 * n_subs;
+                            if (mins) bm0 = p->q8_mins + g * 16 * n_subs + k0 / sub * 16, bm1 = bm0 + 16 * n_subs;
                         } else {
                             b0 = panel + 2 * jp * 16 * kc * esize;
                             b1 = b0 + 16 * kc * esize;
@@ -385,7 +407,8 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                                                n_subs * 16, bm0, bm1, c, nc, kb > 0);
                             else
                                 kern->amx_q8.run(mt, nb, sub, aq + at, n_subs * 16 * sub, as + at / sub,
-                                                 n_subs * 16, (const int8_t *)b0, (const int8_t *)b1, s0, s1,
+                                                 n_subs * 16, (const int8_t *)b0, (const int8_t *)b1,
+                                                 nib_fused ? p->q8_lut : NULL, s0, s1,
                                                  mins ? am + at / sub : NULL, bm0, bm1, c, nc, kb > 0);
                         }
                     }

@@ -304,7 +304,10 @@ typedef struct tops__gemm_q8_x4_ukernel {
    as + t * as_next + b * 16 (tile loads then read 16 * sub contiguous
    bytes: rows K bytes apart would share one L1 set and one page each).
    b0 and b1: the panels of columns 0..15 and 16..31 in the tile layout of
-   tops__amx_pack_panel; bs0 / bs1: per sub-block 16 column scales; c: f32,
+   tops__amx_pack_panel, or with lut non-NULL 4-bit panels (the layout of
+   tops__amx_nib_expand, sub a multiple of 8) whose blocks the kernel
+   expands through lut as it reaches them, prefetching ahead (the weight
+   stream overlaps the tile work); bs0 / bs1: per sub-block 16 column scales; c: f32,
    row stride ldc.  Each f32 step is one FMA: c = fma((float)S, as * bs, c),
    blocks in order.  Weights with mins (tops__unpack_min_fn; bm0 non-NULL):
    after each block's step one more, c = fma(-am, bm, c), with am per row
@@ -312,7 +315,7 @@ typedef struct tops__gemm_q8_x4_ukernel {
    per sub-block 16 column mins as bs0 / bs1.  release ends the thread's
    tile use (tilerelease).  run NULL: no AMX at this level. */
 typedef void (*tops__amx_q8_fn)(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
-                                int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
+                                int64_t as_next, const int8_t *b0, const int8_t *b1, const int8_t *lut, const float *bs0,
                                 const float *bs1, const float *am, const float *bm0, const float *bm1, float *c,
                                 int64_t ldc, int accumulate);
 typedef struct tops__amx_q8_ukernel {
@@ -975,9 +978,9 @@ void tops_gemm_f32_f32_f32_12x32__avx512(int64_t kc, const float *a, const float
                                          int accumulate);
 #if defined(TOPS_HAVE_AMX_KERNELS)
 void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
-                                      int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
-                                      const float *bs1, const float *am, const float *bm0, const float *bm1,
-                                      float *c, int64_t ldc, int accumulate);
+                                      int64_t as_next, const int8_t *b0, const int8_t *b1, const int8_t *lut,
+                                      const float *bs0, const float *bs1, const float *am, const float *bm0,
+                                      const float *bm1, float *c, int64_t ldc, int accumulate);
 void tops__amx_release(void);
 void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out);
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,

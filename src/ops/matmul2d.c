@@ -627,7 +627,7 @@ static tops_status pack_in_place(const char *fn, const tops__kernels *kern, cons
             const int tid = tops__thread_num();
             TOPS__NOTE_REGION();
             if (nib)
-                tops__pack_amx_nib_panels(kern, &pk->copy, nib_lut, kp, g, 1, panels, scales,
+                tops__pack_amx_nib_panels(kern, &pk->copy, nib_lut, kp, g, 1, panels, scales, qmins,
                                           scratch + (size_t)tid * per_thread);
             else if (amx)
                 tops__pack_amx_panels(kern, &pk->copy, !i8_panels, kp, g, 1, panels, scales, qmins,

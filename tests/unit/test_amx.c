@@ -85,7 +85,7 @@ static void test_kernel_exact(void) {
                 ast[((i / 16) * nb + b) * 16 + i % 16] = as[i * NB + b];
                 amt[((i / 16) * nb + b) * 16 + i % 16] = am[i * NB + b];
             }
-        amx->amx_q8.run(mt, nb, sub, at, nb * 16 * sub, ast, nb * 16, panel[0], panel[1], bs[0], bs[1],
+        amx->amx_q8.run(mt, nb, sub, at, nb * 16 * sub, ast, nb * 16, panel[0], panel[1], NULL, bs[0], bs[1],
                         mins ? amt : NULL, mins ? bm[0] : NULL, mins ? bm[1] : NULL, got, LDC, accumulate);
         amx->amx_q8.release();
         if (memcmp(got, want, sizeof got) != 0) {
@@ -94,6 +94,26 @@ static void test_kernel_exact(void) {
             TH_FAIL_AT("%s sub=%d mt=%d nb=%lld acc=%d extreme=%d mins=%d: differs at row %d col %d (%.9g vs %.9g)",
                        amx->amx_q8.name, sub, mt, (long long)nb, accumulate, extreme, mins, first_bad / LDC,
                        first_bad % LDC, got[first_bad], want[first_bad]);
+        }
+        if (sub % 8 == 0) { /* 4-bit panels expanded by the kernel = the same panels expanded first */
+            static uint8_t nib[2][8 * MAXK];
+            static float got_nib[32 * LDC];
+            int8_t lut[16];
+            for (int c = 0; c < 16; c++) lut[c] = (int8_t)(extreme ? (c % 2 ? 127 : -128) : (int)(th_next(&rng) % 256) - 128);
+            for (int g = 0; g < 2; g++) {
+                for (int64_t i = 0; i < 8 * kc; i++) nib[g][i] = (uint8_t)th_next(&rng);
+                tops__ref_amx_nib_expand(nib[g], lut, kc / 4, panel[g]);
+            }
+            for (int i = 0; i < 32 * LDC; i++) got[i] = got_nib[i] = (float)(i % 7) - 3.0f;
+            amx->amx_q8.run(mt, nb, sub, at, nb * 16 * sub, ast, nb * 16, panel[0], panel[1], NULL, bs[0], bs[1],
+                            mins ? amt : NULL, mins ? bm[0] : NULL, mins ? bm[1] : NULL, got, LDC, accumulate);
+            amx->amx_q8.run(mt, nb, sub, at, nb * 16 * sub, ast, nb * 16, (const int8_t *)nib[0],
+                            (const int8_t *)nib[1], lut, bs[0], bs[1], mins ? amt : NULL, mins ? bm[0] : NULL,
+                            mins ? bm[1] : NULL, got_nib, LDC, accumulate);
+            amx->amx_q8.release();
+            if (memcmp(got, got_nib, sizeof got) != 0)
+                TH_FAIL_AT("%s 4-bit panels sub=%d mt=%d nb=%lld acc=%d mins=%d: differ from the expanded ones",
+                           amx->amx_q8.name, sub, mt, (long long)nb, accumulate, mins);
         }
     }
 }
@@ -187,8 +207,9 @@ static void test_bf16_kernel_exact(void) {
 static long emu_calls[4]; /* calls of the emulated i8, bf16 code, bf16-term kernels, bf16-term decode shares */
 
 static void q8_scalar(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
-                      int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0, const float *bs1,
-                      const float *am, const float *bm0, const float *bm1, float *c, int64_t ldc, int accumulate) {
+                      int64_t as_next, const int8_t *b0, const int8_t *b1, const int8_t *lut, const float *bs0,
+                      const float *bs1, const float *am, const float *bm0, const float *bm1, float *c, int64_t ldc,
+                      int accumulate) {
     emu_calls[0]++;
     for (int i = 0; i < 16 * mt; i++)
         for (int j = 0; j < 32; j++) {
@@ -199,8 +220,13 @@ static void q8_scalar(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_ne
                 int32_t t = 0;
                 for (int x = 0; x < sub; x++) {
                     const int64_t k = b * sub + x;
-                    t += a[(i / 16) * a_next + b * 16 * sub + (i % 16) * sub + x] *
-                         bg[(k / 4) * 64 + (j % 16) * 4 + k % 4];
+                    const int64_t at = (k / 4) * 64 + (j % 16) * 4 + k % 4; /* in the i8 panel */
+                    int q = bg[at];
+                    if (lut) { /* 4-bit panel: panel rows 2r and 2r + 1 in the nibbles of 64 bytes */
+                        const uint8_t v = ((const uint8_t *)bg)[(k / 8) * 64 + at % 64];
+                        q = lut[(k / 4) % 2 ? v >> 4 : v & 15];
+                    }
+                    t += a[(i / 16) * a_next + b * 16 * sub + (i % 16) * sub + x] * q;
                 }
                 acc = fmaf((float)t, as[(i / 16) * as_next + b * 16 + i % 16] * bs[b * 16 + j % 16], acc);
                 if (bm) acc = fmaf(-am[(i / 16) * as_next + b * 16 + i % 16], bm[b * 16 + j % 16], acc);

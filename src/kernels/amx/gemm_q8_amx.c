@@ -24,16 +24,43 @@ static void configure(int sub) {
     tops__amx_load_cfg(&cfg);
 }
 
+/* Block b of a 4-bit panel (tops__amx_nib_expand's layout: i8 panel
+   rows 2i and 2i + 1 in the low and high nibbles of 64 bytes) as i8 codes
+   into out (sub / 4 rows of 64 bytes; sub a multiple of 8). */
+static inline void nib_block(const uint8_t *nib, int64_t b, int sub, __m512i lut, int8_t *out) {
+    const uint8_t *src = nib + b * sub * 8;
+    const __m512i m = _mm512_set1_epi8(15);
+    for (int i = 0; i < sub / 8; i++) {
+        const __m512i v = _mm512_loadu_si512((const void *)(src + i * 64));
+        _mm512_store_si512((void *)(out + i * 128), _mm512_shuffle_epi8(lut, _mm512_and_si512(v, m)));
+        _mm512_store_si512((void *)(out + i * 128 + 64),
+                           _mm512_shuffle_epi8(lut, _mm512_and_si512(_mm512_srli_epi16(v, 4), m)));
+    }
+}
+
 /* Block sums of sub-block b into buf[0..3] (16 x 16 int32 each; 2 and 3
-   only for two row tiles). */
-static inline void block_sums(int mt, int64_t b, int sub, const int8_t *a, int64_t a_next, const int8_t *b0,
-                              const int8_t *b1, int32_t *buf) {
+   only for two row tiles).  nib: b0 and b1 are 4-bit panels, expanded
+   through lut into wb (2 x 512 bytes) first, with the blocks NIB_AHEAD
+   ahead prefetched. */
+enum { NIB_AHEAD = 8 };
+static inline void block_sums(int mt, int nib, int64_t b, int sub, const int8_t *a, int64_t a_next, const int8_t *b0,
+                              const int8_t *b1, __m512i lut, int8_t *wb, int32_t *buf) {
     const int8_t *ab = a + b * 16 * sub;
+    const int8_t *w0 = b0 + b * sub * 16, *w1 = b1 + b * sub * 16;
+    if (nib) {
+        for (int l = 0; l < sub * 8; l += 64) {
+            _mm_prefetch((const char *)b0 + (b + NIB_AHEAD) * sub * 8 + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)b1 + (b + NIB_AHEAD) * sub * 8 + l, _MM_HINT_T0);
+        }
+        nib_block((const uint8_t *)b0, b, sub, lut, wb);
+        nib_block((const uint8_t *)b1, b, sub, lut, wb + 512);
+        w0 = wb, w1 = wb + 512;
+    }
     _tile_zero(0);
     _tile_zero(1);
     _tile_loadd(4, ab, sub);
-    _tile_loadd(6, b0 + b * sub * 16, 64);
-    _tile_loadd(7, b1 + b * sub * 16, 64);
+    _tile_loadd(6, w0, 64);
+    _tile_loadd(7, w1, 64);
     _tile_dpbssd(0, 4, 6);
     _tile_dpbssd(1, 4, 7);
     if (mt == 2) {
@@ -84,10 +111,13 @@ static inline void scale_block(int mt, int mins, const int32_t *buf, const float
 /* The accumulators live in a contiguous 4 KiB block while the blocks run
    (c's row stride could alias them onto few cache sets). */
 static inline void run_mt(int mt, int mins, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
-                          int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0, const float *bs1,
-                          const float *am, const float *bm0, const float *bm1, float *c, int64_t ldc,
-                          int accumulate) {
+                          int64_t as_next, const int8_t *b0, const int8_t *b1, const int8_t *lut,
+                          const float *bs0, const float *bs1, const float *am, const float *bm0, const float *bm1,
+                          float *c, int64_t ldc, int accumulate) {
     _Alignas(64) int32_t buf[2][4 * 256];
+    _Alignas(64) int8_t wb[2][1024];
+    const int nib = lut != NULL;
+    const __m512i l16 = nib ? _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)lut)) : _mm512_setzero_si512();
     _Alignas(64) float acc[32 * 32];
     for (int i = 0; i < 16 * mt; i++) {
         _mm512_store_ps(acc + i * 32, accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps());
@@ -95,9 +125,9 @@ static inline void run_mt(int mt, int mins, int64_t nb, int sub, const int8_t *a
     }
     if (nb > 0) {
         configure(sub);
-        block_sums(mt, 0, sub, a, a_next, b0, b1, buf[0]);
+        block_sums(mt, nib, 0, sub, a, a_next, b0, b1, l16, wb[0], buf[0]);
         for (int64_t b = 0; b < nb; b++) {
-            if (b + 1 < nb) block_sums(mt, b + 1, sub, a, a_next, b0, b1, buf[(b + 1) & 1]);
+            if (b + 1 < nb) block_sums(mt, nib, b + 1, sub, a, a_next, b0, b1, l16, wb[(b + 1) & 1], buf[(b + 1) & 1]);
             scale_block(mt, mins, buf[b & 1], as + b * 16, as_next, bs0 + b * 16, bs1 + b * 16,
                         mins ? am + b * 16 : NULL, mins ? bm0 + b * 16 : NULL, mins ? bm1 + b * 16 : NULL, acc);
         }
@@ -109,16 +139,16 @@ static inline void run_mt(int mt, int mins, int64_t nb, int sub, const int8_t *a
 }
 
 void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
-                                      int64_t as_next, const int8_t *b0, const int8_t *b1, const float *bs0,
-                                      const float *bs1, const float *am, const float *bm0, const float *bm1,
-                                      float *c, int64_t ldc, int accumulate) {
+                                      int64_t as_next, const int8_t *b0, const int8_t *b1, const int8_t *lut,
+                                      const float *bs0, const float *bs1, const float *am, const float *bm0,
+                                      const float *bm1, float *c, int64_t ldc, int accumulate) {
     if (bm0) {
-        if (mt == 2) run_mt(2, 1, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, am, bm0, bm1, c, ldc, accumulate);
-        else run_mt(1, 1, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, am, bm0, bm1, c, ldc, accumulate);
+        if (mt == 2) run_mt(2, 1, nb, sub, a, a_next, as, as_next, b0, b1, lut, bs0, bs1, am, bm0, bm1, c, ldc, accumulate);
+        else run_mt(1, 1, nb, sub, a, a_next, as, as_next, b0, b1, lut, bs0, bs1, am, bm0, bm1, c, ldc, accumulate);
     } else if (mt == 2) {
-        run_mt(2, 0, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, NULL, NULL, NULL, c, ldc, accumulate);
+        run_mt(2, 0, nb, sub, a, a_next, as, as_next, b0, b1, lut, bs0, bs1, NULL, NULL, NULL, c, ldc, accumulate);
     } else {
-        run_mt(1, 0, nb, sub, a, a_next, as, as_next, b0, b1, bs0, bs1, NULL, NULL, NULL, c, ldc, accumulate);
+        run_mt(1, 0, nb, sub, a, a_next, as, as_next, b0, b1, lut, bs0, bs1, NULL, NULL, NULL, c, ldc, accumulate);
     }
 }
 
