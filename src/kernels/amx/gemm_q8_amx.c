@@ -40,8 +40,8 @@ static inline void nib_block(const uint8_t *nib, int64_t b, int sub, __m512i lut
 
 /* Block sums of sub-block b into buf[0..3] (16 x 16 int32 each; 2 and 3
    only for two row tiles).  nib: b0 and b1 are 4-bit panels, expanded
-   through lut into wb (2 x 512 bytes) first, with the blocks NIB_AHEAD
-   ahead prefetched. */
+   through lut into wb (2 x 512 bytes) first.  Either kind of panel is
+   prefetched NIB_AHEAD blocks ahead. */
 enum { NIB_AHEAD = 8 };
 static inline void block_sums(int mt, int nib, int64_t b, int sub, const int8_t *a, int64_t a_next, const int8_t *b0,
                               const int8_t *b1, __m512i lut, int8_t *wb, int32_t *buf) {
@@ -55,6 +55,11 @@ static inline void block_sums(int mt, int nib, int64_t b, int sub, const int8_t 
         nib_block((const uint8_t *)b0, b, sub, lut, wb);
         nib_block((const uint8_t *)b1, b, sub, lut, wb + 512);
         w0 = wb, w1 = wb + 512;
+    } else { /* i8 panels: the tile loads read them in place */
+        for (int l = 0; l < sub * 16; l += 64) {
+            _mm_prefetch((const char *)b0 + (b + NIB_AHEAD) * sub * 16 + l, _MM_HINT_T0);
+            _mm_prefetch((const char *)b1 + (b + NIB_AHEAD) * sub * 16 + l, _MM_HINT_T0);
+        }
     }
     _tile_zero(0);
     _tile_zero(1);
