@@ -603,6 +603,8 @@ static int64_t fused_half(int64_t kc_max) { return (32 * kc_max * 2 + 63) / 64 *
 static void run_fused(const tops__gemm_problem *p, int na, float smul, int64_t n0, int64_t pairs, int64_t n0_next,
                       int64_t kc_max, int64_t k_blocks, int64_t m_tiles, uint16_t *wt, const uint16_t *a, float *acc,
                       int64_t nc, int64_t *parity) {
+    /* acc: the block's sums, row stride nc (column 0 at n0), or the
+       destination itself (see direct_rows) */
     const tops__kernels *kern = p->kern;
     const int sub = tops__unpack_sub(p->right.t);
     const int64_t kp = tops__round_up(p->k, 32), steps_all = kp / 32, n_subs = kp / sub, items = k_blocks * pairs;
@@ -643,6 +645,20 @@ static void run_fused(const tops__gemm_problem *p, int na, float smul, int64_t n
         }
     }
     *parity += items;
+}
+
+/* Whether rows [m0, m0 + mm) and columns [n0, n0 + nn) of the result
+   can take the tile stores directly (f32, unit column stride, whole 16 x
+   32 tiles, nothing to add or scale afterwards): the sums then skip the
+   accumulator block and its copy (one pass over M x N f32 less). */
+static float *direct_rows(const tops__gemm_problem *p, int64_t m0, int64_t mm, int64_t n0, int64_t nn, float factor,
+                          int64_t *ld) {
+    tops_tensor *d = p->dest;
+    if (p->accumulate || factor != 1.0f || mm % 16 || nn % 32 || d->stride[1] != 1 ||
+        tops_format_get_info(d->format.id)->element != TOPS_DT_F32)
+        return NULL;
+    *ld = d->stride[0];
+    return (float *)d->data + m0 * d->stride[0] + n0;
 }
 
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p) {
@@ -746,11 +762,16 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
                     next = claimed++;
                     const int64_t n0 = cur % n_blocks * nc, nn = N - n0 < nc ? N - n0 : nc;
                     const int64_t m0 = r0 + cur / n_blocks * m_chunk, mm = tops__chunk_rows(M, m0, m_chunk);
+                    int64_t ld;
+                    float *direct = direct_rows(p, m0, mm, n0, nn, factor, &ld);
                     run_fused(p, na, smul, n0, tops__ceil_div(nn, 32), next < jobs ? next % n_blocks * nc : -1,
                               kc_max, k_blocks, tops__ceil_div(mm, 16), wt,
-                              (const uint16_t *)(ws + (size_t)(cur / n_blocks) * left_chunk), acc, nc, &parity);
-                    scale_sums(acc, mm, nn, nc, factor);
-                    tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
+                              (const uint16_t *)(ws + (size_t)(cur / n_blocks) * left_chunk), direct ? direct : acc,
+                              direct ? ld : nc, &parity);
+                    if (!direct) {
+                        scale_sums(acc, mm, nn, nc, factor);
+                        tops__store_rect(kern, p->dest, m0, mm, n0, nn, acc, nc, p->accumulate);
+                    }
                     cur = next;
                 }
             }

@@ -717,6 +717,55 @@ static void test_matmul_every_format(void) {
     run_every_format(0);
 }
 
+/* The fused bf16 terms store their tiles straight into an f32 result of
+   whole 16 x 32 tiles: a result that is a column slice of a wider buffer
+   (row stride 100, not 96) gets the bits of a contiguous one, and the
+   columns around it are left alone. */
+static void test_direct_dest(void) {
+    enum { M = 128, N = 96, K = 256, W = 100 };
+    tops_memory host = {TOPS_DEVICE_CPU, 0};
+    mm_operand w;
+    mm_make_quant(&w, (tops_format){TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, N, K, 0, &rng);
+    int64_t le[2] = {M, K}, de[2] = {M, N}, we[2] = {M, W}, start[2] = {0, 2}, stop[2] = {M, 2 + N};
+    tops_tensor left, flat, wide, slice, packed;
+    if (tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, le, host, &left) != TOPS_OK ||
+        tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, de, host, &flat) != TOPS_OK ||
+        tops_tensor_create(tops_format_of(TOPS_DT_F32), 2, we, host, &wide) != TOPS_OK ||
+        tops_tensor_slice(&wide, start, stop, &slice) != TOPS_OK)
+        abort();
+    float *l = left.data, *fl = flat.data, *wd = wide.data;
+    for (int64_t i = 0; i < M * K; i++) l[i] = th_uniform(&rng, -1.0f, 1.0f);
+    for (int64_t i = 0; i < M * W; i++) wd[i] = 7.0f;
+    tops_exec ex = tops_exec_default();
+    ex.threads = 2;
+    tops_matmul2d_desc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.transpose_right = 1;
+    desc.relaxed_precision = 1;
+    if (tops__pack_right_with(amx, &ex, &desc, &w.t, &packed) != TOPS_OK ||
+        tops__matmul2d_with(amx, &ex, &desc, &left, &packed, &flat) != TOPS_OK ||
+        tops__matmul2d_with(amx, &ex, &desc, &left, &packed, &slice) != TOPS_OK) {
+        TH_FAIL_AT("int4-g32 relaxed M = %d: %s", M, tops_last_error());
+    } else {
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t j = 0; j < W; j++) {
+                const float got = wd[i * W + j];
+                const int inside = j >= 2 && j < 2 + N;
+                if (inside ? memcmp(&got, &fl[i * N + j - 2], sizeof got) != 0 : got != 7.0f) {
+                    TH_FAIL_AT("row %lld col %lld of the strided result: %.9g (want %.9g)", (long long)i,
+                               (long long)j, got, inside ? fl[i * N + j - 2] : 7.0f);
+                    i = M;
+                    break;
+                }
+            }
+        tops_tensor_destroy(&packed);
+    }
+    tops_tensor_destroy(&left);
+    tops_tensor_destroy(&flat);
+    tops_tensor_destroy(&wide);
+    mm_free(&w);
+}
+
 /* The AMX drivers over emulated tiles: the active level's table with
    scalar kernels of the three tile kernels' contracts and the scalar term
    decoders (crossover at M = 48).  Runs on any machine: the drivers'
@@ -917,6 +966,7 @@ int main(void) {
     RUN_TEST(test_bf16_kernel_exact);
     RUN_TEST(test_bf16t_kernel_exact);
     RUN_TEST(test_attn_tiles_exact);
+    RUN_TEST(test_direct_dest);
     strict_worst[0] = strict_worst[1] = relaxed_worst = 0;
     RUN_TEST(test_matmul_every_format);
     TEST_MAIN_END();
