@@ -81,10 +81,12 @@ static int level_allows(tops_isa level, tops_isa kernel) { return kernel <= leve
 /* Relaxed calls on integer-form weights: below these M the i8 tiles
    (amx_q8: no weight decode, per-block f32 scaling), from them the bf16
    terms (one weight decode per call shared by every row, no scaling in
-   the tile loop).  Measured on the Xeon, 16 threads, K = 4096, N = 12288
-   (docs/architecture.md): blocks of 32 (int4-g32, int8-g32) tie at
-   M = 128, blocks of 16 (nvfp4) favour the bf16 terms from M = 32. */
-enum { AMX_BF16T_RELAXED_MIN_M = 128, AMX_BF16T_RELAXED_MIN_M_SMALL_BLOCKS = 32 };
+   the tile loop).  Measured on the Xeon, K = 4096, N = 12288
+   (bench/results/xeon16.md): blocks of 32 (int4-g32, q4_K) tie at M = 64
+   and favour the bf16 terms at 96 (1.1-1.4x at 2 and 16 threads; the
+   i8 tiles expanding 4-bit panels in the kernel), blocks of 16 (nvfp4)
+   from M = 32. */
+enum { AMX_BF16T_RELAXED_MIN_M = 64, AMX_BF16T_RELAXED_MIN_M_SMALL_BLOCKS = 32 };
 
 /* A format's integer-form kernels at one level (tops__kernels.unpack):
    the forms entry its traits row names (core/intform.h), masked by the
