@@ -221,10 +221,12 @@ static void q8_scalar(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_ne
                 for (int x = 0; x < sub; x++) {
                     const int64_t k = b * sub + x;
                     const int64_t at = (k / 4) * 64 + (j % 16) * 4 + k % 4; /* in the i8 panel */
-                    int q = bg[at];
+                    int q;
                     if (lut) { /* 4-bit panel: panel rows 2r and 2r + 1 in the nibbles of 64 bytes */
                         const uint8_t v = ((const uint8_t *)bg)[(k / 8) * 64 + at % 64];
                         q = lut[(k / 4) % 2 ? v >> 4 : v & 15];
+                    } else {
+                        q = bg[at];
                     }
                     t += a[(i / 16) * a_next + b * 16 * sub + (i % 16) * sub + x] * q;
                 }
@@ -352,6 +354,60 @@ static void test_bf16t_kernel_exact(void) {
         if (memcmp(got, want, sizeof got) != 0)
             TH_FAIL_AT("%s run1_decode mt=%d na=%d steps=%lld acc=%d differs from run", amx->amx_bf16t.name, mt, na,
                        (long long)steps, accumulate);
+    }
+}
+
+/* run1_decode's decode share against its scalar twin, bit for bit: 4-bit
+   panels (lut) and i8 panels, scales of every magnitude (powers of two,
+   zero, negative, 2^126 and 2^-140), with and without mins and smul,
+   slices of rows not aligned to the scale blocks. */
+static void test_decode_share(void) {
+    enum { KC = 256, SUB = 32, NB = KC / SUB };
+    static int8_t pan[2][16 * KC];
+    static float sc[2][NB * 16], mn[2][NB * 16];
+    static uint16_t got[2][KC * 16], want[2][KC * 16], a[2 * 8 * 512], b[2][8 * 512];
+    static float c[32 * 32];
+    for (int it = 0; it < 64; it++) {
+        int8_t lut[16];
+        const int nib = it % 2 == 0, mins = it % 3 == 1;
+        for (int q = 0; q < 16; q++) lut[q] = (int8_t)(q == 3 ? 0 : (int)(th_next(&rng) % 256) - 128);
+        for (int g = 0; g < 2; g++) {
+            for (int i = 0; i < 16 * KC; i++) pan[g][i] = (int8_t)th_next(&rng);
+            for (int i = 0; i < NB * 16; i++) {
+                const int kind = (int)(th_next(&rng) % 8);
+                const float p2 = ldexpf(1.0f, (int)(th_next(&rng) % 61) - 30);
+                sc[g][i] = kind == 0 ? 0.0f : kind == 1 ? -p2 : kind == 2 ? ldexpf(1.0f, 126)
+                         : kind == 3 ? ldexpf(1.0f, -140) : kind < 6 ? p2 : th_uniform(&rng, -2.0f, 2.0f) * p2;
+                mn[g][i] = th_uniform(&rng, -4.0f, 4.0f);
+            }
+        }
+        tops__amx_decode_job job;
+        memset(&job, 0, sizeof job);
+        job.sub = SUB;
+        job.lut = nib ? lut : NULL;
+        job.smul = it % 5 == 4 ? 0.75f : 1.0f;
+        job.r0 = (int64_t)(th_next(&rng) % 8);
+        job.r1 = KC / 4 - (int64_t)(th_next(&rng) % 8);
+        const int steps = 1 + it % 8;
+        for (int g = 0; g < 2; g++) {
+            job.panel[g] = pan[g];
+            job.scales[g] = sc[g];
+            job.mins[g] = mins ? mn[g] : NULL;
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            uint16_t (*out)[KC * 16] = pass ? got : want;
+            memset(out, 0xAB, sizeof got);
+            job.out[0] = out[0];
+            job.out[1] = out[1];
+            if (pass) amx->amx_bf16t.run1_decode(1, 1, steps, a, 8 * 512, 512, b[0], b[1], 512, c, 32, 0, &job);
+            else bf16t_dec_scalar(1, 1, steps, a, 8 * 512, 512, b[0], b[1], 512, c, 32, 0, &job);
+        }
+        amx->amx_q8.release();
+        if (memcmp(got, want, sizeof got) != 0) {
+            TH_FAIL_AT("run1_decode's decode share differs from its scalar twin (case %d: %s panels, mins %d)", it,
+                       nib ? "4-bit" : "i8", mins);
+            break;
+        }
     }
 }
 
@@ -965,6 +1021,7 @@ int main(void) {
     RUN_TEST(test_kernel_exact);
     RUN_TEST(test_bf16_kernel_exact);
     RUN_TEST(test_bf16t_kernel_exact);
+    RUN_TEST(test_decode_share);
     RUN_TEST(test_attn_tiles_exact);
     RUN_TEST(test_direct_dest);
     strict_worst[0] = strict_worst[1] = relaxed_worst = 0;
