@@ -819,6 +819,7 @@ static void test_direct_dest(void) {
     tops_tensor_destroy(&left);
     tops_tensor_destroy(&flat);
     tops_tensor_destroy(&wide);
+    tops_tensor_destroy(&w.t);
     mm_free(&w);
 }
 
