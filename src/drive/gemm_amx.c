@@ -371,19 +371,15 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                     for (int64_t jp = 0; jp < pairs; jp++) {
                         const unsigned char *b0, *b1;
                         const float *s0, *s1, *bm0 = NULL, *bm1 = NULL;
-                        if (prepacked) { /* group g over all of kp; this K block at k0 * 16 codes */
+                        if (prepacked || nib) { /* group g over all of kp: the prepacked scales (and mins) */
                             const int64_t g = (n0 + jp * 32) / 16;
-                            b0 = p->q8_panels + (g * 16 * kp + k0 * 16) * esize;
-                            b1 = b0 + 16 * kp * esize;
-                            s0 = p->q8_scales + g * 16 * n_subs + k0 / sub * 16;
-                            s1 = s0 + 16 * n_subs;
-                            if (mins) bm0 = p->q8_mins + g * 16 * n_subs + k0 / sub * 16, bm1 = bm0 + 16 * n_subs;
-                        } else if (nib) { /* the expanded codes (or the 4-bit panels), the prepacked scales */
-                            const int64_t g = (n0 + jp * 32) / 16;
-                            if (nib_fused) {
+                            if (prepacked) { /* this K block at k0 * 16 codes */
+                                b0 = p->q8_panels + (g * 16 * kp + k0 * 16) * esize;
+                                b1 = b0 + 16 * kp * esize;
+                            } else if (nib_fused) { /* the 4-bit panels: the kernel expands them */
                                 b0 = p->q8_panels + g * 8 * kp + k0 * 8;
                                 b1 = b0 + 8 * kp;
-                            } else {
+                            } else { /* the expanded codes */
                                 b0 = panel + 2 * jp * 16 * kc;
                                 b1 = b0 + 16 * kc;
                             }
