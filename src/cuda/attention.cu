@@ -622,6 +622,10 @@ double dispatch_time(const double *cost, int n, int reps, int sms) {
     return end;
 }
 
+// A sliding window narrower than the keys: blocks outside the band are
+// skipped, so tiles and pairs cost different amounts.
+bool banded(const tops__cu_attn_args *a) { return a->window > 0 && a->window < a->sq + a->sk; }
+
 // The key-split plan (see the top of the file): on for causal calls without
 // a window whose (batch, head) x tiles grid takes at most 4 waves, where the
 // modelled finish time (a CTA costs its key blocks plus one for Q and the
@@ -633,7 +637,7 @@ bool plan_split(const tops__cu_attn_args *a, int bn, kparams *p) {
     const char *e = getenv("TOPS_CUDA_ATTN_QSPLIT");
     const int mode = e && *e ? atoi(e) : 1;
     p->items = 0;
-    if (mode == 0 || !a->causal || (a->window > 0 && a->window < a->sq + a->sk)) return false;
+    if (mode == 0 || !a->causal || banded(a)) return false;
     const long long tiles = (a->sq + kBM - 1) / kBM, hb = a->heads * a->batch,
                     sms = a->sm_count;
     if (tiles > kMaxItems / 2 || (mode == 1 && hb * tiles > 4 * sms) || hb * tiles * 2 > 0x7FFFFFFF) return false;
@@ -700,10 +704,17 @@ bool plan_split(const tops__cu_attn_args *a, int bn, kparams *p) {
 // blocks load under the first's last blocks and output.
 int use_pairs(const tops__cu_attn_args *a) {
     const int mode = env_int("TOPS_CUDA_ATTN_PAIRS", 1);
-    if (mode == 0 || !a->causal || (a->window > 0 && a->window < a->sq + a->sk)) return 0;
+    if (mode == 0 || !a->causal || banded(a)) return 0;
     const long long tiles = (a->sq + kBM - 1) / kBM;
     if (tiles < 2) return 0;
     return mode == 2 || a->heads * a->batch * ((tiles + 1) / 2) >= 2LL * a->sm_count;
+}
+
+// Units of the plain plan (no key splits): causal pairs or single tiles of
+// every (batch, head).
+long long plain_units(const tops__cu_attn_args *a, int pairs) {
+    const long long tiles = (a->sq + kBM - 1) / kBM, hb = a->heads * a->batch;
+    return pairs ? hb * ((tiles + 1) / 2) : hb * tiles;
 }
 
 // Persistent CTAs (TOPS_CUDA_ATTN_PERSIST: 0 off, one CTA a unit; 1, the
@@ -714,7 +725,7 @@ int use_pairs(const tops__cu_attn_args *a) {
 // waiting for a new CTA's start, Q and first blocks.  The grid's size.
 long long persist_grid(const tops__cu_attn_args *a, int pairs, long long units) {
     const int mode = env_int("TOPS_CUDA_ATTN_PERSIST", 1);
-    const bool equal = pairs || (!a->causal && !(a->window > 0 && a->window < a->sq + a->sk));
+    const bool equal = pairs || (!a->causal && !banded(a));
     if (mode <= 0 || !equal) return units;
     const long long cap = mode == 1 ? a->sm_count : mode;
     return units > cap ? cap : units;
@@ -758,7 +769,7 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
     auto plain = [&]() {
         p.items = 0;
         p.pairs = use_pairs(a);
-        const long long units = p.pairs ? hb * ((p.tiles + 1) / 2) : hb * p.tiles;
+        const long long units = plain_units(a, p.pairs);
         p.units = (int)units;
         kern<<<dim3((unsigned)persist_grid(a, p.pairs, units)), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
         return (int)cudaGetLastError();
@@ -810,8 +821,7 @@ extern "C" void tops__cu_attention_name(const tops__cu_attn_args *a, char *buf, 
     static thread_local kparams p;
     const bool split = plan_split(a, dp >= 256 ? 64 : 128, &p);
     const int pairs = !split && use_pairs(a);
-    const long long hb = a->heads * a->batch, tiles = (a->sq + kBM - 1) / kBM,
-                    units = pairs ? hb * ((tiles + 1) / 2) : hb * tiles;
+    const long long units = plain_units(a, pairs);
     const bool persist = !split && persist_grid(a, pairs, units) < units;
     snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s%s%s", dp, dp >= 256 ? 64 : 128,
              pm == 0 ? "serial" : pm == 2 ? "pingpong" : "overlap", a->bf16 ? " bf16" : " f16",
