@@ -307,17 +307,17 @@ typedef struct tops__gemm_q8_x4_ukernel {
    tops__amx_pack_panel, or with lut non-NULL 4-bit panels (the layout of
    tops__amx_nib_expand, sub a multiple of 8) whose blocks the kernel
    expands through lut as it reaches them, prefetching ahead (the weight
-   stream overlaps the tile work); bs0 / bs1: per sub-block 16 column scales; c: f32,
-   row stride ldc.  Each f32 step is one FMA: c = fma((float)S, as * bs, c),
+   stream overlaps the tile work); bs0 / bs1: per sub-block 16 column
+   scales; c: f32, row stride ldc.  Each f32 step is one FMA: c = fma((float)S, as * bs, c),
    blocks in order.  Weights with mins (tops__unpack_min_fn; bm0 non-NULL):
    after each block's step one more, c = fma(-am, bm, c), with am per row
    and block in the layout of as (as * the block's code sum) and bm0 / bm1
    per sub-block 16 column mins as bs0 / bs1.  release ends the thread's
    tile use (tilerelease).  run NULL: no AMX at this level. */
 typedef void (*tops__amx_q8_fn)(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_next, const float *as,
-                                int64_t as_next, const int8_t *b0, const int8_t *b1, const int8_t *lut, const float *bs0,
-                                const float *bs1, const float *am, const float *bm0, const float *bm1, float *c,
-                                int64_t ldc, int accumulate);
+                                int64_t as_next, const int8_t *b0, const int8_t *b1, const int8_t *lut,
+                                const float *bs0, const float *bs1, const float *am, const float *bm0,
+                                const float *bm1, float *c, int64_t ldc, int accumulate);
 typedef struct tops__amx_q8_ukernel {
     tops__amx_q8_fn run;
     void (*release)(void);
