@@ -16,9 +16,9 @@
 // Pipelining (PIPE = 1): the QK^T of block j + 1 is issued before the softmax
 // of block j, and the PV of block j runs while the softmax of block j + 1 is
 // computed (FA3's intra-warpgroup overlap).  PIPE = 2 (the default; D = 256
-// and causal pairs at D = 128 run PIPE 1: pipe_for) adds the ping-pong: the two consumer warpgroups take turns
-// issuing their matmuls (two named barriers), so one's softmax runs under the
-// other's GEMMs.
+// and causal pairs at D = 128 run PIPE 1: pipe_for) adds the ping-pong: the
+// two consumer warpgroups take turns issuing their matmuls (two named
+// barriers), so one's softmax runs under the other's GEMMs.
 //
 // Key splits (causal, no window, few CTAs: plan_split): a CTA's work is its
 // tile's key blocks, so a causal grid that fits on the SMs in about one wave
@@ -805,23 +805,24 @@ bool plain_pairs(const tops__cu_attn_args *a, int dp, kparams *p, bool *split) {
     return !*split && use_pairs(a);
 }
 
-// The software pipeline: TOPS_CUDA_ATTN_PIPE 0 / 1 / 2 forces one (D = 256
-// has no ping-pong: 2 runs 1).  By default the ping-pong (2), except for
-// causal pairs at D = 128, which overlap within each warpgroup (1): there the
+// The software pipeline of a call whose plain plan runs causal pairs or
+// not (plain_pairs): TOPS_CUDA_ATTN_PIPE 0 / 1 / 2 forces one (D = 256 has
+// no ping-pong: 2 runs 1).  By default the ping-pong (2), except for causal
+// pairs at D = 128, which overlap within each warpgroup (1): there the
 // ping-pong's turns cost more than they hide (H100, bf16, B = 4 H = 32
 // S = 4096 causal, alternated three times: 555 -> 571 TFLOP/s; key splits,
 // B = 1 H = 8 S = 2048 causal, lose 4.5 % with 1 and keep 2).
-int pipe_for(const tops__cu_attn_args *a) {
+int pipe_for(const tops__cu_attn_args *a, int pairs) {
     const int dp = d_pad(a->d), forced = env_int("TOPS_CUDA_ATTN_PIPE", -1);
     if (forced >= 0 && forced <= 2) return forced == 2 && dp == 256 ? 1 : forced;
     if (dp == 256) return 1;
-    static thread_local kparams p;
-    bool split;
-    return dp == 128 && plain_pairs(a, dp, &p, &split) ? 1 : 2;
+    return dp == 128 && pairs ? 1 : 2;
 }
 
 template <typename T> int launch_d(const tops__cu_attn_args *a) {
-    const int pm = pipe_for(a);
+    static thread_local kparams p;
+    bool split;
+    const int pm = pipe_for(a, plain_pairs(a, d_pad(a->d), &p, &split));
     switch (d_pad(a->d)) {
     case 64:
         return pm == 0 ? launch_typed<T, 64, 0>(a) : pm == 2 ? launch_typed<T, 64, 2>(a) : launch_typed<T, 64, 1>(a);
@@ -836,10 +837,9 @@ template <typename T> int launch_d(const tops__cu_attn_args *a) {
 
 extern "C" void tops__cu_attention_name(const tops__cu_attn_args *a, char *buf, size_t cap) {
     const int dp = d_pad(a->d);
-    const int pm = pipe_for(a);
     static thread_local kparams p;
     bool split;
-    const int pairs = plain_pairs(a, dp, &p, &split);
+    const int pairs = plain_pairs(a, dp, &p, &split), pm = pipe_for(a, pairs);
     const long long units = plain_units(a, pairs);
     const bool persist = !split && persist_grid(a, pairs, units) < units;
     snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s%s%s", dp, dp >= 256 ? 64 : 128,
