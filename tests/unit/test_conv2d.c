@@ -288,6 +288,10 @@ static void test_bias_accumulate_dtypes(void) {
         run_case(&cases[i], "f16", TOPS_DT_F16, TOPS_DT_F32, 0, 0, 1, 0);
         run_case(&cases[i], "bf16", TOPS_DT_BF16, TOPS_DT_F16, 0, 1, 1, 0);
         run_case(&cases[i], "f32", TOPS_DT_F32, TOPS_DT_BF16, 0, 1, 0, 0);
+        /* packed f32 weights, f32 input: the rows paths, their tiles
+           stored into a 16-bit dest with bias and the old values */
+        run_case(&cases[i], "f32", TOPS_DT_F32, TOPS_DT_F16, 0, 1, 1, 1);
+        run_case(&cases[i], "f32", TOPS_DT_F32, TOPS_DT_BF16, 0, 1, 1, 1);
     }
 }
 
