@@ -261,6 +261,19 @@ static void left_row(const tops__kernels *kern, const tops__gemm_problem *p, int
     }
 }
 
+/* Sub-blocks of 32 k that share one weight scale in a strict code-tile
+   run: G / 32 for formats scaled per K group G (a multiple of 32 over
+   32), the largest divisor of it whose k fit one K block; else 1. */
+static int scale_run(const tops_tensor *w) {
+    const tops_format_info *info = tops_format_get_info(w->format.id);
+    const int64_t g = info->sub_block ? info->sub_block : info->block > 1 ? w->format.group : 32;
+    if (tops__unpack_sub(w) != 32 || g <= 32 || g % 32) return 1;
+    int64_t run = g / 32;
+    for (int64_t d = 2; run * 32 > KC_DEFAULT; d++)
+        if ((g / 32) % d == 0) run = g / 32 / d;
+    return (int)run;
+}
+
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
     const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
     if (size_ok != TOPS_OK) return size_ok;
@@ -279,7 +292,12 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
        pair expanded to i8 codes first. */
     const int nib = !strict && p->q8_panels && p->q8_amx == 3 && p->q8_lut;
     const int nib_fused = nib && sub % 8 == 0;
-    const int64_t kc_max = tops__balanced_block(kp, nib_fused ? KC_NIB_FUSED : KC_DEFAULT, 32);
+    /* Strict: the sub-blocks of one weight scale (int-gG, G a multiple of
+       32 over 32, no mins) summed in the tile before their one scaling, in
+       runs of up to KC_DEFAULT k; K blocks of whole runs, so every run
+       lies inside a scale group. */
+    const int run = strict && !mins ? scale_run(w) : 1;
+    const int64_t kc_max = tops__balanced_block(kp, nib_fused ? KC_NIB_FUSED : KC_DEFAULT, 32 * run);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max);
 
     int threads;
@@ -398,7 +416,7 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                             const int64_t at = (it * n_subs + k0 / sub) * 16 * sub; /* row tile it, this K block */
                             float *c = acc + it * 16 * nc + jp * 32;
                             if (strict)
-                                kern->amx_bf16(mt, nb, sub, ah + at, al + at, n_subs * 16 * sub, (const uint16_t *)b0,
+                                kern->amx_bf16(mt, nb, sub, run, ah + at, al + at, n_subs * 16 * sub, (const uint16_t *)b0,
                                                (const uint16_t *)b1, s0, s1, mins ? am + at / sub : NULL,
                                                n_subs * 16, bm0, bm1, c, nc, kb > 0);
                             else

@@ -332,10 +332,13 @@ typedef struct tops__amx_q8_ukernel {
    for amx_q8 (bf16 elements: row tile t's block b at hi + t * a_next +
    b * 16 * sub, row stride sub elements; lo likewise); b0 / b1 in the
    layout of tops__amx_pack_panel_bf16; c = fma(T, bs, c), blocks in order.
-   Weights with mins (bm0 non-NULL): after each block's step c = fma(-am,
+   run >= 1: the blocks go in runs of `run` (the call's last may be
+   shorter) that share one scale: T is the f32 tile sum over the run's
+   blocks, one fma a run with bs of its first block (run 1: a block).
+   Weights with mins (bm0 non-NULL, run 1): after each block's step c = fma(-am,
    bm, c), am per row and block (the block's f32 activation sum) at am +
    t * am_next + b * 16 + row, bm0 / bm1 per block 16 column mins. */
-typedef void (*tops__amx_bf16_fn)(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+typedef void (*tops__amx_bf16_fn)(int mt, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo,
                                   int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                   const float *bs1, const float *am, int64_t am_next, const float *bm0,
                                   const float *bm1, float *c, int64_t ldc, int accumulate);
@@ -983,7 +986,7 @@ void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t 
                                       const float *bm1, float *c, int64_t ldc, int accumulate);
 void tops__amx_release(void);
 void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out);
-void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo,
                                           int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                           const float *bs1, const float *am, int64_t am_next, const float *bm0,
                                           const float *bm1, float *c, int64_t ldc, int accumulate);

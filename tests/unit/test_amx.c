@@ -143,6 +143,8 @@ static void test_bf16_kernel_exact(void) {
     static const int subs[4] = {4, 8, 16, 32};
     for (int it = 0; it < 128; it++) {
         const int sub = subs[it % 4], mt = 1 + (it / 4) % 2, accumulate = (it / 8) % 2, mins = it >= 64;
+        /* runs of blocks sharing a scale (strict int-gG, G > 32): sub 32, no mins */
+        const int run = !mins && sub == 32 && (it / 16) % 2 ? 2 + (it / 32) % 3 : 1;
         const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), kc = nb * sub;
         for (int i = 0; i < 32; i++)
             for (int64_t x = 0; x < kc; x++) {
@@ -164,6 +166,8 @@ static void test_bf16_kernel_exact(void) {
                 bs[g][i] = ldexpf(th_next(&rng) % 2 ? 1.0f : -1.0f, -(int)(th_next(&rng) % 6));
                 bm[g][i] = ldexpf((float)(th_next(&rng) % 7) - 3.0f, -(int)(th_next(&rng) % 6));
             }
+            for (int64_t i = 0; i < nb * 16; i++) /* a run's blocks carry its first block's scales */
+                bs[g][i] = bs[g][(i / 16) / run * run * 16 + i % 16];
         }
         for (int i = 0; i < 32; i++)
             for (int64_t b = 0; b < nb; b++) {
@@ -176,25 +180,26 @@ static void test_bf16_kernel_exact(void) {
             for (int j = 0; j < 32; j++) {
                 float c = accumulate ? want[i * LDC + j] : 0.0f;
                 const int g = j / 16, jj = j % 16;
-                for (int64_t b = 0; b < nb; b++) {
+                for (int64_t b0r = 0; b0r < nb; b0r += run) {
                     float t = 0.0f; /* exact, so the tile's order of summation does not matter */
-                    for (int x = 0; x < sub; x++) {
-                        const float q = (float)rows[g][jj * kc + b * sub + x];
-                        t += ah[i * MAXK + b * sub + x] * q + al[i * MAXK + b * sub + x] * q;
-                    }
-                    c = fmaf(t, bs[g][b * 16 + jj], c);
-                    if (mins) c = fmaf(-am[i * NB + b], bm[g][b * 16 + jj], c);
+                    for (int64_t b = b0r; b < b0r + run && b < nb; b++)
+                        for (int x = 0; x < sub; x++) {
+                            const float q = (float)rows[g][jj * kc + b * sub + x];
+                            t += ah[i * MAXK + b * sub + x] * q + al[i * MAXK + b * sub + x] * q;
+                        }
+                    c = fmaf(t, bs[g][b0r * 16 + jj], c);
+                    if (mins) c = fmaf(-am[i * NB + b0r], bm[g][b0r * 16 + jj], c);
                 }
                 want[i * LDC + j] = c;
             }
-        amx->amx_bf16(mt, nb, sub, hi, lo, nb * 16 * sub, panel[0], panel[1], bs[0], bs[1], mins ? amt : NULL,
+        amx->amx_bf16(mt, nb, sub, run, hi, lo, nb * 16 * sub, panel[0], panel[1], bs[0], bs[1], mins ? amt : NULL,
                       nb * 16, mins ? bm[0] : NULL, mins ? bm[1] : NULL, got, LDC, accumulate);
         amx->amx_q8.release();
         if (memcmp(got, want, sizeof got) != 0) {
             int first_bad = 0;
             while (first_bad < 32 * LDC && memcmp(&got[first_bad], &want[first_bad], sizeof(float)) == 0) first_bad++;
-            TH_FAIL_AT("%s sub=%d mt=%d nb=%lld acc=%d mins=%d: differs at row %d col %d (%.9g vs %.9g)",
-                       amx->amx_bf16_name, sub, mt, (long long)nb, accumulate, mins, first_bad / LDC, first_bad % LDC, got[first_bad],
+            TH_FAIL_AT("%s sub=%d run=%d mt=%d nb=%lld acc=%d mins=%d: differs at row %d col %d (%.9g vs %.9g)",
+                       amx->amx_bf16_name, sub, run, mt, (long long)nb, accumulate, mins, first_bad / LDC, first_bad % LDC, got[first_bad],
                        want[first_bad]);
         }
     }
@@ -239,24 +244,26 @@ static void q8_scalar(int mt, int64_t nb, int sub, const int8_t *a, int64_t a_ne
 
 static void q8_release_none(void) {}
 
-static void bf16x2_scalar(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo, int64_t a_next,
-                          const uint16_t *b0, const uint16_t *b1, const float *bs0, const float *bs1, const float *am,
-                          int64_t am_next, const float *bm0, const float *bm1, float *c, int64_t ldc, int accumulate) {
+static void bf16x2_scalar(int mt, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo,
+                          int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0, const float *bs1,
+                          const float *am, int64_t am_next, const float *bm0, const float *bm1, float *c, int64_t ldc,
+                          int accumulate) {
     emu_calls[1]++;
     for (int i = 0; i < 16 * mt; i++)
         for (int j = 0; j < 32; j++) {
             const uint16_t *bg = j < 16 ? b0 : b1;
             const float *bs = j < 16 ? bs0 : bs1, *bm = j < 16 ? bm0 : bm1;
             float acc = accumulate ? c[i * ldc + j] : 0.0f;
-            for (int64_t b = 0; b < nb; b++) {
+            for (int64_t b0r = 0; b0r < nb; b0r += run) { /* a run of blocks: one sum, one scaling */
                 float t = 0.0f;
-                for (int x = 0; x < sub; x++) {
-                    const int64_t k = b * sub + x, at = (i / 16) * a_next + b * 16 * sub + (i % 16) * sub + x;
-                    const float w = bf16_value(bg[(k / 2) * 32 + (j % 16) * 2 + k % 2]);
-                    t += bf16_value(hi[at]) * w + bf16_value(lo[at]) * w;
-                }
-                acc = fmaf(t, bs[b * 16 + j % 16], acc);
-                if (bm) acc = fmaf(-am[(i / 16) * am_next + b * 16 + i % 16], bm[b * 16 + j % 16], acc);
+                for (int64_t b = b0r; b < b0r + run && b < nb; b++)
+                    for (int x = 0; x < sub; x++) {
+                        const int64_t k = b * sub + x, at = (i / 16) * a_next + b * 16 * sub + (i % 16) * sub + x;
+                        const float w = bf16_value(bg[(k / 2) * 32 + (j % 16) * 2 + k % 2]);
+                        t += bf16_value(hi[at]) * w + bf16_value(lo[at]) * w;
+                    }
+                acc = fmaf(t, bs[b0r * 16 + j % 16], acc);
+                if (bm) acc = fmaf(-am[(i / 16) * am_next + b0r * 16 + i % 16], bm[b0r * 16 + j % 16], acc);
             }
             c[i * ldc + j] = acc;
         }
@@ -747,6 +754,14 @@ static void run_every_format(int quick) {
     check_case((tops_format){TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, 0, quick ? 40 : 530, 40, 4095, 1);
     check_case((tops_format){TOPS_FMT_INT4_G, 32, TOPS_DT_NONE}, 0, 64, 300, 2200, 0);
     check_case((tops_format){TOPS_FMT_F32, 0, TOPS_DT_NONE}, 0, 64, 70, 2200, 1);
+    /* Strict code tiles over groups of 64..256 (one scaling a run of 32-k
+       sub-blocks, K blocks of whole runs): ragged K inside a group, a
+       group across the two K blocks' split of a ragged K, one short group. */
+    check_case((tops_format){TOPS_FMT_INT4_G, 128, TOPS_DT_NONE}, 0, 40, 70, quick ? 1000 : 4095, 1);
+    check_case((tops_format){TOPS_FMT_INT4_G, 128, TOPS_DT_NONE}, 0, 33, 40, 2200, 0);
+    check_case((tops_format){TOPS_FMT_INT8_G, 64, TOPS_DT_NONE}, 0, 17, 33, 2200, 1);
+    check_case((tops_format){TOPS_FMT_INT4_G, 256, TOPS_DT_NONE}, 0, 20, 31, 300, 0);
+    check_case((tops_format){TOPS_FMT_INT4_G, 128, TOPS_DT_NONE}, 0, 16, 7, 100, 1);
     check_case((tops_format){TOPS_FMT_F16, 0, TOPS_DT_NONE}, 1, 70, 64, 2200, 0);
     /* Relaxed bf16 terms take K blocks of up to 4096: two of them, prepacked
        i8 panels (the fused decode) and the integer form with mins. */
@@ -764,7 +779,7 @@ static void run_every_format(int quick) {
     check_case((tops_format){TOPS_FMT_NVFP4, 0, TOPS_DT_NONE}, 0, 130, 300, quick ? 600 : 4200, 1);
     printf("%s matmul: %d cases; strict worst rel-L2 vs f64 %.3g (%s), %.3g (%s) (bound 1e-5); relaxed bf16 "
            "terms worst %.3g of the magnitude (bound 1e-2)\n",
-           use == amx ? "AMX" : "emulated-tile", cases + 11, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
+           use == amx ? "AMX" : "emulated-tile", cases + 16, strict_worst[1], kernel_name(CODE_TILES), strict_worst[0],
            kernel_name(BF16_TERMS), relaxed_worst);
 }
 

@@ -1,9 +1,10 @@
 /* AMX strict kernel: f32 activations as two bf16 terms (hi + lo) times the
    weights' integer codes as bf16 (exact: |q| <= 128), on the tile unit
    (tdpbf16ps: bf16 products exact in f32, summed in f32), two tile ops per
-   scale sub-block, the f32 block sums scaled into f32 accumulators with
-   AVX-512 between blocks (weights with mins: one more FMA per row and
-   block, c -= am * bm).  The outputs go as 16 x 16 tiles, one after the
+   sub-block, the f32 sums of a run of sub-blocks that share one scale
+   (int4-g128: four) scaled into f32 accumulators with AVX-512 between
+   runs (weights with mins: runs of one, one more FMA per row and block,
+   c -= am * bm).  The outputs go as 16 x 16 tiles, one after the
    other, each over every block with its 16 accumulator rows in registers
    (tiles 0 and 1: alternate blocks' sums, 4: the hi then the lo
    activations, 6: the weights).  A probe on L1-resident operands (one
@@ -26,14 +27,17 @@ static void configure(int sub) {
     tops__amx_load_cfg(&cfg);
 }
 
-#define TOPS_BF16_SUMS(T, b, buf)                                                                                    \
+/* Tile T = the sums of sub-blocks b .. b + r - 1 (one weight scale). */
+#define TOPS_BF16_SUMS(T, b, r, buf)                                                                                 \
     do {                                                                                                               \
         _tile_zero(T);                                                                                                 \
-        _tile_loadd(6, w + (b) * sub * 16, 64);                                                                        \
-        _tile_loadd(4, hi + (b) * 16 * sub, 2 * sub);                                                                  \
-        _tile_dpbf16ps(T, 4, 6);                                                                                       \
-        _tile_loadd(4, lo + (b) * 16 * sub, 2 * sub);                                                                  \
-        _tile_dpbf16ps(T, 4, 6);                                                                                       \
+        for (int64_t j_ = (b); j_ < (b) + (r); j_++) {                                                                 \
+            _tile_loadd(6, w + j_ * sub * 16, 64);                                                                     \
+            _tile_loadd(4, hi + j_ * 16 * sub, 2 * sub);                                                               \
+            _tile_dpbf16ps(T, 4, 6);                                                                                   \
+            _tile_loadd(4, lo + j_ * 16 * sub, 2 * sub);                                                               \
+            _tile_dpbf16ps(T, 4, 6);                                                                                   \
+        }                                                                                                              \
         _tile_stored(T, (buf), 64);                                                                                    \
     } while (0)
 
@@ -48,30 +52,34 @@ static inline void scale_rows(int mins, const float *buf, const float *ws, const
     }
 }
 
-/* One 16 x 16 output tile over nb blocks: row tile hi / lo (mins am),
-   column panel w (scales ws, mins wm). */
-static inline void run_tile(int mins, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo, const float *am,
-                            const uint16_t *w, const float *ws, const float *wm, float *c, int64_t ldc,
-                            int accumulate) {
+/* One 16 x 16 output tile over nb sub-blocks in runs of `run` (the last
+   may be shorter), one scaling a run: row tile hi / lo (mins am), column
+   panel w (scales ws, mins wm, a row of 16 per sub-block). */
+static inline void run_tile(int mins, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo,
+                            const float *am, const uint16_t *w, const float *ws, const float *wm, float *c,
+                            int64_t ldc, int accumulate) {
     _Alignas(64) float buf[2][256];
     __m512 acc[16];
+    const int64_t nr = (nb + run - 1) / run; /* runs */
+#define TOPS_RUN_LEN(q) (nb - (q) * run < run ? nb - (q) * run : run)
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) acc[r] = accumulate ? _mm512_loadu_ps(c + r * ldc) : _mm512_setzero_ps();
-    if (nb > 0) TOPS_BF16_SUMS(0, 0, buf[0]);
-    for (int64_t b = 0; b < nb; b += 2) {
-        if (b + 1 < nb) TOPS_BF16_SUMS(1, b + 1, buf[1]);
+    if (nr > 0) TOPS_BF16_SUMS(0, 0, TOPS_RUN_LEN(0), buf[0]);
+    for (int64_t q = 0; q < nr; q += 2) {
+        const int64_t b = q * run, b1 = b + run;
+        if (q + 1 < nr) TOPS_BF16_SUMS(1, b1, TOPS_RUN_LEN(q + 1), buf[1]);
         scale_rows(mins, buf[0], ws + b * 16, mins ? am + b * 16 : NULL, mins ? wm + b * 16 : NULL, acc);
-        if (b + 1 >= nb) break;
-        if (b + 2 < nb) TOPS_BF16_SUMS(0, b + 2, buf[0]);
-        scale_rows(mins, buf[1], ws + (b + 1) * 16, mins ? am + (b + 1) * 16 : NULL,
-                   mins ? wm + (b + 1) * 16 : NULL, acc);
+        if (q + 1 >= nr) break;
+        if (q + 2 < nr) TOPS_BF16_SUMS(0, b1 + run, TOPS_RUN_LEN(q + 2), buf[0]);
+        scale_rows(mins, buf[1], ws + b1 * 16, mins ? am + b1 * 16 : NULL, mins ? wm + b1 * 16 : NULL, acc);
     }
+#undef TOPS_RUN_LEN
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) _mm512_storeu_ps(c + r * ldc, acc[r]);
 }
 #undef TOPS_BF16_SUMS
 
-void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uint16_t *hi, const uint16_t *lo,
+void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo,
                                           int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                           const float *bs1, const float *am, int64_t am_next, const float *bm0,
                                           const float *bm1, float *c, int64_t ldc, int accumulate) {
@@ -81,11 +89,11 @@ void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, const uin
         const float *amt = am ? am + t * am_next : NULL;
         float *ct = c + t * 16 * ldc;
         if (bm0) {
-            run_tile(1, nb, sub, ht, lt, amt, b0, bs0, bm0, ct, ldc, accumulate);
-            run_tile(1, nb, sub, ht, lt, amt, b1, bs1, bm1, ct + 16, ldc, accumulate);
+            run_tile(1, nb, sub, run, ht, lt, amt, b0, bs0, bm0, ct, ldc, accumulate);
+            run_tile(1, nb, sub, run, ht, lt, amt, b1, bs1, bm1, ct + 16, ldc, accumulate);
         } else {
-            run_tile(0, nb, sub, ht, lt, NULL, b0, bs0, NULL, ct, ldc, accumulate);
-            run_tile(0, nb, sub, ht, lt, NULL, b1, bs1, NULL, ct + 16, ldc, accumulate);
+            run_tile(0, nb, sub, run, ht, lt, NULL, b0, bs0, NULL, ct, ldc, accumulate);
+            run_tile(0, nb, sub, run, ht, lt, NULL, b1, bs1, NULL, ct + 16, ldc, accumulate);
         }
     }
 }
