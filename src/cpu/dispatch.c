@@ -307,6 +307,8 @@ static void fill_table(tops__kernels *k, tops_isa level, const tops_cpu_info *ci
     if (level_allows(level, TOPS_ISA_AMX)) {
         k->amx_bf16 = tops_gemm_f32_bf16x2_bf16_32x32__amx;
         k->amx_bf16_name = "tops_gemm_f32_bf16x2_bf16_32x32__amx";
+        k->conv_amx = tops_conv_bf16_32x32__amx;
+        k->conv_amx_name = "tops_conv_bf16_32x32__amx";
     }
     if (level_allows(level, TOPS_ISA_AMX))
         k->amx_bf16t = (tops__amx_bf16t_ukernel){tops_gemm_f32_bf16t_bf16t_32x32__amx, tops__amx_terms_q8__avx512,

@@ -64,21 +64,42 @@ tops_status tops__conv_q8_rows_run(const char *fn, const tops__kernels *kern, co
    the blocks are fewer than threads).  Each output is computed the same
    way whatever the split: the bits do not depend on the thread count.
    Fails only before anything is written. */
-/* Transformed weights kept on a CPU pack (tops__packed_right.wino): u as
-   tops__wino_weights made it for panels of nr columns, c input and o
-   output channels. */
-typedef struct tops__wino_cache {
+/* Weights prepared for conv2d and kept on a CPU pack
+   (tops__packed_right.conv_cache): nr > 0, Winograd's u as
+   tops__wino_weights made it for panels of nr columns; nr = 0, the AMX
+   direct path's bf16 panels (tops__conv_amx_weights); for c input and o
+   output channels and k = KH * KW * c. */
+typedef struct tops__conv_cache {
     int nr;
-    int64_t c, o;
-    float *u;
-} tops__wino_cache;
+    int64_t c, o, k;
+    void *u;
+} tops__conv_cache;
 /* The CPU release hook (tops__tensor_set_release): frees a packed
-   tensor's Winograd cache, if it has one. */
-void tops__conv_wino_release(tops_tensor *t);
+   tensor's conv2d cache, if it has one. */
+void tops__conv_cache_release(tops_tensor *t);
 int64_t tops__wino_u_floats(int nr, int64_t c, int64_t o);
 void tops__wino_weights(const float *w, int64_t ldw, int64_t c, int64_t o, int nr, float *u, int threads);
 tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                 const float *u, int64_t o, const float *bias, tops_tensor *dest2d, int accumulate,
                                 int threads);
+
+/* Relaxed direct conv2d on the AMX bf16 tiles (drive/conv_amx.c,
+   kern->conv_amx): groups 1 (g->c0 0).  tops__conv_amx_weights rounds f32
+   weights w[oc * ldw + t * c + ch] (t = i * kw + j) once to bf16 panels
+   of 16 output channels: [ceil(o / 16)][taps][cpad / 32][16 k pairs][16][2]
+   (zeros past c and o; cpad = tops__conv_amx_cpad(c), the channels
+   rounded up to 32), tops__conv_amx_weight_elems of them.
+   tops__conv_amx_run: the input (f32 / f16 / bf16, any strides) rounded
+   once to bf16 into a zero-padded NHWC image, then per output row and
+   32 output channels the kernel over blocks of 32 pixels; dest2d [N * OH *
+   OW, o] (+)= the sums + bias (f32 [o] or NULL).  Threads over output
+   rows; every output is computed the same way whatever the split.  Fails
+   only before anything is written. */
+int64_t tops__conv_amx_cpad(int64_t c);
+int64_t tops__conv_amx_weight_elems(int64_t taps, int64_t c, int64_t o);
+void tops__conv_amx_weights(const float *w, int64_t ldw, int64_t taps, int64_t c, int64_t o, uint16_t *out);
+tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                               const uint16_t *wpanels, int64_t o, const float *bias, tops_tensor *dest2d,
+                               int accumulate, int threads);
 
 #endif

@@ -26,11 +26,11 @@ enum {
     V_BUDGET = 16384 /* floats of one position's transformed input per block (64 KB, in L2) */
 };
 
-void tops__conv_wino_release(tops_tensor *t) {
+void tops__conv_cache_release(tops_tensor *t) {
     if (!tops__is_packed(t) || !t->packed_) return;
     tops__packed_right *pk = (tops__packed_right *)t->packed_;
     if (pk->magic != TOPS_PACKED_MAGIC) return;
-    tops__wino_cache *wc = atomic_exchange(&pk->wino, NULL);
+    tops__conv_cache *wc = atomic_exchange(&pk->conv_cache, NULL);
     if (!wc) return;
     tops__aligned_free(wc->u);
     free(wc);

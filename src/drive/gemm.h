@@ -305,11 +305,12 @@ typedef struct tops__packed_right {
     /* Also packed relaxed, where tops__nibstream_scale_bytes allows: the
        row driver's four-row stream (M <= 4), data NULL otherwise. */
     tops__nibstream nib_stream;
-    /* conv2d's Winograd weights (a tops__wino_cache, drive/conv.h), made
-       by the first relaxed 3x3 call that runs on this pack and kept for
-       the next ones; NULL until then.  tops_tensor_destroy frees it
-       (through the CPU release hook, tops__conv_wino_release). */
-    _Atomic(void *) wino;
+    /* conv2d's prepared weights (a tops__conv_cache, drive/conv.h:
+       Winograd's transformed ones or the AMX direct path's bf16 panels),
+       made by the first relaxed call that runs on this pack and kept for
+       the next ones; NULL until then.  tops_tensor_destroy frees them
+       (through the CPU release hook, tops__conv_cache_release). */
+    _Atomic(void *) conv_cache;
 } tops__packed_right;
 
 /* Reader over packed panels, as if storage were [K, N] (k_major). */

@@ -338,6 +338,15 @@ typedef struct tops__amx_q8_ukernel {
    Weights with mins (bm0 non-NULL, run 1): after each block's step c = fma(-am,
    bm, c), am per row and block (the block's f32 activation sum) at am +
    t * am_next + b * 16 + row, bm0 / bm1 per block 16 column mins. */
+/* AMX relaxed direct conv2d (src/kernels/amx/conv_amx.c): c[16 mt x 16 nt]
+   (f32, row stride ldc floats; mt, nt 1 or 2) = the sums over taps t <
+   ntaps and 32-channel steps s < csteps of A(t, s) B(t, s): A's row tile
+   r is 16 rows of 32 bf16 at (r ? a1 : a0) + toff[t] + 32 s, row stride
+   lda bytes; B's column tile j the 16 x 32 bf16 pair-layout tile at (j ?
+   b1 : b0) + (t * csteps + s) * 512.  Products in f32 on the tile unit. */
+typedef void (*tops__amx_conv_fn)(int mt, int nt, int ntaps, const int64_t *toff, int64_t csteps,
+                                  const uint16_t *a0, const uint16_t *a1, int64_t lda, const uint16_t *b0,
+                                  const uint16_t *b1, float *c, int64_t ldc);
 typedef void (*tops__amx_bf16_fn)(int mt, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo,
                                   int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                   const float *bs1, const float *am, int64_t am_next, const float *bm0,
@@ -656,6 +665,9 @@ typedef struct tops__kernels {
        hi + lo, f32 scaling per sub-block (NULL at levels without). */
     tops__amx_bf16_fn amx_bf16;
     const char *amx_bf16_name;
+    /* AMX relaxed direct conv2d (NULL at levels without). */
+    tops__amx_conv_fn conv_amx;
+    const char *conv_amx_name;
     /* AMX bf16-term kernel and its weight decoders: strict calls on
        weights without an integer form (f32, f16, bf16, fp8...), relaxed
        ones from amx_bf16t.relaxed_min_m rows. */
@@ -986,6 +998,9 @@ void tops_gemm_f32_qi8_qi8_32x32__amx(int mt, int64_t nb, int sub, const int8_t 
                                       const float *bm1, float *c, int64_t ldc, int accumulate);
 void tops__amx_release(void);
 void tops__amx_nib_expand__avx512(const uint8_t *nib, const int8_t *lut, int64_t rows, int8_t *out);
+void tops_conv_bf16_32x32__amx(int mt, int nt, int ntaps, const int64_t *toff, int64_t csteps, const uint16_t *a0,
+                               const uint16_t *a1, int64_t lda, const uint16_t *b0, const uint16_t *b1, float *c,
+                               int64_t ldc);
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo,
                                           int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                           const float *bs1, const float *am, int64_t am_next, const float *bm0,

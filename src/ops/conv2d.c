@@ -413,6 +413,18 @@ static const tops__packed_right *q8_rows_weights(const tops__kernels *kern, cons
     return pk->in_place && pk->q8_panels && !pk->q8_amx && !pk->q8_mins && tops__unpack_sub(&pk->copy) == 32 ? pk : NULL;
 }
 
+/* TOPS_CPU_CONV: 0 unset or empty, 1 "winograd", 2 "direct"; any other
+   value fails the call with a sentence. */
+static tops_status conv_forced(const char *fn, int *forced) {
+    const char *env = getenv("TOPS_CPU_CONV");
+    *forced = 0;
+    if (!env || !*env) return TOPS_OK;
+    if (strcmp(env, "winograd") == 0) *forced = 1;
+    else if (strcmp(env, "direct") == 0) *forced = 2;
+    else return tops__fail(TOPS_INVALID_ARGUMENT, fn, "TOPS_CPU_CONV is \"%s\"; it must be winograd, direct or empty", env);
+    return TOPS_OK;
+}
+
 /* Winograd F(2x2, 3x3) (drive/conv_wino.c) for relaxed calls: 3x3, stride
    1, dilation 1, groups 1, any padding, any weight format (decoded to f32
    and transformed, 16 products per 2 x 2 outputs and channel pair instead
@@ -448,23 +460,18 @@ static int wino_shape(const tops__kernels *kern, const conv_plan *p, const tops_
    Winograd: res4 batch 1 0.49 vs 0.57, batch 32 16.6 vs 16.3; res5 batch
    32 12.3 vs 31.2; but res3 batch 32 22.8 vs 17.2, res2 39.8 vs 28.5). */
 static tops_status wino_worth(const char *fn, const conv_plan *p, int rows4, int rows_win, int amx, int *take) {
-    const char *env = getenv("TOPS_CPU_CONV");
     const int64_t tiles = p->n * tops__ceil_div(p->oh, 2) * tops__ceil_div(p->ow, 2);
     const double used = (double)(p->n * p->oh * p->ow) / (4.0 * (double)tiles);
     *take = tiles >= (tops__is_packed(&p->weight2d) ? 32 : 512) && !(rows4 && used < 0.85) && !rows_win &&
             !(amx && p->c >= 256);
-    if (env && *env) {
-        if (strcmp(env, "winograd") == 0) *take = 1;
-        else if (strcmp(env, "direct") == 0) *take = 0;
-        else
-            return tops__fail(TOPS_INVALID_ARGUMENT, fn,
-                              "TOPS_CPU_CONV is \"%s\"; it must be winograd, direct or empty", env);
-    }
-    return TOPS_OK;
+    int forced;
+    const tops_status st = conv_forced(fn, &forced);
+    if (forced) *take = forced == 1;
+    return st;
 }
 
-/* The weights as f32 rows [O][9 C] (any format, packed or not), malloc'd. */
-static tops_status wino_rows(const char *fn, const conv_plan *p, float **out) {
+/* The weights as f32 rows [O][K] (any format, packed or not), malloc'd. */
+static tops_status weight_rows(const char *fn, const conv_plan *p, float **out) {
     const int64_t k = p->k, o = p->o;
     float *w = tops__aligned_alloc((size_t)(o * k) * sizeof(float));
     if (!w) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the f32 weights");
@@ -480,7 +487,7 @@ static tops_status wino_rows(const char *fn, const conv_plan *p, float **out) {
             return TOPS_OK;
         }
     }
-    const tops_status st = decode_f32(fn, src, o, k, w, "the weights for Winograd");
+    const tops_status st = decode_f32(fn, src, o, k, w, "the weights");
     if (st != TOPS_OK) {
         tops__aligned_free(w);
         return st;
@@ -489,67 +496,102 @@ static tops_status wino_rows(const char *fn, const conv_plan *p, float **out) {
     return TOPS_OK;
 }
 
-/* The transformed weights for panels of nr columns, malloc'd (*u). */
-static tops_status wino_transform(const char *fn, const conv_plan *p, int nr, float **u) {
+/* The transformed weights for panels of nr columns, malloc'd (*out). */
+static tops_status wino_transform(const char *fn, const conv_plan *p, int nr, void **out) {
     float *w = NULL;
-    tops_status st = wino_rows(fn, p, &w);
+    tops_status st = weight_rows(fn, p, &w);
     if (st != TOPS_OK) return st;
-    *u = tops__aligned_alloc((size_t)tops__wino_u_floats(nr, p->c, p->o) * sizeof(float));
-    if (!*u) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the transformed weights");
-    else tops__wino_weights(w, p->k, p->c, p->o, nr, *u, p->exec.threads);
+    float *u = tops__aligned_alloc((size_t)tops__wino_u_floats(nr, p->c, p->o) * sizeof(float));
+    *out = u;
+    if (!u) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the transformed weights");
+    else tops__wino_weights(w, p->k, p->c, p->o, nr, u, p->exec.threads);
     tops__aligned_free(w);
     return st;
 }
 
-static pthread_once_t wino_release_once = PTHREAD_ONCE_INIT;
-static void wino_register_release(void) { (void)tops__tensor_set_release(TOPS_DEVICE_CPU, tops__conv_wino_release); }
+static pthread_once_t cache_release_once = PTHREAD_ONCE_INIT;
+static void cache_register_release(void) { (void)tops__tensor_set_release(TOPS_DEVICE_CPU, tops__conv_cache_release); }
 
-/* A CPU pack's transformed weights: made by the first call and kept on
-   the pack (tops__packed_right.wino, published by compare-and-swap, so
-   concurrent first calls keep one), then read in place: decoding and
-   transforming cost about as much as the whole convolution at batch 1
-   (res5: 2.4 M weights in, 4.2 M floats out).  NULL where the weights are
-   not a CPU pack or were cached for another panel width (another level):
-   then each call transforms them. */
-static const float *wino_cached(const char *fn, const conv_plan *p, int nr, tops_status *st) {
+/* A CPU pack's prepared weights (Winograd's transform for panels of nr
+   columns, or with nr = 0 the AMX direct path's bf16 panels): made by the
+   first call and kept on the pack (tops__packed_right.conv_cache,
+   published by compare-and-swap, so concurrent first calls keep one),
+   then read in place: preparing them costs about as much as the whole
+   convolution at batch 1 (res5: 2.4 M weights in, 4.2 M floats out for
+   Winograd).  NULL where the weights are not a CPU pack or were kept for
+   another use (another panel width or path): then each call makes them. */
+static const void *cached_weights(const char *fn, const conv_plan *p, int nr,
+                                  tops_status (*make)(const char *, const conv_plan *, int, void **), tops_status *st) {
     *st = TOPS_OK;
     if (!tops__is_packed(&p->weight2d)) return NULL;
     tops__packed_right *pk = (tops__packed_right *)p->weight2d.packed_;
-    tops__wino_cache *wc = atomic_load(&pk->wino);
+    tops__conv_cache *wc = atomic_load(&pk->conv_cache);
     if (!wc) {
-        pthread_once(&wino_release_once, wino_register_release);
-        tops__wino_cache *mine = malloc(sizeof *mine);
+        pthread_once(&cache_release_once, cache_register_release);
+        tops__conv_cache *mine = malloc(sizeof *mine);
         if (!mine) {
-            *st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the Winograd weights' header");
+            *st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the prepared weights' header");
             return NULL;
         }
-        *mine = (tops__wino_cache){nr, p->c, p->o, NULL};
-        if ((*st = wino_transform(fn, p, nr, &mine->u)) != TOPS_OK) {
+        *mine = (tops__conv_cache){nr, p->c, p->o, p->k, NULL};
+        if ((*st = make(fn, p, nr, &mine->u)) != TOPS_OK) {
             free(mine);
             return NULL;
         }
         void *expected = NULL; /* the field is _Atomic(void *) */
-        if (atomic_compare_exchange_strong(&pk->wino, &expected, (void *)mine)) wc = mine;
+        if (atomic_compare_exchange_strong(&pk->conv_cache, &expected, (void *)mine)) wc = mine;
         else { /* another call got there first */
             tops__aligned_free(mine->u);
             free(mine);
             wc = expected;
         }
     }
-    return wc->nr == nr && wc->c == p->c && wc->o == p->o ? wc->u : NULL;
+    return wc->nr == nr && wc->c == p->c && wc->o == p->o && wc->k == p->k ? wc->u : NULL;
 }
 
-/* Runs the Winograd path on checked arguments: the transformed weights
-   (kept on a pack, else made for this call), the bias in f32, then the
-   driver. */
-static tops_status wino_run(const char *fn, const tops__kernels *kern, const conv_plan *p, const tops_conv2d_desc *d,
-                            const tops_tensor *in, tops_tensor *full, int accumulate) {
-    const int nr = kern->gemm_f32.nr;
-    float *own = NULL, *bias = NULL;
-    tops_status st;
-    const float *u = wino_cached(fn, p, nr, &st);
+/* The AMX direct path's bf16 panels, malloc'd (*out; nr unused). */
+static tops_status amx_panels(const char *fn, const conv_plan *p, int nr, void **out) {
+    (void)nr;
+    float *w = NULL;
+    tops_status st = weight_rows(fn, p, &w);
     if (st != TOPS_OK) return st;
-    if (!u && (st = wino_transform(fn, p, nr, &own)) != TOPS_OK) return st;
+    const int64_t taps = p->kh * p->kw;
+    uint16_t *panels = tops__aligned_alloc((size_t)tops__conv_amx_weight_elems(taps, p->c, p->o) * sizeof(uint16_t));
+    *out = panels;
+    if (!panels) st = tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the bf16 weight panels");
+    else tops__conv_amx_weights(w, p->k, taps, p->c, p->o, panels);
+    tops__aligned_free(w);
+    return st;
+}
+
+/* The drivers that take prepared weights, in one shape. */
+typedef tops_status (*prepared_driver)(const char *fn, const tops__kernels *kern, const tops__conv_geom *g,
+                                       int64_t batch, const void *weights, int64_t o, const float *bias,
+                                       tops_tensor *dest2d, int accumulate, int threads);
+static tops_status wino_driver(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                               const void *weights, int64_t o, const float *bias, tops_tensor *dest2d, int accumulate,
+                               int threads) {
+    return tops__conv_wino_run(fn, kern, g, batch, weights, o, bias, dest2d, accumulate, threads);
+}
+static tops_status amx_driver(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
+                              const void *weights, int64_t o, const float *bias, tops_tensor *dest2d, int accumulate,
+                              int threads) {
+    return tops__conv_amx_run(fn, kern, g, batch, weights, o, bias, dest2d, accumulate, threads);
+}
+
+/* Runs a path on prepared weights (Winograd's, or the AMX panels with nr
+   = 0) on checked arguments: the weights kept on a pack, else made for
+   this call, the bias in f32, then the driver. */
+static tops_status prepared_run(const char *fn, const tops__kernels *kern, const conv_plan *p,
+                                const tops_conv2d_desc *d, const tops_tensor *in, tops_tensor *full, int accumulate,
+                                int nr, tops_status (*make)(const char *, const conv_plan *, int, void **),
+                                prepared_driver driver) {
+    void *own = NULL;
+    float *bias = NULL;
+    tops_status st;
+    const void *u = cached_weights(fn, p, nr, make, &st);
+    if (st != TOPS_OK) return st;
+    if (!u && (st = make(fn, p, nr, &own)) != TOPS_OK) return st;
     if (!u) u = own;
     bias = d->bias ? malloc((size_t)p->o * sizeof(float)) : NULL;
     if (d->bias && !bias) {
@@ -558,14 +600,35 @@ static tops_status wino_run(const char *fn, const tops__kernels *kern, const con
     }
     for (int64_t o = 0; bias && o < p->o; o++) bias[o] = load_f32(d->bias, o);
     tops__conv_geom geo = geometry(p, in, 0);
-    st = tops__conv_wino_run(fn, kern, &geo, p->n, u, p->o, bias, full, accumulate, p->exec.threads);
+    st = driver(fn, kern, &geo, p->n, u, p->o, bias, full, accumulate, p->exec.threads);
 done:
     tops__aligned_free(own);
     free(bias);
     return st;
 }
 
-/* The checked call on cuda:N (src/cuda/conv.c). */
+/* Relaxed direct conv2d on the AMX tiles (drive/conv_amx.c): groups 1, at
+   least 32 channels with at most a quarter of their 32-channel steps
+   padding, output rows of 14 pixels or more (a row tile is 16 pixels of
+   one row: res5's 7 leave too many empty; the gathered GEMM takes those).
+   Xeon VM, 2 threads, int8-g32 / int4-g32 packed, against oneDNN f32 in
+   the same runs: res2 / res3 / res4 at batch 1 2.2-2.4x / 2.8-2.9x /
+   3.7-3.8x, batch 32 1.9x / 3.9-4.1x / 3.6-3.7x, where Winograd and the
+   gathered GEMM ran 1.3-1.4x / 1.4x / 1.9-2.0x.  TOPS_CPU_CONV=winograd
+   keeps Winograd where its shape allows. */
+static tops_status amx_direct(const char *fn, const tops__kernels *kern, const conv_plan *p,
+                              const tops_conv2d_desc *d, int *take) {
+    *take = 0;
+    if (!d->relaxed_precision || !kern->conv_amx) return TOPS_OK;
+    int forced;
+    const tops_status st = conv_forced(fn, &forced);
+    if (st != TOPS_OK) return st;
+    const int64_t cp = tops__conv_amx_cpad(p->c);
+    *take = p->groups == 1 && !p->depthwise && p->c >= 32 && p->ow >= 14 && 4 * (cp - p->c) <= cp &&
+            !(forced == 1 && wino_shape(kern, p, d));
+    return TOPS_OK;
+}
+
 static tops_status conv_run_cuda(const conv_plan *p, const tops_conv2d_desc *d, const tops_tensor *in,
                                  tops_tensor *dest, char *path, size_t cap) {
     const tops__cuda_conv_geom g = {p->n,  p->h,  p->w,  p->c,  p->o,  p->kh, p->kw,     p->oh,
@@ -598,6 +661,18 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         free(bias);
         return st;
     }
+    int direct_amx;
+    if ((st = amx_direct(fn, kern, p, d, &direct_amx)) != TOPS_OK) return st;
+    if (direct_amx) {
+        if (path) {
+            snprintf(path, cap,
+                     "direct on the AMX tiles (relaxed: input and weights rounded once to bf16, a padded bf16 "
+                     "image): %s (%s)",
+                     kern->conv_amx_name, tops_isa_name(kern->isa));
+            return TOPS_OK;
+        }
+        return prepared_run(fn, kern, p, d, in, &full, accumulate, 0, amx_panels, amx_driver);
+    }
     int wino = 0;
     if (wino_shape(kern, p, d)) {
         const tops__packed_right *q = q8_rows_weights(kern, p, d, &p->weight2d);
@@ -614,7 +689,7 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
                      tops__is_packed(&p->weight2d) ? "once, kept on the pack" : "per call", kern->gemm_f32.name, tops_isa_name(kern->isa));
             return TOPS_OK;
         }
-        return wino_run(fn, kern, p, d, in, &full, accumulate);
+        return prepared_run(fn, kern, p, d, in, &full, accumulate, kern->gemm_f32.nr, wino_transform, wino_driver);
     }
     const int64_t og = p->o / p->groups, m = p->n * p->oh * p->ow;
     const float *panels = rows_panels(kern, p, in, &p->weight2d);

@@ -372,6 +372,31 @@ static void expect_path(const cv_case *c, const char *fmt, int relaxed, int pack
     free(wf), free(x), free(yv);
 }
 
+/* The path names the AMX direct kernel (want 1) or not. */
+static void expect_amx(const cv_case *c, const char *fmt, int relaxed, int packed, int want) {
+    int64_t oh, ow, pt, pl;
+    resolve(c, &oh, &ow, &pt, &pl);
+    const int64_t k = c->kh * c->kw * c->c;
+    float *wf = calloc((size_t)(c->o * k), sizeof(float));
+    cv_weight w;
+    if (!make_weight(fmt, c->o, k, wf, relaxed, &w)) {
+        TH_FAIL_AT("weight %s: %s", fmt, tops_last_error());
+        free(wf);
+        return;
+    }
+    float *x = calloc((size_t)(c->n * c->h * c->w * c->c), sizeof(float)), *y = calloc((size_t)(c->n * oh * ow * c->o), sizeof(float));
+    tops_tensor in = view4(TOPS_DT_F32, x, c->n, c->h, c->w, c->c), out = view4(TOPS_DT_F32, y, c->n, oh, ow, c->o);
+    tops_conv2d_desc d = make_desc(c);
+    d.relaxed_precision = relaxed;
+    char path[256];
+    if (tops_conv2d_path(NULL, &d, &in, packed && w.have_packed ? &w.packed : &w.q, &out, path, sizeof path) != TOPS_OK)
+        TH_FAIL_AT("tops_conv2d_path: %s", tops_last_error());
+    else if ((strstr(path, "AMX tiles") != NULL) != want)
+        TH_FAIL_AT("%s relaxed %d packed %d: path \"%s\"", fmt, relaxed, packed, path);
+    free_weight(&w);
+    free(wf), free(x), free(y);
+}
+
 static void test_winograd(void) {
     static const char *const fmts[] = {"int8-g32", "int4-g32", "f32", "f16"};
     /* where it is worth it by default: packed from 32 tiles, plain from 512 */
@@ -383,9 +408,10 @@ static void test_winograd(void) {
        which the rows kernel cannot read */
     const tops__kernels *kd = tops__kernels_get();
     const int rows_win = kd->gemm_q8_rows_over_wino && !kd->amx_q8.run;
-    expect_path(&res4, "int4-g32", 1, 1, !rows_win);
-    expect_path(&res4, "int8-g32", 1, 1, !rows_win);
-    expect_path(&res4, "f32", 1, 1, 1);
+    const int amxd = kd->conv_amx != NULL; /* res4 (32 channels, rows of 14) runs direct on the AMX tiles */
+    expect_path(&res4, "int4-g32", 1, 1, !rows_win && !amxd);
+    expect_path(&res4, "int8-g32", 1, 1, !rows_win && !amxd);
+    expect_path(&res4, "f32", 1, 1, !amxd);
     expect_path(&res4, "int4-g32", 1, 0, 0);
     expect_path(&res5, "int4-g32", 1, 1, 0);
     expect_path(&res3b, "int8-g32", 1, 0, 1);
@@ -416,6 +442,43 @@ static void test_winograd(void) {
     }
     max_threads = 2;
     unsetenv("TOPS_CPU_CONV");
+}
+
+/* Relaxed calls direct on the AMX tiles (amx level): a padded bf16 image,
+   row tiles of 16 pixels of one output row (ragged: a short last tile),
+   pairs of 16-channel tiles (a lone last one, a short one), 48 channels
+   padded to 64, strides and dilations along either axis, 5x5 "same",
+   1x1, batch > 1; f16 / bf16 activations and dests, bias, accumulate,
+   packed (the panels kept on the pack, then read again by the next
+   thread count) and plain weights; 1 to 3 threads give the same bits. */
+static const cv_case amx_cases[] = {
+    {2, 9, 20, 48, 70, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* C 48 -> 64, 20 = 16 + 4 pixels, O = 2 x 32 + 6 */
+    {1, 16, 35, 32, 40, 3, 3, 2, 1, 2, 1, 2, 1, 0, 2, 1, 0}, /* stride 2 / dilation 2 along rows, uneven pads */
+    {1, 10, 40, 64, 32, 3, 3, 1, 2, 1, 2, 1, 1, 2, 2, 1, 0}, /* stride 2 / dilation 2 along columns */
+    {2, 8, 30, 32, 16, 5, 5, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},  /* 5x5 "same", one channel tile */
+    {1, 3, 16, 64, 33, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},  /* 1x1, rows of exactly 16 */
+};
+
+static void test_amx_direct(void) {
+    if (!tops__kernels_get()->conv_amx) printf("  (no AMX direct kernel at this level: its cases run on the other paths)\n");
+    static const char *const fmts[] = {"int8-g32", "int4-g32", "f32", "mxfp4"};
+    for (size_t i = 0; i < sizeof amx_cases / sizeof amx_cases[0]; i++) {
+        const cv_case *c = &amx_cases[i];
+        if (tops__kernels_get()->conv_amx) {
+            expect_amx(c, "int4-g32", 1, 1, 1);
+            expect_amx(c, "f32", 1, 0, 1);
+            expect_amx(c, "int4-g32", 0, 1, 0); /* strict: never */
+        }
+        for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
+            run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0, 0);
+            run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 1, 1, 1); /* packed, bias, accumulate */
+        }
+        run_case(c, "int8-g32", TOPS_DT_F16, TOPS_DT_BF16, 1, 1, 0, 1);
+        run_case(c, "q4_0", TOPS_DT_BF16, TOPS_DT_F16, 1, 0, 1, 0);
+    }
+    max_threads = 3;
+    run_case(&amx_cases[0], "int4-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 1, 0, 1);
+    max_threads = 2;
 }
 
 /* Rank-4 f32 weights give the same bits as the same data viewed rank 2. */
@@ -620,6 +683,7 @@ int main(void) {
     RUN_TEST(test_rank4_weights);
     RUN_TEST(test_threaded);
     RUN_TEST(test_winograd);
+    RUN_TEST(test_amx_direct);
     RUN_TEST(test_bad_descriptors);
     TEST_MAIN_END();
 }
