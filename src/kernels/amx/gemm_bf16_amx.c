@@ -4,13 +4,15 @@
    sub-block, the f32 sums of a run of sub-blocks that share one scale
    (int4-g128: four) scaled into f32 accumulators with AVX-512 between
    runs (weights with mins: runs of one, one more FMA per row and block,
-   c -= am * bm).  The outputs go as 16 x 16 tiles, one after the
-   other, each over every block with its 16 accumulator rows in registers
-   (tiles 0 and 1: alternate blocks' sums, 4: the hi then the lo
-   activations, 6: the weights).  A probe on L1-resident operands (one
-   core, the best of six runs, ns per 32-k block) against the 2 x 2 grid
-   with its accumulators in memory: two row tiles 145.5 vs 156.8, one
-   73.6 vs 75.2.  (The i8 kernel measured the other way: 121 vs 111.) */
+   c -= am * bm).  Two row tiles (the usual call) go as a 2 x 2 grid: tiles
+   0-3 the four output tiles, 4-5 the row tiles' hi then lo, 6-7 the two
+   panels, so each loaded tile feeds two products; a run's sums are stored
+   and scaled into c while the next run's products run (Xeon VM, 2 threads,
+   M = 128: int4-g128 16.7 -> 13.8 ms, int8-g64 19.6 -> 16.5, int4-g32 and
+   q4_K 3 % faster than one output tile at a time).  One row tile goes one
+   output tile at a time, its 16 accumulator rows in registers (tiles 0 and
+   1: alternate runs' sums, 4: the hi then the lo activations, 6: the
+   weights). */
 #include "kernels/kernels.h"
 #include "kernels/amx/tilecfg.h"
 
@@ -79,10 +81,119 @@ static inline void run_tile(int mins, int64_t nb, int sub, int run, const uint16
 }
 #undef TOPS_BF16_SUMS
 
+static void configure_grid(int sub) {
+    _Alignas(64) tops__amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 4; t++) cfg.colsb[t] = 64, cfg.rows[t] = 16;
+    for (int t = 4; t < 6; t++) cfg.colsb[t] = (uint16_t)(2 * sub), cfg.rows[t] = 16;
+    for (int t = 6; t < 8; t++) cfg.colsb[t] = 64, cfg.rows[t] = (uint8_t)(sub / 2);
+    tops__amx_load_cfg(&cfg);
+}
+
+/* Tiles 0-3 (row tile r, column tile j at 2 r + j) = the sums of
+   sub-blocks b .. b + len - 1 over both row tiles and both panels: each
+   loaded tile feeds two products (the one-tile order loads three tiles
+   for two). */
+static inline void grid_sums(int64_t b, int64_t len, int sub, const uint16_t *h0, const uint16_t *h1,
+                             const uint16_t *l0, const uint16_t *l1, const uint16_t *w0, const uint16_t *w1) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t j = b; j < b + len; j++) {
+        _tile_loadd(6, w0 + j * sub * 16, 64);
+        _tile_loadd(7, w1 + j * sub * 16, 64);
+        _tile_loadd(4, h0 + j * 16 * sub, 2 * sub);
+        _tile_loadd(5, h1 + j * 16 * sub, 2 * sub);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+        _tile_loadd(4, l0 + j * 16 * sub, 2 * sub);
+        _tile_loadd(5, l1 + j * 16 * sub, 2 * sub);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+}
+
+static inline void grid_store(float *buf) {
+    _tile_stored(0, buf, 64);
+    _tile_stored(1, buf + 256, 64);
+    _tile_stored(2, buf + 512, 64);
+    _tile_stored(3, buf + 768, 64);
+}
+
+/* c[32 x 32] (+)= buf's four tiles times the run's column scales (mins:
+   then c -= am x bm), row by row; the first run of a call without
+   accumulate starts from zero (fma(t, s, 0): the rounded product). */
+static inline void grid_scale(int mins, const float *buf, const float *s0p, const float *s1p, const float *am0,
+                              const float *am1, const float *m0p, const float *m1p, float *c, int64_t ldc, int fresh) {
+    const __m512 s0 = _mm512_loadu_ps(s0p), s1 = _mm512_loadu_ps(s1p);
+    const __m512 mn0 = mins ? _mm512_loadu_ps(m0p) : _mm512_setzero_ps();
+    const __m512 mn1 = mins ? _mm512_loadu_ps(m1p) : _mm512_setzero_ps();
+    for (int t = 0; t < 2; t++) {
+        const float *am = t ? am1 : am0;
+#pragma GCC unroll 4
+        for (int r = 0; r < 16; r++) {
+            float *cr = c + (t * 16 + r) * ldc;
+            __m512 v0 = fresh ? _mm512_setzero_ps() : _mm512_loadu_ps(cr);
+            __m512 v1 = fresh ? _mm512_setzero_ps() : _mm512_loadu_ps(cr + 16);
+            v0 = _mm512_fmadd_ps(_mm512_load_ps(buf + (2 * t) * 256 + r * 16), s0, v0);
+            v1 = _mm512_fmadd_ps(_mm512_load_ps(buf + (2 * t + 1) * 256 + r * 16), s1, v1);
+            if (mins) {
+                const __m512 a = _mm512_set1_ps(-am[r]);
+                v0 = _mm512_fmadd_ps(a, mn0, v0);
+                v1 = _mm512_fmadd_ps(a, mn1, v1);
+            }
+            _mm512_storeu_ps(cr, v0);
+            _mm512_storeu_ps(cr + 16, v1);
+        }
+    }
+}
+
+/* Both row tiles and both panels (mt = 2): a run's four tiles summed,
+   stored, and the next run's products issued before the stored sums are
+   scaled, so the vector work overlaps the tile unit's. */
+static void run_grid(int mins, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo, int64_t a_next,
+                     const float *am, int64_t am_next, const uint16_t *w0, const uint16_t *w1, const float *ws0,
+                     const float *ws1, const float *wm0, const float *wm1, float *c, int64_t ldc, int accumulate) {
+    _Alignas(64) float buf[2][1024];
+    const int64_t nr = (nb + run - 1) / run;
+    const float *am1 = mins ? am + am_next : NULL;
+    for (int64_t q = 0; q < nr; q++) {
+        const int64_t b = q * run, len = nb - b < run ? nb - b : run;
+        grid_sums(b, len, sub, hi, hi + a_next, lo, lo + a_next, w0, w1);
+        if (q > 0) { /* while the tile unit runs this run's products */
+            const int64_t p = b - run; /* the previous run's first block */
+            grid_scale(mins, buf[(q - 1) & 1], ws0 + p * 16, ws1 + p * 16, mins ? am + p * 16 : NULL,
+                       mins ? am1 + p * 16 : NULL, mins ? wm0 + p * 16 : NULL, mins ? wm1 + p * 16 : NULL, c, ldc,
+                       q == 1 && !accumulate);
+        }
+        grid_store(buf[q & 1]);
+    }
+    if (nr > 0) {
+        const int64_t p = (nr - 1) * run;
+        grid_scale(mins, buf[(nr - 1) & 1], ws0 + p * 16, ws1 + p * 16, mins ? am + p * 16 : NULL,
+                   mins ? am1 + p * 16 : NULL, mins ? wm0 + p * 16 : NULL, mins ? wm1 + p * 16 : NULL, c, ldc,
+                   nr == 1 && !accumulate);
+    } else if (!accumulate) {
+        for (int r = 0; r < 32; r++) memset(c + r * ldc, 0, 32 * sizeof(float));
+    }
+}
+
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo,
                                           int64_t a_next, const uint16_t *b0, const uint16_t *b1, const float *bs0,
                                           const float *bs1, const float *am, int64_t am_next, const float *bm0,
                                           const float *bm1, float *c, int64_t ldc, int accumulate) {
+    if (mt == 2) {
+        configure_grid(sub);
+        run_grid(bm0 != NULL, nb, sub, run, hi, lo, a_next, am, am_next, b0, b1, bs0, bs1, bm0, bm1, c, ldc,
+                 accumulate);
+        return;
+    }
     configure(sub);
     for (int t = 0; t < mt; t++) {
         const uint16_t *ht = hi + t * a_next, *lt = lo + t * a_next;
