@@ -343,7 +343,10 @@ static const cv_case wino_big[] = {
     {1, 14, 14, 300, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* C over the K block (256): two K blocks */
 };
 
-static void expect_path(const cv_case *c, const char *fmt, int relaxed, int packed, int want_wino) {
+/* The path of a call names `needle` (want 1) or not (0); want < 0: the
+   call is refused for a bad TOPS_CPU_CONV. */
+static void expect_in_path(const cv_case *c, const char *fmt, int relaxed, int packed, const char *needle,
+                           int want_wino) {
     int64_t oh, ow, pt, pl;
     resolve(c, &oh, &ow, &pt, &pl);
     const int64_t k = c->kh * c->kw * c->c;
@@ -366,35 +369,25 @@ static void expect_path(const cv_case *c, const char *fmt, int relaxed, int pack
             TH_FAIL_AT("a bad TOPS_CPU_CONV: status %d, \"%s\"", (int)st, tops_last_error());
     } else if (st != TOPS_OK) {
         TH_FAIL_AT("tops_conv2d_path: %s", tops_last_error());
-    } else if ((strstr(path, "Winograd") != NULL) != want_wino)
+    } else if ((strstr(path, needle) != NULL) != want_wino)
         TH_FAIL_AT("%s relaxed %d packed %d: path \"%s\"", fmt, relaxed, packed, path);
     free_weight(&w);
     free(wf), free(x), free(yv);
 }
 
-/* The path names the AMX direct kernel (want 1) or not. */
-static void expect_amx(const cv_case *c, const char *fmt, int relaxed, int packed, int want) {
-    int64_t oh, ow, pt, pl;
-    resolve(c, &oh, &ow, &pt, &pl);
-    const int64_t k = c->kh * c->kw * c->c;
-    float *wf = calloc((size_t)(c->o * k), sizeof(float));
-    cv_weight w;
-    if (!make_weight(fmt, c->o, k, wf, relaxed, &w)) {
-        TH_FAIL_AT("weight %s: %s", fmt, tops_last_error());
-        free(wf);
-        return;
+static void expect_path(const cv_case *c, const char *fmt, int relaxed, int packed, int want_wino) {
+    expect_in_path(c, fmt, relaxed, packed, "Winograd", want_wino);
+}
+
+/* A relaxed case over the given formats (plain; packed with bias and
+   accumulate), then with 16-bit activations and dests. */
+static void run_relaxed_set(const cv_case *c, const char *const *fmts, size_t nf, const char *bf16_fmt) {
+    for (size_t f = 0; f < nf; f++) {
+        run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0, 0);
+        run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 1, 1, 1); /* packed, bias, accumulate */
     }
-    float *x = calloc((size_t)(c->n * c->h * c->w * c->c), sizeof(float)), *y = calloc((size_t)(c->n * oh * ow * c->o), sizeof(float));
-    tops_tensor in = view4(TOPS_DT_F32, x, c->n, c->h, c->w, c->c), out = view4(TOPS_DT_F32, y, c->n, oh, ow, c->o);
-    tops_conv2d_desc d = make_desc(c);
-    d.relaxed_precision = relaxed;
-    char path[256];
-    if (tops_conv2d_path(NULL, &d, &in, packed && w.have_packed ? &w.packed : &w.q, &out, path, sizeof path) != TOPS_OK)
-        TH_FAIL_AT("tops_conv2d_path: %s", tops_last_error());
-    else if ((strstr(path, "AMX tiles") != NULL) != want)
-        TH_FAIL_AT("%s relaxed %d packed %d: path \"%s\"", fmt, relaxed, packed, path);
-    free_weight(&w);
-    free(wf), free(x), free(y);
+    run_case(c, "int8-g32", TOPS_DT_F16, TOPS_DT_BF16, 1, 1, 0, 1);
+    run_case(c, bf16_fmt, TOPS_DT_BF16, TOPS_DT_F16, 1, 0, 1, 0);
 }
 
 static void test_winograd(void) {
@@ -427,12 +420,7 @@ static void test_winograd(void) {
         expect_path(c, "f32", 1, 0, 1);
         expect_path(c, "int4-g32", 0, 1, 0); /* strict: never Winograd */
         expect_path(c, "f32", 0, 0, 0);
-        for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
-            run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0, 0);
-            run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 1, 1, 1); /* packed, bias, accumulate */
-        }
-        run_case(c, "int8-g32", TOPS_DT_F16, TOPS_DT_BF16, 1, 1, 0, 1);
-        run_case(c, "mxfp4", TOPS_DT_BF16, TOPS_DT_F16, 1, 0, 1, 0);
+        run_relaxed_set(c, fmts, sizeof fmts / sizeof fmts[0], "mxfp4");
     }
     max_threads = 5;
     for (size_t i = 0; i < sizeof wino_big / sizeof wino_big[0]; i++) {
@@ -465,16 +453,11 @@ static void test_amx_direct(void) {
     for (size_t i = 0; i < sizeof amx_cases / sizeof amx_cases[0]; i++) {
         const cv_case *c = &amx_cases[i];
         if (tops__kernels_get()->conv_amx) {
-            expect_amx(c, "int4-g32", 1, 1, 1);
-            expect_amx(c, "f32", 1, 0, 1);
-            expect_amx(c, "int4-g32", 0, 1, 0); /* strict: never */
+            expect_in_path(c, "int4-g32", 1, 1, "AMX tiles", 1);
+            expect_in_path(c, "f32", 1, 0, "AMX tiles", 1);
+            expect_in_path(c, "int4-g32", 0, 1, "AMX tiles", 0); /* strict: never */
         }
-        for (size_t f = 0; f < sizeof fmts / sizeof fmts[0]; f++) {
-            run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 0, 0, 0);
-            run_case(c, fmts[f], TOPS_DT_F32, TOPS_DT_F32, 1, 1, 1, 1); /* packed, bias, accumulate */
-        }
-        run_case(c, "int8-g32", TOPS_DT_F16, TOPS_DT_BF16, 1, 1, 0, 1);
-        run_case(c, "q4_0", TOPS_DT_BF16, TOPS_DT_F16, 1, 0, 1, 0);
+        run_relaxed_set(c, fmts, sizeof fmts / sizeof fmts[0], "q4_0");
     }
     max_threads = 3;
     run_case(&amx_cases[0], "int4-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 1, 0, 1);

@@ -104,18 +104,15 @@ static inline void grid_sums(int64_t b, int64_t len, int sub, const uint16_t *h0
     for (int64_t j = b; j < b + len; j++) {
         _tile_loadd(6, w0 + j * sub * 16, 64);
         _tile_loadd(7, w1 + j * sub * 16, 64);
-        _tile_loadd(4, h0 + j * 16 * sub, 2 * sub);
-        _tile_loadd(5, h1 + j * 16 * sub, 2 * sub);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-        _tile_loadd(4, l0 + j * 16 * sub, 2 * sub);
-        _tile_loadd(5, l1 + j * 16 * sub, 2 * sub);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+#pragma GCC unroll 2
+        for (int u = 0; u < 2; u++) { /* the hi terms, then the lo */
+            _tile_loadd(4, (u ? l0 : h0) + j * 16 * sub, 2 * sub);
+            _tile_loadd(5, (u ? l1 : h1) + j * 16 * sub, 2 * sub);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            _tile_dpbf16ps(2, 5, 6);
+            _tile_dpbf16ps(3, 5, 7);
+        }
     }
 }
 
