@@ -93,13 +93,19 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
    once to bf16 into a zero-padded NHWC image, then per output row and
    32 output channels the kernel over blocks of 32 pixels; dest2d [N * OH *
    OW, o] (+)= the sums + bias (f32 [o] or NULL).  Threads over output
-   rows; every output is computed the same way whatever the split.  Fails
-   only before anything is written. */
+   rows; every output is computed the same way whatever the split or the
+   chunks of images.  Fails only before anything is written. */
 int64_t tops__conv_amx_cpad(int64_t c);
+/* The bf16 image's bytes for one image of g.  The driver copies images in
+   chunks of at most `budget` bytes (one image at least); the op passes
+   TOPS__CONV_AMX_IMAGE_BUDGET and takes the path only where one image
+   fits it. */
+#define TOPS__CONV_AMX_IMAGE_BUDGET ((int64_t)64 << 20)
+int64_t tops__conv_amx_image_bytes(const tops__conv_geom *g);
 int64_t tops__conv_amx_weight_elems(int64_t taps, int64_t c, int64_t o);
 void tops__conv_amx_weights(const float *w, int64_t ldw, int64_t taps, int64_t c, int64_t o, uint16_t *out);
 tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                const uint16_t *wpanels, int64_t o, const float *bias, tops_tensor *dest2d,
-                               int accumulate, int threads);
+                               int accumulate, int threads, int64_t budget);
 
 #endif

@@ -13,6 +13,12 @@
 
 int64_t tops__conv_amx_cpad(int64_t c) { return tops__round_up(c, 32); }
 
+int64_t tops__conv_amx_image_bytes(const tops__conv_geom *g) {
+    const int64_t hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    const int64_t wp = (tops__round_up(g->ow, 16) - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    return hp * wp * tops__conv_amx_cpad(g->cg) * 2;
+}
+
 int64_t tops__conv_amx_weight_elems(int64_t taps, int64_t c, int64_t o) {
     return tops__ceil_div(o, 16) * taps * (tops__conv_amx_cpad(c) / 32) * 512;
 }
@@ -35,7 +41,7 @@ void tops__conv_amx_weights(const float *w, int64_t ldw, int64_t taps, int64_t c
 
 tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                const uint16_t *wpanels, int64_t o, const float *bias, tops_tensor *dest2d,
-                               int accumulate, int threads) {
+                               int accumulate, int threads, int64_t budget) {
     const tops_tensor *in = g->in;
     const tops_dtype dt = tops_format_get_info(in->format.id)->element;
     const int64_t cp = tops__conv_amx_cpad(g->cg), steps = cp / 32, taps = g->kh * g->kw;
@@ -43,7 +49,11 @@ tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const 
     /* the image: every row and column a tap of an output (or of a row
        tile's padding pixels past OW) reads */
     const int64_t hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1, wp = (owp - 1) * g->sw + (g->kw - 1) * g->dw + 1;
-    const size_t img_elems = (size_t)batch * (size_t)hp * (size_t)wp * (size_t)cp;
+    /* images a chunk: the bf16 copy kept within the budget */
+    const int64_t per_image = tops__conv_amx_image_bytes(g);
+    int64_t chunk = budget / per_image;
+    chunk = chunk < 1 ? 1 : chunk > batch ? batch : chunk;
+    const size_t img_elems = (size_t)chunk * (size_t)hp * (size_t)wp * (size_t)cp;
     uint16_t *img = tops__aligned_alloc(img_elems * sizeof(uint16_t));
     int64_t *toff = malloc((size_t)taps * sizeof(int64_t));
     if (!img || !toff) {
@@ -66,6 +76,8 @@ tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const 
         return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the input's row buffers");
     }
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2], s3 = in->stride[3];
+    for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
+    const int64_t nb = batch - n0 < chunk ? batch - n0 : chunk;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
@@ -75,8 +87,8 @@ tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const 
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t r = 0; r < batch * hp; r++) { /* image row r: (n, yp), input row yp - pt */
-            const int64_t n = r / hp, y = r % hp - g->pt;
+        for (int64_t r = 0; r < nb * hp; r++) { /* image row r: (n0 + n, yp), input row yp - pt */
+            const int64_t n = n0 + r / hp, y = r % hp - g->pt;
             uint16_t *dst = img + (size_t)r * (size_t)(wp * cp);
             for (int64_t xp = 0; xp < wp; xp++) {
                 const int64_t x = xp - g->pl;
@@ -95,8 +107,8 @@ tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const 
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t r = 0; r < batch * g->oh; r++) { /* output row (n, oy), every pair of channel tiles */
-            const int64_t n = r / g->oh, oy = r % g->oh;
+        for (int64_t r = n0 * g->oh; r < (n0 + nb) * g->oh; r++) { /* output row (n, oy), every channel pair */
+            const int64_t n = r / g->oh - n0, oy = r % g->oh;
             const uint16_t *arow = img + ((size_t)(n * hp + oy * g->sh) * (size_t)wp) * (size_t)cp;
             for (int64_t jp = 0; jp < pairs; jp++) {
                 const int nt = jp * 32 + 16 < o ? 2 : 1;
@@ -116,6 +128,7 @@ tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const 
             }
         }
         if (kern->amx_q8.release) kern->amx_q8.release();
+    }
     }
     tops__aligned_free(rows);
     tops__aligned_free(img);

@@ -576,7 +576,8 @@ static tops_status wino_driver(const char *fn, const tops__kernels *kern, const 
 static tops_status amx_driver(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                               const void *weights, int64_t o, const float *bias, tops_tensor *dest2d, int accumulate,
                               int threads) {
-    return tops__conv_amx_run(fn, kern, g, batch, weights, o, bias, dest2d, accumulate, threads);
+    return tops__conv_amx_run(fn, kern, g, batch, weights, o, bias, dest2d, accumulate, threads,
+                              TOPS__CONV_AMX_IMAGE_BUDGET);
 }
 
 /* Runs a path on prepared weights (Winograd's, or the AMX panels with nr
@@ -624,8 +625,9 @@ static tops_status amx_direct(const char *fn, const tops__kernels *kern, const c
     const tops_status st = conv_forced(fn, &forced);
     if (st != TOPS_OK) return st;
     const int64_t cp = tops__conv_amx_cpad(p->c);
+    const tops__conv_geom g = geometry(p, NULL, 0);
     *take = p->groups == 1 && !p->depthwise && p->c >= 32 && p->ow >= 14 && 4 * (cp - p->c) <= cp &&
-            !(forced == 1 && wino_shape(kern, p, d));
+            tops__conv_amx_image_bytes(&g) <= TOPS__CONV_AMX_IMAGE_BUDGET && !(forced == 1 && wino_shape(kern, p, d));
     return TOPS_OK;
 }
 

@@ -5,6 +5,7 @@
    multiply-accumulate, NaN-poisoned dest, and every bad descriptor. */
 #include "harness.h"
 #include "core/numeric.h"
+#include "drive/conv.h"
 #include "ops/matmul2d.h"
 #include "tensorops.h"
 
@@ -464,6 +465,66 @@ static void test_amx_direct(void) {
     max_threads = 2;
 }
 
+/* The AMX direct driver copies the input in chunks of images within a
+   byte budget: one image a chunk, two, or all give the same bits, at 1
+   and 2 threads (the op passes a budget that takes ResNet batches whole). */
+static void test_amx_chunks(void) {
+    const tops__kernels *kern = tops__kernels_get();
+    if (!kern->conv_amx) {
+        printf("  (no AMX direct kernel at this level)\n");
+        return;
+    }
+    enum { N = 5, H = 9, W = 17, C = 40, O = 36, KH = 3, KW = 3 };
+    const int64_t oh = H, ow = W, k = KH * KW * C, m = (int64_t)N * oh * ow;
+    float *x = malloc(sizeof(float) * N * H * W * C), *w = malloc(sizeof(float) * O * k), *bias = malloc(sizeof(float) * O);
+    float *y[4];
+    uint16_t *panels = malloc(sizeof(uint16_t) * (size_t)tops__conv_amx_weight_elems(KH * KW, C, O));
+    for (int64_t i = 0; i < (int64_t)N * H * W * C; i++) x[i] = th_uniform(&rng, -1, 1);
+    for (int64_t i = 0; i < O * k; i++) w[i] = th_uniform(&rng, -1, 1);
+    for (int i = 0; i < O; i++) bias[i] = th_uniform(&rng, -1, 1);
+    tops__conv_amx_weights(w, k, KH * KW, C, O, panels);
+    tops_tensor in = view4(TOPS_DT_F32, x, N, H, W, C);
+    const tops__conv_geom g = {&in, H, W, oh, ow, KH, KW, 1, 1, 1, 1, 1, 1, C, 0};
+    const int64_t per = tops__conv_amx_image_bytes(&g);
+    const int64_t budgets[4] = {(int64_t)1 << 40, 1, 2 * per, 3 * per - 1};
+    for (int v = 0; v < 4; v++) {
+        y[v] = malloc(sizeof(float) * m * O);
+        tops_tensor_desc dd;
+        memset(&dd, 0, sizeof dd);
+        dd.format = tops_format_of(TOPS_DT_F32);
+        dd.rank = 2;
+        dd.extent[0] = m, dd.extent[1] = O;
+        dd.data = y[v];
+        tops_tensor dest;
+        ASSERT_OK(tops_tensor_view(&dd, &dest));
+        for (int64_t i = 0; i < m * O; i++) y[v][i] = NAN;
+        ASSERT_OK(tops__conv_amx_run("test", kern, &g, N, panels, O, bias, &dest, 0, 1 + v % 2, budgets[v]));
+        if (v > 0 && memcmp(y[0], y[v], sizeof(float) * m * O) != 0)
+            TH_FAIL_AT("budget %lld (%lld bytes an image), %d threads: bits differ from one chunk", (long long)budgets[v],
+                       (long long)per, 1 + v % 2);
+    }
+    /* and against the f64 convolution of the bf16-rounded operands' source, loosely */
+    double num = 0, den = 0;
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t yy = 0; yy < oh; yy++)
+            for (int64_t xx = 0; xx < ow; xx++)
+                for (int oc = 0; oc < O; oc += 7) {
+                    double r = bias[oc];
+                    for (int i = 0; i < KH; i++)
+                        for (int j = 0; j < KW; j++) {
+                            const int64_t iy = yy + i - 1, ix = xx + j - 1;
+                            if (iy < 0 || iy >= H || ix < 0 || ix >= W) continue;
+                            for (int c = 0; c < C; c++)
+                                r += (double)x[((n * H + iy) * W + ix) * C + c] * w[oc * k + (i * KW + j) * C + c];
+                        }
+                    const double d = y[0][((n * oh + yy) * ow + xx) * O + oc] - r;
+                    num += d * d, den += r * r;
+                }
+    if (!(sqrt(num / den) <= 1e-2)) TH_FAIL_AT("rel-L2 %.3g against f64", sqrt(num / den));
+    for (int v = 0; v < 4; v++) free(y[v]);
+    free(x), free(w), free(bias), free(panels);
+}
+
 /* Rank-4 f32 weights give the same bits as the same data viewed rank 2. */
 static void test_rank4_weights(void) {
     const cv_case *c = &cases[1];
@@ -667,6 +728,7 @@ int main(void) {
     RUN_TEST(test_threaded);
     RUN_TEST(test_winograd);
     RUN_TEST(test_amx_direct);
+    RUN_TEST(test_amx_chunks);
     RUN_TEST(test_bad_descriptors);
     TEST_MAIN_END();
 }
