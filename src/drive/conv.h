@@ -92,9 +92,10 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
    tops__conv_amx_run: the input (f32 / f16 / bf16, any strides) rounded
    once to bf16 into a zero-padded NHWC image, then per output row and
    32 output channels the kernel over blocks of 32 pixels; dest2d [N * OH *
-   OW, o] (+)= the sums + bias (f32 [o] or NULL).  Threads over output
-   rows; every output is computed the same way whatever the split or the
-   chunks of images.  Fails only before anything is written. */
+   OW, o] (+)= the sums + bias (f32 [o] or NULL).  Threads over (output
+   row, channel pair) jobs; every output is computed the same way whatever
+   the split or the chunks of images.  Fails only before anything is
+   written. */
 int64_t tops__conv_amx_cpad(int64_t c);
 /* The bf16 image's bytes for one image of g.  The driver copies images in
    chunks of at most `budget` bytes (one image at least); the op passes
