@@ -608,19 +608,40 @@ done:
     return st;
 }
 
-/* Relaxed direct conv2d on the AMX tiles (drive/conv_amx.c): groups 1, at
-   least 32 channels with at most a quarter of their 32-channel steps
-   padding, output rows of 14 pixels or more (a row tile is 16 pixels of
-   one row: res5's 7 leave too many empty; the gathered GEMM takes those).
-   Xeon VM, 2 threads, int8-g32 / int4-g32 packed, against oneDNN f32 in
-   the same runs: res2 / res3 / res4 at batch 1 2.2-2.4x / 2.8-2.9x /
+/* Weights whose every value is one bf16 exactly (bf16 itself, or one-term
+   integer forms: code and scale bits <= 8, no tensor factor, such as
+   mxfp4), so that with bf16 input the AMX direct path's single product a
+   step is the strict one: every product exact, f32 sums. */
+static int bf16_exact_weights(const tops__kernels *kern, const tops_tensor *w) {
+    if (tops__is_packed(w)) {
+        const tops__packed_right *pk = w->packed_;
+        if (!pk->in_place) return pk->source.id == TOPS_FMT_BF16; /* f32 panels of bf16 values */
+        w = &pk->copy;
+    }
+    float factor = 0.0f;
+    return w->format.id == TOPS_FMT_BF16 || (tops__amx_one_term(kern, w, &factor) && factor == 1.0f);
+}
+
+/* Direct conv2d on the AMX tiles (drive/conv_amx.c): relaxed calls, and
+   strict ones whose products are exact on the tiles (bf16 input without
+   a tensor scale, weights exact in bf16: bf16 x bf16 strict at batch 32
+   res3 7.0 ms against the gathered GEMM's 29.7); groups 1, at least 32
+   channels with at most a quarter of their 32-channel steps padding,
+   output rows of 14 pixels or more (a row tile is 16 pixels of one row:
+   res5's 7 leave too many empty; the gathered GEMM takes those).  Xeon
+   VM, 2 threads, int8-g32 / int4-g32 packed, against oneDNN f32 in the
+   same runs: res2 / res3 / res4 at batch 1 2.2-2.4x / 2.8-2.9x /
    3.7-3.8x, batch 32 1.9x / 3.9-4.1x / 3.6-3.7x, where Winograd and the
    gathered GEMM ran 1.3-1.4x / 1.4x / 1.9-2.0x.  TOPS_CPU_CONV=winograd
    keeps Winograd where its shape allows. */
 static tops_status amx_direct(const char *fn, const tops__kernels *kern, const conv_plan *p,
-                              const tops_conv2d_desc *d, int *take) {
+                              const tops_conv2d_desc *d, const tops_tensor *in, int *take) {
     *take = 0;
-    if (!d->relaxed_precision || !kern->conv_amx) return TOPS_OK;
+    if (!kern->conv_amx) return TOPS_OK;
+    if (!d->relaxed_precision &&
+        (tops_format_get_info(in->format.id)->element != TOPS_DT_BF16 || in->tensor_scale != 1.0f ||
+         !bf16_exact_weights(kern, &p->weight2d)))
+        return TOPS_OK;
     int forced;
     const tops_status st = conv_forced(fn, &forced);
     if (st != TOPS_OK) return st;
@@ -664,12 +685,12 @@ static tops_status conv_run(const char *fn, const tops__kernels *kern, const con
         return st;
     }
     int direct_amx;
-    if ((st = amx_direct(fn, kern, p, d, &direct_amx)) != TOPS_OK) return st;
+    if ((st = amx_direct(fn, kern, p, d, in, &direct_amx)) != TOPS_OK) return st;
     if (direct_amx) {
         if (path) {
-            snprintf(path, cap,
-                     "direct on the AMX tiles (relaxed: input and weights rounded once to bf16, a padded bf16 "
-                     "image): %s (%s)",
+            snprintf(path, cap, "direct on the AMX tiles (%s, a padded bf16 image): %s (%s)",
+                     d->relaxed_precision ? "relaxed: input and weights rounded once to bf16"
+                                          : "strict: bf16 input, weights exact in bf16, products exact",
                      kern->conv_amx_name, tops_isa_name(kern->isa));
             return TOPS_OK;
         }

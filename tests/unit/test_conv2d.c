@@ -346,8 +346,8 @@ static const cv_case wino_big[] = {
 
 /* The path of a call names `needle` (want 1) or not (0); want < 0: the
    call is refused for a bad TOPS_CPU_CONV. */
-static void expect_in_path(const cv_case *c, const char *fmt, int relaxed, int packed, const char *needle,
-                           int want_wino) {
+static void expect_in_path(const cv_case *c, const char *fmt, tops_dtype act, int relaxed, int packed,
+                           const char *needle, int want_wino) {
     int64_t oh, ow, pt, pl;
     resolve(c, &oh, &ow, &pt, &pl);
     const int64_t k = c->kh * c->kw * c->c;
@@ -360,7 +360,7 @@ static void expect_in_path(const cv_case *c, const char *fmt, int relaxed, int p
         free(wf), free(x), free(yv);
         return;
     }
-    tops_tensor in = view4(TOPS_DT_F32, x, c->n, c->h, c->w, c->c), out = view4(TOPS_DT_F32, yv, c->n, oh, ow, c->o);
+    tops_tensor in = view4(act, x, c->n, c->h, c->w, c->c), out = view4(TOPS_DT_F32, yv, c->n, oh, ow, c->o);
     tops_conv2d_desc d = make_desc(c);
     d.relaxed_precision = relaxed;
     char path[256];
@@ -377,7 +377,7 @@ static void expect_in_path(const cv_case *c, const char *fmt, int relaxed, int p
 }
 
 static void expect_path(const cv_case *c, const char *fmt, int relaxed, int packed, int want_wino) {
-    expect_in_path(c, fmt, relaxed, packed, "Winograd", want_wino);
+    expect_in_path(c, fmt, TOPS_DT_F32, relaxed, packed, "Winograd", want_wino);
 }
 
 /* A relaxed case over the given formats (plain; packed with bias and
@@ -454,11 +454,20 @@ static void test_amx_direct(void) {
     for (size_t i = 0; i < sizeof amx_cases / sizeof amx_cases[0]; i++) {
         const cv_case *c = &amx_cases[i];
         if (tops__kernels_get()->conv_amx) {
-            expect_in_path(c, "int4-g32", 1, 1, "AMX tiles", 1);
-            expect_in_path(c, "f32", 1, 0, "AMX tiles", 1);
-            expect_in_path(c, "int4-g32", 0, 1, "AMX tiles", 0); /* strict: never */
+            expect_in_path(c, "int4-g32", TOPS_DT_F32, 1, 1, "AMX tiles", 1);
+            expect_in_path(c, "f32", TOPS_DT_F32, 1, 0, "AMX tiles", 1);
+            /* strict: only where every product is exact (bf16 input, weights one bf16 each) */
+            expect_in_path(c, "int4-g32", TOPS_DT_F32, 0, 1, "AMX tiles", 0);
+            expect_in_path(c, "bf16", TOPS_DT_F32, 0, 0, "AMX tiles", 0);
+            expect_in_path(c, "int4-g32", TOPS_DT_BF16, 0, 0, "AMX tiles", 0); /* f16 scales: two terms */
+            expect_in_path(c, "bf16", TOPS_DT_BF16, 0, 0, "AMX tiles", 1);
+            expect_in_path(c, "bf16", TOPS_DT_BF16, 0, 1, "AMX tiles", 1);
+            expect_in_path(c, "mxfp4", TOPS_DT_BF16, 0, 1, "AMX tiles", 1);
         }
         run_relaxed_set(c, fmts, sizeof fmts / sizeof fmts[0], "q4_0");
+        run_case(c, "bf16", TOPS_DT_BF16, TOPS_DT_F32, 0, 1, 1, 0);  /* strict, bias, accumulate */
+        run_case(c, "bf16", TOPS_DT_BF16, TOPS_DT_F16, 0, 0, 0, 1);  /* strict, packed */
+        run_case(c, "mxfp4", TOPS_DT_BF16, TOPS_DT_F32, 0, 1, 0, 1); /* strict one-term weights, packed */
     }
     max_threads = 3;
     run_case(&amx_cases[0], "int4-g32", TOPS_DT_F32, TOPS_DT_F32, 1, 1, 0, 1);
