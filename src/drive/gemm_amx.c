@@ -675,12 +675,19 @@ static float *direct_rows(const tops__gemm_problem *p, int64_t m0, int64_t mm, i
     return (float *)d->data + m0 * d->stride[0] + n0;
 }
 
+int tops__amx_bf16t_left_terms(const tops__gemm_problem *p) {
+    const tops_tensor *lt = p->left.gather ? NULL : p->left.t;
+    const int left_bf16 = lt && tops_format_get_info(lt->format.id)->element == TOPS_DT_BF16 &&
+                          (lt->tensor_scale == 1.0f || lt->tensor_scale == 0.0f);
+    return p->relaxed || left_bf16 ? 1 : 2;
+}
+
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p) {
     const tops_status size_ok = tops__gemm_check_size(fn, p->m, p->k);
     if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
-    const int na = p->relaxed ? 1 : 2;
+    const int na = tops__amx_bf16t_left_terms(p);
     /* Strict one-term weights read through their integer form (the
        panels, or unpacked; not the f32 reader of weights stored [K, N]):
        one weight term of q * scale / factor, the sums times factor (1:

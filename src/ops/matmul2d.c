@@ -433,7 +433,8 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                           : p.right.packed                         ? "prepacked f32 panels"
                                                                    : "f32 reader";
         snprintf(buf, cap, "AMX bf16 tiles, weights as bf16 terms per K block (%s), activations as %s: %s (%s)",
-                 src, p.relaxed ? "bf16" : "bf16 hi + lo", kern->amx_bf16t.name, isa);
+                 src, p.relaxed ? "bf16" : tops__amx_bf16t_left_terms(&p) == 1 ? "bf16 as they are" : "bf16 hi + lo",
+                 kern->amx_bf16t.name, isa);
     } else if (kind == PLAN_INTEGER) {
         const char *x4 = kern->gemm_q8_x4.run && p.n >= 32 ? kern->gemm_q8_x4.name : NULL;
         snprintf(buf, cap, "integer panels (%s), i8 activations: %s%s%s (%s)",
