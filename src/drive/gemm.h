@@ -185,10 +185,11 @@ int tops__gemm_amx_supports(const tops__kernels *kern, const tops_tensor *w, int
    tops_pack_right stores them the relaxed panels (i8 or 4-bit), which the
    bf16-term kernel decodes between its tile steps. */
 int tops__amx_one_term(const tops__kernels *kern, const tops_tensor *w, float *factor);
-/* The bf16-term driver's activation terms: relaxed 1 (rounded once);
-   strict 2 (hi + lo), or 1 where the left is stored bf16 without a tensor
-   scale (its lo would be zero, the products exact in one term). */
-int tops__amx_bf16t_left_terms(const tops__gemm_problem *p);
+/* The AMX bf16 drivers' activation terms (bf16 terms and strict code
+   tiles): relaxed 1 (rounded once); strict 2 (hi + lo), or 1 where the
+   left is stored bf16 without a tensor scale (its lo would be zero, the
+   products exact in one term). */
+int tops__amx_left_terms(const tops__gemm_problem *p);
 tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p);
 tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p);
 /* Whether the bf16-term driver reads p's weights through their integer

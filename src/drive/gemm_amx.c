@@ -297,6 +297,8 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
        runs of up to KC_DEFAULT k; K blocks of whole runs, so every run
        lies inside a scale group. */
     const int run = strict && !mins ? scale_run(w) : 1;
+    /* strict on a bf16 left: hi only (lo would be zero) */
+    const int one_left = strict && tops__amx_left_terms(p) == 1;
     const int64_t kc_max = tops__balanced_block(kp, nib_fused ? KC_NIB_FUSED : KC_DEFAULT, 32 * run);
     const int64_t k_blocks = tops__ceil_div(kp, kc_max);
 
@@ -416,7 +418,8 @@ tops_status tops__gemm_amx_run(const char *fn, const tops__gemm_problem *p) {
                             const int64_t at = (it * n_subs + k0 / sub) * 16 * sub; /* row tile it, this K block */
                             float *c = acc + it * 16 * nc + jp * 32;
                             if (strict)
-                                kern->amx_bf16(mt, nb, sub, run, ah + at, al + at, n_subs * 16 * sub, (const uint16_t *)b0,
+                                kern->amx_bf16(mt, nb, sub, run, ah + at, one_left ? NULL : al + at, n_subs * 16 * sub,
+                                               (const uint16_t *)b0,
                                                (const uint16_t *)b1, s0, s1, mins ? am + at / sub : NULL,
                                                n_subs * 16, bm0, bm1, c, nc, kb > 0);
                             else
@@ -675,7 +678,7 @@ static float *direct_rows(const tops__gemm_problem *p, int64_t m0, int64_t mm, i
     return (float *)d->data + m0 * d->stride[0] + n0;
 }
 
-int tops__amx_bf16t_left_terms(const tops__gemm_problem *p) {
+int tops__amx_left_terms(const tops__gemm_problem *p) {
     const tops_tensor *lt = p->left.gather ? NULL : p->left.t;
     const int left_bf16 = lt && tops_format_get_info(lt->format.id)->element == TOPS_DT_BF16 &&
                           (lt->tensor_scale == 1.0f || lt->tensor_scale == 0.0f);
@@ -687,7 +690,7 @@ tops_status tops__gemm_amx_bf16t_run(const char *fn, const tops__gemm_problem *p
     if (size_ok != TOPS_OK) return size_ok;
     const tops__kernels *kern = p->kern;
     const tops_tensor *w = p->right.t;
-    const int na = tops__amx_bf16t_left_terms(p);
+    const int na = tops__amx_left_terms(p);
     /* Strict one-term weights read through their integer form (the
        panels, or unpacked; not the f32 reader of weights stored [K, N]):
        one weight term of q * scale / factor, the sums times factor (1:

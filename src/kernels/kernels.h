@@ -328,7 +328,8 @@ typedef struct tops__amx_q8_ukernel {
    at most 32) of bsX[b * 16 + j] * T_b[i][j], T_b = the f32 tile sum
    (tdpbf16ps) of block b's hi * w + lo * w products, each product exact:
    hi and lo the two bf16 terms of an f32 activation (hi = bf16(a), lo =
-   bf16(a - hi)), w a weight code as bf16.  Activations in tile order as
+   bf16(a - hi); lo NULL: one term, the activations' bf16 values), w a
+   weight code as bf16.  Activations in tile order as
    for amx_q8 (bf16 elements: row tile t's block b at hi + t * a_next +
    b * 16 * sub, row stride sub elements; lo likewise); b0 / b1 in the
    layout of tops__amx_pack_panel_bf16; c = fma(T, bs, c), blocks in order.

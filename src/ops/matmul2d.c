@@ -423,8 +423,10 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                                                 : "unpacked per K block",
                  kern->amx_q8.name, isa);
     } else if (kind == PLAN_AMX) {
-        snprintf(buf, cap, "AMX bf16 code tiles (%s), f32 activations as bf16 hi + lo, scaled per block: %s (%s)",
-                 p.q8_panels && p.q8_amx == 2 ? "prepacked" : "unpacked per K block", kern->amx_bf16_name, isa);
+        snprintf(buf, cap, "AMX bf16 code tiles (%s), %s, scaled per block: %s (%s)",
+                 p.q8_panels && p.q8_amx == 2 ? "prepacked" : "unpacked per K block",
+                 tops__amx_left_terms(&p) == 1 ? "bf16 activations as they are" : "f32 activations as bf16 hi + lo",
+                 kern->amx_bf16_name, isa);
     } else if (kind == PLAN_AMX_BF16) {
         const char *src = p.q8_panels && p.q8_amx == 1             ? "prepacked i8 panels"
                           : p.q8_panels && p.q8_amx == 3           ? "prepacked 4-bit panels"
@@ -433,7 +435,7 @@ static void describe(const tops__kernels *kern, plan_kind kind, const tops__gemm
                           : p.right.packed                         ? "prepacked f32 panels"
                                                                    : "f32 reader";
         snprintf(buf, cap, "AMX bf16 tiles, weights as bf16 terms per K block (%s), activations as %s: %s (%s)",
-                 src, p.relaxed ? "bf16" : tops__amx_bf16t_left_terms(&p) == 1 ? "bf16 as they are" : "bf16 hi + lo",
+                 src, p.relaxed ? "bf16" : tops__amx_left_terms(&p) == 1 ? "bf16 as they are" : "bf16 hi + lo",
                  kern->amx_bf16t.name, isa);
     } else if (kind == PLAN_INTEGER) {
         const char *x4 = kern->gemm_q8_x4.run && p.n >= 32 ? kern->gemm_q8_x4.name : NULL;

@@ -37,8 +37,10 @@ static void configure(int sub) {
             _tile_loadd(6, w + j_ * sub * 16, 64);                                                                     \
             _tile_loadd(4, hi + j_ * 16 * sub, 2 * sub);                                                               \
             _tile_dpbf16ps(T, 4, 6);                                                                                   \
-            _tile_loadd(4, lo + j_ * 16 * sub, 2 * sub);                                                               \
-            _tile_dpbf16ps(T, 4, 6);                                                                                   \
+            if (lo) {                                                                                                  \
+                _tile_loadd(4, lo + j_ * 16 * sub, 2 * sub);                                                           \
+                _tile_dpbf16ps(T, 4, 6);                                                                               \
+            }                                                                                                          \
         }                                                                                                              \
         _tile_stored(T, (buf), 64);                                                                                    \
     } while (0)
@@ -101,11 +103,11 @@ static inline void grid_sums(int64_t b, int64_t len, int sub, const uint16_t *h0
     _tile_zero(1);
     _tile_zero(2);
     _tile_zero(3);
+    const int nu = l0 ? 2 : 1;
     for (int64_t j = b; j < b + len; j++) {
         _tile_loadd(6, w0 + j * sub * 16, 64);
         _tile_loadd(7, w1 + j * sub * 16, 64);
-#pragma GCC unroll 2
-        for (int u = 0; u < 2; u++) { /* the hi terms, then the lo */
+        for (int u = 0; u < nu; u++) { /* the hi terms, then the lo (if any) */
             _tile_loadd(4, (u ? l0 : h0) + j * 16 * sub, 2 * sub);
             _tile_loadd(5, (u ? l1 : h1) + j * 16 * sub, 2 * sub);
             _tile_dpbf16ps(0, 4, 6);
@@ -162,7 +164,7 @@ static void run_grid(int mins, int64_t nb, int sub, int run, const uint16_t *hi,
     const float *am1 = mins ? am + am_next : NULL;
     for (int64_t q = 0; q < nr; q++) {
         const int64_t b = q * run, len = nb - b < run ? nb - b : run;
-        grid_sums(b, len, sub, hi, hi + a_next, lo, lo + a_next, w0, w1);
+        grid_sums(b, len, sub, hi, hi + a_next, lo, lo ? lo + a_next : NULL, w0, w1);
         if (q > 0) { /* while the tile unit runs this run's products */
             const int64_t p = b - run; /* the previous run's first block */
             grid_scale(mins, buf[(q - 1) & 1], ws0 + p * 16, ws1 + p * 16, mins ? am + p * 16 : NULL,
@@ -193,7 +195,7 @@ void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, int run, 
     }
     configure(sub);
     for (int t = 0; t < mt; t++) {
-        const uint16_t *ht = hi + t * a_next, *lt = lo + t * a_next;
+        const uint16_t *ht = hi + t * a_next, *lt = lo ? lo + t * a_next : NULL;
         const float *amt = am ? am + t * am_next : NULL;
         float *ct = c + t * 16 * ldc;
         if (bm0) {
