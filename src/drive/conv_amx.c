@@ -13,9 +13,16 @@
 
 int64_t tops__conv_amx_cpad(int64_t c) { return tops__round_up(c, 32); }
 
+/* One image's rows and columns: every one a tap of an output (or of a
+   row tile's padding pixels past OW) reads. */
+static void image_dims(const tops__conv_geom *g, int64_t *hp, int64_t *wp) {
+    *hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
+    *wp = (tops__round_up(g->ow, 16) - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+}
+
 int64_t tops__conv_amx_image_bytes(const tops__conv_geom *g) {
-    const int64_t hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1;
-    const int64_t wp = (tops__round_up(g->ow, 16) - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    int64_t hp, wp;
+    image_dims(g, &hp, &wp);
     return hp * wp * tops__conv_amx_cpad(g->cg) * 2;
 }
 
@@ -45,10 +52,8 @@ tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const 
     const tops_tensor *in = g->in;
     const tops_dtype dt = tops_format_get_info(in->format.id)->element;
     const int64_t cp = tops__conv_amx_cpad(g->cg), steps = cp / 32, taps = g->kh * g->kw;
-    const int64_t owp = tops__round_up(g->ow, 16);
-    /* the image: every row and column a tap of an output (or of a row
-       tile's padding pixels past OW) reads */
-    const int64_t hp = (g->oh - 1) * g->sh + (g->kh - 1) * g->dh + 1, wp = (owp - 1) * g->sw + (g->kw - 1) * g->dw + 1;
+    int64_t hp, wp;
+    image_dims(g, &hp, &wp);
     /* images a chunk: the bf16 copy kept within the budget */
     const int64_t per_image = tops__conv_amx_image_bytes(g);
     int64_t chunk = budget / per_image;
@@ -64,7 +69,7 @@ tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const 
     }
     for (int64_t i = 0; i < g->kh; i++)
         for (int64_t j = 0; j < g->kw; j++) toff[i * g->kw + j] = (i * g->dh * wp + j * g->dw) * cp;
-    const double flops = 2.0 * (double)batch * (double)(g->oh * owp) * (double)tops__round_up(o, 32) * (double)(taps * cp);
+    const double flops = 2.0 * (double)batch * (double)(g->oh * tops__round_up(g->ow, 16)) * (double)tops__round_up(o, 32) * (double)(taps * cp);
     threads = tops__threads_for(TOPS__WORK_GEMM_F32, flops, threads);
 #ifndef _OPENMP
     threads = 1;
@@ -76,46 +81,45 @@ tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const 
         return tops__fail(TOPS_OUT_OF_MEMORY, fn, "no memory for the input's row buffers");
     }
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2], s3 = in->stride[3];
-    for (int64_t n0 = 0; n0 < batch; n0 += chunk) {
-    const int64_t nb = batch - n0 < chunk ? batch - n0 : chunk;
+    const int64_t pairs = tops__ceil_div(o, 32), lda = g->sw * cp * (int64_t)sizeof(uint16_t);
+    for (int64_t n0 = 0; n0 < batch; n0 += chunk) { /* chunks of images: fill, then compute */
+        const int64_t nb = batch - n0 < chunk ? batch - n0 : chunk;
 #ifdef _OPENMP
 #pragma omp parallel num_threads(threads) if (threads > 1)
 #endif
-    {
-        float *row = rows + (size_t)tops__thread_num() * (size_t)cp;
-        _Alignas(64) float cbuf[32 * 32];
+        {
+            float *row = rows + (size_t)tops__thread_num() * (size_t)cp;
+            _Alignas(64) float cbuf[32 * 32];
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        for (int64_t r = 0; r < nb * hp; r++) { /* image row r: (n0 + n, yp), input row yp - pt */
-            const int64_t n = n0 + r / hp, y = r % hp - g->pt;
-            uint16_t *dst = img + (size_t)r * (size_t)(wp * cp);
-            for (int64_t xp = 0; xp < wp; xp++) {
-                const int64_t x = xp - g->pl;
-                uint16_t *px = dst + xp * cp;
-                if (y < 0 || y >= g->h || x < 0 || x >= g->w) {
-                    memset(px, 0, (size_t)cp * sizeof(uint16_t));
-                    continue;
+            for (int64_t r = 0; r < nb * hp; r++) { /* image row r: (n0 + n, yp), input row yp - pt */
+                const int64_t n = n0 + r / hp, y = r % hp - g->pt;
+                uint16_t *dst = img + (size_t)r * (size_t)(wp * cp);
+                for (int64_t xp = 0; xp < wp; xp++) {
+                    const int64_t x = xp - g->pl;
+                    uint16_t *px = dst + xp * cp;
+                    if (y < 0 || y >= g->h || x < 0 || x >= g->w) {
+                        memset(px, 0, (size_t)cp * sizeof(uint16_t));
+                        continue;
+                    }
+                    tops__conv_read_run(kern, in, dt, n * s0 + y * s1 + x * s2 + g->c0 * s3, s3, g->cg, row);
+                    for (int64_t ch = g->cg; ch < cp; ch++) row[ch] = 0.0f;
+                    kern->f32_to_bf16_row(px, row, cp);
                 }
-                tops__conv_read_run(kern, in, dt, n * s0 + y * s1 + x * s2 + g->c0 * s3, s3, g->cg, row);
-                for (int64_t ch = g->cg; ch < cp; ch++) row[ch] = 0.0f;
-                kern->f32_to_bf16_row(px, row, cp);
             }
-        }
-        /* (implicit barrier: the image is whole) */
-        const int64_t pairs = tops__ceil_div(o, 32), lda = g->sw * cp * (int64_t)sizeof(uint16_t);
+            /* (implicit barrier: the image is whole.)  Jobs: (output row,
+               channel pair), pairs fastest: a thread's run of jobs reads
+               each row's image lines for every pair while they are in
+               cache, and small calls (res4 at batch 1: 14 rows) still
+               spread over 16 threads. */
 #ifdef _OPENMP
 #pragma omp for schedule(static)
 #endif
-        /* jobs: (output row, channel pair), pairs fastest: a thread's run of
-           jobs reads each row's image lines for every pair while they are
-           in cache, and small calls (res4 at batch 1: 14 rows) still spread
-           over 16 threads */
-        for (int64_t job = n0 * g->oh * pairs; job < (n0 + nb) * g->oh * pairs; job++) {
-            const int64_t r = job / pairs, jp = job % pairs; /* output row (n, oy), channel pair */
-            const int64_t n = r / g->oh - n0, oy = r % g->oh;
-            const uint16_t *arow = img + ((size_t)(n * hp + oy * g->sh) * (size_t)wp) * (size_t)cp;
-            {
+            for (int64_t job = n0 * g->oh * pairs; job < (n0 + nb) * g->oh * pairs; job++) {
+                const int64_t r = job / pairs, jp = job % pairs; /* output row (n, oy), channel pair */
+                const int64_t n = r / g->oh - n0, oy = r % g->oh;
+                const uint16_t *arow = img + ((size_t)(n * hp + oy * g->sh) * (size_t)wp) * (size_t)cp;
                 const int nt = jp * 32 + 16 < o ? 2 : 1;
                 const uint16_t *b0 = wpanels + (2 * jp) * taps * steps * 512, *b1 = b0 + taps * steps * 512;
                 const int64_t vc = o - jp * 32 < 32 ? o - jp * 32 : 32;
@@ -131,9 +135,8 @@ tops_status tops__conv_amx_run(const char *fn, const tops__kernels *kern, const 
                     tops__store_rect(kern, dest2d, r * g->ow + x0, vr, jp * 32, vc, cbuf, 32, accumulate);
                 }
             }
+            if (kern->amx_q8.release) kern->amx_q8.release();
         }
-        if (kern->amx_q8.release) kern->amx_q8.release();
-    }
     }
     tops__aligned_free(rows);
     tops__aligned_free(img);

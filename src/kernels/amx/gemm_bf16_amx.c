@@ -162,25 +162,19 @@ static void run_grid(int mins, int64_t nb, int sub, int run, const uint16_t *hi,
     _Alignas(64) float buf[2][1024];
     const int64_t nr = (nb + run - 1) / run;
     const float *am1 = mins ? am + am_next : NULL;
-    for (int64_t q = 0; q < nr; q++) {
-        const int64_t b = q * run, len = nb - b < run ? nb - b : run;
-        grid_sums(b, len, sub, hi, hi + a_next, lo, lo ? lo + a_next : NULL, w0, w1);
-        if (q > 0) { /* while the tile unit runs this run's products */
+    for (int64_t q = 0; q <= nr; q++) { /* run q's products, then run q - 1's scaling under them */
+        const int64_t b = q * run;
+        if (q < nr) grid_sums(b, nb - b < run ? nb - b : run, sub, hi, hi + a_next, lo, lo ? lo + a_next : NULL, w0, w1);
+        if (q > 0) {
             const int64_t p = b - run; /* the previous run's first block */
             grid_scale(mins, buf[(q - 1) & 1], ws0 + p * 16, ws1 + p * 16, mins ? am + p * 16 : NULL,
                        mins ? am1 + p * 16 : NULL, mins ? wm0 + p * 16 : NULL, mins ? wm1 + p * 16 : NULL, c, ldc,
                        q == 1 && !accumulate);
         }
-        grid_store(buf[q & 1]);
+        if (q < nr) grid_store(buf[q & 1]);
     }
-    if (nr > 0) {
-        const int64_t p = (nr - 1) * run;
-        grid_scale(mins, buf[(nr - 1) & 1], ws0 + p * 16, ws1 + p * 16, mins ? am + p * 16 : NULL,
-                   mins ? am1 + p * 16 : NULL, mins ? wm0 + p * 16 : NULL, mins ? wm1 + p * 16 : NULL, c, ldc,
-                   nr == 1 && !accumulate);
-    } else if (!accumulate) {
+    if (nr == 0 && !accumulate)
         for (int r = 0; r < 32; r++) memset(c + r * ldc, 0, 32 * sizeof(float));
-    }
 }
 
 void tops_gemm_f32_bf16x2_bf16_32x32__amx(int mt, int64_t nb, int sub, int run, const uint16_t *hi, const uint16_t *lo,
