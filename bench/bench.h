@@ -35,6 +35,10 @@ typedef struct tops_bench_row {
     /* Not in the JSON: what the floor was computed from, so it can be
        recomputed with the best ceilings of the run (tops_bench_refine_floors). */
     double floor_bytes, floor_flops, floor_peak_gflops, floor_read_gbps;
+    /* Not in the JSON: a baseline timed in alternation with this row (its
+       median_s and min_s come from the same rounds), "" if none. */
+    char alt[32];
+    double alt_median_s, alt_min_s;
 } tops_bench_row;
 
 /* The machine's ceilings, measured in the same run with all threads. */
@@ -250,10 +254,19 @@ int tops_bench_rotation_copies(const tops_bench_config *cfg, double bytes, int *
    oneDNN is loaded at run time: when it is absent, or a case has no
    implementation on this CPU, the rows are left out, OK is returned and
    tops_bench_onednn_note says why.  A row over its sanity bound counts in
-   *accuracy_failures. */
+   *accuracy_failures.  keep (or NULL): the bf16 case is kept there (NULL
+   when it has no rows) for tops_bench_onednn_alternate, while the caller
+   keeps weights and acts alive; tops_bench_onednn_release frees it. */
+typedef struct tops_bench_onednn_kept tops_bench_onednn_kept;
 tops_status tops_bench_onednn_matmul(tops_bench_session *session, const float *weights, float *const *acts,
                                      int nacts, const char (*base_name)[32], const double *base_median_s,
-                                     tops_bench_rows *out, int *accuracy_failures);
+                                     tops_bench_rows *out, int *accuracy_failures, tops_bench_onednn_kept **keep);
+/* The kept bf16 matmul at M (1 .. the session's largest M) timed in
+   alternation with `ours` (tops_bench_time_alternating, the session's
+   repeats): out[0] ours, out[1] oneDNN bf16. */
+tops_status tops_bench_onednn_alternate(tops_bench_session *session, tops_bench_onednn_kept *kept, int64_t m,
+                                        tops_bench_call ours, void *ours_ctx, tops_bench_alt out[2]);
+void tops_bench_onednn_release(tops_bench_onednn_kept *kept);
 /* One line on the last run's oneDNN: version, library, ISA, threads; or
    why there are no rows.  "" before any run. */
 const char *tops_bench_onednn_note(void);

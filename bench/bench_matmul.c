@@ -424,6 +424,7 @@ typedef struct mm_run {
     baseline_times base;
     int have_base;
     int accuracy_failures;
+    tops_bench_onednn_kept *dnn; /* oneDNN bf16, timed in alternation with each case (or NULL) */
 } mm_run;
 
 /* Runs one variant once on a NaN-poisoned dest (an unwritten element
@@ -483,11 +484,23 @@ static tops_status run_case(mm_run *r, mm_weights *w, int mi, tops_bench_rows *r
         if (best < 0 || probe[v] < probe[best]) best = v;
     }
 
-    tops_bench_progress(r->s, "%s M=%lld: timing %s weights (%d copies)", w->name, (long long)m,
-                        best ? "packed" : "plain", variants[best]->n);
     tops_bench_timing t;
-    st = tops_bench_time(call_ours, &calls[best], 1, cfg->repeat, cfg->min_seconds, &t);
-    if (st != TOPS_OK) return st;
+    tops_bench_alt alt[2];
+    memset(alt, 0, sizeof alt);
+    if (r->dnn) {
+        /* oneDNN bf16 in alternation: on a shared host its time moves 3x
+           from one minute to the next, so a ratio wants the same windows */
+        tops_bench_progress(r->s, "%s M=%lld: timing %s weights and oneDNN bf16 in alternation", w->name,
+                            (long long)m, best ? "packed" : "plain");
+        st = tops_bench_onednn_alternate(r->s, r->dnn, m, call_ours, &calls[best], alt);
+        if (st != TOPS_OK) return st;
+        t.median_s = alt[0].median_s, t.min_s = alt[0].min_s;
+    } else {
+        tops_bench_progress(r->s, "%s M=%lld: timing %s weights (%d copies)", w->name, (long long)m,
+                            best ? "packed" : "plain", variants[best]->n);
+        st = tops_bench_time(call_ours, &calls[best], 1, cfg->repeat, cfg->min_seconds, &t);
+        if (st != TOPS_OK) return st;
+    }
 
     const tops_bench_roofline *roof;
     st = tops_bench_session_roofline(r->s, &roof);
@@ -504,6 +517,10 @@ static tops_status run_case(mm_run *r, mm_weights *w, int mi, tops_bench_rows *r
     if (st != TOPS_OK) return st;
     row.median_s = t.median_s;
     row.min_s = t.min_s;
+    if (r->dnn) {
+        snprintf(row.alt, sizeof row.alt, "onednn-bf16");
+        row.alt_median_s = alt[1].median_s, row.alt_min_s = alt[1].min_s;
+    }
     row.pack_s = best ? w->pack_s : 0;
     snprintf(row.baseline, sizeof row.baseline, "%s", r->base.name[mi]);
     row.baseline_median_s = r->base.median_s[mi];
@@ -579,7 +596,7 @@ tops_status tops_bench_matmul_cpu(tops_bench_session *s, tops_bench_rows *rows) 
             /* oneDNN on the same weights, its rows after ours */
             if (st == TOPS_OK)
                 st = tops_bench_onednn_matmul(s, w.decoded, r.acts, r.nacts, r.base.name, r.base.median_s, &dnn_rows,
-                                              &r.accuracy_failures);
+                                              &r.accuracy_failures, &r.dnn);
 #endif
         }
         for (int mi = 0; st == TOPS_OK && mi < cfg->nm; mi++) {
@@ -602,6 +619,7 @@ tops_status tops_bench_matmul_cpu(tops_bench_session *s, tops_bench_rows *rows) 
         st = tops__fail(TOPS_INTERNAL, fn, "%d format(s) failed to run and %d case(s) missed their accuracy bound",
                         failed_formats, r.accuracy_failures);
 done:
+    tops_bench_onednn_release(r.dnn);
     tops_bench_rows_free(&dnn_rows);
     if (r.acts)
         for (int i = 0; i < r.nacts; i++) tops__aligned_free(r.acts[i]);

@@ -58,9 +58,10 @@ static void note_add(const char *fmt, ...) {
 
 tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights, float *const *acts, int nacts,
                                      const char (*base_name)[32], const double *base_median_s,
-                                     tops_bench_rows *out, int *accuracy_failures) {
+                                     tops_bench_rows *out, int *accuracy_failures, tops_bench_onednn_kept **keep) {
     (void)s, (void)weights, (void)acts, (void)nacts, (void)base_name, (void)base_median_s, (void)out;
     (void)accuracy_failures;
+    if (keep) *keep = NULL;
     g_note[0] = 0;
 #if defined(TOPS_BENCH_X86)
     note_add("oneDNN: no rows: this build has no oneDNN headers (scripts/deps.sh onednn, then configure again)");
@@ -69,6 +70,14 @@ tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights
 #endif
     return TOPS_OK;
 }
+
+tops_status tops_bench_onednn_alternate(tops_bench_session *s, tops_bench_onednn_kept *kd, int64_t m,
+                                        tops_bench_call ours, void *ours_ctx, tops_bench_alt out[2]) {
+    (void)s, (void)kd, (void)m, (void)ours, (void)ours_ctx, (void)out;
+    return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, "tops_bench_onednn_alternate", "this build has no oneDNN");
+}
+
+void tops_bench_onednn_release(tops_bench_onednn_kept *kd) { (void)kd; }
 
 tops_status tops_bench_onednn_conv(tops_bench_session *s, const tops_bench_conv_shape *shape, const float *input,
                                    const float *weights, const int64_t *check, int nchk, const double *ref,
@@ -244,7 +253,7 @@ typedef struct dnn_ctx {
     dnnl_stream_t stream;
     int int8;
     int threads;
-    int64_t m, k, n;
+    int64_t m, k, n, m_max;
     /* the primitives of this M */
     dnnl_primitive_t mm, quant;
     /* activations: bf16 copies (bf16), or views of the f32 buffers and one
@@ -257,14 +266,19 @@ typedef struct dnn_ctx {
     int nwei;
     dnnl_memory_t dst;
     dnnl_memory_t src_scale, wei_scale; /* int8 */
-    float *src_scale_value;
+    float src_scale_value;              /* the handle of src_scale */
+    /* what case_open_m made for this M, released by case_close_m */
+    dnnl_memory_desc_t mds[6];
+    dnnl_primitive_attr_t attr, qattr;
+    dnnl_primitive_desc_t pd, qpd;
+    char quant_impl[64];
 } dnn_ctx;
 
 static tops_status run_once(dnn_ctx *c, int ai, int wi) {
     tops_status st = TOPS_OK;
     if (c->int8) {
         float amax = absmax(c->act_ptr[ai], c->m * c->k, c->threads);
-        *c->src_scale_value = amax > 0 && isfinite(amax) ? amax / 127.0f : 1.0f;
+        c->src_scale_value = amax > 0 && isfinite(amax) ? amax / 127.0f : 1.0f;
         dnnl_exec_arg_t qargs[3] = {{DNNL_ARG_FROM, c->act_f32[ai]},
                                     {DNNL_ARG_TO, c->act_s8},
                                     {DNNL_ARG_ATTR_SCALES | DNNL_ARG_DST, c->src_scale}};
@@ -367,59 +381,96 @@ done:
 #define BF16_REL_L2 2e-2
 #define INT8_REL_L2 5e-2
 
+/* One case's primitives at M = c->m (the matmul; int8: the activations'
+   quantization), its weights reordered into the matmul's layout
+   (case_pack) and the memories its calls take; case_close_m releases them,
+   also after a failure. */
+static tops_status case_open_m(tops_bench_session *s, dnn_case *cs, dnn_ctx *c, float *const *acts) {
+    tops_status st = TOPS_OK;
+    int64_t m = c->m, k = c->k, n = c->n;
+    dnnl_memory_desc_t *src_md = &c->mds[0], *wei_md = &c->mds[1], *dst_md = &c->mds[2], *f32_md = &c->mds[3],
+                       *one_md = &c->mds[4], *ch_md = &c->mds[5];
+    *src_md = md2(m, k, c->int8 ? dnnl_s8 : dnnl_bf16, dnnl_ab);
+    *wei_md = md2(k, n, c->int8 ? dnnl_s8 : dnnl_bf16, dnnl_format_tag_any);
+    *dst_md = md2(m, n, c->int8 ? dnnl_f32 : dnnl_bf16, dnnl_ab);
+    if (!*src_md || !*wei_md || !*dst_md) DNNL_TRY(dnnl_invalid_arguments, "the matmul's descriptors");
+    if (c->int8) {
+        DNNL_TRY(g_api.dnnl_primitive_attr_create(&c->attr), "the matmul's attributes");
+        DNNL_TRY(g_api.dnnl_primitive_attr_set_scales_mask(c->attr, DNNL_ARG_SRC, 0), "the activations' scale");
+        DNNL_TRY(g_api.dnnl_primitive_attr_set_scales_mask(c->attr, DNNL_ARG_WEIGHTS, 1 << 1),
+                 "the weights' scales");
+    }
+    DNNL_TRY(g_api.dnnl_matmul_primitive_desc_create(&c->pd, c->engine, *src_md, *wei_md, NULL, *dst_md, c->attr),
+             c->int8 ? "the int8 matmul" : "the bf16 matmul");
+    st = case_pack(s, cs, c, g_api.dnnl_primitive_desc_query_md(c->pd, dnnl_query_weights_md, 0));
+    if (st != TOPS_OK) goto done;
+    c->wei = cs->wei;
+    c->nwei = cs->nwei;
+    DNNL_TRY(g_api.dnnl_primitive_create(&c->mm, c->pd), "the matmul primitive");
+    if (c->int8) {
+        *f32_md = md2(m, k, dnnl_f32, dnnl_ab);
+        *one_md = md1(1, dnnl_f32);
+        *ch_md = md1(n, dnnl_f32);
+        if (!*f32_md || !*one_md || !*ch_md) DNNL_TRY(dnnl_invalid_arguments, "the quantization's descriptors");
+        for (int i = 0; i < c->nacts; i++)
+            DNNL_TRY(g_api.dnnl_memory_create(&c->act_f32[i], *f32_md, c->engine, acts[i]), "an activation view");
+        DNNL_TRY(g_api.dnnl_memory_create(&c->act_s8, *src_md, c->engine, cs->a_s8), "the s8 activations");
+        c->src_scale_value = 1.0f;
+        DNNL_TRY(g_api.dnnl_memory_create(&c->src_scale, *one_md, c->engine, &c->src_scale_value),
+                 "the activations' scale");
+        DNNL_TRY(g_api.dnnl_memory_create(&c->wei_scale, *ch_md, c->engine, cs->w_scale), "the weights' scales");
+        /* oneDNN 3 reorders compute dst = src / dst_scale */
+        DNNL_TRY(g_api.dnnl_primitive_attr_create(&c->qattr), "the quantization's attributes");
+        DNNL_TRY(g_api.dnnl_primitive_attr_set_scales_mask(c->qattr, DNNL_ARG_DST, 0), "the quantization's scale");
+        DNNL_TRY(g_api.dnnl_reorder_primitive_desc_create(&c->qpd, *f32_md, c->engine, *src_md, c->engine, c->qattr),
+                 "the activations' quantization");
+        snprintf(c->quant_impl, sizeof c->quant_impl, "%s", impl_name(c->qpd));
+        DNNL_TRY(g_api.dnnl_primitive_create(&c->quant, c->qpd), "the activations' quantization");
+    } else {
+        for (int i = 0; i < c->nacts; i++)
+            DNNL_TRY(g_api.dnnl_memory_create(&c->src[i], *src_md, c->engine, cs->a_bf16[i]), "a bf16 activation");
+    }
+    DNNL_TRY(g_api.dnnl_memory_create(&c->dst, *dst_md, c->engine, cs->dst_buf), "the result");
+done:
+    return st;
+}
+
+static void case_close_m(dnn_ctx *c) {
+    if (c->mm) g_api.dnnl_primitive_destroy(c->mm);
+    if (c->quant) g_api.dnnl_primitive_destroy(c->quant);
+    c->mm = c->quant = NULL;
+    for (int i = 0; i < c->nacts; i++) {
+        if (c->src[i]) g_api.dnnl_memory_destroy(c->src[i]);
+        if (c->act_f32[i]) g_api.dnnl_memory_destroy(c->act_f32[i]);
+        c->src[i] = c->act_f32[i] = NULL;
+    }
+    dnnl_memory_t *mems[4] = {&c->act_s8, &c->dst, &c->src_scale, &c->wei_scale};
+    for (int i = 0; i < 4; i++) {
+        if (*mems[i]) g_api.dnnl_memory_destroy(*mems[i]);
+        *mems[i] = NULL;
+    }
+    if (c->pd) g_api.dnnl_primitive_desc_destroy(c->pd);
+    if (c->qpd) g_api.dnnl_primitive_desc_destroy(c->qpd);
+    if (c->attr) g_api.dnnl_primitive_attr_destroy(c->attr);
+    if (c->qattr) g_api.dnnl_primitive_attr_destroy(c->qattr);
+    c->pd = c->qpd = NULL;
+    c->attr = c->qattr = NULL;
+    for (int i = 0; i < 6; i++) {
+        if (c->mds[i]) g_api.dnnl_memory_desc_destroy(c->mds[i]);
+        c->mds[i] = NULL;
+    }
+    c->quant_impl[0] = 0;
+}
+
 /* One case at one M: its primitives, the check against f64 on the rows the
    caller's reference holds, the timing, and the row. */
 static tops_status case_run_m(tops_bench_session *s, dnn_case *cs, dnn_ctx *c, float *const *acts,
                               const int64_t *check, int nchk, const double *ref, tops_bench_row *row) {
     const tops_bench_config *cfg = s->cfg;
-    tops_status st = TOPS_OK;
     int64_t m = c->m, k = c->k, n = c->n;
-    dnnl_memory_desc_t src_md = NULL, wei_md = NULL, dst_md = NULL, f32_md = NULL, one_md = NULL, ch_md = NULL;
-    dnnl_primitive_attr_t attr = NULL, qattr = NULL;
-    dnnl_primitive_desc_t pd = NULL, qpd = NULL;
-    float scale_value = 1.0f;
     float *checked = NULL;
-    char quant_impl[64] = "";
-
-    src_md = md2(m, k, c->int8 ? dnnl_s8 : dnnl_bf16, dnnl_ab);
-    wei_md = md2(k, n, c->int8 ? dnnl_s8 : dnnl_bf16, dnnl_format_tag_any);
-    dst_md = md2(m, n, c->int8 ? dnnl_f32 : dnnl_bf16, dnnl_ab);
-    if (!src_md || !wei_md || !dst_md) DNNL_TRY(dnnl_invalid_arguments, "the matmul's descriptors");
-    if (c->int8) {
-        DNNL_TRY(g_api.dnnl_primitive_attr_create(&attr), "the matmul's attributes");
-        DNNL_TRY(g_api.dnnl_primitive_attr_set_scales_mask(attr, DNNL_ARG_SRC, 0), "the activations' scale");
-        DNNL_TRY(g_api.dnnl_primitive_attr_set_scales_mask(attr, DNNL_ARG_WEIGHTS, 1 << 1), "the weights' scales");
-    }
-    DNNL_TRY(g_api.dnnl_matmul_primitive_desc_create(&pd, c->engine, src_md, wei_md, NULL, dst_md, attr),
-             c->int8 ? "the int8 matmul" : "the bf16 matmul");
-    st = case_pack(s, cs, c, g_api.dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0));
+    tops_status st = case_open_m(s, cs, c, acts);
     if (st != TOPS_OK) goto done;
-    c->wei = cs->wei;
-    c->nwei = cs->nwei;
-    DNNL_TRY(g_api.dnnl_primitive_create(&c->mm, pd), "the matmul primitive");
-    if (c->int8) {
-        f32_md = md2(m, k, dnnl_f32, dnnl_ab);
-        one_md = md1(1, dnnl_f32);
-        ch_md = md1(n, dnnl_f32);
-        if (!f32_md || !one_md || !ch_md) DNNL_TRY(dnnl_invalid_arguments, "the quantization's descriptors");
-        for (int i = 0; i < c->nacts; i++)
-            DNNL_TRY(g_api.dnnl_memory_create(&c->act_f32[i], f32_md, c->engine, acts[i]), "an activation view");
-        DNNL_TRY(g_api.dnnl_memory_create(&c->act_s8, src_md, c->engine, cs->a_s8), "the s8 activations");
-        DNNL_TRY(g_api.dnnl_memory_create(&c->src_scale, one_md, c->engine, &scale_value), "the activations' scale");
-        DNNL_TRY(g_api.dnnl_memory_create(&c->wei_scale, ch_md, c->engine, cs->w_scale), "the weights' scales");
-        c->src_scale_value = &scale_value;
-        /* oneDNN 3 reorders compute dst = src / dst_scale */
-        DNNL_TRY(g_api.dnnl_primitive_attr_create(&qattr), "the quantization's attributes");
-        DNNL_TRY(g_api.dnnl_primitive_attr_set_scales_mask(qattr, DNNL_ARG_DST, 0), "the quantization's scale");
-        DNNL_TRY(g_api.dnnl_reorder_primitive_desc_create(&qpd, f32_md, c->engine, src_md, c->engine, qattr),
-                 "the activations' quantization");
-        snprintf(quant_impl, sizeof quant_impl, "%s", impl_name(qpd));
-        DNNL_TRY(g_api.dnnl_primitive_create(&c->quant, qpd), "the activations' quantization");
-    } else {
-        for (int i = 0; i < c->nacts; i++)
-            DNNL_TRY(g_api.dnnl_memory_create(&c->src[i], src_md, c->engine, cs->a_bf16[i]), "a bf16 activation");
-    }
-    DNNL_TRY(g_api.dnnl_memory_create(&c->dst, dst_md, c->engine, cs->dst_buf), "the result");
 
     /* the check: a NaN-poisoned result, the last weight copy */
     checked = malloc((size_t)nchk * (size_t)n * sizeof(float));
@@ -453,8 +504,8 @@ static tops_status case_run_m(tops_bench_session *s, dnn_case *cs, dnn_ctx *c, f
     const char *isa = tops_bench_onednn_isa_name((unsigned)g_api.dnnl_get_effective_cpu_isa());
     snprintf(row->isa, sizeof row->isa, "%s", isa ? isa : "unknown");
     const dnnl_version_t *v = g_api.dnnl_version();
-    snprintf(row->path, sizeof row->path, "oneDNN %d.%d.%d %s%s%s", v->major, v->minor, v->patch, impl_name(pd),
-             c->int8 ? ", quantize " : "", quant_impl);
+    snprintf(row->path, sizeof row->path, "oneDNN %d.%d.%d %s%s%s", v->major, v->minor, v->patch, impl_name(c->pd),
+             c->int8 ? ", quantize " : "", c->quant_impl);
     row->median_s = t.median_s;
     row->min_s = t.min_s;
     row->pack_s = cs->pack_s;
@@ -470,33 +521,58 @@ static tops_status case_run_m(tops_bench_session *s, dnn_case *cs, dnn_ctx *c, f
 
 done:
     free(checked);
-    if (c->mm) g_api.dnnl_primitive_destroy(c->mm);
-    if (c->quant) g_api.dnnl_primitive_destroy(c->quant);
-    for (int i = 0; i < c->nacts; i++) {
-        if (c->src[i]) g_api.dnnl_memory_destroy(c->src[i]);
-        if (c->act_f32[i]) g_api.dnnl_memory_destroy(c->act_f32[i]);
-        c->src[i] = c->act_f32[i] = NULL;
-    }
-    dnnl_memory_t *mems[4] = {&c->act_s8, &c->dst, &c->src_scale, &c->wei_scale};
-    for (int i = 0; i < 4; i++) {
-        if (*mems[i]) g_api.dnnl_memory_destroy(*mems[i]);
-        *mems[i] = NULL;
-    }
-    c->mm = c->quant = NULL;
-    if (pd) g_api.dnnl_primitive_desc_destroy(pd);
-    if (qpd) g_api.dnnl_primitive_desc_destroy(qpd);
-    if (attr) g_api.dnnl_primitive_attr_destroy(attr);
-    if (qattr) g_api.dnnl_primitive_attr_destroy(qattr);
-    dnnl_memory_desc_t mds[6] = {src_md, wei_md, dst_md, f32_md, one_md, ch_md};
-    for (int i = 0; i < 6; i++)
-        if (mds[i]) g_api.dnnl_memory_desc_destroy(mds[i]);
+    case_close_m(c);
     return st;
+}
+
+/* The bf16 case kept after the rows (tops_bench_onednn_alternate). */
+struct tops_bench_onednn_kept {
+    dnn_ctx c;
+    dnn_case cs;
+    float *const *acts;
+};
+
+tops_status tops_bench_onednn_alternate(tops_bench_session *s, tops_bench_onednn_kept *kd, int64_t m,
+                                        tops_bench_call ours, void *ours_ctx, tops_bench_alt out[2]) {
+    static const char fn[] = "tops_bench_onednn_alternate";
+    if (!kd || !ours || !out || m < 1 || m > kd->c.m_max)
+        return tops__fail(TOPS_INVALID_ARGUMENT, fn, "no kept case, no call, or M %lld outside 1..%lld", (long long)m,
+                          kd ? (long long)kd->c.m_max : 0LL);
+    kd->c.m = m;
+    tops_status st = case_open_m(s, &kd->cs, &kd->c, kd->acts);
+    if (st == TOPS_OK) {
+        out[0] = (tops_bench_alt){ours, ours_ctx, 0, 0};
+        out[1] = (tops_bench_alt){call_onednn, &kd->c, 0, 0};
+        st = tops_bench_time_alternating(out, 2, 2, s->cfg->repeat, s->cfg->min_seconds);
+    }
+    case_close_m(&kd->c);
+    return st;
+}
+
+static void case_free(dnn_case *cs) {
+    case_free_weights(cs);
+    tops__aligned_free(cs->w_bf16);
+    tops__aligned_free(cs->w_s8);
+    tops__aligned_free(cs->w_scale);
+    tops__aligned_free(cs->a_s8);
+    tops__aligned_free(cs->dst_buf);
+    for (int i = 0; i < 8; i++) tops__aligned_free(cs->a_bf16[i]);
+    memset(cs, 0, sizeof *cs);
+}
+
+void tops_bench_onednn_release(tops_bench_onednn_kept *kd) {
+    if (!kd) return;
+    case_free(&kd->cs);
+    if (kd->c.stream) g_api.dnnl_stream_destroy(kd->c.stream);
+    if (kd->c.engine) g_api.dnnl_engine_destroy(kd->c.engine);
+    free(kd);
 }
 
 tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights, float *const *acts, int nacts,
                                      const char (*base_name)[32], const double *base_median_s,
-                                     tops_bench_rows *out, int *accuracy_failures) {
+                                     tops_bench_rows *out, int *accuracy_failures, tops_bench_onednn_kept **keep) {
     static const char fn[] = "tensorops bench (oneDNN)";
+    if (keep) *keep = NULL;
     const tops_bench_config *cfg = s->cfg;
     g_note[0] = 0;
     if (!load_api()) {
@@ -572,7 +648,7 @@ tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights
         for (int64_t i = 0; i < m_max * k; i++) cases[0].a_bf16[a][i] = f32_to_bf16(acts[a][i]);
 
     c.nacts = nacts;
-    c.k = k, c.n = n;
+    c.k = k, c.n = n, c.m_max = m_max;
     c.threads = cfg->threads;
     for (int i = 0; i < nacts; i++) c.act_ptr[i] = acts[i];
     int failed[2] = {0, 0};
@@ -606,16 +682,22 @@ tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights
     }
     for (int i = 0; i < 2 * cfg->nm && st == TOPS_OK; i++)
         if (found[i].median_s > 0) st = tops_bench_rows_push(out, &found[i]);
-done:
-    for (int ci = 0; ci < 2; ci++) {
-        case_free_weights(&cases[ci]);
-        tops__aligned_free(cases[ci].w_bf16);
-        tops__aligned_free(cases[ci].w_s8);
-        tops__aligned_free(cases[ci].w_scale);
-        tops__aligned_free(cases[ci].a_s8);
-        tops__aligned_free(cases[ci].dst_buf);
-        for (int i = 0; i < 8; i++) tops__aligned_free(cases[ci].a_bf16[i]);
+    /* The bf16 case (its engine, operands and weight copies) stays for
+       timing in alternation with ours. */
+    if (st == TOPS_OK && keep && !failed[0]) {
+        tops_bench_onednn_kept *kd = calloc(1, sizeof *kd);
+        if (kd) {
+            kd->c = c;
+            kd->c.int8 = 0;
+            kd->cs = cases[0];
+            kd->acts = acts;
+            memset(&cases[0], 0, sizeof cases[0]);
+            c.engine = NULL, c.stream = NULL;
+            *keep = kd;
+        }
     }
+done:
+    for (int ci = 0; ci < 2; ci++) case_free(&cases[ci]);
     free(ref);
     free(found);
     if (c.stream) g_api.dnnl_stream_destroy(c.stream);
