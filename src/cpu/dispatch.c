@@ -195,6 +195,7 @@ static void fill_table(tops__kernels *k, tops_isa level, const tops_cpu_info *ci
     k->dot_q8_bytes_x4 = tops__ref_dot_q8_bytes_x4;
     k->gemv_q8_bytes_max_m = 4; /* every M the row driver takes */
     k->dot_q8_hdr_x4 = tops__ref_dot_q8_hdr_x4;
+    k->dot_q8_bytes_rows = tops__ref_dot_q8_bytes_rows;
     k->gemm_f32 = (tops__gemm_ukernel){4, 8, tops_gemm_f32_f32_f32_4x8__ref, "tops_gemm_f32_f32_f32_4x8__ref"};
     k->conv_dw_f32 = tops_conv_dw_f32__ref;
     k->conv_dw_name = "tops_conv_dw_f32__ref";
@@ -247,6 +248,7 @@ static void fill_table(tops__kernels *k, tops_isa level, const tops_cpu_info *ci
            rows 1.95 / 1.74 at M = 1, 2.5 / 2.5 at 2, 4.0 / 4.3 at 4; integer panels 2.1 / 2.2, 2.1 / 2.3, 2.1 / 2.0 */
         k->gemv_q8_bytes_max_m = 1;
         k->dot_q8_hdr_x4 = tops__avx2_dot_q8_hdr_x4;
+        k->dot_q8_bytes_rows = NULL; /* the driver calls dot_q8_bytes_x4 per activation row */
         k->gemm_q8_x4 = (tops__gemm_q8_x4_ukernel){4, tops_gemm_f32_qi8_qu8_4x32__avx2,
                                                    "tops_gemm_f32_qi8_qu8_4x32__avx2"};
         k->gemm_f32 = (tops__gemm_ukernel){6, 16, tops_gemm_f32_f32_f32_6x16__avx2,
@@ -290,6 +292,8 @@ static void fill_table(tops__kernels *k, tops_isa level, const tops_cpu_info *ci
                                                    "tops_gemm_f32_qi8_qu8_4x32__avx512_vnni"};
         tops__avx512_vnni_fill_unpackers(k->forms);
         k->dot_q8_nibstream_x4 = tops__avx512_vnni_dot_q8_nibstream_x4;
+        /* Xeon VM, 2 threads, plain q8_0, K = 4096, N = 12288 (bench/results/cpu.md) */
+        k->dot_q8_bytes_rows = tops__avx512_vnni_dot_q8_bytes_rows;
         k->dot_q8_nibbles_x4 = tops__avx512_vnni_dot_q8_nibbles_x4;
         k->nib_wide = 1;
         k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni;

@@ -726,10 +726,13 @@ typedef struct tops__kernels {
     int nib_wide;
     /* Relaxed dot over four rows of 8-bit blocks read in place (layout:
        tops__byte_layout; codes at the first block's codes, rows row_bytes
-       apart): out[r] = sum over lanes of acc[r], where lane j of acc[r]
-       takes, for each block b in order, fmaf(the exact i32 sum of elements
-       4j..4j+3 of aq[b] * q[b], ws[r * ld_ws + b] * as[b], lane j), and
-       the lanes are added as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)). */
+       apart): out[r] = sum over lanes of acc[r], sixteen lanes, where lane
+       8 (b % 2) + j of acc[r] takes, for each block b in order,
+       fmaf(the exact i32 sum of elements 4j..4j+3 of aq[b] * q[b],
+       ws[r * ld_ws + b] * as[b], that lane) (even blocks in lanes 0..7,
+       odd ones in 8..15: one 512-bit vector holds a block pair), and the
+       lanes are added as v_j = l_j + l_(8+j), then
+       ((v0+v4)+(v2+v6))+((v1+v5)+(v3+v7)). */
     void (*dot_q8_bytes_x4)(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                             const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
     /* dot_q8_bytes_x4 over q8_0 blocks (34 bytes: an f16 scale, then 32
@@ -738,6 +741,16 @@ typedef struct tops__kernels {
        dot_q8_bytes_x4 after a pass that gathers the scales. */
     void (*dot_q8_hdr_x4)(const uint8_t *blocks, int64_t row_bytes, const int8_t *aq, const float *as, float mul,
                           int64_t nb, float *out);
+    /* Both of the above for mm (1..4) activation rows at once, each weight
+       block loaded once for all: activation row i at aq + i * lda, its
+       scales at as + i * lds; out[4 * i + r] = the bits dot_q8_bytes_x4
+       (hdr 0: ws, ld_ws) or dot_q8_hdr_x4 (hdr 1: each block's f16 scale
+       at the two bytes before its codes, times mul; ws unused) gives for
+       row i and weight row r.  codes: the first block's codes, one block
+       every block_bytes. */
+    void (*dot_q8_bytes_rows)(const uint8_t *codes, int64_t block_bytes, int64_t row_bytes, int hdr, float mul,
+                              const int8_t *aq, int64_t lda, const float *as, int64_t lds, int mm, const float *ws,
+                              int64_t ld_ws, int64_t nb, float *out);
     /* Strict twin of dot_q8_nibbles_x4: f32 activations (each block as
        for dot_q8_nibbles), out[r] = sum_b ws[r * ld_ws + b] *
        sum_k a[k] * (lut[code] - offset). */
@@ -862,6 +875,9 @@ void tops_gemm_f32_qi8_qu8_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_
                                     int64_t ldc, int accumulate);
 void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out);
+void tops__ref_dot_q8_bytes_rows(const uint8_t *codes, int64_t block_bytes, int64_t row_bytes, int hdr, float mul,
+                                 const int8_t *aq, int64_t lda, const float *as, int64_t lds, int mm, const float *ws,
+                                 int64_t ld_ws, int64_t nb, float *out);
 void tops__ref_dot_q8_hdr_x4(const uint8_t *blocks, int64_t row_bytes, const int8_t *aq, const float *as, float mul,
                              int64_t nb, float *out);
 void tops_gemm_f32_qi8_qu5_4x8__ref(int64_t nb, int sub, const int8_t *a, int64_t lda, const float *ascale,
@@ -983,6 +999,9 @@ void tops__avx2_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_la
 void tops__avx512_vnni_dot_q8_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, const tops__nibble_layout *layout,
                                          const int8_t *aq, const float *as, const float *acorr, const float *ws,
                                          int64_t ld_ws, int64_t nb, int sub, float *out);
+void tops__avx512_vnni_dot_q8_bytes_rows(const uint8_t *codes, int64_t block_bytes, int64_t row_bytes, int hdr,
+                                         float mul, const int8_t *aq, int64_t lda, const float *as, int64_t lds,
+                                         int mm, const float *ws, int64_t ld_ws, int64_t nb, float *out);
 void tops__avx512_vnni_dot_q8_nibstream_x4(const uint8_t *stream, const tops__nibble_layout *layout,
                                            const tops__nibstream_form *form, const tops__nibstream_act *act, int m,
                                            int64_t nb, float *out);

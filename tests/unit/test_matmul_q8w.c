@@ -101,6 +101,61 @@ static void test_wide_kernel_exact(void) {
     }
 }
 
+/* dot_q8_bytes_rows of every level that has it (1 to 4 activation rows, a
+   weight block loaded once for all) against the reference's
+   dot_q8_bytes_x4 / dot_q8_hdr_x4 on each row alone, bit for bit: ragged
+   block counts (odd ones end on a lone block), extreme codes, row strides
+   past the codes. */
+static void test_bytes_rows_exact(void) {
+    const tops__kernels *ref = tops__kernels_for_isa(TOPS_ISA_REF);
+    enum { NB = 45, LDA = NB * 32 + 40, LDS = NB + 3 };
+    static int8_t w[4 * NB * 34 + 64], aq[4 * LDA];
+    float as[4 * LDS], ws[4 * NB], want[16], got[16];
+    int checked = 0;
+    for (int isa = 0; isa < TOPS_ISA_COUNT_; isa++) {
+        const tops__kernels *kern = tops__kernels_for_isa((tops_isa)isa);
+        if (!kern || !kern->dot_q8_bytes_rows) continue;
+        for (int it = 0; it < 40; it++) {
+            const int hdr = it % 3 == 0, block_bytes = hdr || it % 3 == 1 ? 34 : 32, header = block_bytes - 32;
+            const int extreme = it % 7 == 0, mm = 1 + it % 4;
+            const int64_t nb = 1 + (int64_t)(th_next(&rng) % NB), row_bytes = nb * block_bytes + (int64_t)(it % 5);
+            const float mul = hdr ? th_uniform(&rng, 0.25f, 4.0f) : 1.0f;
+            for (size_t i = 0; i < sizeof w; i++) {
+                int q = (int)(th_next(&rng) % 256) - 128;
+                w[i] = (int8_t)(extreme ? (th_next(&rng) % 2 ? -128 : 127) : q);
+            }
+            for (size_t i = 0; i < sizeof aq; i++)
+                aq[i] = (int8_t)(extreme ? (th_next(&rng) % 2 ? 127 : -127) : (int)(th_next(&rng) % 255) - 127);
+            for (int i = 0; i < 4 * LDS; i++) as[i] = th_uniform(&rng, 0.001f, 0.02f);
+            for (int64_t i = 0; i < 4 * nb; i++) ws[i] = th_uniform(&rng, -0.02f, 0.02f);
+            if (hdr) /* f16 scales in the headers */
+                for (int r = 0; r < 4; r++)
+                    for (int64_t b = 0; b < nb; b++) {
+                        float f = th_uniform(&rng, -0.02f, 0.02f);
+                        uint16_t h;
+                        tops_cast_from_f32(TOPS_DT_F16, &h, &f, 1, 0);
+                        memcpy(w + r * row_bytes + b * 34, &h, 2);
+                    }
+            for (int i = 0; i < mm; i++) {
+                if (hdr)
+                    ref->dot_q8_hdr_x4((const uint8_t *)w, row_bytes, aq + i * LDA, as + i * LDS, mul, nb, want + 4 * i);
+                else
+                    ref->dot_q8_bytes_x4(w + header, block_bytes, row_bytes, aq + i * LDA, as + i * LDS, ws, nb, nb,
+                                         want + 4 * i);
+            }
+            for (int i = 0; i < 16; i++) got[i] = NAN;
+            kern->dot_q8_bytes_rows((const uint8_t *)w + header, block_bytes, row_bytes, hdr, mul, aq, LDA, as, LDS, mm,
+                                    ws, nb, nb, got);
+            if (memcmp(want, got, (size_t)(4 * mm) * sizeof(float)) != 0)
+                TH_FAIL_AT("isa=%s hdr=%d block=%d nb=%lld mm=%d: dot_q8_bytes_rows differs from the reference's "
+                           "per-row dots (%.9g vs %.9g)",
+                           tops_isa_name((tops_isa)isa), hdr, block_bytes, (long long)nb, mm, got[0], want[0]);
+            checked++;
+        }
+    }
+    ASSERT_TRUE(checked >= 40); /* the reference level at least */
+}
+
 /* dot_q8_bytes_x4 of every level against the reference's, bit for bit, on
    random scales (both follow dispatch.h's lane order), over 34-byte q8_0
    blocks (2-byte header) and 32-byte element rows; and dot_q8_hdr_x4 of
@@ -308,6 +363,7 @@ int main(void) {
     rng = th_seed();
     RUN_TEST(test_wide_kernel_exact);
     RUN_TEST(test_bytes_dot_exact);
+    RUN_TEST(test_bytes_rows_exact);
     RUN_TEST(test_ragged_shapes);
     TEST_MAIN_END();
 }

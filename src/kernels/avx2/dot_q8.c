@@ -550,8 +550,9 @@ void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, con
 /* Four rows of 8-bit blocks in place (q8_0, int8 element planes): per
    block and row one signed 32-byte dot (dot_i8x32: eight exact i32 sums
    of four products), converted and multiplied into eight f32 lanes by
-   ws * as, the lanes added once at the end (hsum): the order kernels/kernels.h
-   gives and tops__ref_dot_q8_bytes_x4 follows.  Each row's stream is
+   ws * as (even blocks into one vector, odd ones into another), the
+   vectors added and their lanes summed once at the end (hsum): the order
+   kernels/kernels.h gives and tops__ref_dot_q8_bytes_x4 follows.  Each row's stream is
    prefetched a fixed distance ahead, as the nibble dots do.  HDR (q8_0's
    34-byte blocks at their f16 scale): ws is that scale times mul, read as
    the stream passes (a separate pass over the headers met each line's miss
@@ -559,11 +560,12 @@ void tops__avx2_dot_f32_nibbles_x4(const uint8_t *blocks, int64_t row_bytes, con
 static inline void bytes_x4(const uint8_t *blocks, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                             const float *as, const float *ws, int64_t ld_ws, float mul, int hdr, int64_t nb,
                             float *out) {
-    __m256 acc[4];
-    for (int r = 0; r < 4; r++) acc[r] = _mm256_setzero_ps();
+    __m256 acc[2][4];
+    for (int r = 0; r < 4; r++) acc[0][r] = acc[1][r] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const __m256i x = _mm256_loadu_si256((const __m256i *)(aq + b * 32));
         const uint8_t *p = blocks + b * block_bytes;
+        __m256 *a = acc[b & 1];
         for (int r = 0; r < 4; r++) {
             const uint8_t *blk = p + r * row_bytes;
             _mm_prefetch((const char *)(blk + NIB_PREFETCH), _MM_HINT_T0);
@@ -576,10 +578,10 @@ static inline void bytes_x4(const uint8_t *blocks, int64_t block_bytes, int64_t 
                 w = ws[r * ld_ws + b];
             }
             const __m256i d = dot_i8x32(x, _mm256_loadu_si256((const __m256i *)(blk + (hdr ? 2 : 0))));
-            acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(w * as[b]), acc[r]);
+            a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), _mm256_set1_ps(w * as[b]), a[r]);
         }
     }
-    for (int r = 0; r < 4; r++) out[r] = tops__hsum8_ps(acc[r]);
+    for (int r = 0; r < 4; r++) out[r] = tops__hsum8_ps(_mm256_add_ps(acc[0][r], acc[1][r]));
 }
 
 void tops__avx2_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,

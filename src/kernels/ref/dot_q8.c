@@ -139,28 +139,47 @@ static float lanes_sum(const float lane[8]) {
     return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
 }
 
+/* Sixteen lanes (even blocks in 0..7, odd ones in 8..15): the halves
+   added lane by lane, then the eight-lane tree. */
+static float lanes16_sum(const float lane[16]) {
+    float v[8];
+    for (int j = 0; j < 8; j++) v[j] = lane[j] + lane[8 + j];
+    return lanes_sum(v);
+}
+
 /* The four-row dot of 8-bit blocks read in place, in the lane order of
-   kernels/kernels.h (the AVX2 twin's vector lanes, and its horizontal sum). */
+   kernels/kernels.h (the SIMD twins' vector lanes, and their horizontal sum). */
 void tops__ref_dot_q8_bytes_x4(const int8_t *codes, int64_t block_bytes, int64_t row_bytes, const int8_t *aq,
                                const float *as, const float *ws, int64_t ld_ws, int64_t nb, float *out) {
     for (int r = 0; r < 4; r++) {
-        float lane[8] = {0};
+        float lane[16] = {0};
         for (int64_t b = 0; b < nb; b++)
-            lanes_add(aq + b * 32, codes + r * row_bytes + b * block_bytes, ws[r * ld_ws + b] * as[b], lane);
-        out[r] = lanes_sum(lane);
+            lanes_add(aq + b * 32, codes + r * row_bytes + b * block_bytes, ws[r * ld_ws + b] * as[b], lane + 8 * (b % 2));
+        out[r] = lanes16_sum(lane);
+    }
+}
+
+/* The rows twin: each activation row through the four-row dots. */
+void tops__ref_dot_q8_bytes_rows(const uint8_t *codes, int64_t block_bytes, int64_t row_bytes, int hdr, float mul,
+                                 const int8_t *aq, int64_t lda, const float *as, int64_t lds, int mm, const float *ws,
+                                 int64_t ld_ws, int64_t nb, float *out) {
+    for (int i = 0; i < mm; i++) {
+        if (hdr) tops__ref_dot_q8_hdr_x4(codes - 2, row_bytes, aq + i * lda, as + i * lds, mul, nb, out + 4 * i);
+        else tops__ref_dot_q8_bytes_x4((const int8_t *)codes, block_bytes, row_bytes, aq + i * lda, as + i * lds, ws,
+                                       ld_ws, nb, out + 4 * i);
     }
 }
 
 void tops__ref_dot_q8_hdr_x4(const uint8_t *blocks, int64_t row_bytes, const int8_t *aq, const float *as, float mul,
                              int64_t nb, float *out) {
     for (int r = 0; r < 4; r++) {
-        float lane[8] = {0};
+        float lane[16] = {0};
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = blocks + r * row_bytes + b * 34;
             uint16_t h;
             memcpy(&h, blk, 2);
-            lanes_add(aq + b * 32, (const int8_t *)(blk + 2), (tops__f16_to_f32(h) * mul) * as[b], lane);
+            lanes_add(aq + b * 32, (const int8_t *)(blk + 2), (tops__f16_to_f32(h) * mul) * as[b], lane + 8 * (b % 2));
         }
-        out[r] = lanes_sum(lane);
+        out[r] = lanes16_sum(lane);
     }
 }
