@@ -833,7 +833,8 @@ typedef struct tops__kernels {
        codes on mostly-padding tiles keep it (src/ops/conv2d.c, wino_worth). */
     int gemm_q8_rows_over_wino;
     /* The largest M (at most 4) whose relaxed 8-bit weight rows the row
-       driver reads in place (dot_q8_bytes_x4, one pass per activation row);
+       driver reads in place (dot_q8_bytes_x4, one pass per activation row,
+       or dot_q8_bytes_rows, one for up to four);
        above it the integer microkernel, which reads the weights once for
        every row (src/ops/matmul2d.c, plan). */
     int gemv_q8_bytes_max_m;
