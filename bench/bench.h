@@ -35,10 +35,10 @@ typedef struct tops_bench_row {
     /* Not in the JSON: what the floor was computed from, so it can be
        recomputed with the best ceilings of the run (tops_bench_refine_floors). */
     double floor_bytes, floor_flops, floor_peak_gflops, floor_read_gbps;
-    /* Not in the JSON: a baseline timed in alternation with this row (its
-       median_s and min_s come from the same rounds), "" if none. */
-    char alt[32];
-    double alt_median_s, alt_min_s;
+    /* Not in the JSON: oneDNN bf16 [0] and int8-dyn [1] timed in
+       alternation with this row (the same rounds as its median_s and
+       min_s); 0 where not timed so. */
+    double alt_median_s[2], alt_min_s[2];
 } tops_bench_row;
 
 /* The machine's ceilings, measured in the same run with all threads. */
@@ -261,11 +261,12 @@ typedef struct tops_bench_onednn_kept tops_bench_onednn_kept;
 tops_status tops_bench_onednn_matmul(tops_bench_session *session, const float *weights, float *const *acts,
                                      int nacts, const char (*base_name)[32], const double *base_median_s,
                                      tops_bench_rows *out, int *accuracy_failures, tops_bench_onednn_kept **keep);
-/* The kept bf16 matmul at M (1 .. the session's largest M) timed in
+/* The kept matmuls at M (1 .. the session's largest M) timed in
    alternation with `ours` (tops_bench_time_alternating, the session's
-   repeats): out[0] ours, out[1] oneDNN bf16. */
+   repeats): out[0] ours, out[1] oneDNN bf16, out[2] oneDNN int8-dyn
+   (median_s 0: that case made no rows). */
 tops_status tops_bench_onednn_alternate(tops_bench_session *session, tops_bench_onednn_kept *kept, int64_t m,
-                                        tops_bench_call ours, void *ours_ctx, tops_bench_alt out[2]);
+                                        tops_bench_call ours, void *ours_ctx, tops_bench_alt out[3]);
 void tops_bench_onednn_release(tops_bench_onednn_kept *kept);
 /* One line on the last run's oneDNN: version, library, ISA, threads; or
    why there are no rows.  "" before any run. */

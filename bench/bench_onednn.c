@@ -72,7 +72,7 @@ tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights
 }
 
 tops_status tops_bench_onednn_alternate(tops_bench_session *s, tops_bench_onednn_kept *kd, int64_t m,
-                                        tops_bench_call ours, void *ours_ctx, tops_bench_alt out[2]) {
+                                        tops_bench_call ours, void *ours_ctx, tops_bench_alt out[3]) {
     (void)s, (void)kd, (void)m, (void)ours, (void)ours_ctx, (void)out;
     return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, "tops_bench_onednn_alternate", "this build has no oneDNN");
 }
@@ -525,27 +525,37 @@ done:
     return st;
 }
 
-/* The bf16 case kept after the rows (tops_bench_onednn_alternate). */
+/* The cases kept after the rows (tops_bench_onednn_alternate): [0] bf16,
+   [1] int8-dyn (have[i]: it made its rows); one engine and stream, in c[0]. */
 struct tops_bench_onednn_kept {
-    dnn_ctx c;
-    dnn_case cs;
+    dnn_ctx c[2];
+    dnn_case cs[2];
+    int have[2];
     float *const *acts;
 };
 
 tops_status tops_bench_onednn_alternate(tops_bench_session *s, tops_bench_onednn_kept *kd, int64_t m,
-                                        tops_bench_call ours, void *ours_ctx, tops_bench_alt out[2]) {
+                                        tops_bench_call ours, void *ours_ctx, tops_bench_alt out[3]) {
     static const char fn[] = "tops_bench_onednn_alternate";
-    if (!kd || !ours || !out || m < 1 || m > kd->c.m_max)
+    if (!kd || !ours || !out || m < 1 || m > kd->c[0].m_max)
         return tops__fail(TOPS_INVALID_ARGUMENT, fn, "no kept case, no call, or M %lld outside 1..%lld", (long long)m,
-                          kd ? (long long)kd->c.m_max : 0LL);
-    kd->c.m = m;
-    tops_status st = case_open_m(s, &kd->cs, &kd->c, kd->acts);
-    if (st == TOPS_OK) {
-        out[0] = (tops_bench_alt){ours, ours_ctx, 0, 0};
-        out[1] = (tops_bench_alt){call_onednn, &kd->c, 0, 0};
-        st = tops_bench_time_alternating(out, 2, 2, s->cfg->repeat, s->cfg->min_seconds);
+                          kd ? (long long)kd->c[0].m_max : 0LL);
+    tops_bench_alt e[3];
+    int n = 0, slot[3];
+    e[n] = (tops_bench_alt){ours, ours_ctx, 0, 0}, slot[n++] = 0;
+    tops_status st = TOPS_OK;
+    for (int i = 0; i < 2 && st == TOPS_OK; i++) {
+        if (!kd->have[i]) continue;
+        kd->c[i].m = m;
+        st = case_open_m(s, &kd->cs[i], &kd->c[i], kd->acts);
+        e[n] = (tops_bench_alt){call_onednn, &kd->c[i], 0, 0}, slot[n++] = 1 + i;
     }
-    case_close_m(&kd->c);
+    if (st == TOPS_OK) st = tops_bench_time_alternating(e, n, 2, s->cfg->repeat, s->cfg->min_seconds);
+    for (int i = 0; i < 2; i++)
+        if (kd->have[i]) case_close_m(&kd->c[i]);
+    for (int i = 0; i < 3; i++) out[i] = (tops_bench_alt){NULL, NULL, 0, 0};
+    if (st == TOPS_OK)
+        for (int i = 0; i < n; i++) out[slot[i]] = e[i];
     return st;
 }
 
@@ -562,9 +572,9 @@ static void case_free(dnn_case *cs) {
 
 void tops_bench_onednn_release(tops_bench_onednn_kept *kd) {
     if (!kd) return;
-    case_free(&kd->cs);
-    if (kd->c.stream) g_api.dnnl_stream_destroy(kd->c.stream);
-    if (kd->c.engine) g_api.dnnl_engine_destroy(kd->c.engine);
+    for (int i = 0; i < 2; i++) case_free(&kd->cs[i]);
+    if (kd->c[0].stream) g_api.dnnl_stream_destroy(kd->c[0].stream);
+    if (kd->c[0].engine) g_api.dnnl_engine_destroy(kd->c[0].engine);
     free(kd);
 }
 
@@ -682,16 +692,21 @@ tops_status tops_bench_onednn_matmul(tops_bench_session *s, const float *weights
     }
     for (int i = 0; i < 2 * cfg->nm && st == TOPS_OK; i++)
         if (found[i].median_s > 0) st = tops_bench_rows_push(out, &found[i]);
-    /* The bf16 case (its engine, operands and weight copies) stays for
-       timing in alternation with ours. */
-    if (st == TOPS_OK && keep && !failed[0]) {
+    /* The cases that made rows (their operands and weight copies, the
+       engine and stream) stay for timing in alternation with ours. */
+    if (st == TOPS_OK && keep && (!failed[0] || !failed[1])) {
         tops_bench_onednn_kept *kd = calloc(1, sizeof *kd);
         if (kd) {
-            kd->c = c;
-            kd->c.int8 = 0;
-            kd->cs = cases[0];
+            for (int i = 0; i < 2; i++) {
+                kd->c[i] = c;
+                kd->c[i].int8 = cases[i].int8;
+                kd->have[i] = !failed[i];
+                if (kd->have[i]) {
+                    kd->cs[i] = cases[i];
+                    memset(&cases[i], 0, sizeof cases[i]);
+                }
+            }
             kd->acts = acts;
-            memset(&cases[0], 0, sizeof cases[0]);
             c.engine = NULL, c.stream = NULL;
             *keep = kd;
         }

@@ -92,9 +92,9 @@ void tops_bench_print_onednn_ratios(FILE *out, const tops_bench_rows *rows) {
         int any = 0;
         for (int j = 0; j < 2; j++) {
             const tops_bench_row *d = onednn_row(rows, r, dnn[j]);
-            if (strcmp(r->alt, dnn[j]) == 0 && r->alt_median_s > 0 && r->alt_min_s > 0) {
-                snprintf(part[j], sizeof part[j], "%s %.2fx / %.2fx (alt)", dnn[j], r->alt_median_s / r->median_s,
-                         r->alt_min_s / r->min_s);
+            if (r->alt_median_s[j] > 0 && r->alt_min_s[j] > 0) {
+                snprintf(part[j], sizeof part[j], "%s %.2fx / %.2fx (alt)", dnn[j], r->alt_median_s[j] / r->median_s,
+                         r->alt_min_s[j] / r->min_s);
                 any = 1;
             } else if (d && d->median_s > 0 && d->min_s > 0) {
                 snprintf(part[j], sizeof part[j], "%s %.2fx / %.2fx", dnn[j], d->median_s / r->median_s,

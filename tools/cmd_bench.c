@@ -22,7 +22,7 @@ void tops_cmd_bench_usage(FILE *out) {
             "On x86 with oneDNN (scripts/deps.sh onednn; TOPS_ONEDNN_LIB=FILE picks a libdnnl.so.3)\n"
             "the matmul table adds onednn-bf16 and onednn-int8-dyn rows (activations quantized per\n"
             "call) on the same weights, and after the table oneDNN / ours by medians and by mins\n"
-            "(bf16 timed again in alternation with each of our cases);\n"
+            "(oneDNN timed again in alternation with each of our cases);\n"
             "OpenBLAS runs the core of our level (OPENBLAS_CORETYPE, set by a restart unless given).\n\n"
             "  --op OP        matmul (default), attention, conv2d, or a comma-separated list of them (one\n"
             "                 table, one JSON)\n"
