@@ -254,9 +254,9 @@ int tops_bench_rotation_copies(const tops_bench_config *cfg, double bytes, int *
    oneDNN is loaded at run time: when it is absent, or a case has no
    implementation on this CPU, the rows are left out, OK is returned and
    tops_bench_onednn_note says why.  A row over its sanity bound counts in
-   *accuracy_failures.  keep (or NULL): the bf16 case is kept there (NULL
-   when it has no rows) for tops_bench_onednn_alternate, while the caller
-   keeps weights and acts alive; tops_bench_onednn_release frees it. */
+   *accuracy_failures.  keep (or NULL): the cases that made rows are kept
+   there (NULL when none did) for tops_bench_onednn_alternate, while the
+   caller keeps acts alive; tops_bench_onednn_release frees them. */
 typedef struct tops_bench_onednn_kept tops_bench_onednn_kept;
 tops_status tops_bench_onednn_matmul(tops_bench_session *session, const float *weights, float *const *acts,
                                      int nacts, const char (*base_name)[32], const double *base_median_s,
