@@ -30,6 +30,10 @@
 // arrive (a counter a tile) merges them, always as piece 0 then piece 1, and
 // writes the output: the same bits whichever piece ends last.
 //
+// Last-wave splits (persistent CTAs on equal units: plan_tail): where the
+// units' last round fills at most half the grid, its r units' keys go to two
+// CTAs each (the same pieces and merge), so that round lasts half a unit.
+//
 // Causal pairs (many CTAs: use_pairs): a CTA takes tiles T - 1 - q and q of
 // one (batch, head) in turn, so every CTA has T + 1 key blocks and the second
 // tile's Q (released by the consumers' q_empty arrivals after their last
@@ -74,6 +78,9 @@ struct kparams {
     // Units of work (a tile, a causal pair or a split item); CTA c takes
     // units c, c + gridDim.x, ... (persistent where the grid is smaller).
     int units;
+    // Last-wave splits (plain tiles only): units tail_from + q, q < 2 tail,
+    // are piece q % 2 of tile unit tail_from + q / 2 (slot q / 2); 0: none.
+    int tail_from, tail;
     unsigned short code[kMaxItems];
 };
 
@@ -181,6 +188,7 @@ __device__ __forceinline__ void softmax_block(tt::acc_tile<BN> &s, tt::acc_tile<
 // rows first, tiles fastest: the units that run together share K and V).
 struct work_item {
     int m_block, h, b, split, piece, nb_hi, nblocks;
+    int slot; // a piece's workspace slot and counter
 };
 __device__ __forceinline__ int items_of(const kparams &p, int c) {
     if (!p.pairs) return 1;
@@ -189,7 +197,7 @@ __device__ __forceinline__ int items_of(const kparams &p, int c) {
 }
 template <int BN> __device__ __forceinline__ work_item find_work(const kparams &p, int c, int j) {
     work_item wi;
-    wi.split = wi.piece = 0;
+    wi.split = wi.piece = wi.slot = 0;
     int r;
     if (p.items) {
         const int hb = p.units / p.items;
@@ -202,10 +210,17 @@ template <int BN> __device__ __forceinline__ work_item find_work(const kparams &
         const int q = c - r * P;
         wi.m_block = j == 0 ? p.tiles - 1 - q : q;
     } else {
-        r = c / p.tiles;
-        wi.m_block = p.tiles - 1 - (c - r * p.tiles);
+        int cu = c;
+        if (p.tail && c >= p.tail_from) {
+            const int q = c - p.tail_from;
+            cu = p.tail_from + q / 2;
+            wi.split = 1, wi.piece = q & 1, wi.slot = q / 2;
+        }
+        r = cu / p.tiles;
+        wi.m_block = p.tiles - 1 - (cu - r * p.tiles);
     }
     wi.h = r % p.heads, wi.b = r / p.heads;
+    if (p.items) wi.slot = (wi.b * p.heads + wi.h) * p.split_tiles + (wi.m_block - p.split_from);
     const long long off = (long long)p.sk - p.sq; // query i sits at position i + off
     const int m0 = wi.m_block * kBM;
     const int mlast = min(m0 + kBM, p.sq) - 1;
@@ -508,7 +523,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             // This piece's O, row maxima and partial sums into its slot (16 bytes
             // a thread a store, coalesced); the second piece to arrive merges.
             const int ct = threadIdx.x - 128, piece = wi.piece;
-            const size_t unit = (size_t)(wi.b * p.heads + wi.h) * p.split_tiles + (wi.m_block - p.split_from);
+            const size_t unit = (size_t)wi.slot;
             constexpr int kChunks = D / 8 + 1;
             float4 *slot = reinterpret_cast<float4 *>(p.ws) + (unit * 2 + piece) * kChunks * 256;
             const float4 *other = reinterpret_cast<const float4 *>(p.ws) + (unit * 2 + (piece ^ 1)) * kChunks * 256;
@@ -731,6 +746,19 @@ long long persist_grid(const tops__cu_attn_args *a, int pairs, long long units) 
     return units > cap ? cap : units;
 }
 
+// Last-wave splits (TOPS_CUDA_ATTN_TAIL: 0 off, 1 the default): on a
+// persistent grid of equal single-tile units (non-causal, no window) whose
+// last round holds r units with 0 < 2 r <= the grid, and tiles of two or
+// more key blocks, those r units become 2 r half units (the key-split
+// pieces): that round then lasts half a unit (B = 4 H = 32 S = 4096: 4096
+// units on 132 SMs, 32 rounds -> 31.5).  The number of units split, 0: none.
+int plan_tail(const tops__cu_attn_args *a, int pairs, long long units, long long grid, int bn) {
+    if (env_int("TOPS_CUDA_ATTN_TAIL", 1) == 0 || pairs || a->causal || banded(a) || grid >= units) return 0;
+    const long long r = units % grid;
+    if (r == 0 || 2 * r > grid || (a->sk + bn - 1) / bn < 2 || units + r > 0x7FFFFFFF) return 0;
+    return (int)r;
+}
+
 template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args *a) {
     using S = shape<D>;
     CUtensorMap tq, tk, tv;
@@ -762,41 +790,61 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
     cudaStream_t stream = (cudaStream_t)a->stream;
     p.ws = nullptr;
     p.counters = nullptr;
+    p.tail = p.tail_from = 0;
     p.heads = (int)a->heads;
     p.tiles = (int)((a->sq + kBM - 1) / kBM);
     const long long hb = a->heads * a->batch;
     if (hb * p.tiles > 0x7FFFFFFF) return (int)cudaErrorNotSupported; // one CTA an item at most
-    auto plain = [&]() {
+    // Two slots of O, maxima and sums a split tile, then its counter, for
+    // `count` split tiles; false: no memory (or memory pools).
+    unsigned char *ws = nullptr;
+    auto take_ws = [&](size_t count) {
+        const size_t slots = count * 2 * (size_t)(D / 8 + 1) * 256 * sizeof(float4);
+        e = cudaMallocAsync(reinterpret_cast<void **>(&ws), slots + count * sizeof(unsigned), stream);
+        if (e == cudaErrorMemoryAllocation || e == cudaErrorNotSupported) {
+            (void)cudaGetLastError();
+            e = cudaSuccess;
+            return false;
+        }
+        if (e != cudaSuccess) return false;
+        p.ws = reinterpret_cast<float *>(ws);
+        p.counters = reinterpret_cast<unsigned *>(ws + slots);
+        e = cudaMemsetAsync(p.counters, 0, count * sizeof(unsigned), stream);
+        return true;
+    };
+    auto launch = [&](long long grid) {
+        if (e == cudaSuccess) {
+            kern<<<dim3((unsigned)grid), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
+            e = cudaGetLastError();
+        }
+        const cudaError_t e2 = ws ? cudaFreeAsync(ws, stream) : cudaSuccess;
+        return (int)(e != cudaSuccess ? e : e2);
+    };
+    p.pairs = 0;
+    if (!plan_split(a, S::kBN, &p)) { // the plain plan: tiles or causal pairs, maybe persistent
+        p.items = 0;
+        p.pairs = use_pairs(a);
+        const long long units = plain_units(a, p.pairs), grid = persist_grid(a, p.pairs, units);
+        p.units = (int)units;
+        const int tail = plan_tail(a, p.pairs, units, grid, S::kBN);
+        if (tail > 0 && take_ws((size_t)tail)) {
+            p.tail = tail;
+            p.tail_from = (int)(units - tail);
+            p.units = (int)(units + tail);
+        }
+        return launch(grid);
+    }
+    // Key splits; without the workspace the tiles run whole.
+    if (!take_ws((size_t)a->batch * a->heads * p.split_tiles)) {
+        if (e != cudaSuccess) return (int)e;
         p.items = 0;
         p.pairs = use_pairs(a);
         const long long units = plain_units(a, p.pairs);
         p.units = (int)units;
-        kern<<<dim3((unsigned)persist_grid(a, p.pairs, units)), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
-        return (int)cudaGetLastError();
-    };
-    p.pairs = 0;
-    if (!plan_split(a, S::kBN, &p)) return plain();
-    // Two slots of O, maxima and sums a split tile, then its counter; without
-    // the memory (or memory pools) the tiles run whole.
-    const size_t units = (size_t)a->batch * a->heads * p.split_tiles,
-                 slots = units * 2 * (size_t)(D / 8 + 1) * 256 * sizeof(float4);
-    unsigned char *ws = nullptr;
-    e = cudaMallocAsync(reinterpret_cast<void **>(&ws), slots + units * sizeof(unsigned), stream);
-    if (e == cudaErrorMemoryAllocation || e == cudaErrorNotSupported) {
-        (void)cudaGetLastError();
-        return plain();
+        return launch(persist_grid(a, p.pairs, units));
     }
-    if (e != cudaSuccess) return (int)e;
-    p.ws = reinterpret_cast<float *>(ws);
-    p.counters = reinterpret_cast<unsigned *>(ws + slots);
-    e = cudaMemsetAsync(p.counters, 0, units * sizeof(unsigned), stream);
-    if (e == cudaSuccess) {
-        p.units = (int)(p.items * hb);
-        kern<<<dim3((unsigned)p.units), kThreads, S::kSmem, stream>>>(tq, tk, tv, p);
-        e = cudaGetLastError();
-    }
-    const cudaError_t e2 = cudaFreeAsync(ws, stream);
-    return (int)(e != cudaSuccess ? e : e2);
+    p.units = (int)(p.items * hb);
+    return launch(p.units);
 }
 
 // The key-split plan and causal pairs launch_typed will pick (p: scratch).
@@ -841,11 +889,13 @@ extern "C" void tops__cu_attention_name(const tops__cu_attn_args *a, char *buf, 
     bool split;
     const int pairs = plain_pairs(a, dp, &p, &split), pm = pipe_for(a, pairs);
     const long long units = plain_units(a, pairs);
-    const bool persist = !split && persist_grid(a, pairs, units) < units;
-    snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s%s%s", dp, dp >= 256 ? 64 : 128,
+    const long long grid = persist_grid(a, pairs, units);
+    const bool persist = !split && grid < units;
+    const bool tail = persist && plan_tail(a, pairs, units, grid, dp >= 256 ? 64 : 128) > 0;
+    snprintf(buf, cap, "fa3 sm90a d%d bn%d %s%s%s%s%s", dp, dp >= 256 ? 64 : 128,
              pm == 0 ? "serial" : pm == 2 ? "pingpong" : "overlap", a->bf16 ? " bf16" : " f16",
              split ? ", heavy tiles' keys split" : pairs ? ", causal tiles in pairs" : "",
-             persist ? ", persistent CTAs" : "");
+             persist ? ", persistent CTAs" : "", tail ? ", last wave's keys split" : "");
 }
 
 extern "C" int tops__cu_attention_launch(const tops__cu_attn_args *a) {

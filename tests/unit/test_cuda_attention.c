@@ -3,8 +3,8 @@
    of the same 16-bit inputs over head dims 32..256, ragged Sq / Sk (Sq > Sk
    too), causal, sliding windows, softcap, GQA / MQA, strided [B, S, H, D]
    tensors, every pipeline variant (TOPS_CUDA_ATTN_PIPE), key splits,
-   causal tile pairs and persistent CTAs (TOPS_CUDA_ATTN_QSPLIT, _PAIRS,
-   _PERSIST), the decode kernel
+   causal tile pairs, persistent CTAs and last-wave splits
+   (TOPS_CUDA_ATTN_QSPLIT, _PAIRS, _PERSIST, _TAIL), the decode kernel
    (Sq <= 16) with 16-bit and quantized KV caches (e4m3, e4m3-ch per key and
    per channel, mxfp8, int8-gG, int4-gG) and every split count,
    NaN-poisoned outputs and repeated runs compared bit for bit.  Without a
@@ -321,9 +321,10 @@ static void test_pipelines(void) {
 }
 
 /* For each value of the environment variable `var`: whether the kernel path
-   of a causal f16 call (B 1, H 2, S 1000, D 128) names `word` as named[i]
-   says. */
-static void check_path_name(const char *var, const char *const *values, const int *named, int n, const char *word) {
+   of an f16 call (B 1, H 2, S 1000, D 128, causal or not) names `word` as
+   named[i] says. */
+static void check_path_name(const char *var, const char *const *values, const int *named, int n, const char *word,
+                            int causal) {
     void *buf = NULL;
     const int64_t elems = 2 * 1000 * 128;
     ASSERT_OK(tops_cuda_alloc(0, 4 * elems * 2, &buf));
@@ -333,7 +334,7 @@ static void check_path_name(const char *var, const char *const *values, const in
     tops_exec ex = tops_exec_default();
     ex.device = gpu0;
     tops_attention_desc d = tops_attention_desc_default();
-    d.causal = 1;
+    d.causal = causal;
     for (int m = 0; m < n; m++) {
         setenv(var, values[m], 1);
         char name[128] = "";
@@ -367,7 +368,7 @@ static void test_key_splits(void) {
     unsetenv("TOPS_CUDA_ATTN_PIPE");
     /* The path names the split where the plan takes it. */
     static const int split_named[] = {0, 1, 1};
-    check_path_name("TOPS_CUDA_ATTN_QSPLIT", modes, split_named, 3, "split");
+    check_path_name("TOPS_CUDA_ATTN_QSPLIT", modes, split_named, 3, "split", 1);
     unsetenv("TOPS_CUDA_ATTN_QSPLIT");
 }
 
@@ -398,12 +399,50 @@ static void test_persistent(void) {
     unsetenv("TOPS_CUDA_ATTN_PIPE");
     static const char *const modes[] = {"3", "0"};
     static const int named[] = {1, 0};
-    check_path_name("TOPS_CUDA_ATTN_PERSIST", modes, named, 2, "persistent"); /* causal pairs */
+    check_path_name("TOPS_CUDA_ATTN_PERSIST", modes, named, 2, "persistent", 1); /* causal pairs */
     unsetenv("TOPS_CUDA_ATTN_PAIRS");
     static const int unnamed[] = {0, 0};
-    check_path_name("TOPS_CUDA_ATTN_PERSIST", modes, unnamed, 2, "persistent"); /* causal, no pairs */
+    check_path_name("TOPS_CUDA_ATTN_PERSIST", modes, unnamed, 2, "persistent", 1); /* causal, no pairs */
     unsetenv("TOPS_CUDA_ATTN_PERSIST");
     unsetenv("TOPS_CUDA_ATTN_QSPLIT");
+}
+
+/* Last-wave splits: persistent grids of N CTAs (TOPS_CUDA_ATTN_PERSIST=N)
+   whose last round holds r <= N / 2 non-causal tiles, which then run as two
+   key pieces each, merged by the second to end (run_case checks a rerun's
+   bits: the merge's order); ragged tiles, GQA, Sq < Sk and > Sk, D = 64 / 96
+   / 128 / 256, softcap, strided rows, every pipeline.  The path names it
+   where the rule applies, not with TOPS_CUDA_ATTN_TAIL=0. */
+static void test_tail_split(void) {
+    const struct {
+        acase c;
+        const char *persist;
+    } cases[] = {
+        {{1, 4, 2, 1000, 700, 128, 0, 0, 0, 0, 0}, "5"},      /* 32 tiles on 5 CTAs: 2 split */
+        {{2, 3, 1, 333, 900, 64, 0, 0, 0, 0, 1}, "8"},        /* 18 on 8: 2 */
+        {{1, 3, 3, 1000, 520, 96, 0, 0, 12.0f, 0, 0}, "7"},   /* 24 on 7: 3 */
+        {{1, 2, 2, 650, 1300, 256, 0, 0, 0, 0, 0}, "5"},      /* 12 on 5: 2, 64-key blocks */
+        {{2, 2, 1, 900, 400, 128, 0, 0, 0, 0, 1}, "6"},       /* 32 on 6: 2, Sq > Sk */
+    };
+    static const char *const pipes[] = {"2", "1", "0"};
+    int n = small_run ? 1 : (int)(sizeof cases / sizeof cases[0]);
+    for (int m = 0; m < (small_run ? 1 : 3); m++)
+        for (int i = 0; i < n; i++) {
+            setenv("TOPS_CUDA_ATTN_PERSIST", cases[i].persist, 1);
+            setenv("TOPS_CUDA_ATTN_PIPE", pipes[(m + i) % 3], 1);
+            check_case(&cases[i].c, (m + i) % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
+        }
+    unsetenv("TOPS_CUDA_ATTN_PIPE");
+    /* 16 tiles: on 7 or 3 CTAs 2 or 1 left for the last round (split), on 6
+       four (more than half: not split), on 16 none */
+    static const char *const grids[] = {"7", "3", "6", "16"};
+    static const int named[] = {1, 1, 0, 0};
+    check_path_name("TOPS_CUDA_ATTN_PERSIST", grids, named, 4, "last wave", 0);
+    setenv("TOPS_CUDA_ATTN_TAIL", "0", 1);
+    static const int off[] = {0, 0, 0, 0};
+    check_path_name("TOPS_CUDA_ATTN_PERSIST", grids, off, 4, "last wave", 0);
+    unsetenv("TOPS_CUDA_ATTN_TAIL");
+    unsetenv("TOPS_CUDA_ATTN_PERSIST");
 }
 
 /* Causal tiles in pairs (TOPS_CUDA_ATTN_PAIRS=2, key splits off): a CTA
@@ -429,7 +468,7 @@ static void test_causal_pairs(void) {
     unsetenv("TOPS_CUDA_ATTN_PIPE");
     static const char *const modes[] = {"2", "0"};
     static const int pairs_named[] = {1, 0};
-    check_path_name("TOPS_CUDA_ATTN_PAIRS", modes, pairs_named, 2, "pairs");
+    check_path_name("TOPS_CUDA_ATTN_PAIRS", modes, pairs_named, 2, "pairs", 1);
     unsetenv("TOPS_CUDA_ATTN_PAIRS");
     unsetenv("TOPS_CUDA_ATTN_QSPLIT");
 }
@@ -836,6 +875,7 @@ int main(void) {
         RUN_TEST(test_key_splits);
         RUN_TEST(test_causal_pairs);
         RUN_TEST(test_persistent);
+        RUN_TEST(test_tail_split);
     }
     RUN_TEST(test_decode_kv);
     RUN_TEST(test_decode_splits);
