@@ -821,30 +821,26 @@ template <typename T, int D, int PIPE> int launch_typed(const tops__cu_attn_args
         return (int)(e != cudaSuccess ? e : e2);
     };
     p.pairs = 0;
-    if (!plan_split(a, S::kBN, &p)) { // the plain plan: tiles or causal pairs, maybe persistent
-        p.items = 0;
-        p.pairs = use_pairs(a);
-        const long long units = plain_units(a, p.pairs), grid = persist_grid(a, p.pairs, units);
-        p.units = (int)units;
-        const int tail = plan_tail(a, p.pairs, units, grid, S::kBN);
-        if (tail > 0 && take_ws((size_t)tail)) {
-            p.tail = tail;
-            p.tail_from = (int)(units - tail);
-            p.units = (int)(units + tail);
+    // Key splits; without the workspace the tiles run whole (the plain plan).
+    if (plan_split(a, S::kBN, &p)) {
+        if (take_ws((size_t)a->batch * a->heads * p.split_tiles)) {
+            p.units = (int)(p.items * hb);
+            return launch(p.units);
         }
-        return launch(grid);
-    }
-    // Key splits; without the workspace the tiles run whole.
-    if (!take_ws((size_t)a->batch * a->heads * p.split_tiles)) {
         if (e != cudaSuccess) return (int)e;
-        p.items = 0;
-        p.pairs = use_pairs(a);
-        const long long units = plain_units(a, p.pairs);
-        p.units = (int)units;
-        return launch(persist_grid(a, p.pairs, units));
     }
-    p.units = (int)(p.items * hb);
-    return launch(p.units);
+    // The plain plan: tiles or causal pairs, maybe persistent, the last wave maybe split.
+    p.items = 0;
+    p.pairs = use_pairs(a);
+    const long long units = plain_units(a, p.pairs), grid = persist_grid(a, p.pairs, units);
+    p.units = (int)units;
+    const int tail = plan_tail(a, p.pairs, units, grid, S::kBN);
+    if (tail > 0 && take_ws((size_t)tail)) {
+        p.tail = tail;
+        p.tail_from = (int)(units - tail);
+        p.units = (int)(units + tail);
+    }
+    return launch(grid);
 }
 
 // The key-split plan and causal pairs launch_typed will pick (p: scratch).
