@@ -244,22 +244,37 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
        9 blocks in one chunk, so each pair's 1.2 MB of weights is streamed
        from memory once) */
     int64_t chunk = job_chunk(CHUNK, m_blocks, n_pairs, threads);
-    const int64_t chunks = tops__ceil_div(m_blocks, chunk), jobs = chunks * n_pairs;
+    int64_t chunks = tops__ceil_div(m_blocks, chunk);
+    /* Single panels: where the pairs are too few for the threads, so that
+       chunks of rows would have two threads stream a pair's weights each,
+       jobs of one 32-column panel over every row block (the 6 x 32 body)
+       read each weight once; taken where their rounds cost less (a panel
+       block counted as half a pair block), the input fits an L2 (every job
+       reads it whole) and the blocks one job's buffers.  ResNet res5 at
+       batch 1 on 16 threads: 16 panel jobs of 9 blocks against 16 pair
+       jobs of 5 or 4 blocks, each pair's 1.2 MB of weights read twice. */
+    const int64_t in_bytes = batch * g->h * g->w * in->extent[3] * 4;
+    const int single = threads > 1 && chunks > 1 && m_blocks <= CHUNK && in_bytes <= (1 << 20) &&
+                       tops__ceil_div(n_panels, threads) * m_blocks <
+                           2 * tops__ceil_div(chunks * n_pairs, threads) * tops__ceil_div(m_blocks, chunks);
+    if (single) chunk = m_blocks, chunks = 1;
+    const int64_t units = single ? n_panels : n_pairs, jobs = chunks * units;
     chunk = tops__ceil_div(m_blocks, chunks);
     float *zero = tops__thread_buffer(TOPS__SLOT_GEMM, (size_t)tops__round_up(cg, 16) * sizeof(float));
     if (!zero) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %lld-float zero row", (long long)cg);
     memset(zero, 0, (size_t)cg * sizeof(float));
     const float *x = in->data;
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2];
-    const int panel_major = wide_panel_major(k * o, batch * g->h * g->w * in->extent[3], chunks, n_pairs, threads);
+    const int panel_major =
+        single || wide_panel_major(k * o, batch * g->h * g->w * in->extent[3], chunks, n_pairs, threads);
     const int merge = g->dw == 1 && s2 == cg && g->kw > 1;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
 #endif
     for (int64_t job = 0; job < jobs; job++) {
         TOPS__NOTE_REGION();
-        const int64_t ch = panel_major ? job % chunks : job / n_pairs;
-        const int64_t pp = panel_major ? job / chunks : job % n_pairs;
+        const int64_t ch = panel_major ? job % chunks : job / units;
+        const int64_t u = panel_major ? job / chunks : job % units; /* a pair, or (single) a panel */
         const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
         int64_t base[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR];
         chunk_rows(g, b0 * MR, nb * MR, m, base, y0, x0);
@@ -268,9 +283,10 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
         float acc[CHUNK * MR * NR] __attribute__((aligned(64)));
         int started[CHUNK] = {0}; /* the tile holds sums (else the next call starts it from zero) */
         const float *rows[MR];
-        const float *pa = panels + 2 * pp * k * PW;
-        const float *pb = 2 * pp + 1 < n_panels ? pa + k * PW : NULL;
-        const int64_t vc = o - 2 * pp * PW < NR ? o - 2 * pp * PW : NR;
+        const int64_t col0 = (single ? u : 2 * u) * PW; /* the job's first column */
+        const float *pa = panels + col0 * k;
+        const float *pb = !single && 2 * u + 1 < n_panels ? pa + k * PW : NULL;
+        const int64_t vc = o - col0 < (single ? PW : NR) ? o - col0 : single ? PW : NR;
         for (int64_t i = 0; i < g->kh; i++) {
             int whole[CHUNK];
             for (int64_t b = 0; b < nb; b++) {
@@ -288,9 +304,9 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
                 for (int64_t b = 0; b < nb; b++) {
                     const int64_t vr = m - (b0 + b) * MR < MR ? m - (b0 + b) * MR : MR;
                     float *tile = acc + b * MR * NR;
-                    if (last_row && p0 == 0) prefetch_dest(dest2d, (b0 + b) * MR, vr, 2 * pp * PW, vc);
+                    if (last_row && p0 == 0) prefetch_dest(dest2d, (b0 + b) * MR, vr, col0, vc);
                     if (last && b > 0)
-                        store_tile(kern, dest2d, tile - MR * NR, started[b - 1], (b0 + b - 1) * MR, m, 2 * pp * PW, vc,
+                        store_tile(kern, dest2d, tile - MR * NR, started[b - 1], (b0 + b - 1) * MR, m, col0, vc,
                                    accumulate);
                     if (whole[b]) {
                         for (int64_t r = 0; r < MR; r++) {
@@ -339,7 +355,7 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
                 }
             }
         }
-        store_tile(kern, dest2d, acc + (nb - 1) * MR * NR, started[nb - 1], (b0 + nb - 1) * MR, m, 2 * pp * PW, vc,
+        store_tile(kern, dest2d, acc + (nb - 1) * MR * NR, started[nb - 1], (b0 + nb - 1) * MR, m, col0, vc,
                    accumulate);
     }
     return TOPS_OK;

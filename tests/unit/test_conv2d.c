@@ -59,6 +59,7 @@ static const cv_case big_cases[] = {
     {1, 9, 301, 40, 40, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 40, 0},    /* depthwise stride 2, odd width */
     {1, 14, 14, 64, 72, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* ResNet-like 3x3, 16e6 flops */
     {1, 24, 20, 32, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* M = 480: relaxed weights interleaved per call, O = 40 */
+    {1, 4, 4, 256, 112, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},     /* M = 16, K = 2304: single-panel jobs from 4 threads */
 };
 
 /* Thread counts run_case compares (1 is the reference of the others). */
