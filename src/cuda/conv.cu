@@ -473,6 +473,19 @@ template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[128], uint
                      : "l"(da), "l"(db));
 }
 
+template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[96], uint64_t da, uint64_t db) {
+    if constexpr (BF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, %96, %97, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n192k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95}, %96, %97, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
+                     : "l"(da), "l"(db));
+}
+
 __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, bool ok, bool l1) {
     if (l1)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
@@ -667,12 +680,15 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
 #endif
 }
 
-template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL, int T = 1>
-int launch_wg(const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap, int splits, int groups, cudaStream_t st) {
+// Either wgmma kernel's launch (kern on the grid x, y, splits x groups) with
+// its K split: each split kt_per_split stages, the partials in a
+// stream-ordered workspace summed in split order by split_reduce_kernel
+// (which adds bias and the old dest).
+template <typename Kern>
+int launch_splits(Kern kern, int smem, dim3 grid, const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap,
+                  int splits, int groups, cudaStream_t st) {
     WgGeo g = g0;
-    using D = WgDims<BN, STAGES, T>;
-    auto kern = wg_kernel<BF16, BN, STAGES, MINB, IM2COL, T>;
-    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, D::kBytes);
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     g.kt_per_split = (g.ktiles + splits - 1) / splits;
     splits = (g.ktiles + g.kt_per_split - 1) / g.kt_per_split; // every split has K stages
@@ -681,8 +697,8 @@ int launch_wg(const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap, 
         e = cudaMallocAsync(reinterpret_cast<void **>(&g.ws), (size_t)splits * (size_t)g.m * (size_t)g.o * sizeof(float), st);
         if (e != cudaSuccess) return e;
     }
-    dim3 grid((g.m + kWgBM - 1) / kWgBM, (g.og + BN - 1) / BN, splits * groups);
-    kern<<<grid, kWgThreads, D::kBytes, st>>>(map, amap, g);
+    grid.z = (unsigned)(splits * groups);
+    kern<<<grid, kWgThreads, smem, st>>>(map, amap, g);
     e = cudaGetLastError();
     if (e == cudaSuccess && splits > 1) {
         Geo r;
@@ -697,6 +713,128 @@ int launch_wg(const WgGeo &g0, const CUtensorMap &map, const CUtensorMap &amap, 
         if (e == cudaSuccess) e = f;
     }
     return e;
+}
+
+template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL, int T = 1>
+int launch_wg(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, int splits, int groups, cudaStream_t st) {
+    using D = WgDims<BN, STAGES, T>;
+    return launch_splits(wg_kernel<BF16, BN, STAGES, MINB, IM2COL, T>, D::kBytes,
+                         dim3((g.m + kWgBM - 1) / kWgBM, (g.og + BN - 1) / BN, 1), g, map, amap, splits, groups, st);
+}
+
+// ---- the transposed wgmma implicit GEMM (sm_90a) ----------------------------
+//
+// The same product with the roles swapped: a CTA computes 128 output
+// channels x PN output pixels (PN = 128, 192 or 256), each consumer
+// warpgroup 64 channels over all PN pixels (wgmma m64nPNk16: the weights the
+// A operand, the TMA im2col tile of PN pixels the B operand, both K-major
+// 128-byte-swizzled).  A wide N reads fewer shared-memory bytes a product
+// than the pixel-major kernel's 64-channel tiles (m64n64: the A and B tiles
+// every 32 cycles, all of shared memory's 128 bytes a cycle), and one CTA
+// covers 128 channels.  TMA im2col only (C / groups a multiple of 64),
+// groups 1, one weight term.  The sums are staged through the idle ring as
+// [pixel][channel] f32 and stored a pixel row at a time (bias, accumulate,
+// unit x global, or the split's partial as wg_store2 does).
+constexpr int kTcM = 128; // channels a CTA
+template <int PN, int STAGES> struct WgtDims {
+    static constexpr int kW = kTcM * 128, kX = PN * 128, kStage = kW + kX;
+    static constexpr int kPitch = kTcM + 4; // staging row (floats): 4 extra spread a warp's rows over the banks
+    static_assert(PN * kPitch * 4 <= STAGES * kStage, "staging exceeds the ring");
+    static constexpr int kBytes = 1024 + STAGES * kStage + 2 * STAGES * 8;
+};
+
+template <bool BF16, int PN, int STAGES>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    wgt_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap, WgGeo p) {
+#ifdef TOPS_CU_WGMMA
+    namespace s9 = tops_cu::sm90;
+    using D = WgtDims<PN, STAGES>;
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
+    unsigned char *base = wg_smem + ((1024 - (smem_addr(wg_smem) & 1023)) & 1023);
+    unsigned char *sw = base, *sx = base + STAGES * D::kW;
+    uint64_t *full = reinterpret_cast<uint64_t *>(base + STAGES * D::kStage), *empty = full + STAGES;
+    const int tid = threadIdx.x, wgi = tid >> 7;
+    const int split = blockIdx.z;
+    const int m0 = blockIdx.x * PN, n0 = blockIdx.y * kTcM;
+    const int kt0 = split * p.kt_per_split;
+    const int kt1 = min(kt0 + p.kt_per_split, p.ktiles);
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            s9::mbar_init(&full[s], 1);
+            s9::mbar_init(&empty[s], 8); // one arrive per consumer warp
+        }
+        s9::mbar_init_fence();
+    }
+    __syncthreads();
+    if (wgi == 0) {
+        if (tid == 0) { // one thread loads both tiles of a stage: tap (r, q), channels c0..
+            const int ow = m0 % p.ow, t = m0 / p.ow, oh = t % p.oh, n = t / p.oh;
+            const int w0 = ow * p.sw - p.pl, h0 = oh * p.sh - p.pt;
+            for (int kt = kt0, it = 0; kt < kt1; kt++, it++) {
+                const int s = it % STAGES;
+                if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
+                const int k = kt * kWgBK, tap = k / p.cg, c0 = k - tap * p.cg, r = tap / p.kw, q = tap - r * p.kw;
+                s9::mbar_expect_tx(&full[s], (uint32_t)D::kStage);
+                s9::tma_load_2d(sw + s * D::kW, &wmap, &full[s], k, n0);
+                asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                             " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(smem_addr(sx + s * D::kX)),
+                             "l"(reinterpret_cast<uint64_t>(&amap)), "r"(smem_addr(&full[s])), "r"(c0), "r"(w0),
+                             "r"(h0), "r"(n), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
+                             : "memory");
+            }
+        }
+    } else {
+        const int cw = wgi - 1;
+        const bool lane0 = (tid & 31) == 0;
+        float d[PN / 2];
+#pragma unroll
+        for (int i = 0; i < PN / 2; i++) d[i] = 0.0f;
+        const int nkt = kt1 - kt0;
+        for (int it = 0; it < nkt; it++) {
+            const int s = it % STAGES;
+            s9::mbar_wait(&full[s], (it / STAGES) & 1);
+            s9::wgmma_fence();
+            const unsigned char *a = sw + s * D::kW + cw * 64 * 128, *b = sx + s * D::kX;
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++) wg_ss<BF16>(d, s9::desc_sw128(a + 32 * kk), s9::desc_sw128(b + 32 * kk));
+            s9::wgmma_commit();
+            s9::wgmma_wait<1>();
+            if (it > 0 && lane0) s9::mbar_arrive(&empty[(it - 1) % STAGES]);
+        }
+        s9::wgmma_wait<0>();
+        s9::fence_regs(d);
+        // Both warpgroups past their last wgmma: the ring is idle (every
+        // stage was waited for), and becomes the staging [PN][kPitch] f32.
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        float *stage = reinterpret_cast<float *>(base);
+        // d[4 c + 2 h + e] is channel 64 cw + 16 warp + g + 8 h, pixel 8 c + 2 t + e.
+        const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+#pragma unroll
+        for (int c = 0; c < PN / 8; c++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+#pragma unroll
+                for (int e = 0; e < 2; e++)
+                    stage[(8 * c + 2 * t4 + e) * D::kPitch + cw * 64 + warp * 16 + g + 8 * h] = d[4 * c + 2 * h + e];
+        asm volatile("bar.sync 1, 256;" ::: "memory");
+        // 64 threads a pixel row (two channels each), four rows a pass.
+        const int ct = tid - 128, pr = ct >> 6, j = 2 * (ct & 63);
+        const int jj = n0 + j;
+        if (jj < p.og)
+            for (int r = pr; r < PN; r += 4) {
+                const int m = m0 + r;
+                if (m >= p.m) break;
+                const float *v = stage + r * D::kPitch + j;
+                wg_store2(p, split, m, jj, jj + 1 < p.og, v[0], v[1]);
+            }
+    }
+#endif
+}
+
+template <bool BF16, int PN, int STAGES>
+int launch_wgt(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, int splits, cudaStream_t st) {
+    return launch_splits(wgt_kernel<BF16, PN, STAGES>, WgtDims<PN, STAGES>::kBytes,
+                         dim3((g.m + PN - 1) / PN, (g.og + kTcM - 1) / kTcM, 1), g, map, amap, splits, 1, st);
 }
 
 // Stages by width and terms: at most ~192 KB of ring, two CTAs an SM at
@@ -737,11 +875,11 @@ PFN_cuTensorMapEncodeIm2col_v12000 im2col_encoder() {
 }
 
 // The activations as a TMA im2col map: NHWC dims {c, w, h, n}, a box of 64
-// channels x 128 output pixels, the pixel walk bounded by the output
+// channels x `pixels` output pixels (128: the pixel-major kernel), the pixel walk bounded by the output
 // positions (lower corner -pad, upper the last output's top-left input
 // pixel), the convolution strides as element strides; false where the
 // driver refuses (corners outside [-128, 127], strides above 8, ...).
-bool encode_im2col(CUtensorMap *map, const tops__cu_conv_args *a) {
+bool encode_im2col(CUtensorMap *map, const tops__cu_conv_args *a, int pixels = kWgBM) {
     PFN_cuTensorMapEncodeIm2col_v12000 enc = im2col_encoder();
     if (!enc) return false;
     const cuuint64_t dims[4] = {(cuuint64_t)a->c, (cuuint64_t)a->w, (cuuint64_t)a->h, (cuuint64_t)a->n};
@@ -750,9 +888,45 @@ bool encode_im2col(CUtensorMap *map, const tops__cu_conv_args *a) {
     const int upper[2] = {(int)((a->ow - 1) * a->sw - a->pl - (a->w - 1)), (int)((a->oh - 1) * a->sh - a->pt - (a->h - 1))};
     const cuuint32_t estr[4] = {1, (cuuint32_t)a->sw, (cuuint32_t)a->sh, 1};
     return enc(map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-               const_cast<void *>(a->x), dims, strides, lower, upper, (cuuint32_t)kWgBK, (cuuint32_t)kWgBM, estr,
+               const_cast<void *>(a->x), dims, strides, lower, upper, (cuuint32_t)kWgBK, (cuuint32_t)pixels, estr,
                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The wgmma kernels' geometry from the launch arguments.
+WgGeo wg_geo(const tops__cu_conv_args *a, const tops__cu_conv_weights *wt) {
+    WgGeo g;
+    memset(&g, 0, sizeof g);
+    g.x = static_cast<const uint16_t *>(a->x);
+    g.xs_n = a->xs_n, g.xs_h = a->xs_h, g.xs_w = a->xs_w;
+    g.h = (int)a->h, g.w = (int)a->w, g.cg = (int)(a->c / a->groups), g.og = (int)(a->o / a->groups);
+    g.o = (int)a->o, g.kw = (int)a->kw, g.oh = (int)a->oh, g.ow = (int)a->ow, g.k = (int)a->k;
+    g.sh = (int)a->sh, g.sw = (int)a->sw, g.dh = (int)a->dh, g.dw = (int)a->dw, g.pt = (int)a->pt, g.pl = (int)a->pl;
+    g.m = (int)(a->n * a->oh * a->ow);
+    g.out = a->out;
+    g.ldo = a->ldo;
+    g.out_dtype = a->out_dtype;
+    g.accumulate = a->accumulate;
+    g.l1 = a->wg_l1;
+    g.bias = a->bias;
+    g.ktiles = (g.k + kWgBK - 1) / kWgBK;
+    g.plane_rows = (int)wt->plane_rows;
+    g.unit = wt->unit;
+    g.global = wt->global;
+    return g;
+}
+
+// The weights [o][k] (wt->terms planes), row stride ldw, as boxes of 64 K x
+// `rows` rows, 128-byte swizzle, zeros past k and past the last plane's row
+// o (a tile's rows past o in the planes before read the next plane: sums
+// never stored).
+bool wg_weight_map(CUtensorMap *map, const tops__cu_conv_args *a, const tops__cu_conv_weights *wt, int rows) {
+    const int terms = wt->terms < 1 ? 1 : wt->terms;
+    const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)((terms - 1) * wt->plane_rows + a->o)},
+                     strides[1] = {(cuuint64_t)wt->ldw * 2};
+    const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)rows};
+    return tops_cu::sm90::encode_sw128(map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                       2, wt->w, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 }
 
 } // namespace
@@ -843,42 +1017,17 @@ extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const top
     const void *w = wt->w;
     const int64_t ldw = wt->ldw;
     const int terms = wt->terms < 1 ? 1 : wt->terms;
-    const int64_t cg = a->c / a->groups, og = a->o / a->groups;
+    const int64_t cg = a->c / a->groups;
     const bool vec = cg % 8 == 0 && a->xs_n % 8 == 0 && a->xs_h % 8 == 0 && a->xs_w % 8 == 0 && ldw % 8 == 0 &&
                      ((uintptr_t)a->x & 15) == 0 && ((uintptr_t)w & 15) == 0;
     if (!vec || (bn != 64 && bn != 128 && bn != 256) || splits < 1 || a->groups * splits > 65535 || terms > 3 ||
         (terms > 1 && (bn == 256 || wt->plane_rows < a->o)))
         return cudaErrorNotSupported;
-    WgGeo g;
-    memset(&g, 0, sizeof g);
-    g.x = static_cast<const uint16_t *>(a->x);
-    g.xs_n = a->xs_n, g.xs_h = a->xs_h, g.xs_w = a->xs_w;
-    g.h = (int)a->h, g.w = (int)a->w, g.cg = (int)cg, g.og = (int)og, g.o = (int)a->o, g.kw = (int)a->kw;
-    g.oh = (int)a->oh, g.ow = (int)a->ow, g.k = (int)a->k;
-    g.sh = (int)a->sh, g.sw = (int)a->sw, g.dh = (int)a->dh, g.dw = (int)a->dw, g.pt = (int)a->pt, g.pl = (int)a->pl;
-    g.m = (int)(a->n * a->oh * a->ow);
-    g.out = a->out;
-    g.ldo = a->ldo;
-    g.out_dtype = a->out_dtype;
-    g.accumulate = a->accumulate;
-    g.l1 = a->wg_l1;
-    g.bias = a->bias;
-    g.ktiles = (g.k + kWgBK - 1) / kWgBK;
-    g.plane_rows = (int)wt->plane_rows;
-    g.unit = wt->unit;
-    g.global = wt->global;
+    const WgGeo g = wg_geo(a, wt);
     if (g.m == 0 || g.o == 0) return cudaSuccess;
     if (splits > g.ktiles) splits = g.ktiles;
-    // Weights [o][k], row stride ldw: boxes of 64 K x bn rows, 128-byte
-    // swizzle, zeros past k and past the last plane's row o (a tile's rows
-    // past o in the planes before read the next plane: sums never stored).
     CUtensorMap map;
-    const cuuint64_t dims[2] = {(cuuint64_t)a->k, (cuuint64_t)((terms - 1) * wt->plane_rows + a->o)},
-                     strides[1] = {(cuuint64_t)ldw * 2};
-    const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)bn};
-    if (!tops_cu::sm90::encode_sw128(&map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, w,
-                                     dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B))
-        return cudaErrorNotSupported;
+    if (!wg_weight_map(&map, a, wt, bn)) return cudaErrorNotSupported;
     cudaStream_t st = static_cast<cudaStream_t>(a->stream);
     // The activation tiles by TMA im2col where each K stage is 64 channels of one tap.
     CUtensorMap amap;
@@ -889,4 +1038,26 @@ extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const top
                        : launch_wg_bn<false, true>(g, map, amap, bn, splits, (int)a->groups, terms, st);
     return a->bf16 ? launch_wg_bn<true, false>(g, map, amap, bn, splits, (int)a->groups, terms, st)
                    : launch_wg_bn<false, false>(g, map, amap, bn, splits, (int)a->groups, terms, st);
+}
+
+extern "C" int tops__cu_conv_wgt_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *wt, int pn,
+                                        int splits) {
+    const int64_t m = a->n * a->oh * a->ow;
+    if (a->groups != 1 || wt->terms != 1 || a->c % kWgBK || (pn != 128 && pn != 192 && pn != 256) || splits < 1 ||
+        m > 0x3FFFFFFF || a->xs_n % 8 || a->xs_h % 8 || a->xs_w % 8 || (uintptr_t)a->x % 16 || wt->ldw % 8 ||
+        (uintptr_t)wt->w % 16)
+        return cudaErrorNotSupported;
+    const WgGeo g = wg_geo(a, wt);
+    if (g.m == 0 || g.o == 0) return cudaSuccess;
+    if (splits > g.ktiles) splits = g.ktiles;
+    CUtensorMap map, amap;
+    if (!wg_weight_map(&map, a, wt, kTcM) || !encode_im2col(&amap, a, pn)) return cudaErrorNotSupported;
+    cudaStream_t st = static_cast<cudaStream_t>(a->stream);
+    if (a->bf16)
+        return pn == 128 ? launch_wgt<true, 128, 6>(g, map, amap, splits, st)
+               : pn == 192 ? launch_wgt<true, 192, 5>(g, map, amap, splits, st)
+                           : launch_wgt<true, 256, 4>(g, map, amap, splits, st);
+    return pn == 128 ? launch_wgt<false, 128, 6>(g, map, amap, splits, st)
+           : pn == 192 ? launch_wgt<false, 192, 5>(g, map, amap, splits, st)
+                       : launch_wgt<false, 256, 4>(g, map, amap, splits, st);
 }

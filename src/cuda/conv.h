@@ -75,6 +75,12 @@ typedef struct tops__cu_conv_weights {
    nothing, where the pieces are not 16-byte aligned or the driver refuses
    the weights' tensor map. */
 int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *w, int bn, int splits);
+/* The transposed wgmma kernel: 128 output channels x pn output pixels a
+   CTA (pn 128, 192 or 256; the weights wgmma's A operand, the TMA im2col
+   pixels its B), K split in `splits` parts summed in split order; groups 1,
+   C a multiple of 64, one weight term, bias / accumulate / unit as above.
+   cudaErrorNotSupported, launching nothing, where it does not apply. */
+int tops__cu_conv_wgt_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *w, int pn, int splits);
 /* The im2col rows [m0, m0 + rows) of group g into col ([rows][ldc], the
    activations' type, zeros for padding and for the columns k..ldc). */
 int tops__cu_conv_im2col_launch(const tops__cu_conv_args *a, int64_t g, int64_t m0, int64_t rows, void *col,

@@ -6,7 +6,8 @@
    forced K splits), on the
    mma.sync one (TOPS_CUDA_CONV=mma) and on the im2col + matmul path
    (TOPS_CUDA_CONV=im2col),
-   the quantized formats strict and relaxed, host / device / GPU-packed
+   the transposed wgmma kernel (TOPS_CUDA_CONV=tr=1: 128 channels x 128 /
+   192 / 256 pixels a CTA, K splits), the quantized formats strict and relaxed, host / device / GPU-packed
    weights, bias, multiply-accumulate, f32 / f16 / bf16 dest, NaN-poisoned
    outputs, and two runs compared bit for bit.  Bad inputs on any machine;
    without a GPU the numeric part skips with one line. */
@@ -297,6 +298,45 @@ static void test_16bit_tiles(void) {
     unsetenv("TOPS_CUDA_CONV");
 }
 
+/* The transposed wgmma kernel (128 channels x 128 / 192 / 256 pixels a
+   CTA; TOPS_CUDA_CONV=tr=1): the cases it takes (groups 1, C a multiple
+   of 64) and three larger ones (several pixel and channel tiles, O not a
+   multiple of 128), each pixel width, K splits, bias, accumulate, every
+   dest type, one dequantized term. */
+static const cv_case tr_cases[] = {
+    {4, 20, 20, 64, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* M = 1600, O = 256 */
+    {3, 9, 23, 128, 72, 3, 3, 2, 1, 1, 2, 0, 2, 2, 1, 1},   /* stride 2,1 with dilation 1,2, uneven pads, O = 72 */
+    {2, 14, 14, 64, 200, 5, 5, 1, 1, 2, 2, 4, 4, 4, 4, 1},  /* 5x5 dilation 2, O = 200 */
+};
+static void test_16bit_transposed(void) {
+    if (!hopper) return;
+    static const struct {
+        const char *opt, *want;
+    } v[] = {
+        {"tr=1,pn=128,splits=1", "128 channels x 128 pixels a CTA (transposed), 1 K split"},
+        {"tr=1,pn=192,splits=2", "x 192 pixels"},
+        {"tr=1,pn=256,splits=1", "x 256 pixels"},
+        {"tr=1", "(transposed)"},
+    };
+    const int nv = (int)(sizeof v / sizeof v[0]);
+    for (int j = 0; j < nv; j++) {
+        setenv("TOPS_CUDA_CONV", v[j].opt, 1);
+        const int n1 = small_run ? 1 : (int)(sizeof tr_cases / sizeof tr_cases[0]);
+        for (int i = 0; i < ncases() + n1; i++) {
+            const cv_case *c = i < ncases() ? &cases[i] : &tr_cases[i - ncases()];
+            if (c->groups != 1 || c->c % 64) continue;
+            const int kt = (int)((c->kh * c->kw * c->c + 63) / 64);
+            const char *want = j == 1 && kt < 2 ? "x 192 pixels" : v[j].want;
+            const tops_dtype act = j % 2 ? TOPS_DT_BF16 : TOPS_DT_F16;
+            const tops_dtype dest = j % 3 == 0 ? act : j % 3 == 1 ? TOPS_DT_F32 : TOPS_DT_BF16;
+            run_case(c, j % 2 ? "bf16" : "f16", act, dest, 0, j != 2, j >= 2, j % 2 ? W_HOST : W_DEVICE, want);
+            if (j == 3) /* one dequantized term (relaxed) */
+                run_case(c, "int4-g32", act, dest, 1, 1, 0, W_PACKED, "(transposed)");
+        }
+    }
+    unsetenv("TOPS_CUDA_CONV");
+}
+
 /* The same through im2col + the GPU matmul. */
 static void test_16bit_im2col(void) {
     setenv("TOPS_CUDA_CONV", "im2col", 1);
@@ -436,6 +476,7 @@ int main(void) {
     RUN_TEST(test_gpu_refusals);
     RUN_TEST(test_16bit);
     RUN_TEST(test_16bit_tiles);
+    RUN_TEST(test_16bit_transposed);
     RUN_TEST(test_16bit_im2col);
     RUN_TEST(test_quantized);
     RUN_TEST(test_quantized_terms);
