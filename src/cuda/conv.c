@@ -9,8 +9,8 @@
      a multiple of 8, pixels and weight rows 16-byte aligned), compute
      capability 9.0: the wgmma implicit GEMM (conv.cu), 128 x 64/128/256
      tiles and K splits chosen by wg_plan below, or (groups 1, C a multiple
-     of 64, where tr_plan's estimate is no longer) its transposed twin, 128
-     channels x 128/192/256 pixels a CTA;
+     of 64, at least 1024 pixels and 128 channels: tr_plan) its transposed
+     twin, 128 channels x 96-256 pixels a CTA;
    - the same weights otherwise (sm_80, C = 3, odd strides): the mma.sync
      implicit GEMM (16-byte cp.async pieces where it can, else element by
      element), bias and accumulation in its epilogue;
@@ -33,7 +33,7 @@
    256` and `splits=S` fix its tile width and K splits, `l1=0` gathers the
    activations past L1 (cp.async.cg), `tma=0` gathers them where TMA
    im2col would load them; `tr=0|1` keeps the transposed kernel off / takes
-   it wherever it applies, `pn=128|192|256` fixes its pixels a CTA. */
+   it wherever it applies, `pn=96|104|128|192|256` fixes its pixels a CTA. */
 #include "cuda/conv.h"
 #include "cuda/runtime.h"
 
@@ -69,11 +69,11 @@ static tops_status read_opts(const char *fn, conv_opts *o) {
         else if (sscanf(t, "l1=%d", &v) == 1 && (v == 0 || v == 1)) o->l1 = v;
         else if (sscanf(t, "tma=%d", &v) == 1 && (v == 0 || v == 1)) o->tma = v;
         else if (sscanf(t, "tr=%d", &v) == 1 && (v == 0 || v == 1)) o->tr = v;
-        else if (sscanf(t, "pn=%d", &v) == 1 && (v == 128 || v == 192 || v == 256)) o->pn = v;
+        else if (sscanf(t, "pn=%d", &v) == 1 && (v == 96 || v == 104 || v == 128 || v == 192 || v == 256)) o->pn = v;
         else
             return tops__fail(TOPS_INVALID_ARGUMENT, fn,
                               "TOPS_CUDA_CONV has \"%s\"; it takes im2col, mma, bn=64|128|256, splits=1..64, l1=0|1, "
-                              "tma=0|1, tr=0|1, pn=128|192|256",
+                              "tma=0|1, tr=0|1, pn=96|104|128|192|256",
                               t);
     }
     return TOPS_OK;
@@ -138,8 +138,8 @@ static int wg_tma_im2col(const tops__cuda_conv_geom *g, const conv_opts *op) {
    layers at batch 32 (the fastest forced width / split of the same session
    on res2-res4, 5 % behind width 128 with 2 splits on res5) and width 64
    with 6-15 K splits at batch 1 on res3-res5 (faster than width 128). */
-static double wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int terms, int *bn_out,
-                      int *splits_out) {
+static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int terms, int *bn_out,
+                    int *splits_out) {
     const int64_t m = g->n * g->oh * g->ow, og = g->o / g->groups, mt = (m + 127) / 128, kt = (g->k + 63) / 64;
     double best = 1e300;
     int bn_best = 128, s_best = 1;
@@ -170,40 +170,46 @@ static double wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *o
     }
     *bn_out = bn_best;
     *splits_out = s_best;
-    return best;
 }
 
 /* Whether the transposed wgmma kernel (128 channels x pn pixels a CTA,
    tops__cu_conv_wgt_launch) runs instead of the pixel-major one, with its
-   pixel width and K splits: groups 1, TMA im2col tiles, one weight term,
-   and an estimate (as wg_plan's: a CTA its stages plus two at the SM's
-   full rate) no longer than wg_us, the pixel-major kernel's.  Its m64nPN
-   products read fewer shared-memory bytes a product than the pixel-major
-   m64n64 ones; on an H100 (2026-12-06, bench/results/h100.md) the ResNet-50
-   3x3 layers at batch 32, f16: res3 18.5 us against 31.8, res4 23.1 / 25.1,
-   res5 27.2 / 30.6 (the rule picks it on those three), res2 (O = 64, half
-   its channels idle) 61.6 / 35.2; at batch 1 res5 8.1 / 8.9 (the rule
-   misses it), res3 / res4 8.2 / 7.1 and 8.3 / 7.0.  TOPS_CUDA_CONV keys tr
-   (0 / 1: never / whenever it applies), pn and splits. */
-static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int terms, int im2col, double wg_us,
-                   int *pn_out, int *splits_out) {
-    if (op->tr == 0 || g->groups != 1 || !im2col || terms != 1) return 0;
+   pixel width and K splits.  It takes groups 1, TMA im2col tiles and one
+   weight term, and by default calls of at least 1024 output pixels and 128
+   channels: on an H100 (2026-12-06, bench/results/h100.md) the ResNet-50
+   3x3 layers at batch 32, f16, res3 18.9 us against 32.0, res4 23.5 /
+   25.5, res5 27.6 / 30.8, but res2 (O = 64: half its channels idle)
+   61.6 / 35.2 and at batch 1 res3 / res4 8.2 / 7.1 and 8.3 / 7.0 (res5
+   8.1 / 8.9).  The width and splits: the fewest estimated microseconds as
+   in wg_plan (a CTA its stages plus two at the SM's full rate), where a
+   k16 step's shared-memory bytes (both warpgroups' operands and the
+   stage's fill: 8192 + 96 PN at 128 a cycle) against its PN cycles of
+   tensor work stretch the narrow widths by (64 + 0.75 PN) / PN (res3 at
+   batch 32: PN 128 28.5 us, 192 18.5).  TOPS_CUDA_CONV keys tr (0 / 1:
+   never / wherever it applies), pn and splits; bn= keeps it off. */
+static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int terms, int im2col, int *pn_out,
+                   int *splits_out) {
     const int64_t m = g->n * g->oh * g->ow, kt = (g->k + 63) / 64, ct = (g->o + 127) / 128;
+    if (op->tr == 0 || g->groups != 1 || !im2col || terms != 1 ||
+        (op->tr != 1 && (op->bn || m < 1024 || g->o < 128)))
+        return 0;
+    static const int widths[] = {96, 104, 128, 192, 256};
     double best = 1e300;
-    for (int pn = 128; pn <= 256; pn += 64) {
+    for (int i = 0; i < 5; i++) {
+        const int pn = widths[i];
         if (op->pn && pn != op->pn) continue;
         const int64_t tiles = (m + pn - 1) / pn * ct;
-        const double stage_us = 128.0 * pn * 64 * 2 / 5.0e12 * 1e6;
+        const double stage_us = 128.0 * pn * 64 * 2 / 5.0e12 * 1e6, smem = (64.0 + 0.75 * pn) / pn;
         int64_t smax = op->splits ? op->splits : kt / 2 < 1 ? 1 : kt / 2 > 16 ? 16 : kt / 2;
         if (smax > kt) smax = kt;
         for (int64_t s0 = op->splits ? smax : 1; s0 <= smax; s0++) {
             const int64_t per = (kt + s0 - 1) / s0, s = (kt + per - 1) / per, n = (tiles * s + sms - 1) / sms;
-            double t = (double)n * (double)(per + 2) * stage_us;
+            double t = (double)n * (double)(per + 2) * stage_us * (smem > 1.0 ? smem : 1.0);
             if (s > 1) t += 2.0 + (double)(2 * s * m * g->o * 4) / 2.5e12 * 1e6;
             if (t < best) best = t, *pn_out = pn, *splits_out = (int)s;
         }
     }
-    return op->tr == 1 || (!op->bn && best <= wg_us * 1.001); /* (bn= forces the pixel-major kernel) */
+    return 1;
 }
 
 /* The transposed kernel's part of tops_conv2d_path. */
@@ -527,17 +533,17 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     const int ig = !dw && igemm_applies(in, wt, device, &op);
     const int wg = ig && !op.mma && igemm_vector(g, in) && wg_weight_rows_ok(wt, g->k) && tops__cuda_is_sm90a(device);
     int wg_bn = 128, wg_splits = 1;
-    const double wg_us = wg ? wg_plan(g, tops__cuda_sm_count(device), &op, 1, &wg_bn, &wg_splits) : 0.0;
+    if (wg) wg_plan(g, tops__cuda_sm_count(device), &op, 1, &wg_bn, &wg_splits);
     const int qt = !dw && !ig && terms_applies(g, in, wt, device, &op);
     a.wg_im2col = (wg || qt) && wg_tma_im2col(g, &op);
     int tr_pn = 128, tr_splits = 1;
-    const int tr = wg && tr_plan(g, tops__cuda_sm_count(device), &op, 1, a.wg_im2col, wg_us, &tr_pn, &tr_splits);
+    const int tr = wg && tr_plan(g, tops__cuda_sm_count(device), &op, 1, a.wg_im2col, &tr_pn, &tr_splits);
     if (path && qt) {
         int terms = 0;
         if ((st = tops__cuda_weight_terms_of(fn, wt, desc->relaxed_precision, a.bf16, &terms)) != TOPS_OK) return st;
         if (terms) {
-            const double us = wg_plan(g, tops__cuda_sm_count(device), &op, terms, &wg_bn, &wg_splits);
-            if (tr_plan(g, tops__cuda_sm_count(device), &op, terms, a.wg_im2col, us, &tr_pn, &tr_splits)) {
+            wg_plan(g, tops__cuda_sm_count(device), &op, terms, &wg_bn, &wg_splits);
+            if (tr_plan(g, tops__cuda_sm_count(device), &op, terms, a.wg_im2col, &tr_pn, &tr_splits)) {
                 snprintf(path, cap,
                          "cuda:%d implicit GEMM on the weights dequantized at the call to 1 %s term%s: %s, %s", device,
                          a.bf16 ? "bf16" : "f16", desc->relaxed_precision ? " (relaxed: rounded once)" : "",
@@ -650,9 +656,9 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         memset(&t, 0, sizeof t);
         if (qt) st = tops__cuda_weight_terms(fn, exec, wt, desc->relaxed_precision, a.bf16, &t);
         if (st == TOPS_OK && t.terms) {
-            const double us = wg_plan(g, tops__cuda_sm_count(device), &op, t.terms, &wg_bn, &wg_splits);
+            wg_plan(g, tops__cuda_sm_count(device), &op, t.terms, &wg_bn, &wg_splits);
             const tops__cu_conv_weights cw = {t.w, t.ldw, t.terms, t.rows, t.unit, t.global};
-            int e = tr_plan(g, tops__cuda_sm_count(device), &op, t.terms, a.wg_im2col, us, &tr_pn, &tr_splits)
+            int e = tr_plan(g, tops__cuda_sm_count(device), &op, t.terms, a.wg_im2col, &tr_pn, &tr_splits)
                         ? tops__cu_conv_wgt_launch(&a, &cw, tr_pn, tr_splits)
                         : cudaErrorNotSupported;
             if (e == cudaErrorNotSupported) {

@@ -486,6 +486,31 @@ template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[96], uint6
                      : "l"(da), "l"(db));
 }
 
+template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[48], uint64_t da, uint64_t db) {
+    if constexpr (BF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, %48, %49, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47}, %48, %49, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+                     : "l"(da), "l"(db));
+}
+template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[52], uint64_t da, uint64_t db) {
+    if constexpr (BF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n104k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51}, %52, %53, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51])
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n104k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51}, %52, %53, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51])
+                     : "l"(da), "l"(db));
+}
+
 __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, bool ok, bool l1) {
     if (l1)
         asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(ok ? 16 : 0) : "memory");
@@ -725,7 +750,7 @@ int launch_wg(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, i
 // ---- the transposed wgmma implicit GEMM (sm_90a) ----------------------------
 //
 // The same product with the roles swapped: a CTA computes 128 output
-// channels x PN output pixels (PN = 128, 192 or 256), each consumer
+// channels x PN output pixels (PN = 96, 104, 128, 192 or 256), each consumer
 // warpgroup 64 channels over all PN pixels (wgmma m64nPNk16: the weights the
 // A operand, the TMA im2col tile of PN pixels the B operand, both K-major
 // 128-byte-swizzled).  A wide N reads fewer shared-memory bytes a product
@@ -1043,7 +1068,8 @@ extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const top
 extern "C" int tops__cu_conv_wgt_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *wt, int pn,
                                         int splits) {
     const int64_t m = a->n * a->oh * a->ow;
-    if (a->groups != 1 || wt->terms != 1 || a->c % kWgBK || (pn != 128 && pn != 192 && pn != 256) || splits < 1 ||
+    if (a->groups != 1 || wt->terms != 1 || a->c % kWgBK ||
+        (pn != 96 && pn != 104 && pn != 128 && pn != 192 && pn != 256) || splits < 1 ||
         m > 0x3FFFFFFF || a->xs_n % 8 || a->xs_h % 8 || a->xs_w % 8 || (uintptr_t)a->x % 16 || wt->ldw % 8 ||
         (uintptr_t)wt->w % 16)
         return cudaErrorNotSupported;
@@ -1054,10 +1080,14 @@ extern "C" int tops__cu_conv_wgt_launch(const tops__cu_conv_args *a, const tops_
     if (!wg_weight_map(&map, a, wt, kTcM) || !encode_im2col(&amap, a, pn)) return cudaErrorNotSupported;
     cudaStream_t st = static_cast<cudaStream_t>(a->stream);
     if (a->bf16)
-        return pn == 128 ? launch_wgt<true, 128, 6>(g, map, amap, splits, st)
+        return pn == 96    ? launch_wgt<true, 96, 7>(g, map, amap, splits, st)
+               : pn == 104 ? launch_wgt<true, 104, 7>(g, map, amap, splits, st)
+               : pn == 128 ? launch_wgt<true, 128, 6>(g, map, amap, splits, st)
                : pn == 192 ? launch_wgt<true, 192, 5>(g, map, amap, splits, st)
                            : launch_wgt<true, 256, 4>(g, map, amap, splits, st);
-    return pn == 128 ? launch_wgt<false, 128, 6>(g, map, amap, splits, st)
+    return pn == 96    ? launch_wgt<false, 96, 7>(g, map, amap, splits, st)
+           : pn == 104 ? launch_wgt<false, 104, 7>(g, map, amap, splits, st)
+           : pn == 128 ? launch_wgt<false, 128, 6>(g, map, amap, splits, st)
            : pn == 192 ? launch_wgt<false, 192, 5>(g, map, amap, splits, st)
                        : launch_wgt<false, 256, 4>(g, map, amap, splits, st);
 }

@@ -76,7 +76,7 @@ typedef struct tops__cu_conv_weights {
    the weights' tensor map. */
 int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *w, int bn, int splits);
 /* The transposed wgmma kernel: 128 output channels x pn output pixels a
-   CTA (pn 128, 192 or 256; the weights wgmma's A operand, the TMA im2col
+   CTA (pn 96, 104, 128, 192 or 256; the weights wgmma's A operand, the TMA im2col
    pixels its B), K split in `splits` parts summed in split order; groups 1,
    C a multiple of 64, one weight term, bias / accumulate / unit as above.
    cudaErrorNotSupported, launching nothing, where it does not apply. */

@@ -6,8 +6,8 @@
    forced K splits), on the
    mma.sync one (TOPS_CUDA_CONV=mma) and on the im2col + matmul path
    (TOPS_CUDA_CONV=im2col),
-   the transposed wgmma kernel (TOPS_CUDA_CONV=tr=1: 128 channels x 128 /
-   192 / 256 pixels a CTA, K splits), the quantized formats strict and relaxed, host / device / GPU-packed
+   the transposed wgmma kernel (TOPS_CUDA_CONV=tr=1: 128 channels x 96 to
+   256 pixels a CTA, K splits), the quantized formats strict and relaxed, host / device / GPU-packed
    weights, bias, multiply-accumulate, f32 / f16 / bf16 dest, NaN-poisoned
    outputs, and two runs compared bit for bit.  Bad inputs on any machine;
    without a GPU the numeric part skips with one line. */
@@ -298,8 +298,8 @@ static void test_16bit_tiles(void) {
     unsetenv("TOPS_CUDA_CONV");
 }
 
-/* The transposed wgmma kernel (128 channels x 128 / 192 / 256 pixels a
-   CTA; TOPS_CUDA_CONV=tr=1): the cases it takes (groups 1, C a multiple
+/* The transposed wgmma kernel (128 channels x 96 / 104 / 128 / 192 / 256
+   pixels a CTA; TOPS_CUDA_CONV=tr=1): the cases it takes (groups 1, C a multiple
    of 64) and three larger ones (several pixel and channel tiles, O not a
    multiple of 128), each pixel width, K splits, bias, accumulate, every
    dest type, one dequantized term. */
@@ -317,6 +317,8 @@ static void test_16bit_transposed(void) {
         {"tr=1,pn=192,splits=2", "x 192 pixels"},
         {"tr=1,pn=256,splits=1", "x 256 pixels"},
         {"tr=1", "(transposed)"},
+        {"tr=1,pn=96,splits=3", "x 96 pixels"},
+        {"tr=1,pn=104", "x 104 pixels"},
     };
     const int nv = (int)(sizeof v / sizeof v[0]);
     for (int j = 0; j < nv; j++) {
