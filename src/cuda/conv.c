@@ -9,8 +9,8 @@
      a multiple of 8, pixels and weight rows 16-byte aligned), compute
      capability 9.0: the wgmma implicit GEMM (conv.cu), 128 x 64/128/256
      tiles and K splits chosen by wg_plan below, or (groups 1, C a multiple
-     of 64, at least 1024 pixels and 128 channels: tr_plan) its transposed
-     twin, 128 channels x 96-256 pixels a CTA;
+     of 64, at least 1024 pixels and 128 channels or 16384 and 48-64:
+     tr_plan) its transposed twin, 128 (64) channels x 96-384 pixels a CTA;
    - the same weights otherwise (sm_80, C = 3, odd strides): the mma.sync
      implicit GEMM (16-byte cp.async pieces where it can, else element by
      element), bias and accumulation in its epilogue;
@@ -33,7 +33,8 @@
    256` and `splits=S` fix its tile width and K splits, `l1=0` gathers the
    activations past L1 (cp.async.cg), `tma=0` gathers them where TMA
    im2col would load them; `tr=0|1` keeps the transposed kernel off / takes
-   it wherever it applies, `pn=96|104|128|192|256` fixes its pixels a CTA. */
+   it wherever it applies, `pn=96|104|128|192|256|384` fixes its pixels a
+   CTA (384 only for O <= 64, 256 and 384 the only ones there). */
 #include "cuda/conv.h"
 #include "cuda/runtime.h"
 
@@ -69,11 +70,12 @@ static tops_status read_opts(const char *fn, conv_opts *o) {
         else if (sscanf(t, "l1=%d", &v) == 1 && (v == 0 || v == 1)) o->l1 = v;
         else if (sscanf(t, "tma=%d", &v) == 1 && (v == 0 || v == 1)) o->tma = v;
         else if (sscanf(t, "tr=%d", &v) == 1 && (v == 0 || v == 1)) o->tr = v;
-        else if (sscanf(t, "pn=%d", &v) == 1 && (v == 96 || v == 104 || v == 128 || v == 192 || v == 256)) o->pn = v;
+        else if (sscanf(t, "pn=%d", &v) == 1 && (v == 96 || v == 104 || v == 128 || v == 192 || v == 256 || v == 384))
+            o->pn = v;
         else
             return tops__fail(TOPS_INVALID_ARGUMENT, fn,
                               "TOPS_CUDA_CONV has \"%s\"; it takes im2col, mma, bn=64|128|256, splits=1..64, l1=0|1, "
-                              "tma=0|1, tr=0|1, pn=96|104|128|192|256",
+                              "tma=0|1, tr=0|1, pn=96|104|128|192|256|384",
                               t);
     }
     return TOPS_OK;
@@ -176,7 +178,10 @@ static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op,
    tops__cu_conv_wgt_launch) runs instead of the pixel-major one, with its
    pixel width and K splits.  It takes groups 1, TMA im2col tiles and one
    weight term, and by default calls of at least 1024 output pixels and 128
-   channels: on an H100 (2026-12-06, bench/results/h100.md) the ResNet-50
+   channels, or 16384 pixels and 48 to 64 channels (CTAs of 64 channels,
+   both warpgroups on them, each over half of 256 or 384 pixels; res2 at
+   batch 32: f16 34.8 us against 35.2, one dequantized term 39.5 against
+   46.5; at batch 1 10.8 against 8.6): on an H100 (2026-12-06, bench/results/h100.md) the ResNet-50
    3x3 layers at batch 32, f16, res3 18.9 us against 32.0, res4 23.5 /
    25.5, res5 27.6 / 30.8, but res2 (O = 64: half its channels idle)
    61.6 / 35.2 and at batch 1 res3 / res4 8.2 / 7.1 and 8.3 / 7.0 (res5
@@ -189,17 +194,22 @@ static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op,
    never / wherever it applies), pn and splits; bn= keeps it off. */
 static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int terms, int im2col, int *pn_out,
                    int *splits_out) {
-    const int64_t m = g->n * g->oh * g->ow, kt = (g->k + 63) / 64, ct = (g->o + 127) / 128;
+    const int ch = g->o <= 64 ? 64 : 128; /* channels a CTA */
+    const int64_t m = g->n * g->oh * g->ow, kt = (g->k + 63) / 64, ct = (g->o + ch - 1) / ch;
     if (op->tr == 0 || g->groups != 1 || !im2col || terms != 1 ||
-        (op->tr != 1 && (op->bn || m < 1024 || g->o < 128)))
+        (op->tr != 1 && (op->bn || m < (ch == 128 ? 1024 : 16384) || (g->o > 64 && g->o < 128) || g->o < 48)))
         return 0;
-    static const int widths[] = {96, 104, 128, 192, 256};
+    static const int widths128[] = {96, 104, 128, 192, 256}, widths64[] = {256, 384};
+    const int *widths = ch == 128 ? widths128 : widths64, nw = ch == 128 ? 5 : 2;
     double best = 1e300;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < nw; i++) {
         const int pn = widths[i];
         if (op->pn && pn != op->pn) continue;
         const int64_t tiles = (m + pn - 1) / pn * ct;
-        const double stage_us = 128.0 * pn * 64 * 2 / 5.0e12 * 1e6, smem = (64.0 + 0.75 * pn) / pn;
+        /* 64 channels: both warpgroups read the weights, each half the
+           pixels: 6144 + 64 PN bytes against PN / 2 cycles */
+        const double stage_us = (double)ch * pn * 64 * 2 / 5.0e12 * 1e6,
+                     smem = ch == 128 ? (64.0 + 0.75 * pn) / pn : 1.0 + 96.0 / pn;
         int64_t smax = op->splits ? op->splits : kt / 2 < 1 ? 1 : kt / 2 > 16 ? 16 : kt / 2;
         if (smax > kt) smax = kt;
         for (int64_t s0 = op->splits ? smax : 1; s0 <= smax; s0++) {
@@ -209,14 +219,14 @@ static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, 
             if (t < best) best = t, *pn_out = pn, *splits_out = (int)s;
         }
     }
-    return 1;
+    return best < 1e300; /* (none: pn= names a width this channel count has not) */
 }
 
 /* The transposed kernel's part of tops_conv2d_path. */
-static const char *tr_name(int pn, int splits) {
+static const char *tr_name(const tops__cuda_conv_geom *g, int pn, int splits) {
     static _Thread_local char name[96];
-    snprintf(name, sizeof name, "wgmma 128 channels x %d pixels a CTA (transposed), %d K split%s", pn, splits,
-             splits > 1 ? "s" : "");
+    snprintf(name, sizeof name, "wgmma %d channels x %d pixels a CTA (transposed), %d K split%s", g->o <= 64 ? 64 : 128,
+             pn, splits, splits > 1 ? "s" : "");
     return name;
 }
 
@@ -547,7 +557,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
                 snprintf(path, cap,
                          "cuda:%d implicit GEMM on the weights dequantized at the call to 1 %s term%s: %s, %s", device,
                          a.bf16 ? "bf16" : "f16", desc->relaxed_precision ? " (relaxed: rounded once)" : "",
-                         wg_loader(1), tr_name(tr_pn, tr_splits));
+                         wg_loader(1), tr_name(g, tr_pn, tr_splits));
                 return TOPS_OK;
             }
             snprintf(path, cap,
@@ -577,7 +587,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         }
         if (tr) {
             snprintf(path, cap, "cuda:%d implicit GEMM: %s, weights by TMA, %s", device, wg_loader(1),
-                     tr_name(tr_pn, tr_splits));
+                     tr_name(g, tr_pn, tr_splits));
             return TOPS_OK;
         }
         if (wg) {

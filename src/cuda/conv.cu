@@ -756,31 +756,35 @@ int launch_wg(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, i
 // 128-byte-swizzled).  A wide N reads fewer shared-memory bytes a product
 // than the pixel-major kernel's 64-channel tiles (m64n64: the A and B tiles
 // every 32 cycles, all of shared memory's 128 bytes a cycle), and one CTA
-// covers 128 channels.  TMA im2col only (C / groups a multiple of 64),
-// groups 1, one weight term.  The sums are staged through the idle ring as
-// [pixel][channel] f32 and stored a pixel row at a time (bias, accumulate,
-// unit x global, or the split's partial as wg_store2 does).
-constexpr int kTcM = 128; // channels a CTA
-template <int PN, int STAGES> struct WgtDims {
-    static constexpr int kW = kTcM * 128, kX = PN * 128, kStage = kW + kX;
-    static constexpr int kPitch = kTcM + 4; // staging row (floats): 4 extra spread a warp's rows over the banks
+// covers 128 channels.  CH = 64 (64 channels or fewer): both warpgroups
+// take the CTA's 64 channels, each over half its PN pixels (m64n(PN/2)),
+// the pixel tile loaded as two boxes of PN / 2.  TMA im2col only (C /
+// groups a multiple of 64), groups 1, one weight term.  The sums are staged
+// through the idle ring as [pixel][channel] f32 and stored a pixel row at a
+// time (bias, accumulate, unit x global, or the split's partial as
+// wg_store2 does).
+template <int CH, int PN, int STAGES> struct WgtDims {
+    static constexpr int kW = CH * 128, kX = PN * 128, kStage = kW + kX;
+    static constexpr int kNW = CH == 128 ? PN : PN / 2; // pixels a warpgroup's wgmma covers
+    static constexpr int kBox = CH == 128 ? PN : PN / 2; // pixels a TMA im2col box
+    static constexpr int kPitch = CH + 4; // staging row (floats): 4 extra spread a warp's rows over the banks
     static_assert(PN * kPitch * 4 <= STAGES * kStage, "staging exceeds the ring");
     static constexpr int kBytes = 1024 + STAGES * kStage + 2 * STAGES * 8;
 };
 
-template <bool BF16, int PN, int STAGES>
+template <bool BF16, int CH, int PN, int STAGES>
 __global__ void __launch_bounds__(kWgThreads, 1)
     wgt_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap amap, WgGeo p) {
 #ifdef TOPS_CU_WGMMA
     namespace s9 = tops_cu::sm90;
-    using D = WgtDims<PN, STAGES>;
+    using D = WgtDims<CH, PN, STAGES>;
     extern __shared__ __align__(1024) unsigned char wg_smem[];
     unsigned char *base = wg_smem + ((1024 - (smem_addr(wg_smem) & 1023)) & 1023);
     unsigned char *sw = base, *sx = base + STAGES * D::kW;
     uint64_t *full = reinterpret_cast<uint64_t *>(base + STAGES * D::kStage), *empty = full + STAGES;
     const int tid = threadIdx.x, wgi = tid >> 7;
     const int split = blockIdx.z;
-    const int m0 = blockIdx.x * PN, n0 = blockIdx.y * kTcM;
+    const int m0 = blockIdx.x * PN, n0 = blockIdx.y * CH;
     const int kt0 = split * p.kt_per_split;
     const int kt1 = min(kt0 + p.kt_per_split, p.ktiles);
     if (tid == 0) {
@@ -792,34 +796,44 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     __syncthreads();
     if (wgi == 0) {
-        if (tid == 0) { // one thread loads both tiles of a stage: tap (r, q), channels c0..
-            const int ow = m0 % p.ow, t = m0 / p.ow, oh = t % p.oh, n = t / p.oh;
-            const int w0 = ow * p.sw - p.pl, h0 = oh * p.sh - p.pt;
+        if (tid == 0) { // one thread loads the tiles of a stage: tap (r, q), channels c0..
+            constexpr int kBoxes = PN / D::kBox;
+            int w0[kBoxes], h0[kBoxes], nn[kBoxes]; // each box's first output pixel's corner
+#pragma unroll
+            for (int b = 0; b < kBoxes; b++) {
+                const int mb = m0 + b * D::kBox, ow = mb % p.ow, t = mb / p.ow, oh = t % p.oh;
+                w0[b] = ow * p.sw - p.pl, h0[b] = oh * p.sh - p.pt, nn[b] = t / p.oh;
+            }
             for (int kt = kt0, it = 0; kt < kt1; kt++, it++) {
                 const int s = it % STAGES;
                 if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
                 const int k = kt * kWgBK, tap = k / p.cg, c0 = k - tap * p.cg, r = tap / p.kw, q = tap - r * p.kw;
                 s9::mbar_expect_tx(&full[s], (uint32_t)D::kStage);
                 s9::tma_load_2d(sw + s * D::kW, &wmap, &full[s], k, n0);
-                asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-                             " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(smem_addr(sx + s * D::kX)),
-                             "l"(reinterpret_cast<uint64_t>(&amap)), "r"(smem_addr(&full[s])), "r"(c0), "r"(w0),
-                             "r"(h0), "r"(n), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
-                             : "memory");
+#pragma unroll
+                for (int b = 0; b < kBoxes; b++)
+                    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                                 " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(
+                                     smem_addr(sx + s * D::kX + b * D::kBox * 128)),
+                                 "l"(reinterpret_cast<uint64_t>(&amap)), "r"(smem_addr(&full[s])), "r"(c0), "r"(w0[b]),
+                                 "r"(h0[b]), "r"(nn[b]), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
+                                 : "memory");
             }
         }
     } else {
         const int cw = wgi - 1;
         const bool lane0 = (tid & 31) == 0;
-        float d[PN / 2];
+        // this warpgroup's channels and pixels within the CTA's
+        const int cbase = CH == 128 ? cw * 64 : 0, pbase = CH == 128 ? 0 : cw * D::kNW;
+        float d[D::kNW / 2];
 #pragma unroll
-        for (int i = 0; i < PN / 2; i++) d[i] = 0.0f;
+        for (int i = 0; i < D::kNW / 2; i++) d[i] = 0.0f;
         const int nkt = kt1 - kt0;
         for (int it = 0; it < nkt; it++) {
             const int s = it % STAGES;
             s9::mbar_wait(&full[s], (it / STAGES) & 1);
             s9::wgmma_fence();
-            const unsigned char *a = sw + s * D::kW + cw * 64 * 128, *b = sx + s * D::kX;
+            const unsigned char *a = sw + s * D::kW + cbase * 128, *b = sx + s * D::kX + pbase * 128;
 #pragma unroll
             for (int kk = 0; kk < 4; kk++) wg_ss<BF16>(d, s9::desc_sw128(a + 32 * kk), s9::desc_sw128(b + 32 * kk));
             s9::wgmma_commit();
@@ -832,21 +846,23 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         // stage was waited for), and becomes the staging [PN][kPitch] f32.
         asm volatile("bar.sync 1, 256;" ::: "memory");
         float *stage = reinterpret_cast<float *>(base);
-        // d[4 c + 2 h + e] is channel 64 cw + 16 warp + g + 8 h, pixel 8 c + 2 t + e.
+        // d[4 c + 2 h + e] is channel cbase + 16 warp + g + 8 h, pixel pbase + 8 c + 2 t + e.
         const int warp = (tid >> 5) & 3, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
 #pragma unroll
-        for (int c = 0; c < PN / 8; c++)
+        for (int c = 0; c < D::kNW / 8; c++)
 #pragma unroll
             for (int h = 0; h < 2; h++)
 #pragma unroll
                 for (int e = 0; e < 2; e++)
-                    stage[(8 * c + 2 * t4 + e) * D::kPitch + cw * 64 + warp * 16 + g + 8 * h] = d[4 * c + 2 * h + e];
+                    stage[(pbase + 8 * c + 2 * t4 + e) * D::kPitch + cbase + warp * 16 + g + 8 * h] =
+                        d[4 * c + 2 * h + e];
         asm volatile("bar.sync 1, 256;" ::: "memory");
-        // 64 threads a pixel row (two channels each), four rows a pass.
-        const int ct = tid - 128, pr = ct >> 6, j = 2 * (ct & 63);
+        // CH / 2 threads a pixel row (two channels each), 512 / CH rows a pass.
+        constexpr int kRowThreads = CH / 2, kRows = 256 / kRowThreads;
+        const int ct = tid - 128, pr = ct / kRowThreads, j = 2 * (ct % kRowThreads);
         const int jj = n0 + j;
         if (jj < p.og)
-            for (int r = pr; r < PN; r += 4) {
+            for (int r = pr; r < PN; r += kRows) {
                 const int m = m0 + r;
                 if (m >= p.m) break;
                 const float *v = stage + r * D::kPitch + j;
@@ -856,10 +872,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 #endif
 }
 
-template <bool BF16, int PN, int STAGES>
+template <bool BF16, int CH, int PN, int STAGES>
 int launch_wgt(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, int splits, cudaStream_t st) {
-    return launch_splits(wgt_kernel<BF16, PN, STAGES>, WgtDims<PN, STAGES>::kBytes,
-                         dim3((g.m + PN - 1) / PN, (g.og + kTcM - 1) / kTcM, 1), g, map, amap, splits, 1, st);
+    return launch_splits(wgt_kernel<BF16, CH, PN, STAGES>, WgtDims<CH, PN, STAGES>::kBytes,
+                         dim3((g.m + PN - 1) / PN, (g.og + CH - 1) / CH, 1), g, map, amap, splits, 1, st);
 }
 
 // Stages by width and terms: at most ~192 KB of ring, two CTAs an SM at
@@ -1068,8 +1084,10 @@ extern "C" int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const top
 extern "C" int tops__cu_conv_wgt_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *wt, int pn,
                                         int splits) {
     const int64_t m = a->n * a->oh * a->ow;
+    const int ch = a->o <= 64 ? 64 : 128; // channels a CTA
     if (a->groups != 1 || wt->terms != 1 || a->c % kWgBK ||
-        (pn != 96 && pn != 104 && pn != 128 && pn != 192 && pn != 256) || splits < 1 ||
+        (ch == 128 ? pn != 96 && pn != 104 && pn != 128 && pn != 192 && pn != 256 : pn != 256 && pn != 384) ||
+        splits < 1 ||
         m > 0x3FFFFFFF || a->xs_n % 8 || a->xs_h % 8 || a->xs_w % 8 || (uintptr_t)a->x % 16 || wt->ldw % 8 ||
         (uintptr_t)wt->w % 16)
         return cudaErrorNotSupported;
@@ -1077,17 +1095,23 @@ extern "C" int tops__cu_conv_wgt_launch(const tops__cu_conv_args *a, const tops_
     if (g.m == 0 || g.o == 0) return cudaSuccess;
     if (splits > g.ktiles) splits = g.ktiles;
     CUtensorMap map, amap;
-    if (!wg_weight_map(&map, a, wt, kTcM) || !encode_im2col(&amap, a, pn)) return cudaErrorNotSupported;
+    if (!wg_weight_map(&map, a, wt, ch) || !encode_im2col(&amap, a, ch == 128 ? pn : pn / 2))
+        return cudaErrorNotSupported;
     cudaStream_t st = static_cast<cudaStream_t>(a->stream);
+    if (ch == 64) // two warpgroups over the pixels: 128 or 192 each
+        return a->bf16 ? (pn == 256 ? launch_wgt<true, 64, 256, 5>(g, map, amap, splits, st)
+                                    : launch_wgt<true, 64, 384, 4>(g, map, amap, splits, st))
+                       : (pn == 256 ? launch_wgt<false, 64, 256, 5>(g, map, amap, splits, st)
+                                    : launch_wgt<false, 64, 384, 4>(g, map, amap, splits, st));
     if (a->bf16)
-        return pn == 96    ? launch_wgt<true, 96, 7>(g, map, amap, splits, st)
-               : pn == 104 ? launch_wgt<true, 104, 7>(g, map, amap, splits, st)
-               : pn == 128 ? launch_wgt<true, 128, 6>(g, map, amap, splits, st)
-               : pn == 192 ? launch_wgt<true, 192, 5>(g, map, amap, splits, st)
-                           : launch_wgt<true, 256, 4>(g, map, amap, splits, st);
-    return pn == 96    ? launch_wgt<false, 96, 7>(g, map, amap, splits, st)
-           : pn == 104 ? launch_wgt<false, 104, 7>(g, map, amap, splits, st)
-           : pn == 128 ? launch_wgt<false, 128, 6>(g, map, amap, splits, st)
-           : pn == 192 ? launch_wgt<false, 192, 5>(g, map, amap, splits, st)
-                       : launch_wgt<false, 256, 4>(g, map, amap, splits, st);
+        return pn == 96    ? launch_wgt<true, 128, 96, 7>(g, map, amap, splits, st)
+               : pn == 104 ? launch_wgt<true, 128, 104, 7>(g, map, amap, splits, st)
+               : pn == 128 ? launch_wgt<true, 128, 128, 6>(g, map, amap, splits, st)
+               : pn == 192 ? launch_wgt<true, 128, 192, 5>(g, map, amap, splits, st)
+                           : launch_wgt<true, 128, 256, 4>(g, map, amap, splits, st);
+    return pn == 96    ? launch_wgt<false, 128, 96, 7>(g, map, amap, splits, st)
+           : pn == 104 ? launch_wgt<false, 128, 104, 7>(g, map, amap, splits, st)
+           : pn == 128 ? launch_wgt<false, 128, 128, 6>(g, map, amap, splits, st)
+           : pn == 192 ? launch_wgt<false, 128, 192, 5>(g, map, amap, splits, st)
+                       : launch_wgt<false, 128, 256, 4>(g, map, amap, splits, st);
 }

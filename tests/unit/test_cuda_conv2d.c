@@ -299,12 +299,14 @@ static void test_16bit_tiles(void) {
 }
 
 /* The transposed wgmma kernel (128 channels x 96 / 104 / 128 / 192 / 256
-   pixels a CTA; TOPS_CUDA_CONV=tr=1): the cases it takes (groups 1, C a multiple
-   of 64) and three larger ones (several pixel and channel tiles, O not a
-   multiple of 128), each pixel width, K splits, bias, accumulate, every
-   dest type, one dequantized term. */
+   pixels a CTA, or 64 x 256 / 384 for O <= 64; TOPS_CUDA_CONV=tr=1): the
+   cases it takes (groups 1, C a multiple of 64) and four larger ones
+   (several pixel and channel tiles, O not a multiple of 128 or of 64),
+   each pixel width, K splits, bias, accumulate, every dest type, one
+   dequantized term. */
 static const cv_case tr_cases[] = {
     {4, 20, 20, 64, 256, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* M = 1600, O = 256 */
+    {3, 19, 21, 64, 56, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},   /* M = 1197, O = 56: CTAs of 64 channels */
     {3, 9, 23, 128, 72, 3, 3, 2, 1, 1, 2, 0, 2, 2, 1, 1},   /* stride 2,1 with dilation 1,2, uneven pads, O = 72 */
     {2, 14, 14, 64, 200, 5, 5, 1, 1, 2, 2, 4, 4, 4, 4, 1},  /* 5x5 dilation 2, O = 200 */
 };
@@ -319,6 +321,7 @@ static void test_16bit_transposed(void) {
         {"tr=1", "(transposed)"},
         {"tr=1,pn=96,splits=3", "x 96 pixels"},
         {"tr=1,pn=104", "x 104 pixels"},
+        {"tr=1,pn=384,splits=2", "64 channels x 384 pixels"},
     };
     const int nv = (int)(sizeof v / sizeof v[0]);
     for (int j = 0; j < nv; j++) {
@@ -328,7 +331,10 @@ static void test_16bit_transposed(void) {
             const cv_case *c = i < ncases() ? &cases[i] : &tr_cases[i - ncases()];
             if (c->groups != 1 || c->c % 64) continue;
             const int kt = (int)((c->kh * c->kw * c->c + 63) / 64);
-            const char *want = j == 1 && kt < 2 ? "x 192 pixels" : v[j].want;
+            /* 64 channels or fewer: CTAs of 64 channels over 256 or 384 pixels only (else the pixel-major
+               kernel); 384 only there */
+            const int ch64 = c->o <= 64, fits = j == 3 || j == 2 ? 1 : ch64 ? j == 6 : j != 6;
+            const char *want = !fits ? "wgmma 128x" : j == 1 && kt < 2 ? "x 192 pixels" : v[j].want;
             const tops_dtype act = j % 2 ? TOPS_DT_BF16 : TOPS_DT_F16;
             const tops_dtype dest = j % 3 == 0 ? act : j % 3 == 1 ? TOPS_DT_F32 : TOPS_DT_BF16;
             run_case(c, j % 2 ? "bf16" : "f16", act, dest, 0, j != 2, j >= 2, j % 2 ? W_HOST : W_DEVICE, want);
