@@ -767,6 +767,7 @@ template <int CH, int PN, int STAGES> struct WgtDims {
     static constexpr int kW = CH * 128, kX = PN * 128, kStage = kW + kX;
     static constexpr int kNW = CH == 128 ? PN : PN / 2; // pixels a warpgroup's wgmma covers
     static constexpr int kBox = CH == 128 ? PN : PN / 2; // pixels a TMA im2col box
+    static_assert(kNW % 8 == 0 && kNW <= 256 && kBox % 8 == 0, "a wgmma N of 8 to 256, boxes of whole swizzle rows");
     static constexpr int kPitch = CH + 4; // staging row (floats): 4 extra spread a warp's rows over the banks
     static_assert(PN * kPitch * 4 <= STAGES * kStage, "staging exceeds the ring");
     static constexpr int kBytes = 1024 + STAGES * kStage + 2 * STAGES * 8;
