@@ -130,6 +130,19 @@ static int wg_tma_im2col(const tops__cuda_conv_geom *g, const conv_opts *op) {
            (g->kh - 1) * g->dh <= 255;
 }
 
+/* The K split counts both wgmma plans try for kt K stages: up to kt / 2
+   (1 to 16), or the one TOPS_CUDA_CONV's splits= fixes. */
+static int64_t split_max(int64_t kt, const conv_opts *op) {
+    const int64_t smax = op->splits ? op->splits : kt / 2 < 1 ? 1 : kt / 2 > 16 ? 16 : kt / 2;
+    return smax > kt ? kt : smax;
+}
+
+/* What s > 1 K splits add to a call of m x o outputs: the summing kernel
+   and the partials' round trip through memory (~2.5 TB/s), microseconds. */
+static double split_us(int64_t s, int64_t m, int64_t o) {
+    return s > 1 ? 2.0 + (double)(2 * s * m * o * 4) / 2.5e12 * 1e6 : 0.0;
+}
+
 /* The wgmma kernel's tile width and K splits: the fewest estimated
    microseconds.  Each SM takes its share of the CTAs (tiles x splits), a
    CTA the time of its K stages plus two (pipeline fill and epilogue) at the
@@ -157,22 +170,24 @@ static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op,
            faster or equal).  1.15 per stage moves res4 and res5 to width 128. */
         const double smem = terms > 1 && bn == 64 ? 1.15 : 1.0;
         const double stage_us = smem * terms * bn * 128 * 64 * 2 / 5.0e12 * 1e6;
-        int64_t smax = op->splits ? op->splits : kt / 2 < 1 ? 1 : kt / 2 > 16 ? 16 : kt / 2;
-        if (smax > kt) smax = kt;
+        const int64_t smax = split_max(kt, op);
         for (int64_t s0 = op->splits ? smax : 1; s0 <= smax; s0++) {
             /* the launcher gives each split `per` stages: s0 may become fewer splits */
             const int64_t per = (kt + s0 - 1) / s0, s = (kt + per - 1) / per, units = tiles * s;
             if (s * g->groups > 65535) break;
             const int64_t n = (units + sms - 1) / sms; /* CTAs on the busiest SM */
             const double cta = (double)(per + 2) * stage_us;
-            double t = bn == 64 ? (double)(n / 2) * 2 * cta + (n % 2 ? cta / 0.6 : 0) : (double)n * cta;
-            if (s > 1) t += 2.0 + (double)(2 * s * m * g->o * 4) / 2.5e12 * 1e6;
+            const double t = (bn == 64 ? (double)(n / 2) * 2 * cta + (n % 2 ? cta / 0.6 : 0) : (double)n * cta) +
+                             split_us(s, m, g->o);
             if (t < best) best = t, bn_best = bn, s_best = (int)s;
         }
     }
     *bn_out = bn_best;
     *splits_out = s_best;
 }
+
+/* The transposed kernel's channels a CTA (conv.cu's launcher decides the same). */
+static int tr_channels(const tops__cuda_conv_geom *g) { return g->o <= 64 ? 64 : 128; }
 
 /* Whether the transposed wgmma kernel (128 channels x pn pixels a CTA,
    tops__cu_conv_wgt_launch) runs instead of the pixel-major one, with its
@@ -194,7 +209,7 @@ static void wg_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op,
    never / wherever it applies), pn and splits; bn= keeps it off. */
 static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int terms, int im2col, int *pn_out,
                    int *splits_out) {
-    const int ch = g->o <= 64 ? 64 : 128; /* channels a CTA */
+    const int ch = tr_channels(g);
     const int64_t m = g->n * g->oh * g->ow, kt = (g->k + 63) / 64, ct = (g->o + ch - 1) / ch;
     if (op->tr == 0 || g->groups != 1 || !im2col || terms != 1 ||
         (op->tr != 1 && (op->bn || m < (ch == 128 ? 1024 : 16384) || (g->o > 64 && g->o < 128) || g->o < 48)))
@@ -210,12 +225,10 @@ static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, 
            pixels: 6144 + 64 PN bytes against PN / 2 cycles */
         const double stage_us = (double)ch * pn * 64 * 2 / 5.0e12 * 1e6,
                      smem = ch == 128 ? (64.0 + 0.75 * pn) / pn : 1.0 + 96.0 / pn;
-        int64_t smax = op->splits ? op->splits : kt / 2 < 1 ? 1 : kt / 2 > 16 ? 16 : kt / 2;
-        if (smax > kt) smax = kt;
+        const int64_t smax = split_max(kt, op);
         for (int64_t s0 = op->splits ? smax : 1; s0 <= smax; s0++) {
             const int64_t per = (kt + s0 - 1) / s0, s = (kt + per - 1) / per, n = (tiles * s + sms - 1) / sms;
-            double t = (double)n * (double)(per + 2) * stage_us * (smem > 1.0 ? smem : 1.0);
-            if (s > 1) t += 2.0 + (double)(2 * s * m * g->o * 4) / 2.5e12 * 1e6;
+            const double t = (double)n * (double)(per + 2) * stage_us * (smem > 1.0 ? smem : 1.0) + split_us(s, m, g->o);
             if (t < best) best = t, *pn_out = pn, *splits_out = (int)s;
         }
     }
@@ -225,8 +238,8 @@ static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, 
 /* The transposed kernel's part of tops_conv2d_path. */
 static const char *tr_name(const tops__cuda_conv_geom *g, int pn, int splits) {
     static _Thread_local char name[96];
-    snprintf(name, sizeof name, "wgmma %d channels x %d pixels a CTA (transposed), %d K split%s", g->o <= 64 ? 64 : 128,
-             pn, splits, splits > 1 ? "s" : "");
+    snprintf(name, sizeof name, "wgmma %d channels x %d pixels a CTA (transposed), %d K split%s", tr_channels(g), pn,
+             splits, splits > 1 ? "s" : "");
     return name;
 }
 

@@ -519,6 +519,28 @@ __device__ __forceinline__ void wg_cp16(uint32_t dst, const void *src, bool ok, 
 }
 
 // Two neighbouring channels j, j + 1 (j + 1 < og where both) of one row.
+// A TMA im2col box's start: the input pixel at the top-left of output
+// pixel m's window (w0, h0) in image n.
+struct Im2colCorner {
+    int w0, h0, n;
+};
+__device__ __forceinline__ Im2colCorner im2col_corner(const WgGeo &p, int m) {
+    const int ow = m % p.ow, t = m / p.ow, oh = t % p.oh;
+    return Im2colCorner{ow * p.sw - p.pl, oh * p.sh - p.pt, t / p.oh};
+}
+// The activation box of K stage k (64 channels of one tap (r, q); C / groups
+// a multiple of 64) by TMA im2col from corner c into dst, on bar; cbase:
+// the group's first channel.
+__device__ __forceinline__ void im2col_stage(unsigned char *dst, const CUtensorMap *map, uint64_t *bar, const WgGeo &p,
+                                             Im2colCorner c, int k, int cbase) {
+    const int tap = k / p.cg, c0 = k - tap * p.cg, r = tap / p.kw, q = tap - r * p.kw;
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(cbase + c0), "r"(c.w0), "r"(c.h0),
+                 "r"(c.n), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
+                 : "memory");
+}
+
 __device__ __forceinline__ void wg_store2(const WgGeo &p, int split, int m, int o, bool two, float v0, float v1) {
     if (p.unit) { // a power of two per channel times the tensor factor
         v0 *= p.unit[o] * p.global;
@@ -599,18 +621,14 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
         // multiple of 64); the activation box starts at the tile's first
         // output pixel's top-left input pixel and walks 128 output pixels.
         if (tid == 0) {
-            const int ow = m0 % p.ow, t = m0 / p.ow, oh = t % p.oh, n = t / p.oh;
-            const int w0 = ow * p.sw - p.pl, h0 = oh * p.sh - p.pt, wrow = grp * p.og + n0;
+            const Im2colCorner c = im2col_corner(p, m0);
+            const int wrow = grp * p.og + n0;
             for (int kt = kt0, it = 0; kt < kt1; kt++, it++) {
                 const int s = it % STAGES;
                 if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
-                const int k = kt * kWgBK, tap = k / p.cg, c0 = k - tap * p.cg, r = tap / p.kw, q = tap - r * p.kw;
+                const int k = kt * kWgBK;
                 s9::mbar_expect_tx(&full[s], (uint32_t)(D::kA + D::kB));
-                asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-                             " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(smem_addr(sa + s * D::kA)),
-                             "l"(reinterpret_cast<uint64_t>(&amap)), "r"(smem_addr(&full[s])), "r"(grp * p.cg + c0), "r"(w0),
-                             "r"(h0), "r"(n), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
-                             : "memory");
+                im2col_stage(sa + s * D::kA, &amap, &full[s], p, c, k, grp * p.cg);
 #pragma unroll
                 for (int t = 0; t < T; t++)
                     s9::tma_load_2d(sb + s * D::kB + t * BN * 128, &wmap, &full[s], k, wrow + t * p.plane_rows);
@@ -797,28 +815,20 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     __syncthreads();
     if (wgi == 0) {
-        if (tid == 0) { // one thread loads the tiles of a stage: tap (r, q), channels c0..
+        if (tid == 0) { // one thread loads the tiles of a stage
             constexpr int kBoxes = PN / D::kBox;
-            int w0[kBoxes], h0[kBoxes], nn[kBoxes]; // each box's first output pixel's corner
+            Im2colCorner c[kBoxes]; // each box's first output pixel's
 #pragma unroll
-            for (int b = 0; b < kBoxes; b++) {
-                const int mb = m0 + b * D::kBox, ow = mb % p.ow, t = mb / p.ow, oh = t % p.oh;
-                w0[b] = ow * p.sw - p.pl, h0[b] = oh * p.sh - p.pt, nn[b] = t / p.oh;
-            }
+            for (int b = 0; b < kBoxes; b++) c[b] = im2col_corner(p, m0 + b * D::kBox);
             for (int kt = kt0, it = 0; kt < kt1; kt++, it++) {
                 const int s = it % STAGES;
                 if (it >= STAGES) s9::mbar_wait(&empty[s], ((it / STAGES) + 1) & 1);
-                const int k = kt * kWgBK, tap = k / p.cg, c0 = k - tap * p.cg, r = tap / p.kw, q = tap - r * p.kw;
+                const int k = kt * kWgBK;
                 s9::mbar_expect_tx(&full[s], (uint32_t)D::kStage);
                 s9::tma_load_2d(sw + s * D::kW, &wmap, &full[s], k, n0);
 #pragma unroll
                 for (int b = 0; b < kBoxes; b++)
-                    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.im2col.mbarrier::complete_tx::bytes"
-                                 " [%0], [%1, {%3, %4, %5, %6}], [%2], {%7, %8};" ::"r"(
-                                     smem_addr(sx + s * D::kX + b * D::kBox * 128)),
-                                 "l"(reinterpret_cast<uint64_t>(&amap)), "r"(smem_addr(&full[s])), "r"(c0), "r"(w0[b]),
-                                 "r"(h0[b]), "r"(nn[b]), "h"((unsigned short)(q * p.dw)), "h"((unsigned short)(r * p.dh))
-                                 : "memory");
+                    im2col_stage(sx + s * D::kX + b * D::kBox * 128, &amap, &full[s], p, c[b], k, 0);
             }
         }
     } else {

@@ -253,8 +253,8 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
        reads it whole) and the blocks one job's buffers.  ResNet res5 at
        batch 1 on 16 threads: 16 panel jobs of 9 blocks against 16 pair
        jobs of 5 or 4 blocks, each pair's 1.2 MB of weights read twice. */
-    const int64_t in_bytes = batch * g->h * g->w * in->extent[3] * 4;
-    const int single = threads > 1 && chunks > 1 && m_blocks <= CHUNK && in_bytes <= (1 << 20) &&
+    const int64_t in_elems = batch * g->h * g->w * in->extent[3];
+    const int single = threads > 1 && chunks > 1 && m_blocks <= CHUNK && in_elems * 4 <= (1 << 20) &&
                        tops__ceil_div(n_panels, threads) * m_blocks <
                            2 * tops__ceil_div(chunks * n_pairs, threads) * tops__ceil_div(m_blocks, chunks);
     if (single) chunk = m_blocks, chunks = 1;
@@ -265,8 +265,7 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
     memset(zero, 0, (size_t)cg * sizeof(float));
     const float *x = in->data;
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2];
-    const int panel_major =
-        single || wide_panel_major(k * o, batch * g->h * g->w * in->extent[3], chunks, n_pairs, threads);
+    const int panel_major = single || wide_panel_major(k * o, in_elems, chunks, n_pairs, threads);
     const int merge = g->dw == 1 && s2 == cg && g->kw > 1;
 #ifdef _OPENMP
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
