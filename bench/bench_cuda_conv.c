@@ -2,8 +2,9 @@
    the conv suite's layers (bench_conv.c: ResNet-50 3x3 stage layers at each
    --conv-batch, a ViT patch embedding, MobileNetV2 depthwise 3x3) against
    cuDNN's f16 convolution (NHWC input, output and KRSC filter, f32 compute,
-   tensor-op math, the fastest algorithm cudnnFindConvolutionForwardAlgorithm
-   reports) in the same run on the same input and weights.  Ours per
+   tensor-op math; of the algorithms cudnnFindConvolutionForwardAlgorithm
+   reports working, the fastest by our own timing: cudnn_pick) in the same
+   run on the same input and weights.  Ours per
    --format: f16 / bf16 weights on the device (the activations take the
    weights' type; other formats f16 activations), the quantized formats
    packed once for the GPU (groups 1, and depthwise).  Both write 16-bit
@@ -126,6 +127,8 @@ typedef struct cudnn_conv {
     cudnnFilterDescriptor_t w;
     cudnnConvolutionDescriptor_t conv;
     cudnnConvolutionFwdAlgo_t algo;
+    cudnnConvolutionFwdAlgo_t cand[8]; /* cudnnFind's working algorithms, fastest first */
+    int ncand;
     void *ws;
     size_t ws_bytes;
     const void *dx, *dw;
@@ -147,17 +150,64 @@ static int cudnn_setup(cudnn_api *a, const tops_bench_conv_shape *s, cudnn_conv 
     struct cudnnConvolutionFwdAlgoPerfStruct perf[8];
     int got = 0;
     if (a->find(a->h, c->x, c->w, c->conv, c->y, 8, &got, perf) || got < 1) return 0;
-    int best = -1;
-    for (int i = 0; i < got; i++)
-        if (perf[i].status == CUDNN_STATUS_SUCCESS) {
-            best = i;
-            break;
-        }
-    if (best < 0) return 0;
-    c->algo = perf[best].algo;
-    if (a->workspace(a->h, c->x, c->w, c->conv, c->y, c->algo, &c->ws_bytes)) return 0;
-    if (c->ws_bytes && cudaMalloc(&c->ws, c->ws_bytes) != cudaSuccess) return 0;
+    size_t most = 0;
+    for (int i = 0; i < got && i < 8; i++) {
+        size_t b = 0;
+        if (perf[i].status != CUDNN_STATUS_SUCCESS || a->workspace(a->h, c->x, c->w, c->conv, c->y, perf[i].algo, &b))
+            continue;
+        c->cand[c->ncand++] = perf[i].algo;
+        if (b > most) most = b;
+    }
+    if (c->ncand < 1) return 0;
+    c->algo = c->cand[0];
+    c->ws_bytes = most;
+    if (most && cudaMalloc(&c->ws, most) != cudaSuccess) return 0;
     return 1;
+}
+
+/* cudnnFind times each algorithm once, and on a layer's first search (the
+   clocks still rising) it has picked one 16x slower than the best (H100,
+   ResNet-50 res2 at batch 1: algo 0 77.7 us against algo 1 4.9 us, by run).
+   So the baseline is the fastest of its working candidates by the median of
+   seven timed calls after two untimed ones, the operands in place. */
+static cudnnStatus_t cudnn_run(cudnn_conv *c, cudnnConvolutionFwdAlgo_t algo) {
+    const float one = 1.0f, zero = 0.0f;
+    return c->api->forward(c->api->h, &one, c->x, c->dx, c->w, c->dw, c->conv, algo, c->ws, c->ws_bytes, &zero, c->y,
+                           c->dy);
+}
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static int cudnn_pick(cudnn_conv *c, cudaStream_t stream) {
+    cudaEvent_t e0, e1;
+    if (cudaEventCreate(&e0) != cudaSuccess) return 0;
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return 0;
+    }
+    float best = 0.0f;
+    int ok = 0;
+    for (int i = 0; i < c->ncand; i++) {
+        float t[7];
+        int good = cudnn_run(c, c->cand[i]) == CUDNN_STATUS_SUCCESS && cudnn_run(c, c->cand[i]) == CUDNN_STATUS_SUCCESS;
+        for (int r = 0; r < 7 && good; r++) {
+            good = cudaEventRecord(e0, stream) == cudaSuccess && cudnn_run(c, c->cand[i]) == CUDNN_STATUS_SUCCESS &&
+                   cudaEventRecord(e1, stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
+                   cudaEventElapsedTime(&t[r], e0, e1) == cudaSuccess;
+        }
+        if (!good) {
+            (void)cudaGetLastError();
+            continue;
+        }
+        qsort(t, 7, sizeof t[0], cmp_float);
+        if (!ok || t[3] < best) best = t[3], c->algo = c->cand[i], ok = 1;
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ok;
 }
 
 static void cudnn_teardown(cudnn_conv *c) {
@@ -172,9 +222,7 @@ static void cudnn_teardown(cudnn_conv *c) {
 
 static tops_status cudnn_call(void *ctx) {
     cudnn_conv *c = ctx;
-    const float one = 1.0f, zero = 0.0f;
-    cudnnStatus_t s = c->api->forward(c->api->h, &one, c->x, c->dx, c->w, c->dw, c->conv, c->algo, c->ws, c->ws_bytes,
-                                      &zero, c->y, c->dy);
+    cudnnStatus_t s = cudnn_run(c, c->algo);
     return s == CUDNN_STATUS_SUCCESS ? TOPS_OK : tops__fail(TOPS_DEVICE_ERROR, fn, "cudnnConvolutionForward: status %d", (int)s);
 }
 #endif
@@ -430,11 +478,12 @@ static tops_status run_shape(tops_bench_session *s, const tops_bench_conv_shape 
             for (int64_t i = 0; i < nin; i++) xr[i] = tops__f16_to_f32(tops__f32_to_f16(xf[i]));
             for (int64_t i = 0; i < nw; i++) wdec[i] = tops__f16_to_f32(w16[i]);
             tops_bench_conv_reference(sh, xr, wdec, check, nchk, ref);
+            const int picked = cudnn_pick(&cc, stream); /* else no baseline row, as without cuDNN */
             (void)cudaMemset(dyb, 0xFF, (size_t)nout * 2);
-            st = cudnn_call(&cc);
-            if (st == TOPS_OK && cudaStreamSynchronize(stream) != cudaSuccess)
+            if (picked) st = cudnn_call(&cc);
+            if (picked && st == TOPS_OK && cudaStreamSynchronize(stream) != cudaSuccess)
                 st = tops__fail(TOPS_DEVICE_ERROR, fn, "cuDNN's first call failed");
-            if (st == TOPS_OK) {
+            if (picked && st == TOPS_OK) {
                 if ((st = fetch_rows(sh, dyb, 0, check, nchk, got)) == TOPS_OK) {
                     double cs;
                     tops_bench_compare(ref, got, (int64_t)nchk * sh->o, &rel[nt], &cs, NULL);
@@ -518,7 +567,7 @@ tops_status tops_bench_conv_cuda(tops_bench_session *s, tops_bench_rows *rows) {
     cudnn_api api;
     if (cudnn_open(&api, stream)) {
         cudnn = &api;
-        printf("baseline: cuDNN %zu (libcudnn.so.9), f16 NHWC, f32 compute, tensor-op math, fastest found algorithm\n",
+        printf("baseline: cuDNN %zu (libcudnn.so.9), f16 NHWC, f32 compute, tensor-op math, the fastest working algorithm by median of 7 calls\n",
                api.version());
     } else {
         printf("baseline: none (%s); set TOPS_CUDNN_LIB to libcudnn.so.9's path\n", g_cudnn_note);
@@ -545,7 +594,8 @@ tops_status tops_bench_conv_cuda(tops_bench_session *s, tops_bench_rows *rows) {
 const char tops_bench_conv_cuda_usage[] =
     "  the conv2d flags above (--layers, --conv-batch; --format default f16,bf16,int4-g128)\n"
     "  Baseline: cuDNN's f16 convolution (libcudnn.so.9 loaded at run time, or TOPS_CUDNN_LIB), NHWC,\n"
-    "  f32 compute, its fastest found algorithm; timed in alternation as CUDA graph replays.\n";
+    "  f32 compute, the fastest of its working algorithms (median of 7 calls each); timed in\n"
+    "  alternation as CUDA graph replays.\n";
 
 #else
 typedef int tops_bench_cuda_conv_unused; /* ISO C wants a declaration in every file */
