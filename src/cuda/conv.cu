@@ -249,6 +249,9 @@ template <bool BF16, int BN, bool GEN> __global__ void __launch_bounds__(kThread
 // H100, ResNet-50 res5 at batch 32 (two splits): 26.1 us a call against
 // 27.3 with one float a thread and 64-bit divisions.
 template <int V, typename I> __global__ void split_reduce_kernel(Geo p, int splits) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    tops_cu::sm90::grid_dep_wait(); // a programmatic dependent of the convolution (split_reduce)
+#endif
     const I total = (I)p.m * (I)p.o, ov = (I)p.o / V, n = total / V;
     for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < n; i += (I)gridDim.x * (I)blockDim.x) {
         const I m = i / ov, o = (i - m * ov) * V;
@@ -359,16 +362,30 @@ int grid_for(int64_t total) {
     return (int)(b < 1 ? 1 : b > 65536 ? 65536 : b);
 }
 
-// The summing kernel for splits > 1 partials [splits][m][o] of g.ws.
+// The summing kernel for splits > 1 partials [splits][m][o] of g.ws,
+// launched as a programmatic dependent of the convolution before it (its
+// blocks wait in grid_dep_wait for that grid's writes; the wgmma kernels
+// let it launch as soon as all their CTAs have started), so its launch
+// overlaps the convolution's tail.  A plain launch where the attribute is
+// refused.
 cudaError_t split_reduce(const Geo &g, int splits, cudaStream_t st) {
     const int64_t total = (int64_t)g.m * g.o;
     const bool vec = g.o % 4 == 0, narrow = total < ((int64_t)1 << 31);
-    const int grid = grid_for(vec ? total / 4 : total);
-    if (vec && narrow) split_reduce_kernel<4, unsigned><<<grid, 256, 0, st>>>(g, splits);
-    else if (vec) split_reduce_kernel<4, int64_t><<<grid, 256, 0, st>>>(g, splits);
-    else if (narrow) split_reduce_kernel<1, unsigned><<<grid, 256, 0, st>>>(g, splits);
-    else split_reduce_kernel<1, int64_t><<<grid, 256, 0, st>>>(g, splits);
-    return cudaGetLastError();
+    void (*kern)(Geo, int) = vec && narrow ? split_reduce_kernel<4, unsigned>
+                             : vec         ? split_reduce_kernel<4, int64_t>
+                             : narrow      ? split_reduce_kernel<1, unsigned>
+                                           : split_reduce_kernel<1, int64_t>;
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.gridDim = dim3((unsigned)grid_for(vec ? total / 4 : total)), cfg.blockDim = dim3(256), cfg.stream = st;
+    cfg.attrs = attr, cfg.numAttrs = 1;
+    if (cudaLaunchKernelEx(&cfg, kern, g, splits) == cudaSuccess) return cudaGetLastError();
+    (void)cudaGetLastError();
+    cfg.numAttrs = 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, g, splits);
+    return e == cudaSuccess ? cudaGetLastError() : e;
 }
 
 
@@ -639,6 +656,7 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
         s9::mbar_init_fence();
     }
     __syncthreads();
+    s9::grid_dep_launch(); // a K split's summing kernel may launch (it waits for this grid)
     if (wgi == 0 && IM2COL) {
         // Producer, TMA im2col: one thread loads both tiles of a stage.  A
         // stage is one tap (r, q) and 64 channels c0.. of it (C / groups a
@@ -837,6 +855,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         s9::mbar_init_fence();
     }
     __syncthreads();
+    s9::grid_dep_launch(); // a K split's summing kernel may launch (it waits for this grid)
     if (wgi == 0) {
         if (tid == 0) { // one thread loads the tiles of a stage
             constexpr int kBoxes = PN / D::kBox;
