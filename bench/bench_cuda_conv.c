@@ -176,11 +176,6 @@ static cudnnStatus_t cudnn_run(cudnn_conv *c, cudnnConvolutionFwdAlgo_t algo) {
                            c->dy);
 }
 
-static int cmp_float(const void *a, const void *b) {
-    const float x = *(const float *)a, y = *(const float *)b;
-    return (x > y) - (x < y);
-}
-
 static int cudnn_pick(cudnn_conv *c, cudaStream_t stream) {
     cudaEvent_t e0, e1;
     if (cudaEventCreate(&e0) != cudaSuccess) return 0;
@@ -188,22 +183,24 @@ static int cudnn_pick(cudnn_conv *c, cudaStream_t stream) {
         cudaEventDestroy(e0);
         return 0;
     }
-    float best = 0.0f;
+    double best = 0.0;
     int ok = 0;
     for (int i = 0; i < c->ncand; i++) {
-        float t[7];
+        double t[7];
         int good = cudnn_run(c, c->cand[i]) == CUDNN_STATUS_SUCCESS && cudnn_run(c, c->cand[i]) == CUDNN_STATUS_SUCCESS;
         for (int r = 0; r < 7 && good; r++) {
+            float ms = 0.0f;
             good = cudaEventRecord(e0, stream) == cudaSuccess && cudnn_run(c, c->cand[i]) == CUDNN_STATUS_SUCCESS &&
                    cudaEventRecord(e1, stream) == cudaSuccess && cudaEventSynchronize(e1) == cudaSuccess &&
-                   cudaEventElapsedTime(&t[r], e0, e1) == cudaSuccess;
+                   cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess;
+            t[r] = ms;
         }
         if (!good) {
             (void)cudaGetLastError();
             continue;
         }
-        qsort(t, 7, sizeof t[0], cmp_float);
-        if (!ok || t[3] < best) best = t[3], c->algo = c->cand[i], ok = 1;
+        const double med = tops_bench_median(t, 7);
+        if (!ok || med < best) best = med, c->algo = c->cand[i], ok = 1;
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

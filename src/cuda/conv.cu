@@ -15,6 +15,7 @@
 // adds the bias and the old dest.
 #include "cuda/conv.h"
 #include "cuda/cuda_internal.h"
+#include "cuda/kernels.cuh"
 #include "cuda/sm90.cuh"
 
 #include <cuda_bf16.h>
@@ -375,17 +376,8 @@ cudaError_t split_reduce(const Geo &g, int splits, cudaStream_t st) {
                              : vec         ? split_reduce_kernel<4, int64_t>
                              : narrow      ? split_reduce_kernel<1, unsigned>
                                            : split_reduce_kernel<1, int64_t>;
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.gridDim = dim3((unsigned)grid_for(vec ? total / 4 : total)), cfg.blockDim = dim3(256), cfg.stream = st;
-    cfg.attrs = attr, cfg.numAttrs = 1;
-    if (cudaLaunchKernelEx(&cfg, kern, g, splits) == cudaSuccess) return cudaGetLastError();
-    (void)cudaGetLastError();
-    cfg.numAttrs = 0;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, g, splits);
-    return e == cudaSuccess ? cudaGetLastError() : e;
+    return tops_cu::launch_kernel(kern, dim3((unsigned)grid_for(vec ? total / 4 : total)), dim3(256), 0, st, true, 1, g,
+                                  splits);
 }
 
 
