@@ -84,18 +84,6 @@ struct kparams {
     unsigned short code[kMaxItems];
 };
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// 4-D tensor tile at (x0 innermost, y0, z0, w0) into shared memory, completing
-// on bar (sm90.cuh has the 2-D and 3-D forms).
-__device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int x0, int y0, int z0,
-                                            int w0) {
-    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
-                 "%6}], [%2];" ::"r"(smem_addr(dst)),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x0), "r"(y0), "r"(z0), "r"(w0)
-                 : "memory");
-}
-#endif
-
 #ifdef TOPS_CU_WGMMA
 __device__ __forceinline__ float exp2_approx(float x) {
     float y;

@@ -7,7 +7,9 @@
      activations' type in device memory;
    - f16 / bf16 weights of the activations' type, 16-byte pieces (C / groups
      a multiple of 8, pixels and weight rows 16-byte aligned), compute
-     capability 9.0: the wgmma implicit GEMM (conv.cu), 128 x 64/128/256
+     capability 9.0: for 3x3 stride-1 layers of 64 channels in and at most
+     64 out (direct_applies) the direct kernel on halo tiles (conv.cu),
+     else the wgmma implicit GEMM (conv.cu), 128 x 64/128/256
      tiles and K splits chosen by wg_plan below, or (groups 1, C a multiple
      of 64, at least 1024 pixels and 128 channels or 16384 and 48-64:
      tr_plan) its transposed twin, 128 (64) channels x 96-384 pixels a CTA;
@@ -21,7 +23,8 @@
      code x scale is exact in it, else two f16 terms within 2^-22 or three
      bf16 terms, exact; relaxed one term rounded once), then the same wgmma
      kernel summing every plane into its f32 sums (64- or 128-wide tiles;
-     one term: the transposed kernel where tr_plan picks it);
+     one term: the direct kernel where it applies, or the transposed one
+     where tr_plan picks it);
    - everything else (other formats, other shapes): per group, im2col
      rows gathered into a device buffer (at most 256 MiB a pass), then the
      GPU matmul (matmul.c) on the weights packed once for the call (or the
@@ -34,7 +37,8 @@
    activations past L1 (cp.async.cg), `tma=0` gathers them where TMA
    im2col would load them; `tr=0|1` keeps the transposed kernel off / takes
    it wherever it applies, `pn=96|104|128|192|256|384` fixes its pixels a
-   CTA (384 only for O <= 64, 256 and 384 the only ones there). */
+   CTA (384 only for O <= 64, 256 and 384 the only ones there); `direct=0`
+   keeps the direct 3x3 kernel off (bn= and tr=1 do too). */
 #include "cuda/conv.h"
 #include "cuda/runtime.h"
 
@@ -50,6 +54,7 @@
 typedef struct conv_opts {
     int im2col, mma, bn, splits, l1, tma;
     int tr, pn; /* tr: -1 the plan's choice */
+    int direct; /* -1 the plan's choice */
 } conv_opts;
 
 static tops_status read_opts(const char *fn, conv_opts *o) {
@@ -57,6 +62,7 @@ static tops_status read_opts(const char *fn, conv_opts *o) {
     o->l1 = 1;
     o->tma = 1;
     o->tr = -1;
+    o->direct = -1;
     const char *e = getenv("TOPS_CUDA_CONV");
     if (!e) return TOPS_OK;
     char buf[128];
@@ -70,12 +76,13 @@ static tops_status read_opts(const char *fn, conv_opts *o) {
         else if (sscanf(t, "l1=%d", &v) == 1 && (v == 0 || v == 1)) o->l1 = v;
         else if (sscanf(t, "tma=%d", &v) == 1 && (v == 0 || v == 1)) o->tma = v;
         else if (sscanf(t, "tr=%d", &v) == 1 && (v == 0 || v == 1)) o->tr = v;
+        else if (sscanf(t, "direct=%d", &v) == 1 && (v == 0 || v == 1)) o->direct = v;
         else if (sscanf(t, "pn=%d", &v) == 1 && (v == 96 || v == 104 || v == 128 || v == 192 || v == 256 || v == 384))
             o->pn = v;
         else
             return tops__fail(TOPS_INVALID_ARGUMENT, fn,
                               "TOPS_CUDA_CONV has \"%s\"; it takes im2col, mma, bn=64|128|256, splits=1..64, l1=0|1, "
-                              "tma=0|1, tr=0|1, pn=96|104|128|192|256|384",
+                              "tma=0|1, tr=0|1, pn=96|104|128|192|256|384, direct=0|1",
                               t);
     }
     return TOPS_OK;
@@ -237,6 +244,18 @@ static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, 
     }
     return best < 1e300; /* (none: pn= names a width this channel count has not) */
 }
+
+/* Whether the direct 3x3 kernel (tops__cu_conv_direct_launch: halo tiles,
+   the nine taps' weights resident) runs: 3x3, stride and dilation 1,
+   groups 1, C = 64 and O <= 64, one weight term; TOPS_CUDA_CONV's direct=0
+   keeps it off.  H100, 2026-12-06, ResNet-50 res2 f16 against the
+   transposed / pixel-major kernels, alternated in one call: batch 32 17.1-
+   17.3 us against 34.3-34.6 (cuDNN 24.5), batch 1 5.0 against 6.6 (4.9). */
+static int direct_applies(const tops__cuda_conv_geom *g, const conv_opts *op, int terms) {
+    return op->direct != 0 && terms == 1 && g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 &&
+           g->dw == 1 && g->groups == 1 && g->c == 64 && g->o <= 64 && !op->bn && op->tr != 1;
+}
+#define DIRECT_NAME "direct 3x3 on halo tiles of 8x14 output pixels, the nine taps' weights resident, wgmma"
 
 /* The transposed kernel's part of tops_conv2d_path. */
 static const char *tr_name(const tops__cuda_conv_geom *g, int pn, int splits) {
@@ -568,6 +587,12 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         int terms = 0;
         if ((st = tops__cuda_weight_terms_of(fn, wt, desc->relaxed_precision, a.bf16, &terms)) != TOPS_OK) return st;
         if (terms) {
+            if (direct_applies(g, &op, terms)) {
+                snprintf(path, cap, "cuda:%d implicit GEMM on the weights dequantized at the call to 1 %s term%s: %s",
+                         device, a.bf16 ? "bf16" : "f16", desc->relaxed_precision ? " (relaxed: rounded once)" : "",
+                         DIRECT_NAME);
+                return TOPS_OK;
+            }
             wg_plan(g, tops__cuda_sm_count(device), &op, terms, &wg_bn, &wg_splits);
             if (tr_plan(g, tops__cuda_sm_count(device), &op, terms, a.wg_im2col, &tr_pn, &tr_splits)) {
                 snprintf(path, cap,
@@ -599,6 +624,10 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
                          terms > 1 ? "s" : "");
             snprintf(path, cap, "cuda:%d depthwise direct (%lldx%lld taps, f32 sums%s)", device, (long long)g->kh,
                      (long long)g->kw, how);
+            return TOPS_OK;
+        }
+        if (wg && direct_applies(g, &op, 1)) {
+            snprintf(path, cap, "cuda:%d %s", device, DIRECT_NAME);
             return TOPS_OK;
         }
         if (tr) {
@@ -665,7 +694,12 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         st = igemm_weight_rows(fn, wt, g->o, g->k, stream, &w, &ldw, &temp);
         if (st == TOPS_OK) {
             const tops__cu_conv_weights cw = {w, ldw, 1, g->o, NULL, 1.0f};
-            int e = tr ? tops__cu_conv_wgt_launch(&a, &cw, tr_pn, tr_splits) : cudaErrorNotSupported;
+            int e = wg && direct_applies(g, &op, 1) ? tops__cu_conv_direct_launch(&a, &cw, tops__cuda_sm_count(device))
+                                                     : cudaErrorNotSupported;
+            if (e == cudaErrorNotSupported) { /* launched nothing: the transposed kernel, if planned */
+                (void)cudaGetLastError();
+                e = tr ? tops__cu_conv_wgt_launch(&a, &cw, tr_pn, tr_splits) : cudaErrorNotSupported;
+            }
             if (e == cudaErrorNotSupported) { /* launched nothing: the pixel-major kernel takes it */
                 (void)cudaGetLastError();
                 e = wg ? tops__cu_conv_wgmma_launch(&a, &cw, wg_bn, wg_splits) : cudaErrorNotSupported;
@@ -684,9 +718,14 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         if (st == TOPS_OK && t.terms) {
             wg_plan(g, tops__cuda_sm_count(device), &op, t.terms, &wg_bn, &wg_splits);
             const tops__cu_conv_weights cw = {t.w, t.ldw, t.terms, t.rows, t.unit, t.global};
-            int e = tr_plan(g, tops__cuda_sm_count(device), &op, t.terms, a.wg_im2col, &tr_pn, &tr_splits)
+            int e = direct_applies(g, &op, t.terms) ? tops__cu_conv_direct_launch(&a, &cw, tops__cuda_sm_count(device))
+                                                    : cudaErrorNotSupported;
+            if (e == cudaErrorNotSupported) {
+                (void)cudaGetLastError();
+                e = tr_plan(g, tops__cuda_sm_count(device), &op, t.terms, a.wg_im2col, &tr_pn, &tr_splits)
                         ? tops__cu_conv_wgt_launch(&a, &cw, tr_pn, tr_splits)
                         : cudaErrorNotSupported;
+            }
             if (e == cudaErrorNotSupported) {
                 (void)cudaGetLastError();
                 e = tops__cu_conv_wgmma_launch(&a, &cw, wg_bn, wg_splits);

@@ -468,7 +468,8 @@ template <int BN, int STAGES, int T = 1> struct WgDims {
 
 #ifdef TOPS_CU_WGMMA
 // D[64 x N] += A[64 x 16] * B[N x 16]^T, both K-major 128-byte-swizzled
-// shared-memory descriptors (N = 64, 128, 256).
+// shared-memory descriptors (N = 64, 128, 256; 96, 104 for the transposed
+// kernel); the direct kernel's N = 112 takes B without swizzle (desc_ns).
 template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[32], uint64_t da, uint64_t db) {
     if constexpr (BF16)
         asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
@@ -541,6 +542,19 @@ template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[52], uint6
         asm volatile("wgmma.mma_async.sync.aligned.m64n104k16.f32.f16.f16 "
                      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51}, %52, %53, 1, 1, 1, 0, 0;\n"
                      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51])
+                     : "l"(da), "l"(db));
+}
+
+template <bool BF16> __device__ __forceinline__ void wg_ss(float (&d)[56], uint64_t da, uint64_t db) {
+    if constexpr (BF16)
+        asm volatile("wgmma.mma_async.sync.aligned.m64n112k16.f32.bf16.bf16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55}, %56, %57, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
+                     : "l"(da), "l"(db));
+    else
+        asm volatile("wgmma.mma_async.sync.aligned.m64n112k16.f32.f16.f16 "
+                     "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55}, %56, %57, 1, 1, 1, 0, 0;\n"
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
                      : "l"(da), "l"(db));
 }
 
@@ -620,6 +634,111 @@ __device__ __forceinline__ void wg_store2(const WgGeo &p, int split, int m, int 
     if (two) {
         if (p.accumulate) v1 += load_out(p.out, idx + 1, p.out_dtype);
         store_out(p.out, idx + 1, p.out_dtype, v1);
+    }
+}
+#endif
+
+#ifdef TOPS_CU_WGMMA
+// A thread's 8 channels of an output row in the staged epilogues: two
+// runs of 4, o .. o + 3 and o + hf .. o + hf + 3.  16-bit dest: hf = 4 (8
+// neighbours, one 16-byte store); f32 dest or split partials: hf = half the
+// `span` channels the row's threads cover, so each of the two 16-byte
+// stores is contiguous across the threads (8 neighbours a thread wrote
+// each half-line at half the sector use: res5 at batch 32, two K splits,
+// 22.9 -> 24.4 us).  k: the thread's place among the span / 8 threads.
+__device__ __forceinline__ void wg_lanes8(const WgGeo &p, int k, int span, int &o, int &hf) {
+    const bool wide = p.ws || p.out_dtype == TOPS_DT_F32;
+    hf = wide ? span / 2 : 4;
+    o = wide ? 4 * k : 8 * k;
+}
+__device__ __forceinline__ int wg_chan(int o, int hf, int k) { return k < 4 ? o + k : o + hf + k - 4; }
+// The 8 channels' scale (unit x global) and bias, loaded once.
+__device__ __forceinline__ void wg_chan8(const WgGeo &p, int o, int hf, float (&scale)[8], float (&bias)[8]) {
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const int c = wg_chan(o, hf, k) < p.o ? wg_chan(o, hf, k) : 0;
+        scale[k] = p.unit ? p.unit[c] * p.global : 1.0f;
+        bias[k] = p.bias ? p.bias[c] : 0.0f;
+    }
+}
+// Whether all 8 are below og and both runs' addresses 16-byte aligned.
+__device__ __forceinline__ bool wg_vec8(const WgGeo &p, int o, int hf) {
+    return o + hf + 4 <= p.og &&
+           (p.ws ? p.o % 4 == 0
+                 : p.ldo % (p.out_dtype == TOPS_DT_F32 ? 4 : 8) == 0 && ((uintptr_t)p.out & 15) == 0);
+}
+// The 8 channels of output row m from the staged sums v (v[0..3] and
+// v[hf..hf + 3], 16-byte aligned): times scale, then the split's partial
+// (p.ws), or plus bias and the old dest, each step rounded as wg_store2
+// rounds it; 16-byte stores where vec, else channel by channel below og.
+__device__ __forceinline__ void wg_store8(const WgGeo &p, int split, int m, int o, int hf, const float *v,
+                                          const float (&scale)[8], const float (&bias)[8], bool vec) {
+    const float4 a = *reinterpret_cast<const float4 *>(v), b = *reinterpret_cast<const float4 *>(v + hf);
+    float r[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    if (p.unit)
+#pragma unroll
+        for (int k = 0; k < 8; k++) r[k] = __fmul_rn(r[k], scale[k]);
+    if (p.ws) {
+        float *w = p.ws + ((int64_t)split * p.m + m) * p.o + o;
+        if (vec) {
+            *reinterpret_cast<float4 *>(w) = make_float4(r[0], r[1], r[2], r[3]);
+            *reinterpret_cast<float4 *>(w + hf) = make_float4(r[4], r[5], r[6], r[7]);
+        } else
+#pragma unroll
+            for (int k = 0; k < 8; k++)
+                if (wg_chan(o, hf, k) < p.og) w[wg_chan(0, hf, k)] = r[k];
+        return;
+    }
+    if (p.bias)
+#pragma unroll
+        for (int k = 0; k < 8; k++) r[k] = __fadd_rn(r[k], bias[k]);
+    const int64_t idx = (int64_t)m * p.ldo + o;
+    if (vec && p.out_dtype == TOPS_DT_F32) {
+        float4 *lo = reinterpret_cast<float4 *>(static_cast<float *>(p.out) + idx),
+               *hi = reinterpret_cast<float4 *>(static_cast<float *>(p.out) + idx + hf);
+        if (p.accumulate) {
+            const float4 u = *lo, w = *hi;
+            r[0] += u.x, r[1] += u.y, r[2] += u.z, r[3] += u.w, r[4] += w.x, r[5] += w.y, r[6] += w.z, r[7] += w.w;
+        }
+        *lo = make_float4(r[0], r[1], r[2], r[3]);
+        *hi = make_float4(r[4], r[5], r[6], r[7]);
+        return;
+    }
+    if (vec) { // hf = 4: 8 neighbours
+        uint4 *dst = reinterpret_cast<uint4 *>(static_cast<uint16_t *>(p.out) + idx);
+        uint32_t w[4];
+        const bool f16 = p.out_dtype == TOPS_DT_F16;
+        if (p.accumulate) {
+            const uint4 u = *dst;
+            const uint32_t uu[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                uint32_t x = uu[k];
+                const float2 f = f16 ? __half22float2(*reinterpret_cast<__half2 *>(&x))
+                                     : __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&x));
+                r[2 * k] += f.x, r[2 * k + 1] += f.y;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (f16) {
+                __half2 h = __floats2half2_rn(r[2 * k], r[2 * k + 1]);
+                w[k] = *reinterpret_cast<uint32_t *>(&h);
+            } else {
+                __nv_bfloat162 h = __floats2bfloat162_rn(r[2 * k], r[2 * k + 1]);
+                w[k] = *reinterpret_cast<uint32_t *>(&h);
+            }
+        }
+        *dst = make_uint4(w[0], w[1], w[2], w[3]);
+        return;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        if (wg_chan(o, hf, k) >= p.og) continue;
+        const int64_t at = idx + wg_chan(0, hf, k);
+        float x = r[k];
+        if (p.accumulate) x += load_out(p.out, at, p.out_dtype);
+        store_out(p.out, at, p.out_dtype, x);
     }
 }
 #endif
@@ -811,9 +930,10 @@ int launch_wg(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, i
 // take the CTA's 64 channels, each over half its PN pixels (m64n(PN/2)),
 // the pixel tile loaded as two boxes of PN / 2.  TMA im2col only (C /
 // groups a multiple of 64), groups 1, one weight term.  The sums are staged
-// through the idle ring as [pixel][channel] f32 and stored a pixel row at a
-// time (bias, accumulate, unit x global, or the split's partial as
-// wg_store2 does).
+// through the idle ring as [pixel][channel] f32 and stored 8 channels a
+// thread (wg_store8: bias, accumulate, unit x global, or the split's
+// partial; 16-byte stores.  H100, batch 32, against two channels a thread:
+// res3 / res4 18.7 / 18.9 us -> 14.7 / 16.8).
 template <int CH, int PN, int STAGES> struct WgtDims {
     static constexpr int kW = CH * 128, kX = PN * 128, kStage = kW + kX;
     static constexpr int kNW = CH == 128 ? PN : PN / 2; // pixels a warpgroup's wgmma covers
@@ -913,17 +1033,22 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                     stage[(pbase + 8 * c + 2 * t4 + e) * D::kPitch + cbase + warp * 16 + g + 8 * h] =
                         d[4 * c + 2 * h + e];
         asm volatile("bar.sync 1, 256;" ::: "memory");
-        // CH / 2 threads a pixel row (two channels each), 512 / CH rows a pass.
-        constexpr int kRowThreads = CH / 2, kRows = 256 / kRowThreads;
-        const int ct = tid - 128, pr = ct / kRowThreads, j = 2 * (ct % kRowThreads);
+        // CH / 8 threads a pixel row (8 channels each: wg_lanes8), 2048 / CH rows a pass.
+        constexpr int kRowThreads = CH / 8, kRows = 256 / kRowThreads;
+        const int ct = tid - 128, pr = ct / kRowThreads;
+        int j, hf;
+        wg_lanes8(p, ct % kRowThreads, CH, j, hf);
         const int jj = n0 + j;
-        if (jj < p.og)
+        if (jj < p.og) {
+            float scale[8], bias[8];
+            wg_chan8(p, jj, hf, scale, bias);
+            const bool vec = wg_vec8(p, jj, hf);
             for (int r = pr; r < PN; r += kRows) {
                 const int m = m0 + r;
                 if (m >= p.m) break;
-                const float *v = stage + r * D::kPitch + j;
-                wg_store2(p, split, m, jj, jj + 1 < p.og, v[0], v[1]);
+                wg_store8(p, split, m, jj, hf, stage + r * D::kPitch + j, scale, bias, vec);
             }
+        }
     }
 #endif
 }
@@ -932,6 +1057,137 @@ template <bool BF16, int CH, int PN, int STAGES>
 int launch_wgt(const WgGeo &g, const CUtensorMap &map, const CUtensorMap &amap, int splits, cudaStream_t st) {
     return launch_splits(wgt_kernel<BF16, CH, PN, STAGES>, WgtDims<CH, PN, STAGES>::kBytes,
                          dim3((g.m + PN - 1) / PN, (g.og + CH - 1) / CH, 1), g, map, amap, splits, 1, st);
+}
+
+// ---- the direct 3x3 kernel (sm_90a) ------------------------------------------
+//
+// 3x3, stride 1, dilation 1, groups 1, C = 64, O <= 64, one weight term
+// (ResNet's 56x56x64 stage and its like).  The implicit GEMMs above load
+// each input pixel once a tap (nine times); here a CTA loads all nine taps'
+// weights once (9 x [64][64], 128-byte swizzled: wgmma's A operand) and then
+// walks output tiles of 8 rows x 14 columns of one image (persistent: tile
+// blockIdx.x, then every gridDim.x-th).  Its producer thread loads a tile's
+// input halo, 10 rows x 16 columns, by TMA as eight boxes of 8 channels
+// [column][row][8 channels] (no swizzle, zeros outside the image; on an
+// H100 7 % faster at batch 32 than the producer warpgroup gathering the
+// same pieces by cp.async): for tap (r, q), the 8 output rows of output
+// column x read halo column x + q, rows r .. r + 7, which is one wgmma core
+// matrix (8 rows of 16 bytes, contiguous); columns lie 160 bytes apart (the
+// descriptor's SBO), the planes 2560 (LBO).  So every tap's B operand (112
+// pixels x 16 channels, pixel 8 x + y) is the halo itself at an offset,
+// and the input crosses L2 once plus the halo's 43 %.  The consumer
+// warpgroups take the tiles in turn (each its own ring slot): 36 wgmma
+// m64n112k16 (9 taps x 4 k16 steps), the slot back, then the epilogue
+// through its own staging [112][68] f32, 8 channels a thread (wg_store8)
+// while the other warpgroup multiplies.
+constexpr int kDcRows = 8, kDcCols = 14, kDcPx = kDcRows * kDcCols; // an output tile
+constexpr int kDcHaloH = kDcRows + 2, kDcHaloW = kDcCols + 2;
+constexpr int kDcPlane = kDcHaloW * kDcHaloH * 16; // 8 channels of the halo, bytes
+constexpr int kDcHalo = 8 * kDcPlane, kDcW = 9 * 64 * 128, kDcPitch = 68;
+constexpr int kDcStaging = kDcPx * kDcPitch * 4;
+static_assert(kDcPlane % 128 == 0, "TMA destinations 128-byte aligned");
+template <int S> struct DcDims {
+    static constexpr int kBytes = 1024 + kDcW + S * kDcHalo + 2 * kDcStaging + (2 * S + 1) * 8;
+};
+
+
+template <bool BF16, int S>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    dc_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, WgGeo p, int tiles_x,
+              int tiles_y, int tiles) {
+#ifdef TOPS_CU_WGMMA
+    namespace s9 = tops_cu::sm90;
+    extern __shared__ __align__(1024) unsigned char wg_smem[];
+    unsigned char *base = wg_smem + ((1024 - (smem_addr(wg_smem) & 1023)) & 1023);
+    unsigned char *sw = base, *sx = base + kDcW;
+    float *staging = reinterpret_cast<float *>(sx + S * kDcHalo);
+    uint64_t *full = reinterpret_cast<uint64_t *>(sx + S * kDcHalo + 2 * kDcStaging), *empty = full + S,
+             *wbar = empty + S;
+    const int tid = threadIdx.x, wgi = tid >> 7;
+    if (tid == 0) {
+        for (int s = 0; s < S; s++) {
+            s9::mbar_init(&full[s], 1);
+            s9::mbar_init(&empty[s], 4); // one arrive per warp of the consuming warpgroup
+        }
+        s9::mbar_init(wbar, 1);
+        s9::mbar_init_fence();
+    }
+    __syncthreads();
+    if (wgi == 0) {
+        if (tid == 0) {
+            s9::mbar_expect_tx(wbar, (uint32_t)kDcW);
+            for (int t = 0; t < 9; t++) s9::tma_load_2d(sw + t * 8192, &wmap, wbar, t * 64, 0);
+            int it = 0;
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, it++) {
+                const int s = it % S;
+                if (it >= S) s9::mbar_wait(&empty[s], ((it / S) + 1) & 1);
+                const int tx = tile % tiles_x, rest = tile / tiles_x, ty = rest % tiles_y, n = rest / tiles_y;
+                s9::mbar_expect_tx(&full[s], (uint32_t)kDcHalo);
+#pragma unroll
+                for (int cp = 0; cp < 8; cp++) // zeros outside the image: the padding
+                    s9::tma_load_4d(sx + s * kDcHalo + cp * kDcPlane, &xmap, &full[s], cp * 8, ty * kDcRows - p.pt,
+                                    tx * kDcCols - p.pl, n);
+            }
+        }
+    } else {
+        const int cw = wgi - 1, ct = tid & 127, warp = ct >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+        float *stage = staging + cw * (kDcPx * kDcPitch);
+        const uint64_t da0 = s9::desc_sw128(sw);
+        // The epilogue's thread: 8 neighbouring channels ch0.. of pixels
+        // ps, ps + 16, ...; their scale (unit x global) and bias once.
+        const int ps = ct >> 3;
+        int ch0, hf;
+        wg_lanes8(p, ct & 7, 64, ch0, hf);
+        float scale[8], bias[8];
+        wg_chan8(p, ch0, hf, scale, bias);
+        const bool vec = wg_vec8(p, ch0, hf);
+        s9::mbar_wait(wbar, 0);
+        int it = cw;
+        for (int tile = blockIdx.x + cw * gridDim.x; tile < tiles; tile += 2 * gridDim.x, it += 2) {
+            const int s = it % S;
+            s9::mbar_wait(&full[s], (it / S) & 1);
+            const uint64_t db0 = s9::desc_ns(sx + s * kDcHalo, kDcPlane, kDcHaloH * 16);
+            float d[kDcPx / 2];
+#pragma unroll
+            for (int i = 0; i < kDcPx / 2; i++) d[i] = 0.0f;
+            s9::wgmma_fence();
+#pragma unroll
+            for (int tap = 0; tap < 9; tap++) {
+                const int r = tap / 3, q = tap % 3;
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++) // descriptors count 16-byte units
+                    wg_ss<BF16>(d, da0 + (uint64_t)((tap * 8192 + 32 * kk) >> 4),
+                                db0 + (uint64_t)((2 * kk * kDcPlane + (q * kDcHaloH + r) * 16) >> 4));
+            }
+            s9::wgmma_commit();
+            s9::wgmma_wait<0>();
+            s9::fence_regs(d);
+            if (lane == 0) s9::mbar_arrive(&empty[s]);
+            // d[4 c + 2 h + e] is channel 16 warp + g + 8 h, pixel 8 c + 2 t4 + e (column c, row 2 t4 + e)
+#pragma unroll
+            for (int c = 0; c < kDcCols; c++)
+#pragma unroll
+                for (int h = 0; h < 2; h++)
+#pragma unroll
+                    for (int e = 0; e < 2; e++)
+                        stage[(8 * c + 2 * t4 + e) * kDcPitch + warp * 16 + g + 8 * h] = d[4 * c + 2 * h + e];
+            asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
+            // 8 threads a pixel (8 channels each: wg_lanes8), 16 pixels a pass.
+            // Not unrolled: the 7 copies of wg_store8 made res2 at batch 32
+            // 20.3 us against 17.2 (H100; wg_store8 out of line: 24.5).
+            const int tx = tile % tiles_x, rest = tile / tiles_x, ty = rest % tiles_y, n = rest / tiles_y;
+            if (ch0 < p.og)
+#pragma unroll 1
+                for (int i = 0; i < kDcPx / 16; i++) {
+                    const int px = ps + 16 * i, oy = ty * kDcRows + (px & 7), ox = tx * kDcCols + (px >> 3);
+                    if (oy < p.oh && ox < p.ow)
+                        wg_store8(p, 0, (n * p.oh + oy) * p.ow + ox, ch0, hf, stage + px * kDcPitch + ch0, scale, bias,
+                                  vec);
+                }
+            asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory"); // staging read before the next tile writes it
+        }
+    }
+#endif
 }
 
 // Stages by width and terms: at most ~192 KB of ring, two CTAs an SM at
@@ -1024,6 +1280,18 @@ bool wg_weight_map(CUtensorMap *map, const tops__cu_conv_args *a, const tops__cu
     const cuuint32_t box[2] = {(cuuint32_t)kWgBK, (cuuint32_t)rows};
     return tops_cu::sm90::encode_sw128(map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
                                        2, wt->w, dims, strides, box, CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
+}
+
+// The direct kernel's halo map: NHWC as dims {c, h, w, n} (rows before
+// columns, so a box lands [column][row][8 channels]), boxes of 8 channels x
+// kDcHaloH rows x kDcHaloW columns of one image, no swizzle, zeros outside.
+bool dc_halo_map(CUtensorMap *map, const tops__cu_conv_args *a) {
+    const cuuint64_t dims[4] = {(cuuint64_t)a->c, (cuuint64_t)a->h, (cuuint64_t)a->w, (cuuint64_t)a->n};
+    const cuuint64_t strides[3] = {(cuuint64_t)a->xs_h * 2, (cuuint64_t)a->xs_w * 2, (cuuint64_t)a->xs_n * 2};
+    const cuuint32_t box[4] = {8, (cuuint32_t)kDcHaloH, (cuuint32_t)kDcHaloW, 1};
+    return tops_cu::sm90::encode_tiled(map, a->bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+                                       4, a->x, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
 }
 
 } // namespace
@@ -1170,4 +1438,24 @@ extern "C" int tops__cu_conv_wgt_launch(const tops__cu_conv_args *a, const tops_
            : pn == 128 ? launch_wgt<false, 128, 128, 6>(g, map, amap, splits, st)
            : pn == 192 ? launch_wgt<false, 128, 192, 5>(g, map, amap, splits, st)
                        : launch_wgt<false, 128, 256, 4>(g, map, amap, splits, st);
+}
+
+extern "C" int tops__cu_conv_direct_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *wt, int sms) {
+    if (a->kh != 3 || a->kw != 3 || a->sh != 1 || a->sw != 1 || a->dh != 1 || a->dw != 1 || a->groups != 1 ||
+        a->c != 64 || a->o > 64 || wt->terms != 1 || sms < 1 || a->xs_n % 8 || a->xs_h % 8 || a->xs_w % 8 ||
+        (uintptr_t)a->x % 16 || wt->ldw % 8 || (uintptr_t)wt->w % 16 || a->n * a->oh * a->ow > 0x3FFFFFFF)
+        return cudaErrorNotSupported;
+    const WgGeo g = wg_geo(a, wt);
+    if (g.m == 0 || g.o == 0) return cudaSuccess;
+    const int64_t tx = (a->ow + kDcCols - 1) / kDcCols, ty = (a->oh + kDcRows - 1) / kDcRows, tiles = a->n * tx * ty;
+    CUtensorMap wmap, xmap;
+    if (tiles > 0x3FFFFFFF || !wg_weight_map(&wmap, a, wt, 64) || !dc_halo_map(&xmap, a)) return cudaErrorNotSupported;
+    constexpr int S = 4;
+    const int smem = DcDims<S>::kBytes;
+    auto kern = a->bf16 ? dc_kernel<true, S> : dc_kernel<false, S>;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    const int grid = (int)(tiles < sms ? tiles : sms);
+    kern<<<grid, kWgThreads, smem, static_cast<cudaStream_t>(a->stream)>>>(wmap, xmap, g, (int)tx, (int)ty, (int)tiles);
+    return cudaGetLastError();
 }

@@ -81,6 +81,11 @@ int tops__cu_conv_wgmma_launch(const tops__cu_conv_args *a, const tops__cu_conv_
    C a multiple of 64, one weight term, bias / accumulate / unit as above.
    cudaErrorNotSupported, launching nothing, where it does not apply. */
 int tops__cu_conv_wgt_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *w, int pn, int splits);
+/* The direct 3x3 kernel: stride 1, dilation 1, groups 1, C = 64, O <= 64,
+   one weight term; output tiles of 8 x 14 pixels over at most `sms` CTAs,
+   bias / accumulate / unit as above.  cudaErrorNotSupported, launching
+   nothing, where it does not apply. */
+int tops__cu_conv_direct_launch(const tops__cu_conv_args *a, const tops__cu_conv_weights *w, int sms);
 /* The im2col rows [m0, m0 + rows) of group g into col ([rows][ldc], the
    activations' type, zeros for padding and for the columns k..ldc). */
 int tops__cu_conv_im2col_launch(const tops__cu_conv_args *a, int64_t g, int64_t m0, int64_t rows, void *col,

@@ -87,6 +87,15 @@ __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, u
         : "memory");
 }
 
+// 4-D tensor tile at (x0 innermost, y0, z0, w0) into shared memory, completing on bar.
+__device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int x0, int y0, int z0,
+                                            int w0) {
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+                 "%6}], [%2];" ::"r"(smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x0), "r"(y0), "r"(z0), "r"(w0)
+                 : "memory");
+}
+
 // The same 2-D tile into this shared-memory offset of every CTA of the
 // cluster in cta_mask, completing on each one's barrier at bar's offset.
 __device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int x0, int y0,
@@ -148,6 +157,13 @@ __device__ __forceinline__ void bulk_wait() {
 __device__ __forceinline__ uint64_t desc_sw128(const void *p) {
     uint64_t a = smem_addr(p);
     return ((a & 0x3FFFFull) >> 4) | (1ull << 16) | ((1024ull >> 4) << 32) | (1ull << 62);
+}
+
+// The same without swizzle: 8-row core matrices of 16-byte rows (128
+// contiguous bytes), lbo bytes apart along K, sbo along M / N.
+__device__ __forceinline__ uint64_t desc_ns(const void *p, uint32_t lbo, uint32_t sbo) {
+    uint64_t a = smem_addr(p);
+    return ((a & 0x3FFFFull) >> 4) | ((uint64_t)(lbo >> 4) << 16) | ((uint64_t)(sbo >> 4) << 32);
 }
 
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }

@@ -7,7 +7,7 @@
    mma.sync one (TOPS_CUDA_CONV=mma) and on the im2col + matmul path
    (TOPS_CUDA_CONV=im2col),
    the transposed wgmma kernel (TOPS_CUDA_CONV=tr=1: 128 channels x 96 to
-   256 pixels a CTA, K splits), the quantized formats strict and relaxed, host / device / GPU-packed
+   256 pixels a CTA, K splits), the direct 3x3 kernel on halo tiles, the quantized formats strict and relaxed, host / device / GPU-packed
    weights, bias, multiply-accumulate, f32 / f16 / bf16 dest, NaN-poisoned
    outputs, and two runs compared bit for bit.  Bad inputs on any machine;
    without a GPU the numeric part skips with one line. */
@@ -345,6 +345,35 @@ static void test_16bit_transposed(void) {
     unsetenv("TOPS_CUDA_CONV");
 }
 
+/* The direct 3x3 kernel (C = 64, O <= 64, stride 1; it runs by default
+   where it applies, TOPS_CUDA_CONV=direct=0 keeps it off): ragged tiles both
+   ways, uneven pads, O = 36 and 8, and 700 images of one tile each (every
+   CTA's ring wraps), bias, accumulate, every dest type, host / device /
+   packed weights, one dequantized term strict and relaxed. */
+static const cv_case dc_cases[] = {
+    {2, 17, 30, 64, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* 17 x 30 outputs: tiles of 8 x 14, ragged */
+    {1, 8, 14, 64, 36, 3, 3, 1, 1, 1, 1, 0, 2, 1, 0, 1},   /* pads 0 / 2 / 1 / 0, O = 36 (no 16-byte rows) */
+    {3, 9, 9, 64, 64, 3, 3, 1, 1, 1, 1, 2, 0, 0, 2, 1},    /* pads 2 / 0 / 0 / 2 */
+    {700, 8, 14, 64, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1},  /* 700 tiles: five or six a CTA */
+};
+static void test_16bit_direct(void) {
+    if (!hopper) return;
+    const int nc = small_run ? 1 : (int)(sizeof dc_cases / sizeof dc_cases[0]);
+    const char *want = "direct 3x3 on halo tiles";
+    for (int i = 0; i < nc; i++) {
+        const cv_case *c = &dc_cases[i];
+        run_case(c, "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 1, 0, W_DEVICE, want);
+        run_case(c, "bf16", TOPS_DT_BF16, TOPS_DT_F32, 0, 0, 1, W_HOST, want);
+        run_case(c, "f16", TOPS_DT_F16, TOPS_DT_BF16, 0, 1, 1, W_PACKED, want);
+        run_case(c, "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 0, 1, 0, W_DEVICE, want);
+        run_case(c, "mxfp4", TOPS_DT_F16, TOPS_DT_F32, 0, 1, 0, W_PACKED, want);
+        run_case(c, "int4-g32", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 1, W_HOST, want);
+    }
+    setenv("TOPS_CUDA_CONV", "direct=0", 1); /* the same layer on the implicit GEMM */
+    run_case(&dc_cases[0], "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 1, 0, W_DEVICE, "activations by TMA im2col");
+    unsetenv("TOPS_CUDA_CONV");
+}
+
 /* The same through im2col + the GPU matmul. */
 static void test_16bit_im2col(void) {
     setenv("TOPS_CUDA_CONV", "im2col", 1);
@@ -485,6 +514,7 @@ int main(void) {
     RUN_TEST(test_16bit);
     RUN_TEST(test_16bit_tiles);
     RUN_TEST(test_16bit_transposed);
+    RUN_TEST(test_16bit_direct);
     RUN_TEST(test_16bit_im2col);
     RUN_TEST(test_quantized);
     RUN_TEST(test_quantized_terms);
