@@ -380,7 +380,6 @@ cudaError_t split_reduce(const Geo &g, int splits, cudaStream_t st) {
                                   splits);
 }
 
-
 template <bool BF16, int BN, bool GEN> int launch_igemm(const Geo &g0, const tops__cu_conv_args *a) {
     Geo g = g0;
     cudaStream_t st = static_cast<cudaStream_t>(a->stream);
@@ -694,6 +693,42 @@ __device__ __forceinline__ void wg_store8(const WgGeo &p, int split, int m, int 
         store_out(p.out, at, p.out_dtype, x);
     }
 }
+// A consumer thread's part of a staged epilogue: its 8 channels among the
+// span a row's threads cover (k: its place among them; wg_lanes8), j from
+// the tile's first channel n0, rel = n0 + j within the group, o = obase +
+// rel in dest, with their scale, bias and vector flag loaded once.
+struct WgLanes8 {
+    int j, rel, o, hf;
+    float scale[8], bias[8];
+    bool vec;
+    __device__ __forceinline__ WgLanes8(const WgGeo &p, int k, int span, int n0, int obase) {
+        wg_lanes8(p, k, span, j, hf);
+        rel = n0 + j;
+        o = obase + rel;
+        wg_chan8(p, o, hf, scale, bias);
+        vec = wg_vec8(p, o, rel, hf);
+    }
+    // Output row m from its staged row (the tile's channels from n0).
+    __device__ __forceinline__ void store(const WgGeo &p, int split, int m, const float *row) const {
+        wg_store8(p, split, m, o, rel, hf, row + j, scale, bias, vec);
+    }
+};
+// The implicit GEMMs' epilogue after staging: rows m0 .. m0 + rows - 1
+// (below p.m) of stage (pitch floats a row), SPAN channels from n0 of the
+// group starting at obase, SPAN / 8 threads a row among the 256 consumer
+// threads (ct), 2048 / SPAN rows a pass.
+template <int SPAN>
+__device__ __forceinline__ void wg_store_rows(const WgGeo &p, int split, const float *stage, int pitch, int rows,
+                                              int m0, int n0, int obase, int ct) {
+    constexpr int kRowThreads = SPAN / 8, kRows = 256 / kRowThreads;
+    const WgLanes8 t(p, ct % kRowThreads, SPAN, n0, obase);
+    if (t.rel >= p.og) return;
+    for (int r = ct / kRowThreads; r < rows; r += kRows) {
+        const int m = m0 + r;
+        if (m >= p.m) break;
+        t.store(p, split, m, stage + r * pitch);
+    }
+}
 #endif
 
 template <bool BF16, int BN, int STAGES, int MINB, bool IM2COL, int T>
@@ -830,22 +865,7 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
                 *reinterpret_cast<float2 *>(stage + (cw * 64 + warp * 16 + g + 8 * h) * kPitch + 8 * c + 2 * t4) =
                     make_float2(d[4 * c + 2 * h], d[4 * c + 2 * h + 1]);
         asm volatile("bar.sync 1, 256;" ::: "memory");
-        // BN / 8 threads a row (wg_lanes8), 2048 / BN rows a pass.
-        constexpr int kRowThreads = BN / 8, kRows = 256 / kRowThreads;
-        const int ct = tid - 128, pr = ct / kRowThreads;
-        int j, hf;
-        wg_lanes8(p, ct % kRowThreads, BN, j, hf);
-        const int jj = n0 + j, o = grp * p.og + jj;
-        if (jj < p.og) {
-            float scale[8], bias[8];
-            wg_chan8(p, o, hf, scale, bias);
-            const bool vec = wg_vec8(p, o, jj, hf);
-            for (int r = pr; r < kWgBM; r += kRows) {
-                const int m = m0 + r;
-                if (m >= p.m) break;
-                wg_store8(p, split, m, o, jj, hf, stage + r * kPitch + j, scale, bias, vec);
-            }
-        }
+        wg_store_rows<BN>(p, split, stage, kPitch, kWgBM, m0, n0, grp * p.og, tid - 128);
     }
 #endif
 }
@@ -1007,22 +1027,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                     stage[(pbase + 8 * c + 2 * t4 + e) * D::kPitch + cbase + warp * 16 + g + 8 * h] =
                         d[4 * c + 2 * h + e];
         asm volatile("bar.sync 1, 256;" ::: "memory");
-        // CH / 8 threads a pixel row (8 channels each: wg_lanes8), 2048 / CH rows a pass.
-        constexpr int kRowThreads = CH / 8, kRows = 256 / kRowThreads;
-        const int ct = tid - 128, pr = ct / kRowThreads;
-        int j, hf;
-        wg_lanes8(p, ct % kRowThreads, CH, j, hf);
-        const int jj = n0 + j;
-        if (jj < p.og) {
-            float scale[8], bias[8];
-            wg_chan8(p, jj, hf, scale, bias);
-            const bool vec = wg_vec8(p, jj, jj, hf);
-            for (int r = pr; r < PN; r += kRows) {
-                const int m = m0 + r;
-                if (m >= p.m) break;
-                wg_store8(p, split, m, jj, jj, hf, stage + r * D::kPitch + j, scale, bias, vec);
-            }
-        }
+        wg_store_rows<CH>(p, split, stage, D::kPitch, PN, m0, n0, 0, tid - 128);
     }
 #endif
 }
@@ -1063,7 +1068,6 @@ static_assert(kDcPlane % 128 == 0, "TMA destinations 128-byte aligned");
 template <int S> struct DcDims {
     static constexpr int kBytes = 1024 + kDcW + S * kDcHalo + 2 * kDcStaging + (2 * S + 1) * 8;
 };
-
 
 template <bool BF16, int S>
 __global__ void __launch_bounds__(kWgThreads, 1)
@@ -1107,14 +1111,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         const int cw = wgi - 1, ct = tid & 127, warp = ct >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
         float *stage = staging + cw * (kDcPx * kDcPitch);
         const uint64_t da0 = s9::desc_sw128(sw);
-        // The epilogue's thread: 8 neighbouring channels ch0.. of pixels
-        // ps, ps + 16, ...; their scale (unit x global) and bias once.
+        // The epilogue's thread: 8 of the 64 channels (WgLanes8) of pixels
+        // ps, ps + 16, ...
         const int ps = ct >> 3;
-        int ch0, hf;
-        wg_lanes8(p, ct & 7, 64, ch0, hf);
-        float scale[8], bias[8];
-        wg_chan8(p, ch0, hf, scale, bias);
-        const bool vec = wg_vec8(p, ch0, ch0, hf);
+        const WgLanes8 lanes(p, ct & 7, 64, 0, 0);
         s9::mbar_wait(wbar, 0);
         int it = cw;
         for (int tile = blockIdx.x + cw * gridDim.x; tile < tiles; tile += 2 * gridDim.x, it += 2) {
@@ -1146,17 +1146,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
                     for (int e = 0; e < 2; e++)
                         stage[(8 * c + 2 * t4 + e) * kDcPitch + warp * 16 + g + 8 * h] = d[4 * c + 2 * h + e];
             asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory");
-            // 8 threads a pixel (8 channels each: wg_lanes8), 16 pixels a pass.
-            // Not unrolled: the 7 copies of wg_store8 made res2 at batch 32
-            // 20.3 us against 17.2 (H100; wg_store8 out of line: 24.5).
+            // 8 threads a pixel, 16 pixels a pass.  Not unrolled: the 7 copies
+            // of wg_store8 made res2 at batch 32 20.3 us against 17.2 (H100;
+            // wg_store8 out of line: 24.5).
             const int tx = tile % tiles_x, rest = tile / tiles_x, ty = rest % tiles_y, n = rest / tiles_y;
-            if (ch0 < p.og)
+            if (lanes.rel < p.og)
 #pragma unroll 1
                 for (int i = 0; i < kDcPx / 16; i++) {
                     const int px = ps + 16 * i, oy = ty * kDcRows + (px & 7), ox = tx * kDcCols + (px >> 3);
-                    if (oy < p.oh && ox < p.ow)
-                        wg_store8(p, 0, (n * p.oh + oy) * p.ow + ox, ch0, ch0, hf, stage + px * kDcPitch + ch0, scale, bias,
-                                  vec);
+                    if (oy < p.oh && ox < p.ow) lanes.store(p, 0, (n * p.oh + oy) * p.ow + ox, stage + px * kDcPitch);
                 }
             asm volatile("bar.sync %0, 128;" ::"r"(2 + cw) : "memory"); // staging read before the next tile writes it
         }
