@@ -756,6 +756,7 @@ __global__ void __launch_bounds__(kWgThreads, MINB)
     }
     __syncthreads();
     s9::grid_dep_launch(); // a K split's summing kernel may launch (it waits for this grid)
+    s9::grid_dep_wait();   // a programmatic dependent (launch_splits): the previous kernel's writes
     if (wgi == 0 && IM2COL) {
         // Producer, TMA im2col: one thread loads both tiles of a stage.  A
         // stage is one tap (r, q) and 64 channels c0.. of it (C / groups a
@@ -888,8 +889,7 @@ int launch_splits(Kern kern, int smem, dim3 grid, const WgGeo &g0, const CUtenso
         if (e != cudaSuccess) return e;
     }
     grid.z = (unsigned)(splits * groups);
-    kern<<<grid, kWgThreads, smem, st>>>(map, amap, g);
-    e = cudaGetLastError();
+    e = tops_cu::launch_kernel(kern, grid, dim3(kWgThreads), (size_t)smem, st, true, 1, map, amap, g);
     if (e == cudaSuccess && splits > 1) {
         Geo r;
         memset(&r, 0, sizeof r);
@@ -962,6 +962,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     }
     __syncthreads();
     s9::grid_dep_launch(); // a K split's summing kernel may launch (it waits for this grid)
+    s9::grid_dep_wait();   // a programmatic dependent (launch_splits): the previous kernel's writes
     if (wgi == 0) {
         if (tid == 0) { // one thread loads the tiles of a stage
             constexpr int kBoxes = PN / D::kBox;
@@ -1091,6 +1092,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         s9::mbar_init_fence();
     }
     __syncthreads();
+    s9::grid_dep_wait(); // a programmatic dependent (the launch): the previous kernel's writes
     if (wgi == 0) {
         if (tid == 0) {
             s9::mbar_expect_tx(wbar, (uint32_t)kDcW);
@@ -1428,6 +1430,7 @@ extern "C" int tops__cu_conv_direct_launch(const tops__cu_conv_args *a, const to
     cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     const int grid = (int)(tiles < sms ? tiles : sms);
-    kern<<<grid, kWgThreads, smem, static_cast<cudaStream_t>(a->stream)>>>(wmap, xmap, g, (int)tx, (int)ty, (int)tiles);
-    return cudaGetLastError();
+    return tops_cu::launch_kernel(kern, dim3((unsigned)grid), dim3(kWgThreads), (size_t)smem,
+                                  static_cast<cudaStream_t>(a->stream), true, 1, wmap, xmap, g, (int)tx, (int)ty,
+                                  (int)tiles);
 }

@@ -111,6 +111,11 @@ __global__ void __launch_bounds__(256) dequant_units_kernel(const Params p, cons
                                                             int tiles, long long ldw, uint16_t *out,
                                                             long long plane = 0) {
     constexpr int kChunk = CODE == TOPS__CU_CODE_U4 || CODE == TOPS__CU_CODE_E2M1 ? 64 : 32;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // The kernel after it may start its prologue (conv2d's wgmma kernels:
+    // programmatic dependents that wait for this grid before their loads).
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
     const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (f >= (long long)tiles * p.chunks * 32) return;
     const int lane = (int)(f & 31), gid = lane >> 2, tig = lane & 3;
