@@ -15,6 +15,7 @@
 // bf16), the biases of formats with mins riding in the weights (no bias
 // pass).  Then the rescaled-group plan for strict integer codes (below).
 #include "cuda/kernels.cuh"
+#include "cuda/sm90.cuh"
 
 #include <stdint.h>
 
@@ -114,7 +115,7 @@ __global__ void __launch_bounds__(256) dequant_units_kernel(const Params p, cons
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // The kernel after it may start its prologue (conv2d's wgmma kernels:
     // programmatic dependents that wait for this grid before their loads).
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+    sm90::grid_dep_launch();
 #endif
     const long long f = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (f >= (long long)tiles * p.chunks * 32) return;
