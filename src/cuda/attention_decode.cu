@@ -25,6 +25,7 @@
 // in split order.  Same bits every run.
 #include "cuda/attention_decode.h"
 #include "cuda/kernels.cuh"
+#include "cuda/sm90.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -34,6 +35,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <type_traits>
+
+// kt_kernel's TMA stages exist in the sm_90 passes only.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KT_TMA 1
+#else
+#define KT_TMA 0
+#endif
 
 namespace {
 
@@ -60,6 +68,8 @@ struct dparams {
     const int *cu_q, *cu_k; // B + 1 offsets along the sequence dimension (packed batches), or NULL
     int group;             // query heads a kv head
     int ksbytes, vsbytes;  // ring_kernel, group scales: bytes a key's scale row
+    int tm_kfirst, tm_sfirst; // kt_kernel's TMA boxes: K's rows (scales) before V's
+    int tm_sx;                // kt_kernel's scale box: elements a key
     int kesz, vesz;        // bytes a scale entry
 };
 
@@ -549,6 +559,9 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
 
 // Combines the splits' (m, l, O) in split order and writes the output.
 template <typename T, int D> __global__ void __launch_bounds__(256) merge_kernel(const dparams p, int bhs) {
+#if KT_TMA
+    tops_cu::sm90::grid_dep_wait(); // a programmatic dependent of a TMA kt_kernel
+#endif
     const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv;
     const long long nml = 2LL * bhs * p.nsplit * p.rows;
     const seqlens sl = seq_of(p, b);
@@ -1050,41 +1063,47 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
 //    group of G channels sum into their own f32 tile, added to S^T times the
 //    key's group scale in f32: the scale semantics of the format, exactly.
 //    q is the B operand: f16 times a power of two a row (ring_kernel's trick).
+//    int4 in groups of 32 (FOLD) skip the hfma2: the magic values 1032 +
+//    code (low nibbles) and 1152 + 16 code (high ones, against q / 16) enter
+//    the mma, each group's tile starting from minus q's offset.
 //  - V, the A operand of V^T (ldmatrix.trans: a register is keys 2t, 2t + 1
-//    at one d): int codes decoded exactly to bf16 (lop3 magic 0x4300 + a bf16
-//    fma), e4m3 to f16.  The V scales go into P: P x s_v[key, g] in f32,
-//    rounded once to bf16 (where the 16-bit path rounds P alone), then moved
-//    by movmatrix.trans from S^T's layout into the B operand; one B pair an
-//    n-tile a V group.  No f16 range limit on K, V or their scales.
+//    at one d): int8 codes decoded exactly to bf16 (through f32), int4 as
+//    the bf16 magic value 136 + code (lop3 on 0x4300), its 136 taken off by
+//    a second mma of a constant -136 tile on the same P; e4m3 to f16.  The V
+//    scales go into P: P x s_v[key, g] in f32, rounded once to bf16 (where
+//    the 16-bit path rounds P alone), then moved by movmatrix.trans from
+//    S^T's layout into the B operand; one B pair an n-tile a V group.  No
+//    f16 range limit on K, V or their scales.
+//  - The softmax rescales lazily: the running max moves only where a logit
+//    passes it by more than 8 (P <= 2^8 otherwise).
 namespace kt {
 
-template <int D, int KIND, int NR> struct cfg {
+// TM: one ring for the CTA, filled by TMA tensor copies (sm_90; rows of at
+// most 128 bytes): a stage holds 64 keys (a subtile for each warp) as K
+// rows, V rows (their hardware swizzle, 32, 64 or 128 bytes, the row's
+// length, is ring::cfg::swz), then K and V scale rows; stages rounded to the
+// swizzle's 8-row atom, the ring aligned to it; a full and an empty
+// mbarrier a stage.
+template <int D, int KIND, int NR, bool TM = false> struct cfg {
     using R = ring::cfg<D, KIND>;
-    static constexpr int NS0 = 13000 / R::STAGE;
-    static constexpr int NS = NS0 < 2 ? 2 : NS0 > 8 ? 8 : NS0; // ring stages a warp
+    static constexpr int ALIGN = TM ? 8 * R::RB : 16; // the swizzle atom
+    static constexpr int STAGE = TM ? (128 * R::RB + 128 * R::SCB + ALIGN - 1) / ALIGN * ALIGN : R::STAGE; // bytes
+    static constexpr int NS0 = (TM ? 52000 : 13000) / STAGE;
+    static constexpr int NS = NS0 < 2 ? 2 : NS0 > 8 ? 8 : NS0; // ring stages (TM: the CTA's, else a warp's)
     static constexpr int ROWS = 8 * NR;                        // query rows a CTA
     static constexpr int QB = (D / 16) * NR * 32 * 8;          // q's B fragments
-    static constexpr int RING = 4 * NS * R::STAGE, MERGE = 4 * ROWS * (D + 4) * 4;
-    static constexpr int SMEM = QB + 9 * 4 * ROWS + (RING > MERGE ? RING : MERGE);
+    static constexpr int QO = (D / 32) * ROWS * 4;             // folded int4 K: q's offsets [D / 32][ROWS]
+    static constexpr int BARS = TM ? 2 * NS * 8 : 0;           // TM: full [NS], empty [NS]
+    static constexpr int RING = (TM ? 1 : 4) * NS * STAGE, MERGE = 4 * ROWS * (D + 4) * 4;
+    static constexpr int SMEM = QB + 9 * 4 * ROWS + QO + BARS + (TM ? ALIGN : 0) + (RING > MERGE ? RING : MERGE);
+    static_assert(!TM || R::RB <= 128, "TMA boxes of at most 128-byte rows");
 };
+template <int D, int KIND> constexpr bool tma_ok() { return ring::cfg<D, KIND>::RB <= 128; }
 
 __device__ __forceinline__ uint32_t movt(uint32_t x) { // 8x8 b16 transpose across the warp
     uint32_t r;
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
     return r;
-}
-__device__ __forceinline__ uint32_t bfma2u(uint32_t a, uint32_t b, uint32_t c) {
-    uint32_t r;
-    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(c));
-    return r;
-}
-// Four pairs of int4 codes of x as bf16, exact (the pairs of ring::dec_i4):
-// (128 + code + 8) - 136, the xor folded into the magic as there.
-__device__ __forceinline__ void dec_i4_bf16(uint32_t out[4], uint32_t x) {
-    out[0] = bfma2u(ring::lop_xor(x, 0x000F000Fu, 0x43084308u), 0x3F803F80u, 0xC308C308u);
-    out[1] = bfma2u(ring::lop_xor(x >> 4, 0x000F000Fu, 0x43084308u), 0x3F803F80u, 0xC308C308u);
-    out[2] = bfma2u(ring::lop_xor(x >> 8, 0x000F000Fu, 0x43084308u), 0x3F803F80u, 0xC308C308u);
-    out[3] = bfma2u(ring::lop_xor(x >> 12, 0x000F000Fu, 0x43084308u), 0x3F803F80u, 0xC308C308u);
 }
 // Bytes ia, ib of x (int8 codes) as a pair of bf16, exact (through f32).
 __device__ __forceinline__ uint32_t dec_i8_bf16(uint32_t x, int ia, int ib) {
@@ -1129,25 +1148,88 @@ __device__ __forceinline__ float sf16(const unsigned char *row, int g) {
 // adjacent (int4-g32, int8-g32): the group ends are known at compile time and
 // a key's scales are read once a subtile.  KG = 0: any group (a power of two
 // of at least a chunk), found at run time.
-template <int D, int KIND, int NR, int KG>
-__global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 3 : 2) kt_kernel(const dparams p) {
+//
+// TM (sm_90, launched as a programmatic dependent): the CTA's ring of
+// 64-key stages (warp w's subtile: keys 16 w .. 16 w + 15 of each), each
+// filled by two TMA boxes, the K and V rows (K and V as one 5-D tensor,
+// their distance its third stride) and their scale rows (likewise),
+// completing on the stage's full barrier (zeros past the cache); lane 0 of
+// warp j % 4 issues stage j once the four warps have released its slot
+// (the empty barrier), the first stages before q is read.  A subtile that
+// ends past hi gets its V rows and V scales past hi zeroed once they land
+// (those rows hold other keys or padding: P is 0 there, and 0 times a NaN
+// code or scale would not be).
+template <int D, int KIND, int NR, int KG, bool TM>
+__global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 3 : 2)
+    kt_kernel(const dparams p, const __grid_constant__ CUtensorMap dmap, const __grid_constant__ CUtensorMap smap) {
     using R = ring::cfg<D, KIND>;
-    using C = kt::cfg<D, KIND, NR>;
+    using C = kt::cfg<D, KIND, NR, TM>;
     using T = __nv_bfloat16;                                                        // q, out
     using PV = typename std::conditional<KIND == TOPS__DEC_E4M3, __half, T>::type; // V and P
-    constexpr int CH = R::CH, CD = R::CD, KPC = R::KPC, RB = R::RB, NS = C::NS, ROWS = C::ROWS;
+    constexpr int CH = R::CH, CD = R::CD, KPC = R::KPC, RB = R::RB, NS = C::NS, ROWS = C::ROWS, STAGE = C::STAGE;
     constexpr int MT = D / 16, OP = D + 4, MPC = CD / 16; // V m-tiles: all, a chunk
+    // FOLD: int4 K in groups of 32 (a chunk each) enter the mma as the magic
+    // values themselves, 1032 + code (low nibbles) and 1152 + 16 code (high
+    // ones, against q / 16), the group's sum starting from minus q's offset
+    // (qoff) instead of each pair's fma taking the magic off.
+    constexpr bool FOLD = KIND == TOPS__DEC_I4 && KG == 32;
     extern __shared__ uint4 smem[];
     uint2 *qb = reinterpret_cast<uint2 *>(smem); // [D / 16][NR][32]
     float *mw = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(smem) + C::QB);
     float *lw = mw + 4 * ROWS;
     float *rowf = lw + 4 * ROWS; // [ROWS] a row's power-of-two factor of q
-    unsigned char *ringb = reinterpret_cast<unsigned char *>(rowf + ROWS);
+    float *qoff = rowf + ROWS;                                           // FOLD: [D / 32][ROWS]
+    uint64_t *bars = reinterpret_cast<uint64_t *>(qoff + (D / 32) * ROWS); // TM: full [NS], empty [NS]
+    unsigned char *ringb = reinterpret_cast<unsigned char *>(bars) + C::BARS;
+    if constexpr (TM) ringb += (C::ALIGN - (uint32_t)__cvta_generic_to_shared(ringb) % C::ALIGN) % C::ALIGN;
     float *ow = reinterpret_cast<float *>(ringb); // after the loop
 
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gid = lane >> 2, t = lane & 3;
     const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv, split = blockIdx.y, r0 = blockIdx.z * ROWS;
+    uint64_t *full = bars, *empty = bars + NS;
+    (void)full, (void)empty;
+#if defined(__CUDA_ARCH__) && !KT_TMA
+    if constexpr (TM) __trap(); // the host launches TM on sm_90 only
+#endif
+#if KT_TMA
+    if constexpr (TM) {
+        if (tid == 0) {
+#pragma unroll
+            for (int s = 0; s < NS; s++) tops_cu::sm90::mbar_init(&full[s], 1), tops_cu::sm90::mbar_init(&empty[s], 4);
+            tops_cu::sm90::mbar_init_fence();
+        }
+        __syncthreads();
+        tops_cu::sm90::grid_dep_wait();   // a programmatic dependent: q, the cache and the lengths are written
+        tops_cu::sm90::grid_dep_launch(); // merge_kernel may launch (it waits for this grid)
+    }
+#endif
     const seqlens sl = seq_of(p, b);
+    const ring::span sp = ring::span_of(p, sl, b, hk, split, warp);
+    const int lo = sp.lo, hi = sp.hi, first = sp.first;
+    // TM: every warp takes every stage of the CTA's keys (a subtile past hi computes nothing)
+    const int nsub = TM ? (lo < hi ? (hi - lo + 63) / 64 : 0) : sp.nsub;
+    const bool kg = sp.kscp != nullptr, vg = sp.vscp != nullptr;
+    const int ksb = p.ksbytes, vsb = p.vsbytes;
+    unsigned char *wring = ringb + (TM ? 0 : warp * NS * STAGE);
+    const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
+    // TM: stage j (keys lo + 64 j ..) into its slot (one lane)
+    auto tissue = [&](int j) {
+#if KT_TMA
+        if constexpr (TM) {
+            const int st = j % NS, key0 = lo + 64 * j;
+            unsigned char *d = wring + st * STAGE;
+            tops_cu::sm90::mbar_expect_tx(&full[st], 128 * RB + (kg ? 128 * ksb : 0));
+            tops_cu::sm90::tma_load_5d(d, &dmap, &full[st], 0, key0, 0, hk, b);
+            if (kg) tops_cu::sm90::tma_load_4d(d + 128 * RB, &smap, &full[st], key0 * p.tm_sx, 0, hk, b);
+        }
+#else
+        (void)j;
+#endif
+    };
+    if constexpr (TM) {
+        if (lane == 0)
+            for (int j = warp; j < NS - 1 && j < nsub; j += 4) tissue(j);
+    }
 
     auto qval = [&](int row, int d) { return qvalue<T>(p, sl, b, hk, row, d); };
     row_factors<T, D>(p, sl, b, hk, r0, ROWS, rowf);
@@ -1165,10 +1247,25 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
         }
         uint32_t w = 0;
         if (row < sl.rows) {
-            const float inv = 1.0f / rowf[rr]; // exact: a power of two
+            const float inv = (FOLD && bs ? 0.0625f : 1.0f) / rowf[rr]; // exact: a power of two
             w = pack2<__half>(qval(row, d0) * inv, qval(row, d1) * inv);
         }
         reinterpret_cast<uint32_t *>(qb)[e] = w;
+    }
+    if constexpr (FOLD) { // a group's offset a row, from its fragments: 1032 q (low nibbles), 1152 q / 16 (high ones)
+        __syncthreads();
+        for (int e = tid; e < (D / 32) * ROWS; e += kThreads) {
+            const int g = e / ROWS, rr = e % ROWS, nr = rr / 8, ln0 = 4 * (rr % 8);
+            float o = 0.0f;
+#pragma unroll
+            for (int w = 0; w < 16; w++) { // k-step 2 g + (w >> 3), lane ln0 + (w >> 1) % 4, register w % 2
+                const int kk = 2 * g + (w >> 3), ln = ln0 + ((w >> 1) & 3);
+                const uint32_t x = reinterpret_cast<const uint32_t *>(qb)[((kk * NR + nr) * 32 + ln) * 2 + (w & 1)];
+                const float2 h = __half22float2(*reinterpret_cast<const __half2 *>(&x));
+                o += (w & 1 ? 1152.0f : 1032.0f) * (h.x + h.y);
+            }
+            qoff[e] = -o;
+        }
     }
 
     // this thread's rows: 8 nr + 2t + h
@@ -1184,16 +1281,10 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
             pos[nr][h] = (rv[nr][h] ? row % sl.sq : 0) + sl.sk - sl.sq;
             lf[nr][h] = p.sl * rowf[rr], cf[nr][h] = p.cap_in * rowf[rr];
         }
-    const ring::span sp = ring::span_of(p, sl, b, hk, split, warp);
-    const int lo = sp.lo, hi = sp.hi, first = sp.first, nsub = sp.nsub;
-    const bool kg = sp.kscp != nullptr, vg = sp.vscp != nullptr;
-    const int ksb = p.ksbytes, vsb = p.vsbytes;
     const int kgm = kg ? (1 << p.kgs) - 1 : D - 1, vgm = vg ? (1 << p.vgs) - 1 : D - 1; // group masks
 
-    unsigned char *wring = ringb + warp * NS * R::STAGE;
-    const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
     ring::feed<D, KIND> fd(p, sp, lane);
-    auto issue = [&](int st) { fd.issue(wring_s + st * R::STAGE); };
+    auto issue = [&](int st) { fd.issue(wring_s + st * STAGE); };
 
     float m[NR][2], l[NR][2];
     float o[MT][NR][4];
@@ -1204,25 +1295,65 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
 #pragma unroll
         for (int nr = 0; nr < NR; nr++) o[i][nr][0] = o[i][nr][1] = o[i][nr][2] = o[i][nr][3] = 0.0f;
 
+    if constexpr (!TM) {
 #pragma unroll
-    for (int s = 0; s < NS - 1; s++) {
-        if (s < nsub) issue(s);
-        ring::commit();
+        for (int s = 0; s < NS - 1; s++) {
+            if (s < nsub) issue(s);
+            ring::commit();
+        }
     }
     __syncthreads(); // q's fragments
 
     int rd = 0, wr = NS - 1;
+    uint32_t ph = 0; // TM: the parity of stage rd's current fill
     for (int i = 0; i < nsub; i++) {
-        if (i + NS - 1 < nsub) issue(wr);
-        ring::commit();
-        ring::wait<NS - 1>();
-        __syncwarp();
-        const int js = first + 64 * i;
-        const unsigned char *stp = wring + rd * R::STAGE;
-        const uint32_t ks_s = wring_s + rd * R::STAGE, vs_s = ks_s + 16 * RB;
+        const int js = TM ? lo + 64 * i + 16 * warp : first + 64 * i;
+        unsigned char *stp = wring + rd * STAGE;
+        if constexpr (TM) {
+#if KT_TMA
+            const int j = i + NS - 1; // the stage to issue, into slot wr
+            if (lane == 0 && j < nsub && (j & 3) == warp) {
+                if (j >= NS) tops_cu::sm90::mbar_wait(&empty[wr], ((j / NS) - 1) & 1); // its slot released
+                tissue(j);
+            }
+            tops_cu::sm90::mbar_wait(&full[rd], ph);
+            if (js + 16 > hi && js < hi) { // past hi: V rows and V scales zeroed
+                const int nk = hi - js;
+                unsigned char *vr0 = stp + (p.tm_kfirst ? 64 * RB : 0) + 16 * warp * RB,
+                              *vs0 = stp + 128 * RB + (p.tm_sfirst ? 64 * ksb : 0) + 16 * warp * ksb;
+                for (int e = nk * (RB / 16) + lane; e < RB; e += 32)
+                    *reinterpret_cast<uint4 *>(vr0 + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
+                if (vg)
+                    for (int e = nk * ksb + lane; e < 16 * ksb; e += 32) vs0[e] = 0;
+                __syncwarp();
+            }
+#endif
+        } else {
+            if (i + NS - 1 < nsub) issue(wr);
+            ring::commit();
+            ring::wait<NS - 1>();
+            __syncwarp();
+        }
+        uint32_t ks_s = wring_s + rd * STAGE, vs_s = ks_s + 16 * RB;
         const unsigned char *ksc = stp + 32 * RB, *vsc = ksc + 16 * R::SCB;
+        if constexpr (TM) { // the warp's rows, the boxes' order
+            ks_s += (p.tm_kfirst ? 0 : 64 * RB) + 16 * warp * RB;
+            vs_s = wring_s + rd * STAGE + (p.tm_kfirst ? 64 * RB : 0) + 16 * warp * RB;
+            ksc = stp + 128 * RB + (p.tm_sfirst ? 0 : 64 * ksb) + 16 * warp * ksb;
+            vsc = stp + 128 * RB + (p.tm_sfirst ? 64 * ksb : 0) + 16 * warp * ksb;
+        }
+        const int cs = rd; // the slot read
+        (void)cs;
         wr = wr + 1 == NS ? 0 : wr + 1;
         rd = rd + 1 == NS ? 0 : rd + 1;
+        ph ^= rd == 0 ? 1u : 0u;
+#if KT_TMA
+        if (TM && js >= hi) { // a subtile past hi: the slot released, nothing computed
+            __syncwarp();
+            if (lane == 0) tops_cu::sm90::mbar_arrive(&empty[cs]);
+            continue;
+        }
+#endif
 
         // K (keys 8 kh + gid) and V (keys 8 kh + 2t, + 1) fragments: [kh][chunk]
         uint32_t kr[2][CH], vr[2][CH];
@@ -1256,9 +1387,22 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
 #pragma unroll
         for (int c = 0; c < CH; c++) {
             uint32_t kw[2][2 * KPC];
+            if constexpr (FOLD) { // the group's sums start at minus q's offsets
+#pragma unroll
+                for (int nr = 0; nr < NR; nr++) {
+                    const float2 o2 = *reinterpret_cast<const float2 *>(qoff + c * ROWS + 8 * nr + 2 * t);
+                    part[0][nr][0] = o2.x, part[0][nr][1] = o2.y, part[0][nr][2] = o2.x, part[0][nr][3] = o2.y;
+                }
+            }
 #pragma unroll
             for (int kh = 0; kh < 2; kh++) {
-                if constexpr (R::BITS == 4) {
+                if constexpr (FOLD) {
+                    const uint32_t x = kr[kh][c], y = x >> 8;
+                    kw[kh][0] = ring::lop_xor(x, 0x000F000Fu, 0x64086408u); // 1032 + code
+                    kw[kh][1] = ring::lop_xor(x, 0x00F000F0u, 0x64806480u); // 1152 + 16 code
+                    kw[kh][2] = ring::lop_xor(y, 0x000F000Fu, 0x64086408u);
+                    kw[kh][3] = ring::lop_xor(y, 0x00F000F0u, 0x64806480u);
+                } else if constexpr (R::BITS == 4) {
                     ring::dec_i4(kw[kh], kr[kh][c]);
                 } else {
                     kw[kh][0] = ring::dec8<KIND>(kr[kh][c], 0, 1);
@@ -1300,16 +1444,19 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
         const bool whole = js + 16 <= hi && (!p.causal || js + 15 <= sl.sk - sl.sq) &&
                            (p.window <= 0 || (js > sl.sk - 1 - p.window && (p.causal || js + 15 < sl.sk - sl.sq + p.window)));
         const bool plain = whole && p.cap_out == 0.0f;
-        float alpha[NR][2];
-        bool moved = false;
+        // Lazy rescaling: the running max m moves (a reduction over the
+        // row's lanes, O rescaled) only where a logit exceeds it by more than
+        // 8 (log2 units); otherwise P = 2^(x - m) <= 256 against the old m.
+        float mx[NR][2], alpha[NR][2], base[NR][2];
+        bool up = false;
 #pragma unroll
         for (int nr = 0; nr < NR; nr++) {
-            float mx[2] = {-INFINITY, -INFINITY};
+            mx[nr][0] = mx[nr][1] = -INFINITY;
             if (plain) { // every key visible, no softcap: one branch a subtile
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     s[nr][e] *= lf[nr][e & 1];
-                    mx[e & 1] = fmaxf(mx[e & 1], s[nr][e]);
+                    mx[nr][e & 1] = fmaxf(mx[nr][e & 1], s[nr][e]);
                 }
             } else {
 #pragma unroll
@@ -1323,27 +1470,36 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
                         x = ok ? x : -INFINITY;
                     }
                     s[nr][e] = x;
-                    mx[h] = fmaxf(mx[h], x);
+                    mx[nr][h] = fmaxf(mx[nr][h], x);
+                }
+            }
+            up = up || mx[nr][0] > m[nr][0] + 8.0f || mx[nr][1] > m[nr][1] + 8.0f;
+        }
+        const bool moved = __any_sync(0xffffffffu, up);
+#pragma unroll
+        for (int nr = 0; nr < NR; nr++) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                if (moved) {
+                    float x = mx[nr][h];
+                    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 4));
+                    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 8));
+                    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 16));
+                    const float mn = fmaxf(m[nr][h], x);
+                    base[nr][h] = mn == -INFINITY ? 0.0f : mn;
+                    alpha[nr][h] = kt::ex2(m[nr][h] - base[nr][h]);
+                    m[nr][h] = mn;
+                } else {
+                    base[nr][h] = m[nr][h] == -INFINITY ? 0.0f : m[nr][h];
+                    alpha[nr][h] = 1.0f;
                 }
             }
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 4));
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 8));
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 16));
-                const float mn = fmaxf(m[nr][h], mx[h]);
-                const float base = mn == -INFINITY ? 0.0f : mn;
-                alpha[nr][h] = kt::ex2(m[nr][h] - base);
-                moved = moved || alpha[nr][h] != 1.0f;
-                m[nr][h] = mn;
-                mx[h] = base;
-            }
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[nr][e] = kt::ex2(s[nr][e] - mx[e & 1]);
+            for (int e = 0; e < 4; e++) s[nr][e] = kt::ex2(s[nr][e] - base[nr][e & 1]);
             l[nr][0] = l[nr][0] * alpha[nr][0] + (s[nr][0] + s[nr][2]);
             l[nr][1] = l[nr][1] * alpha[nr][1] + (s[nr][1] + s[nr][3]);
         }
-        if (__any_sync(0xffffffffu, moved)) { // the running max moved
+        if (moved) { // the running max moved (a warp-uniform branch)
 #pragma unroll
             for (int i2 = 0; i2 < MT; i2++)
 #pragma unroll
@@ -1382,8 +1538,12 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
             uint32_t vw[2][2 * MPC];
 #pragma unroll
             for (int kh = 0; kh < 2; kh++) {
-                if constexpr (R::BITS == 4) {
-                    kt::dec_i4_bf16(vw[kh], vr[kh][c]);
+                if constexpr (R::BITS == 4) { // 136 + code (bf16, exact); the -136 by a second mma
+                    const uint32_t x = vr[kh][c];
+                    vw[kh][0] = ring::lop_xor(x, 0x000F000Fu, 0x43084308u);
+                    vw[kh][1] = ring::lop_xor(x >> 4, 0x000F000Fu, 0x43084308u);
+                    vw[kh][2] = ring::lop_xor(x >> 8, 0x000F000Fu, 0x43084308u);
+                    vw[kh][3] = ring::lop_xor(x >> 12, 0x000F000Fu, 0x43084308u);
                 } else if constexpr (KIND == TOPS__DEC_I8) {
                     vw[kh][0] = kt::dec_i8_bf16(vr[kh][c], 0, 2);
                     vw[kh][1] = kt::dec_i8_bf16(vr[kh][c], 1, 3);
@@ -1396,10 +1556,19 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
             for (int u = 0; u < MPC; u++) {
                 const uint32_t a[4] = {vw[0][2 * u], vw[0][2 * u + 1], vw[1][2 * u], vw[1][2 * u + 1]};
 #pragma unroll
-                for (int nr = 0; nr < NR; nr++) mma<PV>(o[c * MPC + u][nr], a, pb[nr][0], pb[nr][1]);
+                for (int nr = 0; nr < NR; nr++) {
+                    mma<PV>(o[c * MPC + u][nr], a, pb[nr][0], pb[nr][1]);
+                    if constexpr (R::BITS == 4) { // minus 136 x the group's P column sums
+                        const uint32_t m136[4] = {0xC308C308u, 0xC308C308u, 0xC308C308u, 0xC308C308u};
+                        mma<PV>(o[c * MPC + u][nr], m136, pb[nr][0], pb[nr][1]);
+                    }
+                }
             }
         }
         __syncwarp(); // the stage is read: the next issue may refill it
+#if KT_TMA
+        if (TM && lane == 0) tops_cu::sm90::mbar_arrive(&empty[cs]);
+#endif
     }
     ring::wait<0>();
 
@@ -1474,17 +1643,98 @@ static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm) {
 
 static int scale_bytes(int type) { return type == TOPS__DEC_SF32 ? 4 : type == TOPS__DEC_SE8M0 ? 1 : 2; }
 
+// kt_kernel's TMA boxes: K and V rows as one 5-D byte tensor (row bytes
+// rb, keys, {K, V}, kv heads, batch; boxes of 64 keys, swizzled by the
+// row's length), their group scales as one 4-D tensor (keys' scale rows in
+// elements of up to 8 bytes, *sx a key, {K, V}, kv heads, batch; boxes of
+// 64 keys), each based at the lower of the two addresses (*kfirst, *sfirst:
+// K's there); false where the driver or the layouts refuse them (K and V
+// strided alike, their distance a multiple of 16 bytes, group scales on
+// both or neither).
+static bool kt_maps(const tops__cu_decode_args *a, int rb, CUtensorMap *dm, CUtensorMap *sm, int *kfirst, int *sfirst,
+                    int *sx) {
+    const tops__cu_kv &k = a->k, &v = a->v;
+    const CUtensorMapSwizzle sw = rb == 32   ? CU_TENSOR_MAP_SWIZZLE_32B
+                                  : rb == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                             : CU_TENSOR_MAP_SWIZZLE_128B;
+    for (int i = 0; i < 3; i++)
+        if (k.stride[i] != v.stride[i]) return false;
+    // a unit extent's stride is never used: any valid one
+    const long long ss = k.stride[2], sh = a->kv_heads > 1 ? k.stride[1] : ss * a->sk,
+                    sb = a->batch > 1 ? k.stride[0] : sh * a->kv_heads;
+    const uintptr_t ka = (uintptr_t)k.data, va = (uintptr_t)v.data;
+    const unsigned long long dkv = ka < va ? va - ka : ka - va;
+    if (ss < rb || ss % 16 || sh < 16 || sh % 16 || sb < 16 || sb % 16 || dkv == 0 || dkv % 16 ||
+        dkv >= (1ull << 40))
+        return false;
+    *kfirst = ka < va;
+    {
+        const cuuint64_t dims[5] = {(cuuint64_t)rb, (cuuint64_t)a->sk, 2, (cuuint64_t)a->kv_heads, (cuuint64_t)a->batch};
+        const cuuint64_t strides[4] = {(cuuint64_t)ss, (cuuint64_t)dkv, (cuuint64_t)sh, (cuuint64_t)sb};
+        const cuuint32_t box[5] = {(cuuint32_t)rb, 64, 2, 1, 1};
+        if (!tops_cu::sm90::encode_tiled(dm, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, ka < va ? k.data : v.data, dims, strides,
+                                         box, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
+            return false;
+    }
+    *sfirst = 1;
+    const bool kg = k.mode == TOPS__DEC_SC_GROUP, vg = v.mode == TOPS__DEC_SC_GROUP;
+    if (kg != vg) return false;
+    if (!kg) return true;
+    const long long es = scale_bytes(k.scale_type);
+    if (v.scale_type != k.scale_type) return false;
+    for (int i = 0; i < 4; i++)
+        if (k.sstride[i] != v.sstride[i]) return false;
+    const long long kb = k.sstride[2] * es; // a key's scale row
+    const long long shs = a->kv_heads > 1 ? k.sstride[1] * es : kb * a->sk,
+                    sbs = a->batch > 1 ? k.sstride[0] * es : shs * a->kv_heads;
+    const uintptr_t kas = (uintptr_t)k.scales, vas = (uintptr_t)v.scales;
+    const unsigned long long dks = kas < vas ? vas - kas : kas - vas;
+    if (kb < 1 || kb > 16 || (kb & (kb - 1)) || shs < 16 || shs % 16 || sbs < 16 || sbs % 16 || dks == 0 ||
+        dks % 16 || dks >= (1ull << 40))
+        return false;
+    const long long se = kb < 8 ? kb : 8; // element bytes
+    const CUtensorMapDataType et = se == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                   : se == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                                   : se == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                             : CU_TENSOR_MAP_DATA_TYPE_UINT64;
+    *sfirst = kas < vas;
+    *sx = (int)(kb / se);
+    const cuuint64_t dims[4] = {(cuuint64_t)(kb / se * a->sk), 2, (cuuint64_t)a->kv_heads, (cuuint64_t)a->batch};
+    const cuuint64_t strides[3] = {(cuuint64_t)dks, (cuuint64_t)shs, (cuuint64_t)sbs};
+    const cuuint32_t box[4] = {(cuuint32_t)(64 * kb / se), 2, 1, 1};
+    return tops_cu::sm90::encode_tiled(sm, et, 4, kas < vas ? k.scales : v.scales, dims, strides, box,
+                                       CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+}
+
 // VAR: 0 decode_kernel, 1 ring_kernel, 2 / 3 kt_kernel with 8 / 16 rows a
 // CTA (1..3: KIND a plain TOPS__DEC_* code; 2, 3: bf16 q, KG its groups).
 template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launch(const tops__cu_decode_args *a) {
     cudaStream_t stream = reinterpret_cast<cudaStream_t>(a->stream);
-    void (*kern)(const dparams);
+    dparams p;
+    memset(&p, 0, sizeof p);
+    void (*kern)(const dparams) = nullptr;
+    void (*ktk)(const dparams, const CUtensorMap, const CUtensorMap) = nullptr;
     size_t smem;
     constexpr int rows_cta = VAR >= 2 ? 8 * (VAR - 1) : kRows;
+    CUtensorMap dmap, smap; // kt_kernel's TMA boxes (tm): K and V rows, their scales
+    memset(&dmap, 0, sizeof dmap);
+    memset(&smap, 0, sizeof smap);
+    bool tm = false;
     if constexpr (VAR >= 2) {
         static_assert(std::is_same<T, __nv_bfloat16>::value, "kt_kernel reads bf16 q");
-        kern = kt_kernel<D, KIND, VAR - 1, KG>;
-        smem = (size_t)kt::cfg<D, KIND, VAR - 1>::SMEM;
+        constexpr int NR = VAR - 1;
+        if constexpr (kt::tma_ok<D, KIND>())
+            tm = env_int("TOPS_CUDA_ATTN_TMA", 1) != 0 && tops_cu::device_is_sm90a() &&
+                 kt_maps(a, ring::cfg<D, KIND>::RB, &dmap, &smap, &p.tm_kfirst, &p.tm_sfirst, &p.tm_sx);
+        if (tm) {
+            if constexpr (kt::tma_ok<D, KIND>()) {
+                ktk = kt_kernel<D, KIND, NR, KG, true>;
+                smem = (size_t)kt::cfg<D, KIND, NR, true>::SMEM;
+            }
+        } else {
+            ktk = kt_kernel<D, KIND, NR, KG, false>;
+            smem = (size_t)kt::cfg<D, KIND, NR>::SMEM;
+        }
     } else if constexpr (VAR == 1) {
         kern = ring_kernel<T, D, KIND>;
         smem = (size_t)ring::cfg<D, KIND>::SMEM;
@@ -1492,17 +1742,17 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         kern = decode_kernel<T, D, KIND>;
         smem = smem_bytes<D>();
     }
-    static int per_sm = 0;
+    static int per_sm_of[2] = {0, 0};
+    int &per_sm = per_sm_of[tm ? 1 : 0];
     cudaError_t err;
     if (per_sm == 0) {
-        if ((err = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
+        const void *fn = ktk ? reinterpret_cast<const void *>(ktk) : reinterpret_cast<const void *>(kern);
+        if ((err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
             return (int)err;
         int n = 0;
-        if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kern, kThreads, smem)) != cudaSuccess) return (int)err;
+        if ((err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, kThreads, smem)) != cudaSuccess) return (int)err;
         per_sm = n > 0 ? n : 1;
     }
-    dparams p;
-    memset(&p, 0, sizeof p);
     p.q = a->q;
     p.out = a->out;
     p.qsb = a->q_stride[0], p.qsh = a->q_stride[1], p.qss = a->q_stride[2];
@@ -1558,12 +1808,17 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         p.ws = ws;
     }
     if (p.kps < 1) p.kps = 1;
-    kern<<<dim3(bhs, p.nsplit, chunks), kThreads, smem, stream>>>(p);
-    err = cudaGetLastError();
-    if (err == cudaSuccess && p.nsplit > 1) {
-        int ys = (p.rows * D + 255) / 256;
-        merge_kernel<T, D><<<dim3(bhs, ys), 256, 0, stream>>>(p, bhs);
+    const dim3 grid((unsigned)bhs, (unsigned)p.nsplit, (unsigned)chunks);
+    if (ktk) {
+        err = tops_cu::launch_kernel(ktk, grid, dim3(kThreads), smem, stream, tm, 1, p, dmap, smap);
+    } else {
+        kern<<<grid, kThreads, smem, stream>>>(p);
         err = cudaGetLastError();
+    }
+    if (err == cudaSuccess && p.nsplit > 1) {
+        // tm: a programmatic dependent of kt_kernel (waits for it in grid_dep_wait)
+        const unsigned ys = (unsigned)((p.rows * D + 255) / 256);
+        err = tops_cu::launch_kernel(merge_kernel<T, D>, dim3((unsigned)bhs, ys), dim3(256), 0, stream, tm, 1, p, bhs);
     }
     if (ws) {
         cudaError_t e2 = cudaFreeAsync(ws, stream);

@@ -96,6 +96,15 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, u
                  : "memory");
 }
 
+// 5-D tensor tile at (x0 innermost, y0, z0, w0, v0) into shared memory, completing on bar.
+__device__ __forceinline__ void tma_load_5d(void *dst, const CUtensorMap *map, uint64_t *bar, int x0, int y0, int z0,
+                                            int w0, int v0) {
+    asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
+                 "%6, %7}], [%2];" ::"r"(smem_addr(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(x0), "r"(y0), "r"(z0), "r"(w0), "r"(v0)
+                 : "memory");
+}
+
 // The same 2-D tile into this shared-memory offset of every CTA of the
 // cluster in cta_mask, completing on each one's barrier at bar's offset.
 __device__ __forceinline__ void tma_load_2d_multicast(void *dst, const CUtensorMap *map, uint64_t *bar, int x0, int y0,
