@@ -219,6 +219,20 @@ __device__ __forceinline__ void decode_row(uint32_t *w, const uint32_t *r, const
     }
 }
 
+// Output (row, d) of CTA (b, hk) from its merged sums L and O.
+template <typename T>
+__device__ __forceinline__ void put_out(const dparams &p, const seqlens &sl, int b, int hk, int row, int d, float L,
+                                        float O) {
+    float val = L == 0.0f ? 0.0f : O / L;
+    val *= p.ts_v;
+    if (p.vmode == TOPS__DEC_SC_CHANNEL)
+        val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
+    const int hh = row / sl.sq, i = row % sl.sq;
+    T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
+            (sl.q0 + i) * p.oss + d;
+    *op = from_f32<T>(val);
+}
+
 // The CTA's warps meet: each warp's (m, l) in mw / lw [4][rows] and O in ow
 // [4][rows][D + 4], combined in warp order; then the output (one split) or
 // the split's partial (m, l, O) in the workspace.  Same bits every run.
@@ -243,14 +257,7 @@ __device__ __forceinline__ void finish_rows(const dparams &p, const seqlens &sl,
             }
         }
         if (p.nsplit == 1) {
-            float val = L == 0.0f ? 0.0f : O / L;
-            val *= p.ts_v;
-            if (p.vmode == TOPS__DEC_SC_CHANNEL)
-                val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
-            const int hh = grow / sl.sq, i = grow % sl.sq;
-            T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
-                    (sl.q0 + i) * p.oss + d;
-            *op = from_f32<T>(val);
+            put_out<T>(p, sl, b, hk, grow, d, L, O);
         } else {
             const long long idx = ((long long)bh * p.nsplit + split) * p.rows + grow;
             if (d == 0) {
@@ -578,14 +585,7 @@ template <typename T, int D> __global__ void __launch_bounds__(256) merge_kernel
                 L += p.ws[2 * idx + 1] * f;
                 O += p.ws[nml + idx * D + d] * f;
             }
-        float val = L == 0.0f ? 0.0f : O / L;
-        val *= p.ts_v;
-        if (p.vmode == TOPS__DEC_SC_CHANNEL)
-            val *= load_scale(p.vsc, (long long)b * p.vc[0] + (long long)hk * p.vc[1] + (long long)d * p.vc[3], p.vst);
-        const int hh = row / sl.sq, i = row % sl.sq;
-        T *op = reinterpret_cast<T *>(p.out) + (long long)b * p.osb + (long long)(hk * p.group + hh) * p.osh +
-                (sl.q0 + i) * p.oss + d;
-        *op = from_f32<T>(val);
+        put_out<T>(p, sl, b, hk, row, d, L, O);
     }
 }
 
@@ -1628,12 +1628,14 @@ static void fill_kv(const tops__cu_kv &kv, const unsigned char **data, long long
     *gs = kv.mode == TOPS__DEC_SC_GROUP ? ilog2(kv.group) : 31;
 }
 
-// Splits: enough CTAs to fill the GPU once (CTAs resident a SM x SMs), at
-// least 256 keys a split.
-static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm) {
+// Splits: enough CTAs to fill the GPU once (CTAs resident a SM x SMs; the
+// TMA kt_kernel three quarters of it: its CTAs' fixed costs against an
+// SM's fourth), at least 256 keys a split.
+static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm, bool tm) {
     int want = env_int("TOPS_CUDA_ATTN_SPLITS", a->splits);
     if (want <= 0) {
-        const int slots = per_sm * tops__cuda_sm_count(-1);
+        int slots = per_sm * tops__cuda_sm_count(-1);
+        if (tm && per_sm >= 4) slots = slots * 3 / 4;
         want = bhc >= slots ? 1 : slots / bhc;
     }
     const int most = (int)((a->sk + 255) / 256);
@@ -1777,7 +1779,7 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         p.sl = sk_scale * log2e;
     }
     const int bhs = (int)(a->batch * a->kv_heads), chunks = (p.rows + rows_cta - 1) / rows_cta;
-    p.nsplit = choose_splits(a, bhs * chunks, per_sm);
+    p.nsplit = choose_splits(a, bhs * chunks, per_sm, tm);
     p.kps = (int)((a->sk + p.nsplit - 1) / p.nsplit);
     p.kps = (p.kps + 15) / 16 * 16;
     p.nsplit = (int)((a->sk + p.kps - 1) / p.kps);
@@ -1798,16 +1800,16 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         p.cu_q = a->cu_q ? lens + nb : nullptr;
         p.cu_k = a->cu_q ? lens + 2 * nb + 1 : nullptr;
     }
+    if (p.kps < 1) p.kps = 1;
     if (p.nsplit > 1) {
         const size_t bytes = (size_t)bhs * p.nsplit * p.rows * (2 + D) * sizeof(float);
         if ((err = cudaMallocAsync(reinterpret_cast<void **>(&ws), bytes, stream)) != cudaSuccess) {
             (void)cudaGetLastError();
             p.nsplit = 1; // no memory pool: one split needs no workspace
-            p.kps = (int)a->sk;
+            p.kps = a->sk > 0 ? (int)a->sk : 1;
         }
         p.ws = ws;
     }
-    if (p.kps < 1) p.kps = 1;
     const dim3 grid((unsigned)bhs, (unsigned)p.nsplit, (unsigned)chunks);
     if (ktk) {
         err = tops_cu::launch_kernel(ktk, grid, dim3(kThreads), smem, stream, tm, 1, p, dmap, smap);
