@@ -1708,6 +1708,15 @@ static bool kt_maps(const tops__cu_decode_args *a, int rb, CUtensorMap *dm, CUte
                                        CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
 }
 
+// Whether a kt_kernel call runs on TMA stages (sm_90, rows of at most 128
+// bytes, the boxes encodable; TOPS_CUDA_ATTN_TMA=0: never), the boxes then
+// in *dm / *sm.
+static bool kt_tma(const tops__cu_decode_args *a, CUtensorMap *dm, CUtensorMap *sm, int *kfirst, int *sfirst, int *sx) {
+    const int rb = (int)(a->d * (a->kind == TOPS__DEC_I4 ? 4 : 8) / 8);
+    return rb <= 128 && env_int("TOPS_CUDA_ATTN_TMA", 1) != 0 && tops_cu::device_is_sm90a() &&
+           kt_maps(a, rb, dm, sm, kfirst, sfirst, sx);
+}
+
 // VAR: 0 decode_kernel, 1 ring_kernel, 2 / 3 kt_kernel with 8 / 16 rows a
 // CTA (1..3: KIND a plain TOPS__DEC_* code; 2, 3: bf16 q, KG its groups).
 template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launch(const tops__cu_decode_args *a) {
@@ -1726,8 +1735,7 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         static_assert(std::is_same<T, __nv_bfloat16>::value, "kt_kernel reads bf16 q");
         constexpr int NR = VAR - 1;
         if constexpr (kt::tma_ok<D, KIND>())
-            tm = env_int("TOPS_CUDA_ATTN_TMA", 1) != 0 && tops_cu::device_is_sm90a() &&
-                 kt_maps(a, ring::cfg<D, KIND>::RB, &dmap, &smap, &p.tm_kfirst, &p.tm_sfirst, &p.tm_sx);
+            tm = kt_tma(a, &dmap, &smap, &p.tm_kfirst, &p.tm_sfirst, &p.tm_sx);
         if (tm) {
             if constexpr (kt::tma_ok<D, KIND>()) {
                 ktk = kt_kernel<D, KIND, NR, KG, true>;
@@ -1937,7 +1945,9 @@ extern "C" int tops__cu_decode_launch(const tops__cu_decode_args *a) {
 extern "C" void tops__cu_decode_name(const tops__cu_decode_args *a, char *buf, size_t cap) {
     static const char *const kinds[] = {"kv16", "e4m3", "i8", "i4"};
     const bool kt = kt_takes(a);
-    snprintf(buf, cap, "flash-decode %s d%d %s%s", kt ? (kt_g32(a) ? "kt g32" : "kt") : ring_takes(a) ? "ring" : "mma", a->d,
-             kinds[a->kind & 3],
-             a->bf16 ? " bf16" : " f16");
+    CUtensorMap dm, sm;
+    int kf = 0, sf = 0, sx = 0;
+    const bool tm = kt && kt_tma(a, &dm, &sm, &kf, &sf, &sx);
+    snprintf(buf, cap, "flash-decode %s%s d%d %s%s", kt ? (kt_g32(a) ? "kt g32" : "kt") : ring_takes(a) ? "ring" : "mma",
+             tm ? " tma" : "", a->d, kinds[a->kind & 3], a->bf16 ? " bf16" : " f16");
 }
