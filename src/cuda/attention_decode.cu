@@ -1304,6 +1304,11 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
     }
     __syncthreads(); // q's fragments
 
+    // the warp's K and V rows and their scale rows within a stage (TM: the boxes' order)
+    const int kro = TM ? (p.tm_kfirst ? 0 : 64 * RB) + 16 * warp * RB : 0;
+    const int vro = TM ? (p.tm_kfirst ? 64 * RB : 0) + 16 * warp * RB : 16 * RB;
+    const int kso = TM ? 128 * RB + (p.tm_sfirst ? 0 : 64 * ksb) + 16 * warp * ksb : 32 * RB;
+    const int vso = TM ? 128 * RB + (p.tm_sfirst ? 64 * ksb : 0) + 16 * warp * ksb : 32 * RB + 16 * R::SCB;
     int rd = 0, wr = NS - 1;
     uint32_t ph = 0; // TM: the parity of stage rd's current fill
     for (int i = 0; i < nsub; i++) {
@@ -1319,12 +1324,10 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
             tops_cu::sm90::mbar_wait(&full[rd], ph);
             if (js + 16 > hi && js < hi) { // past hi: V rows and V scales zeroed
                 const int nk = hi - js;
-                unsigned char *vr0 = stp + (p.tm_kfirst ? 64 * RB : 0) + 16 * warp * RB,
-                              *vs0 = stp + 128 * RB + (p.tm_sfirst ? 64 * ksb : 0) + 16 * warp * ksb;
                 for (int e = nk * (RB / 16) + lane; e < RB; e += 32)
-                    *reinterpret_cast<uint4 *>(vr0 + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
+                    *reinterpret_cast<uint4 *>(stp + vro + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
                 if (vg)
-                    for (int e = nk * ksb + lane; e < 16 * ksb; e += 32) vs0[e] = 0;
+                    for (int e = nk * ksb + lane; e < 16 * ksb; e += 32) stp[vso + e] = 0;
                 __syncwarp();
             }
 #endif
@@ -1334,14 +1337,8 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
             ring::wait<NS - 1>();
             __syncwarp();
         }
-        uint32_t ks_s = wring_s + rd * STAGE, vs_s = ks_s + 16 * RB;
-        const unsigned char *ksc = stp + 32 * RB, *vsc = ksc + 16 * R::SCB;
-        if constexpr (TM) { // the warp's rows, the boxes' order
-            ks_s += (p.tm_kfirst ? 0 : 64 * RB) + 16 * warp * RB;
-            vs_s = wring_s + rd * STAGE + (p.tm_kfirst ? 64 * RB : 0) + 16 * warp * RB;
-            ksc = stp + 128 * RB + (p.tm_sfirst ? 0 : 64 * ksb) + 16 * warp * ksb;
-            vsc = stp + 128 * RB + (p.tm_sfirst ? 64 * ksb : 0) + 16 * warp * ksb;
-        }
+        const uint32_t ks_s = wring_s + rd * STAGE + kro, vs_s = wring_s + rd * STAGE + vro;
+        const unsigned char *ksc = stp + kso, *vsc = stp + vso;
         const int cs = rd; // the slot read
         (void)cs;
         wr = wr + 1 == NS ? 0 : wr + 1;
@@ -1645,6 +1642,21 @@ static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm, boo
 
 static int scale_bytes(int type) { return type == TOPS__DEC_SF32 ? 4 : type == TOPS__DEC_SE8M0 ? 1 : 2; }
 
+// A stride TMA takes: a multiple of 16 bytes, below 2^40.
+static bool tma_stride(unsigned long long x) { return x >= 16 && x % 16 == 0 && x < (1ull << 40); }
+// K's and V's (b, kv head) strides in bytes, a unit extent's (never used)
+// replaced by a valid one; the {K, V} stride, their distance, based at the
+// lower address (*kfirst: K's).  False where TMA cannot take them.
+static bool pair_strides(const tops__cu_decode_args *a, long long row, const void *k, const void *v, long long s0,
+                         long long s1, unsigned long long st[3], const void **base, int *kfirst) {
+    const long long sh = a->kv_heads > 1 ? s1 : row * a->sk, sb = a->batch > 1 ? s0 : sh * a->kv_heads;
+    const uintptr_t ka = (uintptr_t)k, va = (uintptr_t)v;
+    st[0] = ka < va ? va - ka : ka - va, st[1] = (unsigned long long)sh, st[2] = (unsigned long long)sb;
+    *kfirst = ka < va;
+    *base = ka < va ? k : v;
+    return sh > 0 && sb > 0 && tma_stride(st[0]) && tma_stride(st[1]) && tma_stride(st[2]);
+}
+
 // kt_kernel's TMA boxes: K and V rows as one 5-D byte tensor (row bytes
 // rb, keys, {K, V}, kv heads, batch; boxes of 64 keys, swizzled by the
 // row's length), their group scales as one 4-D tensor (keys' scale rows in
@@ -1661,21 +1673,17 @@ static bool kt_maps(const tops__cu_decode_args *a, int rb, CUtensorMap *dm, CUte
                                              : CU_TENSOR_MAP_SWIZZLE_128B;
     for (int i = 0; i < 3; i++)
         if (k.stride[i] != v.stride[i]) return false;
-    // a unit extent's stride is never used: any valid one
-    const long long ss = k.stride[2], sh = a->kv_heads > 1 ? k.stride[1] : ss * a->sk,
-                    sb = a->batch > 1 ? k.stride[0] : sh * a->kv_heads;
-    const uintptr_t ka = (uintptr_t)k.data, va = (uintptr_t)v.data;
-    const unsigned long long dkv = ka < va ? va - ka : ka - va;
-    if (ss < rb || ss % 16 || sh < 16 || sh % 16 || sb < 16 || sb % 16 || dkv == 0 || dkv % 16 ||
-        dkv >= (1ull << 40))
+    const long long ss = k.stride[2];
+    unsigned long long st[3];
+    const void *base;
+    if (ss < rb || ss % 16 || !pair_strides(a, ss, k.data, v.data, k.stride[0], k.stride[1], st, &base, kfirst))
         return false;
-    *kfirst = ka < va;
     {
         const cuuint64_t dims[5] = {(cuuint64_t)rb, (cuuint64_t)a->sk, 2, (cuuint64_t)a->kv_heads, (cuuint64_t)a->batch};
-        const cuuint64_t strides[4] = {(cuuint64_t)ss, (cuuint64_t)dkv, (cuuint64_t)sh, (cuuint64_t)sb};
+        const cuuint64_t strides[4] = {(cuuint64_t)ss, st[0], st[1], st[2]};
         const cuuint32_t box[5] = {(cuuint32_t)rb, 64, 2, 1, 1};
-        if (!tops_cu::sm90::encode_tiled(dm, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, ka < va ? k.data : v.data, dims, strides,
-                                         box, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
+        if (!tops_cu::sm90::encode_tiled(dm, CU_TENSOR_MAP_DATA_TYPE_UINT8, 5, base, dims, strides, box, sw,
+                                         CU_TENSOR_MAP_L2_PROMOTION_L2_128B))
             return false;
     }
     *sfirst = 1;
@@ -1687,25 +1695,20 @@ static bool kt_maps(const tops__cu_decode_args *a, int rb, CUtensorMap *dm, CUte
     for (int i = 0; i < 4; i++)
         if (k.sstride[i] != v.sstride[i]) return false;
     const long long kb = k.sstride[2] * es; // a key's scale row
-    const long long shs = a->kv_heads > 1 ? k.sstride[1] * es : kb * a->sk,
-                    sbs = a->batch > 1 ? k.sstride[0] * es : shs * a->kv_heads;
-    const uintptr_t kas = (uintptr_t)k.scales, vas = (uintptr_t)v.scales;
-    const unsigned long long dks = kas < vas ? vas - kas : kas - vas;
-    if (kb < 1 || kb > 16 || (kb & (kb - 1)) || shs < 16 || shs % 16 || sbs < 16 || sbs % 16 || dks == 0 ||
-        dks % 16 || dks >= (1ull << 40))
+    if (kb < 1 || kb > 16 || (kb & (kb - 1)) ||
+        !pair_strides(a, kb, k.scales, v.scales, k.sstride[0] * es, k.sstride[1] * es, st, &base, sfirst))
         return false;
     const long long se = kb < 8 ? kb : 8; // element bytes
     const CUtensorMapDataType et = se == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                                    : se == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
                                    : se == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
                                              : CU_TENSOR_MAP_DATA_TYPE_UINT64;
-    *sfirst = kas < vas;
     *sx = (int)(kb / se);
     const cuuint64_t dims[4] = {(cuuint64_t)(kb / se * a->sk), 2, (cuuint64_t)a->kv_heads, (cuuint64_t)a->batch};
-    const cuuint64_t strides[3] = {(cuuint64_t)dks, (cuuint64_t)shs, (cuuint64_t)sbs};
+    const cuuint64_t strides[3] = {st[0], st[1], st[2]};
     const cuuint32_t box[4] = {(cuuint32_t)(64 * kb / se), 2, 1, 1};
-    return tops_cu::sm90::encode_tiled(sm, et, 4, kas < vas ? k.scales : v.scales, dims, strides, box,
-                                       CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
+    return tops_cu::sm90::encode_tiled(sm, et, 4, base, dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                       CU_TENSOR_MAP_L2_PROMOTION_L2_128B);
 }
 
 // Whether a kt_kernel call runs on TMA stages (sm_90, rows of at most 128
@@ -1734,17 +1737,11 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
     if constexpr (VAR >= 2) {
         static_assert(std::is_same<T, __nv_bfloat16>::value, "kt_kernel reads bf16 q");
         constexpr int NR = VAR - 1;
-        if constexpr (kt::tma_ok<D, KIND>())
+        if constexpr (kt::tma_ok<D, KIND>()) {
             tm = kt_tma(a, &dmap, &smap, &p.tm_kfirst, &p.tm_sfirst, &p.tm_sx);
-        if (tm) {
-            if constexpr (kt::tma_ok<D, KIND>()) {
-                ktk = kt_kernel<D, KIND, NR, KG, true>;
-                smem = (size_t)kt::cfg<D, KIND, NR, true>::SMEM;
-            }
-        } else {
-            ktk = kt_kernel<D, KIND, NR, KG, false>;
-            smem = (size_t)kt::cfg<D, KIND, NR>::SMEM;
+            if (tm) ktk = kt_kernel<D, KIND, NR, KG, true>, smem = (size_t)kt::cfg<D, KIND, NR, true>::SMEM;
         }
+        if (!tm) ktk = kt_kernel<D, KIND, NR, KG, false>, smem = (size_t)kt::cfg<D, KIND, NR>::SMEM;
     } else if constexpr (VAR == 1) {
         kern = ring_kernel<T, D, KIND>;
         smem = (size_t)ring::cfg<D, KIND>::SMEM;
@@ -1808,16 +1805,16 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         p.cu_q = a->cu_q ? lens + nb : nullptr;
         p.cu_k = a->cu_q ? lens + 2 * nb + 1 : nullptr;
     }
-    if (p.kps < 1) p.kps = 1;
     if (p.nsplit > 1) {
         const size_t bytes = (size_t)bhs * p.nsplit * p.rows * (2 + D) * sizeof(float);
         if ((err = cudaMallocAsync(reinterpret_cast<void **>(&ws), bytes, stream)) != cudaSuccess) {
             (void)cudaGetLastError();
             p.nsplit = 1; // no memory pool: one split needs no workspace
-            p.kps = a->sk > 0 ? (int)a->sk : 1;
+            p.kps = (int)a->sk;
         }
         p.ws = ws;
     }
+    if (p.kps < 1) p.kps = 1;
     const dim3 grid((unsigned)bhs, (unsigned)p.nsplit, (unsigned)chunks);
     if (ktk) {
         err = tops_cu::launch_kernel(ktk, grid, dim3(kThreads), smem, stream, tm, 1, p, dmap, smap);
