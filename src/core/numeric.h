@@ -70,6 +70,17 @@ static inline float tops__f16_to_f32(uint16_t h) {
     return tops__bits_f32(out);
 }
 
+/* The f16 at p (any alignment, host byte order) as f32; v stored there as f16. */
+static inline float tops__f16_at(const void *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return tops__f16_to_f32(h);
+}
+static inline void tops__f16_put(void *p, float v) {
+    const uint16_t h = tops__f32_to_f16(v);
+    memcpy(p, &h, 2);
+}
+
 static inline uint16_t tops__f32_to_bf16(float f) {
     uint32_t x = tops__f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(((x >> 16) & 0x8000u) | 0x7fc0u);

@@ -25,15 +25,6 @@
 
 #define QK 32
 
-static void put_f16(uint8_t *p, float v) {
-    uint16_t h = tops__f32_to_f16(v);
-    memcpy(p, &h, 2);
-}
-static float get_f16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return tops__f16_to_f32(h);
-}
 
 /* (int8_t)t then min(15, .) for the t ggml produces (finite t in [0, 17)). */
 static uint8_t trunc_nibble(float t, uint8_t nan_code) {
@@ -76,14 +67,14 @@ static void q4_0_encode(const float *x, int64_t n, uint8_t *blk) {
             max = b[j];
         }
     float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    put_f16(blk, d);
+    tops__f16_put(blk, d);
     for (int j = 0; j < QK / 2; j++) {
         uint8_t lo = trunc_nibble(b[j] * id + 8.5f, 8), hi = trunc_nibble(b[j + QK / 2] * id + 8.5f, 8);
         blk[2 + j] = (uint8_t)(lo | (hi << 4));
     }
 }
 static void q4_0_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
-    float d = get_f16(blk);
+    float d = tops__f16_at(blk);
     for (int64_t k = 0; k < n; k++) {
         int64_t j = lo + k;
         int q = j < QK / 2 ? (blk[2 + j] & 0xF) : (blk[2 + j - QK / 2] >> 4);
@@ -106,15 +97,15 @@ static void q4_1_encode(const float *x, int64_t n, uint8_t *blk) {
     }
     for (int64_t j = n; j < QK; j++) b[j] = min; /* padding codes 0 */
     float d = (max - min) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    put_f16(blk, d);
-    put_f16(blk + 2, min);
+    tops__f16_put(blk, d);
+    tops__f16_put(blk + 2, min);
     for (int j = 0; j < QK / 2; j++) {
         uint8_t lo = trunc_nibble((b[j] - min) * id + 0.5f, 0), hi = trunc_nibble((b[j + QK / 2] - min) * id + 0.5f, 0);
         blk[4 + j] = (uint8_t)(lo | (hi << 4));
     }
 }
 static void q4_1_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
-    float d = get_f16(blk), m = get_f16(blk + 2);
+    float d = tops__f16_at(blk), m = tops__f16_at(blk + 2);
     for (int64_t k = 0; k < n; k++) {
         int64_t j = lo + k;
         int q = j < QK / 2 ? (blk[4 + j] & 0xF) : (blk[4 + j - QK / 2] >> 4);
@@ -136,14 +127,14 @@ static void q8_0_encode(const float *x, int64_t n, uint8_t *blk) {
         amax = amax > a ? amax : a; /* MAX(amax, |x|) as ggml writes it */
     }
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    put_f16(blk, d);
+    tops__f16_put(blk, d);
     for (int j = 0; j < QK; j++) {
         float r = roundf(b[j] * id);
         blk[2 + j] = (uint8_t)(int8_t)(r == r && fabsf(r) <= 127.0f ? (int)r : 0);
     }
 }
 static void q8_0_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
-    float d = get_f16(blk);
+    float d = tops__f16_at(blk);
     for (int64_t k = 0; k < n; k++) out[k] = (float)(int8_t)blk[2 + lo + k] * d;
 }
 

@@ -35,15 +35,6 @@
 
 static const int8_t kvalues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-static void put_f16(uint8_t *p, float v) {
-    uint16_t h = tops__f32_to_f16(v);
-    memcpy(p, &h, 2);
-}
-static float get_f16(const uint8_t *p) {
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return tops__f16_to_f32(h);
-}
 /* The f32 value the f16 cast of v stores. */
 static float f16_round(float v) { return tops__f16_to_f32(tops__f32_to_f16(v)); }
 
@@ -163,8 +154,8 @@ static void affine_k_encode(const float *x, int64_t n, uint8_t *blk, int five) {
     }
     memset(blk, 0, (size_t)bytes);
     const float d = f16_round(max_scale / 63.0f), dmin = f16_round(max_min / 63.0f);
-    put_f16(blk, d);
-    put_f16(blk + 2, dmin);
+    tops__f16_put(blk, d);
+    tops__f16_put(blk + 2, dmin);
     uint8_t *sm = blk + 4, *qh = blk + 16, *qs = blk + (five ? 48 : 16);
     for (int j = 0; j < 8; j++) {
         /* Scale codes against the stored super-scales; a min rounds up so
@@ -183,7 +174,7 @@ static void affine_k_encode(const float *x, int64_t n, uint8_t *blk, int five) {
 }
 
 static void affine_k_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out, int five) {
-    const float d = get_f16(blk), dmin = get_f16(blk + 2);
+    const float d = tops__f16_at(blk), dmin = tops__f16_at(blk + 2);
     const uint8_t *sm = blk + 4, *qh = blk + 16, *qs = blk + (five ? 48 : 16);
     int64_t k = 0;
     while (k < n) { /* one sub-block at a time: its scale and min once */
@@ -246,7 +237,7 @@ static void q6_k_encode(const float *x, int64_t n, uint8_t *blk) {
         }
     }
     const float d = amax_scale > 0.0f ? f16_round(max_scale / -128.0f) : 0.0f;
-    put_f16(blk + 208, d);
+    tops__f16_put(blk + 208, d);
     for (int j = 0; j < 16; j++) {
         const int sc = d != 0.0f ? rne(scale[j] / d, -128, 127) : 0;
         blk[192 + j] = (uint8_t)(int8_t)sc;
@@ -259,7 +250,7 @@ static void q6_k_encode(const float *x, int64_t n, uint8_t *blk) {
 }
 
 static void q6_k_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
-    const float d = get_f16(blk + 208);
+    const float d = tops__f16_at(blk + 208);
     int64_t k = 0;
     while (k < n) {
         const int e0 = (int)(lo + k);
@@ -284,7 +275,7 @@ static void iq4_nl_encode(const float *x, int64_t n, uint8_t *blk) {
             max = b[j];
         }
     const float d = f16_round(max / (float)kvalues[0]), id = d != 0.0f ? 1.0f / d : 0.0f;
-    put_f16(blk, d);
+    tops__f16_put(blk, d);
     for (int j = 0; j < 32; j++) {
         const int q = nearest_kvalue(b[j] * id);
         blk[2 + j % 16] = (uint8_t)(blk[2 + j % 16] | (q << (4 * (j / 16))));
@@ -292,7 +283,7 @@ static void iq4_nl_encode(const float *x, int64_t n, uint8_t *blk) {
 }
 
 static void iq4_nl_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
-    const float d = get_f16(blk);
+    const float d = tops__f16_at(blk);
     for (int64_t k = 0; k < n; k++) {
         const int j = (int)(lo + k);
         out[k] = d * (float)kvalues[(blk[2 + j % 16] >> (4 * (j / 16))) & 0xF];
@@ -329,7 +320,7 @@ static void iq4_xs_encode(const float *x, int64_t n, uint8_t *blk) {
         }
     }
     const float d = f16_round(-max_scale / 32.0f);
-    put_f16(blk, d);
+    tops__f16_put(blk, d);
     uint16_t h = 0;
     for (int j = 0; j < 8; j++) {
         const int ls = d != 0.0f ? rne(scale[j] / d, -32, 31) : 0;
@@ -347,7 +338,7 @@ static void iq4_xs_encode(const float *x, int64_t n, uint8_t *blk) {
 }
 
 static void iq4_xs_decode(const uint8_t *blk, int64_t lo, int64_t n, float *out) {
-    const float d = get_f16(blk);
+    const float d = tops__f16_at(blk);
     int64_t k = 0;
     while (k < n) {
         const int e0 = (int)(lo + k), j = e0 / 32;

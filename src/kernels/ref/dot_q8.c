@@ -176,9 +176,7 @@ void tops__ref_dot_q8_hdr_x4(const uint8_t *blocks, int64_t row_bytes, const int
         float lane[16] = {0};
         for (int64_t b = 0; b < nb; b++) {
             const uint8_t *blk = blocks + r * row_bytes + b * 34;
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            lanes_add(aq + b * 32, (const int8_t *)(blk + 2), (tops__f16_to_f32(h) * mul) * as[b], lane + 8 * (b % 2));
+            lanes_add(aq + b * 32, (const int8_t *)(blk + 2), (tops__f16_at(blk) * mul) * as[b], lane + 8 * (b % 2));
         }
         out[r] = lanes16_sum(lane);
     }

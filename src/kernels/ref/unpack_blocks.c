@@ -36,9 +36,7 @@ static inline uint32_t code_at(const uint8_t *row, int bits, int64_t i) {
 /* The header scale of a self-contained block (TOPS__IF_BLOCKS). */
 static inline float block_scale(const tops__qweight *w, const uint8_t *blk) {
     if (w->lay.scale_enc == TOPS__SE_E8M0_HALF) return tops__e8m0_half_to_f32(blk[0]);
-    uint16_t h;
-    memcpy(&h, blk, 2);
-    return tops__f16_to_f32(h);
+    return tops__f16_at(blk);
 }
 
 /* Scales of the element-plane formats: one per sub-block. */
@@ -206,9 +204,7 @@ static inline int q6_code(const uint8_t *blk, int e) {
 }
 /* ... and the scale of its sub-block j of 16, d * sc_j * mul. */
 static inline float q6_scale(const uint8_t *blk, int j, float mul) {
-    uint16_t h;
-    memcpy(&h, blk + 208, 2);
-    return tops__f16_to_f32(h) * (float)(int8_t)blk[192 + j] * mul;
+    return tops__f16_at(blk + 208) * (float)(int8_t)blk[192 + j] * mul;
 }
 
 /* TOPS__IF_SUPER_6BIT (q6_K: 210-byte super-blocks of 256: ql[128],
