@@ -25,7 +25,6 @@
 
 #define QK 32
 
-
 /* (int8_t)t then min(15, .) for the t ggml produces (finite t in [0, 17)). */
 static uint8_t trunc_nibble(float t, uint8_t nan_code) {
     if (!(t >= -128.0f && t < 128.0f)) return t != t ? nan_code : (t > 0 ? 15 : 0);

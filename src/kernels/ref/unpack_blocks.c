@@ -171,12 +171,11 @@ static void unpack_super_subscale(const tops__qweight *w, int64_t row, int64_t k
             continue;
         }
         const uint8_t *blk = data + (kb / 256) * w->block_bytes;
-        uint16_t h, hi;
-        memcpy(&h, blk, 2);
+        uint16_t hi;
         memcpy(&hi, blk + 2, 2);
         const int j = (int)(kb % 256) / 32;
         const int ls = (((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((hi >> (2 * j)) & 3) << 4)) - 32;
-        const float d = tops__f16_to_f32(h) * (float)ls;
+        const float d = tops__f16_at(blk) * (float)ls;
         const uint8_t *qs = blk + 8 + 16 * j;
         for (int l = 0; l < 16; l++) {
             qb[l] = w->lay.map[qs[l] & 0xF];
@@ -330,8 +329,8 @@ static float dot_subscale_row(const tops__int_layout *lay, const uint8_t *blocks
     float lane[8] = {0};
     for (int64_t s = 0; s < nsb; s++) {
         const uint8_t *blk = blocks + s * 136;
-        uint16_t h, hi;
-        memcpy(&h, blk, 2);
+        const float d = tops__f16_at(blk);
+        uint16_t hi;
         memcpy(&hi, blk + 2, 2);
         for (int j = 0; j < 8; j++) {
             const int ls = (((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((hi >> (2 * j)) & 3) << 4)) - 32;
@@ -339,7 +338,7 @@ static float dot_subscale_row(const tops__int_layout *lay, const uint8_t *blocks
             const int8_t *a = aq + s * 256 + 32 * j;
             int32_t sum = 0;
             for (int l = 0; l < 16; l++) sum += lay->map[qs[l] & 0xF] * a[l] + lay->map[qs[l] >> 4] * a[l + 16];
-            const float scale = tops__f16_to_f32(h) * (float)ls * mul;
+            const float scale = d * (float)ls * mul;
             lane[j] = fmaf((float)sum, as[s * 8 + j] * scale, lane[j]);
         }
     }
