@@ -280,6 +280,28 @@ static int terms_applies(const tops__cuda_conv_geom *g, const tops_tensor *in, c
            igemm_vector(g, in) && tops__cuda_is_sm90a(device) && planes <= (double)(1 << 30);
 }
 
+/* The sm_90 kernels in the order they are tried: the direct 3x3 kernel, the
+   transposed (weight-major) one, the pixel-major one; each one that
+   launches nothing (its conditions, or a tensor map the driver refused)
+   answers cudaErrorNotSupported and the next is tried.  Returns the last
+   answer: cudaErrorNotSupported where none launched. */
+typedef struct {
+    int direct, tr, wg;            /* which may run */
+    int tr_pn, tr_splits, bn, splits; /* their plans */
+} wg_choice;
+static int launch_wgmma(const tops__cu_conv_args *a, const tops__cu_conv_weights *cw, const wg_choice *c, int device) {
+    int e = c->direct ? tops__cu_conv_direct_launch(a, cw, tops__cuda_sm_count(device)) : cudaErrorNotSupported;
+    if (e == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        e = c->tr ? tops__cu_conv_wgt_launch(a, cw, c->tr_pn, c->tr_splits) : cudaErrorNotSupported;
+    }
+    if (e == cudaErrorNotSupported) {
+        (void)cudaGetLastError();
+        e = c->wg ? tops__cu_conv_wgmma_launch(a, cw, c->bn, c->splits) : cudaErrorNotSupported;
+    }
+    return e;
+}
+
 /* The bias as f32 in fresh device memory (stream-ordered; the caller frees it). */
 static tops_status bias_to_device(const char *fn, const tops_tensor *bias, cudaStream_t stream, float **out) {
     tops_tensor host;
@@ -694,16 +716,8 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         st = igemm_weight_rows(fn, wt, g->o, g->k, stream, &w, &ldw, &temp);
         if (st == TOPS_OK) {
             const tops__cu_conv_weights cw = {w, ldw, 1, g->o, NULL, 1.0f};
-            int e = wg && direct_applies(g, &op, 1) ? tops__cu_conv_direct_launch(&a, &cw, tops__cuda_sm_count(device))
-                                                     : cudaErrorNotSupported;
-            if (e == cudaErrorNotSupported) { /* launched nothing: the transposed kernel, if planned */
-                (void)cudaGetLastError();
-                e = tr ? tops__cu_conv_wgt_launch(&a, &cw, tr_pn, tr_splits) : cudaErrorNotSupported;
-            }
-            if (e == cudaErrorNotSupported) { /* launched nothing: the pixel-major kernel takes it */
-                (void)cudaGetLastError();
-                e = wg ? tops__cu_conv_wgmma_launch(&a, &cw, wg_bn, wg_splits) : cudaErrorNotSupported;
-            }
+            const wg_choice ch = {wg && direct_applies(g, &op, 1), tr, wg, tr_pn, tr_splits, wg_bn, wg_splits};
+            int e = launch_wgmma(&a, &cw, &ch, device);
             if (e == cudaErrorNotSupported) { /* launched nothing: the mma.sync kernel takes it */
                 (void)cudaGetLastError();
                 e = tops__cu_conv_igemm_launch(&a, w, ldw);
@@ -718,18 +732,9 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
         if (st == TOPS_OK && t.terms) {
             wg_plan(g, tops__cuda_sm_count(device), &op, t.terms, &wg_bn, &wg_splits);
             const tops__cu_conv_weights cw = {t.w, t.ldw, t.terms, t.rows, t.unit, t.global};
-            int e = direct_applies(g, &op, t.terms) ? tops__cu_conv_direct_launch(&a, &cw, tops__cuda_sm_count(device))
-                                                    : cudaErrorNotSupported;
-            if (e == cudaErrorNotSupported) {
-                (void)cudaGetLastError();
-                e = tr_plan(g, tops__cuda_sm_count(device), &op, t.terms, a.wg_im2col, &tr_pn, &tr_splits)
-                        ? tops__cu_conv_wgt_launch(&a, &cw, tr_pn, tr_splits)
-                        : cudaErrorNotSupported;
-            }
-            if (e == cudaErrorNotSupported) {
-                (void)cudaGetLastError();
-                e = tops__cu_conv_wgmma_launch(&a, &cw, wg_bn, wg_splits);
-            }
+            const int tq = tr_plan(g, tops__cuda_sm_count(device), &op, t.terms, a.wg_im2col, &tr_pn, &tr_splits);
+            const wg_choice ch = {direct_applies(g, &op, t.terms), tq, 1, tr_pn, tr_splits, wg_bn, wg_splits};
+            int e = launch_wgmma(&a, &cw, &ch, device);
             (void)cudaFreeAsync(t.mem, stream);
             if (e == cudaErrorNotSupported) { /* launched nothing (a tensor map the driver refused) */
                 (void)cudaGetLastError();

@@ -1070,6 +1070,12 @@ template <int S> struct DcDims {
     static constexpr int kBytes = 1024 + kDcW + S * kDcHalo + 2 * kDcStaging + (2 * S + 1) * 8;
 };
 
+// A tile number's column, row and image (x fastest).
+struct dc_tile {
+    int x, y, n;
+    __device__ __forceinline__ dc_tile(int tile, int tiles_x, int tiles_y)
+        : x(tile % tiles_x), y(tile / tiles_x % tiles_y), n(tile / tiles_x / tiles_y) {}
+};
 template <bool BF16, int S>
 __global__ void __launch_bounds__(kWgThreads, 1)
     dc_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, WgGeo p, int tiles_x,
@@ -1101,7 +1107,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x, it++) {
                 const int s = it % S;
                 if (it >= S) s9::mbar_wait(&empty[s], ((it / S) + 1) & 1);
-                const int tx = tile % tiles_x, rest = tile / tiles_x, ty = rest % tiles_y, n = rest / tiles_y;
+                const dc_tile dt(tile, tiles_x, tiles_y);
+                const int tx = dt.x, ty = dt.y, n = dt.n;
                 s9::mbar_expect_tx(&full[s], (uint32_t)kDcHalo);
 #pragma unroll
                 for (int cp = 0; cp < 8; cp++) // zeros outside the image: the padding
@@ -1151,7 +1158,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
             // 8 threads a pixel, 16 pixels a pass.  Not unrolled: the 7 copies
             // of wg_store8 made res2 at batch 32 20.3 us against 17.2 (H100;
             // wg_store8 out of line: 24.5).
-            const int tx = tile % tiles_x, rest = tile / tiles_x, ty = rest % tiles_y, n = rest / tiles_y;
+            const dc_tile dt(tile, tiles_x, tiles_y);
+            const int tx = dt.x, ty = dt.y, n = dt.n;
             if (lanes.rel < p.og)
 #pragma unroll 1
                 for (int i = 0; i < kDcPx / 16; i++) {
