@@ -70,6 +70,7 @@ struct dparams {
     int ksbytes, vsbytes;  // ring_kernel, group scales: bytes a key's scale row
     int tm_kfirst, tm_sfirst; // kt_kernel's TMA boxes: K's rows (scales) before V's
     int tm_sx;                // kt_kernel's scale box: elements a key
+    int tm_pf;                // kt_kernel (TM): its first stages prefetched into L2 before the grid dependency
     int kesz, vesz;        // bytes a scale entry
 };
 
@@ -299,6 +300,71 @@ __device__ __forceinline__ void row_factors(const dparams &p, const seqlens &sl,
     if ((tid & 7) == 0 && rr < rows) rowf[rr] = __int_as_float((127 + e) << 23);
 }
 
+// Subtile keys js .. js + 15 all below hi and visible to every query row
+// (every position is in [sk - sq, sk)): the masks can be skipped (rows past
+// the sequence are never written).
+__device__ __forceinline__ bool whole_subtile(const dparams &p, const seqlens &sl, int js, int hi) {
+    return js + 16 <= hi && (!p.causal || js + 15 <= sl.sk - sl.sq) &&
+           (p.window <= 0 || (js > sl.sk - 1 - p.window && (p.causal || js + 15 < sl.sk - sl.sq + p.window)));
+}
+// Whether the query row at position pos (rv: a row of the sequence) sees key
+// of the keys [lo, hi): causal (bottom-right) and the sliding window.
+__device__ __forceinline__ bool key_visible(const dparams &p, int key, int lo, int hi, bool rv, int pos) {
+    bool ok = key < hi && key >= lo && rv;
+    if (p.causal) ok = ok && key <= pos;
+    if (p.window > 0) ok = ok && key > pos - p.window && (p.causal || key < pos + p.window);
+    return ok;
+}
+// The online softmax of a 16-key subtile with query rows as the m dimension
+// (decode_kernel, ring_kernel): sc[nt][e] is the logit of row gid + 8 (e >> 1)
+// and key js + 8 nt + 2 t + (e & 1); lf / cf the rows' logit factors without
+// and with softcap (log2 units).  sc becomes P, m and l move, o is rescaled
+// where the running max moved.
+template <int VN>
+__device__ __forceinline__ void softmax_rows(const dparams &p, int js, int lo, int hi, bool whole, const bool rv[2],
+                                             const int pos[2], const float lf[2], const float cf[2], int t,
+                                             float sc[2][4], float m[2], float l[2], float (&o)[VN][4]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = js + 8 * nt + 2 * t + (e & 1), h = e >> 1;
+            float x = p.cap_out != 0.0f ? p.cap_out * tanhf(sc[nt][e] * cf[h]) : sc[nt][e] * lf[h];
+            if (!whole && !key_visible(p, key, lo, hi, rv[h], pos[h])) x = -INFINITY;
+            sc[nt][e] = x;
+            mx[h] = fmaxf(mx[h], x);
+        }
+    float alpha[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mn = fmaxf(m[h], mx[h]);
+        const float base = mn == -INFINITY ? 0.0f : mn;
+        alpha[h] = exp2f(m[h] - base);
+        m[h] = mn;
+        mx[h] = base;
+    }
+    float ps[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < 2; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            sc[nt][e] = exp2f(sc[nt][e] - mx[e >> 1]);
+            ps[e >> 1] += sc[nt][e];
+        }
+    l[0] = l[0] * alpha[0] + ps[0];
+    l[1] = l[1] * alpha[1] + ps[1];
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) { // the running max moved
+#pragma unroll
+        for (int i = 0; i < VN; i++) {
+            o[i][0] *= alpha[0], o[i][1] *= alpha[0];
+            o[i][2] *= alpha[1], o[i][3] *= alpha[1];
+        }
+    }
+}
+
 // D <= 128 fits 3 CTAs a SM (170 registers): 12 warps to hide the latency
 // of the loads and of the dependent mma / softmax chains.
 // KV = TOPS__DEC_* + 4: int8 / int4 codes whose k and v scales are f16 groups
@@ -459,55 +525,10 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
             for (int nt = 0; nt < 2; nt++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) sc[nt][e] += sc2[nt][e];
-            // masks and the online softmax (log2 domain); a subtile every
-            // query row sees whole (every position is in [sk - sq, sk)) skips
-            // the masks (rows past the sequence are never written)
-            float mx[2] = {-INFINITY, -INFINITY};
-            const bool whole = js + 16 <= hi && (!p.causal || js + 15 <= sl.sk - sl.sq) &&
-                               (p.window <= 0 || (js > sl.sk - 1 - p.window && (p.causal || js + 15 < sl.sk - sl.sq + p.window)));
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = js + 8 * nt + 2 * t + (e & 1), h = e >> 1;
-                    float x = p.cap_out != 0.0f ? p.cap_out * tanhf(sc[nt][e] * p.cap_in) : sc[nt][e] * p.sl;
-                    if (!whole) {
-                        bool ok = key < hi && rv[h];
-                        if (p.causal) ok = ok && key <= pos[h];
-                        if (p.window > 0) ok = ok && key > pos[h] - p.window && (p.causal || key < pos[h] + p.window);
-                        x = ok ? x : -INFINITY;
-                    }
-                    sc[nt][e] = x;
-                    mx[h] = fmaxf(mx[h], x);
-                }
-            float alpha[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                const float mn = fmaxf(m[h], mx[h]);
-                const float base = mn == -INFINITY ? 0.0f : mn;
-                alpha[h] = exp2f(m[h] - base);
-                m[h] = mn;
-                mx[h] = base;
-            }
-            float ps[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    sc[nt][e] = exp2f(sc[nt][e] - mx[e >> 1]);
-                    ps[e >> 1] += sc[nt][e];
-                }
-            l[0] = l[0] * alpha[0] + ps[0];
-            l[1] = l[1] * alpha[1] + ps[1];
-            if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) { // the running max moved
-#pragma unroll
-                for (int i = 0; i < VN; i++) {
-                    o[i][0] *= alpha[0], o[i][1] *= alpha[0];
-                    o[i][2] *= alpha[1], o[i][3] *= alpha[1];
-                }
-            }
+            // masks (a subtile every row sees whole skips them) and the online softmax
+            const bool whole = whole_subtile(p, sl, js, hi);
+            const float lf[2] = {p.sl, p.sl}, cf[2] = {p.cap_in, p.cap_in};
+            softmax_rows<VN>(p, js, INT_MIN, hi, whole, rv, pos, lf, cf, t, sc, m, l, o);
             const uint32_t pa[4] = {pack2<T>(sc[0][0], sc[0][1]), pack2<T>(sc[0][2], sc[0][3]),
                                     pack2<T>(sc[1][0], sc[1][1]), pack2<T>(sc[1][2], sc[1][3])};
             // O += P V: B fragments pair keys (2t, 2t + 1) and (2t + 8, 2t + 9) at d = gid VN + dn
@@ -567,7 +588,8 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) decode_kernel(cons
 // Combines the splits' (m, l, O) in split order and writes the output.
 template <typename T, int D> __global__ void __launch_bounds__(256) merge_kernel(const dparams p, int bhs) {
 #if KT_TMA
-    tops_cu::sm90::grid_dep_wait(); // a programmatic dependent of a TMA kt_kernel
+    tops_cu::sm90::grid_dep_wait();   // a programmatic dependent of a TMA kt_kernel
+    tops_cu::sm90::grid_dep_launch(); // the next kernel may launch (it waits for this grid)
 #endif
     const int bh = blockIdx.x, b = bh / p.hkv, hk = bh % p.hkv;
     const long long nml = 2LL * bhs * p.nsplit * p.rows;
@@ -797,6 +819,11 @@ template <int D, int KIND> struct feed {
         if (vsp) vsp += 64LL * vsb;
     }
 };
+// In feed's place where no cp.async feed runs (kt_kernel's TMA stages).
+struct no_feed {
+    __device__ __forceinline__ no_feed(const dparams &, const span &, int) {}
+    __device__ __forceinline__ void issue(uint32_t) const {}
+};
 
 } // namespace ring
 
@@ -938,52 +965,7 @@ __global__ void __launch_bounds__(kThreads, D <= 128 ? 3 : 2) ring_kernel(const 
             for (int e = 0; e < 4; e++) sc[nt][e] += sc2[nt][e];
 
         // masks and the online softmax (as decode_kernel)
-        float mx[2] = {-INFINITY, -INFINITY};
-        const bool whole = js + 16 <= hi && (!p.causal || js + 15 <= sl.sk - sl.sq) &&
-                           (p.window <= 0 || (js > sl.sk - 1 - p.window && (p.causal || js + 15 < sl.sk - sl.sq + p.window)));
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = js + 8 * nt + 2 * t + (e & 1), h = e >> 1;
-                float x = p.cap_out != 0.0f ? p.cap_out * tanhf(sc[nt][e] * cf[h]) : sc[nt][e] * lf[h];
-                if (!whole) {
-                    bool ok = key < hi && key >= lo && rv[h];
-                    if (p.causal) ok = ok && key <= pos[h];
-                    if (p.window > 0) ok = ok && key > pos[h] - p.window && (p.causal || key < pos[h] + p.window);
-                    x = ok ? x : -INFINITY;
-                }
-                sc[nt][e] = x;
-                mx[h] = fmaxf(mx[h], x);
-            }
-        float alpha[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-            const float mn = fmaxf(m[h], mx[h]);
-            const float base = mn == -INFINITY ? 0.0f : mn;
-            alpha[h] = exp2f(m[h] - base);
-            m[h] = mn;
-            mx[h] = base;
-        }
-        float ps[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int nt = 0; nt < 2; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                sc[nt][e] = exp2f(sc[nt][e] - mx[e >> 1]);
-                ps[e >> 1] += sc[nt][e];
-            }
-        l[0] = l[0] * alpha[0] + ps[0];
-        l[1] = l[1] * alpha[1] + ps[1];
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-            for (int i2 = 0; i2 < VT; i2++) {
-                o[i2][0] *= alpha[0], o[i2][1] *= alpha[0];
-                o[i2][2] *= alpha[1], o[i2][3] *= alpha[1];
-            }
-        }
+        softmax_rows<VT>(p, js, lo, hi, whole_subtile(p, sl, js, hi), rv, pos, lf, cf, t, sc, m, l, o);
 
         // O += P V; V fragments: [key half][chunk]
         uint32_t vr[2][CH];
@@ -1100,6 +1082,21 @@ template <int D, int KIND, int NR, bool TM = false> struct cfg {
 };
 template <int D, int KIND> constexpr bool tma_ok() { return ring::cfg<D, KIND>::RB <= 128; }
 
+// A TMA box into L2 only (sm_90).
+#if KT_TMA
+__device__ __forceinline__ void prefetch_5d(const CUtensorMap *map, int x0, int y0, int z0, int w0, int v0) {
+    asm volatile("cp.async.bulk.prefetch.tensor.5d.L2.global.tile [%0, {%1, %2, %3, %4, %5}];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(x0), "r"(y0), "r"(z0), "r"(w0), "r"(v0)
+                 : "memory");
+}
+__device__ __forceinline__ void prefetch_4d(const CUtensorMap *map, int x0, int y0, int z0, int w0) {
+    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(x0), "r"(y0), "r"(z0), "r"(w0)
+                 : "memory");
+}
+#endif
 __device__ __forceinline__ uint32_t movt(uint32_t x) { // 8x8 b16 transpose across the warp
     uint32_t r;
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
@@ -1160,7 +1157,7 @@ __device__ __forceinline__ float sf16(const unsigned char *row, int g) {
 // (those rows hold other keys or padding: P is 0 there, and 0 times a NaN
 // code or scale would not be).
 template <int D, int KIND, int NR, int KG, bool TM>
-__global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 3 : 2)
+__global__ void __launch_bounds__(kThreads, TM && D * NR <= 128 ? 3 : D * NR <= 128 ? 4 : D * NR <= 256 ? 3 : 2)
     kt_kernel(const dparams p, const __grid_constant__ CUtensorMap dmap, const __grid_constant__ CUtensorMap smap) {
     using R = ring::cfg<D, KIND>;
     using C = kt::cfg<D, KIND, NR, TM>;
@@ -1173,6 +1170,10 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
     // ones, against q / 16), the group's sum starting from minus q's offset
     // (qoff) instead of each pair's fma taking the magic off.
     constexpr bool FOLD = KIND == TOPS__DEC_I4 && KG == 32;
+    // QREG (TM, D NR <= 128: 3 CTAs a SM, 170 registers): q's B fragments
+    // and FOLD's offsets held in registers across the loop, not re-read from
+    // shared memory each subtile.
+    constexpr bool QREG = TM && D * NR <= 128;
     extern __shared__ uint4 smem[];
     uint2 *qb = reinterpret_cast<uint2 *>(smem); // [D / 16][NR][32]
     float *mw = reinterpret_cast<float *>(reinterpret_cast<unsigned char *>(smem) + C::QB);
@@ -1197,6 +1198,16 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
 #pragma unroll
             for (int s = 0; s < NS; s++) tops_cu::sm90::mbar_init(&full[s], 1), tops_cu::sm90::mbar_init(&empty[s], 4);
             tops_cu::sm90::mbar_init_fence();
+        }
+        // While the previous kernel finishes: the first stages (keys known
+        // without the lengths) into L2, which the writes of that kernel
+        // reach too (nothing is read into the CTA before the wait).
+        if (p.tm_pf && lane == 0 && warp < NS - 1) {
+            const int key0 = blockIdx.y * p.kps + 64 * warp;
+            if (key0 < min(p.sk, (blockIdx.y + 1) * p.kps)) {
+                kt::prefetch_5d(&dmap, 0, key0, 0, hk, b);
+                if (p.kmode == TOPS__DEC_SC_GROUP) kt::prefetch_4d(&smap, key0 * p.tm_sx, 0, hk, b);
+            }
         }
         __syncthreads();
         tops_cu::sm90::grid_dep_wait();   // a programmatic dependent: q, the cache and the lengths are written
@@ -1283,7 +1294,8 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
         }
     const int kgm = kg ? (1 << p.kgs) - 1 : D - 1, vgm = vg ? (1 << p.vgs) - 1 : D - 1; // group masks
 
-    ring::feed<D, KIND> fd(p, sp, lane);
+    // the warp's cp.async feed (TM: none, the stages come by TMA)
+    typename std::conditional<TM, ring::no_feed, ring::feed<D, KIND>>::type fd(p, sp, lane);
     auto issue = [&](int st) { fd.issue(wring_s + st * STAGE); };
 
     float m[NR][2], l[NR][2];
@@ -1309,9 +1321,27 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
     const int vro = TM ? (p.tm_kfirst ? 64 * RB : 0) + 16 * warp * RB : 16 * RB;
     const int kso = TM ? 128 * RB + (p.tm_sfirst ? 0 : 64 * ksb) + 16 * warp * ksb : 32 * RB;
     const int vso = TM ? 128 * RB + (p.tm_sfirst ? 64 * ksb : 0) + 16 * warp * ksb : 32 * RB + 16 * R::SCB;
+    uint2 qreg[QREG ? CH * KPC : 1][NR];
+    float2 qoreg[QREG && FOLD ? CH : 1][NR];
+    if constexpr (QREG) {
+#pragma unroll
+        for (int kk = 0; kk < CH * KPC; kk++)
+#pragma unroll
+            for (int nr = 0; nr < NR; nr++) qreg[kk][nr] = qb[(kk * NR + nr) * 32 + lane];
+        if constexpr (FOLD)
+#pragma unroll
+            for (int c = 0; c < CH; c++)
+#pragma unroll
+                for (int nr = 0; nr < NR; nr++)
+                    qoreg[c][nr] = *reinterpret_cast<const float2 *>(qoff + c * ROWS + 8 * nr + 2 * t);
+    }
     int rd = 0, wr = NS - 1;
     uint32_t ph = 0; // TM: the parity of stage rd's current fill
-    for (int i = 0; i < nsub; i++) {
+    // Subtile i (TM: the warp's share of stage i).  WHOLE: every key below
+    // hi and seen by every row (no window), known before the loop: no bound,
+    // zeroing or mask code.
+    auto step = [&](const int i, auto whole_c) {
+        constexpr bool WHOLE = decltype(whole_c)::value;
         const int js = TM ? lo + 64 * i + 16 * warp : first + 64 * i;
         unsigned char *stp = wring + rd * STAGE;
         if constexpr (TM) {
@@ -1322,7 +1352,7 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
                 tissue(j);
             }
             tops_cu::sm90::mbar_wait(&full[rd], ph);
-            if (js + 16 > hi && js < hi) { // past hi: V rows and V scales zeroed
+            if (!WHOLE && js + 16 > hi && js < hi) { // past hi: V rows and V scales zeroed
                 const int nk = hi - js;
                 for (int e = nk * (RB / 16) + lane; e < RB; e += 32)
                     *reinterpret_cast<uint4 *>(stp + vro + 16 * e) = make_uint4(0u, 0u, 0u, 0u);
@@ -1345,10 +1375,10 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
         rd = rd + 1 == NS ? 0 : rd + 1;
         ph ^= rd == 0 ? 1u : 0u;
 #if KT_TMA
-        if (TM && js >= hi) { // a subtile past hi: the slot released, nothing computed
+        if (TM && !WHOLE && js >= hi) { // a subtile past hi: the slot released, nothing computed
             __syncwarp();
             if (lane == 0) tops_cu::sm90::mbar_arrive(&empty[cs]);
-            continue;
+            return;
         }
 #endif
 
@@ -1377,6 +1407,7 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
         // KG = 32: a key's scales read once; one sum a group (one or two chunks)
         constexpr int CPG = KG == 32 ? 32 / CD : 1;
         float ksf[2][KG == 32 ? D / 32 : 1];
+        (void)ksf;
         if constexpr (KG == 32) {
             kt::scale_row<D / 32>(ksc + gid * (D / 16), ksf[0]);
             kt::scale_row<D / 32>(ksc + (gid + 8) * (D / 16), ksf[1]);
@@ -1387,7 +1418,8 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
             if constexpr (FOLD) { // the group's sums start at minus q's offsets
 #pragma unroll
                 for (int nr = 0; nr < NR; nr++) {
-                    const float2 o2 = *reinterpret_cast<const float2 *>(qoff + c * ROWS + 8 * nr + 2 * t);
+                    const float2 o2 =
+                        QREG ? qoreg[QREG ? c : 0][nr] : *reinterpret_cast<const float2 *>(qoff + c * ROWS + 8 * nr + 2 * t);
                     part[0][nr][0] = o2.x, part[0][nr][1] = o2.y, part[0][nr][2] = o2.x, part[0][nr][3] = o2.y;
                 }
             }
@@ -1411,7 +1443,7 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
                 const uint32_t a[4] = {kw[0][2 * h], kw[1][2 * h], kw[0][2 * h + 1], kw[1][2 * h + 1]};
 #pragma unroll
                 for (int nr = 0; nr < NR; nr++) {
-                    const uint2 qf = qb[((c * KPC + h) * NR + nr) * 32 + lane];
+                    const uint2 qf = QREG ? qreg[QREG ? c * KPC + h : 0][nr] : qb[((c * KPC + h) * NR + nr) * 32 + lane];
                     mma<__half>(part[KG == 32 ? 0 : (c * KPC + h) & 1][nr], a, qf.x, qf.y);
                 }
             }
@@ -1438,8 +1470,7 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
         }
 
         // masks and the online softmax; a row's keys are spread over gid
-        const bool whole = js + 16 <= hi && (!p.causal || js + 15 <= sl.sk - sl.sq) &&
-                           (p.window <= 0 || (js > sl.sk - 1 - p.window && (p.causal || js + 15 < sl.sk - sl.sq + p.window)));
+        const bool whole = WHOLE || whole_subtile(p, sl, js, hi);
         const bool plain = whole && p.cap_out == 0.0f;
         // Lazy rescaling: the running max m moves (a reduction over the
         // row's lanes, O rescaled) only where a logit exceeds it by more than
@@ -1460,12 +1491,7 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
                 for (int e = 0; e < 4; e++) {
                     const int key = js + gid + 8 * (e >> 1), h = e & 1;
                     float x = p.cap_out != 0.0f ? p.cap_out * tanhf(s[nr][e] * cf[nr][h]) : s[nr][e] * lf[nr][h];
-                    if (!whole) {
-                        bool ok = key < hi && key >= lo && rv[nr][h];
-                        if (p.causal) ok = ok && key <= pos[nr][h];
-                        if (p.window > 0) ok = ok && key > pos[nr][h] - p.window && (p.causal || key < pos[nr][h] + p.window);
-                        x = ok ? x : -INFINITY;
-                    }
+                    if (!whole && !key_visible(p, key, lo, hi, rv[nr][h], pos[nr][h])) x = -INFINITY;
                     s[nr][e] = x;
                     mx[nr][h] = fmaxf(mx[nr][h], x);
                 }
@@ -1511,6 +1537,7 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
 #pragma unroll
         for (int nr = 0; nr < NR; nr++) pb[nr][0] = pb[nr][1] = 0u;
         float vsf[2][KG == 32 ? D / 32 : 1];
+        (void)vsf;
         if constexpr (KG == 32) {
             kt::scale_row<D / 32>(vsc + gid * (D / 16), vsf[0]);
             kt::scale_row<D / 32>(vsc + (gid + 8) * (D / 16), vsf[1]);
@@ -1566,7 +1593,15 @@ __global__ void __launch_bounds__(kThreads, D * NR <= 128 ? 4 : D * NR <= 256 ? 
 #if KT_TMA
         if (TM && lane == 0) tops_cu::sm90::mbar_arrive(&empty[cs]);
 #endif
-    }
+    };
+    // the leading subtiles (TM: stages) that are whole: their keys end by
+    // lim (hi; causal: the first row's position + 1)
+    const int lim = min(hi, p.causal ? sl.sk - sl.sq + 1 : hi), base = TM ? lo : first, w0 = TM ? 64 : 16;
+    const int nfast = p.window > 0 || lim < base + w0 ? 0 : min(nsub, (lim - base - w0) / 64 + 1);
+    int i = 0;
+    if constexpr (QREG) // elsewhere the second copy of the body costs spills
+        for (; i < nfast; i++) step(i, std::true_type{});
+    for (; i < nsub; i++) step(i, std::false_type{});
     ring::wait<0>();
 
     // The warps meet (as decode_kernel); O^T's row gid (+ 8) of m-tile (c, u)
@@ -1631,9 +1666,16 @@ static void fill_kv(const tops__cu_kv &kv, const unsigned char **data, long long
 static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm, bool tm) {
     int want = env_int("TOPS_CUDA_ATTN_SPLITS", a->splits);
     if (want <= 0) {
-        int slots = per_sm * tops__cuda_sm_count(-1);
-        if (tm && per_sm >= 4) slots = slots * 3 / 4;
+        const int resident = per_sm * tops__cuda_sm_count(-1);
+        const int slots = tm && per_sm >= 4 ? resident * 3 / 4 : resident;
         want = bhc >= slots ? 1 : slots / bhc;
+        if (tm && bhc > resident) { // more than one wave: the splits whose last wave wastes the least
+            double best = 1e300;
+            for (int n = 1; n <= 8; n++) {
+                const double waves = (double)(((long long)bhc * n + resident - 1) / resident), cost = waves / n;
+                if (cost < best * 0.999) best = cost, want = n;
+            }
+        }
     }
     const int most = (int)((a->sk + 255) / 256);
     if (want > most) want = most;
@@ -1739,6 +1781,7 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         constexpr int NR = VAR - 1;
         if constexpr (kt::tma_ok<D, KIND>()) {
             tm = kt_tma(a, &dmap, &smap, &p.tm_kfirst, &p.tm_sfirst, &p.tm_sx);
+            p.tm_pf = !a->kv_lens && !a->cu_q && a->window <= 0 && env_int("TOPS_CUDA_ATTN_PREFETCH", 1) != 0;
             if (tm) ktk = kt_kernel<D, KIND, NR, KG, true>, smem = (size_t)kt::cfg<D, KIND, NR, true>::SMEM;
         }
         if (!tm) ktk = kt_kernel<D, KIND, NR, KG, false>, smem = (size_t)kt::cfg<D, KIND, NR>::SMEM;
