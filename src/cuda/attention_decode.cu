@@ -70,7 +70,6 @@ struct dparams {
     int ksbytes, vsbytes;  // ring_kernel, group scales: bytes a key's scale row
     int tm_kfirst, tm_sfirst; // kt_kernel's TMA boxes: K's rows (scales) before V's
     int tm_sx;                // kt_kernel's scale box: elements a key
-    int tm_pf;                // kt_kernel (TM): its first stages prefetched into L2 before the grid dependency
     int kesz, vesz;        // bytes a scale entry
 };
 
@@ -1082,21 +1081,6 @@ template <int D, int KIND, int NR, bool TM = false> struct cfg {
 };
 template <int D, int KIND> constexpr bool tma_ok() { return ring::cfg<D, KIND>::RB <= 128; }
 
-// A TMA box into L2 only (sm_90).
-#if KT_TMA
-__device__ __forceinline__ void prefetch_5d(const CUtensorMap *map, int x0, int y0, int z0, int w0, int v0) {
-    asm volatile("cp.async.bulk.prefetch.tensor.5d.L2.global.tile [%0, {%1, %2, %3, %4, %5}];" ::"l"(
-                     reinterpret_cast<uint64_t>(map)),
-                 "r"(x0), "r"(y0), "r"(z0), "r"(w0), "r"(v0)
-                 : "memory");
-}
-__device__ __forceinline__ void prefetch_4d(const CUtensorMap *map, int x0, int y0, int z0, int w0) {
-    asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
-                     reinterpret_cast<uint64_t>(map)),
-                 "r"(x0), "r"(y0), "r"(z0), "r"(w0)
-                 : "memory");
-}
-#endif
 __device__ __forceinline__ uint32_t movt(uint32_t x) { // 8x8 b16 transpose across the warp
     uint32_t r;
     asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(x));
@@ -1198,16 +1182,6 @@ __global__ void __launch_bounds__(kThreads, TM && D * NR <= 128 ? 3 : D * NR <= 
 #pragma unroll
             for (int s = 0; s < NS; s++) tops_cu::sm90::mbar_init(&full[s], 1), tops_cu::sm90::mbar_init(&empty[s], 4);
             tops_cu::sm90::mbar_init_fence();
-        }
-        // While the previous kernel finishes: the first stages (keys known
-        // without the lengths) into L2, which the writes of that kernel
-        // reach too (nothing is read into the CTA before the wait).
-        if (p.tm_pf && lane == 0 && warp < NS - 1) {
-            const int key0 = blockIdx.y * p.kps + 64 * warp;
-            if (key0 < min(p.sk, (blockIdx.y + 1) * p.kps)) {
-                kt::prefetch_5d(&dmap, 0, key0, 0, hk, b);
-                if (p.kmode == TOPS__DEC_SC_GROUP) kt::prefetch_4d(&smap, key0 * p.tm_sx, 0, hk, b);
-            }
         }
         __syncthreads();
         tops_cu::sm90::grid_dep_wait();   // a programmatic dependent: q, the cache and the lengths are written
@@ -1781,7 +1755,6 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         constexpr int NR = VAR - 1;
         if constexpr (kt::tma_ok<D, KIND>()) {
             tm = kt_tma(a, &dmap, &smap, &p.tm_kfirst, &p.tm_sfirst, &p.tm_sx);
-            p.tm_pf = !a->kv_lens && !a->cu_q && a->window <= 0 && env_int("TOPS_CUDA_ATTN_PREFETCH", 1) != 0;
             if (tm) ktk = kt_kernel<D, KIND, NR, KG, true>, smem = (size_t)kt::cfg<D, KIND, NR, true>::SMEM;
         }
         if (!tm) ktk = kt_kernel<D, KIND, NR, KG, false>, smem = (size_t)kt::cfg<D, KIND, NR>::SMEM;
