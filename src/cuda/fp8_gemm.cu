@@ -686,10 +686,17 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
     // The ratios come with the stage (produce's RsFeed) into its slot of
     // `slots`, read from shared memory where they are used: a load into
     // registers ahead of time would hold up every wgmma fence until it lands.
+    // turns (both warpgroups have rows in the tile): the two take turns to
+    // issue their wgmmas (FA3's ping-pong, named barriers 4 + cw), so that
+    // one rescales, with its own wgmmas drained, while the other's run.
+    // (Rescaling one channel half while the other half's wgmmas run, the
+    // pipe never drained, is not a form ptxas accepts: reading an
+    // accumulator between two wgmmas that accumulate into it serializes
+    // them, C7514, whichever group the wait retired.)
     template <int RS>
     __device__ __forceinline__ void consume_rs(float (&d)[BN / 2], int cw, int k1, unsigned &it,
                                                const unsigned char *slots, int gstages, uint32_t rank,
-                                               uint64_t *first_done = nullptr) const {
+                                               bool turns) const {
         static_assert(RS == 1 || RS == 2, "rescaled groups");
         static_assert(CV == 0 && ET != kE4M3, "16-bit operands as they are");
         const bool lane0 = (threadIdx.x & 31) == 0;
@@ -705,8 +712,22 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
                 d[4 * j + 2] *= rv.x, d[4 * j + 3] *= rv.y;
             }
         };
+        // A turn: one group's wgmmas (RS = 2: two a stage; RS = 1: a stage).
+        // Warpgroup 0 goes first; each arrives on the other's barrier after
+        // its issue but for warpgroup 1's last (no turn left to give), so
+        // the barriers are balanced within the tile.
+        const int nturns = RS == 2 ? 2 * k1 : k1;
+        int turn = 0;
+        auto take = [&]() {
+            if (turns) asm volatile("bar.sync %0, 256;" ::"r"(4 + cw) : "memory");
+        };
+        auto give = [&]() {
+            ++turn;
+            if (turns && (cw == 0 || turn < nturns)) asm volatile("bar.arrive %0, 256;" ::"r"(5 - cw) : "memory");
+        };
 #pragma unroll
         for (int i = 0; i < BN / 2; i++) d[i] = 0.0f;
+        if (turns && cw == 1) asm volatile("bar.arrive 4, 256;" ::: "memory");
         for (int kt = 0; kt < k1; kt++, it++) {
             const unsigned s = it % STAGES;
             mbar_wait(&full[s], (it / STAGES) & 1);
@@ -714,31 +735,35 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
             const unsigned char *rs = slots + s * kRsSlot;
             if constexpr (RS == 2) {
                 if (kt > 0) rescale(rs);
+                take();
                 wgmma_fence();
                 wgmma_ss<ET>(d, desc_sw128(a), desc_sw128(b));
                 wgmma_ss<ET>(d, desc_sw128(a + 32), desc_sw128(b + 32));
                 wgmma_commit();
+                give();
                 rescale(rs + BN * 4);
+                take();
                 wgmma_fence();
                 wgmma_ss<ET>(d, desc_sw128(a + 64), desc_sw128(b + 64));
                 wgmma_ss<ET>(d, desc_sw128(a + 96), desc_sw128(b + 96));
                 wgmma_commit();
+                give();
             } else {
                 if (kt > 0 && kt % gstages == 0) rescale(rs);
+                take();
                 wgmma_fence();
                 wgmma_stage<ET>(d, a, b);
                 wgmma_commit();
+                give();
             }
             wgmma_wait<1>();
             __syncwarp(); // every lane's ratio reads of the slot before lane 0 hands it back
             if (kt > 0 && lane0) release((it - 1) % STAGES, rank);
-            if (kt == 1 && first_done && lane0) mbar_arrive(first_done);
         }
         wgmma_wait<0>();
         fence_regs(d);
         __syncwarp();
         if (lane0) release((it - 1) % STAGES, rank);
-        if (k1 == 1 && first_done && lane0) mbar_arrive(first_done);
     }
 };
 
@@ -812,7 +837,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         } else if constexpr (RS > 0) {
             if (idle) ring.consume(d, cw, 0, ktiles, it, nullptr, true);
             else
-                ring.template consume_rs<RS>(d, cw, ktiles, it, rslots, p.gstages, 0);
+                ring.template consume_rs<RS>(d, cw, ktiles, it, rslots, p.gstages, 0,
+                                             tm * kBM + 64 < p.m);
         } else ring.consume(d, cw, 0, ktiles, it, nullptr, idle);
 
         // Epilogue through shared memory (the stage ring is idle once both
@@ -1023,8 +1049,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             }
             if constexpr (CV > 0) ring.consume_cv(d, cw, w.k0, w.k1, it, false);
             else if constexpr (RS > 0) // (no stream-K: whole tiles, w.k0 = 0)
-                ring.template consume_rs<RS>(d, cw, w.k1, it, rslots, p.gstages, rank,
-                                             lag && cw == 0 && first_tile ? lag_bar : nullptr);
+                ring.template consume_rs<RS>(d, cw, w.k1, it, rslots, p.gstages, rank, tm * kBM + 64 < p.m);
             else ring.consume(d, cw, w.k0, w.k1, it, lag && cw == 0 && first_tile ? lag_bar : nullptr, false, rank);
 
             // Stream-K: a piece that does not end the tile leaves its sums
@@ -1478,7 +1503,7 @@ cudaError_t run_gemm(const tops__cu_matmul_args *a, const void *A, long long lda
             return cudaErrorInvalidValue;
         }
     }
-    if (ET != kE4M3 && RS == 0) p.lag = 0;
+    if (ET != kE4M3) p.lag = 0; // (the rescaled groups' turns assume no lag)
     if (persist)
         return a->out_dtype == TOPS_DT_F32
                    ? launch_persistent<float, ET, CV, RS>(ma, mb, mc, p, pl, shape, stream, what)
