@@ -1568,13 +1568,14 @@ __global__ void __launch_bounds__(kThreads, TM && D * NR <= 128 ? 3 : D * NR <= 
         if (TM && lane == 0) tops_cu::sm90::mbar_arrive(&empty[cs]);
 #endif
     };
-    // the leading subtiles (TM: stages) that are whole: their keys end by
-    // lim (hi; causal: the first row's position + 1)
-    const int lim = min(hi, p.causal ? sl.sk - sl.sq + 1 : hi), base = TM ? lo : first, w0 = TM ? 64 : 16;
-    const int nfast = p.window > 0 || lim < base + w0 ? 0 : min(nsub, (lim - base - w0) / 64 + 1);
     int i = 0;
-    if constexpr (QREG) // elsewhere the second copy of the body costs spills
+    if constexpr (QREG) { // elsewhere the second copy of the body costs spills
+        // the leading stages that are whole: their keys end by lim (hi;
+        // causal: the first row's position + 1)
+        const int lim = min(hi, p.causal ? sl.sk - sl.sq + 1 : hi);
+        const int nfast = p.window > 0 || lim < lo + 64 ? 0 : min(nsub, (lim - lo - 64) / 64 + 1);
         for (; i < nfast; i++) step(i, std::true_type{});
+    }
     for (; i < nsub; i++) step(i, std::false_type{});
     ring::wait<0>();
 
