@@ -6,6 +6,7 @@
 
 #include "tensorops.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -55,12 +56,13 @@ size_t tops__cuda_packed_bytes(const tops_tensor *t);
 /* Frees what a cuda:N tensor owns (tops_tensor_destroy calls this). */
 void tops__cuda_tensor_release(tops_tensor *t);
 
-/* ---- tuning: one table (matmul.c), a few debug overrides -------------------- */
+/* ---- tuning: one table (tune.c), a few debug overrides -------------------- */
 
-/* The knobs of the plan and the launchers.  Their settled values are the
-   table in matmul.c (tuning[]); the ones marked there as debug keys can be
-   overridden for a test or an A/B run through TOPS_CUDA_DEBUG
-   ("key=value,key=value", docs/cuda.md), which matmul.c alone reads. */
+/* The knobs of the GEMM plan and its launchers.  Their
+   settled values are the table in tune.c (tuning[]); the ones marked there
+   as debug keys can be overridden for a test or an A/B run through
+   TOPS_CUDA_DEBUG ("key=value,key=value", docs/cuda.md), which tune.c alone
+   reads. */
 enum {
     /* M thresholds of the plan (settled, no override) */
     TOPS__CU_T_FP8_MIN_M,
@@ -80,7 +82,7 @@ enum {
     /* settled launcher choices (no override) */
     TOPS__CU_T_WARPS_PER_SM,
     TOPS__CU_T_WGMMA_STRICT,
-    /* debug keys */
+    /* GEMM debug keys */
     TOPS__CU_T_KERNEL, /* TOPS__CU_KERNEL_*: force that family where it applies */
     TOPS__CU_T_PDL,
     TOPS__CU_T_FOLD,
@@ -127,11 +129,20 @@ enum {
     TOPS__CU_KERNEL_FP8,
     TOPS__CU_KERNEL_H16
 };
+/* A table value meaning "the launcher's own rule" (tops__cu_tune_or). */
+#define TOPS__CU_RULE LLONG_MIN
 /* The knob's value: TOPS_CUDA_DEBUG's override where it sets this debug
    key, else the table's value.  For knobs whose table entry is "the
-   launcher's rule", tops__cu_tune_or returns `rule` unless overridden. */
+   launcher's rule", tops__cu_tune_or returns `rule` unless overridden.  An
+   item with an unknown key or a value its key does not take is ignored
+   here: tops__cu_debug_check refuses it first. */
 long long tops__cu_tune(int knob);
 long long tops__cu_tune_or(int knob, long long rule);
+/* TOPS_OK, or TOPS_INVALID_ARGUMENT (for fn) with a sentence naming the
+   first TOPS_CUDA_DEBUG item that is not a debug key with a value it takes:
+   each GPU entry point calls it first, so a
+   typo never silently runs the defaults. */
+tops_status tops__cu_debug_check(const char *fn);
 
 /* ---- the kernels' contract --------------------------------------------------- */
 

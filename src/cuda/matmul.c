@@ -2,12 +2,12 @@
    the plan: the weight-streaming kernels (wbulk.cu, wstream.cu) at small M;
    on sm_90 the TMA GEMM (fp8_gemm.cu: relaxed FP8, strict 16-bit and
    converted e4m3 weights), the q8 kernel (wgmma_q8.cu) and the wgmma
-   kernels (wgmma_w.cu) above their thresholds below. */
+   kernels (wgmma_w.cu) above their thresholds (tune.c's table), by the
+   use_* functions below. */
 #include "cuda/runtime.h"
 
 #include "formats/traits.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,160 +106,6 @@ static tops_status pack_to_device(const char *fn, const tops_tensor *right, int 
     pk->units = ub ? (char *)mem + uoff : NULL;
     *base = mem;
     return TOPS_OK;
-}
-
-/* ---- the tuning table ------------------------------------------------------
-
-   Every number the plan and the launchers choose by, in one place.  Each
-   threshold is the M where a kernel first beat the one below it in a
-   same-window A/B on the H200 (the measurements are in the comments of the
-   use_* functions below and in the commits that set them); the launcher
-   choices are the measured defaults (their launchers' comments say what was
-   measured).  `key` names the debug override TOPS_CUDA_DEBUG may set (tests
-   and A/B runs: docs/cuda.md); NULL: settled, no override.  RULE: the
-   launcher's own rule (it depends on the call's shape), named in the line. */
-#define RULE LLONG_MIN
-static const struct tuning_entry {
-    const char *key;
-    long long value;
-} tuning[TOPS__CU_T_COUNT] = {
-    /* the plan's M thresholds (use_* below) */
-    [TOPS__CU_T_FP8_MIN_M] = {NULL, 17},           /* relaxed e4m3 on the FP8 GEMM */
-    [TOPS__CU_T_H16_MIN_M] = {NULL, 17},           /* strict 16-bit TMA GEMM (f16 / bf16 / e4m3 weights) */
-    [TOPS__CU_T_Q8_MIN_M] = {NULL, 17},            /* relaxed 4-bit on FP8 tensor cores */
-    [TOPS__CU_T_FOLD_MIN_M] = {NULL, 48},          /* folded-scale wgmma */
-    [TOPS__CU_T_S4_MIN_M] = {NULL, 48},            /* strict 4-bit two-ring wgmma, groups >= 64 */
-    [TOPS__CU_T_S4_SMALL_GROUP_MIN_M] = {NULL, 65}, /* the same, groups below 64 */
-    [TOPS__CU_T_S8_MIN_M] = {NULL, 32},            /* the same pipeline, 8-bit integers in groups >= 32 */
-    [TOPS__CU_T_WIDE_MIN_M] = {NULL, 128},         /* one-ring wgmma: other 8-bit codes (16-bit and e4m3 when forced) */
-    [TOPS__CU_T_DEQUANT_MIN_M] = {NULL, 1024},     /* folded 4-bit weights dequantized, then the 16-bit TMA GEMM */
-    [TOPS__CU_T_DEQUANT_RELAXED_MIN_M] = {NULL, 128}, /* relaxed: other codes dequantized (rounded once), the same */
-    [TOPS__CU_T_E4M3_ONCE_MIN_M] = {NULL, 1024},   /* strict e4m3 codes converted once, then the 16-bit TMA GEMM */
-    [TOPS__CU_T_RESCALED8_MIN_M] = {NULL, 1024},   /* rescaled groups: 8-bit integer codes */
-    [TOPS__CU_T_RESCALED4_MIN_M] = {NULL, 2048},   /* rescaled groups: 4-bit integer codes, groups of 32 */
-    [TOPS__CU_T_RESCALED4W_MIN_M] = {NULL, 2048},  /* rescaled groups: 4-bit codes, groups of 64 or more */
-    /* settled launcher choices */
-    [TOPS__CU_T_WARPS_PER_SM] = {NULL, 16},  /* wstream: split K until this many warps an SM stream */
-    [TOPS__CU_T_WGMMA_STRICT] = {NULL, 1},   /* unfolded 4-bit codes on the two-ring pipeline */
-    /* debug keys: the default run's values */
-    [TOPS__CU_T_KERNEL] = {"kernel", TOPS__CU_KERNEL_AUTO}, /* the plan above */
-    [TOPS__CU_T_PDL] = {"pdl", 1},                   /* programmatic dependent launches */
-    [TOPS__CU_T_FOLD] = {"fold", 1},                 /* folded scales where tops__cu_fold_shift allows */
-    [TOPS__CU_T_BULK_RING] = {"bulk_ring", 0},       /* 0: the block's K (tiles) or kStages, as fits */
-    [TOPS__CU_T_BULK_LOOK] = {"bulk_look", RULE},    /* bulk_look() with tiles and few scales, else the ring */
-    [TOPS__CU_T_BULK_SPLITS] = {"bulk_splits", 0},   /* 0: no cap on wbulk's K splits */
-    [TOPS__CU_T_BULK_XT] = {"bulk_xt", RULE},        /* kBulkXtRows (16) */
-    [TOPS__CU_T_BULK_XT3] = {"bulk_xt3", 1},         /* one 3-D activation copy a stage where K % 64 == 0 */
-    [TOPS__CU_T_BULK_XR] = {"bulk_xr", 1},           /* below M = 8, the next power of two of M rows a slot */
-    [TOPS__CU_T_BULK_TG] = {"bulk_tg", RULE},        /* kBulkTgM8 (2) */
-    [TOPS__CU_T_BULK_SCD] = {"bulk_scd", 1},         /* scales read from global memory */
-    [TOPS__CU_T_BULK_ISSUE] = {"bulk_issue", RULE},  /* the first warp with activation tiles, else thread 0 */
-    [TOPS__CU_T_BULK_ARRIVE] = {"bulk_arrive", 0},   /* 0: TOPS_CU_BULK_ARRIVE's rule */
-    [TOPS__CU_T_WGMMA_SPLITS] = {"wgmma_splits", 1}, /* K splits of the register-A wgmma kernels */
-    [TOPS__CU_T_WGMMA_TN] = {"wgmma_tn", 0},         /* 0: 128 tokens above M = 64 (folded, strict 4-bit, 8-bit integers), else 64 */
-    [TOPS__CU_T_WGMMA_CW] = {"wgmma_cw", 2},         /* consumer warpgroups of the folded kernel */
-    [TOPS__CU_T_WGMMA_PERMUTE] = {"wgmma_permute", 0}, /* 1: stage permute instead of the quad shuffle */
-    [TOPS__CU_T_FP8_CTAS] = {"fp8_ctas", 0},         /* 0: no cap on the TMA GEMMs' grid */
-    [TOPS__CU_T_FP8_CLUSTER] = {"fp8_cluster", 1},   /* clusters sharing the weight tile */
-    [TOPS__CU_T_FP8_SK] = {"fp8_sk", 0},             /* stream-K */
-    [TOPS__CU_T_FP8_LAG] = {"fp8_lag", 0},           /* lagged second warpgroup */
-    [TOPS__CU_T_FP8_PERSIST] = {"fp8_persist", 1},   /* persistent CTAs where the output allows */
-    [TOPS__CU_T_FP8_BN] = {"fp8_bn", 0},             /* 0: pick_tiles' tile width; 96 / 128 / 192 / 256 force it */
-    [TOPS__CU_T_FP8_QUANT] = {"fp8_quant", 1},       /* 0: the older activation quantizer */
-    [TOPS__CU_T_QUANT_ROWS] = {"quant_rows", 0},     /* 0: the launcher's rows a quantizer block */
-    [TOPS__CU_T_Q8_TN] = {"q8_tn", 0},               /* 0: 64 tokens up to M = 64, else 128 */
-    [TOPS__CU_T_Q8_LOOK] = {"q8_look", RULE},        /* 2 when the grid takes more than one wave, else 0 */
-    [TOPS__CU_T_Q8_SPLIT] = {"q8_split", RULE},      /* token halves at 128 tokens */
-    [TOPS__CU_T_Q8_ROW] = {"q8_row", -1},            /* -1: one factor a row where packed so, pairs from M = 32 */
-    [TOPS__CU_T_Q8_PAIRS] = {"q8_pairs", 1},         /* chunk pairs at 64 tokens */
-    [TOPS__CU_T_DEQUANT_ROWS] = {"dequant_rows", 0}, /* 0: channels a dequantized slice as the 128 MB workspace allows */
-    [TOPS__CU_T_E4M3_ONCE] = {"e4m3_once", RULE},   /* strict e4m3 codes converted once: 1 always, 0 never (rule: from E4M3_ONCE_MIN_M) */
-    [TOPS__CU_T_RESCALED] = {"rescaled", RULE},     /* the rescaled-group GEMM: 1 always, 0 never (rule: use_rescaled) */
-    [TOPS__CU_T_FACTORED] = {"factored", 1},        /* 0: factored sub-block scales unused (factored_view) */
-};
-
-static const char *const kernel_names[] = {"auto", "wbulk", "wstream", "wgmma", "q8", "fp8", "h16"};
-
-/* Parses one "key=value" item of TOPS_CUDA_DEBUG (len bytes at s): its
-   knob and value; 0 if it is not a debug key with a valid value. */
-static int debug_item(const char *s, size_t len, int *knob, long long *value) {
-    char buf[64];
-    if (len == 0 || len >= sizeof buf) return 0;
-    memcpy(buf, s, len);
-    buf[len] = '\0';
-    char *eq = strchr(buf, '=');
-    if (!eq || eq == buf || eq[1] == '\0') return 0;
-    *eq = '\0';
-    for (int i = 0; i < TOPS__CU_T_COUNT; i++) {
-        if (!tuning[i].key || strcmp(tuning[i].key, buf) != 0) continue;
-        *knob = i;
-        if (i == TOPS__CU_T_KERNEL) {
-            for (int k = 0; k < (int)(sizeof kernel_names / sizeof kernel_names[0]); k++)
-                if (strcmp(kernel_names[k], eq + 1) == 0) {
-                    *value = k;
-                    return 1;
-                }
-            return 0;
-        }
-        char *end = NULL;
-        errno = 0;
-        *value = strtoll(eq + 1, &end, 10);
-        return errno == 0 && end && *end == '\0';
-    }
-    return 0;
-}
-
-/* Walks TOPS_CUDA_DEBUG's items (separated by commas or spaces): the value
-   of `knob` (the last item that sets it) in *value, 1 if set; with knob < 0
-   checks every item instead and returns -1 at the first bad one (*bad_at,
-   *bad_len: where). */
-static int debug_scan(int knob, long long *value, const char **bad_at, size_t *bad_len) {
-    const char *e = getenv("TOPS_CUDA_DEBUG");
-    int found = 0;
-    if (!e) return 0;
-    while (*e) {
-        while (*e == ',' || *e == ' ') e++;
-        size_t len = strcspn(e, ", ");
-        if (len == 0) break;
-        int k = -1;
-        long long v = 0;
-        if (!debug_item(e, len, &k, &v)) {
-            if (knob < 0) {
-                *bad_at = e;
-                *bad_len = len;
-                return -1;
-            }
-        } else if (k == knob) {
-            *value = v;
-            found = 1;
-        }
-        e += len;
-    }
-    return found;
-}
-
-/* TOPS_CUDA_DEBUG with an item that is not a debug key and a valid value:
-   refused before any work (a typo must not silently run the defaults). */
-static tops_status debug_check(const char *fn) {
-    const char *at = NULL;
-    size_t len = 0;
-    long long v;
-    if (debug_scan(-1, &v, &at, &len) >= 0) return TOPS_OK;
-    return tops__fail(TOPS_INVALID_ARGUMENT, fn,
-                      "TOPS_CUDA_DEBUG item '%.*s' is not key=value with a known key and value (docs/cuda.md lists them)",
-                      (int)(len > 60 ? 60 : len), at);
-}
-
-long long tops__cu_tune(int knob) {
-    if (knob < 0 || knob >= TOPS__CU_T_COUNT) return 0;
-    long long v;
-    if (tuning[knob].key && debug_scan(knob, &v, NULL, NULL) == 1) return v;
-    return tuning[knob].value;
-}
-
-long long tops__cu_tune_or(int knob, long long rule) {
-    const long long v = tops__cu_tune(knob);
-    return v == RULE ? rule : v;
 }
 
 static int forced_kernel(void) { return (int)tops__cu_tune(TOPS__CU_T_KERNEL); }
@@ -418,7 +264,7 @@ static int use_rescaled(const tops__cuda_packed *pk, int64_t m, int fold, int bf
         !tops__cu_rescaled_group_ok(pk->group))
         return 0;
     const long long f = tops__cu_tune(TOPS__CU_T_RESCALED);
-    if (f != RULE) return f == 1;
+    if (f != TOPS__CU_RULE) return f == 1;
     const int t = pk->code == TOPS__CU_CODE_I8 ? TOPS__CU_T_RESCALED8_MIN_M
                   : pk->group == 32           ? TOPS__CU_T_RESCALED4_MIN_M
                                               : TOPS__CU_T_RESCALED4W_MIN_M;
@@ -815,7 +661,7 @@ static tops_status matmul_call(const char *fn, const tops_exec *exec, const tops
                                size_t cap) {
     int device = exec->device.index;
     char name[48];
-    tops_status st = debug_check(fn);
+    tops_status st = tops__cu_debug_check(fn);
     if (st != TOPS_OK) return st;
     if ((st = tops__cuda_check_device(fn, "exec.device", device)) != TOPS_OK) return st;
     if ((st = tops__check_tensor(fn, "left", left)) != TOPS_OK) return st;

@@ -1492,7 +1492,7 @@ extern "C" int tops__cu_wgmma_launch(const tops__cu_matmul_args *a, const char *
     const fold_pick fp = !a->fold ? fold_pick{nullptr, 0, 0}
                          : bf16   ? pick_fold<true>(a->code, fold_sk, tn, cw, gsl)
                                   : pick_fold<false>(a->code, fold_sk, tn, cw, gsl);
-    // Unfolded 4-bit codes: the strict pipeline (settled in matmul.c's
+    // Unfolded 4-bit codes: the strict pipeline (settled in tune.c's
     // table; 0 there would keep the one-ring kernel), where a W stage's scale entries fit its
     // copy (K = 512: 512 / G groups, one more when G > 64 starts mid-stage).
     wg_fn sfn = nullptr;

@@ -118,7 +118,7 @@ kernel_fn pick_code(int code, int mt) {
     }
 }
 
-// Warps per SM the split-K choice aims for (matmul.c's table).
+// Warps per SM the split-K choice aims for (tune.c's table).
 long long warps_per_sm() {
     const long long v = tops__cu_tune(TOPS__CU_T_WARPS_PER_SM);
     return v >= 1 && v <= 64 ? v : 16;
