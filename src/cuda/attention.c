@@ -7,7 +7,6 @@
 #include "cuda/runtime.h"
 #include "formats/traits.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 static const char fn[] = "tops_attention";
@@ -127,8 +126,8 @@ static tops_status device_support(int device, const tops_attention_desc *d, cons
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn, "q must have tensor_scale 1 on the GPU");
     int64_t D = q->extent[3], Dv = v->extent[3];
     const int quant = k->format.id != ty || v->format.id != ty;
-    const char *env = getenv("TOPS_CUDA_ATTN_DECODE"); /* "0": the prefill kernel for every 16-bit call */
-    *decode = tops__cu_decode_takes(sq_long, (int)D) && Dv == D && !(env && strcmp(env, "0") == 0);
+    /* debug key attn_decode=0: the prefill kernel for every 16-bit call */
+    *decode = tops__cu_decode_takes(sq_long, (int)D) && Dv == D && tops__cu_tune(TOPS__CU_T_ATTN_DECODE) != 0;
     if (lengths && !*decode)
         return tops__fail(TOPS_UNSUPPORTED_ON_DEVICE, fn,
                           "sequences of different lengths (kv_lens, cu_seqlens) run on the GPU in the decode kernel only: "
@@ -193,8 +192,9 @@ static tops_status prepare(const tops_exec *exec, const tops_attention_desc *des
                            const tops_tensor *k, const tops_tensor *v, const tops_tensor *out, tops__cu_attn_args *a,
                            tops__cu_decode_args *da, int *decode) {
     int device = exec->device.index;
-    tops_status st = tops__cuda_check_device(fn, "exec.device", device);
+    tops_status st = tops__cu_debug_check(fn);
     if (st != TOPS_OK) return st;
+    if ((st = tops__cuda_check_device(fn, "exec.device", device)) != TOPS_OK) return st;
     if ((st = tops__cuda_check_memory(fn, "q", q, device)) != TOPS_OK ||
         (st = tops__cuda_check_memory(fn, "k", k, device)) != TOPS_OK ||
         (st = tops__cuda_check_memory(fn, "v", v, device)) != TOPS_OK ||

@@ -39,6 +39,7 @@
 // tile's Q (released by the consumers' q_empty arrivals after their last
 // S) and first key blocks load while the first tile ends.
 #include "cuda/attention.h"
+#include "cuda/cuda_internal.h"
 #include "cuda/sm90.cuh"
 #include "tensorops_cuda_tiles.cuh"
 
@@ -576,11 +577,6 @@ template <int D> struct shape {
     static constexpr int kSmem = kBM * D * 2 + 2 * kStages * kBN * D * 2 + 128 + 1024;
 };
 
-int env_int(const char *name, int dflt) {
-    const char *s = getenv(name);
-    return s && *s ? atoi(s) : dflt;
-}
-
 int d_pad(int d) { return d <= 64 ? 64 : d <= 128 ? 128 : 256; }
 
 // 4-D map over [B, H, S, D] (innermost first), box {64, rows, 1, 1}.
@@ -634,11 +630,10 @@ bool banded(const tops__cu_attn_args *a) { return a->window > 0 && a->window < a
 // modelled finish time (a CTA costs its key blocks plus one for Q and the
 // epilogue, a piece half a block more for the merge) drops by 8 % or more;
 // the split threshold is the one that models fastest.
-// TOPS_CUDA_ATTN_QSPLIT=0 turns it off, 2 splits every tile of two or more
+// Debug key attn_qsplit=0 turns it off, 2 splits every tile of two or more
 // key blocks (tests).  Fills p's split fields; false: no split.
 bool plan_split(const tops__cu_attn_args *a, int bn, kparams *p) {
-    const char *e = getenv("TOPS_CUDA_ATTN_QSPLIT");
-    const int mode = e && *e ? atoi(e) : 1;
+    const int mode = (int)tops__cu_tune(TOPS__CU_T_ATTN_QSPLIT);
     p->items = 0;
     if (mode == 0 || !a->causal || banded(a)) return false;
     const long long tiles = (a->sq + kBM - 1) / kBM, hb = a->heads * a->batch,
@@ -699,14 +694,14 @@ bool plan_split(const tops__cu_attn_args *a, int bn, kparams *p) {
     return p->split_tiles > 0;
 }
 
-// Causal pairs (TOPS_CUDA_ATTN_PAIRS: 0 off; 1, the default, where the
+// Causal pairs (debug key attn_pairs: 0 off; 1, the default, where the
 // pairs fill the SMs at least twice and no key split is planned; 2 every
 // causal call without a window that is not split): a CTA takes query tiles
 // T - 1 - q and q of one (batch, head), so every CTA has T + 1 key blocks
 // (T odd: the middle tile alone) and the second tile's Q and first key
 // blocks load under the first's last blocks and output.
 int use_pairs(const tops__cu_attn_args *a) {
-    const int mode = env_int("TOPS_CUDA_ATTN_PAIRS", 1);
+    const int mode = (int)tops__cu_tune(TOPS__CU_T_ATTN_PAIRS);
     if (mode == 0 || !a->causal || banded(a)) return 0;
     const long long tiles = (a->sq + kBM - 1) / kBM;
     if (tiles < 2) return 0;
@@ -720,28 +715,28 @@ long long plain_units(const tops__cu_attn_args *a, int pairs) {
     return pairs ? hb * ((tiles + 1) / 2) : hb * tiles;
 }
 
-// Persistent CTAs (TOPS_CUDA_ATTN_PERSIST: 0 off, one CTA a unit; 1, the
+// Persistent CTAs (debug key attn_persist: 0 off, one CTA a unit; 1, the
 // default: one CTA an SM where the units all cost the same (non-causal
 // without a window, or causal pairs) and outnumber the SMs; N >= 2: at most
 // N CTAs wherever they cost the same, for tests).  A CTA then loads the
 // next unit's Q and first key blocks while it ends one, instead of an SM
 // waiting for a new CTA's start, Q and first blocks.  The grid's size.
 long long persist_grid(const tops__cu_attn_args *a, int pairs, long long units) {
-    const int mode = env_int("TOPS_CUDA_ATTN_PERSIST", 1);
+    const long long mode = tops__cu_tune(TOPS__CU_T_ATTN_PERSIST);
     const bool equal = pairs || (!a->causal && !banded(a));
     if (mode <= 0 || !equal) return units;
     const long long cap = mode == 1 ? a->sm_count : mode;
     return units > cap ? cap : units;
 }
 
-// Last-wave splits (TOPS_CUDA_ATTN_TAIL: 0 off, 1 the default): on a
+// Last-wave splits (debug key attn_tail: 0 off, 1 the default): on a
 // persistent grid of equal single-tile units (non-causal, no window) whose
 // last round holds r units with 0 < 2 r <= the grid, and tiles of two or
 // more key blocks, those r units become 2 r half units (the key-split
 // pieces): that round then lasts half a unit (B = 4 H = 32 S = 4096: 4096
 // units on 132 SMs, 32 rounds -> 31.5).  The number of units split, 0: none.
 int plan_tail(const tops__cu_attn_args *a, int pairs, long long units, long long grid, int bn) {
-    if (env_int("TOPS_CUDA_ATTN_TAIL", 1) == 0 || pairs || a->causal || banded(a) || grid >= units) return 0;
+    if (tops__cu_tune(TOPS__CU_T_ATTN_TAIL) == 0 || pairs || a->causal || banded(a) || grid >= units) return 0;
     const long long r = units % grid;
     if (r == 0 || 2 * r > grid || (a->sk + bn - 1) / bn < 2 || units + r > 0x7FFFFFFF) return 0;
     return (int)r;
@@ -838,14 +833,14 @@ bool plain_pairs(const tops__cu_attn_args *a, int dp, kparams *p, bool *split) {
 }
 
 // The software pipeline of a call whose plain plan runs causal pairs or
-// not (plain_pairs): TOPS_CUDA_ATTN_PIPE 0 / 1 / 2 forces one (D = 256 has
+// not (plain_pairs): debug key attn_pipe 0 / 1 / 2 forces one (D = 256 has
 // no ping-pong: 2 runs 1).  By default the ping-pong (2), except for causal
 // pairs at D = 128, which overlap within each warpgroup (1): there the
 // ping-pong's turns cost more than they hide (H100, bf16, B = 4 H = 32
 // S = 4096 causal, alternated three times: 555 -> 571 TFLOP/s; key splits,
 // B = 1 H = 8 S = 2048 causal, lose 4.5 % with 1 and keep 2).
 int pipe_for(const tops__cu_attn_args *a, int pairs) {
-    const int dp = d_pad(a->d), forced = env_int("TOPS_CUDA_ATTN_PIPE", -1);
+    const int dp = d_pad(a->d), forced = (int)tops__cu_tune(TOPS__CU_T_ATTN_PIPE);
     if (forced >= 0 && forced <= 2) return forced == 2 && dp == 256 ? 1 : forced;
     if (dp == 256) return 1;
     return dp == 128 && pairs ? 1 : 2;

@@ -1619,11 +1619,6 @@ static int ilog2(int x) {
     return s;
 }
 
-static int env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) : dflt;
-}
-
 static void fill_kv(const tops__cu_kv &kv, const unsigned char **data, long long *sb, long long *sh, long long *ss,
                     const void **sc, long long c[4], int *st, int *mode, int *gs) {
     *data = reinterpret_cast<const unsigned char *>(kv.data);
@@ -1637,9 +1632,11 @@ static void fill_kv(const tops__cu_kv &kv, const unsigned char **data, long long
 
 // Splits: enough CTAs to fill the GPU once (CTAs resident a SM x SMs; the
 // TMA kt_kernel three quarters of it: its CTAs' fixed costs against an
-// SM's fourth), at least 256 keys a split.
+// SM's fourth), at least 256 keys a split; debug key attn_splits=N fixes N
+// (capped as below; 0: this choice).
 static int choose_splits(const tops__cu_decode_args *a, int bhc, int per_sm, bool tm) {
-    int want = env_int("TOPS_CUDA_ATTN_SPLITS", a->splits);
+    const long long asked = tops__cu_tune_or(TOPS__CU_T_ATTN_SPLITS, a->splits);
+    int want = asked > INT_MAX ? INT_MAX : (int)asked;
     if (want <= 0) {
         const int resident = per_sm * tops__cuda_sm_count(-1);
         const int slots = tm && per_sm >= 4 ? resident * 3 / 4 : resident;
@@ -1729,11 +1726,11 @@ static bool kt_maps(const tops__cu_decode_args *a, int rb, CUtensorMap *dm, CUte
 }
 
 // Whether a kt_kernel call runs on TMA stages (sm_90, rows of at most 128
-// bytes, the boxes encodable; TOPS_CUDA_ATTN_TMA=0: never), the boxes then
+// bytes, the boxes encodable; debug key attn_tma=0: never), the boxes then
 // in *dm / *sm.
 static bool kt_tma(const tops__cu_decode_args *a, CUtensorMap *dm, CUtensorMap *sm, int *kfirst, int *sfirst, int *sx) {
     const int rb = (int)(a->d * (a->kind == TOPS__DEC_I4 ? 4 : 8) / 8);
-    return rb <= 128 && env_int("TOPS_CUDA_ATTN_TMA", 1) != 0 && tops_cu::device_is_sm90a() &&
+    return rb <= 128 && tops__cu_tune(TOPS__CU_T_ATTN_TMA) != 0 && tops_cu::device_is_sm90a() &&
            kt_maps(a, rb, dm, sm, kfirst, sfirst, sx);
 }
 
@@ -1865,9 +1862,9 @@ static bool f16_groups(const tops__cu_decode_args *a) {
 // chunks), not packed, group scales (if any) f16, in rows of at most 16 bytes
 // a key, groups of at least a 16-byte chunk of codes.  ring_kernel multiplies
 // in f16: with bf16 q it takes e4m3 without group scales (codes and q exact
-// in f16) by default; TOPS_CUDA_ATTN_RING=2 also sends it bf16 calls with
+// in f16) by default; debug key attn_ring=2 also sends it bf16 calls with
 // int8 / int4 groups, whose decoded values must then fit f16 (|x| < 65504);
-// TOPS_CUDA_ATTN_RING=0 sends every call to decode_kernel.
+// attn_ring=0 sends every call to decode_kernel.
 static bool ring_kv_ok(const tops__cu_decode_args *a, const tops__cu_kv &kv) {
     const long long al = 16;
     if ((uintptr_t)kv.data % al || kv.stride[0] % al || kv.stride[1] % al || kv.stride[2] % al) return false;
@@ -1881,10 +1878,10 @@ static bool ring_kv_ok(const tops__cu_decode_args *a, const tops__cu_kv &kv) {
     return (uintptr_t)kv.scales % al == 0 && kv.sstride[0] * es % al == 0 && kv.sstride[1] * es % al == 0;
 }
 // Whether kt_kernel takes a quantized KV call: bf16 q (its products need no
-// f16 range), the layouts ring_kernel reads; by default (TOPS_CUDA_ATTN_RING
+// f16 range), the layouts ring_kernel reads; by default (debug key attn_ring
 // unset or 1) before ring_kernel.
 static bool kt_takes(const tops__cu_decode_args *a) {
-    if (!a->bf16 || a->kind == TOPS__DEC_KV16 || a->cu_q || env_int("TOPS_CUDA_ATTN_RING", 1) != 1) return false;
+    if (!a->bf16 || a->kind == TOPS__DEC_KV16 || a->cu_q || tops__cu_tune(TOPS__CU_T_ATTN_RING) != 1) return false;
     if (!ring_kv_ok(a, a->k) || !ring_kv_ok(a, a->v)) return false;
     return a->kind != TOPS__DEC_E4M3 || a->v.mode != TOPS__DEC_SC_GROUP; // e4m3's P stays unscaled (f16)
 }
@@ -1899,7 +1896,7 @@ static bool kt_g32(const tops__cu_decode_args *a) {
     return true;
 }
 static bool ring_takes(const tops__cu_decode_args *a) {
-    const int mode = env_int("TOPS_CUDA_ATTN_RING", 1);
+    const int mode = (int)tops__cu_tune(TOPS__CU_T_ATTN_RING);
     if (kt_takes(a)) return false;
     if (a->kind == TOPS__DEC_KV16 || a->cu_q || mode == 0) return false;
     if (!ring_kv_ok(a, a->k) || !ring_kv_ok(a, a->v)) return false;

@@ -58,7 +58,7 @@ void tops__cuda_tensor_release(tops_tensor *t);
 
 /* ---- tuning: one table (tune.c), a few debug overrides -------------------- */
 
-/* The knobs of the GEMM plan and its launchers.  Their
+/* The knobs of the GEMM plan and launchers, and of attention.  Their
    settled values are the table in tune.c (tuning[]); the ones marked there
    as debug keys can be overridden for a test or an A/B run through
    TOPS_CUDA_DEBUG ("key=value,key=value", docs/cuda.md), which tune.c alone
@@ -117,6 +117,16 @@ enum {
     TOPS__CU_T_E4M3_ONCE,
     TOPS__CU_T_RESCALED,
     TOPS__CU_T_FACTORED,
+    /* attention debug keys */
+    TOPS__CU_T_ATTN_QSPLIT,
+    TOPS__CU_T_ATTN_PAIRS,
+    TOPS__CU_T_ATTN_PERSIST,
+    TOPS__CU_T_ATTN_TAIL,
+    TOPS__CU_T_ATTN_PIPE,
+    TOPS__CU_T_ATTN_DECODE,
+    TOPS__CU_T_ATTN_SPLITS,
+    TOPS__CU_T_ATTN_TMA,
+    TOPS__CU_T_ATTN_RING,
     TOPS__CU_T_COUNT
 };
 /* Values of TOPS__CU_T_KERNEL (debug key kernel=wbulk|wstream|wgmma|q8|fp8|h16). */
@@ -140,7 +150,7 @@ long long tops__cu_tune(int knob);
 long long tops__cu_tune_or(int knob, long long rule);
 /* TOPS_OK, or TOPS_INVALID_ARGUMENT (for fn) with a sentence naming the
    first TOPS_CUDA_DEBUG item that is not a debug key with a value it takes:
-   each GPU entry point calls it first, so a
+   each GPU entry point (matmul, attention) calls it first, so a
    typo never silently runs the defaults. */
 tops_status tops__cu_debug_check(const char *fn);
 

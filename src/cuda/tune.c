@@ -1,6 +1,7 @@
 /* The CUDA backend's tuning table and its one debug override,
-   TOPS_CUDA_DEBUG: every number the GEMM plan and its launchers choose by,
-   read through tops__cu_tune (cuda_internal.h).  matmul.c calls down into
+   TOPS_CUDA_DEBUG: every number the GEMM plan, its launchers and attention
+   choose by, read through tops__cu_tune (cuda_internal.h).  matmul.c and
+   attention (attention.c, attention.cu, attention_decode.cu) call down into
    this file; it calls none of the backend's other files. */
 #include "cuda/cuda_internal.h"
 #include "internal.h"
@@ -21,11 +22,10 @@
    what was measured).  `key` names the debug override TOPS_CUDA_DEBUG may
    set (tests and A/B runs: docs/cuda.md); NULL: settled, no override.  RULE:
    the launcher's own rule (it depends on the call's shape), named in the
-   line.  `takes`: the values the key takes: NULL any integer; words
-   "a|b|c", the value being the word's place from 0 (kernel: the
-   TOPS__CU_KERNEL_* codes); integers and ranges
-   "0|64|128", "-1..2", "0.." (no upper end), where the code that reads the
-   key accepted only those values before it was a key. */
+   line.  `takes`: what a debug key accepts (tops__cu_debug_check refuses
+   anything else): NULL any integer; words "a|b|c", the value being the
+   word's place from 0 (kernel: the TOPS__CU_KERNEL_* codes); or integers
+   and ranges "0|64|128", "-1..2", "0.." (no upper end). */
 #define RULE TOPS__CU_RULE
 static const struct tuning_entry {
     const char *key;
@@ -85,6 +85,16 @@ static const struct tuning_entry {
     [TOPS__CU_T_E4M3_ONCE] = {"e4m3_once", RULE},   /* strict e4m3 codes converted once: 1 always, 0 never (rule: from E4M3_ONCE_MIN_M) */
     [TOPS__CU_T_RESCALED] = {"rescaled", RULE},     /* the rescaled-group GEMM: 1 always, 0 never (rule: use_rescaled) */
     [TOPS__CU_T_FACTORED] = {"factored", 1},        /* 0: factored sub-block scales unused (factored_view) */
+    /* attention debug keys (attention.cu: prefill plan; attention_decode.cu: decode kernels; attention.c) */
+    [TOPS__CU_T_ATTN_QSPLIT] = {"attn_qsplit", 1, "0..2"},   /* key splits: 0 off, 1 plan_split's rule, 2 every tile of 2+ key blocks */
+    [TOPS__CU_T_ATTN_PAIRS] = {"attn_pairs", 1, "0..2"},     /* causal pairs: 0 off, 1 use_pairs' rule, 2 every causal call unbanded, unsplit */
+    [TOPS__CU_T_ATTN_PERSIST] = {"attn_persist", 1, "0.."},  /* persistent CTAs: 0 off, 1 one an SM where units cost alike, N at most N */
+    [TOPS__CU_T_ATTN_TAIL] = {"attn_tail", 1, "0..1"},       /* last-wave splits: 0 off */
+    [TOPS__CU_T_ATTN_PIPE] = {"attn_pipe", -1, "-1..2"},     /* -1: pipe_for's rule; 0 serial, 1 overlapped, 2 ping-pong */
+    [TOPS__CU_T_ATTN_DECODE] = {"attn_decode", 1, "0..1"},   /* 0: the prefill kernel for every 16-bit call */
+    [TOPS__CU_T_ATTN_SPLITS] = {"attn_splits", RULE, "0.."}, /* decode key splits (rule: the call's, 0 choose_splits) */
+    [TOPS__CU_T_ATTN_TMA] = {"attn_tma", 1, "0..1"},         /* 0: kt_kernel without TMA stages */
+    [TOPS__CU_T_ATTN_RING] = {"attn_ring", 1, "0..2"},       /* 0 decode_kernel only, 1 kt_kernel / ring_kernel's rule, 2 ring_kernel for bf16 too */
 };
 
 /* An integer, the whole of s (as strtoll reads base 10). */

@@ -5,6 +5,7 @@
    the relaxed FP8 path (sm_90) against f64 of its own e4m3 activations and
    of the true ones.  Without a GPU the numeric part skips with one line. */
 #define _POSIX_C_SOURCE 200809L /* setenv: kernel choices and variants are debug keys of TOPS_CUDA_DEBUG */
+#include "cuda_debug.h"
 #include "harness.h"
 #include "tensorops.h"
 
@@ -34,26 +35,6 @@ static float f16_to_32(tops_dtype dt, uint16_t h) {
     float v;
     tops_cast_to_f32(dt, &v, &h, 1);
     return v;
-}
-
-/* Sets debug key `key` of TOPS_CUDA_DEBUG (docs/cuda.md) to value, or
-   clears it (value NULL or ""), keeping the other keys. */
-static void debug_set(const char *key, const char *value) {
-    char buf[512] = "";
-    const char *old = getenv("TOPS_CUDA_DEBUG");
-    size_t klen = strlen(key), used = 0;
-    while (old && *old) {
-        size_t len = strcspn(old, ",");
-        if (len && !(len > klen && strncmp(old, key, klen) == 0 && old[klen] == '=') && used + len + 2 < sizeof buf) {
-            used += (size_t)snprintf(buf + used, sizeof buf - used, "%s%.*s", used ? "," : "", (int)len, old);
-        }
-        old += len;
-        if (*old == ',') old++;
-    }
-    if (value && *value && used + klen + strlen(value) + 3 < sizeof buf)
-        snprintf(buf + used, sizeof buf - used, "%s%s=%s", used ? "," : "", key, value);
-    if (buf[0]) setenv("TOPS_CUDA_DEBUG", buf, 1);
-    else unsetenv("TOPS_CUDA_DEBUG");
 }
 
 static tops_exec gpu_exec(void) {

@@ -2,15 +2,16 @@
    inputs on any machine; on a Hopper GPU, f16 and bf16 against f64 attention
    of the same 16-bit inputs over head dims 32..256, ragged Sq / Sk (Sq > Sk
    too), causal, sliding windows, softcap, GQA / MQA, strided [B, S, H, D]
-   tensors, every pipeline variant (TOPS_CUDA_ATTN_PIPE), key splits,
-   causal tile pairs, persistent CTAs and last-wave splits
-   (TOPS_CUDA_ATTN_QSPLIT, _PAIRS, _PERSIST, _TAIL), the decode kernel
+   tensors, every pipeline variant (debug key attn_pipe), key splits,
+   causal tile pairs, persistent CTAs and last-wave splits (attn_qsplit,
+   attn_pairs, attn_persist, attn_tail), the decode kernel
    (Sq <= 16) with 16-bit and quantized KV caches (e4m3, e4m3-ch per key and
    per channel, mxfp8, int8-gG, int4-gG) and every split count,
    NaN-poisoned outputs and repeated runs compared bit for bit.  Without a
    GPU the numeric part skips with one line. */
-#define _POSIX_C_SOURCE 200809L /* setenv: the pipeline variant is an environment knob */
+#define _POSIX_C_SOURCE 200809L /* setenv: the kernel variants are debug keys of TOPS_CUDA_DEBUG */
 #include "cuda/attention.h"
+#include "cuda_debug.h"
 #include "harness.h"
 #include "tensorops.h"
 
@@ -213,6 +214,20 @@ static void test_bad_inputs(void) {
         ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q, &k, &v, &o), TOPS_INVALID_ARGUMENT, "host memory");
     else
         ASSERT_STATUS(tops_attention(&ex, &d, &q, &k, &v, &o), TOPS_UNSUPPORTED_ON_DEVICE);
+    if (tops_get_build_info().cuda) {
+        /* TOPS_CUDA_DEBUG is checked before the device and the tensors: an
+           attention key with a value it does not take, or an unknown key, is
+           refused, not ignored; valid keys pass on to the next check */
+        static const char *const bad[] = {"attn_pipe=3", "attn_qsplit=x", "attn_splits=-1", "attn_ring", "attn_decod=0"};
+        for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+            debug_replace("attn_", bad[i]);
+            ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q, &k, &v, &o), TOPS_INVALID_ARGUMENT, "TOPS_CUDA_DEBUG");
+        }
+        debug_replace("attn_", "attn_pipe=2,attn_splits=5,attn_decode=0");
+        ASSERT_TRUE(tops_attention(&ex, &d, &q, &k, &v, &o) != TOPS_OK);
+        ASSERT_TRUE(strstr(tops_last_error(), "TOPS_CUDA_DEBUG") == NULL);
+        debug_replace("attn_", NULL);
+    }
     /* descriptor checks come first, on any machine */
     d.window = -1;
     ASSERT_FAILS_WITH(tops_attention(&ex, &d, &q, &k, &v, &o), TOPS_INVALID_ARGUMENT, "window");
@@ -314,16 +329,16 @@ static void test_pipelines(void) {
     };
     const char *modes[] = {"0", "1", "2"};
     for (int m = 0; m < 3; m++) {
-        setenv("TOPS_CUDA_ATTN_PIPE", modes[m], 1);
+        debug_set("attn_pipe", modes[m]);
         for (int i = 0; i < (small_run ? 1 : 5); i++) check_case(&cases[i], i % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
     }
-    unsetenv("TOPS_CUDA_ATTN_PIPE");
+    debug_set("attn_pipe", NULL);
 }
 
-/* For each value of the environment variable `var`: whether the kernel path
-   of an f16 call (B 1, H 2, S 1000, D 128, causal or not) names `word` as
-   named[i] says. */
-static void check_path_name(const char *var, const char *const *values, const int *named, int n, const char *word,
+/* For each value of debug key `key`: whether the kernel path of an f16
+   call (B 1, H 2, S 1000, D 128, causal or not) names `word` as named[i]
+   says. */
+static void check_path_name(const char *key, const char *const *values, const int *named, int n, const char *word,
                             int causal) {
     void *buf = NULL;
     const int64_t elems = 2 * 1000 * 128;
@@ -336,15 +351,15 @@ static void check_path_name(const char *var, const char *const *values, const in
     tops_attention_desc d = tops_attention_desc_default();
     d.causal = causal;
     for (int m = 0; m < n; m++) {
-        setenv(var, values[m], 1);
+        debug_set(key, values[m]);
         char name[128] = "";
         ASSERT_OK(tops__cuda_attention_path(&ex, &d, &t[0], &t[1], &t[2], &t[3], name, sizeof name));
-        if ((strstr(name, word) != NULL) != (named[m] != 0)) TH_FAIL_AT("%s=%s named %s", var, values[m], name);
+        if ((strstr(name, word) != NULL) != (named[m] != 0)) TH_FAIL_AT("%s=%s named %s", key, values[m], name);
     }
     tops_cuda_free(0, buf);
 }
 
-/* Key splits of the heaviest causal tiles (TOPS_CUDA_ATTN_QSPLIT): off,
+/* Key splits of the heaviest causal tiles (debug key attn_qsplit): off,
    the plan's rule (it splits these small grids) and every tile of two or
    more key blocks; Sq > Sk (rows with no key: both pieces empty), Sq < Sk,
    ragged tiles, GQA, D = 64 / 128 / 256 (64-key blocks), strided rows, every
@@ -361,18 +376,18 @@ static void test_key_splits(void) {
     int n = small_run ? 2 : (int)(sizeof cases / sizeof cases[0]);
     for (int m = 0; m < 3; m++)
         for (int i = 0; i < n; i++) {
-            setenv("TOPS_CUDA_ATTN_QSPLIT", modes[m], 1);
-            setenv("TOPS_CUDA_ATTN_PIPE", pipes[(m + i) % 3], 1);
+            debug_set("attn_qsplit", modes[m]);
+            debug_set("attn_pipe", pipes[(m + i) % 3]);
             check_case(&cases[i], (m + i) % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
         }
-    unsetenv("TOPS_CUDA_ATTN_PIPE");
+    debug_set("attn_pipe", NULL);
     /* The path names the split where the plan takes it. */
     static const int split_named[] = {0, 1, 1};
-    check_path_name("TOPS_CUDA_ATTN_QSPLIT", modes, split_named, 3, "split", 1);
-    unsetenv("TOPS_CUDA_ATTN_QSPLIT");
+    check_path_name("attn_qsplit", modes, split_named, 3, "split", 1);
+    debug_set("attn_qsplit", NULL);
 }
 
-/* Persistent CTAs (TOPS_CUDA_ATTN_PERSIST=3: at most three CTAs, so each
+/* Persistent CTAs (debug key attn_persist=3: at most three CTAs, so each
    takes several units in turn, the Q buffer and the K / V ring carried
    from one to the next): non-causal tiles (ragged, GQA, Sq < Sk and > Sk,
    D = 64 / 96 / 128 / 256, softcap, strided rows) and causal pairs, every
@@ -387,32 +402,32 @@ static void test_persistent(void) {
         {2, 2, 1, 900, 400, 128, 1, 0, 0, 0, 1},  /* causal pairs, rows with no key */
     };
     static const char *const pipes[] = {"2", "1", "0"};
-    setenv("TOPS_CUDA_ATTN_PERSIST", "3", 1);
-    setenv("TOPS_CUDA_ATTN_PAIRS", "2", 1);
-    setenv("TOPS_CUDA_ATTN_QSPLIT", "0", 1);
+    debug_set("attn_persist", "3");
+    debug_set("attn_pairs", "2");
+    debug_set("attn_qsplit", "0");
     int n = small_run ? 2 : (int)(sizeof cases / sizeof cases[0]);
     for (int m = 0; m < (small_run ? 1 : 3); m++)
         for (int i = 0; i < n; i++) {
-            setenv("TOPS_CUDA_ATTN_PIPE", pipes[(m + i) % 3], 1);
+            debug_set("attn_pipe", pipes[(m + i) % 3]);
             check_case(&cases[i], (m + i) % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
         }
-    unsetenv("TOPS_CUDA_ATTN_PIPE");
+    debug_set("attn_pipe", NULL);
     static const char *const modes[] = {"3", "0"};
     static const int named[] = {1, 0};
-    check_path_name("TOPS_CUDA_ATTN_PERSIST", modes, named, 2, "persistent", 1); /* causal pairs */
-    unsetenv("TOPS_CUDA_ATTN_PAIRS");
+    check_path_name("attn_persist", modes, named, 2, "persistent", 1); /* causal pairs */
+    debug_set("attn_pairs", NULL);
     static const int unnamed[] = {0, 0};
-    check_path_name("TOPS_CUDA_ATTN_PERSIST", modes, unnamed, 2, "persistent", 1); /* causal, no pairs */
-    unsetenv("TOPS_CUDA_ATTN_PERSIST");
-    unsetenv("TOPS_CUDA_ATTN_QSPLIT");
+    check_path_name("attn_persist", modes, unnamed, 2, "persistent", 1); /* causal, no pairs */
+    debug_set("attn_persist", NULL);
+    debug_set("attn_qsplit", NULL);
 }
 
-/* Last-wave splits: persistent grids of N CTAs (TOPS_CUDA_ATTN_PERSIST=N)
+/* Last-wave splits: persistent grids of N CTAs (attn_persist=N)
    whose last round holds r <= N / 2 non-causal tiles, which then run as two
    key pieces each, merged by the second to end (run_case checks a rerun's
    bits: the merge's order); ragged tiles, GQA, Sq < Sk and > Sk, D = 64 / 96
    / 128 / 256, softcap, strided rows, every pipeline.  The path names it
-   where the rule applies, not with TOPS_CUDA_ATTN_TAIL=0. */
+   where the rule applies, not with attn_tail=0. */
 static void test_tail_split(void) {
     const struct {
         acase c;
@@ -428,24 +443,24 @@ static void test_tail_split(void) {
     int n = small_run ? 1 : (int)(sizeof cases / sizeof cases[0]);
     for (int m = 0; m < (small_run ? 1 : 3); m++)
         for (int i = 0; i < n; i++) {
-            setenv("TOPS_CUDA_ATTN_PERSIST", cases[i].persist, 1);
-            setenv("TOPS_CUDA_ATTN_PIPE", pipes[(m + i) % 3], 1);
+            debug_set("attn_persist", cases[i].persist);
+            debug_set("attn_pipe", pipes[(m + i) % 3]);
             check_case(&cases[i].c, (m + i) % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
         }
-    unsetenv("TOPS_CUDA_ATTN_PIPE");
+    debug_set("attn_pipe", NULL);
     /* 16 tiles: on 7 or 3 CTAs 2 or 1 left for the last round (split), on 6
        four (more than half: not split), on 16 none */
     static const char *const grids[] = {"7", "3", "6", "16"};
     static const int named[] = {1, 1, 0, 0};
-    check_path_name("TOPS_CUDA_ATTN_PERSIST", grids, named, 4, "last wave", 0);
-    setenv("TOPS_CUDA_ATTN_TAIL", "0", 1);
+    check_path_name("attn_persist", grids, named, 4, "last wave", 0);
+    debug_set("attn_tail", "0");
     static const int off[] = {0, 0, 0, 0};
-    check_path_name("TOPS_CUDA_ATTN_PERSIST", grids, off, 4, "last wave", 0);
-    unsetenv("TOPS_CUDA_ATTN_TAIL");
-    unsetenv("TOPS_CUDA_ATTN_PERSIST");
+    check_path_name("attn_persist", grids, off, 4, "last wave", 0);
+    debug_set("attn_tail", NULL);
+    debug_set("attn_persist", NULL);
 }
 
-/* Causal tiles in pairs (TOPS_CUDA_ATTN_PAIRS=2, key splits off): a CTA
+/* Causal tiles in pairs (debug key attn_pairs=2, key splits off): a CTA
    takes tiles T - 1 - q and q (the Q buffer and the K / V ring carried from
    one to the next); T odd and even, Sq > Sk (rows with no key), Sq < Sk,
    GQA, D = 64 / 128 / 256, strided rows, every pipeline; the path names it. */
@@ -457,20 +472,20 @@ static void test_causal_pairs(void) {
         {1, 4, 2, 333, 333, 96, 1, 0, 12.0f, 0, 0}, /* T = 3: the middle tile alone */
     };
     static const char *const pipes[] = {"2", "1", "0"};
-    setenv("TOPS_CUDA_ATTN_PAIRS", "2", 1);
-    setenv("TOPS_CUDA_ATTN_QSPLIT", "0", 1);
+    debug_set("attn_pairs", "2");
+    debug_set("attn_qsplit", "0");
     int n = small_run ? 1 : (int)(sizeof cases / sizeof cases[0]);
     for (int m = 0; m < 3; m++)
         for (int i = 0; i < n; i++) {
-            setenv("TOPS_CUDA_ATTN_PIPE", pipes[(m + i) % 3], 1);
+            debug_set("attn_pipe", pipes[(m + i) % 3]);
             check_case(&cases[i], (m + i) % 2 ? TOPS_DT_BF16 : TOPS_DT_F16);
         }
-    unsetenv("TOPS_CUDA_ATTN_PIPE");
+    debug_set("attn_pipe", NULL);
     static const char *const modes[] = {"2", "0"};
     static const int pairs_named[] = {1, 0};
-    check_path_name("TOPS_CUDA_ATTN_PAIRS", modes, pairs_named, 2, "pairs", 1);
-    unsetenv("TOPS_CUDA_ATTN_PAIRS");
-    unsetenv("TOPS_CUDA_ATTN_QSPLIT");
+    check_path_name("attn_pairs", modes, pairs_named, 2, "pairs", 1);
+    debug_set("attn_pairs", NULL);
+    debug_set("attn_qsplit", NULL);
 }
 
 /* ---- decode with quantized KV caches ------------------------------------------ */
@@ -556,7 +571,7 @@ typedef struct qcase {
     acase c;
     const char *fmt;
     int per_channel;
-    int splits; /* TOPS_CUDA_ATTN_SPLITS, 0: the library's */
+    int splits; /* debug key attn_splits, 0: the library's */
 } qcase;
 
 static double run_qcase(const qcase *qc, tops_dtype dt) {
@@ -603,7 +618,7 @@ static double run_qcase(const qcase *qc, tops_dtype dt) {
     d.scale = c->scale;
     char sp[16];
     snprintf(sp, sizeof sp, "%d", qc->splits);
-    if (qc->splits) setenv("TOPS_CUDA_ATTN_SPLITS", sp, 1);
+    if (qc->splits) debug_set("attn_splits", sp);
     /* The reference multiplies what the kernel does (round_for_kernel) */
     ASSERT_OK(tops__cuda_attention_path(&ex, &d, &q, &kg, &vg, &o, kernel, sizeof kernel));
     round_for_kernel(qc->fmt, qc->per_channel, dt, kf, vf, nk);
@@ -632,7 +647,7 @@ static double run_qcase(const qcase *qc, tops_dtype dt) {
         rel = NAN;
     }
 done:
-    unsetenv("TOPS_CUDA_ATTN_SPLITS");
+    debug_set("attn_splits", NULL);
     if (qc->per_channel) {
         free(kh.data), free(kh.scales.data), free(vh.data), free(vh.scales.data);
     } else {
@@ -681,8 +696,8 @@ static void test_decode_kv(void) {
     };
     int n = (int)(sizeof cases / sizeof cases[0]);
     if (small_run) n = 4;
-    /* every case on the default kernels, on decode_kernel alone (TOPS_CUDA_ATTN_RING=0),
-       and bf16 on the ring kernel wherever it can run (TOPS_CUDA_ATTN_RING=2) */
+    /* every case on the default kernels, on decode_kernel alone (debug key attn_ring=0),
+       and bf16 on the ring kernel wherever it can run (attn_ring=2) */
     static const char *const passes[3] = {NULL, "0", "2"}, *const names[3] = {"", " (decode_kernel)", " (ring)"};
     for (int pass = 0; pass < 3; pass++)
         for (int i = 0; i < n; i++)
@@ -693,9 +708,9 @@ static void test_decode_kv(void) {
                 if (pass == 2 && (strchr(qc->fmt, ':') || strcmp(qc->fmt, "kv16") == 0 || strcmp(qc->fmt, "mxfp8") == 0 ||
                                   strcmp(qc->fmt, "int4-g16") == 0))
                     continue;
-                if (passes[pass]) setenv("TOPS_CUDA_ATTN_RING", passes[pass], 1);
+                if (passes[pass]) debug_set("attn_ring", passes[pass]);
                 double rel = run_qcase(qc, dt);
-                unsetenv("TOPS_CUDA_ATTN_RING");
+                debug_set("attn_ring", NULL);
                 /* per-channel scales multiply q (rounded) instead of k: twice the bound */
                 double bd = bound(dt) * (qc->per_channel ? 2 : 1);
                 if (getenv("TOPS_TEST_VERBOSE"))
@@ -713,20 +728,20 @@ static void test_decode_kv(void) {
 }
 
 /* 16-bit decode over every split count of one shape, and the prefill
-   kernel forced on it (TOPS_CUDA_ATTN_DECODE=0). */
+   kernel forced on it (debug key attn_decode=0). */
 static void test_decode_splits(void) {
     const acase c = {2, 32, 8, 2, 1500, 128, 1, 0, 0, 0, 0};
     const int splits[] = {1, 2, 3, 6, 16};
     for (int i = 0; i < (small_run ? 2 : 5); i++) {
         char sp[16];
         snprintf(sp, sizeof sp, "%d", splits[i]);
-        setenv("TOPS_CUDA_ATTN_SPLITS", sp, 1);
+        debug_set("attn_splits", sp);
         check_case(&c, i % 2 ? TOPS_DT_F16 : TOPS_DT_BF16);
     }
-    unsetenv("TOPS_CUDA_ATTN_SPLITS");
-    setenv("TOPS_CUDA_ATTN_DECODE", "0", 1);
+    debug_set("attn_splits", NULL);
+    debug_set("attn_decode", "0");
     check_case(&c, TOPS_DT_BF16);
-    unsetenv("TOPS_CUDA_ATTN_DECODE");
+    debug_set("attn_decode", NULL);
 }
 
 /* Sequences of different lengths in the decode kernel: kv_lens over a
