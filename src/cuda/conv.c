@@ -31,14 +31,15 @@
      caller's GPU pack), so every format keeps matmul2d's kernels and
      strict / relaxed meaning.  A 1x1 stride-1 unpadded convolution over
      collapsible pixels is the matmul of the input itself.
-   TOPS_CUDA_CONV (tests, A/B runs; comma-separated): `im2col` forces the
-   last path for every format, `mma` keeps the wgmma kernel off, `bn=64|128|
-   256` and `splits=S` fix its tile width and K splits, `l1=0` gathers the
-   activations past L1 (cp.async.cg), `tma=0` gathers them where TMA
-   im2col would load them; `tr=0|1` keeps the transposed kernel off / takes
-   it wherever it applies, `pn=96|104|128|192|256|384` fixes its pixels a
-   CTA (384 only for O <= 64, 256 and 384 the only ones there); `direct=0`
-   keeps the direct 3x3 kernel off (bn= and tr=1 do too). */
+   Debug keys (TOPS_CUDA_DEBUG, tune.c; tests, A/B runs): `conv_path=im2col`
+   forces the last path for every format, `conv_path=mma` keeps the wgmma
+   kernel off, `conv_bn=64|128|256` and `conv_splits=1..64` fix its tile
+   width and K splits, `conv_l1=0` gathers the activations past L1
+   (cp.async.cg), `conv_tma=0` gathers them where TMA im2col would load
+   them; `conv_tr=0|1` keeps the transposed kernel off / takes it wherever
+   it applies, `conv_pn=96|104|128|192|256|384` fixes its pixels a CTA (384
+   only for O <= 64, 256 and 384 the only ones there); `conv_direct=0` keeps
+   the direct 3x3 kernel off (conv_bn and conv_tr=1 do too). */
 #include "cuda/conv.h"
 #include "cuda/runtime.h"
 
@@ -50,42 +51,27 @@
 
 #define COL_BUDGET ((size_t)256 << 20)
 
-/* TOPS_CUDA_CONV, read at each call. */
+/* The conv_* debug keys (TOPS_CUDA_DEBUG, tune.c), read at each call after
+   tops__cu_debug_check has refused any value they do not take. */
 typedef struct conv_opts {
-    int im2col, mma, bn, splits, l1, tma;
-    int tr, pn; /* tr: -1 the plan's choice */
-    int direct; /* -1 the plan's choice */
+    int im2col, mma;    /* conv_path=im2col / conv_path=mma */
+    int bn, splits, pn; /* 0: the plans' choice */
+    int l1, tma;
+    int tr;     /* -1 the plan's choice */
+    int direct; /* 0: never; 1 (default): where it applies */
 } conv_opts;
 
-static tops_status read_opts(const char *fn, conv_opts *o) {
-    memset(o, 0, sizeof *o);
-    o->l1 = 1;
-    o->tma = 1;
-    o->tr = -1;
-    o->direct = -1;
-    const char *e = getenv("TOPS_CUDA_CONV");
-    if (!e) return TOPS_OK;
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", e);
-    for (char *save = NULL, *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-        int v = 0;
-        if (strcmp(t, "im2col") == 0) o->im2col = 1;
-        else if (strcmp(t, "mma") == 0) o->mma = 1;
-        else if (sscanf(t, "bn=%d", &v) == 1 && (v == 64 || v == 128 || v == 256)) o->bn = v;
-        else if (sscanf(t, "splits=%d", &v) == 1 && v >= 1 && v <= 64) o->splits = v;
-        else if (sscanf(t, "l1=%d", &v) == 1 && (v == 0 || v == 1)) o->l1 = v;
-        else if (sscanf(t, "tma=%d", &v) == 1 && (v == 0 || v == 1)) o->tma = v;
-        else if (sscanf(t, "tr=%d", &v) == 1 && (v == 0 || v == 1)) o->tr = v;
-        else if (sscanf(t, "direct=%d", &v) == 1 && (v == 0 || v == 1)) o->direct = v;
-        else if (sscanf(t, "pn=%d", &v) == 1 && (v == 96 || v == 104 || v == 128 || v == 192 || v == 256 || v == 384))
-            o->pn = v;
-        else
-            return tops__fail(TOPS_INVALID_ARGUMENT, fn,
-                              "TOPS_CUDA_CONV has \"%s\"; it takes im2col, mma, bn=64|128|256, splits=1..64, l1=0|1, "
-                              "tma=0|1, tr=0|1, pn=96|104|128|192|256|384, direct=0|1",
-                              t);
-    }
-    return TOPS_OK;
+static void read_opts(conv_opts *o) {
+    const long long path = tops__cu_tune(TOPS__CU_T_CONV_PATH);
+    o->im2col = path == TOPS__CU_CONV_IM2COL;
+    o->mma = path == TOPS__CU_CONV_MMA;
+    o->bn = (int)tops__cu_tune(TOPS__CU_T_CONV_BN);
+    o->splits = (int)tops__cu_tune(TOPS__CU_T_CONV_SPLITS);
+    o->pn = (int)tops__cu_tune(TOPS__CU_T_CONV_PN);
+    o->l1 = (int)tops__cu_tune(TOPS__CU_T_CONV_L1);
+    o->tma = (int)tops__cu_tune(TOPS__CU_T_CONV_TMA);
+    o->tr = (int)tops__cu_tune(TOPS__CU_T_CONV_TR);
+    o->direct = (int)tops__cu_tune(TOPS__CU_T_CONV_DIRECT);
 }
 
 /* Plain 16-bit weights of the activations' type the implicit GEMM reads. */
@@ -138,7 +124,7 @@ static int wg_tma_im2col(const tops__cuda_conv_geom *g, const conv_opts *op) {
 }
 
 /* The K split counts both wgmma plans try for kt K stages: up to kt / 2
-   (1 to 16), or the one TOPS_CUDA_CONV's splits= fixes. */
+   (1 to 16), or the one debug key conv_splits fixes. */
 static int64_t split_max(int64_t kt, const conv_opts *op) {
     const int64_t smax = op->splits ? op->splits : kt / 2 < 1 ? 1 : kt / 2 > 16 ? 16 : kt / 2;
     return smax > kt ? kt : smax;
@@ -215,8 +201,8 @@ static int tr_channels(const tops__cuda_conv_geom *g) { return g->o <= 64 ? 64 :
    k16 step's shared-memory bytes (both warpgroups' operands and the
    stage's fill: 8192 + 96 PN at 128 a cycle) against its PN cycles of
    tensor work stretch the narrow widths by (64 + 0.75 PN) / PN (res3 at
-   batch 32: PN 128 28.5 us, 192 18.5).  TOPS_CUDA_CONV keys tr (0 / 1:
-   never / wherever it applies), pn and splits; bn= keeps it off. */
+   batch 32: PN 128 28.5 us, 192 18.5).  Debug keys conv_tr (0 / 1: never
+   / wherever it applies), conv_pn and conv_splits; conv_bn keeps it off. */
 static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, int terms, int im2col, int *pn_out,
                    int *splits_out) {
     const int ch = tr_channels(g);
@@ -247,7 +233,7 @@ static int tr_plan(const tops__cuda_conv_geom *g, int sms, const conv_opts *op, 
 
 /* Whether the direct 3x3 kernel (tops__cu_conv_direct_launch: halo tiles,
    the nine taps' weights resident) runs: 3x3, stride and dilation 1,
-   groups 1, C = 64 and O <= 64, one weight term; TOPS_CUDA_CONV's direct=0
+   groups 1, C = 64 and O <= 64, one weight term; debug key conv_direct=0
    keeps it off.  H100, 2026-12-06, ResNet-50 res2 f16 against the
    transposed / pixel-major kernels, alternated in one call: batch 32 17.1-
    17.3 us against 34.3-34.6 (cuDNN 24.5), batch 1 5.0 against 6.6 (4.9). */
@@ -540,8 +526,9 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     const char *fn = path ? "tops_conv2d_path" : "tops_conv2d";
     const int device = exec->device.index;
     char name[48];
-    tops_status st = tops__cuda_check_device(fn, "exec.device", device);
+    tops_status st = tops__cu_debug_check(fn);
     if (st != TOPS_OK) return st;
+    if ((st = tops__cuda_check_device(fn, "exec.device", device)) != TOPS_OK) return st;
     if ((st = tops__cuda_check_memory(fn, "input", in, device)) != TOPS_OK ||
         (st = tops__cuda_check_memory(fn, "dest", dest, device)) != TOPS_OK)
         return st;
@@ -594,7 +581,7 @@ tops_status tops__cuda_conv2d(const tops_exec *exec, const tops__cuda_conv_geom 
     cudaStream_t stream = (cudaStream_t)exec->stream;
 
     conv_opts op;
-    if ((st = read_opts(fn, &op)) != TOPS_OK) return st;
+    read_opts(&op);
     a.wg_l1 = op.l1;
     const int dw = g->depthwise && !op.im2col;
     const int ig = !dw && igemm_applies(in, wt, device, &op);

@@ -58,11 +58,11 @@ void tops__cuda_tensor_release(tops_tensor *t);
 
 /* ---- tuning: one table (tune.c), a few debug overrides -------------------- */
 
-/* The knobs of the GEMM plan and launchers, and of attention.  Their
-   settled values are the table in tune.c (tuning[]); the ones marked there
-   as debug keys can be overridden for a test or an A/B run through
-   TOPS_CUDA_DEBUG ("key=value,key=value", docs/cuda.md), which tune.c alone
-   reads. */
+/* The knobs of the GEMM plan and its launchers, of attention and of
+   conv2d.  Their settled values are the table in tune.c (tuning[]); the
+   ones marked there as debug keys can be overridden for a test or an A/B
+   run through TOPS_CUDA_DEBUG ("key=value,key=value", docs/cuda.md), which
+   tune.c alone reads. */
 enum {
     /* M thresholds of the plan (settled, no override) */
     TOPS__CU_T_FP8_MIN_M,
@@ -127,6 +127,15 @@ enum {
     TOPS__CU_T_ATTN_SPLITS,
     TOPS__CU_T_ATTN_TMA,
     TOPS__CU_T_ATTN_RING,
+    /* conv2d debug keys */
+    TOPS__CU_T_CONV_PATH, /* TOPS__CU_CONV_* */
+    TOPS__CU_T_CONV_BN,
+    TOPS__CU_T_CONV_SPLITS,
+    TOPS__CU_T_CONV_L1,
+    TOPS__CU_T_CONV_TMA,
+    TOPS__CU_T_CONV_TR,
+    TOPS__CU_T_CONV_PN,
+    TOPS__CU_T_CONV_DIRECT,
     TOPS__CU_T_COUNT
 };
 /* Values of TOPS__CU_T_KERNEL (debug key kernel=wbulk|wstream|wgmma|q8|fp8|h16). */
@@ -139,6 +148,10 @@ enum {
     TOPS__CU_KERNEL_FP8,
     TOPS__CU_KERNEL_H16
 };
+/* Values of TOPS__CU_T_CONV_PATH (debug key conv_path=auto|mma|im2col):
+   mma keeps the wgmma kernels off, im2col sends every format through
+   im2col + the GPU matmul. */
+enum { TOPS__CU_CONV_AUTO = 0, TOPS__CU_CONV_MMA, TOPS__CU_CONV_IM2COL };
 /* A table value meaning "the launcher's own rule" (tops__cu_tune_or). */
 #define TOPS__CU_RULE LLONG_MIN
 /* The knob's value: TOPS_CUDA_DEBUG's override where it sets this debug
@@ -149,9 +162,9 @@ enum {
 long long tops__cu_tune(int knob);
 long long tops__cu_tune_or(int knob, long long rule);
 /* TOPS_OK, or TOPS_INVALID_ARGUMENT (for fn) with a sentence naming the
-   first TOPS_CUDA_DEBUG item that is not a debug key with a value it takes:
-   each GPU entry point (matmul, attention) calls it first, so a
-   typo never silently runs the defaults. */
+   first TOPS_CUDA_DEBUG item that is not a debug key with a value it takes.
+   Each GPU entry point (matmul, attention, conv2d) calls it first: a typo
+   never silently runs the defaults. */
 tops_status tops__cu_debug_check(const char *fn);
 
 /* ---- the kernels' contract --------------------------------------------------- */

@@ -1,8 +1,8 @@
 /* The CUDA backend's tuning table and its one debug override,
-   TOPS_CUDA_DEBUG: every number the GEMM plan, its launchers and attention
-   choose by, read through tops__cu_tune (cuda_internal.h).  matmul.c and
-   attention (attention.c, attention.cu, attention_decode.cu) call down into
-   this file; it calls none of the backend's other files. */
+   TOPS_CUDA_DEBUG: every number the GEMM plan, its launchers, attention and
+   conv2d choose by, read through tops__cu_tune (cuda_internal.h).  matmul.c,
+   attention (attention.c, attention.cu, attention_decode.cu) and conv.c
+   call down into this file; it calls none of the backend's other files. */
 #include "cuda/cuda_internal.h"
 #include "internal.h"
 
@@ -24,8 +24,9 @@
    the launcher's own rule (it depends on the call's shape), named in the
    line.  `takes`: what a debug key accepts (tops__cu_debug_check refuses
    anything else): NULL any integer; words "a|b|c", the value being the
-   word's place from 0 (kernel: the TOPS__CU_KERNEL_* codes); or integers
-   and ranges "0|64|128", "-1..2", "0.." (no upper end). */
+   word's place from 0 (kernel: the TOPS__CU_KERNEL_* codes, conv_path:
+   TOPS__CU_CONV_*); or integers and ranges "0|64|128", "-1..2", "0.." (no
+   upper end). */
 #define RULE TOPS__CU_RULE
 static const struct tuning_entry {
     const char *key;
@@ -95,6 +96,15 @@ static const struct tuning_entry {
     [TOPS__CU_T_ATTN_SPLITS] = {"attn_splits", RULE, "0.."}, /* decode key splits (rule: the call's, 0 choose_splits) */
     [TOPS__CU_T_ATTN_TMA] = {"attn_tma", 1, "0..1"},         /* 0: kt_kernel without TMA stages */
     [TOPS__CU_T_ATTN_RING] = {"attn_ring", 1, "0..2"},       /* 0 decode_kernel only, 1 kt_kernel / ring_kernel's rule, 2 ring_kernel for bf16 too */
+    /* conv2d debug keys (conv.c) */
+    [TOPS__CU_T_CONV_PATH] = {"conv_path", TOPS__CU_CONV_AUTO, "auto|mma|im2col"}, /* mma: no wgmma kernel; im2col: im2col + matmul for every format */
+    [TOPS__CU_T_CONV_BN] = {"conv_bn", 0, "0|64|128|256"},   /* 0: wg_plan's tile width */
+    [TOPS__CU_T_CONV_SPLITS] = {"conv_splits", 0, "0..64"},  /* 0: the plans' K splits */
+    [TOPS__CU_T_CONV_L1] = {"conv_l1", 1, "0..1"},           /* 0: gathered activations past L1 (cp.async.cg) */
+    [TOPS__CU_T_CONV_TMA] = {"conv_tma", 1, "0..1"},         /* 0: gathered where TMA im2col would load them */
+    [TOPS__CU_T_CONV_TR] = {"conv_tr", -1, "-1..1"},         /* transposed kernel: -1 tr_plan's rule, 0 never, 1 wherever it applies */
+    [TOPS__CU_T_CONV_PN] = {"conv_pn", 0, "0|96|104|128|192|256|384"}, /* 0: tr_plan's pixels a CTA */
+    [TOPS__CU_T_CONV_DIRECT] = {"conv_direct", 1, "0..1"},   /* 0: no direct 3x3 kernel */
 };
 
 /* An integer, the whole of s (as strtoll reads base 10). */

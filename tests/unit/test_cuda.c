@@ -95,9 +95,13 @@ static void test_bad_arguments(void) {
         ASSERT_FAILS_WITH(tops_tensor_to(&tw, gpu0, &packed), TOPS_UNSUPPORTED_ON_DEVICE, "no CUDA backend");
     } else {
         /* TOPS_CUDA_DEBUG is checked before anything else: an unknown key, a
-           bad value or a removed tuning variable's name is refused, not ignored. */
+           bad value or a removed tuning variable's name is refused, not ignored;
+           the attention and conv2d keys are the same table's (their values
+           checked by any GPU call), a value outside what the key takes too. */
         static const char *const bad_debug[] = {"kernel=wgmma,bulk_rin=3", "kernel=fast", "bulk_ring=3x",
-                                                "fp8_min_m=1", "wgmma_splits", "pdl=", "=1"};
+                                                "fp8_min_m=1", "wgmma_splits", "pdl=", "=1", "attn_pipe=3",
+                                                "attn_persist=-1", "attn_ring=x", "conv_bn=96", "conv_path=fast",
+                                                "conv_splits=65", "conv_pn=100", "conv_tr=2", "im2col"};
         e.device = nowhere;
         for (int i = 0; i < (int)(sizeof bad_debug / sizeof bad_debug[0]); i++) {
             setenv("TOPS_CUDA_DEBUG", bad_debug[i], 1);
@@ -105,8 +109,19 @@ static void test_bad_arguments(void) {
             ASSERT_FAILS_WITH(tops_matmul2d_path(&e, &md, &tx, &tw, &ty, (char[64]){0}, 64), TOPS_INVALID_ARGUMENT,
                               "TOPS_CUDA_DEBUG");
         }
+        /* the sentence says what a known key takes */
+        setenv("TOPS_CUDA_DEBUG", "pdl=0,conv_bn=96", 1);
+        ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &tx, &tw, &ty), TOPS_INVALID_ARGUMENT,
+                          "'conv_bn=96': conv_bn takes one of 0|64|128|256");
+        setenv("TOPS_CUDA_DEBUG", "attn_splits=-2", 1);
+        ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &tx, &tw, &ty), TOPS_INVALID_ARGUMENT, "an integer from 0");
+        setenv("TOPS_CUDA_DEBUG", "bulk_ring=x", 1);
+        ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &tx, &tw, &ty), TOPS_INVALID_ARGUMENT, "bulk_ring takes an integer");
+        setenv("TOPS_CUDA_DEBUG", "bulk_rng=1", 1);
+        ASSERT_FAILS_WITH(tops_matmul2d(&e, &md, &tx, &tw, &ty), TOPS_INVALID_ARGUMENT, "not key=value with a known key");
         /* valid keys pass on to the next check (here: no such device) */
-        setenv("TOPS_CUDA_DEBUG", "kernel=wbulk, bulk_ring=3,pdl=0", 1);
+        setenv("TOPS_CUDA_DEBUG", "kernel=wbulk, bulk_ring=3,pdl=0 conv_path=im2col,conv_tr=-1,attn_pipe=0,attn_persist=7",
+               1);
         ASSERT_STATUS(tops_matmul2d(&e, &md, &tx, &tw, &ty), TOPS_UNSUPPORTED_ON_DEVICE);
         unsetenv("TOPS_CUDA_DEBUG");
     }

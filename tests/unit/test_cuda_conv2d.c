@@ -4,14 +4,15 @@
    depthwise, 1x1, 7x7, C = 3, K = 4608 with split K), f16 / bf16 weights on
    the wgmma implicit GEMM (TMA im2col or cp.async gathers, each tile width,
    forced K splits), on the
-   mma.sync one (TOPS_CUDA_CONV=mma) and on the im2col + matmul path
-   (TOPS_CUDA_CONV=im2col),
-   the transposed wgmma kernel (TOPS_CUDA_CONV=tr=1: 128 channels x 96 to
+   mma.sync one (debug key conv_path=mma) and on the im2col + matmul path
+   (conv_path=im2col),
+   the transposed wgmma kernel (conv_tr=1: 128 channels x 96 to
    256 pixels a CTA, K splits), the direct 3x3 kernel on halo tiles, the quantized formats strict and relaxed, host / device / GPU-packed
    weights, bias, multiply-accumulate, f32 / f16 / bf16 dest, NaN-poisoned
    outputs, and two runs compared bit for bit.  Bad inputs on any machine;
    without a GPU the numeric part skips with one line. */
-#define _POSIX_C_SOURCE 200809L /* setenv */
+#define _POSIX_C_SOURCE 200809L /* setenv: the kernel choices are debug keys of TOPS_CUDA_DEBUG */
+#include "cuda_debug.h"
 #include "harness.h"
 #include "core/numeric.h"
 #include "tensorops.h"
@@ -239,11 +240,11 @@ static void test_16bit(void) {
 }
 
 /* The mma.sync implicit GEMM where the wgmma kernel would run
-   (TOPS_CUDA_CONV=mma), and the wgmma kernel at every tile width and with
+   (debug key conv_path=mma), and the wgmma kernel at every tile width and with
    forced K splits (ragged M, O and K; the ring wraps many times at K =
    4608), both dest types and modes. */
 static void test_16bit_tiles(void) {
-    setenv("TOPS_CUDA_CONV", "mma", 1);
+    debug_replace("conv_", "conv_path=mma");
     for (int i = 0; i < ncases(); i++) {
         const cv_case *c = &cases[i];
         if (c->groups == c->c || (c->c / c->groups) % 8) continue;
@@ -251,18 +252,18 @@ static void test_16bit_tiles(void) {
         run_case(c, "bf16", TOPS_DT_BF16, TOPS_DT_F32, 0, 0, 1, W_HOST, "mma.sync");
     }
     if (!hopper) {
-        unsetenv("TOPS_CUDA_CONV");
+        debug_replace("conv_", NULL);
         return;
     }
-    static const char *const opts[][2] = {{"bn=64,splits=1", "128x64 tiles, 1 K split"},
-                                          {"bn=128,splits=3", "128x128 tiles, 3 K splits"},
-                                          {"bn=256,l1=0", "128x256 tiles"},
-                                          {"bn=64,splits=2", "128x64 tiles, 2 K splits"},
-                                          {"tma=0", "gathered by cp.async into swizzled stages"},
-                                          {"tma=0,l1=0,bn=128", "gathered by cp.async into swizzled stages"}};
+    static const char *const opts[][2] = {{"conv_bn=64,conv_splits=1", "128x64 tiles, 1 K split"},
+                                          {"conv_bn=128,conv_splits=3", "128x128 tiles, 3 K splits"},
+                                          {"conv_bn=256,conv_l1=0", "128x256 tiles"},
+                                          {"conv_bn=64,conv_splits=2", "128x64 tiles, 2 K splits"},
+                                          {"conv_tma=0", "gathered by cp.async into swizzled stages"},
+                                          {"conv_tma=0,conv_l1=0,conv_bn=128", "gathered by cp.async into swizzled stages"}};
     const int nopts = (int)(sizeof opts / sizeof opts[0]);
     for (int v = 0; v < nopts; v++) {
-        setenv("TOPS_CUDA_CONV", opts[v][0], 1);
+        debug_replace("conv_", opts[v][0]);
         for (int i = 0; i < ncases(); i++) {
             const cv_case *c = &cases[i];
             if (c->groups == c->c || (c->c / c->groups) % 8) continue;
@@ -274,8 +275,8 @@ static void test_16bit_tiles(void) {
                      v == 3 ? W_HOST : W_DEVICE, want);
         }
     }
-    /* a bad key: refused with a sentence */
-    setenv("TOPS_CUDA_CONV", "bn=96", 1);
+    /* a value the key does not take: refused with a sentence */
+    debug_replace("conv_", "conv_bn=96");
     {
         int64_t iext[4] = {1, 5, 5, 8}, oext[4] = {1, 5, 5, 8}, w2[2] = {8, 72};
         void *dx = NULL, *dout = NULL, *dw = NULL;
@@ -292,14 +293,14 @@ static void test_16bit_tiles(void) {
         tops_exec ex = tops_exec_default();
         ex.device = gpu0;
         ASSERT_STATUS(tops_conv2d(&ex, &d, &in, &wt, &out), TOPS_INVALID_ARGUMENT);
-        ASSERT_TRUE(strstr(tops_last_error(), "TOPS_CUDA_CONV") != NULL);
+        ASSERT_TRUE(strstr(tops_last_error(), "TOPS_CUDA_DEBUG") != NULL);
         tops_cuda_free(0, dx), tops_cuda_free(0, dout), tops_cuda_free(0, dw);
     }
-    unsetenv("TOPS_CUDA_CONV");
+    debug_replace("conv_", NULL);
 }
 
 /* The transposed wgmma kernel (128 channels x 96 / 104 / 128 / 192 / 256
-   pixels a CTA, or 64 x 256 / 384 for O <= 64; TOPS_CUDA_CONV=tr=1): the
+   pixels a CTA, or 64 x 256 / 384 for O <= 64; debug key conv_tr=1): the
    cases it takes (groups 1, C a multiple of 64) and four larger ones
    (several pixel and channel tiles, O not a multiple of 128 or of 64),
    each pixel width, K splits, bias, accumulate, every dest type, one
@@ -315,17 +316,17 @@ static void test_16bit_transposed(void) {
     static const struct {
         const char *opt, *want;
     } v[] = {
-        {"tr=1,pn=128,splits=1", "128 channels x 128 pixels a CTA (transposed), 1 K split"},
-        {"tr=1,pn=192,splits=2", "x 192 pixels"},
-        {"tr=1,pn=256,splits=1", "x 256 pixels"},
-        {"tr=1", "(transposed)"},
-        {"tr=1,pn=96,splits=3", "x 96 pixels"},
-        {"tr=1,pn=104", "x 104 pixels"},
-        {"tr=1,pn=384,splits=2", "64 channels x 384 pixels"},
+        {"conv_tr=1,conv_pn=128,conv_splits=1", "128 channels x 128 pixels a CTA (transposed), 1 K split"},
+        {"conv_tr=1,conv_pn=192,conv_splits=2", "x 192 pixels"},
+        {"conv_tr=1,conv_pn=256,conv_splits=1", "x 256 pixels"},
+        {"conv_tr=1", "(transposed)"},
+        {"conv_tr=1,conv_pn=96,conv_splits=3", "x 96 pixels"},
+        {"conv_tr=1,conv_pn=104", "x 104 pixels"},
+        {"conv_tr=1,conv_pn=384,conv_splits=2", "64 channels x 384 pixels"},
     };
     const int nv = (int)(sizeof v / sizeof v[0]);
     for (int j = 0; j < nv; j++) {
-        setenv("TOPS_CUDA_CONV", v[j].opt, 1);
+        debug_replace("conv_", v[j].opt);
         const int n1 = small_run ? 1 : (int)(sizeof tr_cases / sizeof tr_cases[0]);
         for (int i = 0; i < ncases() + n1; i++) {
             const cv_case *c = i < ncases() ? &cases[i] : &tr_cases[i - ncases()];
@@ -342,11 +343,11 @@ static void test_16bit_transposed(void) {
                 run_case(c, "int4-g32", act, dest, 1, 1, 0, W_PACKED, "(transposed)");
         }
     }
-    unsetenv("TOPS_CUDA_CONV");
+    debug_replace("conv_", NULL);
 }
 
 /* The direct 3x3 kernel (C = 64, O <= 64, stride 1; it runs by default
-   where it applies, TOPS_CUDA_CONV=direct=0 keeps it off): ragged tiles both
+   where it applies, debug key conv_direct=0 keeps it off): ragged tiles both
    ways, uneven pads, O = 36 and 8, and 700 images of one tile each (every
    CTA's ring wraps), bias, accumulate, every dest type, host / device /
    packed weights, one dequantized term strict and relaxed. */
@@ -369,19 +370,19 @@ static void test_16bit_direct(void) {
         run_case(c, "mxfp4", TOPS_DT_F16, TOPS_DT_F32, 0, 1, 0, W_PACKED, want);
         run_case(c, "int4-g32", TOPS_DT_BF16, TOPS_DT_BF16, 1, 0, 1, W_HOST, want);
     }
-    setenv("TOPS_CUDA_CONV", "direct=0", 1); /* the same layer on the implicit GEMM */
+    debug_replace("conv_", "conv_direct=0"); /* the same layer on the implicit GEMM */
     run_case(&dc_cases[0], "f16", TOPS_DT_F16, TOPS_DT_F16, 0, 1, 0, W_DEVICE, "activations by TMA im2col");
-    unsetenv("TOPS_CUDA_CONV");
+    debug_replace("conv_", NULL);
 }
 
 /* The same through im2col + the GPU matmul. */
 static void test_16bit_im2col(void) {
-    setenv("TOPS_CUDA_CONV", "im2col", 1);
+    debug_replace("conv_", "conv_path=im2col");
     for (int i = 0; i < ncases(); i++) {
         run_case(&cases[i], "f16", TOPS_DT_F16, TOPS_DT_F32, 0, 1, 0, W_DEVICE, NULL);
         run_case(&cases[i], "bf16", TOPS_DT_BF16, TOPS_DT_BF16, 0, 0, 1, W_HOST, NULL);
     }
-    unsetenv("TOPS_CUDA_CONV");
+    debug_replace("conv_", NULL);
 }
 
 /* What a quantized weight runs on: on a Hopper, where C / groups is a
@@ -428,10 +429,11 @@ static void test_quantized_terms(void) {
         {"q4_K", 256, TOPS_DT_BF16, 0, "to 3 bf16 terms"},     {"e4m3-ch", 1, TOPS_DT_BF16, 0, "to 3 bf16 terms"},
     };
     const int nfm = (int)(sizeof fm / sizeof fm[0]);
-    static const char *const opts[] = {NULL, "bn=64,splits=2", "bn=128,splits=3,tma=0", "im2col"};
+    static const char *const opts[] = {NULL, "conv_bn=64,conv_splits=2", "conv_bn=128,conv_splits=3,conv_tma=0",
+                                       "conv_path=im2col"};
     for (int v = 0; v < 4; v++) {
         if (v > 0 && v < 3 && !hopper) continue;
-        if (opts[v]) setenv("TOPS_CUDA_CONV", opts[v], 1);
+        if (opts[v]) debug_replace("conv_", opts[v]);
         for (int i = 0; i < ncases(); i++) {
             const cv_case *c = &cases[i];
             const int64_t k = c->kh * c->kw * (c->c / c->groups);
@@ -444,7 +446,7 @@ static void test_quantized_terms(void) {
                          f % 3 == 0 ? W_PACKED : f % 3 == 1 ? W_HOST : W_DEVICE, terms_path ? fm[f].terms : want);
             }
         }
-        unsetenv("TOPS_CUDA_CONV");
+        debug_replace("conv_", NULL);
     }
 }
 
@@ -467,6 +469,25 @@ static void test_bad_inputs(void) {
     char path[128];
     ASSERT_TRUE(tops_conv2d_path(&ex, &d, &in, &wt, &out, path, sizeof path) != TOPS_OK);
     for (int i = 0; i < 36; i++) ASSERT_TRUE(o[i] == 7.0f);
+    if (tops_get_build_info().cuda) {
+        /* TOPS_CUDA_DEBUG is checked before the device and the tensors: a
+           conv2d key with a value it does not take, or an unknown key, is
+           refused, not ignored; valid keys pass on to the next check */
+        static const char *const bad[] = {"conv_bn=96", "conv_path=fast", "conv_splits=0x", "conv_pn=100",
+                                          "conv_tr=2", "conv_im2col=1"};
+        d.kernel_h = d.kernel_w = 3;
+        for (int i = 0; i < (int)(sizeof bad / sizeof bad[0]); i++) {
+            debug_replace("conv_", bad[i]);
+            ASSERT_FAILS_WITH(tops_conv2d(&ex, &d, &in, &wt, &out), TOPS_INVALID_ARGUMENT, "TOPS_CUDA_DEBUG");
+            ASSERT_FAILS_WITH(tops_conv2d_path(&ex, &d, &in, &wt, &out, path, sizeof path), TOPS_INVALID_ARGUMENT,
+                              "TOPS_CUDA_DEBUG");
+        }
+        debug_replace("conv_", "conv_path=im2col,conv_bn=64,conv_splits=64,conv_tr=-1,conv_pn=384,conv_direct=0");
+        ASSERT_TRUE(tops_conv2d(&ex, &d, &in, &wt, &out) != TOPS_OK);
+        ASSERT_TRUE(strstr(tops_last_error(), "TOPS_CUDA_DEBUG") == NULL);
+        debug_replace("conv_", NULL);
+        for (int i = 0; i < 36; i++) ASSERT_TRUE(o[i] == 7.0f);
+    }
     free(xin), free(w), free(o);
 }
 
