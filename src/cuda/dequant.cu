@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(256) codes_f16_kernel(const Params p, int tile
 }
 
 // Per channel n < rows_ld of the slice (rows of it real), one warp a
-// channel, lanes over its groups: ratio[g * rows_ld + n] = t_(g-1) / t_g for
+// channel, lanes over its groups: ratio[g * rows_ld + n'] = t_(g-1) / t_g for
 // 1 <= g < grows (1 past the format's groups and for row 0), last[n] = t of
 // the last group; a flagged channel (a scale not finite, or |t| spanning
 // more than 2^60) gets ratios 1, last 0, and its index appended to list
@@ -368,7 +368,10 @@ __global__ void __launch_bounds__(256) rescale_plan(const Params p, int tile0, i
         const float prev_in = __shfl_sync(0xffffffffu, v, below ? 31 - __clz(below) : 0);
         const float prev = below ? prev_in : carry;
         const float r = g > 0 && v != 0.0f ? prev / v : 1.0f;
-        if (g < grows) ratio[(size_t)g * rows_ld + n] = r;
+        // (in each 16 channels, 2 q + {0, 1, 8, 9} at 4 q + {0, 1, 2, 3}: the
+        // four ratios a GEMM lane multiplies by are one 16-byte load)
+        const int c16 = n % 16, pn = n - c16 + 4 * (c16 % 8 / 2) + 2 * (c16 / 8) + c16 % 2;
+        if (g < grows) ratio[(size_t)g * rows_ld + pn] = r;
         const float top = __shfl_sync(0xffffffffu, v, nz ? 31 - __clz(nz) : 0);
         if (nz) carry = top;
     }

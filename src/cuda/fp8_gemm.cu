@@ -700,14 +700,23 @@ struct Ring : RingDims<BN, STAGES, CL, ET, CV, NC> {
         static_assert(RS == 1 || RS == 2, "rescaled groups");
         static_assert(CV == 0 && ET != kE4M3, "16-bit operands as they are");
         const bool lane0 = (threadIdx.x & 31) == 0;
-        // r of this thread's columns 8 j + 2 (lane % 4) + {0, 1}
+        // r of this thread's columns 8 j + 2 (lane % 4) + {0, 1}, those of j
+        // and j + 1 in one 16-byte word (rescale_plan's order), loaded before
+        // the wait (their latency runs with it) from the shared space (through
+        // a generic pointer ptxas emits LD.E with two descriptor moves each).
         auto rescale = [&](const unsigned char *row) {
-            const float2 *r2 = reinterpret_cast<const float2 *>(row) + (threadIdx.x & 3);
+            const uint32_t r4 = (uint32_t)__cvta_generic_to_shared(row) + 16 * (threadIdx.x & 3);
+            float2 rr[BN / 8];
+#pragma unroll
+            for (int j = 0; j < BN / 8; j += 2)
+                asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];"
+                             : "=f"(rr[j].x), "=f"(rr[j].y), "=f"(rr[j + 1].x), "=f"(rr[j + 1].y)
+                             : "r"(r4 + 32 * j));
             wgmma_wait<0>();
             fence_regs(d);
 #pragma unroll
             for (int j = 0; j < BN / 8; j++) {
-                const float2 rv = r2[4 * j];
+                const float2 rv = rr[j];
                 d[4 * j] *= rv.x, d[4 * j + 1] *= rv.y;
                 d[4 * j + 2] *= rv.x, d[4 * j + 3] *= rv.y;
             }
@@ -1689,7 +1698,8 @@ extern "C" int tops__cu_h16_launch(const tops__cu_fp8_args *f, const char **what
 // Integer codes as f16 values [n, k_pad] (f->weights) whose K groups of
 // `group` elements (32 or a multiple of 64) carry their own scales, f16
 // activations: the GEMM on 256-channel tiles with rescaled accumulators
-// (Ring::consume_rs), r_g of channel c at ratio[g * ratio_ld + c] (ratio_ld
+// (Ring::consume_rs), r_g of channel c at ratio[g * ratio_ld + c'] (c' in
+// rescale_plan's order within 16 channels; ratio_ld
 // >= n rounded up to 256, ratio_rows up to the group after the last K
 // stage's; 16-byte aligned: TMA reads it),
 // the last group's scale t as the channel scale (f->ch_scales).
