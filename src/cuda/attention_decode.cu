@@ -1763,9 +1763,13 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         kern = decode_kernel<T, D, KIND>;
         smem = smem_bytes<D>();
     }
-    static int per_sm_of[2] = {0, 0};
-    int &per_sm = per_sm_of[tm ? 1 : 0];
-    cudaError_t err;
+    // The shared-memory limit is raised and the occupancy read once a
+    // device (a function attribute holds for the current device only).
+    static int per_sm_of[64][2];
+    int dev = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err != cudaSuccess) return (int)err;
+    int scratch = 0, &per_sm = dev >= 0 && dev < 64 ? per_sm_of[dev][tm ? 1 : 0] : scratch;
     if (per_sm == 0) {
         const void *fn = ktk ? reinterpret_cast<const void *>(ktk) : reinterpret_cast<const void *>(kern);
         if ((err = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)) != cudaSuccess)
