@@ -70,6 +70,7 @@ struct dparams {
     int ksbytes, vsbytes;  // ring_kernel, group scales: bytes a key's scale row
     int tm_kfirst, tm_sfirst; // kt_kernel's TMA boxes: K's rows (scales) before V's
     int tm_sx;                // kt_kernel's scale box: elements a key
+    int tm_depth;             // kt_kernel's TMA stages in flight ahead of the one read (0: NS - 1)
     int kesz, vesz;        // bytes a scale entry
 };
 
@@ -1199,6 +1200,15 @@ __global__ void __launch_bounds__(kThreads, TM && D * NR <= 128 ? (KIND == TOPS_
     const bool kg = sp.kscp != nullptr, vg = sp.vscp != nullptr;
     const int ksb = p.ksbytes, vsb = p.vsbytes;
     unsigned char *wring = ringb + (TM ? 0 : warp * NS * STAGE);
+    // TM: stages in flight ahead of the one read (debug key attn_depth, at
+    // most NS - 1).  By default about 18 KB a CTA, at least 2 stages: the
+    // grid is one wave, so whatever the rings hold when the cache has been
+    // read is decoded with the memory idle.  int4-g32 D = 128 (9 KB stages,
+    // NS = 5), B = 16, Sk = 8192, H100: 65.8 us with 4 stages, 62.7 with 2,
+    // 61.8 with 1; e4m3 / int8 (16-17 KB stages) the same with 1 or 2.
+    constexpr int DEP = 18432 / STAGE < 2 ? 2 : 18432 / STAGE;
+    const int dep = p.tm_depth > 0 ? min(p.tm_depth, NS - 1) : min(DEP, NS - 1);
+    (void)dep;
     const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
     // TM: stage j (keys lo + 64 j ..) into its slot (one lane)
     auto tissue = [&](int j) {
@@ -1216,7 +1226,7 @@ __global__ void __launch_bounds__(kThreads, TM && D * NR <= 128 ? (KIND == TOPS_
     };
     if constexpr (TM) {
         if (lane == 0)
-            for (int j = warp; j < NS - 1 && j < nsub; j += 4) tissue(j);
+            for (int j = warp; j < dep && j < nsub; j += 4) tissue(j);
     }
 
     auto qval = [&](int row, int d) { return qvalue<T>(p, sl, b, hk, row, d); };
@@ -1323,9 +1333,9 @@ __global__ void __launch_bounds__(kThreads, TM && D * NR <= 128 ? (KIND == TOPS_
         unsigned char *stp = wring + rd * STAGE;
         if constexpr (TM) {
 #if KT_TMA
-            const int j = i + NS - 1; // the stage to issue, into slot wr
+            const int j = i + dep; // the stage to issue, into the slot stage j - NS held
             if (lane == 0 && j < nsub && (j & 3) == warp) {
-                if (j >= NS) tops_cu::sm90::mbar_wait(&empty[wr], ((j / NS) - 1) & 1); // its slot released
+                if (j >= NS) tops_cu::sm90::mbar_wait(&empty[j % NS], ((j / NS) - 1) & 1); // its slot released
                 tissue(j);
             }
             tops_cu::sm90::mbar_wait(&full[rd], ph);
@@ -1756,6 +1766,7 @@ template <typename T, int D, int KIND, int VAR = 0, int KG = 0> static int launc
         constexpr int NR = VAR - 1;
         if constexpr (kt::tma_ok<D, KIND>()) {
             tm = kt_tma(a, &dmap, &smap, &p.tm_kfirst, &p.tm_sfirst, &p.tm_sx);
+            p.tm_depth = (int)tops__cu_tune(TOPS__CU_T_ATTN_DEPTH);
             if (tm) ktk = kt_kernel<D, KIND, NR, KG, true>, smem = (size_t)kt::cfg<D, KIND, NR, true>::SMEM;
         }
         if (!tm) ktk = kt_kernel<D, KIND, NR, KG, false>, smem = (size_t)kt::cfg<D, KIND, NR>::SMEM;

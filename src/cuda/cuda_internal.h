@@ -126,6 +126,7 @@ enum {
     TOPS__CU_T_ATTN_DECODE,
     TOPS__CU_T_ATTN_SPLITS,
     TOPS__CU_T_ATTN_TMA,
+    TOPS__CU_T_ATTN_DEPTH,
     TOPS__CU_T_ATTN_RING,
     /* conv2d debug keys */
     TOPS__CU_T_CONV_PATH, /* TOPS__CU_CONV_* */

@@ -95,6 +95,7 @@ static const struct tuning_entry {
     [TOPS__CU_T_ATTN_DECODE] = {"attn_decode", 1, "0..1"},   /* 0: the prefill kernel for every 16-bit call */
     [TOPS__CU_T_ATTN_SPLITS] = {"attn_splits", RULE, "0.."}, /* decode key splits (rule: the call's, 0 choose_splits) */
     [TOPS__CU_T_ATTN_TMA] = {"attn_tma", 1, "0..1"},         /* 0: kt_kernel without TMA stages */
+    [TOPS__CU_T_ATTN_DEPTH] = {"attn_depth", 0, "0.."},      /* kt_kernel TMA stages in flight ahead of the one read (0: about 18 KB a CTA, at least 2) */
     [TOPS__CU_T_ATTN_RING] = {"attn_ring", 1, "0..2"},       /* 0 decode_kernel only, 1 kt_kernel / ring_kernel's rule, 2 ring_kernel for bf16 too */
     /* conv2d debug keys (conv.c) */
     [TOPS__CU_T_CONV_PATH] = {"conv_path", TOPS__CU_CONV_AUTO, "auto|mma|im2col"}, /* mma: no wgmma kernel; im2col: im2col + matmul for every format */

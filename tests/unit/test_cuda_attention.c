@@ -6,7 +6,7 @@
    causal tile pairs, persistent CTAs and last-wave splits (attn_qsplit,
    attn_pairs, attn_persist, attn_tail), the decode kernel
    (Sq <= 16) with 16-bit and quantized KV caches (e4m3, e4m3-ch per key and
-   per channel, mxfp8, int8-gG, int4-gG) and every split count,
+   per channel, mxfp8, int8-gG, int4-gG), every split count and TMA ring depths (attn_depth),
    NaN-poisoned outputs and repeated runs compared bit for bit.  Without a
    GPU the numeric part skips with one line. */
 #define _POSIX_C_SOURCE 200809L /* setenv: the kernel variants are debug keys of TOPS_CUDA_DEBUG */
@@ -697,20 +697,23 @@ static void test_decode_kv(void) {
     int n = (int)(sizeof cases / sizeof cases[0]);
     if (small_run) n = 4;
     /* every case on the default kernels, on decode_kernel alone (debug key attn_ring=0),
-       and bf16 on the ring kernel wherever it can run (attn_ring=2) */
-    static const char *const passes[3] = {NULL, "0", "2"}, *const names[3] = {"", " (decode_kernel)", " (ring)"};
-    for (int pass = 0; pass < 3; pass++)
+       bf16 on the ring kernel wherever it can run (attn_ring=2), and bf16 with
+       kt_kernel's TMA stages one and eight deep (attn_depth=1, 8: at most the ring's) */
+    static const char *const keys[5] = {NULL, "attn_ring", "attn_ring", "attn_depth", "attn_depth"};
+    static const char *const passes[5] = {NULL, "0", "2", "1", "8"};
+    static const char *const names[5] = {"", " (decode_kernel)", " (ring)", " (depth 1)", " (depth 8)"};
+    for (int pass = 0; pass < 5; pass++)
         for (int i = 0; i < n; i++)
-            for (int di = pass == 2; di < 2; di++) {
+            for (int di = pass >= 2; di < 2; di++) {
                 tops_dtype dt = di ? TOPS_DT_BF16 : TOPS_DT_F16;
                 const qcase *qc = &cases[i];
                 /* pass 2: the formats the ring kernel takes (f16 group scales, groups of a 16-byte chunk) */
                 if (pass == 2 && (strchr(qc->fmt, ':') || strcmp(qc->fmt, "kv16") == 0 || strcmp(qc->fmt, "mxfp8") == 0 ||
                                   strcmp(qc->fmt, "int4-g16") == 0))
                     continue;
-                if (passes[pass]) debug_set("attn_ring", passes[pass]);
+                if (keys[pass]) debug_set(keys[pass], passes[pass]);
                 double rel = run_qcase(qc, dt);
-                debug_set("attn_ring", NULL);
+                if (keys[pass]) debug_set(keys[pass], NULL);
                 /* per-channel scales multiply q (rounded) instead of k: twice the bound */
                 double bd = bound(dt) * (qc->per_channel ? 2 : 1);
                 if (getenv("TOPS_TEST_VERBOSE"))
