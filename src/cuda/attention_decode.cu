@@ -70,7 +70,7 @@ struct dparams {
     int ksbytes, vsbytes;  // ring_kernel, group scales: bytes a key's scale row
     int tm_kfirst, tm_sfirst; // kt_kernel's TMA boxes: K's rows (scales) before V's
     int tm_sx;                // kt_kernel's scale box: elements a key
-    int tm_depth;             // kt_kernel's TMA stages in flight ahead of the one read (0: NS - 1)
+    int tm_depth;             // kt_kernel's TMA stages in flight ahead of the one read (0: its rule)
     int kesz, vesz;        // bytes a scale entry
 };
 
@@ -1205,9 +1205,9 @@ __global__ void __launch_bounds__(kThreads, TM && D * NR <= 128 ? (KIND == TOPS_
     // grid is one wave, so whatever the rings hold when the cache has been
     // read is decoded with the memory idle.  int4-g32 D = 128 (9 KB stages,
     // NS = 5), B = 16, Sk = 8192, H100: 65.8 us with 4 stages, 62.7 with 2,
-    // 61.8 with 1; e4m3 / int8 (16-17 KB stages) the same with 1 or 2.
+    // 61.6-62.0 with 1; e4m3 / int8 (16-17 KB stages) the same with 1 or 2.
     constexpr int DEP = 18432 / STAGE < 2 ? 2 : 18432 / STAGE;
-    const int dep = p.tm_depth > 0 ? min(p.tm_depth, NS - 1) : min(DEP, NS - 1);
+    const int dep = min(p.tm_depth > 0 ? p.tm_depth : DEP, NS - 1);
     (void)dep;
     const uint32_t wring_s = (uint32_t)__cvta_generic_to_shared(wring);
     // TM: stage j (keys lo + 64 j ..) into its slot (one lane)
