@@ -1225,6 +1225,18 @@ __global__ void __launch_bounds__(kThreads, TM && D * NR <= 128 ? (KIND == TOPS_
 #endif
     };
     if constexpr (TM) {
+#if KT_TMA
+        // q's lines asked for before the first stages: every CTA of the one
+        // wave starts at once, and row_factors' loads would otherwise queue
+        // behind the grid's first TMA stages.
+        constexpr int LPR = D * 2 / 128 + 1; // 128-byte lines a row may touch
+        if (tid < ROWS * LPR && r0 + tid / LPR < sl.rows) {
+            const int row = r0 + tid / LPR, hh = row / sl.sq, i = row % sl.sq;
+            const T *qp = reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb +
+                          (long long)(hk * p.group + hh) * p.qsh + (sl.q0 + i) * p.qss;
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(qp + min(64 * (tid % LPR), D - 1)));
+        }
+#endif
         if (lane == 0)
             for (int j = warp; j < dep && j < nsub; j += 4) tissue(j);
     }
