@@ -271,13 +271,18 @@ __device__ __forceinline__ void finish_rows(const dparams &p, const seqlens &sl,
     }
 }
 
+// Row `row` of CTA (b, hk)'s q: query head row / Sq of the group, query row % Sq.
+template <typename T>
+__device__ __forceinline__ const T *q_row(const dparams &p, const seqlens &sl, int b, int hk, int row) {
+    const int hh = row / sl.sq, i = row % sl.sq;
+    return reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb + (long long)(hk * p.group + hh) * p.qsh +
+           (sl.q0 + i) * p.qss;
+}
+
 // q (times the channel scales of k) at (row, d) of CTA (b, hk).
 template <typename T>
 __device__ __forceinline__ float qvalue(const dparams &p, const seqlens &sl, int b, int hk, int row, int d) {
-    const int hh = row / sl.sq, i = row % sl.sq;
-    const T *qp =
-        reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb + (long long)(hk * p.group + hh) * p.qsh + (sl.q0 + i) * p.qss;
-    float x = to_f32(qp[d]);
+    float x = to_f32(q_row<T>(p, sl, b, hk, row)[d]);
     if (p.kmode == TOPS__DEC_SC_CHANNEL)
         x *= load_scale(p.ksc, (long long)b * p.kc[0] + (long long)hk * p.kc[1] + (long long)d * p.kc[3], p.kst);
     return x;
@@ -1230,12 +1235,8 @@ __global__ void __launch_bounds__(kThreads, TM && D * NR <= 128 ? (KIND == TOPS_
         // wave starts at once, and row_factors' loads would otherwise queue
         // behind the grid's first TMA stages.
         constexpr int LPR = D * 2 / 128 + 1; // 128-byte lines a row may touch
-        if (tid < ROWS * LPR && r0 + tid / LPR < sl.rows) {
-            const int row = r0 + tid / LPR, hh = row / sl.sq, i = row % sl.sq;
-            const T *qp = reinterpret_cast<const T *>(p.q) + (long long)b * p.qsb +
-                          (long long)(hk * p.group + hh) * p.qsh + (sl.q0 + i) * p.qss;
-            asm volatile("prefetch.global.L1 [%0];" ::"l"(qp + min(64 * (tid % LPR), D - 1)));
-        }
+        if (tid < ROWS * LPR && r0 + tid / LPR < sl.rows)
+            asm volatile("prefetch.global.L1 [%0];" ::"l"(q_row<T>(p, sl, b, hk, r0 + tid / LPR) + min(64 * (tid % LPR), D - 1)));
 #endif
         if (lane == 0)
             for (int j = warp; j < dep && j < nsub; j += 4) tissue(j);
