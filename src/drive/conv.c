@@ -193,13 +193,22 @@ static void prefetch_dest(const tops_tensor *dest, int64_t r0, int64_t nr, int64
     }
 }
 
-/* A 6 x 64 tile into dest's rows m0 .. (at most m), columns c0 .. c0 + nc
-   - 1; zeros where no call started it (every tap in the padding). */
-static void store_tile(const tops__kernels *kern, tops_tensor *dest, float *tile, int started, int64_t m0, int64_t m,
+/* A 6 x 64 tile's first nr rows into dest's rows m0 .. m0 + nr - 1,
+   columns c0 .. c0 + nc - 1; zeros where no call started it (every tap in
+   the padding). */
+static void store_tile(const tops__kernels *kern, tops_tensor *dest, float *tile, int started, int64_t m0, int64_t nr,
                        int64_t c0, int64_t nc, int accumulate) {
     enum { MR = 6, NR = 64 };
     if (!started) memset(tile, 0, sizeof(float) * MR * NR);
-    tops__store_rect(kern, dest, m0, m - m0 < MR ? m - m0 : MR, c0, nc, tile, NR, accumulate);
+    tops__store_rect(kern, dest, m0, nr, c0, nc, tile, NR, accumulate);
+}
+
+/* The wide driver's blocks of rows: M in ceil(M / 6) blocks as even as
+   can be (bq or bq + 1 rows, the first br of them one longer), so that no
+   block is a lone row (res5 at batch 1: 49 = 4 x 6 + 5 x 5, not 8 x 6 +
+   1, whose row cost a third of a block).  The first row of block b. */
+static int64_t block_start(int64_t b, int64_t bq, int64_t br) {
+    return b * bq + (b < br ? b : br);
 }
 
 /* The wide driver's job order: panel-major (a thread's jobs take one
@@ -210,9 +219,13 @@ static void store_tile(const tops__kernels *kern, tops_tensor *dest, float *tile
    panel-major the input again for each pair.  Where neither wins by 2x,
    the weights' and the input's sizes decide (the larger stays put).
    Batch 32 ResNet res4 (2.4 MB of weights, 6.4 MB of input): panel-major,
-   9 % faster at 2 threads on the Xeon VM; res5 and batch 1 as before. */
+   9 % faster at 2 threads on the Xeon VM.  Where both fit, M-major: res3
+   at batch 1 (590 KB of f32 weights, 401 KB of input) ran 3-8 % faster
+   and steadier so at 2 threads on the Zen 4 VM (the same at 1 thread;
+   res2, res4 and res5 at batch 1 the same either way). */
 static int wide_panel_major(int64_t weights, int64_t input, int64_t chunks, int64_t pairs, int threads) {
     const double l2 = 1 << 20, w = 4.0 * (double)weights, x = 4.0 * (double)input;
+    if (w <= l2 && x <= l2) return 0;
     const double m_major = (w <= l2 ? w : w * (double)tops__ceil_div(chunks, threads)) + x / threads;
     const double p_major = (x <= l2 ? x : x * (double)tops__ceil_div(pairs, threads)) + w / threads;
     if (p_major * 2 <= m_major) return 1;
@@ -220,22 +233,39 @@ static int wide_panel_major(int64_t weights, int64_t input, int64_t chunks, int6
     return weights > input;
 }
 
+/* The length of the wide driver's K pieces: as many whole taps of a
+   kernel row (C/G each) as keep the piece's 64 columns of weights within
+   256 KB (a quarter of the smallest AVX-512 L2, 1 MB), or a tap in even
+   parts where one is longer.  Each piece is one kernel call a block (one a
+   tap where the block's rows need the taps split: whole taps then add no
+   calls), and each call loads and stores its tile.  On the Zen 4 VM (L1
+   32 KB) pieces of 128 (32 KB of weights, meant to stay in L1 across the
+   blocks) measured 2-9 % slower on ResNet res2-res5 at 2 threads, batch 1
+   and 32. */
+static int64_t wide_piece(int64_t cg, int64_t kw) {
+    enum { MOST = 1024 };
+    if (cg > MOST) return tops__ceil_div(cg, tops__ceil_div(cg, MOST));
+    return (MOST / cg < kw ? MOST / cg : kw) * cg;
+}
+
 /* The wide twin of tops__conv_rows_run (kern->conv_f32_rows, 6 x 64 over
    two adjacent 32-column panels).  A job is a pair of panels over up to
    CHUNK blocks of 6 rows.  K is walked kernel row by kernel row in pieces
-   of at most KC: per piece, every block of the job runs over it, so the
-   piece's weights (KC x 64, 32 KB) are read from L1 by every block after
-   the first.  A block whose rows all hold the kernel row inside the input
-   (and contiguous pixels) takes a piece in one call; others split it at
-   taps.  The kernel continues each tile's sums from the tile buffer, so a
+   (wide_piece): per piece, every block of the job runs over it, so the
+   piece's weights are read from L2 by every block after the first.  A
+   block whose rows all hold the kernel row inside the input (and
+   contiguous pixels) takes a piece in one call; others split it at taps.
+   The kernel continues each tile's sums from the tile buffer, so a
    column's sum is one FMA chain over K in order: the bits do not depend on
    the pieces, the calls or the job split. */
 static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, const tops__conv_geom *g, int64_t batch,
                                  const float *panels, int64_t o, tops_tensor *dest2d, int accumulate, int threads) {
-    enum { MR = 6, NR = 64, PW = 32, CHUNK = 16, KC = 128, COMPACT = 32 };
+    enum { MR = 6, NR = 64, PW = 32, CHUNK = 16 };
     const tops_tensor *in = g->in;
     const int64_t cg = g->cg, k = g->kh * g->kw * cg, m = batch * g->oh * g->ow, row_k = g->kw * cg;
+    const int64_t kc = wide_piece(cg, g->kw);
     const int64_t m_blocks = tops__ceil_div(m, MR), n_panels = tops__ceil_div(o, PW), n_pairs = tops__ceil_div(n_panels, 2);
+    const int64_t bq = m / m_blocks, br = m % m_blocks;
     threads = tops__threads_for(TOPS__WORK_GEMM_F32, 2.0 * (double)m * (double)o * (double)k, threads);
 #ifndef _OPENMP
     threads = 1;
@@ -260,9 +290,6 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
     if (single) chunk = m_blocks, chunks = 1;
     const int64_t units = single ? n_panels : n_pairs, jobs = chunks * units;
     chunk = tops__ceil_div(m_blocks, chunks);
-    float *zero = tops__thread_buffer(TOPS__SLOT_GEMM, (size_t)tops__round_up(cg, 16) * sizeof(float));
-    if (!zero) return tops__fail(TOPS_OUT_OF_MEMORY, fn, "could not allocate a %lld-float zero row", (long long)cg);
-    memset(zero, 0, (size_t)cg * sizeof(float));
     const float *x = in->data;
     const int64_t s0 = in->stride[0], s1 = in->stride[1], s2 = in->stride[2];
     const int panel_major = single || wide_panel_major(k * o, in_elems, chunks, n_pairs, threads);
@@ -275,11 +302,12 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
         const int64_t ch = panel_major ? job % chunks : job / units;
         const int64_t u = panel_major ? job / chunks : job % units; /* a pair, or (single) a panel */
         const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
+        const int64_t r0 = block_start(b0, bq, br);
         int64_t base[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR];
-        chunk_rows(g, b0 * MR, nb * MR, m, base, y0, x0);
-        for (int64_t r = 0; r < nb * MR; r++)
-            if (base[r] >= 0) base[r] *= s0;
+        chunk_rows(g, r0, block_start(b0 + nb, bq, br) - r0, m, base, y0, x0);
+        for (int64_t r = 0; r < block_start(b0 + nb, bq, br) - r0; r++) base[r] *= s0;
         float acc[CHUNK * MR * NR] __attribute__((aligned(64)));
+        float spare[NR] __attribute__((aligned(64))); /* rows a body computes past the block's */
         int started[CHUNK] = {0}; /* the tile holds sums (else the next call starts it from zero) */
         const float *rows[MR];
         const int64_t col0 = (single ? u : 2 * u) * PW; /* the job's first column */
@@ -289,64 +317,57 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
         for (int64_t i = 0; i < g->kh; i++) {
             int whole[CHUNK];
             for (int64_t b = 0; b < nb; b++) {
+                const int64_t q0 = block_start(b0 + b, bq, br) - r0, vr = bq + (b0 + b < br);
                 whole[b] = merge;
-                for (int64_t q = b * MR; whole[b] && q < (b + 1) * MR; q++) {
+                for (int64_t q = q0; whole[b] && q < q0 + vr; q++) {
                     const int64_t ih = y0[q] + i * g->dh;
-                    whole[b] = base[q] >= 0 && ih >= 0 && ih < g->h && x0[q] >= 0 && x0[q] + g->kw <= g->w;
+                    whole[b] = ih >= 0 && ih < g->h && x0[q] >= 0 && x0[q] + g->kw <= g->w;
                 }
             }
-            for (int64_t p0 = 0; p0 < row_k; p0 += KC) {
-                const int64_t p1 = p0 + KC < row_k ? p0 + KC : row_k, kk = i * row_k;
+            for (int64_t p0 = 0; p0 < row_k; p0 += kc) {
+                const int64_t p1 = p0 + kc < row_k ? p0 + kc : row_k, kk = i * row_k;
+                const float *b0p = pa + (kk + p0) * PW, *b1p = pb ? pb + (kk + p0) * PW : NULL;
                 /* the last kernel row: dest rows prefetched in its first
                    piece; in its last, a tile stored once the next begins */
                 const int last_row = i == g->kh - 1, last = last_row && p1 == row_k;
                 for (int64_t b = 0; b < nb; b++) {
-                    const int64_t vr = m - (b0 + b) * MR < MR ? m - (b0 + b) * MR : MR;
-                    float *tile = acc + b * MR * NR;
-                    if (last_row && p0 == 0) prefetch_dest(dest2d, (b0 + b) * MR, vr, col0, vc);
+                    const int64_t m0 = block_start(b0 + b, bq, br), q0 = m0 - r0, vr = bq + (b0 + b < br);
+                    float *tile = acc + b * MR * NR, *crow[MR];
+                    for (int r = 0; r < MR; r++) crow[r] = r < vr ? tile + r * NR : spare;
+                    if (last_row && p0 == 0) prefetch_dest(dest2d, m0, vr, col0, vc);
                     if (last && b > 0)
-                        store_tile(kern, dest2d, tile - MR * NR, started[b - 1], (b0 + b - 1) * MR, m, col0, vc,
-                                   accumulate);
+                        store_tile(kern, dest2d, tile - MR * NR, started[b - 1], block_start(b0 + b - 1, bq, br),
+                                   bq + (b0 + b - 1 < br), col0, vc, accumulate);
                     if (whole[b]) {
                         for (int64_t r = 0; r < MR; r++) {
-                            const int64_t q = b * MR + r, ih = y0[q] + i * g->dh;
+                            const int64_t q = q0 + (r < vr ? r : vr - 1), ih = y0[q] + i * g->dh;
                             rows[r] = x + base[q] + ih * s1 + x0[q] * s2 + p0;
                         }
-                        kern->conv_f32_rows(p1 - p0, (int)vr, rows, pa + (kk + p0) * PW, pb ? pb + (kk + p0) * PW : NULL, tile,
-                                            started[b]);
+                        kern->conv_f32_rows(p1 - p0, (int)vr, rows, b0p, b1p, crow, started[b]);
                         started[b] = 1;
                         continue;
                     }
                     for (int64_t s = p0; s < p1;) { /* split at taps */
                         const int64_t j = s / cg, c0 = s % cg, e = (j + 1) * cg < p1 ? (j + 1) * cg : p1;
-                        int live[MR], nv = 0; /* the rows this tap is not padding for */
-                        for (int64_t r = 0; r < MR; r++) {
-                            const int64_t q = b * MR + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
-                            const int pad = base[q] < 0 || ih < 0 || ih >= g->h || iw < 0 || iw >= g->w;
-                            rows[r] = (pad ? zero : x + base[q] + ih * s1 + iw * s2) + c0;
-                            if (!pad) live[nv++] = (int)r;
+                        /* The rows this tap is not padding for run alone
+                           (the fewer-row body on their own tile rows); a
+                           tap in the padding for every row of the block
+                           adds nothing (the padding taps of the top and
+                           bottom output rows).  res5 (7 x 7, pad 1) then
+                           leaves out 18% of its FMAs, as oneDNN does. */
+                        const float *live_a[MR];
+                        float *live_c[MR];
+                        int nv = 0;
+                        for (int64_t r = 0; r < vr; r++) {
+                            const int64_t q = q0 + r, ih = y0[q] + i * g->dh, iw = x0[q] + j * g->dw;
+                            if (ih < 0 || ih >= g->h || iw < 0 || iw >= g->w) continue;
+                            live_a[nv] = x + base[q] + ih * s1 + iw * s2 + c0, live_c[nv++] = crow[r];
                         }
-                        /* A tap in the padding for every row of the block
-                           adds nothing: skipped, as the padding taps of
-                           the top and bottom output rows.  Where it is
-                           padding for some rows, over at least COMPACT
-                           channels, the others run alone (their tile rows
-                           gathered, the fewer-row body): res5 (7 x 7, pad
-                           1) then leaves out 18% of its FMAs, not 9%. */
-                        if (nv > 0 && nv < vr && e - s >= COMPACT) {
-                            float part[MR * NR] __attribute__((aligned(64)));
-                            const float *live_rows[MR];
-                            if (!started[b]) memset(tile, 0, sizeof(float) * MR * NR), started[b] = 1;
-                            for (int q = 0; q < MR; q++) {
-                                live_rows[q] = rows[live[q < nv ? q : nv - 1]];
-                                if (q < nv) memcpy(part + q * NR, tile + live[q] * NR, sizeof(float) * NR);
-                            }
-                            kern->conv_f32_rows(e - s, nv, live_rows, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL,
-                                                part, 1);
-                            for (int q = 0; q < nv; q++) memcpy(tile + live[q] * NR, part + q * NR, sizeof(float) * NR);
-                        } else if (nv > 0) {
-                            kern->conv_f32_rows(e - s, (int)vr, rows, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL,
-                                                tile, started[b]);
+                        if (nv > 0) {
+                            for (int r = nv; r < MR; r++) live_a[r] = live_a[nv - 1], live_c[r] = spare;
+                            if (!started[b] && nv < vr) memset(tile, 0, sizeof(float) * MR * NR), started[b] = 1;
+                            kern->conv_f32_rows(e - s, nv, live_a, pa + (kk + s) * PW, pb ? pb + (kk + s) * PW : NULL,
+                                                live_c, started[b]);
                             started[b] = 1;
                         }
                         s = e;
@@ -354,8 +375,8 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
                 }
             }
         }
-        store_tile(kern, dest2d, acc + (nb - 1) * MR * NR, started[nb - 1], (b0 + nb - 1) * MR, m, col0, vc,
-                   accumulate);
+        store_tile(kern, dest2d, acc + (nb - 1) * MR * NR, started[nb - 1], block_start(b0 + nb - 1, bq, br),
+                   bq + (b0 + nb - 1 < br), col0, vc, accumulate);
     }
     return TOPS_OK;
 }

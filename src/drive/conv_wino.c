@@ -198,17 +198,17 @@ tops_status tops__conv_wino_run(const char *fn, const tops__kernels *kern, const
            L1 against every row block of the tiles */
         for (int xi = 0; wide && xi < XI; xi++)
             for (int64_t p = 0; p < pn; p += 2) { /* two panels (the last may be one) against 6-tile rows */
-                float tile[6 * 64] __attribute__((aligned(64)));
+                float spare[64] __attribute__((aligned(64)));
                 const float *b0 = u + ((xi * np + p0 + p) * c) * nr, *b1 = p + 1 < pn ? b0 + c * nr : NULL;
-                const int64_t cols = b1 ? 64 : 32;
                 for (int64_t r0 = 0; r0 < nt; r0 += 6) {
                     const int64_t valid = nt - r0 < 6 ? nt - r0 : 6;
                     const float *rows[6];
-                    for (int64_t i = 0; i < 6; i++) /* rows past the tiles: the last tile again (not stored) */
+                    float *out[6];
+                    for (int64_t i = 0; i < 6; i++) { /* rows past the tiles: the last tile again, into spare */
                         rows[i] = v + xi * tb * c + (r0 + (i < valid ? i : valid - 1)) * c;
-                    kern->conv_f32_rows(c, (int)valid, rows, b0, b1, tile, 0);
-                    for (int64_t i = 0; i < valid; i++)
-                        memcpy(mm + (xi * tb + r0 + i) * ldm + p * nr, tile + i * 64, (size_t)cols * sizeof(float));
+                        out[i] = i < valid ? mm + (xi * tb + r0 + i) * ldm + p * nr : spare;
+                    }
+                    kern->conv_f32_rows(c, (int)valid, rows, b0, b1, out, 0);
                 }
             }
         for (int xi = 0; rows_mode && !wide && xi < XI; xi++)

@@ -572,16 +572,17 @@ typedef void (*tops__conv_dw_fn)(const float *const *rows, int64_t ldx, int64_t 
                                  int sw, int dw, int pl, const float *w, const float *bias, int64_t ow, float *out,
                                  int64_t ldo);
 
-/* conv2d's wide f32 tile (src/kernels/avx512/conv_f32_rows.c): c[i * 64 + j]
-   for i < 6, j < 64 = (c[i * 64 + j] if load_c, else 0) + a[i][k] *
+/* conv2d's wide f32 tile (src/kernels/avx512/conv_f32_rows.c): c[i][j]
+   for i < 6, j < 64 = (c[i][j] if load_c, else 0) + a[i][k] *
    b0[k * 32 + j] (j < 32) or b1[k * 32 + j - 32] (j >= 32), one FMA per k in
    order; b0, b1 two 32-column f32 panels (tops_pack_right's, the layout
    gemm_f32 reads) at this K offset; b1 NULL:
-   columns 0..31 only.  rows (1..6) of the row pointers hold data; a kernel
-   may compute (and store) fewer than 6 rows then, never fewer than rows,
-   the same way for any rows.  NULL at levels without one. */
+   columns 0..31 only.  rows (1..6) of the row pointers (a and c) hold
+   data; a kernel may compute (and store) fewer than 6 rows then, never
+   fewer than rows, the same way for any rows, so the rest of c must still
+   point at 64 writable floats.  NULL at levels without one. */
 typedef void (*tops__conv_f32_rows_fn)(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
-                                       float *c, int load_c);
+                                       float *const *c, int load_c);
 
 /* conv2d's f32 tile over K segments (src/kernels/avx2/conv_f32_segs.c):
    c[i * 16 + j] for i < 6, j < 16 = (c[i * 16 + j] if load_c, else 0) +
@@ -945,7 +946,7 @@ void tops_conv_dw_f32__avx2(const float *const *rows, int64_t ldx, int64_t win, 
                             int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops_conv_f32_6x16_segs__avx2(int64_t nseg, const tops__conv_seg *seg, float *c, int load_c);
 void tops_conv_f32_6x64_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
-                                     float *c, int load_c);
+                                     float *const *c, int load_c);
 void tops_conv_dw_f32__avx512(const float *const *rows, int64_t ldx, int64_t win, int64_t c, int kh, int kw, int sw,
                               int dw, int pl, const float *w, const float *bias, int64_t ow, float *out, int64_t ldo);
 void tops__avx2_pack_rows_f32(const float *src, int64_t ld, int64_t valid, int64_t kc, float *dst, int64_t width);

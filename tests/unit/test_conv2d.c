@@ -35,13 +35,14 @@ static const cv_case cases[] = {
     {1, 5, 6, 4, 8, 3, 2, 1, 1, 2, 1, 0, 0, 0, 0, 4, 0},     /* depthwise with multiplier 2 */
     {1, 1, 1, 7, 5, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},     /* one pixel (rows path) */
     {3, 10, 9, 35, 33, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1},  /* "same", multi-tile M */
-    {1, 7, 7, 16, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},   /* M = 49: a 1-row last block, 2 panels */
+    {1, 7, 7, 16, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},   /* M = 49: blocks of 6 and 5 rows (wide), a 1-row last block (AVX2), 2 panels */
     {1, 5, 40, 16, 20, 3, 3, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0},  /* wide rows: a kernel row's taps as one run */
     {1, 6, 50, 24, 8, 3, 3, 2, 2, 1, 1, 1, 0, 1, 0, 1, 0},   /* the same at stride 2, top/left pad */
     {2, 9, 11, 32, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* C % 32 == 0 (relaxed rows), O = 20: a lone 8-column group */
     {1, 6, 40, 64, 24, 3, 3, 2, 1, 2, 1, 1, 1, 0, 2, 1, 0},  /* the same, wide rows, stride 2,1, dilation 2,1 */
     {1, 9, 12, 32, 16, 3, 3, 1, 2, 2, 2, 1, 0, 2, 1, 1, 0},  /* C % 32 == 0, dilation 2 along rows: one call per tap */
-    {1, 7, 7, 160, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* wide rows tile: C = 160, K pieces cut inside a tap, M = 49 */
+    {1, 7, 7, 160, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* wide rows tile: C = 160, M = 49 */
+    {1, 3, 4, 1100, 64, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0}, /* wide rows: C > 1024, K pieces cut inside a tap */
     {1, 9, 20, 48, 96, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0},  /* K pieces across taps of a whole kernel row, a lone last panel */
     {2, 11, 13, 48, 70, 3, 3, 2, 2, 2, 2, 2, 1, 0, 3, 1, 0}, /* stride 2 with dilation 2 on the rows paths, O = 70 */
     {1, 2, 3, 16, 64, 3, 3, 1, 1, 1, 1, 4, 4, 4, 4, 1, 0},  /* pad 4: blocks with every tap in the padding (bias only) */

@@ -3,8 +3,10 @@
    padding): a 6 x 64 tile over two adjacent 32-column weight panels (24
    zmm accumulators, four B vectors and one broadcast a k step: each
    broadcast feeds four FMAs, 10 loads per 24 FMAs against a 12 x 32
-   tile's 14).  The tile is loaded from c when load_c is set and the FMAs continue
-   its chains, so a column's sum is one chain over K in order however the
+   tile's 14).  Row i of the tile is c[i] (64 or 32 floats): the driver
+   points the rows of a block that a tap is not padding for straight at
+   their tile rows, no gathering.  The tile is loaded from c when load_c is
+   set and the FMAs continue its chains, so a column's sum is one chain over K in order however the
    driver cuts K into calls.  Fewer rows (a short last block, or the rows
    a tap is not padding for) run the 5-, 4-, 3- or 2-row body: each row's
    chain is the same FMAs in the same order, so the body taken does not
@@ -30,23 +32,23 @@
     do {                                                                                              \
         c##i##0 = c##i##1 = c##i##2 = c##i##3 = _mm512_setzero_ps();                                  \
         if ((i) < (R) && load_c) {                                                                    \
-            c##i##0 = _mm512_loadu_ps(c + (i) * 64), c##i##1 = _mm512_loadu_ps(c + (i) * 64 + 16);     \
+            c##i##0 = _mm512_loadu_ps(c[i]), c##i##1 = _mm512_loadu_ps(c[i] + 16);     \
             if (WIDE)                                                                                 \
-                c##i##2 = _mm512_loadu_ps(c + (i) * 64 + 32), c##i##3 = _mm512_loadu_ps(c + (i) * 64 + 48); \
+                c##i##2 = _mm512_loadu_ps(c[i] + 32), c##i##3 = _mm512_loadu_ps(c[i] + 48); \
         }                                                                                             \
     } while (0)
 #define TOPS_CONV_STORE(i, R, WIDE)                                                            \
     do {                                                                                       \
         if ((i) < (R)) {                                                                       \
-            _mm512_storeu_ps(c + (i) * 64, c##i##0), _mm512_storeu_ps(c + (i) * 64 + 16, c##i##1); \
+            _mm512_storeu_ps(c[i], c##i##0), _mm512_storeu_ps(c[i] + 16, c##i##1); \
             if (WIDE)                                                                          \
-                _mm512_storeu_ps(c + (i) * 64 + 32, c##i##2), _mm512_storeu_ps(c + (i) * 64 + 48, c##i##3); \
+                _mm512_storeu_ps(c[i] + 32, c##i##2), _mm512_storeu_ps(c[i] + 48, c##i##3); \
         }                                                                                      \
     } while (0)
 #define TOPS_CONV_EACH(M, R, WIDE) M(0, R, WIDE); M(1, R, WIDE); M(2, R, WIDE); M(3, R, WIDE); M(4, R, WIDE); M(5, R, WIDE)
 
 #define TOPS_CONV_BODY(NAME, R, WIDE)                                                                              \
-    static void NAME(int64_t kc, const float *const *a, const float *b0, const float *b1, float *c, int load_c) { \
+    static void NAME(int64_t kc, const float *const *a, const float *b0, const float *b1, float *const *c, int load_c) { \
         const float *a0 = a[0], *a1 = a[1], *a2 = a[2], *a3 = a[3], *a4 = a[4], *a5 = a[5];                     \
         __m512 c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23;                                       \
         __m512 c30, c31, c32, c33, c40, c41, c42, c43, c50, c51, c52, c53;                                       \
@@ -79,7 +81,7 @@ TOPS_CONV_BODY(rows_2x32, 2, 0)
 #undef TOPS_CONV_ROW
 
 void tops_conv_f32_6x64_rows__avx512(int64_t kc, int rows, const float *const *a, const float *b0, const float *b1,
-                                     float *c, int load_c) {
+                                     float *const *c, int load_c) {
     if (b1) {
         if (rows > 5) rows_6x64(kc, a, b0, b1, c, load_c);
         else if (rows == 5) rows_5x64(kc, a, b0, b1, c, load_c);
