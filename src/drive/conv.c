@@ -308,6 +308,7 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
         for (int64_t r = 0; r < block_start(b0 + nb, bq, br) - r0; r++) base[r] *= s0;
         float acc[CHUNK * MR * NR] __attribute__((aligned(64)));
         float spare[NR] __attribute__((aligned(64))); /* rows a body computes past the block's */
+        memset(spare, 0, sizeof spare);               /* (loaded with load_c: no uninitialized reads) */
         int started[CHUNK] = {0}; /* the tile holds sums (else the next call starts it from zero) */
         const float *rows[MR];
         const int64_t col0 = (single ? u : 2 * u) * PW; /* the job's first column */
