@@ -302,10 +302,12 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
         const int64_t ch = panel_major ? job % chunks : job / units;
         const int64_t u = panel_major ? job / chunks : job % units; /* a pair, or (single) a panel */
         const int64_t b0 = ch * chunk, nb = m_blocks - b0 < chunk ? m_blocks - b0 : chunk;
-        const int64_t r0 = block_start(b0, bq, br);
+        int64_t bs[CHUNK + 1]; /* the job's blocks: block b is dest rows bs[b] .. bs[b + 1] - 1 */
+        for (int64_t b = 0; b <= nb; b++) bs[b] = block_start(b0 + b, bq, br);
+        const int64_t r0 = bs[0];
         int64_t base[CHUNK * MR], y0[CHUNK * MR], x0[CHUNK * MR];
-        chunk_rows(g, r0, block_start(b0 + nb, bq, br) - r0, m, base, y0, x0);
-        for (int64_t r = 0; r < block_start(b0 + nb, bq, br) - r0; r++) base[r] *= s0;
+        chunk_rows(g, r0, bs[nb] - r0, m, base, y0, x0);
+        for (int64_t r = 0; r < bs[nb] - r0; r++) base[r] *= s0;
         float acc[CHUNK * MR * NR] __attribute__((aligned(64)));
         float spare[NR] __attribute__((aligned(64))); /* rows a body computes past the block's */
         memset(spare, 0, sizeof spare);               /* (loaded with load_c: no uninitialized reads) */
@@ -318,7 +320,7 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
         for (int64_t i = 0; i < g->kh; i++) {
             int whole[CHUNK];
             for (int64_t b = 0; b < nb; b++) {
-                const int64_t q0 = block_start(b0 + b, bq, br) - r0, vr = bq + (b0 + b < br);
+                const int64_t q0 = bs[b] - r0, vr = bs[b + 1] - bs[b];
                 whole[b] = merge;
                 for (int64_t q = q0; whole[b] && q < q0 + vr; q++) {
                     const int64_t ih = y0[q] + i * g->dh;
@@ -332,13 +334,13 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
                    piece; in its last, a tile stored once the next begins */
                 const int last_row = i == g->kh - 1, last = last_row && p1 == row_k;
                 for (int64_t b = 0; b < nb; b++) {
-                    const int64_t m0 = block_start(b0 + b, bq, br), q0 = m0 - r0, vr = bq + (b0 + b < br);
+                    const int64_t m0 = bs[b], q0 = m0 - r0, vr = bs[b + 1] - m0;
                     float *tile = acc + b * MR * NR, *crow[MR];
                     for (int r = 0; r < MR; r++) crow[r] = r < vr ? tile + r * NR : spare;
                     if (last_row && p0 == 0) prefetch_dest(dest2d, m0, vr, col0, vc);
                     if (last && b > 0)
-                        store_tile(kern, dest2d, tile - MR * NR, started[b - 1], block_start(b0 + b - 1, bq, br),
-                                   bq + (b0 + b - 1 < br), col0, vc, accumulate);
+                        store_tile(kern, dest2d, tile - MR * NR, started[b - 1], bs[b - 1], m0 - bs[b - 1], col0, vc,
+                                   accumulate);
                     if (whole[b]) {
                         for (int64_t r = 0; r < MR; r++) {
                             const int64_t q = q0 + (r < vr ? r : vr - 1), ih = y0[q] + i * g->dh;
@@ -376,8 +378,8 @@ static tops_status conv_wide_run(const char *fn, const tops__kernels *kern, cons
                 }
             }
         }
-        store_tile(kern, dest2d, acc + (nb - 1) * MR * NR, started[nb - 1], block_start(b0 + nb - 1, bq, br),
-                   bq + (b0 + nb - 1 < br), col0, vc, accumulate);
+        store_tile(kern, dest2d, acc + (nb - 1) * MR * NR, started[nb - 1], bs[nb - 1], bs[nb] - bs[nb - 1], col0, vc,
+                   accumulate);
     }
     return TOPS_OK;
 }

@@ -1,16 +1,15 @@
 /* AVX-512 f32 microkernel for conv2d's implicit GEMM with A read in place
-   through six row pointers (an input pixel's channels, or a zero row for
-   padding): a 6 x 64 tile over two adjacent 32-column weight panels (24
-   zmm accumulators, four B vectors and one broadcast a k step: each
-   broadcast feeds four FMAs, 10 loads per 24 FMAs against a 12 x 32
-   tile's 14).  Row i of the tile is c[i] (64 or 32 floats): the driver
-   points the rows of a block that a tap is not padding for straight at
-   their tile rows, no gathering.  The tile is loaded from c when load_c is
-   set and the FMAs continue its chains, so a column's sum is one chain over K in order however the
-   driver cuts K into calls.  Fewer rows (a short last block, or the rows
-   a tap is not padding for) run the 5-, 4-, 3- or 2-row body: each row's
-   chain is the same FMAs in the same order, so the body taken does not
-   change the bits. */
+   through six row pointers (an input pixel's channels): a 6 x 64 tile over
+   two adjacent 32-column weight panels (24 zmm accumulators, four B
+   vectors and one broadcast a k step: each broadcast feeds four FMAs, 10
+   loads per 24 FMAs against a 12 x 32 tile's 14).  Row i of the tile is
+   c[i] (64 or 32 floats): the driver points the rows of a block that a tap
+   is not padding for straight at their tile rows, no gathering.  The tile
+   is loaded from c when load_c is set and the FMAs continue its chains, so
+   a column's sum is one chain over K in order however the driver cuts K
+   into calls.  Fewer rows (a short block, or the rows a tap is not padding
+   for) run the 5-, 4-, 3- or 2-row body: each row's chain is the same FMAs
+   in the same order, so the body taken does not change the bits. */
 #include "kernels/kernels.h"
 
 #include <immintrin.h>
