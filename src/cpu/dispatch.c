@@ -82,7 +82,7 @@ static int level_allows(tops_isa level, tops_isa kernel) { return kernel <= leve
    (amx_q8: no weight decode, per-block f32 scaling), from them the bf16
    terms (one weight decode per call shared by every row, no scaling in
    the tile loop).  Measured on the Xeon, K = 4096, N = 12288
-   (bench/results/xeon16.md): blocks of 32 (int4-g32, q4_K) tie at M = 64
+   (bench/results/xeon.md): blocks of 32 (int4-g32, q4_K) tie at M = 64
    and favour the bf16 terms at 96 (1.1-1.4x at 2 and 16 threads; the
    i8 tiles expanding 4-bit panels in the kernel), blocks of 16 (nvfp4)
    from M = 32. */
@@ -293,14 +293,14 @@ static void fill_table(tops__kernels *k, tops_isa level, const tops_cpu_info *ci
         tops__avx512_vnni_fill_unpackers(k->forms);
         k->dot_q8_nibstream_x4 = tops__avx512_vnni_dot_q8_nibstream_x4;
         /* Xeon VM, 2 threads, K = 4096, N = 12288: q8_0 / int8-g32 at M = 2 and 4 1.4-1.7x and
-           2.0-2.3x the per-row dots (bench/results/cpu.md) */
+           2.0-2.3x the per-row dots (bench/results/xeon.md) */
         k->dot_q8_bytes_rows = tops__avx512_vnni_dot_q8_bytes_rows;
         k->dot_q8_nibbles_x4 = tops__avx512_vnni_dot_q8_nibbles_x4;
         k->nib_wide = 1;
         k->gemm_q8_rows = tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni;
         k->gemm_q8_rows_name = "tops_gemm_f32_qi8_qu8_6x32_rows__avx512_vnni";
         /* Zen 4, 2 threads, ResNet-50 3x3 layers, int8-g32 / int4-g32: 2.1-2.6x oneDNN f32 against
-           Winograd's 1.5-1.8x at batch 1 and 32 (bench/results/cpu.md) */
+           Winograd's 1.5-1.8x at batch 1 and 32 (bench/results/zen4.md) */
         k->gemm_q8_rows_over_wino = 1;
         /* the same at VNNI: rows 1.68-1.99 ms at M = 1, 3.9-4.3 at 4; integer panels 1.30-1.33, 1.26-1.27 */
         k->gemv_q8_bytes_max_m = 0;

@@ -436,7 +436,7 @@ static int wino_shape(const tops__kernels *kern, const conv_plan *p, const tops_
 }
 
 /* Where Winograd is faster than the other paths (measured on the 2-core
-   Zen 2 VM, bench/results/cpu.md; docs/conv2d.md).  Packed weights are
+   Zen 2 VM, bench/results/zen2.md; docs/conv2d.md).  Packed weights are
    transformed once and kept, so only the GEMMs' shape counts: from 32
    tiles (2 x 2 outputs) a call.  Below that (ResNet res5 at batch 1: 7 x 7
    outputs, 16 tiles, 23% of them padding) the 16 MB of transformed f32
